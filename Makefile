@@ -1,0 +1,38 @@
+# Drives CMake. `make` builds build/cinfer; `make test` and `make demo` also install the
+# Debian packages the build needs (scripts/deps.sh), so both work on a fresh machine.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all build deps test test-asan fuzz demo clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build:
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j $(JOBS)
+
+build-asan:
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCINFER_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+
+build-fuzz:
+	@cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCINFER_FUZZ=ON >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+
+# The whole suite: unit + parity + CLI + bad input, then the same under ASan/UBSan,
+# then a short libFuzzer run. Prints one "N passed, N failed" line at the end.
+test: deps
+	@$(MAKE) --no-print-directory build build-asan build-fuzz
+	@bash tests/run.sh build build-asan build-fuzz
+
+test-asan: deps
+	@$(MAKE) --no-print-directory build-asan
+	@bash tests/run.sh build-asan
+
+demo: deps build
+	@bash scripts/demo.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,68 @@
+/* backend.h — the op table every forward pass is written against.
+ *
+ * Model code (src/models, src/nn) calls these ops and knows nothing of SIMD or devices;
+ * a backend (cpu/ now, cuda/ later) implements them. All activations are f32, row-major.
+ * Weights are ci_mat views that stay in their checkpoint dtype: kernels convert in
+ * registers and accumulate in f32.
+ *
+ * Conventions: n = number of token rows in the batch; a "matrix" weight W has shape
+ * [rows=out_features, cols=in_features] as PyTorch's nn.Linear stores it, and
+ * matmul computes y[n, rows] = x[n, cols] · Wᵀ. */
+#ifndef CI_BACKEND_H
+#define CI_BACKEND_H
+#include "../core/tensor.h"
+#include "../core/threads.h"
+#include <stdint.h>
+
+/* A 2-D weight view. fp8 weights carry a block-scale grid:
+ * w[r][c] = fp8(data[r][c]) * scale[r / block][c / block]. */
+typedef struct {
+    const void *data;       /* [rows, cols], borrowed */
+    ci_dtype dtype;         /* CI_F32, CI_F16, CI_BF16, CI_F8_E4M3 */
+    int64_t rows, cols;
+    const void *scale;      /* fp8 only: [ceil(rows/block), ceil(cols/block)] */
+    ci_dtype scale_dtype;   /* CI_F32, CI_BF16 or CI_F8_E8M0 */
+    int block;              /* 128 for DeepSeek fp8 */
+} ci_mat;
+
+typedef enum { CI_ROPE_NEOX = 0, /* rotate halves: (x[i], x[i+d/2]) */
+               CI_ROPE_INTERLEAVED = 1 /* rotate pairs: (x[2i], x[2i+1]) */ } ci_rope_style;
+
+typedef struct ci_backend {
+    const char *name;       /* "cpu-avx512", "cpu-avx2", "cpu-scalar" */
+    ci_pool *pool;
+    int n_threads;
+
+    /* y[n, W.rows] = x[n, W.cols] · Wᵀ */
+    void (*matmul)(struct ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
+    /* out[n, dim] = x / rms(x) * w (w may be NULL: no weight); out may alias x */
+    void (*rmsnorm)(struct ci_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
+    /* In place on x[n, n_heads, head_dim]: rotate the first rot_dim dims of each head
+     * (rot_offset: first rotated dim inside the head; usually 0), angle = pos[t] * inv_freq[i],
+     * cos/sin multiplied by mscale. inv_freq has rot_dim/2 entries. */
+    void (*rope)(struct ci_backend *be, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
+                 const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
+    /* Causal GQA attention for n query rows at positions pos0..pos0+n-1.
+     * q[n, n_heads*hd]; k/v caches [>= pos0+n, n_kv*hd] with row stride kv_stride floats;
+     * out[n, n_heads*hd]; query t attends keys 0..pos0+t. scale multiplies q·k. */
+    void (*attention)(struct ci_backend *be, float *out, const float *q, const float *k, const float *v,
+                      int n, int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale);
+    /* g[i] = silu(g[i]) * u[i] for i < count */
+    void (*swiglu)(struct ci_backend *be, float *g, const float *u, int64_t count);
+    /* out[n, E.cols] = rows ids[t] of E converted to f32. Ids are validated by the caller. */
+    void (*embed)(struct ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n);
+    /* y[i] += x[i] */
+    void (*add)(struct ci_backend *be, float *y, const float *x, int64_t count);
+    void (*free)(struct ci_backend *be);
+} ci_backend;
+
+typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512 } ci_isa;
+
+/* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;
+ * AUTO takes the best the CPU supports at run time. NULL on failure. */
+ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
+
+/* One f32 element of a weight (slow path; tools and tests). */
+float ci_mat_get(const ci_mat *W, int64_t r, int64_t c);
+
+#endif
