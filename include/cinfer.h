@@ -1,0 +1,81 @@
+/* cinfer.h — the public C API.
+ *
+ * Open a model folder (config.json + *.safetensors), make sessions (one sequence each,
+ * with its own cache), run tokens through them, or generate. Every fallible call returns 0
+ * on success and a negative value on failure, with one line in the caller's err buffer
+ * that names the file, tensor or key at fault. The library never exits or aborts. */
+#ifndef CINFER_H
+#define CINFER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ci_model ci_model;
+typedef struct ci_session ci_session;
+
+typedef struct {
+    int n_threads;          /* <= 0: all online CPUs */
+    int isa;                /* 0 auto, 1 scalar, 2 avx2, 3 avx512 (for tests) */
+} ci_model_opts;
+
+int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);
+void ci_model_free(ci_model *m);
+
+typedef struct {
+    const char *family;         /* "llama", "qwen3", ... */
+    const char *model_type;     /* as config.json spells it */
+    const char *backend;        /* "cpu-avx512", ... */
+    int vocab_size, n_layers, hidden_size;
+    int bos_id;                 /* -1 when none */
+    const int *eos_ids;
+    int n_eos;
+    int64_t n_params;
+    size_t bytes_by_dtype[16];  /* indexed by dtype: F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, I8, U8, I16, I32, I64, U32, BOOL, F64 */
+    size_t decode_bytes;        /* weight bytes one decode step reads */
+    size_t cache_bytes_per_token;
+    long long max_position;
+} ci_model_info;
+void ci_model_get_info(const ci_model *m, ci_model_info *info);
+const char *ci_dtype_label(int dtype);   /* "BF16" */
+
+int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen);
+void ci_session_free(ci_session *s);
+void ci_session_reset(ci_session *s);   /* forget the sequence; cache reused */
+int ci_session_pos(const ci_session *s);
+
+/* Runs n tokens through the session at its current position. logits: [n, vocab] floats
+ * when all_logits, else [vocab] for the last token; NULL to skip the head. */
+int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+
+typedef struct {
+    float temperature;      /* 0: greedy */
+    int top_k;              /* 0: off */
+    float top_p;            /* 1: off */
+    float min_p;            /* 0: off */
+    float repeat_penalty;   /* 1: off (CTRL-style: logits > 0 divided, < 0 multiplied) */
+    int repeat_last_n;      /* window of previous tokens the penalty sees; 0 = all */
+    uint64_t seed;
+} ci_sampler_opts;
+void ci_sampler_defaults(ci_sampler_opts *o);
+
+/* Called for each generated token; return non-zero to stop. */
+typedef int (*ci_token_cb)(void *ctx, int token);
+
+/* Prefills prompt (as one batch) then samples up to max_tokens tokens, stopping after an
+ * EOS token (which is included in out). out has room for max_tokens ids. */
+int ci_generate(ci_session *s, const int *prompt, int n_prompt, int max_tokens, const ci_sampler_opts *so,
+                int *out, int *n_out, ci_token_cb cb, void *cb_ctx, char *err, size_t errlen);
+
+/* Writes a random-weight checkpoint for the config at config_path into out_dir, with the
+ * family's exact tensor names and shapes. dtype: "bf16" or "f32"; layers > 0 overrides
+ * num_hidden_layers. */
+int ci_make_random(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
+                   char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,107 @@
+/* sampler.c — see sampler.h. */
+#include "sampler.h"
+#include "../core/status.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ci_sampler_defaults(ci_sampler_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->temperature = 0;
+    o->top_p = 1;
+    o->repeat_penalty = 1;
+    o->seed = 0;
+}
+
+int smp_check(const ci_sampler_opts *o, char *err, size_t errlen) {
+    if (!(o->temperature >= 0 && o->temperature <= 100)) return ci_err(err, errlen, "temperature must be in [0, 100], got %g", o->temperature);
+    if (o->top_k < 0) return ci_err(err, errlen, "top-k must be >= 0, got %d", o->top_k);
+    if (!(o->top_p > 0 && o->top_p <= 1)) return ci_err(err, errlen, "top-p must be in (0, 1], got %g", o->top_p);
+    if (!(o->min_p >= 0 && o->min_p <= 1)) return ci_err(err, errlen, "min-p must be in [0, 1], got %g", o->min_p);
+    if (!(o->repeat_penalty > 0 && o->repeat_penalty <= 100)) return ci_err(err, errlen, "repeat penalty must be in (0, 100], got %g", o->repeat_penalty);
+    if (o->repeat_last_n < 0) return ci_err(err, errlen, "repeat-last-n must be >= 0, got %d", o->repeat_last_n);
+    return 0;
+}
+
+int smp_init(smp_state *s, const ci_sampler_opts *o, int vocab) {
+    memset(s, 0, sizeof *s);
+    s->o = *o;
+    s->rng = o->seed;
+    s->vocab = vocab;
+    s->p = malloc((size_t)vocab * sizeof *s->p);
+    s->idx = malloc((size_t)vocab * sizeof *s->idx);
+    if (!s->p || !s->idx) { smp_free(s); return -1; }
+    return 0;
+}
+
+void smp_free(smp_state *s) {
+    free(s->p);
+    free(s->idx);
+    s->p = NULL;
+    s->idx = NULL;
+}
+
+double smp_uniform(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static const float *cmp_base;
+static int cmp_desc(const void *a, const void *b) {
+    float x = cmp_base[*(const int *)a], y = cmp_base[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+int smp_sample(smp_state *s, float *logits, const int *history, int n_hist) {
+    const int V = s->vocab;
+    if (s->o.repeat_penalty != 1.0f && n_hist > 0) {
+        int start = s->o.repeat_last_n > 0 && n_hist > s->o.repeat_last_n ? n_hist - s->o.repeat_last_n : 0;
+        /* each distinct id penalised once: mark with a sign trick on the scratch */
+        memset(s->idx, 0, (size_t)V * sizeof *s->idx);
+        for (int i = start; i < n_hist; i++) {
+            int t = history[i];
+            if (t < 0 || t >= V || s->idx[t]) continue;
+            s->idx[t] = 1;
+            logits[t] = logits[t] > 0 ? logits[t] / s->o.repeat_penalty : logits[t] * s->o.repeat_penalty;
+        }
+    }
+    if (s->o.temperature <= 0) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    int n = V;
+    for (int i = 0; i < V; i++) s->idx[i] = i;
+    for (int i = 0; i < V; i++) logits[i] /= s->o.temperature;
+    /* sort candidates by logit, descending (only as far as needed would be faster; the
+     * vocabulary sort is ~1 ms for 150k and is not on the greedy path) */
+    cmp_base = logits;
+    qsort(s->idx, (size_t)V, sizeof *s->idx, cmp_desc);
+    if (s->o.top_k > 0 && s->o.top_k < n) n = s->o.top_k;
+    float mx = logits[s->idx[0]];
+    double sum = 0;
+    for (int i = 0; i < n; i++) { s->p[i] = expf(logits[s->idx[i]] - mx); sum += s->p[i]; }
+    for (int i = 0; i < n; i++) s->p[i] = (float)(s->p[i] / sum);
+    if (s->o.top_p < 1.0f) {
+        double c = 0;
+        int keep = n;
+        for (int i = 0; i < n; i++) { c += s->p[i]; if (c >= s->o.top_p) { keep = i + 1; break; } }
+        n = keep;
+    }
+    if (s->o.min_p > 0) {
+        float thr = s->o.min_p * s->p[0];
+        int keep = 1;
+        while (keep < n && s->p[keep] >= thr) keep++;
+        n = keep;
+    }
+    sum = 0;
+    for (int i = 0; i < n; i++) sum += s->p[i];
+    double r = smp_uniform(&s->rng) * sum, c = 0;
+    for (int i = 0; i < n; i++) { c += s->p[i]; if (r < c) return s->idx[i]; }
+    return s->idx[n - 1];
+}

@@ -1,0 +1,28 @@
+/* sampler.h — choosing the next token from logits.
+ *
+ * Order follows transformers' logits processors: repetition penalty, temperature, top-k,
+ * top-p, min-p, then a draw from the renormalised distribution with a seeded generator
+ * (splitmix64; the same seed and logits give the same token on every machine).
+ * temperature == 0 is greedy argmax (first index on ties, like torch.argmax). */
+#ifndef CI_SAMPLER_H
+#define CI_SAMPLER_H
+#include "cinfer.h"
+
+typedef struct {
+    ci_sampler_opts o;
+    uint64_t rng;
+    int vocab;
+    float *p;       /* [vocab] scratch */
+    int *idx;       /* [vocab] scratch */
+} smp_state;
+
+int smp_init(smp_state *s, const ci_sampler_opts *o, int vocab);
+void smp_free(smp_state *s);
+/* Picks a token; logits [vocab] are modified. history: previous ids for the penalty. */
+int smp_sample(smp_state *s, float *logits, const int *history, int n_hist);
+/* Uniform in [0, 1) from the state (exposed for tests). */
+double smp_uniform(uint64_t *state);
+/* Checks option ranges; returns 0 or an error naming the option. */
+int smp_check(const ci_sampler_opts *o, char *err, size_t errlen);
+
+#endif

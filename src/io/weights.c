@@ -1,0 +1,241 @@
+/* weights.c — see weights.h. */
+#include "weights.h"
+#include "../core/status.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int w_init(w_binder *b, st_set *st, const char *family, long long n_layers) {
+    memset(b, 0, sizeof *b);
+    b->st = st;
+    b->family = family;
+    b->n_layers = n_layers;
+    if (st) {
+        b->claimed = calloc((size_t)st_count(st) + 1, 1);
+        if (!b->claimed) return ci_err(b->err, sizeof b->err, "%s: out of memory", family);
+    }
+    return 0;
+}
+
+static int fail(w_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(w_binder *b, const char *fmt, ...) {
+    if (b->failed) return -1;
+    b->failed = 1;
+    int o = snprintf(b->err, sizeof b->err, "%s: ", b->family);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err + o, sizeof b->err - (size_t)o, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int record(w_binder *b, const char *name, int ndim, const int64_t *shape, w_kind kind) {
+    if (b->n_specs == b->cap_specs) {
+        int nc = b->cap_specs ? b->cap_specs * 2 : 256;
+        w_spec *ns = realloc(b->specs, (size_t)nc * sizeof *ns);
+        if (!ns) return fail(b, "out of memory");
+        b->specs = ns;
+        b->cap_specs = nc;
+    }
+    w_spec *s = &b->specs[b->n_specs++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = ndim;
+    for (int i = 0; i < ndim; i++) s->shape[i] = shape[i];
+    s->kind = kind;
+    return 0;
+}
+
+/* Looks a tensor up, checks its shape and marks it claimed. NULL when absent. */
+static const ci_tensor *lookup(w_binder *b, const char *name, int ndim, const int64_t *shape, int *bad) {
+    *bad = 0;
+    int i = st_index_of(b->st, name);
+    if (i < 0) return NULL;
+    const ci_tensor *t = st_get(b->st, i);
+    int ok = t->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = t->shape[d] == shape[d];
+    if (!ok) {
+        char want[128], got[128];
+        fail(b, "tensor '%s' in %s has shape %s, expected %s", name, st_file_of(b->st, i),
+             ci_shape_str(t->shape, t->ndim, got, sizeof got), ci_shape_str(shape, ndim, want, sizeof want));
+        *bad = 1;
+        return NULL;
+    }
+    b->claimed[i] = 1;
+    return t;
+}
+
+static void account(w_binder *b, const ci_tensor *t) {
+    b->n_params += ci_tensor_numel(t);
+    b->bytes_by_dtype[t->dtype] += t->nbytes;
+}
+
+static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
+    memset(out, 0, sizeof *out);
+    if (b->failed) return -1;
+    char name[512];
+    snprintf(name, sizeof name, "%s.weight", base);
+    int64_t shape[2] = { rows, cols };
+    out->rows = rows;
+    out->cols = cols;
+    if (!b->st) return record(b, name, 2, shape, embed ? W_KIND_EMBED : W_KIND_MATRIX) ? -1 : 1;
+    int bad;
+    const ci_tensor *t = lookup(b, name, 2, shape, &bad);
+    if (bad) return -1;
+    if (!t) {
+        if (need == W_REQUIRED) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+        return 0;
+    }
+    out->data = t->data;
+    out->dtype = t->dtype;
+    account(b, t);
+    switch (t->dtype) {
+    case CI_F32: case CI_F16: case CI_BF16: break;
+    case CI_F8_E4M3: {
+        /* DeepSeek fp8: per 128x128 block scales, partial edge blocks. */
+        char sname[512];
+        snprintf(sname, sizeof sname, "%s.weight_scale_inv", base);
+        int64_t sshape[2] = { (rows + 127) / 128, (cols + 127) / 128 };
+        const ci_tensor *s = lookup(b, sname, 2, sshape, &bad);
+        if (bad) return -1;
+        if (!s) return fail(b, "tensor '%s' is F8_E4M3 but '%s' (block scales %lldx%lld) is missing",
+                            name, sname, (long long)sshape[0], (long long)sshape[1]);
+        if (s->dtype != CI_F32 && s->dtype != CI_BF16 && s->dtype != CI_F8_E8M0)
+            return fail(b, "tensor '%s' has dtype %s, expected F32, BF16 or F8_E8M0", sname, ci_dtype_name(s->dtype));
+        out->scale = s->data;
+        out->scale_dtype = s->dtype;
+        out->block = 128;
+        account(b, s);
+        if (!embed) b->decode_bytes += s->nbytes;
+        break;
+    }
+    default:
+        return fail(b, "tensor '%s' has dtype %s, expected F32, F16, BF16 or F8_E4M3", name, ci_dtype_name(t->dtype));
+    }
+    b->decode_bytes += embed ? (size_t)cols * ci_dtype_size(t->dtype) : t->nbytes;
+    return 1;
+}
+
+int w_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *fmt, ...) {
+    char base[480];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    return bind_mat(b, out, need, rows, cols, base, 0);
+}
+
+int w_embed(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const char *fmt, ...) {
+    char base[480];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    return bind_mat(b, out, W_REQUIRED, rows, cols, base, 1);
+}
+
+static int keep(w_binder *b, float *p) {
+    if (b->n_owned == b->cap_owned) {
+        int nc = b->cap_owned ? b->cap_owned * 2 : 64;
+        float **no = realloc(b->owned, (size_t)nc * sizeof *no);
+        if (!no) { free(p); return fail(b, "out of memory"); }
+        b->owned = no;
+        b->cap_owned = nc;
+    }
+    b->owned[b->n_owned++] = p;
+    return 0;
+}
+
+int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...) {
+    *out = NULL;
+    if (b->failed) return -1;
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[1] = { len };
+    const ci_tensor *t = NULL;
+    if (!b->st) {
+        if (record(b, name, 1, shape, kind)) return -1;
+    } else {
+        int bad;
+        t = lookup(b, name, 1, shape, &bad);
+        if (bad) return -1;
+        if (!t) {
+            if (need == W_REQUIRED) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+            return 0;
+        }
+        if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16)
+            return fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
+        account(b, t);
+        b->decode_bytes += t->nbytes;
+    }
+    float *v = malloc((size_t)(len > 0 ? len : 1) * sizeof *v);
+    if (!v) return fail(b, "out of memory for '%s'", name);
+    for (int64_t i = 0; i < len; i++) {
+        float x = 1.0f;  /* record mode: a neutral value */
+        if (t) {
+            if (t->dtype == CI_F32) memcpy(&x, (const char *)t->data + 4 * i, 4);
+            else {
+                uint16_t h;
+                memcpy(&h, (const char *)t->data + 2 * i, 2);
+                x = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
+            }
+        }
+        v[i] = x + add;
+    }
+    if (keep(b, v)) return -1;
+    *out = v;
+    return 1;
+}
+
+void w_claim(w_binder *b, const char *name) {
+    if (!b->st) return;
+    int i = st_index_of(b->st, name);
+    if (i >= 0) b->claimed[i] = 1;
+}
+
+int w_ignorable(const char *name, long long n_layers) {
+    size_t n = strlen(name);
+    const char *suffix = "rotary_emb.inv_freq";
+    size_t sl = strlen(suffix);
+    if (n >= sl && !strcmp(name + n - sl, suffix)) return 1;
+    if (!strncmp(name, "mtp.", 4) || strstr(name, ".mtp.")) return 1;
+    if (strstr(name, "visual.") || strstr(name, "vision_tower") || strstr(name, "vision_model") ||
+        strstr(name, "multi_modal_projector") || strstr(name, "mm_projector"))
+        return 1;
+    /* MTP heads are stored as extra decoder layers past num_hidden_layers. */
+    const char *l = strstr(name, "layers.");
+    if (l) {
+        char *end;
+        long long idx = strtoll(l + 7, &end, 10);
+        if (end != l + 7 && *end == '.' && idx >= n_layers) return 1;
+    }
+    return 0;
+}
+
+int w_finish(w_binder *b, char *err, size_t errlen) {
+    if (!b->failed && b->st) {
+        for (int i = 0; i < st_count(b->st); i++) {
+            if (b->claimed[i]) continue;
+            const ci_tensor *t = st_get(b->st, i);
+            if (w_ignorable(t->name, b->n_layers)) continue;
+            fail(b, "tensor '%s' in %s is not used by this family (unexpected tensor)", t->name, st_file_of(b->st, i));
+            break;
+        }
+    }
+    if (b->failed) return ci_err(err, errlen, "%s", b->err);
+    return 0;
+}
+
+void w_done(w_binder *b) {
+    free(b->claimed);
+    free(b->specs);
+    b->claimed = NULL;
+    b->specs = NULL;
+}
+
+void w_owned_free(float **owned, int n) {
+    for (int i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+}

@@ -1,0 +1,72 @@
+/* weights.h — binding checkpoint tensors to family structs, once, at load.
+ *
+ * A family's load() asks for each tensor by name with the exact shape it expects:
+ * w_mat for matrices (which may be F32/F16/BF16, or F8_E4M3 with a weight_scale_inv
+ * block grid), w_vec for 1-D parameters (converted to an owned f32 copy, they are small).
+ * Errors are sticky: the first failure is recorded and later calls do nothing, so load()
+ * reads as a plain list of tensors and checks once at the end with w_finish, which also
+ * fails on any tensor nobody claimed (beyond the known-ignorable: MTP layers, vision
+ * towers, rotary_emb.inv_freq), naming the tensor and the family.
+ *
+ * With st == NULL the binder runs in record mode: nothing is read, every request is
+ * recorded as a spec (name, shape, kind) so `cinfer make-random` can write a checkpoint
+ * with the family's exact tensor list from a config alone. */
+#ifndef CI_WEIGHTS_H
+#define CI_WEIGHTS_H
+#include "../backend/backend.h"
+#include "safetensors.h"
+#include <stdarg.h>
+
+typedef enum { W_REQUIRED = 1, W_OPTIONAL = 0 } w_need;
+typedef enum { W_KIND_MATRIX, W_KIND_EMBED, W_KIND_NORM, W_KIND_BIAS } w_kind;
+
+typedef struct {
+    char name[256];
+    int ndim;
+    int64_t shape[4];
+    w_kind kind;
+} w_spec;
+
+typedef struct w_binder {
+    st_set *st;                 /* NULL: record mode */
+    const char *family;         /* for messages */
+    const char *prefix;         /* prepended to every name ("model." is part of the names) */
+    long long n_layers;         /* layers >= this index are MTP heads: ignorable */
+    unsigned char *claimed;     /* per tensor of st */
+    int failed;
+    char err[1024];
+    int64_t n_params;
+    size_t bytes_by_dtype[CI_DTYPE_COUNT];
+    size_t decode_bytes;
+    w_spec *specs;              /* record mode */
+    int n_specs, cap_specs;
+    float **owned;              /* w_vec copies, freed by w_owned_free */
+    int n_owned, cap_owned;
+} w_binder;
+
+int w_init(w_binder *b, st_set *st, const char *family, long long n_layers);
+/* Binds "<name>.weight" [rows, cols] (and "<name>.weight_scale_inv" for fp8). Returns 1 if
+ * bound, 0 if optional and absent (out zeroed), -1 on error (sticky). */
+int w_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Same for an embedding table [vocab, dim] (read one row per token, not counted whole in
+ * decode bytes). */
+int w_embed(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Binds a 1-D tensor of `len` elements named exactly fmt (include ".weight"), into an owned
+ * f32 copy. add is added to every element (0 for plain weights). Returns as w_mat. */
+int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* Marks an existing tensor as used without binding (e.g. lm_head when tied). */
+void w_claim(w_binder *b, const char *name);
+/* Checks that every tensor was claimed or is ignorable; copies the sticky error. */
+int w_finish(w_binder *b, char *err, size_t errlen);
+/* Frees the binder's bookkeeping (not the owned vectors, see w_owned_*). */
+void w_done(w_binder *b);
+/* The owned f32 copies made by w_vec, to be freed with the model. */
+void w_owned_free(float **owned, int n);
+
+/* 1 if a tensor name belongs to something that is not the language model. */
+int w_ignorable(const char *name, long long n_layers);
+
+#endif

@@ -1,0 +1,251 @@
+/* dense.c — see dense.h. Shapes follow transformers' LlamaForCausalLM / Qwen3ForCausalLM.
+ *
+ * Activations are f32 [n, ·] for a chunk of n <= UBATCH tokens; prompts longer than that
+ * run chunk by chunk through the same cache, so scratch is bounded and allocated once per
+ * session. The decode path (n = 1) allocates nothing. */
+#include "dense.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../io/weights.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { UBATCH = 256 };
+
+typedef struct {
+    float *attn_norm;            /* [dim] input_layernorm */
+    ci_mat wq;                   /* [n_heads*hd, dim] */
+    ci_mat wk, wv;               /* [n_kv*hd, dim] */
+    ci_mat wo;                   /* [dim, n_heads*hd] */
+    float *q_norm, *k_norm;      /* [hd], Qwen3 only */
+    float *ffn_norm;             /* [dim] post_attention_layernorm */
+    ci_mat wg, wu;               /* [ff, dim] */
+    ci_mat wd;                   /* [dim, ff] */
+} dense_layer;
+
+typedef struct {
+    int dim, n_layers, n_heads, n_kv, hd, ff, vocab;
+    float eps, attn_scale;
+    dense_opts opts;
+    ci_mat embed;                /* [vocab, dim] */
+    ci_mat lm_head;              /* [vocab, dim]; = embed when tied */
+    float *final_norm;           /* [dim] */
+    dense_layer *layers;         /* [n_layers] */
+    rope_table rope;
+    float **owned;
+    int n_owned;
+} dense_model;
+
+typedef struct {
+    float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
+    float *x, *xn;               /* [UBATCH, dim] */
+    float *q, *att;              /* [UBATCH, n_heads*hd] */
+    float *g, *u;                /* [UBATCH, ff] */
+    float *last;                 /* [dim] */
+    int32_t *pos;                /* [UBATCH] */
+} dense_cache;
+
+int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    const char *fam = m->family->name;
+    dense_model *d = calloc(1, sizeof *d);
+    if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
+    m->impl = d;
+    d->opts = *o;
+    d->dim = (int)c->hidden_size;
+    d->n_layers = (int)c->n_layers;
+    d->vocab = (int)c->vocab_size;
+    d->ff = (int)c->intermediate_size;
+    if (!c->n_heads) return ci_err(err, errlen, "%s: %s: required key 'num_attention_heads' is missing", c->path, fam);
+    if (!d->ff) return ci_err(err, errlen, "%s: %s: required key 'intermediate_size' is missing", c->path, fam);
+    d->n_heads = (int)c->n_heads;
+    d->n_kv = c->n_kv_heads ? (int)c->n_kv_heads : d->n_heads;
+    if (d->n_heads % d->n_kv)
+        return ci_err(err, errlen, "%s: %s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                      c->path, fam, d->n_heads, d->n_kv);
+    if (c->head_dim) d->hd = (int)c->head_dim;
+    else {
+        if (d->dim % d->n_heads)
+            return ci_err(err, errlen, "%s: %s: hidden_size %d is not a multiple of num_attention_heads %d",
+                          c->path, fam, d->dim, d->n_heads);
+        d->hd = d->dim / d->n_heads;
+    }
+    d->eps = (float)c->rms_eps;
+    d->attn_scale = 1.0f / sqrtf((float)d->hd);
+    int bias = 0;
+    if (cfg_bool(c, "attention_bias", &bias, err, errlen)) return -1;
+    if (bias) return ci_err(err, errlen, "%s: %s: attention_bias=true is not implemented yet", c->path, fam);
+    if (cfg_bool(c, "mlp_bias", &bias, err, errlen)) return -1;
+    if (bias) return ci_err(err, errlen, "%s: %s: mlp_bias=true is not implemented yet", c->path, fam);
+    const char *act = cj_get_str(c->text, "hidden_act");
+    if (act && strcmp(act, "silu"))
+        return ci_err(err, errlen, "%s: %s: hidden_act '%s' is not supported (silu)", c->path, fam, act);
+    if (rope_init(&d->rope, &c->rope, d->hd, fam, err, errlen)) return -1;
+    d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
+    if (!d->layers) return ci_err(err, errlen, "%s: out of memory", fam);
+
+    w_binder b;
+    if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    int D = d->dim, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
+    w_embed(&b, &d->embed, d->vocab, D, "model.embed_tokens");
+    for (int l = 0; l < d->n_layers; l++) {
+        dense_layer *L = &d->layers[l];
+        w_vec(&b, &L->attn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.input_layernorm.weight", l);
+        w_mat(&b, &L->wq, W_REQUIRED, QD, D, "model.layers.%d.self_attn.q_proj", l);
+        w_mat(&b, &L->wk, W_REQUIRED, KD, D, "model.layers.%d.self_attn.k_proj", l);
+        w_mat(&b, &L->wv, W_REQUIRED, KD, D, "model.layers.%d.self_attn.v_proj", l);
+        w_mat(&b, &L->wo, W_REQUIRED, D, QD, "model.layers.%d.self_attn.o_proj", l);
+        if (o->qk_norm) {
+            w_vec(&b, &L->q_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.q_norm.weight", l);
+            w_vec(&b, &L->k_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
+        w_vec(&b, &L->ffn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
+        w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.gate_proj", l);
+        w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.up_proj", l);
+        w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "model.layers.%d.mlp.down_proj", l);
+    }
+    w_vec(&b, &d->final_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.norm.weight");
+    if (c->tie_embeddings) {
+        /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
+        d->lm_head = d->embed;
+        w_claim(&b, "lm_head.weight");
+        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+    } else {
+        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "lm_head");
+    }
+    int rc = w_finish(&b, err, errlen);
+    d->owned = b.owned;
+    d->n_owned = b.n_owned;
+    m->n_params = b.n_params;
+    memcpy(m->bytes_by_dtype, b.bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = b.decode_bytes;
+    if (!m->st) { /* record mode: hand the specs to the caller through the model */
+        m->specs = b.specs;
+        m->n_specs = b.n_specs;
+        b.specs = NULL;
+    }
+    w_done(&b);
+    return rc;
+}
+
+void dense_unload(ci_model *m) {
+    dense_model *d = m->impl;
+    if (!d) return;
+    w_owned_free(d->owned, d->n_owned);
+    rope_free(&d->rope);
+    free(d->layers);
+    free(d);
+    m->impl = NULL;
+}
+
+size_t dense_cache_bytes_per_token(const ci_model *m) {
+    const dense_model *d = m->impl;
+    return (size_t)d->n_layers * 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
+}
+
+int dense_session_init(ci_session *s, char *err, size_t errlen) {
+    const dense_model *d = s->m->impl;
+    dense_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    s->impl = c;
+    size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd;
+    c->k = malloc(kv * sizeof(float));
+    c->v = malloc(kv * sizeof(float));
+    c->x = malloc((size_t)UBATCH * d->dim * sizeof(float));
+    c->xn = malloc((size_t)UBATCH * d->dim * sizeof(float));
+    c->q = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
+    c->att = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
+    c->g = malloc((size_t)UBATCH * d->ff * sizeof(float));
+    c->u = malloc((size_t)UBATCH * d->ff * sizeof(float));
+    c->last = malloc((size_t)d->dim * sizeof(float));
+    c->pos = malloc(UBATCH * sizeof(int32_t));
+    if (!c->k || !c->v || !c->x || !c->xn || !c->q || !c->att || !c->g || !c->u || !c->last || !c->pos)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)", s->m->family->name,
+                      s->max_ctx, kv * 2 * sizeof(float) >> 20);
+    return 0;
+}
+
+void dense_session_free(ci_session *s) {
+    dense_cache *c = s->impl;
+    if (!c) return;
+    free(c->k); free(c->v); free(c->x); free(c->xn); free(c->q); free(c->att);
+    free(c->g); free(c->u); free(c->last); free(c->pos);
+    free(c);
+    s->impl = NULL;
+}
+
+/* One chunk of n <= UBATCH tokens at positions s->pos.. */
+static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+    ci_model *m = s->m;
+    const dense_model *d = m->impl;
+    dense_cache *c = s->impl;
+    ci_backend *be = m->be;
+    const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd;
+    const int pos0 = s->pos;
+    for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
+
+    be->embed(be, c->x, &d->embed, tokens, n);
+    CI_DUMP(m, "embed", -1, c->x, n, D);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dense_layer *L = &d->layers[l];
+        float *kc = c->k + (size_t)l * s->max_ctx * KD, *vc = c->v + (size_t)l * s->max_ctx * KD;
+        float *k = kc + (size_t)pos0 * KD, *v = vc + (size_t)pos0 * KD;  /* this chunk's rows */
+
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
+        be->matmul(be, c->q, c->xn, n, &L->wq);          /* q [n, H*hd] */
+        be->matmul(be, k, c->xn, n, &L->wk);             /* k [n, KV*hd], straight into the cache */
+        be->matmul(be, v, c->xn, n, &L->wv);
+        if (d->opts.qk_norm) {                           /* per-head RMSNorm over hd */
+            be->rmsnorm(be, c->q, c->q, L->q_norm, n * H, hd, d->eps);
+            be->rmsnorm(be, k, k, L->k_norm, n * KV, hd, d->eps);
+        }
+        be->rope(be, c->q, n, H, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+        be->rope(be, k, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+        be->attention(be, c->att, c->q, kc, vc, n, pos0, H, KV, hd, KD, d->attn_scale);
+        CI_DUMP(m, "attn", l, c->att, n, H * hd);
+        be->matmul(be, c->xn, c->att, n, &L->wo);        /* [n, D] */
+        be->add(be, c->x, c->xn, (int64_t)n * D);
+        CI_DUMP(m, "after_attn", l, c->x, n, D);
+
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        be->matmul(be, c->g, c->xn, n, &L->wg);          /* [n, ff] */
+        be->matmul(be, c->u, c->xn, n, &L->wu);
+        be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+        be->matmul(be, c->xn, c->g, n, &L->wd);          /* [n, D] */
+        be->add(be, c->x, c->xn, (int64_t)n * D);
+        CI_DUMP(m, "layer_out", l, c->x, n, D);
+    }
+    if (logits) {
+        if (all_logits) {
+            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, D, d->eps);
+            be->matmul(be, logits, c->xn, n, &d->lm_head);
+        } else {
+            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->final_norm, 1, D, d->eps);
+            be->matmul(be, logits, c->last, 1, &d->lm_head);
+        }
+    }
+    s->pos += n;
+}
+
+int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const dense_model *d = s->m->impl;
+    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", s->m->family->name);
+    if (s->pos + n > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", s->m->family->name,
+                      n, s->pos, s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)",
+                          s->m->family->name, tokens[i], i, d->vocab);
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        int last_chunk = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
+        else if (logits && last_chunk) out = logits;
+        forward_chunk(s, tokens + off, k, out, all_logits);
+    }
+    return 0;
+}

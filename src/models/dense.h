@@ -1,0 +1,23 @@
+/* dense.h — the dense decoder shared by the Llama and Qwen3 families.
+ *
+ * Per layer: x += o_proj(attn(rope(q), rope(k), v)) over rmsnorm(x); x += down(silu(gate)·up)
+ * over rmsnorm(x). GQA with n_kv heads; Qwen3 adds per-head RMSNorm on q and k before RoPE.
+ * The families (llama.c, qwen3.c) own their model_type, options and messages; this file
+ * owns the tensor list, the KV cache ([layer][pos][n_kv*hd] f32) and forward(). */
+#ifndef CI_DENSE_H
+#define CI_DENSE_H
+#include "model.h"
+#include "../nn/rope.h"
+
+typedef struct {
+    int qk_norm;            /* Qwen3: q_norm / k_norm [head_dim] per layer */
+} dense_opts;
+
+int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen);
+void dense_unload(ci_model *m);
+int dense_session_init(ci_session *s, char *err, size_t errlen);
+void dense_session_free(ci_session *s);
+int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+size_t dense_cache_bytes_per_token(const ci_model *m);
+
+#endif

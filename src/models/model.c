@@ -1,0 +1,85 @@
+/* model.c — ci_model_open and sessions: config, checkpoint, family dispatch, backend. */
+#include "model.h"
+#include "cinfer.h"
+#include "../core/status.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    ci_model *m = calloc(1, sizeof *m);
+    if (!m) return ci_err(err, errlen, "out of memory");
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    if (cfg_load(dir, &m->cfg, err, errlen)) goto fail;
+    m->family = m->cfg.family;
+    if (m->family->missing || !m->family->ops) {
+        ci_err(err, errlen, "%s: %s (model_type '%s' in %s)", m->family->name,
+               m->family->missing ? m->family->missing : "not implemented yet", m->cfg.model_type, m->cfg.path);
+        goto fail;
+    }
+    if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
+    m->be = ci_backend_cpu_new(opts ? opts->n_threads : 0, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
+    if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
+    if (m->family->ops->load(m, err, errlen)) goto fail;
+    *out = m;
+    return 0;
+fail:
+    ci_model_free(m);
+    return -1;
+}
+
+void ci_model_free(ci_model *m) {
+    if (!m) return;
+    if (m->family && m->family->ops && m->impl) m->family->ops->unload(m);
+    if (m->be) m->be->free(m->be);
+    if (m->st) st_close(m->st);
+    free(m->specs);
+    cfg_free(&m->cfg);
+    free(m);
+}
+
+const char *ci_dtype_label(int dtype) { return ci_dtype_name((ci_dtype)dtype); }
+
+void ci_model_get_info(const ci_model *m, ci_model_info *info) {
+    memset(info, 0, sizeof *info);
+    info->family = m->family->name;
+    info->model_type = m->cfg.model_type;
+    info->backend = m->be ? m->be->name : "none";
+    info->vocab_size = (int)m->cfg.vocab_size;
+    info->n_layers = (int)m->cfg.n_layers;
+    info->hidden_size = (int)m->cfg.hidden_size;
+    info->bos_id = m->cfg.bos_id;
+    info->eos_ids = m->cfg.eos_ids;
+    info->n_eos = m->cfg.n_eos;
+    info->n_params = m->n_params;
+    for (int i = 0; i < CI_DTYPE_COUNT && i < 16; i++) info->bytes_by_dtype[i] = m->bytes_by_dtype[i];
+    info->decode_bytes = m->decode_bytes;
+    info->cache_bytes_per_token = m->family->ops->cache_bytes_per_token(m);
+    info->max_position = m->cfg.max_pos;
+}
+
+int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (max_ctx <= 0) return ci_err(err, errlen, "%s: context length must be positive, got %d", m->family->name, max_ctx);
+    ci_session *s = calloc(1, sizeof *s);
+    if (!s) return ci_err(err, errlen, "out of memory");
+    s->m = m;
+    s->max_ctx = max_ctx;
+    if (m->family->ops->session_init(s, err, errlen)) { ci_session_free(s); return -1; }
+    *out = s;
+    return 0;
+}
+
+void ci_session_free(ci_session *s) {
+    if (!s) return;
+    if (s->impl) s->m->family->ops->session_free(s);
+    free(s);
+}
+
+void ci_session_reset(ci_session *s) { s->pos = 0; }
+int ci_session_pos(const ci_session *s) { return s->pos; }
+
+int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return s->m->family->ops->forward(s, tokens, n, logits, all_logits, err, errlen);
+}

@@ -1,0 +1,130 @@
+/* test_parity.c — every fixture in tests/fixtures/ against its transformers reference.
+ *
+ * For each fixture (made by tools/oracle/make_fixtures.py, float64 reference):
+ *   prefill: logits of the whole prompt in one forward, max|Δ| <= 1e-3 * max(1, max|ref|)
+ *   step:    the same tokens fed one at a time through the cache, same bound
+ *   greedy:  ci_generate with temperature 0 gives exactly transformers' greedy ids
+ * Each check runs with the best kernels of this CPU and with the portable scalar kernels.
+ * bf16 fixtures store bf16 weights and the reference is computed from those exact weights,
+ * so the same bound holds (the engine computes in f32 either way). */
+#include "check.h"
+#include "cinfer.h"
+#include "io/json.h"
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int read_ints(const json_t *a, int **out) {
+    size_t n = json_array_size(a);
+    *out = malloc((n + 1) * sizeof **out);
+    for (size_t i = 0; i < n; i++) (*out)[i] = (int)json_integer_value(json_array_get(a, i));
+    return (int)n;
+}
+
+static float *read_f32(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    float *v = malloc(n * sizeof *v);
+    size_t r = fread(v, sizeof *v, n, f);
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (r != n || extra) { free(v); return NULL; }
+    return v;
+}
+
+static int n_fixtures;
+
+static void one_fixture(const char *dir, int isa) {
+    char path[1024], err[1024];
+    snprintf(path, sizeof path, "%s/ref.json", dir);
+    json_t *ref = cj_load_file(path, err, sizeof err);
+    CHECK(ref != NULL, "%s", err);
+    if (!ref) return;
+    int *toks, *gp, *gids;
+    int T = read_ints(json_object_get(ref, "tokens"), &toks);
+    int NP = read_ints(json_object_get(ref, "greedy_prompt"), &gp);
+    int NG = read_ints(json_object_get(ref, "greedy_ids"), &gids);
+    int gmax = (int)json_integer_value(json_object_get(ref, "greedy_max_new"));
+    int V = (int)json_integer_value(json_object_get(ref, "vocab_size"));
+    double maxref = json_real_value(json_object_get(ref, "max_abs_ref"));
+    double tol = 1e-3 * (maxref > 1 ? maxref : 1);
+    snprintf(path, sizeof path, "%s/ref_logits.f32", dir);
+    float *want = read_f32(path, (size_t)T * V);
+    CHECK(want != NULL, "%s: missing or wrong size", path);
+
+    ci_model_opts o = { 0, isa };
+    ci_model *m = NULL;
+    ci_session *s = NULL;
+    float *got = malloc((size_t)T * V * sizeof *got);
+    if (want && ci_model_open(dir, &o, &m, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+    if (m && ci_session_new(m, T + gmax, &s, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+    if (s) {
+        for (int mode = 0; mode < 2; mode++) {
+            ci_session_reset(s);
+            int rc = 0;
+            if (mode == 0) rc = ci_forward(s, toks, T, got, 1, err, sizeof err);
+            else for (int t = 0; t < T && !rc; t++) rc = ci_forward(s, &toks[t], 1, got + (size_t)t * V, 1, err, sizeof err);
+            CHECK(rc == 0, "%s: %s", dir, err);
+            double md = 0;
+            int at = 0;
+            for (size_t i = 0; i < (size_t)T * V; i++) {
+                double dd = fabs((double)got[i] - want[i]);
+                if (!(dd <= md)) { md = dd; at = (int)i; }
+            }
+            CHECK(md <= tol, "%s isa=%d %s: max|diff| %.3g > %.3g at token %d id %d (got %g want %g)", dir, isa,
+                  mode ? "step" : "prefill", md, tol, at / V, at % V, got[at], want[at]);
+        }
+        ci_session_reset(s);
+        ci_sampler_opts so;
+        ci_sampler_defaults(&so);
+        int *out = malloc((size_t)(gmax + 1) * sizeof *out), n_out = 0;
+        int rc = ci_generate(s, gp, NP, gmax, &so, out, &n_out, NULL, NULL, err, sizeof err);
+        CHECK(rc == 0, "%s: %s", dir, err);
+        int same = n_out == NG;
+        for (int i = 0; same && i < NG; i++) same = out[i] == gids[i];
+        CHECK(same, "%s isa=%d: greedy ids differ from transformers (got %d ids, want %d; first: %d vs %d)", dir, isa,
+              n_out, NG, n_out ? out[0] : -1, NG ? gids[0] : -1);
+        free(out);
+    }
+    ci_session_free(s);
+    ci_model_free(m);
+    free(got); free(want); free(toks); free(gp); free(gids);
+    json_decref(ref);
+}
+
+static void test_fixtures(void) {
+    DIR *d = opendir("tests/fixtures");
+    CHECK(d != NULL, "tests/fixtures not found (run from the repository root)");
+    if (!d) return;
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256)
+        if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "tests/fixtures/%s", names[i]);
+        /* one PASS/FAIL line per fixture and ISA */
+        for (int isa = 0; isa < 2; isa++) {
+            check_case_failed = 0;
+            check_why[0] = 0;
+            one_fixture(dir, isa ? 1 /* scalar */ : 0 /* auto */);
+            if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], isa ? "scalar" : "auto", check_why); check_any_failed = 1; }
+            else printf("PASS parity %s %s\n", names[i], isa ? "scalar" : "auto");
+            n_fixtures++;
+        }
+        free(names[i]);
+    }
+    check_case_failed = 0;
+}
+
+static void test_found_fixtures(void) { CHECK(n_fixtures >= 12, "only %d fixture runs", n_fixtures); }
+
+int main(void) {
+    test_fixtures();
+    TEST_RUN(test_found_fixtures);
+    TEST_EXIT();
+}
