@@ -22,7 +22,8 @@ static char check_why[512];
 
 #define TEST_RUN(fn) do { check_case_failed = 0; check_why[0] = 0; fn(); \
     if (check_case_failed) { printf("FAIL %s: %s\n", #fn, check_why); check_any_failed = 1; } \
-    else printf("PASS %s\n", #fn); fflush(stdout); } while (0)
+    else { printf("PASS %s\n", #fn); } \
+    fflush(stdout); } while (0)
 
 #define TEST_EXIT() return check_any_failed ? 1 : 0
 
