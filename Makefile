@@ -2,7 +2,7 @@
 # Debian packages the build needs (scripts/deps.sh), so both work on a fresh machine.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build deps test test-asan fuzz demo clean
+.PHONY: all build build-asan build-fuzz deps test test-asan demo clean
 
 all: build
 
@@ -24,6 +24,7 @@ build-fuzz:
 # The whole suite: unit + parity + CLI + bad input, then the same under ASan/UBSan,
 # then a short libFuzzer run. Prints one "N passed, N failed" line at the end.
 test: deps
+	@bash scripts/fetch-tokenizers.sh
 	@$(MAKE) --no-print-directory build build-asan build-fuzz
 	@bash tests/run.sh build build-asan build-fuzz
 
