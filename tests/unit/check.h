@@ -6,16 +6,25 @@
  * continues; the binary exits 1 if any case failed. */
 #ifndef CI_CHECK_H
 #define CI_CHECK_H
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static int check_case_failed, check_any_failed;
-static char check_why[512];
+static char check_why[2048];
 
-#define CHECK(cond, ...) do { if (!(cond)) { \
-    if (!check_case_failed) { int o_ = snprintf(check_why, sizeof check_why, "%s:%d: ", __FILE__, __LINE__); \
-        snprintf(check_why + o_, sizeof check_why - (size_t)o_, __VA_ARGS__); } \
-    check_case_failed = 1; } } while (0)
+static void check_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check_fail(const char *file, int line, const char *fmt, ...) {
+    if (check_case_failed) return;
+    check_case_failed = 1;
+    int o = snprintf(check_why, sizeof check_why, "%s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(check_why + o, sizeof check_why - (size_t)o, fmt, ap);
+    va_end(ap);
+}
+
+#define CHECK(cond, ...) do { if (!(cond)) check_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 
 /* CHECK that s contains needle (error messages). */
 #define CHECK_HAS(s, needle) CHECK(strstr((s), (needle)) != NULL, "expected \"%s\" in \"%s\"", (needle), (s))

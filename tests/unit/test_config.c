@@ -42,8 +42,9 @@ static void test_hub_dialect(void) {
 
 static void test_python_literals(void) {
     char err[512] = "";
-    json_t *j = cj_parse("{\"a\": [0.0, Infinity], \"b\": -Infinity, \"c\": NaN, \"d\": \"Infinity in a string\", "
-                         "\"e\": {\"__float__\": \"Infinity\"}, \"NaNx\": 1}", 110, "t", err, sizeof err);
+    const char *txt = "{\"a\": [0.0, Infinity], \"b\": -Infinity, \"c\": NaN, \"d\": \"Infinity in a string\", "
+                      "\"e\": {\"__float__\": \"Infinity\"}, \"NaNx\": 1}";
+    json_t *j = cj_parse(txt, strlen(txt), "t", err, sizeof err);
     CHECK(j != NULL, "%s", err);
     if (!j) return;
     double v;
