@@ -380,9 +380,10 @@ static int cmd_make_random(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(USAGE, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) return die(2, "no command given (logits, generate, inspect, bench, make-random); see cinfer --help");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(USAGE, stdout);
+        return 0;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 2, argv + 2);

@@ -3,12 +3,12 @@
 . "$(dirname "$0")/lib.sh"
 fx=tests/fixtures/llama_gqa_llama3
 
-expect_err "no command"          "usage"             $CINFER
+expect_err "no command"          "no command given"             $CINFER
 expect_err "unknown command"     "unknown command"   $CINFER frobnicate
 expect_err "unknown flag"        "unknown option '--bogus'" $CINFER logits --model $fx --tokens 1 --out $TMP/x --bogus
 expect_err "missing --model"     "--model is required" $CINFER logits --tokens 1 --out $TMP/x
 expect_err "flag without value"  "--tokens needs a value" $CINFER logits --model $fx --out $TMP/x --tokens
-expect_err "bad token list"      "bad entry at 'x'"  $CINFER logits --model $fx --tokens 1,x,3 --out $TMP/x
+expect_err "bad token list"      "bad entry at 'x"  $CINFER logits --model $fx --tokens 1,x,3 --out $TMP/x
 expect_err "negative token"      "bad entry"         $CINFER logits --model $fx --tokens 1,-2 --out $TMP/x
 expect_err "token out of range"  "token id 300 at index 1 is outside the vocabulary [0, 300)" $CINFER logits --model $fx --tokens 1,300 --out $TMP/x
 expect_err "prompt out of range" "outside the vocabulary" $CINFER generate --model $fx --prompt-ids 99999 --ids

@@ -21,7 +21,7 @@ done
 
 fx=tests/fixtures/qwen3_tied
 expect_ok "inspect" $CINFER inspect --model $fx
-if grep -q "^family *qwen3$" "$TMP/out" && grep -q "kv_bytes_per_token *1024$" "$TMP/out"; then pass "inspect content"
+if grep -q "^family *qwen3$" "$TMP/out" && grep -q "kv_bytes_per_token *512$" "$TMP/out"; then pass "inspect content"
 else fail "inspect content" "$(cat "$TMP/out")"; fi
 
 # Sampling: the same seed gives the same ids, a different seed (almost surely) others.
