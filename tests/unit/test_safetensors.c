@@ -6,9 +6,6 @@
  * inputs check the return code, that no set is returned, and that the error line names
  * the file and (where there is one) the tensor. */
 #include "io/safetensors.h"
-/* check.h's TEST_RUN puts `else printf(...); fflush(stdout);` on one line, which gcc's
- * -Wmisleading-indentation (in -Wall) flags at every use; the code is correct as written. */
-#pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #include "check.h"
 
 #include <ftw.h>
