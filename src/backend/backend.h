@@ -23,6 +23,9 @@ typedef struct {
     const void *scale;      /* fp8 only: [ceil(rows/block), ceil(cols/block)] */
     ci_dtype scale_dtype;   /* CI_F32, CI_BF16 or CI_F8_E8M0 */
     int block;              /* 128 for DeepSeek fp8 */
+    int64_t scale_row0;     /* fp8 row views (MLA's per-head W_UK/W_UV): row of the view's
+                             * first row in the scale grid, so row r uses scale row
+                             * (scale_row0 + r) / block. 0 for whole tensors. */
 } ci_mat;
 
 typedef enum { CI_ROPE_NEOX = 0, /* rotate halves: (x[i], x[i+d/2]) */
@@ -35,6 +38,8 @@ typedef struct ci_backend {
 
     /* y[n, W.rows] = x[n, W.cols] · Wᵀ */
     void (*matmul)(struct ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
+    /* y[n, W.cols] = x[n, W.rows] · W (W not transposed: MLA's absorbed W_UKᵀ q). */
+    void (*matmul_xw)(struct ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
     /* out[n, dim] = x / rms(x) * w (w may be NULL: no weight); out may alias x */
     void (*rmsnorm)(struct ci_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
     /* In place on x[n, n_heads, head_dim]: rotate the first rot_dim dims of each head

@@ -189,6 +189,83 @@ int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind 
     return 1;
 }
 
+/* A view of matrix e of a stacked [E, rows, cols] tensor, rows starting at row0. */
+static ci_mat stacked_view(const ci_tensor *t, int64_t e, int64_t row0, int64_t rows) {
+    ci_mat m = {0};
+    size_t es = ci_dtype_size(t->dtype);
+    m.dtype = t->dtype;
+    m.rows = rows;
+    m.cols = t->shape[2];
+    m.data = (const char *)t->data + ((size_t)e * (size_t)t->shape[1] + (size_t)row0) * (size_t)t->shape[2] * es;
+    return m;
+}
+
+static int stacked_dtype_ok(w_binder *b, const ci_tensor *t) {
+    if (t->dtype == CI_F32 || t->dtype == CI_F16 || t->dtype == CI_BF16) return 1;
+    fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", t->name, ci_dtype_name(t->dtype));
+    return 0;
+}
+
+int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
+              const char *prefix) {
+    if (b->failed) return -1;
+    char n1[512], n2[512], n3[512];
+    if (b->st) {
+        /* fused: experts.gate_up_proj + experts.down_proj */
+        snprintf(n1, sizeof n1, "%s.experts.gate_up_proj", prefix);
+        snprintf(n2, sizeof n2, "%s.experts.down_proj", prefix);
+        if (st_find(b->st, n1) || st_find(b->st, n2)) {
+            int bad;
+            int64_t s1[3] = { n_exp, 2 * I, H }, s2[3] = { n_exp, H, I };
+            const ci_tensor *gu = lookup(b, n1, 3, s1, &bad);
+            if (bad) return -1;
+            if (!gu) return fail(b, "required tensor '%s' is missing (its pair '%s' is present)", n1, n2);
+            const ci_tensor *dn = lookup(b, n2, 3, s2, &bad);
+            if (bad) return -1;
+            if (!dn) return fail(b, "required tensor '%s' is missing (its pair '%s' is present)", n2, n1);
+            if (!stacked_dtype_ok(b, gu) || !stacked_dtype_ok(b, dn)) return -1;
+            for (int e = 0; e < n_exp; e++) {
+                gate[e] = stacked_view(gu, e, 0, I);
+                up[e] = stacked_view(gu, e, I, I);
+                down[e] = stacked_view(dn, e, 0, H);
+            }
+            account(b, gu);
+            account(b, dn);
+            b->decode_bytes += (gu->nbytes + dn->nbytes) / (size_t)n_exp * (size_t)top_k;
+            return 1;
+        }
+        /* mlx-stacked: switch_mlp.{gate,up,down}_proj.weight */
+        snprintf(n1, sizeof n1, "%s.switch_mlp.gate_proj.weight", prefix);
+        if (st_find(b->st, n1)) {
+            const char *parts[3] = { "gate_proj", "up_proj", "down_proj" };
+            ci_mat *outs[3] = { gate, up, down };
+            for (int p = 0; p < 3; p++) {
+                snprintf(n3, sizeof n3, "%s.switch_mlp.%s.weight", prefix, parts[p]);
+                int64_t sh[3] = { n_exp, p < 2 ? I : H, p < 2 ? H : I };
+                int bad;
+                const ci_tensor *t = lookup(b, n3, 3, sh, &bad);
+                if (bad) return -1;
+                if (!t) return fail(b, "required tensor '%s' is missing", n3);
+                if (!stacked_dtype_ok(b, t)) return -1;
+                for (int e = 0; e < n_exp; e++) outs[p][e] = stacked_view(t, e, 0, sh[1]);
+                account(b, t);
+                b->decode_bytes += t->nbytes / (size_t)n_exp * (size_t)top_k;
+            }
+            return 1;
+        }
+    }
+    /* per-expert (and record mode) */
+    size_t before = b->decode_bytes;
+    for (int e = 0; e < n_exp; e++) {
+        w_mat(b, &gate[e], W_REQUIRED, I, H, "%s.experts.%d.gate_proj", prefix, e);
+        w_mat(b, &up[e], W_REQUIRED, I, H, "%s.experts.%d.up_proj", prefix, e);
+        w_mat(b, &down[e], W_REQUIRED, H, I, "%s.experts.%d.down_proj", prefix, e);
+    }
+    if (b->failed) return -1;
+    b->decode_bytes = before + (b->decode_bytes - before) / (size_t)n_exp * (size_t)top_k;
+    return 1;
+}
+
 void w_claim(w_binder *b, const char *name) {
     if (!b->st) return;
     int i = st_index_of(b->st, name);

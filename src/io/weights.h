@@ -57,6 +57,16 @@ int w_embed(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const char *fm
  * f32 copy. add is added to every element (0 for plain weights). Returns as w_mat. */
 int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+/* Binds n_exp experts' SwiGLU matrices from whichever layout the checkpoint has:
+ *   per-expert  <prefix>.experts.<e>.{gate,up,down}_proj.weight (fp8 scales allowed)
+ *   fused       <prefix>.experts.gate_up_proj [E, 2I, H] (gate rows first),
+ *               <prefix>.experts.down_proj [E, H, I]
+ *   mlx-stacked <prefix>.switch_mlp.{gate,up,down}_proj.weight [E, out, in]
+ * gate/up/down receive n_exp views ([I, H], [I, H], [H, I]) into the mapped tensors;
+ * nothing is copied. Decode bytes count top_k experts' worth (the active ones). Record
+ * mode lists the per-expert names. Returns 1 or -1 (sticky). */
+int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
+              const char *prefix);
 /* Marks an existing tensor as used without binding (e.g. lm_head when tied). */
 void w_claim(w_binder *b, const char *name);
 /* Checks that every tensor was claimed or is ignorable; copies the sticky error. */

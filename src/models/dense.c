@@ -7,6 +7,7 @@
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
+#include "../nn/moe.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ typedef struct {
     float *ffn_norm;             /* [dim] post_attention_layernorm */
     ci_mat wg, wu;               /* [ff, dim] */
     ci_mat wd;                   /* [dim, ff] */
+    int is_moe;                  /* Qwen3-MoE sparse layer: moe replaces wg/wu/wd */
+    moe_block moe;
 } dense_layer;
 
 typedef struct {
@@ -36,15 +39,57 @@ typedef struct {
     rope_table rope;
     float **owned;
     int n_owned;
+    const moe_block *any_moe;    /* first MoE block (for scratch sizing), or NULL */
+    ci_mat *expert_mats;         /* owned array behind every layer's expert views */
 } dense_model;
+
+/* Qwen3-MoE: which layers are sparse, and the router / expert hyper-parameters. */
+static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char *sparse, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    long long E = 0, K = 0, I = 0, step = 1;
+    int norm = 0;
+    /* transformers 5 writes num_local_experts, hub checkpoints num_experts */
+    const char *ekey = json_object_get(c->text, "num_local_experts") ? "num_local_experts" : "num_experts";
+    if (cfg_int(c, ekey, 1, 1, 1 << 16, &E, err, errlen) ||
+        cfg_int(c, "num_experts_per_tok", 1, 1, 1 << 16, &K, err, errlen) ||
+        cfg_int(c, "moe_intermediate_size", 1, 1, 1 << 20, &I, err, errlen) ||
+        cfg_int(c, "decoder_sparse_step", 0, 1, 1 << 16, &step, err, errlen) ||
+        cfg_bool(c, "norm_topk_prob", &norm, err, errlen))
+        return -1;
+    if (K > E) return ci_err(err, errlen, "%s: %s: num_experts_per_tok %lld exceeds num_experts %lld", c->path, m->family->name, K, E);
+    memset(proto, 0, sizeof *proto);
+    proto->n_experts = (int)E;
+    proto->top_k = (int)K;
+    proto->hidden = d->dim;
+    proto->inter = (int)I;
+    proto->router = MOE_SOFTMAX;
+    proto->norm_topk_prob = norm;
+    proto->routed_scaling = 1.0f;
+    proto->n_group = proto->topk_group = 1;
+    for (int l = 0; l < d->n_layers; l++) sparse[l] = (l + 1) % step == 0;
+    const json_t *only = json_object_get(c->text, "mlp_only_layers");
+    if (only && !json_is_null(only)) {
+        if (!json_is_array(only)) return ci_err(err, errlen, "%s: %s: mlp_only_layers must be a list of layer indices", c->path, m->family->name);
+        size_t i;
+        json_t *v;
+        json_array_foreach(only, i, v) {
+            if (!json_is_integer(v)) return ci_err(err, errlen, "%s: %s: mlp_only_layers must be a list of layer indices", c->path, m->family->name);
+            long long l = json_integer_value(v);
+            if (l >= 0 && l < d->n_layers) sparse[l] = 0;
+        }
+    }
+    return 0;
+}
 
 typedef struct {
     float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
     float *x, *xn;               /* [UBATCH, dim] */
-    float *q, *att;              /* [UBATCH, n_heads*hd] */
+    float *q;                    /* [UBATCH, n_heads*hd] */
+    float *att;                  /* [UBATCH, max(n_heads*hd, dim)] */
     float *g, *u;                /* [UBATCH, ff] */
     float *last;                 /* [dim] */
     int32_t *pos;                /* [UBATCH] */
+    moe_scratch moe;             /* when any layer is MoE */
 } dense_cache;
 
 int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
@@ -86,8 +131,19 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
     if (!d->layers) return ci_err(err, errlen, "%s: out of memory", fam);
 
+    moe_block proto;
+    unsigned char *sparse = calloc((size_t)d->n_layers, 1);
+    if (!sparse) return ci_err(err, errlen, "%s: out of memory", fam);
+    int n_sparse = 0;
+    if (o->moe) {
+        if (read_moe(m, d, &proto, sparse, err, errlen)) { free(sparse); return -1; }
+        for (int l = 0; l < d->n_layers; l++) n_sparse += sparse[l];
+        d->expert_mats = calloc((size_t)n_sparse * proto.n_experts * 3 + 1, sizeof(ci_mat));
+        if (!d->expert_mats) { free(sparse); return ci_err(err, errlen, "%s: out of memory", fam); }
+    }
     w_binder b;
-    if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    if (w_init(&b, m->st, fam, d->n_layers)) { free(sparse); return ci_err(err, errlen, "%s", b.err); }
+    ci_mat *em = d->expert_mats;
     int D = d->dim, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
     w_embed(&b, &d->embed, d->vocab, D, "model.embed_tokens");
     for (int l = 0; l < d->n_layers; l++) {
@@ -102,10 +158,25 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
             w_vec(&b, &L->k_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         w_vec(&b, &L->ffn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
-        w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.gate_proj", l);
-        w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.up_proj", l);
-        w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "model.layers.%d.mlp.down_proj", l);
+        if (sparse[l]) {
+            L->is_moe = 1;
+            L->moe = proto;
+            L->moe.w_gate = em;
+            L->moe.w_up = em + proto.n_experts;
+            L->moe.w_down = em + 2 * proto.n_experts;
+            em += 3 * proto.n_experts;
+            w_mat(&b, &L->moe.gate, W_REQUIRED, proto.n_experts, D, "model.layers.%d.mlp.gate", l);
+            char pre[96];
+            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            w_experts(&b, L->moe.w_gate, L->moe.w_up, L->moe.w_down, proto.n_experts, proto.top_k, proto.inter, D, pre);
+            if (!d->any_moe) d->any_moe = &L->moe;
+        } else {
+            w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.gate_proj", l);
+            w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.up_proj", l);
+            w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "model.layers.%d.mlp.down_proj", l);
+        }
     }
+    free(sparse);
     w_vec(&b, &d->final_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.norm.weight");
     if (c->tie_embeddings) {
         /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
@@ -135,6 +206,7 @@ void dense_unload(ci_model *m) {
     if (!d) return;
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
+    free(d->expert_mats);
     free(d->layers);
     free(d);
     m->impl = NULL;
@@ -156,11 +228,14 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->x = malloc((size_t)UBATCH * d->dim * sizeof(float));
     c->xn = malloc((size_t)UBATCH * d->dim * sizeof(float));
     c->q = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
-    c->att = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
+    int att_w = d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim;  /* also the MoE output */
+    c->att = malloc((size_t)UBATCH * att_w * sizeof(float));
     c->g = malloc((size_t)UBATCH * d->ff * sizeof(float));
     c->u = malloc((size_t)UBATCH * d->ff * sizeof(float));
     c->last = malloc((size_t)d->dim * sizeof(float));
     c->pos = malloc(UBATCH * sizeof(int32_t));
+    if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH))
+        return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
     if (!c->k || !c->v || !c->x || !c->xn || !c->q || !c->att || !c->g || !c->u || !c->last || !c->pos)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)", s->m->family->name,
                       s->max_ctx, kv * 2 * sizeof(float) >> 20);
@@ -172,6 +247,7 @@ void dense_session_free(ci_session *s) {
     if (!c) return;
     free(c->k); free(c->v); free(c->x); free(c->xn); free(c->q); free(c->att);
     free(c->g); free(c->u); free(c->last); free(c->pos);
+    moe_scratch_free(&c->moe);
     free(c);
     s->impl = NULL;
 }
@@ -210,11 +286,16 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         CI_DUMP(m, "after_attn", l, c->x, n, D);
 
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
-        be->matmul(be, c->g, c->xn, n, &L->wg);          /* [n, ff] */
-        be->matmul(be, c->u, c->xn, n, &L->wu);
-        be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-        be->matmul(be, c->xn, c->g, n, &L->wd);          /* [n, D] */
-        be->add(be, c->x, c->xn, (int64_t)n * D);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);  /* att reused as [n, D] output */
+            be->add(be, c->x, c->att, (int64_t)n * D);
+        } else {
+            be->matmul(be, c->g, c->xn, n, &L->wg);      /* [n, ff] */
+            be->matmul(be, c->u, c->xn, n, &L->wu);
+            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+            be->matmul(be, c->xn, c->g, n, &L->wd);      /* [n, D] */
+            be->add(be, c->x, c->xn, (int64_t)n * D);
+        }
         CI_DUMP(m, "layer_out", l, c->x, n, D);
     }
     if (logits) {

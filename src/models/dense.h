@@ -2,7 +2,8 @@
  *
  * Per layer: x += o_proj(attn(rope(q), rope(k), v)) over rmsnorm(x); x += down(silu(gate)·up)
  * over rmsnorm(x). GQA with n_kv heads; Qwen3 adds per-head RMSNorm on q and k before RoPE.
- * The families (llama.c, qwen3.c) own their model_type, options and messages; this file
+ * Qwen3-MoE replaces the FFN of its sparse layers by a softmax-routed MoE (nn/moe.h).
+ * The families (llama.c, qwen3.c, qwen3_moe.c) own their model_type, options and messages; this file
  * owns the tensor list, the KV cache ([layer][pos][n_kv*hd] f32) and forward(). */
 #ifndef CI_DENSE_H
 #define CI_DENSE_H
@@ -11,6 +12,7 @@
 
 typedef struct {
     int qk_norm;            /* Qwen3: q_norm / k_norm [head_dim] per layer */
+    int moe;                /* Qwen3-MoE: softmax-routed experts in the sparse layers */
 } dense_opts;
 
 int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen);

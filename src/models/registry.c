@@ -6,8 +6,6 @@
 
 #define TYPES(...) (const char *const[]){ __VA_ARGS__, NULL }
 
-static const ci_family fam_qwen3_moe = { "qwen3_moe", TYPES("qwen3_moe"), "MoE experts not implemented yet", NULL };
-static const ci_family fam_deepseek_v3 = { "deepseek_v3", TYPES("deepseek_v3"), "MLA attention and MoE not implemented yet", NULL };
 static const ci_family fam_deepseek_v32 = { "deepseek_v32", TYPES("deepseek_v32", "deepseek_v3_2"), "DSA attention not implemented yet", NULL };
 static const ci_family fam_deepseek_v4 = { "deepseek_v4", TYPES("deepseek_v4"), "hyper-connections, compressed sparse attention and hash MoE not implemented yet", NULL };
 static const ci_family fam_qwen3_next = { "qwen3_next", TYPES("qwen3_next"), "gated DeltaNet layers not implemented yet", NULL };

@@ -36,6 +36,6 @@ const ci_family *reg_find(const char *model_type);
 /* Comma-separated list of every registered model_type. */
 void reg_list(char *buf, size_t n);
 
-extern const ci_family fam_llama, fam_qwen3;
+extern const ci_family fam_llama, fam_qwen3, fam_qwen3_moe, fam_deepseek_v3;
 
 #endif

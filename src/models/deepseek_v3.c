@@ -1,0 +1,314 @@
+/* deepseek_v3.c — the DEEPSEEK_V3 family (model_type "deepseek_v3"): MLA attention
+ * (nn/mla.h) and DeepSeek MoE (nn/moe.h, sigmoid router with e_score_correction_bias and
+ * grouped top-k, shared experts) after first_k_dense_replace dense SwiGLU layers.
+ *
+ * Checkpoints: HF names (model.layers.N.self_attn.q_a_proj, mlp.experts.E.*, ...), bf16 or
+ * fp8 E4M3 with weight_scale_inv 128x128 blocks (kept fp8, dequantized in the kernels),
+ * per-expert / fused / mlx-stacked experts, MTP layers (index >= num_hidden_layers) ignored.
+ * Both config dialects (hub rope_scaling{type: yarn} + topk_method/scoring_func). */
+#include "model.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../io/weights.h"
+#include "../nn/mla.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { UBATCH = 256 };
+
+typedef struct {
+    float *attn_norm;            /* [H] input_layernorm */
+    mla_layer attn;
+    float *ffn_norm;             /* [H] post_attention_layernorm */
+    int is_moe;
+    ci_mat wg, wu, wd;           /* dense: [ff, H], [ff, H], [H, ff]; MoE: the shared experts */
+    int has_shared;
+    moe_block moe;
+} dsv3_layer;
+
+typedef struct {
+    int H, n_layers, vocab, ff, shared_ff;
+    float eps;
+    ci_mat embed;                /* [vocab, H] */
+    ci_mat lm_head;              /* [vocab, H] */
+    float *final_norm;           /* [H] */
+    dsv3_layer *layers;
+    rope_table rope;
+    ci_mat *expert_mats;
+    const moe_block *any_moe;
+    float **owned;
+    int n_owned;
+} dsv3_model;
+
+typedef struct {
+    float *cache;                /* [n_layers][max_ctx][kv_lora + rope] */
+    float *x, *xn, *y;           /* [UBATCH, H] */
+    float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
+    float *last;                 /* [H] */
+    int32_t *pos;
+    mla_scratch mla;
+    moe_scratch moe;
+} dsv3_cache;
+
+static int dsv3_load(ci_model *m, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    const char *fam = m->family->name;
+    dsv3_model *d = calloc(1, sizeof *d);
+    if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
+    m->impl = d;
+    if (m->be && !m->be->matmul_xw)
+        return ci_err(err, errlen, "%s: backend %s has no matmul_xw op (needed by MLA)", fam, m->be->name);
+    d->H = (int)c->hidden_size;
+    d->n_layers = (int)c->n_layers;
+    d->vocab = (int)c->vocab_size;
+    d->eps = (float)c->rms_eps;
+    long long q_lora = 0, kv_lora, nope, rope, v, ff, mff, E, K, shared = 0, G = 1, TG = 1, first_dense = 0, freq = 1;
+    double rsf = 1.0;
+    int norm = 0, bias = 0, interleave = 1;
+    if (!c->n_heads) return ci_err(err, errlen, "%s: %s: required key 'num_attention_heads' is missing", c->path, fam);
+    if (cfg_int(c, "q_lora_rank", 0, 1, 1 << 16, &q_lora, err, errlen) ||
+        cfg_int(c, "kv_lora_rank", 1, 1, 1 << 16, &kv_lora, err, errlen) ||
+        cfg_int(c, "qk_nope_head_dim", 1, 1, 1 << 12, &nope, err, errlen) ||
+        cfg_int(c, "qk_rope_head_dim", 1, 2, 1 << 12, &rope, err, errlen) ||
+        cfg_int(c, "v_head_dim", 1, 1, 1 << 12, &v, err, errlen) ||
+        cfg_int(c, "intermediate_size", 1, 1, 1 << 20, &ff, err, errlen) ||
+        cfg_int(c, "moe_intermediate_size", 1, 1, 1 << 20, &mff, err, errlen) ||
+        cfg_int(c, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts", 1, 1, 1 << 16,
+                &E, err, errlen) ||
+        cfg_int(c, "num_experts_per_tok", 1, 1, 1 << 16, &K, err, errlen) ||
+        cfg_int(c, "n_shared_experts", 0, 0, 1 << 10, &shared, err, errlen) ||
+        cfg_int(c, "n_group", 0, 1, 1 << 10, &G, err, errlen) ||
+        cfg_int(c, "topk_group", 0, 1, 1 << 10, &TG, err, errlen) ||
+        cfg_int(c, "first_k_dense_replace", 0, 0, 1 << 12, &first_dense, err, errlen) ||
+        cfg_int(c, "moe_layer_freq", 0, 1, 1 << 12, &freq, err, errlen) ||
+        cfg_num(c, "routed_scaling_factor", 0, 0, 1e6, &rsf, err, errlen) ||
+        cfg_bool(c, "norm_topk_prob", &norm, err, errlen) || cfg_bool(c, "attention_bias", &bias, err, errlen) ||
+        cfg_bool(c, "rope_interleave", &interleave, err, errlen))
+        return -1;
+    if (bias) return ci_err(err, errlen, "%s: %s: attention_bias=true is not implemented yet", c->path, fam);
+    const char *sf = cj_get_str(c->text, "scoring_func"), *tm = cj_get_str(c->text, "topk_method");
+    if (sf && strcmp(sf, "sigmoid"))
+        return ci_err(err, errlen, "%s: %s: scoring_func '%s' is not supported (sigmoid)", c->path, fam, sf);
+    if (tm && strcmp(tm, "noaux_tc"))
+        return ci_err(err, errlen, "%s: %s: topk_method '%s' is not supported (noaux_tc)", c->path, fam, tm);
+    if (!interleave) return ci_err(err, errlen, "%s: %s: rope_interleave=false is not implemented yet", c->path, fam);
+    if (K > E || E % G || TG > G || (G > 1 && E / G < 2))
+        return ci_err(err, errlen, "%s: %s: expert routing n_routed_experts=%lld num_experts_per_tok=%lld n_group=%lld topk_group=%lld is inconsistent",
+                      c->path, fam, E, K, G, TG);
+    d->ff = (int)ff;
+    d->shared_ff = (int)(mff * shared);
+    if (rope_init(&d->rope, &c->rope, (int)rope, fam, err, errlen)) return -1;
+    float scale = 1.0f / sqrtf((float)(nope + rope));
+    if (c->rope.type != CI_ROPE_DEFAULT && c->rope.mscale_all_dim > 0 && c->rope.factor > 1) {
+        double ms = 0.1 * c->rope.mscale_all_dim * log(c->rope.factor) + 1.0;
+        scale = (float)(scale * ms * ms);
+    }
+    d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
+    int n_moe = 0;
+    for (int l = 0; l < d->n_layers; l++) n_moe += l >= first_dense && l % freq == 0;
+    d->expert_mats = calloc((size_t)n_moe * (size_t)E * 3 + 1, sizeof(ci_mat));
+    if (!d->layers || !d->expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
+
+    w_binder b;
+    if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    const int H = d->H, Hh = (int)c->n_heads;
+    ci_mat *em = d->expert_mats;
+    w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
+    for (int l = 0; l < d->n_layers; l++) {
+        dsv3_layer *L = &d->layers[l];
+        mla_layer *A = &L->attn;
+        A->n_heads = Hh; A->hidden = H; A->q_lora = (int)q_lora; A->kv_lora = (int)kv_lora;
+        A->nope = (int)nope; A->rope = (int)rope; A->v = (int)v; A->scale = scale;
+        int qd = (int)(nope + rope);
+        w_vec(&b, &L->attn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.input_layernorm.weight", l);
+        if (q_lora) {
+            w_mat(&b, &A->q_a, W_REQUIRED, q_lora, H, "model.layers.%d.self_attn.q_a_proj", l);
+            w_vec(&b, &A->q_a_norm, W_REQUIRED, q_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
+            w_mat(&b, &A->q_b, W_REQUIRED, (int64_t)Hh * qd, q_lora, "model.layers.%d.self_attn.q_b_proj", l);
+        } else {
+            w_mat(&b, &A->q, W_REQUIRED, (int64_t)Hh * qd, H, "model.layers.%d.self_attn.q_proj", l);
+        }
+        w_mat(&b, &A->kv_a, W_REQUIRED, kv_lora + rope, H, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
+        w_vec(&b, &A->kv_a_norm, W_REQUIRED, kv_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
+        w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+        w_mat(&b, &A->o, W_REQUIRED, H, (int64_t)Hh * v, "model.layers.%d.self_attn.o_proj", l);
+        if (mla_split_kv_b(A)) { w_done(&b); return ci_err(err, errlen, "%s: out of memory", fam); }
+        w_vec(&b, &L->ffn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (l >= first_dense && l % freq == 0) {
+            moe_block *M = &L->moe;
+            L->is_moe = 1;
+            M->n_experts = (int)E; M->top_k = (int)K; M->hidden = H; M->inter = (int)mff;
+            M->router = MOE_SIGMOID; M->norm_topk_prob = norm; M->routed_scaling = (float)rsf;
+            M->n_group = (int)G; M->topk_group = (int)TG;
+            M->w_gate = em; M->w_up = em + E; M->w_down = em + 2 * E;
+            em += 3 * E;
+            w_mat(&b, &M->gate, W_REQUIRED, E, H, "model.layers.%d.mlp.gate", l);
+            w_vec(&b, &M->bias, W_REQUIRED, E, 0, W_KIND_BIAS, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+            char pre[96];
+            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            w_experts(&b, M->w_gate, M->w_up, M->w_down, (int)E, (int)K, mff, H, pre);
+            if (shared) {
+                L->has_shared = 1;
+                w_mat(&b, &L->wg, W_REQUIRED, d->shared_ff, H, "model.layers.%d.mlp.shared_experts.gate_proj", l);
+                w_mat(&b, &L->wu, W_REQUIRED, d->shared_ff, H, "model.layers.%d.mlp.shared_experts.up_proj", l);
+                w_mat(&b, &L->wd, W_REQUIRED, H, d->shared_ff, "model.layers.%d.mlp.shared_experts.down_proj", l);
+            }
+            if (!d->any_moe) d->any_moe = M;
+        } else {
+            w_mat(&b, &L->wg, W_REQUIRED, ff, H, "model.layers.%d.mlp.gate_proj", l);
+            w_mat(&b, &L->wu, W_REQUIRED, ff, H, "model.layers.%d.mlp.up_proj", l);
+            w_mat(&b, &L->wd, W_REQUIRED, H, ff, "model.layers.%d.mlp.down_proj", l);
+        }
+    }
+    w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
+    if (c->tie_embeddings) {
+        d->lm_head = d->embed;
+        w_claim(&b, "lm_head.weight");
+    } else {
+        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
+    }
+    int rc = w_finish(&b, err, errlen);
+    d->owned = b.owned;
+    d->n_owned = b.n_owned;
+    m->n_params = b.n_params;
+    memcpy(m->bytes_by_dtype, b.bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = b.decode_bytes;
+    if (!m->st) { m->specs = b.specs; m->n_specs = b.n_specs; b.specs = NULL; }
+    w_done(&b);
+    return rc;
+}
+
+static void dsv3_unload(ci_model *m) {
+    dsv3_model *d = m->impl;
+    if (!d) return;
+    if (d->layers)
+        for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->layers[l].attn);
+    w_owned_free(d->owned, d->n_owned);
+    rope_free(&d->rope);
+    free(d->expert_mats);
+    free(d->layers);
+    free(d);
+    m->impl = NULL;
+}
+
+static size_t dsv3_cache_bytes_per_token(const ci_model *m) {
+    const dsv3_model *d = m->impl;
+    const mla_layer *A = &d->layers[0].attn;
+    return (size_t)d->n_layers * (size_t)(A->kv_lora + A->rope) * sizeof(float);
+}
+
+static void dsv3_session_free(ci_session *s);
+
+static int dsv3_session_init(ci_session *s, char *err, size_t errlen) {
+    const dsv3_model *d = s->m->impl;
+    dsv3_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    s->impl = c;
+    const mla_layer *A = &d->layers[0].attn;
+    size_t lat = (size_t)(A->kv_lora + A->rope);
+    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff;
+    c->cache = malloc((size_t)d->n_layers * (size_t)s->max_ctx * lat * sizeof(float));
+    c->x = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->xn = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->y = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->g = malloc((size_t)UBATCH * wide * sizeof(float));
+    c->u = malloc((size_t)UBATCH * wide * sizeof(float));
+    c->last = malloc((size_t)d->H * sizeof(float));
+    c->pos = malloc(UBATCH * sizeof(int32_t));
+    if (!c->cache || !c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
+        mla_scratch_init(&c->mla, A, UBATCH) || (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
+    return 0;
+}
+
+static void dsv3_session_free(ci_session *s) {
+    dsv3_cache *c = s->impl;
+    if (!c) return;
+    free(c->cache); free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
+    mla_scratch_free(&c->mla);
+    moe_scratch_free(&c->moe);
+    free(c);
+    s->impl = NULL;
+}
+
+/* SwiGLU MLP: out[n, H] = wd(silu(wg x) * wu x), width f. */
+static void mlp(ci_backend *be, dsv3_cache *c, const dsv3_layer *L, float *out, const float *x, int n, int f) {
+    be->matmul(be, c->g, x, n, &L->wg);
+    be->matmul(be, c->u, x, n, &L->wu);
+    be->swiglu(be, c->g, c->u, (int64_t)n * f);
+    be->matmul(be, out, c->g, n, &L->wd);
+}
+
+static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+    ci_model *m = s->m;
+    const dsv3_model *d = m->impl;
+    dsv3_cache *c = s->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const mla_layer *A0 = &d->layers[0].attn;
+    const size_t lat = (size_t)(A0->kv_lora + A0->rope);
+    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dsv3_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
+        mla_forward(be, &L->attn, &d->rope, &c->mla, c->cache + (size_t)l * s->max_ctx * lat, c->y, c->xn, c->pos, n,
+                    s->pos, d->eps);
+        CI_DUMP(m, "attn_out", l, c->y, n, H);
+        be->add(be, c->x, c->y, (int64_t)n * H);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+            if (L->has_shared) {
+                mlp(be, c, L, c->y, c->xn, n, d->shared_ff);
+                be->add(be, c->x, c->y, (int64_t)n * H);
+            }
+        } else {
+            mlp(be, c, L, c->y, c->xn, n, d->ff);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+        }
+        CI_DUMP(m, "layer_out", l, c->x, n, H);
+    }
+    if (logits) {
+        if (all_logits) {
+            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
+            be->matmul(be, logits, c->xn, n, &d->lm_head);
+        } else {
+            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->final_norm, 1, H, d->eps);
+            be->matmul(be, logits, c->last, 1, &d->lm_head);
+        }
+    }
+    s->pos += n;
+}
+
+static int dsv3_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const dsv3_model *d = s->m->impl;
+    const char *fam = s->m->family->name;
+    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
+    if (s->pos + n > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
+        else if (logits && off + k == n) out = logits;
+        forward_chunk(s, tokens + off, k, out, all_logits);
+    }
+    return 0;
+}
+
+static const ci_family_ops dsv3_ops = {
+    .load = dsv3_load, .unload = dsv3_unload,
+    .session_init = dsv3_session_init, .session_free = dsv3_session_free,
+    .forward = dsv3_forward, .cache_bytes_per_token = dsv3_cache_bytes_per_token,
+};
+
+const ci_family fam_deepseek_v3 = { "deepseek_v3", (const char *const[]){ "deepseek_v3", NULL }, NULL, &dsv3_ops };

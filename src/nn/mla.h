@@ -1,0 +1,54 @@
+/* mla.h — Multi-head Latent Attention (DeepSeek V2/V3, shared by V3.2), absorbed form.
+ *
+ * Shapes per token (Hh heads, H hidden):
+ *   q      = q_b(rmsnorm(q_a x)) or q_proj x        [Hh, nope + rope]
+ *   c, kpe = kv_a x                                 [kv_lora] ‖ [rope]
+ *   latent = rmsnorm(c)                             [kv_lora]
+ *   RoPE (interleaved pairs, as transformers' rope_interleave) on q's rope part and kpe.
+ * kv_b [Hh·(nope+v), kv_lora] splits per head into W_UK[h] [nope, kv_lora] and
+ * W_UV[h] [v, kv_lora] (views, no copy). Scores are computed in the latent space:
+ *   score(t, s) = scale · ( (W_UK[h]ᵀ q_nope[h]) · latent[s] + q_pe[h] · kpe[s] )
+ *   o[h] = W_UV[h] · Σ_s p(t, s) latent[s];  out = o_proj(o)        [H]
+ * which equals expanding K = [W_UK latent ‖ kpe], V = W_UV latent per head. The cache keeps
+ * only [latent ‖ kpe] per token per layer (kv_lora + rope floats), never full K/V; the same
+ * path serves prefill and decode. */
+#ifndef CI_MLA_H
+#define CI_MLA_H
+#include "../backend/backend.h"
+#include "rope.h"
+
+typedef struct {
+    int n_heads, hidden, q_lora, kv_lora, nope, rope, v;
+    float scale;                 /* (nope+rope)^-0.5, × yarn mscale² when the config asks */
+    ci_mat q_a;                  /* [q_lora, H]; data NULL when q_lora == 0 */
+    float *q_a_norm;             /* [q_lora] */
+    ci_mat q_b;                  /* [Hh·(nope+rope), q_lora] */
+    ci_mat q;                    /* [Hh·(nope+rope), H] when q_lora == 0 */
+    ci_mat kv_a;                 /* [kv_lora + rope, H] */
+    float *kv_a_norm;            /* [kv_lora] */
+    ci_mat kv_b;                 /* [Hh·(nope+v), kv_lora] */
+    ci_mat *w_uk, *w_uv;         /* [Hh] views into kv_b */
+    ci_mat o;                    /* [H, Hh·v] */
+} mla_layer;
+
+typedef struct {
+    float *qa;                   /* [n, q_lora] */
+    float *q;                    /* [n, Hh·(nope+rope)] */
+    float *qcat;                 /* [n, Hh·(kv_lora+rope)] absorbed queries */
+    float *olat;                 /* [n, Hh·(kv_lora+rope)] attention output in latent space */
+    float *tin, *tout;           /* [n, max(nope, kv_lora, v)] per-head gather buffers */
+    float *o;                    /* [n, Hh·v] */
+} mla_scratch;
+
+/* Per-head views of kv_b; call after kv_b is bound. Returns -1 on allocation failure. */
+int mla_split_kv_b(mla_layer *L);
+void mla_layer_free(mla_layer *L);
+int mla_scratch_init(mla_scratch *s, const mla_layer *L, int max_n);
+void mla_scratch_free(mla_scratch *s);
+
+/* out[n, H] = attention of xn[n, H] at positions pos[0..n) (= pos0..pos0+n-1). cache is this
+ * layer's [max_ctx, kv_lora + rope]; rows pos0..pos0+n-1 are written. */
+void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
+                 const float *xn, const int32_t *pos, int n, int pos0, float eps);
+
+#endif

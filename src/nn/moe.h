@@ -1,0 +1,54 @@
+/* moe.h — mixture-of-experts FFN: routers and SwiGLU experts, shared by every MoE family.
+ *
+ * Routers (all computed in f32 from router logits = x · gateᵀ):
+ *   MOE_SOFTMAX  (Qwen3-MoE, Qwen3.5): p = softmax(logits); top-k of p; renormalised when
+ *                norm_topk_prob.
+ *   MOE_SIGMOID  (DeepSeek V3, LFM2-MoE, Nemotron-H): s = sigmoid(logits); choice = s + bias;
+ *                with n_group > 1 the groups whose top-2 choice sum is among the best
+ *                topk_group survive (others -inf); top-k on choice; weights = s at those
+ *                experts (no bias), / (sum + 1e-20) when norm_topk_prob; × routed_scaling.
+ * Experts: out = Σ_k w_k · down_e(silu(gate_e x) · up_e x). Tokens are grouped by expert and
+ * each active expert runs one batched matmul over its tokens (not one per token).
+ * Expert matrices are ci_mat views in any checkpoint layout (per-expert, fused gate_up,
+ * mlx-stacked), bound by w_experts; nothing is copied. */
+#ifndef CI_MOE_H
+#define CI_MOE_H
+#include "../backend/backend.h"
+
+typedef enum { MOE_SOFTMAX, MOE_SIGMOID } moe_router;
+
+typedef struct {
+    int n_experts, top_k, hidden, inter;
+    moe_router router;
+    int norm_topk_prob;
+    float routed_scaling;        /* 1 when the family has none */
+    int n_group, topk_group;     /* 1, 1: no grouping */
+    ci_mat gate;                 /* [n_experts, hidden] router */
+    float *bias;                 /* [n_experts] e_score_correction_bias, or NULL */
+    ci_mat *w_gate, *w_up;       /* [n_experts] views, each [inter, hidden] */
+    ci_mat *w_down;              /* [n_experts] views, each [hidden, inter] */
+} moe_block;
+
+/* Scratch for up to max_n tokens; sized once per session. */
+typedef struct {
+    int max_n;
+    float *logits;               /* [max_n, n_experts] */
+    int *sel;                    /* [max_n, top_k] chosen experts */
+    float *w;                    /* [max_n, top_k] their weights */
+    int *count, *offset;         /* [n_experts + 1] tokens per expert */
+    int *tok;                    /* [max_n * top_k] token of each (expert, slot) entry */
+    float *tw;                   /* [max_n * top_k] weight of each entry */
+    float *xe;                   /* [max_n, hidden] gathered inputs */
+    float *g, *u;                /* [max_n, inter] */
+    float *ye;                   /* [max_n, hidden] expert outputs */
+} moe_scratch;
+
+int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n);
+void moe_scratch_free(moe_scratch *s);
+
+/* Chooses experts for n tokens of x [n, hidden]: fills s->sel and s->w. */
+void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *x, int n);
+/* out[n, hidden] = routed experts of x (out is overwritten). */
+void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
+
+#endif
