@@ -62,11 +62,14 @@ static void one_fixture(const char *dir, int isa) {
     if (want && ci_model_open(dir, &o, &m, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
     if (m && ci_session_new(m, T + gmax, &s, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
     if (s) {
-        for (int mode = 0; mode < 2; mode++) {
+        /* mode 0: one prefill; 1: one token at a time; 2: prefill of the first half, then
+         * single steps (catches cache-position bugs between the two paths) */
+        static const char *mode_name[3] = { "prefill", "step", "half+step" };
+        for (int mode = 0; mode < 3; mode++) {
             ci_session_reset(s);
-            int rc = 0;
-            if (mode == 0) rc = ci_forward(s, toks, T, got, 1, err, sizeof err);
-            else for (int t = 0; t < T && !rc; t++) rc = ci_forward(s, &toks[t], 1, got + (size_t)t * V, 1, err, sizeof err);
+            int rc = 0, first = mode == 0 ? T : mode == 1 ? 0 : T / 2;
+            if (first) rc = ci_forward(s, toks, first, got, 1, err, sizeof err);
+            for (int t = first; t < T && !rc; t++) rc = ci_forward(s, &toks[t], 1, got + (size_t)t * V, 1, err, sizeof err);
             CHECK(rc == 0, "%s: %s", dir, err);
             double md = 0;
             int at = 0;
@@ -75,9 +78,9 @@ static void one_fixture(const char *dir, int isa) {
                 if (!(dd <= md)) { md = dd; at = (int)i; }
             }
             size_t dl = strlen(diffs);
-            snprintf(diffs + dl, sizeof diffs - dl, "%s%s %.2g", dl ? " " : "", mode ? "step" : "prefill", md);
+            snprintf(diffs + dl, sizeof diffs - dl, "%s%s %.2g", dl ? " " : "", mode_name[mode], md);
             CHECK(md <= tol, "%s isa=%d %s: max|diff| %.3g > %.3g at token %d id %d (got %g want %g)", dir, isa,
-                  mode ? "step" : "prefill", md, tol, at / V, at % V, got[at], want[at]);
+                  mode_name[mode], md, tol, at / V, at % V, got[at], want[at]);
         }
         ci_session_reset(s);
         ci_sampler_opts so;
