@@ -41,28 +41,34 @@ static char *dupn(const char *s, size_t n) {
 
 static int lerr_oom(loader *L) { return ci_err(L->err, L->errlen, "%s: out of memory", L->path); }
 
-/* Un-maps a GPT-2-alphabet string to bytes; -1 if a character is outside the alphabet. */
-static int unmap_bytelevel(const char *s, size_t n, tk_buf *out) {
-    out->n = 0;
+/* Un-maps a GPT-2-alphabet string to bytes into out[0..cap); returns the byte count, or
+ * -1 if a character is outside the alphabet or out is too small. */
+static long unmap_bytelevel(const char *s, size_t n, char *out, size_t cap) {
+    size_t o = 0;
     for (size_t i = 0; i < n;) {
-        size_t adv;
-        uint32_t c = tk_utf8_dec((const unsigned char *)s + i, n - i, &adv);
-        int b = tk_cp_to_byte(c);
-        if (b < 0) return -1;
-        if (tk_buf_putc(out, (char)b)) return -1;
-        i += adv;
+        unsigned char c = (unsigned char)s[i];
+        int b;
+        if (c < 0x80) { b = tk_cp_to_byte(c); i++; }
+        else {
+            size_t adv;
+            b = tk_cp_to_byte(tk_utf8_dec((const unsigned char *)s + i, n - i, &adv));
+            i += adv;
+        }
+        if (b < 0 || o >= cap) return -1;
+        out[o++] = (char)b;
     }
-    if (tk_buf_reserve(out, 1)) return -1;
-    return 0;
+    return (long)o;
 }
 
 /* Vocab id of a model piece spelled as in the file; -1 if none. */
 static int vocab_lookup(const tok_tokenizer *t, const char *s, size_t n) {
     if (!t->bpe.bytelevel) return tk_sm_get(&t->bpe.vocab, s, n);
-    tk_buf b = { 0 };
-    int id = -1;
-    if (!unmap_bytelevel(s, n, &b)) id = tk_sm_get(&t->bpe.vocab, b.p ? b.p : "", b.n);
-    tk_buf_free(&b);
+    char small[512];
+    char *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) return -1;
+    long l = unmap_bytelevel(s, n, buf, n);
+    int id = l < 0 ? -1 : tk_sm_get(&t->bpe.vocab, buf, (size_t)l);
+    if (buf != small) free(buf);
     return id;
 }
 
@@ -429,8 +435,10 @@ static int parse_model(loader *L, const tj_val *m, const tj_val *added) {
         mem += e->key_len + 1;
         L->piece_next = mem;
         if (b->bytelevel) {
-            if (unmap_bytelevel(e->key, e->key_len, &raw)) continue; /* outside the alphabet: BPE never builds it */
-            if (tk_sm_put(&b->vocab, raw.p ? raw.p : "", raw.n, id)) { tk_buf_free(&raw); return lerr_oom(L); }
+            if (tk_buf_reserve(&raw, e->key_len)) return lerr_oom(L);
+            long rl = unmap_bytelevel(e->key, e->key_len, raw.p, e->key_len);
+            if (rl < 0) continue; /* outside the alphabet: BPE never builds it */
+            if (tk_sm_put(&b->vocab, raw.p, (size_t)rl, id)) { tk_buf_free(&raw); return lerr_oom(L); }
         } else if (tk_sm_put(&b->vocab, e->key, e->key_len, id)) return lerr_oom(L);
     }
 
