@@ -209,7 +209,7 @@ def main():
             info.update(diag_transformers(d, texts, cases))
             print("   ", json.dumps(info, ensure_ascii=False)[:600], flush=True)
         if a.bench:
-            info["bench"] = bench(tok, os.path.join(d, "tokenizer.json"), open(a.bench, encoding="utf-8").read(), name)
+            info["bench"] = bench(tok, os.path.join(d, "tokenizer.json"), open(a.bench, encoding="utf-8", newline="").read(), name)
         diag[name] = info
     if a.diag:
         with open(a.diag, "w", encoding="utf-8") as f:
