@@ -323,6 +323,91 @@ static void test_bad_files(void) {
     rmdir(dir);
 }
 
+/* Random strings from a pool of awkward pieces: byte-level tokenizers without a normalizer
+ * must give the text back exactly, and streaming must equal the full decode. */
+static void test_random_roundtrip(void) {
+    static const char *pool[] = { "a", "Z", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "1", "234", "中", "文字", "😀", "👩‍💻",
+        "\xcc\x81", "e\xcc\x81", "\xc2\xa0", "\xe3\x80\x80", "<|eot_id|>", "<|im_start", "<｜User｜>", "<s>", "▁", "Ġ",
+        "\xef\xbf\xbd", "\x01", "{\"k\":", "...", "ﬁ", "ǅ", "İ" };
+    const char *names[] = { "llama3", "deepseek_v3", "gptoss" };
+    unsigned seed = 12345;
+    for (int k = 0; k < 3; k++) {
+        tok_tokenizer *t = load_or_fail(names[k]);
+        if (!t) return;
+        int bad = 0;
+        for (int it = 0; it < 300 && bad < 3; it++) {
+            char text[512];
+            size_t tl = 0;
+            seed = seed * 1103515245u + 12345u;
+            int parts = 1 + (int)((seed >> 16) % 24);
+            for (int p = 0; p < parts; p++) {
+                seed = seed * 1103515245u + 12345u;
+                const char *piece = pool[(seed >> 16) % (sizeof pool / sizeof pool[0])];
+                size_t pl = strlen(piece);
+                if (tl + pl >= sizeof text) break;
+                memcpy(text + tl, piece, pl);
+                tl += pl;
+            }
+            char err[256];
+            int *ids = NULL;
+            size_t n = 0;
+            if (tok_encode(t, text, tl, 0, &ids, &n, err, sizeof err)) { CHECK(0, "%s: encode: %s", names[k], err); bad++; continue; }
+            char *dec = NULL;
+            size_t dl = 0;
+            int rd = tok_decode(t, ids, n, 0, &dec, &dl, err, sizeof err);
+            if (rd || dl != tl || memcmp(dec, text, tl)) { CHECK(0, "%s: round trip of \"%.*s\" gave \"%s\"", names[k], (int)tl, text, rd ? err : dec); bad++; }
+            int partial;
+            size_t sl;
+            char *st = stream_decode(t, ids, n, &sl, &partial);
+            if (!st || rd || sl != dl || memcmp(st, dec, dl) || partial) { CHECK(0, "%s: stream decode of \"%.*s\" differs", names[k], (int)tl, text); bad++; }
+            free(st);
+            free(dec);
+            free(ids);
+        }
+        tok_free(t);
+    }
+}
+
+/* Steps the six real files do not use, on a hand-made tokenizer whose ids follow from
+ * Hugging Face's rules: Lowercase, Metaspace (prepend always, split), added token with
+ * lstrip/rstrip, unk without fusing, Metaspace decoder. */
+static void test_synthetic_pipeline(void) {
+    char dir[] = "/tmp/cinfer_tok_XXXXXX", p[300], err[512];
+    if (!mkdtemp(dir)) { CHECK(0, "mkdtemp"); return; }
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    write_file(p,
+        "{\"normalizer\": {\"type\": \"Lowercase\"},"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\xe2\x96\x81\", \"prepend_scheme\": \"always\", \"split\": true},"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\xe2\x96\x81\", \"prepend_scheme\": \"always\", \"split\": true},"
+        " \"added_tokens\": [{\"id\": 6, \"content\": \"<x>\", \"lstrip\": true, \"rstrip\": true, \"special\": true, \"normalized\": false, \"single_word\": false}],"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": false,"
+        "  \"vocab\": {\"<unk>\": 0, \"\xe2\x96\x81\": 1, \"h\": 2, \"i\": 3, \"\xe2\x96\x81h\": 4, \"\xe2\x96\x81hi\": 5, \"<x>\": 6, \"t\": 7, \"e\": 8, \"\xe2\x96\x81t\": 9},"
+        "  \"merges\": [\"\xe2\x96\x81 h\", \"\xe2\x96\x81h i\", \"\xe2\x96\x81 t\"]}}");
+    tok_tokenizer *t = NULL;
+    if (tok_load(dir, &t, err, sizeof err)) { CHECK(0, "synthetic: %s", err); goto done; }
+    struct { const char *text; int ids[8]; size_t n; const char *decoded; } cases[] = {
+        { "HI <x> te", { 5, 6, 9, 8 }, 4, "hi<x> te" },
+        { "hi there", { 5, 9, 2, 8, 0, 8 }, 6, NULL },
+    };
+    for (size_t i = 0; i < 2; i++) {
+        int *ids = NULL;
+        size_t n = 0;
+        if (tok_encode(t, cases[i].text, strlen(cases[i].text), 1, &ids, &n, err, sizeof err)) { CHECK(0, "synthetic: %s", err); continue; }
+        CHECK(same_ids(ids, n, cases[i].ids, cases[i].n), "synthetic case %zu: %zu ids, first %d", i, n, n ? ids[0] : -1);
+        if (cases[i].decoded) {
+            char *dec = NULL;
+            size_t dl;
+            CHECK(!tok_decode(t, ids, n, 0, &dec, &dl, err, sizeof err) && !strcmp(dec, cases[i].decoded), "synthetic decode: '%s'", dec ? dec : err);
+            free(dec);
+        }
+        free(ids);
+    }
+    tok_free(t);
+done:
+    remove(p);
+    rmdir(dir);
+}
+
 int main(void) {
     char err[512];
     corpus = cj_load_file("tests/text/corpus.json", err, sizeof err);
@@ -337,6 +422,8 @@ int main(void) {
     TEST_RUN(test_invalid_utf8);
     TEST_RUN(test_bad_ids_and_specials);
     TEST_RUN(test_bad_files);
+    TEST_RUN(test_random_roundtrip);
+    TEST_RUN(test_synthetic_pipeline);
     json_decref(corpus);
     TEST_EXIT();
 }
