@@ -6,10 +6,13 @@
  *   cinfer inspect  --model DIR
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]
+ *   cinfer tokenize --model DIR --file F [--add-special]        (apps/cmd_text.c)
+ *   cinfer detokenize --model DIR --ids 1,2,3 [--skip-special]  (apps/cmd_text.c)
  *
  * Bad flags, ids out of range and missing files end with one line on stderr and exit
  * status 1 (usage errors 2). */
 #include "cinfer.h"
+#include "cmd_text.h"
 #include "core/threads.h"
 #include <errno.h>
 #include <limits.h>
@@ -27,7 +30,9 @@ static const char *USAGE =
     "              [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] --ids\n"
     "  inspect     --model DIR\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
-    "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n";
+    "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
+    "  tokenize    --model DIR --file F [--add-special]\n"
+    "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
 
 static int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int die(int code, const char *fmt, ...) {
@@ -391,5 +396,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "make-random")) return cmd_make_random(argc - 2, argv + 2);
-    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random)", cmd);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
+    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, tokenize, detokenize)", cmd);
 }
