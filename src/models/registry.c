@@ -1,19 +1,10 @@
-/* registry.c — the family table. One entry per family; each lists its model_type strings.
- * Families without a forward path are refused at load with their own name and `missing`. */
+/* registry.c — the family table. Each family is defined in its own file in src/models/
+ * (one value per family, listing its model_type strings); families without a forward path
+ * carry `missing` and are refused at load with their own name. */
 #include "registry.h"
 #include <stdio.h>
 #include <string.h>
 
-#define TYPES(...) (const char *const[]){ __VA_ARGS__, NULL }
-
-static const ci_family fam_deepseek_v32 = { "deepseek_v32", TYPES("deepseek_v32", "deepseek_v3_2"), "DSA attention not implemented yet", NULL };
-static const ci_family fam_deepseek_v4 = { "deepseek_v4", TYPES("deepseek_v4"), "hyper-connections, compressed sparse attention and hash MoE not implemented yet", NULL };
-static const ci_family fam_qwen3_next = { "qwen3_next", TYPES("qwen3_next"), "gated DeltaNet layers not implemented yet", NULL };
-static const ci_family fam_qwen3_5 = { "qwen3_5", TYPES("qwen3_5", "qwen3_5_text"), "gated DeltaNet layers not implemented yet", NULL };
-static const ci_family fam_qwen3_5_moe = { "qwen3_5_moe", TYPES("qwen3_5_moe", "qwen3_5_moe_text"), "gated DeltaNet layers and MoE not implemented yet", NULL };
-static const ci_family fam_lfm2 = { "lfm2", TYPES("lfm2"), "short-conv layers not implemented yet", NULL };
-static const ci_family fam_lfm2_moe = { "lfm2_moe", TYPES("lfm2_moe"), "short-conv layers and MoE not implemented yet", NULL };
-static const ci_family fam_nemotron_h = { "nemotron_h", TYPES("nemotron_h"), "Mamba2 layers not implemented yet", NULL };
 
 static const ci_family *const families[] = {
     &fam_llama, &fam_qwen3, &fam_qwen3_moe, &fam_deepseek_v3, &fam_deepseek_v32, &fam_deepseek_v4,

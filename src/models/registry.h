@@ -36,6 +36,7 @@ const ci_family *reg_find(const char *model_type);
 /* Comma-separated list of every registered model_type. */
 void reg_list(char *buf, size_t n);
 
-extern const ci_family fam_llama, fam_qwen3, fam_qwen3_moe, fam_deepseek_v3;
+extern const ci_family fam_llama, fam_qwen3, fam_qwen3_moe, fam_deepseek_v3, fam_deepseek_v32, fam_deepseek_v4,
+    fam_qwen3_next, fam_qwen3_5, fam_qwen3_5_moe, fam_lfm2, fam_lfm2_moe, fam_nemotron_h;
 
 #endif
