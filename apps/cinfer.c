@@ -1,8 +1,10 @@
 /* cinfer — the command-line tool.
  *
  *   cinfer logits   --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]
- *   cinfer generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]
- *                   [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] --ids
+ *   cinfer generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE)
+ *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
+ *                   [--repeat-penalty R] [--seed S] [--ids] [--stats]
+ *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids
  *   cinfer inspect  --model DIR
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]
@@ -14,6 +16,8 @@
 #include "cinfer.h"
 #include "cmd_text.h"
 #include "core/threads.h"
+#include "text/template.h"
+#include "text/tokenizer.h"
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -26,8 +30,9 @@
 static const char *USAGE =
     "usage: cinfer <command> [options]\n"
     "  logits      --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]\n"
-    "  generate    --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]\n"
-    "              [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] --ids\n"
+    "  generate    --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
+    "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+    "              [--threads N] [--ids] [--stats]\n"
     "  inspect     --model DIR\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
@@ -194,25 +199,71 @@ done:
     return rc;
 }
 
+typedef struct {
+    int first;                  /* --ids: no comma before the first id */
+    tok_stream *stream;         /* text output: NULL with --ids */
+    int n;                      /* tokens generated */
+    char err[512];
+} gen_out;
+
 static int print_tok(void *ctx, int tok) {
-    int *first = ctx;
-    printf("%s%d", *first ? "" : ",", tok);
-    *first = 0;
+    gen_out *o = ctx;
+    o->n++;
+    if (!o->stream) {
+        printf("%s%d", o->first ? "" : ",", tok);
+        o->first = 0;
+    } else {
+        const char *txt;
+        size_t len;
+        if (tok_stream_put(o->stream, tok, &txt, &len, o->err, sizeof o->err)) return 1;
+        fwrite(txt, 1, len, stdout);
+    }
     fflush(stdout);
     return 0;
 }
 
+/* The prompt's ids: --prompt-ids as given; --prompt text encoded with the model's special
+ * tokens (BOS as the tokenizer config says); --chat a user message rendered through the
+ * model's chat template (with the generation prompt) and encoded without adding specials,
+ * as transformers' apply_chat_template does. */
+static int prompt_ids(const char *dir, tok_tokenizer *tk, const char *ids_arg, const char *prompt, const char *chat,
+                      int **ids, int *n) {
+    char err[1024];
+    if (ids_arg) return parse_ids("generate", "--prompt-ids", ids_arg, ids, n);
+    char *text = NULL;
+    size_t tl = 0;
+    int add_special = 1;
+    if (chat) {
+        json_t *req = json_pack("{s:[{s:s,s:s}],s:b}", "messages", "role", "user", "content", chat, "add_generation_prompt", 1);
+        if (!req) return die(1, "generate: --chat: the message is not valid UTF-8");
+        int rc = tpl_render_request(dir, req, &text, &tl, err, sizeof err);
+        json_decref(req);
+        if (rc) return die(1, "%s", err);
+        add_special = 0;
+    }
+    size_t cnt = 0;
+    int rc = tok_encode(tk, chat ? text : prompt, chat ? tl : strlen(prompt), add_special, ids, &cnt, err, sizeof err);
+    free(text);
+    if (rc) return die(1, "%s", err);
+    if (cnt == 0) { free(*ids); *ids = NULL; return die(1, "generate: the prompt encodes to no tokens"); }
+    *n = (int)cnt;
+    return 0;
+}
+
 static int cmd_generate(int argc, char **argv) {
-    flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-ids", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
-                  {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0}, {"--min-p", 1, 0, 0},
-                  {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0}, {"--ids", 0, 0, 0},
-                  {0, 0, 0, 0} };
+    flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-ids", 1, 0, 0}, {"--prompt", 1, 0, 0}, {"--chat", 1, 0, 0},
+                  {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
+                  {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
+                  {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
-    const char *dir = need("generate", fl, "--model", &rc), *pr = need("generate", fl, "--prompt-ids", &rc);
+    const char *dir = need("generate", fl, "--model", &rc);
     if (rc) return rc;
-    if (!find_flag(fl, "--ids")->seen)
-        return die(2, "generate: text output needs a tokenizer, which is not built yet; pass --ids to print token ids");
+    const char *pids = find_flag(fl, "--prompt-ids")->value, *ptext = find_flag(fl, "--prompt")->value,
+               *pchat = find_flag(fl, "--chat")->value;
+    if ((pids != NULL) + (ptext != NULL) + (pchat != NULL) != 1)
+        return die(2, "generate: give exactly one of --prompt-ids, --prompt or --chat");
+    int want_ids = find_flag(fl, "--ids")->seen;
     ci_sampler_opts so;
     ci_sampler_defaults(&so);
     long long maxt = 64, v;
@@ -224,28 +275,45 @@ static int cmd_generate(int argc, char **argv) {
     if (find_flag(fl, "--min-p")->seen) { if (parse_double("generate", "--min-p", find_flag(fl, "--min-p")->value, 0, 1, &d)) return 2; so.min_p = (float)d; }
     if (find_flag(fl, "--repeat-penalty")->seen) { if (parse_double("generate", "--repeat-penalty", find_flag(fl, "--repeat-penalty")->value, 1e-3, 100, &d)) return 2; so.repeat_penalty = (float)d; }
     if (find_flag(fl, "--seed")->seen) { if (parse_long("generate", "--seed", find_flag(fl, "--seed")->value, 0, LLONG_MAX, &v)) return 2; so.seed = (uint64_t)v; }
-    int *ids, n;
-    if ((rc = parse_ids("generate", "--prompt-ids", pr, &ids, &n))) return rc;
+    char err[1024];
+    tok_tokenizer *tk = NULL;
+    if ((!want_ids || !pids) && tok_load(dir, &tk, err, sizeof err)) return die(1, "%s", err);
+    int *ids = NULL, n = 0;
+    if ((rc = prompt_ids(dir, tk, pids, ptext, pchat, &ids, &n))) { tok_free(tk); return rc; }
     ci_model *m = NULL;
     ci_session *s = NULL;
-    int *out = NULL, n_out = 0, first = 1;
-    char err[1024];
+    int *out = NULL, n_out = 0;
+    gen_out go = { 1, NULL, 0, "" };
     if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) goto done;
     if ((rc = check_ids(m, ids, n, "--prompt-ids"))) goto done;
     if (ci_session_new(m, n + (int)maxt, &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
     out = malloc((size_t)(maxt + 1) * sizeof *out);
     if (!out) { rc = die(1, "out of memory"); goto done; }
-    if (ci_generate(s, ids, n, (int)maxt, &so, out, &n_out, print_tok, &first, err, sizeof err)) {
-        printf("\n");
-        rc = die(1, "%s", err);
-        goto done;
+    if (!want_ids) {
+        go.stream = tok_stream_new(tk, 1);
+        if (!go.stream) { rc = die(1, "out of memory"); goto done; }
+    }
+    double t0 = now();
+    int grc = ci_generate(s, ids, n, (int)maxt, &so, out, &n_out, print_tok, &go, err, sizeof err);
+    double dt = now() - t0;
+    if (go.stream && !grc && !go.err[0]) {
+        const char *txt;
+        size_t len;
+        if (!tok_stream_flush(go.stream, &txt, &len, go.err, sizeof go.err)) fwrite(txt, 1, len, stdout);
     }
     printf("\n");
+    if (grc) { rc = die(1, "%s", err); goto done; }
+    if (go.err[0]) { rc = die(1, "%s", go.err); goto done; }
+    if (find_flag(fl, "--stats")->seen)
+        fprintf(stderr, "cinfer: %d prompt tokens, %d generated in %.2f s (%.1f tok/s overall)\n", n, go.n, dt,
+                dt > 0 ? go.n / dt : 0.0);
 done:
+    tok_stream_free(go.stream);
     free(out);
     free(ids);
     ci_session_free(s);
     ci_model_free(m);
+    tok_free(tk);
     return rc;
 }
 
