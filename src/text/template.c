@@ -239,8 +239,11 @@ int tpl_chat_load(const char *model_dir, tpl_chat **out, char *err, size_t errle
     struct stat st;
     if (stat(model_dir, &st) || !S_ISDIR(st.st_mode)) { ci_err(err, errlen, "%s: not a directory", model_dir); goto fail; }
     if (!stat(cfg_path, &st)) {
-        cfg = cj_load_file(cfg_path, err, errlen);
-        if (!cfg) goto fail;
+        /* not cj_load_file: tokenizer configs carry model_max_length = 1e30 as an integer,
+           which jansson refuses unless big integers may become reals */
+        json_error_t je;
+        cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je);
+        if (!cfg) { ci_err(err, errlen, "%s: invalid JSON at line %d column %d: %s", cfg_path, je.line, je.column, je.text); goto fail; }
         if (!json_is_object(cfg)) { ci_err(err, errlen, "%s: expected a JSON object", cfg_path); goto fail; }
     }
     if (load_tokens(ch, cfg, cfg_path, err, errlen)) goto fail;
@@ -307,8 +310,8 @@ static int set_json(tdict *d, const char *key, const json_t *j) {
     return tdict_set(d, k, v);
 }
 
-int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *opts, char **out,
-                    size_t *out_len, char *err, size_t errlen) {
+static int chat_render(const tpl_chat *ch, const tpl_t *t, const json_t *request, const tpl_opts *opts,
+                       char **out, size_t *out_len, char *err, size_t errlen) {
     *out = NULL;
     if (!json_is_object(request)) return ci_err(err, errlen, "request: expected a JSON object");
     const json_t *msgs = json_object_get(request, "messages");
@@ -326,7 +329,7 @@ int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *o
     const json_t *kw = json_object_get(request, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) return ci_err(err, errlen, "request: \"chat_template_kwargs\" must be an object");
 
-    const tpl_t *t = pick_template(ch, tools != NULL, err, errlen);
+    if (!t) t = pick_template(ch, tools != NULL, err, errlen);
     if (!t) return -1;
     tdict *vars = tdict_new();
     if (!vars) return ci_err(err, errlen, "out of memory");
@@ -348,6 +351,17 @@ int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *o
     int r = render_dict(t, vars, opts, out, out_len, err, errlen);
     tv_decref(tv_dict(vars));
     return r;
+}
+
+int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *opts, char **out,
+                    size_t *out_len, char *err, size_t errlen) {
+    return chat_render(ch, NULL, request, opts, out, out_len, err, errlen);
+}
+
+int tpl_chat_render_with(const tpl_chat *ch, const tpl_t *t, const json_t *request, const tpl_opts *opts,
+                         char **out, size_t *out_len, char *err, size_t errlen) {
+    if (!t) { *out = NULL; return ci_err(err, errlen, "no template given"); }
+    return chat_render(ch, t, request, opts, out, out_len, err, errlen);
 }
 
 int tpl_render_request(const char *model_dir, const json_t *request, char **out, size_t *out_len,

@@ -50,6 +50,11 @@ void tpl_chat_free(tpl_chat *ch);
 int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *opts, char **out,
                     size_t *out_len, char *err, size_t errlen);
 
+/* The same request rendered with another compiled template (a request's own template, or a
+ * test probe), with the model's special tokens. */
+int tpl_chat_render_with(const tpl_chat *ch, const tpl_t *t, const json_t *request, const tpl_opts *opts,
+                         char **out, size_t *out_len, char *err, size_t errlen);
+
 /* Both in one call: what `cinfer template --model DIR --request F.json` prints. */
 int tpl_render_request(const char *model_dir, const json_t *request, char **out, size_t *out_len,
                        char *err, size_t errlen);

@@ -780,8 +780,7 @@ static int exec_for(tctx *c, const tnode *n, tscope *s) {
     lp->h.rc = 1; lp->h.kind = TV_LOOP;
     lp->items = items;
     lp->length = (int64_t)items->n;
-    tv *outer = scope_find(s, "loop");
-    lp->depth0 = outer && outer->t == TV_LOOP ? outer->u.lp->depth0 + 1 : 0;
+    lp->depth0 = 0; /* depth counts recursive loops only, and those are not supported */
     tv loopv; loopv.t = TV_LOOP; loopv.u.lp = lp;
     r = 0;
     for (size_t i = 0; i < items->n; i++) {

@@ -738,7 +738,8 @@ static int parse_params(parser *P, tnode *n) {
         if (is_op(P, OP_ASSIGN)) { adv(P); if (!(def = parse_expression(P, 1))) return -1; }
         else {
             for (int i = 0; i < n->args2.n; i++)
-                if (n->args2.v[i]) return pfail(P, "non-default argument follows default argument");
+                if (!(n->args2.v[i]->kind == E_LIT && n->args2.v[i]->flag))
+                    return pfail(P, "non-default argument follows default argument");
         }
         /* a NULL default is stored as a placeholder node so the arrays stay aligned */
         if (!def) { if (!(def = node(P, E_LIT))) return -1; def->val = tv_undef(); def->flag = 1; }
