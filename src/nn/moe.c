@@ -90,8 +90,10 @@ static void route_sigmoid(const moe_block *m, const float *lg, int *sel, float *
     topk(choice, E, K, sel);
     double sum = 0;
     for (int k = 0; k < K; k++) { w[k] = s[sel[k]]; sum += w[k]; }
-    if (m->norm_topk_prob)
-        for (int k = 0; k < K; k++) w[k] = (float)(w[k] / (sum + 1e-20));
+    if (m->norm_topk_prob) {
+        double eps = m->norm_eps > 0 ? (double)m->norm_eps : 1e-20;
+        for (int k = 0; k < K; k++) w[k] = (float)(w[k] / (sum + eps));
+    }
     for (int k = 0; k < K; k++) w[k] *= m->routed_scaling;
 }
 

@@ -6,7 +6,8 @@
  *   MOE_SIGMOID  (DeepSeek V3, LFM2-MoE, Nemotron-H): s = sigmoid(logits); choice = s + bias;
  *                with n_group > 1 the groups whose top-2 choice sum is among the best
  *                topk_group survive (others -inf); top-k on choice; weights = s at those
- *                experts (no bias), / (sum + 1e-20) when norm_topk_prob; × routed_scaling.
+ *                experts (no bias), / (sum + norm_eps) when norm_topk_prob (norm_eps 0 means
+ *                1e-20, DeepSeek's; LFM2-MoE sets 1e-6); × routed_scaling.
  * Experts: out = Σ_k w_k · down_e(silu(gate_e x) · up_e x). Tokens are grouped by expert and
  * each active expert runs one batched matmul over its tokens (not one per token).
  * Expert matrices are ci_mat views in any checkpoint layout (per-expert, fused gate_up,
@@ -21,6 +22,7 @@ typedef struct {
     int n_experts, top_k, hidden, inter;
     moe_router router;
     int norm_topk_prob;
+    float norm_eps;              /* MOE_SIGMOID: added to the top-k sum when normalising; 0 = 1e-20 */
     float routed_scaling;        /* 1 when the family has none */
     int n_group, topk_group;     /* 1, 1: no grouping */
     ci_mat gate;                 /* [n_experts, hidden] router */
