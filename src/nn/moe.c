@@ -16,10 +16,12 @@ int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n) {
     s->tok = malloc(nk * sizeof(int));
     s->tw = malloc(nk * sizeof(float));
     s->xe = malloc((size_t)max_n * m->hidden * sizeof(float));
-    s->g = malloc((size_t)max_n * m->inter * sizeof(float));
-    s->u = malloc((size_t)max_n * m->inter * sizeof(float));
+    int wide = m->shared_inter > m->inter ? m->shared_inter : m->inter;
+    s->g = malloc((size_t)max_n * wide * sizeof(float));
+    s->u = malloc((size_t)max_n * wide * sizeof(float));
+    s->sg = malloc((size_t)max_n * sizeof(float));
     s->ye = malloc((size_t)max_n * m->hidden * sizeof(float));
-    if (!s->logits || !s->sel || !s->w || !s->count || !s->offset || !s->tok || !s->tw || !s->xe || !s->g || !s->u || !s->ye) {
+    if (!s->logits || !s->sel || !s->w || !s->count || !s->offset || !s->tok || !s->tw || !s->xe || !s->g || !s->u || !s->ye || !s->sg) {
         moe_scratch_free(s);
         return -1;
     }
@@ -28,7 +30,7 @@ int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n) {
 
 void moe_scratch_free(moe_scratch *s) {
     free(s->logits); free(s->sel); free(s->w); free(s->count); free(s->offset);
-    free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye);
+    free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye); free(s->sg);
     memset(s, 0, sizeof *s);
 }
 
@@ -138,6 +140,20 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
             float *o = out + (size_t)tk[i] * H;
             const float *y = s->ye + (size_t)i * H;
             for (int h = 0; h < H; h++) o[h] += tw[i] * y[h];
+        }
+    }
+    if (m->shared_inter > 0) {
+        const int SI = m->shared_inter;
+        be->matmul(be, s->g, x, n, &m->sh_gate);             /* [n, SI] */
+        be->matmul(be, s->u, x, n, &m->sh_up);
+        be->swiglu(be, s->g, s->u, (int64_t)n * SI);
+        be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
+        if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
+        for (int t = 0; t < n; t++) {
+            float gw = m->sh_router.rows ? 1.0f / (1.0f + expf(-s->sg[t])) : 1.0f;
+            float *o = out + (size_t)t * H;
+            const float *y = s->ye + (size_t)t * H;
+            for (int h = 0; h < H; h++) o[h] += gw * y[h];
         }
     }
 }

@@ -10,6 +10,10 @@
  *                1e-20, DeepSeek's; LFM2-MoE sets 1e-6); × routed_scaling.
  * Experts: out = Σ_k w_k · down_e(silu(gate_e x) · up_e x). Tokens are grouped by expert and
  * each active expert runs one batched matmul over its tokens (not one per token).
+ * Optional shared expert (Qwen2-MoE style: Qwen3-Next, Qwen3.5-MoE), when shared_inter > 0:
+ * out += σ(x · sh_routerᵀ) · sh_down(silu(sh_gate x) · sh_up x); with sh_router.rows == 0
+ * the shared expert is added ungated. Families with other shared experts (DeepSeek) leave
+ * shared_inter at 0 and add theirs themselves.
  * Expert matrices are ci_mat views in any checkpoint layout (per-expert, fused gate_up,
  * mlx-stacked), bound by w_experts; nothing is copied. */
 #ifndef CI_MOE_H
@@ -29,6 +33,10 @@ typedef struct {
     float *bias;                 /* [n_experts] e_score_correction_bias, or NULL */
     ci_mat *w_gate, *w_up;       /* [n_experts] views, each [inter, hidden] */
     ci_mat *w_down;              /* [n_experts] views, each [hidden, inter] */
+    int shared_inter;            /* 0: no shared expert */
+    ci_mat sh_gate, sh_up;       /* [shared_inter, hidden] */
+    ci_mat sh_down;              /* [hidden, shared_inter] */
+    ci_mat sh_router;            /* [1, hidden] shared_expert_gate; rows == 0: ungated */
 } moe_block;
 
 /* Scratch for up to max_n tokens; sized once per session. */
@@ -41,7 +49,8 @@ typedef struct {
     int *tok;                    /* [max_n * top_k] token of each (expert, slot) entry */
     float *tw;                   /* [max_n * top_k] weight of each entry */
     float *xe;                   /* [max_n, hidden] gathered inputs */
-    float *g, *u;                /* [max_n, inter] */
+    float *g, *u;                /* [max_n, max(inter, shared_inter)] */
+    float *sg;                   /* [max_n] shared-expert gate logits */
     float *ye;                   /* [max_n, hidden] expert outputs */
 } moe_scratch;
 
