@@ -15,12 +15,18 @@ int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n) {
     s->offset = malloc((size_t)(m->n_experts + 1) * sizeof(int));
     s->tok = malloc(nk * sizeof(int));
     s->tw = malloc(nk * sizeof(float));
-    s->xe = malloc((size_t)max_n * m->hidden * sizeof(float));
+    int width = m->latent > m->hidden ? m->latent : m->hidden;   /* expert input / output rows */
+    s->xe = malloc((size_t)max_n * width * sizeof(float));
     int wide = m->shared_inter > m->inter ? m->shared_inter : m->inter;
     s->g = malloc((size_t)max_n * wide * sizeof(float));
     s->u = malloc((size_t)max_n * wide * sizeof(float));
     s->sg = malloc((size_t)max_n * sizeof(float));
-    s->ye = malloc((size_t)max_n * m->hidden * sizeof(float));
+    s->ye = malloc((size_t)max_n * width * sizeof(float));
+    if (m->latent > 0) {
+        s->xl = malloc((size_t)max_n * m->latent * sizeof(float));
+        s->acc = malloc((size_t)max_n * m->latent * sizeof(float));
+        if (!s->xl || !s->acc) { moe_scratch_free(s); return -1; }
+    }
     if (!s->logits || !s->sel || !s->w || !s->count || !s->offset || !s->tok || !s->tw || !s->xe || !s->g || !s->u || !s->ye || !s->sg) {
         moe_scratch_free(s);
         return -1;
@@ -31,6 +37,7 @@ int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n) {
 void moe_scratch_free(moe_scratch *s) {
     free(s->logits); free(s->sel); free(s->w); free(s->count); free(s->offset);
     free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye); free(s->sg);
+    free(s->xl); free(s->acc);
     memset(s, 0, sizeof *s);
 }
 
@@ -110,9 +117,26 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
     }
 }
 
+/* g[i] = relu(g[i])² (MOE_ACT_RELU2) */
+static void relu2(float *g, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        float v = g[i] > 0.0f ? g[i] : 0.0f;
+        g[i] = v * v;
+    }
+}
+
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
     const int E = m->n_experts, K = m->top_k, H = m->hidden, I = m->inter;
     moe_route(be, m, s, x, n);
+    /* the experts' input and the routed sum: x and out, or their latent-space stand-ins */
+    const int X = m->latent > 0 ? m->latent : H;
+    const float *xin = x;
+    float *acc = out;
+    if (m->latent > 0) {
+        be->matmul(be, s->xl, x, n, &m->fc1_latent);       /* [n, latent] */
+        xin = s->xl;
+        acc = s->acc;
+    }
     /* group the (token, slot) entries by expert: counting sort */
     memset(s->count, 0, (size_t)(E + 1) * sizeof(int));
     for (int i = 0; i < n * K; i++) s->count[s->sel[i]]++;
@@ -125,28 +149,39 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
             s->tok[at] = t;
             s->tw[at] = s->w[t * K + k];
         }
-    memset(out, 0, (size_t)n * H * sizeof(float));
+    memset(acc, 0, (size_t)n * X * sizeof(float));
     for (int e = 0; e < E; e++) {
         int m_e = s->offset[e + 1] - s->offset[e];
         if (!m_e) continue;
         const int *tk = s->tok + s->offset[e];
         const float *tw = s->tw + s->offset[e];
-        for (int i = 0; i < m_e; i++) memcpy(s->xe + (size_t)i * H, x + (size_t)tk[i] * H, (size_t)H * sizeof(float));
-        be->matmul(be, s->g, s->xe, m_e, &m->w_gate[e]);    /* [m_e, I] */
-        be->matmul(be, s->u, s->xe, m_e, &m->w_up[e]);
-        be->swiglu(be, s->g, s->u, (int64_t)m_e * I);
-        be->matmul(be, s->ye, s->g, m_e, &m->w_down[e]);    /* [m_e, H] */
+        for (int i = 0; i < m_e; i++) memcpy(s->xe + (size_t)i * X, xin + (size_t)tk[i] * X, (size_t)X * sizeof(float));
+        if (m->act == MOE_ACT_RELU2) {
+            be->matmul(be, s->g, s->xe, m_e, &m->w_up[e]);  /* [m_e, I] */
+            relu2(s->g, (int64_t)m_e * I);
+        } else {
+            be->matmul(be, s->g, s->xe, m_e, &m->w_gate[e]);    /* [m_e, I] */
+            be->matmul(be, s->u, s->xe, m_e, &m->w_up[e]);
+            be->swiglu(be, s->g, s->u, (int64_t)m_e * I);
+        }
+        be->matmul(be, s->ye, s->g, m_e, &m->w_down[e]);    /* [m_e, X] */
         for (int i = 0; i < m_e; i++) {
-            float *o = out + (size_t)tk[i] * H;
-            const float *y = s->ye + (size_t)i * H;
-            for (int h = 0; h < H; h++) o[h] += tw[i] * y[h];
+            float *o = acc + (size_t)tk[i] * X;
+            const float *y = s->ye + (size_t)i * X;
+            for (int h = 0; h < X; h++) o[h] += tw[i] * y[h];
         }
     }
+    if (m->latent > 0) be->matmul(be, out, s->acc, n, &m->fc2_latent);   /* [n, H] */
     if (m->shared_inter > 0) {
         const int SI = m->shared_inter;
-        be->matmul(be, s->g, x, n, &m->sh_gate);             /* [n, SI] */
-        be->matmul(be, s->u, x, n, &m->sh_up);
-        be->swiglu(be, s->g, s->u, (int64_t)n * SI);
+        if (m->act == MOE_ACT_RELU2) {
+            be->matmul(be, s->g, x, n, &m->sh_up);           /* [n, SI] */
+            relu2(s->g, (int64_t)n * SI);
+        } else {
+            be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
+            be->matmul(be, s->u, x, n, &m->sh_up);
+            be->swiglu(be, s->g, s->u, (int64_t)n * SI);
+        }
         be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
         if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
         for (int t = 0; t < n; t++) {

@@ -14,6 +14,12 @@
  * out += σ(x · sh_routerᵀ) · sh_down(silu(sh_gate x) · sh_up x); with sh_router.rows == 0
  * the shared expert is added ungated. Families with other shared experts (DeepSeek) leave
  * shared_inter at 0 and add theirs themselves.
+ * Expert activation (act): MOE_ACT_SWIGLU (the default, zero) as above; MOE_ACT_RELU2
+ * (Nemotron-H): expert(x) = down(relu(up x)²), shared likewise with sh_up / sh_down; the
+ * gate matrices (w_gate, sh_gate) are not used and may be NULL / empty.
+ * Latent experts (latent > 0, Nemotron-H): the router still reads x, but the experts run in
+ * a latent space: routed = fc2_latent(Σ_k w_k · expert_e(fc1_latent x)), expert matrices
+ * [inter, latent] / [latent, inter]; the shared expert reads x.
  * Expert matrices are ci_mat views in any checkpoint layout (per-expert, fused gate_up,
  * mlx-stacked), bound by w_experts; nothing is copied. */
 #ifndef CI_MOE_H
@@ -21,6 +27,7 @@
 #include "../backend/backend.h"
 
 typedef enum { MOE_SOFTMAX, MOE_SIGMOID } moe_router;
+typedef enum { MOE_ACT_SWIGLU = 0, MOE_ACT_RELU2 } moe_act;
 
 typedef struct {
     int n_experts, top_k, hidden, inter;
@@ -37,6 +44,10 @@ typedef struct {
     ci_mat sh_gate, sh_up;       /* [shared_inter, hidden] */
     ci_mat sh_down;              /* [hidden, shared_inter] */
     ci_mat sh_router;            /* [1, hidden] shared_expert_gate; rows == 0: ungated */
+    moe_act act;                 /* MOE_ACT_SWIGLU (0) or MOE_ACT_RELU2 (no gate matrices) */
+    int latent;                  /* 0: experts read x; else the width of their latent space */
+    ci_mat fc1_latent;           /* [latent, hidden] when latent */
+    ci_mat fc2_latent;           /* [hidden, latent] when latent */
 } moe_block;
 
 /* Scratch for up to max_n tokens; sized once per session. */
@@ -48,10 +59,11 @@ typedef struct {
     int *count, *offset;         /* [n_experts + 1] tokens per expert */
     int *tok;                    /* [max_n * top_k] token of each (expert, slot) entry */
     float *tw;                   /* [max_n * top_k] weight of each entry */
-    float *xe;                   /* [max_n, hidden] gathered inputs */
+    float *xe;                   /* [max_n, max(hidden, latent)] gathered inputs */
     float *g, *u;                /* [max_n, max(inter, shared_inter)] */
     float *sg;                   /* [max_n] shared-expert gate logits */
-    float *ye;                   /* [max_n, hidden] expert outputs */
+    float *ye;                   /* [max_n, max(hidden, latent)] expert outputs */
+    float *xl, *acc;             /* [max_n, latent] latent inputs and routed sum (latent only) */
 } moe_scratch;
 
 int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n);
