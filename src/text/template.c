@@ -221,6 +221,27 @@ static int load_tokens(tpl_chat *ch, const json_t *cfg, const char *path, char *
         tv k = tv_cstr(keys[i]), val = tv_str(s, n);
         if (k.t != TV_STR || val.t != TV_STR || tdict_set(ch->tokens, k, val)) return ci_err(err, errlen, "out of memory");
     }
+    /* transformers' GemmaTokenizer has a mask token by default ("<mask>"); it reaches the
+       template through special_tokens_map even when tokenizer_config.json does not name it */
+    const char *cls = cfg ? cj_get_str(cfg, "tokenizer_class") : NULL;
+    if (cls && (!strcmp(cls, "GemmaTokenizer") || !strcmp(cls, "GemmaTokenizerFast")) &&
+        !json_object_get(cfg, "mask_token") && !tdict_get_cstr(ch->tokens, "mask_token")) {
+        tv k = tv_cstr("mask_token"), val = tv_cstr("<mask>");
+        if (k.t != TV_STR || val.t != TV_STR || tdict_set(ch->tokens, k, val)) return ci_err(err, errlen, "out of memory");
+    }
+    /* named extra tokens (Gemma 3: boi_token, eoi_token, image_token) join the map too;
+       a list of extra tokens has no names and adds no variables */
+    const json_t *extra = cfg ? json_object_get(cfg, "extra_special_tokens") : NULL;
+    if (extra && json_is_object(extra)) {
+        const char *name;
+        json_t *v;
+        json_object_foreach((json_t *)extra, name, v) {
+            if (json_is_object(v)) v = json_object_get(v, "content");
+            if (!json_is_string(v)) continue;
+            tv k = tv_cstr(name), val = tv_str(json_string_value(v), json_string_length(v));
+            if (k.t != TV_STR || val.t != TV_STR || tdict_set(ch->tokens, k, val)) return ci_err(err, errlen, "out of memory");
+        }
+    }
     return 0;
 }
 
@@ -318,6 +339,8 @@ static int chat_render(const tpl_chat *ch, const tpl_t *t, const json_t *request
     if (!msgs) return ci_err(err, errlen, "request: missing \"messages\"");
     if (!json_is_array(msgs)) return ci_err(err, errlen, "request: \"messages\" must be a list, got %s",
                                             json_is_object(msgs) ? "an object" : json_is_string(msgs) ? "a string" : "another type");
+    if (json_array_size(msgs) == 0) /* transformers' wording */
+        return ci_err(err, errlen, "Cannot apply chat template to an empty conversation. Provide at least one message.");
     for (size_t i = 0; i < json_array_size(msgs); i++)
         if (!json_is_object(json_array_get(msgs, i)))
             return ci_err(err, errlen, "request: messages[%zu] must be an object", i);

@@ -9,8 +9,10 @@
  *                              "add_generation_prompt": bool, "chat_template_kwargs": {...}}.
  * The variables a chat template sees are those transformers passes: messages, tools (None
  * when absent), documents (None), add_generation_prompt (False when absent), the special
- * tokens of tokenizer_config.json (bos_token, eos_token, unk_token, pad_token, strings or
- * {"content": ...} objects), then every chat_template_kwargs entry (which override tokens).
+ * tokens of tokenizer_config.json (bos_token, eos_token, unk_token, pad_token, ..., and the
+ * named extra_special_tokens; strings or {"content": ...} objects), then every
+ * chat_template_kwargs entry (which override tokens). An empty message list is refused, as
+ * transformers refuses it.
  *
  * Errors (0 = ok, -1 = error, TPL_RAISED = the template itself refused the request through
  * raise_exception) come as one line in err that names the template and the line:
