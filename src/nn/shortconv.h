@@ -1,0 +1,52 @@
+/* shortconv.h — LFM2's gated short convolution (the "conv" operator of lfm2 / lfm2_moe).
+ *
+ * For a chunk x [n, D] of a sequence:
+ *   [B | C | X] = in_proj(x)                       [n, 3D], split in that order
+ *   bx          = B ⊙ X                            [n, D]
+ *   y[t]        = C[t] ⊙ Σ_k w[k] ⊙ bx[t-(K-1)+k]  depthwise causal conv, K taps, no activation
+ *   out         = out_proj(y)                      [n, D]
+ * with optional biases on in_proj, the conv and out_proj (config conv_bias). bx before the
+ * first token of the sequence is zero.
+ *
+ * State: the last K-1 rows of bx, [K-1, D] f32, oldest first (zeros where the sequence is
+ * shorter). sc_forward reads it as the history before the chunk and leaves it holding the
+ * last K-1 rows after it, so one prefill, a chunked prefill and one-token decode steps are
+ * the same computation. The state is owned by the caller (the session's cache). */
+#ifndef CI_SHORTCONV_H
+#define CI_SHORTCONV_H
+#include "../backend/backend.h"
+#include "../io/weights.h"
+
+typedef struct {
+    int dim, K;                  /* channels D, kernel length (conv_L_cache) */
+    ci_mat in_proj;              /* [3*dim, dim], rows B, C, X */
+    ci_mat out_proj;             /* [dim, dim] */
+    float *taps;                 /* [K, dim]: the checkpoint's [dim, 1, K] transposed, owned */
+    float *in_bias;              /* [3*dim] or NULL (binder-owned) */
+    float *conv_bias;            /* [dim] or NULL */
+    float *out_bias;             /* [dim] or NULL */
+} shortconv;
+
+/* Scratch for chunks of up to max_n tokens, sized once per session. */
+typedef struct {
+    int max_n;
+    float *bcx;                  /* [max_n, 3*dim] in_proj output */
+    float *win;                  /* [K-1 + max_n, dim] history rows, then this chunk's bx */
+    float *y;                    /* [max_n, dim] gated conv output */
+} sc_scratch;
+
+/* Binds <prefix>.in_proj, <prefix>.out_proj and <prefix>.conv.weight (shape [dim, 1, K]
+ * as transformers saves it; [dim, K, 1] and [dim, K] hold the same bytes and are taken
+ * too), plus the three biases when `bias`. Errors are the binder's sticky errors; record
+ * mode lists the transformers names and shapes. Returns 0, or -1 once the binder failed. */
+int sc_bind(w_binder *b, shortconv *sc, int dim, int K, int bias, const char *prefix);
+void sc_free(shortconv *sc);
+
+int sc_scratch_init(sc_scratch *s, const shortconv *sc, int max_n);
+void sc_scratch_free(sc_scratch *s);
+
+/* out[n, dim] = shortconv(x[n, dim]) for n <= s->max_n tokens following `state` [K-1, dim],
+ * which is updated. out must not alias x. */
+void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n);
+
+#endif
