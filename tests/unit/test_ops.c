@@ -5,7 +5,8 @@
  * arithmetic in double, so they share no code with the kernels. Inputs are random with a
  * fixed seed and deliberately awkward sizes: row and column counts that are not multiples
  * of 16 or 64, n = 1, 3, 4, 5 and 17 token rows (decode tiles, prefill tiles and
- * remainders), fp8 with partial edge blocks and all three scale dtypes, both rope styles
+ * remainders), fp8 with partial edge blocks and all three scale dtypes, row views that
+ * start inside a scale block (scale_row0), matmul_xw, both rope styles
  * with partial rotation, GQA with 4 query heads per kv head, pos0 > 0, and a context
  * longer than one attention chunk.
  *
@@ -46,7 +47,8 @@ static double rel_err(const float *got, const double *ref, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - ref[i]);
-        if (!(d <= num)) num = d; /* NaN in got becomes the error */
+        if (isnan(d)) return NAN; /* fails every bound */
+        if (d > num) num = d;
         if (fabs(ref[i]) > den) den = fabs(ref[i]);
     }
     return den > 0 ? num / den : num;
@@ -76,10 +78,11 @@ typedef struct {
     void *data, *scale;
 } wmat;
 
-/* A random weight in the given dtype. fp8 codes 0x7f/0xff (NaN) are avoided; the block
- * scales spread over about 2^-5..2^2, and big_scale adds a block whose scale is 2^9 (it
- * takes the kernels' per-element fallback). */
-static wmat make_w(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, int block, int big_scale) {
+/* A random weight in the given dtype. fp8 codes 0x7f/0xff (NaN) are avoided and the block
+ * scales spread over about 2^-5..2^2. With `huge`, every scale is about 2^120 (too big to
+ * fold into the kernels' 2^8 multiplier, so they take their per-element path) and fp8
+ * magnitudes stay below 1 so that nothing overflows f32. */
+static wmat make_w(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, int block, int huge) {
     wmat w;
     memset(&w, 0, sizeof w);
     w.m.rows = rows;
@@ -96,6 +99,7 @@ static wmat make_w(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, int bl
         default: {
             uint8_t b = (uint8_t)rnd_u32();
             if ((b & 0x7f) == 0x7f) b ^= 1;
+            if (huge) b = (uint8_t)((b & 0x87) | (rnd_u32() % 7) << 3); /* exponent field <= 6 */
             ((uint8_t *)w.data)[i] = b;
         }
         }
@@ -106,8 +110,7 @@ static wmat make_w(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, int bl
         w.m.scale_dtype = sdt;
         w.scale = malloc((size_t)ns * 4);
         for (int64_t i = 0; i < ns; i++) {
-            int e = -5 + (int)(rnd_u32() % 8);
-            if (big_scale && i == ns - 1) e = 9;
+            int e = huge ? 120 : -5 + (int)(rnd_u32() % 8);
             float s = ldexpf(rnd(1.0f, 2.0f), e);
             if (sdt == CI_F32) ((float *)w.scale)[i] = s;
             else if (sdt == CI_BF16) ((uint16_t *)w.scale)[i] = ci_f32_to_bf16(s);
@@ -149,7 +152,7 @@ static const wkind wkinds[] = {
     { CI_F8_E4M3, CI_F32, 128, "fp8/f32 scale/128" },
     { CI_F8_E4M3, CI_BF16, 128, "fp8/bf16 scale/128" },
     { CI_F8_E4M3, CI_F8_E8M0, 128, "fp8/e8m0 scale/128" },
-    { CI_F8_E4M3, CI_F32, 24, "fp8/f32 scale/24" },
+    { CI_F8_E4M3, CI_F32, 31, "fp8/f32 scale/31" }, /* row blocks straddle 4-row tiles */
 };
 #define N_WKINDS (int)(sizeof wkinds / sizeof wkinds[0])
 
@@ -183,9 +186,9 @@ static void test_pool(void) {
         /* Many short runs: the spin-wake path, and every worker checking in each time. */
         memset(hits, 0, sizeof hits);
         atomic_store(&c.calls, 0);
-        for (int r = 0; r < 20000; r++) ci_pool_run(p, count_task, &c, 1 + r % 7);
+        for (int r = 0; r < 3000; r++) ci_pool_run(p, count_task, &c, 1 + r % 7);
         int want = 0;
-        for (int r = 0; r < 20000; r++) want += 1 + r % 7;
+        for (int r = 0; r < 3000; r++) want += 1 + r % 7;
         CHECK(atomic_load(&c.calls) == want, "pool %d: %d calls, want %d", sizes[si], atomic_load(&c.calls), want);
         /* Runs after the workers have gone to sleep: the condition-variable path. */
         for (int r = 0; r < 3; r++) {
@@ -203,21 +206,59 @@ static void test_pool(void) {
 
 /* ---- matmul --------------------------------------------------------------------------- */
 
-static void check_matmul(ci_backend *be, const char *isa, const wmat *w, int n, const char *what) {
-    int64_t rows = w->m.rows, cols = w->m.cols;
+/* Rows r0..r0+nr of w as a borrowed view: fp8 views keep the whole scale grid and say
+ * where they start in it (scale_row0), as MLA's per-head slices of kv_b do. */
+static ci_mat view_rows(const wmat *w, int64_t r0, int64_t nr) {
+    ci_mat v = w->m;
+    v.data = (const char *)w->data + (size_t)(r0 * w->m.cols) * ci_dtype_size(w->m.dtype);
+    v.rows = nr;
+    v.scale_row0 = w->m.scale_row0 + r0;
+    return v;
+}
+
+static void check_matmul_view(ci_backend *be, const char *isa, const wmat *w, int64_t r0, int64_t rows, int n,
+                              const char *what) {
+    int64_t cols = w->m.cols;
+    ci_mat v = view_rows(w, r0, rows);
     float *x = rnd_vec(n * cols, -1.0f, 1.0f);
     float *y = malloc((size_t)(n * rows) * sizeof(float));
     double *ref = malloc((size_t)(n * rows) * sizeof(double));
     for (int t = 0; t < n; t++)
         for (int64_t r = 0; r < rows; r++) {
             double a = 0;
-            for (int64_t c = 0; c < cols; c++) a += (double)x[t * cols + c] * ref_w(w, r, c);
+            for (int64_t c = 0; c < cols; c++) a += (double)x[t * cols + c] * ref_w(w, r0 + r, c);
             ref[t * rows + r] = a;
         }
     for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;
-    be->matmul(be, y, x, n, &w->m);
+    be->matmul(be, y, x, n, &v);
     double e = rel_err(y, ref, n * rows);
-    CHECK(e <= TOL, "%s matmul %s [%lld x %lld] n=%d: rel err %.3g", isa, what, (long long)rows, (long long)cols, n, e);
+    CHECK(e <= TOL, "%s matmul %s [%lld x %lld] rows from %lld, n=%d: rel err %.3g", isa, what, (long long)rows,
+          (long long)cols, (long long)r0, n, e);
+    free(x);
+    free(y);
+    free(ref);
+}
+
+static void check_matmul(ci_backend *be, const char *isa, const wmat *w, int n, const char *what) {
+    check_matmul_view(be, isa, w, 0, w->m.rows, n, what);
+}
+
+/* matmul_xw: y[n, cols] = x[n, rows] · W (no transpose), on a row view. */
+static void check_matmul_xw(ci_backend *be, const char *isa, const wmat *w, int64_t r0, int64_t rows, int n,
+                            const char *what) {
+    int64_t cols = w->m.cols;
+    ci_mat v = view_rows(w, r0, rows);
+    float *x = rnd_vec(n * rows, -1.0f, 1.0f);
+    float *y = malloc((size_t)(n * cols) * sizeof(float));
+    double *ref = calloc((size_t)(n * cols), sizeof(double));
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) ref[t * cols + c] += (double)x[t * rows + r] * ref_w(w, r0 + r, c);
+    for (int64_t i = 0; i < n * cols; i++) y[i] = NAN;
+    be->matmul_xw(be, y, x, n, &v);
+    double e = rel_err(y, ref, n * cols);
+    CHECK(e <= TOL, "%s matmul_xw %s [%lld x %lld] rows from %lld, n=%d: rel err %.3g", isa, what, (long long)rows,
+          (long long)cols, (long long)r0, n, e);
     free(x);
     free(y);
     free(ref);
@@ -234,7 +275,7 @@ static void test_matmul(void) {
         for (int wk = 0; wk < N_WKINDS; wk++)
             for (int si = 0; si < 5; si++) {
                 wmat w = make_w(shapes[si][0], shapes[si][1], wkinds[wk].dt, wkinds[wk].sdt, wkinds[wk].block,
-                                wkinds[wk].dt == CI_F8_E4M3 && si == 2);
+                                wkinds[wk].dt == CI_F8_E4M3 && si == 4);
                 for (int ni = 0; ni < 5; ni++) check_matmul(be, isas[ii].name, &w, ns[ni], wkinds[wk].name);
                 free_w(&w);
             }
@@ -244,12 +285,14 @@ static void test_matmul(void) {
 
 /* ci_mat_get against the reference decode, every dtype and scale dtype. */
 static void test_mat_get(void) {
-    for (int wk = 0; wk < N_WKINDS; wk++) {
-        wmat w = make_w(50, 77, wkinds[wk].dt, wkinds[wk].sdt, wkinds[wk].block, 1);
+    for (int wk = 0; wk < 2 * N_WKINDS; wk++) {
+        const wkind *k = &wkinds[wk % N_WKINDS];
+        if (wk >= N_WKINDS && k->dt != CI_F8_E4M3) continue;
+        wmat w = make_w(50, 77, k->dt, k->sdt, k->block, wk >= N_WKINDS);
         for (int64_t r = 0; r < 50; r++)
             for (int64_t c = 0; c < 77; c++) {
                 float g = ci_mat_get(&w.m, r, c);
-                CHECK(g == (float)ref_w(&w, r, c), "%s [%lld,%lld]: %g vs %g", wkinds[wk].name, (long long)r,
+                CHECK(g == (float)ref_w(&w, r, c), "%s [%lld,%lld]: %g vs %g", k->name, (long long)r,
                       (long long)c, g, ref_w(&w, r, c));
             }
         CHECK(isnan(ci_mat_get(&w.m, 50, 0)), "out of range gives NaN");
@@ -257,9 +300,43 @@ static void test_mat_get(void) {
     }
 }
 
+/* Row views (scale_row0 != 0) through matmul, matmul_xw and embed: the views start inside
+ * a scale row block, so using the view's own row index for the scale would be caught. */
+static void test_row_views(void) {
+    for (int ii = 0; ii < n_isas; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        if (!be) continue;
+        for (int wk = 0; wk < N_WKINDS; wk++) {
+            const wkind *k = &wkinds[wk];
+            wmat w = make_w(200, 161, k->dt, k->sdt, k->block, 0);
+            static const int64_t views[][2] = { { 37, 40 }, { 130, 70 }, { 5, 1 } };
+            for (int vi = 0; vi < 3; vi++)
+                for (int n = 1; n <= 17; n += 8) {
+                    check_matmul_view(be, isas[ii].name, &w, views[vi][0], views[vi][1], n, k->name);
+                    check_matmul_xw(be, isas[ii].name, &w, views[vi][0], views[vi][1], n, k->name);
+                }
+            /* embed and ci_mat_get on a view */
+            ci_mat v = view_rows(&w, 37, 100);
+            int32_t ids[3] = { 0, 99, 50 };
+            float out[3 * 161];
+            be->embed(be, out, &v, ids, 3);
+            int exact = 1;
+            for (int t = 0; t < 3; t++)
+                for (int64_t c = 0; c < 161; c++) {
+                    exact &= out[t * 161 + c] == (float)ref_w(&w, 37 + ids[t], c);
+                    exact &= ci_mat_get(&v, ids[t], c) == (float)ref_w(&w, 37 + ids[t], c);
+                }
+            CHECK(exact, "%s embed / ci_mat_get on a row view, %s", isas[ii].name, k->name);
+            free_w(&w);
+        }
+        be->free(be);
+    }
+}
+
 /* Every output element is computed by one tile in a fixed order, so the thread count must
- * not change a single bit; also covers prefill with tokens split across items. */
-static void test_matmul_threads_invariant(void) {
+ * not change a single bit; also covers prefill with tokens split across items, and
+ * attention items that take whole head groups or single heads. */
+static void test_threads_invariant(void) {
     for (int ii = 0; ii < n_isas; ii++) {
         ci_backend *b1 = ci_backend_cpu_new(1, isas[ii].isa), *b3 = ci_backend_cpu_new(3, isas[ii].isa);
         CHECK(b1 && b3, "backends");
@@ -275,6 +352,18 @@ static void test_matmul_threads_invariant(void) {
             free(y3);
         }
         free_w(&w);
+        /* attention: items group a different number of heads with 1 and 3 threads */
+        int n = 5, nh = 8, nkv = 2, hd = 64, pos0 = 300, kvs = nkv * hd, L = pos0 + n;
+        float *q = rnd_vec(n * nh * hd, -2, 2), *k = rnd_vec((int64_t)L * kvs, -2, 2), *v = rnd_vec((int64_t)L * kvs, -1, 1);
+        float *o1 = malloc((size_t)n * nh * hd * 4), *o3 = malloc((size_t)n * nh * hd * 4);
+        b1->attention(b1, o1, q, k, v, n, pos0, nh, nkv, hd, kvs, 0.125f);
+        b3->attention(b3, o3, q, k, v, n, pos0, nh, nkv, hd, kvs, 0.125f);
+        CHECK(memcmp(o1, o3, (size_t)n * nh * hd * 4) == 0, "%s attention: 1 and 3 threads differ", isas[ii].name);
+        free(q);
+        free(k);
+        free(v);
+        free(o1);
+        free(o3);
         b1->free(b1);
         b3->free(b3);
     }
@@ -410,7 +499,8 @@ static void check_attention(ci_backend *be, const char *isa, int n, int pos0, in
     double worst = 0;
     for (int r = 0; r < n * nh; r++) {
         double e = rel_err(out + (int64_t)r * hd, ref + (int64_t)r * hd, hd);
-        if (!(e <= worst)) worst = e;
+        if (isnan(e) || e > worst) worst = e;
+        if (isnan(worst)) break;
     }
     CHECK(worst <= TOL, "%s attention n=%d pos0=%d heads=%d/%d hd=%d: rel err %.3g", isa, n, pos0, nh, nkv, hd, worst);
     free(q);
@@ -432,7 +522,14 @@ static void test_attention(void) {
             for (int b = 0; b < 3; b++)
                 for (int c = 0; c < 3; c++) check_attention(be, isas[ii].name, ns[b], pos0s[c], 8, 2, hds[a]);
         check_attention(be, isas[ii].name, 1, 0, 4, 4, 64);     /* MHA */
-        check_attention(be, isas[ii].name, 3, 4500, 8, 2, 64);  /* context spans 3 score chunks */
+        check_attention(be, isas[ii].name, 3, 4500, 8, 2, 64);  /* context spans many key blocks */
+        check_attention(be, isas[ii].name, 17, 130, 24, 2, 48); /* group of 12: three 4-head tiles */
+        check_attention(be, isas[ii].name, 3, 7, 6, 2, 80);     /* group of 3 */
+        be->free(be);
+        /* One thread: every item takes its whole group, whatever n. */
+        be = ci_backend_cpu_new(1, isas[ii].isa);
+        check_attention(be, isas[ii].name, 1, 300, 12, 2, 128);
+        check_attention(be, isas[ii].name, 5, 0, 10, 2, 33);
         be->free(be);
     }
 }
@@ -472,7 +569,7 @@ static void test_embed(void) {
             for (int big = 0; big < 2; big++) {
                 int64_t rows = big ? 300 : 37, cols = big ? 2050 : 203;
                 int n = big ? 40 : 5;
-                wmat w = make_w(rows, cols, wkinds[wk].dt, wkinds[wk].sdt, wkinds[wk].block, 1);
+                wmat w = make_w(rows, cols, wkinds[wk].dt, wkinds[wk].sdt, wkinds[wk].block, !big);
                 int32_t ids[40];
                 for (int t = 0; t < n; t++) ids[t] = (int32_t)(rnd_u32() % rows);
                 ids[0] = (int32_t)rows - 1; /* the last row: a partial row block for fp8 */
@@ -509,7 +606,8 @@ int main(void) {
     TEST_RUN(test_backend_new);
     TEST_RUN(test_mat_get);
     TEST_RUN(test_matmul);
-    TEST_RUN(test_matmul_threads_invariant);
+    TEST_RUN(test_row_views);
+    TEST_RUN(test_threads_invariant);
     TEST_RUN(test_matmul_prefill_large);
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_rope);

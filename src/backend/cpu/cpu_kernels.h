@@ -1,0 +1,69 @@
+/* cpu_kernels.h — the per-ISA kernel table of the CPU backend (internal to src/backend/cpu).
+ *
+ * cpu.c owns the op drivers: argument shapes, blocking, splitting work across the pool,
+ * per-thread scratch. What differs between instruction sets is only the inner loops
+ * listed here; kernels_scalar.c, kernels_avx2.c and kernels_avx512.c each fill one table.
+ * Every kernel is single-threaded, allocation-free and accumulates in f32.
+ *
+ * Tiles: a "tile" is T token rows (1 <= T <= CPU_TILE_T) by 4 weight rows. Kernels write
+ * out[t*4 + r] = sum_k x[t*xs + k] * w_r[k]. The caller always passes 4 valid rows (it
+ * repeats the last one when fewer remain) and ignores the extra results, so kernels never
+ * branch on a row count. */
+#ifndef CI_CPU_KERNELS_H
+#define CI_CPU_KERNELS_H
+#include "../backend.h"
+#include <stdint.h>
+
+#define CPU_TILE_T 4    /* token rows per tile */
+#define CPU_TILE_R 4    /* weight rows per tile */
+
+typedef struct {
+    const char *name;
+    /* Decode / small batch: weights read in their checkpoint dtype and converted in
+     * registers. rows[r] are row indices of W; dot over all W->cols. */
+    void (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+                     float *out);
+    /* Prefill micro-kernel over f32 weight rows w[r][0..kc). */
+    void (*f32_tile)(const float *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs,
+                     float *out);
+    /* dst[0..c1-c0) = W[r][c0..c1) as f32 (fp8: times its block scale). */
+    void (*row_f32)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
+
+    float (*sumsq)(const float *x, int64_t n);
+    /* out = x * s * w (w may be NULL) */
+    void (*scale_mul)(float *out, const float *x, const float *w, float s, int64_t n);
+    void (*swiglu)(float *g, const float *u, int64_t n);
+    void (*add)(float *y, const float *x, int64_t n);
+
+    /* Attention pieces (scores themselves come from f32_tile: query rows x 4 keys).
+     * vmax is max_j s[j]; exp_sum sets s[j] = exp(s[j] - m) and returns their sum;
+     * attn_wsum adds sum_j p_h[j] * v_j into o_h[0..hd) for nq <= 4 rows h (o_h = o + h*os,
+     * p_h = p + h*ps), value rows at v + j*stride. */
+    float (*vmax)(const float *s, int L);
+    float (*exp_sum)(float *s, int L, float m);
+    void (*attn_wsum)(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
+                      int L, int hd);
+} cpu_kernels;
+
+extern const cpu_kernels cpu_kernels_scalar;
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+#endif
+
+/* Shared by all kernel sets: the 256-entry E4M3 table and the block scale of W at
+ * (row block rb, column block cb) as f32. */
+extern float cpu_fp8_lut[256];
+void cpu_init_tables(void);
+float cpu_block_scale(const ci_mat *W, int64_t rb, int64_t cb);
+/* matmul_xw.c: y[n, W.cols] = x[n, W.rows] · W */
+void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
+
+/* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
+static inline float cpu_e8m0_value(uint8_t b) {
+    union { uint32_t u; float f; } v;
+    v.u = b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : (uint32_t)b << 23;
+    return v.f;
+}
+
+#endif

@@ -1,0 +1,404 @@
+/* simd_template.h — the SIMD kernel set, written once over a small vector vocabulary.
+ *
+ * Included by kernels_avx2.c and kernels_avx512.c (never on its own), after they define:
+ *   VL                 floats per vector;   vf: the vector type;   TGT: the target attribute
+ *   TMAX               token rows a tile keeps in registers (acc = TMAX x 4 vectors)
+ *   KTABLE, KNAME      the name of the cpu_kernels table to define and its backend name
+ *   vzero vset1 vld vst vadd vsub vmul vdiv vmax vfma(a,b,c)=a*b+c vhsum vhmax vexp
+ *   vhsum4(a,b,c,d,out4)  the four horizontal sums, stored to out4[0..3]
+ *   vld_bf16 vld_f16      VL weights converted exactly to f32
+ *   vld_fp8               VL E4M3 bytes as f32 *times 2^-8* (exact: the bits placed into an
+ *                         f16, then widened; no table, no gather);
+ *                         callers multiply by (block scale * 2^8), which is one rounding
+ *                         of fp8 * scale, the same value ci_mat_get gives. (E4M3 NaN codes
+ *                         0x7f/0xff decode as +-480 * scale here; checkpoints never hold them.)
+ * Every function here carries TGT, so the ISA file compiles with default project flags.
+ *
+ * Loop tails (fewer than VL elements left) go through a zero-filled stack buffer: one
+ * memcpy per row instead of masked memory access, so sanitizers see exact-size reads. */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline)) TGT
+#define PRAGMA_(x) _Pragma(#x)
+#define UNROLL(n) PRAGMA_(GCC unroll n)
+
+#define PF_DIST 1024  /* bytes ahead of the current column that decode prefetches */
+
+static inline size_t dt_size(int dt) { return dt == CI_F32 ? 4 : dt == CI_F8_E4M3 ? 1 : 2; }
+
+/* VL weights of one row starting at column k, as f32 (fp8: times 2^-8). */
+AI vf wload(const int dt, const void *row, int64_t k) {
+    if (dt == CI_F32) return vld((const float *)row + k);
+    if (dt == CI_BF16) return vld_bf16((const uint16_t *)row + k);
+    if (dt == CI_F16) return vld_f16((const uint16_t *)row + k);
+    return vld_fp8((const uint8_t *)row + k);
+}
+
+/* The first n (< VL) of them, the rest zero (0 bits are 0.0 in every format). */
+AI vf wload_part(const int dt, const void *row, int64_t k, int n) {
+    _Alignas(64) unsigned char b[VL * 4];
+    size_t es = dt_size(dt);
+    memset(b, 0, sizeof b);
+    memcpy(b, (const char *)row + (size_t)k * es, (size_t)n * es);
+    return wload(dt, b, 0);
+}
+
+AI vf xload_part(const float *p, int n) {
+    _Alignas(64) float b[VL];
+    memset(b, 0, sizeof b);
+    memcpy(b, p, (size_t)n * sizeof(float));
+    return vld(b);
+}
+
+AI void xstore_part(float *p, vf v, int n) {
+    _Alignas(64) float b[VL];
+    vst(b, v);
+    memcpy(p, b, (size_t)n * sizeof(float));
+}
+
+/* acc[t][r] += x_t · w_r over columns [c0, c1). fp8 weights are multiplied by mult[r]
+ * (block scale * 2^8) right after conversion, so one tile covers one column block. */
+AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0, int64_t c1, const float *x,
+                  int64_t xs, const vf *mult, vf acc[TMAX][4]) {
+    int64_t k = c0;
+    for (; k + VL <= c1; k += VL) {
+        /* Decode streams 4 rows of weights from DRAM; one core keeps too few misses in
+         * flight on its own (measured: 12 -> 14 GB/s single-thread with this). One
+         * prefetch per 64-byte line and row; f32 tiles read packed, cache-hot data. */
+        if (dt != CI_F32 && (((size_t)k * dt_size(dt)) & 63) < VL * dt_size(dt))
+            for (int r = 0; r < 4; r++) __builtin_prefetch((const char *)wr[r] + (size_t)k * dt_size(dt) + PF_DIST, 0, 3);
+        vf w0 = wload(dt, wr[0], k), w1 = wload(dt, wr[1], k);
+        vf w2 = wload(dt, wr[2], k), w3 = wload(dt, wr[3], k);
+        if (dt == CI_F8_E4M3) {
+            w0 = vmul(w0, mult[0]); w1 = vmul(w1, mult[1]);
+            w2 = vmul(w2, mult[2]); w3 = vmul(w3, mult[3]);
+        }
+        UNROLL(4)
+        for (int t = 0; t < T; t++) {
+            vf xv = vld(x + t * xs + k);
+            acc[t][0] = vfma(w0, xv, acc[t][0]);
+            acc[t][1] = vfma(w1, xv, acc[t][1]);
+            acc[t][2] = vfma(w2, xv, acc[t][2]);
+            acc[t][3] = vfma(w3, xv, acc[t][3]);
+        }
+    }
+    if (k < c1) {
+        int n = (int)(c1 - k);
+        vf w0 = wload_part(dt, wr[0], k, n), w1 = wload_part(dt, wr[1], k, n);
+        vf w2 = wload_part(dt, wr[2], k, n), w3 = wload_part(dt, wr[3], k, n);
+        if (dt == CI_F8_E4M3) {
+            w0 = vmul(w0, mult[0]); w1 = vmul(w1, mult[1]);
+            w2 = vmul(w2, mult[2]); w3 = vmul(w3, mult[3]);
+        }
+        UNROLL(4)
+        for (int t = 0; t < T; t++) {
+            vf xv = xload_part(x + t * xs + k, n);
+            acc[t][0] = vfma(w0, xv, acc[t][0]);
+            acc[t][1] = vfma(w1, xv, acc[t][1]);
+            acc[t][2] = vfma(w2, xv, acc[t][2]);
+            acc[t][3] = vfma(w3, xv, acc[t][3]);
+        }
+    }
+}
+
+/* Block scale lookup without the generic function call: the fp8 tile asks for four of
+ * these per 128 columns, which would otherwise cost as much as the arithmetic. */
+AI float scale_at(const ci_mat *W, int64_t i) {
+    switch (W->scale_dtype) {
+    case CI_F32: return ((const float *)W->scale)[i];
+    case CI_BF16: return ci_bf16_to_f32(((const uint16_t *)W->scale)[i]);
+    case CI_F8_E8M0: return cpu_e8m0_value(((const uint8_t *)W->scale)[i]);
+    default: return NAN;
+    }
+}
+
+/* One tile of T (compile-time) token rows against 4 weight rows over all columns. */
+AI void mat_tile_T(const int T, const int dt, const ci_mat *W, const int64_t rows[4], const float *x, int64_t xs,
+                   float *out) {
+    vf acc[TMAX][4];
+    float extra[TMAX * 4];
+    const void *wr[4];
+    int64_t cols = W->cols;
+    UNROLL(4)
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
+    for (int r = 0; r < 4; r++) wr[r] = (const char *)W->data + (size_t)(rows[r] * cols) * dt_size(dt);
+    memset(extra, 0, sizeof extra);
+    if (dt != CI_F8_E4M3) {
+        tile_span(T, dt, wr, 0, cols, x, xs, NULL, acc);
+    } else if (!W->scale || W->block <= 0) {
+        vf one = vset1(0x1p8f), mult[4] = { one, one, one, one };
+        tile_span(T, dt, wr, 0, cols, x, xs, mult, acc);
+    } else {
+        int64_t bs = W->block, ncb = (cols + bs - 1) / bs, srow[4];
+        for (int r = 0; r < 4; r++) srow[r] = (W->scale_row0 + rows[r]) / bs * ncb;
+        for (int64_t cb = 0; cb < ncb; cb++) {
+            int64_t c0 = cb * bs, c1 = c0 + bs < cols ? c0 + bs : cols;
+            float m[4];
+            int finite = 1;
+            vf mult[4];
+            for (int r = 0; r < 4; r++) {
+                m[r] = scale_at(W, srow[r] + cb) * 0x1p8f;
+                finite &= fabsf(m[r]) <= FLT_MAX; /* false for inf and NaN scales */
+                mult[r] = vset1(m[r]);
+            }
+            if (finite) {
+                tile_span(T, dt, wr, c0, c1, x, xs, mult, acc);
+            } else {
+                /* A scale >= 2^120 (or NaN) does not fit the folded multiplier: do this
+                 * block element by element. Never taken for real checkpoints. */
+                for (int t = 0; t < T; t++)
+                    for (int r = 0; r < 4; r++) {
+                        const uint8_t *p = (const uint8_t *)wr[r];
+                        float s = scale_at(W, srow[r] + cb), a = 0.0f;
+                        for (int64_t c = c0; c < c1; c++) a += x[t * xs + c] * (cpu_fp8_lut[p[c]] * s);
+                        extra[t * 4 + r] += a;
+                    }
+            }
+        }
+    }
+    UNROLL(4)
+    for (int t = 0; t < T; t++) {
+        vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
+        for (int r = 0; r < 4; r++) out[t * 4 + r] += extra[t * 4 + r];
+    }
+}
+
+#if TMAX >= 4
+#define TILE_CASES(dt, T, ...) switch (T) { \
+    case 1: mat_tile_T(1, dt, __VA_ARGS__); break; case 2: mat_tile_T(2, dt, __VA_ARGS__); break; \
+    case 3: mat_tile_T(3, dt, __VA_ARGS__); break; default: mat_tile_T(4, dt, __VA_ARGS__); break; }
+#else
+#define TILE_CASES(dt, T, ...) switch (T) { \
+    case 1: mat_tile_T(1, dt, __VA_ARGS__); break; default: mat_tile_T(2, dt, __VA_ARGS__); break; }
+#endif
+
+static TGT void mat_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+    for (int t0 = 0; t0 < T; t0 += TMAX) {
+        int tt = T - t0 < TMAX ? T - t0 : TMAX;
+        const float *xt = x + t0 * xs;
+        float *o = out + t0 * 4;
+        switch (W->dtype) {
+        case CI_F32: TILE_CASES(CI_F32, tt, W, rows, xt, xs, o); break;
+        case CI_BF16: TILE_CASES(CI_BF16, tt, W, rows, xt, xs, o); break;
+        case CI_F16: TILE_CASES(CI_F16, tt, W, rows, xt, xs, o); break;
+        case CI_F8_E4M3: TILE_CASES(CI_F8_E4M3, tt, W, rows, xt, xs, o); break;
+        default: for (int i = 0; i < tt * 4; i++) o[i] = NAN;
+        }
+    }
+}
+
+AI void f32_tile_T(const int T, const float *const w[4], int64_t kc, const float *x, int64_t xs, float *out) {
+    vf acc[TMAX][4];
+    UNROLL(4)
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
+    tile_span(T, CI_F32, (const void *const *)w, 0, kc, x, xs, NULL, acc);
+    UNROLL(4)
+    for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
+}
+
+static TGT void f32_tile(const float *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
+    for (int t0 = 0; t0 < T; t0 += TMAX) {
+        int tt = T - t0 < TMAX ? T - t0 : TMAX;
+        const float *xt = x + t0 * xs;
+        float *o = out + t0 * 4;
+        switch (tt) {
+        case 1: f32_tile_T(1, w, kc, xt, xs, o); break;
+#if TMAX >= 4
+        case 2: f32_tile_T(2, w, kc, xt, xs, o); break;
+        case 3: f32_tile_T(3, w, kc, xt, xs, o); break;
+        default: f32_tile_T(4, w, kc, xt, xs, o); break;
+#else
+        default: f32_tile_T(2, w, kc, xt, xs, o); break;
+#endif
+        }
+    }
+}
+
+/* dst = row[c0..c1) converted; fp8 spans are cut at column-block edges. */
+AI void convert_span(const int dt, const void *row, int64_t c0, int64_t c1, vf mult, float *dst) {
+    int64_t k = c0;
+    for (; k + VL <= c1; k += VL) {
+        vf w = wload(dt, row, k);
+        if (dt == CI_F8_E4M3) w = vmul(w, mult);
+        vst(dst + (k - c0), w);
+    }
+    if (k < c1) {
+        vf w = wload_part(dt, row, k, (int)(c1 - k));
+        if (dt == CI_F8_E4M3) w = vmul(w, mult);
+        xstore_part(dst + (k - c0), w, (int)(c1 - k));
+    }
+}
+
+static TGT void row_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {
+    int64_t cols = W->cols;
+    switch (W->dtype) {
+    case CI_F32: memcpy(dst, (const float *)W->data + r * cols + c0, (size_t)(c1 - c0) * sizeof(float)); break;
+    case CI_BF16: convert_span(CI_BF16, (const uint16_t *)W->data + r * cols, c0, c1, vzero(), dst); break;
+    case CI_F16: convert_span(CI_F16, (const uint16_t *)W->data + r * cols, c0, c1, vzero(), dst); break;
+    case CI_F8_E4M3: {
+        const uint8_t *row = (const uint8_t *)W->data + r * cols;
+        int64_t bs = W->scale && W->block > 0 ? W->block : cols;
+        int64_t ncb = (cols + bs - 1) / bs;
+        for (int64_t c = c0; c < c1;) {
+            int64_t cb = c / bs, end = (cb + 1) * bs < c1 ? (cb + 1) * bs : c1;
+            float s = W->scale && W->block > 0 ? scale_at(W, (W->scale_row0 + r) / bs * ncb + cb) : 1.0f;
+            float m = s * 0x1p8f;
+            if (fabsf(m) <= FLT_MAX) {
+                convert_span(CI_F8_E4M3, row, c, end, vset1(m), dst + (c - c0));
+            } else {
+                for (int64_t i = c; i < end; i++) dst[i - c0] = cpu_fp8_lut[row[i]] * s;
+            }
+            c = end;
+        }
+        break;
+    }
+    default:
+        for (int64_t c = c0; c < c1; c++) dst[c - c0] = NAN;
+    }
+}
+
+static TGT float sumsq(const float *x, int64_t n) {
+    vf a0 = vzero(), a1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * VL <= n; i += 2 * VL) {
+        vf u = vld(x + i), v = vld(x + i + VL);
+        a0 = vfma(u, u, a0);
+        a1 = vfma(v, v, a1);
+    }
+    for (; i < n; i += VL) {
+        vf u = i + VL <= n ? vld(x + i) : xload_part(x + i, (int)(n - i));
+        a0 = vfma(u, u, a0);
+    }
+    return vhsum(vadd(a0, a1));
+}
+
+static TGT void scale_mul(float *out, const float *x, const float *w, float s, int64_t n) {
+    vf sv = vset1(s);
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf v = vmul(vld(x + i), sv);
+        if (w) v = vmul(v, vld(w + i));
+        vst(out + i, v);
+    }
+    for (; i < n; i++) out[i] = w ? x[i] * s * w[i] : x[i] * s;
+}
+
+/* silu(g) * u with silu(g) = g / (1 + exp(-g)); vexp is within a few ulps of expf. */
+static TGT void swiglu(float *g, const float *u, int64_t n) {
+    vf one = vset1(1.0f), zero = vzero();
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf gv = vld(g + i);
+        vf e = vexp(vsub(zero, gv));
+        vst(g + i, vmul(vdiv(gv, vadd(one, e)), vld(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static TGT void add(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) vst(y + i, vadd(vld(y + i), vld(x + i)));
+    for (; i < n; i++) y[i] += x[i];
+}
+
+static TGT float vmaxf(const float *s, int L) {
+    vf mv = vset1(-INFINITY);
+    int j = 0;
+    for (; j + VL <= L; j += VL) mv = vmax(mv, vld(s + j));
+    float m = vhmax(mv);
+    for (; j < L; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+static TGT float exp_sum(float *s, int L, float m) {
+    vf sum = vzero(), msub = vset1(m);
+    int j = 0;
+    for (; j + VL <= L; j += VL) {
+        vf e = vexp(vsub(vld(s + j), msub));
+        vst(s + j, e);
+        sum = vadd(sum, e);
+    }
+    float tot = vhsum(sum);
+    for (; j < L; j++) {
+        s[j] = expf(s[j] - m);
+        tot += s[j];
+    }
+    return tot;
+}
+
+/* For nq <= 4 query rows: o_h[0..NV*VL) += sum_j p_h[j] v_j, with NV (compile-time)
+ * vectors per row. Each value vector is loaded once for all nq rows; NQ*NV <= 16
+ * accumulators stay in registers while the L value rows stream past. */
+AI void wsum_tile(const int NQ, const int NV, float *o, int64_t os, const float *p, int64_t ps, const float *v,
+                  int64_t stride, int L) {
+    vf a[4][4];
+    UNROLL(4)
+    for (int h = 0; h < NQ; h++) {
+        UNROLL(4)
+        for (int c = 0; c < NV; c++) a[h][c] = vzero();
+    }
+    for (int j = 0; j < L; j++) {
+        const float *vj = v + (int64_t)j * stride;
+        vf vv[4];
+        UNROLL(4)
+        for (int c = 0; c < NV; c++) vv[c] = vld(vj + c * VL);
+        UNROLL(4)
+        for (int h = 0; h < NQ; h++) {
+            vf ph = vset1(p[h * ps + j]);
+            UNROLL(4)
+            for (int c = 0; c < NV; c++) a[h][c] = vfma(ph, vv[c], a[h][c]);
+        }
+    }
+    UNROLL(4)
+    for (int h = 0; h < NQ; h++) {
+        UNROLL(4)
+        for (int c = 0; c < NV; c++) vst(o + h * os + c * VL, vadd(vld(o + h * os + c * VL), a[h][c]));
+    }
+}
+
+#define WSUM_NV(NQ, nv, ...) switch (nv) { \
+    case 1: wsum_tile(NQ, 1, __VA_ARGS__); break; case 2: wsum_tile(NQ, 2, __VA_ARGS__); break; \
+    case 3: wsum_tile(NQ, 3, __VA_ARGS__); break; default: wsum_tile(NQ, 4, __VA_ARGS__); break; }
+
+/* Column chunks of up to 4 vectors; a final partial vector (hd not a multiple of VL)
+ * goes through the stack buffer. With 4 rows and hd = 128 on AVX-512 that is two passes
+ * over the (L2-resident) value block, each at full FMA rate. */
+static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
+                          int L, int hd) {
+    int i0 = 0;
+    for (; i0 + VL <= hd;) {
+        int nv = (hd - i0) / VL < 4 ? (hd - i0) / VL : 4;
+        switch (nq) {
+        case 1: WSUM_NV(1, nv, o + i0, os, p, ps, v + i0, stride, L); break;
+        case 2: WSUM_NV(2, nv, o + i0, os, p, ps, v + i0, stride, L); break;
+        case 3: WSUM_NV(3, nv, o + i0, os, p, ps, v + i0, stride, L); break;
+        default: WSUM_NV(4, nv, o + i0, os, p, ps, v + i0, stride, L); break;
+        }
+        i0 += nv * VL;
+    }
+    if (i0 < hd) {
+        int tail = hd - i0;
+        for (int h = 0; h < nq; h++) {
+            vf a = vzero();
+            for (int j = 0; j < L; j++)
+                a = vfma(vset1(p[h * ps + j]), xload_part(v + (int64_t)j * stride + i0, tail), a);
+            xstore_part(o + h * os + i0, vadd(xload_part(o + h * os + i0, tail), a), tail);
+        }
+    }
+}
+
+const cpu_kernels KTABLE = {
+    .name = KNAME,
+    .mat_tile = mat_tile,
+    .f32_tile = f32_tile,
+    .row_f32 = row_f32,
+    .sumsq = sumsq,
+    .scale_mul = scale_mul,
+    .swiglu = swiglu,
+    .add = add,
+    .vmax = vmaxf,
+    .exp_sum = exp_sum,
+    .attn_wsum = attn_wsum,
+};
