@@ -1,6 +1,21 @@
-/* qwen3_next.c — the QWEN3_NEXT (qwen3_next): gated DeltaNet + gated attention + MoE, fused in_proj_qkvz / in_proj_ba.
- * Registered so that loading names this family; the forward path is not written yet. */
-#include "registry.h"
+/* qwen3_next.c — the QWEN3_NEXT family (model_type "qwen3_next"): gated DeltaNet layers with
+ * the fused in_proj_qkvz / in_proj_ba (grouped per key head), output-gated attention with
+ * partial RoPE, and a MoE in the layers where (l+1) % decoder_sparse_step == 0 and l is not
+ * in mlp_only_layers (SwiGLU of intermediate_size elsewhere): softmax top-k renormalised iff
+ * norm_topk_prob, plus a sigmoid-gated shared expert. Hub checkpoints store per-expert
+ * tensors and the older config dialect (rope_theta, partial_rotary_factor at top level,
+ * full_attention_interval). See models/qwen_hybrid.h. */
+#include "qwen_hybrid.h"
 
-const ci_family fam_qwen3_next = { "qwen3_next", (const char *const[]){ "qwen3_next", NULL },
-                            "gated DeltaNet layers not implemented yet", NULL };
+static int qwen3_next_load(ci_model *m, char *err, size_t errlen) {
+    qh_opts o = { .layout = DN_FUSED, .mlp = QH_MLP_MOE_SPARSE };
+    return qh_load(m, &o, err, errlen);
+}
+
+static const ci_family_ops qwen3_next_ops = {
+    .load = qwen3_next_load, .unload = qh_unload,
+    .session_init = qh_session_init, .session_free = qh_session_free,
+    .forward = qh_forward, .cache_bytes_per_token = qh_cache_bytes_per_token,
+};
+
+const ci_family fam_qwen3_next = { "qwen3_next", (const char *const[]){ "qwen3_next", NULL }, NULL, &qwen3_next_ops };

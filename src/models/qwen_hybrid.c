@@ -1,0 +1,472 @@
+/* qwen_hybrid.c — see qwen_hybrid.h. Shapes follow transformers' Qwen3NextForCausalLM,
+ * Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (and their VL wrappers' language model).
+ *
+ * Activations are f32 [n, ·] for a chunk of n <= UBATCH tokens; longer prompts run chunk by
+ * chunk through the same cache, so scratch is bounded and allocated once per session. */
+#include "qwen_hybrid.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../io/weights.h"
+#include "../nn/gated_attn.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { UBATCH = 256 };
+
+typedef struct {
+    int linear;                  /* 1: gated DeltaNet, 0: gated attention */
+    float *attn_norm;            /* [D] input_layernorm, 1 + w */
+    dn_layer dn;
+    ga_layer ga;
+    float *ffn_norm;             /* [D] post_attention_layernorm, 1 + w */
+    int is_moe;
+    ci_mat wg, wu;               /* dense: [ff, D] */
+    ci_mat wd;                   /* dense: [D, ff] */
+    moe_block moe;
+} qh_layer;
+
+typedef struct {
+    int D, n_layers, vocab, ff;
+    float eps;
+    qh_opts opts;
+    dn_mode mode;
+    ci_mat embed;                /* [vocab, D] */
+    ci_mat lm_head;              /* [vocab, D]; = embed when tied */
+    float *final_norm;           /* [D] 1 + w */
+    qh_layer *layers;            /* [n_layers] */
+    rope_table rope;
+    const dn_layer *any_dn;      /* first of each kind, for scratch sizing */
+    const ga_layer *any_ga;
+    const moe_block *any_moe;
+    ci_mat *expert_mats;         /* owned array behind every layer's expert views */
+    float **owned;
+    int n_owned;
+} qh_model;
+
+typedef struct {
+    ci_cache cache;              /* per layer: K/V rows or DeltaNet state */
+    float *x, *xn, *y;           /* [UBATCH, D] */
+    float *g, *u;                /* [UBATCH, ff] dense MLP */
+    float *last;                 /* [D] */
+    int32_t *pos;                /* [UBATCH] */
+    dn_scratch dn;
+    ga_scratch ga;
+    moe_scratch moe;
+} qh_cache;
+
+/* ---- hyper-parameters ----------------------------------------------------------------- */
+
+/* Layer kinds from layer_types, else full_attention_interval (default 4). */
+static int read_layer_kinds(const ci_config *c, const char *fam, int n_layers, unsigned char *linear, char *err,
+                            size_t errlen) {
+    const json_t *lt = json_object_get(c->text, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int)json_array_size(lt) < n_layers)
+            return ci_err(err, errlen, "%s: %s: layer_types must list at least num_hidden_layers (%d) entries", c->path,
+                          fam, n_layers);
+        for (int l = 0; l < n_layers; l++) {
+            const char *s = json_string_value(json_array_get(lt, (size_t)l));
+            if (s && (!strcmp(s, "linear_attention") || !strcmp(s, "linear"))) linear[l] = 1;
+            else if (s && (!strcmp(s, "full_attention") || !strcmp(s, "attention"))) linear[l] = 0;
+            else
+                return ci_err(err, errlen, "%s: %s: layer_types[%d] = '%s' is not linear_attention or full_attention",
+                              c->path, fam, l, s ? s : "(not a string)");
+        }
+        return 0;
+    }
+    long long every = 4;
+    if (cfg_int(c, "full_attention_interval", 0, 1, 1 << 16, &every, err, errlen)) return -1;
+    for (int l = 0; l < n_layers; l++) linear[l] = (l + 1) % every != 0;
+    return 0;
+}
+
+/* partial_rotary_factor defaults to 0.25 in these families (transformers' configs). */
+static int has_partial_rotary(const ci_config *c) {
+    if (json_object_get(c->text, "partial_rotary_factor")) return 1;
+    const char *blk[2] = { "rope_parameters", "rope_scaling" };
+    for (int i = 0; i < 2; i++) {
+        const json_t *o = json_object_get(c->text, blk[i]);
+        if (o && json_is_object(o) && json_object_get(o, "partial_rotary_factor")) return 1;
+    }
+    return 0;
+}
+
+/* Which MLP each layer has, and the MoE prototype. */
+static int read_mlp(ci_model *m, qh_model *d, moe_block *proto, unsigned char *sparse, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    const char *fam = m->family->name;
+    memset(proto, 0, sizeof *proto);
+    if (d->opts.mlp == QH_MLP_DENSE) {
+        if (!d->ff) return ci_err(err, errlen, "%s: %s: required key 'intermediate_size' is missing", c->path, fam);
+        return 0;
+    }
+    long long E = 0, K = 0, I = 0, SI = 0, step = 1;
+    int norm = 1;
+    const char *ekey = json_object_get(c->text, "num_experts") ? "num_experts" : "num_local_experts";
+    if (cfg_int(c, ekey, 1, 1, 1 << 16, &E, err, errlen) ||
+        cfg_int(c, "num_experts_per_tok", 1, 1, 1 << 16, &K, err, errlen) ||
+        cfg_int(c, "moe_intermediate_size", 1, 1, 1 << 20, &I, err, errlen) ||
+        cfg_int(c, "shared_expert_intermediate_size", 1, 0, 1 << 20, &SI, err, errlen))
+        return -1;
+    if (K > E) return ci_err(err, errlen, "%s: %s: num_experts_per_tok %lld exceeds num_experts %lld", c->path, fam, K, E);
+    proto->n_experts = (int)E;
+    proto->top_k = (int)K;
+    proto->hidden = d->D;
+    proto->inter = (int)I;
+    proto->router = MOE_SOFTMAX;
+    proto->norm_topk_prob = 1;
+    proto->routed_scaling = 1.0f;
+    proto->n_group = proto->topk_group = 1;
+    proto->shared_inter = (int)SI;
+    if (d->opts.mlp == QH_MLP_MOE_ALL) {
+        for (int l = 0; l < d->n_layers; l++) sparse[l] = 1;
+        return 0;
+    }
+    if (cfg_int(c, "decoder_sparse_step", 0, 1, 1 << 16, &step, err, errlen) || cfg_bool(c, "norm_topk_prob", &norm, err, errlen))
+        return -1;
+    proto->norm_topk_prob = norm;
+    for (int l = 0; l < d->n_layers; l++) sparse[l] = (l + 1) % step == 0;
+    const json_t *only = json_object_get(c->text, "mlp_only_layers");
+    if (only && !json_is_null(only)) {
+        if (!json_is_array(only))
+            return ci_err(err, errlen, "%s: %s: mlp_only_layers must be a list of layer indices", c->path, fam);
+        size_t i;
+        json_t *v;
+        json_array_foreach(only, i, v) {
+            if (!json_is_integer(v))
+                return ci_err(err, errlen, "%s: %s: mlp_only_layers must be a list of layer indices", c->path, fam);
+            long long l = json_integer_value(v);
+            if (l >= 0 && l < d->n_layers) sparse[l] = 0;
+        }
+    }
+    for (int l = 0; l < d->n_layers; l++)
+        if (!sparse[l] && !d->ff)
+            return ci_err(err, errlen, "%s: %s: layer %d is dense but 'intermediate_size' is missing", c->path, fam, l);
+    return 0;
+}
+
+/* The name prefix of the language model's tensors, and of lm_head. */
+static void find_prefix(const st_set *st, const char **pre, const char **head) {
+    *pre = "model.";
+    *head = "lm_head";
+    if (!st) return;
+    if (st_find(st, "model.language_model.embed_tokens.weight")) *pre = "model.language_model.";
+    else if (st_find(st, "language_model.model.embed_tokens.weight")) {
+        *pre = "language_model.model.";
+        *head = "language_model.lm_head";
+    }
+}
+
+/* HF checkpoints store (1+w) norms as w; mlx-lm's sanitize adds the 1 and turns the conv
+ * weight into [C, K, 1]. The first DeltaNet conv weight tells which form this is. */
+static float norm_shift(const st_set *st, const char *pre, const unsigned char *linear, int n_layers, int K) {
+    if (!st) return 1.0f;
+    for (int l = 0; l < n_layers; l++) {
+        if (!linear[l]) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%slayers.%d.linear_attn.conv1d.weight", pre, l);
+        const ci_tensor *t = st_find(st, name);
+        if (t && t->ndim == 3 && t->shape[1] == K && t->shape[2] == 1 && K != 1) return 0.0f;
+        break;
+    }
+    return 1.0f;
+}
+
+/* ---- load ----------------------------------------------------------------------------- */
+
+int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    const char *fam = m->family->name;
+    qh_model *d = calloc(1, sizeof *d);
+    if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
+    m->impl = d;
+    d->opts = *o;
+    d->mode = DN_AUTO;
+    d->D = (int)c->hidden_size;
+    d->n_layers = (int)c->n_layers;
+    d->vocab = (int)c->vocab_size;
+    d->ff = (int)c->intermediate_size;
+    d->eps = (float)c->rms_eps;
+    if (!c->n_heads) return ci_err(err, errlen, "%s: %s: required key 'num_attention_heads' is missing", c->path, fam);
+    int Hh = (int)c->n_heads, KV = c->n_kv_heads ? (int)c->n_kv_heads : Hh;
+    if (Hh % KV)
+        return ci_err(err, errlen, "%s: %s: num_attention_heads %d is not a multiple of num_key_value_heads %d", c->path,
+                      fam, Hh, KV);
+    int hd = c->head_dim ? (int)c->head_dim : d->D / Hh;
+    long long hk, hv, dk, dv, K = 4;
+    if (cfg_int(c, "linear_num_key_heads", 1, 1, 1 << 12, &hk, err, errlen) ||
+        cfg_int(c, "linear_num_value_heads", 1, 1, 1 << 12, &hv, err, errlen) ||
+        cfg_int(c, "linear_key_head_dim", 1, 1, 1 << 12, &dk, err, errlen) ||
+        cfg_int(c, "linear_value_head_dim", 1, 1, 1 << 12, &dv, err, errlen) ||
+        cfg_int(c, "linear_conv_kernel_dim", 0, 1, 64, &K, err, errlen))
+        return -1;
+    if (hv % hk)
+        return ci_err(err, errlen, "%s: %s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld",
+                      c->path, fam, hv, hk);
+    int flag = 0;
+    if (cfg_bool(c, "attention_bias", &flag, err, errlen)) return -1;
+    if (flag) return ci_err(err, errlen, "%s: %s: attention_bias=true is not implemented yet", c->path, fam);
+    flag = 1;
+    if (cfg_bool(c, "attn_output_gate", &flag, err, errlen)) return -1;
+    if (!flag) return ci_err(err, errlen, "%s: %s: attn_output_gate=false is not supported", c->path, fam);
+    const char *act = cj_get_str(c->text, "hidden_act");
+    if (act && strcmp(act, "silu"))
+        return ci_err(err, errlen, "%s: %s: hidden_act '%s' is not supported (silu)", c->path, fam, act);
+    ci_rope_cfg rcfg = c->rope;
+    if (!has_partial_rotary(c)) rcfg.partial_rotary_factor = 0.25;
+    if (rope_init(&d->rope, &rcfg, hd, fam, err, errlen)) return -1;
+
+    d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
+    unsigned char *linear = calloc((size_t)d->n_layers, 1), *sparse = calloc((size_t)d->n_layers, 1);
+    if (!d->layers || !linear || !sparse) { free(linear); free(sparse); return ci_err(err, errlen, "%s: out of memory", fam); }
+    moe_block proto;
+    int rc_ = read_layer_kinds(c, fam, d->n_layers, linear, err, errlen);
+    if (!rc_) rc_ = read_mlp(m, d, &proto, sparse, err, errlen);
+    int n_sparse = 0;
+    for (int l = 0; l < d->n_layers; l++) n_sparse += sparse[l];
+    if (!rc_ && n_sparse) {
+        d->expert_mats = calloc((size_t)n_sparse * proto.n_experts * 3, sizeof(ci_mat));
+        if (!d->expert_mats) rc_ = ci_err(err, errlen, "%s: out of memory", fam);
+    }
+    w_binder b;
+    if (!rc_ && w_init(&b, m->st, fam, d->n_layers)) rc_ = ci_err(err, errlen, "%s", b.err);
+    if (rc_) { free(linear); free(sparse); return -1; }
+
+    const char *pre, *head;
+    find_prefix(m->st, &pre, &head);
+    const float shift = norm_shift(m->st, pre, linear, d->n_layers, (int)K);
+    const int D = d->D;
+    ci_mat *em = d->expert_mats;
+    char base[256];
+    w_embed(&b, &d->embed, d->vocab, D, "%sembed_tokens", pre);
+    for (int l = 0; l < d->n_layers; l++) {
+        qh_layer *L = &d->layers[l];
+        L->linear = linear[l];
+        w_vec(&b, &L->attn_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%slayers.%d.input_layernorm.weight", pre, l);
+        if (L->linear) {
+            dn_layer *N = &L->dn;
+            N->hidden = D; N->hk = (int)hk; N->hv = (int)hv; N->dk = (int)dk; N->dv = (int)dv; N->conv_k = (int)K;
+            N->eps = d->eps;
+            N->layout = o->layout;
+            snprintf(base, sizeof base, "%slayers.%d.linear_attn", pre, l);
+            dn_bind(&b, N, base);
+            if (!d->any_dn) d->any_dn = N;
+        } else {
+            ga_layer *A = &L->ga;
+            A->hidden = D; A->n_heads = Hh; A->n_kv = KV; A->hd = hd; A->eps = d->eps;
+            A->scale = 1.0f / sqrtf((float)hd);
+            snprintf(base, sizeof base, "%slayers.%d.self_attn", pre, l);
+            ga_bind(&b, A, base, shift);
+            if (!d->any_ga) d->any_ga = A;
+        }
+        w_vec(&b, &L->ffn_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%slayers.%d.post_attention_layernorm.weight", pre, l);
+        snprintf(base, sizeof base, "%slayers.%d.mlp", pre, l);
+        if (sparse[l]) {
+            moe_block *M = &L->moe;
+            L->is_moe = 1;
+            *M = proto;
+            M->w_gate = em;
+            M->w_up = em + proto.n_experts;
+            M->w_down = em + 2 * proto.n_experts;
+            em += 3 * proto.n_experts;
+            w_mat(&b, &M->gate, W_REQUIRED, proto.n_experts, D, "%s.gate", base);
+            w_experts(&b, M->w_gate, M->w_up, M->w_down, proto.n_experts, proto.top_k, proto.inter, D, base);
+            if (M->shared_inter) {
+                w_mat(&b, &M->sh_gate, W_REQUIRED, M->shared_inter, D, "%s.shared_expert.gate_proj", base);
+                w_mat(&b, &M->sh_up, W_REQUIRED, M->shared_inter, D, "%s.shared_expert.up_proj", base);
+                w_mat(&b, &M->sh_down, W_REQUIRED, D, M->shared_inter, "%s.shared_expert.down_proj", base);
+                w_mat(&b, &M->sh_router, W_REQUIRED, 1, D, "%s.shared_expert_gate", base);
+            }
+            if (!d->any_moe) d->any_moe = M;
+        } else {
+            w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "%s.gate_proj", base);
+            w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "%s.up_proj", base);
+            w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "%s.down_proj", base);
+        }
+    }
+    free(linear);
+    free(sparse);
+    w_vec(&b, &d->final_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%snorm.weight", pre);
+    if (c->tie_embeddings) {
+        /* transformers ties lm_head to the embedding; a stored copy is ignored as it does */
+        d->lm_head = d->embed;
+        snprintf(base, sizeof base, "%s.weight", head);
+        w_claim(&b, base);
+        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+    } else {
+        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "%s", head);
+    }
+    int rc = w_finish(&b, err, errlen);
+    d->owned = b.owned;
+    d->n_owned = b.n_owned;
+    m->n_params = b.n_params;
+    memcpy(m->bytes_by_dtype, b.bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = b.decode_bytes;
+    if (!m->st) { /* record mode: hand the specs to the caller through the model */
+        m->specs = b.specs;
+        m->n_specs = b.n_specs;
+        b.specs = NULL;
+    }
+    w_done(&b);
+    return rc;
+}
+
+void qh_unload(ci_model *m) {
+    qh_model *d = m->impl;
+    if (!d) return;
+    if (d->layers)
+        for (int l = 0; l < d->n_layers; l++) dn_layer_free(&d->layers[l].dn);
+    w_owned_free(d->owned, d->n_owned);
+    rope_free(&d->rope);
+    free(d->expert_mats);
+    free(d->layers);
+    free(d);
+    m->impl = NULL;
+}
+
+void qh_set_deltanet_mode(ci_model *m, dn_mode mode) {
+    if (!m->impl || m->family->ops->forward != qh_forward) return;
+    ((qh_model *)m->impl)->mode = mode;
+}
+
+size_t qh_cache_bytes_per_token(const ci_model *m) {
+    const qh_model *d = m->impl;
+    size_t b = 0;
+    for (int l = 0; l < d->n_layers; l++)
+        if (!d->layers[l].linear) b += ga_row_floats(&d->layers[l].ga) * sizeof(float);
+    return b;
+}
+
+/* ---- sessions ------------------------------------------------------------------------- */
+
+int qh_session_init(ci_session *s, char *err, size_t errlen) {
+    const qh_model *d = s->m->impl;
+    const char *fam = s->m->family->name;
+    qh_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
+    s->impl = c;
+    cache_part *parts = calloc((size_t)d->n_layers, sizeof *parts);
+    if (!parts) return ci_err(err, errlen, "%s: out of memory", fam);
+    for (int l = 0; l < d->n_layers; l++) {
+        const qh_layer *L = &d->layers[l];
+        if (L->linear) parts[l].state_floats = dn_state_floats(&L->dn);
+        else parts[l].row_floats = ga_row_floats(&L->ga);
+    }
+    int rc = cache_init(&c->cache, d->n_layers, parts, s->max_ctx, fam, err, errlen);
+    free(parts);
+    if (rc) return -1;
+    c->x = malloc((size_t)UBATCH * d->D * sizeof(float));
+    c->xn = malloc((size_t)UBATCH * d->D * sizeof(float));
+    c->y = malloc((size_t)UBATCH * d->D * sizeof(float));
+    c->g = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
+    c->u = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
+    c->last = malloc((size_t)d->D * sizeof(float));
+    c->pos = malloc(UBATCH * sizeof(int32_t));
+    if (!c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
+        (d->any_dn && dn_scratch_init(&c->dn, d->any_dn, UBATCH)) ||
+        (d->any_ga && ga_scratch_init(&c->ga, d->any_ga, UBATCH)) ||
+        (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
+    return 0;
+}
+
+void qh_session_free(ci_session *s) {
+    qh_cache *c = s->impl;
+    if (!c) return;
+    cache_free(&c->cache);
+    free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
+    dn_scratch_free(&c->dn);
+    ga_scratch_free(&c->ga);
+    moe_scratch_free(&c->moe);
+    free(c);
+    s->impl = NULL;
+}
+
+ci_cache *qh_session_cache(ci_session *s) {
+    if (!s || !s->impl || s->m->family->ops->forward != qh_forward) return NULL;
+    return &((qh_cache *)s->impl)->cache;
+}
+
+int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
+    ci_cache *c = qh_session_cache(s);
+    if (!c) return ci_err(err, errlen, "%s: not a gated-DeltaNet session", s->m->family->name);
+    if (cache_restore(c, snap, err, errlen)) return -1;
+    s->pos = c->pos;
+    return 0;
+}
+
+/* ---- forward -------------------------------------------------------------------------- */
+
+static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+    ci_model *m = s->m;
+    const qh_model *d = m->impl;
+    qh_cache *c = s->impl;
+    ci_backend *be = m->be;
+    const int D = d->D, pos0 = s->pos;
+    for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    CI_DUMP(m, "embed", -1, c->x, n, D);
+    for (int l = 0; l < d->n_layers; l++) {
+        const qh_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
+        if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&c->cache, l), c->y, c->xn, n, d->mode);
+        else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&c->cache, l), c->y, c->xn, c->pos, n, pos0);
+        CI_DUMP(m, L->linear ? "linear_attn" : "self_attn", l, c->y, n, D);
+        be->add(be, c->x, c->y, (int64_t)n * D);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+        } else {
+            be->matmul(be, c->g, c->xn, n, &L->wg);
+            be->matmul(be, c->u, c->xn, n, &L->wu);
+            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+            be->matmul(be, c->y, c->g, n, &L->wd);
+        }
+        CI_DUMP(m, "mlp", l, c->y, n, D);
+        be->add(be, c->x, c->y, (int64_t)n * D);
+        CI_DUMP(m, "layer_out", l, c->x, n, D);
+    }
+    if (logits) {
+        if (all_logits) {
+            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, D, d->eps);
+            be->matmul(be, logits, c->xn, n, &d->lm_head);
+        } else {
+            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->final_norm, 1, D, d->eps);
+            be->matmul(be, logits, c->last, 1, &d->lm_head);
+        }
+    }
+    s->pos += n;
+    c->cache.pos = s->pos;
+}
+
+int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const qh_model *d = s->m->impl;
+    qh_cache *c = s->impl;
+    const char *fam = s->m->family->name;
+    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
+    if (s->pos + n > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i,
+                          d->vocab);
+    if (s->pos != c->cache.pos) {
+        /* the recurrent state cannot be rewound: only a reset (pos 0) or a snapshot */
+        if (s->pos != 0)
+            return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
+                          fam, s->pos, c->cache.pos);
+        cache_reset(&c->cache);
+    }
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
+        else if (logits && off + k == n) out = logits;
+        forward_chunk(s, tokens + off, k, out, all_logits);
+    }
+    return 0;
+}

@@ -1,0 +1,385 @@
+/* deltanet.c — see deltanet.h.
+ *
+ * The chunked form (derived for S [Dv, Dk], S k reading the state): inside a chunk of L
+ * tokens with cumulative log decay G_i = g_0 + ... + g_i, write the state after token i as
+ *   S_i = e^{G_i} S_0 + sum_{j<=i} e^{G_i - G_j} u_j k_j^T
+ * where the pseudo-values u_j solve the lower-unitriangular system
+ *   u_i + sum_{j<i} beta_i e^{G_i - G_j} (k_i . k_j) u_j = beta_i v_i - beta_i e^{G_i} S_0 k_i,
+ * i.e. U = T (beta V) - T (beta e^G K) S_0^T with T = (I + A)^-1 (the UT transform). Then
+ *   o_i = e^{G_i} S_0 q_i + sum_{j<=i} e^{G_i - G_j} (q_i . k_j) u_j
+ *   S_L = e^{G_L} S_0 + sum_j e^{G_L - G_j} u_j k_j^T.
+ * Every exponent is G_i - G_j with j <= i, or G_i itself, so all factors are <= 1. The
+ * matrix products (K K^T, Q K^T, T [V | K], [W | Q] S_0^T, P U, U^T K) are backend matmuls
+ * on f32 views of the scratch; T is found by forward substitution in plain C. */
+#include "deltanet.h"
+#include "../core/status.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small vector helpers: 8-wide blocks the compiler can vectorise as written ---------- */
+
+static float dot(const float *a, const float *b, int n) {
+    float acc[8] = { 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) acc[u] += a[i + u] * b[i + u];
+    float s = 0;
+    for (; i < n; i++) s += a[i] * b[i];
+    for (int u = 0; u < 8; u++) s += acc[u];
+    return s;
+}
+
+/* y = a*y + d*x */
+static void scale_axpy(float *y, float a, float d, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) y[i + u] = a * y[i + u] + d * x[i + u];
+    for (; i < n; i++) y[i] = a * y[i] + d * x[i];
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  /* torch's threshold */
+
+static ci_mat f32_view(const float *p, int64_t rows, int64_t cols) {
+    ci_mat m = { 0 };
+    m.data = p;
+    m.dtype = CI_F32;
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+}
+
+static int conv_dim(const dn_layer *L) { return 2 * L->hk * L->dk + L->hv * L->dv; }
+
+size_t dn_state_floats(const dn_layer *L) {
+    return (size_t)(L->conv_k - 1) * (size_t)conv_dim(L) + (size_t)L->hv * (size_t)L->dv * (size_t)L->dk;
+}
+
+/* ---- binding -------------------------------------------------------------------------- */
+
+static int bind_fail(w_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bind_fail(w_binder *b, const char *fmt, ...) {
+    if (b->failed) return -1;
+    b->failed = 1;
+    int o = snprintf(b->err, sizeof b->err, "%s: ", b->family);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err + o, sizeof b->err - (size_t)o, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The depthwise conv weight, [C, 1, K] in HF checkpoints and [C, K, 1] after mlx-lm's
+ * sanitize: the same C x K floats either way. weights.h binds 1-D and 2-D tensors only, so
+ * this one is looked up here, claimed and counted like the binder does, and copied to f32. */
+static int bind_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *name) {
+    *out = NULL;
+    if (b->failed) return -1;
+    float *w = calloc((size_t)(C * K), sizeof *w);
+    if (!w) return bind_fail(b, "out of memory for '%s'", name);
+    *out = w;
+    if (!b->st) { /* record mode: list it as HF writes it */
+        if (b->n_specs == b->cap_specs) {
+            int nc = b->cap_specs ? b->cap_specs * 2 : 256;
+            w_spec *ns = realloc(b->specs, (size_t)nc * sizeof *ns);
+            if (!ns) return bind_fail(b, "out of memory");
+            b->specs = ns;
+            b->cap_specs = nc;
+        }
+        w_spec *s = &b->specs[b->n_specs++];
+        memset(s, 0, sizeof *s);
+        size_t nl = strlen(name);
+        if (nl >= sizeof s->name) nl = sizeof s->name - 1;
+        memcpy(s->name, name, nl);
+        s->name[nl] = 0;
+        s->ndim = 3;
+        s->shape[0] = C; s->shape[1] = 1; s->shape[2] = K;
+        s->kind = W_KIND_MATRIX;
+        return 1;
+    }
+    int i = st_index_of(b->st, name);
+    if (i < 0) return bind_fail(b, "required tensor '%s' is missing from the checkpoint", name);
+    const ci_tensor *t = st_get(b->st, i);
+    int ok = (t->ndim == 3 && t->shape[0] == C && ((t->shape[1] == 1 && t->shape[2] == K) ||
+                                                  (t->shape[1] == K && t->shape[2] == 1))) ||
+             (t->ndim == 2 && t->shape[0] == C && t->shape[1] == K);
+    if (!ok) {
+        char got[128];
+        return bind_fail(b, "tensor '%s' in %s has shape %s, expected [%lld, 1, %lld] (or mlx [%lld, %lld, 1])", name,
+                         st_file_of(b->st, i), ci_shape_str(t->shape, t->ndim, got, sizeof got), (long long)C,
+                         (long long)K, (long long)C, (long long)K);
+    }
+    if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16)
+        return bind_fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
+    for (int64_t e = 0; e < C * K; e++) {
+        if (t->dtype == CI_F32) memcpy(&w[e], (const char *)t->data + 4 * e, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, (const char *)t->data + 2 * e, 2);
+            w[e] = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
+        }
+    }
+    b->claimed[i] = 1;
+    b->n_params += ci_tensor_numel(t);
+    b->bytes_by_dtype[t->dtype] += t->nbytes;
+    b->decode_bytes += t->nbytes;
+    return 1;
+}
+
+int dn_bind(w_binder *b, dn_layer *L, const char *prefix) {
+    const int64_t H = L->hidden, KD = (int64_t)L->hk * L->dk, VD = (int64_t)L->hv * L->dv;
+    if (L->layout == DN_SPLIT) {
+        w_mat(b, &L->qkv, W_REQUIRED, 2 * KD + VD, H, "%s.in_proj_qkv", prefix);
+        w_mat(b, &L->z, W_REQUIRED, VD, H, "%s.in_proj_z", prefix);
+        w_mat(b, &L->b, W_REQUIRED, L->hv, H, "%s.in_proj_b", prefix);
+        w_mat(b, &L->a, W_REQUIRED, L->hv, H, "%s.in_proj_a", prefix);
+    } else {
+        w_mat(b, &L->qkvz, W_REQUIRED, 2 * KD + 2 * VD, H, "%s.in_proj_qkvz", prefix);
+        w_mat(b, &L->ba, W_REQUIRED, 2 * L->hv, H, "%s.in_proj_ba", prefix);
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%.240s.conv1d.weight", prefix);
+    bind_conv(b, &L->conv_w, 2 * KD + VD, L->conv_k, name);
+    w_vec(b, &L->neg_A, W_REQUIRED, L->hv, 0, W_KIND_NORM, "%s.A_log", prefix);
+    w_vec(b, &L->dt_bias, W_REQUIRED, L->hv, 0, W_KIND_BIAS, "%s.dt_bias", prefix);
+    w_vec(b, &L->norm_w, W_REQUIRED, L->dv, 0, W_KIND_NORM, "%s.norm.weight", prefix);
+    w_mat(b, &L->out, W_REQUIRED, H, VD, "%s.out_proj", prefix);
+    if (b->failed) return -1;
+    for (int h = 0; h < L->hv; h++) L->neg_A[h] = -expf(L->neg_A[h]);
+    return 1;
+}
+
+void dn_layer_free(dn_layer *L) {
+    free(L->conv_w);
+    L->conv_w = NULL;
+}
+
+/* ---- scratch -------------------------------------------------------------------------- */
+
+int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n) {
+    memset(s, 0, sizeof *s);
+    s->max_n = max_n;
+    const size_t n = (size_t)max_n, C = (size_t)conv_dim(L), VD = (size_t)L->hv * L->dv, KD = (size_t)L->hk * L->dk;
+    const size_t c = DN_CHUNK, dk = (size_t)L->dk, dv = (size_t)L->dv;
+    size_t proj = L->layout == DN_FUSED ? 2 * KD + 2 * VD + 2 * (size_t)L->hv : 1;
+    s->proj = malloc(n * proj * sizeof(float));
+    s->ext = malloc((n + (size_t)L->conv_k - 1) * C * sizeof(float));
+    s->mix = malloc(n * C * sizeof(float));
+    s->z = malloc(n * VD * sizeof(float));
+    s->b = malloc(n * (size_t)L->hv * sizeof(float));
+    s->a = malloc(n * (size_t)L->hv * sizeof(float));
+    s->o = malloc(n * VD * sizeof(float));
+    s->kq = malloc(2 * c * dk * sizeof(float));
+    s->kkqk = malloc(2 * c * c * sizeof(float));
+    s->T = malloc(c * c * sizeof(float));
+    s->P = malloc(c * c * sizeof(float));
+    s->rhs = malloc((dv + dk) * c * sizeof(float));
+    s->uw = malloc(c * (dv + dk) * sizeof(float));
+    s->wq = malloc(2 * c * dk * sizeof(float));
+    s->rd = malloc(2 * c * dv * sizeof(float));
+    s->ut = malloc(dv * c * sizeof(float));
+    s->kt = malloc(dk * c * sizeof(float));
+    s->ds = malloc(dv * dk * sizeof(float));
+    s->pu = malloc(c * dv * sizeof(float));
+    s->G = malloc(c * sizeof(float));
+    if (!s->proj || !s->ext || !s->mix || !s->z || !s->b || !s->a || !s->o || !s->kq || !s->kkqk || !s->T || !s->P ||
+        !s->rhs || !s->uw || !s->wq || !s->rd || !s->ut || !s->kt || !s->ds || !s->pu || !s->G) {
+        dn_scratch_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void dn_scratch_free(dn_scratch *s) {
+    free(s->proj); free(s->ext); free(s->mix); free(s->z); free(s->b); free(s->a); free(s->o);
+    free(s->kq); free(s->kkqk); free(s->T); free(s->P); free(s->rhs); free(s->uw); free(s->wq);
+    free(s->rd); free(s->ut); free(s->kt); free(s->ds); free(s->pu); free(s->G);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- the recurrence: one pool task per value head over all n tokens ------------------- */
+
+typedef struct {
+    const dn_layer *L;
+    const dn_scratch *s;
+    float *S;              /* [hv, dv, dk] */
+    int n;
+} rec_ctx;
+
+static void rec_head(void *vc, int h) {
+    const rec_ctx *c = vc;
+    const dn_layer *L = c->L;
+    const dn_scratch *s = c->s;
+    const int dk = L->dk, dv = L->dv, hv = L->hv, KD = L->hk * L->dk, C = conv_dim(L), kh = h / (hv / L->hk);
+    float *S = c->S + (size_t)h * dv * dk;
+    for (int t = 0; t < c->n; t++) {
+        const float *row = s->mix + (size_t)t * C;
+        const float *q = row + kh * dk, *k = row + KD + kh * dk, *v = row + 2 * KD + h * dv;
+        const float eg = expf(s->a[t * hv + h]), beta = s->b[t * hv + h], kq = dot(k, q, dk);
+        float *o = s->o + (size_t)t * hv * dv + (size_t)h * dv;
+        for (int i = 0; i < dv; i++) {
+            float *Si = S + (size_t)i * dk;
+            /* with S' = e^g S: delta = beta (v - S' k), S'' = S' + delta k^T, o = S'' q */
+            float d = beta * (v[i] - eg * dot(Si, k, dk));
+            o[i] = eg * dot(Si, q, dk) + d * kq;
+            scale_axpy(Si, eg, d, k, dk);
+        }
+    }
+}
+
+/* ---- the chunked form: one value head, one chunk of L tokens starting at t0 ----------- */
+
+static void chunk_head(ci_backend *be, const dn_layer *L, dn_scratch *s, float *S, int h, int t0, int Lc) {
+    const int dk = L->dk, dv = L->dv, hv = L->hv, KD = L->hk * L->dk, C = conv_dim(L), kh = h / (hv / L->hk);
+    const int W = dv + dk;
+    float *G = s->G;
+    /* gather k rows then q rows; cumulative decay */
+    for (int i = 0; i < Lc; i++) {
+        const float *row = s->mix + (size_t)(t0 + i) * C;
+        memcpy(s->kq + (size_t)i * dk, row + KD + kh * dk, (size_t)dk * sizeof(float));
+        memcpy(s->kq + (size_t)(Lc + i) * dk, row + kh * dk, (size_t)dk * sizeof(float));
+        G[i] = (i ? G[i - 1] : 0.0f) + s->a[(t0 + i) * hv + h];
+    }
+    /* k.k and q.k for every pair: [2L, L] */
+    ci_mat Km = f32_view(s->kq, Lc, dk);
+    be->matmul(be, s->kkqk, s->kq, 2 * Lc, &Km);
+    const float *kk = s->kkqk, *qk = s->kkqk + (size_t)Lc * Lc;
+    /* T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{m<i} A_im T_m;
+     * P = decayed causal q.k (diagonal included) */
+    for (int i = 0; i < Lc; i++) {
+        float *Ti = s->T + (size_t)i * Lc, *Pi = s->P + (size_t)i * Lc;
+        const float beta = s->b[(t0 + i) * hv + h];
+        memset(Ti, 0, (size_t)Lc * sizeof(float));
+        Ti[i] = 1.0f;
+        for (int m = 0; m < i; m++) {
+            float a = beta * expf(G[i] - G[m]) * kk[(size_t)i * Lc + m];
+            scale_axpy(Ti, 1.0f, -a, s->T + (size_t)m * Lc, m + 1);
+        }
+        for (int j = 0; j < Lc; j++) Pi[j] = j <= i ? expf(G[i] - G[j]) * qk[(size_t)i * Lc + j] : 0.0f;
+    }
+    /* rhs [dv + dk, L]: (beta v)^T then (beta e^G k)^T; U0 | W = T rhs^T */
+    for (int j = 0; j < Lc; j++) {
+        const float *row = s->mix + (size_t)(t0 + j) * C;
+        const float *v = row + 2 * KD + h * dv, *k = s->kq + (size_t)j * dk;
+        const float beta = s->b[(t0 + j) * hv + h], bg = beta * expf(G[j]);
+        for (int i = 0; i < dv; i++) s->rhs[(size_t)i * Lc + j] = beta * v[i];
+        for (int i = 0; i < dk; i++) s->rhs[(size_t)(dv + i) * Lc + j] = bg * k[i];
+    }
+    ci_mat R = f32_view(s->rhs, W, Lc);
+    be->matmul(be, s->uw, s->T, Lc, &R);                       /* [L, dv + dk] */
+    /* reads of the state: W S^T and (e^G q) S^T in one product */
+    for (int i = 0; i < Lc; i++) {
+        memcpy(s->wq + (size_t)i * dk, s->uw + (size_t)i * W + dv, (size_t)dk * sizeof(float));
+        const float *q = s->kq + (size_t)(Lc + i) * dk;
+        float e = expf(G[i]), *dst = s->wq + (size_t)(Lc + i) * dk;
+        for (int k = 0; k < dk; k++) dst[k] = e * q[k];
+    }
+    ci_mat Sm = f32_view(S, dv, dk);
+    be->matmul(be, s->rd, s->wq, 2 * Lc, &Sm);                 /* [2L, dv] */
+    /* U = U0 - W S^T, kept transposed [dv, L] */
+    for (int i = 0; i < Lc; i++) {
+        const float *u0 = s->uw + (size_t)i * W, *r = s->rd + (size_t)i * dv;
+        for (int v = 0; v < dv; v++) s->ut[(size_t)v * Lc + i] = u0[v] - r[v];
+    }
+    ci_mat Ut = f32_view(s->ut, dv, Lc);
+    be->matmul(be, s->pu, s->P, Lc, &Ut);                       /* P U: [L, dv] */
+    for (int i = 0; i < Lc; i++) {
+        float *o = s->o + (size_t)(t0 + i) * hv * dv + (size_t)h * dv;
+        const float *r = s->rd + (size_t)(Lc + i) * dv, *pu = s->pu + (size_t)i * dv;
+        for (int v = 0; v < dv; v++) o[v] = r[v] + pu[v];
+    }
+    /* S <- e^{G_L} S + U^T (e^{G_L - G} K) */
+    const float gl = G[Lc - 1];
+    for (int j = 0; j < Lc; j++) {
+        const float e = expf(gl - G[j]), *k = s->kq + (size_t)j * dk;
+        for (int i = 0; i < dk; i++) s->kt[(size_t)i * Lc + j] = e * k[i];
+    }
+    ci_mat Kt = f32_view(s->kt, dk, Lc);
+    be->matmul(be, s->ds, s->ut, dv, &Kt);                      /* [dv, dk] */
+    const float egl = expf(gl);
+    for (int v = 0; v < dv; v++) scale_axpy(S + (size_t)v * dk, egl, 1.0f, s->ds + (size_t)v * dk, dk);
+}
+
+/* ---- the mixer ------------------------------------------------------------------------ */
+
+void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
+                dn_mode mode) {
+    const int hk = L->hk, hv = L->hv, dk = L->dk, dv = L->dv, K = L->conv_k, r = hv / hk;
+    const int KD = hk * dk, VD = hv * dv, C = conv_dim(L);
+    float *window = state, *S = state + (size_t)(K - 1) * C;
+    float *mix_in = s->ext + (size_t)(K - 1) * C;   /* this chunk's pre-conv rows follow the window */
+
+    /* projections into [q | k | v], z, b, a */
+    if (L->layout == DN_SPLIT) {
+        be->matmul(be, mix_in, x, n, &L->qkv);
+        be->matmul(be, s->z, x, n, &L->z);
+        be->matmul(be, s->b, x, n, &L->b);
+        be->matmul(be, s->a, x, n, &L->a);
+    } else {
+        const int PW = 2 * KD + 2 * VD, gw = 2 * dk + 2 * r * dv;
+        float *ba = s->proj + (size_t)n * PW;
+        be->matmul(be, s->proj, x, n, &L->qkvz);
+        be->matmul(be, ba, x, n, &L->ba);
+        for (int t = 0; t < n; t++) {
+            const float *src = s->proj + (size_t)t * PW;
+            float *dst = mix_in + (size_t)t * C;
+            for (int g = 0; g < hk; g++, src += gw) {
+                memcpy(dst + g * dk, src, (size_t)dk * sizeof(float));
+                memcpy(dst + KD + g * dk, src + dk, (size_t)dk * sizeof(float));
+                memcpy(dst + 2 * KD + g * r * dv, src + 2 * dk, (size_t)r * dv * sizeof(float));
+                memcpy(s->z + (size_t)t * VD + g * r * dv, src + 2 * dk + r * dv, (size_t)r * dv * sizeof(float));
+                const float *bs = ba + (size_t)t * 2 * hv + g * 2 * r;
+                for (int j = 0; j < r; j++) {
+                    s->b[t * hv + g * r + j] = bs[j];
+                    s->a[t * hv + g * r + j] = bs[r + j];
+                }
+            }
+        }
+    }
+
+    /* causal depthwise conv + SiLU over the window and this chunk; keep the last K-1 rows */
+    memcpy(s->ext, window, (size_t)(K - 1) * C * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        float *o = s->mix + (size_t)t * C;
+        for (int c = 0; c < C; c++) {
+            const float *w = L->conv_w + (size_t)c * K;
+            float acc = 0;
+            for (int j = 0; j < K; j++) acc += w[j] * s->ext[(size_t)(t + j) * C + c];
+            o[c] = silu(acc);
+        }
+    }
+    memcpy(window, s->ext + (size_t)n * C, (size_t)(K - 1) * C * sizeof(float));
+
+    /* L2-normalise q and k per key head (q also by dk^-0.5); beta and the log decay g */
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < n; t++) {
+        float *row = s->mix + (size_t)t * C;
+        for (int g = 0; g < 2 * hk; g++) {
+            float *p = row + g * dk;
+            float inv = 1.0f / sqrtf(dot(p, p, dk) + 1e-6f) * (g < hk ? qscale : 1.0f);
+            for (int i = 0; i < dk; i++) p[i] *= inv;
+        }
+        for (int h = 0; h < hv; h++) {
+            float *bb = &s->b[t * hv + h], *aa = &s->a[t * hv + h];
+            *bb = 1.0f / (1.0f + expf(-*bb));
+            *aa = L->neg_A[h] * softplus(*aa + L->dt_bias[h]);
+        }
+    }
+
+    /* the core: o [n, hv*dv] */
+    if (mode == DN_RECURRENT || n < 16) {
+        rec_ctx rc = { L, s, S, n };
+        ci_pool_run(be->pool, rec_head, &rc, hv);
+    } else {
+        for (int h = 0; h < hv; h++)
+            for (int t0 = 0; t0 < n; t0 += DN_CHUNK)
+                chunk_head(be, L, s, S + (size_t)h * dv * dk, h, t0, n - t0 < DN_CHUNK ? n - t0 : DN_CHUNK);
+    }
+
+    /* out = out_proj(RMSNorm(o) * silu(z)) */
+    be->rmsnorm(be, s->o, s->o, L->norm_w, n * hv, dv, L->eps);
+    be->swiglu(be, s->z, s->o, (int64_t)n * VD);
+    be->matmul(be, out, s->z, n, &L->out);
+}

@@ -1,0 +1,90 @@
+/* deltanet.h — the gated DeltaNet token mixer of Qwen3-Next and Qwen3.5 (transformers'
+ * Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet).
+ *
+ * Per token x [hidden]:
+ *   mix = [q | k | v] (Hk*Dk, Hk*Dk, Hv*Dv), z [Hv*Dv], b, a [Hv]   (projections of x)
+ *   mix = silu(depthwise causal conv over time, kernel K, no bias)
+ *   q, k = L2-normalised per key head (x * rsqrt(sum x^2 + 1e-6)); q *= Dk^-0.5
+ *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias)          per value head
+ *   value head h reads key head h / (Hv/Hk) (transformers' repeat_interleave)
+ *   S_h [Dv, Dk] (f32): S <- e^g S; delta = beta (v - S k); S <- S + delta k^T; o = S q
+ *   out = out_proj(RMSNorm_w(o) * silu(z))      (per value head over Dv; plain weight w)
+ * Projection layouts: Qwen3.5 has separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a;
+ * Qwen3-Next fuses them into in_proj_qkvz and in_proj_ba, grouped per key head g:
+ * qkvz rows = for g: [q_g (Dk), k_g (Dk), v_g (r*Dv), z_g (r*Dv)], ba rows = for g: [b_g (r),
+ * a_g (r)] with r = Hv/Hk; dn_forward puts them back in the Qwen3.5 order.
+ *
+ * A layer's recurrent state is what the cache keeps for it (dn_state_floats floats):
+ * the conv window (the last K-1 pre-conv rows of [q|k|v], oldest first) followed by S for
+ * every value head. Prompts run the chunked (WY / UT-transform) form, chunks of DN_CHUNK
+ * tokens whose heavy products go through the backend's matmul; single tokens (decode) and
+ * DN_RECURRENT run the token-by-token recurrence. Both give the same result up to f32
+ * rounding. Nothing here allocates after dn_scratch_init. */
+#ifndef CI_DELTANET_H
+#define CI_DELTANET_H
+#include "../backend/backend.h"
+#include "../io/weights.h"
+
+enum { DN_CHUNK = 64 };   /* tokens per chunk of the chunked form */
+
+typedef enum { DN_SPLIT = 0, DN_FUSED = 1 } dn_layout;
+typedef enum { DN_AUTO = 0,       /* chunked for prompts, recurrence for a few tokens */
+               DN_RECURRENT = 1   /* the recurrence for everything (reference, bench) */ } dn_mode;
+
+typedef struct {
+    int hidden, hk, hv, dk, dv, conv_k;   /* hv is a multiple of hk */
+    float eps;                            /* output RMSNorm epsilon */
+    dn_layout layout;
+    ci_mat qkv;            /* SPLIT: [2*hk*dk + hv*dv, hidden] */
+    ci_mat z;              /* SPLIT: [hv*dv, hidden] */
+    ci_mat b, a;           /* SPLIT: [hv, hidden] */
+    ci_mat qkvz;           /* FUSED: [2*hk*dk + 2*hv*dv, hidden], grouped per key head */
+    ci_mat ba;             /* FUSED: [2*hv, hidden], grouped per key head */
+    float *conv_w;         /* [conv_dim, conv_k] owned; tap conv_k-1 is the current token */
+    float *neg_A;          /* [hv] -exp(A_log) (binder-owned, converted at bind) */
+    float *dt_bias;        /* [hv] (binder-owned) */
+    float *norm_w;         /* [dv] output norm weight (binder-owned) */
+    ci_mat out;            /* [hidden, hv*dv] */
+} dn_layer;
+
+/* Scratch for up to max_n tokens of any layer with these dims (sized once per session). */
+typedef struct {
+    int max_n;
+    float *proj;           /* [max_n, proj width] fused projection output */
+    float *ext;            /* [max_n + K - 1, conv_dim] conv window then inputs */
+    float *mix;            /* [max_n, conv_dim] q | k | v after conv + silu + norms */
+    float *z;              /* [max_n, hv*dv] */
+    float *b, *a;          /* [max_n, hv] -> beta, g */
+    float *o;              /* [max_n, hv*dv] */
+    /* chunked form, one (head, chunk) at a time */
+    float *kq;             /* [2C, dk] K rows then Q rows (Q scaled by e^G later) */
+    float *kkqk;           /* [2C, C] k.k then q.k */
+    float *T, *P;          /* [C, C] (I + A)^-1 and the decayed causal q.k */
+    float *rhs;            /* [dv + dk, C] (beta v)^T then (beta e^G k)^T */
+    float *uw;             /* [C, dv + dk] U0 | W */
+    float *wq;             /* [2C, dk] W then e^G q */
+    float *rd;             /* [2C, dv] reads of the state */
+    float *ut;             /* [dv, C] U^T */
+    float *kt;             /* [dk, C] (e^(G_last - G) k)^T */
+    float *ds;             /* [dv, dk] state increment */
+    float *pu;             /* [C, dv] P U */
+    float *G;              /* [C] cumulative log decay */
+} dn_scratch;
+
+/* Floats of cached state per layer: (K-1)*conv_dim + hv*dv*dk. */
+size_t dn_state_floats(const dn_layer *L);
+
+/* Binds the layer's tensors under prefix (e.g. "model.layers.3.linear_attn"). The dims and
+ * layout must be set. The conv weight is accepted as [C, 1, K] (HF) or [C, K, 1] (mlx).
+ * Returns as w_mat: 1, or -1 with the binder's sticky error. */
+int dn_bind(w_binder *b, dn_layer *L, const char *prefix);
+void dn_layer_free(dn_layer *L);
+
+int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n);
+void dn_scratch_free(dn_scratch *s);
+
+/* out[n, hidden] = the mixer over x[n, hidden] (already normed), advancing state. */
+void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
+                dn_mode mode);
+
+#endif
