@@ -20,6 +20,7 @@
 #include "text/tokenizer.h"
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ static const char *USAGE =
     "  inspect     --model DIR\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
+    "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
 
@@ -444,6 +446,78 @@ done:
     return rc;
 }
 
+/* Perplexity of a text file: tokenized without added specials, scored in independent
+ * windows of --window tokens (the first token of a window is not predicted), the first
+ * --max-tokens tokens only. Prints "perplexity P over N tokens". */
+static int cmd_perplexity(int argc, char **argv) {
+    flag fl[] = { {"--model", 1, 0, 0}, {"--file", 1, 0, 0}, {"--window", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
+                  {"--threads", 1, 0, 0}, {0, 0, 0, 0} };
+    int rc = parse_flags("perplexity", argc, argv, fl);
+    if (rc) return rc;
+    const char *dir = need("perplexity", fl, "--model", &rc), *file = need("perplexity", fl, "--file", &rc);
+    if (rc) return rc;
+    long long win = 256, maxn = 1LL << 30;
+    if (find_flag(fl, "--window")->seen && parse_long("perplexity", "--window", find_flag(fl, "--window")->value, 2, 1 << 20, &win)) return 2;
+    if (find_flag(fl, "--max-tokens")->seen && parse_long("perplexity", "--max-tokens", find_flag(fl, "--max-tokens")->value, 2, 1LL << 30, &maxn)) return 2;
+    char err[1024];
+    FILE *f = fopen(file, "rb");
+    if (!f) return die(1, "%s: cannot open: %s", file, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 65536 > cap) {
+            char *nt = realloc(text, cap = cap * 2 + 65536);
+            if (!nt) { free(text); fclose(f); return die(1, "out of memory"); }
+            text = nt;
+        }
+        size_t r = fread(text + len, 1, cap - len, f);
+        len += r;
+        if (!r) break;
+    }
+    fclose(f);
+    tok_tokenizer *tk = NULL;
+    ci_model *m = NULL;
+    ci_session *s = NULL;
+    int *ids = NULL;
+    size_t n = 0;
+    float *lg = NULL;
+    if (tok_load(dir, &tk, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    if (tok_encode(tk, text, len, 0, &ids, &n, err, sizeof err)) { rc = die(1, "%s: %s", file, err); goto done; }
+    if ((long long)n > maxn) n = (size_t)maxn;
+    if (n < 2) { rc = die(1, "%s: fewer than 2 tokens to score", file); goto done; }
+    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) goto done;
+    if ((rc = check_ids(m, ids, (int)n, file))) goto done;
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    if (ci_session_new(m, (int)win, &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    lg = malloc((size_t)win * info.vocab_size * sizeof *lg);
+    if (!lg) { rc = die(1, "out of memory"); goto done; }
+    double nll = 0;
+    long long cnt = 0;
+    for (size_t w = 0; w < n; w += (size_t)win) {
+        int k = (int)(n - w < (size_t)win ? n - w : (size_t)win);
+        ci_session_reset(s);
+        if (ci_forward(s, ids + w, k, lg, 1, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        for (int t = 0; t + 1 < k; t++) {
+            const float *row = lg + (size_t)t * info.vocab_size;
+            double mx = row[0], se = 0;
+            for (int v = 1; v < info.vocab_size; v++) if (row[v] > mx) mx = row[v];
+            for (int v = 0; v < info.vocab_size; v++) se += exp((double)row[v] - mx);
+            nll -= (double)row[ids[w + (size_t)t + 1]] - mx - log(se);
+            cnt++;
+        }
+    }
+    printf("perplexity %.6f over %lld tokens\n", exp(nll / (double)cnt), cnt);
+done:
+    free(lg);
+    free(ids);
+    free(text);
+    ci_session_free(s);
+    ci_model_free(m);
+    tok_free(tk);
+    return rc;
+}
+
 static int cmd_make_random(int argc, char **argv) {
     flag fl[] = { {"--config", 1, 0, 0}, {"--out", 1, 0, 0}, {"--dtype", 1, 0, 0}, {"--seed", 1, 0, 0},
                   {"--layers", 1, 0, 0}, {0, 0, 0, 0} };
@@ -472,7 +546,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "make-random")) return cmd_make_random(argc - 2, argv + 2);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
-    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, tokenize, detokenize)", cmd);
+    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, perplexity, tokenize, detokenize)", cmd);
 }
