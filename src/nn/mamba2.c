@@ -1,0 +1,296 @@
+/* mamba2.c — see mamba2.h.
+ *
+ * Layouts: activations are token-major ([t][channel]); xBC row t holds x (heads × P) then
+ * B (groups × N) then C (groups × N); the SSM state is [head][p][n]; the conv state is the
+ * K-1 inputs before the current chunk, oldest first. Heads of one group are adjacent
+ * (head h reads group h / (Hm/G), as transformers' repeat_interleave), so a group's states
+ * form one [Hm/G * P, N] matrix for the backend's matmul.
+ *
+ * Inner loops run over blocks of VB floats with a scalar tail: plain C that the compiler
+ * vectorises at -O2 (fixed trip counts, restrict pointers). The per-head work of both scan
+ * forms runs over the backend's thread pool, one task per head; matmuls are issued from the
+ * calling thread only (the pool is not re-entrant). */
+#include "mamba2.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    MAMBA2_CHUNK = 64,    /* tokens per SSD chunk (L) */
+    VB = 16               /* floats per vectorisable block */
+};
+
+size_t mamba2_conv_floats(const mamba2_layer *L) { return (size_t)(L->d_conv - 1) * (size_t)L->conv_dim; }
+size_t mamba2_ssm_floats(const mamba2_layer *L) {
+    return (size_t)L->n_heads * (size_t)L->head_dim * (size_t)L->d_state;
+}
+
+void mamba2_scratch_free(mamba2_scratch *s) {
+    free(s->proj); free(s->xbc); free(s->dt); free(s->y);
+    free(s->cg); free(s->bg); free(s->bgt); free(s->cb); free(s->yoff); free(s->xwt); free(s->cs); free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+int mamba2_scratch_init(mamba2_scratch *s, const mamba2_layer *L, int max_n) {
+    memset(s, 0, sizeof *s);
+    s->max_n = max_n;
+    const size_t n = (size_t)max_n, W = (size_t)(L->inner + L->conv_dim + L->n_heads);
+    const size_t C = MAMBA2_CHUNK, G = (size_t)L->n_groups, N = (size_t)L->d_state, HP = (size_t)L->inner;
+    const size_t hpgP = HP / G;
+    s->proj = malloc(n * W * sizeof(float));
+    s->xbc = malloc(n * (size_t)L->conv_dim * sizeof(float));
+    s->dt = malloc(n * (size_t)L->n_heads * sizeof(float));
+    s->y = malloc(n * HP * sizeof(float));
+    s->cg = malloc(G * C * N * sizeof(float));
+    s->bg = malloc(G * C * N * sizeof(float));
+    s->bgt = malloc(G * N * C * sizeof(float));
+    s->cb = malloc(G * C * C * sizeof(float));
+    s->yoff = malloc(C * HP * sizeof(float));
+    s->xwt = malloc(HP * C * sizeof(float));
+    s->cs = malloc((size_t)L->n_heads * C * sizeof(float));
+    s->tmp = malloc(hpgP * N * sizeof(float));
+    if (!s->proj || !s->xbc || !s->dt || !s->y || !s->cg || !s->bg || !s->bgt || !s->cb || !s->yoff || !s->xwt ||
+        !s->cs || !s->tmp) {
+        mamba2_scratch_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- small vector helpers ----------------------------------------------------------- */
+
+/* y[i] += a * x[i] */
+static void axpy(float *restrict y, const float *restrict x, float a, int n) {
+    int i = 0;
+    for (; i + VB <= n; i += VB)
+        for (int k = 0; k < VB; k++) y[i + k] += a * x[i + k];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* One state row of the recurrence: s = a·s + b·B, returns s·C. */
+static float step_row(float *restrict s, const float *restrict B, const float *restrict C, float a, float b, int n) {
+    float acc[VB] = { 0 };
+    int i = 0;
+    for (; i + VB <= n; i += VB)
+        for (int k = 0; k < VB; k++) {
+            float v = a * s[i + k] + b * B[i + k];
+            s[i + k] = v;
+            acc[k] += v * C[i + k];
+        }
+    float t = 0;
+    for (int k = 0; k < VB; k++) t += acc[k];
+    for (; i < n; i++) {
+        float v = a * s[i] + b * B[i];
+        s[i] = v;
+        t += v * C[i];
+    }
+    return t;
+}
+
+static float sumsq(const float *restrict x, int n) {
+    float acc[VB] = { 0 };
+    int i = 0;
+    for (; i + VB <= n; i += VB)
+        for (int k = 0; k < VB; k++) acc[k] += x[i + k] * x[i + k];
+    float t = 0;
+    for (int k = 0; k < VB; k++) t += acc[k];
+    for (; i < n; i++) t += x[i] * x[i];
+    return t;
+}
+
+static float silu(float v) { return v / (1.0f + expf(-v)); }
+
+static ci_mat f32_mat(const float *data, int64_t rows, int64_t cols) {
+    ci_mat m;
+    memset(&m, 0, sizeof m);
+    m.data = data;
+    m.dtype = CI_F32;
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+}
+
+/* Runs fn(ctx, i) for i < n over the backend's pool (inline when it has none). */
+static void par(ci_backend *be, ci_task_fn fn, void *ctx, int n) {
+    if (be->pool && n > 1) ci_pool_run(be->pool, fn, ctx, n);
+    else for (int i = 0; i < n; i++) fn(ctx, i);
+}
+
+/* ---- conv, dt ------------------------------------------------------------------------ */
+
+/* xbc[t] = silu(bias + Σ_k w[k] ⊙ in[t - (K-1) + k]) where in[<0] comes from the conv state;
+ * then the state becomes the last K-1 inputs. proj rows have W floats, xBC at offset I. */
+static void conv_silu(const mamba2_layer *L, float *state, const float *proj, size_t W, float *xbc, int n) {
+    const int C = L->conv_dim, K = L->d_conv, I = L->inner;
+    for (int t = 0; t < n; t++) {
+        float *o = xbc + (size_t)t * C;
+        if (L->conv_b) memcpy(o, L->conv_b, (size_t)C * sizeof(float));
+        else memset(o, 0, (size_t)C * sizeof(float));
+        for (int k = 0; k < K; k++) {
+            int j = t - (K - 1) + k;
+            const float *in = j < 0 ? state + (size_t)(K - 1 + j) * C : proj + (size_t)j * W + I;
+            const float *w = L->conv_w + (size_t)k * C;
+            for (int c0 = 0; c0 < C; c0 += VB) {
+                int m = C - c0 < VB ? C - c0 : VB;
+                if (m == VB)
+                    for (int q = 0; q < VB; q++) o[c0 + q] += w[c0 + q] * in[c0 + q];
+                else
+                    for (int q = 0; q < m; q++) o[c0 + q] += w[c0 + q] * in[c0 + q];
+            }
+        }
+        for (int c = 0; c < C; c++) o[c] = silu(o[c]);
+    }
+    if (K < 2) return;
+    const int keep = K - 1;
+    if (n >= keep) {
+        for (int r = 0; r < keep; r++)
+            memcpy(state + (size_t)r * C, proj + (size_t)(n - keep + r) * W + I, (size_t)C * sizeof(float));
+    } else {
+        memmove(state, state + (size_t)n * C, (size_t)(keep - n) * C * sizeof(float));
+        for (int r = 0; r < n; r++)
+            memcpy(state + (size_t)(keep - n + r) * C, proj + (size_t)r * W + I, (size_t)C * sizeof(float));
+    }
+}
+
+/* dt[t][h] = max(softplus(raw + dt_bias), dt_min); softplus as torch's (x itself above 20). */
+static void make_dt(const mamba2_layer *L, const float *proj, size_t W, float *dt, int n) {
+    const int Hm = L->n_heads, off = L->inner + L->conv_dim;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Hm; h++) {
+            float v = proj[(size_t)t * W + off + h] + L->dt_bias[h];
+            float sp = v > 20.0f ? v : log1pf(expf(v));
+            dt[(size_t)t * Hm + h] = sp < L->dt_min ? L->dt_min : sp;
+        }
+}
+
+/* ---- the recurrence ----------------------------------------------------------------- */
+
+typedef struct {
+    const mamba2_layer *L;
+    mamba2_scratch *s;
+    float *S;             /* [Hm, P, N] */
+    int n, t0, nc;        /* tokens; chunked: this chunk's first token and length */
+} scan_ctx;
+
+static void recurrent_head(void *vctx, int h) {
+    const scan_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    const int P = L->head_dim, N = L->d_state, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
+    const int g = h / (Hm / G);
+    const float a = L->A[h], d = L->D[h];
+    float *S = c->S + (size_t)h * P * N;
+    for (int t = 0; t < c->n; t++) {
+        const float *row = c->s->xbc + (size_t)t * CD;
+        const float *x = row + (size_t)h * P, *B = row + I + (size_t)g * N, *C = row + I + (size_t)(G + g) * N;
+        const float dt = c->s->dt[(size_t)t * Hm + h], da = expf(dt * a);
+        float *y = c->s->y + (size_t)t * I + (size_t)h * P;
+        for (int p = 0; p < P; p++) y[p] = step_row(S + (size_t)p * N, B, C, da, dt * x[p], N) + d * x[p];
+    }
+}
+
+/* ---- chunked SSD -------------------------------------------------------------------- */
+
+/* One head's share of a chunk, after the group products C Bᵀ (cb) and C S0ᵀ (yoff):
+ *   y_t = e^{cs_t} (S0 C_t) + Σ_{s<=t} (C_t·B_s) e^{cs_t - cs_s} dt_s x_s + D x_t
+ *   xwt[p][s] = e^{cs_last - cs_s} dt_s x_s[p]   (the chunk's contribution to the state) */
+static void chunk_head(void *vctx, int h) {
+    const scan_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    mamba2_scratch *s = c->s;
+    const int P = L->head_dim, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
+    const int hpg = Hm / G, g = h / hpg, j = h % hpg, nc = c->nc, t0 = c->t0;
+    const float a = L->A[h], d = L->D[h];
+    float *cs = s->cs + (size_t)h * MAMBA2_CHUNK;
+    float run = 0;
+    for (int t = 0; t < nc; t++) {
+        run += s->dt[(size_t)(t0 + t) * Hm + h] * a;
+        cs[t] = run;
+    }
+    const float *cb = s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK;     /* [nc, nc] */
+    const float *yoff = s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P;       /* [nc, hpg*P] */
+    for (int t = 0; t < nc; t++) {
+        const float *xt = s->xbc + (size_t)(t0 + t) * CD + (size_t)h * P;
+        float *y = s->y + (size_t)(t0 + t) * I + (size_t)h * P;
+        const float *yo = yoff + (size_t)t * hpg * P + (size_t)j * P;
+        const float et = expf(cs[t]);
+        for (int p = 0; p < P; p++) y[p] = et * yo[p] + d * xt[p];
+        for (int u = 0; u <= t; u++) {
+            float m = cb[(size_t)t * nc + u] * expf(cs[t] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
+            axpy(y, s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P, m, P);
+        }
+    }
+    float *xwt = s->xwt + (size_t)h * P * nc;                               /* [P, nc] */
+    for (int u = 0; u < nc; u++) {
+        const float w = expf(cs[nc - 1] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
+        const float *xu = s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P;
+        for (int p = 0; p < P; p++) xwt[(size_t)p * nc + u] = w * xu[p];
+    }
+}
+
+static void scan_chunked(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *S, int n) {
+    const int P = L->head_dim, N = L->d_state, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
+    const int hpg = Hm / G;
+    for (int t0 = 0; t0 < n; t0 += MAMBA2_CHUNK) {
+        const int nc = n - t0 < MAMBA2_CHUNK ? n - t0 : MAMBA2_CHUNK;
+        /* per group: gather B, C (and Bᵀ), then C Bᵀ and C S0ᵀ through the backend */
+        for (int g = 0; g < G; g++) {
+            float *cg = s->cg + (size_t)g * MAMBA2_CHUNK * N, *bg = s->bg + (size_t)g * MAMBA2_CHUNK * N;
+            float *bgt = s->bgt + (size_t)g * N * MAMBA2_CHUNK;
+            for (int t = 0; t < nc; t++) {
+                const float *row = s->xbc + (size_t)(t0 + t) * CD;
+                memcpy(bg + (size_t)t * N, row + I + (size_t)g * N, (size_t)N * sizeof(float));
+                memcpy(cg + (size_t)t * N, row + I + (size_t)(G + g) * N, (size_t)N * sizeof(float));
+                for (int k = 0; k < N; k++) bgt[(size_t)k * nc + t] = bg[(size_t)t * N + k];
+            }
+            ci_mat wb = f32_mat(bg, nc, N);
+            be->matmul(be, s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK, cg, nc, &wb);     /* [nc, nc] */
+            ci_mat ws = f32_mat(S + (size_t)g * hpg * P * N, (int64_t)hpg * P, N);
+            be->matmul(be, s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P, cg, nc, &ws);       /* [nc, hpg*P] */
+        }
+        scan_ctx ctx = { L, s, S, n, t0, nc };
+        par(be, chunk_head, &ctx, Hm);
+        /* S_h = e^{cs_last} S_h + (decay·dt·x)ᵀ B, one matmul per group */
+        for (int g = 0; g < G; g++) {
+            ci_mat wbt = f32_mat(s->bgt + (size_t)g * N * MAMBA2_CHUNK, N, nc);
+            be->matmul(be, s->tmp, s->xwt + (size_t)g * hpg * P * nc, hpg * P, &wbt);       /* [hpg*P, N] */
+            for (int jj = 0; jj < hpg; jj++) {
+                const int h = g * hpg + jj;
+                const float e = expf(s->cs[(size_t)h * MAMBA2_CHUNK + nc - 1]);
+                float *Sh = S + (size_t)h * P * N;
+                const float *th = s->tmp + (size_t)jj * P * N;
+                for (size_t i = 0; i < (size_t)P * N; i++) Sh[i] = e * Sh[i] + th[i];
+            }
+        }
+    }
+}
+
+/* ---- the mixer ---------------------------------------------------------------------- */
+
+void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
+                    float *out, const float *x, int n, mamba2_scan scan) {
+    const int I = L->inner, G = L->n_groups;
+    const size_t W = (size_t)(I + L->conv_dim + L->n_heads);
+    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
+    conv_silu(L, conv_state, s->proj, W, s->xbc, n);
+    make_dt(L, s->proj, W, s->dt, n);
+    if (n == 1 || scan == MAMBA2_SCAN_RECURRENT) {
+        scan_ctx ctx = { L, s, ssm_state, n, 0, 0 };
+        par(be, recurrent_head, &ctx, L->n_heads);
+    } else {
+        scan_chunked(be, L, s, ssm_state, n);
+    }
+    /* gated RMSNorm per group: y ⊙ silu(z), normalised over I/G channels, × norm_w */
+    const int gs = I / G;
+    for (int t = 0; t < n; t++) {
+        float *y = s->y + (size_t)t * I;
+        const float *z = s->proj + (size_t)t * W;
+        for (int i = 0; i < I; i++) y[i] *= silu(z[i]);
+        for (int g = 0; g < G; g++) {
+            float *yg = y + (size_t)g * gs;
+            const float r = 1.0f / sqrtf(sumsq(yg, gs) / (float)gs + L->eps);
+            const float *w = L->norm_w + (size_t)g * gs;
+            for (int i = 0; i < gs; i++) yg[i] = yg[i] * r * w[i];
+        }
+    }
+    be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */
+}

@@ -1,0 +1,84 @@
+/* mamba2.h — the Mamba2 mixer (state-space layer) of Nemotron-H, as transformers 5
+ * NemotronHMamba2Mixer computes it.
+ *
+ *   [z | xBC | dt] = in_proj x                      z [I], xBC [I + 2GN], dt [Hm]
+ *   xBC = silu(causal depthwise conv1d(xBC) + bias) over the last K inputs (conv state:
+ *         the K-1 inputs before this chunk, f32 [K-1, conv_dim], oldest row first)
+ *   x, B, C = split(xBC)                            x [Hm, P], B and C [G, N]
+ *   dt = max(softplus(dt + dt_bias), dt_min);  A = -exp(A_log)
+ *   per head h (group g = h / (Hm/G)):  S_h ← e^{dt·A}·S_h + dt·x_h ⊗ B_g     S_h [P, N]
+ *                                       y_h = S_h C_g + D_h·x_h
+ *   y = gated RMSNorm(y ⊙ silu(z)) per group of I/G channels (weight norm_w), out = out_proj y
+ *
+ * Two ways to run the scan over n tokens, equal up to rounding:
+ *   MAMBA2_SCAN_RECURRENT  the recurrence token by token (always used for n == 1: decode).
+ *   MAMBA2_SCAN_CHUNKED    the chunked SSD form for prefill: within a chunk of L tokens
+ *                          y = (C Bᵀ ∘ decay mask) dt·x + e^{cumsum} C S0ᵀ + D x and the state
+ *                          leaves the chunk as e^{sum} S0 + Σ_s decay_s dt_s x_s ⊗ B_s; the
+ *                          three products per group (C Bᵀ, C S0ᵀ, (decay·dt·x)ᵀ B) run through
+ *                          the backend's matmul, the per-head mask work in plain C.
+ * The dt clamp follows transformers' prefill path (time_step_limit = (time_step_min, inf))
+ * in both forms, so prefill and decode agree (transformers' own single-token path skips it).
+ *
+ * Invariants: the layer's vectors are owned f32 copies (bound by the family), matrices are
+ * borrowed views; the scratch is sized once for max_n tokens and forward allocates nothing;
+ * states are f32 and are only read and written through the pointers passed in. */
+#ifndef CI_MAMBA2_H
+#define CI_MAMBA2_H
+#include "../backend/backend.h"
+#include <stddef.h>
+
+typedef enum { MAMBA2_SCAN_CHUNKED = 0, MAMBA2_SCAN_RECURRENT = 1 } mamba2_scan;
+
+typedef struct {
+    int hidden;            /* model width */
+    int n_heads;           /* Hm */
+    int head_dim;          /* P */
+    int n_groups;          /* G: B/C groups and gated-norm groups */
+    int d_state;           /* N */
+    int d_conv;            /* K */
+    int inner;             /* I = Hm * P */
+    int conv_dim;          /* I + 2 G N */
+    float eps;             /* gated RMSNorm epsilon */
+    float dt_min;          /* dt is clamped below at this (time_step_min) */
+    ci_mat in_proj;        /* [I + conv_dim + Hm, hidden] rows: z | xBC | dt */
+    float *conv_w;         /* [conv_dim, K] depthwise taps; tap K-1 weighs the current token */
+    float *conv_b;         /* [conv_dim], or NULL */
+    float *dt_bias;        /* [Hm] */
+    float *A;              /* [Hm] = -exp(A_log) */
+    float *D;              /* [Hm] */
+    float *norm_w;         /* [I] gated RMSNorm weight */
+    ci_mat out_proj;       /* [hidden, I] */
+} mamba2_layer;
+
+/* Per-session scratch for up to max_n tokens per call. */
+typedef struct {
+    int max_n;
+    float *proj;           /* [max_n, I + conv_dim + Hm] in_proj output */
+    float *xbc;            /* [max_n, conv_dim] after conv + SiLU */
+    float *dt;             /* [max_n, Hm] after softplus and clamp */
+    float *y;              /* [max_n, I] scan output, normed in place */
+    /* chunked SSD, for one chunk of up to MAMBA2_CHUNK tokens (L below) */
+    float *cg, *bg;        /* [G, L, N] C and B of each group, token-major */
+    float *bgt;            /* [G, N, L] B transposed */
+    float *cb;             /* [G, L, L] C Bᵀ */
+    float *yoff;           /* [L, Hm*P] C S0ᵀ of every head */
+    float *xwt;            /* [Hm*P, L] (decay·dt·x)ᵀ of every head */
+    float *cs;             /* [Hm, L] cumulative dt·A */
+    float *tmp;            /* [Hm/G * P, N] one group's new-state term */
+} mamba2_scratch;
+
+/* Floats of the fixed state one layer needs: the conv window and the SSM state. */
+size_t mamba2_conv_floats(const mamba2_layer *L);     /* (K-1) * conv_dim */
+size_t mamba2_ssm_floats(const mamba2_layer *L);      /* Hm * P * N */
+
+int mamba2_scratch_init(mamba2_scratch *s, const mamba2_layer *L, int max_n);
+void mamba2_scratch_free(mamba2_scratch *s);
+
+/* out[n, hidden] = mixer(x[n, hidden]) for n <= s->max_n tokens following the state in
+ * conv_state / ssm_state, which are advanced past them. scan picks the prefill form
+ * (n == 1 always uses the recurrence). out must not alias x. */
+void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
+                    float *out, const float *x, int n, mamba2_scan scan);
+
+#endif
