@@ -32,8 +32,9 @@ size_t lfm2_cache_bytes_per_token(const ci_model *m);
  * a message when the session is not an LFM2 one or memory runs out. Free with
  * cache_snap_free. */
 cache_snap *lfm2_snapshot(const ci_session *s, char *err, size_t errlen);
-/* Puts a snapshot back (into this session or another of the same model and shape, with
- * max_ctx >= the snapshot's position); the session continues from that position. */
+/* Puts a snapshot back (into this session or another of the same model, with max_ctx >=
+ * the snapshot's position); the session continues from that position. Only the cache's
+ * shape is checked: a snapshot of another model with the same layer layout is not caught. */
 int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 /* Tokens per pass through the layers during prefill, 1..LFM2_UBATCH (default LFM2_UBATCH). */
 int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen);
