@@ -157,6 +157,8 @@ static int read_rope(const ci_config *c, ci_rope_cfg *rc, char *err, size_t errl
     if (fa && json_is_object(fa)) rp = fa;
     if (cfg_rope(c, rp, rc, err, errlen)) return -1;
     if (!present(rp, "rope_theta") && !present(c->text, "rope_theta")) rc->theta = 1e6;
+    /* LFM2's default rope rotates the whole head whatever partial_rotary_factor says */
+    if (rc->type == CI_ROPE_DEFAULT) rc->partial_rotary_factor = 1.0;
     return 0;
 }
 
