@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# `make demo`: generate from the default model. Until the embedded trained model exists
-# (models/demo/), this runs the Qwen3 parity fixture (tiny, random weights): the output is
-# token ids, not text, and shows the engine end to end with a fixed seed.
+# `make demo`: text from the embedded demo model (models/demo: a 4.6 M-parameter
+# deepseek_v3-architecture toy trained on fortunes and WordNet glosses; see README), with
+# a fixed seed, and the speed it ran at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model=${CINFER_DEMO_MODEL:-tests/fixtures/qwen3_tied}
-echo "== cinfer inspect --model $model"
-build/cinfer inspect --model "$model"
-echo "== cinfer generate (greedy) from prompt ids 11,12,13,14"
-build/cinfer generate --model "$model" --prompt-ids 11,12,13,14 --max-tokens 24 --ids
-echo "== cinfer generate (temperature 0.8, top-p 0.9, seed 42)"
-build/cinfer generate --model "$model" --prompt-ids 11,12,13,14 --max-tokens 24 --temperature 0.8 --top-p 0.9 --seed 42 --ids
-echo "== cinfer bench"
-build/cinfer bench --model "$model" --prompt-len 64 --gen 64
+model=${CINFER_DEMO_MODEL:-models/demo}
+build/cinfer inspect --model "$model" | sed -n '1,6p'
+for prompt in "The meaning of life is" "A friend in need" "computer: "; do
+  echo
+  echo "== prompt: \"$prompt\" (temperature 0.8, top-p 0.95, seed 42)"
+  printf '%s' "$prompt"
+  build/cinfer generate --model "$model" --prompt "$prompt" --max-tokens 64 --temperature 0.8 --top-p 0.95 \
+    --seed 42 --stats 2>&1
+done
+echo
+build/cinfer bench --model "$model" --prompt-len 128 --gen 64 | sed -n '2,3p'
