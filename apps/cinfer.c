@@ -8,12 +8,15 @@
  *   cinfer inspect  --model DIR
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]
+ *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
+ *   cinfer template --model DIR --request F.json                (apps/cmd_template.c)
  *   cinfer tokenize --model DIR --file F [--add-special]        (apps/cmd_text.c)
  *   cinfer detokenize --model DIR --ids 1,2,3 [--skip-special]  (apps/cmd_text.c)
  *
  * Bad flags, ids out of range and missing files end with one line on stderr and exit
  * status 1 (usage errors 2). */
 #include "cinfer.h"
+#include "cmd_template.h"
 #include "cmd_text.h"
 #include "core/threads.h"
 #include "text/template.h"
@@ -38,6 +41,7 @@ static const char *USAGE =
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
+    "  template    --model DIR --request F.json\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
 
@@ -547,7 +551,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "make-random")) return cmd_make_random(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
-    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, perplexity, tokenize, detokenize)", cmd);
+    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, perplexity, template, tokenize, detokenize)", cmd);
 }
