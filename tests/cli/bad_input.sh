@@ -34,8 +34,10 @@ mk; sed 's/"model_type": "llama"/"model_type": "deepseek_v32"/' $fx/config.json 
 expect_err "family not yet"      "deepseek_v32: DSA attention not implemented yet" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"model_type": "llama"/"model_type": "deepseek_v3_2"/' $fx/config.json >"$TMP/m/config.json"
 expect_err "family alias"        "deepseek_v32: DSA attention" $CINFER inspect --model "$TMP/m"
+mk; sed 's/"model_type": "llama"/"model_type": "deepseek_v4"/' $fx/config.json >"$TMP/m/config.json"
+expect_err "deepseek_v4 refused" "deepseek_v4: hyper-connections" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"model_type": "llama"/"model_type": "nemotron_h"/' $fx/config.json >"$TMP/m/config.json"
-expect_err "nemotron refused"    "nemotron_h: Mamba2" $CINFER inspect --model "$TMP/m"
+expect_err "nemotron config"     "nemotron_h: neither layers_block_type nor hybrid_override_pattern is present" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"rope_type": "llama3"/"rope_type": "warp"/' $fx/config.json >"$TMP/m/config.json"
 expect_err "unknown rope type"   "rope type 'warp' is not supported" $CINFER inspect --model "$TMP/m"
 
