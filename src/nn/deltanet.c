@@ -31,6 +31,30 @@ static float dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* *ra = a.x, *rb = b.x in one pass over x */
+static void dot2(const float *x, const float *a, const float *b, int n, float *ra, float *rb) {
+    float p[8] = { 0 }, q[8] = { 0 };
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) {
+            p[u] += x[i + u] * a[i + u];
+            q[u] += x[i + u] * b[i + u];
+        }
+    float sa = 0, sb = 0;
+    for (; i < n; i++) { sa += x[i] * a[i]; sb += x[i] * b[i]; }
+    for (int u = 0; u < 8; u++) { sa += p[u]; sb += q[u]; }
+    *ra = sa;
+    *rb = sb;
+}
+
+/* y += w * x elementwise */
+static void mul_add(float *y, const float *w, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) y[i + u] += w[i + u] * x[i + u];
+    for (; i < n; i++) y[i] += w[i] * x[i];
+}
+
 /* y = a*y + d*x */
 static void scale_axpy(float *y, float a, float d, const float *x, int n) {
     int i = 0;
@@ -39,7 +63,11 @@ static void scale_axpy(float *y, float a, float d, const float *x, int n) {
     for (; i < n; i++) y[i] = a * y[i] + d * x[i];
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
+/* e^x for a log decay x <= 0, exactly 0 below DN_DECAY_FLOOR: such factors are far below f32
+ * resolution next to the O(1) terms they are added to, and keeping them would feed
+ * subnormal numbers to the kernels (each one a microcode assist, ~100x slower). */
+#define DN_DECAY_FLOOR (-60.0f)
+static float decay(float x) { return x < DN_DECAY_FLOOR ? 0.0f : expf(x); }
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  /* torch's threshold */
 
 static ci_mat f32_view(const float *p, int64_t rows, int64_t cols) {
@@ -73,7 +101,8 @@ static int bind_fail(w_binder *b, const char *fmt, ...) {
 
 /* The depthwise conv weight, [C, 1, K] in HF checkpoints and [C, K, 1] after mlx-lm's
  * sanitize: the same C x K floats either way. weights.h binds 1-D and 2-D tensors only, so
- * this one is looked up here, claimed and counted like the binder does, and copied to f32. */
+ * this one is looked up here, claimed and counted like the binder does, and copied to f32
+ * transposed to [K, C] (the conv then runs over contiguous channels). */
 static int bind_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *name) {
     *out = NULL;
     if (b->failed) return -1;
@@ -114,12 +143,14 @@ static int bind_conv(w_binder *b, float **out, int64_t C, int64_t K, const char 
     if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16)
         return bind_fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
     for (int64_t e = 0; e < C * K; e++) {
-        if (t->dtype == CI_F32) memcpy(&w[e], (const char *)t->data + 4 * e, 4);
+        float v;
+        if (t->dtype == CI_F32) memcpy(&v, (const char *)t->data + 4 * e, 4);
         else {
             uint16_t h;
             memcpy(&h, (const char *)t->data + 2 * e, 2);
-            w[e] = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
+            v = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
         }
+        w[(e % K) * C + e / K] = v;
     }
     b->claimed[i] = 1;
     b->n_params += ci_tensor_numel(t);
@@ -166,6 +197,9 @@ int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n) {
     size_t proj = L->layout == DN_FUSED ? 2 * KD + 2 * VD + 2 * (size_t)L->hv : 1;
     s->proj = malloc(n * proj * sizeof(float));
     s->ext = malloc((n + (size_t)L->conv_k - 1) * C * sizeof(float));
+    s->ones = malloc(C * sizeof(float));
+    if (s->ones)
+        for (size_t i = 0; i < C; i++) s->ones[i] = 1.0f;
     s->mix = malloc(n * C * sizeof(float));
     s->z = malloc(n * VD * sizeof(float));
     s->b = malloc(n * (size_t)L->hv * sizeof(float));
@@ -175,17 +209,23 @@ int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n) {
     s->kkqk = malloc(2 * c * c * sizeof(float));
     s->T = malloc(c * c * sizeof(float));
     s->P = malloc(c * c * sizeof(float));
-    s->rhs = malloc((dv + dk) * c * sizeof(float));
-    s->uw = malloc(c * (dv + dk) * sizeof(float));
-    s->wq = malloc(2 * c * dk * sizeof(float));
-    s->rd = malloc(2 * c * dv * sizeof(float));
-    s->ut = malloc(dv * c * sizeof(float));
     s->kt = malloc(dk * c * sizeof(float));
-    s->ds = malloc(dv * dk * sizeof(float));
+    s->kbt = malloc(dk * c * sizeof(float));
+    s->kdt = malloc(dk * c * sizeof(float));
+    s->vbt = malloc(dv * c * sizeof(float));
+    s->ut = malloc(dv * c * sizeof(float));
+    s->rt = malloc(dv * c * sizeof(float));
+    s->w = malloc(c * dk * sizeof(float));
+    s->og = malloc(c * dv * sizeof(float));
     s->pu = malloc(c * dv * sizeof(float));
+    s->ds = malloc(dv * dk * sizeof(float));
     s->G = malloc(c * sizeof(float));
-    if (!s->proj || !s->ext || !s->mix || !s->z || !s->b || !s->a || !s->o || !s->kq || !s->kkqk || !s->T || !s->P ||
-        !s->rhs || !s->uw || !s->wq || !s->rd || !s->ut || !s->kt || !s->ds || !s->pu || !s->G) {
+    s->beta = malloc(c * sizeof(float));
+    s->cb = malloc(c * sizeof(float));
+    s->cd = malloc(c * sizeof(float));
+    if (!s->proj || !s->ext || !s->ones || !s->mix || !s->z || !s->b || !s->a || !s->o || !s->kq || !s->kkqk || !s->T || !s->P ||
+        !s->kt || !s->kbt || !s->kdt || !s->vbt || !s->ut || !s->rt || !s->w || !s->og || !s->pu || !s->ds || !s->G ||
+        !s->beta || !s->cb || !s->cd) {
         dn_scratch_free(s);
         return -1;
     }
@@ -193,13 +233,34 @@ int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n) {
 }
 
 void dn_scratch_free(dn_scratch *s) {
-    free(s->proj); free(s->ext); free(s->mix); free(s->z); free(s->b); free(s->a); free(s->o);
-    free(s->kq); free(s->kkqk); free(s->T); free(s->P); free(s->rhs); free(s->uw); free(s->wq);
-    free(s->rd); free(s->ut); free(s->kt); free(s->ds); free(s->pu); free(s->G);
+    free(s->proj); free(s->ext); free(s->ones); free(s->mix); free(s->z); free(s->b); free(s->a); free(s->o);
+    free(s->kq); free(s->kkqk); free(s->T); free(s->P); free(s->kt); free(s->kbt); free(s->kdt); free(s->vbt);
+    free(s->ut); free(s->rt); free(s->w); free(s->og); free(s->pu); free(s->ds); free(s->G); free(s->beta);
+    free(s->cb); free(s->cd);
     memset(s, 0, sizeof *s);
 }
 
-/* ---- the recurrence: one pool task per value head over all n tokens ------------------- */
+/* ---- the recurrence ------------------------------------------------------------------ */
+
+/* Tokens [t0, t1) of value head h, one at a time. */
+static void rec_run(const dn_layer *L, const dn_scratch *s, float *S, int h, int t0, int t1) {
+    const int dk = L->dk, dv = L->dv, hv = L->hv, KD = L->hk * L->dk, C = conv_dim(L), kh = h / (hv / L->hk);
+    for (int t = t0; t < t1; t++) {
+        const float *row = s->mix + (size_t)t * C;
+        const float *q = row + kh * dk, *k = row + KD + kh * dk, *v = row + 2 * KD + h * dv;
+        const float eg = decay(s->a[t * hv + h]), beta = s->b[t * hv + h], kq = dot(k, q, dk);
+        float *o = s->o + (size_t)t * hv * dv + (size_t)h * dv;
+        for (int i = 0; i < dv; i++) {
+            float *Si = S + (size_t)i * dk;
+            /* with S' = e^g S: delta = beta (v - S' k), S'' = S' + delta k^T, o = S'' q */
+            float sk, sq;
+            dot2(Si, k, q, dk, &sk, &sq);
+            float d = beta * (v[i] - eg * sk);
+            o[i] = eg * sq + d * kq;
+            scale_axpy(Si, eg, d, k, dk);
+        }
+    }
+}
 
 typedef struct {
     const dn_layer *L;
@@ -210,97 +271,145 @@ typedef struct {
 
 static void rec_head(void *vc, int h) {
     const rec_ctx *c = vc;
-    const dn_layer *L = c->L;
-    const dn_scratch *s = c->s;
-    const int dk = L->dk, dv = L->dv, hv = L->hv, KD = L->hk * L->dk, C = conv_dim(L), kh = h / (hv / L->hk);
-    float *S = c->S + (size_t)h * dv * dk;
-    for (int t = 0; t < c->n; t++) {
-        const float *row = s->mix + (size_t)t * C;
-        const float *q = row + kh * dk, *k = row + KD + kh * dk, *v = row + 2 * KD + h * dv;
-        const float eg = expf(s->a[t * hv + h]), beta = s->b[t * hv + h], kq = dot(k, q, dk);
-        float *o = s->o + (size_t)t * hv * dv + (size_t)h * dv;
-        for (int i = 0; i < dv; i++) {
-            float *Si = S + (size_t)i * dk;
-            /* with S' = e^g S: delta = beta (v - S' k), S'' = S' + delta k^T, o = S'' q */
-            float d = beta * (v[i] - eg * dot(Si, k, dk));
-            o[i] = eg * dot(Si, q, dk) + d * kq;
-            scale_axpy(Si, eg, d, k, dk);
+    rec_run(c->L, c->s, c->S + (size_t)h * c->L->dv * c->L->dk, h, 0, c->n);
+}
+
+/* ---- the chunked form: one value head, one chunk of Lc tokens starting at t0 ---------- */
+
+/* dst[c][r] = src[r][c] for r < rows, c < cols (8x8 blocks: both sides touch few lines). */
+static void transpose(float *dst, int64_t dst_stride, const float *src, int64_t src_stride, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int c0 = 0; c0 < cols; c0 += 8) {
+            int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) dst[(int64_t)c * dst_stride + r] = src[(int64_t)r * src_stride + c];
         }
+}
+
+/* S = e*S + dS, with anything below 1e-30 set to 0: no subnormals into the next chunk's
+ * products (a head whose updates stay ~0 would otherwise decay into them). */
+static void state_update(float *S, float e, const float *dS, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) {
+            float v = e * S[i + u] + dS[i + u];
+            S[i + u] = fabsf(v) < 1e-30f ? 0.0f : v;
+        }
+    for (; i < n; i++) {
+        float v = e * S[i] + dS[i];
+        S[i] = fabsf(v) < 1e-30f ? 0.0f : v;
     }
 }
 
-/* ---- the chunked form: one value head, one chunk of L tokens starting at t0 ----------- */
-
+/* The chunk runs padded to Lp = a multiple of 16 tokens (k = q = v = 0, beta = 0, g = 0 in
+ * the padding, which then adds nothing), so every product's inner dimension suits the
+ * kernels. Seven backend matmuls, all with dk, dv or Lp as the inner dimension:
+ *   [K; Q] K^T -> k.k, q.k          U0^T = (beta V)^T T^T        W = T (beta e^G K)
+ *   R^T = S W^T (state read)        Og = (e^G Q) S^T             PU = P U
+ *   dS = U^T (e^{G_L - G} K) */
 static void chunk_head(ci_backend *be, const dn_layer *L, dn_scratch *s, float *S, int h, int t0, int Lc) {
     const int dk = L->dk, dv = L->dv, hv = L->hv, KD = L->hk * L->dk, C = conv_dim(L), kh = h / (hv / L->hk);
-    const int W = dv + dk;
-    float *G = s->G;
-    /* gather k rows then q rows; cumulative decay */
-    for (int i = 0; i < Lc; i++) {
-        const float *row = s->mix + (size_t)(t0 + i) * C;
-        memcpy(s->kq + (size_t)i * dk, row + KD + kh * dk, (size_t)dk * sizeof(float));
-        memcpy(s->kq + (size_t)(Lc + i) * dk, row + kh * dk, (size_t)dk * sizeof(float));
-        G[i] = (i ? G[i - 1] : 0.0f) + s->a[(t0 + i) * hv + h];
-    }
-    /* k.k and q.k for every pair: [2L, L] */
-    ci_mat Km = f32_view(s->kq, Lc, dk);
-    be->matmul(be, s->kkqk, s->kq, 2 * Lc, &Km);
-    const float *kk = s->kkqk, *qk = s->kkqk + (size_t)Lc * Lc;
-    /* T = (I + A)^-1 by forward substitution, row by row: T_i = e_i - sum_{m<i} A_im T_m;
-     * P = decayed causal q.k (diagonal included) */
-    for (int i = 0; i < Lc; i++) {
-        float *Ti = s->T + (size_t)i * Lc, *Pi = s->P + (size_t)i * Lc;
-        const float beta = s->b[(t0 + i) * hv + h];
-        memset(Ti, 0, (size_t)Lc * sizeof(float));
-        Ti[i] = 1.0f;
-        for (int m = 0; m < i; m++) {
-            float a = beta * expf(G[i] - G[m]) * kk[(size_t)i * Lc + m];
-            scale_axpy(Ti, 1.0f, -a, s->T + (size_t)m * Lc, m + 1);
+    const int Lp = (Lc + 15) / 16 * 16;
+    float *G = s->G, *beta = s->beta;
+    /* gather k rows then q rows, zero-padded; beta; cumulative decay */
+    for (int i = 0; i < Lp; i++) {
+        float *kr = s->kq + (size_t)i * dk, *qr = s->kq + (size_t)(Lp + i) * dk;
+        if (i < Lc) {
+            const float *row = s->mix + (size_t)(t0 + i) * C;
+            memcpy(kr, row + KD + kh * dk, (size_t)dk * sizeof(float));
+            memcpy(qr, row + kh * dk, (size_t)dk * sizeof(float));
+            beta[i] = s->b[(t0 + i) * hv + h];
+            G[i] = (i ? G[i - 1] : 0.0f) + s->a[(t0 + i) * hv + h];
+        } else {
+            memset(kr, 0, (size_t)dk * sizeof(float));
+            memset(qr, 0, (size_t)dk * sizeof(float));
+            beta[i] = 0.0f;
+            G[i] = G[Lc - 1];
         }
-        for (int j = 0; j < Lc; j++) Pi[j] = j <= i ? expf(G[i] - G[j]) * qk[(size_t)i * Lc + j] : 0.0f;
     }
-    /* rhs [dv + dk, L]: (beta v)^T then (beta e^G k)^T; U0 | W = T rhs^T */
-    for (int j = 0; j < Lc; j++) {
-        const float *row = s->mix + (size_t)(t0 + j) * C;
-        const float *v = row + 2 * KD + h * dv, *k = s->kq + (size_t)j * dk;
-        const float beta = s->b[(t0 + j) * hv + h], bg = beta * expf(G[j]);
-        for (int i = 0; i < dv; i++) s->rhs[(size_t)i * Lc + j] = beta * v[i];
-        for (int i = 0; i < dk; i++) s->rhs[(size_t)(dv + i) * Lc + j] = bg * k[i];
+    /* chunk_len keeps G >= DN_CHUNK_DECAY, so e^{G_i - G_j} = e^{G_i} e^{-G_j} without overflow */
+    for (int i = 0; i < Lp; i++) {
+        s->cb[i] = expf(G[i]);
+        s->cd[i] = expf(-G[i]);
     }
-    ci_mat R = f32_view(s->rhs, W, Lc);
-    be->matmul(be, s->uw, s->T, Lc, &R);                       /* [L, dv + dk] */
-    /* reads of the state: W S^T and (e^G q) S^T in one product */
+    ci_mat Km = f32_view(s->kq, Lp, dk);
+    be->matmul(be, s->kkqk, s->kq, 2 * Lp, &Km);               /* [2Lp, Lp] */
+    const float *kk = s->kkqk, *qk = s->kkqk + (size_t)Lp * Lp;
+    /* T = (I + A)^-1, A_im = beta_i e^{G_i - G_m} k_i.k_m (m < i), by forward substitution
+     * row by row (T_i = e_i - sum_{m<i} A_im T_m); P = decayed causal q.k, diagonal included */
+    for (int i = 0; i < Lp; i++) {
+        float *Ti = s->T + (size_t)i * Lp, *Pi = s->P + (size_t)i * Lp;
+        const float *kki = kk + (size_t)i * Lp, *qki = qk + (size_t)i * Lp, bi = beta[i] * s->cb[i];
+        memset(Ti, 0, (size_t)Lp * sizeof(float));
+        Ti[i] = 1.0f;
+        if (bi != 0.0f)
+            for (int m = 0; m < i; m++) scale_axpy(Ti, 1.0f, -bi * s->cd[m] * kki[m], s->T + (size_t)m * Lp, m + 1);
+        for (int j = 0; j <= i; j++) Pi[j] = s->cb[i] * s->cd[j] * qki[j];
+        for (int j = i + 1; j < Lp; j++) Pi[j] = 0.0f;
+    }
+    /* K^T, then (beta e^G K)^T and (e^{G_L - G} K)^T from it; (beta V)^T */
+    transpose(s->kt, Lp, s->kq, dk, Lp, dk);
+    const float gl = G[Lp - 1], egl = s->cb[Lp - 1];
+    for (int j = 0; j < Lp; j++) {      /* (cb, cd) become (beta e^G, e^{G_L - G}) */
+        s->cd[j] *= egl;
+        s->cb[j] *= beta[j];
+    }
+    for (int k = 0; k < dk; k++) {
+        const float *src = s->kt + (size_t)k * Lp;
+        float *b = s->kbt + (size_t)k * Lp, *e = s->kdt + (size_t)k * Lp;
+        for (int j = 0; j < Lp; j++) { b[j] = src[j] * s->cb[j]; e[j] = src[j] * s->cd[j]; }
+    }
+    transpose(s->vbt, Lp, s->mix + (size_t)t0 * C + 2 * KD + h * dv, C, Lc, dv);
+    for (int v = 0; v < dv; v++) {
+        float *r = s->vbt + (size_t)v * Lp;
+        for (int j = 0; j < Lc; j++) r[j] *= beta[j];
+        for (int j = Lc; j < Lp; j++) r[j] = 0.0f;
+    }
+    ci_mat Tm = f32_view(s->T, Lp, Lp), Kb = f32_view(s->kbt, dk, Lp);
+    be->matmul(be, s->ut, s->vbt, dv, &Tm);                    /* U0^T [dv, Lp] */
+    be->matmul(be, s->w, s->T, Lp, &Kb);                       /* W [Lp, dk] */
+    /* U^T = U0^T - S W^T */
+    ci_mat Wm = f32_view(s->w, Lp, dk), Sm = f32_view(S, dv, dk);
+    be->matmul(be, s->rt, S, dv, &Wm);                         /* [dv, Lp] */
+    for (size_t i = 0; i < (size_t)dv * Lp; i++) s->ut[i] -= s->rt[i];
+    /* o = (e^G Q) S^T + P U */
+    float *qg = s->kq + (size_t)Lp * dk;
     for (int i = 0; i < Lc; i++) {
-        memcpy(s->wq + (size_t)i * dk, s->uw + (size_t)i * W + dv, (size_t)dk * sizeof(float));
-        const float *q = s->kq + (size_t)(Lc + i) * dk;
-        float e = expf(G[i]), *dst = s->wq + (size_t)(Lc + i) * dk;
-        for (int k = 0; k < dk; k++) dst[k] = e * q[k];
+        const float e = expf(G[i]);
+        for (int k = 0; k < dk; k++) qg[(size_t)i * dk + k] *= e;
     }
-    ci_mat Sm = f32_view(S, dv, dk);
-    be->matmul(be, s->rd, s->wq, 2 * Lc, &Sm);                 /* [2L, dv] */
-    /* U = U0 - W S^T, kept transposed [dv, L] */
-    for (int i = 0; i < Lc; i++) {
-        const float *u0 = s->uw + (size_t)i * W, *r = s->rd + (size_t)i * dv;
-        for (int v = 0; v < dv; v++) s->ut[(size_t)v * Lc + i] = u0[v] - r[v];
-    }
-    ci_mat Ut = f32_view(s->ut, dv, Lc);
-    be->matmul(be, s->pu, s->P, Lc, &Ut);                       /* P U: [L, dv] */
+    ci_mat Um = f32_view(s->ut, dv, Lp);
+    be->matmul(be, s->og, qg, Lp, &Sm);                        /* [Lp, dv] */
+    be->matmul(be, s->pu, s->P, Lp, &Um);                      /* [Lp, dv] */
     for (int i = 0; i < Lc; i++) {
         float *o = s->o + (size_t)(t0 + i) * hv * dv + (size_t)h * dv;
-        const float *r = s->rd + (size_t)(Lc + i) * dv, *pu = s->pu + (size_t)i * dv;
-        for (int v = 0; v < dv; v++) o[v] = r[v] + pu[v];
+        const float *a = s->og + (size_t)i * dv, *b = s->pu + (size_t)i * dv;
+        for (int v = 0; v < dv; v++) o[v] = a[v] + b[v];
     }
     /* S <- e^{G_L} S + U^T (e^{G_L - G} K) */
-    const float gl = G[Lc - 1];
-    for (int j = 0; j < Lc; j++) {
-        const float e = expf(gl - G[j]), *k = s->kq + (size_t)j * dk;
-        for (int i = 0; i < dk; i++) s->kt[(size_t)i * Lc + j] = e * k[i];
-    }
-    ci_mat Kt = f32_view(s->kt, dk, Lc);
-    be->matmul(be, s->ds, s->ut, dv, &Kt);                      /* [dv, dk] */
-    const float egl = expf(gl);
-    for (int v = 0; v < dv; v++) scale_axpy(S + (size_t)v * dk, egl, 1.0f, s->ds + (size_t)v * dk, dk);
+    ci_mat Kd = f32_view(s->kdt, dk, Lp);
+    be->matmul(be, s->ds, s->ut, dv, &Kd);                     /* [dv, dk] */
+    (void)gl;
+    state_update(S, egl, s->ds, dv * dk);
 }
+
+/* The next chunk of head h from token t0: up to DN_CHUNK tokens, fewer when the decay
+ * accumulated inside would pass DN_CHUNK_DECAY (every factor of a chunk is then at least
+ * e^DN_CHUNK_DECAY, so products of them with small values stay normal numbers). */
+#define DN_CHUNK_DECAY (-40.0f)
+static int chunk_len(const dn_scratch *s, int hv, int h, int t0, int n) {
+    float G = 0;
+    int L = 0;
+    while (L < DN_CHUNK && t0 + L < n) {
+        G += s->a[(t0 + L) * hv + h];
+        if (L > 0 && G < DN_CHUNK_DECAY) break;
+        L++;
+    }
+    return L;
+}
+
+/* Shorter chunks than this (fast-decaying heads) run the recurrence instead. */
+#define DN_MIN_CHUNK 16
 
 /* ---- the mixer ------------------------------------------------------------------------ */
 
@@ -343,12 +452,10 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
     memcpy(s->ext, window, (size_t)(K - 1) * C * sizeof(float));
     for (int t = 0; t < n; t++) {
         float *o = s->mix + (size_t)t * C;
-        for (int c = 0; c < C; c++) {
-            const float *w = L->conv_w + (size_t)c * K;
-            float acc = 0;
-            for (int j = 0; j < K; j++) acc += w[j] * s->ext[(size_t)(t + j) * C + c];
-            o[c] = silu(acc);
-        }
+        memset(o, 0, (size_t)C * sizeof(float));
+        for (int j = 0; j < K; j++)      /* tap j of every channel: row j of conv_w */
+            mul_add(o, L->conv_w + (size_t)j * C, s->ext + (size_t)(t + j) * C, C);
+        be->swiglu(be, o, s->ones, C);   /* silu(o) * 1 */
     }
     memcpy(window, s->ext + (size_t)n * C, (size_t)(K - 1) * C * sizeof(float));
 
@@ -374,8 +481,12 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
         ci_pool_run(be->pool, rec_head, &rc, hv);
     } else {
         for (int h = 0; h < hv; h++)
-            for (int t0 = 0; t0 < n; t0 += DN_CHUNK)
-                chunk_head(be, L, s, S + (size_t)h * dv * dk, h, t0, n - t0 < DN_CHUNK ? n - t0 : DN_CHUNK);
+            for (int t0 = 0, Lc; t0 < n; t0 += Lc) {
+                float *Sh = S + (size_t)h * dv * dk;
+                Lc = chunk_len(s, hv, h, t0, n);
+                if (Lc >= DN_MIN_CHUNK) chunk_head(be, L, s, Sh, h, t0, Lc);
+                else rec_run(L, s, Sh, h, t0, t0 + Lc);
+            }
     }
 
     /* out = out_proj(RMSNorm(o) * silu(z)) */

@@ -40,7 +40,8 @@ typedef struct {
     ci_mat b, a;           /* SPLIT: [hv, hidden] */
     ci_mat qkvz;           /* FUSED: [2*hk*dk + 2*hv*dv, hidden], grouped per key head */
     ci_mat ba;             /* FUSED: [2*hv, hidden], grouped per key head */
-    float *conv_w;         /* [conv_dim, conv_k] owned; tap conv_k-1 is the current token */
+    float *conv_w;         /* [conv_k, conv_dim] owned (the checkpoint's [conv_dim, conv_k]
+                            * transposed); tap conv_k-1 multiplies the current token */
     float *neg_A;          /* [hv] -exp(A_log) (binder-owned, converted at bind) */
     float *dt_bias;        /* [hv] (binder-owned) */
     float *norm_w;         /* [dv] output norm weight (binder-owned) */
@@ -52,23 +53,23 @@ typedef struct {
     int max_n;
     float *proj;           /* [max_n, proj width] fused projection output */
     float *ext;            /* [max_n + K - 1, conv_dim] conv window then inputs */
+    float *ones;           /* [conv_dim] 1.0 (SiLU through the backend's swiglu) */
     float *mix;            /* [max_n, conv_dim] q | k | v after conv + silu + norms */
     float *z;              /* [max_n, hv*dv] */
     float *b, *a;          /* [max_n, hv] -> beta, g */
     float *o;              /* [max_n, hv*dv] */
-    /* chunked form, one (head, chunk) at a time */
-    float *kq;             /* [2C, dk] K rows then Q rows (Q scaled by e^G later) */
+    /* chunked form, one (head, chunk) at a time; C = DN_CHUNK, Lp <= C the padded length */
+    float *kq;             /* [2C, dk] K rows then Q rows (Q later scaled by e^G) */
     float *kkqk;           /* [2C, C] k.k then q.k */
     float *T, *P;          /* [C, C] (I + A)^-1 and the decayed causal q.k */
-    float *rhs;            /* [dv + dk, C] (beta v)^T then (beta e^G k)^T */
-    float *uw;             /* [C, dv + dk] U0 | W */
-    float *wq;             /* [2C, dk] W then e^G q */
-    float *rd;             /* [2C, dv] reads of the state */
-    float *ut;             /* [dv, C] U^T */
-    float *kt;             /* [dk, C] (e^(G_last - G) k)^T */
+    float *kt, *kbt, *kdt; /* [dk, C] K^T, (beta e^G K)^T, (e^{G_L - G} K)^T */
+    float *vbt;            /* [dv, C] (beta V)^T */
+    float *ut, *rt;        /* [dv, C] U^T and the state read S W^T */
+    float *w;              /* [C, dk] W = T (beta e^G K) */
+    float *og, *pu;        /* [C, dv] (e^G Q) S^T and P U */
     float *ds;             /* [dv, dk] state increment */
-    float *pu;             /* [C, dv] P U */
-    float *G;              /* [C] cumulative log decay */
+    float *G, *beta;       /* [C] cumulative log decay, beta */
+    float *cb, *cd;        /* [C] beta e^G, e^{G_L - G} */
 } dn_scratch;
 
 /* Floats of cached state per layer: (K-1)*conv_dim + hv*dv*dk. */
