@@ -634,6 +634,14 @@ int nemh_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen
     return 0;
 }
 
+double nemh_scan_seconds(ci_session *s) {
+    if (!s || s->m->family != &fam_nemotron_h || !s->impl) return 0;
+    nh_cache *c = s->impl;
+    double t = c->mamba.scan_seconds;
+    c->mamba.scan_seconds = 0;
+    return t;
+}
+
 int nemh_set_scan(ci_model *m, mamba2_scan scan, char *err, size_t errlen) {
     if (!m || m->family != &fam_nemotron_h || !m->impl) return ci_err(err, errlen, "nemotron_h: not a nemotron_h model");
     if (scan != MAMBA2_SCAN_CHUNKED && scan != MAMBA2_SCAN_RECURRENT)

@@ -14,6 +14,9 @@ ci_cache *nemh_cache(ci_session *s);
 /* Puts a snapshot taken with cache_snapshot(nemh_cache(s)) back and moves the session to
  * its position. */
 int nemh_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
+/* Seconds this session has spent in Mamba2 scans (all layers) since the last call; 0 when
+ * s is not a nemotron_h session. For benchmarks. */
+double nemh_scan_seconds(ci_session *s);
 /* Prefill form of the Mamba2 scan for every later forward of m (default: chunked SSD). */
 int nemh_set_scan(ci_model *m, mamba2_scan scan, char *err, size_t errlen);
 

@@ -14,11 +14,20 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum {
     MAMBA2_CHUNK = 64,    /* tokens per SSD chunk (L) */
     VB = 16               /* floats per vectorisable block */
 };
+
+/* Decay factors e^x with x below this are taken as 0. Every sum they enter also has a
+ * term of weight e^0 (the current token), so the error is below e^-60 relative, far under
+ * f32 rounding; without the cut, fast-forgetting heads fill the chunk products with
+ * denormals (e^-90 and less), which x86 multiplies about a hundred times slower. */
+#define LOG_TINY (-60.0f)
+
+static float decay(float x) { return x < LOG_TINY ? 0.0f : expf(x); }
 
 size_t mamba2_conv_floats(const mamba2_layer *L) { return (size_t)(L->d_conv - 1) * (size_t)L->conv_dim; }
 size_t mamba2_ssm_floats(const mamba2_layer *L) {
@@ -65,6 +74,14 @@ static void axpy(float *restrict y, const float *restrict x, float a, int n) {
     for (; i + VB <= n; i += VB)
         for (int k = 0; k < VB; k++) y[i + k] += a * x[i + k];
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y[i] += w[i] * x[i] */
+static void axpy_v(float *restrict y, const float *restrict w, const float *restrict x, int n) {
+    int i = 0;
+    for (; i + VB <= n; i += VB)
+        for (int k = 0; k < VB; k++) y[i + k] += w[i + k] * x[i + k];
+    for (; i < n; i++) y[i] += w[i] * x[i];
 }
 
 /* One state row of the recurrence: s = a·s + b·B, returns s·C. */
@@ -118,30 +135,41 @@ static void par(ci_backend *be, ci_task_fn fn, void *ctx, int n) {
 
 /* ---- conv, dt ------------------------------------------------------------------------ */
 
-/* xbc[t] = silu(bias + Σ_k w[k] ⊙ in[t - (K-1) + k]) where in[<0] comes from the conv state;
- * then the state becomes the last K-1 inputs. proj rows have W floats, xBC at offset I. */
-static void conv_silu(const mamba2_layer *L, float *state, const float *proj, size_t W, float *xbc, int n) {
+/* xbc[t] = silu(bias + Σ_k w[k] ⊙ in[t - (K-1) + k]) where in[<0] comes from the conv state
+ * (read only here; conv_shift advances it afterwards). One task per CONV_BLOCK channels.
+ * proj rows have W floats, xBC at offset I. */
+typedef struct {
+    const mamba2_layer *L;
+    const float *state, *proj;
+    size_t W;
+    float *xbc;
+    int n;
+} conv_ctx;
+
+enum { CONV_BLOCK = 256 };
+
+static void conv_block(void *vctx, int blk) {
+    const conv_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
     const int C = L->conv_dim, K = L->d_conv, I = L->inner;
-    for (int t = 0; t < n; t++) {
-        float *o = xbc + (size_t)t * C;
-        if (L->conv_b) memcpy(o, L->conv_b, (size_t)C * sizeof(float));
-        else memset(o, 0, (size_t)C * sizeof(float));
+    const int c0 = blk * CONV_BLOCK, m = C - c0 < CONV_BLOCK ? C - c0 : CONV_BLOCK;
+    for (int t = 0; t < c->n; t++) {
+        float *o = c->xbc + (size_t)t * C + c0;
+        if (L->conv_b) memcpy(o, L->conv_b + c0, (size_t)m * sizeof(float));
+        else memset(o, 0, (size_t)m * sizeof(float));
         for (int k = 0; k < K; k++) {
             int j = t - (K - 1) + k;
-            const float *in = j < 0 ? state + (size_t)(K - 1 + j) * C : proj + (size_t)j * W + I;
-            const float *w = L->conv_w + (size_t)k * C;
-            for (int c0 = 0; c0 < C; c0 += VB) {
-                int m = C - c0 < VB ? C - c0 : VB;
-                if (m == VB)
-                    for (int q = 0; q < VB; q++) o[c0 + q] += w[c0 + q] * in[c0 + q];
-                else
-                    for (int q = 0; q < m; q++) o[c0 + q] += w[c0 + q] * in[c0 + q];
-            }
+            const float *in = (j < 0 ? c->state + (size_t)(K - 1 + j) * C : c->proj + (size_t)j * c->W + I) + c0;
+            axpy_v(o, L->conv_w + (size_t)k * C + c0, in, m);
         }
-        for (int c = 0; c < C; c++) o[c] = silu(o[c]);
+        for (int q = 0; q < m; q++) o[q] = silu(o[q]);
     }
-    if (K < 2) return;
-    const int keep = K - 1;
+}
+
+/* The conv state becomes the last K-1 inputs of (state ‖ this chunk's inputs). */
+static void conv_shift(const mamba2_layer *L, float *state, const float *proj, size_t W, int n) {
+    const int C = L->conv_dim, keep = L->d_conv - 1, I = L->inner;
+    if (keep < 1) return;
     if (n >= keep) {
         for (int r = 0; r < keep; r++)
             memcpy(state + (size_t)r * C, proj + (size_t)(n - keep + r) * W + I, (size_t)C * sizeof(float));
@@ -212,16 +240,17 @@ static void chunk_head(void *vctx, int h) {
         const float *xt = s->xbc + (size_t)(t0 + t) * CD + (size_t)h * P;
         float *y = s->y + (size_t)(t0 + t) * I + (size_t)h * P;
         const float *yo = yoff + (size_t)t * hpg * P + (size_t)j * P;
-        const float et = expf(cs[t]);
+        const float et = decay(cs[t]);
         for (int p = 0; p < P; p++) y[p] = et * yo[p] + d * xt[p];
         for (int u = 0; u <= t; u++) {
+            if (cs[t] - cs[u] < LOG_TINY) continue;
             float m = cb[(size_t)t * nc + u] * expf(cs[t] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
             axpy(y, s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P, m, P);
         }
     }
     float *xwt = s->xwt + (size_t)h * P * nc;                               /* [P, nc] */
     for (int u = 0; u < nc; u++) {
-        const float w = expf(cs[nc - 1] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
+        const float w = decay(cs[nc - 1] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
         const float *xu = s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P;
         for (int p = 0; p < P; p++) xwt[(size_t)p * nc + u] = w * xu[p];
     }
@@ -255,7 +284,7 @@ static void scan_chunked(ci_backend *be, const mamba2_layer *L, mamba2_scratch *
             be->matmul(be, s->tmp, s->xwt + (size_t)g * hpg * P * nc, hpg * P, &wbt);       /* [hpg*P, N] */
             for (int jj = 0; jj < hpg; jj++) {
                 const int h = g * hpg + jj;
-                const float e = expf(s->cs[(size_t)h * MAMBA2_CHUNK + nc - 1]);
+                const float e = decay(s->cs[(size_t)h * MAMBA2_CHUNK + nc - 1]);
                 float *Sh = S + (size_t)h * P * N;
                 const float *th = s->tmp + (size_t)jj * P * N;
                 for (size_t i = 0; i < (size_t)P * N; i++) Sh[i] = e * Sh[i] + th[i];
@@ -266,24 +295,26 @@ static void scan_chunked(ci_backend *be, const mamba2_layer *L, mamba2_scratch *
 
 /* ---- the mixer ---------------------------------------------------------------------- */
 
-void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
-                    float *out, const float *x, int n, mamba2_scan scan) {
-    const int I = L->inner, G = L->n_groups;
-    const size_t W = (size_t)(I + L->conv_dim + L->n_heads);
-    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
-    conv_silu(L, conv_state, s->proj, W, s->xbc, n);
-    make_dt(L, s->proj, W, s->dt, n);
-    if (n == 1 || scan == MAMBA2_SCAN_RECURRENT) {
-        scan_ctx ctx = { L, s, ssm_state, n, 0, 0 };
-        par(be, recurrent_head, &ctx, L->n_heads);
-    } else {
-        scan_chunked(be, L, s, ssm_state, n);
-    }
-    /* gated RMSNorm per group: y ⊙ silu(z), normalised over I/G channels, × norm_w */
-    const int gs = I / G;
-    for (int t = 0; t < n; t++) {
-        float *y = s->y + (size_t)t * I;
-        const float *z = s->proj + (size_t)t * W;
+/* Gated RMSNorm of token rows: y ⊙ silu(z), normalised per group of I/G channels, × norm_w.
+ * One task per NORM_ROWS tokens. */
+typedef struct {
+    const mamba2_layer *L;
+    float *y;
+    const float *proj;
+    size_t W;
+    int n;
+} norm_ctx;
+
+enum { NORM_ROWS = 16 };
+
+static void norm_rows(void *vctx, int blk) {
+    const norm_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    const int I = L->inner, G = L->n_groups, gs = I / G;
+    const int t1 = (blk + 1) * NORM_ROWS < c->n ? (blk + 1) * NORM_ROWS : c->n;
+    for (int t = blk * NORM_ROWS; t < t1; t++) {
+        float *y = c->y + (size_t)t * I;
+        const float *z = c->proj + (size_t)t * c->W;
         for (int i = 0; i < I; i++) y[i] *= silu(z[i]);
         for (int g = 0; g < G; g++) {
             float *yg = y + (size_t)g * gs;
@@ -292,5 +323,27 @@ void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, fl
             for (int i = 0; i < gs; i++) yg[i] = yg[i] * r * w[i];
         }
     }
+}
+
+void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
+                    float *out, const float *x, int n, mamba2_scan scan) {
+    const size_t W = (size_t)(L->inner + L->conv_dim + L->n_heads);
+    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
+    conv_ctx cc = { L, conv_state, s->proj, W, s->xbc, n };
+    par(be, conv_block, &cc, (L->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK);
+    conv_shift(L, conv_state, s->proj, W, n);
+    make_dt(L, s->proj, W, s->dt, n);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (n == 1 || scan == MAMBA2_SCAN_RECURRENT) {
+        scan_ctx ctx = { L, s, ssm_state, n, 0, 0 };
+        par(be, recurrent_head, &ctx, L->n_heads);
+    } else {
+        scan_chunked(be, L, s, ssm_state, n);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s->scan_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    norm_ctx nc = { L, s->y, s->proj, W, n };
+    par(be, norm_rows, &nc, (n + NORM_ROWS - 1) / NORM_ROWS);
     be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */
 }

@@ -66,6 +66,7 @@ typedef struct {
     float *xwt;            /* [Hm*P, L] (decay·dt·x)ᵀ of every head */
     float *cs;             /* [Hm, L] cumulative dt·A */
     float *tmp;            /* [Hm/G * P, N] one group's new-state term */
+    double scan_seconds;   /* wall time spent in the scan (both forms), accumulated: benchmarks */
 } mamba2_scratch;
 
 /* Floats of the fixed state one layer needs: the conv window and the SSM state. */
