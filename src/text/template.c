@@ -34,7 +34,7 @@ int tpl_compile(const char *src, size_t len, const char *name, tpl_t **out, char
     int ntoks;
     char msg[512];
     if (tpl_lex(&t->arena, src, len, &toks, &ntoks, msg, sizeof msg) ||
-        tpl_parse(&t->arena, toks, ntoks, &t->body, msg, sizeof msg)) {
+        tpl_parse(&t->arena, toks, ntoks, &t->body, &t->undef, &t->nundef, msg, sizeof msg)) {
         ci_err(err, errlen, "%s, %s", t->name, msg);
         tpl_free(t);
         return -1;
@@ -119,6 +119,7 @@ static int render_dict(const tpl_t *t, tdict *vars, const tpl_opts *o, char **ou
         if (vars->k[i].t != TV_STR) continue;
         r = tpl_scope_set(&c, &root, vars->k[i].u.s->s, tv_ref(vars->v[i]));
     }
+    if (!r) r = tpl_bind_undef(&c, &root, t->undef, t->nundef);
     if (!r) r = tpl_exec(&c, &t->body);
     tpl_scope_free(&root);
     tpl_ctx_release(&c);

@@ -375,7 +375,7 @@ int tpl_percent_format(tctx *c, int line, tv fmt, tv args, tv *out) {
             return tpl_fail(c, line, "unsupported format character '%c'", conv);
         }
     }
-    if (tuple && ai < na) { tbuf_free(&b); return tpl_fail(c, line, "not all arguments converted during string formatting"); }
+    if (ai < na && args.t != TV_DICT && !(args.t == TV_LIST && !args.u.l->tuple) && args.t != TV_UNDEF) { tbuf_free(&b); return tpl_fail(c, line, "not all arguments converted during string formatting"); }
     if (b.over) { tbuf_free(&b); return tpl_fail(c, line, "string too long"); }
     *out = tv_str(b.p ? b.p : "", b.n);
     tbuf_free(&b);
@@ -765,6 +765,7 @@ static int f_int(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *d = targ(a, 0, "default"), *bv = targ(a, 1, "base");
     int64_t base;
     if (int_arg(c, at, bv, 10, &base, "int")) return -1;
+    if (in.t == TV_UNDEF) return tpl_fail_undef(c, LINE, in);
     switch (in.t) {
     case TV_INT: *out = in; return 0;
     case TV_BOOL: *out = tv_int(in.u.b); return 0;
@@ -784,9 +785,9 @@ static int f_int(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
 }
 
 static int f_float(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
-    (void)c; (void)at;
     tv *d = targ(a, 0, "default");
     double f;
+    if (in.t == TV_UNDEF) return tpl_fail_undef(c, LINE, in);
     switch (in.t) {
     case TV_INT: *out = tv_float((double)in.u.i); return 0;
     case TV_BOOL: *out = tv_float(in.u.b); return 0;
@@ -813,6 +814,7 @@ static int f_round(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     if (in.t != TV_INT && in.t != TV_FLOAT && in.t != TV_BOOL) return tpl_fail(c, LINE, "round: a number is required, not %s", tv_pytype(in));
     double v = in.t == TV_FLOAT ? in.u.f : in.t == TV_INT ? (double)in.u.i : in.u.b;
     const char *m = mv && mv->t == TV_STR ? mv->u.s->s : "common";
+    if (!strcmp(m, "common") && in.t != TV_FLOAT && prec >= 0) { *out = tv_int(in.t == TV_INT ? in.u.i : in.u.b); return 0; }
     double sc = pow(10.0, (double)prec);
     double r;
     if (!strcmp(m, "common")) {
@@ -923,6 +925,15 @@ static int f_dictsort(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     return 0;
 }
 
+static int hashable(tv k) {
+    if (k.t == TV_DICT || k.t == TV_NS || k.t == TV_LOOP) return 0;
+    if (k.t == TV_LIST) {
+        if (!k.u.l->tuple) return 0;
+        for (size_t i = 0; i < k.u.l->n; i++) if (!hashable(k.u.l->v[i])) return 0;
+    }
+    return 1;
+}
+
 static int f_unique(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *cs = targ(a, 0, "case_sensitive"), *attr = targ(a, 1, "attribute");
     tlist *l;
@@ -932,6 +943,11 @@ static int f_unique(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     for (size_t i = 0; i < l->n && !r; i++) {
         tv k;
         if ((r = sort_key(c, at, l->v[i], attr, cs && tv_truthy(*cs), &k))) break;
+        if (!hashable(k)) {
+            r = tpl_fail(c, LINE, "unhashable type: '%s'", tv_pytype(k));
+            tv_decref(k);
+            break;
+        }
         int dup = 0;
         for (size_t j = 0; j < seen->n; j++) if (tv_eq(seen->v[j], k)) { dup = 1; break; }
         if (dup) { tv_decref(k); continue; }
@@ -986,8 +1002,19 @@ static int call_named_filter(tctx *c, const tnode *at, const char *name, tv in, 
     return tpl_call_filter(c, at, idx, in, rest, out);
 }
 
+/* Jinja's map / select family yields nothing for a falsy input (None, 0, "", undefined). */
+static int empty_if_falsy(tctx *c, const tnode *at, tv in, tv *out) {
+    if (tv_truthy(in)) return 0;
+    tlist *l = tlist_new(0);
+    if (!l) return oom(c, at);
+    *out = tv_list(l);
+    return 1;
+}
+
 static int f_map(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *attr = targ(a, -1, "attribute"), *def = targ(a, -1, "default");
+    int e = empty_if_falsy(c, at, in, out);
+    if (e) return e < 0 ? -1 : 0;
     tlist *l;
     if (tpl_to_list(c, at, in, &l)) return -1;
     tlist *res = tlist_new(l->n);
@@ -1012,6 +1039,8 @@ static int f_map(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
 }
 
 static int do_select(tctx *c, const tnode *at, tv in, targs *a, int by_attr, int keep, tv *out) {
+    int e = empty_if_falsy(c, at, in, out);
+    if (e) return e < 0 ? -1 : 0;
     tlist *l;
     if (tpl_to_list(c, at, in, &l)) return -1;
     tlist *res = tlist_new(l->n);
@@ -1054,6 +1083,9 @@ static int f_attr(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
 static int f_indent(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *wv = targ(a, 0, "width"), *fv = targ(a, 1, "first"), *bv = targ(a, 2, "blank");
     tv s, ind;
+    /* Jinja appends "\n" to the value itself, so only strings work */
+    if (in.t == TV_UNDEF) return tpl_fail_undef(c, LINE, in);
+    if (in.t != TV_STR) return tpl_fail(c, LINE, "unsupported operand type(s) for +=: '%s' and 'str'", tv_pytype(in));
     if (str_of(c, at, in, &s)) return -1;
     if (wv && wv->t == TV_STR) ind = tv_ref(*wv);
     else {
@@ -1268,21 +1300,20 @@ static int t_sameas(tctx *c, const tnode *at, tv in, targs *a, int *o) {
     return 0;
 }
 
-static int int_of(tctx *c, const tnode *at, tv in, int64_t *v) {
-    if (in.t == TV_INT) { *v = in.u.i; return 0; }
-    if (in.t == TV_BOOL) { *v = in.u.b; return 0; }
-    if (in.t == TV_UNDEF) return tpl_fail_undef(c, LINE, in);
-    return tpl_fail(c, LINE, "an integer is required, not %s", tv_pytype(in));
+/* Jinja's odd / even / divisibleby: value % n compared with 1 or 0 (Python %, floats too). */
+static int mod_test(tctx *c, const tnode *at, tv in, tv n, int want, int *o) {
+    tv r;
+    if (tpl_arith(c, LINE, OP_MOD, in, n, &r)) return -1;
+    *o = tv_eq(r, tv_int(want));
+    tv_decref(r);
+    return 0;
 }
-static int t_odd(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; int64_t v = 0; if (int_of(c, at, in, &v)) return -1; *o = (v & 1) != 0; return 0; }
-static int t_even(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; int64_t v = 0; if (int_of(c, at, in, &v)) return -1; *o = (v & 1) == 0; return 0; }
+static int t_odd(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; return mod_test(c, at, in, tv_int(2), 1, o); }
+static int t_even(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; return mod_test(c, at, in, tv_int(2), 0, o); }
 static int t_divisibleby(tctx *c, const tnode *at, tv in, targs *a, int *o) {
     tv *d;
-    int64_t v = 0, n = 1;
-    if (arg1(c, at, a, "num", &d) || int_of(c, at, in, &v) || int_of(c, at, *d, &n)) return -1;
-    if (!n) return tpl_fail(c, LINE, "integer division or modulo by zero");
-    *o = v % n == 0;
-    return 0;
+    if (arg1(c, at, a, "num", &d)) return -1;
+    return mod_test(c, at, in, *d, 0, o);
 }
 
 static int case_test(tctx *c, const tnode *at, tv in, int upper, int *o) {
@@ -1292,7 +1323,9 @@ static int case_test(tctx *c, const tnode *at, tv in, int upper, int *o) {
     size_t i = 0;
     while (i < s.u.s->len) {
         int cp = utf8_next(s.u.s->s, s.u.s->len, &i);
-        if (is_cased_upper(cp)) { cased = 1; if (!upper) ok = 0; }
+        int k = utf8proc_get_property(cp)->category;
+        if (k == UTF8PROC_CATEGORY_LT) ok = 0; /* title case is neither, as in CPython */
+        else if (is_cased_upper(cp)) { cased = 1; if (!upper) ok = 0; }
         else if (is_cased_lower(cp)) { cased = 1; if (upper) ok = 0; }
     }
     tv_decref(s);
@@ -1302,16 +1335,17 @@ static int case_test(tctx *c, const tnode *at, tv in, int upper, int *o) {
 static int t_lower(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; return case_test(c, at, in, 0, o); }
 static int t_upper(tctx *c, const tnode *at, tv in, targs *a, int *o) { (void)a; return case_test(c, at, in, 1, o); }
 
-static const struct { const char *name; test_fn fn; } TESTS[] = {
-    {"!=", t_ne}, {"<", t_lt}, {"<=", t_le}, {"==", t_eq}, {">", t_gt}, {">=", t_ge},
-    {"boolean", t_boolean}, {"callable", t_callable}, {"defined", t_defined},
-    {"divisibleby", t_divisibleby}, {"eq", t_eq}, {"equalto", t_eq}, {"escaped", t_escaped},
-    {"even", t_even}, {"false", t_false}, {"float", t_float}, {"ge", t_ge}, {"greaterthan", t_gt},
-    {"gt", t_gt}, {"in", t_in}, {"integer", t_integer}, {"iterable", t_iterable}, {"le", t_le},
-    {"lessthan", t_lt}, {"lower", t_lower}, {"lt", t_lt}, {"mapping", t_mapping}, {"ne", t_ne},
-    {"none", t_none}, {"number", t_number}, {"odd", t_odd}, {"sameas", t_sameas},
-    {"sequence", t_sequence}, {"string", t_string}, {"true", t_true}, {"undefined", t_undefined},
-    {"upper", t_upper},
+/* nargs: how many arguments the test takes after the value (Jinja's signatures). */
+static const struct { const char *name; test_fn fn; int nargs; } TESTS[] = {
+    {"!=", t_ne, 1}, {"<", t_lt, 1}, {"<=", t_le, 1}, {"==", t_eq, 1}, {">", t_gt, 1}, {">=", t_ge, 1},
+    {"boolean", t_boolean, 0}, {"callable", t_callable, 0}, {"defined", t_defined, 0},
+    {"divisibleby", t_divisibleby, 1}, {"eq", t_eq, 1}, {"equalto", t_eq, 1}, {"escaped", t_escaped, 0},
+    {"even", t_even, 0}, {"false", t_false, 0}, {"float", t_float, 0}, {"ge", t_ge, 1}, {"greaterthan", t_gt, 1},
+    {"gt", t_gt, 1}, {"in", t_in, 1}, {"integer", t_integer, 0}, {"iterable", t_iterable, 0}, {"le", t_le, 1},
+    {"lessthan", t_lt, 1}, {"lower", t_lower, 0}, {"lt", t_lt, 1}, {"mapping", t_mapping, 0}, {"ne", t_ne, 1},
+    {"none", t_none, 0}, {"number", t_number, 0}, {"odd", t_odd, 0}, {"sameas", t_sameas, 1},
+    {"sequence", t_sequence, 0}, {"string", t_string, 0}, {"true", t_true, 0}, {"undefined", t_undefined, 0},
+    {"upper", t_upper, 0},
 };
 
 int tpl_test_index(const char *name) {
@@ -1321,6 +1355,8 @@ int tpl_test_index(const char *name) {
 
 int tpl_call_test(tctx *c, const tnode *at, int idx, tv in, targs *a, int *out) {
     if (idx < 0 || idx >= (int)(sizeof TESTS / sizeof *TESTS)) return tpl_fail(c, LINE, "bad test");
+    if (a->npos + a->nkw > TESTS[idx].nargs)
+        return tpl_fail(c, LINE, "test '%s' takes %d argument(s), %d given", TESTS[idx].name, TESTS[idx].nargs, a->npos + a->nkw);
     return TESTS[idx].fn(c, at, in, a, out);
 }
 

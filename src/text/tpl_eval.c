@@ -54,12 +54,20 @@ static int oom(tctx *c, int line) { return tpl_fail(c, line, "out of memory"); }
 
 /* ------------------------------------------------------------------ scopes */
 
-static tv *scope_find(tscope *s, const char *name) {
+/* A frame local that Jinja starts as undefined (see the frame analysis in tpl_parse.c): bound
+ * as SHADOW when the frame is entered, it reads as undefined until the frame assigns it. */
+static union { tstr s; char room[sizeof(tstr) + 8]; } SHADOW = {.s = {{-1, TV_STR}, 0, 0}}; /* immortal "" */
+static int is_shadow(tv v) { return v.t == TV_UNDEF && v.u.s == &SHADOW.s; }
+static tv undef_shadow(void) { tv v = tv_undef(); v.u.s = &SHADOW.s; return v; }
+
+static tv *scope_find_raw(tscope *s, const char *name, tscope **where) {
     for (; s; s = s->parent)
         for (int i = s->n - 1; i >= 0; i--)
-            if (!strcmp(s->names[i], name)) return &s->vals[i];
+            if (!strcmp(s->names[i], name)) { if (where) *where = s; return &s->vals[i]; }
     return NULL;
 }
+
+static tv *scope_find(tscope *s, const char *name) { return scope_find_raw(s, name, NULL); }
 
 /* Binds name in this scope (not a parent), taking the reference. */
 static int scope_set(tctx *c, int line, tscope *s, const char *name, tv v) {
@@ -78,10 +86,35 @@ static int scope_set(tctx *c, int line, tscope *s, const char *name, tv v) {
     return 0;
 }
 
+int tpl_bind_undef(tctx *c, tscope *s, const char *const *names, int n) {
+    for (int i = 0; i < n; i++) if (scope_set(c, 0, s, names[i], undef_shadow())) return -1;
+    return 0;
+}
+
 static void scope_clear(tscope *s) {
+    for (int i = 0; i < s->nowned; i++) {
+        tv m; m.t = TV_MACRO; m.u.m = s->owned[i];
+        s->owned[i]->scope = NULL;
+        tv_decref(m);
+    }
+    free(s->owned);
+    s->owned = NULL; s->nowned = s->capowned = 0;
     for (int i = 0; i < s->n; i++) tv_decref(s->vals[i]);
     free(s->names); free(s->vals);
     s->names = NULL; s->vals = NULL; s->n = s->cap = 0;
+}
+
+static int scope_own(tctx *c, int line, tscope *s, tmacro *m) {
+    if (s->nowned == s->capowned) {
+        int nc = s->capowned ? s->capowned * 2 : 4;
+        tmacro **no = realloc(s->owned, (size_t)nc * sizeof *no);
+        if (!no) return oom(c, line);
+        s->owned = no; s->capowned = nc;
+    }
+    m->h.rc++;
+    m->scope = s;
+    s->owned[s->nowned++] = m;
+    return 0;
 }
 
 int tpl_note_ns(tctx *c, tns *ns) {
@@ -295,6 +328,7 @@ static int do_slice(tctx *c, const tnode *sl, tscope *s, tv obj, tv *out) {
         tbuf_free(&b);
         return out->t == TV_STR ? 0 : oom(c, line);
     }
+    if (obj.t == TV_DICT) return tpl_fail(c, line, "unhashable type: 'slice'");
     *out = tv_undef_hint("'%s' has no element", tv_objrepr(obj));
     return 0;
 }
@@ -373,6 +407,7 @@ static int repeat_seq(tctx *c, int line, tv seq, int64_t k, tv *out) {
 }
 
 static int arith(tctx *c, int line, int op, tv a, tv b, tv *out) {
+    if (op == OP_MOD && a.t == TV_STR) return tpl_percent_format(c, line, a, b, out); /* str % anything */
     if (op == OP_TILDE) {
         tbuf buf = {.limit = c->max_output};
         if (tv_write_str(&buf, a) || tv_write_str(&buf, b)) { tbuf_free(&buf); return tpl_fail(c, line, "string too long"); }
@@ -401,7 +436,11 @@ static int arith(tctx *c, int line, int op, tv a, tv b, tv *out) {
                 *out = tv_int(op == OP_FLOORDIV ? q : m); return 0;
             }
             case OP_POW: {
-                if (y < 0) { *out = tv_float(pow((double)x, (double)y)); return 0; }
+                if (y < 0) {
+                    if (!x) return tpl_fail(c, line, "0.0 cannot be raised to a negative power");
+                    *out = tv_float(pow((double)x, (double)y));
+                    return 0;
+                }
                 int64_t res = 1, base = x;
                 for (int64_t e = y; e > 0; e >>= 1) {
                     if (e & 1) { if (__builtin_mul_overflow(res, base, &res)) goto overflow; }
@@ -425,7 +464,14 @@ static int arith(tctx *c, int line, int op, tv a, tv b, tv *out) {
             *out = tv_float(floor((x - m) / y + 0.5) == (x - m) / y ? (x - m) / y : floor(x / y));
             return 0;
         }
-        case OP_POW: *out = tv_float(pow(x, y)); return 0;
+        case OP_POW: {
+            if (x == 0 && y < 0) return tpl_fail(c, line, "0.0 cannot be raised to a negative power");
+            if (x < 0 && y != floor(y) && isfinite(y)) return tpl_fail(c, line, "a negative number to a fractional power is complex (not supported)");
+            double r = pow(x, y);
+            if (isinf(r) && isfinite(x) && isfinite(y)) return tpl_fail(c, line, "(34, 'Numerical result out of range')");
+            *out = tv_float(r);
+            return 0;
+        }
         }
     }
     if (op == OP_ADD) {
@@ -438,11 +484,12 @@ static int arith(tctx *c, int line, int op, tv a, tv b, tv *out) {
         if ((a.t == TV_STR || a.t == TV_LIST) && (b.t == TV_INT || b.t == TV_BOOL)) return repeat_seq(c, line, a, inum(b), out);
         if ((b.t == TV_STR || b.t == TV_LIST) && (a.t == TV_INT || a.t == TV_BOOL)) return repeat_seq(c, line, b, inum(a), out);
     }
-    if (op == OP_MOD && a.t == TV_STR) return tpl_percent_format(c, line, a, b, out);
     return type_error(c, line, op, a, b);
 overflow:
     return tpl_fail(c, line, "integer overflow");
 }
+
+int tpl_arith(tctx *c, int line, int op, tv a, tv b, tv *out) { return arith(c, line, op, a, b, out); }
 
 static int contains(tctx *c, int line, tv needle, tv hay, int *res) {
     switch (hay.t) {
@@ -536,10 +583,12 @@ static int call_macro(tctx *c, const tnode *at, tmacro *m, targs *a, tv *out) {
     int line = at ? at->line : def->line;
     const char *mname = m->is_caller ? "caller" : def->name;
     if (m->is_caller && !m->scope) return tpl_fail(c, line, "caller() called after its call block ended");
+    /* free names resolve where the macro was defined (a loop body, another macro) while that
+       scope lives, else at the template's top level */
     if (a->npos > def->nnames)
         return tpl_fail(c, line, "macro '%s' takes not more than %d argument(s)", mname, def->nnames);
     if (enter(c, line)) return -1;
-    tscope ms = {.parent = m->is_caller ? m->scope : c->root};
+    tscope ms = {.parent = m->scope ? m->scope : c->root};
     int r = -1;
     char *bound = calloc((size_t)def->nnames + 1, 1);
     if (!bound) { oom(c, line); goto done; }
@@ -561,6 +610,8 @@ static int call_macro(tctx *c, const tnode *at, tmacro *m, targs *a, tv *out) {
         tpl_fail(c, line, "macro '%s' takes no keyword argument '%s'", mname, a->kwn[k]);
         goto done;
     }
+    for (int i = 0; i < def->nnames; i++) /* parameters are locals even before their default is set */
+        if (!bound[i] && scope_set(c, line, &ms, def->names[i], tv_undef_hint("'%s' is undefined", def->names[i]))) goto done;
     for (int i = 0; i < def->nnames; i++) {
         if (bound[i]) continue;
         const tnode *d = def->args2.v[i];
@@ -569,6 +620,7 @@ static int call_macro(tctx *c, const tnode *at, tmacro *m, targs *a, tv *out) {
         else if (eval(c, d, &ms, &v)) goto done;
         if (scope_set(c, line, &ms, def->names[i], v)) goto done;
     }
+    if (tpl_bind_undef(c, &ms, def->assigned, def->nassigned)) goto done;
     r = capture(c, &def->args, &ms, out);
 done:
     free(bound);
@@ -615,6 +667,7 @@ static int eval(tctx *c, const tnode *n, tscope *s, tv *out) {
     case E_LIT: *out = tv_ref(n->val); r = 0; break;
     case E_NAME: {
         tv *v = scope_find(s, n->name);
+        if (v && is_shadow(*v)) { *out = tv_undef_hint("'%s' is undefined", n->name); r = 0; break; }
         if (v) { *out = tv_ref(*v); r = 0; break; }
         if (tpl_global(n->name, out)) { r = 0; break; }
         *out = tv_undef_hint("'%s' is undefined", n->name);
@@ -749,6 +802,16 @@ static int unpack(tctx *c, int line, tscope *s, const tnode *n, tv v) {
     return r;
 }
 
+/* A for loop's else block has its own scope, as in Jinja. */
+static int exec_else(tctx *c, const tnode *n, tscope *s) {
+    if (!n->args2.n) return 0;
+    tscope es = {.parent = s};
+    int r = tpl_bind_undef(c, &es, n->assigned2, n->nassigned2);
+    if (!r) r = exec_body(c, &n->args2, &es);
+    scope_clear(&es);
+    return r;
+}
+
 static int exec_for(tctx *c, const tnode *n, tscope *s) {
     tv it;
     if (eval(c, n->a, s, &it)) return -1;
@@ -773,8 +836,12 @@ static int exec_for(tctx *c, const tnode *n, tscope *s) {
     }
     if (items->n == 0) {
         tv_decref(tv_list(items));
-        return n->args2.n ? exec_body(c, &n->args2, s) : 0;
+        return exec_else(c, n, s);
     }
+    /* Jinja runs the else block unless some iteration reached the end of its body: a loop
+       whose every pass ended in break or continue still runs it (its generated code clears
+       the flag as the body's last statement). Mirrored, since templates rely on Jinja. */
+    int completed = 0;
     tloop *lp = calloc(1, sizeof *lp);
     if (!lp) { tv_decref(tv_list(items)); return oom(c, n->line); }
     lp->h.rc = 1; lp->h.kind = TV_LOOP;
@@ -789,13 +856,16 @@ static int exec_for(tctx *c, const tnode *n, tscope *s) {
         tscope is = {.parent = s};
         r = unpack(c, n->line, &is, n, tv_ref(items->v[i]));
         if (!r) r = scope_set(c, n->line, &is, "loop", tv_ref(loopv));
+        if (!r) r = tpl_bind_undef(c, &is, n->assigned, n->nassigned);
         if (!r) r = exec_body(c, &n->args, &is);
         scope_clear(&is);
         if (r == 1) { r = 0; break; }  /* break */
-        if (r == 2) r = 0;             /* continue */
+        if (r == 2) { r = 0; continue; } /* continue */
         if (r) break;
+        completed = 1;
     }
     tv_decref(loopv);
+    if (!r && !completed) r = exec_else(c, n, s);
     return r;
 }
 
@@ -833,7 +903,8 @@ static int exec_stmt(tctx *c, const tnode *n, tscope *s) {
     case S_SETBLOCK: {
         tscope bs = {.parent = s};
         tv body, v;
-        int r = capture(c, &n->args, &bs, &body);
+        int r = tpl_bind_undef(c, &bs, n->assigned, n->nassigned);
+        if (!r) r = capture(c, &n->args, &bs, &body);
         scope_clear(&bs);
         if (r) return -1;
         r = apply_chain(c, n->a, s, body, &v);
@@ -846,6 +917,7 @@ static int exec_stmt(tctx *c, const tnode *n, tscope *s) {
         if (!m) return oom(c, n->line);
         m->h.rc = 1; m->h.kind = TV_MACRO; m->def = n;
         tv v; v.t = TV_MACRO; v.u.m = m;
+        if (scope_own(c, n->line, s, m)) { tv_decref(v); return -1; }
         return scope_set(c, n->line, s, n->name, v);
     }
     case S_CALLBLOCK: {
@@ -885,7 +957,8 @@ static int exec_stmt(tctx *c, const tnode *n, tscope *s) {
     case S_FILTERBLOCK: {
         tscope bs = {.parent = s};
         tv body, v;
-        int r = capture(c, &n->args, &bs, &body);
+        int r = tpl_bind_undef(c, &bs, n->assigned, n->nassigned);
+        if (!r) r = capture(c, &n->args, &bs, &body);
         scope_clear(&bs);
         if (r) return -1;
         r = apply_chain(c, n->a, s, body, &v);
@@ -905,13 +978,15 @@ static int exec_stmt(tctx *c, const tnode *n, tscope *s) {
             r = eval(c, n->args2.v[i], s, &v);
             if (!r) r = scope_set(c, n->line, &ws, n->names[i], v);
         }
+        if (!r) r = tpl_bind_undef(c, &ws, n->assigned, n->nassigned);
         if (!r) r = exec_body(c, &n->args, &ws);
         scope_clear(&ws);
         return r;
     }
     case S_BODY: {
         tscope bs = {.parent = s};
-        int r = exec_body(c, &n->args, &bs);
+        int r = tpl_bind_undef(c, &bs, n->assigned, n->nassigned);
+        if (!r) r = exec_body(c, &n->args, &bs);
         scope_clear(&bs);
         return r;
     }

@@ -83,7 +83,8 @@ struct tnode; struct tscope; struct tctx; struct targs;
 typedef struct tmacro {
     tobj h;
     const struct tnode *def;   /* S_MACRO or S_CALLBLOCK node (owned by the template) */
-    struct tscope *scope;      /* caller(): the call site's scope, NULL once it returned */
+    struct tscope *scope;      /* where it was defined (caller(): the call site); NULL once that
+                                  scope has ended */
     int is_caller;
 } tmacro;
 
@@ -209,6 +210,10 @@ typedef struct tnode {
     const char **names;      /* keyword names, param names, for / set targets */
     int nnames;
     int *ops;                /* E_CMP operators, one per right-hand operand */
+    const char **assigned;   /* frame nodes: locals that start undefined (tpl_parse.c, frame analysis) */
+    int nassigned;
+    const char **assigned2;  /* S_FOR: the same for its else block */
+    int nassigned2;
     tv val;                  /* E_LIT / S_TEXT (immortal) */
 } tnode;
 
@@ -220,13 +225,14 @@ typedef struct tpl {
     tarena arena;
     char *name;      /* shown in errors: "chat template of DIR" etc. */
     tnodes body;
-    int uses_strftime;
+    const char **undef; int nundef;  /* top-level locals that start undefined */
 } tpl_t;
 
 /* Lexes src into tokens (arena). Returns 0 or -1 with "line N: why" in err. */
 int tpl_lex(tarena *a, const char *src, size_t len, tok **toks, int *ntoks, char *err, size_t errlen);
 /* Parses tokens into a body. */
-int tpl_parse(tarena *a, const tok *toks, int ntoks, tnodes *body, char *err, size_t errlen);
+int tpl_parse(tarena *a, const tok *toks, int ntoks, tnodes *body, const char ***undef, int *nundef,
+              char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ render context */
 
@@ -235,6 +241,9 @@ typedef struct tscope {
     int n, cap;
     const char **names;
     tv *vals;
+    struct tmacro **owned;   /* macros defined here: they resolve free names through this scope
+                                while it lives, and through the root after (scope = NULL) */
+    int nowned, capowned;
 } tscope;
 
 typedef struct targs {
@@ -286,7 +295,10 @@ tv *targ(targs *a, int pos, const char *kw);
 int tpl_exec(tctx *c, const tnodes *body);
 void tpl_ctx_release(tctx *c);
 void tpl_scope_free(tscope *s);
+int tpl_bind_undef(tctx *c, tscope *s, const char *const *names, int n);
 int tpl_scope_set(tctx *c, tscope *s, const char *name, tv v);
 int tpl_percent_format(tctx *c, int line, tv fmt, tv args, tv *out);
+/* a <op> b with Python semantics (OP_ADD ... OP_TILDE). */
+int tpl_arith(tctx *c, int line, int op, tv a, tv b, tv *out);
 
 #endif

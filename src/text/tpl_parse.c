@@ -299,8 +299,7 @@ static tnode *parse_subscript(parser *P, tnode *obj) {
         if (push(P, &keys, parse_subscribed(P))) return NULL;
     }
     adv(P);
-    if (keys.n == 0) { pfail(P, "expected a subscript"); return NULL; }
-    if (keys.n == 1) n->b = keys.v[0];
+    if (keys.n == 1) n->b = keys.v[0]; /* x[] is x[()] in Jinja */
     else {
         tnode *t = node(P, E_TUPLE);
         if (!t) return NULL;
@@ -632,9 +631,10 @@ static tnode *parse_if(parser *P) {
         if (!(n->a = parse_tuple(P, 0, 0, NULL)) || expect_block_end(P)) return NULL;
         int w = -1;
         if (subparse(P, &n->args, ends, &w)) return NULL;
-        if (w == 0) { /* elif: a nested if in the else branch */
+        if (w == 0) { /* elif: a nested if in the else branch, marked as such */
             tnode *e = node(P, S_IF);
             if (!e || push(P, &n->args2, e)) return NULL;
+            e->flag = 1;
             adv(P);
             n = e;
             continue;
@@ -876,9 +876,236 @@ static tnode *parse_statement(parser *P) {
     return P->failed ? NULL : n;
 }
 
-int tpl_parse(tarena *a, const tok *toks, int ntoks, tnodes *body, char *err, size_t errlen) {
+
+/* ------------------------------------------------------------------ frame analysis
+ *
+ * Jinja compiles every frame (the template, a loop body, a loop's else, a macro, a call or
+ * filter block, a block set, a with block) into a function whose locals are decided before
+ * it runs. A name the frame assigns becomes a local; what it holds before the assignment
+ * depends on the frame's first use of it: a read first (or an assignment only in some
+ * branches of an if) means "look it up as usual", a name some enclosing frame already
+ * knows is copied from there, and otherwise the local starts undefined — so a nested loop
+ * or macro that reads it before the assignment sees it undefined, even when a render
+ * variable of that name exists. This pass works that out per frame and records, in
+ * node->assigned (for a loop's else: node->assigned2; the template: tpl_t.undef), the names
+ * that start undefined; the evaluator binds them as such when it enters the frame. */
+
+enum { K_PARAM = 1, K_RESOLVE, K_ALIAS, K_UNDEF };
+
+typedef struct sym { const char *name; int kind; } sym;
+typedef struct symtab {
+    struct symtab *parent;
+    sym *v; int n, cap;
+    const char **st; int nst, capst;    /* names stored in this frame so far */
+    tnode **nested; int nnested, capnested;
+} symtab;
+
+static int sym_own(const symtab *t, const char *name) {
+    for (int i = 0; i < t->n; i++) if (!strcmp(t->v[i].name, name)) return i;
+    return -1;
+}
+static int sym_find(const symtab *t, const char *name) {
+    for (; t; t = t->parent) if (sym_own(t, name) >= 0) return 1;
+    return 0;
+}
+static int grow(parser *P, void **arr, int *cap, int n, size_t el) {
+    if (n < *cap) return 0;
+    int nc = *cap ? *cap * 2 : 8;
+    void *nv = tarena_alloc(P->a, (size_t)nc * el);
+    if (!nv) return pfail(P, "out of memory");
+    if (n) memcpy(nv, *arr, (size_t)n * el);
+    *arr = nv; *cap = nc;
+    return 0;
+}
+static int sym_add(parser *P, symtab *t, const char *name, int kind) {
+    int i = sym_own(t, name);
+    if (i >= 0) { t->v[i].kind = kind; return 0; }
+    if (grow(P, (void **)&t->v, &t->cap, t->n, sizeof *t->v)) return -1;
+    t->v[t->n].name = name; t->v[t->n].kind = kind; t->n++;
+    return 0;
+}
+static int st_has(const symtab *t, const char *name) {
+    for (int i = 0; i < t->nst; i++) if (!strcmp(t->st[i], name)) return 1;
+    return 0;
+}
+static int st_add(parser *P, symtab *t, const char *name) {
+    if (st_has(t, name)) return 0;
+    if (grow(P, (void **)&t->st, &t->capst, t->nst, sizeof *t->st)) return -1;
+    t->st[t->nst++] = name;
+    return 0;
+}
+static int sym_load(parser *P, symtab *t, const char *name) {
+    return sym_find(t, name) ? 0 : sym_add(P, t, name, K_RESOLVE);
+}
+static int sym_store(parser *P, symtab *t, const char *name) {
+    if (st_add(P, t, name)) return -1;
+    if (sym_own(t, name) >= 0) return 0;
+    return sym_add(P, t, name, t->parent && sym_find(t->parent, name) ? K_ALIAS : K_UNDEF);
+}
+static int sym_param(parser *P, symtab *t, const char *name) {
+    return st_add(P, t, name) || sym_add(P, t, name, K_PARAM) ? -1 : 0;
+}
+static int sym_copy(parser *P, const symtab *t, symtab *c) {
+    memset(c, 0, sizeof *c);
+    c->parent = t->parent;
+    for (int i = 0; i < t->n; i++) if (sym_add(P, c, t->v[i].name, t->v[i].kind)) return -1;
+    for (int i = 0; i < t->nst; i++) if (st_add(P, c, t->st[i])) return -1;
+    return 0;
+}
+
+/* After an if: names stored in some but not all of its three branches read as usual. */
+static int branch_update(parser *P, symtab *t, symtab *br, int nbr) {
+    const char *names[256]; int counts[256], k = 0;
+    for (int b = 0; b < nbr; b++)
+        for (int i = 0; i < br[b].nst; i++) {
+            const char *nm = br[b].st[i];
+            if (st_has(t, nm)) continue;
+            int j = 0;
+            while (j < k && strcmp(names[j], nm)) j++;
+            if (j == k) { if (k == 256) continue; names[k] = nm; counts[k++] = 0; }
+            counts[j]++;
+        }
+    for (int b = 0; b < nbr; b++) {
+        for (int i = 0; i < br[b].n; i++) if (sym_add(P, t, br[b].v[i].name, br[b].v[i].kind)) return -1;
+        for (int i = 0; i < br[b].nst; i++) if (st_add(P, t, br[b].st[i])) return -1;
+        for (int i = 0; i < br[b].nnested; i++) {
+            if (grow(P, (void **)&t->nested, &t->capnested, t->nnested, sizeof *t->nested)) return -1;
+            t->nested[t->nnested++] = br[b].nested[i];
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        if (counts[j] == nbr) continue;
+        if (sym_add(P, t, names[j], t->parent && sym_find(t->parent, names[j]) ? K_ALIAS : K_RESOLVE)) return -1;
+    }
+    return 0;
+}
+
+static int an_expr(parser *P, symtab *t, const tnode *e) {
+    if (!e) return 0;
+    if (e->kind == E_NAME) return sym_load(P, t, e->name);
+    if (an_expr(P, t, e->a) || an_expr(P, t, e->b) || an_expr(P, t, e->c) || an_expr(P, t, e->d)) return -1;
+    for (int i = 0; i < e->args.n; i++) if (an_expr(P, t, e->args.v[i])) return -1;
+    for (int i = 0; i < e->args2.n; i++) if (an_expr(P, t, e->args2.v[i])) return -1;
+    return 0;
+}
+
+static int an_nested(parser *P, symtab *t, tnode *n) {
+    if (grow(P, (void **)&t->nested, &t->capnested, t->nnested, sizeof *t->nested)) return -1;
+    t->nested[t->nnested++] = n;
+    return 0;
+}
+
+static int an_body(parser *P, symtab *t, const tnodes *body);
+
+static int an_if(parser *P, symtab *t, const tnode *n) {
+    /* Jinja's If has three branches: body, elif list, else */
+    if (an_expr(P, t, n->a)) return -1;
+    const tnode *elifs[512]; int ne = 0;
+    const tnodes *els = &n->args2;
+    while (els->n == 1 && els->v[0]->kind == S_IF && els->v[0]->flag && ne < 512) {
+        elifs[ne++] = els->v[0];
+        els = &els->v[0]->args2;
+    }
+    symtab br[3];
+    if (sym_copy(P, t, &br[0]) || sym_copy(P, t, &br[1]) || sym_copy(P, t, &br[2])) return -1;
+    if (an_body(P, &br[0], &n->args)) return -1;
+    for (int i = 0; i < ne; i++) { /* each elif: an If of its own with an empty elif and else */
+        symtab sub[3];
+        if (an_expr(P, &br[1], elifs[i]->a)) return -1;
+        if (sym_copy(P, &br[1], &sub[0]) || sym_copy(P, &br[1], &sub[1]) || sym_copy(P, &br[1], &sub[2])) return -1;
+        if (an_body(P, &sub[0], &elifs[i]->args) || branch_update(P, &br[1], sub, 3)) return -1;
+    }
+    if (an_body(P, &br[2], els)) return -1;
+    return branch_update(P, t, br, 3);
+}
+
+static int an_stmt(parser *P, symtab *t, tnode *s) {
+    switch (s->kind) {
+    case S_OUT: return an_expr(P, t, s->a);
+    case S_IF: return an_if(P, t, s);
+    case S_FOR: return an_expr(P, t, s->a) || an_nested(P, t, s);
+    case S_SET:
+        if (an_expr(P, t, s->b)) return -1;
+        if (s->name2) return sym_load(P, t, s->name);
+        for (int i = 0; i < s->nnames; i++) if (sym_store(P, t, s->names[i])) return -1;
+        return 0;
+    case S_SETBLOCK: return sym_store(P, t, s->names[0]) || an_nested(P, t, s);
+    case S_MACRO: return sym_store(P, t, s->name) || an_nested(P, t, s);
+    case S_CALLBLOCK: return an_expr(P, t, s->a) || an_nested(P, t, s);
+    case S_FILTERBLOCK: return an_expr(P, t, s->a) || an_nested(P, t, s);
+    case S_WITH:
+        for (int i = 0; i < s->args2.n; i++) if (an_expr(P, t, s->args2.v[i])) return -1;
+        return an_nested(P, t, s);
+    case S_BODY: return an_nested(P, t, s);
+    default: return 0;
+    }
+}
+
+static int an_body(parser *P, symtab *t, const tnodes *body) {
+    for (int i = 0; i < body->n; i++) if (an_stmt(P, t, body->v[i])) return -1;
+    return 0;
+}
+
+static int an_frames_below(parser *P, symtab *t);
+
+/* The names of t that start undefined, as an arena array. */
+static int undef_list(parser *P, symtab *t, const char ***out, int *n) {
+    int k = 0;
+    for (int i = 0; i < t->n; i++) k += t->v[i].kind == K_UNDEF;
+    *n = k;
+    *out = NULL;
+    if (!k) return 0;
+    *out = tarena_alloc(P->a, (size_t)k * sizeof **out);
+    if (!*out) return pfail(P, "out of memory");
+    k = 0;
+    for (int i = 0; i < t->n; i++) if (t->v[i].kind == K_UNDEF) (*out)[k++] = t->v[i].name;
+    return 0;
+}
+
+static int an_frame(parser *P, symtab *parent, tnode *n) {
+    if (++P->depth > TPL_MAX_NEST * 4) return pfail(P, "template nested too deeply");
+    symtab f = {.parent = parent};
+    int r = 0;
+    switch (n->kind) {
+    case S_FOR:
+        for (int i = 0; i < n->nnames && !r; i++) r = sym_param(P, &f, n->names[i]);
+        if (!r) r = an_expr(P, &f, n->b) || an_body(P, &f, &n->args) || an_frames_below(P, &f) ||
+                    undef_list(P, &f, &n->assigned, &n->nassigned);
+        if (!r && n->args2.n) {
+            symtab e = {.parent = parent};
+            r = an_body(P, &e, &n->args2) || an_frames_below(P, &e) || undef_list(P, &e, &n->assigned2, &n->nassigned2);
+        }
+        break;
+    case S_MACRO: case S_CALLBLOCK:
+        for (int i = 0; i < n->nnames && !r; i++) r = sym_param(P, &f, n->names[i]);
+        for (int i = 0; i < n->args2.n && !r; i++)
+            if (!(n->args2.v[i]->kind == E_LIT && n->args2.v[i]->flag)) r = an_expr(P, &f, n->args2.v[i]);
+        if (!r) r = an_body(P, &f, &n->args) || an_frames_below(P, &f) || undef_list(P, &f, &n->assigned, &n->nassigned);
+        break;
+    case S_WITH:
+        for (int i = 0; i < n->nnames && !r; i++) r = sym_param(P, &f, n->names[i]);
+        if (!r) r = an_body(P, &f, &n->args) || an_frames_below(P, &f) || undef_list(P, &f, &n->assigned, &n->nassigned);
+        break;
+    default: /* block set, filter block, block / generation */
+        r = an_body(P, &f, &n->args) || an_frames_below(P, &f) || undef_list(P, &f, &n->assigned, &n->nassigned);
+    }
+    P->depth--;
+    return r ? -1 : 0;
+}
+
+/* Nested frames are analysed once their parent frame is complete, as Jinja does. */
+static int an_frames_below(parser *P, symtab *t) {
+    for (int i = 0; i < t->nnested; i++) if (an_frame(P, t, t->nested[i])) return -1;
+    return 0;
+}
+
+int tpl_parse(tarena *a, const tok *toks, int ntoks, tnodes *body, const char ***undef, int *nundef,
+              char *err, size_t errlen) {
     parser P = {.a = a, .t = toks, .n = ntoks, .err = err, .errlen = errlen};
     memset(body, 0, sizeof *body);
     if (subparse(&P, body, NULL, NULL) || P.failed) return -1;
+    symtab root = {0};
+    P.depth = 0;
+    if (an_body(&P, &root, body) || an_frames_below(&P, &root) || undef_list(&P, &root, undef, nundef)) return -1;
     return 0;
 }
