@@ -68,6 +68,13 @@ static void scale_axpy(float *y, float a, float d, const float *x, int n) {
  * subnormal numbers to the kernels (each one a microcode assist, ~100x slower). */
 #define DN_DECAY_FLOOR (-60.0f)
 static float decay(float x) { return x < DN_DECAY_FLOOR ? 0.0f : expf(x); }
+
+/* A chunk ends before its accumulated log decay passes DN_CHUNK_DECAY: every decay factor
+ * inside is then at least e^-40, so its products with small values stay normal numbers,
+ * and e^{-G} cannot overflow. Chunks shorter than DN_MIN_CHUNK (fast-decaying heads) run
+ * the recurrence instead. */
+#define DN_CHUNK_DECAY (-40.0f)
+#define DN_MIN_CHUNK 16
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  /* torch's threshold */
 
 static ci_mat f32_view(const float *p, int64_t rows, int64_t cols) {
@@ -220,12 +227,13 @@ int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n) {
     s->pu = malloc(c * dv * sizeof(float));
     s->ds = malloc(dv * dk * sizeof(float));
     s->G = malloc(c * sizeof(float));
+    s->heads = malloc((size_t)L->hv * sizeof(int));
     s->beta = malloc(c * sizeof(float));
     s->cb = malloc(c * sizeof(float));
     s->cd = malloc(c * sizeof(float));
     if (!s->proj || !s->ext || !s->ones || !s->mix || !s->z || !s->b || !s->a || !s->o || !s->kq || !s->kkqk || !s->T || !s->P ||
         !s->kt || !s->kbt || !s->kdt || !s->vbt || !s->ut || !s->rt || !s->w || !s->og || !s->pu || !s->ds || !s->G ||
-        !s->beta || !s->cb || !s->cd) {
+        !s->beta || !s->cb || !s->cd || !s->heads) {
         dn_scratch_free(s);
         return -1;
     }
@@ -236,7 +244,7 @@ void dn_scratch_free(dn_scratch *s) {
     free(s->proj); free(s->ext); free(s->ones); free(s->mix); free(s->z); free(s->b); free(s->a); free(s->o);
     free(s->kq); free(s->kkqk); free(s->T); free(s->P); free(s->kt); free(s->kbt); free(s->kdt); free(s->vbt);
     free(s->ut); free(s->rt); free(s->w); free(s->og); free(s->pu); free(s->ds); free(s->G); free(s->beta);
-    free(s->cb); free(s->cd);
+    free(s->cb); free(s->cd); free(s->heads);
     memset(s, 0, sizeof *s);
 }
 
@@ -267,10 +275,12 @@ typedef struct {
     const dn_scratch *s;
     float *S;              /* [hv, dv, dk] */
     int n;
+    const int *heads;      /* the heads to run, one pool task each */
 } rec_ctx;
 
-static void rec_head(void *vc, int h) {
+static void rec_head(void *vc, int i) {
     const rec_ctx *c = vc;
+    int h = c->heads[i];
     rec_run(c->L, c->s, c->S + (size_t)h * c->L->dv * c->L->dk, h, 0, c->n);
 }
 
@@ -349,7 +359,7 @@ static void chunk_head(ci_backend *be, const dn_layer *L, dn_scratch *s, float *
     }
     /* K^T, then (beta e^G K)^T and (e^{G_L - G} K)^T from it; (beta V)^T */
     transpose(s->kt, Lp, s->kq, dk, Lp, dk);
-    const float gl = G[Lp - 1], egl = s->cb[Lp - 1];
+    const float egl = s->cb[Lp - 1];
     for (int j = 0; j < Lp; j++) {      /* (cb, cd) become (beta e^G, e^{G_L - G}) */
         s->cd[j] *= egl;
         s->cb[j] *= beta[j];
@@ -389,14 +399,11 @@ static void chunk_head(ci_backend *be, const dn_layer *L, dn_scratch *s, float *
     /* S <- e^{G_L} S + U^T (e^{G_L - G} K) */
     ci_mat Kd = f32_view(s->kdt, dk, Lp);
     be->matmul(be, s->ds, s->ut, dv, &Kd);                     /* [dv, dk] */
-    (void)gl;
     state_update(S, egl, s->ds, dv * dk);
 }
 
 /* The next chunk of head h from token t0: up to DN_CHUNK tokens, fewer when the decay
- * accumulated inside would pass DN_CHUNK_DECAY (every factor of a chunk is then at least
- * e^DN_CHUNK_DECAY, so products of them with small values stay normal numbers). */
-#define DN_CHUNK_DECAY (-40.0f)
+ * accumulated inside would pass DN_CHUNK_DECAY. */
 static int chunk_len(const dn_scratch *s, int hv, int h, int t0, int n) {
     float G = 0;
     int L = 0;
@@ -407,9 +414,6 @@ static int chunk_len(const dn_scratch *s, int hv, int h, int t0, int n) {
     }
     return L;
 }
-
-/* Shorter chunks than this (fast-decaying heads) run the recurrence instead. */
-#define DN_MIN_CHUNK 16
 
 /* ---- the mixer ------------------------------------------------------------------------ */
 
@@ -476,17 +480,32 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
     }
 
     /* the core: o [n, hv*dv] */
-    if (mode == DN_RECURRENT || n < 16) {
-        rec_ctx rc = { L, s, S, n };
-        ci_pool_run(be->pool, rec_head, &rc, hv);
-    } else {
-        for (int h = 0; h < hv; h++)
+    /* A head whose decay keeps its chunks short for most of the tokens runs the recurrence
+     * (those heads in parallel, one pool task each); the others go chunk by chunk with the
+     * matmuls threaded, and their occasional short chunk runs the recurrence inline. */
+    int n_rec = 0, n_chk = 0;
+    for (int h = 0; h < hv; h++) {
+        int chunked = 0;
+        if (mode != DN_RECURRENT && n >= DN_MIN_CHUNK)
             for (int t0 = 0, Lc; t0 < n; t0 += Lc) {
-                float *Sh = S + (size_t)h * dv * dk;
                 Lc = chunk_len(s, hv, h, t0, n);
-                if (Lc >= DN_MIN_CHUNK) chunk_head(be, L, s, Sh, h, t0, Lc);
-                else rec_run(L, s, Sh, h, t0, t0 + Lc);
+                if (Lc >= DN_MIN_CHUNK) chunked += Lc;
             }
+        if (2 * chunked > n) s->heads[hv - 1 - n_chk++] = h;
+        else s->heads[n_rec++] = h;
+    }
+    if (n_rec) {
+        rec_ctx rc = { L, s, S, n, s->heads };
+        ci_pool_run(be->pool, rec_head, &rc, n_rec);
+    }
+    for (int i = hv - 1; i >= n_rec; i--) {
+        const int h = s->heads[i];
+        float *Sh = S + (size_t)h * dv * dk;
+        for (int t0 = 0, Lc; t0 < n; t0 += Lc) {
+            Lc = chunk_len(s, hv, h, t0, n);
+            if (Lc >= DN_MIN_CHUNK) chunk_head(be, L, s, Sh, h, t0, Lc);
+            else rec_run(L, s, Sh, h, t0, t0 + Lc);
+        }
     }
 
     /* out = out_proj(RMSNorm(o) * silu(z)) */

@@ -16,10 +16,11 @@
  *
  * A layer's recurrent state is what the cache keeps for it (dn_state_floats floats):
  * the conv window (the last K-1 pre-conv rows of [q|k|v], oldest first) followed by S for
- * every value head. Prompts run the chunked (WY / UT-transform) form, chunks of DN_CHUNK
- * tokens whose heavy products go through the backend's matmul; single tokens (decode) and
- * DN_RECURRENT run the token-by-token recurrence. Both give the same result up to f32
- * rounding. Nothing here allocates after dn_scratch_init. */
+ * every value head. Prompts run the chunked (WY / UT-transform) form, chunks of up to
+ * DN_CHUNK tokens whose heavy products go through the backend's matmul; a chunk also ends
+ * where its accumulated decay would underflow, and heads that decay too fast for useful
+ * chunks, a few tokens (decode) and DN_RECURRENT run the token-by-token recurrence. Both
+ * give the same result up to f32 rounding. Nothing here allocates after dn_scratch_init. */
 #ifndef CI_DELTANET_H
 #define CI_DELTANET_H
 #include "../backend/backend.h"
@@ -69,7 +70,8 @@ typedef struct {
     float *og, *pu;        /* [C, dv] (e^G Q) S^T and P U */
     float *ds;             /* [dv, dk] state increment */
     float *G, *beta;       /* [C] cumulative log decay, beta */
-    float *cb, *cd;        /* [C] beta e^G, e^{G_L - G} */
+    float *cb, *cd;        /* [C] e^G then beta e^G; e^-G then e^{G_L - G} */
+    int *heads;            /* [hv] heads run by the recurrence, then the chunked ones */
 } dn_scratch;
 
 /* Floats of cached state per layer: (K-1)*conv_dim + hv*dv*dk. */

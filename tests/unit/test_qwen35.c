@@ -3,20 +3,25 @@
  *   snapshot/restore: prefill 40 tokens with a cache snapshot at 24; restoring it (into the
  *     same session and into a fresh one) and feeding tokens 24..40 again gives identical logits
  *   chunked vs recurrent: the chunked DeltaNet prefill and the token-by-token recurrence
- *     agree on a 300-token prompt (several ubatches and chunks)
+ *     agree on a 300-token prompt (several ubatches and chunks), and on one mixer whose
+ *     heads range from very slow to extreme decay
  *   make-random: the record-mode tensor list of each family loads back and runs
  *   bad input: config and checkpoint errors name the key or tensor; a session cannot move
  *     its recurrent state backwards except through a snapshot
  *
- * With arguments it is the prefill bench instead:
+ * With arguments it is a prefill bench instead:
  *   test_qwen35 --bench MODEL_DIR [TOKENS] [THREADS]
- * prints prefill tok/s with the chunked DeltaNet and with the recurrence, and the time
- * spent in the DeltaNet mixers alone (measured through the model's dump hook). */
+ *     prefill tok/s with the chunked DeltaNet and with the recurrence, and the time spent in
+ *     the DeltaNet layers (measured through the model's dump hook)
+ *   test_qwen35 --bench-core [TOKENS] [THREADS]
+ *     the DeltaNet mixer alone at Qwen3.5-35B-A3B head dims
+ * One thread measures process CPU time, steadier than wall time on a shared machine. */
 #include "check.h"
 #include "cinfer.h"
 #include "io/json.h"
 #include "models/model.h"
 #include "models/qwen_hybrid.h"
+#include "nn/deltanet.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +126,53 @@ static void test_chunked_matches_recurrent(void) {
     free(a); free(b);
     ci_session_free(s);
     ci_model_free(m);
+}
+
+/* dn_forward alone, heads from very slow to extreme decay (so full chunks, decay-bounded
+ * chunks, short chunks run inline and whole heads run by the recurrence all occur): the
+ * chunked prefill, in one call and split in two, matches the recurrence. */
+static void test_deltanet_modes(void) {
+    const int H = 8, hk = 2, hv = 4, dk = 16, dv = 24, K = 4, C = 2 * hk * dk + hv * dv, VD = hv * dv, N = 200;
+    uint64_t r = 99;
+#define RND() (r = r * 6364136223846793005ull + 1442695040888963407ull, (float)((r >> 40) & 0xffffff) / 16777216.0f - 0.5f)
+    float *wqkv = malloc(sizeof(float) * C * H), *wz = malloc(sizeof(float) * VD * H), *wb = malloc(sizeof(float) * hv * H);
+    float *wa = malloc(sizeof(float) * hv * H), *wo = malloc(sizeof(float) * H * VD), *x = malloc(sizeof(float) * N * H);
+    for (int i = 0; i < C * H; i++) wqkv[i] = RND();
+    for (int i = 0; i < VD * H; i++) { wz[i] = RND(); wo[i] = 0.3f * RND(); }
+    for (int i = 0; i < hv * H; i++) { wb[i] = RND(); wa[i] = RND(); }
+    for (int i = 0; i < N * H; i++) x[i] = 2 * RND();
+    dn_layer L;
+    memset(&L, 0, sizeof L);
+    L.hidden = H; L.hk = hk; L.hv = hv; L.dk = dk; L.dv = dv; L.conv_k = K; L.eps = 1e-6f; L.layout = DN_SPLIT;
+    ci_mat m[5] = { { wqkv, CI_F32, C, H, 0, 0, 0, 0 }, { wz, CI_F32, VD, H, 0, 0, 0, 0 }, { wb, CI_F32, hv, H, 0, 0, 0, 0 },
+                    { wa, CI_F32, hv, H, 0, 0, 0, 0 }, { wo, CI_F32, H, VD, 0, 0, 0, 0 } };
+    L.qkv = m[0]; L.z = m[1]; L.b = m[2]; L.a = m[3]; L.out = m[4];
+    float negA[4] = { -0.01f, -0.4f, -4.0f, -60.0f }, dtb[4] = { 0, 0, 0, 0 }, nw[24];
+    for (int i = 0; i < dv; i++) nw[i] = 1.0f + 0.1f * RND();
+    L.conv_w = malloc(sizeof(float) * C * K);
+    for (int i = 0; i < C * K; i++) L.conv_w[i] = RND();
+    L.neg_A = negA; L.dt_bias = dtb; L.norm_w = nw;
+    ci_backend *be = ci_backend_cpu_new(0, CI_ISA_AUTO);
+    dn_scratch s;
+    CHECK(be && dn_scratch_init(&s, &L, N) == 0, "setup");
+    size_t SF = dn_state_floats(&L);
+    float *st[3], *out[3];
+    for (int v = 0; v < 3; v++) { st[v] = calloc(SF, sizeof(float)); out[v] = malloc(sizeof(float) * N * H); }
+    dn_forward(be, &L, &s, st[0], out[0], x, N, DN_RECURRENT);
+    dn_forward(be, &L, &s, st[1], out[1], x, N, DN_AUTO);
+    dn_forward(be, &L, &s, st[2], out[2], x, 120, DN_AUTO);
+    dn_forward(be, &L, &s, st[2], out[2] + 120 * H, x + 120 * H, N - 120, DN_AUTO);
+    double d1 = max_diff(out[0], out[1], (size_t)N * H), d2 = max_diff(out[0], out[2], (size_t)N * H);
+    double ds1 = max_diff(st[0], st[1], SF), ds2 = max_diff(st[0], st[2], SF), mo = 0;
+    for (int i = 0; i < N * H; i++) mo = fmax(mo, fabs(out[0][i]));
+    CHECK(mo > 0.01 && d1 < 1e-5 * (1 + mo) && d2 < 1e-5 * (1 + mo), "outputs: max|out| %g, chunked %g, split %g", mo, d1, d2);
+    CHECK(ds1 < 1e-5 && ds2 < 1e-5, "states differ: %g %g", ds1, ds2);
+    printf("  dn_forward chunked vs recurrent, decays 0.01..60: max|diff| %.2g (split call %.2g), state %.2g\n", d1, d2, ds1);
+    for (int v = 0; v < 3; v++) { free(st[v]); free(out[v]); }
+    dn_scratch_free(&s);
+    if (be) be->free(be);
+    free(L.conv_w); free(wqkv); free(wz); free(wb); free(wa); free(wo); free(x);
+#undef RND
 }
 
 static void test_make_random(void) {
@@ -229,9 +281,12 @@ static void test_bad_input(void) {
 
 /* ---- bench ---------------------------------------------------------------------------- */
 
+/* Wall time, or with one thread the process CPU time (steadier on a shared machine). */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -252,6 +307,7 @@ static int bench(const char *dir, int T, int threads) {
     ci_model *m = NULL;
     ci_session *s = NULL;
     ci_model_opts o = { threads, 0 };
+    if (threads == 1) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, T, &s, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         ci_model_free(m);
@@ -263,7 +319,10 @@ static int bench(const char *dir, int T, int threads) {
     uint64_t r = 12345;
     for (int i = 0; i < T; i++) { r = r * 6364136223846793005ull + 1442695040888963407ull; toks[i] = (int)((r >> 33) % (uint64_t)info.vocab_size); }
     float *lg = malloc((size_t)info.vocab_size * sizeof(float));
-    printf("bench %s: %s, %d layers, backend %s, %d prompt tokens\n", dir, info.family, info.n_layers, info.backend, T);
+    printf("bench %s: %s, %d layers, backend %s, %d prompt tokens, %s\n", dir, info.family, info.n_layers, info.backend,
+           T, threads == 1 ? "1 thread, CPU time" : "wall time");
+    /* warm-up: the first pass faults the mapped weights in (most experts see a token) */
+    if (ci_forward(s, toks, T < 512 ? T : 512, lg, 0, err, sizeof err)) fprintf(stderr, "bench: %s\n", err);
     double tps[2] = { 0, 0 }, dns[2] = { 0, 0 };
     for (int mode = 0; mode < 2; mode++) {
         qh_set_deltanet_mode(m, mode ? DN_RECURRENT : DN_AUTO);
@@ -290,11 +349,69 @@ static int bench(const char *dir, int T, int threads) {
     return 0;
 }
 
+/* The DeltaNet mixer alone at Qwen3.5-35B-A3B head dims (16 key heads, 32 value heads,
+ * Dk = Dv = 128, conv 4) with a 16-wide hidden size, so the projections are negligible and
+ * what is timed is conv + gates + the core. Decays as trained models have them: A in
+ * [1, 16], dt in [0.001, 0.1] log-uniform, g = -A dt (the a projection is zero). */
+static int bench_core(int T, int threads) {
+    const int H = 16, hk = 16, hv = 32, dk = 128, dv = 128, K = 4, C = 2 * hk * dk + hv * dv, VD = hv * dv, NB = 256;
+    uint64_t r = 7;
+#define RND() (r = r * 6364136223846793005ull + 1442695040888963407ull, (double)((r >> 11) & ((1ull << 53) - 1)) / 9007199254740992.0)
+    float *wqkv = malloc(sizeof(float) * C * H), *wz = malloc(sizeof(float) * VD * H), *wb = malloc(sizeof(float) * hv * H);
+    float *wa = calloc((size_t)hv * H, sizeof(float)), *wo = malloc(sizeof(float) * H * VD), *x = malloc(sizeof(float) * NB * H);
+    float negA[32], dtb[32], nw[128];
+    for (int i = 0; i < C * H; i++) wqkv[i] = (float)(RND() - 0.5);
+    for (int i = 0; i < VD * H; i++) { wz[i] = (float)(RND() - 0.5); wo[i] = (float)(0.1 * (RND() - 0.5)); }
+    for (int i = 0; i < hv * H; i++) wb[i] = (float)(RND() - 0.5);
+    for (int i = 0; i < NB * H; i++) x[i] = (float)(2 * RND() - 1);
+    for (int h = 0; h < hv; h++) {
+        double dt = exp(log(1e-3) + RND() * (log(1e-1) - log(1e-3)));
+        negA[h] = (float)-(1 + 15 * RND());
+        dtb[h] = (float)(dt + log(-expm1(-dt)));
+    }
+    for (int i = 0; i < dv; i++) nw[i] = 1.0f;
+    dn_layer L;
+    memset(&L, 0, sizeof L);
+    L.hidden = H; L.hk = hk; L.hv = hv; L.dk = dk; L.dv = dv; L.conv_k = K; L.eps = 1e-6f; L.layout = DN_SPLIT;
+    ci_mat m[5] = { { wqkv, CI_F32, C, H, 0, 0, 0, 0 }, { wz, CI_F32, VD, H, 0, 0, 0, 0 }, { wb, CI_F32, hv, H, 0, 0, 0, 0 },
+                    { wa, CI_F32, hv, H, 0, 0, 0, 0 }, { wo, CI_F32, H, VD, 0, 0, 0, 0 } };
+    L.qkv = m[0]; L.z = m[1]; L.b = m[2]; L.a = m[3]; L.out = m[4];
+    L.conv_w = malloc(sizeof(float) * C * K);
+    for (int i = 0; i < C * K; i++) L.conv_w[i] = (float)(RND() - 0.5);
+    L.neg_A = negA; L.dt_bias = dtb; L.norm_w = nw;
+#undef RND
+    if (threads == 1) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
+    ci_backend *be = ci_backend_cpu_new(threads, CI_ISA_AUTO);
+    dn_scratch s;
+    if (!be || dn_scratch_init(&s, &L, NB)) { fprintf(stderr, "bench: out of memory\n"); return 1; }
+    float *state = calloc(dn_state_floats(&L), sizeof(float)), *out = malloc(sizeof(float) * NB * H);
+    printf("bench DeltaNet mixer, Qwen3.5-35B-A3B head dims, hidden %d, %d tokens in %d-token calls, %s, %s\n", H, T, NB,
+           be->name, threads == 1 ? "1 thread, CPU time" : "wall time");
+    double tps[2];
+    for (int mode = 1; mode >= 0; mode--) {
+        dn_forward(be, &L, &s, state, out, x, NB, mode ? DN_RECURRENT : DN_AUTO);   /* warm-up */
+        memset(state, 0, dn_state_floats(&L) * sizeof(float));
+        double t0 = now_s();
+        for (int done = 0; done < T; done += NB) dn_forward(be, &L, &s, state, out, x, NB, mode ? DN_RECURRENT : DN_AUTO);
+        double dt = now_s() - t0;
+        tps[mode] = T / dt;
+        printf("  %-10s %8.1f tok/s (%.2f s)\n", mode ? "recurrent" : "chunked", tps[mode], dt);
+    }
+    printf("  chunked/recurrent: x%.2f\n", tps[0] / tps[1]);
+    dn_scratch_free(&s);
+    be->free(be);
+    free(state); free(out); free(L.conv_w); free(wqkv); free(wz); free(wb); free(wa); free(wo); free(x);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "--bench"))
         return bench(argv[2], argc > 3 ? atoi(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0);
+    if (argc >= 2 && !strcmp(argv[1], "--bench-core"))
+        return bench_core(argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? atoi(argv[3]) : 0);
     TEST_RUN(test_snapshot_restore);
     TEST_RUN(test_chunked_matches_recurrent);
+    TEST_RUN(test_deltanet_modes);
     TEST_RUN(test_make_random);
     TEST_RUN(test_bad_input);
     TEST_EXIT();
