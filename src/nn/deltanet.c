@@ -9,8 +9,10 @@
  *   o_i = e^{G_i} S_0 q_i + sum_{j<=i} e^{G_i - G_j} (q_i . k_j) u_j
  *   S_L = e^{G_L} S_0 + sum_j e^{G_L - G_j} u_j k_j^T.
  * Every exponent is G_i - G_j with j <= i, or G_i itself, so all factors are <= 1. The
- * matrix products (K K^T, Q K^T, T [V | K], [W | Q] S_0^T, P U, U^T K) are backend matmuls
- * on f32 views of the scratch; T is found by forward substitution in plain C. */
+ * matrix products (see chunk_head) are backend matmuls on f32 views of the scratch, laid
+ * out so that no result needs transposing; T is found by forward substitution in plain C.
+ * f32 subnormals are kept out of every product (they cost ~100x on x86): chunks end before
+ * their decay underflows, tiny decay factors are 0, and the state is flushed below 1e-30. */
 #include "deltanet.h"
 #include "../core/status.h"
 #include <math.h>
@@ -75,6 +77,7 @@ static float decay(float x) { return x < DN_DECAY_FLOOR ? 0.0f : expf(x); }
  * the recurrence instead. */
 #define DN_CHUNK_DECAY (-40.0f)
 #define DN_MIN_CHUNK 16
+
 static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }  /* torch's threshold */
 
 static ci_mat f32_view(const float *p, int64_t rows, int64_t cols) {
