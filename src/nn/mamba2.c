@@ -6,10 +6,10 @@
  * (head h reads group h / (Hm/G), as transformers' repeat_interleave), so a group's states
  * form one [Hm/G * P, N] matrix for the backend's matmul.
  *
- * Inner loops run over blocks of VB floats with a scalar tail: plain C that the compiler
- * vectorises at -O2 (fixed trip counts, restrict pointers). The per-head work of both scan
- * forms runs over the backend's thread pool, one task per head; matmuls are issued from the
- * calling thread only (the pool is not re-entrant). */
+ * Inner loops run over fixed-size blocks with a scalar tail: plain C that the compiler
+ * vectorises at -O2 (fixed trip counts, restrict pointers). Plain-C work runs over the
+ * backend's thread pool (tasks per head or per group); matmuls are issued from the
+ * calling thread only, between pool runs (the pool is not re-entrant). */
 #include "mamba2.h"
 #include <math.h>
 #include <stdlib.h>
@@ -45,7 +45,6 @@ int mamba2_scratch_init(mamba2_scratch *s, const mamba2_layer *L, int max_n) {
     s->max_n = max_n;
     const size_t n = (size_t)max_n, W = (size_t)(L->inner + L->conv_dim + L->n_heads);
     const size_t C = MAMBA2_CHUNK, G = (size_t)L->n_groups, N = (size_t)L->d_state, HP = (size_t)L->inner;
-    const size_t hpgP = HP / G;
     s->proj = malloc(n * W * sizeof(float));
     s->xbc = malloc(n * (size_t)L->conv_dim * sizeof(float));
     s->dt = malloc(n * (size_t)L->n_heads * sizeof(float));
@@ -57,7 +56,7 @@ int mamba2_scratch_init(mamba2_scratch *s, const mamba2_layer *L, int max_n) {
     s->yoff = malloc(C * HP * sizeof(float));
     s->xwt = malloc(HP * C * sizeof(float));
     s->cs = malloc((size_t)L->n_heads * C * sizeof(float));
-    s->tmp = malloc(hpgP * N * sizeof(float));
+    s->tmp = malloc(HP * N * sizeof(float));
     if (!s->proj || !s->xbc || !s->dt || !s->y || !s->cg || !s->bg || !s->bgt || !s->cb || !s->yoff || !s->xwt ||
         !s->cs || !s->tmp) {
         mamba2_scratch_free(s);
@@ -116,16 +115,6 @@ static float sumsq(const float *restrict x, int n) {
 }
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
-
-static ci_mat f32_mat(const float *data, int64_t rows, int64_t cols) {
-    ci_mat m;
-    memset(&m, 0, sizeof m);
-    m.data = data;
-    m.dtype = CI_F32;
-    m.rows = rows;
-    m.cols = cols;
-    return m;
-}
 
 /* Runs fn(ctx, i) for i < n over the backend's pool (inline when it has none). */
 static void par(ci_backend *be, ci_task_fn fn, void *ctx, int n) {
@@ -197,7 +186,7 @@ typedef struct {
     const mamba2_layer *L;
     mamba2_scratch *s;
     float *S;             /* [Hm, P, N] */
-    int n, t0, nc;        /* tokens; chunked: this chunk's first token and length */
+    int n;
 } scan_ctx;
 
 static void recurrent_head(void *vctx, int h) {
@@ -218,78 +207,130 @@ static void recurrent_head(void *vctx, int h) {
 
 /* ---- chunked SSD -------------------------------------------------------------------- */
 
-/* One head's share of a chunk, after the group products C Bᵀ (cb) and C S0ᵀ (yoff):
- *   y_t = e^{cs_t} (S0 C_t) + Σ_{s<=t} (C_t·B_s) e^{cs_t - cs_s} dt_s x_s + D x_t
- *   xwt[p][s] = e^{cs_last - cs_s} dt_s x_s[p]   (the chunk's contribution to the state) */
-static void chunk_head(void *vctx, int h) {
-    const scan_ctx *c = vctx;
+static float dot(const float *restrict x, const float *restrict y, int n) {
+    float acc[VB] = { 0 };
+    int i = 0;
+    for (; i + VB <= n; i += VB)
+        for (int k = 0; k < VB; k++) acc[k] += x[i + k] * y[i + k];
+    float t = 0;
+    for (int k = 0; k < VB; k++) t += acc[k];
+    for (; i < n; i++) t += x[i] * y[i];
+    return t;
+}
+
+static ci_mat f32_mat(const float *data, int64_t rows, int64_t cols) {
+    ci_mat m;
+    memset(&m, 0, sizeof m);
+    m.data = data;
+    m.dtype = CI_F32;
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+}
+
+typedef struct {
+    const mamba2_layer *L;
+    mamba2_scratch *s;
+    float *S;             /* [Hm, P, N] */
+    int t0, nc;           /* the chunk the head tasks work on */
+    int next_t0, next_nc; /* the chunk the group tasks prepare (nc 0: none) */
+} ssd_ctx;
+
+/* Group g of the chunk at t0: gather its B, C (and Bᵀ) rows; cb[t][u] = C_t·B_u, u <= t. */
+static void ssd_group(const ssd_ctx *c, int g, int t0, int nc) {
+    const mamba2_layer *L = c->L;
+    mamba2_scratch *s = c->s;
+    const int G = L->n_groups, N = L->d_state, I = L->inner, CD = L->conv_dim;
+    float *cg = s->cg + (size_t)g * MAMBA2_CHUNK * N, *bg = s->bg + (size_t)g * MAMBA2_CHUNK * N;
+    float *bgt = s->bgt + (size_t)g * N * MAMBA2_CHUNK, *cb = s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK;
+    for (int t = 0; t < nc; t++) {
+        const float *row = s->xbc + (size_t)(t0 + t) * CD;
+        memcpy(bg + (size_t)t * N, row + I + (size_t)g * N, (size_t)N * sizeof(float));
+        memcpy(cg + (size_t)t * N, row + I + (size_t)(G + g) * N, (size_t)N * sizeof(float));
+        for (int k = 0; k < N; k++) bgt[(size_t)k * nc + t] = bg[(size_t)t * N + k];
+    }
+    for (int t = 0; t < nc; t++)
+        for (int u = 0; u <= t; u++) cb[(size_t)t * nc + u] = dot(cg + (size_t)t * N, bg + (size_t)u * N, N);
+}
+
+/* Head h of the chunk, after C S0ᵀ (yoff) came back from the backend:
+ *   y_t = e^{cs_t} (S0 C_t) + Σ_{u<=t} (C_t·B_u) e^{cs_t - cs_u} dt_u x_u + D x_t
+ *   xwt[p][u] = e^{cs_last - cs_u} dt_u x_u[p]   (the chunk's contribution to the state) */
+static void ssd_head(void *vctx, int h) {
+    const ssd_ctx *c = vctx;
     const mamba2_layer *L = c->L;
     mamba2_scratch *s = c->s;
     const int P = L->head_dim, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
     const int hpg = Hm / G, g = h / hpg, j = h % hpg, nc = c->nc, t0 = c->t0;
     const float a = L->A[h], d = L->D[h];
+    const float *dt = s->dt + (size_t)t0 * Hm + h;                            /* stride Hm */
+    const float *x0 = s->xbc + (size_t)t0 * CD + (size_t)h * P;               /* stride CD */
     float *cs = s->cs + (size_t)h * MAMBA2_CHUNK;
     float run = 0;
     for (int t = 0; t < nc; t++) {
-        run += s->dt[(size_t)(t0 + t) * Hm + h] * a;
+        run += dt[(size_t)t * Hm] * a;
         cs[t] = run;
     }
-    const float *cb = s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK;     /* [nc, nc] */
-    const float *yoff = s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P;       /* [nc, hpg*P] */
+    const float *cb = s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK;       /* [nc, nc] */
+    const float *yoff = s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P;         /* [nc, hpg*P] */
     for (int t = 0; t < nc; t++) {
-        const float *xt = s->xbc + (size_t)(t0 + t) * CD + (size_t)h * P;
+        const float *xt = x0 + (size_t)t * CD;
         float *y = s->y + (size_t)(t0 + t) * I + (size_t)h * P;
         const float *yo = yoff + (size_t)t * hpg * P + (size_t)j * P;
         const float et = decay(cs[t]);
         for (int p = 0; p < P; p++) y[p] = et * yo[p] + d * xt[p];
         for (int u = 0; u <= t; u++) {
             if (cs[t] - cs[u] < LOG_TINY) continue;
-            float m = cb[(size_t)t * nc + u] * expf(cs[t] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
-            axpy(y, s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P, m, P);
+            const float m = cb[(size_t)t * nc + u] * expf(cs[t] - cs[u]) * dt[(size_t)u * Hm];
+            axpy(y, x0 + (size_t)u * CD, m, P);
         }
     }
-    float *xwt = s->xwt + (size_t)h * P * nc;                               /* [P, nc] */
+    float *xwt = s->xwt + (size_t)h * P * nc;                                 /* [P, nc] */
     for (int u = 0; u < nc; u++) {
-        const float w = decay(cs[nc - 1] - cs[u]) * s->dt[(size_t)(t0 + u) * Hm + h];
-        const float *xu = s->xbc + (size_t)(t0 + u) * CD + (size_t)h * P;
+        const float w = decay(cs[nc - 1] - cs[u]) * dt[(size_t)u * Hm];
+        const float *xu = x0 + (size_t)u * CD;
         for (int p = 0; p < P; p++) xwt[(size_t)p * nc + u] = w * xu[p];
     }
 }
 
+/* Tasks [0, Hm): S_h = e^{cs_last} S_h + tmp_h for the chunk just done (when nc > 0);
+ * tasks [Hm, Hm + G): ssd_group for the next chunk (when next_nc > 0). */
+static void ssd_combine(void *vctx, int i) {
+    const ssd_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    const int Hm = L->n_heads;
+    if (i >= Hm) {
+        if (c->next_nc) ssd_group(c, i - Hm, c->next_t0, c->next_nc);
+        return;
+    }
+    if (!c->nc) return;
+    const size_t PN = (size_t)L->head_dim * (size_t)L->d_state;
+    const float e = decay(c->s->cs[(size_t)i * MAMBA2_CHUNK + c->nc - 1]);
+    float *restrict Sh = c->S + (size_t)i * PN;
+    const float *restrict th = c->s->tmp + (size_t)i * PN;
+    for (size_t k = 0; k < PN; k++) Sh[k] = e * Sh[k] + th[k];
+}
+
 static void scan_chunked(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *S, int n) {
-    const int P = L->head_dim, N = L->d_state, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
-    const int hpg = Hm / G;
+    const int P = L->head_dim, N = L->d_state, Hm = L->n_heads, G = L->n_groups, hpg = Hm / G;
+    ssd_ctx ctx = { L, s, S, 0, 0, 0, n < MAMBA2_CHUNK ? n : MAMBA2_CHUNK };
+    par(be, ssd_combine, &ctx, Hm + G);                  /* prepare the first chunk's groups */
     for (int t0 = 0; t0 < n; t0 += MAMBA2_CHUNK) {
         const int nc = n - t0 < MAMBA2_CHUNK ? n - t0 : MAMBA2_CHUNK;
-        /* per group: gather B, C (and Bᵀ), then C Bᵀ and C S0ᵀ through the backend */
-        for (int g = 0; g < G; g++) {
-            float *cg = s->cg + (size_t)g * MAMBA2_CHUNK * N, *bg = s->bg + (size_t)g * MAMBA2_CHUNK * N;
-            float *bgt = s->bgt + (size_t)g * N * MAMBA2_CHUNK;
-            for (int t = 0; t < nc; t++) {
-                const float *row = s->xbc + (size_t)(t0 + t) * CD;
-                memcpy(bg + (size_t)t * N, row + I + (size_t)g * N, (size_t)N * sizeof(float));
-                memcpy(cg + (size_t)t * N, row + I + (size_t)(G + g) * N, (size_t)N * sizeof(float));
-                for (int k = 0; k < N; k++) bgt[(size_t)k * nc + t] = bg[(size_t)t * N + k];
-            }
-            ci_mat wb = f32_mat(bg, nc, N);
-            be->matmul(be, s->cb + (size_t)g * MAMBA2_CHUNK * MAMBA2_CHUNK, cg, nc, &wb);     /* [nc, nc] */
+        ctx.t0 = t0;
+        ctx.nc = nc;
+        for (int g = 0; g < G; g++) {                    /* C S0ᵀ for every head of the group */
             ci_mat ws = f32_mat(S + (size_t)g * hpg * P * N, (int64_t)hpg * P, N);
-            be->matmul(be, s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P, cg, nc, &ws);       /* [nc, hpg*P] */
+            be->matmul(be, s->yoff + (size_t)g * MAMBA2_CHUNK * hpg * P, s->cg + (size_t)g * MAMBA2_CHUNK * N, nc, &ws);
         }
-        scan_ctx ctx = { L, s, S, n, t0, nc };
-        par(be, chunk_head, &ctx, Hm);
-        /* S_h = e^{cs_last} S_h + (decay·dt·x)ᵀ B, one matmul per group */
-        for (int g = 0; g < G; g++) {
+        par(be, ssd_head, &ctx, Hm);
+        for (int g = 0; g < G; g++) {                    /* (decay·dt·x)ᵀ B */
             ci_mat wbt = f32_mat(s->bgt + (size_t)g * N * MAMBA2_CHUNK, N, nc);
-            be->matmul(be, s->tmp, s->xwt + (size_t)g * hpg * P * nc, hpg * P, &wbt);       /* [hpg*P, N] */
-            for (int jj = 0; jj < hpg; jj++) {
-                const int h = g * hpg + jj;
-                const float e = decay(s->cs[(size_t)h * MAMBA2_CHUNK + nc - 1]);
-                float *Sh = S + (size_t)h * P * N;
-                const float *th = s->tmp + (size_t)jj * P * N;
-                for (size_t i = 0; i < (size_t)P * N; i++) Sh[i] = e * Sh[i] + th[i];
-            }
+            be->matmul(be, s->tmp + (size_t)g * hpg * P * N, s->xwt + (size_t)g * hpg * P * nc, hpg * P, &wbt);
         }
+        ctx.next_t0 = t0 + MAMBA2_CHUNK;
+        ctx.next_nc = n - ctx.next_t0 < MAMBA2_CHUNK ? (n > ctx.next_t0 ? n - ctx.next_t0 : 0) : MAMBA2_CHUNK;
+        par(be, ssd_combine, &ctx, Hm + G);              /* new states, next chunk's groups */
     }
 }
 
@@ -336,7 +377,7 @@ void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, fl
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (n == 1 || scan == MAMBA2_SCAN_RECURRENT) {
-        scan_ctx ctx = { L, s, ssm_state, n, 0, 0 };
+        scan_ctx ctx = { L, s, ssm_state, n };
         par(be, recurrent_head, &ctx, L->n_heads);
     } else {
         scan_chunked(be, L, s, ssm_state, n);

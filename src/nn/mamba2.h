@@ -14,9 +14,13 @@
  *   MAMBA2_SCAN_RECURRENT  the recurrence token by token (always used for n == 1: decode).
  *   MAMBA2_SCAN_CHUNKED    the chunked SSD form for prefill: within a chunk of L tokens
  *                          y = (C Bᵀ ∘ decay mask) dt·x + e^{cumsum} C S0ᵀ + D x and the state
- *                          leaves the chunk as e^{sum} S0 + Σ_s decay_s dt_s x_s ⊗ B_s; the
- *                          three products per group (C Bᵀ, C S0ᵀ, (decay·dt·x)ᵀ B) run through
- *                          the backend's matmul, the per-head mask work in plain C.
+ *                          leaves the chunk as e^{sum} S0 + Σ_s decay_s dt_s x_s ⊗ B_s. The
+ *                          two state products of each group (C S0ᵀ for all its heads at once,
+ *                          and (decay·dt·x)ᵀ B) run through the backend's matmul, the rest
+ *                          (C Bᵀ, the masked intra-chunk part, the state combine) in plain C
+ *                          over the thread pool. On CPU the state fits in L1 and the
+ *                          recurrence is compute-bound too, so the gain comes from the
+ *                          backend's wide matmul kernels, not from fewer operations.
  * The dt clamp follows transformers' prefill path (time_step_limit = (time_step_min, inf))
  * in both forms, so prefill and decode agree (transformers' own single-token path skips it).
  *
@@ -58,14 +62,14 @@ typedef struct {
     float *xbc;            /* [max_n, conv_dim] after conv + SiLU */
     float *dt;             /* [max_n, Hm] after softplus and clamp */
     float *y;              /* [max_n, I] scan output, normed in place */
-    /* chunked SSD, for one chunk of up to MAMBA2_CHUNK tokens (L below) */
+    /* chunked SSD, for one chunk of up to L = MAMBA2_CHUNK tokens */
     float *cg, *bg;        /* [G, L, N] C and B of each group, token-major */
     float *bgt;            /* [G, N, L] B transposed */
-    float *cb;             /* [G, L, L] C Bᵀ */
-    float *yoff;           /* [L, Hm*P] C S0ᵀ of every head */
+    float *cb;             /* [G, L, L] C_t·B_u (u <= t) */
+    float *yoff;           /* [G][L, Hm/G*P] C S0ᵀ of every head of the group */
     float *xwt;            /* [Hm*P, L] (decay·dt·x)ᵀ of every head */
     float *cs;             /* [Hm, L] cumulative dt·A */
-    float *tmp;            /* [Hm/G * P, N] one group's new-state term */
+    float *tmp;            /* [Hm*P, N] the chunk's new-state term of every head */
     double scan_seconds;   /* wall time spent in the scan (both forms), accumulated: benchmarks */
 } mamba2_scratch;
 
