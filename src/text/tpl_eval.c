@@ -246,8 +246,8 @@ int tpl_getitem(tctx *c, const tnode *at, tv obj, tv key, tv *out) {
     int line = at ? at->line : 0;
     if (obj.t == TV_UNDEF) return tpl_fail_undef(c, line, obj);
     if (obj.t == TV_DICT) {
-        if (key.t == TV_LIST && !key.u.l->tuple) return tpl_fail(c, line, "unhashable type: 'list'");
-        long i = tdict_find(obj.u.d, key);
+        /* an unhashable key is a TypeError that Jinja's getitem turns into Undefined */
+        long i = key.t == TV_DICT || (key.t == TV_LIST && !key.u.l->tuple) ? -1 : tdict_find(obj.u.d, key);
         if (i >= 0) { *out = tv_ref(obj.u.d->v[i]); return 0; }
     } else if ((obj.t == TV_LIST || obj.t == TV_STR) && (key.t == TV_INT || key.t == TV_BOOL)) {
         int64_t k = key.t == TV_INT ? key.u.i : key.u.b;

@@ -247,6 +247,10 @@ static void test_loops(void) {
     EXPECT("{% for x in [1,2,3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% if x == 3 %}{% break %}{% endif %}{% endfor %}", NULL, "13");
     EXPECT("{% for a in [1,2] %}{% for b in [3,4] %}{{ loop.index }}{{ loop.depth }}{% endfor %}{{ loop.index }}{% endfor %}", NULL, "1121111212");
     EXPECT("{% for c in 'héllo' %}[{{ c }}]{% endfor %}", NULL, "[h][é][l][l][o]");
+    /* Jinja runs for-else unless an iteration reached the end of the body */
+    EXPECT("{% for i in [1, 2] %}{{ i }}{% continue %}{% else %}E{% endfor %}", NULL, "12E");
+    EXPECT("{% for i in [1, 2] %}{{ i }}{% break %}{% else %}E{% endfor %}", NULL, "1E");
+    EXPECT("{% for i in [1, 2] %}{{ i }}{% if i == 1 %}{% continue %}{% endif %}{% else %}E{% endfor %}", NULL, "12");
     EXPECT_ERR("{% for x in none %}{% endfor %}", NULL, "'NoneType' object is not iterable");
 }
 
@@ -256,6 +260,20 @@ static void test_scoping(void) {
     EXPECT("{% set y = 3 %}{% macro m() %}{{ y }}{% endmacro %}{% set y = 4 %}{{ m() }}", NULL, "4");
     EXPECT("{% macro m() %}{% if y is not defined %}{% set y = 'd' %}{% endif %}{{ y }}{% endmacro %}{{ m() }}|{{ y }}", NULL, "d|");
     EXPECT("{% with a = 1 %}{{ a }}{% endwith %}[{{ a }}]", NULL, "1[]");
+    /* Jinja's frames: a name a loop body sets later is a local that nested frames see as
+       undefined until set, unless the body read it first or an outer frame knows it */
+    EXPECT("{% for i in [1] %}[{{ n }}]{% set n = 2 %}{% endfor %}", "{\"n\": 7}", "[7]");
+    EXPECT("{% for i in [1] %}{% for j in [1] %}[{{ n }}]{% endfor %}{% set n = 2 %}{% endfor %}", "{\"n\": 7}", "[]");
+    EXPECT("{% for i in [1] %}{% for j in [1] %}[{{ n }}]{% endfor %}{% set n = -n %}{% endfor %}", "{\"n\": 7}", "[7]");
+    EXPECT("{% for i in [1] %}{% for j in [1] %}[{{ n }}]{% endfor %}{% set n = 2 %}{% endfor %}{% if false %}{{ n }}{% endif %}",
+           "{\"n\": 7}", "[7]");
+    EXPECT("{% for i in [1] %}{% if false %}{% set n = 1 %}{% endif %}{% for j in [1] %}[{{ n }}]{% endfor %}{% endfor %}", "{\"n\": 7}", "[7]");
+    EXPECT("{% for j in [1] %}[{{ n }}]{% endfor %}{% set n = 2 %}", "{\"n\": 7}", "[]");
+    EXPECT("{% macro m() %}[{{ n }}]{% endmacro %}{{ m() }}{% set n = 2 %}{{ m() }}", "{\"n\": 7}", "[][2]");
+    EXPECT("{% for i in [] %}{% else %}{% set x = 1 %}{{ x }}{% endfor %}[{{ x }}]", NULL, "1[]");     /* else is a frame */
+    EXPECT("{% for i in [1] %}{% set x = 2 %}{% macro m() %}{{ x }}{% endmacro %}{% set x = 3 %}{{ m() }}{% endfor %}", NULL, "3");
+    EXPECT("{% macro outer(a) %}{% macro inner() %}{{ a }}{% endmacro %}{{ inner() }}{% endmacro %}{{ outer(7) }}", NULL, "7");
+    EXPECT("{% macro m(a, b=(b,)) %}{{ b }}{% endmacro %}{{ m(1) }}", "{\"b\": 5}", "(Undefined,)"); /* defaults see params */
 }
 
 static void test_namespace(void) {
@@ -293,6 +311,10 @@ static void test_filters(void) {
     EXPECT("{{ [3, 1, 2]|sort }}{{ ['b', 'A', 'a']|sort }}{{ ['b', 'A', 'a']|unique|list }}{{ {'b': 1, 'a': 2}|dictsort }}", NULL,
            "[1, 2, 3]['A', 'a', 'b']['b', 'A'][('a', 2), ('b', 1)]");
     EXPECT("{{ 2.567|round(2) }}{{ 2.5|round }}{{ -3|abs }}{{ [1, 2, 3]|sum }}{{ [1, 2]|reverse|list }}", NULL, "2.572.036[2, 1]");
+    EXPECT("{{ 7|round(1) }}{{ none|map(attribute='x')|list }}{{ {'a': 1}[['k']] is defined }}{{ 'a' % [] }}", NULL, "7[]Falsea");
+    EXPECT_ERR("{{ 'a' % 11 }}", NULL, "not all arguments converted");
+    EXPECT_ERR("{{ [[1], [1]]|unique|list }}", NULL, "unhashable");
+    EXPECT_ERR("{{ u|int }}", NULL, "'u' is undefined");
     EXPECT("{% filter upper %}abc{{ 'd' }}{% endfilter %}|{% set y | trim %}  hi  {% endset %}[{{ y }}]", NULL, "ABCD|[hi]");
     EXPECT_ERR("{{ x|nosuchfilter }}", NULL, "no filter named 'nosuchfilter'");
 }
