@@ -2,7 +2,8 @@
 # Installs the Debian packages cinfer's build and tests need. Idempotent: only missing
 # packages are installed, and apt-get update runs only when something is missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev)
+pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev
+      libmicrohttpd-dev curl)  # cinfer serve: HTTP library; its tests: curl
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

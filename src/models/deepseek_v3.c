@@ -50,6 +50,7 @@ typedef struct {
     float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
     float *last;                 /* [H] */
     int32_t *pos;
+    float *lat;                  /* [UBATCH, kv_lora + rope] latent rows of a batched step */
     mla_scratch mla;
     moe_scratch moe;
 } dsv3_cache;
@@ -219,7 +220,8 @@ static int dsv3_session_init(ci_session *s, char *err, size_t errlen) {
     c->u = malloc((size_t)UBATCH * wide * sizeof(float));
     c->last = malloc((size_t)d->H * sizeof(float));
     c->pos = malloc(UBATCH * sizeof(int32_t));
-    if (!c->cache || !c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
+    c->lat = malloc((size_t)UBATCH * lat * sizeof(float));
+    if (!c->cache || !c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos || !c->lat ||
         mla_scratch_init(&c->mla, A, UBATCH) || (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
     return 0;
@@ -228,7 +230,7 @@ static int dsv3_session_init(ci_session *s, char *err, size_t errlen) {
 static void dsv3_session_free(ci_session *s) {
     dsv3_cache *c = s->impl;
     if (!c) return;
-    free(c->cache); free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
+    free(c->cache); free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos); free(c->lat);
     mla_scratch_free(&c->mla);
     moe_scratch_free(&c->moe);
     free(c);
@@ -305,10 +307,136 @@ static int dsv3_forward(ci_session *s, const int *tokens, int n, float *logits, 
     return 0;
 }
 
+/* ---- serving many sequences: batched decode step, cache rows out and in ------------------
+ *
+ * MLA for n rows that belong to n sessions (row i at position pos[i] of caches[i], this
+ * layer's [max_ctx, kv_lora + rope]): the same steps as mla_forward (nn/mla.c), but the
+ * latent rows are computed into the batch scratch and copied into each session's cache, and
+ * attention runs per row against its own cache. Projections and the absorbed-query and
+ * W_UV products still run over all n rows at once. */
+static void mla_rows(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *const *caches,
+                     float *latb, float *out, const float *xn, const int32_t *pos, int n, float eps) {
+    const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
+    if (L->q_lora > 0) {
+        be->matmul(be, s->qa, xn, n, &L->q_a);
+        be->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, L->q_lora, eps);
+        be->matmul(be, s->q, s->qa, n, &L->q_b);
+    } else {
+        be->matmul(be, s->q, xn, n, &L->q);
+    }
+    be->matmul(be, latb, xn, n, &L->kv_a);                                   /* [n, kv_lora + rope] */
+    for (int t = 0; t < n; t++) be->rmsnorm(be, latb + (size_t)t * lat, latb + (size_t)t * lat, L->kv_a_norm, 1, L->kv_lora, eps);
+    be->rope(be, latb, n, 1, lat, L->kv_lora, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    for (int t = 0; t < n; t++)
+        memcpy(caches[t] + (size_t)pos[t] * lat, latb + (size_t)t * lat, (size_t)lat * sizeof(float));
+    for (int h = 0; h < Hh; h++) {                                           /* absorbed queries */
+        for (int t = 0; t < n; t++)
+            memcpy(s->tin + (size_t)t * L->nope, s->q + ((size_t)t * Hh + h) * qd, (size_t)L->nope * sizeof(float));
+        be->matmul_xw(be, s->tout, s->tin, n, &L->w_uk[h]);
+        for (int t = 0; t < n; t++) {
+            float *dst = s->qcat + ((size_t)t * Hh + h) * lat;
+            memcpy(dst, s->tout + (size_t)t * L->kv_lora, (size_t)L->kv_lora * sizeof(float));
+            memcpy(dst + L->kv_lora, s->q + ((size_t)t * Hh + h) * qd + L->nope, (size_t)L->rope * sizeof(float));
+        }
+    }
+    for (int t = 0; t < n; t++)
+        be->attention(be, s->olat + (size_t)t * Hh * lat, s->qcat + (size_t)t * Hh * lat, caches[t], caches[t], 1, pos[t],
+                      Hh, 1, lat, lat, L->scale);
+    for (int h = 0; h < Hh; h++) {
+        for (int t = 0; t < n; t++)
+            memcpy(s->tin + (size_t)t * L->kv_lora, s->olat + ((size_t)t * Hh + h) * lat, (size_t)L->kv_lora * sizeof(float));
+        be->matmul(be, s->tout, s->tin, n, &L->w_uv[h]);
+        for (int t = 0; t < n; t++)
+            memcpy(s->o + ((size_t)t * Hh + h) * L->v, s->tout + (size_t)t * L->v, (size_t)L->v * sizeof(float));
+    }
+    be->matmul(be, out, s->o, n, &L->o);
+}
+
+/* One decode step for n <= UBATCH sessions; scratch is ss[0]'s. */
+static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+    ci_model *m = ss[0]->m;
+    const dsv3_model *d = m->impl;
+    dsv3_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const mla_layer *A0 = &d->layers[0].attn;
+    const size_t lat = (size_t)(A0->kv_lora + A0->rope);
+    float *caches[UBATCH];
+    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dsv3_layer *L = &d->layers[l];
+        for (int i = 0; i < n; i++) caches[i] = ((dsv3_cache *)ss[i]->impl)->cache + (size_t)l * ss[i]->max_ctx * lat;
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
+        mla_rows(be, &L->attn, &d->rope, &c->mla, caches, c->lat, c->y, c->xn, c->pos, n, d->eps);
+        be->add(be, c->x, c->y, (int64_t)n * H);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+            if (L->has_shared) {
+                mlp(be, c, L, c->y, c->xn, n, d->shared_ff);
+                be->add(be, c->x, c->y, (int64_t)n * H);
+            }
+        } else {
+            mlp(be, c, L, c->y, c->xn, n, d->ff);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+        }
+    }
+    be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
+    be->matmul(be, logits, c->xn, n, &d->lm_head);
+    for (int i = 0; i < n; i++) ss[i]->pos++;
+}
+
+static int dsv3_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const dsv3_model *d = m->impl;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+    }
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+    }
+    return 0;
+}
+
+/* Rows [0, n) of each layer's latent cache, layer after layer. */
+static int dsv3_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
+    const dsv3_model *d = s->m->impl;
+    const dsv3_cache *c = s->impl;
+    const mla_layer *A = &d->layers[0].attn;
+    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
+    size_t lat = (size_t)(A->kv_lora + A->rope), blk = (size_t)n * lat;
+    for (int l = 0; l < d->n_layers; l++)
+        memcpy((float *)dst + l * blk, c->cache + (size_t)l * s->max_ctx * lat, blk * sizeof(float));
+    return 0;
+}
+
+static int dsv3_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
+    const dsv3_model *d = s->m->impl;
+    dsv3_cache *c = s->impl;
+    const mla_layer *A = &d->layers[0].attn;
+    if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
+    size_t lat = (size_t)(A->kv_lora + A->rope), blk = (size_t)n * lat;
+    for (int l = 0; l < d->n_layers; l++)
+        memcpy(c->cache + (size_t)l * s->max_ctx * lat, (const float *)src + l * blk, blk * sizeof(float));
+    s->pos = n;
+    return 0;
+}
+
 static const ci_family_ops dsv3_ops = {
     .load = dsv3_load, .unload = dsv3_unload,
     .session_init = dsv3_session_init, .session_free = dsv3_session_free,
     .forward = dsv3_forward, .cache_bytes_per_token = dsv3_cache_bytes_per_token,
+    .forward_batch = dsv3_forward_batch, .cache_export = dsv3_cache_export, .cache_import = dsv3_cache_import,
 };
 
 const ci_family fam_deepseek_v3 = { "deepseek_v3", (const char *const[]){ "deepseek_v3", NULL }, NULL, &dsv3_ops };

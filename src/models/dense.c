@@ -89,6 +89,7 @@ typedef struct {
     float *g, *u;                /* [UBATCH, ff] */
     float *last;                 /* [dim] */
     int32_t *pos;                /* [UBATCH] */
+    float *kb, *vb;              /* [UBATCH, n_kv*hd] k/v rows of a batched step (forward_batch) */
     moe_scratch moe;             /* when any layer is MoE */
 } dense_cache;
 
@@ -234,9 +235,11 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->u = malloc((size_t)UBATCH * d->ff * sizeof(float));
     c->last = malloc((size_t)d->dim * sizeof(float));
     c->pos = malloc(UBATCH * sizeof(int32_t));
+    c->kb = malloc((size_t)UBATCH * d->n_kv * d->hd * sizeof(float));
+    c->vb = malloc((size_t)UBATCH * d->n_kv * d->hd * sizeof(float));
     if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH))
         return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
-    if (!c->k || !c->v || !c->x || !c->xn || !c->q || !c->att || !c->g || !c->u || !c->last || !c->pos)
+    if (!c->k || !c->v || !c->x || !c->xn || !c->q || !c->att || !c->g || !c->u || !c->last || !c->pos || !c->kb || !c->vb)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)", s->m->family->name,
                       s->max_ctx, kv * 2 * sizeof(float) >> 20);
     return 0;
@@ -246,7 +249,7 @@ void dense_session_free(ci_session *s) {
     dense_cache *c = s->impl;
     if (!c) return;
     free(c->k); free(c->v); free(c->x); free(c->xn); free(c->q); free(c->att);
-    free(c->g); free(c->u); free(c->last); free(c->pos);
+    free(c->g); free(c->u); free(c->last); free(c->pos); free(c->kb); free(c->vb);
     moe_scratch_free(&c->moe);
     free(c);
     s->impl = NULL;
@@ -328,5 +331,109 @@ int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int al
         else if (logits && last_chunk) out = logits;
         forward_chunk(s, tokens + off, k, out, all_logits);
     }
+    return 0;
+}
+
+/* ---- serving many sequences: batched decode step, cache rows out and in ------------------
+ *
+ * One decode step for n sequences: row i of every activation belongs to session ss[i] at
+ * position ss[i]->pos. The projections, norms, RoPE (per-row positions) and the FFN / MoE
+ * run over all n rows at once, so each weight matrix is read once per step instead of n
+ * times; k and v rows land in the batch scratch, then each is copied into its own session's
+ * cache, and attention runs per row against that session's cache. Scratch is ss[0]'s. */
+static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+    ci_model *m = ss[0]->m;
+    const dense_model *d = m->impl;
+    dense_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = H * hd;
+    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
+
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dense_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
+        be->matmul(be, c->q, c->xn, n, &L->wq);          /* q [n, H*hd] */
+        be->matmul(be, c->kb, c->xn, n, &L->wk);         /* k [n, KV*hd] */
+        be->matmul(be, c->vb, c->xn, n, &L->wv);
+        if (d->opts.qk_norm) {
+            be->rmsnorm(be, c->q, c->q, L->q_norm, n * H, hd, d->eps);
+            be->rmsnorm(be, c->kb, c->kb, L->k_norm, n * KV, hd, d->eps);
+        }
+        be->rope(be, c->q, n, H, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+        be->rope(be, c->kb, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+        for (int i = 0; i < n; i++) {                    /* each row into its own cache, then attend */
+            dense_cache *ci = ss[i]->impl;
+            float *kc = ci->k + (size_t)l * ss[i]->max_ctx * KD, *vc = ci->v + (size_t)l * ss[i]->max_ctx * KD;
+            memcpy(kc + (size_t)c->pos[i] * KD, c->kb + (size_t)i * KD, (size_t)KD * sizeof(float));
+            memcpy(vc + (size_t)c->pos[i] * KD, c->vb + (size_t)i * KD, (size_t)KD * sizeof(float));
+            be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, kc, vc, 1, c->pos[i], H, KV, hd, KD,
+                          d->attn_scale);
+        }
+        be->matmul(be, c->xn, c->att, n, &L->wo);
+        be->add(be, c->x, c->xn, (int64_t)n * D);
+
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
+            be->add(be, c->x, c->att, (int64_t)n * D);
+        } else {
+            be->matmul(be, c->g, c->xn, n, &L->wg);
+            be->matmul(be, c->u, c->xn, n, &L->wu);
+            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+            be->matmul(be, c->xn, c->g, n, &L->wd);
+            be->add(be, c->x, c->xn, (int64_t)n * D);
+        }
+    }
+    be->rmsnorm(be, c->xn, c->x, d->final_norm, n, D, d->eps);
+    be->matmul(be, logits, c->xn, n, &d->lm_head);
+    for (int i = 0; i < n; i++) ss[i]->pos++;
+}
+
+int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const dense_model *d = m->impl;
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", m->family->name, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", m->family->name, i,
+                          ss[i]->pos, ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)",
+                          m->family->name, tokens[i], i, d->vocab);
+    }
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+    }
+    return 0;
+}
+
+/* Rows [0, n) of layer l's K then V, layer after layer: n * cache_bytes_per_token bytes. */
+int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
+    const dense_model *d = s->m->impl;
+    const dense_cache *c = s->impl;
+    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
+    size_t row = (size_t)d->n_kv * d->hd, blk = (size_t)n * row;
+    float *o = dst;
+    for (int l = 0; l < d->n_layers; l++) {
+        memcpy(o, c->k + (size_t)l * s->max_ctx * row, blk * sizeof(float)); o += blk;
+        memcpy(o, c->v + (size_t)l * s->max_ctx * row, blk * sizeof(float)); o += blk;
+    }
+    return 0;
+}
+
+int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
+    const dense_model *d = s->m->impl;
+    dense_cache *c = s->impl;
+    if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
+    size_t row = (size_t)d->n_kv * d->hd, blk = (size_t)n * row;
+    const float *p = src;
+    for (int l = 0; l < d->n_layers; l++) {
+        memcpy(c->k + (size_t)l * s->max_ctx * row, p, blk * sizeof(float)); p += blk;
+        memcpy(c->v + (size_t)l * s->max_ctx * row, p, blk * sizeof(float)); p += blk;
+    }
+    s->pos = n;
     return 0;
 }

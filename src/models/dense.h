@@ -21,5 +21,9 @@ int dense_session_init(ci_session *s, char *err, size_t errlen);
 void dense_session_free(ci_session *s);
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 size_t dense_cache_bytes_per_token(const ci_model *m);
+/* The optional serving ops of registry.h (forward_batch, cache_export, cache_import). */
+int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen);
+int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen);
 
 #endif

@@ -23,6 +23,23 @@ typedef struct ci_family_ops {
                    char *err, size_t errlen);
     /* Bytes of cache one token of context costs (all layers). */
     size_t (*cache_bytes_per_token)(const struct ci_model *m);
+
+    /* Optional ops for serving many sequences (src/server); NULL when a family lacks them.
+     *
+     * forward_batch: one decode step for n distinct sessions of this model at once: token
+     * tokens[i] runs at position ss[i]->pos of ss[i], which advances by one. logits: [n, vocab].
+     * The matmuls run over the n rows together (weights read once per step); attention and
+     * the cache stay per sequence. Each row's result is the one forward(ss[i], &tokens[i], 1)
+     * would give whenever the backend's matmul is row-independent. Scratch is ss[0]'s. */
+    int (*forward_batch)(struct ci_session *const *ss, const int *tokens, int n, float *logits,
+                         char *err, size_t errlen);
+    /* For caches whose rows at position p depend only on tokens 0..p (KV, MLA latent):
+     * cache_export copies the rows of positions [0, n) of every layer out of s into dst
+     * (n * cache_bytes_per_token bytes); cache_import writes such rows into s and sets
+     * s->pos = n. A family that has them also allows s->pos to be lowered to any value
+     * (later rows are then ignored and overwritten), which is what prefix reuse needs. */
+    int (*cache_export)(const struct ci_session *s, int n, void *dst, char *err, size_t errlen);
+    int (*cache_import)(struct ci_session *s, int n, const void *src, char *err, size_t errlen);
 } ci_family_ops;
 
 typedef struct ci_family {

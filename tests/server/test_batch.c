@@ -1,0 +1,122 @@
+/* test_batch.c — the serving ops of registry.h (forward_batch, cache_export / cache_import)
+ * against the plain per-session forward, for every family that has them.
+ *
+ * For the demo model and each dense / MLA fixture: five sessions prefilled with prompts of
+ * different lengths (so every row sits at another position), then eight decode steps taken
+ * twice: one session at a time through ci_forward, and all five through forward_batch.
+ * The logits must agree bit for bit (the server's determinism — the same seed gives the same
+ * text alone or beside others — rests on it; the CPU matmul is row-independent for these
+ * widths). fp8 block-scaled weights are the exception: the CPU backend's small-batch and
+ * prefill kernels round fp8 x scale differently, so there the bound is 1e-5. Then prefix reuse: rows exported from one session and imported into a fresh one,
+ * or a session cut back to a shorter prefix, must continue exactly as the original. */
+#include "../unit/check.h"
+#include "cinfer.h"
+#include "models/model.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NS = 5, STEPS = 8, CTX = 96 };
+
+static const char *dirs[] = { "models/demo", "tests/fixtures/llama_gqa_llama3", "tests/fixtures/qwen3_bf16",
+                              "tests/fixtures/qwen3_moe", "tests/fixtures/deepseek_v3", "tests/fixtures/deepseek_v3_nolora",
+                              "tests/fixtures/deepseek_v3_fp8", NULL };
+
+static int tok_at(int i, int j, int V) { return (int)((uint64_t)(i * 7919 + j * 104729 + 13) % (uint64_t)V); }
+
+static void one_model(const char *dir) {
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts o = { 0, 0 };
+    if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
+    const ci_family_ops *ops = m->family->ops;
+    CHECK(ops->forward_batch && ops->cache_export && ops->cache_import, "%s: %s lacks the serving ops", dir, m->family->name);
+    if (!ops->forward_batch || !ops->cache_export || !ops->cache_import) { ci_model_free(m); return; }
+    const int V = (int)m->cfg.vocab_size;
+    ci_session *a[NS] = { 0 }, *b[NS] = { 0 };
+    float *la = malloc((size_t)NS * V * sizeof(float)), *lb = malloc((size_t)NS * V * sizeof(float));
+    int toks[NS];
+    for (int i = 0; i < NS && la && lb; i++) {
+        if (ci_session_new(m, CTX, &a[i], err, sizeof err) || ci_session_new(m, CTX, &b[i], err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        int n = 3 + 9 * i, ids[64];
+        for (int j = 0; j < n; j++) ids[j] = tok_at(i, j, V);
+        if (ci_forward(a[i], ids, n, la, 0, err, sizeof err) || ci_forward(b[i], ids, n, lb, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+    }
+    double md = 0;
+    int differ = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; i < NS; i++) toks[i] = tok_at(i + 11, step, V);
+        for (int i = 0; i < NS; i++)
+            if (ci_forward(a[i], &toks[i], 1, la + (size_t)i * V, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        if (ops->forward_batch(b, toks, NS, lb, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        for (size_t k = 0; k < (size_t)NS * V; k++) {
+            double dd = fabs((double)la[k] - lb[k]);
+            if (dd > md) md = dd;
+            differ |= la[k] != lb[k];
+        }
+        for (int i = 0; i < NS; i++) CHECK(a[i]->pos == b[i]->pos, "%s: positions %d vs %d", dir, a[i]->pos, b[i]->pos);
+    }
+    if (strstr(dir, "fp8")) CHECK(md <= 1e-5, "%s: forward_batch differs from forward: max|diff| %g", dir, md);
+    else CHECK(!differ, "%s: forward_batch differs from forward: max|diff| %g", dir, md);
+
+    /* export rows [0, 20) of a[3], import into a fresh session, cut b[3] back to 20: all
+     * three continue from position 20 with the same next logits */
+    {
+        ci_session *c = NULL;
+        size_t bytes = ops->cache_bytes_per_token(m) * 20;
+        void *blob = malloc(bytes);
+        int t = tok_at(99, 1, V);
+        float *lc = malloc((size_t)V * sizeof(float));
+        if (!blob || !lc || ci_session_new(m, CTX, &c, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+        else if (ops->cache_export(a[3], 20, blob, err, sizeof err) || ops->cache_import(c, 20, blob, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+        else {
+            CHECK(c->pos == 20, "%s: import left pos %d", dir, c->pos);
+            a[3]->pos = 20;
+            if (ci_forward(a[3], &t, 1, la, 0, err, sizeof err) || ci_forward(c, &t, 1, lc, 0, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+            else CHECK(!memcmp(la, lc, (size_t)V * sizeof(float)), "%s: imported rows continue differently", dir);
+        }
+        free(blob);
+        free(lc);
+        ci_session_free(c);
+    }
+done:
+    for (int i = 0; i < NS; i++) { ci_session_free(a[i]); ci_session_free(b[i]); }
+    free(la);
+    free(lb);
+    ci_model_free(m);
+}
+
+static void test_forward_batch_matches_forward(void) {
+    for (int i = 0; dirs[i]; i++) one_model(dirs[i]);
+}
+
+static void test_forward_batch_errors(void) {
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts o = { 0, 0 };
+    if (ci_model_open("models/demo", &o, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    ci_session *s[2] = { 0 };
+    float *lg = malloc(2 * (size_t)m->cfg.vocab_size * sizeof(float));
+    if (ci_session_new(m, 2, &s[0], err, sizeof err) || ci_session_new(m, 2, &s[1], err, sizeof err)) CHECK(0, "%s", err);
+    else {
+        int bad[2] = { 1, 1 << 30 };
+        CHECK(m->family->ops->forward_batch(s, bad, 2, lg, err, sizeof err) != 0, "out-of-vocabulary id accepted");
+        CHECK_HAS(err, "outside the vocabulary");
+        int ok[2] = { 1, 2 };
+        s[1]->pos = 2;
+        CHECK(m->family->ops->forward_batch(s, ok, 2, lg, err, sizeof err) != 0, "full context accepted");
+        CHECK_HAS(err, "exceeds the context");
+        CHECK(s[0]->pos == 0, "a refused step moved a session");
+    }
+    free(lg);
+    ci_session_free(s[0]);
+    ci_session_free(s[1]);
+    ci_model_free(m);
+}
+
+int main(void) {
+    TEST_RUN(test_forward_batch_matches_forward);
+    TEST_RUN(test_forward_batch_errors);
+    TEST_EXIT();
+}
