@@ -925,14 +925,15 @@ static int f_dictsort(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     return 0;
 }
 
-static int hashable(tv k) {
-    if (k.t == TV_DICT || k.t == TV_NS || k.t == TV_LOOP) return 0;
+static int hashable_d(tv k, int depth) {
+    if (k.t == TV_DICT || k.t == TV_NS || k.t == TV_LOOP || depth > 500) return 0;
     if (k.t == TV_LIST) {
         if (!k.u.l->tuple) return 0;
-        for (size_t i = 0; i < k.u.l->n; i++) if (!hashable(k.u.l->v[i])) return 0;
+        for (size_t i = 0; i < k.u.l->n; i++) if (!hashable_d(k.u.l->v[i], depth + 1)) return 0;
     }
     return 1;
 }
+static int hashable(tv k) { return hashable_d(k, 0); }
 
 static int f_unique(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *cs = targ(a, 0, "case_sensitive"), *attr = targ(a, 1, "attribute");

@@ -153,6 +153,7 @@ static int out_str(tctx *c, int line, tv v) {
     if (v.t == TV_STR) return out_put(c, line, v.u.s->s, v.u.s->len);
     if (tv_write_str(c->out, v)) {
         if (c->out->over == 2) return oom(c, line);
+        if (c->out->over == 3) return tpl_fail(c, line, "maximum recursion depth exceeded while printing a value");
         return tpl_fail(c, line, "output exceeds the limit of %zu bytes", c->out->limit);
     }
     return 0;

@@ -20,7 +20,59 @@
 
 /* ------------------------------------------------------------------ refcounts */
 
-static void obj_free(tv v);
+/* Freeing walks an explicit work list, not the C stack: a template can nest values as
+ * deeply as its step budget allows ({% set ns.x = [ns.x] %} in a loop). */
+tv tv_list(tlist *l);
+typedef struct worklist { tv *v; size_t n, cap; tv local[32]; } worklist;
+
+static void wl_push(worklist *w, tv v);
+static void free_one(worklist *w, tv v);
+
+static void release_child(worklist *w, tv c) {
+    if (!tv_heap(c)) return;
+    tobj *o = c.u.o;
+    if (o->rc < 0) return;
+    if (--o->rc == 0) wl_push(w, c);
+}
+
+static void wl_push(worklist *w, tv v) {
+    if (w->n == w->cap) {
+        size_t nc = w->cap * 2;
+        tv *nv = w->v == w->local ? malloc(nc * sizeof *nv) : realloc(w->v, nc * sizeof *nv);
+        if (!nv) { free_one(w, v); return; } /* out of memory: recurse for this one */
+        if (w->v == w->local) memcpy(nv, w->local, w->n * sizeof *nv);
+        w->v = nv; w->cap = nc;
+    }
+    w->v[w->n++] = v;
+}
+
+static void dict_free(worklist *w, tdict *d) {
+    for (size_t i = 0; i < d->n; i++) { release_child(w, d->k[i]); release_child(w, d->v[i]); }
+    free(d->k); free(d->v); free(d->idx); free(d);
+}
+
+static void free_one(worklist *w, tv v) {
+    switch (v.t) {
+    case TV_UNDEF: case TV_STR: free(v.u.s); break;
+    case TV_LIST:
+        for (size_t i = 0; i < v.u.l->n; i++) release_child(w, v.u.l->v[i]);
+        free(v.u.l->v); free(v.u.l); break;
+    case TV_DICT: dict_free(w, v.u.d); break;
+    case TV_NS: if (v.u.ns->d) dict_free(w, v.u.ns->d); free(v.u.ns); break;
+    case TV_LOOP: if (v.u.lp->items) release_child(w, tv_list(v.u.lp->items)); free(v.u.lp); break;
+    case TV_FUNC: release_child(w, v.u.fn->self); free(v.u.fn); break;
+    case TV_MACRO: free(v.u.m); break;
+    default: break;
+    }
+}
+
+static void obj_free(tv v) {
+    worklist w = {.cap = 32};
+    w.v = w.local;
+    wl_push(&w, v);
+    while (w.n) free_one(&w, w.v[--w.n]);
+    if (w.v != w.local) free(w.v);
+}
 
 void tv_incref(tv v) {
     if (!tv_heap(v)) return;
@@ -33,26 +85,6 @@ void tv_decref(tv v) {
     tobj *o = v.u.o;
     if (o->rc < 0) return;
     if (--o->rc == 0) obj_free(v);
-}
-
-static void dict_free(tdict *d) {
-    for (size_t i = 0; i < d->n; i++) { tv_decref(d->k[i]); tv_decref(d->v[i]); }
-    free(d->k); free(d->v); free(d->idx); free(d);
-}
-
-static void obj_free(tv v) {
-    switch (v.t) {
-    case TV_UNDEF: case TV_STR: free(v.u.s); break;
-    case TV_LIST:
-        for (size_t i = 0; i < v.u.l->n; i++) tv_decref(v.u.l->v[i]);
-        free(v.u.l->v); free(v.u.l); break;
-    case TV_DICT: dict_free(v.u.d); break;
-    case TV_NS: if (v.u.ns->d) dict_free(v.u.ns->d); free(v.u.ns); break;
-    case TV_LOOP: if (v.u.lp->items) tv_decref(tv_list(v.u.lp->items)); free(v.u.lp); break;
-    case TV_FUNC: tv_decref(v.u.fn->self); free(v.u.fn); break;
-    case TV_MACRO: free(v.u.m); break;
-    default: break;
-    }
 }
 
 /* ------------------------------------------------------------------ strings */
@@ -241,7 +273,13 @@ static int is_num(tv v) { return v.t == TV_BOOL || v.t == TV_INT || v.t == TV_FL
 static double num_f(tv v) { return v.t == TV_FLOAT ? v.u.f : v.t == TV_INT ? (double)v.u.i : v.u.b; }
 static int64_t num_i(tv v) { return v.t == TV_INT ? v.u.i : v.u.b; }
 
-int tv_eq(tv a, tv b) {
+#define TV_MAX_NEST 500 /* deeper comparisons / printing are refused (Python: RecursionError) */
+
+static int eq_d(tv a, tv b, int depth);
+int tv_eq(tv a, tv b) { return eq_d(a, b, 0); }
+
+static int eq_d(tv a, tv b, int depth) {
+    if (depth > TV_MAX_NEST) return 0;
     if (is_num(a) && is_num(b)) {
         if (a.t == TV_FLOAT || b.t == TV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -252,20 +290,24 @@ int tv_eq(tv a, tv b) {
     case TV_STR: return a.u.s->len == b.u.s->len && !memcmp(a.u.s->s, b.u.s->s, a.u.s->len);
     case TV_LIST:
         if (a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n) return 0;
-        for (size_t i = 0; i < a.u.l->n; i++) if (!tv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+        for (size_t i = 0; i < a.u.l->n; i++) if (!eq_d(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
         return 1;
     case TV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             long j = tdict_find(b.u.d, a.u.d->k[i]);
-            if (j < 0 || !tv_eq(a.u.d->v[i], b.u.d->v[j])) return 0;
+            if (j < 0 || !eq_d(a.u.d->v[i], b.u.d->v[j], depth + 1)) return 0;
         }
         return 1;
     default: return a.u.o == b.u.o;
     }
 }
 
-int tv_cmp(tv a, tv b, int *out) {
+static int cmp_d(tv a, tv b, int *out, int depth);
+int tv_cmp(tv a, tv b, int *out) { return cmp_d(a, b, out, 0); }
+
+static int cmp_d(tv a, tv b, int *out, int depth) {
+    if (depth > TV_MAX_NEST) return -1;
     if (is_num(a) && is_num(b)) {
         if (a.t == TV_FLOAT || b.t == TV_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -284,8 +326,8 @@ int tv_cmp(tv a, tv b, int *out) {
     if (a.t == TV_LIST && b.t == TV_LIST && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
-            if (tv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return tv_cmp(a.u.l->v[i], b.u.l->v[i], out);
+            if (eq_d(a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
+            return cmp_d(a.u.l->v[i], b.u.l->v[i], out, depth + 1);
         }
         *out = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
         return 0;
@@ -474,43 +516,66 @@ static int write_str_repr(tbuf *b, const tstr *s) {
     return tbuf_putc(b, q);
 }
 
-static int write_seq(tbuf *b, const tlist *l) {
-    if (tbuf_putc(b, l->tuple ? '(' : '[')) return -1;
-    for (size_t i = 0; i < l->n; i++) {
-        if (i && tbuf_put(b, ", ", 2)) return -1;
-        if (tv_write_repr(b, l->v[i])) return -1;
+/* The containers being printed, outermost first: a namespace that holds itself prints as
+ * Python prints a recursive dict ({...}); nesting past TV_MAX_NEST is refused (over = 3). */
+typedef struct pstack { const void *p[TV_MAX_NEST + 1]; int n; } pstack;
+
+static int write_v(tbuf *b, tv v, int repr, pstack *ps);
+
+static int enter_p(tbuf *b, pstack *ps, const void *p, int *seen) {
+    *seen = 0;
+    for (int i = 0; i < ps->n; i++) if (ps->p[i] == p) { *seen = 1; return 0; }
+    if (ps->n > TV_MAX_NEST - 1) { b->over = 3; return -1; }
+    ps->p[ps->n++] = p;
+    return 0;
+}
+
+static int write_seq(tbuf *b, const tlist *l, pstack *ps) {
+    int seen;
+    if (enter_p(b, ps, l, &seen)) return -1;
+    if (seen) return tbuf_put(b, "[...]", 5);
+    int r = tbuf_putc(b, l->tuple ? '(' : '[');
+    for (size_t i = 0; !r && i < l->n; i++) {
+        if (i && tbuf_put(b, ", ", 2)) { r = -1; break; }
+        r = write_v(b, l->v[i], 1, ps);
     }
-    if (l->tuple && l->n == 1 && tbuf_putc(b, ',')) return -1;
-    return tbuf_putc(b, l->tuple ? ')' : ']');
+    if (!r && l->tuple && l->n == 1) r = tbuf_putc(b, ',');
+    if (!r) r = tbuf_putc(b, l->tuple ? ')' : ']');
+    ps->n--;
+    return r;
 }
 
-static int write_dict(tbuf *b, const tdict *d) {
-    if (tbuf_putc(b, '{')) return -1;
-    for (size_t i = 0; i < d->n; i++) {
-        if (i && tbuf_put(b, ", ", 2)) return -1;
-        if (tv_write_repr(b, d->k[i]) || tbuf_put(b, ": ", 2) || tv_write_repr(b, d->v[i])) return -1;
+static int write_dict(tbuf *b, const tdict *d, pstack *ps) {
+    int seen;
+    if (enter_p(b, ps, d, &seen)) return -1;
+    if (seen) return tbuf_put(b, "{...}", 5);
+    int r = tbuf_putc(b, '{');
+    for (size_t i = 0; !r && i < d->n; i++) {
+        if (i && tbuf_put(b, ", ", 2)) { r = -1; break; }
+        r = write_v(b, d->k[i], 1, ps);
+        if (!r) r = tbuf_put(b, ": ", 2);
+        if (!r) r = write_v(b, d->v[i], 1, ps);
     }
-    return tbuf_putc(b, '}');
+    if (!r) r = tbuf_putc(b, '}');
+    ps->n--;
+    return r;
 }
 
-int tv_write_repr(tbuf *b, tv v) {
-    if (v.t == TV_STR) return write_str_repr(b, v.u.s);
-    if (v.t == TV_UNDEF) return tbuf_put(b, "Undefined", 9);
-    return tv_write_str(b, v);
-}
-
-int tv_write_str(tbuf *b, tv v) {
+static int write_v(tbuf *b, tv v, int repr, pstack *ps) {
     char num[64];
     switch (v.t) {
-    case TV_UNDEF: return 0;
+    case TV_UNDEF: return repr ? tbuf_put(b, "Undefined", 9) : 0;
     case TV_NONE: return tbuf_put(b, "None", 4);
     case TV_BOOL: return v.u.b ? tbuf_put(b, "True", 4) : tbuf_put(b, "False", 5);
     case TV_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); return tbuf_put(b, num, strlen(num));
     case TV_FLOAT: tv_format_float(num, sizeof num, v.u.f); return tbuf_put(b, num, strlen(num));
-    case TV_STR: return tbuf_put(b, v.u.s->s, v.u.s->len);
-    case TV_LIST: return write_seq(b, v.u.l);
-    case TV_DICT: return write_dict(b, v.u.d);
-    case TV_NS: return tbuf_put(b, "<Namespace ", 11) || write_dict(b, v.u.ns->d) || tbuf_putc(b, '>') ? -1 : 0;
+    case TV_STR: return repr ? write_str_repr(b, v.u.s) : tbuf_put(b, v.u.s->s, v.u.s->len);
+    case TV_LIST: return write_seq(b, v.u.l, ps);
+    case TV_DICT: return write_dict(b, v.u.d, ps);
+    case TV_NS:
+        if (tbuf_put(b, "<Namespace ", 11)) return -1;
+        if (v.u.ns->d ? write_dict(b, v.u.ns->d, ps) : tbuf_put(b, "{}", 2)) return -1;
+        return tbuf_putc(b, '>');
     case TV_LOOP: return tbuf_printf(b, "<LoopContext %lld/%lld>", (long long)v.u.lp->index0 + 1, (long long)v.u.lp->length);
     case TV_FUNC: return tbuf_put(b, "<built-in function>", 19);
     case TV_MACRO: {
@@ -519,6 +584,26 @@ int tv_write_str(tbuf *b, tv v) {
     }
     }
     return 0;
+}
+
+int tv_write_repr(tbuf *b, tv v) {
+    if (v.t != TV_LIST && v.t != TV_DICT && v.t != TV_NS) return write_v(b, v, 1, NULL);
+    pstack *ps = malloc(sizeof *ps);
+    if (!ps) { b->over = 2; return -1; }
+    ps->n = 0;
+    int r = write_v(b, v, 1, ps);
+    free(ps);
+    return r;
+}
+
+int tv_write_str(tbuf *b, tv v) {
+    if (v.t != TV_LIST && v.t != TV_DICT && v.t != TV_NS) return write_v(b, v, 0, NULL);
+    pstack *ps = malloc(sizeof *ps);
+    if (!ps) { b->over = 2; return -1; }
+    ps->n = 0;
+    int r = write_v(b, v, 0, ps);
+    free(ps);
+    return r;
 }
 
 /* ------------------------------------------------------------------ JSON */

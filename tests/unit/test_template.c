@@ -463,6 +463,19 @@ static void test_hostile(void) {
     CHECK_HAS(err, "limit");
     out = render_src("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", NULL, &rc, err, sizeof err);
     CHECK(rc != 0 && !out, "doubling a string 40 times must fail cleanly");
+    /* values nested 100000 deep: built, compared, printed (refused) and freed without recursion */
+    out = render_src("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                     "{{ ns.x == ns.x }}{{ ns.x is defined }}", NULL, &rc, err, sizeof err);
+    CHECK(rc == 0 && out && !strcmp(out, "FalseTrue"), "deep values: %s", out ? out : err);
+    free(out);
+    out = render_src("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                     NULL, &rc, err, sizeof err);
+    CHECK(rc != 0 && !out, "printing 100000 nested lists must fail cleanly");
+    CHECK_HAS(err, "recursion");
+    out = render_src("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}",
+                     NULL, &rc, err, sizeof err);
+    CHECK(rc != 0 && !out, "tojson of 100000 nested lists must fail cleanly");
+    EXPECT("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}", NULL, "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
 }
 
 static void test_chat_request_validation(void) {
