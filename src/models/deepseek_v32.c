@@ -1,6 +1,374 @@
-/* deepseek_v32.c — the DEEPSEEK_V32 (deepseek_v32, alias deepseek_v3_2): MLA + MoE as deepseek_v3, plus the DSA lightning indexer and its key cache.
- * Registered so that loading names this family; the forward path is not written yet. */
-#include "registry.h"
+/* deepseek_v32.c — the DEEPSEEK_V32 family (model_type "deepseek_v32", alias "deepseek_v3_2"):
+ * the DeepSeek V3 decoder (MLA attention, sigmoid/grouped-top-k MoE with shared experts after
+ * the dense layers) whose attention is DeepSeek Sparse Attention (nn/dsa.h): a lightning
+ * indexer per layer picks index_topk keys per query, and MLA attends over those only.
+ *
+ * Owns: hyper-parameters (both config dialects: transformers 5 mlp_layer_types /
+ * rope_parameters and the hub's first_k_dense_replace + moe_layer_freq / rope_scaling), the
+ * tensor list (model.layers.N.self_attn.indexer.{wq_b, wk, k_norm, weights_proj} on top of
+ * deepseek_v3's names; per-expert, fused or mlx-stacked experts; fp8 block-scaled matrices;
+ * MTP layers ignored), and the session: two caches per layer, both one row per position,
+ * the MLA latent [max_ctx, kv_lora + rope] and the indexer keys [max_ctx, index_head_dim].
+ * Rows [0, pos) of both are valid; a forward writes rows pos..pos+n-1 of both.
+ *
+ * q_lora_rank is required: the indexer's queries are read from the MLA q latent. The
+ * code is deepseek_v3.c's wiring with dsa_forward in place of mla_forward; deepseek_v3.c is
+ * not changed. */
+#include "model.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../io/weights.h"
+#include "../nn/dsa.h"
+#include "../nn/mla.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL },
-                            "DSA attention not implemented yet", NULL };
+enum { UBATCH = 256 };
+
+typedef struct {
+    float *attn_norm;            /* [H] input_layernorm */
+    mla_layer attn;
+    dsa_indexer idx;
+    float *ffn_norm;             /* [H] post_attention_layernorm */
+    int is_moe;
+    ci_mat wg, wu, wd;           /* dense: [ff, H], [ff, H], [H, ff]; MoE: the shared experts */
+    int has_shared;
+    moe_block moe;
+} dsv32_layer;
+
+typedef struct {
+    int H, n_layers, vocab, ff, shared_ff;
+    int lat;                     /* kv_lora + rope: floats per latent-cache row */
+    int kdim;                    /* index_head_dim: floats per indexer-key row */
+    float eps;
+    ci_mat embed;                /* [vocab, H] */
+    ci_mat lm_head;              /* [vocab, H] */
+    float *final_norm;           /* [H] */
+    dsv32_layer *layers;         /* [n_layers] */
+    rope_table rope;             /* qk_rope_head_dim dims; shared by MLA and the indexer */
+    ci_mat *expert_mats;         /* [n_moe_layers · 3 · E] expert views */
+    const moe_block *any_moe;
+    float **owned;
+    int n_owned;
+} dsv32_model;
+
+typedef struct {
+    float *lat_cache;            /* [n_layers][max_ctx][lat] */
+    float *key_cache;            /* [n_layers][max_ctx][kdim] */
+    float *x, *xn, *y;           /* [UBATCH, H] */
+    float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
+    float *last;                 /* [H] */
+    int32_t *pos;                /* [UBATCH] */
+    mla_scratch mla;
+    dsa_scratch dsa;
+    moe_scratch moe;
+} dsv32_cache;
+
+/* MoE or dense MLP per layer: mlp_layer_types ("dense" | "sparse") when the config has it,
+ * else the hub rule idx >= first_k_dense_replace && idx % moe_layer_freq == 0. Fills is_moe. */
+static int layer_kinds(const ci_config *c, const char *fam, int n_layers, long long first_dense, long long freq,
+                       int *is_moe, char *err, size_t errlen) {
+    const json_t *types = json_object_get(c->text, "mlp_layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int)json_array_size(types) != n_layers)
+            return ci_err(err, errlen, "%s: %s: 'mlp_layer_types' must be a list of %d strings", c->path, fam, n_layers);
+        for (int l = 0; l < n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (!t || (strcmp(t, "dense") && strcmp(t, "sparse")))
+                return ci_err(err, errlen, "%s: %s: mlp_layer_types[%d] is '%s', expected 'dense' or 'sparse'", c->path,
+                              fam, l, t ? t : "(not a string)");
+            is_moe[l] = !strcmp(t, "sparse");
+        }
+        return 0;
+    }
+    for (int l = 0; l < n_layers; l++) is_moe[l] = l >= first_dense && l % freq == 0;
+    return 0;
+}
+
+static int dsv32_load(ci_model *m, char *err, size_t errlen) {
+    const ci_config *c = &m->cfg;
+    const char *fam = m->family->name;
+    dsv32_model *d = calloc(1, sizeof *d);
+    if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
+    m->impl = d;
+    if (m->be && !m->be->matmul_xw)
+        return ci_err(err, errlen, "%s: backend %s has no matmul_xw op (needed by MLA)", fam, m->be->name);
+    d->H = (int)c->hidden_size;
+    d->n_layers = (int)c->n_layers;
+    d->vocab = (int)c->vocab_size;
+    d->eps = (float)c->rms_eps;
+    long long q_lora = 0, kv_lora, nope, rope, v, ff, mff, E, K, shared = 0, G = 1, TG = 1, first_dense = 0, freq = 1;
+    long long ih, id, topk;
+    double rsf = 1.0;
+    int norm = 0, bias = 0, interleave = 1, idx_interleave = 0;
+    if (!c->n_heads) return ci_err(err, errlen, "%s: %s: required key 'num_attention_heads' is missing", c->path, fam);
+    if (cfg_int(c, "q_lora_rank", 0, 0, 1 << 16, &q_lora, err, errlen) ||
+        cfg_int(c, "kv_lora_rank", 1, 1, 1 << 16, &kv_lora, err, errlen) ||
+        cfg_int(c, "qk_nope_head_dim", 1, 1, 1 << 12, &nope, err, errlen) ||
+        cfg_int(c, "qk_rope_head_dim", 1, 2, 1 << 12, &rope, err, errlen) ||
+        cfg_int(c, "v_head_dim", 1, 1, 1 << 12, &v, err, errlen) ||
+        cfg_int(c, "intermediate_size", 1, 1, 1 << 20, &ff, err, errlen) ||
+        cfg_int(c, "moe_intermediate_size", 1, 1, 1 << 20, &mff, err, errlen) ||
+        cfg_int(c, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts", 1, 1, 1 << 16,
+                &E, err, errlen) ||
+        cfg_int(c, "num_experts_per_tok", 1, 1, 1 << 16, &K, err, errlen) ||
+        cfg_int(c, "n_shared_experts", 0, 0, 1 << 10, &shared, err, errlen) ||
+        cfg_int(c, "n_group", 0, 1, 1 << 10, &G, err, errlen) ||
+        cfg_int(c, "topk_group", 0, 1, 1 << 10, &TG, err, errlen) ||
+        cfg_int(c, "first_k_dense_replace", 0, 0, 1 << 12, &first_dense, err, errlen) ||
+        cfg_int(c, "moe_layer_freq", 0, 1, 1 << 12, &freq, err, errlen) ||
+        cfg_num(c, "routed_scaling_factor", 0, 0, 1e6, &rsf, err, errlen) ||
+        cfg_bool(c, "norm_topk_prob", &norm, err, errlen) || cfg_bool(c, "attention_bias", &bias, err, errlen) ||
+        cfg_bool(c, "rope_interleave", &interleave, err, errlen) ||
+        cfg_int(c, "index_n_heads", 1, 1, 1 << 12, &ih, err, errlen) ||
+        cfg_int(c, "index_head_dim", 1, 2, 1 << 14, &id, err, errlen) ||
+        cfg_int(c, "index_topk", 1, 1, 1LL << 30, &topk, err, errlen) ||
+        cfg_bool(c, "indexer_rope_interleave", &idx_interleave, err, errlen))
+        return -1;
+    if (!q_lora)
+        return ci_err(err, errlen, "%s: %s: q_lora_rank is required (the DSA indexer reads the q latent)", c->path, fam);
+    if (bias) return ci_err(err, errlen, "%s: %s: attention_bias=true is not implemented yet", c->path, fam);
+    const char *sf = cj_get_str(c->text, "scoring_func"), *tm = cj_get_str(c->text, "topk_method");
+    if (sf && strcmp(sf, "sigmoid"))
+        return ci_err(err, errlen, "%s: %s: scoring_func '%s' is not supported (sigmoid)", c->path, fam, sf);
+    if (tm && strcmp(tm, "noaux_tc"))
+        return ci_err(err, errlen, "%s: %s: topk_method '%s' is not supported (noaux_tc)", c->path, fam, tm);
+    if (!interleave) return ci_err(err, errlen, "%s: %s: rope_interleave=false is not implemented yet", c->path, fam);
+    if (K > E || E % G || TG > G || (G > 1 && E / G < 2))
+        return ci_err(err, errlen, "%s: %s: expert routing n_routed_experts=%lld num_experts_per_tok=%lld n_group=%lld topk_group=%lld is inconsistent",
+                      c->path, fam, E, K, G, TG);
+    if (id < rope)
+        return ci_err(err, errlen, "%s: %s: index_head_dim %lld is smaller than qk_rope_head_dim %lld (the indexer rotates that many dims)",
+                      c->path, fam, id, rope);
+    d->ff = (int)ff;
+    d->shared_ff = (int)(mff * shared);
+    d->lat = (int)(kv_lora + rope);
+    d->kdim = (int)id;
+    if (rope_init(&d->rope, &c->rope, (int)rope, fam, err, errlen)) return -1;
+    float scale = 1.0f / sqrtf((float)(nope + rope));
+    if (c->rope.type != CI_ROPE_DEFAULT && c->rope.mscale_all_dim > 0 && c->rope.factor > 1) {
+        double ms = 0.1 * c->rope.mscale_all_dim * log(c->rope.factor) + 1.0;
+        scale = (float)(scale * ms * ms);
+    }
+    d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
+    int *is_moe = calloc((size_t)d->n_layers + 1, sizeof *is_moe);
+    if (!d->layers || !is_moe) { free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
+    if (layer_kinds(c, fam, d->n_layers, first_dense, freq, is_moe, err, errlen)) { free(is_moe); return -1; }
+    int n_moe = 0;
+    for (int l = 0; l < d->n_layers; l++) n_moe += is_moe[l];
+    d->expert_mats = calloc((size_t)n_moe * (size_t)E * 3 + 1, sizeof(ci_mat));
+    if (!d->expert_mats) { free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
+
+    w_binder b;
+    if (w_init(&b, m->st, fam, d->n_layers)) { free(is_moe); return ci_err(err, errlen, "%s", b.err); }
+    const int H = d->H, Hh = (int)c->n_heads;
+    ci_mat *em = d->expert_mats;
+    w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
+    for (int l = 0; l < d->n_layers; l++) {
+        dsv32_layer *L = &d->layers[l];
+        mla_layer *A = &L->attn;
+        dsa_indexer *I = &L->idx;
+        A->n_heads = Hh; A->hidden = H; A->q_lora = (int)q_lora; A->kv_lora = (int)kv_lora;
+        A->nope = (int)nope; A->rope = (int)rope; A->v = (int)v; A->scale = scale;
+        int qd = (int)(nope + rope);
+        w_vec(&b, &L->attn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.input_layernorm.weight", l);
+        w_mat(&b, &A->q_a, W_REQUIRED, q_lora, H, "model.layers.%d.self_attn.q_a_proj", l);
+        w_vec(&b, &A->q_a_norm, W_REQUIRED, q_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.q_a_layernorm.weight", l);
+        w_mat(&b, &A->q_b, W_REQUIRED, (int64_t)Hh * qd, q_lora, "model.layers.%d.self_attn.q_b_proj", l);
+        w_mat(&b, &A->kv_a, W_REQUIRED, kv_lora + rope, H, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
+        w_vec(&b, &A->kv_a_norm, W_REQUIRED, kv_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
+        w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+        w_mat(&b, &A->o, W_REQUIRED, H, (int64_t)Hh * v, "model.layers.%d.self_attn.o_proj", l);
+        if (mla_split_kv_b(A)) { w_done(&b); free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
+        /* the lightning indexer */
+        I->n_heads = (int)ih; I->head_dim = (int)id; I->rope_dim = (int)rope; I->topk = (int)topk;
+        I->rope_style = idx_interleave ? CI_ROPE_INTERLEAVED : CI_ROPE_NEOX;
+        I->w_scale = (float)(1.0 / sqrt((double)ih) / sqrt((double)id));
+        w_mat(&b, &I->wq_b, W_REQUIRED, ih * id, q_lora, "model.layers.%d.self_attn.indexer.wq_b", l);
+        w_mat(&b, &I->wk, W_REQUIRED, id, H, "model.layers.%d.self_attn.indexer.wk", l);
+        w_vec(&b, &I->k_norm_w, W_REQUIRED, id, 0, W_KIND_NORM, "model.layers.%d.self_attn.indexer.k_norm.weight", l);
+        w_vec(&b, &I->k_norm_b, W_REQUIRED, id, 0, W_KIND_BIAS, "model.layers.%d.self_attn.indexer.k_norm.bias", l);
+        w_mat(&b, &I->weights_proj, W_REQUIRED, ih, H, "model.layers.%d.self_attn.indexer.weights_proj", l);
+        w_vec(&b, &L->ffn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (is_moe[l]) {
+            moe_block *M = &L->moe;
+            L->is_moe = 1;
+            M->n_experts = (int)E; M->top_k = (int)K; M->hidden = H; M->inter = (int)mff;
+            M->router = MOE_SIGMOID; M->norm_topk_prob = norm; M->routed_scaling = (float)rsf;
+            M->n_group = (int)G; M->topk_group = (int)TG;
+            M->w_gate = em; M->w_up = em + E; M->w_down = em + 2 * E;
+            em += 3 * E;
+            w_mat(&b, &M->gate, W_REQUIRED, E, H, "model.layers.%d.mlp.gate", l);
+            w_vec(&b, &M->bias, W_REQUIRED, E, 0, W_KIND_BIAS, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
+            char pre[96];
+            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            w_experts(&b, M->w_gate, M->w_up, M->w_down, (int)E, (int)K, mff, H, pre);
+            if (shared) {
+                L->has_shared = 1;
+                w_mat(&b, &L->wg, W_REQUIRED, d->shared_ff, H, "model.layers.%d.mlp.shared_experts.gate_proj", l);
+                w_mat(&b, &L->wu, W_REQUIRED, d->shared_ff, H, "model.layers.%d.mlp.shared_experts.up_proj", l);
+                w_mat(&b, &L->wd, W_REQUIRED, H, d->shared_ff, "model.layers.%d.mlp.shared_experts.down_proj", l);
+            }
+            if (!d->any_moe) d->any_moe = M;
+        } else {
+            w_mat(&b, &L->wg, W_REQUIRED, ff, H, "model.layers.%d.mlp.gate_proj", l);
+            w_mat(&b, &L->wu, W_REQUIRED, ff, H, "model.layers.%d.mlp.up_proj", l);
+            w_mat(&b, &L->wd, W_REQUIRED, H, ff, "model.layers.%d.mlp.down_proj", l);
+        }
+    }
+    free(is_moe);
+    w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
+    if (c->tie_embeddings) {
+        d->lm_head = d->embed;
+        w_claim(&b, "lm_head.weight");
+    } else {
+        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
+    }
+    int rc = w_finish(&b, err, errlen);
+    d->owned = b.owned;
+    d->n_owned = b.n_owned;
+    m->n_params = b.n_params;
+    memcpy(m->bytes_by_dtype, b.bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = b.decode_bytes;
+    if (!m->st) { m->specs = b.specs; m->n_specs = b.n_specs; b.specs = NULL; }
+    w_done(&b);
+    return rc;
+}
+
+static void dsv32_unload(ci_model *m) {
+    dsv32_model *d = m->impl;
+    if (!d) return;
+    if (d->layers)
+        for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->layers[l].attn);
+    w_owned_free(d->owned, d->n_owned);
+    rope_free(&d->rope);
+    free(d->expert_mats);
+    free(d->layers);
+    free(d);
+    m->impl = NULL;
+}
+
+static size_t dsv32_cache_bytes_per_token(const ci_model *m) {
+    const dsv32_model *d = m->impl;
+    return (size_t)d->n_layers * (size_t)(d->lat + d->kdim) * sizeof(float);
+}
+
+static void dsv32_session_free(ci_session *s);
+
+static int dsv32_session_init(ci_session *s, char *err, size_t errlen) {
+    const dsv32_model *d = s->m->impl;
+    dsv32_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    s->impl = c;
+    const mla_layer *A = &d->layers[0].attn;
+    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx;
+    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff;
+    c->lat_cache = malloc(rows * (size_t)d->lat * sizeof(float));
+    c->key_cache = malloc(rows * (size_t)d->kdim * sizeof(float));
+    c->x = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->xn = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->y = malloc((size_t)UBATCH * d->H * sizeof(float));
+    c->g = malloc((size_t)UBATCH * wide * sizeof(float));
+    c->u = malloc((size_t)UBATCH * wide * sizeof(float));
+    c->last = malloc((size_t)d->H * sizeof(float));
+    c->pos = malloc(UBATCH * sizeof(int32_t));
+    if (!c->lat_cache || !c->key_cache || !c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
+        mla_scratch_init(&c->mla, A, UBATCH) || dsa_scratch_init(&c->dsa, &d->layers[0].idx, A, UBATCH, s->max_ctx) ||
+        (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
+    return 0;
+}
+
+static void dsv32_session_free(ci_session *s) {
+    dsv32_cache *c = s->impl;
+    if (!c) return;
+    free(c->lat_cache); free(c->key_cache);
+    free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
+    mla_scratch_free(&c->mla);
+    dsa_scratch_free(&c->dsa);
+    moe_scratch_free(&c->moe);
+    free(c);
+    s->impl = NULL;
+}
+
+/* SwiGLU MLP: out[n, H] = wd(silu(wg x) * wu x), width f. */
+static void mlp(ci_backend *be, dsv32_cache *c, const dsv32_layer *L, float *out, const float *x, int n, int f) {
+    be->matmul(be, c->g, x, n, &L->wg);
+    be->matmul(be, c->u, x, n, &L->wu);
+    be->swiglu(be, c->g, c->u, (int64_t)n * f);
+    be->matmul(be, out, c->g, n, &L->wd);
+}
+
+static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+    ci_model *m = s->m;
+    const dsv32_model *d = m->impl;
+    dsv32_cache *c = s->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const size_t lat_layer = (size_t)s->max_ctx * d->lat, key_layer = (size_t)s->max_ctx * d->kdim;
+    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dsv32_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
+        dsa_forward(be, &L->attn, &L->idx, &d->rope, &c->mla, &c->dsa, c->lat_cache + (size_t)l * lat_layer,
+                    c->key_cache + (size_t)l * key_layer, c->y, c->xn, c->pos, n, s->pos, d->eps);
+        CI_DUMP(m, "attn_out", l, c->y, n, H);
+        be->add(be, c->x, c->y, (int64_t)n * H);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+            if (L->has_shared) {
+                mlp(be, c, L, c->y, c->xn, n, d->shared_ff);
+                be->add(be, c->x, c->y, (int64_t)n * H);
+            }
+        } else {
+            mlp(be, c, L, c->y, c->xn, n, d->ff);
+            be->add(be, c->x, c->y, (int64_t)n * H);
+        }
+        CI_DUMP(m, "layer_out", l, c->x, n, H);
+    }
+    if (logits) {
+        if (all_logits) {
+            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
+            be->matmul(be, logits, c->xn, n, &d->lm_head);
+        } else {
+            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->final_norm, 1, H, d->eps);
+            be->matmul(be, logits, c->last, 1, &d->lm_head);
+        }
+    }
+    s->pos += n;
+}
+
+static int dsv32_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const dsv32_model *d = s->m->impl;
+    const char *fam = s->m->family->name;
+    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
+    if (s->pos + n > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
+        else if (logits && off + k == n) out = logits;
+        forward_chunk(s, tokens + off, k, out, all_logits);
+    }
+    return 0;
+}
+
+static const ci_family_ops dsv32_ops = {
+    .load = dsv32_load, .unload = dsv32_unload,
+    .session_init = dsv32_session_init, .session_free = dsv32_session_free,
+    .forward = dsv32_forward, .cache_bytes_per_token = dsv32_cache_bytes_per_token,
+};
+
+const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL }, NULL,
+                                     &dsv32_ops };
