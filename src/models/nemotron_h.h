@@ -9,7 +9,8 @@
 #include "../nn/mamba2.h"
 
 /* The session's cache (KV rows of the attention layers, conv + SSM state of the Mamba2
- * layers), its pos in step with the session; NULL when s is not a nemotron_h session. */
+ * layers), its pos in step with the session (a session at position 0, e.g. after
+ * ci_session_reset, gets zeroed states first); NULL when s is not a nemotron_h session. */
 ci_cache *nemh_cache(ci_session *s);
 /* Puts a snapshot taken with cache_snapshot(nemh_cache(s)) back and moves the session to
  * its position. */
