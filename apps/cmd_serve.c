@@ -1,0 +1,97 @@
+/* cmd_serve.c — `cinfer serve`: parses the flags, starts the server (src/server/server.h),
+ * prints one line with the address it listens on, and serves until SIGINT or SIGTERM.
+ *
+ *   cinfer serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
+ *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
+ *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S]
+ *
+ * Without --model it serves the embedded demo model (models/demo of the source tree the
+ * binary was built in). --port 0 takes any free port; the printed line tells which:
+ *   "cinfer: serving demo on http://127.0.0.1:PORT"
+ * Bad flags exit with status 2, a model or socket failure with 1, both with one line on
+ * stderr. The signals are taken by sigwait in the main thread, so no handler runs inside
+ * the server's threads. */
+#include "cmd_serve.h"
+#include "server/server.h"
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage_err(const char *fmt, const char *a, const char *b) {
+    fputs("cinfer: serve: ", stderr);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+    return 2;
+}
+
+static int int_arg(const char *name, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "cinfer: serve: %s expects an integer in [%lld, %lld], got '%s'\n", name, lo, hi, v);
+        return 2;
+    }
+    *out = x;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_opts o;
+    memset(&o, 0, sizeof o);
+    o.port = 8080;
+    o.queue_max = -1;
+    o.prefix_cache_mb = -1;
+    static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
+                                         "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
+                                         "--timeout", NULL };
+    int seen[16] = { 0 };
+    for (int i = 0; i < argc; i++) {
+        int k = -1;
+        for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
+        if (k < 0) return usage_err("unknown option '%s'%s (see cinfer --help)", argv[i], "");
+        if (seen[k]++) return usage_err("option %s given twice%s", argv[i], "");
+        if (i + 1 >= argc) return usage_err("option %s needs a value%s", argv[i], "");
+        const char *v = argv[++i];
+        long long x = 0;
+        switch (k) {
+        case 0: o.model_dir = v; break;
+        case 1: o.host = v; break;
+        case 2: if (int_arg("--port", v, 0, 65535, &x)) return 2; o.port = (int)x; break;
+        case 3: o.api_key = v; break;
+        case 4: if (int_arg("--parallel", v, 1, 256, &x)) return 2; o.parallel = (int)x; break;
+        case 5: if (int_arg("--ctx", v, 2, 1 << 24, &x)) return 2; o.ctx = (int)x; break;
+        case 6: if (int_arg("--prefix-cache-mb", v, 0, 1 << 30, &x)) return 2; o.prefix_cache_mb = x; break;
+        case 7: if (int_arg("--queue", v, 0, 1 << 20, &x)) return 2; o.queue_max = (int)x; break;
+        case 8: if (int_arg("--max-body", v, 1024, 1LL << 32, &x)) return 2; o.max_body = (size_t)x; break;
+        case 9: if (int_arg("--threads", v, 1, 1024, &x)) return 2; o.threads = (int)x; break;
+        case 10: o.model_id = v; break;
+        case 11: if (int_arg("--timeout", v, 1, 86400, &x)) return 2; o.timeout_s = (int)x; break;
+        }
+    }
+    /* Block the stop signals before any thread starts: every thread inherits the mask and
+     * only sigwait below receives them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    char err[1024];
+    srv *s = NULL;
+    if (srv_start(&o, &s, err, sizeof err)) {
+        fprintf(stderr, "cinfer: serve: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "cinfer: serving %s on http://%s:%d\n", srv_model_id(s), o.host ? o.host : "127.0.0.1", srv_port(s));
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "cinfer: serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    return 0;
+}

@@ -1,0 +1,813 @@
+/* api.c — the generation routes: OpenAI /v1/chat/completions and /v1/completions, and
+ * Anthropic /v1/messages, streamed (server-sent events) or not.
+ *
+ * A request becomes a job: its body is validated field by field (an error names the
+ * field), the prompt is rendered through the model's chat template and encoded, and the
+ * engine runs it. The job then turns tokens into text: a streaming decoder (complete UTF-8
+ * only), stop strings (text is held back while it could still become a stop string; a hit
+ * cuts the text before it and cancels the sequence), logprobs, and the finish reason.
+ * Streaming responses are produced by libmicrohttpd's content reader in the connection's
+ * own thread, which blocks on the engine between events; a client that closes its socket
+ * cancels its sequence within one wait slice (100 ms), streamed or not.
+ *
+ * Invariants: the engine reference of a job is released exactly once (job_free); every
+ * path that leaves before the engine finished cancels first. */
+#include "srv_internal.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../models/model.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { MAX_STOP = 16, WAIT_MS = 100, READ_BATCH = 64 };
+typedef enum { K_CHAT, K_COMPLETION, K_MESSAGES } job_kind;
+enum { PH_START, PH_RUN, PH_DONE };
+
+typedef struct {
+    srv *s;
+    job_kind kind;
+    eng_req *r;
+    int fd;
+    int n_prompt, cached;
+    int stream, include_usage;
+    int logprobs;              /* -1 none; else alternatives per token */
+    char id[64];
+    long long created;
+    tok_stream *ts;
+    char *text;                /* visible text so far (cut at a stop string) */
+    size_t len, cap, sent;     /* sent: bytes already streamed */
+    char *stop[MAX_STOP];
+    int n_stop;
+    int stop_hit;
+    const char *stop_str;
+    int n_read, n_counted;     /* tokens read from the engine / counted as completion */
+    int done;                  /* no more tokens will be taken */
+    eng_finish fin;
+    char err[256];
+    json_t *lp;                /* logprob entries not yet sent (stream) or all (not) */
+    char *out;                 /* SSE bytes ready for the socket */
+    size_t olen, ocap, opos;
+    int phase;
+} job;
+
+/* ---- small helpers ------------------------------------------------------------------- */
+
+int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) {
+    va_list ap;
+    e->status = status;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* Optional fields: 0 absent or null, 1 read, -1 wrong type or range (e filled). */
+static int opt_num(const json_t *o, const char *k, double lo, double hi, double *out, srv_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return srv_fail(e, 400, k, "'%s' must be a number, got %s", k, type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return srv_fail(e, 400, k, "'%s' must be in [%g, %g], got %g", k, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int opt_int(const json_t *o, const char *k, long long lo, long long hi, long long *out, srv_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return srv_fail(e, 400, k, "'%s' must be an integer, got %s", k, type_name(v));
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return srv_fail(e, 400, k, "'%s' must be in [%lld, %lld], got %lld", k, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int opt_bool(const json_t *o, const char *k, int *out, srv_err *e) {
+    const json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return srv_fail(e, 400, k, "'%s' must be a boolean, got %s", k, type_name(v));
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* "model": absent is the served model; anything else must name it. */
+static int check_model(srv *s, const json_t *req, srv_err *e) {
+    const json_t *v = json_object_get(req, "model");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return srv_fail(e, 400, "model", "'model' must be a string, got %s", type_name(v));
+    const char *m = json_string_value(v);
+    if (strcmp(m, s->model_id) && strcmp(m, s->model_dir)) {
+        e->code = "model_not_found";
+        return srv_fail(e, 404, "model", "The model '%s' does not exist; this server serves '%s'", m, s->model_id);
+    }
+    return 0;
+}
+
+static void job_free(job *j) {
+    if (!j) return;
+    if (j->r) {
+        if (!j->done || j->stop_hit) eng_cancel(j->r);
+        eng_release(j->r);
+    }
+    tok_stream_free(j->ts);
+    free(j->text);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    json_decref(j->lp);
+    free(j->out);
+    free(j);
+}
+
+static int buf_add(char **b, size_t *len, size_t *cap, const char *p, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 256);
+        while (c < *len + n + 1) c *= 2;
+        char *nb = realloc(*b, c);
+        if (!nb) return -1;
+        *b = nb;
+        *cap = c;
+    }
+    memcpy(*b + *len, p, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return 0;
+}
+
+/* ---- sampling parameters shared by the three dialects ------------------------------------ */
+
+static int read_stop(job *j, const json_t *req, const char *key, srv_err *e) {
+    const json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        if (!json_string_length(v)) return srv_fail(e, 400, key, "'%s' must not be an empty string", key);
+        j->stop[j->n_stop++] = strdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v)) return srv_fail(e, 400, key, "'%s' must be a string or an array of strings, got %s", key, type_name(v));
+    if (json_array_size(v) > MAX_STOP) return srv_fail(e, 400, key, "'%s' has %zu entries; at most %d", key, json_array_size(v), MAX_STOP);
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        if (!json_is_string(x) || !json_string_length(x))
+            return srv_fail(e, 400, key, "'%s[%zu]' must be a non-empty string", key, i);
+        j->stop[j->n_stop++] = strdup(json_string_value(x));
+    }
+    for (int k = 0; k < j->n_stop; k++) if (!j->stop[k]) return srv_fail(e, 500, NULL, "out of memory");
+    return 0;
+}
+
+/* temperature, top_p, top_k, min_p, seed, penalties; OpenAI ranges. */
+static int read_sampling(const json_t *req, eng_params *p, double tmax, srv_err *e) {
+    double d;
+    long long v;
+    int rc;
+    ci_sampler_defaults(&p->so);
+    p->so.temperature = 1.0f;
+    p->so.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)p;
+    if ((rc = opt_num(req, "temperature", 0, tmax, &d, e)) < 0) return -1;
+    if (rc) p->so.temperature = (float)d;
+    if ((rc = opt_num(req, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) {
+        if (d <= 0) return srv_fail(e, 400, "top_p", "'top_p' must be in (0, 1], got %g", d);
+        p->so.top_p = (float)d;
+    }
+    if ((rc = opt_int(req, "top_k", -1, 1 << 30, &v, e)) < 0) return -1;
+    if (rc) p->so.top_k = v < 0 ? 0 : (int)v;
+    if ((rc = opt_num(req, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) p->so.min_p = (float)d;
+    if ((rc = opt_num(req, "repetition_penalty", 1e-3, 100, &d, e)) < 0) return -1;
+    if (rc) p->so.repeat_penalty = (float)d;
+    if ((rc = opt_num(req, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) p->presence_penalty = (float)d;
+    if ((rc = opt_num(req, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) p->frequency_penalty = (float)d;
+    const json_t *sv = json_object_get(req, "seed");
+    if (sv && !json_is_null(sv)) {
+        if (!json_is_integer(sv)) return srv_fail(e, 400, "seed", "'seed' must be an integer, got %s", type_name(sv));
+        p->so.seed = (uint64_t)json_integer_value(sv);
+    }
+    if ((rc = opt_bool(req, "ignore_eos", &p->ignore_eos, e)) < 0) return -1;
+    return 0;
+}
+
+/* max_tokens against the context: an explicit value that does not fit is an error; the
+ * default is what is left of the context (capped by dflt when > 0). */
+static int read_max_tokens(srv *s, const json_t *req, const char *k1, const char *k2, int n_prompt, int dflt, int required,
+                           eng_params *p, srv_err *e) {
+    int ctx = eng_ctx(s->e);
+    if (n_prompt >= ctx) {
+        e->code = "context_length_exceeded";
+        return srv_fail(e, 400, "messages", "the prompt is %d tokens; this server's context is %d tokens", n_prompt, ctx);
+    }
+    long long v = 0;
+    int rc = opt_int(req, k1, 1, 1 << 30, &v, e);
+    const char *which = k1;
+    if (rc == 0 && k2) { rc = opt_int(req, k2, 1, 1 << 30, &v, e); which = k2; }
+    if (rc < 0) return -1;
+    if (rc == 0 && required) return srv_fail(e, 400, k1, "'%s' is required", k1);
+    if (rc) {
+        if (n_prompt + v > ctx) {
+            e->code = "context_length_exceeded";
+            return srv_fail(e, 400, which, "'%s' %lld + the prompt's %d tokens exceed the context of %d tokens", which, v,
+                            n_prompt, ctx);
+        }
+        p->max_tokens = (int)v;
+    } else {
+        p->max_tokens = ctx - n_prompt;
+        if (dflt > 0 && p->max_tokens > dflt) p->max_tokens = dflt;
+    }
+    return 0;
+}
+
+/* ---- prompts ------------------------------------------------------------------------------ */
+
+/* A message's content as one string: a string, or the text parts of an array joined by
+ * newlines (OpenAI {"type":"text","text":...}; Anthropic the same). */
+static int content_text(const json_t *c, const char *where, char **out, srv_err *e) {
+    *out = NULL;
+    if (!c || json_is_null(c)) { *out = strdup(""); return *out ? 0 : srv_fail(e, 500, NULL, "out of memory"); }
+    if (json_is_string(c)) { *out = strdup(json_string_value(c)); return *out ? 0 : srv_fail(e, 500, NULL, "out of memory"); }
+    if (!json_is_array(c)) return srv_fail(e, 400, where, "'%s' must be a string or an array of content parts, got %s", where, type_name(c));
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        const char *ty = json_is_object(part) ? cj_get_str(part, "type") : NULL;
+        if (!ty) { free(b); return srv_fail(e, 400, where, "'%s[%zu]' must be an object with a 'type'", where, i); }
+        if (strcmp(ty, "text")) { free(b); return srv_fail(e, 400, where, "'%s[%zu]': content type '%s' is not supported (text only)", where, i, ty); }
+        const char *t = cj_get_str(part, "text");
+        if (!t) { free(b); return srv_fail(e, 400, where, "'%s[%zu].text' must be a string", where, i); }
+        if ((len && buf_add(&b, &len, &cap, "\n", 1)) || buf_add(&b, &len, &cap, t, strlen(t))) { free(b); return srv_fail(e, 500, NULL, "out of memory"); }
+    }
+    *out = b ? b : strdup("");
+    return *out ? 0 : srv_fail(e, 500, NULL, "out of memory");
+}
+
+/* Messages normalised for the template: every field kept, content made a string. The
+ * Anthropic dialect also takes a top-level system (string or text blocks). */
+static json_t *norm_messages(const json_t *req, api_dialect d, srv_err *e) {
+    const json_t *ms = json_object_get(req, "messages");
+    if (!ms) { srv_fail(e, 400, "messages", "'messages' is required"); return NULL; }
+    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", type_name(ms)); return NULL; }
+    if (!json_array_size(ms)) { srv_fail(e, 400, "messages", "'messages' must not be empty"); return NULL; }
+    json_t *out = json_array();
+    if (d == API_ANTHROPIC) {
+        const json_t *sys = json_object_get(req, "system");
+        if (sys && !json_is_null(sys)) {
+            char *t;
+            if (content_text(sys, "system", &t, e)) { json_decref(out); return NULL; }
+            json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", t));
+            free(t);
+        }
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(ms, i, m) {
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        if (!json_is_object(m)) { srv_fail(e, 400, where, "'%s' must be an object, got %s", where, type_name(m)); goto fail; }
+        const json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role)) { srv_fail(e, 400, where, "'%s.role' must be a string", where); goto fail; }
+        const char *r = json_string_value(role);
+        int ok = d == API_ANTHROPIC ? !strcmp(r, "user") || !strcmp(r, "assistant")
+                                    : !strcmp(r, "system") || !strcmp(r, "developer") || !strcmp(r, "user") ||
+                                          !strcmp(r, "assistant") || !strcmp(r, "tool");
+        if (!ok) { srv_fail(e, 400, where, "'%s.role' '%s' is not a valid role", where, r); goto fail; }
+        const json_t *c = json_object_get(m, "content");
+        if (!c && strcmp(r, "assistant")) { srv_fail(e, 400, where, "'%s.content' is required", where); goto fail; }
+        char cw[80];
+        snprintf(cw, sizeof cw, "%s.content", where);
+        char *t;
+        if (content_text(c, cw, &t, e)) goto fail;
+        json_t *nm = json_deep_copy(m);
+        json_object_set_new(nm, "content", json_string(t));
+        if (!strcmp(r, "developer")) json_object_set_new(nm, "role", json_string("system"));
+        free(t);
+        json_array_append_new(out, nm);
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, srv_err *e) {
+    *ids = NULL;
+    *n = 0;
+    if (!s->ch) return srv_fail(e, 400, "messages", "this model has no chat template (%s); use /v1/completions", s->ch_err);
+    json_t *msgs = norm_messages(req, d, e);
+    if (!msgs) return -1;
+    json_t *t = json_pack("{s:o,s:b}", "messages", msgs, "add_generation_prompt", 1);
+    const json_t *tools = json_object_get(req, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) { json_decref(t); return srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); }
+        if (json_array_size(tools)) json_object_set(t, "tools", (json_t *)tools);
+    }
+    const json_t *kw = json_object_get(req, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw)) { json_decref(t); return srv_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object"); }
+        json_object_set(t, "chat_template_kwargs", (json_t *)kw);
+    }
+    char *text = NULL, err[768];
+    size_t len = 0;
+    int rc = tpl_chat_render(s->ch, t, NULL, &text, &len, err, sizeof err);
+    json_decref(t);
+    if (rc) return srv_fail(e, 400, "messages", "%s", err);
+    size_t cnt = 0;
+    rc = tok_encode(s->tk, text, len, 0, ids, &cnt, err, sizeof err);
+    free(text);
+    if (rc) return srv_fail(e, 400, "messages", "%s", err);
+    if (!cnt) { free(*ids); *ids = NULL; return srv_fail(e, 400, "messages", "the messages render to an empty prompt"); }
+    *n = (int)cnt;
+    return 0;
+}
+
+/* /v1/completions prompt: a string, token ids, or a list holding one of either. */
+static int completion_prompt(srv *s, const json_t *req, int **ids, int *n, srv_err *e) {
+    const json_t *p = json_object_get(req, "prompt");
+    *ids = NULL;
+    if (!p) return srv_fail(e, 400, "prompt", "'prompt' is required");
+    if (json_is_array(p) && json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        char err[512];
+        size_t cnt = 0;
+        if (tok_encode(s->tk, json_string_value(p), json_string_length(p), 1, ids, &cnt, err, sizeof err))
+            return srv_fail(e, 400, "prompt", "%s", err);
+        if (!cnt) { free(*ids); *ids = NULL; return srv_fail(e, 400, "prompt", "'prompt' encodes to no tokens"); }
+        *n = (int)cnt;
+        return 0;
+    }
+    if (!json_is_array(p)) return srv_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids, got %s", type_name(p));
+    size_t cnt = json_array_size(p);
+    if (!cnt) return srv_fail(e, 400, "prompt", "'prompt' must not be empty");
+    int V = tok_n_vocab(s->tk);
+    if ((int)s->m->cfg.vocab_size < V) V = (int)s->m->cfg.vocab_size;
+    *ids = malloc(cnt * sizeof(int));
+    if (!*ids) return srv_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        const json_t *x = json_array_get(p, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= V) {
+            free(*ids);
+            *ids = NULL;
+            if (json_is_string(x)) return srv_fail(e, 400, "prompt", "'prompt' with several strings is not supported (one request per prompt)");
+            return srv_fail(e, 400, "prompt", "'prompt[%zu]' must be a token id in [0, %d)", i, V);
+        }
+        (*ids)[i] = (int)json_integer_value(x);
+    }
+    *n = (int)cnt;
+    return 0;
+}
+
+/* ---- turning tokens into text ------------------------------------------------------------ */
+
+/* Appends decoded text; a stop string found in it cuts the text there. Returns 1 on a hit. */
+static int text_add(job *j, const char *p, size_t n) {
+    size_t old = j->len;
+    if (buf_add(&j->text, &j->len, &j->cap, p, n)) return 0;
+    size_t best = (size_t)-1;
+    for (int k = 0; k < j->n_stop; k++) {
+        size_t sl = strlen(j->stop[k]);
+        size_t from = old >= sl ? old - sl + 1 : 0;
+        if (j->len < sl) continue;
+        for (size_t i = from; i + sl <= j->len; i++)
+            if (!memcmp(j->text + i, j->stop[k], sl)) {
+                if (i < best) { best = i; j->stop_str = j->stop[k]; }
+                break;
+            }
+    }
+    if (best == (size_t)-1) return 0;
+    j->len = best;
+    j->text[best] = 0;
+    j->stop_hit = 1;
+    return 1;
+}
+
+/* Bytes of text that can be sent now: all of it unless its tail could still grow into a
+ * stop string. */
+static size_t safe_end(const job *j) {
+    if (j->done) return j->len;
+    size_t hold = 0;
+    for (int k = 0; k < j->n_stop; k++) {
+        size_t sl = strlen(j->stop[k]);
+        for (size_t m = sl - 1 < j->len ? sl - 1 : j->len; m > hold; m--)
+            if (!memcmp(j->text + j->len - m, j->stop[k], m)) { hold = m; break; }
+    }
+    return j->len - hold;
+}
+
+static json_t *token_json(srv *s, int id, float lp, int with_bytes) {
+    char *t = NULL, err[128];
+    size_t len = 0;
+    if (tok_decode(s->tk, &id, 1, 0, &t, &len, err, sizeof err)) { t = strdup(""); len = 0; }
+    json_t *o = json_object();
+    json_object_set_new(o, "token", json_stringn(t ? t : "", len));
+    json_object_set_new(o, "logprob", json_real(isfinite(lp) ? lp : -9999.0));
+    if (with_bytes) {
+        json_t *b = json_array();
+        for (size_t i = 0; i < len; i++) json_array_append_new(b, json_integer((unsigned char)t[i]));
+        json_object_set_new(o, "bytes", b);
+    }
+    free(t);
+    return o;
+}
+
+static void add_logprob(job *j, const eng_tok *t) {
+    if (j->logprobs < 0) return;
+    if (!j->lp) j->lp = json_array();
+    json_t *o = token_json(j->s, t->id, t->logprob, 1);
+    json_t *top = json_array();
+    for (int k = 0; k < t->n_top; k++)
+        if (t->top_id[k] >= 0) json_array_append_new(top, token_json(j->s, t->top_id[k], t->top_lp[k], 1));
+    json_object_set_new(o, "top_logprobs", top);
+    json_array_append_new(j->lp, o);
+}
+
+/* Reads what the engine has (waiting up to wait_ms for something new). Sets j->done when
+ * the sequence is over for this job: finished, or cut by a stop string. */
+static void job_pump(job *j, int wait_ms) {
+    eng_tok buf[READ_BATCH];
+    int fin = 0;
+    int n = eng_read(j->r, j->n_read, buf, READ_BATCH, wait_ms, &fin);
+    char err[256];
+    if ((n > 0 && j->n_read == 0) || fin) j->cached = eng_req_cached(j->r);
+    for (int i = 0; i < n && !j->stop_hit; i++) {
+        const char *p;
+        size_t len;
+        j->n_counted++;
+        add_logprob(j, &buf[i]);
+        if (tok_stream_put(j->ts, buf[i].id, &p, &len, err, sizeof err)) continue;
+        if (text_add(j, p, len)) eng_cancel(j->r);
+    }
+    j->n_read += n;
+    if (j->stop_hit) { j->done = 1; return; }
+    if (fin) {
+        j->fin = eng_req_finish(j->r, j->err, sizeof j->err);
+        const char *p;
+        size_t len;
+        if (!tok_stream_flush(j->ts, &p, &len, err, sizeof err) && len) text_add(j, p, len);
+        j->done = 1;
+    }
+}
+
+static const char *finish_reason(const job *j) {
+    if (j->stop_hit || j->fin == ENG_FIN_EOS) return j->kind == K_MESSAGES ? (j->stop_hit ? "stop_sequence" : "end_turn") : "stop";
+    if (j->fin == ENG_FIN_LENGTH) return j->kind == K_MESSAGES ? "max_tokens" : "length";
+    return j->kind == K_MESSAGES ? "end_turn" : "stop";
+}
+
+static json_t *usage_json(const job *j) {
+    if (j->kind == K_MESSAGES)
+        return json_pack("{s:i,s:i,s:i}", "input_tokens", j->n_prompt, "output_tokens", j->n_counted,
+                         "cache_read_input_tokens", j->cached);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_counted,
+                     "total_tokens", j->n_prompt + j->n_counted, "prompt_tokens_details", "cached_tokens", j->cached);
+}
+
+/* Completions-style logprobs {tokens, token_logprobs, top_logprobs, text_offset} from the
+ * chat-style entries. */
+static json_t *completion_logprobs(json_t *lp) {
+    json_t *o = json_object(), *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i, off = 0;
+    json_t *x;
+    json_array_foreach(lp, i, x) {
+        const char *t = cj_get_str(x, "token");
+        json_array_append(toks, json_object_get(x, "token"));
+        json_array_append(lps, json_object_get(x, "logprob"));
+        json_t *m = json_object();
+        size_t k;
+        json_t *y;
+        json_array_foreach(json_object_get(x, "top_logprobs"), k, y) json_object_set(m, cj_get_str(y, "token"), json_object_get(y, "logprob"));
+        json_array_append_new(tops, m);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += t ? strlen(t) : 0;
+    }
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "token_logprobs", lps);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    return o;
+}
+
+/* ---- streaming --------------------------------------------------------------------------- */
+
+static void sse(job *j, const char *event, json_t *obj) {
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!s) return;
+    if (event) {
+        buf_add(&j->out, &j->olen, &j->ocap, "event: ", 7);
+        buf_add(&j->out, &j->olen, &j->ocap, event, strlen(event));
+        buf_add(&j->out, &j->olen, &j->ocap, "\n", 1);
+    }
+    buf_add(&j->out, &j->olen, &j->ocap, "data: ", 6);
+    buf_add(&j->out, &j->olen, &j->ocap, s, strlen(s));
+    buf_add(&j->out, &j->olen, &j->ocap, "\n\n", 2);
+    free(s);
+}
+
+static json_t *openai_chunk(job *j, json_t *choice) {
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
+                          j->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
+                          "model", j->s->model_id, "choices", choice);
+    if (j->include_usage) json_object_set_new(c, "usage", json_null());
+    return c;
+}
+
+/* One event carrying the text in [from, to) (and pending logprobs); finish may be NULL. */
+static void emit_delta(job *j, size_t from, size_t to, const char *finish) {
+    json_t *piece = json_stringn(j->text + from, to - from);
+    if (j->kind == K_MESSAGES) {
+        if (to > from)
+            sse(j, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
+                                                    "delta", "type", "text_delta", "text", piece));
+        else json_decref(piece);
+        return;
+    }
+    json_t *lp = json_null();
+    if (j->lp && json_array_size(j->lp)) {
+        lp = j->kind == K_CHAT ? json_pack("{s:O}", "content", j->lp) : completion_logprobs(j->lp);
+        json_array_clear(j->lp);
+    }
+    json_t *choice;
+    if (j->kind == K_CHAT) {
+        json_t *delta = json_object();
+        if (to > from || !finish) json_object_set_new(delta, "content", piece); else json_decref(piece);
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
+                           finish ? json_string(finish) : json_null());
+    } else {
+        choice = json_pack("{s:o,s:i,s:o,s:o}", "text", piece, "index", 0, "logprobs", lp, "finish_reason",
+                           finish ? json_string(finish) : json_null());
+    }
+    sse(j, NULL, openai_chunk(j, choice));
+}
+
+static void emit_start(job *j) {
+    if (j->kind == K_MESSAGES) {
+        sse(j, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i,s:i}}}", "type", "message_start",
+                                          "message", "id", j->id, "type", "message", "role", "assistant", "model",
+                                          j->s->model_id, "content", "stop_reason", "stop_sequence", "usage",
+                                          "input_tokens", j->n_prompt, "output_tokens", 0, "cache_read_input_tokens", j->cached));
+        sse(j, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0,
+                                                "content_block", "type", "text", "text", ""));
+        sse(j, "ping", json_pack("{s:s}", "type", "ping"));
+    } else if (j->kind == K_CHAT) {
+        json_t *choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant", "content", "",
+                                   "logprobs", "finish_reason");
+        sse(j, NULL, openai_chunk(j, choice));
+    }
+}
+
+static void emit_end(job *j) {
+    size_t end = j->len;
+    if (j->fin == ENG_FIN_ERROR && !j->stop_hit) {
+        if (j->kind == K_MESSAGES)
+            sse(j, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message", j->err));
+        else sse(j, NULL, json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", j->err, "type", "server_error", "param", "code"));
+        return;
+    }
+    if (j->kind == K_MESSAGES) {
+        if (end > j->sent) emit_delta(j, j->sent, end, NULL);
+        sse(j, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+        sse(j, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta", "stop_reason",
+                                          finish_reason(j), "stop_sequence",
+                                          j->stop_hit ? json_string(j->stop_str) : json_null(), "usage", "output_tokens",
+                                          j->n_counted));
+        sse(j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    } else {
+        emit_delta(j, j->sent, end, finish_reason(j));
+        if (j->include_usage) {
+            json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id, "object",
+                                  j->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                                  (json_int_t)j->created, "model", j->s->model_id, "choices", "usage", usage_json(j));
+            sse(j, NULL, c);
+        }
+        buf_add(&j->out, &j->olen, &j->ocap, "data: [DONE]\n\n", 14);
+    }
+    j->sent = end;
+}
+
+/* Makes SSE bytes ready; -1 when the client is gone. */
+static int stream_fill(job *j) {
+    while (j->opos == j->olen && j->phase != PH_DONE) {
+        j->olen = j->opos = 0;
+        if (j->phase == PH_START) {
+            emit_start(j);
+            j->phase = PH_RUN;
+            continue;
+        }
+        job_pump(j, WAIT_MS);
+        if (srv_client_gone(j->fd)) return -1;
+        if (j->done) {
+            emit_end(j);
+            j->phase = PH_DONE;
+            break;
+        }
+        size_t end = safe_end(j);
+        if (end > j->sent || (j->lp && json_array_size(j->lp))) {
+            emit_delta(j, j->sent, end, NULL);
+            j->sent = end;
+        }
+    }
+    return 0;
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    if (stream_fill(j)) {
+        atomic_fetch_add(&j->s->n_disconnect, 1);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (j->opos == j->olen) return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = j->olen - j->opos < max ? j->olen - j->opos : max;
+    memcpy(buf, j->out + j->opos, n);
+    j->opos += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) { job_free(cls); }
+
+/* ---- the three routes ------------------------------------------------------------------ */
+
+static job *job_new(srv *s, job_kind kind, struct MHD_Connection *c) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->s = s;
+    j->kind = kind;
+    j->logprobs = -1;
+    j->created = (long long)time(NULL);
+    long long seq = atomic_fetch_add(&s->n_seq, 1);
+    snprintf(j->id, sizeof j->id, "%s%lld%06lld", kind == K_CHAT ? "chatcmpl-" : kind == K_MESSAGES ? "msg_" : "cmpl-",
+             j->created, seq);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    j->ts = tok_stream_new(s->tk, 1);
+    if (!j->ts) { free(j); return NULL; }
+    return j;
+}
+
+/* Submits and answers: a stream response, or waits and builds the whole body. */
+static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_params *p, int *ids, api_dialect d) {
+    srv_err e = { 0 };
+    char err[512];
+    p->prompt = ids;
+    p->n_prompt = j->n_prompt;
+    p->top_logprobs = j->logprobs;
+    int rc = eng_submit(s->e, p, &j->r, err, sizeof err);
+    free(ids);
+    if (rc == ENG_BUSY) {
+        job_free(j);
+        srv_fail(&e, 503, NULL, "the server is busy (all %d slots and the queue are taken); retry shortly", s->o.parallel);
+        e.code = "server_busy";
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (rc) {
+        job_free(j);
+        srv_fail(&e, 400, NULL, "%s", err);
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (j->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
+        if (!resp) { job_free(j); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        srv_count_status(s, 200);
+        enum MHD_Result r = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return r;
+    }
+    while (!j->done) {
+        job_pump(j, WAIT_MS);
+        if (!j->done && srv_client_gone(j->fd)) {
+            atomic_fetch_add(&s->n_disconnect, 1);
+            job_free(j);
+            return MHD_NO;
+        }
+    }
+    j->cached = eng_req_cached(j->r);
+    if (j->fin == ENG_FIN_ERROR && !j->stop_hit) {
+        srv_fail(&e, 500, NULL, "%s", j->err);
+        job_free(j);
+        return srv_reply_err(s, c, d, &e);
+    }
+    json_t *body;
+    json_t *text = json_stringn(j->text ? j->text : "", j->len);
+    if (j->kind == K_CHAT) {
+        json_t *lp = j->logprobs >= 0 ? json_pack("{s:O}", "content", j->lp ? j->lp : json_array()) : json_null();
+        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:o},s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
+                         "created", (json_int_t)j->created, "model", s->model_id, "choices", "index", 0, "message", "role",
+                         "assistant", "content", text, "logprobs", lp, "finish_reason", finish_reason(j), "usage",
+                         usage_json(j));
+    } else if (j->kind == K_COMPLETION) {
+        json_t *lp = j->logprobs >= 0 && j->lp ? completion_logprobs(j->lp) : json_null();
+        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:o,s:i,s:o,s:s}],s:o}", "id", j->id, "object", "text_completion",
+                         "created", (json_int_t)j->created, "model", s->model_id, "choices", "text", text, "index", 0,
+                         "logprobs", lp, "finish_reason", finish_reason(j), "usage", usage_json(j));
+    } else {
+        body = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:o}", "id", j->id, "type", "message", "role", "assistant",
+                         "model", s->model_id, "content", "type", "text", "text", text, "stop_reason", finish_reason(j),
+                         "stop_sequence", j->stop_hit ? json_string(j->stop_str) : json_null(), "usage", usage_json(j));
+    }
+    job_free(j);
+    return srv_reply_json(s, c, 200, body);
+}
+
+/* stream, stream_options.include_usage */
+static int read_stream(job *j, const json_t *req, srv_err *e) {
+    if (opt_bool(req, "stream", &j->stream, e) < 0) return -1;
+    const json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return srv_fail(e, 400, "stream_options", "'stream_options' must be an object, got %s", type_name(so));
+        if (opt_bool(so, "include_usage", &j->include_usage, e) < 0) { snprintf(e->param, sizeof e->param, "stream_options.include_usage"); return -1; }
+    }
+    return 0;
+}
+
+static int read_n(const json_t *req, srv_err *e) {
+    long long n = 1;
+    if (opt_int(req, "n", 1, 128, &n, e) < 0) return -1;
+    if (n != 1) return srv_fail(e, 400, "n", "'n' must be 1 (one choice per request), got %lld", n);
+    return 0;
+}
+
+enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
+    srv_err e = { 0 };
+    eng_params p = { 0 };
+    int *ids = NULL, n = 0, lpb = 0;
+    long long top = 0;
+    job *j = job_new(s, K_CHAT, c);
+    if (!j) return MHD_NO;
+    if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
+        read_stop(j, req, "stop", &e) || opt_bool(req, "logprobs", &lpb, &e) < 0 ||
+        opt_int(req, "top_logprobs", 0, ENG_MAX_TOP, &top, &e) < 0)
+        goto fail;
+    if (top && !lpb) { srv_fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto fail; }
+    j->logprobs = lpb ? (int)top : -1;
+    if (api_chat_prompt(s, req, API_OPENAI, &ids, &n, &e)) goto fail;
+    j->n_prompt = n;
+    if (read_max_tokens(s, req, "max_completion_tokens", "max_tokens", n, 0, 0, &p, &e)) goto fail;
+    return run_job(s, c, j, &p, ids, API_OPENAI);
+fail:
+    free(ids);
+    job_free(j);
+    return srv_reply_err(s, c, API_OPENAI, &e);
+}
+
+enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req) {
+    srv_err e = { 0 };
+    eng_params p = { 0 };
+    int *ids = NULL, n = 0, echo = 0;
+    long long lp = -1;
+    job *j = job_new(s, K_COMPLETION, c);
+    if (!j) return MHD_NO;
+    if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
+        read_stop(j, req, "stop", &e) || opt_int(req, "logprobs", 0, ENG_MAX_TOP, &lp, &e) < 0 ||
+        opt_bool(req, "echo", &echo, &e) < 0)
+        goto fail;
+    if (echo) { srv_fail(&e, 400, "echo", "'echo' is not supported"); goto fail; }
+    j->logprobs = (int)lp;
+    if (completion_prompt(s, req, &ids, &n, &e)) goto fail;
+    j->n_prompt = n;
+    if (read_max_tokens(s, req, "max_tokens", NULL, n, 16, 0, &p, &e)) goto fail;
+    return run_job(s, c, j, &p, ids, API_OPENAI);
+fail:
+    free(ids);
+    job_free(j);
+    return srv_reply_err(s, c, API_OPENAI, &e);
+}
+
+enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
+    srv_err e = { 0 };
+    eng_params p = { 0 };
+    int *ids = NULL, n = 0;
+    job *j = job_new(s, K_MESSAGES, c);
+    if (!j) return MHD_NO;
+    if (check_model(s, req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 1, &e) ||
+        read_stop(j, req, "stop_sequences", &e))
+        goto fail;
+    if (api_chat_prompt(s, req, API_ANTHROPIC, &ids, &n, &e)) goto fail;
+    j->n_prompt = n;
+    if (read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, &p, &e)) goto fail;
+    return run_job(s, c, j, &p, ids, API_ANTHROPIC);
+fail:
+    free(ids);
+    job_free(j);
+    return srv_reply_err(s, c, API_ANTHROPIC, &e);
+}

@@ -1,0 +1,584 @@
+/* engine.c — see engine.h.
+ *
+ * Threads: the scheduler thread alone touches the model, the slots' sessions, samplers and
+ * the prefix store; everything shared with submitters (the queue, each request's published
+ * count, finish state and cancel flag, the stats) is under e->mu. A request's token arrays
+ * are written by the scheduler at index n_out before n_out is raised under the lock, and
+ * readers only read below n_out, so the arrays themselves need no lock.
+ *
+ * One scheduler iteration: admit queued requests into idle slots, finish cancelled ones,
+ * advance every prefilling slot by one chunk (a slot whose prompt is complete samples its
+ * first token from the prefill's logits), then one batched decode step over every slot that
+ * has a sampled token still to feed. New requests therefore join between decode steps, and
+ * a long prompt delays the others by at most one chunk per step. */
+#include "engine.h"
+#include "prefix.h"
+#include "../core/status.h"
+#include "../gen/sampler.h"
+#include "../models/model.h"
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { PREFILL_CHUNK = 256, PREFILL_BUDGET = 512, MIN_SAVE = 8 };
+enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
+
+struct eng_req {
+    eng *e;
+    int refs;                  /* under e->mu */
+    eng_params p;
+    int *prompt;               /* [n_prompt], owned */
+    int state;                 /* Q_*, under e->mu */
+    int cancel;                /* under e->mu */
+    int *ids;                  /* [max_tokens] */
+    float *lps;                /* [max_tokens] when logprobs */
+    int *top_ids;              /* [max_tokens, n_top] */
+    float *top_lps;
+    int n_top;
+    int n_out;                 /* published tokens, under e->mu */
+    eng_finish fin;
+    char err[512];
+    int cached;
+    pthread_cond_t cv;
+    eng_req *next;             /* queue link */
+};
+
+typedef struct {
+    ci_session *s;
+    int *toks;                 /* [ctx] tokens whose rows the cache holds: n_toks == s->pos */
+    int n_toks;
+    eng_req *r;                /* NULL: idle */
+    int fed;                   /* prompt tokens in the cache */
+    int pending;               /* sampled, not yet fed; -1 none */
+    int finished;              /* the scheduler's view: r is done, publish and release */
+    smp_state smp;
+    int *counts;               /* [vocab] occurrences of each id among generated tokens */
+    uint64_t used;
+} slot;
+
+struct eng {
+    ci_model *m;
+    const ci_family_ops *ops;
+    eng_opts o;
+    int V, trim;
+    slot *slots;
+    float *logits;             /* [parallel, V] */
+    float *lsm;                /* [V] log-softmax scratch */
+    int *mark;                 /* [V] penalty stamps */
+    int stamp;
+    ci_session **bs;           /* [parallel] batch of one decode step */
+    int *btok, *bslot;
+    pfx_store *pfx;
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    eng_req *qhead, *qtail;
+    int qlen, stop;
+    uint64_t clock;
+    eng_stats st;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void req_free(eng_req *r) {
+    free(r->prompt); free(r->ids); free(r->lps); free(r->top_ids); free(r->top_lps);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* Under e->mu. */
+static void unref(eng_req *r) {
+    if (--r->refs == 0) req_free(r);
+}
+
+/* Under e->mu: the request is over; wake its reader and drop the engine's reference. */
+static void finish(eng_req *r, eng_finish f, const char *msg) {
+    if (r->state == Q_DONE) return;
+    r->state = Q_DONE;
+    r->fin = f;
+    if (msg) snprintf(r->err, sizeof r->err, "%s", msg);
+    pthread_cond_broadcast(&r->cv);
+    unref(r);
+}
+
+/* ---- admission and prefix reuse (under e->mu; the scheduler is between steps) ---------- */
+
+static int common(const int *a, int na, const int *b, int nb) {
+    int k = 0, n = na < nb ? na : nb;
+    while (k < n && a[k] == b[k]) k++;
+    return k;
+}
+
+/* Keeps a slot's sequence in the prefix store before its rows are overwritten. */
+static void save_slot(eng *e, slot *sl) {
+    if (!e->pfx || !e->trim || sl->n_toks < MIN_SAVE || pfx_covers(e->pfx, sl->toks, sl->n_toks)) return;
+    size_t bytes = e->ops->cache_bytes_per_token(e->m) * (size_t)sl->n_toks;
+    void *blob = malloc(bytes ? bytes : 1);
+    char err[256];
+    if (!blob) return;
+    if (e->ops->cache_export(sl->s, sl->n_toks, blob, err, sizeof err)) { free(blob); return; }
+    pfx_insert(e->pfx, sl->toks, sl->n_toks, blob, bytes);
+}
+
+static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
+    sl->r = r;
+    sl->n_toks = reuse;
+    sl->s->pos = reuse;
+    sl->fed = reuse;
+    sl->pending = -1;
+    sl->finished = 0;
+    sl->used = ++e->clock;
+    memcpy(sl->toks, r->prompt, (size_t)reuse * sizeof(int));
+    memset(sl->counts, 0, (size_t)e->V * sizeof(int));
+    smp_free(&sl->smp);
+    r->cached = reuse;
+    r->state = Q_ACTIVE;
+    e->st.prefix_hit_tokens += reuse;
+}
+
+/* Puts r into an idle slot; returns 0, or -1 when none is idle or memory ran out (r
+ * finished with an error in that case). */
+static int admit(eng *e, eng_req *r) {
+    const int n = r->p.n_prompt;
+    int best = -1, bu = -1, lru = -1;
+    for (int i = 0; i < e->o.parallel; i++) {
+        slot *sl = &e->slots[i];
+        if (sl->r) continue;
+        if (lru < 0 || sl->used < e->slots[lru].used) lru = i;
+        int c = common(sl->toks, sl->n_toks, r->prompt, n), u;
+        if (e->trim) u = c < n - 1 ? c : n - 1;
+        else u = c == sl->n_toks && c <= n - 1 ? c : 0;
+        if (u > bu || (u == bu && sl->used < e->slots[best].used)) { bu = u; best = i; }
+    }
+    if (best < 0) return -1;
+    int pm = 0, pi = e->pfx && e->trim ? pfx_lookup(e->pfx, r->prompt, n, &pm) : -1;
+    if (pm > n - 1) pm = n - 1;
+    if (pi >= 0 && pm > bu) {
+        slot *sl = &e->slots[lru];
+        save_slot(e, sl);
+        char err[256];
+        if (e->ops->cache_import(sl->s, pm, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
+        start_in_slot(e, sl, r, pm);
+        return 0;
+    }
+    slot *sl = &e->slots[best];
+    if (bu < sl->n_toks) save_slot(e, sl);
+    if (bu == 0) ci_session_reset(sl->s);
+    start_in_slot(e, sl, r, bu);
+    return 0;
+}
+
+/* ---- sampling ------------------------------------------------------------------------- */
+
+/* The next token of slot sl from its logits row lg (modified). Fills logprobs of r at
+ * index r->n_out when asked. */
+static int sample(eng *e, slot *sl, float *lg) {
+    eng_req *r = sl->r;
+    const int V = e->V;
+    if (r->p.top_logprobs >= 0) {
+        float mx = lg[0];
+        for (int i = 1; i < V; i++) if (lg[i] > mx) mx = lg[i];
+        double se = 0;
+        for (int i = 0; i < V; i++) se += exp((double)lg[i] - mx);
+        float lse = mx + (float)log(se);
+        for (int i = 0; i < V; i++) e->lsm[i] = lg[i] - lse;
+    }
+    if (r->p.presence_penalty != 0 || r->p.frequency_penalty != 0) {
+        e->stamp++;
+        for (int k = 0; k < r->n_out; k++) {
+            int id = r->ids[k];
+            if (e->mark[id] == e->stamp) continue;
+            e->mark[id] = e->stamp;
+            lg[id] -= r->p.presence_penalty + r->p.frequency_penalty * (float)sl->counts[id];
+        }
+    }
+    int tok = smp_sample(&sl->smp, lg, sl->toks, sl->n_toks);
+    if (r->p.top_logprobs >= 0) {
+        int k = r->n_out, nt = r->n_top;
+        r->lps[k] = e->lsm[tok];
+        int *ti = r->top_ids + (size_t)k * nt;
+        float *tl = r->top_lps + (size_t)k * nt;
+        for (int j = 0; j < nt; j++) {          /* the nt best, by selection (nt <= 20) */
+            int b = -1;
+            for (int i = 0; i < V; i++) {
+                if (b >= 0 && !(e->lsm[i] > e->lsm[b])) continue;
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= ti[q] == i;
+                if (!taken) b = i;
+            }
+            ti[j] = b;
+            tl[j] = b >= 0 ? e->lsm[b] : -INFINITY;
+        }
+    }
+    r->ids[r->n_out] = tok;
+    sl->counts[tok]++;
+    return tok;
+}
+
+/* After a token was written at r->ids[r->n_out] (not yet published): does it end r? */
+static int ends(eng *e, slot *sl, int tok) {
+    eng_req *r = sl->r;
+    if (r->n_out + 1 >= r->p.max_tokens) return 1;
+    if (!r->p.ignore_eos)
+        for (int i = 0; i < e->m->cfg.n_eos; i++) if (tok == e->m->cfg.eos_ids[i]) return 1;
+    return 0;
+}
+
+/* ---- the scheduler ----------------------------------------------------------------------- */
+
+/* Under e->mu: publish the token just sampled for slot sl (and finish if it ends r). */
+static void publish(eng *e, slot *sl, int tok) {
+    eng_req *r = sl->r;
+    int end = ends(e, sl, tok);
+    int eos = 0;
+    for (int i = 0; i < e->m->cfg.n_eos; i++) eos |= tok == e->m->cfg.eos_ids[i];
+    r->n_out++;
+    e->st.gen_tokens++;
+    pthread_cond_broadcast(&r->cv);
+    if (end) {
+        finish(r, eos && !r->p.ignore_eos ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
+        sl->r = NULL;
+        sl->used = ++e->clock;
+    } else {
+        sl->pending = tok;
+    }
+}
+
+static void slot_fail(eng *e, slot *sl, const char *msg) {
+    finish(sl->r, ENG_FIN_ERROR, msg);
+    sl->r = NULL;
+    sl->n_toks = 0;
+    ci_session_reset(sl->s);
+    (void)e;
+}
+
+/* One iteration's model work; called without the lock, publishes under it. */
+static void step(eng *e) {
+    char err[512];
+    const int V = e->V;
+    /* prefill: each slot with prompt left runs one chunk, within a per-step budget */
+    int budget = PREFILL_BUDGET;
+    for (int i = 0; i < e->o.parallel && budget > 0; i++) {
+        slot *sl = &e->slots[i];
+        eng_req *r = sl->r;
+        if (!r || sl->fed >= r->p.n_prompt) continue;
+        if (!sl->smp.p && smp_init(&sl->smp, &r->p.so, V)) {
+            pthread_mutex_lock(&e->mu); slot_fail(e, sl, "out of memory for the sampler"); pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        int k = r->p.n_prompt - sl->fed;
+        if (k > PREFILL_CHUNK) k = PREFILL_CHUNK;
+        budget -= k;
+        float *lg = e->logits + (size_t)i * V;
+        double t0 = now_s();
+        int rc = ci_forward(sl->s, r->prompt + sl->fed, k, lg, 0, err, sizeof err);
+        double dt = now_s() - t0;
+        pthread_mutex_lock(&e->mu);
+        e->st.prefill_tokens += k;
+        e->st.prefill_seconds += dt;
+        if (rc) { slot_fail(e, sl, err); pthread_mutex_unlock(&e->mu); continue; }
+        pthread_mutex_unlock(&e->mu);
+        memcpy(sl->toks + sl->n_toks, r->prompt + sl->fed, (size_t)k * sizeof(int));
+        sl->n_toks += k;
+        sl->fed += k;
+        if (sl->fed == r->p.n_prompt) {
+            int tok = sample(e, sl, lg);
+            pthread_mutex_lock(&e->mu);
+            publish(e, sl, tok);
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    /* decode: every slot with a token to feed, in one batch */
+    int nb = 0;
+    for (int i = 0; i < e->o.parallel; i++) {
+        slot *sl = &e->slots[i];
+        if (!sl->r || sl->pending < 0) continue;
+        e->bs[nb] = sl->s;
+        e->btok[nb] = sl->pending;
+        e->bslot[nb++] = i;
+    }
+    if (!nb) return;
+    double t0 = now_s();
+    int rc = 0;
+    if (e->ops->forward_batch) {
+        rc = e->ops->forward_batch(e->bs, e->btok, nb, e->logits, err, sizeof err);
+    } else {
+        for (int b = 0; b < nb && !rc; b++)
+            rc = ci_forward(e->bs[b], &e->btok[b], 1, e->logits + (size_t)b * V, 0, err, sizeof err);
+    }
+    double dt = now_s() - t0;
+    if (rc) {
+        pthread_mutex_lock(&e->mu);
+        for (int b = 0; b < nb; b++) slot_fail(e, &e->slots[e->bslot[b]], err);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    int toks[1024];
+    for (int b = 0; b < nb; b++) {
+        slot *sl = &e->slots[e->bslot[b]];
+        sl->toks[sl->n_toks++] = sl->pending;
+        sl->pending = -1;
+        toks[b] = sample(e, sl, e->logits + (size_t)b * V);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->st.decode_tokens += nb;
+    e->st.decode_steps++;
+    e->st.decode_seconds += dt;
+    for (int b = 0; b < nb; b++) publish(e, &e->slots[e->bslot[b]], toks[b]);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *eng_main(void *arg) {
+    eng *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        /* cancelled requests: queued ones leave the queue, running ones their slot (the
+         * slot keeps its cache for reuse) */
+        for (eng_req **pp = &e->qhead; *pp;) {
+            eng_req *r = *pp;
+            if (!r->cancel && !e->stop) { pp = &r->next; continue; }
+            *pp = r->next;
+            if (e->qtail == r) e->qtail = NULL;
+            e->qlen--;
+            finish(r, e->stop ? ENG_FIN_ERROR : ENG_FIN_CANCEL, e->stop ? "the server is shutting down" : NULL);
+        }
+        if (!e->qhead) e->qtail = NULL;
+        else { eng_req *t = e->qhead; while (t->next) t = t->next; e->qtail = t; }
+        int active = 0;
+        for (int i = 0; i < e->o.parallel; i++) {
+            slot *sl = &e->slots[i];
+            if (sl->r && (sl->r->cancel || e->stop)) {
+                finish(sl->r, e->stop ? ENG_FIN_ERROR : ENG_FIN_CANCEL, e->stop ? "the server is shutting down" : NULL);
+                sl->r = NULL;
+                sl->pending = -1;
+                sl->used = ++e->clock;
+            }
+        }
+        while (e->qhead && !e->stop) {
+            eng_req *r = e->qhead;
+            if (admit(e, r)) break;
+            e->qhead = r->next;
+            if (!e->qhead) e->qtail = NULL;
+            e->qlen--;
+        }
+        for (int i = 0; i < e->o.parallel; i++) active += e->slots[i].r != NULL;
+        e->st.active = active;
+        e->st.queue_depth = e->qlen;
+        if (e->stop) break;
+        if (!active) { pthread_cond_wait(&e->work, &e->mu); continue; }
+        pthread_mutex_unlock(&e->mu);
+        step(e);
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- public ----------------------------------------------------------------------------- */
+
+int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (o->parallel < 1 || o->parallel > 1024) return ci_err(err, errlen, "parallel must be in [1, 1024], got %d", o->parallel);
+    if (o->ctx < 2) return ci_err(err, errlen, "context must be at least 2 tokens, got %d", o->ctx);
+    eng *e = calloc(1, sizeof *e);
+    if (!e) return ci_err(err, errlen, "out of memory");
+    e->m = m;
+    e->ops = m->family->ops;
+    e->o = *o;
+    if (e->o.queue_max < 0) e->o.queue_max = 0;
+    e->V = (int)m->cfg.vocab_size;
+    e->trim = e->ops->cache_export && e->ops->cache_import;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    e->slots = calloc((size_t)o->parallel, sizeof *e->slots);
+    e->logits = malloc((size_t)o->parallel * e->V * sizeof(float));
+    e->lsm = malloc((size_t)e->V * sizeof(float));
+    e->mark = calloc((size_t)e->V, sizeof(int));
+    e->bs = calloc((size_t)o->parallel, sizeof *e->bs);
+    e->btok = calloc((size_t)o->parallel, sizeof(int));
+    e->bslot = calloc((size_t)o->parallel, sizeof(int));
+    if (!e->slots || !e->logits || !e->lsm || !e->mark || !e->bs || !e->btok || !e->bslot) {
+        ci_err(err, errlen, "out of memory for %d slots", o->parallel);
+        goto fail;
+    }
+    for (int i = 0; i < o->parallel; i++) {
+        slot *sl = &e->slots[i];
+        sl->pending = -1;
+        if (ci_session_new(m, o->ctx, &sl->s, err, errlen)) goto fail;
+        sl->toks = malloc((size_t)o->ctx * sizeof(int));
+        sl->counts = calloc((size_t)e->V, sizeof(int));
+        if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
+    }
+    if (o->prefix_cache_bytes && e->trim && !(e->pfx = pfx_new(o->prefix_cache_bytes))) {
+        ci_err(err, errlen, "out of memory");
+        goto fail;
+    }
+    e->st.parallel = o->parallel;
+    e->st.ctx = o->ctx;
+    if (pthread_create(&e->th, NULL, eng_main, e)) { ci_err(err, errlen, "cannot start the scheduler thread"); goto fail; }
+    e->started = 1;
+    *out = e;
+    return 0;
+fail:
+    eng_free(e);
+    return -1;
+}
+
+void eng_stop(eng *e) {
+    if (!e || !e->started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->th, NULL);
+    e->started = 0;
+}
+
+void eng_free(eng *e) {
+    if (!e) return;
+    eng_stop(e);
+    if (e->slots)
+        for (int i = 0; i < e->o.parallel; i++) {
+            ci_session_free(e->slots[i].s);
+            free(e->slots[i].toks);
+            free(e->slots[i].counts);
+            smp_free(&e->slots[i].smp);
+        }
+    pfx_free(e->pfx);
+    free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot);
+    pthread_cond_destroy(&e->work);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int eng_ctx(const eng *e) { return e->o.ctx; }
+
+int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (p->n_prompt < 1) return ci_err(err, errlen, "the prompt is empty");
+    if (p->max_tokens < 1) return ci_err(err, errlen, "max_tokens must be at least 1, got %d", p->max_tokens);
+    if ((long long)p->n_prompt + p->max_tokens > e->o.ctx)
+        return ci_err(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context of %d", p->n_prompt,
+                      p->max_tokens, e->o.ctx);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= e->V)
+            return ci_err(err, errlen, "token id %d at index %d is outside the vocabulary [0, %d)", p->prompt[i], i, e->V);
+    if (p->top_logprobs > ENG_MAX_TOP) return ci_err(err, errlen, "top_logprobs must be at most %d", ENG_MAX_TOP);
+    if (smp_check(&p->so, err, errlen)) return -1;
+    eng_req *r = calloc(1, sizeof *r);
+    if (!r) return ci_err(err, errlen, "out of memory");
+    r->e = e;
+    r->p = *p;
+    r->prompt = malloc((size_t)p->n_prompt * sizeof(int));
+    r->ids = malloc((size_t)p->max_tokens * sizeof(int));
+    r->n_top = p->top_logprobs > 0 ? p->top_logprobs : 0;
+    if (p->top_logprobs >= 0) {
+        r->lps = malloc((size_t)p->max_tokens * sizeof(float));
+        r->top_ids = malloc((size_t)p->max_tokens * (r->n_top ? r->n_top : 1) * sizeof(int));
+        r->top_lps = malloc((size_t)p->max_tokens * (r->n_top ? r->n_top : 1) * sizeof(float));
+    }
+    pthread_cond_init(&r->cv, NULL);
+    if (!r->prompt || !r->ids || (p->top_logprobs >= 0 && (!r->lps || !r->top_ids || !r->top_lps))) {
+        req_free(r);
+        return ci_err(err, errlen, "out of memory");
+    }
+    memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
+    r->p.prompt = r->prompt;
+    r->refs = 2;
+    pthread_mutex_lock(&e->mu);
+    int active = 0;
+    for (int i = 0; i < e->o.parallel; i++) active += e->slots[i].r != NULL;
+    if (e->stop || e->qlen >= e->o.queue_max + (e->o.parallel - active)) {
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        if (e->stop) return ci_err(err, errlen, "the server is shutting down");
+        return ENG_BUSY;
+    }
+    if (e->qtail) e->qtail->next = r; else e->qhead = r;
+    e->qtail = r;
+    e->qlen++;
+    e->st.requests++;
+    e->st.prompt_tokens += p->n_prompt;
+    e->st.queue_depth = e->qlen;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    *out = r;
+    return 0;
+}
+
+int eng_read(eng_req *r, int from, eng_tok *out, int max, int timeout_ms, int *done) {
+    eng *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    if (r->n_out <= from && r->state != Q_DONE && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        while (r->n_out <= from && r->state != Q_DONE)
+            if (pthread_cond_timedwait(&r->cv, &e->mu, &ts) == ETIMEDOUT) break;
+    }
+    int n = 0;
+    for (int k = from; k < r->n_out && n < max; k++, n++) {
+        eng_tok *t = &out[n];
+        t->id = r->ids[k];
+        t->logprob = r->lps ? r->lps[k] : 0;
+        t->n_top = r->n_top;
+        for (int j = 0; j < r->n_top; j++) {
+            t->top_id[j] = r->top_ids[(size_t)k * r->n_top + j];
+            t->top_lp[j] = r->top_lps[(size_t)k * r->n_top + j];
+        }
+    }
+    *done = r->state == Q_DONE && from + n >= r->n_out;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+eng_finish eng_req_finish(eng_req *r, char *err, size_t errlen) {
+    pthread_mutex_lock(&r->e->mu);
+    eng_finish f = r->state == Q_DONE ? r->fin : ENG_FIN_NONE;
+    if (err && errlen) snprintf(err, errlen, "%s", r->err);
+    pthread_mutex_unlock(&r->e->mu);
+    return f;
+}
+
+int eng_req_cached(eng_req *r) {
+    pthread_mutex_lock(&r->e->mu);
+    int c = r->cached;
+    pthread_mutex_unlock(&r->e->mu);
+    return c;
+}
+
+void eng_cancel(eng_req *r) {
+    eng *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    if (r->state != Q_DONE && !r->cancel) {
+        r->cancel = 1;
+        pthread_cond_signal(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void eng_release(eng_req *r) {
+    if (!r) return;
+    eng *e = r->e;
+    pthread_mutex_lock(&e->mu);
+    unref(r);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void eng_get_stats(eng *e, eng_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->st;
+    s->prefix_bytes = e->pfx ? pfx_bytes(e->pfx) : 0;
+    s->prefix_entries = e->pfx ? pfx_count(e->pfx) : 0;
+    pthread_mutex_unlock(&e->mu);
+}

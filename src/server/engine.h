@@ -1,0 +1,90 @@
+/* engine.h — the serving engine: one scheduler thread that owns the model and its sessions.
+ *
+ * Requests (token prompts with sampling parameters) are submitted from any thread and
+ * queued; the scheduler admits them into slots (one ci_session each, --parallel of them)
+ * between steps, prefills them in chunks, and decodes every active slot together with one
+ * forward_batch per step (families without it run their slots one by one). Generated tokens
+ * are published to the request as they come; readers wait on the request.
+ *
+ * Prefix reuse: a slot keeps its cache after its request ends. A new request goes to the
+ * idle slot whose held tokens share the longest prefix with its prompt, or, when a prefix
+ * store entry (prefix.h) matches longer, to the least recently used idle slot with those
+ * rows imported. Families with cache_export/import can cut a cache back to any prefix;
+ * others (recurrent state) reuse a slot only when its whole sequence is a prefix of the
+ * prompt. The last prompt token is always run, so the first output has fresh logits.
+ *
+ * Determinism: each request samples with its own seeded generator and its own penalty
+ * state, and forward_batch gives each row what a lone forward would, so the same request
+ * and seed give the same tokens alone or beside others.
+ *
+ * Lifetime: a request has two references, the submitter's (eng_release) and the engine's
+ * (dropped when it finishes); eng_cancel may be called at any time before release. */
+#ifndef CI_SRV_ENGINE_H
+#define CI_SRV_ENGINE_H
+#include "cinfer.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENG_MAX_TOP 20
+#define ENG_BUSY 1
+
+typedef struct eng eng;
+typedef struct eng_req eng_req;
+
+typedef struct {
+    int parallel;              /* slots: sequences decoded together */
+    int ctx;                   /* tokens per slot */
+    int queue_max;             /* requests waiting for a slot; one more is refused (ENG_BUSY) */
+    size_t prefix_cache_bytes; /* prefix store budget; 0 = none */
+} eng_opts;
+
+typedef struct {
+    const int *prompt;         /* copied at submit */
+    int n_prompt;              /* >= 1 */
+    int max_tokens;            /* >= 1; prompt + max_tokens <= ctx */
+    ci_sampler_opts so;
+    float presence_penalty;    /* OpenAI: subtracted once from every id generated so far */
+    float frequency_penalty;   /* OpenAI: subtracted per occurrence */
+    int top_logprobs;          /* -1: no logprobs; else 0..ENG_MAX_TOP alternatives per token */
+    int ignore_eos;
+} eng_params;
+
+typedef struct {
+    int id;
+    float logprob;             /* log-softmax of the model's raw logits */
+    int n_top;
+    int top_id[ENG_MAX_TOP];
+    float top_lp[ENG_MAX_TOP];
+} eng_tok;
+
+typedef enum { ENG_FIN_NONE = 0, ENG_FIN_EOS, ENG_FIN_LENGTH, ENG_FIN_CANCEL, ENG_FIN_ERROR } eng_finish;
+
+typedef struct {
+    long long requests, prompt_tokens, gen_tokens, prefix_hit_tokens;
+    long long prefill_tokens, decode_tokens, decode_steps;
+    double prefill_seconds, decode_seconds;
+    int queue_depth, active, parallel, ctx;
+    size_t prefix_bytes;
+    int prefix_entries;
+} eng_stats;
+
+int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen);
+/* Stops the scheduler; requests still queued or running finish with ENG_FIN_ERROR, and
+ * later submits are refused. Requests stay readable until eng_free. */
+void eng_stop(eng *e);
+void eng_free(eng *e);
+int eng_ctx(const eng *e);
+
+/* 0 and *out on success; ENG_BUSY when the queue is full; -1 with err otherwise. */
+int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t errlen);
+/* Copies tokens [from, from + max) that exist into out and returns how many; when none
+ * is there yet and the request runs, waits up to timeout_ms first. *done = 1 once the
+ * request has finished and every token was read. */
+int eng_read(eng_req *r, int from, eng_tok *out, int max, int timeout_ms, int *done);
+eng_finish eng_req_finish(eng_req *r, char *err, size_t errlen);
+int eng_req_cached(eng_req *r);           /* prompt tokens taken from a cache */
+void eng_cancel(eng_req *r);
+void eng_release(eng_req *r);
+void eng_get_stats(eng *e, eng_stats *s);
+
+#endif

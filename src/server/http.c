@@ -1,0 +1,463 @@
+/* http.c — the HTTP side of the server (server.h): libmicrohttpd daemon, routing,
+ * authentication, request bodies, error replies, the small routes and /metrics.
+ *
+ * The daemon runs one thread per connection, so a handler may block while its request
+ * generates (api.c). Bodies are collected up to the configured limit; a larger one (by its
+ * Content-Length, or as it arrives) gets 413 and is not kept. The API key is compared in
+ * constant time. Counters are atomics; nothing here holds a lock while waiting. */
+#include "srv_internal.h"
+#include "../core/status.h"
+#include "../io/json.h"
+#include "../models/model.h"
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    char *body;
+    size_t len, cap;
+    int too_big;
+} conn_body;
+
+/* ---- replies ------------------------------------------------------------------------------ */
+
+void srv_count_status(srv *s, int status) {
+    int k = status / 100;
+    if (k >= 1 && k <= 5) atomic_fetch_add(&s->n_status[k], 1);
+}
+
+static enum MHD_Result reply(srv *s, struct MHD_Connection *c, int status, const char *type, char *text, size_t len,
+                             const char *retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(text); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", type);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
+    srv_count_status(s, status);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+enum MHD_Result srv_reply_json(srv *s, struct MHD_Connection *c, int status, json_t *body) {
+    char *t = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!t) return MHD_NO;
+    return reply(s, c, status, "application/json", t, strlen(t), NULL);
+}
+
+static const char *openai_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 503: return "server_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+static const char *anthropic_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+enum MHD_Result srv_reply_err(srv *s, struct MHD_Connection *c, api_dialect d, const srv_err *e) {
+    json_t *b;
+    if (d == API_ANTHROPIC)
+        b = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", anthropic_type(e->status), "message", e->msg);
+    else
+        b = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->msg, "type", openai_type(e->status), "param",
+                      e->param[0] ? json_string(e->param) : json_null(), "code", e->code ? json_string(e->code) : json_null());
+    char *t = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (!t) return MHD_NO;
+    return reply(s, c, e->status, "application/json", t, strlen(t), e->status == 503 ? "1" : NULL);
+}
+
+int srv_client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
+    if (p.revents & POLLIN) {
+        char ch;
+        ssize_t r = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+        return r == 0;
+    }
+    return 0;
+}
+
+/* ---- the small routes ------------------------------------------------------------------- */
+
+static json_t *model_obj(srv *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->model_id, "object", "model", "created", (json_int_t)s->created,
+                     "owned_by", "cinfer", "max_model_len", eng_ctx(s->e));
+}
+
+static enum MHD_Result route_tokenize(srv *s, struct MHD_Connection *c, json_t *req) {
+    srv_err e = { 0 };
+    int *ids = NULL;
+    size_t n = 0;
+    int add_special = 1;
+    const json_t *as = json_object_get(req, "add_special");
+    if (as && !json_is_null(as)) {
+        if (!json_is_boolean(as)) { srv_fail(&e, 400, "add_special", "'add_special' must be a boolean"); return srv_reply_err(s, c, API_OPENAI, &e); }
+        add_special = json_is_true(as);
+    }
+    if (json_object_get(req, "messages")) {
+        int k = 0;
+        if (api_chat_prompt(s, req, API_OPENAI, &ids, &k, &e)) return srv_reply_err(s, c, API_OPENAI, &e);
+        n = (size_t)k;
+    } else {
+        const char *key = json_object_get(req, "content") ? "content" : "prompt";
+        const json_t *t = json_object_get(req, key);
+        if (!json_is_string(t)) {
+            srv_fail(&e, 400, key, "'content' (a string) or 'messages' is required");
+            return srv_reply_err(s, c, API_OPENAI, &e);
+        }
+        char err[512];
+        if (tok_encode(s->tk, json_string_value(t), json_string_length(t), add_special, &ids, &n, err, sizeof err)) {
+            srv_fail(&e, 400, key, "%s", err);
+            return srv_reply_err(s, c, API_OPENAI, &e);
+        }
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    return srv_reply_json(s, c, 200, json_pack("{s:o,s:i}", "tokens", arr, "count", (int)n));
+}
+
+static enum MHD_Result route_detokenize(srv *s, struct MHD_Connection *c, json_t *req) {
+    srv_err e = { 0 };
+    const json_t *t = json_object_get(req, "tokens");
+    if (!json_is_array(t)) { srv_fail(&e, 400, "tokens", "'tokens' must be an array of token ids"); return srv_reply_err(s, c, API_OPENAI, &e); }
+    size_t n = json_array_size(t);
+    int *ids = malloc((n ? n : 1) * sizeof(int)), V = tok_n_vocab(s->tk);
+    if (!ids) return MHD_NO;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(t, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= V) {
+            free(ids);
+            srv_fail(&e, 400, "tokens", "'tokens[%zu]' must be a token id in [0, %d)", i, V);
+            return srv_reply_err(s, c, API_OPENAI, &e);
+        }
+        ids[i] = (int)json_integer_value(x);
+    }
+    char *text = NULL, err[512];
+    size_t len = 0;
+    int rc = tok_decode(s->tk, ids, n, 0, &text, &len, err, sizeof err);
+    free(ids);
+    if (rc) { srv_fail(&e, 400, "tokens", "%s", err); return srv_reply_err(s, c, API_OPENAI, &e); }
+    json_t *b = json_pack("{s:o}", "content", json_stringn(text, len));
+    free(text);
+    return srv_reply_json(s, c, 200, b);
+}
+
+static const char *route_label[R_COUNT] = { "chat_completions", "completions", "messages", "tokenize", "detokenize",
+                                            "models", "health", "metrics", "other" };
+
+static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
+    eng_stats st;
+    eng_get_stats(s->e, &st);
+    char *b = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&b, &len);
+    if (!f) return MHD_NO;
+    fprintf(f, "# HELP cinfer_requests_total HTTP requests by route.\n# TYPE cinfer_requests_total counter\n");
+    for (int r = 0; r < R_COUNT; r++)
+        fprintf(f, "cinfer_requests_total{route=\"%s\"} %lld\n", route_label[r], (long long)atomic_load(&s->n_route[r]));
+    fprintf(f, "# HELP cinfer_responses_total HTTP responses by status class.\n# TYPE cinfer_responses_total counter\n");
+    for (int k = 2; k <= 5; k++) fprintf(f, "cinfer_responses_total{class=\"%dxx\"} %lld\n", k, (long long)atomic_load(&s->n_status[k]));
+    fprintf(f, "# HELP cinfer_client_disconnects_total Clients that left before their answer was complete.\n"
+               "# TYPE cinfer_client_disconnects_total counter\ncinfer_client_disconnects_total %lld\n",
+            (long long)atomic_load(&s->n_disconnect));
+    fprintf(f, "# HELP cinfer_generation_requests_total Sequences submitted to the engine.\n"
+               "# TYPE cinfer_generation_requests_total counter\ncinfer_generation_requests_total %lld\n", st.requests);
+    fprintf(f, "# HELP cinfer_prompt_tokens_total Prompt tokens of submitted sequences.\n"
+               "# TYPE cinfer_prompt_tokens_total counter\ncinfer_prompt_tokens_total %lld\n", st.prompt_tokens);
+    fprintf(f, "# HELP cinfer_generation_tokens_total Tokens generated.\n"
+               "# TYPE cinfer_generation_tokens_total counter\ncinfer_generation_tokens_total %lld\n", st.gen_tokens);
+    fprintf(f, "# HELP cinfer_prefix_cache_hit_tokens_total Prompt tokens taken from a cache instead of computed.\n"
+               "# TYPE cinfer_prefix_cache_hit_tokens_total counter\ncinfer_prefix_cache_hit_tokens_total %lld\n",
+            st.prefix_hit_tokens);
+    fprintf(f, "# HELP cinfer_prefill_tokens_total Prompt tokens run through the model.\n"
+               "# TYPE cinfer_prefill_tokens_total counter\ncinfer_prefill_tokens_total %lld\n", st.prefill_tokens);
+    fprintf(f, "# HELP cinfer_prefill_seconds_total Time spent in prefill.\n"
+               "# TYPE cinfer_prefill_seconds_total counter\ncinfer_prefill_seconds_total %.6f\n", st.prefill_seconds);
+    fprintf(f, "# HELP cinfer_decode_tokens_total Tokens fed by decode steps.\n"
+               "# TYPE cinfer_decode_tokens_total counter\ncinfer_decode_tokens_total %lld\n", st.decode_tokens);
+    fprintf(f, "# HELP cinfer_decode_steps_total Batched decode steps.\n"
+               "# TYPE cinfer_decode_steps_total counter\ncinfer_decode_steps_total %lld\n", st.decode_steps);
+    fprintf(f, "# HELP cinfer_decode_seconds_total Time spent in decode steps.\n"
+               "# TYPE cinfer_decode_seconds_total counter\ncinfer_decode_seconds_total %.6f\n", st.decode_seconds);
+    fprintf(f, "# HELP cinfer_prefill_tokens_per_second Prefill throughput since start.\n"
+               "# TYPE cinfer_prefill_tokens_per_second gauge\ncinfer_prefill_tokens_per_second %.2f\n",
+            st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0);
+    fprintf(f, "# HELP cinfer_decode_tokens_per_second Decode throughput (all sequences) since start.\n"
+               "# TYPE cinfer_decode_tokens_per_second gauge\ncinfer_decode_tokens_per_second %.2f\n",
+            st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0);
+    fprintf(f, "# HELP cinfer_queue_depth Requests waiting for a slot.\n# TYPE cinfer_queue_depth gauge\ncinfer_queue_depth %d\n",
+            st.queue_depth);
+    fprintf(f, "# HELP cinfer_active_sequences Sequences in slots.\n# TYPE cinfer_active_sequences gauge\ncinfer_active_sequences %d\n",
+            st.active);
+    fprintf(f, "# HELP cinfer_slots Slots (--parallel).\n# TYPE cinfer_slots gauge\ncinfer_slots %d\n", st.parallel);
+    fprintf(f, "# HELP cinfer_prefix_cache_bytes Bytes held by the prefix store.\n"
+               "# TYPE cinfer_prefix_cache_bytes gauge\ncinfer_prefix_cache_bytes %zu\n", st.prefix_bytes);
+    fprintf(f, "# HELP cinfer_prefix_cache_entries Sequences held by the prefix store.\n"
+               "# TYPE cinfer_prefix_cache_entries gauge\ncinfer_prefix_cache_entries %d\n", st.prefix_entries);
+    if (fclose(f)) { free(b); return MHD_NO; }
+    return reply(s, c, 200, "text/plain; version=0.0.4", b, len, NULL);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------- */
+
+static int key_ok(const char *want, const char *got) {
+    if (!got) return 0;
+    size_t a = strlen(want), b = strlen(got);
+    unsigned char d = a != b;
+    for (size_t i = 0; i < a; i++) d |= (unsigned char)(want[i] ^ (i < b ? got[i] : 0));
+    return d == 0;
+}
+
+static int authorized(srv *s, struct MHD_Connection *c) {
+    if (!s->o.api_key || !s->o.api_key[0]) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h && !strncasecmp(h, "Bearer ", 7)) return key_ok(s->o.api_key, h + 7);
+    return key_ok(s->o.api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"));
+}
+
+static srv_route find_route(const char *url, int *post) {
+    static const struct { const char *path; srv_route r; int post; } t[] = {
+        { "/v1/chat/completions", R_CHAT, 1 }, { "/chat/completions", R_CHAT, 1 }, { "/v1/completions", R_COMPLETIONS, 1 },
+        { "/completions", R_COMPLETIONS, 1 }, { "/v1/messages", R_MESSAGES, 1 }, { "/tokenize", R_TOKENIZE, 1 },
+        { "/detokenize", R_DETOKENIZE, 1 }, { "/v1/models", R_MODELS, 0 }, { "/models", R_MODELS, 0 },
+        { "/health", R_HEALTH, 0 }, { "/metrics", R_METRICS, 0 },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(url, t[i].path)) { *post = t[i].post; return t[i].r; }
+    if (!strncmp(url, "/v1/models/", 11)) { *post = 0; return R_MODELS; }
+    return R_OTHER;
+}
+
+static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_body *b) {
+    int post = 0;
+    srv_route r = find_route(url, &post);
+    atomic_fetch_add(&s->n_route[r], 1);
+    api_dialect d = r == R_MESSAGES ? API_ANTHROPIC : API_OPENAI;
+    srv_err e = { 0 };
+    if (r == R_OTHER) {
+        srv_fail(&e, 404, NULL, "no route %s %s", method, url);
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (strcmp(method, post ? "POST" : "GET")) {
+        srv_fail(&e, 405, NULL, "%s needs %s, got %s", url, post ? "POST" : "GET", method);
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (r != R_HEALTH && !authorized(s, c)) {
+        e.code = "invalid_api_key";
+        srv_fail(&e, 401, NULL, "missing or incorrect API key (send Authorization: Bearer KEY)");
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (b->too_big) {
+        e.code = "request_too_large";
+        srv_fail(&e, 413, NULL, "the request body exceeds the limit of %zu bytes", s->o.max_body);
+        return srv_reply_err(s, c, d, &e);
+    }
+    switch (r) {
+    case R_HEALTH: return srv_reply_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
+    case R_METRICS: return route_metrics(s, c);
+    case R_MODELS:
+        if (url[strlen("/v1/models")] == '/' || (url[1] == 'm' && url[strlen("/models")] == '/')) {
+            const char *id = strrchr(url, '/') + 1;
+            if (strcmp(id, s->model_id)) {
+                e.code = "model_not_found";
+                srv_fail(&e, 404, "model", "The model '%s' does not exist; this server serves '%s'", id, s->model_id);
+                return srv_reply_err(s, c, d, &e);
+            }
+            return srv_reply_json(s, c, 200, model_obj(s));
+        }
+        return srv_reply_json(s, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj(s)));
+    default: break;
+    }
+    if (!b->len) {
+        srv_fail(&e, 400, NULL, "the request body is empty; a JSON object is expected");
+        return srv_reply_err(s, c, d, &e);
+    }
+    json_error_t je;
+    json_t *req = json_loadb(b->body, b->len, JSON_REJECT_DUPLICATES, &je);
+    if (!req) {
+        srv_fail(&e, 400, NULL, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
+        return srv_reply_err(s, c, d, &e);
+    }
+    if (!json_is_object(req)) {
+        json_decref(req);
+        srv_fail(&e, 400, NULL, "the request body must be a JSON object");
+        return srv_reply_err(s, c, d, &e);
+    }
+    enum MHD_Result rc;
+    switch (r) {
+    case R_CHAT: rc = api_chat(s, c, req); break;
+    case R_COMPLETIONS: rc = api_completions(s, c, req); break;
+    case R_MESSAGES: rc = api_messages(s, c, req); break;
+    case R_TOKENIZE: rc = route_tokenize(s, c, req); break;
+    default: rc = route_detokenize(s, c, req); break;
+    }
+    json_decref(req);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv *s = cls;
+    conn_body *b = *con_cls;
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) return MHD_NO;
+        *con_cls = b;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) b->too_big = 1;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!b->too_big) {
+            if (b->len + *upload_size > s->o.max_body) {
+                b->too_big = 1;
+                free(b->body);
+                b->body = NULL;
+                b->len = b->cap = 0;
+            } else {
+                if (b->len + *upload_size + 1 > b->cap) {
+                    size_t cap = b->cap ? b->cap : 4096;
+                    while (cap < b->len + *upload_size + 1) cap *= 2;
+                    char *nb = realloc(b->body, cap);
+                    if (!nb) return MHD_NO;
+                    b->body = nb;
+                    b->cap = cap;
+                }
+                memcpy(b->body + b->len, upload, *upload_size);
+                b->len += *upload_size;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, c, url, method, b);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls; (void)c; (void)toe;
+    conn_body *b = *con_cls;
+    if (!b) return;
+    free(b->body);
+    free(b);
+    *con_cls = NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------------ */
+
+/* models/demo next to (or above) the directory of the running executable. */
+static int find_demo(char *out, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return -1;
+    exe[k] = 0;
+    for (int up = 0; up < 5; up++) {
+        char *sl = strrchr(exe, '/');
+        if (!sl) break;
+        *sl = 0;
+        char probe[PATH_MAX + 32];
+        snprintf(probe, sizeof probe, "%s/models/demo/config.json", exe);
+        if (!access(probe, R_OK)) {
+            size_t k2 = strlen(probe) - strlen("/config.json");
+            if (k2 >= n) return -1;
+            memcpy(out, probe, k2);
+            out[k2] = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
+    *out = NULL;
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return ci_err(err, errlen, "out of memory");
+    s->o = *o;
+    if (s->o.parallel <= 0) s->o.parallel = 8;
+    if (s->o.queue_max < 0) s->o.queue_max = 64;
+    if (s->o.prefix_cache_mb < 0) s->o.prefix_cache_mb = 256;
+    if (!s->o.max_body) s->o.max_body = 8u << 20;
+    if (s->o.timeout_s <= 0) s->o.timeout_s = 60;
+    if (!s->o.host) s->o.host = "127.0.0.1";
+    if (o->model_dir) snprintf(s->model_dir, sizeof s->model_dir, "%s", o->model_dir);
+    else if (find_demo(s->model_dir, sizeof s->model_dir)) {
+        ci_err(err, errlen, "no --model given and the demo model (models/demo beside the executable's folders) is not found");
+        goto fail;
+    }
+    size_t dl = strlen(s->model_dir);
+    while (dl > 1 && s->model_dir[dl - 1] == '/') s->model_dir[--dl] = 0;
+    const char *base = strrchr(s->model_dir, '/');
+    snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id ? o->model_id : base ? base + 1 : s->model_dir);
+    s->created = (long long)time(NULL);
+    ci_model_opts mo = { o->threads, 0 };
+    if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
+    if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
+    if (tpl_chat_load(s->model_dir, &s->ch, s->ch_err, sizeof s->ch_err)) s->ch = NULL;
+    int ctx = s->o.ctx;
+    if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
+    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20 };
+    if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
+
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)s->o.port);
+    const char *host = strcmp(s->o.host, "localhost") ? s->o.host : "127.0.0.1";
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        ci_err(err, errlen, "--host '%s' is not an IPv4 address", s->o.host);
+        goto fail;
+    }
+    if (s->o.port < 0 || s->o.port > 65535) { ci_err(err, errlen, "--port %d is outside [0, 65535]", s->o.port); goto fail; }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC,
+                            (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)s->o.timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_END);
+    if (!s->d) { ci_err(err, errlen, "cannot listen on %s:%d (in use, or not allowed)", s->o.host, s->o.port); goto fail; }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+    struct sockaddr_in bound;
+    socklen_t bl = sizeof bound;
+    if (di && !getsockname(di->listen_fd, (struct sockaddr *)&bound, &bl)) s->port = ntohs(bound.sin_port);
+    else s->port = s->o.port;
+    *out = s;
+    return 0;
+fail:
+    srv_stop(s);
+    return -1;
+}
+
+int srv_port(const srv *s) { return s->port; }
+const char *srv_model_id(const srv *s) { return s->model_id; }
+
+void srv_stop(srv *s) {
+    if (!s) return;
+    if (s->e) eng_stop(s->e);           /* waiting handlers and streams finish now */
+    if (s->d) MHD_stop_daemon(s->d);
+    eng_free(s->e);
+    tpl_chat_free(s->ch);
+    tok_free(s->tk);
+    ci_model_free(s->m);
+    free(s);
+}

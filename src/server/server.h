@@ -1,0 +1,39 @@
+/* server.h — `cinfer serve`: an OpenAI- and Anthropic-compatible HTTP server.
+ *
+ * srv_start loads the model, its tokenizer and chat template, starts the engine (engine.h)
+ * and an HTTP daemon (libmicrohttpd, one thread per connection) bound to host:port, and
+ * returns; srv_stop shuts both down and frees everything. Nothing here prints or exits.
+ *
+ * Routes: POST /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /tokenize,
+ * /detokenize; GET /v1/models, /health, /metrics (Prometheus text). Every route but
+ * /health requires the API key when one is set (Authorization: Bearer KEY, or x-api-key).
+ * Errors are JSON in the caller's API dialect with the matching status: 400 bad request
+ * (the message names the field), 401 bad key, 404 unknown model or route, 405 wrong
+ * method, 413 body over the limit, 503 queue full (with Retry-After). */
+#ifndef CI_SRV_SERVER_H
+#define CI_SRV_SERVER_H
+#include <stddef.h>
+
+typedef struct srv srv;
+
+typedef struct {
+    const char *model_dir;
+    const char *model_id;      /* the name clients use; NULL: the folder's base name */
+    const char *host;          /* IPv4 literal or "localhost"; NULL: 127.0.0.1 */
+    int port;                  /* 0: any free port (srv_port tells which) */
+    const char *api_key;       /* NULL or "": no key */
+    int parallel;              /* sequences decoded together; <= 0: 8 */
+    int ctx;                   /* tokens per sequence; <= 0: the model's max position, at most 4096 */
+    int queue_max;             /* requests waiting beyond the slots; < 0: 64 */
+    long long prefix_cache_mb; /* prefix store budget; < 0: 256 */
+    size_t max_body;           /* request body limit in bytes; 0: 8 MiB */
+    int threads;               /* compute threads; <= 0: all CPUs */
+    int timeout_s;             /* idle connection timeout; <= 0: 60 */
+} srv_opts;
+
+int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);
+int srv_port(const srv *s);
+const char *srv_model_id(const srv *s);
+void srv_stop(srv *s);
+
+#endif

@@ -1,0 +1,63 @@
+/* srv_internal.h — what the server's files share: the server object, replies and errors.
+ *
+ * http.c owns the daemon, routing, authentication, bodies, the small routes and metrics;
+ * api.c owns the generation routes (OpenAI chat and completions, Anthropic messages):
+ * request validation, prompts, streaming and the response bodies. The srv object is
+ * immutable after srv_start except its counters (atomics), so connection threads share it
+ * without locks. */
+#ifndef CI_SRV_INTERNAL_H
+#define CI_SRV_INTERNAL_H
+#include "engine.h"
+#include "server.h"
+#include "../text/template.h"
+#include "../text/tokenizer.h"
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+
+typedef enum { API_OPENAI, API_ANTHROPIC } api_dialect;
+typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_OTHER, R_COUNT } srv_route;
+
+struct srv {
+    srv_opts o;
+    char model_id[256];
+    char model_dir[4096];
+    ci_model *m;
+    tok_tokenizer *tk;
+    tpl_chat *ch;              /* NULL when the model folder has no chat template */
+    char ch_err[512];          /* why ch is NULL */
+    eng *e;
+    struct MHD_Daemon *d;
+    int port;
+    long long created;         /* unix time of start */
+    atomic_llong n_route[R_COUNT];
+    atomic_llong n_status[6];  /* by class: [2] = 2xx ... [5] = 5xx */
+    atomic_llong n_disconnect; /* clients that left before their answer */
+    atomic_llong n_seq;        /* ids of responses */
+};
+
+/* A request error: status, the field at fault (or NULL) and a message. */
+typedef struct {
+    int status;
+    const char *code;          /* OpenAI error code, or NULL */
+    char param[96];
+    char msg[768];
+} srv_err;
+
+int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Queue a reply; json bodies are stolen (decref'd). */
+enum MHD_Result srv_reply_json(srv *s, struct MHD_Connection *c, int status, json_t *body);
+enum MHD_Result srv_reply_err(srv *s, struct MHD_Connection *c, api_dialect d, const srv_err *e);
+void srv_count_status(srv *s, int status);
+/* 1 when the client of fd has closed its side of the connection. */
+int srv_client_gone(int fd);
+
+/* api.c: the generation routes; req is the parsed body (borrowed). */
+enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req);
+enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req);
+enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req);
+/* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled. */
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, srv_err *e);
+
+#endif
