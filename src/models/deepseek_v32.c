@@ -364,10 +364,47 @@ static int dsv32_forward(ci_session *s, const int *tokens, int n, float *logits,
     return 0;
 }
 
+/* ---- cache rows out and in (prefix reuse in the server) ----------------------------------
+ *
+ * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
+ * Blob layout, layer after layer: the n latent rows [n, lat], then the n key rows [n, kdim];
+ * n · cache_bytes_per_token bytes in all. No forward_batch: the server then steps each
+ * sequence with forward(). */
+static int dsv32_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
+    const dsv32_model *d = s->m->impl;
+    const dsv32_cache *c = s->impl;
+    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
+    float *o = dst;
+    for (int l = 0; l < d->n_layers; l++) {
+        memcpy(o, c->lat_cache + (size_t)l * s->max_ctx * d->lat, (size_t)n * d->lat * sizeof(float));
+        o += (size_t)n * d->lat;
+        memcpy(o, c->key_cache + (size_t)l * s->max_ctx * d->kdim, (size_t)n * d->kdim * sizeof(float));
+        o += (size_t)n * d->kdim;
+    }
+    return 0;
+}
+
+static int dsv32_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
+    const dsv32_model *d = s->m->impl;
+    dsv32_cache *c = s->impl;
+    if (n < 0 || n > s->max_ctx)
+        return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
+    const float *i = src;
+    for (int l = 0; l < d->n_layers; l++) {
+        memcpy(c->lat_cache + (size_t)l * s->max_ctx * d->lat, i, (size_t)n * d->lat * sizeof(float));
+        i += (size_t)n * d->lat;
+        memcpy(c->key_cache + (size_t)l * s->max_ctx * d->kdim, i, (size_t)n * d->kdim * sizeof(float));
+        i += (size_t)n * d->kdim;
+    }
+    s->pos = n;
+    return 0;
+}
+
 static const ci_family_ops dsv32_ops = {
     .load = dsv32_load, .unload = dsv32_unload,
     .session_init = dsv32_session_init, .session_free = dsv32_session_free,
     .forward = dsv32_forward, .cache_bytes_per_token = dsv32_cache_bytes_per_token,
+    .cache_export = dsv32_cache_export, .cache_import = dsv32_cache_import,
 };
 
 const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL }, NULL,

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "cinfer.h"
 #include "io/json.h"
+#include "models/model.h"
 #include "nn/dsa.h"
 #include <math.h>
 #include <stdint.h>
@@ -112,6 +113,59 @@ static void test_chunked_prefill(void) {
     static const int small[] = { 3, 5, 7, 16 }, big[] = { 100, 37 };
     chunked("tests/fixtures/deepseek_v32", small, 4);
     chunked("tests/fixtures/deepseek_v32_long", big, 2);
+}
+
+/* ---- cache export / import ------------------------------------------------------------ */
+
+/* Rows [0, 30) exported after a 30-token prefill, imported into a fresh session, which then
+ * takes the rest one token at a time: the logits are bit-identical to the first session's
+ * (both caches travel). Importing only 20 of the rows (a shorter prefix) and feeding tokens
+ * 20.. gives the reference logits. */
+static void test_cache_export_import(void) {
+    const char *dir = "tests/fixtures/deepseek_v32";
+    char err[1024];
+    int *toks = NULL, V = 0;
+    float *want = NULL;
+    double tol = 0;
+    int T = read_ref(dir, &toks, &want, &V, &tol);
+    CHECK(T == 48, "%s: expected 48 tokens", dir);
+    ci_model *m = NULL;
+    ci_session *a = NULL, *b = NULL;
+    ci_model_opts o = { 0, 0 };
+    if (T != 48 || ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s", err); free(toks); free(want); return; }
+    const ci_family_ops *ops = m->family->ops;
+    CHECK(ops->cache_export && ops->cache_import, "no cache export/import");
+    float *la = malloc((size_t)T * V * sizeof *la), *lb = malloc((size_t)T * V * sizeof *lb);
+    size_t bytes = ops->cache_bytes_per_token(m) * 30;
+    void *blob = malloc(bytes);
+    if (ops->cache_export && ci_session_new(m, T, &a, err, sizeof err) == 0 && ci_session_new(m, T, &b, err, sizeof err) == 0) {
+        CHECK(ci_forward(a, toks, 30, NULL, 0, err, sizeof err) == 0, "%s", err);
+        CHECK(ops->cache_export(a, 31, blob, err, sizeof err) != 0, "export of more rows than held accepted");
+        CHECK(ops->cache_export(a, 30, blob, err, sizeof err) == 0, "%s", err);
+        CHECK(ops->cache_import(b, 30, blob, err, sizeof err) == 0 && ci_session_pos(b) == 30, "%s", err);
+        int rc = 0;
+        for (int t = 30; t < T && !rc; t++) {
+            rc = ci_forward(a, &toks[t], 1, la + (size_t)t * V, 1, err, sizeof err) ||
+                 ci_forward(b, &toks[t], 1, lb + (size_t)t * V, 1, err, sizeof err);
+        }
+        CHECK(rc == 0, "%s", err);
+        CHECK(!memcmp(la + 30 * V, lb + 30 * V, (size_t)(T - 30) * V * sizeof *la), "imported session differs");
+        /* the first 20 rows of the blob's layout are not the 20-row layout: export them anew */
+        ci_session_reset(a);
+        CHECK(ci_forward(a, toks, 20, NULL, 0, err, sizeof err) == 0, "%s", err);
+        CHECK(ops->cache_export(a, 20, blob, err, sizeof err) == 0, "%s", err);
+        CHECK(ops->cache_import(b, 20, blob, err, sizeof err) == 0, "%s", err);
+        CHECK(ci_forward(b, toks + 20, T - 20, lb + 20 * V, 1, err, sizeof err) == 0, "%s", err);
+        double md = 0;
+        for (size_t i = 20 * (size_t)V; i < (size_t)T * V; i++) md = fmax(md, fabs((double)lb[i] - want[i]));
+        CHECK(md <= tol, "after import of 20 rows: max|diff| %g", md);
+    } else {
+        CHECK(0, "%s", err);
+    }
+    ci_session_free(a);
+    ci_session_free(b);
+    ci_model_free(m);
+    free(blob); free(la); free(lb); free(toks); free(want);
 }
 
 /* ---- make-random, cache size, errors -------------------------------------------------- */
@@ -237,6 +291,7 @@ static void test_bad_indexer_shape(void) {
 int main(void) {
     TEST_RUN(test_select);
     TEST_RUN(test_chunked_prefill);
+    TEST_RUN(test_cache_export_import);
     TEST_RUN(test_make_random_round_trip);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_bad_indexer_shape);
