@@ -867,20 +867,22 @@ static int sort_key(tctx *c, const tnode *at, tv item, tv *attr, int cs, tv *out
 }
 
 static int sort_list(tctx *c, const tnode *at, tlist *items, tlist *keys, int reverse) {
-    /* stable merge-free insertion sort: templates sort short lists */
-    for (size_t i = 1; i < items->n; i++) {
-        tv it = items->v[i], k = keys->v[i];
-        size_t j = i;
-        while (j > 0) {
-            int cmp;
-            if (tv_cmp(keys->v[j - 1], k, &cmp))
-                return tpl_fail(c, LINE, "'<' not supported between instances of '%s' and '%s'", tv_pytype(k), tv_pytype(keys->v[j - 1]));
-            if (reverse ? cmp >= 0 : cmp <= 0) break;
-            items->v[j] = items->v[j - 1]; keys->v[j] = keys->v[j - 1];
-            j--;
-        }
-        items->v[j] = it; keys->v[j] = k;
+    size_t n = items->n;
+    if (n < 2) return 0;
+    size_t *idx = malloc(n * sizeof *idx);
+    tv *vi = malloc(n * sizeof *vi), *vk = malloc(n * sizeof *vk);
+    if (!idx || !vi || !vk) { free(idx); free(vi); free(vk); return oom(c, at); }
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    size_t ba = 0, bb = 0;
+    int r = tv_sort_index(idx, n, keys->v, reverse, &ba, &bb);
+    if (!r) {
+        for (size_t i = 0; i < n; i++) { vi[i] = items->v[idx[i]]; vk[i] = keys->v[idx[i]]; }
+        memcpy(items->v, vi, n * sizeof *vi);
+        memcpy(keys->v, vk, n * sizeof *vk);
     }
+    free(idx); free(vi); free(vk);
+    if (r == -2) return oom(c, at);
+    if (r) return tpl_fail(c, LINE, "'<' not supported between instances of '%s' and '%s'", tv_pytype(keys->v[ba]), tv_pytype(keys->v[bb]));
     return 0;
 }
 
@@ -939,7 +941,8 @@ static int f_unique(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
     tv *cs = targ(a, 0, "case_sensitive"), *attr = targ(a, 1, "attribute");
     tlist *l;
     if (tpl_to_list(c, at, in, &l)) return -1;
-    tlist *res = tlist_new(l->n), *seen = tlist_new(l->n);
+    tlist *res = tlist_new(l->n);
+    tdict *seen = tdict_new(); /* keys already taken (hashable, checked below) */
     int r = res && seen ? 0 : oom(c, at);
     for (size_t i = 0; i < l->n && !r; i++) {
         tv k;
@@ -949,14 +952,12 @@ static int f_unique(tctx *c, const tnode *at, tv in, targs *a, tv *out) {
             tv_decref(k);
             break;
         }
-        int dup = 0;
-        for (size_t j = 0; j < seen->n; j++) if (tv_eq(seen->v[j], k)) { dup = 1; break; }
-        if (dup) { tv_decref(k); continue; }
-        tlist_push(seen, k);
+        if (tdict_find(seen, k) >= 0) { tv_decref(k); continue; }
+        if (tdict_set(seen, k, tv_none())) { r = oom(c, at); break; }
         tlist_push(res, tv_ref(l->v[i]));
     }
     tv_decref(tv_list(l));
-    if (seen) tv_decref(tv_list(seen));
+    if (seen) tv_decref(tv_dict(seen));
     if (r) { if (res) tv_decref(tv_list(res)); return -1; }
     *out = tv_list(res);
     return 0;

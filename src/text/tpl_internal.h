@@ -122,6 +122,8 @@ int tv_truthy(tv v);
 int tv_eq(tv a, tv b);
 int tv_cmp(tv a, tv b, int *out);             /* -1 when the types do not order */
 const char *tv_pytype(tv v);                  /* "str", "int", "NoneType", "list", ... */
+/* Stable sort of positions by keys[pos] (Python semantics); -1 unorderable (*bad_a, *bad_b), -2 OOM. */
+int tv_sort_index(size_t *idx, size_t n, const tv *keys, int reverse, size_t *bad_a, size_t *bad_b);
 const char *tv_objrepr(tv v);                 /* jinja2's object_type_repr: "dict object", "None" */
 
 /* A growable byte buffer with a hard cap (the render's output limit). */

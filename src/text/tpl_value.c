@@ -370,6 +370,39 @@ const char *tv_objrepr(tv v) {
     }
 }
 
+/* Stable merge sort of idx[0..n) by keys[idx[i]] (Python's sort: only `<`, reverse keeps
+ * equal items in their original order). On unorderable keys returns -1 with the pair. */
+static int less(const tv *keys, size_t a, size_t b, int reverse, int *bad, size_t *ba, size_t *bb) {
+    int c;
+    size_t x = reverse ? b : a, y = reverse ? a : b; /* take the right one (b) when keys[y] < keys[x] */
+    if (tv_cmp(keys[y], keys[x], &c)) { *bad = 1; *ba = y; *bb = x; return 0; }
+    return c == -1;
+}
+
+int tv_sort_index(size_t *idx, size_t n, const tv *keys, int reverse, size_t *bad_a, size_t *bad_b) {
+    if (n < 2) return 0;
+    size_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return -2;
+    int bad = 0;
+    for (size_t w = 1; w < n && !bad; w *= 2) {
+        for (size_t lo = 0; lo < n && !bad; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                /* take from the right only when it is strictly first */
+                if (less(keys, idx[i], idx[j], reverse, &bad, bad_a, bad_b)) tmp[k++] = idx[j++];
+                else tmp[k++] = idx[i++];
+                if (bad) break;
+            }
+            while (i < mid) tmp[k++] = idx[i++];
+            while (j < hi) tmp[k++] = idx[j++];
+            memcpy(idx + lo, tmp + lo, (hi - lo) * sizeof *idx);
+        }
+    }
+    free(tmp);
+    return bad ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------ buffer */
 
 int tbuf_put(tbuf *b, const char *s, size_t n) {
@@ -712,20 +745,14 @@ static int json_value(tbuf *b, tv v, const tjson_opts *o, int level, char *why, 
         size_t *order = malloc(d->n * sizeof *order);
         if (!order) return -1;
         for (size_t i = 0; i < d->n; i++) order[i] = i;
-        if (o->sort_keys) { /* insertion sort: stable, small dicts */
-            for (size_t i = 1; i < d->n; i++) {
-                size_t x = order[i], j = i;
-                while (j > 0) {
-                    int c;
-                    if (tv_cmp(d->k[order[j - 1]], d->k[x], &c)) {
-                        snprintf(why, whylen, "'<' not supported between instances of '%s' and '%s'",
-                                 tv_pytype(d->k[x]), tv_pytype(d->k[order[j - 1]]));
-                        free(order); return -2;
-                    }
-                    if (c <= 0) break;
-                    order[j] = order[j - 1]; j--;
-                }
-                order[j] = x;
+        if (o->sort_keys) {
+            size_t ba = 0, bb = 0;
+            int sr = tv_sort_index(order, d->n, d->k, 0, &ba, &bb);
+            if (sr) {
+                if (sr == -1) snprintf(why, whylen, "'<' not supported between instances of '%s' and '%s'", tv_pytype(d->k[ba]), tv_pytype(d->k[bb]));
+                else snprintf(why, whylen, "out of memory");
+                free(order);
+                return -2;
             }
         }
         int r = tbuf_putc(b, '{');

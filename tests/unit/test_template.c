@@ -310,6 +310,8 @@ static void test_filters(void) {
     EXPECT("{{ [{'t': 1}, {'u': 2}]|rejectattr('t', 'defined')|list }}{{ ['a', 'b']|map('upper')|join }}", NULL, "[{'u': 2}]AB");
     EXPECT("{{ [3, 1, 2]|sort }}{{ ['b', 'A', 'a']|sort }}{{ ['b', 'A', 'a']|unique|list }}{{ {'b': 1, 'a': 2}|dictsort }}", NULL,
            "[1, 2, 3]['A', 'a', 'b']['b', 'A'][('a', 2), ('b', 1)]");
+    EXPECT("{{ [{'x': 2, 'i': 0}, {'x': 1, 'i': 1}, {'x': 2, 'i': 2}]|sort(attribute='x', reverse=true)|map(attribute='i')|list }}", NULL,
+           "[0, 2, 1]"); /* stable, also reversed */
     EXPECT("{{ 2.567|round(2) }}{{ 2.5|round }}{{ -3|abs }}{{ [1, 2, 3]|sum }}{{ [1, 2]|reverse|list }}", NULL, "2.572.036[2, 1]");
     EXPECT("{{ 7|round(1) }}{{ none|map(attribute='x')|list }}{{ {'a': 1}[['k']] is defined }}{{ 'a' % [] }}", NULL, "7[]Falsea");
     EXPECT_ERR("{{ 'a' % 11 }}", NULL, "not all arguments converted");
@@ -476,6 +478,8 @@ static void test_hostile(void) {
                      NULL, &rc, err, sizeof err);
     CHECK(rc != 0 && !out, "tojson of 100000 nested lists must fail cleanly");
     EXPECT("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}", NULL, "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
+    /* big inputs stay fast: sort and unique of 100000 items */
+    EXPECT("{{ range(100000)|reverse|sort|first }}{{ range(100000)|reverse|unique|list|length }}", NULL, "0100000");
 }
 
 static void test_chat_request_validation(void) {
