@@ -131,6 +131,18 @@ static int read_eos(ci_config *c, char *err, size_t errlen) {
     return 0;
 }
 
+/* Length of a per-layer type list (transformers 5 omits num_hidden_layers from some saved
+ * configs, e.g. Nemotron-H, deriving it from layers_block_type); 0 when there is none. */
+static long long layer_list_len(const ci_config *c) {
+    static const char *keys[] = { "layers_block_type", "layer_types" };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const json_t *v = json_object_get(c->text, keys[i]);
+        if (v && json_is_array(v) && json_array_size(v) > 0) return (long long)json_array_size(v);
+    }
+    const char *pat = cj_get_str(c->text, "hybrid_override_pattern");
+    return pat ? (long long)strlen(pat) : 0;
+}
+
 static int parse_root(ci_config *c, char *err, size_t errlen) {
     if (!json_is_object(c->root)) return ci_err(err, errlen, "%s: expected a JSON object", c->path);
     c->text = c->root;
@@ -159,13 +171,16 @@ static int parse_root(ci_config *c, char *err, size_t errlen) {
     c->intermediate_size = 0;
     if (cfg_int(c, "vocab_size", 1, 1, 1 << 24, &c->vocab_size, err, errlen) ||
         cfg_int(c, "hidden_size", 1, 1, 1 << 17, &c->hidden_size, err, errlen) ||
-        cfg_int(c, "num_hidden_layers", 1, 1, 4096, &c->n_layers, err, errlen) ||
+        cfg_int(c, "num_hidden_layers", !layer_list_len(c), 1, 4096, &c->n_layers, err, errlen) ||
         cfg_int(c, "num_attention_heads", 0, 1, 1 << 14, &c->n_heads, err, errlen) ||
         cfg_int(c, "num_key_value_heads", 0, 1, 1 << 14, &c->n_kv_heads, err, errlen) ||
         cfg_int(c, "head_dim", 0, 1, 1 << 14, &c->head_dim, err, errlen) ||
         cfg_int(c, "intermediate_size", 0, 1, 1 << 22, &c->intermediate_size, err, errlen) ||
         cfg_int(c, "max_position_embeddings", 0, 1, 1LL << 32, &c->max_pos, err, errlen))
         return -1;
+    if (!c->n_layers) c->n_layers = layer_list_len(c);
+    if (c->n_layers > 4096)
+        return ci_err(err, errlen, "%s: %s: %lld layers in the layer-type list, expected at most 4096", c->path, c->model_type, c->n_layers);
     if (cfg_num(c, "rms_norm_eps", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;
     if (cfg_num(c, "layer_norm_epsilon", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;
     if (cfg_num(c, "norm_eps", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;

@@ -60,8 +60,20 @@ int ci_make_random(const char *config_path, const char *out_dir, const char *dty
     if (!json_is_object(root)) { ci_err(err, errlen, "%s: expected a JSON object", config_path); goto done; }
     if (layers > 0) {
         json_t *tc = json_object_get(root, "text_config");
-        json_t *tgt = (tc && json_is_object(tc) && json_object_get(tc, "num_hidden_layers")) ? tc : root;
+        json_t *tgt = (tc && json_is_object(tc)) ? tc : root;
         json_object_set_new(tgt, "num_hidden_layers", json_integer(layers));
+        /* per-layer type lists are cut to the first `layers` entries (hybrid families) */
+        static const char *lists[] = { "layer_types", "layers_block_type", "mlp_layer_types" };
+        for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+            json_t *a = json_object_get(tgt, lists[i]);
+            while (a && json_is_array(a) && json_array_size(a) > (size_t)layers) json_array_remove(a, json_array_size(a) - 1);
+        }
+        const char *pat = cj_get_str(tgt, "hybrid_override_pattern");
+        if (pat && strlen(pat) > (size_t)layers) {
+            char *cut = strndup(pat, (size_t)layers);
+            if (cut) json_object_set_new(tgt, "hybrid_override_pattern", json_string(cut));
+            free(cut);
+        }
     }
     text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     m = calloc(1, sizeof *m);

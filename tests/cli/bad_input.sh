@@ -59,3 +59,13 @@ expect_err "absurd header length" "$TMP/m/model.safetensors" $CINFER inspect --m
 # make-random bad input
 expect_err "make-random dtype"   "--dtype must be bf16 or f32" $CINFER make-random --config $fx/config.json --out $TMP/r --dtype f8
 expect_err "make-random config"  "$TMP/none.json: cannot open" $CINFER make-random --config $TMP/none.json --out $TMP/r
+
+# transformers 5 saves some hybrid configs without num_hidden_layers: the layer-type list
+# gives it; make-random --layers cuts the per-layer lists to match.
+nh=tests/fixtures/nemotron_h_hub
+rm -rf "$TMP/nh"; mkdir -p "$TMP/nh"; cp $nh/model.safetensors "$TMP/nh/"
+grep -v '"num_hidden_layers"' $nh/config.json >"$TMP/nh/config.json"
+expect_ok "layers from the pattern" $CINFER inspect --model "$TMP/nh"
+grep -q "^layers *7$" "$TMP/out" && pass "layers from the pattern = 7" || fail "layers from the pattern = 7" "$(head -3 "$TMP/out")"
+expect_ok "make-random cuts the pattern" $CINFER make-random --config $nh/config.json --out "$TMP/nh2" --layers 2
+expect_ok "cut checkpoint loads" $CINFER logits --model "$TMP/nh2" --tokens 1,2 --out "$TMP/nh2.f32"
