@@ -7,18 +7,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The family's own name for messages (model_type aliases map to one family). */
+static const char *cfg_family_name(const ci_config *c) { return c->family ? c->family->name : c->model_type; }
+
 int cfg_int(const ci_config *c, const char *key, int req, long long lo, long long hi, long long *out,
             char *err, size_t errlen) {
     long long v;
     int r = cj_get_int(c->text, key, &v);
     if (r == 0) {
-        if (req) return ci_err(err, errlen, "%s: %s: required key '%s' is missing", c->path, c->model_type, key);
+        if (req) return ci_err(err, errlen, "%s: %s: required key '%s' is missing", c->path, cfg_family_name(c), key);
         return 0;
     }
-    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be an integer", c->path, c->model_type, key);
+    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be an integer", c->path, cfg_family_name(c), key);
     if (v < lo || v > hi)
         return ci_err(err, errlen, "%s: %s: key '%s' = %lld is out of range, expected %lld..%lld",
-                      c->path, c->model_type, key, v, lo, hi);
+                      c->path, cfg_family_name(c), key, v, lo, hi);
     *out = v;
     return 0;
 }
@@ -28,20 +31,20 @@ int cfg_num(const ci_config *c, const char *key, int req, double lo, double hi, 
     double v;
     int r = cj_get_num(c->text, key, &v);
     if (r == 0) {
-        if (req) return ci_err(err, errlen, "%s: %s: required key '%s' is missing", c->path, c->model_type, key);
+        if (req) return ci_err(err, errlen, "%s: %s: required key '%s' is missing", c->path, cfg_family_name(c), key);
         return 0;
     }
-    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be a number", c->path, c->model_type, key);
+    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be a number", c->path, cfg_family_name(c), key);
     if (!(v >= lo && v <= hi))
         return ci_err(err, errlen, "%s: %s: key '%s' = %g is out of range, expected %g..%g",
-                      c->path, c->model_type, key, v, lo, hi);
+                      c->path, cfg_family_name(c), key, v, lo, hi);
     *out = v;
     return 0;
 }
 
 int cfg_bool(const ci_config *c, const char *key, int *out, char *err, size_t errlen) {
     int r = cj_get_bool(c->text, key, out);
-    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be true or false", c->path, c->model_type, key);
+    if (r < 0) return ci_err(err, errlen, "%s: %s: key '%s' must be true or false", c->path, cfg_family_name(c), key);
     return 0;
 }
 
@@ -49,7 +52,7 @@ int cfg_bool(const ci_config *c, const char *key, int *out, char *err, size_t er
 static int rope_num(const ci_config *c, const json_t *obj, const char *blk, const char *key, double *out,
                     char *err, size_t errlen) {
     int r = cj_get_num(obj, key, out);
-    if (r < 0) return ci_err(err, errlen, "%s: %s: %s.%s must be a number", c->path, c->model_type, blk, key);
+    if (r < 0) return ci_err(err, errlen, "%s: %s: %s.%s must be a number", c->path, cfg_family_name(c), blk, key);
     return 0;
 }
 
@@ -70,7 +73,7 @@ int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err,
     if (cj_get_int(c->text, "original_max_position_embeddings", &omp) == 1) out->original_max_pos = omp;
     if (obj && !json_is_null(obj)) {
         if (!json_is_object(obj))
-            return ci_err(err, errlen, "%s: %s: %s must be an object", c->path, c->model_type, blk);
+            return ci_err(err, errlen, "%s: %s: %s must be an object", c->path, cfg_family_name(c), blk);
         const char *t = cj_get_str(obj, "rope_type");
         if (!t) t = cj_get_str(obj, "type");
         if (!t) t = "default";
@@ -80,7 +83,7 @@ int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err,
         else if (!strcmp(t, "yarn")) out->type = CI_ROPE_YARN;
         else if (!strcmp(t, "llama3")) out->type = CI_ROPE_LLAMA3;
         else return ci_err(err, errlen, "%s: %s: rope type '%s' is not supported (default, linear, dynamic, yarn, llama3)",
-                           c->path, c->model_type, t);
+                           c->path, cfg_family_name(c), t);
         double omp_d = -1;
         if (rope_num(c, obj, blk, "rope_theta", &out->theta, err, errlen) ||
             rope_num(c, obj, blk, "partial_rotary_factor", &out->partial_rotary_factor, err, errlen) ||
@@ -98,16 +101,16 @@ int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err,
         int tr;
         if (cj_get_bool(obj, "truncate", &tr) == 1) out->truncate = tr;
         if (out->type == CI_ROPE_LLAMA3 && !(out->high_freq_factor > out->low_freq_factor && out->low_freq_factor > 0))
-            return ci_err(err, errlen, "%s: %s: llama3 rope needs 0 < low_freq_factor < high_freq_factor", c->path, c->model_type);
+            return ci_err(err, errlen, "%s: %s: llama3 rope needs 0 < low_freq_factor < high_freq_factor", c->path, cfg_family_name(c));
         if (out->type != CI_ROPE_DEFAULT && !(out->factor > 0 && isfinite(out->factor)))
-            return ci_err(err, errlen, "%s: %s: %s.factor must be a positive number", c->path, c->model_type, blk);
+            return ci_err(err, errlen, "%s: %s: %s.factor must be a positive number", c->path, cfg_family_name(c), blk);
         if ((out->type == CI_ROPE_YARN || out->type == CI_ROPE_LLAMA3) && out->original_max_pos <= 0)
-            return ci_err(err, errlen, "%s: %s: %s.original_max_position_embeddings must be positive", c->path, c->model_type, blk);
+            return ci_err(err, errlen, "%s: %s: %s.original_max_position_embeddings must be positive", c->path, cfg_family_name(c), blk);
     }
     if (!(out->theta > 1.0 && isfinite(out->theta)))
-        return ci_err(err, errlen, "%s: %s: rope_theta = %g, expected a finite value > 1", c->path, c->model_type, out->theta);
+        return ci_err(err, errlen, "%s: %s: rope_theta = %g, expected a finite value > 1", c->path, cfg_family_name(c), out->theta);
     if (!(out->partial_rotary_factor > 0 && out->partial_rotary_factor <= 1))
-        return ci_err(err, errlen, "%s: %s: partial_rotary_factor = %g, expected (0, 1]", c->path, c->model_type,
+        return ci_err(err, errlen, "%s: %s: partial_rotary_factor = %g, expected (0, 1]", c->path, cfg_family_name(c),
                       out->partial_rotary_factor);
     return 0;
 }
@@ -180,7 +183,7 @@ static int parse_root(ci_config *c, char *err, size_t errlen) {
         return -1;
     if (!c->n_layers) c->n_layers = layer_list_len(c);
     if (c->n_layers > 4096)
-        return ci_err(err, errlen, "%s: %s: %lld layers in the layer-type list, expected at most 4096", c->path, c->model_type, c->n_layers);
+        return ci_err(err, errlen, "%s: %s: %lld layers in the layer-type list, expected at most 4096", c->path, cfg_family_name(c), c->n_layers);
     if (cfg_num(c, "rms_norm_eps", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;
     if (cfg_num(c, "layer_norm_epsilon", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;
     if (cfg_num(c, "norm_eps", 0, 0, 1, &c->rms_eps, err, errlen)) return -1;
