@@ -276,34 +276,15 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         }
         CI_DUMP(m, "layer_out", l, c->x, n, H);
     }
-    if (logits) {
-        if (all_logits) {
-            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
-            be->matmul(be, logits, c->xn, n, &d->lm_head);
-        } else {
-            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->final_norm, 1, H, d->eps);
-            be->matmul(be, logits, c->last, 1, &d->lm_head);
-        }
-    }
+    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     s->pos += n;
 }
 
 static int dsv3_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const dsv3_model *d = s->m->impl;
     const char *fam = s->m->family->name;
-    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
-    if (s->pos + n > s->max_ctx)
-        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
-        else if (logits && off + k == n) out = logits;
-        forward_chunk(s, tokens + off, k, out, all_logits);
-    }
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;
 }
 
@@ -408,15 +389,18 @@ static int dsv3_forward_batch(ci_session *const *ss, const int *tokens, int n, f
     return 0;
 }
 
-/* Rows [0, n) of each layer's latent cache, layer after layer. */
+/* Position-major: for each position p < n, each layer's latent row. Any prefix of such a
+ * blob is the blob of that prefix. */
 static int dsv3_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
     const dsv3_model *d = s->m->impl;
     const dsv3_cache *c = s->impl;
     const mla_layer *A = &d->layers[0].attn;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
-    size_t lat = (size_t)(A->kv_lora + A->rope), blk = (size_t)n * lat;
-    for (int l = 0; l < d->n_layers; l++)
-        memcpy((float *)dst + l * blk, c->cache + (size_t)l * s->max_ctx * lat, blk * sizeof(float));
+    size_t lat = (size_t)(A->kv_lora + A->rope);
+    float *o = dst;
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++, o += lat)
+            memcpy(o, c->cache + ((size_t)l * s->max_ctx + (size_t)p) * lat, lat * sizeof(float));
     return 0;
 }
 
@@ -425,9 +409,11 @@ static int dsv3_cache_import(ci_session *s, int n, const void *src, char *err, s
     dsv3_cache *c = s->impl;
     const mla_layer *A = &d->layers[0].attn;
     if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
-    size_t lat = (size_t)(A->kv_lora + A->rope), blk = (size_t)n * lat;
-    for (int l = 0; l < d->n_layers; l++)
-        memcpy(c->cache + (size_t)l * s->max_ctx * lat, (const float *)src + l * blk, blk * sizeof(float));
+    size_t lat = (size_t)(A->kv_lora + A->rope);
+    const float *q = src;
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++, q += lat)
+            memcpy(c->cache + ((size_t)l * s->max_ctx + (size_t)p) * lat, q, lat * sizeof(float));
     s->pos = n;
     return 0;
 }

@@ -301,36 +301,14 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         }
         CI_DUMP(m, "layer_out", l, c->x, n, D);
     }
-    if (logits) {
-        if (all_logits) {
-            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, D, d->eps);
-            be->matmul(be, logits, c->xn, n, &d->lm_head);
-        } else {
-            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->final_norm, 1, D, d->eps);
-            be->matmul(be, logits, c->last, 1, &d->lm_head);
-        }
-    }
+    ci_lm_head(be, logits, all_logits, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     s->pos += n;
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
-    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", s->m->family->name);
-    if (s->pos + n > s->max_ctx)
-        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", s->m->family->name,
-                      n, s->pos, s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)",
-                          s->m->family->name, tokens[i], i, d->vocab);
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        int last_chunk = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
-        else if (logits && last_chunk) out = logits;
-        forward_chunk(s, tokens + off, k, out, all_logits);
-    }
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;
 }
 
@@ -410,17 +388,20 @@ int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *
     return 0;
 }
 
-/* Rows [0, n) of layer l's K then V, layer after layer: n * cache_bytes_per_token bytes. */
+/* Position-major: for each position p < n, for each layer, K row then V row. Any prefix
+ * of such a blob is the blob of that prefix. */
 int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     const dense_cache *c = s->impl;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
-    size_t row = (size_t)d->n_kv * d->hd, blk = (size_t)n * row;
+    size_t row = (size_t)d->n_kv * d->hd;
     float *o = dst;
-    for (int l = 0; l < d->n_layers; l++) {
-        memcpy(o, c->k + (size_t)l * s->max_ctx * row, blk * sizeof(float)); o += blk;
-        memcpy(o, c->v + (size_t)l * s->max_ctx * row, blk * sizeof(float)); o += blk;
-    }
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++) {
+            size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
+            memcpy(o, c->k + at, row * sizeof(float)); o += row;
+            memcpy(o, c->v + at, row * sizeof(float)); o += row;
+        }
     return 0;
 }
 
@@ -428,12 +409,14 @@ int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t 
     const dense_model *d = s->m->impl;
     dense_cache *c = s->impl;
     if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
-    size_t row = (size_t)d->n_kv * d->hd, blk = (size_t)n * row;
-    const float *p = src;
-    for (int l = 0; l < d->n_layers; l++) {
-        memcpy(c->k + (size_t)l * s->max_ctx * row, p, blk * sizeof(float)); p += blk;
-        memcpy(c->v + (size_t)l * s->max_ctx * row, p, blk * sizeof(float)); p += blk;
-    }
+    size_t row = (size_t)d->n_kv * d->hd;
+    const float *q = src;
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++) {
+            size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
+            memcpy(c->k + at, q, row * sizeof(float)); q += row;
+            memcpy(c->v + at, q, row * sizeof(float)); q += row;
+        }
     s->pos = n;
     return 0;
 }

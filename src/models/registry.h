@@ -35,7 +35,8 @@ typedef struct ci_family_ops {
                          char *err, size_t errlen);
     /* For caches whose rows at position p depend only on tokens 0..p (KV, MLA latent):
      * cache_export copies the rows of positions [0, n) of every layer out of s into dst
-     * (n * cache_bytes_per_token bytes); cache_import writes such rows into s and sets
+     * (n * cache_bytes_per_token bytes, position-major: the first m * cache_bytes_per_token
+     * bytes are the export of [0, m)); cache_import writes such rows into s and sets
      * s->pos = n. A family that has them also allows s->pos to be lowered to any value
      * (later rows are then ignored and overwritten), which is what prefix reuse needs. */
     int (*cache_export)(const struct ci_session *s, int n, void *dst, char *err, size_t errlen);

@@ -163,9 +163,12 @@ static int admit(eng *e, eng_req *r) {
     if (pm > n - 1) pm = n - 1;
     if (pi >= 0 && pm > bu) {
         slot *sl = &e->slots[lru];
-        save_slot(e, sl);
+        save_slot(e, sl);                        /* may evict or move entries: look again */
+        pi = pfx_lookup(e->pfx, r->prompt, n, &pm);
+        if (pm > n - 1) pm = n - 1;
+        if (pi < 0) pm = 0;
         char err[256];
-        if (e->ops->cache_import(sl->s, pm, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
+        if (pm > 0 && e->ops->cache_import(sl->s, pm, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
         start_in_slot(e, sl, r, pm);
         return 0;
     }

@@ -7,7 +7,8 @@
  * The logits must agree bit for bit (the server's determinism — the same seed gives the same
  * text alone or beside others — rests on it; the CPU matmul is row-independent for these
  * widths). fp8 block-scaled weights are the exception: the CPU backend's small-batch and
- * prefill kernels round fp8 x scale differently, so there the bound is 1e-5. Then prefix reuse: rows exported from one session and imported into a fresh one,
+ * prefill kernels round fp8 x scale differently, so there the bound is 1e-5. Then prefix
+ * reuse: rows exported from one session and imported into a fresh one (a prefix of them),
  * or a session cut back to a shorter prefix, must continue exactly as the original. */
 #include "../unit/check.h"
 #include "cinfer.h"
@@ -60,16 +61,18 @@ static void one_model(const char *dir) {
     if (strstr(dir, "fp8")) CHECK(md <= 1e-5, "%s: forward_batch differs from forward: max|diff| %g", dir, md);
     else CHECK(!differ, "%s: forward_batch differs from forward: max|diff| %g", dir, md);
 
-    /* export rows [0, 20) of a[3], import into a fresh session, cut b[3] back to 20: all
-     * three continue from position 20 with the same next logits */
+    /* export all rows of a[3], import the first 20 of them into a fresh session (a prefix
+     * of an export is the export of the prefix), cut a[3] back to 20: both continue from
+     * position 20 with the same next logits */
     {
         ci_session *c = NULL;
-        size_t bytes = ops->cache_bytes_per_token(m) * 20;
+        int held = a[3]->pos;
+        size_t bytes = ops->cache_bytes_per_token(m) * (size_t)held;
         void *blob = malloc(bytes);
         int t = tok_at(99, 1, V);
         float *lc = malloc((size_t)V * sizeof(float));
         if (!blob || !lc || ci_session_new(m, CTX, &c, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
-        else if (ops->cache_export(a[3], 20, blob, err, sizeof err) || ops->cache_import(c, 20, blob, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
+        else if (ops->cache_export(a[3], held, blob, err, sizeof err) || ops->cache_import(c, 20, blob, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
         else {
             CHECK(c->pos == 20, "%s: import left pos %d", dir, c->pos);
             a[3]->pos = 20;
