@@ -37,6 +37,7 @@ static int str_of(tctx *c, const tnode *at, tv v, tv *out) {
 
 static int ret_buf(tctx *c, const tnode *at, tbuf *b, tv *out) {
     if (b->over) { tbuf_free(b); return tpl_fail(c, LINE, b->over == 2 ? "out of memory" : "string too long"); }
+    if (tpl_charge(c, LINE, b->n)) { tbuf_free(b); return -1; }
     *out = tv_str(b->p ? b->p : "", b->n);
     tbuf_free(b);
     return out->t == TV_STR ? 0 : oom(c, at);

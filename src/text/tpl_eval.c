@@ -141,6 +141,12 @@ static int step(tctx *c, int line) {
     return 0;
 }
 
+int tpl_charge(tctx *c, int line, size_t bytes) {
+    c->steps += bytes / 64;
+    if (c->steps > c->max_steps) return tpl_fail(c, line, "template ran too long (more than %llu steps)", (unsigned long long)c->max_steps);
+    return 0;
+}
+
 static int out_put(tctx *c, int line, const char *s, size_t n) {
     if (tbuf_put(c->out, s, n)) {
         if (c->out->over == 2) return oom(c, line);
@@ -370,6 +376,7 @@ static int type_error(tctx *c, int line, int op, tv a, tv b) {
 
 static int concat_seq(tctx *c, int line, tv a, tv b, tv *out) {
     if (a.t == TV_STR) {
+        if (tpl_charge(c, line, a.u.s->len + b.u.s->len)) return -1;
         tstr *r = tstr_alloc(a.u.s->len + b.u.s->len);
         if (!r) return oom(c, line);
         memcpy(r->s, a.u.s->s, a.u.s->len);
@@ -391,6 +398,7 @@ static int repeat_seq(tctx *c, int line, tv seq, int64_t k, tv *out) {
     if (seq.t == TV_STR) {
         size_t n = seq.u.s->len;
         if (n && (uint64_t)k > c->max_output / n) return tpl_fail(c, line, "string repetition exceeds the output limit");
+        if (tpl_charge(c, line, n * (size_t)k)) return -1;
         tstr *r = tstr_alloc(n * (size_t)k);
         if (!r) return oom(c, line);
         for (int64_t i = 0; i < k; i++) memcpy(r->s + (size_t)i * n, seq.u.s->s, n);
@@ -412,6 +420,7 @@ static int arith(tctx *c, int line, int op, tv a, tv b, tv *out) {
     if (op == OP_TILDE) {
         tbuf buf = {.limit = c->max_output};
         if (tv_write_str(&buf, a) || tv_write_str(&buf, b)) { tbuf_free(&buf); return tpl_fail(c, line, "string too long"); }
+        if (tpl_charge(c, line, buf.n)) { tbuf_free(&buf); return -1; }
         *out = tv_str(buf.p ? buf.p : "", buf.n);
         tbuf_free(&buf);
         return out->t == TV_STR ? 0 : oom(c, line);

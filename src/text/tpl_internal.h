@@ -268,6 +268,9 @@ typedef struct tctx {
     tns **nss; int nns, cap_ns;  /* every namespace made by this render, emptied at the end */
 } tctx;
 
+/* Charges work proportional to bytes built (string concatenation in a loop is quadratic),
+ * against the same budget as statements; -1 once it is spent. */
+int tpl_charge(tctx *c, int line, size_t bytes);
 /* Records the first error (with the line) and returns -1. */
 int tpl_fail(tctx *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The undefined-value error, as jinja2 words it. */
