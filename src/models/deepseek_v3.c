@@ -282,7 +282,6 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
 
 static int dsv3_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const dsv3_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
     ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;

@@ -333,41 +333,22 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         }
         CI_DUMP(m, "layer_out", l, c->x, n, H);
     }
-    if (logits) {
-        if (all_logits) {
-            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
-            be->matmul(be, logits, c->xn, n, &d->lm_head);
-        } else {
-            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->final_norm, 1, H, d->eps);
-            be->matmul(be, logits, c->last, 1, &d->lm_head);
-        }
-    }
+    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     s->pos += n;
 }
 
 static int dsv32_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const dsv32_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
-    if (s->pos + n > s->max_ctx)
-        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
-        else if (logits && off + k == n) out = logits;
-        forward_chunk(s, tokens + off, k, out, all_logits);
-    }
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;
 }
 
 /* ---- cache rows out and in (prefix reuse in the server) ----------------------------------
  *
  * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
- * Blob layout, layer after layer: the n latent rows [n, lat], then the n key rows [n, kdim];
+ * Blob layout, position-major (registry.h: a prefix of an export is the export of the
+ * prefix): for each position, for each layer, its latent row [lat] then its key row [kdim];
  * n · cache_bytes_per_token bytes in all. No forward_batch: the server then steps each
  * sequence with forward(). */
 static int dsv32_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
@@ -375,12 +356,14 @@ static int dsv32_cache_export(const ci_session *s, int n, void *dst, char *err, 
     const dsv32_cache *c = s->impl;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
     float *o = dst;
-    for (int l = 0; l < d->n_layers; l++) {
-        memcpy(o, c->lat_cache + (size_t)l * s->max_ctx * d->lat, (size_t)n * d->lat * sizeof(float));
-        o += (size_t)n * d->lat;
-        memcpy(o, c->key_cache + (size_t)l * s->max_ctx * d->kdim, (size_t)n * d->kdim * sizeof(float));
-        o += (size_t)n * d->kdim;
-    }
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++) {
+            size_t row = (size_t)l * s->max_ctx + (size_t)p;
+            memcpy(o, c->lat_cache + row * d->lat, (size_t)d->lat * sizeof(float));
+            o += d->lat;
+            memcpy(o, c->key_cache + row * d->kdim, (size_t)d->kdim * sizeof(float));
+            o += d->kdim;
+        }
     return 0;
 }
 
@@ -390,12 +373,14 @@ static int dsv32_cache_import(ci_session *s, int n, const void *src, char *err, 
     if (n < 0 || n > s->max_ctx)
         return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
     const float *i = src;
-    for (int l = 0; l < d->n_layers; l++) {
-        memcpy(c->lat_cache + (size_t)l * s->max_ctx * d->lat, i, (size_t)n * d->lat * sizeof(float));
-        i += (size_t)n * d->lat;
-        memcpy(c->key_cache + (size_t)l * s->max_ctx * d->kdim, i, (size_t)n * d->kdim * sizeof(float));
-        i += (size_t)n * d->kdim;
-    }
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < d->n_layers; l++) {
+            size_t row = (size_t)l * s->max_ctx + (size_t)p;
+            memcpy(c->lat_cache + row * d->lat, i, (size_t)d->lat * sizeof(float));
+            i += d->lat;
+            memcpy(c->key_cache + row * d->kdim, i, (size_t)d->kdim * sizeof(float));
+            i += d->kdim;
+        }
     s->pos = n;
     return 0;
 }

@@ -450,15 +450,7 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         be->add(be, c->x, c->att, (int64_t)n * H);
         CI_DUMP(m, "layer_out", l, c->x, n, H);
     }
-    if (logits) {
-        if (all_logits) {
-            be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
-            be->matmul(be, logits, c->xn, n, &d->lm_head);
-        } else {
-            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->final_norm, 1, H, d->eps);
-            be->matmul(be, logits, c->last, 1, &d->lm_head);
-        }
-    }
+    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     s->pos += n;
     c->cache.pos = s->pos;
 }
@@ -467,23 +459,11 @@ int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all
     const lfm2_model *d = s->m->impl;
     lfm2_session *c = s->impl;
     const char *fam = s->m->family->name;
-    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
-    if (s->pos + n > s->max_ctx)
-        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i,
-                          d->vocab);
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
     if (s->pos == 0) cache_reset(&c->cache);            /* a new sequence: conv states start at zero */
     else if (c->cache.pos != s->pos)
         return ci_err(err, errlen, "%s: session position %d and cache position %d disagree", fam, s->pos, c->cache.pos);
-    for (int off = 0; off < n; off += c->chunk) {
-        int k = n - off < c->chunk ? n - off : c->chunk;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
-        else if (logits && off + k == n) out = logits;
-        forward_chunk(s, tokens + off, k, out, all_logits);
-    }
+    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, c->chunk, forward_chunk);
     return 0;
 }
 

@@ -83,3 +83,37 @@ int ci_session_pos(const ci_session *s) { return s->pos; }
 int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     return s->m->family->ops->forward(s, tokens, n, logits, all_logits, err, errlen);
 }
+
+int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen) {
+    const char *fam = s->m->family->name;
+    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
+    if (s->pos < 0 || s->pos + n > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= vocab)
+            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, vocab);
+    return 0;
+}
+
+void ci_forward_chunks(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int vocab, int chunk,
+                       ci_chunk_fn chunk_fn) {
+    for (int off = 0; off < n; off += chunk) {
+        int k = n - off < chunk ? n - off : chunk;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)vocab;
+        else if (logits && off + k == n) out = logits;
+        chunk_fn(s, tokens + off, k, out, all_logits);
+    }
+}
+
+void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, int n, int dim, const float *norm_w,
+                float eps, const ci_mat *head, float *xn, float *last) {
+    if (!logits) return;
+    if (all_logits) {
+        be->rmsnorm(be, xn, x, norm_w, n, dim, eps);
+        be->matmul(be, logits, xn, n, head);
+    } else {
+        be->rmsnorm(be, last, x + (size_t)(n - 1) * (size_t)dim, norm_w, 1, dim, eps);
+        be->matmul(be, logits, last, 1, head);
+    }
+}

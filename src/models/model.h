@@ -39,6 +39,19 @@ typedef struct ci_session {
     void *impl;                 /* family cache + scratch */
 } ci_session;
 
+/* Shared by every family's forward (model.c):
+ * ci_forward_check: n > 0, room for n more tokens in the session, every id in [0, vocab).
+ * ci_forward_chunks: runs chunk_fn over pieces of at most `chunk` tokens, each with the
+ *   logits rows it owns ([k, vocab] when all_logits, else only the last piece gets logits).
+ * ci_lm_head: final RMSNorm + head for all n rows (xn scratch [n, dim]) or the last one
+ *   (last scratch [dim]). */
+typedef void (*ci_chunk_fn)(ci_session *s, const int *tokens, int n, float *logits, int all_logits);
+int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen);
+void ci_forward_chunks(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int vocab, int chunk,
+                       ci_chunk_fn chunk_fn);
+void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, int n, int dim, const float *norm_w,
+                float eps, const ci_mat *head, float *xn, float *last);
+
 #define CI_DUMP(m, name, layer, x, n, dim) \
     do { if ((m)->dump) (m)->dump((m)->dump_ctx, (name), (layer), (x), (n), (dim)); } while (0)
 

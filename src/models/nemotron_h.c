@@ -593,25 +593,14 @@ static int nh_forward(ci_session *s, const int *tokens, int n, float *logits, in
     const nh_model *d = s->m->impl;
     nh_cache *c = s->impl;
     const char *fam = s->m->family->name;
-    if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);
-    if (s->pos < 0 || s->pos + n > s->max_ctx)
-        return ci_err(err, errlen, "%s: %d tokens at position %d exceed the context of %d", fam, n, s->pos, s->max_ctx);
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d at index %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
     /* the recurrent state cannot be rewound: a new sequence (pos 0) starts from zero, any
      * other position must be where the cache is */
     if (s->pos == 0) cache_reset(&c->cache);
     else if (s->pos != c->cache.pos)
         return ci_err(err, errlen, "%s: the session is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
                       fam, s->pos, c->cache.pos);
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * d->vocab;
-        else if (logits && off + k == n) out = logits;
-        forward_chunk(s, tokens + off, k, out, all_logits);
-    }
+    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;
 }
 
