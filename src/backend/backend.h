@@ -14,13 +14,35 @@
 #include "../core/threads.h"
 #include <stdint.h>
 
+/* MLX quantization modes (src/io/quant.h reads them from config.json). */
+typedef enum { CI_Q_NONE = 0, CI_Q_AFFINE, CI_Q_MXFP4, CI_Q_MXFP8 } ci_qmode;
+
+/* How an MLX-quantized tensor is packed (one per checkpoint tensor, owned by the model).
+ * Codes are `bits` wide, one little-endian bit stream per row (element c of a row is bits
+ * [c*bits, c*bits + bits) of it); every `group` columns share a scale (and, affine, a bias):
+ *   affine: w = scale * q + bias     (q unsigned; scale_dtype F32, F16 or BF16)
+ *   mxfp4:  w = scale * e2m1(q),  mxfp8: w = scale * e4m3(q)    (scale_dtype F8_E8M0) */
+typedef struct ci_qdesc {
+    ci_qmode mode;
+    int bits, group;        /* affine: bits 2..8, group 32/64/128; mxfp: 4 or 8, group 32 */
+    ci_dtype scale_dtype;
+    const void *scales;     /* [tensor rows, cols / group] (all rows of the tensor, stacked
+                             * experts or heads included) */
+    const void *biases;     /* affine: same shape and dtype as scales; else NULL */
+    int stored_t;           /* matmul_xw only: the views hold Wᵀ [cols, rows] as MLX's
+                             * MultiLinear stores W_UK, so x·W is a matmul with the stored rows */
+} ci_qdesc;
+
 /* A 2-D weight view. fp8 weights carry a block-scale grid:
- * w[r][c] = fp8(data[r][c]) * scale[r / block][c / block]. */
+ * w[r][c] = fp8(data[r][c]) * scale[r / block][c / block].
+ * dtype CI_U32 is an MLX-quantized view: data is its first packed row (rows are
+ * cols * bits / 8 bytes apart), scale points to the tensor's ci_qdesc, and scale_row0 is
+ * the view's first row in the descriptor's scale grid (views move data and scale_row0). */
 typedef struct {
     const void *data;       /* [rows, cols], borrowed */
-    ci_dtype dtype;         /* CI_F32, CI_F16, CI_BF16, CI_F8_E4M3 */
+    ci_dtype dtype;         /* CI_F32, CI_F16, CI_BF16, CI_F8_E4M3, CI_U32 (MLX-quantized) */
     int64_t rows, cols;
-    const void *scale;      /* fp8 only: [ceil(rows/block), ceil(cols/block)] */
+    const void *scale;      /* fp8: [ceil(rows/block), ceil(cols/block)]; U32: const ci_qdesc * */
     ci_dtype scale_dtype;   /* CI_F32, CI_BF16 or CI_F8_E8M0 */
     int block;              /* 128 for DeepSeek fp8 */
     int64_t scale_row0;     /* fp8 row views (MLA's per-head W_UK/W_UV): row of the view's

@@ -45,6 +45,7 @@ typedef struct {
 typedef struct {
     ci_backend base;          /* first: a ci_backend * is a cpu_backend * */
     const cpu_kernels *k;
+    const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
 } cpu_backend;
@@ -60,6 +61,7 @@ static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void init_tables(void) {
     for (int i = 0; i < 256; i++) cpu_fp8_lut[i] = ci_fp8_e4m3_to_f32((uint8_t)i);
+    cpu_q_init_tables();
 }
 
 void cpu_init_tables(void) { pthread_once(&tables_once, init_tables); }
@@ -77,6 +79,7 @@ float cpu_block_scale(const ci_mat *W, int64_t rb, int64_t cb) {
 
 float ci_mat_get(const ci_mat *W, int64_t r, int64_t c) {
     if (!W || !W->data || r < 0 || c < 0 || r >= W->rows || c >= W->cols) return NAN;
+    if (W->dtype == CI_U32) return cpu_qmat_get(W, r, c);
     int64_t i = r * W->cols + c;
     switch (W->dtype) {
     case CI_F32: return ((const float *)W->data)[i];
@@ -129,6 +132,7 @@ static void par_for(cpu_backend *b, int64_t n_items, item_fn fn, void *ctx, int 
 
 typedef struct {
     const cpu_kernels *k;
+    const cpu_qkernels *qk;
     float *y;
     const float *x;
     int n;
@@ -152,7 +156,8 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
         tile_rows(rr, r, r1);
-        m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
+        if (m->W->dtype == CI_U32) m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out);
+        else m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
         for (int t = 0; t < m->n; t++)
             for (int i = 0; i < nr; i++) m->y[t * rows + r + i] = out[t * CPU_TILE_R + i];
     }
@@ -178,7 +183,8 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                 if (W->dtype == CI_F32) {
                     w[i] = (const float *)W->data + r * cols + c0;
                 } else {
-                    if (r0 + i < r1) m->k->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
+                    if (r0 + i < r1 && W->dtype == CI_U32) m->qk->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
+                    else if (r0 + i < r1) m->k->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
@@ -205,7 +211,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
         memset(y, 0, (size_t)n * (size_t)W->rows * sizeof(float));
         return;
     }
-    mm_ctx m = { .k = b->k, .y = y, .x = x, .n = n, .W = W };
+    mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     int64_t rows = W->rows, work = rows * W->cols * n;
     if (n <= CPU_TILE_T) {
         /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
@@ -421,6 +427,7 @@ static void cpu_add(ci_backend *be, float *y, const float *x, int64_t count) { e
 
 typedef struct {
     const cpu_kernels *k;
+    const cpu_qkernels *qk;
     float *out;
     const ci_mat *E;
     const int32_t *ids;
@@ -429,13 +436,14 @@ typedef struct {
 static void embed_item(void *c, int64_t t, cpu_slot *slot) {
     (void)slot;
     embed_ctx *e = c;
-    e->k->row_f32(e->E, e->ids[t], 0, e->E->cols, e->out + t * e->E->cols);
+    if (e->E->dtype == CI_U32) e->qk->row_f32(e->E, e->ids[t], 0, e->E->cols, e->out + t * e->E->cols);
+    else e->k->row_f32(e->E, e->ids[t], 0, e->E->cols, e->out + t * e->E->cols);
 }
 
 static void cpu_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n) {
     cpu_backend *b = cpu(be);
     if (n <= 0 || E->cols <= 0) return;
-    embed_ctx e = { b->k, out, E, ids };
+    embed_ctx e = { b->k, b->qk, out, E, ids };
     par_for(b, n, embed_item, &e, (int64_t)n * E->cols >= 4 * SMALL_WORK);
 }
 
@@ -461,6 +469,15 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
 #endif
 }
 
+static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
+#if defined(__x86_64__)
+    if (k == &cpu_kernels_avx512) return &cpu_qkernels_avx512;
+    if (k == &cpu_kernels_avx2) return &cpu_qkernels_avx2;
+#endif
+    (void)k;
+    return &cpu_qkernels_scalar;
+}
+
 static void cpu_free(ci_backend *be) {
     cpu_backend *b = cpu(be);
     if (!b) return;
@@ -481,6 +498,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->k = k;
+    b->qk = pick_qkernels(k);
     b->base.name = k->name;
     b->base.pool = ci_pool_new(n_threads);
     if (!b->base.pool) goto fail;
@@ -500,7 +518,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.swiglu = cpu_swiglu;
     b->base.embed = cpu_embed;
     b->base.add = cpu_add;
-    b->base.matmul_xw = cpu_matmul_xw;
+    b->base.matmul_xw = cpu_matmul_xw_any;   /* plain W: cpu_matmul_xw */
     b->base.free = cpu_free;
     return &b->base;
 fail:

@@ -51,6 +51,27 @@ extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
 #endif
 
+/* MLX-quantized weights (ci_mat dtype CI_U32, see backend.h): the same two inner loops, reading the
+ * packed codes and per-group scales directly (quant_kernels_*.c). cpu.c sends a quantized
+ * W here instead of to mat_tile / row_f32; the table is picked with the same ISA. */
+typedef struct {
+    void (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+                     float *out);
+    void (*row_f32)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
+} cpu_qkernels;
+
+extern const cpu_qkernels cpu_qkernels_scalar;
+#if defined(__x86_64__)
+extern const cpu_qkernels cpu_qkernels_avx2;
+extern const cpu_qkernels cpu_qkernels_avx512;
+#endif
+/* quant_kernels_scalar.c: one weight of a quantized W as f32 (ci_mat_get), the shared
+ * tables (E2M1 values, SIMD unpack controls; built by cpu_init_tables), and matmul_xw for
+ * quantized or stored-transposed W (falls through to cpu_matmul_xw otherwise). */
+float cpu_qmat_get(const ci_mat *W, int64_t r, int64_t c);
+void cpu_q_init_tables(void);
+void cpu_matmul_xw_any(ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
+
 /* Shared by all kernel sets: the 256-entry E4M3 table and the block scale of W at
  * (row block rb, column block cb) as f32. */
 extern float cpu_fp8_lut[256];

@@ -1,0 +1,95 @@
+/* quant_kernels.h — shared pieces of the MLX-quantized kernels (internal to src/backend/cpu).
+ *
+ * What a quantized ci_mat holds (dtype CI_U32, scale -> ci_qdesc) is stated in backend.h;
+ * this header has the scalar decoding
+ * every kernel set agrees on: the code of element c of a row (a little-endian bit stream),
+ * the per-group scale and bias as f32, E8M0 and E2M1 values, and the tables the SIMD sets
+ * use to unpack VL codes with one byte shuffle and one variable shift. Invariants: codes
+ * are read with exact-size loads (never past the row's last byte, so the last row of a
+ * mapped tensor is safe); groups are whole multiples of 32 columns, so every SIMD step of
+ * 8 or 16 columns lies inside one group and starts on a byte boundary. */
+#ifndef CI_QUANT_KERNELS_H
+#define CI_QUANT_KERNELS_H
+#include "cpu_kernels.h"
+#include <math.h>
+#include <string.h>
+
+/* E2M1 (mxfp4) code -> value: sign bit 3, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6. */
+extern const float cpu_e2m1_value[16];
+/* SIMD unpack tables for bits b (2..8): 32-bit lane j of a vector of codes starting on a
+ * byte boundary takes bytes o_j, o_j+1 (o_j = j*b/8) into its low half (pshufb control,
+ * 0x80 = zero), then shifts right by j*b % 8 and masks to b bits. 16 lanes (AVX-512); AVX2
+ * uses the first 8 (its two 128-bit halves each hold a copy of the first 8 bytes). */
+extern _Alignas(64) uint8_t cpu_q_ctrl[9][64];
+extern _Alignas(64) uint32_t cpu_q_shift[9][16];
+
+static inline const ci_qdesc *q_desc(const ci_mat *W) { return (const ci_qdesc *)W->scale; }
+/* Bytes of one packed row. */
+static inline int64_t q_row_bytes(const ci_mat *W) { return W->cols * q_desc(W)->bits / 8; }
+/* Index of the scale of (view row r, column c). */
+static inline int64_t q_gidx(const ci_mat *W, int64_t r, int64_t c) {
+    int G = q_desc(W)->group;
+    return (W->scale_row0 + r) * (W->cols / G) + c / G;
+}
+
+/* MLX's E8M0 decoding: 2^(b-127); b = 0 is 2^-127 and b = 255 is +inf (as MLX's bf16 trick). */
+static inline float q_e8m0(uint8_t b) {
+    union { uint32_t u; float f; } v;
+    v.u = b == 0 ? 0x00400000u : b == 0xff ? 0x7f800000u : (uint32_t)b << 23;
+    return v.f;
+}
+
+/* Scale (or bias) number i of p (the descriptor's scales or biases) as f32. */
+static inline float q_param(const ci_qdesc *d, const void *p, int64_t i) {
+    switch (d->scale_dtype) {
+    case CI_BF16: return ci_bf16_to_f32(((const uint16_t *)p)[i]);
+    case CI_F16: return ci_f16_to_f32(((const uint16_t *)p)[i]);
+    case CI_F32: return ((const float *)p)[i];
+    default: return q_e8m0(((const uint8_t *)p)[i]);   /* F8_E8M0 / U8 */
+    }
+}
+
+/* Code of element c of a row's bit stream: reads the second byte only when the code
+ * crosses into it. */
+static inline unsigned q_code(const uint8_t *row, int64_t c, int bits) {
+    int64_t bit = c * bits;
+    const uint8_t *p = row + (bit >> 3);
+    int sh = (int)(bit & 7);
+    unsigned v = (unsigned)p[0] >> sh;
+    if (sh + bits > 8) v |= (unsigned)p[1] << (8 - sh);
+    return v & ((1u << bits) - 1u);
+}
+
+/* Element c of view row r (packed codes at row) as f32: the definition every kernel must
+ * agree with. */
+static inline float q_value(const ci_mat *W, const uint8_t *row, int64_t r, int64_t c) {
+    const ci_qdesc *d = q_desc(W);
+    int64_t gi = q_gidx(W, r, c);
+    float s = q_param(d, d->scales, gi);
+    unsigned q = q_code(row, c, d->bits);
+    switch (d->mode) {
+    case CI_Q_AFFINE: return s * (float)q + q_param(d, d->biases, gi);
+    case CI_Q_MXFP4: return s * cpu_e2m1_value[q];
+    case CI_Q_MXFP8: return s * cpu_fp8_lut[q];
+    default: return NAN;
+    }
+}
+
+/* Exact-size little-endian loads of nb (compile-time) bytes into a u64. */
+static inline uint64_t q_ld(const uint8_t *p, const int nb) {
+    uint8_t b1;
+    uint16_t b2;
+    uint32_t b4;
+    uint64_t b8;
+    switch (nb) {
+    case 1: memcpy(&b1, p, 1); return b1;
+    case 2: memcpy(&b2, p, 2); return b2;
+    case 3: memcpy(&b2, p, 2); memcpy(&b1, p + 2, 1); return b2 | (uint64_t)b1 << 16;
+    case 4: memcpy(&b4, p, 4); return b4;
+    case 5: memcpy(&b4, p, 4); memcpy(&b1, p + 4, 1); return b4 | (uint64_t)b1 << 32;
+    case 6: memcpy(&b4, p, 4); memcpy(&b2, p + 4, 2); return b4 | (uint64_t)b2 << 32;
+    default: memcpy(&b8, p, 8); return b8;
+    }
+}
+
+#endif

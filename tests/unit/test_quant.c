@@ -1,0 +1,351 @@
+/* test_quant.c — MLX-quantized weights: kernels against a double-precision
+ * dequantize-then-multiply reference, the config reader and the binder.
+ *
+ * Kernels: for every mode / bits / group size (affine 2, 3, 4, 5, 6, 8 bits x groups 32,
+ * 64, 128 with F32, F16 and BF16 scales, negative scales included; mxfp4 and mxfp8 with
+ * E8M0 scales, one mxfp8 scale too large for the folded multiplier) and every kernel set
+ * this CPU runs: matmul at n = 1..5 and 17 (decode tiles, prefill packing, remainders),
+ * a width that crosses the 512-column prefill chunk, row counts that are not multiples of
+ * 4, row views that start inside the tensor (scale_row0), embedding rows, ci_mat_get, and
+ * matmul_xw both for quantized rows and for MLX's stored-transposed MultiLinear.
+ * Packed rows are allocated at their exact size, so ASan sees any read past a row.
+ * The reference decodes codes from the bit stream with its own code (not the kernels'),
+ * applies the stored scale and bias in double and multiplies in double. Bound: normwise
+ * rel <= 1e-5, as test_ops.c (the f32 dequantization adds one rounding per weight).
+ *
+ * `test_quant --bench` instead measures a 4-bit and an 8-bit matvec against bf16 (GB/s of
+ * weights streamed, all threads). */
+#include "backend/backend.h"
+#include "check.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOL 1e-5
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / 16777216.0f; }
+
+typedef struct { ci_isa isa; const char *name; } isa_case;
+static isa_case isas[3];
+static int n_isas;
+
+static void find_isas(void) {
+    n_isas = 0;
+    isas[n_isas++] = (isa_case){ CI_ISA_SCALAR, "cpu-scalar" };
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        isas[n_isas++] = (isa_case){ CI_ISA_AVX2, "cpu-avx2" };
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+        isas[n_isas++] = (isa_case){ CI_ISA_AVX512, "cpu-avx512" };
+#endif
+}
+
+/* ---- a random quantized matrix and its double reference ------------------------------- */
+
+typedef struct {
+    ci_qdesc d;
+    ci_mat m;
+    uint8_t *packed;     /* [rows, cols*bits/8] exactly */
+    void *scales, *biases;
+    double *w;           /* [rows, cols] dequantized in double */
+} qmat;
+
+static double e2m1(unsigned q) {
+    static const double mag[8] = { 0, 0.5, 1, 1.5, 2, 3, 4, 6 };
+    return (q & 8 ? -1 : 1) * mag[q & 7];
+}
+
+/* E4M3 decoded from its fields (no shared table). */
+static double e4m3(unsigned b) {
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return s ? -v : v;
+}
+
+/* Stores v in dtype dt at p[i] and returns the stored value. */
+static double put(ci_dtype dt, void *p, int64_t i, float v) {
+    if (dt == CI_F32) { ((float *)p)[i] = v; return v; }
+    if (dt == CI_BF16) { uint16_t h = ci_f32_to_bf16(v); ((uint16_t *)p)[i] = h; return ci_bf16_to_f32(h); }
+    uint16_t h = ci_f32_to_f16(v);
+    ((uint16_t *)p)[i] = h;
+    return ci_f16_to_f32(h);
+}
+
+/* big_scale: the first group's mxfp8 scale is 2^121 (beyond the folded 2^8 multiplier) with
+ * small codes there. */
+static void qmat_make(qmat *Q, ci_qmode mode, int bits, int group, ci_dtype sdt, int64_t rows, int64_t cols, int big_scale) {
+    memset(Q, 0, sizeof *Q);
+    int64_t ng = cols / group, rb = cols * bits / 8;
+    Q->packed = calloc((size_t)(rows * rb), 1);
+    Q->w = malloc((size_t)(rows * cols) * sizeof(double));
+    int mx = mode != CI_Q_AFFINE;
+    Q->scales = malloc((size_t)(rows * ng) * (mx ? 1 : ci_dtype_size(sdt)));
+    if (!mx) Q->biases = malloc((size_t)(rows * ng) * ci_dtype_size(sdt));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t gi = r * ng + g;
+            double s, b = 0;
+            if (mx) {
+                uint8_t e = (uint8_t)(117 + rnd_u32() % 14);
+                if (gi == 1) e = 0;                       /* 2^-127, as MLX decodes 0 */
+                if (big_scale && gi == 0) e = 248;
+                ((uint8_t *)Q->scales)[gi] = e;
+                s = e ? ldexp(1.0, e - 127) : ldexp(1.0, -127);
+            } else {
+                float sv = rnd(0.002f, 0.1f) * (rnd_u32() & 1 ? -1.0f : 1.0f);
+                s = put(sdt, Q->scales, gi, sv);
+                b = put(sdt, Q->biases, gi, rnd(-0.6f, 0.6f));
+            }
+            for (int64_t c = g * group; c < (g + 1) * group; c++) {
+                unsigned q = rnd_u32() & ((1u << bits) - 1);
+                if (mode == CI_Q_MXFP8 && (q & 0x7f) == 0x7f) q ^= 1;       /* no NaN codes */
+                if (mode == CI_Q_MXFP8 && big_scale && gi == 0) q &= 0x9f;  /* |v| <= 0.12 */
+                /* pack into the little-endian bit stream */
+                int64_t bit = c * bits;
+                for (int k = 0; k < bits; k++, bit++)
+                    if (q >> k & 1) Q->packed[r * rb + (bit >> 3)] |= (uint8_t)(1u << (bit & 7));
+                double v = mode == CI_Q_AFFINE ? s * q + b : mode == CI_Q_MXFP4 ? s * e2m1(q) : s * e4m3(q);
+                Q->w[r * cols + c] = v;
+            }
+        }
+    Q->d.mode = mode;
+    Q->d.bits = bits;
+    Q->d.group = group;
+    Q->d.scale_dtype = mx ? CI_F8_E8M0 : sdt;
+    Q->d.scales = Q->scales;
+    Q->d.biases = Q->biases;
+    Q->m.data = Q->packed;
+    Q->m.dtype = CI_U32;
+    Q->m.rows = rows;
+    Q->m.cols = cols;
+    Q->m.scale = &Q->d;
+}
+
+static void qmat_free(qmat *Q) {
+    free(Q->packed); free(Q->scales); free(Q->biases); free(Q->w);
+}
+
+/* A view of rows [r0, r0 + n). */
+static ci_mat qview(const qmat *Q, int64_t r0, int64_t n) {
+    ci_mat v = Q->m;
+    v.data = Q->packed + r0 * (Q->m.cols * Q->d.bits / 8);
+    v.rows = n;
+    v.scale_row0 = r0;
+    return v;
+}
+
+static double rel_err(const float *got, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (isnan(d)) return NAN;
+        if (d > num) num = d;
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* y = x · W[r0 : r0+rows]ᵀ on the backend, against the double reference. */
+static void check_mm(ci_backend *be, const qmat *Q, int64_t r0, int64_t rows, int n, float xscale, const char *what) {
+    int64_t C = Q->m.cols;
+    float *x = malloc((size_t)(n * C) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
+    double *ref = malloc((size_t)(n * rows) * sizeof(double));
+    for (int64_t i = 0; i < n * C; i++) x[i] = rnd(-1, 1) * xscale;
+    for (int t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double a = 0;
+            for (int64_t c = 0; c < C; c++) a += (double)x[t * C + c] * Q->w[(r0 + r) * C + c];
+            ref[t * rows + r] = a;
+        }
+    ci_mat v = qview(Q, r0, rows);
+    be->matmul(be, y, x, n, &v);
+    double e = rel_err(y, ref, n * rows);
+    CHECK(e <= TOL, "%s matmul %s [%lld x %lld] from row %lld, n=%d: rel err %.3g", be->name, what, (long long)rows,
+          (long long)C, (long long)r0, n, e);
+    free(x); free(y); free(ref);
+}
+
+static const char *mode_name(ci_qmode m) { return m == CI_Q_AFFINE ? "affine" : m == CI_Q_MXFP4 ? "mxfp4" : "mxfp8"; }
+
+typedef struct { ci_qmode mode; int bits, group; ci_dtype sdt; int big; } qcase;
+
+static int all_cases(qcase *out) {
+    static const int bits[6] = { 2, 3, 4, 5, 6, 8 }, groups[3] = { 32, 64, 128 };
+    static const ci_dtype sdts[3] = { CI_BF16, CI_F16, CI_F32 };
+    int n = 0;
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++) out[n++] = (qcase){ CI_Q_AFFINE, bits[b], groups[g], sdts[(b + g) % 3], 0 };
+    out[n++] = (qcase){ CI_Q_MXFP4, 4, 32, CI_F8_E8M0, 0 };
+    out[n++] = (qcase){ CI_Q_MXFP8, 8, 32, CI_F8_E8M0, 0 };
+    out[n++] = (qcase){ CI_Q_MXFP8, 8, 32, CI_F8_E8M0, 1 };
+    return n;
+}
+
+static void test_matmul_all(void) {
+    qcase cs[32];
+    int nc = all_cases(cs);
+    static const int ns[6] = { 1, 2, 3, 4, 5, 17 };
+    for (int ii = 0; ii < n_isas; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        CHECK(be != NULL, "%s backend", isas[ii].name);
+        if (!be) continue;
+        for (int i = 0; i < nc; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s %d-bit group %d scales %s%s", mode_name(cs[i].mode), cs[i].bits, cs[i].group,
+                     ci_dtype_name(cs[i].sdt), cs[i].big ? " (scale 2^121)" : "");
+            /* 640 columns cross the 512-column prefill chunk */
+            for (int wide = 0; wide < 2; wide++) {
+                qmat Q;
+                int64_t cols = wide ? 640 : 2 * 128;
+                qmat_make(&Q, cs[i].mode, cs[i].bits, cs[i].group, cs[i].sdt, 37, cols, cs[i].big);
+                float xs = cs[i].big ? 1e-30f : 1.0f;
+                for (int k = 0; k < 6; k++) check_mm(be, &Q, 0, 37, ns[k], xs, what);
+                check_mm(be, &Q, 5, 30, 1, xs, what);      /* views: scale_row0 = 5 */
+                check_mm(be, &Q, 9, 23, 17, xs, what);
+                qmat_free(&Q);
+            }
+        }
+        be->free(be);
+    }
+}
+
+static void test_embed_get(void) {
+    qcase cs[32];
+    int nc = all_cases(cs);
+    for (int ii = 0; ii < n_isas; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        if (!be) continue;
+        for (int i = 0; i < nc; i++) {
+            qmat Q;
+            int64_t V = 50, C = 384;
+            qmat_make(&Q, cs[i].mode, cs[i].bits, cs[i].group, cs[i].sdt, V, C, cs[i].big);
+            int32_t ids[6] = { 0, 49, 7, 7, 23, 1 };
+            float *out = malloc(6 * (size_t)C * sizeof(float));
+            be->embed(be, out, &Q.m, ids, 6);
+            double worst = 0;   /* per row, normwise: q*s + b may cancel to near zero */
+            for (int t = 0; t < 6; t++) {
+                double e = rel_err(out + t * C, Q.w + ids[t] * C, C);
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK(worst <= 1e-6, "%s embed %s %d-bit group %d: rel err %.3g", be->name, mode_name(cs[i].mode),
+                  cs[i].bits, cs[i].group, worst);
+            /* ci_mat_get on a view */
+            ci_mat v = qview(&Q, 11, 20);
+            for (int k = 0; k < 200; k++) {
+                int64_t r = rnd_u32() % 20, c = rnd_u32() % C;
+                double ref = Q.w[(11 + r) * C + c], got = ci_mat_get(&v, r, c), big = 0;
+                for (int64_t k = 0; k < C; k++) big = fmax(big, fabs(Q.w[(11 + r) * C + k]));
+                CHECK(fabs(got - ref) <= 1e-6 * big, "ci_mat_get %s %d-bit (%lld, %lld): %g vs %g",
+                      mode_name(cs[i].mode), cs[i].bits, (long long)r, (long long)c, got, ref);
+            }
+            CHECK(isnan(ci_mat_get(&v, 20, 0)), "ci_mat_get out of range is NaN");
+            free(out);
+            qmat_free(&Q);
+        }
+        be->free(be);
+    }
+}
+
+/* matmul_xw: y[n, W.cols] = x[n, W.rows] · W for quantized rows, and MultiLinear's
+ * stored-transposed W (the view is logically [cols, rows] of the stored matrix). */
+static void test_matmul_xw(void) {
+    for (int ii = 0; ii < n_isas; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        if (!be) continue;
+        for (int st = 0; st < 2; st++) {
+            qmat Q;
+            qmat_make(&Q, st ? CI_Q_AFFINE : CI_Q_MXFP4, 4, st ? 64 : 32, CI_BF16, 24, 128, 0);
+            Q.d.stored_t = st;
+            int n = 3;
+            /* logical W: plain = stored [24, 128]; stored_t = [128, 24] (Wᵀ of the rows 4..20) */
+            int64_t r0 = 4, R = 16;
+            ci_mat v = qview(&Q, r0, R);
+            int64_t LR = st ? Q.m.cols : R, LC = st ? R : Q.m.cols;
+            if (st) { v.rows = LR; v.cols = LC; }
+            float *x = malloc((size_t)(n * LR) * sizeof(float)), *y = malloc((size_t)(n * LC) * sizeof(float));
+            double *ref = calloc((size_t)(n * LC), sizeof(double));
+            for (int64_t i = 0; i < n * LR; i++) x[i] = rnd(-1, 1);
+            for (int t = 0; t < n; t++)
+                for (int64_t i = 0; i < LR; i++)
+                    for (int64_t j = 0; j < LC; j++) {
+                        double w = st ? Q.w[(r0 + j) * Q.m.cols + i] : Q.w[(r0 + i) * Q.m.cols + j];
+                        ref[t * LC + j] += (double)x[t * LR + i] * w;
+                    }
+            be->matmul_xw(be, y, x, n, &v);
+            double e = rel_err(y, ref, n * LC);
+            CHECK(e <= TOL, "%s matmul_xw %s: rel err %.3g", be->name, st ? "stored-transposed" : "quantized rows", e);
+            free(x); free(y); free(ref);
+            qmat_free(&Q);
+        }
+        be->free(be);
+    }
+}
+
+/* ---- bench ------------------------------------------------------------------------------ */
+
+/* With one thread the op runs on the caller, and process CPU time is what it cost even
+ * on a busy machine; with more threads, wall time. */
+static int bench_cpu_clock;
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(bench_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double bench_mm(ci_backend *be, const ci_mat *W, size_t bytes) {
+    float *x = malloc((size_t)W->cols * sizeof(float)), *y = malloc((size_t)W->rows * sizeof(float));
+    for (int64_t i = 0; i < W->cols; i++) x[i] = rnd(-1, 1);
+    be->matmul(be, y, x, 1, W);
+    int reps = 0;
+    double t0 = now_s(), t;
+    do { be->matmul(be, y, x, 1, W); reps++; } while ((t = now_s() - t0) < 1.0);
+    free(x); free(y);
+    return (double)bytes * reps / t / 1e9;
+}
+
+/* Default [8192 x 4096]: 64 MiB in bf16, 16 MiB + scales in 4-bit (from memory, not cache). */
+static int bench(int64_t R, int64_t C, int threads) {
+    ci_backend *be = ci_backend_cpu_new(threads, CI_ISA_AUTO);
+    bench_cpu_clock = be->n_threads == 1;
+    uint16_t *wb = malloc((size_t)(R * C) * 2);
+    for (int64_t i = 0; i < R * C; i++) wb[i] = ci_f32_to_bf16(rnd(-1, 1));
+    ci_mat B = { .data = wb, .dtype = CI_BF16, .rows = R, .cols = C };
+    double gb = bench_mm(be, &B, (size_t)(R * C) * 2);
+    printf("bench %s threads=%d (%s time) bf16 matvec [%lld x %lld]: %.1f GB/s (%.2f ms)\n", be->name, be->n_threads,
+           bench_cpu_clock ? "CPU" : "wall", (long long)R, (long long)C, gb, (double)R * C * 2 / gb / 1e6);
+    free(wb);
+    for (int bits = 4; bits <= 8; bits += 4) {
+        qmat Q;
+        qmat_make(&Q, CI_Q_AFFINE, bits, 64, CI_BF16, R, C, 0);
+        free(Q.w);
+        Q.w = NULL;
+        size_t bytes = (size_t)(R * C * bits / 8) + (size_t)(R * C / 64) * 4;
+        double q = bench_mm(be, &Q.m, bytes);
+        printf("bench %s threads=%d affine %d-bit g64 matvec: %.1f GB/s (%.2f ms, %.2fx the bf16 time)\n", be->name,
+               be->n_threads, bits, q, (double)bytes / q / 1e6, ((double)bytes / q) / ((double)R * C * 2 / gb));
+        qmat_free(&Q);
+    }
+    be->free(be);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    find_isas();
+    if (argc > 1 && !strcmp(argv[1], "--bench"))   /* --bench [rows cols threads] */
+        return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0);
+    TEST_RUN(test_matmul_all);
+    TEST_RUN(test_embed_get);
+    TEST_RUN(test_matmul_xw);
+    TEST_EXIT();
+}
