@@ -20,7 +20,7 @@ typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE, R_MO
 
 struct srv {
     srv_opts o;
-    char model_id[256];
+    char model_id[4096];
     char model_dir[4096];
     ci_model *m;
     tok_tokenizer *tk;

@@ -21,7 +21,7 @@ const fail = (name, why) => { failed++; console.log(`FAIL ${name}: ${String(why)
 async function check(name, fn) {
   try { const r = await fn(); if (r === true || r === undefined) pass(name); else fail(name, r); } catch (e) { fail(name, e && e.stack ? e.stack : e); }
 }
-const chatReq = (content, extra = {}) => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 24, temperature: 0, ...extra });
+const chatReq = (content, extra = {}) => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 16, temperature: 0, ...extra });
 
 async function streamChat(req) {
   const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
@@ -129,7 +129,7 @@ async function expectError(req, status, param, fn = (r) => client.chat.completio
   });
 
   // determinism: seeded sampling, alone then 8 at once
-  const seeded = (i) => chatReq(`Story number ${i % 3} about the moon`, { temperature: 0.9, top_p: 0.95, seed: 1000 + i, max_tokens: 20 });
+  const seeded = (i) => chatReq(`Story number ${i % 3} about the moon`, { temperature: 0.9, top_p: 0.95, seed: 1000 + i, max_tokens: 12 });
   const solo = [];
   await check('8 concurrent seeded requests equal their solo runs', async () => {
     for (let i = 0; i < 8; i++) solo.push((await client.chat.completions.create(seeded(i))).choices[0].message.content);

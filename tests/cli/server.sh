@@ -1,0 +1,178 @@
+# `cinfer serve` end to end, on loopback, with the embedded demo model (no --model).
+#
+# Server A (API key, body limit 64 KiB): the official openai npm client (tests/server/
+# openai_client.js: chat, streaming, completions, errors, cached_tokens, 8 concurrent seeded
+# requests and a 16 x 4 streaming load round, each equal to its solo run), then raw HTTP with
+# curl for what a client library never sends: malformed JSON, wrong methods and routes,
+# oversize bodies, wrong field types, a prompt beyond the context, Anthropic /v1/messages
+# (plain, streamed, its error shape), tokenize round trip, greedy text equal to
+# `cinfer generate --chat`, a client that disconnects mid-stream (its sequence is
+# cancelled), /metrics against what was sent. Server B (--parallel 1 --queue 0): a second
+# request while one runs gets 503 with Retry-After. Both servers are stopped with SIGTERM
+# and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
+# a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
+# whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
+. "$(dirname "$0")/lib.sh"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+KEY=sk-cinfer-test
+asan=0; case "$CINFER" in *asan*) asan=1 ;; esac
+
+# start_server NAME ARGS...: sets PORT and PID; fails the script when it does not come up.
+start_server() {
+  local name=$1; shift
+  "$CINFER" serve --port 0 "$@" 2>"$TMP/$name.err" & PID=$!
+  PIDS+=("$PID")
+  PORT=
+  for _ in $(seq 1 150); do
+    PORT=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/$name.err" 2>/dev/null | head -1 | cut -d: -f3)
+    [ -n "$PORT" ] && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$PORT" ]; then fail "server $name starts" "$(head -c 400 "$TMP/$name.err")"; return 1; fi
+  pass "server $name starts (port $PORT)"
+}
+
+# stop_server NAME PID: SIGTERM, exit 0 within 20 s, nothing alarming on stderr.
+stop_server() {
+  local name=$1 pid=$2 rc
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then fail "server $name stops on SIGTERM" "still running"; kill -9 "$pid"; return; fi
+  wait "$pid"; rc=$?
+  if [ $rc -ne 0 ]; then fail "server $name stops on SIGTERM" "exit $rc: $(tail -c 600 "$TMP/$name.err")"
+  elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$TMP/$name.err"; then
+    fail "server $name stops on SIGTERM" "sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$TMP/$name.err")"
+  else pass "server $name stops cleanly on SIGTERM"; fi
+}
+
+# req METHOD PATH [BODY] [curl args...]: status in $STATUS, body in $TMP/body, headers in $TMP/hdr
+req() {
+  local method=$1 path=$2; shift 2
+  local body=
+  if [ $# -gt 0 ]; then body=$1; shift; fi
+  if [ -n "$body" ]; then
+    STATUS=$(curl -s -m 20 -X "$method" -o "$TMP/body" -D "$TMP/hdr" -w '%{http_code}' -H 'Content-Type: application/json' \
+             --data-binary "$body" "$@" "http://127.0.0.1:$PORT$path")
+  else
+    STATUS=$(curl -s -m 20 -X "$method" -o "$TMP/body" -D "$TMP/hdr" -w '%{http_code}' "$@" "http://127.0.0.1:$PORT$path")
+  fi
+}
+AUTH=(-H "Authorization: Bearer $KEY")
+# js EXPR: evaluates EXPR with o = the JSON of $TMP/body (prints it)
+js() { node -e 'const fs=require("fs");let o;try{o=JSON.parse(fs.readFileSync(process.argv[1],"utf8"))}catch(e){o=null};console.log(eval(process.argv[2]))' "$TMP/body" "$1"; }
+# expect NAME WANT_STATUS JS_CONDITION
+expect() {
+  local name=$1 want=$2 cond=$3
+  if [ "$STATUS" != "$want" ]; then fail "$name" "status $STATUS, want $want: $(head -c 300 "$TMP/body")"
+  elif [ "$(js "!!($cond)")" != true ]; then fail "$name" "condition $cond on $(head -c 300 "$TMP/body")"
+  else pass "$name"; fi
+}
+oai_err() { echo "o.error && typeof o.error.message === 'string' && o.error.param === $1"; }
+metric() { curl -s -m 10 "${AUTH[@]}" "http://127.0.0.1:$PORT/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+
+# the CLI must know the command
+if "$CINFER" serve --port x 2>&1 | grep -q "unknown command"; then fail "cinfer serve" "the serve command is not wired into apps/cinfer.c"; exit 1; fi
+if bash tests/server/setup_npm.sh >"$TMP/npm.log" 2>&1; then pass "openai npm client installed"; else fail "openai npm client installed" "$(tail -3 "$TMP/npm.log")"; fi
+
+# ---------------------------------------------------------------- server A
+start_server A --api-key "$KEY" --max-body 65536 --parallel 8 || exit 1
+PA=$PID; PORTA=$PORT
+if [ -f .cache/npm/node_modules/openai/package.json ]; then
+  timeout 45 node tests/server/openai_client.js "http://127.0.0.1:$PORT/v1" "$KEY" >"$TMP/node.out" 2>&1
+  cat "$TMP/node.out" | grep -E '^(PASS|FAIL) ' | sed 's/^PASS /PASS openai client: /; s/^FAIL /FAIL openai client: /'
+  grep -qE '^(PASS|FAIL) ' "$TMP/node.out" || fail "openai client runs" "$(tail -c 400 "$TMP/node.out")"
+fi
+
+req GET /health; expect "health needs no key" 200 "o.status === 'ok'"
+req GET /v1/models; expect "models without the key is 401" 401 "o.error.type === 'authentication_error' && o.error.code === 'invalid_api_key'"
+req GET /v1/models "" -H "Authorization: Bearer nope"; expect "a wrong key is 401" 401 "o.error.code === 'invalid_api_key'"
+req GET /v1/models "" -H "x-api-key: $KEY"; expect "x-api-key header accepted" 200 "o.data[0].id === 'demo'"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}' "${AUTH[@]}"
+expect "malformed JSON is 400" 400 "o.error.message.includes('malformed JSON')"
+req POST /v1/chat/completions '[1,2]' "${AUTH[@]}"; expect "a non-object body is 400" 400 "o.error.message.includes('JSON object')"
+req POST /v1/chat/completions '' "${AUTH[@]}"; expect "an empty body is 400" 400 "o.error.message.includes('empty')"
+req GET /v1/chat/completions "" "${AUTH[@]}"; expect "GET on a POST route is 405" 405 "o.error"
+req GET /v2/nothing "" "${AUTH[@]}"; expect "unknown route is 404" 404 "o.error.type === 'not_found_error'"
+big=$(head -c 100000 /dev/zero | tr '\0' 'a')
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"$big\"}]}" "${AUTH[@]}"
+expect "a 100 KB body over the 64 KiB limit is 413" 413 "o.error.code === 'request_too_large'"
+req POST /v1/chat/completions '{"model":"demo","messages":"hi"}' "${AUTH[@]}"; expect "messages of the wrong type is 400" 400 "$(oai_err "'messages'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}' "${AUTH[@]}"
+expect "an image content part is 400" 400 "o.error.message.includes('image_url')"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"wizard","content":"hi"}]}' "${AUTH[@]}"; expect "an unknown role is 400" 400 "$(oai_err "'messages[0]'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"n":2}' "${AUTH[@]}"; expect "n=2 is 400" 400 "$(oai_err "'n'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"stop":42}' "${AUTH[@]}"; expect "stop of the wrong type is 400" 400 "$(oai_err "'stop'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":0}' "${AUTH[@]}"; expect "max_tokens 0 is 400" 400 "$(oai_err "'max_tokens'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"seed":"x"}' "${AUTH[@]}"; expect "seed of the wrong type is 400" 400 "$(oai_err "'seed'")"
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"hi"}],"stream":"yes"}' "${AUTH[@]}"; expect "stream of the wrong type is 400" 400 "$(oai_err "'stream'")"
+long=$(for i in $(seq 1 1200); do printf 'word%d ' "$i"; done)
+req POST /v1/chat/completions "{\"model\":\"demo\",\"messages\":[{\"role\":\"user\",\"content\":\"$long\"}]}" "${AUTH[@]}"
+expect "a prompt longer than the context is 400" 400 "o.error.code === 'context_length_exceeded'"
+
+# greedy text equals the CLI's
+want=$("$CINFER" generate --model models/demo --chat "Once upon a time" --max-tokens 20 2>/dev/null)
+req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"Once upon a time"}],"temperature":0,"max_tokens":20}' "${AUTH[@]}"
+got=$(js "o.choices[0].message.content")
+if [ "$STATUS" = 200 ] && [ "$got" = "$want" ]; then pass "greedy chat equals cinfer generate --chat"; else fail "greedy chat equals cinfer generate --chat" "server '$got' cli '$want'"; fi
+
+# tokenize / detokenize
+req POST /tokenize '{"content":"Hello world, twice."}' "${AUTH[@]}"; expect "tokenize" 200 "Array.isArray(o.tokens) && o.tokens.length > 2"
+ids=$(js "JSON.stringify(o.tokens)")
+req POST /detokenize "{\"tokens\":$ids}" "${AUTH[@]}"; expect "detokenize round trip" 200 "o.content.endsWith('Hello world, twice.')"
+req POST /detokenize '{"tokens":[1,-5]}' "${AUTH[@]}"; expect "detokenize of a bad id is 400" 400 "$(oai_err "'tokens'")"
+
+# Anthropic messages
+req POST /v1/messages '{"model":"demo","max_tokens":12,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Tell me about dogs"}]}],"temperature":0}' "${AUTH[@]}"
+expect "anthropic messages" 200 "o.type === 'message' && o.role === 'assistant' && o.content[0].type === 'text' && o.content[0].text.length > 0 && ['end_turn','max_tokens'].includes(o.stop_reason) && o.usage.input_tokens > 0 && o.usage.output_tokens > 0"
+atext=$(js "o.content[0].text")
+curl -s -m 20 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/messages" \
+  -d '{"model":"demo","max_tokens":12,"system":"Be brief.","messages":[{"role":"user","content":"Tell me about dogs"}],"temperature":0,"stream":true}' >"$TMP/sse"
+events=$(grep '^event: ' "$TMP/sse" | cut -d' ' -f2 | uniq | tr '\n' ' ')
+stext=$(grep '^data: ' "$TMP/sse" | sed 's/^data: //' | node -e 'let t="";require("readline").createInterface({input:process.stdin}).on("line",l=>{const o=JSON.parse(l);if(o.type==="content_block_delta")t+=o.delta.text}).on("close",()=>process.stdout.write(t))')
+if [ "$events" = "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop " ] && [ "$stext" = "$atext" ]; then
+  pass "anthropic messages stream"; else fail "anthropic messages stream" "events '$events' text '$stext' vs '$atext'"; fi
+req POST /v1/messages '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' "${AUTH[@]}"
+expect "anthropic error shape (max_tokens missing)" 400 "o.type === 'error' && o.error.type === 'invalid_request_error' && o.error.message.includes('max_tokens')"
+req POST /v1/messages '{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' "${AUTH[@]}"
+expect "anthropic unknown model is 404" 404 "o.type === 'error' && o.error.type === 'not_found_error'"
+n_msgs=4
+
+# a client that leaves mid-stream cancels its sequence
+d0=$(metric cinfer_client_disconnects_total)
+curl -s -m 0.5 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/chat/completions" \
+  -d '{"model":"demo","messages":[{"role":"user","content":"go on"}],"max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null
+ok=0
+for _ in $(seq 1 40); do
+  [ "$(metric cinfer_active_sequences)" = 0 ] && [ "$(metric cinfer_client_disconnects_total)" -gt "$d0" ] && { ok=1; break; }
+  sleep 0.1
+done
+gen=$(metric cinfer_generation_tokens_total)
+if [ $ok = 1 ]; then pass "a disconnected stream is cancelled"; else fail "a disconnected stream is cancelled" "active $(metric cinfer_active_sequences) disconnects $(metric cinfer_client_disconnects_total)"; fi
+sleep 0.3
+if [ "$(metric cinfer_generation_tokens_total)" = "$gen" ]; then pass "nothing generates after the cancel"; else fail "nothing generates after the cancel" "tokens still growing"; fi
+
+# metrics agree with what this script sent
+m=$(metric 'cinfer_requests_total{route="messages"}')
+h=$(metric 'cinfer_requests_total{route="health"}')
+if [ "$m" = "$n_msgs" ] && [ "$h" = 1 ] && [ "$(metric cinfer_queue_depth)" = 0 ] && [ "$(metric cinfer_prefix_cache_hit_tokens_total)" -gt 0 ]; then
+  pass "metrics count the requests sent"; else fail "metrics count the requests sent" "messages $m (want $n_msgs), health $h (want 1)"; fi
+req GET /health; expect "healthy after everything" 200 "o.status === 'ok'"
+stop_server A "$PA"
+
+# ---------------------------------------------------------------- server B: a full queue
+start_server B --parallel 1 --queue 0 || exit 1
+PB=$PID
+curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/completions" \
+  -d '{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null & CURLPID=$!
+PIDS+=("$CURLPID")
+for _ in $(seq 1 50); do [ "$(metric cinfer_active_sequences)" = 1 ] && break; sleep 0.05; done
+req POST /v1/completions '{"prompt":"y","max_tokens":4}'
+if [ "$STATUS" = 503 ] && grep -qi '^Retry-After: 1' "$TMP/hdr" && [ "$(js "o.error.code")" = server_busy ]; then
+  pass "a full queue answers 503 with Retry-After"; else fail "a full queue answers 503 with Retry-After" "status $STATUS $(head -c 200 "$TMP/body")"; fi
+kill "$CURLPID" 2>/dev/null; wait "$CURLPID" 2>/dev/null
+for _ in $(seq 1 40); do [ "$(metric cinfer_active_sequences)" = 0 ] && break; sleep 0.1; done
+req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'; expect "served again once the slot is free" 200 "o.choices[0].text.length > 0"
+stop_server B "$PB"
