@@ -153,7 +153,7 @@ static int admit(eng *e, eng_req *r) {
         slot *sl = &e->slots[i];
         if (sl->r) continue;
         if (lru < 0 || sl->used < e->slots[lru].used) lru = i;
-        int c = common(sl->toks, sl->n_toks, r->prompt, n), u;
+        int c = e->o.prefix_cache_bytes ? common(sl->toks, sl->n_toks, r->prompt, n) : 0, u;
         if (e->trim) u = c < n - 1 ? c : n - 1;
         else u = c == sl->n_toks && c <= n - 1 ? c : 0;
         if (u > bu || (u == bu && sl->used < e->slots[best].used)) { bu = u; best = i; }

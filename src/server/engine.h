@@ -35,7 +35,7 @@ typedef struct {
     int parallel;              /* slots: sequences decoded together */
     int ctx;                   /* tokens per slot */
     int queue_max;             /* requests waiting for a slot; one more is refused (ENG_BUSY) */
-    size_t prefix_cache_bytes; /* prefix store budget; 0 = none */
+    size_t prefix_cache_bytes; /* prefix store budget; 0 turns prefix reuse off (slots too) */
 } eng_opts;
 
 typedef struct {
