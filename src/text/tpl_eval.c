@@ -5,8 +5,11 @@
  * concatenation, % formatting, chained comparisons, `in`), `and`/`or` returning an operand,
  * attribute access that prefers methods then keys (and subscripts the other way round), the
  * default Undefined (prints empty, is falsy, iterates as empty; using it further is an error
- * worded as Jinja words it), scopes (a for-loop iteration and a macro call get their own; if
- * blocks do not), loop objects, macros with defaults and caller(), namespaces.
+ * worded as Jinja words it), scopes (one per Jinja frame: the template, each loop iteration,
+ * a loop's else, a macro or caller() call, a with / filter / block-set body — if blocks share
+ * their frame; locals that Jinja starts undefined are bound as such on entry), loop objects
+ * (including Jinja's rule that for-else runs unless an iteration completed), macros that see
+ * the scope they were defined in, defaults and caller(), namespaces.
  *
  * Invariants: each eval() that returns 0 hands *out one reference; on -1 *out is untouched
  * and the first error is recorded in the context (later ones are dropped). Recursion is

@@ -7,7 +7,9 @@
  * if/elif/else, for (tuple targets, `if` filter, else), set (names, tuples, namespace
  * attributes, block set with filters), macro, call blocks, filter blocks, with, break and
  * continue (inside loops only), block and transformers' generation tag (rendered in place),
- * print. Unknown filters and tests are compile errors, as in Jinja.
+ * print. Unknown filters and tests are compile errors, as in Jinja. After parsing, a frame
+ * analysis (the last section) decides, as Jinja's compiler does, which names each frame
+ * (template, loop body, macro, block) assigns and which of those start out undefined.
  *
  * Invariants: every node, name and literal is in the template arena (freed at once with the
  * template); literal strings are immortal values. Nesting is capped (TPL_MAX_NEST) so a
