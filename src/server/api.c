@@ -13,6 +13,7 @@
  * Invariants: the engine reference of a job is released exactly once (job_free); every
  * path that leaves before the engine finished cancels first. */
 #include "srv_internal.h"
+#include "outparse.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../models/model.h"
@@ -49,6 +50,10 @@ typedef struct {
     eng_finish fin;
     char err[256];
     json_t *lp;                /* logprob entries not yet sent (stream) or all (not) */
+    int tools;                 /* chat: the request offers tools; tool calls are parsed out */
+    int think_open;            /* chat: the prompt ends inside <think> */
+    size_t sent_r;             /* chat: reasoning bytes already streamed */
+    int tool_calls;            /* the reply ended in tool calls */
     char *out;                 /* SSE bytes ready for the socket */
     size_t olen, ocap, opos;
     int phase;
@@ -307,9 +312,10 @@ fail:
     return NULL;
 }
 
-int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, srv_err *e) {
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *opens_think, srv_err *e) {
     *ids = NULL;
     *n = 0;
+    if (opens_think) *opens_think = 0;
     if (!s->ch) return srv_fail(e, 400, "messages", "this model has no chat template (%s); use /v1/completions", s->ch_err);
     json_t *msgs = norm_messages(req, d, e);
     if (!msgs) return -1;
@@ -330,6 +336,7 @@ int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, srv_e
     json_decref(t);
     if (rc) return srv_fail(e, 400, "messages", "%s", err);
     size_t cnt = 0;
+    if (opens_think) *opens_think = op_prompt_opens_think(text, len);
     rc = tok_encode(s->tk, text, len, 0, ids, &cnt, err, sizeof err);
     free(text);
     if (rc) return srv_fail(e, 400, "messages", "%s", err);
@@ -439,6 +446,11 @@ static void add_logprob(job *j, const eng_tok *t) {
     json_array_append_new(j->lp, o);
 }
 
+static int is_eos(const srv *s, int id) {
+    for (int i = 0; i < s->m->cfg.n_eos; i++) if (id == s->m->cfg.eos_ids[i]) return 1;
+    return 0;
+}
+
 /* Reads what the engine has (waiting up to wait_ms for something new). Sets j->done when
  * the sequence is over for this job: finished, or cut by a stop string. */
 static void job_pump(job *j, int wait_ms) {
@@ -452,6 +464,7 @@ static void job_pump(job *j, int wait_ms) {
         size_t len;
         j->n_counted++;
         add_logprob(j, &buf[i]);
+        if (j->tools && is_eos(j->s, buf[i].id)) continue;
         if (tok_stream_put(j->ts, buf[i].id, &p, &len, err, sizeof err)) continue;
         if (text_add(j, p, len)) eng_cancel(j->r);
     }
@@ -467,6 +480,7 @@ static void job_pump(job *j, int wait_ms) {
 }
 
 static const char *finish_reason(const job *j) {
+    if (j->tool_calls) return "tool_calls";
     if (j->stop_hit || j->fin == ENG_FIN_EOS) return j->kind == K_MESSAGES ? (j->stop_hit ? "stop_sequence" : "end_turn") : "stop";
     if (j->fin == ENG_FIN_LENGTH) return j->kind == K_MESSAGES ? "max_tokens" : "length";
     return j->kind == K_MESSAGES ? "end_turn" : "stop";
@@ -558,6 +572,85 @@ static void emit_delta(job *j, size_t from, size_t to, const char *finish) {
     sse(j, NULL, openai_chunk(j, choice));
 }
 
+/* chat: one chunk with this delta (stolen), the pending logprobs and finish (may be NULL). */
+static void emit_chat(job *j, json_t *delta, const char *finish) {
+    json_t *lp = json_null();
+    if (j->lp && json_array_size(j->lp)) {
+        lp = json_pack("{s:O}", "content", j->lp);
+        json_array_clear(j->lp);
+    }
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason",
+                               finish ? json_string(finish) : json_null());
+    sse(j, NULL, openai_chunk(j, choice));
+}
+
+/* chat: the message of a finished reply: reasoning_content split from <think>, tool calls
+ * parsed out of the content when the request offered tools. Sets j->tool_calls. */
+static json_t *chat_message(job *j) {
+    const char *t = j->text ? j->text : "";
+    op_think th;
+    op_think_split(t, j->len, j->think_open, 1, &th);
+    json_t *msg = json_pack("{s:s}", "role", "assistant"), *calls = NULL;
+    size_t c_to = j->len;
+    if (j->tools) {
+        size_t m = op_tool_start(t, th.c0, j->len, NULL);
+        if (m < j->len && (calls = op_tool_parse(t, m, j->len, j->id))) {
+            c_to = m;
+            while (c_to > th.c0 && (t[c_to - 1] == ' ' || t[c_to - 1] == '\n')) c_to--;
+        }
+    }
+    if (calls && c_to == th.c0) json_object_set_new(msg, "content", json_null());
+    else json_object_set_new(msg, "content", json_stringn(t + th.c0, c_to - th.c0));
+    if (th.r1 > th.r0) json_object_set_new(msg, "reasoning_content", json_stringn(t + th.r0, th.r1 - th.r0));
+    if (calls) {
+        json_object_set_new(msg, "tool_calls", calls);
+        j->tool_calls = 1;
+    }
+    return msg;
+}
+
+/* chat: streams what is settled — reasoning, then content up to a tool-call block; when
+ * the reply is done, the rest, with the tool calls parsed into one delta. */
+static void chat_progress(job *j) {
+    const char *t = j->text ? j->text : "";
+    op_think th;
+    op_think_split(t, j->len, j->think_open, j->done, &th);
+    size_t lim = safe_end(j);
+    if (th.safe < lim) lim = th.safe;
+    size_t r_from = j->sent_r > th.r0 ? j->sent_r : th.r0, r_to = th.r1 < lim ? th.r1 : lim;
+    if (r_to > r_from) {
+        emit_chat(j, json_pack("{s:s%}", "reasoning_content", t + r_from, r_to - r_from), NULL);
+        j->sent_r = r_to;
+    }
+    size_t c_from = j->sent > th.c0 ? j->sent : th.c0, c_to = lim;
+    json_t *calls = NULL;
+    if (j->tools && c_to > th.c0) {
+        size_t hold, m = op_tool_start(t, th.c0, j->len, &hold);
+        if (m < j->len) {
+            if (j->done && (calls = op_tool_parse(t, m, j->len, j->id))) {
+                while (m > c_from && (t[m - 1] == ' ' || t[m - 1] == '\n')) m--;
+                c_to = m;
+            } else if (!j->done) {
+                c_to = m < c_to ? m : c_to;
+            }
+        } else if (!j->done && j->len - hold < c_to) {
+            c_to = j->len - hold;
+        }
+    }
+    if (c_to > c_from) {
+        emit_chat(j, json_pack("{s:s%}", "content", t + c_from, c_to - c_from), NULL);
+        j->sent = c_to;
+    }
+    if (calls) {
+        size_t i;
+        json_t *c;
+        json_array_foreach(calls, i, c) json_object_set_new(c, "index", json_integer((json_int_t)i));
+        emit_chat(j, json_pack("{s:o}", "tool_calls", calls), NULL);
+        j->tool_calls = 1;
+        j->sent = j->len;
+    }
+}
+
 static void emit_start(job *j) {
     if (j->kind == K_MESSAGES) {
         sse(j, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i,s:i}}}", "type", "message_start",
@@ -591,7 +684,12 @@ static void emit_end(job *j) {
                                           j->n_counted));
         sse(j, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     } else {
-        emit_delta(j, j->sent, end, finish_reason(j));
+        if (j->kind == K_CHAT) {
+            chat_progress(j);
+            emit_chat(j, json_object(), finish_reason(j));
+        } else {
+            emit_delta(j, j->sent, end, finish_reason(j));
+        }
         if (j->include_usage) {
             json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", j->id, "object",
                                   j->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created",
@@ -600,7 +698,7 @@ static void emit_end(job *j) {
         }
         buf_add(&j->out, &j->olen, &j->ocap, "data: [DONE]\n\n", 14);
     }
-    j->sent = end;
+    if (j->kind != K_CHAT) j->sent = end;
 }
 
 /* Makes SSE bytes ready; -1 when the client is gone. */
@@ -618,6 +716,10 @@ static int stream_fill(job *j) {
             emit_end(j);
             j->phase = PH_DONE;
             break;
+        }
+        if (j->kind == K_CHAT) {
+            chat_progress(j);
+            continue;
         }
         size_t end = safe_end(j);
         if (end > j->sent || (j->lp && json_array_size(j->lp))) {
@@ -658,8 +760,6 @@ static job *job_new(srv *s, job_kind kind, struct MHD_Connection *c) {
              j->created, seq);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
-    j->ts = tok_stream_new(s->tk, 1);
-    if (!j->ts) { free(j); return NULL; }
     return j;
 }
 
@@ -667,6 +767,10 @@ static job *job_new(srv *s, job_kind kind, struct MHD_Connection *c) {
 static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_params *p, int *ids, api_dialect d) {
     srv_err e = { 0 };
     char err[512];
+    /* With tools the added tokens that frame calls must come through (some are special);
+     * the end-of-sequence ids are then left out by job_pump. */
+    j->ts = tok_stream_new(s->tk, !j->tools);
+    if (!j->ts) { free(ids); job_free(j); return MHD_NO; }
     p->prompt = ids;
     p->n_prompt = j->n_prompt;
     p->top_logprobs = j->logprobs;
@@ -710,11 +814,12 @@ static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_par
     json_t *body;
     json_t *text = json_stringn(j->text ? j->text : "", j->len);
     if (j->kind == K_CHAT) {
+        json_decref(text);
+        json_t *msg = chat_message(j);
         json_t *lp = j->logprobs >= 0 ? json_pack("{s:O}", "content", j->lp ? j->lp : json_array()) : json_null();
-        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:{s:s,s:o},s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
-                         "created", (json_int_t)j->created, "model", s->model_id, "choices", "index", 0, "message", "role",
-                         "assistant", "content", text, "logprobs", lp, "finish_reason", finish_reason(j), "usage",
-                         usage_json(j));
+        body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
+                         "created", (json_int_t)j->created, "model", s->model_id, "choices", "index", 0, "message", msg,
+                         "logprobs", lp, "finish_reason", finish_reason(j), "usage", usage_json(j));
     } else if (j->kind == K_COMPLETION) {
         json_t *lp = j->logprobs >= 0 && j->lp ? completion_logprobs(j->lp) : json_null();
         body = json_pack("{s:s,s:s,s:I,s:s,s:[{s:o,s:i,s:o,s:s}],s:o}", "id", j->id, "object", "text_completion",
@@ -760,7 +865,9 @@ enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
         goto fail;
     if (top && !lpb) { srv_fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto fail; }
     j->logprobs = lpb ? (int)top : -1;
-    if (api_chat_prompt(s, req, API_OPENAI, &ids, &n, &e)) goto fail;
+    const json_t *tools = json_object_get(req, "tools");
+    j->tools = json_is_array(tools) && json_array_size(tools) > 0;
+    if (api_chat_prompt(s, req, API_OPENAI, &ids, &n, &j->think_open, &e)) goto fail;
     j->n_prompt = n;
     if (read_max_tokens(s, req, "max_completion_tokens", "max_tokens", n, 0, 0, &p, &e)) goto fail;
     return run_job(s, c, j, &p, ids, API_OPENAI);
@@ -802,7 +909,7 @@ enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
     if (check_model(s, req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 1, &e) ||
         read_stop(j, req, "stop_sequences", &e))
         goto fail;
-    if (api_chat_prompt(s, req, API_ANTHROPIC, &ids, &n, &e)) goto fail;
+    if (api_chat_prompt(s, req, API_ANTHROPIC, &ids, &n, NULL, &e)) goto fail;
     j->n_prompt = n;
     if (read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, &p, &e)) goto fail;
     return run_job(s, c, j, &p, ids, API_ANTHROPIC);

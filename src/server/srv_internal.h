@@ -57,7 +57,8 @@ int srv_client_gone(int fd);
 enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req);
-/* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled. */
-int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, srv_err *e);
+/* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled.
+ * *opens_think (may be NULL): the rendered prompt ends inside <think>. */
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *opens_think, srv_err *e);
 
 #endif

@@ -108,6 +108,19 @@ async function expectError(req, status, param, fn = (r) => client.chat.completio
     if (s !== t || fin !== r.choices[0].finish_reason) return `stream '${s}' ${fin} vs '${t}' ${r.choices[0].finish_reason}`;
   });
 
+  await check('tools round trip accepted (tool call + tool result in the history)', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const messages = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
+    ];
+    const r = await client.chat.completions.create({ model: MODEL, messages, tools, max_tokens: 8, temperature: 0 });
+    const c = r.choices[0];
+    if (c.message.role !== 'assistant' || !['stop', 'length', 'tool_calls'].includes(c.finish_reason)) return JSON.stringify(r);
+    if (c.finish_reason === 'tool_calls' && !(c.message.tool_calls && c.message.tool_calls.length)) return 'tool_calls finish without calls';
+  });
+
   await check('error: unknown model is 404', () => expectError({ ...chatReq('hi'), model: 'gpt-4o' }, 404, 'model'));
   await check('error: empty messages is 400', () => expectError({ model: MODEL, messages: [] }, 400, 'messages'));
   await check('error: temperature of the wrong type is 400', () => expectError(chatReq('hi', { temperature: 'hot' }), 400, 'temperature'));

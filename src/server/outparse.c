@@ -1,0 +1,173 @@
+/* outparse.c — see outparse.h. Byte-level scanning; markers are UTF-8 literals. */
+#include "outparse.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
+static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>";
+static const char DS_CALLS_BEGIN[] = "<｜tool▁calls▁begin｜>", DS_CALLS_END[] = "<｜tool▁calls▁end｜>";
+static const char DS_CALL_BEGIN[] = "<｜tool▁call▁begin｜>", DS_CALL_END[] = "<｜tool▁call▁end｜>";
+static const char DS_SEP[] = "<｜tool▁sep｜>";
+
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+static int starts(const char *t, size_t p, size_t len, const char *lit) {
+    size_t n = strlen(lit);
+    return len - p >= n && !memcmp(t + p, lit, n);
+}
+
+static size_t find(const char *t, size_t from, size_t len, const char *lit) {
+    size_t n = strlen(lit);
+    for (size_t i = from; i + n <= len; i++)
+        if (!memcmp(t + i, lit, n)) return i;
+    return len;
+}
+
+/* Longest suffix of t[from, len) that is a proper prefix of lit. */
+static size_t partial(const char *t, size_t from, size_t len, const char *lit) {
+    size_t n = strlen(lit), best = 0;
+    for (size_t k = 1; k < n && k <= len - from; k++)
+        if (!memcmp(t + len - k, lit, k)) best = k;
+    return best;
+}
+
+int op_prompt_opens_think(const char *prompt, size_t len) {
+    while (len && is_ws(prompt[len - 1])) len--;
+    size_t n = strlen(THINK_OPEN);
+    return len >= n && !memcmp(prompt + len - n, THINK_OPEN, n);
+}
+
+void op_think_split(const char *text, size_t len, int opened, int final, op_think *out) {
+    size_t w = 0, p = 0;
+    while (w < len && is_ws(text[w])) w++;
+    if (starts(text, w, len, THINK_OPEN)) {
+        p = w + strlen(THINK_OPEN);
+    } else if (!opened) {
+        if (!final && len - w < strlen(THINK_OPEN) && !memcmp(text + w, THINK_OPEN, len - w)) {
+            *out = (op_think){ 0, 0, len, 0 };       /* might still become "<think>" */
+            return;
+        }
+        *out = (op_think){ 0, 0, 0, len };           /* no reasoning: all content */
+        return;
+    }
+    size_t e = find(text, p, len, THINK_CLOSE);
+    if (e < len) {
+        size_t c = e + strlen(THINK_CLOSE);
+        while (c < len && (text[c] == '\n' || text[c] == '\r')) c++;
+        *out = (op_think){ p, e, c, len };
+        return;
+    }
+    size_t hold = final ? 0 : partial(text, p, len, THINK_CLOSE);
+    *out = (op_think){ p, len - hold, len, len - hold };
+}
+
+size_t op_tool_start(const char *text, size_t from, size_t len, size_t *hold) {
+    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN };
+    size_t best = len, h = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t at = find(text, from, len, marks[i]);
+        if (at < best) best = at;
+    }
+    if (best == len)
+        for (int i = 0; i < 3; i++) {
+            size_t k = partial(text, from, len, marks[i]);
+            if (k > h) h = k;
+        }
+    if (hold) *hold = h;
+    return best;
+}
+
+/* arguments as JSON text: objects and arrays compact, strings as they are (they hold JSON
+ * already, as OpenAI sends them), absent as "{}". NULL when not valid. */
+static json_t *args_text(const json_t *a) {
+    if (!a || json_is_null(a)) return json_string("{}");
+    if (json_is_string(a)) return json_copy((json_t *)a);
+    char *s = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) return NULL;
+    json_t *r = json_string(s);
+    free(s);
+    return r;
+}
+
+static json_t *call_obj(const char *id_prefix, int k, const char *name, size_t name_len, json_t *args) {
+    char id[96];
+    snprintf(id, sizeof id, "call_%s_%d", id_prefix, k);
+    json_t *fn = json_object();
+    json_object_set_new(fn, "name", json_stringn(name, name_len));
+    json_object_set_new(fn, "arguments", args);
+    return json_pack("{s:s,s:s,s:o}", "id", id, "type", "function", "function", fn);
+}
+
+static size_t trim_end(const char *t, size_t a, size_t b) {
+    while (b > a && is_ws(t[b - 1])) b--;
+    return b;
+}
+
+json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id_prefix) {
+    json_t *calls = json_array();
+    size_t p = start;
+    int k = 0;
+    for (;;) {
+        while (p < len && is_ws(text[p])) p++;
+        if (p >= len) break;
+        if (starts(text, p, len, HERMES_OPEN)) {
+            p += strlen(HERMES_OPEN);
+            size_t e = find(text, p, len, HERMES_CLOSE);
+            json_t *o = json_loadb(text + p, trim_end(text, p, e) - p, JSON_DECODE_ANY, NULL);
+            const char *name = json_is_object(o) ? json_string_value(json_object_get(o, "name")) : NULL;
+            json_t *args = NULL;
+            if (name) {
+                const json_t *a = json_object_get(o, "arguments");
+                args = args_text(a ? a : json_object_get(o, "parameters"));
+            }
+            if (!name || !args) { json_decref(o); json_decref(args); goto fail; }
+            json_array_append_new(calls, call_obj(id_prefix, k++, name, strlen(name), args));
+            json_decref(o);
+            p = e < len ? e + strlen(HERMES_CLOSE) : len;
+        } else if (starts(text, p, len, DS_CALLS_BEGIN)) {
+            p += strlen(DS_CALLS_BEGIN);
+        } else if (starts(text, p, len, DS_CALLS_END)) {
+            p += strlen(DS_CALLS_END);
+        } else if (starts(text, p, len, DS_CALL_BEGIN)) {
+            p += strlen(DS_CALL_BEGIN);
+            size_t s = find(text, p, len, DS_SEP);
+            if (s == len) goto fail;
+            size_t h0 = p, h1 = s;
+            p = s + strlen(DS_SEP);
+            size_t e = find(text, p, len, DS_CALL_END);
+            size_t name0, name1, a0, a1;
+            if (h1 - h0 == 8 && !memcmp(text + h0, "function", 8)) {     /* V3: name, then a json fence */
+                name0 = p;
+                name1 = find(text, p, e, "\n");
+                size_t f = find(text, name1, e, "```");
+                if (f == e) goto fail;
+                a0 = f + 3;
+                if (starts(text, a0, e, "json")) a0 += 4;
+                a1 = find(text, a0, e, "```");
+            } else {                                                       /* V3.1: name<sep>args */
+                name0 = h0;
+                name1 = h1;
+                a0 = p;
+                a1 = e;
+            }
+            while (a0 < a1 && is_ws(text[a0])) a0++;
+            a1 = trim_end(text, a0, a1);
+            while (name0 < name1 && is_ws(text[name0])) name0++;
+            name1 = trim_end(text, name0, name1);
+            json_t *a = json_loadb(text + a0, a1 - a0, JSON_DECODE_ANY, NULL);
+            json_t *args = a ? args_text(a) : NULL;
+            json_decref(a);
+            if (!args || name1 == name0) { json_decref(args); goto fail; }
+            json_array_append_new(calls, call_obj(id_prefix, k++, text + name0, name1 - name0, args));
+            p = e < len ? e + strlen(DS_CALL_END) : len;
+        } else {
+            break;                                   /* trailing text after the calls is dropped */
+        }
+    }
+    if (!json_array_size(calls)) goto fail;
+    return calls;
+fail:
+    json_decref(calls);
+    return NULL;
+}

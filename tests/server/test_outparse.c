@@ -1,0 +1,79 @@
+/* test_outparse.c — reasoning and tool-call parsing of replies (src/server/outparse.h):
+ * <think> splitting on final and growing text, and tool calls in the Hermes/Qwen, DeepSeek
+ * V3 and DeepSeek V3.1 formats, plus texts that must not parse. */
+#include "../unit/check.h"
+#include "server/outparse.h"
+#include <stdlib.h>
+#include <string.h>
+
+static void test_think_split(void) {
+    op_think t;
+    const char *a = "<think>\nplan it</think>\n\nThe answer.";
+    op_think_split(a, strlen(a), 0, 1, &t);
+    CHECK(t.r1 - t.r0 == strlen("\nplan it") && !memcmp(a + t.r0, "\nplan it", t.r1 - t.r0), "reasoning [%zu, %zu)", t.r0, t.r1);
+    CHECK(!strcmp(a + t.c0, "The answer."), "content '%s'", a + t.c0);
+    const char *b = "still thinking</thi";                          /* opened by the prompt, growing */
+    op_think_split(b, strlen(b), 1, 0, &t);
+    CHECK(t.r0 == 0 && t.r1 == strlen("still thinking") && t.safe == t.r1 && t.c0 == strlen(b), "held %zu %zu %zu", t.r1, t.safe, t.c0);
+    op_think_split(b, strlen(b), 1, 1, &t);
+    CHECK(t.r1 == strlen(b), "final text: all reasoning");
+    const char *c = "Plain answer";
+    op_think_split(c, strlen(c), 0, 0, &t);
+    CHECK(t.r0 == t.r1 && t.c0 == 0 && t.safe == strlen(c), "no think: all content");
+    op_think_split("<thi", 4, 0, 0, &t);
+    CHECK(t.safe == 0, "a growing '<thi' is held");
+    CHECK(op_prompt_opens_think("<|im_start|>assistant\n<think>\n", 29), "prompt opens think");
+    CHECK(!op_prompt_opens_think("<|im_start|>assistant\n", 22), "prompt does not open think");
+}
+
+static const char *call_name(json_t *calls, size_t i) {
+    return json_string_value(json_object_get(json_object_get(json_array_get(calls, i), "function"), "name"));
+}
+static const char *call_args(json_t *calls, size_t i) {
+    return json_string_value(json_object_get(json_object_get(json_array_get(calls, i), "function"), "arguments"));
+}
+
+static void test_tool_calls(void) {
+    const char *h = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    size_t hold, at = op_tool_start(h, 0, strlen(h), &hold);
+    CHECK(at == strlen("Let me look.\n"), "hermes start %zu", at);
+    json_t *c = op_tool_parse(h, at, strlen(h), "x");
+    CHECK(c && json_array_size(c) == 2, "hermes: two calls");
+    if (c && json_array_size(c) == 2) {
+        CHECK(!strcmp(call_name(c, 0), "get_weather") && !strcmp(call_args(c, 0), "{\"city\":\"Paris\"}"), "call 0 %s %s", call_name(c, 0), call_args(c, 0));
+        CHECK(!strcmp(call_name(c, 1), "now") && !strcmp(call_args(c, 1), "{}"), "call 1");
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(c, 0), "id")), "call_x_0"), "id");
+    }
+    json_decref(c);
+
+    const char *d3 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```"
+                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    at = op_tool_start(d3, 0, strlen(d3), &hold);
+    c = op_tool_parse(d3, at, strlen(d3), "y");
+    CHECK(at == 0 && c && json_array_size(c) == 1 && !strcmp(call_name(c, 0), "get_weather") &&
+          !strcmp(call_args(c, 0), "{\"city\":\"Oslo\"}"), "deepseek v3 call");
+    json_decref(c);
+
+    const char *d31 = "ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"c\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    at = op_tool_start(d31, 0, strlen(d31), &hold);
+    c = op_tool_parse(d31, at, strlen(d31), "z");
+    CHECK(at == 2 && c && json_array_size(c) == 1 && !strcmp(call_name(c, 0), "search") && !strcmp(call_args(c, 0), "{\"q\":\"c\"}"),
+          "deepseek v3.1 call");
+    json_decref(c);
+
+    const char *grow = "text <tool_ca";
+    at = op_tool_start(grow, 0, strlen(grow), &hold);
+    CHECK(at == strlen(grow) && hold == strlen("<tool_ca"), "a growing marker is held (%zu)", hold);
+    const char *bad = "<tool_call>{not json}</tool_call>";
+    CHECK(op_tool_parse(bad, 0, strlen(bad), "b") == NULL, "bad JSON does not parse");
+    const char *noname = "<tool_call>{\"arguments\": {}}</tool_call>";
+    CHECK(op_tool_parse(noname, 0, strlen(noname), "b") == NULL, "a call without a name does not parse");
+    CHECK(op_tool_parse("plain", 0, 5, "b") == NULL, "plain text has no calls");
+}
+
+int main(void) {
+    TEST_RUN(test_think_split);
+    TEST_RUN(test_tool_calls);
+    TEST_EXIT();
+}
