@@ -110,7 +110,7 @@ static int render_dict(const tpl_t *t, tdict *vars, const tpl_opts *o, char **ou
     tscope root = {0};
     tctx c = {
         .t = t, .root = &root, .out = &buf, .err = msg, .errlen = sizeof msg,
-        .max_depth = o->max_depth > 0 ? o->max_depth : 400,
+        .max_depth = o->max_depth > 0 ? o->max_depth : 2000,
         .max_steps = o->max_steps ? o->max_steps : 50000000ULL,
         .max_output = buf.limit, .now = o->now,
     };
