@@ -199,6 +199,7 @@ static int parse_root(ci_config *c, char *err, size_t errlen) {
     const json_t *rp = json_object_get(c->text, "rope_parameters");
     if (!rp || json_is_null(rp)) rp = json_object_get(c->text, "rope_scaling");
     if (cfg_rope(c, rp, &c->rope, err, errlen)) return -1;
+    if (q_config_read(c->root, c->text, c->path, &c->quant, err, errlen)) return -1;
     return 0;
 }
 

@@ -7,9 +7,11 @@
  * which check type and range and name the key in errors.
  *
  * Both config dialects are read: the hub's (rope_theta + rope_scaling{type|rope_type})
- * and transformers 5's (rope_parameters{rope_type, rope_theta, ...}). */
+ * and transformers 5's (rope_parameters{rope_type, rope_theta, ...}). mlx-lm's
+ * `quantization` block is read and validated into cfg->quant (quant.h). */
 #ifndef CI_CONFIG_H
 #define CI_CONFIG_H
+#include "quant.h"
 #include <jansson.h>
 #include <stdint.h>
 
@@ -45,6 +47,7 @@ typedef struct ci_config {
     int bos_id;                      /* -1 when absent */
     int eos_ids[16];
     int n_eos;
+    q_config quant;                  /* MLX quantization block (quant.h); present = 0 when none */
 } ci_config;
 
 /* Reads and validates config.json in dir. On failure *cfg holds nothing to free. */

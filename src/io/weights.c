@@ -69,6 +69,73 @@ static void account(w_binder *b, const ci_tensor *t) {
     b->bytes_by_dtype[t->dtype] += t->nbytes;
 }
 
+static int keep(w_binder *b, float *p);
+static ci_mat stacked_view(const ci_tensor *t, int64_t e, int64_t row0, int64_t rows);
+static int stacked_dtype_ok(w_binder *b, const ci_tensor *t);
+
+void w_set_quant(w_binder *b, const q_config *q) { b->quant = q; }
+
+/* ---- MLX-quantized modules ---------------------------------------------------------------
+ *
+ * "<base>.weight" U32 [lead..., rows, cols*bits/32], "<base>.scales" [lead..., rows,
+ * cols/group], "<base>.biases" (affine). lead is E for stacked experts / MultiLinear heads
+ * (n = E views), none for a plain module (n = 1 view). */
+static int bind_quant(w_binder *b, ci_mat *outs, int64_t E, int64_t rows, int64_t cols, const char *base, int embed,
+                      int stored_t) {
+    char wn[512], sn[512], bn[512], why[1024], want_s[64], got_s[64];
+    snprintf(wn, sizeof wn, "%s.weight", base);
+    snprintf(sn, sizeof sn, "%s.scales", base);
+    snprintf(bn, sizeof bn, "%s.biases", base);
+    int wi = st_index_of(b->st, wn), si = st_index_of(b->st, sn), bi = st_index_of(b->st, bn);
+    if (wi < 0) return fail(b, "required tensor '%s' is missing (its scales '%s' are present)", wn, sn);
+    const ci_tensor *w = st_get(b->st, wi), *sc = st_get(b->st, si), *bs = bi >= 0 ? st_get(b->st, bi) : NULL;
+    q_params p;
+    if (q_infer(w, sc, bs, cols, &p, why, sizeof why)) return fail(b, "%s", why);
+    if (b->quant && b->quant->present) {
+        q_params want;
+        q_mod md = q_config_module(b->quant, base, &want);
+        if (md == Q_MOD_OFF)
+            return fail(b, "tensor '%s' is quantized but config.json %s.\"%s\" is false (module not quantized)", wn,
+                        b->quant->key, base);
+        if (want.mode != p.mode || want.bits != p.bits || want.group != p.group)
+            return fail(b, "tensor '%s' is packed as %s but config.json %s%s%s says %s", wn,
+                        q_params_str(&p, got_s, sizeof got_s), b->quant->key, md == Q_MOD_PARAMS ? "." : "",
+                        md == Q_MOD_PARAMS ? base : "", q_params_str(&want, want_s, sizeof want_s));
+    }
+    int nd = E ? 3 : 2, bad;
+    int64_t shw[3] = { E, rows, cols * p.bits / 32 }, shs[3] = { E, rows, cols / p.group };
+    if (!E) { shw[0] = rows; shw[1] = cols * p.bits / 32; shs[0] = rows; shs[1] = cols / p.group; }
+    if (!lookup(b, wn, nd, shw, &bad) || !lookup(b, sn, nd, shs, &bad) || (bs && !lookup(b, bn, nd, shs, &bad)))
+        return -1;   /* lookup recorded the shape error */
+    ci_qdesc *d = calloc(1, sizeof *d);
+    if (!d || keep(b, (float *)(void *)d)) return fail(b, "out of memory for '%s'", wn);
+    d->mode = p.mode;
+    d->bits = p.bits;
+    d->group = p.group;
+    d->scale_dtype = p.mode == CI_Q_AFFINE ? sc->dtype : CI_F8_E8M0;
+    d->scales = sc->data;
+    d->biases = bs ? bs->data : NULL;
+    d->stored_t = stored_t;
+    size_t row_bytes = (size_t)(cols * p.bits / 8);
+    int64_t n = E ? E : 1;
+    for (int64_t e = 0; e < n; e++) {
+        ci_mat *m = &outs[e];
+        memset(m, 0, sizeof *m);
+        m->data = (const char *)w->data + (size_t)(e * rows) * row_bytes;
+        m->dtype = CI_U32;
+        m->rows = rows;
+        m->cols = cols;
+        m->scale = d;
+        m->scale_row0 = e * rows;
+    }
+    size_t total = w->nbytes + sc->nbytes + (bs ? bs->nbytes : 0);
+    b->n_params += n * rows * cols;
+    b->bytes_by_dtype[w->dtype] += w->nbytes;
+    b->bytes_by_dtype[sc->dtype] += sc->nbytes + (bs ? bs->nbytes : 0);
+    b->decode_bytes += embed ? total / (size_t)rows : total;
+    return 1;
+}
+
 static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
     memset(out, 0, sizeof *out);
     if (b->failed) return -1;
@@ -79,11 +146,21 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
     out->cols = cols;
     if (!b->st) return record(b, name, 2, shape, embed ? W_KIND_EMBED : W_KIND_MATRIX) ? -1 : 1;
     int bad;
+    char qname[512];
+    snprintf(qname, sizeof qname, "%s.scales", base);
+    if (st_find(b->st, qname)) return bind_quant(b, out, 0, rows, cols, base, embed, 0);
     const ci_tensor *t = lookup(b, name, 2, shape, &bad);
     if (bad) return -1;
     if (!t) {
         if (need == W_REQUIRED) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
         return 0;
+    }
+    if (b->quant && b->quant->present) {
+        q_params want;
+        char ws[64];
+        if (q_config_module(b->quant, base, &want) == Q_MOD_PARAMS)
+            return fail(b, "config.json %s.\"%s\" quantizes this module (%s) but '%s' is missing", b->quant->key, base,
+                        q_params_str(&want, ws, sizeof ws), qname);
     }
     out->data = t->data;
     out->dtype = t->dtype;
@@ -108,11 +185,69 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
         if (!embed) b->decode_bytes += s->nbytes;
         break;
     }
+    case CI_U32:
+        return fail(b, "tensor '%s' is U32 (MLX packed codes) but '%s' is missing", name, qname);
     default:
         return fail(b, "tensor '%s' has dtype %s, expected F32, F16, BF16 or F8_E4M3", name, ci_dtype_name(t->dtype));
     }
     b->decode_bytes += embed ? (size_t)cols * ci_dtype_size(t->dtype) : t->nbytes;
     return 1;
+}
+
+int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int64_t in_dims, int for_xw,
+                  const char *fmt, ...) {
+    char base[480], name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    for (int h = 0; h < n_heads; h++) memset(&heads[h], 0, sizeof heads[h]);
+    if (b->failed) return -1;
+    snprintf(name, sizeof name, "%s.weight", base);
+    int64_t shape[3] = { n_heads, out_dims, in_dims };
+    if (!b->st) return record(b, name, 3, shape, W_KIND_MATRIX) ? -1 : 1;
+    char sname[512];
+    snprintf(sname, sizeof sname, "%s.scales", base);
+    if (st_find(b->st, sname)) {
+        if (bind_quant(b, heads, n_heads, out_dims, in_dims, base, 0, for_xw) < 0) return -1;
+        if (for_xw)
+            for (int h = 0; h < n_heads; h++) { heads[h].rows = in_dims; heads[h].cols = out_dims; }
+        return 1;
+    }
+    int bad;
+    const ci_tensor *t = lookup(b, name, 3, shape, &bad);
+    if (bad) return -1;
+    if (!t) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+    if (!stacked_dtype_ok(b, t)) return -1;
+    if (for_xw)
+        return fail(b, "tensor '%s' is an unquantized MultiLinear read transposed (x·W): not supported yet", name);
+    for (int h = 0; h < n_heads; h++) heads[h] = stacked_view(t, h, 0, out_dims);
+    account(b, t);
+    b->decode_bytes += t->nbytes;
+    return 1;
+}
+
+ci_mat w_mat_rows(const ci_mat *W, int64_t r0, int64_t n) {
+    ci_mat v = *W;
+    v.rows = n;
+    if (!W->data) return v;
+    if (W->dtype == CI_U32) {
+        const ci_qdesc *d = W->scale;
+        v.data = (const char *)W->data + (size_t)r0 * (size_t)(W->cols * d->bits / 8);
+        v.scale_row0 = W->scale_row0 + r0;
+    } else {
+        v.data = (const char *)W->data + (size_t)r0 * (size_t)W->cols * ci_dtype_size(W->dtype);
+        if (W->dtype == CI_F8_E4M3) v.scale_row0 = W->scale_row0 + r0;
+    }
+    return v;
+}
+
+size_t w_mat_bytes(const ci_mat *W) {
+    size_t n = (size_t)W->rows * (size_t)W->cols;
+    if (W->dtype != CI_U32) return n * ci_dtype_size(W->dtype);
+    const ci_qdesc *d = W->scale;
+    size_t groups = n / (size_t)d->group, ss = d->mode == CI_Q_AFFINE ? ci_dtype_size(d->scale_dtype) : 1;
+    return n * (size_t)d->bits / 8 + groups * ss * (d->biases ? 2 : 1);
 }
 
 int w_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *fmt, ...) {
@@ -242,6 +377,15 @@ int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, in
             for (int p = 0; p < 3; p++) {
                 snprintf(n3, sizeof n3, "%s.switch_mlp.%s.weight", prefix, parts[p]);
                 int64_t sh[3] = { n_exp, p < 2 ? I : H, p < 2 ? H : I };
+                char qb[480], qs[512];
+                snprintf(qb, sizeof qb, "%s.switch_mlp.%s", prefix, parts[p]);
+                snprintf(qs, sizeof qs, "%s.scales", qb);
+                if (st_find(b->st, qs)) {   /* MLX QuantizedSwitchLinear: one packed stack */
+                    size_t before = b->decode_bytes;
+                    if (bind_quant(b, outs[p], n_exp, sh[1], sh[2], qb, 0, 0) < 0) return -1;
+                    b->decode_bytes = before + (b->decode_bytes - before) / (size_t)n_exp * (size_t)top_k;
+                    continue;
+                }
                 int bad;
                 const ci_tensor *t = lookup(b, n3, 3, sh, &bad);
                 if (bad) return -1;

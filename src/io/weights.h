@@ -10,10 +10,18 @@
  *
  * With st == NULL the binder runs in record mode: nothing is read, every request is
  * recorded as a spec (name, shape, kind) so `cinfer make-random` can write a checkpoint
- * with the family's exact tensor list from a config alone. */
+ * with the family's exact tensor list from a config alone.
+ *
+ * MLX-quantized modules (mlx-community checkpoints, quant.h): whenever "<name>.scales"
+ * exists, w_mat / w_embed / w_experts bind "<name>.weight" (U32 codes), ".scales" and
+ * ".biases" as one quantized ci_mat (dtype CI_U32, a ci_qdesc owned with the w_vec copies),
+ * with bits / group / mode read from the tensors' shapes and checked against the config's
+ * block when the family passed it with w_set_quant. Stacked experts and MultiLinear heads
+ * are views into one tensor, nothing is copied or dequantized. */
 #ifndef CI_WEIGHTS_H
 #define CI_WEIGHTS_H
 #include "../backend/backend.h"
+#include "quant.h"
 #include "safetensors.h"
 #include <stdarg.h>
 
@@ -40,8 +48,9 @@ typedef struct w_binder {
     size_t decode_bytes;
     w_spec *specs;              /* record mode */
     int n_specs, cap_specs;
-    float **owned;              /* w_vec copies, freed by w_owned_free */
+    float **owned;              /* w_vec copies (and ci_qdesc records), freed by w_owned_free */
     int n_owned, cap_owned;
+    const q_config *quant;      /* the config's MLX quantization block, or NULL (w_set_quant) */
 } w_binder;
 
 int w_init(w_binder *b, st_set *st, const char *family, long long n_layers);
@@ -67,6 +76,22 @@ int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind 
  * mode lists the per-expert names. Returns 1 or -1 (sticky). */
 int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
               const char *prefix);
+/* Checks quantized modules against config.json's `quantization` block from now on (the
+ * per-module bits / group / mode, and `false` entries). Without it, the packing is taken
+ * from the tensors alone. q must outlive the binder. */
+void w_set_quant(w_binder *b, const q_config *q);
+/* MLX MultiLinear "<name>.weight" [n_heads, out_dims, in_dims] (DeepSeek's embed_q /
+ * unembed_out), quantized or not, as n_heads views [out_dims, in_dims] for matmul. With
+ * for_xw, the views are instead the transposes [in_dims, out_dims] that matmul_xw reads as
+ * x·W (MLA's W_UK): such views must only go to matmul_xw, and only a quantized tensor can
+ * be viewed so (an unquantized one is refused with a message). Returns as w_mat. */
+int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int64_t in_dims, int for_xw,
+                  const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* Rows [r0, r0 + n) of W as a view, for every dtype (fp8 and quantized views keep their
+ * place in the scale grid through scale_row0). */
+ci_mat w_mat_rows(const ci_mat *W, int64_t r0, int64_t n);
+/* Bytes of W's weights as stored (packed codes + scales + biases when quantized). */
+size_t w_mat_bytes(const ci_mat *W);
 /* Marks an existing tensor as used without binding (e.g. lm_head when tied). */
 void w_claim(w_binder *b, const char *name);
 /* Checks that every tensor was claimed or is ignorable; copies the sticky error. */

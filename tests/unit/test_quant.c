@@ -17,6 +17,11 @@
  * weights streamed, all threads). */
 #include "backend/backend.h"
 #include "check.h"
+#include "cinfer.h"
+#include "io/quant.h"
+#include "io/safetensors.h"
+#include "io/st_write.h"
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -292,6 +297,346 @@ static void test_matmul_xw(void) {
     }
 }
 
+/* ---- whole models: re-quantized fixtures ---------------------------------------------------
+ *
+ * An f32 fixture is quantized here with MLX's algorithms (affine: per group min/max, the
+ * edge value made exact, round to nearest; mxfp: power-of-two scale from max|w|, nearest
+ * code), written under mlx-lm's names (switch_mlp stacks for the experts) with a
+ * `quantization` block, and also written dequantized, in f32, under the fixture's own names.
+ * The two checkpoints must give the same logits (prefill and single steps): this checks
+ * the config, the binder and the kernels inside real forward passes, with no Python. */
+
+typedef struct { const char *module; int off; q_params p; } qrule;
+
+typedef struct {
+    st_wdesc *d;
+    void **buf;
+    int n, cap;
+} wlist;
+
+static void *wl_add(wlist *l, const char *name, ci_dtype dt, int ndim, const int64_t *shape) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->d = realloc(l->d, (size_t)l->cap * sizeof *l->d);
+        l->buf = realloc(l->buf, (size_t)l->cap * sizeof *l->buf);
+    }
+    st_wdesc *w = &l->d[l->n];
+    memset(w, 0, sizeof *w);
+    w->name = strdup(name);
+    w->dtype = dt;
+    w->ndim = ndim;
+    size_t nb = ci_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) { w->shape[i] = shape[i]; nb *= (size_t)shape[i]; }
+    l->buf[l->n] = calloc(nb ? nb : 1, 1);
+    return l->buf[l->n++];
+}
+
+static int wl_fill(void *ctx, int i, void *buf, size_t nbytes) {
+    memcpy(buf, ((wlist *)ctx)->buf[i], nbytes);
+    return 0;
+}
+
+static void wl_free(wlist *l) {
+    for (int i = 0; i < l->n; i++) { free((void *)l->d[i].name); free(l->buf[i]); }
+    free(l->d); free(l->buf);
+    memset(l, 0, sizeof *l);
+}
+
+static uint8_t e4m3_nearest(float v) {   /* nearest E4M3 code (saturating), ties to the lower code */
+    int best = 0;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        double d = fabs(e4m3((unsigned)c) - v);
+        if (d < bd) { bd = d; best = c; }
+    }
+    return (uint8_t)best;
+}
+
+/* Quantizes rows x cols of w (f32) with p; writes the codes / scales / biases into the
+ * given buffers at row offset r0 and the dequantized values back into w. */
+static void quantize_rows(float *w, int64_t rows, int64_t cols, const q_params *p, uint8_t *codes, void *scales,
+                          void *biases, ci_dtype sdt) {
+    int64_t ng = cols / p->group, rb = cols * p->bits / 8;
+    float nb = (float)((1 << p->bits) - 1);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            float *x = w + r * cols + g * p->group;
+            uint8_t *row = codes + r * rb;
+            unsigned q[128];
+            if (p->mode == CI_Q_AFFINE) {
+                float mn = INFINITY, mx = -INFINITY;
+                for (int k = 0; k < p->group; k++) { mn = fminf(mn, x[k]); mx = fmaxf(mx, x[k]); }
+                int mask = fabsf(mn) > fabsf(mx);
+                float sc = fmaxf((mx - mn) / nb, 1e-7f), edge = mask ? mn : mx, bias = 0;
+                sc = mask ? sc : -sc;
+                float q0 = rintf(edge / sc);
+                if (q0 != 0) { sc = edge / q0; bias = edge; }
+                for (int k = 0; k < p->group; k++) q[k] = (unsigned)fminf(fmaxf(rintf((x[k] - bias) / sc), 0), nb);
+                double s = put(sdt, scales, r * ng + g, sc), b = put(sdt, biases, r * ng + g, bias);
+                for (int k = 0; k < p->group; k++) x[k] = (float)(s * q[k] + b);
+            } else {
+                float amax = 0;
+                for (int k = 0; k < p->group; k++) amax = fmaxf(amax, fabsf(x[k]));
+                float sc = amax / (p->mode == CI_Q_MXFP4 ? 6.0f : 448.0f);
+                int e = sc > 0 ? (int)rint(log2(sc)) : 0;
+                e = e < -127 ? -127 : e > 127 ? 127 : e;
+                ((uint8_t *)scales)[r * ng + g] = (uint8_t)(e + 127);
+                double s = ldexp(1.0, e);
+                for (int k = 0; k < p->group; k++) {
+                    float v = (float)(x[k] / s);
+                    if (p->mode == CI_Q_MXFP8) q[k] = e4m3_nearest(v);
+                    else {
+                        unsigned best = 0;
+                        for (unsigned c = 1; c < 16; c++) if (fabs(e2m1(c) - v) < fabs(e2m1(best) - v)) best = c;
+                        q[k] = best;
+                    }
+                    x[k] = (float)(s * (p->mode == CI_Q_MXFP8 ? e4m3(q[k]) : e2m1(q[k])));
+                }
+            }
+            for (int k = 0; k < p->group; k++) {
+                int64_t bit = (g * p->group + k) * p->bits;
+                for (int j = 0; j < p->bits; j++, bit++)
+                    if (q[k] >> j & 1) row[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+            }
+        }
+}
+
+/* The rule for module (NULL: the default), or whether it is off. */
+static const qrule *find_rule(const qrule *rules, int n, const char *module) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rules[i].module, module)) return &rules[i];
+    return NULL;
+}
+
+/* Adds module `base` ([E,] rows, cols of f32 at w) to q (quantized when the rules and the
+ * width allow, else f32); w is replaced by what the quantized model computes with. */
+static void emit_module(wlist *q, const char *base, int64_t E, int64_t rows, int64_t cols, float *w,
+                        const q_params *def, const qrule *rules, int n_rules, ci_dtype sdt) {
+    const qrule *ru = find_rule(rules, n_rules, base);
+    q_params p = ru && !ru->off ? ru->p : *def;
+    char name[512];
+    int nd = E ? 3 : 2;
+    int64_t lead = E ? E : 1;
+    if ((ru && ru->off) || cols % p.group) {
+        int64_t sh[3] = { E, rows, cols };
+        if (!E) { sh[0] = rows; sh[1] = cols; }
+        snprintf(name, sizeof name, "%s.weight", base);
+        memcpy(wl_add(q, name, CI_F32, nd, sh), w, (size_t)(lead * rows * cols) * sizeof(float));
+        return;
+    }
+    int64_t shw[3] = { E, rows, cols * p.bits / 32 }, shs[3] = { E, rows, cols / p.group };
+    if (!E) { shw[0] = rows; shw[1] = cols * p.bits / 32; shs[0] = rows; shs[1] = cols / p.group; }
+    int mx = p.mode != CI_Q_AFFINE;
+    snprintf(name, sizeof name, "%s.weight", base);
+    uint8_t *codes = wl_add(q, name, CI_U32, nd, shw);
+    snprintf(name, sizeof name, "%s.scales", base);
+    void *sc = wl_add(q, name, mx ? CI_U8 : sdt, nd, shs);
+    void *bi = NULL;
+    if (!mx) {
+        snprintf(name, sizeof name, "%s.biases", base);
+        bi = wl_add(q, name, sdt, nd, shs);
+    }
+    quantize_rows(w, lead * rows, cols, &p, codes, sc, bi, sdt);
+}
+
+/* src fixture (f32) -> qdir (mlx layout, quantized) + ddir (source layout, dequantized). */
+static int requantize(const char *src, const char *qdir, const char *ddir, const q_params *def, const qrule *rules,
+                      int n_rules, ci_dtype sdt, char *err, size_t errlen) {
+    st_set *st;
+    if (st_open_dir(src, &st, err, errlen)) return -1;
+    wlist q = { 0 }, dq = { 0 };
+    for (int i = 0; i < st_count(st); i++) {
+        const ci_tensor *t = st_get(st, i);
+        int64_t n = ci_tensor_numel(t);
+        float *w = malloc((size_t)n * sizeof(float));
+        memcpy(w, t->data, (size_t)n * sizeof(float));   /* the fixtures are f32 */
+        size_t L = strlen(t->name);
+        char base[480];
+        if (t->ndim == 2 && L > 7 && !strcmp(t->name + L - 7, ".weight")) {
+            snprintf(base, sizeof base, "%.*s", (int)(L - 7), t->name);
+            emit_module(&q, base, 0, t->shape[0], t->shape[1], w, def, rules, n_rules, sdt);
+        } else if (t->ndim == 3 && strstr(t->name, "experts.gate_up_proj")) {
+            int64_t E = t->shape[0], I2 = t->shape[1], H = t->shape[2], I = I2 / 2;
+            float *g = malloc((size_t)(E * I * H) * sizeof(float)), *u = malloc((size_t)(E * I * H) * sizeof(float));
+            for (int64_t e = 0; e < E; e++) {
+                memcpy(g + e * I * H, w + e * I2 * H, (size_t)(I * H) * sizeof(float));
+                memcpy(u + e * I * H, w + e * I2 * H + I * H, (size_t)(I * H) * sizeof(float));
+            }
+            snprintf(base, sizeof base, "%.*sswitch_mlp.gate_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+            emit_module(&q, base, E, I, H, g, def, rules, n_rules, sdt);
+            snprintf(base, sizeof base, "%.*sswitch_mlp.up_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+            emit_module(&q, base, E, I, H, u, def, rules, n_rules, sdt);
+            for (int64_t e = 0; e < E; e++) {
+                memcpy(w + e * I2 * H, g + e * I * H, (size_t)(I * H) * sizeof(float));
+                memcpy(w + e * I2 * H + I * H, u + e * I * H, (size_t)(I * H) * sizeof(float));
+            }
+            free(g); free(u);
+        } else if (t->ndim == 3 && strstr(t->name, "experts.down_proj")) {
+            snprintf(base, sizeof base, "%.*sswitch_mlp.down_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+            emit_module(&q, base, t->shape[0], t->shape[1], t->shape[2], w, def, rules, n_rules, sdt);
+        } else {
+            memcpy(wl_add(&q, t->name, CI_F32, t->ndim, t->shape), w, (size_t)n * sizeof(float));
+        }
+        memcpy(wl_add(&dq, t->name, CI_F32, t->ndim, t->shape), w, (size_t)n * sizeof(float));
+        free(w);
+    }
+    st_close(st);
+    char path[1024];
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", qdir);
+    rc |= st_write_file(path, q.d, q.n, wl_fill, &q, err, errlen);
+    snprintf(path, sizeof path, "%s/model.safetensors", ddir);
+    rc |= st_write_file(path, dq.d, dq.n, wl_fill, &dq, err, errlen);
+    wl_free(&q);
+    wl_free(&dq);
+    /* configs: the source's, plus the quantization block for qdir */
+    snprintf(path, sizeof path, "%s/config.json", src);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    if (!cfg) return snprintf(err, errlen, "%.200s: %.200s", path, je.text), -1;
+    snprintf(path, sizeof path, "%s/config.json", ddir);
+    rc |= json_dump_file(cfg, path, 0);
+    json_t *qb = json_pack("{s:i, s:i, s:s}", "group_size", def->group, "bits", def->bits, "mode", q_mode_name(def->mode));
+    for (int i = 0; i < n_rules; i++) {
+        if (rules[i].off) { json_object_set_new(qb, rules[i].module, json_false()); continue; }
+        json_t *o = json_pack("{s:i, s:i}", "group_size", rules[i].p.group, "bits", rules[i].p.bits);
+        if (rules[i].p.mode != CI_Q_AFFINE) json_object_set_new(o, "mode", json_string(q_mode_name(rules[i].p.mode)));
+        json_object_set_new(qb, rules[i].module, o);
+    }
+    json_object_set(cfg, "quantization", qb);
+    json_object_set_new(cfg, "quantization_config", qb);
+    snprintf(path, sizeof path, "%s/config.json", qdir);
+    rc |= json_dump_file(cfg, path, 0);
+    json_decref(cfg);
+    return rc ? -1 : 0;
+}
+
+/* Logits of tokens through one prefill and through single steps. */
+static float *run_logits(const char *dir, int isa, const int *toks, int T, int steps, char *err, size_t errlen) {
+    ci_model_opts o = { 0, isa };
+    ci_model *m;
+    ci_session *s;
+    if (ci_model_open(dir, &o, &m, err, errlen)) return NULL;
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    float *out = malloc((size_t)T * (size_t)info.vocab_size * sizeof(float));
+    int rc = ci_session_new(m, T, &s, err, errlen);
+    if (!rc && !steps) rc = ci_forward(s, toks, T, out, 1, err, errlen);
+    for (int t = 0; !rc && steps && t < T; t++)
+        rc = ci_forward(s, &toks[t], 1, out + (size_t)t * info.vocab_size, 1, err, errlen);
+    if (!rc) ci_session_free(s);
+    ci_model_free(m);
+    if (rc) { free(out); return NULL; }
+    return out;
+}
+
+static int mkdirs(char *qdir, char *ddir) {
+    strcpy(qdir, "/tmp/cinfer_tq_XXXXXX");
+    strcpy(ddir, "/tmp/cinfer_td_XXXXXX");
+    return mkdtemp(qdir) && mkdtemp(ddir) ? 0 : -1;
+}
+
+static void rmdirs(const char *qdir, const char *ddir) {
+    const char *dirs[2] = { qdir, ddir };
+    char p[1024];
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dirs[i]); remove(p);
+        snprintf(p, sizeof p, "%s/config.json", dirs[i]); remove(p);
+        remove(dirs[i]);
+    }
+}
+
+static void check_requantized(const char *src, const q_params *def, const qrule *rules, int n_rules, ci_dtype sdt,
+                              int V) {
+    char qdir[64], ddir[64], err[1024];
+    CHECK(mkdirs(qdir, ddir) == 0, "mkdtemp");
+    int rc = requantize(src, qdir, ddir, def, rules, n_rules, sdt, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", src, err);
+    int toks[20];
+    for (int i = 0; i < 20; i++) toks[i] = 3 + (int)(rnd_u32() % (uint32_t)(V - 3));
+    if (!rc) {   /* the quantized model holds packed codes and as many parameters */
+        ci_model *mq = NULL, *md = NULL;
+        ci_model_info iq, id;
+        rc = ci_model_open(qdir, NULL, &mq, err, sizeof err) || ci_model_open(ddir, NULL, &md, err, sizeof err);
+        CHECK(rc == 0, "%s: %s", src, err);
+        if (!rc) {
+            ci_model_get_info(mq, &iq);
+            ci_model_get_info(md, &id);
+            CHECK(iq.bytes_by_dtype[CI_U32] > 0 && iq.n_params == id.n_params && iq.decode_bytes < id.decode_bytes,
+                  "%s: quantized model: %zu bytes of codes, %lld params (dequantized: %lld), decode bytes %zu vs %zu", src,
+                  iq.bytes_by_dtype[CI_U32], (long long)iq.n_params, (long long)id.n_params, iq.decode_bytes, id.decode_bytes);
+        }
+        ci_model_free(mq);
+        ci_model_free(md);
+    }
+    for (int isa = 0; !rc && isa < 2; isa++)
+        for (int steps = 0; steps < 2; steps++) {
+            float *want = run_logits(ddir, isa, toks, 20, steps, err, sizeof err);
+            CHECK(want != NULL, "%s (dequantized): %s", src, err);
+            float *got = want ? run_logits(qdir, isa, toks, 20, steps, err, sizeof err) : NULL;
+            CHECK(!want || got != NULL, "%s (quantized): %s", src, err);
+            if (got && want) {
+                double md = 0, mx = 0;
+                for (int i = 0; i < 20 * V; i++) {
+                    double d = fabs((double)got[i] - want[i]);
+                    if (!(d <= md)) md = d;
+                    if (fabs(want[i]) > mx) mx = fabs(want[i]);
+                }
+                CHECK(md <= 1e-4 * (mx > 1 ? mx : 1) && mx > 0, "%s %s isa=%d: quantized vs dequantized max|diff| %.3g (max|logit| %.3g)",
+                      src, steps ? "steps" : "prefill", isa, md, mx);
+                if (getenv("TQ_VERBOSE")) printf("  %s %s isa=%d max|diff| %.3g max|logit| %.3g\n", src, steps ? "steps" : "prefill", isa, md, mx);
+            }
+            free(got);
+            free(want);
+        }
+    rmdirs(qdir, ddir);
+}
+
+#define QP(m, b, g) ((q_params){ (m), (b), (g) })
+
+/* Llama, untied: 4-bit g32 by default; embedding 8-bit, lm_head 6-bit, and one module of
+ * every other kind of packing; one module left unquantized (false), down_proj (112 wide)
+ * unquantizable, as mlx-lm leaves it. BF16 scales. */
+static void test_model_llama_mixed(void) {
+    const qrule rules[] = {
+        { "model.embed_tokens", 0, QP(CI_Q_AFFINE, 8, 64) },
+        { "lm_head", 0, QP(CI_Q_AFFINE, 6, 32) },
+        { "model.layers.0.self_attn.q_proj", 0, QP(CI_Q_AFFINE, 3, 32) },
+        { "model.layers.0.self_attn.v_proj", 0, QP(CI_Q_AFFINE, 5, 64) },
+        { "model.layers.0.mlp.gate_proj", 0, QP(CI_Q_AFFINE, 2, 64) },
+        { "model.layers.1.mlp.up_proj", 0, QP(CI_Q_MXFP4, 4, 32) },
+        { "model.layers.1.self_attn.o_proj", 0, QP(CI_Q_MXFP8, 8, 32) },
+        { "model.layers.1.self_attn.k_proj", 1, QP(CI_Q_NONE, 0, 0) },
+    };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized("tests/fixtures/llama_gqa_llama3", &def, rules, (int)(sizeof rules / sizeof rules[0]), CI_BF16, 300);
+}
+
+/* Qwen3, tied: 8-bit g64 with F16 scales; the quantized embedding is also the head. */
+static void test_model_qwen3_tied(void) {
+    q_params def = QP(CI_Q_AFFINE, 8, 64);
+    check_requantized("tests/fixtures/qwen3_tied", &def, NULL, 0, CI_F16, 300);
+}
+
+/* Qwen3-MoE: experts as mlx switch_mlp stacks, 4-bit g32, the router 8-bit g64 (mlx-lm's
+ * qwen3_moe quant_predicate); F32 scales. And the whole model in mxfp4. */
+static void test_model_qwen3_moe(void) {
+    char name[64];
+    qrule rules[3];
+    for (int l = 0; l < 3; l++) {
+        snprintf(name, sizeof name, "model.layers.%d.mlp.gate", l);
+        rules[l].module = strdup(name);
+        rules[l].off = 0;
+        rules[l].p = QP(CI_Q_AFFINE, 8, 64);
+    }
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized("tests/fixtures/qwen3_moe", &def, rules, 3, CI_F32, 300);
+    def = QP(CI_Q_MXFP4, 4, 32);
+    check_requantized("tests/fixtures/qwen3_moe", &def, NULL, 0, CI_F32, 300);
+    for (int l = 0; l < 3; l++) free((void *)rules[l].module);
+}
+
 /* ---- bench ------------------------------------------------------------------------------ */
 
 /* With one thread the op runs on the caller, and process CPU time is what it cost even
@@ -347,5 +692,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_matmul_all);
     TEST_RUN(test_embed_get);
     TEST_RUN(test_matmul_xw);
+    TEST_RUN(test_model_llama_mixed);
+    TEST_RUN(test_model_qwen3_tied);
+    TEST_RUN(test_model_qwen3_moe);
     TEST_EXIT();
 }
