@@ -9,6 +9,7 @@
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
+ *   cinfer serve [--model DIR] [--port N] ...                   (apps/cmd_serve.c)
  *   cinfer template --model DIR --request F.json                (apps/cmd_template.c)
  *   cinfer tokenize --model DIR --file F [--add-special]        (apps/cmd_text.c)
  *   cinfer detokenize --model DIR --ids 1,2,3 [--skip-special]  (apps/cmd_text.c)
@@ -16,6 +17,7 @@
  * Bad flags, ids out of range and missing files end with one line on stderr and exit
  * status 1 (usage errors 2). */
 #include "cinfer.h"
+#include "cmd_serve.h"
 #include "cmd_template.h"
 #include "cmd_text.h"
 #include "core/threads.h"
@@ -41,6 +43,8 @@ static const char *USAGE =
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
+    "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
+    "              [--ctx N] [--prefix-cache-mb N]  (OpenAI-compatible HTTP server)\n"
     "  template    --model DIR --request F.json\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
@@ -551,8 +555,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "make-random")) return cmd_make_random(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
-    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, perplexity, template, tokenize, detokenize)", cmd);
+    return die(2, "unknown command '%s' (logits, generate, inspect, bench, make-random, perplexity, serve, template, tokenize, detokenize)", cmd);
 }
