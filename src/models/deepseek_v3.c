@@ -116,6 +116,7 @@ static int dsv3_load(ci_model *m, char *err, size_t errlen) {
 
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    w_set_quant(&b, &c->quant);
     const int H = d->H, Hh = (int)c->n_heads;
     ci_mat *em = d->expert_mats;
     w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
@@ -135,9 +136,26 @@ static int dsv3_load(ci_model *m, char *err, size_t errlen) {
         }
         w_mat(&b, &A->kv_a, W_REQUIRED, kv_lora + rope, H, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
         w_vec(&b, &A->kv_a_norm, W_REQUIRED, kv_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
-        w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+        char mlx_q[96];
+        snprintf(mlx_q, sizeof mlx_q, "model.layers.%d.self_attn.embed_q.weight", l);
+        if (m->st && st_find(m->st, mlx_q)) {
+            /* mlx-lm's sanitize split kv_b_proj into MultiLinear embed_q [Hh, kv_lora, nope]
+             * (W_UKᵀ per head, read by matmul_xw) and unembed_out [Hh, v, kv_lora] (W_UV). */
+            A->w_uk = calloc((size_t)Hh, sizeof *A->w_uk);
+            A->w_uv = calloc((size_t)Hh, sizeof *A->w_uv);
+            if (!A->w_uk || !A->w_uv) { w_done(&b); return ci_err(err, errlen, "%s: out of memory", fam); }
+            w_multilinear(&b, A->w_uk, Hh, kv_lora, nope, 1, "model.layers.%d.self_attn.embed_q", l);
+            w_multilinear(&b, A->w_uv, Hh, v, kv_lora, 0, "model.layers.%d.self_attn.unembed_out", l);
+        } else {
+            w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+            if (mla_split_kv_b(A)) { w_done(&b); return ci_err(err, errlen, "%s: out of memory", fam); }
+            if (A->kv_b.dtype == CI_U32)   /* an MLX-quantized kv_b_proj: rows are packed */
+                for (int h = 0; h < Hh; h++) {
+                    A->w_uk[h] = w_mat_rows(&A->kv_b, (int64_t)h * (nope + v), nope);
+                    A->w_uv[h] = w_mat_rows(&A->kv_b, (int64_t)h * (nope + v) + nope, v);
+                }
+        }
         w_mat(&b, &A->o, W_REQUIRED, H, (int64_t)Hh * v, "model.layers.%d.self_attn.o_proj", l);
-        if (mla_split_kv_b(A)) { w_done(&b); return ci_err(err, errlen, "%s: out of memory", fam); }
         w_vec(&b, &L->ffn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
         if (l >= first_dense && l % freq == 0) {
             moe_block *M = &L->moe;

@@ -144,6 +144,7 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     }
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) { free(sparse); return ci_err(err, errlen, "%s", b.err); }
+    w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     ci_mat *em = d->expert_mats;
     int D = d->dim, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
     w_embed(&b, &d->embed, d->vocab, D, "model.embed_tokens");
@@ -183,7 +184,7 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
         /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
         d->lm_head = d->embed;
         w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
     } else {
         w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "lm_head");
     }

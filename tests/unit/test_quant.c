@@ -637,6 +637,147 @@ static void test_model_qwen3_moe(void) {
     for (int l = 0; l < 3; l++) free((void *)rules[l].module);
 }
 
+/* DeepSeek V3 (MLA + sigmoid-routed MoE with shared experts), as older mlx-community
+ * conversions ship it: kv_b_proj quantized whole (per-head W_UK / W_UV become row views of
+ * packed rows; W_UK goes through matmul_xw), routed experts as switch_mlp stacks. 4-bit
+ * g32, BF16 scales; q_b_proj (48 wide) stays f32. */
+static void test_model_deepseek_v3(void) {
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    const qrule rules[] = { { "model.layers.1.self_attn.kv_b_proj", 0, QP(CI_Q_AFFINE, 8, 32) },
+                            { "model.layers.2.mlp.shared_experts.down_proj", 0, QP(CI_Q_MXFP4, 4, 32) } };
+    check_requantized("tests/fixtures/deepseek_v3", &def, rules, 2, CI_BF16, 300);
+}
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+static ci_tensor fake(const char *name, ci_dtype dt, int64_t a, int64_t b) {
+    ci_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    t.dtype = dt;
+    t.ndim = 2;
+    t.shape[0] = a;
+    t.shape[1] = b;
+    return t;
+}
+
+/* q_infer: what the tensors say, and one-line refusals naming the tensor. */
+static void test_infer(void) {
+    char err[512];
+    q_params p;
+    ci_tensor w = fake("l.weight", CI_U32, 8, 64 * 4 / 32), s = fake("l.scales", CI_BF16, 8, 1), b = s;
+    b.name = "l.biases";
+    CHECK(q_infer(&w, &s, &b, 64, &p, err, sizeof err) == 0 && p.mode == CI_Q_AFFINE && p.bits == 4 && p.group == 64,
+          "affine 4/64: %s", err);
+    w.shape[1] = 64 * 3 / 32 * 2;   /* 96 cols, 3 bits: 9 words */
+    w.shape[1] = 9;
+    s.shape[1] = b.shape[1] = 3;
+    CHECK(q_infer(&w, &s, &b, 96, &p, err, sizeof err) == 0 && p.bits == 3 && p.group == 32, "3-bit: %s", err);
+    ci_tensor su8 = fake("m.scales", CI_U8, 8, 2), wm = fake("m.weight", CI_U32, 8, 8);
+    CHECK(q_infer(&wm, &su8, NULL, 64, &p, err, sizeof err) == 0 && p.mode == CI_Q_MXFP4, "mxfp4: %s", err);
+    wm.shape[1] = 16;
+    CHECK(q_infer(&wm, &su8, NULL, 64, &p, err, sizeof err) == 0 && p.mode == CI_Q_MXFP8, "mxfp8: %s", err);
+    su8.shape[1] = 4;
+    wm.shape[1] = 8;
+    CHECK(q_infer(&wm, &su8, NULL, 64, &p, err, sizeof err) < 0, "nvfp4 refused");
+    CHECK_HAS(err, "nvfp4");
+    ci_tensor wb = fake("x.weight", CI_BF16, 8, 64);
+    CHECK(q_infer(&wb, &s, &b, 64, &p, err, sizeof err) < 0, "bf16 codes refused");
+    CHECK_HAS(err, "x.weight");
+    CHECK_HAS(err, "expected U32");
+    w.shape[1] = 7;   /* 7 words for 64 columns: no bits fit */
+    s.shape[1] = b.shape[1] = 1;
+    CHECK(q_infer(&w, &s, &b, 64, &p, err, sizeof err) < 0, "odd width refused");
+    CHECK_HAS(err, "l.weight");
+    w.shape[1] = 14;  /* 7 bits */
+    CHECK(q_infer(&w, &s, &b, 64, &p, err, sizeof err) < 0, "7-bit refused");
+    CHECK_HAS(err, "does not produce");
+    w.shape[1] = 8;
+    b.dtype = CI_F16;
+    CHECK(q_infer(&w, &s, &b, 64, &p, err, sizeof err) < 0, "bias dtype mismatch refused");
+    CHECK_HAS(err, "l.biases");
+    CHECK(q_infer(&w, &su8, NULL, 64, &p, err, sizeof err) < 0 || p.mode != CI_Q_AFFINE, "u8 scales are never affine");
+}
+
+/* Opens dir after replacing its config's quantization block (both keys) by text; returns
+ * the open's status and leaves the message in err. */
+static int open_with_block(const char *dir, const char *text, char *err, size_t errlen) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_t *blk = json_loads(text, 0, NULL);
+    if (!cfg || !blk) { json_decref(cfg); json_decref(blk); return snprintf(err, errlen, "bad test json"), -2; }
+    json_object_set(cfg, "quantization", blk);
+    json_object_set_new(cfg, "quantization_config", blk);
+    json_dump_file(cfg, path, 0);
+    json_decref(cfg);
+    ci_model *m = NULL;
+    int rc = ci_model_open(dir, NULL, &m, err, errlen);
+    ci_model_free(m);
+    return rc;
+}
+
+/* The binder against config.json: each refusal names the tensor or key and what was
+ * expected. The checkpoint is the mixed Llama of test_model_llama_mixed. */
+static void test_config_errors(void) {
+    char qdir[64], ddir[64], err[1024];
+    CHECK(mkdirs(qdir, ddir) == 0, "mkdtemp");
+    const qrule rules[] = { { "lm_head", 0, QP(CI_Q_AFFINE, 6, 32) },
+                            { "model.layers.1.self_attn.k_proj", 1, QP(CI_Q_NONE, 0, 0) } };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    int rc = requantize("tests/fixtures/llama_gqa_llama3", qdir, ddir, &def, rules, 2, CI_BF16, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) { rmdirs(qdir, ddir); return; }
+    const char *ok = "{\"group_size\": 32, \"bits\": 4, \"lm_head\": {\"group_size\": 32, \"bits\": 6}}";
+    CHECK(open_with_block(qdir, ok, err, sizeof err) == 0, "valid block: %s", err);
+    /* the default disagrees with the tensors */
+    CHECK(open_with_block(qdir, "{\"group_size\": 64, \"bits\": 4, \"lm_head\": {\"group_size\": 32, \"bits\": 6}}",
+                          err, sizeof err) != 0, "group 64 accepted");
+    CHECK_HAS(err, "model.embed_tokens.weight");
+    CHECK_HAS(err, "affine 4-bit group 32");
+    CHECK_HAS(err, "says affine 4-bit group 64");
+    /* an override disagrees */
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 4, \"lm_head\": {\"group_size\": 32, \"bits\": 8}}",
+                          err, sizeof err) != 0, "lm_head 8-bit accepted");
+    CHECK_HAS(err, "lm_head.weight");
+    CHECK_HAS(err, "quantization.lm_head says affine 8-bit group 32");
+    /* false for a module that is quantized */
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 4, \"lm_head\": false}", err, sizeof err) != 0,
+          "false accepted");
+    CHECK_HAS(err, "lm_head.weight");
+    CHECK_HAS(err, "false");
+    /* an override for a module that has no scales */
+    CHECK(open_with_block(qdir,
+                          "{\"group_size\": 32, \"bits\": 4, \"lm_head\": {\"group_size\": 32, \"bits\": 6}, "
+                          "\"model.layers.1.self_attn.k_proj\": {\"bits\": 4, \"group_size\": 32}}",
+                          err, sizeof err) != 0, "override without scales accepted");
+    CHECK_HAS(err, "model.layers.1.self_attn.k_proj.scales");
+    /* malformed blocks are config errors */
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 7}", err, sizeof err) != 0, "7 bits accepted");
+    CHECK_HAS(err, "bits 7");
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 4, \"mode\": \"nvfp4\"}", err, sizeof err) != 0,
+          "nvfp4 accepted");
+    CHECK_HAS(err, "quantization.mode 'nvfp4'");
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 4, \"lm_head\": 6}", err, sizeof err) != 0,
+          "override 6 accepted");
+    CHECK_HAS(err, "quantization.lm_head");
+    CHECK(open_with_block(qdir, "{\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\"}", err, sizeof err) != 0,
+          "mxfp4 with group 32 bits 4 is valid, but the tensors are affine");
+    CHECK_HAS(err, "says mxfp4 4-bit group 32");
+    /* no block at all: the packing comes from the tensors alone */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", qdir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    json_object_del(cfg, "quantization");
+    json_object_del(cfg, "quantization_config");
+    json_dump_file(cfg, path, 0);
+    json_decref(cfg);
+    ci_model *m = NULL;
+    CHECK(ci_model_open(qdir, NULL, &m, err, sizeof err) == 0, "no block: %s", err);
+    ci_model_free(m);
+    rmdirs(qdir, ddir);
+}
+
 /* ---- bench ------------------------------------------------------------------------------ */
 
 /* With one thread the op runs on the caller, and process CPU time is what it cost even
@@ -695,5 +836,8 @@ int main(int argc, char **argv) {
     TEST_RUN(test_model_llama_mixed);
     TEST_RUN(test_model_qwen3_tied);
     TEST_RUN(test_model_qwen3_moe);
+    TEST_RUN(test_model_deepseek_v3);
+    TEST_RUN(test_infer);
+    TEST_RUN(test_config_errors);
     TEST_EXIT();
 }
