@@ -15,7 +15,8 @@ for fx in tests/fixtures/*/; do
   done
   prompt=$(json_ids "$fx/ref.json" greedy_prompt)
   want=$(json_ids "$fx/ref.json" greedy_ids)
-  got=$($CINFER generate --model "$fx" --prompt-ids "$prompt" --max-tokens 16 --ids 2>"$TMP/err")
+  maxnew=$(tr -d ' \n' <"$fx/ref.json" | grep -o '"greedy_max_new":[0-9]*' | cut -d: -f2)
+  got=$($CINFER generate --model "$fx" --prompt-ids "$prompt" --max-tokens "${maxnew:-16}" --ids 2>"$TMP/err")
   if [ "$got" = "$want" ]; then pass "generate greedy $name"; else fail "generate greedy $name" "got '$got' want '$want' $(cat "$TMP/err")"; fi
 done
 
