@@ -39,12 +39,16 @@ static inline float q_e8m0(uint8_t b) {
     return v.f;
 }
 
-/* Scale (or bias) number i of p (the descriptor's scales or biases) as f32. */
+/* Scale (or bias) number i of p (the descriptor's scales or biases) as f32. Loads go
+ * through memcpy: a safetensors file may place a BF16 tensor at an odd offset (after an
+ * odd-sized U8 scale tensor), and a misaligned typed load is undefined behaviour. */
 static inline float q_param(const ci_qdesc *d, const void *p, int64_t i) {
+    uint16_t h;
+    float f;
     switch (d->scale_dtype) {
-    case CI_BF16: return ci_bf16_to_f32(((const uint16_t *)p)[i]);
-    case CI_F16: return ci_f16_to_f32(((const uint16_t *)p)[i]);
-    case CI_F32: return ((const float *)p)[i];
+    case CI_BF16: memcpy(&h, (const char *)p + 2 * i, 2); return ci_bf16_to_f32(h);
+    case CI_F16: memcpy(&h, (const char *)p + 2 * i, 2); return ci_f16_to_f32(h);
+    case CI_F32: memcpy(&f, (const char *)p + 4 * i, 4); return f;
     default: return q_e8m0(((const uint8_t *)p)[i]);   /* F8_E8M0 / U8 */
     }
 }
