@@ -699,6 +699,61 @@ static void test_infer(void) {
     CHECK(q_infer(&w, &su8, NULL, 64, &p, err, sizeof err) < 0 || p.mode != CI_Q_AFFINE, "u8 scales are never affine");
 }
 
+/* q_config_read / q_config_module on config texts. */
+static void test_config_block(void) {
+    char err[512];
+    q_config qc;
+    q_params p;
+    struct { const char *json; int present; ci_qmode mode; int bits, group; } cases[] = {
+        { "{\"quantization\": {\"group_size\": 32, \"bits\": 3}}", 1, CI_Q_AFFINE, 3, 32 },
+        { "{\"quantization\": {\"mode\": \"mxfp8\"}}", 1, CI_Q_MXFP8, 8, 32 },
+        { "{\"quantization\": {}}", 1, CI_Q_AFFINE, 4, 64 },
+        { "{\"quantization_config\": {\"group_size\": 128, \"bits\": 8}}", 1, CI_Q_AFFINE, 8, 128 },
+        { "{\"quantization_config\": {\"quant_method\": \"mxfp4\"}}", 1, CI_Q_MXFP4, 4, 32 },
+        { "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}", 0, 0, 0, 0 },
+        { "{\"text_config\": {\"quantization\": {\"bits\": 6, \"group_size\": 64}}}", 1, CI_Q_AFFINE, 6, 64 },
+        { "{\"vocab_size\": 3}", 0, 0, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *root = json_loads(cases[i].json, 0, NULL);
+        const json_t *text = json_object_get(root, "text_config");
+        int rc = q_config_read(root, text ? text : root, "config.json", &qc, err, sizeof err);
+        CHECK(rc == 0, "case %zu: %s", i, err);
+        CHECK(qc.present == cases[i].present, "case %zu: present %d", i, qc.present);
+        if (qc.present)
+            CHECK(qc.def.mode == cases[i].mode && qc.def.bits == cases[i].bits && qc.def.group == cases[i].group,
+                  "case %zu: %s %d-bit group %d", i, q_mode_name(qc.def.mode), qc.def.bits, qc.def.group);
+        json_decref(root);
+    }
+    /* per-module entries: an object (mode defaults to affine, as MLX's to_quantized), true,
+     * false, and no entry */
+    json_t *root = json_loads("{\"quantization\": {\"group_size\": 32, \"bits\": 4, \"mode\": \"mxfp4\", "
+                              "\"a\": {\"bits\": 8}, \"b\": true, \"c\": false, \"d\": {\"mode\": \"mxfp8\"}}}",
+                              0, NULL);
+    CHECK(q_config_read(root, root, "config.json", &qc, err, sizeof err) == 0, "%s", err);
+    CHECK(q_config_module(&qc, "a", &p) == Q_MOD_PARAMS && p.mode == CI_Q_AFFINE && p.bits == 8 && p.group == 64,
+          "a: %s %d %d", q_mode_name(p.mode), p.bits, p.group);
+    CHECK(q_config_module(&qc, "b", &p) == Q_MOD_DEFAULT && p.mode == CI_Q_MXFP4, "b");
+    CHECK(q_config_module(&qc, "c", &p) == Q_MOD_OFF, "c");
+    CHECK(q_config_module(&qc, "d", &p) == Q_MOD_PARAMS && p.mode == CI_Q_MXFP8 && p.bits == 8 && p.group == 32, "d");
+    CHECK(q_config_module(&qc, "e", &p) == Q_MOD_DEFAULT && p.mode == CI_Q_MXFP4 && p.group == 32, "e");
+    json_decref(root);
+    /* refusals name the key */
+    const char *bad[][2] = {
+        { "{\"quantization\": {\"group_size\": 16, \"bits\": 4}}", "group_size 16" },
+        { "{\"quantization\": {\"mode\": \"mxfp4\", \"bits\": 8}}", "mxfp4 with bits 8" },
+        { "{\"quantization\": {\"bits\": \"4\"}}", "quantization.bits must be an integer" },
+        { "{\"quantization\": 4}", "'quantization' must be an object" },
+        { "{\"quantization\": {\"bits\": 4, \"x.y\": {\"bits\": 1}}}", "quantization.x.y" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        root = json_loads(bad[i][0], 0, NULL);
+        CHECK(q_config_read(root, root, "config.json", &qc, err, sizeof err) < 0, "bad case %zu accepted", i);
+        CHECK_HAS(err, bad[i][1]);
+        json_decref(root);
+    }
+}
+
 /* Opens dir after replacing its config's quantization block (both keys) by text; returns
  * the open's status and leaves the message in err. */
 static int open_with_block(const char *dir, const char *text, char *err, size_t errlen) {
@@ -838,6 +893,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_model_qwen3_moe);
     TEST_RUN(test_model_deepseek_v3);
     TEST_RUN(test_infer);
+    TEST_RUN(test_config_block);
     TEST_RUN(test_config_errors);
     TEST_EXIT();
 }

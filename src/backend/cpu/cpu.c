@@ -19,6 +19,9 @@
  *    Measured single-core: ~100 GFLOP/s for bf16/fp8/f32 at n >= 64 on AVX-512, about 57%
  *    of the FMA peak; the micro-kernel alone reaches 90% and the rest is packing and the
  *    4x4 reductions.
+ * MLX-quantized weights (dtype CI_U32, backend.h) take the same two paths through the
+ * cpu_qkernels table of the same ISA: decode tiles read the packed codes directly, prefill
+ * dequantizes each PACK_ROWS x KC block into the pack buffer; embed dequantizes one row.
  * Invariant: results depend only on the ISA and the inputs, never on the thread count or
  * the item split (every output element is computed by one tile, or one head's pass over
  * the keys, with a fixed summation order). tests/unit/test_ops.c checks it bit for bit. */
