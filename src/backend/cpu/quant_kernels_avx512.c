@@ -100,6 +100,21 @@ static inline __attribute__((always_inline)) TGT void qc32(const int MODE, const
     }
 }
 
+#define QF_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
+#define QF_GROUPS 128   /* groups whose scales / biases a tile converts to f32 at once */
+
+/* n scales (or biases) of p from index i0, as f32. */
+static inline TGT void q_params_f32(const ci_qdesc *d, const void *p, int64_t i0, int n, float *dst) {
+    switch (d->scale_dtype) {
+    case CI_F32: memcpy(dst, (const float *)p + i0, (size_t)n * sizeof(float)); break;
+    case CI_BF16:
+        for (int i = 0; i < n; i++) { uint16_t h; memcpy(&h, (const uint16_t *)p + i0 + i, 2); dst[i] = ci_bf16_to_f32(h); }
+        break;
+    default:
+        for (int i = 0; i < n; i++) dst[i] = q_param(d, p, i0 + i);
+    }
+}
+
 static inline __attribute__((always_inline)) TGT void qfast_T(const int T, const int MODE, const int BITS,
                                                               const ci_mat *W, const int64_t rows[4], const float *x,
                                                               int64_t xs, float *out) {
@@ -108,38 +123,59 @@ static inline __attribute__((always_inline)) TGT void qfast_T(const int T, const
     const uint8_t *wr[4];
     int64_t gi[4];
     vf acc[2][4], lut = _mm512_loadu_ps(cpu_e2m1_value);
+    float sf[4][QF_GROUPS], bf[4][QF_GROUPS];   /* this chunk's scales / biases, f32 */
+    QF_UNROLL
     for (int r = 0; r < 4; r++) {
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
+    QF_UNROLL
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
     for (int64_t g = 0; g < ng; g++) {
+        const int gc = (int)(g % QF_GROUPS);
+        if (gc == 0) {
+            int n = (int)(ng - g < QF_GROUPS ? ng - g : QF_GROUPS);
+            QF_UNROLL
+            for (int r = 0; r < 4; r++) {
+                q_params_f32(d, d->scales, gi[r] + g, n, sf[r]);
+                if (MODE == CI_Q_AFFINE) q_params_f32(d, d->biases, gi[r] + g, n, bf[r]);
+            }
+        }
         vf ga[2][4], xsum[2] = { vzero(), vzero() };
+        QF_UNROLL
         for (int t = 0; t < T; t++) ga[t][0] = ga[t][1] = ga[t][2] = ga[t][3] = vzero();
         for (int64_t k = g * G; k < (g + 1) * G; k += 32) {
             const int64_t off = k * BITS / 8;   /* 16 or 32 bytes per row */
             if ((off & 63) < 4 * BITS)
+                QF_UNROLL
                 for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off + 512, 0, 3);
             vf xe[2], xo[2];
+            QF_UNROLL
             for (int t = 0; t < T; t++) {
                 qx32(BITS, x + t * xs + k, &xe[t], &xo[t]);
                 if (MODE == CI_Q_AFFINE) xsum[t] = _mm512_add_ps(xsum[t], _mm512_add_ps(xe[t], xo[t]));
             }
+            QF_UNROLL
             for (int r = 0; r < 4; r++) {
                 vf e, o;
                 qc32(MODE, BITS, wr[r] + off, lut, &e, &o);
+                QF_UNROLL
                 for (int t = 0; t < T; t++) ga[t][r] = vfma(o, xo[t], vfma(e, xe[t], ga[t][r]));
             }
         }
+        QF_UNROLL
         for (int r = 0; r < 4; r++) {
-            vf s = vset1(q_param(d, d->scales, gi[r] + g));
+            vf s = vset1(sf[r][gc]);
+            QF_UNROLL
             for (int t = 0; t < T; t++) acc[t][r] = vfma(ga[t][r], s, acc[t][r]);
             if (MODE == CI_Q_AFFINE) {
-                vf b = vset1(q_param(d, d->biases, gi[r] + g));
+                vf b = vset1(bf[r][gc]);
+                QF_UNROLL
                 for (int t = 0; t < T; t++) acc[t][r] = vfma(xsum[t], b, acc[t][r]);
             }
         }
     }
+    QF_UNROLL
     for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
 }
 
