@@ -312,6 +312,7 @@ static int cmd_generate(int argc, char **argv) {
         if (!tok_stream_flush(go.stream, &txt, &len, go.err, sizeof go.err)) fwrite(txt, 1, len, stdout);
     }
     printf("\n");
+    fflush(stdout);  /* the text line ends before any --stats line on stderr */
     if (grc) { rc = die(1, "%s", err); goto done; }
     if (go.err[0]) { rc = die(1, "%s", go.err); goto done; }
     if (find_flag(fl, "--stats")->seen)
