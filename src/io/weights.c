@@ -410,6 +410,56 @@ int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, in
     return 1;
 }
 
+int w_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *fmt, ...) {
+    *out = NULL;
+    if (b->failed) return -1;
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const ci_tensor *t = NULL;
+    if (!b->st) {
+        int64_t shape[3] = { C, 1, K };
+        if (record(b, name, 3, shape, W_KIND_MATRIX)) return -1;
+    } else {
+        int i = st_index_of(b->st, name);
+        if (i < 0) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+        t = st_get(b->st, i);
+        int ok = (t->ndim == 3 && t->shape[0] == C && ((t->shape[1] == 1 && t->shape[2] == K) || (t->shape[1] == K && t->shape[2] == 1))) ||
+                 (t->ndim == 2 && t->shape[0] == C && t->shape[1] == K);
+        if (!ok) {
+            char got[128];
+            return fail(b, "tensor '%s' in %s has shape %s, expected [%lld, 1, %lld] (or [%lld, %lld, 1], [%lld, %lld])", name,
+                        st_file_of(b->st, i), ci_shape_str(t->shape, t->ndim, got, sizeof got), (long long)C, (long long)K,
+                        (long long)C, (long long)K, (long long)C, (long long)K);
+        }
+        if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16)
+            return fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
+        b->claimed[i] = 1;
+        account(b, t);
+        b->decode_bytes += t->nbytes;
+    }
+    float *w = calloc((size_t)(C * K > 0 ? C * K : 1), sizeof *w);
+    if (!w) return fail(b, "out of memory for '%s'", name);
+    if (keep(b, w)) return -1;
+    if (t)  /* every stored layout is the same C x K values, channel-major */
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = 0; k < K; k++) {
+                size_t i = (size_t)(c * K + k);
+                float x;
+                if (t->dtype == CI_F32) memcpy(&x, (const char *)t->data + 4 * i, 4);
+                else {
+                    uint16_t h;
+                    memcpy(&h, (const char *)t->data + 2 * i, 2);
+                    x = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
+                }
+                w[(size_t)(k * C + c)] = x;
+            }
+    *out = w;
+    return 1;
+}
+
 void w_claim(w_binder *b, const char *name) {
     if (!b->st) return;
     int i = st_index_of(b->st, name);

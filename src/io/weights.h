@@ -92,6 +92,12 @@ int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int
 ci_mat w_mat_rows(const ci_mat *W, int64_t r0, int64_t n);
 /* Bytes of W's weights as stored (packed codes + scales + biases when quantized). */
 size_t w_mat_bytes(const ci_mat *W);
+/* Binds a depthwise conv weight of C channels and K taps, as HF checkpoints store it
+ * ([C, 1, K]) or after mlx-lm's sanitize ([C, K, 1]) or squeezed ([C, K]), into an owned
+ * f32 copy transposed to [K, C] (tap-major: a conv step then reads contiguous channels).
+ * The copy is freed with the other w_vec copies. Record mode lists [C, 1, K]. */
+int w_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Marks an existing tensor as used without binding (e.g. lm_head when tied). */
 void w_claim(w_binder *b, const char *name);
 /* Checks that every tensor was claimed or is ignorable; copies the sticky error. */

@@ -60,8 +60,6 @@ typedef struct {
     mamba2_scan scan;            /* prefill scan form */
     float **owned;               /* w_vec copies */
     int n_owned;
-    float **conv;                /* transposed conv taps, owned here */
-    int n_conv;
 } nh_model;
 
 typedef struct {
@@ -159,23 +157,6 @@ static int bind_fail(w_binder *b, const char *fmt, ...) {
     return -1;
 }
 
-static int record_spec(w_binder *b, const char *name, int ndim, const int64_t *shape, w_kind kind) {
-    if (b->n_specs == b->cap_specs) {
-        int nc = b->cap_specs ? b->cap_specs * 2 : 256;
-        w_spec *ns = realloc(b->specs, (size_t)nc * sizeof *ns);
-        if (!ns) return bind_fail(b, "out of memory");
-        b->specs = ns;
-        b->cap_specs = nc;
-    }
-    w_spec *s = &b->specs[b->n_specs++];
-    memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->ndim = ndim;
-    for (int i = 0; i < ndim; i++) s->shape[i] = shape[i];
-    s->kind = kind;
-    return 0;
-}
-
 /* A tensor of exactly this shape, claimed and counted; NULL (with a sticky error) when
  * absent, of another shape or of a dtype other than F32/F16/BF16. */
 static const ci_tensor *take(w_binder *b, const char *name, int ndim, const int64_t *shape) {
@@ -198,35 +179,6 @@ static const ci_tensor *take(w_binder *b, const char *name, int ndim, const int6
     b->n_params += ci_tensor_numel(t);
     b->bytes_by_dtype[t->dtype] += t->nbytes;
     return t;
-}
-
-static float elem_f32(const ci_tensor *t, size_t i) {
-    if (t->dtype == CI_F32) { float x; memcpy(&x, (const char *)t->data + 4 * i, 4); return x; }
-    uint16_t h;
-    memcpy(&h, (const char *)t->data + 2 * i, 2);
-    return t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
-}
-
-/* conv1d.weight [C, 1, K] into an owned f32 copy, transposed to [K, C] (tap-major). */
-static int bind_conv(w_binder *b, nh_model *d, float **out, int C, int K, const char *name) {
-    *out = NULL;
-    if (b->failed) return -1;
-    int64_t shape[3] = { C, 1, K };
-    const ci_tensor *t = NULL;
-    if (!b->st) {
-        if (record_spec(b, name, 3, shape, W_KIND_MATRIX)) return -1;
-    } else if (!(t = take(b, name, 3, shape))) {
-        return -1;
-    } else {
-        b->decode_bytes += t->nbytes;
-    }
-    float *w = malloc((size_t)C * (size_t)K * sizeof *w);
-    if (!w) return bind_fail(b, "out of memory for '%s'", name);
-    d->conv[d->n_conv++] = w;
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < C; c++) w[(size_t)k * C + c] = t ? elem_f32(t, (size_t)c * K + k) : 0.0f;
-    *out = w;
-    return 1;
 }
 
 /* relu² experts' up [I, X] and down [X, I] views: stacked experts.{up,down}_proj or one
@@ -279,9 +231,8 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
     d->n_layers = (int)c->n_layers;
     d->vocab = (int)c->vocab_size;
     d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
-    d->conv = calloc((size_t)d->n_layers + 1, sizeof *d->conv);
     char *kinds = calloc((size_t)d->n_layers + 1, 1);
-    if (!d->layers || !d->conv || !kinds) { free(kinds); return ci_err(err, errlen, "%s: out of memory", fam); }
+    if (!d->layers || !kinds) { free(kinds); return ci_err(err, errlen, "%s: out of memory", fam); }
     int rc = read_kinds(c, fam, kinds, d->n_layers, err, errlen);
     int n_m = 0, n_a = 0, n_f = 0, n_e = 0;
     for (int l = 0; l < d->n_layers; l++) {
@@ -396,10 +347,8 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
             M->conv_dim = M->inner + 2 * (int)(G * N);
             M->eps = d->eps;
             M->dt_min = (float)dt_min;
-            char name[160];
             w_mat(&b, &M->in_proj, W_REQUIRED, M->inner + M->conv_dim + Hm, H, "%s.mixer.in_proj", lp);
-            snprintf(name, sizeof name, "%s.mixer.conv1d.weight", lp);
-            bind_conv(&b, d, &M->conv_w, M->conv_dim, (int)K, name);
+            w_conv(&b, &M->conv_w, M->conv_dim, K, "%s.mixer.conv1d.weight", lp);  /* -> [K, C], owned by the binder */
             if (conv_bias) w_vec(&b, &M->conv_b, W_REQUIRED, M->conv_dim, 0, W_KIND_BIAS, "%s.mixer.conv1d.bias", lp);
             w_vec(&b, &M->dt_bias, W_REQUIRED, Hm, 0, W_KIND_BIAS, "%s.mixer.dt_bias", lp);
             w_vec(&b, &M->A, W_REQUIRED, Hm, 0, W_KIND_BIAS, "%s.mixer.A_log", lp);
@@ -460,8 +409,6 @@ static void nh_unload(ci_model *m) {
     nh_model *d = m->impl;
     if (!d) return;
     w_owned_free(d->owned, d->n_owned);
-    for (int i = 0; i < d->n_conv; i++) free(d->conv[i]);
-    free(d->conv);
     free(d->expert_mats);
     free(d->layers);
     free(d);

@@ -97,77 +97,6 @@ size_t dn_state_floats(const dn_layer *L) {
 
 /* ---- binding -------------------------------------------------------------------------- */
 
-static int bind_fail(w_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bind_fail(w_binder *b, const char *fmt, ...) {
-    if (b->failed) return -1;
-    b->failed = 1;
-    int o = snprintf(b->err, sizeof b->err, "%s: ", b->family);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->err + o, sizeof b->err - (size_t)o, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* The depthwise conv weight, [C, 1, K] in HF checkpoints and [C, K, 1] after mlx-lm's
- * sanitize: the same C x K floats either way. weights.h binds 1-D and 2-D tensors only, so
- * this one is looked up here, claimed and counted like the binder does, and copied to f32
- * transposed to [K, C] (the conv then runs over contiguous channels). */
-static int bind_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *name) {
-    *out = NULL;
-    if (b->failed) return -1;
-    float *w = calloc((size_t)(C * K), sizeof *w);
-    if (!w) return bind_fail(b, "out of memory for '%s'", name);
-    *out = w;
-    if (!b->st) { /* record mode: list it as HF writes it */
-        if (b->n_specs == b->cap_specs) {
-            int nc = b->cap_specs ? b->cap_specs * 2 : 256;
-            w_spec *ns = realloc(b->specs, (size_t)nc * sizeof *ns);
-            if (!ns) return bind_fail(b, "out of memory");
-            b->specs = ns;
-            b->cap_specs = nc;
-        }
-        w_spec *s = &b->specs[b->n_specs++];
-        memset(s, 0, sizeof *s);
-        size_t nl = strlen(name);
-        if (nl >= sizeof s->name) nl = sizeof s->name - 1;
-        memcpy(s->name, name, nl);
-        s->name[nl] = 0;
-        s->ndim = 3;
-        s->shape[0] = C; s->shape[1] = 1; s->shape[2] = K;
-        s->kind = W_KIND_MATRIX;
-        return 1;
-    }
-    int i = st_index_of(b->st, name);
-    if (i < 0) return bind_fail(b, "required tensor '%s' is missing from the checkpoint", name);
-    const ci_tensor *t = st_get(b->st, i);
-    int ok = (t->ndim == 3 && t->shape[0] == C && ((t->shape[1] == 1 && t->shape[2] == K) ||
-                                                  (t->shape[1] == K && t->shape[2] == 1))) ||
-             (t->ndim == 2 && t->shape[0] == C && t->shape[1] == K);
-    if (!ok) {
-        char got[128];
-        return bind_fail(b, "tensor '%s' in %s has shape %s, expected [%lld, 1, %lld] (or mlx [%lld, %lld, 1])", name,
-                         st_file_of(b->st, i), ci_shape_str(t->shape, t->ndim, got, sizeof got), (long long)C,
-                         (long long)K, (long long)C, (long long)K);
-    }
-    if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16)
-        return bind_fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
-    for (int64_t e = 0; e < C * K; e++) {
-        float v;
-        if (t->dtype == CI_F32) memcpy(&v, (const char *)t->data + 4 * e, 4);
-        else {
-            uint16_t h;
-            memcpy(&h, (const char *)t->data + 2 * e, 2);
-            v = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
-        }
-        w[(e % K) * C + e / K] = v;
-    }
-    b->claimed[i] = 1;
-    b->n_params += ci_tensor_numel(t);
-    b->bytes_by_dtype[t->dtype] += t->nbytes;
-    b->decode_bytes += t->nbytes;
-    return 1;
-}
 
 int dn_bind(w_binder *b, dn_layer *L, const char *prefix) {
     const int64_t H = L->hidden, KD = (int64_t)L->hk * L->dk, VD = (int64_t)L->hv * L->dv;
@@ -180,9 +109,7 @@ int dn_bind(w_binder *b, dn_layer *L, const char *prefix) {
         w_mat(b, &L->qkvz, W_REQUIRED, 2 * KD + 2 * VD, H, "%s.in_proj_qkvz", prefix);
         w_mat(b, &L->ba, W_REQUIRED, 2 * L->hv, H, "%s.in_proj_ba", prefix);
     }
-    char name[256];
-    snprintf(name, sizeof name, "%.240s.conv1d.weight", prefix);
-    bind_conv(b, &L->conv_w, 2 * KD + VD, L->conv_k, name);
+    w_conv(b, &L->conv_w, 2 * KD + VD, L->conv_k, "%s.conv1d.weight", prefix);  /* -> [K, C], owned by the binder */
     w_vec(b, &L->neg_A, W_REQUIRED, L->hv, 0, W_KIND_NORM, "%s.A_log", prefix);
     w_vec(b, &L->dt_bias, W_REQUIRED, L->hv, 0, W_KIND_BIAS, "%s.dt_bias", prefix);
     w_vec(b, &L->norm_w, W_REQUIRED, L->dv, 0, W_KIND_NORM, "%s.norm.weight", prefix);
@@ -193,8 +120,7 @@ int dn_bind(w_binder *b, dn_layer *L, const char *prefix) {
 }
 
 void dn_layer_free(dn_layer *L) {
-    free(L->conv_w);
-    L->conv_w = NULL;
+    L->conv_w = NULL;  /* the binder's copy, freed with the model's other w_vec copies */
 }
 
 /* ---- scratch -------------------------------------------------------------------------- */

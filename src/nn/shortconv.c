@@ -1,9 +1,7 @@
 /* shortconv.c — see shortconv.h.
  *
- * The depthwise kernel is the one 3-D tensor of the LFM2 families, which the w_* binder
- * (2-D matrices, 1-D vectors) does not cover; bind_taps does the same job for it through
- * the binder's public fields: sticky error, claimed flag, parameter and byte counts, and a
- * recorded spec in make-random mode. */
+ * The depthwise kernel [dim, 1, K] is bound by w_conv (weights.h) into a tap-major
+ * [K, dim] f32 copy owned with the model's other w_vec copies. */
 #include "shortconv.h"
 #include "../core/status.h"
 #include <stdarg.h>
@@ -11,88 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bind_fail(w_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bind_fail(w_binder *b, const char *fmt, ...) {
-    if (b->failed) return -1;
-    b->failed = 1;
-    int o = snprintf(b->err, sizeof b->err, "%s: ", b->family);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->err + o, sizeof b->err - (size_t)o, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* The conv kernel <name> [dim, 1, K] into an owned [K, dim] f32 copy. */
-static int bind_taps(w_binder *b, float **out, int dim, int K, const char *name) {
-    *out = NULL;
-    if (b->failed) return -1;
-    float *taps = calloc((size_t)dim * (size_t)K, sizeof *taps);
-    if (!taps) return bind_fail(b, "out of memory for '%s'", name);
-    if (!b->st) {                                   /* record mode: list it for make-random */
-        if (b->n_specs == b->cap_specs) {
-            int nc = b->cap_specs ? b->cap_specs * 2 : 256;
-            w_spec *ns = realloc(b->specs, (size_t)nc * sizeof *ns);
-            if (!ns) { free(taps); return bind_fail(b, "out of memory"); }
-            b->specs = ns;
-            b->cap_specs = nc;
-        }
-        w_spec *s = &b->specs[b->n_specs];
-        size_t len = strlen(name);
-        if (len >= sizeof s->name) { free(taps); return bind_fail(b, "tensor name '%s' is too long", name); }
-        memcpy(s->name, name, len + 1);
-        b->n_specs++;
-        s->ndim = 3;
-        s->shape[0] = dim; s->shape[1] = 1; s->shape[2] = K;
-        s->kind = W_KIND_MATRIX;
-        *out = taps;
-        return 0;
-    }
-    int i = st_index_of(b->st, name);
-    if (i < 0) { free(taps); return bind_fail(b, "required tensor '%s' is missing from the checkpoint", name); }
-    const ci_tensor *t = st_get(b->st, i);
-    int ok = (t->ndim == 3 && t->shape[0] == dim && ((t->shape[1] == 1 && t->shape[2] == K) ||
-                                                     (t->shape[1] == K && t->shape[2] == 1))) ||
-             (t->ndim == 2 && t->shape[0] == dim && t->shape[1] == K);
-    if (!ok) {
-        char got[128];
-        free(taps);
-        return bind_fail(b, "tensor '%s' in %s has shape %s, expected [%d, 1, %d]", name, st_file_of(b->st, i),
-                         ci_shape_str(t->shape, t->ndim, got, sizeof got), dim, K);
-    }
-    if (t->dtype != CI_F32 && t->dtype != CI_F16 && t->dtype != CI_BF16) {
-        free(taps);
-        return bind_fail(b, "tensor '%s' has dtype %s, expected F32, F16 or BF16", name, ci_dtype_name(t->dtype));
-    }
-    for (int c = 0; c < dim; c++)
-        for (int k = 0; k < K; k++) {
-            size_t at = (size_t)c * (size_t)K + (size_t)k;
-            float v;
-            if (t->dtype == CI_F32) memcpy(&v, (const char *)t->data + 4 * at, 4);
-            else {
-                uint16_t h;
-                memcpy(&h, (const char *)t->data + 2 * at, 2);
-                v = t->dtype == CI_BF16 ? ci_bf16_to_f32(h) : ci_f16_to_f32(h);
-            }
-            taps[(size_t)k * (size_t)dim + (size_t)c] = v;
-        }
-    b->claimed[i] = 1;
-    b->n_params += ci_tensor_numel(t);
-    b->bytes_by_dtype[t->dtype] += t->nbytes;
-    b->decode_bytes += t->nbytes;
-    *out = taps;
-    return 0;
-}
-
 int sc_bind(w_binder *b, shortconv *sc, int dim, int K, int bias, const char *prefix) {
     memset(sc, 0, sizeof *sc);
     sc->dim = dim;
     sc->K = K;
-    char name[512];
     w_mat(b, &sc->in_proj, W_REQUIRED, 3 * (int64_t)dim, dim, "%s.in_proj", prefix);
     w_mat(b, &sc->out_proj, W_REQUIRED, dim, dim, "%s.out_proj", prefix);
-    snprintf(name, sizeof name, "%s.conv.weight", prefix);
-    bind_taps(b, &sc->taps, dim, K, name);
+    w_conv(b, &sc->taps, dim, K, "%s.conv.weight", prefix);  /* -> [K, dim], owned by the binder */
     if (bias) {
         w_vec(b, &sc->in_bias, W_REQUIRED, 3 * (int64_t)dim, 0, W_KIND_BIAS, "%s.in_proj.bias", prefix);
         w_vec(b, &sc->conv_bias, W_REQUIRED, dim, 0, W_KIND_BIAS, "%s.conv.bias", prefix);
@@ -102,8 +25,7 @@ int sc_bind(w_binder *b, shortconv *sc, int dim, int K, int bias, const char *pr
 }
 
 void sc_free(shortconv *sc) {
-    free(sc->taps);
-    sc->taps = NULL;
+    sc->taps = NULL;  /* the binder's copy, freed with the model's other w_vec copies */
 }
 
 int sc_scratch_init(sc_scratch *s, const shortconv *sc, int max_n) {
