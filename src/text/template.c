@@ -360,8 +360,14 @@ static int chat_render(const tpl_chat *ch, const tpl_t *t, const json_t *request
     int bad = 0;
     /* the order transformers builds them in: special tokens, then the kwargs over them,
        then messages / tools / documents / add_generation_prompt */
-    for (size_t i = 0; i < ch->tokens->n && !bad; i++)
-        bad = tdict_set(vars, tv_ref(ch->tokens->k[i]), tv_ref(ch->tokens->v[i]));
+    /* copies, not references: refcounts are not atomic, and a server renders one loaded
+       tpl_chat from several threads at once (sharing them corrupted the heap) */
+    for (size_t i = 0; i < ch->tokens->n && !bad; i++) {
+        const tstr *ks = ch->tokens->k[i].u.s, *vs = ch->tokens->v[i].u.s;
+        tv k = tv_str(ks->s, ks->len), v = tv_str(vs->s, vs->len);
+        if (k.t != TV_STR || v.t != TV_STR) { tv_decref(k); tv_decref(v); bad = 1; break; }
+        bad = tdict_set(vars, k, v);
+    }
     if (kw && json_is_object(kw)) {
         const char *k;
         json_t *v;
