@@ -10,6 +10,10 @@
 static int is_ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 json_t *cj_parse(const char *text, size_t len, const char *what, char *err, size_t errlen) {
+    return cj_parse_ex(text, len, what, 0, err, errlen);
+}
+
+json_t *cj_parse_ex(const char *text, size_t len, const char *what, int big_ints_as_reals, char *err, size_t errlen) {
     /* Worst case every byte starts a literal that grows by 2 quotes: "NaN" -> 3 chars + 2. */
     size_t cap = len + len / 3 * 2 + 16;
     char *buf = malloc(cap);
@@ -38,6 +42,18 @@ json_t *cj_parse(const char *text, size_t len, const char *what, char *err, size
                 i += l - 1;
                 done = 1;
             }
+        }
+        if (!done && big_ints_as_reals && (c == '-' || (c >= '0' && c <= '9')) && (i == 0 || (!is_ident(text[i - 1]) && text[i - 1] != '.'))) {
+            /* an integer too large for int64 (tokenizer configs write model_max_length =
+               1e30 as digits) is read as a real, as Python's json would keep it: append .0 */
+            size_t j = i + (c == '-'), digits = 0;
+            while (j < len && text[j] >= '0' && text[j] <= '9') { j++; digits++; }
+            int is_int = digits > 0 && (j == len || (text[j] != '.' && text[j] != 'e' && text[j] != 'E'));
+            memcpy(buf + o, text + i, j - i);
+            o += j - i;
+            if (is_int && digits >= 19) { buf[o++] = '.'; buf[o++] = '0'; }
+            i = j - 1;
+            done = 1;
         }
         if (!done) buf[o++] = c;
     }
@@ -68,7 +84,7 @@ json_t *cj_load_file(const char *path, char *err, size_t errlen) {
     int bad = ferror(f);
     fclose(f);
     if (bad) { free(buf); ci_err(err, errlen, "%s: read error", path); return NULL; }
-    json_t *root = cj_parse(buf, len, path, err, errlen);
+    json_t *root = cj_parse_ex(buf, len, path, 1, err, errlen);
     free(buf);
     return root;
 }

@@ -3,7 +3,10 @@
  * Python's json module writes the bare literals Infinity, -Infinity and NaN, which strict
  * JSON parsers refuse; transformers sometimes writes {"__float__": "Infinity"} instead.
  * cj_parse rewrites the bare literals (outside strings) into the strings "Infinity",
- * "-Infinity", "NaN" before parsing, and cj_number reads all three spellings. */
+ * "-Infinity", "NaN" before parsing, and cj_number reads all three spellings. Files read
+ * with cj_load_file (configs) also take integers too large for int64 as reals (tokenizer
+ * configs write model_max_length = 1e30 as digits); cj_parse alone keeps jansson's refusal
+ * (a safetensors header must not have such dims). */
 #ifndef CI_JSON_H
 #define CI_JSON_H
 #include <jansson.h>
@@ -11,7 +14,9 @@
 
 /* Parses len bytes of text. `what` names the source in errors (a file path). */
 json_t *cj_parse(const char *text, size_t len, const char *what, char *err, size_t errlen);
-/* Reads a whole file and parses it. */
+/* cj_parse with the choice of reading integers of 19+ digits as reals. */
+json_t *cj_parse_ex(const char *text, size_t len, const char *what, int big_ints_as_reals, char *err, size_t errlen);
+/* Reads a whole file and parses it (big integers as reals). */
 json_t *cj_load_file(const char *path, char *err, size_t errlen);
 /* 1 if v is a number (or an Infinity/NaN spelling) and sets *out; 0 otherwise. */
 int cj_number(const json_t *v, double *out);

@@ -57,6 +57,24 @@ static void test_python_literals(void) {
     json_decref(j);
 }
 
+static void test_huge_integers(void) {
+    char err[512] = "";
+    const char *txt = "{\"model_max_length\": 1000000000000000019884624838656, \"n\": -99999999999999999999, "
+                      "\"ok\": 123456789012345678, \"r\": 1.5e300, \"a\": [12, -3, 0]}";
+    CHECK(cj_parse(txt, strlen(txt), "t", err, sizeof err) == NULL, "plain cj_parse keeps refusing huge integers");
+    json_t *j = cj_parse_ex(txt, strlen(txt), "t", 1, err, sizeof err);
+    CHECK(j != NULL, "%s", err);
+    if (!j) return;
+    double v;
+    long long i;
+    CHECK(cj_get_num(j, "model_max_length", &v) == 1 && v > 9.9e29 && v < 1.1e30, "huge as real: %g", v);
+    CHECK(cj_get_num(j, "n", &v) == 1 && v < -9.9e19, "negative huge: %g", v);
+    CHECK(cj_get_int(j, "ok", &i) == 1 && i == 123456789012345678LL, "18 digits stay an integer");
+    CHECK(json_is_integer(json_array_get(json_object_get(j, "a"), 1)), "small integers stay integers");
+    CHECK(cj_get_num(j, "r", &v) == 1 && v == 1.5e300, "reals untouched");
+    json_decref(j);
+}
+
 static void test_text_config(void) {
     char err[512] = "";
     ci_config c;
@@ -132,6 +150,7 @@ int main(void) {
     TEST_RUN(test_transformers5_dialect);
     TEST_RUN(test_hub_dialect);
     TEST_RUN(test_python_literals);
+    TEST_RUN(test_huge_integers);
     TEST_RUN(test_text_config);
     TEST_RUN(test_refusals);
     TEST_RUN(test_rope_tables);
