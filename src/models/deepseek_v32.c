@@ -228,14 +228,7 @@ static int dsv32_load(ci_model *m, char *err, size_t errlen) {
     } else {
         w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
     }
-    int rc = w_finish(&b, err, errlen);
-    d->owned = b.owned;
-    d->n_owned = b.n_owned;
-    m->n_params = b.n_params;
-    memcpy(m->bytes_by_dtype, b.bytes_by_dtype, sizeof m->bytes_by_dtype);
-    m->decode_bytes = b.decode_bytes;
-    if (!m->st) { m->specs = b.specs; m->n_specs = b.n_specs; b.specs = NULL; }
-    w_done(&b);
+    int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc;
 }
 

@@ -117,3 +117,19 @@ void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, i
         be->matmul(be, logits, last, 1, head);
     }
 }
+
+int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char *err, size_t errlen) {
+    int rc = w_finish(b, err, errlen);
+    *owned = b->owned;
+    *n_owned = b->n_owned;
+    m->n_params = b->n_params;
+    memcpy(m->bytes_by_dtype, b->bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = b->decode_bytes;
+    if (!m->st) { /* record mode: make-random reads the specs through the model */
+        m->specs = b->specs;
+        m->n_specs = b->n_specs;
+        b->specs = NULL;
+    }
+    w_done(b);
+    return rc;
+}

@@ -45,6 +45,10 @@ typedef struct ci_session {
  *   logits rows it owns ([k, vocab] when all_logits, else only the last piece gets logits).
  * ci_lm_head: final RMSNorm + head for all n rows (xn scratch [n, dim]) or the last one
  *   (last scratch [dim]). */
+/* Ends a family's load(): w_finish, then hands the binder's results to the model (owned
+ * f32 copies into *owned / *n_owned for the family to free with w_owned_free; counts;
+ * in record mode the tensor specs for make-random) and releases the binder. */
+int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char *err, size_t errlen);
 typedef void (*ci_chunk_fn)(ci_session *s, const int *tokens, int n, float *logits, int all_logits);
 int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen);
 void ci_forward_chunks(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int vocab, int chunk,
