@@ -358,6 +358,14 @@ static int cmd_inspect(int argc, char **argv) {
             print_bytes(label, (double)i.bytes_by_dtype[d]);
         }
     printf("%-24s %zu\n", "kv_bytes_per_token", i.cache_bytes_per_token);
+    static const struct { const char *label; long long n; } at[] = {
+        { "cache_bytes_at_1k", 1000 }, { "cache_bytes_at_64k", 65536 }, { "cache_bytes_at_1m", 1048576 } };
+    for (int k = 0; k < 3; k++) {
+        size_t cb = ci_model_cache_bytes(m, at[k].n);
+        char label[64];
+        snprintf(label, sizeof label, "%s", at[k].label);
+        printf("%-24s %zu (%.1f bytes/token)\n", label, cb, (double)cb / (double)at[k].n);
+    }
     print_bytes("decode_weight_bytes", (double)i.decode_bytes);
     ci_model_free(m);
     return 0;

@@ -39,6 +39,8 @@ typedef struct {
     long long max_position;
 } ci_model_info;
 void ci_model_get_info(const ci_model *m, ci_model_info *info);
+/* Bytes of cache a session holding n_tokens of context keeps (all layers). */
+size_t ci_model_cache_bytes(const ci_model *m, long long n_tokens);
 const char *ci_dtype_label(int dtype);   /* "BF16" */
 
 int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen);

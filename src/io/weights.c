@@ -136,6 +136,47 @@ static int bind_quant(w_binder *b, ci_mat *outs, int64_t E, int64_t rows, int64_
     return 1;
 }
 
+/* DeepSeek V4's FP4 weights (its routed experts): "<base>.weight" I8 (or U8) [rows, cols/2],
+ * two E2M1 codes per byte, element 2j in the low nibble, and "<base>.scale" F8_E8M0 (or U8)
+ * [rows, cols/32], one power-of-two scale per 32 inputs. That is exactly MLX's mxfp4 packing
+ * (a little-endian stream of 4-bit codes, group 32, E8M0 scales), so it is bound as an mxfp4
+ * view and computed by the same kernels. */
+static int bind_fp4(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const char *base, int embed) {
+    char wn[512], sn[512];
+    snprintf(wn, sizeof wn, "%s.weight", base);
+    snprintf(sn, sizeof sn, "%s.scale", base);
+    if (cols % 32)
+        return fail(b, "tensor '%s' is FP4 (I8 codes) but its %lld inputs are not a multiple of 32", wn, (long long)cols);
+    int bad;
+    int64_t shw[2] = { rows, cols / 2 }, shs[2] = { rows, cols / 32 };
+    const ci_tensor *w = lookup(b, wn, 2, shw, &bad);
+    if (bad) return -1;
+    const ci_tensor *s = lookup(b, sn, 2, shs, &bad);
+    if (bad) return -1;
+    if (!s) return fail(b, "tensor '%s' is %s (FP4 codes) but '%s' (E8M0 scales [%lld, %lld]) is missing", wn,
+                        ci_dtype_name(w->dtype), sn, (long long)rows, (long long)(cols / 32));
+    if (s->dtype != CI_F8_E8M0 && s->dtype != CI_U8)
+        return fail(b, "tensor '%s' has dtype %s, expected F8_E8M0 (or U8) scales for FP4 '%s'", sn,
+                    ci_dtype_name(s->dtype), wn);
+    ci_qdesc *d = calloc(1, sizeof *d);
+    if (!d || keep(b, (float *)(void *)d)) return fail(b, "out of memory for '%s'", wn);
+    d->mode = CI_Q_MXFP4;
+    d->bits = 4;
+    d->group = 32;
+    d->scale_dtype = CI_F8_E8M0;
+    d->scales = s->data;
+    out->data = w->data;
+    out->dtype = CI_U32;
+    out->scale = d;
+    out->scale_row0 = 0;
+    b->n_params += rows * cols;
+    b->bytes_by_dtype[w->dtype] += w->nbytes;
+    b->bytes_by_dtype[s->dtype] += s->nbytes;
+    size_t total = w->nbytes + s->nbytes;
+    b->decode_bytes += embed ? total / (size_t)rows : total;
+    return 1;
+}
+
 static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
     memset(out, 0, sizeof *out);
     if (b->failed) return -1;
@@ -149,6 +190,8 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
     char qname[512];
     snprintf(qname, sizeof qname, "%s.scales", base);
     if (st_find(b->st, qname)) return bind_quant(b, out, 0, rows, cols, base, embed, 0);
+    const ci_tensor *t0 = st_find(b->st, name);
+    if (t0 && (t0->dtype == CI_I8 || t0->dtype == CI_U8)) return bind_fp4(b, out, rows, cols, base, embed);
     const ci_tensor *t = lookup(b, name, 2, shape, &bad);
     if (bad) return -1;
     if (!t) {
@@ -168,12 +211,20 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
     switch (t->dtype) {
     case CI_F32: case CI_F16: case CI_BF16: break;
     case CI_F8_E4M3: {
-        /* DeepSeek fp8: per 128x128 block scales, partial edge blocks. */
+        /* DeepSeek fp8: per 128x128 block scales, partial edge blocks. Hugging Face names
+         * them "<base>.weight_scale_inv"; DeepSeek V4's original checkpoint "<base>.scale". */
         char sname[512];
         snprintf(sname, sizeof sname, "%s.weight_scale_inv", base);
         int64_t sshape[2] = { (rows + 127) / 128, (cols + 127) / 128 };
         const ci_tensor *s = lookup(b, sname, 2, sshape, &bad);
         if (bad) return -1;
+        if (!s) {
+            char alt[512];
+            snprintf(alt, sizeof alt, "%s.scale", base);
+            s = lookup(b, alt, 2, sshape, &bad);
+            if (bad) return -1;
+            if (s) snprintf(sname, sizeof sname, "%s", alt);
+        }
         if (!s) return fail(b, "tensor '%s' is F8_E4M3 but '%s' (block scales %lldx%lld) is missing",
                             name, sname, (long long)sshape[0], (long long)sshape[1]);
         if (s->dtype != CI_F32 && s->dtype != CI_BF16 && s->dtype != CI_F8_E8M0)
@@ -280,21 +331,18 @@ static int keep(w_binder *b, float *p) {
     return 0;
 }
 
-int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...) {
+static int bind_arr(w_binder *b, float **out, w_need need, int ndim, const int64_t *shape, float add, w_kind kind,
+                    const char *name) {
     *out = NULL;
     if (b->failed) return -1;
-    char name[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int64_t shape[1] = { len };
+    int64_t len = 1;
+    for (int i = 0; i < ndim; i++) len *= shape[i];
     const ci_tensor *t = NULL;
     if (!b->st) {
-        if (record(b, name, 1, shape, kind)) return -1;
+        if (record(b, name, ndim, shape, kind)) return -1;
     } else {
         int bad;
-        t = lookup(b, name, 1, shape, &bad);
+        t = lookup(b, name, ndim, shape, &bad);
         if (bad) return -1;
         if (!t) {
             if (need == W_REQUIRED) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
@@ -320,6 +368,69 @@ int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind 
         v[i] = x + add;
     }
     if (keep(b, v)) return -1;
+    *out = v;
+    return 1;
+}
+
+int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[1] = { len };
+    return bind_arr(b, out, need, 1, shape, add, kind, name);
+}
+
+int w_arr(w_binder *b, float **out, w_need need, int ndim, const int64_t *shape, const char *fmt, ...) {
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return bind_arr(b, out, need, ndim, shape, 0.0f, ndim == 1 ? W_KIND_BIAS : W_KIND_MATRIX, name);
+}
+
+int w_itable(w_binder *b, int32_t **out, int64_t rows, int64_t cols, int64_t lo, int64_t hi, const char *fmt, ...) {
+    *out = NULL;
+    if (b->failed) return -1;
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[2] = { rows, cols };
+    const ci_tensor *t = NULL;
+    if (!b->st) {
+        if (record(b, name, 2, shape, W_KIND_INDEX)) return -1;
+        b->specs[b->n_specs - 1].range = hi;
+    } else {
+        int bad;
+        t = lookup(b, name, 2, shape, &bad);
+        if (bad) return -1;
+        if (!t) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+        if (t->dtype != CI_I32 && t->dtype != CI_I64)
+            return fail(b, "tensor '%s' has dtype %s, expected I32 or I64", name, ci_dtype_name(t->dtype));
+        account(b, t);
+    }
+    size_t n = (size_t)(rows * cols);
+    int32_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return fail(b, "out of memory for '%s'", name);
+    if (keep(b, (float *)(void *)v)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = (int64_t)((int64_t)i % (cols > 0 ? cols : 1)) % (hi > lo ? hi - lo : 1) + lo;  /* record mode */
+        if (t) {
+            if (t->dtype == CI_I32) { int32_t y; memcpy(&y, (const char *)t->data + 4 * i, 4); x = y; }
+            else memcpy(&x, (const char *)t->data + 8 * i, 8);
+            if (x < lo || x >= hi) {
+                *out = NULL;
+                return fail(b, "tensor '%s' entry [%lld, %lld] is %lld, expected a value in [%lld, %lld)", name,
+                            (long long)(i / (size_t)cols), (long long)(i % (size_t)cols), (long long)x, (long long)lo,
+                            (long long)hi);
+            }
+        }
+        v[i] = (int32_t)x;
+    }
     *out = v;
     return 1;
 }

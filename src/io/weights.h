@@ -12,6 +12,10 @@
  * recorded as a spec (name, shape, kind) so `cinfer make-random` can write a checkpoint
  * with the family's exact tensor list from a config alone.
  *
+ * DeepSeek V4's original checkpoint: fp8 block scales may be named "<name>.scale" (F8_E8M0)
+ * instead of "<name>.weight_scale_inv", and a matrix whose weight is I8/U8 [rows, cols/2]
+ * is FP4 (E2M1 pairs) with "<name>.scale" E8M0 per 32 inputs, bound as an mxfp4 view.
+ *
  * MLX-quantized modules (mlx-community checkpoints, quant.h): whenever "<name>.scales"
  * exists, w_mat / w_embed / w_experts bind "<name>.weight" (U32 codes), ".scales" and
  * ".biases" as one quantized ci_mat (dtype CI_U32, a ci_qdesc owned with the w_vec copies),
@@ -26,13 +30,14 @@
 #include <stdarg.h>
 
 typedef enum { W_REQUIRED = 1, W_OPTIONAL = 0 } w_need;
-typedef enum { W_KIND_MATRIX, W_KIND_EMBED, W_KIND_NORM, W_KIND_BIAS } w_kind;
+typedef enum { W_KIND_MATRIX, W_KIND_EMBED, W_KIND_NORM, W_KIND_BIAS, W_KIND_INDEX } w_kind;
 
 typedef struct {
     char name[256];
     int ndim;
     int64_t shape[4];
     w_kind kind;
+    int64_t range;              /* W_KIND_INDEX: entries lie in [0, range) */
 } w_spec;
 
 typedef struct w_binder {
@@ -65,6 +70,15 @@ int w_embed(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const char *fm
 /* Binds a 1-D tensor of `len` elements named exactly fmt (include ".weight"), into an owned
  * f32 copy. add is added to every element (0 for plain weights). Returns as w_mat. */
 int w_vec(w_binder *b, float **out, w_need need, int64_t len, float add, w_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* Binds a small tensor of exactly `shape` (ndim <= 4) named exactly fmt into an owned f32
+ * copy (row-major), e.g. DeepSeek V4's mHC mappings and compressor position biases. */
+int w_arr(w_binder *b, float **out, w_need need, int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Binds an integer table [rows, cols] (I32 or I64) into an owned int32 copy, every entry
+ * checked to lie in [lo, hi) (a bad entry fails naming the tensor, the index and the value).
+ * Record mode lists it as W_KIND_INDEX (make-random fills valid distinct values per row). */
+int w_itable(w_binder *b, int32_t **out, int64_t rows, int64_t cols, int64_t lo, int64_t hi, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 /* Binds n_exp experts' SwiGLU matrices from whichever layout the checkpoint has:
  *   per-expert  <prefix>.experts.<e>.{gate,up,down}_proj.weight (fp8 scales allowed)

@@ -41,6 +41,12 @@ void ci_model_free(ci_model *m) {
 
 const char *ci_dtype_label(int dtype) { return ci_dtype_name((ci_dtype)dtype); }
 
+size_t ci_model_cache_bytes(const ci_model *m, long long n_tokens) {
+    const ci_family_ops *o = m->family->ops;
+    if (o->cache_bytes_at) return o->cache_bytes_at(m, n_tokens);
+    return o->cache_bytes_per_token(m) * (size_t)n_tokens;
+}
+
 void ci_model_get_info(const ci_model *m, ci_model_info *info) {
     memset(info, 0, sizeof *info);
     info->family = m->family->name;

@@ -26,6 +26,13 @@ static int fill(void *vctx, int i, void *buf, size_t nbytes) {
     fill_ctx *c = vctx;
     const w_spec *s = &c->specs[i];
     uint64_t rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1;
+    if (s->kind == W_KIND_INDEX) {   /* row r: cols distinct entries in [0, range) */
+        int32_t *o = buf;
+        int64_t cols = s->shape[s->ndim - 1], range = s->range > 0 ? s->range : 1;
+        for (size_t k = 0; k < nbytes / sizeof(int32_t); k++)
+            o[k] = (int32_t)(((int64_t)(k / (size_t)cols) * 7 + (int64_t)(k % (size_t)cols)) % range);
+        return 0;
+    }
     size_t n = nbytes / ci_dtype_size(c->dtype);
     double fan_in = s->ndim >= 2 ? (double)s->shape[s->ndim - 1] : 1.0;
     double sd = 1.0 / sqrt(fan_in);
@@ -95,7 +102,7 @@ int ci_make_random(const char *config_path, const char *out_dir, const char *dty
     if (!d) { ci_err(err, errlen, "make-random: out of memory"); goto done; }
     for (int i = 0; i < m->n_specs; i++) {
         d[i].name = m->specs[i].name;
-        d[i].dtype = dt;
+        d[i].dtype = m->specs[i].kind == W_KIND_INDEX ? CI_I32 : dt;
         d[i].ndim = m->specs[i].ndim;
         for (int k = 0; k < d[i].ndim; k++) d[i].shape[k] = m->specs[i].shape[k];
     }

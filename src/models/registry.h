@@ -41,6 +41,10 @@ typedef struct ci_family_ops {
      * (later rows are then ignored and overwritten), which is what prefix reuse needs. */
     int (*cache_export)(const struct ci_session *s, int n, void *dst, char *err, size_t errlen);
     int (*cache_import)(struct ci_session *s, int n, const void *src, char *err, size_t errlen);
+    /* Optional: bytes a session holding n_tokens of context keeps for its cache, for caches
+     * that are not n · cache_bytes_per_token (DeepSeek V4: a fixed sliding window plus
+     * compressed entries). NULL: n_tokens · cache_bytes_per_token. */
+    size_t (*cache_bytes_at)(const struct ci_model *m, long long n_tokens);
 } ci_family_ops;
 
 typedef struct ci_family {

@@ -72,12 +72,19 @@ static void route_softmax(const moe_block *m, const float *lg, int *sel, float *
     for (int k = 0; k < K; k++) w[k] *= m->routed_scaling;
 }
 
-static void route_sigmoid(const moe_block *m, const float *lg, int *sel, float *w) {
+/* sqrt(softplus(x)); softplus as torch computes it (x itself above 20) */
+static float sqrt_softplus(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
+
+static void route_sigmoid(const moe_block *m, const float *lg, int *sel, float *w, int id) {
     const int E = m->n_experts, K = m->top_k, G = m->n_group > 0 ? m->n_group : 1;
     float s[E], choice[E];
     for (int e = 0; e < E; e++) {
-        s[e] = 1.0f / (1.0f + expf(-lg[e]));
+        s[e] = m->router == MOE_SQRTSOFTPLUS ? sqrt_softplus(lg[e]) : 1.0f / (1.0f + expf(-lg[e]));
         choice[e] = s[e] + (m->bias ? m->bias[e] : 0.0f);
+    }
+    if (m->hash_ids) {   /* the experts are fixed by the token id; only the weights are learned */
+        for (int k = 0; k < K; k++) sel[k] = m->hash_ids[(size_t)id * K + k];
+        goto weights;
     }
     if (G > 1) {
         const int per = E / G;
@@ -97,6 +104,7 @@ static void route_sigmoid(const moe_block *m, const float *lg, int *sel, float *
         }
     }
     topk(choice, E, K, sel);
+weights:;
     double sum = 0;
     for (int k = 0; k < K; k++) { w[k] = s[sel[k]]; sum += w[k]; }
     if (m->norm_topk_prob) {
@@ -113,7 +121,15 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
         int *sel = s->sel + (size_t)t * m->top_k;
         float *w = s->w + (size_t)t * m->top_k;
         if (m->router == MOE_SOFTMAX) route_softmax(m, lg, sel, w);
-        else route_sigmoid(m, lg, sel, w);
+        else route_sigmoid(m, lg, sel, w, s->ids ? s->ids[t] : 0);
+    }
+}
+
+/* DeepSeek V4's clamped SwiGLU inputs: g <= L, -L <= u <= L (then silu(g) · u as usual) */
+static void clamp_gu(float *g, float *u, int64_t count, float L) {
+    for (int64_t i = 0; i < count; i++) {
+        if (g[i] > L) g[i] = L;
+        u[i] = u[i] > L ? L : u[i] < -L ? -L : u[i];
     }
 }
 
@@ -162,6 +178,7 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         } else {
             be->matmul(be, s->g, s->xe, m_e, &m->w_gate[e]);    /* [m_e, I] */
             be->matmul(be, s->u, s->xe, m_e, &m->w_up[e]);
+            if (m->act_limit > 0) clamp_gu(s->g, s->u, (int64_t)m_e * I, m->act_limit);
             be->swiglu(be, s->g, s->u, (int64_t)m_e * I);
         }
         be->matmul(be, s->ye, s->g, m_e, &m->w_down[e]);    /* [m_e, X] */
@@ -180,6 +197,7 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         } else {
             be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
             be->matmul(be, s->u, x, n, &m->sh_up);
+            if (m->act_limit > 0) clamp_gu(s->g, s->u, (int64_t)n * SI, m->act_limit);
             be->swiglu(be, s->g, s->u, (int64_t)n * SI);
         }
         be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */

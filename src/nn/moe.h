@@ -8,7 +8,15 @@
  *                topk_group survive (others -inf); top-k on choice; weights = s at those
  *                experts (no bias), / (sum + norm_eps) when norm_topk_prob (norm_eps 0 means
  *                1e-20, DeepSeek's; LFM2-MoE sets 1e-6); × routed_scaling.
- * Experts: out = Σ_k w_k · down_e(silu(gate_e x) · up_e x). Tokens are grouped by expert and
+ *   MOE_SQRTSOFTPLUS (DeepSeek V4): s = sqrt(softplus(logits)); otherwise as MOE_SIGMOID
+ *                (bias-corrected choice, no grouping; weights = s at the chosen experts,
+ *                normalised when norm_topk_prob, × routed_scaling).
+ *   Hash routing (DeepSeek V4's first layers): when hash_ids is set, the experts of token
+ *                id are hash_ids[id · top_k ..] (scratch.ids gives the rows' token ids); the
+ *                weights are still the router's scores s at those experts, as above.
+ * Experts: out = Σ_k w_k · down_e(silu(gate_e x) · up_e x); with act_limit > 0 (DeepSeek
+ * V4's swiglu_limit L) the activation is silu(min(g, L)) · clamp(u, -L, L), for the routed
+ * and the shared expert alike. Tokens are grouped by expert and
  * each active expert runs one batched matmul over its tokens (not one per token).
  * Optional shared expert (Qwen2-MoE style: Qwen3-Next, Qwen3.5-MoE), when shared_inter > 0:
  * out += σ(x · sh_routerᵀ) · sh_down(silu(sh_gate x) · sh_up x); with sh_router.rows == 0
@@ -26,7 +34,7 @@
 #define CI_MOE_H
 #include "../backend/backend.h"
 
-typedef enum { MOE_SOFTMAX, MOE_SIGMOID } moe_router;
+typedef enum { MOE_SOFTMAX, MOE_SIGMOID, MOE_SQRTSOFTPLUS } moe_router;
 typedef enum { MOE_ACT_SWIGLU = 0, MOE_ACT_RELU2 } moe_act;
 
 typedef struct {
@@ -46,6 +54,9 @@ typedef struct {
     ci_mat sh_router;            /* [1, hidden] shared_expert_gate; rows == 0: ungated */
     moe_act act;                 /* MOE_ACT_SWIGLU (0) or MOE_ACT_RELU2 (no gate matrices) */
     int latent;                  /* 0: experts read x; else the width of their latent space */
+    const int32_t *hash_ids;     /* [vocab, top_k] fixed expert choice per token id, or NULL */
+    int hash_vocab;              /* rows of hash_ids */
+    float act_limit;             /* > 0: clamped SwiGLU (see above) */
     ci_mat fc1_latent;           /* [latent, hidden] when latent */
     ci_mat fc2_latent;           /* [hidden, latent] when latent */
 } moe_block;
@@ -64,6 +75,7 @@ typedef struct {
     float *sg;                   /* [max_n] shared-expert gate logits */
     float *ye;                   /* [max_n, max(hidden, latent)] expert outputs */
     float *xl, *acc;             /* [max_n, latent] latent inputs and routed sum (latent only) */
+    const int *ids;              /* hash routing: the token ids of the n rows, set by the caller */
 } moe_scratch;
 
 int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n);

@@ -107,8 +107,9 @@ static void test_fixtures(void) {
     char *names[256];
     int n = 0;
     struct dirent *e;
+    const char *only = getenv("CINFER_FIXTURE");   /* debugging: fixtures whose name contains it */
     while ((e = readdir(d)) && n < 256)
-        if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+        if (e->d_name[0] != '.' && (!only || strstr(e->d_name, only))) names[n++] = strdup(e->d_name);
     closedir(d);
     for (int i = 0; i < n; i++) {
         char dir[512];
@@ -128,7 +129,9 @@ static void test_fixtures(void) {
     check_case_failed = 0;
 }
 
-static void test_found_fixtures(void) { CHECK(n_fixtures >= 12, "only %d fixture runs", n_fixtures); }
+static void test_found_fixtures(void) {
+    CHECK(n_fixtures >= 12 || getenv("CINFER_FIXTURE"), "only %d fixture runs", n_fixtures);
+}
 
 int main(void) {
     test_fixtures();
