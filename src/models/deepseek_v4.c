@@ -39,6 +39,7 @@
 #include "../io/json.h"
 #include "../io/weights.h"
 #include "../nn/compressor.h"
+#include "../nn/dsa.h"
 #include "../nn/hc.h"
 #include "../nn/moe.h"
 #include "../nn/rope.h"
@@ -94,6 +95,7 @@ typedef struct {
     float *pkv, *pg;                      /* compressor projections [UB, 2·max(D, Di)] */
     float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
     float *scores;                        /* [max entries] */
+    int32_t *seltmp;                      /* [max entries] */
     int *sel, *nsel;                      /* [UB, topk], [UB] */
     float *last;                          /* [H] */
     int32_t *pos, *npos;                  /* [UB] positions and their negatives */
@@ -562,13 +564,14 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->iq = malloc((size_t)U * d->Hi * d->Di * sizeof(float));
     c->iwt = malloc((size_t)U * d->Hi * sizeof(float));
     c->scores = malloc((size_t)max_entries * sizeof(float));
+    c->seltmp = malloc((size_t)max_entries * sizeof(int32_t));
     c->sel = malloc((size_t)U * (topk > 0 ? topk : 1) * sizeof(int));
     c->nsel = malloc((size_t)U * sizeof(int));
     c->last = malloc((size_t)H * sizeof(float));
     c->pos = malloc((size_t)U * sizeof(int32_t));
     c->npos = malloc((size_t)U * sizeof(int32_t));
     if (!c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
-        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->sel ||
+        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->sel ||
         !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(&c->moe, &d->layers[0].moe, U))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
@@ -587,7 +590,7 @@ static void v4_session_free(ci_session *s) {
     free(c->lc);
     free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
     free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
-    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->sel); free(c->nsel); free(c->last);
+    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->sel); free(c->nsel); free(c->last);
     free(c->pos); free(c->npos);
     moe_scratch_free(&c->moe);
     free(c);
@@ -599,7 +602,7 @@ static void v4_session_free(ci_session *s) {
 /* The CSA indexer's choice for query row t (position p): the indices of the top-k visible
  * compressed entries by score (all of them when at most top-k are visible), into sel. */
 static int index_select(const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq, const float *iw,
-                        int p, float *scores, int *sel) {
+                        int p, float *scores, int32_t *tmp, int *sel) {
     int vis = (p + 1) / L->ratio;
     if (vis > is->n) vis = is->n;
     if (vis <= d->topk) {
@@ -619,32 +622,9 @@ static int index_select(const v4_model *d, const v4_layer *L, const cmp_state *i
         }
         scores[i] = sc;
     }
-    /* top-k by selection into a min-heap of indices (ties: the lower index wins) */
-    int k = d->topk, nh = 0;
-#define WORSE(a, b) (scores[a] < scores[b] || (scores[a] == scores[b] && (a) > (b)))
-    for (int i = 0; i < vis; i++) {
-        if (nh < k) {
-            int j = nh++;
-            sel[j] = i;
-            while (j > 0 && WORSE(sel[j], sel[(j - 1) / 2])) {
-                int t = sel[j]; sel[j] = sel[(j - 1) / 2]; sel[(j - 1) / 2] = t;
-                j = (j - 1) / 2;
-            }
-        } else if (WORSE(sel[0], i)) {
-            sel[0] = i;
-            int j = 0;
-            for (;;) {
-                int a = 2 * j + 1, b2 = a + 1, w = j;
-                if (a < nh && WORSE(sel[a], sel[w])) w = a;
-                if (b2 < nh && WORSE(sel[b2], sel[w])) w = b2;
-                if (w == j) break;
-                int t = sel[j]; sel[j] = sel[w]; sel[w] = t;
-                j = w;
-            }
-        }
-    }
-#undef WORSE
-    return nh;
+    int k = dsa_select(scores, vis, d->topk, tmp);   /* ties: the lower index */
+    memcpy(sel, tmp, (size_t)k * sizeof *sel);
+    return k;
 }
 
 typedef struct {
@@ -724,7 +704,7 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
         for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
         for (int t = 0; t < n; t++)
             c->nsel[t] = index_select(d, L, &lc->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      pos0 + t, c->scores, c->sel + (size_t)t * d->topk);
+                                      pos0 + t, c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
     }
     attn_ctx a = { d, L, lc, c, c->ring_rows, pos0 };
     ci_pool_run(be->pool, attn_task, &a, n * Hh);
