@@ -223,10 +223,10 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
             snprintf(alt, sizeof alt, "%s.scale", base);
             s = lookup(b, alt, 2, sshape, &bad);
             if (bad) return -1;
-            if (s) snprintf(sname, sizeof sname, "%s", alt);
+            if (!s) return fail(b, "tensor '%s' is F8_E4M3 but its block scales %lldx%lld ('%s' or '%s') are missing",
+                                name, (long long)sshape[0], (long long)sshape[1], sname, alt);
+            snprintf(sname, sizeof sname, "%s", alt);
         }
-        if (!s) return fail(b, "tensor '%s' is F8_E4M3 but '%s' (block scales %lldx%lld) is missing",
-                            name, sname, (long long)sshape[0], (long long)sshape[1]);
         if (s->dtype != CI_F32 && s->dtype != CI_BF16 && s->dtype != CI_F8_E8M0)
             return fail(b, "tensor '%s' has dtype %s, expected F32, BF16 or F8_E8M0", sname, ci_dtype_name(s->dtype));
         out->scale = s->data;

@@ -1,0 +1,265 @@
+/* test_dsv4.c — the deepseek_v4 family beyond parity: a make-random checkpoint of every layer
+ * type run in one prefill, one token at a time, in uneven chunks and again after a session
+ * reset (the compressors' window and overlap state must carry across calls and be emptied
+ * by a reset); cache sizes; config errors; damaged checkpoints (hash table out of range,
+ * missing fp8 / FP4 scales). Run from the repository root (the fixtures are read). */
+#include "check.h"
+#include "cinfer.h"
+#include "io/json.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define V4_CFG_X(shape, extra)                                                                             \
+    "{\"model_type\": \"deepseek_v4\", \"vocab_size\": 64, \"hidden_size\": 32, \"num_hidden_layers\": 3, "  \
+    "\"num_attention_heads\": 2, \"head_dim\": 16, \"q_lora_rank\": 24, " shape ", "                        \
+    "\"qk_rope_head_dim\": 4, \"moe_intermediate_size\": 16, \"n_routed_experts\": 4, "                    \
+    "\"num_experts_per_tok\": 2, \"n_shared_experts\": 1, \"routed_scaling_factor\": 1.5, "                \
+    "\"hc_mult\": 3, \"sliding_window\": 5, \"o_lora_rank\": 8, \"index_n_heads\": 4, "                    \
+    "\"index_topk\": 3, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, "           \
+    "\"max_position_embeddings\": 256, \"swiglu_limit\": 1.0" extra "}"
+#define V4_SHAPE "\"num_key_value_heads\": 1, \"o_groups\": 2, \"index_head_dim\": 8"
+#define V4_CFG(extra) V4_CFG_X(V4_SHAPE, extra)
+#define V4_TYPES                                                                                           \
+    ", \"layer_types\": [\"compressed_sparse_attention\", \"sliding_attention\", "                          \
+    "\"heavily_compressed_attention\"], \"compress_rates\": {\"compressed_sparse_attention\": 4, "          \
+    "\"heavily_compressed_attention\": 8}, \"mlp_layer_types\": [\"hash_moe\", \"moe\", \"moe\"]"
+
+static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
+    snprintf(dir, dn, "/tmp/cinfer_dsv4_XXXXXX");
+    if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
+    char path[600];
+    snprintf(path, sizeof path, "%s/in.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
+    fputs(cfg, f);
+    fclose(f);
+    if (ci_make_random(path, dir, "f32", 5, 0, err, errlen)) return NULL;
+    return dir;
+}
+
+static void rm_dir(const char *dir) {
+    char p[600];
+    const char *files[] = { "in.json", "config.json", "model.safetensors", "ref.json", "ref_logits.f32" };
+    for (int i = 0; i < 5; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); unlink(p); }
+    rmdir(dir);
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double md = 0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+/* 60 tokens (15 CSA entries > index_topk 3, 7 HCA entries, a 5-token window) three ways. */
+static void test_chunking_and_reset(void) {
+    char dir[64], err[1024] = "";
+    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { T = 60, V = 64 };
+    ci_model *m = NULL;
+    ci_session *s = NULL;
+    ci_model_opts o = { 1, 0 };
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
+        int toks[T];
+        for (int i = 0; i < T; i++) toks[i] = 3 + (i * 11) % 60;
+        float *a = malloc(T * V * sizeof *a), *b = malloc(T * V * sizeof *b), *c = malloc(T * V * sizeof *c);
+        CHECK(ci_forward(s, toks, T, a, 1, err, sizeof err) == 0, "%s", err);
+        ci_session_reset(s);
+        for (int t = 0; t < T; t++) CHECK(ci_forward(s, &toks[t], 1, b + t * V, 1, err, sizeof err) == 0, "%s", err);
+        CHECK(isfinite(a[0]) && max_diff(a, b, T * V) < 1e-4, "prefill vs steps max|diff| %g", max_diff(a, b, T * V));
+        ci_session_reset(s);
+        static const int chunk[] = { 3, 7, 1, 13, 2, 9, 25 };
+        int at = 0;
+        for (int k = 0; at < T; k++) {
+            int nn = chunk[k % 7] < T - at ? chunk[k % 7] : T - at;
+            CHECK(ci_forward(s, toks + at, nn, c + at * V, 1, err, sizeof err) == 0, "%s", err);
+            at += nn;
+        }
+        CHECK(max_diff(a, c, T * V) < 1e-4, "prefill vs uneven chunks max|diff| %g", max_diff(a, c, T * V));
+        CHECK(ci_forward(s, toks, 1, a, 0, err, sizeof err) != 0, "forward past the context accepted");
+        CHECK_HAS(err, "deepseek_v4");
+        free(a); free(b); free(c);
+    } else {
+        CHECK(0, "%s", err);
+    }
+    ci_session_free(s);
+    ci_model_free(m);
+    rm_dir(dir);
+}
+
+/* Cache bytes: per token, the compressed entries (CSA: D/4 + Di/4 floats, HCA: D/8 floats);
+ * a session also holds each layer's window ring and the compressors' window buffers. */
+static void test_cache_bytes(void) {
+    char dir[64], err[1024] = "";
+    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    ci_model *m = NULL;
+    ci_model_opts o = { 1, 0 };
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    if (m) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        size_t per = (size_t)ceil((16.0 / 4 + 8.0 / 4 + 16.0 / 8) * sizeof(float));
+        CHECK(info.cache_bytes_per_token == per, "cache bytes per token %zu, expected %zu", info.cache_bytes_per_token, per);
+        size_t a = ci_model_cache_bytes(m, 1000), b = ci_model_cache_bytes(m, 2000);
+        CHECK(b > a && b - a >= 1000 * per - 64 && b - a <= 1000 * per + 256, "1k -> 2k tokens grows by %zu", b - a);
+    }
+    ci_model_free(m);
+    rm_dir(dir);
+}
+
+static void expect_load_error(const char *cfg, const char *needle) {
+    char dir[64], err[1024] = "";
+    CHECK(make_random(cfg, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
+    CHECK_HAS(err, needle);
+    rm_dir(dir);
+}
+
+static void test_config_errors(void) {
+    expect_load_error(V4_CFG(", \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\"]"),
+                      "deepseek_v4: layer_types[1] is 'full_attention', expected sliding_attention");
+    expect_load_error(V4_CFG(", \"compress_ratios\": [0, 3, 128, 0]"), "deepseek_v4: compress_ratios[1] must be 0, 4 or 128");
+    expect_load_error(V4_CFG(", \"compress_ratios\": [0, 4]"), "'compress_ratios' must be a list of at least 3 integers");
+    expect_load_error(V4_CFG(", \"mlp_layer_types\": [\"moe\", \"dense\", \"moe\"]"),
+                      "deepseek_v4: mlp_layer_types[1] is 'dense', expected 'hash_moe' or 'moe'");
+    expect_load_error(V4_CFG(", \"scoring_func\": \"softmax\""), "scoring_func 'softmax' is not supported");
+    expect_load_error(V4_CFG(", \"hidden_act\": \"gelu\""), "hidden_act 'gelu' is not supported");
+    expect_load_error(V4_CFG_X("\"num_key_value_heads\": 2, \"o_groups\": 2, \"index_head_dim\": 8", ""),
+                      "key 'num_key_value_heads'");
+    expect_load_error(V4_CFG_X("\"o_groups\": 3, \"index_head_dim\": 8", ""), "o_groups 3 must divide");
+    expect_load_error(V4_CFG(", \"compress_rates\": {\"compressed_sparse_attention\": 0}"),
+                      "compress_rates.compressed_sparse_attention must be a positive integer");
+    expect_load_error(V4_CFG_X("\"o_groups\": 2, \"index_head_dim\": 2", ""), "qk_rope_head_dim 4 must be even and at most");
+}
+
+/* ---- damaged checkpoints: a copy of a fixture with one byte range or name changed ---------- */
+
+static int copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    int ok = a && b;
+    char buf[1 << 16];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
+    if (a) fclose(a);
+    if (b && fclose(b)) ok = 0;
+    return ok ? 0 : -1;
+}
+
+static int copy_fixture(const char *name, char *dir, size_t dn) {
+    snprintf(dir, dn, "/tmp/cinfer_dsv4_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    const char *files[] = { "config.json", "model.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "tests/fixtures/%s/%s", name, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        if (copy_file(a, b)) return -1;
+    }
+    return 0;
+}
+
+/* Byte offset of a tensor's data in a safetensors file (-1 if absent). */
+static long tensor_offset(const char *path, const char *tensor) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    uint64_t hl = 0;
+    long off = -1;
+    if (fread(&hl, 8, 1, f) == 1 && hl < (1u << 24)) {
+        char *h = malloc(hl + 1), err[256];
+        if (h && fread(h, 1, hl, f) == hl) {
+            json_t *j = cj_parse(h, hl, path, err, sizeof err);
+            const json_t *e = j ? json_object_get(j, tensor) : NULL;
+            const json_t *o = e ? json_object_get(e, "data_offsets") : NULL;
+            if (o) off = (long)(8 + hl + (uint64_t)json_integer_value(json_array_get(o, 0)));
+            if (j) json_decref(j);
+        }
+        free(h);
+    }
+    fclose(f);
+    return off;
+}
+
+static int patch(const char *path, long off, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    int ok = fseek(f, off, SEEK_SET) == 0 && fwrite(bytes, 1, n, f) == n;
+    return fclose(f) || !ok ? -1 : 0;
+}
+
+/* Renames a tensor in the header to a same-length name (the data stays where it was). */
+static int rename_tensor(const char *path, const char *from, const char *to) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    uint64_t hl = 0;
+    int rc = -1;
+    if (fread(&hl, 8, 1, f) == 1 && hl < (1u << 24) && strlen(from) == strlen(to)) {
+        char *h = calloc(1, hl + 1);
+        char q[300];
+        snprintf(q, sizeof q, "\"%s\"", from);
+        char *at = h && fread(h, 1, hl, f) == hl ? strstr(h, q) : NULL;
+        if (at && fseek(f, 8 + (at - h) + 1, SEEK_SET) == 0 && fwrite(to, 1, strlen(to), f) == strlen(to)) rc = 0;
+        free(h);
+    }
+    return fclose(f) || rc ? -1 : 0;
+}
+
+static void expect_open_error(const char *dir, const char *n1, const char *n2) {
+    ci_model *m = NULL;
+    ci_model_opts o = { 1, 0 };
+    char err[1024] = "";
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "damaged checkpoint %s accepted", dir);
+    CHECK_HAS(err, "deepseek_v4");
+    CHECK_HAS(err, n1);
+    if (n2) CHECK_HAS(err, n2);
+    ci_model_free(m);
+}
+
+static void test_damaged(void) {
+    char dir[64], st[600];
+    /* a hash table entry naming expert 99 of 8 */
+    if (copy_fixture("deepseek_v4_hub", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    long off = tensor_offset(st, "layers.0.ffn.gate.tid2eid");
+    int32_t bad = 99;
+    CHECK(off > 0 && patch(st, off + 5 * 2 * 4 + 4, &bad, 4) == 0, "patch failed");
+    expect_open_error(dir, "tensor 'layers.0.ffn.gate.tid2eid' entry [5, 1] is 99, expected a value in [0, 8)", NULL);
+    rm_dir(dir);
+    /* an FP4 expert without its scales, an fp8 matrix without its block scales */
+    if (copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    CHECK(rename_tensor(st, "layers.2.ffn.experts.3.w2.scale", "layers.2.ffn.experts.3.w2.scalf") == 0, "rename failed");
+    expect_open_error(dir, "'layers.2.ffn.experts.3.w2.weight' is I8 (FP4 codes) but 'layers.2.ffn.experts.3.w2.scale'",
+                      "is missing");
+    rm_dir(dir);
+    if (copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    CHECK(rename_tensor(st, "layers.1.attn.wq_b.scale", "layers.1.attn.wq_b.scalf") == 0, "rename failed");
+    expect_open_error(dir, "tensor 'layers.1.attn.wq_b.weight' is F8_E4M3 but its block scales 1x1", "layers.1.attn.wq_b.scale");
+    rm_dir(dir);
+    /* a compressor position bias of the wrong window length */
+    if (copy_fixture("deepseek_v4", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    char err[256];
+    json_t *c = cj_load_file(cfg, err, sizeof err);
+    CHECK(c != NULL, "%s", err);
+    if (c) {
+        json_t *r = json_object_get(c, "compress_rates");
+        json_object_set_new(r, "heavily_compressed_attention", json_integer(16));
+        CHECK(json_dump_file(c, cfg, 0) == 0, "cannot write %s", cfg);
+        json_decref(c);
+        expect_open_error(dir, "model.layers.2.attn.compressor.ape", "expected [16, 32]");
+    }
+    rm_dir(dir);
+}
+
+int main(void) {
+    TEST_RUN(test_chunking_and_reset);
+    TEST_RUN(test_cache_bytes);
+    TEST_RUN(test_config_errors);
+    TEST_RUN(test_damaged);
+    TEST_EXIT();
+}
