@@ -7,7 +7,7 @@
  *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids
  *   cinfer inspect  --model DIR
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
- *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]
+ *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
  *   cinfer serve [--model DIR] [--port N] ...                   (apps/cmd_serve.c)
  *   cinfer template --model DIR --request F.json                (apps/cmd_template.c)
@@ -41,7 +41,7 @@ static const char *USAGE =
     "              [--threads N] [--ids] [--stats]\n"
     "  inspect     --model DIR\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
-    "  make-random --config FILE --out DIR [--dtype bf16|f32] [--seed S] [--layers N]\n"
+    "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
     "              [--ctx N] [--prefix-cache-mb N]  (OpenAI-compatible HTTP server)\n"

@@ -28,7 +28,7 @@
     "\"heavily_compressed_attention\"], \"compress_rates\": {\"compressed_sparse_attention\": 4, "          \
     "\"heavily_compressed_attention\": 8}, \"mlp_layer_types\": [\"hash_moe\", \"moe\", \"moe\"]"
 
-static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
+static const char *make_random_as(const char *cfg, const char *dtype, char *dir, size_t dn, char *err, size_t errlen) {
     snprintf(dir, dn, "/tmp/cinfer_dsv4_XXXXXX");
     if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
     char path[600];
@@ -37,8 +37,12 @@ static const char *make_random(const char *cfg, char *dir, size_t dn, char *err,
     if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
     fputs(cfg, f);
     fclose(f);
-    if (ci_make_random(path, dir, "f32", 5, 0, err, errlen)) return NULL;
+    if (ci_make_random(path, dir, dtype, 5, 0, err, errlen)) return NULL;
     return dir;
+}
+
+static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
+    return make_random_as(cfg, "f32", dir, dn, err, errlen);
 }
 
 static void rm_dir(const char *dir) {
@@ -54,15 +58,23 @@ static double max_diff(const float *a, const float *b, size_t n) {
     return md;
 }
 
-/* 60 tokens (15 CSA entries > index_topk 3, 7 HCA entries, a 5-token window) three ways. */
-static void test_chunking_and_reset(void) {
+/* 60 tokens (15 CSA entries > index_topk 3, 7 HCA entries, a 5-token window) three ways;
+ * f32 weights, and DeepSeek's own formats as make-random writes them (fp8 matrices with E8M0
+ * block scales, FP4 routed experts). */
+static void chunking_and_reset(const char *dtype) {
     char dir[64], err[1024] = "";
-    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    if (!make_random_as(V4_CFG(V4_TYPES), dtype, dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
     enum { T = 60, V = 64 };
     ci_model *m = NULL;
     ci_session *s = NULL;
     ci_model_opts o = { 1, 0 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    if (m && !strcmp(dtype, "fp8-fp4")) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        CHECK(info.bytes_by_dtype[6] > 0 && info.bytes_by_dtype[3] > 0 && info.bytes_by_dtype[5] > 0,
+              "fp8-fp4 checkpoint without I8 / F8_E4M3 / F8_E8M0 tensors");
+    }
     if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
         int toks[T];
         for (int i = 0; i < T; i++) toks[i] = 3 + (i * 11) % 60;
@@ -89,6 +101,11 @@ static void test_chunking_and_reset(void) {
     ci_session_free(s);
     ci_model_free(m);
     rm_dir(dir);
+}
+
+static void test_chunking_and_reset(void) {
+    chunking_and_reset("f32");
+    chunking_and_reset("fp8-fp4");
 }
 
 /* Cache bytes: per token, the compressed entries (CSA: D/4 + Di/4 floats, HCA: D/8 floats);
