@@ -599,29 +599,44 @@ static void v4_session_free(ci_session *s) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
+/* Indexer scores of entries [64·i, 64·i + 64) for one query (pool task i). */
+typedef struct {
+    const v4_model *d;
+    const float *keys, *iq, *iw;
+    float *scores;
+    int vis;
+} score_ctx;
+
+static void score_task(void *vctx, int blk) {
+    const score_ctx *a = vctx;
+    const int Hi = a->d->Hi, Di = a->d->Di;
+    const float ks = 1.0f / sqrtf((float)Di);
+    int i1 = (blk + 1) * 64 < a->vis ? (blk + 1) * 64 : a->vis;
+    for (int i = blk * 64; i < i1; i++) {
+        const float *k = a->keys + (size_t)i * Di;
+        float sc = 0;
+        for (int h = 0; h < Hi; h++) {
+            const float *qh = a->iq + (size_t)h * Di;
+            float dot = 0;
+            for (int e = 0; e < Di; e++) dot += qh[e] * k[e];
+            if (dot > 0) sc += dot * ks * a->iw[h];
+        }
+        a->scores[i] = sc;
+    }
+}
+
 /* The CSA indexer's choice for query row t (position p): the indices of the top-k visible
  * compressed entries by score (all of them when at most top-k are visible), into sel. */
-static int index_select(const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq, const float *iw,
-                        int p, float *scores, int32_t *tmp, int *sel) {
+static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq,
+                        const float *iw, int p, float *scores, int32_t *tmp, int *sel) {
     int vis = (p + 1) / L->ratio;
     if (vis > is->n) vis = is->n;
     if (vis <= d->topk) {
         for (int i = 0; i < vis; i++) sel[i] = i;
         return vis;
     }
-    const int Hi = d->Hi, Di = d->Di;
-    const float ks = 1.0f / sqrtf((float)Di);
-    for (int i = 0; i < vis; i++) {
-        const float *k = is->entries + (size_t)i * Di;
-        float sc = 0;
-        for (int h = 0; h < Hi; h++) {
-            const float *qh = iq + (size_t)h * Di;
-            float dot = 0;
-            for (int e = 0; e < Di; e++) dot += qh[e] * k[e];
-            if (dot > 0) sc += dot * ks * iw[h];
-        }
-        scores[i] = sc;
-    }
+    score_ctx a = { d, is->entries, iq, iw, scores, vis };
+    ci_pool_run(be->pool, score_task, &a, (vis + 63) / 64);
     int k = dsa_select(scores, vis, d->topk, tmp);   /* ties: the lower index */
     memcpy(sel, tmp, (size_t)k * sizeof *sel);
     return k;
@@ -703,7 +718,7 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
         const float ws = 1.0f / sqrtf((float)d->Hi);
         for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
         for (int t = 0; t < n; t++)
-            c->nsel[t] = index_select(d, L, &lc->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
+            c->nsel[t] = index_select(be, d, L, &lc->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
                                       pos0 + t, c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
     }
     attn_ctx a = { d, L, lc, c, c->ring_rows, pos0 };
