@@ -33,7 +33,7 @@ expect_err "wrong key type"      "'vocab_size' must be an integer" $CINFER inspe
 mk; sed 's/"model_type": "llama"/"model_type": "deepseek_v3_2"/' $fx/config.json >"$TMP/m/config.json"
 expect_err "alias names family"  "deepseek_v32: required key 'kv_lora_rank' is missing" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"model_type": "llama"/"model_type": "deepseek_v4"/' $fx/config.json >"$TMP/m/config.json"
-expect_err "deepseek_v4 refused" "deepseek_v4: hyper-connections" $CINFER inspect --model "$TMP/m"
+expect_err "deepseek_v4 config"  "deepseek_v4: required key 'q_lora_rank' is missing" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"model_type": "llama"/"model_type": "nemotron_h"/' $fx/config.json >"$TMP/m/config.json"
 expect_err "nemotron config"     "nemotron_h: neither layers_block_type nor hybrid_override_pattern is present" $CINFER inspect --model "$TMP/m"
 mk; sed 's/"rope_type": "llama3"/"rope_type": "warp"/' $fx/config.json >"$TMP/m/config.json"
@@ -55,7 +55,7 @@ mk; cp $fx/config.json "$TMP/m/"; printf '\xff\xff\xff\xff\xff\xff\xff\x7f{}' >"
 expect_err "absurd header length" "$TMP/m/model.safetensors" $CINFER inspect --model "$TMP/m"
 
 # make-random bad input
-expect_err "make-random dtype"   "--dtype must be bf16 or f32" $CINFER make-random --config $fx/config.json --out $TMP/r --dtype f8
+expect_err "make-random dtype"   "--dtype must be bf16, f32, fp8 or fp8-fp4" $CINFER make-random --config $fx/config.json --out $TMP/r --dtype f8
 expect_err "make-random config"  "$TMP/none.json: cannot open" $CINFER make-random --config $TMP/none.json --out $TMP/r
 
 # transformers 5 saves some hybrid configs without num_hidden_layers: the layer-type list
