@@ -521,6 +521,39 @@ int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, in
     return 1;
 }
 
+int w_stacked(w_binder *b, ci_mat *outs, w_need need, int n, int active, int64_t rows, int64_t cols, const char *fmt,
+              ...) {
+    char base[480], name[512], sname[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(base, sizeof base, fmt, ap);
+    va_end(ap);
+    for (int e = 0; e < n; e++) memset(&outs[e], 0, sizeof outs[e]);
+    if (b->failed) return -1;
+    snprintf(name, sizeof name, "%s.weight", base);
+    int64_t shape[3] = { n, rows, cols };
+    if (!b->st) return record(b, name, 3, shape, W_KIND_MATRIX) ? -1 : 1;
+    snprintf(sname, sizeof sname, "%s.scales", base);
+    if (st_find(b->st, sname)) {   /* MLX QuantizedSwitchLinear: one packed stack */
+        size_t before = b->decode_bytes;
+        if (bind_quant(b, outs, n, rows, cols, base, 0, 0) < 0) return -1;
+        b->decode_bytes = before + (b->decode_bytes - before) / (size_t)n * (size_t)active;
+        return 1;
+    }
+    int bad;
+    const ci_tensor *t = lookup(b, name, 3, shape, &bad);
+    if (bad) return -1;
+    if (!t) {
+        if (need == W_REQUIRED) return fail(b, "required tensor '%s' is missing from the checkpoint", name);
+        return 0;
+    }
+    if (!stacked_dtype_ok(b, t)) return -1;
+    for (int e = 0; e < n; e++) outs[e] = stacked_view(t, e, 0, rows);
+    account(b, t);
+    b->decode_bytes += t->nbytes / (size_t)n * (size_t)active;
+    return 1;
+}
+
 int w_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *fmt, ...) {
     *out = NULL;
     if (b->failed) return -1;

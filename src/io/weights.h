@@ -101,6 +101,13 @@ void w_set_quant(w_binder *b, const q_config *q);
  * be viewed so (an unquantized one is refused with a message). Returns as w_mat. */
 int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int64_t in_dims, int for_xw,
                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* A stacked "<name>.weight" [n, rows, cols] (MLX SwitchLinear experts, e.g. Nemotron-H's
+ * switch_mlp.fc1 / fc2), quantized ("<name>.scales" present: one packed stack) or F32 / F16 /
+ * BF16, as n views [rows, cols] into the mapped tensor; nothing is copied. Decode bytes
+ * count `active` of the n matrices (the top-k experts a token reads). Record mode lists
+ * the [n, rows, cols] tensor. Returns 1, 0 if optional and absent, or -1 (sticky). */
+int w_stacked(w_binder *b, ci_mat *outs, w_need need, int n, int active, int64_t rows, int64_t cols, const char *fmt,
+              ...) __attribute__((format(printf, 8, 9)));
 /* Rows [r0, r0 + n) of W as a view, for every dtype (fp8 and quantized views keep their
  * place in the scale grid through scale_row0). */
 ci_mat w_mat_rows(const ci_mat *W, int64_t r0, int64_t n);

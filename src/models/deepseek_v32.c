@@ -7,7 +7,8 @@
  * rope_parameters and the hub's first_k_dense_replace + moe_layer_freq / rope_scaling), the
  * tensor list (model.layers.N.self_attn.indexer.{wq_b, wk, k_norm, weights_proj} on top of
  * deepseek_v3's names; per-expert, fused or mlx-stacked experts; fp8 block-scaled matrices;
- * MTP layers ignored), and the session: two caches per layer, both one row per position,
+ * MLX-quantized matrices, kv_b_proj included, whole or split by mlx-lm into embed_q /
+ * unembed_out; MTP layers ignored), and the session: two caches per layer, both one row per position,
  * the MLA latent [max_ctx, kv_lora + rope] and the indexer keys [max_ctx, index_head_dim].
  * Rows [0, pos) of both are valid; a forward writes rows pos..pos+n-1 of both.
  *
@@ -165,6 +166,7 @@ static int dsv32_load(ci_model *m, char *err, size_t errlen) {
 
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) { free(is_moe); return ci_err(err, errlen, "%s", b.err); }
+    w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     const int H = d->H, Hh = (int)c->n_heads;
     ci_mat *em = d->expert_mats;
     w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
@@ -181,9 +183,29 @@ static int dsv32_load(ci_model *m, char *err, size_t errlen) {
         w_mat(&b, &A->q_b, W_REQUIRED, (int64_t)Hh * qd, q_lora, "model.layers.%d.self_attn.q_b_proj", l);
         w_mat(&b, &A->kv_a, W_REQUIRED, kv_lora + rope, H, "model.layers.%d.self_attn.kv_a_proj_with_mqa", l);
         w_vec(&b, &A->kv_a_norm, W_REQUIRED, kv_lora, 0, W_KIND_NORM, "model.layers.%d.self_attn.kv_a_layernorm.weight", l);
-        w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+        char mlx_q[96];
+        snprintf(mlx_q, sizeof mlx_q, "model.layers.%d.self_attn.embed_q.weight", l);
+        if (m->st && st_find(m->st, mlx_q)) {
+            /* mlx-lm's sanitize split kv_b_proj into MultiLinear embed_q [Hh, kv_lora, nope]
+             * (W_UKᵀ per head, read by matmul_xw) and unembed_out [Hh, v, kv_lora] (W_UV). */
+            A->w_uk = calloc((size_t)Hh, sizeof *A->w_uk);
+            A->w_uv = calloc((size_t)Hh, sizeof *A->w_uv);
+            if (!A->w_uk || !A->w_uv) { w_done(&b); free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
+            w_multilinear(&b, A->w_uk, Hh, kv_lora, nope, 1, "model.layers.%d.self_attn.embed_q", l);
+            w_multilinear(&b, A->w_uv, Hh, v, kv_lora, 0, "model.layers.%d.self_attn.unembed_out", l);
+        } else {
+            w_mat(&b, &A->kv_b, W_REQUIRED, (int64_t)Hh * (nope + v), kv_lora, "model.layers.%d.self_attn.kv_b_proj", l);
+            if (mla_split_kv_b(A)) { w_done(&b); free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
+            /* An MLX-quantized kv_b_proj (older mlx-community conversions keep it whole): its rows
+             * are packed, so the per-head views are packed row views (w_mat_rows keeps each
+             * head's place in the scale grid), not the element offsets mla_split_kv_b uses. */
+            if (A->kv_b.dtype == CI_U32)
+                for (int h = 0; h < Hh; h++) {
+                    A->w_uk[h] = w_mat_rows(&A->kv_b, (int64_t)h * (nope + v), nope);
+                    A->w_uv[h] = w_mat_rows(&A->kv_b, (int64_t)h * (nope + v) + nope, v);
+                }
+        }
         w_mat(&b, &A->o, W_REQUIRED, H, (int64_t)Hh * v, "model.layers.%d.self_attn.o_proj", l);
-        if (mla_split_kv_b(A)) { w_done(&b); free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
         /* the lightning indexer */
         I->n_heads = (int)ih; I->head_dim = (int)id; I->rope_dim = (int)rope; I->topk = (int)topk;
         I->rope_style = idx_interleave ? CI_ROPE_INTERLEAVED : CI_ROPE_NEOX;

@@ -17,6 +17,10 @@
  * feed_forward.gate [E, H], feed_forward.expert_bias [E], experts as transformers saves
  * them (experts.E.{w1,w3,w2}) or fused (experts.gate_up_proj / down_proj) or mlx-stacked
  * (switch_mlp.*); model.embedding_norm (the final norm); lm_head unless tied.
+ * mlx-lm's sanitize (mlx-community checkpoints): conv.conv.weight [H, K, 1] (w_conv reads
+ * either), and for lfm2_moe every w1 / w3 / w2 renamed gate_proj / up_proj / down_proj (the
+ * dense layers' too: a dense layer with feed_forward.gate_proj.weight is bound by those
+ * names); any matrix may be MLX-quantized (weights.h), checked against config.json.
  *
  * Invariants: a session's cache position equals s->pos after every forward; at position 0
  * a forward first zeroes every conv state (ci_session_reset only rewinds s->pos). Prompts
@@ -258,6 +262,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
 
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     const int H = d->H, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
     ci_mat *em = d->expert_mats;
     char pre[128];
@@ -290,9 +295,13 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
             bind_experts(&b, M, pre);
             if (!d->any_moe) d->any_moe = M;
         } else {
-            w_mat(&b, &L->w1, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.w1", l);
-            w_mat(&b, &L->w3, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.w3", l);
-            w_mat(&b, &L->w2, W_REQUIRED, H, d->ff, "model.layers.%d.feed_forward.w2", l);
+            /* mlx-lm's lfm2_moe sanitize renames w1 / w3 / w2 to gate_proj / up_proj / down_proj */
+            char probe[128];
+            snprintf(probe, sizeof probe, "model.layers.%d.feed_forward.gate_proj.weight", l);
+            int mlx_names = o->moe && m->st && st_find(m->st, probe);
+            w_mat(&b, &L->w1, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.%s", l, mlx_names ? "gate_proj" : "w1");
+            w_mat(&b, &L->w3, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.%s", l, mlx_names ? "up_proj" : "w3");
+            w_mat(&b, &L->w2, W_REQUIRED, H, d->ff, "model.layers.%d.feed_forward.%s", l, mlx_names ? "down_proj" : "w2");
         }
     }
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.embedding_norm.weight");
@@ -300,7 +309,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
         /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
         d->lm_head = d->embed;
         w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
     } else {
         w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
     }

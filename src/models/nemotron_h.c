@@ -14,6 +14,11 @@
  * Checkpoints: `backbone.` (hub) or `model.` (transformers' in-memory) prefix; experts per
  * expert (experts.E.{up,down}_proj.weight) or stacked (experts.up_proj [E, I, X],
  * experts.down_proj [E, X, I]); conv1d.weight [C, 1, K]; MTP layers (mtp.*) ignored.
+ * mlx-community checkpoints (mlx-lm's sanitize): experts stacked as switch_mlp.fc1 (up) /
+ * switch_mlp.fc2 (down), conv1d.weight [C, K, 1] (w_conv reads either form; nothing else
+ * is transformed, so there is nothing to apply twice), any Linear / Embedding / stack
+ * MLX-quantized (weights.h) and checked against config.json; the router (mlx-lm's MoEGate
+ * is not a Linear) and e_score_correction_bias / A_log stay unquantized.
  *
  * Cache: one ci_cache per session; attention layers keep K|V rows (2·n_kv·hd floats per
  * token), Mamba2 layers a fixed state (conv window (K-1)·conv_dim, then SSM Hm·P·N); the
@@ -181,12 +186,20 @@ static const ci_tensor *take(w_binder *b, const char *name, int ndim, const int6
     return t;
 }
 
-/* relu² experts' up [I, X] and down [X, I] views: stacked experts.{up,down}_proj or one
- * tensor per expert (record mode lists the per-expert names, as hub checkpoints ship). */
+/* relu² experts' up [I, X] and down [X, I] views: stacked experts.{up,down}_proj, mlx-lm's
+ * stacks switch_mlp.fc1 (up) / switch_mlp.fc2 (down), quantized or not, or one tensor per
+ * expert (record mode lists the per-expert names, as hub checkpoints ship). */
 static int bind_experts(w_binder *b, ci_mat *up, ci_mat *down, int E, int top_k, int64_t I, int64_t X,
                         const char *pre) {
     if (b->failed) return -1;
     char n1[512], n2[512];
+    snprintf(n1, sizeof n1, "%s.switch_mlp.fc1.weight", pre);
+    snprintf(n2, sizeof n2, "%s.switch_mlp.fc2.weight", pre);
+    if (b->st && (st_find(b->st, n1) || st_find(b->st, n2))) {
+        w_stacked(b, up, W_REQUIRED, E, top_k, I, X, "%s.switch_mlp.fc1", pre);
+        w_stacked(b, down, W_REQUIRED, E, top_k, X, I, "%s.switch_mlp.fc2", pre);
+        return b->failed ? -1 : 1;
+    }
     snprintf(n1, sizeof n1, "%s.experts.up_proj", pre);
     snprintf(n2, sizeof n2, "%s.experts.down_proj", pre);
     if (b->st && (st_find(b->st, n1) || st_find(b->st, n2))) {
@@ -332,6 +345,7 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
     if (m->st && !st_find(m->st, "backbone.embeddings.weight") && st_find(m->st, "model.embeddings.weight")) pre = "model";
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
+    w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     const int H = d->H, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
     ci_mat *em = d->expert_mats;
     w_embed(&b, &d->embed, d->vocab, H, "%s.embeddings", pre);
@@ -390,7 +404,7 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
     if (c->tie_embeddings) {
         d->lm_head = d->embed;
         w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
     } else {
         w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
     }

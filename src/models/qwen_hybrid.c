@@ -161,19 +161,38 @@ static void find_prefix(const st_set *st, const char **pre, const char **head) {
     }
 }
 
-/* HF checkpoints store (1+w) norms as w; mlx-lm's sanitize adds the 1 and turns the conv
- * weight into [C, K, 1]. The first DeltaNet conv weight tells which form this is. */
-static float norm_shift(const st_set *st, const char *pre, const unsigned char *linear, int n_layers, int K) {
-    if (!st) return 1.0f;
+/* Which form the checkpoint is in, decided once at load (never per tensor, so a shift is
+ * applied to every (1+w) norm or to none).
+ *   HF form: the (1+w) norms store w, every DeltaNet conv1d.weight is [C, 1, K].
+ *   mlx-lm form (mlx-community): mlx-lm's sanitize (models/qwen3_next.py, qwen3_5.py) added
+ *   1.0 to those norms and moved the conv weight to [C, K, 1] in the same pass, and saved
+ *   the result; loading it again in mlx-lm does not shift again, because mlx-lm's own test
+ *   is that every conv weight already ends in 1.
+ * Rule: every DeltaNet conv weight [C, K, 1] with K > 1 -> mlx form (norms used as stored);
+ * every one [C, 1, K] -> HF form (1 added at load); some of each -> refused, naming both
+ * tensors. Where the shapes cannot tell (K == 1, or no DeltaNet layer), a config.json with
+ * an MLX quantization block means mlx form (mlx-lm quantizes only models it has loaded,
+ * i.e. sanitized), otherwise HF form. Sets *shift to the value to add (1 or 0). */
+static int norm_shift(const ci_model *m, const char *pre, const unsigned char *linear, int n_layers, int K,
+                      float *shift, char *err, size_t errlen) {
+    *shift = 1.0f;
+    if (!m->st) return 0;
+    char hf_name[256] = "", mlx_name[256] = "";
     for (int l = 0; l < n_layers; l++) {
         if (!linear[l]) continue;
         char name[256];
         snprintf(name, sizeof name, "%slayers.%d.linear_attn.conv1d.weight", pre, l);
-        const ci_tensor *t = st_find(st, name);
-        if (t && t->ndim == 3 && t->shape[1] == K && t->shape[2] == 1 && K != 1) return 0.0f;
-        break;
+        const ci_tensor *t = st_find(m->st, name);
+        if (!t || t->ndim != 3 || K == 1) continue;   /* w_conv reports missing / bad shapes */
+        if (t->shape[1] == K && t->shape[2] == 1 && !mlx_name[0]) snprintf(mlx_name, sizeof mlx_name, "%s", name);
+        if (t->shape[1] == 1 && t->shape[2] == K && !hf_name[0]) snprintf(hf_name, sizeof hf_name, "%s", name);
     }
-    return 1.0f;
+    if (hf_name[0] && mlx_name[0])
+        return ci_err(err, errlen, "%s: %s: conv weights in two layouts: '%s' is [C, 1, K] (HF form) but '%s' is [C, K, 1] "
+                      "(mlx-lm form); cannot tell whether the (1+w) norms are already shifted", m->cfg.path,
+                      m->family->name, hf_name, mlx_name);
+    if (mlx_name[0] || (!hf_name[0] && m->cfg.quant.present)) *shift = 0.0f;
+    return 0;
 }
 
 /* ---- load ----------------------------------------------------------------------------- */
@@ -238,7 +257,12 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
 
     const char *pre, *head;
     find_prefix(m->st, &pre, &head);
-    const float shift = norm_shift(m->st, pre, linear, d->n_layers, (int)K);
+    float shift;
+    if (norm_shift(m, pre, linear, d->n_layers, (int)K, &shift, err, errlen)) {
+        w_done(&b); free(linear); free(sparse);
+        return -1;
+    }
+    w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     const int D = d->D;
     ci_mat *em = d->expert_mats;
     char base[256];
@@ -296,7 +320,7 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
         d->lm_head = d->embed;
         snprintf(base, sizeof base, "%s.weight", head);
         w_claim(&b, base);
-        if (m->st) b.decode_bytes += (size_t)d->embed.rows * d->embed.cols * ci_dtype_size(d->embed.dtype);
+        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
     } else {
         w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "%s", head);
     }

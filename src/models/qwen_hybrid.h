@@ -9,7 +9,10 @@
  * multiplies by (1 + w): checkpoints in the HF form store w, and mlx-lm's sanitized ones
  * (conv1d weight [C, K, 1]) store 1 + w already; the loader tells them apart once.
  * Tensor prefix: "model." (text checkpoints), "model.language_model." (the hub's VL
- * wrappers) or "language_model.model." (mlx-lm VL); vision towers and MTP heads are ignored.
+ * wrappers) or "language_model.model." with head "language_model.lm_head" (mlx-lm's
+ * qwen3_5 / qwen3_5_moe, text or VL); vision towers and MTP heads are ignored. Any matrix
+ * may be MLX-quantized (weights.h), experts as switch_mlp stacks, checked against
+ * config.json's quantization block.
  *
  * One ci_cache per session: attention layers keep K/V rows, DeltaNet layers a fixed state
  * (conv window + S). The cache position always equals the session's; a session reset

@@ -13,6 +13,10 @@
  * applies the stored scale and bias in double and multiplies in double. Bound: normwise
  * rel <= 1e-5, as test_ops.c (the f32 dequantization adds one rounding per weight).
  *
+ * Whole models: f32 fixtures re-quantized here (and, for the hybrid families, first
+ * converted as mlx-lm's sanitize converts them: language_model. names, switch_mlp stacks,
+ * Qwen's norms shifted by +1, conv weights [C, K, 1]) against their dequantized twins.
+ *
  * `test_quant --bench` instead measures a 4-bit and an 8-bit matvec against bf16 (GB/s of
  * weights streamed, all threads). */
 #include "backend/backend.h"
@@ -440,47 +444,173 @@ static void emit_module(wlist *q, const char *base, int64_t E, int64_t rows, int
     quantize_rows(w, lead * rows, cols, &p, codes, sc, bi, sdt);
 }
 
-/* src fixture (f32) -> qdir (mlx layout, quantized) + ddir (source layout, dequantized). */
-static int requantize(const char *src, const char *qdir, const char *ddir, const q_params *def, const qrule *rules,
-                      int n_rules, ci_dtype sdt, char *err, size_t errlen) {
+/* mlx-lm's sanitize for a family, as mlx-lm applies it before converting (models/<family>.py):
+ * what the quantized copy's names and layouts become. The dequantized copy keeps the
+ * source's names and layouts, so the two checkpoints are one model in two forms. */
+typedef struct {
+    const char *pre_from, *pre_to;   /* rename this name prefix (e.g. "model." -> "backbone.") */
+    const char *head_to;             /* "lm_head.weight" becomes "<head_to>.weight" */
+    int shift_norms;                 /* qwen3_5 / qwen3_next: +1 on the (1+w) norms */
+    int conv_t;                      /* depthwise conv weights [C, 1, K] -> [C, K, 1] (2: only the
+                                      * first one, a broken checkpoint for the error test) */
+    int lfm2_names;                  /* lfm2_moe: w1 / w3 / w2 -> gate_proj / up_proj / down_proj */
+    int relu2;                       /* nemotron_h: stacked experts are up / down -> switch_mlp.fc1 / fc2 */
+    const char *noq;                 /* modules ending so are not quantizable (mlx-lm's MoEGate) */
+    int kv_b_split;                  /* deepseek: kv_b_proj -> MultiLinear embed_q / unembed_out */
+    int heads, nope, v;              /* deepseek: heads, qk_nope_head_dim, v_head_dim */
+} mlx_san;
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* The quantized copy's name of source tensor `name` (prefix and head renames). */
+static void mlx_name(const mlx_san *san, const char *name, char *out, size_t n) {
+    if (san && san->head_to && !strncmp(name, "lm_head.", 8)) { snprintf(out, n, "%s.%s", san->head_to, name + 8); return; }
+    if (san && san->pre_from && !strncmp(name, san->pre_from, strlen(san->pre_from))) {
+        snprintf(out, n, "%s%s", san->pre_to, name + strlen(san->pre_from));
+        return;
+    }
+    snprintf(out, n, "%s", name);
+}
+
+/* lfm2_moe's rename of an FF projection leaf. */
+static const char *ff_leaf(const mlx_san *san, const char *leaf) {
+    if (!san || !san->lfm2_names) return leaf;
+    return !strcmp(leaf, "w1") ? "gate_proj" : !strcmp(leaf, "w3") ? "up_proj" : !strcmp(leaf, "w2") ? "down_proj" : leaf;
+}
+
+/* src fixture (f32) -> qdir (mlx layout, quantized) + ddir (source layout, dequantized).
+ * san (NULL: names as they are) says how mlx-lm's sanitize would have renamed and reshaped
+ * the checkpoint first. Per-expert tensors are stacked into switch_mlp as mlx-lm does. */
+static int requantize_as(const char *src, const char *qdir, const char *ddir, const mlx_san *san, const q_params *def,
+                         const qrule *rules, int n_rules, ci_dtype sdt, char *err, size_t errlen) {
     st_set *st;
     if (st_open_dir(src, &st, err, errlen)) return -1;
     wlist q = { 0 }, dq = { 0 };
+    float **vals = calloc((size_t)st_count(st), sizeof *vals);   /* what the quantized model computes with */
+    unsigned char *done = calloc((size_t)st_count(st), 1);
+    int n_conv_t = 0;
     for (int i = 0; i < st_count(st); i++) {
         const ci_tensor *t = st_get(st, i);
+        vals[i] = malloc((size_t)ci_tensor_numel(t) * sizeof(float));
+        memcpy(vals[i], t->data, (size_t)ci_tensor_numel(t) * sizeof(float));   /* the fixtures are f32 */
+    }
+    for (int i = 0; i < st_count(st); i++) {
+        if (done[i]) continue;
+        const ci_tensor *t = st_get(st, i);
         int64_t n = ci_tensor_numel(t);
-        float *w = malloc((size_t)n * sizeof(float));
-        memcpy(w, t->data, (size_t)n * sizeof(float));   /* the fixtures are f32 */
+        float *w = vals[i];
         size_t L = strlen(t->name);
-        char base[480];
-        if (t->ndim == 2 && L > 7 && !strcmp(t->name + L - 7, ".weight")) {
-            snprintf(base, sizeof base, "%.*s", (int)(L - 7), t->name);
-            emit_module(&q, base, 0, t->shape[0], t->shape[1], w, def, rules, n_rules, sdt);
-        } else if (t->ndim == 3 && strstr(t->name, "experts.gate_up_proj")) {
+        char qn[512], base[480];
+        mlx_name(san, t->name, qn, sizeof qn);
+        const char *ex = strstr(qn, ".experts.");
+        if (san && (strstr(t->name, "visual.") || !strncmp(t->name, "mtp.", 4))) {
+            /* mlx-lm drops the vision tower and the MTP head */
+        } else if (t->ndim == 2 && ex && ex[9] >= '0' && ex[9] <= '9' && ends_with(qn, ".weight")) {
+            /* per-expert <pre>.experts.<e>.<leaf>.weight: stack every expert of this leaf */
+            const char *leaf = strchr(ex + 9, '.') + 1;
+            char lf[64], sname[512];
+            snprintf(lf, sizeof lf, "%.*s", (int)(strlen(leaf) - 7), leaf);
+            const char *tn_ex = strstr(t->name, ".experts.");
+            int E = 0;
+            for (;; E++) {
+                snprintf(sname, sizeof sname, "%.*s.experts.%d.%s.weight", (int)(tn_ex - t->name), t->name, E, lf);
+                if (!st_find(st, sname)) break;
+            }
+            int64_t R = t->shape[0], C = t->shape[1];
+            float *stack = malloc((size_t)(E * R * C) * sizeof(float));
+            int *idx = malloc((size_t)E * sizeof *idx);
+            for (int e = 0; e < E; e++) {
+                snprintf(sname, sizeof sname, "%.*s.experts.%d.%s.weight", (int)(tn_ex - t->name), t->name, e, lf);
+                idx[e] = st_index_of(st, sname);
+                memcpy(stack + e * R * C, vals[idx[e]], (size_t)(R * C) * sizeof(float));
+            }
+            const char *pl = san && san->relu2 ? (!strcmp(lf, "up_proj") ? "fc1" : "fc2") : ff_leaf(san, lf);
+            snprintf(base, sizeof base, "%.*s.switch_mlp.%s", (int)(ex - qn), qn, pl);
+            emit_module(&q, base, E, R, C, stack, def, rules, n_rules, sdt);
+            for (int e = 0; e < E; e++) {
+                memcpy(vals[idx[e]], stack + e * R * C, (size_t)(R * C) * sizeof(float));
+                done[idx[e]] = 1;
+            }
+            free(stack);
+            free(idx);
+            continue;   /* the dequantized copy gets every expert below */
+        } else if (san && san->kv_b_split && ends_with(t->name, "self_attn.kv_b_proj.weight")) {
+            /* deepseek: kv_b_proj [H*(nope+v), kv_lora] -> embed_q [H, kv_lora, nope] (W_UK
+             * transposed per head) and unembed_out [H, v, kv_lora] */
+            int64_t H = san->heads, nope = san->nope, v = san->v, r = nope + v, kl = t->shape[1];
+            float *uk = malloc((size_t)(H * kl * nope) * sizeof(float)), *uv = malloc((size_t)(H * v * kl) * sizeof(float));
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t a = 0; a < nope; a++)
+                    for (int64_t c = 0; c < kl; c++) uk[(h * kl + c) * nope + a] = w[(h * r + a) * kl + c];
+                memcpy(uv + h * v * kl, w + (h * r + nope) * kl, (size_t)(v * kl) * sizeof(float));
+            }
+            snprintf(base, sizeof base, "%.*sembed_q", (int)(strlen(qn) - strlen("kv_b_proj.weight")), qn);
+            emit_module(&q, base, H, kl, nope, uk, def, rules, n_rules, sdt);
+            snprintf(base, sizeof base, "%.*sunembed_out", (int)(strlen(qn) - strlen("kv_b_proj.weight")), qn);
+            emit_module(&q, base, H, v, kl, uv, def, rules, n_rules, sdt);
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t a = 0; a < nope; a++)
+                    for (int64_t c = 0; c < kl; c++) w[(h * r + a) * kl + c] = uk[(h * kl + c) * nope + a];
+                memcpy(w + (h * r + nope) * kl, uv + h * v * kl, (size_t)(v * kl) * sizeof(float));
+            }
+            free(uk);
+            free(uv);
+        } else if (t->ndim == 2 && L > 7 && !strcmp(t->name + L - 7, ".weight")) {
+            snprintf(base, sizeof base, "%.*s", (int)(strlen(qn) - 7), qn);
+            const char *leaf = strrchr(base, '.');
+            const char *to = leaf && strstr(base, "feed_forward.") ? ff_leaf(san, leaf + 1) : NULL;
+            if (to && to != leaf + 1) snprintf(base + (leaf + 1 - base), sizeof base - (size_t)(leaf + 1 - base), "%s", to);
+            if (san && san->noq && ends_with(base, san->noq)) {
+                snprintf(qn, sizeof qn, "%s.weight", base);
+                memcpy(wl_add(&q, qn, CI_F32, 2, t->shape), w, (size_t)n * sizeof(float));
+            } else {
+                emit_module(&q, base, 0, t->shape[0], t->shape[1], w, def, rules, n_rules, sdt);
+            }
+        } else if (t->ndim == 3 && strstr(qn, "experts.gate_up_proj")) {
             int64_t E = t->shape[0], I2 = t->shape[1], H = t->shape[2], I = I2 / 2;
             float *g = malloc((size_t)(E * I * H) * sizeof(float)), *u = malloc((size_t)(E * I * H) * sizeof(float));
             for (int64_t e = 0; e < E; e++) {
                 memcpy(g + e * I * H, w + e * I2 * H, (size_t)(I * H) * sizeof(float));
                 memcpy(u + e * I * H, w + e * I2 * H + I * H, (size_t)(I * H) * sizeof(float));
             }
-            snprintf(base, sizeof base, "%.*sswitch_mlp.gate_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+            snprintf(base, sizeof base, "%.*sswitch_mlp.gate_proj", (int)(strstr(qn, "experts.") - qn), qn);
             emit_module(&q, base, E, I, H, g, def, rules, n_rules, sdt);
-            snprintf(base, sizeof base, "%.*sswitch_mlp.up_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+            snprintf(base, sizeof base, "%.*sswitch_mlp.up_proj", (int)(strstr(qn, "experts.") - qn), qn);
             emit_module(&q, base, E, I, H, u, def, rules, n_rules, sdt);
             for (int64_t e = 0; e < E; e++) {
                 memcpy(w + e * I2 * H, g + e * I * H, (size_t)(I * H) * sizeof(float));
                 memcpy(w + e * I2 * H + I * H, u + e * I * H, (size_t)(I * H) * sizeof(float));
             }
             free(g); free(u);
-        } else if (t->ndim == 3 && strstr(t->name, "experts.down_proj")) {
-            snprintf(base, sizeof base, "%.*sswitch_mlp.down_proj", (int)(strstr(t->name, "experts.") - t->name), t->name);
+        } else if (t->ndim == 3 && (strstr(qn, "experts.down_proj") || strstr(qn, "experts.up_proj"))) {
+            int up = strstr(qn, "experts.up_proj") != NULL;
+            const char *leaf = san && san->relu2 ? (up ? "fc1" : "fc2") : up ? "up_proj" : "down_proj";
+            snprintf(base, sizeof base, "%.*sswitch_mlp.%s", (int)(strstr(qn, "experts.") - qn), qn, leaf);
             emit_module(&q, base, t->shape[0], t->shape[1], t->shape[2], w, def, rules, n_rules, sdt);
+        } else if (san && san->conv_t && t->ndim == 3 && t->shape[1] == 1 && strstr(qn, "conv") && ends_with(qn, ".weight") &&
+                   !(san->conv_t == 2 && n_conv_t++)) {
+            int64_t C = t->shape[0], K = t->shape[2], sh[3] = { C, K, 1 };
+            memcpy(wl_add(&q, qn, CI_F32, 3, sh), w, (size_t)n * sizeof(float));   /* same C x K values */
+        } else if (san && san->shift_norms && t->ndim == 1 &&
+                   (ends_with(qn, ".input_layernorm.weight") || ends_with(qn, ".post_attention_layernorm.weight") ||
+                    ends_with(qn, "model.norm.weight") || ends_with(qn, ".q_norm.weight") || ends_with(qn, ".k_norm.weight"))) {
+            float *o = wl_add(&q, qn, CI_F32, 1, t->shape);
+            for (int64_t k = 0; k < n; k++) o[k] = w[k] + 1.0f;
         } else {
-            memcpy(wl_add(&q, t->name, CI_F32, t->ndim, t->shape), w, (size_t)n * sizeof(float));
+            memcpy(wl_add(&q, qn, CI_F32, t->ndim, t->shape), w, (size_t)n * sizeof(float));
         }
-        memcpy(wl_add(&dq, t->name, CI_F32, t->ndim, t->shape), w, (size_t)n * sizeof(float));
-        free(w);
+        done[i] = 1;
     }
+    for (int i = 0; i < st_count(st); i++) {
+        const ci_tensor *t = st_get(st, i);
+        memcpy(wl_add(&dq, t->name, CI_F32, t->ndim, t->shape), vals[i], (size_t)ci_tensor_numel(t) * sizeof(float));
+        free(vals[i]);
+    }
+    free(vals);
+    free(done);
     st_close(st);
     char path[1024];
     int rc = 0;
@@ -510,6 +640,11 @@ static int requantize(const char *src, const char *qdir, const char *ddir, const
     rc |= json_dump_file(cfg, path, 0);
     json_decref(cfg);
     return rc ? -1 : 0;
+}
+
+static int requantize(const char *src, const char *qdir, const char *ddir, const q_params *def, const qrule *rules,
+                      int n_rules, ci_dtype sdt, char *err, size_t errlen) {
+    return requantize_as(src, qdir, ddir, NULL, def, rules, n_rules, sdt, err, errlen);
 }
 
 /* Logits of tokens through one prefill and through single steps. */
@@ -547,11 +682,11 @@ static void rmdirs(const char *qdir, const char *ddir) {
     }
 }
 
-static void check_requantized(const char *src, const q_params *def, const qrule *rules, int n_rules, ci_dtype sdt,
-                              int V) {
+static void check_requantized_as(const char *src, const mlx_san *san, const q_params *def, const qrule *rules,
+                                 int n_rules, ci_dtype sdt, int V) {
     char qdir[64], ddir[64], err[1024];
     CHECK(mkdirs(qdir, ddir) == 0, "mkdtemp");
-    int rc = requantize(src, qdir, ddir, def, rules, n_rules, sdt, err, sizeof err);
+    int rc = requantize_as(src, qdir, ddir, san, def, rules, n_rules, sdt, err, sizeof err);
     CHECK(rc == 0, "%s: %s", src, err);
     int toks[20];
     for (int i = 0; i < 20; i++) toks[i] = 3 + (int)(rnd_u32() % (uint32_t)(V - 3));
@@ -591,6 +726,11 @@ static void check_requantized(const char *src, const q_params *def, const qrule 
             free(want);
         }
     rmdirs(qdir, ddir);
+}
+
+static void check_requantized(const char *src, const q_params *def, const qrule *rules, int n_rules, ci_dtype sdt,
+                              int V) {
+    check_requantized_as(src, NULL, def, rules, n_rules, sdt, V);
 }
 
 #define QP(m, b, g) ((q_params){ (m), (b), (g) })
@@ -646,6 +786,120 @@ static void test_model_deepseek_v3(void) {
     const qrule rules[] = { { "model.layers.1.self_attn.kv_b_proj", 0, QP(CI_Q_AFFINE, 8, 32) },
                             { "model.layers.2.mlp.shared_experts.down_proj", 0, QP(CI_Q_MXFP4, 4, 32) } };
     check_requantized("tests/fixtures/deepseek_v3", &def, rules, 2, CI_BF16, 300);
+}
+
+/* DeepSeek V3.2 (DSA indexer on MLA) with kv_b_proj quantized whole: the per-head W_UK /
+ * W_UV must be packed row views (a plain element offset into U32 codes would read other
+ * heads' rows). 8-bit g32 for kv_b_proj, 4-bit g32 elsewhere; experts as switch_mlp. */
+static void test_model_deepseek_v32(void) {
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    const qrule rules[] = { { "model.layers.0.self_attn.kv_b_proj", 0, QP(CI_Q_AFFINE, 8, 32) } };
+    check_requantized("tests/fixtures/deepseek_v32_short", &def, rules, 1, CI_BF16, 300);
+    check_requantized("tests/fixtures/deepseek_v32", &def, NULL, 0, CI_F16, 300);
+}
+
+/* ---- hybrid families in mlx-lm's layout -----------------------------------------------------
+ *
+ * Each source fixture (HF names and layouts) is converted as mlx-lm's sanitize would, then
+ * quantized: the quantized copy must compute what the dequantized copy in the HF form
+ * computes, so every rename, the +1 on Qwen's (1+w) norms (applied once: the loader must
+ * see the sanitized form and not add it again) and the [C, K, 1] conv weights are checked
+ * in real forward passes, prefill and steps. */
+
+/* Qwen3.5 (mlx-lm qwen3_5.py / qwen3_5_moe.py): every key under language_model. (the hub's
+ * model.language_model. becomes language_model.model.), vision tower and MTP dropped, fused
+ * experts split into switch_mlp, routers and shared-expert gates 8-bit g64 (its
+ * quant_predicate), norms +1, conv [C, K, 1]. */
+static void test_model_qwen3_5_mlx(void) {
+    mlx_san text = { .pre_from = "model.", .pre_to = "language_model.model.", .head_to = "language_model.lm_head",
+                     .shift_norms = 1, .conv_t = 1 };
+    mlx_san vl = { .pre_from = "model.language_model.", .pre_to = "language_model.model.",
+                   .head_to = "language_model.lm_head", .shift_norms = 1, .conv_t = 1 };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/qwen3_5", &text, &def, NULL, 0, CI_BF16, 300);
+    def = QP(CI_Q_AFFINE, 8, 64);
+    check_requantized_as("tests/fixtures/qwen3_5_vl_tied", &vl, &def, NULL, 0, CI_F16, 300);
+    char names[8][96];
+    qrule rules[8];
+    for (int l = 0; l < 4; l++) {
+        snprintf(names[2 * l], sizeof names[0], "language_model.model.layers.%d.mlp.gate", l);
+        snprintf(names[2 * l + 1], sizeof names[0], "language_model.model.layers.%d.mlp.shared_expert_gate", l);
+        rules[2 * l] = (qrule){ names[2 * l], 0, QP(CI_Q_AFFINE, 8, 64) };
+        rules[2 * l + 1] = (qrule){ names[2 * l + 1], 0, QP(CI_Q_AFFINE, 8, 64) };
+    }
+    def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/qwen3_5_moe_hub", &vl, &def, rules, 8, CI_BF16, 300);
+    def = QP(CI_Q_MXFP4, 4, 32);
+    check_requantized_as("tests/fixtures/qwen3_5_moe_hub", &vl, &def, NULL, 0, CI_BF16, 300);
+}
+
+/* Qwen3-Next (mlx-lm qwen3_next.py): per-expert tensors stacked into switch_mlp, norms +1,
+ * conv [C, K, 1], names otherwise kept (model.*); fused in_proj_qkvz / in_proj_ba
+ * quantized like any Linear. */
+static void test_model_qwen3_next_mlx(void) {
+    mlx_san san = { .shift_norms = 1, .conv_t = 1 };
+    char names[4][64];
+    qrule rules[4];
+    for (int l = 0; l < 4; l++) {
+        snprintf(names[l], sizeof names[0], "model.layers.%d.mlp.gate", l);
+        rules[l] = (qrule){ names[l], 0, QP(CI_Q_AFFINE, 8, 64) };
+    }
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/qwen3_next", &san, &def, rules, 4, CI_BF16, 300);
+    def = QP(CI_Q_AFFINE, 6, 64);
+    check_requantized_as("tests/fixtures/qwen3_next_hub", &san, &def, NULL, 0, CI_F32, 300);
+}
+
+/* LFM2 (mlx-lm lfm2.py): conv [C, K, 1], names kept; tied quantized embedding as the head.
+ * LFM2-MoE (lfm2_moe.py): every w1 / w3 / w2 renamed gate_proj / up_proj / down_proj
+ * (dense layers too), experts stacked into switch_mlp, router 8-bit g64, expert_bias f32. */
+static void test_model_lfm2_mlx(void) {
+    mlx_san lfm2 = { .conv_t = 1 }, moe = { .conv_t = 1, .lfm2_names = 1 };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/lfm2", &lfm2, &def, NULL, 0, CI_BF16, 300);
+    def = QP(CI_Q_MXFP4, 4, 32);
+    check_requantized_as("tests/fixtures/lfm2_hub", &lfm2, &def, NULL, 0, CI_BF16, 300);
+    char names[5][64];
+    qrule rules[5];
+    for (int l = 0; l < 5; l++) {
+        snprintf(names[l], sizeof names[0], "model.layers.%d.feed_forward.gate", l);
+        rules[l] = (qrule){ names[l], 0, QP(CI_Q_AFFINE, 8, 64) };
+    }
+    def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/lfm2_moe", &moe, &def, rules, 5, CI_BF16, 300);
+    def = QP(CI_Q_AFFINE, 8, 32);
+    check_requantized_as("tests/fixtures/lfm2_moe_fused", &moe, &def, NULL, 0, CI_F16, 300);
+}
+
+/* Nemotron-H (mlx-lm nemotron_h.py): backbone. names, experts stacked into switch_mlp.fc1
+ * (up) / fc2 (down), conv [C, K, 1]; the router (MoEGate, not a Linear) stays unquantized.
+ * The latent fixture's expert down projections (24 wide) stay an unquantized stack. */
+static void test_model_nemotron_h_mlx(void) {
+    mlx_san mem = { .pre_from = "model.", .pre_to = "backbone.", .conv_t = 1, .relu2 = 1, .noq = ".mixer.gate" };
+    mlx_san hub = { .conv_t = 1, .relu2 = 1, .noq = ".mixer.gate" };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    check_requantized_as("tests/fixtures/nemotron_h", &mem, &def, NULL, 0, CI_BF16, 300);
+    const qrule rules[] = { { "backbone.layers.1.mixer.switch_mlp.fc1", 0, QP(CI_Q_MXFP4, 4, 32) },
+                            { "backbone.layers.1.mixer.fc1_latent_proj", 0, QP(CI_Q_AFFINE, 8, 64) } };
+    check_requantized_as("tests/fixtures/nemotron_h_latent", &hub, &def, rules, 2, CI_F32, 300);
+}
+
+/* A Qwen3.5 checkpoint whose DeltaNet conv weights are in both layouts cannot say whether
+ * its norms were shifted: refused, naming one tensor of each form. */
+static void test_qwen3_5_mixed_forms(void) {
+    char qdir[64], ddir[64], err[1024];
+    CHECK(mkdirs(qdir, ddir) == 0, "mkdtemp");
+    mlx_san san = { .shift_norms = 1, .conv_t = 2 };
+    q_params def = QP(CI_Q_AFFINE, 4, 32);
+    int rc = requantize_as("tests/fixtures/qwen3_5", qdir, ddir, &san, &def, NULL, 0, CI_BF16, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    ci_model *m = NULL;
+    CHECK(!rc && ci_model_open(qdir, NULL, &m, err, sizeof err) != 0, "mixed conv layouts accepted");
+    ci_model_free(m);
+    CHECK_HAS(err, "conv weights in two layouts");
+    CHECK_HAS(err, "model.layers.0.linear_attn.conv1d.weight' is [C, K, 1]");
+    CHECK_HAS(err, "model.layers.1.linear_attn.conv1d.weight' is [C, 1, K]");
+    rmdirs(qdir, ddir);
 }
 
 /* ---- errors ------------------------------------------------------------------------------ */
@@ -1050,6 +1304,12 @@ int main(int argc, char **argv) {
     TEST_RUN(test_model_qwen3_tied);
     TEST_RUN(test_model_qwen3_moe);
     TEST_RUN(test_model_deepseek_v3);
+    TEST_RUN(test_model_deepseek_v32);
+    TEST_RUN(test_model_qwen3_5_mlx);
+    TEST_RUN(test_model_qwen3_next_mlx);
+    TEST_RUN(test_model_lfm2_mlx);
+    TEST_RUN(test_model_nemotron_h_mlx);
+    TEST_RUN(test_qwen3_5_mixed_forms);
     TEST_RUN(test_infer);
     TEST_RUN(test_config_block);
     TEST_RUN(test_config_errors);
