@@ -335,6 +335,17 @@ static void *wl_add(wlist *l, const char *name, ci_dtype dt, int ndim, const int
     return l->buf[l->n++];
 }
 
+/* Larger elements first (stable): every tensor then starts at a multiple of its element
+ * size, as the safetensors writers of torch and mlx-lm's conversions keep it; the kernels
+ * read f32 / bf16 matrices straight from the mapping. */
+static void wl_align(wlist *l) {
+    for (int i = 1; i < l->n; i++)
+        for (int j = i; j > 0 && ci_dtype_size(l->d[j].dtype) > ci_dtype_size(l->d[j - 1].dtype); j--) {
+            st_wdesc td = l->d[j]; l->d[j] = l->d[j - 1]; l->d[j - 1] = td;
+            void *tb = l->buf[j]; l->buf[j] = l->buf[j - 1]; l->buf[j - 1] = tb;
+        }
+}
+
 static int wl_fill(void *ctx, int i, void *buf, size_t nbytes) {
     memcpy(buf, ((wlist *)ctx)->buf[i], nbytes);
     return 0;
@@ -615,6 +626,7 @@ static int requantize_as(const char *src, const char *qdir, const char *ddir, co
     char path[1024];
     int rc = 0;
     snprintf(path, sizeof path, "%s/model.safetensors", qdir);
+    wl_align(&q);
     rc |= st_write_file(path, q.d, q.n, wl_fill, &q, err, errlen);
     snprintf(path, sizeof path, "%s/model.safetensors", ddir);
     rc |= st_write_file(path, dq.d, dq.n, wl_fill, &dq, err, errlen);
