@@ -320,7 +320,7 @@ def convert(sd, cfg, opt):
 def write_safetensors(path, tensors, metadata=None):
     """tensors: name -> (dtype, shape, bytes). Larger elements first, so that every tensor
     starts at a multiple of its element size (header padded to 8)."""
-    size = {"F32": 4, "U32": 4, "BF16": 2, "F16": 2, "U8": 1}
+    size = {"I64": 8, "F32": 4, "U32": 4, "I32": 4, "BF16": 2, "F16": 2, "U8": 1}
     names = sorted(tensors, key=lambda n: (-size[tensors[n][0]], n))
     hdr, off = {}, 0
     for n in names:
