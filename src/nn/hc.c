@@ -5,6 +5,15 @@
 
 static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
+/* o[d] = Σ_j pre[j] · xs[j][d], the streams xs [C, D] collapsed to one row */
+static void collapse_row(const float *pre, const float *xs, int C, int D, float *o) {
+    for (int d = 0; d < D; d++) {
+        float a = 0;
+        for (int j = 0; j < C; j++) a += pre[j] * xs[(size_t)j * D + d];
+        o[d] = a;
+    }
+}
+
 /* mix[n, rows of fn] = (X · fnᵀ) scaled by each token's rsqrt(mean(flat²) + eps) */
 static void mixes(ci_backend *be, const hc_map *h, const float *X, int n, float *mix) {
     const int F = h->hc * h->dim, M = (int)h->fn.rows;
@@ -52,13 +61,7 @@ void hc_collapse(ci_backend *be, const hc_map *h, const float *X, int n, float *
                 for (int i = 0; i < C; i++) cb[i * C + j] /= s + h->eps;
             }
         }
-        float *o = x + (size_t)t * D;
-        const float *xs = X + (size_t)t * C * D;
-        for (int d = 0; d < D; d++) {
-            float a = 0;
-            for (int j = 0; j < C; j++) a += pre[j] * xs[(size_t)j * D + d];
-            o[d] = a;
-        }
+        collapse_row(pre, X + (size_t)t * C * D, C, D, x + (size_t)t * D);
     }
 }
 
@@ -85,12 +88,6 @@ void hc_head(ci_backend *be, const hc_map *h, const float *X, int n, float *mix,
     for (int t = 0; t < n; t++) {
         float pre[C];
         for (int j = 0; j < C; j++) pre[j] = sigm(mix[(size_t)t * C + j] * h->scale[0] + h->base[j]) + h->eps;
-        float *o = x + (size_t)t * D;
-        const float *xs = X + (size_t)t * C * D;
-        for (int d = 0; d < D; d++) {
-            float a = 0;
-            for (int j = 0; j < C; j++) a += pre[j] * xs[(size_t)j * D + d];
-            o[d] = a;
-        }
+        collapse_row(pre, X + (size_t)t * C * D, C, D, x + (size_t)t * D);
     }
 }

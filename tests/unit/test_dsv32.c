@@ -4,6 +4,7 @@
  * make-random round trip with the indexer tensors, the dual cache's size, and config and
  * checkpoint errors. Run from the repository root (the fixtures are read). */
 #include "check.h"
+#include "tmpmodel.h"
 #include "cinfer.h"
 #include "io/json.h"
 #include "models/model.h"
@@ -179,24 +180,10 @@ static void test_cache_export_import(void) {
 #define V32_INDEXER ", \"index_n_heads\": 4, \"index_head_dim\": 12, \"index_topk\": 4"
 
 static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
-    snprintf(dir, dn, "/tmp/cinfer_dsv32_XXXXXX");
-    if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
-    char path[600];
-    snprintf(path, sizeof path, "%s/in.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
-    fputs(cfg, f);
-    fclose(f);
-    if (ci_make_random(path, dir, "f32", 11, 0, err, errlen)) return NULL;
-    return dir;
+    return tm_make_random(cfg, "f32", 11, dir, dn, err, errlen);
 }
 
-static void rm_dir(const char *dir) {
-    char p[600];
-    const char *files[] = { "in.json", "config.json", "model.safetensors" };
-    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); unlink(p); }
-    rmdir(dir);
-}
+#define rm_dir tm_rm_dir
 
 static void write_config(const char *dir, const char *cfg) {
     char path[600];
@@ -245,12 +232,7 @@ static void test_make_random_round_trip(void) {
     rm_dir(dir);
 }
 
-static void expect_load_error(const char *cfg, const char *needle) {
-    char dir[64], err[1024] = "";
-    CHECK(make_random(cfg, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
-    CHECK_HAS(err, needle);
-    rm_dir(dir);
-}
+#define expect_load_error tm_expect_load_error
 
 static void test_config_errors(void) {
     expect_load_error(V32_CFG(", \"index_n_heads\": 4, \"index_head_dim\": 12"), "required key 'index_topk' is missing");

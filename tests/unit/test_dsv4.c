@@ -5,6 +5,7 @@
  * missing fp8 / FP4 scales). Run from the repository root (the fixtures are read). */
 #include "check.h"
 #include "cinfer.h"
+#include "tmpmodel.h"
 #include "io/json.h"
 #include <math.h>
 #include <stdint.h>
@@ -29,28 +30,15 @@
     "\"heavily_compressed_attention\": 8}, \"mlp_layer_types\": [\"hash_moe\", \"moe\", \"moe\"]"
 
 static const char *make_random_as(const char *cfg, const char *dtype, char *dir, size_t dn, char *err, size_t errlen) {
-    snprintf(dir, dn, "/tmp/cinfer_dsv4_XXXXXX");
-    if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
-    char path[600];
-    snprintf(path, sizeof path, "%s/in.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
-    fputs(cfg, f);
-    fclose(f);
-    if (ci_make_random(path, dir, dtype, 5, 0, err, errlen)) return NULL;
-    return dir;
+    return tm_make_random(cfg, dtype, 5, dir, dn, err, errlen);
 }
 
 static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
     return make_random_as(cfg, "f32", dir, dn, err, errlen);
 }
 
-static void rm_dir(const char *dir) {
-    char p[600];
-    const char *files[] = { "in.json", "config.json", "model.safetensors", "ref.json", "ref_logits.f32" };
-    for (int i = 0; i < 5; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); unlink(p); }
-    rmdir(dir);
-}
+#define rm_dir tm_rm_dir
+#define expect_load_error tm_expect_load_error
 
 static double max_diff(const float *a, const float *b, size_t n) {
     double md = 0;
@@ -125,13 +113,6 @@ static void test_cache_bytes(void) {
         CHECK(b > a && b - a >= 1000 * per - 64 && b - a <= 1000 * per + 256, "1k -> 2k tokens grows by %zu", b - a);
     }
     ci_model_free(m);
-    rm_dir(dir);
-}
-
-static void expect_load_error(const char *cfg, const char *needle) {
-    char dir[64], err[1024] = "";
-    CHECK(make_random(cfg, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
-    CHECK_HAS(err, needle);
     rm_dir(dir);
 }
 

@@ -5,6 +5,7 @@
  * (into the same session and into a fresh one) and feed the same 16 tokens: the logits must
  * be bit-identical, in one prefill and one token at a time. Run from the repository root. */
 #include "check.h"
+#include "tmpmodel.h"
 #include "cinfer.h"
 #include "io/config.h"
 #include "io/json.h"
@@ -157,24 +158,10 @@ static void test_chunked_prefill(void) {
 
 /* Writes cfg to a temp dir, runs make-random into it and returns the folder (or NULL with err). */
 static const char *make_random(const char *cfg, char *dir, size_t dn, char *err, size_t errlen) {
-    snprintf(dir, dn, "/tmp/cinfer_lfm2_XXXXXX");
-    if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
-    char path[600];
-    snprintf(path, sizeof path, "%s/in.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
-    fputs(cfg, f);
-    fclose(f);
-    if (ci_make_random(path, dir, "f32", 7, 0, err, errlen)) return NULL;
-    return dir;
+    return tm_make_random(cfg, "f32", 7, dir, dn, err, errlen);
 }
 
-static void rm_dir(const char *dir) {
-    char p[600];
-    const char *files[] = { "in.json", "config.json", "model.safetensors" };
-    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); unlink(p); }
-    rmdir(dir);
-}
+#define rm_dir tm_rm_dir
 
 /* Shape of tensor name in dir/model.safetensors ("[a, b]"), by reading its header. */
 static void shape_of(const char *dir, const char *name, char *out, size_t n) {
@@ -291,12 +278,7 @@ static void test_make_random_round_trip(void) {
     rm_dir(dir);
 }
 
-static void expect_load_error(const char *cfg, const char *needle) {
-    char dir[64], err[1024] = "";
-    CHECK(make_random(cfg, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
-    CHECK_HAS(err, needle);
-    rm_dir(dir);
-}
+#define expect_load_error tm_expect_load_error
 
 static void test_config_errors(void) {
     expect_load_error("{\"model_type\": \"lfm2_moe\", \"vocab_size\": 64, \"hidden_size\": 64, \"num_hidden_layers\": 2, "

@@ -1,0 +1,43 @@
+/* tmpmodel.h — test helper: a random checkpoint from a config text, through make-random
+ * (the family's load() in record mode), in a fresh folder under /tmp. */
+#ifndef CI_TEST_TMPMODEL_H
+#define CI_TEST_TMPMODEL_H
+#include "check.h"
+#include "cinfer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Writes cfg to DIR/in.json, runs make-random (dtype, seed) into DIR and returns DIR, or NULL
+ * with err set (make-random's message when the family refuses the config). */
+static inline const char *tm_make_random(const char *cfg, const char *dtype, uint64_t seed, char *dir, size_t dn,
+                                         char *err, size_t errlen) {
+    snprintf(dir, dn, "/tmp/cinfer_test_XXXXXX");
+    if (!mkdtemp(dir)) { snprintf(err, errlen, "mkdtemp failed"); return NULL; }
+    char path[600];
+    snprintf(path, sizeof path, "%s/in.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
+    fputs(cfg, f);
+    fclose(f);
+    if (ci_make_random(path, dir, dtype, seed, 0, err, errlen)) return NULL;
+    return dir;
+}
+
+/* Removes what tm_make_random (and the tests) put in dir, then dir. */
+static inline void tm_rm_dir(const char *dir) {
+    char p[600];
+    const char *files[] = { "in.json", "config.json", "model.safetensors", "ref.json", "ref_logits.f32" };
+    for (int i = 0; i < 5; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); unlink(p); }
+    rmdir(dir);
+}
+
+/* The config must be refused with a message containing needle. */
+static inline void tm_expect_load_error(const char *cfg, const char *needle) {
+    char dir[64], err[1024] = "";
+    CHECK(tm_make_random(cfg, "f32", 1, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
+    CHECK_HAS(err, needle);
+    tm_rm_dir(dir);
+}
+
+#endif
