@@ -645,9 +645,9 @@ static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, co
 typedef struct {
     const v4_model *d;
     const v4_layer *L;
-    const v4_lcache *lc;
+    v4_lcache *const *lc;                 /* [n] each row's cache of this layer */
     const v4_cache *c;
-    int ring_rows, pos0;
+    int ring_rows;
 } attn_ctx;
 
 /* One (query row, head): online softmax over the window's keys and the chosen compressed
@@ -656,7 +656,8 @@ static void attn_task(void *vctx, int task) {
     const attn_ctx *a = vctx;
     const v4_model *d = a->d;
     const v4_layer *L = a->L;
-    const int D = d->D, Hh = d->Hh, t = task / Hh, h = task % Hh, p = a->pos0 + t;
+    const int D = d->D, Hh = d->Hh, t = task / Hh, h = task % Hh, p = a->c->pos[t];
+    const v4_lcache *lc = a->lc[t];
     const float *q = a->c->q + ((size_t)t * Hh + h) * D;
     const float scale = 1.0f / sqrtf((float)D);
     float acc[D];
@@ -666,14 +667,14 @@ static void attn_task(void *vctx, int task) {
     int n_local = p - s0 + 1, n_comp = 0;
     const int *sel = NULL;
     const float *ent = NULL;
-    if (L->type == L_CSA) { sel = a->c->sel + (size_t)t * d->topk; n_comp = a->c->nsel[t]; ent = a->lc->cs.entries; }
+    if (L->type == L_CSA) { sel = a->c->sel + (size_t)t * d->topk; n_comp = a->c->nsel[t]; ent = lc->cs.entries; }
     else if (L->type == L_HCA) {
         n_comp = (p + 1) / L->ratio;
-        if (n_comp > a->lc->cs.n) n_comp = a->lc->cs.n;
-        ent = a->lc->cs.entries;
+        if (n_comp > lc->cs.n) n_comp = lc->cs.n;
+        ent = lc->cs.entries;
     }
     for (int j = 0; j < n_local + n_comp; j++) {
-        const float *k = j < n_local ? a->lc->ring + (size_t)((s0 + j) % a->ring_rows) * D
+        const float *k = j < n_local ? lc->ring + (size_t)((s0 + j) % a->ring_rows) * D
                                      : ent + (size_t)(sel ? sel[j - n_local] : j - n_local) * D;
         float dot = 0;
         for (int e = 0; e < D; e++) dot += q[e] * k[e];
@@ -692,7 +693,10 @@ static void attn_task(void *vctx, int task) {
     for (int e = 0; e < D; e++) o[e] = acc[e] / sum;
 }
 
-static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_lcache *lc, v4_cache *c, int n, int pos0) {
+/* Attention of rows xn [n, H] at positions c->pos[0..n); row t's sequence keeps its cache of
+ * this layer in lc[t] (one sequence's consecutive positions in a forward, one row per
+ * sequence in a batched step). Every row's keys go into its cache before any row attends. */
+static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_lcache *const *lc, v4_cache *c, int n) {
     const int D = d->D, Hh = d->Hh, R = d->R, HD = Hh * D;
     const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
     /* q */
@@ -706,11 +710,21 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
     be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
     be->rope(be, c->kvn, n, 1, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
     for (int t = 0; t < n; t++)
-        memcpy(lc->ring + (size_t)((pos0 + t) % c->ring_rows) * D, c->kvn + (size_t)t * D, (size_t)D * sizeof(float));
+        memcpy(lc[t]->ring + (size_t)(c->pos[t] % c->ring_rows) * D, c->kvn + (size_t)t * D, (size_t)D * sizeof(float));
     /* compressed entries for the windows these tokens complete */
-    if (L->type != L_SLIDING) cmp_feed(be, &L->comp, &lc->cs, c->xn, n, pos0, c->pkv, c->pg, &d->rope_comp, d->eps);
+    if (L->type != L_SLIDING) {
+        const int m = (1 + L->comp.overlap) * L->comp.d;
+        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
+        for (int t = 0; t < n; t++)
+            cmp_push(be, &L->comp, &lc[t]->cs, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t], &d->rope_comp,
+                     d->eps);
+    }
     if (L->type == L_CSA) {
-        cmp_feed(be, &L->icomp, &lc->is, c->xn, n, pos0, c->pkv, c->pg, &d->rope_comp, d->eps);
+        const int m = 2 * L->icomp.d;
+        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
+        for (int t = 0; t < n; t++)
+            cmp_push(be, &L->icomp, &lc[t]->is, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t], &d->rope_comp,
+                     d->eps);
         be->matmul(be, c->iq, c->qr, n, &L->iq_b);
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, c->pos, d->rope_comp.inv_freq, d->rope_comp.mscale,
                  CI_ROPE_INTERLEAVED);
@@ -718,10 +732,10 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
         const float ws = 1.0f / sqrtf((float)d->Hi);
         for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
         for (int t = 0; t < n; t++)
-            c->nsel[t] = index_select(be, d, L, &lc->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      pos0 + t, c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
+            c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
+                                      c->pos[t], c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
     }
-    attn_ctx a = { d, L, lc, c, c->ring_rows, pos0 };
+    attn_ctx a = { d, L, lc, c, c->ring_rows };
     ci_pool_run(be->pool, attn_task, &a, n * Hh);
     /* inverse rope on the outputs (angle -p) */
     for (int t = 0; t < n; t++) c->npos[t] = -c->pos[t];
@@ -741,13 +755,14 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    ci_model *m = s->m;
+/* The decoder over n rows: row t is token tokens[t] at position c->pos[t] of the sequence
+ * whose cache is cs[t] (c is the scratch, logits as ci_lm_head). */
+static void decode_rows(ci_model *m, v4_cache *c, v4_cache *const *cs, const int *tokens, int n, float *logits,
+                        int all_logits) {
     const v4_model *d = m->impl;
-    v4_cache *c = s->impl;
     ci_backend *be = m->be;
     const int H = d->H, HC = d->HC;
-    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
+    v4_lcache *lcs[UBATCH];
     be->embed(be, c->x, &d->embed, tokens, n);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < HC; j++)
@@ -755,9 +770,10 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     c->moe.ids = tokens;
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
+        for (int t = 0; t < n; t++) lcs[t] = &cs[t]->lc[l];
         hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        attention(be, d, L, &c->lc[l], c, n, s->pos);
+        attention(be, d, L, lcs, c, n);
         CI_DUMP(m, "attn_out", l, c->y, n, H);
         hc_expand(&L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
         hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
@@ -769,19 +785,65 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     c->moe.ids = NULL;
     hc_head(be, &d->hc_head, c->X, n, c->mix, c->x);
     ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
+}
+
+static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+    v4_cache *c = s->impl, *cs[UBATCH];
+    for (int t = 0; t < n; t++) {
+        c->pos[t] = s->pos + t;
+        cs[t] = c;
+    }
+    decode_rows(s->m, c, cs, tokens, n, logits, all_logits);
     s->pos += n;
 }
 
-static int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
+/* A new sequence (ci_session_reset lowers pos to 0): empty the compressors. */
+static void v4_begin(const v4_model *d, ci_session *s) {
     v4_cache *c = s->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    if (s->pos == 0)   /* a new sequence (ci_session_reset lowers pos to 0): empty the compressors */
+    if (s->pos == 0)
         for (int l = 0; l < d->n_layers; l++) {
             cmp_state_reset(&c->lc[l].cs);
             cmp_state_reset(&c->lc[l].is);
         }
+}
+
+static int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const v4_model *d = s->m->impl;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    v4_begin(d, s);
     ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
+    return 0;
+}
+
+/* One decode step for n distinct sessions (registry.h): the matmuls, mHC mappings and MoE run
+ * over all rows; each row's window ring, compressors and indexer are its own session's. */
+static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    ci_model *m = ss[0]->m;
+    const v4_model *d = m->impl;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos,
+                          ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i],
+                          i, d->vocab);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d is also sequence %d", fam, i, j);
+    }
+    v4_cache *c = ss[0]->impl, *cs[UBATCH];
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        for (int i = 0; i < k; i++) {
+            v4_begin(d, ss[off + i]);
+            c->pos[i] = ss[off + i]->pos;
+            cs[i] = ss[off + i]->impl;
+        }
+        decode_rows(m, c, cs, tokens + off, k, logits + (size_t)off * d->vocab, 1);
+        for (int i = 0; i < k; i++) ss[off + i]->pos++;
+    }
     return 0;
 }
 
@@ -789,7 +851,7 @@ static const ci_family_ops v4_ops = {
     .load = v4_load, .unload = v4_unload,
     .session_init = v4_session_init, .session_free = v4_session_free,
     .forward = v4_forward, .cache_bytes_per_token = v4_cache_bytes_per_token,
-    .cache_bytes_at = v4_cache_bytes_at,
+    .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
 };
 
 const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops };

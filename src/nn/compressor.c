@@ -73,17 +73,25 @@ static void emit(ci_backend *be, const cmp_block *c, cmp_state *s, int w, const 
     }
 }
 
-void cmp_feed(ci_backend *be, const cmp_block *c, cmp_state *s, const float *xn, int n, int pos0, float *pkv,
-              float *pgate, const rope_table *rt, float eps) {
-    const int R = c->ratio, m = width(c);
+void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate) {
     be->matmul(be, pkv, xn, n, &c->kv);
     be->matmul(be, pgate, xn, n, &c->gate);
-    for (int t = 0; t < n; t++) {
-        int p = pos0 + t, slot = p % R;
-        memcpy(s->pend_kv + (size_t)slot * m, pkv + (size_t)t * m, (size_t)m * sizeof(float));
-        float *g = s->pend_gate + (size_t)slot * m;
-        const float *gi = pgate + (size_t)t * m, *ape = c->ape + (size_t)slot * m;
-        for (int i = 0; i < m; i++) g[i] = gi[i] + ape[i];
-        if (slot == R - 1 && s->n < s->cap) emit(be, c, s, p / R, rt, eps);
-    }
+}
+
+void cmp_push(ci_backend *be, const cmp_block *c, cmp_state *s, const float *kv, const float *gate, int p,
+              const rope_table *rt, float eps) {
+    const int R = c->ratio, m = width(c), slot = p % R;
+    memcpy(s->pend_kv + (size_t)slot * m, kv, (size_t)m * sizeof(float));
+    float *g = s->pend_gate + (size_t)slot * m;
+    const float *ape = c->ape + (size_t)slot * m;
+    for (int i = 0; i < m; i++) g[i] = gate[i] + ape[i];
+    if (slot == R - 1 && s->n < s->cap) emit(be, c, s, p / R, rt, eps);
+}
+
+void cmp_feed(ci_backend *be, const cmp_block *c, cmp_state *s, const float *xn, int n, int pos0, float *pkv,
+              float *pgate, const rope_table *rt, float eps) {
+    const int m = width(c);
+    cmp_project(be, c, xn, n, pkv, pgate);
+    for (int t = 0; t < n; t++)
+        cmp_push(be, c, s, pkv + (size_t)t * m, pgate + (size_t)t * m, pos0 + t, rt, eps);
 }

@@ -43,5 +43,11 @@ size_t cmp_state_bytes(const cmp_block *c, long long max_ctx);
  * appends the entries of every window they complete. pkv, pgate: scratch [n, m·d]. */
 void cmp_feed(ci_backend *be, const cmp_block *c, cmp_state *s, const float *xn, int n, int pos0, float *pkv,
               float *pgate, const rope_table *rt, float eps);
+/* The same in two steps, for rows of different sequences: cmp_project computes the n rows'
+ * projections (pkv, pgate [n, m·d]); cmp_push feeds one row (kv, gate: its m·d values) at
+ * position p into the state s of its own sequence. */
+void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate);
+void cmp_push(ci_backend *be, const cmp_block *c, cmp_state *s, const float *kv, const float *gate, int p,
+              const rope_table *rt, float eps);
 
 #endif

@@ -7,6 +7,7 @@
 #include "cinfer.h"
 #include "tmpmodel.h"
 #include "io/json.h"
+#include "models/model.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -254,10 +255,53 @@ static void test_damaged(void) {
     rm_dir(dir);
 }
 
+/* Batched decode steps (the server's forward_batch) give each sequence exactly the logits
+ * of stepping it alone: three sequences at different points of their windows (9, 17 and 30
+ * prompt tokens; CSA windows of 4, HCA of 8), 12 steps. */
+static void test_forward_batch(void) {
+    char dir[64], err[1024] = "";
+    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { V = 64, NS = 3, STEPS = 12 };
+    ci_model *m = NULL;
+    ci_model_opts o = { 1, 0 };
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    ci_session *a[NS] = { 0 }, *b[NS] = { 0 };
+    const int plen[NS] = { 9, 17, 30 };
+    int ok = m != NULL && m->family->ops->forward_batch != NULL;
+    CHECK(ok, "no model or no forward_batch");
+    for (int i = 0; ok && i < NS; i++) {
+        ok = !ci_session_new(m, 64, &a[i], err, sizeof err) && !ci_session_new(m, 64, &b[i], err, sizeof err);
+        int toks[30];
+        for (int t = 0; t < plen[i]; t++) toks[t] = 3 + (t * 13 + i * 7) % 60;
+        ok = ok && !ci_forward(a[i], toks, plen[i], NULL, 0, err, sizeof err) &&
+             !ci_forward(b[i], toks, plen[i], NULL, 0, err, sizeof err);
+    }
+    CHECK(ok, "%s", err);
+    float la[NS * V], lb[V];
+    int tok[NS] = { 5, 6, 7 };
+    for (int step = 0; ok && step < STEPS; step++) {
+        CHECK(m->family->ops->forward_batch(a, tok, NS, la, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < NS; i++) {
+            CHECK(ci_forward(b[i], &tok[i], 1, lb, 0, err, sizeof err) == 0, "%s", err);
+            CHECK(memcmp(la + i * V, lb, sizeof lb) == 0, "step %d sequence %d: batched logits differ", step, i);
+            CHECK(ci_session_pos(a[i]) == ci_session_pos(b[i]), "positions differ");
+            tok[i] = 3 + (tok[i] * 17 + step) % 60;
+        }
+        if (check_case_failed) break;
+    }
+    ci_session *twice[2] = { a[0], a[0] };
+    CHECK(m && m->family->ops->forward_batch(twice, tok, 2, la, err, sizeof err) != 0, "a session twice accepted");
+    CHECK_HAS(err, "sequence 1 is also sequence 0");
+    for (int i = 0; i < NS; i++) { ci_session_free(a[i]); ci_session_free(b[i]); }
+    ci_model_free(m);
+    rm_dir(dir);
+}
+
 int main(void) {
     TEST_RUN(test_chunking_and_reset);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_damaged);
+    TEST_RUN(test_forward_batch);
     TEST_EXIT();
 }
