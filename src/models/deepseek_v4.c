@@ -88,6 +88,8 @@ typedef struct {
 typedef struct {
     v4_lcache *lc;                        /* [n_layers] */
     int ring_rows;
+    float *kbuf;                          /* [max keys, D] one row's keys */
+    float *sc;                            /* [Hh, max keys] its scores */
     float *X;                             /* [UB, HC, H] streams */
     float *x, *xn, *y;                    /* [UB, H] */
     float *mix, *post, *comb, *tmp;       /* [UB, (2+HC)HC], [UB, HC], [UB, HC·HC], [HC·H] */
@@ -542,6 +544,19 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
             return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
         if (L->type == L_CSA && lc->is.cap > max_entries) max_entries = lc->is.cap;
     }
+    int max_keys = d->W;                  /* a row's window plus its compressed entries */
+    {
+        int comp = 0;
+        for (int l = 0; l < d->n_layers; l++) {
+            const v4_layer *L = &d->layers[l];
+            int k = L->type == L_CSA ? (d->topk < c->lc[l].cs.cap ? d->topk : c->lc[l].cs.cap)
+                  : L->type == L_HCA ? c->lc[l].cs.cap : 0;
+            if (k > comp) comp = k;
+        }
+        max_keys += comp;
+    }
+    c->kbuf = malloc((size_t)max_keys * d->D * sizeof(float));
+    c->sc = malloc((size_t)d->Hh * max_keys * sizeof(float));
     int wide = 2 * (d->D > d->Di ? d->D : d->Di);
     int topk = d->topk < max_entries ? d->topk : max_entries;
     c->X = malloc((size_t)U * HC * H * sizeof(float));
@@ -570,7 +585,7 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->last = malloc((size_t)H * sizeof(float));
     c->pos = malloc((size_t)U * sizeof(int32_t));
     c->npos = malloc((size_t)U * sizeof(int32_t));
-    if (!c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
+    if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
         !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->sel ||
         !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(&c->moe, &d->layers[0].moe, U))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
@@ -588,6 +603,7 @@ static void v4_session_free(ci_session *s) {
             cmp_state_free(&c->lc[l].is);
         }
     free(c->lc);
+    free(c->kbuf); free(c->sc);
     free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
     free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
     free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->sel); free(c->nsel); free(c->last);
@@ -642,55 +658,54 @@ static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, co
     return k;
 }
 
+/* Softmax of one head's scores with its sink logit in the denominator, then the head's
+ * output Σ_j p_j · k_j (K = V). Pool task h of one query row. */
 typedef struct {
     const v4_model *d;
     const v4_layer *L;
-    v4_lcache *const *lc;                 /* [n] each row's cache of this layer */
-    const v4_cache *c;
-    int ring_rows;
-} attn_ctx;
+    const float *keys;                    /* [nk, D] */
+    float *sc;                            /* [Hh, nk] scores, scaled in place to weights */
+    float *out;                           /* [Hh, D] */
+    int nk;
+} head_ctx;
 
-/* One (query row, head): online softmax over the window's keys and the chosen compressed
- * entries, with the head's sink logit in the denominator. */
-static void attn_task(void *vctx, int task) {
-    const attn_ctx *a = vctx;
-    const v4_model *d = a->d;
-    const v4_layer *L = a->L;
-    const int D = d->D, Hh = d->Hh, t = task / Hh, h = task % Hh, p = a->c->pos[t];
-    const v4_lcache *lc = a->lc[t];
-    const float *q = a->c->q + ((size_t)t * Hh + h) * D;
+static void head_task(void *vctx, int h) {
+    const head_ctx *a = vctx;
+    const int D = a->d->D, nk = a->nk;
     const float scale = 1.0f / sqrtf((float)D);
-    float acc[D];
-    memset(acc, 0, sizeof acc);
-    float mx = L->sinks[h], sum = 1.0f;   /* the sink: exp(sink - mx), value 0 */
-    int s0 = p - d->W + 1 > 0 ? p - d->W + 1 : 0;
-    int n_local = p - s0 + 1, n_comp = 0;
-    const int *sel = NULL;
-    const float *ent = NULL;
-    if (L->type == L_CSA) { sel = a->c->sel + (size_t)t * d->topk; n_comp = a->c->nsel[t]; ent = lc->cs.entries; }
-    else if (L->type == L_HCA) {
-        n_comp = (p + 1) / L->ratio;
-        if (n_comp > lc->cs.n) n_comp = lc->cs.n;
-        ent = lc->cs.entries;
+    float *sc = a->sc + (size_t)h * nk, mx = a->L->sinks[h];
+    for (int j = 0; j < nk; j++) {
+        sc[j] *= scale;
+        if (sc[j] > mx) mx = sc[j];
     }
-    for (int j = 0; j < n_local + n_comp; j++) {
-        const float *k = j < n_local ? lc->ring + (size_t)((s0 + j) % a->ring_rows) * D
-                                     : ent + (size_t)(sel ? sel[j - n_local] : j - n_local) * D;
-        float dot = 0;
-        for (int e = 0; e < D; e++) dot += q[e] * k[e];
-        float l = dot * scale;
-        if (l > mx) {
-            float r = expf(mx - l);
-            sum *= r;
-            for (int e = 0; e < D; e++) acc[e] *= r;
-            mx = l;
-        }
-        float w = expf(l - mx);
-        sum += w;
-        for (int e = 0; e < D; e++) acc[e] += w * k[e];
+    float sum = expf(a->L->sinks[h] - mx);
+    for (int j = 0; j < nk; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+    float *o = a->out + (size_t)h * D;
+    memset(o, 0, (size_t)D * sizeof(float));
+    for (int j = 0; j < nk; j++) {
+        const float w = sc[j] / sum, *k = a->keys + (size_t)j * D;
+        for (int e = 0; e < D; e++) o[e] += w * k[e];
     }
-    float *o = a->c->ao + ((size_t)t * Hh + h) * D;
-    for (int e = 0; e < D; e++) o[e] = acc[e] / sum;
+}
+
+/* Row t's keys into c->kbuf: its window (positions p-W+1 .. p, from the ring), then its
+ * compressed entries (CSA: the indexer's choice; HCA: every visible one). Returns their count. */
+static int gather_keys(const v4_model *d, const v4_layer *L, const v4_lcache *lc, const v4_cache *c, int t) {
+    const int D = d->D, p = c->pos[t];
+    int s0 = p - d->W + 1 > 0 ? p - d->W + 1 : 0, nk = 0;
+    for (int q = s0; q <= p; q++)
+        memcpy(c->kbuf + (size_t)nk++ * D, lc->ring + (size_t)(q % c->ring_rows) * D, (size_t)D * sizeof(float));
+    if (L->type == L_CSA) {
+        const int *sel = c->sel + (size_t)t * d->topk;
+        for (int i = 0; i < c->nsel[t]; i++)
+            memcpy(c->kbuf + (size_t)nk++ * D, lc->cs.entries + (size_t)sel[i] * D, (size_t)D * sizeof(float));
+    } else if (L->type == L_HCA) {
+        int vis = (p + 1) / L->ratio;
+        if (vis > lc->cs.n) vis = lc->cs.n;
+        memcpy(c->kbuf + (size_t)nk * D, lc->cs.entries, (size_t)vis * D * sizeof(float));
+        nk += vis;
+    }
+    return nk;
 }
 
 /* Attention of rows xn [n, H] at positions c->pos[0..n); row t's sequence keeps its cache of
@@ -735,8 +750,14 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
             c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
                                       c->pos[t], c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
     }
-    attn_ctx a = { d, L, lc, c, c->ring_rows };
-    ci_pool_run(be->pool, attn_task, &a, n * Hh);
+    /* per row: scores of every head against its keys (one matmul), then softmax + sum per head */
+    for (int t = 0; t < n; t++) {
+        int nk = gather_keys(d, L, lc[t], c, t);
+        ci_mat K = { .data = c->kbuf, .dtype = CI_F32, .rows = nk, .cols = D };
+        be->matmul(be, c->sc, c->q + (size_t)t * HD, Hh, &K);
+        head_ctx hc = { d, L, c->kbuf, c->sc, c->ao + (size_t)t * HD, nk };
+        ci_pool_run(be->pool, head_task, &hc, Hh);
+    }
     /* inverse rope on the outputs (angle -p) */
     for (int t = 0; t < n; t++) c->npos[t] = -c->pos[t];
     be->rope(be, c->ao, n, Hh, D, D - R, R, c->npos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
