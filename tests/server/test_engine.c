@@ -10,8 +10,11 @@
 #include "../unit/check.h"
 #include "cinfer.h"
 #include "server/engine.h"
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { NR = 6, MAXT = 12 };
 
@@ -204,9 +207,125 @@ static void test_engine_busy(void) {
     ci_model_free(m);
 }
 
+/* ---- determinism where the matmul spans several column chunks -------------------------
+ *
+ * A random dense qwen3 with hidden 1024 and intermediate 1536 (every matmul has more than
+ * CPU_KC = 512 columns, so the decode tiles and the prefill GEMM both sum over several
+ * chunks). Eight seeded requests of different prompt and output lengths run one at a time,
+ * then all together in 8 slots (decode batches shrink from 8 to 1 as they finish, and a
+ * prompt whose prefix a slot holds is prefilled from another offset): every token and the
+ * bits of every logprob (and top logprob) must be the same. The logprobs make this
+ * sensitive to a last-bit difference in the logits, which a sampled id alone would hide. */
+enum { WN = 8, WMAX = 16 };
+
+static int wide_params(int i, int V, int *prompt, eng_params *p) {
+    int n = 9 + 11 * i;                   /* 9 .. 86 prompt tokens */
+    for (int j = 0; j < n; j++) prompt[j] = (i * 977 + j * 131 + 7) % V;
+    memset(p, 0, sizeof *p);
+    p->prompt = prompt;
+    p->n_prompt = n;
+    p->max_tokens = WMAX - (i % 4) * 3;   /* 16, 13, 10, 7: batches change size */
+    ci_sampler_defaults(&p->so);
+    p->so.temperature = 0.9f;
+    p->so.seed = (uint64_t)(100 + i);
+    p->top_logprobs = 3;
+    p->ignore_eos = 1;
+    return n;
+}
+
+static int read_all(eng_req *r, eng_tok *t, int max) {
+    int got = 0, done = 0;
+    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
+    return got;
+}
+
+static int same_tok(const eng_tok *a, const eng_tok *b) {
+    if (a->id != b->id || a->n_top != b->n_top || memcmp(&a->logprob, &b->logprob, sizeof(float))) return 0;
+    for (int j = 0; j < a->n_top; j++)
+        if (a->top_id[j] != b->top_id[j] || memcmp(&a->top_lp[j], &b->top_lp[j], sizeof(float))) return 0;
+    return 1;
+}
+
+static void test_engine_wide_dense_alone_vs_beside_7(void) {
+    char err[1024], dir[] = "/tmp/cinfer-wide-XXXXXX", cfg[512], out[512];
+    if (!mkdtemp(dir)) { CHECK(0, "mkdtemp failed"); return; }
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(out, sizeof out, "%s/model", dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f) { CHECK(0, "cannot write %s", cfg); return; }
+    fputs("{\"model_type\": \"qwen3\", \"vocab_size\": 512, \"hidden_size\": 1024, \"intermediate_size\": 1536,"
+          " \"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2, \"head_dim\": 128,"
+          " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000,"
+          " \"tie_word_embeddings\": false, \"bos_token_id\": 1, \"eos_token_id\": 2}\n", f);
+    fclose(f);
+    ci_model *m = NULL;
+    ci_model_opts mo = { 0, 0 };
+    eng *e = NULL;
+    if (ci_make_random(cfg, out, "bf16", 3, 0, err, sizeof err) || ci_model_open(out, &mo, &m, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto done;
+    }
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    eng_opts eo = { WN, 256, 8, 64 << 20 };
+    if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    int prompts[WN][96], n_solo[WN];
+    eng_tok solo[WN][WMAX], both[WMAX];
+    eng_params p;
+    for (int i = 0; i < WN; i++) {
+        wide_params(i, info.vocab_size, prompts[i], &p);
+        eng_req *r;
+        if (eng_submit(e, &p, &r, err, sizeof err)) { CHECK(0, "submit %d: %s", i, err); goto done; }
+        n_solo[i] = read_all(r, solo[i], WMAX);
+        CHECK(n_solo[i] == p.max_tokens, "request %d alone gave %d tokens", i, n_solo[i]);
+        eng_release(r);
+    }
+    /* all eight at once; their prompts are now held by the slots or the prefix store, so
+     * this also prefills from the reused offsets */
+    eng_req *r[WN];
+    for (int i = 0; i < WN; i++) {
+        wide_params(i, info.vocab_size, prompts[i], &p);
+        if (eng_submit(e, &p, &r[i], err, sizeof err)) { CHECK(0, "submit %d: %s", i, err); r[i] = NULL; }
+    }
+    for (int i = 0; i < WN; i++) {
+        if (!r[i]) continue;
+        int got = read_all(r[i], both, WMAX), same = got == n_solo[i];
+        for (int k = 0; k < got && same; k++) same = same_tok(&both[k], &solo[i][k]);
+        CHECK(same, "request %d beside 7 others differs from its solo run (%d tokens, cached %d)", i, got,
+              eng_req_cached(r[i]));
+        eng_release(r[i]);
+    }
+    /* and the engine's first logprob is the one a plain session's prefill gives */
+    {
+        ci_session *s = NULL;
+        float *lg = malloc((size_t)info.vocab_size * sizeof(float));
+        wide_params(5, info.vocab_size, prompts[5], &p);
+        if (!lg || ci_session_new(m, 128, &s, err, sizeof err) || ci_forward(s, p.prompt, p.n_prompt, lg, 0, err, sizeof err)) {
+            CHECK(0, "%s", err);
+        } else {   /* the engine's log-softmax, step by step */
+            float mx = lg[0];
+            for (int v = 1; v < info.vocab_size; v++) if (lg[v] > mx) mx = lg[v];
+            double se = 0;
+            for (int v = 0; v < info.vocab_size; v++) se += exp((double)lg[v] - mx);
+            float lp = lg[solo[5][0].id] - (mx + (float)log(se));
+            CHECK(!memcmp(&lp, &solo[5][0].logprob, sizeof lp), "engine logprob %.9g vs a plain session's %.9g",
+                  solo[5][0].logprob, lp);
+        }
+        free(lg);
+        ci_session_free(s);
+    }
+done:
+    eng_free(e);
+    ci_model_free(m);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
+    TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
     TEST_EXIT();
 }

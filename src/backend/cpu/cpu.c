@@ -21,10 +21,15 @@
  *    4x4 reductions.
  * MLX-quantized weights (dtype CI_U32, backend.h) take the same two paths through the
  * cpu_qkernels table of the same ISA: decode tiles read the packed codes directly, prefill
- * dequantizes each PACK_ROWS x KC block into the pack buffer; embed dequantizes one row.
- * Invariant: results depend only on the ISA and the inputs, never on the thread count or
- * the item split (every output element is computed by one tile, or one head's pass over
- * the keys, with a fixed summation order). tests/unit/test_ops.c checks it bit for bit. */
+ * dequantizes each PACK_ROWS x KC block into the pack buffer (4-bit formats in the split
+ * column order of cpu_qkernels.split, with each token tile's x split alike); embed
+ * dequantizes one row.
+ * Invariant: results depend only on the ISA and the inputs, never on the thread count, the
+ * item split or the number of tokens n: every output element is computed by one tile, or
+ * one head's pass over the keys, and both matmul paths follow the one summation order of
+ * cpu_kernels.h (chunks of KC columns, summed left to right), so a token row gets the same
+ * bits decoded alone, batched beside others or prefilled. tests/unit/test_ops.c checks the
+ * thread count, tests/unit/test_determinism.c the token count, bit for bit. */
 #include "cpu_kernels.h"
 #include <math.h>
 #include <pthread.h>
@@ -34,7 +39,7 @@
 
 #define ITEM_ROWS 64          /* weight rows per prefill work item */
 #define PACK_ROWS 16          /* weight rows converted together (one L1-sized block) */
-#define KC 512                /* columns per prefill chunk: 16 x 512 f32 = 32 KiB */
+#define KC CPU_KC             /* columns per prefill chunk: 16 x 512 f32 = 32 KiB */
 #define ATTN_BLOCK 128        /* keys per attention block (online softmax across blocks) */
 #define ATTN_MAX_HPI 16       /* most query heads one attention item handles */
 #define ROPE_CHUNK 256        /* rotation pairs whose cos/sin sit on the stack at once */
@@ -42,6 +47,8 @@
 
 typedef struct {
     float *pack;              /* [PACK_ROWS, KC] converted weights (prefill) */
+    float *qx;                /* [CPU_TILE_T, KC] a token tile's x in split order (prefill of
+                               * split quantized weights, cpu_qkernels.split) */
     float *scores;            /* [CPU_TILE_T, ATTN_BLOCK] attention probabilities */
 } cpu_slot;
 
@@ -143,6 +150,7 @@ typedef struct {
     int64_t rows_per_item;    /* decode: multiple of 4 */
     int64_t tok_per_item;     /* prefill: multiple of 4 */
     int64_t n_tok_items;      /* prefill: token ranges per row block */
+    int split;                /* W is quantized in a format qk dots in split order */
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -150,8 +158,30 @@ static void tile_rows(int64_t rr[CPU_TILE_R], int64_t r, int64_t r_end) {
     for (int i = 0; i < CPU_TILE_R; i++) rr[i] = min64(r + i, r_end - 1);
 }
 
+/* A decode tile the prefill way (what mat_tile declined): each chunk converted to f32 in
+ * the slot's pack buffer, one f32_tile, chunk sums added: the summation order itself. */
+static void tile_by_chunks(const mm_ctx *m, const int64_t rr[CPU_TILE_R], cpu_slot *slot, float *out) {
+    const ci_mat *W = m->W;
+    const int64_t cols = W->cols;
+    const float *w[CPU_TILE_R];
+    float part[CPU_TILE_T * CPU_TILE_R];
+    for (int64_t c0 = 0; c0 < cols; c0 += KC) {
+        int64_t kc = min64(KC, cols - c0);
+        for (int i = 0; i < CPU_TILE_R; i++) {
+            if (W->dtype == CI_F32) {
+                w[i] = (const float *)W->data + rr[i] * cols + c0;
+                continue;
+            }
+            if (W->dtype == CI_U32) m->qk->row_f32(W, rr[i], c0, c0 + kc, slot->pack + i * KC);
+            else m->k->row_f32(W, rr[i], c0, c0 + kc, slot->pack + i * KC);
+            w[i] = slot->pack + i * KC;
+        }
+        m->k->f32_tile(w, kc, m->n, m->x + c0, cols, part);
+        for (int i = 0; i < m->n * CPU_TILE_R; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
+    }
+}
+
 static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
-    (void)slot;
     mm_ctx *m = c;
     int64_t rows = m->W->rows, cols = m->W->cols;
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
@@ -159,8 +189,9 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
         tile_rows(rr, r, r1);
-        if (m->W->dtype == CI_U32) m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out);
-        else m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
+        int ok = m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out)
+                                       : m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
+        if (!ok) tile_by_chunks(m, rr, slot, out);
         for (int t = 0; t < m->n; t++)
             for (int i = 0; i < nr; i++) m->y[t * rows + r + i] = out[t * CPU_TILE_R + i];
     }
@@ -186,16 +217,24 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                 if (W->dtype == CI_F32) {
                     w[i] = (const float *)W->data + r * cols + c0;
                 } else {
-                    if (r0 + i < r1 && W->dtype == CI_U32) m->qk->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
+                    if (r0 + i < r1 && m->split) m->qk->row_split(W, r, c0, c0 + kc, slot->pack + i * KC);
+                    else if (r0 + i < r1 && W->dtype == CI_U32) m->qk->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
                     else if (r0 + i < r1) m->k->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
             for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
                 int T = (int)min64(CPU_TILE_T, t1 - t);
+                const float *xt = m->x + t * cols + c0;
+                int64_t xs = cols;
+                if (m->split) { /* once per token tile, for the block's 4 row tiles */
+                    m->qk->x_split(c0, c0 + kc, T, xt, cols, slot->qx);
+                    xt = slot->qx;
+                    xs = KC;
+                }
                 for (int64_t g = r0; g < r1; g += CPU_TILE_R) {
                     int nr = (int)min64(CPU_TILE_R, r1 - g);
-                    m->k->f32_tile(w + (g - r0), kc, T, m->x + t * cols + c0, cols, out);
+                    m->k->f32_tile(w + (g - r0), kc, T, xt, xs, out);
                     for (int tt = 0; tt < T; tt++) {
                         float *yp = m->y + (t + tt) * rows + g;
                         for (int i = 0; i < nr; i++)
@@ -215,6 +254,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
         return;
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
+    m.split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     int64_t rows = W->rows, work = rows * W->cols * n;
     if (n <= CPU_TILE_T) {
         /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
@@ -487,6 +527,7 @@ static void cpu_free(ci_backend *be) {
     if (b->slots)
         for (int i = 0; i < b->n_slots; i++) {
             free(b->slots[i].pack);
+            free(b->slots[i].qx);
             free(b->slots[i].scores);
         }
     free(b->slots);
@@ -512,7 +553,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     for (int i = 0; i < b->n_slots; i++) {
         b->slots[i].pack = aligned_alloc(64, PACK_ROWS * KC * sizeof(float));
         b->slots[i].scores = aligned_alloc(64, CPU_TILE_T * ATTN_BLOCK * sizeof(float));
-        if (!b->slots[i].pack || !b->slots[i].scores) goto fail;
+        b->slots[i].qx = aligned_alloc(64, CPU_TILE_T * KC * sizeof(float));
+        if (!b->slots[i].pack || !b->slots[i].scores || !b->slots[i].qx) goto fail;
     }
     b->base.matmul = cpu_matmul;
     b->base.rmsnorm = cpu_rmsnorm;

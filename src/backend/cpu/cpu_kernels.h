@@ -8,7 +8,19 @@
  * Tiles: a "tile" is T token rows (1 <= T <= CPU_TILE_T) by 4 weight rows. Kernels write
  * out[t*4 + r] = sum_k x[t*xs + k] * w_r[k]. The caller always passes 4 valid rows (it
  * repeats the last one when fewer remain) and ignores the extra results, so kernels never
- * branch on a row count. */
+ * branch on a row count.
+ *
+ * One summation order. Every output is summed the same way whatever the token count n of
+ * the matmul, so a sequence gets the same bits decoded alone or beside others, and a
+ * prompt the same bits prefilled in any chunks (the server relies on it):
+ *   y = d_0 + d_1 + d_2 + ...   (left to right, f32), d_j the dot over the columns of
+ *   chunk j = [j*CPU_KC, (j+1)*CPU_KC), computed by the set's f32_tile on the chunk's f32
+ *   weights (lanes counted from the chunk's first column, reduced at its end).
+ * The prefill path converts each chunk to f32 (row_f32) and calls f32_tile; mat_tile reads
+ * the checkpoint dtype in registers and must produce exactly those bits, or return 0 (a
+ * case it cannot do exactly, e.g. an fp8 block scale too large to fold), and then cpu.c
+ * converts the chunk and calls f32_tile itself. 4-bit quantized formats are dotted in a
+ * split column order (cpu_qkernels.split), which both paths apply to weights and x alike. */
 #ifndef CI_CPU_KERNELS_H
 #define CI_CPU_KERNELS_H
 #include "../backend.h"
@@ -16,12 +28,15 @@
 
 #define CPU_TILE_T 4    /* token rows per tile */
 #define CPU_TILE_R 4    /* weight rows per tile */
+#define CPU_KC 512      /* columns per chunk of the summation order (and of prefill packing) */
 
 typedef struct {
     const char *name;
     /* Decode / small batch: weights read in their checkpoint dtype and converted in
-     * registers. rows[r] are row indices of W; dot over all W->cols. */
-    void (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+     * registers. rows[r] are row indices of W; dot over all W->cols. Returns 0 (out
+     * unspecified) when it cannot follow the summation order exactly: the caller then
+     * does it with row_f32 + f32_tile. */
+    int (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
                      float *out);
     /* Prefill micro-kernel over f32 weight rows w[r][0..kc). */
     void (*f32_tile)(const float *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs,
@@ -55,9 +70,20 @@ extern const cpu_kernels cpu_kernels_avx512;
  * packed codes and per-group scales directly (quant_kernels_*.c). cpu.c sends a quantized
  * W here instead of to mat_tile / row_f32; the table is picked with the same ISA. */
 typedef struct {
-    void (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
-                     float *out);
+    int (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+                    float *out);
     void (*row_f32)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
+    /* 4-bit formats whose codes the ISA unpacks in a split column order (per block of
+     * 2*VL columns: the VL even columns, then the VL odd ones: the low and high nibbles of
+     * the block's bytes, so no byte interleave is needed). split(W) says whether W is one
+     * (NULL: none); its decode tile dots the dequantized weights in that order with x
+     * split the same way. The prefill path then packs row_split's output (chunk [c0, c1)
+     * of row r, dequantized, in split order) and splits the token rows with x_split (xp:
+     * [T, CPU_KC], the rows of x at column c0 with row stride xs), and f32_tile on the
+     * two gives the decode tile's bits. */
+    int (*split)(const ci_mat *W);
+    void (*row_split)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
+    void (*x_split)(int64_t c0, int64_t c1, int T, const float *x, int64_t xs, float *xp);
 } cpu_qkernels;
 
 extern const cpu_qkernels cpu_qkernels_scalar;

@@ -3,14 +3,14 @@
  * This is both the fallback and the readable statement of what each kernel computes.
  * Sums use 8 interleaved f32 partial sums (lane k % 8), the same shape as the SIMD sets,
  * which keeps rounding error comparable across ISAs (about sqrt(n) ulps, not n). Weights
- * are converted a chunk of columns at a time into a stack buffer, then reused for every
- * token row of the tile. */
+ * are converted a chunk of CPU_KC columns at a time into a stack buffer, then reused for
+ * every token row of the tile; each chunk is one f32_tile (the summation order of
+ * cpu_kernels.h), so decode and prefill give the same bits. */
 #include "cpu_kernels.h"
 #include <math.h>
 #include <string.h>
 
 #define LANES 8
-#define CHUNK 256   /* columns converted per step: 4 rows x 256 floats = 4 KiB of stack */
 
 static void row_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {
     int64_t cols = W->cols;
@@ -71,28 +71,28 @@ static void finish(float acc[CPU_TILE_T][CPU_TILE_R][LANES], int T, float *out) 
         }
 }
 
-static void mat_tile(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
-                     float *out) {
-    float acc[CPU_TILE_T][CPU_TILE_R][LANES];
-    float buf[CPU_TILE_R][CHUNK];
-    const float *w[CPU_TILE_R];
-    memset(acc, 0, sizeof acc);
-    for (int64_t c0 = 0; c0 < W->cols; c0 += CHUNK) {
-        int64_t c1 = c0 + CHUNK < W->cols ? c0 + CHUNK : W->cols;
-        for (int r = 0; r < CPU_TILE_R; r++) {
-            row_f32(W, rows[r], c0, c1, buf[r]);
-            w[r] = buf[r];
-        }
-        chunk_dot(acc, w, c1 - c0, T, x + c0, xs);
-    }
-    finish(acc, T, out);
-}
-
 static void f32_tile(const float *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs, float *out) {
     float acc[CPU_TILE_T][CPU_TILE_R][LANES];
     memset(acc, 0, sizeof acc);
     chunk_dot(acc, w, kc, T, x, xs);
     finish(acc, T, out);
+}
+
+/* Chunk by chunk: the weights converted (8 KiB of stack), one f32_tile, sums added. */
+static int mat_tile(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+                    float *out) {
+    float buf[CPU_TILE_R][CPU_KC], part[CPU_TILE_T * CPU_TILE_R];
+    const float *w[CPU_TILE_R];
+    for (int64_t c0 = 0; c0 < W->cols; c0 += CPU_KC) {
+        int64_t c1 = c0 + CPU_KC < W->cols ? c0 + CPU_KC : W->cols;
+        for (int r = 0; r < CPU_TILE_R; r++) {
+            row_f32(W, rows[r], c0, c1, buf[r]);
+            w[r] = buf[r];
+        }
+        f32_tile(w, c1 - c0, T, x + c0, xs, part);
+        for (int i = 0; i < T * CPU_TILE_R; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
+    }
+    return 1;
 }
 
 static float sum_lanes(const float *a) {

@@ -60,21 +60,23 @@ static inline __attribute__((always_inline)) TGT vf vq_fp8(const uint8_t *p) {
     return _mm256_cvtph_ps(h);
 }
 
-/* ---- decode fast path: one token row at a time, affine 4/8-bit and mxfp4 --------------------
+/* ---- 4-bit codes in split order: affine 4-bit and mxfp4 ------------------------------------
  *
- * As the AVX-512 one (quant_kernels_avx512.c): per 16 columns of a row, 4-bit codes are 8
+ * As the AVX-512 one (quant_kernels_avx512.c): per 16 columns of a row, the codes are 8
  * bytes, zero-extended to 8 dwords; the low nibbles are the even columns and the high
  * nibbles the odd ones, so x is split into even / odd columns once per tile (shared by its
- * 4 rows), and the group's scale and bias are applied once per group:
- * acc += s * Σ q·x + b * Σ x. With 16 ymm registers a tile keeps one token row; two rows
- * run as two passes over the (L1-resident) codes. */
-#define QFAST 1
-#define QF_UNROLL _Pragma("GCC unroll 4")
-#define QF_GROUPS 128
+ * 4 rows). Each half is dequantized with one FMA (mxfp4: a multiply) and dotted, even half
+ * first: f32_tile's order on a chunk stored as [8 even, 8 odd] per 16 columns, which is
+ * what prefill packs (qrow_split, qx_split). With 16 ymm registers a tile keeps one token
+ * row; more rows run as more passes over the (L1-resident) codes. */
 
-static inline __attribute__((always_inline)) TGT void qx16(const int BITS, const float *x, vf *xe, vf *xo) {
+static inline TGT int qsplit(const ci_mat *W) {
+    const ci_qdesc *d = q_desc(W);
+    return d->mode == CI_Q_MXFP4 || (d->mode == CI_Q_AFFINE && d->bits == 4);
+}
+
+static inline __attribute__((always_inline)) TGT void qx16(const float *x, vf *xe, vf *xo) {
     vf a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
-    if (BITS == 8) { *xe = a; *xo = b; return; }
     /* shuffle_ps gives x0 x2 x8 x10 | x4 x6 x12 x14; swapping the middle 64-bit pairs puts
      * them in order */
     *xe = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
@@ -87,89 +89,99 @@ static inline __attribute__((always_inline)) TGT vf qe2m1_8(__m256i i, vf lut) {
     return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
 }
 
-/* The 16 codes at p as two vectors matching qx16's split. */
-static inline __attribute__((always_inline)) TGT void qc16(const int MODE, const int BITS, const uint8_t *p, vf lut,
-                                                           vf *e, vf *o) {
-    if (BITS == 8) {
-        *e = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-        *o = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))));
-        return;
-    }
-    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+/* The 16 weights at column k (a multiple of 16 inside one group) of a row as its even and
+ * odd halves. */
+static inline __attribute__((always_inline)) TGT void qw16(const int MODE, const uint8_t *row, int64_t k, vf s, vf b,
+                                                           vf lut, vf *e, vf *o) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + k / 2)));
     __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(15)), hi = _mm256_srli_epi32(v, 4);
     if (MODE == CI_Q_MXFP4) {
-        *e = qe2m1_8(lo, lut);
-        *o = qe2m1_8(hi, lut);
+        *e = _mm256_mul_ps(qe2m1_8(lo, lut), s);
+        *o = _mm256_mul_ps(qe2m1_8(hi, lut), s);
     } else {
-        *e = _mm256_cvtepi32_ps(lo);
-        *o = _mm256_cvtepi32_ps(hi);
+        *e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), s, b);
+        *o = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), s, b);
     }
 }
 
-static inline TGT void q_params_f32(const ci_qdesc *d, const void *p, int64_t i0, int n, float *dst) {
-    if (d->scale_dtype == CI_F32) { memcpy(dst, (const float *)p + i0, (size_t)n * sizeof(float)); return; }
-    for (int i = 0; i < n; i++) dst[i] = q_param(d, p, i0 + i);
-}
+#define QS_UNROLL _Pragma("GCC unroll 4")
 
-static inline __attribute__((always_inline)) TGT void qfast_1(const int MODE, const int BITS, const ci_mat *W,
-                                                              const int64_t rows[4], const float *x, float *out) {
+/* One token row (x at column 0) by 4 rows over all columns, in the summation order. */
+static inline __attribute__((always_inline)) TGT void qsplit_1(const int MODE, const ci_mat *W, const int64_t rows[4],
+                                                               const float *x, float *out) {
     const ci_qdesc *d = q_desc(W);
-    const int64_t G = d->group, ng = W->cols / G, rb = W->cols * BITS / 8;
+    const int64_t G = d->group, ng = W->cols / G, rb = W->cols / 2, cols = W->cols;
     const uint8_t *wr[4];
     int64_t gi[4];
-    vf acc[4], lut = _mm256_loadu_ps(cpu_e2m1_value);
-    float sf[4][QF_GROUPS], bf[4][QF_GROUPS];
-    QF_UNROLL
+    float part[4];
+    const vf lut = _mm256_loadu_ps(cpu_e2m1_value);
+    QS_UNROLL
     for (int r = 0; r < 4; r++) {
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
-        acc[r] = vzero();
     }
-    for (int64_t g = 0; g < ng; g++) {
-        const int gc = (int)(g % QF_GROUPS);
-        if (gc == 0) {
-            int n = (int)(ng - g < QF_GROUPS ? ng - g : QF_GROUPS);
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
+        const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
+        vf acc[4] = { vzero(), vzero(), vzero(), vzero() };
+        for (int64_t k0 = c0; k0 < c1;) {
+            const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
+            vf s[4], b[4];
+            QS_UNROLL
             for (int r = 0; r < 4; r++) {
-                q_params_f32(d, d->scales, gi[r] + g, n, sf[r]);
-                if (MODE == CI_Q_AFFINE) q_params_f32(d, d->biases, gi[r] + g, n, bf[r]);
+                s[r] = vset1(q_param(d, d->scales, gi[r] + g));
+                b[r] = MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero();
             }
-        }
-        vf ga[4] = { vzero(), vzero(), vzero(), vzero() }, xsum = vzero();
-        for (int64_t k = g * G; k < (g + 1) * G; k += 16) {
-            const int64_t off = k * BITS / 8;   /* 8 or 16 bytes per row */
-            if ((off & 63) < 2 * BITS)
-                QF_UNROLL
-                for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off + 512, 0, 3);
-            vf xe, xo;
-            qx16(BITS, x + k, &xe, &xo);
-            if (MODE == CI_Q_AFFINE) xsum = _mm256_add_ps(xsum, _mm256_add_ps(xe, xo));
-            QF_UNROLL
-            for (int r = 0; r < 4; r++) {
-                vf e, o;
-                qc16(MODE, BITS, wr[r] + off, lut, &e, &o);
-                ga[r] = vfma(o, xo, vfma(e, xe, ga[r]));
+            for (int64_t k = k0; k < k1; k += 16) {
+                if (((k / 2) & 63) < 8)   /* one prefetch per 64-byte line of each row's codes */
+                    QS_UNROLL
+                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
+                vf xe, xo;
+                qx16(x + k, &xe, &xo);
+                QS_UNROLL
+                for (int r = 0; r < 4; r++) {
+                    vf e, o;
+                    qw16(MODE, wr[r], k, s[r], b[r], lut, &e, &o);
+                    acc[r] = vfma(o, xo, vfma(e, xe, acc[r]));
+                }
             }
+            k0 = k1;
         }
-        QF_UNROLL
-        for (int r = 0; r < 4; r++) {
-            acc[r] = vfma(ga[r], vset1(sf[r][gc]), acc[r]);
-            if (MODE == CI_Q_AFFINE) acc[r] = vfma(xsum, vset1(bf[r][gc]), acc[r]);
-        }
+        vhsum4(acc[0], acc[1], acc[2], acc[3], part);
+        for (int r = 0; r < 4; r++) out[r] = c0 == 0 ? part[r] : out[r] + part[r];
     }
-    vhsum4(acc[0], acc[1], acc[2], acc[3], out);
 }
 
-/* 1 when the fast path took this tile (T <= 2 token rows, affine 4/8-bit or mxfp4). */
-static TGT int qfast_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
-    const ci_qdesc *d = q_desc(W);
-    if (T > 2) return 0;
+static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
     for (int t = 0; t < T; t++) {
-        if (d->mode == CI_Q_MXFP4) qfast_1(CI_Q_MXFP4, 4, W, rows, x + t * xs, out + t * 4);
-        else if (d->mode == CI_Q_AFFINE && d->bits == 4) qfast_1(CI_Q_AFFINE, 4, W, rows, x + t * xs, out + t * 4);
-        else if (d->mode == CI_Q_AFFINE && d->bits == 8) qfast_1(CI_Q_AFFINE, 8, W, rows, x + t * xs, out + t * 4);
-        else return 0;
+        if (q_desc(W)->mode == CI_Q_MXFP4) qsplit_1(CI_Q_MXFP4, W, rows, x + t * xs, out + t * 4);
+        else qsplit_1(CI_Q_AFFINE, W, rows, x + t * xs, out + t * 4);
     }
-    return 1;
+}
+
+/* Prefill: chunk [c0, c1) of row r dequantized in split order. */
+static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t G = d->group, gb = q_gidx(W, r, 0);
+    const uint8_t *row = (const uint8_t *)W->data + r * (W->cols / 2);
+    const vf lut = _mm256_loadu_ps(cpu_e2m1_value);
+    for (int64_t k = c0; k < c1; k += 16) {
+        vf s = vset1(q_param(d, d->scales, gb + k / G)), e, o;
+        if (d->mode == CI_Q_MXFP4) qw16(CI_Q_MXFP4, row, k, s, vzero(), lut, &e, &o);
+        else qw16(CI_Q_AFFINE, row, k, s, vset1(q_param(d, d->biases, gb + k / G)), lut, &e, &o);
+        _mm256_storeu_ps(dst + (k - c0), e);
+        _mm256_storeu_ps(dst + (k - c0) + 8, o);
+    }
+}
+
+/* Prefill: T token rows of x (at column c0) split as qx16 splits them, into xp [T, CPU_KC]. */
+static TGT void qx_split(int64_t c0, int64_t c1, int T, const float *x, int64_t xs, float *xp) {
+    for (int t = 0; t < T; t++)
+        for (int64_t k = c0; k < c1; k += 16) {
+            vf xe, xo;
+            qx16(x + t * xs + (k - c0), &xe, &xo);
+            _mm256_storeu_ps(xp + t * CPU_KC + (k - c0), xe);
+            _mm256_storeu_ps(xp + t * CPU_KC + (k - c0) + 8, xo);
+        }
 }
 
 #include "quant_simd.h"

@@ -60,137 +60,132 @@ static inline __attribute__((always_inline)) TGT vf vq_fp8(const uint8_t *p) {
     return _mm512_cvtph_ps(h);
 }
 
-/* ---- decode fast path: T <= 2 token rows, affine 4/8-bit and mxfp4 ------------------------
+/* ---- 4-bit codes in split order: affine 4-bit and mxfp4 ------------------------------------
  *
- * Per 32 columns of a row: 4-bit codes are 16 bytes, zero-extended to 16 dwords with one
+ * Per 32 columns of a row: the codes are 16 bytes, zero-extended to 16 dwords with one
  * vpmovzxbd; the low nibbles are the even columns and the high nibbles the odd ones, so
  * the token rows are split into even / odd columns instead (two vpermt2ps per 32 columns,
- * shared by the tile's 4 rows) and no per-row byte interleave is needed. (8-bit: two
- * vpmovzxbd, columns in order.) Within a group the integer codes are dotted with x
- * unscaled; at the group's end acc += s * Σ q·x + b * Σ x (Σ x once per group, shared by the
- * rows), which is MLX's own formulation and saves the per-weight dequantizing FMA. */
-#define QFAST 1
+ * shared by the tile's 4 rows) and no per-row nibble interleave is needed. Each half is
+ * dequantized with one FMA (affine: q*s + b; mxfp4: one multiply after the E2M1 lookup)
+ * and dotted: acc = even weights · even x, then odd weights · odd x, lane by lane. That is
+ * f32_tile's order on a chunk stored as [16 even, 16 odd] per 32 columns, which is what
+ * prefill packs (qrow_split, qx_split), so both paths give the same bits. */
 
-static inline __attribute__((always_inline)) TGT void qx32(const int BITS, const float *x, vf *xe, vf *xo) {
+static inline TGT int qsplit(const ci_mat *W) {
+    const ci_qdesc *d = q_desc(W);
+    return d->mode == CI_Q_MXFP4 || (d->mode == CI_Q_AFFINE && d->bits == 4);
+}
+
+static inline __attribute__((always_inline)) TGT void qx32(const float *x, vf *xe, vf *xo) {
     vf a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
-    if (BITS == 8) { *xe = a; *xo = b; return; }
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     *xe = _mm512_permutex2var_ps(a, ie, b);
     *xo = _mm512_permutex2var_ps(a, io, b);
 }
 
-/* The 32 codes at p as two vectors matching qx32's split (affine: integers as f32;
- * mxfp4: E2M1 values). */
-static inline __attribute__((always_inline)) TGT void qc32(const int MODE, const int BITS, const uint8_t *p, vf lut,
-                                                           vf *e, vf *o) {
-    if (BITS == 8) {
-        *e = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
-        *o = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
-        return;
-    }
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+/* The 32 weights at column k (a multiple of 32 inside one group of scale s, bias b) of a
+ * row as its even and odd halves. */
+static inline __attribute__((always_inline)) TGT void qw32(const int MODE, const uint8_t *row, int64_t k, vf s, vf b,
+                                                           vf lut, vf *e, vf *o) {
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + k / 2)));
     __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(v, 4);
     if (MODE == CI_Q_MXFP4) {
-        *e = _mm512_permutexvar_ps(lo, lut);
-        *o = _mm512_permutexvar_ps(hi, lut);
+        *e = _mm512_mul_ps(_mm512_permutexvar_ps(lo, lut), s);
+        *o = _mm512_mul_ps(_mm512_permutexvar_ps(hi, lut), s);
     } else {
-        *e = _mm512_cvtepi32_ps(lo);
-        *o = _mm512_cvtepi32_ps(hi);
+        *e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, b);
+        *o = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, b);
     }
 }
 
-#define QF_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
-#define QF_GROUPS 128   /* groups whose scales / biases a tile converts to f32 at once */
+#define QS_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
 
-/* n scales (or biases) of p from index i0, as f32. */
-static inline TGT void q_params_f32(const ci_qdesc *d, const void *p, int64_t i0, int n, float *dst) {
-    switch (d->scale_dtype) {
-    case CI_F32: memcpy(dst, (const float *)p + i0, (size_t)n * sizeof(float)); break;
-    case CI_BF16:
-        for (int i = 0; i < n; i++) { uint16_t h; memcpy(&h, (const uint16_t *)p + i0 + i, 2); dst[i] = ci_bf16_to_f32(h); }
-        break;
-    default:
-        for (int i = 0; i < n; i++) dst[i] = q_param(d, p, i0 + i);
-    }
-}
-
-static inline __attribute__((always_inline)) TGT void qfast_T(const int T, const int MODE, const int BITS,
-                                                              const ci_mat *W, const int64_t rows[4], const float *x,
-                                                              int64_t xs, float *out) {
+/* T <= 4 token rows (x at column 0) by 4 rows over all columns, in the summation order:
+ * per CPU_KC chunk, lanes from zero, one reduction, chunk sums added. */
+static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const ci_mat *W,
+                                                               const int64_t rows[4], const float *x, int64_t xs,
+                                                               float *out) {
     const ci_qdesc *d = q_desc(W);
-    const int64_t G = d->group, ng = W->cols / G, rb = W->cols * BITS / 8;
+    const int64_t G = d->group, ng = W->cols / G, rb = W->cols / 2, cols = W->cols;
     const uint8_t *wr[4];
     int64_t gi[4];
-    vf acc[2][4], lut = _mm512_loadu_ps(cpu_e2m1_value);
-    float sf[4][QF_GROUPS], bf[4][QF_GROUPS];   /* this chunk's scales / biases, f32 */
-    QF_UNROLL
+    float part[4 * 4];
+    const vf lut = _mm512_loadu_ps(cpu_e2m1_value);
+    QS_UNROLL
     for (int r = 0; r < 4; r++) {
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    QF_UNROLL
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
-    for (int64_t g = 0; g < ng; g++) {
-        const int gc = (int)(g % QF_GROUPS);
-        if (gc == 0) {
-            int n = (int)(ng - g < QF_GROUPS ? ng - g : QF_GROUPS);
-            QF_UNROLL
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
+        const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
+        vf acc[4][4];
+        QS_UNROLL
+        for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
+        for (int64_t k0 = c0; k0 < c1;) {
+            const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
+            vf s[4], b[4];
+            QS_UNROLL
             for (int r = 0; r < 4; r++) {
-                q_params_f32(d, d->scales, gi[r] + g, n, sf[r]);
-                if (MODE == CI_Q_AFFINE) q_params_f32(d, d->biases, gi[r] + g, n, bf[r]);
+                s[r] = vset1(q_param(d, d->scales, gi[r] + g));
+                b[r] = MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero();
             }
+            for (int64_t k = k0; k < k1; k += 32) {
+                if (((k / 2) & 63) < 16)   /* one prefetch per 64-byte line of each row's codes */
+                    QS_UNROLL
+                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
+                vf xe[4], xo[4];
+                QS_UNROLL
+                for (int t = 0; t < T; t++) qx32(x + t * xs + k, &xe[t], &xo[t]);
+                QS_UNROLL
+                for (int r = 0; r < 4; r++) {
+                    vf e, o;
+                    qw32(MODE, wr[r], k, s[r], b[r], lut, &e, &o);
+                    QS_UNROLL
+                    for (int t = 0; t < T; t++) acc[t][r] = vfma(o, xo[t], vfma(e, xe[t], acc[t][r]));
+                }
+            }
+            k0 = k1;
         }
-        vf ga[2][4], xsum[2] = { vzero(), vzero() };
-        QF_UNROLL
-        for (int t = 0; t < T; t++) ga[t][0] = ga[t][1] = ga[t][2] = ga[t][3] = vzero();
-        for (int64_t k = g * G; k < (g + 1) * G; k += 32) {
-            const int64_t off = k * BITS / 8;   /* 16 or 32 bytes per row */
-            if ((off & 63) < 4 * BITS)
-                QF_UNROLL
-                for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off + 512, 0, 3);
-            vf xe[2], xo[2];
-            QF_UNROLL
-            for (int t = 0; t < T; t++) {
-                qx32(BITS, x + t * xs + k, &xe[t], &xo[t]);
-                if (MODE == CI_Q_AFFINE) xsum[t] = _mm512_add_ps(xsum[t], _mm512_add_ps(xe[t], xo[t]));
-            }
-            QF_UNROLL
-            for (int r = 0; r < 4; r++) {
-                vf e, o;
-                qc32(MODE, BITS, wr[r] + off, lut, &e, &o);
-                QF_UNROLL
-                for (int t = 0; t < T; t++) ga[t][r] = vfma(o, xo[t], vfma(e, xe[t], ga[t][r]));
-            }
-        }
-        QF_UNROLL
-        for (int r = 0; r < 4; r++) {
-            vf s = vset1(sf[r][gc]);
-            QF_UNROLL
-            for (int t = 0; t < T; t++) acc[t][r] = vfma(ga[t][r], s, acc[t][r]);
-            if (MODE == CI_Q_AFFINE) {
-                vf b = vset1(bf[r][gc]);
-                QF_UNROLL
-                for (int t = 0; t < T; t++) acc[t][r] = vfma(xsum[t], b, acc[t][r]);
-            }
-        }
+        QS_UNROLL
+        for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], part + t * 4);
+        for (int i = 0; i < T * 4; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
     }
-    QF_UNROLL
-    for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
 }
 
-/* 1 when the fast path took this tile (T <= 2 token rows, affine 4/8-bit or mxfp4). */
-static TGT int qfast_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+/* Any T (at most 4: one pass). */
+static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+#define QS_T(MODE) switch (T) { case 1: qsplit_T(1, MODE, W, rows, x, xs, out); break; \
+    case 2: qsplit_T(2, MODE, W, rows, x, xs, out); break; case 3: qsplit_T(3, MODE, W, rows, x, xs, out); break; \
+    default: qsplit_T(4, MODE, W, rows, x, xs, out); }
+    if (q_desc(W)->mode == CI_Q_MXFP4) { QS_T(CI_Q_MXFP4); } else { QS_T(CI_Q_AFFINE); }
+#undef QS_T
+}
+
+/* Prefill: chunk [c0, c1) of row r dequantized in split order. */
+static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {
     const ci_qdesc *d = q_desc(W);
-    if (T > 2) return 0;
-#define QF(MODE, BITS) do { if (T == 1) qfast_T(1, MODE, BITS, W, rows, x, xs, out); \
-                            else qfast_T(2, MODE, BITS, W, rows, x, xs, out); } while (0)
-    if (d->mode == CI_Q_MXFP4) QF(CI_Q_MXFP4, 4);
-    else if (d->mode == CI_Q_AFFINE && d->bits == 4) QF(CI_Q_AFFINE, 4);
-    else if (d->mode == CI_Q_AFFINE && d->bits == 8) QF(CI_Q_AFFINE, 8);
-    else return 0;
-#undef QF
-    return 1;
+    const int64_t G = d->group, gb = q_gidx(W, r, 0);
+    const uint8_t *row = (const uint8_t *)W->data + r * (W->cols / 2);
+    const vf lut = _mm512_loadu_ps(cpu_e2m1_value);
+    for (int64_t k = c0; k < c1; k += 32) {
+        vf s = vset1(q_param(d, d->scales, gb + k / G)), e, o;
+        if (d->mode == CI_Q_MXFP4) qw32(CI_Q_MXFP4, row, k, s, vzero(), lut, &e, &o);
+        else qw32(CI_Q_AFFINE, row, k, s, vset1(q_param(d, d->biases, gb + k / G)), lut, &e, &o);
+        _mm512_storeu_ps(dst + (k - c0), e);
+        _mm512_storeu_ps(dst + (k - c0) + 16, o);
+    }
+}
+
+/* Prefill: T token rows of x (at column c0) split as qx32 splits them, into xp [T, CPU_KC]. */
+static TGT void qx_split(int64_t c0, int64_t c1, int T, const float *x, int64_t xs, float *xp) {
+    for (int t = 0; t < T; t++)
+        for (int64_t k = c0; k < c1; k += 32) {
+            vf xe, xo;
+            qx32(x + t * xs + (k - c0), &xe, &xo);
+            _mm512_storeu_ps(xp + t * CPU_KC + (k - c0), xe);
+            _mm512_storeu_ps(xp + t * CPU_KC + (k - c0) + 16, xo);
+        }
 }
 
 #include "quant_simd.h"

@@ -1,16 +1,14 @@
 /* quant_kernels_scalar.c — the portable kernels for MLX-quantized weights, plus what every
  * quantized kernel set shares (tables, one-element access, matmul_xw).
  *
- * The readable statement of what the SIMD sets compute: a tile dequantizes CHUNK columns of
- * its 4 rows into a stack buffer (w = scale*q + bias, or scale*fp(q)) and dots them with
- * every token row, with 8 interleaved f32 partial sums as kernels_scalar.c does. Nothing
+ * The readable statement of what the SIMD sets compute: a tile dequantizes CPU_KC columns
+ * of its 4 rows into a stack buffer (w = scale*q + bias, or scale*fp(q)) and dots them with
+ * every token row through kernels_scalar.c's f32_tile (the prefill path's micro-kernel). Nothing
  * dequantizes more than a chunk at a time, so a model stays at its packed size in memory. */
 #include "quant_kernels.h"
 #include <pthread.h>
 #include <stdlib.h>
 
-#define LANES 8
-#define CHUNK 256   /* columns dequantized per step: 4 rows x 256 floats of stack */
 
 const float cpu_e2m1_value[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
@@ -65,29 +63,19 @@ static void row_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *d
     }
 }
 
-static void mat_tile(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
-                     float *out) {
-    float acc[CPU_TILE_T][CPU_TILE_R][LANES];
-    float buf[CPU_TILE_R][CHUNK];
-    memset(acc, 0, sizeof acc);
-    for (int64_t c0 = 0; c0 < W->cols; c0 += CHUNK) {
-        int64_t c1 = c0 + CHUNK < W->cols ? c0 + CHUNK : W->cols, n = c1 - c0;
+/* Chunk by chunk (the summation order of cpu_kernels.h): CPU_KC columns of the 4 rows
+ * dequantized into the stack, one scalar f32_tile, sums added. */
+static int mat_tile(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
+                    float *out) {
+    float buf[CPU_TILE_R][CPU_KC], part[CPU_TILE_T * CPU_TILE_R];
+    const float *w[CPU_TILE_R] = { buf[0], buf[1], buf[2], buf[3] };
+    for (int64_t c0 = 0; c0 < W->cols; c0 += CPU_KC) {
+        int64_t c1 = c0 + CPU_KC < W->cols ? c0 + CPU_KC : W->cols;
         for (int r = 0; r < CPU_TILE_R; r++) row_f32(W, rows[r], c0, c1, buf[r]);
-        for (int t = 0; t < T; t++)
-            for (int r = 0; r < CPU_TILE_R; r++) {
-                const float *xt = x + t * xs + c0, *wr = buf[r];
-                float *a = acc[t][r];
-                int64_t k = 0;
-                for (; k + LANES <= n; k += LANES)
-                    for (int l = 0; l < LANES; l++) a[l] += xt[k + l] * wr[k + l];
-                for (; k < n; k++) a[k % LANES] += xt[k] * wr[k];
-            }
+        cpu_kernels_scalar.f32_tile(w, c1 - c0, T, x + c0, xs, part);
+        for (int i = 0; i < T * CPU_TILE_R; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
     }
-    for (int t = 0; t < T; t++)
-        for (int r = 0; r < CPU_TILE_R; r++) {
-            float *a = acc[t][r];
-            out[t * CPU_TILE_R + r] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-        }
+    return 1;
 }
 
 const cpu_qkernels cpu_qkernels_scalar = { .mat_tile = mat_tile, .row_f32 = row_f32 };

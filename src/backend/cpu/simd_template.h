@@ -114,68 +114,69 @@ AI float scale_at(const ci_mat *W, int64_t i) {
     }
 }
 
-/* One tile of T (compile-time) token rows against 4 weight rows over all columns. */
-AI void mat_tile_T(const int T, const int dt, const ci_mat *W, const int64_t rows[4], const float *x, int64_t xs,
-                   float *out) {
+/* One tile of T (compile-time) token rows against 4 weight rows over all columns, in the
+ * summation order of cpu_kernels.h: per CPU_KC chunk, lane accumulators from zero, one
+ * reduction at the chunk's end, chunk sums added left to right. fp8 chunks are cut at
+ * block edges (a multiple of VL from the chunk start, so lanes line up with f32_tile's on
+ * the converted chunk). Returns 0 for what it cannot do exactly: a block size that is
+ * not a multiple of VL, a block scale too large to fold into the 2^8 multiplier. */
+AI int mat_tile_T(const int T, const int dt, const ci_mat *W, const int64_t rows[4], const float *x, int64_t xs,
+                  float *out) {
     vf acc[TMAX][4];
-    float extra[TMAX * 4];
+    float part[TMAX * 4];
     const void *wr[4];
-    int64_t cols = W->cols;
-    UNROLL(4)
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
-    for (int r = 0; r < 4; r++) wr[r] = (const char *)W->data + (size_t)(rows[r] * cols) * dt_size(dt);
-    memset(extra, 0, sizeof extra);
-    if (dt != CI_F8_E4M3) {
-        tile_span(T, dt, wr, 0, cols, x, xs, NULL, acc);
-    } else if (!W->scale || W->block <= 0) {
-        vf one = vset1(0x1p8f), mult[4] = { one, one, one, one };
-        tile_span(T, dt, wr, 0, cols, x, xs, mult, acc);
-    } else {
-        int64_t bs = W->block, ncb = (cols + bs - 1) / bs, srow[4];
-        for (int r = 0; r < 4; r++) srow[r] = (W->scale_row0 + rows[r]) / bs * ncb;
-        for (int64_t cb = 0; cb < ncb; cb++) {
-            int64_t c0 = cb * bs, c1 = c0 + bs < cols ? c0 + bs : cols;
-            float m[4];
-            int finite = 1;
-            vf mult[4];
-            for (int r = 0; r < 4; r++) {
-                m[r] = scale_at(W, srow[r] + cb) * 0x1p8f;
-                finite &= fabsf(m[r]) <= FLT_MAX; /* false for inf and NaN scales */
-                mult[r] = vset1(m[r]);
-            }
-            if (finite) {
-                tile_span(T, dt, wr, c0, c1, x, xs, mult, acc);
-            } else {
-                /* A scale >= 2^120 (or NaN) does not fit the folded multiplier: do this
-                 * block element by element. Never taken for real checkpoints. */
-                for (int t = 0; t < T; t++)
-                    for (int r = 0; r < 4; r++) {
-                        const uint8_t *p = (const uint8_t *)wr[r];
-                        float s = scale_at(W, srow[r] + cb), a = 0.0f;
-                        for (int64_t c = c0; c < c1; c++) a += x[t * xs + c] * (cpu_fp8_lut[p[c]] * s);
-                        extra[t * 4 + r] += a;
-                    }
+    const int64_t cols = W->cols;
+    const int blocked = dt == CI_F8_E4M3 && W->scale && W->block > 0;
+    const int64_t bs = blocked ? W->block : cols, ncb = (cols + bs - 1) / bs;
+    int64_t srow[4];
+    if (blocked && bs % VL) return 0;
+    for (int r = 0; r < 4; r++) {
+        wr[r] = (const char *)W->data + (size_t)(rows[r] * cols) * dt_size(dt);
+        srow[r] = blocked ? (W->scale_row0 + rows[r]) / bs * ncb : 0;
+    }
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
+        const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
+        UNROLL(4)
+        for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
+        if (dt != CI_F8_E4M3) {
+            tile_span(T, dt, wr, c0, c1, x, xs, NULL, acc);
+        } else if (!blocked) {
+            vf one = vset1(0x1p8f), mult[4] = { one, one, one, one };
+            tile_span(T, dt, wr, c0, c1, x, xs, mult, acc);
+        } else {
+            for (int64_t s0 = c0; s0 < c1;) {
+                const int64_t cb = s0 / bs, s1 = (cb + 1) * bs < c1 ? (cb + 1) * bs : c1;
+                vf mult[4];
+                int finite = 1;
+                for (int r = 0; r < 4; r++) {
+                    float m = scale_at(W, srow[r] + cb) * 0x1p8f;
+                    finite &= fabsf(m) <= FLT_MAX; /* false for inf and NaN scales */
+                    mult[r] = vset1(m);
+                }
+                if (!finite) return 0;   /* never for real checkpoints */
+                tile_span(T, dt, wr, s0, s1, x, xs, mult, acc);
+                s0 = s1;
             }
         }
+        UNROLL(4)
+        for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], part + t * 4);
+        for (int i = 0; i < T * 4; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
     }
-    UNROLL(4)
-    for (int t = 0; t < T; t++) {
-        vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
-        for (int r = 0; r < 4; r++) out[t * 4 + r] += extra[t * 4 + r];
-    }
+    return 1;
 }
 
 #if TMAX >= 4
 #define TILE_CASES(dt, T, ...) switch (T) { \
-    case 1: mat_tile_T(1, dt, __VA_ARGS__); break; case 2: mat_tile_T(2, dt, __VA_ARGS__); break; \
-    case 3: mat_tile_T(3, dt, __VA_ARGS__); break; default: mat_tile_T(4, dt, __VA_ARGS__); break; }
+    case 1: ok &= mat_tile_T(1, dt, __VA_ARGS__); break; case 2: ok &= mat_tile_T(2, dt, __VA_ARGS__); break; \
+    case 3: ok &= mat_tile_T(3, dt, __VA_ARGS__); break; default: ok &= mat_tile_T(4, dt, __VA_ARGS__); break; }
 #else
 #define TILE_CASES(dt, T, ...) switch (T) { \
-    case 1: mat_tile_T(1, dt, __VA_ARGS__); break; default: mat_tile_T(2, dt, __VA_ARGS__); break; }
+    case 1: ok &= mat_tile_T(1, dt, __VA_ARGS__); break; default: ok &= mat_tile_T(2, dt, __VA_ARGS__); break; }
 #endif
 
-static TGT void mat_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
-    for (int t0 = 0; t0 < T; t0 += TMAX) {
+static TGT int mat_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+    int ok = 1;
+    for (int t0 = 0; t0 < T && ok; t0 += TMAX) {
         int tt = T - t0 < TMAX ? T - t0 : TMAX;
         const float *xt = x + t0 * xs;
         float *o = out + t0 * 4;
@@ -187,6 +188,7 @@ static TGT void mat_tile(const ci_mat *W, const int64_t rows[4], int T, const fl
         default: for (int i = 0; i < tt * 4; i++) o[i] = NAN;
         }
     }
+    return ok;
 }
 
 AI void f32_tile_T(const int T, const float *const w[4], int64_t kc, const float *x, int64_t xs, float *out) {
@@ -285,16 +287,18 @@ static TGT void scale_mul(float *out, const float *x, const float *w, float s, i
     for (; i < n; i++) out[i] = w ? x[i] * s * w[i] : x[i] * s;
 }
 
-/* silu(g) * u with silu(g) = g / (1 + exp(-g)); vexp is within a few ulps of expf. */
+/* silu(g) * u with silu(g) = g / (1 + exp(-g)); vexp is within a few ulps of expf. The
+ * tail goes through vexp too (a partial vector), so an element's value does not depend on
+ * where it sits in the array: a token's row gets the same bits alone or in a batch. */
+AI vf swiglu_v(vf gv, vf uv) {
+    vf e = vexp(vsub(vzero(), gv));
+    return vmul(vdiv(gv, vadd(vset1(1.0f), e)), uv);
+}
+
 static TGT void swiglu(float *g, const float *u, int64_t n) {
-    vf one = vset1(1.0f), zero = vzero();
     int64_t i = 0;
-    for (; i + VL <= n; i += VL) {
-        vf gv = vld(g + i);
-        vf e = vexp(vsub(zero, gv));
-        vst(g + i, vmul(vdiv(gv, vadd(one, e)), vld(u + i)));
-    }
-    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (; i + VL <= n; i += VL) vst(g + i, swiglu_v(vld(g + i), vld(u + i)));
+    if (i < n) xstore_part(g + i, swiglu_v(xload_part(g + i, (int)(n - i)), xload_part(u + i, (int)(n - i))), (int)(n - i));
 }
 
 static TGT void add(float *y, const float *x, int64_t n) {

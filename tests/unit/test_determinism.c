@@ -1,0 +1,275 @@
+/* test_determinism.c — a row of matmul(x, n) does not depend on n.
+ *
+ * The server decodes a request alone (n = 1) or beside others (n = 2..parallel), and
+ * prefills it in chunks of any size, so the CPU matmul must give token row t the same bits
+ * whatever the batch around it is: the decode tiles (n <= 4) and the packed prefill path
+ * (n > 4) must sum every output in one order. Checked bit for bit for each ISA the CPU has,
+ * every weight kind (f32, bf16, f16, fp8 with 128x128 block scales, fp8 whose huge block
+ * scale takes the exact fallback, MLX affine 3/4/8-bit, mxfp4, mxfp8 incl. an oversized
+ * scale), with cols > 512 (several prefill column chunks, a partial last one) and a row
+ * count that is not a multiple of the 4-row tile. Also the row-wise ops (swiglu, add,
+ * rmsnorm) for a row width that is not a multiple of the vector length.
+ *
+ * `test_determinism --bench [rows cols]` instead times matmul at n = 1, 4, 128 for bf16,
+ * fp8 and 4/8-bit weights (best of several runs; 2 threads, the best ISA). */
+#include "check.h"
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd_u32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / (float)0x1000000; }
+
+static const struct { ci_isa isa; const char *name; } isas[] = {
+    { CI_ISA_SCALAR, "cpu-scalar" }, { CI_ISA_AVX2, "cpu-avx2" }, { CI_ISA_AVX512, "cpu-avx512" },
+};
+
+/* ---- weights ----------------------------------------------------------------------------- */
+
+typedef enum { K_F32, K_BF16, K_F16, K_FP8, K_FP8_HUGE, K_Q3, K_Q4, K_Q8, K_MXFP4, K_MXFP8, K_MXFP8_HUGE, N_KINDS } kind;
+static const char *kind_name[N_KINDS] = { "f32", "bf16", "f16", "fp8", "fp8 huge scale", "affine 3-bit g128",
+                                          "affine 4-bit g64", "affine 8-bit g32", "mxfp4", "mxfp8",
+                                          "mxfp8 huge scale" };
+
+typedef struct {
+    ci_mat m;
+    ci_qdesc d;
+    void *data, *scales, *biases;
+} wmat;
+
+static void wmat_free(wmat *w) { free(w->data); free(w->scales); free(w->biases); }
+
+static void make_w(wmat *w, kind k, int64_t rows, int64_t cols) {
+    memset(w, 0, sizeof *w);
+    w->m.rows = rows;
+    w->m.cols = cols;
+    if (k <= K_FP8_HUGE) {
+        static const ci_dtype dts[] = { CI_F32, CI_BF16, CI_F16, CI_F8_E4M3, CI_F8_E4M3 };
+        ci_dtype dt = dts[k];
+        size_t es = ci_dtype_size(dt);
+        w->data = malloc((size_t)(rows * cols) * es);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            float v = rnd(-1, 1);
+            if (dt == CI_F32) ((float *)w->data)[i] = v;
+            else if (dt == CI_BF16) ((uint16_t *)w->data)[i] = ci_f32_to_bf16(v);
+            else if (dt == CI_F16) ((uint16_t *)w->data)[i] = ci_f32_to_f16(v);
+            else ((uint8_t *)w->data)[i] = (uint8_t)(rnd_u32() & 0xff) & (k == K_FP8_HUGE ? 0x9f : 0xff);
+        }
+        if (dt == CI_F8_E4M3)   /* no NaN codes */
+            for (int64_t i = 0; i < rows * cols; i++)
+                if ((((uint8_t *)w->data)[i] & 0x7f) == 0x7f) ((uint8_t *)w->data)[i] ^= 1;
+        w->m.data = w->data;
+        w->m.dtype = dt;
+        if (dt == CI_F8_E4M3) {
+            int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+            float *s = malloc((size_t)(rb * cb) * sizeof(float));
+            for (int64_t i = 0; i < rb * cb; i++) s[i] = rnd(0.001f, 0.01f);
+            if (k == K_FP8_HUGE) s[cb + 1 < rb * cb ? cb + 1 : 0] = 0x1p121f;   /* 2nd row block */
+            w->scales = s;
+            w->m.scale = s;
+            w->m.scale_dtype = CI_F32;
+            w->m.block = 128;
+        }
+        return;
+    }
+    static const int bits_of[] = { [K_Q3] = 3, [K_Q4] = 4, [K_Q8] = 8, [K_MXFP4] = 4, [K_MXFP8] = 8, [K_MXFP8_HUGE] = 8 };
+    static const int group_of[] = { [K_Q3] = 128, [K_Q4] = 64, [K_Q8] = 32, [K_MXFP4] = 32, [K_MXFP8] = 32, [K_MXFP8_HUGE] = 32 };
+    int bits = bits_of[k], group = group_of[k], mx = k >= K_MXFP4;
+    int64_t ng = cols / group, rb = cols * bits / 8;
+    uint8_t *packed = malloc((size_t)(rows * rb));
+    for (int64_t i = 0; i < rows * rb; i++) packed[i] = (uint8_t)rnd_u32();
+    if (k == K_MXFP8 || k == K_MXFP8_HUGE)
+        for (int64_t i = 0; i < rows * rb; i++) {
+            if ((packed[i] & 0x7f) == 0x7f) packed[i] ^= 1;
+            if (k == K_MXFP8_HUGE) packed[i] &= 0x9f;
+        }
+    if (mx) {
+        uint8_t *s = malloc((size_t)(rows * ng));
+        for (int64_t i = 0; i < rows * ng; i++) s[i] = (uint8_t)(117 + rnd_u32() % 14);
+        if (k == K_MXFP8_HUGE) s[ng + 3] = 248;   /* 2^121: beyond the folded 2^8 multiplier */
+        w->scales = s;
+        w->d.scale_dtype = CI_F8_E8M0;
+    } else {
+        uint16_t *s = malloc((size_t)(rows * ng) * 2), *b = malloc((size_t)(rows * ng) * 2);
+        for (int64_t i = 0; i < rows * ng; i++) {
+            s[i] = ci_f32_to_bf16(rnd(0.002f, 0.1f));
+            b[i] = ci_f32_to_bf16(rnd(-0.6f, 0.6f));
+        }
+        w->scales = s;
+        w->biases = b;
+        w->d.scale_dtype = CI_BF16;
+    }
+    w->d.mode = k == K_MXFP4 ? CI_Q_MXFP4 : mx ? CI_Q_MXFP8 : CI_Q_AFFINE;
+    w->d.bits = bits;
+    w->d.group = group;
+    w->d.scales = w->scales;
+    w->d.biases = w->biases;
+    w->data = packed;
+    w->m.data = packed;
+    w->m.dtype = CI_U32;
+    w->m.scale = &w->d;
+}
+
+/* ---- the check ----------------------------------------------------------------------------- */
+
+enum { NMAX = 64 };
+
+static void check_kind(ci_backend *be, const char *isa, kind k, int64_t rows, int64_t cols) {
+    static const int ns[] = { 1, 2, 3, 4, 5, 17, NMAX };
+    wmat w;
+    make_w(&w, k, rows, cols);
+    float *x = malloc((size_t)(NMAX * cols) * sizeof(float));
+    float *ref = malloc((size_t)(NMAX * rows) * sizeof(float)), *y = malloc((size_t)(NMAX * rows) * sizeof(float));
+    for (int64_t i = 0; i < NMAX * cols; i++) x[i] = rnd(-1, 1);
+    /* the reference: every row of x at once (the prefill path) */
+    be->matmul(be, ref, x, NMAX, &w.m);
+    int finite = 1;
+    for (int64_t i = 0; i < NMAX * rows; i++) finite &= isfinite(ref[i]) != 0;
+    CHECK(finite, "%s %s [%lld x %lld]: non-finite output", isa, kind_name[k], (long long)rows, (long long)cols);
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        int n = ns[ni];
+        /* rows [t0, t0 + n) of x as a batch of their own: each must match its row of ref */
+        for (int t0 = 0; t0 + n <= NMAX; t0 += n > 8 ? NMAX : 7 * n + 1) {
+            for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;
+            be->matmul(be, y, x + (int64_t)t0 * cols, n, &w.m);
+            int same = memcmp(y, ref + (int64_t)t0 * rows, (size_t)(n * rows) * sizeof(float)) == 0;
+            if (!same) {
+                int64_t bad = 0;
+                while (bad < n * rows && !memcmp(&y[bad], &ref[t0 * rows + bad], sizeof(float))) bad++;
+                CHECK(0, "%s %s [%lld x %lld]: rows %d..%d as a batch of %d differ from the batch of %d: token %lld row %lld %.9g vs %.9g",
+                      isa, kind_name[k], (long long)rows, (long long)cols, t0, t0 + n - 1, n, NMAX,
+                      (long long)(t0 + bad / rows), (long long)(bad % rows), y[bad], ref[t0 * rows + bad]);
+            }
+        }
+    }
+    free(x); free(ref); free(y);
+    wmat_free(&w);
+}
+
+static void test_matmul_rows_independent_of_batch(void) {
+    int ran = 0;
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        if (!be) continue;   /* the CPU lacks this ISA */
+        ran++;
+        for (int k = 0; k < N_KINDS; k++) {
+            /* dense: 3 chunks; 8 chunks + 4 columns (a partial vector in a partial chunk).
+             * quantized: multiples of 128 (every group size), 1536 and 4224 = 8 chunks + 128 */
+            int q = k >= K_Q3;
+            check_kind(be, isas[ii].name, (kind)k, 37, 1536);
+            check_kind(be, isas[ii].name, (kind)k, 21, q ? 4224 : 4100);
+        }
+        be->free(be);
+    }
+    CHECK(ran >= 1, "no CPU backend");
+}
+
+/* Small column counts (one chunk) too: the old decode/prefill split agreed there, keep it. */
+static void test_matmul_small_cols(void) {
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        ci_backend *be = ci_backend_cpu_new(3, isas[ii].isa);
+        if (!be) continue;
+        check_kind(be, isas[ii].name, K_BF16, 9, 200);
+        check_kind(be, isas[ii].name, K_FP8, 9, 300);
+        check_kind(be, isas[ii].name, K_Q4, 9, 256);
+        be->free(be);
+    }
+}
+
+/* The row-wise ops a decode step batches too: swiglu, add and rmsnorm of one row alone
+ * equal that row of a batch, for a width that leaves a partial vector at each row's end
+ * (so a row of the batch starts and ends at other vector offsets). */
+static void test_rowwise_ops_independent_of_batch(void) {
+    enum { B = 7, D = 1000 };
+    static float g[B * D], u[B * D], g1[D], x[B * D], y[B * D], w[D], o[B * D], o1[D];
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
+        if (!be) continue;
+        for (int i = 0; i < B * D; i++) { g[i] = rnd(-8, 8); u[i] = rnd(-2, 2); x[i] = rnd(-3, 3); y[i] = rnd(-3, 3); }
+        for (int i = 0; i < D; i++) w[i] = rnd(0.5f, 1.5f);
+        memcpy(o, g, sizeof o);
+        be->swiglu(be, o, u, (int64_t)B * D);
+        for (int t = 0; t < B; t++) {
+            memcpy(g1, g + t * D, sizeof g1);
+            be->swiglu(be, g1, u + t * D, D);
+            CHECK(!memcmp(g1, o + t * D, sizeof g1), "%s swiglu: row %d alone differs from the batch", isas[ii].name, t);
+        }
+        memcpy(o, y, sizeof o);
+        be->add(be, o, x, (int64_t)B * D);
+        for (int t = 0; t < B; t++) {
+            memcpy(o1, y + t * D, sizeof o1);
+            be->add(be, o1, x + t * D, D);
+            CHECK(!memcmp(o1, o + t * D, sizeof o1), "%s add: row %d alone differs from the batch", isas[ii].name, t);
+        }
+        be->rmsnorm(be, o, x, w, B, D, 1e-6f);
+        for (int t = 0; t < B; t++) {
+            be->rmsnorm(be, o1, x + t * D, w, 1, D, 1e-6f);
+            CHECK(!memcmp(o1, o + t * D, sizeof o1), "%s rmsnorm: row %d alone differs from the batch", isas[ii].name, t);
+        }
+        be->free(be);
+    }
+}
+
+/* ---- bench ----------------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int bench(int64_t rows, int64_t cols) {
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AUTO);
+    if (!be) return 1;
+    static const kind ks[] = { K_BF16, K_FP8, K_Q4, K_Q8 };
+    static const int ns[] = { 1, 4, 128 };
+    float *x = malloc((size_t)(128 * cols) * sizeof(float)), *y = malloc((size_t)(128 * rows) * sizeof(float));
+    for (int64_t i = 0; i < 128 * cols; i++) x[i] = rnd(-1, 1);
+    printf("%s, 2 threads, [%lld x %lld]: ms per matmul (best of 5 runs) and GFLOP/s\n", be->name, (long long)rows,
+           (long long)cols);
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        wmat w;
+        make_w(&w, ks[ki], rows, cols);
+        printf("  %-18s", kind_name[ks[ki]]);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int n = ns[ni], reps = n == 1 ? 20 : n == 4 ? 10 : 2;
+            double best = 1e30;
+            be->matmul(be, y, x, n, &w.m);   /* warm */
+            for (int run = 0; run < 5; run++) {
+                double t0 = now_s();
+                for (int r = 0; r < reps; r++) be->matmul(be, y, x, n, &w.m);
+                double dt = (now_s() - t0) / reps;
+                if (dt < best) best = dt;
+            }
+            printf("  n=%-3d %7.3f ms %6.1f GF/s", n, best * 1e3, 2.0 * (double)rows * (double)cols * n / best * 1e-9);
+        }
+        printf("\n");
+        wmat_free(&w);
+    }
+    free(x); free(y);
+    be->free(be);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        int64_t rows = argc > 3 ? atoll(argv[2]) : 4096, cols = argc > 3 ? atoll(argv[3]) : 4096;
+        if (rows < 1 || cols < 128 || cols % 128) {
+            fprintf(stderr, "test_determinism --bench [rows cols]: cols must be a positive multiple of 128\n");
+            return 2;
+        }
+        return bench(rows, cols);
+    }
+    TEST_RUN(test_matmul_rows_independent_of_batch);
+    TEST_RUN(test_matmul_small_cols);
+    TEST_RUN(test_rowwise_ops_independent_of_batch);
+    TEST_EXIT();
+}
