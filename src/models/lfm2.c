@@ -511,6 +511,7 @@ static const ci_family_ops lfm2_ops = {
     .load = lfm2_family_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
     .forward = lfm2_forward, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
+    .snapshot = lfm2_snapshot, .restore = lfm2_restore,
 };
 
 const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops };

@@ -569,6 +569,17 @@ ci_cache *nemh_cache(ci_session *s) {
     return &c->cache;
 }
 
+cache_snap *nemh_snapshot(const ci_session *s, char *err, size_t errlen) {
+    if (!s || s->m->family != &fam_nemotron_h || !s->impl) {
+        ci_err(err, errlen, "nemotron_h: snapshot of a session of another family");
+        return NULL;
+    }
+    const nh_cache *c = s->impl;
+    cache_snap *snap = cache_snapshot(&c->cache);
+    if (!snap) ci_err(err, errlen, "nemotron_h: out of memory for a cache snapshot at position %d", s->pos);
+    return snap;
+}
+
 int nemh_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
     ci_cache *c = nemh_cache(s);
     if (!c) return ci_err(err, errlen, "nemotron_h: restore on a session of another family");
@@ -597,6 +608,7 @@ static const ci_family_ops nh_ops = {
     .load = nh_load, .unload = nh_unload,
     .session_init = nh_session_init, .session_free = nh_session_free,
     .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token,
+    .snapshot = nemh_snapshot, .restore = nemh_restore,
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops };

@@ -15,6 +15,8 @@ ci_cache *nemh_cache(ci_session *s);
 /* Puts a snapshot taken with cache_snapshot(nemh_cache(s)) back and moves the session to
  * its position. */
 int nemh_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
+/* A snapshot of the session's cache at its position (the serving op, registry.h). */
+cache_snap *nemh_snapshot(const ci_session *s, char *err, size_t errlen);
 /* Seconds this session has spent in Mamba2 scans (all layers) since the last call; 0 when
  * s is not a nemotron_h session. For benchmarks. */
 double nemh_scan_seconds(ci_session *s);

@@ -404,6 +404,17 @@ ci_cache *qh_session_cache(ci_session *s) {
     return &((qh_cache *)s->impl)->cache;
 }
 
+cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen) {
+    if (!s || !s->impl || s->m->family->ops->forward != qh_forward) {
+        ci_err(err, errlen, "%s: not a gated-DeltaNet session", s ? s->m->family->name : "?");
+        return NULL;
+    }
+    const qh_cache *c = s->impl;
+    cache_snap *snap = cache_snapshot(&c->cache);
+    if (!snap) ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
+    return snap;
+}
+
 int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
     ci_cache *c = qh_session_cache(s);
     if (!c) return ci_err(err, errlen, "%s: not a gated-DeltaNet session", s->m->family->name);

@@ -48,6 +48,8 @@ size_t qh_cache_bytes_per_token(const ci_model *m);
 ci_cache *qh_session_cache(ci_session *s);
 /* Puts a snapshot back and moves the session to its position. */
 int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
+/* A snapshot of the session's cache at its position (the serving op, registry.h). */
+cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen);
 /* How prompts run the DeltaNet core (DN_AUTO: chunked; DN_RECURRENT: token by token). */
 void qh_set_deltanet_mode(ci_model *m, dn_mode mode);
 

@@ -9,6 +9,7 @@
 
 struct ci_model;
 struct ci_session;
+struct cache_snap;
 
 typedef struct ci_family_ops {
     /* Reads the family's hyper-parameters from m->cfg and binds every tensor (w_* API). */
@@ -45,6 +46,12 @@ typedef struct ci_family_ops {
      * that are not n · cache_bytes_per_token (DeepSeek V4: a fixed sliding window plus
      * compressed entries). NULL: n_tokens · cache_bytes_per_token. */
     size_t (*cache_bytes_at)(const struct ci_model *m, long long n_tokens);
+    /* For caches with recurrent state (src/cache: hybrid families), which cannot be cut
+     * back: snapshot copies the whole cache at s->pos (fixed state + rows [0, pos); NULL
+     * and err when out of memory); restore puts one back into a session of the same model
+     * (max_ctx >= its position) and sets s->pos to it. Prefix reuse goes through them. */
+    struct cache_snap *(*snapshot)(const struct ci_session *s, char *err, size_t errlen);
+    int (*restore)(struct ci_session *s, const struct cache_snap *snap, char *err, size_t errlen);
 } ci_family_ops;
 
 typedef struct ci_family {

@@ -13,6 +13,7 @@
  * a long prompt delays the others by at most one chunk per step. */
 #include "engine.h"
 #include "prefix.h"
+#include "../cache/cache.h"
 #include "../core/status.h"
 #include "../gen/sampler.h"
 #include "../models/model.h"
@@ -23,7 +24,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { PREFILL_CHUNK = 256, PREFILL_BUDGET = 512, MIN_SAVE = 8 };
+/* SNAP_EVERY: hybrid families snapshot a prefilling slot each time it crosses a multiple of
+ * this many tokens (prefill chunks end on multiples of PREFILL_CHUNK, which divides it). */
+enum { PREFILL_CHUNK = 256, PREFILL_BUDGET = 512, MIN_SAVE = 8, SNAP_EVERY = 512 };
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
 struct eng_req {
@@ -63,7 +66,8 @@ struct eng {
     ci_model *m;
     const ci_family_ops *ops;
     eng_opts o;
-    int V, trim;
+    int V, trim;               /* trim: cache_export / import (rows); else snap: snapshot / restore */
+    int snap;
     slot *slots;
     float *logits;             /* [parallel, V] */
     float *lsm;                /* [V] log-softmax scratch */
@@ -117,15 +121,33 @@ static int common(const int *a, int na, const int *b, int nb) {
     return k;
 }
 
-/* Keeps a slot's sequence in the prefix store before its rows are overwritten. */
+static void snap_free_blob(void *b) { cache_snap_free(b); }
+
+/* A snapshot of slot sl's cache at its n_toks tokens for the prefix store, when there is
+ * none yet: NULL otherwise (or out of memory). The caller inserts it. */
+static cache_snap *take_snapshot(eng *e, slot *sl) {
+    char err[256];
+    if (!e->pfx || !e->snap || sl->n_toks < MIN_SAVE || sl->s->pos != sl->n_toks ||
+        pfx_covers(e->pfx, sl->toks, sl->n_toks))
+        return NULL;
+    return e->ops->snapshot(sl->s, err, sizeof err);
+}
+
+/* Under e->mu. Keeps a slot's sequence in the prefix store before its cache is
+ * overwritten: its rows (trim families) or a snapshot of its whole cache (hybrids). */
 static void save_slot(eng *e, slot *sl) {
-    if (!e->pfx || !e->trim || sl->n_toks < MIN_SAVE || pfx_covers(e->pfx, sl->toks, sl->n_toks)) return;
+    if (!e->pfx || sl->n_toks < MIN_SAVE || pfx_covers(e->pfx, sl->toks, sl->n_toks)) return;
+    if (e->snap) {
+        cache_snap *s = take_snapshot(e, sl);
+        if (s) pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_SNAPSHOT, s, cache_snap_bytes(s));
+        return;
+    }
     size_t bytes = e->ops->cache_bytes_per_token(e->m) * (size_t)sl->n_toks;
     void *blob = malloc(bytes ? bytes : 1);
     char err[256];
     if (!blob) return;
     if (e->ops->cache_export(sl->s, sl->n_toks, blob, err, sizeof err)) { free(blob); return; }
-    pfx_insert(e->pfx, sl->toks, sl->n_toks, blob, bytes);
+    pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_ROWS, blob, bytes);
 }
 
 static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
@@ -159,16 +181,19 @@ static int admit(eng *e, eng_req *r) {
         if (u > bu || (u == bu && sl->used < e->slots[best].used)) { bu = u; best = i; }
     }
     if (best < 0) return -1;
-    int pm = 0, pi = e->pfx && e->trim ? pfx_lookup(e->pfx, r->prompt, n, &pm) : -1;
-    if (pm > n - 1) pm = n - 1;
+    int pm = 0, pi = e->pfx ? pfx_lookup(e->pfx, r->prompt, n, n - 1, &pm) : -1;
     if (pi >= 0 && pm > bu) {
         slot *sl = &e->slots[lru];
         save_slot(e, sl);                        /* may evict or move entries: look again */
-        pi = pfx_lookup(e->pfx, r->prompt, n, &pm);
-        if (pm > n - 1) pm = n - 1;
+        pi = pfx_lookup(e->pfx, r->prompt, n, n - 1, &pm);
         if (pi < 0) pm = 0;
         char err[256];
-        if (pm > 0 && e->ops->cache_import(sl->s, pm, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
+        if (pm > 0) {
+            const void *b = pfx_blob(e->pfx, pi);
+            if (e->trim ? e->ops->cache_import(sl->s, pm, b, err, sizeof err) : e->ops->restore(sl->s, b, err, sizeof err))
+                pm = 0;
+        }
+        if (pm == 0) ci_session_reset(sl->s);
         start_in_slot(e, sl, r, pm);
         return 0;
     }
@@ -277,8 +302,9 @@ static void step(eng *e) {
             pthread_mutex_lock(&e->mu); slot_fail(e, sl, "out of memory for the sampler"); pthread_mutex_unlock(&e->mu);
             continue;
         }
-        int k = r->p.n_prompt - sl->fed;
-        if (k > PREFILL_CHUNK) k = PREFILL_CHUNK;
+        /* chunks end on multiples of PREFILL_CHUNK (where hybrids take snapshots) */
+        int k = r->p.n_prompt - sl->fed, to_edge = PREFILL_CHUNK - sl->fed % PREFILL_CHUNK;
+        if (k > to_edge) k = to_edge;
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
         double t0 = now_s();
@@ -292,6 +318,17 @@ static void step(eng *e) {
         memcpy(sl->toks + sl->n_toks, r->prompt + sl->fed, (size_t)k * sizeof(int));
         sl->n_toks += k;
         sl->fed += k;
+        /* hybrids: a snapshot every SNAP_EVERY tokens and at the end of the prompt, so a
+         * later prompt that shares only part of this one (the next chat turn re-rendered,
+         * another conversation with the same system prompt) can start from there */
+        if (e->snap && (sl->n_toks % SNAP_EVERY == 0 || sl->fed == r->p.n_prompt)) {
+            cache_snap *snap = take_snapshot(e, sl);
+            if (snap) {
+                pthread_mutex_lock(&e->mu);
+                pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_SNAPSHOT, snap, cache_snap_bytes(snap));
+                pthread_mutex_unlock(&e->mu);
+            }
+        }
         if (sl->fed == r->p.n_prompt) {
             int tok = sample(e, sl, lg);
             pthread_mutex_lock(&e->mu);
@@ -399,6 +436,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     if (e->o.queue_max < 0) e->o.queue_max = 0;
     e->V = (int)m->cfg.vocab_size;
     e->trim = e->ops->cache_export && e->ops->cache_import;
+    e->snap = !e->trim && e->ops->snapshot && e->ops->restore;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     e->slots = calloc((size_t)o->parallel, sizeof *e->slots);
@@ -420,7 +458,8 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         sl->counts = calloc((size_t)e->V, sizeof(int));
         if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
     }
-    if (o->prefix_cache_bytes && e->trim && !(e->pfx = pfx_new(o->prefix_cache_bytes))) {
+    if (o->prefix_cache_bytes && (e->trim || e->snap) &&
+        !(e->pfx = pfx_new(o->prefix_cache_bytes, e->trim ? free : snap_free_blob))) {
         ci_err(err, errlen, "out of memory");
         goto fail;
     }

@@ -8,14 +8,20 @@
  *
  * Prefix reuse: a slot keeps its cache after its request ends. A new request goes to the
  * idle slot whose held tokens share the longest prefix with its prompt, or, when a prefix
- * store entry (prefix.h) matches longer, to the least recently used idle slot with those
- * rows imported. Families with cache_export/import can cut a cache back to any prefix;
- * others (recurrent state) reuse a slot only when its whole sequence is a prefix of the
- * prompt. The last prompt token is always run, so the first output has fresh logits.
+ * store entry (prefix.h) matches longer, to the least recently used idle slot with that
+ * entry loaded. Families with cache_export/import can cut a cache back to any prefix: the
+ * store keeps rows, and any prefix of them is reused. Families with recurrent state
+ * (snapshot/restore: the hybrids) reuse a slot only when its whole sequence is a prefix of
+ * the prompt, and the store keeps snapshots of whole caches, taken while prefilling (at
+ * every multiple of SNAP_EVERY tokens and at the end of the prompt) and when a slot's
+ * sequence is about to be overwritten (the end of its request): the longest snapshot whose
+ * tokens start the prompt is restored. Both kinds count against prefix_cache_bytes. The
+ * last prompt token is always run, so the first output has fresh logits.
  *
  * Determinism: each request samples with its own seeded generator and its own penalty
- * state, and forward_batch gives each row what a lone forward would, so the same request
- * and seed give the same tokens alone or beside others.
+ * state, and forward_batch gives each row what a lone forward would (the CPU matmul sums
+ * every row in one order whatever the batch, src/backend/cpu/cpu_kernels.h), so the same
+ * request and seed give the same tokens alone or beside others.
  *
  * Lifetime: a request has two references, the submitter's (eng_release) and the engine's
  * (dropped when it finishes); eng_cancel may be called at any time before release. */

@@ -2,6 +2,9 @@
  * (MLA, forward_batch, cache export/import) and on an LFM2 fixture (a hybrid family with
  * neither: slots run one by one, prefix reuse only when a slot's whole sequence is a prefix).
  *
+ * (More below: determinism on a model wider than one matmul column chunk, prefix reuse of
+ * the hybrids through snapshots, the prefix store.)
+ *
  * Per model: six seeded requests run alone, then all at once, and must give the same
  * tokens, which must also equal ci_generate's; a request whose prompt extends a finished
  * one reuses its prefix (cached > 0) and, for the demo model, still gives ci_generate's
@@ -10,6 +13,8 @@
 #include "../unit/check.h"
 #include "cinfer.h"
 #include "server/engine.h"
+#include "server/prefix.h"
+#include "models/model.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,10 +327,124 @@ done:
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* ---- hybrid prefix reuse through snapshots ----------------------------------------------
+ *
+ * A chat on one slot with a hybrid fixture (DeltaNet, short conv, Mamba2): turn 1, then an
+ * unrelated request takes the slot (its sequence goes to the store as a snapshot), then
+ * turn 2 = turn 1's prompt + its reply + a new message reuses the snapshot taken at the end
+ * of turn 1 (cached = prompt + reply - 1: the last sampled token was never fed), and a
+ * turn that diverges right after turn 1's prompt reuses the snapshot taken at the end of
+ * that prompt. Their greedy tokens must equal those of an engine without prefix reuse
+ * (token for token: the recurrent step and the chunked prefill agree to ~1e-5, not bit for
+ * bit, so the logits are not compared). */
+enum { T1 = 40, G1 = 8 };
+
+static int chat(eng *e, const int *prompt, int n, int max, int *out, int *cached) {
+    eng_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max;
+    ci_sampler_defaults(&p.so);   /* greedy */
+    p.top_logprobs = -1;
+    p.ignore_eos = 1;
+    eng_req *r;
+    char err[256];
+    if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
+    eng_tok t[64];
+    int got = read_all(r, t, max);
+    for (int i = 0; i < got; i++) out[i] = t[i].id;
+    *cached = eng_req_cached(r);
+    eng_release(r);
+    return got;
+}
+
+static void hybrid_turns(const char *dir) {
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts mo = { 0, 0 };
+    if (ci_model_open(dir, &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
+    CHECK(m->family->ops->snapshot && m->family->ops->restore, "%s: %s has no snapshot / restore", dir, m->family->name);
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    const int V = info.vocab_size;
+    eng *on = NULL, *off = NULL;
+    eng_opts eo_on = { 1, 256, 8, 64 << 20 }, eo_off = { 1, 256, 8, 0 };
+    if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
+        CHECK(0, "%s: %s", dir, err);
+        goto done;
+    }
+    int p1[T1], g1[G1], other[30], p2[T1 + G1 + 5], p3[T1 + 6], o[3][8], ref[3][8], c;
+    for (int j = 0; j < T1; j++) p1[j] = (j * 37 + 11) % V;
+    for (int j = 0; j < 30; j++) other[j] = (j * 53 + 5) % V;
+    CHECK(chat(on, p1, T1, G1, g1, &c) == G1 && c == 0, "%s: turn 1 (cached %d)", dir, c);
+    CHECK(chat(on, other, 30, 4, o[0], &c) == 4 && c == 0, "%s: unrelated request (cached %d)", dir, c);
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + T1, g1, sizeof g1);
+    for (int j = 0; j < 5; j++) p2[T1 + G1 + j] = (j * 7 + 3) % V;
+    memcpy(p3, p1, sizeof p1);
+    for (int j = 0; j < 6; j++) p3[T1 + j] = (j * 29 + 17) % V;
+    int n2 = T1 + G1 + 5, n3 = T1 + 6, c2 = 0, c3 = 0, c0 = 0;
+    CHECK(chat(on, p2, n2, 8, o[1], &c2) == 8, "%s: turn 2", dir);
+    CHECK(c2 == T1 + G1 - 1, "%s: turn 2 reused %d tokens, want %d (the end of turn 1)", dir, c2, T1 + G1 - 1);
+    CHECK(chat(on, p3, n3, 8, o[2], &c3) == 8, "%s: diverging turn", dir);
+    CHECK(c3 == T1, "%s: a turn diverging after turn 1's prompt reused %d tokens, want %d", dir, c3, T1);
+    /* the same prompts without any reuse */
+    CHECK(chat(off, p2, n2, 8, ref[1], &c0) == 8 && c0 == 0, "%s: no-reuse turn 2 (cached %d)", dir, c0);
+    CHECK(chat(off, p3, n3, 8, ref[2], &c0) == 8 && c0 == 0, "%s: no-reuse diverging turn (cached %d)", dir, c0);
+    CHECK(!memcmp(o[1], ref[1], sizeof o[1]), "%s: turn 2 from a snapshot differs from the no-reuse run", dir);
+    CHECK(!memcmp(o[2], ref[2], sizeof o[2]), "%s: the diverging turn from a snapshot differs from the no-reuse run", dir);
+    eng_stats st;
+    eng_get_stats(on, &st);
+    CHECK(st.prefix_hit_tokens == c2 + c3, "%s: /metrics hit tokens %lld, want %d", dir, st.prefix_hit_tokens, c2 + c3);
+    CHECK(st.prefix_entries >= 2 && st.prefix_bytes > 0 && st.prefix_bytes <= (size_t)eo_on.prefix_cache_bytes,
+          "%s: %d entries, %zu bytes", dir, st.prefix_entries, st.prefix_bytes);
+done:
+    eng_free(on);
+    eng_free(off);
+    ci_model_free(m);
+}
+
+static void test_engine_hybrid_snapshot_reuse(void) {
+    hybrid_turns("tests/fixtures/lfm2");
+    hybrid_turns("tests/fixtures/qwen3_next");
+    hybrid_turns("tests/fixtures/qwen3_5");
+    hybrid_turns("tests/fixtures/nemotron_h");
+}
+
+/* The store itself: snapshots match only whole, rows by any prefix; the budget holds. */
+static void test_prefix_store(void) {
+    pfx_store *p = pfx_new(1000, free);
+    int a[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, q[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 }, m = 0;
+    if (!p) { CHECK(0, "out of memory"); return; }
+    CHECK(pfx_insert(p, a, 6, PFX_SNAPSHOT, malloc(100), 100), "snapshot of 6 refused");
+    CHECK(pfx_insert(p, a, 10, PFX_SNAPSHOT, malloc(100), 100), "snapshot of 10 refused");
+    CHECK(pfx_count(p) == 2, "a shorter snapshot was dropped (%d entries)", pfx_count(p));
+    CHECK(pfx_lookup(p, q, 12, 11, &m) >= 0 && m == 10, "longest whole snapshot: %d", m);
+    CHECK(pfx_lookup(p, q, 12, 9, &m) >= 0 && m == 6, "limit 9: %d", m);
+    int d[8] = { 1, 2, 3, 4, 5, 6, 7, 99 };
+    CHECK(pfx_lookup(p, d, 8, 7, &m) >= 0 && m == 6, "diverging after 7: %d", m);
+    CHECK(pfx_covers(p, a, 6) && !pfx_covers(p, a, 7), "covers: only exact snapshots");
+    CHECK(!pfx_insert(p, a, 3, PFX_SNAPSHOT, malloc(2000), 2000), "an entry over the budget was stored");
+    /* 1000 bytes: a third 400-byte entry evicts the least recently used (a[0..6)) */
+    pfx_blob(p, pfx_lookup(p, q, 12, 11, &m));
+    CHECK(pfx_insert(p, q, 12, PFX_SNAPSHOT, malloc(700), 700), "third snapshot refused");
+    CHECK(pfx_bytes(p) <= 1000 && pfx_lookup(p, q, 12, 9, &m) < 0, "LRU eviction: %zu bytes, match %d", pfx_bytes(p), m);
+    pfx_free(p);
+    p = pfx_new(1000, free);
+    if (!p) return;
+    CHECK(pfx_insert(p, a, 6, PFX_ROWS, malloc(60), 60) && pfx_insert(p, a, 10, PFX_ROWS, malloc(100), 100), "rows refused");
+    CHECK(pfx_count(p) == 1, "rows covered by a longer entry stay (%d entries)", pfx_count(p));
+    CHECK(pfx_lookup(p, d, 8, 7, &m) >= 0 && m == 7, "rows match by prefix: %d", m);
+    pfx_free(p);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
+    TEST_RUN(test_engine_hybrid_snapshot_reuse);
+    TEST_RUN(test_prefix_store);
     TEST_EXIT();
 }
