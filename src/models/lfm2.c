@@ -465,6 +465,94 @@ int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all
     return 0;
 }
 
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * Row i belongs to session ss[i] at its position. The embedding, norms, attention
+ * projections (RoPE at each row's own position), the MLP / MoE and the head run over all n
+ * rows at once; each row's K/V go into its own cache rows and it attends to them alone, and
+ * each row's short convolution runs as a one-token step on its own conv state (with ss[0]'s
+ * scratch). Every op gives a row the bits it would alone, so the logits equal
+ * forward(ss[i], &tokens[i], 1)'s. */
+static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+    ci_model *m = ss[0]->m;
+    const lfm2_model *d = m->impl;
+    lfm2_session *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int H = d->H, Hh = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = Hh * hd;
+    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const lfm2_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->op_norm, n, H, d->eps);
+        if (L->is_attn) {
+            be->matmul(be, c->q, c->xn, n, &L->wq);
+            be->matmul(be, c->k, c->xn, n, &L->wk);
+            be->matmul(be, c->v, c->xn, n, &L->wv);
+            be->rmsnorm(be, c->q, c->q, L->q_norm, n * Hh, hd, d->eps);
+            be->rmsnorm(be, c->k, c->k, L->k_norm, n * KV, hd, d->eps);
+            be->rope(be, c->q, n, Hh, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+            be->rope(be, c->k, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+            for (int i = 0; i < n; i++) {
+                float *rows = cache_rows(&((lfm2_session *)ss[i]->impl)->cache, l);
+                float *r = rows + (size_t)c->pos[i] * 2 * KD;
+                memcpy(r, c->k + (size_t)i * KD, (size_t)KD * sizeof(float));
+                memcpy(r + KD, c->v + (size_t)i * KD, (size_t)KD * sizeof(float));
+                be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, rows, rows + KD, 1, c->pos[i], Hh, KV,
+                              hd, 2 * KD, d->attn_scale);
+            }
+            be->matmul(be, c->xn, c->att, n, &L->wo);
+            be->add(be, c->x, c->xn, (int64_t)n * H);
+        } else {
+            for (int i = 0; i < n; i++)
+                sc_forward(be, &L->conv, &c->sc, cache_state(&((lfm2_session *)ss[i]->impl)->cache, l),
+                           c->att + (size_t)i * H, c->xn + (size_t)i * H, 1);
+            be->add(be, c->x, c->att, (int64_t)n * H);
+        }
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
+        } else {
+            be->matmul(be, c->g, c->xn, n, &L->w1);
+            be->matmul(be, c->u, c->xn, n, &L->w3);
+            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+            be->matmul(be, c->att, c->g, n, &L->w2);
+        }
+        be->add(be, c->x, c->att, (int64_t)n * H);
+    }
+    ci_lm_head(be, logits, 1, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ((lfm2_session *)ss[i]->impl)->cache.pos = ss[i]->pos;
+    }
+}
+
+int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const lfm2_model *d = m->impl;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        const lfm2_session *ci = ss[i]->impl;
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache.pos)
+            return ci_err(err, errlen, "%s: sequence %d: session position %d and cache position %d disagree", fam, i,
+                          ss[i]->pos, ci->cache.pos);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
+    }
+    for (int i = 0; i < n; i++)   /* a new sequence: conv states start at zero, as lfm2_forward */
+        if (ss[i]->pos == 0) cache_reset(&((lfm2_session *)ss[i]->impl)->cache);
+    for (int off = 0; off < n; off += LFM2_UBATCH) {
+        int k = n - off < LFM2_UBATCH ? n - off : LFM2_UBATCH;
+        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+    }
+    return 0;
+}
+
 /* ---- cache access ---------------------------------------------------------------------- */
 
 static int check_session(const ci_session *s, char *err, size_t errlen) {
@@ -511,7 +599,7 @@ static const ci_family_ops lfm2_ops = {
     .load = lfm2_family_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
     .forward = lfm2_forward, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
-    .snapshot = lfm2_snapshot, .restore = lfm2_restore,
+    .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
 const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops };

@@ -36,6 +36,8 @@ cache_snap *lfm2_snapshot(const ci_session *s, char *err, size_t errlen);
  * the snapshot's position); the session continues from that position. Only the cache's
  * shape is checked: a snapshot of another model with the same layer layout is not caught. */
 int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
+/* One decode step of n sessions (the serving op forward_batch, registry.h). */
+int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
 /* Tokens per pass through the layers during prefill, 1..LFM2_UBATCH (default LFM2_UBATCH). */
 int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen);
 

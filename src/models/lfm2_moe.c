@@ -15,7 +15,7 @@ static const ci_family_ops lfm2_moe_ops = {
     .load = lfm2_moe_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
     .forward = lfm2_forward, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
-    .snapshot = lfm2_snapshot, .restore = lfm2_restore,
+    .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
 const ci_family fam_lfm2_moe = { "lfm2_moe", (const char *const[]){ "lfm2_moe", NULL }, NULL, &lfm2_moe_ops };

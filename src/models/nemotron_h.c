@@ -558,6 +558,91 @@ static int nh_forward(ci_session *s, const int *tokens, int n, float *logits, in
     return 0;
 }
 
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * Row i belongs to session ss[i] at its position. The embedding, norms, attention
+ * projections, relu² MLPs, MoE and head run over all n rows at once; each row's K/V go into
+ * its own cache rows and it attends to them alone, and each row's Mamba2 layers run as a
+ * one-token step on its own conv and SSM state (with ss[0]'s scratch). Every op gives a row
+ * the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s. */
+static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+    ci_model *m = ss[0]->m;
+    const nh_model *d = m->impl;
+    nh_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int H = d->H, KD = d->n_kv * d->hd, QD = d->n_heads * d->hd;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const nh_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->norm, n, H, d->eps);
+        switch (L->kind) {
+        case 'M':
+            for (int i = 0; i < n; i++) {
+                float *st = cache_state(&((nh_cache *)ss[i]->impl)->cache, l);
+                mamba2_forward(be, &L->mamba, &c->mamba, st, st + mamba2_conv_floats(&L->mamba), c->y + (size_t)i * H,
+                               c->xn + (size_t)i * H, 1, d->scan);
+            }
+            break;
+        case '*':
+            be->matmul(be, c->q, c->xn, n, &L->wq);
+            be->matmul(be, c->k, c->xn, n, &L->wk);
+            be->matmul(be, c->v, c->xn, n, &L->wv);
+            for (int i = 0; i < n; i++) {
+                float *rows = cache_rows(&((nh_cache *)ss[i]->impl)->cache, l);
+                float *r = rows + (size_t)ss[i]->pos * 2 * KD;
+                memcpy(r, c->k + (size_t)i * KD, (size_t)KD * sizeof(float));
+                memcpy(r + KD, c->v + (size_t)i * KD, (size_t)KD * sizeof(float));
+                be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, rows, rows + KD, 1, ss[i]->pos,
+                              d->n_heads, d->n_kv, d->hd, 2 * KD, d->attn_scale);
+            }
+            be->matmul(be, c->y, c->att, n, &L->wo);
+            break;
+        case '-':
+            be->matmul(be, c->g, c->xn, n, &L->up);
+            relu2(c->g, (int64_t)n * d->ff);
+            be->matmul(be, c->y, c->g, n, &L->down);
+            break;
+        default:
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+            break;
+        }
+        be->add(be, c->x, c->y, (int64_t)n * H);
+    }
+    be->rmsnorm(be, c->xn, c->x, d->norm_f, n, H, d->eps);
+    be->matmul(be, logits, c->xn, n, &d->lm_head);
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ((nh_cache *)ss[i]->impl)->cache.pos = ss[i]->pos;
+    }
+}
+
+static int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const nh_model *d = m->impl;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        const nh_cache *ci = ss[i]->impl;
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache.pos)
+            return ci_err(err, errlen, "%s: sequence %d is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
+                          fam, i, ss[i]->pos, ci->cache.pos);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
+    }
+    for (int i = 0; i < n; i++)   /* a new sequence starts from zero state, as nh_forward */
+        if (ss[i]->pos == 0) cache_reset(&((nh_cache *)ss[i]->impl)->cache);
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+    }
+    return 0;
+}
+
 /* ---- family extras (nemotron_h.h) ----------------------------------------------------- */
 
 extern const ci_family fam_nemotron_h;
@@ -608,7 +693,7 @@ static const ci_family_ops nh_ops = {
     .load = nh_load, .unload = nh_unload,
     .session_init = nh_session_init, .session_free = nh_session_free,
     .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token,
-    .snapshot = nemh_snapshot, .restore = nemh_restore,
+    .snapshot = nemh_snapshot, .restore = nemh_restore, .forward_batch = nh_forward_batch,
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops };

@@ -474,3 +474,78 @@ int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
     ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
     return 0;
 }
+
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * Row i belongs to session ss[i] at its position. The embedding, the norms, the MLP / MoE
+ * and the head run over all n rows at once (each of those weights read once per step); the
+ * token mixers keep per-sequence state, so each row runs its layer's DeltaNet (its own
+ * conv window and S) or gated attention (its own KV rows) as a one-token step of its own
+ * session, with ss[0]'s scratch. Every op gives a row the bits it would alone (the CPU
+ * matmul is row-independent), so the logits equal forward(ss[i], &tokens[i], 1)'s. */
+static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+    ci_model *m = ss[0]->m;
+    const qh_model *d = m->impl;
+    qh_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int D = d->D;
+    be->embed(be, c->x, &d->embed, tokens, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const qh_layer *L = &d->layers[l];
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
+        for (int i = 0; i < n; i++) {
+            qh_cache *ci = ss[i]->impl;
+            int32_t pos = ss[i]->pos;
+            float *y = c->y + (size_t)i * D;
+            const float *xn = c->xn + (size_t)i * D;
+            if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&ci->cache, l), y, xn, 1, d->mode);
+            else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&ci->cache, l), y, xn, &pos, 1, pos);
+        }
+        be->add(be, c->x, c->y, (int64_t)n * D);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        if (L->is_moe) {
+            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+        } else {
+            be->matmul(be, c->g, c->xn, n, &L->wg);
+            be->matmul(be, c->u, c->xn, n, &L->wu);
+            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
+            be->matmul(be, c->y, c->g, n, &L->wd);
+        }
+        be->add(be, c->x, c->y, (int64_t)n * D);
+    }
+    ci_lm_head(be, logits, 1, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
+    for (int i = 0; i < n; i++) {
+        qh_cache *ci = ss[i]->impl;
+        ss[i]->pos++;
+        ci->cache.pos = ss[i]->pos;
+    }
+}
+
+int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const qh_model *d = m->impl;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        qh_cache *ci = ss[i]->impl;
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= d->vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
+        if (ss[i]->pos != ci->cache.pos && ss[i]->pos != 0)
+            return ci_err(err, errlen, "%s: sequence %d at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
+                          fam, i, ss[i]->pos, ci->cache.pos);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
+    }
+    for (int i = 0; i < n; i++) {   /* a new sequence starts from a zero state, as qh_forward */
+        qh_cache *ci = ss[i]->impl;
+        if (ss[i]->pos != ci->cache.pos) cache_reset(&ci->cache);
+    }
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+    }
+    return 0;
+}

@@ -50,6 +50,8 @@ ci_cache *qh_session_cache(ci_session *s);
 int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 /* A snapshot of the session's cache at its position (the serving op, registry.h). */
 cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen);
+/* One decode step of n sessions (the serving op forward_batch, registry.h). */
+int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
 /* How prompts run the DeltaNet core (DN_AUTO: chunked; DN_RECURRENT: token by token). */
 void qh_set_deltanet_mode(ci_model *m, dn_mode mode);
 

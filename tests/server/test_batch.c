@@ -1,5 +1,6 @@
 /* test_batch.c — the serving ops of registry.h (forward_batch, cache_export / cache_import)
- * against the plain per-session forward, for every family that has them.
+ * against the plain per-session forward, for every family that has them (the hybrids'
+ * forward_batch at the end).
  *
  * For the demo model and each dense / MLA fixture: five sessions prefilled with prompts of
  * different lengths (so every row sits at another position), then eight decode steps taken
@@ -92,6 +93,83 @@ static void test_forward_batch_matches_forward(void) {
     for (int i = 0; dirs[i]; i++) one_model(dirs[i]);
 }
 
+/* The hybrids: the batched step keeps each row's recurrent state (DeltaNet, short conv,
+ * Mamba2) per session and batches the rest; logits bit for bit as one session at a time,
+ * and the state left behind continues the same way (a last single step compared too). */
+static const char *hybrid_dirs[] = { "tests/fixtures/qwen3_next", "tests/fixtures/qwen3_5", "tests/fixtures/qwen3_5_moe_hub",
+                                     "tests/fixtures/lfm2", "tests/fixtures/lfm2_moe", "tests/fixtures/nemotron_h",
+                                     "tests/fixtures/nemotron_h_latent", NULL };
+
+static void one_hybrid(const char *dir) {
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts o = { 0, 0 };
+    if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
+    const ci_family_ops *ops = m->family->ops;
+    CHECK(ops->forward_batch != NULL, "%s: %s has no forward_batch", dir, m->family->name);
+    if (!ops->forward_batch) { ci_model_free(m); return; }
+    const int V = (int)m->cfg.vocab_size;
+    ci_session *a[NS] = { 0 }, *b[NS] = { 0 };
+    float *la = malloc((size_t)NS * V * sizeof(float)), *lb = malloc((size_t)NS * V * sizeof(float));
+    int toks[NS], differ = 0;
+    double md = 0;
+    for (int i = 0; i < NS && la && lb; i++) {
+        if (ci_session_new(m, CTX, &a[i], err, sizeof err) || ci_session_new(m, CTX, &b[i], err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        int n = 3 + 9 * i, ids[64];
+        for (int j = 0; j < n; j++) ids[j] = tok_at(i, j, V);
+        if (ci_forward(a[i], ids, n, la, 0, err, sizeof err) || ci_forward(b[i], ids, n, lb, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+    }
+    for (int step = 0; step <= STEPS; step++) {
+        for (int i = 0; i < NS; i++) toks[i] = tok_at(i + 11, step, V);
+        for (int i = 0; i < NS; i++)
+            if (ci_forward(a[i], &toks[i], 1, la + (size_t)i * V, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        if (step < STEPS) {
+            /* rows in another order than the sessions were made in: state follows the session */
+            ci_session *bs[NS];
+            int bt[NS];
+            float *lr = malloc((size_t)NS * V * sizeof(float));
+            if (!lr) goto done;
+            for (int i = 0; i < NS; i++) { bs[i] = b[(i + step) % NS]; bt[i] = toks[(i + step) % NS]; }
+            int rc = ops->forward_batch(bs, bt, NS, lr, err, sizeof err);
+            for (int i = 0; i < NS && !rc; i++)
+                memcpy(lb + (size_t)((i + step) % NS) * V, lr + (size_t)i * V, (size_t)V * sizeof(float));
+            free(lr);
+            if (rc) { CHECK(0, "%s: %s", dir, err); goto done; }
+        } else {   /* one more plain step on the batched sessions */
+            for (int i = 0; i < NS; i++)
+                if (ci_forward(b[i], &toks[i], 1, lb + (size_t)i * V, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        }
+        for (size_t k = 0; k < (size_t)NS * V; k++) {
+            double dd = fabs((double)la[k] - lb[k]);
+            if (dd > md) md = dd;
+            differ |= la[k] != lb[k];
+        }
+        for (int i = 0; i < NS; i++) CHECK(a[i]->pos == b[i]->pos, "%s: positions %d vs %d", dir, a[i]->pos, b[i]->pos);
+    }
+    CHECK(!differ, "%s: forward_batch differs from forward: max|diff| %g", dir, md);
+    /* a session moved back without a snapshot is refused, and nothing moves */
+    {
+        int p1 = b[1]->pos, t2[2] = { 1, 2 };
+        ci_session *bs[2] = { b[0], b[1] };
+        b[1]->pos = 3;
+        CHECK(ops->forward_batch(bs, t2, 2, lb, err, sizeof err) != 0, "%s: a rewound recurrent session was accepted", dir);
+        CHECK(b[0]->pos == a[0]->pos, "%s: a refused step moved a session", dir);
+        b[1]->pos = p1;
+        bs[1] = b[0];
+        CHECK(ops->forward_batch(bs, t2, 2, lb, err, sizeof err) != 0, "%s: one session twice in a batch accepted", dir);
+        CHECK_HAS(err, "twice");
+    }
+done:
+    for (int i = 0; i < NS; i++) { ci_session_free(a[i]); ci_session_free(b[i]); }
+    free(la);
+    free(lb);
+    ci_model_free(m);
+}
+
+static void test_forward_batch_hybrids(void) {
+    for (int i = 0; hybrid_dirs[i]; i++) one_hybrid(hybrid_dirs[i]);
+}
+
 static void test_forward_batch_errors(void) {
     char err[1024];
     ci_model *m = NULL;
@@ -118,6 +196,7 @@ static void test_forward_batch_errors(void) {
 
 int main(void) {
     TEST_RUN(test_forward_batch_matches_forward);
+    TEST_RUN(test_forward_batch_hybrids);
     TEST_RUN(test_forward_batch_errors);
     TEST_EXIT();
 }

@@ -1,6 +1,7 @@
 /* test_engine.c — the serving engine (src/server/engine.h) without HTTP, on the demo model
- * (MLA, forward_batch, cache export/import) and on an LFM2 fixture (a hybrid family with
- * neither: slots run one by one, prefix reuse only when a slot's whole sequence is a prefix).
+ * (MLA, forward_batch, cache export/import) and on an LFM2 fixture (a hybrid family:
+ * forward_batch with per-sequence conv state, no export/import: a slot is reused only when
+ * its whole sequence is a prefix, and the prefix store keeps snapshots).
  *
  * (More below: determinism on a model wider than one matmul column chunk, prefix reuse of
  * the hybrids through snapshots, the prefix store.)
@@ -111,7 +112,7 @@ static void one_model(const char *dir, int exact) {
     /* a prompt that extends request 2's whole sequence reuses it */
     {
         int ext[40], out[MAXT], cached = 0;
-        run(e, prompts[2], 12, 9, out, NULL);      /* a slot now holds request 2 (hybrids keep no store) */
+        run(e, prompts[2], 12, 9, out, NULL);      /* a slot now holds request 2 */
         memcpy(ext, prompts[2], 12 * sizeof(int));
         memcpy(solo[2], out, sizeof out);
         memcpy(ext + 12, solo[2], (MAXT - 1) * sizeof(int));
