@@ -5,8 +5,9 @@
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S]
  *
- * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU); 0 turns
- * prefix reuse off altogether. Without --model it serves the embedded demo model (models/demo of the source tree the
+ * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA
+ * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries; 0
+ * turns prefix reuse off altogether. Without --model it serves the embedded demo model (models/demo of the source tree the
  * binary was built in). --port 0 takes any free port; the printed line tells which:
  *   "cinfer: serving demo on http://127.0.0.1:PORT"
  * Bad flags exit with status 2, a model or socket failure with 1, both with one line on

@@ -10,8 +10,8 @@
  * count that is not a multiple of the 4-row tile. Also the row-wise ops (swiglu, add,
  * rmsnorm) for a row width that is not a multiple of the vector length.
  *
- * `test_determinism --bench [rows cols]` instead times matmul at n = 1, 4, 128 for bf16,
- * fp8 and 4/8-bit weights (best of several runs; 2 threads, the best ISA). */
+ * `test_determinism --bench [rows cols [threads [isa]]]` instead times matmul at n = 1, 4,
+ * 128 for bf16, fp8 and 4/8-bit weights (best of 5 runs; default 2 threads, the best ISA). */
 #include "check.h"
 #include "backend/backend.h"
 #include "core/tensor.h"
@@ -226,15 +226,15 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int bench(int64_t rows, int64_t cols) {
-    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AUTO);
-    if (!be) return 1;
+static int bench(int64_t rows, int64_t cols, int threads, ci_isa isa) {
+    ci_backend *be = ci_backend_cpu_new(threads, isa);
+    if (!be) { fprintf(stderr, "test_determinism --bench: this CPU lacks the ISA asked for\n"); return 2; }
     static const kind ks[] = { K_BF16, K_FP8, K_Q4, K_Q8 };
     static const int ns[] = { 1, 4, 128 };
     float *x = malloc((size_t)(128 * cols) * sizeof(float)), *y = malloc((size_t)(128 * rows) * sizeof(float));
     for (int64_t i = 0; i < 128 * cols; i++) x[i] = rnd(-1, 1);
-    printf("%s, 2 threads, [%lld x %lld]: ms per matmul (best of 5 runs) and GFLOP/s\n", be->name, (long long)rows,
-           (long long)cols);
+    printf("%s, %d threads, [%lld x %lld]: ms per matmul (best of 5 runs) and GFLOP/s\n", be->name, be->n_threads,
+           (long long)rows, (long long)cols);
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         wmat w;
         make_w(&w, ks[ki], rows, cols);
@@ -262,11 +262,16 @@ static int bench(int64_t rows, int64_t cols) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--bench")) {
         int64_t rows = argc > 3 ? atoll(argv[2]) : 4096, cols = argc > 3 ? atoll(argv[3]) : 4096;
-        if (rows < 1 || cols < 128 || cols % 128) {
-            fprintf(stderr, "test_determinism --bench [rows cols]: cols must be a positive multiple of 128\n");
+        int threads = argc > 4 ? atoi(argv[4]) : 2;
+        const char *in = argc > 5 ? argv[5] : "auto";
+        ci_isa isa = !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strcmp(in, "avx2") ? CI_ISA_AVX2
+                   : !strcmp(in, "avx512") ? CI_ISA_AVX512 : CI_ISA_AUTO;
+        if (rows < 1 || cols < 128 || cols % 128 || threads < 1 || (isa == CI_ISA_AUTO && strcmp(in, "auto"))) {
+            fprintf(stderr, "usage: test_determinism --bench [rows cols [threads [auto|scalar|avx2|avx512]]] "
+                            "(cols a positive multiple of 128)\n");
             return 2;
         }
-        return bench(rows, cols);
+        return bench(rows, cols, threads, isa);
     }
     TEST_RUN(test_matmul_rows_independent_of_batch);
     TEST_RUN(test_matmul_small_cols);

@@ -21,9 +21,9 @@
  *    4x4 reductions.
  * MLX-quantized weights (dtype CI_U32, backend.h) take the same two paths through the
  * cpu_qkernels table of the same ISA: decode tiles read the packed codes directly, prefill
- * dequantizes each PACK_ROWS x KC block into the pack buffer (4-bit formats in the split
- * column order of cpu_qkernels.split, with each token tile's x split alike); embed
- * dequantizes one row.
+ * dequantizes each PACK_ROWS x KC block into the pack buffer (4-bit formats: a whole
+ * item's rows in the split column order of cpu_qkernels.split, with each token tile's x
+ * split alike); embed dequantizes one row.
  * Invariant: results depend only on the ISA and the inputs, never on the thread count, the
  * item split or the number of tokens n: every output element is computed by one tile, or
  * one head's pass over the keys, and both matmul paths follow the one summation order of
@@ -47,8 +47,9 @@
 
 typedef struct {
     float *pack;              /* [PACK_ROWS, KC] converted weights (prefill) */
-    float *qx;                /* [CPU_TILE_T, KC] a token tile's x in split order (prefill of
-                               * split quantized weights, cpu_qkernels.split) */
+    float *qx;                /* [CPU_TILE_T, KC] a token tile's x in split order, and */
+    float *qpack;             /* [ITEM_ROWS, KC] an item's rows unpacked in split order (prefill
+                               * of split quantized weights, cpu_qkernels.split) */
     float *scores;            /* [CPU_TILE_T, ATTN_BLOCK] attention probabilities */
 } cpu_slot;
 
@@ -217,29 +218,54 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                 if (W->dtype == CI_F32) {
                     w[i] = (const float *)W->data + r * cols + c0;
                 } else {
-                    if (r0 + i < r1 && m->split) m->qk->row_split(W, r, c0, c0 + kc, slot->pack + i * KC);
-                    else if (r0 + i < r1 && W->dtype == CI_U32) m->qk->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
+                    if (r0 + i < r1 && W->dtype == CI_U32) m->qk->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
                     else if (r0 + i < r1) m->k->row_f32(W, r, c0, c0 + kc, slot->pack + i * KC);
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
             for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
                 int T = (int)min64(CPU_TILE_T, t1 - t);
-                const float *xt = m->x + t * cols + c0;
-                int64_t xs = cols;
-                if (m->split) { /* once per token tile, for the block's 4 row tiles */
-                    m->qk->x_split(c0, c0 + kc, T, xt, cols, slot->qx);
-                    xt = slot->qx;
-                    xs = KC;
-                }
                 for (int64_t g = r0; g < r1; g += CPU_TILE_R) {
                     int nr = (int)min64(CPU_TILE_R, r1 - g);
-                    m->k->f32_tile(w + (g - r0), kc, T, xt, xs, out);
+                    m->k->f32_tile(w + (g - r0), kc, T, m->x + t * cols + c0, cols, out);
                     for (int tt = 0; tt < T; tt++) {
                         float *yp = m->y + (t + tt) * rows + g;
                         for (int i = 0; i < nr; i++)
                             yp[i] = c0 == 0 ? out[tt * CPU_TILE_R + i] : yp[i] + out[tt * CPU_TILE_R + i];
                     }
+                }
+            }
+        }
+    }
+}
+
+/* Prefill of 4-bit weights in split column order (cpu_qkernels.split): the same item, but
+ * all ITEM_ROWS rows of a chunk are unpacked at once (slot->qpack, 128 KiB: read from L2 by
+ * the micro-kernel) so that each token tile's x is split once per chunk, not once per
+ * PACK_ROWS block. Each output is still one f32_tile per chunk, summed left to right. */
+static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
+    mm_ctx *m = c;
+    const ci_mat *W = m->W;
+    int64_t rows = W->rows, cols = W->cols;
+    int64_t rb = it / m->n_tok_items, tb = it % m->n_tok_items;
+    int64_t R0 = rb * ITEM_ROWS, R1 = min64(R0 + ITEM_ROWS, rows);
+    int64_t t0 = tb * m->tok_per_item, t1 = min64(t0 + m->tok_per_item, m->n);
+    const float *w[CPU_TILE_R];
+    float out[CPU_TILE_T * CPU_TILE_R];
+    for (int64_t c0 = 0; c0 < cols; c0 += KC) {
+        int64_t kc = min64(KC, cols - c0);
+        for (int64_t r = R0; r < R1; r++) m->qk->row_split(W, r, c0, c0 + kc, slot->qpack + (r - R0) * KC);
+        for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
+            int T = (int)min64(CPU_TILE_T, t1 - t);
+            m->qk->x_split(c0, c0 + kc, T, m->x + t * cols + c0, cols, slot->qx);
+            for (int64_t g = R0; g < R1; g += CPU_TILE_R) {
+                int nr = (int)min64(CPU_TILE_R, R1 - g);
+                for (int i = 0; i < CPU_TILE_R; i++) w[i] = slot->qpack + (min64(g + i, R1 - 1) - R0) * KC;
+                m->k->f32_tile(w, kc, T, slot->qx, KC, out);
+                for (int tt = 0; tt < T; tt++) {
+                    float *yp = m->y + (t + tt) * rows + g;
+                    for (int i = 0; i < nr; i++)
+                        yp[i] = c0 == 0 ? out[tt * CPU_TILE_R + i] : yp[i] + out[tt * CPU_TILE_R + i];
                 }
             }
         }
@@ -268,7 +294,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     if (work >= SMALL_WORK && n_rb < want) n_tb = min64(ceil_div(want, n_rb), ceil_div(n, CPU_TILE_T));
     m.tok_per_item = ceil_div(ceil_div(n, n_tb), CPU_TILE_T) * CPU_TILE_T;
     m.n_tok_items = ceil_div(n, m.tok_per_item);
-    par_for(b, n_rb * m.n_tok_items, mm_prefill_item, &m, work >= SMALL_WORK);
+    par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------ */
@@ -528,6 +554,7 @@ static void cpu_free(ci_backend *be) {
         for (int i = 0; i < b->n_slots; i++) {
             free(b->slots[i].pack);
             free(b->slots[i].qx);
+            free(b->slots[i].qpack);
             free(b->slots[i].scores);
         }
     free(b->slots);
@@ -554,7 +581,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
         b->slots[i].pack = aligned_alloc(64, PACK_ROWS * KC * sizeof(float));
         b->slots[i].scores = aligned_alloc(64, CPU_TILE_T * ATTN_BLOCK * sizeof(float));
         b->slots[i].qx = aligned_alloc(64, CPU_TILE_T * KC * sizeof(float));
-        if (!b->slots[i].pack || !b->slots[i].scores || !b->slots[i].qx) goto fail;
+        b->slots[i].qpack = aligned_alloc(64, ITEM_ROWS * KC * sizeof(float));
+        if (!b->slots[i].pack || !b->slots[i].scores || !b->slots[i].qx || !b->slots[i].qpack) goto fail;
     }
     b->base.matmul = cpu_matmul;
     b->base.rmsnorm = cpu_rmsnorm;

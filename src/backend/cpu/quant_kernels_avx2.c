@@ -67,8 +67,8 @@ static inline __attribute__((always_inline)) TGT vf vq_fp8(const uint8_t *p) {
  * nibbles the odd ones, so x is split into even / odd columns once per tile (shared by its
  * 4 rows). Each half is dequantized with one FMA (mxfp4: a multiply) and dotted, even half
  * first: f32_tile's order on a chunk stored as [8 even, 8 odd] per 16 columns, which is
- * what prefill packs (qrow_split, qx_split). With 16 ymm registers a tile keeps one token
- * row; more rows run as more passes over the (L1-resident) codes. */
+ * what prefill packs (qrow_split, qx_split). With 16 ymm registers a pass keeps two token
+ * rows (8 accumulators); more rows run as more passes over the (L1-resident) codes. */
 
 static inline TGT int qsplit(const ci_mat *W) {
     const ci_qdesc *d = q_desc(W);
@@ -106,14 +106,15 @@ static inline __attribute__((always_inline)) TGT void qw16(const int MODE, const
 
 #define QS_UNROLL _Pragma("GCC unroll 4")
 
-/* One token row (x at column 0) by 4 rows over all columns, in the summation order. */
-static inline __attribute__((always_inline)) TGT void qsplit_1(const int MODE, const ci_mat *W, const int64_t rows[4],
-                                                               const float *x, float *out) {
+/* T <= 2 token rows (x at column 0) by 4 rows over all columns, in the summation order. */
+static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const ci_mat *W,
+                                                               const int64_t rows[4], const float *x, int64_t xs,
+                                                               float *out) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, rb = W->cols / 2, cols = W->cols;
     const uint8_t *wr[4];
     int64_t gi[4];
-    float part[4];
+    float part[2 * 4];
     const vf lut = _mm256_loadu_ps(cpu_e2m1_value);
     QS_UNROLL
     for (int r = 0; r < 4; r++) {
@@ -122,39 +123,46 @@ static inline __attribute__((always_inline)) TGT void qsplit_1(const int MODE, c
     }
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
         const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
-        vf acc[4] = { vzero(), vzero(), vzero(), vzero() };
+        vf acc[2][4];
+        QS_UNROLL
+        for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
         for (int64_t k0 = c0; k0 < c1;) {
             const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
-            vf s[4], b[4];
-            QS_UNROLL
+            float s[4], b[4];
             for (int r = 0; r < 4; r++) {
-                s[r] = vset1(q_param(d, d->scales, gi[r] + g));
-                b[r] = MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero();
+                s[r] = q_param(d, d->scales, gi[r] + g);
+                b[r] = MODE == CI_Q_AFFINE ? q_param(d, d->biases, gi[r] + g) : 0.0f;
             }
             for (int64_t k = k0; k < k1; k += 16) {
                 if (((k / 2) & 63) < 8)   /* one prefetch per 64-byte line of each row's codes */
                     QS_UNROLL
                     for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
-                vf xe, xo;
-                qx16(x + k, &xe, &xo);
+                vf xe[2], xo[2];
+                QS_UNROLL
+                for (int t = 0; t < T; t++) qx16(x + t * xs + k, &xe[t], &xo[t]);
                 QS_UNROLL
                 for (int r = 0; r < 4; r++) {
                     vf e, o;
-                    qw16(MODE, wr[r], k, s[r], b[r], lut, &e, &o);
-                    acc[r] = vfma(o, xo, vfma(e, xe, acc[r]));
+                    qw16(MODE, wr[r], k, vset1(s[r]), vset1(b[r]), lut, &e, &o);
+                    QS_UNROLL
+                    for (int t = 0; t < T; t++) acc[t][r] = vfma(o, xo[t], vfma(e, xe[t], acc[t][r]));
                 }
             }
             k0 = k1;
         }
-        vhsum4(acc[0], acc[1], acc[2], acc[3], part);
-        for (int r = 0; r < 4; r++) out[r] = c0 == 0 ? part[r] : out[r] + part[r];
+        QS_UNROLL
+        for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], part + t * 4);
+        for (int i = 0; i < T * 4; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
     }
 }
 
 static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
-    for (int t = 0; t < T; t++) {
-        if (q_desc(W)->mode == CI_Q_MXFP4) qsplit_1(CI_Q_MXFP4, W, rows, x + t * xs, out + t * 4);
-        else qsplit_1(CI_Q_AFFINE, W, rows, x + t * xs, out + t * 4);
+    const int mx = q_desc(W)->mode == CI_Q_MXFP4;
+    for (int t0 = 0; t0 < T; t0 += 2) {
+        const float *xt = x + t0 * xs;
+        float *o = out + t0 * 4;
+        if (T - t0 >= 2) { if (mx) qsplit_T(2, CI_Q_MXFP4, W, rows, xt, xs, o); else qsplit_T(2, CI_Q_AFFINE, W, rows, xt, xs, o); }
+        else { if (mx) qsplit_T(1, CI_Q_MXFP4, W, rows, xt, xs, o); else qsplit_T(1, CI_Q_AFFINE, W, rows, xt, xs, o); }
     }
 }
 
