@@ -84,19 +84,22 @@ static inline __attribute__((always_inline)) TGT void qx32(const float *x, vf *x
     *xo = _mm512_permutex2var_ps(a, io, b);
 }
 
-/* The 32 weights at column k (a multiple of 32 inside one group of scale s, bias b) of a
- * row as its even and odd halves. */
-static inline __attribute__((always_inline)) TGT void qw32(const int MODE, const uint8_t *row, int64_t k, vf s, vf b,
-                                                           vf lut, vf *e, vf *o) {
+/* One group's 16 possible weights (affine: q·s + b for q = 0..15, one FMA each; mxfp4: the
+ * E2M1 values × s), so that a code's weight is one vpermps away: the same FMA / multiply the
+ * code would get on its own, hence the same bits. */
+static inline __attribute__((always_inline)) TGT vf qgl(const int MODE, vf s, vf b, vf lut) {
+    if (MODE == CI_Q_MXFP4) return _mm512_mul_ps(lut, s);
+    const vf iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_fmadd_ps(iota, s, b);
+}
+
+/* The 32 weights at column k (a multiple of 32 inside one group, whose weight table qgl
+ * made) of a row as its even and odd halves; vpermps reads the low 4 bits of each index,
+ * so the low nibble needs no mask. */
+static inline __attribute__((always_inline)) TGT void qw32(const uint8_t *row, int64_t k, vf gl, vf *e, vf *o) {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + k / 2)));
-    __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(v, 4);
-    if (MODE == CI_Q_MXFP4) {
-        *e = _mm512_mul_ps(_mm512_permutexvar_ps(lo, lut), s);
-        *o = _mm512_mul_ps(_mm512_permutexvar_ps(hi, lut), s);
-    } else {
-        *e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, b);
-        *o = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, b);
-    }
+    *e = _mm512_permutexvar_ps(v, gl);
+    *o = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), gl);
 }
 
 #define QS_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
@@ -124,12 +127,11 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
         for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
         for (int64_t k0 = c0; k0 < c1;) {
             const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
-            vf s[4], b[4];
+            vf gl[4];
             QS_UNROLL
-            for (int r = 0; r < 4; r++) {
-                s[r] = vset1(q_param(d, d->scales, gi[r] + g));
-                b[r] = MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero();
-            }
+            for (int r = 0; r < 4; r++)
+                gl[r] = qgl(MODE, vset1(q_param(d, d->scales, gi[r] + g)),
+                            MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero(), lut);
             for (int64_t k = k0; k < k1; k += 32) {
                 if (((k / 2) & 63) < 16)   /* one prefetch per 64-byte line of each row's codes */
                     QS_UNROLL
@@ -140,7 +142,7 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                 QS_UNROLL
                 for (int r = 0; r < 4; r++) {
                     vf e, o;
-                    qw32(MODE, wr[r], k, s[r], b[r], lut, &e, &o);
+                    qw32(wr[r], k, gl[r], &e, &o);
                     QS_UNROLL
                     for (int t = 0; t < T; t++) acc[t][r] = vfma(o, xo[t], vfma(e, xe[t], acc[t][r]));
                 }
@@ -170,8 +172,9 @@ static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, f
     const vf lut = _mm512_loadu_ps(cpu_e2m1_value);
     for (int64_t k = c0; k < c1; k += 32) {
         vf s = vset1(q_param(d, d->scales, gb + k / G)), e, o;
-        if (d->mode == CI_Q_MXFP4) qw32(CI_Q_MXFP4, row, k, s, vzero(), lut, &e, &o);
-        else qw32(CI_Q_AFFINE, row, k, s, vset1(q_param(d, d->biases, gb + k / G)), lut, &e, &o);
+        vf gl = d->mode == CI_Q_MXFP4 ? qgl(CI_Q_MXFP4, s, vzero(), lut)
+                                      : qgl(CI_Q_AFFINE, s, vset1(q_param(d, d->biases, gb + k / G)), lut);
+        qw32(row, k, gl, &e, &o);
         _mm512_storeu_ps(dst + (k - c0), e);
         _mm512_storeu_ps(dst + (k - c0) + 16, o);
     }
