@@ -10,6 +10,7 @@ struct cache_snap {
     float **rows;           /* [n_layers] -> [pos, row_floats] */
     float **state;
     size_t bytes;
+    void *blob;             /* cache_snap_blob_new: the family's own bytes (n_layers = -1) */
 };
 
 int cache_init(ci_cache *c, int n_layers, const cache_part *parts, int max_ctx, const char *family, char *err,
@@ -76,7 +77,24 @@ void cache_snap_free(cache_snap *s) {
     free(s->rows);
     free(s->state);
     free(s->parts);
+    free(s->blob);
     free(s);
+}
+
+cache_snap *cache_snap_blob_new(int pos, size_t bytes) {
+    cache_snap *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n_layers = -1;
+    s->pos = pos;
+    s->bytes = bytes;
+    s->blob = calloc(1, bytes ? bytes : 1);
+    if (!s->blob) { free(s); return NULL; }
+    return s;
+}
+
+void *cache_snap_blob(const cache_snap *s, size_t *bytes) {
+    if (bytes) *bytes = s->blob ? s->bytes : 0;
+    return s->blob;
 }
 
 cache_snap *cache_snapshot(const ci_cache *c) {

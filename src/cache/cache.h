@@ -46,5 +46,11 @@ int cache_restore(ci_cache *c, const cache_snap *s, char *err, size_t errlen);
 int cache_snap_pos(const cache_snap *s);
 size_t cache_snap_bytes(const cache_snap *s);
 void cache_snap_free(cache_snap *s);
+/* Snapshots of caches that are not a ci_cache (DeepSeek V4's window rings and compressor
+ * states): one zeroed blob of `bytes` at position pos, written and read by the family
+ * (cache_snap_blob: the blob and its size; NULL for a ci_cache snapshot). cache_restore
+ * refuses a blob snapshot; cache_snap_pos / _bytes / _free work on both kinds. */
+cache_snap *cache_snap_blob_new(int pos, size_t bytes);
+void *cache_snap_blob(const cache_snap *s, size_t *bytes);
 
 #endif

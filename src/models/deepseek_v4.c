@@ -35,6 +35,7 @@
  * for compressed layers the compressor state (its entries, D floats per `ratio` tokens) and
  * for CSA the indexer's (Di floats per 4 tokens). */
 #include "model.h"
+#include "../cache/cache.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
@@ -87,6 +88,7 @@ typedef struct {
 
 typedef struct {
     v4_lcache *lc;                        /* [n_layers] */
+    int state_pos;                        /* the position the rings and compressors are at */
     int ring_rows;
     float *kbuf;                          /* [max keys, D] one row's keys */
     float *sc;                            /* [Hh, max keys] its scores */
@@ -818,21 +820,29 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     s->pos += n;
 }
 
-/* A new sequence (ci_session_reset lowers pos to 0): empty the compressors. */
-static void v4_begin(const v4_model *d, ci_session *s) {
+/* A new sequence (ci_session_reset lowers pos to 0) empties the compressors; any other
+ * move of pos away from where the rings and compressors are cannot be followed (their state
+ * is not per position): only a snapshot restore goes back. */
+static int v4_begin(const v4_model *d, ci_session *s, char *err, size_t errlen) {
     v4_cache *c = s->impl;
-    if (s->pos == 0)
+    if (s->pos == 0) {
         for (int l = 0; l < d->n_layers; l++) {
             cmp_state_reset(&c->lc[l].cs);
             cmp_state_reset(&c->lc[l].is);
         }
+        c->state_pos = 0;
+    }
+    if (s->pos != c->state_pos)
+        return ci_err(err, errlen, "%s: session at position %d but its cache is at %d (restore a cache snapshot to go back)",
+                      s->m->family->name, s->pos, c->state_pos);
+    return 0;
 }
 
 static int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    v4_begin(d, s);
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen) || v4_begin(d, s, err, errlen)) return -1;
     ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
+    ((v4_cache *)s->impl)->state_pos = s->pos;
     return 0;
 }
 
@@ -853,18 +863,140 @@ static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, flo
                           i, d->vocab);
         for (int j = 0; j < i; j++)
             if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d is also sequence %d", fam, i, j);
+        if (v4_begin(d, ss[i], err, errlen)) return -1;
     }
     v4_cache *c = ss[0]->impl, *cs[UBATCH];
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
         for (int i = 0; i < k; i++) {
-            v4_begin(d, ss[off + i]);
             c->pos[i] = ss[off + i]->pos;
             cs[i] = ss[off + i]->impl;
         }
         decode_rows(m, c, cs, tokens + off, k, logits + (size_t)off * d->vocab, 1);
-        for (int i = 0; i < k; i++) ss[off + i]->pos++;
+        for (int i = 0; i < k; i++) ((v4_cache *)ss[off + i]->impl)->state_pos = ++ss[off + i]->pos;
     }
+    return 0;
+}
+
+/* ---- snapshots (prefix reuse in the server) ------------------------------------------------
+ *
+ * The cache at position P as one blob: a header (magic, layers, P), then per layer the
+ * window rows of positions max(0, P-W+1) .. P-1 in order, and per compressor state its
+ * entry count, whether it holds a previous window, the current window's P % ratio pending
+ * tokens (kv, gate), the previous window's Ca series (overlap, when held) and its entries. */
+enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
+
+typedef struct {
+    uint8_t *p;                           /* NULL: only count */
+    const uint8_t *q;                     /* reading */
+    size_t off, len;
+    int bad;
+} blob_io;
+
+static void bput(blob_io *b, const void *src, size_t n) {
+    if (b->p) memcpy(b->p + b->off, src, n);
+    b->off += n;
+}
+
+static void bget(blob_io *b, void *dst, size_t n) {
+    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
+    memcpy(dst, b->q + b->off, n);
+    b->off += n;
+}
+
+static void put_cmp(blob_io *b, const cmp_block *k, const cmp_state *st, int P) {
+    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
+    int32_t hdr[2] = { st->n, st->has_prev };
+    bput(b, hdr, sizeof hdr);
+    bput(b, st->pend_kv, (size_t)pend * m * sizeof(float));
+    bput(b, st->pend_gate, (size_t)pend * m * sizeof(float));
+    if (k->overlap && st->has_prev) {
+        bput(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
+        bput(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
+    }
+    bput(b, st->entries, (size_t)st->n * k->d * sizeof(float));
+}
+
+static int get_cmp(blob_io *b, const cmp_block *k, cmp_state *st, int P) {
+    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
+    int32_t hdr[2] = { -1, -1 };
+    bget(b, hdr, sizeof hdr);
+    if (b->bad || hdr[0] != P / k->ratio || hdr[0] > st->cap || (hdr[1] != 0 && hdr[1] != 1)) return -1;
+    st->n = hdr[0];
+    st->has_prev = hdr[1];
+    bget(b, st->pend_kv, (size_t)pend * m * sizeof(float));
+    bget(b, st->pend_gate, (size_t)pend * m * sizeof(float));
+    if (k->overlap && st->has_prev) {
+        bget(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
+        bget(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
+    }
+    bget(b, st->entries, (size_t)st->n * k->d * sizeof(float));
+    return b->bad ? -1 : 0;
+}
+
+static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
+    int32_t hdr[3] = { SNAP_MAGIC, d->n_layers, P };
+    bput(b, hdr, sizeof hdr);
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        const v4_lcache *lc = &c->lc[l];
+        for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
+            bput(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
+        if (L->type != L_SLIDING) put_cmp(b, &L->comp, &lc->cs, P);
+        if (L->type == L_CSA) put_cmp(b, &L->icomp, &lc->is, P);
+    }
+}
+
+static cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
+    const v4_model *d = s->m->impl;
+    const v4_cache *c = s->impl;
+    if (s->pos != c->state_pos) {
+        ci_err(err, errlen, "%s: snapshot of a session at position %d whose cache is at %d", s->m->family->name, s->pos,
+               c->state_pos);
+        return NULL;
+    }
+    blob_io cnt = { 0 };
+    put_all(&cnt, d, c, s->pos);
+    cache_snap *snap = cache_snap_blob_new(s->pos, cnt.off);
+    if (!snap) {
+        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
+        return NULL;
+    }
+    blob_io w = { .p = cache_snap_blob(snap, NULL) };
+    put_all(&w, d, c, s->pos);
+    return snap;
+}
+
+static int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
+    const v4_model *d = s->m->impl;
+    v4_cache *c = s->impl;
+    const char *fam = s->m->family->name;
+    size_t len = 0;
+    const uint8_t *q = cache_snap_blob(snap, &len);
+    int P = cache_snap_pos(snap);
+    int32_t hdr[3] = { 0 };
+    blob_io b = { .q = q, .len = len };
+    if (q) bget(&b, hdr, sizeof hdr);
+    if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
+        return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
+    if (P < 0 || P > s->max_ctx)
+        return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, P, s->max_ctx);
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        v4_lcache *lc = &c->lc[l];
+        for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
+            bget(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
+        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, &lc->cs, P)) ||
+            (L->type == L_CSA && get_cmp(&b, &L->icomp, &lc->is, P)) || b.bad) {
+            c->state_pos = -1;   /* half restored: only a reset or another restore continues */
+            return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
+        }
+    }
+    if (b.off != len) {
+        c->state_pos = -1;
+        return ci_err(err, errlen, "%s: cache restore: %zu bytes of the snapshot left over", fam, len - b.off);
+    }
+    s->pos = c->state_pos = P;
     return 0;
 }
 
@@ -873,6 +1005,7 @@ static const ci_family_ops v4_ops = {
     .session_init = v4_session_init, .session_free = v4_session_free,
     .forward = v4_forward, .cache_bytes_per_token = v4_cache_bytes_per_token,
     .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
+    .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
 const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops };

@@ -330,7 +330,8 @@ done:
 
 /* ---- hybrid prefix reuse through snapshots ----------------------------------------------
  *
- * A chat on one slot with a hybrid fixture (DeltaNet, short conv, Mamba2): turn 1, then an
+ * A chat on one slot with a hybrid fixture (DeltaNet, short conv, Mamba2; DeepSeek V4's
+ * compressors are recurrent state too): turn 1, then an
  * unrelated request takes the slot (its sequence goes to the store as a snapshot), then
  * turn 2 = turn 1's prompt + its reply + a new message reuses the snapshot taken at the end
  * of turn 1 (cached = prompt + reply - 1: the last sampled token was never fed), and a
@@ -411,6 +412,7 @@ static void test_engine_hybrid_snapshot_reuse(void) {
     hybrid_turns("tests/fixtures/qwen3_next");
     hybrid_turns("tests/fixtures/qwen3_5");
     hybrid_turns("tests/fixtures/nemotron_h");
+    hybrid_turns("tests/fixtures/deepseek_v4");   /* window rings + compressor states */
 }
 
 /* The store itself: snapshots match only whole, rows by any prefix; the budget holds. */

@@ -8,6 +8,7 @@
 #include "tmpmodel.h"
 #include "io/json.h"
 #include "models/model.h"
+#include "cache/cache.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -297,11 +298,54 @@ static void test_forward_batch(void) {
     rm_dir(dir);
 }
 
+/* Snapshots: a session snapshotted at 23 tokens, restored into another session, continues
+ * exactly as the original does (the window ring, the pending windows, the overlap state and
+ * the entries all come back); a session moved back without a restore is refused. */
+static void test_snapshot(void) {
+    char dir[64], err[1024] = "";
+    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { V = 64, P = 23, N = 10 };
+    ci_model *m = NULL;
+    ci_model_opts o = { 1, 0 };
+    ci_session *a = NULL, *b = NULL;
+    cache_snap *snap = NULL;
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    if (m && !ci_session_new(m, 64, &a, err, sizeof err) && !ci_session_new(m, 40, &b, err, sizeof err)) {
+        int toks[P + N];
+        for (int t = 0; t < P + N; t++) toks[t] = 3 + (t * 19) % 60;
+        float la[N * V], lb[N * V];
+        CHECK(ci_forward(b, toks + 5, 7, NULL, 0, err, sizeof err) == 0, "%s", err);   /* b holds something else */
+        CHECK(ci_forward(a, toks, P, NULL, 0, err, sizeof err) == 0, "%s", err);
+        snap = m->family->ops->snapshot(a, err, sizeof err);
+        CHECK(snap != NULL, "%s", err);
+        CHECK(ci_forward(a, toks + P, N, la, 1, err, sizeof err) == 0, "%s", err);
+        if (snap) {
+            CHECK(m->family->ops->restore(b, snap, err, sizeof err) == 0, "%s", err);
+            CHECK(ci_session_pos(b) == P, "restored position %d", ci_session_pos(b));
+            CHECK(ci_forward(b, toks + P, N, lb, 1, err, sizeof err) == 0, "%s", err);
+            CHECK(memcmp(la, lb, sizeof la) == 0, "the restored session continues differently");
+        }
+        a->pos = 5;
+        CHECK(ci_forward(a, toks, 1, NULL, 0, err, sizeof err) != 0, "a rewound session was accepted");
+        CHECK_HAS(err, "deepseek_v4: session at position 5 but its cache is at 33");
+        ci_session_reset(a);
+        CHECK(ci_forward(a, toks, 3, NULL, 0, err, sizeof err) == 0, "after a reset: %s", err);
+    } else {
+        CHECK(0, "%s", err);
+    }
+    cache_snap_free(snap);
+    ci_session_free(a);
+    ci_session_free(b);
+    ci_model_free(m);
+    rm_dir(dir);
+}
+
 int main(void) {
     TEST_RUN(test_chunking_and_reset);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_damaged);
     TEST_RUN(test_forward_batch);
+    TEST_RUN(test_snapshot);
     TEST_EXIT();
 }
