@@ -102,6 +102,27 @@ static inline __attribute__((always_inline)) TGT void qw32(const uint8_t *row, i
     *o = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), gl);
 }
 
+/* Parameters (scales or biases) i0 .. i0+n-1 (n <= 16) of p as f32 lanes, exactly as
+ * q_param converts each; masked loads never read past the n asked for. */
+static inline TGT vf q16(const ci_qdesc *d, const void *p, int64_t i0, int n) {
+    const __mmask16 k = (__mmask16)((1u << n) - 1);
+    switch (d->scale_dtype) {
+    case CI_F32: return _mm512_maskz_loadu_ps(k, (const float *)p + i0);
+    case CI_BF16: {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i0));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    case CI_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i0));
+    default: {   /* E8M0: 2^(e-127); e = 0 is 2^-127 (subnormal), e = 255 infinity, as q_e8m0 */
+        __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, (const uint8_t *)p + i0));
+        __m512i v = _mm512_slli_epi32(e, 23);
+        v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+        v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7f800000));
+        return _mm512_castsi512_ps(v);
+    }
+    }
+}
+
 #define QS_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
 
 /* T <= 4 token rows (x at column 0) by 4 rows over all columns, in the summation order:
@@ -120,6 +141,8 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
+    vf sv[4] = { vzero(), vzero(), vzero(), vzero() }, bv[4] = { vzero(), vzero(), vzero(), vzero() };
+    int64_t pb = -1;   /* first group whose parameters sv / bv hold */
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
         const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
         vf acc[4][4];
@@ -127,11 +150,21 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
         for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
         for (int64_t k0 = c0; k0 < c1;) {
             const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
+            if ((g & ~(int64_t)15) != pb) {   /* the next 16 groups' scales / biases of each row */
+                pb = g & ~(int64_t)15;
+                const int np = (int)(ng - pb < 16 ? ng - pb : 16);
+                QS_UNROLL
+                for (int r = 0; r < 4; r++) {
+                    sv[r] = q16(d, d->scales, gi[r] + pb, np);
+                    if (MODE == CI_Q_AFFINE) bv[r] = q16(d, d->biases, gi[r] + pb, np);
+                }
+            }
+            const __m512i gsel = _mm512_set1_epi32((int)(g - pb));
             vf gl[4];
             QS_UNROLL
             for (int r = 0; r < 4; r++)
-                gl[r] = qgl(MODE, vset1(q_param(d, d->scales, gi[r] + g)),
-                            MODE == CI_Q_AFFINE ? vset1(q_param(d, d->biases, gi[r] + g)) : vzero(), lut);
+                gl[r] = qgl(MODE, _mm512_permutexvar_ps(gsel, sv[r]),
+                            MODE == CI_Q_AFFINE ? _mm512_permutexvar_ps(gsel, bv[r]) : vzero(), lut);
             for (int64_t k = k0; k < k1; k += 32) {
                 if (((k / 2) & 63) < 16)   /* one prefetch per 64-byte line of each row's codes */
                     QS_UNROLL
