@@ -152,6 +152,7 @@ typedef struct {
     int64_t tok_per_item;     /* prefill: multiple of 4 */
     int64_t n_tok_items;      /* prefill: token ranges per row block */
     int split;                /* W is quantized in a format qk dots in split order */
+    const float *xsp;         /* decode of a split W: x in split order (qk->split_tile), or NULL */
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -190,7 +191,8 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
         tile_rows(rr, r, r1);
-        int ok = m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out)
+        int ok = m->xsp ? m->qk->split_tile(m->W, rr, m->n, m->xsp, cols, out)
+               : m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out)
                                        : m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
         if (!ok) tile_by_chunks(m, rr, slot, out);
         for (int t = 0; t < m->n; t++)
@@ -286,7 +288,16 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
         /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
         int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
         m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
+        /* a split-order W: x goes into split order once here, not once per 4-row tile */
+        float *xsp = NULL;
+        if (m.split && b->qk->split_tile && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
+            for (int t = 0; t < n; t++)
+                for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
+                    b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
+            m.xsp = xsp;
+        }
         par_for(b, ceil_div(rows, m.rows_per_item), mm_decode_item, &m, 1);
+        free(xsp);
         return;
     }
     /* Prefill: split tokens too when there are too few row blocks to feed every thread. */

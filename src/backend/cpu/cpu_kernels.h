@@ -84,6 +84,12 @@ typedef struct {
     int (*split)(const ci_mat *W);
     void (*row_split)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
     void (*x_split)(int64_t c0, int64_t c1, int T, const float *x, int64_t xs, float *xp);
+    /* Optional (NULL: none): the decode tile of a split W with the token rows already in
+     * split order (xsp: T rows of the whole width, row stride xs, each 2*VL block as
+     * x_split writes it), so a matmul splits x once instead of once per tile. Same bits as
+     * mat_tile. */
+    int (*split_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *xsp, int64_t xs,
+                      float *out);
 } cpu_qkernels;
 
 extern const cpu_qkernels cpu_qkernels_scalar;

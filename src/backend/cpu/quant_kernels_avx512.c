@@ -127,9 +127,9 @@ static inline TGT vf q16(const ci_qdesc *d, const void *p, int64_t i0, int n) {
 
 /* T <= 4 token rows (x at column 0) by 4 rows over all columns, in the summation order:
  * per CPU_KC chunk, lanes from zero, one reduction, chunk sums added. */
-static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const ci_mat *W,
-                                                               const int64_t rows[4], const float *x, int64_t xs,
-                                                               float *out) {
+static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const int PRE,
+                                                               const ci_mat *W, const int64_t rows[4], const float *x,
+                                                               int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, rb = W->cols / 2, cols = W->cols;
     const uint8_t *wr[4];
@@ -171,7 +171,14 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                     for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
                 vf xe[4], xo[4];
                 QS_UNROLL
-                for (int t = 0; t < T; t++) qx32(x + t * xs + k, &xe[t], &xo[t]);
+                for (int t = 0; t < T; t++) {
+                    if (PRE) {   /* x already in split order */
+                        xe[t] = _mm512_loadu_ps(x + t * xs + k);
+                        xo[t] = _mm512_loadu_ps(x + t * xs + k + 16);
+                    } else {
+                        qx32(x + t * xs + k, &xe[t], &xo[t]);
+                    }
+                }
                 QS_UNROLL
                 for (int r = 0; r < 4; r++) {
                     vf e, o;
@@ -188,14 +195,22 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
     }
 }
 
-/* Any T (at most 4: one pass). */
+/* Any T (at most 4: one pass); PRE: x already split (qsplit_pre_tile). */
+#define QS_T(MODE, PRE) switch (T) { case 1: qsplit_T(1, MODE, PRE, W, rows, x, xs, out); break; \
+    case 2: qsplit_T(2, MODE, PRE, W, rows, x, xs, out); break; \
+    case 3: qsplit_T(3, MODE, PRE, W, rows, x, xs, out); break; \
+    default: qsplit_T(4, MODE, PRE, W, rows, x, xs, out); }
 static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
-#define QS_T(MODE) switch (T) { case 1: qsplit_T(1, MODE, W, rows, x, xs, out); break; \
-    case 2: qsplit_T(2, MODE, W, rows, x, xs, out); break; case 3: qsplit_T(3, MODE, W, rows, x, xs, out); break; \
-    default: qsplit_T(4, MODE, W, rows, x, xs, out); }
-    if (q_desc(W)->mode == CI_Q_MXFP4) { QS_T(CI_Q_MXFP4); } else { QS_T(CI_Q_AFFINE); }
-#undef QS_T
+    if (q_desc(W)->mode == CI_Q_MXFP4) { QS_T(CI_Q_MXFP4, 0); } else { QS_T(CI_Q_AFFINE, 0); }
 }
+
+static TGT int qsplit_pre_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+    if (!qsplit(W)) return 0;
+    if (q_desc(W)->mode == CI_Q_MXFP4) { QS_T(CI_Q_MXFP4, 1); } else { QS_T(CI_Q_AFFINE, 1); }
+    return 1;
+}
+#undef QS_T
+#define QSPLIT_PRE_TILE qsplit_pre_tile
 
 /* Prefill: chunk [c0, c1) of row r dequantized in split order. */
 static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {

@@ -165,5 +165,8 @@ static TGT void qrow_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, flo
     }
 }
 
+#ifndef QSPLIT_PRE_TILE
+#define QSPLIT_PRE_TILE NULL
+#endif
 const cpu_qkernels QTABLE = { .mat_tile = qmat_tile, .row_f32 = qrow_f32, .split = qsplit,
-                              .row_split = qrow_split, .x_split = qx_split };
+                              .row_split = qrow_split, .x_split = qx_split, .split_tile = QSPLIT_PRE_TILE };
