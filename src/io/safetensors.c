@@ -3,8 +3,11 @@
  *
  * Owns: the read-only MAP_PRIVATE mapping of every file of a set, a malloc'd copy of every
  * tensor name, and the set's tensor table. Nothing is read through stdio and nothing is
- * copied out of the mapping: ci_tensor.data points straight into it (no alignment is
- * promised; the data area begins at byte 8 + header length, which writers need not pad).
+ * copied out of the mapping: ci_tensor.data points straight into it — except a tensor whose
+ * bytes do not start at a multiple of its element size (the format promises no alignment:
+ * the data area begins at byte 8 + header length, which writers need not pad, and tensors
+ * may sit at any offset). Such a tensor is copied once into an aligned buffer the set owns,
+ * so kernels may read every tensor through pointers of its element type.
  *
  * Invariants after st_parse_header succeeds (and so for every file of an open set):
  *   - every tensor has a known dtype, 0..CI_MAX_DIMS dims, all >= 0;
@@ -280,6 +283,8 @@ struct st_set {
     st_file *files;   /* [nfiles] */
     int nfiles, fcap;
     size_t total_bytes;
+    void **copies;    /* [ncopies] aligned copies of misaligned tensors */
+    int ncopies;
 };
 
 void st_close(st_set *s) {
@@ -293,6 +298,8 @@ void st_close(st_set *s) {
         free(s->files[i].shard);
     }
     free(s->files);
+    for (int i = 0; i < s->ncopies; i++) free(s->copies[i]);
+    free(s->copies);
     free(s);
 }
 
@@ -374,6 +381,17 @@ static int set_add_file(st_set *s, const char *path, const char *shard, char *er
     scopy = shard ? dupn(shard, strlen(shard)) : NULL;
     if (!pcopy || (shard && !scopy)) { ci_err(err, errlen, "%s: out of memory", path); goto fail; }
 
+    for (int i = 0; i < nt; i++) {   /* misaligned tensors: an aligned copy */
+        size_t es = ci_dtype_size(t[i].dtype);
+        if (!t[i].nbytes || es <= 1 || (uintptr_t)t[i].data % es == 0) continue;
+        void **nc = realloc(s->copies, (size_t)(s->ncopies + 1) * sizeof *nc);
+        void *c = nc ? malloc(t[i].nbytes) : NULL;
+        if (nc) s->copies = nc;
+        if (!c) { ci_err(err, errlen, "%s: out of memory copying misaligned tensor '%s'", path, t[i].name); goto fail; }
+        memcpy(c, t[i].data, t[i].nbytes);
+        s->copies[s->ncopies++] = c;
+        t[i].data = c;
+    }
     int fi = s->nfiles++;
     s->files[fi] = (st_file){ pcopy, scopy, map, size };
     for (int i = 0; i < nt; i++) {
