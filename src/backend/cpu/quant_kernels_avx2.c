@@ -107,9 +107,9 @@ static inline __attribute__((always_inline)) TGT void qw16(const int MODE, const
 #define QS_UNROLL _Pragma("GCC unroll 4")
 
 /* T <= 2 token rows (x at column 0) by 4 rows over all columns, in the summation order. */
-static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const ci_mat *W,
-                                                               const int64_t rows[4], const float *x, int64_t xs,
-                                                               float *out) {
+static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const int PRE,
+                                                               const ci_mat *W, const int64_t rows[4], const float *x,
+                                                               int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, rb = W->cols / 2, cols = W->cols;
     const uint8_t *wr[4];
@@ -139,7 +139,14 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                     for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
                 vf xe[2], xo[2];
                 QS_UNROLL
-                for (int t = 0; t < T; t++) qx16(x + t * xs + k, &xe[t], &xo[t]);
+                for (int t = 0; t < T; t++) {
+                    if (PRE) {   /* x already in split order */
+                        xe[t] = _mm256_loadu_ps(x + t * xs + k);
+                        xo[t] = _mm256_loadu_ps(x + t * xs + k + 8);
+                    } else {
+                        qx16(x + t * xs + k, &xe[t], &xo[t]);
+                    }
+                }
                 QS_UNROLL
                 for (int r = 0; r < 4; r++) {
                     vf e, o;
@@ -156,15 +163,33 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
     }
 }
 
-static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+/* Passes of two token rows; PRE: x already split (qsplit_pre_tile). */
+static inline __attribute__((always_inline)) TGT void qsplit_passes(const int PRE, const ci_mat *W, const int64_t rows[4],
+                                                                    int T, const float *x, int64_t xs, float *out) {
     const int mx = q_desc(W)->mode == CI_Q_MXFP4;
     for (int t0 = 0; t0 < T; t0 += 2) {
         const float *xt = x + t0 * xs;
         float *o = out + t0 * 4;
-        if (T - t0 >= 2) { if (mx) qsplit_T(2, CI_Q_MXFP4, W, rows, xt, xs, o); else qsplit_T(2, CI_Q_AFFINE, W, rows, xt, xs, o); }
-        else { if (mx) qsplit_T(1, CI_Q_MXFP4, W, rows, xt, xs, o); else qsplit_T(1, CI_Q_AFFINE, W, rows, xt, xs, o); }
+        if (T - t0 >= 2) {
+            if (mx) qsplit_T(2, CI_Q_MXFP4, PRE, W, rows, xt, xs, o);
+            else qsplit_T(2, CI_Q_AFFINE, PRE, W, rows, xt, xs, o);
+        } else {
+            if (mx) qsplit_T(1, CI_Q_MXFP4, PRE, W, rows, xt, xs, o);
+            else qsplit_T(1, CI_Q_AFFINE, PRE, W, rows, xt, xs, o);
+        }
     }
 }
+
+static TGT void qsplit_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+    qsplit_passes(0, W, rows, T, x, xs, out);
+}
+
+static TGT int qsplit_pre_tile(const ci_mat *W, const int64_t rows[4], int T, const float *x, int64_t xs, float *out) {
+    if (!qsplit(W)) return 0;
+    qsplit_passes(1, W, rows, T, x, xs, out);
+    return 1;
+}
+#define QSPLIT_PRE_TILE qsplit_pre_tile
 
 /* Prefill: chunk [c0, c1) of row r dequantized in split order. */
 static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst) {
