@@ -455,13 +455,7 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     const ds_model *d = m->impl;
     const char *fam = m->family->name;
     if (d->indexed) return ci_err(err, errlen, "%s: forward_batch is not implemented with the DSA indexer", fam);
-    for (int i = 0; i < n; i++) {
-        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
-        if (ss[i]->pos + 1 > ss[i]->max_ctx)
-            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
-    }
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
         forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);

@@ -852,19 +852,9 @@ static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, flo
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     ci_model *m = ss[0]->m;
     const v4_model *d = m->impl;
-    const char *fam = m->family->name;
-    for (int i = 0; i < n; i++) {
-        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
-        if (ss[i]->pos + 1 > ss[i]->max_ctx)
-            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos,
-                          ss[i]->max_ctx);
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i],
-                          i, d->vocab);
-        for (int j = 0; j < i; j++)
-            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d is also sequence %d", fam, i, j);
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int i = 0; i < n; i++)
         if (v4_begin(d, ss[i], err, errlen)) return -1;
-    }
     v4_cache *c = ss[0]->impl, *cs[UBATCH];
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;

@@ -360,17 +360,8 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
 
 int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    const ci_model *m = ss[0]->m;
-    const dense_model *d = m->impl;
-    for (int i = 0; i < n; i++) {
-        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", m->family->name, i);
-        if (ss[i]->pos + 1 > ss[i]->max_ctx)
-            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", m->family->name, i,
-                          ss[i]->pos, ss[i]->max_ctx);
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)",
-                          m->family->name, tokens[i], i, d->vocab);
-    }
+    const dense_model *d = ss[0]->m->impl;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
         forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);

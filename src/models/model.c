@@ -139,3 +139,21 @@ int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char 
     w_done(b);
     return rc;
 }
+
+int ci_batch_check(ci_session *const *ss, const int *tokens, int n, int vocab, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const char *fam = m->family->name;
+    for (int i = 0; i < n; i++) {
+        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
+        if (ss[i]->pos + 1 > ss[i]->max_ctx)
+            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos,
+                          ss[i]->max_ctx);
+        if (tokens[i] < 0 || tokens[i] >= vocab)
+            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i],
+                          i, vocab);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
+    }
+    return 0;
+}

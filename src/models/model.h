@@ -51,6 +51,9 @@ typedef struct ci_session {
 int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char *err, size_t errlen);
 typedef void (*ci_chunk_fn)(ci_session *s, const int *tokens, int n, float *logits, int all_logits);
 int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen);
+/* The checks every forward_batch (registry.h) starts with: n > 0, one model, room for one
+ * more token in each session, every id in [0, vocab), no session twice. */
+int ci_batch_check(ci_session *const *ss, const int *tokens, int n, int vocab, char *err, size_t errlen);
 void ci_forward_chunks(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int vocab, int chunk,
                        ci_chunk_fn chunk_fn);
 void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, int n, int dim, const float *norm_w,

@@ -621,18 +621,12 @@ static int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, flo
     const ci_model *m = ss[0]->m;
     const nh_model *d = m->impl;
     const char *fam = m->family->name;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int i = 0; i < n; i++) {
         const nh_cache *ci = ss[i]->impl;
-        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
-        if (ss[i]->pos + 1 > ss[i]->max_ctx)
-            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
         if (ss[i]->pos != 0 && ss[i]->pos != ci->cache.pos)
             return ci_err(err, errlen, "%s: sequence %d is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
                           fam, i, ss[i]->pos, ci->cache.pos);
-        for (int j = 0; j < i; j++)
-            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
     }
     for (int i = 0; i < n; i++)   /* a new sequence starts from zero state, as nh_forward */
         if (ss[i]->pos == 0) cache_reset(&((nh_cache *)ss[i]->impl)->cache);

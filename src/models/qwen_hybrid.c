@@ -526,18 +526,12 @@ int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     const ci_model *m = ss[0]->m;
     const qh_model *d = m->impl;
     const char *fam = m->family->name;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int i = 0; i < n; i++) {
         qh_cache *ci = ss[i]->impl;
-        if (ss[i]->m != m) return ci_err(err, errlen, "%s: forward_batch: sequence %d belongs to another model", fam, i);
-        if (ss[i]->pos + 1 > ss[i]->max_ctx)
-            return ci_err(err, errlen, "%s: sequence %d: position %d exceeds the context of %d", fam, i, ss[i]->pos, ss[i]->max_ctx);
-        if (tokens[i] < 0 || tokens[i] >= d->vocab)
-            return ci_err(err, errlen, "%s: token id %d of sequence %d is outside the vocabulary [0, %d)", fam, tokens[i], i, d->vocab);
         if (ss[i]->pos != ci->cache.pos && ss[i]->pos != 0)
             return ci_err(err, errlen, "%s: sequence %d at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
                           fam, i, ss[i]->pos, ci->cache.pos);
-        for (int j = 0; j < i; j++)
-            if (ss[j] == ss[i]) return ci_err(err, errlen, "%s: forward_batch: sequence %d appears twice", fam, i);
     }
     for (int i = 0; i < n; i++) {   /* a new sequence starts from a zero state, as qh_forward */
         qh_cache *ci = ss[i]->impl;

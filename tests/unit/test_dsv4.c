@@ -292,7 +292,7 @@ static void test_forward_batch(void) {
     }
     ci_session *twice[2] = { a[0], a[0] };
     CHECK(m && m->family->ops->forward_batch(twice, tok, 2, la, err, sizeof err) != 0, "a session twice accepted");
-    CHECK_HAS(err, "sequence 1 is also sequence 0");
+    CHECK_HAS(err, "deepseek_v4: forward_batch: sequence 1 appears twice");
     for (int i = 0; i < NS; i++) { ci_session_free(a[i]); ci_session_free(b[i]); }
     ci_model_free(m);
     rm_dir(dir);
