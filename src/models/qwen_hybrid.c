@@ -493,13 +493,19 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
     for (int l = 0; l < d->n_layers; l++) {
         const qh_layer *L = &d->layers[l];
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
-        for (int i = 0; i < n; i++) {
-            qh_cache *ci = ss[i]->impl;
-            int32_t pos = ss[i]->pos;
-            float *y = c->y + (size_t)i * D;
-            const float *xn = c->xn + (size_t)i * D;
-            if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&ci->cache, l), y, xn, 1, d->mode);
-            else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&ci->cache, l), y, xn, &pos, 1, pos);
+        if (L->linear && d->mode != DN_RECURRENT) {   /* projections over all rows, the recurrence per row */
+            float *states[UBATCH];
+            for (int i = 0; i < n; i++) states[i] = cache_state(&((qh_cache *)ss[i]->impl)->cache, l);
+            dn_forward_rows(be, &L->dn, &c->dn, states, c->y, c->xn, n);
+        } else {
+            for (int i = 0; i < n; i++) {
+                qh_cache *ci = ss[i]->impl;
+                int32_t pos = ss[i]->pos;
+                float *y = c->y + (size_t)i * D;
+                const float *xn = c->xn + (size_t)i * D;
+                if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&ci->cache, l), y, xn, 1, d->mode);
+                else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&ci->cache, l), y, xn, &pos, 1, pos);
+            }
         }
         be->add(be, c->x, c->y, (int64_t)n * D);
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);

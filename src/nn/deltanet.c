@@ -346,53 +346,54 @@ static int chunk_len(const dn_scratch *s, int hv, int h, int t0, int n) {
 
 /* ---- the mixer ------------------------------------------------------------------------ */
 
-void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
-                dn_mode mode) {
-    const int hk = L->hk, hv = L->hv, dk = L->dk, dv = L->dv, K = L->conv_k, r = hv / hk;
+/* Projections of x [n, hidden] into mix_in [n, C] ([q | k | v] pre-conv), s->z, s->b, s->a. */
+static void project(ci_backend *be, const dn_layer *L, dn_scratch *s, float *mix_in, const float *x, int n) {
+    const int hk = L->hk, hv = L->hv, dk = L->dk, dv = L->dv, r = hv / hk;
     const int KD = hk * dk, VD = hv * dv, C = conv_dim(L);
-    float *window = state, *S = state + (size_t)(K - 1) * C;
-    float *mix_in = s->ext + (size_t)(K - 1) * C;   /* this chunk's pre-conv rows follow the window */
-
-    /* projections into [q | k | v], z, b, a */
     if (L->layout == DN_SPLIT) {
         be->matmul(be, mix_in, x, n, &L->qkv);
         be->matmul(be, s->z, x, n, &L->z);
         be->matmul(be, s->b, x, n, &L->b);
         be->matmul(be, s->a, x, n, &L->a);
-    } else {
-        const int PW = 2 * KD + 2 * VD, gw = 2 * dk + 2 * r * dv;
-        float *ba = s->proj + (size_t)n * PW;
-        be->matmul(be, s->proj, x, n, &L->qkvz);
-        be->matmul(be, ba, x, n, &L->ba);
-        for (int t = 0; t < n; t++) {
-            const float *src = s->proj + (size_t)t * PW;
-            float *dst = mix_in + (size_t)t * C;
-            for (int g = 0; g < hk; g++, src += gw) {
-                memcpy(dst + g * dk, src, (size_t)dk * sizeof(float));
-                memcpy(dst + KD + g * dk, src + dk, (size_t)dk * sizeof(float));
-                memcpy(dst + 2 * KD + g * r * dv, src + 2 * dk, (size_t)r * dv * sizeof(float));
-                memcpy(s->z + (size_t)t * VD + g * r * dv, src + 2 * dk + r * dv, (size_t)r * dv * sizeof(float));
-                const float *bs = ba + (size_t)t * 2 * hv + g * 2 * r;
-                for (int j = 0; j < r; j++) {
-                    s->b[t * hv + g * r + j] = bs[j];
-                    s->a[t * hv + g * r + j] = bs[r + j];
-                }
+        return;
+    }
+    const int PW = 2 * KD + 2 * VD, gw = 2 * dk + 2 * r * dv;
+    float *ba = s->proj + (size_t)n * PW;
+    be->matmul(be, s->proj, x, n, &L->qkvz);
+    be->matmul(be, ba, x, n, &L->ba);
+    for (int t = 0; t < n; t++) {
+        const float *src = s->proj + (size_t)t * PW;
+        float *dst = mix_in + (size_t)t * C;
+        for (int g = 0; g < hk; g++, src += gw) {
+            memcpy(dst + g * dk, src, (size_t)dk * sizeof(float));
+            memcpy(dst + KD + g * dk, src + dk, (size_t)dk * sizeof(float));
+            memcpy(dst + 2 * KD + g * r * dv, src + 2 * dk, (size_t)r * dv * sizeof(float));
+            memcpy(s->z + (size_t)t * VD + g * r * dv, src + 2 * dk + r * dv, (size_t)r * dv * sizeof(float));
+            const float *bs = ba + (size_t)t * 2 * hv + g * 2 * r;
+            for (int j = 0; j < r; j++) {
+                s->b[t * hv + g * r + j] = bs[j];
+                s->a[t * hv + g * r + j] = bs[r + j];
             }
         }
     }
+}
 
-    /* causal depthwise conv + SiLU over the window and this chunk; keep the last K-1 rows */
-    memcpy(s->ext, window, (size_t)(K - 1) * C * sizeof(float));
+/* Causal depthwise conv + SiLU of token rows ext[K-1 .. K-1+n) (ext: the K-1 window rows,
+ * then the rows) into s->mix rows [t0, t0 + n). */
+static void conv_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, const float *ext, int t0, int n) {
+    const int K = L->conv_k, C = conv_dim(L);
     for (int t = 0; t < n; t++) {
-        float *o = s->mix + (size_t)t * C;
+        float *o = s->mix + (size_t)(t0 + t) * C;
         memset(o, 0, (size_t)C * sizeof(float));
         for (int j = 0; j < K; j++)      /* tap j of every channel: row j of conv_w */
-            mul_add(o, L->conv_w + (size_t)j * C, s->ext + (size_t)(t + j) * C, C);
+            mul_add(o, L->conv_w + (size_t)j * C, ext + (size_t)(t + j) * C, C);
         be->swiglu(be, o, s->ones, C);   /* silu(o) * 1 */
     }
-    memcpy(window, s->ext + (size_t)n * C, (size_t)(K - 1) * C * sizeof(float));
+}
 
-    /* L2-normalise q and k per key head (q also by dk^-0.5); beta and the log decay g */
+/* L2-normalise q and k per key head (q also by dk^-0.5); beta and the log decay g. */
+static void gates(const dn_layer *L, dn_scratch *s, int n) {
+    const int hk = L->hk, hv = L->hv, dk = L->dk, C = conv_dim(L);
     const float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
         float *row = s->mix + (size_t)t * C;
@@ -407,6 +408,27 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
             *aa = L->neg_A[h] * softplus(*aa + L->dt_bias[h]);
         }
     }
+}
+
+/* out = out_proj(RMSNorm(o) * silu(z)) over n rows */
+static void out_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *out, int n) {
+    be->rmsnorm(be, s->o, s->o, L->norm_w, n * L->hv, L->dv, L->eps);
+    be->swiglu(be, s->z, s->o, (int64_t)n * L->hv * L->dv);
+    be->matmul(be, out, s->z, n, &L->out);
+}
+
+void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
+                dn_mode mode) {
+    const int hv = L->hv, dk = L->dk, dv = L->dv, K = L->conv_k, C = conv_dim(L);
+    float *window = state, *S = state + (size_t)(K - 1) * C;
+    float *mix_in = s->ext + (size_t)(K - 1) * C;   /* this chunk's pre-conv rows follow the window */
+
+    project(be, L, s, mix_in, x, n);
+    /* causal depthwise conv + SiLU over the window and this chunk; keep the last K-1 rows */
+    memcpy(s->ext, window, (size_t)(K - 1) * C * sizeof(float));
+    conv_rows(be, L, s, s->ext, 0, n);
+    memcpy(window, s->ext + (size_t)n * C, (size_t)(K - 1) * C * sizeof(float));
+    gates(L, s, n);
 
     /* the core: o [n, hv*dv] */
     /* A head whose decay keeps its chunks short for most of the tokens runs the recurrence
@@ -436,9 +458,37 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
             else rec_run(L, s, Sh, h, t0, t0 + Lc);
         }
     }
+    out_rows(be, L, s, out, n);
+}
 
-    /* out = out_proj(RMSNorm(o) * silu(z)) */
-    be->rmsnorm(be, s->o, s->o, L->norm_w, n * hv, dv, L->eps);
-    be->swiglu(be, s->z, s->o, (int64_t)n * VD);
-    be->matmul(be, out, s->z, n, &L->out);
+/* One recurrence step (row t, value head h) of a batched step: pool task t * hv + h. */
+typedef struct {
+    const dn_layer *L;
+    const dn_scratch *s;
+    float *const *states;
+} rows_ctx;
+
+static void rows_task(void *vc, int i) {
+    const rows_ctx *c = vc;
+    const dn_layer *L = c->L;
+    const int hv = L->hv, t = i / hv, h = i % hv;
+    float *S = c->states[t] + (size_t)(L->conv_k - 1) * conv_dim(L) + (size_t)h * L->dv * L->dk;
+    rec_run(L, c->s, S, h, t, t + 1);
+}
+
+void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *states, float *out, const float *x,
+                     int n) {
+    const int K = L->conv_k, C = conv_dim(L);
+    float *in = s->ext + (size_t)(K - 1) * C;   /* the rows' pre-conv values; each row's window goes before it */
+    project(be, L, s, s->mix, x, n);            /* pre-conv rows, parked in mix until each is convolved */
+    for (int t = n - 1; t >= 0; t--) {          /* back to front: conv_rows writes mix row t only */
+        memcpy(s->ext, states[t], (size_t)(K - 1) * C * sizeof(float));
+        memcpy(in, s->mix + (size_t)t * C, (size_t)C * sizeof(float));
+        conv_rows(be, L, s, s->ext, t, 1);
+        memcpy(states[t], s->ext + C, (size_t)(K - 1) * C * sizeof(float));
+    }
+    gates(L, s, n);
+    rows_ctx rc = { L, s, states };
+    ci_pool_run(be->pool, rows_task, &rc, n * L->hv);
+    out_rows(be, L, s, out, n);
 }

@@ -89,5 +89,10 @@ void dn_scratch_free(dn_scratch *s);
 /* out[n, hidden] = the mixer over x[n, hidden] (already normed), advancing state. */
 void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
                 dn_mode mode);
+/* One token for each of n sequences (a server's batched decode step): row i of x [n, hidden]
+ * advances states[i]; the projections run over the n rows together, the conv and the
+ * recurrence per row. Row i's output is the bits dn_forward(states[i], row i, 1) gives. */
+void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *states, float *out, const float *x,
+                     int n);
 
 #endif
