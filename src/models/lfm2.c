@@ -503,9 +503,9 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
             be->matmul(be, c->xn, c->att, n, &L->wo);
             be->add(be, c->x, c->xn, (int64_t)n * H);
         } else {
-            for (int i = 0; i < n; i++)
-                sc_forward(be, &L->conv, &c->sc, cache_state(&((lfm2_session *)ss[i]->impl)->cache, l),
-                           c->att + (size_t)i * H, c->xn + (size_t)i * H, 1);
+            float *states[LFM2_UBATCH];
+            for (int i = 0; i < n; i++) states[i] = cache_state(&((lfm2_session *)ss[i]->impl)->cache, l);
+            sc_forward_rows(be, &L->conv, &c->sc, states, c->att, c->xn, n);
             be->add(be, c->x, c->att, (int64_t)n * H);
         }
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);

@@ -52,30 +52,46 @@ static void add_bias(float *y, const float *bias, int n, int width) {
         for (int i = 0; i < width; i++) y[(size_t)t * width + i] += bias[i];
 }
 
-void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n) {
+/* Tokens [t0, t0 + n) of s->bcx following `state` (updated): their conv outputs into s->y. */
+static void conv_span(const shortconv *sc, sc_scratch *s, float *state, int t0, int n) {
     const int D = sc->dim, K = sc->K, H = K - 1;
-    be->matmul(be, s->bcx, x, n, &sc->in_proj);                   /* [n, 3D]: B | C | X */
-    if (sc->in_bias) add_bias(s->bcx, sc->in_bias, n, 3 * D);
-    /* window: H history rows from the state, then bx = B ⊙ X of this chunk */
+    /* window: H history rows from the state, then bx = B ⊙ X of these tokens */
     if (H) memcpy(s->win, state, (size_t)H * D * sizeof(float));
     for (int t = 0; t < n; t++) {
-        const float *B = s->bcx + (size_t)t * 3 * D, *X = B + 2 * D;
+        const float *B = s->bcx + (size_t)(t0 + t) * 3 * D, *X = B + 2 * D;
         float *bx = s->win + (size_t)(H + t) * D;
         for (int c = 0; c < D; c++) bx[c] = B[c] * X[c];
     }
     /* y[t] = C[t] ⊙ Σ_k taps[k] ⊙ win[t + k]: output t sees inputs t-(K-1) .. t */
     for (int t = 0; t < n; t++) {
-        float *y = s->y + (size_t)t * D;
+        float *y = s->y + (size_t)(t0 + t) * D;
         if (sc->conv_bias) memcpy(y, sc->conv_bias, (size_t)D * sizeof(float));
         else memset(y, 0, (size_t)D * sizeof(float));
         for (int k = 0; k < K; k++) {
             const float *w = sc->taps + (size_t)k * D, *in = s->win + (size_t)(t + k) * D;
             for (int c = 0; c < D; c++) y[c] += w[c] * in[c];
         }
-        const float *C = s->bcx + (size_t)t * 3 * D + D;
+        const float *C = s->bcx + (size_t)(t0 + t) * 3 * D + D;
         for (int c = 0; c < D; c++) y[c] *= C[c];
     }
     if (H) memcpy(state, s->win + (size_t)n * D, (size_t)H * D * sizeof(float));  /* last K-1 rows */
+}
+
+void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n) {
+    const int D = sc->dim;
+    be->matmul(be, s->bcx, x, n, &sc->in_proj);                   /* [n, 3D]: B | C | X */
+    if (sc->in_bias) add_bias(s->bcx, sc->in_bias, n, 3 * D);
+    conv_span(sc, s, state, 0, n);
     be->matmul(be, out, s->y, n, &sc->out_proj);                   /* [n, D] */
+    if (sc->out_bias) add_bias(out, sc->out_bias, n, D);
+}
+
+void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
+                     const float *x, int n) {
+    const int D = sc->dim;
+    be->matmul(be, s->bcx, x, n, &sc->in_proj);
+    if (sc->in_bias) add_bias(s->bcx, sc->in_bias, n, 3 * D);
+    for (int i = 0; i < n; i++) conv_span(sc, s, states[i], i, 1);
+    be->matmul(be, out, s->y, n, &sc->out_proj);
     if (sc->out_bias) add_bias(out, sc->out_bias, n, D);
 }

@@ -48,5 +48,9 @@ void sc_scratch_free(sc_scratch *s);
 /* out[n, dim] = shortconv(x[n, dim]) for n <= s->max_n tokens following `state` [K-1, dim],
  * which is updated. out must not alias x. */
 void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n);
+/* One token for each of n sequences (a batched decode step): row i of x advances states[i];
+ * the projections run over all rows, the conv per row; row i gets sc_forward's bits. */
+void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
+                     const float *x, int n);
 
 #endif
