@@ -576,13 +576,15 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
         const nh_layer *L = &d->layers[l];
         be->rmsnorm(be, c->xn, c->x, L->norm, n, H, d->eps);
         switch (L->kind) {
-        case 'M':
+        case 'M': {
+            float *conv[UBATCH], *ssm[UBATCH];
             for (int i = 0; i < n; i++) {
-                float *st = cache_state(&((nh_cache *)ss[i]->impl)->cache, l);
-                mamba2_forward(be, &L->mamba, &c->mamba, st, st + mamba2_conv_floats(&L->mamba), c->y + (size_t)i * H,
-                               c->xn + (size_t)i * H, 1, d->scan);
+                conv[i] = cache_state(&((nh_cache *)ss[i]->impl)->cache, l);
+                ssm[i] = conv[i] + mamba2_conv_floats(&L->mamba);
             }
+            mamba2_forward_rows(be, &L->mamba, &c->mamba, conv, ssm, c->y, c->xn, n);
             break;
+        }
         case '*':
             be->matmul(be, c->q, c->xn, n, &L->wq);
             be->matmul(be, c->k, c->xn, n, &L->wk);

@@ -189,20 +189,37 @@ typedef struct {
     int n;
 } scan_ctx;
 
-static void recurrent_head(void *vctx, int h) {
-    const scan_ctx *c = vctx;
-    const mamba2_layer *L = c->L;
+/* Token t of head h through the recurrence: S (the head's [P, N]) advances, y row t. */
+static void rec_step(const mamba2_layer *L, mamba2_scratch *s, float *S, int h, int t) {
     const int P = L->head_dim, N = L->d_state, Hm = L->n_heads, G = L->n_groups, I = L->inner, CD = L->conv_dim;
     const int g = h / (Hm / G);
     const float a = L->A[h], d = L->D[h];
-    float *S = c->S + (size_t)h * P * N;
-    for (int t = 0; t < c->n; t++) {
-        const float *row = c->s->xbc + (size_t)t * CD;
-        const float *x = row + (size_t)h * P, *B = row + I + (size_t)g * N, *C = row + I + (size_t)(G + g) * N;
-        const float dt = c->s->dt[(size_t)t * Hm + h], da = expf(dt * a);
-        float *y = c->s->y + (size_t)t * I + (size_t)h * P;
-        for (int p = 0; p < P; p++) y[p] = step_row(S + (size_t)p * N, B, C, da, dt * x[p], N) + d * x[p];
-    }
+    const float *row = s->xbc + (size_t)t * CD;
+    const float *x = row + (size_t)h * P, *B = row + I + (size_t)g * N, *C = row + I + (size_t)(G + g) * N;
+    const float dt = s->dt[(size_t)t * Hm + h], da = expf(dt * a);
+    float *y = s->y + (size_t)t * I + (size_t)h * P;
+    for (int p = 0; p < P; p++) y[p] = step_row(S + (size_t)p * N, B, C, da, dt * x[p], N) + d * x[p];
+}
+
+static void recurrent_head(void *vctx, int h) {
+    const scan_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    float *S = c->S + (size_t)h * L->head_dim * L->d_state;
+    for (int t = 0; t < c->n; t++) rec_step(L, c->s, S, h, t);
+}
+
+/* Batched decode: pool task t * Hm + h is row t's step of head h on its own state. */
+typedef struct {
+    const mamba2_layer *L;
+    mamba2_scratch *s;
+    float *const *S;      /* [n] each row's [Hm, P, N] */
+} rows_ctx;
+
+static void rows_head(void *vctx, int i) {
+    const rows_ctx *c = vctx;
+    const mamba2_layer *L = c->L;
+    const int t = i / L->n_heads, h = i % L->n_heads;
+    rec_step(L, c->s, c->S[t] + (size_t)h * L->head_dim * L->d_state, h, t);
 }
 
 /* ---- chunked SSD -------------------------------------------------------------------- */
@@ -384,6 +401,23 @@ void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, fl
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     s->scan_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    norm_ctx nc = { L, s->y, s->proj, W, n };
+    par(be, norm_rows, &nc, (n + NORM_ROWS - 1) / NORM_ROWS);
+    be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */
+}
+
+void mamba2_forward_rows(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *const *conv_states,
+                         float *const *ssm_states, float *out, const float *x, int n) {
+    const size_t W = (size_t)(L->inner + L->conv_dim + L->n_heads);
+    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
+    for (int t = 0; t < n; t++) {                                    /* each row's conv on its own window */
+        conv_ctx cc = { L, conv_states[t], s->proj + (size_t)t * W, W, s->xbc + (size_t)t * L->conv_dim, 1 };
+        par(be, conv_block, &cc, (L->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK);
+        conv_shift(L, conv_states[t], s->proj + (size_t)t * W, W, 1);
+    }
+    make_dt(L, s->proj, W, s->dt, n);
+    rows_ctx rc = { L, s, ssm_states };
+    par(be, rows_head, &rc, n * L->n_heads);
     norm_ctx nc = { L, s->y, s->proj, W, n };
     par(be, norm_rows, &nc, (n + NORM_ROWS - 1) / NORM_ROWS);
     be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */

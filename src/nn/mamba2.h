@@ -85,5 +85,10 @@ void mamba2_scratch_free(mamba2_scratch *s);
  * (n == 1 always uses the recurrence). out must not alias x. */
 void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
                     float *out, const float *x, int n, mamba2_scan scan);
+/* One token for each of n sequences (a batched decode step): row i of x advances
+ * conv_states[i] / ssm_states[i]; the projections run over all rows, the conv and the
+ * recurrence per row; row i gets the bits mamba2_forward gives it alone. */
+void mamba2_forward_rows(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *const *conv_states,
+                         float *const *ssm_states, float *out, const float *x, int n);
 
 #endif
