@@ -50,6 +50,7 @@
 #include <string.h>
 
 enum { UBATCH = 256 };
+enum { IDX_BLOCK = 4096 };   /* compressed entries the indexer scores per matmul */
 enum { L_SLIDING = 0, L_CSA = 1, L_HCA = 2 };
 static const char *const type_name[] = { "sliding_attention", "compressed_sparse_attention",
                                          "heavily_compressed_attention" };
@@ -100,6 +101,7 @@ typedef struct {
     float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
     float *scores;                        /* [max entries] */
     int32_t *seltmp;                      /* [max entries] */
+    float *dots;                          /* [Hi, IDX_BLOCK] indexer q · k of a block of entries */
     int *sel, *nsel;                      /* [UB, topk], [UB] */
     float *last;                          /* [H] */
     int32_t *pos, *npos;                  /* [UB] positions and their negatives */
@@ -582,13 +584,14 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->iwt = malloc((size_t)U * d->Hi * sizeof(float));
     c->scores = malloc((size_t)max_entries * sizeof(float));
     c->seltmp = malloc((size_t)max_entries * sizeof(int32_t));
+    c->dots = malloc((size_t)d->Hi * IDX_BLOCK * sizeof(float));
     c->sel = malloc((size_t)U * (topk > 0 ? topk : 1) * sizeof(int));
     c->nsel = malloc((size_t)U * sizeof(int));
     c->last = malloc((size_t)H * sizeof(float));
     c->pos = malloc((size_t)U * sizeof(int32_t));
     c->npos = malloc((size_t)U * sizeof(int32_t));
     if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
-        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->sel ||
+        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->dots || !c->sel ||
         !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(&c->moe, &d->layers[0].moe, U))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
@@ -608,7 +611,7 @@ static void v4_session_free(ci_session *s) {
     free(c->kbuf); free(c->sc);
     free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
     free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
-    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->sel); free(c->nsel); free(c->last);
+    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->dots); free(c->sel); free(c->nsel); free(c->last);
     free(c->pos); free(c->npos);
     moe_scratch_free(&c->moe);
     free(c);
@@ -617,44 +620,33 @@ static void v4_session_free(ci_session *s) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-/* Indexer scores of entries [64·i, 64·i + 64) for one query (pool task i). */
-typedef struct {
-    const v4_model *d;
-    const float *keys, *iq, *iw;
-    float *scores;
-    int vis;
-} score_ctx;
-
-static void score_task(void *vctx, int blk) {
-    const score_ctx *a = vctx;
-    const int Hi = a->d->Hi, Di = a->d->Di;
-    const float ks = 1.0f / sqrtf((float)Di);
-    int i1 = (blk + 1) * 64 < a->vis ? (blk + 1) * 64 : a->vis;
-    for (int i = blk * 64; i < i1; i++) {
-        const float *k = a->keys + (size_t)i * Di;
-        float sc = 0;
-        for (int h = 0; h < Hi; h++) {
-            const float *qh = a->iq + (size_t)h * Di;
-            float dot = 0;
-            for (int e = 0; e < Di; e++) dot += qh[e] * k[e];
-            if (dot > 0) sc += dot * ks * a->iw[h];
-        }
-        a->scores[i] = sc;
-    }
-}
-
 /* The CSA indexer's choice for query row t (position p): the indices of the top-k visible
  * compressed entries by score (all of them when at most top-k are visible), into sel. */
 static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq,
-                        const float *iw, int p, float *scores, int32_t *tmp, int *sel) {
+                        const float *iw, int p, float *scores, float *dots, int32_t *tmp, int *sel) {
     int vis = (p + 1) / L->ratio;
     if (vis > is->n) vis = is->n;
     if (vis <= d->topk) {
         for (int i = 0; i < vis; i++) sel[i] = i;
         return vis;
     }
-    score_ctx a = { d, is->entries, iq, iw, scores, vis };
-    ci_pool_run(be->pool, score_task, &a, (vis + 63) / 64);
+    /* q_h · k_s for every head and visible entry, a block of entries per matmul, then
+     * score(s) = Σ_h relu(q_h · k_s) · Di^-½ · w_h */
+    const int Hi = d->Hi, Di = d->Di;
+    const float ks = 1.0f / sqrtf((float)Di);
+    for (int s0 = 0; s0 < vis; s0 += IDX_BLOCK) {
+        const int nb = vis - s0 < IDX_BLOCK ? vis - s0 : IDX_BLOCK;
+        ci_mat K = { .data = is->entries + (size_t)s0 * Di, .dtype = CI_F32, .rows = nb, .cols = Di };
+        be->matmul(be, dots, iq, Hi, &K);                            /* [Hi, nb] */
+        for (int i = 0; i < nb; i++) {
+            float sc = 0;
+            for (int h = 0; h < Hi; h++) {
+                float v = dots[(size_t)h * nb + i];
+                if (v > 0) sc += v * ks * iw[h];
+            }
+            scores[s0 + i] = sc;
+        }
+    }
     int k = dsa_select(scores, vis, d->topk, tmp);   /* ties: the lower index */
     memcpy(sel, tmp, (size_t)k * sizeof *sel);
     return k;
@@ -750,7 +742,7 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
         for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
         for (int t = 0; t < n; t++)
             c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      c->pos[t], c->scores, c->seltmp, c->sel + (size_t)t * d->topk);
+                                      c->pos[t], c->scores, c->dots, c->seltmp, c->sel + (size_t)t * d->topk);
     }
     /* per row: scores of every head against its keys (one matmul), then softmax + sum per head */
     for (int t = 0; t < n; t++) {
