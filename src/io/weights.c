@@ -604,6 +604,16 @@ int w_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *fmt, ...)
     return 1;
 }
 
+int w_head(w_binder *b, ci_mat *head, const ci_mat *embed, int tied, int64_t rows, int64_t cols, const char *name) {
+    if (!tied) return w_mat(b, head, W_REQUIRED, rows, cols, "%s", name);
+    char stored[512];
+    snprintf(stored, sizeof stored, "%s.weight", name);
+    *head = *embed;
+    w_claim(b, stored);
+    if (b->st) b->decode_bytes += w_mat_bytes(embed);
+    return b->failed ? -1 : 1;
+}
+
 void w_claim(w_binder *b, const char *name) {
     if (!b->st) return;
     int i = st_index_of(b->st, name);

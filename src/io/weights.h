@@ -119,6 +119,10 @@ size_t w_mat_bytes(const ci_mat *W);
  * The copy is freed with the other w_vec copies. Record mode lists [C, 1, K]. */
 int w_conv(w_binder *b, float **out, int64_t C, int64_t K, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The output head: with tied embeddings the embedding itself (a stored "<name>.weight" is
+ * claimed and ignored, as transformers does; the head's bytes count in decode bytes, it is
+ * read whole every token), else the matrix "<name>.weight" [rows, cols]. Returns as w_mat. */
+int w_head(w_binder *b, ci_mat *head, const ci_mat *embed, int tied, int64_t rows, int64_t cols, const char *name);
 /* Marks an existing tensor as used without binding (e.g. lm_head when tied). */
 void w_claim(w_binder *b, const char *name);
 /* Checks that every tensor was claimed or is ignorable; copies the sticky error. */

@@ -252,12 +252,7 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     }
     free(is_moe);
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
-    if (c->tie_embeddings) {
-        d->lm_head = d->embed;
-        w_claim(&b, "lm_head.weight");
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
-    }
+    w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
     int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc;
 }

@@ -467,13 +467,8 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
         w_arr(&b, &h->scale, W_REQUIRED, 1, ss, "%s",
               pick_top(&b, nm, sizeof nm, (const char *const[]){ "model.hc_head.hc_scale", "hc_head_scale", "model.hc_head.scale", NULL }, 0));
     }
-    if (c->tie_embeddings) {
-        d->lm_head = d->embed;
-        w_claim(&b, "lm_head.weight");
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "%s",
-              pick_top(&b, nm, sizeof nm, (const char *const[]){ "lm_head", "head", NULL }, 1));
-    }
+    w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H,
+           pick_top(&b, nm, sizeof nm, (const char *const[]){ "lm_head", "head", NULL }, 1));
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
     for (int l = 0; l < n; l++) {   /* the grouped output projection's per-group rows */
         v4_layer *L = &d->layers[l];

@@ -180,14 +180,7 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     }
     free(sparse);
     w_vec(&b, &d->final_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.norm.weight");
-    if (c->tie_embeddings) {
-        /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
-        d->lm_head = d->embed;
-        w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "lm_head");
-    }
+    w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, "lm_head");
     int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc;
 }

@@ -305,14 +305,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
         }
     }
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.embedding_norm.weight");
-    if (tie) {
-        /* transformers ties lm_head to the embedding; a stored copy is ignored as it does. */
-        d->lm_head = d->embed;
-        w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
-    }
+    w_head(&b, &d->lm_head, &d->embed, tie, d->vocab, H, "lm_head");
     int rc2 = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc2;
 }

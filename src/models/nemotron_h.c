@@ -401,13 +401,7 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
         }
     }
     w_vec(&b, &d->norm_f, W_REQUIRED, H, 0, W_KIND_NORM, "%s.norm_f.weight", pre);
-    if (c->tie_embeddings) {
-        d->lm_head = d->embed;
-        w_claim(&b, "lm_head.weight");
-        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, H, "lm_head");
-    }
+    w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
     rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc;
 }

@@ -315,15 +315,7 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
     free(linear);
     free(sparse);
     w_vec(&b, &d->final_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%snorm.weight", pre);
-    if (c->tie_embeddings) {
-        /* transformers ties lm_head to the embedding; a stored copy is ignored as it does */
-        d->lm_head = d->embed;
-        snprintf(base, sizeof base, "%s.weight", head);
-        w_claim(&b, base);
-        if (m->st) b.decode_bytes += w_mat_bytes(&d->embed);
-    } else {
-        w_mat(&b, &d->lm_head, W_REQUIRED, d->vocab, D, "%s", head);
-    }
+    w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, head);
     int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
     return rc;
 }
