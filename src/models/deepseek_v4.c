@@ -114,35 +114,37 @@ typedef struct {
  * (optional) one more that save_pretrained or mlx-lm writes under "model.layers.N.". */
 typedef struct { const char *hf, *orig, *alt; } v4_name;
 
-/* Writes into buf the first spelling present in the checkpoint (matrices: is_mat, the
- * name is a module whose ".weight" is looked up); absent or record mode: the hf one. */
+/* Index of the first of cands[0..n) present in the checkpoint (matrices: is_mat, each is a
+ * module whose ".weight" is looked up); none present or record mode: 0. */
+static int first_present(const w_binder *b, const char *const *cands, int n, int is_mat) {
+    for (int i = 0; b->st && i < n; i++) {
+        char probe[300];
+        snprintf(probe, sizeof probe, "%.250s%s", cands[i], is_mat ? ".weight" : "");
+        if (st_find(b->st, probe)) return i;
+    }
+    return 0;
+}
+
+/* Writes into buf the first spelling of layer l's tensor nm present in the checkpoint
+ * (absent or record mode: the hf one). */
 static const char *pick(const w_binder *b, char *buf, size_t n, int l, v4_name nm, int is_mat) {
     char cand[4][256];
+    const char *ptr[4];
     int k = 0;
     snprintf(cand[k++], sizeof cand[0], "model.layers.%d.%s", l, nm.hf);
     snprintf(cand[k++], sizeof cand[0], "layers.%d.%s", l, nm.orig);
     snprintf(cand[k++], sizeof cand[0], "model.layers.%d.%s", l, nm.orig);
     if (nm.alt) snprintf(cand[k++], sizeof cand[0], "model.layers.%d.%s", l, nm.alt);
-    int hit = 0;
-    if (b->st)
-        for (int i = 0; i < k; i++) {
-            char probe[300];
-            snprintf(probe, sizeof probe, "%.250s%s", cand[i], is_mat ? ".weight" : "");
-            if (st_find(b->st, probe)) { hit = i; break; }
-        }
-    snprintf(buf, n, "%.250s", cand[hit]);
+    for (int i = 0; i < k; i++) ptr[i] = cand[i];
+    snprintf(buf, n, "%.250s", cand[first_present(b, ptr, k, is_mat)]);
     return buf;
 }
 
+/* The same for a top-level tensor among the NULL-terminated cands. */
 static const char *pick_top(const w_binder *b, char *buf, size_t n, const char *const *cands, int is_mat) {
-    int hit = 0;
-    if (b->st)
-        for (int i = 0; cands[i]; i++) {
-            char probe[300];
-            snprintf(probe, sizeof probe, "%.250s%s", cands[i], is_mat ? ".weight" : "");
-            if (st_find(b->st, probe)) { hit = i; break; }
-        }
-    snprintf(buf, n, "%.250s", cands[hit]);
+    int k = 0;
+    while (cands[k]) k++;
+    snprintf(buf, n, "%.250s", cands[first_present(b, cands, k, is_mat)]);
     return buf;
 }
 
@@ -697,6 +699,16 @@ static int gather_keys(const v4_model *d, const v4_layer *L, const v4_lcache *lc
     return nk;
 }
 
+/* Every row's token into its own sequence's compressor (indexer: its indexer's compressor). */
+static void feed(ci_backend *be, const v4_model *d, const cmp_block *k, v4_lcache *const *lc, int indexer, v4_cache *c,
+                 int n) {
+    const int m = (1 + k->overlap) * k->d;
+    cmp_project(be, k, c->xn, n, c->pkv, c->pg);
+    for (int t = 0; t < n; t++)
+        cmp_push(be, k, indexer ? &lc[t]->is : &lc[t]->cs, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t],
+                 &d->rope_comp, d->eps);
+}
+
 /* Attention of rows xn [n, H] at positions c->pos[0..n); row t's sequence keeps its cache of
  * this layer in lc[t] (one sequence's consecutive positions in a forward, one row per
  * sequence in a batched step). Every row's keys go into its cache before any row attends. */
@@ -716,19 +728,9 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
     for (int t = 0; t < n; t++)
         memcpy(lc[t]->ring + (size_t)(c->pos[t] % c->ring_rows) * D, c->kvn + (size_t)t * D, (size_t)D * sizeof(float));
     /* compressed entries for the windows these tokens complete */
-    if (L->type != L_SLIDING) {
-        const int m = (1 + L->comp.overlap) * L->comp.d;
-        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
-        for (int t = 0; t < n; t++)
-            cmp_push(be, &L->comp, &lc[t]->cs, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t], &d->rope_comp,
-                     d->eps);
-    }
+    if (L->type != L_SLIDING) feed(be, d, &L->comp, lc, 0, c, n);
     if (L->type == L_CSA) {
-        const int m = 2 * L->icomp.d;
-        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
-        for (int t = 0; t < n; t++)
-            cmp_push(be, &L->icomp, &lc[t]->is, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t], &d->rope_comp,
-                     d->eps);
+        feed(be, d, &L->icomp, lc, 1, c, n);
         be->matmul(be, c->iq, c->qr, n, &L->iq_b);
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, c->pos, d->rope_comp.inv_freq, d->rope_comp.mscale,
                  CI_ROPE_INTERLEAVED);

@@ -87,11 +87,3 @@ void cmp_push(ci_backend *be, const cmp_block *c, cmp_state *s, const float *kv,
     for (int i = 0; i < m; i++) g[i] = gate[i] + ape[i];
     if (slot == R - 1 && s->n < s->cap) emit(be, c, s, p / R, rt, eps);
 }
-
-void cmp_feed(ci_backend *be, const cmp_block *c, cmp_state *s, const float *xn, int n, int pos0, float *pkv,
-              float *pgate, const rope_table *rt, float eps) {
-    const int m = width(c);
-    cmp_project(be, c, xn, n, pkv, pgate);
-    for (int t = 0; t < n; t++)
-        cmp_push(be, c, s, pkv + (size_t)t * m, pgate + (size_t)t * m, pos0 + t, rt, eps);
-}

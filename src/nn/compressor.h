@@ -39,13 +39,10 @@ void cmp_state_reset(cmp_state *s);
 /* Bytes a state holds for a max_ctx-token session (what cmp_state_init allocates). */
 size_t cmp_state_bytes(const cmp_block *c, long long max_ctx);
 
-/* Feeds n tokens xn [n, hidden] at positions pos0..pos0+n-1 (continuing the state);
- * appends the entries of every window they complete. pkv, pgate: scratch [n, m·d]. */
-void cmp_feed(ci_backend *be, const cmp_block *c, cmp_state *s, const float *xn, int n, int pos0, float *pkv,
-              float *pgate, const rope_table *rt, float eps);
-/* The same in two steps, for rows of different sequences: cmp_project computes the n rows'
- * projections (pkv, pgate [n, m·d]); cmp_push feeds one row (kv, gate: its m·d values) at
- * position p into the state s of its own sequence. */
+/* Tokens enter in two steps, so rows of different sequences can share the projections:
+ * cmp_project computes n rows' projections (pkv, pgate [n, m·d]); cmp_push feeds one row
+ * (kv, gate: its m·d values) at position p into the state s of its own sequence and appends
+ * the entry of the window it completes. */
 void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate);
 void cmp_push(ci_backend *be, const cmp_block *c, cmp_state *s, const float *kv, const float *gate, int p,
               const rope_table *rt, float eps);
