@@ -510,11 +510,17 @@ int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, in
         }
     }
     /* per-expert (and record mode) */
+    return w_experts_each(b, gate, up, down, n_exp, top_k, I, H, prefix, "gate_proj", "up_proj", "down_proj");
+}
+
+int w_experts_each(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
+                   const char *prefix, const char *g, const char *u, const char *d) {
+    if (b->failed) return -1;
     size_t before = b->decode_bytes;
     for (int e = 0; e < n_exp; e++) {
-        w_mat(b, &gate[e], W_REQUIRED, I, H, "%s.experts.%d.gate_proj", prefix, e);
-        w_mat(b, &up[e], W_REQUIRED, I, H, "%s.experts.%d.up_proj", prefix, e);
-        w_mat(b, &down[e], W_REQUIRED, H, I, "%s.experts.%d.down_proj", prefix, e);
+        w_mat(b, &gate[e], W_REQUIRED, I, H, "%s.experts.%d.%s", prefix, e, g);
+        w_mat(b, &up[e], W_REQUIRED, I, H, "%s.experts.%d.%s", prefix, e, u);
+        w_mat(b, &down[e], W_REQUIRED, H, I, "%s.experts.%d.%s", prefix, e, d);
     }
     if (b->failed) return -1;
     b->decode_bytes = before + (b->decode_bytes - before) / (size_t)n_exp * (size_t)top_k;

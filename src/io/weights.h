@@ -90,6 +90,10 @@ int w_itable(w_binder *b, int32_t **out, int64_t rows, int64_t cols, int64_t lo,
  * mode lists the per-expert names. Returns 1 or -1 (sticky). */
 int w_experts(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
               const char *prefix);
+/* Per-expert matrices only, under any part names: "<prefix>.experts.<e>.<g|u|d>.weight"
+ * (DeepSeek V4's original checkpoint: w1 / w3 / w2). Decode bytes as w_experts. */
+int w_experts_each(w_binder *b, ci_mat *gate, ci_mat *up, ci_mat *down, int n_exp, int top_k, int64_t I, int64_t H,
+                   const char *prefix, const char *g, const char *u, const char *d);
 /* Checks quantized modules against config.json's `quantization` block from now on (the
  * per-module bits / group / mode, and `false` entries). Without it, the packing is taken
  * from the tensors alone. q must outlive the binder. */

@@ -285,17 +285,12 @@ static void bind_experts(w_binder *b, moe_block *M, int l, int E, int K, int I, 
     if (b->st && st_find(b->st, n1)) orig = "layers";
     snprintf(n1, sizeof n1, "model.layers.%d.ffn.experts.0.w1.weight", l);
     if (b->st && !orig && st_find(b->st, n1)) orig = "model.layers";
+    char pre[128];
     if (orig) {
-        size_t before = b->decode_bytes;
-        for (int e = 0; e < E; e++) {
-            w_mat(b, &M->w_gate[e], W_REQUIRED, I, H, "%s.%d.ffn.experts.%d.w1", orig, l, e);
-            w_mat(b, &M->w_up[e], W_REQUIRED, I, H, "%s.%d.ffn.experts.%d.w3", orig, l, e);
-            w_mat(b, &M->w_down[e], W_REQUIRED, H, I, "%s.%d.ffn.experts.%d.w2", orig, l, e);
-        }
-        if (!b->failed) b->decode_bytes = before + (b->decode_bytes - before) / (size_t)E * (size_t)K;
+        snprintf(pre, sizeof pre, "%s.%d.ffn", orig, l);
+        w_experts_each(b, M->w_gate, M->w_up, M->w_down, E, K, I, H, pre, "w1", "w3", "w2");
         return;
     }
-    char pre[128];
     snprintf(pre, sizeof pre, "model.layers.%d.ffn.switch_mlp.gate_proj.weight", l);
     if (b->st && st_find(b->st, pre)) snprintf(pre, sizeof pre, "model.layers.%d.ffn", l);
     else snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
