@@ -44,7 +44,8 @@ static const char *USAGE =
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
-    "              [--ctx N] [--prefix-cache-mb N]  (OpenAI-compatible HTTP server)\n"
+    "              [--ctx N] [--prefix-cache-mb N] [--queue N] [--per-client N] [--max-body BYTES]\n"
+    "              [--timeout S] [--threads N] [--name ID]  (OpenAI-compatible HTTP server)\n"
     "  template    --model DIR --request F.json\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";

@@ -57,6 +57,7 @@ typedef struct {
     char *out;                 /* SSE bytes ready for the socket */
     size_t olen, ocap, opos;
     int phase;
+    char client[64];           /* the address holding one of its --per-client places, or "" */
 } job;
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -130,6 +131,7 @@ static void job_free(job *j) {
         if (!j->done || j->stop_hit) eng_cancel(j->r);
         eng_release(j->r);
     }
+    srv_client_release(j->s, j->client);
     tok_stream_free(j->ts);
     free(j->text);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
@@ -774,6 +776,14 @@ static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_par
     p->prompt = ids;
     p->n_prompt = j->n_prompt;
     p->top_logprobs = j->logprobs;
+    if (srv_client_take(s, c, j->client)) {
+        free(ids);
+        job_free(j);
+        e.code = "rate_limit_exceeded";
+        srv_fail(&e, 429, NULL, "this client already has %d generation%s running or queued (--per-client); retry when one ends",
+                 s->o.per_client, s->o.per_client == 1 ? "" : "s");
+        return srv_reply_err(s, c, d, &e);
+    }
     int rc = eng_submit(s->e, p, &j->r, err, sizeof err);
     free(ids);
     if (rc == ENG_BUSY) {

@@ -58,6 +58,7 @@ static const char *openai_type(int status) {
     switch (status) {
     case 401: return "authentication_error";
     case 404: return "not_found_error";
+    case 429: return "requests";
     case 503: return "server_error";
     default: return status >= 500 ? "server_error" : "invalid_request_error";
     }
@@ -68,6 +69,7 @@ static const char *anthropic_type(int status) {
     case 401: return "authentication_error";
     case 404: return "not_found_error";
     case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
     case 503: return "overloaded_error";
     default: return status >= 500 ? "api_error" : "invalid_request_error";
     }
@@ -83,7 +85,53 @@ enum MHD_Result srv_reply_err(srv *s, struct MHD_Connection *c, api_dialect d, c
     char *t = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     if (!t) return MHD_NO;
-    return reply(s, c, e->status, "application/json", t, strlen(t), e->status == 503 ? "1" : NULL);
+    return reply(s, c, e->status, "application/json", t, strlen(t), e->status == 503 || e->status == 429 ? "1" : NULL);
+}
+
+/* ---- the per-client limit (--per-client) ------------------------------------------------ */
+
+int srv_client_take(srv *s, struct MHD_Connection *c, char addr[64]) {
+    addr[0] = 0;
+    if (s->o.per_client <= 0) return 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, addr, 64);
+    else if (sa && sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, addr, 64);
+    if (!addr[0]) snprintf(addr, 64, "?");
+    int rc = 0;
+    pthread_mutex_lock(&s->cl_mu);
+    int i = 0;
+    while (i < s->n_cl && strcmp(s->cl[i].addr, addr)) i++;
+    if (i == s->n_cl) {
+        if (s->n_cl == s->cap_cl) {
+            int cap = s->cap_cl ? 2 * s->cap_cl : 16;
+            srv_client *n = realloc(s->cl, (size_t)cap * sizeof *n);
+            if (!n) { rc = -1; goto out; }
+            s->cl = n;
+            s->cap_cl = cap;
+        }
+        snprintf(s->cl[i].addr, sizeof s->cl[i].addr, "%s", addr);
+        s->cl[i].n = 0;
+        s->n_cl++;
+    }
+    if (s->cl[i].n >= s->o.per_client) rc = -1;
+    else s->cl[i].n++;
+out:
+    pthread_mutex_unlock(&s->cl_mu);
+    if (rc) { addr[0] = 0; atomic_fetch_add(&s->n_limited, 1); }
+    return rc;
+}
+
+void srv_client_release(srv *s, const char addr[64]) {
+    if (!addr[0]) return;
+    pthread_mutex_lock(&s->cl_mu);
+    for (int i = 0; i < s->n_cl; i++)
+        if (!strcmp(s->cl[i].addr, addr)) {
+            /* an address with nothing in flight leaves the table (last entry moves in) */
+            if (--s->cl[i].n <= 0) s->cl[i] = s->cl[--s->n_cl];
+            break;
+        }
+    pthread_mutex_unlock(&s->cl_mu);
 }
 
 int srv_client_gone(int fd) {
@@ -183,6 +231,9 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
     fprintf(f, "# HELP cinfer_client_disconnects_total Clients that left before their answer was complete.\n"
                "# TYPE cinfer_client_disconnects_total counter\ncinfer_client_disconnects_total %lld\n",
             (long long)atomic_load(&s->n_disconnect));
+    fprintf(f, "# HELP cinfer_client_limited_total Requests refused because their client had --per-client generations in flight.\n"
+               "# TYPE cinfer_client_limited_total counter\ncinfer_client_limited_total %lld\n",
+            (long long)atomic_load(&s->n_limited));
     fprintf(f, "# HELP cinfer_generation_requests_total Sequences submitted to the engine.\n"
                "# TYPE cinfer_generation_requests_total counter\ncinfer_generation_requests_total %lld\n", st.requests);
     fprintf(f, "# HELP cinfer_prompt_tokens_total Prompt tokens of submitted sequences.\n"
@@ -396,6 +447,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     srv *s = calloc(1, sizeof *s);
     if (!s) return ci_err(err, errlen, "out of memory");
     s->o = *o;
+    pthread_mutex_init(&s->cl_mu, NULL);
     if (s->o.parallel <= 0) s->o.parallel = 8;
     if (s->o.queue_max < 0) s->o.queue_max = 64;
     if (s->o.prefix_cache_mb < 0) s->o.prefix_cache_mb = 256;
@@ -459,5 +511,7 @@ void srv_stop(srv *s) {
     tpl_chat_free(s->ch);
     tok_free(s->tk);
     ci_model_free(s->m);
+    free(s->cl);
+    pthread_mutex_destroy(&s->cl_mu);
     free(s);
 }

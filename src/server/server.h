@@ -9,7 +9,8 @@
  * /health requires the API key when one is set (Authorization: Bearer KEY, or x-api-key).
  * Errors are JSON in the caller's API dialect with the matching status: 400 bad request
  * (the message names the field), 401 bad key, 404 unknown model or route, 405 wrong
- * method, 413 body over the limit, 503 queue full (with Retry-After). */
+ * method, 413 body over the limit, 429 a client over its limit of concurrent generations
+ * (--per-client; with Retry-After), 503 queue full (with Retry-After). */
 #ifndef CI_SRV_SERVER_H
 #define CI_SRV_SERVER_H
 #include <stddef.h>
@@ -29,6 +30,7 @@ typedef struct {
     size_t max_body;           /* request body limit in bytes; 0: 8 MiB */
     int threads;               /* compute threads; <= 0: all CPUs */
     int timeout_s;             /* idle connection timeout; <= 0: 60 */
+    int per_client;            /* generations one client address may have running or queued; <= 0: no limit */
 } srv_opts;
 
 int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);

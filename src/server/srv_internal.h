@@ -13,10 +13,17 @@
 #include "../text/tokenizer.h"
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 typedef enum { API_OPENAI, API_ANTHROPIC } api_dialect;
 typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_OTHER, R_COUNT } srv_route;
+
+/* One client address and how many of its generations are running or queued. */
+typedef struct {
+    char addr[64];
+    int n;
+} srv_client;
 
 struct srv {
     srv_opts o;
@@ -34,6 +41,10 @@ struct srv {
     atomic_llong n_status[6];  /* by class: [2] = 2xx ... [5] = 5xx */
     atomic_llong n_disconnect; /* clients that left before their answer */
     atomic_llong n_seq;        /* ids of responses */
+    atomic_llong n_limited;    /* requests refused with 429 (--per-client) */
+    pthread_mutex_t cl_mu;     /* guards the per-client counts below */
+    srv_client *cl;            /* addresses with generations in flight (--per-client) */
+    int n_cl, cap_cl;
 };
 
 /* A request error: status, the field at fault (or NULL) and a message. */
@@ -50,6 +61,11 @@ int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) __
 enum MHD_Result srv_reply_json(srv *s, struct MHD_Connection *c, int status, json_t *body);
 enum MHD_Result srv_reply_err(srv *s, struct MHD_Connection *c, api_dialect d, const srv_err *e);
 void srv_count_status(srv *s, int status);
+/* --per-client: takes one of the client's generation places (0), or -1 when it has
+ * per_client already (or on no memory); addr gets the client's address for the release.
+ * Always 0 with no limit set (addr is then ""). */
+int srv_client_take(srv *s, struct MHD_Connection *c, char addr[64]);
+void srv_client_release(srv *s, const char addr[64]);
 /* 1 when the client of fd has closed its side of the connection. */
 int srv_client_gone(int fd);
 

@@ -8,7 +8,10 @@
 # (plain, streamed, its error shape), tokenize round trip, greedy text equal to
 # `cinfer generate --chat`, a client that disconnects mid-stream (its sequence is
 # cancelled), /metrics against what was sent. Server B (--parallel 1 --queue 0): a second
-# request while one runs gets 503 with Retry-After. Both servers are stopped with SIGTERM
+# request while one runs gets 503 with Retry-After. Server C (--per-client 1): a client
+# address with a generation in flight gets 429 with Retry-After for a second one (both API
+# dialects), another address is served meanwhile, and the first is served again once its
+# generation ends. The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
 # a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
 # whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
@@ -176,3 +179,29 @@ kill "$CURLPID" 2>/dev/null; wait "$CURLPID" 2>/dev/null
 for _ in $(seq 1 40); do [ "$(metric cinfer_active_sequences)" = 0 ] && break; sleep 0.1; done
 req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'; expect "served again once the slot is free" 200 "o.choices[0].text.length > 0"
 stop_server B "$PB"
+
+# ---------------------------------------------------------------- server C: per-client limit
+start_server C --parallel 4 --per-client 1 || exit 1
+PC=$PID
+curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/completions" \
+  -d '{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null & CURLPID=$!
+PIDS+=("$CURLPID")
+for _ in $(seq 1 50); do [ "$(metric cinfer_active_sequences)" = 1 ] && break; sleep 0.05; done
+req POST /v1/completions '{"prompt":"y","max_tokens":4}'
+if [ "$STATUS" = 429 ] && grep -qi '^Retry-After: 1' "$TMP/hdr" && [ "$(js "o.error.code")" = rate_limit_exceeded ]; then
+  pass "a client over --per-client gets 429 with Retry-After"; else fail "a client over --per-client gets 429 with Retry-After" "status $STATUS $(head -c 200 "$TMP/body")"; fi
+req POST /v1/messages '{"model":"demo","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}'
+expect "the Anthropic dialect says rate_limit_error" 429 "o.type === 'error' && o.error.type === 'rate_limit_error'"
+req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}' --interface 127.0.0.2
+expect "another client address is served meanwhile" 200 "o.choices[0].text.length > 0"
+if [ "$(metric cinfer_client_limited_total)" = 2 ]; then pass "metrics count the limited requests"; else
+  fail "metrics count the limited requests" "cinfer_client_limited_total $(metric cinfer_client_limited_total) (want 2)"; fi
+kill "$CURLPID" 2>/dev/null; wait "$CURLPID" 2>/dev/null
+ok=0
+for _ in $(seq 1 40); do
+  req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'
+  [ "$STATUS" = 200 ] && { ok=1; break; }
+  sleep 0.1
+done
+if [ $ok = 1 ]; then pass "the client is served again once its generation ends"; else fail "the client is served again once its generation ends" "status $STATUS"; fi
+stop_server C "$PC"
