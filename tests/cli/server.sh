@@ -11,7 +11,8 @@
 # request while one runs gets 503 with Retry-After. Server C (--per-client 1): a client
 # address with a generation in flight gets 429 with Retry-After for a second one (both API
 # dialects), another address is served meanwhile, and the first is served again once its
-# generation ends. The servers are stopped with SIGTERM
+# generation ends; a client that stalls mid-body is dropped after --timeout while others are
+# served. The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
 # a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
 # whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
@@ -181,8 +182,19 @@ req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'; expect
 stop_server B "$PB"
 
 # ---------------------------------------------------------------- server C: per-client limit
-start_server C --parallel 4 --per-client 1 || exit 1
+start_server C --parallel 4 --per-client 1 --timeout 2 || exit 1
 PC=$PID
+# a stalled client: headers and part of a body, then silence; the server drops it after
+# --timeout seconds and serves others meanwhile
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt"' >&3
+req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'
+expect "served while another client stalls mid-body" 200 "o.choices[0].text.length > 0"
+t0=$(date +%s)
+dt=-1; timeout 10 cat <&3 >/dev/null 2>&1 && dt=$(( $(date +%s) - t0 ))
+if [ "$dt" -ge 1 ] && [ "$dt" -le 6 ]; then pass "a stalled client is dropped after --timeout"
+else fail "a stalled client is dropped after --timeout" "closed after $dt s (want 1..6; -1: never)"; fi
+exec 3<&- 3>&-
 curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/completions" \
   -d '{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null & CURLPID=$!
 PIDS+=("$CURLPID")
