@@ -186,11 +186,11 @@ start_server C --parallel 4 --per-client 1 --timeout 2 || exit 1
 PC=$PID
 # a stalled client: headers and part of a body, then silence; the server drops it after
 # --timeout seconds and serves others meanwhile
+t0=$(date +%s)
 exec 3<>"/dev/tcp/127.0.0.1/$PORT"
 printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt"' >&3
 req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'
 expect "served while another client stalls mid-body" 200 "o.choices[0].text.length > 0"
-t0=$(date +%s)
 dt=-1; timeout 10 cat <&3 >/dev/null 2>&1 && dt=$(( $(date +%s) - t0 ))
 if [ "$dt" -ge 1 ] && [ "$dt" -le 6 ]; then pass "a stalled client is dropped after --timeout"
 else fail "a stalled client is dropped after --timeout" "closed after $dt s (want 1..6; -1: never)"; fi
