@@ -102,7 +102,8 @@ typedef struct {
     float *scores;                        /* [max entries] */
     int32_t *seltmp;                      /* [max entries] */
     float *dots;                          /* [Hi, IDX_BLOCK] indexer q · k of a block of entries */
-    int *sel, *nsel;                      /* [UB, topk], [UB] */
+    int *sel, *nsel;                      /* [UB, sel_stride], [UB] */
+    int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
     float *last;                          /* [H] */
     int32_t *pos, *npos;                  /* [UB] positions and their negatives */
     moe_scratch moe;
@@ -577,7 +578,8 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->scores = malloc((size_t)max_entries * sizeof(float));
     c->seltmp = malloc((size_t)max_entries * sizeof(int32_t));
     c->dots = malloc((size_t)d->Hi * IDX_BLOCK * sizeof(float));
-    c->sel = malloc((size_t)U * (topk > 0 ? topk : 1) * sizeof(int));
+    c->sel_stride = topk > 0 ? topk : 1;
+    c->sel = malloc((size_t)U * c->sel_stride * sizeof(int));
     c->nsel = malloc((size_t)U * sizeof(int));
     c->last = malloc((size_t)H * sizeof(float));
     c->pos = malloc((size_t)U * sizeof(int32_t));
@@ -682,7 +684,7 @@ static int gather_keys(const v4_model *d, const v4_layer *L, const v4_lcache *lc
     for (int q = s0; q <= p; q++)
         memcpy(c->kbuf + (size_t)nk++ * D, lc->ring + (size_t)(q % c->ring_rows) * D, (size_t)D * sizeof(float));
     if (L->type == L_CSA) {
-        const int *sel = c->sel + (size_t)t * d->topk;
+        const int *sel = c->sel + (size_t)t * c->sel_stride;
         for (int i = 0; i < c->nsel[t]; i++)
             memcpy(c->kbuf + (size_t)nk++ * D, lc->cs.entries + (size_t)sel[i] * D, (size_t)D * sizeof(float));
     } else if (L->type == L_HCA) {
@@ -734,7 +736,7 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
         for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
         for (int t = 0; t < n; t++)
             c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      c->pos[t], c->scores, c->dots, c->seltmp, c->sel + (size_t)t * d->topk);
+                                      c->pos[t], c->scores, c->dots, c->seltmp, c->sel + (size_t)t * c->sel_stride);
     }
     /* per row: scores of every head against its keys (one matmul), then softmax + sum per head */
     for (int t = 0; t < n; t++) {

@@ -98,6 +98,39 @@ static void test_chunking_and_reset(void) {
     chunking_and_reset("fp8-fp4");
 }
 
+/* A session shorter than index_topk x ratio holds fewer CSA entries than top-k, so its
+ * selection rows are narrower than top-k: a 60-token session (15 entries) of a model with
+ * index_topk 100 prefilled in one 60-row chunk, then in steps (this wrote past the rows'
+ * buffer once). */
+static void test_short_session_topk(void) {
+    char cfg[2048], dir[64], err[1024] = "";
+    snprintf(cfg, sizeof cfg, "%s", V4_CFG(V4_TYPES));
+    char *k = strstr(cfg, "\"index_topk\": 3,");
+    if (!k) { CHECK(0, "index_topk not in the test config"); return; }
+    memcpy(k, "\"index_topk\":99,", strlen("\"index_topk\":99,"));
+    if (!make_random(cfg, dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { T = 60, V = 64 };
+    ci_model *m = NULL;
+    ci_session *s = NULL;
+    ci_model_opts o = { 1, 0 };
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+    if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
+        int toks[T];
+        for (int i = 0; i < T; i++) toks[i] = 3 + (i * 7) % 60;
+        float *a = malloc(T * V * sizeof *a), *b = malloc(T * V * sizeof *b);
+        CHECK(ci_forward(s, toks, T, a, 1, err, sizeof err) == 0, "%s", err);
+        ci_session_reset(s);
+        for (int t = 0; t < T; t++) CHECK(ci_forward(s, &toks[t], 1, b + t * V, 1, err, sizeof err) == 0, "%s", err);
+        CHECK(isfinite(a[0]) && max_diff(a, b, T * V) < 1e-4, "prefill vs steps max|diff| %g", max_diff(a, b, T * V));
+        free(a); free(b);
+    } else {
+        CHECK(0, "%s", err);
+    }
+    ci_session_free(s);
+    ci_model_free(m);
+    rm_dir(dir);
+}
+
 /* Cache bytes: per token, the compressed entries (CSA: D/4 + Di/4 floats, HCA: D/8 floats);
  * a session also holds each layer's window ring and the compressors' window buffers. */
 static void test_cache_bytes(void) {
@@ -342,6 +375,7 @@ static void test_snapshot(void) {
 
 int main(void) {
     TEST_RUN(test_chunking_and_reset);
+    TEST_RUN(test_short_session_topk);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_damaged);
