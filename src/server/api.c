@@ -58,6 +58,8 @@ typedef struct {
     size_t olen, ocap, opos;
     int phase;
     char client[64];           /* the address holding one of its --per-client places, or "" */
+    int *bias_id;              /* logit_bias, until submitted */
+    float *bias;
 } job;
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -132,6 +134,8 @@ static void job_free(job *j) {
         eng_release(j->r);
     }
     srv_client_release(j->s, j->client);
+    free(j->bias_id);
+    free(j->bias);
     tok_stream_free(j->ts);
     free(j->text);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
@@ -209,6 +213,38 @@ static int read_sampling(const json_t *req, eng_params *p, double tmax, srv_err 
         p->so.seed = (uint64_t)json_integer_value(sv);
     }
     if ((rc = opt_bool(req, "ignore_eos", &p->ignore_eos, e)) < 0) return -1;
+    return 0;
+}
+
+/* OpenAI logit_bias: {"token id": bias in [-100, 100], ...} into p (arrays owned by j). */
+static int read_logit_bias(srv *s, job *j, const json_t *req, eng_params *p, srv_err *e) {
+    const json_t *lb = json_object_get(req, "logit_bias");
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb)) return srv_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s", type_name(lb));
+    size_t n = json_object_size(lb);
+    if (n > 1024) return srv_fail(e, 400, "logit_bias", "'logit_bias' has %zu entries; at most 1024", n);
+    if (!n) return 0;
+    int V = tok_n_vocab(s->tk);
+    if ((int)s->m->cfg.vocab_size < V) V = (int)s->m->cfg.vocab_size;
+    j->bias_id = malloc(n * sizeof(int));
+    j->bias = malloc(n * sizeof(float));
+    if (!j->bias_id || !j->bias) return srv_fail(e, 500, NULL, "out of memory");
+    const char *k;
+    const json_t *v;
+    int i = 0;
+    json_object_foreach((json_t *)lb, k, v) {
+        char *end;
+        long id = strtol(k, &end, 10);
+        if (!*k || *end || id < 0 || id >= V)
+            return srv_fail(e, 400, "logit_bias", "'logit_bias' key '%.40s' is not a token id in [0, %d)", k, V);
+        if (!json_is_number(v) || !(json_number_value(v) >= -100 && json_number_value(v) <= 100))
+            return srv_fail(e, 400, "logit_bias", "'logit_bias' value for token %ld must be a number in [-100, 100]", id);
+        j->bias_id[i] = (int)id;
+        j->bias[i++] = (float)json_number_value(v);
+    }
+    p->bias_id = j->bias_id;
+    p->bias = j->bias;
+    p->n_bias = i;
     return 0;
 }
 
@@ -870,7 +906,7 @@ enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
     job *j = job_new(s, K_CHAT, c);
     if (!j) return MHD_NO;
     if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
-        read_stop(j, req, "stop", &e) || opt_bool(req, "logprobs", &lpb, &e) < 0 ||
+        read_logit_bias(s, j, req, &p, &e) || read_stop(j, req, "stop", &e) || opt_bool(req, "logprobs", &lpb, &e) < 0 ||
         opt_int(req, "top_logprobs", 0, ENG_MAX_TOP, &top, &e) < 0)
         goto fail;
     if (top && !lpb) { srv_fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto fail; }
@@ -895,7 +931,7 @@ enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req) {
     job *j = job_new(s, K_COMPLETION, c);
     if (!j) return MHD_NO;
     if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
-        read_stop(j, req, "stop", &e) || opt_int(req, "logprobs", 0, ENG_MAX_TOP, &lp, &e) < 0 ||
+        read_logit_bias(s, j, req, &p, &e) || read_stop(j, req, "stop", &e) || opt_int(req, "logprobs", 0, ENG_MAX_TOP, &lp, &e) < 0 ||
         opt_bool(req, "echo", &echo, &e) < 0)
         goto fail;
     if (echo) { srv_fail(&e, 400, "echo", "'echo' is not supported"); goto fail; }

@@ -34,6 +34,8 @@ struct eng_req {
     int refs;                  /* under e->mu */
     eng_params p;
     int *prompt;               /* [n_prompt], owned */
+    int *bias_id;              /* [p.n_bias], owned */
+    float *bias;
     int state;                 /* Q_*, under e->mu */
     int cancel;                /* under e->mu */
     int *ids;                  /* [max_tokens] */
@@ -93,7 +95,7 @@ static double now_s(void) {
 }
 
 static void req_free(eng_req *r) {
-    free(r->prompt); free(r->ids); free(r->lps); free(r->top_ids); free(r->top_lps);
+    free(r->prompt); free(r->bias_id); free(r->bias); free(r->ids); free(r->lps); free(r->top_ids); free(r->top_lps);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -219,6 +221,7 @@ static int sample(eng *e, slot *sl, float *lg) {
         float lse = mx + (float)log(se);
         for (int i = 0; i < V; i++) e->lsm[i] = lg[i] - lse;
     }
+    for (int i = 0; i < r->p.n_bias; i++) lg[r->bias_id[i]] += r->bias[i];
     if (r->p.presence_penalty != 0 || r->p.frequency_penalty != 0) {
         e->stamp++;
         for (int k = 0; k < r->n_out; k++) {
@@ -514,6 +517,10 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
         if (p->prompt[i] < 0 || p->prompt[i] >= e->V)
             return ci_err(err, errlen, "token id %d at index %d is outside the vocabulary [0, %d)", p->prompt[i], i, e->V);
     if (p->top_logprobs > ENG_MAX_TOP) return ci_err(err, errlen, "top_logprobs must be at most %d", ENG_MAX_TOP);
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= e->V || !isfinite(p->bias[i]))
+            return ci_err(err, errlen, "logit_bias entry %d (token %d, bias %g) is outside the vocabulary [0, %d) or not finite", i,
+                          p->bias_id[i], (double)p->bias[i], e->V);
     if (smp_check(&p->so, err, errlen)) return -1;
     eng_req *r = calloc(1, sizeof *r);
     if (!r) return ci_err(err, errlen, "out of memory");
@@ -534,6 +541,15 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
     }
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
     r->p.prompt = r->prompt;
+    if (p->n_bias > 0) {
+        r->bias_id = malloc((size_t)p->n_bias * sizeof(int));
+        r->bias = malloc((size_t)p->n_bias * sizeof(float));
+        if (!r->bias_id || !r->bias) { req_free(r); return ci_err(err, errlen, "out of memory"); }
+        memcpy(r->bias_id, p->bias_id, (size_t)p->n_bias * sizeof(int));
+        memcpy(r->bias, p->bias, (size_t)p->n_bias * sizeof(float));
+    }
+    r->p.bias_id = r->bias_id;
+    r->p.bias = r->bias;
     r->refs = 2;
     pthread_mutex_lock(&e->mu);
     int active = 0;

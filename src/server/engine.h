@@ -53,6 +53,9 @@ typedef struct {
     float frequency_penalty;   /* OpenAI: subtracted per occurrence */
     int top_logprobs;          /* -1: no logprobs; else 0..ENG_MAX_TOP alternatives per token */
     int ignore_eos;
+    const int *bias_id;        /* OpenAI logit_bias: bias[i] added to the logit of bias_id[i]; copied at submit */
+    const float *bias;
+    int n_bias;
 } eng_params;
 
 typedef struct {

@@ -4,7 +4,8 @@
 # openai_client.js: chat, streaming, completions, errors, cached_tokens, 8 concurrent seeded
 # requests and a 16 x 4 streaming load round, each equal to its solo run), then raw HTTP with
 # curl for what a client library never sends: malformed JSON, wrong methods and routes,
-# oversize bodies, wrong field types, a prompt beyond the context, Anthropic /v1/messages
+# oversize bodies, wrong field types, a prompt beyond the context, logit_bias (forcing,
+# banning, bad maps), Anthropic /v1/messages
 # (plain, streamed, its error shape), tokenize round trip, greedy text equal to
 # `cinfer generate --chat`, a client that disconnects mid-stream (its sequence is
 # cancelled), /metrics against what was sent. Server B (--parallel 1 --queue 0): a second
@@ -127,6 +128,30 @@ req POST /tokenize '{"content":"Hello world, twice."}' "${AUTH[@]}"; expect "tok
 ids=$(js "JSON.stringify(o.tokens)")
 req POST /detokenize "{\"tokens\":$ids}" "${AUTH[@]}"; expect "detokenize round trip" 200 "o.content.endsWith('Hello world, twice.')"
 req POST /detokenize '{"tokens":[1,-5]}' "${AUTH[@]}"; expect "detokenize of a bad id is 400" 400 "$(oai_err "'tokens'")"
+
+# logit_bias: +100 on one token makes greedy decoding repeat it; bad maps are 400
+req POST /tokenize '{"content":" the"}' "${AUTH[@]}"
+the=$(js "o.tokens[o.tokens.length - 1]")
+req POST /v1/completions "{\"prompt\":\"Dogs are\",\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"$the\":100}}" "${AUTH[@]}"
+expect "logit_bias +100 forces the token" 200 "o.choices[0].text === ' the the the'"
+req POST /v1/completions '{"prompt":"Dogs are","max_tokens":3,"temperature":0}' "${AUTH[@]}"
+plain=$(js "o.choices[0].text")
+req POST /v1/completions '{"prompt":"Dogs are","max_tokens":1,"temperature":0,"logprobs":1}' "${AUTH[@]}"
+first=$(js "o.choices[0].text")
+req POST /tokenize "$(node -e 'console.log(JSON.stringify({content: process.argv[1]}))' "$first")" "${AUTH[@]}"
+fid=$(js "o.tokens[o.tokens.length - 1]")
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"temperature\":0,\"logit_bias\":{\"$the\":100}}" "${AUTH[@]}"
+expect "logit_bias on chat completions" 200 "o.choices[0].message.content === ' the the'"
+req POST /v1/completions "{\"prompt\":\"Dogs are\",\"max_tokens\":3,\"temperature\":0,\"logit_bias\":{\"$fid\":-100}}" "${AUTH[@]}"
+expect "logit_bias -100 bans the greedy token" 200 "o.choices[0].text.length > 0 && o.choices[0].text !== '$plain'"
+req POST /v1/completions '{"prompt":"x","max_tokens":2,"logit_bias":{"12":101}}' "${AUTH[@]}"
+expect "logit_bias over 100 is 400" 400 "$(oai_err "'logit_bias'")"
+req POST /v1/completions '{"prompt":"x","max_tokens":2,"logit_bias":{"dog":1}}' "${AUTH[@]}"
+expect "logit_bias with a non-id key is 400" 400 "$(oai_err "'logit_bias'") && o.error.message.includes('dog')"
+req POST /v1/completions '{"prompt":"x","max_tokens":2,"logit_bias":{"99999999":1}}' "${AUTH[@]}"
+expect "logit_bias with an id beyond the vocabulary is 400" 400 "$(oai_err "'logit_bias'")"
+req POST /v1/completions '{"prompt":"x","max_tokens":2,"logit_bias":[1,2]}' "${AUTH[@]}"
+expect "logit_bias as an array is 400" 400 "$(oai_err "'logit_bias'")"
 
 # Anthropic messages
 req POST /v1/messages '{"model":"demo","max_tokens":12,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Tell me about dogs"}]}],"temperature":0}' "${AUTH[@]}"
