@@ -216,6 +216,52 @@ static int read_sampling(const json_t *req, eng_params *p, double tmax, srv_err 
     return 0;
 }
 
+/* OpenAI tool_choice: "auto" (or absent), "none" (*no_tools: the tools are neither shown
+ * nor parsed), "required" or {"type": "function", "function": {"name": N}}: *forced is what
+ * the reply is made to start with (the template's call opening, with N), malloc'd. */
+static int read_tool_choice(srv *s, const json_t *req, int *no_tools, char **forced, srv_err *e) {
+    *no_tools = 0;
+    *forced = NULL;
+    const json_t *tc = json_object_get(req, "tool_choice"), *tools = json_object_get(req, "tools");
+    if (!tc || json_is_null(tc)) return 0;
+    size_t nt = json_is_array(tools) ? json_array_size(tools) : 0;
+    const char *mode = json_string_value(tc);
+    const char *name = NULL;
+    if (mode) {
+        if (!strcmp(mode, "auto")) return 0;
+        if (!strcmp(mode, "none")) { *no_tools = 1; return 0; }
+        if (strcmp(mode, "required"))
+            return srv_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, got \"%.40s\"", mode);
+    } else {
+        const json_t *f = json_object_get(tc, "function");
+        name = json_string_value(json_object_get(f, "name"));
+        const char *ty = json_string_value(json_object_get(tc, "type"));
+        if (!json_is_object(tc) || !ty || strcmp(ty, "function") || !name)
+            return srv_fail(e, 400, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (!nt) return srv_fail(e, 400, "tool_choice", "'tool_choice' %s needs 'tools'", name ? "naming a function" : "\"required\"");
+    if (name) {
+        size_t i;
+        const json_t *t;
+        int found = 0;
+        json_array_foreach(tools, i, t) {
+            const char *tn = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+            if (tn && !strcmp(tn, name)) found = 1;
+        }
+        if (!found) return srv_fail(e, 400, "tool_choice", "'tool_choice' names '%.60s', which is not among 'tools'", name);
+    }
+    if (!s->call_open)
+        return srv_fail(e, 400, "tool_choice", "this model's chat template renders no tool call cinfer can read, so a call cannot be required; use \"auto\"");
+    size_t lo = strlen(s->call_open), ln = name ? strlen(name) : 0, lm = name ? strlen(s->call_mid) : 0;
+    char *f = malloc(lo + ln + lm + 1);
+    if (!f) return srv_fail(e, 500, NULL, "out of memory");
+    memcpy(f, s->call_open, lo);
+    if (name) { memcpy(f + lo, name, ln); memcpy(f + lo + ln, s->call_mid, lm); }
+    f[lo + ln + lm] = 0;
+    *forced = f;
+    return 0;
+}
+
 /* OpenAI logit_bias: {"token id": bias in [-100, 100], ...} into p (arrays owned by j). */
 static int read_logit_bias(srv *s, job *j, const json_t *req, eng_params *p, srv_err *e) {
     const json_t *lb = json_object_get(req, "logit_bias");
@@ -350,7 +396,8 @@ fail:
     return NULL;
 }
 
-int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *opens_think, srv_err *e) {
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char *forced, int **ids, int *n,
+                    int *opens_think, srv_err *e) {
     *ids = NULL;
     *n = 0;
     if (opens_think) *opens_think = 0;
@@ -361,7 +408,7 @@ int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *
     const json_t *tools = json_object_get(req, "tools");
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools)) { json_decref(t); return srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); }
-        if (json_array_size(tools)) json_object_set(t, "tools", (json_t *)tools);
+        if (json_array_size(tools) && !no_tools) json_object_set(t, "tools", (json_t *)tools);
     }
     const json_t *kw = json_object_get(req, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
@@ -374,7 +421,17 @@ int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *
     json_decref(t);
     if (rc) return srv_fail(e, 400, "messages", "%s", err);
     size_t cnt = 0;
-    if (opens_think) *opens_think = op_prompt_opens_think(text, len);
+    int ot = op_prompt_opens_think(text, len);
+    if (opens_think) *opens_think = ot;
+    if (forced) {
+        size_t fl = strlen(forced), tl = ot ? strlen("</think>") : 0;
+        char *nt = realloc(text, len + tl + fl + 1);
+        if (!nt) { free(text); return srv_fail(e, 500, NULL, "out of memory"); }
+        text = nt;
+        memcpy(text + len, "</think>", tl);
+        memcpy(text + len + tl, forced, fl + 1);
+        len += tl + fl;
+    }
     rc = tok_encode(s->tk, text, len, 0, ids, &cnt, err, sizeof err);
     free(text);
     if (rc) return srv_fail(e, 400, "messages", "%s", err);
@@ -912,8 +969,18 @@ enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
     if (top && !lpb) { srv_fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto fail; }
     j->logprobs = lpb ? (int)top : -1;
     const json_t *tools = json_object_get(req, "tools");
-    j->tools = json_is_array(tools) && json_array_size(tools) > 0;
-    if (api_chat_prompt(s, req, API_OPENAI, &ids, &n, &j->think_open, &e)) goto fail;
+    int no_tools = 0;
+    char *forced = NULL;
+    if (read_tool_choice(s, req, &no_tools, &forced, &e)) goto fail;
+    j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
+    int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, &ids, &n, &j->think_open, &e);
+    if (!prc && forced) {                         /* the reply starts with the forced text */
+        if ((j->think_open && buf_add(&j->text, &j->len, &j->cap, "</think>", strlen("</think>"))) ||
+            buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced)))
+            prc = srv_fail(&e, 500, NULL, "out of memory");
+    }
+    free(forced);
+    if (prc) goto fail;
     j->n_prompt = n;
     if (read_max_tokens(s, req, "max_completion_tokens", "max_tokens", n, 0, 0, &p, &e)) goto fail;
     return run_job(s, c, j, &p, ids, API_OPENAI);
@@ -955,7 +1022,7 @@ enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
     if (check_model(s, req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 1, &e) ||
         read_stop(j, req, "stop_sequences", &e))
         goto fail;
-    if (api_chat_prompt(s, req, API_ANTHROPIC, &ids, &n, NULL, &e)) goto fail;
+    if (api_chat_prompt(s, req, API_ANTHROPIC, 0, NULL, &ids, &n, NULL, &e)) goto fail;
     j->n_prompt = n;
     if (read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, &p, &e)) goto fail;
     return run_job(s, c, j, &p, ids, API_ANTHROPIC);

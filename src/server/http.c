@@ -6,6 +6,7 @@
  * Content-Length, or as it arrives) gets 413 and is not kept. The API key is compared in
  * constant time. Counters are atomics; nothing here holds a lock while waiting. */
 #include "srv_internal.h"
+#include "outparse.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../models/model.h"
@@ -166,7 +167,7 @@ static enum MHD_Result route_tokenize(srv *s, struct MHD_Connection *c, json_t *
     }
     if (json_object_get(req, "messages")) {
         int k = 0;
-        if (api_chat_prompt(s, req, API_OPENAI, &ids, &k, NULL, &e)) return srv_reply_err(s, c, API_OPENAI, &e);
+        if (api_chat_prompt(s, req, API_OPENAI, 0, NULL, &ids, &k, NULL, &e)) return srv_reply_err(s, c, API_OPENAI, &e);
         n = (size_t)k;
     } else {
         const char *key = json_object_get(req, "content") ? "content" : "prompt";
@@ -419,6 +420,31 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- start and stop ------------------------------------------------------------------ */
 
+/* How the chat template frames a tool call (for tool_choice "required" or a named
+ * function): its rendering of an assistant turn calling a probe function, with the content
+ * null (as DeepSeek's templates want) or else empty. Left NULL when no call renders. */
+static void probe_call_frame(srv *s) {
+    static const char probe[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, "
+        "\"tool_calls\": [{\"id\": \"call_0\", \"type\": \"function\", \"function\": {\"name\": \"cinfer_probe_fn\", "
+        "\"arguments\": \"{\\\"cinfer_probe_arg\\\": 0}\"}}]}], \"tools\": [{\"type\": \"function\", \"function\": "
+        "{\"name\": \"cinfer_probe_fn\", \"description\": \"probe\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {}}}}], \"add_generation_prompt\": false}";
+    if (!s->ch) return;
+    for (int k = 0; k < 2; k++) {
+        json_t *req = json_loads(probe, 0, NULL);
+        if (!req) return;
+        if (k == 1) json_object_set_new(json_array_get(json_object_get(req, "messages"), 1), "content", json_string(""));
+        char *text = NULL, err[256];
+        size_t len = 0;
+        int rc = tpl_chat_render(s->ch, req, NULL, &text, &len, err, sizeof err);
+        json_decref(req);
+        if (!rc) rc = op_call_frame(text, len, "cinfer_probe_fn", "{\"cinfer_probe_arg\": 0}", &s->call_open, &s->call_mid);
+        free(text);
+        if (!rc) return;
+    }
+}
+
 /* models/demo next to (or above) the directory of the running executable. */
 static int find_demo(char *out, size_t n) {
     char exe[PATH_MAX];
@@ -468,6 +494,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
     if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
     if (tpl_chat_load(s->model_dir, &s->ch, s->ch_err, sizeof s->ch_err)) s->ch = NULL;
+    probe_call_frame(s);
     int ctx = s->o.ctx;
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
     eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20 };
@@ -509,6 +536,8 @@ void srv_stop(srv *s) {
     if (s->d) MHD_stop_daemon(s->d);
     eng_free(s->e);
     tpl_chat_free(s->ch);
+    free(s->call_open);
+    free(s->call_mid);
     tok_free(s->tk);
     ci_model_free(s->m);
     free(s->cl);

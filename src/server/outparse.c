@@ -171,3 +171,36 @@ fail:
     json_decref(calls);
     return NULL;
 }
+
+int op_call_frame(const char *text, size_t len, const char *name, const char *args, char **open, char **mid) {
+    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN };
+    *open = *mid = NULL;
+    /* the call is the last mention of the name (a system prompt may describe the format and
+     * list the tools before it); its block starts at the last marker before the name, or at
+     * a marker right before that one (DeepSeek's calls-begin ahead of call-begin) */
+    size_t n0 = len, m = len, hold;
+    for (size_t at = find(text, 0, len, name); at < len; at = find(text, at + 1, len, name)) n0 = at;
+    if (n0 >= len) return -1;
+    for (size_t at = op_tool_start(text, 0, n0, &hold); at < n0; at = op_tool_start(text, at + 1, n0, &hold)) m = at;
+    if (m >= n0) return -1;
+    for (int again = 1; again;) {
+        again = 0;
+        size_t e = m;
+        while (e > 0 && is_ws(text[e - 1])) e--;
+        for (int i = 0; i < 3; i++) {
+            size_t ml = strlen(marks[i]);
+            if (e >= ml && !memcmp(text + e - ml, marks[i], ml)) { m = e - ml; again = 1; break; }
+        }
+    }
+    size_t n1 = n0 + strlen(name), a0 = find(text, n1, len, args);
+    if (a0 >= len) return -1;
+    json_t *calls = op_tool_parse(text, m, len, "probe");
+    const char *got = calls ? json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")) : NULL;
+    int ok = got && !strcmp(got, name) && json_array_size(calls) == 1;
+    json_decref(calls);
+    if (!ok) return -1;
+    *open = strndup(text + m, n0 - m);
+    *mid = strndup(text + n1, a0 - n1);
+    if (!*open || !*mid) { free(*open); free(*mid); *open = *mid = NULL; return -1; }
+    return 0;
+}

@@ -37,4 +37,11 @@ size_t op_tool_start(const char *text, size_t from, size_t len, size_t *hold);
  * made from id_prefix, or NULL when the block does not parse. */
 json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id_prefix);
 
+/* How a chat template frames one tool call, read off its rendering of an assistant turn
+ * that calls `name` with arguments text `args`: *open gets the bytes from the call marker
+ * up to the name, *mid those between the name and the arguments (both malloc'd), which is
+ * what a reply must start with to call a tool (open) or a given one (open, name, mid).
+ * -1 when the rendering holds no call this parser reads (then nothing is allocated). */
+int op_call_frame(const char *text, size_t len, const char *name, const char *args, char **open, char **mid);
+
 #endif

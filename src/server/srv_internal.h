@@ -33,6 +33,7 @@ struct srv {
     tok_tokenizer *tk;
     tpl_chat *ch;              /* NULL when the model folder has no chat template */
     char ch_err[512];          /* why ch is NULL */
+    char *call_open, *call_mid; /* how the template frames a tool call (outparse.h op_call_frame), or NULL */
     eng *e;
     struct MHD_Daemon *d;
     int port;
@@ -74,7 +75,10 @@ enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req);
 /* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled.
- * *opens_think (may be NULL): the rendered prompt ends inside <think>. */
-int api_chat_prompt(srv *s, json_t *req, api_dialect d, int **ids, int *n, int *opens_think, srv_err *e);
+ * *opens_think (may be NULL): the rendered prompt ends inside <think>. no_tools: render
+ * without the request's tools; forced (or NULL): text the reply is made to start with,
+ * appended to the prompt (after a "</think>" when the prompt opens one). */
+int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char *forced, int **ids, int *n,
+                    int *opens_think, srv_err *e);
 
 #endif

@@ -13,7 +13,8 @@
 # address with a generation in flight gets 429 with Retry-After for a second one (both API
 # dialects), another address is served meanwhile, and the first is served again once its
 # generation ends; a client that stalls mid-body is dropped after --timeout while others are
-# served. The servers are stopped with SIGTERM
+# served. Server D (the demo weights with Qwen3's chat template): tool_choice none / auto /
+# required / a named function (the reply starts with the template's call opening). The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
 # a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
 # whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
@@ -242,3 +243,34 @@ for _ in $(seq 1 40); do
 done
 if [ $ok = 1 ]; then pass "the client is served again once its generation ends"; else fail "the client is served again once its generation ends" "status $STATUS"; fi
 stop_server C "$PC"
+
+# ---------------------------------------------------------------- server D: tool_choice
+if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
+  mkdir -p "$TMP/dq" && cp models/demo/config.json models/demo/model.safetensors models/demo/tokenizer.json models/demo/tokenizer_config.json "$TMP/dq/"
+  node -e 'const fs=require("fs");fs.writeFileSync(process.argv[2],JSON.parse(fs.readFileSync(process.argv[1],"utf8")).chat_template)' \
+    .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/dq/chat_template.jinja"
+  start_server D --model "$TMP/dq" --name dq || exit 1
+  PD=$PID
+  TOOLS='[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},{"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{}}}}]'
+  chat() { req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":6,\"temperature\":0$1}"; }
+  chat ""; plain=$(js "o.usage.prompt_tokens")
+  chat ",\"tools\":$TOOLS"; auto=$(js "o.usage.prompt_tokens")
+  chat ",\"tools\":$TOOLS,\"tool_choice\":\"none\""; expect "tool_choice none: the tools are left out of the prompt" 200 "o.usage.prompt_tokens === $plain && $auto > $plain && !o.choices[0].message.tool_calls"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":\"auto\""; expect "tool_choice auto: the same prompt as no choice" 200 "o.usage.prompt_tokens === $auto"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":\"required\""; req_n=$(js "o.usage.prompt_tokens")
+  expect "tool_choice required: the reply starts inside a call" 200 "o.usage.prompt_tokens > $auto && (o.choices[0].finish_reason === 'tool_calls' ? o.choices[0].message.tool_calls.length > 0 : o.choices[0].message.content.startsWith('<tool_call>\\n{\"name\": \"'))"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"
+  expect "tool_choice naming a function: the reply starts with its call" 200 "o.usage.prompt_tokens > $req_n && (o.choices[0].finish_reason === 'tool_calls' ? o.choices[0].message.tool_calls[0].function.name === 'get_weather' : o.choices[0].message.content.startsWith('<tool_call>\\n{\"name\": \"get_weather\", \"arguments\": '))"
+  curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/chat/completions" \
+    -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":6,\"temperature\":0,\"stream\":true,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}}" >"$TMP/sse"
+  if grep -q '"finish_reason":"\(tool_calls\|length\|stop\)"' "$TMP/sse" && grep -q '^data: \[DONE\]' "$TMP/sse" && (grep -q '"name":"now"' "$TMP/sse" || grep -q 'tool_call>' "$TMP/sse"); then
+    pass "tool_choice naming a function, streamed"; else fail "tool_choice naming a function, streamed" "$(head -c 400 "$TMP/sse")"; fi
+  chat ",\"tool_choice\":\"required\""; expect "tool_choice required without tools is 400" 400 "$(oai_err "'tool_choice'")"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}"
+  expect "tool_choice naming an unknown function is 400" 400 "$(oai_err "'tool_choice'") && o.error.message.includes('nope')"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":\"always\""; expect "tool_choice with a bad value is 400" 400 "$(oai_err "'tool_choice'")"
+  chat ",\"tools\":$TOOLS,\"tool_choice\":7"; expect "tool_choice of a wrong type is 400" 400 "$(oai_err "'tool_choice'")"
+  stop_server D "$PD"
+else
+  fail "tool_choice (server D)" ".cache/tokenizers/qwen3 is missing: run scripts/fetch-tokenizers.sh"
+fi

@@ -1,6 +1,7 @@
 /* test_outparse.c — reasoning and tool-call parsing of replies (src/server/outparse.h):
  * <think> splitting on final and growing text, and tool calls in the Hermes/Qwen, DeepSeek
- * V3 and DeepSeek V3.1 formats, plus texts that must not parse. */
+ * V3 and DeepSeek V3.1 formats, plus texts that must not parse; how a template frames a call
+ * (op_call_frame). */
 #include "../unit/check.h"
 #include "server/outparse.h"
 #include <stdlib.h>
@@ -72,8 +73,43 @@ static void test_tool_calls(void) {
     CHECK(op_tool_parse("plain", 0, 5, "b") == NULL, "plain text has no calls");
 }
 
+/* op_call_frame on renderings of an assistant turn calling fn(args) as the families'
+ * templates write them (a Qwen-style system prompt that shows the format and lists the
+ * tools first; DeepSeek V3 with calls-begin ahead of call-begin; V3.1), and texts without a
+ * readable call. */
+static void frame_case(const char *text, const char *want_open, const char *want_mid) {
+    char *o = NULL, *m = NULL;
+    int rc = op_call_frame(text, strlen(text), "probe_fn", "{\"a\": 0}", &o, &m);
+    if (!want_open) {
+        CHECK(rc == -1 && !o && !m, "a frame read off '%.60s'", text);
+    } else {
+        CHECK(rc == 0 && o && m && !strcmp(o, want_open) && !strcmp(m, want_mid), "frame '%s' / '%s' (want '%s' / '%s')",
+              o ? o : "(none)", m ? m : "(none)", want_open, want_mid);
+    }
+    free(o);
+    free(m);
+}
+
+static void test_call_frame(void) {
+    frame_case("<|im_start|>system\n<tools>\n{\"name\": \"probe_fn\"}\n</tools>\nReturn calls within <tool_call></tool_call> "
+               "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+               "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n"
+               "{\"name\": \"probe_fn\", \"arguments\": {\"a\": 0}}\n</tool_call><|im_end|>\n",
+               "<tool_call>\n{\"name\": \"", "\", \"arguments\": ");
+    frame_case("<｜User｜>x<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>probe_fn\n```json\n"
+               "{\"a\": 0}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n");
+    frame_case("<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>probe_fn<｜tool▁sep｜>{\"a\": 0}"
+               "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜tool▁sep｜>");
+    frame_case("<|assistant|>\nI would call probe_fn with {\"a\": 0}.<|end|>", NULL, NULL);   /* no call markers */
+    frame_case("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call> probe_fn {\"a\": 0}", NULL, NULL);
+    frame_case("<tool_call>\n{\"name\": \"probe_fn\", \"arguments\": {\"b\": 1}}\n</tool_call>", NULL, NULL);
+}
+
 int main(void) {
     TEST_RUN(test_think_split);
     TEST_RUN(test_tool_calls);
+    TEST_RUN(test_call_frame);
     TEST_EXIT();
 }
