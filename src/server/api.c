@@ -396,6 +396,140 @@ fail:
     return NULL;
 }
 
+/* An Anthropic Messages request in the OpenAI chat form the templates take: system as the
+ * first message; assistant tool_use blocks as tool_calls (arguments as JSON text); user
+ * tool_result blocks as "tool" messages ahead of the user's own text; thinking blocks left
+ * out; tools {name, description, input_schema} as functions; tool_choice auto / any / tool /
+ * none as auto / required / a named function / none. A new object, or NULL with e filled. */
+static json_t *anthropic_as_chat(const json_t *req, srv_err *e) {
+    const json_t *ms = json_object_get(req, "messages");
+    if (!ms) { srv_fail(e, 400, "messages", "'messages' is required"); return NULL; }
+    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", type_name(ms)); return NULL; }
+    if (!json_array_size(ms)) { srv_fail(e, 400, "messages", "'messages' must not be empty"); return NULL; }
+    json_t *out = json_deep_copy(req), *msgs = json_array();
+    json_object_del(out, "system");
+    json_object_set_new(out, "messages", msgs);
+    const json_t *sys = json_object_get(req, "system");
+    if (sys && !json_is_null(sys)) {
+        char *t;
+        if (content_text(sys, "system", &t, e)) goto fail;
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", t));
+        free(t);
+    }
+    size_t i;
+    const json_t *m;
+    json_array_foreach(ms, i, m) {
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        const char *r = json_is_object(m) ? cj_get_str(m, "role") : NULL;
+        if (!r || (strcmp(r, "user") && strcmp(r, "assistant"))) {
+            srv_fail(e, 400, where, "'%s' must be an object with role 'user' or 'assistant'", where);
+            goto fail;
+        }
+        int asst = !strcmp(r, "assistant");
+        const json_t *c = json_object_get(m, "content");
+        if (!json_is_array(c)) {                       /* a string (or invalid: content_text says) */
+            char cw[80], *t;
+            snprintf(cw, sizeof cw, "%s.content", where);
+            if (content_text(c, cw, &t, e)) goto fail;
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", r, "content", t));
+            free(t);
+            continue;
+        }
+        json_t *text = json_array(), *calls = json_array();
+        size_t k;
+        const json_t *b;
+        json_array_foreach(c, k, b) {
+            char bw[96];
+            snprintf(bw, sizeof bw, "%s.content[%zu]", where, k);
+            const char *ty = json_is_object(b) ? cj_get_str(b, "type") : NULL;
+            if (!ty) { srv_fail(e, 400, bw, "'%s' must be an object with a 'type'", bw); goto fail_b; }
+            if (!strcmp(ty, "text")) {
+                json_array_append(text, (json_t *)b);
+            } else if (asst && (!strcmp(ty, "thinking") || !strcmp(ty, "redacted_thinking"))) {
+                continue;
+            } else if (asst && !strcmp(ty, "tool_use")) {
+                const char *id = cj_get_str(b, "id"), *name = cj_get_str(b, "name");
+                const json_t *in = json_object_get(b, "input");
+                if (!id || !name || (in && !json_is_object(in))) {
+                    srv_fail(e, 400, bw, "'%s' (tool_use) needs a string 'id' and 'name' and an object 'input'", bw);
+                    goto fail_b;
+                }
+                char *args = in ? json_dumps(in, JSON_COMPACT) : strdup("{}");
+                if (!args) { srv_fail(e, 500, NULL, "out of memory"); goto fail_b; }
+                json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
+                                                       "name", name, "arguments", args));
+                free(args);
+            } else if (!asst && !strcmp(ty, "tool_result")) {
+                const char *id = cj_get_str(b, "tool_use_id");
+                char cw[112], *t;
+                snprintf(cw, sizeof cw, "%s.content", bw);
+                if (!id) { srv_fail(e, 400, bw, "'%s' (tool_result) needs a string 'tool_use_id'", bw); goto fail_b; }
+                if (content_text(json_object_get(b, "content"), cw, &t, e)) goto fail_b;
+                json_array_append_new(msgs, json_pack("{s:s,s:s,s:s}", "role", "tool", "tool_call_id", id, "content", t));
+                free(t);
+            } else {
+                srv_fail(e, 400, bw, "'%s': content type '%s' is not supported in a%s message", bw, ty, asst ? "n assistant" : " user");
+                goto fail_b;
+            }
+        }
+        char cw[80], *t = NULL;
+        snprintf(cw, sizeof cw, "%s.content", where);
+        if (content_text(text, cw, &t, e)) goto fail_b;
+        if (json_array_size(calls)) {
+            json_array_append_new(msgs, json_pack("{s:s,s:s,s:O}", "role", r, "content", t, "tool_calls", calls));
+        } else if (asst || json_array_size(text) || !k) {
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", r, "content", t));
+        }
+        free(t);
+        json_decref(text);
+        json_decref(calls);
+        continue;
+    fail_b:
+        json_decref(text);
+        json_decref(calls);
+        goto fail;
+    }
+    const json_t *tools = json_object_get(req, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) { srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); goto fail; }
+        json_t *ot = json_array();
+        const json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *name = json_is_object(t) ? cj_get_str(t, "name") : NULL;
+            const json_t *schema = json_object_get(t, "input_schema"), *desc = json_object_get(t, "description");
+            if (!name || !json_is_object(schema) || (desc && !json_is_string(desc))) {
+                json_decref(ot);
+                srv_fail(e, 400, "tools", "'tools[%zu]' needs a string 'name' and an object 'input_schema'", i);
+                goto fail;
+            }
+            json_t *f = json_pack("{s:s}", "name", name);          /* OpenAI's key order, as templates print it */
+            if (desc) json_object_set(f, "description", (json_t *)desc);
+            json_object_set(f, "parameters", (json_t *)schema);
+            json_array_append_new(ot, json_pack("{s:s,s:o}", "type", "function", "function", f));
+        }
+        json_object_set_new(out, "tools", ot);
+    }
+    const json_t *tc = json_object_get(req, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        const char *ty = json_is_object(tc) ? cj_get_str(tc, "type") : NULL, *name = json_is_object(tc) ? cj_get_str(tc, "name") : NULL;
+        json_t *oc = NULL;
+        if (ty && !strcmp(ty, "auto")) oc = json_string("auto");
+        else if (ty && !strcmp(ty, "any")) oc = json_string("required");
+        else if (ty && !strcmp(ty, "none")) oc = json_string("none");
+        else if (ty && !strcmp(ty, "tool") && name) oc = json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", name);
+        if (!oc) {
+            srv_fail(e, 400, "tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
+            goto fail;
+        }
+        json_object_set_new(out, "tool_choice", oc);
+    }
+    return out;
+fail:
+    json_decref(out);
+    return NULL;
+}
+
 int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char *forced, int **ids, int *n,
                     int *opens_think, srv_err *e) {
     *ids = NULL;
@@ -575,7 +709,7 @@ static void job_pump(job *j, int wait_ms) {
 }
 
 static const char *finish_reason(const job *j) {
-    if (j->tool_calls) return "tool_calls";
+    if (j->tool_calls) return j->kind == K_MESSAGES ? "tool_use" : "tool_calls";
     if (j->stop_hit || j->fin == ENG_FIN_EOS) return j->kind == K_MESSAGES ? (j->stop_hit ? "stop_sequence" : "end_turn") : "stop";
     if (j->fin == ENG_FIN_LENGTH) return j->kind == K_MESSAGES ? "max_tokens" : "length";
     return j->kind == K_MESSAGES ? "end_turn" : "stop";
@@ -746,6 +880,25 @@ static void chat_progress(job *j) {
     }
 }
 
+/* Anthropic: where the reply's text ends before a tool-call block, and the calls as
+ * tool_use content blocks (NULL when the request has no tools or no block parses). */
+static json_t *anthropic_tool_uses(job *j, size_t *text_end) {
+    *text_end = j->len;
+    if (!j->tools) return NULL;
+    json_t *uses = op_tool_uses(j->text ? j->text : "", j->len, j->id, text_end);
+    if (uses) j->tool_calls = 1;
+    return uses;
+}
+
+/* Anthropic streaming: how much text may go out now (not a tool-call block that may be
+ * forming, when the request has tools). */
+static size_t anthropic_text_end(const job *j, size_t end) {
+    if (!j->tools) return end;
+    size_t hold, m = op_tool_start(j->text ? j->text : "", 0, j->len, &hold);
+    if (m < end) return m;
+    return j->len - hold < end ? j->len - hold : end;
+}
+
 static void emit_start(job *j) {
     if (j->kind == K_MESSAGES) {
         sse(j, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i,s:i}}}", "type", "message_start",
@@ -771,8 +924,24 @@ static void emit_end(job *j) {
         return;
     }
     if (j->kind == K_MESSAGES) {
-        if (end > j->sent) emit_delta(j, j->sent, end, NULL);
+        size_t te;
+        json_t *uses = anthropic_tool_uses(j, &te);
+        if (te > j->sent) emit_delta(j, j->sent, te, NULL);
         sse(j, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+        size_t i;
+        json_t *u;
+        json_array_foreach(uses, i, u) {
+            json_t *in = json_object_get(u, "input");
+            char *args = json_dumps(in, JSON_COMPACT);
+            json_object_set_new(u, "input", json_object());
+            sse(j, "content_block_start", json_pack("{s:s,s:i,s:O}", "type", "content_block_start", "index", (int)i + 1,
+                                                    "content_block", u));
+            sse(j, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", (int)i + 1,
+                                                    "delta", "type", "input_json_delta", "partial_json", args ? args : "{}"));
+            sse(j, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", (int)i + 1));
+            free(args);
+        }
+        json_decref(uses);
         sse(j, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta", "stop_reason",
                                           finish_reason(j), "stop_sequence",
                                           j->stop_hit ? json_string(j->stop_str) : json_null(), "usage", "output_tokens",
@@ -817,6 +986,7 @@ static int stream_fill(job *j) {
             continue;
         }
         size_t end = safe_end(j);
+        if (j->kind == K_MESSAGES) end = anthropic_text_end(j, end);
         if (end > j->sent || (j->lp && json_array_size(j->lp))) {
             emit_delta(j, j->sent, end, NULL);
             j->sent = end;
@@ -929,8 +1099,15 @@ static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_par
                          "created", (json_int_t)j->created, "model", s->model_id, "choices", "text", text, "index", 0,
                          "logprobs", lp, "finish_reason", finish_reason(j), "usage", usage_json(j));
     } else {
-        body = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:o}", "id", j->id, "type", "message", "role", "assistant",
-                         "model", s->model_id, "content", "type", "text", "text", text, "stop_reason", finish_reason(j),
+        size_t te;
+        json_t *uses = anthropic_tool_uses(j, &te), *blocks = json_array();
+        json_decref(text);
+        if (te > 0 || !uses)
+            json_array_append_new(blocks, json_pack("{s:s,s:s%}", "type", "text", "text", j->text ? j->text : "", te));
+        if (uses) json_array_extend(blocks, uses);
+        json_decref(uses);
+        body = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", j->id, "type", "message", "role", "assistant",
+                         "model", s->model_id, "content", blocks, "stop_reason", finish_reason(j),
                          "stop_sequence", j->stop_hit ? json_string(j->stop_str) : json_null(), "usage", usage_json(j));
     }
     job_free(j);
@@ -1019,13 +1196,26 @@ enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
     int *ids = NULL, n = 0;
     job *j = job_new(s, K_MESSAGES, c);
     if (!j) return MHD_NO;
+    json_t *conv = NULL;
+    char *forced = NULL;
+    int no_tools = 0;
     if (check_model(s, req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 1, &e) ||
-        read_stop(j, req, "stop_sequences", &e))
-        goto fail;
-    if (api_chat_prompt(s, req, API_ANTHROPIC, 0, NULL, &ids, &n, NULL, &e)) goto fail;
+        read_stop(j, req, "stop_sequences", &e) || !(conv = anthropic_as_chat(req, &e)) ||
+        read_tool_choice(s, conv, &no_tools, &forced, &e))
+        goto fail_conv;
+    const json_t *tools = json_object_get(conv, "tools");
+    j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
+    int prc = api_chat_prompt(s, conv, API_OPENAI, no_tools, forced, &ids, &n, NULL, &e);
+    if (!prc && forced && buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced))) prc = srv_fail(&e, 500, NULL, "out of memory");
+    json_decref(conv);
+    free(forced);
+    if (prc) goto fail;
     j->n_prompt = n;
     if (read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, &p, &e)) goto fail;
     return run_job(s, c, j, &p, ids, API_ANTHROPIC);
+fail_conv:
+    json_decref(conv);
+    free(forced);
 fail:
     free(ids);
     job_free(j);

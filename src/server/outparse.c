@@ -172,6 +172,28 @@ fail:
     return NULL;
 }
 
+json_t *op_tool_uses(const char *text, size_t len, const char *id_prefix, size_t *text_end) {
+    *text_end = len;
+    size_t m = op_tool_start(text, 0, len, NULL);
+    json_t *calls = m < len ? op_tool_parse(text, m, len, id_prefix) : NULL;
+    if (!calls) return NULL;
+    while (m > 0 && is_ws(text[m - 1])) m--;
+    *text_end = m;
+    json_t *uses = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        const json_t *f = json_object_get(c, "function");
+        const char *args = json_string_value(json_object_get(f, "arguments"));
+        json_t *in = args ? json_loads(args, 0, NULL) : NULL;
+        if (!json_is_object(in)) { json_decref(in); in = json_object(); }
+        json_array_append_new(uses, json_pack("{s:s,s:O,s:O,s:o}", "type", "tool_use", "id", json_object_get(c, "id"), "name",
+                                              json_object_get(f, "name"), "input", in));
+    }
+    json_decref(calls);
+    return uses;
+}
+
 int op_call_frame(const char *text, size_t len, const char *name, const char *args, char **open, char **mid) {
     static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN };
     *open = *mid = NULL;

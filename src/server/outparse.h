@@ -36,6 +36,11 @@ size_t op_tool_start(const char *text, size_t from, size_t len, size_t *hold);
 /* Parses text[start, len) (from a marker on). Returns a JSON array of tool calls with ids
  * made from id_prefix, or NULL when the block does not parse. */
 json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id_prefix);
+/* The same for an Anthropic reply: the calls of text[0, len) as tool_use content blocks
+ * [{type: "tool_use", id, name, input: {...}}] (arguments that are not a JSON object give
+ * {}), and *text_end = where the text before the block ends (trailing blanks cut); NULL
+ * (and *text_end = len) when no block parses. */
+json_t *op_tool_uses(const char *text, size_t len, const char *id_prefix, size_t *text_end);
 
 /* How a chat template frames one tool call, read off its rendering of an assistant turn
  * that calls `name` with arguments text `args`: *open gets the bytes from the call marker

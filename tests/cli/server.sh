@@ -14,7 +14,8 @@
 # dialects), another address is served meanwhile, and the first is served again once its
 # generation ends; a client that stalls mid-body is dropped after --timeout while others are
 # served. Server D (the demo weights with Qwen3's chat template): tool_choice none / auto /
-# required / a named function (the reply starts with the template's call opening). The servers are stopped with SIGTERM
+# required / a named function (the reply starts with the template's call opening), and the
+# Anthropic tools form (tool_use / tool_result history, tool_choice, errors). The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
 # a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
 # whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
@@ -270,6 +271,30 @@ if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
   expect "tool_choice naming an unknown function is 400" 400 "$(oai_err "'tool_choice'") && o.error.message.includes('nope')"
   chat ",\"tools\":$TOOLS,\"tool_choice\":\"always\""; expect "tool_choice with a bad value is 400" 400 "$(oai_err "'tool_choice'")"
   chat ",\"tools\":$TOOLS,\"tool_choice\":7"; expect "tool_choice of a wrong type is 400" 400 "$(oai_err "'tool_choice'")"
+  # Anthropic tools: a tool_use / tool_result history renders the same prompt as its OpenAI form
+  ATOOLS='[{"name":"get_weather","description":"Weather of a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"now","input_schema":{"type":"object","properties":{}}}]'
+  AHIST='[{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":[{"type":"text","text":"Let me check."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"21 C"},{"type":"text","text":"And tomorrow?"}]}]'
+  OHIST='[{"role":"system","content":"Be brief."},{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":"Let me check.","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"toolu_1","content":"21 C"},{"role":"user","content":"And tomorrow?"}]'
+  req POST /v1/chat/completions "{\"messages\":$OHIST,\"tools\":$TOOLS,\"max_tokens\":1,\"temperature\":0}"; oai_n=$(js "o.usage.prompt_tokens")
+  req POST /v1/messages "{\"model\":\"dq\",\"system\":\"Be brief.\",\"messages\":$AHIST,\"tools\":$ATOOLS,\"max_tokens\":4,\"temperature\":0}"
+  expect "anthropic tool_use / tool_result history renders as its OpenAI form" 200 "o.usage.input_tokens === $oai_n && o.content.length >= 1"
+  req POST /v1/messages "{\"model\":\"dq\",\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$ATOOLS,\"tool_choice\":{\"type\":\"tool\",\"name\":\"get_weather\"},\"max_tokens\":6,\"temperature\":0}"
+  expect "anthropic tool_choice tool: the reply starts with its call" 200 "o.stop_reason === 'tool_use' ? o.content.some(b => b.type === 'tool_use' && b.name === 'get_weather' && typeof b.input === 'object') : o.content[0].type === 'text' && o.content[0].text.startsWith('<tool_call>\\n{\"name\": \"get_weather\", \"arguments\": ')"
+  curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/messages" \
+    -d "{\"model\":\"dq\",\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$ATOOLS,\"tool_choice\":{\"type\":\"any\"},\"max_tokens\":6,\"temperature\":0,\"stream\":true}" >"$TMP/sse"
+  if grep -q '^event: message_start' "$TMP/sse" && grep -q '^event: message_stop' "$TMP/sse" && grep -q '"stop_reason":"\(tool_use\|max_tokens\|end_turn\)"' "$TMP/sse"; then
+    pass "anthropic tool_choice any, streamed"; else fail "anthropic tool_choice any, streamed" "$(head -c 400 "$TMP/sse")"; fi
+  areq() { req POST /v1/messages "{\"model\":\"dq\",\"max_tokens\":4,$1}"; }
+  areq "\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"x\",\"content\":\"y\"}]}]"
+  expect "anthropic tool_result in an assistant message is 400" 400 "o.type === 'error' && o.error.message.includes('tool_result')"
+  areq "\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"name\":\"now\",\"input\":{}}]}]"
+  expect "anthropic tool_use without an id is 400" 400 "o.type === 'error' && o.error.message.includes('tool_use')"
+  areq "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"now\"}]"
+  expect "anthropic tool without input_schema is 400" 400 "o.type === 'error' && o.error.message.includes('input_schema')"
+  areq "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$ATOOLS,\"tool_choice\":{\"type\":\"sometimes\"}"
+  expect "anthropic bad tool_choice is 400" 400 "o.type === 'error' && o.error.message.includes('tool_choice')"
+  areq "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]"
+  expect "anthropic image block is 400" 400 "o.type === 'error' && o.error.message.includes('image')"
   stop_server D "$PD"
 else
   fail "tool_choice (server D)" ".cache/tokenizers/qwen3 is missing: run scripts/fetch-tokenizers.sh"

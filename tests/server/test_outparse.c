@@ -107,9 +107,35 @@ static void test_call_frame(void) {
     frame_case("<tool_call>\n{\"name\": \"probe_fn\", \"arguments\": {\"b\": 1}}\n</tool_call>", NULL, NULL);
 }
 
+/* The Anthropic form of parsed calls: tool_use blocks with object inputs, the text before. */
+static void test_tool_uses(void) {
+    const char *h = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                    "<tool_call>\n{\"name\": \"now\", \"arguments\": \"not json\"}\n</tool_call>";
+    size_t te;
+    json_t *u = op_tool_uses(h, strlen(h), "msg_1", &te);
+    CHECK(u && json_array_size(u) == 2, "two tool_use blocks");
+    CHECK(te == strlen("Checking."), "text ends at %zu", te);
+    if (u && json_array_size(u) == 2) {
+        json_t *a = json_array_get(u, 0), *b = json_array_get(u, 1);
+        CHECK(!strcmp(json_string_value(json_object_get(a, "type")), "tool_use") &&
+                  !strcmp(json_string_value(json_object_get(a, "name")), "get_weather") &&
+                  !strcmp(json_string_value(json_object_get(json_object_get(a, "input"), "city")), "Paris") &&
+                  json_is_string(json_object_get(a, "id")),
+              "first block");
+        CHECK(!strcmp(json_string_value(json_object_get(b, "name")), "now") && json_is_object(json_object_get(b, "input")) &&
+                  json_object_size(json_object_get(b, "input")) == 0,
+              "arguments that are not an object give {}");
+        CHECK(strcmp(json_string_value(json_object_get(a, "id")), json_string_value(json_object_get(b, "id"))), "distinct ids");
+    }
+    json_decref(u);
+    const char *p = "No calls here.";
+    CHECK(op_tool_uses(p, strlen(p), "msg_1", &te) == NULL && te == strlen(p), "plain text: no blocks");
+}
+
 int main(void) {
     TEST_RUN(test_think_split);
     TEST_RUN(test_tool_calls);
     TEST_RUN(test_call_frame);
+    TEST_RUN(test_tool_uses);
     TEST_EXIT();
 }
