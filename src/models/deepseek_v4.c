@@ -841,7 +841,10 @@ static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, flo
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int i = 0; i < n; i++)
         if (v4_begin(d, ss[i], err, errlen)) return -1;
-    v4_cache *c = ss[0]->impl, *cs[UBATCH];
+    ci_session *big = ss[0];   /* scratch sized for the longest session's entries */
+    for (int i = 1; i < n; i++)
+        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
+    v4_cache *c = big->impl, *cs[UBATCH];
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
         for (int i = 0; i < k; i++) {

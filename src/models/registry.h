@@ -31,7 +31,8 @@ typedef struct ci_family_ops {
      * tokens[i] runs at position ss[i]->pos of ss[i], which advances by one. logits: [n, vocab].
      * The matmuls run over the n rows together (weights read once per step); attention and
      * the cache stay per sequence. Each row's result is the one forward(ss[i], &tokens[i], 1)
-     * would give whenever the backend's matmul is row-independent. Scratch is ss[0]'s. */
+     * would give whenever the backend's matmul is row-independent. Scratch is one session's,
+     * one whose scratch fits every row (sessions may differ in max_ctx). */
     int (*forward_batch)(struct ci_session *const *ss, const int *tokens, int n, float *logits,
                          char *err, size_t errlen);
     /* For caches whose rows at position p depend only on tokens 0..p (KV, MLA latent):
