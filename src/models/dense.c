@@ -128,6 +128,20 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     const char *act = cj_get_str(c->text, "hidden_act");
     if (act && strcmp(act, "silu"))
         return ci_err(err, errlen, "%s: %s: hidden_act '%s' is not supported (silu)", c->path, fam, act);
+    /* Qwen3 / Qwen3-MoE slide on layers from max_window_layers on, or those layer_types names */
+    int swa = 0;
+    if (cfg_bool(c, "use_sliding_window", &swa, err, errlen)) return -1;
+    const json_t *win = json_object_get(c->text, "sliding_window"), *lt = json_object_get(c->text, "layer_types");
+    if (swa && win && !json_is_null(win)) {
+        long long from = 28;
+        if (cfg_int(c, "max_window_layers", 0, 0, 1 << 16, &from, err, errlen)) return -1;
+        for (int l = 0; l < d->n_layers; l++) {
+            const char *t = json_is_array(lt) ? json_string_value(json_array_get(lt, (size_t)l)) : NULL;
+            if (json_is_array(lt) ? t && !strcmp(t, "sliding_attention") : l >= from)
+                return ci_err(err, errlen, "%s: %s: use_sliding_window=true (sliding attention on layer %d) is not implemented yet",
+                              c->path, fam, l);
+        }
+    }
     if (rope_init(&d->rope, &c->rope, d->hd, fam, err, errlen)) return -1;
     d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
     if (!d->layers) return ci_err(err, errlen, "%s: out of memory", fam);
