@@ -4,7 +4,8 @@
  * expert count, head dims and widths that are not multiples of the SIMD width), each run in
  * sessions of 1, 2, 7, 40 and 300 tokens:
  *   - the whole prompt in one call (300 rows span two micro-batches) equals one token at a
- *     time and an uneven split into calls (max|diff| < 1e-4, f32 weights); logits finite;
+ *     time and an uneven split into calls (max|diff| < 1e-4, f32 weights), and its last row
+ *     the same call asked for the last logits only (bit for bit); logits finite;
  *     again with the AVX2 kernels on 3 threads where the CPU has AVX2;
  *   - a token past max_ctx, and a prompt of max_ctx + 1, are refused naming the family;
  *   - where the family has them: one forward_batch step of sessions at position 0, mid-way
@@ -327,6 +328,11 @@ static void check_prefill(const char *name, ci_model *m, int T, const char *fam,
     else {
         ci_session_reset(s);
         int ok = 1;
+        /* the last row only (the head on one row) */
+        if (ci_forward(s, toks, T, c, 0, err, sizeof err)) { SFAIL("%s ctx %d: prefill, last logits: %s", name, T, err); ok = 0; }
+        else if (memcmp(c, a + (size_t)(T - 1) * V, (size_t)V * sizeof *c))
+            SFAIL("%s ctx %d: the last row's logits alone differ: max|diff| %g", name, T, max_diff(c, a + (size_t)(T - 1) * V, (size_t)V));
+        ci_session_reset(s);
         for (int t = 0; t < T && ok; t++)
             if (ci_forward(s, &toks[t], 1, b + (size_t)t * V, 1, err, sizeof err)) {
                 SFAIL("%s ctx %d: step %d: %s", name, T, t, err);
