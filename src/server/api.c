@@ -262,6 +262,21 @@ static int read_tool_choice(srv *s, const json_t *req, int *no_tools, char **for
     return 0;
 }
 
+/* OpenAI response_format: {"type": "text"} or absent, or {"type": "json_object"} (JSON
+ * mode, *json = 1); json_schema is refused rather than ignored. */
+static int read_response_format(const json_t *req, int *json, srv_err *e) {
+    *json = 0;
+    const json_t *rf = json_object_get(req, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    const char *ty = json_is_object(rf) ? cj_get_str(rf, "type") : NULL;
+    if (!ty) return srv_fail(e, 400, "response_format", "'response_format' must be an object with a 'type'");
+    if (!strcmp(ty, "text")) return 0;
+    if (!strcmp(ty, "json_object")) { *json = 1; return 0; }
+    if (!strcmp(ty, "json_schema"))
+        return srv_fail(e, 400, "response_format", "'response_format' json_schema is not supported; json_object (any JSON object) is");
+    return srv_fail(e, 400, "response_format", "'response_format' type must be text or json_object, got '%.40s'", ty);
+}
+
 /* OpenAI logit_bias: {"token id": bias in [-100, 100], ...} into p (arrays owned by j). */
 static int read_logit_bias(srv *s, job *j, const json_t *req, eng_params *p, srv_err *e) {
     const json_t *lb = json_object_get(req, "logit_bias");
@@ -1148,7 +1163,20 @@ enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
     const json_t *tools = json_object_get(req, "tools");
     int no_tools = 0;
     char *forced = NULL;
-    if (read_tool_choice(s, req, &no_tools, &forced, &e)) goto fail;
+    if (read_tool_choice(s, req, &no_tools, &forced, &e) || read_response_format(req, &p.json_mode, &e)) {
+        free(forced);
+        goto fail;
+    }
+    if (p.json_mode && forced) {
+        free(forced);
+        srv_fail(&e, 400, "response_format", "'response_format' json_object cannot be combined with a tool_choice that requires a call");
+        goto fail;
+    }
+    if (p.json_mode) {                            /* JSON from the first token: no tool calls, no open <think> */
+        no_tools = 1;
+        forced = strdup("");
+        if (!forced) { srv_fail(&e, 500, NULL, "out of memory"); goto fail; }
+    }
     j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
     int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, &ids, &n, &j->think_open, &e);
     if (!prc && forced) {                         /* the reply starts with the forced text */

@@ -12,6 +12,7 @@
  * has a sampled token still to feed. New requests therefore join between decode steps, and
  * a long prompt delays the others by at most one chunk per step. */
 #include "engine.h"
+#include "jsonfsm.h"
 #include "prefix.h"
 #include "../cache/cache.h"
 #include "../core/status.h"
@@ -61,6 +62,7 @@ typedef struct {
     int finished;              /* the scheduler's view: r is done, publish and release */
     smp_state smp;
     int *counts;               /* [vocab] occurrences of each id among generated tokens */
+    jf_state js;               /* JSON mode: the reply so far */
     uint64_t used;
 } slot;
 
@@ -162,6 +164,7 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     sl->used = ++e->clock;
     memcpy(sl->toks, r->prompt, (size_t)reuse * sizeof(int));
     memset(sl->counts, 0, (size_t)e->V * sizeof(int));
+    jf_init(&sl->js, 1);
     smp_free(&sl->smp);
     r->cached = reuse;
     r->state = Q_ACTIVE;
@@ -208,8 +211,36 @@ static int admit(eng *e, eng_req *r) {
 
 /* ---- sampling ------------------------------------------------------------------------- */
 
+static int is_eos(const eng *e, int id) {
+    for (int i = 0; i < e->m->cfg.n_eos; i++) if (id == e->m->cfg.eos_ids[i]) return 1;
+    return 0;
+}
+
+#define JSON_STUCK "JSON mode: no token of this vocabulary continues the reply as JSON"
+
+/* JSON mode: every token whose text would leave the reply no JSON prefix is masked; once
+ * the object is whole, all but EOS. -1 when nothing is left to choose. */
+static int json_mask(eng *e, slot *sl, float *lg) {
+    const int V = e->V, whole = jf_complete(&sl->js);
+    int left = 0;
+    for (int i = 0; i < V; i++) {
+        if (lg[i] == -INFINITY) continue;
+        uint32_t a = e->o.tok_off[i], b = e->o.tok_off[i + 1];
+        int ok;
+        if (is_eos(e, i)) ok = whole;
+        else if (whole || a == b) ok = 0;
+        else {
+            jf_state t = sl->js;
+            ok = jf_feed(&t, e->o.tok_bytes + a, b - a) == 0;
+        }
+        if (ok) left++;
+        else lg[i] = -INFINITY;
+    }
+    return left ? 0 : -1;
+}
+
 /* The next token of slot sl from its logits row lg (modified). Fills logprobs of r at
- * index r->n_out when asked. */
+ * index r->n_out when asked. -1 when JSON mode leaves no token. */
 static int sample(eng *e, slot *sl, float *lg) {
     eng_req *r = sl->r;
     const int V = e->V;
@@ -231,7 +262,9 @@ static int sample(eng *e, slot *sl, float *lg) {
             lg[id] -= r->p.presence_penalty + r->p.frequency_penalty * (float)sl->counts[id];
         }
     }
+    if (r->p.json_mode && json_mask(e, sl, lg)) return -1;
     int tok = smp_sample(&sl->smp, lg, sl->toks, sl->n_toks);
+    if (r->p.json_mode && !is_eos(e, tok)) jf_feed(&sl->js, e->o.tok_bytes + e->o.tok_off[tok], e->o.tok_off[tok + 1] - e->o.tok_off[tok]);
     if (r->p.top_logprobs >= 0) {
         int k = r->n_out, nt = r->n_top;
         r->lps[k] = e->lsm[tok];
@@ -335,7 +368,8 @@ static void step(eng *e) {
         if (sl->fed == r->p.n_prompt) {
             int tok = sample(e, sl, lg);
             pthread_mutex_lock(&e->mu);
-            publish(e, sl, tok);
+            if (tok < 0) slot_fail(e, sl, JSON_STUCK);
+            else publish(e, sl, tok);
             pthread_mutex_unlock(&e->mu);
         }
     }
@@ -375,7 +409,10 @@ static void step(eng *e) {
     e->st.decode_tokens += nb;
     e->st.decode_steps++;
     e->st.decode_seconds += dt;
-    for (int b = 0; b < nb; b++) publish(e, &e->slots[e->bslot[b]], toks[b]);
+    for (int b = 0; b < nb; b++) {
+        if (toks[b] < 0) slot_fail(e, &e->slots[e->bslot[b]], JSON_STUCK);
+        else publish(e, &e->slots[e->bslot[b]], toks[b]);
+    }
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -522,6 +559,7 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
             return ci_err(err, errlen, "logit_bias entry %d (token %d, bias %g) is outside the vocabulary [0, %d) or not finite", i,
                           p->bias_id[i], (double)p->bias[i], e->V);
     if (smp_check(&p->so, err, errlen)) return -1;
+    if (p->json_mode && !e->o.tok_off) return ci_err(err, errlen, "JSON mode needs the tokenizer's token texts");
     eng_req *r = calloc(1, sizeof *r);
     if (!r) return ci_err(err, errlen, "out of memory");
     r->e = e;
@@ -639,4 +677,50 @@ void eng_get_stats(eng *e, eng_stats *s) {
     s->prefix_bytes = e->pfx ? pfx_bytes(e->pfx) : 0;
     s->prefix_entries = e->pfx ? pfx_count(e->pfx) : 0;
     pthread_mutex_unlock(&e->mu);
+}
+
+int eng_token_texts(tok_tokenizer *tk, int V, char **bytes, uint32_t **off) {
+    int *anchor = NULL, pair[2];
+    size_t na = 0, cap = (size_t)V * 8 + 64, len = 0, alen = 0;
+    char err[256], *a = NULL, *b = NULL;
+    uint32_t *o = NULL;
+    if (tok_encode(tk, "a", 1, 0, &anchor, &na, err, sizeof err) || na != 1 ||
+        tok_decode(tk, anchor, 1, 1, &a, &alen, err, sizeof err))
+        goto fail;
+    b = malloc(cap);
+    o = malloc(((size_t)V + 1) * sizeof *o);
+    if (!b || !o) goto fail;
+    pair[0] = anchor[0];
+    for (int i = 0; i < V; i++) {
+        o[i] = (uint32_t)len;
+        if (tok_is_special(tk, i)) continue;
+        char *t = NULL;
+        size_t tl = 0;
+        pair[1] = i;
+        if (tok_decode(tk, pair, 2, 1, &t, &tl, err, sizeof err)) continue;
+        if (tl >= alen && !memcmp(t, a, alen)) {
+            size_t n = tl - alen;
+            if (len + n > cap) {
+                while (len + n > cap) cap *= 2;
+                char *nb = cap <= UINT32_MAX ? realloc(b, cap) : NULL;
+                if (!nb) { free(t); goto fail; }
+                b = nb;
+            }
+            memcpy(b + len, t + alen, n);
+            len += n;
+        }
+        free(t);
+    }
+    o[V] = (uint32_t)len;
+    free(anchor);
+    free(a);
+    *bytes = b;
+    *off = o;
+    return 0;
+fail:
+    free(anchor);
+    free(a);
+    free(b);
+    free(o);
+    return -1;
 }

@@ -30,6 +30,7 @@
 #include "cinfer.h"
 #include <stddef.h>
 #include <stdint.h>
+#include "../text/tokenizer.h"
 
 #define ENG_MAX_TOP 20
 #define ENG_BUSY 1
@@ -42,6 +43,8 @@ typedef struct {
     int ctx;                   /* tokens per slot */
     int queue_max;             /* requests waiting for a slot; one more is refused (ENG_BUSY) */
     size_t prefix_cache_bytes; /* prefix store budget; 0 turns prefix reuse off (slots too) */
+    const char *tok_bytes;     /* JSON mode: token i's text is tok_bytes[tok_off[i], tok_off[i + 1]) */
+    const uint32_t *tok_off;   /* [V + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
 } eng_opts;
 
 typedef struct {
@@ -56,6 +59,7 @@ typedef struct {
     const int *bias_id;        /* OpenAI logit_bias: bias[i] added to the logit of bias_id[i]; copied at submit */
     const float *bias;
     int n_bias;
+    int json_mode;             /* the reply is a JSON object: only tokens that keep it one (jsonfsm.h), EOS once whole */
 } eng_params;
 
 typedef struct {
@@ -78,6 +82,11 @@ typedef struct {
 } eng_stats;
 
 int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen);
+/* The token texts of eng_opts for JSON mode: each of the first V ids as it reads after
+ * another token (decode "a" + id minus decode "a"); special tokens get none; a token with
+ * part of a UTF-8 character reads as U+FFFD, which JSON takes exactly where it takes that
+ * character. 0 with *bytes / *off malloc'd, or -1. */
+int eng_token_texts(tok_tokenizer *tk, int V, char **bytes, uint32_t **off);
 /* Stops the scheduler; requests still queued or running finish with ENG_FIN_ERROR, and
  * later submits are refused. Requests stay readable until eng_free. */
 void eng_stop(eng *e);

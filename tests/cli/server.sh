@@ -5,7 +5,7 @@
 # requests and a 16 x 4 streaming load round, each equal to its solo run), then raw HTTP with
 # curl for what a client library never sends: malformed JSON, wrong methods and routes,
 # oversize bodies, wrong field types, a prompt beyond the context, logit_bias (forcing,
-# banning, bad maps), Anthropic /v1/messages
+# banning, bad maps), JSON mode (response_format json_object; json_schema refused), Anthropic /v1/messages
 # (plain, streamed, its error shape), tokenize round trip, greedy text equal to
 # `cinfer generate --chat`, a client that disconnects mid-stream (its sequence is
 # cancelled), /metrics against what was sent. Server B (--parallel 1 --queue 0): a second
@@ -155,6 +155,21 @@ expect "logit_bias with an id beyond the vocabulary is 400" 400 "$(oai_err "'log
 req POST /v1/completions '{"prompt":"x","max_tokens":2,"logit_bias":[1,2]}' "${AUTH[@]}"
 expect "logit_bias as an array is 400" 400 "$(oai_err "'logit_bias'")"
 
+# JSON mode: sampled replies are JSON prefixes, and whole objects when they stop
+okj=1
+for seed in 1 2 3 4 5 6; do
+  req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"A dog as JSON\"}],\"max_tokens\":60,\"temperature\":1,\"seed\":$seed,\"response_format\":{\"type\":\"json_object\"}}" "${AUTH[@]}"
+  r=$(js "(() => { const c = o.choices[0]; if (c.finish_reason === 'stop') { try { const v = JSON.parse(c.message.content); return v !== null && typeof v === 'object' && !Array.isArray(v); } catch (e) { return false; } } return c.finish_reason === 'length' && c.message.content.trim().startsWith('{'); })()")
+  [ "$STATUS" = 200 ] && [ "$r" = true ] || { okj=0; echo "# seed $seed: $(head -c 300 "$TMP/body")"; }
+done
+if [ $okj = 1 ]; then pass "response_format json_object: JSON objects (or their prefixes when cut)"; else fail "response_format json_object" "see above"; fi
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}}' "${AUTH[@]}"
+expect "response_format json_schema is refused, not ignored" 400 "$(oai_err "'response_format'") && o.error.message.includes('json_schema')"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"response_format":{"type":"yaml"}}' "${AUTH[@]}"
+expect "response_format of an unknown type is 400" 400 "$(oai_err "'response_format'")"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"response_format":"json"}' "${AUTH[@]}"
+expect "response_format as a string is 400" 400 "$(oai_err "'response_format'")"
+
 # Anthropic messages
 req POST /v1/messages '{"model":"demo","max_tokens":12,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Tell me about dogs"}]}],"temperature":0}' "${AUTH[@]}"
 expect "anthropic messages" 200 "o.type === 'message' && o.role === 'assistant' && o.content[0].type === 'text' && o.content[0].text.length > 0 && ['end_turn','max_tokens'].includes(o.stop_reason) && o.usage.input_tokens > 0 && o.usage.output_tokens > 0"
@@ -266,6 +281,8 @@ if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
     -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"max_tokens\":6,\"temperature\":0,\"stream\":true,\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}}" >"$TMP/sse"
   if grep -q '"finish_reason":"\(tool_calls\|length\|stop\)"' "$TMP/sse" && grep -q '^data: \[DONE\]' "$TMP/sse" && (grep -q '"name":"now"' "$TMP/sse" || grep -q 'tool_call>' "$TMP/sse"); then
     pass "tool_choice naming a function, streamed"; else fail "tool_choice naming a function, streamed" "$(head -c 400 "$TMP/sse")"; fi
+  chat ",\"tools\":$TOOLS,\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}"
+  expect "json_object with a required tool call is 400" 400 "$(oai_err "'response_format'")"
   chat ",\"tool_choice\":\"required\""; expect "tool_choice required without tools is 400" 400 "$(oai_err "'tool_choice'")"
   chat ",\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}"
   expect "tool_choice naming an unknown function is 400" 400 "$(oai_err "'tool_choice'") && o.error.message.includes('nope')"

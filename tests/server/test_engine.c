@@ -15,6 +15,7 @@
 #include "cinfer.h"
 #include "server/engine.h"
 #include "server/prefix.h"
+#include "server/jsonfsm.h"
 #include "models/model.h"
 #include <math.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -185,7 +186,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { 0, 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -273,7 +274,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -371,7 +372,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20 }, eo_off = { 1, 256, 8, 0 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL }, eo_off = { 1, 256, 8, 0, NULL, NULL };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -442,6 +443,83 @@ static void test_prefix_store(void) {
     pfx_free(p);
 }
 
+/* JSON mode on the demo model with its tokenizer: 12 sampled replies side by side, each
+ * a JSON prefix when decoded (one that EOS ended is a whole JSON object); no token table,
+ * no JSON mode. */
+static void test_engine_json_mode(void) {
+    char err[1024];
+    ci_model *m = NULL;
+    tok_tokenizer *tk = NULL;
+    ci_model_opts mo = { 0, 0 };
+    if (ci_model_open("models/demo", &mo, &m, err, sizeof err) || tok_load("models/demo", &tk, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        ci_model_free(m);
+        return;
+    }
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    char *tb = NULL;
+    uint32_t *to = NULL;
+    CHECK(eng_token_texts(tk, info.vocab_size, &tb, &to) == 0, "token texts");
+    eng *e = NULL, *e0 = NULL;
+    eng_opts eo = { 4, 256, 16, 0, tb, to }, eo0 = { 1, 256, 0, 0, NULL, NULL };
+    if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto out;
+    }
+    int *prompt = NULL;
+    size_t np = 0;
+    const char *q = "<|user|>\nDescribe a dog as a JSON object.<|end|>\n<|assistant|>\n";
+    CHECK(tok_encode(tk, q, strlen(q), 1, &prompt, &np, err, sizeof err) == 0, "%s", err);
+    enum { NJ = 12, MAXJ = 80 };
+    eng_req *r[NJ];
+    for (int i = 0; i < NJ; i++) {
+        eng_params p;
+        memset(&p, 0, sizeof p);
+        p.prompt = prompt;
+        p.n_prompt = (int)np;
+        p.max_tokens = MAXJ;
+        ci_sampler_defaults(&p.so);
+        p.so.temperature = 1.0f;
+        p.so.seed = (uint64_t)(100 + i);
+        p.json_mode = 1;
+        if (eng_submit(e, &p, &r[i], err, sizeof err)) { CHECK(0, "submit %d: %s", i, err); r[i] = NULL; }
+        if (i == 0) CHECK(eng_submit(e0, &p, &(eng_req *){ NULL }, err, sizeof err) != 0 && strstr(err, "JSON"),
+                          "JSON mode without token texts accepted");
+    }
+    int whole = 0;
+    for (int i = 0; i < NJ; i++) {
+        if (!r[i]) continue;
+        eng_tok t[MAXJ];
+        int got = 0, done = 0, ids[MAXJ];
+        while (!done) got += eng_read(r[i], got, t + got, MAXJ - got, 1000, &done);
+        eng_finish f = eng_req_finish(r[i], err, sizeof err);
+        for (int k = 0; k < got; k++) ids[k] = t[k].id;
+        int n = f == ENG_FIN_EOS ? got - 1 : got;  /* the EOS itself is no text */
+        char *text = NULL;
+        size_t len = 0;
+        jf_state js;
+        jf_init(&js, 1);
+        CHECK(f == ENG_FIN_EOS || f == ENG_FIN_LENGTH, "reply %d finished with %d: %s", i, (int)f, err);
+        if (!tok_decode(tk, ids, (size_t)n, 1, &text, &len, err, sizeof err)) {
+            CHECK(jf_feed(&js, text, len) == 0, "reply %d is no JSON prefix: '%s'", i, text);
+            if (f == ENG_FIN_EOS) { CHECK(jf_complete(&js), "reply %d ended before its JSON did: '%s'", i, text); whole++; }
+            for (int k = 0; k < n; k++) CHECK(!tok_is_special(tk, ids[k]), "reply %d holds special token %d", i, ids[k]);
+        }
+        free(text);
+        eng_release(r[i]);
+    }
+    printf("  json mode: %d of %d replies closed their object\n", whole, NJ);
+    free(prompt);
+out:
+    eng_free(e);
+    eng_free(e0);
+    free(tb);
+    free(to);
+    tok_free(tk);
+    ci_model_free(m);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
@@ -449,5 +527,6 @@ int main(void) {
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
+    TEST_RUN(test_engine_json_mode);
     TEST_EXIT();
 }
