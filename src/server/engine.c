@@ -27,6 +27,9 @@
 
 /* SNAP_EVERY: hybrid families snapshot a prefilling slot each time it crosses a multiple of
  * this many tokens (prefill chunks end on multiples of PREFILL_CHUNK, which divides it). */
+/* JSON mode: the longest whitespace run between tokens (deep pretty-printing fits) */
+#define JSON_MAX_WS 64
+
 enum { PREFILL_CHUNK = 256, PREFILL_BUDGET = 512, MIN_SAVE = 8, SNAP_EVERY = 512 };
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
@@ -165,6 +168,7 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     memcpy(sl->toks, r->prompt, (size_t)reuse * sizeof(int));
     memset(sl->counts, 0, (size_t)e->V * sizeof(int));
     jf_init(&sl->js, 1);
+    sl->js.max_ws = JSON_MAX_WS;
     smp_free(&sl->smp);
     r->cached = reuse;
     r->state = Q_ACTIVE;
@@ -221,11 +225,11 @@ static int is_eos(const eng *e, int id) {
 /* JSON mode: every token whose text would leave the reply no JSON prefix is masked; once
  * the object is whole, all but EOS. -1 when nothing is left to choose. */
 static int json_mask(eng *e, slot *sl, float *lg) {
-    const int V = e->V, whole = jf_complete(&sl->js);
+    const int V = e->V, whole = jf_complete(&sl->js), nt = e->o.tok_n < V ? e->o.tok_n : V;
     int left = 0;
     for (int i = 0; i < V; i++) {
         if (lg[i] == -INFINITY) continue;
-        uint32_t a = e->o.tok_off[i], b = e->o.tok_off[i + 1];
+        uint32_t a = i < nt ? e->o.tok_off[i] : 0, b = i < nt ? e->o.tok_off[i + 1] : 0;   /* past nt: no text */
         int ok;
         if (is_eos(e, i)) ok = whole;
         else if (whole || a == b) ok = 0;

@@ -43,8 +43,9 @@ typedef struct {
     int ctx;                   /* tokens per slot */
     int queue_max;             /* requests waiting for a slot; one more is refused (ENG_BUSY) */
     size_t prefix_cache_bytes; /* prefix store budget; 0 turns prefix reuse off (slots too) */
-    const char *tok_bytes;     /* JSON mode: token i's text is tok_bytes[tok_off[i], tok_off[i + 1]) */
-    const uint32_t *tok_off;   /* [V + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
+    const char *tok_bytes;     /* JSON mode: token i < tok_n has the text tok_bytes[tok_off[i], tok_off[i + 1]) */
+    const uint32_t *tok_off;   /* [tok_n + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
+    int tok_n;                 /* ids with a text (the tokenizer's; the model's vocabulary may be larger) */
 } eng_opts;
 
 typedef struct {

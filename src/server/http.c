@@ -495,14 +495,12 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
     if (tpl_chat_load(s->model_dir, &s->ch, s->ch_err, sizeof s->ch_err)) s->ch = NULL;
     probe_call_frame(s);
-    {
-        int V = tok_n_vocab(s->tk);
-        if ((int)s->m->cfg.vocab_size < V) V = (int)s->m->cfg.vocab_size;
-        if (eng_token_texts(s->tk, V, &s->tok_bytes, &s->tok_off)) s->tok_bytes = NULL, s->tok_off = NULL;
-    }
+    int tok_n = tok_n_vocab(s->tk);
+    if ((int)s->m->cfg.vocab_size < tok_n) tok_n = (int)s->m->cfg.vocab_size;
+    if (eng_token_texts(s->tk, tok_n, &s->tok_bytes, &s->tok_off)) s->tok_bytes = NULL, s->tok_off = NULL;
     int ctx = s->o.ctx;
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
-    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off };
+    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n };
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
 
     struct sockaddr_in sa;

@@ -124,7 +124,8 @@ static int feed1(jf_state *s, int c) {
         return -1;
     default: break;
     }
-    if (is_ws(c)) return 0;
+    if (is_ws(c)) return s->max_ws && ++s->ws > s->max_ws ? -1 : 0;
+    s->ws = 0;
     switch (s->expect) {
     case E_VALUE: return start_value(s, c);
     case E_VALUE_OR_CLOSE:

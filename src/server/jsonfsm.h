@@ -32,8 +32,11 @@ typedef struct {
     uint16_t hex;              /* its value so far */
     uint8_t top_object;        /* the top-level value must be an object */
     uint8_t dead;              /* a byte was refused: no continuation is JSON */
+    uint16_t ws, max_ws;       /* whitespace bytes in a row outside strings; the most allowed (0: any) */
 } jf_state;
 
+/* max_ws: the longest run of whitespace allowed between tokens (0: no limit; a sampler in
+ * JSON mode sets one so that a model cannot pad forever). */
 void jf_init(jf_state *s, int top_object);
 /* Feeds n bytes; 0 while the text is still a JSON prefix, -1 (and s->dead) once not. */
 int jf_feed(jf_state *s, const char *p, size_t n);

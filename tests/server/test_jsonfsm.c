@@ -62,6 +62,15 @@ static void test_bad(void) {
     CHECK(jf_feed(&s, "[1, \"x\"]", 8) == 0 && jf_complete(&s), "an array at the top without top_object");
     jf_init(&s, 0);
     CHECK(jf_feed(&s, "12", 2) == 0 && jf_complete(&s), "a top-level number is complete");
+    jf_init(&s, 1);
+    s.max_ws = 3;
+    CHECK(jf_feed(&s, "{ \n\t\"a\":  1 \n}", 14) == 0 && jf_complete(&s), "whitespace runs up to max_ws");
+    jf_init(&s, 1);
+    s.max_ws = 3;
+    CHECK(jf_feed(&s, "{\"a\":    1}", 8) == 0 && jf_feed(&s, " ", 1) == -1, "a whitespace run past max_ws refused");
+    jf_init(&s, 1);
+    s.max_ws = 3;
+    CHECK(jf_feed(&s, "{\"a\":\"     \"}", 13) == 0 && jf_complete(&s), "spaces inside strings are no whitespace run");
     char deep[2 * JF_DEPTH + 4];
     memset(deep, '[', JF_DEPTH + 1);
     jf_init(&s, 0);
