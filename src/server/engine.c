@@ -295,6 +295,7 @@ static int sample(eng *e, slot *sl, float *lg) {
 static int ends(eng *e, slot *sl, int tok) {
     eng_req *r = sl->r;
     if (r->n_out + 1 >= r->p.max_tokens) return 1;
+    if (r->p.json_mode && jf_complete(&sl->js)) return 1;   /* the object closed: the reply is done */
     if (!r->p.ignore_eos)
         for (int i = 0; i < e->m->cfg.n_eos; i++) if (tok == e->m->cfg.eos_ids[i]) return 1;
     return 0;
@@ -308,11 +309,12 @@ static void publish(eng *e, slot *sl, int tok) {
     int end = ends(e, sl, tok);
     int eos = 0;
     for (int i = 0; i < e->m->cfg.n_eos; i++) eos |= tok == e->m->cfg.eos_ids[i];
+    if (r->p.json_mode && jf_complete(&sl->js)) eos = 1;   /* ends as an EOS would (finish "stop") */
     r->n_out++;
     e->st.gen_tokens++;
     pthread_cond_broadcast(&r->cv);
     if (end) {
-        finish(r, eos && !r->p.ignore_eos ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
+        finish(r, eos && (!r->p.ignore_eos || r->p.json_mode) ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
         sl->r = NULL;
         sl->used = ++e->clock;
     } else {

@@ -60,7 +60,8 @@ typedef struct {
     const int *bias_id;        /* OpenAI logit_bias: bias[i] added to the logit of bias_id[i]; copied at submit */
     const float *bias;
     int n_bias;
-    int json_mode;             /* the reply is a JSON object: only tokens that keep it one (jsonfsm.h), EOS once whole */
+    int json_mode;             /* the reply is a JSON object: only tokens that keep it one (jsonfsm.h); it ends
+                                * (ENG_FIN_EOS) when the object closes, ignore_eos or not */
 } eng_params;
 
 typedef struct {

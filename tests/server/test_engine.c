@@ -498,7 +498,8 @@ static void test_engine_json_mode(void) {
         while (!done) got += eng_read(r[i], got, t + got, MAXJ - got, 1000, &done);
         eng_finish f = eng_req_finish(r[i], err, sizeof err);
         for (int k = 0; k < got; k++) ids[k] = t[k].id;
-        int n = f == ENG_FIN_EOS ? got - 1 : got;  /* the EOS itself is no text */
+        int n = got;
+        for (int k = 0; n > 0 && k < info.n_eos; k++) if (ids[n - 1] == info.eos_ids[k]) { n--; break; }  /* an EOS is no text */
         char *text = NULL;
         size_t len = 0;
         jf_state js;
@@ -507,6 +508,8 @@ static void test_engine_json_mode(void) {
         if (!tok_decode(tk, ids, (size_t)n, 1, &text, &len, err, sizeof err)) {
             CHECK(jf_feed(&js, text, len) == 0, "reply %d is no JSON prefix: '%s'", i, text);
             if (f == ENG_FIN_EOS) { CHECK(jf_complete(&js), "reply %d ended before its JSON did: '%s'", i, text); whole++; }
+            else CHECK(!jf_complete(&js), "reply %d went on after its object closed: '%s'", i, text);
+            CHECK(n == got, "reply %d chose EOS (it ends when the object closes)", i);
             for (int k = 0; k < n; k++)
                 CHECK(!tok_is_special(tk, ids[k]) && ids[k] < tn, "reply %d holds token %d (special or past the table)", i, ids[k]);
         }
