@@ -89,6 +89,29 @@ json_t *cj_load_file(const char *path, char *err, size_t errlen) {
     return root;
 }
 
+char *cj_dumps(const json_t *root, size_t flags) {
+    char *t = json_dumps(root, flags);
+    if (!t) return NULL;
+    static const char *lits[] = { "\"-Infinity\"", "\"Infinity\"", "\"NaN\"" };
+    size_t r = 0, w = 0, n = strlen(t);
+    while (r < n) {
+        if (t[r] != '"') { t[w++] = t[r++]; continue; }
+        size_t e = r + 1;                        /* the string token [r, e) */
+        while (e < n && t[e] != '"') e += t[e] == '\\' ? 2 : 1;
+        e = e < n ? e + 1 : n;
+        size_t k = e;
+        while (k < n && (t[k] == ' ' || t[k] == '\n')) k++;
+        int bare = 0;
+        for (int i = 0; i < 3 && !bare; i++)
+            bare = e - r == strlen(lits[i]) && !memcmp(t + r, lits[i], e - r) && (k >= n || t[k] != ':');
+        if (bare) { memmove(t + w, t + r + 1, e - r - 2); w += e - r - 2; }
+        else { memmove(t + w, t + r, e - r); w += e - r; }
+        r = e;
+    }
+    t[w] = 0;
+    return t;
+}
+
 static int special(const char *s, double *out) {
     if (!strcmp(s, "Infinity") || !strcmp(s, "inf")) { *out = INFINITY; return 1; }
     if (!strcmp(s, "-Infinity") || !strcmp(s, "-inf")) { *out = -INFINITY; return 1; }

@@ -18,6 +18,10 @@ json_t *cj_parse(const char *text, size_t len, const char *what, char *err, size
 json_t *cj_parse_ex(const char *text, size_t len, const char *what, int big_ints_as_reals, char *err, size_t errlen);
 /* Reads a whole file and parses it (big integers as reals). */
 json_t *cj_load_file(const char *path, char *err, size_t errlen);
+/* json_dumps that writes the strings "Infinity", "-Infinity" and "NaN" (values, not keys)
+ * back as the bare literals cj_parse turned them from, as Python's json writes and reads
+ * them (config.json files with time_step_limit [0.0, Infinity]). malloc'd, or NULL. */
+char *cj_dumps(const json_t *root, size_t flags);
 /* 1 if v is a number (or an Infinity/NaN spelling) and sets *out; 0 otherwise. */
 int cj_number(const json_t *v, double *out);
 /* Typed getters on an object: return 1 when the key is present with the right type,

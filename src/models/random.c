@@ -169,7 +169,7 @@ int ci_make_random(const char *config_path, const char *out_dir, const char *dty
             free(cut);
         }
     }
-    text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    text = cj_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);   /* Infinity / NaN bare, as Python writes them */
     m = calloc(1, sizeof *m);
     if (!text || !m) { ci_err(err, errlen, "make-random: out of memory"); goto done; }
     if (cfg_parse(text, strlen(text), config_path, &m->cfg, err, errlen)) goto done;

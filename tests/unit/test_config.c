@@ -54,6 +54,16 @@ static void test_python_literals(void) {
     CHECK(!strcmp(cj_get_str(j, "d"), "Infinity in a string"), "string untouched");
     CHECK(cj_get_num(j, "e", &v) == 1 && isinf(v), "__float__");
     CHECK(cj_get_int(j, "NaNx", &(long long){0}) == 1, "key containing NaN untouched");
+    /* written back as Python writes them: bare literals, the other strings and keys kept */
+    json_object_set_new(j, "NaN", json_string("NaN"));
+    char *out = cj_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    CHECK(out && strstr(out, "\"a\":[0.0,Infinity]") && strstr(out, "\"b\":-Infinity") && strstr(out, "\"c\":NaN") &&
+              strstr(out, "\"Infinity in a string\"") && strstr(out, "\"__float__\":Infinity") && strstr(out, "\"NaN\":NaN"),
+          "dumped: %s", out ? out : "(null)");
+    json_t *back = out ? cj_parse(out, strlen(out), "t2", err, sizeof err) : NULL;
+    CHECK(back && cj_number(json_array_get(json_object_get(back, "a"), 1), &v) && isinf(v), "round trip: %s", err);
+    json_decref(back);
+    free(out);
     json_decref(j);
 }
 

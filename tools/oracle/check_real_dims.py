@@ -40,7 +40,10 @@ def fused_copy(model_dir):
         return model_dir
     for pre, ex in groups.items():
         E = max(ex) + 1
-        sd[pre + ".gate_up_proj"] = torch.stack([torch.cat([ex[e]["gate_proj"], ex[e]["up_proj"]], 0) for e in range(E)])
+        if "gate_proj" in ex[0]:
+            sd[pre + ".gate_up_proj"] = torch.stack([torch.cat([ex[e]["gate_proj"], ex[e]["up_proj"]], 0) for e in range(E)])
+        else:                                   # no gate (Nemotron-H's relu2 experts)
+            sd[pre + ".up_proj"] = torch.stack([ex[e]["up_proj"] for e in range(E)])
         sd[pre + ".down_proj"] = torch.stack([ex[e]["down_proj"] for e in range(E)])
     out = tempfile.mkdtemp()
     shutil.copy(os.path.join(model_dir, "config.json"), out)
