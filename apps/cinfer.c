@@ -3,7 +3,7 @@
  *   cinfer logits   --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]
  *   cinfer generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE)
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
- *                   [--repeat-penalty R] [--seed S] [--ids] [--stats]
+ *                   [--repeat-penalty R] [--seed S] [--ids] [--stats] [--chat-template FILE]
  *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids
  *   cinfer inspect  --model DIR
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
@@ -38,15 +38,16 @@ static const char *USAGE =
     "  logits      --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]\n"
     "  generate    --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
     "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-    "              [--threads N] [--ids] [--stats]\n"
+    "              [--threads N] [--ids] [--stats] [--chat-template FILE]\n"
     "  inspect     --model DIR\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
     "              [--ctx N] [--prefix-cache-mb N] [--queue N] [--per-client N] [--max-body BYTES]\n"
-    "              [--timeout S] [--threads N] [--name ID]  (OpenAI-compatible HTTP server)\n"
-    "  template    --model DIR --request F.json\n"
+    "              [--timeout S] [--threads N] [--name ID] [--chat-template FILE]\n"
+    "              (OpenAI- and Anthropic-compatible HTTP server)\n"
+    "  template    --model DIR --request F.json [--chat-template FILE]\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
 
@@ -237,8 +238,8 @@ static int print_tok(void *ctx, int tok) {
  * tokens (BOS as the tokenizer config says); --chat a user message rendered through the
  * model's chat template (with the generation prompt) and encoded without adding specials,
  * as transformers' apply_chat_template does. */
-static int prompt_ids(const char *dir, tok_tokenizer *tk, const char *ids_arg, const char *prompt, const char *chat,
-                      int **ids, int *n) {
+static int prompt_ids(const char *dir, const char *tpl, tok_tokenizer *tk, const char *ids_arg, const char *prompt,
+                      const char *chat, int **ids, int *n) {
     char err[1024];
     if (ids_arg) return parse_ids("generate", "--prompt-ids", ids_arg, ids, n);
     char *text = NULL;
@@ -247,7 +248,7 @@ static int prompt_ids(const char *dir, tok_tokenizer *tk, const char *ids_arg, c
     if (chat) {
         json_t *req = json_pack("{s:[{s:s,s:s}],s:b}", "messages", "role", "user", "content", chat, "add_generation_prompt", 1);
         if (!req) return die(1, "generate: --chat: the message is not valid UTF-8");
-        int rc = tpl_render_request(dir, req, &text, &tl, err, sizeof err);
+        int rc = tpl_render_request(dir, tpl, req, &text, &tl, err, sizeof err);
         json_decref(req);
         if (rc) return die(1, "%s", err);
         add_special = 0;
@@ -265,7 +266,7 @@ static int cmd_generate(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-ids", 1, 0, 0}, {"--prompt", 1, 0, 0}, {"--chat", 1, 0, 0},
                   {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
                   {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("generate", fl, "--model", &rc);
@@ -290,7 +291,7 @@ static int cmd_generate(int argc, char **argv) {
     tok_tokenizer *tk = NULL;
     if ((!want_ids || !pids) && tok_load(dir, &tk, err, sizeof err)) return die(1, "%s", err);
     int *ids = NULL, n = 0;
-    if ((rc = prompt_ids(dir, tk, pids, ptext, pchat, &ids, &n))) { tok_free(tk); return rc; }
+    if ((rc = prompt_ids(dir, find_flag(fl, "--chat-template")->value, tk, pids, ptext, pchat, &ids, &n))) { tok_free(tk); return rc; }
     ci_model *m = NULL;
     ci_session *s = NULL;
     int *out = NULL, n_out = 0;

@@ -4,11 +4,15 @@
  *   cinfer serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S] [--per-client N]
+ *                [--chat-template FILE]
  *
  * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA
  * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries; 0
  * turns prefix reuse off altogether. --per-client N caps the generations one client address
- * may have running or queued at once (more get 429 with Retry-After); none by default. Without --model it serves the embedded demo model (models/demo of the source tree the
+ * may have running or queued at once (more get 429 with Retry-After); none by default.
+ * --chat-template FILE renders chats with that Jinja file instead of the model folder's
+ * template (a model shipped without one, or a fixed one); a file that does not load is a
+ * start-up error. Without --model it serves the embedded demo model (models/demo of the source tree the
  * binary was built in). --port 0 takes any free port; the printed line tells which:
  *   "cinfer: serving demo on http://127.0.0.1:PORT"
  * Bad flags exit with status 2, a model or socket failure with 1, both with one line on
@@ -51,7 +55,7 @@ int cmd_serve(int argc, char **argv) {
     o.prefix_cache_mb = -1;
     static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
-                                         "--timeout", "--per-client", NULL };
+                                         "--timeout", "--per-client", "--chat-template", NULL };
     int seen[16] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
@@ -75,6 +79,7 @@ int cmd_serve(int argc, char **argv) {
         case 10: o.model_id = v; break;
         case 11: if (int_arg("--timeout", v, 1, 86400, &x)) return 2; o.timeout_s = (int)x; break;
         case 12: if (int_arg("--per-client", v, 1, 1 << 20, &x)) return 2; o.per_client = (int)x; break;
+        case 13: o.chat_template = v; break;
         }
     }
     /* Block the stop signals before any thread starts: every thread inherits the mask and

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *TEMPLATE_USAGE = "usage: cinfer template --model DIR --request F.json\n";
+static const char *TEMPLATE_USAGE = "usage: cinfer template --model DIR --request F.json [--chat-template FILE]\n";
 
 static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int code, const char *fmt, ...) {
@@ -26,14 +26,15 @@ static int fail(int code, const char *fmt, ...) {
 }
 
 int cmd_template(int argc, char **argv) {
-    const char *model = NULL, *request = NULL;
+    const char *model = NULL, *request = NULL, *tpl = NULL;
     int i = 0;
     if (argc > 0 && !strcmp(argv[0], "template")) i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(TEMPLATE_USAGE, stdout); return 0; }
-        const char **slot = !strcmp(a, "--model") ? &model : !strcmp(a, "--request") ? &request : NULL;
-        if (!slot) return fail(2, "unknown option '%s' (usage: cinfer template --model DIR --request F.json)", a);
+        const char **slot = !strcmp(a, "--model") ? &model : !strcmp(a, "--request") ? &request
+                          : !strcmp(a, "--chat-template") ? &tpl : NULL;
+        if (!slot) return fail(2, "unknown option '%s' (usage: cinfer template --model DIR --request F.json [--chat-template FILE])", a);
         if (*slot) return fail(2, "option %s given twice", a);
         if (i + 1 >= argc) return fail(2, "option %s needs a value", a);
         *slot = argv[++i];
@@ -46,7 +47,7 @@ int cmd_template(int argc, char **argv) {
     if (!req) return fail(1, "%s", err);
     char *out = NULL;
     size_t len = 0;
-    int rc = tpl_render_request(model, req, &out, &len, err, sizeof err);
+    int rc = tpl_render_request(model, tpl, req, &out, &len, err, sizeof err);
     json_decref(req);
     if (rc == TPL_RAISED) return fail(1, "the chat template refused the request: %s", err);
     if (rc) return fail(1, "%s", err);

@@ -493,7 +493,10 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     ci_model_opts mo = { o->threads, 0 };
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
     if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
-    if (tpl_chat_load(s->model_dir, &s->ch, s->ch_err, sizeof s->ch_err)) s->ch = NULL;
+    if (tpl_chat_load_ex(s->model_dir, o->chat_template, &s->ch, s->ch_err, sizeof s->ch_err)) {
+        s->ch = NULL;
+        if (o->chat_template) { ci_err(err, errlen, "--chat-template: %s", s->ch_err); goto fail; }
+    }
     probe_call_frame(s);
     int tok_n = tok_n_vocab(s->tk);
     if ((int)s->m->cfg.vocab_size < tok_n) tok_n = (int)s->m->cfg.vocab_size;

@@ -31,6 +31,7 @@ typedef struct {
     int threads;               /* compute threads; <= 0: all CPUs */
     int timeout_s;             /* idle connection timeout; <= 0: 60 */
     int per_client;            /* generations one client address may have running or queued; <= 0: no limit */
+    const char *chat_template; /* a Jinja file used instead of the model folder's chat template, or NULL */
 } srv_opts;
 
 int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);

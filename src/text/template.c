@@ -247,6 +247,10 @@ static int load_tokens(tpl_chat *ch, const json_t *cfg, const char *path, char *
 }
 
 int tpl_chat_load(const char *model_dir, tpl_chat **out, char *err, size_t errlen) {
+    return tpl_chat_load_ex(model_dir, NULL, out, err, errlen);
+}
+
+int tpl_chat_load_ex(const char *model_dir, const char *template_path, tpl_chat **out, char *err, size_t errlen) {
     *out = NULL;
     tpl_chat *ch = calloc(1, sizeof *ch);
     if (!ch) return ci_err(err, errlen, "out of memory");
@@ -272,6 +276,15 @@ int tpl_chat_load(const char *model_dir, tpl_chat **out, char *err, size_t errle
 
     size_t len;
     int missing;
+    if (template_path) {                          /* the caller's template instead of the folder's */
+        src = read_file(template_path, &len, &missing);
+        if (!src) { ci_err(err, errlen, "%s: cannot read the chat template: %s", template_path, strerror(errno)); goto fail; }
+        if (add_template(ch, NULL, src, len, template_path, err, errlen)) goto fail;
+        free(src);
+        json_decref(cfg);
+        *out = ch;
+        return 0;
+    }
     src = read_file(jinja_path, &len, &missing);
     if (src) {
         if (add_template(ch, NULL, src, len, jinja_path, err, errlen)) goto fail;
@@ -394,11 +407,11 @@ int tpl_chat_render_with(const tpl_chat *ch, const tpl_t *t, const json_t *reque
     return chat_render(ch, t, request, opts, out, out_len, err, errlen);
 }
 
-int tpl_render_request(const char *model_dir, const json_t *request, char **out, size_t *out_len,
-                       char *err, size_t errlen) {
+int tpl_render_request(const char *model_dir, const char *template_path, const json_t *request, char **out,
+                       size_t *out_len, char *err, size_t errlen) {
     tpl_chat *ch;
     *out = NULL;
-    if (tpl_chat_load(model_dir, &ch, err, errlen)) return -1;
+    if (tpl_chat_load_ex(model_dir, template_path, &ch, err, errlen)) return -1;
     int r = tpl_chat_render(ch, request, NULL, out, out_len, err, errlen);
     tpl_chat_free(ch);
     return r;

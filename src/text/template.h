@@ -49,6 +49,9 @@ int tpl_render(const tpl_t *t, const json_t *vars, const tpl_opts *opts, char **
 
 /* Loads a model folder's chat template(s) and special tokens. */
 int tpl_chat_load(const char *model_dir, tpl_chat **out, char *err, size_t errlen);
+/* The same with the template read from template_path (a Jinja file: --chat-template) instead
+ * of the folder's; the special tokens still come from the folder. NULL: tpl_chat_load. */
+int tpl_chat_load_ex(const char *model_dir, const char *template_path, tpl_chat **out, char *err, size_t errlen);
 void tpl_chat_free(tpl_chat *ch);
 /* Renders an OpenAI-style chat request (see above) with the model's template. */
 int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *opts, char **out,
@@ -59,8 +62,9 @@ int tpl_chat_render(const tpl_chat *ch, const json_t *request, const tpl_opts *o
 int tpl_chat_render_with(const tpl_chat *ch, const tpl_t *t, const json_t *request, const tpl_opts *opts,
                          char **out, size_t *out_len, char *err, size_t errlen);
 
-/* Both in one call: what `cinfer template --model DIR --request F.json` prints. */
-int tpl_render_request(const char *model_dir, const json_t *request, char **out, size_t *out_len,
-                       char *err, size_t errlen);
+/* Both in one call: what `cinfer template --model DIR --request F.json [--chat-template T]`
+ * prints (template_path NULL: the folder's template). */
+int tpl_render_request(const char *model_dir, const char *template_path, const json_t *request, char **out,
+                       size_t *out_len, char *err, size_t errlen);
 
 #endif

@@ -13,7 +13,8 @@
 # address with a generation in flight gets 429 with Retry-After for a second one (both API
 # dialects), another address is served meanwhile, and the first is served again once its
 # generation ends; a client that stalls mid-body is dropped after --timeout while others are
-# served. Server D (the demo weights with Qwen3's chat template): tool_choice none / auto /
+# served. Server D (the demo model with Qwen3's chat template through --chat-template; a
+# missing or broken template file is a start-up error): tool_choice none / auto /
 # required / a named function (the reply starts with the template's call opening), and the
 # Anthropic tools form (tool_use / tool_result history, tool_choice, errors). The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
@@ -262,10 +263,12 @@ stop_server C "$PC"
 
 # ---------------------------------------------------------------- server D: tool_choice
 if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
-  mkdir -p "$TMP/dq" && cp models/demo/config.json models/demo/model.safetensors models/demo/tokenizer.json models/demo/tokenizer_config.json "$TMP/dq/"
   node -e 'const fs=require("fs");fs.writeFileSync(process.argv[2],JSON.parse(fs.readFileSync(process.argv[1],"utf8")).chat_template)' \
-    .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/dq/chat_template.jinja"
-  start_server D --model "$TMP/dq" --name dq || exit 1
+    .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/qwen3.jinja"
+  printf '{%% for m in messages %%}{{ m.content }\n' >"$TMP/broken.jinja"
+  expect_err "serve --chat-template of a missing file" "$TMP/nope.jinja" "$CINFER" serve --port 0 --chat-template "$TMP/nope.jinja"
+  expect_err "serve --chat-template that does not compile" "broken.jinja" "$CINFER" serve --port 0 --chat-template "$TMP/broken.jinja"
+  start_server D --chat-template "$TMP/qwen3.jinja" --name dq || exit 1
   PD=$PID
   TOOLS='[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},{"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{}}}}]'
   chat() { req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":6,\"temperature\":0$1}"; }
