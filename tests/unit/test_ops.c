@@ -204,6 +204,54 @@ static void test_pool(void) {
     ci_pool_free(p);
 }
 
+/* Runs that change job and size every time, some tasks slow (stragglers): every task of a
+ * run writes its run's stamp into its run's array, and nothing of a run is written after
+ * ci_pool_run returned (a late worker with the old job would stamp an array already
+ * checked). More tasks than one claim word counts (2^20 - 1) run in chunks. */
+typedef struct {
+    int stamp;
+    int *out;
+} stamp_ctx;
+
+static void stamp_task(void *c, int i) {
+    stamp_ctx *k = c;
+    if (i == 3 && k->stamp % 97 == 0) usleep(300);   /* a straggler now and then */
+    k->out[i] = k->stamp;
+}
+
+static void test_pool_jobs(void) {
+    enum { N = 257 };
+    static int a[N], b[N];
+    for (int threads = 2; threads <= 4; threads++) {
+        ci_pool *p = ci_pool_new(threads);
+        if (!p) { CHECK(0, "ci_pool_new"); return; }
+        int bad = 0;
+        for (int r = 1; r <= 2000 && !bad; r++) {
+            int *arr = r & 1 ? a : b, n = 1 + (r * 37) % N;
+            stamp_ctx k = { r, arr };
+            ci_pool_run(p, stamp_task, &k, n);
+            for (int i = 0; i < n; i++) if (arr[i] != r) { bad = 1; CHECK(0, "run %d task %d: stamp %d", r, i, arr[i]); break; }
+            /* the other array holds the previous run's stamps and must keep them */
+            int *prev = r & 1 ? b : a, pn = 1 + ((r - 1) * 37) % N;
+            for (int i = 0; r > 1 && i < pn; i++)
+                if (prev[i] != r - 1) { bad = 1; CHECK(0, "run %d wrote into run %d's array at %d", prev[i], r - 1, i); break; }
+        }
+        ci_pool_free(p);
+    }
+    ci_pool *p = ci_pool_new(3);
+    int n = (1 << 21) + 5;
+    int *hits = calloc((size_t)n, sizeof *hits);
+    pool_ctx c = { hits, 0 };
+    if (p && hits) {
+        ci_pool_run(p, count_task, &c, n);
+        int ok = atomic_load(&c.calls) == n;
+        for (int i = 0; i < n && ok; i++) ok = hits[i] == 1;
+        CHECK(ok, "%d tasks (several claim words): %d calls", n, atomic_load(&c.calls));
+    }
+    free(hits);
+    ci_pool_free(p);
+}
+
 /* ---- matmul --------------------------------------------------------------------------- */
 
 /* Rows r0..r0+nr of w as a borrowed view: fp8 views keep the whole scale grid and say
@@ -603,6 +651,7 @@ static void test_backend_new(void) {
 int main(void) {
     find_isas();
     TEST_RUN(test_pool);
+    TEST_RUN(test_pool_jobs);
     TEST_RUN(test_backend_new);
     TEST_RUN(test_mat_get);
     TEST_RUN(test_matmul);
