@@ -1038,7 +1038,7 @@ static job *job_new(srv *s, job_kind kind, struct MHD_Connection *c) {
     long long seq = atomic_fetch_add(&s->n_seq, 1);
     snprintf(j->id, sizeof j->id, "%s%lld%06lld", kind == K_CHAT ? "chatcmpl-" : kind == K_MESSAGES ? "msg_" : "cmpl-",
              j->created, seq);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
     j->fd = ci ? ci->connect_fd : -1;
     return j;
 }
@@ -1147,105 +1147,121 @@ static int read_n(const json_t *req, srv_err *e) {
     return 0;
 }
 
-enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
-    srv_err e = { 0 };
-    eng_params p = { 0 };
-    int *ids = NULL, n = 0, lpb = 0;
+/* Each route's preparation: validation, the prompt ids and the engine parameters (the
+ * reply's forced start, if any, already in j->text). 0, or -1 with e filled. */
+static int prep_chat(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_err *e) {
+    int n = 0, lpb = 0, no_tools = 0;
     long long top = 0;
-    job *j = job_new(s, K_CHAT, c);
-    if (!j) return MHD_NO;
-    if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
-        read_logit_bias(s, j, req, &p, &e) || read_stop(j, req, "stop", &e) || opt_bool(req, "logprobs", &lpb, &e) < 0 ||
-        opt_int(req, "top_logprobs", 0, ENG_MAX_TOP, &top, &e) < 0)
-        goto fail;
-    if (top && !lpb) { srv_fail(&e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true"); goto fail; }
+    char *forced = NULL;
+    if (check_model(s, req, e) || read_n(req, e) || read_stream(j, req, e) || read_sampling(req, p, 2, e) ||
+        read_logit_bias(s, j, req, p, e) || read_stop(j, req, "stop", e) || opt_bool(req, "logprobs", &lpb, e) < 0 ||
+        opt_int(req, "top_logprobs", 0, ENG_MAX_TOP, &top, e) < 0)
+        return -1;
+    if (top && !lpb) return srv_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     j->logprobs = lpb ? (int)top : -1;
     const json_t *tools = json_object_get(req, "tools");
-    int no_tools = 0;
-    char *forced = NULL;
-    if (read_tool_choice(s, req, &no_tools, &forced, &e) || read_response_format(req, &p.json_mode, &e)) {
+    if (read_tool_choice(s, req, &no_tools, &forced, e) || read_response_format(req, &p->json_mode, e)) {
         free(forced);
-        goto fail;
+        return -1;
     }
-    if (p.json_mode && forced) {
+    if (p->json_mode && forced) {
         free(forced);
-        srv_fail(&e, 400, "response_format", "'response_format' json_object cannot be combined with a tool_choice that requires a call");
-        goto fail;
+        return srv_fail(e, 400, "response_format", "'response_format' json_object cannot be combined with a tool_choice that requires a call");
     }
-    if (p.json_mode) {                            /* JSON from the first token: no tool calls, no open <think> */
+    if (p->json_mode) {                           /* JSON from the first token: no tool calls, no open <think> */
         no_tools = 1;
-        forced = strdup("");
-        if (!forced) { srv_fail(&e, 500, NULL, "out of memory"); goto fail; }
+        if (!(forced = strdup(""))) return srv_fail(e, 500, NULL, "out of memory");
     }
     j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
-    int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, &ids, &n, &j->think_open, &e);
+    int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, ids, &n, &j->think_open, e);
     if (!prc && forced) {                         /* the reply starts with the forced text */
         if ((j->think_open && buf_add(&j->text, &j->len, &j->cap, "</think>", strlen("</think>"))) ||
             buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced)))
-            prc = srv_fail(&e, 500, NULL, "out of memory");
+            prc = srv_fail(e, 500, NULL, "out of memory");
     }
     free(forced);
-    if (prc) goto fail;
+    if (prc) return -1;
     j->n_prompt = n;
-    if (read_max_tokens(s, req, "max_completion_tokens", "max_tokens", n, 0, 0, &p, &e)) goto fail;
-    return run_job(s, c, j, &p, ids, API_OPENAI);
-fail:
-    free(ids);
-    job_free(j);
-    return srv_reply_err(s, c, API_OPENAI, &e);
+    return read_max_tokens(s, req, "max_completion_tokens", "max_tokens", n, 0, 0, p, e);
+}
+
+static int prep_completions(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_err *e) {
+    int n = 0, echo = 0;
+    long long lp = -1;
+    if (check_model(s, req, e) || read_n(req, e) || read_stream(j, req, e) || read_sampling(req, p, 2, e) ||
+        read_logit_bias(s, j, req, p, e) || read_stop(j, req, "stop", e) || opt_int(req, "logprobs", 0, ENG_MAX_TOP, &lp, e) < 0 ||
+        opt_bool(req, "echo", &echo, e) < 0)
+        return -1;
+    if (echo) return srv_fail(e, 400, "echo", "'echo' is not supported");
+    j->logprobs = (int)lp;
+    if (completion_prompt(s, req, ids, &n, e)) return -1;
+    j->n_prompt = n;
+    return read_max_tokens(s, req, "max_tokens", NULL, n, 16, 0, p, e);
+}
+
+static int prep_messages(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_err *e) {
+    int n = 0, no_tools = 0;
+    json_t *conv = NULL;
+    char *forced = NULL;
+    if (check_model(s, req, e) || read_stream(j, req, e) || read_sampling(req, p, 1, e) ||
+        read_stop(j, req, "stop_sequences", e) || !(conv = anthropic_as_chat(req, e)) ||
+        read_tool_choice(s, conv, &no_tools, &forced, e)) {
+        json_decref(conv);
+        free(forced);
+        return -1;
+    }
+    const json_t *tools = json_object_get(conv, "tools");
+    j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
+    int prc = api_chat_prompt(s, conv, API_OPENAI, no_tools, forced, ids, &n, NULL, e);
+    if (!prc && forced && buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced))) prc = srv_fail(e, 500, NULL, "out of memory");
+    json_decref(conv);
+    free(forced);
+    if (prc) return -1;
+    j->n_prompt = n;
+    return read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, p, e);
+}
+
+typedef int (*prep_fn)(srv *, job *, json_t *, eng_params *, int **, srv_err *);
+
+static enum MHD_Result route(srv *s, struct MHD_Connection *c, json_t *req, job_kind kind, prep_fn prep, api_dialect d) {
+    srv_err e = { 0 };
+    eng_params p = { 0 };
+    int *ids = NULL;
+    job *j = job_new(s, kind, c);
+    if (!j) return MHD_NO;
+    if (prep(s, j, req, &p, &ids, &e)) {
+        free(ids);
+        job_free(j);
+        return srv_reply_err(s, c, d, &e);
+    }
+    return run_job(s, c, j, &p, ids, d);
+}
+
+enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req) {
+    return route(s, c, req, K_CHAT, prep_chat, API_OPENAI);
 }
 
 enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req) {
-    srv_err e = { 0 };
-    eng_params p = { 0 };
-    int *ids = NULL, n = 0, echo = 0;
-    long long lp = -1;
-    job *j = job_new(s, K_COMPLETION, c);
-    if (!j) return MHD_NO;
-    if (check_model(s, req, &e) || read_n(req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 2, &e) ||
-        read_logit_bias(s, j, req, &p, &e) || read_stop(j, req, "stop", &e) || opt_int(req, "logprobs", 0, ENG_MAX_TOP, &lp, &e) < 0 ||
-        opt_bool(req, "echo", &echo, &e) < 0)
-        goto fail;
-    if (echo) { srv_fail(&e, 400, "echo", "'echo' is not supported"); goto fail; }
-    j->logprobs = (int)lp;
-    if (completion_prompt(s, req, &ids, &n, &e)) goto fail;
-    j->n_prompt = n;
-    if (read_max_tokens(s, req, "max_tokens", NULL, n, 16, 0, &p, &e)) goto fail;
-    return run_job(s, c, j, &p, ids, API_OPENAI);
-fail:
-    free(ids);
-    job_free(j);
-    return srv_reply_err(s, c, API_OPENAI, &e);
+    return route(s, c, req, K_COMPLETION, prep_completions, API_OPENAI);
 }
 
 enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
+    return route(s, c, req, K_MESSAGES, prep_messages, API_ANTHROPIC);
+}
+
+int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t errlen) {
+    static const job_kind kinds[3] = { K_CHAT, K_COMPLETION, K_MESSAGES };
+    static const prep_fn preps[3] = { prep_chat, prep_completions, prep_messages };
+    if (which < 0 || which > 2) return -1;
     srv_err e = { 0 };
     eng_params p = { 0 };
-    int *ids = NULL, n = 0;
-    job *j = job_new(s, K_MESSAGES, c);
-    if (!j) return MHD_NO;
-    json_t *conv = NULL;
-    char *forced = NULL;
-    int no_tools = 0;
-    if (check_model(s, req, &e) || read_stream(j, req, &e) || read_sampling(req, &p, 1, &e) ||
-        read_stop(j, req, "stop_sequences", &e) || !(conv = anthropic_as_chat(req, &e)) ||
-        read_tool_choice(s, conv, &no_tools, &forced, &e))
-        goto fail_conv;
-    const json_t *tools = json_object_get(conv, "tools");
-    j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
-    int prc = api_chat_prompt(s, conv, API_OPENAI, no_tools, forced, &ids, &n, NULL, &e);
-    if (!prc && forced && buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced))) prc = srv_fail(&e, 500, NULL, "out of memory");
-    json_decref(conv);
-    free(forced);
-    if (prc) goto fail;
-    j->n_prompt = n;
-    if (read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, &p, &e)) goto fail;
-    return run_job(s, c, j, &p, ids, API_ANTHROPIC);
-fail_conv:
-    json_decref(conv);
-    free(forced);
-fail:
+    int *ids = NULL;
+    job *j = job_new(s, kinds[which], NULL);
+    if (!j) return 500;
+    int rc = preps[which](s, j, req, &p, &ids, &e) ? (e.status ? e.status : 500) : 0;
+    if (rc && err) snprintf(err, errlen, "%s", e.msg);
+    if (!rc && n_prompt) *n_prompt = j->n_prompt;
     free(ids);
     job_free(j);
-    return srv_reply_err(s, c, API_ANTHROPIC, &e);
+    return rc;
 }

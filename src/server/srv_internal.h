@@ -76,6 +76,10 @@ int srv_client_gone(int fd);
 enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req);
+/* For tests and fuzzing: everything route `which` (0 chat, 1 completions, 2 messages) does
+ * with a request before it reaches the engine (validation, the prompt, the parameters),
+ * without running it. 0 (and *n_prompt), or the HTTP status of the refusal (err says why). */
+int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t errlen);
 /* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled.
  * *opens_think (may be NULL): the rendered prompt ends inside <think>. no_tools: render
  * without the request's tools; forced (or NULL): text the reply is made to start with,
