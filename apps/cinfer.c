@@ -10,6 +10,7 @@
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
  *   cinfer serve [--model DIR] [--port N] ...                   (apps/cmd_serve.c)
+ *   cinfer chat [--model DIR] [--system TEXT] ...               (apps/cmd_chat.c)
  *   cinfer template --model DIR --request F.json                (apps/cmd_template.c)
  *   cinfer tokenize --model DIR --file F [--add-special]        (apps/cmd_text.c)
  *   cinfer detokenize --model DIR --ids 1,2,3 [--skip-special]  (apps/cmd_text.c)
@@ -17,6 +18,7 @@
  * Bad flags, ids out of range and missing files end with one line on stderr and exit
  * status 1 (usage errors 2). */
 #include "cinfer.h"
+#include "cmd_chat.h"
 #include "cmd_serve.h"
 #include "cmd_template.h"
 #include "cmd_text.h"
@@ -47,6 +49,9 @@ static const char *USAGE =
     "              [--ctx N] [--prefix-cache-mb N] [--queue N] [--per-client N] [--max-body BYTES]\n"
     "              [--timeout S] [--threads N] [--name ID] [--chat-template FILE]\n"
     "              (OpenAI- and Anthropic-compatible HTTP server)\n"
+    "  chat        [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]\n"
+    "              [--top-p P] [--min-p P] [--seed S] [--ctx N] [--threads N] [--chat-template FILE]\n"
+    "              [--stats]  (a conversation: a user turn per line on stdin; /reset, /exit)\n"
     "  template    --model DIR --request F.json [--chat-template FILE]\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
     "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
@@ -585,6 +590,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "make-random")) return cmd_make_random(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
