@@ -15,6 +15,7 @@
  * line on stderr each. */
 #include "cmd_chat.h"
 #include "server/engine.h"
+#include "server/server.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
 #include <errno.h>
@@ -49,24 +50,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* The demo model's folder: models/demo beside (or above) the executable's folder. */
-static int demo_dir(char *out, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (k <= 0) return -1;
-    exe[k] = 0;
-    for (int up = 0; up < 5; up++) {
-        char *sl = strrchr(exe, '/');
-        if (!sl) break;
-        *sl = 0;
-        snprintf(out, n, "%s/models/demo", exe);
-        char probe[PATH_MAX + 32];
-        snprintf(probe, sizeof probe, "%s/config.json", out);
-        if (!access(probe, R_OK)) return 0;
-    }
-    return -1;
 }
 
 typedef struct {
@@ -188,7 +171,7 @@ int cmd_chat(int argc, char **argv) {
 
     char dir[PATH_MAX + 16], err[1024];
     if (val[0]) snprintf(dir, sizeof dir, "%s", val[0]);
-    else if (demo_dir(dir, sizeof dir)) {
+    else if (srv_demo_dir(dir, sizeof dir)) {
         fputs("cinfer: chat: no --model given and the demo model (models/demo) is not found\n", stderr);
         return 1;
     }

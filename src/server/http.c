@@ -445,8 +445,7 @@ static void probe_call_frame(srv *s) {
     }
 }
 
-/* models/demo next to (or above) the directory of the running executable. */
-static int find_demo(char *out, size_t n) {
+int srv_demo_dir(char *out, size_t n) {
     char exe[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (k <= 0) return -1;
@@ -481,7 +480,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (s->o.timeout_s <= 0) s->o.timeout_s = 60;
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (o->model_dir) snprintf(s->model_dir, sizeof s->model_dir, "%s", o->model_dir);
-    else if (find_demo(s->model_dir, sizeof s->model_dir)) {
+    else if (srv_demo_dir(s->model_dir, sizeof s->model_dir)) {
         ci_err(err, errlen, "no --model given and the demo model (models/demo beside the executable's folders) is not found");
         goto fail;
     }

@@ -38,5 +38,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);
 int srv_port(const srv *s);
 const char *srv_model_id(const srv *s);
 void srv_stop(srv *s);
+/* The embedded demo model's folder: models/demo beside (or up to 4 folders above) the
+ * running executable's folder. 0, or -1 when there is none. */
+int srv_demo_dir(char *out, size_t n);
 
 #endif
