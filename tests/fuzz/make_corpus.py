@@ -5,7 +5,7 @@ corpus/safetensors/: small safetensors file images (8-byte little-endian header 
 JSON header, data), valid ones of several dtypes and a few broken ones, each < 4 KiB.
 corpus/config/: config.json texts in the dialects checkpoints ship (Python's bare
 Infinity / NaN included). Standard library only."""
-import json, os, struct
+import json, os, re, struct
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,3 +94,102 @@ for sub, files in (("safetensors", SAFETENSORS), ("config", CONFIG)):
         with open(os.path.join(d, name), "wb") as f:
             f.write(body if isinstance(body, bytes) else body.encode())
         assert os.path.getsize(os.path.join(d, name)) < 4096, name
+
+
+# corpus/model/: one model folder per fixture under tests/fixtures (fuzz_model's framing:
+# 4-byte little-endian config length, config.json, then model.safetensors). Shards are
+# merged into one file. To keep inputs small the vocabulary is cut to VOCAB rows (every
+# tensor whose first dim is the vocab is sliced, token ids in the config clamped), models
+# over BUDGET keep their first LAYERS layers (num_hidden_layers, per-layer lists and
+# patterns cut to match, the other layers' tensors dropped), and an entry still over BUDGET
+# has its F32 matrices stored as BF16 (the upper half of each float). Tensors keep their
+# names and shapes, so each entry still loads (fuzz_model with FUZZ_MODEL_VERBOSE=1 says).
+# Fixtures still big after that are left out unless their model_type has no other entry.
+VOCAB, BUDGET, LAYERS = 16, 96 * 1024, 2
+BF16_OK = ("F32",)
+
+
+def read_st(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+
+
+def write_st(tensors):
+    header, data = {}, b""
+    for k in sorted(tensors):
+        dt, shape, raw = tensors[k]
+        header[k] = t(dt, shape, len(data), len(data) + len(raw))
+        data += raw
+    return st(json.dumps(header, separators=(",", ":")).encode(), data)
+
+
+def shrink_model(fixture):
+    cfg = json.load(open(os.path.join(fixture, "config.json")))
+    text = cfg.get("text_config", cfg)
+    vocab = text["vocab_size"]
+    for c in (cfg, text):
+        if "vocab_size" in c:
+            c["vocab_size"] = VOCAB
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            v = c.get(key)
+            if isinstance(v, int):
+                c[key] = min(v, VOCAB - 1)
+            elif isinstance(v, list):
+                c[key] = [min(x, VOCAB - 1) for x in v]
+    tensors = {}
+    for f in sorted(os.listdir(fixture)):
+        if f.endswith(".safetensors"):
+            tensors.update(read_st(os.path.join(fixture, f)))
+    for k, (dt, shape, raw) in list(tensors.items()):
+        if shape and shape[0] == vocab:
+            row = len(raw) // vocab
+            tensors[k] = (dt, [VOCAB] + shape[1:], raw[:row * VOCAB])
+
+    def frame():
+        c = json.dumps(cfg, indent=1).encode()
+        return struct.pack("<I", len(c)) + c + write_st(tensors)
+    body = frame()
+    layers = text.get("num_hidden_layers")
+    if len(body) > BUDGET and isinstance(layers, int) and layers > LAYERS:
+        for c in (cfg, text):
+            for key, v in list(c.items()):
+                if key == "num_hidden_layers":
+                    c[key] = LAYERS
+                elif (isinstance(v, list) or "pattern" in key) and len(v) == layers:
+                    c[key] = v[:LAYERS]
+        for k in list(tensors):
+            m = re.search(r"layers\.(\d+)\.", k)
+            if m and int(m.group(1)) >= LAYERS:
+                del tensors[k]
+        body = frame()
+    if len(body) > BUDGET:
+        for k, (dt, shape, raw) in list(tensors.items()):
+            if dt in BF16_OK and len(shape) >= 2 and not k.endswith((".scales", ".biases")) and "scale" not in k:
+                tensors[k] = ("BF16", shape, b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4)))
+        body = frame()
+    return body
+
+
+fixtures = os.path.join(here, "..", "fixtures")
+d = os.path.join(here, "corpus", "model")
+os.makedirs(d, exist_ok=True)
+for f in os.listdir(d):
+    os.remove(os.path.join(d, f))
+entries = {}  # name -> (model_type, body)
+for name in sorted(os.listdir(fixtures)):
+    if os.path.exists(os.path.join(fixtures, name, "config.json")):
+        body = shrink_model(os.path.join(fixtures, name))
+        c = json.loads(body[4:4 + struct.unpack("<I", body[:4])[0]])
+        entries[name] = (c.get("text_config", c).get("model_type"), body)
+# Entries up to KEEP bytes, plus the smallest one of each model_type none of those covers
+# (the corpus stays a few MB; bigger inputs also mutate mostly weight bytes).
+KEEP = 160 * 1024
+keep = {n for n, (_, b) in entries.items() if len(b) <= KEEP}
+for mt in sorted({mt for mt, _ in entries.values()} - {entries[n][0] for n in keep}):
+    keep.add(min((n for n in entries if entries[n][0] == mt), key=lambda n: len(entries[n][1])))
+for name in sorted(keep):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(entries[name][1])
