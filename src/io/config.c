@@ -97,6 +97,9 @@ int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err,
             rope_num(c, obj, blk, "attention_factor", &out->attention_factor, err, errlen) ||
             rope_num(c, obj, blk, "original_max_position_embeddings", &omp_d, err, errlen))
             return -1;
+        if (omp_d > (double)(1LL << 32)) /* also keeps the conversion below defined */
+            return ci_err(err, errlen, "%s: %s: %s.original_max_position_embeddings = %g is out of range, expected at most %lld",
+                          c->path, cfg_family_name(c), blk, omp_d, 1LL << 32);
         if (omp_d > 0) out->original_max_pos = (long long)omp_d;
         int tr;
         if (cj_get_bool(obj, "truncate", &tr) == 1) out->truncate = tr;
