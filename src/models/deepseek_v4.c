@@ -493,12 +493,17 @@ static void v4_unload(ci_model *m) {
 
 /* ---- cache ----------------------------------------------------------------------------- */
 
+/* Rows of a layer's window ring: the window, or the whole context when that is shorter
+ * (sliding_window comes from config.json alone and may be far past any session), plus a
+ * micro-batch. */
+static int window_rows(const v4_model *d, long long max_ctx) { return d->W < max_ctx ? d->W : (int)max_ctx; }
+
 /* Bytes a session of max_ctx tokens holds for its cache (ring + compressor states). */
 static size_t cache_bytes(const v4_model *d, long long max_ctx) {
     size_t total = 0;
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
-        total += (size_t)(d->W + UBATCH) * d->D * sizeof(float);
+        total += (size_t)(window_rows(d, max_ctx) + UBATCH) * d->D * sizeof(float);
         if (L->type != L_SLIDING) total += cmp_state_bytes(&L->comp, max_ctx);
         if (L->type == L_CSA) total += cmp_state_bytes(&L->icomp, max_ctx);
     }
@@ -528,7 +533,7 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
     const int U = UBATCH, H = d->H, HC = d->HC, HD = d->Hh * d->D;
-    c->ring_rows = d->W + UBATCH;
+    c->ring_rows = window_rows(d, s->max_ctx) + UBATCH;
     c->lc = calloc((size_t)d->n_layers, sizeof *c->lc);
     if (!c->lc) return ci_err(err, errlen, "%s: out of memory", fam);
     int max_entries = 1;
@@ -541,7 +546,7 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
             return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
         if (L->type == L_CSA && lc->is.cap > max_entries) max_entries = lc->is.cap;
     }
-    int max_keys = d->W;                  /* a row's window plus its compressed entries */
+    int max_keys = window_rows(d, s->max_ctx); /* a row's window plus its compressed entries */
     {
         int comp = 0;
         for (int l = 0; l < d->n_layers; l++) {

@@ -131,6 +131,40 @@ static void test_short_session_topk(void) {
     rm_dir(dir);
 }
 
+/* sliding_window comes from config.json alone: at its largest (2^24) a 16-token session
+ * once sized each layer's ring and the key buffer by the window (a 2 GB malloc for 64-dim
+ * rows, fuzz_model); they follow the context now, and the logits match a window of 16. */
+static void test_huge_window(void) {
+    enum { T = 16, V = 64 };
+    float *lg[2] = { calloc(T * V, sizeof(float)), calloc(T * V, sizeof(float)) };
+    static const char *const windows[2] = { "16777216", "16" };
+    for (int w = 0; w < 2; w++) {
+        char cfg[2048], dir[64], err[1024] = "";
+        const char *base = V4_CFG(V4_TYPES), *k = strstr(base, "\"sliding_window\": 5,");
+        if (!k) { CHECK(0, "sliding_window not in the test config"); break; }
+        snprintf(cfg, sizeof cfg, "%.*s\"sliding_window\": %s,%s", (int)(k - base), base, windows[w],
+                 k + strlen("\"sliding_window\": 5,"));
+        if (!make_random(cfg, dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); break; }
+        ci_model *m = NULL;
+        ci_session *s = NULL;
+        ci_model_opts o = { 1, 0 };
+        CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
+        if (m) CHECK(ci_model_cache_bytes(m, T) < (1u << 20), "cache of a %d-token session: %zu bytes", T, ci_model_cache_bytes(m, T));
+        if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
+            int toks[T];
+            for (int i = 0; i < T; i++) toks[i] = 3 + (i * 7) % 60;
+            CHECK(ci_forward(s, toks, T, lg[w], 1, err, sizeof err) == 0, "%s", err);
+        } else {
+            CHECK(0, "%s", err);
+        }
+        ci_session_free(s);
+        ci_model_free(m);
+        rm_dir(dir);
+    }
+    CHECK(isfinite(lg[0][0]) && max_diff(lg[0], lg[1], T * V) == 0, "window 2^24 vs 16 max|diff| %g", max_diff(lg[0], lg[1], T * V));
+    free(lg[0]); free(lg[1]);
+}
+
 /* Cache bytes: per token, the compressed entries (CSA: D/4 + Di/4 floats, HCA: D/8 floats);
  * a session also holds each layer's window ring and the compressors' window buffers. */
 static void test_cache_bytes(void) {
@@ -377,6 +411,7 @@ int main(void) {
     TEST_RUN(test_chunking_and_reset);
     TEST_RUN(test_short_session_topk);
     TEST_RUN(test_cache_bytes);
+    TEST_RUN(test_huge_window);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_damaged);
     TEST_RUN(test_forward_batch);
