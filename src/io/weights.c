@@ -177,7 +177,7 @@ static int bind_fp4(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const 
     return 1;
 }
 
-static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
+static int bind_mat_into(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
     memset(out, 0, sizeof *out);
     if (b->failed) return -1;
     char name[512];
@@ -243,6 +243,14 @@ static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t
     }
     b->decode_bytes += embed ? (size_t)cols * ci_dtype_size(t->dtype) : t->nbytes;
     return 1;
+}
+
+/* A failed bind leaves out zeroed, never half set (a U32 dtype without its ci_qdesc, F8
+ * without scales): loaders look at what they bound (dtype, rows) before w_finish. */
+static int bind_mat(w_binder *b, ci_mat *out, w_need need, int64_t rows, int64_t cols, const char *base, int embed) {
+    int r = bind_mat_into(b, out, need, rows, cols, base, embed);
+    if (r < 0) memset(out, 0, sizeof *out);
+    return r;
 }
 
 int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int64_t in_dims, int for_xw,

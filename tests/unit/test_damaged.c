@@ -1,0 +1,91 @@
+/* test_damaged.c — fixtures damaged the way fuzz_model found loaders crashing on: each must
+ * be refused with one line naming the tensor or key, never crash (run under ASan/UBSan too). */
+#include "check.h"
+#include "cinfer.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Copies tests/fixtures/<name>/{config.json,model.safetensors} into a fresh dir. */
+static int copy_fixture(const char *name, char *dir, size_t dn) {
+    snprintf(dir, dn, "/tmp/cinfer_damaged_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    const char *files[] = { "config.json", "model.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        char a[600], b[600], buf[1 << 16];
+        snprintf(a, sizeof a, "tests/fixtures/%s/%s", name, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        FILE *fa = fopen(a, "rb"), *fb = fopen(b, "wb");
+        int ok = fa && fb;
+        size_t n;
+        while (ok && (n = fread(buf, 1, sizeof buf, fa)) > 0) ok = fwrite(buf, 1, n, fb) == n;
+        if (fa) fclose(fa);
+        if (fb && fclose(fb)) ok = 0;
+        if (!ok) return -1;
+    }
+    return 0;
+}
+
+static void rm_dir(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
+    rmdir(dir);
+}
+
+/* Rewrites the dtype of one tensor in the header to another of the same length and element
+ * size (F32 -> U32: the data still fits, only the meaning changes). */
+static int retype_tensor(const char *dir, const char *tensor, const char *from, const char *to) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    uint64_t hl = 0;
+    int rc = -1;
+    if (fread(&hl, 8, 1, f) == 1 && hl < (1u << 24) && strlen(from) == strlen(to)) {
+        char *h = calloc(1, hl + 1), q[300], d[32];
+        snprintf(q, sizeof q, "\"%s\"", tensor);
+        snprintf(d, sizeof d, "\"%s\"", from);
+        char *at = h && fread(h, 1, hl, f) == hl ? strstr(h, q) : NULL;
+        char *dt = at ? strstr(at, d) : NULL;
+        if (dt && fseek(f, 8 + (dt - h) + 1, SEEK_SET) == 0 && fwrite(to, 1, strlen(to), f) == strlen(to)) rc = 0;
+        free(h);
+    }
+    return fclose(f) || rc ? -1 : 0;
+}
+
+static void expect_open_error(const char *dir, const char *n1, const char *n2) {
+    ci_model *m = NULL;
+    ci_model_opts o = { 1, 0 };
+    char err[1024] = "";
+    CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "damaged checkpoint %s accepted", dir);
+    CHECK(err[0] && !strchr(err, '\n'), "not one line: \"%s\"", err);
+    CHECK_HAS(err, n1);
+    if (n2) CHECK_HAS(err, n2);
+    ci_model_free(m);
+}
+
+/* An F32 matrix relabelled U32 (MLX packed codes) without its ".scales": the bind fails, and
+ * the loader used what it had half bound - DeepSeek's kv_b_proj split read the missing
+ * quantization record (NULL), so did the decode-bytes count of a tied LFM2 embedding. */
+static void test_u32_without_scales(void) {
+    static const char *const cases[][3] = {
+        { "deepseek_v3", "model.layers.0.self_attn.kv_b_proj.weight", "model.layers.0.self_attn.kv_b_proj.scales" },
+        { "deepseek_v32", "model.layers.1.self_attn.kv_b_proj.weight", "model.layers.1.self_attn.kv_b_proj.scales" },
+        { "lfm2", "model.embed_tokens.weight", "model.embed_tokens.scales" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char dir[64];
+        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        CHECK(retype_tensor(dir, cases[i][1], "F32", "U32") == 0, "retyping %s failed", cases[i][1]);
+        expect_open_error(dir, cases[i][1], cases[i][2]);
+        rm_dir(dir);
+    }
+}
+
+int main(void) {
+    TEST_RUN(test_u32_without_scales);
+    TEST_EXIT();
+}
