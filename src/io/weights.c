@@ -286,6 +286,17 @@ int w_multilinear(w_binder *b, ci_mat *heads, int n_heads, int64_t out_dims, int
     return 1;
 }
 
+int w_check_experts(const st_set *st, const char *cfg_path, const char *family, const char *key, long long n_experts,
+                    long long n_layers, int mats, char *err, size_t errlen) {
+    if (!st) return 0;
+    unsigned long long need = (unsigned long long)n_experts * (unsigned long long)n_layers * (unsigned long long)mats;
+    size_t have = st_total_bytes(st);
+    if (need > have)
+        return ci_err(err, errlen, "%s: %s: '%s' = %lld experts in %lld MoE layers need %llu expert matrices, more than the "
+                      "checkpoint's %zu bytes of tensors hold", cfg_path, family, key, n_experts, n_layers, need, have);
+    return 0;
+}
+
 ci_mat w_mat_rows(const ci_mat *W, int64_t r0, int64_t n) {
     ci_mat v = *W;
     v.rows = n;

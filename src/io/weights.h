@@ -136,6 +136,14 @@ void w_done(w_binder *b);
 /* The owned f32 copies made by w_vec, to be freed with the model. */
 void w_owned_free(float **owned, int n);
 
+/* Refuses an expert count the checkpoint cannot hold, before a loader allocates views for
+ * every expert of every MoE layer: each expert matrix takes at least one byte of tensor
+ * data, so n_layers x n_experts x mats matrices need that many bytes. Those numbers come
+ * from config.json alone (n_experts up to 2^16, layers up to 4096). No-op in record mode
+ * (st == NULL). Returns 0, or -1 with a message naming cfg_path and key. */
+int w_check_experts(const st_set *st, const char *cfg_path, const char *family, const char *key, long long n_experts,
+                    long long n_layers, int mats, char *err, size_t errlen);
+
 /* 1 if a tensor name belongs to something that is not the language model. */
 int w_ignorable(const char *name, long long n_layers);
 

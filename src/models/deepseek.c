@@ -163,6 +163,8 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     if (layer_kinds(c, fam, d->n_layers, first_dense, freq, is_moe, err, errlen)) { free(is_moe); return -1; }
     int n_moe = 0;
     for (int l = 0; l < d->n_layers; l++) n_moe += is_moe[l];
+    if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts",
+                        E, n_moe, 3, err, errlen)) { free(is_moe); return -1; }
     d->expert_mats = calloc((size_t)n_moe * (size_t)E * 3 + 1, sizeof(ci_mat));
     if (!d->expert_mats) { free(is_moe); return ci_err(err, errlen, "%s: out of memory", fam); }
 

@@ -368,6 +368,9 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
     if (ropes(m, d, err, errlen)) return -1;
 
     int n = d->n_layers;
+    if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts",
+                        E, n, 3, err, errlen))
+        return -1;
     int *type = calloc((size_t)n + 1, sizeof *type), *ratio = calloc((size_t)n + 1, sizeof *ratio),
         *is_hash = calloc((size_t)n + 1, sizeof *is_hash);
     d->layers = calloc((size_t)n, sizeof *d->layers);

@@ -153,6 +153,8 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     if (o->moe) {
         if (read_moe(m, d, &proto, sparse, err, errlen)) { free(sparse); return -1; }
         for (int l = 0; l < d->n_layers; l++) n_sparse += sparse[l];
+        if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "num_local_experts") ? "num_local_experts" : "num_experts",
+                            proto.n_experts, n_sparse, 3, err, errlen)) { free(sparse); return -1; }
         d->expert_mats = calloc((size_t)n_sparse * proto.n_experts * 3 + 1, sizeof(ci_mat));
         if (!d->expert_mats) { free(sparse); return ci_err(err, errlen, "%s: out of memory", fam); }
     }

@@ -336,6 +336,7 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
         proto.shared_inter = (int)si;      /* transformers: width moe_shared_expert_intermediate_size */
         proto.act = MOE_ACT_RELU2;
         proto.latent = (int)lat;
+        if (w_check_experts(m->st, c->path, fam, ekey, E, n_e, 2, err, errlen)) return -1;
         d->expert_mats = calloc((size_t)n_e * (size_t)E * 2 + 1, sizeof(ci_mat));
         if (!d->expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
     }

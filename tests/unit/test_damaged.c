@@ -2,6 +2,7 @@
  * be refused with one line naming the tensor or key, never crash (run under ASan/UBSan too). */
 #include "check.h"
 #include "cinfer.h"
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +86,51 @@ static void test_u32_without_scales(void) {
     }
 }
 
+/* Edits config.json in dir (text_config when nested): num_hidden_layers = layers (per-layer
+ * lists stretched to match, cycling), then key = value. */
+static int set_config(const char *dir, int layers, const char *key, long long value) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return -1;
+    json_t *t = json_object_get(root, "text_config");
+    if (!t) t = root;
+    if (layers > 0) {
+        size_t old = (size_t)json_integer_value(json_object_get(t, "num_hidden_layers"));
+        const char *k;
+        json_t *v;
+        json_object_foreach(t, k, v) {
+            if (!json_is_array(v) || json_array_size(v) != old || !old) continue;
+            for (size_t i = old; i < (size_t)layers; i++) json_array_append(v, json_array_get(v, i % old));
+        }
+        json_object_set_new(t, "num_hidden_layers", json_integer(layers));
+    }
+    if (key) json_object_set_new(t, key, json_integer(value));
+    int rc = json_dump_file(root, path, 0);
+    json_decref(root);
+    return rc;
+}
+
+/* config.json alone sets the expert count and the layer count: 65536 experts in 4096 layers
+ * made every MoE loader calloc views for all of them (~50 GB) before looking for a single
+ * expert tensor. Now refused against the checkpoint's bytes, naming the key. */
+static void test_expert_count(void) {
+    static const char *const cases[][2] = {
+        { "deepseek_v3", "n_routed_experts" }, { "qwen3_moe", "num_local_experts" }, { "lfm2_moe", "num_experts" },
+        { "nemotron_h_latent", "n_routed_experts" }, { "qwen3_5_moe_hub", "num_experts" }, { "deepseek_v4", "n_routed_experts" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char dir[64], want[128];
+        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        CHECK(set_config(dir, 4096, cases[i][1], 65536) == 0, "editing %s failed", cases[i][0]);
+        snprintf(want, sizeof want, "'%s' = 65536 experts in ", cases[i][1]);
+        expect_open_error(dir, want, "bytes of tensors hold");
+        rm_dir(dir);
+    }
+}
+
 int main(void) {
     TEST_RUN(test_u32_without_scales);
+    TEST_RUN(test_expert_count);
     TEST_EXIT();
 }
