@@ -163,6 +163,7 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     if (layer_kinds(c, fam, d->n_layers, first_dense, freq, is_moe, err, errlen)) { free(is_moe); return -1; }
     int n_moe = 0;
     for (int l = 0; l < d->n_layers; l++) n_moe += is_moe[l];
+    if (n_moe == d->n_layers) d->ff = 0;   /* no dense MLP: no tensor backs intermediate_size, scratch ignores it */
     if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts",
                         E, n_moe, 3, err, errlen)) { free(is_moe); return -1; }
     d->expert_mats = calloc((size_t)n_moe * (size_t)E * 3 + 1, sizeof(ci_mat));
@@ -285,7 +286,7 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     s->impl = c;
     const mla_layer *A = &d->layers[0].attn;
     size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx;
-    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff;
+    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1;
     c->lat_cache = malloc(rows * (size_t)d->lat * sizeof(float));
     c->key_cache = d->indexed ? malloc(rows * (size_t)d->kdim * sizeof(float)) : NULL;
     c->lat = malloc((size_t)UBATCH * d->lat * sizeof(float));

@@ -153,6 +153,7 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     if (o->moe) {
         if (read_moe(m, d, &proto, sparse, err, errlen)) { free(sparse); return -1; }
         for (int l = 0; l < d->n_layers; l++) n_sparse += sparse[l];
+        if (n_sparse == d->n_layers) d->ff = 0; /* no dense MLP: no tensor backs intermediate_size, scratch ignores it */
         if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "num_local_experts") ? "num_local_experts" : "num_experts",
                             proto.n_experts, n_sparse, 3, err, errlen)) { free(sparse); return -1; }
         d->expert_mats = calloc((size_t)n_sparse * proto.n_experts * 3 + 1, sizeof(ci_mat));
@@ -230,8 +231,8 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->q = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
     int att_w = d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim;  /* also the MoE output */
     c->att = malloc((size_t)UBATCH * att_w * sizeof(float));
-    c->g = malloc((size_t)UBATCH * d->ff * sizeof(float));
-    c->u = malloc((size_t)UBATCH * d->ff * sizeof(float));
+    c->g = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
+    c->u = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
     c->last = malloc((size_t)d->dim * sizeof(float));
     c->pos = malloc(UBATCH * sizeof(int32_t));
     c->kb = malloc((size_t)UBATCH * d->n_kv * d->hd * sizeof(float));

@@ -255,6 +255,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
         d->any_conv |= !attn[l];
     }
     free(attn);
+    if (n_moe == d->n_layers) d->ff = 0;   /* no dense MLP: no tensor backs intermediate_size, scratch ignores it */
     if (n_moe) {
         if (w_check_experts(m->st, c->path, fam, "num_experts", E, n_moe, 3, err, errlen)) return -1;
         d->expert_mats = calloc((size_t)n_moe * (size_t)E * 3, sizeof(ci_mat));

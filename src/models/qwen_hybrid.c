@@ -247,6 +247,7 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
     if (!rc_) rc_ = read_mlp(m, d, &proto, sparse, err, errlen);
     int n_sparse = 0;
     for (int l = 0; l < d->n_layers; l++) n_sparse += sparse[l];
+    if (n_sparse == d->n_layers) d->ff = 0;   /* no dense MLP: no tensor backs intermediate_size, scratch ignores it */
     if (!rc_ && n_sparse)
         rc_ = w_check_experts(m->st, c->path, fam, json_object_get(c->text, "num_experts") ? "num_experts" : "num_local_experts",
                               proto.n_experts, n_sparse, 3, err, errlen);

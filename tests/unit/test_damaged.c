@@ -3,6 +3,7 @@
 #include "check.h"
 #include "cinfer.h"
 #include <jansson.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,8 +130,70 @@ static void test_expert_count(void) {
     }
 }
 
+/* A fixture's config with edits (text_config when nested), as JSON text (free it). */
+static char *edited_config(const char *fixture, const char *k1, json_t *v1, const char *k2, json_t *v2) {
+    char path[600];
+    snprintf(path, sizeof path, "tests/fixtures/%s/config.json", fixture);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) { json_decref(v1); json_decref(v2); return NULL; }
+    json_t *t = json_object_get(root, "text_config");
+    if (!t) t = root;
+    if (k1) json_object_set_new(t, k1, v1);
+    if (k2) json_object_set_new(t, k2, v2);
+    char *txt = json_dumps(root, 0);
+    json_decref(root);
+    return txt;
+}
+
+/* Models whose every layer is MoE have no tensor of intermediate_size's width, yet the
+ * sessions sized their dense-MLP scratch by it: 256 rows x 2^20 floats, twice (2 GB; 8 GB at 2^22), for an
+ * edited config.json (fuzz_model: the mlx_qwen3_5_moe_4bit seed with intermediate_size
+ * 4194304). Such models now load and run with small scratch. */
+static void test_unbacked_intermediate_size(void) {
+    static const char *const cases[][2] = {
+        { "qwen3_moe", "mlp_only_layers" }, { "deepseek_v3", "first_k_dense_replace" },
+        { "lfm2_moe", "num_dense_layers" }, { "qwen3_5_moe_hub", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *all_moe = !cases[i][1] ? NULL : !strcmp(cases[i][1], "mlp_only_layers") ? json_array() : json_integer(0);
+        char *cfg = edited_config(cases[i][0], cases[i][1], all_moe, NULL, NULL);
+        char dir[64] = "", err[1024] = "";
+        snprintf(dir, sizeof dir, "/tmp/cinfer_damaged_XXXXXX");
+        char in[600];
+        int ok = cfg && mkdtemp(dir);
+        snprintf(in, sizeof in, "%s/config.json", dir);
+        FILE *f = ok ? fopen(in, "w") : NULL;
+        ok = f && fputs(cfg, f) >= 0;
+        if (f) fclose(f);
+        free(cfg);
+        if (!ok || ci_make_random(in, dir, "f32", 3, 0, err, sizeof err)) { CHECK(0, "%s: %s", cases[i][0], err); rm_dir(dir); continue; }
+        CHECK(set_config(dir, 0, "intermediate_size", 1 << 20) == 0, "editing %s failed", cases[i][0]);
+        ci_model *m = NULL;
+        ci_session *s = NULL;
+        ci_model_opts o = { 1, 0 };
+        CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s: %s", cases[i][0], err);
+        size_t before = mallinfo2().hblkhd;
+        if (m && ci_session_new(m, 8, &s, err, sizeof err) == 0) {
+            size_t grew = mallinfo2().hblkhd - before;   /* 0 under ASan, which keeps its own books */
+            CHECK(grew < ((size_t)256 << 20), "%s: a session of 8 tokens mapped %zu MB", cases[i][0], grew >> 20);
+            int toks[3] = { 1, 2, 3 };
+            ci_model_info info;
+            ci_model_get_info(m, &info);
+            float *lg = malloc((size_t)info.vocab_size * sizeof *lg);
+            CHECK(ci_forward(s, toks, 3, lg, 0, err, sizeof err) == 0, "%s: %s", cases[i][0], err);
+            free(lg);
+        } else if (m) {
+            CHECK(0, "%s: %s", cases[i][0], err);
+        }
+        ci_session_free(s);
+        ci_model_free(m);
+        rm_dir(dir);
+    }
+}
+
 int main(void) {
     TEST_RUN(test_u32_without_scales);
     TEST_RUN(test_expert_count);
+    TEST_RUN(test_unbacked_intermediate_size);
     TEST_EXIT();
 }
