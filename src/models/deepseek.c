@@ -176,6 +176,7 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     ci_mat *em = d->expert_mats;
     w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
     for (int l = 0; l < d->n_layers; l++) {
+        if (b.failed) break;   /* the first error stands; later layers would only allocate head views */
         ds_layer *L = &d->layers[l];
         mla_layer *A = &L->attn;
         dsa_indexer *I = &L->idx;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Copies tests/fixtures/<name>/{config.json,model.safetensors} into a fresh dir. */
@@ -191,9 +192,56 @@ static void test_unbacked_intermediate_size(void) {
     }
 }
 
+/* Runs ci_model_open on dir with the address space capped at what the process maps now plus
+ * 1 GB (not under ASan, whose shadow needs the room), so a loader that allocates by
+ * config.json's numbers fails with "out of memory" instead of the expected message. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CAP_AS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CAP_AS 0
+#endif
+#endif
+#ifndef CAP_AS
+#define CAP_AS 1
+#endif
+static void expect_open_error_capped(const char *dir, const char *n1, const char *n2) {
+    struct rlimit old;
+    int capped = 0;
+    if (CAP_AS && getrlimit(RLIMIT_AS, &old) == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (f && fscanf(f, "%ld", &pages) == 1) {
+            struct rlimit lim = old;
+            lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)1 << 30);
+            if (old.rlim_cur == RLIM_INFINITY || lim.rlim_cur < old.rlim_cur) capped = setrlimit(RLIMIT_AS, &lim) == 0;
+        }
+        if (f) fclose(f);
+    }
+    expect_open_error(dir, n1, n2);
+    if (capped) setrlimit(RLIMIT_AS, &old);
+}
+
+/* The layer loop went on binding after the first error (errors are sticky), and DeepSeek's
+ * MLA allocates per-head views in every layer: num_attention_heads 16384 in 4096 layers made
+ * 8 GB of them (and took seconds) before the shape error on layer 0's q_proj came out
+ * (fuzz_model scan on the deepseek_v3 / v32 seeds; OOM, timeout). */
+static void test_stop_at_first_error(void) {
+    static const char *const cases[][2] = { { "deepseek_v3", "model.layers.0.self_attn.q_b_proj.weight" },
+                                            { "deepseek_v3_nolora", "model.layers.0.self_attn.q_proj.weight" } };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char dir[64];
+        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        CHECK(set_config(dir, 4096, "num_attention_heads", 16384) == 0, "editing %s failed", cases[i][0]);
+        expect_open_error_capped(dir, cases[i][1], "expected [");
+        rm_dir(dir);
+    }
+}
+
 int main(void) {
     TEST_RUN(test_u32_without_scales);
     TEST_RUN(test_expert_count);
     TEST_RUN(test_unbacked_intermediate_size);
+    TEST_RUN(test_stop_at_first_error);
     TEST_EXIT();
 }
