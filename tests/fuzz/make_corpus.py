@@ -4,7 +4,8 @@
 corpus/safetensors/: small safetensors file images (8-byte little-endian header length,
 JSON header, data), valid ones of several dtypes and a few broken ones, each < 4 KiB.
 corpus/config/: config.json texts in the dialects checkpoints ship (Python's bare
-Infinity / NaN included). Standard library only."""
+Infinity / NaN included). corpus/model/: fuzz_model's model folders, shrunk from
+tests/fixtures (see the comment above shrink_model). Standard library only."""
 import json, os, re, struct
 
 here = os.path.dirname(os.path.abspath(__file__))
