@@ -57,7 +57,8 @@ static int rope_num(const ci_config *c, const json_t *obj, const char *blk, cons
 }
 
 int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err, size_t errlen) {
-    const char *blk = "rope_parameters";
+    /* messages name the block as the file spells it */
+    const char *blk = obj && obj == json_object_get(c->text, "rope_scaling") ? "rope_scaling" : "rope_parameters";
     memset(out, 0, sizeof *out);
     out->theta = 10000.0;
     out->factor = 1.0;
@@ -97,7 +98,7 @@ int cfg_rope(const ci_config *c, const json_t *obj, ci_rope_cfg *out, char *err,
             rope_num(c, obj, blk, "attention_factor", &out->attention_factor, err, errlen) ||
             rope_num(c, obj, blk, "original_max_position_embeddings", &omp_d, err, errlen))
             return -1;
-        if (omp_d > (double)(1LL << 32)) /* also keeps the conversion below defined */
+        if (isnan(omp_d) || omp_d > (double)(1LL << 32)) /* also keeps the conversion below defined */
             return ci_err(err, errlen, "%s: %s: %s.original_max_position_embeddings = %g is out of range, expected at most %lld",
                           c->path, cfg_family_name(c), blk, omp_d, 1LL << 32);
         if (omp_d > 0) out->original_max_pos = (long long)omp_d;

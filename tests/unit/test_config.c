@@ -118,7 +118,10 @@ static void test_refusals(void) {
     CHECK_HAS(err, "rope_parameters.original_max_position_embeddings = 1e+30 is out of range");
     CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, "
                 "\"original_max_position_embeddings\": Infinity}}", &c, err) < 0, "infinite original_max_position_embeddings");
-    CHECK_HAS(err, "original_max_position_embeddings = inf is out of range");
+    CHECK_HAS(err, "rope_scaling.original_max_position_embeddings = inf is out of range");   /* the block as spelled */
+    CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4, "
+                "\"original_max_position_embeddings\": NaN}}", &c, err) < 0, "NaN original_max_position_embeddings accepted");
+    CHECK_HAS(err, "rope_scaling.original_max_position_embeddings = nan is out of range");
     /* Every family in DESIGN.md is registered under its own name. */
     const char *types[][2] = { {"llama", "llama"}, {"qwen3", "qwen3"}, {"qwen3_moe", "qwen3_moe"},
         {"deepseek_v3", "deepseek_v3"}, {"deepseek_v32", "deepseek_v32"}, {"deepseek_v3_2", "deepseek_v32"},
