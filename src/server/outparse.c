@@ -9,6 +9,11 @@ static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>"
 static const char DS_CALLS_BEGIN[] = "<｜tool▁calls▁begin｜>", DS_CALLS_END[] = "<｜tool▁calls▁end｜>";
 static const char DS_CALL_BEGIN[] = "<｜tool▁call▁begin｜>", DS_CALL_END[] = "<｜tool▁call▁end｜>";
 static const char DS_SEP[] = "<｜tool▁sep｜>";
+/* DeepSeek V3.2's DSML: <｜DSML｜function_calls> <｜DSML｜invoke name="N"> <｜DSML｜parameter
+ * name="k" string="true|false">v</｜DSML｜parameter> ... </｜DSML｜invoke> </｜DSML｜function_calls> */
+static const char DSML_CALLS[] = "<｜DSML｜function_calls>", DSML_CALLS_END[] = "</｜DSML｜function_calls>";
+static const char DSML_INVOKE[] = "<｜DSML｜invoke name=\"", DSML_INVOKE_END[] = "</｜DSML｜invoke>";
+static const char DSML_PARAM[] = "<｜DSML｜parameter name=\"", DSML_PARAM_END[] = "</｜DSML｜parameter>";
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -63,14 +68,14 @@ void op_think_split(const char *text, size_t len, int opened, int final, op_thin
 }
 
 size_t op_tool_start(const char *text, size_t from, size_t len, size_t *hold) {
-    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN };
+    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN, DSML_CALLS };
     size_t best = len, h = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         size_t at = find(text, from, len, marks[i]);
         if (at < best) best = at;
     }
     if (best == len)
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             size_t k = partial(text, from, len, marks[i]);
             if (k > h) h = k;
         }
@@ -104,6 +109,50 @@ static size_t trim_end(const char *t, size_t a, size_t b) {
     return b;
 }
 
+/* One DSML block from p (just past DSML_CALLS) into calls; the position after it, or len
+ * + 1 when it does not parse. Parameters become the arguments object: string="true" values
+ * as they are, others as JSON (kept as strings when they are not JSON). */
+static size_t dsml_block(const char *text, size_t p, size_t len, const char *id_prefix, int *k, json_t *calls) {
+    size_t end = find(text, p, len, DSML_CALLS_END);
+    for (;;) {
+        while (p < end && is_ws(text[p])) p++;
+        if (p >= end) break;
+        if (!starts(text, p, end, DSML_INVOKE)) return len + 1;
+        size_t n0 = p + strlen(DSML_INVOKE), n1 = find(text, n0, end, "\">");
+        size_t ie = find(text, n1, end, DSML_INVOKE_END);
+        if (n1 >= end || n1 == n0 || ie >= end) return len + 1;
+        json_t *args = json_object();
+        size_t q = n1 + 2;
+        for (;;) {
+            while (q < ie && is_ws(text[q])) q++;
+            if (q >= ie) break;
+            if (!starts(text, q, ie, DSML_PARAM)) { json_decref(args); return len + 1; }
+            size_t k0 = q + strlen(DSML_PARAM), k1 = find(text, k0, ie, "\"");
+            if (k1 >= ie) { json_decref(args); return len + 1; }
+            size_t v0;
+            int is_str;
+            if (starts(text, k1, ie, "\" string=\"true\">")) { is_str = 1; v0 = k1 + strlen("\" string=\"true\">"); }
+            else if (starts(text, k1, ie, "\" string=\"false\">")) { is_str = 0; v0 = k1 + strlen("\" string=\"false\">"); }
+            else { json_decref(args); return len + 1; }
+            size_t v1 = find(text, v0, ie, DSML_PARAM_END);
+            if (v1 >= ie) { json_decref(args); return len + 1; }
+            json_t *v = is_str ? NULL : json_loadb(text + v0, v1 - v0, JSON_DECODE_ANY, NULL);
+            if (!v) v = json_stringn(text + v0, v1 - v0);
+            char *key = strndup(text + k0, k1 - k0);
+            if (!key || !v) { free(key); json_decref(v); json_decref(args); return len + 1; }
+            json_object_set_new(args, key, v);
+            free(key);
+            q = v1 + strlen(DSML_PARAM_END);
+        }
+        json_t *at = args_text(args);
+        json_decref(args);
+        if (!at) return len + 1;
+        json_array_append_new(calls, call_obj(id_prefix, (*k)++, text + n0, n1 - n0, at));
+        p = ie + strlen(DSML_INVOKE_END);
+    }
+    return end < len ? end + strlen(DSML_CALLS_END) : len;
+}
+
 json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id_prefix) {
     json_t *calls = json_array();
     size_t p = start;
@@ -125,6 +174,9 @@ json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id
             json_array_append_new(calls, call_obj(id_prefix, k++, name, strlen(name), args));
             json_decref(o);
             p = e < len ? e + strlen(HERMES_CLOSE) : len;
+        } else if (starts(text, p, len, DSML_CALLS)) {
+            p = dsml_block(text, p + strlen(DSML_CALLS), len, id_prefix, &k, calls);
+            if (p > len) goto fail;
         } else if (starts(text, p, len, DS_CALLS_BEGIN)) {
             p += strlen(DS_CALLS_BEGIN);
         } else if (starts(text, p, len, DS_CALLS_END)) {

@@ -11,6 +11,9 @@
  *   DeepSeek V3       <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *                     ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
  *   DeepSeek V3.1     <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+ *   DeepSeek V3.2     <｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter
+ *                     name="k" string="true|false">v</｜DSML｜parameter>...</｜DSML｜invoke>
+ *                     </｜DSML｜function_calls> (newlines between the tags)
  * op_tool_start finds where a tool-call block starts (or how much of the tail must be held
  * back while it might); op_tool_parse turns the block into OpenAI tool_calls
  * [{id, type: "function", function: {name, arguments: "<JSON text>"}}]. Pure functions. */

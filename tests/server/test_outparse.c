@@ -107,6 +107,40 @@ static void test_call_frame(void) {
     frame_case("<tool_call>\n{\"name\": \"probe_fn\", \"arguments\": {\"b\": 1}}\n</tool_call>", NULL, NULL);
 }
 
+/* DeepSeek V3.2's DSML calls: parameters with string="true" as they are, others as JSON;
+ * an invoke without parameters; a growing marker held back; malformed blocks refused. */
+static void test_dsml(void) {
+    const char *t = "Let me check.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+                    "<｜DSML｜parameter name=\"city\" string=\"true\">Paris, \"FR\"</｜DSML｜parameter>\n"
+                    "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+                    "<｜DSML｜parameter name=\"opts\" string=\"false\">{\"unit\": \"C\"}</｜DSML｜parameter>\n"
+                    "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+    size_t hold, at = op_tool_start(t, 0, strlen(t), &hold);
+    CHECK(at == strlen("Let me check.\n\n"), "dsml start %zu", at);
+    json_t *c = op_tool_parse(t, at, strlen(t), "x");
+    CHECK(c && json_array_size(c) == 2, "two dsml calls");
+    if (c && json_array_size(c) == 2) {
+        CHECK(!strcmp(call_name(c, 0), "get_weather") && !strcmp(call_name(c, 1), "now"), "names");
+        CHECK(!strcmp(call_args(c, 0), "{\"city\":\"Paris, \\\"FR\\\"\",\"days\":3,\"opts\":{\"unit\":\"C\"}}"), "args %s", call_args(c, 0));
+        CHECK(!strcmp(call_args(c, 1), "{}"), "no parameters: {} (%s)", call_args(c, 1));
+    }
+    json_decref(c);
+    const char *g = "Sure <｜DSML｜func";
+    at = op_tool_start(g, 0, strlen(g), &hold);
+    CHECK(at == strlen(g) && hold == strlen("<｜DSML｜func"), "a growing DSML marker is held (%zu)", hold);
+    const char *bad[] = {
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">1",
+        "<｜DSML｜function_calls>\nplain words\n</｜DSML｜function_calls>",
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+    };
+    for (int i = 0; i < 4; i++) {
+        json_t *b = op_tool_parse(bad[i], 0, strlen(bad[i]), "x");
+        CHECK(b == NULL, "malformed dsml %d parsed", i);
+        json_decref(b);
+    }
+}
+
 /* The Anthropic form of parsed calls: tool_use blocks with object inputs, the text before. */
 static void test_tool_uses(void) {
     const char *h = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
@@ -137,5 +171,6 @@ int main(void) {
     TEST_RUN(test_tool_calls);
     TEST_RUN(test_call_frame);
     TEST_RUN(test_tool_uses);
+    TEST_RUN(test_dsml);
     TEST_EXIT();
 }
