@@ -252,6 +252,8 @@ static int read_tool_choice(srv *s, const json_t *req, int *no_tools, char **for
     }
     if (!s->call_open)
         return srv_fail(e, 400, "tool_choice", "this model's chat template renders no tool call cinfer can read, so a call cannot be required; use \"auto\"");
+    if (name && !s->call_mid)
+        return srv_fail(e, 400, "tool_choice", "this model's chat template frames calls so that cinfer cannot start one of a given function; use \"required\" or \"auto\"");
     size_t lo = strlen(s->call_open), ln = name ? strlen(name) : 0, lm = name ? strlen(s->call_mid) : 0;
     char *f = malloc(lo + ln + lm + 1);
     if (!f) return srv_fail(e, 500, NULL, "out of memory");

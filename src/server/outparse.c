@@ -267,14 +267,13 @@ int op_call_frame(const char *text, size_t len, const char *name, const char *ar
         }
     }
     size_t n1 = n0 + strlen(name), a0 = find(text, n1, len, args);
-    if (a0 >= len) return -1;
     json_t *calls = op_tool_parse(text, m, len, "probe");
     const char *got = calls ? json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")) : NULL;
     int ok = got && !strcmp(got, name) && json_array_size(calls) == 1;
     json_decref(calls);
     if (!ok) return -1;
     *open = strndup(text + m, n0 - m);
-    *mid = strndup(text + n1, a0 - n1);
-    if (!*open || !*mid) { free(*open); free(*mid); *open = *mid = NULL; return -1; }
+    *mid = a0 < len ? strndup(text + n1, a0 - n1) : NULL;   /* DSML writes no arguments text */
+    if (!*open || (a0 < len && !*mid)) { free(*open); free(*mid); *open = *mid = NULL; return -1; }
     return 0;
 }

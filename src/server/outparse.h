@@ -49,7 +49,8 @@ json_t *op_tool_uses(const char *text, size_t len, const char *id_prefix, size_t
  * that calls `name` with arguments text `args`: *open gets the bytes from the call marker
  * up to the name, *mid those between the name and the arguments (both malloc'd), which is
  * what a reply must start with to call a tool (open) or a given one (open, name, mid).
- * -1 when the rendering holds no call this parser reads (then nothing is allocated). */
+ * *mid is NULL when the arguments do not appear as that text (DSML writes them as
+ * parameters). -1 when the rendering holds no call this parser reads (nothing allocated). */
 int op_call_frame(const char *text, size_t len, const char *name, const char *args, char **open, char **mid);
 
 #endif

@@ -83,8 +83,8 @@ static void frame_case(const char *text, const char *want_open, const char *want
     if (!want_open) {
         CHECK(rc == -1 && !o && !m, "a frame read off '%.60s'", text);
     } else {
-        CHECK(rc == 0 && o && m && !strcmp(o, want_open) && !strcmp(m, want_mid), "frame '%s' / '%s' (want '%s' / '%s')",
-              o ? o : "(none)", m ? m : "(none)", want_open, want_mid);
+        CHECK(rc == 0 && o && !strcmp(o, want_open) && (want_mid ? m && !strcmp(m, want_mid) : !m),
+              "frame '%s' / '%s' (want '%s' / '%s')", o ? o : "(none)", m ? m : "(none)", want_open, want_mid ? want_mid : "(none)");
     }
     free(o);
     free(m);
@@ -102,9 +102,20 @@ static void test_call_frame(void) {
     frame_case("<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>probe_fn<｜tool▁sep｜>{\"a\": 0}"
                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "<｜tool▁sep｜>");
+    {   /* DSML: the opening is read, but no arguments text follows the name */
+        const char *d = "<｜Assistant｜><｜DSML｜function_calls>\n<｜DSML｜invoke name=\"probe_fn\">\n<｜DSML｜parameter "
+                        "name=\"a\" string=\"false\">0</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+        char *o = NULL, *m = NULL;
+        CHECK(op_call_frame(d, strlen(d), "probe_fn", "{\"a\": 0}", &o, &m) == 0 && o && !m &&
+                  !strcmp(o, "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\""),
+              "dsml frame '%s' / %s", o ? o : "(none)", m ? m : "(none)");
+        free(o);
+        free(m);
+    }
     frame_case("<|assistant|>\nI would call probe_fn with {\"a\": 0}.<|end|>", NULL, NULL);   /* no call markers */
     frame_case("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call> probe_fn {\"a\": 0}", NULL, NULL);
-    frame_case("<tool_call>\n{\"name\": \"probe_fn\", \"arguments\": {\"b\": 1}}\n</tool_call>", NULL, NULL);
+    /* arguments rendered other than as given: the opening (required) but no middle (named) */
+    frame_case("<tool_call>\n{\"name\": \"probe_fn\", \"arguments\": {\"b\": 1}}\n</tool_call>", "<tool_call>\n{\"name\": \"", NULL);
 }
 
 /* DeepSeek V3.2's DSML calls: parameters with string="true" as they are, others as JSON;
