@@ -386,41 +386,14 @@ int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
  * W_UV products still run over all n rows at once. */
 static void mla_rows(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *const *caches,
                      float *latb, float *out, const float *xn, const int32_t *pos, int n, float eps) {
-    const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
-    if (L->q_lora > 0) {
-        be->matmul(be, s->qa, xn, n, &L->q_a);
-        be->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, L->q_lora, eps);
-        be->matmul(be, s->q, s->qa, n, &L->q_b);
-    } else {
-        be->matmul(be, s->q, xn, n, &L->q);
-    }
-    be->matmul(be, latb, xn, n, &L->kv_a);                                   /* [n, kv_lora + rope] */
-    for (int t = 0; t < n; t++) be->rmsnorm(be, latb + (size_t)t * lat, latb + (size_t)t * lat, L->kv_a_norm, 1, L->kv_lora, eps);
-    be->rope(be, latb, n, 1, lat, L->kv_lora, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    const int Hh = L->n_heads, lat = L->kv_lora + L->rope;
+    mla_project(be, L, rt, s, latb, xn, pos, n, eps);                      /* latent rows [n, lat] */
     for (int t = 0; t < n; t++)
         memcpy(caches[t] + (size_t)pos[t] * lat, latb + (size_t)t * lat, (size_t)lat * sizeof(float));
-    for (int h = 0; h < Hh; h++) {                                           /* absorbed queries */
-        for (int t = 0; t < n; t++)
-            memcpy(s->tin + (size_t)t * L->nope, s->q + ((size_t)t * Hh + h) * qd, (size_t)L->nope * sizeof(float));
-        be->matmul_xw(be, s->tout, s->tin, n, &L->w_uk[h]);
-        for (int t = 0; t < n; t++) {
-            float *dst = s->qcat + ((size_t)t * Hh + h) * lat;
-            memcpy(dst, s->tout + (size_t)t * L->kv_lora, (size_t)L->kv_lora * sizeof(float));
-            memcpy(dst + L->kv_lora, s->q + ((size_t)t * Hh + h) * qd + L->nope, (size_t)L->rope * sizeof(float));
-        }
-    }
     for (int t = 0; t < n; t++)
         be->attention(be, s->olat + (size_t)t * Hh * lat, s->qcat + (size_t)t * Hh * lat, caches[t], caches[t], 1, pos[t],
                       Hh, 1, lat, lat, L->scale);
-    for (int h = 0; h < Hh; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(s->tin + (size_t)t * L->kv_lora, s->olat + ((size_t)t * Hh + h) * lat, (size_t)L->kv_lora * sizeof(float));
-        be->matmul(be, s->tout, s->tin, n, &L->w_uv[h]);
-        for (int t = 0; t < n; t++)
-            memcpy(s->o + ((size_t)t * Hh + h) * L->v, s->tout + (size_t)t * L->v, (size_t)L->v * sizeof(float));
-    }
-    be->matmul(be, out, s->o, n, &L->o);
+    mla_output(be, L, s, out, n);
 }
 
 /* One decode step for n <= UBATCH sessions; scratch is ss[0]'s. */

@@ -1,6 +1,5 @@
-/* dsa.c — see dsa.h. The MLA steps before and after the attention are those of
- * mla_forward (nn/mla.c); only the attention step differs, so they are repeated here rather
- * than reached through a hook in mla.c. */
+/* dsa.c — see dsa.h. The MLA steps before and after the attention are mla_forward's
+ * (mla_project, mla_output in nn/mla.c); only the attention step differs. */
 #include "dsa.h"
 #include <math.h>
 #include <stdlib.h>
@@ -102,29 +101,11 @@ static void index_scores(ci_backend *be, const dsa_indexer *I, dsa_scratch *ds, 
 void dsa_forward(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const rope_table *rt, mla_scratch *ms,
                  dsa_scratch *ds, float *lat_cache, float *key_cache, float *out, const float *xn, const int32_t *pos,
                  int n, int pos0, float eps) {
-    const int Hh = A->n_heads, qd = A->nope + A->rope, lat = A->kv_lora + A->rope;
+    const int Hh = A->n_heads, lat = A->kv_lora + A->rope;
     const int IH = I->n_heads, ID = I->head_dim;
-    /* MLA queries [n, Hh, nope+rope]; qa [n, q_lora] is also the indexer's input */
-    be->matmul(be, ms->qa, xn, n, &A->q_a);
-    be->rmsnorm(be, ms->qa, ms->qa, A->q_a_norm, n, A->q_lora, eps);
-    be->matmul(be, ms->q, ms->qa, n, &A->q_b);
-    /* latent + k_pe into this chunk's rows of the latent cache, norm and rope in place */
-    float *rows = lat_cache + (size_t)pos0 * lat;
-    be->matmul(be, rows, xn, n, &A->kv_a);
-    for (int t = 0; t < n; t++) be->rmsnorm(be, rows + (size_t)t * lat, rows + (size_t)t * lat, A->kv_a_norm, 1, A->kv_lora, eps);
-    be->rope(be, rows, n, 1, lat, A->kv_lora, A->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    be->rope(be, ms->q, n, Hh, qd, A->nope, A->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* absorbed queries qcat[t, h] = [W_UK[h]ᵀ q_nope[t, h] ‖ q_pe[t, h]] */
-    for (int h = 0; h < Hh; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(ms->tin + (size_t)t * A->nope, ms->q + ((size_t)t * Hh + h) * qd, (size_t)A->nope * sizeof(float));
-        be->matmul_xw(be, ms->tout, ms->tin, n, &A->w_uk[h]);              /* [n, kv_lora] */
-        for (int t = 0; t < n; t++) {
-            float *dst = ms->qcat + ((size_t)t * Hh + h) * lat;
-            memcpy(dst, ms->tout + (size_t)t * A->kv_lora, (size_t)A->kv_lora * sizeof(float));
-            memcpy(dst + A->kv_lora, ms->q + ((size_t)t * Hh + h) * qd + A->nope, (size_t)A->rope * sizeof(float));
-        }
-    }
+    /* MLA queries and this chunk's latent rows, into the latent cache; ms->qa [n, q_lora] is
+     * also the indexer's input */
+    mla_project(be, A, rt, ms, lat_cache + (size_t)pos0 * lat, xn, pos, n, eps);
 
     /* indexer: keys into the key cache (every token, dense or not: later queries score them),
      * queries and head weights for this chunk */
@@ -154,13 +135,5 @@ void dsa_forward(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const
         }
     }
 
-    /* latent-space outputs through W_UV per head, then o_proj */
-    for (int h = 0; h < Hh; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(ms->tin + (size_t)t * A->kv_lora, ms->olat + ((size_t)t * Hh + h) * lat, (size_t)A->kv_lora * sizeof(float));
-        be->matmul(be, ms->tout, ms->tin, n, &A->w_uv[h]);                   /* [n, v] */
-        for (int t = 0; t < n; t++)
-            memcpy(ms->o + ((size_t)t * Hh + h) * A->v, ms->tout + (size_t)t * A->v, (size_t)A->v * sizeof(float));
-    }
-    be->matmul(be, out, ms->o, n, &A->o);
+    mla_output(be, A, ms, out, n);
 }

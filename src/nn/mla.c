@@ -50,8 +50,8 @@ void mla_scratch_free(mla_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
-                 const float *xn, const int32_t *pos, int n, int pos0, float eps) {
+void mla_project(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *lat_rows,
+                 const float *xn, const int32_t *pos, int n, float eps) {
     const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
     /* queries [n, Hh, nope+rope] */
     if (L->q_lora > 0) {
@@ -61,11 +61,10 @@ void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_s
     } else {
         be->matmul(be, s->q, xn, n, &L->q);
     }
-    /* latent + k_pe straight into this chunk's cache rows, then norm and rope in place */
-    float *rows = cache + (size_t)pos0 * lat;
-    be->matmul(be, rows, xn, n, &L->kv_a);
-    for (int t = 0; t < n; t++) be->rmsnorm(be, rows + (size_t)t * lat, rows + (size_t)t * lat, L->kv_a_norm, 1, L->kv_lora, eps);
-    be->rope(be, rows, n, 1, lat, L->kv_lora, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    /* latent + k_pe, then norm and rope in place */
+    be->matmul(be, lat_rows, xn, n, &L->kv_a);
+    for (int t = 0; t < n; t++) be->rmsnorm(be, lat_rows + (size_t)t * lat, lat_rows + (size_t)t * lat, L->kv_a_norm, 1, L->kv_lora, eps);
+    be->rope(be, lat_rows, n, 1, lat, L->kv_lora, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
     be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
     /* absorbed queries: qcat[t, h] = [W_UK[h]ᵀ q_nope[t, h] ‖ q_pe[t, h]] */
     for (int h = 0; h < Hh; h++) {
@@ -78,9 +77,10 @@ void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_s
             memcpy(dst + L->kv_lora, s->q + ((size_t)t * Hh + h) * qd + L->nope, (size_t)L->rope * sizeof(float));
         }
     }
-    /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
-     * rope entries produce output columns that are ignored) */
-    be->attention(be, s->olat, s->qcat, cache, cache, n, pos0, Hh, 1, lat, lat, L->scale);
+}
+
+void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n) {
+    const int Hh = L->n_heads, lat = L->kv_lora + L->rope;
     for (int h = 0; h < Hh; h++) {
         for (int t = 0; t < n; t++)
             memcpy(s->tin + (size_t)t * L->kv_lora, s->olat + ((size_t)t * Hh + h) * lat, (size_t)L->kv_lora * sizeof(float));
@@ -89,4 +89,14 @@ void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_s
             memcpy(s->o + ((size_t)t * Hh + h) * L->v, s->tout + (size_t)t * L->v, (size_t)L->v * sizeof(float));
     }
     be->matmul(be, out, s->o, n, &L->o);
+}
+
+void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
+                 const float *xn, const int32_t *pos, int n, int pos0, float eps) {
+    const int lat = L->kv_lora + L->rope;
+    mla_project(be, L, rt, s, cache + (size_t)pos0 * lat, xn, pos, n, eps);   /* straight into this chunk's rows */
+    /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
+     * rope entries produce output columns that are ignored) */
+    be->attention(be, s->olat, s->qcat, cache, cache, n, pos0, L->n_heads, 1, lat, lat, L->scale);
+    mla_output(be, L, s, out, n);
 }

@@ -46,6 +46,14 @@ void mla_layer_free(mla_layer *L);
 int mla_scratch_init(mla_scratch *s, const mla_layer *L, int max_n);
 void mla_scratch_free(mla_scratch *s);
 
+/* The steps before the attention, for xn[n, H] at positions pos: queries (s->qa, s->q roped)
+ * and the absorbed queries s->qcat [n, Hh, kv_lora + rope]; lat_rows[n, kv_lora + rope] gets
+ * the new latent rows (normed, k_pe roped), which the caller places in its cache. */
+void mla_project(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *lat_rows,
+                 const float *xn, const int32_t *pos, int n, float eps);
+/* The steps after it: out[n, H] from the latent-space outputs s->olat [n, Hh, kv_lora + rope]
+ * (W_UV per head, then o_proj). */
+void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n);
 /* out[n, H] = attention of xn[n, H] at positions pos[0..n) (= pos0..pos0+n-1). cache is this
  * layer's [max_ctx, kv_lora + rope]; rows pos0..pos0+n-1 are written. */
 void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
