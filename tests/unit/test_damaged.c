@@ -2,6 +2,7 @@
  * be refused with one line naming the tensor or key, never crash (run under ASan/UBSan too). */
 #include "check.h"
 #include "cinfer.h"
+#include "tmpmodel.h"
 #include <jansson.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -10,33 +11,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-/* Copies tests/fixtures/<name>/{config.json,model.safetensors} into a fresh dir. */
-static int copy_fixture(const char *name, char *dir, size_t dn) {
-    snprintf(dir, dn, "/tmp/cinfer_damaged_XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    const char *files[] = { "config.json", "model.safetensors" };
-    for (int i = 0; i < 2; i++) {
-        char a[600], b[600], buf[1 << 16];
-        snprintf(a, sizeof a, "tests/fixtures/%s/%s", name, files[i]);
-        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
-        FILE *fa = fopen(a, "rb"), *fb = fopen(b, "wb");
-        int ok = fa && fb;
-        size_t n;
-        while (ok && (n = fread(buf, 1, sizeof buf, fa)) > 0) ok = fwrite(buf, 1, n, fb) == n;
-        if (fa) fclose(fa);
-        if (fb && fclose(fb)) ok = 0;
-        if (!ok) return -1;
-    }
-    return 0;
-}
-
-static void rm_dir(const char *dir) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
-    rmdir(dir);
-}
 
 /* Rewrites the dtype of one tensor in the header to another of the same length and element
  * size (F32 -> U32: the data still fits, only the meaning changes). */
@@ -81,10 +55,10 @@ static void test_u32_without_scales(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char dir[64];
-        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        if (tm_copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
         CHECK(retype_tensor(dir, cases[i][1], "F32", "U32") == 0, "retyping %s failed", cases[i][1]);
         expect_open_error(dir, cases[i][1], cases[i][2]);
-        rm_dir(dir);
+        tm_rm_dir(dir);
     }
 }
 
@@ -123,11 +97,11 @@ static void test_expert_count(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char dir[64], want[128];
-        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        if (tm_copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
         CHECK(set_config(dir, 4096, cases[i][1], 65536) == 0, "editing %s failed", cases[i][0]);
         snprintf(want, sizeof want, "'%s' = 65536 experts in ", cases[i][1]);
         expect_open_error(dir, want, "bytes of tensors hold");
-        rm_dir(dir);
+        tm_rm_dir(dir);
     }
 }
 
@@ -167,7 +141,7 @@ static void test_unbacked_intermediate_size(void) {
         ok = f && fputs(cfg, f) >= 0;
         if (f) fclose(f);
         free(cfg);
-        if (!ok || ci_make_random(in, dir, "f32", 3, 0, err, sizeof err)) { CHECK(0, "%s: %s", cases[i][0], err); rm_dir(dir); continue; }
+        if (!ok || ci_make_random(in, dir, "f32", 3, 0, err, sizeof err)) { CHECK(0, "%s: %s", cases[i][0], err); tm_rm_dir(dir); continue; }
         CHECK(set_config(dir, 0, "intermediate_size", 1 << 20) == 0, "editing %s failed", cases[i][0]);
         ci_model *m = NULL;
         ci_session *s = NULL;
@@ -188,7 +162,7 @@ static void test_unbacked_intermediate_size(void) {
         }
         ci_session_free(s);
         ci_model_free(m);
-        rm_dir(dir);
+        tm_rm_dir(dir);
     }
 }
 
@@ -231,10 +205,10 @@ static void test_stop_at_first_error(void) {
                                             { "deepseek_v3_nolora", "model.layers.0.self_attn.q_proj.weight" } };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char dir[64];
-        if (copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
+        if (tm_copy_fixture(cases[i][0], dir, sizeof dir)) { CHECK(0, "copying %s failed", cases[i][0]); return; }
         CHECK(set_config(dir, 4096, "num_attention_heads", 16384) == 0, "editing %s failed", cases[i][0]);
         expect_open_error_capped(dir, cases[i][1], "expected [");
-        rm_dir(dir);
+        tm_rm_dir(dir);
     }
 }
 

@@ -204,30 +204,6 @@ static void test_config_errors(void) {
 
 /* ---- damaged checkpoints: a copy of a fixture with one byte range or name changed ---------- */
 
-static int copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    int ok = a && b;
-    char buf[1 << 16];
-    size_t n;
-    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
-    if (a) fclose(a);
-    if (b && fclose(b)) ok = 0;
-    return ok ? 0 : -1;
-}
-
-static int copy_fixture(const char *name, char *dir, size_t dn) {
-    snprintf(dir, dn, "/tmp/cinfer_dsv4_XXXXXX");
-    if (!mkdtemp(dir)) return -1;
-    const char *files[] = { "config.json", "model.safetensors" };
-    for (int i = 0; i < 2; i++) {
-        char a[600], b[600];
-        snprintf(a, sizeof a, "tests/fixtures/%s/%s", name, files[i]);
-        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
-        if (copy_file(a, b)) return -1;
-    }
-    return 0;
-}
-
 /* Byte offset of a tensor's data in a safetensors file (-1 if absent). */
 static long tensor_offset(const char *path, const char *tensor) {
     FILE *f = fopen(path, "rb");
@@ -287,7 +263,7 @@ static void expect_open_error(const char *dir, const char *n1, const char *n2) {
 static void test_damaged(void) {
     char dir[64], st[600];
     /* a hash table entry naming expert 99 of 8 */
-    if (copy_fixture("deepseek_v4_hub", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    if (tm_copy_fixture("deepseek_v4_hub", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     long off = tensor_offset(st, "layers.0.ffn.gate.tid2eid");
     int32_t bad = 99;
@@ -295,19 +271,19 @@ static void test_damaged(void) {
     expect_open_error(dir, "tensor 'layers.0.ffn.gate.tid2eid' entry [5, 1] is 99, expected a value in [0, 8)", NULL);
     rm_dir(dir);
     /* an FP4 expert without its scales, an fp8 matrix without its block scales */
-    if (copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    if (tm_copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     CHECK(rename_tensor(st, "layers.2.ffn.experts.3.w2.scale", "layers.2.ffn.experts.3.w2.scalf") == 0, "rename failed");
     expect_open_error(dir, "'layers.2.ffn.experts.3.w2.weight' is I8 (FP4 codes) but 'layers.2.ffn.experts.3.w2.scale'",
                       "is missing");
     rm_dir(dir);
-    if (copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    if (tm_copy_fixture("deepseek_v4_fp8", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     CHECK(rename_tensor(st, "layers.1.attn.wq_b.scale", "layers.1.attn.wq_b.scalf") == 0, "rename failed");
     expect_open_error(dir, "tensor 'layers.1.attn.wq_b.weight' is F8_E4M3 but its block scales 1x1", "layers.1.attn.wq_b.scale");
     rm_dir(dir);
     /* a compressor position bias of the wrong window length */
-    if (copy_fixture("deepseek_v4", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
+    if (tm_copy_fixture("deepseek_v4", dir, sizeof dir)) { CHECK(0, "copy failed"); return; }
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     char err[256];

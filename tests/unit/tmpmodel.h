@@ -24,6 +24,27 @@ static inline const char *tm_make_random(const char *cfg, const char *dtype, uin
     return dir;
 }
 
+/* Copies tests/fixtures/<name>/{config.json,model.safetensors} into a fresh folder under
+ * /tmp (returned in dir), for tests that damage a copy. 0 or -1. */
+static inline int tm_copy_fixture(const char *name, char *dir, size_t dn) {
+    snprintf(dir, dn, "/tmp/cinfer_test_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    const char *files[] = { "config.json", "model.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        char a[600], b[600], buf[1 << 16];
+        snprintf(a, sizeof a, "tests/fixtures/%s/%s", name, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        FILE *fa = fopen(a, "rb"), *fb = fopen(b, "wb");
+        int ok = fa && fb;
+        size_t n;
+        while (ok && (n = fread(buf, 1, sizeof buf, fa)) > 0) ok = fwrite(buf, 1, n, fb) == n;
+        if (fa) fclose(fa);
+        if (fb && fclose(fb)) ok = 0;
+        if (!ok) return -1;
+    }
+    return 0;
+}
+
 /* Removes what tm_make_random (and the tests) put in dir, then dir. */
 static inline void tm_rm_dir(const char *dir) {
     char p[600];
