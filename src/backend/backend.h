@@ -81,6 +81,81 @@ typedef struct ci_backend {
     /* y[i] += x[i] */
     void (*add)(struct ci_backend *be, float *y, const float *x, int64_t count);
     void (*free)(struct ci_backend *be);
+
+    /* ---- memory: the backend owns every weight, activation, scratch and cache buffer ----
+     * A buffer is an opaque address in the backend's memory (host memory for the CPU,
+     * device memory for CUDA): model code passes it, and addresses inside it, to ops, and
+     * never reads or writes its bytes. alloc returns NULL when out of memory (the device's
+     * free / needed bytes are then in last_error); buffers are 256-byte aligned. */
+    void *(*alloc)(struct ci_backend *be, size_t bytes);
+    void (*buf_free)(struct ci_backend *be, void *buf);
+    /* Host <-> backend and backend -> backend byte copies. upload/copy are ordered with the
+     * ops around them; download returns when the bytes are in host memory. */
+    void (*upload)(struct ci_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(struct ci_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(struct ci_backend *be, void *dst, const void *src, size_t bytes);
+    /* Weights: returns the backend's copy of `bytes` bytes of host memory `host` (an mmap'd
+     * tensor, a block-scale grid or an owned f32 vector), copied once in its own dtype and
+     * kept until the backend is freed; the same host address gives the same copy (a tied
+     * head shares the embedding). CPU: host itself. NULL when out of memory. */
+    const void *(*weight)(struct ci_backend *be, const void *host, size_t bytes);
+
+    /* ---- ops whose positions live in backend memory (graph-capturable decode) ----------
+     * kv_store: for t < n, cache row pos[t] (rows `stride` floats apart) gets src row t:
+     * cache[pos[t] * stride + i] = src[t * width + i] for i < width. */
+    void (*kv_store)(struct ci_backend *be, float *cache, int stride, const float *src, int width, int n,
+                     const int32_t *pos);
+    /* Causal GQA attention like attention(), but query row t attends keys 0..pos[t]
+     * (pos in backend memory). max_keys bounds every pos[t] + 1 (the cache's rows): a
+     * device backend sizes its launch by it, so one captured step serves any position. */
+    void (*attention_pos)(struct ci_backend *be, float *out, const float *q, const float *k, const float *v,
+                          int n, const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
+                          float scale);
+    /* ---- fused ops (a device backend runs each as one pass; the CPU composes the ops
+     * above in the same order, so its bits are those of the unfused sequence) ------------
+     * matmul_n: ys[i][n, Ws[i]->rows] = x · Ws[i]ᵀ for i < count (<= 4; same cols): the
+     * q / k / v projections of one input in one launch. */
+    void (*matmul_n)(struct ci_backend *be, int count, float *const *ys, const float *x, int n,
+                     const ci_mat *const *Ws);
+    /* y[n, W.rows] += x · Wᵀ (o_proj / down_proj with the residual add). tmp: [n, W.rows]
+     * scratch the CPU computes the product in (then add(y, tmp)); a device may ignore it. */
+    void (*matmul_acc)(struct ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp);
+    /* g[n, Wg.rows] = silu(x · Wgᵀ) * (x · Wuᵀ); u: [n, Wu.rows] scratch (the CPU's up
+     * product; a device may leave it untouched). */
+    void (*matmul_swiglu)(struct ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                          const ci_mat *Wu);
+    /* The attention block between the projections and attention(): for t < n, per head
+     * RMSNorm of q[t] (n_heads heads) and k[t] (n_kv heads) when q_norm / k_norm are given
+     * (weights [hd], eps), rope (rot_dim dims from dim 0, pos[t], inv_freq, mscale, style)
+     * on both, q in place; then k[t] and v[t] go to cache rows pos[t] of kc / vc (rows
+     * kv_stride floats apart). k is left normed and rotated. Same order as rmsnorm(q),
+     * rmsnorm(k), rope(q), rope(k), kv_store(k), kv_store(v). */
+    void (*qk_rope_store)(struct ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
+                          int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                          const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                          float *vc, int kv_stride);
+    /* out[0] = the index of the largest of x[0, count) (the first one on ties; NaN is never
+     * chosen over a number), as int32 in backend memory. */
+    void (*argmax)(struct ci_backend *be, int32_t *out, const float *x, int count);
+
+    /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
+     * graph_begin starts recording the ops that follow (they are not run); graph_end stops
+     * and returns a handle (NULL on failure: run the ops eagerly instead); graph_launch runs
+     * a recorded step again on the buffers it was recorded with (values read at run time:
+     * positions and ids that changed are seen). Replay gives the bits eager execution gives. */
+    int (*graph_begin)(struct ci_backend *be);
+    void *(*graph_end)(struct ci_backend *be);
+    void (*graph_launch)(struct ci_backend *be, void *graph);
+    void (*graph_free)(struct ci_backend *be, void *graph);
+    /* Sticky error state: 0 while every op so far has worked; else a message in last_error
+     * (a CUDA error mid-run, device memory exhausted). The CPU never sets it. */
+    int (*status)(struct ci_backend *be);
+    char last_error[256];
+    int is_device;          /* 1 when buffers are not host memory (CUDA) */
+    /* CUDA: the loader (cuda_loader.c) gives the backend a CPU pool and this function to
+     * free it with; the backend's free() calls it. NULL on the CPU (free() frees its own). */
+    void (*pool_free)(ci_pool *pool);
+    size_t mem_free, mem_total;  /* device memory at creation (bytes); 0 on the CPU */
 } ci_backend;
 
 typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512 } ci_isa;
@@ -88,6 +163,12 @@ typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512 } ci_i
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;
  * AUTO takes the best the CPU supports at run time. NULL on failure. */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
+
+/* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so
+ * from beside the executable at run time, so a machine without the driver or the toolkit
+ * runs the CPU engine alone). NULL with a one-line reason in err when there is no usable
+ * device, no CUDA build, or no driver. n_threads: the CPU pool it keeps for host-side work. */
+ci_backend *ci_backend_cuda_new(int device, int n_threads, char *err, size_t errlen);
 
 /* One f32 element of a weight (slow path; tools and tests). */
 float ci_mat_get(const ci_mat *W, int64_t r, int64_t c);
