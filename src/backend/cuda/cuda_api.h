@@ -1,4 +1,4 @@
-/* cuda_api.h — the one entry point of libcinfer_cuda.so, shared by the library (cuda/*.cu)
+/* cuda_api.h — the one entry point of libcinfer_cuda.so, shared by the library (the .cu files in cuda/)
  * and its run-time loader (backend/cuda_loader.c, part of the CPU-only core).
  *
  * The core never links CUDA: cuda_loader.c dlopen()s libcinfer_cuda.so from beside the
