@@ -8,7 +8,13 @@
  * CI_CUDA_ABI (bumped whenever ci_backend changes) so a stale library is refused. */
 #ifndef CI_CUDA_API_H
 #define CI_CUDA_API_H
+#ifdef __cplusplus
+extern "C" {
+#endif
 #include "../backend.h"
+#ifdef __cplusplus
+}
+#endif
 #include <stddef.h>
 
 #define CI_CUDA_ENTRY "cinfer_cuda_backend_new"

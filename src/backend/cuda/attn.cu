@@ -1,0 +1,260 @@
+/* attn.cu — causal GQA attention over the f32 KV cache.
+ *
+ * Few query rows (decode, n <= SPLIT_MAX_N): split-K. The keys 0..pos[t] are cut into
+ * chunks of CHUNK; a block takes one (row, kv head, chunk) and every query head of that
+ * kv group, so K and V are read once per group. Each lane scores whole keys (its own key
+ * row against the group's queries from shared memory), the chunk's softmax is local
+ * (max m, sum l), and the threads then sum p·V along the head dimension. A combine kernel
+ * merges the chunks of a row with their (m, l). The grid is sized by max_keys, not by the
+ * position, so a recorded decode step serves every later position: blocks whose chunk
+ * starts past pos[t] return at once.
+ *
+ * Many query rows (prefill): a block takes QT query rows of one head and walks the key
+ * tiles up to its last row's position with an online softmax (running max and sum per
+ * row, rescaled when the max grows), K and V tiles staged in shared memory. */
+#include "cuda_internal.h"
+#include <math.h>
+
+enum { CHUNK = 256, SPLIT_THREADS = 128, SPLIT_MAX_N = 8, MAX_GROUP = 16 };
+enum { QT = 16, KT = 64, PF_THREADS = 128 };
+
+__device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
+
+/* part: [n, n_heads, n_chunks, hd + 2] (o, m, l) */
+__global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
+    float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
+    int hd, int kv_stride, float scale, int n_chunks) {
+    extern __shared__ float sm[];
+    const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    const int G = n_heads / n_kv;
+    const int L = row_pos(pos, pos0, t) + 1;
+    const int j0 = chunk * CHUNK;
+    if (j0 >= L) return;
+    const int nj = L - j0 < CHUNK ? L - j0 : CHUNK;
+    float *qs = sm;                     /* [G, hd] scaled queries */
+    float *ps = sm + G * hd;            /* [G, CHUNK] scores, then probabilities */
+    float *ml = ps + G * CHUNK;         /* [G, 2] */
+    const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qrow[i] * scale;
+    __syncthreads();
+    const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
+    for (int j = threadIdx.x; j < nj; j += blockDim.x) {
+        const float *kr = kb + (int64_t)(j0 + j) * kv_stride;
+        float s[MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < MAX_GROUP; h++) s[h] = 0.0f;
+        if ((hd & 3) == 0 && ((uintptr_t)kr & 15) == 0) {
+            for (int d = 0; d < hd; d += 4) {
+                float4 k4 = *(const float4 *)(kr + d);
+#pragma unroll
+                for (int h = 0; h < MAX_GROUP; h++)
+                    if (h < G) {
+                        const float *qq = qs + h * hd + d;
+                        s[h] = fmaf(k4.x, qq[0], fmaf(k4.y, qq[1], fmaf(k4.z, qq[2], fmaf(k4.w, qq[3], s[h]))));
+                    }
+            }
+        } else {
+            for (int d = 0; d < hd; d++) {
+                float kv = kr[d];
+#pragma unroll
+                for (int h = 0; h < MAX_GROUP; h++)
+                    if (h < G) s[h] = fmaf(kv, qs[h * hd + d], s[h]);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < MAX_GROUP; h++)
+            if (h < G) ps[h * CHUNK + j] = s[h];
+    }
+    __syncthreads();
+    /* per head: max and exp-sum over the chunk (one warp per head, warps loop over heads) */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int h = warp; h < G; h += nw) {
+        float m = -INFINITY;
+        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * CHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < nj; j += 32) {
+            float p = expf(ps[h * CHUNK + j] - m);
+            ps[h * CHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
+    }
+    __syncthreads();
+    /* o[h][d] = sum_j p[h][j] v[j][d] */
+    float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
+    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o[MAX_GROUP];
+#pragma unroll
+        for (int h = 0; h < MAX_GROUP; h++) o[h] = 0.0f;
+        for (int j = 0; j < nj; j++) {
+            float v = vb[(int64_t)(j0 + j) * kv_stride + d];
+#pragma unroll
+            for (int h = 0; h < MAX_GROUP; h++)
+                if (h < G) o[h] = fmaf(ps[h * CHUNK + j], v, o[h]);
+        }
+#pragma unroll
+        for (int h = 0; h < MAX_GROUP; h++)
+            if (h < G) out[h * hstride + d] = o[h];
+    }
+    if (threadIdx.x < G) {
+        out[threadIdx.x * hstride + hd] = ml[2 * threadIdx.x];
+        out[threadIdx.x * hstride + hd + 1] = ml[2 * threadIdx.x + 1];
+    }
+}
+
+__global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
+                                    int n_chunks) {
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int L = row_pos(pos, pos0, t) + 1;
+    const int nc = (L + CHUNK - 1) / CHUNK;
+    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
+    float M = -INFINITY;
+    for (int c = 0; c < nc; c++) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
+    float den = 0.0f;
+    for (int c = 0; c < nc; c++) den += expf(p[(int64_t)c * (hd + 2) + hd] - M) * p[(int64_t)c * (hd + 2) + hd + 1];
+    float inv = 1.0f / den;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int c = 0; c < nc; c++) acc += expf(p[(int64_t)c * (hd + 2) + hd] - M) * p[(int64_t)c * (hd + 2) + d];
+        out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
+    }
+}
+
+/* Prefill: block = QT query rows x one head. Thread layout for scores: each thread owns
+ * (row r = tid / 8, keys tid % 8 + 8 i); for the output each thread owns (row, dims). */
+__global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
+    float *out, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n, int n_heads,
+    int n_kv, int hd, int kv_stride, float scale) {
+    extern __shared__ float sm[];
+    const int h = blockIdx.y, t0 = blockIdx.x * QT, g = h / (n_heads / n_kv);
+    const int nq = n - t0 < QT ? n - t0 : QT;
+    float *qs = sm;                  /* [QT, hd] */
+    float *ks = qs + QT * hd;        /* [KT, hd + 1] (padded) */
+    float *vs = ks + KT * (hd + 1);  /* [KT, hd] */
+    float *ps = vs + KT * hd;        /* [QT, KT] */
+    float *mrow = ps + QT * KT;      /* [QT] running max */
+    float *lrow = mrow + QT;         /* [QT] running sum */
+    float *rs = lrow + QT;           /* [QT] rescale of this tile */
+    __shared__ int lens[QT];
+    const int tid = threadIdx.x;
+    for (int i = tid; i < QT * hd; i += blockDim.x) {
+        int r = i / hd, d = i % hd;
+        qs[i] = r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * hd + d] * scale : 0.0f;
+    }
+    if (tid < QT) {
+        lens[tid] = tid < nq ? row_pos(pos, pos0, t0 + tid) + 1 : 0;
+        mrow[tid] = -INFINITY;
+        lrow[tid] = 0.0f;
+    }
+    /* each thread accumulates out rows (tid / (PF_THREADS/QT)) for dims strided by 8 */
+    const int orow = tid / (PF_THREADS / QT), olane = tid % (PF_THREADS / QT);
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.0f;
+    __syncthreads();
+    int Lmax = 0;
+    for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
+    for (int j0 = 0; j0 < Lmax; j0 += KT) {
+        const int nj = Lmax - j0 < KT ? Lmax - j0 : KT;
+        for (int i = tid; i < nj * hd; i += blockDim.x) {
+            int j = i / hd, d = i % hd;
+            int64_t at = (int64_t)(j0 + j) * kv_stride + (int64_t)g * hd + d;
+            ks[j * (hd + 1) + d] = kc[at];
+            vs[j * hd + d] = vc[at];
+        }
+        __syncthreads();
+        /* scores: thread (row r, key column c = olane + 8 i) */
+        {
+            const int r = orow;
+            for (int j = olane; j < KT; j += PF_THREADS / QT) {
+                float s = -INFINITY;
+                if (j < nj && j0 + j < lens[r]) {
+                    s = 0.0f;
+                    for (int d = 0; d < hd; d++) s = fmaf(qs[r * hd + d], ks[j * (hd + 1) + d], s);
+                }
+                ps[r * KT + j] = s;
+            }
+        }
+        __syncthreads();
+        if (tid < QT) {
+            const int r = tid;
+            float m = mrow[r], cm = -INFINITY;
+            for (int j = 0; j < KT; j++) cm = fmaxf(cm, ps[r * KT + j]);
+            float nm = fmaxf(m, cm);
+            float scale_old = (m == -INFINITY) ? 0.0f : expf(m - nm);
+            float l = lrow[r] * scale_old;
+            for (int j = 0; j < KT; j++) {
+                float p = ps[r * KT + j] == -INFINITY ? 0.0f : expf(ps[r * KT + j] - nm);
+                ps[r * KT + j] = p;
+                l += p;
+            }
+            mrow[r] = nm;
+            lrow[r] = l;
+            rs[r] = scale_old;
+        }
+        __syncthreads();
+        {
+            const int r = orow;
+            float sc = rs[r];
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int d = olane + i * (PF_THREADS / QT);
+                if (d < hd) {
+                    float a = acc[i] * sc;
+                    for (int j = 0; j < nj; j++) a = fmaf(ps[r * KT + j], vs[j * hd + d], a);
+                    acc[i] = a;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (orow < nq) {
+        float inv = 1.0f / lrow[orow];
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int d = olane + i * (PF_THREADS / QT);
+            if (d < hd) out[((int64_t)(t0 + orow) * n_heads + h) * hd + d] = acc[i] * inv;
+        }
+    }
+}
+
+void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+    if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
+    const int G = n_heads / n_kv;
+    if (G > MAX_GROUP || n_heads % n_kv || hd > 256 || max_keys <= 0) {
+        if (!cb->failed) {
+            cb->failed = 1;
+            snprintf(cb->base.last_error, sizeof cb->base.last_error,
+                     "CUDA: attention with %d heads over %d kv heads, head_dim %d is not supported", n_heads, n_kv, hd);
+        }
+        return;
+    }
+    if (n <= SPLIT_MAX_N) {
+        int n_chunks = (max_keys + CHUNK - 1) / CHUNK;
+        size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
+        float *part = (float *)cb_scratch_get(cb, &cb->attn_part, pbytes);
+        if (!part) return;
+        size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
+        dim3 grid(n_kv, n_chunks, n);
+        attn_split_kernel<<<grid, SPLIT_THREADS, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+                                                                      kv_stride, scale, n_chunks);
+        if (cb_launched(cb, "attention (split)")) return;
+        attn_combine_kernel<<<dim3(n_heads, n), 128, 0, cb->stream>>>(out, part, pos, pos0, n_heads, hd, n_chunks);
+        cb_launched(cb, "attention (combine)");
+        return;
+    }
+    size_t smem = ((size_t)QT * hd + (size_t)KT * (hd + 1) + (size_t)KT * hd + (size_t)QT * KT + 3 * QT) * sizeof(float);
+    static int smem_set = 0;
+    if (!smem_set) {
+        cudaFuncSetAttribute(attn_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+        smem_set = 1;
+    }
+    dim3 grid((n + QT - 1) / QT, n_heads);
+    attn_prefill_kernel<<<grid, PF_THREADS, smem, cb->stream>>>(out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
+                                                                kv_stride, scale);
+    cb_launched(cb, "attention (prefill)");
+}

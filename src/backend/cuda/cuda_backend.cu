@@ -1,0 +1,424 @@
+/* cuda_backend.cu — the CUDA backend: device memory, weights, the op table, graphs, errors.
+ *
+ * Owns one device, one stream, one cuBLAS handle with a fixed workspace, and every device
+ * buffer it hands out. Weights are uploaded once through weight() in their checkpoint
+ * dtype (a sorted table maps host ranges to device copies, so a tied head and its
+ * embedding share one copy). Ops are enqueued on the stream and never synchronise;
+ * download() is the only point where the host waits. The first CUDA failure is sticky
+ * (status() / last_error), and later ops become no-ops so a failed step cannot corrupt a
+ * cache further.
+ *
+ * matmul dispatch: n <= CB_GEMV_MAX_N token rows (decode, small batches) go to the
+ * hand-written GEMV kernels (gemv.cu), which stream each weight once at close to the copy
+ * bandwidth; larger n (prefill) to cuBLAS (tensor cores for f16 / bf16). fp8 block-scaled
+ * weights have no GEMM path yet: prefill runs the GEMV kernel over groups of 8 rows. */
+#include "cuda_api.h"
+#include "cuda_internal.h"
+#include <stdlib.h>
+#include <string.h>
+
+static cuda_be *CB(ci_backend *be) { return (cuda_be *)be; }
+
+int cb_fail(cuda_be *cb, const char *what, cudaError_t e) {
+    if (e == cudaSuccess) return cb->failed;
+    if (!cb->failed) {
+        cb->failed = 1;
+        snprintf(cb->base.last_error, sizeof cb->base.last_error, "CUDA: %s: %s", what, cudaGetErrorString(e));
+    }
+    return 1;
+}
+
+int cb_launched(cuda_be *cb, const char *what) { return cb_fail(cb, what, cudaGetLastError()); }
+
+static void retire(cuda_be *cb, void *p) {
+    if (!p) return;
+    if (cb->n_retired == cb->cap_retired) {
+        int cap = cb->cap_retired ? 2 * cb->cap_retired : 16;
+        void **r = (void **)realloc(cb->retired, (size_t)cap * sizeof *r);
+        if (!r) { cudaFree(p); return; } /* nothing recorded uses it yet in the common case */
+        cb->retired = r;
+        cb->cap_retired = cap;
+    }
+    cb->retired[cb->n_retired++] = p;
+}
+
+void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes) {
+    if (bytes <= s->bytes) return s->p;
+    size_t want = bytes + bytes / 4 + 4096;
+    void *p = NULL;
+    if (cb_fail(cb, "scratch allocation", cudaMalloc(&p, want))) return NULL;
+    retire(cb, s->p);
+    s->p = p;
+    s->bytes = want;
+    return p;
+}
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+static void *cb_alloc(ci_backend *be, size_t bytes) {
+    cuda_be *cb = CB(be);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller reports the allocation */
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        snprintf(be->last_error, sizeof be->last_error,
+                 "CUDA: out of device memory: %.1f MiB asked, %.1f MiB free of %.1f MiB", bytes / 1048576.0,
+                 fr / 1048576.0, tot / 1048576.0);
+        (void)cb;
+        return NULL;
+    }
+    return p;
+}
+
+static void cb_buf_free(ci_backend *be, void *buf) {
+    (void)be;
+    if (buf) cudaFree(buf);
+}
+
+static void cb_upload(ci_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !bytes) return;
+    CB_CHECK(cb, "upload", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
+}
+
+static void cb_download(ci_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = CB(be);
+    if (cb->failed) { memset(dst, 0, bytes); return; }
+    if (!bytes) return;
+    if (CB_CHECK(cb, "download", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream)) ||
+        CB_CHECK(cb, "step", cudaStreamSynchronize(cb->stream)))
+        memset(dst, 0, bytes);
+}
+
+static void cb_copy(ci_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !bytes) return;
+    CB_CHECK(cb, "copy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
+}
+
+/* Binary search of the weight table: index of the entry for host, or where it would go. */
+static int wfind(const cuda_be *cb, const void *host, int *found) {
+    int lo = 0, hi = cb->n_weights;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((uintptr_t)cb->weights[mid].host < (uintptr_t)host) lo = mid + 1;
+        else hi = mid;
+    }
+    *found = lo < cb->n_weights && cb->weights[lo].host == host;
+    return lo;
+}
+
+static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
+    cuda_be *cb = CB(be);
+    if (!host) return NULL;
+    int found, i = wfind(cb, host, &found);
+    if (found && cb->weights[i].bytes >= bytes) return cb->weights[i].dev;
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        snprintf(be->last_error, sizeof be->last_error,
+                 "CUDA: out of device memory for weights: %.1f MiB more needed after %.1f MiB, %.1f MiB free of %.1f MiB",
+                 bytes / 1048576.0, cb->weight_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        return NULL;
+    }
+    if (cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(d);
+        snprintf(be->last_error, sizeof be->last_error, "CUDA: copying %.1f MiB of weights to the device failed",
+                 bytes / 1048576.0);
+        return NULL;
+    }
+    if (found) { /* a longer range from the same address: keep the old copy alive, point at the new one */
+        retire(cb, cb->weights[i].dev);
+        cb->weights[i].dev = d;
+        cb->weights[i].bytes = bytes;
+        cb->weight_bytes += bytes;
+        return d;
+    }
+    if (cb->n_weights == cb->cap_weights) {
+        int cap = cb->cap_weights ? 2 * cb->cap_weights : 256;
+        cb_weight *w = (cb_weight *)realloc(cb->weights, (size_t)cap * sizeof *w);
+        if (!w) { cudaFree(d); snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
+        cb->weights = w;
+        cb->cap_weights = cap;
+    }
+    memmove(cb->weights + i + 1, cb->weights + i, (size_t)(cb->n_weights - i) * sizeof *cb->weights);
+    cb->weights[i].host = host;
+    cb->weights[i].dev = d;
+    cb->weights[i].bytes = bytes;
+    cb->n_weights++;
+    cb->weight_bytes += bytes;
+    return d;
+}
+
+/* ---- matmul family -------------------------------------------------------------------- */
+
+/* y (+)= x · Wᵀ for any n: GEMV kernels for small n, cuBLAS for large, GEMV groups for
+ * dtypes without a GEMM path. */
+static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
+    if (n <= 0 || W->rows <= 0) return;
+    if (n > CB_GEMV_MAX_N && cb_gemm(cb, y, x, n, W, acc ? 1.0f : 0.0f) == 0) return;
+    for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
+        int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
+        float *yy = y + (size_t)t0 * W->rows;
+        cb_gemv(cb, acc ? CB_ACC : CB_STORE, 1, &yy, x + (size_t)t0 * W->cols, k, &W);
+    }
+}
+
+static int mat_ok(cuda_be *cb, const ci_mat *W) {
+    if (cb_gemv_ok(W)) return 1;
+    if (!cb->failed) {
+        cb->failed = 1;
+        snprintf(cb->base.last_error, sizeof cb->base.last_error,
+                 "CUDA: matmul on a %s weight [%lld, %lld] has no CUDA kernel", ci_dtype_name(W->dtype),
+                 (long long)W->rows, (long long)W->cols);
+    }
+    return 0;
+}
+
+static void cb_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !mat_ok(cb, W)) return;
+    mm_any(cb, y, x, n, W, 0);
+}
+
+static void cb_matmul_acc(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp) {
+    (void)tmp;
+    cuda_be *cb = CB(be);
+    if (cb->failed || !mat_ok(cb, W)) return;
+    mm_any(cb, y, x, n, W, 1);
+}
+
+static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+    cuda_be *cb = CB(be);
+    if (cb->failed) return;
+    int same = count <= 4;
+    for (int i = 0; i < count; i++) {
+        if (!mat_ok(cb, Ws[i])) return;
+        same &= Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
+    }
+    if (same && n <= CB_GEMV_MAX_N) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws); return; }
+    for (int i = 0; i < count; i++) mm_any(cb, ys[i], x, n, Ws[i], 0);
+}
+
+static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                             const ci_mat *Wu) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
+    if (n <= CB_GEMV_MAX_N && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
+        const ci_mat *Ws[2] = { Wg, Wu };
+        cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws);
+        return;
+    }
+    mm_any(cb, g, x, n, Wg, 0);
+    mm_any(cb, u, x, n, Wu, 0);
+    cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
+}
+
+static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    (void)y; (void)x; (void)n; (void)W;
+    cuda_be *cb = CB(be);
+    if (!cb->failed) {
+        cb->failed = 1;
+        snprintf(be->last_error, sizeof be->last_error, "CUDA: matmul_xw has no CUDA kernel yet");
+    }
+}
+
+/* ---- the other ops: thin wrappers over the launchers ---------------------------------- */
+
+static void op_rmsnorm(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    if (!CB(be)->failed) cb_rmsnorm(CB(be), out, x, w, n, dim, eps);
+}
+static void op_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
+                    const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
+    if (!CB(be)->failed) cb_rope(CB(be), x, n, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style);
+}
+static void op_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                         int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, pos0, NULL, pos0 + n, n_heads, n_kv, hd, kv_stride, scale);
+}
+static void op_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                             const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
+                             float scale) {
+    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale);
+}
+static void op_swiglu(ci_backend *be, float *g, const float *u, int64_t count) {
+    if (!CB(be)->failed) cb_swiglu(CB(be), g, u, count);
+}
+static void op_add(ci_backend *be, float *y, const float *x, int64_t count) {
+    if (!CB(be)->failed) cb_add(CB(be), y, x, count);
+}
+static void op_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n) {
+    cuda_be *cb = CB(be);
+    if (cb->failed) return;
+    if (E->dtype != CI_F32 && E->dtype != CI_F16 && E->dtype != CI_BF16 && E->dtype != CI_F8_E4M3) {
+        mat_ok(cb, E);
+        return;
+    }
+    cb_embed(cb, out, E, ids, n);
+}
+static void op_kv_store(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
+                        const int32_t *pos) {
+    if (!CB(be)->failed) cb_kv_store(CB(be), cache, stride, src, width, n, pos);
+}
+static void op_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                             const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                             const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
+                             int kv_stride) {
+    if (!CB(be)->failed)
+        cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
+                         style, kc, vc, kv_stride);
+}
+static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
+    if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);
+}
+
+/* ---- graphs ------------------------------------------------------------------------- */
+
+static int op_graph_begin(ci_backend *be) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || cb->capturing) return -1;
+    if (CB_CHECK(cb, "graph capture", cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed))) return -1;
+    cb->capturing = 1;
+    return 0;
+}
+
+static void *op_graph_end(ci_backend *be) {
+    cuda_be *cb = CB(be);
+    if (!cb->capturing) return NULL;
+    cb->capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
+    if (cb->failed || e != cudaSuccess) {
+        if (g) cudaGraphDestroy(g);
+        cb_fail(cb, "graph capture", e);
+        return NULL;
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    cudaGraphDestroy(g);
+    if (cb_fail(cb, "graph instantiate", e)) return NULL;
+    return (void *)x;
+}
+
+static void op_graph_launch(ci_backend *be, void *graph) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !graph) return;
+    CB_CHECK(cb, "graph launch", cudaGraphLaunch((cudaGraphExec_t)graph, cb->stream));
+}
+
+static void op_graph_free(ci_backend *be, void *graph) {
+    (void)be;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+static int op_status(ci_backend *be) { return CB(be)->failed ? -1 : 0; }
+
+/* ---- construction --------------------------------------------------------------------- */
+
+static void op_free(ci_backend *be) {
+    cuda_be *cb = CB(be);
+    if (!cb) return;
+    cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->n_weights; i++) cudaFree(cb->weights[i].dev);
+    free(cb->weights);
+    for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
+    free(cb->retired);
+    if (cb->xconv.p) cudaFree(cb->xconv.p);
+    if (cb->attn_part.p) cudaFree(cb->attn_part.p);
+    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->blas_ws) cudaFree(cb->blas_ws);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    if (be->pool && be->pool_free) be->pool_free(be->pool);
+    free(cb);
+}
+
+extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *pool, void (*pool_free)(ci_pool *),
+                                               char *err, size_t errlen) {
+    if (abi != CI_CUDA_ABI) {
+        snprintf(err, errlen, "CUDA: libcinfer_cuda.so was built for another version of cinfer (rebuild it)");
+        return NULL;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "CUDA: no usable driver or device (%s)", cudaGetErrorString(e));
+        return NULL;
+    }
+    if (n <= device) {
+        snprintf(err, errlen, "CUDA: no device %d (%d found)", device, n);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess || (e = cudaSetDevice(device)) != cudaSuccess) {
+        snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (prop.major < 9) {
+        snprintf(err, errlen, "CUDA: device %d (%s) is compute capability %d.%d; this build needs 9.0 (Hopper)",
+                 device, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    cuda_be *cb = (cuda_be *)calloc(1, sizeof *cb);
+    if (!cb) { snprintf(err, errlen, "CUDA: out of host memory"); return NULL; }
+    ci_backend *be = &cb->base;
+    cb->device = device;
+    cb->sm_count = prop.multiProcessorCount;
+    snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
+    be->name = cb->name;
+    be->pool = pool;
+    be->pool_free = pool_free;
+    be->n_threads = 1;
+    be->is_device = 1;
+    cudaMemGetInfo(&be->mem_free, &be->mem_total);
+    const size_t ws = 32u << 20;
+    if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess) {
+        snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
+        be->pool = NULL;
+        op_free(be);
+        return NULL;
+    }
+    cublasStatus_t bs = cublasCreate(&cb->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cb->blas, cb->stream);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(cb->blas, cb->blas_ws, ws);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(cb->blas, CUBLAS_PEDANTIC_MATH);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, errlen, "CUDA: cuBLAS did not start (status %d)", (int)bs);
+        be->pool = NULL;
+        op_free(be);
+        return NULL;
+    }
+    be->matmul = cb_matmul;
+    be->matmul_xw = cb_matmul_xw;
+    be->rmsnorm = op_rmsnorm;
+    be->rope = op_rope;
+    be->attention = op_attention;
+    be->swiglu = op_swiglu;
+    be->embed = op_embed;
+    be->add = op_add;
+    be->free = op_free;
+    be->alloc = cb_alloc;
+    be->buf_free = cb_buf_free;
+    be->upload = cb_upload;
+    be->download = cb_download;
+    be->copy = cb_copy;
+    be->weight = op_weight;
+    be->kv_store = op_kv_store;
+    be->attention_pos = op_attention_pos;
+    be->matmul_n = cb_matmul_n;
+    be->matmul_acc = cb_matmul_acc;
+    be->matmul_swiglu = cb_matmul_swiglu;
+    be->qk_rope_store = op_qk_rope_store;
+    be->argmax = op_argmax;
+    be->graph_begin = op_graph_begin;
+    be->graph_end = op_graph_end;
+    be->graph_launch = op_graph_launch;
+    be->graph_free = op_graph_free;
+    be->status = op_status;
+    return be;
+}

@@ -1,0 +1,96 @@
+/* cuda_internal.h — what the CUDA backend's translation units share: the backend struct,
+ * the error check, and the launchers each .cu file provides to cuda_backend.cu.
+ *
+ * Everything runs on one stream (cb->stream) so that ops are ordered and a decode step can
+ * be captured as one graph. Launchers never synchronise and never allocate while a graph is
+ * being recorded, except the grow-only scratch buffers (cb_scratch), which are sized on the
+ * first eager call of a shape and only grow (capture runs in relaxed mode, where cudaMalloc
+ * is allowed; a recorded graph keeps the buffer it was recorded with, so scratch is never
+ * freed while the backend lives — old buffers go on a list freed at the end). */
+#ifndef CI_CUDA_INTERNAL_H
+#define CI_CUDA_INTERNAL_H
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "../backend.h"
+}
+
+struct cb_weight {           /* one uploaded host range */
+    const void *host;
+    void *dev;
+    size_t bytes;
+};
+
+struct cb_scratch {          /* grow-only device scratch */
+    void *p;
+    size_t bytes;
+};
+
+struct cuda_be {
+    ci_backend base;         /* first: a ci_backend * is a cuda_be * */
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;           /* cuBLAS workspace (fixed, so captured GEMMs need no allocation) */
+    cb_weight *weights;      /* sorted by host address */
+    int n_weights, cap_weights;
+    size_t weight_bytes;
+    void **retired;          /* scratch buffers replaced by bigger ones (a graph may still use them) */
+    int n_retired, cap_retired;
+    cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
+    cb_scratch attn_part;    /* split-K attention partials */
+    int capturing;
+    int failed;              /* sticky: last_error holds why */
+    char name[300];
+};
+
+/* Records the first failure (sticky) as "CUDA: <what>: <cuda error string>". Returns 1 if
+ * this or an earlier call failed. */
+int cb_fail(cuda_be *cb, const char *what, cudaError_t e);
+#define CB_CHECK(cb, what, call) cb_fail((cb), (what), (call))
+/* After a launch: cudaGetLastError, recorded like cb_fail. */
+int cb_launched(cuda_be *cb, const char *what);
+/* Device scratch of at least `bytes`, grown (never shrunk) on demand; NULL on failure. */
+void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
+
+/* ---- launchers (gemv.cu) ----
+ * Row-major y[n, W.rows] = x[n, W.cols] · Wᵀ for n <= CB_GEMV_MAX_N token rows, weights in
+ * f32 / f16 / bf16 / fp8 E4M3 (block scales f32, bf16 or E8M0), in one launch:
+ *   mode CB_STORE:  up to 4 matrices sharing cols (matmul_n), y[i] = x · W[i]ᵀ
+ *   mode CB_ACC:    one matrix, y += x · Wᵀ
+ *   mode CB_SWIGLU: W[0] = gate, W[1] = up (same rows): y = silu(x·W0ᵀ) * (x·W1ᵀ) */
+enum { CB_GEMV_MAX_N = 8 };
+enum { CB_STORE = 0, CB_ACC = 1, CB_SWIGLU = 2 };
+void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws);
+/* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
+int cb_gemv_ok(const ci_mat *W);
+/* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations
+ * rounded to the weight's type, f32 accumulation and output). beta 0 or 1. Returns 0 if it
+ * handled the call, -1 if the dtype has no GEMM path (the caller loops cb_gemv). */
+int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta);
+
+/* ---- launchers (ops.cu) ---- */
+void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
+void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
+             const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
+void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride);
+void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos);
+void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count);
+void cb_add(cuda_be *cb, float *y, const float *x, int64_t count);
+void cb_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
+void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count);
+/* dst[i] = round(src[i]) as bf16 (to_bf16) or f16 */
+void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_bf16);
+
+/* ---- launchers (attn.cu) ----
+ * Causal GQA attention, query row t attends keys 0..pos[t] (pos NULL: pos0 + t). */
+void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale);
+
+#endif

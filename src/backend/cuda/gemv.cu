@@ -1,0 +1,292 @@
+/* gemv.cu — decode matmuls: y[n, R] = x[n, C] · Wᵀ for n <= 8 token rows, and the cuBLAS
+ * path for larger n.
+ *
+ * Decode is bound by reading the weights once, so the kernel is built around the weight
+ * stream: each warp owns RPW consecutive rows (two streams per row for the fused SwiGLU:
+ * the gate row and the up row), each lane loads 16 bytes of every stream per step (8 bf16
+ * / f16, 4 f32, 16 fp8), converts them in registers and multiplies them with the same
+ * columns of all n token rows (x is read through the read-only cache: every warp of the
+ * SM reads the same few KiB). The warp then sums its lanes with shuffles and lane 0 writes
+ * the row. A launch may cover up to 4 matrices that share the input (q / k / v): the grid
+ * is their blocks laid end to end. Odd sizes (C not a multiple of the vector width,
+ * unaligned bases, fp8 blocks not a multiple of 16) take the same kernel with one element
+ * per lane per step.
+ *
+ * Numerics: products and sums in f32 (each lane sums its columns in order, then a shuffle
+ * tree), fp8 weights multiplied by their block scale before the product, as on the CPU. */
+#include "cuda_internal.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+enum { WARPS = 4, RPW = 2 };
+
+struct gemv_args {
+    const void *w[4];
+    const void *scale[4];
+    float *y[4];
+    int rows[4];
+    int64_t scale_row0[4];
+    int blk_start[5];
+    int count, cols, n;
+    int block, scale_cols, scale_dtype; /* fp8: block size, scale grid columns, 0 f32 / 1 bf16 / 2 e8m0 / -1 none */
+    const float *x;
+};
+
+/* Weight loaders: VEC elements from 16 bytes, or one element. */
+struct LF32 {
+    static constexpr int VEC = 4, BYTES = 4;
+    __device__ static void vec(const void *p, int64_t i, float *w) {
+        float4 v = __ldg((const float4 *)((const float *)p + i));
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    }
+    __device__ static float one(const void *p, int64_t i) { return __ldg((const float *)p + i); }
+};
+struct LBF16 {
+    static constexpr int VEC = 8, BYTES = 2;
+    __device__ static void vec(const void *p, int64_t i, float *w) {
+        uint4 v = __ldg((const uint4 *)((const uint16_t *)p + i));
+        unsigned u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[2 * k] = __uint_as_float(u[k] << 16);
+            w[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+        }
+    }
+    __device__ static float one(const void *p, int64_t i) {
+        return __uint_as_float((unsigned)__ldg((const unsigned short *)p + i) << 16);
+    }
+};
+struct LF16 {
+    static constexpr int VEC = 8, BYTES = 2;
+    __device__ static void vec(const void *p, int64_t i, float *w) {
+        uint4 v = __ldg((const uint4 *)((const uint16_t *)p + i));
+        unsigned u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            __half2 h = *(__half2 *)&u[k];
+            float2 f = __half22float2(h);
+            w[2 * k] = f.x;
+            w[2 * k + 1] = f.y;
+        }
+    }
+    __device__ static float one(const void *p, int64_t i) { return __half2float(__ldg((const __half *)p + i)); }
+};
+__device__ __forceinline__ float2 fp8x2(unsigned short s) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)s, __NV_E4M3);
+    return __half22float2(*(__half2 *)&h);
+}
+struct LFP8 {
+    static constexpr int VEC = 16, BYTES = 1;
+    __device__ static void vec(const void *p, int64_t i, float *w) {
+        uint4 v = __ldg((const uint4 *)((const uint8_t *)p + i));
+        unsigned u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = fp8x2((unsigned short)(u[k] & 0xffffu)), b = fp8x2((unsigned short)(u[k] >> 16));
+            w[4 * k] = a.x; w[4 * k + 1] = a.y; w[4 * k + 2] = b.x; w[4 * k + 3] = b.y;
+        }
+    }
+    __device__ static float one(const void *p, int64_t i) {
+        __half_raw h = __nv_cvt_fp8_to_halfraw(__ldg((const __nv_fp8_storage_t *)((const uint8_t *)p + i)), __NV_E4M3);
+        return __half2float(*(__half *)&h);
+    }
+};
+
+__device__ __forceinline__ float block_scale(const gemv_args &a, int m, int64_t r, int64_t c) {
+    if (a.scale_dtype < 0) return 1.0f;
+    int64_t i = ((a.scale_row0[m] + r) / a.block) * a.scale_cols + c / a.block;
+    if (a.scale_dtype == 0) return __ldg((const float *)a.scale[m] + i);
+    if (a.scale_dtype == 1) return __uint_as_float((unsigned)__ldg((const unsigned short *)a.scale[m] + i) << 16);
+    unsigned e = __ldg((const unsigned char *)a.scale[m] + i);
+    return e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+}
+
+template <class L, int NT, int MODE, bool AL>
+__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
+    constexpr int V = AL ? L::VEC : 1;
+    constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x;
+    int mi = 0;
+    if (MODE == CB_STORE)
+        while (mi + 1 < a.count && b >= a.blk_start[mi + 1]) mi++;
+    const int R = a.rows[mi];
+    const int row0 = (b - a.blk_start[mi]) * (WARPS * RPW) + warp * RPW;
+    if (row0 >= R) return;
+    const int C = a.cols;
+    const void *wp[S];
+    int mat[S];
+    int64_t wrow[S];
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+        int r = row0 + (s % RPW);
+        if (r >= R) r = R - 1; /* clamped: computed, never written */
+        mat[s] = MODE == CB_SWIGLU ? s / RPW : mi;
+        wrow[s] = r;
+        wp[s] = (const char *)a.w[mat[s]] + (int64_t)r * C * L::BYTES;
+    }
+    float acc[S][NT];
+#pragma unroll
+    for (int s = 0; s < S; s++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[s][t] = 0.0f;
+
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float w[S][V];
+#pragma unroll
+        for (int s = 0; s < S; s++) {
+            if (AL) L::vec(wp[s], c, w[s]);
+            else w[s][0] = L::one(wp[s], c);
+            if (L::BYTES == 1) {
+                float sc = block_scale(a, mat[s], wrow[s], c);
+#pragma unroll
+                for (int v = 0; v < V; v++) w[s][v] *= sc;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < a.n) {
+                float xv[V];
+                const float *xp = a.x + (int64_t)t * C + c;
+                if (AL) {
+#pragma unroll
+                    for (int v = 0; v < V; v += 4) {
+                        float4 f = __ldg((const float4 *)(xp + v));
+                        xv[v] = f.x; xv[v + 1] = f.y; xv[v + 2] = f.z; xv[v + 3] = f.w;
+                    }
+                } else xv[0] = __ldg(xp);
+#pragma unroll
+                for (int s = 0; s < S; s++)
+#pragma unroll
+                    for (int v = 0; v < V; v++) acc[s][t] = fmaf(w[s][v], xv[v], acc[s][t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < S; s++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[s][t] += __shfl_xor_sync(0xffffffffu, acc[s][t], o);
+    if (lane) return;
+#pragma unroll
+    for (int s = 0; s < RPW; s++) {
+        int r = row0 + s;
+        if (r >= R) break;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= a.n) break;
+            float *y = a.y[mi] + (int64_t)t * R + r;
+            if (MODE == CB_STORE) *y = acc[s][t];
+            else if (MODE == CB_ACC) *y += acc[s][t];
+            else {
+                float g = acc[s][t], u = acc[s + RPW][t];
+                *y = g / (1.0f + expf(-g)) * u;
+            }
+        }
+    }
+}
+
+template <class L, int MODE, bool AL>
+static void launch_nt(cuda_be *cb, const gemv_args &a, int blocks) {
+    dim3 grid(blocks), block(WARPS * 32);
+    if (a.n <= 1) gemv_kernel<L, 1, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
+    else if (a.n <= 2) gemv_kernel<L, 2, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
+    else if (a.n <= 4) gemv_kernel<L, 4, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
+    else gemv_kernel<L, 8, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
+}
+
+template <class L, int MODE>
+static void launch_al(cuda_be *cb, const gemv_args &a, int blocks, bool al) {
+    if (al) launch_nt<L, MODE, true>(cb, a, blocks);
+    else launch_nt<L, MODE, false>(cb, a, blocks);
+}
+
+template <class L>
+static void launch_mode(cuda_be *cb, int mode, const gemv_args &a, int blocks, bool al) {
+    if (mode == CB_STORE) launch_al<L, CB_STORE>(cb, a, blocks, al);
+    else if (mode == CB_ACC) launch_al<L, CB_ACC>(cb, a, blocks, al);
+    else launch_al<L, CB_SWIGLU>(cb, a, blocks, al);
+}
+
+int cb_gemv_ok(const ci_mat *W) {
+    switch (W->dtype) {
+    case CI_F32: case CI_F16: case CI_BF16: return 1;
+    case CI_F8_E4M3:
+        return !W->scale || (W->block > 0 && (W->scale_dtype == CI_F32 || W->scale_dtype == CI_BF16 ||
+                                              W->scale_dtype == CI_F8_E8M0));
+    default: return 0;
+    }
+}
+
+void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+    if (n <= 0 || count <= 0) return;
+    gemv_args a;
+    memset(&a, 0, sizeof a);
+    const ci_mat *W0 = Ws[0];
+    a.count = mode == CB_STORE ? count : 1;
+    a.cols = (int)W0->cols;
+    a.n = n;
+    a.x = x;
+    int vec = W0->dtype == CI_F32 ? 4 : W0->dtype == CI_F8_E4M3 ? 16 : 8;
+    bool al = a.cols % vec == 0 && ((uintptr_t)x & 15) == 0;
+    int blocks = 0;
+    int nm = mode == CB_SWIGLU ? 2 : a.count;
+    for (int i = 0; i < nm; i++) {
+        const ci_mat *W = Ws[i];
+        a.w[i] = W->data;
+        a.scale[i] = W->scale;
+        a.scale_row0[i] = W->scale_row0;
+        al = al && ((uintptr_t)W->data & 15) == 0;
+    }
+    for (int i = 0; i < a.count; i++) {
+        a.rows[i] = (int)Ws[i]->rows;
+        a.y[i] = ys[mode == CB_STORE ? i : 0];
+        a.blk_start[i] = blocks;
+        blocks += (a.rows[i] + WARPS * RPW - 1) / (WARPS * RPW);
+    }
+    a.blk_start[a.count] = blocks;
+    a.scale_dtype = -1;
+    if (W0->dtype == CI_F8_E4M3 && W0->scale && W0->block > 0) {
+        a.block = W0->block;
+        a.scale_cols = (int)((W0->cols + W0->block - 1) / W0->block);
+        a.scale_dtype = W0->scale_dtype == CI_F32 ? 0 : W0->scale_dtype == CI_BF16 ? 1 : 2;
+        al = al && a.block % 16 == 0;
+    }
+    switch (W0->dtype) {
+    case CI_F32: launch_mode<LF32>(cb, mode, a, blocks, al); break;
+    case CI_F16: launch_mode<LF16>(cb, mode, a, blocks, al); break;
+    case CI_BF16: launch_mode<LBF16>(cb, mode, a, blocks, al); break;
+    case CI_F8_E4M3: launch_mode<LFP8>(cb, mode, a, blocks, al); break;
+    default: return;
+    }
+    cb_launched(cb, "gemv");
+}
+
+/* ---- prefill: cuBLAS -------------------------------------------------------------------
+ * Row-major Y[n, R] = X[n, C] · Wᵀ is, in cuBLAS's column-major terms, Yᶜ[R, n] = Wᶜᵀ · Xᶜ with
+ * Wᶜ = the [C, R] column-major view of W (lda = C) and Xᶜ the [C, n] view of X (ldb = C). */
+int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta) {
+    cudaDataType_t t;
+    const void *B = x;
+    if (W->dtype == CI_F32) t = CUDA_R_32F;
+    else if (W->dtype == CI_BF16 || W->dtype == CI_F16) {
+        t = W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        size_t cnt = (size_t)n * (size_t)W->cols;
+        void *conv = cb_scratch_get(cb, &cb->xconv, cnt * 2);
+        if (!conv) return 0;
+        cb_convert(cb, conv, x, (int64_t)cnt, W->dtype == CI_BF16);
+        B = conv;
+    } else return -1;
+    const float alpha = 1.0f;
+    cublasStatus_t s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &alpha, W->data,
+                                    t, (int)W->cols, B, t, (int)W->cols, &beta, y, CUDA_R_32F, (int)W->rows,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS && !cb->failed) {
+        cb->failed = 1;
+        snprintf(cb->base.last_error, sizeof cb->base.last_error, "CUDA: cuBLAS GEMM [%d x %lld x %lld] failed (status %d)",
+                 n, (long long)W->rows, (long long)W->cols, (int)s);
+    }
+    return 0;
+}

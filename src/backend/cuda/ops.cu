@@ -1,0 +1,290 @@
+/* ops.cu — the small CUDA ops: RMSNorm, RoPE, the fused q/k norm + RoPE + cache store,
+ * cache row stores, SwiGLU, add, embedding rows, argmax, f32 -> bf16 / f16.
+ *
+ * Numerics follow the CPU backend where it matters for parity: RMSNorm's inverse root is
+ * taken in double from the f32 sum of squares; RoPE's angle is the f32 product
+ * pos * inv_freq and its cos / sin are taken in double and rounded once, times mscale. */
+#include "cuda_internal.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
+
+static int blocks_for(int64_t count, int threads) {
+    int64_t b = (count + threads - 1) / threads;
+    return (int)(b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
+__device__ float block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *orow = out + (int64_t)blockIdx.x * dim;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    s = block_sum(s, sh);
+    float sc = (float)(1.0 / sqrt((double)s / (double)dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
+}
+
+void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    if (n <= 0 || dim <= 0) return;
+    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    rmsnorm_kernel<<<n, th, 0, cb->stream>>>(out, x, w, dim, eps);
+    cb_launched(cb, "rmsnorm");
+}
+
+/* cos / sin of token t into cs / sn [half] (shared), as the CPU computes them. */
+__device__ void rope_table(float *cs, float *sn, float p, const float *inv_freq, int half, float mscale) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double a = (double)(p * inv_freq[i]);
+        double c, s;
+        sincos(a, &s, &c);
+        cs[i] = (float)(c * mscale);
+        sn[i] = (float)(s * mscale);
+    }
+}
+
+__global__ void rope_kernel(float *x, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
+                            const float *inv_freq, float mscale, int style) {
+    extern __shared__ float sm[];
+    int half = rot_dim / 2, t = blockIdx.x;
+    float *cs = sm, *sn = sm + half;
+    rope_table(cs, sn, (float)pos[t], inv_freq, half, mscale);
+    __syncthreads();
+    for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+        int h = k / half, i = k % half;
+        float *base = x + ((int64_t)t * n_heads + h) * head_dim + rot_offset;
+        float *pa = style == CI_ROPE_NEOX ? base + i : base + 2 * i;
+        float *pb = style == CI_ROPE_NEOX ? base + i + half : base + 2 * i + 1;
+        float a = *pa, b = *pb, co = cs[i], si = sn[i];
+        *pa = a * co - b * si;
+        *pb = b * co + a * si;
+    }
+}
+
+void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
+             const float *inv_freq, float mscale, ci_rope_style style) {
+    if (n <= 0 || n_heads <= 0 || rot_dim < 2) return;
+    int half = rot_dim / 2;
+    rope_kernel<<<n, 128, (size_t)2 * half * sizeof(float), cb->stream>>>(x, n_heads, head_dim, rot_offset, rot_dim, pos,
+                                                                           inv_freq, mscale, (int)style);
+    cb_launched(cb, "rope");
+}
+
+/* One block per token: warps take heads (q heads, then k heads); each head is normed into
+ * the warp's shared row, rotated from it, written back (and k into its cache row); then
+ * the block copies v's row into the cache. */
+__global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
+                                     const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                                     const int32_t *pos, const float *inv_freq, float mscale, int style, float *kc,
+                                     float *vc, int kv_stride) {
+    extern __shared__ float sm[];
+    int half = rot_dim / 2, t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float *cs = sm, *sn = sm + half, *row = sm + 2 * half + warp * hd;
+    int p = pos[t];
+    rope_table(cs, sn, (float)p, inv_freq, half, mscale);
+    __syncthreads();
+    for (int h = warp; h < n_heads + n_kv; h += nw) {
+        int isk = h >= n_heads;
+        float *src = isk ? k + ((int64_t)t * n_kv + (h - n_heads)) * hd : q + ((int64_t)t * n_heads + h) * hd;
+        const float *nw_ = isk ? k_norm : q_norm;
+        float s = 0.0f;
+        for (int i = lane; i < hd; i += 32) {
+            float a = src[i];
+            row[i] = a;
+            s = fmaf(a, a, s);
+        }
+        if (nw_) {
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            float sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
+            for (int i = lane; i < hd; i += 32) row[i] = row[i] * sc * nw_[i];
+        }
+        __syncwarp();
+        float *dst2 = isk ? kc + (int64_t)p * kv_stride + (int64_t)(h - n_heads) * hd : NULL;
+        for (int i = lane; i < hd; i += 32) {
+            float o;
+            if (i < rot_dim) {
+                int pi, partner;
+                float sign;
+                if (style == CI_ROPE_NEOX) {
+                    pi = i < half ? i : i - half;
+                    partner = i < half ? i + half : i - half;
+                    sign = i < half ? -1.0f : 1.0f;
+                } else {
+                    pi = i >> 1;
+                    partner = i ^ 1;
+                    sign = (i & 1) ? 1.0f : -1.0f;
+                }
+                /* a' = a co - b si (first of the pair), b' = b co + a si (second) */
+                o = row[i] * cs[pi] + sign * row[partner] * sn[pi];
+            } else o = row[i];
+            src[i] = o;
+            if (dst2) dst2[i] = o;
+        }
+        __syncwarp();
+    }
+    const float *vr = v + (int64_t)t * n_kv * hd;
+    float *vd = vc + (int64_t)p * kv_stride;
+    for (int i = threadIdx.x; i < n_kv * hd; i += blockDim.x) vd[i] = vr[i];
+}
+
+void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                      const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride) {
+    if (n <= 0) return;
+    if (rot_dim < 0 || rot_dim > hd || hd > 2048) {
+        if (!cb->failed) {
+            cb->failed = 1;
+            snprintf(cb->base.last_error, sizeof cb->base.last_error, "CUDA: qk_rope_store: head_dim %d / rot_dim %d not supported", hd, rot_dim);
+        }
+        return;
+    }
+    int half = rot_dim / 2, th = 128;
+    size_t smem = ((size_t)2 * half + (size_t)(th / 32) * hd) * sizeof(float);
+    qk_rope_store_kernel<<<n, th, smem, cb->stream>>>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
+                                                      inv_freq, mscale, (int)style, kc, vc, kv_stride);
+    cb_launched(cb, "qk_rope_store");
+}
+
+__global__ void kv_store_kernel(float *cache, int stride, const float *src, int width, const int32_t *pos) {
+    int t = blockIdx.x;
+    float *d = cache + (int64_t)pos[t] * stride;
+    const float *s = src + (int64_t)t * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
+}
+
+void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos) {
+    if (n <= 0 || width <= 0) return;
+    kv_store_kernel<<<n, 256, 0, cb->stream>>>(cache, stride, src, width, pos);
+    cb_launched(cb, "kv_store");
+}
+
+__global__ void swiglu_kernel(float *g, const float *u, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float a = g[i];
+        g[i] = a / (1.0f + expf(-a)) * u[i];
+    }
+}
+
+void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count) {
+    if (count <= 0) return;
+    swiglu_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(g, u, count);
+    cb_launched(cb, "swiglu");
+}
+
+__global__ void add_kernel(float *y, const float *x, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+void cb_add(cuda_be *cb, float *y, const float *x, int64_t count) {
+    if (count <= 0) return;
+    add_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(y, x, count);
+    cb_launched(cb, "add");
+}
+
+__global__ void convert_kernel(void *dst, const float *src, int64_t count, int to_bf16) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        if (to_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+        else ((__half *)dst)[i] = __float2half_rn(src[i]);
+    }
+}
+
+void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_bf16) {
+    if (count <= 0) return;
+    convert_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(dst, src, count, to_bf16);
+    cb_launched(cb, "convert");
+}
+
+__global__ void embed_kernel(float *out, const void *data, int dtype, int64_t cols, const int32_t *ids,
+                             const void *scale, int scale_dtype, int block, int64_t scale_cols) {
+    int t = blockIdx.x;
+    int64_t r = ids[t];
+    float *o = out + (int64_t)t * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        int64_t i = r * cols + c;
+        float v;
+        if (dtype == CI_F32) v = ((const float *)data)[i];
+        else if (dtype == CI_BF16) v = __uint_as_float((unsigned)((const unsigned short *)data)[i] << 16);
+        else if (dtype == CI_F16) v = __half2float(((const __half *)data)[i]);
+        else {
+            __half_raw h = __nv_cvt_fp8_to_halfraw(((const __nv_fp8_storage_t *)data)[i], __NV_E4M3);
+            v = __half2float(*(__half *)&h);
+            if (scale && block > 0) {
+                int64_t si = (r / block) * scale_cols + c / block;
+                float s;
+                if (scale_dtype == CI_F32) s = ((const float *)scale)[si];
+                else if (scale_dtype == CI_BF16) s = __uint_as_float((unsigned)((const unsigned short *)scale)[si] << 16);
+                else {
+                    unsigned e = ((const unsigned char *)scale)[si];
+                    s = e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+                }
+                v *= s;
+            }
+        }
+        o[c] = v;
+    }
+}
+
+void cb_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n) {
+    if (n <= 0 || E->cols <= 0) return;
+    int64_t sc = E->block > 0 ? (E->cols + E->block - 1) / E->block : 0;
+    embed_kernel<<<n, 256, 0, cb->stream>>>(out, E->data, (int)E->dtype, E->cols, ids, E->scale, (int)E->scale_dtype,
+                                            E->block, sc);
+    cb_launched(cb, "embed");
+}
+
+/* Better candidate: a number beats NaN; then the larger value; then the smaller index. */
+__device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
+    bool vn = isnan(v), bn = isnan(bv);
+    if (vn != bn) return bn;
+    if (!vn && v != bv) return v > bv;
+    return i < bi;
+}
+
+__global__ void argmax_kernel(int32_t *out, const float *x, int count) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    float bv = __int_as_float(0x7fc00000);
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+        float v = x[i];
+        if (am_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) { sv[w] = bv; si[w] = bi; }
+    __syncthreads();
+    if (w == 0) {
+        bv = l < nw ? sv[l] : __int_as_float(0x7fc00000);
+        bi = l < nw ? si[l] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        if (l == 0) *out = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count) {
+    if (count <= 0) return;
+    argmax_kernel<<<1, 1024, 0, cb->stream>>>(out, x, count);
+    cb_launched(cb, "argmax");
+}
