@@ -4,7 +4,7 @@
  *   cinfer serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S] [--per-client N]
- *                [--chat-template FILE]
+ *                [--chat-template FILE] [--device cpu|cuda|auto] [--no-graphs]
  *
  * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA
  * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries; 0
@@ -12,13 +12,15 @@
  * may have running or queued at once (more get 429 with Retry-After); none by default.
  * --chat-template FILE renders chats with that Jinja file instead of the model folder's
  * template (a model shipped without one, or a fixed one); a file that does not load is a
- * start-up error. Without --model it serves the embedded demo model (models/demo of the source tree the
+ * start-up error. --device / --no-graphs choose where the model runs (cmd_device.h); a
+ * device that cannot be had is a start-up error. Without --model it serves the embedded demo model (models/demo of the source tree the
  * binary was built in). --port 0 takes any free port; the printed line tells which:
  *   "cinfer: serving demo on http://127.0.0.1:PORT"
  * Bad flags exit with status 2, a model or socket failure with 1, both with one line on
  * stderr. The signals are taken by sigwait in the main thread, so no handler runs inside
  * the server's threads. */
 #include "cmd_serve.h"
+#include "cmd_device.h"
 #include "server/server.h"
 #include <errno.h>
 #include <limits.h>
@@ -55,13 +57,15 @@ int cmd_serve(int argc, char **argv) {
     o.prefix_cache_mb = -1;
     static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
-                                         "--timeout", "--per-client", "--chat-template", NULL };
+                                         "--timeout", "--per-client", "--chat-template", "--device", "--no-graphs",
+                                         NULL };
     int seen[16] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
         if (k < 0) return usage_err("unknown option '%s'%s (see cinfer --help)", argv[i], "");
         if (seen[k]++) return usage_err("option %s given twice%s", argv[i], "");
+        if (k == 15) { o.no_graphs = 1; continue; }             /* --no-graphs takes no value */
         if (i + 1 >= argc) return usage_err("option %s needs a value%s", argv[i], "");
         const char *v = argv[++i];
         long long x = 0;
@@ -80,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
         case 11: if (int_arg("--timeout", v, 1, 86400, &x)) return 2; o.timeout_s = (int)x; break;
         case 12: if (int_arg("--per-client", v, 1, 1 << 20, &x)) return 2; o.per_client = (int)x; break;
         case 13: o.chat_template = v; break;
+        case 14: if (cli_device("serve", v, &o.device)) return 2; break;
         }
     }
     /* Block the stop signals before any thread starts: every thread inherits the mask and

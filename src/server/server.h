@@ -32,6 +32,8 @@ typedef struct {
     int timeout_s;             /* idle connection timeout; <= 0: 60 */
     int per_client;            /* generations one client address may have running or queued; <= 0: no limit */
     const char *chat_template; /* a Jinja file used instead of the model folder's chat template, or NULL */
+    int device;                /* ci_model_opts.device: 0 cpu, 1 cuda, 2 auto */
+    int no_graphs;             /* ci_model_opts.no_graphs: CUDA graph replay off */
 } srv_opts;
 
 int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);
