@@ -9,11 +9,14 @@
  * position, so a recorded decode step serves every later position: blocks whose chunk
  * starts past pos[t] return at once.
  *
- * Many query rows (prefill): a block takes QT query rows of one head and walks the key
+ * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
+ * (attn_flash_kernel below). Other head sizes: a block takes QT query rows of one head and walks the key
  * tiles up to its last row's position with an online softmax (running max and sum per
  * row, rescaled when the max grows), K and V tiles staged in shared memory. */
 #include "cuda_internal.h"
+#include <cuda_fp16.h>
 #include <math.h>
+#include <mma.h>
 
 enum { CHUNK = 256, SPLIT_THREADS = 128, SPLIT_MAX_N = 8, MAX_GROUP = 16 };
 enum { QT = 16, KT = 64, PF_THREADS = 128 };
@@ -221,6 +224,146 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
     }
 }
 
+/* Prefill on tensor cores (head_dim 64 / 128 / 256): a block takes BQ = 64 query rows of
+ * one head, 4 warps of 16 rows each. Per key tile of BK = 64: K and V rows are converted to
+ * f16 into shared memory, S = Q·Kᵀ (Q pre-scaled, f16 operands, f32 accumulation) by
+ * 16x16x16 WMMA tiles, then each pair of lanes takes one row of S: masks keys past the
+ * row's position, updates its running max / sum and writes P = exp(S - max) as f16; the
+ * warp rescales its O rows (f32, shared memory) and adds P·V with WMMA. f16 operands keep
+ * 11 significant bits (about 5e-4 relative per element; f32 sums). */
+template <int HD>
+__global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float *q, const float *kc, const float *vc,
+                                                         const int32_t *pos, int pos0, int n, int n_heads, int n_kv,
+                                                         int kv_stride, float scale) {
+    constexpr int BQ = 64, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
+    extern __shared__ __align__(128) unsigned char smraw[];
+    __half *Qs = (__half *)smraw;
+    __half *Ks = Qs + BQ * LDH;
+    __half *Vs = Ks + BK * LDH;
+    __half *Ps = Vs + BK * LDH;
+    float *Ss = (float *)(Ps + BQ * LDP);
+    float *Os = Ss + BQ * LDS;
+    float *mrow = Os + BQ * LDO, *lrow = mrow + BQ;
+    int *lens = (int *)(lrow + BQ);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int t0 = blockIdx.x * BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
+    const int nq = n - t0 < BQ ? n - t0 : BQ;
+    for (int i = tid; i < BQ * HD; i += 128) {
+        int r = i / HD, d = i % HD;
+        Qs[r * LDH + d] = __float2half_rn(r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * HD + d] * scale : 0.0f);
+        Os[r * LDO + d] = 0.0f;
+    }
+    if (tid < BQ) {
+        lens[tid] = tid < nq ? row_pos(pos, pos0, t0 + tid) + 1 : 0;
+        mrow[tid] = -INFINITY;
+        lrow[tid] = 0.0f;
+    }
+    __syncthreads();
+    int Lmax = 0;
+    for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
+    const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
+    for (int j0 = 0; j0 < Lmax; j0 += BK) {
+        for (int i = tid; i < BK * HD / 4; i += 128) {
+            int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
+            if (j0 + j < Lmax) {
+                k4 = *(const float4 *)(kb + (int64_t)(j0 + j) * kv_stride + d);
+                v4 = *(const float4 *)(vb + (int64_t)(j0 + j) * kv_stride + d);
+            }
+            __half *kd = Ks + j * LDH + d, *vd = Vs + j * LDH + d;
+            kd[0] = __float2half_rn(k4.x); kd[1] = __float2half_rn(k4.y);
+            kd[2] = __float2half_rn(k4.z); kd[3] = __float2half_rn(k4.w);
+            vd[0] = __float2half_rn(v4.x); vd[1] = __float2half_rn(v4.y);
+            vd[2] = __float2half_rn(v4.z); vd[3] = __float2half_rn(v4.w);
+        }
+        __syncthreads();
+        {
+            using namespace nvcuda;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+#pragma unroll
+            for (int kt = 0; kt < BK / 16; kt++) {
+                wmma::fill_fragment(fc, 0.0f);
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    wmma::load_matrix_sync(fa, Qs + warp * 16 * LDH + kk * 16, LDH);
+                    wmma::load_matrix_sync(fb, Ks + kt * 16 * LDH + kk * 16, LDH);
+                    wmma::mma_sync(fc, fa, fb, fc);
+                }
+                wmma::store_matrix_sync(Ss + warp * 16 * LDS + kt * 16, fc, LDS, wmma::mem_row_major);
+            }
+        }
+        __syncwarp();
+        {
+            const int r = warp * 16 + (lane >> 1), hs = (lane & 1) * (BK / 2), L = lens[r];
+            float cm = -INFINITY;
+            for (int j = 0; j < BK / 2; j++)
+                if (j0 + hs + j < L) cm = fmaxf(cm, Ss[r * LDS + hs + j]);
+            cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+            const float mold = mrow[r], mnew = fmaxf(mold, cm);
+            const float alpha = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+            float ls = 0.0f;
+            for (int j = 0; j < BK / 2; j++) {
+                float p = (j0 + hs + j < L && mnew != -INFINITY) ? expf(Ss[r * LDS + hs + j] - mnew) : 0.0f;
+                Ps[r * LDP + hs + j] = __float2half_rn(p);
+                ls += p;
+            }
+            ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+            const float lold = lrow[r];
+            __syncwarp();
+            if ((lane & 1) == 0) {
+                mrow[r] = mnew;
+                lrow[r] = lold * alpha + ls;
+            }
+            for (int d = (lane & 1) * (HD / 2); d < (lane & 1) * (HD / 2) + HD / 2; d++) Os[r * LDO + d] *= alpha;
+        }
+        __syncwarp();
+        {
+            using namespace nvcuda;
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+#pragma unroll
+            for (int dt = 0; dt < HD / 16; dt++) {
+                wmma::load_matrix_sync(fc, Os + warp * 16 * LDO + dt * 16, LDO, wmma::mem_row_major);
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++) {
+                    wmma::load_matrix_sync(fa, Ps + warp * 16 * LDP + kk * 16, LDP);
+                    wmma::load_matrix_sync(fb, Vs + kk * 16 * LDH + dt * 16, LDH);
+                    wmma::mma_sync(fc, fa, fb, fc);
+                }
+                wmma::store_matrix_sync(Os + warp * 16 * LDO + dt * 16, fc, LDO, wmma::mem_row_major);
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = tid; i < BQ * HD; i += 128) {
+        int r = i / HD, d = i % HD;
+        if (r < nq) out[((int64_t)(t0 + r) * n_heads + h) * HD + d] = Os[r * LDO + d] / lrow[r];
+    }
+}
+
+template <int HD>
+static size_t flash_smem() {
+    constexpr int BQ = 64, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
+    return (size_t)(BQ * LDH + 2 * BK * LDH + BQ * LDP) * 2 + (size_t)(BQ * LDS + BQ * LDO + 3 * BQ) * 4;
+}
+
+template <int HD>
+static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                         const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale) {
+    static int set = 0;
+    size_t smem = flash_smem<HD>();
+    if (!set) {
+        cudaFuncSetAttribute(attn_flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        set = 1;
+    }
+    dim3 grid((n + 63) / 64, n_heads);
+    attn_flash_kernel<HD><<<grid, 128, smem, cb->stream>>>(out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
+    cb_launched(cb, "attention (flash)");
+}
+
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
@@ -247,6 +390,11 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         cb_launched(cb, "attention (combine)");
         return;
     }
+    /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
+    int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
+    if (al && hd == 64) { flash_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
+    if (al && hd == 128) { flash_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
+    if (al && hd == 256) { flash_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
     size_t smem = ((size_t)QT * hd + (size_t)KT * (hd + 1) + (size_t)KT * hd + (size_t)QT * KT + 3 * QT) * sizeof(float);
     static int smem_set = 0;
     if (!smem_set) {
