@@ -1,14 +1,17 @@
 /* cinfer — the command-line tool.
  *
  *   cinfer logits   --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]
+ *     writes FILE only once every logit is computed (a temp file renamed over it)
  *   cinfer generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE)
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repeat-penalty R] [--seed S] [--ids] [--stats] [--chat-template FILE]
  *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids
- *   cinfer inspect  --model DIR
- *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--threads N]
+ *   cinfer inspect  --model DIR      (opens the model on the CPU; says what a CUDA run needs)
+ *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
+ *   logits, generate, bench, perplexity (and chat, serve) also take --device cpu|cuda|auto
+ *   and --no-graphs (apps/cmd_device.h).
  *   cinfer serve [--model DIR] [--port N] ...                   (apps/cmd_serve.c)
  *   cinfer chat [--model DIR] [--system TEXT] ...               (apps/cmd_chat.c)
  *   cinfer template --model DIR --request F.json                (apps/cmd_template.c)
@@ -19,10 +22,12 @@
  * status 1 (usage errors 2). */
 #include "cinfer.h"
 #include "cmd_chat.h"
+#include "cmd_device.h"
 #include "cmd_serve.h"
 #include "cmd_template.h"
 #include "cmd_text.h"
 #include "core/threads.h"
+#include "models/probe.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
 #include <errno.h>
@@ -33,7 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *USAGE =
     "usage: cinfer <command> [options]\n"
@@ -41,8 +48,8 @@ static const char *USAGE =
     "  generate    --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
     "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "              [--threads N] [--ids] [--stats] [--chat-template FILE]\n"
-    "  inspect     --model DIR\n"
-    "  bench       --model DIR [--prompt-len N] [--gen N] [--threads N]\n"
+    "  inspect     --model DIR  (backend, and the device memory a CUDA run needs)\n"
+    "  bench       --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
@@ -54,7 +61,11 @@ static const char *USAGE =
     "              [--stats]  (a conversation: a user turn per line on stdin; /reset, /exit)\n"
     "  template    --model DIR --request F.json [--chat-template FILE]\n"
     "  tokenize    --model DIR --file F [--add-special]\n"
-    "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n";
+    "  detokenize  --model DIR --ids 1,2,3 [--skip-special]\n"
+    "logits, generate, bench, perplexity, chat and serve also take:\n"
+    "  --device cpu|cuda|auto   where the model runs (default cpu; auto: CUDA when a device is\n"
+    "                           present and the family has a CUDA path, else the CPU)\n"
+    "  --no-graphs              CUDA: run each decode step eagerly, no graph replay (debugging)\n";
 
 static int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int die(int code, const char *fmt, ...) {
@@ -146,8 +157,21 @@ static int parse_ids(const char *cmd, const char *name, const char *s, int **ids
     return 0;
 }
 
-static int open_model(const char *dir, const char *threads, ci_model **m) {
-    ci_model_opts o = { 0, 0 };
+/* --device / --no-graphs of a command whose flag table has them: into *o. 0, or 2 with the
+ * usage error printed. */
+static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    flag *d = find_flag(fl, "--device");
+    if (d->seen && cli_device(cmd, d->value, &o->device)) return 2;
+    o->no_graphs = find_flag(fl, "--no-graphs")->seen;
+    return 0;
+}
+
+/* Opens dir with o's device choice (NULL: the CPU) and --threads. */
+static int open_model(const char *dir, const char *threads, const ci_model_opts *dev, ci_model **m) {
+    ci_model_opts o;
+    memset(&o, 0, sizeof o);
+    if (dev) o = *dev;
     if (threads) {
         long long t;
         if (parse_long("model", "--threads", threads, 1, 1024, &t)) return 2;
@@ -175,40 +199,64 @@ static double now(void) {
 
 /* ---- commands ---- */
 
+/* logits --out: a regular file (or a new one) is written as FILE.tmp.PID beside it and
+ * renamed over FILE only when every byte is out, so a forward, write or device failure
+ * leaves no FILE (and an existing FILE as it was). A FIFO or device (/dev/stdout) is
+ * opened after the forward and written directly: *f stays NULL and tmp "". 0, or 1 with
+ * the error printed. */
+static int out_open(const char *out, FILE **f, char *tmp, size_t tmpn) {
+    struct stat st;
+    *f = NULL;
+    tmp[0] = 0;
+    if (!stat(out, &st) && !S_ISREG(st.st_mode)) return 0;
+    snprintf(tmp, tmpn, "%s.tmp.%ld", out, (long)getpid());
+    if (!(*f = fopen(tmp, "wb"))) { tmp[0] = 0; return die(1, "%s: cannot create: %s", out, strerror(errno)); }
+    return 0;
+}
+
 static int cmd_logits(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--tokens", 1, 0, 0}, {"--out", 1, 0, 0}, {"--step", 0, 0, 0},
-                  {"--threads", 1, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("logits", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("logits", fl, "--model", &rc), *toks = need("logits", fl, "--tokens", &rc),
                *out = need("logits", fl, "--out", &rc);
     if (rc) return rc;
+    ci_model_opts mo;
+    if ((rc = device_opts("logits", fl, &mo))) return rc;
     int *ids, n;
     if ((rc = parse_ids("logits", "--tokens", toks, &ids, &n))) return rc;
     ci_model *m = NULL;
     ci_session *s = NULL;
     float *lg = NULL;
     FILE *f = NULL;
-    char err[1024];
-    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) goto done;
+    char err[1024], tmp[4200] = "";
+    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &mo, &m))) goto done;
     if ((rc = check_ids(m, ids, n, "--tokens"))) goto done;
     ci_model_info info;
     ci_model_get_info(m, &info);
     if (ci_session_new(m, n, &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
     lg = malloc((size_t)n * info.vocab_size * sizeof *lg);
     if (!lg) { rc = die(1, "out of memory for %d x %d logits", n, info.vocab_size); goto done; }
+    /* The temp file first: an unwritable --out is reported before the forward runs. */
+    if ((rc = out_open(out, &f, tmp, sizeof tmp))) goto done;
     if (find_flag(fl, "--step")->seen) {
         for (int i = 0; i < n; i++)
             if (ci_forward(s, &ids[i], 1, lg + (size_t)i * info.vocab_size, 1, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
     } else if (ci_forward(s, ids, n, lg, 1, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
-    f = fopen(out, "wb");
-    if (!f) { rc = die(1, "%s: cannot create: %s", out, strerror(errno)); goto done; }
+    if (!f && !(f = fopen(out, "wb"))) { rc = die(1, "%s: cannot create: %s", out, strerror(errno)); goto done; }
     size_t cnt = (size_t)n * info.vocab_size;
     if (fwrite(lg, sizeof *lg, cnt, f) != cnt) { rc = die(1, "%s: write failed: %s", out, strerror(errno)); goto done; }
-    if (fclose(f)) { f = NULL; rc = die(1, "%s: write failed: %s", out, strerror(errno)); goto done; }
+    int cerr = fclose(f);
     f = NULL;
+    if (cerr) { rc = die(1, "%s: write failed: %s", out, strerror(errno)); goto done; }
+    if (tmp[0]) {
+        if (rename(tmp, out)) { rc = die(1, "%s: cannot create: %s", out, strerror(errno)); goto done; }
+        tmp[0] = 0;
+    }
 done:
     if (f) fclose(f);
+    if (tmp[0]) unlink(tmp);
     free(lg);
     free(ids);
     ci_session_free(s);
@@ -271,11 +319,14 @@ static int cmd_generate(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-ids", 1, 0, 0}, {"--prompt", 1, 0, 0}, {"--chat", 1, 0, 0},
                   {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
                   {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {0, 0, 0, 0} };
+                  {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {"--device", 1, 0, 0},
+                  {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("generate", fl, "--model", &rc);
     if (rc) return rc;
+    ci_model_opts mo;
+    if ((rc = device_opts("generate", fl, &mo))) return rc;
     const char *pids = find_flag(fl, "--prompt-ids")->value, *ptext = find_flag(fl, "--prompt")->value,
                *pchat = find_flag(fl, "--chat")->value;
     if ((pids != NULL) + (ptext != NULL) + (pchat != NULL) != 1)
@@ -301,7 +352,7 @@ static int cmd_generate(int argc, char **argv) {
     ci_session *s = NULL;
     int *out = NULL, n_out = 0;
     gen_out go = { 1, NULL, 0, "" };
-    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) goto done;
+    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &mo, &m))) goto done;
     if ((rc = check_ids(m, ids, n, "--prompt-ids"))) goto done;
     if (ci_session_new(m, n + (int)maxt, &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
     out = malloc((size_t)(maxt + 1) * sizeof *out);
@@ -322,9 +373,12 @@ static int cmd_generate(int argc, char **argv) {
     fflush(stdout);  /* the text line ends before any --stats line on stderr */
     if (grc) { rc = die(1, "%s", err); goto done; }
     if (go.err[0]) { rc = die(1, "%s", go.err); goto done; }
-    if (find_flag(fl, "--stats")->seen)
-        fprintf(stderr, "cinfer: %d prompt tokens, %d generated in %.2f s (%.1f tok/s overall)\n", n, go.n, dt,
-                dt > 0 ? go.n / dt : 0.0);
+    if (find_flag(fl, "--stats")->seen) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        fprintf(stderr, "cinfer: %d prompt tokens, %d generated in %.2f s (%.1f tok/s overall) on %s\n", n, go.n, dt,
+                dt > 0 ? go.n / dt : 0.0, info.backend);
+    }
 done:
     tok_stream_free(go.stream);
     free(out);
@@ -342,6 +396,13 @@ static void print_bytes(const char *label, double b) {
     printf("%-24s %.2f %s\n", label, b, u[i]);
 }
 
+/* bytes in GiB, with two significant digits below 0.01 GiB (small test models). */
+static const char *gib(char *buf, size_t n, double bytes) {
+    double g = bytes / (1024.0 * 1024.0 * 1024.0);
+    snprintf(buf, n, g >= 0.01 || g == 0 ? "%.2f" : "%.2g", g);
+    return buf;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("inspect", argc, argv, fl);
@@ -349,11 +410,12 @@ static int cmd_inspect(int argc, char **argv) {
     const char *dir = need("inspect", fl, "--model", &rc);
     if (rc) return rc;
     ci_model *m;
-    if ((rc = open_model(dir, "1", &m))) return rc;
+    if ((rc = open_model(dir, "1", NULL, &m))) return rc;
     ci_model_info i;
     ci_model_get_info(m, &i);
     printf("%-24s %s\n", "family", i.family);
     printf("%-24s %s\n", "model_type", i.model_type);
+    printf("%-24s %s\n", "backend", i.backend);
     printf("%-24s %d\n", "layers", i.n_layers);
     printf("%-24s %d\n", "hidden_size", i.hidden_size);
     printf("%-24s %d\n", "vocab_size", i.vocab_size);
@@ -374,6 +436,19 @@ static int cmd_inspect(int argc, char **argv) {
         printf("%-24s %zu (%.1f bytes/token)\n", label, cb, (double)cb / (double)at[k].n);
     }
     print_bytes("decode_weight_bytes", (double)i.decode_bytes);
+    /* What a CUDA run needs on the device: the weights in their checkpoint dtypes, the cache
+     * at the model's context and at 4k tokens, and an estimate of the session's scratch. */
+    double wb = 0, scratch = (double)ci_model_scratch_estimate(m);
+    for (int d = 0; d < 16; d++) wb += (double)i.bytes_by_dtype[d];
+    long long ctxs[2] = { i.max_position, 4096 };
+    for (int k = 0; k < 2; k++) {
+        if (ctxs[k] <= 0 || (k == 1 && ctxs[0] == 4096)) continue;
+        double cb = (double)ci_model_cache_bytes(m, ctxs[k]);
+        char a[32], b[32], c[32], d[32];
+        printf("%-24s %s GiB weights + %s GiB cache at %lld tokens + %s GiB scratch = %s GiB\n", "device memory:",
+               gib(a, sizeof a, wb), gib(b, sizeof b, cb), ctxs[k], gib(c, sizeof c, scratch),
+               gib(d, sizeof d, wb + cb + scratch));
+    }
     ci_model_free(m);
     return 0;
 }
@@ -439,47 +514,97 @@ static double measure_read_gbs(int threads) {
     return bytes / best / 1e9;
 }
 
+/* bench: one session of depth + prompt-len + gen tokens. --depth N random tokens are
+ * prefilled first (untimed; decode at a long context, as llama-bench's -d), then
+ * --prompt-len random tokens are timed as one prefill, then --gen decode steps. On the CPU a
+ * decode step is ci_forward with the last row's logits fed the same token each step (as it
+ * always was, so CPU numbers stay comparable). On a device it is greedy ci_forward_argmax
+ * fed its own token (4 bytes come back per step, not the logits), after an untimed warm-up
+ * (the prefill and two steps in the same session, then reset: library set-up and graph
+ * capture are not timed); the device line is a device-to-device copy probe. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {0, 0, 0, 0} };
+                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("bench", fl, "--model", &rc);
     if (rc) return rc;
-    long long pl = 128, gen = 32;
+    long long pl = 128, gen = 32, depth = 0;
     if (find_flag(fl, "--prompt-len")->seen && parse_long("bench", "--prompt-len", find_flag(fl, "--prompt-len")->value, 1, 1 << 20, &pl)) return 2;
     if (find_flag(fl, "--gen")->seen && parse_long("bench", "--gen", find_flag(fl, "--gen")->value, 1, 1 << 20, &gen)) return 2;
+    if (find_flag(fl, "--depth")->seen && parse_long("bench", "--depth", find_flag(fl, "--depth")->value, 0, 1 << 24, &depth)) return 2;
+    ci_model_opts mo;
+    if ((rc = device_opts("bench", fl, &mo))) return rc;
     ci_model *m = NULL;
     ci_session *s = NULL;
     int *ids = NULL;
     float *lg = NULL;
     char err[1024];
-    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) return rc;
+    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &mo, &m))) return rc;
     ci_model_info i;
     ci_model_get_info(m, &i);
-    ids = malloc((size_t)pl * sizeof *ids);
+    int on_dev = !strncmp(i.backend, "cuda", 4);
+    /* The prompt's ids come first from the generator (the same prompt as without --depth),
+     * the context's after them. */
+    ids = malloc((size_t)(pl + depth) * sizeof *ids);
     lg = malloc((size_t)i.vocab_size * sizeof *lg);
     if (!ids || !lg) { rc = die(1, "out of memory"); goto done; }
     uint64_t r = 12345;
-    for (int k = 0; k < pl; k++) { r = r * 6364136223846793005ull + 1442695040888963407ull; ids[k] = (int)((r >> 33) % (uint64_t)i.vocab_size); }
-    if (ci_session_new(m, (int)(pl + gen), &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    for (long long k = 0; k < pl + depth; k++) { r = r * 6364136223846793005ull + 1442695040888963407ull; ids[k] = (int)((r >> 33) % (uint64_t)i.vocab_size); }
+    if (ci_session_new(m, (int)(depth + pl + gen), &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    int tok = ids[0], next;
+    if (on_dev) {
+        if (ci_forward_argmax(s, ids, (int)pl, &tok, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        for (int k = 0; k < 2 && k < gen; k++)
+            if (ci_forward_argmax(s, &tok, 1, &next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+            else tok = next;
+        ci_session_reset(s);
+    }
+    if (depth > 0) {
+        int drc = on_dev ? ci_forward_argmax(s, ids + pl, (int)depth, &next, err, sizeof err)
+                         : ci_forward(s, ids + pl, (int)depth, lg, 0, err, sizeof err);
+        if (drc) { rc = die(1, "%s", err); goto done; }
+    }
     double t0 = now();
-    if (ci_forward(s, ids, (int)pl, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    int prc = on_dev ? ci_forward_argmax(s, ids, (int)pl, &tok, err, sizeof err) : ci_forward(s, ids, (int)pl, lg, 0, err, sizeof err);
+    if (prc) { rc = die(1, "%s", err); goto done; }
     double tp = now() - t0;
-    int tok = ids[0];
+    if (!on_dev) tok = ids[0];
     t0 = now();
-    for (int k = 0; k < gen; k++)
-        if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    for (int k = 0; k < gen; k++) {
+        if (on_dev) {
+            if (ci_forward_argmax(s, &tok, 1, &next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+            tok = next;
+        } else if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+    }
     double td = now() - t0;
     double dec = gen / td;
+    /* The probe's 2 GiB come after the session's memory is given back. */
+    ci_session_free(s);
+    s = NULL;
+    double copy = on_dev ? ci_model_copy_gbs(m, err, sizeof err) : 0;
     printf("model        %s (%s, %.3f B params, backend %s)\n", dir, i.family, i.n_params / 1e9, i.backend);
-    printf("prefill      %lld tokens in %.3f s = %.1f tok/s\n", pl, tp, pl / tp);
-    printf("decode       %lld tokens in %.3f s = %.2f tok/s (context %lld..%lld)\n", gen, td, dec, pl, pl + gen);
+    if (depth > 0)
+        printf("prefill      %lld tokens in %.3f s = %.1f tok/s (context %lld..%lld)\n", pl, tp, pl / tp, depth, depth + pl);
+    else
+        printf("prefill      %lld tokens in %.3f s = %.1f tok/s\n", pl, tp, pl / tp);
+    printf("decode       %lld tokens in %.3f s = %.2f tok/s (context %lld..%lld)\n", gen, td, dec, depth + pl,
+           depth + pl + gen);
     printf("weights/tok  %.1f MiB read per decoded token\n", i.decode_bytes / 1048576.0);
-    printf("decode GB/s  %.2f (weights only)\n", i.decode_bytes * dec / 1e9);
-    long long th = 0;
-    if (find_flag(fl, "--threads")->seen) parse_long("bench", "--threads", find_flag(fl, "--threads")->value, 1, 1024, &th);
-    printf("machine      %.2f GB/s read bandwidth (2 GiB summed by all threads with the widest loads, best of 5)\n", measure_read_gbs((int)th));
+    double dgbs = i.decode_bytes * dec / 1e9;
+    if (on_dev && copy > 0)
+        printf("decode GB/s  %.2f (weights only; %.1f%% of the device copy bandwidth)\n", dgbs, 100.0 * dgbs / copy);
+    else
+        printf("decode GB/s  %.2f (weights only)\n", dgbs);
+    if (on_dev) {
+        fflush(stdout);
+        if (copy <= 0) { rc = die(1, "bench: %s", err[0] ? err : "copy probe: no result"); goto done; }
+        printf("device       %.2f GB/s device-to-device copy (2 x 1 GiB buffers, bytes read + written, best of 5 x 10 copies)\n", copy);
+    } else {
+        long long th = 0;
+        if (find_flag(fl, "--threads")->seen) parse_long("bench", "--threads", find_flag(fl, "--threads")->value, 1, 1024, &th);
+        printf("machine      %.2f GB/s read bandwidth (2 GiB summed by all threads with the widest loads, best of 5)\n", measure_read_gbs((int)th));
+    }
 done:
     free(ids);
     free(lg);
@@ -493,11 +618,13 @@ done:
  * --max-tokens tokens only. Prints "perplexity P over N tokens". */
 static int cmd_perplexity(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--file", 1, 0, 0}, {"--window", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
-                  {"--threads", 1, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("perplexity", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("perplexity", fl, "--model", &rc), *file = need("perplexity", fl, "--file", &rc);
     if (rc) return rc;
+    ci_model_opts mo;
+    if ((rc = device_opts("perplexity", fl, &mo))) return rc;
     long long win = 256, maxn = 1LL << 30;
     if (find_flag(fl, "--window")->seen && parse_long("perplexity", "--window", find_flag(fl, "--window")->value, 2, 1 << 20, &win)) return 2;
     if (find_flag(fl, "--max-tokens")->seen && parse_long("perplexity", "--max-tokens", find_flag(fl, "--max-tokens")->value, 2, 1LL << 30, &maxn)) return 2;
@@ -527,7 +654,7 @@ static int cmd_perplexity(int argc, char **argv) {
     if (tok_encode(tk, text, len, 0, &ids, &n, err, sizeof err)) { rc = die(1, "%s: %s", file, err); goto done; }
     if ((long long)n > maxn) n = (size_t)maxn;
     if (n < 2) { rc = die(1, "%s: fewer than 2 tokens to score", file); goto done; }
-    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &m))) goto done;
+    if ((rc = open_model(dir, find_flag(fl, "--threads")->value, &mo, &m))) goto done;
     if ((rc = check_ids(m, ids, (int)n, file))) goto done;
     ci_model_info info;
     ci_model_get_info(m, &info);

@@ -2,7 +2,7 @@
  *
  *   cinfer chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]
  *               [--top-p P] [--min-p P] [--seed S] [--ctx N] [--threads N]
- *               [--chat-template FILE] [--stats]
+ *               [--chat-template FILE] [--stats] [--device cpu|cuda|auto] [--no-graphs]
  *
  * Each line on stdin is a user turn; the whole conversation goes through the model's chat
  * template and the reply streams to stdout (one line break after it). "/reset" starts a new
@@ -10,10 +10,12 @@
  * (src/server/engine.h) with one slot and its prefix store, so turn N+1 re-uses the cache
  * of turns 1..N (KV / latent rows, or the recurrent families' snapshots) and computes only
  * what is new. Greedy by default, as `generate`. --stats prints, per turn on stderr, the
- * prompt tokens, how many came from the cache, and the speed. Without --model it talks to
+ * prompt tokens, how many came from the cache, the speed and the backend that ran it
+ * (--device: cmd_device.h). Without --model it talks to
  * the embedded demo model. Bad flags exit with 2, a model or template failure with 1, one
  * line on stderr each. */
 #include "cmd_chat.h"
+#include "cmd_device.h"
 #include "server/engine.h"
 #include "server/server.h"
 #include "text/template.h"
@@ -63,6 +65,8 @@ typedef struct {
 /* One turn: the conversation so far (ending with the user's message) into a reply, streamed
  * to stdout and appended to msgs. 0, or 1 with the error printed. */
 static int turn(chat_state *c, json_t *msgs, const eng_params *base, int stats) {
+    ci_model_info info;
+    ci_model_get_info(c->m, &info);
     char err[1024];
     json_t *req = json_pack("{s:O,s:b}", "messages", msgs, "add_generation_prompt", 1);
     char *text = NULL;
@@ -134,22 +138,23 @@ static int turn(chat_state *c, json_t *msgs, const eng_params *base, int stats) 
     json_array_append_new(msgs, json_pack("{s:s,s:s%}", "role", "assistant", "content", reply ? reply : "", rl));
     free(reply);
     if (stats)
-        fprintf(stderr, "cinfer: %zu prompt tokens (%d from the cache), %d generated; first token %.3f s, %.1f tok/s after\n",
-                n, cached, got, t_first, got > 1 && dt > t_first ? (got - 1) / (dt - t_first) : 0.0);
+        fprintf(stderr, "cinfer: %zu prompt tokens (%d from the cache), %d generated; first token %.3f s, %.1f tok/s after, on %s\n",
+                n, cached, got, t_first, got > 1 && dt > t_first ? (got - 1) / (dt - t_first) : 0.0, info.backend);
     return 0;
 }
 
 int cmd_chat(int argc, char **argv) {
     static const char *const names[] = { "--model", "--system", "--max-tokens", "--temperature", "--top-k", "--top-p",
-                                         "--min-p", "--seed", "--ctx", "--threads", "--chat-template", "--stats", NULL };
-    const char *val[12] = { 0 };
-    int seen[12] = { 0 };
+                                         "--min-p", "--seed", "--ctx", "--threads", "--chat-template", "--stats",
+                                         "--device", "--no-graphs", NULL };
+    const char *val[14] = { 0 };
+    int seen[14] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
         if (k < 0) return bad("unknown option '%s' (see cinfer --help)", argv[i]);
         if (seen[k]++) return bad("option %s given twice", argv[i]);
-        if (k == 11) continue;                                  /* --stats takes no value */
+        if (k == 11 || k == 13) continue;                       /* --stats, --no-graphs take no value */
         if (i + 1 >= argc) return bad("option %s needs a value", argv[i]);
         val[k] = argv[++i];
     }
@@ -168,6 +173,11 @@ int cmd_chat(int argc, char **argv) {
     double ctx_arg = 0, threads = 0;
     if (val[8] && num_arg("--ctx", val[8], 2, 1 << 24, &ctx_arg)) return 2;
     if (val[9] && num_arg("--threads", val[9], 1, 1024, &threads)) return 2;
+    ci_model_opts mo;
+    memset(&mo, 0, sizeof mo);
+    mo.n_threads = (int)threads;
+    mo.no_graphs = seen[13] > 0;
+    if (val[12] && cli_device("chat", val[12], &mo.device)) return 2;
 
     char dir[PATH_MAX + 16], err[1024];
     if (val[0]) snprintf(dir, sizeof dir, "%s", val[0]);
@@ -180,7 +190,6 @@ int cmd_chat(int argc, char **argv) {
     json_t *msgs = json_array();
     char *line = NULL;
     size_t cap = 0;
-    ci_model_opts mo = { (int)threads, 0 };
     if (ci_model_open(dir, &mo, &c.m, err, sizeof err) || tok_load(dir, &c.tk, err, sizeof err) ||
         tpl_chat_load_ex(dir, val[10], &c.ch, err, sizeof err)) {
         fprintf(stderr, "cinfer: chat: %s\n", err);

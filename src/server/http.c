@@ -489,7 +489,11 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     const char *base = strrchr(s->model_dir, '/');
     snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id ? o->model_id : base ? base + 1 : s->model_dir);
     s->created = (long long)time(NULL);
-    ci_model_opts mo = { o->threads, 0 };
+    ci_model_opts mo;
+    memset(&mo, 0, sizeof mo);
+    mo.n_threads = o->threads;
+    mo.device = o->device;
+    mo.no_graphs = o->no_graphs;
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
     if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
     if (tpl_chat_load_ex(s->model_dir, o->chat_template, &s->ch, s->ch_err, sizeof s->ch_err)) {

@@ -1,0 +1,103 @@
+# --device cpu|cuda|auto and --no-graphs on the commands that run a model, on a machine
+# without a GPU (the CI machines): a bad --device value is a usage error (exit 2, one line
+# naming the flag and the accepted values) for each command; --device cuda fails with one
+# line naming the cause and leaves no --out file (nor its temp file, and an existing one as
+# it was); --device auto runs on the CPU and gives the same logits as --device cpu; a family
+# with no CUDA path is refused naming the family, before any device is tried (so on any
+# machine); inspect names the backend and the device memory a CUDA run needs; --stats names
+# the backend; bench --depth decodes after that many tokens of context. When a CUDA device
+# is usable here the no-GPU checks are skipped with a note (tests/gpu covers that machine).
+. "$(dirname "$0")/lib.sh"
+fx=tests/fixtures/llama_gqa_llama3
+
+# expect_usage NAME SUBSTRING CMD...: exit status exactly 2, one stderr line with SUBSTRING.
+expect_usage() {
+  local name=$1 want=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err" </dev/null; local rc=$?
+  local lines; lines=$(wc -l <"$TMP/err")
+  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc (want 2); stderr: $(head -c 300 "$TMP/err")"
+  elif [ "$lines" -ne 1 ]; then fail "$name" "expected one stderr line, got $lines: $(head -c 300 "$TMP/err")"
+  elif ! grep -qF -- "$want" "$TMP/err"; then fail "$name" "stderr lacks '$want': $(cat "$TMP/err")"
+  else pass "$name"; fi
+}
+
+printf 'The quick brown fox jumps over the lazy dog. ' >"$TMP/text"
+m=models/demo
+[ -f $m/tokenizer.json ] || m=$fx
+
+# ---- a bad --device value: usage error, each command ----
+bad="--device expects cpu, cuda or auto, got 'bogus'"
+expect_usage "logits --device bogus"     "logits: $bad"     $CINFER logits --model $fx --tokens 1,2 --out "$TMP/bogus.f32" --device bogus
+expect_usage "generate --device bogus"   "generate: $bad"   $CINFER generate --model $fx --prompt-ids 1,2 --ids --device bogus
+expect_usage "bench --device bogus"      "bench: $bad"      $CINFER bench --model $fx --device bogus
+expect_usage "perplexity --device bogus" "perplexity: $bad" $CINFER perplexity --model $m --file "$TMP/text" --device bogus
+expect_usage "chat --device bogus"       "chat: $bad"       $CINFER chat --model $fx --device bogus
+expect_usage "serve --device bogus"      "serve: $bad"      timeout 20 $CINFER serve --model $fx --port 0 --device bogus
+expect_usage "--device is case-sensitive" "got 'CUDA'"      $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --device CUDA
+expect_usage "--device needs a value"    "--device needs a value" $CINFER generate --model $fx --prompt-ids 1 --ids --device
+expect_usage "--no-graphs takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --no-graphs 1
+[ ! -e "$TMP/bogus.f32" ] && pass "a usage error writes no --out file" || fail "a usage error writes no --out file" "$(ls -l "$TMP"/bogus.f32*)"
+
+# ---- families without a CUDA path: refused naming the family, before any device ----
+for fam in qwen3_moe deepseek_v3; do
+  expect_err "$fam --device cuda names the family" "$fam: no CUDA path yet" \
+    $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda
+  [ ! -e "$TMP/$fam.f32" ] && pass "$fam: no --out file" || fail "$fam: no --out file" "$(ls -l "$TMP/$fam.f32")"
+  expect_ok "$fam --device cpu" $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.cpu" --device cpu
+  expect_ok "$fam --device auto" $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.auto" --device auto
+  cmp -s "$TMP/$fam.cpu" "$TMP/$fam.auto" && pass "$fam: auto = cpu logits" || fail "$fam: auto = cpu logits" "files differ"
+done
+expect_err "generate: no CUDA path" "qwen3_moe: no CUDA path yet" $CINFER generate --model tests/fixtures/qwen3_moe --prompt-ids 1,2 --ids --device cuda
+
+# ---- inspect: the backend and the device memory a CUDA run needs ----
+expect_ok "inspect" $CINFER inspect --model $fx
+grep -q "^backend  *cpu-" "$TMP/out" && pass "inspect names the CPU backend" || fail "inspect names the CPU backend" "$(cat "$TMP/out")"
+ctx=$(grep -o '"max_position_embeddings": *[0-9]*' $fx/config.json | grep -o '[0-9]*$')
+if grep -Eq "^device memory: +[0-9.e-]+ GiB weights \+ [0-9.e-]+ GiB cache at $ctx tokens \+ [0-9.e-]+ GiB scratch = [0-9.e-]+ GiB$" "$TMP/out" &&
+   grep -Eq "^device memory: +[0-9.e-]+ GiB weights \+ [0-9.e-]+ GiB cache at 4096 tokens " "$TMP/out"; then
+  pass "inspect: device memory at the model's context ($ctx) and at 4096 tokens"
+else fail "inspect: device memory lines" "$(grep -i device "$TMP/out")"; fi
+# the weights term is the checkpoint's bytes: 415.25 KiB of F32 here = 0.0004 GiB
+grep -q "^device memory: *0.0004 GiB weights" "$TMP/out" && pass "inspect: device weight bytes" || fail "inspect: device weight bytes" "$(grep -i device "$TMP/out")"
+expect_usage "inspect takes no --device" "unknown option '--device'" $CINFER inspect --model $fx --device cuda
+
+# ---- --stats names the backend ----
+$CINFER generate --model $fx --prompt-ids 1,2,3 --max-tokens 4 --ids --stats --device auto >"$TMP/out" 2>"$TMP/err"
+grep -q "tok/s overall) on cpu-" "$TMP/err" && pass "generate --stats names the backend" || fail "generate --stats names the backend" "$(cat "$TMP/err")"
+printf 'Hello\n' | $CINFER chat --max-tokens 4 --stats --device cpu >"$TMP/out" 2>"$TMP/err"
+grep -q "tok/s after, on cpu-" "$TMP/err" && pass "chat --stats names the backend" || fail "chat --stats names the backend" "$(cat "$TMP/err")"
+
+# ---- bench --depth: decode after that many tokens of context ----
+expect_ok "bench --depth" $CINFER bench --model $fx --prompt-len 8 --gen 4 --depth 24 --threads 1 --device auto --no-graphs
+grep -q "^prefill  *8 tokens .* (context 24\.\.32)$" "$TMP/out" && grep -q "^decode  *4 tokens .* (context 32\.\.36)$" "$TMP/out" &&
+  grep -Eq "^(machine|device) " "$TMP/out" && pass "bench --depth output" || fail "bench --depth output" "$(cat "$TMP/out")"
+expect_usage "bench --depth range" "--depth expects an integer" $CINFER bench --model $fx --depth -1
+
+# ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
+if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then
+  echo "NOTE a CUDA device is usable here: the no-GPU checks are skipped (tests/gpu covers this machine)"
+  exit 0
+fi
+rm -f "$TMP"/gpu.f32*
+printf 'keep' >"$TMP/old.f32"
+for cmd in "logits --model $fx --tokens 1,2,3 --out $TMP/cuda.f32" "logits --model $fx --tokens 1,2,3 --out $TMP/old.f32 --step" \
+           "generate --model $fx --prompt-ids 1,2 --ids" "bench --model $fx --prompt-len 4 --gen 2" \
+           "perplexity --model $m --file $TMP/text" "chat --model $fx"; do
+  name=${cmd%% *}; case $cmd in *--step*) name="$name --step (over an existing --out)" ;; esac
+  expect_err "no GPU: $name --device cuda" "CUDA" $CINFER $cmd --device cuda
+done
+expect_err "no GPU: serve --device cuda" "CUDA" timeout 20 $CINFER serve --model $fx --port 0 --device cuda
+expect_err "no GPU: --no-graphs changes nothing" "CUDA" $CINFER logits --model $fx --tokens 1 --out "$TMP/cuda.f32" --device cuda --no-graphs
+left=$(ls "$TMP" | grep -E '^(cuda|gpu)\.f32' )
+[ -z "$left" ] && pass "no GPU: no --out file or temp file left" || fail "no GPU: no --out file or temp file left" "$left"
+[ "$(cat "$TMP/old.f32")" = keep ] && [ -z "$(ls "$TMP" | grep '^old\.f32\.')" ] && pass "no GPU: an existing --out file is untouched" ||
+  fail "no GPU: an existing --out file is untouched" "$(ls -l "$TMP"/old.f32*)"
+
+expect_ok "auto on the CPU" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/auto.f32" --device auto
+expect_ok "cpu" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/cpu.f32" --device cpu
+expect_ok "default device" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/def.f32"
+cmp -s "$TMP/auto.f32" "$TMP/cpu.f32" && cmp -s "$TMP/cpu.f32" "$TMP/def.f32" && [ -s "$TMP/cpu.f32" ] &&
+  pass "no GPU: --device auto = --device cpu = default logits" || fail "no GPU: auto = cpu logits" "files differ"
+$CINFER generate --model $fx --prompt-ids 1,2,3 --max-tokens 6 --ids --device auto >"$TMP/g.auto" 2>"$TMP/err" &&
+  $CINFER generate --model $fx --prompt-ids 1,2,3 --max-tokens 6 --ids --device cpu >"$TMP/g.cpu" 2>>"$TMP/err" &&
+  cmp -s "$TMP/g.auto" "$TMP/g.cpu" && pass "no GPU: generate auto = cpu" || fail "no GPU: generate auto = cpu" "$(cat "$TMP/err")"
