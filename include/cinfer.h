@@ -19,6 +19,12 @@ typedef struct ci_session ci_session;
 typedef struct {
     int n_threads;          /* <= 0: all online CPUs */
     int isa;                /* 0 auto, 1 scalar, 2 avx2, 3 avx512 (for tests) */
+    int device;             /* 0 cpu (so zeroed opts keep the CPU), 1 cuda (device 0; fails
+                             * naming the family when it has no CUDA path, or the reason
+                             * when there is no usable device), 2 auto (CUDA when the family
+                             * has a CUDA path and a device starts, else the CPU) */
+    int no_graphs;          /* 1: never capture / replay decode steps as device graphs (eager
+                             * execution, for tests comparing the two) */
 } ci_model_opts;
 
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);
@@ -51,6 +57,10 @@ int ci_session_pos(const ci_session *s);
 /* Runs n tokens through the session at its current position. logits: [n, vocab] floats
  * when all_logits, else [vocab] for the last token; NULL to skip the head. */
 int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+/* Runs n tokens like ci_forward, then *out_id = the argmax of the last token's logits (the
+ * first index on ties; NaN is never chosen over a number): greedy decoding. A device backend
+ * takes the argmax on the device and moves 4 bytes instead of the logits. */
+int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 
 typedef struct {
     float temperature;      /* 0: greedy */

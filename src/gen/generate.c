@@ -1,4 +1,6 @@
-/* generate.c — prefill + decode loop with stop conditions (EOS, max tokens, callback). */
+/* generate.c — prefill + decode loop with stop conditions (EOS, max tokens, callback).
+ * Pure greedy sampling (smp_is_greedy) goes through ci_forward_argmax: the backend picks
+ * the id with the sampler's own rule, and a device moves 4 bytes a step, not the logits. */
 #include "sampler.h"
 #include "../core/status.h"
 #include "../models/model.h"
@@ -24,17 +26,22 @@ int ci_generate(ci_session *s, const int *prompt, int n_prompt, int max_tokens, 
         return ci_err(err, errlen, "generate: out of memory");
     }
     memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
-    int nh = n_prompt, rc = 0;
-    if (max_tokens > 0 && ci_forward(s, prompt, n_prompt, logits, 0, err, errlen)) { rc = -1; goto done; }
+    int nh = n_prompt, rc = 0, greedy = smp_is_greedy(so), tok = 0;
+    if (max_tokens > 0 && (greedy ? ci_forward_argmax(s, prompt, n_prompt, &tok, err, errlen)
+                                  : ci_forward(s, prompt, n_prompt, logits, 0, err, errlen))) { rc = -1; goto done; }
     for (int i = 0; i < max_tokens; i++) {
-        int tok = smp_sample(&smp, logits, hist, nh);
+        if (!greedy) tok = smp_sample(&smp, logits, hist, nh);
         out[(*n_out)++] = tok;
         hist[nh++] = tok;
         if (cb && cb(cb_ctx, tok)) break;
         int eos = 0;
         for (int e = 0; e < m->cfg.n_eos; e++) eos |= tok == m->cfg.eos_ids[e];
         if (eos || i + 1 == max_tokens) break;
-        if (ci_forward(s, &tok, 1, logits, 0, err, errlen)) { rc = -1; goto done; }
+        int next = tok;
+        if (greedy ? ci_forward_argmax(s, &next, 1, &tok, err, errlen) : ci_forward(s, &next, 1, logits, 0, err, errlen)) {
+            rc = -1;
+            goto done;
+        }
     }
 done:
     smp_free(&smp);

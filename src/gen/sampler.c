@@ -49,6 +49,17 @@ double smp_uniform(uint64_t *state) {
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
+int smp_argmax(const float *x, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
+/* top-k / top-p / min-p only narrow the candidates of a draw: at temperature 0 they change
+ * nothing; the penalty rescales logits and can change the winner. */
+int smp_is_greedy(const ci_sampler_opts *o) { return o->temperature <= 0 && o->repeat_penalty == 1.0f; }
+
 static const float *cmp_base;
 static int cmp_desc(const void *a, const void *b) {
     float x = cmp_base[*(const int *)a], y = cmp_base[*(const int *)b];
@@ -69,12 +80,7 @@ int smp_sample(smp_state *s, float *logits, const int *history, int n_hist) {
             logits[t] = logits[t] > 0 ? logits[t] / s->o.repeat_penalty : logits[t] * s->o.repeat_penalty;
         }
     }
-    if (s->o.temperature <= 0) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
+    if (s->o.temperature <= 0) return smp_argmax(logits, V);
     int n = V;
     for (int i = 0; i < V; i++) s->idx[i] = i;
     for (int i = 0; i < V; i++) logits[i] /= s->o.temperature;

@@ -995,4 +995,4 @@ static const ci_family_ops v4_ops = {
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
-const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops };
+const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, 0 };

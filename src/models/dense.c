@@ -2,7 +2,8 @@
  *
  * Activations are f32 [n, ·] for a chunk of n <= UBATCH tokens; prompts longer than that
  * run chunk by chunk through the same cache, so scratch is bounded and allocated once per
- * session. The decode path (n = 1) allocates nothing. */
+ * session (in backend memory, see dense.h). The decode path (n = 1) allocates nothing
+ * after its first step (which may capture a graph). */
 #include "dense.h"
 #include "../core/status.h"
 #include "../io/json.h"
@@ -28,6 +29,12 @@ typedef struct {
     moe_block moe;
 } dense_layer;
 
+/* One layer's weights in backend memory (MoE experts stay host views: CPU only). */
+typedef struct {
+    const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
+    ci_mat wq, wk, wv, wo, wg, wu, wd;
+} dense_placed;
+
 typedef struct {
     int dim, n_layers, n_heads, n_kv, hd, ff, vocab;
     float eps, attn_scale;
@@ -41,6 +48,11 @@ typedef struct {
     int n_owned;
     const moe_block *any_moe;    /* first MoE block (for scratch sizing), or NULL */
     ci_mat *expert_mats;         /* owned array behind every layer's expert views */
+    /* What forward reads: the weights above as the backend placed them (be->weight; the
+     * same addresses on the CPU). The bound host views stay for record mode and tests. */
+    dense_placed *dev;           /* [n_layers] */
+    ci_mat dev_embed, dev_head;
+    const float *dev_final_norm, *dev_inv_freq;
 } dense_model;
 
 /* Qwen3-MoE: which layers are sparse, and the router / expert hyper-parameters. */
@@ -81,21 +93,69 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
     return 0;
 }
 
-typedef struct {
-    float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
-    float *x, *xn;               /* [UBATCH, dim] */
-    float *q;                    /* [UBATCH, n_heads*hd] */
-    float *att;                  /* [UBATCH, max(n_heads*hd, dim)] */
-    float *g, *u;                /* [UBATCH, ff] */
-    float *last;                 /* [dim] */
-    int32_t *pos;                /* [UBATCH] */
-    float *kb, *vb;              /* [UBATCH, n_kv*hd] k/v rows of a batched step (forward_batch) */
-    moe_scratch moe;             /* when any layer is MoE */
-} dense_cache;
+/* A view of W in backend memory: its data (rows x cols in its dtype) and, fp8, its block
+ * scale grid, each handed to be->weight once (a tied head gets the embedding's copy back).
+ * MLX-quantized views (CI_U32) keep their host packing: dense_load refuses them on a device. */
+static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
+    *dst = *W;
+    if (!W->data || W->dtype == CI_U32) return 0;
+    dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
+    if (!dst->data) return -1;
+    if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
+        int64_t rb = (W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
+        dst->scale = be->weight(be, W->scale, (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype));
+        if (!dst->scale) return -1;
+    }
+    return 0;
+}
+
+static int place_vec(ci_backend *be, const float **dst, const float *v, int len) {
+    *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
+    return v && len > 0 && !*dst ? -1 : 0;
+}
+
+/* After binding: every weight forward reads goes through be->weight (identity on the CPU). */
+static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device) {
+        int quant = d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
+        for (int l = 0; l < d->n_layers && !quant; l++) {
+            const dense_layer *L = &d->layers[l];
+            quant = L->wq.dtype == CI_U32 || L->wk.dtype == CI_U32 || L->wv.dtype == CI_U32 || L->wo.dtype == CI_U32 ||
+                    (!L->is_moe && (L->wg.dtype == CI_U32 || L->wu.dtype == CI_U32 || L->wd.dtype == CI_U32));
+        }
+        if (quant)
+            return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
+                          m->cfg.path);
+    }
+    d->dev = calloc((size_t)d->n_layers, sizeof *d->dev);
+    if (!d->dev) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = place_mat(be, &d->dev_embed, &d->embed) || place_mat(be, &d->dev_head, &d->lm_head) ||
+              place_vec(be, &d->dev_final_norm, d->final_norm, d->dim) ||
+              place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const dense_layer *L = &d->layers[l];
+        dense_placed *P = &d->dev[l];
+        bad = place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || place_vec(be, &P->ffn_norm, L->ffn_norm, d->dim) ||
+              place_vec(be, &P->q_norm, L->q_norm, d->hd) || place_vec(be, &P->k_norm, L->k_norm, d->hd) ||
+              place_mat(be, &P->wq, &L->wq) || place_mat(be, &P->wk, &L->wk) || place_mat(be, &P->wv, &L->wv) ||
+              place_mat(be, &P->wo, &L->wo);
+        if (!bad && !L->is_moe)
+            bad = place_mat(be, &P->wg, &L->wg) || place_mat(be, &P->wu, &L->wu) || place_mat(be, &P->wd, &L->wd);
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
+}
 
 int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
     const char *fam = m->family->name;
+    /* MoE layers run through moe_forward on host memory: the CPU backend only for now */
+    if (m->be && m->be->is_device && o->moe)
+        return ci_err(err, errlen, "%s: no CUDA path yet (MoE layers, %s); run it with --device cpu", fam, c->path);
     dense_model *d = calloc(1, sizeof *d);
     if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
     m->impl = d;
@@ -198,8 +258,8 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     free(sparse);
     w_vec(&b, &d->final_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.norm.weight");
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, "lm_head");
-    int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    return m->st ? place_weights(m, d, err, errlen) : 0;  /* record mode: nothing to place */
 }
 
 void dense_unload(ci_model *m) {
@@ -209,6 +269,7 @@ void dense_unload(ci_model *m) {
     rope_free(&d->rope);
     free(d->expert_mats);
     free(d->layers);
+    free(d->dev);
     free(d);
     m->impl = NULL;
 }
@@ -218,154 +279,315 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
     return (size_t)d->n_layers * 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
 }
 
+/* ---- the session: every buffer in backend memory ------------------------------------------
+ *
+ * Model code holds these addresses and passes them (and addresses inside them) to ops; it
+ * never reads or writes their bytes. Per chunk the host uploads the token ids and positions,
+ * runs ops, and downloads the logits (or 4 bytes of argmax). */
+
+enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
+
+typedef struct {
+    float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
+    float *x, *xn;               /* [UBATCH, dim] */
+    float *q;                    /* [UBATCH, n_heads*hd] */
+    float *att;                  /* [UBATCH, max(n_heads*hd, dim)] */
+    float *g, *u;                /* [UBATCH, ff] */
+    float *kb, *vb;              /* [UBATCH, n_kv*hd] a chunk's k / v rows before the cache */
+    float *last;                 /* [dim] the last row, final-normed */
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
+    int32_t *best;               /* [1] argmax of logits1 */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / forward_batch groups, */
+    int logit_rows;              /* allocated on first need (0 until then) */
+    void *graph[2];              /* the captured decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
+    int graph_failed[2];         /* capture failed once: that step stays eager */
+    moe_scratch moe;             /* when any layer is MoE (host memory: CPU only) */
+} dense_cache;
+
+/* Rows of logits one group holds: row-independent matmuls give the same bits in any
+ * grouping, so the scratch is bounded (32 MiB) rather than [UBATCH, vocab]; at least a
+ * 4-row tile, a multiple of 4. */
+static int logit_group_rows(int vocab) {
+    int64_t r = ((int64_t)32 << 20) / ((int64_t)vocab * (int64_t)sizeof(float));
+    if (r > UBATCH) r = UBATCH;
+    r = r / 4 * 4;
+    return r < 4 ? 4 : (int)r;
+}
+
+static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
+    void *p = be->alloc(be, bytes);
+    if (!p) *bad = 1;
+    return p;
+}
+
+static void be_release(ci_backend *be, void *p) {
+    if (p) be->buf_free(be, p);
+}
+
 int dense_session_init(ci_session *s, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
     dense_cache *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     s->impl = c;
-    size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd;
-    c->k = malloc(kv * sizeof(float));
-    c->v = malloc(kv * sizeof(float));
-    c->x = malloc((size_t)UBATCH * d->dim * sizeof(float));
-    c->xn = malloc((size_t)UBATCH * d->dim * sizeof(float));
-    c->q = malloc((size_t)UBATCH * d->n_heads * d->hd * sizeof(float));
-    int att_w = d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim;  /* also the MoE output */
-    c->att = malloc((size_t)UBATCH * att_w * sizeof(float));
-    c->g = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
-    c->u = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
-    c->last = malloc((size_t)d->dim * sizeof(float));
-    c->pos = malloc(UBATCH * sizeof(int32_t));
-    c->kb = malloc((size_t)UBATCH * d->n_kv * d->hd * sizeof(float));
-    c->vb = malloc((size_t)UBATCH * d->n_kv * d->hd * sizeof(float));
+    size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
+    size_t U = UBATCH, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
+    size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
+    int bad = 0;
+    c->k = be_alloc(be, kv * f, &bad);
+    c->v = be_alloc(be, kv * f, &bad);
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
+                      kv * 2 * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
+    c->x = be_alloc(be, U * d->dim * f, &bad);
+    c->xn = be_alloc(be, U * d->dim * f, &bad);
+    c->q = be_alloc(be, U * d->n_heads * d->hd * f, &bad);
+    c->att = be_alloc(be, U * att_w * f, &bad);
+    c->g = be_alloc(be, U * ff * f, &bad);
+    c->u = be_alloc(be, U * ff * f, &bad);
+    c->kb = be_alloc(be, U * KD * f, &bad);
+    c->vb = be_alloc(be, U * KD * f, &bad);
+    c->last = be_alloc(be, (size_t)d->dim * f, &bad);
+    c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
+    c->best = be_alloc(be, sizeof(int32_t), &bad);
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
     if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH))
         return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
-    if (!c->k || !c->v || !c->x || !c->xn || !c->q || !c->att || !c->g || !c->u || !c->last || !c->pos || !c->kb || !c->vb)
-        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)", s->m->family->name,
-                      s->max_ctx, kv * 2 * sizeof(float) >> 20);
     return 0;
 }
 
 void dense_session_free(ci_session *s) {
     dense_cache *c = s->impl;
     if (!c) return;
-    free(c->k); free(c->v); free(c->x); free(c->xn); free(c->q); free(c->att);
-    free(c->g); free(c->u); free(c->last); free(c->pos); free(c->kb); free(c->vb);
+    ci_backend *be = s->m->be;
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last, c->logits1, c->logits_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
+    be_release(be, c->ids);
+    be_release(be, c->pos);
+    be_release(be, c->best);
     moe_scratch_free(&c->moe);
     free(c);
     s->impl = NULL;
 }
 
-/* One chunk of n <= UBATCH tokens at positions s->pos.. */
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+/* The logits group buffer of c, allocated the first time a caller wants many rows. */
+static int need_logit_rows(ci_model *m, dense_cache *c, char *err, size_t errlen) {
+    const dense_model *d = m->impl;
+    if (c->logits_n) return 0;
+    int rows = logit_group_rows(d->vocab);
+    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
+    if (!c->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    c->logit_rows = rows;
+    return 0;
+}
+
+/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
+static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
+}
+
+/* rmsnorm of the n rows of c->x into c->xn, then the head over groups of c->logit_rows rows,
+ * each downloaded into logits [n, vocab] (host). */
+static void head_rows(ci_model *m, dense_cache *c, int n, float *logits) {
+    const dense_model *d = m->impl;
+    ci_backend *be = m->be;
+    be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->dim, d->eps);
+    for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
+        int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
+        be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->dim, rows, &d->dev_head);
+        be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+    }
+}
+
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
+
+/* One chunk of n <= UBATCH tokens whose ids and positions are in c->ids / c->pos: only ops
+ * on the session's buffers, nothing read back and nothing decided from a position, so the
+ * same calls can be recorded once as a graph and replayed at any later position. head:
+ * HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX also their argmax in
+ * c->best. */
+static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const dense_model *d = m->impl;
     dense_cache *c = s->impl;
     ci_backend *be = m->be;
     const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd;
-    const int pos0 = s->pos;
-    for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
 
-    be->embed(be, c->x, &d->embed, tokens, n);
-    CI_DUMP(m, "embed", -1, c->x, n, D);
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_layer *L = &d->layers[l];
+        const dense_placed *P = &d->dev[l];
         float *kc = c->k + (size_t)l * s->max_ctx * KD, *vc = c->v + (size_t)l * s->max_ctx * KD;
-        float *k = kc + (size_t)pos0 * KD, *v = vc + (size_t)pos0 * KD;  /* this chunk's rows */
 
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
-        be->matmul(be, c->q, c->xn, n, &L->wq);          /* q [n, H*hd] */
-        be->matmul(be, k, c->xn, n, &L->wk);             /* k [n, KV*hd], straight into the cache */
-        be->matmul(be, v, c->xn, n, &L->wv);
-        if (d->opts.qk_norm) {                           /* per-head RMSNorm over hd */
-            be->rmsnorm(be, c->q, c->q, L->q_norm, n * H, hd, d->eps);
-            be->rmsnorm(be, k, k, L->k_norm, n * KV, hd, d->eps);
-        }
-        be->rope(be, c->q, n, H, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-        be->rope(be, k, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-        be->attention(be, c->att, c->q, kc, vc, n, pos0, H, KV, hd, KD, d->attn_scale);
-        CI_DUMP(m, "attn", l, c->att, n, H * hd);
-        be->matmul(be, c->xn, c->att, n, &L->wo);        /* [n, D] */
-        be->add(be, c->x, c->xn, (int64_t)n * D);
-        CI_DUMP(m, "after_attn", l, c->x, n, D);
+        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
+        float *qkv[3] = { c->q, c->kb, c->vb };          /* q [n, H*hd], k / v [n, KV*hd] */
+        const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
+        be->matmul_n(be, 3, qkv, c->xn, n, wqkv);
+        /* Qwen3's per-head RMSNorm over hd, RoPE at c->pos, k / v into cache rows c->pos */
+        be->qk_rope_store(be, c->q, c->kb, c->vb, n, H, KV, hd, d->opts.qk_norm ? P->q_norm : NULL,
+                          d->opts.qk_norm ? P->k_norm : NULL, d->eps, d->rope.rot_dim, c->pos, d->dev_inv_freq,
+                          d->rope.mscale, CI_ROPE_NEOX, kc, vc, KD);
+        be->attention_pos(be, c->att, c->q, kc, vc, n, c->pos, s->max_ctx, H, KV, hd, KD, d->attn_scale);
+        dump_buf(m, "attn", l, c->att, n, H * hd);
+        be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);  /* x += o_proj(att) */
+        dump_buf(m, "after_attn", l, c->x, n, D);
 
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
         if (L->is_moe) {
             moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);  /* att reused as [n, D] output */
             be->add(be, c->x, c->att, (int64_t)n * D);
         } else {
-            be->matmul(be, c->g, c->xn, n, &L->wg);      /* [n, ff] */
-            be->matmul(be, c->u, c->xn, n, &L->wu);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->xn, c->g, n, &L->wd);      /* [n, D] */
-            be->add(be, c->x, c->xn, (int64_t)n * D);
+            be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);  /* [n, ff] */
+            be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);            /* x += down(·) */
         }
-        CI_DUMP(m, "layer_out", l, c->x, n, D);
+        dump_buf(m, "layer_out", l, c->x, n, D);
     }
-    ci_lm_head(be, logits, all_logits, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
+    if (head == HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
+    be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+    if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
+}
+
+static int graphs_allowed(const ci_model *m) {
+    const ci_backend *be = m->be;
+    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
+}
+
+/* One chunk at positions s->pos..: uploads, ops (a decode step through its captured graph
+ * when the backend has graphs), then the logits / argmax come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
+    ci_model *m = s->m;
+    const dense_model *d = m->impl;
+    dense_cache *c = s->impl;
+    ci_backend *be = m->be;
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    int32_t hp[UBATCH];
+    for (int t = 0; t < n; t++) hp[t] = s->pos + t;
+    if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
+    int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
+    if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
+        int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
+        if (!c->graph[gi] && !c->graph_failed[gi]) {
+            if (be->graph_begin(be) == 0) {
+                chunk_ops(s, 1, head);                   /* recorded, not run */
+                c->graph[gi] = be->graph_end(be);
+            }
+            c->graph_failed[gi] = !c->graph[gi];
+        }
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
+        else chunk_ops(s, 1, head);
+    } else {
+        chunk_ops(s, n, head);
+    }
+    if (logits && all_logits) head_rows(m, c, n, logits);
+    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
+    }
     s->pos += n;
+    return ci_backend_check(m, err, errlen);
+}
+
+/* Chunks of at most UBATCH tokens through the same cache; only the last gets the head
+ * unless all_logits (each chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
+    const dense_model *d = s->m->impl;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH, last = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
+        else if (logits && last) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
+    }
+    return 0;
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const dense_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    return 0;
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: batched decode step, cache rows out and in ------------------
  *
  * One decode step for n sequences: row i of every activation belongs to session ss[i] at
- * position ss[i]->pos. The projections, norms, RoPE (per-row positions) and the FFN / MoE
- * run over all n rows at once, so each weight matrix is read once per step instead of n
- * times; k and v rows land in the batch scratch, then each is copied into its own session's
- * cache, and attention runs per row against that session's cache. Scratch is ss[0]'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+ * position ss[i]->pos. The projections, norms and the FFN / MoE run over all n rows at
+ * once, so each weight matrix is read once per step instead of n times; per row,
+ * qk_rope_store writes its k / v into its own session's cache at its position (pos buffer
+ * + i) and attention_pos runs against that cache. Scratch is ss[0]'s. */
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = H * hd;
-    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
+    int32_t hp[UBATCH];
+    for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
+    if (need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
 
-    be->embed(be, c->x, &d->embed, tokens, n);
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
-        be->matmul(be, c->q, c->xn, n, &L->wq);          /* q [n, H*hd] */
-        be->matmul(be, c->kb, c->xn, n, &L->wk);         /* k [n, KV*hd] */
-        be->matmul(be, c->vb, c->xn, n, &L->wv);
-        if (d->opts.qk_norm) {
-            be->rmsnorm(be, c->q, c->q, L->q_norm, n * H, hd, d->eps);
-            be->rmsnorm(be, c->kb, c->kb, L->k_norm, n * KV, hd, d->eps);
-        }
-        be->rope(be, c->q, n, H, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-        be->rope(be, c->kb, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
+        const dense_placed *P = &d->dev[l];
+        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
+        float *qkv[3] = { c->q, c->kb, c->vb };
+        const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
+        be->matmul_n(be, 3, qkv, c->xn, n, wqkv);
         for (int i = 0; i < n; i++) {                    /* each row into its own cache, then attend */
             dense_cache *ci = ss[i]->impl;
             float *kc = ci->k + (size_t)l * ss[i]->max_ctx * KD, *vc = ci->v + (size_t)l * ss[i]->max_ctx * KD;
-            memcpy(kc + (size_t)c->pos[i] * KD, c->kb + (size_t)i * KD, (size_t)KD * sizeof(float));
-            memcpy(vc + (size_t)c->pos[i] * KD, c->vb + (size_t)i * KD, (size_t)KD * sizeof(float));
-            be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, kc, vc, 1, c->pos[i], H, KV, hd, KD,
-                          d->attn_scale);
+            float *q = c->q + (size_t)i * QD;
+            be->qk_rope_store(be, q, c->kb + (size_t)i * KD, c->vb + (size_t)i * KD, 1, H, KV, hd,
+                              d->opts.qk_norm ? P->q_norm : NULL, d->opts.qk_norm ? P->k_norm : NULL, d->eps,
+                              d->rope.rot_dim, c->pos + i, d->dev_inv_freq, d->rope.mscale, CI_ROPE_NEOX, kc, vc, KD);
+            be->attention_pos(be, c->att + (size_t)i * QD, q, kc, vc, 1, c->pos + i, ss[i]->max_ctx, H, KV, hd, KD,
+                              d->attn_scale);
         }
-        be->matmul(be, c->xn, c->att, n, &L->wo);
-        be->add(be, c->x, c->xn, (int64_t)n * D);
+        be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);
 
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
+        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
         if (L->is_moe) {
             moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
             be->add(be, c->x, c->att, (int64_t)n * D);
         } else {
-            be->matmul(be, c->g, c->xn, n, &L->wg);
-            be->matmul(be, c->u, c->xn, n, &L->wu);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->xn, c->g, n, &L->wd);
-            be->add(be, c->x, c->xn, (int64_t)n * D);
+            be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+            be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);
         }
     }
-    be->rmsnorm(be, c->xn, c->x, d->final_norm, n, D, d->eps);
-    be->matmul(be, logits, c->xn, n, &d->lm_head);
+    head_rows(m, c, n, logits);
     for (int i = 0; i < n; i++) ss[i]->pos++;
+    return ci_backend_check(m, err, errlen);
 }
 
 int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
@@ -374,40 +596,43 @@ int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
     }
     return 0;
 }
 
 /* Position-major: for each position p < n, for each layer, K row then V row. Any prefix
- * of such a blob is the blob of that prefix. */
+ * of such a blob is the blob of that prefix. Rows move one by one between the cache
+ * ([layer][pos] in backend memory) and the blob. */
 int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     const dense_cache *c = s->impl;
+    ci_backend *be = s->m->be;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
     size_t row = (size_t)d->n_kv * d->hd;
     float *o = dst;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
             size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
-            memcpy(o, c->k + at, row * sizeof(float)); o += row;
-            memcpy(o, c->v + at, row * sizeof(float)); o += row;
+            be->download(be, o, c->k + at, row * sizeof(float)); o += row;
+            be->download(be, o, c->v + at, row * sizeof(float)); o += row;
         }
-    return 0;
+    return ci_backend_check(s->m, err, errlen);
 }
 
 int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     dense_cache *c = s->impl;
+    ci_backend *be = s->m->be;
     if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
     size_t row = (size_t)d->n_kv * d->hd;
     const float *q = src;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
             size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
-            memcpy(c->k + at, q, row * sizeof(float)); q += row;
-            memcpy(c->v + at, q, row * sizeof(float)); q += row;
+            be->upload(be, c->k + at, q, row * sizeof(float)); q += row;
+            be->upload(be, c->v + at, q, row * sizeof(float)); q += row;
         }
     s->pos = n;
-    return 0;
+    return ci_backend_check(s->m, err, errlen);
 }

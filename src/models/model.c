@@ -1,7 +1,13 @@
-/* model.c — ci_model_open and sessions: config, checkpoint, family dispatch, backend. */
+/* model.c — ci_model_open and sessions: config, checkpoint, family dispatch, backend.
+ *
+ * The backend is chosen here (ci_model_opts.device): the CPU by default; CUDA only for a
+ * family that sets `cuda` (registry.h), refused naming the family otherwise; auto takes
+ * CUDA when the family has a path and a device starts, else the CPU. After a forward on a
+ * device the backend's sticky status is checked, so a CUDA error mid-run is one line. */
 #include "model.h"
 #include "cinfer.h"
 #include "../core/status.h"
+#include "../gen/sampler.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +24,29 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
                m->family->missing ? m->family->missing : "not implemented yet", m->cfg.model_type, m->cfg.path);
         goto fail;
     }
+    int device = opts ? opts->device : 0, n_threads = opts ? opts->n_threads : 0;
+    if (device < 0 || device > 2) {
+        ci_err(err, errlen, "device %d is not 0 (cpu), 1 (cuda) or 2 (auto)", device);
+        goto fail;
+    }
+    if (device == 1 && !m->family->cuda) {
+        ci_err(err, errlen, "%s: no CUDA path yet (model_type '%s' in %s); run it with --device cpu", m->family->name,
+               m->cfg.model_type, m->cfg.path);
+        goto fail;
+    }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
-    m->be = ci_backend_cpu_new(opts ? opts->n_threads : 0, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
+    if (device == 1) {
+        m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
+        if (!m->be) goto fail;
+    } else if (device == 2 && m->family->cuda && !m->cfg.quant.present) {
+        /* auto: no device (or no CUDA build) is not an error, the CPU serves; MLX-quantized
+         * checkpoints have no CUDA kernels yet, so they stay on the CPU too */
+        char ignored[256];
+        m->be = ci_backend_cuda_new(0, n_threads, ignored, sizeof ignored);
+    }
+    if (!m->be) m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
+    m->no_graphs = opts ? opts->no_graphs : 0;
     if (m->family->ops->load(m, err, errlen)) goto fail;
     *out = m;
     return 0;
@@ -86,8 +112,31 @@ void ci_session_free(ci_session *s) {
 void ci_session_reset(ci_session *s) { s->pos = 0; }
 int ci_session_pos(const ci_session *s) { return s->pos; }
 
+int ci_backend_check(const ci_model *m, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    if (!be || !be->status || !be->status(be)) return 0;
+    return ci_err(err, errlen, "%s: %s: %s", m->family->name, be->name, be->last_error[0] ? be->last_error : "backend error");
+}
+
 int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    return s->m->family->ops->forward(s, tokens, n, logits, all_logits, err, errlen);
+    if (s->m->family->ops->forward(s, tokens, n, logits, all_logits, err, errlen)) return -1;
+    return ci_backend_check(s->m, err, errlen);
+}
+
+int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    const ci_family_ops *o = s->m->family->ops;
+    if (o->forward_argmax) {
+        if (o->forward_argmax(s, tokens, n, out_id, err, errlen)) return -1;
+        return ci_backend_check(s->m, err, errlen);
+    }
+    /* no device argmax: the logits come to the host and the sampler's greedy rule picks */
+    const int V = (int)s->m->cfg.vocab_size;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    if (!logits) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    int rc = ci_forward(s, tokens, n, logits, 0, err, errlen);
+    if (!rc) *out_id = smp_argmax(logits, V);
+    free(logits);
+    return rc;
 }
 
 int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen) {

@@ -17,8 +17,9 @@ typedef struct ci_model {
     ci_config cfg;
     const ci_family *family;
     st_set *st;
-    ci_backend *be;
+    ci_backend *be;             /* CPU, or CUDA for a family with `cuda` (ci_model_opts.device) */
     int owns_backend;
+    int no_graphs;              /* ci_model_opts.no_graphs: decode steps run eagerly */
     void *impl;                 /* family weights + hyper-params */
     int64_t n_params;           /* elements in bound tensors (tied counted once) */
     size_t bytes_by_dtype[CI_DTYPE_COUNT];
@@ -49,6 +50,9 @@ typedef struct ci_session {
  * f32 copies into *owned / *n_owned for the family to free with w_owned_free; counts;
  * in record mode the tensor specs for make-random) and releases the binder. */
 int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char *err, size_t errlen);
+/* The backend's sticky status (backend.h) as one error line naming the family and the
+ * backend; 0 while every op so far has worked (always on the CPU). */
+int ci_backend_check(const ci_model *m, char *err, size_t errlen);
 typedef void (*ci_chunk_fn)(ci_session *s, const int *tokens, int n, float *logits, int all_logits);
 int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen);
 /* The checks every forward_batch (registry.h) starts with: n > 0, one model, room for one

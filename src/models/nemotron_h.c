@@ -687,4 +687,4 @@ static const ci_family_ops nh_ops = {
     .snapshot = nemh_snapshot, .restore = nemh_restore, .forward_batch = nh_forward_batch,
 };
 
-const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops };
+const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops, 0 };

@@ -2,7 +2,9 @@
  *
  * Every model_type a checkpoint ships maps to its own family value (DESIGN.md table). A
  * family whose forward path is not written yet is still registered, with `missing` saying
- * what is missing, so that loading it fails naming the real family. */
+ * what is missing, so that loading it fails naming the real family. A family whose forward
+ * is written against the backend's memory boundary (buffers from alloc, no host access
+ * between ops) sets `cuda`; the others refuse --device cuda naming themselves. */
 #ifndef CI_REGISTRY_H
 #define CI_REGISTRY_H
 #include <stddef.h>
@@ -53,6 +55,11 @@ typedef struct ci_family_ops {
      * (max_ctx >= its position) and sets s->pos to it. Prefix reuse goes through them. */
     struct cache_snap *(*snapshot)(const struct ci_session *s, char *err, size_t errlen);
     int (*restore)(struct ci_session *s, const struct cache_snap *snap, char *err, size_t errlen);
+    /* Optional greedy step: forward(s, tokens, n, ...) for the last token's logits, then
+     * *out_id = their argmax (first index on ties, NaN never chosen over a number) taken by
+     * the backend, so a device moves 4 bytes instead of the logits. NULL: ci_forward_argmax
+     * runs forward and takes the argmax on the host with the same rule. */
+    int (*forward_argmax)(struct ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 } ci_family_ops;
 
 typedef struct ci_family {
@@ -60,6 +67,7 @@ typedef struct ci_family {
     const char *const *model_types;   /* NULL-terminated */
     const char *missing;              /* NULL when implemented; else what is not implemented yet */
     const ci_family_ops *ops;
+    int cuda;                         /* 1: the family runs on the CUDA backend (--device cuda) */
 } ci_family;
 
 const ci_family *reg_find(const char *model_type);

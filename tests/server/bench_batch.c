@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
     int steps = argc > 2 ? atoi(argv[2]) : 128;
     char err[1024];
     ci_model *m;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     if (!m->family->ops->forward_batch) { fprintf(stderr, "%s has no forward_batch\n", m->family->name); return 1; }
     int V = (int)m->cfg.vocab_size, ns[] = { 1, 4, 8, 16 };

@@ -29,7 +29,7 @@ static int tok_at(int i, int j, int V) { return (int)((uint64_t)(i * 7919 + j * 
 static void one_model(const char *dir) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
     const ci_family_ops *ops = m->family->ops;
     CHECK(ops->forward_batch && ops->cache_export && ops->cache_import, "%s: %s lacks the serving ops", dir, m->family->name);
@@ -103,7 +103,7 @@ static const char *hybrid_dirs[] = { "tests/fixtures/qwen3_next", "tests/fixture
 static void one_hybrid(const char *dir) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
     const ci_family_ops *ops = m->family->ops;
     CHECK(ops->forward_batch != NULL, "%s: %s has no forward_batch", dir, m->family->name);
@@ -173,7 +173,7 @@ static void test_forward_batch_hybrids(void) {
 static void test_forward_batch_errors(void) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (ci_model_open("models/demo", &o, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     ci_session *s[2] = { 0 };
     float *lg = malloc(2 * (size_t)m->cfg.vocab_size * sizeof(float));

@@ -55,7 +55,7 @@ static void prompt_of(int i, int V, int *p, int n) {
 static void one_model(const char *dir, int exact) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts mo = { 0, 0 };
+    ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open(dir, &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
     ci_model_info info;
     ci_model_get_info(m, &info);
@@ -183,7 +183,7 @@ static void test_engine_hybrid_lfm2(void) { one_model("tests/fixtures/lfm2", 0);
 static void test_engine_busy(void) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts mo = { 0, 0 };
+    ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
     eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0 };
@@ -266,7 +266,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
           " \"tie_word_embeddings\": false, \"bos_token_id\": 1, \"eos_token_id\": 2}\n", f);
     fclose(f);
     ci_model *m = NULL;
-    ci_model_opts mo = { 0, 0 };
+    ci_model_opts mo = { .n_threads = 0 };
     eng *e = NULL;
     if (ci_make_random(cfg, out, "bf16", 3, 0, err, sizeof err) || ci_model_open(out, &mo, &m, err, sizeof err)) {
         CHECK(0, "%s", err);
@@ -365,7 +365,7 @@ static int chat(eng *e, const int *prompt, int n, int max, int *out, int *cached
 static void hybrid_turns(const char *dir) {
     char err[1024];
     ci_model *m = NULL;
-    ci_model_opts mo = { 0, 0 };
+    ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open(dir, &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
     CHECK(m->family->ops->snapshot && m->family->ops->restore, "%s: %s has no snapshot / restore", dir, m->family->name);
     ci_model_info info;
@@ -450,7 +450,7 @@ static void test_engine_json_mode(void) {
     char err[1024];
     ci_model *m = NULL;
     tok_tokenizer *tk = NULL;
-    ci_model_opts mo = { 0, 0 };
+    ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err) || tok_load("models/demo", &tk, err, sizeof err)) {
         CHECK(0, "%s", err);
         ci_model_free(m);

@@ -586,7 +586,7 @@ static void run_cfgs(const sweep_cfg *cfgs) {
          * (another split of rows and heads) with the prefill checks, where AVX2 exists */
         for (int pass = 0; pass < 2; pass++) {
             ci_model *m = NULL;
-            ci_model_opts o = { pass ? 3 : 0, pass ? 2 : 0 };
+            ci_model_opts o = { .n_threads = pass ? 3 : 0, .isa = pass ? 2 : 0 };
             if (ci_model_open(dir, &o, &m, err, sizeof err)) {
                 if (!pass || !strstr(err, "CPU backend")) SFAIL("%s: open: %s", sc->name, err);
             } else {

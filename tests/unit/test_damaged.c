@@ -35,7 +35,7 @@ static int retype_tensor(const char *dir, const char *tensor, const char *from, 
 
 static void expect_open_error(const char *dir, const char *n1, const char *n2) {
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     char err[1024] = "";
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "damaged checkpoint %s accepted", dir);
     CHECK(err[0] && !strchr(err, '\n'), "not one line: \"%s\"", err);
@@ -145,7 +145,7 @@ static void test_unbacked_intermediate_size(void) {
         CHECK(set_config(dir, 0, "intermediate_size", 1 << 20) == 0, "editing %s failed", cases[i][0]);
         ci_model *m = NULL;
         ci_session *s = NULL;
-        ci_model_opts o = { 1, 0 };
+        ci_model_opts o = { .n_threads = 1 };
         CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s: %s", cases[i][0], err);
         size_t before = mallinfo2().hblkhd;
         if (m && ci_session_new(m, 8, &s, err, sizeof err) == 0) {

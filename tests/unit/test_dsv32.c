@@ -89,7 +89,7 @@ static void chunked(const char *dir, const int *chunks, int n_chunks) {
     CHECK(T > 0, "%s: reference unreadable", dir);
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (T > 0 && ci_model_open(dir, &o, &m, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
     if (m && ci_session_new(m, T, &s, err, sizeof err)) CHECK(0, "%s: %s", dir, err);
     float *got = malloc((size_t)(T > 0 ? T : 1) * (size_t)(V > 0 ? V : 1) * sizeof *got);
@@ -132,7 +132,7 @@ static void test_cache_export_import(void) {
     CHECK(T == 48, "%s: expected 48 tokens", dir);
     ci_model *m = NULL;
     ci_session *a = NULL, *b = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (T != 48 || ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s", err); free(toks); free(want); return; }
     const ci_family_ops *ops = m->family->ops;
     CHECK(ops->cache_export && ops->cache_import, "no cache export/import");
@@ -203,7 +203,7 @@ static void test_make_random_round_trip(void) {
         if (alias) write_config(dir, V32_CFG_TQ("deepseek_v3_2", "24", V32_INDEXER ", \"indexer_rope_interleave\": true"));
         ci_model *m = NULL;
         ci_session *s = NULL;
-        ci_model_opts o = { 1, 0 };
+        ci_model_opts o = { .n_threads = 1 };
         CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
         if (!m) break;
         ci_model_info info;
@@ -254,7 +254,7 @@ static void test_bad_indexer_shape(void) {
     if (!make_random(V32_CFG(V32_INDEXER), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
     write_config(dir, V32_CFG(", \"index_n_heads\": 4, \"index_head_dim\": 16, \"index_topk\": 4"));
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "index_head_dim 16 accepted a 12-wide indexer");
     CHECK_HAS(err, "deepseek_v32");
     CHECK_HAS(err, "model.layers.0.self_attn.indexer.wq_b.weight");

@@ -57,7 +57,7 @@ static void chunking_and_reset(const char *dtype) {
     enum { T = 60, V = 64 };
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
     if (m && !strcmp(dtype, "fp8-fp4")) {
         ci_model_info info;
@@ -112,7 +112,7 @@ static void test_short_session_topk(void) {
     enum { T = 60, V = 64 };
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
     if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
         int toks[T];
@@ -147,7 +147,7 @@ static void test_huge_window(void) {
         if (!make_random(cfg, dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); break; }
         ci_model *m = NULL;
         ci_session *s = NULL;
-        ci_model_opts o = { 1, 0 };
+        ci_model_opts o = { .n_threads = 1 };
         CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
         if (m) CHECK(ci_model_cache_bytes(m, T) < (1u << 20), "cache of a %d-token session: %zu bytes", T, ci_model_cache_bytes(m, T));
         if (m && ci_session_new(m, T, &s, err, sizeof err) == 0) {
@@ -171,7 +171,7 @@ static void test_cache_bytes(void) {
     char dir[64], err[1024] = "";
     if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
     if (m) {
         ci_model_info info;
@@ -251,7 +251,7 @@ static int rename_tensor(const char *path, const char *from, const char *to) {
 
 static void expect_open_error(const char *dir, const char *n1, const char *n2) {
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     char err[1024] = "";
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "damaged checkpoint %s accepted", dir);
     CHECK_HAS(err, "deepseek_v4");
@@ -307,7 +307,7 @@ static void test_forward_batch(void) {
     if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
     enum { V = 64, NS = 3, STEPS = 12 };
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
     ci_session *a[NS] = { 0 }, *b[NS] = { 0 };
     const int plen[NS] = { 9, 17, 30 };
@@ -349,7 +349,7 @@ static void test_snapshot(void) {
     if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
     enum { V = 64, P = 23, N = 10 };
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     ci_session *a = NULL, *b = NULL;
     cache_snap *snap = NULL;
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);

@@ -44,7 +44,7 @@ static void snapshot_restore(const char *dir) {
     CHECK(read_tokens(dir, toks, 40) == 40, "%s: needs 40 tokens in ref.json", dir);
     ci_model *m = NULL;
     ci_session *s = NULL, *s2 = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
     ci_model_info info;
     ci_model_get_info(m, &info);
@@ -86,7 +86,7 @@ static void test_snapshot_restore_lfm2_moe(void) { snapshot_restore("tests/fixtu
 
 static void test_snapshot_errors(void) {
     char err[1024] = "";
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     ci_model *a = NULL, *b = NULL, *q = NULL;
     ci_session *sa = NULL, *sb = NULL, *sq = NULL, *small = NULL;
     int toks[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
@@ -126,7 +126,7 @@ static void test_chunked_prefill(void) {
     static int toks[300];
     int T = read_tokens(dir, toks, 300);
     CHECK(T == 300, "expected 300 tokens, got %d", T);
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (T != 300 || ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(m, "%s", err); return; }
@@ -266,7 +266,7 @@ static void test_make_random_round_trip(void) {
     CHECK(!strcmp(got, "absent"), "tied head written as lm_head %s", got);
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     int toks[3] = { 1, 2, 3 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s", err);
     if (m && !ci_session_new(m, 8, &s, err, sizeof err)) {
@@ -317,7 +317,7 @@ static void test_bad_conv_shape(void) {
         fclose(f);
     }
     ci_model *m = NULL;
-    ci_model_opts o = { 1, 0 };
+    ci_model_opts o = { .n_threads = 1 };
     CHECK(ci_model_open(dir, &o, &m, err, sizeof err) < 0, "4-tap config accepted a 3-tap kernel");
     CHECK_HAS(err, "lfm2: tensor 'model.layers.0.conv.conv.weight'");
     CHECK_HAS(err, "has shape [64, 1, 3], expected [64, 1, 4]");

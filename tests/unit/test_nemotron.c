@@ -223,7 +223,7 @@ static int bench(int T, int layers, int threads, int steps) {
     double tm = now();
     if (ci_make_random(cfg, dir, "bf16", 1, 0, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
     printf("make-random: %.1f s\n", now() - tm);
-    ci_model_opts o = { threads, 0 };
+    ci_model_opts o = { .n_threads = threads };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, T, &s, err, sizeof err)) {

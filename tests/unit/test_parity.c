@@ -55,7 +55,7 @@ static void one_fixture(const char *dir, int isa) {
     float *want = read_f32(path, (size_t)T * V);
     CHECK(want != NULL, "%s: missing or wrong size", path);
 
-    ci_model_opts o = { 0, isa };
+    ci_model_opts o = { .isa = isa };
     ci_model *m = NULL;
     ci_session *s = NULL;
     float *got = malloc((size_t)T * V * sizeof *got);

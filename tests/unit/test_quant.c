@@ -661,7 +661,7 @@ static int requantize(const char *src, const char *qdir, const char *ddir, const
 
 /* Logits of tokens through one prefill and through single steps. */
 static float *run_logits(const char *dir, int isa, const int *toks, int T, int steps, char *err, size_t errlen) {
-    ci_model_opts o = { 0, isa };
+    ci_model_opts o = { .isa = isa };
     ci_model *m;
     ci_session *s;
     if (ci_model_open(dir, &o, &m, err, errlen)) return NULL;
@@ -1280,7 +1280,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa) {
     /* whole-model decode on the 110M-parameter 4-bit Llama of test_resident_memory */
     char dir[] = "/tmp/cinfer_tqbig_XXXXXX", err[1024];
     if (!mkdtemp(dir) || !write_big_llama(dir, err, sizeof err)) return 1;
-    ci_model_opts o = { threads, (int)isa };
+    ci_model_opts o = { .n_threads = threads, .isa = (int)isa };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, 300, &s, err, sizeof err)) {

@@ -58,7 +58,7 @@ static void test_snapshot_restore(void) {
     CHECK(read_tokens(FIX, toks, 64) >= 40, "%s: tokens", FIX);
     ci_model *m = NULL;
     ci_session *s = NULL, *s2 = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     CHECK(ci_model_open(FIX, &o, &m, err, sizeof err) == 0, "%s", err);
     if (!m) return;
     const int V = 300, N = 16;
@@ -108,7 +108,7 @@ static void test_chunked_matches_recurrent(void) {
     CHECK(T == 300, "%s: %d tokens", FIX, T);
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     CHECK(ci_model_open(FIX, &o, &m, err, sizeof err) == 0, "%s", err);
     if (!m) return;
     const int V = 300;
@@ -186,7 +186,7 @@ static void test_make_random(void) {
         CHECK(ci_make_random(cfg, dir, "bf16", 7, 0, err, sizeof err) == 0, "%s: %s", fx[f], err);
         ci_model *m = NULL;
         ci_session *s = NULL;
-        ci_model_opts o = { 0, 0 };
+        ci_model_opts o = { .n_threads = 0 };
         CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0, "%s: random checkpoint: %s", fx[f], err);
         if (m && ci_session_new(m, 40, &s, err, sizeof err) == 0) {
             int toks[32];
@@ -226,7 +226,7 @@ static int open_edited(const char *fixture, const char *key, const char *json_va
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (symlink(src, path)) return -2;
     ci_model *m = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     int rc = ci_model_open(dir, &o, &m, err, errlen);
     ci_model_free(m);
     unlink(path);
@@ -262,7 +262,7 @@ static void test_bad_input(void) {
     /* the recurrent state cannot be moved back except by reset or snapshot */
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { 0, 0 };
+    ci_model_opts o = { .n_threads = 0 };
     CHECK(ci_model_open(FIX, &o, &m, err, sizeof err) == 0, "%s", err);
     if (m && ci_session_new(m, 32, &s, err, sizeof err) == 0) {
         int toks[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
@@ -306,7 +306,7 @@ static int bench(const char *dir, int T, int threads) {
     char err[1024];
     ci_model *m = NULL;
     ci_session *s = NULL;
-    ci_model_opts o = { threads, 0 };
+    ci_model_opts o = { .n_threads = threads };
     if (threads == 1) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, T, &s, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);

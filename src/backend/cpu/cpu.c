@@ -29,7 +29,13 @@
  * one head's pass over the keys, and both matmul paths follow the one summation order of
  * cpu_kernels.h (chunks of KC columns, summed left to right), so a token row gets the same
  * bits decoded alone, batched beside others or prefilled. tests/unit/test_ops.c checks the
- * thread count, tests/unit/test_determinism.c the token count, bit for bit. */
+ * thread count, tests/unit/test_determinism.c the token count, bit for bit.
+ *
+ * Memory ops (alloc, upload, download, copy, weight) are host memory and memcpy: buffers
+ * are the model's to pass to ops, weights are read where the checkpoint lies. The fused
+ * ops (matmul_n, matmul_acc, matmul_swiglu, qk_rope_store) call the ops above in the
+ * order backend.h gives, and attention_pos is attention with per-row key counts, so the
+ * boundary costs the CPU neither bits nor speed (tests/unit/test_backend_ops.c). */
 #include "cpu_kernels.h"
 #include <math.h>
 #include <pthread.h>
@@ -396,6 +402,7 @@ typedef struct {
     int pos0, n_heads, group, hd, kv_stride;
     int heads_per_item;       /* divides group: an item's heads share one kv head */
     float scale;
+    const int32_t *pos;       /* attention_pos: row t attends keys 0..pos[t]; NULL: pos0 + t */
 } attn_ctx;
 
 /* One query row and heads_per_item consecutive heads of one kv group. Keys go in blocks of
@@ -409,7 +416,7 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
     attn_ctx *a = c;
     int hpi = a->heads_per_item, items_per_t = a->n_heads / hpi;
     int t = (int)(it / items_per_t), h0 = (int)(it % items_per_t) * hpi;
-    int L = a->pos0 + t + 1, g = h0 / a->group, hd = a->hd;
+    int L = (a->pos ? a->pos[t] : a->pos0 + t) + 1, g = h0 / a->group, hd = a->hd;
     int64_t stride = a->kv_stride, row0 = (int64_t)t * a->n_heads + h0; /* first q/out row */
     const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
     float m[ATTN_MAX_HPI], l[ATTN_MAX_HPI], tile[CPU_TILE_T * CPU_TILE_R];
@@ -454,11 +461,12 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
-static void cpu_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
-                          int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
-    cpu_backend *b = cpu(be);
+/* attention and attention_pos: one driver; keys = the longest row's key count (only the
+ * decision to wake the pool depends on it, never a result). */
+static void attn_run(cpu_backend *b, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                     const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
-    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale };
+    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos };
     if (a.group < 1) a.group = 1;
     /* Items are (query row, heads sharing a kv head). Sharing saves memory traffic, but
      * the pool needs enough items: take the largest divisor of the group that still
@@ -466,7 +474,24 @@ static void cpu_attention(ci_backend *be, float *out, const float *q, const floa
     for (int d = 2; d <= a.group && d <= ATTN_MAX_HPI; d++)
         if (a.group % d == 0 && (int64_t)n * n_heads / d >= 2 * (int64_t)b->n_slots) a.heads_per_item = d;
     int64_t items = (int64_t)n * n_heads / a.heads_per_item;
-    par_for(b, items, attn_item, &a, (int64_t)n * n_heads * (pos0 + n) * hd >= SMALL_WORK);
+    par_for(b, items, attn_item, &a, (int64_t)n * n_heads * keys * hd >= SMALL_WORK);
+}
+
+static void cpu_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                          int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+    attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale);
+}
+
+/* The positions are host memory here, so the work estimate reads them; max_keys only
+ * matters to a device sizing its launch. */
+static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
+                              float scale) {
+    (void)max_keys;
+    int64_t keys = 0;
+    for (int t = 0; t < n; t++)
+        if (pos[t] + 1 > keys) keys = pos[t] + 1;
+    attn_run(cpu(be), out, q, k, v, n, 0, pos, keys, n_heads, n_kv, hd, kv_stride, scale);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -525,6 +550,93 @@ static void cpu_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t
     if (n <= 0 || E->cols <= 0) return;
     embed_ctx e = { b->k, b->qk, out, E, ids };
     par_for(b, n, embed_item, &e, (int64_t)n * E->cols >= 4 * SMALL_WORK);
+}
+
+/* ---- memory: buffers are host memory ------------------------------------------------ */
+
+static void *cpu_alloc(ci_backend *be, size_t bytes) {
+    (void)be;
+    /* aligned_alloc wants a multiple of the alignment; 0 bytes still gets a distinct buffer */
+    size_t sz = bytes ? (bytes + 255) / 256 * 256 : 256;
+    if (sz < bytes) return NULL;
+    return aligned_alloc(256, sz);
+}
+
+static void cpu_buf_free(ci_backend *be, void *buf) {
+    (void)be;
+    free(buf);
+}
+
+static void cpu_memcpy(ci_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static void cpu_download(ci_backend *be, void *host_dst, const void *src, size_t bytes) {
+    cpu_memcpy(be, host_dst, src, bytes);
+}
+
+static void cpu_upload(ci_backend *be, void *dst, const void *host_src, size_t bytes) {
+    cpu_memcpy(be, dst, host_src, bytes);
+}
+
+/* The kernels read checkpoint bytes where they lie (mmap or owned copies). */
+static const void *cpu_weight(ci_backend *be, const void *host, size_t bytes) {
+    (void)be;
+    (void)bytes;
+    return host;
+}
+
+static int cpu_status(ci_backend *be) {
+    (void)be;
+    return 0;
+}
+
+/* ---- ops with positions in memory ------------------------------------------------------ */
+
+static void cpu_kv_store(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
+                         const int32_t *pos) {
+    (void)be;
+    for (int t = 0; t < n; t++)
+        memcpy(cache + (int64_t)pos[t] * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
+}
+
+static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
+    (void)be;
+    int best = -1;
+    for (int i = 0; i < count; i++)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    out[0] = best < 0 ? 0 : best;
+}
+
+/* ---- fused ops: the unfused sequences, so the bits are theirs ------------------------- */
+
+static void cpu_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+    for (int i = 0; i < count; i++) cpu_matmul(be, ys[i], x, n, Ws[i]);
+}
+
+static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp) {
+    cpu_matmul(be, tmp, x, n, W);
+    cpu_add(be, y, tmp, (int64_t)n * W->rows);
+}
+
+static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                              const ci_mat *Wu) {
+    cpu_matmul(be, g, x, n, Wg);
+    cpu_matmul(be, u, x, n, Wu);
+    cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
+}
+
+static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                              const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                              const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
+                              int kv_stride) {
+    if (q_norm) cpu_rmsnorm(be, q, q, q_norm, n * n_heads, hd, eps);
+    if (k_norm) cpu_rmsnorm(be, k, k, k_norm, n * n_kv, hd, eps);
+    cpu_rope(be, q, n, n_heads, hd, 0, rot_dim, pos, inv_freq, mscale, style);
+    cpu_rope(be, k, n, n_kv, hd, 0, rot_dim, pos, inv_freq, mscale, style);
+    cpu_kv_store(be, kc, kv_stride, k, n_kv * hd, n, pos);
+    cpu_kv_store(be, vc, kv_stride, v, n_kv * hd, n, pos);
 }
 
 /* ---- construction --------------------------------------------------------------------- */
@@ -604,6 +716,21 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.add = cpu_add;
     b->base.matmul_xw = cpu_matmul_xw_any;   /* plain W: cpu_matmul_xw */
     b->base.free = cpu_free;
+    b->base.alloc = cpu_alloc;
+    b->base.buf_free = cpu_buf_free;
+    b->base.upload = cpu_upload;
+    b->base.download = cpu_download;
+    b->base.copy = cpu_memcpy;
+    b->base.weight = cpu_weight;
+    b->base.kv_store = cpu_kv_store;
+    b->base.attention_pos = cpu_attention_pos;
+    b->base.matmul_n = cpu_matmul_n;
+    b->base.matmul_acc = cpu_matmul_acc;
+    b->base.matmul_swiglu = cpu_matmul_swiglu;
+    b->base.qk_rope_store = cpu_qk_rope_store;
+    b->base.argmax = cpu_argmax;
+    b->base.status = cpu_status;
+    /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:
     cpu_free(&b->base);
