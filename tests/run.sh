@@ -3,6 +3,8 @@
 # Usage: tests/run.sh BUILD_DIR [BUILD_DIR...]  (a dir named *fuzz* runs the fuzzers briefly)
 # For each build dir: every tests/test_* binary (cases print PASS/FAIL lines), then every
 # tests/cli/*.sh script (run with CINFER=<dir>/cinfer; each prints PASS/FAIL lines too).
+# tests/gpu/ is the GPU suite (tests/gpu/run.sh, on the device); of it only test_cuda_ops is
+# built as a tests/test_* binary, and without a device it prints one SKIP line with the reason.
 set -u
 cd "$(dirname "$0")/.."
 pass=0; fail=0
@@ -11,6 +13,7 @@ count() { # $1 = label; reads the output in $log and the exit status $2
   local p f
   p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
   grep '^FAIL ' "$log" | sed "s|^|[$1] |"
+  grep '^SKIP ' "$log" | sed "s|^|[$1] |"   # a test that could not run here says why (no GPU)
   if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "[$1] FAIL: exited with status $2"; tail -5 "$log" | sed "s|^|[$1]   |"; f=1
   fi
