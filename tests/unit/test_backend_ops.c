@@ -1,0 +1,408 @@
+/* test_backend_ops.c — the memory-boundary ops of backend.h on the CPU, and the dense
+ * families through them.
+ *
+ * The CPU composes each new op from the old ones, so every check here is bit for bit
+ * (memcmp), for each ISA this machine runs, with 3 threads:
+ *  - alloc (256-byte alignment, odd sizes), upload / download / copy round trips, weight is
+ *    the identity, status 0, no graph hooks, not a device;
+ *  - kv_store at scattered positions;
+ *  - attention_pos against attention (pos[t] = pos0 + t, contexts across several key blocks,
+ *    GQA, odd head size) and against one attention call per row for out-of-order positions;
+ *  - matmul_n / matmul_acc / matmul_swiglu against matmul, add and swiglu, for f32, bf16 and
+ *    fp8 (block scales) weights, n = 1, 3, 5 and 17 rows;
+ *  - qk_rope_store against rmsnorm, rmsnorm, rope, rope, kv_store, kv_store (with and without
+ *    q/k norms, both rope styles, partial rotation);
+ *  - argmax: ties give the first index, NaN never wins over a number, all-NaN gives 0, and it
+ *    agrees with the sampler's greedy rule (smp_argmax).
+ * Model level (tests/fixtures, run from the repository root): ci_forward_argmax equals the
+ * host argmax of ci_forward's logits, step by step; no_graphs changes nothing; forward_batch
+ * rows equal single forwards; cache export / import round-trips; --device cuda is refused
+ * naming a family without a CUDA path, and auto runs on the CPU when no device serves. */
+#include "check.h"
+#include "backend/backend.h"
+#include "cinfer.h"
+#include "core/tensor.h"
+#include "gen/sampler.h"
+#include "models/model.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd_u32(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xffffff) / (float)0x1000000; }
+static float *rvec(size_t n) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = rnd(-1, 1);
+    return v;
+}
+
+static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512 };
+static ci_backend *bes[3];
+static int n_bes;
+
+/* ---- weights ---------------------------------------------------------------------------- */
+
+typedef struct {
+    ci_mat m;
+    void *data;
+    float *scale;
+} wmat;
+
+static void make_w(wmat *w, ci_dtype dt, int64_t rows, int64_t cols) {
+    memset(w, 0, sizeof *w);
+    size_t n = (size_t)(rows * cols);
+    w->data = malloc(n * ci_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        float v = rnd(-1, 1);
+        if (dt == CI_F32) ((float *)w->data)[i] = v;
+        else if (dt == CI_BF16) ((uint16_t *)w->data)[i] = ci_f32_to_bf16(v);
+        else {
+            uint8_t b = (uint8_t)(rnd_u32() & 0xff);
+            if ((b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes */
+            ((uint8_t *)w->data)[i] = b;
+        }
+    }
+    w->m = (ci_mat){ .data = w->data, .dtype = dt, .rows = rows, .cols = cols };
+    if (dt == CI_F8_E4M3) {
+        int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+        w->scale = malloc((size_t)(rb * cb) * sizeof(float));
+        for (int64_t i = 0; i < rb * cb; i++) w->scale[i] = rnd(0.001f, 0.01f);
+        w->m.scale = w->scale;
+        w->m.scale_dtype = CI_F32;
+        w->m.block = 128;
+    }
+}
+static void free_w(wmat *w) { free(w->data); free(w->scale); }
+
+static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+static void test_memory(void) {
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        CHECK(!be->is_device && be->status(be) == 0 && !be->graph_begin && !be->graph_end && !be->graph_launch &&
+                  !be->graph_free && !be->pool_free, "%s: CPU flags", be->name);
+        size_t sizes[] = { 0, 1, 255, 256, 257, 100003 };
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            unsigned char *a = be->alloc(be, sizes[i]), *c = be->alloc(be, sizes[i]);
+            CHECK(a && c && ((uintptr_t)a & 255) == 0 && ((uintptr_t)c & 255) == 0, "%s: alloc %zu aligned", be->name, sizes[i]);
+            if (!a || !c) return;
+            unsigned char *h = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
+            for (size_t j = 0; j < sizes[i]; j++) h[j] = (unsigned char)rnd_u32();
+            be->upload(be, a, h, sizes[i]);
+            be->copy(be, c, a, sizes[i]);
+            be->download(be, back, c, sizes[i]);
+            CHECK(!memcmp(h, back, sizes[i]), "%s: round trip of %zu bytes", be->name, sizes[i]);
+            CHECK(be->weight(be, h, sizes[i]) == h, "%s: weight is the host address", be->name);
+            free(h);
+            free(back);
+            be->buf_free(be, a);
+            be->buf_free(be, c);
+        }
+        CHECK(be->alloc(be, SIZE_MAX - 8) == NULL, "%s: an impossible alloc gives NULL", be->name);
+    }
+}
+
+/* ---- kv_store / attention_pos ----------------------------------------------------------- */
+
+static void test_kv_store(void) {
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        const int width = 37, stride = 45, rows = 20, n = 5;
+        float *cache = rvec((size_t)rows * stride), *want = malloc((size_t)rows * stride * sizeof(float));
+        float *src = rvec((size_t)n * width);
+        memcpy(want, cache, (size_t)rows * stride * sizeof(float));
+        int32_t pos[5] = { 7, 0, 19, 3, 11 };
+        for (int t = 0; t < n; t++) memcpy(want + pos[t] * stride, src + t * width, width * sizeof(float));
+        be->kv_store(be, cache, stride, src, width, n, pos);
+        CHECK(same(cache, want, (size_t)rows * stride), "%s: kv_store rows", be->name);
+        free(cache); free(want); free(src);
+    }
+}
+
+static void test_attention_pos(void) {
+    const int H = 8, KV = 2, hd = 20, KD = KV * hd + 3; /* row stride wider than the row */
+    const int cases[][2] = { { 1, 0 }, { 1, 300 }, { 5, 37 }, { 17, 120 }, { 3, 255 } };   /* n, pos0 */
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            int n = cases[c][0], pos0 = cases[c][1], L = pos0 + n;
+            float *q = rvec((size_t)n * H * hd), *k = rvec((size_t)L * KD), *v = rvec((size_t)L * KD);
+            float *o1 = malloc((size_t)n * H * hd * sizeof(float)), *o2 = malloc((size_t)n * H * hd * sizeof(float));
+            int32_t *pos = malloc((size_t)n * sizeof *pos);
+            for (int t = 0; t < n; t++) pos[t] = pos0 + t;
+            be->attention(be, o1, q, k, v, n, pos0, H, KV, hd, KD, 0.3f);
+            be->attention_pos(be, o2, q, k, v, n, pos, L + 50, H, KV, hd, KD, 0.3f);
+            CHECK(same(o1, o2, (size_t)n * H * hd), "%s: attention_pos = attention, n %d pos0 %d", be->name, n, pos0);
+            /* positions in any order: row t is attention of one row at pos[t] */
+            for (int t = 0; t < n; t++) pos[t] = (int32_t)(rnd_u32() % (unsigned)L);
+            be->attention_pos(be, o2, q, k, v, n, pos, L, H, KV, hd, KD, 0.3f);
+            for (int t = 0; t < n; t++) {
+                be->attention(be, o1, q + (size_t)t * H * hd, k, v, 1, pos[t], H, KV, hd, KD, 0.3f);
+                CHECK(same(o1, o2 + (size_t)t * H * hd, (size_t)H * hd), "%s: row %d at pos %d", be->name, t, pos[t]);
+            }
+            free(q); free(k); free(v); free(o1); free(o2); free(pos);
+        }
+    }
+}
+
+/* ---- fused ops ---------------------------------------------------------------------------- */
+
+static void test_fused_matmuls(void) {
+    const ci_dtype dts[] = { CI_F32, CI_BF16, CI_F8_E4M3 };
+    const int ns[] = { 1, 3, 5, 17 };
+    const int64_t D = 300, R1 = 131, R2 = 45;
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        for (int di = 0; di < 3; di++) {
+            wmat w1, w2, w3;
+            make_w(&w1, dts[di], R1, D);
+            make_w(&w2, dts[di], R2, D);
+            make_w(&w3, dts[di], R2, D);
+            for (int ni = 0; ni < 4; ni++) {
+                int n = ns[ni];
+                float *x = rvec((size_t)n * D);
+                float *a1 = malloc((size_t)n * R1 * 4), *a2 = malloc((size_t)n * R2 * 4), *a3 = malloc((size_t)n * R2 * 4);
+                float *b1 = malloc((size_t)n * R1 * 4), *b2 = malloc((size_t)n * R2 * 4), *b3 = malloc((size_t)n * R2 * 4);
+                be->matmul(be, a1, x, n, &w1.m);
+                be->matmul(be, a2, x, n, &w2.m);
+                be->matmul(be, a3, x, n, &w3.m);
+                float *ys[3] = { b1, b2, b3 };
+                const ci_mat *ws[3] = { &w1.m, &w2.m, &w3.m };
+                be->matmul_n(be, 3, ys, x, n, ws);
+                CHECK(same(a1, b1, (size_t)n * R1) && same(a2, b2, (size_t)n * R2) && same(a3, b3, (size_t)n * R2),
+                      "%s: matmul_n %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                /* matmul_acc: y += x·Wᵀ through tmp */
+                float *y1 = rvec((size_t)n * R1), *y2 = malloc((size_t)n * R1 * 4), *tmp = malloc((size_t)n * R1 * 4);
+                memcpy(y2, y1, (size_t)n * R1 * 4);
+                be->add(be, y1, a1, (int64_t)n * R1);
+                be->matmul_acc(be, y2, x, n, &w1.m, tmp);
+                CHECK(same(y1, y2, (size_t)n * R1), "%s: matmul_acc %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                /* matmul_swiglu: silu(x·Wgᵀ) * (x·Wuᵀ) */
+                be->swiglu(be, a2, a3, (int64_t)n * R2);
+                be->matmul_swiglu(be, b2, b3, x, n, &w2.m, &w3.m);
+                CHECK(same(a2, b2, (size_t)n * R2), "%s: matmul_swiglu %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                free(x); free(a1); free(a2); free(a3); free(b1); free(b2); free(b3); free(y1); free(y2); free(tmp);
+            }
+            free_w(&w1); free_w(&w2); free_w(&w3);
+        }
+    }
+}
+
+static void test_qk_rope_store(void) {
+    const int H = 6, KV = 2, hd = 22, QD = H * hd, KD = KV * hd, stride = KD + 5, rows = 40;
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        for (int variant = 0; variant < 4; variant++) {
+            int norms = variant & 1, n = variant < 2 ? 1 : 7, rot = variant == 3 ? 12 : hd;
+            ci_rope_style style = variant == 2 ? CI_ROPE_INTERLEAVED : CI_ROPE_NEOX;
+            float *qn = rvec(hd), *kn = rvec(hd), *inv = malloc((size_t)rot / 2 * sizeof(float));
+            for (int i = 0; i < rot / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)rot);
+            float *q1 = rvec((size_t)n * QD), *k1 = rvec((size_t)n * KD), *v = rvec((size_t)n * KD);
+            float *q2 = malloc((size_t)n * QD * 4), *k2 = malloc((size_t)n * KD * 4);
+            memcpy(q2, q1, (size_t)n * QD * 4);
+            memcpy(k2, k1, (size_t)n * KD * 4);
+            float *kc1 = rvec((size_t)rows * stride), *vc1 = rvec((size_t)rows * stride);
+            float *kc2 = malloc((size_t)rows * stride * 4), *vc2 = malloc((size_t)rows * stride * 4);
+            memcpy(kc2, kc1, (size_t)rows * stride * 4);
+            memcpy(vc2, vc1, (size_t)rows * stride * 4);
+            int32_t pos[7];
+            for (int t = 0; t < n; t++) pos[t] = 30 + t * (variant == 2 ? -3 : 1);
+            if (norms) {
+                be->rmsnorm(be, q1, q1, qn, n * H, hd, 1e-6f);
+                be->rmsnorm(be, k1, k1, kn, n * KV, hd, 1e-6f);
+            }
+            be->rope(be, q1, n, H, hd, 0, rot, pos, inv, 0.9f, style);
+            be->rope(be, k1, n, KV, hd, 0, rot, pos, inv, 0.9f, style);
+            be->kv_store(be, kc1, stride, k1, KD, n, pos);
+            be->kv_store(be, vc1, stride, v, KD, n, pos);
+            be->qk_rope_store(be, q2, k2, v, n, H, KV, hd, norms ? qn : NULL, norms ? kn : NULL, 1e-6f, rot, pos, inv, 0.9f,
+                              style, kc2, vc2, stride);
+            CHECK(same(q1, q2, (size_t)n * QD) && same(k1, k2, (size_t)n * KD), "%s: qk_rope_store q/k variant %d",
+                  be->name, variant);
+            CHECK(same(kc1, kc2, (size_t)rows * stride) && same(vc1, vc2, (size_t)rows * stride),
+                  "%s: qk_rope_store cache variant %d", be->name, variant);
+            free(qn); free(kn); free(inv); free(q1); free(k1); free(v); free(q2); free(k2);
+            free(kc1); free(vc1); free(kc2); free(vc2);
+        }
+    }
+}
+
+static void test_argmax(void) {
+    float x[9] = { 1, 3, -2, 3, 0.5f, 3, -INFINITY, 2, 1 };
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        int32_t *out = be->alloc(be, sizeof *out);
+        be->argmax(be, out, x, 9);
+        CHECK(*out == 1, "%s: ties give the first, got %d", be->name, *out);
+        float y[5] = { NAN, -5, NAN, -1, -1 };
+        be->argmax(be, out, y, 5);
+        CHECK(*out == 3, "%s: NaN never wins, got %d", be->name, *out);
+        float z[3] = { NAN, NAN, NAN };
+        be->argmax(be, out, z, 3);
+        CHECK(*out == 0, "%s: all NaN gives 0, got %d", be->name, *out);
+        float w[3] = { -INFINITY, -INFINITY, -INFINITY };
+        be->argmax(be, out, w, 3);
+        CHECK(*out == 0, "%s: all -inf gives 0, got %d", be->name, *out);
+        for (int trial = 0; trial < 50; trial++) {
+            float r[64];
+            for (int i = 0; i < 64; i++) r[i] = (float)(rnd_u32() % 8) - (rnd_u32() % 5 == 0 ? NAN : 0.0f);
+            be->argmax(be, out, r, 64);
+            CHECK(*out == smp_argmax(r, 64), "%s: argmax = smp_argmax (trial %d)", be->name, trial);
+        }
+        be->buf_free(be, out);
+    }
+}
+
+/* ---- the dense families through the boundary ------------------------------------------ */
+
+static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/llama_gqa_llama3",
+                                        "tests/fixtures/qwen3_moe", "tests/fixtures/qwen3_bf16" };
+
+static void test_forward_argmax(void) {
+    char err[512];
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        for (int ng = 0; ng < 2; ng++) {
+            ci_model_opts o = { .n_threads = 2, .no_graphs = ng };
+            ci_model *m;
+            if (ci_model_open(fixtures[f], &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", fixtures[f], err); return; }
+            ci_model_info info;
+            ci_model_get_info(m, &info);
+            ci_session *a, *b;
+            CHECK(!ci_session_new(m, 64, &a, err, sizeof err) && !ci_session_new(m, 64, &b, err, sizeof err), "%s", err);
+            float *lg = malloc((size_t)info.vocab_size * sizeof *lg);
+            int prompt[5] = { 3, 1, 4, 1, 5 }, ta = 0, tb = 0;
+            CHECK(!ci_forward(a, prompt, 5, lg, 0, err, sizeof err), "%s", err);
+            ta = smp_argmax(lg, info.vocab_size);
+            CHECK(!ci_forward_argmax(b, prompt, 5, &tb, err, sizeof err), "%s", err);
+            for (int step = 0; step < 8 && ta == tb; step++) {
+                int in = ta;
+                CHECK(!ci_forward(a, &in, 1, lg, 0, err, sizeof err), "%s", err);
+                ta = smp_argmax(lg, info.vocab_size);
+                CHECK(!ci_forward_argmax(b, &in, 1, &tb, err, sizeof err), "%s", err);
+            }
+            CHECK(ta == tb, "%s: forward_argmax %d, host argmax %d", fixtures[f], tb, ta);
+            /* greedy ci_generate (through forward_argmax) = sampling at temperature 0 by hand */
+            ci_session_reset(a);
+            ci_sampler_opts so;
+            ci_sampler_defaults(&so);
+            int out[6], n_out = 0;
+            CHECK(!ci_generate(a, prompt, 5, 6, &so, out, &n_out, NULL, NULL, err, sizeof err), "%s", err);
+            ci_session_reset(b);
+            CHECK(!ci_forward(b, prompt, 5, lg, 0, err, sizeof err), "%s", err);
+            for (int i = 0; i < n_out; i++) {
+                int t = smp_argmax(lg, info.vocab_size);
+                CHECK(t == out[i], "%s: generate token %d: %d, by hand %d", fixtures[f], i, out[i], t);
+                if (i + 1 < n_out) CHECK(!ci_forward(b, &t, 1, lg, 0, err, sizeof err), "%s", err);
+            }
+            free(lg);
+            ci_session_free(a);
+            ci_session_free(b);
+            ci_model_free(m);
+        }
+    }
+}
+
+/* forward_batch rows = single forwards; cache export then import = the same next logits. */
+static void test_batch_and_cache(void) {
+    char err[512];
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        ci_model_opts o = { .n_threads = 2 };
+        ci_model *m;
+        if (ci_model_open(fixtures[f], &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", fixtures[f], err); return; }
+        const ci_family_ops *ops = m->family->ops;
+        int V = (int)m->cfg.vocab_size;
+        ci_session *s[3], *r;
+        int lens[3] = { 3, 7, 1 }, toks[3] = { 9, 2, 5 };
+        for (int i = 0; i < 3; i++) CHECK(!ci_session_new(m, 32 + 8 * i, &s[i], err, sizeof err), "%s", err);
+        CHECK(!ci_session_new(m, 32, &r, err, sizeof err), "%s", err);
+        float *lb = malloc((size_t)3 * V * sizeof(float)), *l1 = malloc((size_t)V * sizeof(float));
+        int prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+        for (int i = 0; i < 3; i++) CHECK(!ci_forward(s[i], prompt + i, lens[i], NULL, 0, err, sizeof err), "%s", err);
+        CHECK(!ops->forward_batch(s, toks, 3, lb, err, sizeof err), "%s", err);
+        for (int i = 0; i < 3; i++) {
+            ci_session_reset(r);
+            CHECK(!ci_forward(r, prompt + i, lens[i], NULL, 0, err, sizeof err), "%s", err);
+            CHECK(!ci_forward(r, &toks[i], 1, l1, 0, err, sizeof err), "%s", err);
+            CHECK(same(l1, lb + (size_t)i * V, (size_t)V), "%s: batch row %d", fixtures[f], i);
+        }
+        /* export s[1]'s 8 rows, import into r, the next step's logits agree */
+        size_t bytes = 8 * m->family->ops->cache_bytes_per_token(m);
+        void *blob = malloc(bytes);
+        CHECK(!ops->cache_export(s[1], 8, blob, err, sizeof err), "%s", err);
+        ci_session_reset(r);
+        CHECK(!ops->cache_import(r, 8, blob, err, sizeof err), "%s", err);
+        int next = 11;
+        CHECK(!ci_forward(s[1], &next, 1, lb, 0, err, sizeof err) && !ci_forward(r, &next, 1, l1, 0, err, sizeof err), "%s", err);
+        CHECK(same(l1, lb, (size_t)V), "%s: imported cache", fixtures[f]);
+        free(blob); free(lb); free(l1);
+        for (int i = 0; i < 3; i++) ci_session_free(s[i]);
+        ci_session_free(r);
+        ci_model_free(m);
+    }
+}
+
+static void test_device_choice(void) {
+    char err[512];
+    ci_model *m = NULL;
+    ci_model_opts o = { .n_threads = 1, .device = 1 };
+    CHECK(ci_model_open("tests/fixtures/qwen3_moe", &o, &m, err, sizeof err) < 0 && !m, "qwen3_moe on cuda refused");
+    CHECK_HAS(err, "qwen3_moe: no CUDA path yet");
+    CHECK_HAS(err, "--device cpu");
+    CHECK(ci_model_open("tests/fixtures/lfm2", &o, &m, err, sizeof err) < 0 && !m, "lfm2 on cuda refused");
+    CHECK_HAS(err, "lfm2: no CUDA path yet");
+    /* a family with a CUDA path: a device backend where one serves, else one line saying why */
+    err[0] = 0;
+    if (ci_model_open("tests/fixtures/qwen3_tied", &o, &m, err, sizeof err) == 0) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        CHECK(strncmp(info.backend, "cpu", 3) != 0, "--device cuda gave %s", info.backend);
+        ci_model_free(m);
+        m = NULL;
+    } else {
+        CHECK(err[0] && !strchr(err, '\n') && !m, "no device: one line, got \"%s\"", err);
+    }
+    o.device = 7;
+    CHECK(ci_model_open("tests/fixtures/qwen3_tied", &o, &m, err, sizeof err) < 0 && !m, "device 7 refused");
+    CHECK_HAS(err, "device 7");
+    /* auto: a family without a CUDA path (or no device) runs on the CPU */
+    o.device = 2;
+    CHECK(!ci_model_open("tests/fixtures/qwen3_moe", &o, &m, err, sizeof err), "%s", err);
+    if (m) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        CHECK(!strncmp(info.backend, "cpu", 3), "auto for qwen3_moe: %s", info.backend);
+        ci_model_free(m);
+        m = NULL;
+    }
+    CHECK(!ci_model_open("tests/fixtures/mlx_qwen3_8bit_tied", &o, &m, err, sizeof err), "%s", err);
+    if (m) {
+        ci_model_info info;
+        ci_model_get_info(m, &info);
+        CHECK(!strncmp(info.backend, "cpu", 3), "auto for MLX-quantized qwen3: %s", info.backend);
+        ci_model_free(m);
+    }
+}
+
+int main(void) {
+    for (int i = 0; i < 3; i++)
+        if ((bes[n_bes] = ci_backend_cpu_new(3, isas[i]))) n_bes++;
+    printf("CPU kernel sets: %d\n", n_bes);
+    TEST_RUN(test_memory);
+    TEST_RUN(test_kv_store);
+    TEST_RUN(test_attention_pos);
+    TEST_RUN(test_fused_matmuls);
+    TEST_RUN(test_qk_rope_store);
+    TEST_RUN(test_argmax);
+    TEST_RUN(test_forward_argmax);
+    TEST_RUN(test_batch_and_cache);
+    TEST_RUN(test_device_choice);
+    for (int i = 0; i < n_bes; i++) bes[i]->free(bes[i]);
+    TEST_EXIT();
+}
