@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# parity.sh — every llama / qwen3 fixture of tests/fixtures on the CUDA device, through the
+# CLI, against its transformers reference (ref_logits.f32, float64 reference of the stored
+# weights, made by tools/oracle/make_fixtures.py). Run on the GPU machine from the repository
+# root (tests/gpu/run.sh does); CINFER is the cinfer binary (default build/cinfer).
+#
+# Per fixture, one PASS / FAIL line each:
+#   prefill   logits --device cuda (the whole prompt in one forward)
+#   step      logits --step --device cuda (one token at a time through the cache, decode
+#             graphs on)
+#             bound: max|got - ref| <= tol * max(1, max|ref|), the bound of test_parity.c;
+#             tol = 1e-3 for f32 weights in both modes and for every fixture in step mode;
+#             prefill of 16-bit weights (bf16 / f16 / MLX codes) takes the tensor-core GEMM
+#             for n > 8 rows, which rounds the activations to 16 bits: tol = 1e-2 there.
+#   greedy    generate --ids --device cuda = transformers' greedy ids, exactly
+#   graphs    logits --step with graph replay = logits --step --no-graphs, byte for byte
+#   repeat    logits --device cuda twice: byte-identical (run-to-run determinism)
+# A fixture whose family or weights have no CUDA path yet (cinfer refuses with "no CUDA path")
+# prints a SKIP line with cinfer's reason instead. Exit status 1 if any check failed.
+set -u
+cd "$(dirname "$0")/../.."
+: "${CINFER:=build/cinfer}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+nfail=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; nfail=$((nfail + 1)); }
+json_ids() { tr -d ' \n' <"$1" | grep -o "\"$2\":\[[0-9,]*\]" | sed 's/.*\[\(.*\)\]/\1/'; }
+json_str() { tr -d ' \n' <"$1" | grep -o "\"$2\":\"[^\"]*\"" | sed 's/.*:"\(.*\)"/\1/'; }
+
+# compare GOT REF TOL: prints "maxdiff tol*max(1,max|ref|) worst-index" and exits 0 when
+# within the bound; 1 when over, 2 when the sizes differ or a value is NaN.
+compare() {
+  python3 - "$1" "$2" "$3" <<'EOF'
+import array, math, sys
+got, ref = array.array('f'), array.array('f')
+with open(sys.argv[1], 'rb') as f: got.frombytes(f.read())
+with open(sys.argv[2], 'rb') as f: ref.frombytes(f.read())
+if len(got) != len(ref):
+    print(f"size {len(got)} floats, reference {len(ref)}"); sys.exit(2)
+md, at, mr = 0.0, 0, 0.0
+for i, (g, r) in enumerate(zip(got, ref)):
+    d = abs(g - r)
+    if not d <= md: md, at = d, i          # NaN sticks
+    mr = max(mr, abs(r))
+bound = float(sys.argv[3]) * max(1.0, mr)
+print(f"max|diff| {md:.3g} (bound {bound:.3g}) at {at}")
+sys.exit(0 if md <= bound else (2 if math.isnan(md) else 1))
+EOF
+}
+
+for fx in tests/fixtures/*/; do
+  fx=${fx%/}; name=$(basename "$fx")
+  [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
+  mt=$(json_str "$fx/ref.json" model_type)
+  case "$mt" in llama|qwen3) ;; *) continue ;; esac
+  dt=$(json_str "$fx/ref.json" dtype)
+  toks=$(json_ids "$fx/ref.json" tokens)
+  # first try: prefill. A refusal for lack of a CUDA path skips the fixture.
+  if ! $CINFER logits --model "$fx" --tokens "$toks" --out "$TMP/prefill.f32" --device cuda 2>"$TMP/err"; then
+    if grep -q "no CUDA path" "$TMP/err"; then echo "SKIP cuda parity $name: $(head -1 "$TMP/err")"; continue; fi
+    fail "cuda parity $name prefill" "$(head -c 300 "$TMP/err")"; continue
+  fi
+  tol_prefill=1e-3
+  [ "$dt" = f32 ] || tol_prefill=1e-2
+  r=$(compare "$TMP/prefill.f32" "$fx/ref_logits.f32" $tol_prefill)
+  if [ $? -eq 0 ]; then pass "cuda parity $name ($dt) prefill: $r"; else fail "cuda parity $name ($dt) prefill" "$r"; fi
+
+  if $CINFER logits --model "$fx" --tokens "$toks" --out "$TMP/step.f32" --step --device cuda 2>"$TMP/err"; then
+    r=$(compare "$TMP/step.f32" "$fx/ref_logits.f32" 1e-3)
+    if [ $? -eq 0 ]; then pass "cuda parity $name ($dt) step: $r"; else fail "cuda parity $name ($dt) step" "$r"; fi
+    if $CINFER logits --model "$fx" --tokens "$toks" --out "$TMP/eager.f32" --step --device cuda --no-graphs 2>"$TMP/err"; then
+      if cmp -s "$TMP/step.f32" "$TMP/eager.f32"; then pass "cuda graphs $name: step replay = eager, byte for byte"
+      else fail "cuda graphs $name" "step logits with graphs differ from --no-graphs ($(cmp "$TMP/step.f32" "$TMP/eager.f32" | head -1))"; fi
+    else fail "cuda graphs $name" "--no-graphs: $(head -c 300 "$TMP/err")"; fi
+  else fail "cuda parity $name ($dt) step" "$(head -c 300 "$TMP/err")"; fi
+
+  if $CINFER logits --model "$fx" --tokens "$toks" --out "$TMP/again.f32" --device cuda 2>"$TMP/err" &&
+     cmp -s "$TMP/prefill.f32" "$TMP/again.f32"; then pass "cuda repeat $name: prefill logits identical run to run"
+  else fail "cuda repeat $name" "second prefill differs or failed: $(head -c 200 "$TMP/err")"; fi
+
+  prompt=$(json_ids "$fx/ref.json" greedy_prompt)
+  want=$(json_ids "$fx/ref.json" greedy_ids)
+  maxnew=$(tr -d ' \n' <"$fx/ref.json" | grep -o '"greedy_max_new":[0-9]*' | cut -d: -f2)
+  got=$($CINFER generate --model "$fx" --prompt-ids "$prompt" --max-tokens "${maxnew:-16}" --ids --device cuda 2>"$TMP/err")
+  if [ "$got" = "$want" ]; then pass "cuda greedy $name: ${maxnew:-16} ids = transformers"
+  else fail "cuda greedy $name" "got '$got' want '$want' $(head -c 200 "$TMP/err")"; fi
+done
+[ "$nfail" -eq 0 ]
