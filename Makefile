@@ -1,8 +1,9 @@
-# Drives CMake. `make` builds build/cinfer; `make test` and `make demo` also install the
+# Drives CMake. `make` builds build/cinfer, and build/libcinfer_cuda.so (the CUDA backend,
+# loaded at run time) when nvcc is found; `make test` and `make demo` also install the
 # Debian packages the build needs (scripts/deps.sh), so both work on a fresh machine.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build build-asan build-fuzz deps test test-asan demo clean
+.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage
 
 all: build
 
@@ -35,5 +36,10 @@ test-asan: deps
 demo: deps build
 	@bash scripts/demo.sh
 
+# The GPU suite: builds here (with nvcc) and packs .gpu/ for the GPU machine, where
+# `bash tests/gpu/run.sh` runs it (tests/gpu/stage.sh says what is packed).
+gpu-stage: build
+	@bash tests/gpu/stage.sh build
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz .gpu

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench.sh — the CUDA speed runs of issue 14 section 5, on the GPU machine, from the
+# repository root (tests/gpu/run.sh --bench calls it; it also runs alone).
+#
+# Makes two random bf16 checkpoints with `cinfer make-random` (kept in $BENCH_DIR between
+# runs of one machine, default /tmp/cinfer-bench):
+#   qwen3-0.6b      bench/qwen3-0.6b.config.json, all 28 layers (1.2 GB of weights)
+#   qwen3-8b-12l    bench/qwen3-8b.config.json cut to 12 of its 36 layers (~5.9 GB read per
+#                   token: the dimensions of the llama.cpp table in issue 14)
+# and runs `cinfer bench --device cuda` on each at --prompt-len 512 and 4096 with --gen 128
+# (pp512 / pp4096 prefill tok/s; decode tok/s at short context and after 4096 tokens, with
+# the GB/s it implies next to the device copy probe). Then bench_gemv_cuda (the decode GEMV
+# against the copy bandwidth) when staged. All output goes to stdout; a line
+# "BENCH <model> pp<N>: ..." per run summarises it.
+# Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b or 8b).
+set -u
+cd "$(dirname "$0")/../.."
+if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
+BENCH_DIR=${BENCH_DIR:-/tmp/cinfer-bench}
+mkdir -p "$BENCH_DIR"
+rc=0
+
+make_model() { # NAME CONFIG LAYERS(0 = all)
+  local dir="$BENCH_DIR/$1" t0=$SECONDS
+  [ -d "$dir" ] && return 0                  # made by an earlier run on this machine
+  rm -rf "$dir.part"
+  local layers=()
+  [ "$3" -gt 0 ] && layers=(--layers "$3")
+  $CINFER make-random --config "$2" --out "$dir.part" --dtype bf16 --seed 1 "${layers[@]}" && mv "$dir.part" "$dir" ||
+    { echo "bench: make-random $1 failed"; return 1; }
+  echo "made $1 in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1)"
+}
+
+run_bench() { # NAME PROMPT_LEN
+  local out
+  echo "== $1: bench --device cuda --prompt-len $2 --gen 128"
+  out=$($CINFER bench --model "$BENCH_DIR/$1" --device cuda --prompt-len "$2" --gen 128 2>&1); local r=$?
+  echo "$out"
+  if [ $r -ne 0 ]; then echo "BENCH $1 pp$2: FAILED (exit $r)"; rc=1; return; fi
+  local pp tg gbs
+  pp=$(echo "$out" | awk '/^prefill/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' | head -1)
+  tg=$(echo "$out" | awk '/^decode / { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' | head -1)
+  gbs=$(echo "$out" | awk '/^decode GB\/s/ { print $3 }' | head -1)
+  echo "BENCH $1 pp$2: prefill ${pp:-?} tok/s, decode ${tg:-?} tok/s (${gbs:-?} GB/s weights) after $2 tokens"
+}
+
+models=()
+case "${BENCH_ONLY:-}" in 0.6b) models=(qwen3-0.6b) ;; 8b) models=(qwen3-8b-12l) ;; *) models=(qwen3-0.6b qwen3-8b-12l) ;; esac
+for m in "${models[@]}"; do
+  case $m in
+    qwen3-0.6b) make_model "$m" bench/qwen3-0.6b.config.json 0 || { rc=1; continue; } ;;
+    qwen3-8b-12l) make_model "$m" bench/qwen3-8b.config.json 12 || { rc=1; continue; } ;;
+  esac
+  run_bench "$m" 512
+  run_bench "$m" 4096
+done
+
+gemv=""
+for g in .gpu/bench_gemv_cuda build/bench_gemv_cuda; do [ -x "$g" ] && { gemv=$g; break; }; done
+if [ -n "$gemv" ]; then
+  echo "== $gemv"
+  $gemv || rc=1
+fi
+exit $rc

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# run.sh — the GPU suite, the one script run ON the GPU machine (an H200 with CUDA 13,
+# compute-sanitizer and python3), from the repository root, with .gpu/ carried from a
+# development machine (tests/gpu/stage.sh packs the binaries built there and their libraries;
+# the machine has no Debian -dev libraries to build with).
+#
+# Steps, each under a time limit, each writing its log to $OUT (default ./gpu-out):
+#   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
+#   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
+#   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
+#   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
+#               logits --step (graph replay) and one greedy generate on a bf16 fixture
+#   generate    one short cinfer generate --device cuda --stats
+#   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
+# The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
+# Exit status 0 when no step failed. The limits add up to under 10 minutes (one device call);
+# a normal run takes a few. --bench adds up to 7 more: better a second call of bench.sh.
+# Usage: bash tests/gpu/run.sh [--bench] [--quick]   (--quick: test_cuda_ops --quick too)
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+bench=0; quick=""
+for a in "$@"; do
+  case "$a" in
+    --bench) bench=1 ;;
+    --quick) quick=--quick ;;
+    *) echo "usage: $0 [--bench] [--quick]" >&2; exit 2 ;;
+  esac
+done
+[ -x .gpu/cinfer ] || { echo "run.sh: .gpu/cinfer missing: run tests/gpu/stage.sh on the build machine and carry .gpu" >&2; exit 2; }
+export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CINFER=$PWD/.gpu/cinfer
+SAN=$(command -v compute-sanitizer || true)
+for s in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [ -z "$SAN" ] && [ -x "$s" ] && SAN=$s
+done
+
+rows=()
+step() { # NAME LIMIT_SECONDS LOG CMD...: runs CMD with a time limit, output to $OUT/LOG
+  local name=$1 limit=$2 log=$OUT/$3; shift 3
+  local t0=$SECONDS rc
+  echo "== $name: $*" | tee "$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1; rc=$?
+  local p f res
+  p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then res="TIMEOUT(${limit}s)"
+  elif [ $rc -ne 0 ] || [ "$f" -ne 0 ]; then res="FAIL(rc=$rc)"
+  elif [ "$p" -eq 0 ] && grep -q '^SKIP ' "$log"; then res=SKIP
+  else res=ok; fi
+  grep -E '^(FAIL|SKIP) ' "$log" | head -20
+  rows+=("$(printf '%-10s %-14s %6s %6s %6s  %s' "$name" "$res" "$p" "$f" $((SECONDS - t0)) "$log")")
+}
+
+# ---- device ----
+{
+  echo "date      $(date -u +%Y-%m-%dT%H:%MZ)"
+  nvidia-smi -L 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  echo "glibc     $(ldd --version 2>&1 | head -1)"
+  echo "sanitizer ${SAN:-not found}"
+  cat .gpu/MANIFEST
+  echo "--- ldd .gpu/cinfer .gpu/libcinfer_cuda.so (missing libraries show as 'not found')"
+  ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep -E 'not found|cublas|=> .*\.gpu/' 
+} >"$OUT/device.log" 2>&1
+head -4 "$OUT/device.log"
+if ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep -q 'not found'; then
+  echo "run.sh: missing shared libraries:"; ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep 'not found'
+fi
+
+# ---- ops ----
+step ops 150 ops.log .gpu/tests/test_cuda_ops $quick
+grep '^# ' "$OUT/ops.log" | tail -1
+
+# ---- parity ----
+step parity 120 parity.log bash tests/gpu/parity.sh
+
+# ---- memcheck ----
+if [ -n "$SAN" ]; then
+  step memcheck-ops 150 memcheck_ops.log "$SAN" --tool memcheck --error-exitcode 99 --print-limit 20 \
+    .gpu/tests/test_cuda_ops --quick
+  fx=tests/fixtures/qwen3_bf16
+  toks=$(tr -d ' \n' <$fx/ref.json | grep -o '"tokens":\[[0-9,]*\]' | sed 's/.*\[\(.*\)\]/\1/')
+  step memcheck-cli 90 memcheck_cli.log bash -c "
+    '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model $fx --tokens $toks \
+      --out '$OUT/memcheck_step.f32' --step --device cuda &&
+    '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' generate --model $fx \
+      --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda"
+else
+  rows+=("$(printf '%-10s %-14s %6s %6s %6s  %s' memcheck "SKIP(no compute-sanitizer)" - - 0 -)")
+fi
+
+# ---- generate ----
+step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf16 \
+  --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ids --device cuda --stats
+
+# ---- bench ----
+if [ $bench -eq 1 ]; then
+  step bench 420 bench.log bash tests/gpu/bench.sh
+  grep '^BENCH ' "$OUT/bench.log"
+fi
+
+echo
+echo "GPU suite $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)"
+printf '%-10s %-14s %6s %6s %6s  %s\n' step result PASS FAIL sec log
+printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
+! printf '%s\n' "${rows[@]}" | grep -qE ' (FAIL|TIMEOUT)'
