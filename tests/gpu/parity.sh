@@ -49,6 +49,11 @@ sys.exit(0 if md <= bound else (2 if math.isnan(md) else 1))
 EOF
 }
 
+# No device at all: one FAIL with the reason, not one per fixture.
+if ! $CINFER logits --model tests/fixtures/qwen3_tied --tokens 1,2 --out "$TMP/probe.f32" --device cuda 2>"$TMP/err"; then
+  fail "cuda parity" "no CUDA run possible: $(head -1 "$TMP/err")"; exit 1
+fi
+
 for fx in tests/fixtures/*/; do
   fx=${fx%/}; name=$(basename "$fx")
   [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
