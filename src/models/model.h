@@ -2,7 +2,10 @@
  *
  * A ci_model owns its config, the mmap'd checkpoint, the backend and the family's weight
  * struct (impl). A ci_session is one sequence: its cache and scratch, sized at creation
- * (the decode path allocates nothing), and its position. */
+ * (the decode path allocates nothing), and its position. Families written against the
+ * backend's memory boundary (dense.c: llama, qwen3, qwen3_moe) take that cache and scratch
+ * from be->alloc and place their weights with be->weight, so a device can hold them; the
+ * others still use host memory and run on the CPU backend only (ci_family.cuda = 0). */
 #ifndef CI_MODEL_H
 #define CI_MODEL_H
 #include "../backend/backend.h"
