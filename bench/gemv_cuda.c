@@ -4,7 +4,7 @@
  *
  * For each weight dtype (bf16, f16, f32, fp8 E4M3 with 128x128 f32 block scales) and the
  * two 4096 x 12288 shapes (down_proj [4096, 12288] and gate/up [12288, 4096]), times
- * matmul at n = 1, 2, 4, 8 token rows (and matmul_swiglu, gate and up together, at n = 1)
+ * matmul at n = 1, 2, 4, 8 token rows (the GEMV kernels) and 9, 16 (cuBLAS) (and matmul_swiglu, gate and up together, at n = 1)
  * over `reps` calls enqueued back to back and one synchronising download, and reports the
  * weight bytes read per second next to a device-to-device copy of 1 GiB (bytes read plus
  * written per second, best of 5). Inputs are random (never zeros). Needs a CUDA device:
@@ -97,13 +97,13 @@ int main(int argc, char **argv) {
     printf("| dtype | W [rows, cols] | op | n | us / call | weight GB/s | of copy |\n|---|---|---|---|---|---|---|\n");
     const ci_dtype dts[4] = { CI_BF16, CI_F16, CI_F32, CI_F8_E4M3 };
     const int64_t shapes[2][2] = { { 4096, 12288 }, { 12288, 4096 } };
-    float *hx = malloc((size_t)8 * 12288 * sizeof(float));
-    for (int i = 0; i < 8 * 12288; i++) hx[i] = frand();
-    float *x = be->alloc(be, (size_t)8 * 12288 * sizeof(float));
-    float *y = be->alloc(be, (size_t)8 * 12288 * sizeof(float));
-    float *u = be->alloc(be, (size_t)8 * 12288 * sizeof(float));
+    float *hx = malloc((size_t)16 * 12288 * sizeof(float));
+    for (int i = 0; i < 16 * 12288; i++) hx[i] = frand();
+    float *x = be->alloc(be, (size_t)16 * 12288 * sizeof(float));
+    float *y = be->alloc(be, (size_t)16 * 12288 * sizeof(float));
+    float *u = be->alloc(be, (size_t)16 * 12288 * sizeof(float));
     if (!x || !y || !u) { printf("%s\n", be->last_error); return 1; }
-    be->upload(be, x, hx, (size_t)8 * 12288 * sizeof(float));
+    be->upload(be, x, hx, (size_t)16 * 12288 * sizeof(float));
     for (int d = 0; d < 4; d++)
         for (int s = 0; s < 2; s++) {
             ci_mat W, W2;
@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
             if (!W.data || !W2.data) { printf("%s\n", be->last_error); return 1; }
             double bytes = (double)W.rows * W.cols * ci_dtype_size(dts[d]);
             for (int op = 0; op < 2; op++)
-                for (int n = 1; n <= 8; n *= 2) {
+                for (int ni = 0; ni < 6; ni++) {
+                    const int ns[6] = { 1, 2, 4, 8, 9, 16 }, n = ns[ni];
                     if (op == 1 && n > 1) break;
                     for (int i = 0; i < 3; i++) {
                         if (op == 0) be->matmul(be, y, x, n, &W);

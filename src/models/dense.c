@@ -1,6 +1,6 @@
 /* dense.c — see dense.h. Shapes follow transformers' LlamaForCausalLM / Qwen3ForCausalLM.
  *
- * Activations are f32 [n, ·] for a chunk of n <= UBATCH tokens; prompts longer than that
+ * Activations are f32 [n, ·] for a chunk of n <= ub tokens (UBATCH_DEVICE below); prompts longer than that
  * run chunk by chunk through the same cache, so scratch is bounded and allocated once per
  * session (in backend memory, see dense.h). The decode path (n = 1) allocates nothing
  * after its first step (which may capture a graph). */
@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { UBATCH = 256 };
+/* Tokens per chunk: 256 on the CPU (scratch stays in cache); 4096 on a device, where a
+ * chunk's matmuls are tensor-core GEMMs that want many rows (each chunk re-reads every
+ * weight). A session's chunk is clamped to its context, but never below UBATCH. */
+enum { UBATCH = 256, UBATCH_DEVICE = 4096 };
 
 typedef struct {
     float *attn_norm;            /* [dim] input_layernorm */
@@ -289,13 +292,15 @@ enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
 
 typedef struct {
     float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
-    float *x, *xn;               /* [UBATCH, dim] */
-    float *q;                    /* [UBATCH, n_heads*hd] */
-    float *att;                  /* [UBATCH, max(n_heads*hd, dim)] */
-    float *g, *u;                /* [UBATCH, ff] */
-    float *kb, *vb;              /* [UBATCH, n_kv*hd] a chunk's k / v rows before the cache */
+    float *x, *xn;               /* [ub, dim] */
+    float *q;                    /* [ub, n_heads*hd] */
+    float *att;                  /* [ub, max(n_heads*hd, dim)] */
+    float *g, *u;                /* [ub, ff] */
+    float *kb, *vb;              /* [ub, n_kv*hd] a chunk's k / v rows before the cache */
     float *last;                 /* [dim] the last row, final-normed */
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    int32_t *ids, *pos;          /* [ub] a chunk's token ids and positions */
+    int ub;                      /* this session's chunk (UBATCH above: its scratch rows) */
+    int32_t *hpos;               /* [ub] host memory: positions to upload */
     float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
     int32_t *best;               /* [1] argmax of logits1 */
     float *logits_n;             /* [logit_rows, vocab] all_logits / forward_batch groups, */
@@ -332,7 +337,11 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     s->impl = c;
     size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
-    size_t U = UBATCH, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
+    c->ub = be->is_device ? UBATCH_DEVICE : UBATCH;
+    if (c->ub > s->max_ctx) c->ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
+    c->hpos = malloc((size_t)c->ub * sizeof(int32_t));
+    if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    size_t U = (size_t)c->ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
     size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
     int bad = 0;
     c->k = be_alloc(be, kv * f, &bad);
@@ -356,7 +365,7 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
                       be->last_error[0] ? ": " : "", be->last_error);
-    if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH))
+    if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, c->ub))
         return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
     return 0;
 }
@@ -373,6 +382,7 @@ void dense_session_free(ci_session *s) {
     be_release(be, c->pos);
     be_release(be, c->best);
     moe_scratch_free(&c->moe);
+    free(c->hpos);
     free(c);
     s->impl = NULL;
 }
@@ -420,7 +430,7 @@ static void head_rows(ci_model *m, dense_cache *c, int n, float *logits) {
 
 enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
 
-/* One chunk of n <= UBATCH tokens whose ids and positions are in c->ids / c->pos: only ops
+/* One chunk of n <= c->ub tokens whose ids and positions are in c->ids / c->pos: only ops
  * on the session's buffers, nothing read back and nothing decided from a position, so the
  * same calls can be recorded once as a graph and replayed at any later position. head:
  * HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX also their argmax in
@@ -482,7 +492,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     dense_cache *c = s->impl;
     ci_backend *be = m->be;
     _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    int32_t hp[UBATCH];
+    int32_t *hp = c->hpos;
     for (int t = 0; t < n; t++) hp[t] = s->pos + t;
     if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
@@ -513,14 +523,15 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     return ci_backend_check(m, err, errlen);
 }
 
-/* Chunks of at most UBATCH tokens through the same cache; only the last gets the head
+/* Chunks of at most c->ub tokens through the same cache; only the last gets the head
  * unless all_logits (each chunk then owns its rows of logits). */
 static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
                        size_t errlen) {
     const dense_model *d = s->m->impl;
+    const int ub = ((const dense_cache *)s->impl)->ub;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH, last = off + k == n;
+    for (int off = 0; off < n; off += ub) {
+        int k = n - off < ub ? n - off : ub, last = off + k == n;
         float *out = NULL;
         if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
         else if (logits && last) out = logits;
@@ -550,7 +561,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = H * hd;
-    int32_t hp[UBATCH];
+    int32_t *hp = c->hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
     if (need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
@@ -594,8 +605,9 @@ int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const dense_model *d = ss[0]->m->impl;
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
+    const int ub = ((const dense_cache *)ss[0]->impl)->ub;
+    for (int off = 0; off < n; off += ub) {
+        int k = n - off < ub ? n - off : ub;
         if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
     }
     return 0;

@@ -220,12 +220,9 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
 }
 
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
-    (void)y; (void)x; (void)n; (void)W;
     cuda_be *cb = CB(be);
-    if (!cb->failed) {
-        cb->failed = 1;
-        snprintf(be->last_error, sizeof be->last_error, "CUDA: matmul_xw has no CUDA kernel yet");
-    }
+    if (cb->failed || !mat_ok(cb, W)) return;
+    cb_matmul_xw_launch(cb, y, x, n, W);
 }
 
 /* ---- the other ops: thin wrappers over the launchers ---------------------------------- */

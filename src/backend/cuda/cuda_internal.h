@@ -72,6 +72,8 @@ int cb_gemv_ok(const ci_mat *W);
  * rounded to the weight's type, f32 accumulation and output). beta 0 or 1. Returns 0 if it
  * handled the call, -1 if the dtype has no GEMM path (the caller loops cb_gemv). */
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta);
+/* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
+void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
 /* ---- launchers (ops.cu) ---- */
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);

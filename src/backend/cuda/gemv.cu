@@ -19,7 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-enum { WARPS = 4, RPW = 2 };
+enum { WARPS = 4 };
 
 struct gemv_args {
     const void *w[4];
@@ -30,22 +30,21 @@ struct gemv_args {
     int blk_start[5];
     int count, cols, n;
     int block, scale_cols, scale_dtype; /* fp8: block size, scale grid columns, 0 f32 / 1 bf16 / 2 e8m0 / -1 none */
+    int block_shift;                    /* log2(block) when a power of two, else -1 */
     const float *x;
 };
 
-/* Weight loaders: VEC elements from 16 bytes, or one element. */
+/* Weight loaders: a raw 16-byte vector (VEC elements) converted in registers, or one element. */
 struct LF32 {
     static constexpr int VEC = 4, BYTES = 4;
-    __device__ static void vec(const void *p, int64_t i, float *w) {
-        float4 v = __ldg((const float4 *)((const float *)p + i));
-        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    __device__ static void cvt(uint4 v, float *w) {
+        w[0] = __uint_as_float(v.x); w[1] = __uint_as_float(v.y); w[2] = __uint_as_float(v.z); w[3] = __uint_as_float(v.w);
     }
     __device__ static float one(const void *p, int64_t i) { return __ldg((const float *)p + i); }
 };
 struct LBF16 {
     static constexpr int VEC = 8, BYTES = 2;
-    __device__ static void vec(const void *p, int64_t i, float *w) {
-        uint4 v = __ldg((const uint4 *)((const uint16_t *)p + i));
+    __device__ static void cvt(uint4 v, float *w) {
         unsigned u[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -59,8 +58,7 @@ struct LBF16 {
 };
 struct LF16 {
     static constexpr int VEC = 8, BYTES = 2;
-    __device__ static void vec(const void *p, int64_t i, float *w) {
-        uint4 v = __ldg((const uint4 *)((const uint16_t *)p + i));
+    __device__ static void cvt(uint4 v, float *w) {
         unsigned u[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -78,8 +76,7 @@ __device__ __forceinline__ float2 fp8x2(unsigned short s) {
 }
 struct LFP8 {
     static constexpr int VEC = 16, BYTES = 1;
-    __device__ static void vec(const void *p, int64_t i, float *w) {
-        uint4 v = __ldg((const uint4 *)((const uint8_t *)p + i));
+    __device__ static void cvt(uint4 v, float *w) {
         unsigned u[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -93,16 +90,25 @@ struct LFP8 {
     }
 };
 
-__device__ __forceinline__ float block_scale(const gemv_args &a, int m, int64_t r, int64_t c) {
-    if (a.scale_dtype < 0) return 1.0f;
-    int64_t i = ((a.scale_row0[m] + r) / a.block) * a.scale_cols + c / a.block;
-    if (a.scale_dtype == 0) return __ldg((const float *)a.scale[m] + i);
-    if (a.scale_dtype == 1) return __uint_as_float((unsigned)__ldg((const unsigned short *)a.scale[m] + i) << 16);
-    unsigned e = __ldg((const unsigned char *)a.scale[m] + i);
+__device__ __forceinline__ uint4 ld_stream(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+/* Scale of column c in the row whose scale-grid row starts at srow. */
+__device__ __forceinline__ float scale_at(const gemv_args &a, const void *srow, int c) {
+    int cb = a.block_shift >= 0 ? c >> a.block_shift : c / a.block;
+    if (a.scale_dtype == 0) return __ldg((const float *)srow + cb);
+    if (a.scale_dtype == 1) return __uint_as_float((unsigned)__ldg((const unsigned short *)srow + cb) << 16);
+    unsigned e = __ldg((const unsigned char *)srow + cb);
     return e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
 }
 
-template <class L, int NT, int MODE, bool AL>
+/* U column steps of 32 * VEC per loop trip: all U x S 16-byte loads are issued before the
+ * first product, so each lane has U * S loads in flight. */
+template <class L, int NT, int MODE, bool AL, int RPW, int U>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
     constexpr int V = AL ? L::VEC : 1;
     constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
@@ -115,16 +121,20 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
     const int row0 = (b - a.blk_start[mi]) * (WARPS * RPW) + warp * RPW;
     if (row0 >= R) return;
     const int C = a.cols;
-    const void *wp[S];
-    int mat[S];
-    int64_t wrow[S];
+    const char *wp[S];
+    const void *srow[S];
 #pragma unroll
     for (int s = 0; s < S; s++) {
         int r = row0 + (s % RPW);
         if (r >= R) r = R - 1; /* clamped: computed, never written */
-        mat[s] = MODE == CB_SWIGLU ? s / RPW : mi;
-        wrow[s] = r;
-        wp[s] = (const char *)a.w[mat[s]] + (int64_t)r * C * L::BYTES;
+        const int m = MODE == CB_SWIGLU ? s / RPW : mi;
+        wp[s] = (const char *)a.w[m] + (int64_t)r * C * L::BYTES;
+        srow[s] = NULL;
+        if (L::BYTES == 1 && a.scale_dtype >= 0) {
+            int64_t sr = (a.scale_row0[m] + r) / a.block;
+            int es = a.scale_dtype == 0 ? 4 : a.scale_dtype == 1 ? 2 : 1;
+            srow[s] = (const char *)a.scale[m] + sr * a.scale_cols * es;
+        }
     }
     float acc[S][NT];
 #pragma unroll
@@ -132,35 +142,62 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[s][t] = 0.0f;
 
-    for (int c = lane * V; c < C; c += 32 * V) {
-        float w[S][V];
+    if (AL) {
+        for (int c0 = lane * V; c0 < C; c0 += 32 * V * U) {
+            uint4 raw[U][S];
 #pragma unroll
-        for (int s = 0; s < S; s++) {
-            if (AL) L::vec(wp[s], c, w[s]);
-            else w[s][0] = L::one(wp[s], c);
-            if (L::BYTES == 1) {
-                float sc = block_scale(a, mat[s], wrow[s], c);
-#pragma unroll
-                for (int v = 0; v < V; v++) w[s][v] *= sc;
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < a.n) {
-                float xv[V];
-                const float *xp = a.x + (int64_t)t * C + c;
-                if (AL) {
-#pragma unroll
-                    for (int v = 0; v < V; v += 4) {
-                        float4 f = __ldg((const float4 *)(xp + v));
-                        xv[v] = f.x; xv[v + 1] = f.y; xv[v + 2] = f.z; xv[v + 3] = f.w;
-                    }
-                } else xv[0] = __ldg(xp);
+            for (int u = 0; u < U; u++)
 #pragma unroll
                 for (int s = 0; s < S; s++)
+                    if (c0 + u * 32 * V < C) raw[u][s] = ld_stream(wp[s] + (int64_t)(c0 + u * 32 * V) * L::BYTES);
 #pragma unroll
-                    for (int v = 0; v < V; v++) acc[s][t] = fmaf(w[s][v], xv[v], acc[s][t]);
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * 32 * V;
+                if (c >= C) break;
+                float w[S][V];
+#pragma unroll
+                for (int s = 0; s < S; s++) {
+                    L::cvt(raw[u][s], w[s]);
+                    if (L::BYTES == 1 && srow[s]) {
+                        float sc = scale_at(a, srow[s], c);
+#pragma unroll
+                        for (int v = 0; v < V; v++) w[s][v] *= sc;
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t < a.n) {
+                        const float *xp = a.x + (int64_t)t * C + c;
+#pragma unroll
+                        for (int v = 0; v < V; v += 4) {
+                            float4 f = __ldg((const float4 *)(xp + v));
+#pragma unroll
+                            for (int s = 0; s < S; s++) {
+                                acc[s][t] = fmaf(w[s][v], f.x, acc[s][t]);
+                                acc[s][t] = fmaf(w[s][v + 1], f.y, acc[s][t]);
+                                acc[s][t] = fmaf(w[s][v + 2], f.z, acc[s][t]);
+                                acc[s][t] = fmaf(w[s][v + 3], f.w, acc[s][t]);
+                            }
+                        }
+                    }
+                }
             }
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) {
+            float w[S];
+#pragma unroll
+            for (int s = 0; s < S; s++) {
+                w[s] = L::one(wp[s], c);
+                if (L::BYTES == 1 && srow[s]) w[s] *= scale_at(a, srow[s], c);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < a.n) {
+                    float xv = __ldg(a.x + (int64_t)t * C + c);
+#pragma unroll
+                    for (int s = 0; s < S; s++) acc[s][t] = fmaf(w[s], xv, acc[s][t]);
+                }
         }
     }
 #pragma unroll
@@ -188,23 +225,39 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
     }
 }
 
+/* Rows per warp and unroll by token count: one token streams one row per warp with four
+ * loads in flight; more tokens share each x load among more rows. */
 template <class L, int MODE, bool AL>
-static void launch_nt(cuda_be *cb, const gemv_args &a, int blocks) {
-    dim3 grid(blocks), block(WARPS * 32);
-    if (a.n <= 1) gemv_kernel<L, 1, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
-    else if (a.n <= 2) gemv_kernel<L, 2, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
-    else if (a.n <= 4) gemv_kernel<L, 4, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
-    else gemv_kernel<L, 8, MODE, AL><<<grid, block, 0, cb->stream>>>(a);
+static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
+    dim3 block(WARPS * 32);
+#define CB_GEMV_GO(NT, RPW, U)                                                                       \
+    do {                                                                                             \
+        int blocks = 0;                                                                              \
+        for (int i = 0; i < a.count; i++) {                                                          \
+            a.blk_start[i] = blocks;                                                                 \
+            blocks += (a.rows[i] + WARPS * (RPW) - 1) / (WARPS * (RPW));                             \
+        }                                                                                            \
+        a.blk_start[a.count] = blocks;                                                               \
+        gemv_kernel<L, NT, MODE, AL, RPW, U><<<blocks, block, 0, cb->stream>>>(a);                   \
+    } while (0)
+    (void)total_rows;
+    if (a.n <= 1) {
+        if (MODE == CB_SWIGLU) CB_GEMV_GO(1, 1, 2);
+        else CB_GEMV_GO(1, 1, 4);
+    } else if (a.n <= 2) CB_GEMV_GO(2, 2, 2);
+    else if (a.n <= 4) CB_GEMV_GO(4, 2, 1);
+    else CB_GEMV_GO(8, 2, 1);
+#undef CB_GEMV_GO
 }
 
 template <class L, int MODE>
-static void launch_al(cuda_be *cb, const gemv_args &a, int blocks, bool al) {
+static void launch_al(cuda_be *cb, gemv_args &a, int blocks, bool al) {
     if (al) launch_nt<L, MODE, true>(cb, a, blocks);
     else launch_nt<L, MODE, false>(cb, a, blocks);
 }
 
 template <class L>
-static void launch_mode(cuda_be *cb, int mode, const gemv_args &a, int blocks, bool al) {
+static void launch_mode(cuda_be *cb, int mode, gemv_args &a, int blocks, bool al) {
     if (mode == CB_STORE) launch_al<L, CB_STORE>(cb, a, blocks, al);
     else if (mode == CB_ACC) launch_al<L, CB_ACC>(cb, a, blocks, al);
     else launch_al<L, CB_SWIGLU>(cb, a, blocks, al);
@@ -243,15 +296,16 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
     for (int i = 0; i < a.count; i++) {
         a.rows[i] = (int)Ws[i]->rows;
         a.y[i] = ys[mode == CB_STORE ? i : 0];
-        a.blk_start[i] = blocks;
-        blocks += (a.rows[i] + WARPS * RPW - 1) / (WARPS * RPW);
+        blocks += a.rows[i];
     }
-    a.blk_start[a.count] = blocks;
     a.scale_dtype = -1;
     if (W0->dtype == CI_F8_E4M3 && W0->scale && W0->block > 0) {
         a.block = W0->block;
         a.scale_cols = (int)((W0->cols + W0->block - 1) / W0->block);
         a.scale_dtype = W0->scale_dtype == CI_F32 ? 0 : W0->scale_dtype == CI_BF16 ? 1 : 2;
+        a.block_shift = -1;
+        for (int sh = 0; sh < 30; sh++)
+            if (a.block == 1 << sh) a.block_shift = sh;
         al = al && a.block % 16 == 0;
     }
     switch (W0->dtype) {
@@ -289,4 +343,49 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
                  n, (long long)W->rows, (long long)W->cols, (int)s);
     }
     return 0;
+}
+
+/* ---- matmul_xw: y[n, W.cols] = x[n, W.rows] · W (MLA's absorbed queries; small, per head) ----
+ * One thread per output column, looping over W's rows: neighbouring threads read
+ * neighbouring columns of a row. */
+__device__ __forceinline__ float xw_elem(const void *data, int dtype, int64_t i) {
+    if (dtype == CI_F32) return __ldg((const float *)data + i);
+    if (dtype == CI_BF16) return __uint_as_float((unsigned)__ldg((const unsigned short *)data + i) << 16);
+    if (dtype == CI_F16) return __half2float(__ldg((const __half *)data + i));
+    __half_raw h = __nv_cvt_fp8_to_halfraw(__ldg((const __nv_fp8_storage_t *)((const uint8_t *)data + i)), __NV_E4M3);
+    return __half2float(*(__half *)&h);
+}
+
+__global__ void matmul_xw_kernel(float *y, const float *x, const void *data, int dtype, int64_t rows, int64_t cols,
+                                 const void *scale, int scale_dtype, int block, int64_t scale_row0) {
+    const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const int t = blockIdx.y;
+    if (c >= cols) return;
+    const float *xr = x + (int64_t)t * rows;
+    const int64_t scols = block > 0 ? (cols + block - 1) / block : 0;
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        float w = xw_elem(data, dtype, r * cols + c);
+        if (dtype == CI_F8_E4M3 && scale && block > 0) {
+            int64_t si = ((scale_row0 + r) / block) * scols + c / block;
+            float s;
+            if (scale_dtype == CI_F32) s = __ldg((const float *)scale + si);
+            else if (scale_dtype == CI_BF16) s = __uint_as_float((unsigned)__ldg((const unsigned short *)scale + si) << 16);
+            else {
+                unsigned e = __ldg((const unsigned char *)scale + si);
+                s = e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+            }
+            w *= s;
+        }
+        acc = fmaf(__ldg(xr + r), w, acc);
+    }
+    y[(int64_t)t * cols + c] = acc;
+}
+
+void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W) {
+    if (n <= 0 || W->cols <= 0) return;
+    dim3 grid((unsigned)((W->cols + 127) / 128), (unsigned)n);
+    matmul_xw_kernel<<<grid, 128, 0, cb->stream>>>(y, x, W->data, (int)W->dtype, W->rows, W->cols, W->scale,
+                                                   (int)W->scale_dtype, W->block, W->scale_row0);
+    cb_launched(cb, "matmul_xw");
 }
