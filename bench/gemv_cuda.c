@@ -6,7 +6,8 @@
  * two 4096 x 12288 shapes (down_proj [4096, 12288] and gate/up [12288, 4096]), times
  * matmul at n = 1, 2, 4, 8 token rows (the GEMV kernels) and 9, 16 (cuBLAS) (and matmul_swiglu, gate and up together, at n = 1)
  * over `reps` calls enqueued back to back and one synchronising download, and reports the
- * weight bytes read per second next to a device-to-device copy of 1 GiB (bytes read plus
+ * weight bytes read per second next to a device-to-device copy of 1 GiB; then the same
+ * `reps` calls recorded as one CUDA graph and replayed (no launch gaps, as in a decode step) (bytes read plus
  * written per second, best of 5). Inputs are random (never zeros). Needs a CUDA device:
  * prints why and exits 0 without one. */
 #include "backend/backend.h"
@@ -94,7 +95,8 @@ int main(int argc, char **argv) {
     printf("device: %s\n", be->name);
     double copy = copy_probe(be);
     printf("copy probe: %.0f GB/s (1 GiB device-to-device, read + written, best of 5)\n\n", copy);
-    printf("| dtype | W [rows, cols] | op | n | us / call | weight GB/s | of copy |\n|---|---|---|---|---|---|---|\n");
+    printf("| dtype | W [rows, cols] | op | n | us / call | weight GB/s | of copy | us in a graph | of copy |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     const ci_dtype dts[4] = { CI_BF16, CI_F16, CI_F32, CI_F8_E4M3 };
     const int64_t shapes[2][2] = { { 4096, 12288 }, { 12288, 4096 } };
     float *hx = malloc((size_t)16 * 12288 * sizeof(float));
@@ -128,10 +130,28 @@ int main(int argc, char **argv) {
                     }
                     sync_be(be, y);
                     double dt = (now() - t) / reps, b = op ? 2 * bytes : bytes;
+                    /* the same calls recorded as one graph: no launch gaps between them */
+                    double dg = 0;
+                    if (be->graph_begin && be->graph_begin(be) == 0) {
+                        for (int i = 0; i < reps; i++) {
+                            if (op == 0) be->matmul(be, y, x, n, &W);
+                            else be->matmul_swiglu(be, y, u, x, n, &W, &W2);
+                        }
+                        void *g = be->graph_end(be);
+                        if (g) {
+                            be->graph_launch(be, g);
+                            sync_be(be, y);
+                            t = now();
+                            be->graph_launch(be, g);
+                            sync_be(be, y);
+                            dg = (now() - t) / reps;
+                            be->graph_free(be, g);
+                        }
+                    }
                     if (be->status(be)) { printf("%s\n", be->last_error); return 1; }
-                    printf("| %s | [%lld, %lld] | %s | %d | %.1f | %.0f | %.0f%% |\n", ci_dtype_name(dts[d]),
+                    printf("| %s | [%lld, %lld] | %s | %d | %.1f | %.0f | %.0f%% | %.1f | %.0f%% |\n", ci_dtype_name(dts[d]),
                            (long long)W.rows, (long long)W.cols, op ? "gate+up swiglu" : "matmul", n, dt * 1e6,
-                           b / dt / 1e9, 100.0 * b / dt / 1e9 / copy);
+                           b / dt / 1e9, 100.0 * b / dt / 1e9 / copy, dg * 1e6, dg > 0 ? 100.0 * b / dg / 1e9 / copy : 0);
                 }
             (void)hw; (void)hw2; (void)hs; (void)hs2; /* kept: the backend maps weights by host address */
         }

@@ -77,7 +77,7 @@ step parity 120 parity.log bash tests/gpu/parity.sh
 
 # ---- memcheck ----
 if [ -n "$SAN" ]; then
-  step memcheck-ops 150 memcheck_ops.log "$SAN" --tool memcheck --error-exitcode 99 --print-limit 20 \
+  step memcheck-ops 150 memcheck_ops.log "$SAN" --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 20 \
     .gpu/tests/test_cuda_ops --quick
   fx=tests/fixtures/qwen3_bf16
   toks=$(tr -d ' \n' <$fx/ref.json | grep -o '"tokens":\[[0-9,]*\]' | sed 's/.*\[\(.*\)\]/\1/')

@@ -26,7 +26,8 @@
 /* ---- bounds (rel, abs as defined above) ---------------------------------------------------
  * F32: the same f32 arithmetic in another order (split-K sums, tree reductions, fused
  * multiply-add): a few ulps of the sums, far below 1e-5.
- * TC: the CUDA GEMM for n > 8 rows on bf16 / f16 weights rounds the activations to the
+ * TC: the CUDA GEMM for n > 1 rows on bf16 / f16 weights (cuBLAS; one row takes the f32
+ * GEMV) rounds the activations to the
  * weight's 16-bit type for the tensor cores (f32 accumulation): about 2^-9 relative per
  * product, ~1e-3 on a dot product of random terms; bound 1e-2. fp8 and f32 weights keep
  * f32 activations at every n (fp8: the GEMV kernel in row blocks; f32: f32 SGEMM), so F32.
@@ -211,9 +212,9 @@ static wpair make_weight(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt) 
     return w;
 }
 
-/* The matmul bound: bf16 / f16 weights take the tensor-core GEMM above 8 rows. */
+/* The matmul bound: bf16 / f16 weights take the tensor-core GEMM above 1 row. */
 static double mm_bound(const ci_mat *W, int n) {
-    return n > 8 && (W->dtype == CI_BF16 || W->dtype == CI_F16) ? B_TC : B_F32;
+    return n > 1 && (W->dtype == CI_BF16 || W->dtype == CI_F16) ? B_TC : B_F32;
 }
 
 /* ---- CPU references for the fused ops ---------------------------------------------------- */

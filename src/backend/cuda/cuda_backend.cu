@@ -159,9 +159,15 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
 
 /* y (+)= x · Wᵀ for any n: GEMV kernels for small n, cuBLAS for large, GEMV groups for
  * dtypes without a GEMM path. */
+/* Token rows up to which the GEMV kernels beat cuBLAS (H200, bench/gemv_cuda.c): one for
+ * 16-bit weights (cuBLAS on tensor cores reads them at ~72% of the copy rate from n = 2,
+ * the GEMV's x traffic grows with n); all 8 for f32 (cuBLAS SGEMM is slower) and fp8 (no
+ * GEMM path yet). */
+static int gemv_max_n(const ci_mat *W) { return W->dtype == CI_BF16 || W->dtype == CI_F16 ? 1 : CB_GEMV_MAX_N; }
+
 static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (n <= 0 || W->rows <= 0) return;
-    if (n > CB_GEMV_MAX_N && cb_gemm(cb, y, x, n, W, acc ? 1.0f : 0.0f) == 0) return;
+    if (n > gemv_max_n(W) && cb_gemm(cb, y, x, n, W, acc ? 1.0f : 0.0f) == 0) return;
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
         float *yy = y + (size_t)t0 * W->rows;
@@ -201,7 +207,7 @@ static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float
         if (!mat_ok(cb, Ws[i])) return;
         same &= Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
     }
-    if (same && n <= CB_GEMV_MAX_N) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws); return; }
+    if (same && n <= gemv_max_n(Ws[0])) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws); return; }
     for (int i = 0; i < count; i++) mm_any(cb, ys[i], x, n, Ws[i], 0);
 }
 
@@ -209,7 +215,7 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
                              const ci_mat *Wu) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
-    if (n <= CB_GEMV_MAX_N && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
+    if (n <= gemv_max_n(Wg) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
         const ci_mat *Ws[2] = { Wg, Wu };
         cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws);
         return;
