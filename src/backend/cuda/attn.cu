@@ -108,20 +108,139 @@ __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     }
 }
 
+/* Split-K for rows whose head_dim is a multiple of 4 (<= 256) and GQA groups <= 8: a block
+ * takes VCHUNK keys of one (row, kv group); warp w scores keys w, w+4, ... with its lanes
+ * across the head dimension (16-byte loads of K rows, a shuffle sum per query head), the
+ * chunk's softmax is per head as above, then warp w sums p·V over its keys (16-byte loads
+ * of V rows, 4 keys in flight) and the 4 warps' sums meet in shared memory. */
+enum { VCHUNK = 128, VGROUP = 8 };
+__global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const float *q, const float *kc,
+                                                             const float *vc, const int32_t *pos, int pos0,
+                                                             int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                                                             int n_chunks) {
+    extern __shared__ float sm[];
+    const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    const int G = n_heads / n_kv;
+    const int L = row_pos(pos, pos0, t) + 1;
+    const int j0 = chunk * VCHUNK;
+    if (j0 >= L) return;
+    const int nj = L - j0 < VCHUNK ? L - j0 : VCHUNK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd4 = hd >> 2;
+    float *qs = sm;                   /* [G, hd] scaled queries */
+    float *ps = qs + G * hd;          /* [G, VCHUNK] scores, then probabilities */
+    float *ml = ps + G * VCHUNK;      /* [G, 2] */
+    float *red = ml + 2 * G;          /* [4, G, hd] per-warp p·V sums */
+    const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qrow[i] * scale;
+    __syncthreads();
+    const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
+    /* scores: lane covers float4 slots lane and lane + 32 of the head dimension */
+    for (int j = warp; j < nj; j += 4) {
+        const float4 *kr = (const float4 *)(kb + (int64_t)(j0 + j) * kv_stride);
+        float4 k0 = lane < hd4 ? kr[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 k1 = lane + 32 < hd4 ? kr[lane + 32] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int h = 0; h < VGROUP; h++) {
+            if (h >= G) break;
+            const float4 *qh = (const float4 *)(qs + h * hd);
+            float s = 0.0f;
+            if (lane < hd4) { float4 a = qh[lane]; s = k0.x * a.x + k0.y * a.y + k0.z * a.z + k0.w * a.w; }
+            if (lane + 32 < hd4) { float4 a = qh[lane + 32]; s += k1.x * a.x + k1.y * a.y + k1.z * a.z + k1.w * a.w; }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) ps[h * VCHUNK + j] = s;
+        }
+    }
+    __syncthreads();
+    for (int h = warp; h < G; h += 4) {
+        float m = -INFINITY;
+        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * VCHUNK + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < nj; j += 32) {
+            float p = expf(ps[h * VCHUNK + j] - m);
+            ps[h * VCHUNK + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
+    }
+    __syncthreads();
+    float4 a0[VGROUP], a1[VGROUP];
+#pragma unroll
+    for (int h = 0; h < VGROUP; h++) { a0[h] = make_float4(0.f, 0.f, 0.f, 0.f); a1[h] = a0[h]; }
+    for (int j = warp; j < nj; j += 4) {
+        const float4 *vr = (const float4 *)(vb + (int64_t)(j0 + j) * kv_stride);
+        float4 v0 = lane < hd4 ? vr[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 v1 = lane + 32 < hd4 ? vr[lane + 32] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int h = 0; h < VGROUP; h++) {
+            if (h >= G) break;
+            float p = ps[h * VCHUNK + j];
+            a0[h].x = fmaf(p, v0.x, a0[h].x); a0[h].y = fmaf(p, v0.y, a0[h].y);
+            a0[h].z = fmaf(p, v0.z, a0[h].z); a0[h].w = fmaf(p, v0.w, a0[h].w);
+            a1[h].x = fmaf(p, v1.x, a1[h].x); a1[h].y = fmaf(p, v1.y, a1[h].y);
+            a1[h].z = fmaf(p, v1.z, a1[h].z); a1[h].w = fmaf(p, v1.w, a1[h].w);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < VGROUP; h++) {
+        if (h >= G) break;
+        float4 *r = (float4 *)(red + ((int64_t)warp * G + h) * hd);
+        if (lane < hd4) r[lane] = a0[h];
+        if (lane + 32 < hd4) r[lane + 32] = a1[h];
+    }
+    __syncthreads();
+    float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
+    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int h = i / hd, d = i % hd;
+        float o = red[(0 * G + h) * hd + d] + red[(1 * G + h) * hd + d] + red[(2 * G + h) * hd + d] +
+                  red[(3 * G + h) * hd + d];
+        out[h * hstride + d] = o;
+    }
+    if (threadIdx.x < G) {
+        out[threadIdx.x * hstride + hd] = ml[2 * threadIdx.x];
+        out[threadIdx.x * hstride + hd + 1] = ml[2 * threadIdx.x + 1];
+    }
+}
+
+/* Merges a row's chunks: weights exp(m_c - M) / sum_c exp(m_c - M) l_c in shared memory,
+ * then each thread sums its dimensions over the chunks. */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
-                                    int n_chunks) {
+                                    int n_chunks, int chunk) {
+    extern __shared__ float wsh[];    /* [n_chunks] */
+    __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y;
     const int L = row_pos(pos, pos0, t) + 1;
-    const int nc = (L + CHUNK - 1) / CHUNK;
+    const int nc = (L + chunk - 1) / chunk;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float M = -INFINITY;
-    for (int c = 0; c < nc; c++) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[w] = M;
+    __syncthreads();
+    M = red[0];
+    for (int i = 1; i < nw; i++) M = fmaxf(M, red[i]);
+    __syncthreads();
     float den = 0.0f;
-    for (int c = 0; c < nc; c++) den += expf(p[(int64_t)c * (hd + 2) + hd] - M) * p[(int64_t)c * (hd + 2) + hd + 1];
-    float inv = 1.0f / den;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        float e = expf(p[(int64_t)c * (hd + 2) + hd] - M);
+        wsh[c] = e;
+        den += e * p[(int64_t)c * (hd + 2) + hd + 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) red[w] = den;
+    __syncthreads();
+    den = 0.0f;
+    for (int i = 0; i < nw; i++) den += red[i];
+    const float inv = 1.0f / den;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int c = 0; c < nc; c++) acc += expf(p[(int64_t)c * (hd + 2) + hd] - M) * p[(int64_t)c * (hd + 2) + d];
+#pragma unroll 4
+        for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], p[(int64_t)c * (hd + 2) + d], acc);
         out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
     }
 }
@@ -377,16 +496,42 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         return;
     }
     if (n <= SPLIT_MAX_N) {
-        int n_chunks = (max_keys + CHUNK - 1) / CHUNK;
+        const int vec = hd % 4 == 0 && hd <= 256 && G <= VGROUP && kv_stride % 4 == 0 && ((uintptr_t)k & 15) == 0 &&
+                        ((uintptr_t)v & 15) == 0 && ((uintptr_t)q & 15) == 0;
+        const int chunk = vec ? (int)VCHUNK : (int)CHUNK;
+        int n_chunks = (max_keys + chunk - 1) / chunk;
         size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
         float *part = (float *)cb_scratch_get(cb, &cb->attn_part, pbytes);
         if (!part) return;
-        size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
         dim3 grid(n_kv, n_chunks, n);
-        attn_split_kernel<<<grid, SPLIT_THREADS, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                                                                      kv_stride, scale, n_chunks);
+        if (vec) {
+            size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + 2 * (size_t)G + 4 * (size_t)G * hd) * sizeof(float);
+            attn_split_vec_kernel<<<grid, 128, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+                                                                   kv_stride, scale, n_chunks);
+        } else {
+            size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
+            attn_split_kernel<<<grid, SPLIT_THREADS, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+                                                                          kv_stride, scale, n_chunks);
+        }
         if (cb_launched(cb, "attention (split)")) return;
-        attn_combine_kernel<<<dim3(n_heads, n), 128, 0, cb->stream>>>(out, part, pos, pos0, n_heads, hd, n_chunks);
+        size_t csmem = (size_t)n_chunks * sizeof(float);
+        if (csmem > 48 * 1024) {
+            static int set = 0;
+            if (!set) {
+                cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+                set = 1;
+            }
+            if (csmem > 200 * 1024) {
+                if (!cb->failed) {
+                    cb->failed = 1;
+                    snprintf(cb->base.last_error, sizeof cb->base.last_error,
+                             "CUDA: decode attention over %d keys is more than this kernel takes", max_keys);
+                }
+                return;
+            }
+        }
+        attn_combine_kernel<<<dim3(n_heads, n), 128, csmem, cb->stream>>>(out, part, pos, pos0, n_heads, hd, n_chunks,
+                                                                           chunk);
         cb_launched(cb, "attention (combine)");
         return;
     }

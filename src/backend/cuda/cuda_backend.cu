@@ -333,6 +333,7 @@ static void op_free(ci_backend *be) {
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
+    if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);

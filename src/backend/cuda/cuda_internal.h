@@ -43,6 +43,7 @@ struct cuda_be {
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
     cb_scratch attn_part;    /* split-K attention partials */
+    cb_scratch argmax_part;  /* argmax's per-block bests */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     char name[300];

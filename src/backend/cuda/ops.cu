@@ -83,9 +83,10 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
     cb_launched(cb, "rope");
 }
 
-/* One block per token: warps take heads (q heads, then k heads); each head is normed into
- * the warp's shared row, rotated from it, written back (and k into its cache row); then
- * the block copies v's row into the cache. */
+/* Blocks of (token, 4 heads): each block makes the token's cos / sin table, its warps take
+ * one head each (q heads, then k heads), norm it into the warp's shared row, rotate it from
+ * there and write it back (and k into its cache row); the first block of the token also
+ * copies v's row into the cache. */
 __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
                                      const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                      const int32_t *pos, const float *inv_freq, float mscale, int style, float *kc,
@@ -96,7 +97,7 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
     int p = pos[t];
     rope_table(cs, sn, (float)p, inv_freq, half, mscale);
     __syncthreads();
-    for (int h = warp; h < n_heads + n_kv; h += nw) {
+    for (int h = blockIdx.y * nw + warp; h < n_heads + n_kv; h += nw * gridDim.y) {
         int isk = h >= n_heads;
         float *src = isk ? k + ((int64_t)t * n_kv + (h - n_heads)) * hd : q + ((int64_t)t * n_heads + h) * hd;
         const float *nw_ = isk ? k_norm : q_norm;
@@ -135,6 +136,7 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
         }
         __syncwarp();
     }
+    if (blockIdx.y) return;
     const float *vr = v + (int64_t)t * n_kv * hd;
     float *vd = vc + (int64_t)p * kv_stride;
     for (int i = threadIdx.x; i < n_kv * hd; i += blockDim.x) vd[i] = vr[i];
@@ -153,7 +155,8 @@ void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, in
     }
     int half = rot_dim / 2, th = 128;
     size_t smem = ((size_t)2 * half + (size_t)(th / 32) * hd) * sizeof(float);
-    qk_rope_store_kernel<<<n, th, smem, cb->stream>>>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
+    dim3 grid(n, (n_heads + n_kv + th / 32 - 1) / (th / 32));
+    qk_rope_store_kernel<<<grid, th, smem, cb->stream>>>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
                                                       inv_freq, mscale, (int)style, kc, vc, kv_stride);
     cb_launched(cb, "qk_rope_store");
 }
@@ -254,15 +257,11 @@ __device__ __forceinline__ bool am_better(float v, int i, float bv, int bi) {
     return i < bi;
 }
 
-__global__ void argmax_kernel(int32_t *out, const float *x, int count) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    float bv = __int_as_float(0x7fc00000);
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < count; i += blockDim.x) {
-        float v = x[i];
-        if (am_better(v, i, bv, bi)) { bv = v; bi = i; }
-    }
+/* Two passes: AM_BLOCKS blocks each find the best of their slice, one block the best of
+ * those (index order breaks ties, so the split changes nothing). */
+enum { AM_BLOCKS = 120, AM_THREADS = 256 };
+
+__device__ void am_block(float &bv, int &bi, float *sv, int *si) {
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -279,12 +278,39 @@ __global__ void argmax_kernel(int32_t *out, const float *x, int count) {
             int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (am_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
         }
-        if (l == 0) *out = bi == 0x7fffffff ? 0 : bi;
     }
+}
+
+__global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int count) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    float bv = __int_as_float(0x7fc00000);
+    int bi = 0x7fffffff;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+        float v = x[i];
+        if (am_better(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+    am_block(bv, bi, sv, si);
+    if (threadIdx.x == 0) { pv[blockIdx.x] = bv; pi[blockIdx.x] = bi; }
+}
+
+__global__ void argmax_final_kernel(int32_t *out, const float *pv, const int *pi, int parts) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    float bv = __int_as_float(0x7fc00000);
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x)
+        if (am_better(pv[i], pi[i], bv, bi)) { bv = pv[i]; bi = pi[i]; }
+    am_block(bv, bi, sv, si);
+    if (threadIdx.x == 0) *out = bi == 0x7fffffff ? 0 : bi;
 }
 
 void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count) {
     if (count <= 0) return;
-    argmax_kernel<<<1, 1024, 0, cb->stream>>>(out, x, count);
+    float *pv = (float *)cb_scratch_get(cb, &cb->argmax_part, AM_BLOCKS * (sizeof(float) + sizeof(int)));
+    if (!pv) return;
+    int *pi = (int *)(pv + AM_BLOCKS);
+    argmax_part_kernel<<<AM_BLOCKS, AM_THREADS, 0, cb->stream>>>(pv, pi, x, count);
+    argmax_final_kernel<<<1, 128, 0, cb->stream>>>(out, pv, pi, AM_BLOCKS);
     cb_launched(cb, "argmax");
 }
