@@ -61,6 +61,13 @@ int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
  * first index on ties; NaN is never chosen over a number): greedy decoding. A device backend
  * takes the argmax on the device and moves 4 bytes instead of the logits. */
 int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
+/* One greedy decode step for n distinct sessions of one model at once: tokens[i] runs at
+ * ss[i]'s position (which advances by one) and out_ids[i] = the argmax of its logits (same
+ * rule as ci_forward_argmax). The weights are read once for all n rows; a device backend
+ * takes the argmaxes on the device and moves n ids instead of the logits. Fails naming the
+ * family when it has no batched decode; a session given twice, a full session or an id
+ * outside the vocabulary is refused before anything runs. */
+int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 
 typedef struct {
     float temperature;      /* 0: greedy */

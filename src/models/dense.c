@@ -303,6 +303,7 @@ typedef struct {
     int32_t *hpos;               /* [ub] host memory: positions to upload */
     float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
     int32_t *best;               /* [1] argmax of logits1 */
+    int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
     float *logits_n;             /* [logit_rows, vocab] all_logits / forward_batch groups, */
     int logit_rows;              /* allocated on first need (0 until then) */
     void *graph[2];              /* the captured decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
@@ -362,6 +363,7 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
     c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
     c->best = be_alloc(be, sizeof(int32_t), &bad);
+    c->best_n = be_alloc(be, U * sizeof(int32_t), &bad);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
                       be->last_error[0] ? ": " : "", be->last_error);
@@ -381,6 +383,7 @@ void dense_session_free(ci_session *s) {
     be_release(be, c->ids);
     be_release(be, c->pos);
     be_release(be, c->best);
+    be_release(be, c->best_n);
     moe_scratch_free(&c->moe);
     free(c->hpos);
     free(c);
@@ -416,15 +419,19 @@ static void dump_buf(ci_model *m, const char *name, int layer, const float *x, i
 }
 
 /* rmsnorm of the n rows of c->x into c->xn, then the head over groups of c->logit_rows rows,
- * each downloaded into logits [n, vocab] (host). */
-static void head_rows(ci_model *m, dense_cache *c, int n, float *logits) {
+ * each downloaded into logits [n, vocab] (host); or, when best is given, each row's argmax
+ * taken by the backend into best[row] (backend memory) and no logits come back. */
+static void head_rows(ci_model *m, dense_cache *c, int n, float *logits, int32_t *best) {
     const dense_model *d = m->impl;
     ci_backend *be = m->be;
     be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->dim, d->eps);
     for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
         int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
         be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->dim, rows, &d->dev_head);
-        be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+        if (best)
+            for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
+        else
+            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
     }
 }
 
@@ -512,7 +519,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     } else {
         chunk_ops(s, n, head);
     }
-    if (logits && all_logits) head_rows(m, c, n, logits);
+    if (logits && all_logits) head_rows(m, c, n, logits, NULL);
     if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
     if (head == HEAD_ARGMAX) {
         int32_t best = 0;
@@ -554,8 +561,11 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
  * position ss[i]->pos. The projections, norms and the FFN / MoE run over all n rows at
  * once, so each weight matrix is read once per step instead of n times; per row,
  * qk_rope_store writes its k / v into its own session's cache at its position (pos buffer
- * + i) and attention_pos runs against that cache. Scratch is ss[0]'s. */
-static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+ * + i) and attention_pos runs against that cache. Scratch is ss[0]'s. The head either
+ * brings the n rows of logits back (logits), or takes each row's argmax on the backend and
+ * brings back only those n int32 ids (out_ids: forward_batch_argmax). */
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
     ci_model *m = ss[0]->m;
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
@@ -596,21 +606,34 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);
         }
     }
-    head_rows(m, c, n, logits);
+    head_rows(m, c, n, logits, out_ids ? c->best_n : NULL);
+    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }
 
-int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+/* Groups of at most ss[0]'s chunk of rows (its scratch), each through forward_rows. */
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const dense_model *d = ss[0]->m->impl;
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     const int ub = ((const dense_cache *)ss[0]->impl)->ub;
     for (int off = 0; off < n; off += ub) {
         int k = n - off < ub ? n - off : ub;
-        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
     }
     return 0;
+}
+
+int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int dense_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
 }
 
 /* Position-major: for each position p < n, for each layer, K row then V row. Any prefix

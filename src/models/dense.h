@@ -9,7 +9,8 @@
  * Written against the backend's memory boundary (backend.h): weights are placed with
  * be->weight after binding, every session buffer (cache, activations, the ids / positions of
  * a chunk, logits) comes from be->alloc, and forward only uploads ids and positions, runs
- * ops and downloads logits (or the 4-byte argmax of dense_forward_argmax). A decode step is
+ * ops and downloads logits (or the 4-byte argmax of dense_forward_argmax, the n int32 ids
+ * of dense_forward_batch_argmax). A decode step is
  * captured once per session as a backend graph when the backend has graphs and replayed
  * after (ci_model.no_graphs: eager). llama and qwen3 run on CUDA this way; MoE layers
  * (moe_forward) and MLX-quantized weights stay CPU-only and are refused on a device. */
@@ -33,6 +34,8 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
 size_t dense_cache_bytes_per_token(const ci_model *m);
 /* The optional serving ops of registry.h (forward_batch, cache_export, cache_import). */
 int dense_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+/* registry.h forward_batch_argmax: forward_batch, then each row's argmax taken by the backend. */
+int dense_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen);
 int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen);
 

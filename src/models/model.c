@@ -139,6 +139,29 @@ int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
     return rc;
 }
 
+int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    if (!ss || !tokens || !out_ids || n <= 0 || !ss[0])
+        return ci_err(err, errlen, "forward_batch_argmax needs at least one sequence, its token and room for its id");
+    const ci_model *m = ss[0]->m;
+    const ci_family_ops *o = m->family->ops;
+    if (o->forward_batch_argmax) {
+        if (o->forward_batch_argmax(ss, tokens, n, out_ids, err, errlen)) return -1;
+        return ci_backend_check(m, err, errlen);
+    }
+    if (!o->forward_batch) return ci_err(err, errlen, "%s: no batched decode", m->family->name);
+    /* no backend argmax: the n rows of logits come to the host, each picked by the sampler's
+     * greedy rule */
+    const size_t V = (size_t)m->cfg.vocab_size;
+    float *logits = malloc((size_t)n * V * sizeof *logits);
+    if (!logits) return ci_err(err, errlen, "%s: out of memory for %d rows of logits", m->family->name, n);
+    int rc = o->forward_batch(ss, tokens, n, logits, err, errlen);
+    if (!rc) rc = ci_backend_check(m, err, errlen);
+    if (!rc)
+        for (int i = 0; i < n; i++) out_ids[i] = smp_argmax(logits + (size_t)i * V, (int)V);
+    free(logits);
+    return rc;
+}
+
 int ci_forward_check(const ci_session *s, const int *tokens, int n, int vocab, char *err, size_t errlen) {
     const char *fam = s->m->family->name;
     if (n <= 0) return ci_err(err, errlen, "%s: forward needs at least one token", fam);

@@ -12,7 +12,7 @@ static const ci_family_ops qwen3_ops = {
     .session_init = dense_session_init, .session_free = dense_session_free,
     .forward = dense_forward, .cache_bytes_per_token = dense_cache_bytes_per_token,
     .forward_batch = dense_forward_batch, .cache_export = dense_cache_export, .cache_import = dense_cache_import,
-    .forward_argmax = dense_forward_argmax,
+    .forward_argmax = dense_forward_argmax, .forward_batch_argmax = dense_forward_batch_argmax,
 };
 
 const ci_family fam_qwen3 = { "qwen3", (const char *const[]){ "qwen3", NULL }, NULL, &qwen3_ops, 1 };

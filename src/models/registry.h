@@ -60,6 +60,12 @@ typedef struct ci_family_ops {
      * the backend, so a device moves 4 bytes instead of the logits. NULL: ci_forward_argmax
      * runs forward and takes the argmax on the host with the same rule. */
     int (*forward_argmax)(struct ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
+    /* Optional batched greedy step: forward_batch(ss, tokens, n, ...), then out_ids[i] = the
+     * argmax of row i's logits (same rule as forward_argmax) taken by the backend, so a device
+     * moves n int32 ids instead of n rows of logits. NULL: ci_forward_batch_argmax runs
+     * forward_batch and takes each row's argmax on the host. */
+    int (*forward_batch_argmax)(struct ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err,
+                                size_t errlen);
 } ci_family_ops;
 
 typedef struct ci_family {
