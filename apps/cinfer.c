@@ -514,6 +514,44 @@ static double measure_read_gbs(int threads) {
     return bytes / best / 1e9;
 }
 
+/* bench --batch: nb sessions of depth + prompt-len + gen tokens (one more on a device, for
+ * the warm-up step), each prefilled untimed with the single sequence's context and prompt,
+ * then gen timed steps of ci_forward_batch_argmax over all of them, each row fed its own
+ * greedy token. On a device one untimed batched step runs first. *secs: the decode time. */
+static int bench_batch(ci_model *m, const int *ids, long long pl, long long depth, long long gen, int nb, int on_dev,
+                       double *secs) {
+    char err[1024];
+    int rc = 0;
+    ci_session **ss = calloc((size_t)nb, sizeof *ss);
+    int *tok = malloc((size_t)nb * sizeof *tok), *next = malloc((size_t)nb * sizeof *next);
+    if (!ss || !tok || !next) { rc = die(1, "out of memory"); goto done; }
+    int ctx = (int)(depth + pl + gen + (on_dev ? 1 : 0));
+    for (int b = 0; b < nb; b++) {
+        if (ci_session_new(m, ctx, &ss[b], err, sizeof err) ||
+            (depth > 0 && ci_forward_argmax(ss[b], ids + pl, (int)depth, &tok[b], err, sizeof err)) ||
+            ci_forward_argmax(ss[b], ids, (int)pl, &tok[b], err, sizeof err)) {
+            rc = die(1, "%s", err);
+            goto done;
+        }
+    }
+    if (on_dev) {
+        if (ci_forward_batch_argmax(ss, tok, nb, next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        memcpy(tok, next, (size_t)nb * sizeof *tok);
+    }
+    double t0 = now();
+    for (long long k = 0; k < gen; k++) {
+        if (ci_forward_batch_argmax(ss, tok, nb, next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        memcpy(tok, next, (size_t)nb * sizeof *tok);
+    }
+    *secs = now() - t0;
+done:
+    for (int b = 0; ss && b < nb; b++) ci_session_free(ss[b]);
+    free(ss);
+    free(tok);
+    free(next);
+    return rc;
+}
+
 /* bench: one session of depth + prompt-len + gen tokens. --depth N random tokens are
  * prefilled first (untimed; decode at a long context, as llama-bench's -d), then
  * --prompt-len random tokens are timed as one prefill, then --gen decode steps. On the CPU a
@@ -521,18 +559,22 @@ static double measure_read_gbs(int threads) {
  * always was, so CPU numbers stay comparable). On a device it is greedy ci_forward_argmax
  * fed its own token (4 bytes come back per step, not the logits), after an untimed warm-up
  * (the prefill and two steps in the same session, then reset: library set-up and graph
- * capture are not timed); the device line is a device-to-device copy probe. */
+ * capture are not timed); the device line is a device-to-device copy probe. --batch N then
+ * also times batched greedy decode of N sequences (bench_batch) in the same run and prints
+ * its line and its ratio to the single-sequence decode line. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--batch", 1, 0, 0},
+                  {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("bench", fl, "--model", &rc);
     if (rc) return rc;
-    long long pl = 128, gen = 32, depth = 0;
+    long long pl = 128, gen = 32, depth = 0, nb = 0;
     if (find_flag(fl, "--prompt-len")->seen && parse_long("bench", "--prompt-len", find_flag(fl, "--prompt-len")->value, 1, 1 << 20, &pl)) return 2;
     if (find_flag(fl, "--gen")->seen && parse_long("bench", "--gen", find_flag(fl, "--gen")->value, 1, 1 << 20, &gen)) return 2;
     if (find_flag(fl, "--depth")->seen && parse_long("bench", "--depth", find_flag(fl, "--depth")->value, 0, 1 << 24, &depth)) return 2;
+    if (find_flag(fl, "--batch")->seen && parse_long("bench", "--batch", find_flag(fl, "--batch")->value, 1, 256, &nb)) return 2;
     ci_model_opts mo;
     if ((rc = device_opts("bench", fl, &mo))) return rc;
     ci_model *m = NULL;
@@ -582,6 +624,8 @@ static int cmd_bench(int argc, char **argv) {
     /* The probe's 2 GiB come after the session's memory is given back. */
     ci_session_free(s);
     s = NULL;
+    double tb = 0;
+    if (nb > 0 && (rc = bench_batch(m, ids, pl, depth, gen, (int)nb, on_dev, &tb))) goto done;
     double copy = on_dev ? ci_model_copy_gbs(m, err, sizeof err) : 0;
     printf("model        %s (%s, %.3f B params, backend %s)\n", dir, i.family, i.n_params / 1e9, i.backend);
     if (depth > 0)
@@ -590,6 +634,12 @@ static int cmd_bench(int argc, char **argv) {
         printf("prefill      %lld tokens in %.3f s = %.1f tok/s\n", pl, tp, pl / tp);
     printf("decode       %lld tokens in %.3f s = %.2f tok/s (context %lld..%lld)\n", gen, td, dec, depth + pl,
            depth + pl + gen);
+    if (nb > 0) {
+        double bdec = (double)(nb * gen) / tb;
+        printf("decode batch %lld tokens in %.3f s = %.2f tok/s (%lld sequences x %lld steps)\n", nb * gen, tb, bdec, nb,
+               gen);
+        printf("batch gain   %.2fx the single-sequence decode tok/s\n", bdec / dec);
+    }
     printf("weights/tok  %.1f MiB read per decoded token\n", i.decode_bytes / 1048576.0);
     double dgbs = i.decode_bytes * dec / 1e9;
     if (on_dev && copy > 0)

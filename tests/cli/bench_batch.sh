@@ -1,0 +1,29 @@
+# bench --batch N: batched greedy decode of N sequences (ci_forward_batch_argmax) timed in
+# the same run as the single-sequence lines, on a fixture: the batch line and its ratio to
+# the single-sequence decode line are printed, the single-sequence lines stay; --batch
+# outside 1..256 is a usage error (exit 2, one line naming the flag).
+. "$(dirname "$0")/lib.sh"
+
+# expect_usage NAME SUBSTRING CMD...: exit status exactly 2, one stderr line with SUBSTRING.
+expect_usage() {
+  local name=$1 want=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err" </dev/null; local rc=$?
+  local lines; lines=$(wc -l <"$TMP/err")
+  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc (want 2); stderr: $(head -c 300 "$TMP/err")"
+  elif [ "$lines" -ne 1 ]; then fail "$name" "expected one stderr line, got $lines: $(head -c 300 "$TMP/err")"
+  elif ! grep -qF -- "$want" "$TMP/err"; then fail "$name" "stderr lacks '$want': $(cat "$TMP/err")"
+  else pass "$name"; fi
+}
+
+for fx in tests/fixtures/qwen3_bf16 tests/fixtures/llama_yarn; do
+  name=$(basename $fx)
+  expect_ok "bench --batch 2 $name" $CINFER bench --model $fx --prompt-len 6 --gen 3 --depth 4 --batch 2 --threads 1
+  if grep -Eq "^decode batch 6 tokens in [0-9.]+ s = [0-9.]+ tok/s \(2 sequences x 3 steps\)$" "$TMP/out" &&
+     grep -Eq "^decode +3 tokens in " "$TMP/out" && grep -Eq "^prefill +6 tokens in " "$TMP/out" &&
+     grep -Eq "^batch gain +[0-9.]+x " "$TMP/out"; then pass "bench --batch 2 $name output"
+  else fail "bench --batch 2 $name output" "$(cat "$TMP/out")"; fi
+done
+expect_usage "bench --batch 0" "bench: --batch expects an integer in [1, 256], got '0'" \
+  $CINFER bench --model tests/fixtures/qwen3_bf16 --batch 0
+expect_usage "bench --batch 257" "--batch expects an integer in [1, 256]" $CINFER bench --model tests/fixtures/qwen3_bf16 --batch 257
+expect_usage "bench --batch x" "--batch expects an integer" $CINFER bench --model tests/fixtures/qwen3_bf16 --batch x
