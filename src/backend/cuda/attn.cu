@@ -109,11 +109,13 @@ __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
 }
 
 /* Split-K for rows whose head_dim is a multiple of 4 (<= 256) and GQA groups <= 8: a block
- * takes VCHUNK keys of one (row, kv group); warp w scores keys w, w+4, ... with its lanes
- * across the head dimension (16-byte loads of K rows, a shuffle sum per query head), the
- * chunk's softmax is per head as above, then warp w sums p·V over its keys (16-byte loads
- * of V rows, 4 keys in flight) and the 4 warps' sums meet in shared memory. */
-enum { VCHUNK = 128, VGROUP = 8 };
+ * takes VCHUNK = 32 keys of one (row, kv group) and warp w the keys 8w..8w+7 of them. A
+ * decode step is bound by latency, not bandwidth, at the contexts it usually sees, so each
+ * warp issues the 16-byte loads of all its 8 K rows (lanes across the head dimension)
+ * before the first product, scores them per query head with shuffle sums, and after the
+ * chunk's softmax (per head, as above) loads its 8 V rows at once and sums p·V; the 4
+ * warps' sums meet in shared memory. */
+enum { VCHUNK = 32, VKPW = 8, VGROUP = 8 };
 __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const float *q, const float *kc,
                                                              const float *vc, const int32_t *pos, int pos0,
                                                              int n_heads, int n_kv, int hd, int kv_stride, float scale,
@@ -127,69 +129,77 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
     const int nj = L - j0 < VCHUNK ? L - j0 : VCHUNK;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd4 = hd >> 2;
-    float *qs = sm;                   /* [G, hd] scaled queries */
-    float *ps = qs + G * hd;          /* [G, VCHUNK] scores, then probabilities */
-    float *ml = ps + G * VCHUNK;      /* [G, 2] */
-    float *red = ml + 2 * G;          /* [4, G, hd] per-warp p·V sums */
+    float *qs = sm;                                 /* [G, hd] scaled queries */
+    float *ps = qs + G * hd;                        /* [G, VCHUNK] scores, then probabilities */
+    float *ml = ps + G * VCHUNK;                    /* [G, 2] */
+    float *red = ml + ((2 * G + 3) & ~3);           /* [4, G, hd] per-warp p·V sums (16-byte aligned) */
     const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qrow[i] * scale;
     __syncthreads();
     const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
-    /* scores: lane covers float4 slots lane and lane + 32 of the head dimension */
-    for (int j = warp; j < nj; j += 4) {
-        const float4 *kr = (const float4 *)(kb + (int64_t)(j0 + j) * kv_stride);
-        float4 k0 = lane < hd4 ? kr[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 k1 = lane + 32 < hd4 ? kr[lane + 32] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int jw = warp * VKPW;                     /* this warp's first key in the chunk */
+    {
+        float4 k0[VKPW], k1[VKPW];
+#pragma unroll
+        for (int u = 0; u < VKPW; u++) {
+            const int j = jw + u;
+            const float4 *kr = (const float4 *)(kb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+            k0[u] = lane < hd4 && j < nj ? kr[lane] : z4;
+            k1[u] = lane + 32 < hd4 && j < nj ? kr[lane + 32] : z4;
+        }
 #pragma unroll
         for (int h = 0; h < VGROUP; h++) {
             if (h >= G) break;
             const float4 *qh = (const float4 *)(qs + h * hd);
-            float s = 0.0f;
-            if (lane < hd4) { float4 a = qh[lane]; s = k0.x * a.x + k0.y * a.y + k0.z * a.z + k0.w * a.w; }
-            if (lane + 32 < hd4) { float4 a = qh[lane + 32]; s += k1.x * a.x + k1.y * a.y + k1.z * a.z + k1.w * a.w; }
+            const float4 a = lane < hd4 ? qh[lane] : z4, b = lane + 32 < hd4 ? qh[lane + 32] : z4;
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) ps[h * VCHUNK + j] = s;
+            for (int u = 0; u < VKPW; u++) {
+                float sc = k0[u].x * a.x + k0[u].y * a.y + k0[u].z * a.z + k0[u].w * a.w +
+                           k1[u].x * b.x + k1[u].y * b.y + k1[u].z * b.z + k1[u].w * b.w;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+                if (lane == 0 && jw + u < nj) ps[h * VCHUNK + jw + u] = sc;
+            }
         }
     }
     __syncthreads();
     for (int h = warp; h < G; h += 4) {
-        float m = -INFINITY;
-        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * VCHUNK + j]);
+        float sv = lane < nj ? ps[h * VCHUNK + lane] : -INFINITY;
+        float m = sv;
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.0f;
-        for (int j = lane; j < nj; j += 32) {
-            float p = expf(ps[h * VCHUNK + j] - m);
-            ps[h * VCHUNK + j] = p;
-            l += p;
-        }
+        float p = lane < nj ? expf(sv - m) : 0.0f;
+        if (lane < nj) ps[h * VCHUNK + lane] = p;
+        float l = p;
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
         if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
     }
     __syncthreads();
-    float4 a0[VGROUP], a1[VGROUP];
+    {
+        float4 v0[VKPW], v1[VKPW];
 #pragma unroll
-    for (int h = 0; h < VGROUP; h++) { a0[h] = make_float4(0.f, 0.f, 0.f, 0.f); a1[h] = a0[h]; }
-    for (int j = warp; j < nj; j += 4) {
-        const float4 *vr = (const float4 *)(vb + (int64_t)(j0 + j) * kv_stride);
-        float4 v0 = lane < hd4 ? vr[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-        float4 v1 = lane + 32 < hd4 ? vr[lane + 32] : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int u = 0; u < VKPW; u++) {
+            const int j = jw + u;
+            const float4 *vr = (const float4 *)(vb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+            v0[u] = lane < hd4 && j < nj ? vr[lane] : z4;
+            v1[u] = lane + 32 < hd4 && j < nj ? vr[lane + 32] : z4;
+        }
 #pragma unroll
         for (int h = 0; h < VGROUP; h++) {
             if (h >= G) break;
-            float p = ps[h * VCHUNK + j];
-            a0[h].x = fmaf(p, v0.x, a0[h].x); a0[h].y = fmaf(p, v0.y, a0[h].y);
-            a0[h].z = fmaf(p, v0.z, a0[h].z); a0[h].w = fmaf(p, v0.w, a0[h].w);
-            a1[h].x = fmaf(p, v1.x, a1[h].x); a1[h].y = fmaf(p, v1.y, a1[h].y);
-            a1[h].z = fmaf(p, v1.z, a1[h].z); a1[h].w = fmaf(p, v1.w, a1[h].w);
-        }
-    }
+            float4 a0 = z4, a1 = z4;
 #pragma unroll
-    for (int h = 0; h < VGROUP; h++) {
-        if (h >= G) break;
-        float4 *r = (float4 *)(red + ((int64_t)warp * G + h) * hd);
-        if (lane < hd4) r[lane] = a0[h];
-        if (lane + 32 < hd4) r[lane + 32] = a1[h];
+            for (int u = 0; u < VKPW; u++) {
+                const float p = jw + u < nj ? ps[h * VCHUNK + jw + u] : 0.0f;
+                a0.x = fmaf(p, v0[u].x, a0.x); a0.y = fmaf(p, v0[u].y, a0.y);
+                a0.z = fmaf(p, v0[u].z, a0.z); a0.w = fmaf(p, v0[u].w, a0.w);
+                a1.x = fmaf(p, v1[u].x, a1.x); a1.y = fmaf(p, v1[u].y, a1.y);
+                a1.z = fmaf(p, v1[u].z, a1.z); a1.w = fmaf(p, v1[u].w, a1.w);
+            }
+            float4 *r = (float4 *)(red + ((int64_t)warp * G + h) * hd);
+            if (lane < hd4) r[lane] = a0;
+            if (lane + 32 < hd4) r[lane + 32] = a1;
+        }
     }
     __syncthreads();
     float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
@@ -505,7 +515,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         if (!part) return;
         dim3 grid(n_kv, n_chunks, n);
         if (vec) {
-            size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + 2 * (size_t)G + 4 * (size_t)G * hd) * sizeof(float);
+            size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             attn_split_vec_kernel<<<grid, 128, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
                                                                    kv_stride, scale, n_chunks);
         } else {
