@@ -124,6 +124,14 @@ typedef struct ci_backend {
      * product; a device may leave it untouched). */
     void (*matmul_swiglu)(struct ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                           const ci_mat *Wu);
+    /* The block input's RMSNorm fused into the projections that read it: xn[n, cols] =
+     * rmsnorm(x) * norm_w (eps), then matmul_n(count, ys, xn, n, Ws), resp.
+     * matmul_swiglu(g, u, xn, n, Wg, Wu). xn is scratch: a device may compute the norm on
+     * the fly and never write it, so its contents are undefined afterwards. */
+    void (*norm_matmul_n)(struct ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,
+                          float *const *ys, int n, const ci_mat *const *Ws);
+    void (*norm_matmul_swiglu)(struct ci_backend *be, float *xn, const float *x, const float *norm_w, float eps,
+                               float *g, float *u, int n, const ci_mat *Wg, const ci_mat *Wu);
     /* The attention block between the projections and attention(): for t < n, per head
      * RMSNorm of q[t] (n_heads heads) and k[t] (n_kv heads) when q_norm / k_norm are given
      * (weights [hd], eps), rope (rot_dim dims from dim 0, pos[t], inv_freq, mscale, style)

@@ -456,10 +456,9 @@ static void chunk_ops(ci_session *s, int n, int head) {
         const dense_placed *P = &d->dev[l];
         float *kc = c->k + (size_t)l * s->max_ctx * KD, *vc = c->v + (size_t)l * s->max_ctx * KD;
 
-        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
         float *qkv[3] = { c->q, c->kb, c->vb };          /* q [n, H*hd], k / v [n, KV*hd] */
         const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
-        be->matmul_n(be, 3, qkv, c->xn, n, wqkv);
+        be->norm_matmul_n(be, c->xn, c->x, P->attn_norm, d->eps, 3, qkv, n, wqkv);
         /* Qwen3's per-head RMSNorm over hd, RoPE at c->pos, k / v into cache rows c->pos */
         be->qk_rope_store(be, c->q, c->kb, c->vb, n, H, KV, hd, d->opts.qk_norm ? P->q_norm : NULL,
                           d->opts.qk_norm ? P->k_norm : NULL, d->eps, d->rope.rot_dim, c->pos, d->dev_inv_freq,
@@ -469,19 +468,19 @@ static void chunk_ops(ci_session *s, int n, int head) {
         be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);  /* x += o_proj(att) */
         dump_buf(m, "after_attn", l, c->x, n, D);
 
-        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
         if (L->is_moe) {
+            be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
             moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);  /* att reused as [n, D] output */
             be->add(be, c->x, c->att, (int64_t)n * D);
         } else {
-            be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);  /* [n, ff] */
+            be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);  /* [n, ff] */
             be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);            /* x += down(·) */
         }
         dump_buf(m, "layer_out", l, c->x, n, D);
     }
     if (head == HEAD_NONE) return;
-    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
-    be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+    const ci_mat *head_w = &d->dev_head;
+    be->norm_matmul_n(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, d->eps, 1, &c->logits1, 1, &head_w);
     if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
 }
 
@@ -581,10 +580,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     for (int l = 0; l < d->n_layers; l++) {
         const dense_layer *L = &d->layers[l];
         const dense_placed *P = &d->dev[l];
-        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
         float *qkv[3] = { c->q, c->kb, c->vb };
         const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
-        be->matmul_n(be, 3, qkv, c->xn, n, wqkv);
+        be->norm_matmul_n(be, c->xn, c->x, P->attn_norm, d->eps, 3, qkv, n, wqkv);
         for (int i = 0; i < n; i++) {                    /* each row into its own cache, then attend */
             dense_cache *ci = ss[i]->impl;
             float *kc = ci->k + (size_t)l * ss[i]->max_ctx * KD, *vc = ci->v + (size_t)l * ss[i]->max_ctx * KD;
@@ -597,12 +595,12 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
         be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);
 
-        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
         if (L->is_moe) {
+            be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
             moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
             be->add(be, c->x, c->att, (int64_t)n * D);
         } else {
-            be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+            be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);
             be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);
         }
     }

@@ -370,6 +370,51 @@ static void test_matmul_fused(void) {
                 g_free(gg); g_free(gu);
                 free(g); free(u); free(got);
             }
+            /* norm_matmul_n / norm_matmul_swiglu: the block's RMSNorm fused into the
+             * projections (the CPU reference: rmsnorm then the unfused op) */
+            snprintf(name, sizeof name, "cuda norm_matmul_n %s 3x(%lld|%lld|%lld)x%lld n=%d", dn, (long long)rq,
+                     (long long)rk, (long long)rk, (long long)cols, n);
+            if (gpu->norm_matmul_n && want(name)) {
+                float *nw = xmalloc((size_t)cols * 4), *xn = xmalloc((size_t)n * cols * 4);
+                fill(nw, (size_t)cols, 1.f);
+                float *gnw = g_put(nw, (size_t)cols * 4), *gxn = g_alloc((size_t)n * cols * 4);
+                size_t sz[3] = { (size_t)n * rq, (size_t)n * rk, (size_t)n * rk };
+                float *r[3], *gy[3];
+                for (int j = 0; j < 3; j++) { r[j] = xmalloc(sz[j] * 4); gy[j] = g_alloc(sz[j] * 4); g_poison(gy[j], sz[j] * 4); }
+                const ci_mat *wc[3] = { &wq.c, &wk.c, &wv.c }, *wg[3] = { &wq.g, &wk.g, &wv.g };
+                cpu->rmsnorm(cpu, xn, x, nw, n, (int)cols, 1e-6f);
+                ref_matmul_n(3, r, xn, n, wc);
+                gpu->norm_matmul_n(gpu, gxn, gx, gnw, 1e-6f, 3, gy, n, wg);
+                errs e = { 0, 0, 0 };
+                double num = 0, den = 0;
+                for (int j = 0; j < 3; j++) {
+                    float *got = xmalloc(sz[j] * 4);
+                    g_get(got, gy[j], sz[j] * 4);
+                    acc_err(&e, &num, &den, got, r[j], sz[j]);
+                    free(got); free(r[j]); g_free(gy[j]);
+                }
+                fin_err(&e, num, den);
+                report(name, e, mm_bound(&wq.c, n));
+                g_free(gnw); g_free(gxn);
+                free(nw); free(xn);
+            }
+            snprintf(name, sizeof name, "cuda norm_matmul_swiglu %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols, n);
+            if (gpu->norm_matmul_swiglu && want(name)) {
+                size_t ny = (size_t)n * rk;
+                float *nw = xmalloc((size_t)cols * 4), *xn = xmalloc((size_t)n * cols * 4);
+                fill(nw, (size_t)cols, 1.f);
+                float *gnw = g_put(nw, (size_t)cols * 4), *gxn = g_alloc((size_t)n * cols * 4);
+                float *g = xmalloc(ny * 4), *u = xmalloc(ny * 4), *got = xmalloc(ny * 4);
+                float *gg = g_alloc(ny * 4), *gu = g_alloc(ny * 4);
+                g_poison(gg, ny * 4);
+                cpu->rmsnorm(cpu, xn, x, nw, n, (int)cols, 1e-6f);
+                ref_matmul_swiglu(g, u, xn, n, &wk.c, &wv.c);
+                gpu->norm_matmul_swiglu(gpu, gxn, gx, gnw, 1e-6f, gg, gu, n, &wk.g, &wv.g);
+                g_get(got, gg, ny * 4);
+                report(name, compare(got, g, ny), mm_bound(&wk.c, n));
+                g_free(gg); g_free(gu); g_free(gnw); g_free(gxn);
+                free(g); free(u); free(got); free(nw); free(xn);
+            }
             /* matmul_xw: y[n, W.cols] = x[n, W.rows] · W */
             snprintf(name, sizeof name, "cuda matmul_xw %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols, n);
             if (gpu->matmul_xw && cpu->matmul_xw && want(name)) {

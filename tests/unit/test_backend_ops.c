@@ -8,7 +8,8 @@
  *  - kv_store at scattered positions;
  *  - attention_pos against attention (pos[t] = pos0 + t, contexts across several key blocks,
  *    GQA, odd head size) and against one attention call per row for out-of-order positions;
- *  - matmul_n / matmul_acc / matmul_swiglu against matmul, add and swiglu, for f32, bf16 and
+ *  - matmul_n / matmul_acc / matmul_swiglu (and the norm_ forms against rmsnorm first)
+ *    against matmul, add and swiglu, for f32, bf16 and
  *    fp8 (block scales) weights, n = 1, 3, 5 and 17 rows;
  *  - qk_rope_store against rmsnorm, rmsnorm, rope, rope, kv_store, kv_store (with and without
  *    q/k norms, both rope styles, partial rotation);
@@ -188,6 +189,19 @@ static void test_fused_matmuls(void) {
                 be->swiglu(be, a2, a3, (int64_t)n * R2);
                 be->matmul_swiglu(be, b2, b3, x, n, &w2.m, &w3.m);
                 CHECK(same(a2, b2, (size_t)n * R2), "%s: matmul_swiglu %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                /* norm_matmul_n / norm_matmul_swiglu: rmsnorm, then the unfused op, bit for bit */
+                float *nw = rvec((size_t)D), *xn = malloc((size_t)n * D * 4), *xn2 = malloc((size_t)n * D * 4);
+                be->rmsnorm(be, xn, x, nw, n, (int)D, 1e-5f);
+                be->matmul_n(be, 3, ys, xn, n, ws);
+                float *c1 = malloc((size_t)n * R1 * 4), *c2 = malloc((size_t)n * R2 * 4), *c3 = malloc((size_t)n * R2 * 4);
+                float *zs[3] = { c1, c2, c3 };
+                be->norm_matmul_n(be, xn2, x, nw, 1e-5f, 3, zs, n, ws);
+                CHECK(same(b1, c1, (size_t)n * R1) && same(b2, c2, (size_t)n * R2) && same(b3, c3, (size_t)n * R2),
+                      "%s: norm_matmul_n %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                be->matmul_swiglu(be, b2, b3, xn, n, &w2.m, &w3.m);
+                be->norm_matmul_swiglu(be, xn2, x, nw, 1e-5f, c2, c3, n, &w2.m, &w3.m);
+                CHECK(same(b2, c2, (size_t)n * R2), "%s: norm_matmul_swiglu %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                free(nw); free(xn); free(xn2); free(c1); free(c2); free(c3);
                 free(x); free(a1); free(a2); free(a3); free(b1); free(b2); free(b3); free(y1); free(y2); free(tmp);
             }
             free_w(&w1); free_w(&w2); free_w(&w3);

@@ -627,6 +627,18 @@ static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x
     cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
 }
 
+static void cpu_norm_matmul_n(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,
+                              float *const *ys, int n, const ci_mat *const *Ws) {
+    cpu_rmsnorm(be, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
+    cpu_matmul_n(be, count, ys, xn, n, Ws);
+}
+
+static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, float *g,
+                                   float *u, int n, const ci_mat *Wg, const ci_mat *Wu) {
+    cpu_rmsnorm(be, xn, x, norm_w, n, (int)Wg->cols, eps);
+    cpu_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
+}
+
 static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                               const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
                               const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
@@ -727,6 +739,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.matmul_n = cpu_matmul_n;
     b->base.matmul_acc = cpu_matmul_acc;
     b->base.matmul_swiglu = cpu_matmul_swiglu;
+    b->base.norm_matmul_n = cpu_norm_matmul_n;
+    b->base.norm_matmul_swiglu = cpu_norm_matmul_swiglu;
     b->base.qk_rope_store = cpu_qk_rope_store;
     b->base.argmax = cpu_argmax;
     b->base.status = cpu_status;

@@ -27,6 +27,7 @@ __device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { re
 __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
     int hd, int kv_stride, float scale, int n_chunks) {
+    pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
     const int G = n_heads / n_kv;
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
                                                              const float *vc, const int32_t *pos, int pos0,
                                                              int n_heads, int n_kv, int hd, int kv_stride, float scale,
                                                              int n_chunks) {
+    pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
     const int G = n_heads / n_kv;
@@ -220,6 +222,7 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
  * then each thread sums its dimensions over the chunks. */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
                                     int n_chunks, int chunk) {
+    pdl_enter();
     extern __shared__ float wsh[];    /* [n_chunks] */
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y;
@@ -249,7 +252,6 @@ __global__ void attn_combine_kernel(float *out, const float *part, const int32_t
     const float inv = 1.0f / den;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-#pragma unroll 4
         for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], p[(int64_t)c * (hd + 2) + d], acc);
         out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
     }
@@ -260,6 +262,7 @@ __global__ void attn_combine_kernel(float *out, const float *part, const int32_t
 __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
     float *out, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n, int n_heads,
     int n_kv, int hd, int kv_stride, float scale) {
+    pdl_enter();
     extern __shared__ float sm[];
     const int h = blockIdx.y, t0 = blockIdx.x * QT, g = h / (n_heads / n_kv);
     const int nq = n - t0 < QT ? n - t0 : QT;
@@ -364,6 +367,7 @@ template <int HD>
 __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float *q, const float *kc, const float *vc,
                                                          const int32_t *pos, int pos0, int n, int n_heads, int n_kv,
                                                          int kv_stride, float scale) {
+    pdl_enter();
     constexpr int BQ = 64, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
     extern __shared__ __align__(128) unsigned char smraw[];
     __half *Qs = (__half *)smraw;
@@ -489,7 +493,7 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
         set = 1;
     }
     dim3 grid((n + 63) / 64, n_heads);
-    attn_flash_kernel<HD><<<grid, 128, smem, cb->stream>>>(out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
+    cb_launch(cb, attn_flash_kernel<HD>, dim3(grid), dim3(128), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
     cb_launched(cb, "attention (flash)");
 }
 
@@ -516,15 +520,15 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         dim3 grid(n_kv, n_chunks, n);
         if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
-            attn_split_vec_kernel<<<grid, 128, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+            cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
                                                                    kv_stride, scale, n_chunks);
         } else {
             size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
-            attn_split_kernel<<<grid, SPLIT_THREADS, smem, cb->stream>>>(part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+            cb_launch(cb, attn_split_kernel, dim3(grid), dim3(SPLIT_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
                                                                           kv_stride, scale, n_chunks);
         }
         if (cb_launched(cb, "attention (split)")) return;
-        size_t csmem = (size_t)n_chunks * sizeof(float);
+        size_t csmem = ((size_t)n_chunks + 4) * sizeof(float); /* + 4: the unrolled loop may read a vector past nc */
         if (csmem > 48 * 1024) {
             static int set = 0;
             if (!set) {
@@ -540,7 +544,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 return;
             }
         }
-        attn_combine_kernel<<<dim3(n_heads, n), 128, csmem, cb->stream>>>(out, part, pos, pos0, n_heads, hd, n_chunks,
+        cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, pos0, n_heads, hd, n_chunks,
                                                                            chunk);
         cb_launched(cb, "attention (combine)");
         return;
@@ -557,7 +561,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         smem_set = 1;
     }
     dim3 grid((n + QT - 1) / QT, n_heads);
-    attn_prefill_kernel<<<grid, PF_THREADS, smem, cb->stream>>>(out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
+    cb_launch(cb, attn_prefill_kernel, dim3(grid), dim3(PF_THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
                                                                 kv_stride, scale);
     cb_launched(cb, "attention (prefill)");
 }

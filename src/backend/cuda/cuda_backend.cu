@@ -171,7 +171,7 @@ static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
         float *yy = y + (size_t)t0 * W->rows;
-        cb_gemv(cb, acc ? CB_ACC : CB_STORE, 1, &yy, x + (size_t)t0 * W->cols, k, &W);
+        cb_gemv(cb, acc ? CB_ACC : CB_STORE, 1, &yy, x + (size_t)t0 * W->cols, k, &W, NULL, 0.0f);
     }
 }
 
@@ -207,7 +207,7 @@ static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float
         if (!mat_ok(cb, Ws[i])) return;
         same &= Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
     }
-    if (same && n <= gemv_max_n(Ws[0])) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws); return; }
+    if (same && n <= gemv_max_n(Ws[0])) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, NULL, 0.0f); return; }
     for (int i = 0; i < count; i++) mm_any(cb, ys[i], x, n, Ws[i], 0);
 }
 
@@ -217,12 +217,41 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
     if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
     if (n <= gemv_max_n(Wg) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
         const ci_mat *Ws[2] = { Wg, Wu };
-        cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws);
+        cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, NULL, 0.0f);
         return;
     }
     mm_any(cb, g, x, n, Wg, 0);
     mm_any(cb, u, x, n, Wu, 0);
     cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
+}
+
+/* The norm is fused into the GEMV when the GEMV takes the call (one launch); otherwise
+ * rmsnorm into xn, then the unfused op. */
+static int fusable(const ci_mat *const *Ws, int count, int n) {
+    if (n > gemv_max_n(Ws[0]) || count > 4) return 0;
+    for (int i = 0; i < count; i++)
+        if (!cb_gemv_ok(Ws[i]) || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols || Ws[i]->rows <= 0)
+            return 0;
+    return 1;
+}
+
+static void cb_norm_matmul_n(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,
+                             float *const *ys, int n, const ci_mat *const *Ws) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || n <= 0 || count <= 0) return;
+    if (fusable(Ws, count, n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, norm_w, eps); return; }
+    cb_rmsnorm(cb, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
+    cb_matmul_n(be, count, ys, xn, n, Ws);
+}
+
+static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, float *g,
+                                  float *u, int n, const ci_mat *Wg, const ci_mat *Wu) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || n <= 0) return;
+    const ci_mat *Ws[2] = { Wg, Wu };
+    if (fusable(Ws, 2, n) && Wg->rows == Wu->rows) { cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, norm_w, eps); return; }
+    cb_rmsnorm(cb, xn, x, norm_w, n, (int)Wg->cols, eps);
+    cb_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }
 
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
@@ -417,6 +446,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->matmul_n = cb_matmul_n;
     be->matmul_acc = cb_matmul_acc;
     be->matmul_swiglu = cb_matmul_swiglu;
+    be->norm_matmul_n = cb_norm_matmul_n;
+    be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
     be->qk_rope_store = op_qk_rope_store;
     be->argmax = op_argmax;
     be->graph_begin = op_graph_begin;

@@ -58,6 +58,32 @@ int cb_launched(cuda_be *cb, const char *what);
 /* Device scratch of at least `bytes`, grown (never shrunk) on demand; NULL on failure. */
 void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 
+/* Programmatic dependent launch: every kernel is launched with the PDL attribute and starts
+ * with pdl_enter(): it waits there until the kernels before it have finished and their
+ * writes are visible (griddepcontrol.wait), then lets the next kernel's blocks be scheduled
+ * (launch_dependents), so a kernel's launch and prologue overlap the tail of the one before
+ * instead of following it: decode steps are chains of short kernels. Nothing may read
+ * global memory before pdl_enter(). */
+__device__ __forceinline__ void pdl_enter() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cb_launch(cuda_be *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 /* ---- launchers (gemv.cu) ----
  * Row-major y[n, W.rows] = x[n, W.cols] · Wᵀ for n <= CB_GEMV_MAX_N token rows, weights in
  * f32 / f16 / bf16 / fp8 E4M3 (block scales f32, bf16 or E8M0), in one launch:
@@ -66,7 +92,9 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  *   mode CB_SWIGLU: W[0] = gate, W[1] = up (same rows): y = silu(x·W0ᵀ) * (x·W1ᵀ) */
 enum { CB_GEMV_MAX_N = 8 };
 enum { CB_STORE = 0, CB_ACC = 1, CB_SWIGLU = 2 };
-void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws);
+/* norm_w (not for CB_ACC): x is first RMS-normed (eps) and scaled by norm_w, as rmsnorm(). */
+void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
+             const float *norm_w, float eps);
 /* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
 int cb_gemv_ok(const ci_mat *W);
 /* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations

@@ -32,6 +32,8 @@ struct gemv_args {
     int block, scale_cols, scale_dtype; /* fp8: block size, scale grid columns, 0 f32 / 1 bf16 / 2 e8m0 / -1 none */
     int block_shift;                    /* log2(block) when a power of two, else -1 */
     const float *x;
+    const float *norm_w;                /* NORM kernels: x is RMS-normed with this weight first */
+    float eps;
 };
 
 /* Weight loaders: a raw 16-byte vector (VEC elements) converted in registers, or one element. */
@@ -108,9 +110,31 @@ __device__ __forceinline__ float scale_at(const gemv_args &a, const void *srow, 
 
 /* U column steps of 32 * VEC per loop trip: all U x S 16-byte loads are issued before the
  * first product, so each lane has U * S loads in flight. */
-template <class L, int NT, int MODE, bool AL, int RPW, int U>
+template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
+    pdl_enter();
     constexpr int V = AL ? L::VEC : 1;
+    /* NORM: each block takes the inverse RMS of its token rows first (as the CPU's
+     * rmsnorm: f32 sum of squares, the root in double), then multiplies x by it and the
+     * norm weight where it reads x. */
+    __shared__ float nscale[NT];
+    if (NORM) {
+        __shared__ float part[WARPS];
+        for (int t = 0; t < NT && t < a.n; t++) {
+            const float *xr = a.x + (int64_t)t * a.cols;
+            float ss = 0.0f;
+            for (int c = threadIdx.x; c < a.cols; c += WARPS * 32) ss = fmaf(xr[c], xr[c], ss);
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                float tot = 0.0f;
+                for (int w = 0; w < WARPS; w++) tot += part[w];
+                nscale[t] = (float)(1.0 / sqrt((double)tot / (double)a.cols + (double)a.eps));
+            }
+            __syncthreads();
+        }
+    }
     constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x;
@@ -171,6 +195,11 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
 #pragma unroll
                         for (int v = 0; v < V; v += 4) {
                             float4 f = __ldg((const float4 *)(xp + v));
+                            if (NORM) {
+                                const float4 nw = __ldg((const float4 *)(a.norm_w + c + v));
+                                const float sc = nscale[t];
+                                f.x = f.x * sc * nw.x; f.y = f.y * sc * nw.y; f.z = f.z * sc * nw.z; f.w = f.w * sc * nw.w;
+                            }
 #pragma unroll
                             for (int s = 0; s < S; s++) {
                                 acc[s][t] = fmaf(w[s][v], f.x, acc[s][t]);
@@ -195,6 +224,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
             for (int t = 0; t < NT; t++)
                 if (t < a.n) {
                     float xv = __ldg(a.x + (int64_t)t * C + c);
+                    if (NORM) xv = xv * nscale[t] * __ldg(a.norm_w + c);
 #pragma unroll
                     for (int s = 0; s < S; s++) acc[s][t] = fmaf(w[s], xv, acc[s][t]);
                 }
@@ -227,7 +257,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
 
 /* Rows per warp and unroll by token count: one token streams one row per warp with four
  * loads in flight; more tokens share each x load among more rows. */
-template <class L, int MODE, bool AL>
+template <class L, int MODE, bool AL, bool NORM>
 static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
     dim3 block(WARPS * 32);
 #define CB_GEMV_GO(NT, RPW, U)                                                                       \
@@ -238,7 +268,7 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
             blocks += (a.rows[i] + WARPS * (RPW) - 1) / (WARPS * (RPW));                             \
         }                                                                                            \
         a.blk_start[a.count] = blocks;                                                               \
-        gemv_kernel<L, NT, MODE, AL, RPW, U><<<blocks, block, 0, cb->stream>>>(a);                   \
+        cb_launch(cb, gemv_kernel<L, NT, MODE, AL, RPW, U, NORM>, dim3(blocks), dim3(block), 0, a);                   \
     } while (0)
     (void)total_rows;
     if (a.n <= 1) {
@@ -252,8 +282,17 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
 
 template <class L, int MODE>
 static void launch_al(cuda_be *cb, gemv_args &a, int blocks, bool al) {
-    if (al) launch_nt<L, MODE, true>(cb, a, blocks);
-    else launch_nt<L, MODE, false>(cb, a, blocks);
+    const bool norm = a.norm_w != NULL;
+    if (MODE == CB_ACC) { /* no fused norm: the residual accumulation reads another input */
+        if (al) launch_nt<L, MODE, true, false>(cb, a, blocks);
+        else launch_nt<L, MODE, false, false>(cb, a, blocks);
+    } else if (norm) {
+        if (al) launch_nt<L, MODE, true, true>(cb, a, blocks);
+        else launch_nt<L, MODE, false, true>(cb, a, blocks);
+    } else {
+        if (al) launch_nt<L, MODE, true, false>(cb, a, blocks);
+        else launch_nt<L, MODE, false, false>(cb, a, blocks);
+    }
 }
 
 template <class L>
@@ -273,17 +312,20 @@ int cb_gemv_ok(const ci_mat *W) {
     }
 }
 
-void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
+             const float *norm_w, float eps) {
     if (n <= 0 || count <= 0) return;
     gemv_args a;
     memset(&a, 0, sizeof a);
+    a.norm_w = mode == CB_ACC ? NULL : norm_w;
+    a.eps = eps;
     const ci_mat *W0 = Ws[0];
     a.count = mode == CB_STORE ? count : 1;
     a.cols = (int)W0->cols;
     a.n = n;
     a.x = x;
     int vec = W0->dtype == CI_F32 ? 4 : W0->dtype == CI_F8_E4M3 ? 16 : 8;
-    bool al = a.cols % vec == 0 && ((uintptr_t)x & 15) == 0;
+    bool al = a.cols % vec == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)a.norm_w & 15) == 0;
     int blocks = 0;
     int nm = mode == CB_SWIGLU ? 2 : a.count;
     for (int i = 0; i < nm; i++) {
@@ -358,6 +400,7 @@ __device__ __forceinline__ float xw_elem(const void *data, int dtype, int64_t i)
 
 __global__ void matmul_xw_kernel(float *y, const float *x, const void *data, int dtype, int64_t rows, int64_t cols,
                                  const void *scale, int scale_dtype, int block, int64_t scale_row0) {
+    pdl_enter();
     const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const int t = blockIdx.y;
     if (c >= cols) return;
@@ -385,7 +428,7 @@ __global__ void matmul_xw_kernel(float *y, const float *x, const void *data, int
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W) {
     if (n <= 0 || W->cols <= 0) return;
     dim3 grid((unsigned)((W->cols + 127) / 128), (unsigned)n);
-    matmul_xw_kernel<<<grid, 128, 0, cb->stream>>>(y, x, W->data, (int)W->dtype, W->rows, W->cols, W->scale,
+    cb_launch(cb, matmul_xw_kernel, dim3(grid), dim3(128), 0, y, x, W->data, (int)W->dtype, W->rows, W->cols, W->scale,
                                                    (int)W->scale_dtype, W->block, W->scale_row0);
     cb_launched(cb, "matmul_xw");
 }

@@ -28,6 +28,7 @@ __device__ float block_sum(float v, float *sh) {
 }
 
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+    pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *orow = out + (int64_t)blockIdx.x * dim;
@@ -41,7 +42,7 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int d
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps) {
     if (n <= 0 || dim <= 0) return;
     int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
-    rmsnorm_kernel<<<n, th, 0, cb->stream>>>(out, x, w, dim, eps);
+    cb_launch(cb, rmsnorm_kernel, dim3(n), dim3(th), 0, out, x, w, dim, eps);
     cb_launched(cb, "rmsnorm");
 }
 
@@ -58,6 +59,7 @@ __device__ void rope_table(float *cs, float *sn, float p, const float *inv_freq,
 
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
                             const float *inv_freq, float mscale, int style) {
+    pdl_enter();
     extern __shared__ float sm[];
     int half = rot_dim / 2, t = blockIdx.x;
     float *cs = sm, *sn = sm + half;
@@ -78,7 +80,7 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
              const float *inv_freq, float mscale, ci_rope_style style) {
     if (n <= 0 || n_heads <= 0 || rot_dim < 2) return;
     int half = rot_dim / 2;
-    rope_kernel<<<n, 128, (size_t)2 * half * sizeof(float), cb->stream>>>(x, n_heads, head_dim, rot_offset, rot_dim, pos,
+    cb_launch(cb, rope_kernel, dim3(n), dim3(128), (size_t)2 * half * sizeof(float), x, n_heads, head_dim, rot_offset, rot_dim, pos,
                                                                            inv_freq, mscale, (int)style);
     cb_launched(cb, "rope");
 }
@@ -91,6 +93,7 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
                                      const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                      const int32_t *pos, const float *inv_freq, float mscale, int style, float *kc,
                                      float *vc, int kv_stride) {
+    pdl_enter();
     extern __shared__ float sm[];
     int half = rot_dim / 2, t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *cs = sm, *sn = sm + half, *row = sm + 2 * half + warp * hd;
@@ -156,12 +159,13 @@ void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, in
     int half = rot_dim / 2, th = 128;
     size_t smem = ((size_t)2 * half + (size_t)(th / 32) * hd) * sizeof(float);
     dim3 grid(n, (n_heads + n_kv + th / 32 - 1) / (th / 32));
-    qk_rope_store_kernel<<<grid, th, smem, cb->stream>>>(q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
+    cb_launch(cb, qk_rope_store_kernel, dim3(grid), dim3(th), smem, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
                                                       inv_freq, mscale, (int)style, kc, vc, kv_stride);
     cb_launched(cb, "qk_rope_store");
 }
 
 __global__ void kv_store_kernel(float *cache, int stride, const float *src, int width, const int32_t *pos) {
+    pdl_enter();
     int t = blockIdx.x;
     float *d = cache + (int64_t)pos[t] * stride;
     const float *s = src + (int64_t)t * width;
@@ -170,11 +174,12 @@ __global__ void kv_store_kernel(float *cache, int stride, const float *src, int 
 
 void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos) {
     if (n <= 0 || width <= 0) return;
-    kv_store_kernel<<<n, 256, 0, cb->stream>>>(cache, stride, src, width, pos);
+    cb_launch(cb, kv_store_kernel, dim3(n), dim3(256), 0, cache, stride, src, width, pos);
     cb_launched(cb, "kv_store");
 }
 
 __global__ void swiglu_kernel(float *g, const float *u, int64_t count) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         float a = g[i];
         g[i] = a / (1.0f + expf(-a)) * u[i];
@@ -183,22 +188,24 @@ __global__ void swiglu_kernel(float *g, const float *u, int64_t count) {
 
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count) {
     if (count <= 0) return;
-    swiglu_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(g, u, count);
+    cb_launch(cb, swiglu_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, g, u, count);
     cb_launched(cb, "swiglu");
 }
 
 __global__ void add_kernel(float *y, const float *x, int64_t count) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += x[i];
 }
 
 void cb_add(cuda_be *cb, float *y, const float *x, int64_t count) {
     if (count <= 0) return;
-    add_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(y, x, count);
+    cb_launch(cb, add_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, y, x, count);
     cb_launched(cb, "add");
 }
 
 __global__ void convert_kernel(void *dst, const float *src, int64_t count, int to_bf16) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         if (to_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
         else ((__half *)dst)[i] = __float2half_rn(src[i]);
@@ -207,12 +214,13 @@ __global__ void convert_kernel(void *dst, const float *src, int64_t count, int t
 
 void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_bf16) {
     if (count <= 0) return;
-    convert_kernel<<<blocks_for(count, 256), 256, 0, cb->stream>>>(dst, src, count, to_bf16);
+    cb_launch(cb, convert_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, dst, src, count, to_bf16);
     cb_launched(cb, "convert");
 }
 
 __global__ void embed_kernel(float *out, const void *data, int dtype, int64_t cols, const int32_t *ids,
                              const void *scale, int scale_dtype, int block, int64_t scale_cols) {
+    pdl_enter();
     int t = blockIdx.x;
     int64_t r = ids[t];
     float *o = out + (int64_t)t * cols;
@@ -244,7 +252,7 @@ __global__ void embed_kernel(float *out, const void *data, int dtype, int64_t co
 void cb_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n) {
     if (n <= 0 || E->cols <= 0) return;
     int64_t sc = E->block > 0 ? (E->cols + E->block - 1) / E->block : 0;
-    embed_kernel<<<n, 256, 0, cb->stream>>>(out, E->data, (int)E->dtype, E->cols, ids, E->scale, (int)E->scale_dtype,
+    cb_launch(cb, embed_kernel, dim3(n), dim3(256), 0, out, E->data, (int)E->dtype, E->cols, ids, E->scale, (int)E->scale_dtype,
                                             E->block, sc);
     cb_launched(cb, "embed");
 }
@@ -282,6 +290,7 @@ __device__ void am_block(float &bv, int &bi, float *sv, int *si) {
 }
 
 __global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int count) {
+    pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     float bv = __int_as_float(0x7fc00000);
@@ -295,6 +304,7 @@ __global__ void argmax_part_kernel(float *pv, int *pi, const float *x, int count
 }
 
 __global__ void argmax_final_kernel(int32_t *out, const float *pv, const int *pi, int parts) {
+    pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     float bv = __int_as_float(0x7fc00000);
@@ -310,7 +320,7 @@ void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count) {
     float *pv = (float *)cb_scratch_get(cb, &cb->argmax_part, AM_BLOCKS * (sizeof(float) + sizeof(int)));
     if (!pv) return;
     int *pi = (int *)(pv + AM_BLOCKS);
-    argmax_part_kernel<<<AM_BLOCKS, AM_THREADS, 0, cb->stream>>>(pv, pi, x, count);
-    argmax_final_kernel<<<1, 128, 0, cb->stream>>>(out, pv, pi, AM_BLOCKS);
+    cb_launch(cb, argmax_part_kernel, dim3(AM_BLOCKS), dim3(AM_THREADS), 0, pv, pi, x, count);
+    cb_launch(cb, argmax_final_kernel, dim3(1), dim3(128), 0, out, pv, pi, AM_BLOCKS);
     cb_launched(cb, "argmax");
 }
