@@ -356,19 +356,29 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
     }
 }
 
-/* Prefill on tensor cores (head_dim 64 / 128 / 256): a block takes BQ = 64 query rows of
- * one head, 4 warps of 16 rows each. Per key tile of BK = 64: K and V rows are converted to
+/* Prefill on tensor cores (head_dim 64 / 128 / 256): a block takes BQ query rows of one
+ * head (128, or 64 for head_dim 256 to fit shared memory), a warp per 16 rows, so each
+ * converted K / V tile serves BQ rows. Per key tile of BK = 64: K and V rows are converted to
  * f16 into shared memory, S = Q·Kᵀ (Q pre-scaled, f16 operands, f32 accumulation) by
  * 16x16x16 WMMA tiles, then each pair of lanes takes one row of S: masks keys past the
  * row's position, updates its running max / sum and writes P = exp(S - max) as f16; the
- * warp rescales its O rows (f32, shared memory) and adds P·V with WMMA. f16 operands keep
+ * warp rescales its O rows (f32, shared memory; only rows whose max grew) and adds P·V
+ * with WMMA. f16 operands keep
  * 11 significant bits (about 5e-4 relative per element; f32 sums). */
 template <int HD>
-__global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float *q, const float *kc, const float *vc,
-                                                         const int32_t *pos, int pos0, int n, int n_heads, int n_kv,
-                                                         int kv_stride, float scale) {
+struct flash_cfg {
+    static constexpr int BQ = HD <= 128 ? 128 : 64;   /* query rows per block: 16 per warp */
+    static constexpr int THREADS = BQ * 2;
+};
+
+template <int HD>
+__global__ void __launch_bounds__(flash_cfg<HD>::THREADS) attn_flash_kernel(float *out, const float *q, const float *kc,
+                                                                            const float *vc, const int32_t *pos, int pos0,
+                                                                            int n, int n_heads, int n_kv, int kv_stride,
+                                                                            float scale) {
     pdl_enter();
-    constexpr int BQ = 64, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
+    constexpr int BQ = flash_cfg<HD>::BQ, NT = flash_cfg<HD>::THREADS;
+    constexpr int BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
     extern __shared__ __align__(128) unsigned char smraw[];
     __half *Qs = (__half *)smraw;
     __half *Ks = Qs + BQ * LDH;
@@ -381,7 +391,7 @@ __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int t0 = blockIdx.x * BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
     const int nq = n - t0 < BQ ? n - t0 : BQ;
-    for (int i = tid; i < BQ * HD; i += 128) {
+    for (int i = tid; i < BQ * HD; i += NT) {
         int r = i / HD, d = i % HD;
         Qs[r * LDH + d] = __float2half_rn(r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * HD + d] * scale : 0.0f);
         Os[r * LDO + d] = 0.0f;
@@ -396,7 +406,7 @@ __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float
     for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
     const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
     for (int j0 = 0; j0 < Lmax; j0 += BK) {
-        for (int i = tid; i < BK * HD / 4; i += 128) {
+        for (int i = tid; i < BK * HD / 4; i += NT) {
             int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
             float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
             if (j0 + j < Lmax) {
@@ -449,7 +459,8 @@ __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float
                 mrow[r] = mnew;
                 lrow[r] = lold * alpha + ls;
             }
-            for (int d = (lane & 1) * (HD / 2); d < (lane & 1) * (HD / 2) + HD / 2; d++) Os[r * LDO + d] *= alpha;
+            if (alpha != 1.0f) /* the max grew: earlier tiles were weighted against a smaller one */
+                for (int d = (lane & 1) * (HD / 2); d < (lane & 1) * (HD / 2) + HD / 2; d++) Os[r * LDO + d] *= alpha;
         }
         __syncwarp();
         {
@@ -471,7 +482,7 @@ __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float
         }
         __syncthreads();
     }
-    for (int i = tid; i < BQ * HD; i += 128) {
+    for (int i = tid; i < BQ * HD; i += NT) {
         int r = i / HD, d = i % HD;
         if (r < nq) out[((int64_t)(t0 + r) * n_heads + h) * HD + d] = Os[r * LDO + d] / lrow[r];
     }
@@ -479,7 +490,7 @@ __global__ void __launch_bounds__(128) attn_flash_kernel(float *out, const float
 
 template <int HD>
 static size_t flash_smem() {
-    constexpr int BQ = 64, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
+    constexpr int BQ = flash_cfg<HD>::BQ, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
     return (size_t)(BQ * LDH + 2 * BK * LDH + BQ * LDP) * 2 + (size_t)(BQ * LDS + BQ * LDO + 3 * BQ) * 4;
 }
 
@@ -492,8 +503,8 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
         cudaFuncSetAttribute(attn_flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         set = 1;
     }
-    dim3 grid((n + 63) / 64, n_heads);
-    cb_launch(cb, attn_flash_kernel<HD>, dim3(grid), dim3(128), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
+    dim3 grid((n + flash_cfg<HD>::BQ - 1) / flash_cfg<HD>::BQ, n_heads);
+    cb_launch(cb, attn_flash_kernel<HD>, dim3(grid), dim3(flash_cfg<HD>::THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
     cb_launched(cb, "attention (flash)");
 }
 

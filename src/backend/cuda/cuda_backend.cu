@@ -228,7 +228,7 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
 /* The norm is fused into the GEMV when the GEMV takes the call (one launch); otherwise
  * rmsnorm into xn, then the unfused op. */
 static int fusable(const ci_mat *const *Ws, int count, int n) {
-    if (n > gemv_max_n(Ws[0]) || count > 4) return 0;
+    if (!CB_NORM_FUSE || n > gemv_max_n(Ws[0]) || count > 4) return 0;
     for (int i = 0; i < count; i++)
         if (!cb_gemv_ok(Ws[i]) || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols || Ws[i]->rows <= 0)
             return 0;
@@ -419,7 +419,9 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cublasStatus_t bs = cublasCreate(&cb->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cb->blas, cb->stream);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(cb->blas, cb->blas_ws, ws);
-    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(cb->blas, CUBLAS_PEDANTIC_MATH);
+    /* default math: f32 GEMMs stay f32 (TF32 only when asked for), 16-bit ones use the
+     * tensor cores with f32 accumulation; pedantic mode costs prefill speed */
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "CUDA: cuBLAS did not start (status %d)", (int)bs);
         be->pool = NULL;

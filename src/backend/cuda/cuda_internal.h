@@ -64,6 +64,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * (launch_dependents), so a kernel's launch and prologue overlap the tail of the one before
  * instead of following it: decode steps are chains of short kernels. Nothing may read
  * global memory before pdl_enter(). */
+#ifndef CB_PDL
+#define CB_PDL 1          /* build-time switch for measurements: 0 launches without the attribute */
+#endif
+#ifndef CB_NORM_FUSE
+#define CB_NORM_FUSE 1    /* build-time switch for measurements: 0 never fuses RMSNorm into a GEMV */
+#endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -80,7 +86,7 @@ static inline void cb_launch(cuda_be *cb, void (*kernel)(KArgs...), dim3 grid, d
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = CB_PDL;
     cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 

@@ -109,33 +109,15 @@ __device__ __forceinline__ float scale_at(const gemv_args &a, const void *srow, 
 }
 
 /* U column steps of 32 * VEC per loop trip: all U x S 16-byte loads are issued before the
- * first product, so each lane has U * S loads in flight. */
+ * first product, so each lane has U * S loads in flight, and the next trip's loads are
+ * issued before this trip's products (two buffers). The first trip's weights are loaded
+ * before pdl_enter(): weights are no kernel's output, so their first round trip overlaps
+ * the previous kernel's tail (and, with NORM, the block's RMS pass over x). */
 template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
-    pdl_enter();
     constexpr int V = AL ? L::VEC : 1;
-    /* NORM: each block takes the inverse RMS of its token rows first (as the CPU's
-     * rmsnorm: f32 sum of squares, the root in double), then multiplies x by it and the
-     * norm weight where it reads x. */
-    __shared__ float nscale[NT];
-    if (NORM) {
-        __shared__ float part[WARPS];
-        for (int t = 0; t < NT && t < a.n; t++) {
-            const float *xr = a.x + (int64_t)t * a.cols;
-            float ss = 0.0f;
-            for (int c = threadIdx.x; c < a.cols; c += WARPS * 32) ss = fmaf(xr[c], xr[c], ss);
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                float tot = 0.0f;
-                for (int w = 0; w < WARPS; w++) tot += part[w];
-                nscale[t] = (float)(1.0 / sqrt((double)tot / (double)a.cols + (double)a.eps));
-            }
-            __syncthreads();
-        }
-    }
     constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
+    constexpr int STEP = 32 * V * U;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x;
     int mi = 0;
@@ -143,7 +125,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
         while (mi + 1 < a.count && b >= a.blk_start[mi + 1]) mi++;
     const int R = a.rows[mi];
     const int row0 = (b - a.blk_start[mi]) * (WARPS * RPW) + warp * RPW;
-    if (row0 >= R) return;
+    const bool live = row0 < R;
     const int C = a.cols;
     const char *wp[S];
     const void *srow[S];
@@ -160,6 +142,55 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
             srow[s] = (const char *)a.scale[m] + sr * a.scale_cols * es;
         }
     }
+    uint4 cur[AL ? U : 1][S];
+    if (AL && live) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int s = 0; s < S; s++)
+                if (lane * V + u * 32 * V < C) cur[u][s] = ld_stream(wp[s] + (int64_t)(lane * V + u * 32 * V) * L::BYTES);
+    }
+    pdl_enter();
+    /* NORM: each block takes the inverse RMS of its token rows first (as the CPU's
+     * rmsnorm: f32 sum of squares, the root in double), then multiplies x by it and the
+     * norm weight where it reads x. */
+    __shared__ float nscale[NT];
+    if (NORM) {
+        __shared__ float part[NT][WARPS];
+        float ss[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) ss[t] = 0.0f;
+        if ((C & 3) == 0 && ((uintptr_t)a.x & 15) == 0) {
+            for (int c = threadIdx.x * 4; c < C; c += WARPS * 32 * 4)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    if (t < a.n) {
+                        float4 f = __ldg((const float4 *)(a.x + (int64_t)t * C + c));
+                        ss[t] = fmaf(f.x, f.x, fmaf(f.y, f.y, fmaf(f.z, f.z, fmaf(f.w, f.w, ss[t]))));
+                    }
+        } else {
+            for (int c = threadIdx.x; c < C; c += WARPS * 32)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    if (t < a.n) {
+                        float f = __ldg(a.x + (int64_t)t * C + c);
+                        ss[t] = fmaf(f, f, ss[t]);
+                    }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            for (int o = 16; o > 0; o >>= 1) ss[t] += __shfl_xor_sync(0xffffffffu, ss[t], o);
+            if (lane == 0) part[t][warp] = ss[t];
+        }
+        __syncthreads();
+        if (threadIdx.x < NT) {
+            float tot = 0.0f;
+            for (int w = 0; w < WARPS; w++) tot += part[threadIdx.x][w];
+            nscale[threadIdx.x] = (float)(1.0 / sqrt((double)tot / (double)C + (double)a.eps));
+        }
+        __syncthreads();
+    }
+    if (!live) return;
     float acc[S][NT];
 #pragma unroll
     for (int s = 0; s < S; s++)
@@ -167,13 +198,15 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
         for (int t = 0; t < NT; t++) acc[s][t] = 0.0f;
 
     if (AL) {
-        for (int c0 = lane * V; c0 < C; c0 += 32 * V * U) {
-            uint4 raw[U][S];
+        for (int c0 = lane * V; c0 < C; c0 += STEP) {
+            uint4 nxt[U][S];
+            if (c0 + STEP < C) {
 #pragma unroll
-            for (int u = 0; u < U; u++)
+                for (int u = 0; u < U; u++)
 #pragma unroll
-                for (int s = 0; s < S; s++)
-                    if (c0 + u * 32 * V < C) raw[u][s] = ld_stream(wp[s] + (int64_t)(c0 + u * 32 * V) * L::BYTES);
+                    for (int s = 0; s < S; s++)
+                        if (c0 + STEP + u * 32 * V < C) nxt[u][s] = ld_stream(wp[s] + (int64_t)(c0 + STEP + u * 32 * V) * L::BYTES);
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * 32 * V;
@@ -181,7 +214,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
                 float w[S][V];
 #pragma unroll
                 for (int s = 0; s < S; s++) {
-                    L::cvt(raw[u][s], w[s]);
+                    L::cvt(cur[u][s], w[s]);
                     if (L::BYTES == 1 && srow[s]) {
                         float sc = scale_at(a, srow[s], c);
 #pragma unroll
@@ -211,6 +244,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
                     }
                 }
             }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int s = 0; s < S; s++) cur[u][s] = nxt[u][s];
         }
     } else {
         for (int c = lane; c < C; c += 32) {
