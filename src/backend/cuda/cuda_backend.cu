@@ -228,11 +228,10 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
 /* The norm is fused into the GEMV when the GEMV takes the call (one launch); otherwise
  * rmsnorm into xn, then the unfused op. */
 static int fusable(const ci_mat *const *Ws, int count, int n) {
-    if (!CB_NORM_FUSE || n > gemv_max_n(Ws[0]) || count > 4) return 0;
-    for (int i = 0; i < count; i++)
-        if (!cb_gemv_ok(Ws[i]) || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols || Ws[i]->rows <= 0)
-            return 0;
-    return 1;
+    int ok = CB_NORM_FUSE && n <= gemv_max_n(Ws[0]) && count <= 4;
+    for (int i = 0; ok && i < count; i++)
+        ok = cb_gemv_ok(Ws[i]) && Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
+    return ok;
 }
 
 static void cb_norm_matmul_n(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,

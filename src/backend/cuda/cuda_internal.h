@@ -68,7 +68,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_PDL 1          /* build-time switch for measurements: 0 launches without the attribute */
 #endif
 #ifndef CB_NORM_FUSE
-#define CB_NORM_FUSE 1    /* build-time switch for measurements: 0 never fuses RMSNorm into a GEMV */
+/* RMSNorm inside the GEMV (norm_matmul_*): off by default. Measured on the H200
+ * (2026-12-01, bench/RESULTS.md): no gain on Qwen3-0.6B decode (969 vs 971 tok/s) and a
+ * small loss at 8B dims (497 vs 505): each block's RMS pass over x delays its weight
+ * stream about as much as the separate 1-block rmsnorm launch costs. 1 turns it on. */
+#define CB_NORM_FUSE 0
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");

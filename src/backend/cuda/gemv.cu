@@ -309,7 +309,13 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
     } while (0)
     (void)total_rows;
     if (a.n <= 1) {
-        if (MODE == CB_SWIGLU) CB_GEMV_GO(1, 1, 2);
+        /* short rows: several per warp (fewer, longer blocks: the 0.6B head is 37984
+         * one-row blocks otherwise); always four 16-byte loads in flight per lane */
+        if (MODE == CB_SWIGLU) {
+            if (a.cols <= 1024) CB_GEMV_GO(1, 2, 1);
+            else CB_GEMV_GO(1, 1, 2);
+        } else if (a.cols <= 1024) CB_GEMV_GO(1, 4, 1);
+        else if (a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
         else CB_GEMV_GO(1, 1, 4);
     } else if (a.n <= 2) CB_GEMV_GO(2, 2, 2);
     else if (a.n <= 4) CB_GEMV_GO(4, 2, 1);

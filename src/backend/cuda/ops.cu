@@ -97,24 +97,31 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
     extern __shared__ float sm[];
     int half = rot_dim / 2, t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *cs = sm, *sn = sm + half, *row = sm + 2 * half + warp * hd;
+    const int h = blockIdx.y * nw + warp, live = h < n_heads + n_kv;
+    const int isk = h >= n_heads;
+    float *src = isk ? k + ((int64_t)t * n_kv + (h - n_heads)) * hd : q + ((int64_t)t * n_heads + h) * hd;
+    /* the head's values first (up to 8 per lane, all loads in flight), then the table */
+    float vals[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) vals[j] = live && lane + 32 * j < hd ? src[lane + 32 * j] : 0.0f;
     int p = pos[t];
     rope_table(cs, sn, (float)p, inv_freq, half, mscale);
     __syncthreads();
-    for (int h = blockIdx.y * nw + warp; h < n_heads + n_kv; h += nw * gridDim.y) {
-        int isk = h >= n_heads;
-        float *src = isk ? k + ((int64_t)t * n_kv + (h - n_heads)) * hd : q + ((int64_t)t * n_heads + h) * hd;
+    if (live) {
         const float *nw_ = isk ? k_norm : q_norm;
         float s = 0.0f;
-        for (int i = lane; i < hd; i += 32) {
-            float a = src[i];
-            row[i] = a;
-            s = fmaf(a, a, s);
-        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) s = fmaf(vals[j], vals[j], s);
+        for (int i = lane + 256; i < hd; i += 32) { float a = src[i]; s = fmaf(a, a, s); } /* hd > 256 */
+        float sc = 1.0f;
         if (nw_) {
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            float sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
-            for (int i = lane; i < hd; i += 32) row[i] = row[i] * sc * nw_[i];
+            sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
         }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (lane + 32 * j < hd) row[lane + 32 * j] = nw_ ? vals[j] * sc * nw_[lane + 32 * j] : vals[j];
+        for (int i = lane + 256; i < hd; i += 32) row[i] = nw_ ? src[i] * sc * nw_[i] : src[i];
         __syncwarp();
         float *dst2 = isk ? kc + (int64_t)p * kv_stride + (int64_t)(h - n_heads) * hd : NULL;
         for (int i = lane; i < hd; i += 32) {
@@ -137,7 +144,6 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
             src[i] = o;
             if (dst2) dst2[i] = o;
         }
-        __syncwarp();
     }
     if (blockIdx.y) return;
     const float *vr = v + (int64_t)t * n_kv * hd;
