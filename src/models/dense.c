@@ -8,6 +8,7 @@
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
+#include "../nn/attn_block.h"
 #include "../nn/moe.h"
 #include <math.h>
 #include <stdio.h>
@@ -21,10 +22,7 @@ enum { UBATCH = 256, UBATCH_DEVICE = 4096 };
 
 typedef struct {
     float *attn_norm;            /* [dim] input_layernorm */
-    ci_mat wq;                   /* [n_heads*hd, dim] */
-    ci_mat wk, wv;               /* [n_kv*hd, dim] */
-    ci_mat wo;                   /* [dim, n_heads*hd] */
-    float *q_norm, *k_norm;      /* [hd], Qwen3 only */
+    attn_block attn;             /* self_attn: q/k/v/o_proj [.., dim], q_norm / k_norm [hd] (Qwen3 only) */
     float *ffn_norm;             /* [dim] post_attention_layernorm */
     ci_mat wg, wu;               /* [ff, dim] */
     ci_mat wd;                   /* [dim, ff] */
@@ -34,8 +32,9 @@ typedef struct {
 
 /* One layer's weights in backend memory (MoE experts stay host views: CPU only). */
 typedef struct {
-    const float *attn_norm, *q_norm, *k_norm, *ffn_norm;
-    ci_mat wq, wk, wv, wo, wg, wu, wd;
+    const float *attn_norm, *ffn_norm;
+    attn_block attn;             /* its weights, norms and rope table placed */
+    ci_mat wg, wu, wd;
 } dense_placed;
 
 typedef struct {
@@ -125,7 +124,8 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         int quant = d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
         for (int l = 0; l < d->n_layers && !quant; l++) {
             const dense_layer *L = &d->layers[l];
-            quant = L->wq.dtype == CI_U32 || L->wk.dtype == CI_U32 || L->wv.dtype == CI_U32 || L->wo.dtype == CI_U32 ||
+            const attn_block *A = &L->attn;
+            quant = A->wq.dtype == CI_U32 || A->wk.dtype == CI_U32 || A->wv.dtype == CI_U32 || A->wo.dtype == CI_U32 ||
                     (!L->is_moe && (L->wg.dtype == CI_U32 || L->wu.dtype == CI_U32 || L->wd.dtype == CI_U32));
         }
         if (quant)
@@ -140,10 +140,13 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
     for (int l = 0; l < d->n_layers && !bad; l++) {
         const dense_layer *L = &d->layers[l];
         dense_placed *P = &d->dev[l];
+        const attn_block *A = &L->attn;
+        P->attn = *A;
+        P->attn.inv_freq = d->dev_inv_freq;
         bad = place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || place_vec(be, &P->ffn_norm, L->ffn_norm, d->dim) ||
-              place_vec(be, &P->q_norm, L->q_norm, d->hd) || place_vec(be, &P->k_norm, L->k_norm, d->hd) ||
-              place_mat(be, &P->wq, &L->wq) || place_mat(be, &P->wk, &L->wk) || place_mat(be, &P->wv, &L->wv) ||
-              place_mat(be, &P->wo, &L->wo);
+              place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
+              place_mat(be, &P->attn.wq, &A->wq) || place_mat(be, &P->attn.wk, &A->wk) ||
+              place_mat(be, &P->attn.wv, &A->wv) || place_mat(be, &P->attn.wo, &A->wo);
         if (!bad && !L->is_moe)
             bad = place_mat(be, &P->wg, &L->wg) || place_mat(be, &P->wu, &L->wu) || place_mat(be, &P->wd, &L->wd);
     }
@@ -226,19 +229,17 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     if (w_init(&b, m->st, fam, d->n_layers)) { free(sparse); return ci_err(err, errlen, "%s", b.err); }
     w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
     ci_mat *em = d->expert_mats;
-    int D = d->dim, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
+    int D = d->dim;
+    char pre[96];
     w_embed(&b, &d->embed, d->vocab, D, "model.embed_tokens");
     for (int l = 0; l < d->n_layers; l++) {
         dense_layer *L = &d->layers[l];
         w_vec(&b, &L->attn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.input_layernorm.weight", l);
-        w_mat(&b, &L->wq, W_REQUIRED, QD, D, "model.layers.%d.self_attn.q_proj", l);
-        w_mat(&b, &L->wk, W_REQUIRED, KD, D, "model.layers.%d.self_attn.k_proj", l);
-        w_mat(&b, &L->wv, W_REQUIRED, KD, D, "model.layers.%d.self_attn.v_proj", l);
-        w_mat(&b, &L->wo, W_REQUIRED, D, QD, "model.layers.%d.self_attn.o_proj", l);
-        if (o->qk_norm) {
-            w_vec(&b, &L->q_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.q_norm.weight", l);
-            w_vec(&b, &L->k_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.k_norm.weight", l);
-        }
+        attn_block *A = &L->attn;
+        A->n_heads = d->n_heads; A->n_kv = d->n_kv; A->hd = d->hd; A->eps = d->eps; A->scale = d->attn_scale;
+        attn_set_rope(A, &d->rope, CI_ROPE_NEOX);
+        snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+        attn_bind(&b, A, D, 1, pre, "o_proj", o->qk_norm ? "q_norm" : NULL, o->qk_norm ? "k_norm" : NULL, 0);
         w_vec(&b, &L->ffn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
         if (sparse[l]) {
             L->is_moe = 1;
@@ -248,7 +249,6 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
             L->moe.w_down = em + 2 * proto.n_experts;
             em += 3 * proto.n_experts;
             w_mat(&b, &L->moe.gate, W_REQUIRED, proto.n_experts, D, "model.layers.%d.mlp.gate", l);
-            char pre[96];
             snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
             w_experts(&b, L->moe.w_gate, L->moe.w_up, L->moe.w_down, proto.n_experts, proto.top_k, proto.inter, D, pre);
             if (!d->any_moe) d->any_moe = &L->moe;
@@ -301,6 +301,7 @@ typedef struct {
     int32_t *ids, *pos;          /* [ub] a chunk's token ids and positions */
     int ub;                      /* this session's chunk (UBATCH above: its scratch rows) */
     int32_t *hpos;               /* [ub] host memory: positions to upload */
+    attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
     float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
     int32_t *best;               /* [1] argmax of logits1 */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
@@ -341,7 +342,8 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->ub = be->is_device ? UBATCH_DEVICE : UBATCH;
     if (c->ub > s->max_ctx) c->ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
     c->hpos = malloc((size_t)c->ub * sizeof(int32_t));
-    if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    c->hkv = malloc((size_t)c->ub * sizeof(attn_cache));
+    if (!c->hpos || !c->hkv) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     size_t U = (size_t)c->ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
     size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
     int bad = 0;
@@ -386,6 +388,7 @@ void dense_session_free(ci_session *s) {
     be_release(be, c->best_n);
     moe_scratch_free(&c->moe);
     free(c->hpos);
+    free(c->hkv);
     free(c);
     s->impl = NULL;
 }
@@ -437,6 +440,12 @@ static void head_rows(ci_model *m, dense_cache *c, int n, float *logits, int32_t
 
 enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
 
+/* Layer l's K / V cache of a session with cache c ([layer][max_ctx][n_kv*hd] each). */
+static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int max_ctx, int l) {
+    size_t at = (size_t)l * max_ctx * d->n_kv * d->hd;
+    return (attn_cache){ c->k + at, c->v + at, d->n_kv * d->hd, max_ctx };
+}
+
 /* One chunk of n <= c->ub tokens whose ids and positions are in c->ids / c->pos: only ops
  * on the session's buffers, nothing read back and nothing decided from a position, so the
  * same calls can be recorded once as a graph and replayed at any later position. head:
@@ -447,25 +456,18 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const dense_model *d = m->impl;
     dense_cache *c = s->impl;
     ci_backend *be = m->be;
-    const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd;
+    const int D = d->dim;
+    const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
 
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
     dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_layer *L = &d->layers[l];
         const dense_placed *P = &d->dev[l];
-        float *kc = c->k + (size_t)l * s->max_ctx * KD, *vc = c->v + (size_t)l * s->max_ctx * KD;
-
-        float *qkv[3] = { c->q, c->kb, c->vb };          /* q [n, H*hd], k / v [n, KV*hd] */
-        const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
-        be->norm_matmul_n(be, c->xn, c->x, P->attn_norm, d->eps, 3, qkv, n, wqkv);
-        /* Qwen3's per-head RMSNorm over hd, RoPE at c->pos, k / v into cache rows c->pos */
-        be->qk_rope_store(be, c->q, c->kb, c->vb, n, H, KV, hd, d->opts.qk_norm ? P->q_norm : NULL,
-                          d->opts.qk_norm ? P->k_norm : NULL, d->eps, d->rope.rot_dim, c->pos, d->dev_inv_freq,
-                          d->rope.mscale, CI_ROPE_NEOX, kc, vc, KD);
-        be->attention_pos(be, c->att, c->q, kc, vc, n, c->pos, s->max_ctx, H, KV, hd, KD, d->attn_scale);
-        dump_buf(m, "attn", l, c->att, n, H * hd);
-        be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);  /* x += o_proj(att) */
+        const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
+        /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->pos, k / v into cache rows c->pos */
+        attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
+        dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
         dump_buf(m, "after_attn", l, c->x, n, D);
 
         if (L->is_moe) {
@@ -569,7 +571,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int D = d->dim, H = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = H * hd;
+    const int D = d->dim;
+    const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
+    attn_cache *kvs = c->hkv;
     int32_t *hp = c->hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
     if (need_logit_rows(m, c, err, errlen)) return -1;
@@ -580,20 +584,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     for (int l = 0; l < d->n_layers; l++) {
         const dense_layer *L = &d->layers[l];
         const dense_placed *P = &d->dev[l];
-        float *qkv[3] = { c->q, c->kb, c->vb };
-        const ci_mat *wqkv[3] = { &P->wq, &P->wk, &P->wv };
-        be->norm_matmul_n(be, c->xn, c->x, P->attn_norm, d->eps, 3, qkv, n, wqkv);
-        for (int i = 0; i < n; i++) {                    /* each row into its own cache, then attend */
-            dense_cache *ci = ss[i]->impl;
-            float *kc = ci->k + (size_t)l * ss[i]->max_ctx * KD, *vc = ci->v + (size_t)l * ss[i]->max_ctx * KD;
-            float *q = c->q + (size_t)i * QD;
-            be->qk_rope_store(be, q, c->kb + (size_t)i * KD, c->vb + (size_t)i * KD, 1, H, KV, hd,
-                              d->opts.qk_norm ? P->q_norm : NULL, d->opts.qk_norm ? P->k_norm : NULL, d->eps,
-                              d->rope.rot_dim, c->pos + i, d->dev_inv_freq, d->rope.mscale, CI_ROPE_NEOX, kc, vc, KD);
-            be->attention_pos(be, c->att + (size_t)i * QD, q, kc, vc, 1, c->pos + i, ss[i]->max_ctx, H, KV, hd, KD,
-                              d->attn_scale);
-        }
-        be->matmul_acc(be, c->x, c->att, n, &P->wo, c->xn);
+        for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
+        attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
 
         if (L->is_moe) {
             be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);

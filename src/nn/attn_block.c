@@ -1,0 +1,60 @@
+/* attn_block.c — see attn_block.h. Only backend ops: no activation, cache or position byte
+ * is touched here. */
+#include "attn_block.h"
+
+int attn_bind(w_binder *b, attn_block *A, int64_t hidden, int q_rows_per_head, const char *prefix, const char *o_name,
+              const char *q_norm_name, const char *k_norm_name, float norm_add) {
+    const int64_t QD = (int64_t)A->n_heads * A->hd, KD = (int64_t)A->n_kv * A->hd;
+    w_mat(b, &A->wq, W_REQUIRED, q_rows_per_head * QD, hidden, "%s.q_proj", prefix);
+    w_mat(b, &A->wk, W_REQUIRED, KD, hidden, "%s.k_proj", prefix);
+    w_mat(b, &A->wv, W_REQUIRED, KD, hidden, "%s.v_proj", prefix);
+    w_mat(b, &A->wo, W_REQUIRED, hidden, QD, "%s.%s", prefix, o_name);
+    float *qn = NULL, *kn = NULL;
+    if (q_norm_name) w_vec(b, &qn, W_REQUIRED, A->hd, norm_add, W_KIND_NORM, "%s.%s.weight", prefix, q_norm_name);
+    if (k_norm_name) w_vec(b, &kn, W_REQUIRED, A->hd, norm_add, W_KIND_NORM, "%s.%s.weight", prefix, k_norm_name);
+    A->q_norm = qn;
+    A->k_norm = kn;
+    return b->failed ? -1 : 1;
+}
+
+void attn_set_rope(attn_block *A, const rope_table *t, ci_rope_style style) {
+    A->rot_dim = t->rot_dim;
+    A->inv_freq = t->inv_freq;
+    A->mscale = t->mscale;
+    A->style = style;
+}
+
+void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const float *x, const float *norm_w,
+                  float eps, int n) {
+    float *ys[3] = { b->q, b->k, b->v };
+    const ci_mat *ws[3] = { &A->wq, &A->wk, &A->wv };
+    if (norm_w) be->norm_matmul_n(be, b->xn, x, norm_w, eps, 3, ys, n, ws);
+    else be->matmul_n(be, 3, ys, x, n, ws);
+}
+
+void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n) {
+    const int H = A->n_heads, KV = A->n_kv, hd = A->hd;
+    const size_t QD = (size_t)H * hd, KD = (size_t)KV * hd;
+    /* one cache: the n rows in one call each; else one row per call, each into its own cache */
+    const int rows = n_caches == 1 ? n : 1;
+    for (int i = 0; i < n; i += rows) {
+        const attn_cache *kv = &kvs[n_caches == 1 ? 0 : i];
+        float *q = b->q + (size_t)i * QD;
+        be->qk_rope_store(be, q, b->k + (size_t)i * KD, b->v + (size_t)i * KD, rows, H, KV, hd, A->q_norm, A->k_norm,
+                          A->eps, A->rot_dim, b->pos + i, A->inv_freq, A->mscale, A->style, kv->k, kv->v, kv->stride);
+        be->attention_pos(be, b->att + (size_t)i * QD, q, kv->k, kv->v, rows, b->pos + i, kv->rows, H, KV, hd,
+                          kv->stride, A->scale);
+    }
+}
+
+void attn_output(ci_backend *be, const attn_block *A, const attn_bufs *b, float *y, int acc, int n) {
+    if (acc) be->matmul_acc(be, y, b->att, n, &A->wo, b->xn);
+    else be->matmul(be, y, b->att, n, &A->wo);
+}
+
+void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches,
+                  const float *x, const float *norm_w, float eps, float *y, int n) {
+    attn_project(be, A, b, x, norm_w, eps, n);
+    attn_attend(be, A, b, kvs, n_caches, n);
+    attn_output(be, A, b, y, 1, n);
+}
