@@ -29,6 +29,7 @@
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
+#include "../nn/attn_block.h"
 #include "../nn/moe.h"
 #include "../nn/rope.h"
 #include "../nn/shortconv.h"
@@ -41,10 +42,7 @@ typedef struct {
     int is_attn, is_moe;
     float *op_norm;              /* [H] operator_norm */
     float *ffn_norm;             /* [H] */
-    ci_mat wq;                   /* attention: [n_heads*hd, H] */
-    ci_mat wk, wv;               /* [n_kv*hd, H] */
-    ci_mat wo;                   /* [H, n_heads*hd] out_proj */
-    float *q_norm, *k_norm;      /* [hd] q_layernorm / k_layernorm */
+    attn_block attn;             /* attention: q/k/v_proj, out_proj, q_layernorm / k_layernorm [hd] */
     shortconv conv;              /* conv layers */
     ci_mat w1, w3;               /* dense FF: [ff, H] gate, up */
     ci_mat w2;                   /* [H, ff] down */
@@ -265,7 +263,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
     w_binder b;
     if (w_init(&b, m->st, fam, d->n_layers)) return ci_err(err, errlen, "%s", b.err);
     w_set_quant(&b, &c->quant);   /* mlx-community checkpoints: check packing against config.json */
-    const int H = d->H, QD = d->n_heads * d->hd, KD = d->n_kv * d->hd;
+    const int H = d->H;
     ci_mat *em = d->expert_mats;
     char pre[128];
     w_embed(&b, &d->embed, d->vocab, H, "model.embed_tokens");
@@ -273,12 +271,11 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
         lfm2_layer *L = &d->layers[l];
         w_vec(&b, &L->op_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.operator_norm.weight", l);
         if (L->is_attn) {
-            w_mat(&b, &L->wq, W_REQUIRED, QD, H, "model.layers.%d.self_attn.q_proj", l);
-            w_mat(&b, &L->wk, W_REQUIRED, KD, H, "model.layers.%d.self_attn.k_proj", l);
-            w_mat(&b, &L->wv, W_REQUIRED, KD, H, "model.layers.%d.self_attn.v_proj", l);
-            w_mat(&b, &L->wo, W_REQUIRED, H, QD, "model.layers.%d.self_attn.out_proj", l);
-            w_vec(&b, &L->q_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.q_layernorm.weight", l);
-            w_vec(&b, &L->k_norm, W_REQUIRED, d->hd, 0, W_KIND_NORM, "model.layers.%d.self_attn.k_layernorm.weight", l);
+            attn_block *A = &L->attn;
+            A->n_heads = d->n_heads; A->n_kv = d->n_kv; A->hd = d->hd; A->eps = d->eps; A->scale = d->attn_scale;
+            attn_set_rope(A, &d->rope, CI_ROPE_NEOX);
+            snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
+            attn_bind(&b, A, H, 1, pre, "out_proj", "q_layernorm", "k_layernorm", 0);
         } else {
             snprintf(pre, sizeof pre, "model.layers.%d.conv", l);
             sc_bind(&b, &L->conv, H, d->K, conv_bias, pre);
@@ -388,24 +385,12 @@ void lfm2_session_free(ci_session *s) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* GQA attention of one layer over xn [n, H] into out [n, H]; K/V rows go to the cache. */
-static void attention(ci_backend *be, const lfm2_model *d, const lfm2_layer *L, lfm2_session *c, float *rows,
-                      float *out, const float *xn, int n, int pos0) {
-    const int Hh = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd;
-    be->matmul(be, c->q, xn, n, &L->wq);                  /* [n, Hh*hd] */
-    be->matmul(be, c->k, xn, n, &L->wk);                  /* [n, KD] */
-    be->matmul(be, c->v, xn, n, &L->wv);
-    be->rmsnorm(be, c->q, c->q, L->q_norm, n * Hh, hd, d->eps);   /* per head, before RoPE */
-    be->rmsnorm(be, c->k, c->k, L->k_norm, n * KV, hd, d->eps);
-    be->rope(be, c->q, n, Hh, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-    be->rope(be, c->k, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-    for (int t = 0; t < n; t++) {                         /* cache row p = [k_p | v_p] */
-        float *r = rows + (size_t)(pos0 + t) * 2 * KD;
-        memcpy(r, c->k + (size_t)t * KD, (size_t)KD * sizeof(float));
-        memcpy(r + KD, c->v + (size_t)t * KD, (size_t)KD * sizeof(float));
-    }
-    be->attention(be, c->att, c->q, rows, rows + KD, n, pos0, Hh, KV, hd, 2 * KD, d->attn_scale);
-    be->matmul(be, out, c->att, n, &L->wo);               /* out_proj: [n, H] */
+/* The attention block's buffers: the session's scratch and positions. */
+static attn_bufs attn_scratch(const lfm2_session *c) { return (attn_bufs){ c->q, c->k, c->v, c->att, c->xn, c->pos }; }
+
+/* Layer l's [k | v] cache rows. */
+static attn_cache layer_kv(const lfm2_model *d, const lfm2_session *c, int l) {
+    return attn_cache_kv_rows(cache_rows(&c->cache, l), d->n_kv * d->hd, c->cache.max_ctx);
 }
 
 /* One chunk of n <= LFM2_UBATCH tokens at positions s->pos.. */
@@ -415,6 +400,7 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     lfm2_session *c = s->impl;
     ci_backend *be = m->be;
     const int H = d->H, pos0 = s->pos;
+    const attn_bufs ab = attn_scratch(c);
     for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
 
     be->embed(be, c->x, &d->embed, tokens, n);
@@ -423,9 +409,9 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         const lfm2_layer *L = &d->layers[l];
         be->rmsnorm(be, c->xn, c->x, L->op_norm, n, H, d->eps);
         if (L->is_attn) {
-            attention(be, d, L, c, cache_rows(&c->cache, l), c->xn, c->xn, n, pos0);
-            CI_DUMP(m, "attn_out", l, c->xn, n, H);
-            be->add(be, c->x, c->xn, (int64_t)n * H);
+            const attn_cache kv = layer_kv(d, c, l);
+            attn_forward(be, &L->attn, &ab, &kv, 1, c->xn, NULL, 0, c->x, n);  /* x += out_proj(·) */
+            CI_DUMP(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
         } else {
             sc_forward(be, &L->conv, &c->sc, cache_state(&c->cache, l), c->att, c->xn, n);
             CI_DUMP(m, "conv_out", l, c->att, n, H);
@@ -473,30 +459,17 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
     const lfm2_model *d = m->impl;
     lfm2_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int H = d->H, Hh = d->n_heads, KV = d->n_kv, hd = d->hd, KD = KV * hd, QD = Hh * hd;
+    const int H = d->H;
+    const attn_bufs ab = attn_scratch(c);
+    attn_cache kvs[LFM2_UBATCH];
     for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
     be->embed(be, c->x, &d->embed, tokens, n);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_layer *L = &d->layers[l];
         be->rmsnorm(be, c->xn, c->x, L->op_norm, n, H, d->eps);
-        if (L->is_attn) {
-            be->matmul(be, c->q, c->xn, n, &L->wq);
-            be->matmul(be, c->k, c->xn, n, &L->wk);
-            be->matmul(be, c->v, c->xn, n, &L->wv);
-            be->rmsnorm(be, c->q, c->q, L->q_norm, n * Hh, hd, d->eps);
-            be->rmsnorm(be, c->k, c->k, L->k_norm, n * KV, hd, d->eps);
-            be->rope(be, c->q, n, Hh, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-            be->rope(be, c->k, n, KV, hd, 0, d->rope.rot_dim, c->pos, d->rope.inv_freq, d->rope.mscale, CI_ROPE_NEOX);
-            for (int i = 0; i < n; i++) {
-                float *rows = cache_rows(&((lfm2_session *)ss[i]->impl)->cache, l);
-                float *r = rows + (size_t)c->pos[i] * 2 * KD;
-                memcpy(r, c->k + (size_t)i * KD, (size_t)KD * sizeof(float));
-                memcpy(r + KD, c->v + (size_t)i * KD, (size_t)KD * sizeof(float));
-                be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, rows, rows + KD, 1, c->pos[i], Hh, KV,
-                              hd, 2 * KD, d->attn_scale);
-            }
-            be->matmul(be, c->xn, c->att, n, &L->wo);
-            be->add(be, c->x, c->xn, (int64_t)n * H);
+        if (L->is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
+            for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i]->impl, l);
+            attn_forward(be, &L->attn, &ab, kvs, n, c->xn, NULL, 0, c->x, n);
         } else {
             float *states[LFM2_UBATCH];
             for (int i = 0; i < n; i++) states[i] = cache_state(&((lfm2_session *)ss[i]->impl)->cache, l);

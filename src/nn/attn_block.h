@@ -56,6 +56,11 @@ typedef struct {
     int rows;                    /* positions it holds (the session's context): attention's max_keys */
 } attn_cache;
 
+/* A cache of [k | v] rows, kv_width = n_kv*hd floats each (ci_cache's attention rows). */
+static inline attn_cache attn_cache_kv_rows(float *rows, int kv_width, int n_rows) {
+    return (attn_cache){ rows, rows + kv_width, 2 * kv_width, n_rows };
+}
+
 /* Binds the block's matrices under prefix ("model.layers.3.self_attn") in this order:
  * q_proj (q_rows_per_head * n_heads * hd rows: 2 for a gated q_proj), k_proj, v_proj,
  * o_name (the output projection's name), then q_norm_name / k_norm_name ("<name>.weight",
