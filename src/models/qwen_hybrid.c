@@ -285,8 +285,9 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
             if (!d->any_dn) d->any_dn = N;
         } else {
             ga_layer *A = &L->ga;
-            A->hidden = D; A->n_heads = Hh; A->n_kv = KV; A->hd = hd; A->eps = d->eps;
-            A->scale = 1.0f / sqrtf((float)hd);
+            A->hidden = D; A->a.n_heads = Hh; A->a.n_kv = KV; A->a.hd = hd; A->a.eps = d->eps;
+            A->a.scale = 1.0f / sqrtf((float)hd);
+            attn_set_rope(&A->a, &d->rope, CI_ROPE_NEOX);
             snprintf(base, sizeof base, "%slayers.%d.self_attn", pre, l);
             ga_bind(&b, A, base, shift);
             if (!d->any_ga) d->any_ga = A;
@@ -421,6 +422,11 @@ int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t 
 
 /* ---- forward -------------------------------------------------------------------------- */
 
+/* Layer l's [k | v] cache rows (a gated-attention layer). */
+static attn_cache layer_kv(const qh_layer *L, const qh_cache *c, int l) {
+    return attn_cache_kv_rows(cache_rows(&c->cache, l), L->ga.a.n_kv * L->ga.a.hd, c->cache.max_ctx);
+}
+
 static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
     ci_model *m = s->m;
     const qh_model *d = m->impl;
@@ -434,7 +440,10 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         const qh_layer *L = &d->layers[l];
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
         if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&c->cache, l), c->y, c->xn, n, d->mode);
-        else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&c->cache, l), c->y, c->xn, c->pos, n, pos0);
+        else {
+            const attn_cache kv = layer_kv(L, c, l);
+            ga_forward(be, &L->ga, &c->ga, &kv, 1, c->y, c->xn, c->pos, n);
+        }
         CI_DUMP(m, L->linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         be->add(be, c->x, c->y, (int64_t)n * D);
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
@@ -485,6 +494,8 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
     qh_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int D = d->D;
+    attn_cache kvs[UBATCH];
+    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
     be->embed(be, c->x, &d->embed, tokens, n);
     for (int l = 0; l < d->n_layers; l++) {
         const qh_layer *L = &d->layers[l];
@@ -493,15 +504,13 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
             float *states[UBATCH];
             for (int i = 0; i < n; i++) states[i] = cache_state(&((qh_cache *)ss[i]->impl)->cache, l);
             dn_forward_rows(be, &L->dn, &c->dn, states, c->y, c->xn, n);
-        } else {
-            for (int i = 0; i < n; i++) {
-                qh_cache *ci = ss[i]->impl;
-                int32_t pos = ss[i]->pos;
-                float *y = c->y + (size_t)i * D;
-                const float *xn = c->xn + (size_t)i * D;
-                if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&ci->cache, l), y, xn, 1, d->mode);
-                else ga_forward(be, &L->ga, &d->rope, &c->ga, cache_rows(&ci->cache, l), y, xn, &pos, 1, pos);
-            }
+        } else if (L->linear) {
+            for (int i = 0; i < n; i++)
+                dn_forward(be, &L->dn, &c->dn, cache_state(&((qh_cache *)ss[i]->impl)->cache, l), c->y + (size_t)i * D,
+                           c->xn + (size_t)i * D, 1, d->mode);
+        } else {   /* projections over all rows; row i's k / v into its own cache, attending to it alone */
+            for (int i = 0; i < n; i++) kvs[i] = layer_kv(L, ss[i]->impl, l);
+            ga_forward(be, &L->ga, &c->ga, kvs, n, c->y, c->xn, c->pos, n);
         }
         be->add(be, c->x, c->y, (int64_t)n * D);
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);

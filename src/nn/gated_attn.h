@@ -6,20 +6,24 @@
  *   rotary on the first rot_dim dims of each head, NeoX half rotation (partial RoPE; Qwen3.5's
  *   mrope is this for text, every section sees the same position)
  *   out = o_proj(attention(query, key, value) * sigmoid(gate))
- * The cache rows of a layer are [k (n_kv*hd) | v (n_kv*hd)] per position. */
+ * The cache rows of a layer are [k (n_kv*hd) | v (n_kv*hd)] per position.
+ *
+ * Everything but the gate is the shared attention block (nn/attn_block.h): its q_proj simply
+ * emits 2*hd rows per head. What this file adds is the gate's two elementwise steps, the
+ * split of q_proj's rows into query and gate and the sigmoid product before o_proj; they
+ * are host loops over the activations (CPU only) until the backend has ops for them. */
 #ifndef CI_GATED_ATTN_H
 #define CI_GATED_ATTN_H
 #include "../backend/backend.h"
 #include "../io/weights.h"
-#include "rope.h"
+#include "attn_block.h"
 
 typedef struct {
-    int hidden, n_heads, n_kv, hd;
-    float eps, scale;           /* q/k norm epsilon; hd^-0.5 */
-    ci_mat q;                   /* [n_heads*2*hd, hidden]: per head query then gate */
-    ci_mat k, v;                /* [n_kv*hd, hidden] */
-    ci_mat o;                   /* [hidden, n_heads*hd] */
-    float *q_norm, *k_norm;     /* [hd], the +1 already added (binder-owned) */
+    int hidden;
+    attn_block a;               /* wq [n_heads*2*hd, hidden]: per head query then gate; wk / wv
+                                 * [n_kv*hd, hidden]; wo [hidden, n_heads*hd]; q_norm / k_norm
+                                 * [hd] with the +1 already added (binder-owned); eps, scale
+                                 * hd^-0.5 and the (partial, NeoX) rope set by the family */
 } ga_layer;
 
 typedef struct {
@@ -31,14 +35,16 @@ typedef struct {
 
 /* Floats per cached token: 2 * n_kv * hd. */
 size_t ga_row_floats(const ga_layer *A);
-/* Binds under prefix ("model.layers.3.self_attn"); norm_add is added to q/k norm weights
- * (1 for checkpoints that store zero-centred weights, 0 when already shifted). */
+/* Binds under prefix ("model.layers.3.self_attn"); a.n_heads / n_kv / hd and hidden must
+ * be set. norm_add is added to q/k norm weights (1 for checkpoints that store zero-centred
+ * weights, 0 when already shifted). */
 int ga_bind(w_binder *b, ga_layer *A, const char *prefix, float norm_add);
 int ga_scratch_init(ga_scratch *s, const ga_layer *A, int max_n);
 void ga_scratch_free(ga_scratch *s);
-/* out[n, hidden] for x[n, hidden] (normed) at positions pos[0..n) = pos0.., writing the
- * chunk's K/V into rows [pos0, pos0+n) of kv [max_ctx, 2*n_kv*hd]. */
-void ga_forward(ci_backend *be, const ga_layer *A, const rope_table *rope, ga_scratch *s, float *kv, float *out,
-                const float *x, const int32_t *pos, int n, int pos0);
+/* out[n, hidden] for x[n, hidden] (normed) at positions pos[0..n) (backend memory), each
+ * row's K/V written into cache row pos[t]: kvs as attn_attend's (1 cache for a chunk of one
+ * sequence, or n, one per row's sequence). */
+void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches, float *out,
+                const float *x, const int32_t *pos, int n);
 
 #endif
