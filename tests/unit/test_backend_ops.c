@@ -288,8 +288,9 @@ static void test_forward_argmax(void) {
             if (ci_model_open(fixtures[f], &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", fixtures[f], err); return; }
             ci_model_info info;
             ci_model_get_info(m, &info);
-            ci_session *a, *b;
+            ci_session *a = NULL, *b = NULL;
             CHECK(!ci_session_new(m, 64, &a, err, sizeof err) && !ci_session_new(m, 64, &b, err, sizeof err), "%s", err);
+            if (!a || !b) { ci_session_free(a); ci_session_free(b); ci_model_free(m); return; }
             float *lg = malloc((size_t)info.vocab_size * sizeof *lg);
             int prompt[5] = { 3, 1, 4, 1, 5 }, ta = 0, tb = 0;
             CHECK(!ci_forward(a, prompt, 5, lg, 0, err, sizeof err), "%s", err);
