@@ -28,6 +28,7 @@ for a in "$@"; do
     *) echo "usage: $0 [--bench] [--quick]" >&2; exit 2 ;;
   esac
 done
+[ -x .gpu/cinfer ] || [ ! -f .gpuz/gpu.tar.xz ] || tar xJf .gpuz/gpu.tar.xz   # the packed stage (stage.sh)
 [ -x .gpu/cinfer ] || { echo "run.sh: .gpu/cinfer missing: run tests/gpu/stage.sh on the build machine and carry .gpu" >&2; exit 2; }
 export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CINFER=$PWD/.gpu/cinfer
