@@ -9,6 +9,7 @@
 #include "../io/json.h"
 #include "../io/weights.h"
 #include "../nn/attn_block.h"
+#include "../nn/ffn_block.h"
 #include "../nn/moe.h"
 #include <math.h>
 #include <stdio.h>
@@ -23,18 +24,16 @@ enum { UBATCH = 256, UBATCH_DEVICE = 4096 };
 typedef struct {
     float *attn_norm;            /* [dim] input_layernorm */
     attn_block attn;             /* self_attn: q/k/v/o_proj [.., dim], q_norm / k_norm [hd] (Qwen3 only) */
-    float *ffn_norm;             /* [dim] post_attention_layernorm */
-    ci_mat wg, wu;               /* [ff, dim] */
-    ci_mat wd;                   /* [dim, ff] */
-    int is_moe;                  /* Qwen3-MoE sparse layer: moe replaces wg/wu/wd */
+    ffn_block ffn;               /* post_attention_layernorm [dim]; mlp: gate/up_proj [ff, dim], down_proj [dim, ff] */
+    int is_moe;                  /* Qwen3-MoE sparse layer: ffn.moe = &moe replaces ffn's matrices */
     moe_block moe;
 } dense_layer;
 
 /* One layer's weights in backend memory (MoE experts stay host views: CPU only). */
 typedef struct {
-    const float *attn_norm, *ffn_norm;
+    const float *attn_norm;
     attn_block attn;             /* its weights, norms and rope table placed */
-    ci_mat wg, wu, wd;
+    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe: host views) */
 } dense_placed;
 
 typedef struct {
@@ -126,7 +125,7 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
             const dense_layer *L = &d->layers[l];
             const attn_block *A = &L->attn;
             quant = A->wq.dtype == CI_U32 || A->wk.dtype == CI_U32 || A->wv.dtype == CI_U32 || A->wo.dtype == CI_U32 ||
-                    (!L->is_moe && (L->wg.dtype == CI_U32 || L->wu.dtype == CI_U32 || L->wd.dtype == CI_U32));
+                    (!L->is_moe && (L->ffn.wg.dtype == CI_U32 || L->ffn.wu.dtype == CI_U32 || L->ffn.wd.dtype == CI_U32));
         }
         if (quant)
             return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
@@ -143,12 +142,14 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         const attn_block *A = &L->attn;
         P->attn = *A;
         P->attn.inv_freq = d->dev_inv_freq;
-        bad = place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || place_vec(be, &P->ffn_norm, L->ffn_norm, d->dim) ||
+        P->ffn = L->ffn;
+        bad = place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || place_vec(be, &P->ffn.norm, L->ffn.norm, d->dim) ||
               place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
               place_mat(be, &P->attn.wq, &A->wq) || place_mat(be, &P->attn.wk, &A->wk) ||
               place_mat(be, &P->attn.wv, &A->wv) || place_mat(be, &P->attn.wo, &A->wo);
         if (!bad && !L->is_moe)
-            bad = place_mat(be, &P->wg, &L->wg) || place_mat(be, &P->wu, &L->wu) || place_mat(be, &P->wd, &L->wd);
+            bad = place_mat(be, &P->ffn.wg, &L->ffn.wg) || place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
+                  place_mat(be, &P->ffn.wd, &L->ffn.wd);
     }
     if (bad)
         return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
@@ -240,22 +241,21 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
         attn_set_rope(A, &d->rope, CI_ROPE_NEOX);
         snprintf(pre, sizeof pre, "model.layers.%d.self_attn", l);
         attn_bind(&b, A, D, 1, pre, "o_proj", o->qk_norm ? "q_norm" : NULL, o->qk_norm ? "k_norm" : NULL, 0);
-        w_vec(&b, &L->ffn_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.layers.%d.post_attention_layernorm.weight", l);
+        char norm[96];
+        snprintf(norm, sizeof norm, "model.layers.%d.post_attention_layernorm.weight", l);
+        snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+        ffn_bind(&b, &L->ffn, D, d->ff, d->eps, norm, 0, sparse[l] ? NULL : pre, NULL);
         if (sparse[l]) {
             L->is_moe = 1;
+            L->ffn.moe = &L->moe;
             L->moe = proto;
             L->moe.w_gate = em;
             L->moe.w_up = em + proto.n_experts;
             L->moe.w_down = em + 2 * proto.n_experts;
             em += 3 * proto.n_experts;
-            w_mat(&b, &L->moe.gate, W_REQUIRED, proto.n_experts, D, "model.layers.%d.mlp.gate", l);
-            snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
+            w_mat(&b, &L->moe.gate, W_REQUIRED, proto.n_experts, D, "%s.gate", pre);
             w_experts(&b, L->moe.w_gate, L->moe.w_up, L->moe.w_down, proto.n_experts, proto.top_k, proto.inter, D, pre);
             if (!d->any_moe) d->any_moe = &L->moe;
-        } else {
-            w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.gate_proj", l);
-            w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "model.layers.%d.mlp.up_proj", l);
-            w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "model.layers.%d.mlp.down_proj", l);
         }
     }
     free(sparse);
@@ -440,6 +440,10 @@ static void head_rows(ci_model *m, dense_cache *c, int n, float *logits, int32_t
 
 enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
 
+/* The MLP block's buffers: the output / product goes to att (free after the attention's
+ * dump; [ub, max(n_heads*hd, dim)]), the MoE's scratch is the session's. */
+static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
+
 /* Layer l's K / V cache of a session with cache c ([layer][max_ctx][n_kv*hd] each). */
 static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int max_ctx, int l) {
     size_t at = (size_t)l * max_ctx * d->n_kv * d->hd;
@@ -458,26 +462,18 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_backend *be = m->be;
     const int D = d->dim;
     const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
+    const ffn_bufs fb = ffn_scratch(c);
 
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
     dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
-        const dense_layer *L = &d->layers[l];
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->pos, k / v into cache rows c->pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
         dump_buf(m, "after_attn", l, c->x, n, D);
-
-        if (L->is_moe) {
-            be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
-            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);  /* att reused as [n, D] output */
-            be->add(be, c->x, c->att, (int64_t)n * D);
-        } else {
-            be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);  /* [n, ff] */
-            be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);            /* x += down(·) */
-        }
+        ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's */
         dump_buf(m, "layer_out", l, c->x, n, D);
     }
     if (head == HEAD_NONE) return;
@@ -571,8 +567,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int D = d->dim;
     const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
+    const ffn_bufs fb = ffn_scratch(c);
     attn_cache *kvs = c->hkv;
     int32_t *hp = c->hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
@@ -582,19 +578,10 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
 
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
     for (int l = 0; l < d->n_layers; l++) {
-        const dense_layer *L = &d->layers[l];
         const dense_placed *P = &d->dev[l];
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
-
-        if (L->is_moe) {
-            be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, D, d->eps);
-            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
-            be->add(be, c->x, c->att, (int64_t)n * D);
-        } else {
-            be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);
-            be->matmul_acc(be, c->x, c->g, n, &P->wd, c->xn);
-        }
+        ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
     head_rows(m, c, n, logits, out_ids ? c->best_n : NULL);
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));

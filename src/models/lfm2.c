@@ -30,6 +30,7 @@
 #include "../io/json.h"
 #include "../io/weights.h"
 #include "../nn/attn_block.h"
+#include "../nn/ffn_block.h"
 #include "../nn/moe.h"
 #include "../nn/rope.h"
 #include "../nn/shortconv.h"
@@ -41,12 +42,10 @@
 typedef struct {
     int is_attn, is_moe;
     float *op_norm;              /* [H] operator_norm */
-    float *ffn_norm;             /* [H] */
     attn_block attn;             /* attention: q/k/v_proj, out_proj, q_layernorm / k_layernorm [hd] */
     shortconv conv;              /* conv layers */
-    ci_mat w1, w3;               /* dense FF: [ff, H] gate, up */
-    ci_mat w2;                   /* [H, ff] down */
-    moe_block moe;               /* MoE FF (lfm2_moe past num_dense_layers) */
+    ffn_block ffn;               /* ffn_norm [H]; dense: w1 / w3 [ff, H] gate, up, w2 [H, ff] down */
+    moe_block moe;               /* MoE FF (lfm2_moe past num_dense_layers): ffn.moe = &moe */
 } lfm2_layer;
 
 typedef struct {
@@ -280,8 +279,11 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
             snprintf(pre, sizeof pre, "model.layers.%d.conv", l);
             sc_bind(&b, &L->conv, H, d->K, conv_bias, pre);
         }
-        w_vec(&b, &L->ffn_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.layers.%d.ffn_norm.weight", l);
+        char norm[128];
+        snprintf(norm, sizeof norm, "model.layers.%d.ffn_norm.weight", l);
         if (L->is_moe) {
+            ffn_bind(&b, &L->ffn, H, d->ff, d->eps, norm, 0, NULL, NULL);
+            L->ffn.moe = &L->moe;
             moe_block *M = &L->moe;
             M->n_experts = (int)E; M->top_k = (int)topk; M->hidden = H; M->inter = (int)mff;
             M->router = MOE_SIGMOID; M->norm_topk_prob = norm_topk; M->norm_eps = 1e-6f;
@@ -295,12 +297,12 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
             if (!d->any_moe) d->any_moe = M;
         } else {
             /* mlx-lm's lfm2_moe sanitize renames w1 / w3 / w2 to gate_proj / up_proj / down_proj */
-            char probe[128];
-            snprintf(probe, sizeof probe, "model.layers.%d.feed_forward.gate_proj.weight", l);
+            static const char *const names_lfm2[3] = { "w1", "w3", "w2" };
+            char probe[160];
+            snprintf(pre, sizeof pre, "model.layers.%d.feed_forward", l);
+            snprintf(probe, sizeof probe, "%s.gate_proj.weight", pre);
             int mlx_names = o->moe && m->st && st_find(m->st, probe);
-            w_mat(&b, &L->w1, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.%s", l, mlx_names ? "gate_proj" : "w1");
-            w_mat(&b, &L->w3, W_REQUIRED, d->ff, H, "model.layers.%d.feed_forward.%s", l, mlx_names ? "up_proj" : "w3");
-            w_mat(&b, &L->w2, W_REQUIRED, H, d->ff, "model.layers.%d.feed_forward.%s", l, mlx_names ? "down_proj" : "w2");
+            ffn_bind(&b, &L->ffn, H, d->ff, d->eps, norm, 0, pre, mlx_names ? ffn_names_hf : names_lfm2);
         }
     }
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.embedding_norm.weight");
@@ -388,6 +390,9 @@ void lfm2_session_free(ci_session *s) {
 /* The attention block's buffers: the session's scratch and positions. */
 static attn_bufs attn_scratch(const lfm2_session *c) { return (attn_bufs){ c->q, c->k, c->v, c->att, c->xn, c->pos }; }
 
+/* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
+static ffn_bufs ffn_scratch(lfm2_session *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
+
 /* Layer l's [k | v] cache rows. */
 static attn_cache layer_kv(const lfm2_model *d, const lfm2_session *c, int l) {
     return attn_cache_kv_rows(cache_rows(&c->cache, l), d->n_kv * d->hd, c->cache.max_ctx);
@@ -401,6 +406,7 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     ci_backend *be = m->be;
     const int H = d->H, pos0 = s->pos;
     const attn_bufs ab = attn_scratch(c);
+    const ffn_bufs fb = ffn_scratch(c);
     for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
 
     be->embed(be, c->x, &d->embed, tokens, n);
@@ -417,16 +423,7 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
             CI_DUMP(m, "conv_out", l, c->att, n, H);
             be->add(be, c->x, c->att, (int64_t)n * H);
         }
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-        if (L->is_moe) {
-            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
-        } else {
-            be->matmul(be, c->g, c->xn, n, &L->w1);           /* [n, ff] */
-            be->matmul(be, c->u, c->xn, n, &L->w3);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->att, c->g, n, &L->w2);          /* [n, H] */
-        }
-        be->add(be, c->x, c->att, (int64_t)n * H);
+        ffn_forward(be, &L->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
         CI_DUMP(m, "layer_out", l, c->x, n, H);
     }
     ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
@@ -461,6 +458,7 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
     ci_backend *be = m->be;
     const int H = d->H;
     const attn_bufs ab = attn_scratch(c);
+    const ffn_bufs fb = ffn_scratch(c);
     attn_cache kvs[LFM2_UBATCH];
     for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
     be->embed(be, c->x, &d->embed, tokens, n);
@@ -476,16 +474,7 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
             sc_forward_rows(be, &L->conv, &c->sc, states, c->att, c->xn, n);
             be->add(be, c->x, c->att, (int64_t)n * H);
         }
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-        if (L->is_moe) {
-            moe_forward(be, &L->moe, &c->moe, c->att, c->xn, n);
-        } else {
-            be->matmul(be, c->g, c->xn, n, &L->w1);
-            be->matmul(be, c->u, c->xn, n, &L->w3);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->att, c->g, n, &L->w2);
-        }
-        be->add(be, c->x, c->att, (int64_t)n * H);
+        ffn_forward(be, &L->ffn, &fb, c->x, n);
     }
     ci_lm_head(be, logits, 1, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     for (int i = 0; i < n; i++) {

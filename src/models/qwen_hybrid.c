@@ -7,6 +7,7 @@
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
+#include "../nn/ffn_block.h"
 #include "../nn/gated_attn.h"
 #include "../nn/moe.h"
 #include "../nn/rope.h"
@@ -22,11 +23,10 @@ typedef struct {
     float *attn_norm;            /* [D] input_layernorm, 1 + w */
     dn_layer dn;
     ga_layer ga;
-    float *ffn_norm;             /* [D] post_attention_layernorm, 1 + w */
+    ffn_block ffn;               /* post_attention_layernorm [D], 1 + w; dense: gate/up_proj
+                                  * [ff, D], down_proj [D, ff] */
     int is_moe;
-    ci_mat wg, wu;               /* dense: [ff, D] */
-    ci_mat wd;                   /* dense: [D, ff] */
-    moe_block moe;
+    moe_block moe;               /* sparse layers: ffn.moe = &moe */
 } qh_layer;
 
 typedef struct {
@@ -292,11 +292,14 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
             ga_bind(&b, A, base, shift);
             if (!d->any_ga) d->any_ga = A;
         }
-        w_vec(&b, &L->ffn_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%slayers.%d.post_attention_layernorm.weight", pre, l);
+        char norm[256];
+        snprintf(norm, sizeof norm, "%slayers.%d.post_attention_layernorm.weight", pre, l);
         snprintf(base, sizeof base, "%slayers.%d.mlp", pre, l);
+        ffn_bind(&b, &L->ffn, D, d->ff, d->eps, norm, shift, sparse[l] ? NULL : base, NULL);
         if (sparse[l]) {
             moe_block *M = &L->moe;
             L->is_moe = 1;
+            L->ffn.moe = M;
             *M = proto;
             M->w_gate = em;
             M->w_up = em + proto.n_experts;
@@ -311,10 +314,6 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
                 w_mat(&b, &M->sh_router, W_REQUIRED, 1, D, "%s.shared_expert_gate", base);
             }
             if (!d->any_moe) d->any_moe = M;
-        } else {
-            w_mat(&b, &L->wg, W_REQUIRED, d->ff, D, "%s.gate_proj", base);
-            w_mat(&b, &L->wu, W_REQUIRED, d->ff, D, "%s.up_proj", base);
-            w_mat(&b, &L->wd, W_REQUIRED, D, d->ff, "%s.down_proj", base);
         }
     }
     free(linear);
@@ -422,6 +421,9 @@ int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t 
 
 /* ---- forward -------------------------------------------------------------------------- */
 
+/* The MLP block's buffers: its output (the down product or the MoE's) goes to y. */
+static ffn_bufs ffn_scratch(qh_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->y, &c->moe }; }
+
 /* Layer l's [k | v] cache rows (a gated-attention layer). */
 static attn_cache layer_kv(const qh_layer *L, const qh_cache *c, int l) {
     return attn_cache_kv_rows(cache_rows(&c->cache, l), L->ga.a.n_kv * L->ga.a.hd, c->cache.max_ctx);
@@ -433,6 +435,7 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
     qh_cache *c = s->impl;
     ci_backend *be = m->be;
     const int D = d->D, pos0 = s->pos;
+    const ffn_bufs fb = ffn_scratch(c);
     for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
     be->embed(be, c->x, &d->embed, tokens, n);
     CI_DUMP(m, "embed", -1, c->x, n, D);
@@ -446,17 +449,8 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
         }
         CI_DUMP(m, L->linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         be->add(be, c->x, c->y, (int64_t)n * D);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
-        if (L->is_moe) {
-            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        } else {
-            be->matmul(be, c->g, c->xn, n, &L->wg);
-            be->matmul(be, c->u, c->xn, n, &L->wu);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->y, c->g, n, &L->wd);
-        }
+        ffn_forward(be, &L->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
         CI_DUMP(m, "mlp", l, c->y, n, D);
-        be->add(be, c->x, c->y, (int64_t)n * D);
         CI_DUMP(m, "layer_out", l, c->x, n, D);
     }
     ci_lm_head(be, logits, all_logits, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
@@ -494,6 +488,7 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
     qh_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int D = d->D;
+    const ffn_bufs fb = ffn_scratch(c);
     attn_cache kvs[UBATCH];
     for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
     be->embed(be, c->x, &d->embed, tokens, n);
@@ -513,16 +508,7 @@ static void forward_rows(ci_session *const *ss, const int *tokens, int n, float 
             ga_forward(be, &L->ga, &c->ga, kvs, n, c->y, c->xn, c->pos, n);
         }
         be->add(be, c->x, c->y, (int64_t)n * D);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, D, d->eps);
-        if (L->is_moe) {
-            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        } else {
-            be->matmul(be, c->g, c->xn, n, &L->wg);
-            be->matmul(be, c->u, c->xn, n, &L->wu);
-            be->swiglu(be, c->g, c->u, (int64_t)n * d->ff);
-            be->matmul(be, c->y, c->g, n, &L->wd);
-        }
-        be->add(be, c->x, c->y, (int64_t)n * D);
+        ffn_forward(be, &L->ffn, &fb, c->x, n);
     }
     ci_lm_head(be, logits, 1, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     for (int i = 0; i < n; i++) {

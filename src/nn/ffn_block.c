@@ -1,0 +1,37 @@
+/* ffn_block.c — see ffn_block.h. Only backend ops (and moe_forward): no activation byte is
+ * touched here. */
+#include "ffn_block.h"
+
+const char *const ffn_names_hf[3] = { "gate_proj", "up_proj", "down_proj" };
+
+int ffn_bind(w_binder *b, ffn_block *F, int64_t hidden, int64_t ff, float eps, const char *norm_name, float norm_add,
+             const char *prefix, const char *const *names) {
+    float *nw = NULL;
+    if (norm_name) w_vec(b, &nw, W_REQUIRED, hidden, norm_add, W_KIND_NORM, "%s", norm_name);
+    F->norm = nw;
+    F->eps = eps;
+    if (prefix) {
+        if (!names) names = ffn_names_hf;
+        w_mat(b, &F->wg, W_REQUIRED, ff, hidden, "%s.%s", prefix, names[0]);
+        w_mat(b, &F->wu, W_REQUIRED, ff, hidden, "%s.%s", prefix, names[1]);
+        w_mat(b, &F->wd, W_REQUIRED, hidden, ff, "%s.%s", prefix, names[2]);
+    }
+    return b->failed ? -1 : 1;
+}
+
+void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x, int n) {
+    if (F->moe) {
+        const int D = F->moe->hidden;
+        const float *in = x;
+        if (F->norm) {
+            be->rmsnorm(be, b->xn, x, F->norm, n, D, F->eps);
+            in = b->xn;
+        }
+        moe_forward(be, F->moe, b->moe, b->y, in, n);
+        be->add(be, x, b->y, (int64_t)n * D);
+        return;
+    }
+    if (F->norm) be->norm_matmul_swiglu(be, b->xn, x, F->norm, F->eps, b->g, b->u, n, &F->wg, &F->wu);
+    else be->matmul_swiglu(be, b->g, b->u, x, n, &F->wg, &F->wu);
+    be->matmul_acc(be, x, b->g, n, &F->wd, b->y);
+}
