@@ -134,9 +134,15 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                 b[r] = MODE == CI_Q_AFFINE ? q_param(d, d->biases, gi[r] + g) : 0.0f;
             }
             for (int64_t k = k0; k < k1; k += 16) {
-                if (((k / 2) & 63) < 8)   /* one prefetch per 64-byte line of each row's codes */
+                if (((k / 2) & 63) < 8) {   /* one prefetch per 64-byte line of each row's codes */
+                    /* past the row's end: the same place in the row 4 below, which the next
+                     * tile reads first (a 1024-column row is 512 bytes, so otherwise every
+                     * prefetch but row 3's lands in a row this tile is already reading) */
+                    int64_t off = k / 2 + 512;
+                    if (off >= rb) off += 3 * rb;
                     QS_UNROLL
-                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
+                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off, 0, 3);
+                }
                 vf xe[2], xo[2];
                 QS_UNROLL
                 for (int t = 0; t < T; t++) {
