@@ -77,9 +77,14 @@ AI int qtile_T(const int T, const int MODE, const int BITS, const ci_mat *W, con
             }
             if (!ok) return 0;
             for (int64_t k = k0; k < k1; k += VL) {
-                /* One prefetch per 64-byte line of each row's codes. */
-                if (((k * BITS / 8) & 63) < VL * BITS / 8)
-                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k * BITS / 8 + QPF_DIST, 0, 3);
+                /* One prefetch per 64-byte line of each row's codes; past the row's end,
+                 * the same place in the row 4 below, which the next tile reads first (else
+                 * it lands in a row this tile is already reading: see simd_template.h). */
+                if (((k * BITS / 8) & 63) < VL * BITS / 8) {
+                    int64_t off = k * BITS / 8 + QPF_DIST;
+                    if (off >= rb) off += 3 * rb;
+                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off, 0, 3);
+                }
                 UNROLL(4)
                 for (int r = 0; r < 4; r++) {
                     vf w = qweights(MODE, BITS, wr[r], k, s[r], b[r]);
