@@ -4,16 +4,6 @@
 # outside 1..256 is a usage error (exit 2, one line naming the flag).
 . "$(dirname "$0")/lib.sh"
 
-# expect_usage NAME SUBSTRING CMD...: exit status exactly 2, one stderr line with SUBSTRING.
-expect_usage() {
-  local name=$1 want=$2; shift 2
-  "$@" >"$TMP/out" 2>"$TMP/err" </dev/null; local rc=$?
-  local lines; lines=$(wc -l <"$TMP/err")
-  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc (want 2); stderr: $(head -c 300 "$TMP/err")"
-  elif [ "$lines" -ne 1 ]; then fail "$name" "expected one stderr line, got $lines: $(head -c 300 "$TMP/err")"
-  elif ! grep -qF -- "$want" "$TMP/err"; then fail "$name" "stderr lacks '$want': $(cat "$TMP/err")"
-  else pass "$name"; fi
-}
 
 for fx in tests/fixtures/qwen3_bf16 tests/fixtures/llama_yarn; do
   name=$(basename $fx)

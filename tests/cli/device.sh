@@ -10,16 +10,6 @@
 . "$(dirname "$0")/lib.sh"
 fx=tests/fixtures/llama_gqa_llama3
 
-# expect_usage NAME SUBSTRING CMD...: exit status exactly 2, one stderr line with SUBSTRING.
-expect_usage() {
-  local name=$1 want=$2; shift 2
-  "$@" >"$TMP/out" 2>"$TMP/err" </dev/null; local rc=$?
-  local lines; lines=$(wc -l <"$TMP/err")
-  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc (want 2); stderr: $(head -c 300 "$TMP/err")"
-  elif [ "$lines" -ne 1 ]; then fail "$name" "expected one stderr line, got $lines: $(head -c 300 "$TMP/err")"
-  elif ! grep -qF -- "$want" "$TMP/err"; then fail "$name" "stderr lacks '$want': $(cat "$TMP/err")"
-  else pass "$name"; fi
-}
 
 printf 'The quick brown fox jumps over the lazy dog. ' >"$TMP/text"
 m=models/demo
