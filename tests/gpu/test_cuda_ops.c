@@ -136,6 +136,21 @@ static errs compare(const float *got, const float *ref, size_t n) {
     return e;
 }
 
+/* The outputs gy[j] (device, sz[j] floats each) of one call against ref[j], as one error;
+ * frees both sets. */
+static errs compare_outputs(int k, float *const *gy, float *const *ref, const size_t *sz) {
+    errs e = { 0, 0, 0 };
+    double num = 0, den = 0;
+    for (int j = 0; j < k; j++) {
+        float *got = xmalloc(sz[j] * 4);
+        g_get(got, gy[j], sz[j] * 4);
+        acc_err(&e, &num, &den, got, ref[j], sz[j]);
+        free(got); free(ref[j]); g_free(gy[j]);
+    }
+    fin_err(&e, num, den);
+    return e;
+}
+
 /* One PASS / FAIL line; also checks the sticky status. */
 static void report(const char *name, errs e, double bound) {
     int st = gpu->status ? gpu->status(gpu) : 0;
@@ -331,16 +346,7 @@ static void test_matmul_fused(void) {
                 const ci_mat *wc[3] = { &wq.c, &wk.c, &wv.c }, *wg[3] = { &wq.g, &wk.g, &wv.g };
                 ref_matmul_n(3, r, x, n, wc);
                 gpu->matmul_n(gpu, 3, gy, gx, n, wg);
-                errs e = { 0, 0, 0 };
-                double num = 0, den = 0;
-                for (int j = 0; j < 3; j++) {
-                    float *got = xmalloc(sz[j] * 4);
-                    g_get(got, gy[j], sz[j] * 4);
-                    acc_err(&e, &num, &den, got, r[j], sz[j]);
-                    free(got); free(r[j]); g_free(gy[j]);
-                }
-                fin_err(&e, num, den);
-                report(name, e, mm_bound(&wq.c, n));
+                report(name, compare_outputs(3, gy, r, sz), mm_bound(&wq.c, n));
             }
             /* matmul_acc: y += x · Wᵀ (o_proj with the residual) */
             snprintf(name, sizeof name, "cuda matmul_acc %s %lldx%lld n=%d", dn, (long long)rq, (long long)cols, n);
@@ -385,16 +391,7 @@ static void test_matmul_fused(void) {
                 cpu->rmsnorm(cpu, xn, x, nw, n, (int)cols, 1e-6f);
                 ref_matmul_n(3, r, xn, n, wc);
                 gpu->norm_matmul_n(gpu, gxn, gx, gnw, 1e-6f, 3, gy, n, wg);
-                errs e = { 0, 0, 0 };
-                double num = 0, den = 0;
-                for (int j = 0; j < 3; j++) {
-                    float *got = xmalloc(sz[j] * 4);
-                    g_get(got, gy[j], sz[j] * 4);
-                    acc_err(&e, &num, &den, got, r[j], sz[j]);
-                    free(got); free(r[j]); g_free(gy[j]);
-                }
-                fin_err(&e, num, den);
-                report(name, e, mm_bound(&wq.c, n));
+                report(name, compare_outputs(3, gy, r, sz), mm_bound(&wq.c, n));
                 g_free(gnw); g_free(gxn);
                 free(nw); free(xn);
             }
