@@ -12,6 +12,7 @@
  * prints why and exits 0 without one. */
 #include "backend/backend.h"
 #include "core/tensor.h"
+#include "models/probe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,26 +36,6 @@ static float frand(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; 
 static void sync_be(ci_backend *be, const void *buf) {
     char b[4];
     be->download(be, b, buf, 4);
-}
-
-static double copy_probe(ci_backend *be) {
-    size_t bytes = (size_t)1 << 30;
-    void *a = be->alloc(be, bytes), *b = be->alloc(be, bytes);
-    double best = 0;
-    if (!a || !b) { fprintf(stderr, "%s\n", be->last_error); goto done; }
-    be->copy(be, b, a, bytes);
-    sync_be(be, b);
-    for (int r = 0; r < 5; r++) {
-        double t = now();
-        for (int i = 0; i < 10; i++) be->copy(be, i & 1 ? a : b, i & 1 ? b : a, bytes);
-        sync_be(be, a);
-        double gbs = 10.0 * 2.0 * (double)bytes / (now() - t) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-done:
-    be->buf_free(be, a);
-    be->buf_free(be, b);
-    return best;
 }
 
 /* A random weight of the given dtype on the device (host copy freed by the caller). */
@@ -93,7 +74,8 @@ int main(int argc, char **argv) {
     ci_backend *be = ci_backend_cuda_new(0, 1, err, sizeof err);
     if (!be) { printf("no CUDA backend: %s\n", err); return 0; }
     printf("device: %s\n", be->name);
-    double copy = copy_probe(be);
+    double copy = ci_backend_copy_gbs(be, err, sizeof err);
+    if (copy <= 0) { printf("copy probe: %s\n", err); return 1; }
     printf("copy probe: %.0f GB/s (1 GiB device-to-device, read + written, best of 5)\n\n", copy);
     printf("| dtype | W [rows, cols] | op | n | us / call | weight GB/s | of copy | us in a graph | of copy |\n"
            "|---|---|---|---|---|---|---|---|---|\n");

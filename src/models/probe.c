@@ -12,8 +12,11 @@ static double probe_now(void) {
 }
 
 double ci_model_copy_gbs(ci_model *m, char *err, size_t errlen) {
+    return ci_backend_copy_gbs(m ? m->be : NULL, err, errlen);
+}
+
+double ci_backend_copy_gbs(ci_backend *be, char *err, size_t errlen) {
     if (errlen) err[0] = 0;
-    ci_backend *be = m ? m->be : NULL;
     if (!be || !be->is_device) return 0;
     if (!be->alloc || !be->buf_free || !be->copy || !be->download) {
         ci_err(err, errlen, "%s: the backend has no buffer copies to probe", be->name);

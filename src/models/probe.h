@@ -11,6 +11,9 @@
  * memory to probe); 0 with one line in err when the buffers cannot be had or the backend
  * reports an error. Run it after the model's own work: the buffers take 2 GiB while it runs. */
 double ci_model_copy_gbs(ci_model *m, char *err, size_t errlen);
+/* The same probe on a backend without a model (bench/gemv_cuda.c). */
+struct ci_backend;
+double ci_backend_copy_gbs(struct ci_backend *be, char *err, size_t errlen);
 
 /* Rough bytes of scratch a device session needs beyond weights and cache: activations for
  * a prefill chunk of 512 tokens (hidden rows, q / k / v, attention output, the MLP's two
