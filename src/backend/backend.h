@@ -178,6 +178,11 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
  * device, no CUDA build, or no driver. n_threads: the CPU pool it keeps for host-side work. */
 ci_backend *ci_backend_cuda_new(int device, int n_threads, char *err, size_t errlen);
 
+/* The argmax rule of every backend's argmax op, on host memory: the index of the largest of
+ * x[0, count) (the first one on ties; NaN never chosen over a number; 0 when all are NaN).
+ * The greedy sampler (smp_argmax) uses it too, so device and host picks agree. */
+int ci_argmax_f32(const float *x, int count);
+
 /* One f32 element of a weight (slow path; tools and tests). */
 float ci_mat_get(const ci_mat *W, int64_t r, int64_t c);
 

@@ -1,5 +1,6 @@
 /* sampler.c — see sampler.h. */
 #include "sampler.h"
+#include "../backend/backend.h"
 #include "../core/status.h"
 #include <math.h>
 #include <stdlib.h>
@@ -49,12 +50,7 @@ double smp_uniform(uint64_t *state) {
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int smp_argmax(const float *x, int n) {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
-    return best < 0 ? 0 : best;
-}
+int smp_argmax(const float *x, int n) { return ci_argmax_f32(x, n); }
 
 /* top-k / top-p / min-p only narrow the candidates of a draw: at temperature 0 they change
  * nothing; the penalty rescales logits and can change the winner. */

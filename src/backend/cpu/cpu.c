@@ -601,12 +601,16 @@ static void cpu_kv_store(ci_backend *be, float *cache, int stride, const float *
         memcpy(cache + (int64_t)pos[t] * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
 }
 
-static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
-    (void)be;
+int ci_argmax_f32(const float *x, int count) {
     int best = -1;
     for (int i = 0; i < count; i++)
         if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
-    out[0] = best < 0 ? 0 : best;
+    return best < 0 ? 0 : best;
+}
+
+static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
+    (void)be;
+    out[0] = ci_argmax_f32(x, count);
 }
 
 /* ---- fused ops: the unfused sequences, so the bits are theirs ------------------------- */
