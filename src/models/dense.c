@@ -288,7 +288,7 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
  * never reads or writes their bytes. Per chunk the host uploads the token ids and positions,
  * runs ops, and downloads the logits (or 4 bytes of argmax). */
 
-enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
+enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1, BATCH_GRAPHS = 16 };
 
 typedef struct {
     float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
@@ -302,6 +302,9 @@ typedef struct {
     int ub;                      /* this session's chunk (UBATCH above: its scratch rows) */
     int32_t *hpos;               /* [ub] host memory: positions to upload */
     attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
+    float **hkv_tab;             /* [n_layers][2 ub] host memory: a batch step's cache pointers, */
+    float **kv_tab;              /* the same in backend memory (attn_bufs.kv_tab), allocated on
+                                  * the first batch step */
     float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
     int32_t *best;               /* [1] argmax of logits1 */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
@@ -309,6 +312,9 @@ typedef struct {
     int logit_rows;              /* allocated on first need (0 until then) */
     void *graph[2];              /* the captured decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
     int graph_failed[2];         /* capture failed once: that step stays eager */
+    void *bgraph[BATCH_GRAPHS];  /* captured forward_batch_argmax steps of n = 1 + i rows, with */
+    int bgraph_failed[BATCH_GRAPHS]; /* this session as ss[0] (its scratch and tables), */
+    int bgraph_keys[BATCH_GRAPHS];   /* recorded for rows of at most this context */
     moe_scratch moe;             /* when any layer is MoE (host memory: CPU only) */
 } dense_cache;
 
@@ -380,6 +386,10 @@ void dense_session_free(ci_session *s) {
     ci_backend *be = s->m->be;
     for (int i = 0; i < 2; i++)
         if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    for (int i = 0; i < BATCH_GRAPHS; i++)
+        if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
+    be_release(be, c->kv_tab);
+    free(c->hkv_tab);
     float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last, c->logits1, c->logits_n };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
     be_release(be, c->ids);
@@ -461,7 +471,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     dense_cache *c = s->impl;
     ci_backend *be = m->be;
     const int D = d->dim;
-    const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
+    const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos, NULL };
     const ffn_bufs fb = ffn_scratch(c);
 
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
@@ -561,29 +571,79 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
  * + i) and attention_pos runs against that cache. Scratch is ss[0]'s. The head either
  * brings the n rows of logits back (logits), or takes each row's argmax on the backend and
  * brings back only those n int32 ids (out_ids: forward_batch_argmax). */
+/* The backend table of a batch step's caches (attn_bufs.kv_tab), allocated on ss[0]'s first. */
+static int need_kv_tab(ci_model *m, dense_cache *c, char *err, size_t errlen) {
+    const dense_model *d = m->impl;
+    if (c->kv_tab) return 0;
+    size_t count = (size_t)d->n_layers * 2 * (size_t)c->ub;
+    c->hkv_tab = malloc(count * sizeof(float *));
+    c->kv_tab = m->be->alloc(m->be, count * sizeof(float *));
+    if (!c->hkv_tab || !c->kv_tab)
+        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    return 0;
+}
+
+/* The ops of a batch step of n rows whose ids, positions and cache table are uploaded:
+ * nothing read back, so the argmax form can be recorded as a graph per n. */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best) {
+    ci_model *m = ss[0]->m;
+    const dense_model *d = m->impl;
+    dense_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const ffn_bufs fb = ffn_scratch(c);
+    attn_cache *kvs = c->hkv;
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dense_placed *P = &d->dev[l];
+        const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos, c->kv_tab + (size_t)l * 2 * n };
+        for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
+        attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
+        ffn_forward(be, &P->ffn, &fb, c->x, n);
+    }
+    head_rows(m, c, n, logits, best);
+}
+
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const attn_bufs ab = { c->q, c->kb, c->vb, c->att, c->xn, c->pos };
-    const ffn_bufs fb = ffn_scratch(c);
-    attn_cache *kvs = c->hkv;
     int32_t *hp = c->hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
-    if (need_logit_rows(m, c, err, errlen)) return -1;
+    if (need_logit_rows(m, c, err, errlen) || need_kv_tab(m, c, err, errlen)) return -1;
+    for (int l = 0; l < d->n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
+            c->hkv_tab[(size_t)l * 2 * n + 2 * i] = kv.k;
+            c->hkv_tab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
+        }
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
-
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const dense_placed *P = &d->dev[l];
-        for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
-        attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
-        ffn_forward(be, &P->ffn, &fb, c->x, n);
+    be->upload(be, c->kv_tab, c->hkv_tab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    int32_t *best = out_ids ? c->best_n : NULL;
+    if (out_ids && n <= BATCH_GRAPHS && graphs_allowed(m)) {
+        const int gi = n - 1;
+        int keys = 0;   /* the attention launch is sized by the longest context: a longer one re-records */
+        for (int i = 0; i < n; i++) keys = ss[i]->max_ctx > keys ? ss[i]->max_ctx : keys;
+        if (c->bgraph[gi] && keys > c->bgraph_keys[gi]) {
+            be->graph_free(be, c->bgraph[gi]);
+            c->bgraph[gi] = NULL;
+        }
+        if (!c->bgraph[gi] && !c->bgraph_failed[gi]) {
+            c->bgraph_keys[gi] = keys;
+            if (be->graph_begin(be) == 0) {
+                batch_ops(ss, n, NULL, best);             /* recorded, not run */
+                c->bgraph[gi] = be->graph_end(be);
+            }
+            c->bgraph_failed[gi] = !c->bgraph[gi];
+        }
+        if (c->bgraph[gi]) be->graph_launch(be, c->bgraph[gi]);
+        else batch_ops(ss, n, NULL, best);
+    } else {
+        batch_ops(ss, n, logits, best);
     }
-    head_rows(m, c, n, logits, out_ids ? c->best_n : NULL);
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);

@@ -35,6 +35,14 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n) {
     const int H = A->n_heads, KV = A->n_kv, hd = A->hd;
     const size_t QD = (size_t)H * hd, KD = (size_t)KV * hd;
+    if (n_caches > 1 && b->kv_tab && be->qk_rope_rows && be->attention_rows) {
+        int max_keys = 0;
+        for (int i = 0; i < n; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
+        be->qk_rope_rows(be, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
+                         A->inv_freq, A->mscale, A->style, b->kv_tab, kvs[0].stride);
+        be->attention_rows(be, b->att, b->q, b->kv_tab, n, b->pos, max_keys, H, KV, hd, kvs[0].stride, A->scale);
+        return;
+    }
     /* one cache: the n rows in one call each; else one row per call, each into its own cache */
     const int rows = n_caches == 1 ? n : 1;
     for (int i = 0; i < n; i += rows) {

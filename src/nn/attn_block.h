@@ -46,6 +46,9 @@ typedef struct {
                                   * it, then o_proj's product (matmul_acc's tmp); may be the
                                   * (already normed) input itself */
     const int32_t *pos;          /* [n] each row's position */
+    float *const *kv_tab;        /* a batch step (n caches): [2n] each row's K / V cache of this
+                                  * layer, uploaded by the caller (backend.h attention_rows), or
+                                  * NULL: one op call per row */
 } attn_bufs;
 
 /* One layer's K / V cache of one sequence: the key of position p at k + p*stride, its value
@@ -77,8 +80,9 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
                   float eps, int n);
 /* q / k norms, RoPE at b->pos, k / v into the cache, then attention into b->att. kvs holds
  * n_caches caches: 1 (the n rows are a chunk of one sequence) or n (row i belongs to the
- * sequence whose cache is kvs[i]: a decode step of n sequences). q and k are left normed
- * and rotated. */
+ * sequence whose cache is kvs[i]: a decode step of n sequences; with b->kv_tab holding
+ * the same caches, all rows in one qk_rope_rows and one attention_rows). q and k are left
+ * normed and rotated. */
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n);
 /* o_proj of b->att: acc ? y += att·woᵀ (b->xn as the product's scratch) : y = att·woᵀ. */
 void attn_output(ci_backend *be, const attn_block *A, const attn_bufs *b, float *y, int acc, int n);

@@ -7,6 +7,8 @@
 # Steps, each under a time limit, each writing its log to $OUT (default ./gpu-out):
 #   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
+#   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
+#               each row alone, on the device
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
 #   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
 #               logits --step (graph replay) and one greedy generate on a bf16 fixture
@@ -72,6 +74,9 @@ fi
 # ---- ops ----
 step ops 150 ops.log .gpu/tests/test_cuda_ops $quick
 grep '^# ' "$OUT/ops.log" | tail -1
+
+# ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
+step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
 
 # ---- parity ----
 step parity 120 parity.log bash tests/gpu/parity.sh

@@ -6,6 +6,7 @@
 # binaries are built here and carried there with their libraries:
 #   .gpu/cinfer, .gpu/libcinfer_cuda.so    (the loader finds the library beside the binary)
 #   .gpu/tests/test_cuda_ops               (finds it in its parent directory)
+#   .gpu/tests/test_batch_argmax           (run with CINFER_TEST_DEVICE=cuda: batch rows on the device)
 #   .gpu/bench_*                           (device benchmarks, when built)
 #   .gpu/lib/                              every library `ldd` lists for these that a base
 #                                          system may lack (not libc, libm, libpthread, libdl,
@@ -17,15 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
-for f in "$B/cinfer" "$B/libcinfer_cuda.so" "$B/tests/test_cuda_ops"; do
+for f in "$B/cinfer" "$B/libcinfer_cuda.so" "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax"; do
   [ -f "$f" ] || { echo "stage: $f missing (run make first; libcinfer_cuda.so needs nvcc)" >&2; exit 1; }
 done
 rm -rf .gpu
 mkdir -p .gpu/lib .gpu/tests
 cp "$B/cinfer" "$B/libcinfer_cuda.so" .gpu/
-cp "$B/tests/test_cuda_ops" .gpu/tests/
+cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" .gpu/tests/
 for b in "$B"/bench_*; do [ -x "$b" ] && cp "$b" .gpu/; done
-bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops)
+bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax)
 for b in .gpu/bench_*; do [ -f "$b" ] && bins+=("$b"); done
 
 # "name => /path (0x...)" lines of ldd; a base system has the ones skipped here.

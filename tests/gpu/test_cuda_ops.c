@@ -733,6 +733,71 @@ static void test_attention(void) {
     attn_case(quick ? 17 : 77, 0, 4, 2, 128, 0, 0, 0);
 }
 
+/* A batch step of n sequences, each with its own cache (its own buffer and context, k and v
+ * in separate buffers): qk_rope_rows then attention_rows through a table of cache pointers,
+ * against the CPU backend's ops on the host table. */
+static void test_rows(void) {
+    static const int ns[] = { 1, 3, 8, 13 };
+    const int nh = 16, nkv = 4, hd = 128, kvw = nkv * hd;
+    for (size_t c = 0; c < sizeof ns / sizeof *ns && !dead; c++) {
+        const int n = ns[c];
+        char name[160];
+        snprintf(name, sizeof name, "cuda qk_rope_rows + attention_rows n=%d heads=%d/%d hd=%d, own caches", n, nh, nkv, hd);
+        if (!gpu->qk_rope_rows || !gpu->attention_rows || !want(name)) continue;
+        size_t nq = (size_t)n * nh * hd, nk = (size_t)n * kvw;
+        float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4), *out = xmalloc(nq * 4),
+              *got = xmalloc(nq * 4);
+        float *qn = keep(xmalloc((size_t)hd * 4)), *kn = keep(xmalloc((size_t)hd * 4));
+        fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 2.f);
+        for (int i = 0; i < hd; i++) { qn[i] = 1.f + 0.3f * unif(); kn[i] = 1.f + 0.3f * unif(); }
+        int32_t *pos = xmalloc((size_t)n * 4);
+        int *ctx = xmalloc((size_t)n * sizeof(int)), max_keys = 0;
+        float **hk = xmalloc((size_t)n * sizeof(float *)), **hv = xmalloc((size_t)n * sizeof(float *));
+        float **htab = xmalloc((size_t)2 * n * sizeof(float *)), **gtab_h = xmalloc((size_t)2 * n * sizeof(float *));
+        for (int t = 0; t < n; t++) {
+            ctx[t] = 1 + irand(t % 2 ? 40 : 700);         /* short and long contexts side by side */
+            pos[t] = irand(ctx[t]);
+            max_keys = ctx[t] > max_keys ? ctx[t] : max_keys;
+            size_t nc = (size_t)ctx[t] * kvw;
+            hk[t] = xmalloc(nc * 4); hv[t] = xmalloc(nc * 4);
+            fill(hk[t], nc, 1.f); fill(hv[t], nc, 1.f);
+            gtab_h[2 * t] = g_put(hk[t], nc * 4);
+            gtab_h[2 * t + 1] = g_put(hv[t], nc * 4);
+            htab[2 * t] = hk[t]; htab[2 * t + 1] = hv[t];
+        }
+        float *inv = make_inv_freq(hd, 1e6);
+        float *gq = g_put(q, nq * 4), *gk = g_put(k, nk * 4), *gv = g_put(v, nk * 4), *go = g_alloc(nq * 4);
+        int32_t *gp = g_put(pos, (size_t)n * 4);
+        float **gtab = g_put(gtab_h, (size_t)2 * n * sizeof(float *));
+        const float *gi = g_weight(inv, (size_t)(hd / 2) * 4), *gqn = g_weight(qn, (size_t)hd * 4),
+                    *gkn = g_weight(kn, (size_t)hd * 4);
+        if (!dead) {
+            const float scale = 1.f / sqrtf((float)hd);
+            cpu->qk_rope_rows(cpu, q, k, v, n, nh, nkv, hd, qn, kn, 1e-6f, hd, pos, inv, 1.f, CI_ROPE_NEOX, htab, kvw);
+            cpu->attention_rows(cpu, out, q, htab, n, pos, max_keys, nh, nkv, hd, kvw, scale);
+            g_poison(go, nq * 4);
+            gpu->qk_rope_rows(gpu, gq, gk, gv, n, nh, nkv, hd, gqn, gkn, 1e-6f, hd, gp, gi, 1.f, CI_ROPE_NEOX, gtab, kvw);
+            gpu->attention_rows(gpu, go, gq, gtab, n, gp, max_keys, nh, nkv, hd, kvw, scale);
+            errs e = { 0, 0, 0 };
+            double num = 0, den = 0;
+            g_get(got, go, nq * 4); acc_err(&e, &num, &den, got, out, nq);
+            g_get(got, gq, nq * 4); acc_err(&e, &num, &den, got, q, nq);
+            for (int t = 0; t < n; t++) {
+                size_t nc = (size_t)ctx[t] * kvw;
+                float *cg = xmalloc(nc * 4);
+                g_get(cg, gtab_h[2 * t], nc * 4); acc_err(&e, &num, &den, cg, hk[t], nc);
+                g_get(cg, gtab_h[2 * t + 1], nc * 4); acc_err(&e, &num, &den, cg, hv[t], nc);
+                free(cg);
+            }
+            fin_err(&e, num, den);
+            report(name, e, B_ROPE);
+        }
+        for (int t = 0; t < n; t++) { g_free(gtab_h[2 * t]); g_free(gtab_h[2 * t + 1]); free(hk[t]); free(hv[t]); }
+        g_free(gq); g_free(gk); g_free(gv); g_free(go); g_free(gp); g_free(gtab);
+        free(q); free(k); free(v); free(out); free(got); free(pos); free(ctx); free(hk); free(hv); free(htab); free(gtab_h);
+    }
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 static void test_memory(void) {
     static const size_t sizes[] = { 1, 3, 255, 256, 4097, (1u << 20) + 3, 64u << 20 };
@@ -863,6 +928,7 @@ int main(int argc, char **argv) {
     test_embed();
     test_argmax();
     test_attention();
+    test_rows();
     test_graph();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {

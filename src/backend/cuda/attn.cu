@@ -26,10 +26,11 @@ __device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { re
 /* part: [n, n_heads, n_chunks, hd + 2] (o, m, l) */
 __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks) {
+    int hd, int kv_stride, float scale, int n_chunks, float *const *kv_tab) {
     pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    if (kv_tab) { kc = kv_tab[2 * t]; vc = kv_tab[2 * t + 1]; }
     const int G = n_heads / n_kv;
     const int L = row_pos(pos, pos0, t) + 1;
     const int j0 = chunk * CHUNK;
@@ -120,10 +121,11 @@ enum { VCHUNK = 32, VKPW = 8, VGROUP = 8 };
 __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const float *q, const float *kc,
                                                              const float *vc, const int32_t *pos, int pos0,
                                                              int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                                                             int n_chunks) {
+                                                             int n_chunks, float *const *kv_tab) {
     pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    if (kv_tab) { kc = kv_tab[2 * t]; vc = kv_tab[2 * t + 1]; }
     const int G = n_heads / n_kv;
     const int L = row_pos(pos, pos0, t) + 1;
     const int j0 = chunk * VCHUNK;
@@ -509,7 +511,8 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
 }
 
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                  float *const *kv_tab) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
     const int G = n_heads / n_kv;
     if (G > MAX_GROUP || n_heads % n_kv || hd > 256 || max_keys <= 0) {
@@ -520,9 +523,10 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         }
         return;
     }
-    if (n <= SPLIT_MAX_N) {
-        const int vec = hd % 4 == 0 && hd <= 256 && G <= VGROUP && kv_stride % 4 == 0 && ((uintptr_t)k & 15) == 0 &&
-                        ((uintptr_t)v & 15) == 0 && ((uintptr_t)q & 15) == 0;
+    if (n <= SPLIT_MAX_N || kv_tab) {
+        /* a table's pointers are buffer addresses plus multiples of 4 floats (backend.h) */
+        const int vec = hd % 4 == 0 && hd <= 256 && G <= VGROUP && kv_stride % 4 == 0 &&
+                        (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
         const int chunk = vec ? (int)VCHUNK : (int)CHUNK;
         int n_chunks = (max_keys + chunk - 1) / chunk;
         size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
@@ -532,11 +536,11 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                                                                   kv_stride, scale, n_chunks);
+                                                                   kv_stride, scale, n_chunks, kv_tab);
         } else {
             size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
             cb_launch(cb, attn_split_kernel, dim3(grid), dim3(SPLIT_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                                                                          kv_stride, scale, n_chunks);
+                                                                          kv_stride, scale, n_chunks, kv_tab);
         }
         if (cb_launched(cb, "attention (split)")) return;
         size_t csmem = ((size_t)n_chunks + 4) * sizeof(float); /* + 4: the unrolled loop may read a vector past nc */

@@ -270,12 +270,12 @@ static void op_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, 
 }
 static void op_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                          int n_heads, int n_kv, int hd, int kv_stride, float scale) {
-    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, pos0, NULL, pos0 + n, n_heads, n_kv, hd, kv_stride, scale);
+    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, pos0, NULL, pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL);
 }
 static void op_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
                              float scale) {
-    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale);
+    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, NULL);
 }
 static void op_swiglu(ci_backend *be, float *g, const float *u, int64_t count) {
     if (!CB(be)->failed) cb_swiglu(CB(be), g, u, count);
@@ -302,7 +302,21 @@ static void op_qk_rope_store(ci_backend *be, float *q, float *k, const float *v,
                              int kv_stride) {
     if (!CB(be)->failed)
         cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
-                         style, kc, vc, kv_stride);
+                         style, kc, vc, kv_stride, NULL);
+}
+static void op_qk_rope_rows(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                            const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                            const float *inv_freq, float mscale, ci_rope_style style, float *const *kv_tab,
+                            int kv_stride) {
+    if (!CB(be)->failed)
+        cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
+                         style, NULL, NULL, kv_stride, kv_tab);
+}
+static void op_attention_rows(ci_backend *be, float *out, const float *q, float *const *kv_tab, int n,
+                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
+                              float scale) {
+    if (!CB(be)->failed)
+        cb_attention(CB(be), out, q, NULL, NULL, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);
 }
 static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
     if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);
@@ -450,6 +464,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->norm_matmul_n = cb_norm_matmul_n;
     be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
     be->qk_rope_store = op_qk_rope_store;
+    be->qk_rope_rows = op_qk_rope_rows;
+    be->attention_rows = op_attention_rows;
     be->argmax = op_argmax;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;

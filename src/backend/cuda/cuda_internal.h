@@ -120,7 +120,8 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
              const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
 void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride);
+                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride,
+                      float *const *kv_tab);
 void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos);
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count);
 void cb_add(cuda_be *cb, float *y, const float *x, int64_t count);
@@ -130,8 +131,11 @@ void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count);
 void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_bf16);
 
 /* ---- launchers (attn.cu) ----
- * Causal GQA attention, query row t attends keys 0..pos[t] (pos NULL: pos0 + t). */
+ * Causal GQA attention, query row t attends keys 0..pos[t] (pos NULL: pos0 + t). kv_tab
+ * (device, 2n pointers; NULL: k / v for every row): row t reads its own cache kv_tab[2t] /
+ * kv_tab[2t + 1], always through the split-K kernels. */
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale);
+                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                  float *const *kv_tab);
 
 #endif

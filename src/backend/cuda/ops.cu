@@ -92,8 +92,12 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
 __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
                                      const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                      const int32_t *pos, const float *inv_freq, float mscale, int style, float *kc,
-                                     float *vc, int kv_stride) {
+                                     float *vc, int kv_stride, float *const *kv_tab) {
     pdl_enter();
+    if (kv_tab) { /* a batch step: row blockIdx.x's own cache */
+        kc = kv_tab[2 * blockIdx.x];
+        vc = kv_tab[2 * blockIdx.x + 1];
+    }
     extern __shared__ float sm[];
     int half = rot_dim / 2, t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *cs = sm, *sn = sm + half, *row = sm + 2 * half + warp * hd;
@@ -153,7 +157,8 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
 
 void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride) {
+                      const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride,
+                      float *const *kv_tab) {
     if (n <= 0) return;
     if (rot_dim < 0 || rot_dim > hd || hd > 2048) {
         if (!cb->failed) {
@@ -166,7 +171,7 @@ void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, in
     size_t smem = ((size_t)2 * half + (size_t)(th / 32) * hd) * sizeof(float);
     dim3 grid(n, (n_heads + n_kv + th / 32 - 1) / (th / 32));
     cb_launch(cb, qk_rope_store_kernel, dim3(grid), dim3(th), smem, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
-                                                      inv_freq, mscale, (int)style, kc, vc, kv_stride);
+                                                      inv_freq, mscale, (int)style, kc, vc, kv_stride, kv_tab);
     cb_launched(cb, "qk_rope_store");
 }
 
