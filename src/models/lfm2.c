@@ -388,7 +388,7 @@ void lfm2_session_free(ci_session *s) {
 /* ---- forward --------------------------------------------------------------------------- */
 
 /* The attention block's buffers: the session's scratch and positions. */
-static attn_bufs attn_scratch(const lfm2_session *c) { return (attn_bufs){ c->q, c->k, c->v, c->att, c->xn, c->pos, NULL }; }
+static attn_bufs attn_scratch(const lfm2_session *c) { return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos }; }
 
 /* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
 static ffn_bufs ffn_scratch(lfm2_session *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }

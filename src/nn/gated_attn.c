@@ -34,7 +34,8 @@ void ga_scratch_free(ga_scratch *s) {
 void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches, float *out,
                 const float *x, const int32_t *pos, int n) {
     const int Hh = A->a.n_heads, hd = A->a.hd, QD = Hh * hd;
-    const attn_bufs proj = { s->qg, s->k, s->v, s->att, NULL, pos, NULL }, ab = { s->q, s->k, s->v, s->att, NULL, pos, NULL };
+    const attn_bufs proj = { .q = s->qg, .k = s->k, .v = s->v, .att = s->att, .pos = pos },
+                    ab = { .q = s->q, .k = s->k, .v = s->v, .att = s->att, .pos = pos };
     attn_project(be, &A->a, &proj, x, NULL, 0, n);       /* qg [n, H, 2, hd], k / v [n, n_kv*hd] */
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Hh; h++) {

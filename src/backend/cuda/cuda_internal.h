@@ -46,6 +46,13 @@ struct cuda_be {
     cb_scratch argmax_part;  /* argmax's per-block bests */
     int capturing;
     int failed;              /* sticky: last_error holds why */
+    /* tuning switches, read once from the environment at start (for side-by-side runs of
+     * one binary; the defaults are the measured best, see cuda_backend.cu):
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_PREFETCH=0|1 */
+    int pdl;                 /* launch with programmatic dependent launch */
+    int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
+    int prefetch;            /* honour the prefetch hint */
+    size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };
 
@@ -65,14 +72,17 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * instead of following it: decode steps are chains of short kernels. Nothing may read
  * global memory before pdl_enter(). */
 #ifndef CB_PDL
-#define CB_PDL 1          /* build-time switch for measurements: 0 launches without the attribute */
+#define CB_PDL 1          /* default of cuda_be.pdl (CINFER_CUDA_PDL) */
 #endif
 #ifndef CB_NORM_FUSE
 /* RMSNorm inside the GEMV (norm_matmul_*): off by default. Measured on the H200
  * (2026-12-01, bench/RESULTS.md): no gain on Qwen3-0.6B decode (969 vs 971 tok/s) and a
  * small loss at 8B dims (497 vs 505): each block's RMS pass over x delays its weight
  * stream about as much as the separate 1-block rmsnorm launch costs. 1 turns it on. */
-#define CB_NORM_FUSE 0
+#define CB_NORM_FUSE 0    /* default of cuda_be.norm_fuse (CINFER_CUDA_NORM_FUSE) */
+#endif
+#ifndef CB_PREFETCH
+#define CB_PREFETCH 1     /* default of cuda_be.prefetch (CINFER_CUDA_PREFETCH) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -90,7 +100,7 @@ static inline void cb_launch(cuda_be *cb, void (*kernel)(KArgs...), dim3 grid, d
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = CB_PDL;
+    cfg.numAttrs = cb->pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
@@ -115,6 +125,10 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
 /* ---- launchers (ops.cu) ---- */
+/* Starts loading [p, p + bytes) into L2 (bulk prefetch), in a kernel that waits for the one
+ * before it only after issuing its loads: count ranges, at most CB_PREFETCH_MAX. */
+enum { CB_PREFETCH_MAX = 8 };
+void cb_prefetch_l2(cuda_be *cb, int count, const void *const *p, const size_t *bytes);
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
              const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);

@@ -335,3 +335,49 @@ void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count) {
     cb_launch(cb, argmax_final_kernel, dim3(1), dim3(128), 0, out, pv, pi, AM_BLOCKS);
     cb_launched(cb, "argmax");
 }
+
+/* ---- prefetch into L2 -------------------------------------------------------------------
+ * Bulk prefetches (sm_90 cp.async.bulk.prefetch.L2, 16 KiB each, 16-byte aligned) of the
+ * ranges, spread over the threads; issued before the PDL wait: weights are no kernel's
+ * output, so the loads run beside the kernel before this one (decode attention, which
+ * leaves the memory system idle). Then the wait, so the next kernel still follows that
+ * kernel's end. */
+struct prefetch_args {
+    const char *p[CB_PREFETCH_MAX];
+    size_t bytes[CB_PREFETCH_MAX];
+    int count;
+};
+enum { PF_CHUNK = 16384 };
+
+__global__ void prefetch_l2_kernel(prefetch_args a) {
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (int64_t)gridDim.x * blockDim.x;
+    for (int r = 0; r < a.count; r++) {
+        const uintptr_t b0 = ((uintptr_t)a.p[r] + 15) & ~(uintptr_t)15, e = ((uintptr_t)a.p[r] + a.bytes[r]) & ~(uintptr_t)15;
+        if (e <= b0) continue;
+        const int64_t nch = (int64_t)((e - b0 + PF_CHUNK - 1) / PF_CHUNK);
+        for (int64_t c = tid; c < nch; c += nt) {
+            const uintptr_t s = b0 + (uintptr_t)c * PF_CHUNK;
+            const unsigned sz = (unsigned)(e - s < (uintptr_t)PF_CHUNK ? e - s : (uintptr_t)PF_CHUNK);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"(sz) : "memory");
+        }
+    }
+    pdl_enter();
+}
+
+void cb_prefetch_l2(cuda_be *cb, int count, const void *const *p, const size_t *bytes) {
+    prefetch_args a;
+    memset(&a, 0, sizeof a);
+    size_t total = 0;
+    for (int i = 0; i < count && i < CB_PREFETCH_MAX; i++) {
+        a.p[i] = (const char *)p[i];
+        a.bytes[i] = bytes[i];
+        a.count = i + 1;
+        total += bytes[i];
+    }
+    if (!total) return;
+    int threads = 128, blocks = (int)((total / PF_CHUNK + threads - 1) / threads);
+    if (blocks < 1) blocks = 1;
+    if (blocks > 16) blocks = 16;
+    cb_launch(cb, prefetch_l2_kernel, dim3(blocks), dim3(threads), 0, a);
+    cb_launched(cb, "prefetch");
+}
