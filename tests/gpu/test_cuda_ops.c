@@ -943,6 +943,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "usage: %s [--quick] [--only SUBSTR] [--threads N]\n", argv[0]); return 2; }
     }
     char err[512];
+    setenv("CINFER_CUDA_PREFETCH", "1", 0);   /* the hint is off by default: test_prefetch runs it */
     gpu = ci_backend_cuda_new(0, 1, err, sizeof err);
     if (!gpu) {
         printf("SKIP cuda ops: %s\n", err);   /* no PASS / FAIL line: nothing was tested */

@@ -412,7 +412,7 @@ static void op_free(ci_backend *be) {
 /* A tuning switch from the environment: "0" or "1", else the default. */
 static int env_switch(const char *name, int dflt) {
     const char *v = getenv(name);
-    if (v && (!strcmp(v, "0") || !strcmp(v, "1"))) return v[0] == '1';
+    if (v && v[0] >= '0' && v[0] <= '2' && !v[1]) return v[0] - '0';
     return dflt;
 }
 

@@ -48,10 +48,10 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_PREFETCH=0|1 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_PREFETCH=0|1|2 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
-    int prefetch;            /* honour the prefetch hint */
+    int prefetch;            /* honour the prefetch hint: 1 bulk (TMA), 2 per-line prefetches */
     size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };
@@ -75,14 +75,17 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_PDL 1          /* default of cuda_be.pdl (CINFER_CUDA_PDL) */
 #endif
 #ifndef CB_NORM_FUSE
-/* RMSNorm inside the GEMV (norm_matmul_*): off by default. Measured on the H200
- * (2026-12-01, bench/RESULTS.md): no gain on Qwen3-0.6B decode (969 vs 971 tok/s) and a
- * small loss at 8B dims (497 vs 505): each block's RMS pass over x delays its weight
- * stream about as much as the separate 1-block rmsnorm launch costs. 1 turns it on. */
-#define CB_NORM_FUSE 0    /* default of cuda_be.norm_fuse (CINFER_CUDA_NORM_FUSE) */
+/* RMSNorm inside the GEMV (norm_matmul_*). Measured on the H200 (2026-12-01,
+ * bench/RESULTS.md, tests/gpu/tune.sh, alternating): Qwen3-0.6B decode 983-989 tok/s on
+ * vs 926-936 off, with one weight row per warp (with two or four rows per warp it was a
+ * wash: each block's RMS pass over x then delayed a longer weight stream). */
+#define CB_NORM_FUSE 1    /* default of cuda_be.norm_fuse (CINFER_CUDA_NORM_FUSE) */
 #endif
 #ifndef CB_PREFETCH
-#define CB_PREFETCH 1     /* default of cuda_be.prefetch (CINFER_CUDA_PREFETCH) */
+/* The prefetch hint: the first form (TMA bulk prefetches from at most 16 blocks) cost
+ * Qwen3-0.6B decode 42% (540 vs 936 tok/s): the copy engines of a few SMs take the
+ * requests in turn, and the kernel sits in the step's critical path meanwhile. */
+#define CB_PREFETCH 0     /* default of cuda_be.prefetch (CINFER_CUDA_PREFETCH) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");

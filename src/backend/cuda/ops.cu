@@ -349,8 +349,17 @@ struct prefetch_args {
 };
 enum { PF_CHUNK = 16384 };
 
-__global__ void prefetch_l2_kernel(prefetch_args a) {
+__global__ void prefetch_l2_kernel(prefetch_args a, int lines) {
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (int64_t)gridDim.x * blockDim.x;
+    if (lines) { /* one prefetch.global.L2 per 128-byte line */
+        for (int r = 0; r < a.count; r++) {
+            const char *p = a.p[r];
+            for (int64_t o = tid * 128; o < (int64_t)a.bytes[r]; o += nt * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o) : "memory");
+        }
+        pdl_enter();
+        return;
+    }
     for (int r = 0; r < a.count; r++) {
         const uintptr_t b0 = ((uintptr_t)a.p[r] + 15) & ~(uintptr_t)15, e = ((uintptr_t)a.p[r] + a.bytes[r]) & ~(uintptr_t)15;
         if (e <= b0) continue;
@@ -375,9 +384,12 @@ void cb_prefetch_l2(cuda_be *cb, int count, const void *const *p, const size_t *
         total += bytes[i];
     }
     if (!total) return;
-    int threads = 128, blocks = (int)((total / PF_CHUNK + threads - 1) / threads);
-    if (blocks < 1) blocks = 1;
-    if (blocks > 16) blocks = 16;
-    cb_launch(cb, prefetch_l2_kernel, dim3(blocks), dim3(threads), 0, a);
+    /* bulk: a few chunks per SM (each SM's copy engine takes its requests in turn); lines:
+     * ~16 lines per thread over the SMs */
+    const int lines = cb->prefetch == 2;
+    int threads = lines ? 128 : 32;
+    int64_t want = lines ? (int64_t)(total / 128 / 16 / threads) : (int64_t)((total / PF_CHUNK + 3) / 4);
+    int blocks = (int)(want < 1 ? 1 : want > 4 * cb->sm_count ? 4 * cb->sm_count : want);
+    cb_launch(cb, prefetch_l2_kernel, dim3(blocks), dim3(threads), 0, a, lines);
     cb_launched(cb, "prefetch");
 }
