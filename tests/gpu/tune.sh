@@ -14,6 +14,7 @@ set -u
 cd "$(dirname "$0")/../.."
 [ $# -ge 6 ] || { echo "usage: $0 MODEL PROMPT_LEN GEN BATCH ROUNDS SETTING..." >&2; exit 2; }
 model=$1 plen=$2 gen=$3 batch=$4 rounds=$5; shift 5
+[ -x .gpu/cinfer ] || [ ! -f .gpuz/gpu.tar.xz ] || tar xJf .gpuz/gpu.tar.xz   # the packed stage (stage.sh)
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
 [ -d .gpu/lib ] && export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 BENCH_DIR=${BENCH_DIR:-/tmp/cinfer-bench}
