@@ -155,10 +155,6 @@ typedef struct ci_backend {
                          int kv_stride);
     void (*attention_rows)(struct ci_backend *be, float *out, const float *q, float *const *kv_tab, int n,
                            const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale);
-    /* Optional (NULL: nothing to do), a hint that never changes a result: the ops that
-     * follow read these weights (in this order). A device may start loading them into its
-     * cache now, beside the latency-bound ops that come first (decode attention). */
-    void (*prefetch)(struct ci_backend *be, int count, const ci_mat *const *Ws);
     /* out[0] = the index of the largest of x[0, count) (the first one on ties; NaN is never
      * chosen over a number), as int32 in backend memory. */
     void (*argmax)(struct ci_backend *be, int32_t *out, const float *x, int count);

@@ -478,9 +478,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
-        const ci_mat *next[3];
-        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->pos,
-                               .next = next, .n_next = ffn_weights(&P->ffn, next) };
+        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->pos };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->pos, k / v into cache rows c->pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
@@ -598,9 +596,7 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
-        const ci_mat *next[3];
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->pos,
-                               .next = next, .n_next = ffn_weights(&P->ffn, next),
                                .kv_tab = c->kv_tab + (size_t)l * 2 * n };
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */

@@ -32,18 +32,6 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
     else be->matmul_n(be, 3, ys, x, n, ws);
 }
 
-/* Decode rows: o_proj and b->next may start loading into the device's cache while the
- * (latency-bound) attention runs; issued after the q / k / rope pass, so it follows the
- * projections' weight stream instead of competing with it. */
-static void prefetch_after(ci_backend *be, const attn_block *A, const attn_bufs *b, int n) {
-    enum { MAX_NEXT = 7 };
-    if (!be->prefetch || n > 8) return;
-    const ci_mat *ws[1 + MAX_NEXT] = { &A->wo };
-    int k = 1;
-    for (int i = 0; i < b->n_next && k < 1 + MAX_NEXT; i++) ws[k++] = b->next[i];
-    be->prefetch(be, k, ws);
-}
-
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n) {
     const int H = A->n_heads, KV = A->n_kv, hd = A->hd;
     const size_t QD = (size_t)H * hd, KD = (size_t)KV * hd;
@@ -52,7 +40,6 @@ void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const 
         for (int i = 0; i < n; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
         be->qk_rope_rows(be, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
                          A->inv_freq, A->mscale, A->style, b->kv_tab, kvs[0].stride);
-        prefetch_after(be, A, b, n);
         be->attention_rows(be, b->att, b->q, b->kv_tab, n, b->pos, max_keys, H, KV, hd, kvs[0].stride, A->scale);
         return;
     }
@@ -63,7 +50,6 @@ void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const 
         float *q = b->q + (size_t)i * QD;
         be->qk_rope_store(be, q, b->k + (size_t)i * KD, b->v + (size_t)i * KD, rows, H, KV, hd, A->q_norm, A->k_norm,
                           A->eps, A->rot_dim, b->pos + i, A->inv_freq, A->mscale, A->style, kv->k, kv->v, kv->stride);
-        if (i == 0) prefetch_after(be, A, b, n);
         be->attention_pos(be, b->att + (size_t)i * QD, q, kv->k, kv->v, rows, b->pos + i, kv->rows, H, KV, hd,
                           kv->stride, A->scale);
     }

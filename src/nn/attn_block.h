@@ -46,8 +46,6 @@ typedef struct {
                                   * it, then o_proj's product (matmul_acc's tmp); may be the
                                   * (already normed) input itself */
     const int32_t *pos;          /* [n] each row's position */
-    const ci_mat *const *next;   /* decode: the weights read after o_proj (the MLP's), which a */
-    int n_next;                  /* device may prefetch while attention runs (backend prefetch) */
     float *const *kv_tab;        /* a batch step (n caches): [2n] each row's K / V cache of this
                                   * layer, uploaded by the caller (backend.h attention_rows), or
                                   * NULL: one op call per row */

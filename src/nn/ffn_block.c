@@ -35,11 +35,3 @@ void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x
     else be->matmul_swiglu(be, b->g, b->u, x, n, &F->wg, &F->wu);
     be->matmul_acc(be, x, b->g, n, &F->wd, b->y);
 }
-
-int ffn_weights(const ffn_block *F, const ci_mat **ws) {
-    if (F->moe) return 0;
-    ws[0] = &F->wg;
-    ws[1] = &F->wu;
-    ws[2] = &F->wd;
-    return 3;
-}

@@ -41,10 +41,6 @@ typedef struct {
     moe_scratch *moe;            /* MoE layers: the experts' scratch; else unused */
 } ffn_bufs;
 
-/* The matrices a dense MLP reads, in order (gate, up, down) into ws[0..2]: 3; a MoE layer: 0
- * (which experts it reads is decided on the way). For the backend's prefetch hint. */
-int ffn_weights(const ffn_block *F, const ci_mat **ws);
-
 /* The names transformers' LlamaMLP gives the three matrices. */
 extern const char *const ffn_names_hf[3];   /* gate_proj, up_proj, down_proj */
 

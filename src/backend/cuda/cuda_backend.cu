@@ -253,32 +253,6 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
     cb_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }
 
-/* The prefetch hint: the matrices' bytes in the order given (data only: an fp8 scale grid is
- * small and read anyway), up to three quarters of L2 (more would evict what the next ops read
- * first); the last one that does not fit whole is prefetched from its start (the GEMV's first
- * blocks read the first rows). */
-static size_t mat_bytes(const ci_mat *W) {
-    size_t el = W->dtype == CI_F32 ? 4 : W->dtype == CI_F8_E4M3 ? 1 : 2;
-    return (size_t)W->rows * (size_t)W->cols * el;
-}
-static void op_prefetch(ci_backend *be, int count, const ci_mat *const *Ws) {
-    cuda_be *cb = CB(be);
-    if (cb->failed || !cb->prefetch || count <= 0) return;
-    const void *p[CB_PREFETCH_MAX];
-    size_t bytes[CB_PREFETCH_MAX], budget = cb->l2_bytes / 4 * 3, used = 0;
-    int k = 0;
-    for (int i = 0; i < count && k < CB_PREFETCH_MAX && budget - used >= (1u << 20); i++) {
-        const ci_mat *W = Ws[i];
-        if (!cb_gemv_ok(W) || !W->data) break;
-        size_t b = mat_bytes(W);
-        if (b > budget - used) b = budget - used;
-        p[k] = W->data;
-        bytes[k++] = b;
-        used += b;
-    }
-    if (k) cb_prefetch_l2(cb, k, p, bytes);
-}
-
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
@@ -412,7 +386,7 @@ static void op_free(ci_backend *be) {
 /* A tuning switch from the environment: "0" or "1", else the default. */
 static int env_switch(const char *name, int dflt) {
     const char *v = getenv(name);
-    if (v && v[0] >= '0' && v[0] <= '2' && !v[1]) return v[0] - '0';
+    if (v && (!strcmp(v, "0") || !strcmp(v, "1"))) return v[0] == '1';
     return dflt;
 }
 
@@ -450,7 +424,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->l2_bytes = (size_t)prop.l2CacheSize;
     cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
     cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
-    cb->prefetch = env_switch("CINFER_CUDA_PREFETCH", CB_PREFETCH);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;
@@ -504,7 +477,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->qk_rope_rows = op_qk_rope_rows;
     be->attention_rows = op_attention_rows;
     be->argmax = op_argmax;
-    be->prefetch = op_prefetch;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
     be->graph_launch = op_graph_launch;

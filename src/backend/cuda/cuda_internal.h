@@ -48,10 +48,9 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_PREFETCH=0|1|2 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
-    int prefetch;            /* honour the prefetch hint: 1 bulk (TMA), 2 per-line prefetches */
     size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };
@@ -80,12 +79,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * vs 926-936 off, with one weight row per warp (with two or four rows per warp it was a
  * wash: each block's RMS pass over x then delayed a longer weight stream). */
 #define CB_NORM_FUSE 1    /* default of cuda_be.norm_fuse (CINFER_CUDA_NORM_FUSE) */
-#endif
-#ifndef CB_PREFETCH
-/* The prefetch hint: the first form (TMA bulk prefetches from at most 16 blocks) cost
- * Qwen3-0.6B decode 42% (540 vs 936 tok/s): the copy engines of a few SMs take the
- * requests in turn, and the kernel sits in the step's critical path meanwhile. */
-#define CB_PREFETCH 0     /* default of cuda_be.prefetch (CINFER_CUDA_PREFETCH) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -128,10 +121,6 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
 /* ---- launchers (ops.cu) ---- */
-/* Starts loading [p, p + bytes) into L2 (bulk prefetch), in a kernel that waits for the one
- * before it only after issuing its loads: count ranges, at most CB_PREFETCH_MAX. */
-enum { CB_PREFETCH_MAX = 8 };
-void cb_prefetch_l2(cuda_be *cb, int count, const void *const *p, const size_t *bytes);
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
              const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
