@@ -142,19 +142,18 @@ typedef struct ci_backend {
                           int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                           const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
                           float *vc, int kv_stride);
-    /* ---- a decode step of n sequences, one row each, each row with its own cache -------
-     * kv_tab is a backend buffer of 2n pointers: row t's K cache is kv_tab[2t], its V cache
-     * kv_tab[2t + 1] (rows kv_stride floats apart; each pointer is a backend buffer's
-     * address plus a multiple of 4 floats). qk_rope_rows: for every t, qk_rope_store of row
-     * t (n = 1) into its own cache at pos[t]. attention_rows: for every t, attention_pos of
-     * row t over keys 0..pos[t] of its own cache; max_keys bounds every pos[t] + 1. Each
-     * row's bits are those of the single-cache ops on that row alone. */
-    void (*qk_rope_rows)(struct ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
-                         int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                         const float *inv_freq, float mscale, ci_rope_style style, float *const *kv_tab,
-                         int kv_stride);
-    void (*attention_rows)(struct ci_backend *be, float *out, const float *q, float *const *kv_tab, int n,
-                           const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale);
+    /* The attention core of a step: qk_rope_store, then attention_pos over the same
+     * cache(s) into out, in one pass where a device can. kv_tab NULL: the n rows share the
+     * cache kc / vc. Else a decode step of n sequences, one row each, each with its own cache:
+     * kv_tab is a backend buffer of 2n pointers, row t's K cache kv_tab[2t] and V cache
+     * kv_tab[2t + 1] (each a backend buffer's address plus a multiple of 4 floats; kc / vc
+     * unused), and each row's bits are those of the two ops on that row alone. max_keys
+     * bounds every pos[t] + 1. q and k are scratch afterwards (a device may leave them as
+     * they came). */
+    void (*rope_attend)(struct ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
+                        int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                        const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                        float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale);
     /* out[0] = the index of the largest of x[0, count) (the first one on ties; NaN is never
      * chosen over a number), as int32 in backend memory. */
     void (*argmax)(struct ci_backend *be, int32_t *out, const float *x, int count);

@@ -35,12 +35,13 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n) {
     const int H = A->n_heads, KV = A->n_kv, hd = A->hd;
     const size_t QD = (size_t)H * hd, KD = (size_t)KV * hd;
-    if (n_caches > 1 && b->kv_tab && be->qk_rope_rows && be->attention_rows) {
+    if (be->rope_attend && (n_caches == 1 || b->kv_tab)) {
         int max_keys = 0;
-        for (int i = 0; i < n; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
-        be->qk_rope_rows(be, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
-                         A->inv_freq, A->mscale, A->style, b->kv_tab, kvs[0].stride);
-        be->attention_rows(be, b->att, b->q, b->kv_tab, n, b->pos, max_keys, H, KV, hd, kvs[0].stride, A->scale);
+        for (int i = 0; i < n_caches; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
+        be->rope_attend(be, b->att, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
+                        A->inv_freq, A->mscale, A->style, n_caches == 1 ? kvs[0].k : NULL,
+                        n_caches == 1 ? kvs[0].v : NULL, n_caches == 1 ? NULL : b->kv_tab, kvs[0].stride, max_keys,
+                        A->scale);
         return;
     }
     /* one cache: the n rows in one call each; else one row per call, each into its own cache */

@@ -7,7 +7,8 @@
  *   q, k = per-head RMSNorm over hd (q_norm / k_norm, when given), then RoPE on the first
  *   rot_dim dims of each head (NeoX or interleaved) at each row's position; k and v go to
  *   the cache rows of those positions                                     (qk_rope_store)
- *   att = causal GQA attention of q over cache rows 0..pos[t]             (attention_pos)
+ *   att = causal GQA attention of q over cache rows 0..pos[t]             (attention_pos;
+ *                                              the two in one: rope_attend)
  *   y += att·woᵀ (the residual add; attn_output can also write y = ...)   (matmul_acc)
  * Written only on backend ops: the positions live in a backend int32 buffer and the block
  * never reads or writes activation or cache bytes, so a device backend (and its captured
@@ -47,7 +48,7 @@ typedef struct {
                                   * (already normed) input itself */
     const int32_t *pos;          /* [n] each row's position */
     float *const *kv_tab;        /* a batch step (n caches): [2n] each row's K / V cache of this
-                                  * layer, uploaded by the caller (backend.h attention_rows), or
+                                  * layer, uploaded by the caller (backend.h rope_attend), or
                                   * NULL: one op call per row */
 } attn_bufs;
 
@@ -81,8 +82,8 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
 /* q / k norms, RoPE at b->pos, k / v into the cache, then attention into b->att. kvs holds
  * n_caches caches: 1 (the n rows are a chunk of one sequence) or n (row i belongs to the
  * sequence whose cache is kvs[i]: a decode step of n sequences; with b->kv_tab holding
- * the same caches, all rows in one qk_rope_rows and one attention_rows). q and k are left
- * normed and rotated. */
+ * the same caches). Through the backend's rope_attend when it has one (one cache, or the
+ * table), else qk_rope_store and attention_pos per call. q and k are scratch afterwards. */
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n);
 /* o_proj of b->att: acc ? y += att·woᵀ (b->xn as the product's scratch) : y = att·woᵀ. */
 void attn_output(ci_backend *be, const attn_block *A, const attn_bufs *b, float *y, int acc, int n);

@@ -733,69 +733,85 @@ static void test_attention(void) {
     attn_case(quick ? 17 : 77, 0, 4, 2, 128, 0, 0, 0);
 }
 
-/* A batch step of n sequences, each with its own cache (its own buffer and context, k and v
- * in separate buffers): qk_rope_rows then attention_rows through a table of cache pointers,
- * against the CPU backend's ops on the host table. */
-static void test_rows(void) {
-    static const int ns[] = { 1, 3, 8, 13 };
-    const int nh = 16, nkv = 4, hd = 128, kvw = nkv * hd;
-    for (size_t c = 0; c < sizeof ns / sizeof *ns && !dead; c++) {
-        const int n = ns[c];
-        char name[160];
-        snprintf(name, sizeof name, "cuda qk_rope_rows + attention_rows n=%d heads=%d/%d hd=%d, own caches", n, nh, nkv, hd);
-        if (!gpu->qk_rope_rows || !gpu->attention_rows || !want(name)) continue;
-        size_t nq = (size_t)n * nh * hd, nk = (size_t)n * kvw;
-        float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4), *out = xmalloc(nq * 4),
-              *got = xmalloc(nq * 4);
-        float *qn = keep(xmalloc((size_t)hd * 4)), *kn = keep(xmalloc((size_t)hd * 4));
-        fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 2.f);
-        for (int i = 0; i < hd; i++) { qn[i] = 1.f + 0.3f * unif(); kn[i] = 1.f + 0.3f * unif(); }
-        int32_t *pos = xmalloc((size_t)n * 4);
-        int *ctx = xmalloc((size_t)n * sizeof(int)), max_keys = 0;
-        float **hk = xmalloc((size_t)n * sizeof(float *)), **hv = xmalloc((size_t)n * sizeof(float *));
-        float **htab = xmalloc((size_t)2 * n * sizeof(float *)), **gtab_h = xmalloc((size_t)2 * n * sizeof(float *));
-        for (int t = 0; t < n; t++) {
-            ctx[t] = 1 + irand(t % 2 ? 40 : 700);         /* short and long contexts side by side */
-            pos[t] = irand(ctx[t]);
-            max_keys = ctx[t] > max_keys ? ctx[t] : max_keys;
-            size_t nc = (size_t)ctx[t] * kvw;
-            hk[t] = xmalloc(nc * 4); hv[t] = xmalloc(nc * 4);
-            fill(hk[t], nc, 1.f); fill(hv[t], nc, 1.f);
-            gtab_h[2 * t] = g_put(hk[t], nc * 4);
-            gtab_h[2 * t + 1] = g_put(hv[t], nc * 4);
-            htab[2 * t] = hk[t]; htab[2 * t + 1] = hv[t];
-        }
-        float *inv = make_inv_freq(hd, 1e6);
-        float *gq = g_put(q, nq * 4), *gk = g_put(k, nk * 4), *gv = g_put(v, nk * 4), *go = g_alloc(nq * 4);
-        int32_t *gp = g_put(pos, (size_t)n * 4);
-        float **gtab = g_put(gtab_h, (size_t)2 * n * sizeof(float *));
-        const float *gi = g_weight(inv, (size_t)(hd / 2) * 4), *gqn = g_weight(qn, (size_t)hd * 4),
-                    *gkn = g_weight(kn, (size_t)hd * 4);
-        if (!dead) {
-            const float scale = 1.f / sqrtf((float)hd);
-            cpu->qk_rope_rows(cpu, q, k, v, n, nh, nkv, hd, qn, kn, 1e-6f, hd, pos, inv, 1.f, CI_ROPE_NEOX, htab, kvw);
-            cpu->attention_rows(cpu, out, q, htab, n, pos, max_keys, nh, nkv, hd, kvw, scale);
-            g_poison(go, nq * 4);
-            gpu->qk_rope_rows(gpu, gq, gk, gv, n, nh, nkv, hd, gqn, gkn, 1e-6f, hd, gp, gi, 1.f, CI_ROPE_NEOX, gtab, kvw);
-            gpu->attention_rows(gpu, go, gq, gtab, n, gp, max_keys, nh, nkv, hd, kvw, scale);
-            errs e = { 0, 0, 0 };
-            double num = 0, den = 0;
-            g_get(got, go, nq * 4); acc_err(&e, &num, &den, got, out, nq);
-            g_get(got, gq, nq * 4); acc_err(&e, &num, &den, got, q, nq);
-            for (int t = 0; t < n; t++) {
-                size_t nc = (size_t)ctx[t] * kvw;
-                float *cg = xmalloc(nc * 4);
-                g_get(cg, gtab_h[2 * t], nc * 4); acc_err(&e, &num, &den, cg, hk[t], nc);
-                g_get(cg, gtab_h[2 * t + 1], nc * 4); acc_err(&e, &num, &den, cg, hv[t], nc);
-                free(cg);
-            }
-            fin_err(&e, num, den);
-            report(name, e, B_ROPE);
-        }
-        for (int t = 0; t < n; t++) { g_free(gtab_h[2 * t]); g_free(gtab_h[2 * t + 1]); free(hk[t]); free(hv[t]); }
-        g_free(gq); g_free(gk); g_free(gv); g_free(go); g_free(gp); g_free(gtab);
-        free(q); free(k); free(v); free(out); free(got); free(pos); free(ctx); free(hk); free(hv); free(htab); free(gtab_h);
+/* rope_attend (qk_rope_store + attention_pos in one op) against the CPU's, out and every
+ * cache row. table: n sequences, one row each, each with its own cache (own buffer, own
+ * context; k and v separate) through a table of pointers; else one cache of max_keys rows
+ * for the n rows at positions pos0.. (n > 1 takes the unfused path). Contexts past 2048 keys
+ * take the combine kernel, shorter ones the combine in the split kernel's last block. */
+static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, int nkv, int hd, int rot, int norms,
+                             int style) {
+    char name[200];
+    snprintf(name, sizeof name, "cuda rope_attend %s n=%d pos0=%d max_keys=%d heads=%d/%d hd=%d rot=%d %s %s",
+             table ? "own caches" : "one cache", n, pos0, max_keys, nh, nkv, hd, rot, norms ? "norms" : "no-norms",
+             style ? "interleaved" : "neox");
+    if (!gpu->rope_attend || !want(name)) return;
+    const int kvw = nkv * hd, nbuf = table ? n : 1;
+    size_t nq = (size_t)n * nh * hd, nk = (size_t)n * kvw;
+    float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4), *out = xmalloc(nq * 4),
+          *got = xmalloc(nq * 4);
+    float *qn = keep(xmalloc((size_t)hd * 4)), *kn = keep(xmalloc((size_t)hd * 4));
+    fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 2.f);
+    for (int i = 0; i < hd; i++) { qn[i] = 1.f + 0.3f * unif(); kn[i] = 1.f + 0.3f * unif(); }
+    int32_t *pos = xmalloc((size_t)n * 4);
+    int *ctx = xmalloc((size_t)nbuf * sizeof(int)), keys = 0;
+    float **hk = xmalloc((size_t)nbuf * sizeof(float *)), **hv = xmalloc((size_t)nbuf * sizeof(float *));
+    float **htab = xmalloc((size_t)2 * nbuf * sizeof(float *)), **gtab_h = xmalloc((size_t)2 * nbuf * sizeof(float *));
+    for (int b = 0; b < nbuf; b++) {
+        ctx[b] = table ? 1 + irand(b % 2 ? 40 : max_keys) : max_keys;   /* short and long contexts side by side */
+        keys = ctx[b] > keys ? ctx[b] : keys;
+        size_t nc = (size_t)ctx[b] * kvw;
+        hk[b] = xmalloc(nc * 4); hv[b] = xmalloc(nc * 4);
+        fill(hk[b], nc, 1.f); fill(hv[b], nc, 1.f);
+        gtab_h[2 * b] = g_put(hk[b], nc * 4);
+        gtab_h[2 * b + 1] = g_put(hv[b], nc * 4);
+        htab[2 * b] = hk[b]; htab[2 * b + 1] = hv[b];
     }
+    for (int t = 0; t < n; t++) pos[t] = table ? irand(ctx[t]) : pos0 + t;
+    float *inv = make_inv_freq(rot, 1e6);
+    float *gq = g_put(q, nq * 4), *gk = g_put(k, nk * 4), *gv = g_put(v, nk * 4), *go = g_alloc(nq * 4);
+    int32_t *gp = g_put(pos, (size_t)n * 4);
+    float **gtab = table ? g_put(gtab_h, (size_t)2 * n * sizeof(float *)) : NULL;
+    const float *gi = g_weight(inv, (size_t)(rot / 2 > 0 ? rot / 2 : 1) * 4), *gqn = g_weight(qn, (size_t)hd * 4),
+                *gkn = g_weight(kn, (size_t)hd * 4);
+    if (!dead) {
+        const float scale = 1.f / sqrtf((float)hd);
+        cpu->rope_attend(cpu, out, q, k, v, n, nh, nkv, hd, norms ? qn : NULL, norms ? kn : NULL, 1e-6f, rot, pos, inv,
+                         1.f, (ci_rope_style)style, table ? NULL : hk[0], table ? NULL : hv[0], table ? htab : NULL, kvw,
+                         keys, scale);
+        g_poison(go, nq * 4);
+        gpu->rope_attend(gpu, go, gq, gk, gv, n, nh, nkv, hd, norms ? gqn : NULL, norms ? gkn : NULL, 1e-6f, rot, gp, gi,
+                         1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, kvw, keys,
+                         scale);
+        errs e = { 0, 0, 0 };
+        double num = 0, den = 0;
+        g_get(got, go, nq * 4); acc_err(&e, &num, &den, got, out, nq);
+        for (int b = 0; b < nbuf; b++) {
+            size_t nc = (size_t)ctx[b] * kvw;
+            float *cg = xmalloc(nc * 4);
+            g_get(cg, gtab_h[2 * b], nc * 4); acc_err(&e, &num, &den, cg, hk[b], nc);
+            g_get(cg, gtab_h[2 * b + 1], nc * 4); acc_err(&e, &num, &den, cg, hv[b], nc);
+            free(cg);
+        }
+        fin_err(&e, num, den);
+        report(name, e, B_ROPE);
+    }
+    for (int b = 0; b < nbuf; b++) { g_free(gtab_h[2 * b]); g_free(gtab_h[2 * b + 1]); free(hk[b]); free(hv[b]); }
+    g_free(gq); g_free(gk); g_free(gv); g_free(go); g_free(gp); g_free(gtab);
+    free(q); free(k); free(v); free(out); free(got); free(pos); free(ctx); free(hk); free(hv); free(htab); free(gtab_h);
+}
+
+static void test_rope_attend(void) {
+    static const int ns[] = { 1, 3, 8, 13 };
+    for (size_t c = 0; c < sizeof ns / sizeof *ns && !dead; c++) rope_attend_case(ns[c], 1, 0, 700, 16, 4, 128, 128, 1, 0);
+    rope_attend_case(5, 1, 0, 3000, 32, 8, 128, 128, 1, 0);      /* long contexts: the combine kernel */
+    rope_attend_case(1, 0, 0, 1, 16, 8, 128, 128, 1, 0);         /* the first token */
+    rope_attend_case(1, 0, 31, 33, 16, 8, 128, 128, 1, 0);       /* the last key of a chunk, one more row held */
+    rope_attend_case(1, 0, 639, 640, 32, 8, 128, 128, 1, 0);
+    rope_attend_case(1, 0, 2047, 2048, 8, 1, 64, 32, 0, 1);      /* group 8, partial interleaved rope, no norms */
+    rope_attend_case(1, 0, 4999, 5000, 12, 4, 256, 128, 1, 0);
+    rope_attend_case(1, 0, 33000, 33001, 32, 8, 128, 128, 1, 0);
+    rope_attend_case(3, 0, 40, 50, 16, 4, 128, 128, 1, 0);       /* one cache, 3 rows: unfused */
+    rope_attend_case(1, 0, 20, 30, 20, 2, 60, 60, 1, 0);         /* group 10, hd 60: unfused */
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -829,12 +845,13 @@ static void test_memory(void) {
 }
 
 /* Graph replay = eager, bit for bit: a small decode step (norm, projections, rope + cache
- * store, attention over positions in device memory, output projection, argmax) recorded
+ * store + attention over positions in device memory in one op whose last block merges the
+ * chunks through counters it must leave at 0, output projection, argmax) recorded
  * once, replayed at the recorded position and at a later one, each compared with an eager
  * run at that position. */
 static void test_graph(void) {
     const char *name = "cuda graph replay = eager (decode step, two positions)";
-    if (!gpu->graph_begin || !gpu->graph_end || !gpu->graph_launch || !gpu->qk_rope_store || !gpu->attention_pos ||
+    if (!gpu->graph_begin || !gpu->graph_end || !gpu->graph_launch || !gpu->rope_attend ||
         !gpu->argmax || !gpu->matmul_n || !want(name))
         return;
     const int dim = 512, nh = 8, nkv = 2, hd = 64, rows = 300, vocab = 5003;
@@ -862,9 +879,8 @@ static void test_graph(void) {
         float *ys[3] = { gq, gk, gv };                                                                          \
         const ci_mat *ws[3] = { &wq.g, &wk.g, &wv.g };                                                          \
         gpu->matmul_n(gpu, 3, ys, gh, 1, ws);                                                                   \
-        gpu->qk_rope_store(gpu, gq, gk, gv, 1, nh, nkv, hd, NULL, NULL, 1e-6f, hd, gpos, ginv, 1.f, CI_ROPE_NEOX, \
-                           gkc, gvc, nkv * hd);                                                                 \
-        gpu->attention_pos(gpu, ga, gq, gkc, gvc, 1, gpos, rows, nh, nkv, hd, nkv * hd, 0.125f);                \
+        gpu->rope_attend(gpu, ga, gq, gk, gv, 1, nh, nkv, hd, NULL, NULL, 1e-6f, hd, gpos, ginv, 1.f,           \
+                         CI_ROPE_NEOX, gkc, gvc, NULL, nkv * hd, rows, 0.125f);                                \
         gpu->matmul(gpu, glog, ga, 1, &wo.g);                                                                   \
         gpu->argmax(gpu, gid, glog, vocab);                                                                     \
     } while (0)
@@ -928,7 +944,7 @@ int main(int argc, char **argv) {
     test_embed();
     test_argmax();
     test_attention();
-    test_rows();
+    test_rope_attend();
     test_graph();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {

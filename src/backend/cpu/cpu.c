@@ -655,21 +655,22 @@ static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v
     cpu_kv_store(be, vc, kv_stride, v, n_kv * hd, n, pos);
 }
 
-/* A batch step's rows, each through the single-cache ops (n = 1) against its own cache. */
-static void cpu_qk_rope_rows(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                             const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                             const float *inv_freq, float mscale, ci_rope_style style, float *const *kv_tab,
-                             int kv_stride) {
+/* qk_rope_store then attention_pos; a batch step's rows one by one (n = 1), each against its
+ * own cache. */
+static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
+                            int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                            const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                            float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale) {
+    if (!kv_tab) {
+        cpu_qk_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
+                          kc, vc, kv_stride);
+        cpu_attention_pos(be, out, q, kc, vc, n, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale);
+        return;
+    }
     const size_t QD = (size_t)n_heads * hd, KD = (size_t)n_kv * hd;
     for (int t = 0; t < n; t++)
         cpu_qk_rope_store(be, q + t * QD, k + t * KD, v + t * KD, 1, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim,
                           pos + t, inv_freq, mscale, style, kv_tab[2 * t], kv_tab[2 * t + 1], kv_stride);
-}
-
-static void cpu_attention_rows(ci_backend *be, float *out, const float *q, float *const *kv_tab, int n,
-                               const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
-                               float scale) {
-    const size_t QD = (size_t)n_heads * hd;
     for (int t = 0; t < n; t++)
         cpu_attention_pos(be, out + t * QD, q + t * QD, kv_tab[2 * t], kv_tab[2 * t + 1], 1, pos + t, max_keys, n_heads,
                           n_kv, hd, kv_stride, scale);
@@ -766,8 +767,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.norm_matmul_n = cpu_norm_matmul_n;
     b->base.norm_matmul_swiglu = cpu_norm_matmul_swiglu;
     b->base.qk_rope_store = cpu_qk_rope_store;
-    b->base.qk_rope_rows = cpu_qk_rope_rows;
-    b->base.attention_rows = cpu_attention_rows;
+    b->base.rope_attend = cpu_rope_attend;
     b->base.argmax = cpu_argmax;
     b->base.status = cpu_status;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */

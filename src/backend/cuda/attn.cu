@@ -220,6 +220,211 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
     }
 }
 
+/* ---- the attention core of a decode step in one pass (cb_rope_attend) -----------------------
+ * The split-K vector kernel above, with qk_rope_store in front and the combine behind:
+ * every block norms and rotates its group's query heads itself (from the projections, into
+ * shared memory; the cos / sin table per block); the block whose chunk holds the new
+ * position also norms and rotates that row's key and writes it and the value into the
+ * cache before its own scores read them (one writer per (row, kv head); the other chunks
+ * never read that row). Only when each row has a cache of its own: a later row of one
+ * sequence would read an earlier row's key written by another block. With `combine`, each
+ * block counts itself done on an atomic counter of its (row, kv head) and the last one
+ * merges the chunks as attn_combine_kernel does (then sets the counter back to 0, so a
+ * replayed graph finds it at 0). */
+struct rope_attn_args {
+    float *out, *part;
+    unsigned *cnt;
+    const float *q, *k, *v;
+    float *kc, *vc;
+    float *const *kv_tab;
+    const int32_t *pos;
+    const float *q_norm, *k_norm, *inv_freq;
+    float eps, mscale, scale;
+    int n_heads, n_kv, hd, kv_stride, rot_dim, style, n_chunks, combine;
+};
+
+/* One warp: head row src[0, hd) (hd <= 256) RMS-normed by nw (when given, eps) and rotated
+ * over its first rot_dim dims at the table cs / sn, as qk_rope_store_kernel computes it
+ * (tmp: the warp's [hd] shared row); dst[i] = result * mul. */
+__device__ void warp_norm_rope(const float *src, const float *nw, float eps, int hd, int rot_dim, int style,
+                               const float *cs, const float *sn, float *tmp, float *dst, float mul) {
+    const int lane = threadIdx.x & 31, half = rot_dim / 2;
+    float vals[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) vals[j] = lane + 32 * j < hd ? src[lane + 32 * j] : 0.0f;
+    float sc = 1.0f;
+    if (nw) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s = fmaf(vals[j], vals[j], s);
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (lane + 32 * j < hd) tmp[lane + 32 * j] = nw ? vals[j] * sc * nw[lane + 32 * j] : vals[j];
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) {
+        float o;
+        if (i < rot_dim) {
+            int pi, partner;
+            float sign;
+            if (style == CI_ROPE_NEOX) {
+                pi = i < half ? i : i - half;
+                partner = i < half ? i + half : i - half;
+                sign = i < half ? -1.0f : 1.0f;
+            } else {
+                pi = i >> 1;
+                partner = i ^ 1;
+                sign = (i & 1) ? 1.0f : -1.0f;
+            }
+            o = tmp[i] * cs[pi] + sign * tmp[partner] * sn[pi];
+        } else o = tmp[i];
+        dst[i] = o * mul;
+    }
+    __syncwarp();
+}
+
+__global__ void __launch_bounds__(128) attn_rope_split_kernel(rope_attn_args a) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    float *kc = a.kc, *vc = a.vc;
+    if (a.kv_tab) { kc = a.kv_tab[2 * t]; vc = a.kv_tab[2 * t + 1]; }
+    const int G = a.n_heads / a.n_kv, hd = a.hd, n_chunks = a.n_chunks;
+    const int p = a.pos[t], L = p + 1;
+    const int j0 = chunk * VCHUNK;
+    if (j0 >= L) return;
+    const int nj = L - j0 < VCHUNK ? L - j0 : VCHUNK, nc = (L + VCHUNK - 1) / VCHUNK;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd4 = hd >> 2, half = a.rot_dim / 2;
+    float *qs = sm;                                 /* [G, hd] rotated, scaled queries */
+    float *ps = qs + G * hd;                        /* [G, VCHUNK] scores, then probabilities */
+    float *ml = ps + G * VCHUNK;                    /* [G, 2] */
+    float *red = ml + ((2 * G + 3) & ~3);           /* [4, G, hd] per-warp p·V sums; first the warps' norm rows */
+    float *cs = red + 4 * G * hd, *sn = cs + half;  /* [half] each */
+    float *wts = sn + half;                         /* combine: [G, n_chunks] */
+    rope_table(cs, sn, (float)p, a.inv_freq, half, a.mscale);
+    __syncthreads();
+    for (int h = warp; h < G; h += 4)
+        warp_norm_rope(a.q + ((int64_t)t * a.n_heads + (int64_t)g * G + h) * hd, a.q_norm, a.eps, hd, a.rot_dim,
+                       a.style, cs, sn, red + warp * hd, qs + h * hd, a.scale);
+    if (chunk == nc - 1 && warp == 3) {             /* the new row: key (normed, rotated) and value into the cache */
+        const int64_t at = (int64_t)p * a.kv_stride + (int64_t)g * hd, src = ((int64_t)t * a.n_kv + g) * hd;
+        warp_norm_rope(a.k + src, a.k_norm, a.eps, hd, a.rot_dim, a.style, cs, sn, red + warp * hd, kc + at, 1.0f);
+        for (int i = lane; i < hd; i += 32) vc[at + i] = a.v[src + i];
+    }
+    __syncthreads();                                /* the cache row is visible to this block */
+    const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int jw = warp * VKPW;
+    {
+        float4 k0[VKPW], k1[VKPW];
+#pragma unroll
+        for (int u = 0; u < VKPW; u++) {
+            const int j = jw + u;
+            const float4 *kr = (const float4 *)(kb + (int64_t)(j0 + (j < nj ? j : 0)) * a.kv_stride);
+            k0[u] = lane < hd4 && j < nj ? kr[lane] : z4;
+            k1[u] = lane + 32 < hd4 && j < nj ? kr[lane + 32] : z4;
+        }
+#pragma unroll
+        for (int h = 0; h < VGROUP; h++) {
+            if (h >= G) break;
+            const float4 *qh = (const float4 *)(qs + h * hd);
+            const float4 qa = lane < hd4 ? qh[lane] : z4, qb = lane + 32 < hd4 ? qh[lane + 32] : z4;
+#pragma unroll
+            for (int u = 0; u < VKPW; u++) {
+                float sc = k0[u].x * qa.x + k0[u].y * qa.y + k0[u].z * qa.z + k0[u].w * qa.w +
+                           k1[u].x * qb.x + k1[u].y * qb.y + k1[u].z * qb.z + k1[u].w * qb.w;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, o);
+                if (lane == 0 && jw + u < nj) ps[h * VCHUNK + jw + u] = sc;
+            }
+        }
+    }
+    __syncthreads();
+    for (int h = warp; h < G; h += 4) {
+        float sv = lane < nj ? ps[h * VCHUNK + lane] : -INFINITY;
+        float m = sv;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float pr = lane < nj ? expf(sv - m) : 0.0f;
+        if (lane < nj) ps[h * VCHUNK + lane] = pr;
+        float l = pr;
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
+    }
+    __syncthreads();
+    {
+        float4 v0[VKPW], v1[VKPW];
+#pragma unroll
+        for (int u = 0; u < VKPW; u++) {
+            const int j = jw + u;
+            const float4 *vr = (const float4 *)(vb + (int64_t)(j0 + (j < nj ? j : 0)) * a.kv_stride);
+            v0[u] = lane < hd4 && j < nj ? vr[lane] : z4;
+            v1[u] = lane + 32 < hd4 && j < nj ? vr[lane + 32] : z4;
+        }
+#pragma unroll
+        for (int h = 0; h < VGROUP; h++) {
+            if (h >= G) break;
+            float4 a0 = z4, a1 = z4;
+#pragma unroll
+            for (int u = 0; u < VKPW; u++) {
+                const float pr = jw + u < nj ? ps[h * VCHUNK + jw + u] : 0.0f;
+                a0.x = fmaf(pr, v0[u].x, a0.x); a0.y = fmaf(pr, v0[u].y, a0.y);
+                a0.z = fmaf(pr, v0[u].z, a0.z); a0.w = fmaf(pr, v0[u].w, a0.w);
+                a1.x = fmaf(pr, v1[u].x, a1.x); a1.y = fmaf(pr, v1[u].y, a1.y);
+                a1.z = fmaf(pr, v1[u].z, a1.z); a1.w = fmaf(pr, v1[u].w, a1.w);
+            }
+            float4 *r = (float4 *)(red + ((int64_t)warp * G + h) * hd);
+            if (lane < hd4) r[lane] = a0;
+            if (lane + 32 < hd4) r[lane + 32] = a1;
+        }
+    }
+    __syncthreads();
+    float *part = a.part + (((int64_t)t * a.n_heads + (int64_t)g * G) * n_chunks) * (hd + 2);
+    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
+    float *mine = part + (int64_t)chunk * (hd + 2);
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int h = i / hd, d = i % hd;
+        mine[h * hstride + d] = red[(0 * G + h) * hd + d] + red[(1 * G + h) * hd + d] + red[(2 * G + h) * hd + d] +
+                                red[(3 * G + h) * hd + d];
+    }
+    if (threadIdx.x < G) {
+        mine[threadIdx.x * hstride + hd] = ml[2 * threadIdx.x];
+        mine[threadIdx.x * hstride + hd + 1] = ml[2 * threadIdx.x + 1];
+    }
+    if (!a.combine) return;
+    __shared__ int last;
+    __threadfence();                                /* this chunk's partials, then the count */
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.cnt + (int64_t)t * a.n_kv + g, 1u) == (unsigned)(nc - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int h = warp; h < G; h += 4) {             /* weights exp(m_c - M), and 1 / sum_c exp(m_c - M) l_c */
+        const float *ph = part + h * hstride;
+        float M = -INFINITY;
+        for (int c = lane; c < nc; c += 32) M = fmaxf(M, __ldcg(ph + (int64_t)c * (hd + 2) + hd));
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float den = 0.0f;
+        for (int c = lane; c < nc; c += 32) {
+            float e = expf(__ldcg(ph + (int64_t)c * (hd + 2) + hd) - M);
+            wts[h * n_chunks + c] = e;
+            den += e * __ldcg(ph + (int64_t)c * (hd + 2) + hd + 1);
+        }
+        for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+        if (lane == 0) ml[2 * h] = 1.0f / den;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const int h = i / hd, d = i % hd;
+        const float *ph = part + h * hstride + d;
+        float acc = 0.0f;
+        for (int c = 0; c < nc; c++) acc = fmaf(wts[h * n_chunks + c], __ldcg(ph + (int64_t)c * (hd + 2)), acc);
+        a.out[((int64_t)t * a.n_heads + (int64_t)g * G + h) * hd + d] = acc * ml[2 * h];
+    }
+    if (threadIdx.x == 0) a.cnt[(int64_t)t * a.n_kv + g] = 0;
+}
+
 /* Merges a row's chunks: weights exp(m_c - M) / sum_c exp(m_c - M) l_c in shared memory,
  * then each thread sums its dimensions over the chunks. */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
@@ -579,4 +784,68 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     cb_launch(cb, attn_prefill_kernel, dim3(grid), dim3(PF_THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
                                                                 kv_stride, scale);
     cb_launched(cb, "attention (prefill)");
+}
+
+/* Fused combine up to this many chunks (2048 keys): past it the last block's serial merge
+ * costs more than the combine kernel's parallel one. */
+enum { FUSED_COMBINE_MAX_CHUNKS = 64 };
+
+int cb_rope_attend(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int n_heads,
+                   int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                   const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
+                   float *const *kv_tab, int kv_stride, int max_keys, float scale) {
+    if (n <= 0 || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv || max_keys <= 0) return -1;
+    const int G = n_heads / n_kv;
+    const int vec = hd % 4 == 0 && hd <= 256 && G <= VGROUP && kv_stride % 4 == 0 && rot_dim >= 0 && rot_dim <= hd &&
+                    rot_dim % 2 == 0 && (kv_tab || (((uintptr_t)kc & 15) == 0 && ((uintptr_t)vc & 15) == 0));
+    if (!vec || (!kv_tab && n != 1)) return -1;
+    const int n_chunks = (max_keys + VCHUNK - 1) / VCHUNK;
+    const int combine = n_chunks <= FUSED_COMBINE_MAX_CHUNKS;
+    size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
+    float *part = (float *)cb_scratch_get(cb, &cb->attn_part, pbytes);
+    if (!part) return 0;                            /* failed: recorded, sticky */
+    unsigned *cnt = NULL;
+    if (combine) {
+        void *old = cb->attn_cnt.p;
+        cnt = (unsigned *)cb_scratch_get(cb, &cb->attn_cnt, (size_t)n * n_kv * sizeof(unsigned));
+        if (!cnt) return 0;
+        if (cnt != old && cb_fail(cb, "attention counters", cudaMemsetAsync(cnt, 0, cb->attn_cnt.bytes, cb->stream)))
+            return 0;
+    }
+    rope_attn_args a;
+    a.out = out; a.part = part; a.cnt = cnt;
+    a.q = q; a.k = k; a.v = v; a.kc = kc; a.vc = vc; a.kv_tab = kv_tab; a.pos = pos;
+    a.q_norm = q_norm; a.k_norm = k_norm; a.inv_freq = inv_freq;
+    a.eps = eps; a.mscale = mscale; a.scale = scale;
+    a.n_heads = n_heads; a.n_kv = n_kv; a.hd = hd; a.kv_stride = kv_stride; a.rot_dim = rot_dim; a.style = (int)style;
+    a.n_chunks = n_chunks; a.combine = combine;
+    size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd +
+                   (size_t)(rot_dim / 2) * 2 + (combine ? (size_t)G * n_chunks : 0)) * sizeof(float);
+    static int set = 0;
+    if (!set) {
+        cudaFuncSetAttribute(attn_rope_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);
+        set = 1;
+    }
+    cb_launch(cb, attn_rope_split_kernel, dim3(n_kv, n_chunks, n), dim3(128), smem, a);
+    if (cb_launched(cb, "attention (rope + split)") || combine) return 0;
+    size_t csmem = ((size_t)n_chunks + 4) * sizeof(float);
+    if (csmem > 48 * 1024) {
+        static int cset = 0;
+        if (!cset) {
+            cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+            cset = 1;
+        }
+        if (csmem > 200 * 1024) {
+            if (!cb->failed) {
+                cb->failed = 1;
+                snprintf(cb->base.last_error, sizeof cb->base.last_error,
+                         "CUDA: decode attention over %d keys is more than this kernel takes", max_keys);
+            }
+            return 0;
+        }
+    }
+    cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, 0, n_heads, hd, n_chunks,
+              (int)VCHUNK);
+    cb_launched(cb, "attention (combine)");
+    return 0;
 }

@@ -304,19 +304,18 @@ static void op_qk_rope_store(ci_backend *be, float *q, float *k, const float *v,
         cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
                          style, kc, vc, kv_stride, NULL);
 }
-static void op_qk_rope_rows(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                            const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                            const float *inv_freq, float mscale, ci_rope_style style, float *const *kv_tab,
-                            int kv_stride) {
-    if (!CB(be)->failed)
-        cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
-                         style, NULL, NULL, kv_stride, kv_tab);
-}
-static void op_attention_rows(ci_backend *be, float *out, const float *q, float *const *kv_tab, int n,
-                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
-                              float scale) {
-    if (!CB(be)->failed)
-        cb_attention(CB(be), out, q, NULL, NULL, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);
+static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
+                           int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                           const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                           float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale) {
+    cuda_be *cb = CB(be);
+    if (cb->failed) return;
+    if (cb->attn_fuse && cb_rope_attend(cb, out, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
+                       style, kc, vc, kv_tab, kv_stride, max_keys, scale) == 0)
+        return;
+    cb_qk_rope_store(cb, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
+                     kc, vc, kv_stride, kv_tab);
+    if (!cb->failed) cb_attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);
 }
 static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
     if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);
@@ -375,6 +374,7 @@ static void op_free(ci_backend *be) {
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
+    if (cb->attn_cnt.p) cudaFree(cb->attn_cnt.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -424,6 +424,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->l2_bytes = (size_t)prop.l2CacheSize;
     cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
     cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
+    cb->attn_fuse = env_switch("CINFER_CUDA_ATTN_FUSE", 1);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;
@@ -474,8 +475,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->norm_matmul_n = cb_norm_matmul_n;
     be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
     be->qk_rope_store = op_qk_rope_store;
-    be->qk_rope_rows = op_qk_rope_rows;
-    be->attention_rows = op_attention_rows;
+    be->rope_attend = op_rope_attend;
     be->argmax = op_argmax;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
