@@ -736,8 +736,7 @@ static void test_attention(void) {
 /* rope_attend (qk_rope_store + attention_pos in one op) against the CPU's, out and every
  * cache row. table: n sequences, one row each, each with its own cache (own buffer, own
  * context; k and v separate) through a table of pointers; else one cache of max_keys rows
- * for the n rows at positions pos0.. (n > 1 takes the unfused path). Contexts past 2048 keys
- * take the combine kernel, shorter ones the combine in the split kernel's last block. */
+ * for the n rows at positions pos0.. . */
 static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, int nkv, int hd, int rot, int norms,
                              int style) {
     char name[200];
@@ -803,15 +802,15 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
 static void test_rope_attend(void) {
     static const int ns[] = { 1, 3, 8, 13 };
     for (size_t c = 0; c < sizeof ns / sizeof *ns && !dead; c++) rope_attend_case(ns[c], 1, 0, 700, 16, 4, 128, 128, 1, 0);
-    rope_attend_case(5, 1, 0, 3000, 32, 8, 128, 128, 1, 0);      /* long contexts: the combine kernel */
+    rope_attend_case(5, 1, 0, 3000, 32, 8, 128, 128, 1, 0);      /* longer contexts */
     rope_attend_case(1, 0, 0, 1, 16, 8, 128, 128, 1, 0);         /* the first token */
     rope_attend_case(1, 0, 31, 33, 16, 8, 128, 128, 1, 0);       /* the last key of a chunk, one more row held */
     rope_attend_case(1, 0, 639, 640, 32, 8, 128, 128, 1, 0);
     rope_attend_case(1, 0, 2047, 2048, 8, 1, 64, 32, 0, 1);      /* group 8, partial interleaved rope, no norms */
     rope_attend_case(1, 0, 4999, 5000, 12, 4, 256, 128, 1, 0);
     rope_attend_case(1, 0, 33000, 33001, 32, 8, 128, 128, 1, 0);
-    rope_attend_case(3, 0, 40, 50, 16, 4, 128, 128, 1, 0);       /* one cache, 3 rows: unfused */
-    rope_attend_case(1, 0, 20, 30, 20, 2, 60, 60, 1, 0);         /* group 10, hd 60: unfused */
+    rope_attend_case(3, 0, 40, 50, 16, 4, 128, 128, 1, 0);       /* one cache, 3 rows */
+    rope_attend_case(1, 0, 20, 30, 20, 2, 60, 60, 1, 0);         /* group 10, hd 60: the scalar split kernel */
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -845,8 +844,7 @@ static void test_memory(void) {
 }
 
 /* Graph replay = eager, bit for bit: a small decode step (norm, projections, rope + cache
- * store + attention over positions in device memory in one op whose last block merges the
- * chunks through counters it must leave at 0, output projection, argmax) recorded
+ * store + attention over positions in device memory, output projection, argmax) recorded
  * once, replayed at the recorded position and at a later one, each compared with an eager
  * run at that position. */
 static void test_graph(void) {

@@ -310,9 +310,6 @@ static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const
                            float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
-    if (cb->attn_fuse && cb_rope_attend(cb, out, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
-                       style, kc, vc, kv_tab, kv_stride, max_keys, scale) == 0)
-        return;
     cb_qk_rope_store(cb, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
                      kc, vc, kv_stride, kv_tab);
     if (!cb->failed) cb_attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);
@@ -374,7 +371,6 @@ static void op_free(ci_backend *be) {
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
-    if (cb->attn_cnt.p) cudaFree(cb->attn_cnt.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -424,7 +420,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->l2_bytes = (size_t)prop.l2CacheSize;
     cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
     cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
-    cb->attn_fuse = env_switch("CINFER_CUDA_ATTN_FUSE", 1);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -43,17 +43,14 @@ struct cuda_be {
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
     cb_scratch attn_part;    /* split-K attention partials */
-    cb_scratch attn_cnt;     /* per (row, kv head) counters of finished chunks (zeroed; each
-                              * fused attention's last block sets its counter back to 0) */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_ATTN_FUSE=0|1 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
-    int attn_fuse;           /* rope_attend in one kernel (cb_rope_attend) where it applies */
     size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };
@@ -158,12 +155,5 @@ void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                   float *const *kv_tab);
-/* qk_rope_store + attention in one split-K pass (and, for short contexts, the combine in
- * its last block) when each row has a cache of its own (n = 1, or kv_tab) and the shapes
- * suit the vector kernel: returns 0. Else -1 and launches nothing. */
-int cb_rope_attend(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int n_heads,
-                   int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
-                   const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
-                   float *const *kv_tab, int kv_stride, int max_keys, float scale);
 
 #endif
