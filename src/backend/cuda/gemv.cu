@@ -34,6 +34,9 @@ struct gemv_args {
     const float *x;
     const float *norm_w;                /* NORM kernels: x is RMS-normed with this weight first */
     float eps;
+    int rpw2;                           /* launch choice: two rows per warp on any <= 4096 columns */
+    int ks;                             /* launch choice: rows of few (<= 2048) and long (>= 2048
+                                         * columns) may be split over a block's warps */
 };
 
 /* Weight loaders: a raw 16-byte vector (VEC elements) converted in registers, or one element. */
@@ -113,18 +116,20 @@ __device__ __forceinline__ float scale_at(const gemv_args &a, const void *srow, 
  * issued before this trip's products (two buffers). The first trip's weights are loaded
  * before pdl_enter(): weights are no kernel's output, so their first round trip overlaps
  * the previous kernel's tail (and, with NORM, the block's RMS pass over x). */
-template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM>
+template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM, int KS>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
+    static_assert(KS == 1 || (KS == WARPS && RPW == 1), "a row split over the block's warps: one row per block");
     constexpr int V = AL ? L::VEC : 1;
     constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
     constexpr int STEP = 32 * V * U;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kw = KS > 1 ? warp : 0;   /* KS > 1: this warp's share of the row's column steps */
     const int b = blockIdx.x;
     int mi = 0;
     if (MODE == CB_STORE)
         while (mi + 1 < a.count && b >= a.blk_start[mi + 1]) mi++;
     const int R = a.rows[mi];
-    const int row0 = (b - a.blk_start[mi]) * (WARPS * RPW) + warp * RPW;
+    const int row0 = KS > 1 ? b - a.blk_start[mi] : (b - a.blk_start[mi]) * (WARPS * RPW) + warp * RPW;
     const bool live = row0 < R;
     const int C = a.cols;
     const char *wp[S];
@@ -148,7 +153,8 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int s = 0; s < S; s++)
-                if (lane * V + u * 32 * V < C) cur[u][s] = ld_stream(wp[s] + (int64_t)(lane * V + u * 32 * V) * L::BYTES);
+                if (kw * STEP + lane * V + u * 32 * V < C)
+                    cur[u][s] = ld_stream(wp[s] + (int64_t)(kw * STEP + lane * V + u * 32 * V) * L::BYTES);
     }
     pdl_enter();
     /* NORM: each block takes the inverse RMS of its token rows first (as the CPU's
@@ -198,14 +204,15 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
         for (int t = 0; t < NT; t++) acc[s][t] = 0.0f;
 
     if (AL) {
-        for (int c0 = lane * V; c0 < C; c0 += STEP) {
+        for (int c0 = kw * STEP + lane * V; c0 < C; c0 += KS * STEP) {
             uint4 nxt[U][S];
-            if (c0 + STEP < C) {
+            if (c0 + KS * STEP < C) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
 #pragma unroll
                     for (int s = 0; s < S; s++)
-                        if (c0 + STEP + u * 32 * V < C) nxt[u][s] = ld_stream(wp[s] + (int64_t)(c0 + STEP + u * 32 * V) * L::BYTES);
+                        if (c0 + KS * STEP + u * 32 * V < C)
+                            nxt[u][s] = ld_stream(wp[s] + (int64_t)(c0 + KS * STEP + u * 32 * V) * L::BYTES);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -250,7 +257,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
                 for (int s = 0; s < S; s++) cur[u][s] = nxt[u][s];
         }
     } else {
-        for (int c = lane; c < C; c += 32) {
+        for (int c = kw * 32 + lane; c < C; c += 32 * KS) {
             float w[S];
 #pragma unroll
             for (int s = 0; s < S; s++) {
@@ -273,6 +280,25 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
         for (int t = 0; t < NT; t++)
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc[s][t] += __shfl_xor_sync(0xffffffffu, acc[s][t], o);
+    if (KS > 1) { /* the warps' shares of the row meet in shared memory; warp 0 adds them in order */
+        __shared__ float part[WARPS][S][NT];
+        if (lane == 0)
+#pragma unroll
+            for (int s = 0; s < S; s++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) part[warp][s][t] = acc[s][t];
+        __syncthreads();
+        if (warp) return;
+#pragma unroll
+        for (int s = 0; s < S; s++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float v = part[0][s][t];
+#pragma unroll
+                for (int w = 1; w < KS; w++) v += part[w][s][t];
+                acc[s][t] = v;
+            }
+    }
     if (lane) return;
 #pragma unroll
     for (int s = 0; s < RPW; s++) {
@@ -297,16 +323,17 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
 template <class L, int MODE, bool AL, bool NORM>
 static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
     dim3 block(WARPS * 32);
-#define CB_GEMV_GO(NT, RPW, U)                                                                       \
+#define CB_GEMV_GO_KS(NT, RPW, U, KS)                                                                \
     do {                                                                                             \
         int blocks = 0;                                                                              \
         for (int i = 0; i < a.count; i++) {                                                          \
             a.blk_start[i] = blocks;                                                                 \
-            blocks += (a.rows[i] + WARPS * (RPW) - 1) / (WARPS * (RPW));                             \
+            blocks += (KS) > 1 ? a.rows[i] : (a.rows[i] + WARPS * (RPW) - 1) / (WARPS * (RPW));     \
         }                                                                                            \
         a.blk_start[a.count] = blocks;                                                               \
-        cb_launch(cb, gemv_kernel<L, NT, MODE, AL, RPW, U, NORM>, dim3(blocks), dim3(block), 0, a);                   \
+        cb_launch(cb, gemv_kernel<L, NT, MODE, AL, RPW, U, NORM, KS>, dim3(blocks), dim3(block), 0, a);               \
     } while (0)
+#define CB_GEMV_GO(NT, RPW, U) CB_GEMV_GO_KS(NT, RPW, U, 1)
     if (a.n <= 1) {
         /* one token: several rows per warp only for tall matrices (the vocabulary head:
          * 151936 one-row warps otherwise; fewer, longer blocks there measured faster on
@@ -314,16 +341,18 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
          * few-row matrices (Qwen3-0.6B's 1024-column layers) more warps in flight won
          * (969 vs 891 tok/s, 2026-12-01). */
         const bool tall = total_rows >= 32768;
-        if (MODE == CB_SWIGLU) {
+        if (total_rows <= 2048 && a.cols >= 2048 && a.ks) CB_GEMV_GO_KS(1, 1, 2, WARPS);
+        else if (MODE == CB_SWIGLU) {
             if (tall && a.cols <= 1024) CB_GEMV_GO(1, 2, 1);
             else CB_GEMV_GO(1, 1, 2);
         } else if (tall && a.cols <= 1024) CB_GEMV_GO(1, 4, 1);
-        else if (tall && a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
+        else if ((tall || a.rpw2) && a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
         else CB_GEMV_GO(1, 1, 4);
     } else if (a.n <= 2) CB_GEMV_GO(2, 2, 2);
     else if (a.n <= 4) CB_GEMV_GO(4, 2, 1);
     else CB_GEMV_GO(8, 2, 1);
 #undef CB_GEMV_GO
+#undef CB_GEMV_GO_KS
 }
 
 template <class L, int MODE>
@@ -365,6 +394,8 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
     memset(&a, 0, sizeof a);
     a.norm_w = mode == CB_ACC ? NULL : norm_w;
     a.eps = eps;
+    a.ks = cb->gemv_ks;
+    a.rpw2 = cb->gemv_rpw2;
     const ci_mat *W0 = Ws[0];
     a.count = mode == CB_STORE ? count : 1;
     a.cols = (int)W0->cols;
