@@ -319,16 +319,14 @@ static void test_matmul(void) {
     if (!quick) test_matmul_shape(4096, 12288, ns, nn);   /* Qwen3-8B down_proj: the decode-speed shape */
 }
 
-static void test_matmul_fused(void) {
-    static const ci_dtype dts[] = { CI_F32, CI_BF16, CI_F16, CI_F8_E4M3 };
-    static const int ns[] = { 1, 3, 8, 9, 300 };
-    const int64_t cols = quick ? 257 : 1001, rq = quick ? 131 : 1000, rk = quick ? 37 : 250;
-    for (size_t d = 0; d < sizeof dts / sizeof *dts && !dead; d++) {
+/* The fused matmuls on q rows of rq, k / v (and gate / up) rows of rk, cols columns. */
+static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dts, int ndt, const int *ns, int nn) {
+    for (int d = 0; d < ndt && !dead; d++) {
         const char *dn = dts[d] == CI_F32 ? "f32" : dts[d] == CI_BF16 ? "bf16" : dts[d] == CI_F16 ? "f16" : "fp8";
         wpair wq = make_weight(rq, cols, dts[d], CI_F32), wk = make_weight(rk, cols, dts[d], CI_F32),
               wv = make_weight(rk, cols, dts[d], CI_F32);
         if (dead) return;
-        for (size_t i = 0; i < sizeof ns / sizeof *ns && !dead; i++) {
+        for (int i = 0; i < nn && !dead; i++) {
             int n = ns[i];
             if (quick && n == 300) continue;
             size_t nx = (size_t)n * cols;
@@ -434,6 +432,17 @@ static void test_matmul_fused(void) {
 }
 
 /* ---- norms, rope, elementwise ------------------------------------------------------------ */
+static void test_matmul_fused(void) {
+    static const ci_dtype dts[] = { CI_F32, CI_BF16, CI_F16, CI_F8_E4M3 }, dec[] = { CI_BF16, CI_F32 };
+    static const int ns[] = { 1, 3, 8, 9, 300 }, one[] = { 1 };
+    fused_shape(quick ? 257 : 1001, quick ? 131 : 1000, quick ? 37 : 250, dts, 4, ns, 5);
+    /* one-token launch shapes (gemv.cu launch_nt): many rows of 4096 columns (two rows per
+     * warp: 8B dims' q/k/v and o_proj), few long rows (a row per block over its warps: the
+     * 0.6B's o_proj / down_proj, and gate / up of 1024 rows) */
+    fused_shape(4096, 4096, 1024, dec, 2, one, 1);
+    fused_shape(3072, 1024, 512, dec, 1, one, 1);
+}
+
 static void test_rmsnorm(void) {
     static const int shapes[][2] = { { 1, 4096 }, { 7, 1000 }, { 300, 129 }, { 64, 4097 } };
     for (size_t s = 0; s < 4 && !dead; s++)

@@ -420,8 +420,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->l2_bytes = (size_t)prop.l2CacheSize;
     cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
     cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
-    cb->gemv_ks = env_switch("CINFER_CUDA_GEMV_KS", 0);
-    cb->gemv_rpw2 = env_switch("CINFER_CUDA_GEMV_RPW2", 0);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -48,12 +48,9 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_GEMV_KS=0|1,
-     * CINFER_CUDA_GEMV_RPW2=0|1 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
-    int gemv_ks;             /* one-token GEMV on few, long rows: a row per block, split over its warps */
-    int gemv_rpw2;           /* one-token GEMV: two rows per warp up to 4096 columns (else only the head) */
     size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };

@@ -34,9 +34,6 @@ struct gemv_args {
     const float *x;
     const float *norm_w;                /* NORM kernels: x is RMS-normed with this weight first */
     float eps;
-    int rpw2;                           /* launch choice: two rows per warp on any <= 4096 columns */
-    int ks;                             /* launch choice: rows of few (<= 2048) and long (>= 2048
-                                         * columns) may be split over a block's warps */
 };
 
 /* Weight loaders: a raw 16-byte vector (VEC elements) converted in registers, or one element. */
@@ -335,18 +332,23 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
     } while (0)
 #define CB_GEMV_GO(NT, RPW, U) CB_GEMV_GO_KS(NT, RPW, U, 1)
     if (a.n <= 1) {
-        /* one token: several rows per warp only for tall matrices (the vocabulary head:
-         * 151936 one-row warps otherwise; fewer, longer blocks there measured faster on
-         * 8B dims), one row per warp with four loads in flight elsewhere: on short,
-         * few-row matrices (Qwen3-0.6B's 1024-column layers) more warps in flight won
-         * (969 vs 891 tok/s, 2026-12-01). */
+        /* One token, by shape (each choice measured side by side on the H200, 2026-12-01,
+         * tests/gpu/tune.sh, bench/RESULTS.md):
+         *  - few (<= 2048), long (>= 2048 columns) rows: a row per block, split over its four
+         *    warps (Qwen3-0.6B's o_proj / down_proj: 2 blocks per SM otherwise): 0.6B decode
+         *    1014-1016 vs 985-999 tok/s;
+         *  - many (>= 4096) rows of 4096 columns, and the tall vocabulary head: two rows per
+         *    warp, so each x (and norm weight) load serves two weight rows: 8B-dims decode
+         *    556-558 vs 518-521 tok/s; on shorter rows (the 0.6B's 1024 columns) it lost
+         *    (956-960 vs 985-999): more warps in flight matter more there;
+         *  - else one row per warp with four 16-byte loads in flight per lane. */
         const bool tall = total_rows >= 32768;
-        if (total_rows <= 2048 && a.cols >= 2048 && a.ks) CB_GEMV_GO_KS(1, 1, 2, WARPS);
+        if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
         else if (MODE == CB_SWIGLU) {
             if (tall && a.cols <= 1024) CB_GEMV_GO(1, 2, 1);
             else CB_GEMV_GO(1, 1, 2);
         } else if (tall && a.cols <= 1024) CB_GEMV_GO(1, 4, 1);
-        else if ((tall || a.rpw2) && a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
+        else if ((tall || (total_rows >= 4096 && a.cols >= 4096)) && a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
         else CB_GEMV_GO(1, 1, 4);
     } else if (a.n <= 2) CB_GEMV_GO(2, 2, 2);
     else if (a.n <= 4) CB_GEMV_GO(4, 2, 1);
@@ -394,8 +396,6 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
     memset(&a, 0, sizeof a);
     a.norm_w = mode == CB_ACC ? NULL : norm_w;
     a.eps = eps;
-    a.ks = cb->gemv_ks;
-    a.rpw2 = cb->gemv_rpw2;
     const ci_mat *W0 = Ws[0];
     a.count = mode == CB_STORE ? count : 1;
     a.cols = (int)W0->cols;
