@@ -134,7 +134,7 @@ def cases_v4():
     tool_multi = with_tools(TOOLS_CONV, [WEATHER, SEARCH, NOARGS])
     # results out of call order (sorted back by id), then a user text merged into the same turn
     swapped = copy.deepcopy(tool_multi)
-    swapped[4], swapped[5] = swapped[5], swapped[4]
+    swapped[3], swapped[4] = swapped[4], swapped[3]
     followup = copy.deepcopy(tool_multi[:6]) + [{"role": "user", "content": "Also: anything else?"}]
     for mode in ("chat", "thinking"):
         out.append(dict(messages=PLAIN, thinking_mode=mode))
