@@ -271,6 +271,10 @@ int op_call_frame(const char *text, size_t len, const char *name, const char *ar
             if (e >= ml && !memcmp(text + e - ml, marks[i], ml)) { m = e - ml; again = 1; break; }
         }
     }
+    /* DeepSeek V3.2 / V4 write their DSML block after a blank line ("</think>\n\n<｜DSML｜...");
+     * the opening keeps it, so a forced call reads as the encoders write one */
+    if (starts(text, m, len, DSML_CALLS) || starts(text, m, len, DSML_TCALLS))
+        while (m > 0 && text[m - 1] == '\n') m--;
     size_t n1 = n0 + strlen(name), a0 = find(text, n1, len, args);
     json_t *calls = op_tool_parse(text, m, len, "probe");
     const char *got = calls ? json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")) : NULL;
