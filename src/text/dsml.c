@@ -390,13 +390,19 @@ static int last_user(const json_t *msgs) {
     return -1;
 }
 
-/* Every tool result must follow an assistant turn that made calls (earlier results of the
- * same turn in between). Both encoders need it; V4's would turn an orphan into a user turn. */
-static int check_tool_results(ctx *c, const json_t *msgs) {
+/* Every tool result must answer an assistant turn that made calls. V3.2 needs that turn
+ * right before its results (its encoder counts back over them); V4 lets other turns that are
+ * neither user nor assistant (a latest_reminder, a system note) sit in between. V4's own
+ * encoder would turn an orphan result into a user turn: refused here. */
+static int check_tool_results(ctx *c, const json_t *msgs, int adjacent) {
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         if (!role_is(json_array_get(msgs, i), "tool")) continue;
         size_t j = i;
-        while (j > 0 && role_is(json_array_get(msgs, j - 1), "tool")) j--;
+        while (j > 0) {
+            const json_t *p = json_array_get(msgs, j - 1);
+            if (role_is(p, "tool") || (!adjacent && !role_is(p, "user") && !role_is(p, "assistant"))) j--;
+            else break;
+        }
         const json_t *a = j > 0 ? json_array_get(msgs, j - 1) : NULL;
         if (!a || !role_is(a, "assistant") || !truthy(json_object_get(a, "tool_calls")))
             return ci_err(c->err, c->errlen, "messages[%zu]: a tool result with no assistant tool call before it", i);
@@ -479,7 +485,7 @@ static int v32_message(ctx *c, const json_t *msgs, int i, const dsml_opts *o) {
 }
 
 static int encode_v32(ctx *c, const json_t *messages, const dsml_opts *o) {
-    if (check_tool_results(c, messages)) return -1;
+    if (check_tool_results(c, messages, 1)) return -1;
     json_t *full = json_array();
     if (!full) return ci_err(c->err, c->errlen, "out of memory");
     int lu = last_user(messages), r = 0;
@@ -739,7 +745,7 @@ static int v4_message(ctx *c, const json_t *msgs, const int *orig, int i, int dr
 static int encode_v4(ctx *c, const json_t *messages, const dsml_opts *o) {
     if (o->reasoning_effort && strcmp(o->reasoning_effort, "max") && strcmp(o->reasoning_effort, "high"))
         return ci_err(c->err, c->errlen, "reasoning_effort: expected \"max\" or \"high\", got \"%s\"", o->reasoning_effort);
-    if (check_tool_results(c, messages)) return -1;
+    if (check_tool_results(c, messages, 0)) return -1;
     v4list L = {0};
     int r = v4_merge(c, messages, &L);
     if (!r) {

@@ -15,6 +15,9 @@ repository), runs them on the conversations defined below and writes what they p
           parse_message_from_completion_text returns for it.
   error   {"encoder", "messages", "thinking_mode", "field"}: inputs the official encoder
           refuses (it raises); cinfer must refuse them too, naming `field` in its message.
+Beside the hand-written conversations, --random N adds N random ones (seeded; roles, tools,
+calls with arguments of every JSON type, results, reasoning, modes, drop / keep, BOS, V4
+effort): their prompts, or a refusal (field "messages") where the official encoder raises.
 
 Usage (where the encoders were checked out, outside the repository):
   python3 tools/oracle/make_dsml_vectors.py --v32 /path/encoding_dsv32.py \
@@ -28,6 +31,7 @@ import copy
 import hashlib
 import importlib.util
 import json
+import random
 import sys
 
 
@@ -211,6 +215,73 @@ def errors_v4():
     ]
 
 
+# ---------------------------------------------------------------- random conversations
+
+def random_cases(seed, n):
+    """n random conversations (roles, tools, calls with arguments of every JSON type, results,
+    reasoning, both modes, drop / keep, BOS or not, V4 effort), for both encoders."""
+    R = random.Random(seed)
+    texts = ["hi", "", "multi\nline", "東京 🙂", "q\"uote\\", "tab\there", "xxx"]
+
+    def val(d=0):
+        c = R.randrange(9 if d < 2 else 6)
+        if c == 0: return R.randrange(-5, 100)
+        if c == 1: return R.random() * 10 ** R.randrange(-8, 22)
+        if c == 2: return R.choice(texts)
+        if c == 3: return True
+        if c == 4: return None
+        if c == 5: return False
+        if c == 6: return [val(d + 1) for _ in range(R.randrange(3))]
+        if c == 7: return {f"k{i}": val(d + 1) for i in range(R.randrange(3))}
+        return 0.0
+
+    tools = [{"type": "function", "function": {"name": f"f{i}", "description": R.choice(texts),
+                                               "parameters": {"type": "object", "properties": {"a": {"type": "number", "default": 1.5}}}}}
+             for i in range(3)]
+    out = []
+    for _ in range(n):
+        enc = R.choice(["v32", "v4"])
+        msgs, cid, open_calls = [], 0, 0
+        if R.random() < 0.6:
+            msgs.append({"role": "system", "content": R.choice(texts + [None])})
+        for _ in range(R.randrange(1, 9)):
+            role = R.choice(["user", "user", "assistant", "assistant", "tool", "developer"] + (["latest_reminder"] if enc == "v4" else []))
+            m = {"role": role}
+            if role == "tool":
+                if not open_calls or msgs[-1]["role"] not in ("assistant", "tool"):
+                    continue
+                m["content"], m["tool_call_id"] = R.choice(texts), f"c{R.randrange(cid + 1)}"
+                open_calls -= 1
+            elif role == "assistant":
+                m["content"] = R.choice(texts + [None])
+                if R.random() < 0.7:
+                    m["reasoning_content"] = R.choice(texts)
+                open_calls = 0
+                if R.random() < 0.4:
+                    m["tool_calls"] = []
+                    for _ in range(R.randrange(1, 3)):
+                        cid += 1
+                        args = json.dumps({f"p{j}": val() for j in range(R.randrange(4))}, ensure_ascii=R.random() < 0.5)
+                        m["tool_calls"].append({"id": f"c{cid}", "type": "function", "function": {"name": f"f{R.randrange(3)}", "arguments": args}})
+                    open_calls = len(m["tool_calls"])
+            else:
+                m["content"] = R.choice(texts[:1] + texts[2:]) if role == "developer" else R.choice(texts)
+                open_calls = 0
+            msgs.append(m)
+        if not msgs:
+            msgs = [{"role": "user", "content": "x"}]
+        if msgs[0]["role"] == "system" and R.random() < 0.5:
+            msgs[0]["tools"] = tools[:R.randrange(1, 4)]
+            if R.random() < 0.3:
+                msgs[0]["response_format"] = {"type": "json_object", "x": val()}
+        case = dict(messages=msgs, thinking_mode=R.choice(["chat", "thinking"]), drop_thinking=R.random() < 0.7,
+                    add_default_bos_token=R.random() < 0.9)
+        if enc == "v4":
+            case["reasoning_effort"] = R.choice([None, None, "max", "high"])
+        out.append((enc, case))
+    return out
+
+
 def run_encode(mod, enc, case):
     kw = dict(thinking_mode=case["thinking_mode"], drop_thinking=case.get("drop_thinking", True),
               add_default_bos_token=case.get("add_default_bos_token", True))
@@ -235,6 +306,8 @@ def main():
     ap.add_argument("--v4", required=True, help="path of the official encoding_dsv4.py")
     ap.add_argument("--v32-source", default="", help="where the V3.2 file came from (recorded)")
     ap.add_argument("--v4-source", default="", help="where the V4 file came from (recorded)")
+    ap.add_argument("--random", type=int, default=120, help="random conversations to add (default 120)")
+    ap.add_argument("--seed", type=int, default=21)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     mods = {"v32": load(a.v32, "official_dsv32"), "v4": load(a.v4, "official_dsv4")}
@@ -266,6 +339,14 @@ def main():
                                      "reasoning_effort": c.get("reasoning_effort"), "field": field})
                 continue
             sys.exit(f"the official {enc} encoder accepted an error case: {c}")
+    # random conversations: what the encoders write, or (when they raise) a refusal
+    for enc, c in random_cases(a.seed, a.random):
+        try:
+            doc["encode"].append(vector(enc, c, run_encode(mods[enc], enc, c)))
+        except Exception:
+            doc["error"].append({"encoder": enc, "messages": c["messages"], "thinking_mode": c["thinking_mode"],
+                                 "drop_thinking": c["drop_thinking"], "reasoning_effort": c.get("reasoning_effort"),
+                                 "field": "messages"})
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
