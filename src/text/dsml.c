@@ -512,6 +512,9 @@ static int encode_v32(ctx *c, const json_t *messages, const dsml_opts *o) {
 
 /* ------------------------------------------------------------------ V4 */
 
+/* Each content block remembers the message it came from, for errors (never printed). */
+#define AT_KEY "cinfer_message_index"
+
 typedef struct {
     json_t *msgs;   /* the merged list */
     int *orig;      /* each merged message's index in the caller's list (for errors) */
@@ -535,6 +538,7 @@ static int v4_merge(ctx *c, const json_t *in, v4list *L) {
             json_object_set_new(blk, "type", json_string("tool_result"));
             json_object_set_new(blk, "tool_use_id", id ? json_deep_copy(id) : json_string(""));
             json_object_set_new(blk, "content", ct ? json_deep_copy(ct) : json_string(""));
+            json_object_set_new(blk, AT_KEY, json_integer((json_int_t)i));
             if (last_user_blocks) json_array_append_new(json_object_get(last, "content_blocks"), blk);
             else {
                 json_t *nm = json_object();
@@ -551,6 +555,7 @@ static int v4_merge(ctx *c, const json_t *in, v4list *L) {
             if (!blk) return ci_err(c->err, c->errlen, "out of memory");
             json_object_set_new(blk, "type", json_string("text"));
             json_object_set_new(blk, "text", ct ? json_deep_copy(ct) : json_string(""));
+            json_object_set_new(blk, AT_KEY, json_integer((json_int_t)i));
             if (last_user_blocks && (!lt || json_is_null(lt))) {
                 json_array_append_new(json_object_get(last, "content_blocks"), blk);
             } else {
@@ -579,7 +584,7 @@ static int v4_merge(ctx *c, const json_t *in, v4list *L) {
 
 /* sort_tool_results_by_call_order: the results of a user turn in the order of the last
  * assistant turn's calls (by id; unknown ids rank 0; stable). */
-static void v4_sort_results(json_t *msgs) {
+static int v4_sort_results(json_t *msgs) {
     const json_t *calls = NULL;
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i);
@@ -589,10 +594,12 @@ static void v4_sort_results(json_t *msgs) {
         }
         json_t *blocks = json_object_get(m, "content_blocks");
         if (!role_is(m, "user") || !calls || !json_is_array(blocks)) continue;
-        size_t nb = json_array_size(blocks), nt = 0, pos[64];
-        json_t *tb[64];
-        long rank[64];
-        for (size_t k = 0; k < nb && nt < 64; k++) {
+        size_t nb = json_array_size(blocks), nt = 0;
+        size_t *pos = malloc(nb * sizeof *pos + 1);
+        json_t **tb = malloc(nb * sizeof *tb + 1);
+        long *rank = malloc(nb * sizeof *rank + 1);
+        if (!pos || !tb || !rank) { free(pos); free(tb); free(rank); return -1; }
+        for (size_t k = 0; k < nb; k++) {
             json_t *b = json_array_get(blocks, k);
             const char *ty = json_string_value(json_object_get(b, "type"));
             if (!ty || strcmp(ty, "tool_result")) continue;
@@ -623,13 +630,19 @@ static void v4_sort_results(json_t *msgs) {
             for (size_t k = 0; k < nt; k++) json_array_set(blocks, pos[k], tb[k]);
         }
         for (size_t k = 0; k < nt; k++) json_decref(tb[k]);
+        free(pos);
+        free(tb);
+        free(rank);
     }
+    return 0;
 }
 
 /* The text of a user turn's content blocks, "\n\n" between blocks. */
-static int v4_blocks(ctx *c, const json_t *blocks, int idx) {
+static int v4_blocks(ctx *c, const json_t *blocks, int turn) {
     for (size_t k = 0; k < json_array_size(blocks); k++) {
         const json_t *b = json_array_get(blocks, k);
+        const json_t *at = json_object_get(b, AT_KEY);
+        int idx = json_is_integer(at) ? (int)json_integer_value(at) : turn;   /* the message the block came from */
         if (k) puts_(c->b, "\n\n");
         const char *ty = json_string_value(json_object_get(b, "type"));
         if (ty && !strcmp(ty, "text")) {
@@ -749,11 +762,11 @@ static int encode_v4(ctx *c, const json_t *messages, const dsml_opts *o) {
     v4list L = {0};
     int r = v4_merge(c, messages, &L);
     if (!r) {
-        v4_sort_results(L.msgs);
+        if (v4_sort_results(L.msgs)) r = ci_err(c->err, c->errlen, "out of memory");
         int drop = o->drop_thinking;
-        for (size_t i = 0; i < json_array_size(L.msgs); i++)
+        for (size_t i = 0; !r && i < json_array_size(L.msgs); i++)
             if (truthy(json_object_get(json_array_get(L.msgs, i), "tools"))) drop = 0;
-        if (o->thinking && drop) {              /* _drop_thinking_messages */
+        if (!r && o->thinking && drop) {        /* _drop_thinking_messages */
             int lu = last_user(L.msgs);
             json_t *kept = json_array();
             size_t k = 0;

@@ -304,7 +304,15 @@ static void test_bad_input(void) {
             json_decref(m);
         }
     char *out = NULL, err[256];
-    dsml_opts o = {1, 1, 1, "low"};
+    /* V4 merges both results into one user turn; the error still names the second one */
+    json_t *tm = json_loads("[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": ["
+                            "{\"id\": \"a\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}, {\"id\": \"b\", \"function\": {\"name\": \"f\", "
+                            "\"arguments\": \"{}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"a\", \"content\": \"ok\"}, {\"role\": \"tool\", "
+                            "\"tool_call_id\": \"b\", \"content\": 5}]", 0, NULL);
+    dsml_opts o = {0, 1, 1, NULL};
+    CHECK(tm && dsml_encode(DSML_V4, tm, &o, &out, NULL, err, sizeof err) && strstr(err, "messages[3].content"), "merged result: %s", err);
+    json_decref(tm);
+    o = (dsml_opts){1, 1, 1, "low"};
     json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"x\"}]", 0, NULL);
     CHECK(dsml_encode(DSML_V4, m, &o, &out, NULL, err, sizeof err) && strstr(err, "reasoning_effort"), "effort low: %s", err);
     CHECK(dsml_encode(DSML_V32, json_object_get(m, "x"), &o, &out, NULL, err, sizeof err) && strstr(err, "messages"), "no list: %s", err);
