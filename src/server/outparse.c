@@ -12,6 +12,8 @@ static const char DS_SEP[] = "<｜tool▁sep｜>";
 /* DeepSeek V3.2's DSML: <｜DSML｜function_calls> <｜DSML｜invoke name="N"> <｜DSML｜parameter
  * name="k" string="true|false">v</｜DSML｜parameter> ... </｜DSML｜invoke> </｜DSML｜function_calls> */
 static const char DSML_CALLS[] = "<｜DSML｜function_calls>", DSML_CALLS_END[] = "</｜DSML｜function_calls>";
+/* DeepSeek V4 writes the same invokes inside <｜DSML｜tool_calls> ... </｜DSML｜tool_calls> */
+static const char DSML_TCALLS[] = "<｜DSML｜tool_calls>", DSML_TCALLS_END[] = "</｜DSML｜tool_calls>";
 static const char DSML_INVOKE[] = "<｜DSML｜invoke name=\"", DSML_INVOKE_END[] = "</｜DSML｜invoke>";
 static const char DSML_PARAM[] = "<｜DSML｜parameter name=\"", DSML_PARAM_END[] = "</｜DSML｜parameter>";
 
@@ -68,14 +70,14 @@ void op_think_split(const char *text, size_t len, int opened, int final, op_thin
 }
 
 size_t op_tool_start(const char *text, size_t from, size_t len, size_t *hold) {
-    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN, DSML_CALLS };
+    static const char *const marks[] = { HERMES_OPEN, DS_CALLS_BEGIN, DS_CALL_BEGIN, DSML_CALLS, DSML_TCALLS };
     size_t best = len, h = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         size_t at = find(text, from, len, marks[i]);
         if (at < best) best = at;
     }
     if (best == len)
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             size_t k = partial(text, from, len, marks[i]);
             if (k > h) h = k;
         }
@@ -109,11 +111,12 @@ static size_t trim_end(const char *t, size_t a, size_t b) {
     return b;
 }
 
-/* One DSML block from p (just past DSML_CALLS) into calls; the position after it, or len
- * + 1 when it does not parse. Parameters become the arguments object: string="true" values
- * as they are, others as JSON (kept as strings when they are not JSON). */
-static size_t dsml_block(const char *text, size_t p, size_t len, const char *id_prefix, int *k, json_t *calls) {
-    size_t end = find(text, p, len, DSML_CALLS_END);
+/* One DSML block from p (just past its opening tag) up to end_tag into calls; the position
+ * after it, or len + 1 when it does not parse. Parameters become the arguments object:
+ * string="true" values as they are, others as JSON (kept as strings when they are not JSON). */
+static size_t dsml_block(const char *text, size_t p, size_t len, const char *end_tag, const char *id_prefix, int *k,
+                         json_t *calls) {
+    size_t end = find(text, p, len, end_tag);
     for (;;) {
         while (p < end && is_ws(text[p])) p++;
         if (p >= end) break;
@@ -150,7 +153,7 @@ static size_t dsml_block(const char *text, size_t p, size_t len, const char *id_
         json_array_append_new(calls, call_obj(id_prefix, (*k)++, text + n0, n1 - n0, at));
         p = ie + strlen(DSML_INVOKE_END);
     }
-    return end < len ? end + strlen(DSML_CALLS_END) : len;
+    return end < len ? end + strlen(end_tag) : len;
 }
 
 json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id_prefix) {
@@ -174,8 +177,10 @@ json_t *op_tool_parse(const char *text, size_t start, size_t len, const char *id
             json_array_append_new(calls, call_obj(id_prefix, k++, name, strlen(name), args));
             json_decref(o);
             p = e < len ? e + strlen(HERMES_CLOSE) : len;
-        } else if (starts(text, p, len, DSML_CALLS)) {
-            p = dsml_block(text, p + strlen(DSML_CALLS), len, id_prefix, &k, calls);
+        } else if (starts(text, p, len, DSML_CALLS) || starts(text, p, len, DSML_TCALLS)) {
+            int v4 = starts(text, p, len, DSML_TCALLS);
+            p = dsml_block(text, p + strlen(v4 ? DSML_TCALLS : DSML_CALLS), len, v4 ? DSML_TCALLS_END : DSML_CALLS_END,
+                           id_prefix, &k, calls);
             if (p > len) goto fail;
         } else if (starts(text, p, len, DS_CALLS_BEGIN)) {
             p += strlen(DS_CALLS_BEGIN);
@@ -266,6 +271,10 @@ int op_call_frame(const char *text, size_t len, const char *name, const char *ar
             if (e >= ml && !memcmp(text + e - ml, marks[i], ml)) { m = e - ml; again = 1; break; }
         }
     }
+    /* DeepSeek V3.2 / V4 write their DSML block after a blank line ("</think>\n\n<｜DSML｜...");
+     * the opening keeps it, so a forced call reads as the encoders write one */
+    if (starts(text, m, len, DSML_CALLS) || starts(text, m, len, DSML_TCALLS))
+        while (m > 0 && text[m - 1] == '\n') m--;
     size_t n1 = n0 + strlen(name), a0 = find(text, n1, len, args);
     json_t *calls = op_tool_parse(text, m, len, "probe");
     const char *got = calls ? json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")) : NULL;

@@ -14,6 +14,7 @@
  *   DeepSeek V3.2     <｜DSML｜function_calls><｜DSML｜invoke name="N"><｜DSML｜parameter
  *                     name="k" string="true|false">v</｜DSML｜parameter>...</｜DSML｜invoke>
  *                     </｜DSML｜function_calls> (newlines between the tags)
+ *   DeepSeek V4       the same invokes inside <｜DSML｜tool_calls> ... </｜DSML｜tool_calls>
  * op_tool_start finds where a tool-call block starts (or how much of the tail must be held
  * back while it might); op_tool_parse turns the block into OpenAI tool_calls
  * [{id, type: "function", function: {name, arguments: "<JSON text>"}}]. Pure functions. */

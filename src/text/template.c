@@ -14,6 +14,7 @@
  * line; the caller owns *out. */
 #include "text/template.h"
 #include "core/status.h"
+#include "text/dsml.h"
 #include "io/json.h"
 #include "text/tpl_internal.h"
 #include <errno.h>
@@ -157,6 +158,7 @@ struct tpl_chat {
     tpl_t *t[MAX_NAMED];
     tdict *tokens;               /* bos_token, eos_token, ... as template values */
     char *dir;
+    dsml_version native;         /* no template: DeepSeek V3.2 / V4's own encoder (dsml.h) */
 };
 
 void tpl_chat_free(tpl_chat *ch) {
@@ -246,6 +248,18 @@ static int load_tokens(tpl_chat *ch, const json_t *cfg, const char *path, char *
     return 0;
 }
 
+/* DeepSeek V3.2 and V4 checkpoints ship a Python encoder instead of a chat template: their
+ * config.json's model_type selects the native one (dsml.h). DSML_NONE otherwise. */
+static dsml_version native_encoder(const char *model_dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+    dsml_version v = dsml_for_model_type(json_is_object(cfg) ? cj_get_str(cfg, "model_type") : NULL);
+    json_decref(cfg);
+    return v;
+}
+
 int tpl_chat_load(const char *model_dir, tpl_chat **out, char *err, size_t errlen) {
     return tpl_chat_load_ex(model_dir, NULL, out, err, errlen);
 }
@@ -313,7 +327,7 @@ int tpl_chat_load_ex(const char *model_dir, const char *template_path, tpl_chat 
         } else if (ct && !json_is_null(ct)) {
             ci_err(err, errlen, "%s: chat_template must be a string or a list of {name, template}", cfg_path);
             goto fail;
-        } else {
+        } else if (!(ch->native = native_encoder(model_dir))) {
             ci_err(err, errlen, "%s has no chat template (no chat_template.jinja, no chat_template in tokenizer_config.json)", model_dir);
             goto fail;
         }
@@ -366,6 +380,7 @@ static int chat_render(const tpl_chat *ch, const tpl_t *t, const json_t *request
     const json_t *kw = json_object_get(request, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) return ci_err(err, errlen, "request: \"chat_template_kwargs\" must be an object");
 
+    if (!t && ch->native) return dsml_render_request(ch->native, request, out, out_len, err, errlen);
     if (!t) t = pick_template(ch, tools != NULL, err, errlen);
     if (!t) return -1;
     tdict *vars = tdict_new();

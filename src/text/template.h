@@ -7,6 +7,10 @@
  *                              tokenizer_config.json, string or list of named templates) and an
  *                              OpenAI-style chat request: {"messages": [...], "tools": [...],
  *                              "add_generation_prompt": bool, "chat_template_kwargs": {...}}.
+ * A folder with no template whose config.json says model_type deepseek_v32 / deepseek_v3_2
+ * or deepseek_v4 renders with those checkpoints' own prompt encoder instead (dsml.h, native
+ * C, byte for byte as their encoding_dsv32.py / encoding_dsv4.py); a template in the folder
+ * or given as template_path still wins.
  * The variables a chat template sees are those transformers passes: messages, tools (None
  * when absent), documents (None), add_generation_prompt (False when absent), the special
  * tokens of tokenizer_config.json (bos_token, eos_token, unk_token, pad_token, ..., and the

@@ -112,6 +112,21 @@ static void test_call_frame(void) {
         free(o);
         free(m);
     }
+    {   /* DSML after "</think>\n\n" (as the V3.2 / V4 encoders write it): the blank line is part
+         * of the opening; V4's <｜DSML｜tool_calls> block is read the same way */
+        static const char *const blocks[] = {"function_calls", "tool_calls"};
+        for (int b = 0; b < 2; b++) {
+            char d[512];
+            snprintf(d, sizeof d, "<｜Assistant｜></think>\n\n<｜DSML｜%s>\n<｜DSML｜invoke name=\"probe_fn\">\n<｜DSML｜parameter "
+                     "name=\"a\" string=\"false\">0</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜%s><｜end▁of▁sentence｜>", blocks[b], blocks[b]);
+            char want[128], *o = NULL, *m = NULL;
+            snprintf(want, sizeof want, "\n\n<｜DSML｜%s>\n<｜DSML｜invoke name=\"", blocks[b]);
+            CHECK(op_call_frame(d, strlen(d), "probe_fn", "{\"a\": 0}", &o, &m) == 0 && o && !m && !strcmp(o, want),
+                  "dsml frame %s: '%s'", blocks[b], o ? o : "(none)");
+            free(o);
+            free(m);
+        }
+    }
     frame_case("<|assistant|>\nI would call probe_fn with {\"a\": 0}.<|end|>", NULL, NULL);   /* no call markers */
     frame_case("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call> probe_fn {\"a\": 0}", NULL, NULL);
     /* arguments rendered other than as given: the opening (required) but no middle (named) */
@@ -135,6 +150,15 @@ static void test_dsml(void) {
         CHECK(!strcmp(call_args(c, 0), "{\"city\":\"Paris, \\\"FR\\\"\",\"days\":3,\"opts\":{\"unit\":\"C\"}}"), "args %s", call_args(c, 0));
         CHECK(!strcmp(call_args(c, 1), "{}"), "no parameters: {} (%s)", call_args(c, 1));
     }
+    json_decref(c);
+    /* DeepSeek V4: the same invokes in a <｜DSML｜tool_calls> block, which is also a tool start */
+    const char *v4 = "Ok.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"n\" string=\"false\">[1, 2]"
+                     "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    at = op_tool_start(v4, 0, strlen(v4), &hold);
+    CHECK(at == strlen("Ok.\n\n"), "v4 dsml start %zu", at);
+    c = op_tool_parse(v4, at, strlen(v4), "x");
+    CHECK(c && json_array_size(c) == 1 && !strcmp(call_name(c, 0), "f") && !strcmp(call_args(c, 0), "{\"n\":[1,2]}"), "v4 call %s",
+          c ? call_args(c, 0) : "(none)");
     json_decref(c);
     const char *g = "Sure <｜DSML｜func";
     at = op_tool_start(g, 0, strlen(g), &hold);
