@@ -99,7 +99,7 @@ if [ -f .cache/npm/node_modules/openai/package.json ]; then
   grep -qE '^(PASS|FAIL) ' "$TMP/node.out" || fail "openai client runs" "$(tail -c 400 "$TMP/node.out")"
   timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "$KEY" basic >"$TMP/node.out" 2>&1
   grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
-  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 17 ] || fail "openai responses client runs every check" "$(tail -c 400 "$TMP/node.out")"
+  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 17 ] || fail "openai responses client runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
 fi
 
 # the Responses API: what a client library never sends, and the stream's framing
@@ -359,7 +359,7 @@ if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
   expect "anthropic image block is 400" 400 "o.type === 'error' && o.error.message.includes('image')"
   MODEL=dq timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" tools >"$TMP/node.out" 2>&1
   grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
-  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 5 ] || fail "openai responses client (tools) runs every check" "$(tail -c 400 "$TMP/node.out")"
+  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 5 ] || fail "openai responses client (tools) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
   stop_server D "$PD"
 else
   fail "tool_choice (server D)" ".cache/tokenizers/qwen3 is missing: run scripts/fetch-tokenizers.sh"
@@ -375,5 +375,5 @@ start_server E --chat-template "$TMP/think.jinja" || exit 1
 PE=$PID
 timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" think >"$TMP/node.out" 2>&1
 grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
-[ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 2 ] || fail "openai responses client (think) runs every check" "$(tail -c 400 "$TMP/node.out")"
+[ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 2 ] || fail "openai responses client (think) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
 stop_server E "$PE"
