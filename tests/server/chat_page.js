@@ -98,12 +98,12 @@ async function chatRequest(base, body, headers = {}) {
   });
 
   await check('Stop aborts a long reply; the server cancels it; the page is usable again', async () => {
-    // a fresh conversation and, for this request only, 6000 tokens past EOS (server P has an
+    // a fresh conversation and, for this request only, 3000 tokens past EOS (server P has an
     // 8192-token context): something that surely still runs when Stop is clicked
     await page.click('#new');
     await page.route('**/v1/chat/completions', async (route) => {
       const b = JSON.parse(route.request().postData());
-      await route.continue({ postData: JSON.stringify({ ...b, max_tokens: 6000, ignore_eos: true }) });
+      await route.continue({ postData: JSON.stringify({ ...b, max_tokens: 3000, ignore_eos: true }) });
     });
     const d0 = await metric(urlPlain, 'cinfer_client_disconnects_total');
     await turn(page, 'Keep talking', { wait: false });

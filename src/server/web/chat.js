@@ -54,6 +54,15 @@
     }
   }
 
+  // Keeps the newest message in view: at most one scroll (one layout) per frame, however
+  // many pieces of text arrive in it.
+  let scrollPending = false;
+  function scrollDown() {
+    if (scrollPending) return;
+    scrollPending = true;
+    requestAnimationFrame(() => { scrollPending = false; ui.messages.scrollTop = ui.messages.scrollHeight; });
+  }
+
   function addMessage(role, text) {
     const div = document.createElement('div');
     div.className = `msg ${role}`;
@@ -62,11 +71,11 @@
     content.textContent = text;
     div.appendChild(content);
     ui.messages.appendChild(div);
-    ui.messages.scrollTop = ui.messages.scrollHeight;
+    scrollDown();
     return div;
   }
 
-  // The folded reasoning block of an assistant message (made on first use).
+  // The text of the folded reasoning block of an assistant message (made on first use).
   function reasoningOf(div) {
     let d = div.querySelector('details.reasoning');
     if (!d) {
@@ -76,10 +85,11 @@
       s.textContent = 'Reasoning';
       const t = document.createElement('div');
       t.className = 'text';
+      t.appendChild(document.createTextNode(''));
       d.append(s, t);
       div.insertBefore(d, div.firstChild);
     }
-    return d.querySelector('.text');
+    return d.querySelector('.text').firstChild;
   }
 
   function note(div, text) {
@@ -125,7 +135,7 @@
     addMessage('user', text);
     const div = addMessage('assistant', '');
     div.classList.add('running');
-    const content = div.querySelector('.content');
+    const content = div.querySelector('.content').appendChild(document.createTextNode(''));   // grows by appendData
     const ctrl = new AbortController();
     setRunning({ ctrl });
     let reply = '', finish = null;
@@ -142,11 +152,11 @@
         const c = o.choices && o.choices[0];
         if (!c) return;
         const d = c.delta || {};
-        if (d.reasoning_content) reasoningOf(div).textContent += d.reasoning_content;
-        if (d.content) { reply += d.content; content.textContent = reply; }
+        if (d.reasoning_content) reasoningOf(div).appendData(d.reasoning_content);
+        if (d.content) { reply += d.content; content.appendData(d.content); }
         if (d.tool_calls) note(div, `(tool calls: ${d.tool_calls.map((t) => t.function && t.function.name).join(', ')})`);
         if (c.finish_reason) finish = c.finish_reason;
-        ui.messages.scrollTop = ui.messages.scrollHeight;
+        scrollDown();
       });
       if (finish === 'length') note(div, '(cut at the token limit)');
       div.dataset.finish = finish || 'stop';
