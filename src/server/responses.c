@@ -165,7 +165,7 @@ static json_t *parts_text(const json_t *c, const char *where, srv_err *e) {
     }
     json_t *out = json_string("");
     char *b = NULL;
-    size_t len = 0, i;
+    size_t len = 0, cap = 0, i;
     const json_t *p;
     json_array_foreach(c, i, p) {
         const char *ty = json_is_object(p) ? cj_get_str(p, "type") : NULL;
@@ -178,9 +178,14 @@ static json_t *parts_text(const json_t *c, const char *where, srv_err *e) {
         }
         if (!t) { srv_fail(e, 400, where, "'%s[%zu].text' must be a string", where, i); goto fail; }
         size_t tl = strlen(t);
-        char *nb = realloc(b, len + tl + 2);
-        if (!nb) { srv_fail(e, 500, NULL, "out of memory"); goto fail; }
-        b = nb;
+        if (len + tl + 2 > cap) {                      /* doubling: many small parts stay linear */
+            size_t nc = cap ? cap : 256;
+            while (nc < len + tl + 2) nc *= 2;
+            char *nb = realloc(b, nc);
+            if (!nb) { srv_fail(e, 500, NULL, "out of memory"); goto fail; }
+            b = nb;
+            cap = nc;
+        }
         if (len) b[len++] = '\n';
         memcpy(b + len, t, tl);
         len += tl;
