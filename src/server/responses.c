@@ -354,7 +354,8 @@ static int text_format(const json_t *text, json_t *chat, srv_err *e) {
     return srv_fail(e, 400, "text.format", "'text.format' type must be text, json_object or json_schema, got '%.40s'", ty);
 }
 
-/* Optional fields of given JSON types: 0 absent, 1 present, -1 wrong type. */
+/* An optional field of JSON type t (JSON_TRUE stands for either boolean): 0 absent or null,
+ * 1 present, -1 of another type (e filled). */
 static int opt_typed(const json_t *req, const char *k, json_type t, const char *what, srv_err *e) {
     const json_t *v = json_object_get(req, k);
     if (!present(v)) return 0;
