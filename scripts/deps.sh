@@ -3,7 +3,9 @@
 # packages are installed, and apt-get update runs only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev
-      libmicrohttpd-dev curl)  # cinfer serve: HTTP library; its tests: curl
+      libmicrohttpd-dev curl   # cinfer serve: HTTP library; its tests: curl
+      chromium-headless-shell) # the chat page test (tests/cli/chat_page.sh): a headless browser, the
+                               # smallest Debian one (no GTK); big (~250 MB), test-only
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,6 @@
 /* api.c — the generation routes: OpenAI /v1/chat/completions and /v1/completions, and
- * Anthropic /v1/messages, streamed (server-sent events) or not.
+ * Anthropic /v1/messages, streamed (server-sent events) or not; OpenAI /v1/responses runs
+ * as a chat request whose request and reply responses.c translates.
  *
  * A request becomes a job: its body is validated field by field (an error names the
  * field), the prompt is rendered through the model's chat template and encoded, and the
@@ -14,6 +15,7 @@
  * path that leaves before the engine finished cancels first. */
 #include "srv_internal.h"
 #include "outparse.h"
+#include "responses.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../models/model.h"
@@ -25,7 +27,7 @@
 #include <time.h>
 
 enum { MAX_STOP = 16, WAIT_MS = 100, READ_BATCH = 64 };
-typedef enum { K_CHAT, K_COMPLETION, K_MESSAGES } job_kind;
+typedef enum { K_CHAT, K_COMPLETION, K_MESSAGES, K_RESPONSES } job_kind;
 enum { PH_START, PH_RUN, PH_DONE };
 
 typedef struct {
@@ -60,6 +62,7 @@ typedef struct {
     char client[64];           /* the address holding one of its --per-client places, or "" */
     int *bias_id;              /* logit_bias, until submitted */
     float *bias;
+    resp_view *rv;             /* K_RESPONSES: the request's Responses view (a chat job otherwise) */
 } job;
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -141,6 +144,7 @@ static void job_free(job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     json_decref(j->lp);
     free(j->out);
+    resp_view_free(j->rv);
     free(j);
 }
 
@@ -782,6 +786,15 @@ static void sse(job *j, const char *event, json_t *obj) {
     free(s);
 }
 
+/* K_RESPONSES: the reply as responses.c reads it, and its events written as SSE. */
+static void job_reply(const job *j, resp_reply *r) {
+    *r = (resp_reply){ j->text, j->len, j->think_open, j->tools, RESP_RUNNING, j->err, j->n_prompt, j->n_counted, j->cached };
+    if (j->done)
+        r->finish = j->fin == ENG_FIN_ERROR && !j->stop_hit ? RESP_ERROR : j->fin == ENG_FIN_LENGTH ? RESP_LENGTH : RESP_STOP;
+}
+
+static void resp_sse(void *j, const char *event, json_t *data) { sse(j, event, data); }
+
 static json_t *openai_chunk(job *j, json_t *choice) {
     json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object",
                           j->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)j->created,
@@ -917,7 +930,9 @@ static size_t anthropic_text_end(const job *j, size_t end) {
 }
 
 static void emit_start(job *j) {
-    if (j->kind == K_MESSAGES) {
+    if (j->kind == K_RESPONSES) {
+        resp_stream_start(j->rv, resp_sse, j);
+    } else if (j->kind == K_MESSAGES) {
         sse(j, "message_start", json_pack("{s:s,s:{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i,s:i}}}", "type", "message_start",
                                           "message", "id", j->id, "type", "message", "role", "assistant", "model",
                                           j->s->model_id, "content", "stop_reason", "stop_sequence", "usage",
@@ -934,6 +949,12 @@ static void emit_start(job *j) {
 
 static void emit_end(job *j) {
     size_t end = j->len;
+    if (j->kind == K_RESPONSES) {
+        resp_reply r;
+        job_reply(j, &r);
+        resp_stream_end(j->rv, &r, resp_sse, j);
+        return;
+    }
     if (j->fin == ENG_FIN_ERROR && !j->stop_hit) {
         if (j->kind == K_MESSAGES)
             sse(j, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message", j->err));
@@ -1002,6 +1023,12 @@ static int stream_fill(job *j) {
             chat_progress(j);
             continue;
         }
+        if (j->kind == K_RESPONSES) {
+            resp_reply r;
+            job_reply(j, &r);
+            resp_stream_progress(j->rv, &r, resp_sse, j);
+            continue;
+        }
         size_t end = safe_end(j);
         if (j->kind == K_MESSAGES) end = anthropic_text_end(j, end);
         if (end > j->sent || (j->lp && json_array_size(j->lp))) {
@@ -1038,8 +1065,8 @@ static job *job_new(srv *s, job_kind kind, struct MHD_Connection *c) {
     j->logprobs = -1;
     j->created = (long long)time(NULL);
     long long seq = atomic_fetch_add(&s->n_seq, 1);
-    snprintf(j->id, sizeof j->id, "%s%lld%06lld", kind == K_CHAT ? "chatcmpl-" : kind == K_MESSAGES ? "msg_" : "cmpl-",
-             j->created, seq);
+    snprintf(j->id, sizeof j->id, "%s%lld%06lld",
+             kind == K_CHAT ? "chatcmpl-" : kind == K_MESSAGES ? "msg_" : kind == K_RESPONSES ? "resp_" : "cmpl-", j->created, seq);
     const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
     j->fd = ci ? ci->connect_fd : -1;
     return j;
@@ -1103,7 +1130,12 @@ static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_par
     }
     json_t *body;
     json_t *text = json_stringn(j->text ? j->text : "", j->len);
-    if (j->kind == K_CHAT) {
+    if (j->kind == K_RESPONSES) {
+        resp_reply r;
+        json_decref(text);
+        job_reply(j, &r);
+        body = resp_body(j->rv, &r);
+    } else if (j->kind == K_CHAT) {
         json_decref(text);
         json_t *msg = chat_message(j);
         json_t *lp = j->logprobs >= 0 ? json_pack("{s:O}", "content", j->lp ? j->lp : json_array()) : json_null();
@@ -1223,6 +1255,17 @@ static int prep_messages(srv *s, job *j, json_t *req, eng_params *p, int **ids, 
     return read_max_tokens(s, req, "max_tokens", NULL, n, 0, 1, p, e);
 }
 
+/* Responses: translated into a chat request (responses.c), then prepared as one; its
+ * errors name the Responses fields. */
+static int prep_responses(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_err *e) {
+    json_t *chat = NULL;
+    if (resp_prepare(s, req, j->id, j->created, &chat, &j->rv, e)) return -1;
+    int rc = prep_chat(s, j, chat, p, ids, e);
+    json_decref(chat);
+    if (rc) resp_error_names(e);
+    return rc;
+}
+
 typedef int (*prep_fn)(srv *, job *, json_t *, eng_params *, int **, srv_err *);
 
 static enum MHD_Result route(srv *s, struct MHD_Connection *c, json_t *req, job_kind kind, prep_fn prep, api_dialect d) {
@@ -1251,10 +1294,14 @@ enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req) {
     return route(s, c, req, K_MESSAGES, prep_messages, API_ANTHROPIC);
 }
 
+enum MHD_Result api_responses(srv *s, struct MHD_Connection *c, json_t *req) {
+    return route(s, c, req, K_RESPONSES, prep_responses, API_OPENAI);
+}
+
 int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t errlen) {
-    static const job_kind kinds[3] = { K_CHAT, K_COMPLETION, K_MESSAGES };
-    static const prep_fn preps[3] = { prep_chat, prep_completions, prep_messages };
-    if (which < 0 || which > 2) return -1;
+    static const job_kind kinds[4] = { K_CHAT, K_COMPLETION, K_MESSAGES, K_RESPONSES };
+    static const prep_fn preps[4] = { prep_chat, prep_completions, prep_messages, prep_responses };
+    if (which < 0 || which > 3) return -1;
     srv_err e = { 0 };
     eng_params p = { 0 };
     int *ids = NULL;

@@ -7,6 +7,8 @@
  * constant time. Counters are atomics; nothing here holds a lock while waiting. */
 #include "srv_internal.h"
 #include "outparse.h"
+#include "responses.h"
+#include "web.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../models/model.h"
@@ -214,8 +216,8 @@ static enum MHD_Result route_detokenize(srv *s, struct MHD_Connection *c, json_t
     return srv_reply_json(s, c, 200, b);
 }
 
-static const char *route_label[R_COUNT] = { "chat_completions", "completions", "messages", "tokenize", "detokenize",
-                                            "models", "health", "metrics", "other" };
+static const char *route_label[R_COUNT] = { "chat_completions", "completions", "messages", "responses", "tokenize",
+                                            "detokenize", "models", "health", "metrics", "page", "other" };
 
 static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
     eng_stats st;
@@ -293,13 +295,15 @@ static int authorized(srv *s, struct MHD_Connection *c) {
 static srv_route find_route(const char *url, int *post) {
     static const struct { const char *path; srv_route r; int post; } t[] = {
         { "/v1/chat/completions", R_CHAT, 1 }, { "/chat/completions", R_CHAT, 1 }, { "/v1/completions", R_COMPLETIONS, 1 },
-        { "/completions", R_COMPLETIONS, 1 }, { "/v1/messages", R_MESSAGES, 1 }, { "/tokenize", R_TOKENIZE, 1 },
+        { "/completions", R_COMPLETIONS, 1 }, { "/v1/messages", R_MESSAGES, 1 }, { "/v1/responses", R_RESPONSES, 1 },
+        { "/responses", R_RESPONSES, 1 }, { "/tokenize", R_TOKENIZE, 1 },
         { "/detokenize", R_DETOKENIZE, 1 }, { "/v1/models", R_MODELS, 0 }, { "/models", R_MODELS, 0 },
         { "/health", R_HEALTH, 0 }, { "/metrics", R_METRICS, 0 },
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(url, t[i].path)) { *post = t[i].post; return t[i].r; }
     if (!strncmp(url, "/v1/models/", 11)) { *post = 0; return R_MODELS; }
+    if (web_find(url)) { *post = 0; return R_PAGE; }
     return R_OTHER;
 }
 
@@ -317,6 +321,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         srv_fail(&e, 405, NULL, "%s needs %s, got %s", url, post ? "POST" : "GET", method);
         return srv_reply_err(s, c, d, &e);
     }
+    if (r == R_PAGE) return srv_reply_page(s, c, url);
     if (r != R_HEALTH && !authorized(s, c)) {
         e.code = "invalid_api_key";
         srv_fail(&e, 401, NULL, "missing or incorrect API key (send Authorization: Bearer KEY)");
@@ -363,6 +368,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_CHAT: rc = api_chat(s, c, req); break;
     case R_COMPLETIONS: rc = api_completions(s, c, req); break;
     case R_MESSAGES: rc = api_messages(s, c, req); break;
+    case R_RESPONSES: rc = api_responses(s, c, req); break;
     case R_TOKENIZE: rc = route_tokenize(s, c, req); break;
     default: rc = route_detokenize(s, c, req); break;
     }
@@ -508,6 +514,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
     eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n };
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
+    if (!(s->rs = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20))) { ci_err(err, errlen, "out of memory"); goto fail; }
 
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
@@ -544,6 +551,7 @@ void srv_stop(srv *s) {
     if (s->e) eng_stop(s->e);           /* waiting handlers and streams finish now */
     if (s->d) MHD_stop_daemon(s->d);
     eng_free(s->e);
+    resp_store_free(s->rs);
     tpl_chat_free(s->ch);
     free(s->call_open);
     free(s->call_mid);

@@ -4,9 +4,10 @@
  * and an HTTP daemon (libmicrohttpd, one thread per connection) bound to host:port, and
  * returns; srv_stop shuts both down and frees everything. Nothing here prints or exits.
  *
- * Routes: POST /v1/chat/completions, /v1/completions, /v1/messages (Anthropic), /tokenize,
- * /detokenize; GET /v1/models, /health, /metrics (Prometheus text). Every route but
- * /health requires the API key when one is set (Authorization: Bearer KEY, or x-api-key).
+ * Routes: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages
+ * (Anthropic), /tokenize, /detokenize; GET /v1/models, /health, /metrics (Prometheus text),
+ * / (the chat page and its files). Every route but /health and the page requires the API
+ * key when one is set (Authorization: Bearer KEY, or x-api-key).
  * Errors are JSON in the caller's API dialect with the matching status: 400 bad request
  * (the message names the field), 401 bad key, 404 unknown model or route, 405 wrong
  * method, 413 body over the limit, 429 a client over its limit of concurrent generations

@@ -2,7 +2,8 @@
  *
  * http.c owns the daemon, routing, authentication, bodies, the small routes and metrics;
  * api.c owns the generation routes (OpenAI chat and completions, Anthropic messages):
- * request validation, prompts, streaming and the response bodies. The srv object is
+ * request validation, prompts, streaming and the response bodies; responses.c turns the
+ * Responses API into chat requests and chat replies into responses; web.c is the chat page. The srv object is
  * immutable after srv_start except its counters (atomics), so connection threads share it
  * without locks. */
 #ifndef CI_SRV_INTERNAL_H
@@ -17,7 +18,8 @@
 #include <stdatomic.h>
 
 typedef enum { API_OPENAI, API_ANTHROPIC } api_dialect;
-typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_OTHER, R_COUNT } srv_route;
+typedef enum { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_OTHER,
+               R_COUNT } srv_route;
 
 /* One client address and how many of its generations are running or queued. */
 typedef struct {
@@ -37,6 +39,7 @@ struct srv {
     char *tok_bytes;           /* every token's text in context, for JSON mode (token_texts in http.c) */
     uint32_t *tok_off;         /* [V + 1], or NULL */
     eng *e;
+    struct resp_store *rs;     /* responses kept for previous_response_id (responses.h) */
     struct MHD_Daemon *d;
     int port;
     long long created;         /* unix time of start */
@@ -63,6 +66,8 @@ int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) __
 /* Queue a reply; json bodies are stolen (decref'd). */
 enum MHD_Result srv_reply_json(srv *s, struct MHD_Connection *c, int status, json_t *body);
 enum MHD_Result srv_reply_err(srv *s, struct MHD_Connection *c, api_dialect d, const srv_err *e);
+/* web.c: GET / and the chat page's files (src/server/web/, compiled in; web.h). */
+enum MHD_Result srv_reply_page(srv *s, struct MHD_Connection *c, const char *url);
 void srv_count_status(srv *s, int status);
 /* --per-client: takes one of the client's generation places (0), or -1 when it has
  * per_client already (or on no memory); addr gets the client's address for the release.
@@ -76,7 +81,9 @@ int srv_client_gone(int fd);
 enum MHD_Result api_chat(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_completions(srv *s, struct MHD_Connection *c, json_t *req);
 enum MHD_Result api_messages(srv *s, struct MHD_Connection *c, json_t *req);
-/* For tests and fuzzing: everything route `which` (0 chat, 1 completions, 2 messages) does
+enum MHD_Result api_responses(srv *s, struct MHD_Connection *c, json_t *req);
+/* For tests and fuzzing: everything route `which` (0 chat, 1 completions, 2 messages, 3
+ * responses) does
  * with a request before it reaches the engine (validation, the prompt, the parameters),
  * without running it. 0 (and *n_prompt), or the HTTP status of the refusal (err says why). */
 int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t errlen);

@@ -2,7 +2,10 @@
 #
 # Server A (API key, body limit 64 KiB): the official openai npm client (tests/server/
 # openai_client.js: chat, streaming, completions, errors, cached_tokens, 8 concurrent seeded
-# requests and a 16 x 4 streaming load round, each equal to its solo run), then raw HTTP with
+# requests and a 16 x 4 streaming load round, each equal to its solo run; tests/server/
+# responses_client.js: the Responses API through responses.create / responses.stream), the
+# Responses API's raw edges (bad items, hostile sizes, the SSE framing) and the chat page's
+# files (GET / without the key, its content types and security headers), then raw HTTP with
 # curl for what a client library never sends: malformed JSON, wrong methods and routes,
 # oversize bodies, wrong field types, a prompt beyond the context, logit_bias (forcing,
 # banning, bad maps), JSON mode (response_format json_object; json_schema refused), Anthropic /v1/messages
@@ -16,7 +19,9 @@
 # served. Server D (the demo model with Qwen3's chat template through --chat-template; a
 # missing or broken template file is a start-up error): tool_choice none / auto /
 # required / a named function (the reply starts with the template's call opening), and the
-# Anthropic tools form (tool_use / tool_result history, tool_choice, errors). The servers are stopped with SIGTERM
+# Anthropic tools form (tool_use / tool_result history, tool_choice, errors), and the
+# Responses API's function tools (responses_client.js tools). Server E (a template that opens
+# <think>): Responses reasoning items and their stream events. The servers are stopped with SIGTERM
 # and must exit 0 with a clean stderr (this script also runs on the ASan/UBSan build, where
 # a leak or an error report fails it). Servers take any free port (--port 0); the trap kills
 # whatever is left. Bounded: every curl has a timeout and the whole script stays < 60 s.
@@ -92,7 +97,44 @@ if [ -f .cache/npm/node_modules/openai/package.json ]; then
   timeout 45 node tests/server/openai_client.js "http://127.0.0.1:$PORT/v1" "$KEY" >"$TMP/node.out" 2>&1
   cat "$TMP/node.out" | grep -E '^(PASS|FAIL) ' | sed 's/^PASS /PASS openai client: /; s/^FAIL /FAIL openai client: /'
   grep -qE '^(PASS|FAIL) ' "$TMP/node.out" || fail "openai client runs" "$(tail -c 400 "$TMP/node.out")"
+  timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "$KEY" basic >"$TMP/node.out" 2>&1
+  grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
+  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 17 ] || fail "openai responses client runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
 fi
+
+# the Responses API: what a client library never sends, and the stream's framing
+rreq() { req POST /v1/responses "$1" "${AUTH[@]}"; }
+rreq '{"input":"hi"'; expect "responses: malformed JSON is 400" 400 "o.error.message.includes('malformed JSON')"
+req GET /v1/responses "" "${AUTH[@]}"; expect "responses: GET is 405" 405 "o.error"
+rreq '{"input":[{"type":"function_call","call_id":7,"name":"f","arguments":"{}"}]}'
+expect "responses: a call_id of the wrong type is 400" 400 "$(oai_err "'input[0]'") && o.error.message.includes('call_id')"
+rreq '{"input":[{"type":"function_call_output","call_id":"c","output":{"a":1}}]}'
+expect "responses: an output object is 400" 400 "$(oai_err "'input[0].output'")"
+rreq '{"input":"x","tools":[{"type":"function","name":"f","parameters":"{}"}]}'
+expect "responses: tool parameters as a string is 400" 400 "$(oai_err "'tools[0]'") && o.error.message.includes('parameters')"
+rreq '{"input":"x","text":{"format":{"type":"json_object"}},"tool_choice":"sometimes"}'
+expect "responses: a bad tool_choice string is 400 (chat's check)" 400 "$(oai_err "'tool_choice'")"
+items=$(node -e 'console.log(JSON.stringify({input: Array.from({length: 5000}, () => ({}))}))')
+rreq "$items"; expect "responses: 5000 input items is 400" 400 "$(oai_err "'input'") && o.error.message.includes('at most')"
+deep=$(node -e 'let v="1";for(let i=0;i<3000;i++)v="["+v+"]";console.log(JSON.stringify({input:"x",metadata:{}}).replace("{}","{\"k\":"+v+"}"))')
+rreq "$deep"; if [ "$STATUS" = 400 ] || [ "$STATUS" = 200 ]; then pass "responses: a 3000-deep body is answered ($STATUS)"; else fail "responses: a 3000-deep body" "status $STATUS"; fi
+rlong=$(for i in $(seq 1 1200); do printf 'word%d ' "$i"; done)
+rreq "{\"input\":\"$rlong\"}"; expect "responses: a prompt beyond the context is 400 naming input" 400 "$(oai_err "'input'") && o.error.code === 'context_length_exceeded'"
+curl -s -m 20 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/responses" \
+  -d '{"model":"demo","input":"Hello","max_output_tokens":6,"temperature":0,"stream":true}' >"$TMP/sse"
+framing=$(node -e 'const t=require("fs").readFileSync(process.argv[1],"utf8");const blocks=t.split("\n\n").filter(Boolean);
+  const bad=blocks.filter(b=>{const m=/^event: (\S+)\ndata: (.*)$/.exec(b);return !m||JSON.parse(m[2]).type!==m[1]});
+  console.log(bad.length===0&&!t.includes("[DONE]")&&blocks.length>6?"ok":"bad "+bad.length+" of "+blocks.length)' "$TMP/sse")
+if [ "$framing" = ok ]; then pass "responses: every SSE block is 'event: T' + data of type T, no [DONE]"; else fail "responses: SSE framing" "$framing: $(head -c 300 "$TMP/sse")"; fi
+
+# the chat page: served without the key, with its types and a content security policy
+req GET /; expect_page() { if [ "$STATUS" = "$2" ] && grep -qi "^Content-Type: $3" "$TMP/hdr" && grep -q "$4" "$TMP/body"; then pass "$1"; else fail "$1" "status $STATUS $(grep -i '^content-type' "$TMP/hdr")"; fi; }
+expect_page "GET / is the chat page, without the key" 200 "text/html" '<script src="/chat.js">'
+if grep -qi "^Content-Security-Policy: default-src 'self'" "$TMP/hdr"; then pass "the page has a content security policy"; else fail "the page has a content security policy" "$(cat "$TMP/hdr")"; fi
+req GET /chat.js; expect_page "GET /chat.js" 200 "text/javascript" "/v1/chat/completions"
+req GET /chat.css; expect_page "GET /chat.css" 200 "text/css" "details.reasoning"
+req POST / '{}'; expect "POST / is 405" 405 "o.error"
+req GET /nope.js; expect "an unknown page file is 404" 404 "o.error"
 
 req GET /health; expect "health needs no key" 200 "o.status === 'ok'"
 req GET /v1/models; expect "models without the key is 401" 401 "o.error.type === 'authentication_error' && o.error.code === 'invalid_api_key'"
@@ -315,7 +357,23 @@ if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
   expect "anthropic bad tool_choice is 400" 400 "o.type === 'error' && o.error.message.includes('tool_choice')"
   areq "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]"
   expect "anthropic image block is 400" 400 "o.type === 'error' && o.error.message.includes('image')"
+  MODEL=dq timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" tools >"$TMP/node.out" 2>&1
+  grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
+  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 5 ] || fail "openai responses client (tools) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
   stop_server D "$PD"
 else
   fail "tool_choice (server D)" ".cache/tokenizers/qwen3 is missing: run scripts/fetch-tokenizers.sh"
 fi
+
+# ---------------------------------------------------------------- server E: reasoning
+printf '%s' "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>
+{{ m['content'] }}<|end|>
+{% endfor %}{% if add_generation_prompt %}<|assistant|>
+<think>
+{% endif %}" >"$TMP/think.jinja"
+start_server E --chat-template "$TMP/think.jinja" || exit 1
+PE=$PID
+timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" think >"$TMP/node.out" 2>&1
+grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
+[ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 2 ] || fail "openai responses client (think) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
+stop_server E "$PE"

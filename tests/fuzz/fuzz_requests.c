@@ -1,10 +1,11 @@
 /* fuzz_requests.c — libFuzzer target for the server's request handling (src/server/api.c):
  * validation of every field, the chat template rendering of the messages, Anthropic's
- * conversion (tool_use / tool_result, tools, tool_choice), logit_bias, response_format,
+ * conversion (tool_use / tool_result, tools, tool_choice), the Responses API's translation
+ * (input items, flat tools, text.format, previous_response_id), logit_bias, response_format,
  * stop strings, the prompt against the context, up to the engine parameters, without
  * generating (api_prepare).
  *
- * Input: one byte choosing the route (chat completions, completions, messages), then the
+ * Input: one byte choosing the route (chat completions, completions, messages, responses), then the
  * request body, parsed as the HTTP layer parses it. The server runs the embedded demo
  * model (found from the executable's path, as `cinfer serve` finds it) with a 256-token
  * context. Nothing is checked beyond "no crash, no sanitizer report, no leak". */
@@ -42,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *buf, size_t size) {
     if (json_is_object(req)) {
         char err[256];
         int n = 0;
-        api_prepare(S, buf[0] % 3, req, &n, err, sizeof err);
+        api_prepare(S, buf[0] % 4, req, &n, err, sizeof err);
     }
     json_decref(req);
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of tests/fuzz/fuzz_requests.c (corpus/requests/): one byte for
-the route (0 chat completions, 1 completions, 2 Anthropic messages), then a request body,
+the route (0 chat completions, 1 completions, 2 Anthropic messages, 3 Responses), then a request body,
 valid and broken ones as tests/cli/server.sh sends them. Standard library only."""
 import json, os
 
@@ -46,12 +46,25 @@ MESSAGES = [
     {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "tools": [{"name": 3}]},
     {"messages": [{"role": "user", "content": "no max_tokens"}]},
 ]
+RTOOLS = [{"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {}}, "strict": True}]
+RESPONSES = [
+    {"input": "hi", "max_output_tokens": 4, "instructions": "Be brief.", "temperature": 0},
+    {"input": [{"role": "user", "content": [{"type": "input_text", "text": "w?"}]}, {"type": "reasoning", "id": "rs_1", "summary": []},
+               {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]},
+               {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c1", "output": "21"}],
+     "tools": RTOOLS, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": True, "store": False},
+    {"input": "x", "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}}},
+    {"input": "x", "text": {"format": {"type": "json_object"}}, "previous_response_id": "resp_nope"},
+    {"input": [{"type": "item_reference", "id": "x"}, 3], "tools": [{"type": "web_search"}], "max_output_tokens": 0},
+]
 
 
 def main():
     out = os.path.join(here, "corpus", "requests")
     os.makedirs(out, exist_ok=True)
-    for route, name, reqs in ((0, "chat", CHAT), (1, "completions", COMPLETIONS), (2, "messages", MESSAGES)):
+    for route, name, reqs in ((0, "chat", CHAT), (1, "completions", COMPLETIONS), (2, "messages", MESSAGES),
+                             (3, "responses", RESPONSES)):
         for i, r in enumerate(reqs):
             with open(os.path.join(out, f"{name}_{i:02d}.bin"), "wb") as f:
                 f.write(bytes([route]) + json.dumps(r).encode())
