@@ -8,6 +8,7 @@
 #include "cinfer.h"
 #include "../core/status.h"
 #include "../gen/sampler.h"
+#include "../text/tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
     if (!m) return ci_err(err, errlen, "out of memory");
+    pthread_mutex_init(&m->tk_mu, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (cfg_load(dir, &m->cfg, err, errlen)) goto fail;
     m->family = m->cfg.family;
@@ -35,6 +37,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         goto fail;
     }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
+    if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
     if (device == 1) {
         m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
         if (!m->be) goto fail;
@@ -62,8 +65,15 @@ void ci_model_free(ci_model *m) {
     if (m->st) st_close(m->st);
     free(m->specs);
     cfg_free(&m->cfg);
+    tok_free(m->tk);
+    pthread_mutex_destroy(&m->tk_mu);
     free(m);
 }
+
+#ifndef CINFER_VERSION
+#define CINFER_VERSION "0.0.0"   /* CMakeLists.txt's project(VERSION) is passed in */
+#endif
+const char *ci_version(void) { return CINFER_VERSION; }
 
 const char *ci_dtype_label(int dtype) { return ci_dtype_name((ci_dtype)dtype); }
 
