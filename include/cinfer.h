@@ -54,7 +54,7 @@ typedef struct {
                              * lazily, page by page, as the first forwards touch them. Set:
                              * ci_model_open reads every shard through once before binding
                              * (so the first forward finds the weights resident) and calls
-                             * progress after each chunk of a few MiB, with done == total
+                             * progress after each chunk of 16 MiB, with done == total
                              * last. Skipped (no calls) when the checkpoint is larger than
                              * the machine's memory: reading it ahead would only evict it. */
     void *progress_ctx;     /* passed to progress */
@@ -130,7 +130,7 @@ typedef int (*ci_text_cb)(void *ctx, const char *text, size_t len);
  * BOS added as its tokenizer_config.json says, as `cinfer generate --prompt` does), then
  * runs ci_generate (the session's max_ctx must hold the prompt and max_tokens) and streams
  * the decoded text through cb, special tokens (EOS) left out. *n_out (may be NULL) gets the
- * number of tokens generated. Safe to call from several threads on distinct sessions. */
+ * number of tokens generated. */
 CI_API int ci_generate_text(ci_session *s, const char *prompt, int max_tokens, const ci_sampler_opts *so, ci_text_cb cb,
                             void *cb_ctx, int *n_out, char *err, size_t errlen);
 

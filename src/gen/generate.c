@@ -86,9 +86,8 @@ int ci_generate_text(ci_session *s, const char *prompt, int max_tokens, const ci
     text_sink t = { NULL, cb, cb_ctx, 0, "" };
     if (tok_encode(m->tk, prompt, strlen(prompt), 1, &ids, &cnt, err, errlen)) return -1;
     if (cnt == 0) { rc = ci_err(err, errlen, "generate: the prompt encodes to no tokens"); goto done; }
-    if (cnt > (size_t)s->max_ctx) {
-        rc = ci_err(err, errlen, "generate: the prompt is %zu tokens, more than the session's context of %d", cnt,
-                    s->max_ctx);
+    if (cnt > (size_t)s->max_ctx) {   /* ci_generate says the rest; this keeps the count an int */
+        rc = ci_err(err, errlen, "generate: prompt (%zu) exceeds the context of %d", cnt, s->max_ctx);
         goto done;
     }
     out = malloc(((size_t)max_tokens + 1) * sizeof *out);

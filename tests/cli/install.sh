@@ -62,6 +62,8 @@ for case in "Once upon a time|32|models/demo" "The meaning of life is|20|$ROOT/u
 done
 # errors are one line, exit 1; the usage line names the library's version
 expect_err "install: example, missing model folder" "$TMP/none" "$TMP/generate" "$TMP/none" "hi" 8
+expect_err "install: example, a model folder without tokenizer.json" "llama_gqa_llama3/tokenizer.json: cannot open" \
+  "$TMP/generate" tests/fixtures/llama_gqa_llama3 "hi" 8
 "$TMP/generate" >"$TMP/out" 2>"$TMP/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "(libcinfer $ver)" "$TMP/err" && pass "install: example usage names libcinfer $ver" \
   || fail "install: example usage" "rc $rc: $(cat "$TMP/err")"
