@@ -2,7 +2,7 @@
  * generation through a callback, free everything.
  *
  *   cc generate.c $(pkg-config --cflags --libs cinfer) -o generate
- *   ./generate MODEL_DIR "The prompt" [MAX_TOKENS]
+ *   ./generate MODEL_DIR "The prompt" [MAX_TOKENS [cpu|cuda|auto]]
  *
  * Prints the generated text as it comes, then a newline: the same bytes as
  * `cinfer generate --model MODEL_DIR --prompt "The prompt" --max-tokens MAX_TOKENS`
@@ -10,6 +10,7 @@
 #include <cinfer.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Each piece is complete UTF-8; returning non-zero would stop the generation. */
 static int print_piece(void *ctx, const char *text, size_t len) {
@@ -20,15 +21,17 @@ static int print_piece(void *ctx, const char *text, size_t len) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: %s MODEL_DIR PROMPT [MAX_TOKENS]  (libcinfer %s)\n", argv[0], ci_version());
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: %s MODEL_DIR PROMPT [MAX_TOKENS [cpu|cuda|auto]]  (libcinfer %s)\n", argv[0],
+                ci_version());
         return 2;
     }
-    int max_tokens = argc == 4 ? atoi(argv[3]) : 64;
+    int max_tokens = argc >= 4 ? atoi(argv[3]) : 64;
     char err[1024];
     ci_model *m = NULL;
     ci_session *s = NULL;
     ci_model_opts mo = { 0 };           /* zeroed: the CPU, all cores */
+    if (argc == 5) mo.device = !strcmp(argv[4], "cuda") ? 1 : !strcmp(argv[4], "auto") ? 2 : 0;
     ci_sampler_opts so;
     ci_sampler_defaults(&so);           /* greedy */
     int rc = 1, n = 0;

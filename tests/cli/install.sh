@@ -68,6 +68,21 @@ expect_err "install: example, a model folder without tokenizer.json" "llama_gqa_
 [ $rc -eq 2 ] && grep -q "(libcinfer $ver)" "$TMP/err" && pass "install: example usage names libcinfer $ver" \
   || fail "install: example usage" "rc $rc: $(cat "$TMP/err")"
 
+# the CUDA backend, when this tree built it, is found from the installed places: by the
+# installed cinfer (../lib/cinfer/) and by a program on libcinfer.so (cinfer/ beside the
+# library). Without a GPU the run then fails for the device, not for a missing library.
+if [ -e "$BUILD/libcinfer_cuda.so" ]; then
+  if [ -e "$ROOT/usr/lib/cinfer/libcinfer_cuda.so" ]; then pass "install: /usr/lib/cinfer/libcinfer_cuda.so"
+  else fail "install: /usr/lib/cinfer/libcinfer_cuda.so" "not installed"; fi
+  fx=tests/fixtures/qwen3_bf16
+  LD_LIBRARY_PATH= "$ROOT/usr/bin/cinfer" generate --model $fx --prompt-ids 1,2,3 --max-tokens 2 --ids --device cuda >/dev/null 2>"$TMP/err"
+  grep -q "not found beside" "$TMP/err" && fail "install: installed cinfer finds libcinfer_cuda.so" "$(cat "$TMP/err")" \
+    || pass "install: installed cinfer finds libcinfer_cuda.so ($(head -c 120 "$TMP/err"))"
+  "$TMP/generate" $fx "hi" 2 cuda >/dev/null 2>"$TMP/err"
+  grep -q "not found beside" "$TMP/err" && fail "install: a program on libcinfer.so finds libcinfer_cuda.so" "$(cat "$TMP/err")" \
+    || pass "install: a program on libcinfer.so finds libcinfer_cuda.so ($(head -c 120 "$TMP/err"))"
+else echo "SKIP install: this tree has no libcinfer_cuda.so (no nvcc), the CUDA lookup is not checked"; fi
+
 # static: libcinfer.a with cinfer.pc's Libs.private
 priv=$(pkg-config --static --libs-only-l cinfer | sed 's/-lcinfer//')
 # shellcheck disable=SC2086
