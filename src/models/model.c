@@ -37,7 +37,6 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         goto fail;
     }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
-    if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
     if (device == 1) {
         m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
         if (!m->be) goto fail;
@@ -50,6 +49,8 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     if (!m->be) m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
     m->no_graphs = opts ? opts->no_graphs : 0;
+    /* once the backend stands (a device that cannot start fails before any byte is read) */
+    if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
     if (m->family->ops->load(m, err, errlen)) goto fail;
     *out = m;
     return 0;
@@ -71,7 +72,7 @@ void ci_model_free(ci_model *m) {
 }
 
 #ifndef CINFER_VERSION
-#define CINFER_VERSION "0.0.0"   /* CMakeLists.txt's project(VERSION) is passed in */
+#error "CINFER_VERSION comes from project(VERSION) in CMakeLists.txt"
 #endif
 const char *ci_version(void) { return CINFER_VERSION; }
 
