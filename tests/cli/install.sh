@@ -81,7 +81,7 @@ if [ -e "$BUILD/libcinfer_cuda.so" ]; then
   "$TMP/generate" $fx "hi" 2 cuda >/dev/null 2>"$TMP/err"
   grep -q "not found beside" "$TMP/err" && fail "install: a program on libcinfer.so finds libcinfer_cuda.so" "$(cat "$TMP/err")" \
     || pass "install: a program on libcinfer.so finds libcinfer_cuda.so ($(head -c 120 "$TMP/err"))"
-else echo "SKIP install: this tree has no libcinfer_cuda.so (no nvcc), the CUDA lookup is not checked"; fi
+else echo "SKIP install: this tree has no libcinfer_cuda.so (built with nvcc, in the release tree only): the CUDA lookup is not checked"; fi
 
 # static: libcinfer.a with cinfer.pc's Libs.private
 priv=$(pkg-config --static --libs-only-l cinfer | sed 's/-lcinfer//')
