@@ -1,9 +1,12 @@
 # Drives CMake. `make` builds build/cinfer, and build/libcinfer_cuda.so (the CUDA backend,
 # loaded at run time) when nvcc is found; `make test` and `make demo` also install the
 # Debian packages the build needs (scripts/deps.sh), so both work on a fresh machine.
+# `make install` installs build/'s binary, library, header, cinfer.pc and demo model under
+# PREFIX (default /usr/local), staged under DESTDIR when given (CMakeLists.txt lists what).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
 
-.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage
+.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage install
 
 all: build
 
@@ -32,6 +35,11 @@ test: deps
 test-asan: deps
 	@$(MAKE) --no-print-directory build-asan
 	@bash tests/run.sh build-asan
+
+# ldconfig refreshes the loader's cache for libcinfer.so.0 (a real install as root only).
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install build --prefix "$(PREFIX)"
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 demo: deps build
 	@bash scripts/demo.sh

@@ -2,10 +2,11 @@
  *
  *   cinfer logits   --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]
  *     writes FILE only once every logit is computed (a temp file renamed over it)
- *   cinfer generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE)
+ *   cinfer generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE)
  *                   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
  *                   [--repeat-penalty R] [--seed S] [--ids] [--stats] [--chat-template FILE]
- *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids
+ *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids;
+ *     without --model it runs the embedded demo model (models/demo), as serve and chat do
  *   cinfer inspect  --model DIR      (opens the model on the CPU; says what a CUDA run needs)
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]
@@ -23,11 +24,13 @@
 #include "cinfer.h"
 #include "cmd_chat.h"
 #include "cmd_device.h"
+#include "cmd_progress.h"
 #include "cmd_serve.h"
 #include "cmd_template.h"
 #include "cmd_text.h"
 #include "core/threads.h"
 #include "models/probe.h"
+#include "server/server.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
 #include <errno.h>
@@ -45,7 +48,7 @@
 static const char *USAGE =
     "usage: cinfer <command> [options]\n"
     "  logits      --model DIR --tokens 1,2,3 --out FILE [--step] [--threads N]\n"
-    "  generate    --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
+    "  generate    [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
     "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "              [--threads N] [--ids] [--stats] [--chat-template FILE]\n"
     "  inspect     --model DIR  (backend, and the device memory a CUDA run needs)\n"
@@ -167,11 +170,15 @@ static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     return 0;
 }
 
-/* Opens dir with o's device choice (NULL: the CPU) and --threads. */
+/* Opens dir with o's device choice and --threads, with the loading progress line on a
+ * terminal (cmd_progress.h). dev NULL: the CPU and no read-ahead (inspect reads no weights). */
 static int open_model(const char *dir, const char *threads, const ci_model_opts *dev, ci_model **m) {
     ci_model_opts o;
     memset(&o, 0, sizeof o);
-    if (dev) o = *dev;
+    if (dev) {
+        o = *dev;
+        cli_progress_attach(&o);
+    }
     if (threads) {
         long long t;
         if (parse_long("model", "--threads", threads, 1, 1024, &t)) return 2;
@@ -323,8 +330,14 @@ static int cmd_generate(int argc, char **argv) {
                   {"--no-graphs", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
-    const char *dir = need("generate", fl, "--model", &rc);
-    if (rc) return rc;
+    /* no --model: the embedded demo model, as serve and chat */
+    const char *dir = find_flag(fl, "--model")->value;
+    char demo[PATH_MAX + 16];
+    if (!dir) {
+        if (srv_demo_dir(demo, sizeof demo))
+            return die(1, "generate: no --model given and the demo model (models/demo) is not found");
+        dir = demo;
+    }
     ci_model_opts mo;
     if ((rc = device_opts("generate", fl, &mo))) return rc;
     const char *pids = find_flag(fl, "--prompt-ids")->value, *ptext = find_flag(fl, "--prompt")->value,

@@ -16,6 +16,7 @@
  * line on stderr each. */
 #include "cmd_chat.h"
 #include "cmd_device.h"
+#include "cmd_progress.h"
 #include "server/engine.h"
 #include "server/server.h"
 #include "text/template.h"
@@ -178,6 +179,7 @@ int cmd_chat(int argc, char **argv) {
     mo.n_threads = (int)threads;
     mo.no_graphs = seen[13] > 0;
     if (val[12] && cli_device("chat", val[12], &mo.device)) return 2;
+    cli_progress_attach(&mo);
 
     char dir[PATH_MAX + 16], err[1024];
     if (val[0]) snprintf(dir, sizeof dir, "%s", val[0]);

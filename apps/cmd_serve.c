@@ -21,6 +21,7 @@
  * the server's threads. */
 #include "cmd_serve.h"
 #include "cmd_device.h"
+#include "cmd_progress.h"
 #include "server/server.h"
 #include <errno.h>
 #include <limits.h>
@@ -95,6 +96,11 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    ci_model_opts po;
+    memset(&po, 0, sizeof po);
+    cli_progress_attach(&po);
+    o.progress = po.progress;
+    o.progress_ctx = po.progress_ctx;
     char err[1024];
     srv *s = NULL;
     if (srv_start(&o, &s, err, sizeof err)) {

@@ -3,11 +3,24 @@
  * Open a model folder (config.json + *.safetensors), make sessions (one sequence each,
  * with its own cache), run tokens through them, or generate. Every fallible call returns 0
  * on success and a negative value on failure, with one line in the caller's err buffer
- * that names the file, tensor or key at fault. The library never exits or aborts. */
+ * that names the file, tensor or key at fault. The library never exits or aborts.
+ *
+ * As a shared library (libcinfer.so, `make install`; `pkg-config --cflags --libs cinfer`)
+ * it exports exactly the functions declared here, each marked CI_API; everything else in
+ * the engine is hidden. The shortest program: ci_model_open, ci_session_new,
+ * ci_generate_text with a callback that prints each piece, ci_session_free, ci_model_free
+ * (examples/generate.c). */
 #ifndef CINFER_H
 #define CINFER_H
 #include <stddef.h>
 #include <stdint.h>
+
+/* Marks the exported API: the library is built with -fvisibility=hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CI_API __attribute__((visibility("default")))
+#else
+#define CI_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,6 +28,18 @@ extern "C" {
 
 typedef struct ci_model ci_model;
 typedef struct ci_session ci_session;
+
+/* The library's version, "MAJOR.MINOR.PATCH" (the soname carries MAJOR). */
+CI_API const char *ci_version(void);
+
+/* What ci_model_opts.progress is told while a checkpoint is read. */
+typedef struct {
+    const char *file;           /* path of the shard being read */
+    int shard, n_shards;        /* 0-based index of that shard, and how many there are */
+    uint64_t file_done, file_bytes;  /* bytes of this shard read so far, of its size */
+    uint64_t done, total;       /* bytes of all shards read so far, of their sum */
+} ci_load_progress;
+typedef void (*ci_progress_cb)(void *ctx, const ci_load_progress *p);
 
 typedef struct {
     int n_threads;          /* <= 0: all online CPUs */
@@ -25,10 +50,18 @@ typedef struct {
                              * has a CUDA path and a device starts, else the CPU) */
     int no_graphs;          /* 1: never capture / replay decode steps as device graphs (eager
                              * execution, for tests comparing the two) */
+    ci_progress_cb progress;  /* NULL (the default): the shards stay mapped and are read
+                             * lazily, page by page, as the first forwards touch them. Set:
+                             * ci_model_open reads every shard through once before binding
+                             * (so the first forward finds the weights resident) and calls
+                             * progress after each chunk of 16 MiB, with done == total
+                             * last. Skipped (no calls) when the checkpoint is larger than
+                             * the machine's memory: reading it ahead would only evict it. */
+    void *progress_ctx;     /* passed to progress */
 } ci_model_opts;
 
-int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);
-void ci_model_free(ci_model *m);
+CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);
+CI_API void ci_model_free(ci_model *m);
 
 typedef struct {
     const char *family;         /* "llama", "qwen3", ... */
@@ -44,30 +77,30 @@ typedef struct {
     size_t cache_bytes_per_token;
     long long max_position;
 } ci_model_info;
-void ci_model_get_info(const ci_model *m, ci_model_info *info);
+CI_API void ci_model_get_info(const ci_model *m, ci_model_info *info);
 /* Bytes of cache a session holding n_tokens of context keeps (all layers). */
-size_t ci_model_cache_bytes(const ci_model *m, long long n_tokens);
-const char *ci_dtype_label(int dtype);   /* "BF16" */
+CI_API size_t ci_model_cache_bytes(const ci_model *m, long long n_tokens);
+CI_API const char *ci_dtype_label(int dtype);   /* "BF16" */
 
-int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen);
-void ci_session_free(ci_session *s);
-void ci_session_reset(ci_session *s);   /* forget the sequence; cache reused */
-int ci_session_pos(const ci_session *s);
+CI_API int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen);
+CI_API void ci_session_free(ci_session *s);
+CI_API void ci_session_reset(ci_session *s);   /* forget the sequence; cache reused */
+CI_API int ci_session_pos(const ci_session *s);
 
 /* Runs n tokens through the session at its current position. logits: [n, vocab] floats
  * when all_logits, else [vocab] for the last token; NULL to skip the head. */
-int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+CI_API int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 /* Runs n tokens like ci_forward, then *out_id = the argmax of the last token's logits (the
  * first index on ties; NaN is never chosen over a number): greedy decoding. A device backend
  * takes the argmax on the device and moves 4 bytes instead of the logits. */
-int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
+CI_API int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 /* One greedy decode step for n distinct sessions of one model at once: tokens[i] runs at
  * ss[i]'s position (which advances by one) and out_ids[i] = the argmax of its logits (same
  * rule as ci_forward_argmax). The weights are read once for all n rows; a device backend
  * takes the argmaxes on the device and moves n ids instead of the logits. Fails naming the
  * family when it has no batched decode; a session given twice, a full session or an id
  * outside the vocabulary is refused before anything runs. */
-int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
+CI_API int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 
 typedef struct {
     float temperature;      /* 0: greedy */
@@ -78,20 +111,33 @@ typedef struct {
     int repeat_last_n;      /* window of previous tokens the penalty sees; 0 = all */
     uint64_t seed;
 } ci_sampler_opts;
-void ci_sampler_defaults(ci_sampler_opts *o);
+CI_API void ci_sampler_defaults(ci_sampler_opts *o);
 
 /* Called for each generated token; return non-zero to stop. */
 typedef int (*ci_token_cb)(void *ctx, int token);
 
 /* Prefills prompt (as one batch) then samples up to max_tokens tokens, stopping after an
  * EOS token (which is included in out). out has room for max_tokens ids. */
-int ci_generate(ci_session *s, const int *prompt, int n_prompt, int max_tokens, const ci_sampler_opts *so,
+CI_API int ci_generate(ci_session *s, const int *prompt, int n_prompt, int max_tokens, const ci_sampler_opts *so,
                 int *out, int *n_out, ci_token_cb cb, void *cb_ctx, char *err, size_t errlen);
+
+/* Called with each piece of generated text (complete UTF-8 only, not NUL-terminated; a
+ * token may give no piece, or a piece may hold several tokens' text); non-zero stops. */
+typedef int (*ci_text_cb)(void *ctx, const char *text, size_t len);
+
+/* Text in, text out: encodes prompt with the tokenizer of the model's folder
+ * (tokenizer.json, loaded on the first call and kept with the model; special tokens such as
+ * BOS added as its tokenizer_config.json says, as `cinfer generate --prompt` does), then
+ * runs ci_generate (the session's max_ctx must hold the prompt and max_tokens) and streams
+ * the decoded text through cb, special tokens (EOS) left out. *n_out (may be NULL) gets the
+ * number of tokens generated. */
+CI_API int ci_generate_text(ci_session *s, const char *prompt, int max_tokens, const ci_sampler_opts *so, ci_text_cb cb,
+                            void *cb_ctx, int *n_out, char *err, size_t errlen);
 
 /* Writes a random-weight checkpoint for the config at config_path into out_dir, with the
  * family's exact tensor names and shapes. dtype: "bf16" or "f32"; layers > 0 overrides
  * num_hidden_layers. */
-int ci_make_random(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
+CI_API int ci_make_random(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
                    char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -2,8 +2,11 @@
  *
  * The core links no CUDA: this file dlopen()s libcinfer_cuda.so (CI_CUDA_LIB) from the
  * directory of the running executable, then from its parent (test binaries live in
- * build/tests/, the library in build/), then by plain name through the dynamic loader's
- * search path; it looks up CI_CUDA_ENTRY and calls it with CI_CUDA_ABI, the device ordinal
+ * build/tests/, the library in build/), then from ../lib/cinfer/ beside the executable
+ * (`make install`: PREFIX/bin/cinfer, PREFIX/lib/cinfer/libcinfer_cuda.so), then — when
+ * this code runs inside the shared libcinfer.so of some other program — from cinfer/
+ * beside that library and from its own folder, then by plain name through the dynamic
+ * loader's search path; it looks up CI_CUDA_ENTRY and calls it with CI_CUDA_ABI, the device ordinal
  * and a fresh CPU pool the backend keeps (and frees with ci_pool_free in its free()). Every
  * way this can fail (no library, a library that does not load because the toolkit's shared
  * libraries are missing, a stale library, no driver, no device) comes back as NULL with one
@@ -13,7 +16,9 @@
 #include "cuda/cuda_api.h"
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -40,29 +45,46 @@ static void keep_error(char *why, size_t n, const char *msg) {
     snprintf(why, n, "%s", msg);
 }
 
+/* dir + sub + CI_CUDA_LIB when that file exists: the handle, or NULL (a load error kept in why). */
+static void *try_dir(const char *dir, const char *sub, char *why, size_t whylen) {
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s%s%s", dir, sub, CI_CUDA_LIB);
+    if (access(path, F_OK) != 0) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) keep_error(why, whylen, dlerror());
+    return h;
+}
+
 /* exe: PATH_MAX bytes, gets the executable's path (for the message when nothing is found). */
 static void *open_library(char *why, size_t whylen, char *exe) {
-    char dir[PATH_MAX], path[PATH_MAX + 64];
+    char dir[PATH_MAX];
+    void *h = NULL;
     why[0] = 0;
     exe[0] = 0;
     if (exe_dir(dir, exe) == 0) {
-        for (int up = 0; up < 2; up++) {
-            if (up) { /* the parent: strip the last component of dir */
-                size_t l = strlen(dir);
-                if (l < 2) break;
-                dir[l - 1] = 0;
-                char *s = strrchr(dir, '/');
-                if (!s) break;
-                s[1] = 0;
-            }
-            snprintf(path, sizeof path, "%s%s", dir, CI_CUDA_LIB);
-            if (access(path, F_OK) != 0) continue;
-            void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (h) return h;
-            keep_error(why, whylen, dlerror());
+        if ((h = try_dir(dir, "", why, whylen)) || (h = try_dir(dir, "../lib/cinfer/", why, whylen))) return h;
+        /* the parent: strip the last component of dir */
+        size_t l = strlen(dir);
+        char *s = NULL;
+        if (l >= 2) {
+            dir[l - 1] = 0;
+            s = strrchr(dir, '/');
+        }
+        if (s) {
+            s[1] = 0;
+            if ((h = try_dir(dir, "", why, whylen))) return h;
         }
     }
-    void *h = dlopen(CI_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+    /* This code inside libcinfer.so: the library's own folder (dladdr names the object that
+     * holds this function; in the static cinfer binary that is the executable itself). */
+    Dl_info di;
+    if (dladdr((void *)(uintptr_t)open_library, &di) && di.dli_fname && realpath(di.dli_fname, dir) &&
+        strcmp(dir, exe) != 0) {
+        char *s = strrchr(dir, '/');
+        s[1] = 0;
+        if ((h = try_dir(dir, "cinfer/", why, whylen)) || (h = try_dir(dir, "", why, whylen))) return h;
+    }
+    h = dlopen(CI_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
     if (h) return h;
     const char *e = dlerror();
     if (!why[0] && e && !strstr(e, "No such file")) keep_error(why, whylen, e);

@@ -11,6 +11,7 @@
 #ifndef CI_SAFETENSORS_H
 #define CI_SAFETENSORS_H
 #include "../core/tensor.h"
+#include "cinfer.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +39,13 @@ const ci_tensor *st_find(const st_set *s, const char *name); /* NULL if absent; 
 int st_index_of(const st_set *s, const char *name);        /* -1 if absent */
 const char *st_file_of(const st_set *s, int i);            /* path of the file holding tensor i */
 size_t st_total_bytes(const st_set *s);                    /* sum of tensor bytes */
+
+/* Reads every file of the set through its mapping once, shard by shard in chunks of 16 MiB
+ * (the pages are then resident: a forward or an upload after it finds them in memory),
+ * calling fn after each chunk: a file's last call has file_done == file_bytes, the very
+ * last done == total. Does nothing (no call) when the files together are larger than the
+ * machine's physical memory, where reading ahead would evict what it read. Returns nothing:
+ * the reads are an optimisation, the forward reads (and faults) the same pages anyway. */
+void st_read_ahead(const st_set *s, ci_progress_cb fn, void *ctx);
 
 #endif

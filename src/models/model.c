@@ -8,6 +8,7 @@
 #include "cinfer.h"
 #include "../core/status.h"
 #include "../gen/sampler.h"
+#include "../text/tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
     if (!m) return ci_err(err, errlen, "out of memory");
+    pthread_mutex_init(&m->tk_mu, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (cfg_load(dir, &m->cfg, err, errlen)) goto fail;
     m->family = m->cfg.family;
@@ -47,6 +49,8 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     if (!m->be) m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
     m->no_graphs = opts ? opts->no_graphs : 0;
+    /* once the backend stands (a device that cannot start fails before any byte is read) */
+    if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
     if (m->family->ops->load(m, err, errlen)) goto fail;
     *out = m;
     return 0;
@@ -62,8 +66,15 @@ void ci_model_free(ci_model *m) {
     if (m->st) st_close(m->st);
     free(m->specs);
     cfg_free(&m->cfg);
+    tok_free(m->tk);
+    pthread_mutex_destroy(&m->tk_mu);
     free(m);
 }
+
+#ifndef CINFER_VERSION
+#error "CINFER_VERSION comes from project(VERSION) in CMakeLists.txt"
+#endif
+const char *ci_version(void) { return CINFER_VERSION; }
 
 const char *ci_dtype_label(int dtype) { return ci_dtype_name((ci_dtype)dtype); }
 

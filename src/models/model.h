@@ -13,7 +13,10 @@
 #include "../io/safetensors.h"
 #include "../io/weights.h"
 #include "registry.h"
+#include <pthread.h>
 #include <stdint.h>
+
+struct tok_tokenizer;
 
 typedef struct ci_model {
     char dir[4096];
@@ -34,6 +37,9 @@ typedef struct ci_model {
     /* make-random: the tensor list recorded by load() when st == NULL (owned). */
     w_spec *specs;
     int n_specs;
+    /* ci_generate_text: the folder's tokenizer, loaded on first use under tk_mu (owned). */
+    struct tok_tokenizer *tk;
+    pthread_mutex_t tk_mu;
 } ci_model;
 
 typedef struct ci_session {

@@ -460,8 +460,10 @@ int srv_demo_dir(char *out, size_t n) {
         char *sl = strrchr(exe, '/');
         if (!sl) break;
         *sl = 0;
-        char probe[PATH_MAX + 32];
+        char probe[PATH_MAX + 64];
         snprintf(probe, sizeof probe, "%s/models/demo/config.json", exe);
+        if (access(probe, R_OK)) /* installed: PREFIX/bin/cinfer beside PREFIX/share/cinfer/models/demo */
+            snprintf(probe, sizeof probe, "%s/share/cinfer/models/demo/config.json", exe);
         if (!access(probe, R_OK)) {
             size_t k2 = strlen(probe) - strlen("/config.json");
             if (k2 >= n) return -1;
@@ -500,6 +502,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     mo.n_threads = o->threads;
     mo.device = o->device;
     mo.no_graphs = o->no_graphs;
+    mo.progress = o->progress;
+    mo.progress_ctx = o->progress_ctx;
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
     if (tok_load(s->model_dir, &s->tk, err, errlen)) goto fail;
     if (tpl_chat_load_ex(s->model_dir, o->chat_template, &s->ch, s->ch_err, sizeof s->ch_err)) {

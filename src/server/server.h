@@ -14,6 +14,7 @@
  * (--per-client; with Retry-After), 503 queue full (with Retry-After). */
 #ifndef CI_SRV_SERVER_H
 #define CI_SRV_SERVER_H
+#include "cinfer.h"
 #include <stddef.h>
 
 typedef struct srv srv;
@@ -35,14 +36,17 @@ typedef struct {
     const char *chat_template; /* a Jinja file used instead of the model folder's chat template, or NULL */
     int device;                /* ci_model_opts.device: 0 cpu, 1 cuda, 2 auto */
     int no_graphs;             /* ci_model_opts.no_graphs: CUDA graph replay off */
+    ci_progress_cb progress;   /* ci_model_opts.progress: checkpoint read-ahead with progress, or NULL */
+    void *progress_ctx;
 } srv_opts;
 
 int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);
 int srv_port(const srv *s);
 const char *srv_model_id(const srv *s);
 void srv_stop(srv *s);
-/* The embedded demo model's folder: models/demo beside (or up to 4 folders above) the
- * running executable's folder. 0, or -1 when there is none. */
+/* The embedded demo model's folder: models/demo (the source tree) or share/cinfer/models/demo
+ * (`make install`) beside, or up to 4 folders above, the running executable's folder. 0, or
+ * -1 when there is none. */
 int srv_demo_dir(char *out, size_t n);
 
 #endif
