@@ -1,0 +1,26 @@
+/* tokmask.h — which tokens of a vocabulary keep a schema matcher (schema.h) alive: the
+ * token mask of constrained decoding, made cheap.
+ *
+ * The token texts are laid out once as a trie in preorder (node i's subtree is nodes
+ * (i, end[i]); its tokens are a contiguous run of a sorted token order), so a mask is one
+ * pass over the nodes: a node's byte is fed to its parent's state, a refusal skips the
+ * whole subtree, and shared prefixes are fed once. Inside a plain string body (no pattern),
+ * a subtree whose every path is plain text (no quote, backslash or control byte, well-formed
+ * UTF-8, no U+FFFD) is taken whole without walking it, when the string has room for its
+ * longest token. Immutable after tm_build: one trie serves every request. */
+#ifndef CI_SRV_TOKMASK_H
+#define CI_SRV_TOKMASK_H
+#include "schema.h"
+#include <stdint.h>
+
+typedef struct tm_trie tm_trie;
+
+/* Token i < n has the text bytes[off[i], off[i + 1]); empty texts are left out. 0 or -1 (no memory). */
+int tm_build(const char *bytes, const uint32_t *off, int n, tm_trie **out);
+void tm_free(tm_trie *t);
+int tm_nodes(const tm_trie *t);
+/* allowed[i] = 1 (else 0) for every token i < n whose whole text state s can take.
+ * Returns how many. The matcher's arena is back where it was on return. -1 on no memory. */
+int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *allowed);
+
+#endif
