@@ -9,7 +9,7 @@
  * document: recursion is a cycle of nodes) and sequences (a literal, a value, a literal:
  * how a tool call wraps its arguments). allOf is merged into one schema before it is
  * compiled. A keyword cinfer does not implement, a malformed schema or one nested past
- * SC_MAX_DEPTH is an error naming the keyword and where it is (one line), never ignored.
+ * JSC_MAX_DEPTH is an error naming the keyword and where it is (one line), never ignored.
  *
  * The grammar generates a subset of what the schema accepts, chosen so that every prefix
  * the matcher lets through can still be completed (no dead ends): objects take only their
@@ -29,9 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { SC_MAX_DEPTH = 64, SC_MAX_NODES = 20000, SC_MAX_PROPS = 64, SM_MAX_THREADS = 8, SM_MAX_WS = 32, SM_MAX_STACK = 128 };
+enum { JSC_MAX_DEPTH = 64, JSC_MAX_NODES = 20000, JSC_MAX_PROPS = 64, SM_MAX_THREADS = 8, SM_MAX_WS = 32, SM_MAX_STACK = 128 };
 
-typedef enum { SN_ANY, SN_LIT, SN_STR, SN_NUM, SN_ARR, SN_OBJ, SN_UNION, SN_SEQ, SN_REF } sn_kind;
+typedef enum { SN_ANY, SN_LIT, SN_STR, SN_NUM, SN_ARR, SN_OBJ, SN_UNION, SN_SEQ, SN_REF, SN_TEXT } sn_kind;
 
 typedef struct {
     char *name;                /* the key's bytes (as written: no escapes) */
@@ -58,28 +58,33 @@ typedef struct {
     sn_prop *props;
     int nprops, addl;
     uint64_t required;
-    /* SN_UNION: alternatives; SN_SEQ: elements in order; SN_REF: kids[0] is the target */
+    /* SN_UNION: alternatives; SN_SEQ: elements in order; SN_REF: kids[0] is the target;
+     * SN_TEXT: free text until lit[0] (a marker) appears, then kids[0] */
     int *kids, nkids;
 } sn_node;
 
-typedef struct sc_grammar {
+typedef struct jsc_grammar {
     sn_node *nodes;
     int n, cap;
     int root;                  /* the value of the reply */
     int any, any_obj, any_arr, any_str, any_num, any_lit;   /* built-in nodes for any JSON */
-} sc_grammar;
+} jsc_grammar;
 
 /* ---- building ---- */
-sc_grammar *sc_new(void);
-void sc_free(sc_grammar *g);
+jsc_grammar *jsc_new(void);
+void jsc_free(jsc_grammar *g);
 /* The node of a schema (doc: the document its $refs point into, usually the schema itself).
  * where: how the error names the schema's place (e.g. "response_format.json_schema.schema").
  * Node id, or -1 with err. */
-int sc_schema(sc_grammar *g, const json_t *doc, const json_t *schema, const char *where, char *err, size_t errlen);
-int sc_literal(sc_grammar *g, const char *s, size_t n);                 /* one byte string */
-int sc_group(sc_grammar *g, sn_kind kind, const int *kids, int n);      /* SN_UNION or SN_SEQ */
+int jsc_schema(jsc_grammar *g, const json_t *doc, const json_t *schema, const char *where, char *err, size_t errlen);
+int jsc_literal(jsc_grammar *g, const char *s, size_t n);                 /* one byte string */
+int jsc_group(jsc_grammar *g, sn_kind kind, const int *kids, int n);      /* SN_UNION or SN_SEQ */
+/* Free text (any bytes) that may end anywhere, except that each time `marker` appears,
+ * a value of node `then` must follow (then text again). How a reply with optional tool
+ * calls is held: text, and each call that starts is constrained. */
+int jsc_text(jsc_grammar *g, const char *marker, size_t n, int then);
 /* Convenience: compiles schema as the root. 0 or -1 with err. */
-int sc_compile(sc_grammar *g, const json_t *schema, const char *where, char *err, size_t errlen);
+int jsc_compile(jsc_grammar *g, const json_t *schema, const char *where, char *err, size_t errlen);
 
 /* ---- matching ---- */
 typedef struct {
@@ -113,13 +118,13 @@ typedef struct {
 } sm_cell;
 
 typedef struct {
-    const sc_grammar *g;
+    const jsc_grammar *g;
     sm_cell *cells;            /* [0] unused */
     uint32_t n, cap;
     int oom;
 } sm_matcher;
 
-int sm_init(sm_matcher *m, const sc_grammar *g, sm_state *s);    /* 0, or -1 on no memory */
+int sm_init(sm_matcher *m, const jsc_grammar *g, sm_state *s);    /* 0, or -1 on no memory */
 void sm_release(sm_matcher *m);
 /* Feeds bytes: 0 while the text is a prefix the grammar allows, -1 (s->n == 0) once not. */
 int sm_feed(sm_matcher *m, sm_state *s, const char *p, size_t n);
@@ -135,5 +140,8 @@ static inline void sm_reset(sm_matcher *m, uint32_t mark) { m->n = mark; }
  * pattern, at a character boundary), how many more code points it may take (>= 0);
  * -1 otherwise. Lets a mask accept runs of plain text without walking them. */
 long sm_plain_room(const sm_matcher *m, const sm_state *s);
+/* The byte that starts the marker when the state is one thread in free text with no part
+ * of its marker written (any bytes but that one keep it there); -1 otherwise. */
+int sm_text_stop(const sm_matcher *m, const sm_state *s);
 
 #endif

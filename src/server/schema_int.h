@@ -9,31 +9,31 @@ enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_NUM = 32, T_I
 typedef struct {
     char *ref;
     int node;
-} sc_ref;
+} jsc_ref;
 
 typedef struct {
-    sc_grammar *g;
+    jsc_grammar *g;
     const json_t *doc;         /* where "#..." references point */
     const char *where;
     char path[512];            /* JSON pointer of the schema being compiled, under where */
     char *err;
     size_t errlen;
     int failed;
-    sc_ref *refs;
+    jsc_ref *refs;
     int nrefs, caprefs;
-} sc_ctx;
+} jsc_ctx;
 
-int sc_fail(sc_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-size_t sc_push(sc_ctx *c, const char *a, const char *b);     /* returns the length to cut back to */
-int sc_node(sc_ctx *c, const json_t *s, int depth);
-int sc_is_annotation(const char *k);
+int jsc_fail(jsc_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+size_t jsc_push(jsc_ctx *c, const char *a, const char *b);     /* returns the length to cut back to */
+int jsc_node(jsc_ctx *c, const json_t *s, int depth);
+int jsc_is_annotation(const char *k);
 /* The target of a local reference ("#", "#/a/b" with ~0 ~1), or NULL. */
-const json_t *sc_resolve(const json_t *doc, const char *ref);
+const json_t *jsc_resolve(const json_t *doc, const char *ref);
 /* allOf, a top-level $ref with siblings, and the branches' own allOf merged into one schema
  * (a new reference; NULL with c failed). */
-json_t *sc_flatten(sc_ctx *c, const json_t *s, int depth);
-json_t *sc_merge(sc_ctx *c, const json_t *a, const json_t *b);
+json_t *jsc_flatten(jsc_ctx *c, const json_t *s, int depth);
+json_t *jsc_merge(jsc_ctx *c, const json_t *a, const json_t *b);
 /* 1 when no JSON value can match both nodes (what oneOf needs to act as anyOf). */
-int sc_disjoint(const sc_grammar *g, int a, int b);
+int jsc_disjoint(const jsc_grammar *g, int a, int b);
 
 #endif

@@ -51,7 +51,7 @@ static void step(sm_matcher *m, sm_thread t, int c, sm_state *out);
 
 /* A value of `node` starts with byte c, above the arena cell `parent`. */
 static void begin(sm_matcher *m, uint32_t parent, uint32_t depth, int node, int c, sm_state *out, int hops) {
-    const sc_grammar *g = m->g;
+    const jsc_grammar *g = m->g;
     if (hops > MAX_BEGIN || depth >= SM_MAX_STACK || node < 0) return;
     const sn_node *nd = &g->nodes[node];
     if (nd->kind == SN_REF) { if (nd->nkids) begin(m, parent, depth, nd->kids[0], c, out, hops + 1); return; }
@@ -404,6 +404,25 @@ static void step(sm_matcher *m, sm_thread t, int c, sm_state *out) {
     case SN_OBJ: step_obj(m, nd, t, c, out); return;
     case SN_ARR: step_arr(m, nd, t, c, out); return;
     case SN_LIT: step_lit(m, nd, t, c, out); return;
+    case SN_TEXT:
+        if (t.top.ph == 0) {                      /* text: follow how much of the marker was written */
+            uint32_t k = t.top.pos + 1u, L = nd->llen[0];
+            const char *mk = nd->lit[0];
+            /* the longest prefix of the marker that ends the text + c */
+            for (; k > 0; k--) {
+                if ((unsigned char)mk[k - 1] != c) continue;
+                uint32_t q = 0;
+                while (q + 1 < k && mk[q] == mk[t.top.pos - (k - 1) + q]) q++;
+                if (q + 1 == k) break;
+            }
+            t.top.pos = (uint16_t)k;
+            if (k == L) { t.top.ph = 1; t.top.pos = 0; }
+            emit(out, &t);
+        } else {                                  /* after the marker: its value, then text again */
+            t.top.ph = 0;
+            child(m, &t, nd->kids[0], c, out);
+        }
+        return;
     case SN_SEQ:
         if (t.top.ph < nd->nkids) {
             t.top.ph++;
@@ -418,7 +437,7 @@ static void step(sm_matcher *m, sm_thread t, int c, sm_state *out) {
 
 /* ---- public ------------------------------------------------------------------------------ */
 
-int sm_init(sm_matcher *m, const sc_grammar *g, sm_state *s) {
+int sm_init(sm_matcher *m, const jsc_grammar *g, sm_state *s) {
     memset(m, 0, sizeof *m);
     m->g = g;
     m->n = 1;                                     /* cell 0: "no parent" */
@@ -464,7 +483,8 @@ int sm_complete(const sm_matcher *m, const sm_state *s) {
             const sn_node *nd = &m->g->nodes[t.top.node];
             int done = nd->kind == SN_NUM ? num_whole(nd, &t.top)
                      : nd->kind == SN_LIT ? t.top.lo < t.top.hi && nd->llen[t.top.lo] == t.top.pos
-                     : nd->kind == SN_SEQ ? t.top.ph == nd->nkids : 0;
+                     : nd->kind == SN_SEQ ? t.top.ph == nd->nkids
+                     : nd->kind == SN_TEXT ? t.top.ph == 0 : 0;
             if (!done) break;
             t = pop(m, t);
         }
@@ -481,4 +501,11 @@ long sm_plain_room(const sm_matcher *m, const sm_state *s) {
         return nd->max_len == UINT32_MAX ? 0x7FFFFFFF : (long)(nd->max_len - f->n);
     if (nd->kind == SN_OBJ && f->ph == O_KEY && f->lo >= f->hi && nd->addl >= 0) return 0x7FFFFFFF;
     return -1;
+}
+
+int sm_text_stop(const sm_matcher *m, const sm_state *s) {
+    if (s->n != 1 || s->t[0].top.node == ROOT_NODE) return -1;
+    const sm_frame *f = &s->t[0].top;
+    const sn_node *nd = &m->g->nodes[f->node];
+    return nd->kind == SN_TEXT && f->ph == 0 && f->pos == 0 ? (unsigned char)nd->lit[0][0] : -1;
 }

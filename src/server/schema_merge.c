@@ -1,6 +1,6 @@
 /* schema_merge.c — allOf as one schema, and the disjointness test of oneOf (schema_int.h).
  *
- * sc_merge(a, b) is a schema that accepts what both accept, keyword by keyword: types
+ * jsc_merge(a, b) is a schema that accepts what both accept, keyword by keyword: types
  * intersect, bounds tighten, required lists join, enums intersect, a property in both is
  * the allOf of its two schemas, and additionalProperties keeps its meaning per branch (a
  * key declared in one branch only must also pass the other's additionalProperties; false
@@ -30,7 +30,7 @@ static json_t *allof2(const json_t *x, const json_t *y) {
 }
 
 /* properties / additionalProperties of both branches into out */
-static int merge_props(sc_ctx *c, const json_t *a, const json_t *b, json_t *out) {
+static int merge_props(jsc_ctx *c, const json_t *a, const json_t *b, json_t *out) {
     const json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
     const json_t *aa = json_object_get(a, "additionalProperties"), *ab = json_object_get(b, "additionalProperties");
     if (!pa && !pb && !aa && !ab) return 0;
@@ -56,13 +56,13 @@ static int merge_props(sc_ctx *c, const json_t *a, const json_t *b, json_t *out)
     return 0;
 }
 
-json_t *sc_merge(sc_ctx *c, const json_t *a, const json_t *b) {
+json_t *jsc_merge(jsc_ctx *c, const json_t *a, const json_t *b) {
     json_t *out = json_copy((json_t *)a);
-    if (!out) { sc_fail(c, "out of memory"); return NULL; }
+    if (!out) { jsc_fail(c, "out of memory"); return NULL; }
     const char *k;
     const json_t *vb;
     json_object_foreach((json_t *)b, k, vb) {
-        if (sc_is_annotation(k) || !strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue;
+        if (jsc_is_annotation(k) || !strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue;
         const json_t *va = json_object_get(out, k);
         if (!va) { json_object_set(out, k, (json_t *)vb); continue; }
         if (json_equal((json_t *)va, (json_t *)vb)) continue;
@@ -70,7 +70,7 @@ json_t *sc_merge(sc_ctx *c, const json_t *a, const json_t *b) {
             unsigned t = types_of(va) & types_of(vb);
             if ((types_of(va) & T_NUM) && (types_of(vb) & T_INT)) t |= T_INT;
             if ((types_of(vb) & T_NUM) && (types_of(va) & T_INT)) t |= T_INT;
-            if (!t) { sc_fail(c, "'allOf': the branches' 'type's have nothing in common"); goto fail; }
+            if (!t) { jsc_fail(c, "'allOf': the branches' 'type's have nothing in common"); goto fail; }
             json_t *arr = json_array();
             for (int j = 0; j < 7; j++) if (t & (1u << j)) json_array_append_new(arr, json_string(tnames[j]));
             json_object_set_new(out, k, arr);
@@ -99,15 +99,15 @@ json_t *sc_merge(sc_ctx *c, const json_t *a, const json_t *b) {
                 json_array_foreach(vb, j, y) in |= json_equal((json_t *)x, (json_t *)y);
                 if (in) json_array_append(r, (json_t *)x);
             }
-            if (!json_array_size(r)) { json_decref(r); sc_fail(c, "'allOf': the branches' 'enum's have no value in common"); goto fail; }
+            if (!json_array_size(r)) { json_decref(r); jsc_fail(c, "'allOf': the branches' 'enum's have no value in common"); goto fail; }
             json_object_set_new(out, k, r);
         } else if (!strcmp(k, "items")) {
             json_object_set_new(out, k, json_is_false(va) || json_is_false(vb) ? json_false() : allof2(va, vb));
         } else if (!strcmp(k, "const")) {
-            sc_fail(c, "'allOf': two different 'const' values");
+            jsc_fail(c, "'allOf': two different 'const' values");
             goto fail;
         } else {
-            sc_fail(c, "'allOf' with two different '%.40s' is not supported", k);
+            jsc_fail(c, "'allOf' with two different '%.40s' is not supported", k);
             goto fail;
         }
     }
@@ -118,31 +118,31 @@ fail:
     return NULL;
 }
 
-json_t *sc_flatten(sc_ctx *c, const json_t *s, int depth) {
-    if (depth > SC_MAX_DEPTH) { sc_fail(c, "schema nested deeper than %d levels (or a '$ref' cycle)", SC_MAX_DEPTH); return NULL; }
+json_t *jsc_flatten(jsc_ctx *c, const json_t *s, int depth) {
+    if (depth > JSC_MAX_DEPTH) { jsc_fail(c, "schema nested deeper than %d levels (or a '$ref' cycle)", JSC_MAX_DEPTH); return NULL; }
     if (json_is_true(s)) return json_object();
-    if (json_is_false(s)) { sc_fail(c, "schema false matches nothing"); return NULL; }
-    if (!json_is_object(s)) { sc_fail(c, "a schema must be an object or a boolean"); return NULL; }
+    if (json_is_false(s)) { jsc_fail(c, "schema false matches nothing"); return NULL; }
+    if (!json_is_object(s)) { jsc_fail(c, "a schema must be an object or a boolean"); return NULL; }
     json_t *r = json_copy((json_t *)s);
-    if (!r) { sc_fail(c, "out of memory"); return NULL; }
+    if (!r) { jsc_fail(c, "out of memory"); return NULL; }
     json_t *ref = json_incref(json_object_get(r, "$ref")), *all = json_incref(json_object_get(r, "allOf"));
     json_object_del(r, "$ref");
     json_object_del(r, "allOf");
     if (ref) {
-        const json_t *t = json_is_string(ref) ? sc_resolve(c->doc, json_string_value(ref)) : NULL;
-        if (!t) { sc_fail(c, "'$ref' %.80s points to nothing in this schema", json_is_string(ref) ? json_string_value(ref) : "(not a string)"); goto fail; }
-        json_t *ft = sc_flatten(c, t, depth + 1), *m = ft ? sc_merge(c, ft, r) : NULL;
+        const json_t *t = json_is_string(ref) ? jsc_resolve(c->doc, json_string_value(ref)) : NULL;
+        if (!t) { jsc_fail(c, "'$ref' %.80s points to nothing in this schema", json_is_string(ref) ? json_string_value(ref) : "(not a string)"); goto fail; }
+        json_t *ft = jsc_flatten(c, t, depth + 1), *m = ft ? jsc_merge(c, ft, r) : NULL;
         json_decref(ft);
         if (!m) goto fail;
         json_decref(r);
         r = m;
     }
     if (all) {
-        if (!json_is_array(all) || !json_array_size(all)) { sc_fail(c, "'allOf' must be a non-empty array of schemas"); goto fail; }
+        if (!json_is_array(all) || !json_array_size(all)) { jsc_fail(c, "'allOf' must be a non-empty array of schemas"); goto fail; }
         size_t i;
         const json_t *b;
         json_array_foreach(all, i, b) {
-            json_t *fb = sc_flatten(c, b, depth + 1), *m = fb ? sc_merge(c, r, fb) : NULL;
+            json_t *fb = jsc_flatten(c, b, depth + 1), *m = fb ? jsc_merge(c, r, fb) : NULL;
             json_decref(fb);
             if (!m) goto fail;
             json_decref(r);
@@ -161,13 +161,13 @@ fail:
 
 /* ---- oneOf: can two nodes match one value? ---------------------------------------------- */
 
-static int follow(const sc_grammar *g, int n) {
+static int follow(const jsc_grammar *g, int n) {
     for (int hops = 0; n >= 0 && g->nodes[n].kind == SN_REF && hops < 64; hops++) n = g->nodes[n].nkids ? g->nodes[n].kids[0] : -1;
     return n;
 }
 
 /* JSON type bits a node's values can have (number and integer count as one) */
-static unsigned node_types(const sc_grammar *g, int n, int depth) {
+static unsigned node_types(const jsc_grammar *g, int n, int depth) {
     n = follow(g, n);
     if (n < 0 || depth > 16) return T_ALL;
     const sn_node *nd = &g->nodes[n];
@@ -212,7 +212,7 @@ static int forbids(const sn_node *a, const sn_node *b) {
     return 0;
 }
 
-int sc_disjoint(const sc_grammar *g, int a, int b) {
+int jsc_disjoint(const jsc_grammar *g, int a, int b) {
     a = follow(g, a);
     b = follow(g, b);
     if (a < 0 || b < 0) return 0;
@@ -221,7 +221,7 @@ int sc_disjoint(const sc_grammar *g, int a, int b) {
     if (x->kind == SN_UNION || y->kind == SN_UNION) {
         const sn_node *u = x->kind == SN_UNION ? x : y;
         int other = x->kind == SN_UNION ? b : a;
-        for (int i = 0; i < u->nkids; i++) if (!sc_disjoint(g, u->kids[i], other)) return 0;
+        for (int i = 0; i < u->nkids; i++) if (!jsc_disjoint(g, u->kids[i], other)) return 0;
         return 1;
     }
     if (x->kind == SN_LIT && y->kind == SN_LIT) return lits_disjoint(x, y);

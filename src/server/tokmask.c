@@ -10,7 +10,9 @@ struct tm_trie {
     uint16_t *span;            /* [n_nodes] most bytes below node i */
     uint32_t *end;             /* [n_nodes] first node after i's subtree */
     uint32_t *tk0;             /* [n_nodes + 1] tokens (in order[]) whose node is before i */
-    uint8_t *plain;            /* [n_nodes] everything below i is plain string text, from a character boundary */
+    uint8_t *plain;            /* [n_nodes] bit 0: everything below i is plain string text, from a character
+                                * boundary; bit 1: no byte below i is the stop byte */
+    int stop;
     int *order;                /* [tokens with text] sorted by text */
     sm_state *st;              /* [max_depth + 1] walk scratch (one mask at a time: the scheduler's) */
     uint32_t *mk;              /* [max_depth + 1] arena marks */
@@ -48,11 +50,12 @@ static int u8_next(int u, int c) {
     return 1 + ((due - 2) * 5 + 0) * 3 + ne;
 }
 
-int tm_build(const char *bytes, const uint32_t *off, int n, tm_trie **out) {
+int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **out) {
     *out = NULL;
     tm_trie *t = calloc(1, sizeof *t);
     if (!t) return -1;
     t->n_tok = n;
+    t->stop = stop;
     int k = 0;
     size_t total = 0;
     t->order = malloc((size_t)(n ? n : 1) * sizeof *t->order);
@@ -121,7 +124,9 @@ int tm_build(const char *bytes, const uint32_t *off, int n, tm_trie **out) {
                 if (v < 0 || !(ok[c] >> v & 1)) m &= ~(1ull << u);
             }
         ok[i] = m;
-        t->plain[i] = (uint8_t)(m & 1);
+        int nostop = 1;
+        for (uint32_t c = (uint32_t)i + 1; c < t->end[i] && nostop; c = t->end[c]) nostop = t->byte[c] != stop && (t->plain[c] & 2);
+        t->plain[i] = (uint8_t)((m & 1) | (stop >= 0 && nostop ? 2 : 0));
     }
     free(ok);
     free(node_of);
@@ -162,8 +167,8 @@ int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *allowed
         t->mk[d] = sm_mark(m);
         for (uint32_t q = t->tk0[i]; q < t->tk0[i + 1]; q++) { allowed[t->order[q]] = 1; count++; }
         if (t->plain[i] && t->end[i] > i + 1) {
-            long room = sm_plain_room(m, &t->st[d]);
-            if (room >= (long)t->span[i]) {
+            long room = t->plain[i] & 1 ? sm_plain_room(m, &t->st[d]) : -1;
+            if (room >= (long)t->span[i] || (t->plain[i] & 2 && sm_text_stop(m, &t->st[d]) == t->stop)) {
                 for (uint32_t q = t->tk0[i + 1]; q < t->tk0[t->end[i]]; q++) { allowed[t->order[q]] = 1; count++; }
                 i = t->end[i];
                 continue;

@@ -7,7 +7,9 @@
  * whole subtree, and shared prefixes are fed once. Inside a plain string body (no pattern),
  * a subtree whose every path is plain text (no quote, backslash or control byte, well-formed
  * UTF-8, no U+FFFD) is taken whole without walking it, when the string has room for its
- * longest token. Immutable after tm_build: one trie serves every request. */
+ * longest token; in free text (tool calls with tool_choice auto), a subtree without the
+ * marker's first byte likewise. Built once per server; masks are made by one thread at a
+ * time (the scheduler's): the walk's scratch lives in the trie. */
 #ifndef CI_SRV_TOKMASK_H
 #define CI_SRV_TOKMASK_H
 #include "schema.h"
@@ -15,8 +17,10 @@
 
 typedef struct tm_trie tm_trie;
 
-/* Token i < n has the text bytes[off[i], off[i + 1]); empty texts are left out. 0 or -1 (no memory). */
-int tm_build(const char *bytes, const uint32_t *off, int n, tm_trie **out);
+/* Token i < n has the text bytes[off[i], off[i + 1]); empty texts are left out. stop: the
+ * byte that opens the free-text marker (sm_text_stop), or -1; subtrees without it are taken
+ * whole in free text. 0 or -1 (no memory). */
+int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **out);
 void tm_free(tm_trie *t);
 int tm_nodes(const tm_trie *t);
 /* allowed[i] = 1 (else 0) for every token i < n whose whole text state s can take.

@@ -61,7 +61,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -186,7 +186,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -274,7 +274,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -372,7 +372,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -465,7 +465,7 @@ static void test_engine_json_mode(void) {
     const int tn = info.vocab_size - 7;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;

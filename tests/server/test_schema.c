@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sc_grammar *compile(const char *schema, char *err, size_t errlen) {
+static jsc_grammar *compile(const char *schema, char *err, size_t errlen) {
     json_error_t je;
     json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
     if (!s) { snprintf(err, errlen, "bad test JSON: %s", je.text); return NULL; }
-    sc_grammar *g = sc_new();
-    if (sc_compile(g, s, "schema", err, errlen)) { sc_free(g); g = NULL; }
+    jsc_grammar *g = jsc_new();
+    if (jsc_compile(g, s, "schema", err, errlen)) { jsc_free(g); g = NULL; }
     json_decref(s);
     return g;
 }
@@ -25,20 +25,28 @@ static sc_grammar *compile(const char *schema, char *err, size_t errlen) {
 /* 1 whole text accepted, 0 refused somewhere or incomplete; -1 schema error */
 static int accepts(const char *schema, const char *text) {
     char err[512];
-    sc_grammar *g = compile(schema, err, sizeof err);
+    jsc_grammar *g = compile(schema, err, sizeof err);
     if (!g) { printf("  schema error: %s\n", err); return -1; }
     sm_matcher m;
     sm_state s;
     int ok = !sm_init(&m, g, &s) && !sm_feed(&m, &s, text, strlen(text)) && sm_complete(&m, &s);
     sm_release(&m);
-    sc_free(g);
+    jsc_free(g);
+    return ok;
+}
+
+static int accepts_g(jsc_grammar *g, const char *text) {
+    sm_matcher m;
+    sm_state s;
+    int ok = !sm_init(&m, g, &s) && !sm_feed(&m, &s, text, strlen(text)) && sm_complete(&m, &s);
+    sm_release(&m);
     return ok;
 }
 
 /* bytes of text accepted before the first refusal (strlen when none) */
 static size_t accepted_len(const char *schema, const char *text) {
     char err[512];
-    sc_grammar *g = compile(schema, err, sizeof err);
+    jsc_grammar *g = compile(schema, err, sizeof err);
     if (!g) return (size_t)-1;
     sm_matcher m;
     sm_state s;
@@ -46,7 +54,7 @@ static size_t accepted_len(const char *schema, const char *text) {
     sm_init(&m, g, &s);
     while (k < n && !sm_feed_byte(&m, &s, (unsigned char)text[k])) k++;
     sm_release(&m);
-    sc_free(g);
+    jsc_free(g);
     return k;
 }
 
@@ -238,9 +246,9 @@ static void test_refs(void) {
 
 static void expect_error(const char *schema, const char *needle) {
     char err[512] = "";
-    sc_grammar *g = compile(schema, err, sizeof err);
+    jsc_grammar *g = compile(schema, err, sizeof err);
     CHECK(!g, "schema %s compiled; wanted an error with '%s'", schema, needle);
-    sc_free(g);
+    jsc_free(g);
     if (!g) {
         CHECK(strstr(err, needle) != NULL, "error for %s: '%s' lacks '%s'", schema, err, needle);
         CHECK(!strchr(err, '\n'), "error is one line: %s", err);
@@ -286,7 +294,7 @@ static unsigned rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
 
 static void walk(const char *schema, int runs) {
     char err[512];
-    sc_grammar *g = compile(schema, err, sizeof err);
+    jsc_grammar *g = compile(schema, err, sizeof err);
     CHECK(g != NULL, "compile %s: %s", schema, err);
     if (!g) return;
     int complete = 0;
@@ -323,7 +331,7 @@ static void walk(const char *schema, int runs) {
         sm_release(&m);
     }
     CHECK(complete > runs / 4, "only %d of %d walks completed under %s", complete, runs, schema);
-    sc_free(g);
+    jsc_free(g);
 }
 
 static void test_no_dead_ends(void) {
@@ -341,14 +349,14 @@ static void test_no_dead_ends(void) {
 static void test_mask(void) {
     static const char *toks[] = { "{", "}", "\"", "\"a", "\":", "a", "ab", "abc", ":", ",", " ", "1", "12", "-", "true", "\"}",
                                   "é", "\xC3", "\xA9", "\xEF\xBF\xBD", "\\n", "\\", "\"name", "name", "\":\"", "x\"", "[", "]", "",
-                                  "\n", "  ", "2024", "-01", "null" };
+                                  "\n", "  ", "2024", "-01", "null", "<", "<t", "<tc>", "c>", "tc", "x<tc>{", "</tc>", "hello" };
     int n = (int)(sizeof toks / sizeof *toks);
     char bytes[512];
     uint32_t off[64];
     off[0] = 0;
     for (int i = 0; i < n; i++) { memcpy(bytes + off[i], toks[i], strlen(toks[i])); off[i + 1] = off[i] + (uint32_t)strlen(toks[i]); }
     tm_trie *t = NULL;
-    CHECK(tm_build(bytes, off, n, &t) == 0, "tm_build");
+    CHECK(tm_build(bytes, off, n, '<', &t) == 0, "tm_build");
     if (!t) return;
     const char *schemas[] = { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":4},\"name\":{\"type\":\"integer\"}}}",
                               "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":\"date\"}}", "{}" };
@@ -356,7 +364,7 @@ static void test_mask(void) {
     int cases = 0;
     for (int si = 0; si < 3; si++) {
         char err[256];
-        sc_grammar *g = compile(schemas[si], err, sizeof err);
+        jsc_grammar *g = compile(schemas[si], err, sizeof err);
         CHECK(g != NULL, "%s", err);
         if (!g) continue;
         for (size_t ti = 0; ti < sizeof texts / sizeof *texts; ti++) {
@@ -380,9 +388,39 @@ static void test_mask(void) {
             cases++;
             sm_release(&m);
         }
-        sc_free(g);
+        jsc_free(g);
     }
-    CHECK(cases >= 12, "%d cases ran", cases);
+    /* free text with a marker: tool calls under tool_choice auto */
+    {
+        char err[256];
+        jsc_grammar *g = compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":false}", err, sizeof err);
+        int seq[2] = { g->root, jsc_literal(g, "</tc>", 5) }, call = jsc_group(g, SN_SEQ, seq, 2);
+        g->root = jsc_text(g, "<tc>", 4, call);
+        const char *tt[] = { "", "hel", "x <t", "<tc>", "<tc>{\"a\"", "<tc>{\"a\":1}</t", "<tc>{}</tc> and <<t" };
+        for (size_t ti = 0; ti < sizeof tt / sizeof *tt; ti++) {
+            sm_matcher m;
+            sm_state s;
+            sm_init(&m, g, &s);
+            CHECK(!sm_feed(&m, &s, tt[ti], strlen(tt[ti])), "text '%s' taken", tt[ti]);
+            uint8_t allowed[64];
+            uint32_t mk = sm_mark(&m);
+            tm_mask(t, &m, &s, allowed);
+            for (int i = 0; i < n; i++) {
+                sm_state c = s;
+                int ok = off[i + 1] > off[i] && !sm_feed(&m, &c, bytes + off[i], off[i + 1] - off[i]);
+                sm_reset(&m, mk);
+                CHECK(allowed[i] == ok, "text '%s': token '%s' mask %d, alone %d", tt[ti], toks[i], allowed[i], ok);
+            }
+            cases++;
+            sm_release(&m);
+        }
+        CHECK(accepts_g(g, "hi <tc>{\"a\":1}</tc> bye <tc>{}</tc>") == 1, "text with two calls");
+        CHECK(accepts_g(g, "hi <tc>{\"b\":1}") == 0, "a call's arguments follow the schema");
+        CHECK(accepts_g(g, "hi <tc>{\"a\":1}") == 0, "a call must close before the end");
+        CHECK(accepts_g(g, "<t<tc>{}</tc>") == 1, "a marker after a false start");
+        jsc_free(g);
+    }
+    CHECK(cases >= 19, "%d cases ran", cases);
     tm_free(t);
 }
 
