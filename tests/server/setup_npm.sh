@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Installs the official `openai` npm client (pinned) into .cache/npm for the server tests
-# (tests/cli/server.sh runs it first). Idempotent: nothing happens when that version is
-# already there. .cache is git-ignored. Needs node + npm (scripts/deps.sh installs npm).
+# Installs the npm packages the server tests use (pinned) into .cache/npm: the official
+# `openai` client (tests/cli/server.sh runs it first) and the `ajv` JSON Schema validator
+# with `ajv-formats` (tests/cli/schema.sh checks every structured output with it).
+# Idempotent: nothing happens when those versions are already there. .cache is git-ignored.
+# Needs node + npm (scripts/deps.sh installs npm).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ver=4.95.0
-pkg=.cache/npm/node_modules/openai/package.json
-if [ -f "$pkg" ] && grep -q "\"version\": \"$ver\"" "$pkg"; then exit 0; fi
+pkgs=(openai@4.95.0 ajv@8.17.1 ajv-formats@3.0.1)
+missing=()
+for p in "${pkgs[@]}"; do
+  name=${p%@*} ver=${p##*@}
+  f=.cache/npm/node_modules/$name/package.json
+  if [ -f "$f" ] && grep -q "\"version\": \"$ver\"" "$f"; then continue; fi
+  missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
 mkdir -p .cache/npm
-npm install --prefix .cache/npm --no-audit --no-fund --silent "openai@$ver" >/dev/null
-echo "setup_npm: openai@$ver"
+npm install --prefix .cache/npm --no-audit --no-fund --silent "${pkgs[@]}" >/dev/null
+echo "setup_npm: ${missing[*]}"
