@@ -86,7 +86,9 @@ struct eng {
     ci_session **bs;           /* [parallel] batch of one decode step */
     int *btok, *bslot;
     tm_trie *trie;             /* the token texts as a trie, for grammar masks (NULL: no texts) */
-    uint8_t *allowed;          /* [tok_n] a grammar mask */
+    uint8_t *allowed;          /* [ranks of the trie] a grammar mask */
+    int *notext, n_notext;     /* ids of the model's vocabulary without a text (masked in grammar mode) */
+    float eos_lg[8];           /* EOS logits kept across a grammar mask */
     pfx_store *pfx;
     pthread_t th;
     int started;
@@ -255,14 +257,21 @@ static int json_mask(eng *e, slot *sl, float *lg) {
 /* Grammar mode: every token the matcher refuses is masked (tokmask.h); EOS only where the
  * reply is complete. -1 when nothing is left. */
 static int grammar_mask(eng *e, slot *sl, float *lg) {
-    const int V = e->V, nt = e->o.tok_n < V ? e->o.tok_n : V, whole = sl->ss.n && sm_complete(&sl->sm, &sl->ss);
-    if (!sl->ss.n || tm_mask(e->trie, &sl->sm, &sl->ss, e->allowed) < 0) return -1;
-    int left = 0;
-    for (int i = 0; i < V; i++) {
-        if (lg[i] == -INFINITY) continue;
-        int ok = is_eos(e, i) ? whole : i < nt && e->allowed[i];
-        if (ok) left++;
-        else lg[i] = -INFINITY;
+    const int V = e->V, whole = sl->ss.n && sm_complete(&sl->sm, &sl->ss);
+    int nr, left;
+    const int *order = tm_order(e->trie, &nr);
+    for (int i = 0; i < e->m->cfg.n_eos && i < 8; i++) {
+        int id = e->m->cfg.eos_ids[i];
+        e->eos_lg[i] = id >= 0 && id < V ? lg[id] : -INFINITY;
+    }
+    if (!sl->ss.n || (left = tm_mask(e->trie, &sl->sm, &sl->ss, e->allowed)) < 0) return -1;
+    for (int q = 0; q < nr; q++) if (!e->allowed[q]) lg[order[q]] = -INFINITY;   /* refused texts */
+    for (int k = 0; k < e->n_notext; k++) lg[e->notext[k]] = -INFINITY;        /* no text: never but EOS */
+    for (int i = 0; i < e->m->cfg.n_eos && i < 8; i++) {
+        int id = e->m->cfg.eos_ids[i];
+        if (id < 0 || id >= V) continue;
+        if (whole) { if (e->eos_lg[i] != -INFINITY) { lg[id] = e->eos_lg[i]; left++; } }
+        else lg[id] = -INFINITY;
     }
     return left ? 0 : -1;
 }
@@ -535,10 +544,14 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     }
     if (o->tok_off && o->tok_bytes) {
         int nt = o->tok_n < e->V ? o->tok_n : e->V;
-        if (tm_build(o->tok_bytes, o->tok_off, nt, o->text_stop, &e->trie) || !(e->allowed = malloc((size_t)(nt ? nt : 1)))) {
+        e->notext = malloc((size_t)e->V * sizeof *e->notext);
+        if (!e->notext || tm_build(o->tok_bytes, o->tok_off, nt, o->text_stop, &e->trie) ||
+            !(e->allowed = malloc((size_t)(nt ? nt : 1)))) {
             ci_err(err, errlen, "out of memory for the token trie");
             goto fail;
         }
+        for (int i = 0; i < e->V; i++)
+            if (i >= nt || o->tok_off[i + 1] == o->tok_off[i] || o->tok_off[i + 1] - o->tok_off[i] >= 60000) e->notext[e->n_notext++] = i;
     }
     if (o->prefix_cache_bytes && (e->trim || e->snap) &&
         !(e->pfx = pfx_new(o->prefix_cache_bytes, e->trim ? free : snap_free_blob))) {
@@ -580,6 +593,7 @@ void eng_free(eng *e) {
     pfx_free(e->pfx);
     tm_free(e->trie);
     free(e->allowed);
+    free(e->notext);
     free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot);
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);

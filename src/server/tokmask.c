@@ -4,7 +4,7 @@
 #include <string.h>
 
 struct tm_trie {
-    int n_tok, n_nodes, max_depth;
+    int n_tok, n_ranked, n_nodes, max_depth;
     uint8_t *byte;             /* [n_nodes] the byte that leads into node i */
     uint16_t *depth;           /* [n_nodes] bytes from the root (>= 1) */
     uint16_t *span;            /* [n_nodes] most bytes below node i */
@@ -16,6 +16,12 @@ struct tm_trie {
     int *order;                /* [tokens with text] sorted by text */
     sm_state *st;              /* [max_depth + 1] walk scratch (one mask at a time: the scheduler's) */
     uint32_t *mk;              /* [max_depth + 1] arena marks */
+    /* plain string bodies: a token whose whole text is plain text is taken when the string
+     * has room for its characters, whatever the state; only the others are walked */
+    uint8_t *cp;               /* [n_ranked] characters of a plain-text token (<= 254), 255: not plain */
+    struct tm_trie *sub;       /* the tokens with a quote or a backslash (and very long plain ones), as a trie */
+    int *sub_rank;             /* [sub's ranks] rank here */
+    uint8_t *sub_ok;           /* [sub's ranks] its mask */
 };
 
 static const char *g_bytes;
@@ -50,7 +56,7 @@ static int u8_next(int u, int c) {
     return 1 + ((due - 2) * 5 + 0) * 3 + ne;
 }
 
-int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **out) {
+static int build(const char *bytes, const uint32_t *off, int n, const int *ids, int nids, int stop, tm_trie **out) {
     *out = NULL;
     tm_trie *t = calloc(1, sizeof *t);
     if (!t) return -1;
@@ -60,7 +66,8 @@ int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **
     size_t total = 0;
     t->order = malloc((size_t)(n ? n : 1) * sizeof *t->order);
     if (!t->order) goto fail;
-    for (int i = 0; i < n; i++) if (off[i + 1] > off[i] && off[i + 1] - off[i] < 60000) { t->order[k++] = i; total += off[i + 1] - off[i]; }
+    for (int j = 0; j < nids; j++) { int i = ids[j]; t->order[k++] = i; total += off[i + 1] - off[i]; }
+    t->n_ranked = k;
     g_bytes = bytes;
     g_off = off;
     qsort(t->order, (size_t)k, sizeof *t->order, cmp_tok);
@@ -141,8 +148,50 @@ fail:
     return -1;
 }
 
+int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **out) {
+    int *ids = malloc((size_t)(n ? n : 1) * sizeof *ids), *rank = malloc((size_t)(n ? n : 1) * sizeof *rank), k = 0, ks = 0;
+    tm_trie *t = NULL;
+    *out = NULL;
+    if (!ids || !rank) goto fail;
+    for (int i = 0; i < n; i++) if (off[i + 1] > off[i] && off[i + 1] - off[i] < 60000) ids[k++] = i;
+    if (build(bytes, off, n, ids, k, stop, &t)) goto fail;
+    if (!(t->cp = malloc((size_t)(k ? k : 1)))) goto fail;
+    /* characters of each plain-text token (the same rule as the node flags: from a boundary) */
+    for (int q = 0; q < k; q++) {
+        int id = t->order[q], u = 0, chars = 0;
+        rank[id] = q;
+        for (uint32_t b = off[id]; b < off[id + 1] && u >= 0; b++) {
+            int c = (unsigned char)bytes[b];
+            if (u == 0) chars++;
+            u = u8_next(u, c);
+        }
+        t->cp[q] = (uint8_t)(u < 0 || chars > 254 ? 255 : chars);
+        /* walked in string bodies: tokens that can leave the body (a quote or a backslash)
+         * and long plain ones; a token with neither that is not plain text never fits */
+        int quote = memchr(bytes + off[id], '"', off[id + 1] - off[id]) || memchr(bytes + off[id], '\\', off[id + 1] - off[id]);
+        if (quote || (u >= 0 && chars > 254)) ids[ks++] = id;
+    }
+    if (build(bytes, off, n, ids, ks, stop, &t->sub)) goto fail;
+    int nr = t->sub->n_ranked;
+    t->sub_rank = malloc((size_t)(nr ? nr : 1) * sizeof *t->sub_rank);
+    t->sub_ok = malloc((size_t)(nr ? nr : 1));
+    if (!t->sub_rank || !t->sub_ok) goto fail;
+    for (int r = 0; r < nr; r++) t->sub_rank[r] = rank[t->sub->order[r]];
+    free(ids);
+    free(rank);
+    *out = t;
+    return 0;
+fail:
+    free(ids);
+    free(rank);
+    tm_free(t);
+    return -1;
+}
+
 void tm_free(tm_trie *t) {
     if (!t) return;
+    tm_free(t->sub);
+    free(t->cp); free(t->sub_rank); free(t->sub_ok);
     free(t->byte); free(t->depth); free(t->span); free(t->end); free(t->tk0); free(t->plain); free(t->order);
     free(t->st); free(t->mk);
     free(t);
@@ -150,8 +199,13 @@ void tm_free(tm_trie *t) {
 
 int tm_nodes(const tm_trie *t) { return t->n_nodes; }
 
-int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *allowed) {
-    memset(allowed, 0, (size_t)t->n_tok);
+const int *tm_order(const tm_trie *t, int *n) {
+    *n = t->n_ranked;
+    return t->order;
+}
+
+static int walk(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *ok) {
+    memset(ok, 0, (size_t)t->n_ranked);
     int count = 0;
     uint32_t base = sm_mark(m);
     t->st[0] = *s;
@@ -165,17 +219,35 @@ int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *allowed
             continue;
         }
         t->mk[d] = sm_mark(m);
-        for (uint32_t q = t->tk0[i]; q < t->tk0[i + 1]; q++) { allowed[t->order[q]] = 1; count++; }
+        uint32_t a = t->tk0[i], b = t->tk0[i + 1];
         if (t->plain[i] && t->end[i] > i + 1) {
             long room = t->plain[i] & 1 ? sm_plain_room(m, &t->st[d]) : -1;
             if (room >= (long)t->span[i] || (t->plain[i] & 2 && sm_text_stop(m, &t->st[d]) == t->stop)) {
-                for (uint32_t q = t->tk0[i + 1]; q < t->tk0[t->end[i]]; q++) { allowed[t->order[q]] = 1; count++; }
+                b = t->tk0[t->end[i]];                /* the node's tokens and its whole subtree's */
                 i = t->end[i];
+                memset(ok + a, 1, b - a);
+                count += (int)(b - a);
                 continue;
             }
         }
+        memset(ok + a, 1, b - a);
+        count += (int)(b - a);
         i++;
     }
     sm_reset(m, base);
+    return count;
+}
+
+int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *ok) {
+    long room = t->sub ? sm_plain_room(m, s) : -1;
+    if (room < 0) return walk(t, m, s, ok);
+    /* a plain string body: plain-text tokens by their length, the rest walked */
+    uint8_t lim = (uint8_t)(room > 254 ? 254 : room);
+    int count = 0;
+    for (int q = 0; q < t->n_ranked; q++) count += ok[q] = t->cp[q] <= lim;
+    int sc = walk(t->sub, m, s, t->sub_ok);
+    if (sc < 0) return -1;
+    for (int r = 0; r < t->sub->n_ranked; r++)
+        if (t->sub_ok[r]) { ok[t->sub_rank[r]] = 1; count++; }
     return count;
 }

@@ -23,8 +23,12 @@ typedef struct tm_trie tm_trie;
 int tm_build(const char *bytes, const uint32_t *off, int n, int stop, tm_trie **out);
 void tm_free(tm_trie *t);
 int tm_nodes(const tm_trie *t);
-/* allowed[i] = 1 (else 0) for every token i < n whose whole text state s can take.
- * Returns how many. The matcher's arena is back where it was on return. -1 on no memory. */
-int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *allowed);
+/* Tokens with a text in rank order (sorted by text: a subtree's tokens are a run, so a
+ * mask is written with memset runs); *n ranks. Ids without a text have no rank. */
+const int *tm_order(const tm_trie *t, int *n);
+/* ok[q] = 1 (else 0) for every rank q whose token's whole text state s can take; ok has
+ * tm_order's n entries. Returns how many. The matcher's arena is back where it was on
+ * return. -1 on no memory. */
+int tm_mask(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *ok);
 
 #endif
