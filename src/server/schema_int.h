@@ -1,4 +1,4 @@
-/* schema_int.h — what schema.c and schema_merge.c share: the compile context. */
+/* schema_int.h — what schema.c, schema_node.c and schema_merge.c share: the compile context. */
 #ifndef CI_SRV_SCHEMA_INT_H
 #define CI_SRV_SCHEMA_INT_H
 #include "schema.h"
@@ -24,6 +24,15 @@ typedef struct {
 } jsc_ctx;
 
 int jsc_fail(jsc_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* schema.c: nodes and the typed nodes of one schema object (ids, or -1 with c failed) */
+int jsc_new_node(jsc_grammar *g, sn_kind k);
+int jsc_lit_node(jsc_grammar *g, char *const *s, const uint32_t *len, int n);
+int jsc_check_keywords(jsc_ctx *c, const json_t *s);
+int jsc_type_bits(jsc_ctx *c, const json_t *t, unsigned *bits);
+int jsc_string_node(jsc_ctx *c, const json_t *s);
+int jsc_number_node(jsc_ctx *c, const json_t *s, int integer);
+int jsc_array_node(jsc_ctx *c, const json_t *s, int depth);
+int jsc_object_node(jsc_ctx *c, const json_t *s, int depth);
 size_t jsc_push(jsc_ctx *c, const char *a, const char *b);     /* returns the length to cut back to */
 int jsc_node(jsc_ctx *c, const json_t *s, int depth);
 int jsc_is_annotation(const char *k);
