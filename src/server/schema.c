@@ -241,6 +241,8 @@ int jsc_string_node(jsc_ctx *c, const json_t *s) {
         if (rx_compile(rx, rl, &d, err, sizeof err)) return jsc_fail(c, "'%s': %s", p ? "pattern" : "format", err);
         c->g->nodes[id].rx = d;
         nd = &c->g->nodes[id];
+        c->rx_cells += (size_t)d->n_states * (size_t)d->n_cls;
+        if (c->rx_cells > JSC_MAX_RX_CELLS) return jsc_fail(c, "the schema's patterns and formats are too large together");
         if (d->min_cp[0] > nd->max_len || (d->max_cp[0] != RX_INF && d->max_cp[0] < nd->min_len))
             return jsc_fail(c, "'%s' cannot match a string of %u..%u characters", p ? "pattern" : "format", nd->min_len, nd->max_len);
     }

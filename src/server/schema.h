@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { JSC_MAX_DEPTH = 64, JSC_MAX_NODES = 20000, JSC_MAX_PROPS = 64, SM_MAX_THREADS = 8, SM_MAX_WS = 32, SM_MAX_STACK = 128 };
+enum { JSC_MAX_RX_CELLS = 1 << 20, JSC_MAX_DEPTH = 64, JSC_MAX_NODES = 20000, JSC_MAX_PROPS = 64, SM_MAX_THREADS = 8, SM_MAX_WS = 32, SM_MAX_STACK = 128 };
 
 typedef enum { SN_ANY, SN_LIT, SN_STR, SN_NUM, SN_ARR, SN_OBJ, SN_UNION, SN_SEQ, SN_REF, SN_TEXT } sn_kind;
 

@@ -21,6 +21,7 @@ typedef struct {
     int failed;
     jsc_ref *refs;
     int nrefs, caprefs;
+    size_t rx_cells;           /* DFA table entries of every pattern so far (bounded: JSC_MAX_RX_CELLS) */
 } jsc_ctx;
 
 int jsc_fail(jsc_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

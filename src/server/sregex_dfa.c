@@ -93,8 +93,10 @@ static uint32_t longest(rx_dfa *d, const int *rep, int s, uint8_t *color) {
 int rx_build(rx_parser *P, int start, int accept, rx_dfa **out) {
     rx_dfa *d = NULL;
     dset D = { 0 };
-    int *mark = NULL, *stack = NULL, *buf = NULL, *rev = NULL, *roff = NULL, *queue = NULL, *fill = NULL;
+    int *mark = NULL, *stack = NULL, *buf = NULL, *rev = NULL, *roff = NULL, *queue = NULL, *fill = NULL, *seen = NULL;
     uint16_t *next = NULL;
+    size_t work = 0;
+    int sst = 0;
     /* byte classes: continuation bytes and ASCII apart from the start, then every set */
     uint8_t cls[256];
     int ncls = 3;
@@ -117,11 +119,12 @@ int rx_build(rx_parser *P, int start, int accept, rx_dfa **out) {
     mark = calloc((size_t)N, sizeof *mark);
     stack = malloc((size_t)N * sizeof *stack);
     buf = malloc((size_t)N * sizeof *buf);
+    seen = calloc((size_t)N, sizeof *seen);
     D.hcap = 4096;
     D.hash = malloc((size_t)D.hcap * sizeof *D.hash);
     D.off = calloc(MAX_DFA + 1, sizeof *D.off);
     next = malloc((size_t)MAX_DFA * ncls * sizeof *next);
-    if (!mark || !stack || !buf || !D.hash || !D.off || !next) { rx_fail(P, "%s: out of memory", "pattern"); goto fail; }
+    if (!mark || !stack || !buf || !seen || !D.hash || !D.off || !next) { rx_fail(P, "%s: out of memory", "pattern"); goto fail; }
     for (int i = 0; i < D.hcap; i++) D.hash[i] = -1;
     int stamp = 1;
     stack[0] = start;
@@ -137,14 +140,13 @@ int rx_build(rx_parser *P, int start, int accept, rx_dfa **out) {
                 if (st->set >= 0 && bs_has(&P->sets[st->set], rep[c])) stack[m++] = st->a;
             }
             if (!m) { next[(size_t)s * ncls + c] = RX_DEAD; continue; }
-            /* dedupe the targets before the closure */
+            /* dedupe the targets before the closure (stamps: linear) */
             int u = 0;
-            for (int j = 0; j < m; j++) {
-                int dup = 0;
-                for (int q = 0; q < u; q++) dup |= stack[q] == stack[j];
-                if (!dup) stack[u++] = stack[j];
-            }
+            sst++;
+            for (int j = 0; j < m; j++) if (seen[stack[j]] != sst) { seen[stack[j]] = sst; stack[u++] = stack[j]; }
             k = closure(P, stack, u, mark, stamp++, buf);
+            work += (size_t)(D.off[s + 1] - D.off[s]) + (size_t)k;
+            if (work > 10000000u) { rx_fail(P, "pattern is too complex (%s)", "its automaton takes too long to build"); goto fail; }
             int id = dset_get(&D, buf, k);
             if (id < 0) { rx_fail(P, "pattern is too complex (more than %s automaton states)", "2048"); goto fail; }
             next[(size_t)s * ncls + c] = (uint16_t)id;
@@ -199,13 +201,13 @@ int rx_build(rx_parser *P, int start, int accept, rx_dfa **out) {
     if (!color) { rx_fail(P, "%s: out of memory", "pattern"); goto fail; }
     for (int s = 0; s < D.n; s++) if (d->min_cp[s] != RX_INF) longest(d, rep, s, color);
     free(color);
-    free(mark); free(stack); free(buf); free(rev); free(roff); free(queue); free(fill);
+    free(mark); free(stack); free(buf); free(rev); free(roff); free(queue); free(fill); free(seen);
     free(D.items); free(D.off); free(D.hash);
     *out = d;
     return 0;
 fail:
     rx_free(d);
-    free(mark); free(stack); free(buf); free(rev); free(roff); free(queue); free(next); free(fill);
+    free(mark); free(stack); free(buf); free(rev); free(roff); free(queue); free(next); free(fill); free(seen);
     free(D.items); free(D.off); free(D.hash);
     return -1;
 }

@@ -279,6 +279,9 @@ static void test_errors(void) {
     expect_error("{\"type\":\"array\",\"items\":[{}]}", "'prefixItems'");
     expect_error("[1]", "must be an object or a boolean");
     expect_error("false", "matches nothing");
+    /* hostile patterns: an automaton that explodes, a repeat of a repeat */
+    expect_error("{\"type\":\"string\",\"pattern\":\"(a|b|c|d|e|f|g|h)*a(a|b|c|d|e|f|g|h){12}\"}", "too complex");
+    expect_error("{\"type\":\"string\",\"pattern\":\"((a{1000}){1000})\"}", "too large");
     /* hostile depth: nested 200 levels */
     char deep[4096] = "";
     for (int i = 0; i < 200; i++) strcat(deep, "{\"items\":");
