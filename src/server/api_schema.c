@@ -71,12 +71,18 @@ int api_tool_grammar(srv *s, const json_t *req, jsc_grammar **g, srv_err *e) {
     const json_t *t;
     int any_strict = 0;
     json_array_foreach(tools, i, t) {
-        const json_t *fn = json_object_get(t, "function"), *st = json_object_get(fn, "strict");
+        const json_t *st = json_object_get(json_object_get(t, "function"), "strict");
         if (st && !json_is_boolean(st) && !json_is_null(st)) return srv_fail(e, 400, "tools", "'tools[%zu].function.strict' must be a boolean", i);
-        if (!json_is_string(json_object_get(fn, "name"))) return srv_fail(e, 400, "tools", "'tools[%zu].function.name' must be a string", i);
         any_strict |= json_is_true(st);
     }
-    if (!any_strict || !nt) return 0;
+    if (!any_strict || !nt) return 0;                  /* nothing to hold: calls are parsed as before */
+    json_array_foreach(tools, i, t) {
+        const char *nm = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (!nm || !*nm) return srv_fail(e, 400, "tools", "'tools[%zu].function.name' must be a non-empty string (a strict tool is among them)", i);
+        for (const char *q = nm; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == '"' || *q == '\\')
+                return srv_fail(e, 400, "tools", "'tools[%zu].function.name' has a quote, backslash or control character", i);
+    }
     if (!s->call_open || !s->call_mid || !s->call_close)
         return srv_fail(e, 400, "tools", "'strict' tools need a chat template whose tool calls cinfer can frame (name, then JSON arguments); this model's cannot");
     if (nt > 64) return srv_fail(e, 400, "tools", "at most 64 tools with 'strict' ones among them");
