@@ -41,6 +41,8 @@ typedef struct {
 
 typedef struct {
     sn_kind kind;
+    int loose;                 /* made from a schema without "type": values of the types it does not
+                                * generate match it too (what oneOf's disjointness test must know) */
     /* SN_LIT: byte strings, sorted */
     char **lit;
     uint32_t *llen;

@@ -205,35 +205,42 @@ static int lits_disjoint(const sn_node *a, const sn_node *b) {
     return 1;
 }
 
-/* b cannot hold a's required key k */
-static int forbids(const sn_node *a, const sn_node *b) {
-    for (int i = 0; i < a->nprops; i++)
-        if (a->required >> i & 1 && b->addl < 0 && find_prop(b, a->props[i].name, a->props[i].len) < 0) return 1;
-    return 0;
-}
-
-int jsc_disjoint(const jsc_grammar *g, int a, int b) {
+/* Every value node a generates is outside what node b accepts (by JSON type, literal sets,
+ * or object keys: a key a always writes that b forbids or holds to other literals, a key b
+ * requires that a never writes). */
+static int excl(const jsc_grammar *g, int a, int b, int depth) {
     a = follow(g, a);
     b = follow(g, b);
-    if (a < 0 || b < 0) return 0;
-    if (!(node_types(g, a, 0) & node_types(g, b, 0))) return 1;
+    if (a < 0 || b < 0 || depth > 16) return 0;
     const sn_node *x = &g->nodes[a], *y = &g->nodes[b];
-    if (x->kind == SN_UNION || y->kind == SN_UNION) {
-        const sn_node *u = x->kind == SN_UNION ? x : y;
-        int other = x->kind == SN_UNION ? b : a;
-        for (int i = 0; i < u->nkids; i++) if (!jsc_disjoint(g, u->kids[i], other)) return 0;
+    if (x->kind == SN_UNION) {
+        for (int i = 0; i < x->nkids; i++) if (!excl(g, x->kids[i], b, depth + 1)) return 0;
         return 1;
     }
+    unsigned ga = node_types(g, a, 0), gb = node_types(g, b, 0);
+    if (y->loose && (ga & ~gb)) return 0;            /* b takes any value of those types */
+    if (y->kind == SN_UNION) {
+        for (int i = 0; i < y->nkids; i++) if (!excl(g, a, y->kids[i], depth + 1)) return 0;
+        return 1;
+    }
+    if (!(ga & gb)) return 1;
     if (x->kind == SN_LIT && y->kind == SN_LIT) return lits_disjoint(x, y);
     if (x->kind != SN_OBJ || y->kind != SN_OBJ) return 0;
-    if (forbids(x, y) || forbids(y, x)) return 1;
     for (int i = 0; i < x->nprops; i++) {
         if (!(x->required >> i & 1)) continue;
         int j = find_prop(y, x->props[i].name, x->props[i].len);
-        if (j < 0 || !(y->required >> j & 1)) continue;
+        if (j < 0) { if (y->addl < 0) return 1; continue; }
+        if (y->props[j].node < 0) return 1;
         int pa = follow(g, x->props[i].node), pb = follow(g, y->props[j].node);
         if (pa >= 0 && pb >= 0 && g->nodes[pa].kind == SN_LIT && g->nodes[pb].kind == SN_LIT && lits_disjoint(&g->nodes[pa], &g->nodes[pb]))
             return 1;
     }
+    for (int j = 0; j < y->nprops; j++) {
+        if (!(y->required >> j & 1)) continue;
+        int i = find_prop(x, y->props[j].name, y->props[j].len);
+        if ((i < 0 && x->addl < 0) || (i >= 0 && x->props[i].node < 0)) return 1;
+    }
     return 0;
 }
+
+int jsc_disjoint(const jsc_grammar *g, int a, int b) { return excl(g, a, b, 0) && excl(g, b, a, 0); }

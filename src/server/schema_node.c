@@ -147,9 +147,10 @@ static int union_node(jsc_ctx *c, const json_t *s, const char *kw, int depth) {
             if (!jsc_disjoint(c->g, kids[i], kids[j]))
                 return jsc_fail(c, "'oneOf' alternatives %d and %d may both match; only alternatives that differ by type, by a "
                                   "const / enum property or by a required key the other forbids are supported (anyOf is)", i, j);
-    if (n == 1) return kids[0];
-    int id = jsc_group(c->g, SN_UNION, kids, n);
-    return id < 0 ? jsc_fail(c, "schema too large") : id;
+    int id = n == 1 ? kids[0] : jsc_group(c->g, SN_UNION, kids, n);
+    if (id < 0) return jsc_fail(c, "schema too large");
+    c->g->nodes[id].loose = !json_object_get(s, "type");
+    return id;
 }
 
 static unsigned infer_types(const json_t *s) {
@@ -224,9 +225,10 @@ int jsc_node(jsc_ctx *c, const json_t *s, int depth) {
         if (id < 0) return c->failed ? -1 : jsc_fail(c, "schema too large");
         kids[n++] = id;
     }
-    if (n == 1) return kids[0];
-    int id = jsc_group(c->g, SN_UNION, kids, n);
-    return id < 0 ? jsc_fail(c, "schema too large") : id;
+    int id = n == 1 ? kids[0] : jsc_group(c->g, SN_UNION, kids, n);
+    if (id < 0) return jsc_fail(c, "schema too large");
+    c->g->nodes[id].loose = !json_object_get(s, "type");
+    return id;
 }
 
 int jsc_schema(jsc_grammar *g, const json_t *doc, const json_t *schema, const char *where, char *err, size_t errlen) {

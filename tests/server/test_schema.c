@@ -212,6 +212,9 @@ static void test_combinators(void) {
     one[strlen(one) - 1] = 0;                                   /* drop the extra } */
     YES(one, "{\"kind\":\"circle\",\"r\":2}");
     YES("{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "7");
+    /* tagged by a key one side requires and the other forbids */
+    YES("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"additionalProperties\":false},"
+        "{\"type\":\"object\",\"properties\":{\"b\":{}},\"required\":[\"b\"],\"additionalProperties\":false}]}", "{\"b\":1}");
     const char *all = "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}},\"required\":[\"a\"]},"
                       "{\"properties\":{\"a\":{\"maximum\":5},\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}";
     YES(all, "{\"a\":3,\"b\":\"x\"}");
@@ -273,6 +276,9 @@ static void test_errors(void) {
     expect_error("{\"$ref\":\"http://x/y.json\"}", "points to nothing");
     expect_error("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "refers to itself");
     expect_error("{\"oneOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"required\":[\"a\"]}]}", "'oneOf' alternatives 0 and 1");
+    /* without "type" a schema takes every value its keywords do not constrain: these overlap */
+    expect_error("{\"oneOf\":[{\"exclusiveMaximum\":7,\"required\":[]},{\"items\":false}]}", "'oneOf' alternatives 0 and 1");
+    expect_error("{\"oneOf\":[{\"type\":\"string\"},{\"minimum\":3}]}", "'oneOf' alternatives 0 and 1");
     expect_error("{\"enum\":[1,2],\"type\":\"string\"}", "no value of 'enum'");
     expect_error("{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}", "'required' names 'a'");
     expect_error("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "nothing in common");
