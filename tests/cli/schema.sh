@@ -6,7 +6,9 @@
 # number bounds, anyOf / oneOf / allOf, $ref recursion, non-object roots) x 5 seeds (2 on
 # the ASan build) at
 # temperature 1 as response_format json_schema; every reply must finish "stop", parse and
-# pass ajv (draft 2020-12 + ajv-formats). Then a streamed reply, and the refusals: every
+# pass ajv (draft 2020-12 + ajv-formats); then 200 (80 on ASan) random schemas, one seeded
+# request each: a refusal is a one-line 400, a reply that finishes passes ajv. Then a
+# streamed reply, and the refusals: every
 # bad schema is a 400 with one line naming the field and the keyword (unsupported keywords,
 # malformed schemas, a bad pattern, a $ref to nowhere, overlapping oneOf, hostile nesting).
 # Server B (the demo model with Qwen3's chat
@@ -75,6 +77,13 @@ if [ -f .cache/npm/node_modules/ajv/package.json ]; then
   timeout 400 node tests/server/schema_fuzz.js "http://127.0.0.1:$PORT/v1" json_schema $SEEDS >"$TMP/node.out" 2>&1
   grep -E '^(PASS|FAIL) ' "$TMP/node.out"
   grep -qE '^(PASS|FAIL) json_schema: ' "$TMP/node.out" || fail "schema_fuzz.js json_schema runs" "$(tail -c 400 "$TMP/node.out")"
+fi
+
+# random schemas (a seeded generator over the keywords, supported or not), one request each
+if [ -f .cache/npm/node_modules/ajv/package.json ]; then
+  timeout 300 node tests/server/schema_fuzz.js "http://127.0.0.1:$PORT/v1" random $((SEEDS * 40)) >"$TMP/node.out" 2>&1
+  grep -E '^(PASS|FAIL) ' "$TMP/node.out"
+  grep -qE '^(PASS|FAIL) random schemas' "$TMP/node.out" || fail "schema_fuzz.js random runs" "$(tail -c 400 "$TMP/node.out")"
 fi
 
 # streamed: the deltas make the same kind of reply

@@ -1,12 +1,16 @@
 // schema_fuzz.js — structured outputs of `cinfer serve` checked with a real validator.
 //
-// Usage: node tests/server/schema_fuzz.js BASE_URL (json_schema | tools) [SEEDS]
+// Usage: node tests/server/schema_fuzz.js BASE_URL (json_schema | tools | random) [N]
 // json_schema: many schemas x seeds, each with response_format json_schema at temperature 1
 // (the demo model's random weights make the most varied replies: the best fuzz); every reply
 // must finish "stop", parse, and pass ajv (draft 2020-12, ajv-formats) against its schema.
 // tools: tools declared strict (tool_choice required / named / auto) on a server whose chat
 // template frames tool calls: every call's arguments must pass ajv against the function's
-// parameters. ajv and ajv-formats come from .cache/npm (tests/server/setup_npm.sh).
+// parameters. random: N schemas drawn at random from the supported keywords (and some
+// that are not), one seeded request each: a 400 must be one line naming response_format;
+// a reply that finishes "stop" must pass ajv (one cut by max_tokens is counted, not
+// checked: random schemas may allow unbounded strings). ajv and ajv-formats come from
+// .cache/npm (tests/server/setup_npm.sh).
 // Prints one PASS or FAIL line per check, as tests/run.sh counts them.
 'use strict';
 const path = require('path');
@@ -142,9 +146,76 @@ async function toolsRound() {
   }
 }
 
+// random schemas: a small generator over the keywords (seeded, so a failure can be rerun)
+let rs = 12345;
+const rnd = (n) => { rs = (rs * 1103515245 + 12345) >>> 0; return (rs >>> 8) % n; };
+const pick = (a) => a[rnd(a.length)];
+function randSchema(d) {
+  if (rnd(12) === 0) return true;
+  const o = {};
+  const n = rnd(4) + (d === 0 ? 1 : 0);
+  for (let i = 0; i < n; i++) {
+    const k = pick(['type', 'type', 'properties', 'required', 'additionalProperties', 'enum', 'const', 'items', 'prefixItems', 'minItems',
+      'maxItems', 'anyOf', 'oneOf', 'allOf', '$ref', 'minLength', 'maxLength', 'pattern', 'format', 'minimum', 'maximum',
+      'exclusiveMinimum', 'exclusiveMaximum', 'description', 'uniqueItems']);
+    const sub = () => (d < 3 ? randSchema(d + 1) : {});
+    const list = () => Array.from({ length: rnd(3) + 1 }, sub);
+    switch (k) {
+      case 'type': o.type = rnd(3) ? pick(['null', 'boolean', 'object', 'array', 'string', 'number', 'integer']) : [pick(['string', 'integer']), pick(['null', 'boolean', 'array'])]; break;
+      case 'properties': o.properties = Object.fromEntries(Array.from({ length: rnd(3) }, () => ['p' + rnd(4), sub()])); break;
+      case 'required': o.required = Array.from({ length: rnd(3) }, () => 'p' + rnd(4)); break;
+      case 'additionalProperties': o.additionalProperties = rnd(2) ? false : sub(); break;
+      case 'enum': o.enum = Array.from({ length: rnd(3) + 1 }, () => pick([1, 2.5, 'a', 'bc', null, true, [1], { x: 1 }])); break;
+      case 'const': o.const = pick([0, 'k', false, null]); break;
+      case 'items': o.items = rnd(4) ? sub() : false; break;
+      case 'prefixItems': case 'anyOf': case 'oneOf': case 'allOf': o[k] = list(); break;
+      case '$ref': o.$ref = pick(['#', '#/$defs/a', '#/properties/p0']); o.$defs = { a: { type: 'integer', maximum: 9, minimum: 0 } }; break;
+      case 'pattern': o.pattern = pick(['^[a-c]{1,3}$', '^x(y|z)?$', '[0-9]', '^\\d{2}-\\w$']); break;
+      case 'format': o.format = pick(['date', 'date-time', 'uuid', 'email', 'time']); break;
+      case 'minLength': case 'maxLength': case 'minItems': case 'maxItems': o[k] = rnd(4); break;
+      case 'uniqueItems': o.uniqueItems = true; break;
+      case 'description': o.description = 'd'; break;
+      default: o[k] = rnd(20) - 5;
+    }
+  }
+  return o;
+}
+
+async function randomRound(count) {
+  let ok = 0, refused = 0, cut = 0, bad = null, nbad = 0;
+  const jobs = [];
+  for (let i = 0; i < count; i++) {
+    const schema = randSchema(0);
+    jobs.push(async () => {
+      const { status, body } = await post({ messages: [{ role: 'user', content: 'JSON please' }], temperature: 1, seed: i, max_tokens: 300,
+        response_format: { type: 'json_schema', json_schema: { name: 'r', schema } } });
+      if (status === 400) {
+        const m = body.error && body.error.message;
+        if (body.error.param !== 'response_format' || typeof m !== 'string' || m.includes('\n')) { nbad++; bad = bad || `400 without a one-line message on response_format: ${JSON.stringify(body)}`; }
+        else refused++;
+        return;
+      }
+      if (status !== 200) { nbad++; bad = bad || `status ${status} for ${JSON.stringify(schema)}: ${JSON.stringify(body).slice(0, 200)}`; return; }
+      const c = body.choices[0];
+      if (c.finish_reason === 'length') { cut++; return; }
+      let v, why = null;
+      try { v = JSON.parse(c.message.content); } catch (e) { why = 'not JSON'; }
+      let validate = null;
+      try { validate = ajv.compile(schema); } catch (e) { refused++; return; }      // a schema ajv itself refuses
+      if (!why && !validate(v)) why = ajv.errorsText(validate.errors);
+      if (why) { nbad++; bad = bad || `${why}: ${JSON.stringify(schema)} -> ${c.message.content.slice(0, 200)}`; } else ok++;
+    });
+  }
+  await pool(jobs, 4);
+  if (bad) fail(`random schemas: ${nbad} bad of ${count}`, bad);
+  else if (ok < count / 4) fail('random schemas', `only ${ok} checked replies of ${count} (${refused} refused, ${cut} cut)`);
+  else pass(`random schemas: ${ok} replies valid under ajv, ${refused} schemas refused with a 400, ${cut} cut by max_tokens (of ${count})`);
+}
+
 (async () => {
   try {
-    if (mode === 'json_schema') await jsonSchemaRound();
+    if (mode === 'random') await randomRound(SEEDS);
+    else if (mode === 'json_schema') await jsonSchemaRound();
     else if (mode === 'tools') await toolsRound();
     else fail('mode', `unknown mode ${mode}`);
   } catch (e) { fail(`${mode} round runs`, e && e.stack ? e.stack : e); }
