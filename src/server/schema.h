@@ -145,5 +145,9 @@ long sm_plain_room(const sm_matcher *m, const sm_state *s);
 /* The byte that starts the marker when the state is one thread in free text with no part
  * of its marker written (any bytes but that one keep it there); -1 otherwise. */
 int sm_text_stop(const sm_matcher *m, const sm_state *s);
+/* When the state is one thread inside a string body under a pattern, at a character
+ * boundary: *loop gets the ASCII bytes that keep its pattern state (sregex.h rx_dfa.loop)
+ * and the result is how many more characters such text may add (>= 0); -1 otherwise. */
+long sm_loop_room(const sm_matcher *m, const sm_state *s, const uint64_t **loop);
 
 #endif

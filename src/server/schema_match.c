@@ -509,3 +509,14 @@ int sm_text_stop(const sm_matcher *m, const sm_state *s) {
     const sn_node *nd = &m->g->nodes[f->node];
     return nd->kind == SN_TEXT && f->ph == 0 && f->pos == 0 ? (unsigned char)nd->lit[0][0] : -1;
 }
+
+long sm_loop_room(const sm_matcher *m, const sm_state *s, const uint64_t **loop) {
+    if (s->n != 1 || s->t[0].top.node == ROOT_NODE) return -1;
+    const sm_frame *f = &s->t[0].top;
+    const sn_node *nd = &m->g->nodes[f->node];
+    if (nd->kind != SN_STR || !nd->rx || f->ph != S_BODY || f->lx != L_PLAIN || f->cont) return -1;
+    uint64_t used = (uint64_t)f->n + nd->rx->min_cp[f->dfa];
+    if (used > nd->max_len) return -1;
+    *loop = nd->rx->loop[f->dfa];
+    return nd->max_len == UINT32_MAX ? 0x7FFFFFFF : (long)(nd->max_len - used);
+}

@@ -441,7 +441,7 @@ int rx_compile(const char *pattern, size_t len, rx_dfa **out, char *err, size_t 
 
 void rx_free(rx_dfa *d) {
     if (!d) return;
-    free(d->next); free(d->acc); free(d->min_cp); free(d->max_cp);
+    free(d->next); free(d->acc); free(d->min_cp); free(d->max_cp); free(d->loop);
     free(d);
 }
 

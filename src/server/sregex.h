@@ -31,6 +31,8 @@ typedef struct {
     uint8_t *acc;              /* [n_states] accepting */
     uint32_t *min_cp;          /* [n_states] fewest code points to acceptance */
     uint32_t *max_cp;          /* [n_states] most (RX_INF: unbounded) */
+    uint64_t (*loop)[2];       /* [n_states] printable ASCII bytes (not '"' or '\\') that lead back to the
+                                * same state: text of only those keeps the state (a token mask shortcut) */
 } rx_dfa;
 
 /* 0 and *out (malloc'd), or -1 with err (one line). */

@@ -201,6 +201,10 @@ int rx_build(rx_parser *P, int start, int accept, rx_dfa **out) {
     if (!color) { rx_fail(P, "%s: out of memory", "pattern"); goto fail; }
     for (int s = 0; s < D.n; s++) if (d->min_cp[s] != RX_INF) longest(d, rep, s, color);
     free(color);
+    if (!(d->loop = calloc((size_t)D.n, sizeof *d->loop))) { rx_fail(P, "%s: out of memory", "pattern"); goto fail; }
+    for (int s = 0; s < D.n; s++)
+        for (int b = 0x20; b < 0x7F; b++)
+            if (b != '"' && b != '\\' && d->next[(size_t)s * ncls + cls[b]] == (unsigned)s) d->loop[s][b >> 6] |= 1ull << (b & 63);
     free(mark); free(stack); free(buf); free(rev); free(roff); free(queue); free(fill); free(seen);
     free(D.items); free(D.off); free(D.hash);
     *out = d;

@@ -11,7 +11,9 @@ struct tm_trie {
     uint32_t *end;             /* [n_nodes] first node after i's subtree */
     uint32_t *tk0;             /* [n_nodes + 1] tokens (in order[]) whose node is before i */
     uint8_t *plain;            /* [n_nodes] bit 0: everything below i is plain string text, from a character
-                                * boundary; bit 1: no byte below i is the stop byte */
+                                * boundary; bit 1: no byte below i is the stop byte; bit 2: a byte
+                                * below i is not ASCII */
+    uint64_t (*below)[2];      /* [n_nodes] the ASCII bytes below node i */
     int stop;
     int *order;                /* [tokens with text] sorted by text */
     sm_state *st;              /* [max_depth + 1] walk scratch (one mask at a time: the scheduler's) */
@@ -121,7 +123,8 @@ static int build(const char *bytes, const uint32_t *off, int n, const int *ids, 
     }
     /* plain text below each node, for every UTF-8 state it may be entered in (bottom up) */
     ok = malloc((size_t)(nn ? nn : 1) * sizeof *ok);
-    if (!ok) { free(node_of); free(path); goto fail; }
+    t->below = calloc((size_t)(nn ? nn : 1), sizeof *t->below);
+    if (!ok || !t->below) { free(ok); free(node_of); free(path); goto fail; }
     for (int i = nn - 1; i >= 0; i--) {
         uint64_t m = (1ull << U8_STATES) - 1;
         for (uint32_t c = (uint32_t)i + 1; c < t->end[i]; c = t->end[c])
@@ -131,9 +134,15 @@ static int build(const char *bytes, const uint32_t *off, int n, const int *ids, 
                 if (v < 0 || !(ok[c] >> v & 1)) m &= ~(1ull << u);
             }
         ok[i] = m;
-        int nostop = 1;
-        for (uint32_t c = (uint32_t)i + 1; c < t->end[i] && nostop; c = t->end[c]) nostop = t->byte[c] != stop && (t->plain[c] & 2);
-        t->plain[i] = (uint8_t)((m & 1) | (stop >= 0 && nostop ? 2 : 0));
+        int nostop = 1, wide = 0;
+        for (uint32_t c = (uint32_t)i + 1; c < t->end[i]; c = t->end[c]) {
+            nostop &= t->byte[c] != stop && (t->plain[c] & 2);
+            wide |= t->byte[c] >= 0x80 || (t->plain[c] & 4);
+            if (t->byte[c] < 0x80) t->below[i][t->byte[c] >> 6] |= 1ull << (t->byte[c] & 63);
+            t->below[i][0] |= t->below[c][0];
+            t->below[i][1] |= t->below[c][1];
+        }
+        t->plain[i] = (uint8_t)((m & 1) | (stop >= 0 && nostop ? 2 : 0) | (wide ? 4 : 0));
     }
     free(ok);
     free(node_of);
@@ -192,6 +201,7 @@ void tm_free(tm_trie *t) {
     if (!t) return;
     tm_free(t->sub);
     free(t->cp); free(t->sub_rank); free(t->sub_ok);
+    free(t->below);
     free(t->byte); free(t->depth); free(t->span); free(t->end); free(t->tk0); free(t->plain); free(t->order);
     free(t->st); free(t->mk);
     free(t);
@@ -220,7 +230,17 @@ static int walk(const tm_trie *t, sm_matcher *m, const sm_state *s, uint8_t *ok)
         }
         t->mk[d] = sm_mark(m);
         uint32_t a = t->tk0[i], b = t->tk0[i + 1];
-        if (t->plain[i] && t->end[i] > i + 1) {
+        const uint64_t *loop;
+        long lr;
+        if (t->end[i] > i + 1 && !(t->plain[i] & 4) && (lr = sm_loop_room(m, &t->st[d], &loop)) >= (long)t->span[i] &&
+            !(t->below[i][0] & ~loop[0]) && !(t->below[i][1] & ~loop[1])) {
+            b = t->tk0[t->end[i]];                    /* under a pattern: text that keeps its state */
+            i = t->end[i];
+            memset(ok + a, 1, b - a);
+            count += (int)(b - a);
+            continue;
+        }
+        if (t->plain[i] & 3 && t->end[i] > i + 1) {
             long room = t->plain[i] & 1 ? sm_plain_room(m, &t->st[d]) : -1;
             if (room >= (long)t->span[i] || (t->plain[i] & 2 && sm_text_stop(m, &t->st[d]) == t->stop)) {
                 b = t->tk0[t->end[i]];                /* the node's tokens and its whole subtree's */
