@@ -1,19 +1,20 @@
 /* schema.h — JSON Schema to a grammar for constrained decoding (structured outputs and
  * strict tool calls), and the byte-at-a-time matcher that runs it.
  *
- * Compile (schema.c, schema_merge.c): a schema (jansson) becomes nodes: literals (enum,
+ * Compile (schema.c, schema_node.c, schema_merge.c): a schema (jansson) becomes nodes: literals (enum,
  * const, true / false / null), strings (length bounds, a pattern / format DFA, sregex.h),
  * numbers (integer or not, bounds), arrays (prefixItems, items, minItems / maxItems),
  * objects (properties in any order, required, additionalProperties), unions (anyOf,
  * oneOf of provably disjoint alternatives, type lists), references ($ref into the same
  * document: recursion is a cycle of nodes) and sequences (a literal, a value, a literal:
- * how a tool call wraps its arguments). allOf is merged into one schema before it is
+ * how a tool call wraps its arguments), and free text in which each call marker must be
+ * followed by a call (strict tools under tool_choice auto). allOf is merged into one schema before it is
  * compiled. A keyword cinfer does not implement, a malformed schema or one nested past
  * JSC_MAX_DEPTH is an error naming the keyword and where it is (one line), never ignored.
  *
  * The grammar generates a subset of what the schema accepts, chosen so that every prefix
- * the matcher lets through can still be completed (no dead ends): objects take only their
- * declared keys written literally (no escapes in keys), numbers have no exponent and at
+ * the matcher lets through can still be completed (no dead ends): object keys are written
+ * without escapes, numbers have no exponent and at
  * most 15 digits, strings never hold U+FFFD (token texts use it for a part of a character),
  * whitespace between tokens comes in runs of at most SM_MAX_WS.
  *
