@@ -124,6 +124,7 @@ void jsc_free(jsc_grammar *g) {
         for (int j = 0; j < nd->nlit; j++) free(nd->lit[j]);
         free(nd->lit); free(nd->llen);
         rx_free(nd->rx);
+        free(nd->fin);
         free(nd->prefix);
         for (int j = 0; j < nd->nprops; j++) free(nd->props[j].name);
         free(nd->props);
@@ -215,6 +216,36 @@ static const struct { const char *name, *rx; } formats[] = {
     { "email", "^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.)+[A-Za-z]{2,6}$" },
 };
 
+/* With a pattern and a bounded length, the fewest / most characters to acceptance do not
+ * tell every length apart (^(aa)+$ takes even lengths only): the exact table, when it is
+ * small enough, of which (pattern state, characters written) can still end in bounds,
+ * filled from the longest count down (continuation bytes add no character). */
+static int finish_table(jsc_ctx *c, sn_node *nd) {
+    const rx_dfa *d = nd->rx;
+    size_t L = (size_t)nd->max_len + 1, S = (size_t)d->n_states;
+    if (S * L > (1u << 20) || c->rx_cells + S * L > JSC_MAX_RX_CELLS * 2) return 0;   /* too big: distances only */
+    c->rx_cells += S * L;
+    uint8_t *fin = calloc(S * L, 1), w[256];
+    if (!fin) return jsc_fail(c, "out of memory");
+    for (int b = 0; b < 256; b++) w[b] = b >= 0x80 && b <= 0xBF ? 0 : 1;
+    uint8_t cw[256];
+    for (int b = 255; b >= 0; b--) cw[d->cls[b]] = w[b];
+    for (size_t n = L; n-- > 0;)
+        for (int pass = 0; pass < 4; pass++)                 /* continuation bytes: chains of at most 3 */
+            for (size_t s = 0; s < S; s++) {
+                if (fin[s * L + n]) continue;
+                int ok = d->acc[s] && n >= nd->min_len;
+                for (int k = 0; k < d->n_cls && !ok; k++) {
+                    unsigned t = d->next[s * (size_t)d->n_cls + k];
+                    if (t != RX_DEAD && n + cw[k] < L) ok = fin[t * L + n + cw[k]];
+                }
+                fin[s * L + n] = (uint8_t)ok;
+            }
+    nd->fin = fin;
+    if (!fin[0]) return jsc_fail(c, "no string of %u..%u characters matches the 'pattern' / 'format'", nd->min_len, nd->max_len);
+    return 0;
+}
+
 int jsc_string_node(jsc_ctx *c, const json_t *s) {
     int id = jsc_new_node(c->g, SN_STR);
     if (id < 0) return jsc_fail(c, "schema too large");
@@ -247,6 +278,7 @@ int jsc_string_node(jsc_ctx *c, const json_t *s) {
             return jsc_fail(c, "'%s' cannot match a string of %u..%u characters", p ? "pattern" : "format", nd->min_len, nd->max_len);
     }
     if (nd->min_len > nd->max_len) return jsc_fail(c, "'minLength' is above 'maxLength'");
+    if (nd->rx && nd->max_len != UINT32_MAX && finish_table(c, nd)) return -1;
     return id;
 }
 

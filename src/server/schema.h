@@ -51,6 +51,9 @@ typedef struct {
     /* SN_STR: code points in [min_len, max_len]; rx NULL: any text */
     uint32_t min_len, max_len;
     rx_dfa *rx;
+    uint8_t *fin;              /* with rx and a small max_len: [n_states, max_len + 1], 1 where a string in
+                                * that pattern state with that many characters can still end within
+                                * the bounds (exact; else the fewest / most distances of rx are used) */
     /* SN_NUM: integer or not; value in [lo, hi] (lo_x / hi_x: exclusive) */
     int integer, lo_x, hi_x;
     double lo, hi;

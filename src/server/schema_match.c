@@ -199,8 +199,12 @@ static int str_take(const sn_node *nd, sm_frame *f, int b, int lead) {
     if (nd->rx) {
         unsigned d = rx_step(nd->rx, f->dfa, (unsigned char)b);
         if (d == RX_DEAD) return -1;
-        if ((uint64_t)n + nd->rx->min_cp[d] > nd->max_len) return -1;
-        if (nd->rx->max_cp[d] != RX_INF && (uint64_t)n + nd->rx->max_cp[d] < nd->min_len) return -1;
+        if (nd->fin) {
+            if (!nd->fin[(size_t)d * (nd->max_len + 1) + n]) return -1;
+        } else {
+            if ((uint64_t)n + nd->rx->min_cp[d] > nd->max_len) return -1;
+            if (nd->rx->max_cp[d] != RX_INF && (uint64_t)n + nd->rx->max_cp[d] < nd->min_len) return -1;
+        }
         f->dfa = (uint16_t)d;
     }
     f->n = n;
@@ -514,7 +518,7 @@ long sm_loop_room(const sm_matcher *m, const sm_state *s, const uint64_t **loop)
     if (s->n != 1 || s->t[0].top.node == ROOT_NODE) return -1;
     const sm_frame *f = &s->t[0].top;
     const sn_node *nd = &m->g->nodes[f->node];
-    if (nd->kind != SN_STR || !nd->rx || f->ph != S_BODY || f->lx != L_PLAIN || f->cont) return -1;
+    if (nd->kind != SN_STR || !nd->rx || nd->fin || f->ph != S_BODY || f->lx != L_PLAIN || f->cont) return -1;
     uint64_t used = (uint64_t)f->n + nd->rx->min_cp[f->dfa];
     if (used > nd->max_len) return -1;
     *loop = nd->rx->loop[f->dfa];

@@ -160,6 +160,11 @@ static void test_strings(void) {
     const char *pl = "{\"type\":\"string\",\"pattern\":\"^a+b$\",\"maxLength\":3}";
     CHECK(accepted_len(pl, "\"aaa") == 3, "no third 'a' when 'b' must still fit: %zu", accepted_len(pl, "\"aaa"));
     YES(pl, "\"aab\"");
+    /* lengths a pattern can only take in steps: ^(aa)+$ in 3..5 characters is "aaaa" */
+    const char *pe = "{\"type\":\"string\",\"pattern\":\"^(aa)+$\",\"minLength\":3,\"maxLength\":5}";
+    YES(pe, "\"aaaa\"");
+    CHECK(accepted_len(pe, "\"aa\"") == 3, "no close at 2 characters, no dead end after them: %zu", accepted_len(pe, "\"aa\""));
+    CHECK(accepted_len(pe, "\"aaaaa") == 5, "no fifth a (odd): %zu", accepted_len(pe, "\"aaaaa"));
     YES("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-28\"");
     NO("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-02-30\"");
     NO("{\"type\":\"string\",\"format\":\"date\"}", "\"2024-13-01\"");
@@ -271,6 +276,7 @@ static void test_errors(void) {
     expect_error("{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor");
     expect_error("{\"type\":\"string\",\"pattern\":\"[a\"}", "unterminated");
     expect_error("{\"type\":\"string\",\"minLength\":5,\"maxLength\":2}", "'minLength'");
+    expect_error("{\"type\":\"string\",\"pattern\":\"^(aaa)+$\",\"minLength\":4,\"maxLength\":5}", "no string of 4..5 characters");
     expect_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":2}", "'minimum'");
     expect_error("{\"$ref\":\"#/$defs/missing\"}", "points to nothing");
     expect_error("{\"$ref\":\"http://x/y.json\"}", "points to nothing");
@@ -350,6 +356,7 @@ static void test_no_dead_ends(void) {
     walk("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"},\"x\":{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}},\"required\":[\"t\",\"x\"],\"additionalProperties\":false},"
          "{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"},\"y\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"t\",\"y\"],\"additionalProperties\":false}]}", 60);
     walk("{\"type\":\"string\",\"minLength\":3,\"maxLength\":5,\"pattern\":\"^[a-z]*[0-9]?$\"}", 60);
+    walk("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^(ab|é)+$\",\"minLength\":3,\"maxLength\":6},\"maxItems\":3}", 60);
     walk("{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"at\":{\"type\":\"string\",\"format\":\"date-time\"},\"mail\":{\"type\":\"string\",\"format\":\"email\"}},\"required\":[\"id\",\"at\",\"mail\"],\"additionalProperties\":false}", 40);
     walk("{\"type\":\"array\",\"prefixItems\":[{\"enum\":[\"x\",\"xy\",12,{\"z\":1}]},{\"type\":\"null\"}],\"minItems\":2,\"items\":false}", 40);
 }
