@@ -16,6 +16,7 @@
 #include "srv_internal.h"
 #include "outparse.h"
 #include "responses.h"
+#include "api_schema.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../models/model.h"
@@ -268,19 +269,19 @@ static int read_tool_choice(srv *s, const json_t *req, int *no_tools, char **for
     return 0;
 }
 
-/* OpenAI response_format: {"type": "text"} or absent, or {"type": "json_object"} (JSON
- * mode, *json = 1); json_schema is refused rather than ignored. */
-static int read_response_format(const json_t *req, int *json, srv_err *e) {
+/* OpenAI response_format: {"type": "text"} or absent, {"type": "json_object"} (JSON mode,
+ * *json = 1) or {"type": "json_schema", ...} (*g: the schema's grammar, api_schema.c). */
+static int read_response_format(const json_t *req, int *json, jsc_grammar **g, srv_err *e) {
     *json = 0;
+    *g = NULL;
     const json_t *rf = json_object_get(req, "response_format");
     if (!rf || json_is_null(rf)) return 0;
     const char *ty = json_is_object(rf) ? cj_get_str(rf, "type") : NULL;
     if (!ty) return srv_fail(e, 400, "response_format", "'response_format' must be an object with a 'type'");
     if (!strcmp(ty, "text")) return 0;
     if (!strcmp(ty, "json_object")) { *json = 1; return 0; }
-    if (!strcmp(ty, "json_schema"))
-        return srv_fail(e, 400, "response_format", "'response_format' json_schema is not supported; json_object (any JSON object) is");
-    return srv_fail(e, 400, "response_format", "'response_format' type must be text or json_object, got '%.40s'", ty);
+    if (!strcmp(ty, "json_schema")) return api_json_schema(rf, g, e);
+    return srv_fail(e, 400, "response_format", "'response_format' type must be text, json_object or json_schema, got '%.40s'", ty);
 }
 
 /* OpenAI logit_bias: {"token id": bias in [-100, 100], ...} into p (arrays owned by j). */
@@ -1079,12 +1080,13 @@ static enum MHD_Result run_job(srv *s, struct MHD_Connection *c, job *j, eng_par
     /* With tools the added tokens that frame calls must come through (some are special);
      * the end-of-sequence ids are then left out by job_pump. */
     j->ts = tok_stream_new(s->tk, !j->tools);
-    if (!j->ts) { free(ids); job_free(j); return MHD_NO; }
+    if (!j->ts) { free(ids); jsc_free(p->grammar); job_free(j); return MHD_NO; }
     p->prompt = ids;
     p->n_prompt = j->n_prompt;
     p->top_logprobs = j->logprobs;
     if (srv_client_take(s, c, j->client)) {
         free(ids);
+        jsc_free(p->grammar);
         job_free(j);
         e.code = "rate_limit_exceeded";
         srv_fail(&e, 429, NULL, "this client already has %d generation%s running or queued (--per-client); retry when one ends",
@@ -1194,19 +1196,22 @@ static int prep_chat(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_
     if (top && !lpb) return srv_fail(e, 400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     j->logprobs = lpb ? (int)top : -1;
     const json_t *tools = json_object_get(req, "tools");
-    if (read_tool_choice(s, req, &no_tools, &forced, e) || read_response_format(req, &p->json_mode, e)) {
+    if (read_tool_choice(s, req, &no_tools, &forced, e) || read_response_format(req, &p->json_mode, &p->grammar, e)) {
         free(forced);
         return -1;
     }
-    if (p->json_mode && forced) {
+    if ((p->json_mode || p->grammar) && forced) {
         free(forced);
-        return srv_fail(e, 400, "response_format", "'response_format' json_object cannot be combined with a tool_choice that requires a call");
+        return srv_fail(e, 400, "response_format", "'response_format' %s cannot be combined with a tool_choice that requires a call",
+                        p->json_mode ? "json_object" : "json_schema");
     }
-    if (p->json_mode) {                           /* JSON from the first token: no tool calls, no open <think> */
+    if (p->json_mode || p->grammar) {             /* JSON from the first token: no tool calls, no open <think> */
         no_tools = 1;
+        p->grammar_ends = 1;
         if (!(forced = strdup(""))) return srv_fail(e, 500, NULL, "out of memory");
     }
     j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
+    if (j->tools && api_tool_grammar(s, req, &p->grammar, e)) { free(forced); return -1; }
     int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, ids, &n, &j->think_open, e);
     if (!prc && forced) {                         /* the reply starts with the forced text */
         if ((j->think_open && buf_add(&j->text, &j->len, &j->cap, "</think>", strlen("</think>"))) ||
@@ -1276,6 +1281,7 @@ static enum MHD_Result route(srv *s, struct MHD_Connection *c, json_t *req, job_
     if (!j) return MHD_NO;
     if (prep(s, j, req, &p, &ids, &e)) {
         free(ids);
+        jsc_free(p.grammar);
         job_free(j);
         return srv_reply_err(s, c, d, &e);
     }
@@ -1311,6 +1317,7 @@ int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t
     if (rc && err) snprintf(err, errlen, "%s", e.msg);
     if (!rc && n_prompt) *n_prompt = j->n_prompt;
     free(ids);
+    jsc_free(p.grammar);
     job_free(j);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "jsonfsm.h"
 #include "prefix.h"
+#include "tokmask.h"
 #include "../cache/cache.h"
 #include "../core/status.h"
 #include "../gen/sampler.h"
@@ -66,6 +67,8 @@ typedef struct {
     smp_state smp;
     int *counts;               /* [vocab] occurrences of each id among generated tokens */
     jf_state js;               /* JSON mode: the reply so far */
+    sm_matcher sm;             /* grammar mode (r->p.grammar): the matcher and its state */
+    sm_state ss;
     uint64_t used;
 } slot;
 
@@ -82,6 +85,10 @@ struct eng {
     int stamp;
     ci_session **bs;           /* [parallel] batch of one decode step */
     int *btok, *bslot;
+    tm_trie *trie;             /* the token texts as a trie, for grammar masks (NULL: no texts) */
+    uint8_t *allowed;          /* [ranks of the trie] a grammar mask */
+    int *notext, n_notext;     /* ids of the model's vocabulary without a text (masked in grammar mode) */
+    float eos_lg[8];           /* EOS logits kept across a grammar mask */
     pfx_store *pfx;
     pthread_t th;
     int started;
@@ -100,6 +107,7 @@ static double now_s(void) {
 }
 
 static void req_free(eng_req *r) {
+    jsc_free(r->p.grammar);
     free(r->prompt); free(r->bias_id); free(r->bias); free(r->ids); free(r->lps); free(r->top_ids); free(r->top_lps);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -169,6 +177,8 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     memset(sl->counts, 0, (size_t)e->V * sizeof(int));
     jf_init(&sl->js, 1);
     sl->js.max_ws = JSON_MAX_WS;
+    sm_release(&sl->sm);
+    if (r->p.grammar && sm_init(&sl->sm, r->p.grammar, &sl->ss)) sl->ss.n = 0;   /* no memory: stuck at once */
     smp_free(&sl->smp);
     r->cached = reuse;
     r->state = Q_ACTIVE;
@@ -221,6 +231,7 @@ static int is_eos(const eng *e, int id) {
 }
 
 #define JSON_STUCK "JSON mode: no token of this vocabulary continues the reply as JSON"
+#define GRAMMAR_STUCK "structured output: no token of this vocabulary continues the reply under its schema"
 
 /* JSON mode: every token whose text would leave the reply no JSON prefix is masked; once
  * the object is whole, all but EOS. -1 when nothing is left to choose. */
@@ -243,8 +254,30 @@ static int json_mask(eng *e, slot *sl, float *lg) {
     return left ? 0 : -1;
 }
 
+/* Grammar mode: every token the matcher refuses is masked (tokmask.h); EOS only where the
+ * reply is complete. -1 when nothing is left. */
+static int grammar_mask(eng *e, slot *sl, float *lg) {
+    const int V = e->V, whole = sl->ss.n && sm_complete(&sl->sm, &sl->ss);
+    int nr, left;
+    const int *order = tm_order(e->trie, &nr);
+    for (int i = 0; i < e->m->cfg.n_eos && i < 8; i++) {
+        int id = e->m->cfg.eos_ids[i];
+        e->eos_lg[i] = id >= 0 && id < V ? lg[id] : -INFINITY;
+    }
+    if (!sl->ss.n || (left = tm_mask(e->trie, &sl->sm, &sl->ss, e->allowed)) < 0) return -1;
+    for (int q = 0; q < nr; q++) if (!e->allowed[q]) lg[order[q]] = -INFINITY;   /* refused texts */
+    for (int k = 0; k < e->n_notext; k++) lg[e->notext[k]] = -INFINITY;        /* no text: never but EOS */
+    for (int i = 0; i < e->m->cfg.n_eos && i < 8; i++) {
+        int id = e->m->cfg.eos_ids[i];
+        if (id < 0 || id >= V) continue;
+        if (whole) { if (e->eos_lg[i] != -INFINITY) { lg[id] = e->eos_lg[i]; left++; } }
+        else lg[id] = -INFINITY;
+    }
+    return left ? 0 : -1;
+}
+
 /* The next token of slot sl from its logits row lg (modified). Fills logprobs of r at
- * index r->n_out when asked. -1 when JSON mode leaves no token. */
+ * index r->n_out when asked. -1 when JSON mode leaves no token, -2 when the grammar does. */
 static int sample(eng *e, slot *sl, float *lg) {
     eng_req *r = sl->r;
     const int V = e->V;
@@ -267,8 +300,11 @@ static int sample(eng *e, slot *sl, float *lg) {
         }
     }
     if (r->p.json_mode && json_mask(e, sl, lg)) return -1;
+    if (r->p.grammar && grammar_mask(e, sl, lg)) return -2;
     int tok = smp_sample(&sl->smp, lg, sl->toks, sl->n_toks);
     if (r->p.json_mode && !is_eos(e, tok)) jf_feed(&sl->js, e->o.tok_bytes + e->o.tok_off[tok], e->o.tok_off[tok + 1] - e->o.tok_off[tok]);
+    if (r->p.grammar && !is_eos(e, tok))
+        sm_feed(&sl->sm, &sl->ss, e->o.tok_bytes + e->o.tok_off[tok], e->o.tok_off[tok + 1] - e->o.tok_off[tok]);
     if (r->p.top_logprobs >= 0) {
         int k = r->n_out, nt = r->n_top;
         r->lps[k] = e->lsm[tok];
@@ -296,6 +332,7 @@ static int ends(eng *e, slot *sl, int tok) {
     eng_req *r = sl->r;
     if (r->n_out + 1 >= r->p.max_tokens) return 1;
     if (r->p.json_mode && jf_complete(&sl->js)) return 1;   /* the object closed: the reply is done */
+    if (r->p.grammar && r->p.grammar_ends && sm_complete(&sl->sm, &sl->ss)) return 1;
     if (!r->p.ignore_eos)
         for (int i = 0; i < e->m->cfg.n_eos; i++) if (tok == e->m->cfg.eos_ids[i]) return 1;
     return 0;
@@ -309,12 +346,13 @@ static void publish(eng *e, slot *sl, int tok) {
     int end = ends(e, sl, tok);
     int eos = 0;
     for (int i = 0; i < e->m->cfg.n_eos; i++) eos |= tok == e->m->cfg.eos_ids[i];
-    if (r->p.json_mode && jf_complete(&sl->js)) eos = 1;   /* ends as an EOS would (finish "stop") */
+    int closes = (r->p.json_mode && jf_complete(&sl->js)) || (r->p.grammar && r->p.grammar_ends && sm_complete(&sl->sm, &sl->ss));
+    if (closes) eos = 1;                                     /* ends as an EOS would (finish "stop") */
     r->n_out++;
     e->st.gen_tokens++;
     pthread_cond_broadcast(&r->cv);
     if (end) {
-        finish(r, eos && (!r->p.ignore_eos || r->p.json_mode) ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
+        finish(r, eos && (!r->p.ignore_eos || closes) ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
         sl->r = NULL;
         sl->used = ++e->clock;
     } else {
@@ -374,7 +412,7 @@ static void step(eng *e) {
         if (sl->fed == r->p.n_prompt) {
             int tok = sample(e, sl, lg);
             pthread_mutex_lock(&e->mu);
-            if (tok < 0) slot_fail(e, sl, JSON_STUCK);
+            if (tok < 0) slot_fail(e, sl, tok == -1 ? JSON_STUCK : GRAMMAR_STUCK);
             else publish(e, sl, tok);
             pthread_mutex_unlock(&e->mu);
         }
@@ -416,7 +454,7 @@ static void step(eng *e) {
     e->st.decode_steps++;
     e->st.decode_seconds += dt;
     for (int b = 0; b < nb; b++) {
-        if (toks[b] < 0) slot_fail(e, &e->slots[e->bslot[b]], JSON_STUCK);
+        if (toks[b] < 0) slot_fail(e, &e->slots[e->bslot[b]], toks[b] == -1 ? JSON_STUCK : GRAMMAR_STUCK);
         else publish(e, &e->slots[e->bslot[b]], toks[b]);
     }
     pthread_mutex_unlock(&e->mu);
@@ -504,6 +542,17 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         sl->counts = calloc((size_t)e->V, sizeof(int));
         if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
     }
+    if (o->tok_off && o->tok_bytes) {
+        int nt = o->tok_n < e->V ? o->tok_n : e->V;
+        e->notext = malloc((size_t)e->V * sizeof *e->notext);
+        if (!e->notext || tm_build(o->tok_bytes, o->tok_off, nt, o->text_stop, &e->trie) ||
+            !(e->allowed = malloc((size_t)(nt ? nt : 1)))) {
+            ci_err(err, errlen, "out of memory for the token trie");
+            goto fail;
+        }
+        for (int i = 0; i < e->V; i++)
+            if (i >= nt || o->tok_off[i + 1] == o->tok_off[i] || o->tok_off[i + 1] - o->tok_off[i] >= 60000) e->notext[e->n_notext++] = i;
+    }
     if (o->prefix_cache_bytes && (e->trim || e->snap) &&
         !(e->pfx = pfx_new(o->prefix_cache_bytes, e->trim ? free : snap_free_blob))) {
         ci_err(err, errlen, "out of memory");
@@ -539,8 +588,12 @@ void eng_free(eng *e) {
             free(e->slots[i].toks);
             free(e->slots[i].counts);
             smp_free(&e->slots[i].smp);
+            sm_release(&e->slots[i].sm);
         }
     pfx_free(e->pfx);
+    tm_free(e->trie);
+    free(e->allowed);
+    free(e->notext);
     free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot);
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);
@@ -549,7 +602,7 @@ void eng_free(eng *e) {
 
 int eng_ctx(const eng *e) { return e->o.ctx; }
 
-int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t errlen) {
+static int submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t errlen) {
     *out = NULL;
     if (p->n_prompt < 1) return ci_err(err, errlen, "the prompt is empty");
     if (p->max_tokens < 1) return ci_err(err, errlen, "max_tokens must be at least 1, got %d", p->max_tokens);
@@ -566,6 +619,7 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
                           p->bias_id[i], (double)p->bias[i], e->V);
     if (smp_check(&p->so, err, errlen)) return -1;
     if (p->json_mode && !e->o.tok_off) return ci_err(err, errlen, "JSON mode needs the tokenizer's token texts");
+    if (p->grammar && !e->trie) return ci_err(err, errlen, "structured outputs need the tokenizer's token texts");
     eng_req *r = calloc(1, sizeof *r);
     if (!r) return ci_err(err, errlen, "out of memory");
     r->e = e;
@@ -580,6 +634,7 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
     }
     pthread_cond_init(&r->cv, NULL);
     if (!r->prompt || !r->ids || (p->top_logprobs >= 0 && (!r->lps || !r->top_ids || !r->top_lps))) {
+        r->p.grammar = NULL;                 /* eng_submit frees it */
         req_free(r);
         return ci_err(err, errlen, "out of memory");
     }
@@ -588,7 +643,11 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
     if (p->n_bias > 0) {
         r->bias_id = malloc((size_t)p->n_bias * sizeof(int));
         r->bias = malloc((size_t)p->n_bias * sizeof(float));
-        if (!r->bias_id || !r->bias) { req_free(r); return ci_err(err, errlen, "out of memory"); }
+        if (!r->bias_id || !r->bias) {
+            r->p.grammar = NULL;             /* eng_submit frees it */
+            req_free(r);
+            return ci_err(err, errlen, "out of memory");
+        }
         memcpy(r->bias_id, p->bias_id, (size_t)p->n_bias * sizeof(int));
         memcpy(r->bias, p->bias, (size_t)p->n_bias * sizeof(float));
     }
@@ -600,6 +659,7 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
     for (int i = 0; i < e->o.parallel; i++) active += e->slots[i].r != NULL;
     if (e->stop || e->qlen >= e->o.queue_max + (e->o.parallel - active)) {
         pthread_mutex_unlock(&e->mu);
+        r->p.grammar = NULL;                 /* eng_submit frees it */
         req_free(r);
         if (e->stop) return ci_err(err, errlen, "the server is shutting down");
         return ENG_BUSY;
@@ -614,6 +674,12 @@ int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t err
     pthread_mutex_unlock(&e->mu);
     *out = r;
     return 0;
+}
+
+int eng_submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t errlen) {
+    int rc = submit(e, p, out, err, errlen);
+    if (rc) jsc_free(p->grammar);
+    return rc;
 }
 
 int eng_read(eng_req *r, int from, eng_tok *out, int max, int timeout_ms, int *done) {

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../text/tokenizer.h"
+#include "schema.h"
 
 #define ENG_MAX_TOP 20
 #define ENG_BUSY 1
@@ -46,6 +47,7 @@ typedef struct {
     const char *tok_bytes;     /* JSON mode: token i < tok_n has the text tok_bytes[tok_off[i], tok_off[i + 1]) */
     const uint32_t *tok_off;   /* [tok_n + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
     int tok_n;                 /* ids with a text (the tokenizer's; the model's vocabulary may be larger) */
+    int text_stop;             /* the first byte of the tool-call marker (free text fast path, tokmask.h), or -1 */
 } eng_opts;
 
 typedef struct {
@@ -62,6 +64,10 @@ typedef struct {
     int n_bias;
     int json_mode;             /* the reply is a JSON object: only tokens that keep it one (jsonfsm.h); it ends
                                 * (ENG_FIN_EOS) when the object closes, ignore_eos or not */
+    jsc_grammar *grammar;       /* or NULL: only tokens the grammar's matcher takes (schema.h), EOS only where it
+                                * is complete; eng_submit takes it over (freed with the request, also on failure) */
+    int grammar_ends;          /* the reply ends (ENG_FIN_EOS) as soon as the grammar is complete (a JSON schema);
+                                * else EOS decides (free text with tool calls) */
 } eng_params;
 
 typedef struct {

@@ -446,6 +446,7 @@ static void probe_call_frame(srv *s) {
         int rc = tpl_chat_render(s->ch, req, NULL, &text, &len, err, sizeof err);
         json_decref(req);
         if (!rc) rc = op_call_frame(text, len, "cinfer_probe_fn", "{\"cinfer_probe_arg\": 0}", &s->call_open, &s->call_mid);
+        if (!rc && op_call_close(text, len, "{\"cinfer_probe_arg\": 0}", &s->call_close)) s->call_close = NULL;
         free(text);
         if (!rc) return;
     }
@@ -516,7 +517,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (eng_token_texts(s->tk, tok_n, &s->tok_bytes, &s->tok_off)) s->tok_bytes = NULL, s->tok_off = NULL;
     int ctx = s->o.ctx;
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
-    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n };
+    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n,
+                    s->call_open ? (unsigned char)s->call_open[0] : -1 };
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
     if (!(s->rs = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20))) { ci_err(err, errlen, "out of memory"); goto fail; }
 
@@ -559,6 +561,7 @@ void srv_stop(srv *s) {
     tpl_chat_free(s->ch);
     free(s->call_open);
     free(s->call_mid);
+    free(s->call_close);
     free(s->tok_bytes);
     free(s->tok_off);
     tok_free(s->tk);

@@ -286,3 +286,27 @@ int op_call_frame(const char *text, size_t len, const char *name, const char *ar
     if (!*open || (a0 < len && !*mid)) { free(*open); free(*mid); *open = *mid = NULL; return -1; }
     return 0;
 }
+
+int op_call_close(const char *text, size_t len, const char *args, char **close) {
+    static const char *const ends[] = { HERMES_CLOSE, DS_CALL_END, DSML_INVOKE_END };
+    static const char *const more[] = { DS_CALLS_END, DSML_CALLS_END };
+    *close = NULL;
+    size_t a = len, al = strlen(args);
+    for (size_t at = find(text, 0, len, args); at < len; at = find(text, at + 1, len, args)) a = at;
+    if (a >= len) return -1;
+    size_t p = a + al, e = (size_t)-1;
+    for (int i = 0; i < 3; i++) {
+        size_t at = find(text, p, len, ends[i]);
+        if (at < len && at + strlen(ends[i]) < e) e = at + strlen(ends[i]);
+    }
+    if (e == (size_t)-1) return -1;
+    for (int again = 1; again && e < len;) {
+        again = 0;
+        size_t q = e;
+        while (q < len && is_ws(text[q])) q++;
+        for (int i = 0; i < 2; i++)
+            if (starts(text, q, len, more[i])) { e = q + strlen(more[i]); again = 1; break; }
+    }
+    if (!(*close = strndup(text + p, e - p))) return -1;
+    return 0;
+}

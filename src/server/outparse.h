@@ -53,5 +53,9 @@ json_t *op_tool_uses(const char *text, size_t len, const char *id_prefix, size_t
  * *mid is NULL when the arguments do not appear as that text (DSML writes them as
  * parameters). -1 when the rendering holds no call this parser reads (nothing allocated). */
 int op_call_frame(const char *text, size_t len, const char *name, const char *args, char **open, char **mid);
+/* The bytes that close a call after its arguments text `args` in the same rendering (up to
+ * the end of the call's last end marker, e.g. "}\n</tool_call>"), malloc'd into *close;
+ * -1 when args or an end marker is not there. */
+int op_call_close(const char *text, size_t len, const char *args, char **close);
 
 #endif

@@ -36,6 +36,7 @@ struct srv {
     tpl_chat *ch;              /* NULL when the model folder has no chat template */
     char ch_err[512];          /* why ch is NULL */
     char *call_open, *call_mid; /* how the template frames a tool call (outparse.h op_call_frame), or NULL */
+    char *call_close;          /* what closes a call after its arguments (op_call_close), or NULL */
     char *tok_bytes;           /* every token's text in context, for JSON mode (token_texts in http.c) */
     uint32_t *tok_off;         /* [V + 1], or NULL */
     eng *e;

@@ -4,7 +4,8 @@
  * its whole sequence is a prefix, and the prefix store keeps snapshots).
  *
  * (More below: determinism on a model wider than one matmul column chunk, prefix reuse of
- * the hybrids through snapshots, the prefix store.)
+ * the hybrids through snapshots, the prefix store, JSON mode, and a schema grammar of free
+ * text with constrained calls.)
  *
  * Per model: six seeded requests run alone, then all at once, and must give the same
  * tokens, which must also equal ci_generate's; a request whose prompt extends a finished
@@ -61,7 +62,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -186,7 +187,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -274,7 +275,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -372,7 +373,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1 };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -465,7 +466,7 @@ static void test_engine_json_mode(void) {
     const int tn = info.vocab_size - 7;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -527,6 +528,105 @@ out:
     ci_model_free(m);
 }
 
+/* A grammar of free text with constrained calls (what strict tools under tool_choice auto
+ * run): the marker is "e", so the demo model meets it often; after each "e" the reply must
+ * hold {"k": 0..9} and "!". 8 sampled replies: each is a prefix the grammar takes (whole
+ * when EOS ended it), and calls were made. A grammar without token texts is refused. */
+static jsc_grammar *text_grammar(void) {
+    char err[256];
+    json_t *s = json_loads("{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},"
+                           "\"required\":[\"k\"],\"additionalProperties\":false}", 0, NULL);
+    jsc_grammar *g = jsc_new();
+    int obj = jsc_schema(g, s, s, "#", err, sizeof err), parts[2] = { obj, jsc_literal(g, "!", 1) };
+    g->root = jsc_text(g, "e", 1, jsc_group(g, SN_SEQ, parts, 2));
+    json_decref(s);
+    return g;
+}
+
+static void test_engine_grammar_text(void) {
+    char err[1024];
+    ci_model *m = NULL;
+    tok_tokenizer *tk = NULL;
+    ci_model_opts mo = { .n_threads = 0 };
+    if (ci_model_open("models/demo", &mo, &m, err, sizeof err) || tok_load("models/demo", &tk, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        ci_model_free(m);
+        return;
+    }
+    ci_model_info info;
+    ci_model_get_info(m, &info);
+    char *tb = NULL;
+    uint32_t *to = NULL;
+    const int tn = info.vocab_size;
+    CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
+    eng *e = NULL, *e0 = NULL;
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e' }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
+    if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto out;
+    }
+    int *prompt = NULL;
+    size_t np = 0;
+    const char *q = "<|user|>\nTell me about the weather.<|end|>\n<|assistant|>\n";
+    CHECK(tok_encode(tk, q, strlen(q), 1, &prompt, &np, err, sizeof err) == 0, "%s", err);
+    enum { NG = 8, MAXG = 60 };
+    eng_req *r[NG];
+    for (int i = 0; i < NG; i++) {
+        eng_params p;
+        memset(&p, 0, sizeof p);
+        p.prompt = prompt;
+        p.n_prompt = (int)np;
+        p.max_tokens = MAXG;
+        ci_sampler_defaults(&p.so);
+        p.so.temperature = 1.0f;
+        p.so.seed = (uint64_t)(200 + i);
+        p.grammar = text_grammar();
+        if (eng_submit(e, &p, &r[i], err, sizeof err)) { CHECK(0, "submit %d: %s", i, err); r[i] = NULL; }
+        if (i == 0) {
+            p.grammar = text_grammar();                 /* eng_submit frees it, refused or not */
+            CHECK(eng_submit(e0, &p, &(eng_req *){ NULL }, err, sizeof err) != 0 && strstr(err, "token texts"),
+                  "a grammar without token texts accepted");
+        }
+    }
+    int calls = 0;
+    jsc_grammar *g = text_grammar();
+    for (int i = 0; i < NG; i++) {
+        if (!r[i]) continue;
+        eng_tok t[MAXG];
+        int got = 0, done = 0, ids[MAXG];
+        while (!done) got += eng_read(r[i], got, t + got, MAXG - got, 1000, &done);
+        eng_finish f = eng_req_finish(r[i], err, sizeof err);
+        CHECK(f == ENG_FIN_EOS || f == ENG_FIN_LENGTH, "reply %d finished with %d: %s", i, (int)f, err);
+        for (int k = 0; k < got; k++) ids[k] = t[k].id;
+        int n = got;
+        for (int k = 0; n > 0 && k < info.n_eos; k++) if (ids[n - 1] == info.eos_ids[k]) { n--; break; }
+        char *text = NULL;
+        size_t len = 0;
+        if (!tok_decode(tk, ids, (size_t)n, 1, &text, &len, err, sizeof err)) {
+            sm_matcher sm;
+            sm_state st;
+            sm_init(&sm, g, &st);
+            CHECK(sm_feed(&sm, &st, text, len) == 0, "reply %d leaves the grammar: '%s'", i, text);
+            if (f == ENG_FIN_EOS) CHECK(sm_complete(&sm, &st), "reply %d ended inside a call: '%s'", i, text);
+            for (const char *c = text; (c = strstr(c, "e{")); c++) calls++;
+            sm_release(&sm);
+        }
+        free(text);
+        eng_release(r[i]);
+    }
+    jsc_free(g);
+    CHECK(calls > 0, "no call in %d replies", NG);
+    printf("  grammar text: %d calls in %d replies\n", calls, NG);
+    free(prompt);
+out:
+    eng_free(e);
+    eng_free(e0);
+    free(tb);
+    free(to);
+    tok_free(tk);
+    ci_model_free(m);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
@@ -535,5 +635,6 @@ int main(void) {
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);
+    TEST_RUN(test_engine_grammar_text);
     TEST_EXIT();
 }
