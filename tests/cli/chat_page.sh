@@ -27,31 +27,6 @@ if ! bash tests/server/setup_npm.sh >"$TMP/npm.log" 2>&1 || [ ! -f .cache/npm/no
   fail "playwright-core installed" "$(tail -3 "$TMP/npm.log")"; exit 1
 fi
 
-# start_server NAME ARGS...: sets PORT and PID
-start_server() {
-  local name=$1; shift
-  "$CINFER" serve --port 0 "$@" 2>"$TMP/$name.err" & PID=$!
-  PIDS+=("$PID")
-  PORT=
-  for _ in $(seq 1 150); do
-    PORT=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/$name.err" 2>/dev/null | head -1 | cut -d: -f3)
-    [ -n "$PORT" ] && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$PORT" ]; then fail "server $name starts" "$(head -c 400 "$TMP/$name.err")"; return 1; fi
-}
-stop_server() {
-  local name=$1 pid=$2 rc
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then fail "server $name stops on SIGTERM" "still running"; kill -9 "$pid"; return; fi
-  wait "$pid"; rc=$?
-  if [ $rc -ne 0 ] || grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$TMP/$name.err"; then
-    fail "server $name stops cleanly" "exit $rc: $(tail -c 600 "$TMP/$name.err")"
-  else pass "server $name stops cleanly"; fi
-}
-
 printf '%s' "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>
 {{ m['content'] }}<|end|>
 {% endfor %}{% if add_generation_prompt %}<|assistant|>

@@ -23,33 +23,6 @@ cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T
 trap cleanup EXIT
 SEEDS=5; case "$CINFER" in *asan*) SEEDS=2 ;; esac   # the sanitizer build runs the demo model ~10x slower
 
-start_server() {
-  local name=$1; shift
-  "$CINFER" serve --port 0 "$@" 2>"$TMP/$name.err" & PID=$!
-  PIDS+=("$PID")
-  PORT=
-  for _ in $(seq 1 150); do
-    PORT=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/$name.err" 2>/dev/null | head -1 | cut -d: -f3)
-    [ -n "$PORT" ] && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$PORT" ]; then fail "server $name starts" "$(head -c 400 "$TMP/$name.err")"; return 1; fi
-  pass "server $name starts (port $PORT)"
-}
-
-stop_server() {
-  local name=$1 pid=$2 rc
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then fail "server $name stops on SIGTERM" "still running"; kill -9 "$pid"; return; fi
-  wait "$pid"; rc=$?
-  if [ $rc -ne 0 ]; then fail "server $name stops on SIGTERM" "exit $rc: $(tail -c 600 "$TMP/$name.err")"
-  elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$TMP/$name.err"; then
-    fail "server $name stops on SIGTERM" "sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$TMP/$name.err")"
-  else pass "server $name stops cleanly on SIGTERM"; fi
-}
-
 req() {
   STATUS=$(curl -s -m 60 -X POST -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary "$1" \
            "http://127.0.0.1:$PORT/v1/chat/completions")

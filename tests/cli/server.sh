@@ -33,35 +33,6 @@ trap cleanup EXIT
 KEY=sk-cinfer-test
 asan=0; case "$CINFER" in *asan*) asan=1 ;; esac
 
-# start_server NAME ARGS...: sets PORT and PID; fails the script when it does not come up.
-start_server() {
-  local name=$1; shift
-  "$CINFER" serve --port 0 "$@" 2>"$TMP/$name.err" & PID=$!
-  PIDS+=("$PID")
-  PORT=
-  for _ in $(seq 1 150); do
-    PORT=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/$name.err" 2>/dev/null | head -1 | cut -d: -f3)
-    [ -n "$PORT" ] && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$PORT" ]; then fail "server $name starts" "$(head -c 400 "$TMP/$name.err")"; return 1; fi
-  pass "server $name starts (port $PORT)"
-}
-
-# stop_server NAME PID: SIGTERM, exit 0 within 20 s, nothing alarming on stderr.
-stop_server() {
-  local name=$1 pid=$2 rc
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then fail "server $name stops on SIGTERM" "still running"; kill -9 "$pid"; return; fi
-  wait "$pid"; rc=$?
-  if [ $rc -ne 0 ]; then fail "server $name stops on SIGTERM" "exit $rc: $(tail -c 600 "$TMP/$name.err")"
-  elif grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$TMP/$name.err"; then
-    fail "server $name stops on SIGTERM" "sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$TMP/$name.err")"
-  else pass "server $name stops cleanly on SIGTERM"; fi
-}
-
 # req METHOD PATH [BODY] [curl args...]: status in $STATUS, body in $TMP/body, headers in $TMP/hdr
 req() {
   local method=$1 path=$2; shift 2
