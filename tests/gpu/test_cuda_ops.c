@@ -441,6 +441,7 @@ static void test_matmul_fused(void) {
      * 0.6B's o_proj / down_proj, and gate / up of 1024 rows) */
     fused_shape(4096, 4096, 1024, dec, 2, one, 1);
     fused_shape(3072, 1024, 512, dec, 1, one, 1);
+    fused_shape(4096, 1024, 4096, dec, 1, one, 1);   /* gate / up of 4096 rows: two of each per warp */
 }
 
 static void test_rmsnorm(void) {

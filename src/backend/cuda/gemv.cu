@@ -340,12 +340,15 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
          *  - many (>= 4096) rows of 4096 columns, and the tall vocabulary head: two rows per
          *    warp, so each x (and norm weight) load serves two weight rows: 8B-dims decode
          *    556-558 vs 518-521 tok/s; on shorter rows (the 0.6B's 1024 columns) it lost
-         *    (956-960 vs 985-999): more warps in flight matter more there;
+         *    (956-960 vs 985-999): more warps in flight matter more there; the same for the
+         *    fused gate+up on >= 4096 rows of >= 4096 columns (two gate and two up rows per
+         *    warp): 568-571 vs 556-562; not for down_proj's 12288 columns (550 vs 558), and
+         *    four rows per warp on the 4096-column head was within noise (560-564);
          *  - else one row per warp with four 16-byte loads in flight per lane. */
         const bool tall = total_rows >= 32768;
         if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
         else if (MODE == CB_SWIGLU) {
-            if (tall && a.cols <= 1024) CB_GEMV_GO(1, 2, 1);
+            if ((tall && a.cols <= 1024) || (total_rows >= 4096 && a.cols >= 4096)) CB_GEMV_GO(1, 2, 1);
             else CB_GEMV_GO(1, 1, 2);
         } else if (tall && a.cols <= 1024) CB_GEMV_GO(1, 4, 1);
         else if ((tall || (total_rows >= 4096 && a.cols >= 4096)) && a.cols <= 4096) CB_GEMV_GO(1, 2, 2);
