@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# CPU side-by-side of cinfer and llama.cpp on the same random bf16 dense weights
+# (Qwen3-0.6B dims; bench/RESULTS.md, issue #15): prefill 128, decode 64, 1 and 2 threads,
+# the two engines alternating, ROUNDS rounds, loadavg printed before every run.
+#   SRC     a bf16 qwen3 checkpoint from
+#             build-cpu/cinfer make-random --config bench/qwen3-0.6b.config.json --out /tmp/q06 --dtype bf16 --seed 1
+#   GGUF    the same weights for llama.cpp (bench/make_bf16_gguf.py writes it if missing)
+#   LCPP    a llama.cpp checkout built beside the project (never committed):
+#             cmake -S $LCPP -B $LCPP/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
+#             cmake --build $LCPP/build -j2 --target llama-bench
+#   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
+#   PY      a python3 with numpy (for the GGUF writer only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=${SRC:-/tmp/q06} GGUF=${GGUF:-/tmp/q06.gguf} LCPP=${LCPP:-/tmp/llama.cpp}
+CINFER=${CINFER:-build-cpu/cinfer} ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3}
+[ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "$SRC" "$GGUF" "$LCPP"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
+echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
+for r in $(seq "$ROUNDS"); do
+  for t in $THREADS; do
+    echo "== round $r threads $t cinfer (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+    echo "== round $r threads $t llama.cpp (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$LCPP/build/bin/llama-bench" -m "$GGUF" -p 128 -n 64 -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
+  done
+done
