@@ -78,7 +78,7 @@ int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) {
     return -1;
 }
 
-static const char *type_name(const json_t *v) {
+const char *srv_json_type(const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
@@ -93,7 +93,7 @@ static const char *type_name(const json_t *v) {
 static int opt_num(const json_t *o, const char *k, double lo, double hi, double *out, srv_err *e) {
     const json_t *v = json_object_get(o, k);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return srv_fail(e, 400, k, "'%s' must be a number, got %s", k, type_name(v));
+    if (!json_is_number(v)) return srv_fail(e, 400, k, "'%s' must be a number, got %s", k, srv_json_type(v));
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi)) return srv_fail(e, 400, k, "'%s' must be in [%g, %g], got %g", k, lo, hi, x);
     *out = x;
@@ -103,7 +103,7 @@ static int opt_num(const json_t *o, const char *k, double lo, double hi, double 
 static int opt_int(const json_t *o, const char *k, long long lo, long long hi, long long *out, srv_err *e) {
     const json_t *v = json_object_get(o, k);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return srv_fail(e, 400, k, "'%s' must be an integer, got %s", k, type_name(v));
+    if (!json_is_integer(v)) return srv_fail(e, 400, k, "'%s' must be an integer, got %s", k, srv_json_type(v));
     long long x = json_integer_value(v);
     if (x < lo || x > hi) return srv_fail(e, 400, k, "'%s' must be in [%lld, %lld], got %lld", k, lo, hi, x);
     *out = x;
@@ -113,7 +113,7 @@ static int opt_int(const json_t *o, const char *k, long long lo, long long hi, l
 static int opt_bool(const json_t *o, const char *k, int *out, srv_err *e) {
     const json_t *v = json_object_get(o, k);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return srv_fail(e, 400, k, "'%s' must be a boolean, got %s", k, type_name(v));
+    if (!json_is_boolean(v)) return srv_fail(e, 400, k, "'%s' must be a boolean, got %s", k, srv_json_type(v));
     *out = json_is_true(v);
     return 1;
 }
@@ -122,7 +122,7 @@ static int opt_bool(const json_t *o, const char *k, int *out, srv_err *e) {
 static int check_model(srv *s, const json_t *req, srv_err *e) {
     const json_t *v = json_object_get(req, "model");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return srv_fail(e, 400, "model", "'model' must be a string, got %s", type_name(v));
+    if (!json_is_string(v)) return srv_fail(e, 400, "model", "'model' must be a string, got %s", srv_json_type(v));
     const char *m = json_string_value(v);
     if (strcmp(m, s->model_id) && strcmp(m, s->model_dir)) {
         e->code = "model_not_found";
@@ -174,7 +174,7 @@ static int read_stop(job *j, const json_t *req, const char *key, srv_err *e) {
         j->stop[j->n_stop++] = strdup(json_string_value(v));
         return 0;
     }
-    if (!json_is_array(v)) return srv_fail(e, 400, key, "'%s' must be a string or an array of strings, got %s", key, type_name(v));
+    if (!json_is_array(v)) return srv_fail(e, 400, key, "'%s' must be a string or an array of strings, got %s", key, srv_json_type(v));
     if (json_array_size(v) > MAX_STOP) return srv_fail(e, 400, key, "'%s' has %zu entries; at most %d", key, json_array_size(v), MAX_STOP);
     size_t i;
     json_t *x;
@@ -214,7 +214,7 @@ static int read_sampling(const json_t *req, eng_params *p, double tmax, srv_err 
     if (rc) p->frequency_penalty = (float)d;
     const json_t *sv = json_object_get(req, "seed");
     if (sv && !json_is_null(sv)) {
-        if (!json_is_integer(sv)) return srv_fail(e, 400, "seed", "'seed' must be an integer, got %s", type_name(sv));
+        if (!json_is_integer(sv)) return srv_fail(e, 400, "seed", "'seed' must be an integer, got %s", srv_json_type(sv));
         p->so.seed = (uint64_t)json_integer_value(sv);
     }
     if ((rc = opt_bool(req, "ignore_eos", &p->ignore_eos, e)) < 0) return -1;
@@ -288,7 +288,7 @@ static int read_response_format(const json_t *req, int *json, jsc_grammar **g, s
 static int read_logit_bias(srv *s, job *j, const json_t *req, eng_params *p, srv_err *e) {
     const json_t *lb = json_object_get(req, "logit_bias");
     if (!lb || json_is_null(lb)) return 0;
-    if (!json_is_object(lb)) return srv_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s", type_name(lb));
+    if (!json_is_object(lb)) return srv_fail(e, 400, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s", srv_json_type(lb));
     size_t n = json_object_size(lb);
     if (n > 1024) return srv_fail(e, 400, "logit_bias", "'logit_bias' has %zu entries; at most 1024", n);
     if (!n) return 0;
@@ -353,7 +353,7 @@ static int content_text(const json_t *c, const char *where, char **out, srv_err 
     *out = NULL;
     if (!c || json_is_null(c)) { *out = strdup(""); return *out ? 0 : srv_fail(e, 500, NULL, "out of memory"); }
     if (json_is_string(c)) { *out = strdup(json_string_value(c)); return *out ? 0 : srv_fail(e, 500, NULL, "out of memory"); }
-    if (!json_is_array(c)) return srv_fail(e, 400, where, "'%s' must be a string or an array of content parts, got %s", where, type_name(c));
+    if (!json_is_array(c)) return srv_fail(e, 400, where, "'%s' must be a string or an array of content parts, got %s", where, srv_json_type(c));
     char *b = NULL;
     size_t len = 0, cap = 0;
     size_t i;
@@ -375,7 +375,7 @@ static int content_text(const json_t *c, const char *where, char **out, srv_err 
 static json_t *norm_messages(const json_t *req, api_dialect d, srv_err *e) {
     const json_t *ms = json_object_get(req, "messages");
     if (!ms) { srv_fail(e, 400, "messages", "'messages' is required"); return NULL; }
-    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", type_name(ms)); return NULL; }
+    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", srv_json_type(ms)); return NULL; }
     if (!json_array_size(ms)) { srv_fail(e, 400, "messages", "'messages' must not be empty"); return NULL; }
     json_t *out = json_array();
     if (d == API_ANTHROPIC) {
@@ -392,7 +392,7 @@ static json_t *norm_messages(const json_t *req, api_dialect d, srv_err *e) {
     json_array_foreach(ms, i, m) {
         char where[64];
         snprintf(where, sizeof where, "messages[%zu]", i);
-        if (!json_is_object(m)) { srv_fail(e, 400, where, "'%s' must be an object, got %s", where, type_name(m)); goto fail; }
+        if (!json_is_object(m)) { srv_fail(e, 400, where, "'%s' must be an object, got %s", where, srv_json_type(m)); goto fail; }
         const json_t *role = json_object_get(m, "role");
         if (!json_is_string(role)) { srv_fail(e, 400, where, "'%s.role' must be a string", where); goto fail; }
         const char *r = json_string_value(role);
@@ -426,7 +426,7 @@ fail:
 static json_t *anthropic_as_chat(const json_t *req, srv_err *e) {
     const json_t *ms = json_object_get(req, "messages");
     if (!ms) { srv_fail(e, 400, "messages", "'messages' is required"); return NULL; }
-    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", type_name(ms)); return NULL; }
+    if (!json_is_array(ms)) { srv_fail(e, 400, "messages", "'messages' must be an array, got %s", srv_json_type(ms)); return NULL; }
     if (!json_array_size(ms)) { srv_fail(e, 400, "messages", "'messages' must not be empty"); return NULL; }
     json_t *out = json_deep_copy(req), *msgs = json_array();
     json_object_del(out, "system");
@@ -514,7 +514,7 @@ static json_t *anthropic_as_chat(const json_t *req, srv_err *e) {
     }
     const json_t *tools = json_object_get(req, "tools");
     if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) { srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); goto fail; }
+        if (!json_is_array(tools)) { srv_fail(e, 400, "tools", "'tools' must be an array, got %s", srv_json_type(tools)); goto fail; }
         json_t *ot = json_array();
         const json_t *t;
         json_array_foreach(tools, i, t) {
@@ -563,7 +563,7 @@ int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char
     json_t *t = json_pack("{s:o,s:b}", "messages", msgs, "add_generation_prompt", 1);
     const json_t *tools = json_object_get(req, "tools");
     if (tools && !json_is_null(tools)) {
-        if (!json_is_array(tools)) { json_decref(t); return srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); }
+        if (!json_is_array(tools)) { json_decref(t); return srv_fail(e, 400, "tools", "'tools' must be an array, got %s", srv_json_type(tools)); }
         if (json_array_size(tools) && !no_tools) json_object_set(t, "tools", (json_t *)tools);
     }
     const json_t *kw = json_object_get(req, "chat_template_kwargs");
@@ -612,7 +612,7 @@ static int completion_prompt(srv *s, const json_t *req, int **ids, int *n, srv_e
         *n = (int)cnt;
         return 0;
     }
-    if (!json_is_array(p)) return srv_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids, got %s", type_name(p));
+    if (!json_is_array(p)) return srv_fail(e, 400, "prompt", "'prompt' must be a string or an array of token ids, got %s", srv_json_type(p));
     size_t cnt = json_array_size(p);
     if (!cnt) return srv_fail(e, 400, "prompt", "'prompt' must not be empty");
     int V = tok_n_vocab(s->tk);
@@ -1170,7 +1170,7 @@ static int read_stream(job *j, const json_t *req, srv_err *e) {
     if (opt_bool(req, "stream", &j->stream, e) < 0) return -1;
     const json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
-        if (!json_is_object(so)) return srv_fail(e, 400, "stream_options", "'stream_options' must be an object, got %s", type_name(so));
+        if (!json_is_object(so)) return srv_fail(e, 400, "stream_options", "'stream_options' must be an object, got %s", srv_json_type(so));
         if (opt_bool(so, "include_usage", &j->include_usage, e) < 0) { snprintf(e->param, sizeof e->param, "stream_options.include_usage"); return -1; }
     }
     return 0;

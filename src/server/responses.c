@@ -133,17 +133,6 @@ struct resp_view {
     size_t sent_r, sent_c;     /* text offsets already streamed as reasoning / content */
 };
 
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 static int present(const json_t *v) { return v && !json_is_null(v); }
 
 void resp_view_free(resp_view *v) {
@@ -160,7 +149,7 @@ void resp_view_free(resp_view *v) {
 static json_t *parts_text(const json_t *c, const char *where, srv_err *e) {
     if (json_is_string(c)) return json_copy((json_t *)c);
     if (!json_is_array(c)) {
-        srv_fail(e, 400, where, "'%s' must be a string or an array of content parts, got %s", where, type_name(c));
+        srv_fail(e, 400, where, "'%s' must be a string or an array of content parts, got %s", where, srv_json_type(c));
         return NULL;
     }
     json_t *out = json_string("");
@@ -231,7 +220,7 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e) {
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
         return 0;
     }
-    if (!json_is_array(input)) return srv_fail(e, 400, "input", "'input' must be a string or an array of items, got %s", type_name(input));
+    if (!json_is_array(input)) return srv_fail(e, 400, "input", "'input' must be a string or an array of items, got %s", srv_json_type(input));
     if (!json_array_size(input)) return srv_fail(e, 400, "input", "'input' must not be empty");
     if (json_array_size(input) > MAX_ITEMS) return srv_fail(e, 400, "input", "'input' has %zu items; at most %d", json_array_size(input), MAX_ITEMS);
     size_t i;
@@ -239,7 +228,7 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e) {
     json_array_foreach(input, i, it) {
         char where[48];
         snprintf(where, sizeof where, "input[%zu]", i);
-        if (!json_is_object(it)) return srv_fail(e, 400, where, "'%s' must be an object, got %s", where, type_name(it));
+        if (!json_is_object(it)) return srv_fail(e, 400, where, "'%s' must be an object, got %s", where, srv_json_type(it));
         const json_t *tv = json_object_get(it, "type");
         if (present(tv) && !json_is_string(tv)) return srv_fail(e, 400, where, "'%s.type' must be a string", where);
         const char *ty = present(tv) ? json_string_value(tv) : "message";
@@ -283,7 +272,7 @@ static int input_messages(const json_t *input, json_t *msgs, srv_err *e) {
 
 /* Function tools in the flat Responses shape, as chat completions' {type, function}. */
 static json_t *chat_tools(const json_t *tools, srv_err *e) {
-    if (!json_is_array(tools)) { srv_fail(e, 400, "tools", "'tools' must be an array, got %s", type_name(tools)); return NULL; }
+    if (!json_is_array(tools)) { srv_fail(e, 400, "tools", "'tools' must be an array, got %s", srv_json_type(tools)); return NULL; }
     if (json_array_size(tools) > MAX_TOOLS) { srv_fail(e, 400, "tools", "'tools' has %zu entries; at most %d", json_array_size(tools), MAX_TOOLS); return NULL; }
     json_t *out = json_array();
     size_t i;
@@ -331,7 +320,7 @@ static json_t *chat_tool_choice(const json_t *tc, srv_err *e) {
  * preparation decides what it supports. */
 static int text_format(const json_t *text, json_t *chat, srv_err *e) {
     if (!present(text)) return 0;
-    if (!json_is_object(text)) return srv_fail(e, 400, "text", "'text' must be an object, got %s", type_name(text));
+    if (!json_is_object(text)) return srv_fail(e, 400, "text", "'text' must be an object, got %s", srv_json_type(text));
     const json_t *f = json_object_get(text, "format");
     if (!present(f)) return 0;
     const char *ty = json_is_object(f) ? cj_get_str(f, "type") : NULL;
@@ -360,7 +349,7 @@ static int opt_typed(const json_t *req, const char *k, json_type t, const char *
     const json_t *v = json_object_get(req, k);
     if (!present(v)) return 0;
     if (json_typeof(v) == t || (t == JSON_TRUE && json_is_boolean(v))) return 1;
-    return srv_fail(e, 400, k, "'%s' must be %s, got %s", k, what, type_name(v));
+    return srv_fail(e, 400, k, "'%s' must be %s, got %s", k, what, srv_json_type(v));
 }
 
 int resp_prepare(srv *s, const json_t *req, const char *id, long long created, json_t **chat, resp_view **view, srv_err *e) {
@@ -392,7 +381,7 @@ int resp_prepare(srv *s, const json_t *req, const char *id, long long created, j
     if (json_is_false(json_object_get(req, "store"))) v->store = 0;
     const json_t *mot = json_object_get(req, "max_output_tokens");
     if (present(mot) && !json_is_integer(mot)) {
-        srv_fail(e, 400, "max_output_tokens", "'max_output_tokens' must be an integer, got %s", type_name(mot));
+        srv_fail(e, 400, "max_output_tokens", "'max_output_tokens' must be an integer, got %s", srv_json_type(mot));
         goto fail;
     }
     if (present(mot) && json_integer_value(mot) < 1) {

@@ -63,6 +63,9 @@ typedef struct {
 } srv_err;
 
 int srv_fail(srv_err *e, int status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* "an object", "an array", "a string", "a number", "a boolean" or "null": v's JSON type as
+ * the 400 messages name it ("'x' must be ..., got a string"). */
+const char *srv_json_type(const json_t *v);
 
 /* Queue a reply; json bodies are stolen (decref'd). */
 enum MHD_Result srv_reply_json(srv *s, struct MHD_Connection *c, int status, json_t *body);
