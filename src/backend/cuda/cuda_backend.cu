@@ -417,7 +417,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     ci_backend *be = &cb->base;
     cb->device = device;
     cb->sm_count = prop.multiProcessorCount;
-    cb->l2_bytes = (size_t)prop.l2CacheSize;
     cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
     cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);

@@ -51,7 +51,6 @@ struct cuda_be {
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
-    size_t l2_bytes;         /* the device's L2 cache */
     char name[300];
 };
 
@@ -83,18 +82,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-/* cos / sin of position p into cs / sn [half] (shared memory), as the CPU computes them. */
-static __device__ __forceinline__ void rope_table(float *cs, float *sn, float p, const float *inv_freq, int half,
-                                                  float mscale) {
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double a = (double)(p * inv_freq[i]);
-        double c, s;
-        sincos(a, &s, &c);
-        cs[i] = (float)(c * mscale);
-        sn[i] = (float)(s * mscale);
-    }
 }
 
 template <typename... KArgs, typename... Args>

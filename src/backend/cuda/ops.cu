@@ -46,6 +46,16 @@ void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, 
     cb_launched(cb, "rmsnorm");
 }
 
+/* cos / sin of token t into cs / sn [half] (shared), as the CPU computes them. */
+__device__ void rope_table(float *cs, float *sn, float p, const float *inv_freq, int half, float mscale) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double a = (double)(p * inv_freq[i]);
+        double c, s;
+        sincos(a, &s, &c);
+        cs[i] = (float)(c * mscale);
+        sn[i] = (float)(s * mscale);
+    }
+}
 
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
                             const float *inv_freq, float mscale, int style) {
