@@ -53,6 +53,28 @@ typedef struct {
 typedef enum { CI_ROPE_NEOX = 0, /* rotate halves: (x[i], x[i+d/2]) */
                CI_ROPE_INTERLEAVED = 1 /* rotate pairs: (x[2i], x[2i+1]) */ } ci_rope_style;
 
+/* A routed-experts layer as the MoE ops see it (nn/moe.h states the math; its moe_forward
+ * fills one of these per call). Every pointer is backend memory: the expert views' data,
+ * bias and hash_ids are placed with weight(). A device backend may key tables it builds
+ * from the views by the address of w_up (stable for a model's life). */
+typedef enum { CI_ROUTE_SOFTMAX = 0, CI_ROUTE_SIGMOID, CI_ROUTE_SQRTSOFTPLUS } ci_route;
+typedef struct ci_moe {
+    int n_experts, top_k;
+    int hidden, inter;           /* experts read x [n, hidden] (the latent width for latent MoE) */
+    ci_route router;
+    int norm_topk_prob;
+    float norm_eps;              /* sigmoid / sqrtsoftplus: added to the top-k sum; 0 = 1e-20 */
+    float routed_scaling;        /* 1 when the family has none */
+    int n_group, topk_group;     /* 1, 1: no grouping (sigmoid only) */
+    const float *bias;           /* [n_experts] choice bias (e_score_correction_bias) or NULL */
+    const int32_t *hash_ids;     /* [hash_vocab, top_k] experts per token id, or NULL */
+    int hash_vocab;
+    int relu2;                   /* expert = down(relu(up x)²); w_gate unused (may be NULL) */
+    float act_limit;             /* > 0: silu(min(g, L)) · clamp(u, -L, L) */
+    const ci_mat *w_gate, *w_up; /* [n_experts] views, each [inter, hidden] */
+    const ci_mat *w_down;        /* [n_experts] views, each [hidden, inter] */
+} ci_moe;
+
 typedef struct ci_backend {
     const char *name;       /* "cpu-avx512", "cpu-avx2", "cpu-scalar" */
     ci_pool *pool;
@@ -157,6 +179,19 @@ typedef struct ci_backend {
     /* out[0] = the index of the largest of x[0, count) (the first one on ties; NaN is never
      * chosen over a number), as int32 in backend memory. */
     void (*argmax)(struct ci_backend *be, int32_t *out, const float *x, int count);
+
+    /* ---- MoE: the router's choice and the routed experts, expert ids in backend memory ----
+     * moe_route: from router logits[n, n_experts] (and, for hash routing, the rows' token ids
+     * ids[n], each < hash_vocab; else ids may be NULL), sel[n, top_k] (int32) and w[n, top_k]
+     * by the rules of nn/moe.h. Ties keep the lower expert index (a stable descending sort).
+     * moe_experts: out[n, hidden] = Σ_k w[t, k] · expert_sel[t, k](x[t]) (out overwritten).
+     * The CPU runs each active expert as one batched matmul over its tokens, in expert order,
+     * and adds into out in that order; a device adds in an order of its own, fixed per shape
+     * (same inputs, same bits). */
+    void (*moe_route)(struct ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
+                      const ci_moe *m);
+    void (*moe_experts)(struct ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                        const ci_moe *m);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

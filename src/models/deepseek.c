@@ -301,7 +301,7 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->lat_cache || (d->indexed && !c->key_cache) || !c->lat || !c->x || !c->xn || !c->y || !c->g || !c->u ||
         !c->last || !c->pos || mla_scratch_init(&c->mla, A, UBATCH) ||
         (d->indexed && dsa_scratch_init(&c->dsa, &d->layers[0].idx, A, UBATCH, s->max_ctx)) ||
-        (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
+        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
     return 0;
 }
@@ -313,7 +313,7 @@ void ds_session_free(ci_session *s) {
     free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
     mla_scratch_free(&c->mla);
     dsa_scratch_free(&c->dsa);
-    moe_scratch_free(&c->moe);
+    moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
 }

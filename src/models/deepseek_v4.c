@@ -594,7 +594,7 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->npos = malloc((size_t)U * sizeof(int32_t));
     if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
         !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->dots || !c->sel ||
-        !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(&c->moe, &d->layers[0].moe, U))
+        !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(s->m->be, &c->moe, &d->layers[0].moe, U))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
 }
@@ -615,7 +615,7 @@ static void v4_session_free(ci_session *s) {
     free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
     free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->dots); free(c->sel); free(c->nsel); free(c->last);
     free(c->pos); free(c->npos);
-    moe_scratch_free(&c->moe);
+    moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
 }

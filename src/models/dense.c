@@ -375,7 +375,7 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
                       be->last_error[0] ? ": " : "", be->last_error);
-    if (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, c->ub))
+    if (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, c->ub))
         return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
     return 0;
 }
@@ -396,7 +396,7 @@ void dense_session_free(ci_session *s) {
     be_release(be, c->pos);
     be_release(be, c->best);
     be_release(be, c->best_n);
-    moe_scratch_free(&c->moe);
+    moe_scratch_free(s->m->be, &c->moe);
     free(c->hpos);
     free(c->hkv);
     free(c);

@@ -368,7 +368,7 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     for (int l = 0; l < d->n_layers && !sc0; l++)
         if (!d->layers[l].is_attn) sc0 = &d->layers[l].conv;
     if ((sc0 && sc_scratch_init(&c->sc, sc0, LFM2_UBATCH)) ||
-        (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, LFM2_UBATCH)))
+        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, LFM2_UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
 }
@@ -380,7 +380,7 @@ void lfm2_session_free(ci_session *s) {
     free(c->x); free(c->xn); free(c->q); free(c->k); free(c->v); free(c->att);
     free(c->g); free(c->u); free(c->last); free(c->pos);
     sc_scratch_free(&c->sc);
-    moe_scratch_free(&c->moe);
+    moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
 }

@@ -378,7 +378,7 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
         (d->any_dn && dn_scratch_init(&c->dn, d->any_dn, UBATCH)) ||
         (d->any_ga && ga_scratch_init(&c->ga, d->any_ga, UBATCH)) ||
-        (d->any_moe && moe_scratch_init(&c->moe, d->any_moe, UBATCH)))
+        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
 }
@@ -390,7 +390,7 @@ void qh_session_free(ci_session *s) {
     free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
     dn_scratch_free(&c->dn);
     ga_scratch_free(&c->ga);
-    moe_scratch_free(&c->moe);
+    moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
 }

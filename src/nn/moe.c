@@ -1,128 +1,60 @@
-/* moe.c — see moe.h. */
+/* moe.c — see moe.h. Routing and the routed experts are backend ops (moe_route,
+ * moe_experts); the latent projections and the shared expert are matmuls around them. */
 #include "moe.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n) {
+int moe_scratch_init(ci_backend *be, moe_scratch *s, const moe_block *m, int max_n) {
     memset(s, 0, sizeof *s);
     s->max_n = max_n;
-    size_t nk = (size_t)max_n * m->top_k;
-    s->logits = malloc((size_t)max_n * m->n_experts * sizeof(float));
-    s->sel = malloc(nk * sizeof(int));
-    s->w = malloc(nk * sizeof(float));
-    s->count = malloc((size_t)(m->n_experts + 1) * sizeof(int));
-    s->offset = malloc((size_t)(m->n_experts + 1) * sizeof(int));
-    s->tok = malloc(nk * sizeof(int));
-    s->tw = malloc(nk * sizeof(float));
-    int width = m->latent > m->hidden ? m->latent : m->hidden;   /* expert input / output rows */
-    s->xe = malloc((size_t)max_n * width * sizeof(float));
-    int wide = m->shared_inter > m->inter ? m->shared_inter : m->inter;
-    s->g = malloc((size_t)max_n * wide * sizeof(float));
-    s->u = malloc((size_t)max_n * wide * sizeof(float));
-    s->sg = malloc((size_t)max_n * sizeof(float));
-    s->ye = malloc((size_t)max_n * width * sizeof(float));
+    size_t nk = (size_t)max_n * m->top_k, f = sizeof(float);
+    s->logits = be->alloc(be, (size_t)max_n * m->n_experts * f);
+    s->sel = be->alloc(be, nk * sizeof(int32_t));
+    s->w = be->alloc(be, nk * f);
+    int fail = !s->logits || !s->sel || !s->w;
     if (m->latent > 0) {
-        s->xl = malloc((size_t)max_n * m->latent * sizeof(float));
-        s->acc = malloc((size_t)max_n * m->latent * sizeof(float));
-        if (!s->xl || !s->acc) { moe_scratch_free(s); return -1; }
+        s->xl = be->alloc(be, (size_t)max_n * m->latent * f);
+        s->acc = be->alloc(be, (size_t)max_n * m->latent * f);
+        fail |= !s->xl || !s->acc;
     }
-    if (!s->logits || !s->sel || !s->w || !s->count || !s->offset || !s->tok || !s->tw || !s->xe || !s->g || !s->u || !s->ye || !s->sg) {
-        moe_scratch_free(s);
+    if (m->shared_inter > 0) {
+        s->g = be->alloc(be, (size_t)max_n * m->shared_inter * f);
+        s->u = be->alloc(be, (size_t)max_n * m->shared_inter * f);
+        s->sg = be->alloc(be, (size_t)max_n * f);
+        s->ye = be->alloc(be, (size_t)max_n * m->hidden * f);
+        fail |= !s->g || !s->u || !s->sg || !s->ye;
+    }
+    if (fail) {
+        moe_scratch_free(be, s);
         return -1;
     }
     return 0;
 }
 
-void moe_scratch_free(moe_scratch *s) {
-    free(s->logits); free(s->sel); free(s->w); free(s->count); free(s->offset);
-    free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye); free(s->sg);
-    free(s->xl); free(s->acc);
+void moe_scratch_free(ci_backend *be, moe_scratch *s) {
+    void *bufs[] = { s->logits, s->sel, s->w, s->xl, s->acc, s->g, s->u, s->sg, s->ye };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be->buf_free(be, bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
-/* Indices of the k largest values of v[0..n) into out (ties: lower index first, as a
- * stable descending sort would give). k is small: selection by repeated scan. */
-static void topk(const float *v, int n, int k, int *out) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            int taken = 0;
-            for (int q = 0; q < j; q++) taken |= out[q] == i;
-            if (taken) continue;
-            if (best < 0 || v[i] > v[best]) best = i;
-        }
-        out[j] = best;
-    }
-}
-
-static void route_softmax(const moe_block *m, const float *lg, int *sel, float *w) {
-    const int E = m->n_experts, K = m->top_k;
-    float mx = lg[0];
-    for (int e = 1; e < E; e++) if (lg[e] > mx) mx = lg[e];
-    double sum = 0;
-    float p[E];
-    for (int e = 0; e < E; e++) { p[e] = expf(lg[e] - mx); sum += p[e]; }
-    for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
-    topk(p, E, K, sel);
-    double s = 0;
-    for (int k = 0; k < K; k++) { w[k] = p[sel[k]]; s += w[k]; }
-    if (m->norm_topk_prob)
-        for (int k = 0; k < K; k++) w[k] = (float)(w[k] / s);
-    for (int k = 0; k < K; k++) w[k] *= m->routed_scaling;
-}
-
-/* sqrt(softplus(x)); softplus as torch computes it (x itself above 20) */
-static float sqrt_softplus(float x) { return sqrtf(x > 20.0f ? x : log1pf(expf(x))); }
-
-static void route_sigmoid(const moe_block *m, const float *lg, int *sel, float *w, int id) {
-    const int E = m->n_experts, K = m->top_k, G = m->n_group > 0 ? m->n_group : 1;
-    float s[E], choice[E];
-    for (int e = 0; e < E; e++) {
-        s[e] = m->router == MOE_SQRTSOFTPLUS ? sqrt_softplus(lg[e]) : 1.0f / (1.0f + expf(-lg[e]));
-        choice[e] = s[e] + (m->bias ? m->bias[e] : 0.0f);
-    }
-    if (m->hash_ids) {   /* the experts are fixed by the token id; only the weights are learned */
-        for (int k = 0; k < K; k++) sel[k] = m->hash_ids[(size_t)id * K + k];
-        goto weights;
-    }
-    if (G > 1) {
-        const int per = E / G;
-        float gs[G];
-        for (int g = 0; g < G; g++) {       /* group score: sum of its two best choices */
-            int two[2];
-            topk(choice + g * per, per, per >= 2 ? 2 : 1, two);
-            gs[g] = choice[g * per + two[0]] + (per >= 2 ? choice[g * per + two[1]] : 0.0f);
-        }
-        int keep[G];
-        topk(gs, G, m->topk_group, keep);
-        for (int g = 0; g < G; g++) {
-            int kept = 0;
-            for (int q = 0; q < m->topk_group; q++) kept |= keep[q] == g;
-            if (!kept)
-                for (int i = 0; i < per; i++) choice[g * per + i] = -INFINITY;
-        }
-    }
-    topk(choice, E, K, sel);
-weights:;
-    double sum = 0;
-    for (int k = 0; k < K; k++) { w[k] = s[sel[k]]; sum += w[k]; }
-    if (m->norm_topk_prob) {
-        double eps = m->norm_eps > 0 ? (double)m->norm_eps : 1e-20;
-        for (int k = 0; k < K; k++) w[k] = (float)(w[k] / (sum + eps));
-    }
-    for (int k = 0; k < K; k++) w[k] *= m->routed_scaling;
+/* the op-level description of m's routed experts (X: the width the experts read) */
+static ci_moe moe_desc(const moe_block *m, int X) {
+    return (ci_moe){ .n_experts = m->n_experts, .top_k = m->top_k, .hidden = X, .inter = m->inter,
+                     .router = m->router == MOE_SOFTMAX ? CI_ROUTE_SOFTMAX
+                               : m->router == MOE_SIGMOID ? CI_ROUTE_SIGMOID : CI_ROUTE_SQRTSOFTPLUS,
+                     .norm_topk_prob = m->norm_topk_prob, .norm_eps = m->norm_eps,
+                     .routed_scaling = m->routed_scaling, .n_group = m->n_group, .topk_group = m->topk_group,
+                     .bias = m->bias, .hash_ids = m->hash_ids, .hash_vocab = m->hash_vocab,
+                     .relu2 = m->act == MOE_ACT_RELU2, .act_limit = m->act_limit,
+                     .w_gate = m->w_gate, .w_up = m->w_up, .w_down = m->w_down };
 }
 
 void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *x, int n) {
+    ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : m->hidden);
     be->matmul(be, s->logits, x, n, &m->gate);             /* [n, E] */
-    for (int t = 0; t < n; t++) {
-        const float *lg = s->logits + (size_t)t * m->n_experts;
-        int *sel = s->sel + (size_t)t * m->top_k;
-        float *w = s->w + (size_t)t * m->top_k;
-        if (m->router == MOE_SOFTMAX) route_softmax(m, lg, sel, w);
-        else route_sigmoid(m, lg, sel, w, s->ids ? s->ids[t] : 0);
-    }
+    be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }
 
 /* DeepSeek V4's clamped SwiGLU inputs: g <= L, -L <= u <= L (then silu(g) · u as usual) */
@@ -142,51 +74,14 @@ static void relu2(float *g, int64_t count) {
 }
 
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
-    const int E = m->n_experts, K = m->top_k, H = m->hidden, I = m->inter;
+    const int H = m->hidden;
     moe_route(be, m, s, x, n);
-    /* the experts' input and the routed sum: x and out, or their latent-space stand-ins */
-    const int X = m->latent > 0 ? m->latent : H;
-    const float *xin = x;
-    float *acc = out;
+    ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : H);
     if (m->latent > 0) {
         be->matmul(be, s->xl, x, n, &m->fc1_latent);       /* [n, latent] */
-        xin = s->xl;
-        acc = s->acc;
-    }
-    /* group the (token, slot) entries by expert: counting sort */
-    memset(s->count, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < n * K; i++) s->count[s->sel[i]]++;
-    s->offset[0] = 0;
-    for (int e = 0; e < E; e++) s->offset[e + 1] = s->offset[e] + s->count[e];
-    memset(s->count, 0, (size_t)E * sizeof(int));
-    for (int t = 0; t < n; t++)
-        for (int k = 0; k < K; k++) {
-            int e = s->sel[t * K + k], at = s->offset[e] + s->count[e]++;
-            s->tok[at] = t;
-            s->tw[at] = s->w[t * K + k];
-        }
-    memset(acc, 0, (size_t)n * X * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        int m_e = s->offset[e + 1] - s->offset[e];
-        if (!m_e) continue;
-        const int *tk = s->tok + s->offset[e];
-        const float *tw = s->tw + s->offset[e];
-        for (int i = 0; i < m_e; i++) memcpy(s->xe + (size_t)i * X, xin + (size_t)tk[i] * X, (size_t)X * sizeof(float));
-        if (m->act == MOE_ACT_RELU2) {
-            be->matmul(be, s->g, s->xe, m_e, &m->w_up[e]);  /* [m_e, I] */
-            relu2(s->g, (int64_t)m_e * I);
-        } else {
-            be->matmul(be, s->g, s->xe, m_e, &m->w_gate[e]);    /* [m_e, I] */
-            be->matmul(be, s->u, s->xe, m_e, &m->w_up[e]);
-            if (m->act_limit > 0) clamp_gu(s->g, s->u, (int64_t)m_e * I, m->act_limit);
-            be->swiglu(be, s->g, s->u, (int64_t)m_e * I);
-        }
-        be->matmul(be, s->ye, s->g, m_e, &m->w_down[e]);    /* [m_e, X] */
-        for (int i = 0; i < m_e; i++) {
-            float *o = acc + (size_t)tk[i] * X;
-            const float *y = s->ye + (size_t)i * X;
-            for (int h = 0; h < X; h++) o[h] += tw[i] * y[h];
-        }
+        be->moe_experts(be, s->acc, s->xl, n, s->sel, s->w, &d);
+    } else {
+        be->moe_experts(be, out, x, n, s->sel, s->w, &d);
     }
     if (m->latent > 0) be->matmul(be, out, s->acc, n, &m->fc2_latent);   /* [n, H] */
     if (m->shared_inter > 0) {

@@ -61,29 +61,27 @@ typedef struct {
     ci_mat fc2_latent;           /* [hidden, latent] when latent */
 } moe_block;
 
-/* Scratch for up to max_n tokens; sized once per session. */
+/* Scratch for up to max_n tokens, in backend memory; sized once per session. The routed
+ * experts' own scratch belongs to the backend's moe_experts op. */
 typedef struct {
     int max_n;
     float *logits;               /* [max_n, n_experts] */
-    int *sel;                    /* [max_n, top_k] chosen experts */
+    int32_t *sel;                /* [max_n, top_k] chosen experts */
     float *w;                    /* [max_n, top_k] their weights */
-    int *count, *offset;         /* [n_experts + 1] tokens per expert */
-    int *tok;                    /* [max_n * top_k] token of each (expert, slot) entry */
-    float *tw;                   /* [max_n * top_k] weight of each entry */
-    float *xe;                   /* [max_n, max(hidden, latent)] gathered inputs */
-    float *g, *u;                /* [max_n, max(inter, shared_inter)] */
+    float *g, *u;                /* [max_n, shared_inter] (shared expert) */
     float *sg;                   /* [max_n] shared-expert gate logits */
-    float *ye;                   /* [max_n, max(hidden, latent)] expert outputs */
+    float *ye;                   /* [max_n, hidden] shared-expert output */
     float *xl, *acc;             /* [max_n, latent] latent inputs and routed sum (latent only) */
-    const int *ids;              /* hash routing: the token ids of the n rows, set by the caller */
+    const int32_t *ids;          /* hash routing: the token ids of the n rows (backend memory), set by the caller */
 } moe_scratch;
 
-int moe_scratch_init(moe_scratch *s, const moe_block *m, int max_n);
-void moe_scratch_free(moe_scratch *s);
+int moe_scratch_init(ci_backend *be, moe_scratch *s, const moe_block *m, int max_n);
+void moe_scratch_free(ci_backend *be, moe_scratch *s);
 
-/* Chooses experts for n tokens of x [n, hidden]: fills s->sel and s->w. */
+/* Chooses experts for n tokens of x [n, hidden]: fills s->sel and s->w (moe_route op). */
 void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *x, int n);
-/* out[n, hidden] = routed experts of x (out is overwritten). */
+/* out[n, hidden] = routed experts of x (out is overwritten), plus the shared expert when
+ * shared_inter > 0 (host loops: a host-memory backend only). */
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
 
 #endif

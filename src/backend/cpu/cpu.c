@@ -37,6 +37,7 @@
  * order backend.h gives, and attention_pos is attention with per-row key counts, so the
  * boundary costs the CPU neither bits nor speed (tests/unit/test_backend_ops.c). */
 #include "cpu_kernels.h"
+#include <stdio.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,6 +66,8 @@ typedef struct {
     const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
+    void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
+    int failed;               /* sticky: an op could not allocate its scratch (last_error) */
 } cpu_backend;
 
 static cpu_backend *cpu(ci_backend *be) { return (cpu_backend *)be; }
@@ -587,9 +590,16 @@ static const void *cpu_weight(ci_backend *be, const void *host, size_t bytes) {
     return host;
 }
 
-static int cpu_status(ci_backend *be) {
-    (void)be;
-    return 0;
+static int cpu_status(ci_backend *be) { return cpu(be)->failed; }
+
+static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                            const ci_moe *m) {
+    cpu_backend *b = cpu(be);
+    if (b->failed) return;
+    if (cpu_moe_experts_run(be, &b->moe_tmp, out, x, n, sel, w, m)) {
+        b->failed = 1;
+        snprintf(be->last_error, sizeof be->last_error, "cpu: out of memory for the MoE scratch of %d tokens", n);
+    }
 }
 
 /* ---- ops with positions in memory ------------------------------------------------------ */
@@ -718,6 +728,7 @@ static void cpu_free(ci_backend *be) {
             free(b->slots[i].scores);
         }
     free(b->slots);
+    cpu_moe_tmp_free(b->moe_tmp);
     ci_pool_free(b->base.pool);
     free(b);
 }
@@ -770,6 +781,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.rope_attend = cpu_rope_attend;
     b->base.argmax = cpu_argmax;
     b->base.status = cpu_status;
+    b->base.moe_route = cpu_moe_route;
+    b->base.moe_experts = cpu_moe_experts;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

@@ -111,6 +111,13 @@ void cpu_init_tables(void);
 float cpu_block_scale(const ci_mat *W, int64_t rb, int64_t cb);
 /* matmul_xw.c: y[n, W.cols] = x[n, W.rows] · W */
 void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
+/* moe_cpu.c: the MoE ops. cpu_moe_experts_run keeps its scratch at *tmp_slot (grown on
+ * demand, freed with cpu_moe_tmp_free); -1 when it cannot allocate. */
+void cpu_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
+                   const ci_moe *m);
+int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float *x, int n, const int32_t *sel,
+                        const float *w, const ci_moe *m);
+void cpu_moe_tmp_free(void *tmp);
 
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {
