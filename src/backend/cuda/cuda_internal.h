@@ -29,6 +29,8 @@ struct cb_scratch {          /* grow-only device scratch */
     size_t bytes;
 };
 
+struct cb_moe_tab;
+
 struct cuda_be {
     ci_backend base;         /* first: a ci_backend * is a cuda_be * */
     int device;
@@ -44,6 +46,9 @@ struct cuda_be {
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
     cb_scratch attn_part;    /* split-K attention partials */
     cb_scratch argmax_part;  /* argmax's per-block bests */
+    cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
+    cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
+    struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
@@ -142,5 +147,30 @@ void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                   float *const *kv_tab);
+
+/* ---- MoE (moe.cu, moe_gemm.cu) ----
+ * One MoE layer's routed experts as device tables, built by moe.cu on the layer's first
+ * eager call (keyed by ci_moe.w_up, kept for the backend's life). Every expert of a layer has
+ * the same dtype, shape and scale layout (moe.cu checks). Per expert e and matrix (0 gate,
+ * 1 up, 2 down): w[3 * e + m] = its data, scale[3 * e + m] its scale grid (fp8; NULL
+ * otherwise) and srow0[3 * e + m] its first row in that grid (views of stacked experts). */
+struct cb_moe_tab {
+    const void *key;             /* ci_moe.w_up */
+    int E, I, X;                 /* experts, inter (rows of gate / up), hidden (their cols) */
+    ci_dtype dtype;              /* CI_F32, CI_F16, CI_BF16 or CI_F8_E4M3 */
+    int relu2;                   /* no gate matrices (their entries are NULL) */
+    int block, scale_dtype;      /* fp8: block size, 0 f32 / 1 bf16 / 2 e8m0; -1 no scales */
+    const void **w;              /* device array [3E] */
+    const void **scale;          /* device array [3E] */
+    int64_t *srow0;              /* device array [3E] */
+    cb_moe_tab *next;
+};
+/* moe_gemm.cu: the routed experts of n (> CB_GEMV_MAX_N) token rows on tensor cores:
+ * out[n, X] = Σ_k w[t, k] · expert_sel[t, k](x[t]), sel / w [n, top_k] in device memory,
+ * no host synchronisation. cb_moe_grouped_ok says whether it takes the layer (dtype and
+ * activation); when it does not, moe.cu runs its GEMV kernels over groups of rows. */
+int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
+void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                    const ci_moe *m, const cb_moe_tab *tab);
 
 #endif
