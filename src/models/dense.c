@@ -29,11 +29,12 @@ typedef struct {
     moe_block moe;
 } dense_layer;
 
-/* One layer's weights in backend memory (MoE experts stay host views: CPU only). */
+/* One layer's weights in backend memory. */
 typedef struct {
     const float *attn_norm;
     attn_block attn;             /* its weights, norms and rope table placed */
-    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe: host views) */
+    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe = &moe when sparse) */
+    moe_block moe;               /* sparse layers: router and expert views placed */
 } dense_placed;
 
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
     int n_owned;
     const moe_block *any_moe;    /* first MoE block (for scratch sizing), or NULL */
     ci_mat *expert_mats;         /* owned array behind every layer's expert views */
+    ci_mat *dev_expert_mats;     /* the same views placed (behind dev[l].moe) */
     /* What forward reads: the weights above as the backend placed them (be->weight; the
      * same addresses on the CPU). The bound host views stay for record mode and tests. */
     dense_placed *dev;           /* [n_layers] */
@@ -103,7 +105,8 @@ static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
     dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
     if (!dst->data) return -1;
     if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
-        int64_t rb = (W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
+        /* a row view (stacked experts) indexes the grid from its scale_row0 */
+        int64_t rb = (W->scale_row0 + W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
         dst->scale = be->weight(be, W->scale, (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype));
         if (!dst->scale) return -1;
     }
@@ -113,6 +116,22 @@ static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
 static int place_vec(ci_backend *be, const float **dst, const float *v, int len) {
     *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
     return v && len > 0 && !*dst ? -1 : 0;
+}
+
+/* dst = M with its router, bias and expert views placed; the views go to em[3 * n_experts]. */
+static int place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em) {
+    *dst = *M;
+    const int E = M->n_experts;
+    dst->w_gate = em;
+    dst->w_up = em + E;
+    dst->w_down = em + 2 * E;
+    const float *bias = NULL;
+    int bad = place_mat(be, &dst->gate, &M->gate) || place_vec(be, &bias, M->bias, E);
+    dst->bias = (float *)bias;
+    for (int e = 0; e < E && !bad; e++)
+        bad = place_mat(be, &em[e], &M->w_gate[e]) || place_mat(be, &em[E + e], &M->w_up[e]) ||
+              place_mat(be, &em[2 * E + e], &M->w_down[e]);
+    return bad ? -1 : 0;
 }
 
 /* After binding: every weight forward reads goes through be->weight (identity on the CPU). */
@@ -126,13 +145,20 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
             const attn_block *A = &L->attn;
             quant = A->wq.dtype == CI_U32 || A->wk.dtype == CI_U32 || A->wv.dtype == CI_U32 || A->wo.dtype == CI_U32 ||
                     (!L->is_moe && (L->ffn.wg.dtype == CI_U32 || L->ffn.wu.dtype == CI_U32 || L->ffn.wd.dtype == CI_U32));
+            for (int e = 0; L->is_moe && e < L->moe.n_experts && !quant; e++)
+                quant = L->moe.gate.dtype == CI_U32 || L->moe.w_gate[e].dtype == CI_U32 ||
+                        L->moe.w_up[e].dtype == CI_U32 || L->moe.w_down[e].dtype == CI_U32;
         }
         if (quant)
             return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
                           m->cfg.path);
     }
-    d->dev = calloc((size_t)d->n_layers, sizeof *d->dev);
-    if (!d->dev) return ci_err(err, errlen, "%s: out of memory", fam);
+    d->dev = calloc(d->n_layers > 0 ? (size_t)d->n_layers : 1, sizeof *d->dev);
+    size_t n_views = 0;
+    for (int l = 0; l < d->n_layers; l++) n_views += d->layers[l].is_moe ? 3 * (size_t)d->layers[l].moe.n_experts : 0;
+    if (n_views) d->dev_expert_mats = calloc(n_views, sizeof(ci_mat));
+    if (!d->dev || (n_views && !d->dev_expert_mats)) return ci_err(err, errlen, "%s: out of memory", fam);
+    ci_mat *em = d->dev_expert_mats;
     int bad = place_mat(be, &d->dev_embed, &d->embed) || place_mat(be, &d->dev_head, &d->lm_head) ||
               place_vec(be, &d->dev_final_norm, d->final_norm, d->dim) ||
               place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
@@ -150,6 +176,11 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         if (!bad && !L->is_moe)
             bad = place_mat(be, &P->ffn.wg, &L->ffn.wg) || place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
                   place_mat(be, &P->ffn.wd, &L->ffn.wd);
+        if (!bad && L->is_moe) {
+            bad = place_moe(be, &P->moe, &L->moe, em);
+            em += 3 * L->moe.n_experts;
+            P->ffn.moe = &P->moe;
+        }
     }
     if (bad)
         return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
@@ -160,9 +191,6 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
 int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
     const char *fam = m->family->name;
-    /* MoE layers run through moe_forward on host memory: the CPU backend only for now */
-    if (m->be && m->be->is_device && o->moe)
-        return ci_err(err, errlen, "%s: no CUDA path yet (MoE layers, %s); run it with --device cpu", fam, c->path);
     dense_model *d = calloc(1, sizeof *d);
     if (!d) return ci_err(err, errlen, "%s: out of memory", fam);
     m->impl = d;
@@ -271,6 +299,7 @@ void dense_unload(ci_model *m) {
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
     free(d->layers);
     free(d->dev);
     free(d);

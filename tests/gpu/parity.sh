@@ -58,7 +58,7 @@ for fx in tests/fixtures/*/; do
   fx=${fx%/}; name=$(basename "$fx")
   [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
   mt=$(json_str "$fx/ref.json" model_type)
-  case "$mt" in llama|qwen3) ;; *) continue ;; esac
+  case "$mt" in llama|qwen3|qwen3_moe) ;; *) continue ;; esac
   dt=$(json_str "$fx/ref.json" dtype)
   toks=$(json_ids "$fx/ref.json" tokens)
   # first try: prefill. A refusal for lack of a CUDA path skips the fixture.

@@ -922,6 +922,154 @@ static void test_graph(void) {
     free(x); free(kc0); free(eager); free(replay);
 }
 
+/* ---- MoE: routing and the routed experts --------------------------------------------------
+ * moe_route against the CPU op: the chosen experts must be the same (the logits are spaced
+ * so that no two scores are within float rounding of each other: no ties to break) and the
+ * weights within F32. moe_experts against the CPU op on the same sel / w: stacked experts
+ * (one [E·rows, cols] tensor, views with scale_row0 = e·rows, so fp8 views straddle scale
+ * blocks), bound F32 up to CB_GEMV_MAX_N rows (the GEMV kernels: f32 activations), TC above
+ * on bf16 / f16 experts (the grouped GEMM rounds activations to 16 bits). */
+static void test_moe_route_case(int E, int K, ci_route router, int norm, int G, int tg, int with_bias, int n) {
+    char name[160];
+    snprintf(name, sizeof name, "moe_route %s E=%d K=%d%s%s G=%d/%d n=%d",
+             router == CI_ROUTE_SOFTMAX ? "softmax" : router == CI_ROUTE_SIGMOID ? "sigmoid" : "sqrtsoftplus", E, K,
+             norm ? " norm" : "", with_bias ? " bias" : "", G, tg, n);
+    if (!want(name)) return;
+    float *lg = xmalloc((size_t)n * E * 4), *bias = keep(xmalloc((size_t)E * 4));
+    int *perm = xmalloc((size_t)E * sizeof(int));
+    for (int t = 0; t < n; t++) {   /* a random permutation of evenly spaced values: no ties */
+        for (int e = 0; e < E; e++) perm[e] = e;
+        for (int e = E - 1; e > 0; e--) { int j = irand(e + 1), tmp = perm[e]; perm[e] = perm[j]; perm[j] = tmp; }
+        for (int e = 0; e < E; e++) lg[(size_t)t * E + e] = -4.f + 8.f * (float)perm[e] / (float)E + 0.001f * unif();
+    }
+    for (int e = 0; e < E; e++) bias[e] = with_bias ? 0.37f * (float)((e * 7919) % E) / (float)E : 0.f;
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.router = router; m.norm_topk_prob = norm; m.routed_scaling = norm ? 2.5f : 1.f;
+    m.n_group = G; m.topk_group = tg;
+    m.hidden = 1; m.inter = 1;
+    int32_t *csel = xmalloc((size_t)n * K * 4), *gsel_h = xmalloc((size_t)n * K * 4);
+    float *cw = xmalloc((size_t)n * K * 4), *gw_h = xmalloc((size_t)n * K * 4);
+    m.bias = with_bias ? bias : NULL;
+    cpu->moe_route(cpu, csel, cw, lg, NULL, n, &m);
+    m.bias = with_bias ? g_weight(bias, (size_t)E * 4) : NULL;
+    float *glg = g_put(lg, (size_t)n * E * 4), *gw = g_alloc((size_t)n * K * 4);
+    int32_t *gsel = g_alloc((size_t)n * K * 4);
+    if (glg && gw && gsel) {
+        g_poison(gsel, (size_t)n * K * 4);
+        g_poison(gw, (size_t)n * K * 4);
+        gpu->moe_route(gpu, gsel, gw, glg, NULL, n, &m);
+        g_get(gsel_h, gsel, (size_t)n * K * 4);
+        g_get(gw_h, gw, (size_t)n * K * 4);
+        int same = 1;
+        for (int i = 0; i < n * K; i++) same &= csel[i] == gsel_h[i];
+        if (!same) {
+            char why[200];
+            snprintf(why, sizeof why, "experts differ (first row: cpu %d %d.., cuda %d %d..)", csel[0], csel[K > 1],
+                     gsel_h[0], gsel_h[K > 1]);
+            report_bool(name, 0, why);
+        } else {
+            report(name, compare(gw_h, cw, (size_t)n * K), B_F32);
+        }
+    }
+    g_free(glg); g_free(gw); g_free(gsel);
+    free(lg); free(perm); free(csel); free(gsel_h); free(cw); free(gw_h);
+}
+
+/* count [E·rows, cols] stacked expert views of one random tensor (CPU and CUDA sides). */
+static void make_stacked(int E, int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, ci_mat *cv, ci_mat *gv) {
+    wpair w = make_weight((int64_t)E * rows, cols, dt, sdt);
+    for (int e = 0; e < E; e++) {
+        cv[e] = w.c;
+        gv[e] = w.g;
+        cv[e].rows = gv[e].rows = rows;
+        size_t off = (size_t)e * rows * cols * ci_dtype_size(dt);
+        cv[e].data = (const char *)w.c.data + off;
+        gv[e].data = (const char *)w.g.data + off;
+        cv[e].scale_row0 = gv[e].scale_row0 = (int64_t)e * rows;
+    }
+}
+
+static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dtype sdt, int relu2, float limit,
+                                  int n) {
+    char name[160];
+    snprintf(name, sizeof name, "moe_experts %s E=%d K=%d X=%d I=%d%s%s n=%d",
+             dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s",
+             E, K, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", n);
+    if (!want(name)) return;
+    ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
+    make_stacked(E, I, X, dt, sdt, cv, gv);              /* gate */
+    make_stacked(E, I, X, dt, sdt, cv + E, gv + E);      /* up */
+    make_stacked(E, X, I, dt, sdt, cv + 2 * E, gv + 2 * E); /* down */
+    if (dead) return;
+    float *x = xmalloc((size_t)n * X * 4), *w = xmalloc((size_t)n * K * 4), *ref = xmalloc((size_t)n * X * 4);
+    int32_t *sel = xmalloc((size_t)n * K * 4);
+    fill(x, (size_t)n * X, 1.f);
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = irand(E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= sel[t * K + j] == e;
+            } while (dup);
+            sel[t * K + k] = e;
+            w[t * K + k] = 0.1f + 0.9f * (unif() + 1.f) / 2.f;
+        }
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I; m.relu2 = relu2; m.act_limit = limit;
+    m.w_gate = cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
+    cpu->moe_experts(cpu, ref, x, n, sel, w, &m);
+    m.w_gate = gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
+    float *gx = g_put(x, (size_t)n * X * 4), *gw = g_put(w, (size_t)n * K * 4), *gy = g_alloc((size_t)n * X * 4);
+    int32_t *gsel = g_put(sel, (size_t)n * K * 4);
+    if (gx && gw && gy && gsel) {
+        g_poison(gy, (size_t)n * X * 4);
+        gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m);
+        float *got = xmalloc((size_t)n * X * 4);
+        g_get(got, gy, (size_t)n * X * 4);
+        double bound = n > 8 && (dt == CI_BF16 || dt == CI_F16) ? B_TC : B_F32;
+        report(name, compare(got, ref, (size_t)n * X), bound);
+        free(got);
+    }
+    g_free(gx); g_free(gw); g_free(gy); g_free(gsel);
+    free(x); free(w); free(ref); free(sel);
+}
+
+static void test_moe(void) {
+    if (!gpu->moe_route || !gpu->moe_experts) { report_bool("moe ops present", 0, "moe_route / moe_experts NULL"); return; }
+    static const int ns[] = { 1, 3, 8, 33 };
+    for (int i = 0; i < 4; i++) {
+        test_moe_route_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i]);
+        test_moe_route_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i]);
+        test_moe_route_case(60, 4, CI_ROUTE_SOFTMAX, 0, 1, 1, 0, ns[i]);
+        test_moe_route_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 1, ns[i]);
+        test_moe_route_case(64, 6, CI_ROUTE_SIGMOID, 1, 1, 1, 1, ns[i]);
+        test_moe_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 1, ns[i]);
+    }
+    static const struct { ci_dtype dt, sdt; } kinds[] = {
+        { CI_F32, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },
+    };
+    static const int en[] = { 1, 2, 8, 40, 300 };
+    for (int k = 0; k < 5; k++)
+        for (int i = 0; i < (quick ? 3 : 5); i++) {
+            test_moe_experts_case(8, 2, 64, 96, kinds[k].dt, kinds[k].sdt, 0, 0, en[i]);
+            test_moe_experts_case(8, 3, 70, 36, kinds[k].dt, kinds[k].sdt, 0, 0, en[i]);   /* odd widths */
+        }
+    for (int i = 0; i < 4; i++) {
+        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 1, 0, en[i]);
+        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 0, 0.5f, en[i]);
+    }
+    if (!quick) {
+        static const int rn[] = { 1, 8, 300 };
+        for (int i = 0; i < 3; i++) {
+            test_moe_experts_case(128, 8, 2048, 768, CI_BF16, CI_F32, 0, 0, rn[i]);
+            test_moe_experts_case(64, 6, 2048, 1408, CI_F8_E4M3, CI_F32, 0, 0, rn[i]);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -954,6 +1102,7 @@ int main(int argc, char **argv) {
     test_attention();
     test_rope_attend();
     test_graph();
+    test_moe();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

@@ -372,6 +372,7 @@ static void op_free(ci_backend *be) {
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
+    cb_moe_free(cb);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -476,5 +477,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->graph_launch = op_graph_launch;
     be->graph_free = op_graph_free;
     be->status = op_status;
+    cb_moe_ops(be);
     return be;
 }

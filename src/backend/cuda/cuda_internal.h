@@ -165,6 +165,9 @@ struct cb_moe_tab {
     int64_t *srow0;              /* device array [3E] */
     cb_moe_tab *next;
 };
+/* moe.cu: sets the moe_route / moe_experts ops; frees the tables and MoE scratch. */
+void cb_moe_ops(ci_backend *be);
+void cb_moe_free(cuda_be *cb);
 /* moe_gemm.cu: the routed experts of n (> CB_GEMV_MAX_N) token rows on tensor cores:
  * out[n, X] = Σ_k w[t, k] · expert_sel[t, k](x[t]), sel / w [n, top_k] in device memory,
  * no host synchronisation. cb_moe_grouped_ok says whether it takes the layer (dtype and

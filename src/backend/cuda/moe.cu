@@ -1,0 +1,469 @@
+/* moe.cu — the MoE ops on the device: routing (one block per token) and the routed experts
+ * of a few token rows (decode), with the expert ids read from device memory.
+ *
+ * Expert tables: a layer's experts are ci_mat views placed by the family (any layout:
+ * per-expert tensors, fused gate_up, stacked); the first eager call of a layer uploads one
+ * table of their data / scale pointers (struct cb_moe_tab), found again by the address of
+ * ci_moe.w_up, so kernels index experts by the ids the router wrote.
+ *
+ * Routing (moe_route): a block per token row. Scores s (softmax probabilities, sigmoid or
+ * sqrt(softplus)) and the choice values (s + bias) sit in shared memory; grouped top-k masks
+ * the groups whose two best choices add up below the topk_group best; then top_k rounds of
+ * a block-wide argmax. Ties keep the lower expert index, as the CPU's stable selection does
+ * (NaN scores are not ordered the CPU's way). Thread 0 forms the weights in double, in slot
+ * order, as the CPU does.
+ *
+ * Experts, decode (n <= CB_GEMV_MAX_N rows at a time): two launches.
+ *   gate_up: grid (inter / 4, n · top_k): warp w of a block owns row r of the entry's expert
+ *            and streams its gate row and its up row against the entry's token row of x:
+ *            h[entry, r] = act(g, u) (f32 scratch cb->moe_h).
+ *   down:    grid (hidden / 4, n): warp w owns output row r of token t and streams row r of
+ *            each of the token's top_k down matrices against h, each lane keeping
+ *            Σ_k w_k · (its share of the dot); one shuffle reduction; out[t, r] = the sum.
+ * Longer inputs go to moe_gemm.cu's grouped GEMM when it takes the layer, else through these
+ * kernels CB_GEMV_MAX_N rows at a time. Numerics: f32 products and sums; fp8 weights times
+ * their block scale before the product (as gemv.cu and the CPU). */
+#include "cuda_internal.h"
+#include "loaders.cuh"
+#include <float.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MOE_WARPS = 4, ROUTE_THREADS = 256, ROUTE_MAX_E = 2048 };
+
+/* ---- tables ---------------------------------------------------------------------------- */
+
+static void moe_fail(cuda_be *cb, const char *fmt, ...) {
+    if (cb->failed) return;
+    cb->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cb->base.last_error, sizeof cb->base.last_error, fmt, ap);
+    va_end(ap);
+}
+
+/* The table of m's experts, built on first use. Its cudaMalloc and synchronous upload are
+ * allowed while a graph is being recorded (capture runs in relaxed mode; the table is not
+ * part of the graph, it is done before the graph runs). NULL with last_error set when the
+ * experts are not uniform. */
+static const cb_moe_tab *moe_tab(cuda_be *cb, const ci_moe *m) {
+    for (cb_moe_tab *t = cb->moe_tabs; t; t = t->next)
+        if (t->key == m->w_up) return t;
+    const int E = m->n_experts, I = m->inter, X = m->hidden;
+    const ci_mat *ref = &m->w_up[0];
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            const ci_mat *W = j == 0 ? (m->relu2 ? NULL : &m->w_gate[e]) : j == 1 ? &m->w_up[e] : &m->w_down[e];
+            if (!W) continue;
+            long long want_r = j == 2 ? X : I, want_c = j == 2 ? I : X;
+            if (W->rows != want_r || W->cols != want_c) {
+                moe_fail(cb, "CUDA: MoE expert %d: matrix %d is [%lld, %lld], expected [%lld, %lld]", e, j,
+                         (long long)W->rows, (long long)W->cols, want_r, want_c);
+                return NULL;
+            }
+            if (W->dtype != ref->dtype || !cb_gemv_ok(W) || (W->dtype == CI_F8_E4M3 && (!!W->scale != !!ref->scale ||
+                (W->scale && (W->block != ref->block || W->scale_dtype != ref->scale_dtype)))))
+            {
+                moe_fail(cb, "CUDA: MoE expert %d: matrix %d is %s, unlike expert 0's up (%s), or has no CUDA kernel", e, j,
+                         ci_dtype_name(W->dtype), ci_dtype_name(ref->dtype));
+                return NULL;
+            }
+        }
+    cb_moe_tab *t = (cb_moe_tab *)calloc(1, sizeof *t);
+    const void **hw = (const void **)calloc((size_t)3 * E, sizeof(void *));
+    const void **hs = (const void **)calloc((size_t)3 * E, sizeof(void *));
+    int64_t *hr = (int64_t *)calloc((size_t)3 * E, sizeof(int64_t));
+    if (!t || !hw || !hs || !hr) {
+        free(t); free(hw); free(hs); free(hr);
+        moe_fail(cb, "CUDA: out of host memory for an MoE table of %d experts", E);
+        return NULL;
+    }
+    t->key = m->w_up;
+    t->E = E; t->I = I; t->X = X;
+    t->dtype = ref->dtype;
+    t->relu2 = m->relu2;
+    t->scale_dtype = -1;
+    if (ref->dtype == CI_F8_E4M3 && ref->scale) {
+        t->block = ref->block;
+        t->scale_dtype = ref->scale_dtype == CI_F32 ? 0 : ref->scale_dtype == CI_BF16 ? 1 : 2;
+    }
+    for (int e = 0; e < E; e++) {
+        const ci_mat *Ws[3] = { m->relu2 ? NULL : &m->w_gate[e], &m->w_up[e], &m->w_down[e] };
+        for (int j = 0; j < 3; j++) {
+            hw[3 * e + j] = Ws[j] ? Ws[j]->data : NULL;
+            hs[3 * e + j] = Ws[j] ? Ws[j]->scale : NULL;
+            hr[3 * e + j] = Ws[j] ? Ws[j]->scale_row0 : 0;
+        }
+    }
+    size_t pb = (size_t)3 * E * sizeof(void *), rb = (size_t)3 * E * sizeof(int64_t);
+    int bad = CB_CHECK(cb, "cudaMalloc (MoE table)", cudaMalloc((void **)&t->w, pb)) ||
+              CB_CHECK(cb, "cudaMalloc (MoE table)", cudaMalloc((void **)&t->scale, pb)) ||
+              CB_CHECK(cb, "cudaMalloc (MoE table)", cudaMalloc((void **)&t->srow0, rb)) ||
+              CB_CHECK(cb, "MoE table upload", cudaMemcpy((void *)t->w, hw, pb, cudaMemcpyHostToDevice)) ||
+              CB_CHECK(cb, "MoE table upload", cudaMemcpy((void *)t->scale, hs, pb, cudaMemcpyHostToDevice)) ||
+              CB_CHECK(cb, "MoE table upload", cudaMemcpy(t->srow0, hr, rb, cudaMemcpyHostToDevice));
+    free(hw); free(hs); free(hr);
+    if (bad) {
+        cudaFree((void *)t->w); cudaFree((void *)t->scale); cudaFree(t->srow0);
+        free(t);
+        return NULL;
+    }
+    t->next = cb->moe_tabs;
+    cb->moe_tabs = t;
+    return t;
+}
+
+void cb_moe_free(cuda_be *cb) {
+    for (cb_moe_tab *t = cb->moe_tabs, *nx; t; t = nx) {
+        nx = t->next;
+        cudaFree((void *)t->w); cudaFree((void *)t->scale); cudaFree(t->srow0);
+        free(t);
+    }
+    cb->moe_tabs = NULL;
+    if (cb->moe_h.p) cudaFree(cb->moe_h.p);
+    for (int i = 0; i < 6; i++)
+        if (cb->moe_work[i].p) cudaFree(cb->moe_work[i].p);
+}
+
+/* ---- routing --------------------------------------------------------------------------- */
+
+struct route_args {
+    int E, K, router, norm, G, topk_group, hash_vocab;
+    float norm_eps, scaling;
+    const float *bias;
+    const int32_t *hash_ids;
+};
+
+/* (v, i) beats (bv, bi): larger value, then lower index; bi == INT_MAX is "none yet" */
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    return bi == INT_MAX || (i != INT_MAX && (v > bv || (v == bv && i < bi)));
+}
+
+/* The best non-taken entry of v[0, n) over the block (every thread gets it). */
+__device__ int block_argmax(const float *v, const unsigned char *taken, int n, float *rv, int *ri) {
+    float bv = -FLT_MAX;
+    int bi = INT_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (!taken[i] && better(v[i], i, bv, bi)) { bv = v[i]; bi = i; }
+    for (int o = 16; o; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();                       /* rv / ri free again */
+    if (lane == 0) { rv[warp] = bv; ri[warp] = bi; }
+    __syncthreads();
+    bv = rv[0]; bi = ri[0];
+    for (int w = 1; w < nw; w++)
+        if (better(rv[w], ri[w], bv, bi)) { bv = rv[w]; bi = ri[w]; }
+    return bi;
+}
+
+__global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, float *wout, const float *logits,
+                                                              const int32_t *ids, route_args a) {
+    extern __shared__ float sm[];
+    float *s = sm, *choice = sm + a.E;
+    unsigned char *taken = (unsigned char *)(choice + a.E);
+    __shared__ float rv[ROUTE_THREADS / 32];
+    __shared__ int ri[ROUTE_THREADS / 32];
+    __shared__ double dsum[ROUTE_THREADS / 32];
+    __shared__ int chosen[64];
+    __shared__ float gscore[64];
+    pdl_enter();
+    const int t = blockIdx.x, E = a.E, K = a.K;
+    const float *lg = logits + (int64_t)t * E;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (a.router == CI_ROUTE_SOFTMAX) {
+        float mx = -FLT_MAX;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, lg[e]);
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (lane == 0) rv[warp] = mx;
+        __syncthreads();
+        mx = rv[0];
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) mx = fmaxf(mx, rv[w]);
+        double part = 0;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            float p = expf(lg[e] - mx);
+            s[e] = p;
+            part += p;
+        }
+        for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (lane == 0) dsum[warp] = part;
+        __syncthreads();
+        double sum = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) sum += dsum[w];
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            s[e] = (float)(s[e] / sum);
+            choice[e] = s[e];
+            taken[e] = 0;
+        }
+    } else {
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            float x = lg[e];
+            float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
+            s[e] = v;
+            choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
+            taken[e] = 0;
+        }
+    }
+    __syncthreads();
+    if (a.hash_ids) {
+        if (threadIdx.x == 0) {
+            int id = ids ? ids[t] : 0;
+            if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
+            for (int k = 0; k < K; k++) chosen[k] = a.hash_ids[(int64_t)id * K + k];
+        }
+    } else {
+        if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
+            const int per = E / a.G;
+            if ((int)threadIdx.x < a.G) {      /* group score: the sum of its two best choices */
+                const float *c = choice + threadIdx.x * per;
+                int b0 = 0;
+                for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                float sc = c[b0];
+                if (per >= 2) {
+                    int b1 = b0 == 0 ? 1 : 0;
+                    for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                    sc += c[b1];
+                }
+                gscore[threadIdx.x] = sc;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {            /* keep the topk_group best groups */
+                unsigned long long keep = 0;
+                for (int j = 0; j < a.topk_group; j++) {
+                    int b = -1;
+                    for (int g = 0; g < a.G; g++)
+                        if (!(keep >> g & 1) && (b < 0 || gscore[g] > gscore[b])) b = g;
+                    keep |= 1ull << b;
+                }
+                for (int g = 0; g < a.G; g++) chosen[g] = (int)(keep >> g & 1);
+            }
+            __syncthreads();
+            for (int e = threadIdx.x; e < per * a.G; e += blockDim.x)
+                if (!chosen[e / per]) choice[e] = -INFINITY;
+            __syncthreads();
+        }
+        for (int k = 0; k < K; k++) {
+            int b = block_argmax(choice, taken, E, rv, ri);
+            if (threadIdx.x == 0) { chosen[k] = b; taken[b] = 1; }
+            __syncthreads();
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float w[64];
+        double sum = 0;
+        for (int k = 0; k < K; k++) { w[k] = s[chosen[k]]; sum += w[k]; }
+        if (a.norm) {
+            double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            for (int k = 0; k < K; k++) w[k] = (float)(w[k] / (sum + eps));
+        }
+        for (int k = 0; k < K; k++) {
+            sel[(int64_t)t * K + k] = chosen[k];
+            wout[(int64_t)t * K + k] = w[k] * a.scaling;
+        }
+    }
+}
+
+static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
+                         const ci_moe *m) {
+    cuda_be *cb = (cuda_be *)be;
+    if (cb->failed || n <= 0) return;
+    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
+    if (m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > 64 || m->top_k > m->n_experts ||
+        G > 64 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
+        moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 2048 experts, 64 chosen, 64 groups",
+                 m->n_experts, m->top_k, G);
+        return;
+    }
+    route_args a;
+    a.E = m->n_experts; a.K = m->top_k; a.router = (int)m->router; a.norm = m->norm_topk_prob;
+    a.G = G; a.topk_group = m->topk_group; a.hash_vocab = m->hash_vocab;
+    a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
+    a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
+    a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
+    size_t smem = (size_t)2 * a.E * sizeof(float) + (size_t)a.E;
+    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w, logits, ids, a);
+    cb_launched(cb, "moe_route");
+}
+
+/* ---- experts, decode ------------------------------------------------------------------- */
+
+struct exp_args {
+    const void *const *w;        /* tab->w */
+    const void *const *scale;
+    const int64_t *srow0;
+    int block, sd, X, I, K, relu2;
+    float limit;
+    const int32_t *sel;
+    const float *wt;
+    const float *x;              /* [n, X] */
+    float *h;                    /* [n·K, I] */
+    float *out;                  /* [n, X] */
+};
+
+/* This lane's share of row r of W (C columns) · xr, weights converted (and scaled) in f32. */
+template <class L, bool AL>
+__device__ __forceinline__ float lane_dot(const void *W, const void *grid, int64_t srow0, const exp_args &a, int r, int C,
+                                          const float *xr, int lane) {
+    const char *wp = (const char *)W + (int64_t)r * C * L::BYTES;
+    const int scols = a.block > 0 ? (C + a.block - 1) / a.block : 0;
+    const int64_t sbase = grid ? ((srow0 + r) / a.block) * scols : 0;
+    float acc = 0.0f;
+    if (AL) {
+        constexpr int V = L::VEC, U = 4;
+        for (int c0 = lane * V; c0 < C; c0 += 32 * V * U) {
+            uint4 raw[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (c0 + u * 32 * V < C) raw[u] = ld_stream(wp + (int64_t)(c0 + u * 32 * V) * L::BYTES);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * 32 * V;
+                if (c >= C) break;
+                float wv[V];
+                L::cvt(raw[u], wv);
+                if (grid) {
+                    float s = scale_elem(grid, a.sd, sbase + c / a.block);
+#pragma unroll
+                    for (int i = 0; i < V; i++) wv[i] *= s;
+                }
+                const float4 *xp = (const float4 *)(xr + c);
+#pragma unroll
+                for (int q = 0; q < V / 4; q++) {
+                    float4 xv = __ldg(xp + q);
+                    acc = fmaf(wv[4 * q], xv.x, acc);
+                    acc = fmaf(wv[4 * q + 1], xv.y, acc);
+                    acc = fmaf(wv[4 * q + 2], xv.z, acc);
+                    acc = fmaf(wv[4 * q + 3], xv.w, acc);
+                }
+            }
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) {
+            float wv = L::one(wp, c);
+            if (grid) wv *= scale_elem(grid, a.sd, sbase + c / a.block);
+            acc = fmaf(wv, __ldg(xr + c), acc);
+        }
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <class L, bool AL>
+__global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MOE_WARPS + warp, p = blockIdx.y;
+    if (r >= a.I) return;
+    const int e = a.sel[p], t = p / a.K;
+    const float *xr = a.x + (int64_t)t * a.X;
+    float u = lane_dot<L, AL>(a.w[3 * e + 1], a.scale[3 * e + 1], a.srow0[3 * e + 1], a, r, a.X, xr, lane);
+    float g = a.relu2 ? 0.0f : lane_dot<L, AL>(a.w[3 * e], a.scale[3 * e], a.srow0[3 * e], a, r, a.X, xr, lane);
+    u = warp_sum(u);
+    g = warp_sum(g);
+    if (lane) return;
+    float h;
+    if (a.relu2) {
+        float v = u > 0.0f ? u : 0.0f;
+        h = v * v;
+    } else {
+        if (a.limit > 0.0f) {
+            g = fminf(g, a.limit);
+            u = fminf(fmaxf(u, -a.limit), a.limit);
+        }
+        h = g / (1.0f + expf(-g)) * u;
+    }
+    a.h[(int64_t)p * a.I + r] = h;
+}
+
+template <class L, bool AL>
+__global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel(exp_args a) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MOE_WARPS + warp, t = blockIdx.y;
+    if (r >= a.X) return;
+    float acc = 0.0f;
+    for (int k = 0; k < a.K; k++) {
+        const int p = t * a.K + k, e = a.sel[p];
+        acc += a.wt[p] * lane_dot<L, AL>(a.w[3 * e + 2], a.scale[3 * e + 2], a.srow0[3 * e + 2], a, r, a.I,
+                                          a.h + (int64_t)p * a.I, lane);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) a.out[(int64_t)t * a.X + r] = acc;
+}
+
+template <class L>
+static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bool al_down) {
+    dim3 b(MOE_WARPS * 32);
+    dim3 g1((unsigned)((a.I + MOE_WARPS - 1) / MOE_WARPS), (unsigned)(n * a.K));
+    dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
+    if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
+    else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
+    if (al_down) cb_launch(cb, down_kernel<L, true>, g2, b, 0, a);
+    else cb_launch(cb, down_kernel<L, false>, g2, b, 0, a);
+}
+
+/* whether every matrix of one kind (0 gate, 1 up, 2 down) of the layer suits the vector path */
+static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
+    if (cols % vec || (block > 0 && block % vec)) return false;
+    for (int e = 0; e < m->n_experts; e++) {
+        const ci_mat *W = j == 0 ? &m->w_gate[e] : j == 1 ? &m->w_up[e] : &m->w_down[e];
+        if (j == 0 && m->relu2) continue;
+        if ((uintptr_t)W->data & 15) return false;
+    }
+    return true;
+}
+
+static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                           const ci_moe *m) {
+    cuda_be *cb = (cuda_be *)be;
+    if (cb->failed || n <= 0) return;
+    const cb_moe_tab *tab = moe_tab(cb, m);
+    if (!tab) return;
+    if (n > CB_GEMV_MAX_N && cb_moe_grouped_ok(m, tab)) {
+        cb_moe_grouped(cb, out, x, n, sel, w, m, tab);
+        return;
+    }
+    const int K = m->top_k, chunk = n < CB_GEMV_MAX_N ? n : CB_GEMV_MAX_N;
+    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)chunk * K * m->inter * sizeof(float));
+    if (!h) return;
+    exp_args a;
+    memset(&a, 0, sizeof a);
+    a.w = tab->w; a.scale = tab->scale; a.srow0 = tab->srow0;
+    a.block = tab->block; a.sd = tab->scale_dtype < 0 ? 0 : tab->scale_dtype;
+    a.X = m->hidden; a.I = m->inter; a.K = K; a.relu2 = m->relu2; a.limit = m->act_limit;
+    a.h = h;
+    const int vec = tab->dtype == CI_F32 ? 4 : tab->dtype == CI_F8_E4M3 ? 16 : 8;
+    const int blk = tab->scale_dtype >= 0 ? tab->block : 0;
+    const bool al_up = ((uintptr_t)x & 15) == 0 && moe_aligned(m, 1, vec, a.X, blk) && moe_aligned(m, 0, vec, a.X, blk);
+    const bool al_down = a.I % 4 == 0 && moe_aligned(m, 2, vec, a.I, blk);   /* h rows: 16-byte aligned when I % 4 == 0 */
+    for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
+        const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
+        a.sel = sel + (int64_t)t0 * K;
+        a.wt = w + (int64_t)t0 * K;
+        a.x = x + (int64_t)t0 * a.X;
+        a.out = out + (int64_t)t0 * a.X;
+        switch (tab->dtype) {
+        case CI_F32: launch_experts<LF32>(cb, a, k, al_up, al_down); break;
+        case CI_F16: launch_experts<LF16>(cb, a, k, al_up, al_down); break;
+        case CI_BF16: launch_experts<LBF16>(cb, a, k, al_up, al_down); break;
+        case CI_F8_E4M3: launch_experts<LFP8>(cb, a, k, al_up, al_down); break;
+        default: return;
+        }
+    }
+    cb_launched(cb, "moe_experts");
+}
+
+void cb_moe_ops(ci_backend *be) {
+    be->moe_route = op_moe_route;
+    be->moe_experts = op_moe_experts;
+}
