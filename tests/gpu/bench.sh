@@ -12,7 +12,9 @@
 # the GB/s it implies next to the device copy probe). Then bench_gemv_cuda (the decode GEMV
 # against the copy bandwidth) when staged. All output goes to stdout; a line
 # "BENCH <model> pp<N>: ..." per run summarises it.
-# Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b or 8b).
+# With BENCH_ONLY=moe (or moe4) instead: qwen3-30b-a3b-12l (4l), bench/qwen3-30b-a3b.config.json
+# cut to 12 (4) of its 48 layers: the MoE row of the issue 16 table.
+# Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4).
 set -u
 cd "$(dirname "$0")/../.."
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
@@ -47,11 +49,19 @@ run_bench() { # NAME PROMPT_LEN
 }
 
 models=()
-case "${BENCH_ONLY:-}" in 0.6b) models=(qwen3-0.6b) ;; 8b) models=(qwen3-8b-12l) ;; *) models=(qwen3-0.6b qwen3-8b-12l) ;; esac
+case "${BENCH_ONLY:-}" in
+  0.6b) models=(qwen3-0.6b) ;;
+  8b) models=(qwen3-8b-12l) ;;
+  moe) models=(qwen3-30b-a3b-12l) ;;
+  moe4) models=(qwen3-30b-a3b-4l) ;;
+  *) models=(qwen3-0.6b qwen3-8b-12l) ;;
+esac
 for m in "${models[@]}"; do
   case $m in
     qwen3-0.6b) make_model "$m" bench/qwen3-0.6b.config.json 0 || { rc=1; continue; } ;;
     qwen3-8b-12l) make_model "$m" bench/qwen3-8b.config.json 12 || { rc=1; continue; } ;;
+    qwen3-30b-a3b-12l) make_model "$m" bench/qwen3-30b-a3b.config.json 12 || { rc=1; continue; } ;;
+    qwen3-30b-a3b-4l) make_model "$m" bench/qwen3-30b-a3b.config.json 4 || { rc=1; continue; } ;;
   esac
   run_bench "$m" 512
   run_bench "$m" 4096
