@@ -367,8 +367,8 @@ static void test_device_choice(void) {
     char err[512];
     ci_model *m = NULL;
     ci_model_opts o = { .n_threads = 1, .device = 1 };
-    CHECK(ci_model_open("tests/fixtures/qwen3_moe", &o, &m, err, sizeof err) < 0 && !m, "qwen3_moe on cuda refused");
-    CHECK_HAS(err, "qwen3_moe: no CUDA path yet");
+    CHECK(ci_model_open("tests/fixtures/nemotron_h", &o, &m, err, sizeof err) < 0 && !m, "nemotron_h on cuda refused");
+    CHECK_HAS(err, "nemotron_h: no CUDA path yet");
     CHECK_HAS(err, "--device cpu");
     CHECK(ci_model_open("tests/fixtures/lfm2", &o, &m, err, sizeof err) < 0 && !m, "lfm2 on cuda refused");
     CHECK_HAS(err, "lfm2: no CUDA path yet");
