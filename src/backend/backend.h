@@ -184,14 +184,15 @@ typedef struct ci_backend {
      * moe_route: from router logits[n, n_experts] (and, for hash routing, the rows' token ids
      * ids[n], each < hash_vocab; else ids may be NULL), sel[n, top_k] (int32) and w[n, top_k]
      * by the rules of nn/moe.h. Ties keep the lower expert index (a stable descending sort).
-     * moe_experts: out[n, hidden] = Σ_k w[t, k] · expert_sel[t, k](x[t]) (out overwritten).
+     * moe_experts: out[n, hidden] = Σ_k w[t, k] · expert_sel[t, k](x[t]); with acc, out += that
+     * sum (the residual add fused; the CPU adds its finished sum with add()).
      * The CPU runs each active expert as one batched matmul over its tokens, in expert order,
      * and adds into out in that order; a device adds in an order of its own, fixed per shape
      * (same inputs, same bits). */
     void (*moe_route)(struct ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
                       const ci_moe *m);
     void (*moe_experts)(struct ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                        const ci_moe *m);
+                        const ci_moe *m, int acc);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

@@ -27,8 +27,7 @@ void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x
             be->rmsnorm(be, b->xn, x, F->norm, n, D, F->eps);
             in = b->xn;
         }
-        moe_forward(be, F->moe, b->moe, b->y, in, n);
-        be->add(be, x, b->y, (int64_t)n * D);
+        moe_forward_add(be, F->moe, b->moe, x, b->y, in, n);
         return;
     }
     if (F->norm) be->norm_matmul_swiglu(be, b->xn, x, F->norm, F->eps, b->g, b->u, n, &F->wg, &F->wu);

@@ -79,9 +79,9 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
     ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : H);
     if (m->latent > 0) {
         be->matmul(be, s->xl, x, n, &m->fc1_latent);       /* [n, latent] */
-        be->moe_experts(be, s->acc, s->xl, n, s->sel, s->w, &d);
+        be->moe_experts(be, s->acc, s->xl, n, s->sel, s->w, &d, 0);
     } else {
-        be->moe_experts(be, out, x, n, s->sel, s->w, &d);
+        be->moe_experts(be, out, x, n, s->sel, s->w, &d, 0);
     }
     if (m->latent > 0) be->matmul(be, out, s->acc, n, &m->fc2_latent);   /* [n, H] */
     if (m->shared_inter > 0) {
@@ -104,4 +104,15 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
             for (int h = 0; h < H; h++) o[h] += gw * y[h];
         }
     }
+}
+
+void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n) {
+    if (m->latent > 0 || m->shared_inter > 0) {
+        moe_forward(be, m, s, y, xn, n);
+        be->add(be, x, y, (int64_t)n * m->hidden);
+        return;
+    }
+    moe_route(be, m, s, xn, n);
+    ci_moe d = moe_desc(m, m->hidden);
+    be->moe_experts(be, x, xn, n, s->sel, s->w, &d, 1);
 }

@@ -83,5 +83,9 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
 /* out[n, hidden] = routed experts of x (out is overwritten), plus the shared expert when
  * shared_inter > 0 (host loops: a host-memory backend only). */
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
+/* x[n, hidden] += moe_forward(xn): the routed sum added by the experts op itself when the
+ * block has no shared expert and no latent space (the same bits as moe_forward into y and
+ * add(x, y) on the CPU); y: [n, hidden] scratch for the other blocks. */
+void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n);
 
 #endif

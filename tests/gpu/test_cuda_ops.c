@@ -991,11 +991,11 @@ static void make_stacked(int E, int64_t rows, int64_t cols, ci_dtype dt, ci_dtyp
 }
 
 static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dtype sdt, int relu2, float limit,
-                                  int n) {
+                                  int n, int acc) {
     char name[160];
-    snprintf(name, sizeof name, "moe_experts %s E=%d K=%d X=%d I=%d%s%s n=%d",
+    snprintf(name, sizeof name, "moe_experts %s E=%d K=%d X=%d I=%d%s%s%s n=%d",
              dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s",
-             E, K, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", n);
+             E, K, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
     if (!want(name)) return;
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
     make_stacked(E, I, X, dt, sdt, cv, gv);              /* gate */
@@ -1020,13 +1020,17 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
     memset(&m, 0, sizeof m);
     m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I; m.relu2 = relu2; m.act_limit = limit;
     m.w_gate = cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
-    cpu->moe_experts(cpu, ref, x, n, sel, w, &m);
+    fill(ref, (size_t)n * X, 4.f);                       /* acc: the residual added to */
+    float *res = xmalloc((size_t)n * X * 4);
+    memcpy(res, ref, (size_t)n * X * 4);
+    cpu->moe_experts(cpu, ref, x, n, sel, w, &m, acc);
     m.w_gate = gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
     float *gx = g_put(x, (size_t)n * X * 4), *gw = g_put(w, (size_t)n * K * 4), *gy = g_alloc((size_t)n * X * 4);
     int32_t *gsel = g_put(sel, (size_t)n * K * 4);
     if (gx && gw && gy && gsel) {
-        g_poison(gy, (size_t)n * X * 4);
-        gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m);
+        if (acc) gpu->upload(gpu, gy, res, (size_t)n * X * 4);
+        else g_poison(gy, (size_t)n * X * 4);
+        gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m, acc);
         float *got = xmalloc((size_t)n * X * 4);
         g_get(got, gy, (size_t)n * X * 4);
         double bound = n > 8 && (dt == CI_BF16 || dt == CI_F16) ? B_TC : B_F32;
@@ -1034,7 +1038,7 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
         free(got);
     }
     g_free(gx); g_free(gw); g_free(gy); g_free(gsel);
-    free(x); free(w); free(ref); free(sel);
+    free(x); free(w); free(ref); free(sel); free(res);
 }
 
 static void test_moe(void) {
@@ -1054,18 +1058,22 @@ static void test_moe(void) {
     static const int en[] = { 1, 2, 8, 40, 300 };
     for (int k = 0; k < 5; k++)
         for (int i = 0; i < (quick ? 3 : 5); i++) {
-            test_moe_experts_case(8, 2, 64, 96, kinds[k].dt, kinds[k].sdt, 0, 0, en[i]);
-            test_moe_experts_case(8, 3, 70, 36, kinds[k].dt, kinds[k].sdt, 0, 0, en[i]);   /* odd widths */
+            test_moe_experts_case(8, 2, 64, 96, kinds[k].dt, kinds[k].sdt, 0, 0, en[i], 0);
+            test_moe_experts_case(8, 3, 70, 36, kinds[k].dt, kinds[k].sdt, 0, 0, en[i], 0);   /* odd widths */
         }
+    for (int i = 0; i < 5; i++) {
+        test_moe_experts_case(8, 2, 64, 96, CI_BF16, CI_F32, 0, 0, en[i], 1);
+        test_moe_experts_case(8, 3, 70, 36, CI_F8_E4M3, CI_F32, 0, 0, en[i], 1);
+    }
     for (int i = 0; i < 4; i++) {
-        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 1, 0, en[i]);
-        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 0, 0.5f, en[i]);
+        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 1, 0, en[i], 0);
+        test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 0, 0.5f, en[i], 0);
     }
     if (!quick) {
         static const int rn[] = { 1, 8, 300 };
         for (int i = 0; i < 3; i++) {
-            test_moe_experts_case(128, 8, 2048, 768, CI_BF16, CI_F32, 0, 0, rn[i]);
-            test_moe_experts_case(64, 6, 2048, 1408, CI_F8_E4M3, CI_F32, 0, 0, rn[i]);
+            test_moe_experts_case(128, 8, 2048, 768, CI_BF16, CI_F32, 0, 0, rn[i], 0);
+            test_moe_experts_case(64, 6, 2048, 1408, CI_F8_E4M3, CI_F32, 0, 0, rn[i], 0);
         }
     }
 }

@@ -593,10 +593,10 @@ static const void *cpu_weight(ci_backend *be, const void *host, size_t bytes) {
 static int cpu_status(ci_backend *be) { return cpu(be)->failed; }
 
 static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                            const ci_moe *m) {
+                            const ci_moe *m, int acc) {
     cpu_backend *b = cpu(be);
     if (b->failed) return;
-    if (cpu_moe_experts_run(be, &b->moe_tmp, out, x, n, sel, w, m)) {
+    if (cpu_moe_experts_run(be, &b->moe_tmp, out, x, n, sel, w, m, acc)) {
         b->failed = 1;
         snprintf(be->last_error, sizeof be->last_error, "cpu: out of memory for the MoE scratch of %d tokens", n);
     }

@@ -116,7 +116,7 @@ void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat
 void cpu_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
                    const ci_moe *m);
 int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float *x, int n, const int32_t *sel,
-                        const float *w, const ci_moe *m);
+                        const float *w, const ci_moe *m, int acc);
 void cpu_moe_tmp_free(void *tmp);
 
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */

@@ -115,13 +115,13 @@ static void relu2(float *g, int64_t count) {
 typedef struct {
     size_t cap_e, cap_nk, cap_act, cap_in;     /* elements each array of the class holds */
     int *count, *offset, *tok;                 /* [E + 1], [E + 1], [n·K] */
-    float *tw, *xe, *g, *u, *ye;               /* [n·K], [n, hidden], [n, inter] x2, [n, hidden] */
+    float *tw, *xe, *g, *u, *ye, *res;         /* [n·K], [n, hidden], [n, inter] x2, [n, hidden] x2 */
 } moe_tmp;
 
 void cpu_moe_tmp_free(void *tmp) {
     moe_tmp *s = tmp;
     if (!s) return;
-    free(s->count); free(s->offset); free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye);
+    free(s->count); free(s->offset); free(s->tok); free(s->tw); free(s->xe); free(s->g); free(s->u); free(s->ye); free(s->res);
     free(s);
 }
 
@@ -141,21 +141,22 @@ static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n) {
     moe_tmp *s = *slot;
     if (!s && !(s = *slot = calloc(1, sizeof *s))) return NULL;
     void **e[] = { (void **)&s->count, (void **)&s->offset }, **nk[] = { (void **)&s->tok, (void **)&s->tw };
-    void **act[] = { (void **)&s->g, (void **)&s->u }, **in[] = { (void **)&s->xe, (void **)&s->ye };
+    void **act[] = { (void **)&s->g, (void **)&s->u }, **in[] = { (void **)&s->xe, (void **)&s->ye, (void **)&s->res };
     if (grow(&s->cap_e, (size_t)m->n_experts + 1, sizeof(int), e, 2) ||
         grow(&s->cap_nk, (size_t)n * m->top_k, sizeof(int) > sizeof(float) ? sizeof(int) : sizeof(float), nk, 2) ||
         grow(&s->cap_act, (size_t)n * m->inter, sizeof(float), act, 2) ||
-        grow(&s->cap_in, (size_t)n * m->hidden, sizeof(float), in, 2))
+        grow(&s->cap_in, (size_t)n * m->hidden, sizeof(float), in, 3))
         return NULL;
     return s;
 }
 
-/* out[n, X] = Σ_k w[t, k] · expert(x[t]); tmp_slot: the backend's scratch pointer */
-int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float *x, int n, const int32_t *sel,
-                        const float *w, const ci_moe *m) {
+/* out[n, X] (+)= Σ_k w[t, k] · expert(x[t]); tmp_slot: the backend's scratch pointer */
+int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *dst, const float *x, int n, const int32_t *sel,
+                        const float *w, const ci_moe *m, int acc) {
     const int E = m->n_experts, K = m->top_k, X = m->hidden, I = m->inter;
     moe_tmp *s = moe_tmp_get(tmp_slot, m, n);
     if (!s) return -1;
+    float *out = acc ? s->res : dst;   /* acc: the sum is finished apart, then added */
     /* group the (token, slot) entries by expert: counting sort */
     memset(s->count, 0, (size_t)(E + 1) * sizeof(int));
     for (int i = 0; i < n * K; i++) s->count[sel[i]]++;
@@ -191,5 +192,6 @@ int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float
             for (int h = 0; h < X; h++) o[h] += tw[i] * y[h];
         }
     }
+    if (acc) be->add(be, dst, out, (int64_t)n * X);
     return 0;
 }

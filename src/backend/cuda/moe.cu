@@ -1,4 +1,4 @@
-/* moe.cu — the MoE ops on the device: routing (one block per token) and the routed experts
+/* moe.cu — the MoE ops on the device: routing (one warp per token) and the routed experts
  * of a few token rows (decode), with the expert ids read from device memory.
  *
  * Expert tables: a layer's experts are ci_mat views placed by the family (any layout:
@@ -6,11 +6,11 @@
  * table of their data / scale pointers (struct cb_moe_tab), found again by the address of
  * ci_moe.w_up, so kernels index experts by the ids the router wrote.
  *
- * Routing (moe_route): a block per token row. Scores s (softmax probabilities, sigmoid or
- * sqrt(softplus)) and the choice values (s + bias) sit in shared memory; grouped top-k masks
- * the groups whose two best choices add up below the topk_group best; then top_k rounds of
- * a block-wide argmax. Ties keep the lower expert index, as the CPU's stable selection does
- * (NaN scores are not ordered the CPU's way). Thread 0 forms the weights in double, in slot
+ * Routing (moe_route): a warp per token row. Scores s (softmax probabilities, sigmoid or
+ * sqrt(softplus)) and the choice values (s + bias) sit in the warp's shared memory; grouped
+ * top-k masks the groups whose two best choices add up below the topk_group best; then
+ * top_k rounds of a warp argmax (shuffles). Ties keep the lower expert index, as the CPU's stable selection does
+ * (NaN scores are not ordered the CPU's way). Lane 0 forms the weights in double, in slot
  * order, as the CPU does.
  *
  * Experts, decode (n <= CB_GEMV_MAX_N rows at a time): two launches.
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOE_WARPS = 4, ROUTE_THREADS = 256, ROUTE_MAX_E = 2048 };
+enum { MOE_WARPS = 4, ROUTE_WARPS = 4, ROUTE_MAX_E = 1024 };
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -141,67 +141,53 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
     return bi == INT_MAX || (i != INT_MAX && (v > bv || (v == bv && i < bi)));
 }
 
-/* The best non-taken entry of v[0, n) over the block (every thread gets it). */
-__device__ int block_argmax(const float *v, const unsigned char *taken, int n, float *rv, int *ri) {
+/* The best entry of v[0, n) not yet taken, over the warp (every lane gets it). */
+__device__ __forceinline__ int warp_argmax(const float *v, const unsigned char *taken, int n, int lane) {
     float bv = -FLT_MAX;
     int bi = INT_MAX;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
+    for (int i = lane; i < n; i += 32)
         if (!taken[i] && better(v[i], i, bv, bi)) { bv = v[i]; bi = i; }
     for (int o = 16; o; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
         if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();                       /* rv / ri free again */
-    if (lane == 0) { rv[warp] = bv; ri[warp] = bi; }
-    __syncthreads();
-    bv = rv[0]; bi = ri[0];
-    for (int w = 1; w < nw; w++)
-        if (better(rv[w], ri[w], bv, bi)) { bv = rv[w]; bi = ri[w]; }
     return bi;
 }
 
-__global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, float *wout, const float *logits,
-                                                              const int32_t *ids, route_args a) {
+/* One warp per token row (ROUTE_WARPS rows per block); the warp's scores, choices and
+ * taken flags in its slice of shared memory. No block-wide barrier: a decode step's route
+ * is a short chain of shuffles. */
+__global__ void __launch_bounds__(ROUTE_WARPS * 32) route_kernel(int32_t *sel, float *wout, const float *logits,
+                                                                 const int32_t *ids, int n, route_args a) {
     extern __shared__ float sm[];
-    float *s = sm, *choice = sm + a.E;
-    unsigned char *taken = (unsigned char *)(choice + a.E);
-    __shared__ float rv[ROUTE_THREADS / 32];
-    __shared__ int ri[ROUTE_THREADS / 32];
-    __shared__ double dsum[ROUTE_THREADS / 32];
-    __shared__ int chosen[64];
-    __shared__ float gscore[64];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = a.E, K = a.K;
+    const int t = blockIdx.x * ROUTE_WARPS + warp;
+    const size_t slice = (size_t)2 * E + (E + 3) / 4 + 64;     /* floats per warp */
+    float *s = sm + warp * slice, *choice = s + E;
+    unsigned char *taken = (unsigned char *)(choice + E);
+    int *chosen = (int *)(choice + E + (E + 3) / 4);
     pdl_enter();
-    const int t = blockIdx.x, E = a.E, K = a.K;
+    if (t >= n) return;
     const float *lg = logits + (int64_t)t * E;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (a.router == CI_ROUTE_SOFTMAX) {
         float mx = -FLT_MAX;
-        for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, lg[e]);
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if (lane == 0) rv[warp] = mx;
-        __syncthreads();
-        mx = rv[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) mx = fmaxf(mx, rv[w]);
-        double part = 0;
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double sum = 0;
+        for (int e = lane; e < E; e += 32) {
             float p = expf(lg[e] - mx);
             s[e] = p;
-            part += p;
+            sum += p;
         }
-        for (int o = 16; o; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
-        if (lane == 0) dsum[warp] = part;
-        __syncthreads();
-        double sum = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) sum += dsum[w];
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        for (int e = lane; e < E; e += 32) {
             s[e] = (float)(s[e] / sum);
             choice[e] = s[e];
             taken[e] = 0;
         }
     } else {
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        for (int e = lane; e < E; e += 32) {
             float x = lg[e];
             float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
             s[e] = v;
@@ -209,52 +195,51 @@ __global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, floa
             taken[e] = 0;
         }
     }
-    __syncthreads();
+    __syncwarp();
     if (a.hash_ids) {
-        if (threadIdx.x == 0) {
+        if (lane < K) {
             int id = ids ? ids[t] : 0;
             if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
-            for (int k = 0; k < K; k++) chosen[k] = a.hash_ids[(int64_t)id * K + k];
+            chosen[lane] = a.hash_ids[(int64_t)id * K + lane];
         }
     } else {
         if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
             const int per = E / a.G;
-            if ((int)threadIdx.x < a.G) {      /* group score: the sum of its two best choices */
-                const float *c = choice + threadIdx.x * per;
+            float sc = -FLT_MAX;
+            if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                const float *c = choice + lane * per;
                 int b0 = 0;
                 for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
-                float sc = c[b0];
+                sc = c[b0];
                 if (per >= 2) {
                     int b1 = b0 == 0 ? 1 : 0;
                     for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
                     sc += c[b1];
                 }
-                gscore[threadIdx.x] = sc;
             }
-            __syncthreads();
-            if (threadIdx.x == 0) {            /* keep the topk_group best groups */
-                unsigned long long keep = 0;
-                for (int j = 0; j < a.topk_group; j++) {
-                    int b = -1;
-                    for (int g = 0; g < a.G; g++)
-                        if (!(keep >> g & 1) && (b < 0 || gscore[g] > gscore[b])) b = g;
-                    keep |= 1ull << b;
+            unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+            for (int j = 0; j < a.topk_group; j++) {
+                float bv = (lane < a.G && !(keep >> lane & 1)) ? sc : -FLT_MAX;
+                int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                for (int o = 16; o; o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
                 }
-                for (int g = 0; g < a.G; g++) chosen[g] = (int)(keep >> g & 1);
+                keep |= 1u << bi;
             }
-            __syncthreads();
-            for (int e = threadIdx.x; e < per * a.G; e += blockDim.x)
-                if (!chosen[e / per]) choice[e] = -INFINITY;
-            __syncthreads();
+            for (int e = lane; e < per * a.G; e += 32)
+                if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
+            __syncwarp();
         }
         for (int k = 0; k < K; k++) {
-            int b = block_argmax(choice, taken, E, rv, ri);
-            if (threadIdx.x == 0) { chosen[k] = b; taken[b] = 1; }
-            __syncthreads();
+            int b = warp_argmax(choice, taken, E, lane);
+            if (lane == 0) { chosen[k] = b; taken[b] = 1; }
+            __syncwarp();
         }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    __syncwarp();
+    if (lane == 0) {
         float w[64];
         double sum = 0;
         for (int k = 0; k < K; k++) { w[k] = s[chosen[k]]; sum += w[k]; }
@@ -275,8 +260,8 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
     if (cb->failed || n <= 0) return;
     const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
     if (m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > 64 || m->top_k > m->n_experts ||
-        G > 64 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
-        moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 2048 experts, 64 chosen, 64 groups",
+        G > 32 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
+        moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 1024 experts, 64 chosen, 32 groups",
                  m->n_experts, m->top_k, G);
         return;
     }
@@ -286,8 +271,9 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
     a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
     a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
     a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
-    size_t smem = (size_t)2 * a.E * sizeof(float) + (size_t)a.E;
-    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w, logits, ids, a);
+    size_t smem = ((size_t)2 * a.E + (a.E + 3) / 4 + 64) * sizeof(float) * ROUTE_WARPS;
+    cb_launch(cb, route_kernel, dim3((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)), dim3(ROUTE_WARPS * 32), smem, sel, w,
+              logits, ids, n, a);
     cb_launched(cb, "moe_route");
 }
 
@@ -298,6 +284,7 @@ struct exp_args {
     const void *const *scale;
     const int64_t *srow0;
     int block, sd, X, I, K, relu2;
+    int acc;                     /* out += instead of = */
     float limit;
     const int32_t *sel;
     const float *wt;
@@ -385,7 +372,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     a.h[(int64_t)p * a.I + r] = h;
 }
 
-template <class L, bool AL>
+/* down, any layout: one expert after the other */
+template <class L>
 __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel(exp_args a) {
     pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -394,11 +382,81 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel(exp_args a) {
     float acc = 0.0f;
     for (int k = 0; k < a.K; k++) {
         const int p = t * a.K + k, e = a.sel[p];
-        acc += a.wt[p] * lane_dot<L, AL>(a.w[3 * e + 2], a.scale[3 * e + 2], a.srow0[3 * e + 2], a, r, a.I,
-                                          a.h + (int64_t)p * a.I, lane);
+        acc += a.wt[p] * lane_dot<L, false>(a.w[3 * e + 2], a.scale[3 * e + 2], a.srow0[3 * e + 2], a, r, a.I,
+                                           a.h + (int64_t)p * a.I, lane);
     }
     acc = warp_sum(acc);
-    if (lane == 0) a.out[(int64_t)t * a.X + r] = acc;
+    if (lane == 0) {
+        float *o = a.out + (int64_t)t * a.X + r;
+        *o = a.acc ? *o + acc : acc;
+    }
+}
+
+/* down, 16-byte vectors: the token's top_k rows r are one stream of K · S vector steps
+ * (S = steps per row), issued DOWN_BATCH at a time before their products, so a warp keeps
+ * that many loads in flight across experts instead of one row's few. The experts' row
+ * bases, scale grids and weights are staged in shared memory by the block (all its warps
+ * serve the same token). */
+enum { DOWN_BATCH = 8, DOWN_MAX_K = 64 };
+template <class L>
+__global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
+    __shared__ const char *wb[DOWN_MAX_K];
+    __shared__ const void *sg[DOWN_MAX_K];
+    __shared__ int64_t s0[DOWN_MAX_K];
+    __shared__ float wk[DOWN_MAX_K];
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y, K = a.K;
+    if ((int)threadIdx.x < K) {
+        const int p = t * K + threadIdx.x, e = a.sel[p];
+        wb[threadIdx.x] = (const char *)a.w[3 * e + 2];
+        sg[threadIdx.x] = a.scale[3 * e + 2];
+        s0[threadIdx.x] = a.srow0[3 * e + 2];
+        wk[threadIdx.x] = a.wt[p];
+    }
+    __syncthreads();
+    const int r = blockIdx.x * MOE_WARPS + warp;
+    if (r >= a.X) return;
+    constexpr int V = L::VEC;
+    const int I = a.I, S = (I + 32 * V - 1) / (32 * V), total = K * S;
+    const int scols = a.block > 0 ? (I + a.block - 1) / a.block : 0;
+    const float *h = a.h + (int64_t)t * K * I;
+    float acc = 0.0f;
+    for (int j0 = 0; j0 < total; j0 += DOWN_BATCH) {
+        uint4 raw[DOWN_BATCH];
+#pragma unroll
+        for (int b = 0; b < DOWN_BATCH; b++) {
+            const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+            if (j < total && c < I) raw[b] = ld_stream(wb[k] + ((int64_t)r * I + c) * L::BYTES);
+        }
+#pragma unroll
+        for (int b = 0; b < DOWN_BATCH; b++) {
+            const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+            if (j >= total || c >= I) continue;
+            float wv[V];
+            L::cvt(raw[b], wv);
+            if (sg[k]) {
+                float sc = scale_elem(sg[k], a.sd, ((s0[k] + r) / a.block) * scols + c / a.block);
+#pragma unroll
+                for (int i = 0; i < V; i++) wv[i] *= sc;
+            }
+            const float4 *xp = (const float4 *)(h + (int64_t)k * I + c);
+            float part = 0.0f;
+#pragma unroll
+            for (int q = 0; q < V / 4; q++) {
+                float4 xv = __ldg(xp + q);
+                part = fmaf(wv[4 * q], xv.x, part);
+                part = fmaf(wv[4 * q + 1], xv.y, part);
+                part = fmaf(wv[4 * q + 2], xv.z, part);
+                part = fmaf(wv[4 * q + 3], xv.w, part);
+            }
+            acc = fmaf(wk[k], part, acc);
+        }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        float *o = a.out + (int64_t)t * a.X + r;
+        *o = a.acc ? *o + acc : acc;
+    }
 }
 
 template <class L>
@@ -408,8 +466,8 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
     if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
     else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
-    if (al_down) cb_launch(cb, down_kernel<L, true>, g2, b, 0, a);
-    else cb_launch(cb, down_kernel<L, false>, g2, b, 0, a);
+    if (al_down && a.K <= DOWN_MAX_K) cb_launch(cb, down_kernel_vec<L>, g2, b, 0, a);
+    else cb_launch(cb, down_kernel<L>, g2, b, 0, a);
 }
 
 /* whether every matrix of one kind (0 gate, 1 up, 2 down) of the layer suits the vector path */
@@ -424,13 +482,20 @@ static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
 }
 
 static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                           const ci_moe *m) {
+                           const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
     if (n > CB_GEMV_MAX_N && cb_moe_grouped_ok(m, tab)) {
-        cb_moe_grouped(cb, out, x, n, sel, w, m, tab);
+        if (!acc) {
+            cb_moe_grouped(cb, out, x, n, sel, w, m, tab);
+            return;
+        }
+        float *y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
+        if (!y) return;
+        cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
+        cb_add(cb, out, y, (int64_t)n * m->hidden);
         return;
     }
     const int K = m->top_k, chunk = n < CB_GEMV_MAX_N ? n : CB_GEMV_MAX_N;
@@ -440,12 +505,12 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     memset(&a, 0, sizeof a);
     a.w = tab->w; a.scale = tab->scale; a.srow0 = tab->srow0;
     a.block = tab->block; a.sd = tab->scale_dtype < 0 ? 0 : tab->scale_dtype;
-    a.X = m->hidden; a.I = m->inter; a.K = K; a.relu2 = m->relu2; a.limit = m->act_limit;
+    a.X = m->hidden; a.I = m->inter; a.K = K; a.relu2 = m->relu2; a.limit = m->act_limit; a.acc = acc;
     a.h = h;
     const int vec = tab->dtype == CI_F32 ? 4 : tab->dtype == CI_F8_E4M3 ? 16 : 8;
     const int blk = tab->scale_dtype >= 0 ? tab->block : 0;
     const bool al_up = ((uintptr_t)x & 15) == 0 && moe_aligned(m, 1, vec, a.X, blk) && moe_aligned(m, 0, vec, a.X, blk);
-    const bool al_down = a.I % 4 == 0 && moe_aligned(m, 2, vec, a.I, blk);   /* h rows: 16-byte aligned when I % 4 == 0 */
+    const bool al_down = a.I % vec == 0 && moe_aligned(m, 2, vec, a.I, blk);   /* h rows 16-byte aligned too */
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
         a.sel = sel + (int64_t)t0 * K;
