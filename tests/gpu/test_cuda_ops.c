@@ -27,10 +27,11 @@
  * F32: the same f32 arithmetic in another order (split-K sums, tree reductions, fused
  * multiply-add): a few ulps of the sums, far below 1e-5.
  * TC: the CUDA GEMM for n > 1 rows on bf16 / f16 weights (cuBLAS; one row takes the f32
- * GEMV) rounds the activations to the
+ * GEMV), and for n > 40 on fp8 weights (widened to bf16 with their scales), rounds the
+ * activations to the
  * weight's 16-bit type for the tensor cores (f32 accumulation): about 2^-9 relative per
- * product, ~1e-3 on a dot product of random terms; bound 1e-2. fp8 and f32 weights keep
- * f32 activations at every n (fp8: the GEMV kernel in row blocks; f32: f32 SGEMM), so F32.
+ * product, ~1e-3 on a dot product of random terms; bound 1e-2. f32 weights keep f32
+ * activations at every n (f32 SGEMM), fp8 up to 40 rows (the GEMV kernel in row blocks): F32.
  * ATTN_TC: prefill attention (n > 1) on tensor cores with bf16 / f16 q, k, v tiles: same
  * reasoning, 1e-2. Decode attention (n = 1) stays f32.
  * EXACT: copies, embedding rows, kv_store, add, argmax: bit for bit. */
@@ -227,8 +228,10 @@ static wpair make_weight(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt) 
     return w;
 }
 
-/* The matmul bound: bf16 / f16 weights take the tensor-core GEMM above 1 row. */
+/* The matmul bound: bf16 / f16 weights take the tensor-core GEMM above 1 row, fp8 ones
+ * (widened to bf16) above 40 rows (5 GEMV passes of 8). */
 static double mm_bound(const ci_mat *W, int n) {
+    if (W->dtype == CI_F8_E4M3) return n > 40 ? B_TC : B_F32;
     return n > 1 && (W->dtype == CI_BF16 || W->dtype == CI_F16) ? B_TC : B_F32;
 }
 

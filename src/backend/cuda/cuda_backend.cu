@@ -163,7 +163,12 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
  * 16-bit weights (cuBLAS on tensor cores reads them at ~72% of the copy rate from n = 2,
  * the GEMV's x traffic grows with n); all 8 for f32 (cuBLAS SGEMM is slower) and fp8 (no
  * GEMM path yet). */
-static int gemv_max_n(const ci_mat *W) { return W->dtype == CI_BF16 || W->dtype == CI_F16 ? 1 : CB_GEMV_MAX_N; }
+/* Rows up to which the GEMV kernels serve (above: cb_gemm). fp8: the GEMM widens the weight
+ * to bf16 first (reads 1 byte, writes 2, the GEMM reads 2 per weight), which pays once the
+ * GEMV would stream the weight ~5 times (CB_GEMV_MAX_N rows per pass). */
+static int gemv_max_n(const ci_mat *W) {
+    return W->dtype == CI_BF16 || W->dtype == CI_F16 ? 1 : W->dtype == CI_F8_E4M3 ? 5 * CB_GEMV_MAX_N : CB_GEMV_MAX_N;
+}
 
 static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (n <= 0 || W->rows <= 0) return;
@@ -370,6 +375,7 @@ static void op_free(ci_backend *be) {
     for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
+    if (cb->wdeq.p) cudaFree(cb->wdeq.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     cb_moe_free(cb);

@@ -44,6 +44,7 @@ struct cuda_be {
     void **retired;          /* scratch buffers replaced by bigger ones (a graph may still use them) */
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
+    cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM */
     cb_scratch attn_part;    /* split-K attention partials */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
@@ -118,8 +119,9 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
 /* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
 int cb_gemv_ok(const ci_mat *W);
 /* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations
- * rounded to the weight's type, f32 accumulation and output). beta 0 or 1. Returns 0 if it
- * handled the call, -1 if the dtype has no GEMM path (the caller loops cb_gemv). */
+ * rounded to the weight's type, f32 accumulation and output; fp8: the weight times its
+ * block scales widened to bf16 in scratch first, then as bf16). beta 0 or 1. Returns 0 if
+ * it handled the call, -1 if the dtype has no GEMM path (the caller loops cb_gemv). */
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta);
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);

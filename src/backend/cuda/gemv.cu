@@ -378,10 +378,39 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
 /* ---- prefill: cuBLAS -------------------------------------------------------------------
  * Row-major Y[n, R] = X[n, C] · Wᵀ is, in cuBLAS's column-major terms, Yᶜ[R, n] = Wᶜᵀ · Xᶜ with
  * Wᶜ = the [C, R] column-major view of W (lda = C) and Xᶜ the [C, n] view of X (ldb = C). */
+/* dst[r, c] = bf16(fp8(w[r, c]) · scale) for a [rows, cols] fp8 matrix (block scales as gemv_args) */
+__global__ void fp8_widen_kernel(__nv_bfloat16 *dst, const uint8_t *w, int64_t rows, int64_t cols, const void *scale,
+                                 int sd, int block, int64_t srow0) {
+    pdl_enter();
+    const int64_t total = rows * cols, scols = block > 0 ? (cols + block - 1) / block : 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / cols, c = i - r * cols;
+        float v = LFP8::one(w, i);
+        if (scale) v *= scale_elem(scale, sd, ((srow0 + r) / block) * scols + c / block);
+        dst[i] = __float2bfloat16_rn(v);
+    }
+}
+
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta) {
     cudaDataType_t t;
     const void *B = x;
-    if (W->dtype == CI_F32) t = CUDA_R_32F;
+    const void *A = W->data;
+    if (W->dtype == CI_F8_E4M3) {
+        size_t cnt = (size_t)W->rows * (size_t)W->cols;
+        __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, cnt * 2);
+        void *conv = cb_scratch_get(cb, &cb->xconv, (size_t)n * (size_t)W->cols * 2);
+        if (!wd || !conv) return 0;
+        int sd = W->scale_dtype == CI_F32 ? 0 : W->scale_dtype == CI_BF16 ? 1 : 2;
+        int64_t blocks = (int64_t)((cnt + 255) / 256);
+        if (blocks > (int64_t)cb->sm_count * 64) blocks = (int64_t)cb->sm_count * 64;
+        cb_launch(cb, fp8_widen_kernel, dim3((unsigned)blocks), dim3(256), 0, wd, (const uint8_t *)W->data, (int64_t)W->rows,
+                  (int64_t)W->cols, W->scale && W->block > 0 ? W->scale : NULL, sd, W->block, W->scale_row0);
+        cb_launched(cb, "fp8 widen");
+        cb_convert(cb, conv, x, (int64_t)n * W->cols, 1);
+        A = wd;
+        B = conv;
+        t = CUDA_R_16BF;
+    } else if (W->dtype == CI_F32) t = CUDA_R_32F;
     else if (W->dtype == CI_BF16 || W->dtype == CI_F16) {
         t = W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         size_t cnt = (size_t)n * (size_t)W->cols;
@@ -391,7 +420,7 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
         B = conv;
     } else return -1;
     const float alpha = 1.0f;
-    cublasStatus_t s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &alpha, W->data,
+    cublasStatus_t s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &alpha, A,
                                     t, (int)W->cols, B, t, (int)W->cols, &beta, y, CUDA_R_32F, (int)W->rows,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS && !cb->failed) {
