@@ -1,14 +1,419 @@
-/* moe_gemm.cu — the grouped tensor-core GEMM for the routed experts of long inputs.
- * Not written yet: cb_moe_grouped_ok takes no layer, so moe.cu runs its GEMV kernels over
- * groups of CB_GEMV_MAX_N rows (correct, bound by reading each active expert per group). */
+/* moe_gemm.cu — the routed experts of many token rows (prefill) on tensor cores: a grouped
+ * GEMM over the experts, with the expert ids kept on the device.
+ *
+ * Pipeline (five launches, no host synchronisation, no host loop over experts):
+ *   1. convert   x [n, X] f32 -> xb [n, X] in the weights' type (bf16 / f16), rounded to
+ *                nearest as cb_gemm rounds activations for cuBLAS (cb_convert).
+ *   2. sort      one block of 1024 threads: counts the n·K (token, slot) entries per expert
+ *                (shared-memory atomics), scans the counts and the row tiles per expert
+ *                (ceil(count / TM)), and places every entry in its expert's segment:
+ *                off[E + 1] (segment starts), toff[E + 1] (first row tile of each expert),
+ *                rent[n·K] (the entry t·K + k of each sorted row), epos[n·K] (the sorted row
+ *                of each entry; -1 for an id outside [0, E): that slot adds nothing). The
+ *                order inside a segment comes from atomics and may change from run to run;
+ *                nothing depends on it (below).
+ *   3. GEMM 1    for each (row tile of an expert's segment, tile of TN / 2 = 64 columns of
+ *                inter): G = A·Wgᵀ and U = A·Wuᵀ in one block (the B tile is 64 gate rows
+ *                then the same 64 up rows), A's rows read straight from xb through rent
+ *                (no gathered copy), f32 accumulation; epilogue h = silu(g) · u (with
+ *                act_limit L > 0: silu(min(g, L)) · clamp(u, -L, L)), rounded to the weight
+ *                type into H [n·K, I] (sorted rows).
+ *   4. GEMM 2    Y = H_seg · Wdᵀ, tiles of TM rows x TN = 128 columns of hidden, f32 into
+ *                Y [n·K, X] (sorted rows).
+ *   5. combine   out[t] = Σ_k w[t, k] · Y[epos[t·K + k]], summed in k order.
+ *   The GEMM grids are (column tiles, an upper bound of the row tiles): Σ_e ceil(c_e / TM)
+ *   <= ceil(n·K / TM) + min(E, n·K). A block finds its expert by a binary search of toff
+ *   (the largest e with toff[e] <= tile: empty experts have toff[e] == toff[e + 1]); blocks
+ *   past toff[E] return at once.
+ *
+ * Determinism: a row of a tile is one token's data times the weights with a fixed K-loop
+ * (tiles of BK, 16-deep MMA steps in order), so its result does not depend on which rows
+ * share the tile or on their order; the combine sums in k order. Same inputs, same bits.
+ *
+ * GEMM tiles (both GEMMs, one kernel template): TM = 64 rows x TN = 128 B rows (output
+ * columns; GEMM 1: 64 gate + 64 up) x BK = 64 of the reduction, 128 threads = 4 warps as
+ * 2 (rows) x 2 (columns), each warp 32 x 64 = 2 x 4 WMMA 16x16x16 accumulators (bf16 / f16
+ * operands, f32 accumulation). Warps whose 32 rows are all past the segment's end skip
+ * the MMAs (segments average ~32 rows for Qwen3-30B-A3B at n = 512). The MG_*_TUNE macros
+ * (TM, warps along columns, BK, stages) exist for side-by-side builds; the defaults are
+ * the best measured.
+ *   Shared memory: STAGES = 3 cp.async stages of A [64][BK + 8] and B [128][BK + 8] 16-bit
+ *   elements (rows padded by 16 bytes: the 8 rows of each 16-byte-per-lane fragment load
+ *   land on distinct banks; the row stride, 144 bytes, keeps every 16-row fragment 32-byte
+ *   aligned as WMMA wants): 3 · (64 + 128) · 72 · 2 = 82,944 bytes (opted in with
+ *   cudaFuncSetAttribute; 2 blocks per SM); the epilogue reuses it for the f32 C tile
+ *   [64][128 + 4] = 33,792 bytes. Registers: 128-138 per thread, no spills (ptxas -v).
+ *   Loads: each thread copies 4 A chunks and 8 B chunks of 16 bytes per stage
+ *   (cp.async.cg, L2 only); chunks past the segment's rows, past N or past the reduction
+ *   length are zero-filled (src-size 0), so no odd size reads out of bounds.
+ *   Shapes, Qwen3-30B-A3B (X = 2048, I = 768, E = 128, K = 8), n = 512: GEMM 1 grid
+ *   12 x (64 + 128) with ~128 x 12 working blocks, 32 reduction steps; GEMM 2 grid
+ *   16 x 192, 12 reduction steps.
+ *   Measured on the H200 (2026-12-01, a standalone harness against a double-precision
+ *   reference; all 128 experts active, 1.2 GB of bf16 weights): n = 128 0.36 ms (3.4 TB/s
+ *   of weights), n = 512 0.42 ms (2.9 TB/s), n = 2048 1.08 ms (143 TFLOP/s: there the
+ *   WMMA tiles, not the weight stream, bound it). BK = 32 gave 0.50 / 0.55 / 1.05 ms;
+ *   four stages did not help.
+ * Odd sizes: X and I must be multiples of 8 (16-byte chunks; a partial last BK tile is
+ * zero-filled), the expert matrices 16-byte aligned, E <= 1024, top_k >= 1; anything else
+ * (and f32 / fp8 / relu2) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. M
+ * and N tails are predicated (zero-filled loads, masked stores).
+ *
+ * Scratch (grow-only, cb->moe_work): [0] off | toff | epos | rent (ints), [1] xb, [2] H,
+ * [3] Y. */
 #include "cuda_internal.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <mma.h>
+
+#ifndef MG_TM_TUNE
+#define MG_TM_TUNE 64
+#endif
+#ifndef MG_WN_TUNE
+#define MG_WN_TUNE 2
+#endif
+#ifndef MG_BK_TUNE
+#define MG_BK_TUNE 64
+#endif
+#ifndef MG_STAGES_TUNE
+#define MG_STAGES_TUNE 3
+#endif
+enum {
+    MG_TM = MG_TM_TUNE, MG_TN = 128, MG_BK = MG_BK_TUNE, MG_STAGES = MG_STAGES_TUNE,
+    MG_WM = MG_TM / 32, MG_WN = MG_WN_TUNE,  /* warps along rows (32 each) and columns */
+    MG_WCOL = MG_TN / MG_WN, MG_JF = MG_WCOL / 16, /* a warp's columns, its 16-wide fragments */
+    MG_THREADS = 32 * MG_WM * MG_WN,
+    MG_CPR = MG_BK / 8,                   /* 16-byte chunks per tile row */
+    MG_RPP = MG_THREADS / MG_CPR,         /* tile rows one pass of the threads copies */
+    MG_APASS = MG_TM / MG_RPP, MG_BPASS = MG_TN / MG_RPP,
+    MG_LDS = MG_BK + 8,                   /* shared row stride of the A / B tiles (elements) */
+    MG_LDC = MG_TN + 4,                   /* shared row stride of the f32 C tile */
+    MG_SORT_THREADS = 1024, MG_MAX_E = 1024
+};
+static_assert(MG_TM % MG_RPP == 0 && MG_TN % MG_RPP == 0 && MG_BK % 16 == 0, "tile shapes");
+static constexpr size_t MG_PIPE_BYTES = (size_t)MG_STAGES * (MG_TM + MG_TN) * MG_LDS * 2;
+static constexpr size_t MG_C_BYTES = (size_t)MG_TM * MG_LDC * 4;
+static constexpr size_t MG_SMEM = MG_PIPE_BYTES > MG_C_BYTES ? MG_PIPE_BYTES : MG_C_BYTES;
+
+/* ---- 2. sort the entries by expert ---- */
+__global__ void __launch_bounds__(MG_SORT_THREADS) moe_sort_kernel(int *off, int *toff, int *epos, int *rent,
+                                                                   const int32_t *sel, int nK, int E) {
+    pdl_enter();
+    __shared__ int cnt[MG_MAX_E];
+    __shared__ int wsum[2][32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int e = tid; e < E; e += MG_SORT_THREADS) cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < nK; i += MG_SORT_THREADS) {
+        const int e = sel[i];
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    /* block-wide inclusive scan of (count, tiles) of expert tid (E <= 1024 = the threads) */
+    const int c = tid < E ? cnt[tid] : 0, tl = (c + MG_TM - 1) / MG_TM;
+    int sc = c, st = tl;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, sc, o), b = __shfl_up_sync(0xffffffffu, st, o);
+        if (lane >= o) { sc += a; st += b; }
+    }
+    if (lane == 31) { wsum[0][warp] = sc; wsum[1][warp] = st; }
+    __syncthreads();
+    if (warp == 0) {
+        int a = wsum[0][lane], b = wsum[1][lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int pa = __shfl_up_sync(0xffffffffu, a, o), pb = __shfl_up_sync(0xffffffffu, b, o);
+            if (lane >= o) { a += pa; b += pb; }
+        }
+        wsum[0][lane] = a;
+        wsum[1][lane] = b;
+    }
+    __syncthreads();
+    const int ex_c = (warp ? wsum[0][warp - 1] : 0) + sc - c, ex_t = (warp ? wsum[1][warp - 1] : 0) + st - tl;
+    if (tid < E) {
+        off[tid] = ex_c;
+        toff[tid] = ex_t;
+        cnt[tid] = ex_c;                  /* becomes the placement cursor (every read of cnt is above) */
+    }
+    if (tid == E - 1) {
+        off[E] = ex_c + c;
+        toff[E] = ex_t + tl;
+    }
+    __syncthreads();
+    for (int i = tid; i < nK; i += MG_SORT_THREADS) {
+        const int e = sel[i];
+        int p = -1;
+        if (e >= 0 && e < E) {
+            p = atomicAdd(&cnt[e], 1);
+            rent[p] = i;
+        }
+        epos[i] = p;
+    }
+}
+
+/* ---- 3. / 4. the grouped GEMM ---- */
+struct mg_args {
+    const void *a;               /* GATED: xb [n, Kd] (row = token rent[row] / top_k); else H [n·K, Kd] */
+    const int *rent;
+    int top_k;
+    const void *const *wtab;     /* cb_moe_tab.w: [3E] gate, up, down */
+    const int *off, *toff;
+    int E;
+    int N, Kd;                   /* output columns (I or X), reduction length (X or I) */
+    void *out;                   /* GATED: H [n·K, N] in T; else Y [n·K, N] f32 */
+    float act_limit;
+};
+
+__device__ __forceinline__ void mg_cp16(void *smem, const void *g, bool ok) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void mg_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void mg_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void mg_store2(__nv_bfloat16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void mg_store2(__half *p, float a, float b) { *(__half2 *)p = __floats2half2_rn(a, b); }
+
+__device__ __forceinline__ float mg_act(float g, float u, float L) {
+    if (L > 0.0f) {
+        g = g > L ? L : g;
+        u = u > L ? L : u < -L ? -L : u;
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
+template <typename T, bool GATED>
+__global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
+    pdl_enter();
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char mg_sm[];
+    const int tile = blockIdx.y;
+    if (tile >= p.toff[p.E]) return;
+    int lo = 0, hi = p.E - 1;         /* the largest e with toff[e] <= tile */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (p.toff[mid] <= tile) lo = mid;
+        else hi = mid - 1;
+    }
+    const int e = lo;
+    const int row0 = p.off[e] + (tile - p.toff[e]) * MG_TM;
+    const int rows = min((int)MG_TM, p.off[e + 1] - row0);
+    const int N = p.N, Kd = p.Kd;
+    const int n0 = blockIdx.x * (GATED ? MG_TN / 2 : MG_TN);
+    const T *B0 = (const T *)p.wtab[3 * e + (GATED ? 0 : 2)];
+    const T *B1 = GATED ? (const T *)p.wtab[3 * e + 1] : B0;
+    const T *Ab = (const T *)p.a;
+    T *As = (T *)mg_sm;
+    T *Bs = As + MG_STAGES * MG_TM * MG_LDS;
+    const int tid = threadIdx.x, kc = (tid % MG_CPR) * 8, rt = tid / MG_CPR;
+
+    /* this thread's chunks: A and B tile rows rt + MG_RPP·i, columns kc .. kc + 7 */
+    const T *asrc[MG_APASS], *bsrc[MG_BPASS];
+    bool aok[MG_APASS], bok[MG_BPASS];
+#pragma unroll
+    for (int i = 0; i < MG_APASS; i++) {
+        const int r = rt + MG_RPP * i;
+        aok[i] = r < rows;
+        int64_t src = 0;
+        if (aok[i]) src = GATED ? p.rent[row0 + r] / p.top_k : row0 + r;
+        asrc[i] = Ab + src * Kd + kc;
+    }
+#pragma unroll
+    for (int i = 0; i < MG_BPASS; i++) {
+        const int j = rt + MG_RPP * i;
+        const T *m = GATED && j >= MG_TN / 2 ? B1 : B0;
+        const int nr = n0 + (GATED ? (j & (MG_TN / 2 - 1)) : j);
+        bok[i] = nr < N;
+        bsrc[i] = m + (int64_t)(bok[i] ? nr : 0) * Kd + kc;
+    }
+    auto load = [&](int s, int kt) {
+        const int k0 = kt * MG_BK;
+        const bool kin = k0 + kc < Kd;
+        T *as = As + s * MG_TM * MG_LDS, *bs = Bs + s * MG_TN * MG_LDS;
+#pragma unroll
+        for (int i = 0; i < MG_APASS; i++) {
+            const bool ok = aok[i] && kin;
+            mg_cp16(as + (rt + MG_RPP * i) * MG_LDS + kc, ok ? asrc[i] + k0 : Ab, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < MG_BPASS; i++) {
+            const bool ok = bok[i] && kin;
+            mg_cp16(bs + (rt + MG_RPP * i) * MG_LDS + kc, ok ? bsrc[i] + k0 : B0, ok);
+        }
+    };
+
+    const int warp = tid >> 5, wm = warp % MG_WM, wn = warp / MG_WM;
+    const bool active = wm * 32 < rows;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][MG_JF];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < MG_JF; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    const int KT = (Kd + MG_BK - 1) / MG_BK;
+#pragma unroll
+    for (int s = 0; s < MG_STAGES - 1; s++) {
+        if (s < KT) load(s, s);
+        mg_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        mg_wait<MG_STAGES - 2>();
+        __syncthreads();          /* stage kt is in; every warp is done with stage kt - 1 */
+        if (kt + MG_STAGES - 1 < KT) load((kt + MG_STAGES - 1) % MG_STAGES, kt + MG_STAGES - 1);
+        mg_commit();
+        if (active) {
+            const int s = kt % MG_STAGES;
+            const T *as = As + s * MG_TM * MG_LDS + wm * 32 * MG_LDS;
+            const T *bs = Bs + s * MG_TN * MG_LDS + wn * MG_WCOL * MG_LDS;
+#pragma unroll
+            for (int kk = 0; kk < MG_BK / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], as + i * 16 * MG_LDS + kk * 16, MG_LDS);
+#pragma unroll
+                for (int j = 0; j < MG_JF; j++) {
+                    wmma::load_matrix_sync(fb, bs + j * 16 * MG_LDS + kk * 16, MG_LDS);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
+                }
+            }
+        }
+    }
+    mg_wait<0>();
+    __syncthreads();              /* the pipeline's shared memory becomes the C tile */
+    float *Cs = (float *)mg_sm;
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < MG_JF; j++)
+                wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * MG_LDC + wn * MG_WCOL + j * 16, acc[i][j], MG_LDC,
+                                        wmma::mem_row_major);
+    }
+    __syncthreads();
+    if (GATED) {
+        T *H = (T *)p.out;
+        const float L = p.act_limit;
+        for (int idx = tid; idx < MG_TM * (MG_TN / 4); idx += MG_THREADS) {
+            const int r = idx / (MG_TN / 4), c = (idx % (MG_TN / 4)) * 2;
+            if (r < rows && n0 + c < N) { /* N % 8 == 0: the pair is inside */
+                const float *cr = Cs + r * MG_LDC;
+                mg_store2(H + (int64_t)(row0 + r) * N + n0 + c, mg_act(cr[c], cr[MG_TN / 2 + c], L),
+                          mg_act(cr[c + 1], cr[MG_TN / 2 + c + 1], L));
+            }
+        }
+    } else {
+        float *Y = (float *)p.out;
+        for (int idx = tid; idx < MG_TM * (MG_TN / 4); idx += MG_THREADS) {
+            const int r = idx / (MG_TN / 4), c = (idx % (MG_TN / 4)) * 4;
+            if (r < rows && n0 + c < N)   /* N % 8 == 0: the four are inside */
+                *(float4 *)(Y + (int64_t)(row0 + r) * N + n0 + c) = *(const float4 *)(Cs + r * MG_LDC + c);
+        }
+    }
+}
+
+/* ---- 5. combine: out[t] = Σ_k w[t, k] · Y[epos[t·K + k]] in k order ---- */
+__global__ void moe_combine_kernel(float *out, const float *Y, const int *epos, const float *w, int K, int X) {
+    pdl_enter();
+    const int t = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= X) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const int pos = epos[(int64_t)t * K + k];
+        if (pos >= 0) acc += w[(int64_t)t * K + k] * Y[(int64_t)pos * X + c];
+    }
+    out[(int64_t)t * X + c] = acc;
+}
+
+/* ---- host side ---- */
+static int mg_mat_ok(const ci_mat *W, ci_dtype dt, int64_t rows, int64_t cols) {
+    return W && W->dtype == dt && W->rows == rows && W->cols == cols && W->data && ((uintptr_t)W->data & 15) == 0;
+}
 
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
-    (void)m; (void)tab;
-    return 0;
+    if (!m || !tab || !tab->w) return 0;
+    if (tab->dtype != CI_BF16 && tab->dtype != CI_F16) return 0;
+    if (tab->relu2 || m->relu2 || !m->w_gate || !m->w_up || !m->w_down) return 0;
+    const int E = tab->E, X = tab->X, I = tab->I;
+    if (E < 1 || E > MG_MAX_E || E != m->n_experts || m->top_k < 1 || X != m->hidden || I != m->inter) return 0;
+    if (X < 8 || I < 8 || X % 8 || I % 8) return 0;
+    /* the table holds these views' data pointers: 16-byte aligned for the cp.async chunks */
+    for (int e = 0; e < E; e++)
+        if (!mg_mat_ok(&m->w_gate[e], tab->dtype, I, X) || !mg_mat_ok(&m->w_up[e], tab->dtype, I, X) ||
+            !mg_mat_ok(&m->w_down[e], tab->dtype, X, I))
+            return 0;
+    return 1;
+}
+
+template <typename T>
+static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                      const ci_moe *m, const cb_moe_tab *tab) {
+    const int E = tab->E, X = tab->X, I = tab->I, K = m->top_k;
+    const int64_t nK = (int64_t)n * K;
+    const bool bf = tab->dtype == CI_BF16;
+    int *ib = (int *)cb_scratch_get(cb, &cb->moe_work[0], (size_t)(2 * (E + 1) + 2 * nK) * sizeof(int));
+    T *xb = (T *)cb_scratch_get(cb, &cb->moe_work[1], (size_t)n * X * sizeof(T));
+    T *H = (T *)cb_scratch_get(cb, &cb->moe_work[2], (size_t)nK * I * sizeof(T));
+    float *Y = (float *)cb_scratch_get(cb, &cb->moe_work[3], (size_t)nK * X * sizeof(float));
+    if (!ib || !xb || !H || !Y) return;
+    int *off = ib, *toff = off + (E + 1), *epos = toff + (E + 1), *rent = epos + nK;
+
+    cb_convert(cb, xb, x, (int64_t)n * X, bf);
+    cb_launch(cb, moe_sort_kernel, dim3(1), dim3(MG_SORT_THREADS), 0, off, toff, epos, rent, sel, (int)nK, E);
+    if (cb_launched(cb, "moe grouped (sort)")) return;
+
+    static int attr_set = 0;      /* per instantiation */
+    if (!attr_set) {
+        cudaFuncSetAttribute(moe_gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        attr_set = 1;
+    }
+    const int64_t max_tiles = (nK + MG_TM - 1) / MG_TM + (nK < E ? nK : E);
+    mg_args a;
+    a.a = xb;
+    a.rent = rent;
+    a.top_k = K;
+    a.wtab = tab->w;
+    a.off = off;
+    a.toff = toff;
+    a.E = E;
+    a.N = I;
+    a.Kd = X;
+    a.out = H;
+    a.act_limit = m->act_limit;
+    cb_launch(cb, moe_gemm_kernel<T, true>, dim3((I + MG_TN / 2 - 1) / (MG_TN / 2), (unsigned)max_tiles),
+              dim3(MG_THREADS), MG_SMEM, a);
+    if (cb_launched(cb, "moe grouped (gate/up)")) return;
+    a.a = H;
+    a.N = X;
+    a.Kd = I;
+    a.out = Y;
+    cb_launch(cb, moe_gemm_kernel<T, false>, dim3((X + MG_TN - 1) / MG_TN, (unsigned)max_tiles), dim3(MG_THREADS),
+              MG_SMEM, a);
+    if (cb_launched(cb, "moe grouped (down)")) return;
+    cb_launch(cb, moe_combine_kernel, dim3(n, (X + 255) / 256), dim3(256), 0, out, (const float *)Y, (const int *)epos,
+              w, K, X);
+    cb_launched(cb, "moe grouped (combine)");
 }
 
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab) {
-    (void)cb; (void)out; (void)x; (void)n; (void)sel; (void)w; (void)m; (void)tab;
+    if (cb->failed || n <= 0) return;
+    if ((int64_t)n * m->top_k > (1 << 30) ||
+        (int64_t)n * m->top_k / MG_TM + tab->E + 1 > 65535) { /* grid.y limit: ~4M entries */
+        if (!cb->failed) {
+            cb->failed = 1;
+            snprintf(cb->base.last_error, sizeof cb->base.last_error,
+                     "CUDA: grouped MoE over %d rows x top-%d is more than its grid takes", n, m->top_k);
+        }
+        return;
+    }
+    if (tab->dtype == CI_BF16) mg_launch<__nv_bfloat16>(cb, out, x, n, sel, w, m, tab);
+    else mg_launch<__half>(cb, out, x, n, sel, w, m, tab);
 }
