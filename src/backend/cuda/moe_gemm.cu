@@ -32,17 +32,24 @@
  *
  * GEMM tiles (both GEMMs, one kernel template): TM = 64 rows x TN = 128 B rows (output
  * columns; GEMM 1: 64 gate + 64 up) x BK = 64 of the reduction, 128 threads = 4 warps as
- * 2 (rows) x 2 (columns), each warp 32 x 64 = 2 x 4 WMMA 16x16x16 accumulators (bf16 / f16
- * operands, f32 accumulation). Warps whose 32 rows are all past the segment's end skip
- * the MMAs (segments average ~32 rows for Qwen3-30B-A3B at n = 512). The MG_*_TUNE macros
- * (TM, warps along columns, BK, stages) exist for side-by-side builds; the defaults are
- * the best measured.
- *   Shared memory: STAGES = 3 cp.async stages of A [64][BK + 8] and B [128][BK + 8] 16-bit
- *   elements (rows padded by 16 bytes: the 8 rows of each 16-byte-per-lane fragment load
- *   land on distinct banks; the row stride, 144 bytes, keeps every 16-row fragment 32-byte
- *   aligned as WMMA wants): 3 · (64 + 128) · 72 · 2 = 82,944 bytes (opted in with
- *   cudaFuncSetAttribute; 2 blocks per SM); the epilogue reuses it for the f32 C tile
- *   [64][128 + 4] = 33,792 bytes. Registers: 128-138 per thread, no spills (ptxas -v).
+ * 2 (rows) x 2 (columns), each warp 32 rows x 64 B rows = 2 x 8 mma.sync m16n8k16 tiles
+ * (bf16 / f16 operands from shared memory by ldmatrix, f32 accumulation in registers).
+ * In GEMM 1 a warp's 64 B rows are 32 gate rows and the 32 up rows of the same output
+ * columns, so the SwiGLU epilogue pairs g and u in registers and stores h directly (GEMM
+ * 2 stores f32 pairs). Warps whose 32 rows are all past the segment's end skip the MMAs
+ * (segments average ~32 rows for Qwen3-30B-A3B at n = 512). The MG_*_TUNE macros (TM,
+ * warps along columns, BK, stages, register cap, MMA = 0: a WMMA build with the epilogue
+ * through shared memory) exist for side-by-side builds; the defaults are the best
+ * measured.
+ *   Shared memory: STAGES = 2 cp.async stages (the copy of step k + 1 runs under the
+ *   MMAs of step k) of A [64][BK + 8] and B [128][BK + 8] 16-bit elements (rows padded by
+ *   16 bytes: the 8 rows of each 16-byte-per-lane fragment load land on distinct banks;
+ *   the row stride, 144 bytes, keeps every 16-row fragment 32-byte aligned as WMMA
+ *   wants): 2 · (64 + 128) · 72 · 2 = 55,296 bytes (opted in with cudaFuncSetAttribute;
+ *   the WMMA build reuses it for an f32 C tile [64][128 + 4] = 33,792 bytes). Registers:
+ *   capped at 128 (__launch_bounds__(128, 4)), so 4 blocks (16 warps) fit an SM by both
+ *   registers and shared memory; ptxas -v: 128 registers, the down-projection
+ *   instantiations spill 8 bytes (a stack slot), the gate/up ones none.
  *   Loads: each thread copies 4 A chunks and 8 B chunks of 16 bytes per stage
  *   (cp.async.cg, L2 only); chunks past the segment's rows, past N or past the reduction
  *   length are zero-filled (src-size 0), so no odd size reads out of bounds.
@@ -50,10 +57,13 @@
  *   12 x (64 + 128) with ~128 x 12 working blocks, 32 reduction steps; GEMM 2 grid
  *   16 x 192, 12 reduction steps.
  *   Measured on the H200 (2026-12-01, a standalone harness against a double-precision
- *   reference; all 128 experts active, 1.2 GB of bf16 weights): n = 128 0.36 ms (3.4 TB/s
- *   of weights), n = 512 0.42 ms (2.9 TB/s), n = 2048 1.08 ms (143 TFLOP/s: there the
- *   WMMA tiles, not the weight stream, bound it). BK = 32 gave 0.50 / 0.55 / 1.05 ms;
- *   four stages did not help.
+ *   reference; all 128 experts active, 1.2 GB of bf16 weights; whole call, median of 15):
+ *   n = 128 0.35 ms (3.5 TB/s of weights), n = 512 0.385 ms (3.1 TB/s), n = 2048 0.89 ms
+ *   (174 TFLOP/s: there the MMAs, not the weight stream, bound it). Side by side (WMMA
+ *   builds): BK 64 / 2 stages 0.35 / 0.40 / 0.97 ms; BK 32 / 3 stages 0.50 / 0.55 / 1.05;
+ *   BK 64 / 3 stages 0.36 / 0.42 / 1.09; BK 128 / 2 stages 0.37 / 0.43 / 1.12; no
+ *   register cap 0.40 / 0.45 / 1.01; TM 128 or 8 warps a block were slower everywhere
+ *   (occupancy, not load depth, is what paid). mma.sync and WMMA gave the same bits.
  * Odd sizes: X and I must be multiples of 8 (16-byte chunks; a partial last BK tile is
  * zero-filled), the expert matrices 16-byte aligned, E <= 1024, top_k >= 1; anything else
  * (and f32 / fp8 / relu2) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. M
@@ -77,12 +87,19 @@
 #define MG_BK_TUNE 64
 #endif
 #ifndef MG_STAGES_TUNE
-#define MG_STAGES_TUNE 3
+#define MG_STAGES_TUNE 2
+#endif
+#ifndef MG_MMA_TUNE
+#define MG_MMA_TUNE 1                     /* 1: mma.sync + ldmatrix, 0: WMMA */
+#endif
+#ifndef MG_MINB_TUNE
+#define MG_MINB_TUNE 4                    /* blocks per SM the register budget is set for */
 #endif
 enum {
     MG_TM = MG_TM_TUNE, MG_TN = 128, MG_BK = MG_BK_TUNE, MG_STAGES = MG_STAGES_TUNE,
     MG_WM = MG_TM / 32, MG_WN = MG_WN_TUNE,  /* warps along rows (32 each) and columns */
     MG_WCOL = MG_TN / MG_WN, MG_JF = MG_WCOL / 16, /* a warp's columns, its 16-wide fragments */
+    MG_NT = MG_WCOL / 8,                  /* its n8 tiles (mma.sync) */
     MG_THREADS = 32 * MG_WM * MG_WN,
     MG_CPR = MG_BK / 8,                   /* 16-byte chunks per tile row */
     MG_RPP = MG_THREADS / MG_CPR,         /* tile rows one pass of the threads copies */
@@ -179,6 +196,29 @@ __device__ __forceinline__ void mg_store2(__nv_bfloat16 *p, float a, float b) {
 }
 __device__ __forceinline__ void mg_store2(__half *p, float a, float b) { *(__half2 *)p = __floats2half2_rn(a, b); }
 
+__device__ __forceinline__ void mg_ldsm4(unsigned *r, const void *smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+/* c += a · b on one m16n8k16 tile, f32 accumulation */
+template <typename T>
+__device__ __forceinline__ void mg_mma(float *c, const unsigned *a, unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mg_mma<__nv_bfloat16>(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mg_mma<__half>(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ float mg_act(float g, float u, float L) {
     if (L > 0.0f) {
         g = g > L ? L : g;
@@ -188,7 +228,7 @@ __device__ __forceinline__ float mg_act(float g, float u, float L) {
 }
 
 template <typename T, bool GATED>
-__global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
+__global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_args p) {
     pdl_enter();
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char mg_sm[];
@@ -249,13 +289,39 @@ __global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
 
     const int warp = tid >> 5, wm = warp % MG_WM, wn = warp / MG_WM;
     const bool active = wm * 32 < rows;
+    const int KT = (Kd + MG_BK - 1) / MG_BK;
+#if MG_MMA_TUNE
+    /* mma.sync m16n8k16: the warp's 32 rows are 2 m16 tiles, its MG_WCOL B rows MG_NT n8
+     * tiles (GEMM 1: the first half gate rows, the second half the up rows of the same
+     * output columns, so the epilogue pairs them in registers). Fragments come from
+     * shared memory by ldmatrix; accumulator (i, j) element e holds row 16i + lane/4 +
+     * 8(e/2), column 8j + 2(lane%4) + e%2 of the warp tile. */
+    const int lane = tid & 31;
+    float acc[2][MG_NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < MG_NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    /* B row of this lane's ldmatrix address for tile pair jj (tiles 2jj, 2jj + 1) */
+    auto brow = [&](int jj) {
+        const int sub = ((lane >> 4) << 3) + (lane & 7);
+        if (GATED) {
+            const int half = MG_NT / 4;   /* tile pairs per half */
+            return jj < half ? wn * (MG_WCOL / 2) + jj * 16 + sub
+                             : MG_TN / 2 + wn * (MG_WCOL / 2) + (jj - half) * 16 + sub;
+        }
+        return wn * MG_WCOL + jj * 16 + sub;
+    };
+#else
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][MG_JF];
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < MG_JF; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+#endif
 
-    const int KT = (Kd + MG_BK - 1) / MG_BK;
 #pragma unroll
     for (int s = 0; s < MG_STAGES - 1; s++) {
         if (s < KT) load(s, s);
@@ -268,6 +334,26 @@ __global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
         mg_commit();
         if (active) {
             const int s = kt % MG_STAGES;
+#if MG_MMA_TUNE
+            const T *as = As + s * MG_TM * MG_LDS + (wm * 32 + (lane & 15)) * MG_LDS + (lane >> 4) * 8;
+            const T *bs = Bs + s * MG_TN * MG_LDS + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int kk = 0; kk < MG_BK / 16; kk++) {
+                unsigned fa[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++) mg_ldsm4(fa[i], as + i * 16 * MG_LDS + kk * 16);
+#pragma unroll
+                for (int jj = 0; jj < MG_NT / 2; jj++) {
+                    unsigned fb[4];
+                    mg_ldsm4(fb, bs + brow(jj) * MG_LDS + kk * 16);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        mg_mma<T>(acc[i][2 * jj], fa[i], fb[0], fb[1]);
+                        mg_mma<T>(acc[i][2 * jj + 1], fa[i], fb[2], fb[3]);
+                    }
+                }
+            }
+#else
             const T *as = As + s * MG_TM * MG_LDS + wm * 32 * MG_LDS;
             const T *bs = Bs + s * MG_TN * MG_LDS + wn * MG_WCOL * MG_LDS;
 #pragma unroll
@@ -283,9 +369,42 @@ __global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
                     for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
                 }
             }
+#endif
         }
     }
     mg_wait<0>();
+#if MG_MMA_TUNE
+    if (!active) return;
+    const int qr = lane >> 2, qc = (lane & 3) * 2;
+    if (GATED) {
+        T *H = (T *)p.out;
+        const float L = p.act_limit;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < MG_NT / 2; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + i * 16 + qr + 8 * h, c = n0 + wn * (MG_WCOL / 2) + j * 8 + qc;
+                    if (r < rows && c < N) /* N % 8 == 0: the pair is inside */
+                        mg_store2(H + (int64_t)(row0 + r) * N + c,
+                                  mg_act(acc[i][j][2 * h], acc[i][j + MG_NT / 2][2 * h], L),
+                                  mg_act(acc[i][j][2 * h + 1], acc[i][j + MG_NT / 2][2 * h + 1], L));
+                }
+    } else {
+        float *Y = (float *)p.out;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < MG_NT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + i * 16 + qr + 8 * h, c = n0 + wn * MG_WCOL + j * 8 + qc;
+                    if (r < rows && c < N)
+                        *(float2 *)(Y + (int64_t)(row0 + r) * N + c) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                }
+    }
+#else
     __syncthreads();              /* the pipeline's shared memory becomes the C tile */
     float *Cs = (float *)mg_sm;
     if (active) {
@@ -316,6 +435,7 @@ __global__ void __launch_bounds__(MG_THREADS) moe_gemm_kernel(mg_args p) {
                 *(float4 *)(Y + (int64_t)(row0 + r) * N + n0 + c) = *(const float4 *)(Cs + r * MG_LDC + c);
         }
     }
+#endif
 }
 
 /* ---- 5. combine: out[t] = Σ_k w[t, k] · Y[epos[t·K + k]] in k order ---- */
