@@ -9,7 +9,7 @@
  *     without --model it runs the embedded demo model (models/demo), as serve and chat do
  *   cinfer inspect  --model DIR      (opens the model on the CPU; says what a CUDA run needs)
  *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]
- *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]
+ *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N] [--threads N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
  *   logits, generate, bench, perplexity (and chat, serve) also take --device cpu|cuda|auto
  *   and --no-graphs (apps/cmd_device.h).
@@ -30,6 +30,7 @@
 #include "cmd_text.h"
 #include "core/threads.h"
 #include "models/probe.h"
+#include "models/random.h"
 #include "server/server.h"
 #include "text/template.h"
 #include "text/tokenizer.h"
@@ -54,6 +55,7 @@ static const char *USAGE =
     "  inspect     --model DIR  (backend, and the device memory a CUDA run needs)\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
+    "              [--threads N]   (fill threads, default all CPUs; same file for any N)\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
     "  serve       [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N]\n"
     "              [--ctx N] [--prefix-cache-mb N] [--queue N] [--per-client N] [--max-body BYTES]\n"
@@ -752,17 +754,18 @@ done:
 
 static int cmd_make_random(int argc, char **argv) {
     flag fl[] = { {"--config", 1, 0, 0}, {"--out", 1, 0, 0}, {"--dtype", 1, 0, 0}, {"--seed", 1, 0, 0},
-                  {"--layers", 1, 0, 0}, {0, 0, 0, 0} };
+                  {"--layers", 1, 0, 0}, {"--threads", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("make-random", argc, argv, fl);
     if (rc) return rc;
     const char *cfg = need("make-random", fl, "--config", &rc), *out = need("make-random", fl, "--out", &rc);
     if (rc) return rc;
     const char *dt = find_flag(fl, "--dtype")->seen ? find_flag(fl, "--dtype")->value : "bf16";
-    long long seed = 0, layers = 0;
+    long long seed = 0, layers = 0, threads = 0;
     if (find_flag(fl, "--seed")->seen && parse_long("make-random", "--seed", find_flag(fl, "--seed")->value, 0, LLONG_MAX, &seed)) return 2;
     if (find_flag(fl, "--layers")->seen && parse_long("make-random", "--layers", find_flag(fl, "--layers")->value, 1, 4096, &layers)) return 2;
+    if (find_flag(fl, "--threads")->seen && parse_long("make-random", "--threads", find_flag(fl, "--threads")->value, 1, 1024, &threads)) return 2;
     char err[1024];
-    if (ci_make_random(cfg, out, dt, (uint64_t)seed, (int)layers, err, sizeof err)) return die(1, "%s", err);
+    if (ci_make_random_threads(cfg, out, dt, (uint64_t)seed, (int)layers, (int)threads, err, sizeof err)) return die(1, "%s", err);
     return 0;
 }
 

@@ -135,8 +135,9 @@ CI_API int ci_generate_text(ci_session *s, const char *prompt, int max_tokens, c
                             void *cb_ctx, int *n_out, char *err, size_t errlen);
 
 /* Writes a random-weight checkpoint for the config at config_path into out_dir, with the
- * family's exact tensor names and shapes. dtype: "bf16" or "f32"; layers > 0 overrides
- * num_hidden_layers. */
+ * family's exact tensor names and shapes. dtype: "bf16", "f32", "fp8" or "fp8-fp4"; layers > 0
+ * overrides num_hidden_layers. Tensors are filled on every online CPU; the file depends only
+ * on the config, dtype, seed and layers. */
 CI_API int ci_make_random(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
                    char *err, size_t errlen);
 

@@ -2,7 +2,10 @@
  * random values, from a config alone. The family's own load() runs in record mode (no
  * checkpoint) and lists every tensor it would bind; we write those with matrices ~
  * N(0, 1/fan_in), norms 1 +- 0.1 and biases 0. Real-size models for benchmarks without
- * downloads. */
+ * downloads. Tensors are filled on several threads at once (st_write_file_par); each tensor's
+ * values come from its own RNG stream seeded by (seed, index), so the file does not depend
+ * on the thread count. */
+#include "random.h"
 #include "model.h"
 #include "cinfer.h"
 #include "../core/status.h"
@@ -59,6 +62,7 @@ static uint8_t to_e2m1(float x) {
 /* The power-of-two scale exponent for values ~ N(0, sd²) coded with max magnitude qmax. */
 static int scale_exp(double sd, double qmax) { return (int)ceil(log2(4.0 * sd / qmax)); }
 
+/* Fills written tensor i of a quantized role: fp8 / FP4 codes or their block scales. */
 static int fill_quant(const fill_ctx *c, int i, void *buf, size_t nbytes) {
     const w_spec *s = &c->specs[c->spec_of[i]];
     uint64_t rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i * 0xD1B54A32D192ED03ull + 1;
@@ -88,6 +92,7 @@ static int fill_quant(const fill_ctx *c, int i, void *buf, size_t nbytes) {
     }
 }
 
+/* Fills written tensor i (thread-safe: reads only the context). */
 static int fill(void *vctx, int i, void *buf, size_t nbytes) {
     fill_ctx *c = vctx;
     if (c->role[i] != R_VALUES) return fill_quant(c, i, buf, nbytes);
@@ -134,8 +139,16 @@ static int quant_role(const w_spec *sp, int quant) {
     return R_FP8;
 }
 
+/* The public entry: every online CPU fills. */
 int ci_make_random(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
                    char *err, size_t errlen) {
+    return ci_make_random_threads(config_path, out_dir, dtype, seed, layers, 0, err, errlen);
+}
+
+/* See random.h: the config's tensor list (record-mode load), config.json and the filled
+ * model.safetensors. */
+int ci_make_random_threads(const char *config_path, const char *out_dir, const char *dtype, uint64_t seed, int layers,
+                           int n_threads, char *err, size_t errlen) {
     ci_dtype dt;
     int quant = 0;   /* 1: fp8 matrices, 2: fp8 matrices + FP4 routed experts */
     if (!strcmp(dtype, "bf16")) dt = CI_BF16;
@@ -230,7 +243,7 @@ int ci_make_random(const char *config_path, const char *out_dir, const char *dty
     }
     fill_ctx fc = { m->specs, spec_of, role, dt, seed };
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    rc = st_write_file(path, d, nd, fill, &fc, err, errlen);
+    rc = st_write_file_par(path, d, nd, fill, &fc, n_threads, err, errlen);
 done:
     if (m) {
         if (m->impl) m->family->ops->unload(m);

@@ -57,6 +57,11 @@ expect_err "absurd header length" "$TMP/m/model.safetensors" $CINFER inspect --m
 # make-random bad input
 expect_err "make-random dtype"   "--dtype must be bf16, f32, fp8 or fp8-fp4" $CINFER make-random --config $fx/config.json --out $TMP/r --dtype f8
 expect_err "make-random config"  "$TMP/none.json: cannot open" $CINFER make-random --config $TMP/none.json --out $TMP/r
+expect_err "make-random threads" "--threads expects an integer in [1, 1024], got '0'" $CINFER make-random --config $fx/config.json --out $TMP/r --threads 0
+if [ -w /dev/full ]; then   # a full disk: one line, the workers joined
+  expect_err "make-random disk full" "model.safetensors: write failed: No space left on device" \
+    bash -c "mkdir -p $TMP/full && ln -sf /dev/full $TMP/full/model.safetensors && exec $CINFER make-random --config $fx/config.json --out $TMP/full"
+fi
 
 # transformers 5 saves some hybrid configs without num_hidden_layers: the layer-type list
 # gives it; make-random --layers cuts the per-layer lists to match.

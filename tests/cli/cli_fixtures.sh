@@ -40,3 +40,7 @@ if cmp -s "$TMP/rand_f32/model.safetensors" "$TMP/rand_bf16/model.safetensors"; 
 $CINFER make-random --config tests/fixtures/llama_yarn/config.json --out "$TMP/r1" --seed 5 && \
 $CINFER make-random --config tests/fixtures/llama_yarn/config.json --out "$TMP/r2" --seed 5
 if cmp -s "$TMP/r1/model.safetensors" "$TMP/r2/model.safetensors"; then pass "make-random reproducible"; else fail "make-random reproducible" "files differ"; fi
+# the fill thread count does not change the file
+$CINFER make-random --config tests/fixtures/deepseek_v4/config.json --out "$TMP/t1" --dtype fp8-fp4 --seed 4 --threads 1 && \
+$CINFER make-random --config tests/fixtures/deepseek_v4/config.json --out "$TMP/t5" --dtype fp8-fp4 --seed 4 --threads 5
+if cmp -s "$TMP/t1/model.safetensors" "$TMP/t5/model.safetensors"; then pass "make-random --threads 1 = --threads 5"; else fail "make-random --threads" "files differ"; fi

@@ -6,9 +6,11 @@
  * inputs check the return code, that no set is returned, and that the error line names
  * the file and (where there is one) the tensor. */
 #include "io/safetensors.h"
+#include "io/st_write.h"
 #include "check.h"
 
 #include <ftw.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -526,6 +528,93 @@ static void test_misaligned_tensors(void) {
     st_close(s);
 }
 
+/* ---- st_write_file_par against st_write_file ------------------------------------------ */
+
+typedef struct { int fail_at; atomic_int calls; } wfill_ctx;
+
+/* Tensor i's bytes: a hash of (i, byte index); fails at tensor fail_at (-1: never). Sleeps
+ * a little on even tensors so the workers finish out of order. */
+static int wfill(void *vctx, int i, void *buf, size_t nbytes) {
+    wfill_ctx *c = vctx;
+    atomic_fetch_add(&c->calls, 1);
+    if (i == c->fail_at) return -1;
+    uint8_t *b = buf;
+    for (size_t k = 0; k < nbytes; k++) {
+        uint64_t z = (uint64_t)i * 0x9E3779B97F4A7C15ull + k;
+        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+        b[k] = (uint8_t)(z >> 56);
+    }
+    if (i % 2 == 0) nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+    return 0;
+}
+
+/* Whole file at path into a malloc'd buffer (*n bytes), or NULL. */
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(l > 0 ? (size_t)l : 1);
+    *n = b && l >= 0 ? fread(b, 1, (size_t)l, f) : 0;
+    fclose(f);
+    return b;
+}
+
+/* The parallel writer gives the serial file byte for byte for 1..9 threads; a failing fill
+ * gives the serial error (the first failing tensor in order), as does an unwritable path and
+ * a full disk (/dev/full), with every worker joined. */
+static void test_write_parallel(void) {
+    enum { N = 37 };
+    st_wdesc d[N];
+    char names[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "t%d", i);
+        memset(&d[i], 0, sizeof d[i]);
+        d[i].name = names[i];
+        d[i].dtype = i % 3 == 0 ? CI_F32 : i % 3 == 1 ? CI_BF16 : CI_U8;
+        d[i].ndim = 2;
+        d[i].shape[0] = 1 + (i * 7) % 13;
+        d[i].shape[1] = i == 5 ? 0 : i == 11 ? 100000 : 1 + (i * 131) % 1000;   /* an empty and a big one */
+    }
+    char err[512] = "", err2[512] = "";
+    wfill_ctx c = { -1, 0 };
+    CHECK(st_write_file(P("w_serial.st"), d, N, wfill, &c, err, sizeof err) == 0, "%s", err);
+    size_t ns = 0;
+    uint8_t *ref = slurp(P("w_serial.st"), &ns);
+    CHECK(ref && ns > 8, "no serial file");
+    const int threads[] = { 0, 1, 2, 3, 4, 9, 64 };
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        c.calls = 0;
+        CHECK(st_write_file_par(P("w_par.st"), d, N, wfill, &c, threads[t], err, sizeof err) == 0, "%d threads: %s",
+              threads[t], err);
+        CHECK(c.calls == N, "%d threads: %d fill calls", threads[t], (int)c.calls);
+        size_t np = 0;
+        uint8_t *got = slurp(P("w_par.st"), &np);
+        CHECK(got && np == ns && memcmp(got, ref, ns) == 0, "%d threads: the file differs", threads[t]);
+        free(got);
+    }
+    free(ref);
+    c.fail_at = 20;
+    CHECK(st_write_file(P("w_fail.st"), d, N, wfill, &c, err, sizeof err) != 0, "serial fill failure accepted");
+    for (int nt = 2; nt <= 8; nt *= 2) {
+        CHECK(st_write_file_par(P("w_fail.st"), d, N, wfill, &c, nt, err2, sizeof err2) != 0, "fill failure accepted");
+        CHECK(!strcmp(err, err2), "'%s' vs '%s'", err, err2);
+    }
+    CHECK_HAS(err, "cannot fill tensor 't20'");
+    c.fail_at = -1;
+    CHECK(st_write_file(P("no/such/dir/x.st"), d, N, wfill, &c, err, sizeof err) != 0, "bad path accepted");
+    CHECK(st_write_file_par(P("no/such/dir/x.st"), d, N, wfill, &c, 4, err2, sizeof err2) != 0, "bad path accepted");
+    CHECK(!strcmp(err, err2), "'%s' vs '%s'", err, err2);
+    CHECK_HAS(err2, "cannot create");
+    if (access("/dev/full", W_OK) == 0) {
+        CHECK(st_write_file("/dev/full", d, N, wfill, &c, err, sizeof err) != 0, "full disk accepted");
+        CHECK(st_write_file_par("/dev/full", d, N, wfill, &c, 4, err2, sizeof err2) != 0, "full disk accepted");
+        CHECK(!strcmp(err, err2), "'%s' vs '%s'", err, err2);
+        CHECK_HAS(err2, "write failed");
+    }
+}
+
 int main(void) {
     snprintf(root_dir, sizeof root_dir, "/tmp/cinfer_st_XXXXXX");
     if (!mkdtemp(root_dir)) { perror("mkdtemp"); return 1; }
@@ -542,6 +631,7 @@ int main(void) {
     TEST_RUN(test_parse_header_direct);
     TEST_RUN(test_large_header);
     TEST_RUN(test_misaligned_tensors);
+    TEST_RUN(test_write_parallel);
     nftw(root_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     TEST_EXIT();
 }
