@@ -11,7 +11,13 @@
  * kv_b_proj included, whole or split by mlx-lm into embed_q / unembed_out; MTP layers
  * ignored), and the session: per layer the MLA latent cache [max_ctx, kv_lora + rope] and,
  * with the indexer, the indexer-key cache [max_ctx, index_head_dim]. Rows [0, pos) are valid;
- * a forward writes rows pos..pos+n-1. */
+ * a forward writes rows pos..pos+n-1.
+ *
+ * Backend memory (DESIGN.md "Backends and memory"): after binding, every weight forward
+ * reads is placed with be->weight (ds_placed; the identity on the CPU), every cache and
+ * scratch buffer comes from be->alloc, token ids and positions are uploaded per chunk, and
+ * the forward is backend ops only (nn/mla.c, nn/dsa.c, nn/moe.c), so the CUDA backend runs
+ * it as it is. MLX-quantized checkpoints stay on the CPU. */
 #include "model.h"
 #include "../core/status.h"
 #include "../io/json.h"
@@ -20,6 +26,7 @@
 #include "../nn/dsa.h"
 #include "../nn/mla.h"
 #include "../nn/moe.h"
+#include "../nn/place.h"
 #include "../nn/rope.h"
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +46,15 @@ typedef struct {
     moe_block moe;
 } ds_layer;
 
+/* One layer's weights as the backend placed them (what forward reads). */
+typedef struct {
+    const float *attn_norm, *ffn_norm;
+    mla_layer attn;              /* owns its w_uk / w_uv arrays (mla_layer_free) */
+    dsa_indexer idx;
+    ci_mat wg, wu, wd;
+    moe_block moe;               /* gate, bias and expert views placed (dev_experts) */
+} ds_placed;
+
 typedef struct {
     int H, n_layers, vocab, ff, shared_ff;
     int lat;                     /* kv_lora + rope: floats per latent-cache row */
@@ -48,22 +64,31 @@ typedef struct {
     ci_mat embed;                /* [vocab, H] */
     ci_mat lm_head;              /* [vocab, H] */
     float *final_norm;           /* [H] */
-    ds_layer *layers;         /* [n_layers] */
+    ds_layer *layers;            /* [n_layers] */
     rope_table rope;             /* qk_rope_head_dim dims; shared by MLA and the indexer */
     ci_mat *expert_mats;         /* [n_moe_layers · 3 · E] expert views */
     const moe_block *any_moe;
     float **owned;
     int n_owned;
+    ds_placed *dev;              /* [n_layers] */
+    ci_mat *dev_experts;         /* the expert views placed, laid out as expert_mats */
+    ci_mat dev_embed, dev_head;
+    const float *dev_final_norm, *dev_inv_freq;
 } ds_model;
 
+/* The session: every buffer in backend memory but the host staging (hpos, htab). */
 typedef struct {
     float *lat_cache;            /* [n_layers][max_ctx][lat] */
     float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
-    float *lat;                  /* [UBATCH, lat] latent rows of a batched step */
     float *x, *xn, *y;           /* [UBATCH, H] */
     float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
-    float *last;                 /* [H] */
-    int32_t *pos;                /* [UBATCH] */
+    float *last;                 /* [H] the last row, final-normed */
+    float *logits1;              /* [vocab] the last row's logits */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
+    int logit_rows;
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
     mla_scratch mla;
     dsa_scratch dsa;
     moe_scratch moe;
@@ -87,6 +112,69 @@ static int layer_kinds(const ci_config *c, const char *fam, int n_layers, long l
         return 0;
     }
     for (int l = 0; l < n_layers; l++) is_moe[l] = l >= first_dense && l % freq == 0;
+    return 0;
+}
+
+/* A device backend: the ops this decoder needs, and no MLX-quantized matrix (no CUDA kernel
+ * reads MLX codes yet). One line naming what is missing. */
+static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen) {
+    const ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (!be->rmsnorm_strided || !be->layernorm || !be->mla_absorb_q || !be->mla_out_heads || !be->kv_store_tab ||
+        !be->mla_attend || !be->dsa_attend)
+        return ci_err(err, errlen, "%s: backend %s has no MLA / DSA ops; run it with --device cpu", fam, be->name);
+    if (d->any_moe && (!be->moe_route || !be->moe_experts))
+        return ci_err(err, errlen, "%s: backend %s has no MoE ops; run it with --device cpu", fam, be->name);
+    int quant = m->cfg.quant.present || d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
+    for (int l = 0; l < d->n_layers && !quant; l++) {
+        const ds_layer *L = &d->layers[l];
+        const mla_layer *A = &L->attn;
+        quant = A->q_a.dtype == CI_U32 || A->q_b.dtype == CI_U32 || A->q.dtype == CI_U32 || A->kv_a.dtype == CI_U32 ||
+                A->kv_b.dtype == CI_U32 || A->o.dtype == CI_U32 || L->wg.dtype == CI_U32 || L->wd.dtype == CI_U32 ||
+                (A->w_uk && A->w_uk[0].dtype == CI_U32) || (A->w_uv && A->w_uv[0].dtype == CI_U32);
+    }
+    if (quant)
+        return ci_err(err, errlen, "%s: MLX-quantized weights (dtype U32) have no CUDA path yet (%s); run it with --device cpu",
+                      fam, m->cfg.path);
+    return 0;
+}
+
+/* After binding: every weight forward reads goes through be->weight (identity on the CPU). */
+static int place_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device && device_check(m, d, err, errlen)) return -1;
+    size_t n_exp = (size_t)(d->any_moe ? d->any_moe->n_experts : 0) * 3;
+    int n_moe = 0;
+    for (int l = 0; l < d->n_layers; l++) n_moe += d->layers[l].is_moe;
+    d->dev = calloc((size_t)d->n_layers, sizeof *d->dev);
+    d->dev_experts = calloc((size_t)n_moe * n_exp + 1, sizeof *d->dev_experts);
+    if (!d->dev || !d->dev_experts) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_final_norm, d->final_norm, d->H) ||
+              ci_place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    ci_mat *em = d->dev_experts;
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const ds_layer *L = &d->layers[l];
+        ds_placed *P = &d->dev[l];
+        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->H) || ci_place_vec(be, &P->ffn_norm, L->ffn_norm, d->H) ||
+              mla_place(be, &P->attn, &L->attn) || (d->indexed && dsa_place(be, &P->idx, &L->idx)) ||
+              ci_place_mat(be, &P->wg, &L->wg) || ci_place_mat(be, &P->wu, &L->wu) || ci_place_mat(be, &P->wd, &L->wd);
+        if (bad || !L->is_moe) continue;
+        const moe_block *M = &L->moe;
+        const float *bias = NULL;
+        P->moe = *M;
+        P->moe.w_gate = em; P->moe.w_up = em + M->n_experts; P->moe.w_down = em + 2 * M->n_experts;
+        em += 3 * M->n_experts;
+        bad = ci_place_mat(be, &P->moe.gate, &M->gate) || ci_place_vec(be, &bias, M->bias, M->n_experts);
+        P->moe.bias = (float *)bias;
+        for (int e = 0; e < M->n_experts && !bad; e++)
+            bad = ci_place_mat(be, &P->moe.w_gate[e], &M->w_gate[e]) || ci_place_mat(be, &P->moe.w_up[e], &M->w_up[e]) ||
+                  ci_place_mat(be, &P->moe.w_down[e], &M->w_down[e]);
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
     return 0;
 }
 
@@ -257,8 +345,8 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     free(is_moe);
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
-    int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    return m->st ? place_weights(m, d, err, errlen) : 0;   /* record mode: nothing to place */
 }
 
 void ds_unload(ci_model *m) {
@@ -266,6 +354,10 @@ void ds_unload(ci_model *m) {
     if (!d) return;
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->layers[l].attn);
+    if (d->dev)
+        for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->dev[l].attn);
+    free(d->dev);
+    free(d->dev_experts);
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
@@ -280,145 +372,225 @@ size_t ds_cache_bytes_per_token(const ci_model *m) {
 }
 
 
+static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
+    void *p = be->alloc(be, bytes);
+    if (!p) *bad = 1;
+    return p;
+}
+
+static void be_release(ci_backend *be, void *p) {
+    if (p) be->buf_free(be, p);
+}
+
 int ds_session_init(ci_session *s, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
     ds_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
     const mla_layer *A = &d->layers[0].attn;
-    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx;
-    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1;
-    c->lat_cache = malloc(rows * (size_t)d->lat * sizeof(float));
-    c->key_cache = d->indexed ? malloc(rows * (size_t)d->kdim * sizeof(float)) : NULL;
-    c->lat = malloc((size_t)UBATCH * d->lat * sizeof(float));
-    c->x = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->xn = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->y = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->g = malloc((size_t)UBATCH * wide * sizeof(float));
-    c->u = malloc((size_t)UBATCH * wide * sizeof(float));
-    c->last = malloc((size_t)d->H * sizeof(float));
-    c->pos = malloc(UBATCH * sizeof(int32_t));
-    if (!c->lat_cache || (d->indexed && !c->key_cache) || !c->lat || !c->x || !c->xn || !c->y || !c->g || !c->u ||
-        !c->last || !c->pos || mla_scratch_init(&c->mla, A, UBATCH) ||
-        (d->indexed && dsa_scratch_init(&c->dsa, &d->layers[0].idx, A, UBATCH, s->max_ctx)) ||
-        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
+    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = UBATCH, f = sizeof(float);
+    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
+    c->hpos = malloc(U * sizeof(int32_t));
+    if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", fam);
+    c->lat_cache = be_alloc(be, rows * (size_t)d->lat * f, &bad);
+    if (d->indexed) c->key_cache = be_alloc(be, rows * (size_t)d->kdim * f, &bad);
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", fam, s->max_ctx,
+                      rows * (size_t)(d->lat + d->kdim) * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
+    c->x = be_alloc(be, U * d->H * f, &bad);
+    c->xn = be_alloc(be, U * d->H * f, &bad);
+    c->y = be_alloc(be, U * d->H * f, &bad);
+    c->g = be_alloc(be, U * wide * f, &bad);
+    c->u = be_alloc(be, U * wide * f, &bad);
+    c->last = be_alloc(be, (size_t)d->H * f, &bad);
+    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
+    c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
+    if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
+        (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", fam,
+                      be->last_error[0] ? ": " : "", be->last_error);
     return 0;
 }
 
 void ds_session_free(ci_session *s) {
     ds_cache *c = s->impl;
     if (!c) return;
-    free(c->lat_cache); free(c->key_cache); free(c->lat);
-    free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
-    mla_scratch_free(&c->mla);
-    dsa_scratch_free(&c->dsa);
-    moe_scratch_free(s->m->be, &c->moe);
+    ci_backend *be = s->m->be;
+    float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
+    be_release(be, c->ids);
+    be_release(be, c->pos);
+    be_release(be, c->tab);
+    free(c->htab);
+    free(c->hpos);
+    mla_scratch_free(be, &c->mla);
+    if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
+    moe_scratch_free(be, &c->moe);
     free(c);
     s->impl = NULL;
 }
 
-/* SwiGLU MLP: out[n, H] = wd(silu(wg x) * wu x), width f. */
-static void mlp(ci_backend *be, ds_cache *c, const ds_layer *L, float *out, const float *x, int n, int f) {
-    be->matmul(be, c->g, x, n, &L->wg);
-    be->matmul(be, c->u, x, n, &L->wu);
-    be->swiglu(be, c->g, c->u, (int64_t)n * f);
-    be->matmul(be, out, c->g, n, &L->wd);
+/* ---- forward: backend ops on the session's buffers ----------------------------------------- */
+
+/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
+static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
 }
 
-/* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense MLP. */
-static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_layer *L, int n) {
+/* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense SwiGLU MLP
+ * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
+static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
     const int H = d->H;
-    be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-    if (L->is_moe) {
-        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+    be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, H, d->eps);
+    if (is_moe) {
+        moe_forward(be, &P->moe, &c->moe, c->y, c->xn, n);
         be->add(be, c->x, c->y, (int64_t)n * H);
-        if (L->has_shared) {
-            mlp(be, c, L, c->y, c->xn, n, d->shared_ff);
-            be->add(be, c->x, c->y, (int64_t)n * H);
-        }
-    } else {
-        mlp(be, c, L, c->y, c->xn, n, d->ff);
+        if (!has_shared) return;
+    }
+    be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+    be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
+}
+
+/* The layers over the n rows of c->x whose positions are in c->pos: one sequence's caches
+ * (tab NULL) or, a batch step, row i's latent cache of layer l at tab[l * n + i]. */
+static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int n) {
+    const ds_model *d = m->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const size_t lat_layer = (size_t)max_ctx * d->lat, key_layer = (size_t)max_ctx * d->kdim;
+    for (int l = 0; l < d->n_layers; l++) {
+        const ds_placed *P = &d->dev[l];
+        const ds_layer *L = &d->layers[l];
+        float *lc = tab ? NULL : c->lat_cache + (size_t)l * lat_layer;
+        float *const *lt = tab ? tab + (size_t)l * n : NULL;
+        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, H, d->eps);
+        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->pos, n, d->eps);
+        if (d->indexed)
+            dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
+                       c->key_cache + (size_t)l * key_layer, NULL, c->xn, c->pos, n, max_ctx);
+        else
+            mla_attend(be, &P->attn, &c->mla, lc, lt, c->pos, n, max_ctx);
+        mla_output(be, &P->attn, &c->mla, c->y, n);
+        dump_buf(m, "attn_out", l, c->y, n, H);
         be->add(be, c->x, c->y, (int64_t)n * H);
+        ffn(be, d, c, P, L->is_moe, L->has_shared, n);
+        dump_buf(m, "layer_out", l, c->x, n, H);
     }
 }
 
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
+/* Rows of logits one group holds (32 MiB, at least 4 rows): matmul rows are independent. */
+static int need_logit_rows(ci_model *m, ds_cache *c, char *err, size_t errlen) {
+    const ds_model *d = m->impl;
+    if (c->logits_n) return 0;
+    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
+    int rows = r > UBATCH ? UBATCH : r < 4 ? 4 : (int)r;
+    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
+    if (!c->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    c->logit_rows = rows;
+    return 0;
+}
+
+/* The head of all n rows of c->x into logits [n, vocab] (host), group by group. */
+static void head_rows(ci_model *m, ds_cache *c, int n, float *logits) {
+    const ds_model *d = m->impl;
+    ci_backend *be = m->be;
+    be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->H, d->eps);
+    for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
+        int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
+        be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->H, rows, &d->dev_head);
+        be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+    }
+}
+
+/* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops, logits back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     ci_model *m = s->m;
     const ds_model *d = m->impl;
     ds_cache *c = s->impl;
     ci_backend *be = m->be;
-    const int H = d->H;
-    const size_t lat_layer = (size_t)s->max_ctx * d->lat, key_layer = (size_t)s->max_ctx * d->kdim;
-    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const ds_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        if (d->indexed)
-            dsa_forward(be, &L->attn, &L->idx, &d->rope, &c->mla, &c->dsa, c->lat_cache + (size_t)l * lat_layer,
-                        c->key_cache + (size_t)l * key_layer, c->y, c->xn, c->pos, n, s->pos, d->eps);
-        else
-            mla_forward(be, &L->attn, &d->rope, &c->mla, c->lat_cache + (size_t)l * lat_layer, c->y, c->xn, c->pos, n,
-                        s->pos, d->eps);
-        CI_DUMP(m, "attn_out", l, c->y, n, H);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        ffn(be, d, c, L, n);
-        CI_DUMP(m, "layer_out", l, c->x, n, H);
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
+    if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    layers(m, c, NULL, s->max_ctx, n);
+    if (logits && all_logits) head_rows(m, c, n, logits);
+    else if (logits) {
+        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
+        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+        be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
     }
-    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
     s->pos += n;
+    return ci_backend_check(m, err, errlen);
 }
 
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
+        else if (logits && off + k == n) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
+    }
     return 0;
 }
 
 /* ---- serving many sequences: batched decode step, cache rows out and in ------------------
  *
- * MLA for n rows that belong to n sessions (row i at position pos[i] of caches[i], this
- * layer's [max_ctx, kv_lora + rope]): the same steps as mla_forward (nn/mla.c), but the
- * latent rows are computed into the batch scratch and copied into each session's cache, and
- * attention runs per row against its own cache. Projections and the absorbed-query and
- * W_UV products still run over all n rows at once. */
-static void mla_rows(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *const *caches,
-                     float *latb, float *out, const float *xn, const int32_t *pos, int n, float eps) {
-    const int Hh = L->n_heads, lat = L->kv_lora + L->rope;
-    mla_project(be, L, rt, s, latb, xn, pos, n, eps);                      /* latent rows [n, lat] */
-    for (int t = 0; t < n; t++)
-        memcpy(caches[t] + (size_t)pos[t] * lat, latb + (size_t)t * lat, (size_t)lat * sizeof(float));
-    for (int t = 0; t < n; t++)
-        be->attention(be, s->olat + (size_t)t * Hh * lat, s->qcat + (size_t)t * Hh * lat, caches[t], caches[t], 1, pos[t],
-                      Hh, 1, lat, lat, L->scale);
-    mla_output(be, L, s, out, n);
-}
-
-/* One decode step for n <= UBATCH sessions; scratch is ss[0]'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
+ * One decode step for n sessions: row i of every activation belongs to ss[i] at position
+ * ss[i]->pos. Projections, the absorbed-query and W_UV products and the FFN / MoE run over
+ * all n rows at once; each row's latent row goes to its own session's cache (kv_store_tab)
+ * and attends against it (mla_attend with the table), both through a table of cache
+ * pointers uploaded with the positions. Scratch and tables are ss[0]'s. */
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
     ds_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int H = d->H;
-    const mla_layer *A0 = &d->layers[0].attn;
-    const size_t lat = (size_t)(A0->kv_lora + A0->rope);
-    float *caches[UBATCH];
-    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const ds_layer *L = &d->layers[l];
-        for (int i = 0; i < n; i++) caches[i] = ((ds_cache *)ss[i]->impl)->lat_cache + (size_t)l * ss[i]->max_ctx * lat;
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        mla_rows(be, &L->attn, &d->rope, &c->mla, caches, c->lat, c->y, c->xn, c->pos, n, d->eps);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        ffn(be, d, c, L, n);
+    size_t count = (size_t)d->n_layers * UBATCH;
+    if (!c->tab) {
+        c->htab = malloc(count * sizeof(float *));
+        c->tab = be->alloc(be, count * sizeof(float *));
+        if (!c->htab || !c->tab)
+            return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                          be->last_error[0] ? ": " : "", be->last_error);
     }
-    be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
-    be->matmul(be, logits, c->xn, n, &d->lm_head);
+    if (need_logit_rows(m, c, err, errlen)) return -1;
+    int max_ctx = 0;
+    for (int i = 0; i < n; i++) {
+        c->hpos[i] = ss[i]->pos;
+        max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
+        const ds_cache *ci = ss[i]->impl;
+        for (int l = 0; l < d->n_layers; l++)
+            c->htab[(size_t)l * n + i] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
+    }
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * n * sizeof(float *));
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    layers(m, c, c->tab, max_ctx, n);
+    head_rows(m, c, n, logits);
     for (int i = 0; i < n; i++) ss[i]->pos++;
+    return ci_backend_check(m, err, errlen);
 }
 
 int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
@@ -430,7 +602,7 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
+        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
     }
     return 0;
 }
@@ -440,37 +612,40 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
  * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
  * Blob layout, position-major (registry.h: a prefix of an export is the export of the
  * prefix): for each position, for each layer, its latent row [lat] then (indexed) its key
- * row [kdim]; n · cache_bytes_per_token bytes in all. */
+ * row [kdim]; n · cache_bytes_per_token bytes in all. Rows move one by one between backend
+ * memory and the blob (download / upload). */
 int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     const ds_cache *c = s->impl;
+    ci_backend *be = s->m->be;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
     float *o = dst;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
             size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            memcpy(o, c->lat_cache + row * d->lat, (size_t)d->lat * sizeof(float));
+            be->download(be, o, c->lat_cache + row * d->lat, (size_t)d->lat * sizeof(float));
             o += d->lat;
-            if (d->indexed) memcpy(o, c->key_cache + row * d->kdim, (size_t)d->kdim * sizeof(float));
+            if (d->indexed) be->download(be, o, c->key_cache + row * d->kdim, (size_t)d->kdim * sizeof(float));
             o += d->kdim;
         }
-    return 0;
+    return ci_backend_check(s->m, err, errlen);
 }
 
 int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     ds_cache *c = s->impl;
+    ci_backend *be = s->m->be;
     if (n < 0 || n > s->max_ctx)
         return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
     const float *i = src;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
             size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            memcpy(c->lat_cache + row * d->lat, i, (size_t)d->lat * sizeof(float));
+            be->upload(be, c->lat_cache + row * d->lat, i, (size_t)d->lat * sizeof(float));
             i += d->lat;
-            if (d->indexed) memcpy(c->key_cache + row * d->kdim, i, (size_t)d->kdim * sizeof(float));
+            if (d->indexed) be->upload(be, c->key_cache + row * d->kdim, i, (size_t)d->kdim * sizeof(float));
             i += d->kdim;
         }
     s->pos = n;
-    return 0;
+    return ci_backend_check(s->m, err, errlen);
 }
