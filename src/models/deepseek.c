@@ -122,9 +122,11 @@ static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen
     const char *fam = m->family->name;
     if (!be->rmsnorm_strided || !be->layernorm || !be->mla_absorb_q || !be->mla_out_heads || !be->kv_store_tab ||
         !be->mla_attend || !be->dsa_attend)
-        return ci_err(err, errlen, "%s: backend %s has no MLA / DSA ops; run it with --device cpu", fam, be->name);
+        return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MLA / DSA ops; run it with --device cpu", fam,
+                      be->name);
     if (d->any_moe && (!be->moe_route || !be->moe_experts))
-        return ci_err(err, errlen, "%s: backend %s has no MoE ops; run it with --device cpu", fam, be->name);
+        return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MoE ops; run it with --device cpu", fam,
+                      be->name);
     int quant = m->cfg.quant.present || d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
     for (int l = 0; l < d->n_layers && !quant; l++) {
         const ds_layer *L = &d->layers[l];

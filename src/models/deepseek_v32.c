@@ -2,7 +2,8 @@
  * the DeepSeek V3 decoder whose attention is DeepSeek Sparse Attention (nn/dsa.h): a lightning
  * indexer per layer (wq_b from the shared q latent, wk, k_norm LayerNorm, weights_proj) picks
  * index_topk keys per query and MLA attends over those only. Tensors, the dual cache (latent
- * + indexer keys) and forward are the shared DeepSeek decoder (deepseek.c) with the indexer. */
+ * + indexer keys) and forward are the shared DeepSeek decoder (deepseek.c) with the indexer,
+ * on the CPU or the CUDA backend. */
 #include "deepseek.h"
 
 static int dsv32_load(ci_model *m, char *err, size_t errlen) { return ds_load(m, 1, err, errlen); }
@@ -15,4 +16,4 @@ static const ci_family_ops dsv32_ops = {
 };
 
 const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL }, NULL,
-                                     &dsv32_ops, 0 };
+                                     &dsv32_ops, 1 };

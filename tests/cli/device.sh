@@ -29,7 +29,7 @@ expect_usage "--no-graphs takes no value" "unknown option '1'" $CINFER logits --
 [ ! -e "$TMP/bogus.f32" ] && pass "a usage error writes no --out file" || fail "a usage error writes no --out file" "$(ls -l "$TMP"/bogus.f32*)"
 
 # ---- families without a CUDA path: refused naming the family, before any device ----
-for fam in qwen3_moe deepseek_v3; do
+for fam in qwen3_moe deepseek_v4; do
   expect_err "$fam --device cuda names the family" "$fam: no CUDA path yet" \
     $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda
   [ ! -e "$TMP/$fam.f32" ] && pass "$fam: no --out file" || fail "$fam: no --out file" "$(ls -l "$TMP/$fam.f32")"
