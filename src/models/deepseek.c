@@ -87,6 +87,9 @@ typedef struct {
     float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
     int logit_rows;
     int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
+    void *graph[2];              /* the recorded decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
+    int graph_failed[2];         /* recording failed once: that step stays eager */
     int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
     mla_scratch mla;
@@ -410,6 +413,7 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
     c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
     c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->best = be_alloc(be, sizeof(int32_t), &bad);
     if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
         (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
@@ -422,10 +426,13 @@ void ds_session_free(ci_session *s) {
     ds_cache *c = s->impl;
     if (!c) return;
     ci_backend *be = s->m->be;
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
     float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
     be_release(be, c->ids);
     be_release(be, c->pos);
+    be_release(be, c->best);
     be_release(be, c->tab);
     free(c->htab);
     free(c->hpos);
@@ -520,8 +527,35 @@ static void head_rows(ci_model *m, ds_cache *c, int n, float *logits) {
     }
 }
 
-/* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops, logits back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
+enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
+
+/* The ops of one chunk of n rows whose ids and positions are uploaded: nothing read back and
+ * nothing decided from a position, so a decode step can be recorded once and replayed at any
+ * later position. head: HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX
+ * also their argmax in c->best. */
+static void chunk_ops(ci_session *s, int n, int head) {
+    ci_model *m = s->m;
+    const ds_model *d = m->impl;
+    ds_cache *c = s->impl;
+    ci_backend *be = m->be;
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    layers(m, c, NULL, s->max_ctx, n);
+    if (head == HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
+    be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+    if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
+}
+
+static int graphs_allowed(const ci_model *m) {
+    const ci_backend *be = m->be;
+    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
+}
+
+/* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops (a decode step through
+ * its recorded graph where the backend has graphs), then the logits / argmax come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
     ci_model *m = s->m;
     const ds_model *d = m->impl;
     ds_cache *c = s->impl;
@@ -531,29 +565,54 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
-    layers(m, c, NULL, s->max_ctx, n);
+    int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
+    if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
+        int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
+        if (!c->graph[gi] && !c->graph_failed[gi]) {
+            if (be->graph_begin(be) == 0) {
+                chunk_ops(s, 1, head);                   /* recorded, not run */
+                c->graph[gi] = be->graph_end(be);
+            }
+            c->graph_failed[gi] = !c->graph[gi];
+        }
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
+        else chunk_ops(s, 1, head);
+    } else {
+        chunk_ops(s, n, head);
+    }
     if (logits && all_logits) head_rows(m, c, n, logits);
-    else if (logits) {
-        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
-        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
-        be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
     }
     s->pos += n;
     return ci_backend_check(m, err, errlen);
 }
 
-int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+/* Chunks of at most UBATCH tokens through the same cache; only the last gets the head
+ * unless all_logits (each chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
     const ds_model *d = s->m->impl;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
+        int k = n - off < UBATCH ? n - off : UBATCH, last = off + k == n;
         float *out = NULL;
         if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && off + k == n) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
+        else if (logits && last) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
     }
     return 0;
+}
+
+int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: batched decode step, cache rows out and in ------------------

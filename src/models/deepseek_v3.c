@@ -11,6 +11,7 @@ static const ci_family_ops dsv3_ops = {
     .load = dsv3_load, .unload = ds_unload,
     .session_init = ds_session_init, .session_free = ds_session_free,
     .forward = ds_forward, .cache_bytes_per_token = ds_cache_bytes_per_token,
+    .forward_argmax = ds_forward_argmax,
     .forward_batch = ds_forward_batch, .cache_export = ds_cache_export, .cache_import = ds_cache_import,
 };
 
