@@ -475,7 +475,9 @@ static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed 
 }
 
 /* The layers over the n rows of c->x whose positions are in c->pos: one sequence's caches
- * (tab NULL) or, a batch step, row i's latent cache of layer l at tab[l * n + i]. */
+ * (tab NULL) or, a batch step, row i's caches of layer l in the table: its latent cache at
+ * tab[l * n + i], or with the indexer its latent and key caches at tab[l * 2n + 2i] and
+ * tab[l * 2n + 2i + 1]. */
 static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int n) {
     const ds_model *d = m->impl;
     ci_backend *be = m->be;
@@ -485,12 +487,12 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
         const ds_placed *P = &d->dev[l];
         const ds_layer *L = &d->layers[l];
         float *lc = tab ? NULL : c->lat_cache + (size_t)l * lat_layer;
-        float *const *lt = tab ? tab + (size_t)l * n : NULL;
+        float *const *lt = tab ? tab + (size_t)l * n * (d->indexed ? 2 : 1) : NULL;
         be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, H, d->eps);
         mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->pos, n, d->eps);
         if (d->indexed)
             dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
-                       c->key_cache + (size_t)l * key_layer, NULL, c->xn, c->pos, n, max_ctx);
+                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->pos, n, max_ctx);
         else
             mla_attend(be, &P->attn, &c->mla, lc, lt, c->pos, n, max_ctx);
         mla_output(be, &P->attn, &c->mla, c->y, n);
@@ -619,15 +621,17 @@ int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  *
  * One decode step for n sessions: row i of every activation belongs to ss[i] at position
  * ss[i]->pos. Projections, the absorbed-query and W_UV products and the FFN / MoE run over
- * all n rows at once; each row's latent row goes to its own session's cache (kv_store_tab)
- * and attends against it (mla_attend with the table), both through a table of cache
- * pointers uploaded with the positions. Scratch and tables are ss[0]'s. */
+ * all n rows at once; each row's latent (and indexer-key) row goes to its own session's
+ * caches (kv_store_tab) and attends against them (mla_attend / dsa_attend with the table),
+ * through a table of cache pointers uploaded with the positions. Scratch and tables are
+ * ss[0]'s. */
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
     ds_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    size_t count = (size_t)d->n_layers * UBATCH;
+    const int per = d->indexed ? 2 : 1;   /* table entries per row and layer */
+    size_t count = (size_t)d->n_layers * per * UBATCH;
     if (!c->tab) {
         c->htab = malloc(count * sizeof(float *));
         c->tab = be->alloc(be, count * sizeof(float *));
@@ -641,12 +645,15 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         c->hpos[i] = ss[i]->pos;
         max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
         const ds_cache *ci = ss[i]->impl;
-        for (int l = 0; l < d->n_layers; l++)
-            c->htab[(size_t)l * n + i] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
+        for (int l = 0; l < d->n_layers; l++) {
+            float **row = c->htab + ((size_t)l * n + i) * per;
+            row[0] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
+            if (d->indexed) row[1] = ci->key_cache + (size_t)l * ss[i]->max_ctx * d->kdim;
+        }
     }
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * n * sizeof(float *));
+    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * per * n * sizeof(float *));
     be->embed(be, c->x, &d->dev_embed, c->ids, n);
     layers(m, c, c->tab, max_ctx, n);
     head_rows(m, c, n, logits);
@@ -658,8 +665,6 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
-    const char *fam = m->family->name;
-    if (d->indexed) return ci_err(err, errlen, "%s: forward_batch is not implemented with the DSA indexer", fam);
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;

@@ -3,8 +3,7 @@
  * DeepSeek V3 (deepseek_v3.c): MLA + MoE. DeepSeek V3.2 (deepseek_v32.c): the same decoder
  * with the lightning indexer and sparse attention in every layer (indexed = 1), its
  * indexer-key cache beside the latent cache, q_lora_rank required. The families own their
- * model_types and ops tables; V3.2 has no batched decode step yet (forward_batch refuses
- * an indexed model). */
+ * model_types and ops tables; both serve with batched decode steps and prefix reuse. */
 #ifndef CI_DEEPSEEK_H
 #define CI_DEEPSEEK_H
 #include "model.h"
