@@ -1,7 +1,6 @@
-/* mla.cu — the MLA / DSA ops of backend.h on the device: strided RMSNorm, LayerNorm, the
- * absorbed queries and value heads of all heads in one launch each, per-row cache stores
- * through a table, MLA attention over the latent cache, and DeepSeek Sparse Attention
- * (index scores, top-k selection, attention over the kept rows). Nothing synchronises:
+/* mla.cu — the MLA ops of backend.h on the device (DSA's are dsa.cu's): strided RMSNorm,
+ * LayerNorm, the absorbed queries and value heads of all heads in one launch each, per-row
+ * cache stores through a table, and MLA attention over the latent cache. Nothing synchronises:
  * positions, cache tables and selections stay in device memory, launches are sized by
  * max_keys, so a recorded step serves every later position.
  *
@@ -14,38 +13,19 @@
  * every SM is busy at batch 1) each block writes (acc, m, l) and a combine kernel merges
  * them; with one chunk (prefill) the block writes the normalised row itself.
  *
- * DSA: dsa_score_kernel gives each sparse row (pos[t] + 1 > topk) its scores
- * Σ_h w[h] · relu(q[h] · k[s]) (a warp per key, the row's indexer queries in shared
- * memory); dsa_select_kernel (a block per row) finds the topk-th largest score by a
- * bitwise search on order-preserving integer keys, then writes the kept positions in
- * ascending order (ties to the lower position, as the CPU's ci_topk_positions); the
- * attention kernel reads row j of a sparse row's keys at sel[t, j]. */
+ * A sparse row (DSA, dsa.cu: sel given and pos[t] + 1 > topk) attends its topk kept rows
+ * sel[t, 0..topk) instead of 0..pos[t]. */
 #include "cuda_internal.h"
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <math.h>
 
 enum { MLA_THREADS = 256, MLA_KT = 8, MLA_HG = 8, MLA_MAX_LAT = 1024, MLA_COLS = MLA_MAX_LAT / MLA_THREADS };
-enum { SEL_THREADS = 1024, SCORE_KEYS = 64 };
 
-static void fail_msg(cuda_be *cb, const char *msg) {
+void cb_fail_msg(cuda_be *cb, const char *msg) {
     if (cb->failed) return;
     cb->failed = 1;
     snprintf(cb->base.last_error, sizeof cb->base.last_error, "CUDA: %s", msg);
-}
-
-/* Dynamic shared memory above the default 48 KiB for kernel k (once per kernel). */
-template <typename K>
-static int smem_ok(cuda_be *cb, K kernel, size_t bytes, int *set) {
-    if (bytes <= 48 * 1024) return 1;
-    if (bytes > 200 * 1024) return 0;
-    if (!*set) {
-        if (CB_CHECK(cb, "MLA shared memory", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                                    200 * 1024)))
-            return 0;
-        *set = 1;
-    }
-    return 1;
 }
 
 /* ---- norms ------------------------------------------------------------------------------------ */
@@ -214,7 +194,7 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
     if (n <= 0 || n_heads <= 0) return;
     head_mats m;
     if (head_views(w_uk, n_heads, &m) || m.rows != nope || m.cols != kv_lora) {
-        fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        cb_fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
         return;
     }
     const int lat = kv_lora + rope;
@@ -254,7 +234,7 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
     if (n <= 0 || n_heads <= 0 || v <= 0) return;
     head_mats m;
     if (head_views(w_uv, n_heads, &m) || m.rows != v || m.cols != kv_lora) {
-        fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        cb_fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
         return;
     }
     dim3 grid((unsigned)((v + 7) / 8), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
@@ -421,19 +401,18 @@ __global__ void mla_combine_kernel(float *out, const float *part, int n_heads, i
     }
 }
 
-/* The attention launch: rows of up to `keys` keys each (max_keys, or topk when sparse). */
-static void mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
+void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                             int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
                             int n_heads, int lat, float scale) {
     static int smem_set = 0;
     if (lat > MLA_MAX_LAT) {
-        fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
+        cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
         return;
     }
     int hg = n_heads < MLA_HG ? n_heads : MLA_HG;
     const size_t smem = ((size_t)(hg + MLA_KT) * lat + (size_t)hg * MLA_KT + 3 * (size_t)hg) * sizeof(float);
-    if (!smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
-        fail_msg(cb, "MLA attention: shared memory");
+    if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
+        cb_fail_msg(cb, "MLA attention: shared memory");
         return;
     }
     const int groups = (n_heads + hg - 1) / hg;
@@ -460,141 +439,5 @@ static void mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const fl
 void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
     if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0) return;
-    mla_attn_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, max_keys, n_heads, lat, scale);
-}
-
-/* ---- DSA: scores, selection ------------------------------------------------------------------- */
-
-/* score[t, s] for s <= pos[t] of the sparse rows; grid (key blocks of SCORE_KEYS, n), a warp
- * per key at a time; the row's queries in shared memory, the key row in a per-warp slot. */
-__global__ void dsa_score_kernel(float *score, int ld, const float *key_cache, float *const *tab, const int32_t *pos,
-                                 const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
-    pdl_enter();
-    extern __shared__ float sm[];
-    const int t = blockIdx.y, L = pos[t] + 1;
-    if (L <= topk) return;                       /* dense row: no scores */
-    const int s0 = blockIdx.x * SCORE_KEYS;
-    if (s0 >= L) return;
-    if (tab) key_cache = tab[2 * (int64_t)t + 1];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    float *qs = sm, *kw = sm + (size_t)ih * id + (size_t)warp * id;
-    for (int i = threadIdx.x; i < ih * id; i += blockDim.x) qs[i] = iq[(int64_t)t * ih * id + i];
-    __syncthreads();
-    const int s1 = L < s0 + SCORE_KEYS ? L : s0 + SCORE_KEYS;
-    for (int s = s0 + warp; s < s1; s += nw) {
-        for (int d = lane; d < id; d += 32) kw[d] = key_cache[(int64_t)s * id + d];
-        __syncwarp();
-        float sc = 0.0f;
-        for (int h = 0; h < ih; h++) {
-            float dot = 0.0f;
-            for (int d = lane; d < id; d += 32) dot = fmaf(qs[h * id + d], kw[d], dot);
-            for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            sc += (iw[(int64_t)t * ih + h] * w_scale) * (dot > 0.0f ? dot : 0.0f);
-        }
-        if (lane == 0) score[(int64_t)t * ld + s] = isnan(sc) ? -INFINITY : sc;
-        __syncwarp();
-    }
-}
-
-/* order-preserving integer key of a float (larger float, larger key) */
-static __device__ __forceinline__ unsigned okey(float f) {
-    unsigned u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-static __device__ int sel_block_count(int v, int *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    v = l < nw ? sh[l] : 0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* exclusive prefix sum of v over the block (in thread order), and the block total in *total */
-static __device__ int sel_block_scan(int v, int *sh, int *total) {
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    int x = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (l >= o) x += y;
-    }
-    __syncthreads();
-    if (l == 31) sh[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        int s = l < nw ? sh[l] : 0;
-        for (int o = 1; o < 32; o <<= 1) {
-            int y = __shfl_up_sync(0xffffffffu, s, o);
-            if (l >= o) s += y;
-        }
-        if (l < nw) sh[32 + l] = s;   /* inclusive over warps */
-    }
-    __syncthreads();
-    *total = sh[32 + nw - 1];
-    return (w > 0 ? sh[32 + w - 1] : 0) + x - v;
-}
-
-/* sel[t, 0..topk) = the kept positions of sparse row t, ascending; a block per row */
-__global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, const float *score, int ld,
-                                                                 const int32_t *pos, int topk) {
-    pdl_enter();
-    __shared__ int sh[64];
-    const int t = blockIdx.x, L = pos[t] + 1;
-    if (L <= topk) return;
-    const float *sc = score + (int64_t)t * ld;
-    unsigned T = 0;
-    for (int b = 31; b >= 0; b--) {              /* the largest T with count(key >= T) >= topk */
-        const unsigned cand = T | (1u << b);
-        int c = 0;
-        for (int s = threadIdx.x; s < L; s += blockDim.x) c += okey(sc[s]) >= cand;
-        if (sel_block_count(c, sh) >= topk) T = cand;
-    }
-    int gt = 0;
-    for (int s = threadIdx.x; s < L; s += blockDim.x) gt += okey(sc[s]) > T;
-    const int need = topk - sel_block_count(gt, sh);   /* ties at T taken, lowest positions first */
-    int eq_before = 0, taken = 0;
-    int32_t *out = sel + (int64_t)t * topk;
-    for (int base = 0; base < L; base += blockDim.x) {
-        const int s = base + threadIdx.x;
-        const unsigned k = s < L ? okey(sc[s]) : 0u;
-        const int is_eq = s < L && k == T, is_gt = s < L && k > T;
-        int eq_total, take_total;
-        const int eq_rank = eq_before + sel_block_scan(is_eq, sh, &eq_total);
-        const int take = is_gt || (is_eq && eq_rank < need);
-        const int at = taken + sel_block_scan(take, sh, &take_total);
-        if (take && at < topk) out[at] = s;
-        eq_before += eq_total;
-        taken += take_total;
-    }
-}
-
-void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
-                   float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
-    static int score_set = 0;
-    if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0 || topk <= 0) return;
-    if (max_keys > topk) {                       /* some row may be sparse */
-        const size_t smem = ((size_t)ih * id + (size_t)(256 / 32) * id) * sizeof(float);
-        if (!smem_ok(cb, dsa_score_kernel, smem, &score_set)) {
-            fail_msg(cb, "DSA index scores: the indexer queries of a row do not fit in shared memory");
-            return;
-        }
-        float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * max_keys * sizeof(float));
-        int32_t *sel = (int32_t *)cb_scratch_get(cb, &cb->mla_work[2], (size_t)n * topk * sizeof(int32_t));
-        if (!score || !sel) return;
-        dim3 sgrid((unsigned)((max_keys + SCORE_KEYS - 1) / SCORE_KEYS), (unsigned)n);
-        cb_launch(cb, dsa_score_kernel, sgrid, dim3(256), smem, score, max_keys, key_cache, tab, pos, iq, iw, w_scale,
-                  ih, id, topk);
-        if (cb_launched(cb, "dsa index scores")) return;
-        cb_launch(cb, dsa_select_kernel, dim3((unsigned)n), dim3(SEL_THREADS), 0, sel, (const float *)score, max_keys,
-                  pos, topk);
-        if (cb_launched(cb, "dsa top-k")) return;
-        mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, sel, topk, topk < max_keys ? topk : max_keys, n_heads,
-                        lat, scale);
-        return;
-    }
-    mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, NULL, topk, max_keys, n_heads, lat, scale);
+    cb_mla_attn_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, max_keys, n_heads, lat, scale);
 }
