@@ -332,40 +332,51 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
  * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
  * Blob layout, position-major (registry.h: a prefix of an export is the export of the
  * prefix): for each position, for each layer, its latent row [lat] then (indexed) its key
- * row [kdim]; n · cache_bytes_per_token bytes in all. Rows move one by one between backend
- * memory and the blob (download / upload). */
-int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
-    const ds_model *d = s->m->impl;
-    const ds_cache *c = s->impl;
-    ci_backend *be = s->m->be;
-    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
-    float *o = dst;
-    for (int p = 0; p < n; p++)
-        for (int l = 0; l < d->n_layers; l++) {
-            size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            be->download(be, o, c->lat_cache + row * d->lat, (size_t)d->lat * sizeof(float));
-            o += d->lat;
-            if (d->indexed) be->download(be, o, c->key_cache + row * d->kdim, (size_t)d->kdim * sizeof(float));
-            o += d->kdim;
-        }
-    return ci_backend_check(s->m, err, errlen);
+ * row [kdim]; n · cache_bytes_per_token bytes in all. Per layer and cache, rows [0, n) are
+ * one range of backend memory: one download (upload) of it through a host staging buffer,
+ * scattered into (gathered from) the blob's rows. */
+
+/* One layer's rows [0, n) of one cache (width floats each, layer base `at`) to or from the
+ * blob, whose rows of this layer and cache start at `off` floats and are `step` floats apart. */
+static void move_rows(ci_backend *be, int out, float *cache_at, float *blob, size_t off, size_t step, int n, int width,
+                      float *stage) {
+    size_t bytes = (size_t)width * sizeof(float);
+    if (out) {
+        be->download(be, stage, cache_at, (size_t)n * bytes);
+        for (int p = 0; p < n; p++) memcpy(blob + off + (size_t)p * step, stage + (size_t)p * width, bytes);
+    } else {
+        for (int p = 0; p < n; p++) memcpy(stage + (size_t)p * width, blob + off + (size_t)p * step, bytes);
+        be->upload(be, cache_at, stage, (size_t)n * bytes);
+    }
 }
 
-int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
+static int cache_move(ci_session *s, int out, int n, float *blob, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     ds_cache *c = s->impl;
     ci_backend *be = s->m->be;
+    const size_t step = (size_t)d->n_layers * (size_t)(d->lat + d->kdim);   /* floats per position */
+    int wide = d->lat > d->kdim ? d->lat : d->kdim;
+    float *stage = malloc((size_t)(n > 0 ? n : 1) * (size_t)wide * sizeof(float));
+    if (!stage) return ci_err(err, errlen, "%s: out of memory for %d cache rows", s->m->family->name, n);
+    for (int l = 0; l < d->n_layers && n > 0; l++) {
+        size_t row0 = (size_t)l * s->max_ctx, off = (size_t)l * (size_t)(d->lat + d->kdim);
+        move_rows(be, out, c->lat_cache + row0 * d->lat, blob, off, step, n, d->lat, stage);
+        if (d->indexed) move_rows(be, out, c->key_cache + row0 * d->kdim, blob, off + d->lat, step, n, d->kdim, stage);
+    }
+    if (!out) be->download(be, stage, c->lat_cache, sizeof(float));   /* the uploads done before stage goes */
+    free(stage);
+    return ci_backend_check(s->m, err, errlen);
+}
+
+int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
+    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
+    return cache_move((ci_session *)s, 1, n, dst, err, errlen);
+}
+
+int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
     if (n < 0 || n > s->max_ctx)
         return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
-    const float *i = src;
-    for (int p = 0; p < n; p++)
-        for (int l = 0; l < d->n_layers; l++) {
-            size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            be->upload(be, c->lat_cache + row * d->lat, i, (size_t)d->lat * sizeof(float));
-            i += d->lat;
-            if (d->indexed) be->upload(be, c->key_cache + row * d->kdim, i, (size_t)d->kdim * sizeof(float));
-            i += d->kdim;
-        }
+    if (cache_move(s, 0, n, (float *)src, err, errlen)) return -1;
     s->pos = n;
-    return ci_backend_check(s->m, err, errlen);
+    return 0;
 }
