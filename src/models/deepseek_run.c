@@ -24,6 +24,7 @@ typedef struct {
     int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
     void *graph[2];              /* the recorded decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
     int graph_failed[2];         /* recording failed once: that step stays eager */
+    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
     int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
     mla_scratch mla;
@@ -224,7 +225,9 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
     if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
         int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
-        if (!c->graph[gi] && !c->graph_failed[gi]) {
+        /* the first step runs eagerly: ops that size scratch or build tables on their first
+         * call do it outside a recording */
+        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
             if (be->graph_begin(be) == 0) {
                 chunk_ops(s, 1, head);                   /* recorded, not run */
                 c->graph[gi] = be->graph_end(be);
@@ -233,6 +236,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
         }
         if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
         else chunk_ops(s, 1, head);
+        c->graph_warm[gi] = 1;
     } else {
         chunk_ops(s, n, head);
     }
