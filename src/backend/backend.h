@@ -194,6 +194,48 @@ typedef struct ci_backend {
     void (*moe_experts)(struct ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                         const ci_moe *m, int acc);
 
+    /* ---- MLA / DSA: DeepSeek's latent attention (nn/mla.h) and sparse attention (nn/dsa.h)
+     * lat = kv_lora + rope floats per latent-cache row; Hh query heads. Positions, cache
+     * tables and the indexer's inputs live in backend memory; nothing is decided on the host.
+     * rmsnorm_strided: rmsnorm() of n rows `stride` floats apart (out may alias x): the
+     * latent part of kv_a's rows. Per row the bits of rmsnorm(n = 1). */
+    void (*rmsnorm_strided)(struct ci_backend *be, float *out, const float *x, const float *w, int n, int dim,
+                            int stride, float eps);
+    /* out[n, dim] = (x - mean) / sqrt(var + eps) * w + b per row, mean and variance in double
+     * (the indexer's k_norm); out may alias x. */
+    void (*layernorm)(struct ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                      double eps);
+    /* The absorbed queries: q [n, Hh, nope + rope] -> qcat [n, Hh, lat] with
+     * qcat[t, h] = [ q_nope[t, h] · W_UK[h]  (matmul_xw: [kv_lora])  ‖  q_pe[t, h] ].
+     * w_uk: host array of Hh views [nope, kv_lora] (data in backend memory). */
+    void (*mla_absorb_q)(struct ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope,
+                         int kv_lora, const ci_mat *w_uk);
+    /* The value heads: o[t, h, 0..v) = olat[t, h, 0..kv_lora) · W_UV[h]ᵀ (olat rows lat floats
+     * per head); w_uv: host array of Hh views [v, kv_lora]. */
+    void (*mla_out_heads)(struct ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat,
+                          int v, const ci_mat *w_uv);
+    /* kv_store into per-row caches: row t of src goes to row pos[t] of cache tab[t * tab_step]
+     * (tab: backend memory, pointers to a buffer's address plus a multiple of 4 floats). */
+    void (*kv_store_tab)(struct ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width,
+                         int n, const int32_t *pos);
+    /* MLA attention over the latent cache: query row t (qcat[t] [Hh, lat]) attends cache rows
+     * 0..pos[t]; K = V = the latent row (all lat floats): out[t, h] = softmax(scale · qcat[t, h]
+     * · rowsᵀ) · rows, out [n, Hh, lat]. cache rows are lat floats apart; tab NULL: one shared
+     * cache, else row t reads its own cache tab[t * tab_step] (a batch step). max_keys bounds
+     * every pos[t] + 1. The bits of attention_pos(n_kv = 1, hd = lat) per row. */
+    void (*mla_attend)(struct ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab,
+                       int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+    /* DeepSeek Sparse Attention for n query rows: a row whose context pos[t] + 1 fits in topk
+     * attends all of it (mla_attend); else the lightning index scores its keys s <= pos[t],
+     *   score[s] = Σ_h (iw[t, h] · w_scale) · relu(iq[t, h] · key_cache[s])   (h in order; NaN -> -inf)
+     * (iq [n, ih, id], iw [n, ih], key rows id floats apart), keeps the topk best (ties: the
+     * lower position; ci_topk_positions) and attends over those latent rows only, in
+     * ascending position order. tab NULL: shared caches; else row t's latent and key caches
+     * are tab[2t] and tab[2t + 1]. out / qcat as mla_attend. */
+    void (*dsa_attend)(struct ci_backend *be, float *out, const float *qcat, const float *lat_cache,
+                       const float *key_cache, float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads,
+                       int lat, float scale, const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops
      * and returns a handle (NULL on failure: run the ops eagerly instead); graph_launch runs
@@ -230,6 +272,11 @@ ci_backend *ci_backend_cuda_new(int device, int n_threads, char *err, size_t err
  * x[0, count) (the first one on ties; NaN never chosen over a number; 0 when all are NaN).
  * The greedy sampler (smp_argmax) uses it too, so device and host picks agree. */
 int ci_argmax_f32(const float *x, int count);
+
+/* The DSA selection rule of every backend's dsa_attend, on host memory: the topk best of
+ * score[0, L) (higher score first; ties to the lower position; the caller maps NaN to -inf),
+ * written ascending to sel[0, k), k = min(topk, L) returned; sel must hold L entries. */
+int ci_topk_positions(const float *score, int L, int topk, int32_t *sel);
 
 /* One f32 element of a weight (slow path; tools and tests). */
 float ci_mat_get(const ci_mat *W, int64_t r, int64_t c);

@@ -9,65 +9,26 @@
  * with the indexer's self_attn.indexer.{wq_b, wk, k_norm, weights_proj}; per-expert, fused or
  * mlx-stacked experts; fp8 E4M3 with weight_scale_inv 128x128 blocks; MLX-quantized matrices,
  * kv_b_proj included, whole or split by mlx-lm into embed_q / unembed_out; MTP layers
- * ignored), and the session: per layer the MLA latent cache [max_ctx, kv_lora + rope] and,
- * with the indexer, the indexer-key cache [max_ctx, index_head_dim]. Rows [0, pos) are valid;
- * a forward writes rows pos..pos+n-1. */
+ * ignored), and the weights in backend memory: after binding, every weight the forward
+ * reads is placed with be->weight (ds_placed; the identity on the CPU). MLX-quantized
+ * checkpoints stay on the CPU.
+ *
+ * The session, forward and serving ops are deepseek_run.c's (DESIGN.md "Backends and
+ * memory"): per layer the MLA latent cache [max_ctx, kv_lora + rope] and, with the indexer,
+ * the indexer-key cache [max_ctx, index_head_dim], every buffer from be->alloc, ids and
+ * positions uploaded per chunk, backend ops only (nn/mla.c, nn/dsa.c, nn/moe.c). Rows
+ * [0, pos) are valid; a forward writes rows pos..pos+n-1. */
 #include "model.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
 #include "deepseek.h"
-#include "../nn/dsa.h"
-#include "../nn/mla.h"
-#include "../nn/moe.h"
-#include "../nn/rope.h"
+#include "deepseek_internal.h"
+#include "../nn/place.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { UBATCH = 256 };
-
-typedef struct {
-    float *attn_norm;            /* [H] input_layernorm */
-    mla_layer attn;
-    dsa_indexer idx;
-    float *ffn_norm;             /* [H] post_attention_layernorm */
-    int is_moe;
-    ci_mat wg, wu, wd;           /* dense: [ff, H], [ff, H], [H, ff]; MoE: the shared experts */
-    int has_shared;
-    moe_block moe;
-} ds_layer;
-
-typedef struct {
-    int H, n_layers, vocab, ff, shared_ff;
-    int lat;                     /* kv_lora + rope: floats per latent-cache row */
-    int indexed;                 /* V3.2: the lightning indexer and sparse attention */
-    int kdim;                    /* index_head_dim: floats per indexer-key row (0 without) */
-    float eps;
-    ci_mat embed;                /* [vocab, H] */
-    ci_mat lm_head;              /* [vocab, H] */
-    float *final_norm;           /* [H] */
-    ds_layer *layers;         /* [n_layers] */
-    rope_table rope;             /* qk_rope_head_dim dims; shared by MLA and the indexer */
-    ci_mat *expert_mats;         /* [n_moe_layers · 3 · E] expert views */
-    const moe_block *any_moe;
-    float **owned;
-    int n_owned;
-} ds_model;
-
-typedef struct {
-    float *lat_cache;            /* [n_layers][max_ctx][lat] */
-    float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
-    float *lat;                  /* [UBATCH, lat] latent rows of a batched step */
-    float *x, *xn, *y;           /* [UBATCH, H] */
-    float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
-    float *last;                 /* [H] */
-    int32_t *pos;                /* [UBATCH] */
-    mla_scratch mla;
-    dsa_scratch dsa;
-    moe_scratch moe;
-} ds_cache;
 
 /* MoE or dense MLP per layer: mlp_layer_types ("dense" | "sparse") when the config has it,
  * else the hub rule idx >= first_k_dense_replace && idx % moe_layer_freq == 0. Fills is_moe. */
@@ -87,6 +48,71 @@ static int layer_kinds(const ci_config *c, const char *fam, int n_layers, long l
         return 0;
     }
     for (int l = 0; l < n_layers; l++) is_moe[l] = l >= first_dense && l % freq == 0;
+    return 0;
+}
+
+/* A device backend: the ops this decoder needs, and no MLX-quantized matrix (no CUDA kernel
+ * reads MLX codes yet). One line naming what is missing. */
+static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen) {
+    const ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (!be->rmsnorm_strided || !be->layernorm || !be->mla_absorb_q || !be->mla_out_heads || !be->kv_store_tab ||
+        !be->mla_attend || !be->dsa_attend)
+        return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MLA / DSA ops; run it with --device cpu", fam,
+                      be->name);
+    if (d->any_moe && (!be->moe_route || !be->moe_experts))
+        return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MoE ops; run it with --device cpu", fam,
+                      be->name);
+    int quant = m->cfg.quant.present || d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
+    for (int l = 0; l < d->n_layers && !quant; l++) {
+        const ds_layer *L = &d->layers[l];
+        const mla_layer *A = &L->attn;
+        quant = A->q_a.dtype == CI_U32 || A->q_b.dtype == CI_U32 || A->q.dtype == CI_U32 || A->kv_a.dtype == CI_U32 ||
+                A->kv_b.dtype == CI_U32 || A->o.dtype == CI_U32 || L->wg.dtype == CI_U32 || L->wd.dtype == CI_U32 ||
+                (A->w_uk && A->w_uk[0].dtype == CI_U32) || (A->w_uv && A->w_uv[0].dtype == CI_U32);
+    }
+    if (quant)
+        return ci_err(err, errlen, "%s: MLX-quantized weights (dtype U32) have no CUDA path yet (%s); run it with --device cpu",
+                      fam, m->cfg.path);
+    return 0;
+}
+
+/* After binding: every weight forward reads goes through be->weight (identity on the CPU). */
+static int place_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device && device_check(m, d, err, errlen)) return -1;
+    size_t n_exp = (size_t)(d->any_moe ? d->any_moe->n_experts : 0) * 3;
+    int n_moe = 0;
+    for (int l = 0; l < d->n_layers; l++) n_moe += d->layers[l].is_moe;
+    d->dev = calloc((size_t)d->n_layers, sizeof *d->dev);
+    d->dev_experts = calloc((size_t)n_moe * n_exp + 1, sizeof *d->dev_experts);
+    if (!d->dev || !d->dev_experts) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_final_norm, d->final_norm, d->H) ||
+              ci_place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    ci_mat *em = d->dev_experts;
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const ds_layer *L = &d->layers[l];
+        ds_placed *P = &d->dev[l];
+        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->H) || ci_place_vec(be, &P->ffn_norm, L->ffn_norm, d->H) ||
+              mla_place(be, &P->attn, &L->attn) || (d->indexed && dsa_place(be, &P->idx, &L->idx)) ||
+              ci_place_mat(be, &P->wg, &L->wg) || ci_place_mat(be, &P->wu, &L->wu) || ci_place_mat(be, &P->wd, &L->wd);
+        if (bad || !L->is_moe) continue;
+        const moe_block *M = &L->moe;
+        const float *bias = NULL;
+        P->moe = *M;
+        P->moe.w_gate = em; P->moe.w_up = em + M->n_experts; P->moe.w_down = em + 2 * M->n_experts;
+        em += 3 * M->n_experts;
+        bad = ci_place_mat(be, &P->moe.gate, &M->gate) || ci_place_vec(be, &bias, M->bias, M->n_experts);
+        P->moe.bias = (float *)bias;
+        for (int e = 0; e < M->n_experts && !bad; e++)
+            bad = ci_place_mat(be, &P->moe.w_gate[e], &M->w_gate[e]) || ci_place_mat(be, &P->moe.w_up[e], &M->w_up[e]) ||
+                  ci_place_mat(be, &P->moe.w_down[e], &M->w_down[e]);
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
     return 0;
 }
 
@@ -257,8 +283,8 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     free(is_moe);
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
-    int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    return m->st ? place_weights(m, d, err, errlen) : 0;   /* record mode: nothing to place */
 }
 
 void ds_unload(ci_model *m) {
@@ -266,6 +292,10 @@ void ds_unload(ci_model *m) {
     if (!d) return;
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->layers[l].attn);
+    if (d->dev)
+        for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->dev[l].attn);
+    free(d->dev);
+    free(d->dev_experts);
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
@@ -277,200 +307,4 @@ void ds_unload(ci_model *m) {
 size_t ds_cache_bytes_per_token(const ci_model *m) {
     const ds_model *d = m->impl;
     return (size_t)d->n_layers * (size_t)(d->lat + d->kdim) * sizeof(float);
-}
-
-
-int ds_session_init(ci_session *s, char *err, size_t errlen) {
-    const ds_model *d = s->m->impl;
-    ds_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
-    s->impl = c;
-    const mla_layer *A = &d->layers[0].attn;
-    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx;
-    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1;
-    c->lat_cache = malloc(rows * (size_t)d->lat * sizeof(float));
-    c->key_cache = d->indexed ? malloc(rows * (size_t)d->kdim * sizeof(float)) : NULL;
-    c->lat = malloc((size_t)UBATCH * d->lat * sizeof(float));
-    c->x = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->xn = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->y = malloc((size_t)UBATCH * d->H * sizeof(float));
-    c->g = malloc((size_t)UBATCH * wide * sizeof(float));
-    c->u = malloc((size_t)UBATCH * wide * sizeof(float));
-    c->last = malloc((size_t)d->H * sizeof(float));
-    c->pos = malloc(UBATCH * sizeof(int32_t));
-    if (!c->lat_cache || (d->indexed && !c->key_cache) || !c->lat || !c->x || !c->xn || !c->y || !c->g || !c->u ||
-        !c->last || !c->pos || mla_scratch_init(&c->mla, A, UBATCH) ||
-        (d->indexed && dsa_scratch_init(&c->dsa, &d->layers[0].idx, A, UBATCH, s->max_ctx)) ||
-        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", s->m->family->name, s->max_ctx);
-    return 0;
-}
-
-void ds_session_free(ci_session *s) {
-    ds_cache *c = s->impl;
-    if (!c) return;
-    free(c->lat_cache); free(c->key_cache); free(c->lat);
-    free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
-    mla_scratch_free(&c->mla);
-    dsa_scratch_free(&c->dsa);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-/* SwiGLU MLP: out[n, H] = wd(silu(wg x) * wu x), width f. */
-static void mlp(ci_backend *be, ds_cache *c, const ds_layer *L, float *out, const float *x, int n, int f) {
-    be->matmul(be, c->g, x, n, &L->wg);
-    be->matmul(be, c->u, x, n, &L->wu);
-    be->swiglu(be, c->g, c->u, (int64_t)n * f);
-    be->matmul(be, out, c->g, n, &L->wd);
-}
-
-/* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense MLP. */
-static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_layer *L, int n) {
-    const int H = d->H;
-    be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-    if (L->is_moe) {
-        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        if (L->has_shared) {
-            mlp(be, c, L, c->y, c->xn, n, d->shared_ff);
-            be->add(be, c->x, c->y, (int64_t)n * H);
-        }
-    } else {
-        mlp(be, c, L, c->y, c->xn, n, d->ff);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-    }
-}
-
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    ci_model *m = s->m;
-    const ds_model *d = m->impl;
-    ds_cache *c = s->impl;
-    ci_backend *be = m->be;
-    const int H = d->H;
-    const size_t lat_layer = (size_t)s->max_ctx * d->lat, key_layer = (size_t)s->max_ctx * d->kdim;
-    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const ds_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        if (d->indexed)
-            dsa_forward(be, &L->attn, &L->idx, &d->rope, &c->mla, &c->dsa, c->lat_cache + (size_t)l * lat_layer,
-                        c->key_cache + (size_t)l * key_layer, c->y, c->xn, c->pos, n, s->pos, d->eps);
-        else
-            mla_forward(be, &L->attn, &d->rope, &c->mla, c->lat_cache + (size_t)l * lat_layer, c->y, c->xn, c->pos, n,
-                        s->pos, d->eps);
-        CI_DUMP(m, "attn_out", l, c->y, n, H);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        ffn(be, d, c, L, n);
-        CI_DUMP(m, "layer_out", l, c->x, n, H);
-    }
-    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-    s->pos += n;
-}
-
-int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const ds_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    return 0;
-}
-
-/* ---- serving many sequences: batched decode step, cache rows out and in ------------------
- *
- * MLA for n rows that belong to n sessions (row i at position pos[i] of caches[i], this
- * layer's [max_ctx, kv_lora + rope]): the same steps as mla_forward (nn/mla.c), but the
- * latent rows are computed into the batch scratch and copied into each session's cache, and
- * attention runs per row against its own cache. Projections and the absorbed-query and
- * W_UV products still run over all n rows at once. */
-static void mla_rows(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *const *caches,
-                     float *latb, float *out, const float *xn, const int32_t *pos, int n, float eps) {
-    const int Hh = L->n_heads, lat = L->kv_lora + L->rope;
-    mla_project(be, L, rt, s, latb, xn, pos, n, eps);                      /* latent rows [n, lat] */
-    for (int t = 0; t < n; t++)
-        memcpy(caches[t] + (size_t)pos[t] * lat, latb + (size_t)t * lat, (size_t)lat * sizeof(float));
-    for (int t = 0; t < n; t++)
-        be->attention(be, s->olat + (size_t)t * Hh * lat, s->qcat + (size_t)t * Hh * lat, caches[t], caches[t], 1, pos[t],
-                      Hh, 1, lat, lat, L->scale);
-    mla_output(be, L, s, out, n);
-}
-
-/* One decode step for n <= UBATCH sessions; scratch is ss[0]'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
-    ci_model *m = ss[0]->m;
-    const ds_model *d = m->impl;
-    ds_cache *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    const int H = d->H;
-    const mla_layer *A0 = &d->layers[0].attn;
-    const size_t lat = (size_t)(A0->kv_lora + A0->rope);
-    float *caches[UBATCH];
-    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const ds_layer *L = &d->layers[l];
-        for (int i = 0; i < n; i++) caches[i] = ((ds_cache *)ss[i]->impl)->lat_cache + (size_t)l * ss[i]->max_ctx * lat;
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        mla_rows(be, &L->attn, &d->rope, &c->mla, caches, c->lat, c->y, c->xn, c->pos, n, d->eps);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        ffn(be, d, c, L, n);
-    }
-    be->rmsnorm(be, c->xn, c->x, d->final_norm, n, H, d->eps);
-    be->matmul(be, logits, c->xn, n, &d->lm_head);
-    for (int i = 0; i < n; i++) ss[i]->pos++;
-}
-
-int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    const ci_model *m = ss[0]->m;
-    const ds_model *d = m->impl;
-    const char *fam = m->family->name;
-    if (d->indexed) return ci_err(err, errlen, "%s: forward_batch is not implemented with the DSA indexer", fam);
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
-    }
-    return 0;
-}
-
-/* ---- cache rows out and in (prefix reuse in the server) ----------------------------------
- *
- * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
- * Blob layout, position-major (registry.h: a prefix of an export is the export of the
- * prefix): for each position, for each layer, its latent row [lat] then (indexed) its key
- * row [kdim]; n · cache_bytes_per_token bytes in all. */
-int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
-    const ds_model *d = s->m->impl;
-    const ds_cache *c = s->impl;
-    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
-    float *o = dst;
-    for (int p = 0; p < n; p++)
-        for (int l = 0; l < d->n_layers; l++) {
-            size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            memcpy(o, c->lat_cache + row * d->lat, (size_t)d->lat * sizeof(float));
-            o += d->lat;
-            if (d->indexed) memcpy(o, c->key_cache + row * d->kdim, (size_t)d->kdim * sizeof(float));
-            o += d->kdim;
-        }
-    return 0;
-}
-
-int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
-    const ds_model *d = s->m->impl;
-    ds_cache *c = s->impl;
-    if (n < 0 || n > s->max_ctx)
-        return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
-    const float *i = src;
-    for (int p = 0; p < n; p++)
-        for (int l = 0; l < d->n_layers; l++) {
-            size_t row = (size_t)l * s->max_ctx + (size_t)p;
-            memcpy(c->lat_cache + row * d->lat, i, (size_t)d->lat * sizeof(float));
-            i += d->lat;
-            if (d->indexed) memcpy(c->key_cache + row * d->kdim, i, (size_t)d->kdim * sizeof(float));
-            i += d->kdim;
-        }
-    s->pos = n;
-    return 0;
 }

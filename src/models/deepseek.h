@@ -3,8 +3,7 @@
  * DeepSeek V3 (deepseek_v3.c): MLA + MoE. DeepSeek V3.2 (deepseek_v32.c): the same decoder
  * with the lightning indexer and sparse attention in every layer (indexed = 1), its
  * indexer-key cache beside the latent cache, q_lora_rank required. The families own their
- * model_types and ops tables; V3.2 has no batched decode step yet (forward_batch refuses
- * an indexed model). */
+ * model_types and ops tables; both serve with batched decode steps and prefix reuse. */
 #ifndef CI_DEEPSEEK_H
 #define CI_DEEPSEEK_H
 #include "model.h"
@@ -14,6 +13,9 @@ void ds_unload(ci_model *m);
 int ds_session_init(ci_session *s, char *err, size_t errlen);
 void ds_session_free(ci_session *s);
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+/* The greedy forward: the last row's argmax taken by the backend (a decode step through a
+ * recorded graph on a device). */
+int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 size_t ds_cache_bytes_per_token(const ci_model *m);
 int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
 int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen);

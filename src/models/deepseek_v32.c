@@ -2,7 +2,8 @@
  * the DeepSeek V3 decoder whose attention is DeepSeek Sparse Attention (nn/dsa.h): a lightning
  * indexer per layer (wq_b from the shared q latent, wk, k_norm LayerNorm, weights_proj) picks
  * index_topk keys per query and MLA attends over those only. Tensors, the dual cache (latent
- * + indexer keys) and forward are the shared DeepSeek decoder (deepseek.c) with the indexer. */
+ * + indexer keys), forward, batched decode steps and prefix reuse are the shared DeepSeek
+ * decoder (deepseek.c) with the indexer, on the CPU or the CUDA backend. */
 #include "deepseek.h"
 
 static int dsv32_load(ci_model *m, char *err, size_t errlen) { return ds_load(m, 1, err, errlen); }
@@ -11,8 +12,9 @@ static const ci_family_ops dsv32_ops = {
     .load = dsv32_load, .unload = ds_unload,
     .session_init = ds_session_init, .session_free = ds_session_free,
     .forward = ds_forward, .cache_bytes_per_token = ds_cache_bytes_per_token,
+    .forward_argmax = ds_forward_argmax, .forward_batch = ds_forward_batch,
     .cache_export = ds_cache_export, .cache_import = ds_cache_import,
 };
 
 const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL }, NULL,
-                                     &dsv32_ops, 0 };
+                                     &dsv32_ops, 1 };

@@ -15,13 +15,11 @@
  *
  * Caches, both grown by one row per token and addressed by position: the MLA latent cache
  * [max_ctx, kv_lora + rope] (as mla.h) and the indexer-key cache [max_ctx, ID] (after norm
- * and rope). Rows pos0..pos0+n-1 of both are written by dsa_forward.
+ * and rope). Rows pos[0..n) of both are written by dsa_attend.
  *
- * Sparse attention is done by gathering: the kept latent rows of one query are copied, in
- * ascending position order, into a [index_topk, kv_lora + rope] scratch, and the backend's
- * causal attention is called for that one query at position index_topk - 1, so that every
- * gathered row is visible (pos0 arithmetic: the causal mask admits keys 0..pos0). Queries whose
- * context still fits in index_topk (a prefix of any chunk) share one dense causal call. */
+ * The selection and the sparse attention are one backend op (dsa_attend, backend.h): rows
+ * whose context still fits in index_topk attend densely, the others over their kept rows,
+ * every decision taken from positions in backend memory. This file is written on ops only. */
 #ifndef CI_DSA_H
 #define CI_DSA_H
 #include "../backend/backend.h"
@@ -40,27 +38,30 @@ typedef struct {
     ci_mat weights_proj;         /* [n_heads, H] */
 } dsa_indexer;
 
+/* Scratch for up to max_n rows, in backend memory. */
 typedef struct {
-    int max_n, max_ctx;
     float *q;                    /* [max_n, n_heads·head_dim] indexer queries */
-    float *w;                    /* [max_n, n_heads] head weights (× w_scale) */
-    float *dots;                 /* [n_heads, max_ctx] q_I[t,h] · k_I[s] of one query */
-    float *score;                /* [max_ctx] index scores of one query */
-    int32_t *sel;                /* [max_ctx] candidate positions; the first topk are kept */
-    float *kv;                   /* [topk, kv_lora + rope] gathered latent rows */
+    float *w;                    /* [max_n, n_heads] head weights (w_scale applied by dsa_attend) */
+    float *k;                    /* [max_n, head_dim] the rows' indexer keys before the cache */
 } dsa_scratch;
 
-int dsa_scratch_init(dsa_scratch *s, const dsa_indexer *I, const mla_layer *A, int max_n, int max_ctx);
-void dsa_scratch_free(dsa_scratch *s);
+int dsa_scratch_init(ci_backend *be, dsa_scratch *s, const dsa_indexer *I, int max_n);
+void dsa_scratch_free(ci_backend *be, dsa_scratch *s);
+/* dst = I with its matrices and norm vectors in backend memory; -1 when out of memory. */
+int dsa_place(ci_backend *be, dsa_indexer *dst, const dsa_indexer *I);
 
 /* Top-k of score[0..L) (NaN counts as -inf; ties to the lower position): writes the kept
- * positions, ascending, to sel[0..k) and returns k = min(topk, L). sel must hold L entries. */
+ * positions, ascending, to sel[0..k) and returns k = min(topk, L). sel must hold L entries.
+ * (ci_topk_positions, the rule of the backends' dsa_attend.) */
 int dsa_select(const float *score, int L, int topk, int32_t *sel);
 
-/* out[n, H] = DSA attention of xn[n, H] at positions pos0..pos0+n-1 (pos[t] = pos0 + t).
- * lat_cache: this layer's [max_ctx, kv_lora + rope]; key_cache: its [max_ctx, head_dim]. */
-void dsa_forward(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const rope_table *rt, mla_scratch *ms,
-                 dsa_scratch *ds, float *lat_cache, float *key_cache, float *out, const float *xn, const int32_t *pos,
-                 int n, int pos0, float eps);
+/* s->olat of ms = DSA attention of xn[n, H] at positions pos (backend memory), after
+ * mla_project: the rows' latent rows (ms->lat) and indexer keys go to rows pos of the caches,
+ * then dsa_attend. lat_cache [max_keys, kv_lora + rope] and key_cache [max_keys, head_dim]:
+ * one sequence's layer caches; or both NULL and tab (backend memory) row t's pair
+ * tab[2t] (latent) / tab[2t + 1] (keys): a batch step. */
+void dsa_attend(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const float *inv_freq, float mscale,
+                mla_scratch *ms, dsa_scratch *ds, float *lat_cache, float *key_cache, float *const *tab,
+                const float *xn, const int32_t *pos, int n, int max_keys);
 
 #endif

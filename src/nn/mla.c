@@ -1,5 +1,8 @@
-/* mla.c — see mla.h. */
+/* mla.c — see mla.h. Only backend ops: the per-head products and the latent attention are
+ * the MLA ops of backend.h. */
 #include "mla.h"
+#include "place.h"
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,28 +32,66 @@ void mla_layer_free(mla_layer *L) {
     L->w_uk = L->w_uv = NULL;
 }
 
-int mla_scratch_init(mla_scratch *s, const mla_layer *L, int max_n) {
-    memset(s, 0, sizeof *s);
-    size_t n = (size_t)max_n, Hh = (size_t)L->n_heads, lat = (size_t)(L->kv_lora + L->rope);
-    size_t g = (size_t)(L->nope > L->kv_lora ? L->nope : L->kv_lora);
-    if ((size_t)L->v > g) g = (size_t)L->v;
-    s->qa = malloc(n * (size_t)(L->q_lora > 0 ? L->q_lora : 1) * sizeof(float));
-    s->q = malloc(n * Hh * (size_t)(L->nope + L->rope) * sizeof(float));
-    s->qcat = malloc(n * Hh * lat * sizeof(float));
-    s->olat = malloc(n * Hh * lat * sizeof(float));
-    s->tin = malloc(n * g * sizeof(float));
-    s->tout = malloc(n * g * sizeof(float));
-    s->o = malloc(n * Hh * (size_t)L->v * sizeof(float));
-    if (!s->qa || !s->q || !s->qcat || !s->olat || !s->tin || !s->tout || !s->o) { mla_scratch_free(s); return -1; }
+/* ---- weights in backend memory ------------------------------------------------------------ */
+
+/* A per-head view: an offset into the placed kv_b when it lies inside kv_b, else its own. */
+static int place_view(ci_backend *be, ci_mat *dst, const ci_mat *V, const ci_mat *kvb, const ci_mat *kvb_placed) {
+    size_t es = ci_dtype_size(kvb->dtype), whole = (size_t)kvb->rows * (size_t)kvb->cols * es;
+    uintptr_t a = (uintptr_t)V->data, b0 = (uintptr_t)kvb->data;
+    if (kvb->data && V->dtype != CI_U32 && V->dtype == kvb->dtype && a >= b0 && a < b0 + whole) {
+        *dst = *V;
+        dst->data = (const char *)kvb_placed->data + (a - b0);
+        dst->scale = kvb_placed->scale;
+        return 0;
+    }
+    return ci_place_mat(be, dst, V);
+}
+
+int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L) {
+    *dst = *L;
+    dst->w_uk = calloc((size_t)L->n_heads, sizeof *dst->w_uk);
+    dst->w_uv = calloc((size_t)L->n_heads, sizeof *dst->w_uv);
+    if (!dst->w_uk || !dst->w_uv) return -1;
+    const float *qn = NULL, *kn = NULL;
+    if (ci_place_mat(be, &dst->q_a, &L->q_a) || ci_place_mat(be, &dst->q_b, &L->q_b) ||
+        ci_place_mat(be, &dst->q, &L->q) || ci_place_mat(be, &dst->kv_a, &L->kv_a) ||
+        ci_place_mat(be, &dst->kv_b, &L->kv_b) || ci_place_mat(be, &dst->o, &L->o) ||
+        ci_place_vec(be, &qn, L->q_a_norm, L->q_lora) || ci_place_vec(be, &kn, L->kv_a_norm, L->kv_lora))
+        return -1;
+    dst->q_a_norm = (float *)qn;
+    dst->kv_a_norm = (float *)kn;
+    for (int h = 0; h < L->n_heads; h++)
+        if (place_view(be, &dst->w_uk[h], &L->w_uk[h], &L->kv_b, &dst->kv_b) ||
+            place_view(be, &dst->w_uv[h], &L->w_uv[h], &L->kv_b, &dst->kv_b))
+            return -1;
     return 0;
 }
 
-void mla_scratch_free(mla_scratch *s) {
-    free(s->qa); free(s->q); free(s->qcat); free(s->olat); free(s->tin); free(s->tout); free(s->o);
+/* ---- scratch ------------------------------------------------------------------------------- */
+
+int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n) {
+    memset(s, 0, sizeof *s);
+    size_t n = (size_t)max_n, Hh = (size_t)L->n_heads, lat = (size_t)(L->kv_lora + L->rope), f = sizeof(float);
+    s->qa = be->alloc(be, n * (size_t)(L->q_lora > 0 ? L->q_lora : 1) * f);
+    s->q = be->alloc(be, n * Hh * (size_t)(L->nope + L->rope) * f);
+    s->qcat = be->alloc(be, n * Hh * lat * f);
+    s->olat = be->alloc(be, n * Hh * lat * f);
+    s->o = be->alloc(be, n * Hh * (size_t)L->v * f);
+    s->lat = be->alloc(be, n * lat * f);
+    if (!s->qa || !s->q || !s->qcat || !s->olat || !s->o || !s->lat) { mla_scratch_free(be, s); return -1; }
+    return 0;
+}
+
+void mla_scratch_free(ci_backend *be, mla_scratch *s) {
+    float *bufs[] = { s->qa, s->q, s->qcat, s->olat, s->o, s->lat };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be->buf_free(be, bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
-void mla_project(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *lat_rows,
+/* ---- forward ------------------------------------------------------------------------------- */
+
+void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s,
                  const float *xn, const int32_t *pos, int n, float eps) {
     const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
     /* queries [n, Hh, nope+rope] */
@@ -61,42 +102,26 @@ void mla_project(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_s
     } else {
         be->matmul(be, s->q, xn, n, &L->q);
     }
-    /* latent + k_pe, then norm and rope in place */
-    be->matmul(be, lat_rows, xn, n, &L->kv_a);
-    for (int t = 0; t < n; t++) be->rmsnorm(be, lat_rows + (size_t)t * lat, lat_rows + (size_t)t * lat, L->kv_a_norm, 1, L->kv_lora, eps);
-    be->rope(be, lat_rows, n, 1, lat, L->kv_lora, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    /* latent + k_pe, then norm (the latent part of each row) and rope in place */
+    be->matmul(be, s->lat, xn, n, &L->kv_a);
+    be->rmsnorm_strided(be, s->lat, s->lat, L->kv_a_norm, n, L->kv_lora, lat, eps);
+    be->rope(be, s->lat, n, 1, lat, L->kv_lora, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
+    be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
     /* absorbed queries: qcat[t, h] = [W_UK[h]ᵀ q_nope[t, h] ‖ q_pe[t, h]] */
-    for (int h = 0; h < Hh; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(s->tin + (size_t)t * L->nope, s->q + ((size_t)t * Hh + h) * qd, (size_t)L->nope * sizeof(float));
-        be->matmul_xw(be, s->tout, s->tin, n, &L->w_uk[h]);                /* [n, kv_lora] */
-        for (int t = 0; t < n; t++) {
-            float *dst = s->qcat + ((size_t)t * Hh + h) * lat;
-            memcpy(dst, s->tout + (size_t)t * L->kv_lora, (size_t)L->kv_lora * sizeof(float));
-            memcpy(dst + L->kv_lora, s->q + ((size_t)t * Hh + h) * qd + L->nope, (size_t)L->rope * sizeof(float));
-        }
-    }
+    be->mla_absorb_q(be, s->qcat, s->q, n, Hh, L->nope, L->rope, L->kv_lora, L->w_uk);
+}
+
+void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
+                const int32_t *pos, int n, int max_keys) {
+    const int lat = L->kv_lora + L->rope;
+    if (cache) be->kv_store(be, cache, lat, s->lat, lat, n, pos);
+    else be->kv_store_tab(be, tab, 1, lat, s->lat, lat, n, pos);
+    /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
+     * rope entries produce output columns that are ignored) */
+    be->mla_attend(be, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat, L->scale);
 }
 
 void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n) {
-    const int Hh = L->n_heads, lat = L->kv_lora + L->rope;
-    for (int h = 0; h < Hh; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(s->tin + (size_t)t * L->kv_lora, s->olat + ((size_t)t * Hh + h) * lat, (size_t)L->kv_lora * sizeof(float));
-        be->matmul(be, s->tout, s->tin, n, &L->w_uv[h]);                   /* [n, v] */
-        for (int t = 0; t < n; t++)
-            memcpy(s->o + ((size_t)t * Hh + h) * L->v, s->tout + (size_t)t * L->v, (size_t)L->v * sizeof(float));
-    }
+    be->mla_out_heads(be, s->o, s->olat, n, L->n_heads, L->kv_lora, L->kv_lora + L->rope, L->v, L->w_uv);
     be->matmul(be, out, s->o, n, &L->o);
-}
-
-void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
-                 const float *xn, const int32_t *pos, int n, int pos0, float eps) {
-    const int lat = L->kv_lora + L->rope;
-    mla_project(be, L, rt, s, cache + (size_t)pos0 * lat, xn, pos, n, eps);   /* straight into this chunk's rows */
-    /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
-     * rope entries produce output columns that are ignored) */
-    be->attention(be, s->olat, s->qcat, cache, cache, n, pos0, L->n_heads, 1, lat, lat, L->scale);
-    mla_output(be, L, s, out, n);
 }

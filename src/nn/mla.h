@@ -11,7 +11,8 @@
  *   o[h] = W_UV[h] · Σ_s p(t, s) latent[s];  out = o_proj(o)        [H]
  * which equals expanding K = [W_UK latent ‖ kpe], V = W_UV latent per head. The cache keeps
  * only [latent ‖ kpe] per token per layer (kv_lora + rope floats), never full K/V; the same
- * path serves prefill and decode. */
+ * path serves prefill and decode. Written on backend ops only (backend.h "MLA / DSA"): no
+ * activation, cache or position byte is touched here. */
 #ifndef CI_MLA_H
 #define CI_MLA_H
 #include "../backend/backend.h"
@@ -31,32 +32,38 @@ typedef struct {
     ci_mat o;                    /* [H, Hh·v] */
 } mla_layer;
 
+/* Scratch for up to max_n rows, every buffer in backend memory (be->alloc). */
 typedef struct {
-    float *qa;                   /* [n, q_lora] */
+    float *qa;                   /* [n, q_lora] q_a_layernorm(q_a x): also the DSA indexer's input */
     float *q;                    /* [n, Hh·(nope+rope)] */
     float *qcat;                 /* [n, Hh·(kv_lora+rope)] absorbed queries */
     float *olat;                 /* [n, Hh·(kv_lora+rope)] attention output in latent space */
-    float *tin, *tout;           /* [n, max(nope, kv_lora, v)] per-head gather buffers */
     float *o;                    /* [n, Hh·v] */
+    float *lat;                  /* [n, kv_lora+rope] the rows' new latent rows before the cache */
 } mla_scratch;
 
 /* Per-head views of kv_b; call after kv_b is bound. Returns -1 on allocation failure. */
 int mla_split_kv_b(mla_layer *L);
 void mla_layer_free(mla_layer *L);
-int mla_scratch_init(mla_scratch *s, const mla_layer *L, int max_n);
-void mla_scratch_free(mla_scratch *s);
+/* dst = L with every weight in backend memory (be->weight: kv_b, its fp8 scale grid and the
+ * per-head views as offsets into the placed kv_b, or each view placed when it is its own
+ * tensor); dst owns new w_uk / w_uv arrays (mla_layer_free). -1 when out of memory. */
+int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L);
+int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n);
+void mla_scratch_free(ci_backend *be, mla_scratch *s);
 
-/* The steps before the attention, for xn[n, H] at positions pos: queries (s->qa, s->q roped)
- * and the absorbed queries s->qcat [n, Hh, kv_lora + rope]; lat_rows[n, kv_lora + rope] gets
- * the new latent rows (normed, k_pe roped), which the caller places in its cache. */
-void mla_project(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *lat_rows,
+/* The steps before the attention, for xn[n, H] at positions pos (backend memory): queries
+ * (s->qa, s->q roped) and the absorbed queries s->qcat [n, Hh, kv_lora + rope]; s->lat gets
+ * the rows' latent rows (normed, k_pe roped), which the caller stores in its cache(s).
+ * inv_freq (backend memory) / mscale: the rope table's. */
+void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s,
                  const float *xn, const int32_t *pos, int n, float eps);
+/* Stores s->lat in the cache(s) at rows pos and attends: cache (one sequence, [max_keys,
+ * kv_lora + rope]) or, cache NULL, tab: row t's cache is tab[t] (a batch step). Into s->olat. */
+void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
+                const int32_t *pos, int n, int max_keys);
 /* The steps after it: out[n, H] from the latent-space outputs s->olat [n, Hh, kv_lora + rope]
  * (W_UV per head, then o_proj). */
 void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n);
-/* out[n, H] = attention of xn[n, H] at positions pos[0..n) (= pos0..pos0+n-1). cache is this
- * layer's [max_ctx, kv_lora + rope]; rows pos0..pos0+n-1 are written. */
-void mla_forward(ci_backend *be, const mla_layer *L, const rope_table *rt, mla_scratch *s, float *cache, float *out,
-                 const float *xn, const int32_t *pos, int n, int pos0, float eps);
 
 #endif

@@ -826,6 +826,281 @@ static void test_rope_attend(void) {
     rope_attend_case(1, 0, 20, 30, 20, 2, 60, 60, 1, 0);         /* group 10, hd 60: the scalar split kernel */
 }
 
+/* ---- MLA / DSA (backend.h "MLA / DSA"; src/backend/cuda/mla.cu) ------------------------------
+ * Against the CPU ops (cpu/mla_cpu.c) on random inputs: DeepSeek's shapes (576-float latent
+ * rows, 128-dim heads) and the fixtures' small odd ones, f32 / bf16 / fp8 W_UK / W_UV views
+ * of one kv_b (fp8 views start inside a 128-row scale block), one shared cache and per-row
+ * caches through a table. All f32 arithmetic on both sides: B_F32 (ROPE-free). */
+
+/* Per-head views of kv_b [Hh·(nope + v), kv_lora] as mla_split_kv_b makes them: which 0
+ * W_UK [nope, kv_lora], 1 W_UV [v, kv_lora]. */
+static void kvb_views(const ci_mat *kvb, int Hh, int nope, int v, int which, ci_mat *out) {
+    size_t es = ci_dtype_size(kvb->dtype);
+    for (int h = 0; h < Hh; h++) {
+        int64_t r0 = (int64_t)h * (nope + v) + (which ? nope : 0);
+        out[h] = *kvb;
+        out[h].rows = which ? v : nope;
+        out[h].data = (const char *)kvb->data + (size_t)r0 * (size_t)kvb->cols * es;
+        out[h].scale_row0 = kvb->scale_row0 + r0;
+    }
+}
+
+static void test_mla_norms(void) {
+    static const int rows[] = { 1, 7, 300 }, shapes[][2] = { { 512, 576 }, { 32, 40 }, { 1000, 1003 } };
+    for (int r = 0; r < 3 && !dead; r++)
+        for (int s = 0; s < 3 && !dead; s++) {
+            int n = rows[r], dim = shapes[s][0], stride = shapes[s][1];
+            char name[128];
+            snprintf(name, sizeof name, "cuda rmsnorm_strided n=%d dim=%d stride=%d", n, dim, stride);
+            if (gpu->rmsnorm_strided && want(name)) {
+                size_t cnt = (size_t)n * stride;
+                float *x = xmalloc(cnt * 4), *got = xmalloc(cnt * 4), *w = keep(xmalloc((size_t)dim * 4));
+                fill(x, cnt, 3.f);
+                for (int i = 0; i < dim; i++) w[i] = 1.f + 0.5f * unif();
+                float *gx = g_put(x, cnt * 4);
+                const float *gw = g_weight(w, (size_t)dim * 4);
+                cpu->rmsnorm_strided(cpu, x, x, w, n, dim, stride, 1e-6f);
+                gpu->rmsnorm_strided(gpu, gx, gx, gw, n, dim, stride, 1e-6f);
+                g_get(got, gx, cnt * 4);
+                report(name, compare(got, x, cnt), B_F32);
+                g_free(gx);
+                free(x); free(got);
+            }
+            snprintf(name, sizeof name, "cuda layernorm n=%d dim=%d", n, dim);
+            if (gpu->layernorm && want(name)) {
+                size_t cnt = (size_t)n * dim;
+                float *x = xmalloc(cnt * 4), *ref = xmalloc(cnt * 4), *got = xmalloc(cnt * 4);
+                float *w = keep(xmalloc((size_t)dim * 4)), *b = keep(xmalloc((size_t)dim * 4));
+                fill(x, cnt, 3.f);
+                for (size_t i = 0; i < cnt && i < 7; i++) x[i] += 100.f;   /* a large mean */
+                for (int i = 0; i < dim; i++) { w[i] = 1.f + 0.5f * unif(); b[i] = 0.3f * unif(); }
+                float *gx = g_put(x, cnt * 4), *go = g_alloc(cnt * 4);
+                const float *gw = g_weight(w, (size_t)dim * 4), *gb = g_weight(b, (size_t)dim * 4);
+                g_poison(go, cnt * 4);
+                cpu->layernorm(cpu, ref, x, w, b, n, dim, 1e-6);
+                gpu->layernorm(gpu, go, gx, gw, gb, n, dim, 1e-6);
+                g_get(got, go, cnt * 4);
+                report(name, compare(got, ref, cnt), B_F32);
+                g_free(gx); g_free(go);
+                free(x); free(ref); free(got);
+            }
+        }
+}
+
+/* mla_absorb_q and mla_out_heads for Hh heads of kv_b [Hh·(nope + v), kv_lora] in dtype dt. */
+static void mla_heads_case(int n, int Hh, int nope, int rope, int kv_lora, int v, ci_dtype dt, ci_dtype sdt) {
+    char name[200];
+    const char *dn = dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s";
+    const int qd = nope + rope, lat = kv_lora + rope;
+    snprintf(name, sizeof name, "cuda mla_absorb_q+out_heads %s n=%d heads=%d nope=%d rope=%d kv_lora=%d v=%d", dn, n, Hh,
+             nope, rope, kv_lora, v);
+    if (!gpu->mla_absorb_q || !gpu->mla_out_heads || !want(name)) return;
+    wpair kvb = make_weight((int64_t)Hh * (nope + v), kv_lora, dt, sdt);
+    if (dead) return;
+    ci_mat *uk_c = xmalloc((size_t)Hh * sizeof(ci_mat)), *uk_g = xmalloc((size_t)Hh * sizeof(ci_mat));
+    ci_mat *uv_c = xmalloc((size_t)Hh * sizeof(ci_mat)), *uv_g = xmalloc((size_t)Hh * sizeof(ci_mat));
+    kvb_views(&kvb.c, Hh, nope, v, 0, uk_c); kvb_views(&kvb.g, Hh, nope, v, 0, uk_g);
+    kvb_views(&kvb.c, Hh, nope, v, 1, uv_c); kvb_views(&kvb.g, Hh, nope, v, 1, uv_g);
+    size_t nq = (size_t)n * Hh * qd, nc = (size_t)n * Hh * lat, no = (size_t)n * Hh * v;
+    float *q = xmalloc(nq * 4), *qcat = xmalloc(nc * 4), *olat = xmalloc(nc * 4), *o = xmalloc(no * 4);
+    fill(q, nq, 1.f);
+    fill(olat, nc, 1.f);
+    float *gq = g_put(q, nq * 4), *gqc = g_alloc(nc * 4), *gol = g_put(olat, nc * 4), *go = g_alloc(no * 4);
+    if (!dead) {
+        g_poison(gqc, nc * 4);
+        g_poison(go, no * 4);
+        cpu->mla_absorb_q(cpu, qcat, q, n, Hh, nope, rope, kv_lora, uk_c);
+        gpu->mla_absorb_q(gpu, gqc, gq, n, Hh, nope, rope, kv_lora, uk_g);
+        cpu->mla_out_heads(cpu, o, olat, n, Hh, kv_lora, lat, v, uv_c);
+        gpu->mla_out_heads(gpu, go, gol, n, Hh, kv_lora, lat, v, uv_g);
+        float *gy[2] = { gqc, go }, *ref[2] = { qcat, o };
+        size_t sz[2] = { nc, no };
+        report(name, compare_outputs(2, gy, ref, sz), B_F32);   /* frees gqc, go, qcat, o */
+    } else {
+        g_free(gqc); g_free(go); free(qcat); free(o);
+    }
+    g_free(gq); g_free(gol);
+    free(q); free(olat); free(uk_c); free(uk_g); free(uv_c); free(uv_g);
+}
+
+/* n query rows over latent caches: one cache of max_keys rows at positions pos0.. (table 0),
+ * or each row its own cache and context through a table (table 1: mla_attend, tab_step 1,
+ * with kv_store_tab writing each row's new latent row first). */
+static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, int lat) {
+    char name[200];
+    snprintf(name, sizeof name, "cuda mla_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d", table ? "own caches" : "one cache",
+             n, pos0, max_keys, Hh, lat);
+    if (!gpu->mla_attend || !gpu->kv_store_tab || !want(name)) return;
+    const int nbuf = table ? n : 1;
+    size_t nq = (size_t)n * Hh * lat;
+    float *q = xmalloc(nq * 4), *out = xmalloc(nq * 4), *rows = xmalloc((size_t)n * lat * 4);
+    fill(q, nq, 1.f);
+    fill(rows, (size_t)n * lat, 1.f);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    int *ctx = xmalloc((size_t)nbuf * sizeof(int)), keys = 0;
+    float **hc = xmalloc((size_t)nbuf * sizeof(float *)), **gc = xmalloc((size_t)nbuf * sizeof(float *));
+    for (int b = 0; b < nbuf; b++) {
+        ctx[b] = table ? 1 + irand(b % 2 ? 40 : max_keys) : max_keys;
+        keys = ctx[b] > keys ? ctx[b] : keys;
+        size_t cnt = (size_t)ctx[b] * lat;
+        hc[b] = xmalloc(cnt * 4);
+        fill(hc[b], cnt, 1.f);
+        gc[b] = g_put(hc[b], cnt * 4);
+    }
+    for (int t = 0; t < n; t++) pos[t] = table ? irand(ctx[t]) : pos0 + t;
+    float *gq = g_put(q, nq * 4), *go = g_alloc(nq * 4), *grows = g_put(rows, (size_t)n * lat * 4);
+    int32_t *gp = g_put(pos, (size_t)n * 4);
+    float **gtab = table ? g_put(gc, (size_t)n * sizeof(float *)) : NULL;
+    if (!dead) {
+        const float scale = 1.f / sqrtf(192.f);
+        if (table) {
+            cpu->kv_store_tab(cpu, hc, 1, lat, rows, lat, n, pos);
+            gpu->kv_store_tab(gpu, gtab, 1, lat, grows, lat, n, gp);
+        }
+        cpu->mla_attend(cpu, out, q, hc[0], table ? hc : NULL, 1, n, pos, keys, Hh, lat, scale);
+        g_poison(go, nq * 4);
+        gpu->mla_attend(gpu, go, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale);
+        errs e = { 0, 0, 0 };
+        double num = 0, den = 0;
+        float *got = xmalloc(nq * 4);
+        g_get(got, go, nq * 4);
+        acc_err(&e, &num, &den, got, out, nq);
+        for (int b = 0; b < nbuf && table; b++) {   /* the stored rows, exactly */
+            size_t cnt = (size_t)ctx[b] * lat;
+            float *cg = xmalloc(cnt * 4);
+            g_get(cg, gc[b], cnt * 4);
+            if (memcmp(cg, hc[b], cnt * 4)) e.abs = INFINITY;
+            free(cg);
+        }
+        free(got);
+        fin_err(&e, num, den);
+        report(name, e, B_F32);
+    }
+    for (int b = 0; b < nbuf; b++) { g_free(gc[b]); free(hc[b]); }
+    g_free(gq); g_free(go); g_free(grows); g_free(gp); g_free(gtab);
+    free(q); free(out); free(rows); free(pos); free(ctx); free(hc); free(gc);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Whether one row's index scores (in double) have their topk-th and next best within 1e-5 of
+ * the largest magnitude: a selection f32 rounding may decide either way. */
+static int near_tie(const float *keys, int L, const float *q, const float *w, float ws, int ih, int id, int topk) {
+    double *sc = xmalloc((size_t)L * sizeof(double)), big = 0;
+    for (int s = 0; s < L; s++) {
+        double acc = 0;
+        for (int h = 0; h < ih; h++) {
+            double dot = 0;
+            for (int d = 0; d < id; d++) dot += (double)q[h * id + d] * keys[(size_t)s * id + d];
+            acc += (double)w[h] * ws * (dot > 0 ? dot : 0);
+        }
+        sc[s] = acc;
+        big = fabs(acc) > big ? fabs(acc) : big;
+    }
+    qsort(sc, (size_t)L, sizeof *sc, cmp_desc);
+    int tie = sc[topk - 1] - sc[topk] <= 1e-5 * (big > 1 ? big : 1);
+    free(sc);
+    return tie;
+}
+
+/* dsa_attend for n rows: one sequence's caches (rows at pos0.., chunk of a prefill or a
+ * decode step) or, table, n sequences with their own latent / key caches and contexts. */
+static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, int ih, int id, int topk) {
+    char name[220];
+    snprintf(name, sizeof name, "cuda dsa_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d index %dx%d topk=%d",
+             table ? "own caches" : "one cache", n, pos0, max_keys, Hh, lat, ih, id, topk);
+    if (!gpu->dsa_attend || !want(name)) return;
+    const int nbuf = table ? n : 1;
+    size_t nq = (size_t)n * Hh * lat, niq = (size_t)n * ih * id;
+    float *q = xmalloc(nq * 4), *out = xmalloc(nq * 4), *iq = xmalloc(niq * 4), *iw = xmalloc((size_t)n * ih * 4);
+    fill(q, nq, 1.f);
+    fill(iq, niq, 1.f);
+    fill(iw, (size_t)n * ih, 1.f);
+    int32_t *pos = xmalloc((size_t)n * 4);
+    int *ctx = xmalloc((size_t)nbuf * sizeof(int)), keys = 0;
+    float **htab = xmalloc((size_t)2 * nbuf * sizeof(float *)), **gtab_h = xmalloc((size_t)2 * nbuf * sizeof(float *));
+    for (int b = 0; b < nbuf; b++) {
+        ctx[b] = table ? 1 + irand(b % 2 ? topk + 3 : max_keys) : max_keys;
+        keys = ctx[b] > keys ? ctx[b] : keys;
+        size_t nl = (size_t)ctx[b] * lat, nk = (size_t)ctx[b] * id;
+        htab[2 * b] = xmalloc(nl * 4);
+        htab[2 * b + 1] = xmalloc(nk * 4);
+        fill(htab[2 * b], nl, 1.f);
+        fill(htab[2 * b + 1], nk, 1.f);
+        gtab_h[2 * b] = g_put(htab[2 * b], nl * 4);
+        gtab_h[2 * b + 1] = g_put(htab[2 * b + 1], nk * 4);
+    }
+    for (int t = 0; t < n; t++) pos[t] = table ? irand(ctx[t]) : pos0 + t;
+    float *gq = g_put(q, nq * 4), *go = g_alloc(nq * 4), *giq = g_put(iq, niq * 4), *giw = g_put(iw, (size_t)n * ih * 4);
+    int32_t *gp = g_put(pos, (size_t)n * 4);
+    float **gtab = table ? g_put(gtab_h, (size_t)2 * n * sizeof(float *)) : NULL;
+    if (!dead) {
+        const float scale = 1.f / sqrtf(192.f), ws = 1.f / sqrtf((float)ih) / sqrtf((float)id);
+        cpu->dsa_attend(cpu, out, q, htab[0], htab[1], table ? htab : NULL, n, pos, keys, Hh, lat, scale, iq, iw, ws, ih,
+                        id, topk);
+        g_poison(go, nq * 4);
+        gpu->dsa_attend(gpu, go, gq, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, n, gp, keys, Hh, lat,
+                        scale, giq, giw, ws, ih, id, topk);
+        float *got = xmalloc(nq * 4);
+        g_get(got, go, nq * 4);
+        /* a sparse row whose topk-th and next best scores lie closer than rounding can tell
+         * apart may keep another row on either side: such rows are left out */
+        int skipped = 0;
+        for (int t = 0; t < n; t++)
+            if (pos[t] + 1 > topk && near_tie(htab[2 * (table ? t : 0) + 1], pos[t] + 1, iq + (size_t)t * ih * id,
+                                              iw + (size_t)t * ih, ws, ih, id, topk)) {
+                memcpy(got + (size_t)t * Hh * lat, out + (size_t)t * Hh * lat, (size_t)Hh * lat * 4);
+                skipped++;
+            }
+        if (skipped) snprintf(name + strlen(name), sizeof name - strlen(name), " (%d near-tie rows left out)", skipped);
+        report(name, compare(got, out, nq), B_F32);
+        free(got);
+    }
+    for (int b = 0; b < nbuf; b++) { g_free(gtab_h[2 * b]); g_free(gtab_h[2 * b + 1]); free(htab[2 * b]); free(htab[2 * b + 1]); }
+    g_free(gq); g_free(go); g_free(giq); g_free(giw); g_free(gp); g_free(gtab);
+    free(q); free(out); free(iq); free(iw); free(pos); free(ctx); free(htab); free(gtab_h);
+}
+
+static void test_mla(void) {
+    test_mla_norms();
+    static const struct { ci_dtype dt, sdt; } kinds[] = {
+        { CI_F32, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },
+    };
+    static const int ns[] = { 1, 3, 9, 64 };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !dead; k++)
+        for (size_t i = 0; i < sizeof ns / sizeof *ns && !dead; i++) {
+            mla_heads_case(ns[i], 4, 16, 8, 32, 16, kinds[k].dt, kinds[k].sdt);      /* the fixtures' shape */
+            mla_heads_case(ns[i], 16, 128, 64, 512, 128, kinds[k].dt, kinds[k].sdt); /* DeepSeek's, 16 heads */
+        }
+    mla_heads_case(quick ? 33 : 300, 8, 24, 8, 72, 40, CI_F8_E4M3, CI_F32);       /* odd widths, scale rows mid-block */
+    /* decode: one row over contexts from 1 key to past a split; prefill chunks; own caches */
+    static const int ctx[] = { 1, 7, 1000, 5000 };
+    for (size_t c = 0; c < sizeof ctx / sizeof *ctx && !dead; c++) {
+        mla_attend_case(1, 0, ctx[c] - 1, ctx[c], 16, 576);
+        mla_attend_case(1, 0, ctx[c] - 1, ctx[c], 4, 40);
+    }
+    mla_attend_case(1, 0, 33000, 33001, 128, 576);                                  /* DeepSeek V3's 128 heads */
+    mla_attend_case(quick ? 33 : 300, 0, 0, quick ? 33 : 300, 16, 576);
+    mla_attend_case(64, 0, 50, 200, 4, 40);
+    mla_attend_case(17, 0, 0, 17, 3, 1000);                                          /* 3 heads, wide rows */
+    mla_attend_case(5, 1, 0, 700, 16, 576);
+    mla_attend_case(13, 1, 0, 3000, 4, 40);
+    /* DSA: dense rows (context <= topk), sparse rows, a chunk crossing topk, own caches */
+    dsa_case(1, 0, 6, 7, 4, 40, 8, 16, 8);
+    dsa_case(1, 0, 299, 300, 4, 40, 8, 16, 8);
+    dsa_case(1, 0, 2999, 3000, 16, 576, 64, 128, 2048);
+    dsa_case(1, 0, 4999, 5000, 16, 576, 64, 128, 2048);
+    dsa_case(48, 0, 0, 48, 4, 40, 8, 16, 8);                                         /* the fixture's prefill */
+    dsa_case(quick ? 40 : 256, 0, 20, 300, 4, 40, 8, 16, 32);
+    dsa_case(8, 0, 100, 108, 16, 576, 64, 128, 64);
+    dsa_case(6, 1, 0, 500, 16, 576, 64, 128, 64);
+    dsa_case(9, 1, 0, 300, 4, 40, 8, 16, 8);
+    dsa_case(1, 0, 99, 100, 4, 40, 8, 16, 1);                                        /* topk 1 */
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 static void test_memory(void) {
     static const size_t sizes[] = { 1, 3, 255, 256, 4097, (1u << 20) + 3, 64u << 20 };
@@ -1112,6 +1387,7 @@ int main(int argc, char **argv) {
     test_argmax();
     test_attention();
     test_rope_attend();
+    test_mla();
     test_graph();
     test_moe();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */

@@ -22,7 +22,8 @@ enum { NS = 5, STEPS = 8, CTX = 96 };
 
 static const char *dirs[] = { "models/demo", "tests/fixtures/llama_gqa_llama3", "tests/fixtures/qwen3_bf16",
                               "tests/fixtures/qwen3_moe", "tests/fixtures/deepseek_v3", "tests/fixtures/deepseek_v3_nolora",
-                              "tests/fixtures/deepseek_v3_fp8", NULL };
+                              "tests/fixtures/deepseek_v3_fp8", "tests/fixtures/deepseek_v32",
+                              "tests/fixtures/deepseek_v32_long", NULL };
 
 static int tok_at(int i, int j, int V) { return (int)((uint64_t)(i * 7919 + j * 104729 + 13) % (uint64_t)V); }
 

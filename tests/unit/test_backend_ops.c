@@ -15,8 +15,9 @@
  *    q/k norms, both rope styles, partial rotation);
  *  - argmax: ties give the first index, NaN never wins over a number, all-NaN gives 0, and it
  *    agrees with the sampler's greedy rule (smp_argmax).
- * Model level (tests/fixtures, run from the repository root): ci_forward_argmax equals the
- * host argmax of ci_forward's logits, step by step; no_graphs changes nothing; forward_batch
+ * Model level (tests/fixtures, run from the repository root; dense, MoE and DeepSeek
+ * families): ci_forward_argmax equals the host argmax of ci_forward's logits, step by
+ * step; no_graphs changes nothing; forward_batch
  * rows equal single forwards; cache export / import round-trips; --device cuda is refused
  * naming a family without a CUDA path, and auto runs on the CPU when no device serves. */
 #include "check.h"
@@ -277,7 +278,8 @@ static void test_argmax(void) {
 /* ---- the dense families through the boundary ------------------------------------------ */
 
 static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/llama_gqa_llama3",
-                                        "tests/fixtures/qwen3_moe", "tests/fixtures/qwen3_bf16" };
+                                        "tests/fixtures/qwen3_moe", "tests/fixtures/qwen3_bf16",
+                                        "tests/fixtures/deepseek_v3", "tests/fixtures/deepseek_v32" };
 
 static void test_forward_argmax(void) {
     char err[512];

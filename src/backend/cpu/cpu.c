@@ -67,6 +67,7 @@ typedef struct {
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
+    void *mla_tmp;            /* the MLA / DSA ops' scratch (mla_cpu.c) */
     int failed;               /* sticky: an op could not allocate its scratch (last_error) */
 } cpu_backend;
 
@@ -591,6 +592,13 @@ static const void *cpu_weight(ci_backend *be, const void *host, size_t bytes) {
 }
 
 static int cpu_status(ci_backend *be) { return cpu(be)->failed; }
+int cpu_failed(ci_backend *be) { return cpu(be)->failed; }
+void **cpu_mla_slot(ci_backend *be) { return &cpu(be)->mla_tmp; }
+void cpu_fail(ci_backend *be, const char *msg) {
+    if (cpu(be)->failed) return;
+    cpu(be)->failed = 1;
+    snprintf(be->last_error, sizeof be->last_error, "%s", msg);
+}
 
 static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                             const ci_moe *m, int acc) {
@@ -729,6 +737,7 @@ static void cpu_free(ci_backend *be) {
         }
     free(b->slots);
     cpu_moe_tmp_free(b->moe_tmp);
+    cpu_mla_tmp_free(b->mla_tmp);
     ci_pool_free(b->base.pool);
     free(b);
 }
@@ -783,6 +792,13 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.status = cpu_status;
     b->base.moe_route = cpu_moe_route;
     b->base.moe_experts = cpu_moe_experts;
+    b->base.rmsnorm_strided = cpu_rmsnorm_strided;
+    b->base.layernorm = cpu_layernorm;
+    b->base.mla_absorb_q = cpu_mla_absorb_q;
+    b->base.mla_out_heads = cpu_mla_out_heads;
+    b->base.kv_store_tab = cpu_kv_store_tab;
+    b->base.mla_attend = cpu_mla_attend;
+    b->base.dsa_attend = cpu_dsa_attend;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

@@ -118,6 +118,28 @@ void cpu_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, 
 int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float *x, int n, const int32_t *sel,
                         const float *w, const ci_moe *m, int acc);
 void cpu_moe_tmp_free(void *tmp);
+/* mla_cpu.c: the MLA / DSA ops (backend.h). Their scratch hangs at cpu_mla_slot(be) (freed
+ * with cpu_mla_tmp_free); cpu_fail makes the backend's status sticky with msg, cpu_failed
+ * reads it (cpu.c). */
+void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
+                         float eps);
+void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                   double eps);
+void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
+                      const ci_mat *w_uk);
+void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
+                       const ci_mat *w_uv);
+void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
+                      const int32_t *pos);
+void cpu_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
+                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
+                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+void cpu_mla_tmp_free(void *tmp);
+void **cpu_mla_slot(ci_backend *be);
+void cpu_fail(ci_backend *be, const char *msg);
+int cpu_failed(ci_backend *be);
 
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {

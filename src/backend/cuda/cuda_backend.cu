@@ -325,6 +325,39 @@ static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
     if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);
 }
 
+/* MLA / DSA (mla.cu) */
+static void op_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
+                               float eps) {
+    if (!CB(be)->failed) cb_rmsnorm_strided(CB(be), out, x, w, n, dim, stride, eps);
+}
+static void op_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                         double eps) {
+    if (!CB(be)->failed) cb_layernorm(CB(be), out, x, w, b, n, dim, eps);
+}
+static void op_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope,
+                            int kv_lora, const ci_mat *w_uk) {
+    if (!CB(be)->failed) cb_mla_absorb_q(CB(be), qcat, q, n, n_heads, nope, rope, kv_lora, w_uk);
+}
+static void op_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat,
+                             int v, const ci_mat *w_uv) {
+    if (!CB(be)->failed) cb_mla_out_heads(CB(be), o, olat, n, n_heads, kv_lora, lat, v, w_uv);
+}
+static void op_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width,
+                            int n, const int32_t *pos) {
+    if (!CB(be)->failed) cb_kv_store_tab(CB(be), tab, tab_step, stride, src, width, n, pos);
+}
+static void op_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab,
+                          int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+    if (!CB(be)->failed) cb_mla_attend(CB(be), out, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale);
+}
+static void op_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
+                          float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                          const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+    if (!CB(be)->failed)
+        cb_dsa_attend(CB(be), out, qcat, lat_cache, key_cache, tab, n, pos, max_keys, n_heads, lat, scale, iq, iw,
+                      w_scale, ih, id, topk);
+}
+
 /* ---- graphs ------------------------------------------------------------------------- */
 
 static int op_graph_begin(ci_backend *be) {
@@ -381,6 +414,8 @@ static void op_free(ci_backend *be) {
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     cb_moe_free(cb);
+    for (int i = 0; i < 3; i++)
+        if (cb->mla_work[i].p) cudaFree(cb->mla_work[i].p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -480,6 +515,13 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->qk_rope_store = op_qk_rope_store;
     be->rope_attend = op_rope_attend;
     be->argmax = op_argmax;
+    be->rmsnorm_strided = op_rmsnorm_strided;
+    be->layernorm = op_layernorm;
+    be->mla_absorb_q = op_mla_absorb_q;
+    be->mla_out_heads = op_mla_out_heads;
+    be->kv_store_tab = op_kv_store_tab;
+    be->mla_attend = op_mla_attend;
+    be->dsa_attend = op_dsa_attend;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
     be->graph_launch = op_graph_launch;

@@ -50,6 +50,7 @@ struct cuda_be {
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
     cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
     struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
+    cb_scratch mla_work[3];  /* mla.cu, dsa.cu: attention partials, DSA scores, DSA selections */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
@@ -177,5 +178,44 @@ void cb_moe_free(cuda_be *cb);
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
+
+/* ---- MLA / DSA (mla.cu, dsa.cu) ----
+ * The ops of backend.h's "MLA / DSA" section. The per-head W_UK / W_UV views must be evenly
+ * spaced views of one tensor (as mla_split_kv_b makes them) in f32 / f16 / bf16 / fp8; the
+ * latent rows at most 1024 floats (DeepSeek: 576). Anything else fails with last_error. */
+void cb_rmsnorm_strided(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, int stride, float eps);
+void cb_layernorm(cuda_be *cb, float *out, const float *x, const float *w, const float *b, int n, int dim, double eps);
+void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
+                     const ci_mat *w_uk);
+void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
+                      const ci_mat *w_uv);
+void cb_kv_store_tab(cuda_be *cb, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
+                     const int32_t *pos);
+void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
+                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+/* mla.cu's attention for dsa.cu: sel (device, [n, topk]) NULL, or the kept rows of each row
+ * whose pos[t] + 1 > topk; keys bounds every row's key count (max_keys, or topk with sel). */
+void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
+                        int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys, int n_heads,
+                        int lat, float scale);
+/* Sticky failure with "CUDA: msg" (the first one stands). */
+void cb_fail_msg(cuda_be *cb, const char *msg);
+/* Dynamic shared memory of `bytes` for kernel: 1 if it fits (above 48 KiB the kernel's limit
+ * is raised once, *set remembering it), 0 if not (over 200 KiB, or the raise failed). */
+template <typename K>
+static inline int cb_smem_ok(cuda_be *cb, K kernel, size_t bytes, int *set) {
+    if (bytes <= 48 * 1024) return 1;
+    if (bytes > 200 * 1024) return 0;
+    if (!*set) {
+        if (CB_CHECK(cb, "shared memory", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                               200 * 1024)))
+            return 0;
+        *set = 1;
+    }
+    return 1;
+}
+void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
+                   float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
 
 #endif

@@ -1,0 +1,201 @@
+/* mla_cpu.c — the CPU backend's MLA / DSA ops (backend.h), in host memory.
+ *
+ * Each op is the arithmetic nn/mla.c and nn/dsa.c did between ops before these existed, in
+ * the same order and through the same backend kernels (matmul, matmul_xw, rmsnorm,
+ * attention_pos), so the logits of the DeepSeek families keep their bits: per-head gathers
+ * into a scratch row block, one matmul per head over all rows, scatter back; the index
+ * scores as one matmul of the row's indexer queries against the key cache, then the
+ * relu-weighted sum over heads; the kept latent rows gathered in position order and one
+ * causal attention call over them. Scratch grows on demand and lives with the backend
+ * (cpu_mla_slot); an allocation failure makes the backend's status sticky. */
+#include "cpu_kernels.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_IN = 0, T_OUT, T_DOTS, T_SCORE, T_SEL, T_KV, T_COUNT };
+
+typedef struct {
+    void *buf[T_COUNT];
+    size_t cap[T_COUNT];
+} mla_tmp;
+
+void cpu_mla_tmp_free(void *tmp) {
+    mla_tmp *t = tmp;
+    if (!t) return;
+    for (int i = 0; i < T_COUNT; i++) free(t->buf[i]);
+    free(t);
+}
+
+/* Scratch buffer `which` of at least `bytes`; NULL (and the backend failed) when out of memory. */
+static void *tmp_get(ci_backend *be, int which, size_t bytes) {
+    void **slot = cpu_mla_slot(be);
+    mla_tmp *t = *slot;
+    if (!t && !(t = *slot = calloc(1, sizeof *t))) goto oom;
+    if (bytes <= t->cap[which]) return t->buf[which];
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) goto oom;
+    free(t->buf[which]);
+    t->buf[which] = p;
+    t->cap[which] = bytes;
+    return p;
+oom:
+    cpu_fail(be, "cpu: out of memory for the MLA / DSA scratch");
+    return NULL;
+}
+
+void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
+                         float eps) {
+    for (int t = 0; t < n; t++) be->rmsnorm(be, out + (size_t)t * stride, x + (size_t)t * stride, w, 1, dim, eps);
+}
+
+void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
+                   double eps) {
+    (void)be;
+    for (int t = 0; t < n; t++) {
+        const float *r = x + (size_t)t * dim;
+        float *o = out + (size_t)t * dim;
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; i++) mean += r[i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) var += (r[i] - mean) * (r[i] - mean);
+        var /= dim;
+        double inv = 1.0 / sqrt(var + eps);
+        for (int i = 0; i < dim; i++) o[i] = (float)((r[i] - mean) * inv) * w[i] + b[i];
+    }
+}
+
+void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
+                      const ci_mat *w_uk) {
+    const int qd = nope + rope, lat = kv_lora + rope;
+    float *tin = tmp_get(be, T_IN, (size_t)n * nope * sizeof(float));
+    float *tout = tmp_get(be, T_OUT, (size_t)n * kv_lora * sizeof(float));
+    if (!tin || !tout || cpu_failed(be)) return;
+    for (int h = 0; h < n_heads; h++) {
+        for (int t = 0; t < n; t++)
+            memcpy(tin + (size_t)t * nope, q + ((size_t)t * n_heads + h) * qd, (size_t)nope * sizeof(float));
+        be->matmul_xw(be, tout, tin, n, &w_uk[h]);                          /* [n, kv_lora] */
+        for (int t = 0; t < n; t++) {
+            float *dst = qcat + ((size_t)t * n_heads + h) * lat;
+            memcpy(dst, tout + (size_t)t * kv_lora, (size_t)kv_lora * sizeof(float));
+            memcpy(dst + kv_lora, q + ((size_t)t * n_heads + h) * qd + nope, (size_t)rope * sizeof(float));
+        }
+    }
+}
+
+void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
+                       const ci_mat *w_uv) {
+    float *tin = tmp_get(be, T_IN, (size_t)n * kv_lora * sizeof(float));
+    float *tout = tmp_get(be, T_OUT, (size_t)n * v * sizeof(float));
+    if (!tin || !tout || cpu_failed(be)) return;
+    for (int h = 0; h < n_heads; h++) {
+        for (int t = 0; t < n; t++)
+            memcpy(tin + (size_t)t * kv_lora, olat + ((size_t)t * n_heads + h) * lat, (size_t)kv_lora * sizeof(float));
+        be->matmul(be, tout, tin, n, &w_uv[h]);                             /* [n, v] */
+        for (int t = 0; t < n; t++)
+            memcpy(o + ((size_t)t * n_heads + h) * v, tout + (size_t)t * v, (size_t)v * sizeof(float));
+    }
+}
+
+void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
+                      const int32_t *pos) {
+    (void)be;
+    for (int t = 0; t < n; t++)
+        memcpy(tab[(size_t)t * tab_step] + (size_t)pos[t] * stride, src + (size_t)t * width, (size_t)width * sizeof(float));
+}
+
+void cpu_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
+                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+    if (!tab) {
+        be->attention_pos(be, out, qcat, cache, cache, n, pos, max_keys, n_heads, 1, lat, lat, scale);
+        return;
+    }
+    const size_t QD = (size_t)n_heads * lat;
+    for (int t = 0; t < n; t++) {
+        const float *c = tab[(size_t)t * tab_step];
+        be->attention_pos(be, out + t * QD, qcat + t * QD, c, c, 1, pos + t, max_keys, n_heads, 1, lat, lat, scale);
+    }
+}
+
+/* ---- DSA ----------------------------------------------------------------------------------- */
+
+/* a ranks before b: higher score, then lower position (a strict total order: positions differ) */
+static int ranks_before(const float *sc, int32_t a, int32_t b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); }
+
+static int cmp_pos(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int ci_topk_positions(const float *score, int L, int topk, int32_t *sel) {
+    for (int i = 0; i < L; i++) sel[i] = i;
+    if (L <= topk) return L;
+    if (topk <= 0) return 0;
+    /* Quickselect on sel[] by ranks_before so that sel[0..topk) are the topk best. */
+    int lo = 0, hi = L - 1, kth = topk - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        /* median of three as the pivot, moved to hi */
+        if (ranks_before(score, sel[mid], sel[lo])) { int32_t t = sel[mid]; sel[mid] = sel[lo]; sel[lo] = t; }
+        if (ranks_before(score, sel[hi], sel[lo])) { int32_t t = sel[hi]; sel[hi] = sel[lo]; sel[lo] = t; }
+        if (ranks_before(score, sel[mid], sel[hi])) { int32_t t = sel[mid]; sel[mid] = sel[hi]; sel[hi] = t; }
+        int32_t piv = sel[hi];
+        int st = lo;
+        for (int i = lo; i < hi; i++)
+            if (ranks_before(score, sel[i], piv)) { int32_t t = sel[i]; sel[i] = sel[st]; sel[st] = t; st++; }
+        sel[hi] = sel[st];
+        sel[st] = piv;
+        if (st == kth) break;
+        if (st < kth) lo = st + 1;
+        else hi = st - 1;
+    }
+    qsort(sel, (size_t)topk, sizeof *sel, cmp_pos);
+    return topk;
+}
+
+/* One sparse row: index scores of keys 0..L-1, the topk kept, their latent rows gathered in
+ * position order and one query at position k - 1 over them (all gathered rows visible). */
+static void sparse_row(ci_backend *be, float *out, const float *qcat, const float *lc, const float *kc, int L,
+                       int n_heads, int lat, float scale, const float *iq, const float *iw, float w_scale, int ih,
+                       int id, int topk) {
+    int keep = topk < L ? topk : L;
+    float *dots = tmp_get(be, T_DOTS, (size_t)ih * L * sizeof(float));
+    float *score = tmp_get(be, T_SCORE, (size_t)L * sizeof(float));
+    int32_t *sel = tmp_get(be, T_SEL, (size_t)L * sizeof(int32_t));
+    float *kv = tmp_get(be, T_KV, (size_t)(keep > 0 ? keep : 1) * lat * sizeof(float));
+    if (!dots || !score || !sel || !kv || cpu_failed(be)) return;
+    ci_mat K = { .data = kc, .dtype = CI_F32, .rows = L, .cols = id };
+    be->matmul(be, dots, iq, ih, &K);                                       /* [ih, L] */
+    for (int s = 0; s < L; s++) score[s] = 0.0f;
+    for (int h = 0; h < ih; h++) {
+        const float *d = dots + (size_t)h * L;
+        float wh = iw[h] * w_scale;
+        for (int s = 0; s < L; s++) score[s] += wh * (d[s] > 0.0f ? d[s] : 0.0f);
+    }
+    for (int s = 0; s < L; s++)
+        if (isnan(score[s])) score[s] = -INFINITY;
+    int k = ci_topk_positions(score, L, topk, sel);
+    for (int j = 0; j < k; j++) memcpy(kv + (size_t)j * lat, lc + (size_t)sel[j] * lat, (size_t)lat * sizeof(float));
+    be->attention(be, out, qcat, kv, kv, 1, k - 1, n_heads, 1, lat, lat, scale);
+}
+
+void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
+                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+    const size_t QD = (size_t)n_heads * lat;
+    for (int t = 0; t < n; t++) {
+        const float *lc = tab ? tab[2 * (size_t)t] : lat_cache, *kc = tab ? tab[2 * (size_t)t + 1] : key_cache;
+        if (pos[t] + 1 <= topk) {
+            /* dense: this row and the dense rows after it that share its cache, in one call */
+            int run = 1;
+            while (!tab && t + run < n && pos[t + run] + 1 <= topk) run++;
+            be->attention_pos(be, out + t * QD, qcat + t * QD, lc, lc, run, pos + t, max_keys, n_heads, 1, lat, lat,
+                              scale);
+            t += run - 1;
+            continue;
+        }
+        sparse_row(be, out + t * QD, qcat + t * QD, lc, kc, pos[t] + 1, n_heads, lat, scale, iq + (size_t)t * ih * id,
+                   iw + (size_t)t * ih, w_scale, ih, id, topk);
+    }
+}

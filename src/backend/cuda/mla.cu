@@ -1,0 +1,443 @@
+/* mla.cu — the MLA ops of backend.h on the device (DSA's are dsa.cu's): strided RMSNorm,
+ * LayerNorm, the absorbed queries and value heads of all heads in one launch each, per-row
+ * cache stores through a table, and MLA attention over the latent cache. Nothing synchronises:
+ * positions, cache tables and selections stay in device memory, launches are sized by
+ * max_keys, so a recorded step serves every later position.
+ *
+ * MLA attention (K = V = the latent row, lat = kv_lora + rope floats, e.g. 576): a block
+ * takes one query row, HG heads of it and one chunk of keys. KT keys at a time are staged in
+ * shared memory (each latent row read once per block for all HG heads); warps score
+ * (head, key) pairs with lane-split dot products; one thread per head keeps the online
+ * softmax (running max m, sum l, rescale r); every thread owns lat / 256 output columns of
+ * each head in registers. With several chunks per row (decode: the keys split so that
+ * every SM is busy at batch 1) each block writes (acc, m, l) and a combine kernel merges
+ * them; with one chunk (prefill) the block writes the normalised row itself.
+ *
+ * A sparse row (DSA, dsa.cu: sel given and pos[t] + 1 > topk) attends its topk kept rows
+ * sel[t, 0..topk) instead of 0..pos[t]. */
+#include "cuda_internal.h"
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
+
+enum { MLA_THREADS = 256, MLA_KT = 8, MLA_HG = 8, MLA_MAX_LAT = 1024, MLA_COLS = MLA_MAX_LAT / MLA_THREADS };
+
+void cb_fail_msg(cuda_be *cb, const char *msg) {
+    if (cb->failed) return;
+    cb->failed = 1;
+    snprintf(cb->base.last_error, sizeof cb->base.last_error, "CUDA: %s", msg);
+}
+
+/* ---- norms ------------------------------------------------------------------------------------ */
+
+static __device__ float mla_block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ double mla_block_sum_d(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* rows `stride` floats apart; as rmsnorm_kernel (ops.cu): the root in double */
+__global__ void rmsnorm_strided_kernel(float *out, const float *x, const float *w, int dim, int stride, float eps) {
+    pdl_enter();
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * stride;
+    float *orow = out + (int64_t)blockIdx.x * stride;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    s = mla_block_sum(s, sh);
+    const float sc = (float)(1.0 / sqrt((double)s / (double)dim + (double)eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
+}
+
+void cb_rmsnorm_strided(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, int stride, float eps) {
+    if (n <= 0 || dim <= 0) return;
+    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    cb_launch(cb, rmsnorm_strided_kernel, dim3(n), dim3(th), 0, out, x, w, dim, stride, eps);
+    cb_launched(cb, "rmsnorm_strided");
+}
+
+/* mean and variance in double, as the CPU; every element read and written by one thread */
+__global__ void layernorm_kernel(float *out, const float *x, const float *w, const float *b, int dim, double eps) {
+    pdl_enter();
+    __shared__ double sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *orow = out + (int64_t)blockIdx.x * dim;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    const double mean = mla_block_sum_d(s, sh) / dim;
+    double v = 0.0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+    const double var = mla_block_sum_d(v, sh) / dim;
+    const double inv = 1.0 / sqrt(var + eps);
+    __syncthreads();
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = (float)((xr[i] - mean) * inv) * w[i] + b[i];
+}
+
+void cb_layernorm(cuda_be *cb, float *out, const float *x, const float *w, const float *b, int n, int dim, double eps) {
+    if (n <= 0 || dim <= 0) return;
+    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    cb_launch(cb, layernorm_kernel, dim3(n), dim3(th), 0, out, x, w, b, dim, eps);
+    cb_launched(cb, "layernorm");
+}
+
+/* ---- per-head weights: the views of all heads, evenly spaced in one tensor ------------------- */
+
+struct head_mats {           /* head h: data + h * step bytes, scale rows from row0 + h * row_step */
+    const void *data;
+    int64_t step, row_step, row0;
+    int dtype, block, scale_dtype;
+    const void *scale;
+    int64_t rows, cols;
+};
+
+/* Fills hm from the Hh views; 0 if they are one dtype and shape, evenly spaced with one scale grid. */
+static int head_views(const ci_mat *W, int n_heads, head_mats *hm) {
+    const ci_mat *a = &W[0];
+    if (a->dtype != CI_F32 && a->dtype != CI_F16 && a->dtype != CI_BF16 && a->dtype != CI_F8_E4M3) return -1;
+    hm->data = a->data;
+    hm->dtype = (int)a->dtype;
+    hm->rows = a->rows;
+    hm->cols = a->cols;
+    hm->block = a->dtype == CI_F8_E4M3 && a->scale && a->block > 0 ? a->block : 0;
+    hm->scale = a->scale;
+    hm->scale_dtype = (int)a->scale_dtype;
+    hm->row0 = a->scale_row0;
+    hm->step = n_heads > 1 ? (const char *)W[1].data - (const char *)a->data : 0;
+    hm->row_step = n_heads > 1 ? W[1].scale_row0 - a->scale_row0 : 0;
+    for (int h = 1; h < n_heads; h++) {
+        const ci_mat *v = &W[h];
+        if (v->dtype != a->dtype || v->rows != a->rows || v->cols != a->cols || v->scale != a->scale ||
+            (const char *)v->data - (const char *)a->data != h * hm->step ||
+            v->scale_row0 - a->scale_row0 != h * hm->row_step)
+            return -1;
+    }
+    return 0;
+}
+
+/* element (r, c) of head h as f32 (fp8 times its block scale) */
+static __device__ __forceinline__ float head_elem(const head_mats &m, int h, int64_t r, int64_t c) {
+    const char *base = (const char *)m.data + h * m.step;
+    const int64_t i = r * m.cols + c;
+    float w;
+    if (m.dtype == CI_F32) w = __ldg((const float *)base + i);
+    else if (m.dtype == CI_BF16) w = __uint_as_float((unsigned)__ldg((const unsigned short *)base + i) << 16);
+    else if (m.dtype == CI_F16) w = __half2float(__ldg((const __half *)base + i));
+    else {
+        __half_raw hr = __nv_cvt_fp8_to_halfraw(__ldg((const __nv_fp8_storage_t *)(base + i)), __NV_E4M3);
+        w = __half2float(*(__half *)&hr);
+        if (m.block > 0) {
+            const int64_t scols = (m.cols + m.block - 1) / m.block;
+            const int64_t si = ((m.row0 + h * m.row_step + r) / m.block) * scols + c / m.block;
+            float s;
+            if (m.scale_dtype == CI_F32) s = __ldg((const float *)m.scale + si);
+            else if (m.scale_dtype == CI_BF16) s = __uint_as_float((unsigned)__ldg((const unsigned short *)m.scale + si) << 16);
+            else {
+                unsigned e = __ldg((const unsigned char *)m.scale + si);
+                s = e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+            }
+            w *= s;
+        }
+    }
+    return w;
+}
+
+enum { AB_TOK = 8 };
+
+/* qcat[t, h, c] = Σ_r q[t, h, r] · W_UK[h][r][c] for c < kv_lora, then q_pe: a thread per
+ * column c of one head, AB_TOK rows per block (each weight read once per AB_TOK rows). */
+__global__ void absorb_q_kernel(float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
+                                head_mats m) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
+    const int qd = nope + rope, lat = kv_lora + rope;
+    const int nt = n - t0 < AB_TOK ? n - t0 : AB_TOK;
+    if (c >= lat) return;
+    if (c >= kv_lora) {
+        for (int i = 0; i < nt; i++) {
+            const int64_t row = (int64_t)(t0 + i) * n_heads + h;
+            qcat[row * lat + c] = q[row * qd + nope + (c - kv_lora)];
+        }
+        return;
+    }
+    float acc[AB_TOK];
+#pragma unroll
+    for (int i = 0; i < AB_TOK; i++) acc[i] = 0.0f;
+    for (int r = 0; r < nope; r++) {
+        const float w = head_elem(m, h, r, c);
+#pragma unroll
+        for (int i = 0; i < AB_TOK; i++)
+            if (i < nt) acc[i] = fmaf(q[((int64_t)(t0 + i) * n_heads + h) * qd + r], w, acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < AB_TOK; i++)
+        if (i < nt) qcat[((int64_t)(t0 + i) * n_heads + h) * lat + c] = acc[i];
+}
+
+void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
+                     const ci_mat *w_uk) {
+    if (n <= 0 || n_heads <= 0) return;
+    head_mats m;
+    if (head_views(w_uk, n_heads, &m) || m.rows != nope || m.cols != kv_lora) {
+        cb_fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        return;
+    }
+    const int lat = kv_lora + rope;
+    dim3 grid((unsigned)((lat + 127) / 128), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    cb_launch(cb, absorb_q_kernel, grid, dim3(128), 0, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+    cb_launched(cb, "mla_absorb_q");
+}
+
+/* o[t, h, j] = Σ_c olat[t, h, c] · W_UV[h][j][c]: a warp per output j (lanes along c, the
+ * weight row read coalesced), AB_TOK rows per block. */
+__global__ void out_heads_kernel(float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
+                                 head_mats m) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
+    const int nt = n - t0 < AB_TOK ? n - t0 : AB_TOK;
+    if (j >= v) return;
+    float acc[AB_TOK];
+#pragma unroll
+    for (int i = 0; i < AB_TOK; i++) acc[i] = 0.0f;
+    for (int c = lane; c < kv_lora; c += 32) {
+        const float w = head_elem(m, h, j, c);
+#pragma unroll
+        for (int i = 0; i < AB_TOK; i++)
+            if (i < nt) acc[i] = fmaf(olat[((int64_t)(t0 + i) * n_heads + h) * lat + c], w, acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < AB_TOK; i++) {
+        float s = acc[i];
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0 && i < nt) o[((int64_t)(t0 + i) * n_heads + h) * v + j] = s;
+    }
+}
+
+void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
+                      const ci_mat *w_uv) {
+    if (n <= 0 || n_heads <= 0 || v <= 0) return;
+    head_mats m;
+    if (head_views(w_uv, n_heads, &m) || m.rows != v || m.cols != kv_lora) {
+        cb_fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        return;
+    }
+    dim3 grid((unsigned)((v + 7) / 8), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    cb_launch(cb, out_heads_kernel, grid, dim3(256), 0, o, olat, n, n_heads, kv_lora, lat, v, m);
+    cb_launched(cb, "mla_out_heads");
+}
+
+/* ---- cache stores through a table ------------------------------------------------------------- */
+
+__global__ void kv_store_tab_kernel(float *const *tab, int tab_step, int stride, const float *src, int width,
+                                    const int32_t *pos) {
+    pdl_enter();
+    const int t = blockIdx.x;
+    float *dst = tab[(int64_t)t * tab_step] + (int64_t)pos[t] * stride;
+    const float *s = src + (int64_t)t * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = s[i];
+}
+
+void cb_kv_store_tab(cuda_be *cb, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
+                     const int32_t *pos) {
+    if (n <= 0 || width <= 0) return;
+    cb_launch(cb, kv_store_tab_kernel, dim3(n), dim3(128), 0, tab, tab_step, stride, src, width, pos);
+    cb_launched(cb, "kv_store_tab");
+}
+
+/* ---- MLA attention ------------------------------------------------------------------------------ */
+
+/* The keys of row t: sparse (sel given and pos[t] + 1 > topk) ones at sel[t, j], j < topk;
+ * else 0..pos[t]. */
+static __device__ __forceinline__ int row_keys(const int32_t *pos, const int32_t *sel, int topk, int t) {
+    const int L = pos[t] + 1;
+    return sel && L > topk ? topk : L;
+}
+
+/* grid (head groups, chunks, n); part [n, n_heads, n_chunks, lat + 2] when n_chunks > 1 */
+__global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float *part, const float *qcat,
+                                                               const float *cache, float *const *tab, int tab_step,
+                                                               const int32_t *pos, const int32_t *sel, int topk,
+                                                               int n_heads, int hg, int lat, float scale, int chunk,
+                                                               int n_chunks) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int t = blockIdx.z, ck = blockIdx.y, h0 = blockIdx.x * hg;
+    const int nh = n_heads - h0 < hg ? n_heads - h0 : hg;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (tab) cache = tab[(int64_t)t * tab_step];
+    const int count = row_keys(pos, sel, topk, t);
+    const int sparse = sel && pos[t] + 1 > topk;
+    const int32_t *srow = sparse ? sel + (int64_t)t * topk : NULL;
+    const int j0 = ck * chunk, j1 = count < j0 + chunk ? count : j0 + chunk;
+    float *qs = sm;                              /* [hg, lat] scaled queries */
+    float *ks = qs + hg * lat;                   /* [KT, lat] staged latent rows */
+    float *ps = ks + MLA_KT * lat;               /* [hg, KT] scores, then probabilities */
+    float *ms = ps + hg * MLA_KT;                /* [hg] running max */
+    float *ls = ms + hg;                         /* [hg] running sum */
+    float *rs = ls + hg;                         /* [hg] this tile's rescale of the old sums */
+    const float *qrow = qcat + ((int64_t)t * n_heads + h0) * lat;
+    for (int i = threadIdx.x; i < nh * lat; i += blockDim.x) qs[i] = qrow[i] * scale;
+    if (threadIdx.x < hg) { ms[threadIdx.x] = -INFINITY; ls[threadIdx.x] = 0.0f; }
+    float acc[MLA_HG][MLA_COLS];
+#pragma unroll
+    for (int h = 0; h < MLA_HG; h++)
+#pragma unroll
+        for (int k = 0; k < MLA_COLS; k++) acc[h][k] = 0.0f;
+    __syncthreads();
+    for (int jb = j0; jb < j1; jb += MLA_KT) {
+        const int nk = j1 - jb < MLA_KT ? j1 - jb : MLA_KT;
+        for (int i = threadIdx.x; i < nk * lat; i += blockDim.x) {
+            const int j = i / lat, c = i - j * lat;
+            const int key = srow ? srow[jb + j] : jb + j;
+            ks[i] = cache[(int64_t)key * lat + c];
+        }
+        __syncthreads();
+        for (int d = warp; d < nh * MLA_KT; d += nw) {
+            const int h = d / MLA_KT, j = d - h * MLA_KT;
+            float s = 0.0f;
+            if (j < nk)
+                for (int c = lane; c < lat; c += 32) s = fmaf(qs[h * lat + c], ks[j * lat + c], s);
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) ps[h * MLA_KT + j] = j < nk ? s : -INFINITY;
+        }
+        __syncthreads();
+        if (threadIdx.x < nh) {
+            const int h = threadIdx.x;
+            float mx = ms[h];
+            for (int j = 0; j < nk; j++) mx = fmaxf(mx, ps[h * MLA_KT + j]);
+            const float r = ms[h] == -INFINITY ? 0.0f : expf(ms[h] - mx);
+            float l = ls[h] * r;
+            for (int j = 0; j < MLA_KT; j++) {
+                const float p = j < nk ? expf(ps[h * MLA_KT + j] - mx) : 0.0f;
+                ps[h * MLA_KT + j] = p;
+                l += p;
+            }
+            ms[h] = mx;
+            ls[h] = l;
+            rs[h] = r;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < MLA_HG; h++) {
+            if (h >= nh) break;
+            const float r = rs[h];
+#pragma unroll
+            for (int k = 0; k < MLA_COLS; k++) {
+                const int c = threadIdx.x + k * MLA_THREADS;
+                if (c < lat) {
+                    float a = acc[h][k] * r;
+                    for (int j = 0; j < nk; j++) a = fmaf(ps[h * MLA_KT + j], ks[j * lat + c], a);
+                    acc[h][k] = a;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (n_chunks == 1) {
+#pragma unroll
+        for (int h = 0; h < MLA_HG; h++) {
+            if (h >= nh) break;
+            const float inv = ls[h] > 0.0f ? 1.0f / ls[h] : 0.0f;
+            float *orow = out + ((int64_t)t * n_heads + h0 + h) * lat;
+#pragma unroll
+            for (int k = 0; k < MLA_COLS; k++) {
+                const int c = threadIdx.x + k * MLA_THREADS;
+                if (c < lat) orow[c] = acc[h][k] * inv;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < MLA_HG; h++) {
+        if (h >= nh) break;
+        float *p = part + (((int64_t)t * n_heads + h0 + h) * n_chunks + ck) * (lat + 2);
+#pragma unroll
+        for (int k = 0; k < MLA_COLS; k++) {
+            const int c = threadIdx.x + k * MLA_THREADS;
+            if (c < lat) p[c] = acc[h][k];
+        }
+        if (threadIdx.x == 0) { p[lat] = ms[h]; p[lat + 1] = ls[h]; }
+    }
+}
+
+/* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
+ * saw no key have m = -inf and are skipped) */
+__global__ void mla_combine_kernel(float *out, const float *part, int n_heads, int lat, int n_chunks) {
+    pdl_enter();
+    const int h = blockIdx.x, t = blockIdx.y;
+    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
+    float M = -INFINITY;
+    for (int k = 0; k < n_chunks; k++) M = fmaxf(M, p[k * (lat + 2) + lat]);
+    float L = 0.0f;
+    for (int k = 0; k < n_chunks; k++) {
+        const float m = p[k * (lat + 2) + lat];
+        if (m != -INFINITY) L += expf(m - M) * p[k * (lat + 2) + lat + 1];
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    float *orow = out + ((int64_t)t * n_heads + h) * lat;
+    for (int c = threadIdx.x; c < lat; c += blockDim.x) {
+        float a = 0.0f;
+        for (int k = 0; k < n_chunks; k++) {
+            const float m = p[k * (lat + 2) + lat];
+            if (m != -INFINITY) a = fmaf(expf(m - M), p[k * (lat + 2) + c], a);
+        }
+        orow[c] = a * inv;
+    }
+}
+
+void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
+                            int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
+                            int n_heads, int lat, float scale) {
+    static int smem_set = 0;
+    if (lat > MLA_MAX_LAT) {
+        cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
+        return;
+    }
+    int hg = n_heads < MLA_HG ? n_heads : MLA_HG;
+    const size_t smem = ((size_t)(hg + MLA_KT) * lat + (size_t)hg * MLA_KT + 3 * (size_t)hg) * sizeof(float);
+    if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
+        cb_fail_msg(cb, "MLA attention: shared memory");
+        return;
+    }
+    const int groups = (n_heads + hg - 1) / hg;
+    /* split the keys so that about two blocks per SM run (decode), never below one tile */
+    int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
+    int64_t max_chunks = (keys + MLA_KT - 1) / MLA_KT;
+    int n_chunks = (int)(want < 1 ? 1 : want > max_chunks ? max_chunks : want);
+    int chunk = (keys + n_chunks - 1) / n_chunks;
+    chunk = (chunk + MLA_KT - 1) / MLA_KT * MLA_KT;
+    n_chunks = (keys + chunk - 1) / chunk;
+    float *part = NULL;
+    if (n_chunks > 1) {
+        part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * n_chunks * (lat + 2) * sizeof(float));
+        if (!part) return;
+    }
+    cb_launch(cb, mla_attn_kernel, dim3((unsigned)groups, (unsigned)n_chunks, (unsigned)n), dim3(MLA_THREADS), smem, out,
+              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, hg, lat, scale, chunk, n_chunks);
+    if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
+    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(128), 0, out, (const float *)part,
+              n_heads, lat, n_chunks);
+    cb_launched(cb, "mla_attend (combine)");
+}
+
+void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
+                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+    if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0) return;
+    cb_mla_attn_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, max_keys, n_heads, lat, scale);
+}

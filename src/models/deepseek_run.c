@@ -1,0 +1,386 @@
+/* deepseek_run.c — the running half of the DeepSeek decoder (deepseek.h; the model is bound
+ * and placed by deepseek.c): the session's caches and scratch in backend memory, the forward
+ * of a chunk as backend ops on uploaded ids and positions (a decode step recorded as a graph
+ * where the backend has graphs), batched decode steps over many sessions through tables of
+ * cache pointers, and cache rows out and in. */
+#include "../core/status.h"
+#include "deepseek.h"
+#include "deepseek_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The session: every buffer in backend memory but the host staging (hpos, htab). */
+typedef struct {
+    float *lat_cache;            /* [n_layers][max_ctx][lat] */
+    float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
+    float *x, *xn, *y;           /* [UBATCH, H] */
+    float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
+    float *last;                 /* [H] the last row, final-normed */
+    float *logits1;              /* [vocab] the last row's logits */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
+    int logit_rows;
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
+    void *graph[2];              /* the recorded decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
+    int graph_failed[2];         /* recording failed once: that step stays eager */
+    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
+    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
+    mla_scratch mla;
+    dsa_scratch dsa;
+    moe_scratch moe;
+} ds_cache;
+
+static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
+    void *p = be->alloc(be, bytes);
+    if (!p) *bad = 1;
+    return p;
+}
+
+static void be_release(ci_backend *be, void *p) {
+    if (p) be->buf_free(be, p);
+}
+
+int ds_session_init(ci_session *s, char *err, size_t errlen) {
+    const ds_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    ds_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
+    s->impl = c;
+    const mla_layer *A = &d->layers[0].attn;
+    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = UBATCH, f = sizeof(float);
+    int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
+    c->hpos = malloc(U * sizeof(int32_t));
+    if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", fam);
+    c->lat_cache = be_alloc(be, rows * (size_t)d->lat * f, &bad);
+    if (d->indexed) c->key_cache = be_alloc(be, rows * (size_t)d->kdim * f, &bad);
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", fam, s->max_ctx,
+                      rows * (size_t)(d->lat + d->kdim) * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
+    c->x = be_alloc(be, U * d->H * f, &bad);
+    c->xn = be_alloc(be, U * d->H * f, &bad);
+    c->y = be_alloc(be, U * d->H * f, &bad);
+    c->g = be_alloc(be, U * wide * f, &bad);
+    c->u = be_alloc(be, U * wide * f, &bad);
+    c->last = be_alloc(be, (size_t)d->H * f, &bad);
+    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
+    c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->best = be_alloc(be, sizeof(int32_t), &bad);
+    if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
+        (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", fam,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
+}
+
+void ds_session_free(ci_session *s) {
+    ds_cache *c = s->impl;
+    if (!c) return;
+    ci_backend *be = s->m->be;
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
+    be_release(be, c->ids);
+    be_release(be, c->pos);
+    be_release(be, c->best);
+    be_release(be, c->tab);
+    free(c->htab);
+    free(c->hpos);
+    mla_scratch_free(be, &c->mla);
+    if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
+    moe_scratch_free(be, &c->moe);
+    free(c);
+    s->impl = NULL;
+}
+
+/* ---- forward: backend ops on the session's buffers ----------------------------------------- */
+
+/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
+static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
+}
+
+/* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense SwiGLU MLP
+ * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
+static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
+    const int H = d->H;
+    be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, H, d->eps);
+    if (is_moe) {
+        moe_forward(be, &P->moe, &c->moe, c->y, c->xn, n);
+        be->add(be, c->x, c->y, (int64_t)n * H);
+        if (!has_shared) return;
+    }
+    be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+    be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
+}
+
+/* The layers over the n rows of c->x whose positions are in c->pos: one sequence's caches
+ * (tab NULL) or, a batch step, row i's caches of layer l in the table: its latent cache at
+ * tab[l * n + i], or with the indexer its latent and key caches at tab[l * 2n + 2i] and
+ * tab[l * 2n + 2i + 1]. */
+static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int n) {
+    const ds_model *d = m->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const size_t lat_layer = (size_t)max_ctx * d->lat, key_layer = (size_t)max_ctx * d->kdim;
+    for (int l = 0; l < d->n_layers; l++) {
+        const ds_placed *P = &d->dev[l];
+        const ds_layer *L = &d->layers[l];
+        float *lc = tab ? NULL : c->lat_cache + (size_t)l * lat_layer;
+        float *const *lt = tab ? tab + (size_t)l * n * (d->indexed ? 2 : 1) : NULL;
+        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, H, d->eps);
+        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->pos, n, d->eps);
+        if (d->indexed)
+            dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
+                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->pos, n, max_ctx);
+        else
+            mla_attend(be, &P->attn, &c->mla, lc, lt, c->pos, n, max_ctx);
+        mla_output(be, &P->attn, &c->mla, c->y, n);
+        dump_buf(m, "attn_out", l, c->y, n, H);
+        be->add(be, c->x, c->y, (int64_t)n * H);
+        ffn(be, d, c, P, L->is_moe, L->has_shared, n);
+        dump_buf(m, "layer_out", l, c->x, n, H);
+    }
+}
+
+/* Rows of logits one group holds (32 MiB, at least 4 rows): matmul rows are independent. */
+static int need_logit_rows(ci_model *m, ds_cache *c, char *err, size_t errlen) {
+    const ds_model *d = m->impl;
+    if (c->logits_n) return 0;
+    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
+    int rows = r > UBATCH ? UBATCH : r < 4 ? 4 : (int)r;
+    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
+    if (!c->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    c->logit_rows = rows;
+    return 0;
+}
+
+/* The head of all n rows of c->x into logits [n, vocab] (host), group by group. */
+static void head_rows(ci_model *m, ds_cache *c, int n, float *logits) {
+    const ds_model *d = m->impl;
+    ci_backend *be = m->be;
+    be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->H, d->eps);
+    for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
+        int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
+        be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->H, rows, &d->dev_head);
+        be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+    }
+}
+
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
+enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
+
+/* The ops of one chunk of n rows whose ids and positions are uploaded: nothing read back and
+ * nothing decided from a position, so a decode step can be recorded once and replayed at any
+ * later position. head: HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX
+ * also their argmax in c->best. */
+static void chunk_ops(ci_session *s, int n, int head) {
+    ci_model *m = s->m;
+    const ds_model *d = m->impl;
+    ds_cache *c = s->impl;
+    ci_backend *be = m->be;
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    layers(m, c, NULL, s->max_ctx, n);
+    if (head == HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
+    be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+    if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
+}
+
+static int graphs_allowed(const ci_model *m) {
+    const ci_backend *be = m->be;
+    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
+}
+
+/* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops (a decode step through
+ * its recorded graph where the backend has graphs), then the logits / argmax come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
+    ci_model *m = s->m;
+    const ds_model *d = m->impl;
+    ds_cache *c = s->impl;
+    ci_backend *be = m->be;
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
+    if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
+    if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
+        int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
+        /* the first step runs eagerly: ops that size scratch or build tables on their first
+         * call do it outside a recording */
+        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
+            if (be->graph_begin(be) == 0) {
+                chunk_ops(s, 1, head);                   /* recorded, not run */
+                c->graph[gi] = be->graph_end(be);
+            }
+            c->graph_failed[gi] = !c->graph[gi];
+        }
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
+        else chunk_ops(s, 1, head);
+        c->graph_warm[gi] = 1;
+    } else {
+        chunk_ops(s, n, head);
+    }
+    if (logits && all_logits) head_rows(m, c, n, logits);
+    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
+    }
+    s->pos += n;
+    return ci_backend_check(m, err, errlen);
+}
+
+/* Chunks of at most UBATCH tokens through the same cache; only the last gets the head
+ * unless all_logits (each chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
+    const ds_model *d = s->m->impl;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH, last = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
+        else if (logits && last) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
+}
+
+/* ---- serving many sequences: batched decode step, cache rows out and in ------------------
+ *
+ * One decode step for n sessions: row i of every activation belongs to ss[i] at position
+ * ss[i]->pos. Projections, the absorbed-query and W_UV products and the FFN / MoE run over
+ * all n rows at once; each row's latent (and indexer-key) row goes to its own session's
+ * caches (kv_store_tab) and attends against them (mla_attend / dsa_attend with the table),
+ * through a table of cache pointers uploaded with the positions. Scratch and tables are
+ * ss[0]'s. */
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    ci_model *m = ss[0]->m;
+    const ds_model *d = m->impl;
+    ds_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int per = d->indexed ? 2 : 1;   /* table entries per row and layer */
+    size_t count = (size_t)d->n_layers * per * UBATCH;
+    if (!c->tab) {
+        c->htab = malloc(count * sizeof(float *));
+        c->tab = be->alloc(be, count * sizeof(float *));
+        if (!c->htab || !c->tab)
+            return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                          be->last_error[0] ? ": " : "", be->last_error);
+    }
+    if (need_logit_rows(m, c, err, errlen)) return -1;
+    int max_ctx = 0;
+    for (int i = 0; i < n; i++) {
+        c->hpos[i] = ss[i]->pos;
+        max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
+        const ds_cache *ci = ss[i]->impl;
+        for (int l = 0; l < d->n_layers; l++) {
+            float **row = c->htab + ((size_t)l * n + i) * per;
+            row[0] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
+            if (d->indexed) row[1] = ci->key_cache + (size_t)l * ss[i]->max_ctx * d->kdim;
+        }
+    }
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * per * n * sizeof(float *));
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    layers(m, c, c->tab, max_ctx, n);
+    head_rows(m, c, n, logits);
+    for (int i = 0; i < n; i++) ss[i]->pos++;
+    return ci_backend_check(m, err, errlen);
+}
+
+int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const ds_model *d = m->impl;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int off = 0; off < n; off += UBATCH) {
+        int k = n - off < UBATCH ? n - off : UBATCH;
+        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* ---- cache rows out and in (prefix reuse in the server) ----------------------------------
+ *
+ * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
+ * Blob layout, position-major (registry.h: a prefix of an export is the export of the
+ * prefix): for each position, for each layer, its latent row [lat] then (indexed) its key
+ * row [kdim]; n · cache_bytes_per_token bytes in all. Per layer and cache, rows [0, n) are
+ * one range of backend memory: one download (upload) of it through a host staging buffer,
+ * scattered into (gathered from) the blob's rows. */
+
+/* One layer's rows [0, n) of one cache (width floats each, layer base `at`) to or from the
+ * blob, whose rows of this layer and cache start at `off` floats and are `step` floats apart. */
+static void move_rows(ci_backend *be, int out, float *cache_at, float *blob, size_t off, size_t step, int n, int width,
+                      float *stage) {
+    size_t bytes = (size_t)width * sizeof(float);
+    if (out) {
+        be->download(be, stage, cache_at, (size_t)n * bytes);
+        for (int p = 0; p < n; p++) memcpy(blob + off + (size_t)p * step, stage + (size_t)p * width, bytes);
+    } else {
+        for (int p = 0; p < n; p++) memcpy(stage + (size_t)p * width, blob + off + (size_t)p * step, bytes);
+        be->upload(be, cache_at, stage, (size_t)n * bytes);
+    }
+}
+
+static int cache_move(ci_session *s, int out, int n, float *blob, char *err, size_t errlen) {
+    const ds_model *d = s->m->impl;
+    ds_cache *c = s->impl;
+    ci_backend *be = s->m->be;
+    const size_t step = (size_t)d->n_layers * (size_t)(d->lat + d->kdim);   /* floats per position */
+    int wide = d->lat > d->kdim ? d->lat : d->kdim;
+    float *stage = malloc((size_t)(n > 0 ? n : 1) * (size_t)wide * sizeof(float));
+    if (!stage) return ci_err(err, errlen, "%s: out of memory for %d cache rows", s->m->family->name, n);
+    for (int l = 0; l < d->n_layers && n > 0; l++) {
+        size_t row0 = (size_t)l * s->max_ctx, off = (size_t)l * (size_t)(d->lat + d->kdim);
+        move_rows(be, out, c->lat_cache + row0 * d->lat, blob, off, step, n, d->lat, stage);
+        if (d->indexed) move_rows(be, out, c->key_cache + row0 * d->kdim, blob, off + d->lat, step, n, d->kdim, stage);
+    }
+    if (!out) be->download(be, stage, c->lat_cache, sizeof(float));   /* the uploads done before stage goes */
+    free(stage);
+    return ci_backend_check(s->m, err, errlen);
+}
+
+int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen) {
+    if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
+    return cache_move((ci_session *)s, 1, n, dst, err, errlen);
+}
+
+int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
+    if (n < 0 || n > s->max_ctx)
+        return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
+    if (cache_move(s, 0, n, (float *)src, err, errlen)) return -1;
+    s->pos = n;
+    return 0;
+}

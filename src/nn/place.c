@@ -1,0 +1,25 @@
+/* place.c — see place.h. */
+#include "place.h"
+
+/* Bytes of W's fp8 block-scale grid that its rows reach (views past row 0 of the grid
+ * through scale_row0 included); 0 when it has none. */
+static size_t scale_bytes(const ci_mat *W) {
+    if (W->dtype != CI_F8_E4M3 || !W->scale || W->block <= 0) return 0;
+    int64_t rb = (W->scale_row0 + W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
+    return (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype);
+}
+
+int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
+    *dst = *W;
+    if (!W->data || W->dtype == CI_U32) return 0;   /* MLX codes: the CPU reads them where they lie */
+    dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
+    if (!dst->data) return -1;
+    size_t sb = scale_bytes(W);
+    if (sb && !(dst->scale = be->weight(be, W->scale, sb))) return -1;
+    return 0;
+}
+
+int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len) {
+    *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
+    return v && len > 0 && !*dst ? -1 : 0;
+}

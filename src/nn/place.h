@@ -1,0 +1,16 @@
+/* place.h — weights into backend memory for the families that place their own (DeepSeek):
+ * every view a forward reads goes through be->weight once (the identity on the CPU; a
+ * device copies the bytes once, in their checkpoint dtype).
+ *
+ * ci_place_mat: dst = W with its data and, fp8, its block-scale grid placed (the grid rows
+ * the view reaches through scale_row0 included). MLX-quantized views (CI_U32) are copied as
+ * they are: a family refuses them on a device. ci_place_vec: an f32 vector of len floats
+ * (NULL stays NULL). Both return -1 when the backend is out of memory (be->last_error). */
+#ifndef CI_PLACE_H
+#define CI_PLACE_H
+#include "../backend/backend.h"
+
+int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
+int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len);
+
+#endif
