@@ -36,11 +36,18 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
                m->cfg.model_type, m->cfg.path);
         goto fail;
     }
+    const char *unv = getenv("CINFER_CUDA_UNVERIFIED");
+    if (device == 1 && m->family->cuda == CI_CUDA_UNVERIFIED && !(unv && !strcmp(unv, "1"))) {
+        ci_err(err, errlen,
+               "%s: its CUDA path has not passed the GPU tests yet (model_type '%s' in %s); run it with --device cpu, "
+               "or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.model_type, m->cfg.path);
+        goto fail;
+    }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
     if (device == 1) {
         m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
         if (!m->be) goto fail;
-    } else if (device == 2 && m->family->cuda && !m->cfg.quant.present) {
+    } else if (device == 2 && m->family->cuda == CI_CUDA_YES && !m->cfg.quant.present) {
         /* auto: no device (or no CUDA build) is not an error, the CPU serves; MLX-quantized
          * checkpoints have no CUDA kernels yet, so they stay on the CPU too */
         char ignored[256];

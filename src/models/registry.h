@@ -68,12 +68,18 @@ typedef struct ci_family_ops {
                                 size_t errlen);
 } ci_family_ops;
 
+enum { CI_CUDA_NONE = 0, CI_CUDA_YES = 1, CI_CUDA_UNVERIFIED = 2 };
+
 typedef struct ci_family {
     const char *name;                 /* the family's own name, used in every message */
     const char *const *model_types;   /* NULL-terminated */
     const char *missing;              /* NULL when implemented; else what is not implemented yet */
     const ci_family_ops *ops;
-    int cuda;                         /* 1: the family runs on the CUDA backend (--device cuda) */
+    int cuda;                         /* CI_CUDA_NONE, CI_CUDA_YES (runs on the CUDA backend), or
+                                       * CI_CUDA_UNVERIFIED: its CUDA path is written but has not
+                                       * passed the GPU suite yet, so --device cuda refuses it unless
+                                       * CINFER_CUDA_UNVERIFIED=1 (the GPU tests set it) and
+                                       * --device auto keeps it on the CPU */
 } ci_family;
 
 const ci_family *reg_find(const char *model_type);

@@ -37,6 +37,13 @@ for fam in nemotron_h deepseek_v4; do
   expect_ok "$fam --device auto" $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.auto" --device auto
   cmp -s "$TMP/$fam.cpu" "$TMP/$fam.auto" && pass "$fam: auto = cpu logits" || fail "$fam: auto = cpu logits" "files differ"
 done
+# ---- a CUDA path written but not verified on a GPU yet: refused unless asked for ----
+for fam in deepseek_v3 deepseek_v32; do
+  expect_err "$fam --device cuda: not verified" "$fam: its CUDA path has not passed the GPU tests yet" \
+    env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda
+  expect_ok "$fam --device auto stays on the CPU" env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam \
+    --tokens 1,2 --out "$TMP/$fam.auto" --device auto
+done
 expect_err "generate: no CUDA path" "nemotron_h: no CUDA path yet" $CINFER generate --model tests/fixtures/nemotron_h --prompt-ids 1,2 --ids --device cuda
 
 # ---- inspect: the backend and the device memory a CUDA run needs ----

@@ -20,6 +20,7 @@ cd "$(dirname "$0")/../.."
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
 # staged binaries find their libraries in .gpu/lib (run.sh sets this too; bench.sh also runs alone)
 [ -d .gpu/lib ] && export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CINFER_CUDA_UNVERIFIED=1   # families whose CUDA path is not verified yet run here too (registry.h)
 BENCH_DIR=${BENCH_DIR:-/tmp/cinfer-bench}
 mkdir -p "$BENCH_DIR"
 rc=0
