@@ -99,16 +99,8 @@ static int place_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
               mla_place(be, &P->attn, &L->attn) || (d->indexed && dsa_place(be, &P->idx, &L->idx)) ||
               ci_place_mat(be, &P->wg, &L->wg) || ci_place_mat(be, &P->wu, &L->wu) || ci_place_mat(be, &P->wd, &L->wd);
         if (bad || !L->is_moe) continue;
-        const moe_block *M = &L->moe;
-        const float *bias = NULL;
-        P->moe = *M;
-        P->moe.w_gate = em; P->moe.w_up = em + M->n_experts; P->moe.w_down = em + 2 * M->n_experts;
-        em += 3 * M->n_experts;
-        bad = ci_place_mat(be, &P->moe.gate, &M->gate) || ci_place_vec(be, &bias, M->bias, M->n_experts);
-        P->moe.bias = (float *)bias;
-        for (int e = 0; e < M->n_experts && !bad; e++)
-            bad = ci_place_mat(be, &P->moe.w_gate[e], &M->w_gate[e]) || ci_place_mat(be, &P->moe.w_up[e], &M->w_up[e]) ||
-                  ci_place_mat(be, &P->moe.w_down[e], &M->w_down[e]);
+        bad = ci_place_moe(be, &P->moe, &L->moe, em);
+        em += 3 * L->moe.n_experts;
     }
     if (bad)
         return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,

@@ -11,6 +11,7 @@
 #include "../nn/attn_block.h"
 #include "../nn/ffn_block.h"
 #include "../nn/moe.h"
+#include "../nn/place.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,44 +97,6 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
     return 0;
 }
 
-/* A view of W in backend memory: its data (rows x cols in its dtype) and, fp8, its block
- * scale grid, each handed to be->weight once (a tied head gets the embedding's copy back).
- * MLX-quantized views (CI_U32) keep their host packing: dense_load refuses them on a device. */
-static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
-    *dst = *W;
-    if (!W->data || W->dtype == CI_U32) return 0;
-    dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
-    if (!dst->data) return -1;
-    if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
-        /* a row view (stacked experts) indexes the grid from its scale_row0 */
-        int64_t rb = (W->scale_row0 + W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
-        dst->scale = be->weight(be, W->scale, (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype));
-        if (!dst->scale) return -1;
-    }
-    return 0;
-}
-
-static int place_vec(ci_backend *be, const float **dst, const float *v, int len) {
-    *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
-    return v && len > 0 && !*dst ? -1 : 0;
-}
-
-/* dst = M with its router, bias and expert views placed; the views go to em[3 * n_experts]. */
-static int place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em) {
-    *dst = *M;
-    const int E = M->n_experts;
-    dst->w_gate = em;
-    dst->w_up = em + E;
-    dst->w_down = em + 2 * E;
-    const float *bias = NULL;
-    int bad = place_mat(be, &dst->gate, &M->gate) || place_vec(be, &bias, M->bias, E);
-    dst->bias = (float *)bias;
-    for (int e = 0; e < E && !bad; e++)
-        bad = place_mat(be, &em[e], &M->w_gate[e]) || place_mat(be, &em[E + e], &M->w_up[e]) ||
-              place_mat(be, &em[2 * E + e], &M->w_down[e]);
-    return bad ? -1 : 0;
-}
-
 /* After binding: every weight forward reads goes through be->weight (identity on the CPU). */
 static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
@@ -159,9 +122,9 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
     if (n_views) d->dev_expert_mats = calloc(n_views, sizeof(ci_mat));
     if (!d->dev || (n_views && !d->dev_expert_mats)) return ci_err(err, errlen, "%s: out of memory", fam);
     ci_mat *em = d->dev_expert_mats;
-    int bad = place_mat(be, &d->dev_embed, &d->embed) || place_mat(be, &d->dev_head, &d->lm_head) ||
-              place_vec(be, &d->dev_final_norm, d->final_norm, d->dim) ||
-              place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_final_norm, d->final_norm, d->dim) ||
+              ci_place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         const dense_layer *L = &d->layers[l];
         dense_placed *P = &d->dev[l];
@@ -169,15 +132,15 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         P->attn = *A;
         P->attn.inv_freq = d->dev_inv_freq;
         P->ffn = L->ffn;
-        bad = place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || place_vec(be, &P->ffn.norm, L->ffn.norm, d->dim) ||
-              place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
-              place_mat(be, &P->attn.wq, &A->wq) || place_mat(be, &P->attn.wk, &A->wk) ||
-              place_mat(be, &P->attn.wv, &A->wv) || place_mat(be, &P->attn.wo, &A->wo);
+        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || ci_place_vec(be, &P->ffn.norm, L->ffn.norm, d->dim) ||
+              ci_place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || ci_place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
+              ci_place_mat(be, &P->attn.wq, &A->wq) || ci_place_mat(be, &P->attn.wk, &A->wk) ||
+              ci_place_mat(be, &P->attn.wv, &A->wv) || ci_place_mat(be, &P->attn.wo, &A->wo);
         if (!bad && !L->is_moe)
-            bad = place_mat(be, &P->ffn.wg, &L->ffn.wg) || place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
-                  place_mat(be, &P->ffn.wd, &L->ffn.wd);
+            bad = ci_place_mat(be, &P->ffn.wg, &L->ffn.wg) || ci_place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
+                  ci_place_mat(be, &P->ffn.wd, &L->ffn.wd);
         if (!bad && L->is_moe) {
-            bad = place_moe(be, &P->moe, &L->moe, em);
+            bad = ci_place_moe(be, &P->moe, &L->moe, em);
             em += 3 * L->moe.n_experts;
             P->ffn.moe = &P->moe;
         }

@@ -23,3 +23,18 @@ int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len)
     *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
     return v && len > 0 && !*dst ? -1 : 0;
 }
+
+int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em) {
+    *dst = *M;
+    const int E = M->n_experts;
+    dst->w_gate = em;
+    dst->w_up = em + E;
+    dst->w_down = em + 2 * E;
+    const float *bias = NULL;
+    int bad = ci_place_mat(be, &dst->gate, &M->gate) || ci_place_vec(be, &bias, M->bias, E);
+    dst->bias = (float *)bias;
+    for (int e = 0; e < E && !bad; e++)
+        bad = ci_place_mat(be, &em[e], &M->w_gate[e]) || ci_place_mat(be, &em[E + e], &M->w_up[e]) ||
+              ci_place_mat(be, &em[2 * E + e], &M->w_down[e]);
+    return bad ? -1 : 0;
+}

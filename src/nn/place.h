@@ -1,4 +1,4 @@
-/* place.h — weights into backend memory for the families that place their own (DeepSeek):
+/* place.h — weights into backend memory for the families (dense, DeepSeek, ...):
  * every view a forward reads goes through be->weight once (the identity on the CPU; a
  * device copies the bytes once, in their checkpoint dtype).
  *
@@ -9,8 +9,12 @@
 #ifndef CI_PLACE_H
 #define CI_PLACE_H
 #include "../backend/backend.h"
+#include "moe.h"
 
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
 int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len);
+/* dst = M with its router, choice bias and every expert view placed; the placed views go
+ * to em[3 * n_experts] (gate, up, down, each [n_experts], as dst's w_* point). */
+int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em);
 
 #endif
