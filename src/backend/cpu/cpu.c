@@ -783,6 +783,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.status = cpu_status;
     b->base.moe_route = cpu_moe_route;
     b->base.moe_experts = cpu_moe_experts;
+    b->base.shortconv = cpu_shortconv;
+    b->base.add_bias = cpu_add_bias;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

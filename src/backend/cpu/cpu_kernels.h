@@ -119,6 +119,11 @@ int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *out, const float
                         const float *w, const ci_moe *m, int acc);
 void cpu_moe_tmp_free(void *tmp);
 
+/* conv_cpu.c: LFM2's short-convolution ops (backend.h shortconv, add_bias). */
+void cpu_shortconv(ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
+                   const float *in_bias, const float *conv_bias, float *state, float *const *states, float *scratch);
+void cpu_add_bias(ci_backend *be, float *y, const float *bias, int n, int width);
+
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {
     union { uint32_t u; float f; } v;

@@ -1,0 +1,54 @@
+/* lfm2_internal.h — what lfm2.c (hyper-parameters, tensors, placement) and lfm2_run.c
+ * (sessions, forward, batched steps, snapshots) share: the model as bound and as placed. */
+#ifndef CI_LFM2_INTERNAL_H
+#define CI_LFM2_INTERNAL_H
+#include "lfm2.h"
+#include "../nn/attn_block.h"
+#include "../nn/ffn_block.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+#include "../nn/shortconv.h"
+
+typedef struct {
+    int is_attn, is_moe;
+    float *op_norm;              /* [H] operator_norm */
+    attn_block attn;             /* attention: q/k/v_proj, out_proj, q_layernorm / k_layernorm [hd] */
+    shortconv conv;              /* conv layers */
+    ffn_block ffn;               /* ffn_norm [H]; dense: w1 / w3 [ff, H] gate, up, w2 [H, ff] down */
+    moe_block moe;               /* MoE FF (lfm2_moe past num_dense_layers): ffn.moe = &moe */
+} lfm2_layer;
+
+/* One layer's weights in backend memory (be->weight: the same addresses on the CPU). */
+typedef struct {
+    const float *op_norm;
+    attn_block attn;             /* its matrices, norms and rope table placed */
+    shortconv conv;              /* its matrices, taps and biases placed */
+    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe = &moe when MoE) */
+    moe_block moe;               /* MoE layers: router, expert bias and expert views placed */
+} lfm2_placed;
+
+typedef struct {
+    int H, n_layers, vocab, n_heads, n_kv, hd, ff, K;
+    float eps, attn_scale;
+    ci_mat embed;                /* [vocab, H] */
+    ci_mat lm_head;              /* [vocab, H]; = embed when tied */
+    float *final_norm;           /* [H] embedding_norm */
+    lfm2_layer *layers;          /* [n_layers] */
+    rope_table rope;
+    ci_mat *expert_mats;         /* owned array behind every MoE layer's expert views */
+    const moe_block *any_moe;    /* first MoE block (scratch sizing), or NULL */
+    int any_conv;
+    float **owned;
+    int n_owned;
+    /* What forward reads: the weights above as the backend placed them (lfm2_place). The
+     * bound host views stay for record mode and tests. */
+    lfm2_placed *dev;            /* [n_layers] */
+    ci_mat *dev_expert_mats;     /* the placed expert views (behind dev[l].moe) */
+    ci_mat dev_embed, dev_head;
+    const float *dev_final_norm, *dev_inv_freq;
+} lfm2_model;
+
+/* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
+int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen);
+
+#endif
