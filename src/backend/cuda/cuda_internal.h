@@ -178,4 +178,11 @@ int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
 
+/* ---- LFM2's short convolution (conv.cu) ----
+ * backend.h's shortconv (the device needs no window scratch: bcx is read, not changed) and
+ * add_bias. states: NULL for a chunk of one sequence (state), else n device pointers. */
+void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K, const float *taps,
+                  const float *in_bias, const float *conv_bias, float *state, float *const *states);
+void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
+
 #endif
