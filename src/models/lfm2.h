@@ -10,8 +10,9 @@
  * on backend ops (a device backend runs them as they are; MLX-quantized weights stay on the
  * CPU).
  *
- * The functions below reach a session's cache: snapshot and restore at a token position
- * (prefix reuse; the conv state cannot be trimmed like KV), and the prefill chunk size. */
+ * The functions below reach a session's cache (lfm2_cache.c): snapshot and restore at a
+ * token position (prefix reuse; the conv state cannot be trimmed like KV), and the prefill
+ * chunk size. */
 #ifndef CI_LFM2_H
 #define CI_LFM2_H
 #include "model.h"

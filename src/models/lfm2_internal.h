@@ -1,5 +1,6 @@
-/* lfm2_internal.h — what lfm2.c (hyper-parameters, tensors, placement) and lfm2_run.c
- * (sessions, forward, batched steps, snapshots) share: the model as bound and as placed. */
+/* lfm2_internal.h — what lfm2.c (hyper-parameters, tensors, placement), lfm2_run.c
+ * (sessions, forward, batched steps) and lfm2_cache.c (snapshots) share: the model as bound
+ * and as placed, and the session. */
 #ifndef CI_LFM2_INTERNAL_H
 #define CI_LFM2_INTERNAL_H
 #include "lfm2.h"
@@ -47,6 +48,37 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
 } lfm2_model;
+
+/* A session (lfm2_run.c): the cache and scratch, all in backend memory but the host staging. */
+typedef struct {
+    float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
+    float **state;               /* [n_layers] conv layers: [K-1, H] oldest row first; else NULL */
+    int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
+    int chunk;                   /* prefill tokens per pass, <= LFM2_UBATCH */
+    float *x, *xn;               /* [UBATCH, H] */
+    float *q;                    /* [UBATCH, n_heads*hd] */
+    float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
+    float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
+    float *g, *u;                /* [UBATCH, ff] */
+    float *last;                 /* [H] the last row, final-normed */
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
+    int logit_rows;
+    float **tab;                 /* [n_layers][2 UBATCH] a batch step's cache pointers (attention:
+                                  * K, V per row; conv: a state per row), on first need */
+    float **htab;                /* the same in host memory, to upload */
+    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
+    void *graph;                 /* the recorded decode step, or NULL */
+    int graph_failed;
+    sc_scratch sc;
+    moe_scratch moe;
+} lfm2_session;
+
+/* One attention layer's KV row and one conv layer's state, in floats. */
+static inline size_t lfm2_kv_floats(const lfm2_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
+static inline size_t lfm2_state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->H; }
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
 int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen);

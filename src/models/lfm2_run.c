@@ -6,40 +6,13 @@
  * addresses to ops and never reads or writes their bytes: per chunk the host uploads the
  * token ids and positions, runs ops on the placed weights, and downloads the logits. A
  * decode step (n = 1, one row of logits) makes no host decision, so on a backend with graphs
- * it is recorded once per session and replayed. Snapshots move the cache through
- * download / upload; a new sequence's conv states are zeroed by an upload. */
+ * it is recorded once per session and replayed. A new sequence's conv states are zeroed by
+ * an upload; snapshots (lfm2_cache.c) move the cache through download / upload. */
 #include "lfm2_internal.h"
 #include "../core/status.h"
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
-    float **state;               /* [n_layers] conv layers: [K-1, H] oldest row first; else NULL */
-    int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    int chunk;                   /* prefill tokens per pass, <= LFM2_UBATCH */
-    float *x, *xn;               /* [UBATCH, H] */
-    float *q;                    /* [UBATCH, n_heads*hd] */
-    float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
-    float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
-    float *g, *u;                /* [UBATCH, ff] */
-    float *last;                 /* [H] the last row, final-normed */
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
-    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
-    int logit_rows;
-    float **tab;                 /* [n_layers][2 UBATCH] a batch step's cache pointers (attention:
-                                  * K, V per row; conv: a state per row), on first need */
-    float **htab;                /* the same in host memory, to upload */
-    int32_t *hpos;               /* [UBATCH] host: positions to upload */
-    float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
-    void *graph;                 /* the recorded decode step, or NULL */
-    int graph_failed;
-    sc_scratch sc;
-    moe_scratch moe;
-} lfm2_session;
-
-static int lfm2_is_family(const ci_family *f) { return f == &fam_lfm2 || f == &fam_lfm2_moe; }
 
 static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
     void *p = be->alloc(be, bytes ? bytes : 4);
@@ -52,9 +25,6 @@ static void be_release(ci_backend *be, void *p) {
 }
 
 /* ---- sessions -------------------------------------------------------------------------- */
-
-static size_t kv_floats(const lfm2_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
-static size_t state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->H; }
 
 int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     const lfm2_model *d = s->m->impl;
@@ -69,12 +39,12 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
     c->hpos = malloc(UB * sizeof(int32_t));
-    c->zeros = calloc(state_floats(d) ? state_floats(d) : 1, f);
+    c->zeros = calloc(lfm2_state_floats(d) ? lfm2_state_floats(d) : 1, f);
     if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = 0;
     for (int l = 0; l < d->n_layers && !bad; l++) {
-        if (d->layers[l].is_attn) c->kv[l] = be_alloc(be, kv_floats(d) * (size_t)s->max_ctx * f, &bad);
-        else if (state_floats(d)) c->state[l] = be_alloc(be, state_floats(d) * f, &bad);
+        if (d->layers[l].is_attn) c->kv[l] = be_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
+        else if (lfm2_state_floats(d)) c->state[l] = be_alloc(be, lfm2_state_floats(d) * f, &bad);
     }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
@@ -127,7 +97,7 @@ void lfm2_session_free(ci_session *s) {
 /* A new sequence: every conv state back to zeros. */
 static void reset_states(const lfm2_model *d, ci_backend *be, lfm2_session *c) {
     for (int l = 0; l < d->n_layers; l++)
-        if (c->state[l]) be->upload(be, c->state[l], c->zeros, state_floats(d) * sizeof(float));
+        if (c->state[l]) be->upload(be, c->state[l], c->zeros, lfm2_state_floats(d) * sizeof(float));
     c->cache_pos = 0;
 }
 
@@ -375,94 +345,5 @@ int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *l
         int k = n - off < LFM2_UBATCH ? n - off : LFM2_UBATCH;
         if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
     }
-    return 0;
-}
-
-/* ---- cache access: snapshots through download / upload ---------------------------------
- *
- * A snapshot is a blob: a header (n_layers, then per layer the floats of one KV row and of
- * the conv state: the cache's shape), then per layer its KV rows [0, pos) and its state. */
-
-static int check_session(const ci_session *s, char *err, size_t errlen) {
-    if (!lfm2_is_family(s->m->family) || !s->impl)
-        return ci_err(err, errlen, "%s: not an lfm2 / lfm2_moe session", s->m->family->name);
-    return 0;
-}
-
-/* The header of this model's cache: [1 + 2 n_layers] int32. */
-static void snap_header(const lfm2_model *d, int32_t *h) {
-    h[0] = d->n_layers;
-    for (int l = 0; l < d->n_layers; l++) {
-        h[1 + 2 * l] = d->layers[l].is_attn ? (int32_t)kv_floats(d) : 0;
-        h[2 + 2 * l] = d->layers[l].is_attn ? 0 : (int32_t)state_floats(d);
-    }
-}
-
-static size_t snap_size(const lfm2_model *d, int pos) {
-    size_t b = (1 + 2 * (size_t)d->n_layers) * sizeof(int32_t);
-    for (int l = 0; l < d->n_layers; l++)
-        b += (d->layers[l].is_attn ? kv_floats(d) * (size_t)pos : state_floats(d)) * sizeof(float);
-    return b;
-}
-
-cache_snap *lfm2_snapshot(const ci_session *s, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return NULL;
-    const lfm2_model *d = s->m->impl;
-    const lfm2_session *c = s->impl;
-    ci_backend *be = s->m->be;
-    cache_snap *snap = cache_snap_blob_new(c->cache_pos, snap_size(d, c->cache_pos));
-    if (!snap) {
-        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
-        return NULL;
-    }
-    char *o = cache_snap_blob(snap, NULL);
-    snap_header(d, (int32_t *)o);
-    o += (1 + 2 * (size_t)d->n_layers) * sizeof(int32_t);
-    for (int l = 0; l < d->n_layers; l++) {
-        size_t bytes = (d->layers[l].is_attn ? kv_floats(d) * (size_t)c->cache_pos : state_floats(d)) * sizeof(float);
-        if (bytes) be->download(be, o, d->layers[l].is_attn ? c->kv[l] : c->state[l], bytes);
-        o += bytes;
-    }
-    if (ci_backend_check(s->m, err, errlen)) {
-        cache_snap_free(snap);
-        return NULL;
-    }
-    return snap;
-}
-
-int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return -1;
-    const lfm2_model *d = s->m->impl;
-    lfm2_session *c = s->impl;
-    ci_backend *be = s->m->be;
-    const char *fam = s->m->family->name;
-    size_t bytes = 0, hb = (1 + 2 * (size_t)d->n_layers) * sizeof(int32_t);
-    const char *blob = cache_snap_blob(snap, &bytes);
-    const int pos = cache_snap_pos(snap);
-    int32_t *h = malloc(hb);
-    if (!h) return ci_err(err, errlen, "%s: out of memory", fam);
-    snap_header(d, h);
-    int same = blob && pos >= 0 && bytes >= hb && !memcmp(blob, h, hb) && bytes == snap_size(d, pos);
-    free(h);
-    if (!same) return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape", fam);
-    if (pos > s->max_ctx)
-        return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, pos,
-                      s->max_ctx);
-    const char *q = blob + hb;
-    for (int l = 0; l < d->n_layers; l++) {
-        size_t b = (d->layers[l].is_attn ? kv_floats(d) * (size_t)pos : state_floats(d)) * sizeof(float);
-        if (b) be->upload(be, d->layers[l].is_attn ? c->kv[l] : c->state[l], q, b);
-        q += b;
-    }
-    c->cache_pos = pos;
-    s->pos = pos;
-    return ci_backend_check(s->m, err, errlen);
-}
-
-int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return -1;
-    if (chunk < 1 || chunk > LFM2_UBATCH)
-        return ci_err(err, errlen, "%s: prefill chunk %d is outside 1..%d", s->m->family->name, chunk, LFM2_UBATCH);
-    ((lfm2_session *)s->impl)->chunk = chunk;
     return 0;
 }
