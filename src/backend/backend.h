@@ -235,6 +235,23 @@ typedef struct ci_backend {
     void (*dsa_attend)(struct ci_backend *be, float *out, const float *qcat, const float *lat_cache,
                        const float *key_cache, float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads,
                        int lat, float scale, const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+    /* ---- LFM2's gated short convolution (nn/shortconv.h states the math) ----------------
+     * shortconv: bcx [n, 3*dim] is in_proj's output, rows B | C | X (in_bias [3*dim], when
+     * given, is added to it first: the CPU adds it into bcx, which is scratch afterwards).
+     * With bx = B ⊙ X, row t's output y[t] = C[t] ⊙ (conv_bias + Σ_k taps[k] ⊙ win[t + k]),
+     * k = 0..K-1 in that order (taps [K, dim]; conv_bias [dim] or NULL: the sum starts at 0),
+     * where win is the K-1 rows of a conv state [K-1, dim] (oldest first) followed by the
+     * rows' bx. states NULL: the n rows are consecutive tokens of one sequence and the
+     * state is `state`. Else a decode step of n sequences, one row each: states is a backend
+     * buffer of n pointers, row t's state states[t] (state unused), and row t's window is
+     * that state then its own bx alone. Every state is left holding the last K-1 rows of its
+     * window. scratch: [K-1 + n, dim] floats the CPU builds a window in (a device may leave
+     * it untouched). y must not alias bcx.
+     * add_bias: y[t * width + i] += bias[i] for t < n, i < width (out_proj's bias). */
+    void (*shortconv)(struct ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
+                      const float *in_bias, const float *conv_bias, float *state, float *const *states,
+                      float *scratch);
+    void (*add_bias)(struct ci_backend *be, float *y, const float *bias, int n, int width);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

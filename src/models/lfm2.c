@@ -25,60 +25,15 @@
  * Invariants: a session's cache position equals s->pos after every forward; at position 0
  * a forward first zeroes every conv state (ci_session_reset only rewinds s->pos). Prompts
  * run in chunks of at most `chunk` <= LFM2_UBATCH tokens; the decode path allocates nothing. */
-#include "lfm2.h"
+#include "lfm2_internal.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
-#include "../nn/attn_block.h"
-#include "../nn/ffn_block.h"
-#include "../nn/moe.h"
-#include "../nn/rope.h"
-#include "../nn/shortconv.h"
+#include "../nn/place.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    int is_attn, is_moe;
-    float *op_norm;              /* [H] operator_norm */
-    attn_block attn;             /* attention: q/k/v_proj, out_proj, q_layernorm / k_layernorm [hd] */
-    shortconv conv;              /* conv layers */
-    ffn_block ffn;               /* ffn_norm [H]; dense: w1 / w3 [ff, H] gate, up, w2 [H, ff] down */
-    moe_block moe;               /* MoE FF (lfm2_moe past num_dense_layers): ffn.moe = &moe */
-} lfm2_layer;
-
-typedef struct {
-    int H, n_layers, vocab, n_heads, n_kv, hd, ff, K;
-    float eps, attn_scale;
-    ci_mat embed;                /* [vocab, H] */
-    ci_mat lm_head;              /* [vocab, H]; = embed when tied */
-    float *final_norm;           /* [H] embedding_norm */
-    lfm2_layer *layers;          /* [n_layers] */
-    rope_table rope;
-    ci_mat *expert_mats;         /* owned array behind every MoE layer's expert views */
-    const moe_block *any_moe;    /* first MoE block (scratch sizing), or NULL */
-    int any_conv;
-    float **owned;
-    int n_owned;
-} lfm2_model;
-
-typedef struct {
-    ci_cache cache;              /* attention layer: rows [max_ctx, 2*n_kv*hd] (K then V);
-                                  * conv layer: state [(K-1)*H] */
-    int chunk;                   /* prefill tokens per pass, <= LFM2_UBATCH */
-    float *x, *xn;               /* [UBATCH, H] */
-    float *q;                    /* [UBATCH, n_heads*hd] */
-    float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
-    float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
-    float *g, *u;                /* [UBATCH, ff] */
-    float *last;                 /* [H] */
-    int32_t *pos;                /* [UBATCH] */
-    sc_scratch sc;
-    moe_scratch moe;
-} lfm2_session;
-
-static int lfm2_is_family(const ci_family *f) { return f == &fam_lfm2 || f == &fam_lfm2_moe; }
 
 /* ---- config ---------------------------------------------------------------------------- */
 
@@ -307,8 +262,76 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
     }
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.embedding_norm.weight");
     w_head(&b, &d->lm_head, &d->embed, tie, d->vocab, H, "lm_head");
-    int rc2 = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc2;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    return m->st ? lfm2_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+}
+
+/* ---- placement: every weight forward reads in backend memory --------------------------- */
+
+static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
+
+/* Any MLX-quantized matrix forward reads (no CUDA kernels for those yet). */
+static int any_quant(const lfm2_model *d) {
+    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
+    for (int l = 0; l < d->n_layers; l++) {
+        const lfm2_layer *L = &d->layers[l];
+        const attn_block *A = &L->attn;
+        if (L->is_attn && (is_quant(&A->wq) || is_quant(&A->wk) || is_quant(&A->wv) || is_quant(&A->wo))) return 1;
+        if (!L->is_attn && (is_quant(&L->conv.in_proj) || is_quant(&L->conv.out_proj))) return 1;
+        if (!L->is_moe && (is_quant(&L->ffn.wg) || is_quant(&L->ffn.wu) || is_quant(&L->ffn.wd))) return 1;
+        if (L->is_moe && is_quant(&L->moe.gate)) return 1;
+        for (int e = 0; L->is_moe && e < L->moe.n_experts; e++)
+            if (is_quant(&L->moe.w_gate[e]) || is_quant(&L->moe.w_up[e]) || is_quant(&L->moe.w_down[e])) return 1;
+    }
+    return 0;
+}
+
+int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device && any_quant(d))
+        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
+                      m->cfg.path);
+    if (be->is_device && (!be->shortconv || !be->add_bias || (d->any_moe && (!be->moe_route || !be->moe_experts))))
+        return ci_err(err, errlen, "%s: the %s backend lacks the short-convolution or MoE ops; run it with --device cpu",
+                      fam, be->name);
+    d->dev = calloc(d->n_layers > 0 ? (size_t)d->n_layers : 1, sizeof *d->dev);
+    size_t n_views = 0;
+    for (int l = 0; l < d->n_layers; l++) n_views += d->layers[l].is_moe ? 3 * (size_t)d->layers[l].moe.n_experts : 0;
+    if (n_views) d->dev_expert_mats = calloc(n_views, sizeof(ci_mat));
+    if (!d->dev || (n_views && !d->dev_expert_mats)) return ci_err(err, errlen, "%s: out of memory", fam);
+    ci_mat *em = d->dev_expert_mats;
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_final_norm, d->final_norm, d->H) ||
+              ci_place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const lfm2_layer *L = &d->layers[l];
+        lfm2_placed *P = &d->dev[l];
+        bad = ci_place_vec(be, &P->op_norm, L->op_norm, d->H);
+        if (!bad && L->is_attn) {
+            const attn_block *A = &L->attn;
+            P->attn = *A;
+            P->attn.inv_freq = d->dev_inv_freq;
+            bad = ci_place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || ci_place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
+                  ci_place_mat(be, &P->attn.wq, &A->wq) || ci_place_mat(be, &P->attn.wk, &A->wk) ||
+                  ci_place_mat(be, &P->attn.wv, &A->wv) || ci_place_mat(be, &P->attn.wo, &A->wo);
+        }
+        if (!bad && !L->is_attn) bad = sc_place(be, &P->conv, &L->conv);
+        P->ffn = L->ffn;
+        if (!bad) bad = ci_place_vec(be, &P->ffn.norm, L->ffn.norm, d->H);
+        if (!bad && !L->is_moe)
+            bad = ci_place_mat(be, &P->ffn.wg, &L->ffn.wg) || ci_place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
+                  ci_place_mat(be, &P->ffn.wd, &L->ffn.wd);
+        if (!bad && L->is_moe) {
+            bad = ci_place_moe(be, &P->moe, &L->moe, em);
+            em += 3 * L->moe.n_experts;
+            P->ffn.moe = &P->moe;
+        }
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
 }
 
 void lfm2_unload(ci_model *m) {
@@ -319,6 +342,8 @@ void lfm2_unload(ci_model *m) {
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
+    free(d->dev);
     free(d->layers);
     free(d);
     m->impl = NULL;
@@ -330,213 +355,6 @@ size_t lfm2_cache_bytes_per_token(const ci_model *m) {
     for (int l = 0; l < d->n_layers; l++)
         if (d->layers[l].is_attn) b += 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
     return b;
-}
-
-/* ---- sessions -------------------------------------------------------------------------- */
-
-int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
-    const lfm2_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    lfm2_session *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
-    s->impl = c;
-    c->chunk = LFM2_UBATCH;
-    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = LFM2_UBATCH;
-    cache_part *parts = calloc((size_t)d->n_layers, sizeof *parts);
-    if (!parts) return ci_err(err, errlen, "%s: out of memory", fam);
-    for (int l = 0; l < d->n_layers; l++) {
-        if (d->layers[l].is_attn) parts[l].row_floats = 2 * KD;
-        else parts[l].state_floats = (size_t)(d->K - 1) * (size_t)d->H;
-    }
-    int rc = cache_init(&c->cache, d->n_layers, parts, s->max_ctx, fam, err, errlen);
-    free(parts);
-    if (rc) return -1;
-    size_t aw = QD > (size_t)d->H ? QD : (size_t)d->H;
-    c->x = malloc(UB * d->H * sizeof(float));
-    c->xn = malloc(UB * d->H * sizeof(float));
-    c->q = malloc(UB * QD * sizeof(float));
-    c->k = malloc(UB * KD * sizeof(float));
-    c->v = malloc(UB * KD * sizeof(float));
-    c->att = malloc(UB * aw * sizeof(float));
-    c->g = malloc(UB * (size_t)(d->ff > 0 ? d->ff : 1) * sizeof(float));
-    c->u = malloc(UB * (size_t)(d->ff > 0 ? d->ff : 1) * sizeof(float));
-    c->last = malloc((size_t)d->H * sizeof(float));
-    c->pos = malloc(UB * sizeof(int32_t));
-    if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->g || !c->u || !c->last || !c->pos)
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    const shortconv *sc0 = NULL;
-    for (int l = 0; l < d->n_layers && !sc0; l++)
-        if (!d->layers[l].is_attn) sc0 = &d->layers[l].conv;
-    if ((sc0 && sc_scratch_init(&c->sc, sc0, LFM2_UBATCH)) ||
-        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, LFM2_UBATCH)))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    return 0;
-}
-
-void lfm2_session_free(ci_session *s) {
-    lfm2_session *c = s->impl;
-    if (!c) return;
-    cache_free(&c->cache);
-    free(c->x); free(c->xn); free(c->q); free(c->k); free(c->v); free(c->att);
-    free(c->g); free(c->u); free(c->last); free(c->pos);
-    sc_scratch_free(&c->sc);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-/* ---- forward --------------------------------------------------------------------------- */
-
-/* The attention block's buffers: the session's scratch and positions. */
-static attn_bufs attn_scratch(const lfm2_session *c) { return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos }; }
-
-/* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
-static ffn_bufs ffn_scratch(lfm2_session *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
-
-/* Layer l's [k | v] cache rows. */
-static attn_cache layer_kv(const lfm2_model *d, const lfm2_session *c, int l) {
-    return attn_cache_kv_rows(cache_rows(&c->cache, l), d->n_kv * d->hd, c->cache.max_ctx);
-}
-
-/* One chunk of n <= LFM2_UBATCH tokens at positions s->pos.. */
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    ci_model *m = s->m;
-    const lfm2_model *d = m->impl;
-    lfm2_session *c = s->impl;
-    ci_backend *be = m->be;
-    const int H = d->H, pos0 = s->pos;
-    const attn_bufs ab = attn_scratch(c);
-    const ffn_bufs fb = ffn_scratch(c);
-    for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
-
-    be->embed(be, c->x, &d->embed, tokens, n);
-    CI_DUMP(m, "embed", -1, c->x, n, H);
-    for (int l = 0; l < d->n_layers; l++) {
-        const lfm2_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->op_norm, n, H, d->eps);
-        if (L->is_attn) {
-            const attn_cache kv = layer_kv(d, c, l);
-            attn_forward(be, &L->attn, &ab, &kv, 1, c->xn, NULL, 0, c->x, n);  /* x += out_proj(·) */
-            CI_DUMP(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
-        } else {
-            sc_forward(be, &L->conv, &c->sc, cache_state(&c->cache, l), c->att, c->xn, n);
-            CI_DUMP(m, "conv_out", l, c->att, n, H);
-            be->add(be, c->x, c->att, (int64_t)n * H);
-        }
-        ffn_forward(be, &L->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
-        CI_DUMP(m, "layer_out", l, c->x, n, H);
-    }
-    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-    s->pos += n;
-    c->cache.pos = s->pos;
-}
-
-int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const lfm2_model *d = s->m->impl;
-    lfm2_session *c = s->impl;
-    const char *fam = s->m->family->name;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    if (s->pos == 0) cache_reset(&c->cache);            /* a new sequence: conv states start at zero */
-    else if (c->cache.pos != s->pos)
-        return ci_err(err, errlen, "%s: session position %d and cache position %d disagree", fam, s->pos, c->cache.pos);
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, c->chunk, forward_chunk);
-    return 0;
-}
-
-/* ---- serving many sequences: one batched decode step --------------------------------------
- *
- * Row i belongs to session ss[i] at its position. The embedding, norms, attention
- * projections (RoPE at each row's own position), the MLP / MoE and the head run over all n
- * rows at once; each row's K/V go into its own cache rows and it attends to them alone, and
- * each row's short convolution runs as a one-token step on its own conv state (with ss[0]'s
- * scratch). Every op gives a row the bits it would alone, so the logits equal
- * forward(ss[i], &tokens[i], 1)'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
-    ci_model *m = ss[0]->m;
-    const lfm2_model *d = m->impl;
-    lfm2_session *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    const int H = d->H;
-    const attn_bufs ab = attn_scratch(c);
-    const ffn_bufs fb = ffn_scratch(c);
-    attn_cache kvs[LFM2_UBATCH];
-    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const lfm2_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->op_norm, n, H, d->eps);
-        if (L->is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
-            for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i]->impl, l);
-            attn_forward(be, &L->attn, &ab, kvs, n, c->xn, NULL, 0, c->x, n);
-        } else {
-            float *states[LFM2_UBATCH];
-            for (int i = 0; i < n; i++) states[i] = cache_state(&((lfm2_session *)ss[i]->impl)->cache, l);
-            sc_forward_rows(be, &L->conv, &c->sc, states, c->att, c->xn, n);
-            be->add(be, c->x, c->att, (int64_t)n * H);
-        }
-        ffn_forward(be, &L->ffn, &fb, c->x, n);
-    }
-    ci_lm_head(be, logits, 1, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-    for (int i = 0; i < n; i++) {
-        ss[i]->pos++;
-        ((lfm2_session *)ss[i]->impl)->cache.pos = ss[i]->pos;
-    }
-}
-
-int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    const ci_model *m = ss[0]->m;
-    const lfm2_model *d = m->impl;
-    const char *fam = m->family->name;
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int i = 0; i < n; i++) {
-        const lfm2_session *ci = ss[i]->impl;
-        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache.pos)
-            return ci_err(err, errlen, "%s: sequence %d: session position %d and cache position %d disagree", fam, i,
-                          ss[i]->pos, ci->cache.pos);
-    }
-    for (int i = 0; i < n; i++)   /* a new sequence: conv states start at zero, as lfm2_forward */
-        if (ss[i]->pos == 0) cache_reset(&((lfm2_session *)ss[i]->impl)->cache);
-    for (int off = 0; off < n; off += LFM2_UBATCH) {
-        int k = n - off < LFM2_UBATCH ? n - off : LFM2_UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
-    }
-    return 0;
-}
-
-/* ---- cache access ---------------------------------------------------------------------- */
-
-static int check_session(const ci_session *s, char *err, size_t errlen) {
-    if (!lfm2_is_family(s->m->family) || !s->impl)
-        return ci_err(err, errlen, "%s: not an lfm2 / lfm2_moe session", s->m->family->name);
-    return 0;
-}
-
-cache_snap *lfm2_snapshot(const ci_session *s, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return NULL;
-    const lfm2_session *c = s->impl;
-    cache_snap *snap = cache_snapshot(&c->cache);
-    if (!snap) ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
-    return snap;
-}
-
-int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return -1;
-    lfm2_session *c = s->impl;
-    if (cache_restore(&c->cache, snap, err, errlen)) {
-        ci_err_prefix(err, errlen, "%s", s->m->family->name);
-        return -1;
-    }
-    s->pos = c->cache.pos;
-    return 0;
-}
-
-int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen) {
-    if (check_session(s, err, errlen)) return -1;
-    if (chunk < 1 || chunk > LFM2_UBATCH)
-        return ci_err(err, errlen, "%s: prefill chunk %d is outside 1..%d", s->m->family->name, chunk, LFM2_UBATCH);
-    ((lfm2_session *)s->impl)->chunk = chunk;
-    return 0;
 }
 
 /* ---- the lfm2 family ------------------------------------------------------------------- */
@@ -553,4 +371,4 @@ static const ci_family_ops lfm2_ops = {
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
-const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, 0 };
+const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_UNVERIFIED };

@@ -5,11 +5,14 @@
  * first num_dense_layers) or a sigmoid-routed MoE with expert_bias (lfm2_moe).
  *   h = x + op(operator_norm(x));  out = h + ff(ffn_norm(h));  logits = head(embedding_norm(out))
  * The families (lfm2.c, lfm2_moe.c) own their model_type and options; lfm2.c owns the tensor
- * list, the session cache (src/cache: KV rows for attention layers, the conv state for conv
- * layers) and forward().
+ * list and the weights' placement in backend memory, lfm2_run.c the session cache (backend
+ * memory: KV rows for attention layers, the conv state for conv layers) and forward(), all
+ * on backend ops (a device backend runs them as they are; MLX-quantized weights stay on the
+ * CPU).
  *
- * The functions below reach a session's cache: snapshot and restore at a token position
- * (prefix reuse; the conv state cannot be trimmed like KV), and the prefill chunk size. */
+ * The functions below reach a session's cache (lfm2_cache.c): snapshot and restore at a
+ * token position (prefix reuse; the conv state cannot be trimmed like KV), and the prefill
+ * chunk size. */
 #ifndef CI_LFM2_H
 #define CI_LFM2_H
 #include "model.h"

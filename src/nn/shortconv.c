@@ -1,4 +1,6 @@
-/* shortconv.c — see shortconv.h.
+/* shortconv.c — see shortconv.h. Only backend ops between the projections: the conv
+ * itself (window, taps, gates, state) is the backend's shortconv op (cpu/conv_cpu.c holds
+ * the arithmetic this file did by hand).
  *
  * The depthwise kernel [dim, 1, K] is bound by w_conv (weights.h) into a tap-major
  * [K, dim] f32 copy owned with the model's other w_vec copies. */
@@ -28,70 +30,69 @@ void sc_free(shortconv *sc) {
     sc->taps = NULL;  /* the binder's copy, freed with the model's other w_vec copies */
 }
 
-int sc_scratch_init(sc_scratch *s, const shortconv *sc, int max_n) {
+static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
+    *dst = *W;
+    if (!W->data || W->dtype == CI_U32) return 0;   /* MLX-quantized: the family refuses a device */
+    dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
+    if (!dst->data) return -1;
+    if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
+        int64_t rb = (W->scale_row0 + W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
+        dst->scale = be->weight(be, W->scale, (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype));
+        if (!dst->scale) return -1;
+    }
+    return 0;
+}
+
+static int place_vec(ci_backend *be, float **dst, const float *v, size_t len) {
+    *dst = v ? (float *)be->weight(be, v, len * sizeof(float)) : NULL;
+    return v && !*dst ? -1 : 0;
+}
+
+int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc) {
+    const size_t D = (size_t)sc->dim;
+    *dst = *sc;
+    return place_mat(be, &dst->in_proj, &sc->in_proj) || place_mat(be, &dst->out_proj, &sc->out_proj) ||
+                   place_vec(be, &dst->taps, sc->taps, (size_t)sc->K * D) ||
+                   place_vec(be, &dst->in_bias, sc->in_bias, 3 * D) || place_vec(be, &dst->conv_bias, sc->conv_bias, D) ||
+                   place_vec(be, &dst->out_bias, sc->out_bias, D)
+               ? -1
+               : 0;
+}
+
+int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n) {
     memset(s, 0, sizeof *s);
     s->max_n = max_n;
     size_t D = (size_t)sc->dim;
-    s->bcx = malloc((size_t)max_n * 3 * D * sizeof(float));
-    s->win = malloc(((size_t)sc->K - 1 + (size_t)max_n) * D * sizeof(float));
-    s->y = malloc((size_t)max_n * D * sizeof(float));
+    s->bcx = be->alloc(be, (size_t)max_n * 3 * D * sizeof(float));
+    s->win = be->alloc(be, ((size_t)sc->K - 1 + (size_t)max_n) * D * sizeof(float));
+    s->y = be->alloc(be, (size_t)max_n * D * sizeof(float));
     if (!s->bcx || !s->win || !s->y) {
-        sc_scratch_free(s);
+        sc_scratch_free(be, s);
         return -1;
     }
     return 0;
 }
 
-void sc_scratch_free(sc_scratch *s) {
-    free(s->bcx); free(s->win); free(s->y);
+void sc_scratch_free(ci_backend *be, sc_scratch *s) {
+    void *bufs[] = { s->bcx, s->win, s->y };
+    for (int i = 0; i < 3; i++)
+        if (bufs[i]) be->buf_free(be, bufs[i]);
     memset(s, 0, sizeof *s);
-}
-
-static void add_bias(float *y, const float *bias, int n, int width) {
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < width; i++) y[(size_t)t * width + i] += bias[i];
-}
-
-/* Tokens [t0, t0 + n) of s->bcx following `state` (updated): their conv outputs into s->y. */
-static void conv_span(const shortconv *sc, sc_scratch *s, float *state, int t0, int n) {
-    const int D = sc->dim, K = sc->K, H = K - 1;
-    /* window: H history rows from the state, then bx = B ⊙ X of these tokens */
-    if (H) memcpy(s->win, state, (size_t)H * D * sizeof(float));
-    for (int t = 0; t < n; t++) {
-        const float *B = s->bcx + (size_t)(t0 + t) * 3 * D, *X = B + 2 * D;
-        float *bx = s->win + (size_t)(H + t) * D;
-        for (int c = 0; c < D; c++) bx[c] = B[c] * X[c];
-    }
-    /* y[t] = C[t] ⊙ Σ_k taps[k] ⊙ win[t + k]: output t sees inputs t-(K-1) .. t */
-    for (int t = 0; t < n; t++) {
-        float *y = s->y + (size_t)(t0 + t) * D;
-        if (sc->conv_bias) memcpy(y, sc->conv_bias, (size_t)D * sizeof(float));
-        else memset(y, 0, (size_t)D * sizeof(float));
-        for (int k = 0; k < K; k++) {
-            const float *w = sc->taps + (size_t)k * D, *in = s->win + (size_t)(t + k) * D;
-            for (int c = 0; c < D; c++) y[c] += w[c] * in[c];
-        }
-        const float *C = s->bcx + (size_t)(t0 + t) * 3 * D + D;
-        for (int c = 0; c < D; c++) y[c] *= C[c];
-    }
-    if (H) memcpy(state, s->win + (size_t)n * D, (size_t)H * D * sizeof(float));  /* last K-1 rows */
 }
 
 void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n) {
     const int D = sc->dim;
     be->matmul(be, s->bcx, x, n, &sc->in_proj);                   /* [n, 3D]: B | C | X */
-    if (sc->in_bias) add_bias(s->bcx, sc->in_bias, n, 3 * D);
-    conv_span(sc, s, state, 0, n);
+    be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, state, NULL, s->win);
     be->matmul(be, out, s->y, n, &sc->out_proj);                   /* [n, D] */
-    if (sc->out_bias) add_bias(out, sc->out_bias, n, D);
+    if (sc->out_bias) be->add_bias(be, out, sc->out_bias, n, D);
 }
 
 void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
                      const float *x, int n) {
     const int D = sc->dim;
     be->matmul(be, s->bcx, x, n, &sc->in_proj);
-    if (sc->in_bias) add_bias(s->bcx, sc->in_bias, n, 3 * D);
-    for (int i = 0; i < n; i++) conv_span(sc, s, states[i], i, 1);
+    be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, NULL, states, s->win);
     be->matmul(be, out, s->y, n, &sc->out_proj);
-    if (sc->out_bias) add_bias(out, sc->out_bias, n, D);
+    if (sc->out_bias) be->add_bias(be, out, sc->out_bias, n, D);
 }

@@ -11,7 +11,10 @@
  * State: the last K-1 rows of bx, [K-1, D] f32, oldest first (zeros where the sequence is
  * shorter). sc_forward reads it as the history before the chunk and leaves it holding the
  * last K-1 rows after it, so one prefill, a chunked prefill and one-token decode steps are
- * the same computation. The state is owned by the caller (the session's cache). */
+ * the same computation. The state is owned by the caller (the session's cache).
+ *
+ * Written only on backend ops (matmul, shortconv, add_bias): the state, the scratch and
+ * the weights a forward reads are backend memory (sc_place puts the weights there). */
 #ifndef CI_SHORTCONV_H
 #define CI_SHORTCONV_H
 #include "../backend/backend.h"
@@ -27,11 +30,11 @@ typedef struct {
     float *out_bias;             /* [dim] or NULL */
 } shortconv;
 
-/* Scratch for chunks of up to max_n tokens, sized once per session. */
+/* Scratch for chunks of up to max_n tokens, sized once per session (backend memory). */
 typedef struct {
     int max_n;
     float *bcx;                  /* [max_n, 3*dim] in_proj output */
-    float *win;                  /* [K-1 + max_n, dim] history rows, then this chunk's bx */
+    float *win;                  /* [K-1 + max_n, dim] the shortconv op's scratch */
     float *y;                    /* [max_n, dim] gated conv output */
 } sc_scratch;
 
@@ -41,15 +44,19 @@ typedef struct {
  * mode lists the transformers names and shapes. Returns 0, or -1 once the binder failed. */
 int sc_bind(w_binder *b, shortconv *sc, int dim, int K, int bias, const char *prefix);
 void sc_free(shortconv *sc);
+/* dst = sc with its matrices, taps and biases in backend memory (be->weight; MLX-quantized
+ * matrices stay as they are: the family refuses them on a device). -1 when out of memory. */
+int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc);
 
-int sc_scratch_init(sc_scratch *s, const shortconv *sc, int max_n);
-void sc_scratch_free(sc_scratch *s);
+int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n);
+void sc_scratch_free(ci_backend *be, sc_scratch *s);
 
 /* out[n, dim] = shortconv(x[n, dim]) for n <= s->max_n tokens following `state` [K-1, dim],
  * which is updated. out must not alias x. */
 void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n);
-/* One token for each of n sequences (a batched decode step): row i of x advances states[i];
- * the projections run over all rows, the conv per row; row i gets sc_forward's bits. */
+/* One token for each of n sequences (a batched decode step): row i of x advances states[i]
+ * (states: a backend buffer of n state pointers); the projections run over all rows, the
+ * conv per row; row i gets sc_forward's bits. */
 void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
                      const float *x, int n);
 

@@ -34,7 +34,8 @@
  * activations at every n (f32 SGEMM), fp8 up to 40 rows (the GEMV kernel in row blocks): F32.
  * ATTN_TC: prefill attention (n > 1) on tensor cores with bf16 / f16 q, k, v tiles: same
  * reasoning, 1e-2. Decode attention (n = 1) stays f32.
- * EXACT: copies, embedding rows, kv_store, add, argmax: bit for bit. */
+ * EXACT: copies, embedding rows, kv_store, add, argmax: bit for bit; LFM2's shortconv and
+ * add_bias too (the CPU's order of products and sums, no contraction on either side). */
 #define B_F32 1e-5
 #define B_ROPE 2e-5        /* sin/cos of large angles (positions up to 40000) add an ulp or two */
 #define B_TC 1e-2
@@ -1356,6 +1357,92 @@ static void test_moe(void) {
     }
 }
 
+/* ---- LFM2's short convolution: a chunk of one sequence, then a decode row on the state it
+ * left (carried history); or a table step of n sequences, one row and one state each.
+ * Outputs and every state compared bit for bit (bcx is scratch on the CPU: fresh copies). */
+static void shortconv_case(int n, int D, int K, int bias, int table) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda shortconv n=%d dim=%d K=%d%s%s", n, D, K, bias ? " bias" : "",
+             table ? " table" : "");
+    if (!gpu->shortconv || !want(name)) return;
+    const int H = K - 1, S = H > 0 ? H * D : 1, nst = table ? n : 1;
+    size_t nb = (size_t)n * 3 * D, ny = (size_t)n * D;
+    float *bcx = xmalloc(nb * 4), *cbcx = xmalloc(nb * 4), *taps = keep(xmalloc((size_t)K * D * 4));
+    float *ib = bias ? keep(xmalloc((size_t)3 * D * 4)) : NULL, *cb = bias ? keep(xmalloc((size_t)D * 4)) : NULL;
+    float *st = xmalloc((size_t)nst * S * 4), *cst = xmalloc((size_t)nst * S * 4), *gst_h = xmalloc((size_t)nst * S * 4);
+    float *y = xmalloc(ny * 4), *got = xmalloc(ny * 4), *scr = xmalloc(((size_t)H + n) * D * 4);
+    fill(bcx, nb, 1.f); fill(taps, (size_t)K * D, 1.f); fill(st, (size_t)nst * S, 1.f);
+    if (bias) { fill(ib, (size_t)3 * D, 0.5f); fill(cb, D, 0.5f); }
+    memcpy(cst, st, (size_t)nst * S * 4);
+    float *gb = g_put(bcx, nb * 4), *gy = g_alloc(ny * 4), *gs = g_put(st, (size_t)nst * S * 4);
+    const float *gt = g_weight(taps, (size_t)K * D * 4);
+    const float *gib = bias ? g_weight(ib, (size_t)3 * D * 4) : NULL, *gcb = bias ? g_weight(cb, (size_t)D * 4) : NULL;
+    float **hp = xmalloc((size_t)nst * sizeof *hp), **cp = xmalloc((size_t)nst * sizeof *cp);
+    for (int i = 0; i < nst; i++) { hp[i] = gs + (size_t)i * S; cp[i] = cst + (size_t)i * S; }
+    float **gtab = table ? g_put(hp, (size_t)n * sizeof *hp) : NULL;
+    if (dead) goto out;
+    g_poison(gy, ny * 4);
+    memcpy(cbcx, bcx, nb * 4);
+    cpu->shortconv(cpu, y, cbcx, n, D, K, taps, ib, cb, cst, table ? cp : NULL, scr);
+    gpu->shortconv(gpu, gy, gb, n, D, K, gt, gib, gcb, gs, gtab, NULL);
+    if (!table) {   /* a decode row on the state the chunk left, in row 0 of y */
+        memcpy(cbcx, bcx + nb - 3 * (size_t)D, 3 * (size_t)D * 4);
+        gpu->upload(gpu, gb, cbcx, 3 * (size_t)D * 4);
+        float *y0 = xmalloc((size_t)D * 4);
+        g_get(got, gy, ny * 4);
+        errs e = compare(got, y, ny);
+        cpu->shortconv(cpu, y0, cbcx, 1, D, K, taps, ib, cb, cst, NULL, scr);
+        gpu->shortconv(gpu, gy, gb, 1, D, K, gt, gib, gcb, gs, NULL, NULL);
+        g_get(got, gy, (size_t)D * 4);
+        errs e1 = compare(got, y0, D);
+        if (e1.rel > e.rel || e1.rel != e1.rel) e = e1;
+        if (e1.abs > e.abs || e1.abs != e1.abs) e.abs = e1.abs;
+        free(y0);
+        report(name, e, B_EXACT);
+    } else {
+        g_get(got, gy, ny * 4);
+        report(name, compare(got, y, ny), B_EXACT);
+    }
+    if (H > 0) {
+        char sname[180];
+        snprintf(sname, sizeof sname, "%s: states", name);
+        g_get(gst_h, gs, (size_t)nst * S * 4);
+        report(sname, compare(gst_h, cst, (size_t)nst * S), B_EXACT);
+    }
+out:
+    g_free(gb); g_free(gy); g_free(gs); g_free(gtab);
+    free(bcx); free(cbcx); free(st); free(cst); free(gst_h); free(y); free(got); free(scr); free(hp); free(cp);
+}
+
+static void test_shortconv(void) {
+    static const struct { int n, D, K, bias, table; } cs[] = {
+        { 1, 37, 3, 0, 0 },   { 7, 37, 3, 1, 0 },     { 2, 1027, 4, 0, 0 }, { 256, 1024, 3, 0, 0 },
+        { 300, 515, 3, 1, 0 }, { 5, 64, 1, 0, 0 },     { 9, 64, 2, 1, 0 },   { 1, 1027, 3, 0, 1 },
+        { 7, 1027, 3, 1, 1 },  { 64, 2048, 3, 0, 1 },  { 3, 33, 6, 1, 1 },
+    };
+    int nc = quick ? 4 : (int)(sizeof cs / sizeof *cs);
+    for (int c = 0; c < nc && !dead; c++) shortconv_case(cs[c].n, cs[c].D, cs[c].K, cs[c].bias, cs[c].table);
+    static const struct { int n, width; } bs[] = { { 1, 1 }, { 3, 1027 }, { 256, 2048 }, { 17, 20000 } };
+    for (size_t c = 0; c < sizeof bs / sizeof *bs && !dead; c++) {
+        char name[96];
+        snprintf(name, sizeof name, "cuda add_bias n=%d width=%d", bs[c].n, bs[c].width);
+        if (!gpu->add_bias || !want(name)) continue;
+        size_t cnt = (size_t)bs[c].n * bs[c].width;
+        float *y = xmalloc(cnt * 4), *b = keep(xmalloc((size_t)bs[c].width * 4)), *got = xmalloc(cnt * 4);
+        fill(y, cnt, 2.f); fill(b, bs[c].width, 1.f);
+        float *gy = g_put(y, cnt * 4);
+        const float *gbias = g_weight(b, (size_t)bs[c].width * 4);
+        if (!dead) {
+            gpu->add_bias(gpu, gy, gbias, bs[c].n, bs[c].width);
+            cpu->add_bias(cpu, y, b, bs[c].n, bs[c].width);
+            g_get(got, gy, cnt * 4);
+            report(name, compare(got, y, cnt), B_EXACT);
+        }
+        g_free(gy);
+        free(y); free(got);
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -1390,6 +1477,7 @@ int main(int argc, char **argv) {
     test_mla();
     test_graph();
     test_moe();
+    test_shortconv();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

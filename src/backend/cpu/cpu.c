@@ -799,6 +799,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.kv_store_tab = cpu_kv_store_tab;
     b->base.mla_attend = cpu_mla_attend;
     b->base.dsa_attend = cpu_dsa_attend;
+    b->base.shortconv = cpu_shortconv;
+    b->base.add_bias = cpu_add_bias;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

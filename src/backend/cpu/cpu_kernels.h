@@ -141,6 +141,11 @@ void **cpu_mla_slot(ci_backend *be);
 void cpu_fail(ci_backend *be, const char *msg);
 int cpu_failed(ci_backend *be);
 
+/* conv_cpu.c: LFM2's short-convolution ops (backend.h shortconv, add_bias). */
+void cpu_shortconv(ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
+                   const float *in_bias, const float *conv_bias, float *state, float *const *states, float *scratch);
+void cpu_add_bias(ci_backend *be, float *y, const float *bias, int n, int width);
+
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {
     union { uint32_t u; float f; } v;

@@ -324,6 +324,15 @@ static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const
 static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
     if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);
 }
+static void op_shortconv(ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
+                         const float *in_bias, const float *conv_bias, float *state, float *const *states,
+                         float *scratch) {
+    (void)scratch;
+    if (!CB(be)->failed) cb_shortconv(CB(be), y, bcx, n, dim, K, taps, in_bias, conv_bias, state, states);
+}
+static void op_add_bias(ci_backend *be, float *y, const float *bias, int n, int width) {
+    if (!CB(be)->failed) cb_add_bias(CB(be), y, bias, n, width);
+}
 
 /* MLA / DSA (mla.cu) */
 static void op_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
@@ -522,6 +531,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->kv_store_tab = op_kv_store_tab;
     be->mla_attend = op_mla_attend;
     be->dsa_attend = op_dsa_attend;
+    be->shortconv = op_shortconv;
+    be->add_bias = op_add_bias;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
     be->graph_launch = op_graph_launch;

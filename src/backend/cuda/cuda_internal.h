@@ -217,5 +217,11 @@ static inline int cb_smem_ok(cuda_be *cb, K kernel, size_t bytes, int *set) {
 void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+/* ---- LFM2's short convolution (conv.cu) ----
+ * backend.h's shortconv (the device needs no window scratch: bcx is read, not changed) and
+ * add_bias. states: NULL for a chunk of one sequence (state), else n device pointers. */
+void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K, const float *taps,
+                  const float *in_bias, const float *conv_bias, float *state, float *const *states);
+void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
 
 #endif

@@ -1,0 +1,86 @@
+/* lfm2_internal.h — what lfm2.c (hyper-parameters, tensors, placement), lfm2_run.c
+ * (sessions, forward, batched steps) and lfm2_cache.c (snapshots) share: the model as bound
+ * and as placed, and the session. */
+#ifndef CI_LFM2_INTERNAL_H
+#define CI_LFM2_INTERNAL_H
+#include "lfm2.h"
+#include "../nn/attn_block.h"
+#include "../nn/ffn_block.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+#include "../nn/shortconv.h"
+
+typedef struct {
+    int is_attn, is_moe;
+    float *op_norm;              /* [H] operator_norm */
+    attn_block attn;             /* attention: q/k/v_proj, out_proj, q_layernorm / k_layernorm [hd] */
+    shortconv conv;              /* conv layers */
+    ffn_block ffn;               /* ffn_norm [H]; dense: w1 / w3 [ff, H] gate, up, w2 [H, ff] down */
+    moe_block moe;               /* MoE FF (lfm2_moe past num_dense_layers): ffn.moe = &moe */
+} lfm2_layer;
+
+/* One layer's weights in backend memory (be->weight: the same addresses on the CPU). */
+typedef struct {
+    const float *op_norm;
+    attn_block attn;             /* its matrices, norms and rope table placed */
+    shortconv conv;              /* its matrices, taps and biases placed */
+    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe = &moe when MoE) */
+    moe_block moe;               /* MoE layers: router, expert bias and expert views placed */
+} lfm2_placed;
+
+typedef struct {
+    int H, n_layers, vocab, n_heads, n_kv, hd, ff, K;
+    float eps, attn_scale;
+    ci_mat embed;                /* [vocab, H] */
+    ci_mat lm_head;              /* [vocab, H]; = embed when tied */
+    float *final_norm;           /* [H] embedding_norm */
+    lfm2_layer *layers;          /* [n_layers] */
+    rope_table rope;
+    ci_mat *expert_mats;         /* owned array behind every MoE layer's expert views */
+    const moe_block *any_moe;    /* first MoE block (scratch sizing), or NULL */
+    int any_conv;
+    float **owned;
+    int n_owned;
+    /* What forward reads: the weights above as the backend placed them (lfm2_place). The
+     * bound host views stay for record mode and tests. */
+    lfm2_placed *dev;            /* [n_layers] */
+    ci_mat *dev_expert_mats;     /* the placed expert views (behind dev[l].moe) */
+    ci_mat dev_embed, dev_head;
+    const float *dev_final_norm, *dev_inv_freq;
+} lfm2_model;
+
+/* A session (lfm2_run.c): the cache and scratch, all in backend memory but the host staging. */
+typedef struct {
+    float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
+    float **state;               /* [n_layers] conv layers: [K-1, H] oldest row first; else NULL */
+    int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
+    int chunk;                   /* prefill tokens per pass, <= LFM2_UBATCH */
+    float *x, *xn;               /* [UBATCH, H] */
+    float *q;                    /* [UBATCH, n_heads*hd] */
+    float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
+    float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
+    float *g, *u;                /* [UBATCH, ff] */
+    float *last;                 /* [H] the last row, final-normed */
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
+    int logit_rows;
+    float **tab;                 /* [n_layers][2 UBATCH] a batch step's cache pointers (attention:
+                                  * K, V per row; conv: a state per row), on first need */
+    float **htab;                /* the same in host memory, to upload */
+    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
+    void *graph;                 /* the recorded decode step, or NULL */
+    int graph_failed;
+    sc_scratch sc;
+    moe_scratch moe;
+} lfm2_session;
+
+/* One attention layer's KV row and one conv layer's state, in floats. */
+static inline size_t lfm2_kv_floats(const lfm2_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
+static inline size_t lfm2_state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->H; }
+
+/* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
+int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen);
+
+#endif

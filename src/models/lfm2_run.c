@@ -1,0 +1,349 @@
+/* lfm2_run.c — LFM2 / LFM2-MoE sessions, forward, batched decode steps and cache snapshots
+ * (the model side is lfm2.c; lfm2_internal.h holds what both read).
+ *
+ * Every buffer is backend memory: each attention layer's [k | v] rows [max_ctx, 2*n_kv*hd],
+ * each conv layer's state [K-1, H], the activations and scratch. Model code passes their
+ * addresses to ops and never reads or writes their bytes: per chunk the host uploads the
+ * token ids and positions, runs ops on the placed weights, and downloads the logits. A
+ * decode step (n = 1, one row of logits) makes no host decision, so on a backend with graphs
+ * it is recorded once per session and replayed. A new sequence's conv states are zeroed by
+ * an upload; snapshots (lfm2_cache.c) move the cache through download / upload. */
+#include "lfm2_internal.h"
+#include "../core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+
+static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
+    void *p = be->alloc(be, bytes ? bytes : 4);
+    if (!p) *bad = 1;
+    return p;
+}
+
+static void be_release(ci_backend *be, void *p) {
+    if (p) be->buf_free(be, p);
+}
+
+/* ---- sessions -------------------------------------------------------------------------- */
+
+int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
+    const lfm2_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    if (!d->dev) return ci_err(err, errlen, "%s: a model opened without weights has no sessions", fam);
+    lfm2_session *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
+    s->impl = c;
+    c->chunk = LFM2_UBATCH;
+    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = LFM2_UBATCH, f = sizeof(float);
+    c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
+    c->state = calloc((size_t)d->n_layers, sizeof *c->state);
+    c->hpos = malloc(UB * sizeof(int32_t));
+    c->zeros = calloc(lfm2_state_floats(d) ? lfm2_state_floats(d) : 1, f);
+    if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = 0;
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        if (d->layers[l].is_attn) c->kv[l] = be_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
+        else if (lfm2_state_floats(d)) c->state[l] = be_alloc(be, lfm2_state_floats(d) * f, &bad);
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    size_t aw = QD > (size_t)d->H ? QD : (size_t)d->H, ff = (size_t)(d->ff > 0 ? d->ff : 1);
+    c->x = be_alloc(be, UB * d->H * f, &bad);
+    c->xn = be_alloc(be, UB * d->H * f, &bad);
+    c->q = be_alloc(be, UB * QD * f, &bad);
+    c->k = be_alloc(be, UB * KD * f, &bad);
+    c->v = be_alloc(be, UB * KD * f, &bad);
+    c->att = be_alloc(be, UB * aw * f, &bad);
+    c->g = be_alloc(be, UB * ff * f, &bad);
+    c->u = be_alloc(be, UB * ff * f, &bad);
+    c->last = be_alloc(be, (size_t)d->H * f, &bad);
+    c->ids = be_alloc(be, UB * sizeof(int32_t), &bad);
+    c->pos = be_alloc(be, UB * sizeof(int32_t), &bad);
+    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
+    const shortconv *sc0 = NULL;
+    for (int l = 0; l < d->n_layers && !sc0; l++)
+        if (!d->layers[l].is_attn) sc0 = &d->dev[l].conv;
+    if (bad || (sc0 && sc_scratch_init(be, &c->sc, sc0, LFM2_UBATCH)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, LFM2_UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
+}
+
+void lfm2_session_free(ci_session *s) {
+    lfm2_session *c = s->impl;
+    if (!c) return;
+    const lfm2_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    if (c->graph && be->graph_free) be->graph_free(be, c->graph);
+    for (int l = 0; l < d->n_layers; l++) {
+        if (c->kv) be_release(be, c->kv[l]);
+        if (c->state) be_release(be, c->state[l]);
+    }
+    float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last, c->logits1, c->logits_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
+    be_release(be, c->ids);
+    be_release(be, c->pos);
+    be_release(be, c->tab);
+    sc_scratch_free(be, &c->sc);
+    moe_scratch_free(be, &c->moe);
+    free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
+    free(c);
+    s->impl = NULL;
+}
+
+/* A new sequence: every conv state back to zeros. */
+static void reset_states(const lfm2_model *d, ci_backend *be, lfm2_session *c) {
+    for (int l = 0; l < d->n_layers; l++)
+        if (c->state[l]) be->upload(be, c->state[l], c->zeros, lfm2_state_floats(d) * sizeof(float));
+    c->cache_pos = 0;
+}
+
+/* Rows of logits one group holds: row-independent matmuls give the same bits in any
+ * grouping, so the buffer is bounded (32 MiB) rather than [UBATCH, vocab]; a multiple of 4. */
+static int need_logit_rows(ci_model *m, lfm2_session *c, char *err, size_t errlen) {
+    const lfm2_model *d = m->impl;
+    if (c->logits_n) return 0;
+    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
+    r = r > LFM2_UBATCH ? LFM2_UBATCH : r / 4 * 4;
+    int rows = r < 4 ? 4 : (int)r;
+    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
+    if (!c->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    c->logit_rows = rows;
+    return 0;
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
+static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
+}
+
+/* The attention block's buffers (kv_tab: a batch step's table of this layer, or NULL). */
+static attn_bufs attn_scratch(const lfm2_session *c, float *const *kv_tab) {
+    return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos, .kv_tab = kv_tab };
+}
+
+/* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
+static ffn_bufs ffn_scratch(lfm2_session *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
+
+/* Layer l's [k | v] cache rows of a session. */
+static attn_cache layer_kv(const lfm2_model *d, const ci_session *s, int l) {
+    const lfm2_session *c = s->impl;
+    return attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
+}
+
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL };
+
+/* The final norm and head: HEAD_LAST the last row's logits into c->logits1; HEAD_ALL every
+ * row's, in groups of c->logit_rows through c->logits_n, each downloaded into logits. */
+static void head_ops(ci_model *m, lfm2_session *c, int n, int head, float *logits) {
+    const lfm2_model *d = m->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    if (head == HEAD_LAST) {
+        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_final_norm, 1, H, d->eps);
+        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+    } else if (head == HEAD_ALL) {
+        be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, H, d->eps);
+        for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
+            int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
+            be->matmul(be, c->logits_n, c->xn + (size_t)r0 * H, rows, &d->dev_head);
+            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+        }
+    }
+}
+
+/* The layers of one chunk of n tokens of s whose ids and positions are in c->ids / c->pos:
+ * ops only, nothing decided from a value, so a decode step can be recorded and replayed. */
+static void chunk_ops(ci_session *s, int n) {
+    ci_model *m = s->m;
+    const lfm2_model *d = m->impl;
+    lfm2_session *c = s->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const attn_bufs ab = attn_scratch(c, NULL);
+    const ffn_bufs fb = ffn_scratch(c);
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    dump_buf(m, "embed", -1, c->x, n, H);
+    for (int l = 0; l < d->n_layers; l++) {
+        const lfm2_placed *P = &d->dev[l];
+        be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
+        if (d->layers[l].is_attn) {
+            const attn_cache kv = layer_kv(d, s, l);
+            attn_forward(be, &P->attn, &ab, &kv, 1, c->xn, NULL, 0, c->x, n);  /* x += out_proj(·) */
+            dump_buf(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
+        } else {
+            sc_forward(be, &P->conv, &c->sc, c->state[l], c->att, c->xn, n);
+            dump_buf(m, "conv_out", l, c->att, n, H);
+            be->add(be, c->x, c->att, (int64_t)n * H);
+        }
+        ffn_forward(be, &P->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
+        dump_buf(m, "layer_out", l, c->x, n, H);
+    }
+}
+
+static int graphs_allowed(const ci_model *m) {
+    const ci_backend *be = m->be;
+    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
+}
+
+/* One chunk of n <= LFM2_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
+ * through its recorded graph where the backend has graphs), then the logits come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    ci_model *m = s->m;
+    const lfm2_model *d = m->impl;
+    lfm2_session *c = s->impl;
+    ci_backend *be = m->be;
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
+    int head = !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
+    if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    if (n == 1 && head == HEAD_LAST && graphs_allowed(m)) {
+        if (!c->graph && !c->graph_failed) {
+            if (be->graph_begin(be) == 0) {
+                chunk_ops(s, 1);                          /* recorded, not run */
+                head_ops(m, c, 1, HEAD_LAST, NULL);
+                c->graph = be->graph_end(be);
+            }
+            c->graph_failed = !c->graph;
+        }
+        if (c->graph) be->graph_launch(be, c->graph);
+        else {
+            chunk_ops(s, 1);
+            head_ops(m, c, 1, HEAD_LAST, NULL);
+        }
+    } else {
+        chunk_ops(s, n);
+        head_ops(m, c, n, head, logits);
+    }
+    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    s->pos += n;
+    c->cache_pos = s->pos;
+    return ci_backend_check(m, err, errlen);
+}
+
+int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    const lfm2_model *d = s->m->impl;
+    lfm2_session *c = s->impl;
+    const char *fam = s->m->family->name;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    if (s->pos == 0) reset_states(d, s->m->be, c);      /* a new sequence: conv states start at zero */
+    else if (c->cache_pos != s->pos)
+        return ci_err(err, errlen, "%s: session position %d and cache position %d disagree", fam, s->pos, c->cache_pos);
+    for (int off = 0; off < n; off += c->chunk) {
+        int k = n - off < c->chunk ? n - off : c->chunk, last = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
+        else if (logits && last) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * Row i belongs to session ss[i] at its position. The embedding, norms, attention
+ * projections (RoPE at each row's own position), the MLP / MoE and the head run over all n
+ * rows at once; each row's K/V go into its own cache rows and it attends to them alone
+ * (rope_attend through the table of cache pointers), and each row's short convolution runs
+ * as a one-token step on its own conv state (shortconv through the table of states), with
+ * ss[0]'s scratch. Every op gives a row the bits it would alone, so the logits equal
+ * forward(ss[i], &tokens[i], 1)'s. */
+static int need_tab(ci_model *m, lfm2_session *c, char *err, size_t errlen) {
+    const lfm2_model *d = m->impl;
+    if (c->tab) return 0;
+    size_t count = (size_t)d->n_layers * 2 * LFM2_UBATCH;
+    c->htab = malloc(count * sizeof(float *));
+    c->tab = m->be->alloc(m->be, count * sizeof(float *));
+    if (!c->htab || !c->tab)
+        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    return 0;
+}
+
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    ci_model *m = ss[0]->m;
+    const lfm2_model *d = m->impl;
+    lfm2_session *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    attn_cache kvs[LFM2_UBATCH];
+    for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
+    /* layer l's table: attention rows' K, V pointers at [2i], [2i + 1]; conv rows' states at [i] */
+    for (int l = 0; l < d->n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            float **t = c->htab + (size_t)l * 2 * n;
+            if (d->layers[l].is_attn) {
+                attn_cache kv = layer_kv(d, ss[i], l);
+                t[2 * i] = kv.k;
+                t[2 * i + 1] = kv.v;
+            } else {
+                t[i] = ((lfm2_session *)ss[i]->impl)->state[l];
+            }
+        }
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    const ffn_bufs fb = ffn_scratch(c);
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const lfm2_placed *P = &d->dev[l];
+        float *const *tab = c->tab + (size_t)l * 2 * n;
+        be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
+        if (d->layers[l].is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
+            const attn_bufs ab = attn_scratch(c, tab);
+            for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
+            attn_forward(be, &P->attn, &ab, kvs, n, c->xn, NULL, 0, c->x, n);
+        } else {
+            sc_forward_rows(be, &P->conv, &c->sc, tab, c->att, c->xn, n);
+            be->add(be, c->x, c->att, (int64_t)n * H);
+        }
+        ffn_forward(be, &P->ffn, &fb, c->x, n);
+    }
+    head_ops(m, c, n, HEAD_ALL, logits);
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ((lfm2_session *)ss[i]->impl)->cache_pos = ss[i]->pos;
+    }
+    return ci_backend_check(m, err, errlen);
+}
+
+int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const lfm2_model *d = m->impl;
+    const char *fam = m->family->name;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int i = 0; i < n; i++) {
+        const lfm2_session *ci = ss[i]->impl;
+        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache_pos)
+            return ci_err(err, errlen, "%s: sequence %d: session position %d and cache position %d disagree", fam, i,
+                          ss[i]->pos, ci->cache_pos);
+    }
+    for (int i = 0; i < n; i++)   /* a new sequence: conv states start at zero, as lfm2_forward */
+        if (ss[i]->pos == 0) reset_states(d, m->be, ss[i]->impl);
+    for (int off = 0; off < n; off += LFM2_UBATCH) {
+        int k = n - off < LFM2_UBATCH ? n - off : LFM2_UBATCH;
+        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+    }
+    return 0;
+}
