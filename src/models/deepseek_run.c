@@ -32,16 +32,6 @@ typedef struct {
     moe_scratch moe;
 } ds_cache;
 
-static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
-    void *p = be->alloc(be, bytes);
-    if (!p) *bad = 1;
-    return p;
-}
-
-static void be_release(ci_backend *be, void *p) {
-    if (p) be->buf_free(be, p);
-}
-
 int ds_session_init(ci_session *s, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -54,21 +44,21 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
     c->hpos = malloc(U * sizeof(int32_t));
     if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", fam);
-    c->lat_cache = be_alloc(be, rows * (size_t)d->lat * f, &bad);
-    if (d->indexed) c->key_cache = be_alloc(be, rows * (size_t)d->kdim * f, &bad);
+    c->lat_cache = ci_buf_alloc(be, rows * (size_t)d->lat * f, &bad);
+    if (d->indexed) c->key_cache = ci_buf_alloc(be, rows * (size_t)d->kdim * f, &bad);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", fam, s->max_ctx,
                       rows * (size_t)(d->lat + d->kdim) * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
-    c->x = be_alloc(be, U * d->H * f, &bad);
-    c->xn = be_alloc(be, U * d->H * f, &bad);
-    c->y = be_alloc(be, U * d->H * f, &bad);
-    c->g = be_alloc(be, U * wide * f, &bad);
-    c->u = be_alloc(be, U * wide * f, &bad);
-    c->last = be_alloc(be, (size_t)d->H * f, &bad);
-    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
-    c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
-    c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
-    c->best = be_alloc(be, sizeof(int32_t), &bad);
+    c->x = ci_buf_alloc(be, U * d->H * f, &bad);
+    c->xn = ci_buf_alloc(be, U * d->H * f, &bad);
+    c->y = ci_buf_alloc(be, U * d->H * f, &bad);
+    c->g = ci_buf_alloc(be, U * wide * f, &bad);
+    c->u = ci_buf_alloc(be, U * wide * f, &bad);
+    c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
+    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
+    c->ids = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    c->pos = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
     if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
         (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
@@ -84,11 +74,11 @@ void ds_session_free(ci_session *s) {
     for (int i = 0; i < 2; i++)
         if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
     float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
-    be_release(be, c->ids);
-    be_release(be, c->pos);
-    be_release(be, c->best);
-    be_release(be, c->tab);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_buf_release(be, c->ids);
+    ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->best);
+    ci_buf_release(be, c->tab);
     free(c->htab);
     free(c->hpos);
     mla_scratch_free(be, &c->mla);
@@ -204,11 +194,6 @@ static void chunk_ops(ci_session *s, int n, int head) {
     if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
 }
 
-static int graphs_allowed(const ci_model *m) {
-    const ci_backend *be = m->be;
-    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
-}
-
 /* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops (a decode step through
  * its recorded graph where the backend has graphs), then the logits / argmax come back. */
 static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
@@ -223,7 +208,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
     int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
-    if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
+    if (n == 1 && head != HEAD_NONE && ci_graphs_allowed(m)) {
         int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
         /* the first step runs eagerly: ops that size scratch or build tables on their first
          * call do it outside a recording */

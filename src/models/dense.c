@@ -320,16 +320,6 @@ static int logit_group_rows(int vocab) {
     return r < 4 ? 4 : (int)r;
 }
 
-static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
-    void *p = be->alloc(be, bytes);
-    if (!p) *bad = 1;
-    return p;
-}
-
-static void be_release(ci_backend *be, void *p) {
-    if (p) be->buf_free(be, p);
-}
-
 int dense_session_init(ci_session *s, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -345,25 +335,25 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     size_t U = (size_t)c->ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
     size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
     int bad = 0;
-    c->k = be_alloc(be, kv * f, &bad);
-    c->v = be_alloc(be, kv * f, &bad);
+    c->k = ci_buf_alloc(be, kv * f, &bad);
+    c->v = ci_buf_alloc(be, kv * f, &bad);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
                       kv * 2 * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
-    c->x = be_alloc(be, U * d->dim * f, &bad);
-    c->xn = be_alloc(be, U * d->dim * f, &bad);
-    c->q = be_alloc(be, U * d->n_heads * d->hd * f, &bad);
-    c->att = be_alloc(be, U * att_w * f, &bad);
-    c->g = be_alloc(be, U * ff * f, &bad);
-    c->u = be_alloc(be, U * ff * f, &bad);
-    c->kb = be_alloc(be, U * KD * f, &bad);
-    c->vb = be_alloc(be, U * KD * f, &bad);
-    c->last = be_alloc(be, (size_t)d->dim * f, &bad);
-    c->ids = be_alloc(be, U * sizeof(int32_t), &bad);
-    c->pos = be_alloc(be, U * sizeof(int32_t), &bad);
-    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
-    c->best = be_alloc(be, sizeof(int32_t), &bad);
-    c->best_n = be_alloc(be, U * sizeof(int32_t), &bad);
+    c->x = ci_buf_alloc(be, U * d->dim * f, &bad);
+    c->xn = ci_buf_alloc(be, U * d->dim * f, &bad);
+    c->q = ci_buf_alloc(be, U * d->n_heads * d->hd * f, &bad);
+    c->att = ci_buf_alloc(be, U * att_w * f, &bad);
+    c->g = ci_buf_alloc(be, U * ff * f, &bad);
+    c->u = ci_buf_alloc(be, U * ff * f, &bad);
+    c->kb = ci_buf_alloc(be, U * KD * f, &bad);
+    c->vb = ci_buf_alloc(be, U * KD * f, &bad);
+    c->last = ci_buf_alloc(be, (size_t)d->dim * f, &bad);
+    c->ids = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    c->pos = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
+    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
+    c->best_n = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
                       be->last_error[0] ? ": " : "", be->last_error);
@@ -380,14 +370,14 @@ void dense_session_free(ci_session *s) {
         if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
     for (int i = 0; i < BATCH_GRAPHS; i++)
         if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
-    be_release(be, c->kv_tab);
+    ci_buf_release(be, c->kv_tab);
     free(c->hkv_tab);
     float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last, c->logits1, c->logits_n };
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
-    be_release(be, c->ids);
-    be_release(be, c->pos);
-    be_release(be, c->best);
-    be_release(be, c->best_n);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_buf_release(be, c->ids);
+    ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->best);
+    ci_buf_release(be, c->best_n);
     moe_scratch_free(s->m->be, &c->moe);
     free(c->hpos);
     free(c->hkv);
@@ -484,11 +474,6 @@ static void chunk_ops(ci_session *s, int n, int head) {
     if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
 }
 
-static int graphs_allowed(const ci_model *m) {
-    const ci_backend *be = m->be;
-    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
-}
-
 /* One chunk at positions s->pos..: uploads, ops (a decode step through its captured graph
  * when the backend has graphs), then the logits / argmax come back. */
 static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
@@ -504,7 +489,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
     int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
-    if (n == 1 && head != HEAD_NONE && graphs_allowed(m)) {
+    if (n == 1 && head != HEAD_NONE && ci_graphs_allowed(m)) {
         int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
         if (!c->graph[gi] && !c->graph_failed[gi]) {
             if (be->graph_begin(be) == 0) {
@@ -616,7 +601,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
     be->upload(be, c->kv_tab, c->hkv_tab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     int32_t *best = out_ids ? c->best_n : NULL;
-    if (out_ids && n <= BATCH_GRAPHS && graphs_allowed(m)) {
+    if (out_ids && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
         const int gi = n - 1;
         int keys = 0;   /* the attention launch is sized by the longest context: a longer one re-records */
         for (int i = 0; i < n; i++) keys = ss[i]->max_ctx > keys ? ss[i]->max_ctx : keys;

@@ -14,16 +14,6 @@
 #include <string.h>
 
 
-static void *be_alloc(ci_backend *be, size_t bytes, int *bad) {
-    void *p = be->alloc(be, bytes ? bytes : 4);
-    if (!p) *bad = 1;
-    return p;
-}
-
-static void be_release(ci_backend *be, void *p) {
-    if (p) be->buf_free(be, p);
-}
-
 /* ---- sessions -------------------------------------------------------------------------- */
 
 int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
@@ -43,25 +33,25 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = 0;
     for (int l = 0; l < d->n_layers && !bad; l++) {
-        if (d->layers[l].is_attn) c->kv[l] = be_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
-        else if (lfm2_state_floats(d)) c->state[l] = be_alloc(be, lfm2_state_floats(d) * f, &bad);
+        if (d->layers[l].is_attn) c->kv[l] = ci_buf_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
+        else if (lfm2_state_floats(d)) c->state[l] = ci_buf_alloc(be, lfm2_state_floats(d) * f, &bad);
     }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
     size_t aw = QD > (size_t)d->H ? QD : (size_t)d->H, ff = (size_t)(d->ff > 0 ? d->ff : 1);
-    c->x = be_alloc(be, UB * d->H * f, &bad);
-    c->xn = be_alloc(be, UB * d->H * f, &bad);
-    c->q = be_alloc(be, UB * QD * f, &bad);
-    c->k = be_alloc(be, UB * KD * f, &bad);
-    c->v = be_alloc(be, UB * KD * f, &bad);
-    c->att = be_alloc(be, UB * aw * f, &bad);
-    c->g = be_alloc(be, UB * ff * f, &bad);
-    c->u = be_alloc(be, UB * ff * f, &bad);
-    c->last = be_alloc(be, (size_t)d->H * f, &bad);
-    c->ids = be_alloc(be, UB * sizeof(int32_t), &bad);
-    c->pos = be_alloc(be, UB * sizeof(int32_t), &bad);
-    c->logits1 = be_alloc(be, (size_t)d->vocab * f, &bad);
+    c->x = ci_buf_alloc(be, UB * d->H * f, &bad);
+    c->xn = ci_buf_alloc(be, UB * d->H * f, &bad);
+    c->q = ci_buf_alloc(be, UB * QD * f, &bad);
+    c->k = ci_buf_alloc(be, UB * KD * f, &bad);
+    c->v = ci_buf_alloc(be, UB * KD * f, &bad);
+    c->att = ci_buf_alloc(be, UB * aw * f, &bad);
+    c->g = ci_buf_alloc(be, UB * ff * f, &bad);
+    c->u = ci_buf_alloc(be, UB * ff * f, &bad);
+    c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
+    c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
     const shortconv *sc0 = NULL;
     for (int l = 0; l < d->n_layers && !sc0; l++)
         if (!d->layers[l].is_attn) sc0 = &d->dev[l].conv;
@@ -79,14 +69,14 @@ void lfm2_session_free(ci_session *s) {
     ci_backend *be = s->m->be;
     if (c->graph && be->graph_free) be->graph_free(be, c->graph);
     for (int l = 0; l < d->n_layers; l++) {
-        if (c->kv) be_release(be, c->kv[l]);
-        if (c->state) be_release(be, c->state[l]);
+        if (c->kv) ci_buf_release(be, c->kv[l]);
+        if (c->state) ci_buf_release(be, c->state[l]);
     }
     float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last, c->logits1, c->logits_n };
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be_release(be, bufs[i]);
-    be_release(be, c->ids);
-    be_release(be, c->pos);
-    be_release(be, c->tab);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_buf_release(be, c->ids);
+    ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->tab);
     sc_scratch_free(be, &c->sc);
     moe_scratch_free(be, &c->moe);
     free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
@@ -198,11 +188,6 @@ static void chunk_ops(ci_session *s, int n) {
     }
 }
 
-static int graphs_allowed(const ci_model *m) {
-    const ci_backend *be = m->be;
-    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
-}
-
 /* One chunk of n <= LFM2_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
  * through its recorded graph where the backend has graphs), then the logits come back. */
 static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
@@ -216,7 +201,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
     if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && head == HEAD_LAST && graphs_allowed(m)) {
+    if (n == 1 && head == HEAD_LAST && ci_graphs_allowed(m)) {
         if (!c->graph && !c->graph_failed) {
             if (be->graph_begin(be) == 0) {
                 chunk_ops(s, 1);                          /* recorded, not run */

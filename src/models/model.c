@@ -247,3 +247,18 @@ int ci_batch_check(ci_session *const *ss, const int *tokens, int n, int vocab, c
     }
     return 0;
 }
+
+void *ci_buf_alloc(ci_backend *be, size_t bytes, int *bad) {
+    void *p = be->alloc(be, bytes ? bytes : 4);
+    if (!p) *bad = 1;
+    return p;
+}
+
+void ci_buf_release(ci_backend *be, void *p) {
+    if (p) be->buf_free(be, p);
+}
+
+int ci_graphs_allowed(const ci_model *m) {
+    const ci_backend *be = m->be;
+    return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
+}

@@ -72,6 +72,14 @@ void ci_forward_chunks(ci_session *s, const int *tokens, int n, float *logits, i
 void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, int n, int dim, const float *norm_w,
                 float eps, const ci_mat *head, float *xn, float *last);
 
+/* Backend buffers of a session: ci_buf_alloc sets *bad when the backend is out of memory
+ * (0 bytes asks for 4, so an empty buffer is not mistaken for a failure); ci_buf_release
+ * takes NULL. ci_graphs_allowed: whether a decode step may be recorded and replayed (the
+ * backend has graphs, --no-graphs is off, no intermediates are being dumped). */
+void *ci_buf_alloc(ci_backend *be, size_t bytes, int *bad);
+void ci_buf_release(ci_backend *be, void *p);
+int ci_graphs_allowed(const ci_model *m);
+
 #define CI_DUMP(m, name, layer, x, n, dim) \
     do { if ((m)->dump) (m)->dump((m)->dump_ctx, (name), (layer), (x), (n), (dim)); } while (0)
 
