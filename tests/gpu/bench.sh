@@ -14,7 +14,14 @@
 # "BENCH <model> pp<N>: ..." per run summarises it.
 # With BENCH_ONLY=moe (or moe4) instead: qwen3-30b-a3b-12l (4l), bench/qwen3-30b-a3b.config.json
 # cut to 12 (4) of its 48 layers: the MoE row of the issue 16 table.
-# Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4).
+# BENCH_ONLY=ds: deepseek-v2-lite-q1024-14l, bench/deepseek-v2-lite-dims.config.json with
+# q_lora_rank 1024, 14 of its 27 layers, bf16 (the DeepSeek row of the issue 16 table), and
+# its fp8 twin (make-random --dtype fp8: 128x128 block scales), at 512 and 4096 tokens.
+# BENCH_ONLY=dsa: deepseek-v32-lite-4l, the same dimensions as deepseek_v32 with V3.2's indexer
+# (64 heads x 128, top-2048), 4 layers, at 512, 8192 and 32768 tokens (sparse attention keeps
+# decode nearly flat with context).
+# Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4,
+# ds, dsa).
 set -u
 cd "$(dirname "$0")/../.."
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
@@ -25,13 +32,13 @@ BENCH_DIR=${BENCH_DIR:-/tmp/cinfer-bench}
 mkdir -p "$BENCH_DIR"
 rc=0
 
-make_model() { # NAME CONFIG LAYERS(0 = all)
+make_model() { # NAME CONFIG LAYERS(0 = all) [DTYPE]
   local dir="$BENCH_DIR/$1" t0=$SECONDS
   [ -d "$dir" ] && return 0                  # made by an earlier run on this machine
   rm -rf "$dir.part"
   local layers=()
   [ "$3" -gt 0 ] && layers=(--layers "$3")
-  $CINFER make-random --config "$2" --out "$dir.part" --dtype bf16 --seed 1 "${layers[@]}" && mv "$dir.part" "$dir" ||
+  $CINFER make-random --config "$2" --out "$dir.part" --dtype "${4:-bf16}" --seed 1 "${layers[@]}" && mv "$dir.part" "$dir" ||
     { echo "bench: make-random $1 failed"; return 1; }
   echo "made $1 in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1)"
 }
@@ -55,6 +62,8 @@ case "${BENCH_ONLY:-}" in
   8b) models=(qwen3-8b-12l) ;;
   moe) models=(qwen3-30b-a3b-12l) ;;
   moe4) models=(qwen3-30b-a3b-4l) ;;
+  ds) models=(deepseek-v2-lite-q1024-14l deepseek-v2-lite-q1024-14l-fp8) ;;
+  dsa) models=(deepseek-v32-lite-4l) ;;
   *) models=(qwen3-0.6b qwen3-8b-12l) ;;
 esac
 for m in "${models[@]}"; do
@@ -63,6 +72,18 @@ for m in "${models[@]}"; do
     qwen3-8b-12l) make_model "$m" bench/qwen3-8b.config.json 12 || { rc=1; continue; } ;;
     qwen3-30b-a3b-12l) make_model "$m" bench/qwen3-30b-a3b.config.json 12 || { rc=1; continue; } ;;
     qwen3-30b-a3b-4l) make_model "$m" bench/qwen3-30b-a3b.config.json 4 || { rc=1; continue; } ;;
+    deepseek-v2-lite-q1024-14l*)
+      sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json >"$BENCH_DIR/ds-q1024.json"
+      dt=bf16; case $m in *-fp8) dt=fp8 ;; esac
+      make_model "$m" "$BENCH_DIR/ds-q1024.json" 14 $dt || { rc=1; continue; } ;;
+    deepseek-v32-lite-4l)
+      sed -e 's/"q_lora_rank": null/"q_lora_rank": 1024/' -e 's/"deepseek_v3"/"deepseek_v32"/' \
+          -e 's/"DeepseekV3ForCausalLM"/"DeepseekV32ForCausalLM"/' \
+          -e 's/"n_group": 1,/"n_group": 1, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,/' \
+          bench/deepseek-v2-lite-dims.config.json >"$BENCH_DIR/dsv32.json"
+      make_model "$m" "$BENCH_DIR/dsv32.json" 4 || { rc=1; continue; }
+      run_bench "$m" 512; run_bench "$m" 8192; run_bench "$m" 32768
+      continue ;;
   esac
   run_bench "$m" 512
   run_bench "$m" 4096
