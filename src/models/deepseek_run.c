@@ -6,6 +6,7 @@
 #include "../core/status.h"
 #include "deepseek.h"
 #include "deepseek_internal.h"
+#include "runner.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +18,14 @@ typedef struct {
     float *x, *xn, *y;           /* [UBATCH, H] */
     float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
     float *last;                 /* [H] the last row, final-normed */
-    float *logits1;              /* [vocab] the last row's logits */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
-    int logit_rows;
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
-    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
-    void *graph[2];              /* the recorded decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
-    int graph_failed[2];         /* recording failed once: that step stays eager */
-    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
-    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs */
     float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
     mla_scratch mla;
     dsa_scratch dsa;
     moe_scratch moe;
 } ds_cache;
+
+static void chunk_ops(ci_session *s, int n, int head);
 
 int ds_session_init(ci_session *s, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
@@ -42,8 +37,8 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     const mla_layer *A = &d->layers[0].attn;
     size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = UBATCH, f = sizeof(float);
     int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
-    c->hpos = malloc(U * sizeof(int32_t));
-    if (!c->hpos) return ci_err(err, errlen, "%s: out of memory", fam);
+    if (ci_runner_alloc(&c->run, be, UBATCH, d->vocab, d->H, d->eps, UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", fam);
     c->lat_cache = ci_buf_alloc(be, rows * (size_t)d->lat * f, &bad);
     if (d->indexed) c->key_cache = ci_buf_alloc(be, rows * (size_t)d->kdim * f, &bad);
     if (bad)
@@ -55,15 +50,15 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, U * wide * f, &bad);
     c->u = ci_buf_alloc(be, U * wide * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
-    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
-    c->ids = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
-    c->pos = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
-    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
     if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
         (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", fam,
                       be->last_error[0] ? ": " : "", be->last_error);
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->dev_final_norm;
+    c->run.head = &d->dev_head;
     return 0;
 }
 
@@ -71,16 +66,11 @@ void ds_session_free(ci_session *s) {
     ds_cache *c = s->impl;
     if (!c) return;
     ci_backend *be = s->m->be;
-    for (int i = 0; i < 2; i++)
-        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
-    float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
+    ci_runner_free(&c->run, be);
+    float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->ids);
-    ci_buf_release(be, c->pos);
-    ci_buf_release(be, c->best);
     ci_buf_release(be, c->tab);
     free(c->htab);
-    free(c->hpos);
     mla_scratch_free(be, &c->mla);
     if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
     moe_scratch_free(be, &c->moe);
@@ -119,7 +109,7 @@ static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed 
     be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
 }
 
-/* The layers over the n rows of c->x whose positions are in c->pos: one sequence's caches
+/* The layers over the n rows of c->x whose positions are in c->run.pos: one sequence's caches
  * (tab NULL) or, a batch step, row i's caches of layer l in the table: its latent cache at
  * tab[l * n + i], or with the indexer its latent and key caches at tab[l * 2n + 2i] and
  * tab[l * 2n + 2i + 1]. */
@@ -134,12 +124,12 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
         float *lc = tab ? NULL : c->lat_cache + (size_t)l * lat_layer;
         float *const *lt = tab ? tab + (size_t)l * n * (d->indexed ? 2 : 1) : NULL;
         be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, H, d->eps);
-        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->pos, n, d->eps);
+        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->run.pos, n, d->eps);
         if (d->indexed)
             dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
-                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->pos, n, max_ctx);
+                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->run.pos, n, max_ctx);
         else
-            mla_attend(be, &P->attn, &c->mla, lc, lt, c->pos, n, max_ctx);
+            mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx);
         mla_output(be, &P->attn, &c->mla, c->y, n);
         dump_buf(m, "attn_out", l, c->y, n, H);
         be->add(be, c->x, c->y, (int64_t)n * H);
@@ -148,116 +138,29 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
     }
 }
 
-/* Rows of logits one group holds (32 MiB, at least 4 rows): matmul rows are independent. */
-static int need_logit_rows(ci_model *m, ds_cache *c, char *err, size_t errlen) {
-    const ds_model *d = m->impl;
-    if (c->logits_n) return 0;
-    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
-    int rows = r > UBATCH ? UBATCH : r < 4 ? 4 : (int)r;
-    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
-    if (!c->logits_n)
-        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    c->logit_rows = rows;
-    return 0;
-}
-
-/* The head of all n rows of c->x into logits [n, vocab] (host), group by group. */
-static void head_rows(ci_model *m, ds_cache *c, int n, float *logits) {
-    const ds_model *d = m->impl;
-    ci_backend *be = m->be;
-    be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->H, d->eps);
-    for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
-        int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
-        be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->H, rows, &d->dev_head);
-        be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
-    }
-}
-
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
-enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
-
 /* The ops of one chunk of n rows whose ids and positions are uploaded: nothing read back and
  * nothing decided from a position, so a decode step can be recorded once and replayed at any
- * later position. head: HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX
- * also their argmax in c->best. */
+ * later position. head: CI_HEAD_LAST leaves the last row's logits in c->run.logits1, CI_HEAD_ARGMAX
+ * also their argmax in c->run.best. */
 static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const ds_model *d = m->impl;
     ds_cache *c = s->impl;
     ci_backend *be = m->be;
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     layers(m, c, NULL, s->max_ctx, n);
-    if (head == HEAD_NONE) return;
+    if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
-    be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
-    if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
-}
-
-/* One chunk of n <= UBATCH tokens at positions s->pos..: uploads, ops (a decode step through
- * its recorded graph where the backend has graphs), then the logits / argmax come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                     size_t errlen) {
-    ci_model *m = s->m;
-    const ds_model *d = m->impl;
-    ds_cache *c = s->impl;
-    ci_backend *be = m->be;
-    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
-    if (n == 1 && head != HEAD_NONE && ci_graphs_allowed(m)) {
-        int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
-        /* the first step runs eagerly: ops that size scratch or build tables on their first
-         * call do it outside a recording */
-        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
-            if (be->graph_begin(be) == 0) {
-                chunk_ops(s, 1, head);                   /* recorded, not run */
-                c->graph[gi] = be->graph_end(be);
-            }
-            c->graph_failed[gi] = !c->graph[gi];
-        }
-        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
-        else chunk_ops(s, 1, head);
-        c->graph_warm[gi] = 1;
-    } else {
-        chunk_ops(s, n, head);
-    }
-    if (logits && all_logits) head_rows(m, c, n, logits);
-    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
-    if (head == HEAD_ARGMAX) {
-        int32_t best = 0;
-        be->download(be, &best, c->best, sizeof best);
-        *out_id = best;
-    }
-    s->pos += n;
-    return ci_backend_check(m, err, errlen);
-}
-
-/* Chunks of at most UBATCH tokens through the same cache; only the last gets the head
- * unless all_logits (each chunk then owns its rows of logits). */
-static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                       size_t errlen) {
-    const ds_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH, last = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
-    }
-    return 0;
+    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
 }
 
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+    return ci_runner_forward(&((ds_cache *)s->impl)->run, s, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
-    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
+    return ci_runner_forward(&((ds_cache *)s->impl)->run, s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: batched decode step, cache rows out and in ------------------
@@ -282,10 +185,10 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
                           be->last_error[0] ? ": " : "", be->last_error);
     }
-    if (need_logit_rows(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen)) return -1;
     int max_ctx = 0;
     for (int i = 0; i < n; i++) {
-        c->hpos[i] = ss[i]->pos;
+        c->run.hpos[i] = ss[i]->pos;
         max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
         const ds_cache *ci = ss[i]->impl;
         for (int l = 0; l < d->n_layers; l++) {
@@ -294,12 +197,12 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             if (d->indexed) row[1] = ci->key_cache + (size_t)l * ss[i]->max_ctx * d->kdim;
         }
     }
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->tab, c->htab, (size_t)d->n_layers * per * n * sizeof(float *));
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     layers(m, c, c->tab, max_ctx, n);
-    head_rows(m, c, n, logits);
+    ci_runner_head_rows(&c->run, be, n, logits, NULL);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }

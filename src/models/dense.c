@@ -12,6 +12,7 @@
 #include "../nn/ffn_block.h"
 #include "../nn/moe.h"
 #include "../nn/place.h"
+#include "runner.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,7 +281,7 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
  * never reads or writes their bytes. Per chunk the host uploads the token ids and positions,
  * runs ops, and downloads the logits (or 4 bytes of argmax). */
 
-enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1, BATCH_GRAPHS = 16 };
+enum { BATCH_GRAPHS = 16 };
 
 typedef struct {
     float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
@@ -290,35 +291,20 @@ typedef struct {
     float *g, *u;                /* [ub, ff] */
     float *kb, *vb;              /* [ub, n_kv*hd] a chunk's k / v rows before the cache */
     float *last;                 /* [dim] the last row, final-normed */
-    int32_t *ids, *pos;          /* [ub] a chunk's token ids and positions */
-    int ub;                      /* this session's chunk (UBATCH above: its scratch rows) */
-    int32_t *hpos;               /* [ub] host memory: positions to upload */
+    ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs;
+                                  * run.ub is this session's chunk (UBATCH above: its scratch rows) */
     attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
     float **hkv_tab;             /* [n_layers][2 ub] host memory: a batch step's cache pointers, */
     float **kv_tab;              /* the same in backend memory (attn_bufs.kv_tab), allocated on
                                   * the first batch step */
-    float *logits1;              /* [vocab] the last row's logits (fixed: graphs record it) */
-    int32_t *best;               /* [1] argmax of logits1 */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / forward_batch groups, */
-    int logit_rows;              /* allocated on first need (0 until then) */
-    void *graph[2];              /* the captured decode step (GRAPH_LOGITS / GRAPH_ARGMAX) */
-    int graph_failed[2];         /* capture failed once: that step stays eager */
     void *bgraph[BATCH_GRAPHS];  /* captured forward_batch_argmax steps of n = 1 + i rows, with */
     int bgraph_failed[BATCH_GRAPHS]; /* this session as ss[0] (its scratch and tables), */
     int bgraph_keys[BATCH_GRAPHS];   /* recorded for rows of at most this context */
     moe_scratch moe;             /* when any layer is MoE (host memory: CPU only) */
 } dense_cache;
 
-/* Rows of logits one group holds: row-independent matmuls give the same bits in any
- * grouping, so the scratch is bounded (32 MiB) rather than [UBATCH, vocab]; at least a
- * 4-row tile, a multiple of 4. */
-static int logit_group_rows(int vocab) {
-    int64_t r = ((int64_t)32 << 20) / ((int64_t)vocab * (int64_t)sizeof(float));
-    if (r > UBATCH) r = UBATCH;
-    r = r / 4 * 4;
-    return r < 4 ? 4 : (int)r;
-}
+static void chunk_ops(ci_session *s, int n, int head);
 
 int dense_session_init(ci_session *s, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
@@ -327,14 +313,14 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     s->impl = c;
     size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
-    c->ub = be->is_device ? UBATCH_DEVICE : UBATCH;
-    if (c->ub > s->max_ctx) c->ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
-    c->hpos = malloc((size_t)c->ub * sizeof(int32_t));
-    c->hkv = malloc((size_t)c->ub * sizeof(attn_cache));
-    if (!c->hpos || !c->hkv) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
-    size_t U = (size_t)c->ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
-    size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
+    int ub = be->is_device ? UBATCH_DEVICE : UBATCH;
+    if (ub > s->max_ctx) ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
     int bad = 0;
+    c->hkv = malloc((size_t)ub * sizeof(attn_cache));
+    if (!c->hkv || ci_runner_alloc(&c->run, be, ub, d->vocab, d->dim, d->eps, UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    size_t U = (size_t)ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
+    size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
     c->k = ci_buf_alloc(be, kv * f, &bad);
     c->v = ci_buf_alloc(be, kv * f, &bad);
     if (bad)
@@ -349,15 +335,15 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     c->kb = ci_buf_alloc(be, U * KD * f, &bad);
     c->vb = ci_buf_alloc(be, U * KD * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->dim * f, &bad);
-    c->ids = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
-    c->pos = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
-    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
-    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
     c->best_n = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", s->m->family->name,
                       be->last_error[0] ? ": " : "", be->last_error);
-    if (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, c->ub))
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->dev_final_norm;
+    c->run.head = &d->dev_head;
+    if (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, ub))
         return ci_err(err, errlen, "%s: out of memory for MoE scratch", s->m->family->name);
     return 0;
 }
@@ -366,36 +352,18 @@ void dense_session_free(ci_session *s) {
     dense_cache *c = s->impl;
     if (!c) return;
     ci_backend *be = s->m->be;
-    for (int i = 0; i < 2; i++)
-        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    ci_runner_free(&c->run, be);
     for (int i = 0; i < BATCH_GRAPHS; i++)
         if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
     ci_buf_release(be, c->kv_tab);
     free(c->hkv_tab);
-    float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last, c->logits1, c->logits_n };
+    float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->ids);
-    ci_buf_release(be, c->pos);
-    ci_buf_release(be, c->best);
     ci_buf_release(be, c->best_n);
     moe_scratch_free(s->m->be, &c->moe);
-    free(c->hpos);
     free(c->hkv);
     free(c);
     s->impl = NULL;
-}
-
-/* The logits group buffer of c, allocated the first time a caller wants many rows. */
-static int need_logit_rows(ci_model *m, dense_cache *c, char *err, size_t errlen) {
-    const dense_model *d = m->impl;
-    if (c->logits_n) return 0;
-    int rows = logit_group_rows(d->vocab);
-    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
-    if (!c->logits_n)
-        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    c->logit_rows = rows;
-    return 0;
 }
 
 /* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
@@ -413,25 +381,6 @@ static void dump_buf(ci_model *m, const char *name, int layer, const float *x, i
     free(h);
 }
 
-/* rmsnorm of the n rows of c->x into c->xn, then the head over groups of c->logit_rows rows,
- * each downloaded into logits [n, vocab] (host); or, when best is given, each row's argmax
- * taken by the backend into best[row] (backend memory) and no logits come back. */
-static void head_rows(ci_model *m, dense_cache *c, int n, float *logits, int32_t *best) {
-    const dense_model *d = m->impl;
-    ci_backend *be = m->be;
-    be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, d->dim, d->eps);
-    for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
-        int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
-        be->matmul(be, c->logits_n, c->xn + (size_t)r0 * d->dim, rows, &d->dev_head);
-        if (best)
-            for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
-        else
-            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
-    }
-}
-
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX };
-
 /* The MLP block's buffers: the output / product goes to att (free after the attention's
  * dump; [ub, max(n_heads*hd, dim)]), the MoE's scratch is the session's. */
 static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
@@ -442,11 +391,11 @@ static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int ma
     return (attn_cache){ c->k + at, c->v + at, d->n_kv * d->hd, max_ctx };
 }
 
-/* One chunk of n <= c->ub tokens whose ids and positions are in c->ids / c->pos: only ops
+/* One chunk of n <= c->run.ub tokens whose ids and positions are in c->run.ids / c->run.pos: only ops
  * on the session's buffers, nothing read back and nothing decided from a position, so the
  * same calls can be recorded once as a graph and replayed at any later position. head:
- * HEAD_LAST leaves the last row's logits in c->logits1, HEAD_ARGMAX also their argmax in
- * c->best. */
+ * CI_HEAD_LAST leaves the last row's logits in c->run.logits1, CI_HEAD_ARGMAX also their argmax in
+ * c->run.best. */
 static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const dense_model *d = m->impl;
@@ -455,88 +404,31 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const int D = d->dim;
     const ffn_bufs fb = ffn_scratch(c);
 
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
-        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->pos };
-        /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->pos, k / v into cache rows c->pos */
+        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos };
+        /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
         dump_buf(m, "after_attn", l, c->x, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's */
         dump_buf(m, "layer_out", l, c->x, n, D);
     }
-    if (head == HEAD_NONE) return;
+    if (head == CI_HEAD_NONE) return;
     const ci_mat *head_w = &d->dev_head;
-    be->norm_matmul_n(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, d->eps, 1, &c->logits1, 1, &head_w);
-    if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
-}
-
-/* One chunk at positions s->pos..: uploads, ops (a decode step through its captured graph
- * when the backend has graphs), then the logits / argmax come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                     size_t errlen) {
-    ci_model *m = s->m;
-    const dense_model *d = m->impl;
-    dense_cache *c = s->impl;
-    ci_backend *be = m->be;
-    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    int32_t *hp = c->hpos;
-    for (int t = 0; t < n; t++) hp[t] = s->pos + t;
-    if (logits && all_logits && need_logit_rows(m, c, err, errlen)) return -1;
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
-    int head = out_id ? HEAD_ARGMAX : logits && !all_logits ? HEAD_LAST : HEAD_NONE;
-    if (n == 1 && head != HEAD_NONE && ci_graphs_allowed(m)) {
-        int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
-        if (!c->graph[gi] && !c->graph_failed[gi]) {
-            if (be->graph_begin(be) == 0) {
-                chunk_ops(s, 1, head);                   /* recorded, not run */
-                c->graph[gi] = be->graph_end(be);
-            }
-            c->graph_failed[gi] = !c->graph[gi];
-        }
-        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
-        else chunk_ops(s, 1, head);
-    } else {
-        chunk_ops(s, n, head);
-    }
-    if (logits && all_logits) head_rows(m, c, n, logits, NULL);
-    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
-    if (head == HEAD_ARGMAX) {
-        int32_t best = 0;
-        be->download(be, &best, c->best, sizeof best);
-        *out_id = best;
-    }
-    s->pos += n;
-    return ci_backend_check(m, err, errlen);
-}
-
-/* Chunks of at most c->ub tokens through the same cache; only the last gets the head
- * unless all_logits (each chunk then owns its rows of logits). */
-static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                       size_t errlen) {
-    const dense_model *d = s->m->impl;
-    const int ub = ((const dense_cache *)s->impl)->ub;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int off = 0; off < n; off += ub) {
-        int k = n - off < ub ? n - off : ub, last = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
-    }
-    return 0;
+    be->norm_matmul_n(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, d->eps, 1, &c->run.logits1, 1, &head_w);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+    return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
-    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
+    return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: batched decode step, cache rows out and in ------------------
@@ -552,7 +444,7 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
 static int need_kv_tab(ci_model *m, dense_cache *c, char *err, size_t errlen) {
     const dense_model *d = m->impl;
     if (c->kv_tab) return 0;
-    size_t count = (size_t)d->n_layers * 2 * (size_t)c->ub;
+    size_t count = (size_t)d->n_layers * 2 * (size_t)c->run.ub;
     c->hkv_tab = malloc(count * sizeof(float *));
     c->kv_tab = m->be->alloc(m->be, count * sizeof(float *));
     if (!c->hkv_tab || !c->kv_tab)
@@ -570,16 +462,16 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
     ci_backend *be = m->be;
     const ffn_bufs fb = ffn_scratch(c);
     attn_cache *kvs = c->hkv;
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
-        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->pos,
+        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
                                .kv_tab = c->kv_tab + (size_t)l * 2 * n };
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
-    head_rows(m, c, n, logits, best);
+    ci_runner_head_rows(&c->run, be, n, logits, best);
 }
 
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
@@ -588,17 +480,17 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
     ci_backend *be = m->be;
-    int32_t *hp = c->hpos;
+    int32_t *hp = c->run.hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
-    if (need_logit_rows(m, c, err, errlen) || need_kv_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_kv_tab(m, c, err, errlen)) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
             c->hkv_tab[(size_t)l * 2 * n + 2 * i] = kv.k;
             c->hkv_tab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
         }
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, hp, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, hp, (size_t)n * sizeof(int32_t));
     be->upload(be, c->kv_tab, c->hkv_tab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     int32_t *best = out_ids ? c->best_n : NULL;
     if (out_ids && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
@@ -633,7 +525,7 @@ static int batch_all(ci_session *const *ss, const int *tokens, int n, float *log
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const dense_model *d = ss[0]->m->impl;
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    const int ub = ((const dense_cache *)ss[0]->impl)->ub;
+    const int ub = ((const dense_cache *)ss[0]->impl)->run.ub;
     for (int off = 0; off < n; off += ub) {
         int k = n - off < ub ? n - off : ub;
         if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,

@@ -367,7 +367,7 @@ static int lfm2_family_load(ci_model *m, char *err, size_t errlen) {
 static const ci_family_ops lfm2_ops = {
     .load = lfm2_family_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
-    .forward = lfm2_forward, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
+    .forward = lfm2_forward, .forward_argmax = lfm2_forward_argmax, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 

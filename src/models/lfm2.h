@@ -29,6 +29,7 @@ void lfm2_unload(ci_model *m);
 int lfm2_session_init(ci_session *s, char *err, size_t errlen);
 void lfm2_session_free(ci_session *s);
 int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+int lfm2_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 size_t lfm2_cache_bytes_per_token(const ci_model *m);
 
 /* A copy of the session's whole cache (every conv state, KV rows [0, pos), pos). NULL with

@@ -9,6 +9,7 @@
 #include "../nn/moe.h"
 #include "../nn/rope.h"
 #include "../nn/shortconv.h"
+#include "runner.h"
 
 typedef struct {
     int is_attn, is_moe;
@@ -54,24 +55,18 @@ typedef struct {
     float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
     float **state;               /* [n_layers] conv layers: [K-1, H] oldest row first; else NULL */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    int chunk;                   /* prefill tokens per pass, <= LFM2_UBATCH */
     float *x, *xn;               /* [UBATCH, H] */
     float *q;                    /* [UBATCH, n_heads*hd] */
     float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
     float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
     float *g, *u;                /* [UBATCH, ff] */
     float *last;                 /* [H] the last row, final-normed */
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
-    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
-    int logit_rows;
+    ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs;
+                                  * run.ub is the prefill chunk (<= LFM2_UBATCH, the scratch rows) */
     float **tab;                 /* [n_layers][2 UBATCH] a batch step's cache pointers (attention:
                                   * K, V per row; conv: a state per row), on first need */
     float **htab;                /* the same in host memory, to upload */
-    int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
-    void *graph;                 /* the recorded decode step, or NULL */
-    int graph_failed;
     sc_scratch sc;
     moe_scratch moe;
 } lfm2_session;

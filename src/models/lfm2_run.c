@@ -16,6 +16,8 @@
 
 /* ---- sessions -------------------------------------------------------------------------- */
 
+static void chunk_ops(ci_session *s, int n, int head);
+
 int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     const lfm2_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -24,14 +26,14 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     lfm2_session *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
-    c->chunk = LFM2_UBATCH;
     const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = LFM2_UBATCH, f = sizeof(float);
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
-    c->hpos = malloc(UB * sizeof(int32_t));
     c->zeros = calloc(lfm2_state_floats(d) ? lfm2_state_floats(d) : 1, f);
-    if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = 0;
+    if (!c->kv || !c->state || !c->zeros ||
+        ci_runner_alloc(&c->run, be, LFM2_UBATCH, d->vocab, d->H, d->eps, LFM2_UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         if (d->layers[l].is_attn) c->kv[l] = ci_buf_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
         else if (lfm2_state_floats(d)) c->state[l] = ci_buf_alloc(be, lfm2_state_floats(d) * f, &bad);
@@ -49,9 +51,6 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, UB * ff * f, &bad);
     c->u = ci_buf_alloc(be, UB * ff * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
-    c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
     const shortconv *sc0 = NULL;
     for (int l = 0; l < d->n_layers && !sc0; l++)
         if (!d->layers[l].is_attn) sc0 = &d->dev[l].conv;
@@ -59,6 +58,10 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, LFM2_UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->dev_final_norm;
+    c->run.head = &d->dev_head;
     return 0;
 }
 
@@ -67,19 +70,17 @@ void lfm2_session_free(ci_session *s) {
     if (!c) return;
     const lfm2_model *d = s->m->impl;
     ci_backend *be = s->m->be;
-    if (c->graph && be->graph_free) be->graph_free(be, c->graph);
+    ci_runner_free(&c->run, be);
     for (int l = 0; l < d->n_layers; l++) {
         if (c->kv) ci_buf_release(be, c->kv[l]);
         if (c->state) ci_buf_release(be, c->state[l]);
     }
-    float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last, c->logits1, c->logits_n };
+    float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->ids);
-    ci_buf_release(be, c->pos);
     ci_buf_release(be, c->tab);
     sc_scratch_free(be, &c->sc);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
+    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -89,22 +90,6 @@ static void reset_states(const lfm2_model *d, ci_backend *be, lfm2_session *c) {
     for (int l = 0; l < d->n_layers; l++)
         if (c->state[l]) be->upload(be, c->state[l], c->zeros, lfm2_state_floats(d) * sizeof(float));
     c->cache_pos = 0;
-}
-
-/* Rows of logits one group holds: row-independent matmuls give the same bits in any
- * grouping, so the buffer is bounded (32 MiB) rather than [UBATCH, vocab]; a multiple of 4. */
-static int need_logit_rows(ci_model *m, lfm2_session *c, char *err, size_t errlen) {
-    const lfm2_model *d = m->impl;
-    if (c->logits_n) return 0;
-    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
-    r = r > LFM2_UBATCH ? LFM2_UBATCH : r / 4 * 4;
-    int rows = r < 4 ? 4 : (int)r;
-    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
-    if (!c->logits_n)
-        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    c->logit_rows = rows;
-    return 0;
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
@@ -126,7 +111,7 @@ static void dump_buf(ci_model *m, const char *name, int layer, const float *x, i
 
 /* The attention block's buffers (kv_tab: a batch step's table of this layer, or NULL). */
 static attn_bufs attn_scratch(const lfm2_session *c, float *const *kv_tab) {
-    return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos, .kv_tab = kv_tab };
+    return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos, .kv_tab = kv_tab };
 }
 
 /* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
@@ -138,30 +123,10 @@ static attn_cache layer_kv(const lfm2_model *d, const ci_session *s, int l) {
     return attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
 }
 
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL };
-
-/* The final norm and head: HEAD_LAST the last row's logits into c->logits1; HEAD_ALL every
- * row's, in groups of c->logit_rows through c->logits_n, each downloaded into logits. */
-static void head_ops(ci_model *m, lfm2_session *c, int n, int head, float *logits) {
-    const lfm2_model *d = m->impl;
-    ci_backend *be = m->be;
-    const int H = d->H;
-    if (head == HEAD_LAST) {
-        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_final_norm, 1, H, d->eps);
-        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
-    } else if (head == HEAD_ALL) {
-        be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, H, d->eps);
-        for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
-            int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
-            be->matmul(be, c->logits_n, c->xn + (size_t)r0 * H, rows, &d->dev_head);
-            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
-        }
-    }
-}
-
-/* The layers of one chunk of n tokens of s whose ids and positions are in c->ids / c->pos:
- * ops only, nothing decided from a value, so a decode step can be recorded and replayed. */
-static void chunk_ops(ci_session *s, int n) {
+/* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /
+ * c->run.pos, then the head (runner.h): ops only, nothing decided from a value, so a decode
+ * step can be recorded and replayed. */
+static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const lfm2_model *d = m->impl;
     lfm2_session *c = s->impl;
@@ -169,7 +134,7 @@ static void chunk_ops(ci_session *s, int n) {
     const int H = d->H;
     const attn_bufs ab = attn_scratch(c, NULL);
     const ffn_bufs fb = ffn_scratch(c);
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     dump_buf(m, "embed", -1, c->x, n, H);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
@@ -186,46 +151,16 @@ static void chunk_ops(ci_session *s, int n) {
         ffn_forward(be, &P->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
         dump_buf(m, "layer_out", l, c->x, n, H);
     }
+    if (head == CI_HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_final_norm, 1, H, d->eps);
+    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
 }
 
-/* One chunk of n <= LFM2_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
- * through its recorded graph where the backend has graphs), then the logits come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    ci_model *m = s->m;
-    const lfm2_model *d = m->impl;
-    lfm2_session *c = s->impl;
-    ci_backend *be = m->be;
-    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    int head = !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
-    if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && head == HEAD_LAST && ci_graphs_allowed(m)) {
-        if (!c->graph && !c->graph_failed) {
-            if (be->graph_begin(be) == 0) {
-                chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, HEAD_LAST, NULL);
-                c->graph = be->graph_end(be);
-            }
-            c->graph_failed = !c->graph;
-        }
-        if (c->graph) be->graph_launch(be, c->graph);
-        else {
-            chunk_ops(s, 1);
-            head_ops(m, c, 1, HEAD_LAST, NULL);
-        }
-    } else {
-        chunk_ops(s, n);
-        head_ops(m, c, n, head, logits);
-    }
-    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
-    s->pos += n;
-    c->cache_pos = s->pos;
-    return ci_backend_check(m, err, errlen);
-}
-
-int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+/* A forward of s: a new sequence's conv states start at zero; the cache position follows
+ * the session's through every chunk the runner ran. */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
     const lfm2_model *d = s->m->impl;
     lfm2_session *c = s->impl;
     const char *fam = s->m->family->name;
@@ -233,14 +168,17 @@ int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all
     if (s->pos == 0) reset_states(d, s->m->be, c);      /* a new sequence: conv states start at zero */
     else if (c->cache_pos != s->pos)
         return ci_err(err, errlen, "%s: session position %d and cache position %d disagree", fam, s->pos, c->cache_pos);
-    for (int off = 0; off < n; off += c->chunk) {
-        int k = n - off < c->chunk ? n - off : c->chunk, last = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
-    }
-    return 0;
+    int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
+    c->cache_pos = s->pos;
+    return rc;
+}
+
+int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int lfm2_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: one batched decode step --------------------------------------
@@ -270,9 +208,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     lfm2_session *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int H = d->H;
-    if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
     attn_cache kvs[LFM2_UBATCH];
-    for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
+    for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     /* layer l's table: attention rows' K, V pointers at [2i], [2i + 1]; conv rows' states at [i] */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -285,11 +223,11 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 t[i] = ((lfm2_session *)ss[i]->impl)->state[l];
             }
         }
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     const ffn_bufs fb = ffn_scratch(c);
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
         float *const *tab = c->tab + (size_t)l * 2 * n;
@@ -304,7 +242,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
-    head_ops(m, c, n, HEAD_ALL, logits);
+    ci_runner_head_rows(&c->run, be, n, logits, NULL);
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((lfm2_session *)ss[i]->impl)->cache_pos = ss[i]->pos;

@@ -1,0 +1,117 @@
+/* runner.c — the chunk loop every family on backend memory shares (runner.h). */
+#include "runner.h"
+#include "../core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int ci_runner_alloc(ci_runner *r, ci_backend *be, int ub, int vocab, int dim, float eps, int max_group,
+                    ci_ops_fn ops, int *bad) {
+    memset(r, 0, sizeof *r);
+    r->ub = ub;
+    r->vocab = vocab;
+    r->dim = dim;
+    r->eps = eps;
+    r->max_group = max_group;
+    r->ops = ops;
+    r->hpos = malloc((size_t)ub * sizeof(int32_t));
+    if (!r->hpos) return -1;
+    r->ids = ci_buf_alloc(be, (size_t)ub * sizeof(int32_t), bad);
+    r->pos = ci_buf_alloc(be, (size_t)ub * sizeof(int32_t), bad);
+    r->logits1 = ci_buf_alloc(be, (size_t)vocab * sizeof(float), bad);
+    r->best = ci_buf_alloc(be, sizeof(int32_t), bad);
+    return 0;
+}
+
+void ci_runner_free(ci_runner *r, ci_backend *be) {
+    for (int i = 0; i < 2; i++)
+        if (r->graph[i] && be->graph_free) be->graph_free(be, r->graph[i]);
+    ci_buf_release(be, r->ids);
+    ci_buf_release(be, r->pos);
+    ci_buf_release(be, r->logits1);
+    ci_buf_release(be, r->best);
+    ci_buf_release(be, r->logits_n);
+    free(r->hpos);
+    memset(r, 0, sizeof *r);
+}
+
+/* Rows of logits one group holds: row-independent matmuls give the same bits in any
+ * grouping, so the buffer is bounded (32 MiB) rather than [ub, vocab]; at least a 4-row
+ * tile, a multiple of 4, at most max_group. */
+int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errlen) {
+    if (r->logits_n) return 0;
+    int64_t rows = ((int64_t)32 << 20) / ((int64_t)r->vocab * (int64_t)sizeof(float));
+    if (rows > r->max_group) rows = r->max_group;
+    rows = rows / 4 * 4;
+    if (rows < 4) rows = 4;
+    r->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)r->vocab * sizeof(float));
+    if (!r->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, (int)rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    r->logit_rows = (int)rows;
+    return 0;
+}
+
+void ci_runner_head_rows(ci_runner *r, ci_backend *be, int n, float *logits, int32_t *best) {
+    be->rmsnorm(be, r->xn, r->x, r->final_norm, n, r->dim, r->eps);
+    for (int r0 = 0; r0 < n; r0 += r->logit_rows) {
+        int rows = n - r0 < r->logit_rows ? n - r0 : r->logit_rows;
+        be->matmul(be, r->logits_n, r->xn + (size_t)r0 * r->dim, rows, r->head);
+        if (best)
+            for (int i = 0; i < rows; i++)
+                be->argmax(be, best + r0 + i, r->logits_n + (size_t)i * r->vocab, r->vocab);
+        else
+            be->download(be, logits + (size_t)r0 * r->vocab, r->logits_n, (size_t)rows * r->vocab * sizeof(float));
+    }
+}
+
+/* One chunk of n <= ub tokens at positions s->pos..: uploads, ops (a one-token step through
+ * its recorded graph where the backend has graphs), then the logits / argmax come back. */
+static int run_chunk(ci_runner *r, ci_session *s, const int *tokens, int n, float *logits, int all_logits,
+                     int *out_id, char *err, size_t errlen) {
+    ci_model *m = s->m;
+    ci_backend *be = m->be;
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    for (int t = 0; t < n; t++) r->hpos[t] = s->pos + t;
+    if (logits && all_logits && ci_runner_need_rows(r, m, err, errlen)) return -1;
+    be->upload(be, r->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, r->pos, r->hpos, (size_t)n * sizeof(int32_t));
+    int head = out_id ? CI_HEAD_ARGMAX : logits && !all_logits ? CI_HEAD_LAST : CI_HEAD_NONE;
+    if (n == 1 && head != CI_HEAD_NONE && ci_graphs_allowed(m)) {
+        int gi = head == CI_HEAD_ARGMAX;
+        if (!r->graph[gi] && !r->graph_failed[gi] && r->graph_ran[gi]) {
+            if (be->graph_begin(be) == 0) {
+                r->ops(s, 1, head);                     /* recorded, not run */
+                r->graph[gi] = be->graph_end(be);
+            }
+            r->graph_failed[gi] = !r->graph[gi];
+        }
+        if (r->graph[gi]) be->graph_launch(be, r->graph[gi]);
+        else r->ops(s, 1, head);
+        r->graph_ran[gi] = 1;
+    } else {
+        r->ops(s, n, head);
+    }
+    if (logits && all_logits) ci_runner_head_rows(r, be, n, logits, NULL);
+    if (head == CI_HEAD_LAST) be->download(be, logits, r->logits1, (size_t)r->vocab * sizeof(float));
+    if (head == CI_HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, r->best, sizeof best);
+        *out_id = best;
+    }
+    s->pos += n;
+    return ci_backend_check(m, err, errlen);
+}
+
+int ci_runner_forward(ci_runner *r, ci_session *s, const int *tokens, int n, float *logits, int all_logits,
+                      int *out_id, char *err, size_t errlen) {
+    if (ci_forward_check(s, tokens, n, r->vocab, err, errlen)) return -1;
+    for (int off = 0; off < n; off += r->ub) {
+        int k = n - off < r->ub ? n - off : r->ub, last = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)r->vocab;
+        else if (logits && last) out = logits;
+        if (run_chunk(r, s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
+    }
+    return 0;
+}

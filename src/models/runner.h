@@ -1,0 +1,72 @@
+/* runner.h — the chunk loop every family on backend memory shares.
+ *
+ * A forward is cut into chunks of at most ub tokens. Per chunk the runner uploads the token
+ * ids and positions, calls the family's ops (which only launch backend ops on the session's
+ * buffers: nothing read back, nothing decided from a position), and brings back what the
+ * caller asked for: every row's logits (all_logits: final norm + head over groups of
+ * logit_rows rows), the last row's logits, or only the last row's argmax (4 bytes).
+ *
+ * A one-token step that wants the last row's logits or argmax is recorded as a graph on the
+ * backend the second time it runs (the first runs eagerly, so ops that size scratch or build
+ * tables on their first call do it outside a recording) and replayed from then on: a replay
+ * computes the bits eager execution computes.
+ */
+#ifndef CINFER_RUNNER_H
+#define CINFER_RUNNER_H
+
+#include "model.h"
+
+/* What the family's ops end with (ops' head argument). */
+enum { CI_HEAD_NONE = 0, CI_HEAD_LAST, CI_HEAD_ARGMAX };
+
+typedef struct ci_runner ci_runner;
+/* The ops of one chunk of n <= ub tokens whose ids and positions are in r->ids / r->pos:
+ * the layers, then for CI_HEAD_LAST the last row's logits into r->logits1, for
+ * CI_HEAD_ARGMAX also their argmax into r->best. The hidden rows end in r->x. */
+typedef void (*ci_ops_fn)(ci_session *s, int n, int head);
+
+struct ci_runner {
+    int ub;                      /* tokens per chunk: the family's scratch rows */
+    int vocab, dim;
+    float eps;
+    ci_ops_fn ops;
+    /* set by the family after its placement: what the all-rows head reads */
+    float *x, *xn;               /* backend [ub, dim]: the chunk's hidden rows, norm scratch */
+    const float *final_norm;     /* backend [dim] */
+    const ci_mat *head;          /* placed [vocab, dim] */
+    /* owned (ci_runner_alloc / ci_runner_free) */
+    int32_t *ids, *pos;          /* backend [ub]: a chunk's token ids and positions */
+    int32_t *hpos;               /* host [ub]: positions to upload */
+    float *logits1;              /* backend [vocab]: the last row's logits (fixed: graphs record it) */
+    int32_t *best;               /* backend [1]: their argmax */
+    float *logits_n;             /* backend [logit_rows, vocab]: all-rows groups, on first need */
+    int logit_rows, max_group;   /* rows per group (0 until allocated); its cap */
+    void *graph[2];              /* the recorded step: [0] CI_HEAD_LAST, [1] CI_HEAD_ARGMAX */
+    int graph_failed[2];         /* recording failed once: that step stays eager */
+    int graph_ran[2];            /* the step ran once eagerly (it is recorded on its next run) */
+};
+
+/* Allocates the runner's buffers for chunks of ub tokens (max_group caps the rows of one
+ * all-rows head group; 32 MiB of logits bound it too); sets *bad on failure like
+ * ci_buf_alloc. Returns 0, or -1 when host memory ran out. */
+int ci_runner_alloc(ci_runner *r, ci_backend *be, int ub, int vocab, int dim, float eps, int max_group,
+                    ci_ops_fn ops, int *bad);
+void ci_runner_free(ci_runner *r, ci_backend *be);
+
+/* The logits group buffer, allocated the first time a caller wants many rows. */
+int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errlen);
+
+/* Final norm of the n rows of r->x into r->xn, then the head over groups of r->logit_rows
+ * rows: each group downloaded into logits [n, vocab] (host), or, when best is given, each
+ * row's argmax left in best[row] (backend memory) and no logits come back. Needs
+ * ci_runner_need_rows first. */
+void ci_runner_head_rows(ci_runner *r, ci_backend *be, int n, float *logits, int32_t *best);
+
+/* A whole forward through the session's cache: ci_forward_check, then chunks of at most ub
+ * tokens; only the last chunk gets the head unless all_logits (each chunk then owns its
+ * rows of logits). out_id (forward_argmax) takes the last row's argmax instead of logits.
+ * s->pos advances by the tokens run. */
+int ci_runner_forward(ci_runner *r, ci_session *s, const int *tokens, int n, float *logits, int all_logits,
+                      int *out_id, char *err, size_t errlen);
+
+#endif
