@@ -99,13 +99,14 @@ static void dump_buf(ci_model *m, const char *name, int layer, const float *x, i
  * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
 static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
     const int H = d->H;
-    be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, H, d->eps);
     if (is_moe) {
-        moe_forward(be, &P->moe, &c->moe, c->y, c->xn, n);
-        be->add(be, c->x, c->y, (int64_t)n * H);
+        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, H, d->eps);
+        moe_forward_add(be, &P->moe, &c->moe, c->x, c->y, c->xn, n);   /* x += the routed experts' sum */
         if (!has_shared) return;
+        be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+    } else {
+        be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);
     }
-    be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
     be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
 }
 
@@ -123,16 +124,15 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
         const ds_layer *L = &d->layers[l];
         float *lc = tab ? NULL : c->lat_cache + (size_t)l * lat_layer;
         float *const *lt = tab ? tab + (size_t)l * n * (d->indexed ? 2 : 1) : NULL;
-        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, H, d->eps);
-        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->run.pos, n, d->eps);
+        mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->x, P->attn_norm, d->indexed,
+                    c->run.pos, n, d->eps);
         if (d->indexed)
             dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
                        tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->run.pos, n, max_ctx);
         else
             mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx);
-        mla_output(be, &P->attn, &c->mla, c->y, n);
+        mla_output_add(be, &P->attn, &c->mla, c->x, c->y, n);   /* x += o_proj(·); y: the CPU's product */
         dump_buf(m, "attn_out", l, c->y, n, H);
-        be->add(be, c->x, c->y, (int64_t)n * H);
         ffn(be, d, c, P, L->is_moe, L->has_shared, n);
         dump_buf(m, "layer_out", l, c->x, n, H);
     }

@@ -91,19 +91,24 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s) {
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s,
-                 const float *xn, const int32_t *pos, int n, float eps) {
+void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
+                 const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps) {
     const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
-    /* queries [n, Hh, nope+rope] */
+    /* q_a (or the queries [n, Hh, nope+rope] without q_lora) and the latent + k_pe rows,
+     * both from the normed input in one pass */
+    const ci_mat *Ws[2] = { L->q_lora > 0 ? &L->q_a : &L->q, &L->kv_a };
+    float *const ys[2] = { L->q_lora > 0 ? s->qa : s->q, s->lat };
+    if (keep_xn) {
+        be->rmsnorm(be, xn, x, norm_w, n, (int)L->kv_a.cols, eps);
+        be->matmul_n(be, 2, ys, xn, n, Ws);
+    } else {
+        be->norm_matmul_n(be, xn, x, norm_w, eps, 2, ys, n, Ws);
+    }
     if (L->q_lora > 0) {
-        be->matmul(be, s->qa, xn, n, &L->q_a);
         be->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, L->q_lora, eps);
         be->matmul(be, s->q, s->qa, n, &L->q_b);
-    } else {
-        be->matmul(be, s->q, xn, n, &L->q);
     }
-    /* latent + k_pe, then norm (the latent part of each row) and rope in place */
-    be->matmul(be, s->lat, xn, n, &L->kv_a);
+    /* the latent's norm (the kv_lora part of each row), then rope in place */
     be->rmsnorm_strided(be, s->lat, s->lat, L->kv_a_norm, n, L->kv_lora, lat, eps);
     be->rope(be, s->lat, n, 1, lat, L->kv_lora, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
     be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
@@ -121,7 +126,7 @@ void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache
     be->mla_attend(be, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat, L->scale);
 }
 
-void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n) {
+void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n) {
     be->mla_out_heads(be, s->o, s->olat, n, L->n_heads, L->kv_lora, L->kv_lora + L->rope, L->v, L->w_uv);
-    be->matmul(be, out, s->o, n, &L->o);
+    be->matmul_acc(be, x, s->o, n, &L->o, tmp);
 }

@@ -52,18 +52,22 @@ int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L);
 int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n);
 void mla_scratch_free(ci_backend *be, mla_scratch *s);
 
-/* The steps before the attention, for xn[n, H] at positions pos (backend memory): queries
- * (s->qa, s->q roped) and the absorbed queries s->qcat [n, Hh, kv_lora + rope]; s->lat gets
- * the rows' latent rows (normed, k_pe roped), which the caller stores in its cache(s).
- * inv_freq (backend memory) / mscale: the rope table's. */
-void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s,
-                 const float *xn, const int32_t *pos, int n, float eps);
+/* The steps before the attention, for the block input x[n, H] at positions pos (backend
+ * memory): xn = rmsnorm(x) * norm_w fused into the first projections (q_a or q, and kv_a,
+ * read in one pass); queries (s->qa, s->q roped) and the absorbed queries s->qcat [n, Hh,
+ * kv_lora + rope]; s->lat gets the rows' latent rows (normed, k_pe roped), which the caller
+ * stores in its cache(s). xn [n, H] holds the normed rows afterwards only with keep_xn (the
+ * indexer reads them); otherwise it is scratch (backend.h norm_matmul_n). inv_freq (backend
+ * memory) / mscale: the rope table's. */
+void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
+                 const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps);
 /* Stores s->lat in the cache(s) at rows pos and attends: cache (one sequence, [max_keys,
  * kv_lora + rope]) or, cache NULL, tab: row t's cache is tab[t] (a batch step). Into s->olat. */
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
                 const int32_t *pos, int n, int max_keys);
-/* The steps after it: out[n, H] from the latent-space outputs s->olat [n, Hh, kv_lora + rope]
- * (W_UV per head, then o_proj). */
-void mla_output(ci_backend *be, const mla_layer *L, mla_scratch *s, float *out, int n);
+/* The steps after it: x[n, H] += o_proj of the latent-space outputs s->olat [n, Hh,
+ * kv_lora + rope] after W_UV per head (the residual add fused; tmp [n, H] is matmul_acc's
+ * scratch). */
+void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n);
 
 #endif
