@@ -20,7 +20,9 @@
 #include <cuda_fp8.h>
 #include <math.h>
 
-enum { MLA_THREADS = 256, MLA_KT = 8, MLA_HG = 8, MLA_MAX_LAT = 1024, MLA_COLS = MLA_MAX_LAT / MLA_THREADS };
+enum { MLA_THREADS = 256, MLA_KT = 32, MLA_KPW = MLA_KT / (MLA_THREADS / 32), MLA_HG = 16, MLA_MAX_LAT = 1024,
+       MLA_COLS = MLA_MAX_LAT / MLA_THREADS };
+static_assert(MLA_KPW * MLA_HG == 64, "the score butterfly leaves each lane 2 of 64 sums");
 
 void cb_fail_msg(cuda_be *cb, const char *msg) {
     if (cb->failed) return;
@@ -130,14 +132,16 @@ static int head_views(const ci_mat *W, int n_heads, head_mats *hm) {
     return 0;
 }
 
-/* element (r, c) of head h as f32 (fp8 times its block scale) */
+/* element (r, c) of head h as f32 (fp8 times its block scale); DT the views' dtype, fixed
+ * per kernel instance so that a thread's loads carry no branch between them */
+template <int DT>
 static __device__ __forceinline__ float head_elem(const head_mats &m, int h, int64_t r, int64_t c) {
     const char *base = (const char *)m.data + h * m.step;
     const int64_t i = r * m.cols + c;
     float w;
-    if (m.dtype == CI_F32) w = __ldg((const float *)base + i);
-    else if (m.dtype == CI_BF16) w = __uint_as_float((unsigned)__ldg((const unsigned short *)base + i) << 16);
-    else if (m.dtype == CI_F16) w = __half2float(__ldg((const __half *)base + i));
+    if (DT == CI_F32) w = __ldg((const float *)base + i);
+    else if (DT == CI_BF16) w = __uint_as_float((unsigned)__ldg((const unsigned short *)base + i) << 16);
+    else if (DT == CI_F16) w = __half2float(__ldg((const __half *)base + i));
     else {
         __half_raw hr = __nv_cvt_fp8_to_halfraw(__ldg((const __nv_fp8_storage_t *)(base + i)), __NV_E4M3);
         w = __half2float(*(__half *)&hr);
@@ -157,36 +161,62 @@ static __device__ __forceinline__ float head_elem(const head_mats &m, int h, int
     return w;
 }
 
-enum { AB_TOK = 8 };
+enum { AB_TOK = 8, AQ_COLS = 64, AB_WARPS = 8, OH_J = 16 };
 
-/* qcat[t, h, c] = Σ_r q[t, h, r] · W_UK[h][r][c] for c < kv_lora, then q_pe: a thread per
- * column c of one head, AB_TOK rows per block (each weight read once per AB_TOK rows). */
-__global__ void absorb_q_kernel(float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
-                                head_mats m) {
+/* qcat[t, h, c] = Σ_r q[t, h, r] · W_UK[h][r][c] for c < kv_lora, then q_pe. A block takes
+ * one head, AQ_COLS columns and AB_TOK rows: lane l owns columns l and l + 32 of the tile
+ * (each warp's weight loads coalesced), the 8 warps split r (warp w takes r = w, w + 8, ...,
+ * so every thread has nope / 8 independent loads in flight), and the warps' partial sums are
+ * added in warp order through shared memory. The last x-block copies q_pe. */
+template <int DT>
+__global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_kernel(float *qcat, const float *q, int n, int n_heads,
+                                                                 int nope, int rope, int kv_lora, head_mats m) {
     pdl_enter();
-    const int c = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
+    __shared__ float red[AB_WARPS][AB_TOK][AQ_COLS];
+    const int h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
     const int qd = nope + rope, lat = kv_lora + rope;
     const int nt = n - t0 < AB_TOK ? n - t0 : AB_TOK;
-    if (c >= lat) return;
-    if (c >= kv_lora) {
-        for (int i = 0; i < nt; i++) {
-            const int64_t row = (int64_t)(t0 + i) * n_heads + h;
-            qcat[row * lat + c] = q[row * qd + nope + (c - kv_lora)];
+    if ((int)blockIdx.x == (kv_lora + AQ_COLS - 1) / AQ_COLS) {
+        for (int i = threadIdx.x; i < nt * rope; i += blockDim.x) {
+            const int ti = i / rope, c = i - ti * rope;
+            const int64_t row = (int64_t)(t0 + ti) * n_heads + h;
+            qcat[row * lat + kv_lora + c] = q[row * qd + nope + c];
         }
         return;
     }
-    float acc[AB_TOK];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int c0 = blockIdx.x * AQ_COLS + lane, c1 = c0 + 32;
+    const float *qh = q + ((int64_t)t0 * n_heads + h) * qd;      /* row t0 + i: qh + i * n_heads * qd */
+    const int64_t qstep = (int64_t)n_heads * qd;
+    float a0[AB_TOK], a1[AB_TOK];
 #pragma unroll
-    for (int i = 0; i < AB_TOK; i++) acc[i] = 0.0f;
-    for (int r = 0; r < nope; r++) {
-        const float w = head_elem(m, h, r, c);
+    for (int i = 0; i < AB_TOK; i++) a0[i] = a1[i] = 0.0f;
+#pragma unroll 8
+    for (int r = warp; r < nope; r += AB_WARPS) {
+        const float w0 = c0 < kv_lora ? head_elem<DT>(m, h, r, c0) : 0.0f;
+        const float w1 = c1 < kv_lora ? head_elem<DT>(m, h, r, c1) : 0.0f;
 #pragma unroll
         for (int i = 0; i < AB_TOK; i++)
-            if (i < nt) acc[i] = fmaf(q[((int64_t)(t0 + i) * n_heads + h) * qd + r], w, acc[i]);
+            if (i < nt) {
+                const float qv = __ldg(qh + i * qstep + r);
+                a0[i] = fmaf(qv, w0, a0[i]);
+                a1[i] = fmaf(qv, w1, a1[i]);
+            }
     }
 #pragma unroll
-    for (int i = 0; i < AB_TOK; i++)
-        if (i < nt) qcat[((int64_t)(t0 + i) * n_heads + h) * lat + c] = acc[i];
+    for (int i = 0; i < AB_TOK; i++) {
+        red[warp][i][lane] = a0[i];
+        red[warp][i][lane + 32] = a1[i];
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < nt * AQ_COLS; k += blockDim.x) {
+        const int i = k / AQ_COLS, cc = k - i * AQ_COLS, c = blockIdx.x * AQ_COLS + cc;
+        if (c >= kv_lora) continue;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AB_WARPS; w++) sum += red[w][i][cc];
+        qcat[((int64_t)(t0 + i) * n_heads + h) * lat + c] = sum;
+    }
 }
 
 void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
@@ -197,35 +227,50 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
         cb_fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
         return;
     }
-    const int lat = kv_lora + rope;
-    dim3 grid((unsigned)((lat + 127) / 128), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
-    cb_launch(cb, absorb_q_kernel, grid, dim3(128), 0, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+    dim3 grid((unsigned)((kv_lora + AQ_COLS - 1) / AQ_COLS + 1), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
+        m.dtype == CI_F32 ? absorb_q_kernel<CI_F32> : m.dtype == CI_BF16 ? absorb_q_kernel<CI_BF16>
+        : m.dtype == CI_F16 ? absorb_q_kernel<CI_F16> : absorb_q_kernel<CI_F8_E4M3>;
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), 0, qcat, q, n, n_heads, nope, rope, kv_lora, m);
     cb_launched(cb, "mla_absorb_q");
 }
 
-/* o[t, h, j] = Σ_c olat[t, h, c] · W_UV[h][j][c]: a warp per output j (lanes along c, the
- * weight row read coalesced), AB_TOK rows per block. */
-__global__ void out_heads_kernel(float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
-                                 head_mats m) {
+/* o[t, h, j] = Σ_c olat[t, h, c] · W_UV[h][j][c]. A block takes one head, OH_J outputs j and
+ * AB_TOK rows: the rows' latent outputs are staged in shared memory once, each warp takes
+ * OH_J / 8 outputs, lanes along c (the weight row read coalesced, kv_lora / 32 independent
+ * loads per lane and output), then a warp sum. */
+template <int DT>
+__global__ void __launch_bounds__(AB_WARPS * 32) out_heads_kernel(float *o, const float *olat, int n, int n_heads,
+                                                                  int kv_lora, int lat, int v, head_mats m) {
     pdl_enter();
+    extern __shared__ float ol[];                                 /* [AB_TOK][kv_lora] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * (blockDim.x >> 5) + warp, h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
+    const int h = blockIdx.y, t0 = blockIdx.z * AB_TOK;
     const int nt = n - t0 < AB_TOK ? n - t0 : AB_TOK;
-    if (j >= v) return;
-    float acc[AB_TOK];
-#pragma unroll
-    for (int i = 0; i < AB_TOK; i++) acc[i] = 0.0f;
-    for (int c = lane; c < kv_lora; c += 32) {
-        const float w = head_elem(m, h, j, c);
-#pragma unroll
-        for (int i = 0; i < AB_TOK; i++)
-            if (i < nt) acc[i] = fmaf(olat[((int64_t)(t0 + i) * n_heads + h) * lat + c], w, acc[i]);
+    for (int k = threadIdx.x; k < nt * kv_lora; k += blockDim.x) {
+        const int i = k / kv_lora, c = k - i * kv_lora;
+        ol[k] = olat[((int64_t)(t0 + i) * n_heads + h) * lat + c];
     }
+    __syncthreads();
+    for (int jj = warp; jj < OH_J; jj += AB_WARPS) {
+        const int j = blockIdx.x * OH_J + jj;
+        if (j >= v) break;
+        float acc[AB_TOK];
 #pragma unroll
-    for (int i = 0; i < AB_TOK; i++) {
-        float s = acc[i];
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0 && i < nt) o[((int64_t)(t0 + i) * n_heads + h) * v + j] = s;
+        for (int i = 0; i < AB_TOK; i++) acc[i] = 0.0f;
+#pragma unroll 8
+        for (int c = lane; c < kv_lora; c += 32) {
+            const float w = head_elem<DT>(m, h, j, c);
+#pragma unroll
+            for (int i = 0; i < AB_TOK; i++)
+                if (i < nt) acc[i] = fmaf(ol[i * kv_lora + c], w, acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < AB_TOK; i++) {
+            float s = acc[i];
+            for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+            if (lane == 0 && i < nt) o[((int64_t)(t0 + i) * n_heads + h) * v + j] = s;
+        }
     }
 }
 
@@ -237,8 +282,16 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
         cb_fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
         return;
     }
-    dim3 grid((unsigned)((v + 7) / 8), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
-    cb_launch(cb, out_heads_kernel, grid, dim3(256), 0, o, olat, n, n_heads, kv_lora, lat, v, m);
+    void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
+        m.dtype == CI_F32 ? out_heads_kernel<CI_F32> : m.dtype == CI_BF16 ? out_heads_kernel<CI_BF16>
+        : m.dtype == CI_F16 ? out_heads_kernel<CI_F16> : out_heads_kernel<CI_F8_E4M3>;
+    const size_t smem = (size_t)AB_TOK * kv_lora * sizeof(float);
+    if (smem > 48 * 1024) {   /* kv_lora > 1536: beyond every DeepSeek; one limit for all four instances */
+        cb_fail_msg(cb, "mla_out_heads: kv_lora over 1536 is not supported");
+        return;
+    }
+    dim3 grid((unsigned)((v + OH_J - 1) / OH_J), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m);
     cb_launched(cb, "mla_out_heads");
 }
 
@@ -269,31 +322,60 @@ static __device__ __forceinline__ int row_keys(const int32_t *pos, const int32_t
     return sel && L > topk ? topk : L;
 }
 
-/* grid (head groups, chunks, n); part [n, n_heads, n_chunks, lat + 2] when n_chunks > 1 */
+/* The butterfly sum of a warp's V values per lane (V a power of two, V >= 64 / 32 ... ):
+ * after it lane l holds the sums over all lanes of v[2l] and v[2l + 1] in v[0], v[1] (V = 64).
+ * Each stage hands half of the values to the partner lane: V - 2 shuffles in all. */
+template <int V>
+static __device__ __forceinline__ void warp_sum_split(float (&v)[V]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 16, cnt = V; o > 0; o >>= 1, cnt >>= 1) {
+        const bool up = lane & o;
+#pragma unroll
+        for (int i = 0; i < V / 2; i++) {
+            if (i >= cnt / 2) break;
+            const float keep = up ? v[i + cnt / 2] : v[i];
+            const float send = up ? v[i] : v[i + cnt / 2];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+}
+
+/* grid (head groups, chunks, n); part [n, n_heads, n_chunks, lat + 2] when n_chunks > 1.
+ * Row t's count keys are cut into n_chunks equal runs of whole tiles at run time (so a
+ * recorded step splits whatever context it meets evenly); tiles of MLA_KT keys:
+ *   scores   warp w takes keys 4w..4w+3 of the tile, lanes along the latent columns (keys
+ *            read straight from the cache, coalesced), all MLA_HG heads at once from the
+ *            queries staged in shared memory; a butterfly sum leaves lane l the scores of
+ *            heads 2l mod 16, 2l + 1 mod 16 of key l / 8;
+ *   softmax  warp w keeps heads 2w, 2w + 1: lane = key, max and sum by shuffles;
+ *   values   thread i owns columns i, i + 256, ... of every head: Σ_j p[h][j] · row_j[c],
+ *            the rows read again (from L1).
+ * Three barriers per tile. */
 __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float *part, const float *qcat,
                                                                const float *cache, float *const *tab, int tab_step,
                                                                const int32_t *pos, const int32_t *sel, int topk,
-                                                               int n_heads, int hg, int lat, float scale, int chunk,
-                                                               int n_chunks) {
+                                                               int n_heads, int lat, float scale, int n_chunks) {
     pdl_enter();
     extern __shared__ float sm[];
-    const int t = blockIdx.z, ck = blockIdx.y, h0 = blockIdx.x * hg;
-    const int nh = n_heads - h0 < hg ? n_heads - h0 : hg;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int t = blockIdx.z, ck = blockIdx.y, h0 = blockIdx.x * MLA_HG;
+    const int nh = n_heads - h0 < MLA_HG ? n_heads - h0 : MLA_HG;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (tab) cache = tab[(int64_t)t * tab_step];
     const int count = row_keys(pos, sel, topk, t);
     const int sparse = sel && pos[t] + 1 > topk;
     const int32_t *srow = sparse ? sel + (int64_t)t * topk : NULL;
-    const int j0 = ck * chunk, j1 = count < j0 + chunk ? count : j0 + chunk;
-    float *qs = sm;                              /* [hg, lat] scaled queries */
-    float *ks = qs + hg * lat;                   /* [KT, lat] staged latent rows */
-    float *ps = ks + MLA_KT * lat;               /* [hg, KT] scores, then probabilities */
-    float *ms = ps + hg * MLA_KT;                /* [hg] running max */
-    float *ls = ms + hg;                         /* [hg] running sum */
-    float *rs = ls + hg;                         /* [hg] this tile's rescale of the old sums */
+    const int tiles = (count + MLA_KT - 1) / MLA_KT, per = (tiles + n_chunks - 1) / n_chunks;
+    const int j0 = ck * per * MLA_KT, j1 = count < j0 + per * MLA_KT ? count : j0 + per * MLA_KT;
+    float *qs = sm;                              /* [MLA_HG, lat] scaled queries (zero rows past nh) */
+    float *ps = qs + MLA_HG * lat;               /* [MLA_HG, MLA_KT] scores, then probabilities */
+    float *ms = ps + MLA_HG * MLA_KT;            /* [MLA_HG] running max */
+    float *ls = ms + MLA_HG;                     /* [MLA_HG] running sum */
+    float *rs = ls + MLA_HG;                     /* [MLA_HG] this tile's rescale of the old sums */
     const float *qrow = qcat + ((int64_t)t * n_heads + h0) * lat;
-    for (int i = threadIdx.x; i < nh * lat; i += blockDim.x) qs[i] = qrow[i] * scale;
-    if (threadIdx.x < hg) { ms[threadIdx.x] = -INFINITY; ls[threadIdx.x] = 0.0f; }
+#pragma unroll 8
+    for (int i = threadIdx.x; i < MLA_HG * lat; i += blockDim.x) qs[i] = i < nh * lat ? qrow[i] * scale : 0.0f;
+    if (threadIdx.x < MLA_HG) { ms[threadIdx.x] = -INFINITY; ls[threadIdx.x] = 0.0f; }
     float acc[MLA_HG][MLA_COLS];
 #pragma unroll
     for (int h = 0; h < MLA_HG; h++)
@@ -302,49 +384,72 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
     __syncthreads();
     for (int jb = j0; jb < j1; jb += MLA_KT) {
         const int nk = j1 - jb < MLA_KT ? j1 - jb : MLA_KT;
-        for (int i = threadIdx.x; i < nk * lat; i += blockDim.x) {
-            const int j = i / lat, c = i - j * lat;
-            const int key = srow ? srow[jb + j] : jb + j;
-            ks[i] = cache[(int64_t)key * lat + c];
-        }
-        __syncthreads();
-        for (int d = warp; d < nh * MLA_KT; d += nw) {
-            const int h = d / MLA_KT, j = d - h * MLA_KT;
-            float s = 0.0f;
-            if (j < nk)
-                for (int c = lane; c < lat; c += 32) s = fmaf(qs[h * lat + c], ks[j * lat + c], s);
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) ps[h * MLA_KT + j] = j < nk ? s : -INFINITY;
-        }
-        __syncthreads();
-        if (threadIdx.x < nh) {
-            const int h = threadIdx.x;
-            float mx = ms[h];
-            for (int j = 0; j < nk; j++) mx = fmaxf(mx, ps[h * MLA_KT + j]);
-            const float r = ms[h] == -INFINITY ? 0.0f : expf(ms[h] - mx);
-            float l = ls[h] * r;
-            for (int j = 0; j < MLA_KT; j++) {
-                const float p = j < nk ? expf(ps[h * MLA_KT + j] - mx) : 0.0f;
-                ps[h * MLA_KT + j] = p;
-                l += p;
-            }
-            ms[h] = mx;
-            ls[h] = l;
-            rs[h] = r;
-        }
-        __syncthreads();
+        {   /* scores of keys jb + 4 warp + kk, all heads */
+            const float *kr[MLA_KPW];
 #pragma unroll
-        for (int h = 0; h < MLA_HG; h++) {
-            if (h >= nh) break;
-            const float r = rs[h];
+            for (int kk = 0; kk < MLA_KPW; kk++) {
+                const int j = warp * MLA_KPW + kk;
+                const int key = j < nk ? (srow ? srow[jb + j] : jb + j) : -1;
+                kr[kk] = key >= 0 ? cache + (int64_t)key * lat : NULL;
+            }
+            float v[MLA_KPW * MLA_HG];
+#pragma unroll
+            for (int i = 0; i < MLA_KPW * MLA_HG; i++) v[i] = 0.0f;
+#pragma unroll 6
+            for (int c = lane; c < lat; c += 32) {
+                float kv[MLA_KPW];
+#pragma unroll
+                for (int kk = 0; kk < MLA_KPW; kk++) kv[kk] = kr[kk] ? kr[kk][c] : 0.0f;
+#pragma unroll
+                for (int h = 0; h < MLA_HG; h++) {
+                    const float qv = qs[h * lat + c];
+#pragma unroll
+                    for (int kk = 0; kk < MLA_KPW; kk++) v[kk * MLA_HG + h] = fmaf(qv, kv[kk], v[kk * MLA_HG + h]);
+                }
+            }
+            warp_sum_split<MLA_KPW * MLA_HG>(v);
+            /* lane holds indices 2 lane, 2 lane + 1 = kk * MLA_HG + h */
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int idx = 2 * lane + e, kk = idx / MLA_HG, h = idx - kk * MLA_HG, j = warp * MLA_KPW + kk;
+                ps[h * MLA_KT + j] = j < nk ? v[e] : -INFINITY;
+            }
+        }
+        __syncthreads();
+        for (int h = warp; h < MLA_HG; h += MLA_THREADS / 32) {   /* online softmax: lane = key */
+            const float sc = lane < MLA_KT ? ps[h * MLA_KT + lane] : -INFINITY;
+            float mx = sc;
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mo = ms[h];
+            mx = fmaxf(mx, mo);
+            const float p = sc == -INFINITY ? 0.0f : expf(sc - mx);
+            float sum = p;
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane < MLA_KT) ps[h * MLA_KT + lane] = p;
+            if (lane == 0) {
+                const float r = mo == -INFINITY ? 0.0f : expf(mo - mx);
+                ms[h] = mx;
+                ls[h] = ls[h] * r + sum;
+                rs[h] = r;
+            }
+        }
+        __syncthreads();
+        {   /* values: acc[h][k] = acc · r + Σ_j p[h][j] row_j[c] */
 #pragma unroll
             for (int k = 0; k < MLA_COLS; k++) {
                 const int c = threadIdx.x + k * MLA_THREADS;
-                if (c < lat) {
-                    float a = acc[h][k] * r;
-                    for (int j = 0; j < nk; j++) a = fmaf(ps[h * MLA_KT + j], ks[j * lat + c], a);
-                    acc[h][k] = a;
+                if (c >= lat) break;
+                float a[MLA_HG];
+#pragma unroll
+                for (int h = 0; h < MLA_HG; h++) a[h] = acc[h][k] * rs[h];
+#pragma unroll 8
+                for (int j = 0; j < MLA_KT; j++) {   /* keys past nk have p = 0: read row jb (any held row) */
+                    const float x = cache[(int64_t)(j < nk ? (srow ? srow[jb + j] : jb + j) : (srow ? srow[jb] : jb)) * lat + c];
+#pragma unroll
+                    for (int h = 0; h < MLA_HG; h++) a[h] = fmaf(ps[h * MLA_KT + j], x, a[h]);
                 }
+#pragma unroll
+                for (int h = 0; h < MLA_HG; h++) acc[h][k] = a[h];
             }
         }
         __syncthreads();
@@ -377,27 +482,43 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
 }
 
 /* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
- * saw no key have m = -inf and are skipped) */
-__global__ void mla_combine_kernel(float *out, const float *part, int n_heads, int lat, int n_chunks) {
+ * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
+ * warp's max and sum), then each thread sums its columns over the chunks with many loads
+ * in flight. */
+__global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const float *part, int n_heads, int lat,
+                                                          int n_chunks) {
     pdl_enter();
-    const int h = blockIdx.x, t = blockIdx.y;
+    extern __shared__ float wk[];                 /* [n_chunks] weights, then the count of chunks used */
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
-    float M = -INFINITY;
-    for (int k = 0; k < n_chunks; k++) M = fmaxf(M, p[k * (lat + 2) + lat]);
-    float L = 0.0f;
-    for (int k = 0; k < n_chunks; k++) {
-        const float m = p[k * (lat + 2) + lat];
-        if (m != -INFINITY) L += expf(m - M) * p[k * (lat + 2) + lat + 1];
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int k = lane; k < n_chunks; k += 32) M = fmaxf(M, p[(int64_t)k * (lat + 2) + lat]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.0f;
+        int used = 0;   /* chunks that saw keys: a prefix (the attention kernel cuts whole tiles from 0) */
+        for (int k = lane; k < n_chunks; k += 32) {
+            const float m = p[(int64_t)k * (lat + 2) + lat];
+            const float e = m == -INFINITY ? 0.0f : expf(m - M);
+            wk[k] = e;
+            if (m != -INFINITY) used = k + 1;
+            L = fmaf(e, p[(int64_t)k * (lat + 2) + lat + 1], L);
+        }
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        for (int o = 16; o > 0; o >>= 1) used = max(used, __shfl_xor_sync(0xffffffffu, used, o));
+        if (lane == 0) wk[n_chunks] = __int_as_float(used);
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        __syncwarp();
+        for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
     }
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    __syncthreads();
+    const int used = __float_as_int(wk[n_chunks]);
     float *orow = out + ((int64_t)t * n_heads + h) * lat;
     for (int c = threadIdx.x; c < lat; c += blockDim.x) {
         float a = 0.0f;
-        for (int k = 0; k < n_chunks; k++) {
-            const float m = p[k * (lat + 2) + lat];
-            if (m != -INFINITY) a = fmaf(expf(m - M), p[k * (lat + 2) + c], a);
-        }
-        orow[c] = a * inv;
+#pragma unroll 8
+        for (int k = 0; k < used; k++) a = fmaf(wk[k], p[(int64_t)k * (lat + 2) + c], a);
+        orow[c] = a;
     }
 }
 
@@ -409,30 +530,28 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
         return;
     }
-    int hg = n_heads < MLA_HG ? n_heads : MLA_HG;
-    const size_t smem = ((size_t)(hg + MLA_KT) * lat + (size_t)hg * MLA_KT + 3 * (size_t)hg) * sizeof(float);
+    const size_t smem = ((size_t)MLA_HG * lat + (size_t)MLA_HG * MLA_KT + 3 * (size_t)MLA_HG) * sizeof(float);
     if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
         cb_fail_msg(cb, "MLA attention: shared memory");
         return;
     }
-    const int groups = (n_heads + hg - 1) / hg;
-    /* split the keys so that about two blocks per SM run (decode), never below one tile */
-    int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
+    const int groups = (n_heads + MLA_HG - 1) / MLA_HG;
+    /* one block per SM (decode; the kernel's registers allow one), never more chunks than
+     * tiles of the longest context; each block takes its share of the row's actual keys at
+     * run time */
+    int64_t want = ((int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
     int64_t max_chunks = (keys + MLA_KT - 1) / MLA_KT;
     int n_chunks = (int)(want < 1 ? 1 : want > max_chunks ? max_chunks : want);
-    int chunk = (keys + n_chunks - 1) / n_chunks;
-    chunk = (chunk + MLA_KT - 1) / MLA_KT * MLA_KT;
-    n_chunks = (keys + chunk - 1) / chunk;
     float *part = NULL;
     if (n_chunks > 1) {
         part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * n_chunks * (lat + 2) * sizeof(float));
         if (!part) return;
     }
     cb_launch(cb, mla_attn_kernel, dim3((unsigned)groups, (unsigned)n_chunks, (unsigned)n), dim3(MLA_THREADS), smem, out,
-              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, hg, lat, scale, chunk, n_chunks);
+              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, lat, scale, n_chunks);
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
-    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(128), 0, out, (const float *)part,
-              n_heads, lat, n_chunks);
+    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), (size_t)(n_chunks + 1) * sizeof(float),
+              out, (const float *)part, n_heads, lat, n_chunks);
     cb_launched(cb, "mla_attend (combine)");
 }
 
