@@ -44,7 +44,8 @@ struct cuda_be {
     void **retired;          /* scratch buffers replaced by bigger ones (a graph may still use them) */
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
-    cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM */
+    cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM, or a layer's
+                              * fp8 experts widened for one grouped MoE GEMM (moe.cu) */
     cb_scratch attn_part;    /* split-K attention partials */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
@@ -176,6 +177,9 @@ void cb_moe_free(cuda_be *cb);
  * no host synchronisation. cb_moe_grouped_ok says whether it takes the layer (dtype and
  * activation); when it does not, moe.cu runs its GEMV kernels over groups of rows. */
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
+/* Whether fp8 experts could take the grouped GEMM once widened to bf16 (moe.cu widens them
+ * into scratch for a prefill chunk: the same shape conditions as cb_moe_grouped_ok). */
+int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
 

@@ -481,21 +481,67 @@ static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
     return true;
 }
 
+/* fp8 experts for a prefill chunk: every matrix of the layer widened to bf16 (times its
+ * block scale, rounded to nearest even, as gemv.cu's fp8_widen_kernel) into one scratch
+ * buffer, matrix i = 3e + j at i · I · X elements (gate and up [I, X], down [X, I]: the same
+ * count), and its address into wtab[i]: a table the grouped GEMM reads like a bf16 layer's. */
+__global__ void moe_widen_kernel(__nv_bfloat16 *dst, const void **wtab, const void *const *w, const void *const *scale,
+                                 const int64_t *srow0, int sd, int block, int I, int X) {
+    pdl_enter();
+    const int i = blockIdx.y, cols = i % 3 == 2 ? I : X;
+    const int64_t total = (int64_t)I * X, scols = block > 0 ? (cols + block - 1) / block : 0;
+    __nv_bfloat16 *d = dst + (int64_t)i * total;
+    if (blockIdx.x == 0 && threadIdx.x == 0) wtab[i] = d;
+    const uint8_t *src = (const uint8_t *)w[i];
+    const void *sg = block > 0 ? scale[i] : NULL;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = k / cols, c = k - r * cols;
+        float v = LFP8::one(src, k);
+        if (sg) v *= scale_elem(sg, sd, ((srow0[i] + r) / block) * scols + c / block);
+        d[k] = __float2bfloat16_rn(v);
+    }
+}
+
+/* The widened layer's bytes: at most this much scratch (a bigger layer loops the GEMVs). */
+static const size_t MOE_WIDEN_MAX = (size_t)8 << 30;
+
+static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                            const ci_moe *m, const cb_moe_tab *tab) {
+    const size_t per = (size_t)tab->I * tab->X, count = 3 * (size_t)tab->E;
+    __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + count * sizeof(void *) + 16);
+    if (!wd) return;
+    const void **wtab = (const void **)(((uintptr_t)(wd + count * per) + 15) & ~(uintptr_t)15);
+    unsigned bx = (unsigned)((per + 255) / 256);
+    if (bx > 64) bx = 64;
+    cb_launch(cb, moe_widen_kernel, dim3(bx, (unsigned)count), dim3(256), 0, wd, wtab, tab->w, tab->scale, tab->srow0,
+              tab->scale_dtype < 0 ? 0 : tab->scale_dtype, tab->scale_dtype >= 0 ? tab->block : 0, tab->I, tab->X);
+    if (cb_launched(cb, "moe fp8 widen")) return;
+    cb_moe_tab wide = *tab;
+    wide.dtype = CI_BF16;
+    wide.w = wtab;
+    wide.scale = NULL;
+    wide.block = 0;
+    wide.scale_dtype = -1;
+    cb_moe_grouped(cb, out, x, n, sel, w, m, &wide);
+}
+
 static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
-    if (n > CB_GEMV_MAX_N && cb_moe_grouped_ok(m, tab)) {
-        if (!acc) {
-            cb_moe_grouped(cb, out, x, n, sel, w, m, tab);
-            return;
+    const bool fp8 = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab) &&
+                     3 * (size_t)tab->E * tab->I * tab->X * 2 <= MOE_WIDEN_MAX;
+    if (n > CB_GEMV_MAX_N && (fp8 || cb_moe_grouped_ok(m, tab))) {
+        float *y = out;
+        if (acc) {
+            y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
+            if (!y) return;
         }
-        float *y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
-        if (!y) return;
-        cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
-        cb_add(cb, out, y, (int64_t)n * m->hidden);
+        if (fp8) moe_grouped_fp8(cb, y, x, n, sel, w, m, tab);
+        else cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
+        if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
         return;
     }
     const int K = m->top_k, chunk = n < CB_GEMV_MAX_N ? n : CB_GEMV_MAX_N;

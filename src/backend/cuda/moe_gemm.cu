@@ -456,6 +456,19 @@ static int mg_mat_ok(const ci_mat *W, ci_dtype dt, int64_t rows, int64_t cols) {
     return W && W->dtype == dt && W->rows == rows && W->cols == cols && W->data && ((uintptr_t)W->data & 15) == 0;
 }
 
+/* The shape half of cb_moe_grouped_ok: gated experts, E within the sort's reach, widths in
+ * whole 16-byte chunks of 16-bit elements. */
+static int mg_shape_ok(const ci_moe *m, const cb_moe_tab *tab) {
+    if (tab->relu2 || m->relu2 || !m->w_gate || !m->w_up || !m->w_down) return 0;
+    const int E = tab->E, X = tab->X, I = tab->I;
+    if (E < 1 || E > MG_MAX_E || E != m->n_experts || m->top_k < 1 || X != m->hidden || I != m->inter) return 0;
+    return X >= 8 && I >= 8 && X % 8 == 0 && I % 8 == 0;
+}
+
+int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab) {
+    return m && tab && tab->w && tab->dtype == CI_F8_E4M3 && mg_shape_ok(m, tab);
+}
+
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
     if (!m || !tab || !tab->w) return 0;
     if (tab->dtype != CI_BF16 && tab->dtype != CI_F16) return 0;
