@@ -432,7 +432,7 @@ static void nh_session_free(ci_session *s) {
     if (!c) return;
     cache_free(&c->cache);
     free(c->x); free(c->xn); free(c->y); free(c->q); free(c->att); free(c->k); free(c->v); free(c->g); free(c->last);
-    mamba2_scratch_free(&c->mamba);
+    mamba2_scratch_free(s->m->be, &c->mamba);
     moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
@@ -465,7 +465,7 @@ static int nh_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = malloc((U * (size_t)d->ff + 1) * sizeof(float));
     c->last = malloc((size_t)d->H * sizeof(float));
     if (!c->x || !c->xn || !c->y || !c->q || !c->att || !c->k || !c->v || !c->g || !c->last ||
-        (d->any_mamba && mamba2_scratch_init(&c->mamba, d->any_mamba, UBATCH)) ||
+        (d->any_mamba && mamba2_scratch_init(s->m->be, &c->mamba, d->any_mamba, UBATCH)) ||
         (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
