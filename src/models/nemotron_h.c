@@ -20,9 +20,12 @@
  * MLX-quantized (weights.h) and checked against config.json; the router (mlx-lm's MoEGate
  * is not a Linear) and e_score_correction_bias / A_log stay unquantized.
  *
- * Cache: one ci_cache per session; attention layers keep K|V rows (2·n_kv·hd floats per
- * token), Mamba2 layers a fixed state (conv window (K-1)·conv_dim, then SSM Hm·P·N); the
- * cache's pos follows the session's. A forward at position 0 starts from zeroed states.
+ * This file reads the config and binds the tensors; nemotron_h_place.c puts the weights in
+ * backend memory, nemotron_h_run.c runs sessions on backend ops (a device backend runs
+ * them as they are; MLX-quantized weights stay on the CPU), nemotron_h_cache.c snapshots.
+ * Cache (backend memory, per session): attention layers keep K|V rows (2·n_kv·hd floats
+ * per token), Mamba2 layers a fixed f32 state (conv window (K-1)·conv_dim, then SSM
+ * Hm·P·N). A forward at position 0 starts from zeroed states.
  *
  * dt clamp: below at time_step_min in prefill and decode alike (transformers' prefill
  * path; see nn/mamba2.h); time_step_limit is read and checked but not applied, as
