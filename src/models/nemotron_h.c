@@ -396,6 +396,7 @@ static const ci_family_ops nh_ops = {
     .session_init = nh_session_init, .session_free = nh_session_free,
     .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token,
     .snapshot = nemh_snapshot, .restore = nemh_restore, .forward_batch = nh_forward_batch,
+    .forward_argmax = nh_forward_argmax, .forward_batch_argmax = nh_forward_batch_argmax,
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops,

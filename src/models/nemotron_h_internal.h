@@ -65,6 +65,7 @@ typedef struct {
     float *g;                    /* [UBATCH, ff] */
     float *last;                 /* [H] the last row, final-normed */
     int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    int32_t *best;               /* [UBATCH] argmax of logits1 (forward_argmax) or of each batch row */
     float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
     float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
     int logit_rows;
@@ -73,8 +74,8 @@ typedef struct {
     float **htab;                /* the same in host memory, to upload */
     int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: state_floats zeros, a new sequence's Mamba2 state */
-    void *graph;                 /* the recorded decode step, or NULL */
-    int graph_failed;
+    void *graph[2];              /* the recorded decode step: [0] logits, [1] argmax; or NULL */
+    int graph_failed[2], graph_warm[2];  /* warm: one eager step ran (MoE tables built) */
     mamba2_scratch mamba;
     moe_scratch moe;
 } nh_session;
@@ -92,6 +93,8 @@ void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c);
 int nh_session_init(ci_session *s, char *err, size_t errlen);
 void nh_session_free(ci_session *s);
 int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+int nh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+int nh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 
 #endif

@@ -50,6 +50,7 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
+    c->best = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     if (bad || (d->any_mamba && mamba2_scratch_init(be, &c->mamba, d->any_mamba, NH_UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, NH_UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
@@ -62,7 +63,8 @@ void nh_session_free(ci_session *s) {
     if (!c) return;
     const nh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
-    if (c->graph && be->graph_free) be->graph_free(be, c->graph);
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
     for (int l = 0; l < d->n_layers; l++) {
         if (c->kv) ci_buf_release(be, c->kv[l]);
         if (c->state) ci_buf_release(be, c->state[l]);
@@ -71,6 +73,7 @@ void nh_session_free(ci_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->ids);
     ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->best);
     ci_buf_release(be, c->tab);
     if (c->mamba.proj || c->mamba.scan) mamba2_scratch_free(be, &c->mamba);
     moe_scratch_free(be, &c->moe);
@@ -171,65 +174,84 @@ static void chunk_ops(ci_session *s, int n) {
     }
 }
 
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL };
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL, HEAD_ARGMAX };
 
-/* The final norm and head: HEAD_LAST the last row's logits into c->logits1; HEAD_ALL every
- * row's, in groups of c->logit_rows through c->logits_n, each downloaded into logits. */
-static void head_ops(ci_model *m, nh_session *c, int n, int head, float *logits) {
+/* The final norm and head: HEAD_LAST the last row's logits into c->logits1 (HEAD_ARGMAX:
+ * also their argmax into c->best); HEAD_ALL every row's, in groups of c->logit_rows through
+ * c->logits_n, each downloaded into logits or, with best, each row's argmax into best[r]. */
+static void head_ops(ci_model *m, nh_session *c, int n, int head, float *logits, int32_t *best) {
     const nh_model *d = m->impl;
     ci_backend *be = m->be;
     const int H = d->H;
-    if (head == HEAD_LAST) {
+    if (head == HEAD_LAST || head == HEAD_ARGMAX) {
         be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_norm_f, 1, H, d->eps);
         be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+        if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
     } else if (head == HEAD_ALL) {
         be->rmsnorm(be, c->xn, c->x, d->dev_norm_f, n, H, d->eps);
         for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
             int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
             be->matmul(be, c->logits_n, c->xn + (size_t)r0 * H, rows, &d->dev_head);
-            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+            if (best)
+                for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
+            else
+                be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
         }
     }
 }
 
 /* One chunk of n <= NH_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
- * through its recorded graph where the backend has graphs), then the logits come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+ * through its recorded graph where the backend has graphs), then the logits (or, out_id,
+ * the last row's argmax) come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
     ci_model *m = s->m;
     const nh_model *d = m->impl;
     nh_session *c = s->impl;
     ci_backend *be = m->be;
     _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
     for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    int head = !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
+    int head = out_id ? HEAD_ARGMAX : !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
     if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && head == HEAD_LAST && ci_graphs_allowed(m)) {
-        if (!c->graph && !c->graph_failed) {
+    if (n == 1 && (head == HEAD_LAST || head == HEAD_ARGMAX) && ci_graphs_allowed(m)) {
+        const int gi = head == HEAD_ARGMAX;
+        /* the first step runs eagerly: ops that size scratch or build tables on their first
+         * call (the MoE's) do it outside a recording */
+        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
             if (be->graph_begin(be) == 0) {
                 chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, HEAD_LAST, NULL);
-                c->graph = be->graph_end(be);
+                head_ops(m, c, 1, head, NULL, NULL);
+                c->graph[gi] = be->graph_end(be);
             }
-            c->graph_failed = !c->graph;
+            c->graph_failed[gi] = !c->graph[gi];
         }
-        if (c->graph) be->graph_launch(be, c->graph);
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
         else {
             chunk_ops(s, 1);
-            head_ops(m, c, 1, HEAD_LAST, NULL);
+            head_ops(m, c, 1, head, NULL, NULL);
         }
+        c->graph_warm[gi] = 1;
     } else {
         chunk_ops(s, n);
-        head_ops(m, c, n, head, logits);
+        head_ops(m, c, n, head, logits, NULL);
     }
     if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
+    }
     s->pos += n;
     c->cache_pos = s->pos;
     return ci_backend_check(m, err, errlen);
 }
 
-int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+/* Chunks of at most NH_UBATCH tokens; only the last gets the head unless all_logits (each
+ * chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
     const nh_model *d = s->m->impl;
     nh_session *c = s->impl;
     const char *fam = s->m->family->name;
@@ -245,9 +267,17 @@ int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
         float *out = NULL;
         if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
         else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
     }
     return 0;
+}
+
+int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int nh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: one batched decode step --------------------------------------
@@ -270,7 +300,8 @@ static int need_tab(ci_model *m, nh_session *c, char *err, size_t errlen) {
     return 0;
 }
 
-static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
     ci_model *m = ss[0]->m;
     const nh_model *d = m->impl;
     nh_session *c = ss[0]->impl;
@@ -301,7 +332,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
         layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->tab + (size_t)l * 2 * n : NULL, n);
     }
-    head_ops(m, c, n, HEAD_ALL, logits);
+    head_ops(m, c, n, HEAD_ALL, logits, out_ids ? c->best : NULL);
+    if (out_ids) be->download(be, out_ids, c->best, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((nh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;
@@ -309,7 +341,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     return ci_backend_check(m, err, errlen);
 }
 
-int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const ci_model *m = ss[0]->m;
     const nh_model *d = m->impl;
@@ -325,7 +358,17 @@ int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
         if (ss[i]->pos == 0) nh_reset_states(d, m->be, ss[i]->impl);
     for (int off = 0; off < n; off += NH_UBATCH) {
         int k = n - off < NH_UBATCH ? n - off : NH_UBATCH;
-        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
     }
     return 0;
+}
+
+int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int nh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
 }

@@ -12,7 +12,8 @@
  * ssd_scan is one launch: grid (Hm, sequences, P / 8), block 8 warps; warp w owns state row
  * p of head h, its N floats in registers (lane j holds n = j, j + 32, ...: N <= 256), read
  * once and written once per call; per token it forms dt (softplus, bias, clamp), the decay
- * e^{dt·A}, updates the row with dt·x_p·B, and reduces S_p·C over the warp (+ D x_p). A
+ * e^{dt·A}, updates the row with dt·x_p·B, and reduces S_p·C over the warp (+ D x_p), the
+ * next token's B, C, x_p and dt already loading. A
  * chunk loops over its tokens inside the kernel (the recurrence: equal to the CPU's chunked
  * SSD up to rounding; the within-chunk GEMM form is not written yet). The state update has
  * the CPU's rounding (a·s + b·B without contraction) but the decay comes from the device's
@@ -86,25 +87,43 @@ ssd_scan_kernel(float *y, const float *xbc, int xbc_stride, const float *dtr, in
 #pragma unroll
     for (int j = 0; j < SSD_MAXJ; j++) s[j] = lane + 32 * j < N ? S[lane + 32 * j] : 0.0f;
     const float a = A[h], d = D[h], bias = dt_bias[h];
+    /* token t's inputs are loaded while token t-1 is computed (nb / nc / nx / nr: the next) */
+    float nb[SSD_MAXJ], nc[SSD_MAXJ], nx = 0.0f, nr = 0.0f;
+#define SSD_LOAD(t_)                                                                                                \
+    do {                                                                                                            \
+        const float *row_ = xbc + (int64_t)(t_) * xbc_stride;                                                       \
+        const float *B_ = row_ + I + (int64_t)g * N, *C_ = row_ + I + (int64_t)(G + g) * N;                        \
+        _Pragma("unroll") for (int j = 0; j < SSD_MAXJ; j++) {                                                      \
+            const int i_ = lane + 32 * j;                                                                           \
+            nb[j] = i_ < N ? B_[i_] : 0.0f;                                                                         \
+            nc[j] = i_ < N ? C_[i_] : 0.0f;                                                                         \
+        }                                                                                                           \
+        nx = row_[(int64_t)h * P + p];                                                                              \
+        nr = dtr[(int64_t)(t_) * dt_stride + h];                                                                    \
+    } while (0)
+    if (t0 < t1) SSD_LOAD(t0);
     for (int t = t0; t < t1; t++) {
-        const float *row = xbc + (int64_t)t * xbc_stride;
-        const float *B = row + I + (int64_t)g * N, *C = row + I + (int64_t)(G + g) * N;
-        const float v = __fadd_rn(dtr[(int64_t)t * dt_stride + h], bias);
+        float Bv[SSD_MAXJ], Cv[SSD_MAXJ];
+#pragma unroll
+        for (int j = 0; j < SSD_MAXJ; j++) { Bv[j] = nb[j]; Cv[j] = nc[j]; }
+        const float xp = nx, raw = nr;
+        if (t + 1 < t1) SSD_LOAD(t + 1);
+        const float v = __fadd_rn(raw, bias);
         const float sp = v > 20.0f ? v : log1pf(expf(v));
         const float dt = sp < dt_min ? dt_min : sp, da = expf(__fmul_rn(dt, a));
-        const float xp = row[(int64_t)h * P + p], b = __fmul_rn(dt, xp);
+        const float b = __fmul_rn(dt, xp);
         float acc = 0.0f;
 #pragma unroll
         for (int j = 0; j < SSD_MAXJ; j++) {
-            const int i = lane + 32 * j;
-            if (i < N) {
-                s[j] = __fadd_rn(__fmul_rn(da, s[j]), __fmul_rn(b, B[i]));
-                acc = __fadd_rn(acc, __fmul_rn(s[j], C[i]));
+            if (lane + 32 * j < N) {
+                s[j] = __fadd_rn(__fmul_rn(da, s[j]), __fmul_rn(b, Bv[j]));
+                acc = __fadd_rn(acc, __fmul_rn(s[j], Cv[j]));
             }
         }
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) y[(int64_t)t * I + (int64_t)h * P + p] = __fadd_rn(acc, __fmul_rn(d, xp));
     }
+#undef SSD_LOAD
 #pragma unroll
     for (int j = 0; j < SSD_MAXJ; j++)
         if (lane + 32 * j < N) S[lane + 32 * j] = s[j];
