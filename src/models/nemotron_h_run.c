@@ -122,42 +122,47 @@ static void dump_buf(ci_model *m, const char *name, int layer, const float *x, i
     free(h);
 }
 
-/* Layer l of n rows, x += mixer(rmsnorm(x)). One cache (kvs[0], the session's state
- * `state`) for a chunk of one sequence, or a batch step: tab is layer l's table in backend
- * memory (attention: K, V per row, kvs[i] the row's cache; Mamba2: conv states then SSM
- * states), kvs / state unused. */
+/* Layer l of n rows, x += mixer(rmsnorm(x)), the norm fused into the mixer's first
+ * projection(s) and the residual add into its last where the ops allow (on the CPU the bits
+ * of rmsnorm, ..., add). One cache (kvs[0], the session's state `state`) for a chunk of one
+ * sequence, or a batch step: tab is layer l's table in backend memory (attention: K, V per
+ * row, kvs[i] the row's cache; Mamba2: conv states then SSM states), kvs / state unused.
+ * The mixer's output ("mixer_out") is in xn (the CPU's product; a device leaves it
+ * undefined) or, MoE, in y. */
 static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, float *state, float *const *tab,
                       int n) {
     const nh_model *d = m->impl;
     const nh_placed *P = &d->dev[l];
     ci_backend *be = m->be;
     const int H = d->H;
-    be->rmsnorm(be, c->xn, c->x, P->norm, n, H, d->eps);
+    const float *out = c->xn;
     switch (d->layers[l].kind) {
     case 'M':
-        if (tab) mamba2_forward_rows(be, &P->mamba, &c->mamba, tab, tab + n, c->y, c->xn, n);
-        else mamba2_forward(be, &P->mamba, &c->mamba, state, state + mamba2_conv_floats(&P->mamba), c->y, c->xn, n,
-                            d->scan);
+        if (tab) mamba2_forward_rows(be, &P->mamba, &c->mamba, tab, tab + n, c->x, c->xn, P->norm, d->eps, n);
+        else mamba2_forward(be, &P->mamba, &c->mamba, state, state + mamba2_conv_floats(&P->mamba), c->x, c->xn,
+                            P->norm, d->eps, n, d->scan);
         break;
     case '*': {
         const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos,
                                .kv_tab = tab };
-        attn_project(be, &P->attn, &ab, c->xn, NULL, 0, n);
-        attn_attend(be, &P->attn, &ab, kvs, tab ? n : 1, n);
-        attn_output(be, &P->attn, &ab, c->y, 0, n);
+        attn_forward(be, &P->attn, &ab, kvs, tab ? n : 1, c->x, P->norm, d->eps, c->x, n);  /* x += o_proj(·) */
         break;
     }
-    case '-':
-        be->matmul(be, c->g, c->xn, n, &P->up);
+    case '-': {                                              /* x += down(relu(up rmsnorm(x))²) */
+        float *const gs[1] = { c->g };
+        const ci_mat *const ws[1] = { &P->up };
+        be->norm_matmul_n(be, c->xn, c->x, P->norm, d->eps, 1, gs, n, ws);
         be->relu2(be, c->g, (int64_t)n * d->ff);
-        be->matmul(be, c->y, c->g, n, &P->down);
-        break;
-    default:
-        moe_forward(be, &P->moe, &c->moe, c->y, c->xn, n);     /* routed + shared */
+        be->matmul_acc(be, c->x, c->g, n, &P->down, c->xn);
         break;
     }
-    dump_buf(m, "mixer_out", l, c->y, n, H);
-    be->add(be, c->x, c->y, (int64_t)n * H);
+    default:                                                 /* routed + shared, then the add */
+        be->rmsnorm(be, c->xn, c->x, P->norm, n, H, d->eps);
+        moe_forward_add(be, &P->moe, &c->moe, c->x, c->y, c->xn, n);
+        out = c->y;
+        break;
+    }
+    dump_buf(m, "mixer_out", l, out, n, H);
     dump_buf(m, "layer_out", l, c->x, n, H);
 }
 

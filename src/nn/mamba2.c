@@ -1,6 +1,6 @@
-/* mamba2.c — see mamba2.h: the mixer wired on backend ops (in_proj, mamba_conv, ssd_scan,
- * gated_rmsnorm, out_proj); the arithmetic of the three middle ops is the backend's
- * (backend/cpu/mamba_cpu.c on the CPU). */
+/* mamba2.c — see mamba2.h: the mixer wired on backend ops (the block norm fused into in_proj,
+ * mamba_conv, ssd_scan, gated_rmsnorm, out_proj with the residual add); the arithmetic of
+ * the three middle ops is the backend's (backend/cpu/mamba_cpu.c on the CPU). */
 #include "mamba2.h"
 #include "place.h"
 #include <string.h>
@@ -70,24 +70,28 @@ static void scan(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float
     s->scan_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
 
-void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
-                    float *out, const float *x, int n, mamba2_scan form) {
+/* x += out_proj(gated_norm(scan(conv(in_proj(rmsnorm(x)))))), the state either one
+ * sequence's (state / ssm) or a table per row (tab / ssm_tab). */
+static void mixer(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
+                  float *const *conv_tab, float *const *ssm_tab, float *x, float *xn, const float *norm_w, float eps,
+                  int n, int chunked) {
     const int W = L->inner + L->conv_dim + L->n_heads;
-    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
+    float *const ys[1] = { s->proj };
+    const ci_mat *const ws[1] = { &L->in_proj };
+    be->norm_matmul_n(be, xn, x, norm_w, eps, 1, ys, n, ws);          /* [n, z | xBC | dt] */
     be->mamba_conv(be, s->xbc, s->proj + L->inner, W, n, L->conv_dim, L->d_conv, L->conv_w, L->conv_b, conv_state,
-                   NULL);
-    scan(be, L, s, ssm_state, NULL, n, n > 1 && form == MAMBA2_SCAN_CHUNKED);
+                   conv_tab);
+    scan(be, L, s, ssm_state, ssm_tab, n, chunked);
     be->gated_rmsnorm(be, s->y, s->proj, W, L->norm_w, n, L->inner, L->inner / L->n_groups, L->eps);
-    be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */
+    be->matmul_acc(be, x, s->y, n, &L->out_proj, xn);                  /* x += [n, hidden] */
+}
+
+void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
+                    float *x, float *xn, const float *norm_w, float eps, int n, mamba2_scan form) {
+    mixer(be, L, s, conv_state, ssm_state, NULL, NULL, x, xn, norm_w, eps, n, n > 1 && form == MAMBA2_SCAN_CHUNKED);
 }
 
 void mamba2_forward_rows(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *const *conv_states,
-                         float *const *ssm_states, float *out, const float *x, int n) {
-    const int W = L->inner + L->conv_dim + L->n_heads;
-    be->matmul(be, s->proj, x, n, &L->in_proj);                     /* [n, z | xBC | dt] */
-    be->mamba_conv(be, s->xbc, s->proj + L->inner, W, n, L->conv_dim, L->d_conv, L->conv_w, L->conv_b, NULL,
-                   conv_states);
-    scan(be, L, s, NULL, ssm_states, n, 0);
-    be->gated_rmsnorm(be, s->y, s->proj, W, L->norm_w, n, L->inner, L->inner / L->n_groups, L->eps);
-    be->matmul(be, out, s->y, n, &L->out_proj);                     /* [n, hidden] */
+                         float *const *ssm_states, float *x, float *xn, const float *norm_w, float eps, int n) {
+    mixer(be, L, s, NULL, NULL, conv_states, ssm_states, x, xn, norm_w, eps, n, 0);
 }

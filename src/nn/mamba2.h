@@ -71,16 +71,19 @@ void mamba2_scratch_free(ci_backend *be, mamba2_scratch *s);
 /* dst = L with its matrices and vectors placed with be->weight; -1 when out of memory. */
 int mamba2_place(ci_backend *be, mamba2_layer *dst, const mamba2_layer *L);
 
-/* out[n, hidden] = mixer(x[n, hidden]) for n <= s->max_n tokens following the state in
- * conv_state / ssm_state (backend buffers), which are advanced past them. L: placed. scan picks the prefill form
- * (n == 1 always uses the recurrence). out must not alias x. */
+/* The pre-mixer block on n <= s->max_n tokens: x[n, hidden] += mixer(rmsnorm(x) · norm_w)
+ * (eps), the tokens following the state in conv_state / ssm_state (backend buffers), which
+ * are advanced past them. The norm goes through norm_matmul_n with in_proj, the residual add
+ * through matmul_acc: on the CPU the bits of rmsnorm, matmul, ..., matmul, add. xn: [n,
+ * hidden] scratch (afterwards out_proj's product on the CPU, undefined on a device).
+ * L: placed. scan picks the prefill form (n == 1 always uses the recurrence). */
 void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
-                    float *out, const float *x, int n, mamba2_scan scan);
+                    float *x, float *xn, const float *norm_w, float eps, int n, mamba2_scan scan);
 /* One token for each of n sequences (a batched decode step): row i of x advances
  * conv_states[i] / ssm_states[i] (both tables of n pointers in backend memory); the
  * projections run over all rows, the conv and the recurrence per row; row i gets the bits
  * mamba2_forward gives it alone. */
 void mamba2_forward_rows(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *const *conv_states,
-                         float *const *ssm_states, float *out, const float *x, int n);
+                         float *const *ssm_states, float *x, float *xn, const float *norm_w, float eps, int n);
 
 #endif
