@@ -75,6 +75,31 @@ typedef struct ci_moe {
     const ci_mat *w_down;        /* [n_experts] views, each [hidden, inter] */
 } ci_moe;
 
+/* One Mamba2 layer's scan as the ssd_scan op sees it (nn/mamba2.h states the math); the
+ * vectors are backend memory, placed with weight(). Heads of one group are adjacent: head h
+ * reads B / C group h / (n_heads / n_groups). */
+typedef struct ci_ssd {
+    int n_heads, head_dim;       /* Hm, P */
+    int n_groups, d_state;       /* G (divides Hm), N */
+    float dt_min;                /* dt = max(softplus(raw + dt_bias), dt_min) */
+    const float *dt_bias;        /* [Hm] */
+    const float *A;              /* [Hm] = -exp(A_log) */
+    const float *D;              /* [Hm] skip */
+} ci_ssd;
+
+/* Tokens per chunk of the CPU's chunked SSD, and the floats of ssd_scan's scratch for up to
+ * n rows (each part rounded to 64 floats). */
+enum { CI_SSD_CHUNK = 64 };
+static inline size_t ci_ssd_scratch_floats(int n, const ci_ssd *s) {
+    const size_t L = CI_SSD_CHUNK, G = (size_t)s->n_groups, N = (size_t)s->d_state, Hm = (size_t)s->n_heads,
+                 HP = Hm * (size_t)s->head_dim;
+    const size_t parts[] = { (size_t)(n > 0 ? n : 1) * Hm, G * L * N, G * L * N, G * N * L, G * L * L, L * HP,
+                             HP * L, Hm * L, HP * N };
+    size_t f = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) f += (parts[i] + 63) / 64 * 64;
+    return f;
+}
+
 typedef struct ci_backend {
     const char *name;       /* "cpu-avx512", "cpu-avx2", "cpu-scalar" */
     ci_pool *pool;
@@ -252,6 +277,38 @@ typedef struct ci_backend {
                       const float *in_bias, const float *conv_bias, float *state, float *const *states,
                       float *scratch);
     void (*add_bias)(struct ci_backend *be, float *y, const float *bias, int n, int width);
+
+    /* ---- Mamba2 (nn/mamba2.h states the math) -------------------------------------------
+     * mamba_conv: the causal depthwise conv of xBC with SiLU. in: n rows of `dim` inputs,
+     * rows in_stride floats apart (in_proj's output at the xBC offset). Row t's output
+     * xbc[t] (rows dim floats apart) = silu(bias + Σ_k taps[k] ⊙ win[t + k]), k = 0..K-1 in
+     * that order (taps [K, dim]; bias [dim] or NULL: the sum starts at 0), where win is the
+     * K-1 rows of a state [K-1, dim] (oldest first) followed by the rows' inputs. states
+     * NULL: the n rows are consecutive tokens of one sequence and the state is `state`.
+     * Else a decode step of n sequences, one row each: states is a backend buffer of n
+     * pointers, row t's window is the state states[t] then its own input alone. Every state
+     * is left holding the last K-1 rows of its window. xbc must not alias in.
+     * ssd_scan: y[n, Hm*P] (rows Hm*P floats apart) = the selective scan of the rows: x
+     * [Hm, P], B [G, N], C [G, N] at the start of xbc's rows (xbc_stride floats apart), raw
+     * dt [Hm] at the start of dt's rows (dt_stride apart); per row and head
+     *   dt = max(softplus(raw + dt_bias), dt_min)   (softplus(v) = v above 20, else log1p(e^v))
+     *   S_h ← e^{dt·A_h} S_h + dt x_h ⊗ B_g,   y_h = S_h C_g + D_h x_h     (S_h [P, N], f32)
+     * state [Hm, P, N] and states (a table as mamba_conv's) as mamba_conv; every state is
+     * left after its rows. chunked (states NULL, n > 1 only): the chunked SSD form (equal up
+     * to rounding; the CPU's prefill form: decay factors below e^-60 count as 0), else the
+     * recurrence token by token. scratch: ci_ssd_scratch_floats(n, s) floats (a device may
+     * leave it untouched).
+     * gated_rmsnorm: in place on y[n, dim]: v = y ⊙ silu(z) (z rows z_stride floats apart),
+     * then per group of `group` channels v / sqrt(mean(v²) + eps) ⊙ w (w [dim]).
+     * relu2: g[i] = max(g[i], 0)² for i < count (relu² MLPs). */
+    void (*mamba_conv)(struct ci_backend *be, float *xbc, const float *in, int in_stride, int n, int dim, int K,
+                       const float *taps, const float *bias, float *state, float *const *states);
+    void (*ssd_scan)(struct ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt,
+                     int dt_stride, int n, const ci_ssd *s, float *state, float *const *states, int chunked,
+                     float *scratch);
+    void (*gated_rmsnorm)(struct ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n,
+                          int dim, int group, float eps);
+    void (*relu2)(struct ci_backend *be, float *g, int64_t count);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

@@ -20,14 +20,17 @@
  * MLX-quantized (weights.h) and checked against config.json; the router (mlx-lm's MoEGate
  * is not a Linear) and e_score_correction_bias / A_log stay unquantized.
  *
- * Cache: one ci_cache per session; attention layers keep K|V rows (2·n_kv·hd floats per
- * token), Mamba2 layers a fixed state (conv window (K-1)·conv_dim, then SSM Hm·P·N); the
- * cache's pos follows the session's. A forward at position 0 starts from zeroed states.
+ * This file reads the config and binds the tensors; nemotron_h_place.c puts the weights in
+ * backend memory, nemotron_h_run.c runs sessions on backend ops (a device backend runs
+ * them as they are; MLX-quantized weights stay on the CPU), nemotron_h_cache.c snapshots.
+ * Cache (backend memory, per session): attention layers keep K|V rows (2·n_kv·hd floats
+ * per token), Mamba2 layers a fixed f32 state (conv window (K-1)·conv_dim, then SSM
+ * Hm·P·N). A forward at position 0 starts from zeroed states.
  *
  * dt clamp: below at time_step_min in prefill and decode alike (transformers' prefill
  * path; see nn/mamba2.h); time_step_limit is read and checked but not applied, as
  * transformers 5 does not apply it either. */
-#include "nemotron_h.h"
+#include "nemotron_h_internal.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
@@ -37,46 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { UBATCH = 256 };
-
-typedef struct {
-    char kind;                   /* 'M', '*', '-', 'E' */
-    float *norm;                 /* [H] pre-mixer RMSNorm */
-    mamba2_layer mamba;          /* 'M' */
-    ci_mat wq;                   /* '*': [n_heads*hd, H] */
-    ci_mat wk, wv;               /* '*': [n_kv*hd, H] */
-    ci_mat wo;                   /* '*': [H, n_heads*hd] */
-    ci_mat up;                   /* '-': [ff, H] */
-    ci_mat down;                 /* '-': [H, ff] */
-    moe_block moe;               /* 'E' (relu² experts, shared expert inside) */
-} nh_layer;
-
-typedef struct {
-    int H, n_layers, vocab, n_heads, n_kv, hd, ff;
-    float eps, attn_scale;
-    ci_mat embed;                /* [vocab, H] */
-    ci_mat lm_head;              /* [vocab, H]; = embed when tied */
-    float *norm_f;               /* [H] */
-    nh_layer *layers;            /* [n_layers] */
-    ci_mat *expert_mats;         /* owned array behind every MoE layer's up/down views */
-    const moe_block *any_moe;    /* for scratch sizing, or NULL */
-    const mamba2_layer *any_mamba;
-    mamba2_scan scan;            /* prefill scan form */
-    float **owned;               /* w_vec copies */
-    int n_owned;
-} nh_model;
-
-typedef struct {
-    ci_cache cache;              /* per layer: '*' K|V rows, 'M' conv + SSM state */
-    float *x, *xn, *y;           /* [UBATCH, H] */
-    float *q, *att;              /* [UBATCH, n_heads*hd] */
-    float *k, *v;                /* [UBATCH, n_kv*hd] */
-    float *g;                    /* [UBATCH, ff] */
-    float *last;                 /* [H] */
-    mamba2_scratch mamba;
-    moe_scratch moe;
-} nh_cache;
 
 /* ---- config --------------------------------------------------------------------------- */
 
@@ -403,8 +366,9 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
     }
     w_vec(&b, &d->norm_f, W_REQUIRED, H, 0, W_KIND_NORM, "%s.norm_f.weight", pre);
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
-    rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    if (d->any_mamba) d->state_floats = mamba2_conv_floats(d->any_mamba) + mamba2_ssm_floats(d->any_mamba);
+    return m->st ? nh_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
 }
 
 static void nh_unload(ci_model *m) {
@@ -412,6 +376,8 @@ static void nh_unload(ci_model *m) {
     if (!d) return;
     w_owned_free(d->owned, d->n_owned);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
+    free(d->dev);
     free(d->layers);
     free(d);
     m->impl = NULL;
@@ -425,266 +391,13 @@ static size_t nh_cache_bytes_per_token(const ci_model *m) {
     return b;
 }
 
-/* ---- sessions ------------------------------------------------------------------------- */
-
-static void nh_session_free(ci_session *s) {
-    nh_cache *c = s->impl;
-    if (!c) return;
-    cache_free(&c->cache);
-    free(c->x); free(c->xn); free(c->y); free(c->q); free(c->att); free(c->k); free(c->v); free(c->g); free(c->last);
-    mamba2_scratch_free(&c->mamba);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-static int nh_session_init(ci_session *s, char *err, size_t errlen) {
-    const nh_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    nh_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
-    s->impl = c;
-    cache_part *parts = calloc((size_t)d->n_layers, sizeof *parts);
-    if (!parts) return ci_err(err, errlen, "%s: out of memory", fam);
-    for (int l = 0; l < d->n_layers; l++) {
-        const nh_layer *L = &d->layers[l];
-        if (L->kind == '*') parts[l].row_floats = 2 * (size_t)d->n_kv * (size_t)d->hd;
-        if (L->kind == 'M') parts[l].state_floats = mamba2_conv_floats(&L->mamba) + mamba2_ssm_floats(&L->mamba);
-    }
-    int rc = cache_init(&c->cache, d->n_layers, parts, s->max_ctx, fam, err, errlen);
-    free(parts);
-    if (rc) return -1;
-    const size_t U = UBATCH, QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd;
-    c->x = malloc(U * d->H * sizeof(float));
-    c->xn = malloc(U * d->H * sizeof(float));
-    c->y = malloc(U * d->H * sizeof(float));
-    c->q = malloc((U * QD + 1) * sizeof(float));
-    c->att = malloc((U * QD + 1) * sizeof(float));
-    c->k = malloc((U * KD + 1) * sizeof(float));
-    c->v = malloc((U * KD + 1) * sizeof(float));
-    c->g = malloc((U * (size_t)d->ff + 1) * sizeof(float));
-    c->last = malloc((size_t)d->H * sizeof(float));
-    if (!c->x || !c->xn || !c->y || !c->q || !c->att || !c->k || !c->v || !c->g || !c->last ||
-        (d->any_mamba && mamba2_scratch_init(&c->mamba, d->any_mamba, UBATCH)) ||
-        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    return 0;
-}
-
-/* ---- forward -------------------------------------------------------------------------- */
-
-static void relu2(float *g, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        float v = g[i] > 0.0f ? g[i] : 0.0f;
-        g[i] = v * v;
-    }
-}
-
-/* One chunk of n <= UBATCH tokens at positions s->pos.. */
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    ci_model *m = s->m;
-    const nh_model *d = m->impl;
-    nh_cache *c = s->impl;
-    ci_backend *be = m->be;
-    const int H = d->H, KD = d->n_kv * d->hd;
-    const int pos0 = s->pos;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const nh_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->norm, n, H, d->eps);
-        switch (L->kind) {
-        case 'M': {
-            float *st = cache_state(&c->cache, l);
-            mamba2_forward(be, &L->mamba, &c->mamba, st, st + mamba2_conv_floats(&L->mamba), c->y, c->xn, n, d->scan);
-            break;
-        }
-        case '*': {
-            float *rows = cache_rows(&c->cache, l);                 /* [max_ctx, K | V] */
-            be->matmul(be, c->q, c->xn, n, &L->wq);
-            be->matmul(be, c->k, c->xn, n, &L->wk);
-            be->matmul(be, c->v, c->xn, n, &L->wv);
-            for (int t = 0; t < n; t++) {
-                float *r = rows + (size_t)(pos0 + t) * 2 * KD;
-                memcpy(r, c->k + (size_t)t * KD, (size_t)KD * sizeof(float));
-                memcpy(r + KD, c->v + (size_t)t * KD, (size_t)KD * sizeof(float));
-            }
-            be->attention(be, c->att, c->q, rows, rows + KD, n, pos0, d->n_heads, d->n_kv, d->hd, 2 * KD, d->attn_scale);
-            be->matmul(be, c->y, c->att, n, &L->wo);
-            break;
-        }
-        case '-':
-            be->matmul(be, c->g, c->xn, n, &L->up);
-            relu2(c->g, (int64_t)n * d->ff);
-            be->matmul(be, c->y, c->g, n, &L->down);
-            break;
-        default:
-            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);     /* routed + shared */
-            break;
-        }
-        CI_DUMP(m, "mixer_out", l, c->y, n, H);
-        be->add(be, c->x, c->y, (int64_t)n * H);
-        CI_DUMP(m, "layer_out", l, c->x, n, H);
-    }
-    if (logits) {
-        if (all_logits) {
-            be->rmsnorm(be, c->xn, c->x, d->norm_f, n, H, d->eps);
-            be->matmul(be, logits, c->xn, n, &d->lm_head);
-        } else {
-            be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->norm_f, 1, H, d->eps);
-            be->matmul(be, logits, c->last, 1, &d->lm_head);
-        }
-    }
-    s->pos += n;
-    c->cache.pos = s->pos;
-}
-
-static int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const nh_model *d = s->m->impl;
-    nh_cache *c = s->impl;
-    const char *fam = s->m->family->name;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    /* the recurrent state cannot be rewound: a new sequence (pos 0) starts from zero, any
-     * other position must be where the cache is */
-    if (s->pos == 0) cache_reset(&c->cache);
-    else if (s->pos != c->cache.pos)
-        return ci_err(err, errlen, "%s: the session is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
-                      fam, s->pos, c->cache.pos);
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    return 0;
-}
-
-/* ---- serving many sequences: one batched decode step --------------------------------------
- *
- * Row i belongs to session ss[i] at its position. The embedding, norms, attention
- * projections, relu² MLPs, MoE and head run over all n rows at once; each row's K/V go into
- * its own cache rows and it attends to them alone, and each row's Mamba2 layers run as a
- * one-token step on its own conv and SSM state (with ss[0]'s scratch). Every op gives a row
- * the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
-    ci_model *m = ss[0]->m;
-    const nh_model *d = m->impl;
-    nh_cache *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    const int H = d->H, KD = d->n_kv * d->hd, QD = d->n_heads * d->hd;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const nh_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->norm, n, H, d->eps);
-        switch (L->kind) {
-        case 'M': {
-            float *conv[UBATCH], *ssm[UBATCH];
-            for (int i = 0; i < n; i++) {
-                conv[i] = cache_state(&((nh_cache *)ss[i]->impl)->cache, l);
-                ssm[i] = conv[i] + mamba2_conv_floats(&L->mamba);
-            }
-            mamba2_forward_rows(be, &L->mamba, &c->mamba, conv, ssm, c->y, c->xn, n);
-            break;
-        }
-        case '*':
-            be->matmul(be, c->q, c->xn, n, &L->wq);
-            be->matmul(be, c->k, c->xn, n, &L->wk);
-            be->matmul(be, c->v, c->xn, n, &L->wv);
-            for (int i = 0; i < n; i++) {
-                float *rows = cache_rows(&((nh_cache *)ss[i]->impl)->cache, l);
-                float *r = rows + (size_t)ss[i]->pos * 2 * KD;
-                memcpy(r, c->k + (size_t)i * KD, (size_t)KD * sizeof(float));
-                memcpy(r + KD, c->v + (size_t)i * KD, (size_t)KD * sizeof(float));
-                be->attention(be, c->att + (size_t)i * QD, c->q + (size_t)i * QD, rows, rows + KD, 1, ss[i]->pos,
-                              d->n_heads, d->n_kv, d->hd, 2 * KD, d->attn_scale);
-            }
-            be->matmul(be, c->y, c->att, n, &L->wo);
-            break;
-        case '-':
-            be->matmul(be, c->g, c->xn, n, &L->up);
-            relu2(c->g, (int64_t)n * d->ff);
-            be->matmul(be, c->y, c->g, n, &L->down);
-            break;
-        default:
-            moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-            break;
-        }
-        be->add(be, c->x, c->y, (int64_t)n * H);
-    }
-    be->rmsnorm(be, c->xn, c->x, d->norm_f, n, H, d->eps);
-    be->matmul(be, logits, c->xn, n, &d->lm_head);
-    for (int i = 0; i < n; i++) {
-        ss[i]->pos++;
-        ((nh_cache *)ss[i]->impl)->cache.pos = ss[i]->pos;
-    }
-}
-
-static int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    const ci_model *m = ss[0]->m;
-    const nh_model *d = m->impl;
-    const char *fam = m->family->name;
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int i = 0; i < n; i++) {
-        const nh_cache *ci = ss[i]->impl;
-        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache.pos)
-            return ci_err(err, errlen, "%s: sequence %d is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
-                          fam, i, ss[i]->pos, ci->cache.pos);
-    }
-    for (int i = 0; i < n; i++)   /* a new sequence starts from zero state, as nh_forward */
-        if (ss[i]->pos == 0) cache_reset(&((nh_cache *)ss[i]->impl)->cache);
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
-    }
-    return 0;
-}
-
-/* ---- family extras (nemotron_h.h) ----------------------------------------------------- */
-
-extern const ci_family fam_nemotron_h;
-
-ci_cache *nemh_cache(ci_session *s) {
-    if (!s || s->m->family != &fam_nemotron_h || !s->impl) return NULL;
-    nh_cache *c = s->impl;
-    if (s->pos == 0) cache_reset(&c->cache);
-    return &c->cache;
-}
-
-cache_snap *nemh_snapshot(const ci_session *s, char *err, size_t errlen) {
-    if (!s || s->m->family != &fam_nemotron_h || !s->impl) {
-        ci_err(err, errlen, "nemotron_h: snapshot of a session of another family");
-        return NULL;
-    }
-    const nh_cache *c = s->impl;
-    cache_snap *snap = cache_snapshot(&c->cache);
-    if (!snap) ci_err(err, errlen, "nemotron_h: out of memory for a cache snapshot at position %d", s->pos);
-    return snap;
-}
-
-int nemh_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    ci_cache *c = nemh_cache(s);
-    if (!c) return ci_err(err, errlen, "nemotron_h: restore on a session of another family");
-    if (cache_restore(c, snap, err, errlen)) return -1;
-    s->pos = c->pos;
-    return 0;
-}
-
-double nemh_scan_seconds(ci_session *s) {
-    if (!s || s->m->family != &fam_nemotron_h || !s->impl) return 0;
-    nh_cache *c = s->impl;
-    double t = c->mamba.scan_seconds;
-    c->mamba.scan_seconds = 0;
-    return t;
-}
-
-int nemh_set_scan(ci_model *m, mamba2_scan scan, char *err, size_t errlen) {
-    if (!m || m->family != &fam_nemotron_h || !m->impl) return ci_err(err, errlen, "nemotron_h: not a nemotron_h model");
-    if (scan != MAMBA2_SCAN_CHUNKED && scan != MAMBA2_SCAN_RECURRENT)
-        return ci_err(err, errlen, "nemotron_h: unknown scan form %d", (int)scan);
-    ((nh_model *)m->impl)->scan = scan;
-    return 0;
-}
-
 static const ci_family_ops nh_ops = {
     .load = nh_load, .unload = nh_unload,
     .session_init = nh_session_init, .session_free = nh_session_free,
     .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token,
     .snapshot = nemh_snapshot, .restore = nemh_restore, .forward_batch = nh_forward_batch,
+    .forward_argmax = nh_forward_argmax, .forward_batch_argmax = nh_forward_batch_argmax,
 };
 
-const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops, 0 };
+const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops,
+                                   CI_CUDA_UNVERIFIED };

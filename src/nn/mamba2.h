@@ -10,23 +10,19 @@
  *                                       y_h = S_h C_g + D_h·x_h
  *   y = gated RMSNorm(y ⊙ silu(z)) per group of I/G channels (weight norm_w), out = out_proj y
  *
- * Two ways to run the scan over n tokens, equal up to rounding:
+ * The conv, the scan, the gated norm are backend ops (backend.h: mamba_conv, ssd_scan,
+ * gated_rmsnorm; their CPU forms in backend/cpu/mamba_cpu.c); this file wires them between
+ * the two projections. Two ways to run the scan over n tokens, equal up to rounding:
  *   MAMBA2_SCAN_RECURRENT  the recurrence token by token (always used for n == 1: decode).
- *   MAMBA2_SCAN_CHUNKED    the chunked SSD form for prefill: within a chunk of L tokens
- *                          y = (C Bᵀ ∘ decay mask) dt·x + e^{cumsum} C S0ᵀ + D x and the state
- *                          leaves the chunk as e^{sum} S0 + Σ_s decay_s dt_s x_s ⊗ B_s. The
- *                          two state products of each group (C S0ᵀ for all its heads at once,
- *                          and (decay·dt·x)ᵀ B) run through the backend's matmul, the rest
- *                          (C Bᵀ, the masked intra-chunk part, the state combine) in plain C
- *                          over the thread pool. On CPU the state fits in L1 and the
- *                          recurrence is compute-bound too, so the gain comes from the
- *                          backend's wide matmul kernels, not from fewer operations.
+ *   MAMBA2_SCAN_CHUNKED    the chunked SSD form for prefill (chunks of CI_SSD_CHUNK tokens;
+ *                          see mamba_cpu.c for the CPU's form).
  * The dt clamp follows transformers' prefill path (time_step_limit = (time_step_min, inf))
  * in both forms, so prefill and decode agree (transformers' own single-token path skips it).
  *
- * Invariants: the layer's vectors are owned f32 copies (bound by the family), matrices are
- * borrowed views; the scratch is sized once for max_n tokens and forward allocates nothing;
- * states are f32 and are only read and written through the pointers passed in. */
+ * Invariants: the bound layer's vectors are owned f32 copies (bound by the family), matrices
+ * borrowed views; mamba2_place gives the copy forward reads, every weight in backend memory.
+ * The scratch (backend memory) is sized once for max_n tokens and forward allocates nothing;
+ * states are f32 backend buffers, only read and written by the ops. */
 #ifndef CI_MAMBA2_H
 #define CI_MAMBA2_H
 #include "../backend/backend.h"
@@ -55,40 +51,39 @@ typedef struct {
     ci_mat out_proj;       /* [hidden, I] */
 } mamba2_layer;
 
-/* Per-session scratch for up to max_n tokens per call. */
+/* Per-session scratch for up to max_n tokens per call, in backend memory. */
 typedef struct {
     int max_n;
     float *proj;           /* [max_n, I + conv_dim + Hm] in_proj output */
     float *xbc;            /* [max_n, conv_dim] after conv + SiLU */
-    float *dt;             /* [max_n, Hm] after softplus and clamp */
     float *y;              /* [max_n, I] scan output, normed in place */
-    /* chunked SSD, for one chunk of up to L = MAMBA2_CHUNK tokens */
-    float *cg, *bg;        /* [G, L, N] C and B of each group, token-major */
-    float *bgt;            /* [G, N, L] B transposed */
-    float *cb;             /* [G, L, L] C_t·B_u (u <= t) */
-    float *yoff;           /* [G][L, Hm/G*P] C S0ᵀ of every head of the group */
-    float *xwt;            /* [Hm*P, L] (decay·dt·x)ᵀ of every head */
-    float *cs;             /* [Hm, L] cumulative dt·A */
-    float *tmp;            /* [Hm*P, N] the chunk's new-state term of every head */
-    double scan_seconds;   /* wall time spent in the scan (both forms), accumulated: benchmarks */
+    float *scan;           /* ci_ssd_scratch_floats(max_n) floats: ssd_scan's scratch */
+    double scan_seconds;   /* wall time spent issuing the scan (both forms), accumulated:
+                            * benchmarks (on the CPU the scan itself) */
 } mamba2_scratch;
 
 /* Floats of the fixed state one layer needs: the conv window and the SSM state. */
 size_t mamba2_conv_floats(const mamba2_layer *L);     /* (K-1) * conv_dim */
 size_t mamba2_ssm_floats(const mamba2_layer *L);      /* Hm * P * N */
 
-int mamba2_scratch_init(mamba2_scratch *s, const mamba2_layer *L, int max_n);
-void mamba2_scratch_free(mamba2_scratch *s);
+int mamba2_scratch_init(ci_backend *be, mamba2_scratch *s, const mamba2_layer *L, int max_n);
+void mamba2_scratch_free(ci_backend *be, mamba2_scratch *s);
+/* dst = L with its matrices and vectors placed with be->weight; -1 when out of memory. */
+int mamba2_place(ci_backend *be, mamba2_layer *dst, const mamba2_layer *L);
 
-/* out[n, hidden] = mixer(x[n, hidden]) for n <= s->max_n tokens following the state in
- * conv_state / ssm_state, which are advanced past them. scan picks the prefill form
- * (n == 1 always uses the recurrence). out must not alias x. */
+/* The pre-mixer block on n <= s->max_n tokens: x[n, hidden] += mixer(rmsnorm(x) · norm_w)
+ * (eps), the tokens following the state in conv_state / ssm_state (backend buffers), which
+ * are advanced past them. The norm goes through norm_matmul_n with in_proj, the residual add
+ * through matmul_acc: on the CPU the bits of rmsnorm, matmul, ..., matmul, add. xn: [n,
+ * hidden] scratch (afterwards out_proj's product on the CPU, undefined on a device).
+ * L: placed. scan picks the prefill form (n == 1 always uses the recurrence). */
 void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,
-                    float *out, const float *x, int n, mamba2_scan scan);
+                    float *x, float *xn, const float *norm_w, float eps, int n, mamba2_scan scan);
 /* One token for each of n sequences (a batched decode step): row i of x advances
- * conv_states[i] / ssm_states[i]; the projections run over all rows, the conv and the
- * recurrence per row; row i gets the bits mamba2_forward gives it alone. */
+ * conv_states[i] / ssm_states[i] (both tables of n pointers in backend memory); the
+ * projections run over all rows, the conv and the recurrence per row; row i gets the bits
+ * mamba2_forward gives it alone. */
 void mamba2_forward_rows(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *const *conv_states,
-                         float *const *ssm_states, float *out, const float *x, int n);
+                         float *const *ssm_states, float *x, float *xn, const float *norm_w, float eps, int n);
 
 #endif

@@ -65,14 +65,6 @@ static void clamp_gu(float *g, float *u, int64_t count, float L) {
     }
 }
 
-/* g[i] = relu(g[i])² (MOE_ACT_RELU2) */
-static void relu2(float *g, int64_t count) {
-    for (int64_t i = 0; i < count; i++) {
-        float v = g[i] > 0.0f ? g[i] : 0.0f;
-        g[i] = v * v;
-    }
-}
-
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
     const int H = m->hidden;
     moe_route(be, m, s, x, n);
@@ -88,7 +80,7 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         const int SI = m->shared_inter;
         if (m->act == MOE_ACT_RELU2) {
             be->matmul(be, s->g, x, n, &m->sh_up);           /* [n, SI] */
-            relu2(s->g, (int64_t)n * SI);
+            be->relu2(be, s->g, (int64_t)n * SI);
         } else {
             be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
             be->matmul(be, s->u, x, n, &m->sh_up);
@@ -96,9 +88,13 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
             be->swiglu(be, s->g, s->u, (int64_t)n * SI);
         }
         be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
-        if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
+        if (!m->sh_router.rows) {                            /* ungated: the op (1 · y adds the same bits) */
+            be->add(be, out, s->ye, (int64_t)n * H);
+            return;
+        }
+        be->matmul(be, s->sg, x, n, &m->sh_router);
         for (int t = 0; t < n; t++) {
-            float gw = m->sh_router.rows ? 1.0f / (1.0f + expf(-s->sg[t])) : 1.0f;
+            float gw = 1.0f / (1.0f + expf(-s->sg[t]));
             float *o = out + (size_t)t * H;
             const float *y = s->ye + (size_t)t * H;
             for (int h = 0; h < H; h++) o[h] += gw * y[h];

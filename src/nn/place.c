@@ -33,8 +33,9 @@ int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em)
     const float *bias = NULL;
     int bad = ci_place_mat(be, &dst->gate, &M->gate) || ci_place_vec(be, &bias, M->bias, E);
     dst->bias = (float *)bias;
+    if (!M->w_gate) dst->w_gate = NULL;   /* relu² experts: no gate matrices */
     for (int e = 0; e < E && !bad; e++)
-        bad = ci_place_mat(be, &em[e], &M->w_gate[e]) || ci_place_mat(be, &em[E + e], &M->w_up[e]) ||
+        bad = (M->w_gate && ci_place_mat(be, &em[e], &M->w_gate[e])) || ci_place_mat(be, &em[E + e], &M->w_up[e]) ||
               ci_place_mat(be, &em[2 * E + e], &M->w_down[e]);
     return bad ? -1 : 0;
 }

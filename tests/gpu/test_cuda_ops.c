@@ -35,7 +35,8 @@
  * ATTN_TC: prefill attention (n > 1) on tensor cores with bf16 / f16 q, k, v tiles: same
  * reasoning, 1e-2. Decode attention (n = 1) stays f32.
  * EXACT: copies, embedding rows, kv_store, add, argmax: bit for bit; LFM2's shortconv and
- * add_bias too (the CPU's order of products and sums, no contraction on either side). */
+ * add_bias too (the CPU's order of products and sums, no contraction on either side), the
+ * Mamba2 conv states and relu2. */
 #define B_F32 1e-5
 #define B_ROPE 2e-5        /* sin/cos of large angles (positions up to 40000) add an ulp or two */
 #define B_TC 1e-2
@@ -1446,6 +1447,172 @@ static void test_shortconv(void) {
     }
 }
 
+/* ---- Mamba2 (mamba.cu): the conv with state, the scan, the gated norm, relu² ------------
+ * mamba_conv: a chunk of one sequence then a decode row on the state it left, or a table
+ * step; inputs at a row stride wider than dim (in_proj's rows). Outputs through SiLU (the
+ * device's expf: B_F32), states bit for bit. */
+#define B_SSD 1e-4         /* the device runs the recurrence; the CPU's prefill the chunked SSD */
+static void mamba_conv_case(int n, int D, int K, int bias, int table) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda mamba_conv n=%d dim=%d K=%d%s%s", n, D, K, bias ? " bias" : "",
+             table ? " table" : "");
+    if (!gpu->mamba_conv || !want(name)) return;
+    const int H = K - 1, S = H > 0 ? H * D : 1, nst = table ? n : 1, stride = D + 13;
+    size_t ni = (size_t)n * stride, ny = (size_t)n * D;
+    float *in = xmalloc(ni * 4), *taps = keep(xmalloc((size_t)K * D * 4)), *cb = bias ? keep(xmalloc((size_t)D * 4)) : NULL;
+    float *st = xmalloc((size_t)nst * S * 4), *cst = xmalloc((size_t)nst * S * 4), *gst_h = xmalloc((size_t)nst * S * 4);
+    float *y = xmalloc(ny * 4), *got = xmalloc(ny * 4);
+    fill(in, ni, 2.f); fill(taps, (size_t)K * D, 1.f); fill(st, (size_t)nst * S, 2.f);
+    if (bias) fill(cb, D, 0.5f);
+    memcpy(cst, st, (size_t)nst * S * 4);
+    float *gi = g_put(in, ni * 4), *gy = g_alloc(ny * 4), *gs = g_put(st, (size_t)nst * S * 4);
+    const float *gt = g_weight(taps, (size_t)K * D * 4), *gcb = bias ? g_weight(cb, (size_t)D * 4) : NULL;
+    float **hp = xmalloc((size_t)nst * sizeof *hp), **cp = xmalloc((size_t)nst * sizeof *cp);
+    for (int i = 0; i < nst; i++) { hp[i] = gs + (size_t)i * S; cp[i] = cst + (size_t)i * S; }
+    float **gtab = table ? g_put(hp, (size_t)n * sizeof *hp) : NULL;
+    if (dead) goto out;
+    g_poison(gy, ny * 4);
+    cpu->mamba_conv(cpu, y, in, stride, n, D, K, taps, cb, cst, table ? cp : NULL);
+    gpu->mamba_conv(gpu, gy, gi, stride, n, D, K, gt, gcb, gs, gtab);
+    g_get(got, gy, ny * 4);
+    errs e = compare(got, y, ny);
+    if (!table) {   /* a decode row on the state the chunk left (its input: the chunk's last row) */
+        const float *last = in + (size_t)(n - 1) * stride;
+        gpu->upload(gpu, gi, last, (size_t)D * 4);
+        cpu->mamba_conv(cpu, y, last, stride, 1, D, K, taps, cb, cst, NULL);
+        gpu->mamba_conv(gpu, gy, gi, stride, 1, D, K, gt, gcb, gs, NULL);
+        g_get(got, gy, (size_t)D * 4);
+        errs e1 = compare(got, y, D);
+        if (e1.rel > e.rel || e1.rel != e1.rel) e.rel = e1.rel;
+        if (e1.abs > e.abs || e1.abs != e1.abs) e.abs = e1.abs;
+    }
+    report(name, e, B_F32);
+    if (H > 0) {
+        char sname[180];
+        snprintf(sname, sizeof sname, "%s: states", name);
+        g_get(gst_h, gs, (size_t)nst * S * 4);
+        report(sname, compare(gst_h, cst, (size_t)nst * S), B_EXACT);
+    }
+out:
+    g_free(gi); g_free(gy); g_free(gs); g_free(gtab);
+    free(in); free(st); free(cst); free(gst_h); free(y); free(got); free(hp); free(cp);
+}
+
+/* ssd_scan: n rows (a chunk through the CPU's chunked SSD or its recurrence, then a decode
+ * row on the state it left; or a table step, one row and one state per sequence). xbc and dt
+ * at strides wider than their rows; heads with dt above softplus' cut (20), heads clamped at
+ * dt_min, fast-forgetting heads (decays far below the CPU's e^-60 cut). y and states B_SSD. */
+static void ssd_case(int n, int Hm, int P, int G, int N, int table, int chunked) {
+    char name[192];
+    snprintf(name, sizeof name, "cuda ssd_scan n=%d heads=%d P=%d G=%d N=%d%s%s", n, Hm, P, G, N,
+             table ? " table" : "", chunked ? " chunked" : "");
+    if (!gpu->ssd_scan || !want(name)) return;
+    const int I = Hm * P, CD = I + 2 * G * N + 5, DS = Hm + 3, nst = table ? n : 1;
+    const size_t SF = (size_t)Hm * P * N, nx = (size_t)n * CD, nd = (size_t)n * DS, ny = (size_t)n * I;
+    float *xbc = xmalloc(nx * 4), *dt = xmalloc(nd * 4), *y = xmalloc(ny * 4), *got = xmalloc(ny * 4);
+    float *bias = keep(xmalloc((size_t)Hm * 4)), *A = keep(xmalloc((size_t)Hm * 4)), *D = keep(xmalloc((size_t)Hm * 4));
+    float *st = xmalloc(nst * SF * 4), *cst = xmalloc(nst * SF * 4), *gst_h = xmalloc(nst * SF * 4);
+    fill(xbc, nx, 1.f); fill(dt, nd, 2.f); fill(st, nst * SF, 0.5f); fill(D, Hm, 1.f);
+    for (int h = 0; h < Hm; h++) {
+        bias[h] = h % 5 == 1 ? 25.0f : h % 5 == 2 ? -12.0f : unif();   /* softplus' identity; the dt_min clamp */
+        A[h] = h % 7 == 3 ? -80.0f : -expf(unif());                    /* fast-forgetting heads */
+    }
+    memcpy(cst, st, nst * SF * 4);
+    ci_ssd cs = { .n_heads = Hm, .head_dim = P, .n_groups = G, .d_state = N, .dt_min = 0.001f,
+                  .dt_bias = bias, .A = A, .D = D };
+    ci_ssd gs_ = cs;
+    gs_.dt_bias = g_weight(bias, (size_t)Hm * 4);
+    gs_.A = g_weight(A, (size_t)Hm * 4);
+    gs_.D = g_weight(D, (size_t)Hm * 4);
+    float *scr = xmalloc(ci_ssd_scratch_floats(n, &cs) * 4);
+    float *gx = g_put(xbc, nx * 4), *gd = g_put(dt, nd * 4), *gy = g_alloc(ny * 4), *gs = g_put(st, nst * SF * 4);
+    float **hp = xmalloc((size_t)nst * sizeof *hp), **cp = xmalloc((size_t)nst * sizeof *cp);
+    for (int i = 0; i < nst; i++) { hp[i] = gs + (size_t)i * SF; cp[i] = cst + (size_t)i * SF; }
+    float **gtab = table ? g_put(hp, (size_t)n * sizeof *hp) : NULL;
+    if (dead) goto out;
+    g_poison(gy, ny * 4);
+    cpu->ssd_scan(cpu, y, xbc, CD, dt, DS, n, &cs, cst, table ? cp : NULL, chunked, scr);
+    gpu->ssd_scan(gpu, gy, gx, CD, gd, DS, n, &gs_, gs, gtab, chunked, NULL);
+    g_get(got, gy, ny * 4);
+    errs e = compare(got, y, ny);
+    if (!table) {   /* a decode row on the state the chunk left (the chunk's last inputs again) */
+        gpu->upload(gpu, gx, xbc + (size_t)(n - 1) * CD, (size_t)CD * 4);
+        gpu->upload(gpu, gd, dt + (size_t)(n - 1) * DS, (size_t)DS * 4);
+        cpu->ssd_scan(cpu, y, xbc + (size_t)(n - 1) * CD, CD, dt + (size_t)(n - 1) * DS, DS, 1, &cs, cst, NULL, 0, scr);
+        gpu->ssd_scan(gpu, gy, gx, CD, gd, DS, 1, &gs_, gs, NULL, 0, NULL);
+        g_get(got, gy, (size_t)I * 4);
+        errs e1 = compare(got, y, I);
+        if (e1.rel > e.rel || e1.rel != e1.rel) e.rel = e1.rel;
+        if (e1.abs > e.abs || e1.abs != e1.abs) e.abs = e1.abs;
+    }
+    report(name, e, B_SSD);
+    char sname[220];
+    snprintf(sname, sizeof sname, "%s: states", name);
+    g_get(gst_h, gs, nst * SF * 4);
+    report(sname, compare(gst_h, cst, nst * SF), B_SSD);
+out:
+    g_free(gx); g_free(gd); g_free(gy); g_free(gs); g_free(gtab);
+    free(xbc); free(dt); free(y); free(got); free(st); free(cst); free(gst_h); free(scr); free(hp); free(cp);
+}
+
+static void test_mamba(void) {
+    static const struct { int n, D, K, bias, table; } cc[] = {
+        { 1, 37, 4, 1, 0 },    { 7, 37, 4, 0, 0 },   { 2, 1027, 4, 1, 0 }, { 256, 1536, 4, 1, 0 },
+        { 300, 515, 3, 1, 0 }, { 5, 64, 1, 0, 0 },   { 1, 1027, 4, 1, 1 }, { 7, 1027, 4, 0, 1 },
+        { 64, 2048, 4, 1, 1 }, { 3, 33, 6, 1, 1 },
+    };
+    int nc = quick ? 4 : (int)(sizeof cc / sizeof *cc);
+    for (int c = 0; c < nc && !dead; c++) mamba_conv_case(cc[c].n, cc[c].D, cc[c].K, cc[c].bias, cc[c].table);
+    static const struct { int n, Hm, P, G, N, table, chunked; } sc[] = {
+        { 1, 8, 16, 2, 16, 0, 0 },    { 9, 8, 16, 2, 16, 0, 1 },    { 9, 8, 16, 2, 16, 0, 0 },
+        { 150, 6, 24, 3, 40, 0, 1 },  { 200, 16, 64, 8, 128, 0, 1 }, { 256, 4, 20, 1, 256, 0, 1 },
+        { 65, 5, 7, 1, 33, 0, 1 },    { 1, 16, 64, 8, 128, 1, 0 },   { 7, 16, 64, 8, 128, 1, 0 },
+        { 33, 6, 24, 3, 40, 1, 0 },
+    };
+    nc = quick ? 4 : (int)(sizeof sc / sizeof *sc);
+    for (int c = 0; c < nc && !dead; c++)
+        ssd_case(sc[c].n, sc[c].Hm, sc[c].P, sc[c].G, sc[c].N, sc[c].table, sc[c].chunked);
+    /* gated_rmsnorm: z rows wider than y's (in_proj's rows), several groups */
+    static const struct { int n, dim, group; } gc[] = { { 1, 128, 64 }, { 7, 4096, 512 }, { 256, 1536, 1536 },
+                                                        { 3, 96, 32 },  { 33, 8192, 1024 } };
+    for (size_t c = 0; c < sizeof gc / sizeof *gc && !dead; c++) {
+        char name[96];
+        snprintf(name, sizeof name, "cuda gated_rmsnorm n=%d dim=%d group=%d", gc[c].n, gc[c].dim, gc[c].group);
+        if (!gpu->gated_rmsnorm || !want(name)) continue;
+        const int n = gc[c].n, dim = gc[c].dim, zs = dim * 2 + 7;
+        size_t ny = (size_t)n * dim, nz = (size_t)n * zs;
+        float *y = xmalloc(ny * 4), *z = xmalloc(nz * 4), *w = keep(xmalloc((size_t)dim * 4)), *got = xmalloc(ny * 4);
+        fill(y, ny, 3.f); fill(z, nz, 4.f); fill(w, dim, 1.f);
+        float *gy = g_put(y, ny * 4), *gz = g_put(z, nz * 4);
+        const float *gw = g_weight(w, (size_t)dim * 4);
+        if (!dead) {
+            cpu->gated_rmsnorm(cpu, y, z, zs, w, n, dim, gc[c].group, 1e-5f);
+            gpu->gated_rmsnorm(gpu, gy, gz, zs, gw, n, dim, gc[c].group, 1e-5f);
+            g_get(got, gy, ny * 4);
+            report(name, compare(got, y, ny), B_F32);
+        }
+        g_free(gy); g_free(gz);
+        free(y); free(z); free(got);
+    }
+    static const int64_t rc[] = { 1, 1027, 300000 };
+    for (size_t c = 0; c < sizeof rc / sizeof *rc && !dead; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "cuda relu2 count=%lld", (long long)rc[c]);
+        if (!gpu->relu2 || !want(name)) continue;
+        float *g = xmalloc((size_t)rc[c] * 4), *got = xmalloc((size_t)rc[c] * 4);
+        fill(g, (size_t)rc[c], 3.f);
+        float *gg = g_put(g, (size_t)rc[c] * 4);
+        if (!dead) {
+            cpu->relu2(cpu, g, rc[c]);
+            gpu->relu2(gpu, gg, rc[c]);
+            g_get(got, gg, (size_t)rc[c] * 4);
+            report(name, compare(got, g, (size_t)rc[c]), B_EXACT);
+        }
+        g_free(gg);
+        free(g); free(got);
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -1481,6 +1648,7 @@ int main(int argc, char **argv) {
     test_graph();
     test_moe();
     test_shortconv();
+    test_mamba();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

@@ -54,7 +54,7 @@ static void test_snapshot_restore(void) {
     float *a = malloc((size_t)16 * V * sizeof *a), *b = malloc((size_t)16 * V * sizeof *b);
     float *c = malloc((size_t)16 * V * sizeof *c);
     CHECK(ci_forward(s, tok, 24, NULL, 0, err, sizeof err) == 0, "%s", err);
-    cache_snap *snap = cache_snapshot(nemh_cache(s));
+    cache_snap *snap = nemh_snapshot(s, err, sizeof err);
     CHECK(snap != NULL, "snapshot failed");
     CHECK(snap && cache_snap_pos(snap) == 24, "snapshot at %d, want 24", snap ? cache_snap_pos(snap) : -1);
     CHECK(ci_forward(s, tok + 24, 16, a, 1, err, sizeof err) == 0, "%s", err);
@@ -122,14 +122,14 @@ static void test_scan_forms_and_position(void) {
     ci_session *s3 = NULL;
     if (ci_model_open("tests/fixtures/nemotron_h_hub", NULL, &m2, err, sizeof err) == 0 &&
         ci_session_new(m2, 64, &s3, err, sizeof err) == 0) {
-        cache_snap *snap = cache_snapshot(nemh_cache(s));
+        cache_snap *snap = nemh_snapshot(s, err, sizeof err);
         CHECK(snap && nemh_restore(s3, snap, err, sizeof err) != 0, "restore across models accepted");
         CHECK_HAS(err, "another shape");
         cache_snap_free(snap);
     }
     ci_session_free(s3);
     ci_model_free(m2);
-    CHECK(nemh_cache(NULL) == NULL, "nemh_cache(NULL)");
+    CHECK(nemh_snapshot(NULL, err, sizeof err) == NULL, "nemh_snapshot(NULL)");
     free(tok); free(a); free(b);
     ci_session_free(s);
     ci_model_free(m);

@@ -801,6 +801,10 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.dsa_attend = cpu_dsa_attend;
     b->base.shortconv = cpu_shortconv;
     b->base.add_bias = cpu_add_bias;
+    b->base.mamba_conv = cpu_mamba_conv;
+    b->base.ssd_scan = cpu_ssd_scan;
+    b->base.gated_rmsnorm = cpu_gated_rmsnorm;
+    b->base.relu2 = cpu_relu2;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

@@ -146,6 +146,15 @@ void cpu_shortconv(ci_backend *be, float *y, float *bcx, int n, int dim, int K, 
                    const float *in_bias, const float *conv_bias, float *state, float *const *states, float *scratch);
 void cpu_add_bias(ci_backend *be, float *y, const float *bias, int n, int width);
 
+/* mamba_cpu.c: the Mamba2 ops (backend.h mamba_conv, ssd_scan, gated_rmsnorm, relu2). */
+void cpu_mamba_conv(ci_backend *be, float *xbc, const float *in, int in_stride, int n, int dim, int K,
+                    const float *taps, const float *bias, float *state, float *const *states);
+void cpu_ssd_scan(ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride, int n,
+                  const ci_ssd *s, float *state, float *const *states, int chunked, float *scratch);
+void cpu_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n, int dim,
+                       int group, float eps);
+void cpu_relu2(ci_backend *be, float *g, int64_t count);
+
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {
     union { uint32_t u; float f; } v;

@@ -334,6 +334,25 @@ static void op_add_bias(ci_backend *be, float *y, const float *bias, int n, int 
     if (!CB(be)->failed) cb_add_bias(CB(be), y, bias, n, width);
 }
 
+/* Mamba2 (mamba.cu) */
+static void op_mamba_conv(ci_backend *be, float *xbc, const float *in, int in_stride, int n, int dim, int K,
+                          const float *taps, const float *bias, float *state, float *const *states) {
+    if (!CB(be)->failed) cb_mamba_conv(CB(be), xbc, in, in_stride, n, dim, K, taps, bias, state, states);
+}
+static void op_ssd_scan(ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride,
+                        int n, const ci_ssd *s, float *state, float *const *states, int chunked, float *scratch) {
+    (void)chunked;
+    (void)scratch;
+    if (!CB(be)->failed) cb_ssd_scan(CB(be), y, xbc, xbc_stride, dt, dt_stride, n, s, state, states);
+}
+static void op_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n, int dim,
+                             int group, float eps) {
+    if (!CB(be)->failed) cb_gated_rmsnorm(CB(be), y, z, z_stride, w, n, dim, group, eps);
+}
+static void op_relu2(ci_backend *be, float *g, int64_t count) {
+    if (!CB(be)->failed) cb_relu2(CB(be), g, count);
+}
+
 /* MLA / DSA (mla.cu) */
 static void op_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
                                float eps) {
@@ -533,6 +552,10 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->dsa_attend = op_dsa_attend;
     be->shortconv = op_shortconv;
     be->add_bias = op_add_bias;
+    be->mamba_conv = op_mamba_conv;
+    be->ssd_scan = op_ssd_scan;
+    be->gated_rmsnorm = op_gated_rmsnorm;
+    be->relu2 = op_relu2;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
     be->graph_launch = op_graph_launch;

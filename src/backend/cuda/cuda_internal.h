@@ -228,4 +228,16 @@ void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K
                   const float *in_bias, const float *conv_bias, float *state, float *const *states);
 void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
 
+/* ---- Mamba2 (mamba.cu) ----
+ * backend.h's mamba_conv, ssd_scan (no scratch: chunks run the recurrence in one kernel;
+ * d_state <= 256), gated_rmsnorm and relu2. states: NULL for a chunk of one sequence
+ * (state), else n device pointers. */
+void cb_mamba_conv(cuda_be *cb, float *xbc, const float *in, int in_stride, int n, int dim, int K, const float *taps,
+                   const float *bias, float *state, float *const *states);
+void cb_ssd_scan(cuda_be *cb, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride, int n,
+                 const ci_ssd *s, float *state, float *const *states);
+void cb_gated_rmsnorm(cuda_be *cb, float *y, const float *z, int z_stride, const float *w, int n, int dim, int group,
+                      float eps);
+void cb_relu2(cuda_be *cb, float *g, int64_t count);
+
 #endif

@@ -1,0 +1,98 @@
+/* nemotron_h_place.c — Nemotron-H's weights into backend memory (nn/place.h): every view
+ * forward reads goes through be->weight once (the identity on the CPU). MLX-quantized
+ * checkpoints stay on the CPU: a device has no kernels for them yet. */
+#include "nemotron_h_internal.h"
+#include "../core/status.h"
+#include "../nn/place.h"
+#include <stdlib.h>
+
+static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
+
+/* Any MLX-quantized matrix forward reads. */
+static int any_quant(const nh_model *d) {
+    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
+    for (int l = 0; l < d->n_layers; l++) {
+        const nh_layer *L = &d->layers[l];
+        const moe_block *E = &L->moe;
+        switch (L->kind) {
+        case 'M':
+            if (is_quant(&L->mamba.in_proj) || is_quant(&L->mamba.out_proj)) return 1;
+            break;
+        case '*':
+            if (is_quant(&L->wq) || is_quant(&L->wk) || is_quant(&L->wv) || is_quant(&L->wo)) return 1;
+            break;
+        case '-':
+            if (is_quant(&L->up) || is_quant(&L->down)) return 1;
+            break;
+        default:
+            if (is_quant(&E->gate) || is_quant(&E->sh_up) || is_quant(&E->sh_down) || is_quant(&E->fc1_latent) ||
+                is_quant(&E->fc2_latent))
+                return 1;
+            for (int e = 0; e < E->n_experts; e++)
+                if (is_quant(&E->w_up[e]) || is_quant(&E->w_down[e])) return 1;
+        }
+    }
+    return 0;
+}
+
+/* An MoE layer: router, bias and expert views (ci_place_moe), then the shared expert and
+ * the latent projections moe_forward reads around them. */
+static int place_moe(ci_backend *be, moe_block *dst, const moe_block *E, ci_mat *em) {
+    return ci_place_moe(be, dst, E, em) || ci_place_mat(be, &dst->sh_up, &E->sh_up) ||
+           ci_place_mat(be, &dst->sh_down, &E->sh_down) || ci_place_mat(be, &dst->sh_gate, &E->sh_gate) ||
+           ci_place_mat(be, &dst->sh_router, &E->sh_router) || ci_place_mat(be, &dst->fc1_latent, &E->fc1_latent) ||
+           ci_place_mat(be, &dst->fc2_latent, &E->fc2_latent);
+}
+
+int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device && any_quant(d))
+        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
+                      m->cfg.path);
+    if (be->is_device && (!be->mamba_conv || !be->ssd_scan || !be->gated_rmsnorm || !be->relu2 ||
+                          (d->any_moe && (!be->moe_route || !be->moe_experts))))
+        return ci_err(err, errlen, "%s: the %s backend lacks the Mamba2 or MoE ops; run it with --device cpu", fam,
+                      be->name);
+    d->dev = calloc(d->n_layers > 0 ? (size_t)d->n_layers : 1, sizeof *d->dev);
+    size_t n_views = 0;
+    for (int l = 0; l < d->n_layers; l++)
+        n_views += d->layers[l].kind == 'E' ? 3 * (size_t)d->layers[l].moe.n_experts : 0;
+    if (n_views) d->dev_expert_mats = calloc(n_views, sizeof(ci_mat));
+    if (!d->dev || (n_views && !d->dev_expert_mats)) return ci_err(err, errlen, "%s: out of memory", fam);
+    ci_mat *em = d->dev_expert_mats;
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_norm_f, d->norm_f, d->H);
+    d->any_moe = NULL;
+    d->any_mamba = NULL;
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const nh_layer *L = &d->layers[l];
+        nh_placed *P = &d->dev[l];
+        bad = ci_place_vec(be, &P->norm, L->norm, d->H);
+        if (bad) break;
+        switch (L->kind) {
+        case 'M':
+            bad = mamba2_place(be, &P->mamba, &L->mamba);
+            if (!d->any_mamba) d->any_mamba = &P->mamba;
+            break;
+        case '*':
+            P->attn = (attn_block){ .n_heads = d->n_heads, .n_kv = d->n_kv, .hd = d->hd, .eps = d->eps,
+                                    .scale = d->attn_scale, .rot_dim = 0, .inv_freq = NULL, .mscale = 1.0f,
+                                    .style = CI_ROPE_NEOX };
+            bad = ci_place_mat(be, &P->attn.wq, &L->wq) || ci_place_mat(be, &P->attn.wk, &L->wk) ||
+                  ci_place_mat(be, &P->attn.wv, &L->wv) || ci_place_mat(be, &P->attn.wo, &L->wo);
+            break;
+        case '-':
+            bad = ci_place_mat(be, &P->up, &L->up) || ci_place_mat(be, &P->down, &L->down);
+            break;
+        default:
+            bad = place_moe(be, &P->moe, &L->moe, em);
+            em += 3 * L->moe.n_experts;
+            if (!d->any_moe) d->any_moe = &P->moe;
+        }
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
+}

@@ -1,0 +1,379 @@
+/* nemotron_h_run.c — Nemotron-H sessions, forward and batched decode steps (the model side
+ * is nemotron_h.c, snapshots nemotron_h_cache.c; nemotron_h_internal.h holds what they share).
+ *
+ * Every buffer is backend memory: each attention layer's [k | v] rows [max_ctx, 2*n_kv*hd],
+ * each Mamba2 layer's state (conv window then SSM state, f32), the activations and scratch.
+ * Model code passes their addresses to ops and never reads or writes their bytes: per chunk
+ * the host uploads the token ids and positions, runs ops on the placed weights, and
+ * downloads the logits. A decode step (n = 1, one row of logits) makes no host decision, so
+ * on a backend with graphs it is recorded once per session and replayed. A new sequence's
+ * Mamba2 states are zeroed by an upload. */
+#include "nemotron_h_internal.h"
+#include "../core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sessions -------------------------------------------------------------------------- */
+
+int nh_session_init(ci_session *s, char *err, size_t errlen) {
+    const nh_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    if (!d->dev) return ci_err(err, errlen, "%s: a model opened without weights has no sessions", fam);
+    nh_session *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
+    s->impl = c;
+    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = NH_UBATCH, f = sizeof(float);
+    c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
+    c->state = calloc((size_t)d->n_layers, sizeof *c->state);
+    c->hpos = malloc(UB * sizeof(int32_t));
+    c->zeros = calloc(d->state_floats ? d->state_floats : 1, f);
+    if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = 0;
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        char k = d->layers[l].kind;
+        if (k == '*') c->kv[l] = ci_buf_alloc(be, nh_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
+        else if (k == 'M') c->state[l] = ci_buf_alloc(be, d->state_floats * f, &bad);
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    c->x = ci_buf_alloc(be, UB * d->H * f, &bad);
+    c->xn = ci_buf_alloc(be, UB * d->H * f, &bad);
+    c->y = ci_buf_alloc(be, UB * d->H * f, &bad);
+    c->q = ci_buf_alloc(be, (UB * QD + 1) * f, &bad);
+    c->att = ci_buf_alloc(be, (UB * QD + 1) * f, &bad);
+    c->k = ci_buf_alloc(be, (UB * KD + 1) * f, &bad);
+    c->v = ci_buf_alloc(be, (UB * KD + 1) * f, &bad);
+    c->g = ci_buf_alloc(be, (UB * (size_t)d->ff + 1) * f, &bad);
+    c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
+    c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
+    c->best = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    if (bad || (d->any_mamba && mamba2_scratch_init(be, &c->mamba, d->any_mamba, NH_UBATCH)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, NH_UBATCH)))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
+}
+
+void nh_session_free(ci_session *s) {
+    nh_session *c = s->impl;
+    if (!c) return;
+    const nh_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    for (int l = 0; l < d->n_layers; l++) {
+        if (c->kv) ci_buf_release(be, c->kv[l]);
+        if (c->state) ci_buf_release(be, c->state[l]);
+    }
+    float *bufs[] = { c->x, c->xn, c->y, c->q, c->att, c->k, c->v, c->g, c->last, c->logits1, c->logits_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_buf_release(be, c->ids);
+    ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->best);
+    ci_buf_release(be, c->tab);
+    if (c->mamba.proj || c->mamba.scan) mamba2_scratch_free(be, &c->mamba);
+    moe_scratch_free(be, &c->moe);
+    free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
+    free(c);
+    s->impl = NULL;
+}
+
+/* A new sequence: every Mamba2 state back to zeros. */
+void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c) {
+    for (int l = 0; l < d->n_layers; l++)
+        if (c->state[l]) be->upload(be, c->state[l], c->zeros, d->state_floats * sizeof(float));
+    c->cache_pos = 0;
+}
+
+/* Rows of logits one group holds: row-independent matmuls give the same bits in any
+ * grouping, so the buffer is bounded (32 MiB) rather than [UBATCH, vocab]; a multiple of 4. */
+static int need_logit_rows(ci_model *m, nh_session *c, char *err, size_t errlen) {
+    const nh_model *d = m->impl;
+    if (c->logits_n) return 0;
+    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
+    r = r > NH_UBATCH ? NH_UBATCH : r / 4 * 4;
+    int rows = r < 4 ? 4 : (int)r;
+    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
+    if (!c->logits_n)
+        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    c->logit_rows = rows;
+    return 0;
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
+static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
+}
+
+/* Layer l of n rows, x += mixer(rmsnorm(x)), the norm fused into the mixer's first
+ * projection(s) and the residual add into its last where the ops allow (on the CPU the bits
+ * of rmsnorm, ..., add). One cache (kvs[0], the session's state `state`) for a chunk of one
+ * sequence, or a batch step: tab is layer l's table in backend memory (attention: K, V per
+ * row, kvs[i] the row's cache; Mamba2: conv states then SSM states), kvs / state unused.
+ * The mixer's output ("mixer_out") is in xn (the CPU's product; a device leaves it
+ * undefined) or, MoE, in y. */
+static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, float *state, float *const *tab,
+                      int n) {
+    const nh_model *d = m->impl;
+    const nh_placed *P = &d->dev[l];
+    ci_backend *be = m->be;
+    const int H = d->H;
+    const float *out = c->xn;
+    switch (d->layers[l].kind) {
+    case 'M':
+        if (tab) mamba2_forward_rows(be, &P->mamba, &c->mamba, tab, tab + n, c->x, c->xn, P->norm, d->eps, n);
+        else mamba2_forward(be, &P->mamba, &c->mamba, state, state + mamba2_conv_floats(&P->mamba), c->x, c->xn,
+                            P->norm, d->eps, n, d->scan);
+        break;
+    case '*': {
+        const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos,
+                               .kv_tab = tab };
+        attn_forward(be, &P->attn, &ab, kvs, tab ? n : 1, c->x, P->norm, d->eps, c->x, n);  /* x += o_proj(·) */
+        break;
+    }
+    case '-': {                                              /* x += down(relu(up rmsnorm(x))²) */
+        float *const gs[1] = { c->g };
+        const ci_mat *const ws[1] = { &P->up };
+        be->norm_matmul_n(be, c->xn, c->x, P->norm, d->eps, 1, gs, n, ws);
+        be->relu2(be, c->g, (int64_t)n * d->ff);
+        be->matmul_acc(be, c->x, c->g, n, &P->down, c->xn);
+        break;
+    }
+    default:                                                 /* routed + shared, then the add */
+        be->rmsnorm(be, c->xn, c->x, P->norm, n, H, d->eps);
+        moe_forward_add(be, &P->moe, &c->moe, c->x, c->y, c->xn, n);
+        out = c->y;
+        break;
+    }
+    dump_buf(m, "mixer_out", l, out, n, H);
+    dump_buf(m, "layer_out", l, c->x, n, H);
+}
+
+/* The layers of one chunk of n tokens of s whose ids and positions are in c->ids / c->pos:
+ * ops only, nothing decided from a value, so a decode step can be recorded and replayed. */
+static void chunk_ops(ci_session *s, int n) {
+    ci_model *m = s->m;
+    const nh_model *d = m->impl;
+    nh_session *c = s->impl;
+    m->be->embed(m->be, c->x, &d->dev_embed, c->ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const attn_cache kv = attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
+        layer_ops(m, c, l, &kv, c->state[l], NULL, n);
+    }
+}
+
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL, HEAD_ARGMAX };
+
+/* The final norm and head: HEAD_LAST the last row's logits into c->logits1 (HEAD_ARGMAX:
+ * also their argmax into c->best); HEAD_ALL every row's, in groups of c->logit_rows through
+ * c->logits_n, each downloaded into logits or, with best, each row's argmax into best[r]. */
+static void head_ops(ci_model *m, nh_session *c, int n, int head, float *logits, int32_t *best) {
+    const nh_model *d = m->impl;
+    ci_backend *be = m->be;
+    const int H = d->H;
+    if (head == HEAD_LAST || head == HEAD_ARGMAX) {
+        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_norm_f, 1, H, d->eps);
+        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+        if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
+    } else if (head == HEAD_ALL) {
+        be->rmsnorm(be, c->xn, c->x, d->dev_norm_f, n, H, d->eps);
+        for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
+            int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
+            be->matmul(be, c->logits_n, c->xn + (size_t)r0 * H, rows, &d->dev_head);
+            if (best)
+                for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
+            else
+                be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+        }
+    }
+}
+
+/* One chunk of n <= NH_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
+ * through its recorded graph where the backend has graphs), then the logits (or, out_id,
+ * the last row's argmax) come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
+    ci_model *m = s->m;
+    const nh_model *d = m->impl;
+    nh_session *c = s->impl;
+    ci_backend *be = m->be;
+    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
+    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
+    int head = out_id ? HEAD_ARGMAX : !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
+    if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    if (n == 1 && (head == HEAD_LAST || head == HEAD_ARGMAX) && ci_graphs_allowed(m)) {
+        const int gi = head == HEAD_ARGMAX;
+        /* the first step runs eagerly: ops that size scratch or build tables on their first
+         * call (the MoE's) do it outside a recording */
+        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
+            if (be->graph_begin(be) == 0) {
+                chunk_ops(s, 1);                          /* recorded, not run */
+                head_ops(m, c, 1, head, NULL, NULL);
+                c->graph[gi] = be->graph_end(be);
+            }
+            c->graph_failed[gi] = !c->graph[gi];
+        }
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
+        else {
+            chunk_ops(s, 1);
+            head_ops(m, c, 1, head, NULL, NULL);
+        }
+        c->graph_warm[gi] = 1;
+    } else {
+        chunk_ops(s, n);
+        head_ops(m, c, n, head, logits, NULL);
+    }
+    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
+    }
+    s->pos += n;
+    c->cache_pos = s->pos;
+    return ci_backend_check(m, err, errlen);
+}
+
+/* Chunks of at most NH_UBATCH tokens; only the last gets the head unless all_logits (each
+ * chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
+    const nh_model *d = s->m->impl;
+    nh_session *c = s->impl;
+    const char *fam = s->m->family->name;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
+    /* the recurrent state cannot be rewound: a new sequence (pos 0) starts from zero, any
+     * other position must be where the cache is */
+    if (s->pos == 0) nh_reset_states(d, s->m->be, c);
+    else if (s->pos != c->cache_pos)
+        return ci_err(err, errlen, "%s: the session is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
+                      fam, s->pos, c->cache_pos);
+    for (int off = 0; off < n; off += NH_UBATCH) {
+        int k = n - off < NH_UBATCH ? n - off : NH_UBATCH, last = off + k == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
+        else if (logits && last) out = logits;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int nh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
+}
+
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * Row i belongs to session ss[i] at its position. The embedding, norms, attention
+ * projections, relu² MLPs, MoE and head run over all n rows at once; each row's K/V go into
+ * its own cache rows and it attends to them alone (rope_attend through the table of cache
+ * pointers), and each row's Mamba2 layers run as a one-token step on its own conv and SSM
+ * state (mamba_conv / ssd_scan through the tables of states), with ss[0]'s scratch. Every
+ * op gives a row the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s. */
+static int need_tab(ci_model *m, nh_session *c, char *err, size_t errlen) {
+    const nh_model *d = m->impl;
+    if (c->tab) return 0;
+    size_t count = (size_t)d->n_layers * 2 * NH_UBATCH;
+    c->htab = malloc(count * sizeof(float *));
+    c->tab = m->be->alloc(m->be, count * sizeof(float *));
+    if (!c->htab || !c->tab)
+        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    return 0;
+}
+
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
+    ci_model *m = ss[0]->m;
+    const nh_model *d = m->impl;
+    nh_session *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    attn_cache kvs[NH_UBATCH];
+    for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
+    for (int l = 0; l < d->n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            float **t = c->htab + (size_t)l * 2 * n;
+            const nh_session *ci = ss[i]->impl;
+            if (d->layers[l].kind == '*') {
+                t[2 * i] = ci->kv[l];
+                t[2 * i + 1] = ci->kv[l] + (size_t)d->n_kv * d->hd;
+            } else if (d->layers[l].kind == 'M') {
+                t[i] = ci->state[l];
+                t[n + i] = ci->state[l] + mamba2_conv_floats(&d->dev[l].mamba);
+            }
+        }
+    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        char k = d->layers[l].kind;
+        if (k == '*')
+            for (int i = 0; i < n; i++)
+                kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
+        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->tab + (size_t)l * 2 * n : NULL, n);
+    }
+    head_ops(m, c, n, HEAD_ALL, logits, out_ids ? c->best : NULL);
+    if (out_ids) be->download(be, out_ids, c->best, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        ss[i]->pos++;
+        ((nh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;
+    }
+    return ci_backend_check(m, err, errlen);
+}
+
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const ci_model *m = ss[0]->m;
+    const nh_model *d = m->impl;
+    const char *fam = m->family->name;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int i = 0; i < n; i++) {
+        const nh_session *ci = ss[i]->impl;
+        if (ss[i]->pos != 0 && ss[i]->pos != ci->cache_pos)
+            return ci_err(err, errlen, "%s: sequence %d is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
+                          fam, i, ss[i]->pos, ci->cache_pos);
+    }
+    for (int i = 0; i < n; i++)   /* a new sequence starts from zero state, as nh_forward */
+        if (ss[i]->pos == 0) nh_reset_states(d, m->be, ss[i]->impl);
+    for (int off = 0; off < n; off += NH_UBATCH) {
+        int k = n - off < NH_UBATCH ? n - off : NH_UBATCH;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int nh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int nh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
+}
