@@ -14,11 +14,12 @@
  * may be MLX-quantized (weights.h), experts as switch_mlp stacks, checked against
  * config.json's quantization block.
  *
- * One ci_cache per session: attention layers keep K/V rows, DeltaNet layers a fixed state
- * (conv window + S). The cache position always equals the session's; a session reset
- * (pos 0) clears the states, and going back to any other position goes through a cache
- * snapshot (qh_session_cache / qh_session_restore). The families own their model_type and
- * options; this file owns the tensor list and forward(). */
+ * The session's cache is backend memory: attention layers keep K/V rows, DeltaNet layers a
+ * fixed state (conv window + S). The cache position always equals the session's; a session
+ * reset (pos 0) clears the states, and going back to any other position goes through a
+ * cache snapshot (qh_snapshot / qh_session_restore, through download / upload). The
+ * families own their model_type and options; qwen_hybrid*.c own the tensor list and
+ * forward() (qwen_hybrid_internal.h says which file holds what). */
 #ifndef CI_QWEN_HYBRID_H
 #define CI_QWEN_HYBRID_H
 #include "model.h"
@@ -44,8 +45,6 @@ void qh_session_free(ci_session *s);
 int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 size_t qh_cache_bytes_per_token(const ci_model *m);
 
-/* The session's cache, for snapshots (cache_snapshot). NULL if s is not of these families. */
-ci_cache *qh_session_cache(ci_session *s);
 /* Puts a snapshot back and moves the session to its position. */
 int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 /* A snapshot of the session's cache at its position (the serving op, registry.h). */

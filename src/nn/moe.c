@@ -97,12 +97,7 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         }
         be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
         if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
-        for (int t = 0; t < n; t++) {
-            float gw = m->sh_router.rows ? 1.0f / (1.0f + expf(-s->sg[t])) : 1.0f;
-            float *o = out + (size_t)t * H;
-            const float *y = s->ye + (size_t)t * H;
-            for (int h = 0; h < H; h++) o[h] += gw * y[h];
-        }
+        be->sigmoid_gate_add(be, out, s->ye, m->sh_router.rows ? s->sg : NULL, n, H);
     }
 }
 

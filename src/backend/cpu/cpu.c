@@ -801,6 +801,12 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.dsa_attend = cpu_dsa_attend;
     b->base.shortconv = cpu_shortconv;
     b->base.add_bias = cpu_add_bias;
+    b->base.causal_conv = cpu_causal_conv;
+    b->base.deltanet = cpu_deltanet;
+    b->base.deltanet_unfuse = cpu_deltanet_unfuse;
+    b->base.split_halves = cpu_split_halves;
+    b->base.sigmoid_mul = cpu_sigmoid_mul;
+    b->base.sigmoid_gate_add = cpu_sigmoid_gate_add;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:
