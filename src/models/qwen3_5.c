@@ -16,4 +16,5 @@ static const ci_family_ops qwen3_5_ops = {
     .snapshot = qh_snapshot, .restore = qh_session_restore, .forward_batch = qh_forward_batch,
 };
 
-const ci_family fam_qwen3_5 = { "qwen3_5", (const char *const[]){ "qwen3_5", "qwen3_5_text", NULL }, NULL, &qwen3_5_ops, 0 };
+const ci_family fam_qwen3_5 = { "qwen3_5", (const char *const[]){ "qwen3_5", "qwen3_5_text", NULL }, NULL, &qwen3_5_ops,
+                                CI_CUDA_UNVERIFIED };

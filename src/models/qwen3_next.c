@@ -19,4 +19,5 @@ static const ci_family_ops qwen3_next_ops = {
     .snapshot = qh_snapshot, .restore = qh_session_restore, .forward_batch = qh_forward_batch,
 };
 
-const ci_family fam_qwen3_next = { "qwen3_next", (const char *const[]){ "qwen3_next", NULL }, NULL, &qwen3_next_ops, 0 };
+const ci_family fam_qwen3_next = { "qwen3_next", (const char *const[]){ "qwen3_next", NULL }, NULL, &qwen3_next_ops,
+                                   CI_CUDA_UNVERIFIED };

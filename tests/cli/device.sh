@@ -38,7 +38,7 @@ for fam in nemotron_h deepseek_v4; do
   cmp -s "$TMP/$fam.cpu" "$TMP/$fam.auto" && pass "$fam: auto = cpu logits" || fail "$fam: auto = cpu logits" "files differ"
 done
 # ---- a CUDA path written but not verified on a GPU yet: refused unless asked for ----
-for fam in deepseek_v3 deepseek_v32 lfm2 lfm2_moe; do
+for fam in deepseek_v3 deepseek_v32 lfm2 lfm2_moe qwen3_next qwen3_5; do
   expect_err "$fam --device cuda: not verified" "$fam: its CUDA path has not passed the GPU tests yet" \
     env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda
   expect_ok "$fam --device auto stays on the CPU" env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam \
