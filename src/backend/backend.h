@@ -293,7 +293,7 @@ typedef struct ci_backend {
      * blocks), states NULL; a decode step of n sequences: row t's at states[t * tab_step].
      * recurrent: the CPU runs every token through the recurrence (its prompt form is
      * otherwise chunked; both agree up to f32 rounding). scratch: ci_deltanet_scratch_floats
-     * floats (the CPU's chunk products and o; a device may leave it untouched). */
+     * floats of backend memory (o [n, hv*dv] first, then the CPU's chunk products). */
     void (*deltanet)(struct ci_backend *be, float *z, float *mix, float *b, float *a, int n,
                      const struct ci_deltanet *d, float *state, float *const *states, int tab_step, int recurrent,
                      float *scratch);

@@ -1506,7 +1506,7 @@ out:
 /* One deltanet call on both backends from the same inputs (fresh host copies for the CPU). */
 static void dn_call(const ci_deltanet *cd, const ci_deltanet *gd, int n, const float *mix, const float *b,
                     const float *a, const float *z, float *cz, float *gz, float *cS, float *gS, float *const *ctab,
-                    float *const *gtab, int recurrent, float *scr) {
+                    float *const *gtab, int recurrent, float *scr, float *gscr) {
     const int C = 2 * cd->hk * cd->dk + cd->hv * cd->dv;
     size_t nm = (size_t)n * C, nh = (size_t)n * cd->hv, nz = (size_t)n * cd->hv * cd->dv;
     float *m1 = xmalloc(nm * 4), *b1 = xmalloc(nh * 4), *a1 = xmalloc(nh * 4);
@@ -1515,7 +1515,7 @@ static void dn_call(const ci_deltanet *cd, const ci_deltanet *gd, int n, const f
     gpu->upload(gpu, gz, z, nz * 4);
     if (!dead) {
         cpu->deltanet(cpu, cz, m1, b1, a1, n, cd, cS, ctab, 2, recurrent, scr);
-        gpu->deltanet(gpu, gz, gm, gb, ga, n, gd, gS, gtab, 2, 0, NULL);
+        gpu->deltanet(gpu, gz, gm, gb, ga, n, gd, gS, gtab, 2, 0, gscr);
     }
     g_free(gm); g_free(gb); g_free(ga);
     free(m1); free(b1); free(a1);
@@ -1542,6 +1542,7 @@ static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int 
     memcpy(cst, st, (size_t)nst * SF * 4);
     float *cz = xmalloc(nz * 4), *got = xmalloc(nz * 4), *scr = xmalloc(ci_deltanet_scratch_floats(&cd, n) * 4);
     float *gz = g_alloc(nz * 4), *gs = g_put(st, (size_t)nst * SF * 4);
+    float *gscr = g_alloc(ci_deltanet_scratch_floats(&cd, n) * 4);
     float **hp = xmalloc((size_t)2 * nst * sizeof *hp), **cp = xmalloc((size_t)2 * nst * sizeof *cp);
     for (int i = 0; i < nst; i++) {   /* S at [2i + 1], as the models' tables */
         hp[2 * i] = NULL; cp[2 * i] = NULL;
@@ -1551,12 +1552,12 @@ static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int 
     if (dead) goto out;
     g_poison(gz, nz * 4);
     dn_call(&cd, &gd, n, mix, b, a, z, cz, gz, cst, gs, table ? cp + 1 : NULL, table ? (float *const *)gtab + 1 : NULL,
-            !chunked, scr);
+            !chunked, scr, gscr);
     g_get(got, gz, nz * 4);
     errs e = compare(got, cz, nz);
     if (!table) {   /* a decode row on the state the chunk left */
         const size_t nz1 = (size_t)hv * dv;
-        dn_call(&cd, &gd, 1, mix + nm - C, b + nh - hv, a + nh - hv, z, cz, gz, cst, gs, NULL, NULL, 1, scr);
+        dn_call(&cd, &gd, 1, mix + nm - C, b + nh - hv, a + nh - hv, z, cz, gz, cst, gs, NULL, NULL, 1, scr, gscr);
         g_get(got, gz, nz1 * 4);
         errs e1 = compare(got, cz, nz1);
         if (e1.rel > e.rel || e1.rel != e1.rel) e = e1;
@@ -1568,7 +1569,7 @@ static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int 
     g_get(gst_h, gs, (size_t)nst * SF * 4);
     report(sname, compare(gst_h, cst, (size_t)nst * SF), chunked ? B_DN_CHUNK : B_DN);
 out:
-    g_free(gz); g_free(gs); g_free(gtab);
+    g_free(gz); g_free(gs); g_free(gtab); g_free(gscr);
     free(mix); free(b); free(a); free(z); free(st); free(cst); free(gst_h); free(cz); free(got); free(scr);
     free(hp); free(cp);
 }

@@ -343,8 +343,7 @@ static void op_causal_conv(ci_backend *be, float *y, const float *x, int n, int 
 static void op_deltanet(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d,
                         float *state, float *const *states, int tab_step, int recurrent, float *scratch) {
     (void)recurrent;   /* the device always runs the recurrence */
-    (void)scratch;
-    if (!CB(be)->failed) cb_deltanet(CB(be), z, mix, b, a, n, d, state, states, tab_step);
+    if (!CB(be)->failed) cb_deltanet(CB(be), z, mix, b, a, n, d, state, states, tab_step, scratch);
 }
 static void op_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz,
                                const float *ba, int n, const ci_deltanet *d) {

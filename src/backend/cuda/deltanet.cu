@@ -6,14 +6,16 @@
  * (thread (c, t), the window read from the state and x on the fly), then the states' K-1
  * rows (row i reads window row m + i >= i of the old state before anything overwrites it).
  *
- * deltanet is one launch: a block per (value head, sequence) holds that head's state S
- * [dv, dk] in shared memory for the whole call (read once, written once) and runs the
- * recurrence token by token: the q / k L2 norms, beta and the decay, the state update and
- * o = S q (a warp per state row, lanes across dk), then the output gate (RMSNorm over dv,
- * times norm_w, times silu(z)) into z. A chunk of one sequence loops over its tokens in the
- * block (the chunked WY form of the CPU is not used here: this is the first, plain form);
- * a batch step has one token per sequence, its S found through the table. Decay factors
- * below e^-60 are 0, as the CPU cuts them (no subnormals into the state). */
+ * deltanet is two launches. The recurrence: the rows of a head's state S [dv, dk] are
+ * independent given the token's q, k, beta and g, so a block per (value head, 16 rows of
+ * S, sequence) holds its rows in shared memory for the whole call (read once, written
+ * once) and runs the tokens one by one: the q / k L2 norms, beta and the decay (each block
+ * computes them itself), the update and o = S q (a warp per state row, lanes across dk)
+ * into the op's scratch. Then the output gate (RMSNorm of o over dv, times norm_w, times
+ * silu(z)) into z, a block per (head, row). A chunk of one sequence loops over its tokens
+ * in the block (the CPU's chunked UT form is not used here: this is the first, plain
+ * form); a batch step has one token per sequence, its S found through the table. Decay
+ * factors below e^-60 are 0, as the CPU cuts them (no subnormals into the state). */
 #include "cuda_internal.h"
 #include <math.h>
 
@@ -79,24 +81,28 @@ void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K
 
 /* ---- deltanet ------------------------------------------------------------------------- */
 
-enum { DN_THREADS = 256 };
+enum { DN_THREADS = 128, DN_ROWS = 16 };   /* a block: 4 warps over DN_ROWS state rows of one head */
 
 __device__ __forceinline__ float dn_decay(float x) { return x < -60.0f ? 0.0f : expf(x); }
 __device__ __forceinline__ float dn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* grid (hv, 1) for a chunk of n tokens of one sequence (S = state), (hv, n) for a batch
- * step (row t's S at states[t * tab_step]); shared: S [dv*dk], q, k [dk], v, o [dv], 32. */
-__global__ void deltanet_kernel(float *z, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d,
+/* The recurrence: grid (hv, ceil(dv / DN_ROWS), 1) for a chunk of n tokens of one sequence
+ * (S = state), (hv, ceil(dv / DN_ROWS), n) for a batch step (row t's S at
+ * states[t * tab_step]). Rows of S are independent given q, k, beta and g, so each block
+ * keeps only its DN_ROWS rows [., dk] in shared memory (read once, written once), computes
+ * the token's q / k norms and gates itself, and writes its part of o [n, hv*dv]. */
+__global__ void deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d,
                                 float *state, float *const *states, int tab_step) {
     pdl_enter();
     extern __shared__ float sm[];
     const int hk = d.hk, hv = d.hv, dk = d.dk, dv = d.dv, h = blockIdx.x, kh = h / (hv / hk);
-    const int KD = hk * dk, C = 2 * KD + hv * dv;
-    float *S = sm, *q = S + (size_t)dv * dk, *k = q + dk, *v = k + dk, *o = v + dv, *red = o + dv;
-    const int t0 = states ? blockIdx.y : 0, t1 = states ? blockIdx.y + 1 : n;
-    float *Sg = (states ? states[(int64_t)blockIdx.y * tab_step] : state) + (size_t)h * dv * dk;
+    const int KD = hk * dk, C = 2 * KD + hv * dv, i0 = blockIdx.y * DN_ROWS;
+    const int rows = dv - i0 < DN_ROWS ? dv - i0 : DN_ROWS;
+    float *S = sm, *q = S + (size_t)DN_ROWS * dk, *k = q + dk, *red = k + dk;
+    const int t0 = states ? blockIdx.z : 0, t1 = states ? blockIdx.z + 1 : n;
+    float *Sg = (states ? states[(int64_t)blockIdx.z * tab_step] : state) + ((size_t)h * dv + i0) * dk;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    for (int i = tid; i < dv * dk; i += blockDim.x) S[i] = Sg[i];
+    for (int i = tid; i < rows * dk; i += blockDim.x) S[i] = Sg[i];
     const float qscale = 1.0f / sqrtf((float)dk), negA = d.neg_A[h], dtb = d.dt_bias[h];
     for (int t = t0; t < t1; t++) {
         const float *row = mix + (int64_t)t * C;
@@ -108,7 +114,6 @@ __global__ void deltanet_kernel(float *z, const float *mix, const float *bb, con
             sq += a * a;
             sk += b * b;
         }
-        for (int i = tid; i < dv; i += blockDim.x) v[i] = row[2 * KD + h * dv + i];
         sq = dn_block_sum(sq, red);
         sk = dn_block_sum(sk, red);
         const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
@@ -118,11 +123,13 @@ __global__ void deltanet_kernel(float *z, const float *mix, const float *bb, con
             k[i] *= ik;
             kq += k[i] * q[i];
         }
-        kq = dn_block_sum(kq, red);   /* its syncs also publish q, k */
+        kq = dn_block_sum(kq, red);   /* its syncs also publish the normed q, k */
         const float beta = 1.0f / (1.0f + expf(-bb[(int64_t)t * hv + h]));
         const float eg = dn_decay(negA * dn_softplus(aa[(int64_t)t * hv + h] + dtb));
+        const float *v = row + 2 * KD + (size_t)h * dv + i0;
+        float *orow = o + (int64_t)t * hv * dv + (size_t)h * dv + i0;
         /* a warp per state row i: with S' = e^g S, delta = beta (v - S' k), S'' = S' + delta kᵀ, o = S'' q */
-        for (int i = warp; i < dv; i += nwarps) {
+        for (int i = warp; i < rows; i += nwarps) {
             float *Si = S + (size_t)i * dk;
             float a = 0.0f, b = 0.0f;
             for (int j = lane; j < dk; j += 32) {
@@ -133,37 +140,46 @@ __global__ void deltanet_kernel(float *z, const float *mix, const float *bb, con
             b = dn_warp_sum(b);
             const float del = beta * (v[i] - eg * a);
             for (int j = lane; j < dk; j += 32) Si[j] = eg * Si[j] + del * k[j];
-            if (lane == 0) o[i] = eg * b + del * kq;
+            if (lane == 0) orow[i] = eg * b + del * kq;
         }
-        __syncthreads();
-        /* the output gate: z = silu(z) * (o / rms(o) * norm_w) */
-        float ss = 0.0f;
-        for (int i = tid; i < dv; i += blockDim.x) ss += o[i] * o[i];
-        ss = dn_block_sum(ss, red);
-        const float sc = (float)(1.0 / sqrt((double)ss / (double)dv + (double)d.eps));
-        float *zr = z + (int64_t)t * hv * dv + (size_t)h * dv;
-        for (int i = tid; i < dv; i += blockDim.x) {
-            float g = zr[i], on = o[i] * sc * d.norm_w[i];
-            zr[i] = g / (1.0f + expf(-g)) * on;
-        }
-        __syncthreads();   /* q, k, v, o are refilled by the next token */
+        __syncthreads();   /* q, k are refilled by the next token */
     }
-    for (int i = tid; i < dv * dk; i += blockDim.x) Sg[i] = S[i];
+    for (int i = tid; i < rows * dk; i += blockDim.x) Sg[i] = S[i];
 }
 
-static int dn_smem_set;
+/* The output gate, grid (hv, n): z = silu(z) * (o / rms(o) * norm_w) over each head's dv. */
+__global__ void deltanet_gate_kernel(float *z, const float *o, ci_deltanet d) {
+    pdl_enter();
+    __shared__ float red[32];
+    const int dv = d.dv;
+    const int64_t off = ((int64_t)blockIdx.y * d.hv + blockIdx.x) * dv;
+    const float *orow = o + off;
+    float *zr = z + off;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dv; i += blockDim.x) ss += orow[i] * orow[i];
+    ss = dn_block_sum(ss, red);
+    const float sc = (float)(1.0 / sqrt((double)ss / (double)dv + (double)d.eps));
+    for (int i = threadIdx.x; i < dv; i += blockDim.x) {
+        float g = zr[i], on = orow[i] * sc * d.norm_w[i];
+        zr[i] = g / (1.0f + expf(-g)) * on;
+    }
+}
 
 void cb_deltanet(cuda_be *cb, float *z, const float *mix, const float *b, const float *a, int n, const ci_deltanet *d,
-                 float *state, float *const *states, int tab_step) {
+                 float *state, float *const *states, int tab_step, float *o) {
     if (n <= 0) return;
-    const size_t smem = ((size_t)d->dv * d->dk + 2 * (size_t)d->dk + 2 * (size_t)d->dv + 32) * sizeof(float);
-    if (!cb_smem_ok(cb, deltanet_kernel, smem, &dn_smem_set)) {
-        if (!cb->failed) cb_fail_msg(cb, "deltanet: a value head's state does not fit in shared memory");
+    const size_t smem = ((size_t)DN_ROWS * d->dk + 2 * (size_t)d->dk + 32) * sizeof(float);
+    if (smem > 48 * 1024) {
+        cb_fail_msg(cb, "deltanet: key head dim too large for the kernel's shared memory");
         return;
     }
-    cb_launch(cb, deltanet_kernel, dim3(d->hv, states ? n : 1), dim3(DN_THREADS), smem, z, mix, b, a, n, *d, state,
+    const int by = (d->dv + DN_ROWS - 1) / DN_ROWS;
+    cb_launch(cb, deltanet_kernel, dim3(d->hv, by, states ? n : 1), dim3(DN_THREADS), smem, o, mix, b, a, n, *d, state,
               states, tab_step);
-    cb_launched(cb, "deltanet");
+    if (cb_launched(cb, "deltanet")) return;
+    cb_launch(cb, deltanet_gate_kernel, dim3(d->hv, n), dim3(d->dv >= 256 ? 256 : d->dv > 64 ? 128 : 32), 0, z,
+              (const float *)o, *d);
+    cb_launched(cb, "deltanet gate");
 }
 
 /* ---- deltanet_unfuse -------------------------------------------------------------------- */
