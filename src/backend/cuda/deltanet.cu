@@ -7,11 +7,11 @@
  * rows (row i reads window row m + i >= i of the old state before anything overwrites it).
  *
  * deltanet is two launches. The recurrence: the rows of a head's state S [dv, dk] are
- * independent given the token's q, k, beta and g, so a block per (value head, 16 rows of
- * S, sequence) holds its rows in shared memory for the whole call (read once, written
- * once) and runs the tokens one by one: the q / k L2 norms, beta and the decay (each block
- * computes them itself), the update and o = S q (a warp per state row, lanes across dk)
- * into the op's scratch. Then the output gate (RMSNorm of o over dv, times norm_w, times
+ * independent given the token's q, k, beta and g, so a warp per (value head, 4 rows of S,
+ * sequence) holds its rows in registers for the whole call (read once, written once) and
+ * runs the tokens one by one: the q / k L2 norms, beta and the decay (each warp computes
+ * them itself, so the token loop has no block barrier), the update and o = S q (lanes
+ * across dk) into the op's scratch. Then the output gate (RMSNorm of o over dv, times norm_w, times
  * silu(z)) into z, a block per (head, row). A chunk of one sequence loops over its tokens
  * in the block (the CPU's chunked UT form is not used here: this is the first, plain
  * form); a batch step has one token per sequence, its S found through the table. Decay
@@ -81,70 +81,90 @@ void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K
 
 /* ---- deltanet ------------------------------------------------------------------------- */
 
-enum { DN_THREADS = 128, DN_ROWS = 16 };   /* a block: 4 warps over DN_ROWS state rows of one head */
+/* A block: DN_WARPS warps, each over DN_WROWS rows of one head's state, its part of every
+ * row (lane + 32 j, j < DN_MAXJ: dk <= 256) in registers. */
+enum { DN_WARPS = 4, DN_WROWS = 4, DN_ROWS = DN_WARPS * DN_WROWS, DN_MAXJ = 8 };
 
 __device__ __forceinline__ float dn_decay(float x) { return x < -60.0f ? 0.0f : expf(x); }
 __device__ __forceinline__ float dn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* The recurrence: grid (hv, ceil(dv / DN_ROWS), 1) for a chunk of n tokens of one sequence
  * (S = state), (hv, ceil(dv / DN_ROWS), n) for a batch step (row t's S at
- * states[t * tab_step]). Rows of S are independent given q, k, beta and g, so each block
- * keeps only its DN_ROWS rows [., dk] in shared memory (read once, written once), computes
- * the token's q / k norms and gates itself, and writes its part of o [n, hv*dv]. */
-__global__ void deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d,
-                                float *state, float *const *states, int tab_step) {
+ * states[t * tab_step]). Rows of S are independent given q, k, beta and g, so each warp
+ * keeps its DN_WROWS rows in registers for the whole call (read once, written once),
+ * computes the token's q / k norms and gates itself (warp sums only: no block barrier in
+ * the token loop), and writes its rows of o [n, hv*dv]. */
+__global__ void __launch_bounds__(DN_WARPS * 32)
+deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d, float *state,
+                float *const *states, int tab_step) {
     pdl_enter();
-    extern __shared__ float sm[];
     const int hk = d.hk, hv = d.hv, dk = d.dk, dv = d.dv, h = blockIdx.x, kh = h / (hv / hk);
-    const int KD = hk * dk, C = 2 * KD + hv * dv, i0 = blockIdx.y * DN_ROWS;
-    const int rows = dv - i0 < DN_ROWS ? dv - i0 : DN_ROWS;
-    float *S = sm, *q = S + (size_t)DN_ROWS * dk, *k = q + dk, *red = k + dk;
+    const int KD = hk * dk, C = 2 * KD + hv * dv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i0 = blockIdx.y * DN_ROWS + warp * DN_WROWS;
+    if (i0 >= dv) return;
+    const int rows = dv - i0 < DN_WROWS ? dv - i0 : DN_WROWS;
     const int t0 = states ? blockIdx.z : 0, t1 = states ? blockIdx.z + 1 : n;
     float *Sg = (states ? states[(int64_t)blockIdx.z * tab_step] : state) + ((size_t)h * dv + i0) * dk;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    for (int i = tid; i < rows * dk; i += blockDim.x) S[i] = Sg[i];
+    float S[DN_WROWS][DN_MAXJ];
+#pragma unroll
+    for (int r = 0; r < DN_WROWS; r++)
+#pragma unroll
+        for (int j = 0; j < DN_MAXJ; j++) {
+            const int c = lane + 32 * j;
+            S[r][j] = r < rows && c < dk ? Sg[(size_t)r * dk + c] : 0.0f;
+        }
     const float qscale = 1.0f / sqrtf((float)dk), negA = d.neg_A[h], dtb = d.dt_bias[h];
     for (int t = t0; t < t1; t++) {
         const float *row = mix + (int64_t)t * C;
-        float sq = 0.0f, sk = 0.0f;
-        for (int i = tid; i < dk; i += blockDim.x) {
-            float a = row[kh * dk + i], b = row[KD + kh * dk + i];
-            q[i] = a;
-            k[i] = b;
-            sq += a * a;
-            sk += b * b;
+        float q[DN_MAXJ], k[DN_MAXJ], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int j = 0; j < DN_MAXJ; j++) {
+            const int c = lane + 32 * j;
+            q[j] = c < dk ? row[kh * dk + c] : 0.0f;
+            k[j] = c < dk ? row[KD + kh * dk + c] : 0.0f;
+            sq += q[j] * q[j];
+            sk += k[j] * k[j];
         }
-        sq = dn_block_sum(sq, red);
-        sk = dn_block_sum(sk, red);
+        sq = dn_warp_sum(sq);
+        sk = dn_warp_sum(sk);
         const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
         float kq = 0.0f;
-        for (int i = tid; i < dk; i += blockDim.x) {
-            q[i] *= iq;
-            k[i] *= ik;
-            kq += k[i] * q[i];
+#pragma unroll
+        for (int j = 0; j < DN_MAXJ; j++) {
+            q[j] *= iq;
+            k[j] *= ik;
+            kq += k[j] * q[j];
         }
-        kq = dn_block_sum(kq, red);   /* its syncs also publish the normed q, k */
+        kq = dn_warp_sum(kq);
         const float beta = 1.0f / (1.0f + expf(-bb[(int64_t)t * hv + h]));
         const float eg = dn_decay(negA * dn_softplus(aa[(int64_t)t * hv + h] + dtb));
         const float *v = row + 2 * KD + (size_t)h * dv + i0;
         float *orow = o + (int64_t)t * hv * dv + (size_t)h * dv + i0;
-        /* a warp per state row i: with S' = e^g S, delta = beta (v - S' k), S'' = S' + delta kᵀ, o = S'' q */
-        for (int i = warp; i < rows; i += nwarps) {
-            float *Si = S + (size_t)i * dk;
+        /* row r: with S' = e^g S, delta = beta (v - S' k), S'' = S' + delta kᵀ, o = S'' q */
+#pragma unroll
+        for (int r = 0; r < DN_WROWS; r++) {
+            if (r >= rows) break;   /* uniform in the warp */
             float a = 0.0f, b = 0.0f;
-            for (int j = lane; j < dk; j += 32) {
-                a += Si[j] * k[j];
-                b += Si[j] * q[j];
+#pragma unroll
+            for (int j = 0; j < DN_MAXJ; j++) {
+                a += S[r][j] * k[j];
+                b += S[r][j] * q[j];
             }
             a = dn_warp_sum(a);
             b = dn_warp_sum(b);
-            const float del = beta * (v[i] - eg * a);
-            for (int j = lane; j < dk; j += 32) Si[j] = eg * Si[j] + del * k[j];
-            if (lane == 0) orow[i] = eg * b + del * kq;
+            const float del = beta * (v[r] - eg * a);
+#pragma unroll
+            for (int j = 0; j < DN_MAXJ; j++) S[r][j] = eg * S[r][j] + del * k[j];
+            if (lane == 0) orow[r] = eg * b + del * kq;
         }
-        __syncthreads();   /* q, k are refilled by the next token */
     }
-    for (int i = tid; i < rows * dk; i += blockDim.x) Sg[i] = S[i];
+#pragma unroll
+    for (int r = 0; r < DN_WROWS; r++)
+#pragma unroll
+        for (int j = 0; j < DN_MAXJ; j++) {
+            const int c = lane + 32 * j;
+            if (r < rows && c < dk) Sg[(size_t)r * dk + c] = S[r][j];
+        }
 }
 
 /* The output gate, grid (hv, n): z = silu(z) * (o / rms(o) * norm_w) over each head's dv. */
@@ -168,14 +188,13 @@ __global__ void deltanet_gate_kernel(float *z, const float *o, ci_deltanet d) {
 void cb_deltanet(cuda_be *cb, float *z, const float *mix, const float *b, const float *a, int n, const ci_deltanet *d,
                  float *state, float *const *states, int tab_step, float *o) {
     if (n <= 0) return;
-    const size_t smem = ((size_t)DN_ROWS * d->dk + 2 * (size_t)d->dk + 32) * sizeof(float);
-    if (smem > 48 * 1024) {
-        cb_fail_msg(cb, "deltanet: key head dim too large for the kernel's shared memory");
+    if (d->dk > 32 * DN_MAXJ) {
+        cb_fail_msg(cb, "deltanet: key head dim above 256 (the kernel keeps a state row's share in registers)");
         return;
     }
     const int by = (d->dv + DN_ROWS - 1) / DN_ROWS;
-    cb_launch(cb, deltanet_kernel, dim3(d->hv, by, states ? n : 1), dim3(DN_THREADS), smem, o, mix, b, a, n, *d, state,
-              states, tab_step);
+    cb_launch(cb, deltanet_kernel, dim3(d->hv, by, states ? n : 1), dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d,
+              state, states, tab_step);
     if (cb_launched(cb, "deltanet")) return;
     cb_launch(cb, deltanet_gate_kernel, dim3(d->hv, n), dim3(d->dv >= 256 ? 256 : d->dv > 64 ? 128 : 32), 0, z,
               (const float *)o, *d);
