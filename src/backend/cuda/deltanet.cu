@@ -88,6 +88,20 @@ enum { DN_WARPS = 4, DN_WROWS = 4, DN_ROWS = DN_WARPS * DN_WROWS, DN_MAXJ = 8 };
 __device__ __forceinline__ float dn_decay(float x) { return x < -60.0f ? 0.0f : expf(x); }
 __device__ __forceinline__ float dn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* A lane's share of a token's q (row + qo), k (row + ko) and its warp's DN_WROWS values
+ * (row + vo). */
+__device__ __forceinline__ void dn_load(const float *row, int qo, int ko, int vo, int dk, int rows, int lane,
+                                        float (&q)[DN_MAXJ], float (&k)[DN_MAXJ], float (&v)[DN_WROWS]) {
+#pragma unroll
+    for (int j = 0; j < DN_MAXJ; j++) {
+        const int c = lane + 32 * j;
+        q[j] = c < dk ? row[qo + c] : 0.0f;
+        k[j] = c < dk ? row[ko + c] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < DN_WROWS; r++) v[r] = r < rows ? row[vo + r] : 0.0f;
+}
+
 /* The recurrence: grid (hv, ceil(dv / DN_ROWS), 1) for a chunk of n tokens of one sequence
  * (S = state), (hv, ceil(dv / DN_ROWS), n) for a batch step (row t's S at
  * states[t * tab_step]). Rows of S are independent given q, k, beta and g, so each warp
@@ -114,14 +128,28 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             S[r][j] = r < rows && c < dk ? Sg[(size_t)r * dk + c] : 0.0f;
         }
     const float qscale = 1.0f / sqrtf((float)dk), negA = d.neg_A[h], dtb = d.dt_bias[h];
+    /* token t + 1's inputs are loaded while token t is computed (the loop is latency-bound) */
+    float qn[DN_MAXJ], kn[DN_MAXJ], vn[DN_WROWS], bn = 0.0f, an = 0.0f;
+    dn_load(mix + (int64_t)t0 * C, kh * dk, KD + kh * dk, 2 * KD + h * dv + i0, dk, rows, lane, qn, kn, vn);
+    bn = bb[(int64_t)t0 * hv + h];
+    an = aa[(int64_t)t0 * hv + h];
     for (int t = t0; t < t1; t++) {
-        const float *row = mix + (int64_t)t * C;
-        float q[DN_MAXJ], k[DN_MAXJ], sq = 0.0f, sk = 0.0f;
+        float q[DN_MAXJ], k[DN_MAXJ], v[DN_WROWS], sq = 0.0f, sk = 0.0f;
+        const float bt = bn, at = an;
 #pragma unroll
         for (int j = 0; j < DN_MAXJ; j++) {
-            const int c = lane + 32 * j;
-            q[j] = c < dk ? row[kh * dk + c] : 0.0f;
-            k[j] = c < dk ? row[KD + kh * dk + c] : 0.0f;
+            q[j] = qn[j];
+            k[j] = kn[j];
+        }
+#pragma unroll
+        for (int r = 0; r < DN_WROWS; r++) v[r] = vn[r];
+        if (t + 1 < t1) {
+            dn_load(mix + (int64_t)(t + 1) * C, kh * dk, KD + kh * dk, 2 * KD + h * dv + i0, dk, rows, lane, qn, kn, vn);
+            bn = bb[(int64_t)(t + 1) * hv + h];
+            an = aa[(int64_t)(t + 1) * hv + h];
+        }
+#pragma unroll
+        for (int j = 0; j < DN_MAXJ; j++) {
             sq += q[j] * q[j];
             sk += k[j] * k[j];
         }
@@ -136,9 +164,8 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             kq += k[j] * q[j];
         }
         kq = dn_warp_sum(kq);
-        const float beta = 1.0f / (1.0f + expf(-bb[(int64_t)t * hv + h]));
-        const float eg = dn_decay(negA * dn_softplus(aa[(int64_t)t * hv + h] + dtb));
-        const float *v = row + 2 * KD + (size_t)h * dv + i0;
+        const float beta = 1.0f / (1.0f + expf(-bt));
+        const float eg = dn_decay(negA * dn_softplus(at + dtb));
         float *orow = o + (int64_t)t * hv * dv + (size_t)h * dv + i0;
         /* row r: with S' = e^g S, delta = beta (v - S' k), S'' = S' + delta kᵀ, o = S'' q */
 #pragma unroll
