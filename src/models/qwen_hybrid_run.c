@@ -169,14 +169,13 @@ static void chunk_ops(ci_session *s, int n) {
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
         const int linear = d->layers[l].linear;
-        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
-        if (linear) dn_forward(be, &P->dn, &c->dn, c->state[l], c->y, c->xn, n, d->mode);
+        /* x += mixer(input_layernorm(x)); y holds the mixer's output on the CPU (matmul_acc's tmp) */
+        if (linear) dn_forward_add(be, &P->dn, &c->dn, c->state[l], c->x, P->attn_norm, d->eps, c->xn, c->y, n, d->mode);
         else {
             const attn_cache kv = layer_kv(d, s, l);
-            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->y, c->xn, c->pos, n);
+            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->x, P->attn_norm, d->eps, c->xn, c->y, c->pos, n);
         }
         dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
-        be->add(be, c->x, c->y, (int64_t)n * D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
         dump_buf(m, "mlp", l, c->y, n, D);
         dump_buf(m, "layer_out", l, c->x, n, D);
@@ -269,7 +268,6 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const qh_model *d = m->impl;
     qh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int D = d->D;
     if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
     attn_cache kvs[QH_UBATCH];
     for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
@@ -295,13 +293,11 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
         float *const *tab = c->tab + (size_t)l * 2 * n;
-        be->rmsnorm(be, c->xn, c->x, P->attn_norm, n, D, d->eps);
-        if (d->layers[l].linear) dn_forward_rows(be, &P->dn, &c->dn, tab, c->y, c->xn, n);
+        if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
         else {
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, c->y, c->xn, c->pos, n);
+            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, c->pos, n);
         }
-        be->add(be, c->x, c->y, (int64_t)n * D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
     head_ops(m, c, n, HEAD_ALL, logits);

@@ -101,34 +101,52 @@ void dn_scratch_free(ci_backend *be, dn_scratch *s) {
 
 /* ---- the mixer ------------------------------------------------------------------------ */
 
-/* Projections of x [n, hidden] into s->xin ([q | k | v] pre-conv), s->z, s->b, s->a. */
-static void project(ci_backend *be, const dn_layer *L, dn_scratch *s, const float *x, int n) {
-    if (L->layout == DN_SPLIT) {
-        float *const ys[4] = { s->xin, s->z, s->b, s->a };
-        const ci_mat *const Ws[4] = { &L->qkv, &L->z, &L->b, &L->a };
-        be->matmul_n(be, 4, ys, x, n, Ws);
-        return;
-    }
-    float *const ys[2] = { s->proj, s->ba };
-    const ci_mat *const Ws[2] = { &L->qkvz, &L->ba };
-    be->matmul_n(be, 2, ys, x, n, Ws);
-    be->deltanet_unfuse(be, s->xin, s->z, s->b, s->a, s->proj, s->ba, n, &L->ops);
+/* Projections of x [n, hidden] (with norm_w: of rmsnorm(x) * norm_w, normed into xn) into
+ * s->xin ([q | k | v] pre-conv), s->z, s->b, s->a. */
+static void project(ci_backend *be, const dn_layer *L, dn_scratch *s, const float *x, const float *norm_w, float eps,
+                    float *xn, int n) {
+    float *const y4[4] = { s->xin, s->z, s->b, s->a }, *const y2[2] = { s->proj, s->ba };
+    const ci_mat *const W4[4] = { &L->qkv, &L->z, &L->b, &L->a }, *const W2[2] = { &L->qkvz, &L->ba };
+    const int split = L->layout == DN_SPLIT, count = split ? 4 : 2;
+    float *const *ys = split ? y4 : y2;
+    const ci_mat *const *Ws = split ? W4 : W2;
+    if (norm_w) be->norm_matmul_n(be, xn, x, norm_w, eps, count, ys, n, Ws);
+    else be->matmul_n(be, count, ys, x, n, Ws);
+    if (!split) be->deltanet_unfuse(be, s->xin, s->z, s->b, s->a, s->proj, s->ba, n, &L->ops);
+}
+
+/* The conv and the core: s->xin -> s->z (the gated output) for a chunk (tab NULL) or a step. */
+static void mix(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *const *tab, int n, dn_mode mode) {
+    /* causal depthwise conv + SiLU over the window and the rows; the window keeps the last K-1 rows */
+    be->causal_conv(be, s->mix, s->xin, n, conv_dim(L), L->conv_k, L->conv_w, tab ? NULL : state, tab, 2, s->win);
+    be->deltanet(be, s->z, s->mix, s->b, s->a, n, &L->ops, tab ? NULL : state + dn_state_S_offset(L), tab ? tab + 1 : NULL,
+                 2, !tab && mode == DN_RECURRENT, s->work);
 }
 
 void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
                 dn_mode mode) {
-    project(be, L, s, x, n);
-    /* causal depthwise conv + SiLU over the window and this chunk; the window keeps the last K-1 rows */
-    be->causal_conv(be, s->mix, s->xin, n, conv_dim(L), L->conv_k, L->conv_w, state, NULL, 0, s->win);
-    be->deltanet(be, s->z, s->mix, s->b, s->a, n, &L->ops, state + dn_state_S_offset(L), NULL, 0,
-                 mode == DN_RECURRENT, s->work);
+    project(be, L, s, x, NULL, 0, NULL, n);
+    mix(be, L, s, state, NULL, n, mode);
     be->matmul(be, out, s->z, n, &L->out);
 }
 
 void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *out, const float *x,
                      int n) {
-    project(be, L, s, x, n);
-    be->causal_conv(be, s->mix, s->xin, n, conv_dim(L), L->conv_k, L->conv_w, NULL, tab, 2, s->win);
-    be->deltanet(be, s->z, s->mix, s->b, s->a, n, &L->ops, NULL, tab + 1, 2, 0, s->work);
+    project(be, L, s, x, NULL, 0, NULL, n);
+    mix(be, L, s, NULL, tab, n, DN_AUTO);
     be->matmul(be, out, s->z, n, &L->out);
+}
+
+void dn_forward_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *x, const float *norm_w,
+                    float eps, float *xn, float *tmp, int n, dn_mode mode) {
+    project(be, L, s, x, norm_w, eps, xn, n);
+    mix(be, L, s, state, NULL, n, mode);
+    be->matmul_acc(be, x, s->z, n, &L->out, tmp);
+}
+
+void dn_forward_rows_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *x,
+                         const float *norm_w, float eps, float *xn, float *tmp, int n) {
+    project(be, L, s, x, norm_w, eps, xn, n);
+    mix(be, L, s, NULL, tab, n, DN_AUTO);
+    be->matmul_acc(be, x, s->z, n, &L->out, tmp);
 }

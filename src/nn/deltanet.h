@@ -91,6 +91,13 @@ void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
  * dn_forward(row i's state, row i, 1) gives. */
 void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *out, const float *x,
                      int n);
+/* The same mixers with the block around them: x[n, hidden] += out_proj(mixer(rmsnorm(x) *
+ * norm_w)) (eps). xn, tmp: [n, hidden] scratch (the normed rows, out_proj's product): the
+ * CPU's bits of rmsnorm, dn_forward into tmp, add (norm_matmul_n and matmul_acc on a device). */
+void dn_forward_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *x, const float *norm_w,
+                    float eps, float *xn, float *tmp, int n, dn_mode mode);
+void dn_forward_rows_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *x,
+                         const float *norm_w, float eps, float *xn, float *tmp, int n);
 /* Floats from the start of a layer's state to its S. */
 size_t dn_state_S_offset(const dn_layer *L);
 
