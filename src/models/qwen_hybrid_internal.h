@@ -74,8 +74,10 @@ typedef struct {
     float **htab;                /* the same in host memory, to upload */
     int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
-    void *graph;                 /* the recorded decode step, or NULL */
-    int graph_failed;
+    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
+    void *graph[2];              /* the recorded decode steps (logits / argmax), or NULL */
+    int graph_failed[2];
+    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
     dn_scratch dn;
     ga_scratch ga;
     moe_scratch moe;

@@ -53,6 +53,7 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
+    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
     if (bad || (d->any_dn && dn_scratch_init(be, &c->dn, d->any_dn, QH_UBATCH)) ||
         (d->any_ga && ga_scratch_init(be, &c->ga, d->any_ga, QH_UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, QH_UBATCH)))
@@ -66,7 +67,8 @@ void qh_session_free(ci_session *s) {
     if (!c) return;
     const qh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
-    if (c->graph && be->graph_free) be->graph_free(be, c->graph);
+    for (int i = 0; i < 2; i++)
+        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
     for (int l = 0; l < d->n_layers; l++) {
         if (c->kv) ci_buf_release(be, c->kv[l]);
         if (c->state) ci_buf_release(be, c->state[l]);
@@ -75,6 +77,7 @@ void qh_session_free(ci_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->ids);
     ci_buf_release(be, c->pos);
+    ci_buf_release(be, c->best);
     ci_buf_release(be, c->tab);
     dn_scratch_free(be, &c->dn);
     ga_scratch_free(be, &c->ga);
@@ -134,17 +137,20 @@ static attn_cache layer_kv(const qh_model *d, const ci_session *s, int l) {
     return attn_cache_kv_rows(c->kv[l], A->n_kv * A->hd, s->max_ctx);
 }
 
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL };
+enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX, HEAD_ALL };
+enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
 
-/* The final norm and head: HEAD_LAST the last row's logits into c->logits1; HEAD_ALL every
- * row's, in groups of c->logit_rows through c->logits_n, each downloaded into logits. */
+/* The final norm and head: HEAD_LAST the last row's logits into c->logits1, HEAD_ARGMAX also
+ * their argmax into c->best; HEAD_ALL every row's, in groups of c->logit_rows through
+ * c->logits_n, each downloaded into logits. */
 static void head_ops(ci_model *m, qh_session *c, int n, int head, float *logits) {
     const qh_model *d = m->impl;
     ci_backend *be = m->be;
     const int D = d->D;
-    if (head == HEAD_LAST) {
+    if (head == HEAD_LAST || head == HEAD_ARGMAX) {
         be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
         be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
+        if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
     } else if (head == HEAD_ALL) {
         be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, D, d->eps);
         for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
@@ -183,62 +189,81 @@ static void chunk_ops(ci_session *s, int n) {
 }
 
 /* One chunk of n <= QH_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
- * through its recorded graph where the backend has graphs), then the logits come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+ * through its recorded graph where the backend has graphs; the first such step runs eagerly,
+ * so ops that size scratch or build tables on their first call do it outside a recording),
+ * then the logits / argmax come back. */
+static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                     size_t errlen) {
     ci_model *m = s->m;
     const qh_model *d = m->impl;
     qh_session *c = s->impl;
     ci_backend *be = m->be;
     _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
     for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    int head = !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
+    int head = out_id ? HEAD_ARGMAX : !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
     if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
     be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && head == HEAD_LAST && ci_graphs_allowed(m)) {
-        if (!c->graph && !c->graph_failed) {
+    if (n == 1 && (head == HEAD_LAST || head == HEAD_ARGMAX) && ci_graphs_allowed(m)) {
+        const int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
+        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
             if (be->graph_begin(be) == 0) {
                 chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, HEAD_LAST, NULL);
-                c->graph = be->graph_end(be);
+                head_ops(m, c, 1, head, NULL);
+                c->graph[gi] = be->graph_end(be);
             }
-            c->graph_failed = !c->graph;
+            c->graph_failed[gi] = !c->graph[gi];
         }
-        if (c->graph) be->graph_launch(be, c->graph);
+        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
         else {
             chunk_ops(s, 1);
-            head_ops(m, c, 1, HEAD_LAST, NULL);
+            head_ops(m, c, 1, head, NULL);
         }
+        c->graph_warm[gi] = 1;
     } else {
         chunk_ops(s, n);
         head_ops(m, c, n, head, logits);
     }
     if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
+    if (head == HEAD_ARGMAX) {
+        int32_t best = 0;
+        be->download(be, &best, c->best, sizeof best);
+        *out_id = best;
+    }
     s->pos += n;
     c->cache_pos = s->pos;
     return ci_backend_check(m, err, errlen);
 }
 
-int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+/* Chunks of at most c->chunk tokens through the same cache; only the last gets the head
+ * unless all_logits (each chunk then owns its rows of logits). */
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
     const qh_model *d = s->m->impl;
     qh_session *c = s->impl;
     const char *fam = s->m->family->name;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    if (s->pos != c->cache_pos) {
-        /* the recurrent state cannot be rewound: only a reset (pos 0) or a snapshot */
-        if (s->pos != 0)
-            return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
-                          fam, s->pos, c->cache_pos);
-    }
+    /* the recurrent state cannot be rewound: only a reset (pos 0) or a snapshot */
+    if (s->pos != c->cache_pos && s->pos != 0)
+        return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
+                      fam, s->pos, c->cache_pos);
     if (s->pos == 0) reset_states(d, s->m->be, c);   /* a new sequence: states start at zero */
     for (int off = 0; off < n; off += c->chunk) {
         int k = n - off < c->chunk ? n - off : c->chunk, last = off + k == n;
         float *out = NULL;
         if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
         else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, err, errlen)) return -1;
+        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
     }
     return 0;
+}
+
+int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int qh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
 /* ---- serving many sequences: one batched decode step --------------------------------------
