@@ -53,6 +53,8 @@ int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t 
 cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen);
 /* One decode step of n sessions (the serving op forward_batch, registry.h). */
 int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+/* The same step with each row's argmax taken by the backend (forward_batch_argmax). */
+int qh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 /* How prompts run the DeltaNet core (DN_AUTO: chunked; DN_RECURRENT: token by token). */
 void qh_set_deltanet_mode(ci_model *m, dn_mode mode);
 

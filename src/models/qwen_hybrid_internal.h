@@ -75,6 +75,7 @@ typedef struct {
     int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
     int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
+    int32_t *best_n;             /* [UBATCH] per-row argmax of a forward_batch_argmax step */
     void *graph[2];              /* the recorded decode steps (logits / argmax), or NULL */
     int graph_failed[2];
     int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */

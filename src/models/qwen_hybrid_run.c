@@ -54,6 +54,7 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
     c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
+    c->best_n = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     if (bad || (d->any_dn && dn_scratch_init(be, &c->dn, d->any_dn, QH_UBATCH)) ||
         (d->any_ga && ga_scratch_init(be, &c->ga, d->any_ga, QH_UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, QH_UBATCH)))
@@ -78,6 +79,7 @@ void qh_session_free(ci_session *s) {
     ci_buf_release(be, c->ids);
     ci_buf_release(be, c->pos);
     ci_buf_release(be, c->best);
+    ci_buf_release(be, c->best_n);
     ci_buf_release(be, c->tab);
     dn_scratch_free(be, &c->dn);
     ga_scratch_free(be, &c->ga);
@@ -142,8 +144,9 @@ enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
 
 /* The final norm and head: HEAD_LAST the last row's logits into c->logits1, HEAD_ARGMAX also
  * their argmax into c->best; HEAD_ALL every row's, in groups of c->logit_rows through
- * c->logits_n, each downloaded into logits. */
-static void head_ops(ci_model *m, qh_session *c, int n, int head, float *logits) {
+ * c->logits_n, each downloaded into logits, or with best (backend memory, [n]) only each
+ * row's argmax there. */
+static void head_ops(ci_model *m, qh_session *c, int n, int head, float *logits, int32_t *best) {
     const qh_model *d = m->impl;
     ci_backend *be = m->be;
     const int D = d->D;
@@ -156,7 +159,10 @@ static void head_ops(ci_model *m, qh_session *c, int n, int head, float *logits)
         for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
             int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
             be->matmul(be, c->logits_n, c->xn + (size_t)r0 * D, rows, &d->dev_head);
-            be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
+            if (best)
+                for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
+            else
+                be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
         }
     }
 }
@@ -209,7 +215,7 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
         if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
             if (be->graph_begin(be) == 0) {
                 chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, head, NULL);
+                head_ops(m, c, 1, head, NULL, NULL);
                 c->graph[gi] = be->graph_end(be);
             }
             c->graph_failed[gi] = !c->graph[gi];
@@ -217,12 +223,12 @@ static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int
         if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
         else {
             chunk_ops(s, 1);
-            head_ops(m, c, 1, head, NULL);
+            head_ops(m, c, 1, head, NULL, NULL);
         }
         c->graph_warm[gi] = 1;
     } else {
         chunk_ops(s, n);
-        head_ops(m, c, n, head, logits);
+        head_ops(m, c, n, head, logits, NULL);
     }
     if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
     if (head == HEAD_ARGMAX) {
@@ -288,7 +294,8 @@ static int need_tab(ci_model *m, qh_session *c, char *err, size_t errlen) {
     return 0;
 }
 
-static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
     ci_model *m = ss[0]->m;
     const qh_model *d = m->impl;
     qh_session *c = ss[0]->impl;
@@ -325,7 +332,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
-    head_ops(m, c, n, HEAD_ALL, logits);
+    head_ops(m, c, n, HEAD_ALL, logits, out_ids ? c->best_n : NULL);
+    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((qh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;
@@ -333,7 +341,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     return ci_backend_check(m, err, errlen);
 }
 
-int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const ci_model *m = ss[0]->m;
     const qh_model *d = m->impl;
@@ -349,7 +358,17 @@ int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
         if (ss[i]->pos == 0) reset_states(d, m->be, ss[i]->impl);
     for (int off = 0; off < n; off += QH_UBATCH) {
         int k = n - off < QH_UBATCH ? n - off : QH_UBATCH;
-        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
     }
     return 0;
+}
+
+int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int qh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
 }
