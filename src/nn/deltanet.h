@@ -12,7 +12,7 @@
  * Projection layouts: Qwen3.5 has separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a;
  * Qwen3-Next fuses them into in_proj_qkvz and in_proj_ba, grouped per key head g:
  * qkvz rows = for g: [q_g (Dk), k_g (Dk), v_g (r*Dv), z_g (r*Dv)], ba rows = for g: [b_g (r),
- * a_g (r)] with r = Hv/Hk; dn_forward puts them back in the Qwen3.5 order.
+ * a_g (r)] with r = Hv/Hk; the deltanet_unfuse op puts them back in the Qwen3.5 order.
  *
  * A layer's recurrent state is what the cache keeps for it (dn_state_floats floats): the
  * conv window (the last K-1 pre-conv rows of [q|k|v], oldest first) followed by S for

@@ -53,7 +53,8 @@ __global__ void causal_conv_out_kernel(float *y, const float *x, int dim, int K,
     const float *st = states ? states[(int64_t)t * tab_step] : state;
     const int r0 = states ? t : 0, tw = states ? 0 : t;
     float acc = 0.0f;
-    for (int k = 0; k < K; k++) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], cc_win(x, st, dim, K, r0, tw + k, c)));
+    for (int k = 0; k < K; k++)
+        acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], cc_win(x, st, dim, K, r0, tw + k, c)));
     y[(int64_t)t * dim + c] = acc / (1.0f + expf(-acc));
 }
 
