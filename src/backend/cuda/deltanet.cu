@@ -7,7 +7,7 @@
  * rows (row i reads window row m + i >= i of the old state before anything overwrites it).
  *
  * deltanet is two launches. The recurrence: the rows of a head's state S [dv, dk] are
- * independent given the token's q, k, beta and g, so a warp per (value head, 4 rows of S,
+ * independent given the token's q, k, beta and g, so a warp per (value head, 2 rows of S,
  * sequence) holds its rows in registers for the whole call (read once, written once) and
  * runs the tokens one by one: the q / k L2 norms, beta and the decay (each warp computes
  * them itself, so the token loop has no block barrier), the update and o = S q (lanes
@@ -83,18 +83,21 @@ void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K
 /* ---- deltanet ------------------------------------------------------------------------- */
 
 /* A block: DN_WARPS warps, each over DN_WROWS rows of one head's state, its part of every
- * row (lane + 32 j, j < DN_MAXJ: dk <= 256) in registers. */
-enum { DN_WARPS = 4, DN_WROWS = 4, DN_ROWS = DN_WARPS * DN_WROWS, DN_MAXJ = 8 };
+ * row (lane + 32 j, j < MAXJ: 4 for dk <= 128, DN_MAXJ for dk <= 256) in registers. The token loop is latency-bound
+ * (a chain of warp sums per token), so few rows per warp and many warps: for hv = 32,
+ * dv = 128 that is 2048 warps; a block's warps read the same q / k (one head) through L1. */
+enum { DN_WARPS = 8, DN_WROWS = 2, DN_ROWS = DN_WARPS * DN_WROWS, DN_MAXJ = 8 };
 
 __device__ __forceinline__ float dn_decay(float x) { return x < -60.0f ? 0.0f : expf(x); }
 __device__ __forceinline__ float dn_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* A lane's share of a token's q (row + qo), k (row + ko) and its warp's DN_WROWS values
  * (row + vo). */
+template <int MAXJ>
 __device__ __forceinline__ void dn_load(const float *row, int qo, int ko, int vo, int dk, int rows, int lane,
-                                        float (&q)[DN_MAXJ], float (&k)[DN_MAXJ], float (&v)[DN_WROWS]) {
+                                        float (&q)[MAXJ], float (&k)[MAXJ], float (&v)[DN_WROWS]) {
 #pragma unroll
-    for (int j = 0; j < DN_MAXJ; j++) {
+    for (int j = 0; j < MAXJ; j++) {
         const int c = lane + 32 * j;
         q[j] = c < dk ? row[qo + c] : 0.0f;
         k[j] = c < dk ? row[ko + c] : 0.0f;
@@ -109,6 +112,7 @@ __device__ __forceinline__ void dn_load(const float *row, int qo, int ko, int vo
  * keeps its DN_WROWS rows in registers for the whole call (read once, written once),
  * computes the token's q / k norms and gates itself (warp sums only: no block barrier in
  * the token loop), and writes its rows of o [n, hv*dv]. */
+template <int MAXJ>
 __global__ void __launch_bounds__(DN_WARPS * 32)
 deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d, float *state,
                 float *const *states, int tab_step) {
@@ -120,25 +124,25 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
     const int rows = dv - i0 < DN_WROWS ? dv - i0 : DN_WROWS;
     const int t0 = states ? blockIdx.z : 0, t1 = states ? blockIdx.z + 1 : n;
     float *Sg = (states ? states[(int64_t)blockIdx.z * tab_step] : state) + ((size_t)h * dv + i0) * dk;
-    float S[DN_WROWS][DN_MAXJ];
+    float S[DN_WROWS][MAXJ];
 #pragma unroll
     for (int r = 0; r < DN_WROWS; r++)
 #pragma unroll
-        for (int j = 0; j < DN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             const int c = lane + 32 * j;
             S[r][j] = r < rows && c < dk ? Sg[(size_t)r * dk + c] : 0.0f;
         }
     const float qscale = 1.0f / sqrtf((float)dk), negA = d.neg_A[h], dtb = d.dt_bias[h];
     /* token t + 1's inputs are loaded while token t is computed (the loop is latency-bound) */
-    float qn[DN_MAXJ], kn[DN_MAXJ], vn[DN_WROWS], bn = 0.0f, an = 0.0f;
+    float qn[MAXJ], kn[MAXJ], vn[DN_WROWS], bn = 0.0f, an = 0.0f;
     dn_load(mix + (int64_t)t0 * C, kh * dk, KD + kh * dk, 2 * KD + h * dv + i0, dk, rows, lane, qn, kn, vn);
     bn = bb[(int64_t)t0 * hv + h];
     an = aa[(int64_t)t0 * hv + h];
     for (int t = t0; t < t1; t++) {
-        float q[DN_MAXJ], k[DN_MAXJ], v[DN_WROWS], sq = 0.0f, sk = 0.0f;
+        float q[MAXJ], k[MAXJ], v[DN_WROWS], sq = 0.0f, sk = 0.0f;
         const float bt = bn, at = an;
 #pragma unroll
-        for (int j = 0; j < DN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             q[j] = qn[j];
             k[j] = kn[j];
         }
@@ -150,7 +154,7 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             an = aa[(int64_t)(t + 1) * hv + h];
         }
 #pragma unroll
-        for (int j = 0; j < DN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             sq += q[j] * q[j];
             sk += k[j] * k[j];
         }
@@ -159,7 +163,7 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
         const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
         float kq = 0.0f;
 #pragma unroll
-        for (int j = 0; j < DN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             q[j] *= iq;
             k[j] *= ik;
             kq += k[j] * q[j];
@@ -174,7 +178,7 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             if (r >= rows) break;   /* uniform in the warp */
             float a = 0.0f, b = 0.0f;
 #pragma unroll
-            for (int j = 0; j < DN_MAXJ; j++) {
+            for (int j = 0; j < MAXJ; j++) {
                 a += S[r][j] * k[j];
                 b += S[r][j] * q[j];
             }
@@ -182,14 +186,14 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             b = dn_warp_sum(b);
             const float del = beta * (v[r] - eg * a);
 #pragma unroll
-            for (int j = 0; j < DN_MAXJ; j++) S[r][j] = eg * S[r][j] + del * k[j];
+            for (int j = 0; j < MAXJ; j++) S[r][j] = eg * S[r][j] + del * k[j];
             if (lane == 0) orow[r] = eg * b + del * kq;
         }
     }
 #pragma unroll
     for (int r = 0; r < DN_WROWS; r++)
 #pragma unroll
-        for (int j = 0; j < DN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             const int c = lane + 32 * j;
             if (r < rows && c < dk) Sg[(size_t)r * dk + c] = S[r][j];
         }
@@ -221,8 +225,12 @@ void cb_deltanet(cuda_be *cb, float *z, const float *mix, const float *b, const 
         return;
     }
     const int by = (d->dv + DN_ROWS - 1) / DN_ROWS;
-    cb_launch(cb, deltanet_kernel, dim3(d->hv, by, states ? n : 1), dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d,
-              state, states, tab_step);
+    const dim3 grid(d->hv, by, states ? n : 1);
+    if (d->dk <= 128)   /* a lane's share of a row in 4 registers (Qwen3-Next / Qwen3.5: dk = 128) */
+        cb_launch(cb, deltanet_kernel<4>, grid, dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d, state, states, tab_step);
+    else
+        cb_launch(cb, deltanet_kernel<DN_MAXJ>, grid, dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d, state, states,
+                  tab_step);
     if (cb_launched(cb, "deltanet")) return;
     cb_launch(cb, deltanet_gate_kernel, dim3(d->hv, n), dim3(d->dv >= 256 ? 256 : d->dv > 64 ? 128 : 32), 0, z,
               (const float *)o, *d);
