@@ -86,12 +86,13 @@ typedef struct ci_deltanet {
 } ci_deltanet;
 
 /* Chunk length of the CPU's chunked DeltaNet form, and the floats of the deltanet op's
- * scratch for up to max_n rows: o [max_n, hv*dv], then one (head, chunk)'s products. */
+ * scratch for up to max_n rows: o [max_n, hv*dv], then the CPU's products of one (head,
+ * chunk) or a device's [max_n, hk] k.q. */
 enum { CI_DN_CHUNK = 64 };
 static inline size_t ci_deltanet_scratch_floats(const ci_deltanet *d, int max_n) {
     const size_t C = CI_DN_CHUNK, dk = (size_t)d->dk, dv = (size_t)d->dv;
-    return (size_t)max_n * (size_t)d->hv * dv + 2 * C * dk + 4 * C * C + 3 * dk * C + 3 * dv * C + C * dk +
-           2 * C * dv + dv * dk + 4 * C + (size_t)d->hv + 64;
+    return (size_t)max_n * ((size_t)d->hv * dv + (size_t)d->hk) + 2 * C * dk + 4 * C * C + 3 * dk * C + 3 * dv * C +
+           C * dk + 2 * C * dv + dv * dk + 4 * C + (size_t)d->hv + 64;
 }
 
 typedef struct ci_backend {

@@ -225,14 +225,14 @@ void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K
 void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
 /* ---- the gated DeltaNet and gated attention's gates (deltanet.cu) ----
  * backend.h's causal_conv (no window scratch: x is read in place), deltanet (the
- * recurrence, then the output gate; mix, b and a are read, not changed; o: [n, hv*dv]
- * floats of the op's scratch), deltanet_unfuse, split_halves, sigmoid_mul and
- * sigmoid_gate_add.
+ * recurrence, then the output gate; o: the op's scratch, [n, hv*dv] then [n, hk]; a prompt
+ * of n > 1 tokens leaves q / k normed in mix and beta / e^g in b / a), deltanet_unfuse,
+ * split_halves, sigmoid_mul and sigmoid_gate_add.
  * states: NULL for a chunk of one sequence (state), else pointers n rows, tab_step apart. */
 void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
                     float *const *states, int tab_step);
-void cb_deltanet(cuda_be *cb, float *z, const float *mix, const float *b, const float *a, int n, const ci_deltanet *d,
-                 float *state, float *const *states, int tab_step, float *o);
+void cb_deltanet(cuda_be *cb, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d, float *state,
+                 float *const *states, int tab_step, float *o);
 void cb_deltanet_unfuse(cuda_be *cb, float *mix, float *z, float *b, float *a, const float *qkvz, const float *ba,
                         int n, const ci_deltanet *d);
 void cb_split_halves(cuda_be *cb, float *lo, float *hi, const float *x, int rows, int width);

@@ -6,7 +6,8 @@
  * (thread (c, t), the window read from the state and x on the fly), then the states' K-1
  * rows (row i reads window row m + i >= i of the old state before anything overwrites it).
  *
- * deltanet is two launches. The recurrence: the rows of a head's state S [dv, dk] are
+ * deltanet is two launches (three for a prompt: first the per-token norms and gates of all
+ * its tokens at once, deltanet_prep_kernel). The recurrence: the rows of a head's state S [dv, dk] are
  * independent given the token's q, k, beta and g, so a warp per (value head, 2 rows of S,
  * sequence) holds its rows in registers for the whole call (read once, written once) and
  * runs the tokens one by one: the q / k L2 norms, beta and the decay (each warp computes
@@ -112,10 +113,10 @@ __device__ __forceinline__ void dn_load(const float *row, int qo, int ko, int vo
  * keeps its DN_WROWS rows in registers for the whole call (read once, written once),
  * computes the token's q / k norms and gates itself (warp sums only: no block barrier in
  * the token loop), and writes its rows of o [n, hv*dv]. */
-template <int MAXJ>
+template <int MAXJ, bool PREP>
 __global__ void __launch_bounds__(DN_WARPS * 32)
-deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, int n, ci_deltanet d, float *state,
-                float *const *states, int tab_step) {
+deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, const float *kqs, int n, ci_deltanet d,
+                float *state, float *const *states, int tab_step) {
     pdl_enter();
     const int hk = d.hk, hv = d.hv, dk = d.dk, dv = d.dv, h = blockIdx.x, kh = h / (hv / hk);
     const int KD = hk * dk, C = 2 * KD + hv * dv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -134,13 +135,14 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
         }
     const float qscale = 1.0f / sqrtf((float)dk), negA = d.neg_A[h], dtb = d.dt_bias[h];
     /* token t + 1's inputs are loaded while token t is computed (the loop is latency-bound) */
-    float qn[MAXJ], kn[MAXJ], vn[DN_WROWS], bn = 0.0f, an = 0.0f;
+    float qn[MAXJ], kn[MAXJ], vn[DN_WROWS], bn = 0.0f, an = 0.0f, kqn = 0.0f;
     dn_load(mix + (int64_t)t0 * C, kh * dk, KD + kh * dk, 2 * KD + h * dv + i0, dk, rows, lane, qn, kn, vn);
     bn = bb[(int64_t)t0 * hv + h];
     an = aa[(int64_t)t0 * hv + h];
+    if (PREP) kqn = kqs[(int64_t)t0 * hk + kh];
     for (int t = t0; t < t1; t++) {
         float q[MAXJ], k[MAXJ], v[DN_WROWS], sq = 0.0f, sk = 0.0f;
-        const float bt = bn, at = an;
+        const float bt = bn, at = an, kqt = kqn;
 #pragma unroll
         for (int j = 0; j < MAXJ; j++) {
             q[j] = qn[j];
@@ -152,25 +154,33 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
             dn_load(mix + (int64_t)(t + 1) * C, kh * dk, KD + kh * dk, 2 * KD + h * dv + i0, dk, rows, lane, qn, kn, vn);
             bn = bb[(int64_t)(t + 1) * hv + h];
             an = aa[(int64_t)(t + 1) * hv + h];
+            if (PREP) kqn = kqs[(int64_t)(t + 1) * hk + kh];
         }
+        float beta, eg, kq;
+        if (PREP) {   /* deltanet_prep_kernel normed q, k and left beta, e^g and k.q */
+            beta = bt;
+            eg = at;
+            kq = kqt;
+        } else {
 #pragma unroll
-        for (int j = 0; j < MAXJ; j++) {
-            sq += q[j] * q[j];
-            sk += k[j] * k[j];
-        }
-        sq = dn_warp_sum(sq);
-        sk = dn_warp_sum(sk);
-        const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
-        float kq = 0.0f;
+            for (int j = 0; j < MAXJ; j++) {
+                sq += q[j] * q[j];
+                sk += k[j] * k[j];
+            }
+            sq = dn_warp_sum(sq);
+            sk = dn_warp_sum(sk);
+            const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
+            kq = 0.0f;
 #pragma unroll
-        for (int j = 0; j < MAXJ; j++) {
-            q[j] *= iq;
-            k[j] *= ik;
-            kq += k[j] * q[j];
+            for (int j = 0; j < MAXJ; j++) {
+                q[j] *= iq;
+                k[j] *= ik;
+                kq += k[j] * q[j];
+            }
+            kq = dn_warp_sum(kq);
+            beta = 1.0f / (1.0f + expf(-bt));
+            eg = dn_decay(negA * dn_softplus(at + dtb));
         }
-        kq = dn_warp_sum(kq);
-        const float beta = 1.0f / (1.0f + expf(-bt));
-        const float eg = dn_decay(negA * dn_softplus(at + dtb));
         float *orow = o + (int64_t)t * hv * dv + (size_t)h * dv + i0;
         /* row r: with S' = e^g S, delta = beta (v - S' k), S'' = S' + delta kᵀ, o = S'' q */
 #pragma unroll
@@ -199,6 +209,41 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, in
         }
 }
 
+/* A prompt's per-token work that does not need the state, for all its tokens at once (n > 1):
+ * grid (ceil(hk / DN_WARPS), n), warp w of block x L2-normalises key head g = x DN_WARPS + w
+ * of token t in mix (q also by dk^-0.5) and writes kq[t, g] = k.q; block 0 turns token t's
+ * b and a into beta and the decay factor e^g. The recurrence then only streams them. */
+__global__ void deltanet_prep_kernel(float *mix, float *bb, float *aa, float *kq, ci_deltanet d) {
+    pdl_enter();
+    const int hk = d.hk, hv = d.hv, dk = d.dk, KD = hk * dk, C = 2 * KD + hv * d.dv, t = blockIdx.y;
+    const int lane = threadIdx.x & 31, g = blockIdx.x * DN_WARPS + (threadIdx.x >> 5);
+    if (blockIdx.x == 0)
+        for (int h = threadIdx.x; h < hv; h += blockDim.x) {
+            float *pb = bb + (int64_t)t * hv + h, *pa = aa + (int64_t)t * hv + h;
+            *pb = 1.0f / (1.0f + expf(-*pb));
+            *pa = dn_decay(d.neg_A[h] * dn_softplus(*pa + d.dt_bias[h]));
+        }
+    if (g >= hk) return;
+    float *q = mix + (int64_t)t * C + (size_t)g * dk, *k = q + KD;
+    float sq = 0.0f, sk = 0.0f;
+    for (int c = lane; c < dk; c += 32) {
+        sq += q[c] * q[c];
+        sk += k[c] * k[c];
+    }
+    sq = dn_warp_sum(sq);
+    sk = dn_warp_sum(sk);
+    const float iq = 1.0f / sqrtf(sq + 1e-6f) * (1.0f / sqrtf((float)dk)), ik = 1.0f / sqrtf(sk + 1e-6f);
+    float s = 0.0f;
+    for (int c = lane; c < dk; c += 32) {
+        const float a = q[c] * iq, b = k[c] * ik;
+        q[c] = a;
+        k[c] = b;
+        s += b * a;
+    }
+    s = dn_warp_sum(s);
+    if (lane == 0) kq[(int64_t)t * hk + g] = s;
+}
+
 /* The output gate, grid (hv, n): z = silu(z) * (o / rms(o) * norm_w) over each head's dv. */
 __global__ void deltanet_gate_kernel(float *z, const float *o, ci_deltanet d) {
     pdl_enter();
@@ -217,19 +262,31 @@ __global__ void deltanet_gate_kernel(float *z, const float *o, ci_deltanet d) {
     }
 }
 
-void cb_deltanet(cuda_be *cb, float *z, const float *mix, const float *b, const float *a, int n, const ci_deltanet *d,
-                 float *state, float *const *states, int tab_step, float *o) {
+void cb_deltanet(cuda_be *cb, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d, float *state,
+                 float *const *states, int tab_step, float *o) {
     if (n <= 0) return;
     if (d->dk > 32 * DN_MAXJ) {
         cb_fail_msg(cb, "deltanet: key head dim above 256 (the kernel keeps a state row's share in registers)");
         return;
     }
-    const int by = (d->dv + DN_ROWS - 1) / DN_ROWS;
-    const dim3 grid(d->hv, by, states ? n : 1);
-    if (d->dk <= 128)   /* a lane's share of a row in 4 registers (Qwen3-Next / Qwen3.5: dk = 128) */
-        cb_launch(cb, deltanet_kernel<4>, grid, dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d, state, states, tab_step);
+    const int prep = !states && n > 1;
+    float *kq = o + (size_t)n * d->hv * d->dv;   /* [n, hk] after o in the op's scratch */
+    if (prep) {
+        cb_launch(cb, deltanet_prep_kernel, dim3((d->hk + DN_WARPS - 1) / DN_WARPS, n), dim3(DN_WARPS * 32), 0, mix, b,
+                  a, kq, *d);
+        if (cb_launched(cb, "deltanet prep")) return;
+    }
+    const dim3 grid(d->hv, (d->dv + DN_ROWS - 1) / DN_ROWS, states ? n : 1), block(DN_WARPS * 32);
+    const float *cm = mix, *cbb = b, *caa = a, *ckq = kq;
+    if (d->dk <= 128 && prep)   /* a lane's share of a row in 4 registers (Qwen3-Next / Qwen3.5: dk = 128) */
+        cb_launch(cb, deltanet_kernel<4, true>, grid, block, 0, o, cm, cbb, caa, ckq, n, *d, state, states, tab_step);
+    else if (d->dk <= 128)
+        cb_launch(cb, deltanet_kernel<4, false>, grid, block, 0, o, cm, cbb, caa, ckq, n, *d, state, states, tab_step);
+    else if (prep)
+        cb_launch(cb, deltanet_kernel<DN_MAXJ, true>, grid, block, 0, o, cm, cbb, caa, ckq, n, *d, state, states,
+                  tab_step);
     else
-        cb_launch(cb, deltanet_kernel<DN_MAXJ>, grid, dim3(DN_WARPS * 32), 0, o, mix, b, a, n, *d, state, states,
+        cb_launch(cb, deltanet_kernel<DN_MAXJ, false>, grid, block, 0, o, cm, cbb, caa, ckq, n, *d, state, states,
                   tab_step);
     if (cb_launched(cb, "deltanet")) return;
     cb_launch(cb, deltanet_gate_kernel, dim3(d->hv, n), dim3(d->dv >= 256 ? 256 : d->dv > 64 ? 128 : 32), 0, z,
