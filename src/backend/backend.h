@@ -100,6 +100,26 @@ static inline size_t ci_ssd_scratch_floats(int n, const ci_ssd *s) {
     return f;
 }
 
+/* A gated-DeltaNet layer as the deltanet ops see it (nn/deltanet.h). Vectors are backend
+ * memory (placed with weight()). */
+typedef struct ci_deltanet {
+    int hk, hv, dk, dv;          /* key heads, value heads (a multiple of hk), head dims */
+    const float *neg_A;          /* [hv] -exp(A_log) */
+    const float *dt_bias;        /* [hv] */
+    const float *norm_w;         /* [dv] the output RMSNorm's weight */
+    float eps;                   /* its epsilon */
+} ci_deltanet;
+
+/* Chunk length of the CPU's chunked DeltaNet form, and the floats of the deltanet op's
+ * scratch for up to max_n rows: o [max_n, hv*dv], then the CPU's products of one (head,
+ * chunk) or a device's [max_n, hk] k.q. */
+enum { CI_DN_CHUNK = 64 };
+static inline size_t ci_deltanet_scratch_floats(const ci_deltanet *d, int max_n) {
+    const size_t C = CI_DN_CHUNK, dk = (size_t)d->dk, dv = (size_t)d->dv;
+    return (size_t)max_n * ((size_t)d->hv * dv + (size_t)d->hk) + 2 * C * dk + 4 * C * C + 3 * dk * C + 3 * dv * C +
+           C * dk + 2 * C * dv + dv * dk + 4 * C + (size_t)d->hv + 64;
+}
+
 typedef struct ci_backend {
     const char *name;       /* "cpu-avx512", "cpu-avx2", "cpu-scalar" */
     ci_pool *pool;
@@ -309,6 +329,45 @@ typedef struct ci_backend {
     void (*gated_rmsnorm)(struct ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n,
                           int dim, int group, float eps);
     void (*relu2)(struct ci_backend *be, float *g, int64_t count);
+    /* ---- the gated DeltaNet of Qwen3-Next / Qwen3.5 (nn/deltanet.h states the math) ------
+     * causal_conv: y[t] = silu(Σ_k taps[k] ⊙ win[t + k]), k = 0..K-1 in that order (taps
+     * [K, dim], no bias), where win is the K-1 rows of a conv state [K-1, dim] (oldest first)
+     * followed by the rows of x [n, dim]. states NULL: the n rows are consecutive tokens of
+     * one sequence whose state is `state`; else a decode step of n sequences, one row each,
+     * row t's state states[t * tab_step] (a backend buffer of pointers; state unused). Every
+     * state is left holding the last K-1 rows of its window. scratch: [K-1 + n, dim] floats
+     * the CPU builds a window in (a device may leave it untouched). y must not alias x. */
+    void (*causal_conv)(struct ci_backend *be, float *y, const float *x, int n, int dim, int K, const float *taps,
+                        float *state, float *const *states, int tab_step, float *scratch);
+    /* deltanet: the DeltaNet core and its output gate for n rows (ci_deltanet: dims and the
+     * per-head constants, in backend memory). mix [n, 2*hk*dk + hv*dv] holds each row's
+     * q | k | v after the conv, b / a [n, hv] the raw beta / decay projections: per row, q and
+     * k are L2-normalised per key head (q also by dk^-0.5), beta = sigmoid(b), g = neg_A ·
+     * softplus(a + dt_bias), and value head h (key head h / (hv/hk)) advances its state
+     * S [dv, dk] (f32): S <- e^g S; S <- S + beta (v - S k) kᵀ; o = S q. Then
+     * z[t, h] <- silu(z[t, h]) ⊙ (rmsnorm(o[t, h]) · norm_w) (over dv, eps). mix, b and a are
+     * scratch afterwards. S of a chunk of one sequence: state (hv consecutive [dv, dk]
+     * blocks), states NULL; a decode step of n sequences: row t's at states[t * tab_step].
+     * recurrent: the CPU runs every token through the recurrence (its prompt form is
+     * otherwise chunked; both agree up to f32 rounding). scratch: ci_deltanet_scratch_floats
+     * floats of backend memory (o [n, hv*dv] first, then the CPU's chunk products). */
+    void (*deltanet)(struct ci_backend *be, float *z, float *mix, float *b, float *a, int n,
+                     const struct ci_deltanet *d, float *state, float *const *states, int tab_step, int recurrent,
+                     float *scratch);
+    /* deltanet_unfuse: Qwen3-Next's fused projections back in Qwen3.5's order: qkvz [n,
+     * 2*hk*dk + 2*hv*dv] grouped per key head g as [q_g (dk) | k_g (dk) | v_g (r*dv) | z_g
+     * (r*dv)] (r = hv/hk) and ba [n, 2*hv] as [b_g (r) | a_g (r)] go to mix [n, 2*hk*dk +
+     * hv*dv] (q | k | v), z [n, hv*dv], b and a [n, hv]. */
+    void (*deltanet_unfuse)(struct ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz,
+                            const float *ba, int n, const struct ci_deltanet *d);
+    /* The output gate of gated attention: split_halves: x [rows, 2*width] -> lo = its first
+     * width floats per row, hi = the second, each [rows, width]. sigmoid_mul: y[i] *=
+     * 1 / (1 + e^-g[i]) for i < count. */
+    void (*split_halves)(struct ci_backend *be, float *lo, float *hi, const float *x, int rows, int width);
+    void (*sigmoid_mul)(struct ci_backend *be, float *y, const float *g, int64_t count);
+    /* The gated shared expert of Qwen2-style MoE (nn/moe.h): y[t, i] += sigmoid(g[t]) · x[t, i]
+     * for t < n, i < width (g NULL: the factor is 1). */
+    void (*sigmoid_gate_add)(struct ci_backend *be, float *y, const float *x, const float *g, int n, int width);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

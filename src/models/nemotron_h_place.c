@@ -35,12 +35,10 @@ static int any_quant(const nh_model *d) {
     return 0;
 }
 
-/* An MoE layer: router, bias and expert views (ci_place_moe), then the shared expert and
- * the latent projections moe_forward reads around them. */
+/* An MoE layer: router, bias, shared expert and expert views (ci_place_moe), then the
+ * latent projections moe_forward reads around them. */
 static int place_moe(ci_backend *be, moe_block *dst, const moe_block *E, ci_mat *em) {
-    return ci_place_moe(be, dst, E, em) || ci_place_mat(be, &dst->sh_up, &E->sh_up) ||
-           ci_place_mat(be, &dst->sh_down, &E->sh_down) || ci_place_mat(be, &dst->sh_gate, &E->sh_gate) ||
-           ci_place_mat(be, &dst->sh_router, &E->sh_router) || ci_place_mat(be, &dst->fc1_latent, &E->fc1_latent) ||
+    return ci_place_moe(be, dst, E, em) || ci_place_mat(be, &dst->fc1_latent, &E->fc1_latent) ||
            ci_place_mat(be, &dst->fc2_latent, &E->fc2_latent);
 }
 

@@ -13,7 +13,9 @@ static const ci_family_ops qwen3_5_ops = {
     .load = qwen3_5_load, .unload = qh_unload,
     .session_init = qh_session_init, .session_free = qh_session_free,
     .forward = qh_forward, .cache_bytes_per_token = qh_cache_bytes_per_token,
-    .snapshot = qh_snapshot, .restore = qh_session_restore, .forward_batch = qh_forward_batch,
+    .forward_argmax = qh_forward_argmax, .snapshot = qh_snapshot, .restore = qh_session_restore,
+    .forward_batch = qh_forward_batch, .forward_batch_argmax = qh_forward_batch_argmax,
 };
 
-const ci_family fam_qwen3_5 = { "qwen3_5", (const char *const[]){ "qwen3_5", "qwen3_5_text", NULL }, NULL, &qwen3_5_ops, 0 };
+const ci_family fam_qwen3_5 = { "qwen3_5", (const char *const[]){ "qwen3_5", "qwen3_5_text", NULL }, NULL, &qwen3_5_ops,
+                                CI_CUDA_UNVERIFIED };

@@ -1,62 +1,16 @@
-/* qwen_hybrid.c — see qwen_hybrid.h. Shapes follow transformers' Qwen3NextForCausalLM,
- * Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM (and their VL wrappers' language model).
- *
- * Activations are f32 [n, ·] for a chunk of n <= UBATCH tokens; longer prompts run chunk by
- * chunk through the same cache, so scratch is bounded and allocated once per session. */
-#include "qwen_hybrid.h"
+/* qwen_hybrid.c — see qwen_hybrid.h: hyper-parameters, tensors and their placement in
+ * backend memory. Shapes follow transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM and
+ * Qwen3_5MoeForCausalLM (and their VL wrappers' language model). Sessions and forward are
+ * qwen_hybrid_run.c, snapshots qwen_hybrid_cache.c. */
+#include "qwen_hybrid_internal.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
-#include "../nn/ffn_block.h"
-#include "../nn/gated_attn.h"
-#include "../nn/moe.h"
-#include "../nn/rope.h"
+#include "../nn/place.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { UBATCH = 256 };
-
-typedef struct {
-    int linear;                  /* 1: gated DeltaNet, 0: gated attention */
-    float *attn_norm;            /* [D] input_layernorm, 1 + w */
-    dn_layer dn;
-    ga_layer ga;
-    ffn_block ffn;               /* post_attention_layernorm [D], 1 + w; dense: gate/up_proj
-                                  * [ff, D], down_proj [D, ff] */
-    int is_moe;
-    moe_block moe;               /* sparse layers: ffn.moe = &moe */
-} qh_layer;
-
-typedef struct {
-    int D, n_layers, vocab, ff;
-    float eps;
-    qh_opts opts;
-    dn_mode mode;
-    ci_mat embed;                /* [vocab, D] */
-    ci_mat lm_head;              /* [vocab, D]; = embed when tied */
-    float *final_norm;           /* [D] 1 + w */
-    qh_layer *layers;            /* [n_layers] */
-    rope_table rope;
-    const dn_layer *any_dn;      /* first of each kind, for scratch sizing */
-    const ga_layer *any_ga;
-    const moe_block *any_moe;
-    ci_mat *expert_mats;         /* owned array behind every layer's expert views */
-    float **owned;
-    int n_owned;
-} qh_model;
-
-typedef struct {
-    ci_cache cache;              /* per layer: K/V rows or DeltaNet state */
-    float *x, *xn, *y;           /* [UBATCH, D] */
-    float *g, *u;                /* [UBATCH, ff] dense MLP */
-    float *last;                 /* [D] */
-    int32_t *pos;                /* [UBATCH] */
-    dn_scratch dn;
-    ga_scratch ga;
-    moe_scratch moe;
-} qh_cache;
 
 /* ---- hyper-parameters ----------------------------------------------------------------- */
 
@@ -320,8 +274,83 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
     free(sparse);
     w_vec(&b, &d->final_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%snorm.weight", pre);
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, head);
-    int rc = ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen);
-    return rc;
+    if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    return m->st ? qh_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+}
+
+/* ---- placement: every weight forward reads in backend memory --------------------------- */
+
+static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
+
+/* Any MLX-quantized matrix forward reads (no CUDA kernels for those yet). */
+static int any_quant(const qh_model *d) {
+    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
+    for (int l = 0; l < d->n_layers; l++) {
+        const qh_layer *L = &d->layers[l];
+        const dn_layer *N = &L->dn;
+        const attn_block *A = &L->ga.a;
+        const moe_block *M = &L->moe;
+        if (L->linear && (is_quant(&N->qkv) || is_quant(&N->z) || is_quant(&N->b) || is_quant(&N->a) ||
+                          is_quant(&N->qkvz) || is_quant(&N->ba) || is_quant(&N->out)))
+            return 1;
+        if (!L->linear && (is_quant(&A->wq) || is_quant(&A->wk) || is_quant(&A->wv) || is_quant(&A->wo))) return 1;
+        if (!L->is_moe && (is_quant(&L->ffn.wg) || is_quant(&L->ffn.wu) || is_quant(&L->ffn.wd))) return 1;
+        if (L->is_moe && (is_quant(&M->gate) || is_quant(&M->sh_gate) || is_quant(&M->sh_up) || is_quant(&M->sh_down) ||
+                          is_quant(&M->sh_router)))
+            return 1;
+        for (int e = 0; L->is_moe && e < M->n_experts; e++)
+            if (is_quant(&M->w_gate[e]) || is_quant(&M->w_up[e]) || is_quant(&M->w_down[e])) return 1;
+    }
+    return 0;
+}
+
+int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    if (be->is_device && any_quant(d))
+        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
+                      m->cfg.path);
+    if (be->is_device && (!be->causal_conv || !be->deltanet || !be->deltanet_unfuse || !be->split_halves ||
+                          !be->sigmoid_mul || (d->any_moe && (!be->moe_route || !be->moe_experts || !be->sigmoid_gate_add))))
+        return ci_err(err, errlen, "%s: the %s backend lacks the gated-DeltaNet or MoE ops; run it with --device cpu", fam,
+                      be->name);
+    d->dev = calloc(d->n_layers > 0 ? (size_t)d->n_layers : 1, sizeof *d->dev);
+    size_t n_views = 0;
+    for (int l = 0; l < d->n_layers; l++) n_views += d->layers[l].is_moe ? 3 * (size_t)d->layers[l].moe.n_experts : 0;
+    if (n_views) d->dev_expert_mats = calloc(n_views, sizeof(ci_mat));
+    if (!d->dev || (n_views && !d->dev_expert_mats)) return ci_err(err, errlen, "%s: out of memory", fam);
+    ci_mat *em = d->dev_expert_mats;
+    int bad = ci_place_mat(be, &d->dev_embed, &d->embed) || ci_place_mat(be, &d->dev_head, &d->lm_head) ||
+              ci_place_vec(be, &d->dev_final_norm, d->final_norm, d->D) ||
+              ci_place_vec(be, &d->dev_inv_freq, d->rope.inv_freq, d->rope.rot_dim / 2);
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        const qh_layer *L = &d->layers[l];
+        qh_placed *P = &d->dev[l];
+        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->D);
+        if (!bad && L->linear) bad = dn_place(be, &P->dn, &L->dn);
+        if (!bad && !L->linear) {
+            const attn_block *A = &L->ga.a;
+            P->ga = L->ga;
+            P->ga.a.inv_freq = d->dev_inv_freq;
+            bad = ci_place_vec(be, &P->ga.a.q_norm, A->q_norm, A->hd) || ci_place_vec(be, &P->ga.a.k_norm, A->k_norm, A->hd) ||
+                  ci_place_mat(be, &P->ga.a.wq, &A->wq) || ci_place_mat(be, &P->ga.a.wk, &A->wk) ||
+                  ci_place_mat(be, &P->ga.a.wv, &A->wv) || ci_place_mat(be, &P->ga.a.wo, &A->wo);
+        }
+        P->ffn = L->ffn;
+        if (!bad) bad = ci_place_vec(be, &P->ffn.norm, L->ffn.norm, d->D);
+        if (!bad && !L->is_moe)
+            bad = ci_place_mat(be, &P->ffn.wg, &L->ffn.wg) || ci_place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
+                  ci_place_mat(be, &P->ffn.wd, &L->ffn.wd);
+        if (!bad && L->is_moe) {
+            bad = ci_place_moe(be, &P->moe, &L->moe, em);
+            em += 3 * L->moe.n_experts;
+            P->ffn.moe = &P->moe;
+        }
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    return 0;
 }
 
 void qh_unload(ci_model *m) {
@@ -332,6 +361,8 @@ void qh_unload(ci_model *m) {
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
+    free(d->dev);
     free(d->layers);
     free(d);
     m->impl = NULL;
@@ -350,193 +381,3 @@ size_t qh_cache_bytes_per_token(const ci_model *m) {
     return b;
 }
 
-/* ---- sessions ------------------------------------------------------------------------- */
-
-int qh_session_init(ci_session *s, char *err, size_t errlen) {
-    const qh_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    qh_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
-    s->impl = c;
-    cache_part *parts = calloc((size_t)d->n_layers, sizeof *parts);
-    if (!parts) return ci_err(err, errlen, "%s: out of memory", fam);
-    for (int l = 0; l < d->n_layers; l++) {
-        const qh_layer *L = &d->layers[l];
-        if (L->linear) parts[l].state_floats = dn_state_floats(&L->dn);
-        else parts[l].row_floats = ga_row_floats(&L->ga);
-    }
-    int rc = cache_init(&c->cache, d->n_layers, parts, s->max_ctx, fam, err, errlen);
-    free(parts);
-    if (rc) return -1;
-    c->x = malloc((size_t)UBATCH * d->D * sizeof(float));
-    c->xn = malloc((size_t)UBATCH * d->D * sizeof(float));
-    c->y = malloc((size_t)UBATCH * d->D * sizeof(float));
-    c->g = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
-    c->u = malloc((size_t)UBATCH * (d->ff ? d->ff : 1) * sizeof(float));
-    c->last = malloc((size_t)d->D * sizeof(float));
-    c->pos = malloc(UBATCH * sizeof(int32_t));
-    if (!c->x || !c->xn || !c->y || !c->g || !c->u || !c->last || !c->pos ||
-        (d->any_dn && dn_scratch_init(&c->dn, d->any_dn, UBATCH)) ||
-        (d->any_ga && ga_scratch_init(&c->ga, d->any_ga, UBATCH)) ||
-        (d->any_moe && moe_scratch_init(s->m->be, &c->moe, d->any_moe, UBATCH)))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    return 0;
-}
-
-void qh_session_free(ci_session *s) {
-    qh_cache *c = s->impl;
-    if (!c) return;
-    cache_free(&c->cache);
-    free(c->x); free(c->xn); free(c->y); free(c->g); free(c->u); free(c->last); free(c->pos);
-    dn_scratch_free(&c->dn);
-    ga_scratch_free(&c->ga);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-ci_cache *qh_session_cache(ci_session *s) {
-    if (!s || !s->impl || s->m->family->ops->forward != qh_forward) return NULL;
-    return &((qh_cache *)s->impl)->cache;
-}
-
-cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen) {
-    if (!s || !s->impl || s->m->family->ops->forward != qh_forward) {
-        ci_err(err, errlen, "%s: not a gated-DeltaNet session", s ? s->m->family->name : "?");
-        return NULL;
-    }
-    const qh_cache *c = s->impl;
-    cache_snap *snap = cache_snapshot(&c->cache);
-    if (!snap) ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
-    return snap;
-}
-
-int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    ci_cache *c = qh_session_cache(s);
-    if (!c) return ci_err(err, errlen, "%s: not a gated-DeltaNet session", s->m->family->name);
-    if (cache_restore(c, snap, err, errlen)) return -1;
-    s->pos = c->pos;
-    return 0;
-}
-
-/* ---- forward -------------------------------------------------------------------------- */
-
-/* The MLP block's buffers: its output (the down product or the MoE's) goes to y. */
-static ffn_bufs ffn_scratch(qh_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->y, &c->moe }; }
-
-/* Layer l's [k | v] cache rows (a gated-attention layer). */
-static attn_cache layer_kv(const qh_layer *L, const qh_cache *c, int l) {
-    return attn_cache_kv_rows(cache_rows(&c->cache, l), L->ga.a.n_kv * L->ga.a.hd, c->cache.max_ctx);
-}
-
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    ci_model *m = s->m;
-    const qh_model *d = m->impl;
-    qh_cache *c = s->impl;
-    ci_backend *be = m->be;
-    const int D = d->D, pos0 = s->pos;
-    const ffn_bufs fb = ffn_scratch(c);
-    for (int t = 0; t < n; t++) c->pos[t] = pos0 + t;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    CI_DUMP(m, "embed", -1, c->x, n, D);
-    for (int l = 0; l < d->n_layers; l++) {
-        const qh_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
-        if (L->linear) dn_forward(be, &L->dn, &c->dn, cache_state(&c->cache, l), c->y, c->xn, n, d->mode);
-        else {
-            const attn_cache kv = layer_kv(L, c, l);
-            ga_forward(be, &L->ga, &c->ga, &kv, 1, c->y, c->xn, c->pos, n);
-        }
-        CI_DUMP(m, L->linear ? "linear_attn" : "self_attn", l, c->y, n, D);
-        be->add(be, c->x, c->y, (int64_t)n * D);
-        ffn_forward(be, &L->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
-        CI_DUMP(m, "mlp", l, c->y, n, D);
-        CI_DUMP(m, "layer_out", l, c->x, n, D);
-    }
-    ci_lm_head(be, logits, all_logits, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-    s->pos += n;
-    c->cache.pos = s->pos;
-}
-
-int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const qh_model *d = s->m->impl;
-    qh_cache *c = s->impl;
-    const char *fam = s->m->family->name;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen)) return -1;
-    if (s->pos != c->cache.pos) {
-        /* the recurrent state cannot be rewound: only a reset (pos 0) or a snapshot */
-        if (s->pos != 0)
-            return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
-                          fam, s->pos, c->cache.pos);
-        cache_reset(&c->cache);
-    }
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    return 0;
-}
-
-/* ---- serving many sequences: one batched decode step --------------------------------------
- *
- * Row i belongs to session ss[i] at its position. The embedding, the norms, the MLP / MoE
- * and the head run over all n rows at once (each of those weights read once per step); the
- * token mixers keep per-sequence state, so each row runs its layer's DeltaNet (its own
- * conv window and S) or gated attention (its own KV rows) as a one-token step of its own
- * session, with ss[0]'s scratch. Every op gives a row the bits it would alone (the CPU
- * matmul is row-independent), so the logits equal forward(ss[i], &tokens[i], 1)'s. */
-static void forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits) {
-    ci_model *m = ss[0]->m;
-    const qh_model *d = m->impl;
-    qh_cache *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    const int D = d->D;
-    const ffn_bufs fb = ffn_scratch(c);
-    attn_cache kvs[UBATCH];
-    for (int i = 0; i < n; i++) c->pos[i] = ss[i]->pos;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const qh_layer *L = &d->layers[l];
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, D, d->eps);
-        if (L->linear && d->mode != DN_RECURRENT) {   /* projections over all rows, the recurrence per row */
-            float *states[UBATCH];
-            for (int i = 0; i < n; i++) states[i] = cache_state(&((qh_cache *)ss[i]->impl)->cache, l);
-            dn_forward_rows(be, &L->dn, &c->dn, states, c->y, c->xn, n);
-        } else if (L->linear) {
-            for (int i = 0; i < n; i++)
-                dn_forward(be, &L->dn, &c->dn, cache_state(&((qh_cache *)ss[i]->impl)->cache, l), c->y + (size_t)i * D,
-                           c->xn + (size_t)i * D, 1, d->mode);
-        } else {   /* projections over all rows; row i's k / v into its own cache, attending to it alone */
-            for (int i = 0; i < n; i++) kvs[i] = layer_kv(L, ss[i]->impl, l);
-            ga_forward(be, &L->ga, &c->ga, kvs, n, c->y, c->xn, c->pos, n);
-        }
-        be->add(be, c->x, c->y, (int64_t)n * D);
-        ffn_forward(be, &L->ffn, &fb, c->x, n);
-    }
-    ci_lm_head(be, logits, 1, c->x, n, D, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-    for (int i = 0; i < n; i++) {
-        qh_cache *ci = ss[i]->impl;
-        ss[i]->pos++;
-        ci->cache.pos = ss[i]->pos;
-    }
-}
-
-int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    const ci_model *m = ss[0]->m;
-    const qh_model *d = m->impl;
-    const char *fam = m->family->name;
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int i = 0; i < n; i++) {
-        qh_cache *ci = ss[i]->impl;
-        if (ss[i]->pos != ci->cache.pos && ss[i]->pos != 0)
-            return ci_err(err, errlen, "%s: sequence %d at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
-                          fam, i, ss[i]->pos, ci->cache.pos);
-    }
-    for (int i = 0; i < n; i++) {   /* a new sequence starts from a zero state, as qh_forward */
-        qh_cache *ci = ss[i]->impl;
-        if (ss[i]->pos != ci->cache.pos) cache_reset(&ci->cache);
-    }
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab);
-    }
-    return 0;
-}

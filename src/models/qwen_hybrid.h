@@ -14,11 +14,12 @@
  * may be MLX-quantized (weights.h), experts as switch_mlp stacks, checked against
  * config.json's quantization block.
  *
- * One ci_cache per session: attention layers keep K/V rows, DeltaNet layers a fixed state
- * (conv window + S). The cache position always equals the session's; a session reset
- * (pos 0) clears the states, and going back to any other position goes through a cache
- * snapshot (qh_session_cache / qh_session_restore). The families own their model_type and
- * options; this file owns the tensor list and forward(). */
+ * The session's cache is backend memory: attention layers keep K/V rows, DeltaNet layers a
+ * fixed state (conv window + S). The cache position always equals the session's; a session
+ * reset (pos 0) clears the states, and going back to any other position goes through a
+ * cache snapshot (qh_snapshot / qh_session_restore, through download / upload). The
+ * families own their model_type and options; qwen_hybrid*.c own the tensor list and
+ * forward() (qwen_hybrid_internal.h says which file holds what). */
 #ifndef CI_QWEN_HYBRID_H
 #define CI_QWEN_HYBRID_H
 #include "model.h"
@@ -43,15 +44,17 @@ int qh_session_init(ci_session *s, char *err, size_t errlen);
 void qh_session_free(ci_session *s);
 int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 size_t qh_cache_bytes_per_token(const ci_model *m);
+/* forward, but only the argmax of the last row's logits comes back (registry.h). */
+int qh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 
-/* The session's cache, for snapshots (cache_snapshot). NULL if s is not of these families. */
-ci_cache *qh_session_cache(ci_session *s);
 /* Puts a snapshot back and moves the session to its position. */
 int qh_session_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 /* A snapshot of the session's cache at its position (the serving op, registry.h). */
 cache_snap *qh_snapshot(const ci_session *s, char *err, size_t errlen);
 /* One decode step of n sessions (the serving op forward_batch, registry.h). */
 int qh_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+/* The same step with each row's argmax taken by the backend (forward_batch_argmax). */
+int qh_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 /* How prompts run the DeltaNet core (DN_AUTO: chunked; DN_RECURRENT: token by token). */
 void qh_set_deltanet_mode(ci_model *m, dn_mode mode);
 

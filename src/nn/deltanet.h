@@ -12,21 +12,21 @@
  * Projection layouts: Qwen3.5 has separate in_proj_qkv / in_proj_z / in_proj_b / in_proj_a;
  * Qwen3-Next fuses them into in_proj_qkvz and in_proj_ba, grouped per key head g:
  * qkvz rows = for g: [q_g (Dk), k_g (Dk), v_g (r*Dv), z_g (r*Dv)], ba rows = for g: [b_g (r),
- * a_g (r)] with r = Hv/Hk; dn_forward puts them back in the Qwen3.5 order.
+ * a_g (r)] with r = Hv/Hk; the deltanet_unfuse op puts them back in the Qwen3.5 order.
  *
- * A layer's recurrent state is what the cache keeps for it (dn_state_floats floats):
- * the conv window (the last K-1 pre-conv rows of [q|k|v], oldest first) followed by S for
- * every value head. Prompts run the chunked (WY / UT-transform) form, chunks of up to
- * DN_CHUNK tokens whose heavy products go through the backend's matmul; a chunk also ends
- * where its accumulated decay would underflow, and heads that decay too fast for useful
- * chunks, a few tokens (decode) and DN_RECURRENT run the token-by-token recurrence. Both
- * give the same result up to f32 rounding. Nothing here allocates after dn_scratch_init. */
+ * A layer's recurrent state is what the cache keeps for it (dn_state_floats floats): the
+ * conv window (the last K-1 pre-conv rows of [q|k|v], oldest first) followed by S for
+ * every value head. Written only on backend ops (matmul_n, deltanet_unfuse, causal_conv,
+ * deltanet): the weights a forward reads, the state and the scratch are backend memory
+ * (dn_place puts the weights there); the CPU's deltanet op runs prompts in the chunked
+ * (WY / UT-transform) form and a few tokens through the recurrence (cpu/deltanet_cpu.c).
+ * Nothing here allocates after dn_scratch_init. */
 #ifndef CI_DELTANET_H
 #define CI_DELTANET_H
 #include "../backend/backend.h"
 #include "../io/weights.h"
 
-enum { DN_CHUNK = 64 };   /* tokens per chunk of the chunked form */
+enum { DN_CHUNK = CI_DN_CHUNK };   /* tokens per chunk of the CPU's chunked form */
 
 typedef enum { DN_SPLIT = 0, DN_FUSED = 1 } dn_layout;
 typedef enum { DN_AUTO = 0,       /* chunked for prompts, recurrence for a few tokens */
@@ -47,31 +47,21 @@ typedef struct {
     float *dt_bias;        /* [hv] (binder-owned) */
     float *norm_w;         /* [dv] output norm weight (binder-owned) */
     ci_mat out;            /* [hidden, hv*dv] */
+    ci_deltanet ops;       /* the deltanet ops' view: dims, neg_A, dt_bias, norm_w, eps */
 } dn_layer;
 
-/* Scratch for up to max_n tokens of any layer with these dims (sized once per session). */
+/* Scratch for up to max_n tokens of any layer with these dims (sized once per session,
+ * backend memory). */
 typedef struct {
     int max_n;
-    float *proj;           /* [max_n, proj width] fused projection output */
-    float *ext;            /* [max_n + K - 1, conv_dim] conv window then inputs */
-    float *ones;           /* [conv_dim] 1.0 (SiLU through the backend's swiglu) */
-    float *mix;            /* [max_n, conv_dim] q | k | v after conv + silu + norms */
-    float *z;              /* [max_n, hv*dv] */
-    float *b, *a;          /* [max_n, hv] -> beta, g */
-    float *o;              /* [max_n, hv*dv] */
-    /* chunked form, one (head, chunk) at a time; C = DN_CHUNK, Lp <= C the padded length */
-    float *kq;             /* [2C, dk] K rows then Q rows (Q later scaled by e^G) */
-    float *kkqk;           /* [2C, C] k.k then q.k */
-    float *T, *P;          /* [C, C] (I + A)^-1 and the decayed causal q.k */
-    float *kt, *kbt, *kdt; /* [dk, C] K^T, (beta e^G K)^T, (e^{G_L - G} K)^T */
-    float *vbt;            /* [dv, C] (beta V)^T */
-    float *ut, *rt;        /* [dv, C] U^T and the state read S W^T */
-    float *w;              /* [C, dk] W = T (beta e^G K) */
-    float *og, *pu;        /* [C, dv] (e^G Q) S^T and P U */
-    float *ds;             /* [dv, dk] state increment */
-    float *G, *beta;       /* [C] cumulative log decay, beta */
-    float *cb, *cd;        /* [C] e^G then beta e^G; e^-G then e^{G_L - G} */
-    int *heads;            /* [hv] heads run by the recurrence, then the chunked ones */
+    float *proj;           /* FUSED: [max_n, 2*hk*dk + 2*hv*dv] in_proj_qkvz's output */
+    float *ba;             /* FUSED: [max_n, 2*hv] in_proj_ba's output */
+    float *xin;            /* [max_n, conv_dim] q | k | v before the conv */
+    float *win;            /* [K-1 + max_n, conv_dim] the causal_conv op's scratch */
+    float *mix;            /* [max_n, conv_dim] q | k | v after the conv */
+    float *z;              /* [max_n, hv*dv] the gate, then the gated output */
+    float *b, *a;          /* [max_n, hv] */
+    float *work;           /* ci_deltanet_scratch_floats(max_n): the deltanet op's scratch */
 } dn_scratch;
 
 /* Floats of cached state per layer: (K-1)*conv_dim + hv*dv*dk. */
@@ -83,16 +73,32 @@ size_t dn_state_floats(const dn_layer *L);
 int dn_bind(w_binder *b, dn_layer *L, const char *prefix);
 void dn_layer_free(dn_layer *L);
 
-int dn_scratch_init(dn_scratch *s, const dn_layer *L, int max_n);
-void dn_scratch_free(dn_scratch *s);
+/* dst = L with its matrices and vectors in backend memory (be->weight; MLX-quantized
+ * matrices stay as they are: the family refuses them on a device). -1 when out of memory. */
+int dn_place(ci_backend *be, dn_layer *dst, const dn_layer *L);
 
-/* out[n, hidden] = the mixer over x[n, hidden] (already normed), advancing state. */
+int dn_scratch_init(ci_backend *be, dn_scratch *s, const dn_layer *L, int max_n);
+void dn_scratch_free(ci_backend *be, dn_scratch *s);
+
+/* out[n, hidden] = the mixer over x[n, hidden] (already normed) for n <= s->max_n tokens,
+ * advancing state (dn_state_floats floats). DN_RECURRENT: every token through the recurrence. */
 void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
                 dn_mode mode);
 /* One token for each of n sequences (a server's batched decode step): row i of x [n, hidden]
- * advances states[i]; the projections run over the n rows together, the conv and the
- * recurrence per row. Row i's output is the bits dn_forward(states[i], row i, 1) gives. */
-void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *states, float *out, const float *x,
+ * advances its own state; tab is a backend buffer of 2n pointers, row i's conv window at
+ * tab[2i] and its S (the window's end) at tab[2i + 1]. The projections run over the n rows
+ * together, the conv and the recurrence per row. Row i's output is the bits
+ * dn_forward(row i's state, row i, 1) gives. */
+void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *out, const float *x,
                      int n);
+/* The same mixers with the block around them: x[n, hidden] += out_proj(mixer(rmsnorm(x) *
+ * norm_w)) (eps). xn, tmp: [n, hidden] scratch (the normed rows, out_proj's product): the
+ * CPU's bits of rmsnorm, dn_forward into tmp, add (norm_matmul_n and matmul_acc on a device). */
+void dn_forward_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *x, const float *norm_w,
+                    float eps, float *xn, float *tmp, int n, dn_mode mode);
+void dn_forward_rows_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *x,
+                         const float *norm_w, float eps, float *xn, float *tmp, int n);
+/* Floats from the start of a layer's state to its S. */
+size_t dn_state_S_offset(const dn_layer *L);
 
 #endif

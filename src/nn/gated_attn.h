@@ -10,8 +10,8 @@
  *
  * Everything but the gate is the shared attention block (nn/attn_block.h): its q_proj simply
  * emits 2*hd rows per head. What this file adds is the gate's two elementwise steps, the
- * split of q_proj's rows into query and gate and the sigmoid product before o_proj; they
- * are host loops over the activations (CPU only) until the backend has ops for them. */
+ * split of q_proj's rows into query and gate (split_halves) and the sigmoid product before
+ * o_proj (sigmoid_mul), both backend ops: the scratch is backend memory. */
 #ifndef CI_GATED_ATTN_H
 #define CI_GATED_ATTN_H
 #include "../backend/backend.h"
@@ -39,12 +39,15 @@ size_t ga_row_floats(const ga_layer *A);
  * be set. norm_add is added to q/k norm weights (1 for checkpoints that store zero-centred
  * weights, 0 when already shifted). */
 int ga_bind(w_binder *b, ga_layer *A, const char *prefix, float norm_add);
-int ga_scratch_init(ga_scratch *s, const ga_layer *A, int max_n);
-void ga_scratch_free(ga_scratch *s);
-/* out[n, hidden] for x[n, hidden] (normed) at positions pos[0..n) (backend memory), each
- * row's K/V written into cache row pos[t]: kvs as attn_attend's (1 cache for a chunk of one
- * sequence, or n, one per row's sequence). */
-void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches, float *out,
-                const float *x, const int32_t *pos, int n);
+int ga_scratch_init(ci_backend *be, ga_scratch *s, const ga_layer *A, int max_n);
+void ga_scratch_free(ci_backend *be, ga_scratch *s);
+/* x[n, hidden] += o_proj(gated attention(rmsnorm(x) * norm_w)) (eps) at positions pos[0..n)
+ * (backend memory), each row's K/V written into cache row pos[t]: kvs as attn_attend's (1
+ * cache for a chunk of one sequence, or n, one per row's sequence, kv_tab then holding them
+ * as attn_bufs' kv_tab; else NULL). xn, tmp: [n, hidden] scratch (the normed rows, o_proj's
+ * product: the CPU's bits of rmsnorm, the projections, ..., matmul into tmp, add). */
+void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches,
+                float *const *kv_tab, float *x, const float *norm_w, float eps, float *xn, float *tmp,
+                const int32_t *pos, int n);
 
 #endif

@@ -81,24 +81,17 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         if (m->act == MOE_ACT_RELU2) {
             be->matmul(be, s->g, x, n, &m->sh_up);           /* [n, SI] */
             be->relu2(be, s->g, (int64_t)n * SI);
-        } else {
+        } else if (m->act_limit > 0) {
             be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
             be->matmul(be, s->u, x, n, &m->sh_up);
-            if (m->act_limit > 0) clamp_gu(s->g, s->u, (int64_t)n * SI, m->act_limit);
+            clamp_gu(s->g, s->u, (int64_t)n * SI, m->act_limit);
             be->swiglu(be, s->g, s->u, (int64_t)n * SI);
+        } else {
+            be->matmul_swiglu(be, s->g, s->u, x, n, &m->sh_gate, &m->sh_up);   /* the two products and swiglu */
         }
         be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
-        if (!m->sh_router.rows) {                            /* ungated: the op (1 · y adds the same bits) */
-            be->add(be, out, s->ye, (int64_t)n * H);
-            return;
-        }
-        be->matmul(be, s->sg, x, n, &m->sh_router);
-        for (int t = 0; t < n; t++) {
-            float gw = 1.0f / (1.0f + expf(-s->sg[t]));
-            float *o = out + (size_t)t * H;
-            const float *y = s->ye + (size_t)t * H;
-            for (int h = 0; h < H; h++) o[h] += gw * y[h];
-        }
+        if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
+        be->sigmoid_gate_add(be, out, s->ye, m->sh_router.rows ? s->sg : NULL, n, H);   /* ungated: factor 1, add's bits */
     }
 }
 

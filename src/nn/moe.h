@@ -81,8 +81,8 @@ void moe_scratch_free(ci_backend *be, moe_scratch *s);
 /* Chooses experts for n tokens of x [n, hidden]: fills s->sel and s->w (moe_route op). */
 void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *x, int n);
 /* out[n, hidden] = routed experts of x (out is overwritten), plus the shared expert when
- * shared_inter > 0 (all ops when ungated (sh_router.rows == 0); the sigmoid gate of a gated
- * one is a host loop: a host-memory backend only). */
+ * shared_inter > 0 (all ops, but for the clamped SwiGLU of a shared expert with act_limit: a
+ * host loop, a host-memory backend only; gated (sh_router.rows > 0) or not). */
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
 /* x[n, hidden] += moe_forward(xn): the routed sum added by the experts op itself when the
  * block has no shared expert and no latent space (the same bits as moe_forward into y and

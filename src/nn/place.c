@@ -31,7 +31,9 @@ int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em)
     dst->w_up = em + E;
     dst->w_down = em + 2 * E;
     const float *bias = NULL;
-    int bad = ci_place_mat(be, &dst->gate, &M->gate) || ci_place_vec(be, &bias, M->bias, E);
+    int bad = ci_place_mat(be, &dst->gate, &M->gate) || ci_place_vec(be, &bias, M->bias, E) ||
+              ci_place_mat(be, &dst->sh_gate, &M->sh_gate) || ci_place_mat(be, &dst->sh_up, &M->sh_up) ||
+              ci_place_mat(be, &dst->sh_down, &M->sh_down) || ci_place_mat(be, &dst->sh_router, &M->sh_router);
     dst->bias = (float *)bias;
     if (!M->w_gate) dst->w_gate = NULL;   /* relu² experts: no gate matrices */
     for (int e = 0; e < E && !bad; e++)

@@ -13,9 +13,9 @@
 
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
 int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len);
-/* dst = M with its router, choice bias and every expert view placed; the placed views go
- * to em[3 * n_experts] (gate, up, down, each [n_experts], as dst's w_* point; w_gate stays
- * NULL when M's is: relu² experts). */
+/* dst = M with its router, choice bias, shared expert (when it has one) and every expert view
+ * placed; the placed views go to em[3 * n_experts] (gate, up, down, each [n_experts], as
+ * dst's w_* point; w_gate stays NULL when M's is: relu² experts). */
 int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em);
 
 #endif

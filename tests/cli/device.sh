@@ -39,7 +39,7 @@ for fam in deepseek_v4; do
 done
 # ---- a CUDA path written but not verified on a GPU yet: refused unless asked for ----
 # (deepseek_v3 / v32 and lfm2 / lfm2_moe left this list on 2026-12-01, after the GPU suite)
-unverified="nemotron_h"
+unverified="nemotron_h qwen3_next qwen3_5"
 for fam in $unverified; do
   expect_err "$fam --device cuda: not verified" "$fam: its CUDA path has not passed the GPU tests yet" \
     env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # parity.sh — every llama / qwen3 / qwen3_moe / deepseek_v3 / deepseek_v32 (deepseek_v3_2) / lfm2 /
-# lfm2_moe / nemotron_h fixture of tests/fixtures on the CUDA device, through the CLI, against its
+# lfm2_moe / nemotron_h / qwen3_next / qwen3_5 (qwen3_5_text) / qwen3_5_moe (qwen3_5_moe_text) fixture of
+# tests/fixtures on the CUDA device, through the CLI, against its
 # transformers reference (ref_logits.f32, float64 reference of the stored weights, made by
 # tools/oracle/make_fixtures.py). Run on the GPU machine from the repository
 # root (tests/gpu/run.sh does); CINFER is the cinfer binary (default build/cinfer).
@@ -60,7 +61,11 @@ for fx in tests/fixtures/*/; do
   fx=${fx%/}; name=$(basename "$fx")
   [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
   mt=$(json_str "$fx/ref.json" model_type)
-  case "$mt" in llama|qwen3|qwen3_moe|deepseek_v3|deepseek_v32|deepseek_v3_2|lfm2|lfm2_moe|nemotron_h) ;; *) continue ;; esac
+  case "$mt" in
+    llama|qwen3|qwen3_moe|deepseek_v3|deepseek_v32|deepseek_v3_2|lfm2|lfm2_moe|nemotron_h) ;;
+    qwen3_next|qwen3_5|qwen3_5_text|qwen3_5_moe|qwen3_5_moe_text) ;;
+    *) continue ;;
+  esac
   dt=$(json_str "$fx/ref.json" dtype)
   toks=$(json_ids "$fx/ref.json" tokens)
   # first try: prefill. A refusal for lack of a CUDA path skips the fixture.

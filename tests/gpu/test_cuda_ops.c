@@ -36,12 +36,18 @@
  * reasoning, 1e-2. Decode attention (n = 1) stays f32.
  * EXACT: copies, embedding rows, kv_store, add, argmax: bit for bit; LFM2's shortconv and
  * add_bias too (the CPU's order of products and sums, no contraction on either side), the
- * Mamba2 conv states and relu2. */
+ * Mamba2 conv states and relu2, and deltanet_unfuse / split_halves (copies).
+ * DN: the DeltaNet recurrence over up to a few hundred tokens: f32 dot products in another
+ * order each step, carried in the state (the device's against the CPU's recurrence); the
+ * CPU's chunked (UT-transform) form agrees with its own recurrence to ~1e-5, so it is
+ * compared with B_DN_CHUNK. */
 #define B_F32 1e-5
 #define B_ROPE 2e-5        /* sin/cos of large angles (positions up to 40000) add an ulp or two */
 #define B_TC 1e-2
 #define B_ATTN_TC 1e-2
 #define B_EXACT 0.0
+#define B_DN 1e-4
+#define B_DN_CHUNK 1e-3
 
 static ci_backend *cpu, *gpu;
 static int quick, n_pass, n_fail, dead;
@@ -1613,6 +1619,230 @@ static void test_mamba(void) {
     }
 }
 
+/* ---- the gated DeltaNet (deltanet.cu): causal_conv, deltanet, deltanet_unfuse, gates ------
+ * conv: a chunk of one sequence, then a decode row on the state it left (carried history),
+ * or a table step of n sequences, one row and one state each; outputs and states compared.
+ * deltanet: the same three shapes; the CPU reference runs its recurrence (recurrent = 1),
+ * and a chunk long enough for the CPU's chunked form is compared with that form too. mix,
+ * b and a are scratch on the CPU: fresh copies for every call. */
+static void causal_conv_case(int n, int D, int K, int table) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda causal_conv n=%d dim=%d K=%d%s", n, D, K, table ? " table" : "");
+    if (!gpu->causal_conv || !want(name)) return;
+    const int H = K - 1, S = H > 0 ? H * D : 1, nst = table ? n : 1;
+    size_t nx = (size_t)n * D;
+    float *x = xmalloc(nx * 4), *taps = keep(xmalloc((size_t)K * D * 4));
+    float *st = xmalloc((size_t)nst * S * 4), *cst = xmalloc((size_t)nst * S * 4), *gst_h = xmalloc((size_t)nst * S * 4);
+    float *y = xmalloc(nx * 4), *got = xmalloc(nx * 4), *scr = xmalloc(((size_t)H + n) * D * 4);
+    fill(x, nx, 1.f); fill(taps, (size_t)K * D, 1.f); fill(st, (size_t)nst * S, 1.f);
+    memcpy(cst, st, (size_t)nst * S * 4);
+    float *gx = g_put(x, nx * 4), *gy = g_alloc(nx * 4), *gs = g_put(st, (size_t)nst * S * 4);
+    const float *gt = g_weight(taps, (size_t)K * D * 4);
+    float **hp = xmalloc((size_t)2 * nst * sizeof *hp), **cp = xmalloc((size_t)2 * nst * sizeof *cp);
+    for (int i = 0; i < nst; i++) {   /* a table of 2 pointers per row, the state at [2i] (as the models use it) */
+        hp[2 * i] = gs + (size_t)i * S; cp[2 * i] = cst + (size_t)i * S;
+        hp[2 * i + 1] = NULL; cp[2 * i + 1] = NULL;
+    }
+    float **gtab = table ? g_put(hp, (size_t)2 * n * sizeof *hp) : NULL;
+    if (dead) goto out;
+    g_poison(gy, nx * 4);
+    cpu->causal_conv(cpu, y, x, n, D, K, taps, cst, table ? cp : NULL, 2, scr);
+    gpu->causal_conv(gpu, gy, gx, n, D, K, gt, gs, gtab, 2, NULL);
+    g_get(got, gy, nx * 4);
+    errs e = compare(got, y, nx);
+    if (!table) {   /* a decode row on the state the chunk left */
+        float *y0 = xmalloc((size_t)D * 4);
+        cpu->causal_conv(cpu, y0, x + nx - D, 1, D, K, taps, cst, NULL, 0, scr);
+        gpu->causal_conv(gpu, gy, gx + nx - D, 1, D, K, gt, gs, NULL, 0, NULL);
+        g_get(got, gy, (size_t)D * 4);
+        errs e1 = compare(got, y0, D);
+        if (e1.rel > e.rel || e1.rel != e1.rel) e = e1;
+        if (e1.abs > e.abs || e1.abs != e1.abs) e.abs = e1.abs;
+        free(y0);
+    }
+    report(name, e, B_F32);
+    if (H > 0) {
+        char sname[180];
+        snprintf(sname, sizeof sname, "%s: states", name);
+        g_get(gst_h, gs, (size_t)nst * S * 4);
+        report(sname, compare(gst_h, cst, (size_t)nst * S), B_EXACT);
+    }
+out:
+    g_free(gx); g_free(gy); g_free(gs); g_free(gtab);
+    free(x); free(st); free(cst); free(gst_h); free(y); free(got); free(scr); free(hp); free(cp);
+}
+
+/* One deltanet call on both backends from the same inputs (fresh host copies for the CPU). */
+static void dn_call(const ci_deltanet *cd, const ci_deltanet *gd, int n, const float *mix, const float *b,
+                    const float *a, const float *z, float *cz, float *gz, float *cS, float *gS, float *const *ctab,
+                    float *const *gtab, int recurrent, float *scr, float *gscr) {
+    const int C = 2 * cd->hk * cd->dk + cd->hv * cd->dv;
+    size_t nm = (size_t)n * C, nh = (size_t)n * cd->hv, nz = (size_t)n * cd->hv * cd->dv;
+    float *m1 = xmalloc(nm * 4), *b1 = xmalloc(nh * 4), *a1 = xmalloc(nh * 4);
+    memcpy(m1, mix, nm * 4); memcpy(b1, b, nh * 4); memcpy(a1, a, nh * 4); memcpy(cz, z, nz * 4);
+    float *gm = g_put(mix, nm * 4), *gb = g_put(b, nh * 4), *ga = g_put(a, nh * 4);
+    gpu->upload(gpu, gz, z, nz * 4);
+    if (!dead) {
+        cpu->deltanet(cpu, cz, m1, b1, a1, n, cd, cS, ctab, 2, recurrent, scr);
+        gpu->deltanet(gpu, gz, gm, gb, ga, n, gd, gS, gtab, 2, 0, gscr);
+    }
+    g_free(gm); g_free(gb); g_free(ga);
+    free(m1); free(b1); free(a1);
+}
+
+static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int chunked) {
+    char name[200];
+    snprintf(name, sizeof name, "cuda deltanet n=%d hk=%d hv=%d dk=%d dv=%d%s%s", n, hk, hv, dk, dv,
+             table ? " table" : "", chunked ? " vs chunked" : "");
+    if (!gpu->deltanet || !want(name)) return;
+    const int C = 2 * hk * dk + hv * dv, nst = table ? n : 1;
+    const size_t SF = (size_t)hv * dv * dk, nm = (size_t)n * C, nh = (size_t)n * hv, nz = (size_t)n * hv * dv;
+    float *negA = keep(xmalloc((size_t)hv * 4)), *dtb = keep(xmalloc((size_t)hv * 4)), *nw = keep(xmalloc((size_t)dv * 4));
+    for (int h = 0; h < hv; h++) { negA[h] = -expf(2.f * unif()); dtb[h] = unif(); }
+    for (int i = 0; i < dv; i++) nw[i] = 1.f + 0.2f * unif();
+    ci_deltanet cd = { hk, hv, dk, dv, negA, dtb, nw, 1e-6f }, gd = cd;
+    gd.neg_A = g_weight(negA, (size_t)hv * 4);
+    gd.dt_bias = g_weight(dtb, (size_t)hv * 4);
+    gd.norm_w = g_weight(nw, (size_t)dv * 4);
+    float *mix = xmalloc(nm * 4), *b = xmalloc(nh * 4), *a = xmalloc(nh * 4), *z = xmalloc(nz * 4);
+    fill(mix, nm, 1.f); fill(b, nh, 1.f); fill(a, nh, 1.f); fill(z, nz, 1.f);
+    float *st = xmalloc((size_t)nst * SF * 4), *cst = xmalloc((size_t)nst * SF * 4), *gst_h = xmalloc((size_t)nst * SF * 4);
+    fill(st, (size_t)nst * SF, 0.3f);
+    memcpy(cst, st, (size_t)nst * SF * 4);
+    float *cz = xmalloc(nz * 4), *got = xmalloc(nz * 4), *scr = xmalloc(ci_deltanet_scratch_floats(&cd, n) * 4);
+    float *gz = g_alloc(nz * 4), *gs = g_put(st, (size_t)nst * SF * 4);
+    float *gscr = g_alloc(ci_deltanet_scratch_floats(&cd, n) * 4);
+    float **hp = xmalloc((size_t)2 * nst * sizeof *hp), **cp = xmalloc((size_t)2 * nst * sizeof *cp);
+    for (int i = 0; i < nst; i++) {   /* S at [2i + 1], as the models' tables */
+        hp[2 * i] = NULL; cp[2 * i] = NULL;
+        hp[2 * i + 1] = gs + (size_t)i * SF; cp[2 * i + 1] = cst + (size_t)i * SF;
+    }
+    float **gtab = table ? g_put(hp, (size_t)2 * n * sizeof *hp) : NULL;
+    if (dead) goto out;
+    g_poison(gz, nz * 4);
+    dn_call(&cd, &gd, n, mix, b, a, z, cz, gz, cst, gs, table ? cp + 1 : NULL, table ? (float *const *)gtab + 1 : NULL,
+            !chunked, scr, gscr);
+    g_get(got, gz, nz * 4);
+    errs e = compare(got, cz, nz);
+    if (!table) {   /* a decode row on the state the chunk left */
+        const size_t nz1 = (size_t)hv * dv;
+        dn_call(&cd, &gd, 1, mix + nm - C, b + nh - hv, a + nh - hv, z, cz, gz, cst, gs, NULL, NULL, 1, scr, gscr);
+        g_get(got, gz, nz1 * 4);
+        errs e1 = compare(got, cz, nz1);
+        if (e1.rel > e.rel || e1.rel != e1.rel) e = e1;
+        if (e1.abs > e.abs || e1.abs != e1.abs) e.abs = e1.abs;
+    }
+    report(name, e, chunked ? B_DN_CHUNK : B_DN);
+    char sname[220];
+    snprintf(sname, sizeof sname, "%s: states", name);
+    g_get(gst_h, gs, (size_t)nst * SF * 4);
+    report(sname, compare(gst_h, cst, (size_t)nst * SF), chunked ? B_DN_CHUNK : B_DN);
+out:
+    g_free(gz); g_free(gs); g_free(gtab); g_free(gscr);
+    free(mix); free(b); free(a); free(z); free(st); free(cst); free(gst_h); free(cz); free(got); free(scr);
+    free(hp); free(cp);
+}
+
+static void unfuse_case(int n, int hk, int hv, int dk, int dv) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda deltanet_unfuse n=%d hk=%d hv=%d dk=%d dv=%d", n, hk, hv, dk, dv);
+    if (!gpu->deltanet_unfuse || !want(name)) return;
+    ci_deltanet d = { hk, hv, dk, dv, NULL, NULL, NULL, 1e-6f };
+    const int KD = hk * dk, VD = hv * dv, C = 2 * KD + VD;
+    const size_t np = (size_t)n * (2 * KD + 2 * VD), nba = (size_t)n * 2 * hv;
+    const size_t sz[4] = { (size_t)n * C, (size_t)n * VD, (size_t)n * hv, (size_t)n * hv };
+    float *p = xmalloc(np * 4), *ba = xmalloc(nba * 4);
+    fill(p, np, 1.f); fill(ba, nba, 1.f);
+    float *ref[4], *gy[4];
+    for (int j = 0; j < 4; j++) { ref[j] = xmalloc(sz[j] * 4); gy[j] = g_alloc(sz[j] * 4); }
+    float *gp = g_put(p, np * 4), *gba = g_put(ba, nba * 4);
+    if (!dead) {
+        for (int j = 0; j < 4; j++) g_poison(gy[j], sz[j] * 4);
+        cpu->deltanet_unfuse(cpu, ref[0], ref[1], ref[2], ref[3], p, ba, n, &d);
+        gpu->deltanet_unfuse(gpu, gy[0], gy[1], gy[2], gy[3], gp, gba, n, &d);
+        report(name, compare_outputs(4, gy, ref, sz), B_EXACT);
+    } else {
+        for (int j = 0; j < 4; j++) { free(ref[j]); g_free(gy[j]); }
+    }
+    g_free(gp); g_free(gba);
+    free(p); free(ba);
+}
+
+static void test_deltanet(void) {
+    static const struct { int n, D, K, table; } cc[] = {
+        { 1, 37, 4, 0 }, { 7, 100, 4, 0 }, { 256, 1027, 4, 0 }, { 300, 515, 3, 0 }, { 5, 64, 1, 0 },
+        { 1, 1027, 4, 1 }, { 9, 8192, 4, 1 }, { 3, 33, 2, 1 },
+    };
+    int nc = quick ? 3 : (int)(sizeof cc / sizeof *cc);
+    for (int c = 0; c < nc && !dead; c++) causal_conv_case(cc[c].n, cc[c].D, cc[c].K, cc[c].table);
+    static const struct { int n, hk, hv, dk, dv, table, chunked; } dc[] = {
+        { 1, 1, 1, 16, 16, 0, 0 },    { 5, 2, 4, 40, 24, 0, 0 },     { 37, 3, 6, 24, 40, 0, 0 },
+        { 2, 2, 4, 128, 128, 0, 0 },  { 256, 2, 4, 128, 128, 0, 0 }, { 1, 2, 4, 128, 128, 1, 0 },
+        { 7, 3, 9, 56, 72, 1, 0 },    { 16, 1, 2, 128, 128, 1, 0 },  { 200, 2, 4, 64, 96, 0, 1 },
+        { 130, 1, 3, 128, 128, 0, 1 }, { 9, 1, 2, 256, 64, 0, 0 },    { 3, 2, 4, 200, 40, 1, 0 },
+    };
+    int nd = quick ? 4 : (int)(sizeof dc / sizeof *dc);
+    for (int c = 0; c < nd && !dead; c++)
+        deltanet_case(dc[c].n, dc[c].hk, dc[c].hv, dc[c].dk, dc[c].dv, dc[c].table, dc[c].chunked);
+    static const struct { int n, hk, hv, dk, dv; } uc[] = { { 1, 1, 1, 8, 8 }, { 5, 2, 4, 40, 24 }, { 256, 16, 32, 128, 128 },
+                                                           { 3, 3, 9, 56, 72 } };
+    for (size_t c = 0; c < sizeof uc / sizeof *uc && !dead; c++) unfuse_case(uc[c].n, uc[c].hk, uc[c].hv, uc[c].dk, uc[c].dv);
+    /* gated attention's gates and the shared expert's gated add */
+    static const struct { int rows, width; } gc[] = { { 1, 1 }, { 3, 127 }, { 16 * 256, 256 }, { 7, 4099 } };
+    for (size_t c = 0; c < sizeof gc / sizeof *gc && !dead; c++) {
+        const int rows = gc[c].rows, w = gc[c].width;
+        const size_t cnt = (size_t)rows * w;
+        char name[128];
+        snprintf(name, sizeof name, "cuda split_halves rows=%d width=%d", rows, w);
+        if (gpu->split_halves && want(name)) {
+            float *x = xmalloc(2 * cnt * 4);
+            fill(x, 2 * cnt, 1.f);
+            const size_t sz[2] = { cnt, cnt };
+            float *ref[2] = { xmalloc(cnt * 4), xmalloc(cnt * 4) }, *gy[2] = { g_alloc(cnt * 4), g_alloc(cnt * 4) };
+            float *gx = g_put(x, 2 * cnt * 4);
+            if (!dead) {
+                g_poison(gy[0], cnt * 4); g_poison(gy[1], cnt * 4);
+                cpu->split_halves(cpu, ref[0], ref[1], x, rows, w);
+                gpu->split_halves(gpu, gy[0], gy[1], gx, rows, w);
+                report(name, compare_outputs(2, gy, ref, sz), B_EXACT);
+            } else {
+                free(ref[0]); free(ref[1]); g_free(gy[0]); g_free(gy[1]);
+            }
+            g_free(gx);
+            free(x);
+        }
+        snprintf(name, sizeof name, "cuda sigmoid_mul count=%zu", cnt);
+        if (gpu->sigmoid_mul && want(name)) {
+            float *y = xmalloc(cnt * 4), *g = xmalloc(cnt * 4), *got = xmalloc(cnt * 4);
+            fill(y, cnt, 1.f); fill(g, cnt, 3.f);
+            float *gy = g_put(y, cnt * 4), *gg = g_put(g, cnt * 4);
+            if (!dead) {
+                cpu->sigmoid_mul(cpu, y, g, (int64_t)cnt);
+                gpu->sigmoid_mul(gpu, gy, gg, (int64_t)cnt);
+                g_get(got, gy, cnt * 4);
+                report(name, compare(got, y, cnt), B_F32);
+            }
+            g_free(gy); g_free(gg);
+            free(y); free(g); free(got);
+        }
+        for (int gated = 0; gated < 2; gated++) {
+            snprintf(name, sizeof name, "cuda sigmoid_gate_add n=%d width=%d%s", rows, w, gated ? " gated" : "");
+            if (!gpu->sigmoid_gate_add || !want(name)) continue;
+            float *y = xmalloc(cnt * 4), *x = xmalloc(cnt * 4), *g = xmalloc((size_t)rows * 4), *got = xmalloc(cnt * 4);
+            fill(y, cnt, 1.f); fill(x, cnt, 1.f); fill(g, rows, 3.f);
+            float *gy = g_put(y, cnt * 4), *gx = g_put(x, cnt * 4), *gg = g_put(g, (size_t)rows * 4);
+            if (!dead) {
+                cpu->sigmoid_gate_add(cpu, y, x, gated ? g : NULL, rows, w);
+                gpu->sigmoid_gate_add(gpu, gy, gx, gated ? gg : NULL, rows, w);
+                g_get(got, gy, cnt * 4);
+                report(name, compare(got, y, cnt), B_F32);
+            }
+            g_free(gy); g_free(gx); g_free(gg);
+            free(y); free(x); free(g); free(got);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -1649,6 +1879,7 @@ int main(int argc, char **argv) {
     test_moe();
     test_shortconv();
     test_mamba();
+    test_deltanet();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

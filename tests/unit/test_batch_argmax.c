@@ -1,8 +1,8 @@
 /* test_batch_argmax.c — ci_forward_batch_argmax, the batched greedy decode step, on the CPU.
  *
- * Run from the repository root (tests/fixtures). For qwen3, llama, qwen3_moe and nemotron_h
- * fixtures (ones whose greedy ids vary from step to step, so rows cannot agree by accident;
- * nemotron_h: its Mamba2 states per row):
+ * Run from the repository root (tests/fixtures). For qwen3, llama, qwen3_moe, qwen3_5,
+ * qwen3_next and nemotron_h fixtures (ones whose greedy ids vary from step to step, so rows
+ * cannot agree by accident; the last three keep a recurrent state per session):
  *  - 3 sessions at different positions (and different contexts) step together for several
  *    steps, each fed its own greedy token; every row's id equals ci_forward_argmax run on a
  *    lone session holding the same tokens (the CPU paths are bit-identical, so ids agree
@@ -12,7 +12,7 @@
  *  - bad input is refused with one line and changes no position: a session twice, an id
  *    outside the vocabulary, a full session, n = 0.
  * With CINFER_TEST_DEVICE=cuda (tests/gpu/run.sh on the device) the first check runs on the
- * CUDA backend, for the f32 fixtures that have a CUDA path (llama, qwen3): there the batch
+ * CUDA backend, for the f32 fixtures that have a CUDA path (llama, qwen3, qwen3_5): there the batch
  * rows take the same f32 GEMV and split-K attention kernels as a lone row (the 16-bit
  * weights' n > 1 GEMM rounds activations, so a bf16 fixture could flip a near tie), and the
  * batch step is replayed from a recorded graph after its first step. */
@@ -22,8 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const fixtures[] = { "tests/fixtures/qwen3_bf16",  "tests/fixtures/llama_yarn",
-                                        "tests/fixtures/qwen3_tied",  "tests/fixtures/qwen3_moe",
+static const char *const fixtures[] = { "tests/fixtures/qwen3_bf16", "tests/fixtures/llama_yarn",
+                                        "tests/fixtures/qwen3_tied", "tests/fixtures/qwen3_moe",
+                                        "tests/fixtures/qwen3_5",    "tests/fixtures/qwen3_next",
                                         "tests/fixtures/nemotron_h", "tests/fixtures/nemotron_h_latent" };
 
 static int one_line(const char *s) { return s[0] && !strchr(s, '\n'); }
@@ -74,8 +75,9 @@ static void test_rows_equal_single(void) {
     for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
         ci_model_opts o = { .n_threads = 2, .device = cuda };
         ci_model *m;
-        if (cuda && (strstr(fixtures[f], "bf16") || strstr(fixtures[f], "moe") || strstr(fixtures[f], "nemotron")))
-            continue;   /* nemotron_h: MoE layers (the device's expert sums depend on the batch) */
+        if (cuda && (strstr(fixtures[f], "bf16") || strstr(fixtures[f], "moe") || strstr(fixtures[f], "next") ||
+                     strstr(fixtures[f], "nemotron")))
+            continue;   /* MoE layers (nemotron_h, qwen3_next): the device's expert sums depend on the batch */
         if (ci_model_open(fixtures[f], &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", fixtures[f], err); return; }
         CHECK(m->family->ops->forward_batch_argmax != NULL, "%s: the family has the op", fixtures[f]);
         check_rows(fixtures[f], m, "backend argmax");

@@ -67,9 +67,7 @@ static void test_snapshot_restore(void) {
     CHECK(ci_session_new(m, 64, &s, err, sizeof err) == 0 && ci_session_new(m, 64, &s2, err, sizeof err) == 0, "%s", err);
     if (s && s2) {
         CHECK(ci_forward(s, toks, 24, NULL, 0, err, sizeof err) == 0, "%s", err);
-        ci_cache *c = qh_session_cache(s);
-        CHECK(c != NULL && c->pos == 24, "session cache");
-        cache_snap *snap = c ? cache_snapshot(c) : NULL;
+        cache_snap *snap = qh_snapshot(s, err, sizeof err);
         CHECK(snap && cache_snap_pos(snap) == 24, "snapshot");
         CHECK(ci_forward(s, toks + 24, N, l1, 1, err, sizeof err) == 0, "%s", err);
         CHECK(ci_session_pos(s) == 40, "pos %d", ci_session_pos(s));
@@ -152,9 +150,10 @@ static void test_deltanet_modes(void) {
     L.conv_w = malloc(sizeof(float) * C * K);
     for (int i = 0; i < C * K; i++) L.conv_w[i] = RND();
     L.neg_A = negA; L.dt_bias = dtb; L.norm_w = nw;
+    L.ops = (ci_deltanet){ hk, hv, dk, dv, negA, dtb, nw, 1e-6f };
     ci_backend *be = ci_backend_cpu_new(0, CI_ISA_AUTO);
     dn_scratch s;
-    CHECK(be && dn_scratch_init(&s, &L, N) == 0, "setup");
+    CHECK(be && dn_scratch_init(be, &s, &L, N) == 0, "setup");
     size_t SF = dn_state_floats(&L);
     float *st[3], *out[3];
     for (int v = 0; v < 3; v++) { st[v] = calloc(SF, sizeof(float)); out[v] = malloc(sizeof(float) * N * H); }
@@ -169,7 +168,7 @@ static void test_deltanet_modes(void) {
     CHECK(ds1 < 1e-5 && ds2 < 1e-5, "states differ: %g %g", ds1, ds2);
     printf("  dn_forward chunked vs recurrent, decays 0.01..60: max|diff| %.2g (split call %.2g), state %.2g\n", d1, d2, ds1);
     for (int v = 0; v < 3; v++) { free(st[v]); free(out[v]); }
-    dn_scratch_free(&s);
+    dn_scratch_free(be, &s);
     if (be) be->free(be);
     free(L.conv_w); free(wqkv); free(wz); free(wb); free(wa); free(wo); free(x);
 #undef RND
@@ -379,11 +378,12 @@ static int bench_core(int T, int threads) {
     L.conv_w = malloc(sizeof(float) * C * K);
     for (int i = 0; i < C * K; i++) L.conv_w[i] = (float)(RND() - 0.5);
     L.neg_A = negA; L.dt_bias = dtb; L.norm_w = nw;
+    L.ops = (ci_deltanet){ hk, hv, dk, dv, negA, dtb, nw, 1e-6f };
 #undef RND
     if (threads == 1) bench_clock = CLOCK_PROCESS_CPUTIME_ID;
     ci_backend *be = ci_backend_cpu_new(threads, CI_ISA_AUTO);
     dn_scratch s;
-    if (!be || dn_scratch_init(&s, &L, NB)) { fprintf(stderr, "bench: out of memory\n"); return 1; }
+    if (!be || dn_scratch_init(be, &s, &L, NB)) { fprintf(stderr, "bench: out of memory\n"); return 1; }
     float *state = calloc(dn_state_floats(&L), sizeof(float)), *out = malloc(sizeof(float) * NB * H);
     printf("bench DeltaNet mixer, Qwen3.5-35B-A3B head dims, hidden %d, %d tokens in %d-token calls, %s, %s\n", H, T, NB,
            be->name, threads == 1 ? "1 thread, CPU time" : "wall time");
@@ -398,7 +398,7 @@ static int bench_core(int T, int threads) {
         printf("  %-10s %8.1f tok/s (%.2f s)\n", mode ? "recurrent" : "chunked", tps[mode], dt);
     }
     printf("  chunked/recurrent: x%.2f\n", tps[0] / tps[1]);
-    dn_scratch_free(&s);
+    dn_scratch_free(be, &s);
     be->free(be);
     free(state); free(out); free(L.conv_w); free(wqkv); free(wz); free(wb); free(wa); free(wo); free(x);
     return 0;

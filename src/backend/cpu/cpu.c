@@ -805,6 +805,12 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.ssd_scan = cpu_ssd_scan;
     b->base.gated_rmsnorm = cpu_gated_rmsnorm;
     b->base.relu2 = cpu_relu2;
+    b->base.causal_conv = cpu_causal_conv;
+    b->base.deltanet = cpu_deltanet;
+    b->base.deltanet_unfuse = cpu_deltanet_unfuse;
+    b->base.split_halves = cpu_split_halves;
+    b->base.sigmoid_mul = cpu_sigmoid_mul;
+    b->base.sigmoid_gate_add = cpu_sigmoid_gate_add;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

@@ -154,6 +154,16 @@ void cpu_ssd_scan(ci_backend *be, float *y, const float *xbc, int xbc_stride, co
 void cpu_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n, int dim,
                        int group, float eps);
 void cpu_relu2(ci_backend *be, float *g, int64_t count);
+/* deltanet_cpu.c: the gated-DeltaNet ops and gated attention's output gate (backend.h). */
+void cpu_causal_conv(ci_backend *be, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
+                     float *const *states, int tab_step, float *scratch);
+void cpu_deltanet(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *L, float *S,
+                  float *const *states, int tab_step, int recurrent, float *scratch);
+void cpu_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz, const float *ba,
+                         int n, const ci_deltanet *L);
+void cpu_split_halves(ci_backend *be, float *lo, float *hi, const float *x, int rows, int width);
+void cpu_sigmoid_mul(ci_backend *be, float *y, const float *g, int64_t count);
+void cpu_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const float *g, int n, int width);
 
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {

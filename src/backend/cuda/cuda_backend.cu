@@ -352,6 +352,30 @@ static void op_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_str
 static void op_relu2(ci_backend *be, float *g, int64_t count) {
     if (!CB(be)->failed) cb_relu2(CB(be), g, count);
 }
+/* the gated DeltaNet and gated attention's gates (deltanet.cu) */
+static void op_causal_conv(ci_backend *be, float *y, const float *x, int n, int dim, int K, const float *taps,
+                           float *state, float *const *states, int tab_step, float *scratch) {
+    (void)scratch;
+    if (!CB(be)->failed) cb_causal_conv(CB(be), y, x, n, dim, K, taps, state, states, tab_step);
+}
+static void op_deltanet(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d,
+                        float *state, float *const *states, int tab_step, int recurrent, float *scratch) {
+    (void)recurrent;   /* the device always runs the recurrence */
+    if (!CB(be)->failed) cb_deltanet(CB(be), z, mix, b, a, n, d, state, states, tab_step, scratch);
+}
+static void op_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz,
+                               const float *ba, int n, const ci_deltanet *d) {
+    if (!CB(be)->failed) cb_deltanet_unfuse(CB(be), mix, z, b, a, qkvz, ba, n, d);
+}
+static void op_split_halves(ci_backend *be, float *lo, float *hi, const float *x, int rows, int width) {
+    if (!CB(be)->failed) cb_split_halves(CB(be), lo, hi, x, rows, width);
+}
+static void op_sigmoid_mul(ci_backend *be, float *y, const float *g, int64_t count) {
+    if (!CB(be)->failed) cb_sigmoid_mul(CB(be), y, g, count);
+}
+static void op_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const float *g, int n, int width) {
+    if (!CB(be)->failed) cb_sigmoid_gate_add(CB(be), y, x, g, n, width);
+}
 
 /* MLA / DSA (mla.cu) */
 static void op_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
@@ -556,6 +580,12 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->ssd_scan = op_ssd_scan;
     be->gated_rmsnorm = op_gated_rmsnorm;
     be->relu2 = op_relu2;
+    be->causal_conv = op_causal_conv;
+    be->deltanet = op_deltanet;
+    be->deltanet_unfuse = op_deltanet_unfuse;
+    be->split_halves = op_split_halves;
+    be->sigmoid_mul = op_sigmoid_mul;
+    be->sigmoid_gate_add = op_sigmoid_gate_add;
     be->graph_begin = op_graph_begin;
     be->graph_end = op_graph_end;
     be->graph_launch = op_graph_launch;

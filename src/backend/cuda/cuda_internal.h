@@ -227,6 +227,21 @@ void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_
 void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K, const float *taps,
                   const float *in_bias, const float *conv_bias, float *state, float *const *states);
 void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
+/* ---- the gated DeltaNet and gated attention's gates (deltanet.cu) ----
+ * backend.h's causal_conv (no window scratch: x is read in place), deltanet (the
+ * recurrence, then the output gate; o: the op's scratch, [n, hv*dv] then [n, hk]; a prompt
+ * of n > 1 tokens leaves q / k normed in mix and beta / e^g in b / a), deltanet_unfuse,
+ * split_halves, sigmoid_mul and sigmoid_gate_add.
+ * states: NULL for a chunk of one sequence (state), else pointers n rows, tab_step apart. */
+void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
+                    float *const *states, int tab_step);
+void cb_deltanet(cuda_be *cb, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d, float *state,
+                 float *const *states, int tab_step, float *o);
+void cb_deltanet_unfuse(cuda_be *cb, float *mix, float *z, float *b, float *a, const float *qkvz, const float *ba,
+                        int n, const ci_deltanet *d);
+void cb_split_halves(cuda_be *cb, float *lo, float *hi, const float *x, int rows, int width);
+void cb_sigmoid_mul(cuda_be *cb, float *y, const float *g, int64_t count);
+void cb_sigmoid_gate_add(cuda_be *cb, float *y, const float *x, const float *g, int n, int width);
 
 /* ---- Mamba2 (mamba.cu) ----
  * backend.h's mamba_conv, ssd_scan (no scratch: chunks run the recurrence in one kernel;

@@ -1,0 +1,96 @@
+/* qwen_hybrid_internal.h — what qwen_hybrid.c (hyper-parameters, tensors, placement),
+ * qwen_hybrid_run.c (sessions, forward, batched steps) and qwen_hybrid_cache.c (snapshots)
+ * share: the model as bound and as placed, and the session. */
+#ifndef CI_QWEN_HYBRID_INTERNAL_H
+#define CI_QWEN_HYBRID_INTERNAL_H
+#include "qwen_hybrid.h"
+#include "../nn/ffn_block.h"
+#include "../nn/gated_attn.h"
+#include "../nn/moe.h"
+#include "../nn/rope.h"
+
+enum { QH_UBATCH = 256 };
+
+typedef struct {
+    int linear;                  /* 1: gated DeltaNet, 0: gated attention */
+    float *attn_norm;            /* [D] input_layernorm, 1 + w */
+    dn_layer dn;
+    ga_layer ga;
+    ffn_block ffn;               /* post_attention_layernorm [D], 1 + w; dense: gate/up_proj
+                                  * [ff, D], down_proj [D, ff] */
+    int is_moe;
+    moe_block moe;               /* sparse layers: ffn.moe = &moe */
+} qh_layer;
+
+/* One layer's weights in backend memory (be->weight: the same addresses on the CPU). */
+typedef struct {
+    const float *attn_norm;
+    dn_layer dn;                 /* its matrices and vectors placed */
+    ga_layer ga;                 /* its matrices, norms and rope table placed */
+    ffn_block ffn;               /* its norm and dense matrices placed (ffn.moe = &moe when MoE) */
+    moe_block moe;               /* MoE layers: router, shared expert and expert views placed */
+} qh_placed;
+
+typedef struct {
+    int D, n_layers, vocab, ff;
+    float eps;
+    qh_opts opts;
+    dn_mode mode;
+    ci_mat embed;                /* [vocab, D] */
+    ci_mat lm_head;              /* [vocab, D]; = embed when tied */
+    float *final_norm;           /* [D] 1 + w */
+    qh_layer *layers;            /* [n_layers] */
+    rope_table rope;
+    const dn_layer *any_dn;      /* first of each kind, for scratch sizing */
+    const ga_layer *any_ga;
+    const moe_block *any_moe;
+    ci_mat *expert_mats;         /* owned array behind every layer's expert views */
+    float **owned;
+    int n_owned;
+    /* What forward reads: the weights above as the backend placed them (qh_place). The
+     * bound host views stay for record mode and tests. */
+    qh_placed *dev;              /* [n_layers] */
+    ci_mat *dev_expert_mats;     /* the placed expert views (behind dev[l].moe) */
+    ci_mat dev_embed, dev_head;
+    const float *dev_final_norm, *dev_inv_freq;
+} qh_model;
+
+/* A session (qwen_hybrid_run.c): the cache and scratch, all in backend memory but the host
+ * staging. */
+typedef struct {
+    float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
+    float **state;               /* [n_layers] DeltaNet layers: dn_state_floats (window, then S); else NULL */
+    int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
+    int chunk;                   /* prefill tokens per pass, <= QH_UBATCH */
+    float *x, *xn, *y;           /* [UBATCH, D] */
+    float *g, *u;                /* [UBATCH, ff] dense MLP */
+    float *last;                 /* [D] the last row, final-normed */
+    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
+    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
+    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
+    int logit_rows;
+    float **tab;                 /* [n_layers][2 UBATCH] a batch step's pointers (attention: K, V
+                                  * per row; DeltaNet: window, S per row), on first need */
+    float **htab;                /* the same in host memory, to upload */
+    int32_t *hpos;               /* [UBATCH] host: positions to upload */
+    float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
+    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
+    int32_t *best_n;             /* [UBATCH] per-row argmax of a forward_batch_argmax step */
+    void *graph[2];              /* the recorded decode steps (logits / argmax), or NULL */
+    int graph_failed[2];
+    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
+    dn_scratch dn;
+    ga_scratch ga;
+    moe_scratch moe;
+} qh_session;
+
+/* Floats of one attention layer's KV row, and of one DeltaNet layer's state. */
+static inline size_t qh_kv_floats(const qh_layer *L) { return ga_row_floats(&L->ga); }
+static inline size_t qh_state_floats(const qh_layer *L) { return dn_state_floats(&L->dn); }
+
+/* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
+int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen);
+/* 1 when s is a session of these families. */
+int qh_is_session(const ci_session *s);
+
+#endif
