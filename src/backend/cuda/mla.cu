@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
         for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
     }
     __syncthreads();
-    const int used = __float_as_int(wk[n_chunks]);
+    const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
     float *orow = out + ((int64_t)t * n_heads + h) * lat;
     for (int c = threadIdx.x; c < lat; c += blockDim.x) {
         float a = 0.0f;
@@ -521,6 +521,11 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
         orow[c] = a;
     }
 }
+
+/* The combine's shared memory: n_chunks weights and the count, padded by two 16-byte
+ * vectors (the unrolled sum loads the weights four at a time and may read past the count:
+ * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer). */
+static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3) / 4 * 4 + 8) * sizeof(float); }
 
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                             int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
@@ -550,7 +555,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
     cb_launch(cb, mla_attn_kernel, dim3((unsigned)groups, (unsigned)n_chunks, (unsigned)n), dim3(MLA_THREADS), smem, out,
               part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, lat, scale, n_chunks);
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
-    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), (size_t)(n_chunks + 1) * sizeof(float),
+    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_chunks),
               out, (const float *)part, n_heads, lat, n_chunks);
     cb_launched(cb, "mla_attend (combine)");
 }
