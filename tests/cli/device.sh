@@ -38,8 +38,9 @@ for fam in deepseek_v4; do
   cmp -s "$TMP/$fam.cpu" "$TMP/$fam.auto" && pass "$fam: auto = cpu logits" || fail "$fam: auto = cpu logits" "files differ"
 done
 # ---- a CUDA path written but not verified on a GPU yet: refused unless asked for ----
-# (deepseek_v3 / v32 and lfm2 / lfm2_moe left this list on 2026-12-01, after the GPU suite)
-unverified="nemotron_h qwen3_next qwen3_5"
+# (deepseek_v3 / v32, lfm2 / lfm2_moe, nemotron_h, qwen3_next / qwen3_5 / qwen3_5_moe left this
+# list on 2026-12-01/02, after the GPU suite; none is in it now)
+unverified=""
 for fam in $unverified; do
   expect_err "$fam --device cuda: not verified" "$fam: its CUDA path has not passed the GPU tests yet" \
     env -u CINFER_CUDA_UNVERIFIED $CINFER logits --model tests/fixtures/$fam --tokens 1,2 --out "$TMP/$fam.f32" --device cuda
