@@ -8,6 +8,7 @@
 #include "../nn/gated_attn.h"
 #include "../nn/moe.h"
 #include "../nn/rope.h"
+#include "runner.h"
 
 enum { QH_UBATCH = 256 };
 
@@ -61,24 +62,16 @@ typedef struct {
     float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
     float **state;               /* [n_layers] DeltaNet layers: dn_state_floats (window, then S); else NULL */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    int chunk;                   /* prefill tokens per pass, <= QH_UBATCH */
     float *x, *xn, *y;           /* [UBATCH, D] */
     float *g, *u;                /* [UBATCH, ff] dense MLP */
     float *last;                 /* [D] the last row, final-normed */
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
-    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
-    int logit_rows;
+    ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
+                                  * graphs; chunks of QH_UBATCH tokens */
     float **tab;                 /* [n_layers][2 UBATCH] a batch step's pointers (attention: K, V
                                   * per row; DeltaNet: window, S per row), on first need */
     float **htab;                /* the same in host memory, to upload */
-    int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
-    int32_t *best;               /* [1] argmax of logits1 (forward_argmax) */
     int32_t *best_n;             /* [UBATCH] per-row argmax of a forward_batch_argmax step */
-    void *graph[2];              /* the recorded decode steps (logits / argmax), or NULL */
-    int graph_failed[2];
-    int graph_warm[2];           /* that step ran eagerly once (scratch sized, tables built) */
     dn_scratch dn;
     ga_scratch ga;
     moe_scratch moe;

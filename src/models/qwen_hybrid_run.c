@@ -16,6 +16,8 @@
 
 /* ---- sessions -------------------------------------------------------------------------- */
 
+static void chunk_ops(ci_session *s, int n, int head);
+
 int qh_session_init(ci_session *s, char *err, size_t errlen) {
     const qh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -24,17 +26,17 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     qh_session *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
-    c->chunk = QH_UBATCH;
     const size_t UB = QH_UBATCH, f = sizeof(float), D = (size_t)d->D;
     size_t zeros = 1;
     for (int l = 0; l < d->n_layers; l++)
         if (d->layers[l].linear && qh_state_floats(&d->layers[l]) > zeros) zeros = qh_state_floats(&d->layers[l]);
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
-    c->hpos = malloc(UB * sizeof(int32_t));
     c->zeros = calloc(zeros, f);
-    if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = 0;
+    if (!c->kv || !c->state || !c->zeros ||
+        ci_runner_alloc(&c->run, be, QH_UBATCH, d->vocab, d->D, d->eps, QH_UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         const qh_layer *L = &d->layers[l];
         if (L->linear) c->state[l] = ci_buf_alloc(be, qh_state_floats(L) * f, &bad);
@@ -50,16 +52,16 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, UB * ff * f, &bad);
     c->u = ci_buf_alloc(be, UB * ff * f, &bad);
     c->last = ci_buf_alloc(be, D * f, &bad);
-    c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
-    c->best = ci_buf_alloc(be, sizeof(int32_t), &bad);
     c->best_n = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     if (bad || (d->any_dn && dn_scratch_init(be, &c->dn, d->any_dn, QH_UBATCH)) ||
         (d->any_ga && ga_scratch_init(be, &c->ga, d->any_ga, QH_UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, QH_UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->dev_final_norm;
+    c->run.head = &d->dev_head;
     return 0;
 }
 
@@ -68,23 +70,19 @@ void qh_session_free(ci_session *s) {
     if (!c) return;
     const qh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
-    for (int i = 0; i < 2; i++)
-        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    ci_runner_free(&c->run, be);
     for (int l = 0; l < d->n_layers; l++) {
         if (c->kv) ci_buf_release(be, c->kv[l]);
         if (c->state) ci_buf_release(be, c->state[l]);
     }
-    float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last, c->logits1, c->logits_n };
+    float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->ids);
-    ci_buf_release(be, c->pos);
-    ci_buf_release(be, c->best);
     ci_buf_release(be, c->best_n);
     ci_buf_release(be, c->tab);
     dn_scratch_free(be, &c->dn);
     ga_scratch_free(be, &c->ga);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
+    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -94,22 +92,6 @@ static void reset_states(const qh_model *d, ci_backend *be, qh_session *c) {
     for (int l = 0; l < d->n_layers; l++)
         if (c->state[l]) be->upload(be, c->state[l], c->zeros, qh_state_floats(&d->layers[l]) * sizeof(float));
     c->cache_pos = 0;
-}
-
-/* Rows of logits one group holds: row-independent matmuls give the same bits in any
- * grouping, so the buffer is bounded (32 MiB) rather than [UBATCH, vocab]; a multiple of 4. */
-static int need_logit_rows(ci_model *m, qh_session *c, char *err, size_t errlen) {
-    const qh_model *d = m->impl;
-    if (c->logits_n) return 0;
-    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
-    r = r > QH_UBATCH ? QH_UBATCH : r / 4 * 4;
-    int rows = r < 4 ? 4 : (int)r;
-    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
-    if (!c->logits_n)
-        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    c->logit_rows = rows;
-    return 0;
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
@@ -139,44 +121,17 @@ static attn_cache layer_kv(const qh_model *d, const ci_session *s, int l) {
     return attn_cache_kv_rows(c->kv[l], A->n_kv * A->hd, s->max_ctx);
 }
 
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ARGMAX, HEAD_ALL };
-enum { GRAPH_LOGITS = 0, GRAPH_ARGMAX = 1 };
-
-/* The final norm and head: HEAD_LAST the last row's logits into c->logits1, HEAD_ARGMAX also
- * their argmax into c->best; HEAD_ALL every row's, in groups of c->logit_rows through
- * c->logits_n, each downloaded into logits, or with best (backend memory, [n]) only each
- * row's argmax there. */
-static void head_ops(ci_model *m, qh_session *c, int n, int head, float *logits, int32_t *best) {
-    const qh_model *d = m->impl;
-    ci_backend *be = m->be;
-    const int D = d->D;
-    if (head == HEAD_LAST || head == HEAD_ARGMAX) {
-        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
-        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
-        if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
-    } else if (head == HEAD_ALL) {
-        be->rmsnorm(be, c->xn, c->x, d->dev_final_norm, n, D, d->eps);
-        for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
-            int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
-            be->matmul(be, c->logits_n, c->xn + (size_t)r0 * D, rows, &d->dev_head);
-            if (best)
-                for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
-            else
-                be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
-        }
-    }
-}
-
-/* The layers of one chunk of n tokens of s whose ids and positions are in c->ids / c->pos:
- * ops only, nothing decided from a value, so a decode step can be recorded and replayed. */
-static void chunk_ops(ci_session *s, int n) {
+/* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /
+ * c->run.pos, then the head (runner.h): ops only, nothing decided from a value, so a
+ * decode step can be recorded and replayed. */
+static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const qh_model *d = m->impl;
     qh_session *c = s->impl;
     ci_backend *be = m->be;
     const int D = d->D;
     const ffn_bufs fb = ffn_scratch(c);
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
@@ -185,64 +140,21 @@ static void chunk_ops(ci_session *s, int n) {
         if (linear) dn_forward_add(be, &P->dn, &c->dn, c->state[l], c->x, P->attn_norm, d->eps, c->xn, c->y, n, d->mode);
         else {
             const attn_cache kv = layer_kv(d, s, l);
-            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->x, P->attn_norm, d->eps, c->xn, c->y, c->pos, n);
+            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
         }
         dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
         dump_buf(m, "mlp", l, c->y, n, D);
         dump_buf(m, "layer_out", l, c->x, n, D);
     }
+    if (head == CI_HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
+    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
 }
 
-/* One chunk of n <= QH_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
- * through its recorded graph where the backend has graphs; the first such step runs eagerly,
- * so ops that size scratch or build tables on their first call do it outside a recording),
- * then the logits / argmax come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                     size_t errlen) {
-    ci_model *m = s->m;
-    const qh_model *d = m->impl;
-    qh_session *c = s->impl;
-    ci_backend *be = m->be;
-    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    int head = out_id ? HEAD_ARGMAX : !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
-    if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && (head == HEAD_LAST || head == HEAD_ARGMAX) && ci_graphs_allowed(m)) {
-        const int gi = head == HEAD_ARGMAX ? GRAPH_ARGMAX : GRAPH_LOGITS;
-        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
-            if (be->graph_begin(be) == 0) {
-                chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, head, NULL, NULL);
-                c->graph[gi] = be->graph_end(be);
-            }
-            c->graph_failed[gi] = !c->graph[gi];
-        }
-        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
-        else {
-            chunk_ops(s, 1);
-            head_ops(m, c, 1, head, NULL, NULL);
-        }
-        c->graph_warm[gi] = 1;
-    } else {
-        chunk_ops(s, n);
-        head_ops(m, c, n, head, logits, NULL);
-    }
-    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
-    if (head == HEAD_ARGMAX) {
-        int32_t best = 0;
-        be->download(be, &best, c->best, sizeof best);
-        *out_id = best;
-    }
-    s->pos += n;
-    c->cache_pos = s->pos;
-    return ci_backend_check(m, err, errlen);
-}
-
-/* Chunks of at most c->chunk tokens through the same cache; only the last gets the head
- * unless all_logits (each chunk then owns its rows of logits). */
+/* A forward of s: a new sequence's states start at zero; the runner cuts it into chunks;
+ * the recurrent state's position follows the session's through every chunk run. */
 static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
                        size_t errlen) {
     const qh_model *d = s->m->impl;
@@ -254,14 +166,9 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
         return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
                       fam, s->pos, c->cache_pos);
     if (s->pos == 0) reset_states(d, s->m->be, c);   /* a new sequence: states start at zero */
-    for (int off = 0; off < n; off += c->chunk) {
-        int k = n - off < c->chunk ? n - off : c->chunk, last = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
-    }
-    return 0;
+    int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
+    c->cache_pos = s->pos;
+    return rc;
 }
 
 int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
@@ -300,9 +207,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const qh_model *d = m->impl;
     qh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
     attn_cache kvs[QH_UBATCH];
-    for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
+    for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     /* layer l's table: attention rows' K, V at [2i], [2i + 1]; DeltaNet rows' window, S likewise */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -317,22 +224,22 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 t[2 * i + 1] = kv.v;
             }
         }
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     const ffn_bufs fb = ffn_scratch(c);
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
         float *const *tab = c->tab + (size_t)l * 2 * n;
         if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
         else {
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, c->pos, n);
+            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
-    head_ops(m, c, n, HEAD_ALL, logits, out_ids ? c->best_n : NULL);
+    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
