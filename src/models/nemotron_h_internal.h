@@ -7,6 +7,7 @@
 #include "../nn/attn_block.h"
 #include "../nn/mamba2.h"
 #include "../nn/moe.h"
+#include "runner.h"
 
 enum { NH_UBATCH = 256 };        /* most tokens per pass through the layers (scratch rows) */
 
@@ -64,18 +65,13 @@ typedef struct {
     float *k, *v;                /* [UBATCH, n_kv*hd] */
     float *g;                    /* [UBATCH, ff] */
     float *last;                 /* [H] the last row, final-normed */
-    int32_t *ids, *pos;          /* [UBATCH] a chunk's token ids and positions */
-    int32_t *best;               /* [UBATCH] argmax of logits1 (forward_argmax) or of each batch row */
-    float *logits1;              /* [vocab] the last row's logits (fixed: a graph records it) */
-    float *logits_n;             /* [logit_rows, vocab] all_logits / batch steps, on first need */
-    int logit_rows;
+    ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
+                                  * graphs; chunks of NH_UBATCH tokens */
+    int32_t *best_n;             /* [UBATCH] each batch row's argmax (forward_batch_argmax) */
     float **tab;                 /* [n_layers][2 UBATCH] a batch step's pointers ('*': K, V per
                                   * row; 'M': n conv states then n SSM states), on first need */
     float **htab;                /* the same in host memory, to upload */
-    int32_t *hpos;               /* [UBATCH] host: positions to upload */
     float *zeros;                /* host: state_floats zeros, a new sequence's Mamba2 state */
-    void *graph[2];              /* the recorded decode step: [0] logits, [1] argmax; or NULL */
-    int graph_failed[2], graph_warm[2];  /* warm: one eager step ran (MoE tables built) */
     mamba2_scratch mamba;
     moe_scratch moe;
 } nh_session;

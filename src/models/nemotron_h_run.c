@@ -15,6 +15,8 @@
 
 /* ---- sessions -------------------------------------------------------------------------- */
 
+static void chunk_ops(ci_session *s, int n, int head);
+
 int nh_session_init(ci_session *s, char *err, size_t errlen) {
     const nh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -26,10 +28,11 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = NH_UBATCH, f = sizeof(float);
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
-    c->hpos = malloc(UB * sizeof(int32_t));
     c->zeros = calloc(d->state_floats ? d->state_floats : 1, f);
-    if (!c->kv || !c->state || !c->hpos || !c->zeros) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = 0;
+    if (!c->kv || !c->state || !c->zeros ||
+        ci_runner_alloc(&c->run, be, NH_UBATCH, d->vocab, d->H, d->eps, NH_UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         char k = d->layers[l].kind;
         if (k == '*') c->kv[l] = ci_buf_alloc(be, nh_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
@@ -47,14 +50,15 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     c->v = ci_buf_alloc(be, (UB * KD + 1) * f, &bad);
     c->g = ci_buf_alloc(be, (UB * (size_t)d->ff + 1) * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
-    c->ids = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->pos = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    c->logits1 = ci_buf_alloc(be, (size_t)d->vocab * f, &bad);
-    c->best = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
+    c->best_n = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
     if (bad || (d->any_mamba && mamba2_scratch_init(be, &c->mamba, d->any_mamba, NH_UBATCH)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, NH_UBATCH)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->dev_norm_f;
+    c->run.head = &d->dev_head;
     return 0;
 }
 
@@ -63,21 +67,18 @@ void nh_session_free(ci_session *s) {
     if (!c) return;
     const nh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
-    for (int i = 0; i < 2; i++)
-        if (c->graph[i] && be->graph_free) be->graph_free(be, c->graph[i]);
+    ci_runner_free(&c->run, be);
     for (int l = 0; l < d->n_layers; l++) {
         if (c->kv) ci_buf_release(be, c->kv[l]);
         if (c->state) ci_buf_release(be, c->state[l]);
     }
-    float *bufs[] = { c->x, c->xn, c->y, c->q, c->att, c->k, c->v, c->g, c->last, c->logits1, c->logits_n };
+    float *bufs[] = { c->x, c->xn, c->y, c->q, c->att, c->k, c->v, c->g, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->ids);
-    ci_buf_release(be, c->pos);
-    ci_buf_release(be, c->best);
+    ci_buf_release(be, c->best_n);
     ci_buf_release(be, c->tab);
     if (c->mamba.proj || c->mamba.scan) mamba2_scratch_free(be, &c->mamba);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->hpos); free(c->zeros);
+    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -89,21 +90,6 @@ void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c) {
     c->cache_pos = 0;
 }
 
-/* Rows of logits one group holds: row-independent matmuls give the same bits in any
- * grouping, so the buffer is bounded (32 MiB) rather than [UBATCH, vocab]; a multiple of 4. */
-static int need_logit_rows(ci_model *m, nh_session *c, char *err, size_t errlen) {
-    const nh_model *d = m->impl;
-    if (c->logits_n) return 0;
-    int64_t r = ((int64_t)32 << 20) / ((int64_t)d->vocab * (int64_t)sizeof(float));
-    r = r > NH_UBATCH ? NH_UBATCH : r / 4 * 4;
-    int rows = r < 4 ? 4 : (int)r;
-    c->logits_n = m->be->alloc(m->be, (size_t)rows * (size_t)d->vocab * sizeof(float));
-    if (!c->logits_n)
-        return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, rows,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    c->logit_rows = rows;
-    return 0;
-}
 
 /* ---- forward --------------------------------------------------------------------------- */
 
@@ -143,7 +129,7 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
                             P->norm, d->eps, n, d->scan);
         break;
     case '*': {
-        const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->pos,
+        const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos,
                                .kv_tab = tab };
         attn_forward(be, &P->attn, &ab, kvs, tab ? n : 1, c->x, P->norm, d->eps, c->x, n);  /* x += o_proj(·) */
         break;
@@ -166,95 +152,27 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
     dump_buf(m, "layer_out", l, c->x, n, H);
 }
 
-/* The layers of one chunk of n tokens of s whose ids and positions are in c->ids / c->pos:
- * ops only, nothing decided from a value, so a decode step can be recorded and replayed. */
-static void chunk_ops(ci_session *s, int n) {
+/* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /
+ * c->run.pos, then the head (runner.h): ops only, nothing decided from a value, so a
+ * decode step can be recorded and replayed. */
+static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const nh_model *d = m->impl;
     nh_session *c = s->impl;
-    m->be->embed(m->be, c->x, &d->dev_embed, c->ids, n);
+    m->be->embed(m->be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const attn_cache kv = attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
         layer_ops(m, c, l, &kv, c->state[l], NULL, n);
     }
-}
-
-enum { HEAD_NONE = 0, HEAD_LAST, HEAD_ALL, HEAD_ARGMAX };
-
-/* The final norm and head: HEAD_LAST the last row's logits into c->logits1 (HEAD_ARGMAX:
- * also their argmax into c->best); HEAD_ALL every row's, in groups of c->logit_rows through
- * c->logits_n, each downloaded into logits or, with best, each row's argmax into best[r]. */
-static void head_ops(ci_model *m, nh_session *c, int n, int head, float *logits, int32_t *best) {
-    const nh_model *d = m->impl;
+    if (head == CI_HEAD_NONE) return;
     ci_backend *be = m->be;
-    const int H = d->H;
-    if (head == HEAD_LAST || head == HEAD_ARGMAX) {
-        be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_norm_f, 1, H, d->eps);
-        be->matmul(be, c->logits1, c->last, 1, &d->dev_head);
-        if (head == HEAD_ARGMAX) be->argmax(be, c->best, c->logits1, d->vocab);
-    } else if (head == HEAD_ALL) {
-        be->rmsnorm(be, c->xn, c->x, d->dev_norm_f, n, H, d->eps);
-        for (int r0 = 0; r0 < n; r0 += c->logit_rows) {
-            int rows = n - r0 < c->logit_rows ? n - r0 : c->logit_rows;
-            be->matmul(be, c->logits_n, c->xn + (size_t)r0 * H, rows, &d->dev_head);
-            if (best)
-                for (int r = 0; r < rows; r++) be->argmax(be, best + r0 + r, c->logits_n + (size_t)r * d->vocab, d->vocab);
-            else
-                be->download(be, logits + (size_t)r0 * d->vocab, c->logits_n, (size_t)rows * d->vocab * sizeof(float));
-        }
-    }
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_norm_f, 1, d->H, d->eps);
+    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
 }
 
-/* One chunk of n <= NH_UBATCH tokens at positions s->pos..: uploads, ops (a decode step
- * through its recorded graph where the backend has graphs), then the logits (or, out_id,
- * the last row's argmax) come back. */
-static int run_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                     size_t errlen) {
-    ci_model *m = s->m;
-    const nh_model *d = m->impl;
-    nh_session *c = s->impl;
-    ci_backend *be = m->be;
-    _Static_assert(sizeof(int) == sizeof(int32_t), "token ids upload as int32");
-    for (int t = 0; t < n; t++) c->hpos[t] = s->pos + t;
-    int head = out_id ? HEAD_ARGMAX : !logits ? HEAD_NONE : all_logits ? HEAD_ALL : HEAD_LAST;
-    if (head == HEAD_ALL && need_logit_rows(m, c, err, errlen)) return -1;
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
-    if (n == 1 && (head == HEAD_LAST || head == HEAD_ARGMAX) && ci_graphs_allowed(m)) {
-        const int gi = head == HEAD_ARGMAX;
-        /* the first step runs eagerly: ops that size scratch or build tables on their first
-         * call (the MoE's) do it outside a recording */
-        if (!c->graph[gi] && !c->graph_failed[gi] && c->graph_warm[gi]) {
-            if (be->graph_begin(be) == 0) {
-                chunk_ops(s, 1);                          /* recorded, not run */
-                head_ops(m, c, 1, head, NULL, NULL);
-                c->graph[gi] = be->graph_end(be);
-            }
-            c->graph_failed[gi] = !c->graph[gi];
-        }
-        if (c->graph[gi]) be->graph_launch(be, c->graph[gi]);
-        else {
-            chunk_ops(s, 1);
-            head_ops(m, c, 1, head, NULL, NULL);
-        }
-        c->graph_warm[gi] = 1;
-    } else {
-        chunk_ops(s, n);
-        head_ops(m, c, n, head, logits, NULL);
-    }
-    if (head == HEAD_LAST) be->download(be, logits, c->logits1, (size_t)d->vocab * sizeof(float));
-    if (head == HEAD_ARGMAX) {
-        int32_t best = 0;
-        be->download(be, &best, c->best, sizeof best);
-        *out_id = best;
-    }
-    s->pos += n;
-    c->cache_pos = s->pos;
-    return ci_backend_check(m, err, errlen);
-}
-
-/* Chunks of at most NH_UBATCH tokens; only the last gets the head unless all_logits (each
- * chunk then owns its rows of logits). */
+/* A forward of s through the runner's chunks; the Mamba2 state's position follows the
+ * session's through every chunk run. */
 static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
                        size_t errlen) {
     const nh_model *d = s->m->impl;
@@ -267,14 +185,9 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
     else if (s->pos != c->cache_pos)
         return ci_err(err, errlen, "%s: the session is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
                       fam, s->pos, c->cache_pos);
-    for (int off = 0; off < n; off += NH_UBATCH) {
-        int k = n - off < NH_UBATCH ? n - off : NH_UBATCH, last = off + k == n;
-        float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)off * (size_t)d->vocab;
-        else if (logits && last) out = logits;
-        if (run_chunk(s, tokens + off, k, out, all_logits, last ? out_id : NULL, err, errlen)) return -1;
-    }
-    return 0;
+    int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
+    c->cache_pos = s->pos;
+    return rc;
 }
 
 int nh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
@@ -311,9 +224,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const nh_model *d = m->impl;
     nh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    if (need_logit_rows(m, c, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
     attn_cache kvs[NH_UBATCH];
-    for (int i = 0; i < n; i++) c->hpos[i] = ss[i]->pos;
+    for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             float **t = c->htab + (size_t)l * 2 * n;
@@ -326,10 +239,10 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 t[n + i] = ci->state[l] + mamba2_conv_floats(&d->dev[l].mamba);
             }
         }
-    be->upload(be, c->ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->pos, c->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    be->embed(be, c->x, &d->dev_embed, c->ids, n);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         char k = d->layers[l].kind;
         if (k == '*')
@@ -337,8 +250,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
         layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->tab + (size_t)l * 2 * n : NULL, n);
     }
-    head_ops(m, c, n, HEAD_ALL, logits, out_ids ? c->best : NULL);
-    if (out_ids) be->download(be, out_ids, c->best, (size_t)n * sizeof(int32_t));
+    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
+    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((nh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;
