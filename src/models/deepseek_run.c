@@ -80,21 +80,6 @@ void ds_session_free(ci_session *s) {
 
 /* ---- forward: backend ops on the session's buffers ----------------------------------------- */
 
-/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
-static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
-    if (!m->dump) return;
-    if (!m->be->is_device) {
-        m->dump(m->dump_ctx, name, layer, x, n, dim);
-        return;
-    }
-    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return;
-    m->be->download(m->be, h, x, bytes);
-    m->dump(m->dump_ctx, name, layer, h, n, dim);
-    free(h);
-}
-
 /* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense SwiGLU MLP
  * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
 static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
@@ -132,9 +117,9 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
         else
             mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx);
         mla_output_add(be, &P->attn, &c->mla, c->x, c->y, n);   /* x += o_proj(·); y: the CPU's product */
-        dump_buf(m, "attn_out", l, c->y, n, H);
+        ci_dump_buf(m, "attn_out", l, c->y, n, H);
         ffn(be, d, c, P, L->is_moe, L->has_shared, n);
-        dump_buf(m, "layer_out", l, c->x, n, H);
+        ci_dump_buf(m, "layer_out", l, c->x, n, H);
     }
 }
 

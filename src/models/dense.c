@@ -366,21 +366,6 @@ void dense_session_free(ci_session *s) {
     s->impl = NULL;
 }
 
-/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
-static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
-    if (!m->dump) return;
-    if (!m->be->is_device) {
-        m->dump(m->dump_ctx, name, layer, x, n, dim);
-        return;
-    }
-    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return;
-    m->be->download(m->be, h, x, bytes);
-    m->dump(m->dump_ctx, name, layer, h, n, dim);
-    free(h);
-}
-
 /* The MLP block's buffers: the output / product goes to att (free after the attention's
  * dump; [ub, max(n_heads*hd, dim)]), the MoE's scratch is the session's. */
 static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
@@ -405,17 +390,17 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const ffn_bufs fb = ffn_scratch(c);
 
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    dump_buf(m, "embed", -1, c->x, n, D);
+    ci_dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
-        dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
-        dump_buf(m, "after_attn", l, c->x, n, D);
+        ci_dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
+        ci_dump_buf(m, "after_attn", l, c->x, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's */
-        dump_buf(m, "layer_out", l, c->x, n, D);
+        ci_dump_buf(m, "layer_out", l, c->x, n, D);
     }
     if (head == CI_HEAD_NONE) return;
     const ci_mat *head_w = &d->dev_head;

@@ -94,21 +94,6 @@ static void reset_states(const lfm2_model *d, ci_backend *be, lfm2_session *c) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
-static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
-    if (!m->dump) return;
-    if (!m->be->is_device) {
-        m->dump(m->dump_ctx, name, layer, x, n, dim);
-        return;
-    }
-    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return;
-    m->be->download(m->be, h, x, bytes);
-    m->dump(m->dump_ctx, name, layer, h, n, dim);
-    free(h);
-}
-
 /* The attention block's buffers (kv_tab: a batch step's table of this layer, or NULL). */
 static attn_bufs attn_scratch(const lfm2_session *c, float *const *kv_tab) {
     return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos, .kv_tab = kv_tab };
@@ -135,21 +120,21 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const attn_bufs ab = attn_scratch(c, NULL);
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    dump_buf(m, "embed", -1, c->x, n, H);
+    ci_dump_buf(m, "embed", -1, c->x, n, H);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
         be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
         if (d->layers[l].is_attn) {
             const attn_cache kv = layer_kv(d, s, l);
             attn_forward(be, &P->attn, &ab, &kv, 1, c->xn, NULL, 0, c->x, n);  /* x += out_proj(·) */
-            dump_buf(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
+            ci_dump_buf(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
         } else {
             sc_forward(be, &P->conv, &c->sc, c->state[l], c->att, c->xn, n);
-            dump_buf(m, "conv_out", l, c->att, n, H);
+            ci_dump_buf(m, "conv_out", l, c->att, n, H);
             be->add(be, c->x, c->att, (int64_t)n * H);
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
-        dump_buf(m, "layer_out", l, c->x, n, H);
+        ci_dump_buf(m, "layer_out", l, c->x, n, H);
     }
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * H, d->dev_final_norm, 1, H, d->eps);

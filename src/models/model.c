@@ -262,3 +262,17 @@ int ci_graphs_allowed(const ci_model *m) {
     const ci_backend *be = m->be;
     return be->graph_begin && be->graph_end && be->graph_launch && !m->no_graphs && !m->dump;
 }
+
+void ci_dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
+    if (!m->dump) return;
+    if (!m->be->is_device) {
+        m->dump(m->dump_ctx, name, layer, x, n, dim);
+        return;
+    }
+    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return;
+    m->be->download(m->be, h, x, bytes);
+    m->dump(m->dump_ctx, name, layer, h, n, dim);
+    free(h);
+}

@@ -79,6 +79,9 @@ void ci_lm_head(ci_backend *be, float *logits, int all_logits, const float *x, i
 void *ci_buf_alloc(ci_backend *be, size_t bytes, int *bad);
 void ci_buf_release(ci_backend *be, void *p);
 int ci_graphs_allowed(const ci_model *m);
+/* Debug dumps (ci_model.dump) of n rows of dim floats at x, backend memory: downloaded
+ * first on a device backend; nothing when no dump is set. */
+void ci_dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim);
 
 #define CI_DUMP(m, name, layer, x, n, dim) \
     do { if ((m)->dump) (m)->dump((m)->dump_ctx, (name), (layer), (x), (n), (dim)); } while (0)

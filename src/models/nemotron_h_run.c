@@ -93,21 +93,6 @@ void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
-static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
-    if (!m->dump) return;
-    if (!m->be->is_device) {
-        m->dump(m->dump_ctx, name, layer, x, n, dim);
-        return;
-    }
-    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return;
-    m->be->download(m->be, h, x, bytes);
-    m->dump(m->dump_ctx, name, layer, h, n, dim);
-    free(h);
-}
-
 /* Layer l of n rows, x += mixer(rmsnorm(x)), the norm fused into the mixer's first
  * projection(s) and the residual add into its last where the ops allow (on the CPU the bits
  * of rmsnorm, ..., add). One cache (kvs[0], the session's state `state`) for a chunk of one
@@ -148,8 +133,8 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
         out = c->y;
         break;
     }
-    dump_buf(m, "mixer_out", l, out, n, H);
-    dump_buf(m, "layer_out", l, c->x, n, H);
+    ci_dump_buf(m, "mixer_out", l, out, n, H);
+    ci_dump_buf(m, "layer_out", l, c->x, n, H);
 }
 
 /* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /

@@ -96,21 +96,6 @@ static void reset_states(const qh_model *d, ci_backend *be, qh_session *c) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* Debug dumps (ci_model.dump) see host memory: a device buffer is downloaded first. */
-static void dump_buf(ci_model *m, const char *name, int layer, const float *x, int n, int dim) {
-    if (!m->dump) return;
-    if (!m->be->is_device) {
-        m->dump(m->dump_ctx, name, layer, x, n, dim);
-        return;
-    }
-    size_t bytes = (size_t)n * (size_t)dim * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return;
-    m->be->download(m->be, h, x, bytes);
-    m->dump(m->dump_ctx, name, layer, h, n, dim);
-    free(h);
-}
-
 /* The MLP block's buffers: its output (the down product or the MoE's) goes to y. */
 static ffn_bufs ffn_scratch(qh_session *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->y, &c->moe }; }
 
@@ -132,7 +117,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const int D = d->D;
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    dump_buf(m, "embed", -1, c->x, n, D);
+    ci_dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
         const int linear = d->layers[l].linear;
@@ -142,10 +127,10 @@ static void chunk_ops(ci_session *s, int n, int head) {
             const attn_cache kv = layer_kv(d, s, l);
             ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
         }
-        dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
+        ci_dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
-        dump_buf(m, "mlp", l, c->y, n, D);
-        dump_buf(m, "layer_out", l, c->x, n, D);
+        ci_dump_buf(m, "mlp", l, c->y, n, D);
+        ci_dump_buf(m, "layer_out", l, c->x, n, D);
     }
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
