@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The session: every buffer in backend memory but the host staging (hpos, htab). */
+/* The session: every buffer in backend memory but the host staging (the runner's hpos and htab). */
 typedef struct {
     float *lat_cache;            /* [n_layers][max_ctx][lat] */
     float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
@@ -19,7 +19,6 @@ typedef struct {
     float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
     float *last;                 /* [H] the last row, final-normed */
     ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs */
-    float **htab, **tab;         /* [n_layers][UBATCH] a batch step's latent caches (host, backend) */
     mla_scratch mla;
     dsa_scratch dsa;
     moe_scratch moe;
@@ -69,8 +68,6 @@ void ds_session_free(ci_session *s) {
     ci_runner_free(&c->run, be);
     float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->tab);
-    free(c->htab);
     mla_scratch_free(be, &c->mla);
     if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
     moe_scratch_free(be, &c->moe);
@@ -163,13 +160,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     ci_backend *be = m->be;
     const int per = d->indexed ? 2 : 1;   /* table entries per row and layer */
     size_t count = (size_t)d->n_layers * per * UBATCH;
-    if (!c->tab) {
-        c->htab = malloc(count * sizeof(float *));
-        c->tab = be->alloc(be, count * sizeof(float *));
-        if (!c->htab || !c->tab)
-            return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
-                          be->last_error[0] ? ": " : "", be->last_error);
-    }
+    if (ci_runner_need_tab(&c->run, m, count, err, errlen)) return -1;
     if (ci_runner_need_rows(&c->run, m, err, errlen)) return -1;
     int max_ctx = 0;
     for (int i = 0; i < n; i++) {
@@ -177,16 +168,16 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
         const ds_cache *ci = ss[i]->impl;
         for (int l = 0; l < d->n_layers; l++) {
-            float **row = c->htab + ((size_t)l * n + i) * per;
+            float **row = c->run.htab + ((size_t)l * n + i) * per;
             row[0] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
             if (d->indexed) row[1] = ci->key_cache + (size_t)l * ss[i]->max_ctx * d->kdim;
         }
     }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * per * n * sizeof(float *));
+    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * per * n * sizeof(float *));
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    layers(m, c, c->tab, max_ctx, n);
+    layers(m, c, c->run.tab, max_ctx, n);
     ci_runner_head_rows(&c->run, be, n, logits, NULL);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);

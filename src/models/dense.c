@@ -294,9 +294,6 @@ typedef struct {
     ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs;
                                   * run.ub is this session's chunk (UBATCH above: its scratch rows) */
     attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
-    float **hkv_tab;             /* [n_layers][2 ub] host memory: a batch step's cache pointers, */
-    float **kv_tab;              /* the same in backend memory (attn_bufs.kv_tab), allocated on
-                                  * the first batch step */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
     void *bgraph[BATCH_GRAPHS];  /* captured forward_batch_argmax steps of n = 1 + i rows, with */
     int bgraph_failed[BATCH_GRAPHS]; /* this session as ss[0] (its scratch and tables), */
@@ -355,8 +352,6 @@ void dense_session_free(ci_session *s) {
     ci_runner_free(&c->run, be);
     for (int i = 0; i < BATCH_GRAPHS; i++)
         if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
-    ci_buf_release(be, c->kv_tab);
-    free(c->hkv_tab);
     float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
@@ -425,19 +420,6 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
  * + i) and attention_pos runs against that cache. Scratch is ss[0]'s. The head either
  * brings the n rows of logits back (logits), or takes each row's argmax on the backend and
  * brings back only those n int32 ids (out_ids: forward_batch_argmax). */
-/* The backend table of a batch step's caches (attn_bufs.kv_tab), allocated on ss[0]'s first. */
-static int need_kv_tab(ci_model *m, dense_cache *c, char *err, size_t errlen) {
-    const dense_model *d = m->impl;
-    if (c->kv_tab) return 0;
-    size_t count = (size_t)d->n_layers * 2 * (size_t)c->run.ub;
-    c->hkv_tab = malloc(count * sizeof(float *));
-    c->kv_tab = m->be->alloc(m->be, count * sizeof(float *));
-    if (!c->hkv_tab || !c->kv_tab)
-        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    return 0;
-}
-
 /* The ops of a batch step of n rows whose ids, positions and cache table are uploaded:
  * nothing read back, so the argmax form can be recorded as a graph per n. */
 static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best) {
@@ -451,7 +433,7 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .kv_tab = c->kv_tab + (size_t)l * 2 * n };
+                               .kv_tab = c->run.tab + (size_t)l * 2 * n };
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
@@ -467,16 +449,16 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     ci_backend *be = m->be;
     int32_t *hp = c->run.hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_kv_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * (size_t)c->run.ub, err, errlen)) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
-            c->hkv_tab[(size_t)l * 2 * n + 2 * i] = kv.k;
-            c->hkv_tab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
+            c->run.htab[(size_t)l * 2 * n + 2 * i] = kv.k;
+            c->run.htab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
         }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, hp, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->kv_tab, c->hkv_tab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     int32_t *best = out_ids ? c->best_n : NULL;
     if (out_ids && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
         const int gi = n - 1;

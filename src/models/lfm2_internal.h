@@ -63,9 +63,6 @@ typedef struct {
     float *last;                 /* [H] the last row, final-normed */
     ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs;
                                   * run.ub is the prefill chunk (<= LFM2_UBATCH, the scratch rows) */
-    float **tab;                 /* [n_layers][2 UBATCH] a batch step's cache pointers (attention:
-                                  * K, V per row; conv: a state per row), on first need */
-    float **htab;                /* the same in host memory, to upload */
     float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
     sc_scratch sc;
     moe_scratch moe;

@@ -77,10 +77,9 @@ void lfm2_session_free(ci_session *s) {
     }
     float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
-    ci_buf_release(be, c->tab);
     sc_scratch_free(be, &c->sc);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
+    free(c->kv); free(c->state); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -175,31 +174,19 @@ int lfm2_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, ch
  * as a one-token step on its own conv state (shortconv through the table of states), with
  * ss[0]'s scratch. Every op gives a row the bits it would alone, so the logits equal
  * forward(ss[i], &tokens[i], 1)'s. */
-static int need_tab(ci_model *m, lfm2_session *c, char *err, size_t errlen) {
-    const lfm2_model *d = m->impl;
-    if (c->tab) return 0;
-    size_t count = (size_t)d->n_layers * 2 * LFM2_UBATCH;
-    c->htab = malloc(count * sizeof(float *));
-    c->tab = m->be->alloc(m->be, count * sizeof(float *));
-    if (!c->htab || !c->tab)
-        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    return 0;
-}
-
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const lfm2_model *d = m->impl;
     lfm2_session *c = ss[0]->impl;
     ci_backend *be = m->be;
     const int H = d->H;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * LFM2_UBATCH, err, errlen)) return -1;
     attn_cache kvs[LFM2_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     /* layer l's table: attention rows' K, V pointers at [2i], [2i + 1]; conv rows' states at [i] */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
-            float **t = c->htab + (size_t)l * 2 * n;
+            float **t = c->run.htab + (size_t)l * 2 * n;
             if (d->layers[l].is_attn) {
                 attn_cache kv = layer_kv(d, ss[i], l);
                 t[2 * i] = kv.k;
@@ -210,12 +197,12 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
-        float *const *tab = c->tab + (size_t)l * 2 * n;
+        float *const *tab = c->run.tab + (size_t)l * 2 * n;
         be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
         if (d->layers[l].is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
             const attn_bufs ab = attn_scratch(c, tab);

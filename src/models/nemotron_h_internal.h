@@ -68,9 +68,6 @@ typedef struct {
     ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
                                   * graphs; chunks of NH_UBATCH tokens */
     int32_t *best_n;             /* [UBATCH] each batch row's argmax (forward_batch_argmax) */
-    float **tab;                 /* [n_layers][2 UBATCH] a batch step's pointers ('*': K, V per
-                                  * row; 'M': n conv states then n SSM states), on first need */
-    float **htab;                /* the same in host memory, to upload */
     float *zeros;                /* host: state_floats zeros, a new sequence's Mamba2 state */
     mamba2_scratch mamba;
     moe_scratch moe;

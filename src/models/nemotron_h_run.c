@@ -75,10 +75,9 @@ void nh_session_free(ci_session *s) {
     float *bufs[] = { c->x, c->xn, c->y, c->q, c->att, c->k, c->v, c->g, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
-    ci_buf_release(be, c->tab);
     if (c->mamba.proj || c->mamba.scan) mamba2_scratch_free(be, &c->mamba);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
+    free(c->kv); free(c->state); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -191,30 +190,18 @@ int nh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * pointers), and each row's Mamba2 layers run as a one-token step on its own conv and SSM
  * state (mamba_conv / ssd_scan through the tables of states), with ss[0]'s scratch. Every
  * op gives a row the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s. */
-static int need_tab(ci_model *m, nh_session *c, char *err, size_t errlen) {
-    const nh_model *d = m->impl;
-    if (c->tab) return 0;
-    size_t count = (size_t)d->n_layers * 2 * NH_UBATCH;
-    c->htab = malloc(count * sizeof(float *));
-    c->tab = m->be->alloc(m->be, count * sizeof(float *));
-    if (!c->htab || !c->tab)
-        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    return 0;
-}
-
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
     const nh_model *d = m->impl;
     nh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * NH_UBATCH, err, errlen)) return -1;
     attn_cache kvs[NH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
-            float **t = c->htab + (size_t)l * 2 * n;
+            float **t = c->run.htab + (size_t)l * 2 * n;
             const nh_session *ci = ss[i]->impl;
             if (d->layers[l].kind == '*') {
                 t[2 * i] = ci->kv[l];
@@ -226,14 +213,14 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         char k = d->layers[l].kind;
         if (k == '*')
             for (int i = 0; i < n; i++)
                 kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
-        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->tab + (size_t)l * 2 * n : NULL, n);
+        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, n);
     }
     ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));

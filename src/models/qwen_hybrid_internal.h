@@ -67,9 +67,6 @@ typedef struct {
     float *last;                 /* [D] the last row, final-normed */
     ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
                                   * graphs; chunks of QH_UBATCH tokens */
-    float **tab;                 /* [n_layers][2 UBATCH] a batch step's pointers (attention: K, V
-                                  * per row; DeltaNet: window, S per row), on first need */
-    float **htab;                /* the same in host memory, to upload */
     float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
     int32_t *best_n;             /* [UBATCH] per-row argmax of a forward_batch_argmax step */
     dn_scratch dn;

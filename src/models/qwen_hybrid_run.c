@@ -78,11 +78,10 @@ void qh_session_free(ci_session *s) {
     float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
-    ci_buf_release(be, c->tab);
     dn_scratch_free(be, &c->dn);
     ga_scratch_free(be, &c->ga);
     moe_scratch_free(be, &c->moe);
-    free(c->kv); free(c->state); free(c->htab); free(c->zeros);
+    free(c->kv); free(c->state); free(c->zeros);
     free(c);
     s->impl = NULL;
 }
@@ -174,31 +173,19 @@ int qh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * rows and attends to them alone (rope_attend through the table), with ss[0]'s scratch.
  * Every op gives a row the bits it would alone, so the logits equal
  * forward(ss[i], &tokens[i], 1)'s. */
-static int need_tab(ci_model *m, qh_session *c, char *err, size_t errlen) {
-    const qh_model *d = m->impl;
-    if (c->tab) return 0;
-    size_t count = (size_t)d->n_layers * 2 * QH_UBATCH;
-    c->htab = malloc(count * sizeof(float *));
-    c->tab = m->be->alloc(m->be, count * sizeof(float *));
-    if (!c->htab || !c->tab)
-        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
-                      m->be->last_error[0] ? ": " : "", m->be->last_error);
-    return 0;
-}
-
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
     const qh_model *d = m->impl;
     qh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || need_tab(m, c, err, errlen)) return -1;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * QH_UBATCH, err, errlen)) return -1;
     attn_cache kvs[QH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     /* layer l's table: attention rows' K, V at [2i], [2i + 1]; DeltaNet rows' window, S likewise */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
-            float **t = c->htab + (size_t)l * 2 * n;
+            float **t = c->run.htab + (size_t)l * 2 * n;
             if (d->layers[l].linear) {
                 float *st = ((qh_session *)ss[i]->impl)->state[l];
                 t[2 * i] = st;
@@ -211,12 +198,12 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->tab, c->htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
+    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const qh_placed *P = &d->dev[l];
-        float *const *tab = c->tab + (size_t)l * 2 * n;
+        float *const *tab = c->run.tab + (size_t)l * 2 * n;
         if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
         else {
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);

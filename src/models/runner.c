@@ -31,6 +31,8 @@ void ci_runner_free(ci_runner *r, ci_backend *be) {
     ci_buf_release(be, r->logits1);
     ci_buf_release(be, r->best);
     ci_buf_release(be, r->logits_n);
+    ci_buf_release(be, r->tab);
+    free(r->htab);
     free(r->hpos);
     memset(r, 0, sizeof *r);
 }
@@ -49,6 +51,21 @@ int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errle
         return ci_err(err, errlen, "%s: out of memory for %d rows of logits%s%s", m->family->name, (int)rows,
                       m->be->last_error[0] ? ": " : "", m->be->last_error);
     r->logit_rows = (int)rows;
+    return 0;
+}
+
+int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err, size_t errlen) {
+    if (r->tab) return count <= r->tab_count ? 0 : ci_err(err, errlen, "%s: a batch step's table of %zu pointers, %zu allocated",
+                                                          m->family->name, count, r->tab_count);
+    r->htab = malloc(count * sizeof(float *));
+    r->tab = r->htab ? m->be->alloc(m->be, count * sizeof(float *)) : NULL;
+    if (!r->htab || !r->tab) {
+        free(r->htab);
+        r->htab = NULL;
+        return ci_err(err, errlen, "%s: out of memory for a batch step's cache table%s%s", m->family->name,
+                      m->be->last_error[0] ? ": " : "", m->be->last_error);
+    }
+    r->tab_count = count;
     return 0;
 }
 

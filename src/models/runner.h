@@ -44,6 +44,8 @@ struct ci_runner {
     void *graph[2];              /* the recorded step: [0] CI_HEAD_LAST, [1] CI_HEAD_ARGMAX */
     int graph_failed[2];         /* recording failed once: that step stays eager */
     int graph_ran[2];            /* the step ran once eagerly (it is recorded on its next run) */
+    float **tab, **htab;         /* a batch step's per-row cache / state pointers (backend, host), */
+    size_t tab_count;            /* tab_count of them, allocated on first need */
 };
 
 /* Allocates the runner's buffers for chunks of ub tokens (max_group caps the rows of one
@@ -55,6 +57,9 @@ void ci_runner_free(ci_runner *r, ci_backend *be);
 
 /* The logits group buffer, allocated the first time a caller wants many rows. */
 int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errlen);
+/* The table of a batch step's per-row pointers (count entries in backend memory, r->tab,
+ * and their host staging, r->htab), allocated the first time; count must not grow. */
+int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err, size_t errlen);
 
 /* Final norm of the n rows of r->x into r->xn, then the head over groups of r->logit_rows
  * rows: each group downloaded into logits [n, vocab] (host), or, when best is given, each
