@@ -11,7 +11,8 @@
 #               each row alone, on the device
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
 #   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
-#               logits --step (graph replay) and one greedy generate on a bf16 fixture
+#               logits --step (graph replay) and one greedy generate on a bf16 fixture, then
+#               logits --step on a DSA, an LFM2-MoE, a Mamba2 and two DeltaNet fixtures
 #   generate    one short cinfer generate --device cuda --stats
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
 # The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
@@ -88,11 +89,15 @@ if [ -n "$SAN" ]; then
     .gpu/tests/test_cuda_ops --quick
   fx=tests/fixtures/qwen3_bf16
   toks=$(tr -d ' \n' <$fx/ref.json | grep -o '"tokens":\[[0-9,]*\]' | sed 's/.*\[\(.*\)\]/\1/')
-  step memcheck-cli 90 memcheck_cli.log bash -c "
+  step memcheck-cli 150 memcheck_cli.log bash -c "
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model $fx --tokens $toks \
       --out '$OUT/memcheck_step.f32' --step --device cuda &&
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' generate --model $fx \
-      --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda"
+      --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda &&
+    for f in deepseek_v32 lfm2_moe nemotron_h qwen3_5 qwen3_next; do
+      '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model tests/fixtures/\$f \
+        --tokens 1,5,9,22,7,3,11,40 --out /tmp/memcheck_\$f.f32 --step --device cuda || exit 99
+    done"
 else
   rows+=("$(printf '%-10s %-14s %6s %6s %6s  %s' memcheck "SKIP(no compute-sanitizer)" - - 0 -)")
 fi
