@@ -20,8 +20,11 @@
 # BENCH_ONLY=dsa: deepseek-v32-lite-4l, the same dimensions as deepseek_v32 with V3.2's indexer
 # (64 heads x 128, top-2048), 4 layers, at 512, 8192 and 32768 tokens (sparse attention keeps
 # decode nearly flat with context).
+# BENCH_ONLY=v3fp8: deepseek-v3-5l-fp8, bench/deepseek-v3.config.json (DeepSeek-V3 dims: 256
+# experts of 7168 x 2048, 128 heads) in fp8 with 5 of 61 layers (3 dense + 2 MoE, ~25 GB: what
+# the device machine's 64 GB disk holds beside the others), at 512 and 4096 tokens.
 # Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4,
-# ds, dsa).
+# ds, dsa, v3fp8).
 set -u
 cd "$(dirname "$0")/../.."
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
@@ -64,6 +67,7 @@ case "${BENCH_ONLY:-}" in
   moe4) models=(qwen3-30b-a3b-4l) ;;
   ds) models=(deepseek-v2-lite-q1024-14l deepseek-v2-lite-q1024-14l-fp8) ;;
   dsa) models=(deepseek-v32-lite-4l) ;;
+  v3fp8) models=(deepseek-v3-5l-fp8) ;;
   *) models=(qwen3-0.6b qwen3-8b-12l) ;;
 esac
 for m in "${models[@]}"; do
@@ -76,6 +80,7 @@ for m in "${models[@]}"; do
       sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json >"$BENCH_DIR/ds-q1024.json"
       dt=bf16; case $m in *-fp8) dt=fp8 ;; esac
       make_model "$m" "$BENCH_DIR/ds-q1024.json" 14 $dt || { rc=1; continue; } ;;
+    deepseek-v3-5l-fp8) make_model "$m" bench/deepseek-v3.config.json 5 fp8 || { rc=1; continue; } ;;
     deepseek-v32-lite-4l)
       sed -e 's/"q_lora_rank": null/"q_lora_rank": 1024/' -e 's/"deepseek_v3"/"deepseek_v32"/' \
           -e 's/"DeepseekV3ForCausalLM"/"DeepseekV32ForCausalLM"/' \
