@@ -417,4 +417,7 @@ const cpu_kernels KTABLE = {
     .vmax = vmaxf,
     .exp_sum = exp_sum,
     .attn_wsum = attn_wsum,
+#ifdef KBLOCK_TILE
+    .block_tile = KBLOCK_TILE,
+#endif
 };
