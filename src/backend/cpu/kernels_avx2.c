@@ -3,7 +3,9 @@
  * Defines the vector vocabulary that simd_template.h is written over and instantiates it,
  * with function-level target attributes so the project builds with default flags. With
  * only 16 ymm registers a tile keeps 2 token rows x 4 weight rows of accumulators
- * (TMAX = 2); a 4-token tile runs as two of those, re-reading the (L1-resident) weights. */
+ * (TMAX = 2); a 4-token tile runs as two of those, re-reading the (L1-resident) weights.
+ * That tile serves decode and attention; prefill matmuls go through block_tile below (4
+ * tokens x 3 rows, the same bits), and short decode rows prefetch the next tile. */
 #if defined(__x86_64__)
 #include "cpu_kernels.h"
 #include <immintrin.h>
