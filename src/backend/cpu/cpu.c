@@ -18,7 +18,8 @@
  *    tokens' x chunk is reused (from L2) by every block. f32 weights skip the packing.
  *    Measured single-core: ~100 GFLOP/s for bf16/fp8/f32 at n >= 64 on AVX-512, about 57%
  *    of the FMA peak; the micro-kernel alone reaches 90% and the rest is packing and the
- *    4x4 reductions.
+ *    4x4 reductions. A kernel set with a block_tile (AVX2) takes the whole packed block and
+ *    all the item's tokens in one call instead, with its own register tile.
  * MLX-quantized weights (dtype CI_U32, backend.h) take the same two paths through the
  * cpu_qkernels table of the same ISA: decode tiles read the packed codes directly, prefill
  * dequantizes each PACK_ROWS x KC block into the pack buffer (4-bit formats: a whole
@@ -235,6 +236,11 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
+            if (m->k->block_tile) { /* the set's own register tile over the whole block */
+                m->k->block_tile(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols, m->y + t0 * rows + r0,
+                                 rows, c0 == 0);
+                continue;
+            }
             for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
                 int T = (int)min64(CPU_TILE_T, t1 - t);
                 for (int64_t g = r0; g < r1; g += CPU_TILE_R) {
@@ -262,7 +268,7 @@ static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
     int64_t rb = it / m->n_tok_items, tb = it % m->n_tok_items;
     int64_t R0 = rb * ITEM_ROWS, R1 = min64(R0 + ITEM_ROWS, rows);
     int64_t t0 = tb * m->tok_per_item, t1 = min64(t0 + m->tok_per_item, m->n);
-    const float *w[CPU_TILE_R];
+    const float *w[ITEM_ROWS];
     float out[CPU_TILE_T * CPU_TILE_R];
     for (int64_t c0 = 0; c0 < cols; c0 += KC) {
         int64_t kc = min64(KC, cols - c0);
@@ -270,6 +276,11 @@ static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
         for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
             int T = (int)min64(CPU_TILE_T, t1 - t);
             m->qk->x_split(c0, c0 + kc, T, m->x + t * cols + c0, cols, slot->qx);
+            if (m->k->block_tile) {
+                for (int64_t r = R0; r < R1; r++) w[r - R0] = slot->qpack + (r - R0) * KC;
+                m->k->block_tile(w, (int)(R1 - R0), kc, T, slot->qx, KC, m->y + t * rows + R0, rows, c0 == 0);
+                continue;
+            }
             for (int64_t g = R0; g < R1; g += CPU_TILE_R) {
                 int nr = (int)min64(CPU_TILE_R, R1 - g);
                 for (int i = 0; i < CPU_TILE_R; i++) w[i] = slot->qpack + (min64(g + i, R1 - 1) - R0) * KC;

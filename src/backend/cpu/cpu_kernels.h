@@ -41,6 +41,11 @@ typedef struct {
     /* Prefill micro-kernel over f32 weight rows w[r][0..kc). */
     void (*f32_tile)(const float *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs,
                      float *out);
+    /* Optional (NULL: f32_tile per 4 x 4 tile). A whole prefill block: for i < nr, t < T,
+     * y[t*ys + i] = part (first) or y[t*ys + i] + part, part = dot(x + t*xs, w[i]) over kc
+     * columns, bit for bit f32_tile's (so a set can pick its own register tile). */
+    void (*block_tile)(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
+                       int64_t ys, int first);
     /* dst[0..c1-c0) = W[r][c0..c1) as f32 (fp8: times its block scale). */
     void (*row_f32)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
 

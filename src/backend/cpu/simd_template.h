@@ -27,6 +27,9 @@
 #ifndef PF_DIST       /* overridable (-DPF_DIST=) so bench/gemv_cpu.c can try other distances */
 #define PF_DIST 1024  /* bytes ahead of the current column that decode prefetches */
 #endif
+#ifndef PF_NEXT_TILE_MAX  /* rows of up to this many bytes prefetch the next tile instead (0: none) */
+#define PF_NEXT_TILE_MAX 0
+#endif
 
 static inline size_t dt_size(int dt) { return dt == CI_F32 ? 4 : dt == CI_F8_E4M3 ? 1 : 2; }
 
@@ -75,7 +78,13 @@ AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0
          * the row above only after they were read), 3 KiB of every 8 KiB tile of 2 KiB rows
          * (measured on an AVX2 EPYC: 9 -> 11-12 GB/s for 1024-column bf16 rows). A
          * prefetch past the matrix does not fault. */
-        if (dt != CI_F32 && (((size_t)k * dt_size(dt)) & 63) < VL * dt_size(dt)) {
+        if (dt == CI_F32) {
+        } else if (PF_NEXT_TILE_MAX && rowb <= PF_NEXT_TILE_MAX) {
+            /* a set that asks for it (kernels_avx2.c says why): short rows prefetch the next
+             * tile (rows 4..7 below wr[0], contiguous in a decode item) in byte order */
+            if (((4 * (size_t)k * dt_size(dt)) & 63) < 4 * VL * dt_size(dt))
+                __builtin_prefetch((const char *)wr[0] + 4 * (rowb + (size_t)k * dt_size(dt)), 0, 2);
+        } else if ((((size_t)k * dt_size(dt)) & 63) < VL * dt_size(dt)) {
             size_t off = (size_t)k * dt_size(dt) + PF_DIST;
             if (off >= rowb) off += 3 * rowb;
             for (int r = 0; r < 4; r++) __builtin_prefetch((const char *)wr[r] + off, 0, 3);
@@ -417,4 +426,7 @@ const cpu_kernels KTABLE = {
     .vmax = vmaxf,
     .exp_sum = exp_sum,
     .attn_wsum = attn_wsum,
+#ifdef KBLOCK_TILE
+    .block_tile = KBLOCK_TILE,
+#endif
 };
