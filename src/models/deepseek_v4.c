@@ -50,7 +50,6 @@
 #include <string.h>
 
 enum { UBATCH = 256 };
-enum { IDX_BLOCK = 4096 };   /* compressed entries the indexer scores per matmul */
 enum { L_SLIDING = 0, L_CSA = 1, L_HCA = 2 };
 static const char *const type_name[] = { "sliding_attention", "compressed_sparse_attention",
                                          "heavily_compressed_attention" };
@@ -84,14 +83,14 @@ typedef struct {
 
 typedef struct {
     float *ring;                          /* [W + UBATCH, D]: row p % (W + UBATCH) */
-    cmp_state cs, is;
+    float *cs, *is;                       /* compressor states (compressor.h); CSA: the indexer's */
 } v4_lcache;
 
 typedef struct {
     v4_lcache *lc;                        /* [n_layers] */
     int state_pos;                        /* the position the rings and compressors are at */
     int ring_rows;
-    float *kbuf;                          /* [max keys, D] one row's keys */
+    float *kbuf;                          /* [max keys, D] one row's keys (v4_attend's scratch) */
     float *sc;                            /* [Hh, max keys] its scores */
     float *X;                             /* [UB, HC, H] streams */
     float *x, *xn, *y;                    /* [UB, H] */
@@ -99,13 +98,12 @@ typedef struct {
     float *qr, *q, *kvn, *ao, *og, *oa, *ga;
     float *pkv, *pg;                      /* compressor projections [UB, 2·max(D, Di)] */
     float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
-    float *scores;                        /* [max entries] */
-    int32_t *seltmp;                      /* [max entries] */
-    float *dots;                          /* [Hi, IDX_BLOCK] indexer q · k of a block of entries */
-    int *sel, *nsel;                      /* [UB, sel_stride], [UB] */
+    float *iscr;                          /* v4_index's scratch */
+    int32_t *sel, *nsel;                  /* [UB, sel_stride], [UB] */
     int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
     float *last;                          /* [H] */
-    int32_t *pos, *npos;                  /* [UB] positions and their negatives */
+    int32_t *pos;                         /* [UB] positions */
+    float **tab;                          /* [UB, 3] a batch step's ring, compressor, indexer states */
     moe_scratch moe;
 } v4_cache;
 
@@ -476,6 +474,8 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
         L->o_a_g = calloc((size_t)G, sizeof *L->o_a_g);
         if (!L->o_a_g) return ci_err(err, errlen, "%s: out of memory", fam);
         for (int g = 0; g < G; g++) L->o_a_g[g] = w_mat_rows(&L->o_a, (int64_t)g * OL, OL);
+        if (L->type != L_SLIDING) cmp_set_rope(&L->comp, &d->rope_comp, d->eps);
+        if (L->type == L_CSA) cmp_set_rope(&L->icomp, &d->rope_comp, d->eps);
     }
     return 0;
 }
@@ -544,18 +544,19 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
         const v4_layer *L = &d->layers[l];
         v4_lcache *lc = &c->lc[l];
         lc->ring = malloc((size_t)c->ring_rows * d->D * sizeof(float));
-        if (!lc->ring || (L->type != L_SLIDING && cmp_state_init(&lc->cs, &L->comp, s->max_ctx)) ||
-            (L->type == L_CSA && cmp_state_init(&lc->is, &L->icomp, s->max_ctx)))
+        if (!lc->ring || (L->type != L_SLIDING && !(lc->cs = malloc(cmp_state_bytes(&L->comp, s->max_ctx)))) ||
+            (L->type == L_CSA && !(lc->is = malloc(cmp_state_bytes(&L->icomp, s->max_ctx)))))
             return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-        if (L->type == L_CSA && lc->is.cap > max_entries) max_entries = lc->is.cap;
+        if (L->type == L_CSA && cmp_state_cap(&L->icomp, s->max_ctx) > max_entries)
+            max_entries = cmp_state_cap(&L->icomp, s->max_ctx);
     }
     int max_keys = window_rows(d, s->max_ctx); /* a row's window plus its compressed entries */
     {
         int comp = 0;
         for (int l = 0; l < d->n_layers; l++) {
             const v4_layer *L = &d->layers[l];
-            int k = L->type == L_CSA ? (d->topk < c->lc[l].cs.cap ? d->topk : c->lc[l].cs.cap)
-                  : L->type == L_HCA ? c->lc[l].cs.cap : 0;
+            int cap = L->type != L_SLIDING ? cmp_state_cap(&L->comp, s->max_ctx) : 0;
+            int k = L->type == L_CSA ? (d->topk < cap ? d->topk : cap) : cap;
             if (k > comp) comp = k;
         }
         max_keys += comp;
@@ -583,18 +584,16 @@ static int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->pg = malloc((size_t)U * wide * sizeof(float));
     c->iq = malloc((size_t)U * d->Hi * d->Di * sizeof(float));
     c->iwt = malloc((size_t)U * d->Hi * sizeof(float));
-    c->scores = malloc((size_t)max_entries * sizeof(float));
-    c->seltmp = malloc((size_t)max_entries * sizeof(int32_t));
-    c->dots = malloc((size_t)d->Hi * IDX_BLOCK * sizeof(float));
+    c->iscr = malloc(ci_v4_index_scratch_floats(d->Hi, max_entries) * sizeof(float));
     c->sel_stride = topk > 0 ? topk : 1;
-    c->sel = malloc((size_t)U * c->sel_stride * sizeof(int));
-    c->nsel = malloc((size_t)U * sizeof(int));
+    c->sel = malloc((size_t)U * c->sel_stride * sizeof(int32_t));
+    c->nsel = malloc((size_t)U * sizeof(int32_t));
     c->last = malloc((size_t)H * sizeof(float));
     c->pos = malloc((size_t)U * sizeof(int32_t));
-    c->npos = malloc((size_t)U * sizeof(int32_t));
+    c->tab = malloc((size_t)U * 3 * sizeof *c->tab);
     if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
-        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->dots || !c->sel ||
-        !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(s->m->be, &c->moe, &d->layers[0].moe, U))
+        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->iscr || !c->sel ||
+        !c->nsel || !c->last || !c->pos || !c->tab || moe_scratch_init(s->m->be, &c->moe, &d->layers[0].moe, U))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
     return 0;
 }
@@ -606,15 +605,15 @@ static void v4_session_free(ci_session *s) {
     if (c->lc)
         for (int l = 0; l < d->n_layers; l++) {
             free(c->lc[l].ring);
-            cmp_state_free(&c->lc[l].cs);
-            cmp_state_free(&c->lc[l].is);
+            free(c->lc[l].cs);
+            free(c->lc[l].is);
         }
     free(c->lc);
     free(c->kbuf); free(c->sc);
     free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
     free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
-    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->dots); free(c->sel); free(c->nsel); free(c->last);
-    free(c->pos); free(c->npos);
+    free(c->pg); free(c->iq); free(c->iwt); free(c->iscr); free(c->sel); free(c->nsel); free(c->last);
+    free(c->pos); free(c->tab);
     moe_scratch_free(s->m->be, &c->moe);
     free(c);
     s->impl = NULL;
@@ -622,103 +621,14 @@ static void v4_session_free(ci_session *s) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-/* The CSA indexer's choice for query row t (position p): the indices of the top-k visible
- * compressed entries by score (all of them when at most top-k are visible), into sel. */
-static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq,
-                        const float *iw, int p, float *scores, float *dots, int32_t *tmp, int *sel) {
-    int vis = (p + 1) / L->ratio;
-    if (vis > is->n) vis = is->n;
-    if (vis <= d->topk) {
-        for (int i = 0; i < vis; i++) sel[i] = i;
-        return vis;
-    }
-    /* q_h · k_s for every head and visible entry, a block of entries per matmul, then
-     * score(s) = Σ_h relu(q_h · k_s) · Di^-½ · w_h */
-    const int Hi = d->Hi, Di = d->Di;
-    const float ks = 1.0f / sqrtf((float)Di);
-    for (int s0 = 0; s0 < vis; s0 += IDX_BLOCK) {
-        const int nb = vis - s0 < IDX_BLOCK ? vis - s0 : IDX_BLOCK;
-        ci_mat K = { .data = is->entries + (size_t)s0 * Di, .dtype = CI_F32, .rows = nb, .cols = Di };
-        be->matmul(be, dots, iq, Hi, &K);                            /* [Hi, nb] */
-        for (int i = 0; i < nb; i++) {
-            float sc = 0;
-            for (int h = 0; h < Hi; h++) {
-                float v = dots[(size_t)h * nb + i];
-                if (v > 0) sc += v * ks * iw[h];
-            }
-            scores[s0 + i] = sc;
-        }
-    }
-    int k = dsa_select(scores, vis, d->topk, tmp);   /* ties: the lower index */
-    memcpy(sel, tmp, (size_t)k * sizeof *sel);
-    return k;
-}
-
-/* Softmax of one head's scores with its sink logit in the denominator, then the head's
- * output Σ_j p_j · k_j (K = V). Pool task h of one query row. */
-typedef struct {
-    const v4_model *d;
-    const v4_layer *L;
-    const float *keys;                    /* [nk, D] */
-    float *sc;                            /* [Hh, nk] scores, scaled in place to weights */
-    float *out;                           /* [Hh, D] */
-    int nk;
-} head_ctx;
-
-static void head_task(void *vctx, int h) {
-    const head_ctx *a = vctx;
-    const int D = a->d->D, nk = a->nk;
-    const float scale = 1.0f / sqrtf((float)D);
-    float *sc = a->sc + (size_t)h * nk, mx = a->L->sinks[h];
-    for (int j = 0; j < nk; j++) {
-        sc[j] *= scale;
-        if (sc[j] > mx) mx = sc[j];
-    }
-    float sum = expf(a->L->sinks[h] - mx);
-    for (int j = 0; j < nk; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
-    float *o = a->out + (size_t)h * D;
-    memset(o, 0, (size_t)D * sizeof(float));
-    for (int j = 0; j < nk; j++) {
-        const float w = sc[j] / sum, *k = a->keys + (size_t)j * D;
-        for (int e = 0; e < D; e++) o[e] += w * k[e];
-    }
-}
-
-/* Row t's keys into c->kbuf: its window (positions p-W+1 .. p, from the ring), then its
- * compressed entries (CSA: the indexer's choice; HCA: every visible one). Returns their count. */
-static int gather_keys(const v4_model *d, const v4_layer *L, const v4_lcache *lc, const v4_cache *c, int t) {
-    const int D = d->D, p = c->pos[t];
-    int s0 = p - d->W + 1 > 0 ? p - d->W + 1 : 0, nk = 0;
-    for (int q = s0; q <= p; q++)
-        memcpy(c->kbuf + (size_t)nk++ * D, lc->ring + (size_t)(q % c->ring_rows) * D, (size_t)D * sizeof(float));
-    if (L->type == L_CSA) {
-        const int *sel = c->sel + (size_t)t * c->sel_stride;
-        for (int i = 0; i < c->nsel[t]; i++)
-            memcpy(c->kbuf + (size_t)nk++ * D, lc->cs.entries + (size_t)sel[i] * D, (size_t)D * sizeof(float));
-    } else if (L->type == L_HCA) {
-        int vis = (p + 1) / L->ratio;
-        if (vis > lc->cs.n) vis = lc->cs.n;
-        memcpy(c->kbuf + (size_t)nk * D, lc->cs.entries, (size_t)vis * D * sizeof(float));
-        nk += vis;
-    }
-    return nk;
-}
-
-/* Every row's token into its own sequence's compressor (indexer: its indexer's compressor). */
-static void feed(ci_backend *be, const v4_model *d, const cmp_block *k, v4_lcache *const *lc, int indexer, v4_cache *c,
-                 int n) {
-    const int m = (1 + k->overlap) * k->d;
-    cmp_project(be, k, c->xn, n, c->pkv, c->pg);
-    for (int t = 0; t < n; t++)
-        cmp_push(be, k, indexer ? &lc[t]->is : &lc[t]->cs, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t],
-                 &d->rope_comp, d->eps);
-}
-
-/* Attention of rows xn [n, H] at positions c->pos[0..n); row t's sequence keeps its cache of
- * this layer in lc[t] (one sequence's consecutive positions in a forward, one row per
- * sequence in a batched step). Every row's keys go into its cache before any row attends. */
-static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_lcache *const *lc, v4_cache *c, int n) {
-    const int D = d->D, Hh = d->Hh, R = d->R, HD = Hh * D;
+/* Attention of rows xn [n, H] at positions c->pos[0..n) into c->y. tab NULL: the rows are
+ * consecutive tokens of one sequence whose ring and compressor states are lc's; else a
+ * decode step, row t's ring, compressor and indexer states at tab[3t], tab[3t + 1],
+ * tab[3t + 2]. Every row's key goes into its ring, and its compressors take it, before any
+ * row attends (backend.h: v4_compress, v4_index, v4_attend). */
+static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, const v4_lcache *lc, float *const *tab,
+                      v4_cache *c, int n) {
+    const int D = d->D, Hh = d->Hh, R = d->R;
     const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
     /* q */
     be->matmul(be, c->qr, c->xn, n, &L->q_a);
@@ -726,77 +636,64 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_l
     be->matmul(be, c->q, c->qr, n, &L->q_b);
     be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
     be->rope(be, c->q, n, Hh, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* the shared K = V row, into the ring */
+    /* the shared K = V row */
     be->matmul(be, c->kvn, c->xn, n, &L->kv);
     be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
     be->rope(be, c->kvn, n, 1, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    for (int t = 0; t < n; t++)
-        memcpy(lc[t]->ring + (size_t)(c->pos[t] % c->ring_rows) * D, c->kvn + (size_t)t * D, (size_t)D * sizeof(float));
     /* compressed entries for the windows these tokens complete */
-    if (L->type != L_SLIDING) feed(be, d, &L->comp, lc, 0, c, n);
+    if (L->type != L_SLIDING) {
+        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
+        cmp_push(be, &L->comp, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, c->pos);
+    }
     if (L->type == L_CSA) {
-        feed(be, d, &L->icomp, lc, 1, c, n);
+        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
+        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->pkv, c->pg, n, c->pos);
         be->matmul(be, c->iq, c->qr, n, &L->iq_b);
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, c->pos, d->rope_comp.inv_freq, d->rope_comp.mscale,
                  CI_ROPE_INTERLEAVED);
         be->matmul(be, c->iwt, c->xn, n, &L->iw);
-        const float ws = 1.0f / sqrtf((float)d->Hi);
-        for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
-        for (int t = 0; t < n; t++)
-            c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      c->pos[t], c->scores, c->dots, c->seltmp, c->sel + (size_t)t * c->sel_stride);
+        be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, c->pos,
+                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->iscr);
     }
-    /* per row: scores of every head against its keys (one matmul), then softmax + sum per head */
-    for (int t = 0; t < n; t++) {
-        int nk = gather_keys(d, L, lc[t], c, t);
-        ci_mat K = { .data = c->kbuf, .dtype = CI_F32, .rows = nk, .cols = D };
-        be->matmul(be, c->sc, c->q + (size_t)t * HD, Hh, &K);
-        head_ctx hc = { d, L, c->kbuf, c->sc, c->ao + (size_t)t * HD, nk };
-        ci_pool_run(be->pool, head_task, &hc, Hh);
-    }
-    /* inverse rope on the outputs (angle -p) */
-    for (int t = 0; t < n; t++) c->npos[t] = -c->pos[t];
-    be->rope(be, c->ao, n, Hh, D, D - R, R, c->npos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
+    be->v4_attend(be, c->ao, c->q, c->kvn, n, c->pos, lc ? lc->ring : NULL, c->ring_rows, d->W, lc ? lc->cs : NULL,
+                  tab, 3, L->type == L_SLIDING ? NULL : &L->comp.op, L->type == L_CSA ? c->sel : NULL, c->nsel,
+                  c->sel_stride, L->sinks, Hh, D, R, rt->inv_freq, rt->mscale, c->kbuf, c->sc);
     /* grouped output projection */
-    const int GI = HD / d->G;
-    for (int g = 0; g < d->G; g++) {
-        for (int t = 0; t < n; t++)
-            memcpy(c->og + (size_t)t * GI, c->ao + (size_t)t * HD + (size_t)g * GI, (size_t)GI * sizeof(float));
-        be->matmul(be, c->ga, c->og, n, &L->o_a_g[g]);
-        for (int t = 0; t < n; t++)
-            memcpy(c->oa + (size_t)t * d->G * d->OL + (size_t)g * d->OL, c->ga + (size_t)t * d->OL,
-                   (size_t)d->OL * sizeof(float));
-    }
+    be->matmul_groups(be, c->oa, c->ao, n, d->G, L->o_a_g, c->og, c->ga);
     be->matmul(be, c->y, c->oa, n, &L->o_b);
 }
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* The decoder over n rows: row t is token tokens[t] at position c->pos[t] of the sequence
- * whose cache is cs[t] (c is the scratch, logits as ci_lm_head). */
+/* The decoder over n rows: row t is token tokens[t] at position c->pos[t]; cs NULL: of the
+ * sequence whose cache is c, else (a decode step) of the sequence whose cache is cs[t] (c is
+ * the scratch, logits as ci_lm_head). */
 static void decode_rows(ci_model *m, v4_cache *c, v4_cache *const *cs, const int *tokens, int n, float *logits,
                         int all_logits) {
     const v4_model *d = m->impl;
     ci_backend *be = m->be;
     const int H = d->H, HC = d->HC;
-    v4_lcache *lcs[UBATCH];
     be->embed(be, c->x, &d->embed, tokens, n);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < HC; j++)
-            memcpy(c->X + ((size_t)t * HC + j) * H, c->x + (size_t)t * H, (size_t)H * sizeof(float));
+    be->hc_spread(be, c->X, c->x, n, HC, H);
     c->moe.ids = tokens;
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
-        for (int t = 0; t < n; t++) lcs[t] = &cs[t]->lc[l];
+        const v4_lcache *lc = cs ? NULL : &c->lc[l];
+        if (cs)
+            for (int t = 0; t < n; t++) {
+                c->tab[3 * t] = cs[t]->lc[l].ring;
+                c->tab[3 * t + 1] = cs[t]->lc[l].cs;
+                c->tab[3 * t + 2] = cs[t]->lc[l].is;
+            }
         hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
         be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        attention(be, d, L, lcs, c, n);
+        attention(be, d, L, lc, cs ? c->tab : NULL, c, n);
         CI_DUMP(m, "attn_out", l, c->y, n, H);
-        hc_expand(&L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
+        hc_expand(be, &L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
         hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
         be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
         moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        hc_expand(&L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
+        hc_expand(be, &L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
         CI_DUMP(m, "layer_out", l, c->X, n, HC * H);
     }
     c->moe.ids = NULL;
@@ -805,12 +702,9 @@ static void decode_rows(ci_model *m, v4_cache *c, v4_cache *const *cs, const int
 }
 
 static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    v4_cache *c = s->impl, *cs[UBATCH];
-    for (int t = 0; t < n; t++) {
-        c->pos[t] = s->pos + t;
-        cs[t] = c;
-    }
-    decode_rows(s->m, c, cs, tokens, n, logits, all_logits);
+    v4_cache *c = s->impl;
+    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
+    decode_rows(s->m, c, NULL, tokens, n, logits, all_logits);
     s->pos += n;
 }
 
@@ -819,13 +713,8 @@ static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits
  * is not per position): only a snapshot restore goes back. */
 static int v4_begin(const v4_model *d, ci_session *s, char *err, size_t errlen) {
     v4_cache *c = s->impl;
-    if (s->pos == 0) {
-        for (int l = 0; l < d->n_layers; l++) {
-            cmp_state_reset(&c->lc[l].cs);
-            cmp_state_reset(&c->lc[l].is);
-        }
-        c->state_pos = 0;
-    }
+    (void)d;
+    if (s->pos == 0) c->state_pos = 0;   /* the states' entry counts follow from positions */
     if (s->pos != c->state_pos)
         return ci_err(err, errlen, "%s: session at position %d but its cache is at %d (restore a cache snapshot to go back)",
                       s->m->family->name, s->pos, c->state_pos);
@@ -874,6 +763,7 @@ static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, flo
 enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
 
 typedef struct {
+    ci_backend *be;
     uint8_t *p;                           /* NULL: only count */
     const uint8_t *q;                     /* reading */
     size_t off, len;
@@ -891,33 +781,47 @@ static void bget(blob_io *b, void *dst, size_t n) {
     b->off += n;
 }
 
-static void put_cmp(blob_io *b, const cmp_block *k, const cmp_state *st, int P) {
-    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
-    int32_t hdr[2] = { st->n, st->has_prev };
-    bput(b, hdr, sizeof hdr);
-    bput(b, st->pend_kv, (size_t)pend * m * sizeof(float));
-    bput(b, st->pend_gate, (size_t)pend * m * sizeof(float));
-    if (k->overlap && st->has_prev) {
-        bput(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
-        bput(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
-    }
-    bput(b, st->entries, (size_t)st->n * k->d * sizeof(float));
+/* The same for bytes in backend memory. */
+static void bput_dev(blob_io *b, const float *src, size_t n) {
+    if (b->p && n) b->be->download(b->be, b->p + b->off, src, n);
+    b->off += n;
 }
 
-static int get_cmp(blob_io *b, const cmp_block *k, cmp_state *st, int P) {
-    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
+static void bget_dev(blob_io *b, float *dst, size_t n) {
+    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
+    if (n) b->be->upload(b->be, dst, b->q + b->off, n);
+    b->off += n;
+}
+
+/* A compressor state at position P: its P / ratio entries, whether it holds a previous
+ * window's Ca series (CSA past its first window), the pending tokens, that series, the
+ * entries (the layout of compressor.h). */
+static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P) {
+    const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R, ne = P / R, has_prev = k->overlap && ne > 0;
+    int32_t hdr[2] = { ne, has_prev };
+    bput(b, hdr, sizeof hdr);
+    bput_dev(b, st, (size_t)pend * m * sizeof(float));
+    bput_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
+    if (has_prev) {
+        bput_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
+        bput_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
+    }
+    bput_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d * sizeof(float));
+}
+
+static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx) {
+    const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R;
     int32_t hdr[2] = { -1, -1 };
     bget(b, hdr, sizeof hdr);
-    if (b->bad || hdr[0] != P / k->ratio || hdr[0] > st->cap || (hdr[1] != 0 && hdr[1] != 1)) return -1;
-    st->n = hdr[0];
-    st->has_prev = hdr[1];
-    bget(b, st->pend_kv, (size_t)pend * m * sizeof(float));
-    bget(b, st->pend_gate, (size_t)pend * m * sizeof(float));
-    if (k->overlap && st->has_prev) {
-        bget(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
-        bget(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
+    if (b->bad || hdr[0] != P / R || hdr[0] > cmp_state_cap(k, max_ctx) || hdr[1] != (k->overlap && hdr[0] > 0))
+        return -1;
+    bget_dev(b, st, (size_t)pend * m * sizeof(float));
+    bget_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
+    if (hdr[1]) {
+        bget_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
+        bget_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
     }
-    bget(b, st->entries, (size_t)st->n * k->d * sizeof(float));
+    bget_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)hdr[0] * k->d * sizeof(float));
     return b->bad ? -1 : 0;
 }
 
@@ -928,9 +832,9 @@ static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
         const v4_layer *L = &d->layers[l];
         const v4_lcache *lc = &c->lc[l];
         for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
-            bput(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if (L->type != L_SLIDING) put_cmp(b, &L->comp, &lc->cs, P);
-        if (L->type == L_CSA) put_cmp(b, &L->icomp, &lc->is, P);
+            bput_dev(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
+        if (L->type != L_SLIDING) put_cmp(b, &L->comp, lc->cs, P);
+        if (L->type == L_CSA) put_cmp(b, &L->icomp, lc->is, P);
     }
 }
 
@@ -942,14 +846,14 @@ static cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
                c->state_pos);
         return NULL;
     }
-    blob_io cnt = { 0 };
+    blob_io cnt = { .be = s->m->be };
     put_all(&cnt, d, c, s->pos);
     cache_snap *snap = cache_snap_blob_new(s->pos, cnt.off);
     if (!snap) {
         ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
         return NULL;
     }
-    blob_io w = { .p = cache_snap_blob(snap, NULL) };
+    blob_io w = { .be = s->m->be, .p = cache_snap_blob(snap, NULL) };
     put_all(&w, d, c, s->pos);
     return snap;
 }
@@ -962,7 +866,7 @@ static int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t e
     const uint8_t *q = cache_snap_blob(snap, &len);
     int P = cache_snap_pos(snap);
     int32_t hdr[3] = { 0 };
-    blob_io b = { .q = q, .len = len };
+    blob_io b = { .be = s->m->be, .q = q, .len = len };
     if (q) bget(&b, hdr, sizeof hdr);
     if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
         return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
@@ -972,9 +876,9 @@ static int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t e
         const v4_layer *L = &d->layers[l];
         v4_lcache *lc = &c->lc[l];
         for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
-            bget(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, &lc->cs, P)) ||
-            (L->type == L_CSA && get_cmp(&b, &L->icomp, &lc->is, P)) || b.bad) {
+            bget_dev(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
+        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, lc->cs, P, s->max_ctx)) ||
+            (L->type == L_CSA && get_cmp(&b, &L->icomp, lc->is, P, s->max_ctx)) || b.bad) {
             c->state_pos = -1;   /* half restored: only a reset or another restore continues */
             return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
         }
