@@ -34,78 +34,14 @@
  * Session cache per layer: a ring of the last W + UBATCH rows of kv (D floats each), and
  * for compressed layers the compressor state (its entries, D floats per `ratio` tokens) and
  * for CSA the indexer's (Di floats per 4 tokens). */
-#include "model.h"
-#include "../cache/cache.h"
+#include "deepseek_v4_internal.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
-#include "../nn/compressor.h"
-#include "../nn/dsa.h"
-#include "../nn/hc.h"
-#include "../nn/moe.h"
-#include "../nn/rope.h"
-#include <math.h>
+#include "../nn/place.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { UBATCH = 256 };
-enum { L_SLIDING = 0, L_CSA = 1, L_HCA = 2 };
-static const char *const type_name[] = { "sliding_attention", "compressed_sparse_attention",
-                                         "heavily_compressed_attention" };
-
-typedef struct {
-    int type, ratio;
-    float *attn_norm, *ffn_norm;          /* [H] */
-    hc_map hc_attn, hc_ffn;
-    ci_mat q_a, q_b, kv, o_a, o_b;        /* [QL, H], [Hh·D, QL], [D, H], [G·OL, Hh·D/G], [H, G·OL] */
-    ci_mat *o_a_g;                        /* [G] row views of o_a */
-    float *q_a_norm, *kv_norm, *sinks;    /* [QL], [D], [Hh] */
-    cmp_block comp, icomp;                /* compressor; CSA: the indexer's compressor */
-    ci_mat iq_b, iw;                      /* CSA indexer: [Hi·Di, QL], [Hi, H] */
-    moe_block moe;
-    int32_t *tid2eid;                     /* hash layers: [vocab, K] */
-} v4_layer;
-
-typedef struct {
-    int H, n_layers, vocab, Hh, D, R, QL, G, OL, HC, W, Hi, Di, topk;
-    float eps;
-    ci_mat embed, lm_head;
-    float *final_norm;
-    hc_map hc_head;
-    v4_layer *layers;
-    rope_table rope_main, rope_comp;
-    ci_mat *expert_mats;
-    float **owned;
-    int n_owned;
-    int max_ratio_csa;                    /* for scratch sizing */
-} v4_model;
-
-typedef struct {
-    float *ring;                          /* [W + UBATCH, D]: row p % (W + UBATCH) */
-    float *cs, *is;                       /* compressor states (compressor.h); CSA: the indexer's */
-} v4_lcache;
-
-typedef struct {
-    v4_lcache *lc;                        /* [n_layers] */
-    int state_pos;                        /* the position the rings and compressors are at */
-    int ring_rows;
-    float *kbuf;                          /* [max keys, D] one row's keys (v4_attend's scratch) */
-    float *sc;                            /* [Hh, max keys] its scores */
-    float *X;                             /* [UB, HC, H] streams */
-    float *x, *xn, *y;                    /* [UB, H] */
-    float *mix, *post, *comb, *tmp;       /* [UB, (2+HC)HC], [UB, HC], [UB, HC·HC], [HC·H] */
-    float *qr, *q, *kvn, *ao, *og, *oa, *ga;
-    float *pkv, *pg;                      /* compressor projections [UB, 2·max(D, Di)] */
-    float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
-    float *iscr;                          /* v4_index's scratch */
-    int32_t *sel, *nsel;                  /* [UB, sel_stride], [UB] */
-    int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
-    float *last;                          /* [H] */
-    int32_t *pos;                         /* [UB] positions */
-    float **tab;                          /* [UB, 3] a batch step's ring, compressor, indexer states */
-    moe_scratch moe;
-} v4_cache;
 
 /* ---- names: each tensor under every spelling checkpoints use ------------------------------ */
 
@@ -149,97 +85,7 @@ static const char *pick_top(const w_binder *b, char *buf, size_t n, const char *
 
 #define NM(h, o, a) ((v4_name){ (h), (o), (a) })
 
-/* ---- config ---------------------------------------------------------------------------- */
-
-static int layer_types(const ci_config *c, const char *fam, int n, int csa_rate, int hca_rate, int *type, int *ratio,
-                       char *err, size_t errlen) {
-    const json_t *lt = json_object_get(c->text, "layer_types");
-    const json_t *cr = json_object_get(c->text, "compress_ratios");
-    if (lt && !json_is_null(lt)) {
-        if (!json_is_array(lt) || (int)json_array_size(lt) < n)
-            return ci_err(err, errlen, "%s: %s: 'layer_types' must be a list of %d strings", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const char *t = json_string_value(json_array_get(lt, (size_t)l));
-            int k = -1;
-            for (int i = 0; i < 3 && t; i++) if (!strcmp(t, type_name[i])) k = i;
-            if (k < 0)
-                return ci_err(err, errlen, "%s: %s: layer_types[%d] is '%s', expected sliding_attention, "
-                              "compressed_sparse_attention or heavily_compressed_attention", c->path, fam, l,
-                              t ? t : "(not a string)");
-            type[l] = k;
-        }
-    } else if (cr && !json_is_null(cr)) {
-        /* the hub dialect: one ratio per layer (0, 4 or 128), MTP layers' entries after them */
-        if (!json_is_array(cr) || (int)json_array_size(cr) < n)
-            return ci_err(err, errlen, "%s: %s: 'compress_ratios' must be a list of at least %d integers", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const json_t *v = json_array_get(cr, (size_t)l);
-            long long r = json_is_integer(v) ? json_integer_value(v) : -1;
-            if (r == 0) type[l] = L_SLIDING;
-            else if (r == 4) type[l] = L_CSA;
-            else if (r == 128) type[l] = L_HCA;
-            else
-                return ci_err(err, errlen, "%s: %s: compress_ratios[%d] must be 0, 4 or 128", c->path, fam, l);
-        }
-    } else {   /* transformers' default: two HCA layers, then CSA / HCA alternating */
-        for (int l = 0; l < n; l++) type[l] = l < 2 ? L_HCA : ((l - 2) % 2 ? L_CSA : L_HCA);
-    }
-    for (int l = 0; l < n; l++) ratio[l] = type[l] == L_CSA ? csa_rate : type[l] == L_HCA ? hca_rate : 0;
-    return 0;
-}
-
-static int mlp_types(const ci_config *c, const char *fam, int n, int *is_hash, char *err, size_t errlen) {
-    const json_t *mt = json_object_get(c->text, "mlp_layer_types");
-    if (mt && !json_is_null(mt)) {
-        if (!json_is_array(mt) || (int)json_array_size(mt) < n)
-            return ci_err(err, errlen, "%s: %s: 'mlp_layer_types' must be a list of %d strings", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const char *t = json_string_value(json_array_get(mt, (size_t)l));
-            if (!t || (strcmp(t, "hash_moe") && strcmp(t, "moe")))
-                return ci_err(err, errlen, "%s: %s: mlp_layer_types[%d] is '%s', expected 'hash_moe' or 'moe'", c->path,
-                              fam, l, t ? t : "(not a string)");
-            is_hash[l] = !strcmp(t, "hash_moe");
-        }
-        return 0;
-    }
-    long long nh = 3;
-    if (cfg_int(c, "num_hash_layers", 0, 0, 1 << 12, &nh, err, errlen)) return -1;
-    for (int l = 0; l < n; l++) is_hash[l] = l < nh;
-    return 0;
-}
-
-/* The two rope tables: "main" (sliding layers) and "compress" (CSA/HCA), from a nested
- * rope_parameters {main, compress} or from rope_theta / compress_rope_theta / rope_scaling. */
-static int ropes(ci_model *m, v4_model *d, char *err, size_t errlen) {
-    const ci_config *c = &m->cfg;
-    const char *fam = m->family->name;
-    const json_t *rp = json_object_get(c->text, "rope_parameters");
-    const json_t *rs = json_object_get(c->text, "rope_scaling");
-    const json_t *pm = rp && json_is_object(rp) ? json_object_get(rp, "main") : NULL;
-    const json_t *pc = rp && json_is_object(rp) ? json_object_get(rp, "compress") : NULL;
-    ci_rope_cfg mr, cr;
-    double ctheta = 160000.0;
-    if (cfg_num(c, "compress_rope_theta", 0, 1.0, 1e12, &ctheta, err, errlen)) return -1;
-    if (pm && json_is_object(pm) && pc && json_is_object(pc)) {
-        if (cfg_rope(c, pm, &mr, err, errlen) || cfg_rope(c, pc, &cr, err, errlen)) return -1;
-    } else {
-        if (cfg_rope(c, NULL, &mr, err, errlen)) return -1;   /* rope_theta, no scaling */
-        const json_t *blk = rs && !json_is_null(rs) ? rs : (rp && !json_is_null(rp) ? rp : NULL);
-        if (cfg_rope(c, blk, &cr, err, errlen)) return -1;
-        cr.theta = ctheta;
-        if (cr.type == CI_ROPE_YARN && cr.attention_factor < 0) cr.attention_factor = 1.0;
-    }
-    if (mr.type != CI_ROPE_DEFAULT)
-        return ci_err(err, errlen, "%s: %s: rope_parameters.main must be the default rope (sliding layers are not scaled)",
-                      c->path, fam);
-    mr.partial_rotary_factor = cr.partial_rotary_factor = 1.0;   /* the tables cover the R rope dims */
-    if (cr.type == CI_ROPE_YARN && cr.attention_factor < 0) cr.attention_factor = 1.0;
-    if (rope_init(&d->rope_main, &mr, d->R, fam, err, errlen) || rope_init(&d->rope_comp, &cr, d->R, fam, err, errlen))
-        return -1;
-    return 0;
-}
-
-/* ---- load ------------------------------------------------------------------------------ */
+/* ---- binding: the tensors of a layer ------------------------------------------------------ */
 
 static void bind_hc(w_binder *b, hc_map *h, int l, const char *which, const v4_model *d, long long iters, double hc_eps) {
     char nm[300], hf[64], orig[64];
@@ -295,6 +141,65 @@ static void bind_experts(w_binder *b, moe_block *M, int l, int E, int K, int I, 
     else snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
     w_experts(b, M->w_gate, M->w_up, M->w_down, E, K, I, H, pre);
 }
+
+/* ---- placement: every weight a forward reads into backend memory, in place ------------------ */
+
+static int put_mat(ci_backend *be, ci_mat *W) {
+    ci_mat h = *W;
+    return ci_place_mat(be, W, &h);
+}
+
+static int put_vec(ci_backend *be, float **v, int64_t len) {
+    const float *p = NULL;
+    int rc = ci_place_vec(be, &p, *v, len);
+    *v = (float *)p;
+    return rc;
+}
+
+static int put_hc(ci_backend *be, hc_map *h, int M) {
+    return put_mat(be, &h->fn) || put_vec(be, &h->base, M) || put_vec(be, &h->scale, M == h->hc ? 1 : 3);
+}
+
+static int put_comp(ci_backend *be, cmp_block *k) {
+    const int m = (1 + k->overlap) * k->d;
+    return put_mat(be, &k->kv) || put_mat(be, &k->gate) || put_vec(be, &k->ape, (int64_t)k->ratio * m) ||
+           put_vec(be, &k->norm, k->d);
+}
+
+static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    const int H = d->H, M = (2 + d->HC) * d->HC;
+    if (be->is_device && (!be->hc_pre || !be->v4_attend || !be->v4_compress || !be->moe_route))
+        return ci_err(err, errlen, "%s: the %s backend lacks DeepSeek V4's ops; run it with --device cpu", fam, be->name);
+    d->dev_expert_mats = calloc((size_t)d->n_layers * (size_t)E * 3 + 1, sizeof(ci_mat));
+    if (!d->dev_expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = put_mat(be, &d->embed) || put_mat(be, &d->lm_head) || put_vec(be, &d->final_norm, H) ||
+              put_hc(be, &d->hc_head, d->HC) || ci_place_vec(be, &d->inv_main, d->rope_main.inv_freq, d->R / 2) ||
+              ci_place_vec(be, &d->inv_comp, d->rope_comp.inv_freq, d->R / 2);
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        v4_layer *L = &d->layers[l];
+        bad = put_vec(be, &L->attn_norm, H) || put_vec(be, &L->ffn_norm, H) || put_hc(be, &L->hc_attn, M) ||
+              put_hc(be, &L->hc_ffn, M) || put_mat(be, &L->q_a) || put_mat(be, &L->q_b) || put_mat(be, &L->kv) ||
+              put_mat(be, &L->o_a) || put_mat(be, &L->o_b) || put_vec(be, &L->q_a_norm, d->QL) ||
+              put_vec(be, &L->kv_norm, d->D) || put_vec(be, &L->sinks, d->Hh) ||
+              (L->type != L_SLIDING && put_comp(be, &L->comp)) ||
+              (L->type == L_CSA && (put_comp(be, &L->icomp) || put_mat(be, &L->iq_b) || put_mat(be, &L->iw)));
+        moe_block host = L->moe;
+        if (!bad) bad = ci_place_moe(be, &L->moe, &host, d->dev_expert_mats + (size_t)l * E * 3);
+        if (!bad && L->tid2eid) {
+            L->moe.hash_ids = be->weight(be, L->tid2eid, (size_t)d->vocab * K * sizeof(int32_t));
+            bad = !L->moe.hash_ids;
+        }
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    d->placed = 1;
+    return 0;
+}
+
+/* ---- load ------------------------------------------------------------------------------ */
 
 static int v4_load(ci_model *m, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
@@ -362,8 +267,7 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
                       "num_experts_per_tok %lld be at most n_routed_experts %lld", c->path, fam, G, d->Hh * D, K, E);
     d->D = (int)D; d->R = (int)R; d->QL = (int)QL; d->G = (int)G; d->OL = (int)OL; d->HC = (int)HC; d->W = (int)W;
     d->Hi = (int)Hi; d->Di = (int)Di; d->topk = (int)topk;
-    d->max_ratio_csa = (int)csa;
-    if (ropes(m, d, err, errlen)) return -1;
+    if (v4_ropes(m, d, err, errlen)) return -1;
 
     int n = d->n_layers;
     if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts",
@@ -377,7 +281,7 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
         free(type); free(ratio); free(is_hash);
         return ci_err(err, errlen, "%s: out of memory", fam);
     }
-    if (layer_types(c, fam, n, (int)csa, (int)hca, type, ratio, err, errlen) || mlp_types(c, fam, n, is_hash, err, errlen)) {
+    if (v4_layer_types(c, fam, n, (int)csa, (int)hca, type, ratio, err, errlen) || v4_mlp_types(c, fam, n, is_hash, err, errlen)) {
         free(type); free(ratio); free(is_hash);
         return -1;
     }
@@ -469,13 +373,16 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H,
            pick_top(&b, nm, sizeof nm, (const char *const[]){ "lm_head", "head", NULL }, 1));
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    if (m->st && v4_place(m, d, (int)E, (int)K, err, errlen)) return -1;   /* record mode: nothing to place */
     for (int l = 0; l < n; l++) {   /* the grouped output projection's per-group rows */
         v4_layer *L = &d->layers[l];
         L->o_a_g = calloc((size_t)G, sizeof *L->o_a_g);
         if (!L->o_a_g) return ci_err(err, errlen, "%s: out of memory", fam);
         for (int g = 0; g < G; g++) L->o_a_g[g] = w_mat_rows(&L->o_a, (int64_t)g * OL, OL);
-        if (L->type != L_SLIDING) cmp_set_rope(&L->comp, &d->rope_comp, d->eps);
-        if (L->type == L_CSA) cmp_set_rope(&L->icomp, &d->rope_comp, d->eps);
+        rope_table rc = d->rope_comp;   /* the entries' rope, its table in backend memory */
+        rc.inv_freq = (float *)d->inv_comp;
+        if (L->type != L_SLIDING) cmp_set_rope(&L->comp, &rc, d->eps);
+        if (L->type == L_CSA) cmp_set_rope(&L->icomp, &rc, d->eps);
     }
     return 0;
 }
@@ -489,414 +396,19 @@ static void v4_unload(ci_model *m) {
     rope_free(&d->rope_main);
     rope_free(&d->rope_comp);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
     free(d->layers);
     free(d);
     m->impl = NULL;
 }
 
-/* ---- cache ----------------------------------------------------------------------------- */
-
-/* Rows of a layer's window ring: the window, or the whole context when that is shorter
- * (sliding_window comes from config.json alone and may be far past any session), plus a
- * micro-batch. */
-static int window_rows(const v4_model *d, long long max_ctx) { return d->W < max_ctx ? d->W : (int)max_ctx; }
-
-/* Bytes a session of max_ctx tokens holds for its cache (ring + compressor states). */
-static size_t cache_bytes(const v4_model *d, long long max_ctx) {
-    size_t total = 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        total += (size_t)(window_rows(d, max_ctx) + UBATCH) * d->D * sizeof(float);
-        if (L->type != L_SLIDING) total += cmp_state_bytes(&L->comp, max_ctx);
-        if (L->type == L_CSA) total += cmp_state_bytes(&L->icomp, max_ctx);
-    }
-    return total;
-}
-
-/* What one more token of context costs, in the long run: the compressed entries. */
-static size_t v4_cache_bytes_per_token(const ci_model *m) {
-    const v4_model *d = m->impl;
-    double per = 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        if (L->type != L_SLIDING) per += (double)d->D * sizeof(float) / L->ratio;
-        if (L->type == L_CSA) per += (double)d->Di * sizeof(float) / L->ratio;
-    }
-    return (size_t)ceil(per);
-}
-
-static size_t v4_cache_bytes_at(const ci_model *m, long long n_tokens) { return cache_bytes(m->impl, n_tokens); }
-
-static void v4_session_free(ci_session *s);
-
-static int v4_session_init(ci_session *s, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    v4_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
-    s->impl = c;
-    const int U = UBATCH, H = d->H, HC = d->HC, HD = d->Hh * d->D;
-    c->ring_rows = window_rows(d, s->max_ctx) + UBATCH;
-    c->lc = calloc((size_t)d->n_layers, sizeof *c->lc);
-    if (!c->lc) return ci_err(err, errlen, "%s: out of memory", fam);
-    int max_entries = 1;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        v4_lcache *lc = &c->lc[l];
-        lc->ring = malloc((size_t)c->ring_rows * d->D * sizeof(float));
-        if (!lc->ring || (L->type != L_SLIDING && !(lc->cs = malloc(cmp_state_bytes(&L->comp, s->max_ctx)))) ||
-            (L->type == L_CSA && !(lc->is = malloc(cmp_state_bytes(&L->icomp, s->max_ctx)))))
-            return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-        if (L->type == L_CSA && cmp_state_cap(&L->icomp, s->max_ctx) > max_entries)
-            max_entries = cmp_state_cap(&L->icomp, s->max_ctx);
-    }
-    int max_keys = window_rows(d, s->max_ctx); /* a row's window plus its compressed entries */
-    {
-        int comp = 0;
-        for (int l = 0; l < d->n_layers; l++) {
-            const v4_layer *L = &d->layers[l];
-            int cap = L->type != L_SLIDING ? cmp_state_cap(&L->comp, s->max_ctx) : 0;
-            int k = L->type == L_CSA ? (d->topk < cap ? d->topk : cap) : cap;
-            if (k > comp) comp = k;
-        }
-        max_keys += comp;
-    }
-    c->kbuf = malloc((size_t)max_keys * d->D * sizeof(float));
-    c->sc = malloc((size_t)d->Hh * max_keys * sizeof(float));
-    int wide = 2 * (d->D > d->Di ? d->D : d->Di);
-    int topk = d->topk < max_entries ? d->topk : max_entries;
-    c->X = malloc((size_t)U * HC * H * sizeof(float));
-    c->x = malloc((size_t)U * H * sizeof(float));
-    c->xn = malloc((size_t)U * H * sizeof(float));
-    c->y = malloc((size_t)U * H * sizeof(float));
-    c->mix = malloc((size_t)U * (2 + HC) * HC * sizeof(float));
-    c->post = malloc((size_t)U * HC * sizeof(float));
-    c->comb = malloc((size_t)U * HC * HC * sizeof(float));
-    c->tmp = malloc((size_t)HC * H * sizeof(float));
-    c->qr = malloc((size_t)U * d->QL * sizeof(float));
-    c->q = malloc((size_t)U * HD * sizeof(float));
-    c->kvn = malloc((size_t)U * d->D * sizeof(float));
-    c->ao = malloc((size_t)U * HD * sizeof(float));
-    c->og = malloc((size_t)U * (HD / d->G) * sizeof(float));
-    c->oa = malloc((size_t)U * d->G * d->OL * sizeof(float));
-    c->ga = malloc((size_t)U * d->OL * sizeof(float));
-    c->pkv = malloc((size_t)U * wide * sizeof(float));
-    c->pg = malloc((size_t)U * wide * sizeof(float));
-    c->iq = malloc((size_t)U * d->Hi * d->Di * sizeof(float));
-    c->iwt = malloc((size_t)U * d->Hi * sizeof(float));
-    c->iscr = malloc(ci_v4_index_scratch_floats(d->Hi, max_entries) * sizeof(float));
-    c->sel_stride = topk > 0 ? topk : 1;
-    c->sel = malloc((size_t)U * c->sel_stride * sizeof(int32_t));
-    c->nsel = malloc((size_t)U * sizeof(int32_t));
-    c->last = malloc((size_t)H * sizeof(float));
-    c->pos = malloc((size_t)U * sizeof(int32_t));
-    c->tab = malloc((size_t)U * 3 * sizeof *c->tab);
-    if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
-        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->iscr || !c->sel ||
-        !c->nsel || !c->last || !c->pos || !c->tab || moe_scratch_init(s->m->be, &c->moe, &d->layers[0].moe, U))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    return 0;
-}
-
-static void v4_session_free(ci_session *s) {
-    const v4_model *d = s->m->impl;
-    v4_cache *c = s->impl;
-    if (!c) return;
-    if (c->lc)
-        for (int l = 0; l < d->n_layers; l++) {
-            free(c->lc[l].ring);
-            free(c->lc[l].cs);
-            free(c->lc[l].is);
-        }
-    free(c->lc);
-    free(c->kbuf); free(c->sc);
-    free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
-    free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
-    free(c->pg); free(c->iq); free(c->iwt); free(c->iscr); free(c->sel); free(c->nsel); free(c->last);
-    free(c->pos); free(c->tab);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-/* ---- attention ------------------------------------------------------------------------- */
-
-/* Attention of rows xn [n, H] at positions c->pos[0..n) into c->y. tab NULL: the rows are
- * consecutive tokens of one sequence whose ring and compressor states are lc's; else a
- * decode step, row t's ring, compressor and indexer states at tab[3t], tab[3t + 1],
- * tab[3t + 2]. Every row's key goes into its ring, and its compressors take it, before any
- * row attends (backend.h: v4_compress, v4_index, v4_attend). */
-static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, const v4_lcache *lc, float *const *tab,
-                      v4_cache *c, int n) {
-    const int D = d->D, Hh = d->Hh, R = d->R;
-    const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
-    /* q */
-    be->matmul(be, c->qr, c->xn, n, &L->q_a);
-    be->rmsnorm(be, c->qr, c->qr, L->q_a_norm, n, d->QL, d->eps);
-    be->matmul(be, c->q, c->qr, n, &L->q_b);
-    be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
-    be->rope(be, c->q, n, Hh, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* the shared K = V row */
-    be->matmul(be, c->kvn, c->xn, n, &L->kv);
-    be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
-    be->rope(be, c->kvn, n, 1, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* compressed entries for the windows these tokens complete */
-    if (L->type != L_SLIDING) {
-        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
-        cmp_push(be, &L->comp, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, c->pos);
-    }
-    if (L->type == L_CSA) {
-        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
-        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->pkv, c->pg, n, c->pos);
-        be->matmul(be, c->iq, c->qr, n, &L->iq_b);
-        be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, c->pos, d->rope_comp.inv_freq, d->rope_comp.mscale,
-                 CI_ROPE_INTERLEAVED);
-        be->matmul(be, c->iwt, c->xn, n, &L->iw);
-        be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, c->pos,
-                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->iscr);
-    }
-    be->v4_attend(be, c->ao, c->q, c->kvn, n, c->pos, lc ? lc->ring : NULL, c->ring_rows, d->W, lc ? lc->cs : NULL,
-                  tab, 3, L->type == L_SLIDING ? NULL : &L->comp.op, L->type == L_CSA ? c->sel : NULL, c->nsel,
-                  c->sel_stride, L->sinks, Hh, D, R, rt->inv_freq, rt->mscale, c->kbuf, c->sc);
-    /* grouped output projection */
-    be->matmul_groups(be, c->oa, c->ao, n, d->G, L->o_a_g, c->og, c->ga);
-    be->matmul(be, c->y, c->oa, n, &L->o_b);
-}
-
-/* ---- forward --------------------------------------------------------------------------- */
-
-/* The decoder over n rows: row t is token tokens[t] at position c->pos[t]; cs NULL: of the
- * sequence whose cache is c, else (a decode step) of the sequence whose cache is cs[t] (c is
- * the scratch, logits as ci_lm_head). */
-static void decode_rows(ci_model *m, v4_cache *c, v4_cache *const *cs, const int *tokens, int n, float *logits,
-                        int all_logits) {
-    const v4_model *d = m->impl;
-    ci_backend *be = m->be;
-    const int H = d->H, HC = d->HC;
-    be->embed(be, c->x, &d->embed, tokens, n);
-    be->hc_spread(be, c->X, c->x, n, HC, H);
-    c->moe.ids = tokens;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        const v4_lcache *lc = cs ? NULL : &c->lc[l];
-        if (cs)
-            for (int t = 0; t < n; t++) {
-                c->tab[3 * t] = cs[t]->lc[l].ring;
-                c->tab[3 * t + 1] = cs[t]->lc[l].cs;
-                c->tab[3 * t + 2] = cs[t]->lc[l].is;
-            }
-        hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        attention(be, d, L, lc, cs ? c->tab : NULL, c, n);
-        CI_DUMP(m, "attn_out", l, c->y, n, H);
-        hc_expand(be, &L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
-        hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        hc_expand(be, &L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
-        CI_DUMP(m, "layer_out", l, c->X, n, HC * H);
-    }
-    c->moe.ids = NULL;
-    hc_head(be, &d->hc_head, c->X, n, c->mix, c->x);
-    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-}
-
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    v4_cache *c = s->impl;
-    for (int t = 0; t < n; t++) c->pos[t] = s->pos + t;
-    decode_rows(s->m, c, NULL, tokens, n, logits, all_logits);
-    s->pos += n;
-}
-
-/* A new sequence (ci_session_reset lowers pos to 0) empties the compressors; any other
- * move of pos away from where the rings and compressors are cannot be followed (their state
- * is not per position): only a snapshot restore goes back. */
-static int v4_begin(const v4_model *d, ci_session *s, char *err, size_t errlen) {
-    v4_cache *c = s->impl;
-    (void)d;
-    if (s->pos == 0) c->state_pos = 0;   /* the states' entry counts follow from positions */
-    if (s->pos != c->state_pos)
-        return ci_err(err, errlen, "%s: session at position %d but its cache is at %d (restore a cache snapshot to go back)",
-                      s->m->family->name, s->pos, c->state_pos);
-    return 0;
-}
-
-static int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen) || v4_begin(d, s, err, errlen)) return -1;
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    ((v4_cache *)s->impl)->state_pos = s->pos;
-    return 0;
-}
-
-/* One decode step for n distinct sessions (registry.h): the matmuls, mHC mappings and MoE run
- * over all rows; each row's window ring, compressors and indexer are its own session's. */
-static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    ci_model *m = ss[0]->m;
-    const v4_model *d = m->impl;
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int i = 0; i < n; i++)
-        if (v4_begin(d, ss[i], err, errlen)) return -1;
-    ci_session *big = ss[0];   /* scratch sized for the longest session's entries */
-    for (int i = 1; i < n; i++)
-        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
-    v4_cache *c = big->impl, *cs[UBATCH];
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        for (int i = 0; i < k; i++) {
-            c->pos[i] = ss[off + i]->pos;
-            cs[i] = ss[off + i]->impl;
-        }
-        decode_rows(m, c, cs, tokens + off, k, logits + (size_t)off * d->vocab, 1);
-        for (int i = 0; i < k; i++) ((v4_cache *)ss[off + i]->impl)->state_pos = ++ss[off + i]->pos;
-    }
-    return 0;
-}
-
-/* ---- snapshots (prefix reuse in the server) ------------------------------------------------
- *
- * The cache at position P as one blob: a header (magic, layers, P), then per layer the
- * window rows of positions max(0, P-W+1) .. P-1 in order, and per compressor state its
- * entry count, whether it holds a previous window, the current window's P % ratio pending
- * tokens (kv, gate), the previous window's Ca series (overlap, when held) and its entries. */
-enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
-
-typedef struct {
-    ci_backend *be;
-    uint8_t *p;                           /* NULL: only count */
-    const uint8_t *q;                     /* reading */
-    size_t off, len;
-    int bad;
-} blob_io;
-
-static void bput(blob_io *b, const void *src, size_t n) {
-    if (b->p) memcpy(b->p + b->off, src, n);
-    b->off += n;
-}
-
-static void bget(blob_io *b, void *dst, size_t n) {
-    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
-    memcpy(dst, b->q + b->off, n);
-    b->off += n;
-}
-
-/* The same for bytes in backend memory. */
-static void bput_dev(blob_io *b, const float *src, size_t n) {
-    if (b->p && n) b->be->download(b->be, b->p + b->off, src, n);
-    b->off += n;
-}
-
-static void bget_dev(blob_io *b, float *dst, size_t n) {
-    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
-    if (n) b->be->upload(b->be, dst, b->q + b->off, n);
-    b->off += n;
-}
-
-/* A compressor state at position P: its P / ratio entries, whether it holds a previous
- * window's Ca series (CSA past its first window), the pending tokens, that series, the
- * entries (the layout of compressor.h). */
-static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P) {
-    const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R, ne = P / R, has_prev = k->overlap && ne > 0;
-    int32_t hdr[2] = { ne, has_prev };
-    bput(b, hdr, sizeof hdr);
-    bput_dev(b, st, (size_t)pend * m * sizeof(float));
-    bput_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
-    if (has_prev) {
-        bput_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
-        bput_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
-    }
-    bput_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d * sizeof(float));
-}
-
-static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx) {
-    const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R;
-    int32_t hdr[2] = { -1, -1 };
-    bget(b, hdr, sizeof hdr);
-    if (b->bad || hdr[0] != P / R || hdr[0] > cmp_state_cap(k, max_ctx) || hdr[1] != (k->overlap && hdr[0] > 0))
-        return -1;
-    bget_dev(b, st, (size_t)pend * m * sizeof(float));
-    bget_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
-    if (hdr[1]) {
-        bget_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
-        bget_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
-    }
-    bget_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)hdr[0] * k->d * sizeof(float));
-    return b->bad ? -1 : 0;
-}
-
-static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
-    int32_t hdr[3] = { SNAP_MAGIC, d->n_layers, P };
-    bput(b, hdr, sizeof hdr);
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        const v4_lcache *lc = &c->lc[l];
-        for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
-            bput_dev(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if (L->type != L_SLIDING) put_cmp(b, &L->comp, lc->cs, P);
-        if (L->type == L_CSA) put_cmp(b, &L->icomp, lc->is, P);
-    }
-}
-
-static cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    const v4_cache *c = s->impl;
-    if (s->pos != c->state_pos) {
-        ci_err(err, errlen, "%s: snapshot of a session at position %d whose cache is at %d", s->m->family->name, s->pos,
-               c->state_pos);
-        return NULL;
-    }
-    blob_io cnt = { .be = s->m->be };
-    put_all(&cnt, d, c, s->pos);
-    cache_snap *snap = cache_snap_blob_new(s->pos, cnt.off);
-    if (!snap) {
-        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
-        return NULL;
-    }
-    blob_io w = { .be = s->m->be, .p = cache_snap_blob(snap, NULL) };
-    put_all(&w, d, c, s->pos);
-    return snap;
-}
-
-static int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    v4_cache *c = s->impl;
-    const char *fam = s->m->family->name;
-    size_t len = 0;
-    const uint8_t *q = cache_snap_blob(snap, &len);
-    int P = cache_snap_pos(snap);
-    int32_t hdr[3] = { 0 };
-    blob_io b = { .be = s->m->be, .q = q, .len = len };
-    if (q) bget(&b, hdr, sizeof hdr);
-    if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
-        return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
-    if (P < 0 || P > s->max_ctx)
-        return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, P, s->max_ctx);
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        v4_lcache *lc = &c->lc[l];
-        for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
-            bget_dev(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, lc->cs, P, s->max_ctx)) ||
-            (L->type == L_CSA && get_cmp(&b, &L->icomp, lc->is, P, s->max_ctx)) || b.bad) {
-            c->state_pos = -1;   /* half restored: only a reset or another restore continues */
-            return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
-        }
-    }
-    if (b.off != len) {
-        c->state_pos = -1;
-        return ci_err(err, errlen, "%s: cache restore: %zu bytes of the snapshot left over", fam, len - b.off);
-    }
-    s->pos = c->state_pos = P;
-    return 0;
-}
-
 static const ci_family_ops v4_ops = {
     .load = v4_load, .unload = v4_unload,
     .session_init = v4_session_init, .session_free = v4_session_free,
-    .forward = v4_forward, .cache_bytes_per_token = v4_cache_bytes_per_token,
+    .forward = v4_forward, .forward_argmax = v4_forward_argmax, .cache_bytes_per_token = v4_cache_bytes_per_token,
     .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
 const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, 0 };
+
