@@ -95,11 +95,14 @@ static void test_forward_batch_matches_forward(void) {
 }
 
 /* The hybrids: the batched step keeps each row's recurrent state (DeltaNet, short conv,
- * Mamba2) per session and batches the rest; logits bit for bit as one session at a time,
- * and the state left behind continues the same way (a last single step compared too). */
+ * Mamba2; DeepSeek V4's window rings and compressors) per session and batches the rest;
+ * logits bit for bit as one session at a time, and the state left behind continues the
+ * same way (a last single step compared too). */
 static const char *hybrid_dirs[] = { "tests/fixtures/qwen3_next", "tests/fixtures/qwen3_5", "tests/fixtures/qwen3_5_moe_hub",
                                      "tests/fixtures/lfm2", "tests/fixtures/lfm2_moe", "tests/fixtures/nemotron_h",
-                                     "tests/fixtures/nemotron_h_latent", NULL };
+                                     "tests/fixtures/nemotron_h_latent", "tests/fixtures/deepseek_v4",
+                                     "tests/fixtures/deepseek_v4_hub", "tests/fixtures/deepseek_v4_rates",
+                                     "tests/fixtures/deepseek_v4_fp8", NULL };
 
 static void one_hybrid(const char *dir) {
     char err[1024];
