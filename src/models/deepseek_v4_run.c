@@ -264,9 +264,14 @@ int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int i = 0; i < n; i++)
         if (v4_begin(ss[i], err, errlen)) return -1;
-    for (int off = 0; off < n; off += V4_UBATCH) {
-        int k = n - off < V4_UBATCH ? n - off : V4_UBATCH;
+    /* one ring length for all rows (v4_attend's ring_rows): sessions whose contexts are
+     * shorter than the window have shorter rings, and step alone (the same bits) */
+    int same = 1;
+    for (int i = 1; i < n; i++) same &= ((v4_cache *)ss[i]->impl)->ring_rows == ((v4_cache *)ss[0]->impl)->ring_rows;
+    for (int off = 0; off < n;) {
+        int k = !same ? 1 : n - off < V4_UBATCH ? n - off : V4_UBATCH;
         if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        off += k;
     }
     return 0;
 }
