@@ -431,11 +431,12 @@ typedef struct ci_backend {
      *   score(s) = Σ_h relu(iq[t, h] · entry_s) · id^-½ · iw[t, h] · ih^-½   (h in order)
      * (ci_topk_positions; ties to the lower entry), ascending into sel[t * sel_stride ..],
      * their count into nsel[t]. iq [n, ih, id] (roped), iw [n, ih] the raw weights_proj
-     * output. state / states / tab_step as v4_compress. scratch:
-     * ci_v4_index_scratch_floats(ih, entries of the state) floats. */
+     * output. state / states / tab_step as v4_compress. max_entries bounds every row's vis
+     * (a device sizes its launch by it). scratch: ci_v4_index_scratch_floats(ih, max_entries)
+     * floats (a device may leave it untouched). */
     void (*v4_index)(struct ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw,
                      const float *state, float *const *states, int tab_step, int n, const int32_t *pos,
-                     const ci_v4cmp *c, int ih, int topk, int sel_stride, float *scratch);
+                     const ci_v4cmp *c, int ih, int topk, int sel_stride, int max_entries, float *scratch);
     /* v4_attend: DeepSeek V4's attention core for n rows. First every row's kv [n, D] goes to
      * row pos[t] % ring_rows of its window ring (rows D floats apart). Then row t (position p)
      * attends, with its Hh query heads q[t] [Hh, D], the keys (K = V): the ring rows of

@@ -68,6 +68,7 @@ typedef struct {
     float *iscr;                          /* v4_index's scratch */
     int32_t *sel, *nsel;                  /* [UB, sel_stride], [UB] */
     int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
+    int max_entries;                      /* the most entries an indexer state holds */
     float *last;                          /* [H] */
     moe_scratch moe;
 } v4_cache;

@@ -50,6 +50,7 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     const size_t wide = 2 * (size_t)(d->D > d->Di ? d->D : d->Di);
     const int topk = d->topk < max_entries ? d->topk : max_entries;
     c->sel_stride = topk > 0 ? topk : 1;
+    c->max_entries = max_entries;
     c->kbuf = ci_buf_alloc(be, max_keys * d->D * f, &bad);
     c->sc = ci_buf_alloc(be, (size_t)d->Hh * max_keys * f, &bad);
     c->X = ci_buf_alloc(be, U * HC * H * f, &bad);
@@ -141,7 +142,7 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, cons
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, pos, d->inv_comp, d->rope_comp.mscale, CI_ROPE_INTERLEAVED);
         be->matmul(be, c->iwt, c->xn, n, &L->iw);
         be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, pos,
-                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->iscr);
+                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->max_entries, c->iscr);
     }
     be->v4_attend(be, c->ao, c->q, c->kvn, n, pos, lc ? lc->ring : NULL, c->ring_rows, d->W, lc ? lc->cs : NULL, tab, 3,
                   L->type == L_SLIDING ? NULL : &L->comp.op, L->type == L_CSA ? c->sel : NULL, c->nsel, c->sel_stride,

@@ -175,7 +175,7 @@ void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab
                      const float *gate, int n, const int32_t *pos, const ci_v4cmp *c);
 void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
                   float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
-                  int sel_stride, float *scratch);
+                  int sel_stride, int max_entries, float *scratch);
 void cpu_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, int n, const int32_t *pos, float *ring,
                    int ring_rows, int window, const float *cstate, float *const *tab, int tab_step, const ci_v4cmp *c,
                    const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks, int n_heads, int D,

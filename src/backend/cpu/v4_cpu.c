@@ -154,7 +154,8 @@ void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab
 
 void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
                   float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
-                  int sel_stride, float *scratch) {
+                  int sel_stride, int max_entries, float *scratch) {
+    (void)max_entries;
     const int Di = c->d;
     const float ks = 1.0f / sqrtf((float)Di), ws = 1.0f / sqrtf((float)ih);
     float *dots = scratch;                             /* [ih, CI_V4_IDX_BLOCK] */
