@@ -228,7 +228,9 @@ int v4_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  *
  * The matmuls, mHC mappings and MoE run over all rows; each row's window ring, compressors
  * and indexer are its own session's (through the step's table of state pointers), with
- * the scratch of the session of the longest context (its sizes bound every row's). */
+ * the scratch of the session of the longest context (its sizes bound every row's). Its
+ * ring length serves every row: a session whose context is shorter than the window has a
+ * shorter ring, but its positions are below that ring's length, so p % rows is p in both. */
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const v4_model *d = m->impl;
@@ -265,14 +267,9 @@ int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int i = 0; i < n; i++)
         if (v4_begin(ss[i], err, errlen)) return -1;
-    /* one ring length for all rows (v4_attend's ring_rows): sessions whose contexts are
-     * shorter than the window have shorter rings, and step alone (the same bits) */
-    int same = 1;
-    for (int i = 1; i < n; i++) same &= ((v4_cache *)ss[i]->impl)->ring_rows == ((v4_cache *)ss[0]->impl)->ring_rows;
-    for (int off = 0; off < n;) {
-        int k = !same ? 1 : n - off < V4_UBATCH ? n - off : V4_UBATCH;
+    for (int off = 0; off < n; off += V4_UBATCH) {
+        int k = n - off < V4_UBATCH ? n - off : V4_UBATCH;
         if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
-        off += k;
     }
     return 0;
 }
