@@ -407,6 +407,7 @@ static const ci_family_ops v4_ops = {
     .session_init = v4_session_init, .session_free = v4_session_free,
     .forward = v4_forward, .forward_argmax = v4_forward_argmax, .cache_bytes_per_token = v4_cache_bytes_per_token,
     .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
+    .forward_batch_argmax = v4_forward_batch_argmax,
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 

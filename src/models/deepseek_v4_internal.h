@@ -70,6 +70,7 @@ typedef struct {
     int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
     int max_entries;                      /* the most entries an indexer state holds */
     float *last;                          /* [H] */
+    int32_t *best_n;                      /* [UB] per-row argmax of a forward_batch_argmax step */
     moe_scratch moe;
 } v4_cache;
 
@@ -85,6 +86,7 @@ void v4_session_free(ci_session *s);
 int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 int v4_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+int v4_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 
 /* deepseek_v4_cache.c */
 int v4_window_rows(const v4_model *d, long long max_ctx);

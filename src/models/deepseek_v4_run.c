@@ -76,6 +76,7 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->sel = ci_buf_alloc(be, U * c->sel_stride * sizeof(int32_t), &bad);
     c->nsel = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     c->last = ci_buf_alloc(be, H * f, &bad);
+    c->best_n = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     if (bad || moe_scratch_init(be, &c->moe, &d->layers[0].moe, V4_UBATCH))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
@@ -101,7 +102,7 @@ void v4_session_free(ci_session *s) {
     free(c->lc);
     void *bufs[] = { c->kbuf, c->sc, c->X, c->x, c->xn, c->y, c->mix, c->post, c->comb, c->tmp, c->qr, c->q,
                      c->kvn, c->ao, c->og, c->oa, c->ga, c->pkv, c->pg, c->iq, c->iwt, c->iscr, c->sel, c->nsel,
-                     c->last };
+                     c->last, c->best_n };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     moe_scratch_free(be, &c->moe);
     free(c);
@@ -231,7 +232,8 @@ int v4_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * the scratch of the session of the longest context (its sizes bound every row's). Its
  * ring length serves every row: a session whose context is shorter than the window has a
  * shorter ring, but its positions are below that ring's length, so p % rows is p in both. */
-static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
     ci_model *m = ss[0]->m;
     const v4_model *d = m->impl;
     ci_backend *be = m->be;
@@ -256,12 +258,15 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, per * d->n_layers * sizeof(float *));
     layers(m, c, c->run.tab, n);
-    ci_runner_head_rows(&c->run, be, n, logits, NULL);
+    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
+    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) ((v4_cache *)ss[i]->impl)->state_pos = ++ss[i]->pos;
     return ci_backend_check(m, err, errlen);
 }
 
-int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+/* logits (all rows) or, out_ids, each row's argmax taken by the backend */
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const v4_model *d = ss[0]->m->impl;
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
@@ -269,7 +274,17 @@ int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
         if (v4_begin(ss[i], err, errlen)) return -1;
     for (int off = 0; off < n; off += V4_UBATCH) {
         int k = n - off < V4_UBATCH ? n - off : V4_UBATCH;
-        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
     }
     return 0;
+}
+
+int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int v4_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
 }
