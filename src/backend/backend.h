@@ -120,6 +120,36 @@ static inline size_t ci_deltanet_scratch_floats(const ci_deltanet *d, int max_n)
            C * dk + 2 * C * dv + dv * dk + 4 * C + (size_t)d->hv + 64;
 }
 
+/* DeepSeek V4's KV compressor as the v4 ops see it (nn/compressor.h states the math); the
+ * vectors are backend memory. A compressor state is one backend buffer of
+ * ci_v4cmp_state_floats floats: the current window's tokens pend_kv and pend_gate (gate +
+ * ape) [ratio, m·d] each (m = 1 + overlap), the last complete window's Ca series prev_kv and
+ * prev_gate [ratio, d] each, then the entries [cap, d] from ci_v4cmp_entries(). Entry counts
+ * follow from positions: after the token at p, the state holds (p + 1) / ratio entries. */
+typedef struct ci_v4cmp {
+    int ratio, d, overlap;       /* tokens per entry, entry width, CSA's two series (1) or HCA (0) */
+    const float *ape;            /* [ratio, m·d] position bias of the gate */
+    const float *norm;           /* [d] the entries' RMSNorm weight */
+    float eps;
+    const float *inv_freq;       /* [rot_dim / 2] the entries' rope (last rot_dim dims, interleaved) */
+    float mscale;
+    int rot_dim;
+} ci_v4cmp;
+
+static inline size_t ci_v4cmp_entries(const ci_v4cmp *c) {
+    return 2 * (size_t)c->ratio * (size_t)(1 + c->overlap) * (size_t)c->d + 2 * (size_t)c->ratio * (size_t)c->d;
+}
+static inline size_t ci_v4cmp_state_floats(const ci_v4cmp *c, int cap) {
+    return ci_v4cmp_entries(c) + (size_t)cap * (size_t)c->d;
+}
+
+/* Compressed entries the CPU's v4_index scores per matmul, and the floats of its scratch
+ * for an indexer of ih heads over at most max_entries entries. */
+enum { CI_V4_IDX_BLOCK = 4096 };
+static inline size_t ci_v4_index_scratch_floats(int ih, int max_entries) {
+    return (size_t)ih * CI_V4_IDX_BLOCK + 2 * (size_t)(max_entries > 0 ? max_entries : 1);
+}
+
 typedef struct ci_backend {
     const char *name;       /* "cpu-avx512", "cpu-avx2", "cpu-scalar" */
     ci_pool *pool;
@@ -368,6 +398,66 @@ typedef struct ci_backend {
     /* The gated shared expert of Qwen2-style MoE (nn/moe.h): y[t, i] += sigmoid(g[t]) · x[t, i]
      * for t < n, i < width (g NULL: the factor is 1). */
     void (*sigmoid_gate_add)(struct ci_backend *be, float *y, const float *x, const float *g, int n, int width);
+
+    /* ---- DeepSeek V4 (models/deepseek_v4.c, nn/hc.h, nn/compressor.h state the math) ----
+     * hc_spread: X[t, j] = x[t] for j < hc (X [n, hc, dim], x [n, dim]): the streams at the
+     * embedding.
+     * hc_pre: one hyper-connection mapping of the streams X [n, hc, dim]. mix [n, M] holds
+     * X · fnᵀ (a matmul) and is scaled in place by each row's rsqrt(mean(X[t]²) + norm_eps)
+     * (sum of squares in double); then pre = σ(mix · scale[0] + base) + eps and
+     * x[t] = Σ_j pre[j] X[t, j] (x [n, dim]). post non-NULL (M = (2 + hc)·hc): also post [n, hc]
+     * = 2σ(mix · scale[1] + base) and comb [n, hc, hc] = the row softmax of the comb logits +
+     * eps, Sinkhorn-normalised iters times (nn/hc.h). post NULL: the head mapping (M = hc).
+     * hc_post: X[t, k] <- post[t, k] · y[t] + Σ_j comb[t, j, k] · X[t, j] (y [n, dim]);
+     * tmp: [hc, dim] scratch (a device may leave it untouched). */
+    void (*hc_spread)(struct ci_backend *be, float *X, const float *x, int n, int hc, int dim);
+    void (*hc_pre)(struct ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n,
+                   int hc, int dim, int iters, float eps, float norm_eps, const float *scale, const float *base);
+    void (*hc_post)(struct ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n,
+                    int hc, int dim, float *tmp);
+    /* v4_compress: n rows' compressor projections kv, gate [n, m·d] enter, in row order, the
+     * compressor state of their sequence at positions pos[t]: slot pos % ratio of the
+     * window gets kv and gate + ape; the row that completes window w (slot ratio - 1)
+     * appends entry w: per channel the softmax over the window's gates (CSA: window w-1's Ca
+     * slots first, when w > 0, then window w's Cb slots; sums in double) of its kv values,
+     * then rmsnorm · norm and rope at position w · ratio; CSA keeps window w's Ca series for
+     * entry w+1. states NULL: the rows are consecutive tokens of one sequence whose state is
+     * `state`; else row t's state is states[t * tab_step] (a decode step of n sequences). */
+    void (*v4_compress)(struct ci_backend *be, float *state, float *const *states, int tab_step, const float *kv,
+                        const float *gate, int n, const int32_t *pos, const ci_v4cmp *c);
+    /* v4_index: the CSA indexer's choice for row t at position p = pos[t] over its indexer
+     * state's vis = (p + 1) / ratio entries (c: the indexer's compressor, id = c->d): all
+     * of them when vis <= topk, else the topk best by
+     *   score(s) = Σ_h relu(iq[t, h] · entry_s) · id^-½ · iw[t, h] · ih^-½   (h in order)
+     * (ci_topk_positions; ties to the lower entry), ascending into sel[t * sel_stride ..],
+     * their count into nsel[t]. iq [n, ih, id] (roped), iw [n, ih] the raw weights_proj
+     * output. state / states / tab_step as v4_compress. max_entries bounds every row's vis
+     * (a device sizes its launch by it). scratch: ci_v4_index_scratch_floats(ih, max_entries)
+     * floats (a device may leave it untouched). */
+    void (*v4_index)(struct ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw,
+                     const float *state, float *const *states, int tab_step, int n, const int32_t *pos,
+                     const ci_v4cmp *c, int ih, int topk, int sel_stride, int max_entries, float *scratch);
+    /* v4_attend: DeepSeek V4's attention core for n rows. First every row's kv [n, D] goes to
+     * row pos[t] % ring_rows of its window ring (rows D floats apart). Then row t (position p)
+     * attends, with its Hh query heads q[t] [Hh, D], the keys (K = V): the ring rows of
+     * positions max(0, p - window + 1) .. p in order, then, with a compressor c (NULL:
+     * sliding-only), its entries from the compressor state: sel non-NULL (CSA) the nsel[t]
+     * entries sel[t * sel_stride ..], else (HCA) the first (p + 1) / c->ratio. Per head
+     * softmax(q·k · D^-½) with the sink logit sinks[h] in the denominator, out = Σ p k; then
+     * rope at angle -p on each head's last rot_dim dims (interleaved) of out [n, Hh, D].
+     * tab NULL: one sequence's ring and cstate; else row t's ring is tab[t * tab_step] and
+     * its compressor state tab[t * tab_step + 1]. kbuf [max keys, D] and sc [Hh, max keys]:
+     * scratch (a device may leave them untouched). */
+    void (*v4_attend)(struct ci_backend *be, float *out, const float *q, const float *kv, int n, const int32_t *pos,
+                      float *ring, int ring_rows, int window, const float *cstate, float *const *tab, int tab_step,
+                      const ci_v4cmp *c, const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks,
+                      int n_heads, int D, int rot_dim, const float *inv_freq, float mscale, float *kbuf, float *sc);
+    /* matmul_groups: y[n, groups · W[0].rows] where group g's W[g].rows columns are
+     * x[:, g·cols .. (g+1)·cols) · W[g]ᵀ (cols = W[0].cols; x [n, groups · cols]). W: host array
+     * of `groups` views. xg [n, cols] and yg [n, W[0].rows]: scratch the CPU gathers a group's
+     * inputs and computes its product in (a device may leave them untouched). */
+    void (*matmul_groups)(struct ci_backend *be, float *y, const float *x, int n, int groups, const ci_mat *W,
+                          float *xg, float *yg);
 
     /* ---- optional (NULL on the CPU): record the ops of one step and replay them --------
      * graph_begin starts recording the ops that follow (they are not run); graph_end stops

@@ -34,80 +34,14 @@
  * Session cache per layer: a ring of the last W + UBATCH rows of kv (D floats each), and
  * for compressed layers the compressor state (its entries, D floats per `ratio` tokens) and
  * for CSA the indexer's (Di floats per 4 tokens). */
-#include "model.h"
-#include "../cache/cache.h"
+#include "deepseek_v4_internal.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
-#include "../nn/compressor.h"
-#include "../nn/dsa.h"
-#include "../nn/hc.h"
-#include "../nn/moe.h"
-#include "../nn/rope.h"
-#include <math.h>
+#include "../nn/place.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { UBATCH = 256 };
-enum { IDX_BLOCK = 4096 };   /* compressed entries the indexer scores per matmul */
-enum { L_SLIDING = 0, L_CSA = 1, L_HCA = 2 };
-static const char *const type_name[] = { "sliding_attention", "compressed_sparse_attention",
-                                         "heavily_compressed_attention" };
-
-typedef struct {
-    int type, ratio;
-    float *attn_norm, *ffn_norm;          /* [H] */
-    hc_map hc_attn, hc_ffn;
-    ci_mat q_a, q_b, kv, o_a, o_b;        /* [QL, H], [Hh·D, QL], [D, H], [G·OL, Hh·D/G], [H, G·OL] */
-    ci_mat *o_a_g;                        /* [G] row views of o_a */
-    float *q_a_norm, *kv_norm, *sinks;    /* [QL], [D], [Hh] */
-    cmp_block comp, icomp;                /* compressor; CSA: the indexer's compressor */
-    ci_mat iq_b, iw;                      /* CSA indexer: [Hi·Di, QL], [Hi, H] */
-    moe_block moe;
-    int32_t *tid2eid;                     /* hash layers: [vocab, K] */
-} v4_layer;
-
-typedef struct {
-    int H, n_layers, vocab, Hh, D, R, QL, G, OL, HC, W, Hi, Di, topk;
-    float eps;
-    ci_mat embed, lm_head;
-    float *final_norm;
-    hc_map hc_head;
-    v4_layer *layers;
-    rope_table rope_main, rope_comp;
-    ci_mat *expert_mats;
-    float **owned;
-    int n_owned;
-    int max_ratio_csa;                    /* for scratch sizing */
-} v4_model;
-
-typedef struct {
-    float *ring;                          /* [W + UBATCH, D]: row p % (W + UBATCH) */
-    cmp_state cs, is;
-} v4_lcache;
-
-typedef struct {
-    v4_lcache *lc;                        /* [n_layers] */
-    int state_pos;                        /* the position the rings and compressors are at */
-    int ring_rows;
-    float *kbuf;                          /* [max keys, D] one row's keys */
-    float *sc;                            /* [Hh, max keys] its scores */
-    float *X;                             /* [UB, HC, H] streams */
-    float *x, *xn, *y;                    /* [UB, H] */
-    float *mix, *post, *comb, *tmp;       /* [UB, (2+HC)HC], [UB, HC], [UB, HC·HC], [HC·H] */
-    float *qr, *q, *kvn, *ao, *og, *oa, *ga;
-    float *pkv, *pg;                      /* compressor projections [UB, 2·max(D, Di)] */
-    float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
-    float *scores;                        /* [max entries] */
-    int32_t *seltmp;                      /* [max entries] */
-    float *dots;                          /* [Hi, IDX_BLOCK] indexer q · k of a block of entries */
-    int *sel, *nsel;                      /* [UB, sel_stride], [UB] */
-    int sel_stride;                       /* top-k, or fewer when the session holds fewer entries */
-    float *last;                          /* [H] */
-    int32_t *pos, *npos;                  /* [UB] positions and their negatives */
-    moe_scratch moe;
-} v4_cache;
 
 /* ---- names: each tensor under every spelling checkpoints use ------------------------------ */
 
@@ -151,97 +85,7 @@ static const char *pick_top(const w_binder *b, char *buf, size_t n, const char *
 
 #define NM(h, o, a) ((v4_name){ (h), (o), (a) })
 
-/* ---- config ---------------------------------------------------------------------------- */
-
-static int layer_types(const ci_config *c, const char *fam, int n, int csa_rate, int hca_rate, int *type, int *ratio,
-                       char *err, size_t errlen) {
-    const json_t *lt = json_object_get(c->text, "layer_types");
-    const json_t *cr = json_object_get(c->text, "compress_ratios");
-    if (lt && !json_is_null(lt)) {
-        if (!json_is_array(lt) || (int)json_array_size(lt) < n)
-            return ci_err(err, errlen, "%s: %s: 'layer_types' must be a list of %d strings", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const char *t = json_string_value(json_array_get(lt, (size_t)l));
-            int k = -1;
-            for (int i = 0; i < 3 && t; i++) if (!strcmp(t, type_name[i])) k = i;
-            if (k < 0)
-                return ci_err(err, errlen, "%s: %s: layer_types[%d] is '%s', expected sliding_attention, "
-                              "compressed_sparse_attention or heavily_compressed_attention", c->path, fam, l,
-                              t ? t : "(not a string)");
-            type[l] = k;
-        }
-    } else if (cr && !json_is_null(cr)) {
-        /* the hub dialect: one ratio per layer (0, 4 or 128), MTP layers' entries after them */
-        if (!json_is_array(cr) || (int)json_array_size(cr) < n)
-            return ci_err(err, errlen, "%s: %s: 'compress_ratios' must be a list of at least %d integers", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const json_t *v = json_array_get(cr, (size_t)l);
-            long long r = json_is_integer(v) ? json_integer_value(v) : -1;
-            if (r == 0) type[l] = L_SLIDING;
-            else if (r == 4) type[l] = L_CSA;
-            else if (r == 128) type[l] = L_HCA;
-            else
-                return ci_err(err, errlen, "%s: %s: compress_ratios[%d] must be 0, 4 or 128", c->path, fam, l);
-        }
-    } else {   /* transformers' default: two HCA layers, then CSA / HCA alternating */
-        for (int l = 0; l < n; l++) type[l] = l < 2 ? L_HCA : ((l - 2) % 2 ? L_CSA : L_HCA);
-    }
-    for (int l = 0; l < n; l++) ratio[l] = type[l] == L_CSA ? csa_rate : type[l] == L_HCA ? hca_rate : 0;
-    return 0;
-}
-
-static int mlp_types(const ci_config *c, const char *fam, int n, int *is_hash, char *err, size_t errlen) {
-    const json_t *mt = json_object_get(c->text, "mlp_layer_types");
-    if (mt && !json_is_null(mt)) {
-        if (!json_is_array(mt) || (int)json_array_size(mt) < n)
-            return ci_err(err, errlen, "%s: %s: 'mlp_layer_types' must be a list of %d strings", c->path, fam, n);
-        for (int l = 0; l < n; l++) {
-            const char *t = json_string_value(json_array_get(mt, (size_t)l));
-            if (!t || (strcmp(t, "hash_moe") && strcmp(t, "moe")))
-                return ci_err(err, errlen, "%s: %s: mlp_layer_types[%d] is '%s', expected 'hash_moe' or 'moe'", c->path,
-                              fam, l, t ? t : "(not a string)");
-            is_hash[l] = !strcmp(t, "hash_moe");
-        }
-        return 0;
-    }
-    long long nh = 3;
-    if (cfg_int(c, "num_hash_layers", 0, 0, 1 << 12, &nh, err, errlen)) return -1;
-    for (int l = 0; l < n; l++) is_hash[l] = l < nh;
-    return 0;
-}
-
-/* The two rope tables: "main" (sliding layers) and "compress" (CSA/HCA), from a nested
- * rope_parameters {main, compress} or from rope_theta / compress_rope_theta / rope_scaling. */
-static int ropes(ci_model *m, v4_model *d, char *err, size_t errlen) {
-    const ci_config *c = &m->cfg;
-    const char *fam = m->family->name;
-    const json_t *rp = json_object_get(c->text, "rope_parameters");
-    const json_t *rs = json_object_get(c->text, "rope_scaling");
-    const json_t *pm = rp && json_is_object(rp) ? json_object_get(rp, "main") : NULL;
-    const json_t *pc = rp && json_is_object(rp) ? json_object_get(rp, "compress") : NULL;
-    ci_rope_cfg mr, cr;
-    double ctheta = 160000.0;
-    if (cfg_num(c, "compress_rope_theta", 0, 1.0, 1e12, &ctheta, err, errlen)) return -1;
-    if (pm && json_is_object(pm) && pc && json_is_object(pc)) {
-        if (cfg_rope(c, pm, &mr, err, errlen) || cfg_rope(c, pc, &cr, err, errlen)) return -1;
-    } else {
-        if (cfg_rope(c, NULL, &mr, err, errlen)) return -1;   /* rope_theta, no scaling */
-        const json_t *blk = rs && !json_is_null(rs) ? rs : (rp && !json_is_null(rp) ? rp : NULL);
-        if (cfg_rope(c, blk, &cr, err, errlen)) return -1;
-        cr.theta = ctheta;
-        if (cr.type == CI_ROPE_YARN && cr.attention_factor < 0) cr.attention_factor = 1.0;
-    }
-    if (mr.type != CI_ROPE_DEFAULT)
-        return ci_err(err, errlen, "%s: %s: rope_parameters.main must be the default rope (sliding layers are not scaled)",
-                      c->path, fam);
-    mr.partial_rotary_factor = cr.partial_rotary_factor = 1.0;   /* the tables cover the R rope dims */
-    if (cr.type == CI_ROPE_YARN && cr.attention_factor < 0) cr.attention_factor = 1.0;
-    if (rope_init(&d->rope_main, &mr, d->R, fam, err, errlen) || rope_init(&d->rope_comp, &cr, d->R, fam, err, errlen))
-        return -1;
-    return 0;
-}
-
-/* ---- load ------------------------------------------------------------------------------ */
+/* ---- binding: the tensors of a layer ------------------------------------------------------ */
 
 static void bind_hc(w_binder *b, hc_map *h, int l, const char *which, const v4_model *d, long long iters, double hc_eps) {
     char nm[300], hf[64], orig[64];
@@ -297,6 +141,65 @@ static void bind_experts(w_binder *b, moe_block *M, int l, int E, int K, int I, 
     else snprintf(pre, sizeof pre, "model.layers.%d.mlp", l);
     w_experts(b, M->w_gate, M->w_up, M->w_down, E, K, I, H, pre);
 }
+
+/* ---- placement: every weight a forward reads into backend memory, in place ------------------ */
+
+static int put_mat(ci_backend *be, ci_mat *W) {
+    ci_mat h = *W;
+    return ci_place_mat(be, W, &h);
+}
+
+static int put_vec(ci_backend *be, float **v, int64_t len) {
+    const float *p = NULL;
+    int rc = ci_place_vec(be, &p, *v, len);
+    *v = (float *)p;
+    return rc;
+}
+
+static int put_hc(ci_backend *be, hc_map *h, int M) {
+    return put_mat(be, &h->fn) || put_vec(be, &h->base, M) || put_vec(be, &h->scale, M == h->hc ? 1 : 3);
+}
+
+static int put_comp(ci_backend *be, cmp_block *k) {
+    const int m = (1 + k->overlap) * k->d;
+    return put_mat(be, &k->kv) || put_mat(be, &k->gate) || put_vec(be, &k->ape, (int64_t)k->ratio * m) ||
+           put_vec(be, &k->norm, k->d);
+}
+
+static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    const char *fam = m->family->name;
+    const int H = d->H, M = (2 + d->HC) * d->HC;
+    if (be->is_device && (!be->hc_pre || !be->v4_attend || !be->v4_compress || !be->moe_route))
+        return ci_err(err, errlen, "%s: the %s backend lacks DeepSeek V4's ops; run it with --device cpu", fam, be->name);
+    d->dev_expert_mats = calloc((size_t)d->n_layers * (size_t)E * 3 + 1, sizeof(ci_mat));
+    if (!d->dev_expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
+    int bad = put_mat(be, &d->embed) || put_mat(be, &d->lm_head) || put_vec(be, &d->final_norm, H) ||
+              put_hc(be, &d->hc_head, d->HC) || ci_place_vec(be, &d->inv_main, d->rope_main.inv_freq, d->R / 2) ||
+              ci_place_vec(be, &d->inv_comp, d->rope_comp.inv_freq, d->R / 2);
+    for (int l = 0; l < d->n_layers && !bad; l++) {
+        v4_layer *L = &d->layers[l];
+        bad = put_vec(be, &L->attn_norm, H) || put_vec(be, &L->ffn_norm, H) || put_hc(be, &L->hc_attn, M) ||
+              put_hc(be, &L->hc_ffn, M) || put_mat(be, &L->q_a) || put_mat(be, &L->q_b) || put_mat(be, &L->kv) ||
+              put_mat(be, &L->o_a) || put_mat(be, &L->o_b) || put_vec(be, &L->q_a_norm, d->QL) ||
+              put_vec(be, &L->kv_norm, d->D) || put_vec(be, &L->sinks, d->Hh) ||
+              (L->type != L_SLIDING && put_comp(be, &L->comp)) ||
+              (L->type == L_CSA && (put_comp(be, &L->icomp) || put_mat(be, &L->iq_b) || put_mat(be, &L->iw)));
+        moe_block host = L->moe;
+        if (!bad) bad = ci_place_moe(be, &L->moe, &host, d->dev_expert_mats + (size_t)l * E * 3);
+        if (!bad && L->tid2eid) {
+            L->moe.hash_ids = be->weight(be, L->tid2eid, (size_t)d->vocab * K * sizeof(int32_t));
+            bad = !L->moe.hash_ids;
+        }
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    d->placed = 1;
+    return 0;
+}
+
+/* ---- load ------------------------------------------------------------------------------ */
 
 static int v4_load(ci_model *m, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
@@ -364,8 +267,7 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
                       "num_experts_per_tok %lld be at most n_routed_experts %lld", c->path, fam, G, d->Hh * D, K, E);
     d->D = (int)D; d->R = (int)R; d->QL = (int)QL; d->G = (int)G; d->OL = (int)OL; d->HC = (int)HC; d->W = (int)W;
     d->Hi = (int)Hi; d->Di = (int)Di; d->topk = (int)topk;
-    d->max_ratio_csa = (int)csa;
-    if (ropes(m, d, err, errlen)) return -1;
+    if (v4_ropes(m, d, err, errlen)) return -1;
 
     int n = d->n_layers;
     if (w_check_experts(m->st, c->path, fam, json_object_get(c->text, "n_routed_experts") ? "n_routed_experts" : "num_local_experts",
@@ -379,7 +281,7 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
         free(type); free(ratio); free(is_hash);
         return ci_err(err, errlen, "%s: out of memory", fam);
     }
-    if (layer_types(c, fam, n, (int)csa, (int)hca, type, ratio, err, errlen) || mlp_types(c, fam, n, is_hash, err, errlen)) {
+    if (v4_layer_types(c, fam, n, (int)csa, (int)hca, type, ratio, err, errlen) || v4_mlp_types(c, fam, n, is_hash, err, errlen)) {
         free(type); free(ratio); free(is_hash);
         return -1;
     }
@@ -471,11 +373,16 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H,
            pick_top(&b, nm, sizeof nm, (const char *const[]){ "lm_head", "head", NULL }, 1));
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    if (m->st && v4_place(m, d, (int)E, (int)K, err, errlen)) return -1;   /* record mode: nothing to place */
     for (int l = 0; l < n; l++) {   /* the grouped output projection's per-group rows */
         v4_layer *L = &d->layers[l];
         L->o_a_g = calloc((size_t)G, sizeof *L->o_a_g);
         if (!L->o_a_g) return ci_err(err, errlen, "%s: out of memory", fam);
         for (int g = 0; g < G; g++) L->o_a_g[g] = w_mat_rows(&L->o_a, (int64_t)g * OL, OL);
+        rope_table rc = d->rope_comp;   /* the entries' rope, its table in backend memory */
+        rc.inv_freq = (float *)d->inv_comp;
+        if (L->type != L_SLIDING) cmp_set_rope(&L->comp, &rc, d->eps);
+        if (L->type == L_CSA) cmp_set_rope(&L->icomp, &rc, d->eps);
     }
     return 0;
 }
@@ -489,510 +396,20 @@ static void v4_unload(ci_model *m) {
     rope_free(&d->rope_main);
     rope_free(&d->rope_comp);
     free(d->expert_mats);
+    free(d->dev_expert_mats);
     free(d->layers);
     free(d);
     m->impl = NULL;
 }
 
-/* ---- cache ----------------------------------------------------------------------------- */
-
-/* Rows of a layer's window ring: the window, or the whole context when that is shorter
- * (sliding_window comes from config.json alone and may be far past any session), plus a
- * micro-batch. */
-static int window_rows(const v4_model *d, long long max_ctx) { return d->W < max_ctx ? d->W : (int)max_ctx; }
-
-/* Bytes a session of max_ctx tokens holds for its cache (ring + compressor states). */
-static size_t cache_bytes(const v4_model *d, long long max_ctx) {
-    size_t total = 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        total += (size_t)(window_rows(d, max_ctx) + UBATCH) * d->D * sizeof(float);
-        if (L->type != L_SLIDING) total += cmp_state_bytes(&L->comp, max_ctx);
-        if (L->type == L_CSA) total += cmp_state_bytes(&L->icomp, max_ctx);
-    }
-    return total;
-}
-
-/* What one more token of context costs, in the long run: the compressed entries. */
-static size_t v4_cache_bytes_per_token(const ci_model *m) {
-    const v4_model *d = m->impl;
-    double per = 0;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        if (L->type != L_SLIDING) per += (double)d->D * sizeof(float) / L->ratio;
-        if (L->type == L_CSA) per += (double)d->Di * sizeof(float) / L->ratio;
-    }
-    return (size_t)ceil(per);
-}
-
-static size_t v4_cache_bytes_at(const ci_model *m, long long n_tokens) { return cache_bytes(m->impl, n_tokens); }
-
-static void v4_session_free(ci_session *s);
-
-static int v4_session_init(ci_session *s, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    const char *fam = s->m->family->name;
-    v4_cache *c = calloc(1, sizeof *c);
-    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
-    s->impl = c;
-    const int U = UBATCH, H = d->H, HC = d->HC, HD = d->Hh * d->D;
-    c->ring_rows = window_rows(d, s->max_ctx) + UBATCH;
-    c->lc = calloc((size_t)d->n_layers, sizeof *c->lc);
-    if (!c->lc) return ci_err(err, errlen, "%s: out of memory", fam);
-    int max_entries = 1;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        v4_lcache *lc = &c->lc[l];
-        lc->ring = malloc((size_t)c->ring_rows * d->D * sizeof(float));
-        if (!lc->ring || (L->type != L_SLIDING && cmp_state_init(&lc->cs, &L->comp, s->max_ctx)) ||
-            (L->type == L_CSA && cmp_state_init(&lc->is, &L->icomp, s->max_ctx)))
-            return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-        if (L->type == L_CSA && lc->is.cap > max_entries) max_entries = lc->is.cap;
-    }
-    int max_keys = window_rows(d, s->max_ctx); /* a row's window plus its compressed entries */
-    {
-        int comp = 0;
-        for (int l = 0; l < d->n_layers; l++) {
-            const v4_layer *L = &d->layers[l];
-            int k = L->type == L_CSA ? (d->topk < c->lc[l].cs.cap ? d->topk : c->lc[l].cs.cap)
-                  : L->type == L_HCA ? c->lc[l].cs.cap : 0;
-            if (k > comp) comp = k;
-        }
-        max_keys += comp;
-    }
-    c->kbuf = malloc((size_t)max_keys * d->D * sizeof(float));
-    c->sc = malloc((size_t)d->Hh * max_keys * sizeof(float));
-    int wide = 2 * (d->D > d->Di ? d->D : d->Di);
-    int topk = d->topk < max_entries ? d->topk : max_entries;
-    c->X = malloc((size_t)U * HC * H * sizeof(float));
-    c->x = malloc((size_t)U * H * sizeof(float));
-    c->xn = malloc((size_t)U * H * sizeof(float));
-    c->y = malloc((size_t)U * H * sizeof(float));
-    c->mix = malloc((size_t)U * (2 + HC) * HC * sizeof(float));
-    c->post = malloc((size_t)U * HC * sizeof(float));
-    c->comb = malloc((size_t)U * HC * HC * sizeof(float));
-    c->tmp = malloc((size_t)HC * H * sizeof(float));
-    c->qr = malloc((size_t)U * d->QL * sizeof(float));
-    c->q = malloc((size_t)U * HD * sizeof(float));
-    c->kvn = malloc((size_t)U * d->D * sizeof(float));
-    c->ao = malloc((size_t)U * HD * sizeof(float));
-    c->og = malloc((size_t)U * (HD / d->G) * sizeof(float));
-    c->oa = malloc((size_t)U * d->G * d->OL * sizeof(float));
-    c->ga = malloc((size_t)U * d->OL * sizeof(float));
-    c->pkv = malloc((size_t)U * wide * sizeof(float));
-    c->pg = malloc((size_t)U * wide * sizeof(float));
-    c->iq = malloc((size_t)U * d->Hi * d->Di * sizeof(float));
-    c->iwt = malloc((size_t)U * d->Hi * sizeof(float));
-    c->scores = malloc((size_t)max_entries * sizeof(float));
-    c->seltmp = malloc((size_t)max_entries * sizeof(int32_t));
-    c->dots = malloc((size_t)d->Hi * IDX_BLOCK * sizeof(float));
-    c->sel_stride = topk > 0 ? topk : 1;
-    c->sel = malloc((size_t)U * c->sel_stride * sizeof(int));
-    c->nsel = malloc((size_t)U * sizeof(int));
-    c->last = malloc((size_t)H * sizeof(float));
-    c->pos = malloc((size_t)U * sizeof(int32_t));
-    c->npos = malloc((size_t)U * sizeof(int32_t));
-    if (!c->kbuf || !c->sc || !c->X || !c->x || !c->xn || !c->y || !c->mix || !c->post || !c->comb || !c->tmp || !c->qr || !c->q || !c->kvn ||
-        !c->ao || !c->og || !c->oa || !c->ga || !c->pkv || !c->pg || !c->iq || !c->iwt || !c->scores || !c->seltmp || !c->dots || !c->sel ||
-        !c->nsel || !c->last || !c->pos || !c->npos || moe_scratch_init(s->m->be, &c->moe, &d->layers[0].moe, U))
-        return ci_err(err, errlen, "%s: out of memory for a %d-token session", fam, s->max_ctx);
-    return 0;
-}
-
-static void v4_session_free(ci_session *s) {
-    const v4_model *d = s->m->impl;
-    v4_cache *c = s->impl;
-    if (!c) return;
-    if (c->lc)
-        for (int l = 0; l < d->n_layers; l++) {
-            free(c->lc[l].ring);
-            cmp_state_free(&c->lc[l].cs);
-            cmp_state_free(&c->lc[l].is);
-        }
-    free(c->lc);
-    free(c->kbuf); free(c->sc);
-    free(c->X); free(c->x); free(c->xn); free(c->y); free(c->mix); free(c->post); free(c->comb); free(c->tmp);
-    free(c->qr); free(c->q); free(c->kvn); free(c->ao); free(c->og); free(c->oa); free(c->ga); free(c->pkv);
-    free(c->pg); free(c->iq); free(c->iwt); free(c->scores); free(c->seltmp); free(c->dots); free(c->sel); free(c->nsel); free(c->last);
-    free(c->pos); free(c->npos);
-    moe_scratch_free(s->m->be, &c->moe);
-    free(c);
-    s->impl = NULL;
-}
-
-/* ---- attention ------------------------------------------------------------------------- */
-
-/* The CSA indexer's choice for query row t (position p): the indices of the top-k visible
- * compressed entries by score (all of them when at most top-k are visible), into sel. */
-static int index_select(ci_backend *be, const v4_model *d, const v4_layer *L, const cmp_state *is, const float *iq,
-                        const float *iw, int p, float *scores, float *dots, int32_t *tmp, int *sel) {
-    int vis = (p + 1) / L->ratio;
-    if (vis > is->n) vis = is->n;
-    if (vis <= d->topk) {
-        for (int i = 0; i < vis; i++) sel[i] = i;
-        return vis;
-    }
-    /* q_h · k_s for every head and visible entry, a block of entries per matmul, then
-     * score(s) = Σ_h relu(q_h · k_s) · Di^-½ · w_h */
-    const int Hi = d->Hi, Di = d->Di;
-    const float ks = 1.0f / sqrtf((float)Di);
-    for (int s0 = 0; s0 < vis; s0 += IDX_BLOCK) {
-        const int nb = vis - s0 < IDX_BLOCK ? vis - s0 : IDX_BLOCK;
-        ci_mat K = { .data = is->entries + (size_t)s0 * Di, .dtype = CI_F32, .rows = nb, .cols = Di };
-        be->matmul(be, dots, iq, Hi, &K);                            /* [Hi, nb] */
-        for (int i = 0; i < nb; i++) {
-            float sc = 0;
-            for (int h = 0; h < Hi; h++) {
-                float v = dots[(size_t)h * nb + i];
-                if (v > 0) sc += v * ks * iw[h];
-            }
-            scores[s0 + i] = sc;
-        }
-    }
-    int k = dsa_select(scores, vis, d->topk, tmp);   /* ties: the lower index */
-    memcpy(sel, tmp, (size_t)k * sizeof *sel);
-    return k;
-}
-
-/* Softmax of one head's scores with its sink logit in the denominator, then the head's
- * output Σ_j p_j · k_j (K = V). Pool task h of one query row. */
-typedef struct {
-    const v4_model *d;
-    const v4_layer *L;
-    const float *keys;                    /* [nk, D] */
-    float *sc;                            /* [Hh, nk] scores, scaled in place to weights */
-    float *out;                           /* [Hh, D] */
-    int nk;
-} head_ctx;
-
-static void head_task(void *vctx, int h) {
-    const head_ctx *a = vctx;
-    const int D = a->d->D, nk = a->nk;
-    const float scale = 1.0f / sqrtf((float)D);
-    float *sc = a->sc + (size_t)h * nk, mx = a->L->sinks[h];
-    for (int j = 0; j < nk; j++) {
-        sc[j] *= scale;
-        if (sc[j] > mx) mx = sc[j];
-    }
-    float sum = expf(a->L->sinks[h] - mx);
-    for (int j = 0; j < nk; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
-    float *o = a->out + (size_t)h * D;
-    memset(o, 0, (size_t)D * sizeof(float));
-    for (int j = 0; j < nk; j++) {
-        const float w = sc[j] / sum, *k = a->keys + (size_t)j * D;
-        for (int e = 0; e < D; e++) o[e] += w * k[e];
-    }
-}
-
-/* Row t's keys into c->kbuf: its window (positions p-W+1 .. p, from the ring), then its
- * compressed entries (CSA: the indexer's choice; HCA: every visible one). Returns their count. */
-static int gather_keys(const v4_model *d, const v4_layer *L, const v4_lcache *lc, const v4_cache *c, int t) {
-    const int D = d->D, p = c->pos[t];
-    int s0 = p - d->W + 1 > 0 ? p - d->W + 1 : 0, nk = 0;
-    for (int q = s0; q <= p; q++)
-        memcpy(c->kbuf + (size_t)nk++ * D, lc->ring + (size_t)(q % c->ring_rows) * D, (size_t)D * sizeof(float));
-    if (L->type == L_CSA) {
-        const int *sel = c->sel + (size_t)t * c->sel_stride;
-        for (int i = 0; i < c->nsel[t]; i++)
-            memcpy(c->kbuf + (size_t)nk++ * D, lc->cs.entries + (size_t)sel[i] * D, (size_t)D * sizeof(float));
-    } else if (L->type == L_HCA) {
-        int vis = (p + 1) / L->ratio;
-        if (vis > lc->cs.n) vis = lc->cs.n;
-        memcpy(c->kbuf + (size_t)nk * D, lc->cs.entries, (size_t)vis * D * sizeof(float));
-        nk += vis;
-    }
-    return nk;
-}
-
-/* Every row's token into its own sequence's compressor (indexer: its indexer's compressor). */
-static void feed(ci_backend *be, const v4_model *d, const cmp_block *k, v4_lcache *const *lc, int indexer, v4_cache *c,
-                 int n) {
-    const int m = (1 + k->overlap) * k->d;
-    cmp_project(be, k, c->xn, n, c->pkv, c->pg);
-    for (int t = 0; t < n; t++)
-        cmp_push(be, k, indexer ? &lc[t]->is : &lc[t]->cs, c->pkv + (size_t)t * m, c->pg + (size_t)t * m, c->pos[t],
-                 &d->rope_comp, d->eps);
-}
-
-/* Attention of rows xn [n, H] at positions c->pos[0..n); row t's sequence keeps its cache of
- * this layer in lc[t] (one sequence's consecutive positions in a forward, one row per
- * sequence in a batched step). Every row's keys go into its cache before any row attends. */
-static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, v4_lcache *const *lc, v4_cache *c, int n) {
-    const int D = d->D, Hh = d->Hh, R = d->R, HD = Hh * D;
-    const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
-    /* q */
-    be->matmul(be, c->qr, c->xn, n, &L->q_a);
-    be->rmsnorm(be, c->qr, c->qr, L->q_a_norm, n, d->QL, d->eps);
-    be->matmul(be, c->q, c->qr, n, &L->q_b);
-    be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
-    be->rope(be, c->q, n, Hh, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* the shared K = V row, into the ring */
-    be->matmul(be, c->kvn, c->xn, n, &L->kv);
-    be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
-    be->rope(be, c->kvn, n, 1, D, D - R, R, c->pos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    for (int t = 0; t < n; t++)
-        memcpy(lc[t]->ring + (size_t)(c->pos[t] % c->ring_rows) * D, c->kvn + (size_t)t * D, (size_t)D * sizeof(float));
-    /* compressed entries for the windows these tokens complete */
-    if (L->type != L_SLIDING) feed(be, d, &L->comp, lc, 0, c, n);
-    if (L->type == L_CSA) {
-        feed(be, d, &L->icomp, lc, 1, c, n);
-        be->matmul(be, c->iq, c->qr, n, &L->iq_b);
-        be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, c->pos, d->rope_comp.inv_freq, d->rope_comp.mscale,
-                 CI_ROPE_INTERLEAVED);
-        be->matmul(be, c->iwt, c->xn, n, &L->iw);
-        const float ws = 1.0f / sqrtf((float)d->Hi);
-        for (int i = 0; i < n * d->Hi; i++) c->iwt[i] *= ws;
-        for (int t = 0; t < n; t++)
-            c->nsel[t] = index_select(be, d, L, &lc[t]->is, c->iq + (size_t)t * d->Hi * d->Di, c->iwt + (size_t)t * d->Hi,
-                                      c->pos[t], c->scores, c->dots, c->seltmp, c->sel + (size_t)t * c->sel_stride);
-    }
-    /* per row: scores of every head against its keys (one matmul), then softmax + sum per head */
-    for (int t = 0; t < n; t++) {
-        int nk = gather_keys(d, L, lc[t], c, t);
-        ci_mat K = { .data = c->kbuf, .dtype = CI_F32, .rows = nk, .cols = D };
-        be->matmul(be, c->sc, c->q + (size_t)t * HD, Hh, &K);
-        head_ctx hc = { d, L, c->kbuf, c->sc, c->ao + (size_t)t * HD, nk };
-        ci_pool_run(be->pool, head_task, &hc, Hh);
-    }
-    /* inverse rope on the outputs (angle -p) */
-    for (int t = 0; t < n; t++) c->npos[t] = -c->pos[t];
-    be->rope(be, c->ao, n, Hh, D, D - R, R, c->npos, rt->inv_freq, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* grouped output projection */
-    const int GI = HD / d->G;
-    for (int g = 0; g < d->G; g++) {
-        for (int t = 0; t < n; t++)
-            memcpy(c->og + (size_t)t * GI, c->ao + (size_t)t * HD + (size_t)g * GI, (size_t)GI * sizeof(float));
-        be->matmul(be, c->ga, c->og, n, &L->o_a_g[g]);
-        for (int t = 0; t < n; t++)
-            memcpy(c->oa + (size_t)t * d->G * d->OL + (size_t)g * d->OL, c->ga + (size_t)t * d->OL,
-                   (size_t)d->OL * sizeof(float));
-    }
-    be->matmul(be, c->y, c->oa, n, &L->o_b);
-}
-
-/* ---- forward --------------------------------------------------------------------------- */
-
-/* The decoder over n rows: row t is token tokens[t] at position c->pos[t] of the sequence
- * whose cache is cs[t] (c is the scratch, logits as ci_lm_head). */
-static void decode_rows(ci_model *m, v4_cache *c, v4_cache *const *cs, const int *tokens, int n, float *logits,
-                        int all_logits) {
-    const v4_model *d = m->impl;
-    ci_backend *be = m->be;
-    const int H = d->H, HC = d->HC;
-    v4_lcache *lcs[UBATCH];
-    be->embed(be, c->x, &d->embed, tokens, n);
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < HC; j++)
-            memcpy(c->X + ((size_t)t * HC + j) * H, c->x + (size_t)t * H, (size_t)H * sizeof(float));
-    c->moe.ids = tokens;
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        for (int t = 0; t < n; t++) lcs[t] = &cs[t]->lc[l];
-        hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
-        attention(be, d, L, lcs, c, n);
-        CI_DUMP(m, "attn_out", l, c->y, n, H);
-        hc_expand(&L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
-        hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
-        hc_expand(&L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
-        CI_DUMP(m, "layer_out", l, c->X, n, HC * H);
-    }
-    c->moe.ids = NULL;
-    hc_head(be, &d->hc_head, c->X, n, c->mix, c->x);
-    ci_lm_head(be, logits, all_logits, c->x, n, H, d->final_norm, d->eps, &d->lm_head, c->xn, c->last);
-}
-
-static void forward_chunk(ci_session *s, const int *tokens, int n, float *logits, int all_logits) {
-    v4_cache *c = s->impl, *cs[UBATCH];
-    for (int t = 0; t < n; t++) {
-        c->pos[t] = s->pos + t;
-        cs[t] = c;
-    }
-    decode_rows(s->m, c, cs, tokens, n, logits, all_logits);
-    s->pos += n;
-}
-
-/* A new sequence (ci_session_reset lowers pos to 0) empties the compressors; any other
- * move of pos away from where the rings and compressors are cannot be followed (their state
- * is not per position): only a snapshot restore goes back. */
-static int v4_begin(const v4_model *d, ci_session *s, char *err, size_t errlen) {
-    v4_cache *c = s->impl;
-    if (s->pos == 0) {
-        for (int l = 0; l < d->n_layers; l++) {
-            cmp_state_reset(&c->lc[l].cs);
-            cmp_state_reset(&c->lc[l].is);
-        }
-        c->state_pos = 0;
-    }
-    if (s->pos != c->state_pos)
-        return ci_err(err, errlen, "%s: session at position %d but its cache is at %d (restore a cache snapshot to go back)",
-                      s->m->family->name, s->pos, c->state_pos);
-    return 0;
-}
-
-static int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen) || v4_begin(d, s, err, errlen)) return -1;
-    ci_forward_chunks(s, tokens, n, logits, all_logits, d->vocab, UBATCH, forward_chunk);
-    ((v4_cache *)s->impl)->state_pos = s->pos;
-    return 0;
-}
-
-/* One decode step for n distinct sessions (registry.h): the matmuls, mHC mappings and MoE run
- * over all rows; each row's window ring, compressors and indexer are its own session's. */
-static int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
-    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
-    ci_model *m = ss[0]->m;
-    const v4_model *d = m->impl;
-    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
-    for (int i = 0; i < n; i++)
-        if (v4_begin(d, ss[i], err, errlen)) return -1;
-    ci_session *big = ss[0];   /* scratch sized for the longest session's entries */
-    for (int i = 1; i < n; i++)
-        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
-    v4_cache *c = big->impl, *cs[UBATCH];
-    for (int off = 0; off < n; off += UBATCH) {
-        int k = n - off < UBATCH ? n - off : UBATCH;
-        for (int i = 0; i < k; i++) {
-            c->pos[i] = ss[off + i]->pos;
-            cs[i] = ss[off + i]->impl;
-        }
-        decode_rows(m, c, cs, tokens + off, k, logits + (size_t)off * d->vocab, 1);
-        for (int i = 0; i < k; i++) ((v4_cache *)ss[off + i]->impl)->state_pos = ++ss[off + i]->pos;
-    }
-    return 0;
-}
-
-/* ---- snapshots (prefix reuse in the server) ------------------------------------------------
- *
- * The cache at position P as one blob: a header (magic, layers, P), then per layer the
- * window rows of positions max(0, P-W+1) .. P-1 in order, and per compressor state its
- * entry count, whether it holds a previous window, the current window's P % ratio pending
- * tokens (kv, gate), the previous window's Ca series (overlap, when held) and its entries. */
-enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
-
-typedef struct {
-    uint8_t *p;                           /* NULL: only count */
-    const uint8_t *q;                     /* reading */
-    size_t off, len;
-    int bad;
-} blob_io;
-
-static void bput(blob_io *b, const void *src, size_t n) {
-    if (b->p) memcpy(b->p + b->off, src, n);
-    b->off += n;
-}
-
-static void bget(blob_io *b, void *dst, size_t n) {
-    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
-    memcpy(dst, b->q + b->off, n);
-    b->off += n;
-}
-
-static void put_cmp(blob_io *b, const cmp_block *k, const cmp_state *st, int P) {
-    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
-    int32_t hdr[2] = { st->n, st->has_prev };
-    bput(b, hdr, sizeof hdr);
-    bput(b, st->pend_kv, (size_t)pend * m * sizeof(float));
-    bput(b, st->pend_gate, (size_t)pend * m * sizeof(float));
-    if (k->overlap && st->has_prev) {
-        bput(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
-        bput(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
-    }
-    bput(b, st->entries, (size_t)st->n * k->d * sizeof(float));
-}
-
-static int get_cmp(blob_io *b, const cmp_block *k, cmp_state *st, int P) {
-    const int m = (1 + k->overlap) * k->d, pend = P % k->ratio;
-    int32_t hdr[2] = { -1, -1 };
-    bget(b, hdr, sizeof hdr);
-    if (b->bad || hdr[0] != P / k->ratio || hdr[0] > st->cap || (hdr[1] != 0 && hdr[1] != 1)) return -1;
-    st->n = hdr[0];
-    st->has_prev = hdr[1];
-    bget(b, st->pend_kv, (size_t)pend * m * sizeof(float));
-    bget(b, st->pend_gate, (size_t)pend * m * sizeof(float));
-    if (k->overlap && st->has_prev) {
-        bget(b, st->prev_kv, (size_t)k->ratio * k->d * sizeof(float));
-        bget(b, st->prev_gate, (size_t)k->ratio * k->d * sizeof(float));
-    }
-    bget(b, st->entries, (size_t)st->n * k->d * sizeof(float));
-    return b->bad ? -1 : 0;
-}
-
-static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
-    int32_t hdr[3] = { SNAP_MAGIC, d->n_layers, P };
-    bput(b, hdr, sizeof hdr);
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        const v4_lcache *lc = &c->lc[l];
-        for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
-            bput(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if (L->type != L_SLIDING) put_cmp(b, &L->comp, &lc->cs, P);
-        if (L->type == L_CSA) put_cmp(b, &L->icomp, &lc->is, P);
-    }
-}
-
-static cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    const v4_cache *c = s->impl;
-    if (s->pos != c->state_pos) {
-        ci_err(err, errlen, "%s: snapshot of a session at position %d whose cache is at %d", s->m->family->name, s->pos,
-               c->state_pos);
-        return NULL;
-    }
-    blob_io cnt = { 0 };
-    put_all(&cnt, d, c, s->pos);
-    cache_snap *snap = cache_snap_blob_new(s->pos, cnt.off);
-    if (!snap) {
-        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
-        return NULL;
-    }
-    blob_io w = { .p = cache_snap_blob(snap, NULL) };
-    put_all(&w, d, c, s->pos);
-    return snap;
-}
-
-static int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
-    const v4_model *d = s->m->impl;
-    v4_cache *c = s->impl;
-    const char *fam = s->m->family->name;
-    size_t len = 0;
-    const uint8_t *q = cache_snap_blob(snap, &len);
-    int P = cache_snap_pos(snap);
-    int32_t hdr[3] = { 0 };
-    blob_io b = { .q = q, .len = len };
-    if (q) bget(&b, hdr, sizeof hdr);
-    if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
-        return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
-    if (P < 0 || P > s->max_ctx)
-        return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, P, s->max_ctx);
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        v4_lcache *lc = &c->lc[l];
-        for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
-            bget(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, &lc->cs, P)) ||
-            (L->type == L_CSA && get_cmp(&b, &L->icomp, &lc->is, P)) || b.bad) {
-            c->state_pos = -1;   /* half restored: only a reset or another restore continues */
-            return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
-        }
-    }
-    if (b.off != len) {
-        c->state_pos = -1;
-        return ci_err(err, errlen, "%s: cache restore: %zu bytes of the snapshot left over", fam, len - b.off);
-    }
-    s->pos = c->state_pos = P;
-    return 0;
-}
-
 static const ci_family_ops v4_ops = {
     .load = v4_load, .unload = v4_unload,
     .session_init = v4_session_init, .session_free = v4_session_free,
-    .forward = v4_forward, .cache_bytes_per_token = v4_cache_bytes_per_token,
+    .forward = v4_forward, .forward_argmax = v4_forward_argmax, .cache_bytes_per_token = v4_cache_bytes_per_token,
     .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
+    .forward_batch_argmax = v4_forward_batch_argmax,
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
 const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, 0 };
+

@@ -12,7 +12,9 @@
  * position p may use entries w < (p + 1) / ratio.
  *
  * The state carried between forwards (and so between decode steps): the current window's
- * projected tokens, the last complete window's Ca series (CSA), and the entries so far. */
+ * projected tokens, the last complete window's Ca series (CSA), and the entries so far, in
+ * one backend buffer laid out as backend.h's ci_v4cmp says; the backend's v4_compress feeds
+ * it. Its entry count follows from the position: (P / ratio) entries at position P. */
 #ifndef CI_COMPRESSOR_H
 #define CI_COMPRESSOR_H
 #include "../backend/backend.h"
@@ -23,28 +25,18 @@ typedef struct {
     ci_mat kv, gate;             /* [(1+overlap)·d, hidden] */
     float *ape;                  /* [ratio, (1+overlap)·d] */
     float *norm;                 /* [d] */
+    ci_v4cmp op;                 /* what the ops read (set by cmp_set_rope) */
 } cmp_block;
 
-typedef struct {
-    float *pend_kv, *pend_gate;  /* [ratio, m·d]: the current window's tokens (gate + ape) */
-    float *prev_kv, *prev_gate;  /* [ratio, d]: the last complete window's Ca (overlap) */
-    int has_prev;
-    float *entries;              /* [cap, d] */
-    int n, cap;
-} cmp_state;
-
-int cmp_state_init(cmp_state *s, const cmp_block *c, int max_ctx);
-void cmp_state_free(cmp_state *s);
-void cmp_state_reset(cmp_state *s);
-/* Bytes a state holds for a max_ctx-token session (what cmp_state_init allocates). */
+/* Fills c->op from the block and the rope of its entries (eps: the entries' RMSNorm). */
+void cmp_set_rope(cmp_block *c, const rope_table *rt, float eps);
+/* Entries a state of a max_ctx-token session holds, and its floats. */
+int cmp_state_cap(const cmp_block *c, long long max_ctx);
 size_t cmp_state_bytes(const cmp_block *c, long long max_ctx);
-
-/* Tokens enter in two steps, so rows of different sequences can share the projections:
- * cmp_project computes n rows' projections (pkv, pgate [n, m·d]); cmp_push feeds one row
- * (kv, gate: its m·d values) at position p into the state s of its own sequence and appends
- * the entry of the window it completes. */
+/* The projections of n rows (pkv, pgate [n, m·d]), then each row into its sequence's state:
+ * state (the rows are consecutive tokens of one sequence) or states[t * tab_step] (one row
+ * per sequence), at positions pos (backend memory). */
 void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate);
-void cmp_push(ci_backend *be, const cmp_block *c, cmp_state *s, const float *kv, const float *gate, int p,
-              const rope_table *rt, float eps);
-
+void cmp_push(ci_backend *be, const cmp_block *c, float *state, float *const *states, int tab_step, const float *pkv,
+              const float *pgate, int n, const int32_t *pos);
 #endif

@@ -11,7 +11,9 @@
  *   x    = Σ_j pre[j] X[j]                                        the sub-block's input
  *   X'[k] = post[k] · block(x) + Σ_j comb[j][k] X[j]              the new streams
  * The model's end collapses the streams once more (hc_head): pre = σ(mix · scale + base) +
- * eps with a head mapping of hc outputs, x = Σ_j pre[j] X[j]. */
+ * eps with a head mapping of hc outputs, x = Σ_j pre[j] X[j].
+ * All of it runs as backend ops (matmul, then hc_pre / hc_post: backend.h); buffers are
+ * backend memory. */
 #ifndef CI_HC_H
 #define CI_HC_H
 #include "../backend/backend.h"
@@ -28,7 +30,7 @@ typedef struct {
  * comb [n, hc, hc] for hc_expand. mix is scratch [n, (2+hc)·hc]. */
 void hc_collapse(ci_backend *be, const hc_map *h, const float *X, int n, float *mix, float *post, float *comb, float *x);
 /* X [n, hc, dim] ← post ⊗ y + combᵀ X, y [n, dim] the sub-block's output; tmp [hc·dim]. */
-void hc_expand(const hc_map *h, float *X, const float *y, const float *post, const float *comb, int n, float *tmp);
+void hc_expand(ci_backend *be, const hc_map *h, float *X, const float *y, const float *post, const float *comb, int n, float *tmp);
 /* The final collapse: x [n, dim] from X with a head mapping; mix scratch [n, hc]. */
 void hc_head(ci_backend *be, const hc_map *h, const float *X, int n, float *mix, float *x);
 

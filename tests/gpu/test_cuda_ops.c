@@ -1843,6 +1843,281 @@ static void test_deltanet(void) {
     }
 }
 
+/* ---- DeepSeek V4 (backend.h "DeepSeek V4"; src/backend/cuda/v4.cu) ---------------------------
+ * Against the CPU ops (cpu/v4_cpu.c) on random inputs: the hyper-connection maps, the
+ * compressor fed in chunks of several sizes (then a decode step of two sequences through a
+ * pointer table), the indexer's choice (the same entries, exactly) and the attention over
+ * the window ring and the compressed entries (one sequence, then a table). The device sums
+ * in other orders (expf / the softmax's double sums alike): bounds B_V4. */
+#define B_V4 1e-4
+
+static void hc_case(int n, int hc, int dim, int head) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda hc_spread+hc_pre+hc_post n=%d hc=%d dim=%d%s", n, hc, dim, head ? " head" : "");
+    if (!gpu->hc_pre || !gpu->hc_post || !gpu->hc_spread || !want(name)) return;
+    const int M = head ? hc : (2 + hc) * hc;
+    const size_t nX = (size_t)n * hc * dim, nx = (size_t)n * dim, nm = (size_t)n * M;
+    float *x0 = xmalloc(nx * 4), *X = xmalloc(nX * 4), *mix = xmalloc(nm * 4), *x = xmalloc(nx * 4),
+          *post = xmalloc((size_t)n * hc * 4), *comb = xmalloc((size_t)n * hc * hc * 4), *y = xmalloc(nx * 4),
+          *tmp = xmalloc((size_t)hc * dim * 4), *base = keep(xmalloc((size_t)M * 4)), *scale = keep(xmalloc(12));
+    fill(x0, nx, 1.f); fill(mix, nm, 1.f); fill(y, nx, 1.f); fill(base, M, 1.f); fill(scale, 3, 0.5f);
+    float *gX = g_alloc(nX * 4), *gx0 = g_put(x0, nx * 4), *gmix = g_put(mix, nm * 4), *gx = g_alloc(nx * 4),
+          *gpost = g_alloc((size_t)n * hc * 4), *gcomb = g_alloc((size_t)n * hc * hc * 4), *gy = g_put(y, nx * 4),
+          *gtmp = g_alloc((size_t)hc * dim * 4);
+    const float *gbase = g_weight(base, (size_t)M * 4), *gscale = g_weight(scale, 12);
+    if (!dead) {
+        cpu->hc_spread(cpu, X, x0, n, hc, dim);
+        gpu->hc_spread(gpu, gX, gx0, n, hc, dim);
+        for (size_t i = 0; i < nX; i++) X[i] *= 1.0f + 0.5f * unif();   /* streams that differ */
+        gpu->upload(gpu, gX, X, nX * 4);
+        cpu->hc_pre(cpu, x, head ? NULL : post, head ? NULL : comb, mix, X, n, hc, dim, 3, 1e-6f, 1e-6f, scale, base);
+        gpu->hc_pre(gpu, gx, head ? NULL : gpost, head ? NULL : gcomb, gmix, gX, n, hc, dim, 3, 1e-6f, 1e-6f, gscale, gbase);
+        float *got = xmalloc(nX * 4);
+        g_get(got, gx, nx * 4);
+        errs e = compare(got, x, nx);
+        if (!head) {
+            cpu->hc_post(cpu, X, y, post, comb, n, hc, dim, tmp);
+            gpu->hc_post(gpu, gX, gy, gpost, gcomb, n, hc, dim, gtmp);
+            g_get(got, gX, nX * 4);
+            errs e2 = compare(got, X, nX);
+            if (!(e2.rel <= e.rel)) e.rel = e2.rel;
+            if (!(e2.abs <= e.abs)) e.abs = e2.abs;
+        }
+        report(name, e, B_V4);
+        free(got);
+    }
+    g_free(gX); g_free(gx0); g_free(gmix); g_free(gx); g_free(gpost); g_free(gcomb); g_free(gy); g_free(gtmp);
+    free(x0); free(X); free(mix); free(x); free(post); free(comb); free(y); free(tmp);
+}
+
+/* A compressor (ratio R, width d, overlap) with its CPU and device views. */
+typedef struct { ci_v4cmp c, g; } v4cmp_pair;
+
+static v4cmp_pair v4cmp_make(int R, int d, int overlap, int rot) {
+    const int m = (1 + overlap) * d;
+    float *ape = keep(xmalloc((size_t)R * m * 4)), *norm = keep(xmalloc((size_t)d * 4));
+    float *inv = make_inv_freq(rot, 10000.0);   /* kept by make_inv_freq */
+    fill(ape, (size_t)R * m, 1.f);
+    for (int i = 0; i < d; i++) norm[i] = 1.0f + 0.25f * unif();
+    v4cmp_pair p;
+    p.c = (ci_v4cmp){ .ratio = R, .d = d, .overlap = overlap, .ape = ape, .norm = norm, .eps = 1e-6f, .inv_freq = inv,
+                      .mscale = 1.0f, .rot_dim = rot };
+    p.g = p.c;
+    p.g.ape = g_weight(ape, (size_t)R * m * 4);
+    p.g.norm = g_weight(norm, (size_t)d * 4);
+    p.g.inv_freq = g_weight(inv, (size_t)rot / 2 * 4);
+    return p;
+}
+
+/* The CPU and device states of one sequence fed tokens 0..P-1 in chunks of the sizes cs[]. */
+static int v4_feed(const v4cmp_pair *k, float *st, float *gst, int P0, int P, const int *cs, int ncs) {
+    const int m = (1 + k->c.overlap) * k->c.d;
+    int p = P0;
+    for (int i = 0; p < P && !dead; i = (i + 1) % ncs) {
+        int n = cs[i] < P - p ? cs[i] : P - p;
+        float *kv = xmalloc((size_t)n * m * 4), *ga = xmalloc((size_t)n * m * 4);
+        int32_t *pos = xmalloc((size_t)n * 4);
+        fill(kv, (size_t)n * m, 1.f); fill(ga, (size_t)n * m, 1.f);
+        for (int t = 0; t < n; t++) pos[t] = p + t;
+        float *gkv = g_put(kv, (size_t)n * m * 4), *gga = g_put(ga, (size_t)n * m * 4);
+        int32_t *gpos = g_put(pos, (size_t)n * 4);
+        if (!dead) {
+            cpu->v4_compress(cpu, st, NULL, 1, kv, ga, n, pos, &k->c);
+            gpu->v4_compress(gpu, gst, NULL, 1, gkv, gga, n, gpos, &k->g);
+        }
+        g_free(gkv); g_free(gga); g_free(gpos);
+        free(kv); free(ga); free(pos);
+        p += n;
+    }
+    return p;
+}
+
+static void compress_case(int R, int d, int overlap, int P) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda v4_compress ratio=%d d=%d %s tokens=%d then a 2-sequence step", R, d,
+             overlap ? "CSA" : "HCA", P);
+    if (!gpu->v4_compress || !want(name)) return;
+    v4cmp_pair k = v4cmp_make(R, d, overlap, d / 4 * 2 > 64 ? 64 : d / 4 * 2);
+    const int cap = (P + 1 + 2 * R) / R + 1;
+    const size_t sf = ci_v4cmp_state_floats(&k.c, cap), off = ci_v4cmp_entries(&k.c), m = (size_t)(1 + overlap) * d;
+    float *st[2] = { xmalloc(sf * 4), xmalloc(sf * 4) }, *gst[2] = { g_alloc(sf * 4), g_alloc(sf * 4) };
+    static const int cs1[] = { 5, 1, 1, 13, 40, 3 }, cs2[] = { 64, 7 };
+    const int P2 = P / 2 + 3;
+    v4_feed(&k, st[0], gst[0], 0, P, cs1, 6);
+    v4_feed(&k, st[1], gst[1], 0, P2, cs2, 2);
+    /* one decode step of both sequences through a table */
+    float *kv = xmalloc(2 * m * 4), *ga = xmalloc(2 * m * 4);
+    int32_t pos[2] = { P, P2 };
+    fill(kv, 2 * m, 1.f); fill(ga, 2 * m, 1.f);
+    float *gkv = g_put(kv, 2 * m * 4), *gga = g_put(ga, 2 * m * 4);
+    int32_t *gpos = g_put(pos, 8);
+    float **gtab = g_put(gst, sizeof gst);
+    if (!dead) {
+        cpu->v4_compress(cpu, NULL, st, 1, kv, ga, 2, pos, &k.c);
+        gpu->v4_compress(gpu, NULL, gtab, 1, gkv, gga, 2, gpos, &k.g);
+        /* then more tokens of sequence 0 as a chunk: the state the step left continues */
+        v4_feed(&k, st[0], gst[0], P + 1, P + 1 + 2 * R, cs1, 6);
+        errs e = { 0, 0, 0 };
+        double num = 0, den = 0;
+        const int ne[2] = { (P + 1 + 2 * R) / R, (P2 + 1) / R };
+        float *got = xmalloc(sf * 4);
+        for (int s = 0; s < 2; s++) {
+            g_get(got, gst[s], sf * 4);
+            acc_err(&e, &num, &den, got + off, st[s] + off, (size_t)ne[s] * d);
+        }
+        fin_err(&e, num, den);
+        report(name, e, B_V4);
+        free(got);
+    }
+    g_free(gkv); g_free(gga); g_free(gpos); g_free(gtab); g_free(gst[0]); g_free(gst[1]);
+    free(kv); free(ga); free(st[0]); free(st[1]);
+}
+
+/* The indexer over n rows of one sequence (or each row its own state through a table),
+ * then the attention over the window ring and the entries the rows chose. */
+static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih, int id, int topk, int kind) {
+    char name[200];
+    static const char *kn[] = { "sliding", "CSA", "HCA" };
+    snprintf(name, sizeof name, "cuda v4_index+v4_attend %s %s n=%d pos0=%d window=%d heads=%d D=%d ih=%d id=%d topk=%d",
+             kn[kind], table ? "own states" : "one state", n, p0, W, Hh, D, ih, id, topk);
+    if (!gpu->v4_attend || !gpu->v4_index || !want(name)) return;
+    const int R = kind == 1 ? 4 : 16, rot = 16, P = p0 + n, ring_rows = W + 256;
+    const int ns = table ? n : 1;
+    v4cmp_pair kc = v4cmp_make(R, D, kind == 1, rot), ki = v4cmp_make(R, id, 1, rot);
+    const int cap = P / R + 1;
+    const size_t cf = ci_v4cmp_state_floats(&kc.c, cap), icf = ci_v4cmp_state_floats(&ki.c, cap);
+    float **ring = xmalloc((size_t)ns * sizeof *ring), **cst = xmalloc((size_t)ns * sizeof *cst),
+          **ist = xmalloc((size_t)ns * sizeof *ist), **htab = xmalloc((size_t)3 * n * sizeof *htab),
+          **gtabh = xmalloc((size_t)3 * n * sizeof *gtabh);
+    float **gring = xmalloc((size_t)ns * sizeof *gring), **gcst = xmalloc((size_t)ns * sizeof *gcst),
+          **gist = xmalloc((size_t)ns * sizeof *gist);
+    for (int s = 0; s < ns; s++) {   /* random rings and states (entries are only read) */
+        ring[s] = xmalloc((size_t)ring_rows * D * 4); fill(ring[s], (size_t)ring_rows * D, 1.f);
+        cst[s] = xmalloc(cf * 4); fill(cst[s], cf, 1.f);
+        ist[s] = xmalloc(icf * 4); fill(ist[s], icf, 1.f);
+        gring[s] = g_put(ring[s], (size_t)ring_rows * D * 4);
+        gcst[s] = g_put(cst[s], cf * 4);
+        gist[s] = g_put(ist[s], icf * 4);
+    }
+    for (int t = 0; t < n; t++) {
+        const int s = table ? t : 0;
+        htab[3 * t] = ring[s]; htab[3 * t + 1] = cst[s]; htab[3 * t + 2] = ist[s];
+        gtabh[3 * t] = gring[s]; gtabh[3 * t + 1] = gcst[s]; gtabh[3 * t + 2] = gist[s];
+    }
+    int32_t *pos = xmalloc((size_t)n * 4);
+    for (int t = 0; t < n; t++) pos[t] = table ? p0 + 37 * t % (P - p0 + 1) : p0 + t;
+    const size_t HD = (size_t)Hh * D;
+    float *q = xmalloc(n * HD * 4), *kv = xmalloc((size_t)n * D * 4), *iq = xmalloc((size_t)n * ih * id * 4),
+          *iw = xmalloc((size_t)n * ih * 4), *sinks = keep(xmalloc((size_t)Hh * 4)), *out = xmalloc(n * HD * 4);
+    fill(q, n * HD, 1.f); fill(kv, (size_t)n * D, 1.f); fill(iq, (size_t)n * ih * id, 1.f); fill(iw, (size_t)n * ih, 1.f);
+    fill(sinks, Hh, 2.f);
+    const int stride = topk < cap ? topk : cap;
+    int32_t *sel = xmalloc((size_t)n * stride * 4), *nsel = xmalloc((size_t)n * 4);
+    float *scr = xmalloc(ci_v4_index_scratch_floats(ih, cap) * 4);
+    const int max_keys = W + cap;
+    float *kbuf = xmalloc((size_t)max_keys * D * 4), *sc = xmalloc((size_t)Hh * max_keys * 4);
+    float *gq = g_put(q, n * HD * 4), *gkv = g_put(kv, (size_t)n * D * 4), *giq = g_put(iq, (size_t)n * ih * id * 4),
+          *giw = g_put(iw, (size_t)n * ih * 4), *gout = g_alloc(n * HD * 4);
+    const float *gsinks = g_weight(sinks, (size_t)Hh * 4);
+    int32_t *gpos = g_put(pos, (size_t)n * 4), *gsel = g_alloc((size_t)n * stride * 4), *gnsel = g_alloc((size_t)n * 4);
+    float **gtab = g_put(gtabh, (size_t)3 * n * sizeof *gtabh);
+    float *gscr = g_alloc(ci_v4_index_scratch_floats(ih, cap) * 4), *gkbuf = g_alloc((size_t)max_keys * D * 4),
+          *gsc = g_alloc((size_t)Hh * max_keys * 4);
+    if (!dead) {
+        float *const *ct = table ? htab : NULL, *const *gt = table ? gtab : NULL;
+        const int32_t *csel = NULL, *gsl = NULL;
+        char why[200] = "";
+        int sel_ok = 1;
+        if (kind == 1) {
+            cpu->v4_index(cpu, sel, nsel, iq, iw, ist[0], ct ? ct + 2 : NULL, 3, n, pos, &ki.c, ih, topk, stride, cap, scr);
+            gpu->v4_index(gpu, gsel, gnsel, giq, giw, gist[0], gt ? gt + 2 : NULL, 3, n, gpos, &ki.g, ih, topk, stride,
+                          cap, gscr);
+            int32_t *s2 = xmalloc((size_t)n * stride * 4), *n2 = xmalloc((size_t)n * 4);
+            g_get(s2, gsel, (size_t)n * stride * 4);
+            g_get(n2, gnsel, (size_t)n * 4);
+            for (int t = 0; t < n && sel_ok; t++) {
+                sel_ok = n2[t] == nsel[t];
+                for (int i = 0; sel_ok && i < nsel[t]; i++) sel_ok = s2[(size_t)t * stride + i] == sel[(size_t)t * stride + i];
+                if (!sel_ok) snprintf(why, sizeof why, "row %d chose other entries (%d vs %d of them)", t, n2[t], nsel[t]);
+            }
+            free(s2); free(n2);
+            csel = sel; gsl = gsel;
+        }
+        const ci_v4cmp *cc = kind ? &kc.c : NULL, *gc = kind ? &kc.g : NULL;
+        const float *inv = kc.c.inv_freq, *ginv = kc.g.inv_freq;
+        cpu->v4_attend(cpu, out, q, kv, n, pos, ring[0], ring_rows, W, cst[0], ct, 3, cc, csel, nsel, stride, sinks, Hh,
+                       D, rot, inv, 1.0f, kbuf, sc);
+        gpu->v4_attend(gpu, gout, gq, gkv, n, gpos, gring[0], ring_rows, W, gcst[0], gt, 3, gc, gsl, gnsel, stride,
+                       gsinks, Hh, D, rot, ginv, 1.0f, gkbuf, gsc);
+        float *got = xmalloc(n * HD * 4);
+        g_get(got, gout, n * HD * 4);
+        errs e = compare(got, out, n * HD);
+        free(got);
+        if (!sel_ok) report_bool(name, 0, why);
+        else report(name, e, B_V4);
+    }
+    for (int s = 0; s < ns; s++) {
+        g_free(gring[s]); g_free(gcst[s]); g_free(gist[s]);
+        free(ring[s]); free(cst[s]); free(ist[s]);
+    }
+    g_free(gq); g_free(gkv); g_free(giq); g_free(giw); g_free(gout); g_free(gpos); g_free(gsel); g_free(gnsel);
+    g_free(gtab); g_free(gscr); g_free(gkbuf); g_free(gsc);
+    free(ring); free(cst); free(ist); free(htab); free(gtabh); free(gring); free(gcst); free(gist); free(pos);
+    free(q); free(kv); free(iq); free(iw); free(out); free(sel); free(nsel); free(scr); free(kbuf); free(sc);
+}
+
+static void groups_case(int n, int G, int rows, int cols) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda matmul_groups n=%d groups=%d rows=%d cols=%d", n, G, rows, cols);
+    if (!gpu->matmul_groups || !want(name)) return;
+    float *w = keep(xmalloc((size_t)G * rows * cols * 4)), *x = xmalloc((size_t)n * G * cols * 4),
+          *y = xmalloc((size_t)n * G * rows * 4), *xg = xmalloc((size_t)n * cols * 4), *yg = xmalloc((size_t)n * rows * 4);
+    fill(w, (size_t)G * rows * cols, 0.1f); fill(x, (size_t)n * G * cols, 1.f);
+    const float *gw = g_weight(w, (size_t)G * rows * cols * 4);
+    ci_mat *wc = xmalloc((size_t)G * sizeof *wc), *wg = xmalloc((size_t)G * sizeof *wg);
+    for (int g = 0; g < G; g++) {
+        wc[g] = (ci_mat){ .data = w + (size_t)g * rows * cols, .dtype = CI_F32, .rows = rows, .cols = cols };
+        wg[g] = wc[g];
+        wg[g].data = gw ? gw + (size_t)g * rows * cols : NULL;
+    }
+    float *gx = g_put(x, (size_t)n * G * cols * 4), *gy = g_alloc((size_t)n * G * rows * 4),
+          *gxg = g_alloc((size_t)n * cols * 4), *gyg = g_alloc((size_t)n * rows * 4);
+    if (!dead) {
+        cpu->matmul_groups(cpu, y, x, n, G, wc, xg, yg);
+        gpu->matmul_groups(gpu, gy, gx, n, G, wg, gxg, gyg);
+        float *ref = xmalloc((size_t)n * G * rows * 4);
+        memcpy(ref, y, (size_t)n * G * rows * 4);
+        float *gyv[1] = { gy }, *rv[1] = { ref };
+        const size_t sz[1] = { (size_t)n * G * rows };
+        report(name, compare_outputs(1, gyv, rv, sz), B_TC);
+        gy = NULL;
+    }
+    g_free(gx); g_free(gy); g_free(gxg); g_free(gyg);
+    free(x); free(y); free(xg); free(yg); free(wc); free(wg);
+}
+
+static void test_v4(void) {
+    static const struct { int n, hc, dim, head; } hcs[] = { { 1, 4, 64, 0 }, { 7, 4, 4096, 0 }, { 256, 3, 96, 0 },
+                                                            { 5, 4, 4096, 1 }, { 1, 64, 32, 0 } };
+    for (size_t c = 0; c < sizeof hcs / sizeof *hcs && !dead; c++) hc_case(hcs[c].n, hcs[c].hc, hcs[c].dim, hcs[c].head);
+    static const struct { int R, d, overlap, P; } cc[] = { { 4, 64, 1, 50 }, { 8, 32, 0, 77 }, { 128, 512, 0, 300 },
+                                                           { 4, 512, 1, 600 }, { 4, 128, 1, 33 } };
+    int ncc = quick ? 2 : (int)(sizeof cc / sizeof *cc);
+    for (int c = 0; c < ncc && !dead; c++) compress_case(cc[c].R, cc[c].d, cc[c].overlap, cc[c].P);
+    static const struct { int n, table, p0, W, Hh, D, ih, id, topk, kind; } ac[] = {
+        { 1, 0, 0, 8, 2, 64, 2, 32, 4, 0 },       { 9, 0, 30, 8, 3, 64, 4, 32, 4, 1 },
+        { 1, 0, 700, 128, 8, 512, 8, 128, 16, 1 }, { 3, 1, 200, 128, 4, 512, 8, 128, 16, 1 },
+        { 40, 0, 100, 16, 4, 128, 2, 64, 8, 2 },  { 4, 1, 900, 128, 4, 512, 2, 64, 8, 2 },
+        { 256, 0, 0, 128, 2, 64, 4, 64, 512, 1 },
+    };
+    int nac = quick ? 3 : (int)(sizeof ac / sizeof *ac);
+    for (int c = 0; c < nac && !dead; c++)
+        v4_attn_case(ac[c].n, ac[c].table, ac[c].p0, ac[c].W, ac[c].Hh, ac[c].D, ac[c].ih, ac[c].id, ac[c].topk,
+                     ac[c].kind);
+    groups_case(1, 8, 64, 128);
+    groups_case(37, 4, 96, 256);
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -1880,6 +2155,7 @@ int main(int argc, char **argv) {
     test_shortconv();
     test_mamba();
     test_deltanet();
+    test_v4();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

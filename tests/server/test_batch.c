@@ -95,11 +95,14 @@ static void test_forward_batch_matches_forward(void) {
 }
 
 /* The hybrids: the batched step keeps each row's recurrent state (DeltaNet, short conv,
- * Mamba2) per session and batches the rest; logits bit for bit as one session at a time,
- * and the state left behind continues the same way (a last single step compared too). */
+ * Mamba2; DeepSeek V4's window rings and compressors) per session and batches the rest;
+ * logits bit for bit as one session at a time, and the state left behind continues the
+ * same way (a last single step compared too). */
 static const char *hybrid_dirs[] = { "tests/fixtures/qwen3_next", "tests/fixtures/qwen3_5", "tests/fixtures/qwen3_5_moe_hub",
                                      "tests/fixtures/lfm2", "tests/fixtures/lfm2_moe", "tests/fixtures/nemotron_h",
-                                     "tests/fixtures/nemotron_h_latent", NULL };
+                                     "tests/fixtures/nemotron_h_latent", "tests/fixtures/deepseek_v4",
+                                     "tests/fixtures/deepseek_v4_hub", "tests/fixtures/deepseek_v4_rates",
+                                     "tests/fixtures/deepseek_v4_fp8", NULL };
 
 static void one_hybrid(const char *dir) {
     char err[1024];
@@ -171,6 +174,44 @@ static void test_forward_batch_hybrids(void) {
     for (int i = 0; hybrid_dirs[i]; i++) one_hybrid(hybrid_dirs[i]);
 }
 
+/* DeepSeek V4 sessions whose contexts are shorter than the sliding window keep shorter
+ * window rings (the step indexes every row's ring with the longest one's length): a batched
+ * step of sessions of different contexts gives every row the bits of its own single step. */
+static void test_forward_batch_v4_contexts(void) {
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts o = { .n_threads = 0 };
+    const char *dir = "tests/fixtures/deepseek_v4";   /* sliding_window 8 */
+    if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
+    const int V = (int)m->cfg.vocab_size, ctx[3] = { 6, 64, 7 };
+    ci_session *a[3] = { 0 }, *b[3] = { 0 };
+    float *la = malloc(3 * (size_t)V * sizeof(float)), *lb = malloc(3 * (size_t)V * sizeof(float));
+    int differ = 0;
+    for (int i = 0; i < 3 && la && lb; i++) {
+        int ids[3] = { tok_at(i, 0, V), tok_at(i, 1, V), tok_at(i, 2, V) };
+        if (ci_session_new(m, ctx[i], &a[i], err, sizeof err) || ci_session_new(m, ctx[i], &b[i], err, sizeof err) ||
+            ci_forward(a[i], ids, 3, la, 0, err, sizeof err) || ci_forward(b[i], ids, 3, lb, 0, err, sizeof err)) {
+            CHECK(0, "%s: %s", dir, err);
+            goto done;
+        }
+    }
+    for (int step = 0; step < 3 && la && lb; step++) {
+        int toks[3];
+        for (int i = 0; i < 3; i++) {
+            toks[i] = tok_at(i + 5, step, V);
+            if (ci_forward(a[i], &toks[i], 1, la + (size_t)i * V, 0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        }
+        if (m->family->ops->forward_batch(b, toks, 3, lb, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        differ |= memcmp(la, lb, 3 * (size_t)V * sizeof(float)) != 0;
+    }
+    CHECK(!differ, "%s: a batched step of sessions of different contexts differs from their own steps", dir);
+done:
+    for (int i = 0; i < 3; i++) { ci_session_free(a[i]); ci_session_free(b[i]); }
+    free(la);
+    free(lb);
+    ci_model_free(m);
+}
+
 static void test_forward_batch_errors(void) {
     char err[1024];
     ci_model *m = NULL;
@@ -198,6 +239,7 @@ static void test_forward_batch_errors(void) {
 int main(void) {
     TEST_RUN(test_forward_batch_matches_forward);
     TEST_RUN(test_forward_batch_hybrids);
+    TEST_RUN(test_forward_batch_v4_contexts);
     TEST_RUN(test_forward_batch_errors);
     TEST_EXIT();
 }

@@ -822,6 +822,13 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.split_halves = cpu_split_halves;
     b->base.sigmoid_mul = cpu_sigmoid_mul;
     b->base.sigmoid_gate_add = cpu_sigmoid_gate_add;
+    b->base.hc_spread = cpu_hc_spread;
+    b->base.hc_pre = cpu_hc_pre;
+    b->base.hc_post = cpu_hc_post;
+    b->base.v4_compress = cpu_v4_compress;
+    b->base.v4_index = cpu_v4_index;
+    b->base.v4_attend = cpu_v4_attend;
+    b->base.matmul_groups = cpu_matmul_groups;
     /* graph_* stay NULL (nothing to capture), is_device 0, pool_free NULL: calloc'd */
     return &b->base;
 fail:

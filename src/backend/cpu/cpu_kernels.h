@@ -170,6 +170,24 @@ void cpu_split_halves(ci_backend *be, float *lo, float *hi, const float *x, int 
 void cpu_sigmoid_mul(ci_backend *be, float *y, const float *g, int64_t count);
 void cpu_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const float *g, int n, int width);
 
+/* v4_cpu.c: DeepSeek V4's ops (backend.h hc_spread ... matmul_groups). */
+void cpu_hc_spread(ci_backend *be, float *X, const float *x, int n, int hc, int dim);
+void cpu_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
+                int iters, float eps, float norm_eps, const float *scale, const float *base);
+void cpu_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim,
+                 float *tmp);
+void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab_step, const float *kv,
+                     const float *gate, int n, const int32_t *pos, const ci_v4cmp *c);
+void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
+                  float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
+                  int sel_stride, int max_entries, float *scratch);
+void cpu_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, int n, const int32_t *pos, float *ring,
+                   int ring_rows, int window, const float *cstate, float *const *tab, int tab_step, const ci_v4cmp *c,
+                   const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks, int n_heads, int D,
+                   int rot_dim, const float *inv_freq, float mscale, float *kbuf, float *sc);
+void cpu_matmul_groups(ci_backend *be, float *y, const float *x, int n, int groups, const ci_mat *W, float *xg,
+                       float *yg);
+
 /* E8M0 (a bare exponent) as f32 without libm: 0xff is NaN, 0 is 2^-127 (subnormal). */
 static inline float cpu_e8m0_value(uint8_t b) {
     union { uint32_t u; float f; } v;

@@ -377,6 +377,51 @@ static void op_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const 
     if (!CB(be)->failed) cb_sigmoid_gate_add(CB(be), y, x, g, n, width);
 }
 
+/* DeepSeek V4 (v4.cu) */
+static void op_hc_spread(ci_backend *be, float *X, const float *x, int n, int hc, int dim) {
+    if (!CB(be)->failed) cb_hc_spread(CB(be), X, x, n, hc, dim);
+}
+static void op_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc,
+                      int dim, int iters, float eps, float norm_eps, const float *scale, const float *base) {
+    if (!CB(be)->failed) cb_hc_pre(CB(be), x, post, comb, mix, X, n, hc, dim, iters, eps, norm_eps, scale, base);
+}
+static void op_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc,
+                       int dim, float *tmp) {
+    (void)tmp;
+    if (!CB(be)->failed) cb_hc_post(CB(be), X, y, post, comb, n, hc, dim);
+}
+static void op_v4_compress(ci_backend *be, float *state, float *const *states, int tab_step, const float *kv,
+                           const float *gate, int n, const int32_t *pos, const ci_v4cmp *c) {
+    if (!CB(be)->failed) cb_v4_compress(CB(be), state, states, tab_step, kv, gate, n, pos, c);
+}
+static void op_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw,
+                        const float *state, float *const *states, int tab_step, int n, const int32_t *pos,
+                        const ci_v4cmp *c, int ih, int topk, int sel_stride, int max_entries, float *scratch) {
+    if (!CB(be)->failed)
+        cb_v4_index(CB(be), sel, nsel, iq, iw, state, states, tab_step, n, pos, c, ih, topk, sel_stride, max_entries,
+                    scratch);
+}
+static void op_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, int n, const int32_t *pos,
+                         float *ring, int ring_rows, int window, const float *cstate, float *const *tab, int tab_step,
+                         const ci_v4cmp *c, const int32_t *sel, const int32_t *nsel, int sel_stride,
+                         const float *sinks, int n_heads, int D, int rot_dim, const float *inv_freq, float mscale,
+                         float *kbuf, float *sc) {
+    (void)kbuf; (void)sc;
+    if (!CB(be)->failed)
+        cb_v4_attend(CB(be), out, q, kv, n, pos, ring, ring_rows, window, cstate, tab, tab_step, c, sel, nsel,
+                     sel_stride, sinks, n_heads, D, rot_dim, inv_freq, mscale);
+}
+/* each group: its inputs gathered into xg, the matmul op into yg, scattered into y */
+static void op_matmul_groups(ci_backend *be, float *y, const float *x, int n, int groups, const ci_mat *W, float *xg,
+                             float *yg) {
+    const int cols = (int)W[0].cols, rows = (int)W[0].rows;
+    for (int g = 0; g < groups && !CB(be)->failed; g++) {
+        cb_group_copy(CB(be), xg, x, n, groups, g, cols, 0);
+        be->matmul(be, yg, xg, n, &W[g]);
+        cb_group_copy(CB(be), y, yg, n, groups, g, rows, 1);
+    }
+}
+
 /* MLA / DSA (mla.cu) */
 static void op_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
                                float eps) {
@@ -584,6 +629,13 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->deltanet = op_deltanet;
     be->deltanet_unfuse = op_deltanet_unfuse;
     be->split_halves = op_split_halves;
+    be->hc_spread = op_hc_spread;
+    be->hc_pre = op_hc_pre;
+    be->hc_post = op_hc_post;
+    be->v4_compress = op_v4_compress;
+    be->v4_index = op_v4_index;
+    be->v4_attend = op_v4_attend;
+    be->matmul_groups = op_matmul_groups;
     be->sigmoid_mul = op_sigmoid_mul;
     be->sigmoid_gate_add = op_sigmoid_gate_add;
     be->graph_begin = op_graph_begin;

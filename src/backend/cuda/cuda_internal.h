@@ -255,4 +255,25 @@ void cb_gated_rmsnorm(cuda_be *cb, float *y, const float *z, int z_stride, const
                       float eps);
 void cb_relu2(cuda_be *cb, float *g, int64_t count);
 
+/* ---- DeepSeek V4 (v4.cu) ----
+ * backend.h's hc_spread, hc_pre (hc <= 64), hc_post (no scratch: a thread holds a channel of
+ * every stream), v4_compress, v4_index (scores in cb->mla_work[1], sized by max_entries; the
+ * op's scratch unused), v4_attend (head_dim <= 1024; kbuf / sc unused). matmul_groups is
+ * cuda_backend.cu's: cb_group_copy gathers a group's inputs (dir 0: dst [n, cols] from
+ * src [n, groups·cols]) or scatters its outputs (dir 1), around the matmul op. */
+void cb_hc_spread(cuda_be *cb, float *X, const float *x, int n, int hc, int dim);
+void cb_hc_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
+               int iters, float eps, float norm_eps, const float *scale, const float *base);
+void cb_hc_post(cuda_be *cb, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim);
+void cb_v4_compress(cuda_be *cb, float *state, float *const *states, int tab_step, const float *kv, const float *gate,
+                    int n, const int32_t *pos, const ci_v4cmp *c);
+void cb_v4_index(cuda_be *cb, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
+                 float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
+                 int sel_stride, int max_entries, float *scratch);
+void cb_v4_attend(cuda_be *cb, float *out, const float *q, const float *kv, int n, const int32_t *pos, float *ring,
+                  int ring_rows, int window, const float *cstate, float *const *tab, int tab_step, const ci_v4cmp *c,
+                  const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks, int n_heads, int D,
+                  int rot_dim, const float *inv_freq, float mscale);
+void cb_group_copy(cuda_be *cb, float *dst, const float *src, int n, int groups, int g, int cols, int dir);
+
 #endif

@@ -1,0 +1,577 @@
+/* v4.cu — DeepSeek V4's ops on the device (backend.h: hc_spread, hc_pre, hc_post,
+ * v4_compress, v4_index, v4_attend, matmul_groups). Nothing synchronises, nothing is
+ * decided on the host from a position: entry counts, windows and selections follow from
+ * pos[] on the device, so a decode step can be captured.
+ *
+ * hc_pre: a block per row (the sum of squares in double, then one thread builds pre / post /
+ * comb in shared memory, then the collapse over the row's channels). hc_post: a thread per
+ * channel of a row holds that channel of every stream.
+ * v4_compress: a chunk's tokens reach the state in three launches, in stream order: every
+ * row that completes a window writes its entry, reading each slot from the chunk's rows
+ * when its position is in the chunk, else from the state (the pending slots of the window
+ * the chunk started in, or the previous window's Ca series); then the last completed
+ * window's Ca series becomes the state's previous one; then the rows of the chunk's last
+ * window become the pending slots. A decode step's rows are each their own chunk.
+ * v4_index: a warp per entry scores it (heads in order), then a block per row finds the
+ * topk-th score by a bitwise search on order-preserving integer keys and keeps the entries
+ * above it and the lowest-index ties, ascending (ci_topk_positions' rule).
+ * v4_attend: the ring store, then a block per (head, row): warps take keys in turn with an
+ * online softmax, merged with the sink in shared memory, then the inverse rope. */
+#include "cuda_internal.h"
+#include <math.h>
+
+enum { V4_THREADS = 256, V4_MAX_HC = 64, V4_MAX_D = 1024, V4_SEL_THREADS = 1024, V4_SCORE_KEYS = 64 };
+
+/* ---- hyper-connections ------------------------------------------------------------------ */
+
+__global__ void v4_hc_spread_kernel(float *X, const float *x, int hc, int dim) {
+    pdl_enter();
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < hc * dim; i += gridDim.x * blockDim.x)
+        X[(int64_t)t * hc * dim + i] = x[(int64_t)t * dim + i % dim];
+}
+
+void cb_hc_spread(cuda_be *cb, float *X, const float *x, int n, int hc, int dim) {
+    if (n <= 0 || hc <= 0 || dim <= 0) return;
+    const int bx = (hc * dim + V4_THREADS - 1) / V4_THREADS;
+    cb_launch(cb, v4_hc_spread_kernel, dim3(bx > 64 ? 64 : bx, n), dim3(V4_THREADS), 0, X, x, hc, dim);
+    cb_launched(cb, "hc_spread");
+}
+
+__device__ __forceinline__ float v4_sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+/* block sum of a double (blockDim.x a multiple of 32, at most 1024) */
+__device__ double v4_block_sum_d(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+__device__ float v4_block_sum_f(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* a block per row; shared: the row's mix [M] then pre [hc] */
+__global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix, const float *X, int hc, int dim,
+                                 int iters, float eps, float norm_eps, const float *scale, const float *base) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    __shared__ double shd[32];
+    const int t = blockIdx.x, C = hc, F = hc * dim, M = post ? (2 + C) * C : C;
+    const float *f = X + (int64_t)t * F;
+    double ss = 0;
+    for (int i = threadIdx.x; i < F; i += blockDim.x) ss += (double)f[i] * f[i];
+    ss = v4_block_sum_d(ss, shd);
+    const float r = 1.0f / sqrtf((float)(ss / F) + norm_eps);
+    float *mx = sm, *pre = sm + M;
+    for (int i = threadIdx.x; i < M; i += blockDim.x) {
+        float v = mix[(int64_t)t * M + i] * r;
+        mix[(int64_t)t * M + i] = v;
+        mx[i] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < C; j++) pre[j] = v4_sigm(mx[j] * scale[0] + base[j]) + eps;
+        if (post) {
+            float *po = post + (int64_t)t * C, *cbm = comb + (int64_t)t * C * C;
+            for (int j = 0; j < C; j++) po[j] = 2.0f * v4_sigm(mx[C + j] * scale[1] + base[C + j]);
+            for (int i = 0; i < C; i++) {
+                float *row = cbm + i * C, m = -INFINITY;
+                for (int j = 0; j < C; j++) {
+                    row[j] = mx[2 * C + i * C + j] * scale[2] + base[2 * C + i * C + j];
+                    m = fmaxf(m, row[j]);
+                }
+                float s = 0;
+                for (int j = 0; j < C; j++) { row[j] = expf(row[j] - m); s += row[j]; }
+                for (int j = 0; j < C; j++) row[j] = row[j] / s + eps;
+            }
+            for (int it = 0; it < iters; it++) {
+                if (it > 0)
+                    for (int i = 0; i < C; i++) {
+                        float s = 0;
+                        for (int j = 0; j < C; j++) s += cbm[i * C + j];
+                        for (int j = 0; j < C; j++) cbm[i * C + j] /= s + eps;
+                    }
+                for (int j = 0; j < C; j++) {
+                    float s = 0;
+                    for (int i = 0; i < C; i++) s += cbm[i * C + j];
+                    for (int i = 0; i < C; i++) cbm[i * C + j] /= s + eps;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+        float a = 0;
+        for (int j = 0; j < C; j++) a += pre[j] * f[(int64_t)j * dim + d];
+        x[(int64_t)t * dim + d] = a;
+    }
+}
+
+void cb_hc_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
+               int iters, float eps, float norm_eps, const float *scale, const float *base) {
+    if (n <= 0 || hc <= 0 || dim <= 0) return;
+    if (hc > V4_MAX_HC) { cb_fail_msg(cb, "hc_pre: more than 64 hyper-connection streams"); return; }
+    const size_t smem = ((size_t)(post ? (2 + hc) * hc : hc) + hc) * sizeof(float);
+    cb_launch(cb, v4_hc_pre_kernel, dim3((unsigned)n), dim3(V4_THREADS), smem, x, post, comb, mix, X, hc, dim, iters, eps,
+              norm_eps, scale, base);
+    cb_launched(cb, "hc_pre");
+}
+
+/* a thread per (row, channel): that channel of every stream in registers */
+__global__ void v4_hc_post_kernel(float *X, const float *y, const float *post, const float *comb, int hc, int dim) {
+    pdl_enter();
+    const int t = blockIdx.y, C = hc;
+    const float *po = post + (int64_t)t * C, *cbm = comb + (int64_t)t * C * C;
+    float *xs = X + (int64_t)t * C * dim;
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < dim; d += gridDim.x * blockDim.x) {
+        float old[V4_MAX_HC];
+        for (int j = 0; j < C; j++) old[j] = xs[(int64_t)j * dim + d];
+        const float yd = y[(int64_t)t * dim + d];
+        for (int k = 0; k < C; k++) {
+            float a = po[k] * yd;
+            for (int j = 0; j < C; j++) a += cbm[j * C + k] * old[j];
+            xs[(int64_t)k * dim + d] = a;
+        }
+    }
+}
+
+void cb_hc_post(cuda_be *cb, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim) {
+    if (n <= 0 || hc <= 0 || dim <= 0) return;
+    if (hc > V4_MAX_HC) { cb_fail_msg(cb, "hc_post: more than 64 hyper-connection streams"); return; }
+    const int bx = (dim + V4_THREADS - 1) / V4_THREADS;
+    cb_launch(cb, v4_hc_post_kernel, dim3(bx > 64 ? 64 : bx, n), dim3(V4_THREADS), 0, X, y, post, comb, hc, dim);
+    cb_launched(cb, "hc_post");
+}
+
+/* ---- the compressor ----------------------------------------------------------------------- */
+
+/* Row t's chunk: with states, the row alone (its own sequence); else the n rows. */
+struct v4_seg {
+    float *st;        /* the state */
+    int first, last;  /* rows of the chunk */
+    int p0;           /* position of its first row */
+};
+
+__device__ __forceinline__ v4_seg v4_seg_of(float *state, float *const *states, int tab_step, const int32_t *pos, int n,
+                                            int t) {
+    v4_seg s;
+    if (states) {
+        s.st = states[(int64_t)t * tab_step];
+        s.first = s.last = t;
+        s.p0 = pos[t];
+    } else {
+        s.st = state;
+        s.first = 0;
+        s.last = n - 1;
+        s.p0 = pos[0];
+    }
+    return s;
+}
+
+/* kv (gate 0) or gate + ape (gate 1) at position q, column col of the m-wide series, for a
+ * window that ends in this chunk: from its row when q is in the chunk, from the pending
+ * slots of the window the chunk started in, or (Ca columns only) from the previous window's
+ * series. */
+__device__ __forceinline__ float v4_slot(const v4_seg &s, const float *kv, const float *gate, const ci_v4cmp &c, int m,
+                                         int q, int col, int gate_sel) {
+    const int R = c.ratio, d = c.d, k = q % R;
+    if (q >= s.p0) {
+        const int64_t row = s.first + (q - s.p0);
+        return gate_sel ? gate[row * m + col] + c.ape[(int64_t)k * m + col] : kv[row * m + col];
+    }
+    if (q / R == s.p0 / R) return s.st[(size_t)gate_sel * R * m + (size_t)k * m + col];   /* pending */
+    const float *prev = s.st + 2 * (size_t)R * m;
+    return prev[(size_t)gate_sel * R * d + (size_t)k * d + col];
+}
+
+/* a block per row; rows that complete a window write its entry (shared: the entry [d]) */
+__global__ void v4_emit_kernel(float *state, float *const *states, int tab_step, const float *kv, const float *gate,
+                               int n, const int32_t *pos, ci_v4cmp c, size_t entries_off) {
+    pdl_enter();
+    extern __shared__ float e[];
+    __shared__ float shf[32];
+    const int t = blockIdx.x, p = pos[t], R = c.ratio, d = c.d, m = (1 + c.overlap) * d;
+    if (p % R != R - 1) return;
+    const v4_seg s = v4_seg_of(state, states, tab_step, pos, n, t);
+    const int w = p / R, has_prev = c.overlap && w > 0;
+    for (int ch = threadIdx.x; ch < d; ch += blockDim.x) {
+        const int own = c.overlap ? d + ch : ch;
+        float mx = -INFINITY;
+        if (has_prev)
+            for (int k = 0; k < R; k++) mx = fmaxf(mx, v4_slot(s, kv, gate, c, m, (w - 1) * R + k, ch, 1));
+        for (int k = 0; k < R; k++) mx = fmaxf(mx, v4_slot(s, kv, gate, c, m, w * R + k, own, 1));
+        double num = 0, den = 0;
+        if (has_prev)
+            for (int k = 0; k < R; k++) {
+                const int q = (w - 1) * R + k;
+                double pr = exp((double)v4_slot(s, kv, gate, c, m, q, ch, 1) - mx);
+                num += pr * v4_slot(s, kv, gate, c, m, q, ch, 0);
+                den += pr;
+            }
+        for (int k = 0; k < R; k++) {
+            const int q = w * R + k;
+            double pr = exp((double)v4_slot(s, kv, gate, c, m, q, own, 1) - mx);
+            num += pr * v4_slot(s, kv, gate, c, m, q, own, 0);
+            den += pr;
+        }
+        e[ch] = (float)(num / den);
+    }
+    __syncthreads();
+    float ss = 0;
+    for (int ch = threadIdx.x; ch < d; ch += blockDim.x) ss += e[ch] * e[ch];
+    ss = v4_block_sum_f(ss, shf);
+    const float r = 1.0f / sqrtf(ss / d + c.eps);
+    for (int ch = threadIdx.x; ch < d; ch += blockDim.x) e[ch] = e[ch] * r * c.norm[ch];
+    __syncthreads();
+    float *out = s.st + entries_off + (size_t)w * d;
+    const int half = c.rot_dim / 2, off = d - c.rot_dim;
+    const float fp = (float)(w * R);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        if (i < off) { out[i] = e[i]; continue; }
+        const int pi = (i - off) >> 1;
+        if (pi >= half) { out[i] = e[i]; continue; }
+        const double a = (double)(fp * c.inv_freq[pi]);
+        const float co = (float)(cos(a) * c.mscale), si = (float)(sin(a) * c.mscale);
+        const float x0 = e[off + 2 * pi], x1 = e[off + 2 * pi + 1];
+        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
+    }
+}
+
+/* the chunk's last row: the Ca series of the last window it completed becomes the state's
+ * previous one (overlapping compressors only) */
+__global__ void v4_prev_kernel(float *state, float *const *states, int tab_step, const float *kv, const float *gate,
+                               int n, const int32_t *pos, ci_v4cmp c) {
+    pdl_enter();
+    const int t = blockIdx.x;
+    const v4_seg s = v4_seg_of(state, states, tab_step, pos, n, t);
+    if (t != s.last) return;
+    const int R = c.ratio, d = c.d, m = 2 * d, pl = pos[t];
+    const int wl = (pl + 1) / R - 1;
+    if (wl < 0 || (wl + 1) * R <= s.p0) return;   /* no window completed in this chunk */
+    float *prev = s.st + 2 * (size_t)R * m;
+    for (int i = threadIdx.x; i < R * d; i += blockDim.x) {
+        const int k = i / d, ch = i % d, q = wl * R + k;
+        prev[i] = v4_slot(s, kv, gate, c, m, q, ch, 0);
+        prev[(size_t)R * d + i] = v4_slot(s, kv, gate, c, m, q, ch, 1);
+    }
+}
+
+/* rows of the chunk's last window become its pending slots */
+__global__ void v4_pend_kernel(float *state, float *const *states, int tab_step, const float *kv, const float *gate,
+                               int n, const int32_t *pos, ci_v4cmp c) {
+    pdl_enter();
+    const int t = blockIdx.x, R = c.ratio, m = (1 + c.overlap) * c.d, p = pos[t];
+    const v4_seg s = v4_seg_of(state, states, tab_step, pos, n, t);
+    if (p / R != pos[s.last] / R) return;
+    const int k = p % R;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) {
+        s.st[(size_t)k * m + i] = kv[(int64_t)t * m + i];
+        s.st[(size_t)R * m + (size_t)k * m + i] = gate[(int64_t)t * m + i] + c.ape[(int64_t)k * m + i];
+    }
+}
+
+void cb_v4_compress(cuda_be *cb, float *state, float *const *states, int tab_step, const float *kv, const float *gate,
+                    int n, const int32_t *pos, const ci_v4cmp *c) {
+    if (n <= 0) return;
+    const size_t off = ci_v4cmp_entries(c);
+    cb_launch(cb, v4_emit_kernel, dim3((unsigned)n), dim3(V4_THREADS), (size_t)c->d * sizeof(float), state, states,
+              tab_step, kv, gate, n, pos, *c, off);
+    if (cb_launched(cb, "v4_compress entries")) return;
+    if (c->overlap) {
+        cb_launch(cb, v4_prev_kernel, dim3((unsigned)n), dim3(V4_THREADS), 0, state, states, tab_step, kv, gate, n, pos, *c);
+        if (cb_launched(cb, "v4_compress previous window")) return;
+    }
+    cb_launch(cb, v4_pend_kernel, dim3((unsigned)n), dim3(V4_THREADS), 0, state, states, tab_step, kv, gate, n, pos, *c);
+    cb_launched(cb, "v4_compress pending");
+}
+
+/* ---- the indexer's choice ----------------------------------------------------------------- */
+
+__device__ __forceinline__ const float *v4_entries(const float *state, float *const *states, int tab_step, int t,
+                                                   size_t off) {
+    return (states ? states[(int64_t)t * tab_step] : state) + off;
+}
+
+/* score[t, s] for the visible entries of rows with more than topk; grid (entry blocks, n),
+ * a warp per entry; the row's queries in shared memory */
+__global__ void v4_score_kernel(float *score, int ld, const float *iq, const float *iw, const float *state,
+                                float *const *states, int tab_step, const int32_t *pos, int ratio, size_t off, int ih,
+                                int id, int topk, float ks, float ws) {
+    pdl_enter();
+    extern __shared__ float qs[];
+    const int t = blockIdx.y, vis = (pos[t] + 1) / ratio;
+    if (vis <= topk) return;
+    const int s0 = blockIdx.x * V4_SCORE_KEYS;
+    if (s0 >= vis) return;
+    const float *ent = v4_entries(state, states, tab_step, t, off);
+    for (int i = threadIdx.x; i < ih * id; i += blockDim.x) qs[i] = iq[(int64_t)t * ih * id + i];
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int s1 = vis < s0 + V4_SCORE_KEYS ? vis : s0 + V4_SCORE_KEYS;
+    for (int s = s0 + warp; s < s1; s += nw) {
+        const float *k = ent + (int64_t)s * id;
+        float sc = 0.0f;
+        for (int h = 0; h < ih; h++) {
+            float dot = 0.0f;
+            for (int d = lane; d < id; d += 32) dot = fmaf(qs[h * id + d], k[d], dot);
+            for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            const float wh = iw[(int64_t)t * ih + h] * ws;
+            if (dot > 0.0f) sc += dot * ks * wh;
+        }
+        if (lane == 0) score[(int64_t)t * ld + s] = isnan(sc) ? -INFINITY : sc;
+    }
+}
+
+__device__ __forceinline__ unsigned v4_okey(float f) {
+    unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* the block's total of v (counts) */
+__device__ int v4_block_count(int v, int *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    int s = 0;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* exclusive prefix count of flag over the block in thread order; *total the block's count */
+__device__ int v4_block_scan(int flag, int *sh, int *total) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const unsigned bal = __ballot_sync(0xffffffffu, flag);
+    __syncthreads();
+    if (l == 0) sh[w] = __popc(bal);
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int i = 0; i < nw; i++) {
+        if (i < w) before += sh[i];
+        all += sh[i];
+    }
+    *total = all;
+    return before + __popc(bal & ((1u << l) - 1u));
+}
+
+/* a block per row: sel[t, ..] ascending, nsel[t] */
+__global__ void __launch_bounds__(V4_SEL_THREADS) v4_select_kernel(int32_t *sel, int32_t *nsel, int sel_stride,
+                                                                   const float *score, int ld, const int32_t *pos,
+                                                                   int ratio, int topk) {
+    pdl_enter();
+    __shared__ int sh[32];
+    const int t = blockIdx.x, vis = (pos[t] + 1) / ratio;
+    int32_t *out = sel + (int64_t)t * sel_stride;
+    if (vis <= topk) {
+        for (int i = threadIdx.x; i < vis; i += blockDim.x) out[i] = i;
+        if (threadIdx.x == 0) nsel[t] = vis;
+        return;
+    }
+    const float *sc = score + (int64_t)t * ld;
+    unsigned T = 0;
+    for (int b = 31; b >= 0; b--) {                  /* the largest T with count(key >= T) >= topk */
+        const unsigned cand = T | (1u << b);
+        int cnt = 0;
+        for (int s = threadIdx.x; s < vis; s += blockDim.x) cnt += v4_okey(sc[s]) >= cand;
+        if (v4_block_count(cnt, sh) >= topk) T = cand;
+    }
+    int gt = 0;
+    for (int s = threadIdx.x; s < vis; s += blockDim.x) gt += v4_okey(sc[s]) > T;
+    const int need = topk - v4_block_count(gt, sh);   /* ties at T: the lowest indices */
+    int eq_before = 0, taken = 0;
+    for (int b0 = 0; b0 < vis; b0 += blockDim.x) {
+        const int s = b0 + threadIdx.x;
+        const unsigned k = s < vis ? v4_okey(sc[s]) : 0u;
+        const int is_eq = s < vis && k == T, is_gt = s < vis && k > T;
+        int eq_total, take_total;
+        const int eq_rank = eq_before + v4_block_scan(is_eq, sh, &eq_total);
+        const int take = is_gt || (is_eq && eq_rank < need);
+        const int at = taken + v4_block_scan(take, sh, &take_total);
+        if (take && at < topk) out[at] = s;
+        eq_before += eq_total;
+        taken += take_total;
+    }
+    if (threadIdx.x == 0) nsel[t] = topk;
+}
+
+void cb_v4_index(cuda_be *cb, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
+                 float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
+                 int sel_stride, int max_entries, float *scratch) {
+    static int score_set = 0;
+    if (n <= 0) return;
+    const size_t off = ci_v4cmp_entries(c);
+    const int ld = max_entries > 0 ? max_entries : 1;
+    float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * ld * sizeof(float));
+    (void)scratch;
+    if (!score) return;
+    if (max_entries > topk) {
+        const size_t smem = (size_t)ih * c->d * sizeof(float);
+        if (!cb_smem_ok(cb, v4_score_kernel, smem, &score_set)) {
+            cb_fail_msg(cb, "v4_index: the indexer queries of a row do not fit in shared memory");
+            return;
+        }
+        dim3 grid((unsigned)((ld + V4_SCORE_KEYS - 1) / V4_SCORE_KEYS), (unsigned)n);
+        cb_launch(cb, v4_score_kernel, grid, dim3(V4_THREADS), smem, score, ld, iq, iw, state, states, tab_step, pos,
+                  c->ratio, off, ih, c->d, topk, 1.0f / sqrtf((float)c->d), 1.0f / sqrtf((float)ih));
+        if (cb_launched(cb, "v4_index scores")) return;
+    }
+    cb_launch(cb, v4_select_kernel, dim3((unsigned)n), dim3(V4_SEL_THREADS), 0, sel, nsel, sel_stride,
+              (const float *)score, ld, pos, c->ratio, topk);
+    cb_launched(cb, "v4_index top-k");
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+__global__ void v4_ring_store_kernel(float *ring, float *const *tab, int tab_step, int ring_rows, const float *kv,
+                                     const int32_t *pos, int D) {
+    pdl_enter();
+    const int t = blockIdx.x;
+    float *rg = tab ? tab[(int64_t)t * tab_step] : ring;
+    float *dst = rg + (int64_t)(pos[t] % ring_rows) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) dst[i] = kv[(int64_t)t * D + i];
+}
+
+struct v4_attn_args {
+    float *out;
+    const float *q;
+    const int32_t *pos;
+    const float *ring, *cstate;
+    float *const *tab;
+    int tab_step, ring_rows, window;
+    int has_comp, ratio;
+    size_t off;
+    const int32_t *sel, *nsel;
+    int sel_stride;
+    const float *sinks;
+    int n_heads, D, rot_dim;
+    const float *inv_freq;
+    float mscale, scale;
+};
+
+/* a block per (head, row); warps take keys in turn (online softmax, a lane holds channels
+ * lane, lane + 32, ...); shared: q [D], per warp its max, sum and output [D] */
+__global__ void v4_attend_kernel(v4_attn_args a) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int h = blockIdx.x, t = blockIdx.y, D = a.D, p = a.pos[t];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float *qs = sm, *wm = sm + D, *wl = wm + nw, *wo = wl + nw;
+    const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
+    const float *ent = a.has_comp ? (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off : NULL;
+    const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) qs[i] = q[i];
+    __syncthreads();
+    const int s0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0, nwin = p - s0 + 1;
+    int ncomp = 0;
+    if (a.has_comp) ncomp = a.sel ? a.nsel[t] : (p + 1) / a.ratio;
+    const int nk = nwin + ncomp;
+    float m = -INFINITY, l = 0.0f, acc[V4_MAX_D / 32];
+    const int per = (D + 31) / 32;
+    for (int i = 0; i < per; i++) acc[i] = 0.0f;
+    for (int j = warp; j < nk; j += nw) {
+        const float *k;
+        if (j < nwin) k = rg + (int64_t)((s0 + j) % a.ring_rows) * D;
+        else {
+            const int c = j - nwin;
+            k = ent + (int64_t)(a.sel ? a.sel[(int64_t)t * a.sel_stride + c] : c) * D;
+        }
+        float kv[V4_MAX_D / 32], dot = 0.0f;
+        for (int i = 0; i < per; i++) {
+            const int d = lane + 32 * i;
+            kv[i] = d < D ? k[d] : 0.0f;
+            dot = fmaf(d < D ? qs[d] : 0.0f, kv[i], dot);
+        }
+        for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        const float s = dot * a.scale, mn = fmaxf(m, s), corr = expf(m - mn), pj = expf(s - mn);
+        l = l * corr + pj;
+        for (int i = 0; i < per; i++) acc[i] = acc[i] * corr + pj * kv[i];
+        m = mn;
+    }
+    if (lane == 0) { wm[warp] = m; wl[warp] = l; }
+    for (int i = 0; i < per; i++) {
+        const int d = lane + 32 * i;
+        if (d < D) wo[(size_t)warp * D + d] = acc[i];
+    }
+    __syncthreads();
+    const float sink = a.sinks[h];
+    float M = sink;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, wm[w]);
+    float L = expf(sink - M);
+    for (int w = 0; w < nw; w++) L += wl[w] * expf(wm[w] - M);   /* a warp with no key: l = 0, e^-inf = 0 */
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < nw; w++)
+            if (wl[w] > 0.0f) o += wo[(size_t)w * D + d] * expf(wm[w] - M);
+        qs[d] = o / L;   /* the head's output, before the inverse rope */
+    }
+    __syncthreads();
+    float *out = a.out + ((int64_t)t * a.n_heads + h) * D;
+    const int half = a.rot_dim / 2, off = D - a.rot_dim;
+    const float fp = (float)(-p);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        if (i < off) { out[i] = qs[i]; continue; }
+        const int pi = (i - off) >> 1;
+        if (pi >= half) { out[i] = qs[i]; continue; }
+        const double ang = (double)(fp * a.inv_freq[pi]);
+        const float co = (float)(cos(ang) * a.mscale), si = (float)(sin(ang) * a.mscale);
+        const float x0 = qs[off + 2 * pi], x1 = qs[off + 2 * pi + 1];
+        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
+    }
+}
+
+void cb_v4_attend(cuda_be *cb, float *out, const float *q, const float *kv, int n, const int32_t *pos, float *ring,
+                  int ring_rows, int window, const float *cstate, float *const *tab, int tab_step, const ci_v4cmp *c,
+                  const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks, int n_heads, int D,
+                  int rot_dim, const float *inv_freq, float mscale) {
+    static int smem_set = 0;
+    if (n <= 0 || n_heads <= 0 || D <= 0) return;
+    if (D > V4_MAX_D) { cb_fail_msg(cb, "v4_attend: head_dim above 1024"); return; }
+    cb_launch(cb, v4_ring_store_kernel, dim3((unsigned)n), dim3(V4_THREADS), 0, ring, tab, tab_step, ring_rows, kv, pos, D);
+    if (cb_launched(cb, "v4_attend ring store")) return;
+    const int nw = V4_THREADS / 32;
+    const size_t smem = ((size_t)D + 2 * nw + (size_t)nw * D) * sizeof(float);
+    if (!cb_smem_ok(cb, v4_attend_kernel, smem, &smem_set)) { cb_fail_msg(cb, "v4_attend: shared memory"); return; }
+    v4_attn_args a;
+    a.out = out; a.q = q; a.pos = pos; a.ring = ring; a.cstate = cstate; a.tab = tab; a.tab_step = tab_step;
+    a.ring_rows = ring_rows; a.window = window; a.has_comp = c != NULL; a.ratio = c ? c->ratio : 1;
+    a.off = c ? ci_v4cmp_entries(c) : 0; a.sel = sel; a.nsel = nsel; a.sel_stride = sel_stride; a.sinks = sinks;
+    a.n_heads = n_heads; a.D = D; a.rot_dim = rot_dim; a.inv_freq = inv_freq; a.mscale = mscale;
+    a.scale = 1.0f / sqrtf((float)D);
+    cb_launch(cb, v4_attend_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(V4_THREADS), smem, a);
+    cb_launched(cb, "v4_attend");
+}
+
+/* ---- the grouped output projection's gathers ----------------------------------------------- */
+
+/* dir 0: xg[t] = x[t, g·cols ..+cols); dir 1: y[t, g·cols ..+cols) = xg[t] */
+__global__ void v4_group_copy_kernel(float *dst, const float *src, int groups, int g, int cols, int dir) {
+    pdl_enter();
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) {
+        const int64_t wide = (int64_t)t * groups * cols + (int64_t)g * cols + i, narrow = (int64_t)t * cols + i;
+        if (dir) dst[wide] = src[narrow];
+        else dst[narrow] = src[wide];
+    }
+}
+
+void cb_group_copy(cuda_be *cb, float *dst, const float *src, int n, int groups, int g, int cols, int dir) {
+    if (n <= 0 || cols <= 0) return;
+    const int bx = (cols + V4_THREADS - 1) / V4_THREADS;
+    cb_launch(cb, v4_group_copy_kernel, dim3(bx > 64 ? 64 : bx, n), dim3(V4_THREADS), 0, dst, src, groups, g, cols, dir);
+    cb_launched(cb, "matmul_groups copy");
+}

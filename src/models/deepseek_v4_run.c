@@ -1,0 +1,290 @@
+/* deepseek_v4_run.c — DeepSeek V4 sessions, forward and batched decode steps (the model side
+ * is deepseek_v4.c; deepseek_v4_internal.h holds what both read).
+ *
+ * Every buffer is backend memory: each layer's window ring and compressor states, the
+ * activations and scratch. Model code passes their addresses to ops and never reads or
+ * writes their bytes: the chunks run through the shared runner (runner.h), which uploads
+ * the token ids and positions and brings the logits back. Nothing is decided from a
+ * position on the host (the compressors' entry counts follow from it inside the ops), so a
+ * decode step can be recorded and replayed on a backend with graphs. */
+#include "deepseek_v4_internal.h"
+#include "../core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sessions -------------------------------------------------------------------------- */
+
+static void chunk_ops(ci_session *s, int n, int head);
+
+int v4_session_init(ci_session *s, char *err, size_t errlen) {
+    const v4_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    if (!d->placed) return ci_err(err, errlen, "%s: a model opened without weights has no sessions", fam);
+    v4_cache *c = calloc(1, sizeof *c);
+    if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
+    s->impl = c;
+    const size_t U = V4_UBATCH, H = (size_t)d->H, HC = (size_t)d->HC, HD = (size_t)d->Hh * d->D, f = sizeof(float);
+    int bad = 0;
+    c->ring_rows = v4_window_rows(d, s->max_ctx) + V4_UBATCH;
+    c->lc = calloc((size_t)d->n_layers, sizeof *c->lc);
+    if (!c->lc || ci_runner_alloc(&c->run, be, V4_UBATCH, d->vocab, d->H, d->eps, V4_UBATCH, chunk_ops, &bad))
+        return ci_err(err, errlen, "%s: out of memory", fam);
+    int max_entries = 1, comp = 0;
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        v4_lcache *lc = &c->lc[l];
+        lc->ring = ci_buf_alloc(be, (size_t)c->ring_rows * d->D * f, &bad);
+        if (L->type != L_SLIDING) lc->cs = ci_buf_alloc(be, cmp_state_bytes(&L->comp, s->max_ctx), &bad);
+        if (L->type == L_CSA) lc->is = ci_buf_alloc(be, cmp_state_bytes(&L->icomp, s->max_ctx), &bad);
+        if (L->type == L_CSA && cmp_state_cap(&L->icomp, s->max_ctx) > max_entries)
+            max_entries = cmp_state_cap(&L->icomp, s->max_ctx);
+        int cap = L->type != L_SLIDING ? cmp_state_cap(&L->comp, s->max_ctx) : 0;
+        int k = L->type == L_CSA ? (d->topk < cap ? d->topk : cap) : cap;
+        if (k > comp) comp = k;
+    }
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    const size_t max_keys = (size_t)v4_window_rows(d, s->max_ctx) + comp;   /* a row's window + its entries */
+    const size_t wide = 2 * (size_t)(d->D > d->Di ? d->D : d->Di);
+    const int topk = d->topk < max_entries ? d->topk : max_entries;
+    c->sel_stride = topk > 0 ? topk : 1;
+    c->max_entries = max_entries;
+    c->kbuf = ci_buf_alloc(be, max_keys * d->D * f, &bad);
+    c->sc = ci_buf_alloc(be, (size_t)d->Hh * max_keys * f, &bad);
+    c->X = ci_buf_alloc(be, U * HC * H * f, &bad);
+    c->x = ci_buf_alloc(be, U * H * f, &bad);
+    c->xn = ci_buf_alloc(be, U * H * f, &bad);
+    c->y = ci_buf_alloc(be, U * H * f, &bad);
+    c->mix = ci_buf_alloc(be, U * (2 + HC) * HC * f, &bad);
+    c->post = ci_buf_alloc(be, U * HC * f, &bad);
+    c->comb = ci_buf_alloc(be, U * HC * HC * f, &bad);
+    c->tmp = ci_buf_alloc(be, HC * H * f, &bad);
+    c->qr = ci_buf_alloc(be, U * d->QL * f, &bad);
+    c->q = ci_buf_alloc(be, U * HD * f, &bad);
+    c->kvn = ci_buf_alloc(be, U * d->D * f, &bad);
+    c->ao = ci_buf_alloc(be, U * HD * f, &bad);
+    c->og = ci_buf_alloc(be, U * (HD / d->G) * f, &bad);
+    c->oa = ci_buf_alloc(be, U * d->G * d->OL * f, &bad);
+    c->ga = ci_buf_alloc(be, U * d->OL * f, &bad);
+    c->pkv = ci_buf_alloc(be, U * wide * f, &bad);
+    c->pg = ci_buf_alloc(be, U * wide * f, &bad);
+    c->iq = ci_buf_alloc(be, U * d->Hi * d->Di * f, &bad);
+    c->iwt = ci_buf_alloc(be, U * d->Hi * f, &bad);
+    c->iscr = ci_buf_alloc(be, ci_v4_index_scratch_floats(d->Hi, max_entries) * f, &bad);
+    c->sel = ci_buf_alloc(be, U * c->sel_stride * sizeof(int32_t), &bad);
+    c->nsel = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    c->last = ci_buf_alloc(be, H * f, &bad);
+    c->best_n = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
+    if (bad || moe_scratch_init(be, &c->moe, &d->layers[0].moe, V4_UBATCH))
+        return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
+                      be->last_error[0] ? ": " : "", be->last_error);
+    c->run.x = c->x;
+    c->run.xn = c->xn;
+    c->run.final_norm = d->final_norm;
+    c->run.head = &d->lm_head;
+    return 0;
+}
+
+void v4_session_free(ci_session *s) {
+    const v4_model *d = s->m->impl;
+    ci_backend *be = s->m->be;
+    v4_cache *c = s->impl;
+    if (!c) return;
+    ci_runner_free(&c->run, be);
+    if (c->lc)
+        for (int l = 0; l < d->n_layers; l++) {
+            ci_buf_release(be, c->lc[l].ring);
+            ci_buf_release(be, c->lc[l].cs);
+            ci_buf_release(be, c->lc[l].is);
+        }
+    free(c->lc);
+    void *bufs[] = { c->kbuf, c->sc, c->X, c->x, c->xn, c->y, c->mix, c->post, c->comb, c->tmp, c->qr, c->q,
+                     c->kvn, c->ao, c->og, c->oa, c->ga, c->pkv, c->pg, c->iq, c->iwt, c->iscr, c->sel, c->nsel,
+                     c->last, c->best_n };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    moe_scratch_free(be, &c->moe);
+    free(c);
+    s->impl = NULL;
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* Attention of rows xn [n, H] at positions pos (backend memory) into c->y. tab NULL: the
+ * rows are consecutive tokens of one sequence whose ring and compressor states are lc's;
+ * else a decode step, row t's ring, compressor and indexer states at tab[3t], tab[3t + 1],
+ * tab[3t + 2]. Every row's key goes into its ring, and its compressors take it, before any
+ * row attends (backend.h: v4_compress, v4_index, v4_attend). */
+static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, const v4_lcache *lc, float *const *tab,
+                      v4_cache *c, const int32_t *pos, int n) {
+    const int D = d->D, Hh = d->Hh, R = d->R;
+    const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
+    const float *inv = L->type == L_SLIDING ? d->inv_main : d->inv_comp;
+    /* q */
+    be->matmul(be, c->qr, c->xn, n, &L->q_a);
+    be->rmsnorm(be, c->qr, c->qr, L->q_a_norm, n, d->QL, d->eps);
+    be->matmul(be, c->q, c->qr, n, &L->q_b);
+    be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
+    be->rope(be, c->q, n, Hh, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
+    /* the shared K = V row */
+    be->matmul(be, c->kvn, c->xn, n, &L->kv);
+    be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
+    be->rope(be, c->kvn, n, 1, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
+    /* compressed entries for the windows these tokens complete */
+    if (L->type != L_SLIDING) {
+        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
+        cmp_push(be, &L->comp, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, pos);
+    }
+    if (L->type == L_CSA) {
+        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
+        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->pkv, c->pg, n, pos);
+        be->matmul(be, c->iq, c->qr, n, &L->iq_b);
+        be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, pos, d->inv_comp, d->rope_comp.mscale, CI_ROPE_INTERLEAVED);
+        be->matmul(be, c->iwt, c->xn, n, &L->iw);
+        be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, pos,
+                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->max_entries, c->iscr);
+    }
+    be->v4_attend(be, c->ao, c->q, c->kvn, n, pos, lc ? lc->ring : NULL, c->ring_rows, d->W, lc ? lc->cs : NULL, tab, 3,
+                  L->type == L_SLIDING ? NULL : &L->comp.op, L->type == L_CSA ? c->sel : NULL, c->nsel, c->sel_stride,
+                  L->sinks, Hh, D, R, inv, rt->mscale, c->kbuf, c->sc);
+    /* grouped output projection */
+    be->matmul_groups(be, c->oa, c->ao, n, d->G, L->o_a_g, c->og, c->ga);
+    be->matmul(be, c->y, c->oa, n, &L->o_b);
+}
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+/* The decoder over n rows whose token ids and positions are c->run.ids / c->run.pos; tabs
+ * NULL: consecutive tokens of the sequence whose cache is c's, else (a decode step) layer
+ * l's table of per-row states at tabs + 3·n·l (attention). The collapsed streams end in c->x. */
+static void layers(ci_model *m, v4_cache *c, float *const *tabs, int n) {
+    const v4_model *d = m->impl;
+    ci_backend *be = m->be;
+    const int H = d->H, HC = d->HC;
+    be->embed(be, c->x, &d->embed, c->run.ids, n);
+    be->hc_spread(be, c->X, c->x, n, HC, H);
+    c->moe.ids = c->run.ids;
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        float *const *tab = tabs ? tabs + (size_t)3 * n * l : NULL;
+        hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
+        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
+        attention(be, d, L, tabs ? NULL : &c->lc[l], tab, c, c->run.pos, n);
+        ci_dump_buf(m, "attn_out", l, c->y, n, H);
+        hc_expand(be, &L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
+        hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
+        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
+        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+        hc_expand(be, &L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
+        ci_dump_buf(m, "layer_out", l, c->X, n, HC * H);
+    }
+    c->moe.ids = NULL;
+    hc_head(be, &d->hc_head, c->X, n, c->mix, c->x);
+}
+
+/* One chunk of n tokens of s, then the head (runner.h): ops only. */
+static void chunk_ops(ci_session *s, int n, int head) {
+    const v4_model *d = s->m->impl;
+    v4_cache *c = s->impl;
+    ci_backend *be = s->m->be;
+    layers(s->m, c, NULL, n);
+    if (head == CI_HEAD_NONE) return;
+    be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->final_norm, 1, d->H, d->eps);
+    be->matmul(be, c->run.logits1, c->last, 1, &d->lm_head);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
+}
+
+/* A new sequence (ci_session_reset lowers pos to 0) starts the compressors over (their
+ * entry counts follow from positions); any other move of pos away from where the rings and
+ * compressors are cannot be followed: only a snapshot restore goes back. */
+static int v4_begin(ci_session *s, char *err, size_t errlen) {
+    v4_cache *c = s->impl;
+    if (s->pos == 0) c->state_pos = 0;
+    if (s->pos != c->state_pos)
+        return ci_err(err, errlen, "%s: session at position %d but its cache is at %d (restore a cache snapshot to go back)",
+                      s->m->family->name, s->pos, c->state_pos);
+    return 0;
+}
+
+static int forward_all(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                       size_t errlen) {
+    const v4_model *d = s->m->impl;
+    v4_cache *c = s->impl;
+    if (ci_forward_check(s, tokens, n, d->vocab, err, errlen) || v4_begin(s, err, errlen)) return -1;
+    int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
+    c->state_pos = s->pos;
+    return rc;
+}
+
+int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+int v4_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return forward_all(s, tokens, n, NULL, 0, out_id, err, errlen);
+}
+
+/* ---- serving many sequences: one batched decode step --------------------------------------
+ *
+ * The matmuls, mHC mappings and MoE run over all rows; each row's window ring, compressors
+ * and indexer are its own session's (through the step's table of state pointers), with
+ * the scratch of the session of the longest context (its sizes bound every row's). Its
+ * ring length serves every row: a session whose context is shorter than the window has a
+ * shorter ring, but its positions are below that ring's length, so p % rows is p in both. */
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
+    ci_model *m = ss[0]->m;
+    const v4_model *d = m->impl;
+    ci_backend *be = m->be;
+    ci_session *big = ss[0];
+    for (int i = 1; i < n; i++)
+        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
+    v4_cache *c = big->impl;
+    const size_t per = (size_t)3 * n;
+    if (ci_runner_need_rows(&c->run, m, err, errlen) ||
+        ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 3 * V4_UBATCH, err, errlen))
+        return -1;
+    for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
+    for (int l = 0; l < d->n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            const v4_lcache *lc = &((v4_cache *)ss[i]->impl)->lc[l];
+            float **t = c->run.htab + per * l + 3 * (size_t)i;
+            t[0] = lc->ring;
+            t[1] = lc->cs;
+            t[2] = lc->is;
+        }
+    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, c->run.tab, c->run.htab, per * d->n_layers * sizeof(float *));
+    layers(m, c, c->run.tab, n);
+    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
+    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) ((v4_cache *)ss[i]->impl)->state_pos = ++ss[i]->pos;
+    return ci_backend_check(m, err, errlen);
+}
+
+/* logits (all rows) or, out_ids, each row's argmax taken by the backend */
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
+    if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    const v4_model *d = ss[0]->m->impl;
+    if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
+    for (int i = 0; i < n; i++)
+        if (v4_begin(ss[i], err, errlen)) return -1;
+    for (int off = 0; off < n; off += V4_UBATCH) {
+        int k = n - off < V4_UBATCH ? n - off : V4_UBATCH;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int v4_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int v4_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
+}
