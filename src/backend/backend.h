@@ -173,6 +173,9 @@ typedef struct ci_backend {
                       int n, int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale);
     /* g[i] = silu(g[i]) * u[i] for i < count */
     void (*swiglu)(struct ci_backend *be, float *g, const float *u, int64_t count);
+    /* The clamped SwiGLU's inputs (DeepSeek V4), before swiglu: g[i] = min(g[i], limit), u[i] =
+     * min(max(u[i], -limit), limit) for i < count (exact on every backend). */
+    void (*clamp_gu)(struct ci_backend *be, float *g, float *u, int64_t count, float limit);
     /* out[n, E.cols] = rows ids[t] of E converted to f32. Ids are validated by the caller. */
     void (*embed)(struct ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n);
     /* y[i] += x[i] */

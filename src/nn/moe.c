@@ -57,14 +57,6 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
     be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }
 
-/* DeepSeek V4's clamped SwiGLU inputs: g <= L, -L <= u <= L (then silu(g) · u as usual) */
-static void clamp_gu(float *g, float *u, int64_t count, float L) {
-    for (int64_t i = 0; i < count; i++) {
-        if (g[i] > L) g[i] = L;
-        u[i] = u[i] > L ? L : u[i] < -L ? -L : u[i];
-    }
-}
-
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
     const int H = m->hidden;
     moe_route(be, m, s, x, n);
@@ -84,7 +76,7 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         } else if (m->act_limit > 0) {
             be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
             be->matmul(be, s->u, x, n, &m->sh_up);
-            clamp_gu(s->g, s->u, (int64_t)n * SI, m->act_limit);
+            be->clamp_gu(be, s->g, s->u, (int64_t)n * SI, m->act_limit);   /* DeepSeek V4's clamped SwiGLU */
             be->swiglu(be, s->g, s->u, (int64_t)n * SI);
         } else {
             be->matmul_swiglu(be, s->g, s->u, x, n, &m->sh_gate, &m->sh_up);   /* the two products and swiglu */

@@ -614,6 +614,23 @@ static void test_elementwise(void) {
             free(r);
             gpu->upload(gpu, ga, a, (size_t)n * 4);
         }
+        snprintf(name, sizeof name, "cuda clamp_gu count=%lld", (long long)n);
+        if (gpu->clamp_gu && want(name)) {   /* limit 1.5 cuts about a third of the 4x random values */
+            float *u = xmalloc((size_t)n * 4), *gu = g_put(b, (size_t)n * 4), *gotu = xmalloc((size_t)n * 4);
+            float *r = xmalloc((size_t)n * 4);
+            memcpy(r, a, (size_t)n * 4);
+            memcpy(u, b, (size_t)n * 4);
+            gpu->clamp_gu(gpu, ga, gu, n, 1.5f);
+            cpu->clamp_gu(cpu, r, u, n, 1.5f);
+            g_get(got, ga, (size_t)n * 4);
+            g_get(gotu, gu, (size_t)n * 4);
+            errs e = compare(got, r, (size_t)n), e2 = compare(gotu, u, (size_t)n);
+            if (e2.rel > e.rel || e2.rel != e2.rel) e.rel = e2.rel;
+            if (e2.abs > e.abs || e2.abs != e2.abs) e.abs = e2.abs;
+            report(name, e, B_EXACT);
+            g_free(gu); free(u); free(gotu); free(r);
+            gpu->upload(gpu, ga, a, (size_t)n * 4);
+        }
         snprintf(name, sizeof name, "cuda add count=%lld", (long long)n);
         if (gpu->add && want(name)) {
             gpu->add(gpu, ga, gb, n);

@@ -542,6 +542,13 @@ static void ew_run(cpu_backend *b, int op, float *y, const float *x, int64_t cou
 
 static void cpu_swiglu(ci_backend *be, float *g, const float *u, int64_t count) { ew_run(cpu(be), 1, g, u, count); }
 static void cpu_add(ci_backend *be, float *y, const float *x, int64_t count) { ew_run(cpu(be), 0, y, x, count); }
+static void cpu_clamp_gu(ci_backend *be, float *g, float *u, int64_t count, float L) {
+    (void)be;
+    for (int64_t i = 0; i < count; i++) {
+        if (g[i] > L) g[i] = L;
+        u[i] = u[i] > L ? L : u[i] < -L ? -L : u[i];
+    }
+}
 
 /* ---- embed ---------------------------------------------------------------------------- */
 
@@ -780,6 +787,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.rope = cpu_rope;
     b->base.attention = cpu_attention;
     b->base.swiglu = cpu_swiglu;
+    b->base.clamp_gu = cpu_clamp_gu;
     b->base.embed = cpu_embed;
     b->base.add = cpu_add;
     b->base.matmul_xw = cpu_matmul_xw_any;   /* plain W: cpu_matmul_xw */

@@ -287,6 +287,9 @@ static void op_attention_pos(ci_backend *be, float *out, const float *q, const f
 static void op_swiglu(ci_backend *be, float *g, const float *u, int64_t count) {
     if (!CB(be)->failed) cb_swiglu(CB(be), g, u, count);
 }
+static void op_clamp_gu(ci_backend *be, float *g, float *u, int64_t count, float limit) {
+    if (!CB(be)->failed) cb_clamp_gu(CB(be), g, u, count, limit);
+}
 static void op_add(ci_backend *be, float *y, const float *x, int64_t count) {
     if (!CB(be)->failed) cb_add(CB(be), y, x, count);
 }
@@ -593,6 +596,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->rope = op_rope;
     be->attention = op_attention;
     be->swiglu = op_swiglu;
+    be->clamp_gu = op_clamp_gu;
     be->embed = op_embed;
     be->add = op_add;
     be->free = op_free;

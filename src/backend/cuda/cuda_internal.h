@@ -138,6 +138,7 @@ void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, in
                       float *const *kv_tab);
 void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos);
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count);
+void cb_clamp_gu(cuda_be *cb, float *g, float *u, int64_t count, float limit);
 void cb_add(cuda_be *cb, float *y, const float *x, int64_t count);
 void cb_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
 void cb_argmax(cuda_be *cb, int32_t *out, const float *x, int count);

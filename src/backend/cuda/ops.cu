@@ -197,6 +197,22 @@ __global__ void swiglu_kernel(float *g, const float *u, int64_t count) {
     }
 }
 
+/* as the CPU's: the same comparisons, so the same bits */
+__global__ void clamp_gu_kernel(float *g, float *u, int64_t count, float L) {
+    pdl_enter();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        const float a = g[i], b = u[i];
+        if (a > L) g[i] = L;
+        u[i] = b > L ? L : b < -L ? -L : b;
+    }
+}
+
+void cb_clamp_gu(cuda_be *cb, float *g, float *u, int64_t count, float limit) {
+    if (count <= 0) return;
+    cb_launch(cb, clamp_gu_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, g, u, count, limit);
+    cb_launched(cb, "clamp_gu");
+}
+
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count) {
     if (count <= 0) return;
     cb_launch(cb, swiglu_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, g, u, count);
