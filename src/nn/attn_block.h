@@ -60,9 +60,10 @@ typedef struct {
     int rows;                    /* positions it holds (the session's context): attention's max_keys */
 } attn_cache;
 
-/* A cache of [k | v] rows, kv_width = n_kv*hd floats each (ci_cache's attention rows). */
+/* A cache of [k | v] rows, kv_width = n_kv*hd floats each (ci_cache's attention rows);
+ * rows NULL (a layer without attention) gives an empty cache, no pointer arithmetic on NULL. */
 static inline attn_cache attn_cache_kv_rows(float *rows, int kv_width, int n_rows) {
-    return (attn_cache){ rows, rows + kv_width, 2 * kv_width, n_rows };
+    return (attn_cache){ rows, rows ? rows + kv_width : NULL, 2 * kv_width, n_rows };
 }
 
 /* Binds the block's matrices under prefix ("model.layers.3.self_attn") in this order:
