@@ -132,19 +132,11 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         const attn_block *A = &L->attn;
         P->attn = *A;
         P->attn.inv_freq = d->dev_inv_freq;
-        P->ffn = L->ffn;
-        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->dim) || ci_place_vec(be, &P->ffn.norm, L->ffn.norm, d->dim) ||
+        bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->dim) ||
               ci_place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || ci_place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
               ci_place_mat(be, &P->attn.wq, &A->wq) || ci_place_mat(be, &P->attn.wk, &A->wk) ||
               ci_place_mat(be, &P->attn.wv, &A->wv) || ci_place_mat(be, &P->attn.wo, &A->wo);
-        if (!bad && !L->is_moe)
-            bad = ci_place_mat(be, &P->ffn.wg, &L->ffn.wg) || ci_place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
-                  ci_place_mat(be, &P->ffn.wd, &L->ffn.wd);
-        if (!bad && L->is_moe) {
-            bad = ci_place_moe(be, &P->moe, &L->moe, em);
-            em += 3 * L->moe.n_experts;
-            P->ffn.moe = &P->moe;
-        }
+        if (!bad) bad = ci_place_ffn(be, &P->ffn, &L->ffn, d->dim, &P->moe, L->is_moe ? &L->moe : NULL, &em);
     }
     if (bad)
         return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,

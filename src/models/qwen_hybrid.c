@@ -336,16 +336,7 @@ int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen) {
                   ci_place_mat(be, &P->ga.a.wq, &A->wq) || ci_place_mat(be, &P->ga.a.wk, &A->wk) ||
                   ci_place_mat(be, &P->ga.a.wv, &A->wv) || ci_place_mat(be, &P->ga.a.wo, &A->wo);
         }
-        P->ffn = L->ffn;
-        if (!bad) bad = ci_place_vec(be, &P->ffn.norm, L->ffn.norm, d->D);
-        if (!bad && !L->is_moe)
-            bad = ci_place_mat(be, &P->ffn.wg, &L->ffn.wg) || ci_place_mat(be, &P->ffn.wu, &L->ffn.wu) ||
-                  ci_place_mat(be, &P->ffn.wd, &L->ffn.wd);
-        if (!bad && L->is_moe) {
-            bad = ci_place_moe(be, &P->moe, &L->moe, em);
-            em += 3 * L->moe.n_experts;
-            P->ffn.moe = &P->moe;
-        }
+        if (!bad) bad = ci_place_ffn(be, &P->ffn, &L->ffn, d->D, &P->moe, L->is_moe ? &L->moe : NULL, &em);
     }
     if (bad)
         return ci_err(err, errlen, "%s: %s: cannot place the weights in backend memory%s%s", fam, be->name,

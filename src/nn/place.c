@@ -41,3 +41,16 @@ int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em)
               ci_place_mat(be, &em[2 * E + e], &M->w_down[e]);
     return bad ? -1 : 0;
 }
+
+int ci_place_ffn(ci_backend *be, ffn_block *dst, const ffn_block *F, int64_t hidden, moe_block *moe,
+                 const moe_block *M, ci_mat **em) {
+    *dst = *F;
+    if (ci_place_vec(be, &dst->norm, F->norm, hidden)) return -1;
+    if (!M)
+        return ci_place_mat(be, &dst->wg, &F->wg) || ci_place_mat(be, &dst->wu, &F->wu) ||
+               ci_place_mat(be, &dst->wd, &F->wd) ? -1 : 0;
+    if (ci_place_moe(be, moe, M, *em)) return -1;
+    *em += 3 * M->n_experts;
+    dst->moe = moe;
+    return 0;
+}

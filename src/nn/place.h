@@ -9,6 +9,7 @@
 #ifndef CI_PLACE_H
 #define CI_PLACE_H
 #include "../backend/backend.h"
+#include "ffn_block.h"
 #include "moe.h"
 
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
@@ -17,5 +18,10 @@ int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len)
  * placed; the placed views go to em[3 * n_experts] (gate, up, down, each [n_experts], as
  * dst's w_* point; w_gate stays NULL when M's is: relu² experts). */
 int ci_place_moe(ci_backend *be, moe_block *dst, const moe_block *M, ci_mat *em);
+/* dst = F with its norm ([hidden] or NULL) placed and either its dense MLP's gate / up /
+ * down (M NULL) or, an MoE layer, M placed into moe (ci_place_moe with views at *em, which
+ * advances past them) and dst->moe = moe. */
+int ci_place_ffn(ci_backend *be, ffn_block *dst, const ffn_block *F, int64_t hidden, moe_block *moe,
+                 const moe_block *M, ci_mat **em);
 
 #endif
