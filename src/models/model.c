@@ -58,7 +58,17 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     m->no_graphs = opts ? opts->no_graphs : 0;
     /* once the backend stands (a device that cannot start fails before any byte is read) */
     if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
-    if (m->family->ops->load(m, err, errlen)) goto fail;
+    if (m->family->ops->load(m, err, errlen)) {
+        if (device != 2 || !m->be->is_device) goto fail;
+        /* auto: a checkpoint the device cannot run (weights in a format it has no kernels
+         * for, or more than its memory holds) runs on the CPU instead */
+        if (m->impl) m->family->ops->unload(m);
+        m->impl = NULL;
+        m->be->free(m->be);
+        m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
+        if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
+        if (m->family->ops->load(m, err, errlen)) goto fail;
+    }
     *out = m;
     return 0;
 fail:

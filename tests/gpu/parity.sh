@@ -62,7 +62,7 @@ for fx in tests/fixtures/*/; do
   [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
   mt=$(json_str "$fx/ref.json" model_type)
   case "$mt" in
-    llama|qwen3|qwen3_moe|deepseek_v3|deepseek_v32|deepseek_v3_2|lfm2|lfm2_moe|nemotron_h) ;;
+    llama|qwen3|qwen3_moe|deepseek_v3|deepseek_v32|deepseek_v3_2|deepseek_v4|lfm2|lfm2_moe|nemotron_h) ;;
     qwen3_next|qwen3_5|qwen3_5_text|qwen3_5_moe|qwen3_5_moe_text) ;;
     *) continue ;;
   esac

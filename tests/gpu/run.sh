@@ -94,7 +94,7 @@ if [ -n "$SAN" ]; then
       --out '$OUT/memcheck_step.f32' --step --device cuda &&
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' generate --model $fx \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda &&
-    for f in deepseek_v32 lfm2_moe nemotron_h qwen3_5 qwen3_next; do
+    for f in deepseek_v32 deepseek_v4 lfm2_moe nemotron_h qwen3_5 qwen3_next; do
       '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model tests/fixtures/\$f \
         --tokens 1,5,9,22,7,3,11,40 --out /tmp/memcheck_\$f.f32 --step --device cuda || exit 99
     done"
