@@ -1094,13 +1094,16 @@ static void test_mla(void) {
     static const struct { ci_dtype dt, sdt; } kinds[] = {
         { CI_F32, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },
     };
-    static const int ns[] = { 1, 3, 9, 64 };
+    static const int ns[] = { 1, 2, 3, 9, 64 };
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !dead; k++)
         for (size_t i = 0; i < sizeof ns / sizeof *ns && !dead; i++) {
             mla_heads_case(ns[i], 4, 16, 8, 32, 16, kinds[k].dt, kinds[k].sdt);      /* the fixtures' shape */
             mla_heads_case(ns[i], 16, 128, 64, 512, 128, kinds[k].dt, kinds[k].sdt); /* DeepSeek's, 16 heads */
         }
     mla_heads_case(quick ? 33 : 300, 8, 24, 8, 72, 40, CI_F8_E4M3, CI_F32);       /* odd widths, scale rows mid-block */
+    mla_heads_case(1, 8, 24, 8, 72, 40, CI_F8_E4M3, CI_F32);   /* decode, kv_lora not a multiple of 16: one element per lane */
+    mla_heads_case(2, 8, 24, 8, 72, 40, CI_BF16, CI_F32);      /* decode, 16-byte loads with a partial column tile */
+    mla_heads_case(4, 8, 300, 8, 72, 40, CI_F32, CI_F32);      /* decode, more rows than one batch of loads covers */
     /* decode: one row over contexts from 1 key to past a split; prefill chunks; own caches */
     static const int ctx[] = { 1, 7, 1000, 5000 };
     for (size_t c = 0; c < sizeof ctx / sizeof *ctx && !dead; c++) {

@@ -56,9 +56,10 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
+    int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
     char name[300];
 };
 
@@ -86,6 +87,13 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * vs 926-936 off, with one weight row per warp (with two or four rows per warp it was a
  * wash: each block's RMS pass over x then delayed a longer weight stream). */
 #define CB_NORM_FUSE 1    /* default of cuda_be.norm_fuse (CINFER_CUDA_NORM_FUSE) */
+#endif
+#ifndef CB_FP8_ROWS2
+/* One-token fp8 GEMVs with two weight rows per warp (each x load serves both; fp8 reads four
+ * x floats per weight byte, so a row per warp left them at 400-700 GB/s). Measured on the
+ * H200 (2026-12-02, DeepSeek-V2-Lite dims, 3 layers, fp8, alternating): decode 2036 / 2063
+ * tok/s on vs 1927 / 1934 off. */
+#define CB_FP8_ROWS2 1    /* default of cuda_be.fp8_rows2 (CINFER_CUDA_FP8_ROWS2) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -16,6 +16,7 @@
  * A sparse row (DSA, dsa.cu: sel given and pos[t] + 1 > topk) attends its topk kept rows
  * sel[t, 0..topk) instead of 0..pos[t]. */
 #include "cuda_internal.h"
+#include "loaders.cuh"
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <math.h>
@@ -219,6 +220,224 @@ __global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_kernel(float *qcat, co
     }
 }
 
+/* ---- decode (n <= 4 rows): 16-byte weight loads --------------------------------------------
+ * The kernels above read one element per lane, which leaves the weight stream latency-bound at
+ * decode (a few hundred GB/s; fp8 paid a 64-bit division per element for its scale). These take
+ * 16 bytes per lane per load (8 bf16 / f16, 4 f32, 16 fp8 columns, HL<DT>::L::VEC), issue the
+ * weight loads before pdl_enter() (weights are no kernel's output), and scale fp8 once per
+ * vector: a vector never crosses a scale block (block % VEC == 0, columns aligned). The caller
+ * picks them when kv_lora % VEC == 0 and every head's base is 16-byte aligned. */
+template <int DT> struct HL;
+template <> struct HL<CI_F32> { typedef LF32 L; };
+template <> struct HL<CI_BF16> { typedef LBF16 L; };
+template <> struct HL<CI_F16> { typedef LF16 L; };
+template <> struct HL<CI_F8_E4M3> { typedef LFP8 L; };
+
+/* the block scale of row r, column c of head h (1 without a grid) */
+static __device__ __forceinline__ float head_scale(const head_mats &m, int h, int64_t r, int64_t c) {
+    if (m.block <= 0) return 1.0f;
+    const int64_t scols = (m.cols + m.block - 1) / m.block;
+    const int64_t si = ((m.row0 + h * m.row_step + r) / m.block) * scols + c / m.block;
+    return scale_elem(m.scale, m.scale_dtype == CI_F32 ? 0 : m.scale_dtype == CI_BF16 ? 1 : 2, si);
+}
+
+enum { AQV_BATCH = 8 };
+
+/* absorb_q, NT rows: a block takes one head and AQ_COLS columns; LPR = AQ_COLS / VEC lanes
+ * cover a row's columns, so a warp reads 32 / LPR rows r at once and the block RS of them.
+ * Each thread sums its rows r = rs, rs + RS, ... in order; the rows of a warp meet in a
+ * shuffle tree, the warps in shared memory in warp order. */
+template <int DT, int NT>
+__global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_vec_kernel(float *qcat, const float *q, int n, int n_heads,
+                                                                     int nope, int rope, int kv_lora, head_mats m) {
+    typedef typename HL<DT>::L L;
+    constexpr int V = L::VEC, LPR = AQ_COLS / V, RPW = 32 / LPR, RS = AB_WARPS * RPW;
+    __shared__ float red[AB_WARPS][NT][AQ_COLS];
+    const int h = blockIdx.y;
+    const int qd = nope + rope, lat = kv_lora + rope;
+    if ((int)blockIdx.x == (kv_lora + AQ_COLS - 1) / AQ_COLS) {
+        pdl_enter();
+        for (int i = threadIdx.x; i < n * rope; i += blockDim.x) {
+            const int ti = i / rope, c = i - ti * rope;
+            const int64_t row = (int64_t)ti * n_heads + h;
+            qcat[row * lat + kv_lora + c] = q[row * qd + nope + c];
+        }
+        return;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lv = lane % LPR, rs = warp * RPW + lane / LPR;
+    const int c = blockIdx.x * AQ_COLS + lv * V;
+    const bool live = c < kv_lora;
+    const char *base = (const char *)m.data + h * m.step;
+    uint4 raw[AQV_BATCH];
+#pragma unroll
+    for (int b = 0; b < AQV_BATCH; b++) {
+        const int r = rs + b * RS;
+        if (live && r < nope) raw[b] = ld_stream(base + ((int64_t)r * m.cols + c) * L::BYTES);
+    }
+    pdl_enter();
+    float acc[NT][V];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[t][v] = 0.0f;
+    for (int r0 = rs; r0 < nope; r0 += AQV_BATCH * RS) {
+        if (r0 != rs) {
+#pragma unroll
+            for (int b = 0; b < AQV_BATCH; b++) {
+                const int r = r0 + b * RS;
+                if (live && r < nope) raw[b] = ld_stream(base + ((int64_t)r * m.cols + c) * L::BYTES);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < AQV_BATCH; b++) {
+            const int r = r0 + b * RS;
+            if (!live || r >= nope) break;
+            float w[V];
+            L::cvt(raw[b], w);
+            if (DT == CI_F8_E4M3 && m.block > 0) {
+                const float sc = head_scale(m, h, r, c);
+#pragma unroll
+                for (int v = 0; v < V; v++) w[v] *= sc;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < n) {
+                    const float qv = __ldg(q + ((int64_t)t * n_heads + h) * qd + r);
+#pragma unroll
+                    for (int v = 0; v < V; v++) acc[t][v] = fmaf(qv, w[v], acc[t][v]);
+                }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            float s = acc[t][v];
+#pragma unroll
+            for (int o = LPR; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            acc[t][v] = s;
+        }
+    if (lane < LPR)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int v = 0; v < V; v++) red[warp][t][lv * V + v] = acc[t][v];
+    __syncthreads();
+    for (int k = threadIdx.x; k < n * AQ_COLS; k += blockDim.x) {
+        const int i = k / AQ_COLS, cc = k - i * AQ_COLS, col = blockIdx.x * AQ_COLS + cc;
+        if (col >= kv_lora) continue;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AB_WARPS; w++) sum += red[w][i][cc];
+        qcat[((int64_t)i * n_heads + h) * lat + col] = sum;
+    }
+}
+
+enum { OHV_S = 4 };
+
+/* out_heads, NT rows: a block takes one head and OH_J outputs j (OH_J / AB_WARPS consecutive
+ * ones per warp); a warp reads row j of W_UV in 32 · VEC column steps, every load of its rows
+ * issued before pdl_enter() (the first OHV_S steps of each), then dots them with the rows'
+ * latent outputs staged in shared memory, and sums its lanes. */
+template <int DT, int NT>
+__global__ void __launch_bounds__(AB_WARPS * 32) out_heads_vec_kernel(float *o, const float *olat, int n, int n_heads,
+                                                                      int kv_lora, int lat, int v, head_mats m) {
+    typedef typename HL<DT>::L L;
+    constexpr int V = L::VEC, JPW = OH_J / AB_WARPS;
+    extern __shared__ float ol[];                                 /* [n][kv_lora] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.y;
+    const int S = (kv_lora + 32 * V - 1) / (32 * V);
+    const char *base = (const char *)m.data + h * m.step;
+    uint4 raw[JPW][OHV_S];
+#pragma unroll
+    for (int jj = 0; jj < JPW; jj++) {
+        const int j = blockIdx.x * OH_J + warp * JPW + jj;
+#pragma unroll
+        for (int s = 0; s < OHV_S; s++) {
+            const int c = s * 32 * V + lane * V;
+            if (j < v && s < S && c < kv_lora) raw[jj][s] = ld_stream(base + ((int64_t)j * kv_lora + c) * L::BYTES);
+        }
+    }
+    pdl_enter();
+    for (int k = threadIdx.x; k < n * kv_lora; k += blockDim.x) {
+        const int i = k / kv_lora, c = k - i * kv_lora;
+        ol[k] = olat[((int64_t)i * n_heads + h) * lat + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int jj = 0; jj < JPW; jj++) {
+        const int j = blockIdx.x * OH_J + warp * JPW + jj;
+        if (j >= v) break;
+        float acc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+        for (int s = 0; s < S; s++) {
+            const int c = s * 32 * V + lane * V;
+            if (c >= kv_lora) break;
+            uint4 r;
+            if (s < OHV_S) {
+#pragma unroll
+                for (int q = 0; q < OHV_S; q++)
+                    if (q == s) r = raw[jj][q];
+            } else {
+                r = ld_stream(base + ((int64_t)j * kv_lora + c) * L::BYTES);
+            }
+            float w[V];
+            L::cvt(r, w);
+            if (DT == CI_F8_E4M3 && m.block > 0) {
+                const float sc = head_scale(m, h, j, c);
+#pragma unroll
+                for (int e = 0; e < V; e++) w[e] *= sc;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < n) {
+                    const float4 *xp = (const float4 *)(ol + t * kv_lora + c);
+#pragma unroll
+                    for (int qq = 0; qq < V / 4; qq++) {
+                        const float4 xv = xp[qq];
+                        acc[t] = fmaf(xv.x, w[4 * qq], acc[t]);
+                        acc[t] = fmaf(xv.y, w[4 * qq + 1], acc[t]);
+                        acc[t] = fmaf(xv.z, w[4 * qq + 2], acc[t]);
+                        acc[t] = fmaf(xv.w, w[4 * qq + 3], acc[t]);
+                    }
+                }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = acc[t];
+            for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+            if (lane == 0 && t < n) o[((int64_t)t * n_heads + h) * v + j] = s;
+        }
+    }
+}
+
+/* whether the views suit the vector kernels: kv_lora a multiple of the vector, 16-byte rows
+ * and head bases, fp8 scale blocks a multiple of the vector */
+static bool head_vec_ok(const head_mats &m, int kv_lora) {
+    const int vec = m.dtype == CI_F32 ? 4 : m.dtype == CI_F8_E4M3 ? 16 : 8;
+    return kv_lora % vec == 0 && ((uintptr_t)m.data & 15) == 0 && (m.step & 15) == 0 && (m.block <= 0 || m.block % vec == 0);
+}
+
+template <int NT>
+static void absorb_q_vec(cuda_be *cb, dim3 grid, float *qcat, const float *q, int n, int n_heads, int nope, int rope,
+                         int kv_lora, const head_mats &m) {
+    void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
+        m.dtype == CI_F32 ? absorb_q_vec_kernel<CI_F32, NT> : m.dtype == CI_BF16 ? absorb_q_vec_kernel<CI_BF16, NT>
+        : m.dtype == CI_F16 ? absorb_q_vec_kernel<CI_F16, NT> : absorb_q_vec_kernel<CI_F8_E4M3, NT>;
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), 0, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+}
+
+template <int NT>
+static void out_heads_vec(cuda_be *cb, dim3 grid, size_t smem, float *o, const float *olat, int n, int n_heads,
+                          int kv_lora, int lat, int v, const head_mats &m) {
+    void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
+        m.dtype == CI_F32 ? out_heads_vec_kernel<CI_F32, NT> : m.dtype == CI_BF16 ? out_heads_vec_kernel<CI_BF16, NT>
+        : m.dtype == CI_F16 ? out_heads_vec_kernel<CI_F16, NT> : out_heads_vec_kernel<CI_F8_E4M3, NT>;
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m);
+}
+
 void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
                      const ci_mat *w_uk) {
     if (n <= 0 || n_heads <= 0) return;
@@ -228,6 +447,13 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
         return;
     }
     dim3 grid((unsigned)((kv_lora + AQ_COLS - 1) / AQ_COLS + 1), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    if (n <= 4 && head_vec_ok(m, kv_lora)) {
+        if (n == 1) absorb_q_vec<1>(cb, grid, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+        else if (n == 2) absorb_q_vec<2>(cb, grid, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+        else absorb_q_vec<4>(cb, grid, qcat, q, n, n_heads, nope, rope, kv_lora, m);
+        cb_launched(cb, "mla_absorb_q");
+        return;
+    }
     void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
         m.dtype == CI_F32 ? absorb_q_kernel<CI_F32> : m.dtype == CI_BF16 ? absorb_q_kernel<CI_BF16>
         : m.dtype == CI_F16 ? absorb_q_kernel<CI_F16> : absorb_q_kernel<CI_F8_E4M3>;
@@ -291,6 +517,14 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
         return;
     }
     dim3 grid((unsigned)((v + OH_J - 1) / OH_J), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
+    if (n <= 4 && head_vec_ok(m, kv_lora)) {
+        const size_t vsmem = (size_t)n * kv_lora * sizeof(float);
+        if (n == 1) out_heads_vec<1>(cb, grid, vsmem, o, olat, n, n_heads, kv_lora, lat, v, m);
+        else if (n == 2) out_heads_vec<2>(cb, grid, vsmem, o, olat, n, n_heads, kv_lora, lat, v, m);
+        else out_heads_vec<4>(cb, grid, vsmem, o, olat, n, n_heads, kv_lora, lat, v, m);
+        cb_launched(cb, "mla_out_heads");
+        return;
+    }
     cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m);
     cb_launched(cb, "mla_out_heads");
 }
