@@ -1115,6 +1115,9 @@ static void test_mla(void) {
     mla_attend_case(64, 0, 50, 200, 4, 40);
     mla_attend_case(17, 0, 0, 17, 3, 1000);                                          /* 3 heads, wide rows */
     mla_attend_case(5, 1, 0, 700, 16, 576);
+    mla_attend_case(3, 1, 0, 700, 16, 576);                                          /* decode kernel: own caches */
+    mla_attend_case(2, 0, 998, 1000, 3, 1000);                                       /* decode kernel, wide rows */
+    mla_attend_case(1, 0, 40, 8000, 16, 576);                                        /* decode kernel, most runs empty */
     mla_attend_case(13, 1, 0, 3000, 4, 40);
     /* DSA: dense rows (context <= topk), sparse rows, a chunk crossing topk, own caches */
     dsa_case(1, 0, 6, 7, 4, 40, 8, 16, 8);

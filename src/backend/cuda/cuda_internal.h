@@ -56,10 +56,11 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1 */
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
+    int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     char name[300];
 };
 
@@ -94,6 +95,14 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * H200 (2026-12-02, DeepSeek-V2-Lite dims, 3 layers, fp8, alternating): decode 2036 / 2063
  * tok/s on vs 1927 / 1934 off. */
 #define CB_FP8_ROWS2 1    /* default of cuda_be.fp8_rows2 (CINFER_CUDA_FP8_ROWS2) */
+#endif
+#ifndef CB_MLA_DECODE
+/* MLA attention of <= 4 query rows with n_heads x max_keys <= 128k through mla.cu's decode
+ * kernel (a warp per run of keys, 2 heads per block) instead of the 16-head tiled one.
+ * Measured on the H200 (2026-12-02, DeepSeek-V2-Lite dims, 3 layers, bf16, alternating):
+ * decode 2332 / 2349 tok/s on vs 2166 / 2194 off at 512 tokens of context, 2132 / 2152 vs
+ * 1861 / 1876 at 4096. */
+#define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");

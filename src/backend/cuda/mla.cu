@@ -715,6 +715,139 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
     }
 }
 
+/* ---- decode: a few query rows, each warp its own run of keys ---------------------------------
+ * The kernel above gives a block 16 heads and whole 32-key tiles: at batch 1 a short context is
+ * one tile, so one block does all the work, ~30 µs on the H200 whatever the context up to a few
+ * thousand keys (ncu: 2 warps per scheduler, ~11 cycles between issues). Here a block takes
+ * MD_HG heads of one row and one run of its keys; warp w takes keys w, w + 8, ... of the run.
+ * Lane l owns latent columns l, l + 32, ... (LPC of them): the queries (scaled) and the
+ * accumulators of its heads sit in registers, each key row is loaded once (the next one
+ * prefetched) and serves both its score (a warp all-reduce) and its value update, with the
+ * online softmax (max m, sum l) kept by every lane alike. The block's 8 warps then merge in
+ * shared memory in warp order, and the block writes its run's (acc, m, l) for the combine
+ * kernel, or the normalised row when it is the row's only run. */
+enum { MD_HG = 2, MD_WARPS = 8, MD_MAX_WORK = 131072 };
+
+template <int LPC>
+__global__ void __launch_bounds__(MD_WARPS * 32) mla_decode_kernel(float *out, float *part, const float *qcat,
+                                                                   const float *cache, float *const *tab, int tab_step,
+                                                                   const int32_t *pos, const int32_t *sel, int topk,
+                                                                   int n_heads, int lat, float scale, int n_runs) {
+    pdl_enter();
+    extern __shared__ float md[];                 /* [MD_WARPS][MD_HG][lat] acc, then [MD_WARPS][MD_HG][2] m, l */
+    const int t = blockIdx.z, run = blockIdx.y, h0 = blockIdx.x * MD_HG;
+    const int nh = n_heads - h0 < MD_HG ? n_heads - h0 : MD_HG;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (tab) cache = tab[(int64_t)t * tab_step];
+    const int count = row_keys(pos, sel, topk, t);
+    const int32_t *srow = sel && pos[t] + 1 > topk ? sel + (int64_t)t * topk : NULL;
+    const int per = (count + n_runs - 1) / n_runs;
+    const int j0 = run * per, j1 = count < j0 + per ? count : j0 + per;
+    float *ml = md + MD_WARPS * MD_HG * lat;
+    if (j0 >= j1) {                               /* a run past the context: weight 0 in the combine */
+        if (threadIdx.x < nh) {
+            float *p = part + (((int64_t)t * n_heads + h0 + threadIdx.x) * n_runs + run) * (lat + 2);
+            p[lat] = -INFINITY;
+            p[lat + 1] = 0.0f;
+        }
+        return;
+    }
+    float q[MD_HG][LPC], acc[MD_HG][LPC], m[MD_HG], l[MD_HG];
+#pragma unroll
+    for (int h = 0; h < MD_HG; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+        const float *qr = qcat + ((int64_t)t * n_heads + h0 + (h < nh ? h : 0)) * lat;
+#pragma unroll
+        for (int i = 0; i < LPC; i++) {
+            const int c = lane + 32 * i;
+            q[h][i] = h < nh && c < lat ? qr[c] * scale : 0.0f;
+            acc[h][i] = 0.0f;
+        }
+    }
+    float k[LPC], kn[LPC];
+    int j = j0 + warp;
+    if (j < j1) {
+        const float *kr = cache + (int64_t)(srow ? srow[j] : j) * lat;
+#pragma unroll
+        for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
+    }
+    for (; j < j1; j += MD_WARPS) {
+        const int jn = j + MD_WARPS;
+        if (jn < j1) {                            /* the warp's next key, in flight during this one */
+            const float *kr = cache + (int64_t)(srow ? srow[jn] : jn) * lat;
+#pragma unroll
+            for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
+        }
+        float sc[MD_HG];
+#pragma unroll
+        for (int h = 0; h < MD_HG; h++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < LPC; i++) d = fmaf(q[h][i], k[i], d);
+            sc[h] = d;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int h = 0; h < MD_HG; h++) sc[h] += __shfl_xor_sync(0xffffffffu, sc[h], o);
+#pragma unroll
+        for (int h = 0; h < MD_HG; h++) {
+            const float mx = fmaxf(m[h], sc[h]);
+            const float r = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx);
+            const float p = expf(sc[h] - mx);
+            m[h] = mx;
+            l[h] = l[h] * r + p;
+#pragma unroll
+            for (int i = 0; i < LPC; i++) acc[h][i] = fmaf(acc[h][i], r, p * k[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < LPC; i++) k[i] = kn[i];
+    }
+    /* the warps meet: warp w's (acc, m, l) to shared memory (a warp without keys has m = -inf) */
+#pragma unroll
+    for (int h = 0; h < MD_HG; h++) {
+#pragma unroll
+        for (int i = 0; i < LPC; i++) {
+            const int c = lane + 32 * i;
+            if (c < lat) md[((int64_t)warp * MD_HG + h) * lat + c] = acc[h][i];
+        }
+        if (lane == 0) { ml[(warp * MD_HG + h) * 2] = m[h]; ml[(warp * MD_HG + h) * 2 + 1] = l[h]; }
+    }
+    __syncthreads();
+    for (int h = 0; h < nh; h++) {
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < MD_WARPS; w++) M = fmaxf(M, ml[(w * MD_HG + h) * 2]);
+        float f[MD_WARPS], L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < MD_WARPS; w++) {
+            const float mw = ml[(w * MD_HG + h) * 2];
+            f[w] = mw == -INFINITY ? 0.0f : expf(mw - M);
+            L = fmaf(f[w], ml[(w * MD_HG + h) * 2 + 1], L);
+        }
+        const int64_t row = (int64_t)t * n_heads + h0 + h;
+        if (n_runs == 1) {
+            const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+            for (int c = threadIdx.x; c < lat; c += blockDim.x) {
+                float a = 0.0f;
+#pragma unroll
+                for (int w = 0; w < MD_WARPS; w++) a = fmaf(f[w], md[((int64_t)w * MD_HG + h) * lat + c], a);
+                out[row * lat + c] = a * inv;
+            }
+        } else {
+            float *p = part + (row * n_runs + run) * (lat + 2);
+            for (int c = threadIdx.x; c < lat; c += blockDim.x) {
+                float a = 0.0f;
+#pragma unroll
+                for (int w = 0; w < MD_WARPS; w++) a = fmaf(f[w], md[((int64_t)w * MD_HG + h) * lat + c], a);
+                p[c] = a;
+            }
+            if (threadIdx.x == 0) { p[lat] = M; p[lat + 1] = L; }
+        }
+    }
+}
+
 /* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
  * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
  * warp's max and sum), then each thread sums its columns over the chunks with many loads
@@ -761,6 +894,49 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
  * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer). */
 static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3) / 4 * 4 + 8) * sizeof(float); }
 
+/* The decode kernel's launch: runs of at least MD_MIN_RUN keys (of max_keys, the longest
+ * context a recorded step may meet), as many as fill the SMs twice over; the per-row cost grows
+ * with heads x keys, so the caller keeps it to n_heads x max_keys <= MD_MAX_WORK (past that the
+ * tiled kernel, which shares each key row among 16 heads, is the faster one). */
+enum { MD_MIN_RUN = 32 };
+static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
+                              int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
+                              int n_heads, int lat, float scale) {
+    static int smem_set[5];
+    const int lpc = (lat + 31) / 32;
+    const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
+    const int groups = (n_heads + MD_HG - 1) / MD_HG;
+    int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
+    int64_t most = (keys + MD_MIN_RUN - 1) / MD_MIN_RUN;
+    int n_runs = (int)(want < 1 ? 1 : want > most ? most : want);
+    if (n_runs < 1) n_runs = 1;
+    float *part = NULL;
+    if (n_runs > 1) {
+        part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * n_runs * (lat + 2) * sizeof(float));
+        if (!part) return;
+    }
+    dim3 grid((unsigned)groups, (unsigned)n_runs, (unsigned)n), block(MD_WARPS * 32);
+#define MD_GO(LPC, I)                                                                                               \
+    do {                                                                                                            \
+        if (!cb_smem_ok(cb, mla_decode_kernel<LPC>, smem, &smem_set[I])) {                                          \
+            cb_fail_msg(cb, "MLA decode attention: shared memory");                                                 \
+            return;                                                                                                 \
+        }                                                                                                           \
+        cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
+                  topk, n_heads, lat, scale, n_runs);                                                               \
+    } while (0)
+    if (lpc <= 2) MD_GO(2, 0);
+    else if (lpc <= 4) MD_GO(4, 1);
+    else if (lpc <= 8) MD_GO(8, 2);
+    else if (lpc <= 18) MD_GO(18, 3);
+    else MD_GO(32, 4);
+#undef MD_GO
+    if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
+    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
+              (const float *)part, n_heads, lat, n_runs);
+    cb_launched(cb, "mla_attend (combine)");
+}
+
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                             int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
                             int n_heads, int lat, float scale) {
@@ -772,6 +948,10 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
     const size_t smem = ((size_t)MLA_HG * lat + (size_t)MLA_HG * MLA_KT + 3 * (size_t)MLA_HG) * sizeof(float);
     if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
         cb_fail_msg(cb, "MLA attention: shared memory");
+        return;
+    }
+    if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {
+        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale);
         return;
     }
     const int groups = (n_heads + MLA_HG - 1) / MLA_HG;
