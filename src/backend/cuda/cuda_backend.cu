@@ -155,6 +155,47 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
     return d;
 }
 
+/* An MLX-quantized tensor's descriptor: a host copy whose scales / biases point at their
+ * device copies (op_weight), found again by the host descriptor's address. A later call
+ * that reaches further places the longer ranges and updates the copy in place (views placed
+ * before keep working: the old device ranges stay alive, op_weight retires them). */
+static const ci_qdesc *op_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes) {
+    cuda_be *cb = CB(be);
+    if (!d) return NULL;
+    int lo = 0, hi = cb->n_qds;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((uintptr_t)cb->qds[mid].host < (uintptr_t)d) lo = mid + 1;
+        else hi = mid;
+    }
+    cb_qd *q = lo < cb->n_qds && cb->qds[lo].host == d ? &cb->qds[lo] : NULL;
+    if (q && q->param_bytes >= param_bytes) return q->dev;
+    const void *s = op_weight(be, d->scales, param_bytes);
+    const void *b = d->biases ? op_weight(be, d->biases, param_bytes) : NULL;
+    if (!s || (d->biases && !b)) return NULL;
+    if (!q) {
+        if (cb->n_qds == cb->cap_qds) {
+            int cap = cb->cap_qds ? 2 * cb->cap_qds : 256;
+            cb_qd *t = (cb_qd *)realloc(cb->qds, (size_t)cap * sizeof *t);
+            if (!t) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
+            cb->qds = t;
+            cb->cap_qds = cap;
+        }
+        ci_qdesc *dev = (ci_qdesc *)malloc(sizeof *dev);
+        if (!dev) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
+        memmove(cb->qds + lo + 1, cb->qds + lo, (size_t)(cb->n_qds - lo) * sizeof *cb->qds);
+        cb->n_qds++;
+        q = &cb->qds[lo];
+        q->host = d;
+        q->dev = dev;
+    }
+    *q->dev = *d;
+    q->dev->scales = s;
+    q->dev->biases = b;
+    q->param_bytes = param_bytes;
+    return q->dev;
+}
+
 /* ---- matmul family -------------------------------------------------------------------- */
 
 /* y (+)= x · Wᵀ for any n: GEMV kernels for small n, cuBLAS for large, GEMV groups for
@@ -174,6 +215,7 @@ static int gemv_one(const ci_mat *W, int n) { return n <= CB_GEMV_MAX_N && n <= 
 
 static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (n <= 0 || W->rows <= 0) return;
+    if (W->dtype == CI_U32) { cb_q_matmul(cb, y, x, n, W, acc); return; }   /* quant.cu */
     if (n > gemv_max_n(W) && cb_gemm(cb, y, x, n, W, acc ? 1.0f : 0.0f) == 0) return;
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
@@ -183,7 +225,7 @@ static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W
 }
 
 static int mat_ok(cuda_be *cb, const ci_mat *W) {
-    if (cb_gemv_ok(W)) return 1;
+    if (cb_gemv_ok(W) || cb_q_ok(W)) return 1;
     if (!cb->failed) {
         cb->failed = 1;
         snprintf(cb->base.last_error, sizeof cb->base.last_error,
@@ -209,6 +251,7 @@ static void cb_matmul_acc(ci_backend *be, float *y, const float *x, int n, const
 static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
+    if (count > 0 && Ws[0]->dtype == CI_U32 && cb_q_matmul_n(cb, CB_STORE, count, ys, NULL, x, n, Ws)) return;
     int same = count <= 4;
     for (int i = 0; i < count; i++) {
         if (!mat_ok(cb, Ws[i])) return;
@@ -222,6 +265,11 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
                              const ci_mat *Wu) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
+    if (Wg->dtype == CI_U32 && Wu->dtype == CI_U32) {
+        const ci_mat *Ws[2] = { Wg, Wu };
+        cb_q_matmul_n(cb, CB_SWIGLU, 2, &g, u, x, n, Ws);
+        return;
+    }
     if (gemv_one(Wg, n) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
         const ci_mat *Ws[2] = { Wg, Wu };
         cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, NULL, 0.0f);
@@ -263,6 +311,7 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
+    if (W->dtype == CI_U32) { cb_q_matmul_xw(cb, y, x, n, W); return; }   /* quant.cu */
     cb_matmul_xw_launch(cb, y, x, n, W);
 }
 
@@ -296,6 +345,7 @@ static void op_add(ci_backend *be, float *y, const float *x, int64_t count) {
 static void op_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
+    if (E->dtype == CI_U32 && cb_q_ok(E)) { cb_q_embed(cb, out, E, ids, n); return; }   /* quant.cu */
     if (E->dtype != CI_F32 && E->dtype != CI_F16 && E->dtype != CI_BF16 && E->dtype != CI_F8_E4M3) {
         mat_ok(cb, E);
         return;
@@ -507,6 +557,9 @@ static void op_free(ci_backend *be) {
     cudaStreamSynchronize(cb->stream);
     for (int i = 0; i < cb->n_weights; i++) cudaFree(cb->weights[i].dev);
     free(cb->weights);
+    for (int i = 0; i < cb->n_qds; i++) free(cb->qds[i].dev);
+    free(cb->qds);
+    cb_quant_free(cb);
     for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
@@ -606,6 +659,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->download = cb_download;
     be->copy = cb_copy;
     be->weight = op_weight;
+    be->weight_q = op_weight_q;
     be->kv_store = op_kv_store;
     be->attention_pos = op_attention_pos;
     be->matmul_n = cb_matmul_n;

@@ -529,6 +529,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
+    if (m->w_up[0].dtype == CI_U32) { cb_q_moe_experts(cb, out, x, n, sel, w, m, acc); return; }  /* quant.cu */
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
     const bool fp8 = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab) &&
