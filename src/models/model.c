@@ -49,7 +49,8 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         if (!m->be) goto fail;
     } else if (device == 2 && m->family->cuda == CI_CUDA_YES && !m->cfg.quant.present) {
         /* auto: no device (or no CUDA build) is not an error, the CPU serves; MLX-quantized
-         * checkpoints have no CUDA kernels yet, so they stay on the CPU too */
+         * checkpoints stay on the CPU too until their CUDA kernels (quant.cu) have passed the
+         * GPU suite (--device cuda runs them) */
         char ignored[256];
         m->be = ci_backend_cuda_new(0, n_threads, ignored, sizeof ignored);
     }

@@ -1,6 +1,7 @@
 /* place.c — see place.h. */
 #include "place.h"
 #include <stddef.h>
+#include <stdio.h>
 
 /* Bytes of W's fp8 block-scale grid that its rows reach (views past row 0 of the grid
  * through scale_row0 included); 0 when it has none. */
@@ -26,7 +27,10 @@ static int place_q(ci_backend *be, ci_mat *dst, const ci_mat *W, size_t code_byt
     int64_t sr;
     size_t rb, pb;
     q_geom(W, &sr, &rb, &pb);
-    if (!be->weight_q) return -1;
+    if (!be->weight_q) {
+        snprintf(be->last_error, sizeof be->last_error, "backend %s cannot hold MLX-quantized weights", be->name);
+        return -1;
+    }
     dst->data = be->weight(be, W->data, code_bytes ? code_bytes : (size_t)sr * rb);
     dst->scale = dst->data ? be->weight_q(be, W->scale, pb) : NULL;
     return dst->data && dst->scale ? 0 : -1;
