@@ -66,10 +66,12 @@ struct qg_args {
     const float *x;          /* [n, cols] */
 };
 
-/* This lane's share of stored row r · x rows [0, n) (acc[t] += ...). */
+/* This lane's share of stored row r · x rows [0, n) (acc[t] += ...), x rows xs floats apart:
+ * 16-byte loads when x is 16-byte aligned (chunks start at multiples of 32 floats). */
 template <int BITS>
 __device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float *x, int64_t xs, int n, int lane,
                                           float *acc) {
+    const bool al = ((uintptr_t)x & 15) == 0 && (xs & 3) == 0;
     for (int64_t c0 = (int64_t)lane * 32; c0 < m.cols; c0 += 32 * 32) {
         float w[32];
         q_chunk<BITS>(m, r, c0, w);
@@ -78,8 +80,19 @@ __device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float
             if (t >= n) break;
             const float *xr = x + t * xs + c0;
             float s = 0.0f;
+            if (al) {
 #pragma unroll
-            for (int i = 0; i < 32; i++) s = fmaf(w[i], __ldg(xr + i), s);
+                for (int q = 0; q < 8; q++) {
+                    const float4 v = __ldg((const float4 *)xr + q);
+                    s = fmaf(w[4 * q], v.x, s);
+                    s = fmaf(w[4 * q + 1], v.y, s);
+                    s = fmaf(w[4 * q + 2], v.z, s);
+                    s = fmaf(w[4 * q + 3], v.w, s);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) s = fmaf(w[i], __ldg(xr + i), s);
+            }
             acc[t] += s;
         }
     }
