@@ -2317,9 +2317,10 @@ static void qfused_case(qfmt f, int64_t cols, int n) {
             float *h = xmalloc(gs * 4), *y = xmalloc((size_t)n * cols * 4), *tmp = xmalloc((size_t)n * cols * 4);
             fill(h, gs, 1.f);
             fill(y, (size_t)n * cols, 2.f);
-            float *gh = g_put(h, gs * 4), *gyv = g_put(y, (size_t)n * cols * 4);
+            float *gh = g_put(h, gs * 4), *gyv = g_put(y, (size_t)n * cols * 4), *gt = g_alloc((size_t)n * cols * 4);
             ref_matmul_acc(y, h, n, &down.c, tmp);
-            gpu->matmul_acc(gpu, gyv, gh, n, &down.g, NULL);
+            gpu->matmul_acc(gpu, gyv, gh, n, &down.g, gt);
+            g_free(gt);
             float *ga[1] = { gyv }, *ra[1] = { y };
             size_t sa[1] = { (size_t)n * cols };
             snprintf(nm, sizeof nm, "%s matmul_acc", name);
