@@ -2512,6 +2512,75 @@ static void qmla_case(qfmt f, int multilinear, int n) {
     free(q); free(olat);
 }
 
+/* A decode step on quantized weights recorded as a graph: replay = eager, byte for byte
+ * (matmul_n, matmul_swiglu, the experts; the expert table is built by the first eager call). */
+static void qgraph_case(qfmt f) {
+    char fn[32], name[160];
+    qfmt_name(&f, fn, sizeof fn);
+    snprintf(name, sizeof name, "cuda graph replay = eager (quantized decode %s)", fn);
+    if (!gpu->graph_begin || !gpu->graph_end || !gpu->graph_launch || !gpu->moe_experts || !want(name)) return;
+    const int X = 256, I = 128, E = 8, K = 2, Rq = 96;
+    qpair wq = make_qweight(Rq, X, f, 0), wk = make_qweight(32, X, f, 0), wg = make_qweight(I, X, f, 0),
+          wu = make_qweight(I, X, f, 0), eg = make_qweight((int64_t)E * I, X, f, 0), eu = make_qweight((int64_t)E * I, X, f, 0),
+          ed = make_qweight((int64_t)E * X, I, f, 0);
+    if (dead) return;
+    ci_mat *ev = keep(xmalloc((size_t)3 * E * sizeof(ci_mat)));
+    for (int e = 0; e < E; e++) {
+        ev[e] = qrows(&eg.g, (int64_t)e * I, I);
+        ev[E + e] = qrows(&eu.g, (int64_t)e * I, I);
+        ev[2 * E + e] = qrows(&ed.g, (int64_t)e * X, X);
+    }
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I;
+    m.w_gate = ev; m.w_up = ev + E; m.w_down = ev + 2 * E;
+    float *x = xmalloc(X * 4), w[2] = { 0.7f, 0.3f };
+    int32_t sel[2] = { 5, 2 };
+    fill(x, X, 1.f);
+    float *gx = g_put(x, X * 4), *gq = g_alloc(Rq * 4), *gk = g_alloc(32 * 4), *gg = g_alloc(I * 4), *gu = g_alloc(I * 4),
+          *go = g_alloc(X * 4), *gw = g_put(w, 8);
+    int32_t *gsel = g_put(sel, 8);
+    if (dead) return;
+    const size_t outs = (size_t)(Rq + 32 + I + X);
+    float *eager = xmalloc(outs * 4), *replay = xmalloc(outs * 4);
+#define QSTEP()                                                                                                 \
+    do {                                                                                                        \
+        float *ys[2] = { gq, gk };                                                                              \
+        const ci_mat *ws[2] = { &wq.g, &wk.g };                                                                 \
+        gpu->matmul_n(gpu, 2, ys, gx, 1, ws);                                                                   \
+        gpu->matmul_swiglu(gpu, gg, gu, gx, 1, &wg.g, &wu.g);                                                   \
+        gpu->moe_experts(gpu, go, gx, 1, gsel, gw, &m, 0);                                                      \
+    } while (0)
+#define QGET(buf)                                                                                               \
+    do {                                                                                                        \
+        g_get(buf, gq, Rq * 4); g_get(buf + Rq, gk, 32 * 4); g_get(buf + Rq + 32, gg, I * 4);                   \
+        g_get(buf + Rq + 32 + I, go, X * 4);                                                                    \
+    } while (0)
+    int ok = 1;
+    char why[320] = "";
+    QSTEP();
+    QGET(eager);
+    void *graph = NULL;
+    if (gpu->graph_begin(gpu) != 0) { ok = 0; snprintf(why, sizeof why, "graph_begin failed: %s", gpu->last_error); }
+    else {
+        QSTEP();
+        graph = gpu->graph_end(gpu);
+        if (!graph) { ok = 0; snprintf(why, sizeof why, "graph_end returned NULL: %s", gpu->last_error); }
+    }
+    if (graph) {
+        g_poison(gq, Rq * 4); g_poison(gk, 32 * 4); g_poison(gg, I * 4); g_poison(go, X * 4);
+        gpu->graph_launch(gpu, graph);
+        QGET(replay);
+        if (memcmp(eager, replay, outs * 4)) { ok = 0; snprintf(why, sizeof why, "replay differs from eager"); }
+        if (gpu->graph_free) gpu->graph_free(gpu, graph);
+    }
+#undef QSTEP
+#undef QGET
+    report_bool(name, ok, why);
+    g_free(gx); g_free(gq); g_free(gk); g_free(gg); g_free(gu); g_free(go); g_free(gw); g_free(gsel);
+    free(x); free(eager); free(replay);
+}
+
 static void test_quant(void) {
     static const int ns[] = { 1, 37, 8, 64 };                  /* --quick: the first two */
     const int nf = n_qfmts(), nn = quick ? 2 : 4;
@@ -2540,6 +2609,7 @@ static void test_quant(void) {
             qmoe_case(f, 0, 8, 3, 256, 128, 1, en[i], 0);       /* relu² experts (nemotron_h) */
             qmoe_case(f, 0, 8, 2, 384, 128, 0, en[i], 1);
         }
+        qgraph_case(f);
         if (f.mode == CI_Q_MXFP4)   /* DeepSeek V4's FP4 experts: a tensor (and descriptor) per expert */
             for (int i = 0; i < 4 && !dead; i++) qmoe_case(f, 1, 16, 4, 128, 256, 0, en[i], 0);
     }
