@@ -11,7 +11,9 @@
  * matmul dispatch: n <= CB_GEMV_MAX_N token rows (decode, small batches) go to the
  * hand-written GEMV kernels (gemv.cu), which stream each weight once at close to the copy
  * bandwidth; larger n (prefill) to cuBLAS (tensor cores for f16 / bf16). fp8 block-scaled
- * weights have no GEMM path yet: prefill runs the GEMV kernel over groups of 8 rows. */
+ * weights have no GEMM path yet: prefill runs the GEMV kernel over groups of 8 rows.
+ * MLX-quantized views (dtype CI_U32) go to quant.cu (packed-code GEMV, or bf16 widening and
+ * the GEMM); weight_q places their descriptors. */
 #include "cuda_api.h"
 #include "cuda_internal.h"
 #include <stdlib.h>

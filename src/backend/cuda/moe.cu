@@ -22,7 +22,9 @@
  *            Σ_k w_k · (its share of the dot); one shuffle reduction; out[t, r] = the sum.
  * Longer inputs go to moe_gemm.cu's grouped GEMM when it takes the layer, else through these
  * kernels CB_GEMV_MAX_N rows at a time. Numerics: f32 products and sums; fp8 weights times
- * their block scale before the product (as gemv.cu and the CPU). */
+ * their block scale before the product (as gemv.cu and the CPU). MLX-quantized experts
+ * (U32 views) are quant.cu's (cb_q_moe_experts: its own table, the same two-launch decode on
+ * the packed codes, and the grouped GEMM over the layer widened to bf16). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include <float.h>
