@@ -157,47 +157,6 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
     return d;
 }
 
-/* An MLX-quantized tensor's descriptor: a host copy whose scales / biases point at their
- * device copies (op_weight), found again by the host descriptor's address. A later call
- * that reaches further places the longer ranges and updates the copy in place (views placed
- * before keep working: the old device ranges stay alive, op_weight retires them). */
-static const ci_qdesc *op_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes) {
-    cuda_be *cb = CB(be);
-    if (!d) return NULL;
-    int lo = 0, hi = cb->n_qds;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if ((uintptr_t)cb->qds[mid].host < (uintptr_t)d) lo = mid + 1;
-        else hi = mid;
-    }
-    cb_qd *q = lo < cb->n_qds && cb->qds[lo].host == d ? &cb->qds[lo] : NULL;
-    if (q && q->param_bytes >= param_bytes) return q->dev;
-    const void *s = op_weight(be, d->scales, param_bytes);
-    const void *b = d->biases ? op_weight(be, d->biases, param_bytes) : NULL;
-    if (!s || (d->biases && !b)) return NULL;
-    if (!q) {
-        if (cb->n_qds == cb->cap_qds) {
-            int cap = cb->cap_qds ? 2 * cb->cap_qds : 256;
-            cb_qd *t = (cb_qd *)realloc(cb->qds, (size_t)cap * sizeof *t);
-            if (!t) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
-            cb->qds = t;
-            cb->cap_qds = cap;
-        }
-        ci_qdesc *dev = (ci_qdesc *)malloc(sizeof *dev);
-        if (!dev) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
-        memmove(cb->qds + lo + 1, cb->qds + lo, (size_t)(cb->n_qds - lo) * sizeof *cb->qds);
-        cb->n_qds++;
-        q = &cb->qds[lo];
-        q->host = d;
-        q->dev = dev;
-    }
-    *q->dev = *d;
-    q->dev->scales = s;
-    q->dev->biases = b;
-    q->param_bytes = param_bytes;
-    return q->dev;
-}
-
 /* ---- matmul family -------------------------------------------------------------------- */
 
 /* y (+)= x · Wᵀ for any n: GEMV kernels for small n, cuBLAS for large, GEMV groups for
@@ -559,8 +518,6 @@ static void op_free(ci_backend *be) {
     cudaStreamSynchronize(cb->stream);
     for (int i = 0; i < cb->n_weights; i++) cudaFree(cb->weights[i].dev);
     free(cb->weights);
-    for (int i = 0; i < cb->n_qds; i++) free(cb->qds[i].dev);
-    free(cb->qds);
     cb_quant_free(cb);
     for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
     free(cb->retired);
@@ -661,7 +618,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->download = cb_download;
     be->copy = cb_copy;
     be->weight = op_weight;
-    be->weight_q = op_weight_q;
+    be->weight_q = cb_weight_q;   /* quant.cu */
     be->kv_store = op_kv_store;
     be->attention_pos = op_attention_pos;
     be->matmul_n = cb_matmul_n;

@@ -138,14 +138,15 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
-/* ---- MLX-quantized weights (quant.cu) ----
+/* ---- MLX-quantized weights (quant.cu, quant_moe.cu) ----
  * ci_mat dtype CI_U32 views placed with weight() / weight_q() (backend.h). cb_q_ok: whether
  * the kernels take W (mode, bits, group, a 4-byte aligned view). cb_q_matmul: y (+)= x · Wᵀ
  * (acc), GEMV on the packed codes for few rows, else W widened to bf16 in cb->wdeq and the
  * GEMM. cb_q_matmul_n: matmul_n (op CB_STORE) or matmul_swiglu (CB_SWIGLU: ys[0] = g, u
  * scratch) in one launch where it can; 0 if some W is not cb_q_ok (nothing done).
  * cb_q_matmul_xw: backend.h's matmul_xw. cb_q_embed: rows ids[t] of E as f32.
- * cb_q_moe_experts: backend.h's moe_experts for a layer whose experts are U32 views. */
+ * cb_q_moe_experts (quant_moe.cu): backend.h's moe_experts for a layer whose experts are U32
+ * views. */
 int cb_q_ok(const ci_mat *W);
 void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc);
 int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
@@ -154,6 +155,9 @@ void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *
 void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
 void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                       const ci_moe *m, int acc);
+/* backend.h's weight_q (a descriptor's scales / biases placed with weight()); cb_quant_free
+ * frees the descriptors and the expert tables (quant_moe.cu). */
+const ci_qdesc *cb_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes);
 void cb_quant_free(cuda_be *cb);
 
 /* ---- launchers (ops.cu) ---- */

@@ -81,6 +81,44 @@ __device__ __forceinline__ float q_elem(const cb_qm &m, int64_t r, int64_t c) {
     return q_apply(m.mode, v, q_param(m.scales, m.sd, gi), m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f);
 }
 
+/* This lane's share of stored row r · x rows [0, n) (acc[t] += ...), x rows xs floats apart:
+ * 16-byte loads when x is 16-byte aligned (chunks start at multiples of 32 floats). */
+/* QN: the most token rows a caller passes (acc holds QN sums). */
+template <int BITS, int QN>
+__device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float *x, int64_t xs, int n, int lane,
+                                          float *acc) {
+    const bool al = ((uintptr_t)x & 15) == 0 && (xs & 3) == 0;
+    for (int64_t c0 = (int64_t)lane * 32; c0 < m.cols; c0 += 32 * 32) {
+        float w[32];
+        q_chunk<BITS>(m, r, c0, w);
+#pragma unroll
+        for (int t = 0; t < QN; t++) {
+            if (t >= n) break;
+            const float *xr = x + t * xs + c0;
+            float s = 0.0f;
+            if (al) {
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const float4 v = __ldg((const float4 *)xr + q);
+                    s = fmaf(w[4 * q], v.x, s);
+                    s = fmaf(w[4 * q + 1], v.y, s);
+                    s = fmaf(w[4 * q + 2], v.z, s);
+                    s = fmaf(w[4 * q + 3], v.w, s);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) s = fmaf(w[i], __ldg(xr + i), s);
+            }
+            acc[t] += s;
+        }
+    }
+}
+
+__device__ __forceinline__ float q_warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* The stored matrix of a U32 view, rows and cols as the view gives them (quant.cu; include
  * cuda_internal.h first). A stored-transposed (MultiLinear) view's caller swaps them. */
 cb_qm cb_q_view(const ci_mat *W);
