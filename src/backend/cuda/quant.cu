@@ -4,10 +4,9 @@
  * weight_q()), never widened at load.
  *
  * Decode (n <= CB_Q_GEMV_MAX_N token rows, CB_GEMV_MAX_N per launch): qgemv_kernel, one warp
- * per output row; lane l
- * takes the row's 32-column chunks l, l + 32, ... (a chunk is `bits` consecutive words, so
- * the warp reads the row front to back), decodes a chunk in registers (quant.cuh, q_chunk)
- * and dots it with every token row; f32 products and sums, one warp reduction per output.
+ * per output row; lane l takes the row's 32-column chunks l, l + 32, ... (a chunk is `bits`
+ * consecutive words, so the warp reads the row front to back), decodes a chunk in registers
+ * (quant.cuh, q_chunk) and dots it with every token row; f32 products and sums, one warp reduction per output.
  * Prefill: the matrix decoded to bf16 in scratch (cb->wdeq), then the bf16 GEMM (cb_gemm),
  * as fp8 weights are. Embedding rows, matmul_xw and the routed experts (moe.cu hands U32
  * layers to cb_q_moe_experts, quant_moe.cu) follow the same split. Every kernel decodes with
