@@ -36,8 +36,9 @@ void mla_layer_free(mla_layer *L) {
 
 /* A per-head view: an offset into the placed kv_b when it lies inside kv_b, else its own. */
 static int place_view(ci_backend *be, ci_mat *dst, const ci_mat *V, const ci_mat *kvb, const ci_mat *kvb_placed) {
-    size_t whole = kvb->dtype == CI_U32 ? (size_t)kvb->rows * (size_t)kvb->cols * (size_t)((const ci_qdesc *)kvb->scale)->bits / 8
-                                        : (size_t)kvb->rows * (size_t)kvb->cols * ci_dtype_size(kvb->dtype);
+    const size_t n = (size_t)kvb->rows * (size_t)kvb->cols;
+    const size_t whole = kvb->dtype == CI_U32 ? n * (size_t)((const ci_qdesc *)kvb->scale)->bits / 8
+                                              : n * ci_dtype_size(kvb->dtype);
     uintptr_t a = (uintptr_t)V->data, b0 = (uintptr_t)kvb->data;
     if (kvb->data && V->dtype == kvb->dtype && (V->dtype != CI_U32 || V->scale == kvb->scale) && a >= b0 &&
         a < b0 + whole) {   /* an MLX-quantized head: a row view of kv_b (w_mat_rows), its descriptor kv_b's */

@@ -22,7 +22,7 @@ static void q_geom(const ci_mat *W, int64_t *sr, size_t *row_bytes, size_t *para
     *param_bytes = (size_t)reach * (size_t)(c / d->group) * ci_dtype_size(d->scale_dtype);
 }
 
-/* Codes of n rows at host, and the descriptor with its scales / biases. */
+/* The view's codes (code_bytes from its first row; 0: its own rows) and its descriptor. */
 static int place_q(ci_backend *be, ci_mat *dst, const ci_mat *W, size_t code_bytes) {
     int64_t sr;
     size_t rb, pb;

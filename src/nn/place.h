@@ -3,9 +3,10 @@
  * device copies the bytes once, in their checkpoint dtype).
  *
  * ci_place_mat: dst = W with its data and, fp8, its block-scale grid placed (the grid rows
- * the view reaches through scale_row0 included). MLX-quantized views (CI_U32): the view's
- * packed rows with weight(), its descriptor (scales, biases) with weight_q(). ci_place_vec: an f32 vector of len floats
- * (NULL stays NULL). Both return -1 when the backend is out of memory (be->last_error). */
+ * the view reaches through scale_row0 included); an MLX-quantized view (CI_U32): its packed
+ * rows with weight(), its descriptor (scales, biases) with weight_q(). ci_place_vec: an f32
+ * vector of len floats (NULL stays NULL). Both return -1 when the backend is out of memory
+ * (be->last_error). */
 #ifndef CI_PLACE_H
 #define CI_PLACE_H
 #include "../backend/backend.h"

@@ -34,7 +34,8 @@ int cb_q_ok(const ci_mat *W) {
     const int b = d->bits;
     if (!d->scales || (d->mode == CI_Q_AFFINE && !d->biases)) return 0;
     if (!(b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8)) return 0;
-    if (d->mode < CI_Q_AFFINE || d->mode > CI_Q_MXFP8 || (d->group != 32 && d->group != 64 && d->group != 128)) return 0;
+    if (d->mode < CI_Q_AFFINE || d->mode > CI_Q_MXFP8) return 0;
+    if (d->group != 32 && d->group != 64 && d->group != 128) return 0;
     const int64_t sc = d->stored_t ? W->rows : W->cols;
     return sc > 0 && sc % d->group == 0 && ((uintptr_t)W->data & 3) == 0;
 }

@@ -196,10 +196,11 @@ static const cb_qmoe_tab *qmoe_tab(cuda_be *cb, const ci_moe *m) {
             hr[3 * e + j] = W->scale_row0;
         }
     void *dp = NULL, *dr = NULL;
-    int bad = CB_CHECK(cb, "cudaMalloc (quantized MoE table)", cudaMalloc(&dp, 3 * n3 * sizeof(void *))) ||
-              CB_CHECK(cb, "cudaMalloc (quantized MoE table)", cudaMalloc(&dr, n3 * sizeof(int64_t))) ||
-              CB_CHECK(cb, "quantized MoE table upload", cudaMemcpy(dp, hp, 3 * n3 * sizeof(void *), cudaMemcpyHostToDevice)) ||
-              CB_CHECK(cb, "quantized MoE table upload", cudaMemcpy(dr, hr, n3 * sizeof(int64_t), cudaMemcpyHostToDevice));
+    const size_t pb = 3 * n3 * sizeof(void *), rb = n3 * sizeof(int64_t);
+    int bad = CB_CHECK(cb, "cudaMalloc (quantized MoE table)", cudaMalloc(&dp, pb)) ||
+              CB_CHECK(cb, "cudaMalloc (quantized MoE table)", cudaMalloc(&dr, rb)) ||
+              CB_CHECK(cb, "quantized MoE table upload", cudaMemcpy(dp, hp, pb, cudaMemcpyHostToDevice)) ||
+              CB_CHECK(cb, "quantized MoE table upload", cudaMemcpy(dr, hr, rb, cudaMemcpyHostToDevice));
     free(hp); free(hr);
     if (bad) { cudaFree(dp); cudaFree(dr); free(t); return NULL; }
     t->codes = (const uint8_t **)dp;
