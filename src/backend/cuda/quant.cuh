@@ -54,8 +54,18 @@ template <int BITS>
 __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, float *w) {
     const uint32_t *p = (const uint32_t *)(m.codes + r * (m.cols / 32) * 4 * BITS + (c0 / 32) * 4 * BITS);
     uint32_t u[BITS];
+    bool vec = false;
+    if constexpr (BITS % 4 == 0) vec = ((uintptr_t)p & 15) == 0;   /* 4 / 8 bits: 16-byte loads */
+    if (vec) {
 #pragma unroll
-    for (int j = 0; j < BITS; j++) u[j] = __ldg(p + j);
+        for (int j = 0; j < BITS; j += 4) {
+            const uint4 v = __ldg((const uint4 *)p + j / 4);
+            u[j] = v.x; u[j + 1] = v.y; u[j + 2] = v.z; u[j + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BITS; j++) u[j] = __ldg(p + j);
+    }
     const int64_t gi = (m.srow0 + r) * (m.cols / m.group) + c0 / m.group;
     const float s = q_param(m.scales, m.sd, gi);
     const float b = m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f;
