@@ -2,7 +2,8 @@
  *
  *   build/bench_gemv_cuda [reps]
  *
- * For each weight dtype (bf16, f16, f32, fp8 E4M3 with 128x128 f32 block scales) and the
+ * For each weight dtype (bf16, f16, f32, fp8 E4M3 with 128x128 f32 block scales, and MLX's
+ * packed affine 4-bit group 64 with bf16 scales / biases and mxfp4: quant.cu) and the
  * two 4096 x 12288 shapes (down_proj [4096, 12288] and gate/up [12288, 4096]), times
  * matmul at n = 1, 2, 4, 8 token rows (the GEMV kernels) and 9, 16 (cuBLAS) (and matmul_swiglu, gate and up together, at n = 1)
  * over `reps` calls enqueued back to back and one synchronising download, and reports the
@@ -67,6 +68,38 @@ static void *make_weight(ci_backend *be, ci_mat *W, ci_dtype dt, int64_t rows, i
     return h;
 }
 
+/* An MLX-quantized weight (q 0: affine 4-bit group 64, bf16 scales and biases; 1: mxfp4) on
+ * the device; its bytes (codes + scales + biases) into *bytes. Host memory is kept. */
+static void make_qweight(ci_backend *be, ci_mat *W, int q, int64_t rows, int64_t cols, double *bytes) {
+    const int G = q ? 32 : 64;
+    size_t nc = (size_t)(rows * cols / 2), np = (size_t)(rows * cols / G), ps = q ? 1 : 2;
+    unsigned char *h = malloc(nc), *sc = malloc(np * ps), *bi = q ? NULL : malloc(np * ps);
+    for (size_t i = 0; i < nc; i++) h[i] = (unsigned char)rnd();
+    for (size_t i = 0; i < np; i++) {
+        if (q) sc[i] = (unsigned char)(118 + rnd() % 4);
+        else {
+            ((uint16_t *)sc)[i] = ci_f32_to_bf16(0.004f + 0.001f * (frand() + 1.0f));
+            ((uint16_t *)bi)[i] = ci_f32_to_bf16(-0.03f);
+        }
+    }
+    ci_qdesc *d = calloc(1, sizeof *d);
+    d->mode = q ? CI_Q_MXFP4 : CI_Q_AFFINE;
+    d->bits = 4;
+    d->group = G;
+    d->scale_dtype = q ? CI_F8_E8M0 : CI_BF16;
+    d->scales = sc;
+    d->biases = bi;
+    d->grid_rows = rows;
+    memset(W, 0, sizeof *W);
+    W->dtype = CI_U32;
+    W->rows = rows;
+    W->cols = cols;
+    W->data = be->weight(be, h, nc);
+    W->scale = be->weight_q ? be->weight_q(be, d, np * ps) : NULL;
+    if (!W->scale) W->data = NULL;
+    *bytes = (double)nc + (double)np * ps * (q ? 1 : 2);
+}
+
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 50;
     if (reps < 1) reps = 1;
@@ -88,14 +121,21 @@ int main(int argc, char **argv) {
     float *u = be->alloc(be, (size_t)16 * 12288 * sizeof(float));
     if (!x || !y || !u) { printf("%s\n", be->last_error); return 1; }
     be->upload(be, x, hx, (size_t)16 * 12288 * sizeof(float));
-    for (int d = 0; d < 4; d++)
+    for (int d = 0; d < 6; d++)
         for (int s = 0; s < 2; s++) {
             ci_mat W, W2;
-            void *hs, *hs2;
-            void *hw = make_weight(be, &W, dts[d], shapes[s][0], shapes[s][1], &hs);
-            void *hw2 = make_weight(be, &W2, dts[d], shapes[s][0], shapes[s][1], &hs2);
+            void *hs = NULL, *hs2 = NULL, *hw = NULL, *hw2 = NULL;
+            double bytes;
+            if (d < 4) {
+                hw = make_weight(be, &W, dts[d], shapes[s][0], shapes[s][1], &hs);
+                hw2 = make_weight(be, &W2, dts[d], shapes[s][0], shapes[s][1], &hs2);
+                bytes = (double)W.rows * W.cols * ci_dtype_size(dts[d]);
+            } else {
+                make_qweight(be, &W, d - 4, shapes[s][0], shapes[s][1], &bytes);
+                make_qweight(be, &W2, d - 4, shapes[s][0], shapes[s][1], &bytes);
+            }
             if (!W.data || !W2.data) { printf("%s\n", be->last_error); return 1; }
-            double bytes = (double)W.rows * W.cols * ci_dtype_size(dts[d]);
+            const char *dname = d < 4 ? ci_dtype_name(dts[d]) : d == 4 ? "mlx a4b g64" : "mxfp4";
             for (int op = 0; op < 2; op++)
                 for (int ni = 0; ni < 6; ni++) {
                     const int ns[6] = { 1, 2, 4, 8, 9, 16 }, n = ns[ni];
@@ -131,7 +171,7 @@ int main(int argc, char **argv) {
                         }
                     }
                     if (be->status(be)) { printf("%s\n", be->last_error); return 1; }
-                    printf("| %s | [%lld, %lld] | %s | %d | %.1f | %.0f | %.0f%% | %.1f | %.0f%% |\n", ci_dtype_name(dts[d]),
+                    printf("| %s | [%lld, %lld] | %s | %d | %.1f | %.0f | %.0f%% | %.1f | %.0f%% |\n", dname,
                            (long long)W.rows, (long long)W.cols, op ? "gate+up swiglu" : "matmul", n, dt * 1e6,
                            b / dt / 1e9, 100.0 * b / dt / 1e9 / copy, dg * 1e6, dg > 0 ? 100.0 * b / dg / 1e9 / copy : 0);
                 }

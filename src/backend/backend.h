@@ -31,6 +31,9 @@ typedef struct ci_qdesc {
     const void *biases;     /* affine: same shape and dtype as scales; else NULL */
     int stored_t;           /* matmul_xw only: the views hold Wᵀ [cols, rows] as MLX's
                              * MultiLinear stores W_UK, so x·W is a matmul with the stored rows */
+    int64_t grid_rows;      /* rows of the scale grid (the whole tensor: stacked experts or heads
+                             * included), so a device places it once; 0 = unknown (each view's
+                             * reach, scale_row0 + its stored rows, is placed) */
 } ci_qdesc;
 
 /* A 2-D weight view. fp8 weights carry a block-scale grid:
@@ -199,6 +202,12 @@ typedef struct ci_backend {
      * kept until the backend is freed; the same host address gives the same copy (a tied
      * head shares the embedding). CPU: host itself. NULL when out of memory. */
     const void *(*weight)(struct ci_backend *be, const void *host, size_t bytes);
+    /* MLX-quantized weights: the backend's copy of descriptor d, its scales (and biases)
+     * placed with weight() for the first param_bytes bytes of each (the grid rows the views
+     * reach); the packed codes themselves are placed with weight() like any data. Kept until
+     * the backend is freed; the same d gives the same copy (grown when a later call reaches
+     * further). CPU: d itself. NULL when out of memory. */
+    const ci_qdesc *(*weight_q)(struct ci_backend *be, const ci_qdesc *d, size_t param_bytes);
 
     /* ---- ops whose positions live in backend memory (graph-capturable decode) ----------
      * kv_store: for t < n, cache row pos[t] (rows `stride` floats apart) gets src row t:

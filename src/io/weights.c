@@ -116,6 +116,7 @@ static int bind_quant(w_binder *b, ci_mat *outs, int64_t E, int64_t rows, int64_
     d->scales = sc->data;
     d->biases = bs ? bs->data : NULL;
     d->stored_t = stored_t;
+    d->grid_rows = (E ? E : 1) * rows;
     size_t row_bytes = (size_t)(cols * p.bits / 8);
     int64_t n = E ? E : 1;
     for (int64_t e = 0; e < n; e++) {
@@ -165,6 +166,7 @@ static int bind_fp4(w_binder *b, ci_mat *out, int64_t rows, int64_t cols, const 
     d->group = 32;
     d->scale_dtype = CI_F8_E8M0;
     d->scales = s->data;
+    d->grid_rows = rows;
     out->data = w->data;
     out->dtype = CI_U32;
     out->scale = d;

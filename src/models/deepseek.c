@@ -10,8 +10,8 @@
  * mlx-stacked experts; fp8 E4M3 with weight_scale_inv 128x128 blocks; MLX-quantized matrices,
  * kv_b_proj included, whole or split by mlx-lm into embed_q / unembed_out; MTP layers
  * ignored), and the weights in backend memory: after binding, every weight the forward
- * reads is placed with be->weight (ds_placed; the identity on the CPU). MLX-quantized
- * checkpoints stay on the CPU.
+ * reads is placed with be->weight (ds_placed; the identity on the CPU), MLX-quantized views
+ * with their packed codes (nn/place.h).
  *
  * The session, forward and serving ops are deepseek_run.c's (DESIGN.md "Backends and
  * memory"): per layer the MLA latent cache [max_ctx, kv_lora + rope] and, with the indexer,
@@ -51,8 +51,7 @@ static int layer_kinds(const ci_config *c, const char *fam, int n_layers, long l
     return 0;
 }
 
-/* A device backend: the ops this decoder needs, and no MLX-quantized matrix (no CUDA kernel
- * reads MLX codes yet). One line naming what is missing. */
+/* A device backend: the ops this decoder needs. One line naming what is missing. */
 static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen) {
     const ci_backend *be = m->be;
     const char *fam = m->family->name;
@@ -63,17 +62,6 @@ static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen
     if (d->any_moe && (!be->moe_route || !be->moe_experts))
         return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MoE ops; run it with --device cpu", fam,
                       be->name);
-    int quant = m->cfg.quant.present || d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
-    for (int l = 0; l < d->n_layers && !quant; l++) {
-        const ds_layer *L = &d->layers[l];
-        const mla_layer *A = &L->attn;
-        quant = A->q_a.dtype == CI_U32 || A->q_b.dtype == CI_U32 || A->q.dtype == CI_U32 || A->kv_a.dtype == CI_U32 ||
-                A->kv_b.dtype == CI_U32 || A->o.dtype == CI_U32 || L->wg.dtype == CI_U32 || L->wd.dtype == CI_U32 ||
-                (A->w_uk && A->w_uk[0].dtype == CI_U32) || (A->w_uv && A->w_uv[0].dtype == CI_U32);
-    }
-    if (quant)
-        return ci_err(err, errlen, "%s: MLX-quantized weights (dtype U32) have no CUDA path yet (%s); run it with --device cpu",
-                      fam, m->cfg.path);
     return 0;
 }
 

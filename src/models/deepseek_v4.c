@@ -172,14 +172,6 @@ static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t er
     const int H = d->H, M = (2 + d->HC) * d->HC;
     if (be->is_device && (!be->hc_pre || !be->v4_attend || !be->v4_compress || !be->moe_route))
         return ci_err(err, errlen, "%s: the %s backend lacks DeepSeek V4's ops; run it with --device cpu", fam, be->name);
-    if (be->is_device) { /* packed codes (U32 views): MLX-quantized modules or FP4 routed experts */
-        int fp4 = 0;
-        for (int l = 0; l < d->n_layers && !fp4; l++)
-            fp4 = d->layers[l].moe.n_experts > 0 && d->layers[l].moe.w_up[0].dtype == CI_U32;
-        if (m->cfg.quant.present || fp4 || d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32)
-            return ci_err(err, errlen, "%s: %s have no CUDA path yet (%s); run it with --device cpu", fam,
-                          m->cfg.quant.present ? "MLX-quantized weights" : "FP4 (E2M1) routed experts", m->cfg.path);
-    }
     d->dev_expert_mats = calloc((size_t)d->n_layers * (size_t)E * 3 + 1, sizeof(ci_mat));
     if (!d->dev_expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = put_mat(be, &d->embed) || put_mat(be, &d->lm_head) || put_vec(be, &d->final_norm, H) ||

@@ -102,21 +102,6 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
 static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
-    if (be->is_device) {
-        int quant = d->embed.dtype == CI_U32 || d->lm_head.dtype == CI_U32;
-        for (int l = 0; l < d->n_layers && !quant; l++) {
-            const dense_layer *L = &d->layers[l];
-            const attn_block *A = &L->attn;
-            quant = A->wq.dtype == CI_U32 || A->wk.dtype == CI_U32 || A->wv.dtype == CI_U32 || A->wo.dtype == CI_U32 ||
-                    (!L->is_moe && (L->ffn.wg.dtype == CI_U32 || L->ffn.wu.dtype == CI_U32 || L->ffn.wd.dtype == CI_U32));
-            for (int e = 0; L->is_moe && e < L->moe.n_experts && !quant; e++)
-                quant = L->moe.gate.dtype == CI_U32 || L->moe.w_gate[e].dtype == CI_U32 ||
-                        L->moe.w_up[e].dtype == CI_U32 || L->moe.w_down[e].dtype == CI_U32;
-        }
-        if (quant)
-            return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
-                          m->cfg.path);
-    }
     d->dev = calloc(d->n_layers > 0 ? (size_t)d->n_layers : 1, sizeof *d->dev);
     size_t n_views = 0;
     for (int l = 0; l < d->n_layers; l++) n_views += d->layers[l].is_moe ? 3 * (size_t)d->layers[l].moe.n_experts : 0;

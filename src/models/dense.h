@@ -12,8 +12,8 @@
  * ops and downloads logits (or the 4-byte argmax of dense_forward_argmax, the n int32 ids
  * of dense_forward_batch_argmax). A decode step is
  * captured once per session as a backend graph when the backend has graphs and replayed
- * after (ci_model.no_graphs: eager). llama and qwen3 run on CUDA this way; MoE layers
- * (moe_forward) and MLX-quantized weights stay CPU-only and are refused on a device. */
+ * after (ci_model.no_graphs: eager). llama, qwen3 and qwen3_moe run on CUDA this way, MLX-quantized
+ * weights included (their codes placed packed: nn/place.h). */
 #ifndef CI_DENSE_H
 #define CI_DENSE_H
 #include "model.h"

@@ -268,30 +268,9 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
 
 /* ---- placement: every weight forward reads in backend memory --------------------------- */
 
-static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
-
-/* Any MLX-quantized matrix forward reads (no CUDA kernels for those yet). */
-static int any_quant(const lfm2_model *d) {
-    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
-    for (int l = 0; l < d->n_layers; l++) {
-        const lfm2_layer *L = &d->layers[l];
-        const attn_block *A = &L->attn;
-        if (L->is_attn && (is_quant(&A->wq) || is_quant(&A->wk) || is_quant(&A->wv) || is_quant(&A->wo))) return 1;
-        if (!L->is_attn && (is_quant(&L->conv.in_proj) || is_quant(&L->conv.out_proj))) return 1;
-        if (!L->is_moe && (is_quant(&L->ffn.wg) || is_quant(&L->ffn.wu) || is_quant(&L->ffn.wd))) return 1;
-        if (L->is_moe && is_quant(&L->moe.gate)) return 1;
-        for (int e = 0; L->is_moe && e < L->moe.n_experts; e++)
-            if (is_quant(&L->moe.w_gate[e]) || is_quant(&L->moe.w_up[e]) || is_quant(&L->moe.w_down[e])) return 1;
-    }
-    return 0;
-}
-
 int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
-    if (be->is_device && any_quant(d))
-        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
-                      m->cfg.path);
     if (be->is_device && (!be->shortconv || !be->add_bias || (d->any_moe && (!be->moe_route || !be->moe_experts))))
         return ci_err(err, errlen, "%s: the %s backend lacks the short-convolution or MoE ops; run it with --device cpu",
                       fam, be->name);

@@ -7,8 +7,7 @@
  * The families (lfm2.c, lfm2_moe.c) own their model_type and options; lfm2.c owns the tensor
  * list and the weights' placement in backend memory, lfm2_run.c the session cache (backend
  * memory: KV rows for attention layers, the conv state for conv layers) and forward(), all
- * on backend ops (a device backend runs them as they are; MLX-quantized weights stay on the
- * CPU).
+ * on backend ops (a device backend runs them as they are, MLX-quantized weights included).
  *
  * The functions below reach a session's cache (lfm2_cache.c): snapshot and restore at a
  * token position (prefix reuse; the conv state cannot be trimmed like KV), and the prefill

@@ -22,7 +22,7 @@
  *
  * This file reads the config and binds the tensors; nemotron_h_place.c puts the weights in
  * backend memory, nemotron_h_run.c runs sessions on backend ops (a device backend runs
- * them as they are; MLX-quantized weights stay on the CPU), nemotron_h_cache.c snapshots.
+ * them as they are, MLX-quantized weights included), nemotron_h_cache.c snapshots.
  * Cache (backend memory, per session): attention layers keep K|V rows (2·n_kv·hd floats
  * per token), Mamba2 layers a fixed f32 state (conv window (K-1)·conv_dim, then SSM
  * Hm·P·N). A forward at position 0 starts from zeroed states.

@@ -1,39 +1,10 @@
 /* nemotron_h_place.c — Nemotron-H's weights into backend memory (nn/place.h): every view
- * forward reads goes through be->weight once (the identity on the CPU). MLX-quantized
- * checkpoints stay on the CPU: a device has no kernels for them yet. */
+ * forward reads goes through be->weight once (the identity on the CPU); MLX-quantized views
+ * keep their packed codes (ci_place_mat). */
 #include "nemotron_h_internal.h"
 #include "../core/status.h"
 #include "../nn/place.h"
 #include <stdlib.h>
-
-static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
-
-/* Any MLX-quantized matrix forward reads. */
-static int any_quant(const nh_model *d) {
-    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
-    for (int l = 0; l < d->n_layers; l++) {
-        const nh_layer *L = &d->layers[l];
-        const moe_block *E = &L->moe;
-        switch (L->kind) {
-        case 'M':
-            if (is_quant(&L->mamba.in_proj) || is_quant(&L->mamba.out_proj)) return 1;
-            break;
-        case '*':
-            if (is_quant(&L->wq) || is_quant(&L->wk) || is_quant(&L->wv) || is_quant(&L->wo)) return 1;
-            break;
-        case '-':
-            if (is_quant(&L->up) || is_quant(&L->down)) return 1;
-            break;
-        default:
-            if (is_quant(&E->gate) || is_quant(&E->sh_up) || is_quant(&E->sh_down) || is_quant(&E->fc1_latent) ||
-                is_quant(&E->fc2_latent))
-                return 1;
-            for (int e = 0; e < E->n_experts; e++)
-                if (is_quant(&E->w_up[e]) || is_quant(&E->w_down[e])) return 1;
-        }
-    }
-    return 0;
-}
 
 /* An MoE layer: router, bias, shared expert and expert views (ci_place_moe), then the
  * latent projections moe_forward reads around them. */
@@ -45,9 +16,6 @@ static int place_moe(ci_backend *be, moe_block *dst, const moe_block *E, ci_mat 
 int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
-    if (be->is_device && any_quant(d))
-        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
-                      m->cfg.path);
     if (be->is_device && (!be->mamba_conv || !be->ssd_scan || !be->gated_rmsnorm || !be->relu2 ||
                           (d->any_moe && (!be->moe_route || !be->moe_experts))))
         return ci_err(err, errlen, "%s: the %s backend lacks the Mamba2 or MoE ops; run it with --device cpu", fam,

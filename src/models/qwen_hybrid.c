@@ -280,36 +280,9 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
 
 /* ---- placement: every weight forward reads in backend memory --------------------------- */
 
-static int is_quant(const ci_mat *W) { return W->dtype == CI_U32; }
-
-/* Any MLX-quantized matrix forward reads (no CUDA kernels for those yet). */
-static int any_quant(const qh_model *d) {
-    if (is_quant(&d->embed) || is_quant(&d->lm_head)) return 1;
-    for (int l = 0; l < d->n_layers; l++) {
-        const qh_layer *L = &d->layers[l];
-        const dn_layer *N = &L->dn;
-        const attn_block *A = &L->ga.a;
-        const moe_block *M = &L->moe;
-        if (L->linear && (is_quant(&N->qkv) || is_quant(&N->z) || is_quant(&N->b) || is_quant(&N->a) ||
-                          is_quant(&N->qkvz) || is_quant(&N->ba) || is_quant(&N->out)))
-            return 1;
-        if (!L->linear && (is_quant(&A->wq) || is_quant(&A->wk) || is_quant(&A->wv) || is_quant(&A->wo))) return 1;
-        if (!L->is_moe && (is_quant(&L->ffn.wg) || is_quant(&L->ffn.wu) || is_quant(&L->ffn.wd))) return 1;
-        if (L->is_moe && (is_quant(&M->gate) || is_quant(&M->sh_gate) || is_quant(&M->sh_up) || is_quant(&M->sh_down) ||
-                          is_quant(&M->sh_router)))
-            return 1;
-        for (int e = 0; L->is_moe && e < M->n_experts; e++)
-            if (is_quant(&M->w_gate[e]) || is_quant(&M->w_up[e]) || is_quant(&M->w_down[e])) return 1;
-    }
-    return 0;
-}
-
 int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
-    if (be->is_device && any_quant(d))
-        return ci_err(err, errlen, "%s: MLX-quantized weights have no CUDA path yet (%s); run it with --device cpu", fam,
-                      m->cfg.path);
     if (be->is_device && (!be->causal_conv || !be->deltanet || !be->deltanet_unfuse || !be->split_halves ||
                           !be->sigmoid_mul || (d->any_moe && (!be->moe_route || !be->moe_experts || !be->sigmoid_gate_add))))
         return ci_err(err, errlen, "%s: the %s backend lacks the gated-DeltaNet or MoE ops; run it with --device cpu", fam,

@@ -73,8 +73,8 @@ size_t dn_state_floats(const dn_layer *L);
 int dn_bind(w_binder *b, dn_layer *L, const char *prefix);
 void dn_layer_free(dn_layer *L);
 
-/* dst = L with its matrices and vectors in backend memory (be->weight; MLX-quantized
- * matrices stay as they are: the family refuses them on a device). -1 when out of memory. */
+/* dst = L with its matrices and vectors in backend memory (ci_place_mat: MLX-quantized
+ * matrices keep their packed codes). -1 when out of memory. */
 int dn_place(ci_backend *be, dn_layer *dst, const dn_layer *L);
 
 int dn_scratch_init(ci_backend *be, dn_scratch *s, const dn_layer *L, int max_n);

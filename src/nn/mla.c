@@ -36,9 +36,12 @@ void mla_layer_free(mla_layer *L) {
 
 /* A per-head view: an offset into the placed kv_b when it lies inside kv_b, else its own. */
 static int place_view(ci_backend *be, ci_mat *dst, const ci_mat *V, const ci_mat *kvb, const ci_mat *kvb_placed) {
-    size_t es = ci_dtype_size(kvb->dtype), whole = (size_t)kvb->rows * (size_t)kvb->cols * es;
+    const size_t n = (size_t)kvb->rows * (size_t)kvb->cols;
+    const size_t whole = kvb->dtype == CI_U32 ? n * (size_t)((const ci_qdesc *)kvb->scale)->bits / 8
+                                              : n * ci_dtype_size(kvb->dtype);
     uintptr_t a = (uintptr_t)V->data, b0 = (uintptr_t)kvb->data;
-    if (kvb->data && V->dtype != CI_U32 && V->dtype == kvb->dtype && a >= b0 && a < b0 + whole) {
+    if (kvb->data && V->dtype == kvb->dtype && (V->dtype != CI_U32 || V->scale == kvb->scale) && a >= b0 &&
+        a < b0 + whole) {   /* an MLX-quantized head: a row view of kv_b (w_mat_rows), its descriptor kv_b's */
         *dst = *V;
         dst->data = (const char *)kvb_placed->data + (a - b0);
         dst->scale = kvb_placed->scale;
@@ -60,6 +63,9 @@ int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L) {
         return -1;
     dst->q_a_norm = (float *)qn;
     dst->kv_a_norm = (float *)kn;
+    if (!L->kv_b.data) /* MLX MultiLinear heads (embed_q / unembed_out): one range each, evenly spaced */
+        return ci_place_heads(be, dst->w_uk, L->w_uk, L->n_heads) || ci_place_heads(be, dst->w_uv, L->w_uv, L->n_heads)
+                   ? -1 : 0;
     for (int h = 0; h < L->n_heads; h++)
         if (place_view(be, &dst->w_uk[h], &L->w_uk[h], &L->kv_b, &dst->kv_b) ||
             place_view(be, &dst->w_uv[h], &L->w_uv[h], &L->kv_b, &dst->kv_b))

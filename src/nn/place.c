@@ -1,5 +1,7 @@
 /* place.c — see place.h. */
 #include "place.h"
+#include <stddef.h>
+#include <stdio.h>
 
 /* Bytes of W's fp8 block-scale grid that its rows reach (views past row 0 of the grid
  * through scale_row0 included); 0 when it has none. */
@@ -9,9 +11,61 @@ static size_t scale_bytes(const ci_mat *W) {
     return (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype);
 }
 
+/* An MLX-quantized view: stored rows / cols (a stored-transposed MultiLinear view holds
+ * Wᵀ), the bytes of its packed rows, and the scale-grid bytes its descriptor must place. */
+static void q_geom(const ci_mat *W, int64_t *sr, size_t *row_bytes, size_t *param_bytes) {
+    const ci_qdesc *d = W->scale;
+    int64_t r = d->stored_t ? W->cols : W->rows, c = d->stored_t ? W->rows : W->cols;
+    int64_t reach = W->scale_row0 + r > d->grid_rows ? W->scale_row0 + r : d->grid_rows;
+    *sr = r;
+    *row_bytes = (size_t)c * (size_t)d->bits / 8;
+    *param_bytes = (size_t)reach * (size_t)(c / d->group) * ci_dtype_size(d->scale_dtype);
+}
+
+/* The view's codes (code_bytes from its first row; 0: its own rows) and its descriptor. */
+static int place_q(ci_backend *be, ci_mat *dst, const ci_mat *W, size_t code_bytes) {
+    int64_t sr;
+    size_t rb, pb;
+    q_geom(W, &sr, &rb, &pb);
+    if (!be->weight_q) {
+        snprintf(be->last_error, sizeof be->last_error, "backend %s cannot hold MLX-quantized weights", be->name);
+        return -1;
+    }
+    dst->data = be->weight(be, W->data, code_bytes ? code_bytes : (size_t)sr * rb);
+    dst->scale = dst->data ? be->weight_q(be, W->scale, pb) : NULL;
+    return dst->data && dst->scale ? 0 : -1;
+}
+
+int ci_place_heads(ci_backend *be, ci_mat *dst, const ci_mat *V, int n) {
+    int even = n > 0 && V[0].data && V[0].dtype == CI_U32;
+    ptrdiff_t step = n > 1 ? (const char *)V[1].data - (const char *)V[0].data : 0;
+    for (int h = 1; h < n && even; h++)
+        even = V[h].dtype == CI_U32 && V[h].scale == V[0].scale && V[h].rows == V[0].rows && V[h].cols == V[0].cols &&
+               (const char *)V[h].data - (const char *)V[0].data == h * step;
+    if (!even || step < 0) {
+        for (int h = 0; h < n; h++)
+            if (ci_place_mat(be, &dst[h], &V[h])) return -1;
+        return 0;
+    }
+    int64_t sr;
+    size_t rb, pb;
+    q_geom(&V[n - 1], &sr, &rb, &pb);
+    ci_mat whole = V[n - 1];   /* its reach covers every head's scale rows */
+    whole.data = V[0].data;
+    ci_mat placed;
+    if (place_q(be, &placed, &whole, (size_t)step * (size_t)(n - 1) + (size_t)sr * rb)) return -1;
+    for (int h = 0; h < n; h++) {
+        dst[h] = V[h];
+        dst[h].data = (const char *)placed.data + (size_t)h * (size_t)step;
+        dst[h].scale = placed.scale;
+    }
+    return 0;
+}
+
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
     *dst = *W;
-    if (!W->data || W->dtype == CI_U32) return 0;   /* MLX codes: the CPU reads them where they lie */
+    if (!W->data) return 0;
+    if (W->dtype == CI_U32) return place_q(be, dst, W, 0);   /* MLX codes and their scales, as they are */
     dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
     if (!dst->data) return -1;
     size_t sb = scale_bytes(W);

@@ -3,9 +3,10 @@
  * device copies the bytes once, in their checkpoint dtype).
  *
  * ci_place_mat: dst = W with its data and, fp8, its block-scale grid placed (the grid rows
- * the view reaches through scale_row0 included). MLX-quantized views (CI_U32) are copied as
- * they are: a family refuses them on a device. ci_place_vec: an f32 vector of len floats
- * (NULL stays NULL). Both return -1 when the backend is out of memory (be->last_error). */
+ * the view reaches through scale_row0 included); an MLX-quantized view (CI_U32): its packed
+ * rows with weight(), its descriptor (scales, biases) with weight_q(). ci_place_vec: an f32
+ * vector of len floats (NULL stays NULL). Both return -1 when the backend is out of memory
+ * (be->last_error). */
 #ifndef CI_PLACE_H
 #define CI_PLACE_H
 #include "../backend/backend.h"
@@ -14,6 +15,10 @@
 
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
 int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len);
+/* n per-head views (MLA's W_UK / W_UV): MLX-quantized views evenly spaced in one tensor
+ * (MultiLinear heads) are placed as one range, so the placed views stay evenly spaced (the
+ * device's MLA kernels index heads by that step); anything else view by view. */
+int ci_place_heads(ci_backend *be, ci_mat *dst, const ci_mat *V, int n);
 /* dst = M with its router, choice bias, shared expert (when it has one) and every expert view
  * placed; the placed views go to em[3 * n_experts] (gate, up, down, each [n_experts], as
  * dst's w_* point; w_gate stays NULL when M's is: relu² experts). */

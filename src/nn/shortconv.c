@@ -6,6 +6,7 @@
  * [K, dim] f32 copy owned with the model's other w_vec copies. */
 #include "shortconv.h"
 #include "../core/status.h"
+#include "place.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,19 +31,6 @@ void sc_free(shortconv *sc) {
     sc->taps = NULL;  /* the binder's copy, freed with the model's other w_vec copies */
 }
 
-static int place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
-    *dst = *W;
-    if (!W->data || W->dtype == CI_U32) return 0;   /* MLX-quantized: the family refuses a device */
-    dst->data = be->weight(be, W->data, (size_t)W->rows * (size_t)W->cols * ci_dtype_size(W->dtype));
-    if (!dst->data) return -1;
-    if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
-        int64_t rb = (W->scale_row0 + W->rows + W->block - 1) / W->block, cb = (W->cols + W->block - 1) / W->block;
-        dst->scale = be->weight(be, W->scale, (size_t)rb * (size_t)cb * ci_dtype_size(W->scale_dtype));
-        if (!dst->scale) return -1;
-    }
-    return 0;
-}
-
 static int place_vec(ci_backend *be, float **dst, const float *v, size_t len) {
     *dst = v ? (float *)be->weight(be, v, len * sizeof(float)) : NULL;
     return v && !*dst ? -1 : 0;
@@ -51,7 +39,7 @@ static int place_vec(ci_backend *be, float **dst, const float *v, size_t len) {
 int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc) {
     const size_t D = (size_t)sc->dim;
     *dst = *sc;
-    return place_mat(be, &dst->in_proj, &sc->in_proj) || place_mat(be, &dst->out_proj, &sc->out_proj) ||
+    return ci_place_mat(be, &dst->in_proj, &sc->in_proj) || ci_place_mat(be, &dst->out_proj, &sc->out_proj) ||
                    place_vec(be, &dst->taps, sc->taps, (size_t)sc->K * D) ||
                    place_vec(be, &dst->in_bias, sc->in_bias, 3 * D) || place_vec(be, &dst->conv_bias, sc->conv_bias, D) ||
                    place_vec(be, &dst->out_bias, sc->out_bias, D)

@@ -44,8 +44,8 @@ typedef struct {
  * mode lists the transformers names and shapes. Returns 0, or -1 once the binder failed. */
 int sc_bind(w_binder *b, shortconv *sc, int dim, int K, int bias, const char *prefix);
 void sc_free(shortconv *sc);
-/* dst = sc with its matrices, taps and biases in backend memory (be->weight; MLX-quantized
- * matrices stay as they are: the family refuses them on a device). -1 when out of memory. */
+/* dst = sc with its matrices, taps and biases in backend memory (ci_place_mat: MLX-quantized
+ * matrices keep their packed codes). -1 when out of memory. */
 int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc);
 
 int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n);

@@ -12,7 +12,8 @@
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
 #   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
 #               logits --step (graph replay) and one greedy generate on a bf16 fixture, then
-#               logits --step on a DSA, an LFM2-MoE, a Mamba2 and two DeltaNet fixtures
+#               logits --step on a DSA, an LFM2-MoE, a Mamba2, two DeltaNet fixtures and an
+#               MLX-quantized DeepSeek V3 (packed matmuls, MLA heads, experts, embedding)
 #   generate    one short cinfer generate --device cuda --stats
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
 # The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
@@ -81,7 +82,7 @@ grep '^# ' "$OUT/ops.log" | tail -1
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
 
 # ---- parity ----
-step parity 120 parity.log bash tests/gpu/parity.sh
+step parity 240 parity.log bash tests/gpu/parity.sh   # 240: the 13 mlx_* fixtures run too (quant.cu)
 
 # ---- memcheck ----
 if [ -n "$SAN" ]; then
@@ -94,7 +95,7 @@ if [ -n "$SAN" ]; then
       --out '$OUT/memcheck_step.f32' --step --device cuda &&
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' generate --model $fx \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda &&
-    for f in deepseek_v32 deepseek_v4 lfm2_moe nemotron_h qwen3_5 qwen3_next; do
+    for f in deepseek_v32 deepseek_v4 lfm2_moe nemotron_h qwen3_5 qwen3_next mlx_deepseek_v3_4bit; do
       '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model tests/fixtures/\$f \
         --tokens 1,5,9,22,7,3,11,40 --out /tmp/memcheck_\$f.f32 --step --device cuda || exit 99
     done"

@@ -2141,6 +2141,486 @@ static void test_v4(void) {
     groups_case(37, 4, 96, 256);
 }
 
+/* ---- MLX-quantized weights (ci_mat dtype CI_U32; quant.cu) ------------------------------------
+ * Random packed codes (every code valid; mxfp8 bytes but the NaN ones) with scales / biases of
+ * real spread, one descriptor per tensor (stacked experts / heads share it through scale_row0),
+ * placed like the families place them: codes with weight(), the descriptor with weight_q().
+ * Formats: affine bits 2, 3, 4, 5, 6, 8 x groups 32, 64, 128 x F32 / F16 / BF16 scales, mxfp4,
+ * mxfp8. Both sides decode each weight to the same f32 (w = s·q + b fused, s·e2m1, s·e4m3);
+ * the device sums in another order: B_F32 up to 40 rows (decode kernels on the packed codes),
+ * B_TC above (the matrix widened to bf16 for the tensor-core GEMM, activations rounded to bf16;
+ * experts: above 8 rows when the grouped GEMM takes the layer). Names carry the format as
+ * "a<bits>b g<group> <scale dtype>s", "mxfp4" or "mxfp8". */
+typedef struct { ci_qmode mode; int bits, group; ci_dtype sdt; } qfmt;
+typedef struct {
+    ci_mat c, g;             /* the whole tensor [rows, cols]: CPU and CUDA views */
+    char name[32];
+} qpair;
+
+static const char *qfmt_name(const qfmt *f, char *buf, size_t n) {
+    if (f->mode == CI_Q_AFFINE)
+        snprintf(buf, n, "a%db g%d %ss", f->bits, f->group, f->sdt == CI_F32 ? "f32" : f->sdt == CI_F16 ? "f16" : "bf16");
+    else snprintf(buf, n, "%s", f->mode == CI_Q_MXFP4 ? "mxfp4" : "mxfp8");
+    return buf;
+}
+
+/* The stored tensor [rows, cols] (stored_t: a MultiLinear embed_q, views read transposed). */
+static qpair make_qweight(int64_t rows, int64_t cols, qfmt f, int stored_t) {
+    qpair w;
+    memset(&w, 0, sizeof w);
+    qfmt_name(&f, w.name, sizeof w.name);
+    if (cols % f.group) {   /* a test bug, not a backend one */
+        printf("FAIL cuda quant test: %s tensor [%lld, %lld]: columns not a multiple of the group\n", w.name,
+               (long long)rows, (long long)cols);
+        n_fail++;
+        dead = 1;
+        return w;
+    }
+    const size_t rb = (size_t)(cols * f.bits / 8), ng = (size_t)(cols / f.group), np = (size_t)rows * ng;
+    uint8_t *codes = keep(xmalloc((size_t)rows * rb));
+    for (size_t i = 0; i < (size_t)rows * rb; i++) {
+        uint8_t b = (uint8_t)next_u64();
+        if (f.mode == CI_Q_MXFP8) while ((b & 0x7f) == 0x7f) b = (uint8_t)next_u64();
+        codes[i] = b;
+    }
+    ci_qdesc *d = keep(calloc(1, sizeof *d));
+    d->mode = f.mode;
+    d->bits = f.bits;
+    d->group = f.group;
+    d->scale_dtype = f.mode == CI_Q_AFFINE ? f.sdt : CI_F8_E8M0;
+    d->stored_t = stored_t;
+    d->grid_rows = rows;
+    const size_t ps = ci_dtype_size(d->scale_dtype);
+    void *sc = keep(xmalloc(np * ps)), *bi = f.mode == CI_Q_AFFINE ? keep(xmalloc(np * ps)) : NULL;
+    const float amp = 1.f / sqrtf((float)cols);
+    for (size_t i = 0; i < np; i++) {
+        if (f.mode == CI_Q_AFFINE) {
+            float a = amp * (0.5f + (unif() + 1.f) / 2.f), s = 2.f * a / (float)((1 << f.bits) - 1), b = -a * (1.f + 0.2f * unif());
+            if (f.sdt == CI_F32) { ((float *)sc)[i] = s; ((float *)bi)[i] = b; }
+            else if (f.sdt == CI_F16) { ((uint16_t *)sc)[i] = ci_f32_to_f16(s); ((uint16_t *)bi)[i] = ci_f32_to_f16(b); }
+            else { ((uint16_t *)sc)[i] = ci_f32_to_bf16(s); ((uint16_t *)bi)[i] = ci_f32_to_bf16(b); }
+        } else {   /* E8M0: 2^e so that the largest code (6 or 448) lands near amp */
+            int e = 127 + (int)lrintf(log2f(amp)) - (f.mode == CI_Q_MXFP4 ? 2 : 8) + irand(3) - 1;
+            ((uint8_t *)sc)[i] = (uint8_t)e;
+        }
+    }
+    d->scales = sc;
+    d->biases = bi;
+    w.c.data = codes;
+    w.c.dtype = CI_U32;
+    w.c.rows = stored_t ? cols : rows;   /* a MultiLinear view's logical shape is Wᵀ's */
+    w.c.cols = stored_t ? rows : cols;
+    w.c.scale = d;
+    w.g = w.c;
+    w.g.data = g_weight(codes, (size_t)rows * rb);
+    if (!gpu->weight_q) { report_bool("cuda weight_q present", 0, "weight_q NULL"); dead = 1; return w; }
+    w.g.scale = gpu->weight_q(gpu, d, np * ps);
+    if (!w.g.scale) { printf("FAIL cuda weight_q %s: %s\n", w.name, gpu->last_error); n_fail++; dead = 1; }
+    return w;
+}
+
+/* Row view [r0, r0 + n) of a non-transposed quantized tensor (w_mat_rows). */
+static ci_mat qrows(const ci_mat *W, int64_t r0, int64_t n) {
+    const ci_qdesc *d = W->scale;
+    ci_mat v = *W;
+    v.rows = n;
+    v.data = (const char *)W->data + (size_t)r0 * (size_t)(W->cols * d->bits / 8);
+    v.scale_row0 = W->scale_row0 + r0;
+    return v;
+}
+
+static int n_qfmts(void) { return 6 * 3 * 3 + 2; }
+static qfmt qfmt_at(int i) {
+    static const int bits[] = { 2, 3, 4, 5, 6, 8 }, groups[] = { 32, 64, 128 };
+    static const ci_dtype sdts[] = { CI_F32, CI_F16, CI_BF16 };
+    if (i == 54) return (qfmt){ CI_Q_MXFP4, 4, 32, CI_F8_E8M0 };
+    if (i == 55) return (qfmt){ CI_Q_MXFP8, 8, 32, CI_F8_E8M0 };
+    return (qfmt){ CI_Q_AFFINE, bits[i / 9], groups[i / 3 % 3], sdts[i % 3] };
+}
+static double q_bound(int n) { return n > 40 ? B_TC : B_F32; }
+
+/* matmul on a whole tensor and on a row view inside it (scale_row0 > 0), n rows */
+static void qmatmul_case(qfmt f, int64_t rows, int64_t cols, const int *ns, int nn) {
+    char fn[32], name[200];
+    qfmt_name(&f, fn, sizeof fn);
+    int any = 0;
+    for (int i = 0; i < nn; i++) {
+        snprintf(name, sizeof name, "cuda qmatmul %s %lldx%lld n=%d", fn, (long long)rows, (long long)cols, ns[i]);
+        any |= want(name);
+    }
+    if (!any) return;
+    qpair w = make_qweight(rows + 7, cols, f, 0);
+    if (dead) return;
+    const ci_mat vc = qrows(&w.c, 7, rows), vg = qrows(&w.g, 7, rows);   /* starts 7 rows into the grid */
+    for (int i = 0; i < nn && !dead; i++) {
+        const int n = ns[i];
+        snprintf(name, sizeof name, "cuda qmatmul %s %lldx%lld n=%d", fn, (long long)rows, (long long)cols, n);
+        if (!want(name)) continue;
+        float *x = xmalloc((size_t)n * cols * 4), *ref = xmalloc((size_t)n * rows * 4), *got = xmalloc((size_t)n * rows * 4);
+        fill(x, (size_t)n * cols, 1.f);
+        float *gx = g_put(x, (size_t)n * cols * 4), *gy = g_alloc((size_t)n * rows * 4);
+        if (gx && gy) {
+            cpu->matmul(cpu, ref, x, n, &vc);
+            g_poison(gy, (size_t)n * rows * 4);
+            gpu->matmul(gpu, gy, gx, n, &vg);
+            g_get(got, gy, (size_t)n * rows * 4);
+            report(name, compare(got, ref, (size_t)n * rows), q_bound(n));
+        }
+        g_free(gx); g_free(gy);
+        free(x); free(ref); free(got);
+    }
+}
+
+/* matmul_n (3 matrices), matmul_acc, matmul_swiglu and their norm_ forms on quantized weights */
+static void qfused_case(qfmt f, int64_t cols, int n) {
+    char fn[32], name[200];
+    qfmt_name(&f, fn, sizeof fn);
+    snprintf(name, sizeof name, "cuda qfused %s cols=%lld n=%d", fn, (long long)cols, n);
+    if (!want(name)) return;
+    const int64_t R[3] = { 128, 33, 33 };   /* R[0]: the gate of the swiglu, [128, cols] */
+    qpair w[3];
+    for (int i = 0; i < 3 && !dead; i++) w[i] = make_qweight(R[i], cols, f, 0);
+    qpair up = make_qweight(128, cols, f, 0), down = make_qweight(cols, 128, f, 0);
+    if (dead) return;
+    float *x = xmalloc((size_t)n * cols * 4), *nw = keep(xmalloc((size_t)cols * 4));
+    fill(x, (size_t)n * cols, 1.f);
+    for (int64_t i = 0; i < cols; i++) nw[i] = 1.f + 0.5f * unif();
+    const float *gnw = g_weight(nw, (size_t)cols * 4);
+    float *gx = g_put(x, (size_t)n * cols * 4), *gxn = g_alloc((size_t)n * cols * 4);
+    for (int norm = 0; norm < 2 && !dead; norm++) {
+        float *xr = x, *xn = NULL;
+        if (norm) { xn = xmalloc((size_t)n * cols * 4); cpu->rmsnorm(cpu, xn, x, nw, n, (int)cols, 1e-6f); xr = xn; }
+        /* matmul_n */
+        float *ref[3], *gy[3];
+        size_t sz[3];
+        const ci_mat *Wc[3] = { &w[0].c, &w[1].c, &w[2].c }, *Wg[3] = { &w[0].g, &w[1].g, &w[2].g };
+        for (int i = 0; i < 3; i++) {
+            sz[i] = (size_t)n * R[i];
+            ref[i] = xmalloc(sz[i] * 4);
+            gy[i] = g_alloc(sz[i] * 4);
+            g_poison(gy[i], sz[i] * 4);
+        }
+        ref_matmul_n(3, ref, xr, n, Wc);
+        if (norm) gpu->norm_matmul_n(gpu, gxn, gx, gnw, 1e-6f, 3, gy, n, Wg);
+        else gpu->matmul_n(gpu, 3, gy, gx, n, Wg);
+        char nm[240];
+        snprintf(nm, sizeof nm, "%s %smatmul_n", name, norm ? "norm_" : "");
+        report(nm, compare_outputs(3, gy, ref, sz), q_bound(n));
+        /* swiglu */
+        const size_t gs = (size_t)n * 128;
+        float *g = xmalloc(gs * 4), *u = xmalloc(gs * 4), *gg = g_alloc(gs * 4), *gu = g_alloc(gs * 4);
+        g_poison(gg, gs * 4);
+        ref_matmul_swiglu(g, u, xr, n, &w[0].c, &up.c);
+        if (norm) gpu->norm_matmul_swiglu(gpu, gxn, gx, gnw, 1e-6f, gg, gu, n, &w[0].g, &up.g);
+        else gpu->matmul_swiglu(gpu, gg, gu, gx, n, &w[0].g, &up.g);
+        snprintf(nm, sizeof nm, "%s %smatmul_swiglu", name, norm ? "norm_" : "");
+        float *gyy[1] = { gg }, *refs[1] = { g };
+        size_t szs[1] = { gs };
+        report(nm, compare_outputs(1, gyy, refs, szs), q_bound(n));
+        g_free(gu); free(u);
+        /* acc (down_proj with the residual) */
+        if (!norm) {
+            float *h = xmalloc(gs * 4), *y = xmalloc((size_t)n * cols * 4), *tmp = xmalloc((size_t)n * cols * 4);
+            fill(h, gs, 1.f);
+            fill(y, (size_t)n * cols, 2.f);
+            float *gh = g_put(h, gs * 4), *gyv = g_put(y, (size_t)n * cols * 4), *gt = g_alloc((size_t)n * cols * 4);
+            ref_matmul_acc(y, h, n, &down.c, tmp);
+            gpu->matmul_acc(gpu, gyv, gh, n, &down.g, gt);
+            g_free(gt);
+            float *ga[1] = { gyv }, *ra[1] = { y };
+            size_t sa[1] = { (size_t)n * cols };
+            snprintf(nm, sizeof nm, "%s matmul_acc", name);
+            report(nm, compare_outputs(1, ga, ra, sa), q_bound(n));
+            g_free(gh); free(h); free(tmp);
+        }
+        free(xn);
+    }
+    g_free(gx); g_free(gxn);
+    free(x);
+}
+
+static void qembed_case(qfmt f, int n) {
+    char fn[32], name[160];
+    qfmt_name(&f, fn, sizeof fn);
+    const int vocab = 301, dim = 384;
+    snprintf(name, sizeof name, "cuda qembed %s %dx%d n=%d", fn, vocab, dim, n);
+    if (!gpu->embed || !want(name)) return;
+    qpair E = make_qweight(vocab, dim, f, 0);
+    if (dead) return;
+    int32_t *ids = xmalloc((size_t)n * 4);
+    for (int t = 0; t < n; t++) ids[t] = t == 0 ? vocab - 1 : t == 1 ? 0 : irand(vocab);
+    size_t cnt = (size_t)n * dim;
+    float *ref = xmalloc(cnt * 4), *got = xmalloc(cnt * 4);
+    int32_t *gi = g_put(ids, (size_t)n * 4);
+    float *go = g_alloc(cnt * 4);
+    g_poison(go, cnt * 4);
+    cpu->embed(cpu, ref, &E.c, ids, n);
+    gpu->embed(gpu, go, &E.g, gi, n);
+    g_get(got, go, cnt * 4);
+    report(name, compare(got, ref, cnt), B_F32);   /* the same decode; B_F32 should the CPU's not fuse s·q + b */
+    g_free(gi); g_free(go);
+    free(ids); free(ref); free(got);
+}
+
+/* matmul_xw: a MultiLinear embed_q head (stored_t, a matmul with the stored rows) and a plain
+ * row view (decoded to f32 in scratch) */
+static void qxw_case(qfmt f, int stored_t, int n) {
+    char fn[32], name[160];
+    qfmt_name(&f, fn, sizeof fn);
+    const int64_t R = 128, C = 96;   /* y[n, C] = x[n, R] · W */
+    snprintf(name, sizeof name, "cuda qmatmul_xw %s %s n=%d", fn, stored_t ? "stored_t" : "rows", n);
+    if (!want(name)) return;
+    qpair w = stored_t ? make_qweight(2 * C, R, f, 1) : make_qweight(R + 5, 128, f, 0);
+    if (dead) return;
+    ci_mat vc, vg;
+    if (stored_t) {   /* head 1 of two: stored rows [C, 2C) */
+        const size_t rb = (size_t)(R * f.bits / 8);
+        vc = w.c; vg = w.g;
+        vc.rows = vg.rows = R; vc.cols = vg.cols = C;
+        vc.data = (const char *)w.c.data + (size_t)C * rb;
+        vg.data = (const char *)w.g.data + (size_t)C * rb;
+        vc.scale_row0 = vg.scale_row0 = C;
+    } else {
+        vc = qrows(&w.c, 5, R);
+        vg = qrows(&w.g, 5, R);
+    }
+    const int64_t oc = vc.cols;
+    float *x = xmalloc((size_t)n * R * 4), *ref = xmalloc((size_t)n * oc * 4), *got = xmalloc((size_t)n * oc * 4);
+    fill(x, (size_t)n * R, 1.f);
+    float *gx = g_put(x, (size_t)n * R * 4), *gy = g_alloc((size_t)n * oc * 4);
+    if (gx && gy) {
+        g_poison(gy, (size_t)n * oc * 4);
+        cpu->matmul_xw(cpu, ref, x, n, &vc);
+        gpu->matmul_xw(gpu, gy, gx, n, &vg);
+        g_get(got, gy, (size_t)n * oc * 4);
+        report(name, compare(got, ref, (size_t)n * oc), stored_t ? q_bound(n) : B_F32);
+    }
+    g_free(gx); g_free(gy);
+    free(x); free(ref); free(got);
+}
+
+/* moe_experts over quantized experts: stacked (one tensor per matrix kind, views by
+ * scale_row0, as mlx's switch_mlp) or one tensor per expert (DeepSeek V4's FP4 experts) */
+static void qmoe_case(qfmt f, int per_expert, int E, int K, int X, int I, int relu2, int n, int acc) {
+    char fn[32], name[200];
+    qfmt_name(&f, fn, sizeof fn);
+    snprintf(name, sizeof name, "moe_experts q %s %s E=%d K=%d X=%d I=%d%s%s n=%d", fn, per_expert ? "per-expert" : "stacked",
+             E, K, X, I, relu2 ? " relu2" : "", acc ? " acc" : "", n);
+    if (!want(name)) return;
+    ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
+    for (int j = 0; j < 3 && !dead; j++) {
+        const int rows = j == 2 ? X : I, cols = j == 2 ? I : X;
+        if (per_expert) {
+            for (int e = 0; e < E && !dead; e++) {
+                qpair w = make_qweight(rows, cols, f, 0);
+                cv[j * E + e] = w.c;
+                gv[j * E + e] = w.g;
+            }
+        } else {
+            qpair w = make_qweight((int64_t)E * rows, cols, f, 0);
+            for (int e = 0; e < E && !dead; e++) {
+                cv[j * E + e] = qrows(&w.c, (int64_t)e * rows, rows);
+                gv[j * E + e] = qrows(&w.g, (int64_t)e * rows, rows);
+            }
+        }
+    }
+    if (dead) return;
+    float *x = xmalloc((size_t)n * X * 4), *w = xmalloc((size_t)n * K * 4), *ref = xmalloc((size_t)n * X * 4);
+    int32_t *sel = xmalloc((size_t)n * K * 4);
+    fill(x, (size_t)n * X, 1.f);
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = irand(E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= sel[t * K + j] == e;
+            } while (dup);
+            sel[t * K + k] = e;
+            w[t * K + k] = 0.1f + 0.9f * (unif() + 1.f) / 2.f;
+        }
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I; m.relu2 = relu2;
+    m.w_gate = relu2 ? NULL : cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
+    fill(ref, (size_t)n * X, 4.f);
+    float *res = xmalloc((size_t)n * X * 4);
+    memcpy(res, ref, (size_t)n * X * 4);
+    cpu->moe_experts(cpu, ref, x, n, sel, w, &m, acc);
+    m.w_gate = relu2 ? NULL : gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
+    float *gx = g_put(x, (size_t)n * X * 4), *gw = g_put(w, (size_t)n * K * 4), *gy = g_alloc((size_t)n * X * 4);
+    int32_t *gsel = g_put(sel, (size_t)n * K * 4);
+    if (gx && gw && gy && gsel) {
+        if (acc) gpu->upload(gpu, gy, res, (size_t)n * X * 4);
+        else g_poison(gy, (size_t)n * X * 4);
+        gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m, acc);
+        float *got = xmalloc((size_t)n * X * 4);
+        g_get(got, gy, (size_t)n * X * 4);
+        const int grouped = n > 8 && !relu2 && X % 8 == 0 && I % 8 == 0;   /* widened to bf16, grouped GEMM */
+        report(name, compare(got, ref, (size_t)n * X), grouped ? B_TC : B_F32);
+        free(got);
+    }
+    g_free(gx); g_free(gw); g_free(gy); g_free(gsel);
+    free(x); free(w); free(ref); free(sel); free(res);
+}
+
+/* mla_absorb_q + mla_out_heads on quantized heads: row views of one kv_b (older mlx
+ * conversions) or MultiLinear embed_q (stored_t) / unembed_out placed as one range each */
+static void qmla_case(qfmt f, int multilinear, int n) {
+    char fn[32], name[200];
+    qfmt_name(&f, fn, sizeof fn);
+    const int Hh = 4, nope = 64, rope = 16, kv_lora = 128, v = 64, qd = nope + rope, lat = kv_lora + rope;
+    snprintf(name, sizeof name, "cuda mla_absorb_q+out_heads q %s %s n=%d", fn, multilinear ? "multilinear" : "kv_b", n);
+    if (!gpu->mla_absorb_q || !gpu->mla_out_heads || !want(name)) return;
+    ci_mat uk_c[4], uk_g[4], uv_c[4], uv_g[4];
+    if (multilinear) {
+        qpair eq = make_qweight((int64_t)Hh * kv_lora, nope, f, 1), uo = make_qweight((int64_t)Hh * v, kv_lora, f, 0);
+        if (dead) return;
+        for (int h = 0; h < Hh; h++) {
+            const size_t rq = (size_t)(nope * f.bits / 8), ro = (size_t)(kv_lora * f.bits / 8);
+            uk_c[h] = eq.c; uk_g[h] = eq.g;
+            uk_c[h].rows = uk_g[h].rows = nope; uk_c[h].cols = uk_g[h].cols = kv_lora;
+            uk_c[h].data = (const char *)eq.c.data + (size_t)h * kv_lora * rq;
+            uk_g[h].data = (const char *)eq.g.data + (size_t)h * kv_lora * rq;
+            uk_c[h].scale_row0 = uk_g[h].scale_row0 = (int64_t)h * kv_lora;
+            uv_c[h] = qrows(&uo.c, (int64_t)h * v, v);
+            uv_g[h] = qrows(&uo.g, (int64_t)h * v, v);
+            (void)ro;
+        }
+    } else {
+        qpair kvb = make_qweight((int64_t)Hh * (nope + v), kv_lora, f, 0);
+        if (dead) return;
+        for (int h = 0; h < Hh; h++) {
+            const int64_t r0 = (int64_t)h * (nope + v);
+            uk_c[h] = qrows(&kvb.c, r0, nope); uk_g[h] = qrows(&kvb.g, r0, nope);
+            uv_c[h] = qrows(&kvb.c, r0 + nope, v); uv_g[h] = qrows(&kvb.g, r0 + nope, v);
+        }
+    }
+    size_t nq = (size_t)n * Hh * qd, nc = (size_t)n * Hh * lat, no = (size_t)n * Hh * v;
+    float *q = xmalloc(nq * 4), *qcat = xmalloc(nc * 4), *olat = xmalloc(nc * 4), *o = xmalloc(no * 4);
+    fill(q, nq, 1.f);
+    fill(olat, nc, 1.f);
+    float *gq = g_put(q, nq * 4), *gqc = g_alloc(nc * 4), *gol = g_put(olat, nc * 4), *go = g_alloc(no * 4);
+    if (!dead) {
+        g_poison(gqc, nc * 4);
+        g_poison(go, no * 4);
+        cpu->mla_absorb_q(cpu, qcat, q, n, Hh, nope, rope, kv_lora, uk_c);
+        gpu->mla_absorb_q(gpu, gqc, gq, n, Hh, nope, rope, kv_lora, uk_g);
+        cpu->mla_out_heads(cpu, o, olat, n, Hh, kv_lora, lat, v, uv_c);
+        gpu->mla_out_heads(gpu, go, gol, n, Hh, kv_lora, lat, v, uv_g);
+        float *gy[2] = { gqc, go }, *ref[2] = { qcat, o };
+        size_t sz[2] = { nc, no };
+        report(name, compare_outputs(2, gy, ref, sz), B_F32);   /* f32 on both sides (element decode) */
+    } else {
+        g_free(gqc); g_free(go); free(qcat); free(o);
+    }
+    g_free(gq); g_free(gol);
+    free(q); free(olat);
+}
+
+/* A decode step on quantized weights recorded as a graph: replay = eager, byte for byte
+ * (matmul_n, matmul_swiglu, the experts; the expert table is built by the first eager call). */
+static void qgraph_case(qfmt f) {
+    char fn[32], name[160];
+    qfmt_name(&f, fn, sizeof fn);
+    snprintf(name, sizeof name, "cuda graph replay = eager (quantized decode %s)", fn);
+    if (!gpu->graph_begin || !gpu->graph_end || !gpu->graph_launch || !gpu->moe_experts || !want(name)) return;
+    const int X = 256, I = 128, E = 8, K = 2, Rq = 96;
+    qpair wq = make_qweight(Rq, X, f, 0), wk = make_qweight(32, X, f, 0), wg = make_qweight(I, X, f, 0),
+          wu = make_qweight(I, X, f, 0), eg = make_qweight((int64_t)E * I, X, f, 0), eu = make_qweight((int64_t)E * I, X, f, 0),
+          ed = make_qweight((int64_t)E * X, I, f, 0);
+    if (dead) return;
+    ci_mat *ev = keep(xmalloc((size_t)3 * E * sizeof(ci_mat)));
+    for (int e = 0; e < E; e++) {
+        ev[e] = qrows(&eg.g, (int64_t)e * I, I);
+        ev[E + e] = qrows(&eu.g, (int64_t)e * I, I);
+        ev[2 * E + e] = qrows(&ed.g, (int64_t)e * X, X);
+    }
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I;
+    m.w_gate = ev; m.w_up = ev + E; m.w_down = ev + 2 * E;
+    float *x = xmalloc(X * 4), w[2] = { 0.7f, 0.3f };
+    int32_t sel[2] = { 5, 2 };
+    fill(x, X, 1.f);
+    float *gx = g_put(x, X * 4), *gq = g_alloc(Rq * 4), *gk = g_alloc(32 * 4), *gg = g_alloc(I * 4), *gu = g_alloc(I * 4),
+          *go = g_alloc(X * 4), *gw = g_put(w, 8);
+    int32_t *gsel = g_put(sel, 8);
+    if (dead) return;
+    const size_t outs = (size_t)(Rq + 32 + I + X);
+    float *eager = xmalloc(outs * 4), *replay = xmalloc(outs * 4);
+#define QSTEP()                                                                                                 \
+    do {                                                                                                        \
+        float *ys[2] = { gq, gk };                                                                              \
+        const ci_mat *ws[2] = { &wq.g, &wk.g };                                                                 \
+        gpu->matmul_n(gpu, 2, ys, gx, 1, ws);                                                                   \
+        gpu->matmul_swiglu(gpu, gg, gu, gx, 1, &wg.g, &wu.g);                                                   \
+        gpu->moe_experts(gpu, go, gx, 1, gsel, gw, &m, 0);                                                      \
+    } while (0)
+#define QGET(buf)                                                                                               \
+    do {                                                                                                        \
+        g_get(buf, gq, Rq * 4); g_get(buf + Rq, gk, 32 * 4); g_get(buf + Rq + 32, gg, I * 4);                   \
+        g_get(buf + Rq + 32 + I, go, X * 4);                                                                    \
+    } while (0)
+    int ok = 1;
+    char why[320] = "";
+    QSTEP();
+    QGET(eager);
+    void *graph = NULL;
+    if (gpu->graph_begin(gpu) != 0) { ok = 0; snprintf(why, sizeof why, "graph_begin failed: %s", gpu->last_error); }
+    else {
+        QSTEP();
+        graph = gpu->graph_end(gpu);
+        if (!graph) { ok = 0; snprintf(why, sizeof why, "graph_end returned NULL: %s", gpu->last_error); }
+    }
+    if (graph) {
+        g_poison(gq, Rq * 4); g_poison(gk, 32 * 4); g_poison(gg, I * 4); g_poison(go, X * 4);
+        gpu->graph_launch(gpu, graph);
+        QGET(replay);
+        if (memcmp(eager, replay, outs * 4)) { ok = 0; snprintf(why, sizeof why, "replay differs from eager"); }
+        if (gpu->graph_free) gpu->graph_free(gpu, graph);
+    }
+#undef QSTEP
+#undef QGET
+    report_bool(name, ok, why);
+    g_free(gx); g_free(gq); g_free(gk); g_free(gg); g_free(gu); g_free(go); g_free(gw); g_free(gsel);
+    free(x); free(eager); free(replay);
+}
+
+static void test_quant(void) {
+    static const int ns[] = { 1, 37, 8, 64 };                  /* --quick: the first two */
+    const int nf = n_qfmts(), nn = quick ? 2 : 4;
+    for (int i = 0; i < nf && !dead; i++) {
+        const qfmt f = qfmt_at(i);
+        qmatmul_case(f, 37, 384, ns, nn);                      /* odd rows, every group divides 384 */
+        qembed_case(f, 37);
+        qxw_case(f, 1, 1);
+        if (!quick) { qembed_case(f, 1); qxw_case(f, 0, 3); }
+    }
+    static const int fi[] = { 18 + 5, 36 + 1, 0 + 8, 54, 55 };   /* a4b g64 bf16s, a6b g32 f16s, a2b g128 bf16s, mxfp4, mxfp8 */
+    for (size_t k = 0; k < sizeof fi / sizeof *fi && !dead; k++) {
+        const qfmt f = qfmt_at(fi[k]);
+        qmatmul_case(f, 1000, 1024, ns, 4);                    /* n = 64: widened to bf16, the GEMM */
+        if (!quick) qmatmul_case(f, 4096, 4096, ns, 2);
+        qfused_case(f, 256, 1);
+        qfused_case(f, 256, 37);
+        qxw_case(f, 1, 37);
+        qxw_case(f, 0, 37);
+        qmla_case(f, 0, 1);
+        qmla_case(f, 0, 37);
+        if (f.group <= 64) { qmla_case(f, 1, 1); qmla_case(f, 1, 37); }   /* nope = 64 stored columns */
+        static const int en[] = { 1, 3, 8, 37 };
+        for (int i = 0; i < 4 && !dead; i++) {
+            qmoe_case(f, 0, 8, 2, 384, 128, 0, en[i], 0);
+            qmoe_case(f, 0, 8, 3, 256, 128, 1, en[i], 0);       /* relu² experts (nemotron_h) */
+            qmoe_case(f, 0, 8, 2, 384, 128, 0, en[i], 1);
+        }
+        qgraph_case(f);
+        if (f.mode == CI_Q_MXFP4)   /* DeepSeek V4's FP4 experts: a tensor (and descriptor) per expert */
+            for (int i = 0; i < 4 && !dead; i++) qmoe_case(f, 1, 16, 4, 128, 256, 0, en[i], 0);
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -2179,6 +2659,7 @@ int main(int argc, char **argv) {
     test_mamba();
     test_deltanet();
     test_v4();
+    test_quant();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

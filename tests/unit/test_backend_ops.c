@@ -404,6 +404,19 @@ static void test_device_choice(void) {
         ci_model_get_info(m, &info);
         CHECK(!strncmp(info.backend, "cpu", 3), "auto for MLX-quantized qwen3: %s", info.backend);
         ci_model_free(m);
+        m = NULL;
+    }
+    /* --device cuda on MLX-quantized weights: refused in one line until the GPU suite has
+     * passed them, unless CINFER_CUDA_UNVERIFIED=1 (the GPU suite sets it) */
+    const char *unv = getenv("CINFER_CUDA_UNVERIFIED");
+    if (!unv || strcmp(unv, "1")) {
+        o.device = 1;
+        err[0] = 0;
+        CHECK(ci_model_open("tests/fixtures/mlx_llama_4bit", &o, &m, err, sizeof err) < 0 && !m,
+              "MLX-quantized llama on cuda refused");
+        CHECK_HAS(err, "MLX-quantized weights has not passed the GPU tests");
+        CHECK_HAS(err, "CINFER_CUDA_UNVERIFIED=1");
+        CHECK(!strchr(err, '\n'), "one line: %s", err);
     }
 }
 

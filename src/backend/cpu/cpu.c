@@ -608,6 +608,11 @@ static const void *cpu_weight(ci_backend *be, const void *host, size_t bytes) {
     (void)bytes;
     return host;
 }
+static const ci_qdesc *cpu_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes) {
+    (void)be;
+    (void)param_bytes;
+    return d;
+}
 
 static int cpu_status(ci_backend *be) { return cpu(be)->failed; }
 int cpu_failed(ci_backend *be) { return cpu(be)->failed; }
@@ -798,6 +803,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.download = cpu_download;
     b->base.copy = cpu_memcpy;
     b->base.weight = cpu_weight;
+    b->base.weight_q = cpu_weight_q;
     b->base.kv_store = cpu_kv_store;
     b->base.attention_pos = cpu_attention_pos;
     b->base.matmul_n = cpu_matmul_n;

@@ -11,7 +11,9 @@
  * matmul dispatch: n <= CB_GEMV_MAX_N token rows (decode, small batches) go to the
  * hand-written GEMV kernels (gemv.cu), which stream each weight once at close to the copy
  * bandwidth; larger n (prefill) to cuBLAS (tensor cores for f16 / bf16). fp8 block-scaled
- * weights have no GEMM path yet: prefill runs the GEMV kernel over groups of 8 rows. */
+ * weights have no GEMM path yet: prefill runs the GEMV kernel over groups of 8 rows.
+ * MLX-quantized views (dtype CI_U32) go to quant.cu (packed-code GEMV, or bf16 widening and
+ * the GEMM); weight_q places their descriptors. */
 #include "cuda_api.h"
 #include "cuda_internal.h"
 #include <stdlib.h>
@@ -174,6 +176,7 @@ static int gemv_one(const ci_mat *W, int n) { return n <= CB_GEMV_MAX_N && n <= 
 
 static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (n <= 0 || W->rows <= 0) return;
+    if (W->dtype == CI_U32) { cb_q_matmul(cb, y, x, n, W, acc); return; }   /* quant.cu */
     if (n > gemv_max_n(W) && cb_gemm(cb, y, x, n, W, acc ? 1.0f : 0.0f) == 0) return;
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
@@ -183,7 +186,7 @@ static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W
 }
 
 static int mat_ok(cuda_be *cb, const ci_mat *W) {
-    if (cb_gemv_ok(W)) return 1;
+    if (cb_gemv_ok(W) || cb_q_ok(W)) return 1;
     if (!cb->failed) {
         cb->failed = 1;
         snprintf(cb->base.last_error, sizeof cb->base.last_error,
@@ -209,6 +212,7 @@ static void cb_matmul_acc(ci_backend *be, float *y, const float *x, int n, const
 static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
+    if (count > 0 && Ws[0]->dtype == CI_U32 && cb_q_matmul_n(cb, CB_STORE, count, ys, NULL, x, n, Ws)) return;
     int same = count <= 4;
     for (int i = 0; i < count; i++) {
         if (!mat_ok(cb, Ws[i])) return;
@@ -222,6 +226,11 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
                              const ci_mat *Wu) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
+    if (Wg->dtype == CI_U32 && Wu->dtype == CI_U32) {
+        const ci_mat *Ws[2] = { Wg, Wu };
+        cb_q_matmul_n(cb, CB_SWIGLU, 2, &g, u, x, n, Ws);
+        return;
+    }
     if (gemv_one(Wg, n) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
         const ci_mat *Ws[2] = { Wg, Wu };
         cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, NULL, 0.0f);
@@ -263,6 +272,7 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
+    if (W->dtype == CI_U32) { cb_q_matmul_xw(cb, y, x, n, W); return; }   /* quant.cu */
     cb_matmul_xw_launch(cb, y, x, n, W);
 }
 
@@ -296,6 +306,7 @@ static void op_add(ci_backend *be, float *y, const float *x, int64_t count) {
 static void op_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
+    if (E->dtype == CI_U32 && cb_q_ok(E)) { cb_q_embed(cb, out, E, ids, n); return; }   /* quant.cu */
     if (E->dtype != CI_F32 && E->dtype != CI_F16 && E->dtype != CI_BF16 && E->dtype != CI_F8_E4M3) {
         mat_ok(cb, E);
         return;
@@ -507,6 +518,7 @@ static void op_free(ci_backend *be) {
     cudaStreamSynchronize(cb->stream);
     for (int i = 0; i < cb->n_weights; i++) cudaFree(cb->weights[i].dev);
     free(cb->weights);
+    cb_quant_free(cb);
     for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
@@ -609,6 +621,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->download = cb_download;
     be->copy = cb_copy;
     be->weight = op_weight;
+    be->weight_q = cb_weight_q;   /* quant.cu */
     be->kv_store = op_kv_store;
     be->attention_pos = op_attention_pos;
     be->matmul_n = cb_matmul_n;

@@ -30,6 +30,13 @@ struct cb_scratch {          /* grow-only device scratch */
 };
 
 struct cb_moe_tab;
+struct cb_qmoe_tab;
+
+struct cb_qd {               /* an MLX-quantized tensor's descriptor, placed (weight_q) */
+    const ci_qdesc *host;
+    ci_qdesc *dev;           /* host struct, its scales / biases in device memory */
+    size_t param_bytes;
+};
 
 struct cuda_be {
     ci_backend base;         /* first: a ci_backend * is a cuda_be * */
@@ -41,6 +48,9 @@ struct cuda_be {
     cb_weight *weights;      /* sorted by host address */
     int n_weights, cap_weights;
     size_t weight_bytes;
+    cb_qd *qds;              /* weight_q's copies, sorted by host address */
+    int n_qds, cap_qds;
+    struct cb_qmoe_tab *qmoe_tabs; /* quant.cu: MLX-quantized experts, one per MoE layer seen */
     void **retired;          /* scratch buffers replaced by bigger ones (a graph may still use them) */
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
@@ -147,6 +157,28 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
+/* ---- MLX-quantized weights (quant.cu, quant_moe.cu) ----
+ * ci_mat dtype CI_U32 views placed with weight() / weight_q() (backend.h). cb_q_ok: whether
+ * the kernels take W (mode, bits, group, a 4-byte aligned view). cb_q_matmul: y (+)= x · Wᵀ
+ * (acc), GEMV on the packed codes for few rows, else W widened to bf16 in cb->wdeq and the
+ * GEMM. cb_q_matmul_n: matmul_n (op CB_STORE) or matmul_swiglu (CB_SWIGLU: ys[0] = g, u
+ * scratch) in one launch where it can; 0 if some W is not cb_q_ok (nothing done).
+ * cb_q_matmul_xw: backend.h's matmul_xw. cb_q_embed: rows ids[t] of E as f32.
+ * cb_q_moe_experts (quant_moe.cu): backend.h's moe_experts for a layer whose experts are U32
+ * views. */
+int cb_q_ok(const ci_mat *W);
+void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc);
+int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
+                  const ci_mat *const *Ws);
+void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
+void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
+void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                      const ci_moe *m, int acc);
+/* backend.h's weight_q (a descriptor's scales / biases placed with weight()); cb_quant_free
+ * frees the descriptors and the expert tables (quant_moe.cu). */
+const ci_qdesc *cb_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes);
+void cb_quant_free(cuda_be *cb);
+
 /* ---- launchers (ops.cu) ---- */
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
@@ -200,6 +232,8 @@ int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
 /* Whether fp8 experts could take the grouped GEMM once widened to bf16 (moe.cu widens them
  * into scratch for a prefill chunk: the same shape conditions as cb_moe_grouped_ok). */
 int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab);
+/* The shape conditions alone (quant.cu widens MLX-quantized experts to a bf16 table). */
+int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
 

@@ -17,6 +17,7 @@
  * sel[t, 0..topk) instead of 0..pos[t]. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
+#include "quant.cuh"
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <math.h>
@@ -107,12 +108,22 @@ struct head_mats {           /* head h: data + h * step bytes, scale rows from r
     int dtype, block, scale_dtype;
     const void *scale;
     int64_t rows, cols;
+    cb_qm q;                 /* CI_U32 (MLX-quantized) views: head 0 as stored, codes + h * step */
+    int stored_t;            /* the views hold Wᵀ (MultiLinear embed_q): element (r, c) is stored (c, r) */
 };
 
 /* Fills hm from the Hh views; 0 if they are one dtype and shape, evenly spaced with one scale grid. */
 static int head_views(const ci_mat *W, int n_heads, head_mats *hm) {
     const ci_mat *a = &W[0];
-    if (a->dtype != CI_F32 && a->dtype != CI_F16 && a->dtype != CI_BF16 && a->dtype != CI_F8_E4M3) return -1;
+    if (a->dtype != CI_F32 && a->dtype != CI_F16 && a->dtype != CI_BF16 && a->dtype != CI_F8_E4M3 &&
+        !(a->dtype == CI_U32 && cb_q_ok(a)))
+        return -1;
+    hm->stored_t = 0;
+    if (a->dtype == CI_U32) {
+        hm->stored_t = ((const ci_qdesc *)a->scale)->stored_t;
+        hm->q = cb_q_view(a);
+        if (hm->stored_t) { hm->q.rows = a->cols; hm->q.cols = a->rows; }
+    }
     hm->data = a->data;
     hm->dtype = (int)a->dtype;
     hm->rows = a->rows;
@@ -140,7 +151,12 @@ static __device__ __forceinline__ float head_elem(const head_mats &m, int h, int
     const char *base = (const char *)m.data + h * m.step;
     const int64_t i = r * m.cols + c;
     float w;
-    if (DT == CI_F32) w = __ldg((const float *)base + i);
+    if (DT == CI_U32) {
+        cb_qm q = m.q;
+        q.codes = (const uint8_t *)base;
+        q.srow0 += h * m.row_step;
+        w = m.stored_t ? q_elem(q, c, r) : q_elem(q, r, c);
+    } else if (DT == CI_F32) w = __ldg((const float *)base + i);
     else if (DT == CI_BF16) w = __uint_as_float((unsigned)__ldg((const unsigned short *)base + i) << 16);
     else if (DT == CI_F16) w = __half2float(__ldg((const __half *)base + i));
     else {
@@ -416,6 +432,7 @@ __global__ void __launch_bounds__(AB_WARPS * 32) out_heads_vec_kernel(float *o, 
 /* whether the views suit the vector kernels: kv_lora a multiple of the vector, 16-byte rows
  * and head bases, fp8 scale blocks a multiple of the vector */
 static bool head_vec_ok(const head_mats &m, int kv_lora) {
+    if (m.dtype != CI_F32 && m.dtype != CI_BF16 && m.dtype != CI_F16 && m.dtype != CI_F8_E4M3) return false;
     const int vec = m.dtype == CI_F32 ? 4 : m.dtype == CI_F8_E4M3 ? 16 : 8;
     return kv_lora % vec == 0 && ((uintptr_t)m.data & 15) == 0 && (m.step & 15) == 0 && (m.block <= 0 || m.block % vec == 0);
 }
@@ -443,7 +460,7 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
     if (n <= 0 || n_heads <= 0) return;
     head_mats m;
     if (head_views(w_uk, n_heads, &m) || m.rows != nope || m.cols != kv_lora) {
-        cb_fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        cb_fail_msg(cb, "mla_absorb_q: the W_UK views are not evenly spaced [nope, kv_lora] views of one f32 / f16 / bf16 / fp8 / MLX-quantized tensor");
         return;
     }
     dim3 grid((unsigned)((kv_lora + AQ_COLS - 1) / AQ_COLS + 1), (unsigned)n_heads, (unsigned)((n + AB_TOK - 1) / AB_TOK));
@@ -456,7 +473,7 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
     }
     void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
         m.dtype == CI_F32 ? absorb_q_kernel<CI_F32> : m.dtype == CI_BF16 ? absorb_q_kernel<CI_BF16>
-        : m.dtype == CI_F16 ? absorb_q_kernel<CI_F16> : absorb_q_kernel<CI_F8_E4M3>;
+        : m.dtype == CI_F16 ? absorb_q_kernel<CI_F16> : m.dtype == CI_U32 ? absorb_q_kernel<CI_U32> : absorb_q_kernel<CI_F8_E4M3>;
     cb_launch(cb, k, grid, dim3(AB_WARPS * 32), 0, qcat, q, n, n_heads, nope, rope, kv_lora, m);
     cb_launched(cb, "mla_absorb_q");
 }
@@ -505,12 +522,12 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
     if (n <= 0 || n_heads <= 0 || v <= 0) return;
     head_mats m;
     if (head_views(w_uv, n_heads, &m) || m.rows != v || m.cols != kv_lora) {
-        cb_fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 tensor");
+        cb_fail_msg(cb, "mla_out_heads: the W_UV views are not evenly spaced [v, kv_lora] views of one f32 / f16 / bf16 / fp8 / MLX-quantized tensor");
         return;
     }
     void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
         m.dtype == CI_F32 ? out_heads_kernel<CI_F32> : m.dtype == CI_BF16 ? out_heads_kernel<CI_BF16>
-        : m.dtype == CI_F16 ? out_heads_kernel<CI_F16> : out_heads_kernel<CI_F8_E4M3>;
+        : m.dtype == CI_F16 ? out_heads_kernel<CI_F16> : m.dtype == CI_U32 ? out_heads_kernel<CI_U32> : out_heads_kernel<CI_F8_E4M3>;
     const size_t smem = (size_t)AB_TOK * kv_lora * sizeof(float);
     if (smem > 48 * 1024) {   /* kv_lora > 1536: beyond every DeepSeek; one limit for all four instances */
         cb_fail_msg(cb, "mla_out_heads: kv_lora over 1536 is not supported");

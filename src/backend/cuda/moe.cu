@@ -22,7 +22,9 @@
  *            Σ_k w_k · (its share of the dot); one shuffle reduction; out[t, r] = the sum.
  * Longer inputs go to moe_gemm.cu's grouped GEMM when it takes the layer, else through these
  * kernels CB_GEMV_MAX_N rows at a time. Numerics: f32 products and sums; fp8 weights times
- * their block scale before the product (as gemv.cu and the CPU). */
+ * their block scale before the product (as gemv.cu and the CPU). MLX-quantized experts
+ * (U32 views) are quant.cu's (cb_q_moe_experts: its own table, the same two-launch decode on
+ * the packed codes, and the grouped GEMM over the layer widened to bf16). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include <float.h>
@@ -549,6 +551,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
+    if (m->w_up[0].dtype == CI_U32) { cb_q_moe_experts(cb, out, x, n, sel, w, m, acc); return; }  /* quant.cu */
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
     const bool fp8 = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab) &&

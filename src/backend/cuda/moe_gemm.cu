@@ -469,6 +469,8 @@ int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab) {
     return m && tab && tab->w && tab->dtype == CI_F8_E4M3 && mg_shape_ok(m, tab);
 }
 
+int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab) { return m && tab && mg_shape_ok(m, tab); }
+
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
     if (!m || !tab || !tab->w) return 0;
     if (tab->dtype != CI_BF16 && tab->dtype != CI_F16) return 0;

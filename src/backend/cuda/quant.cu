@@ -1,0 +1,312 @@
+/* quant.cu — MLX-quantized weights (ci_mat dtype CI_U32: affine 2/3/4/5/6/8-bit, mxfp4,
+ * mxfp8; DeepSeek V4's FP4 experts are bound as mxfp4) on the device, read in their packed
+ * form: the codes and the descriptor's scales / biases are placed as they are (weight(),
+ * weight_q()), never widened at load.
+ *
+ * Decode (n <= CB_Q_GEMV_MAX_N token rows, CB_GEMV_MAX_N per launch): qgemv_kernel, one warp
+ * per output row; lane l takes the row's 32-column chunks l, l + 32, ... (a chunk is `bits`
+ * consecutive words, so the warp reads the row front to back), decodes a chunk in registers
+ * (quant.cuh, q_chunk) and dots it with every token row; f32 products and sums, one warp reduction per output.
+ * Prefill: the matrix decoded to bf16 in scratch (cb->wdeq), then the bf16 GEMM (cb_gemm),
+ * as fp8 weights are. Embedding rows, matmul_xw and the routed experts (moe.cu hands U32
+ * layers to cb_q_moe_experts, quant_moe.cu) follow the same split. Every kernel decodes with
+ * the same q_chunk, so the paths agree on each weight bit for bit. weight_q's descriptors
+ * (cb_weight_q) live here too. */
+#include "cuda_internal.h"
+#include "quant.cuh"
+#include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { Q_WARPS = 4 };
+/* Rows up to which decode kernels serve (above: widen to bf16 + GEMM): a GEMV pass over a
+ * 4-bit matrix reads ~0.5 byte per weight for 8 rows; widening reads it once, writes 2 bytes
+ * and the GEMM reads 2, so the GEMV pays up to ~5 passes (as fp8's threshold). */
+#define CB_Q_GEMV_MAX_N (5 * CB_GEMV_MAX_N)
+
+/* ---- views ------------------------------------------------------------------------------ */
+
+static int sd_code(ci_dtype t) { return t == CI_F32 ? 0 : t == CI_F16 ? 1 : t == CI_BF16 ? 2 : 3; }
+
+int cb_q_ok(const ci_mat *W) {
+    if (W->dtype != CI_U32 || !W->data || !W->scale) return 0;
+    const ci_qdesc *d = (const ci_qdesc *)W->scale;
+    const int b = d->bits;
+    if (!d->scales || (d->mode == CI_Q_AFFINE && !d->biases)) return 0;
+    if (!(b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8)) return 0;
+    if (d->mode < CI_Q_AFFINE || d->mode > CI_Q_MXFP8) return 0;
+    if (d->group != 32 && d->group != 64 && d->group != 128) return 0;
+    const int64_t sc = d->stored_t ? W->rows : W->cols;
+    return sc > 0 && sc % d->group == 0 && ((uintptr_t)W->data & 3) == 0;
+}
+
+/* The stored matrix of a view (matmul reads the rows as stored; matmul_xw swaps first). */
+cb_qm cb_q_view(const ci_mat *W) {
+    const ci_qdesc *d = (const ci_qdesc *)W->scale;
+    cb_qm m;
+    m.codes = (const uint8_t *)W->data;
+    m.scales = d->scales;
+    m.biases = d->mode == CI_Q_AFFINE ? d->biases : NULL;
+    m.rows = W->rows;
+    m.cols = W->cols;
+    m.srow0 = W->scale_row0;
+    m.mode = (int)d->mode;
+    m.bits = d->bits;
+    m.group = d->group;
+    m.sd = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
+    return m;
+}
+
+/* ---- placement ------------------------------------------------------------------------------ */
+
+/* An MLX-quantized tensor's descriptor: a host copy whose scales / biases point at their
+ * device copies (weight()), found again by the host descriptor's address. A later call
+ * that reaches further places the longer ranges and updates the copy in place (views placed
+ * before keep working: the old device ranges stay alive, weight() retires them). */
+const ci_qdesc *cb_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes) {
+    cuda_be *cb = (cuda_be *)be;
+    if (!d) return NULL;
+    int lo = 0, hi = cb->n_qds;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((uintptr_t)cb->qds[mid].host < (uintptr_t)d) lo = mid + 1;
+        else hi = mid;
+    }
+    cb_qd *q = lo < cb->n_qds && cb->qds[lo].host == d ? &cb->qds[lo] : NULL;
+    if (q && q->param_bytes >= param_bytes) return q->dev;
+    const void *s = be->weight(be, d->scales, param_bytes);
+    const void *b = d->biases ? be->weight(be, d->biases, param_bytes) : NULL;
+    if (!s || (d->biases && !b)) return NULL;
+    if (!q) {
+        if (cb->n_qds == cb->cap_qds) {
+            int cap = cb->cap_qds ? 2 * cb->cap_qds : 256;
+            cb_qd *t = (cb_qd *)realloc(cb->qds, (size_t)cap * sizeof *t);
+            if (!t) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
+            cb->qds = t;
+            cb->cap_qds = cap;
+        }
+        ci_qdesc *dev = (ci_qdesc *)malloc(sizeof *dev);
+        if (!dev) { snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
+        memmove(cb->qds + lo + 1, cb->qds + lo, (size_t)(cb->n_qds - lo) * sizeof *cb->qds);
+        cb->n_qds++;
+        q = &cb->qds[lo];
+        q->host = d;
+        q->dev = dev;
+    }
+    *q->dev = *d;
+    q->dev->scales = s;
+    q->dev->biases = b;
+    q->param_bytes = param_bytes;
+    return q->dev;
+}
+
+/* ---- decode: y[n, rows] (op)= x[n, cols] · Wᵀ ----------------------------------------------- */
+
+struct qg_args {
+    cb_qm W[4];
+    float *y[4];
+    int count;               /* matrices (CB_SWIGLU: 2, gate then up, one output) */
+    int op;                  /* CB_STORE, CB_ACC, CB_SWIGLU */
+    int n;                   /* token rows, <= CB_GEMV_MAX_N */
+    const float *x;          /* [n, cols] */
+};
+
+template <int BITS>
+__global__ void __launch_bounds__(Q_WARPS * 32) qgemv_kernel(qg_args a) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * Q_WARPS + warp;
+    int i = 0;                                    /* which matrix: rows of W[0], then W[1], ... */
+    if (a.op != CB_SWIGLU)
+        while (i < a.count - 1 && r >= a.W[i].rows) r -= a.W[i++].rows;
+    const cb_qm &m = a.W[i];
+    if (r >= m.rows) return;
+    const int64_t xs = m.cols;
+    float acc[CB_GEMV_MAX_N], acc2[CB_GEMV_MAX_N];
+#pragma unroll
+    for (int t = 0; t < CB_GEMV_MAX_N; t++) acc[t] = acc2[t] = 0.0f;
+    q_row_dot<BITS, CB_GEMV_MAX_N>(m, r, a.x, xs, a.n, lane, acc);
+    if (a.op == CB_SWIGLU) q_row_dot<BITS, CB_GEMV_MAX_N>(a.W[1], r, a.x, xs, a.n, lane, acc2);
+#pragma unroll
+    for (int t = 0; t < CB_GEMV_MAX_N; t++) {
+        if (t >= a.n) break;
+        const float g = q_warp_sum(acc[t]);
+        const float u = a.op == CB_SWIGLU ? q_warp_sum(acc2[t]) : 0.0f;
+        if (lane) continue;
+        float *y = a.y[i] + (int64_t)t * m.rows + r;
+        if (a.op == CB_SWIGLU) *y = g / (1.0f + expf(-g)) * u;
+        else if (a.op == CB_ACC) *y += g;
+        else *y = g;
+    }
+}
+
+/* One launch for count matrices of the same bits and cols (n <= CB_GEMV_MAX_N). */
+static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+    qg_args a;
+    memset(&a, 0, sizeof a);
+    a.count = count;
+    a.op = op;
+    a.n = n;
+    a.x = x;
+    int64_t rows = 0;
+    for (int i = 0; i < count; i++) {
+        a.W[i] = cb_q_view(Ws[i]);
+        a.y[i] = op == CB_SWIGLU ? ys[0] : ys[i];
+        rows += Ws[i]->rows;
+    }
+    if (op == CB_SWIGLU) rows = Ws[0]->rows;
+    dim3 grid((unsigned)((rows + Q_WARPS - 1) / Q_WARPS)), block(Q_WARPS * 32);
+    switch (a.W[0].bits) {
+    case 2: cb_launch(cb, qgemv_kernel<2>, grid, block, 0, a); break;
+    case 3: cb_launch(cb, qgemv_kernel<3>, grid, block, 0, a); break;
+    case 4: cb_launch(cb, qgemv_kernel<4>, grid, block, 0, a); break;
+    case 5: cb_launch(cb, qgemv_kernel<5>, grid, block, 0, a); break;
+    case 6: cb_launch(cb, qgemv_kernel<6>, grid, block, 0, a); break;
+    default: cb_launch(cb, qgemv_kernel<8>, grid, block, 0, a); break;
+    }
+    cb_launched(cb, "quantized gemv");
+}
+
+/* ---- widening: a matrix decoded into scratch ----------------------------------------------- */
+
+/* dst [rows, cols] = the stored matrix as T (bf16 rounded to nearest even, or f32); one
+ * thread per 32-column chunk. */
+template <int BITS, typename T>
+__global__ void qwiden_kernel(T *dst, cb_qm m) {
+    pdl_enter();
+    const int64_t chunks = m.cols / 32, total = m.rows * chunks;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = k / chunks, c0 = (k - r * chunks) * 32;
+        float w[32];
+        q_chunk<BITS>(m, r, c0, w);
+        T *d = dst + r * m.cols + c0;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            if constexpr (sizeof(T) == 4) d[i] = w[i];
+            else d[i] = __bfloat16_as_ushort(__float2bfloat16_rn(w[i]));
+        }
+    }
+}
+
+template <typename T>
+static void qwiden(cuda_be *cb, T *dst, const cb_qm &m) {
+    const int64_t total = m.rows * (m.cols / 32);
+    unsigned blocks = (unsigned)((total + 255) / 256);
+    if (blocks > 4u * (unsigned)cb->sm_count) blocks = 4u * (unsigned)cb->sm_count;
+    if (blocks < 1) blocks = 1;
+    switch (m.bits) {
+    case 2: cb_launch(cb, qwiden_kernel<2, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    case 3: cb_launch(cb, qwiden_kernel<3, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    case 4: cb_launch(cb, qwiden_kernel<4, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    case 5: cb_launch(cb, qwiden_kernel<5, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    case 6: cb_launch(cb, qwiden_kernel<6, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    default: cb_launch(cb, qwiden_kernel<8, T>, dim3(blocks), dim3(256), 0, dst, m); break;
+    }
+    cb_launched(cb, "quantized widen");
+}
+
+/* ---- the matmul family ---------------------------------------------------------------------- */
+
+void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
+    if (cb->failed || n <= 0 || W->rows <= 0) return;
+    if (n > CB_Q_GEMV_MAX_N) {
+        __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, (size_t)W->rows * (size_t)W->cols * 2);
+        if (!wd) return;
+        qwiden(cb, (uint16_t *)wd, cb_q_view(W));
+        ci_mat B;
+        memset(&B, 0, sizeof B);
+        B.data = wd;
+        B.dtype = CI_BF16;
+        B.rows = W->rows;
+        B.cols = W->cols;
+        if (cb_gemm(cb, y, x, n, &B, acc ? 1.0f : 0.0f) == 0) return;
+        if (!cb->failed) cb_fail_msg(cb, "quantized matmul: the bf16 GEMM refused the widened weight");
+        return;
+    }
+    for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
+        const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
+        float *yy = y + (size_t)t0 * W->rows;
+        qgemv(cb, acc ? CB_ACC : CB_STORE, 1, &yy, x + (size_t)t0 * W->cols, k, &W);
+    }
+}
+
+/* matmul_n / matmul_swiglu: one launch when the matrices share bits and cols and n fits one
+ * GEMV launch; else matrix by matrix (swiglu then the swiglu op). Returns 1 if it took the call. */
+int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
+                  const ci_mat *const *Ws) {
+    int same = count <= 4 && n <= CB_GEMV_MAX_N;
+    for (int i = 0; i < count; i++) {
+        if (!cb_q_ok(Ws[i])) return 0;
+        same &= ((const ci_qdesc *)Ws[i]->scale)->bits == ((const ci_qdesc *)Ws[0]->scale)->bits &&
+                Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
+    }
+    if (cb->failed || n <= 0) return 1;
+    if (op == CB_SWIGLU) same &= Ws[0]->rows == Ws[1]->rows;
+    if (same) { qgemv(cb, op, count, ys, x, n, Ws); return 1; }
+    if (op == CB_SWIGLU) {
+        cb_q_matmul(cb, ys[0], x, n, Ws[0], 0);
+        cb_q_matmul(cb, u, x, n, Ws[1], 0);
+        cb_swiglu(cb, ys[0], u, (int64_t)n * Ws[0]->rows);
+        return 1;
+    }
+    for (int i = 0; i < count; i++) cb_q_matmul(cb, ys[i], x, n, Ws[i], 0);
+    return 1;
+}
+
+/* y[n, W.cols] = x[n, W.rows] · W: a stored-transposed view (MLX MultiLinear) is a matmul
+ * with the stored rows; otherwise the view decoded to f32 in scratch and the f32 launcher. */
+void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W) {
+    if (cb->failed || n <= 0) return;
+    const ci_qdesc *d = (const ci_qdesc *)W->scale;
+    if (d->stored_t) {
+        ci_mat s = *W;
+        s.rows = W->cols;
+        s.cols = W->rows;
+        cb_q_matmul(cb, y, x, n, &s, 0);
+        return;
+    }
+    float *wd = (float *)cb_scratch_get(cb, &cb->wdeq, (size_t)W->rows * (size_t)W->cols * 4);
+    if (!wd) return;
+    qwiden(cb, wd, cb_q_view(W));
+    ci_mat F;
+    memset(&F, 0, sizeof F);
+    F.data = wd;
+    F.dtype = CI_F32;
+    F.rows = W->rows;
+    F.cols = W->cols;
+    cb_matmul_xw_launch(cb, y, x, n, &F);
+}
+
+/* ---- embedding rows ------------------------------------------------------------------------ */
+
+template <int BITS>
+__global__ void qembed_kernel(float *out, cb_qm m, const int32_t *ids, int n) {
+    pdl_enter();
+    const int64_t chunks = m.cols / 32, total = (int64_t)n * chunks;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = k / chunks, c0 = (k - t * chunks) * 32;
+        float w[32];
+        q_chunk<BITS>(m, ids[t], c0, w);
+#pragma unroll
+        for (int i = 0; i < 32; i++) out[t * m.cols + c0 + i] = w[i];
+    }
+}
+
+void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n) {
+    if (cb->failed || n <= 0) return;
+    const cb_qm m = cb_q_view(E);
+    const int64_t total = (int64_t)n * (m.cols / 32);
+    unsigned blocks = (unsigned)((total + 127) / 128);
+    if (blocks > 4u * (unsigned)cb->sm_count) blocks = 4u * (unsigned)cb->sm_count;
+    if (blocks < 1) blocks = 1;
+    switch (m.bits) {
+    case 2: cb_launch(cb, qembed_kernel<2>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    case 3: cb_launch(cb, qembed_kernel<3>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    case 4: cb_launch(cb, qembed_kernel<4>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    case 5: cb_launch(cb, qembed_kernel<5>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    case 6: cb_launch(cb, qembed_kernel<6>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    default: cb_launch(cb, qembed_kernel<8>, dim3(blocks), dim3(128), 0, out, m, ids, n); break;
+    }
+    cb_launched(cb, "quantized embed");
+}
+

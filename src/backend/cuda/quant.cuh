@@ -1,0 +1,136 @@
+/* quant.cuh — decoding MLX-quantized weights on the device (quant.cu, mla.cu): what a
+ * ci_mat of dtype CI_U32 holds (backend.h: a little-endian bit stream of `bits`-bit codes
+ * per row, a scale and, affine, a bias per `group` columns) read in registers.
+ *
+ * The rule is the CPU's (src/backend/cpu/quant_kernels.h, q_value): affine w = s·q + b (one
+ * fused multiply-add, as the CPU's SIMD kernels), mxfp4 w = s·e2m1(q), mxfp8 w = s·e4m3(q);
+ * E8M0 scale byte e is 2^(e-127), 0 is 2^-127 and 255 is +inf. Groups are 32, 64 or 128
+ * columns, so a chunk of 32 columns (the unit every kernel decodes) lies in one group and
+ * starts on a 4-byte boundary of its row (32·bits bits = bits words): q_chunk loads exactly
+ * the chunk's `bits` words, never past the row. Rows start 4-byte aligned when the view does
+ * (rows are (cols / 32)·4·bits bytes long); the launchers check the view. */
+#ifndef CI_CUDA_QUANT_CUH
+#define CI_CUDA_QUANT_CUH
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+struct cb_qm {               /* one quantized matrix as the kernels read it, in its stored layout */
+    const uint8_t *codes;    /* row 0 of the view */
+    const void *scales, *biases;
+    int64_t rows, cols;      /* stored rows and columns */
+    int64_t srow0;           /* the view's first row in the scale grid */
+    int mode, bits, group, sd;   /* mode: ci_qmode; sd: 0 f32, 1 f16, 2 bf16, 3 e8m0 */
+};
+
+__device__ __forceinline__ float q_param(const void *p, int sd, int64_t i) {
+    if (sd == 0) return __ldg((const float *)p + i);
+    if (sd == 1) return __half2float(__ldg((const __half *)p + i));
+    if (sd == 2) return __uint_as_float((unsigned)__ldg((const unsigned short *)p + i) << 16);
+    const unsigned e = __ldg((const unsigned char *)p + i);
+    return __uint_as_float(e == 0 ? 0x00400000u : e == 255 ? 0x7f800000u : e << 23);
+}
+
+/* E2M1: sign bit 3, exponent bits 2..1, mantissa bit 0; magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6. */
+__device__ __forceinline__ float q_e2m1(unsigned q) {
+    const unsigned e = (q >> 1) & 3u, m = q & 1u, sign = (q & 8u) << 28;
+    const unsigned mag = e ? ((e + 126u) << 23) | (m << 22) : (m ? 0x3f000000u : 0u);
+    return __uint_as_float(sign | mag);
+}
+
+__device__ __forceinline__ float q_e4m3(unsigned q) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, __NV_E4M3);
+    return __half2float(*(__half *)&h);
+}
+
+__device__ __forceinline__ float q_apply(int mode, unsigned q, float s, float b) {
+    if (mode == 1) return fmaf(s, (float)q, b);      /* CI_Q_AFFINE */
+    if (mode == 2) return s * q_e2m1(q);             /* CI_Q_MXFP4 */
+    return s * q_e4m3(q);                            /* CI_Q_MXFP8 */
+}
+
+/* w[0..32) = stored row r, columns [c0, c0 + 32) (c0 a multiple of 32) as f32. */
+template <int BITS>
+__device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, float *w) {
+    const uint32_t *p = (const uint32_t *)(m.codes + r * (m.cols / 32) * 4 * BITS + (c0 / 32) * 4 * BITS);
+    uint32_t u[BITS];
+    bool vec = false;
+    if constexpr (BITS % 4 == 0) vec = ((uintptr_t)p & 15) == 0;   /* 4 / 8 bits: 16-byte loads */
+    if (vec) {
+#pragma unroll
+        for (int j = 0; j < BITS; j += 4) {
+            const uint4 v = __ldg((const uint4 *)p + j / 4);
+            u[j] = v.x; u[j + 1] = v.y; u[j + 2] = v.z; u[j + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BITS; j++) u[j] = __ldg(p + j);
+    }
+    const int64_t gi = (m.srow0 + r) * (m.cols / m.group) + c0 / m.group;
+    const float s = q_param(m.scales, m.sd, gi);
+    const float b = m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
+        unsigned v = u[k] >> sh;
+        if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
+        w[i] = q_apply(m.mode, v & ((1u << BITS) - 1u), s, b);
+    }
+}
+
+/* One element (stored row r, column c): byte loads, reading the second byte only when the
+ * code crosses into it (the CPU's q_code). */
+__device__ __forceinline__ float q_elem(const cb_qm &m, int64_t r, int64_t c) {
+    const uint8_t *row = m.codes + r * (m.cols * m.bits / 8);
+    const int64_t bit = c * m.bits;
+    const int sh = (int)(bit & 7);
+    unsigned v = (unsigned)__ldg(row + (bit >> 3)) >> sh;
+    if (sh + m.bits > 8) v |= (unsigned)__ldg(row + (bit >> 3) + 1) << (8 - sh);
+    v &= (1u << m.bits) - 1u;
+    const int64_t gi = (m.srow0 + r) * (m.cols / m.group) + c / m.group;
+    return q_apply(m.mode, v, q_param(m.scales, m.sd, gi), m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f);
+}
+
+/* This lane's share of stored row r · x rows [0, n) (acc[t] += ...), x rows xs floats apart:
+ * 16-byte loads when x is 16-byte aligned (chunks start at multiples of 32 floats). */
+/* QN: the most token rows a caller passes (acc holds QN sums). */
+template <int BITS, int QN>
+__device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float *x, int64_t xs, int n, int lane,
+                                          float *acc) {
+    const bool al = ((uintptr_t)x & 15) == 0 && (xs & 3) == 0;
+    for (int64_t c0 = (int64_t)lane * 32; c0 < m.cols; c0 += 32 * 32) {
+        float w[32];
+        q_chunk<BITS>(m, r, c0, w);
+#pragma unroll
+        for (int t = 0; t < QN; t++) {
+            if (t >= n) break;
+            const float *xr = x + t * xs + c0;
+            float s = 0.0f;
+            if (al) {
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const float4 v = __ldg((const float4 *)xr + q);
+                    s = fmaf(w[4 * q], v.x, s);
+                    s = fmaf(w[4 * q + 1], v.y, s);
+                    s = fmaf(w[4 * q + 2], v.z, s);
+                    s = fmaf(w[4 * q + 3], v.w, s);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++) s = fmaf(w[i], __ldg(xr + i), s);
+            }
+            acc[t] += s;
+        }
+    }
+}
+
+__device__ __forceinline__ float q_warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The stored matrix of a U32 view, rows and cols as the view gives them (quant.cu; include
+ * cuda_internal.h first). A stored-transposed (MultiLinear) view's caller swaps them. */
+cb_qm cb_q_view(const ci_mat *W);
+
+#endif
