@@ -31,8 +31,9 @@ make-random writes no tokenizer, so a vocabulary of placeholder tokens (Sentence
 "llama" model) satisfies the loader; llama-bench feeds random token ids, and `--tokens` parity
 runs feed ids. This file is for speed and parity runs only: no text is generated from it.
 
-Usage: python3 bench/make_bf16_gguf.py SRC_DIR OUT.gguf LLAMA_CPP_DIR
-(needs numpy, and gguf-py from the llama.cpp checkout: LLAMA_CPP_DIR/gguf-py.)
+Usage: python3 bench/make_bf16_gguf.py SRC_DIR OUT.gguf LLAMA_CPP_DIR [--f32]
+(--f32: every matrix widened to F32, exactly, so that llama.cpp's CPU matmuls do not round the
+activations to bf16: the parity check of bench/gguf_parity.sh; needs numpy, and gguf-py from the llama.cpp checkout: LLAMA_CPP_DIR/gguf-py.)
 """
 import json
 import os
@@ -94,8 +95,12 @@ class Plan:
     def add(self, name, shape, kind, produce):
         self.items.append((name, [int(s) for s in shape], kind, produce))
 
-    def write(self, w, gguf):
+    def write(self, w, gguf, all_f32=False):
         Q = gguf.GGMLQuantizationType
+        if all_f32:  # the parity check's variant: every bf16 matrix widened to f32 (exact)
+            def widen(produce):
+                return lambda: [(np.asarray(c, dtype=np.uint32) << 16).view(np.float32) for c in produce()]
+            self.items = [(n, sh, "f32", widen(p) if k == "bf16" else p) for n, sh, k, p in self.items]
         for name, shape, kind, _ in self.items:
             n = int(np.prod(shape))
             if kind == "f32":
@@ -431,9 +436,10 @@ def nemotron_h_moe(cfg, s, w, plan):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5) or sys.argv[4:] not in ([], ["--f32"]):
         sys.exit(__doc__)
     src, out, lcpp = sys.argv[1], sys.argv[2], sys.argv[3]
+    all_f32 = sys.argv[4:] == ["--f32"]
     sys.modules.setdefault("sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
     sys.path.insert(0, os.path.join(lcpp, "gguf-py"))
     import gguf
@@ -456,11 +462,11 @@ def main():
         sys.exit(f"make_bf16_gguf: model_type {mt!r}: no llama.cpp mapping written here")
     s = Src(os.path.join(src, "model.safetensors"))
     w = gguf.GGUFWriter(out, arch)
-    w.add_file_type(32)                                  # LLAMA_FTYPE_MOSTLY_BF16
+    w.add_file_type(0 if all_f32 else 32)                # LLAMA_FTYPE_ALL_F32 / MOSTLY_BF16
     placeholder_vocab(w, cfg["vocab_size"])
     plan = Plan()
     fill(cfg, s, w, plan)
-    plan.write(w, gguf)
+    plan.write(w, gguf, all_f32)
     print(out, "written", flush=True)
 
 
