@@ -440,7 +440,12 @@ def main():
         sys.exit(__doc__)
     src, out, lcpp = sys.argv[1], sys.argv[2], sys.argv[3]
     all_f32 = sys.argv[4:] == ["--f32"]
+    # gguf-py imports these at the top for what is not used here; a bare python (the device's) may lack them
     sys.modules.setdefault("sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        sys.modules["yaml"] = types.SimpleNamespace()
     sys.path.insert(0, os.path.join(lcpp, "gguf-py"))
     import gguf
     global GGUF
