@@ -84,13 +84,14 @@ hyb_lines=()
 hyb_step() { # LIMIT NAME CMD...: CMD under timeout, cut to what is left of HYB_BUDGET; 124 = skipped/timed out
   local limit=$1 name=$2; shift 2
   local left=$(( ${HYB_BUDGET:-540} - (SECONDS - HYB_T0) ))
-  if [ "$left" -lt 15 ]; then echo "BENCH $name: SKIPPED (budget of ${HYB_BUDGET:-540} s spent)"; hyb_lines+=("BENCH $name: SKIPPED (budget)"); rc=1; return 124; fi
+  # its own lines go to fd 3 (run_hyb's stdout), whatever the caller redirects the command's output to
+  if [ "$left" -lt 15 ]; then echo "BENCH $name: SKIPPED (budget of ${HYB_BUDGET:-540} s spent)" >&3; hyb_lines+=("BENCH $name: SKIPPED (budget)"); rc=1; return 124; fi
   [ "$limit" -gt "$left" ] && limit=$left
   local t0=$SECONDS r
   timeout --kill-after=5 "$limit" "$@"; r=$?
-  if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "BENCH $name: TIMEOUT after ${limit} s"; hyb_lines+=("BENCH $name: TIMEOUT (${limit} s)"); rc=1
-  elif [ $r -ne 0 ]; then echo "BENCH $name: FAILED (exit $r)"; hyb_lines+=("BENCH $name: FAILED (exit $r)"); rc=1
-  else echo "($name: $((SECONDS - t0)) s)"; fi
+  if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "BENCH $name: TIMEOUT after ${limit} s" >&3; hyb_lines+=("BENCH $name: TIMEOUT (${limit} s)"); rc=1
+  elif [ $r -ne 0 ]; then echo "BENCH $name: FAILED (exit $r)" >&3; hyb_lines+=("BENCH $name: FAILED (exit $r)"); rc=1
+  else echo "($name: $((SECONDS - t0)) s, $((SECONDS - HYB_T0)) s in all)" >&3; fi
   return $r
 }
 
@@ -141,6 +142,7 @@ PYEOF
 }
 
 run_hyb() {
+  exec 3>&1
   HYB_DEVICE=${HYB_DEVICE:-cuda} HYB_PP=${HYB_PP:-4096} HYB_GEN=${HYB_GEN:-128}
   HYB_DEPTHS=${HYB_DEPTHS:-"1024 32768"} HYB_REPS=${HYB_REPS:-2} PY=${PY:-python3}
   [ -x .lcpp/bin/llama-bench ] || [ ! -f .gpuz/lcpp.tar.xz ] || tar xJf .gpuz/lcpp.tar.xz   # bench/stage_llamacpp.sh
