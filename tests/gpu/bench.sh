@@ -152,6 +152,8 @@ run_hyb() {
   local specs=${HYB_SPECS:-"lfm2-8b-a1b-8l:bench/lfm2-8b-a1b.config.json:8 nemotron-3-nano-30b-a3b-6l:bench/nemotron-3-nano-30b-a3b.config.json:6 qwen3.5-35b-a3b-4l:bench/qwen3.5-35b-a3b.config.json:4"}
   echo "== hyb: $CINFER ($HYB_DEVICE) vs $LLAMA_BENCH; budget ${HYB_BUDGET:-540} s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
   [ -x "$LLAMA_BENCH" ] || echo "BENCH llama.cpp: $LLAMA_BENCH missing (run bench/stage_llamacpp.sh and carry .gpuz): cinfer only"
+  [ -f .lcpp/MANIFEST ] && head -3 .lcpp/MANIFEST
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader 2>/dev/null | head -1
   "$PY" -c "import numpy" 2>/dev/null || echo "BENCH: $PY has no numpy: no GGUF twins, cinfer only"
   local spec m cfg layers depth
   for spec in $specs; do
