@@ -38,7 +38,9 @@ while read -r name path; do
   cp -L "$path" ".lcpp/lib/$name"
 done
 if [ $cuda = 1 ] && ! ls .lcpp/lib/libggml-cuda.so* >/dev/null 2>&1; then
-  for f in "$B"/bin/libggml-cuda.so*; do cp -L "$f" .lcpp/lib/; done   # loaded, not linked
+  # loaded, not linked: one copy, under the soname the loader asks for
+  if [ -e "$B/bin/libggml-cuda.so.0" ]; then cp -L "$B/bin/libggml-cuda.so.0" .lcpp/lib/
+  else cp -L "$B/bin/libggml-cuda.so" .lcpp/lib/; fi
 fi
 strip --strip-unneeded .lcpp/bin/llama-bench .lcpp/lib/* 2>/dev/null || true
 cp -r "$SRC/gguf-py/gguf" .lcpp/gguf-py/
