@@ -191,6 +191,11 @@ run_hyb() {
   done
   echo "== hyb summary ($((SECONDS - HYB_T0)) s)"
   printf '%s\n' "${hyb_lines[@]}"
+  # the per-run logs (cinfer bench output, llama-bench jsonl + stderr) come back with $OUT when set
+  if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2>/dev/null; then
+    cp "$BENCH_DIR"/*.cinfer.*.log "$BENCH_DIR"/*.lcpp.*.jsonl* "$OUT"/ 2>/dev/null
+    printf '%s\n' "${hyb_lines[@]}" >"$OUT/hyb-summary.txt"
+  fi
 }
 
 models=()
