@@ -112,6 +112,7 @@ hyb_cinfer() { # NAME DEPTH PROMPT_LEN: one cinfer bench, its BENCH line
   else line="BENCH cinfer $m tg$HYB_GEN @ d$depth: ${tg:-?} tok/s = ${gbs:-?} GB/s weights = ${pct:-?} of copy"; fi
   echo "$line"; hyb_lines+=("$line")
   echo "$tg" >"$BENCH_DIR/$m.cinfer.tg.d$depth"
+  [ "$depth" -eq 0 ] && echo "$pp" >"$BENCH_DIR/$m.cinfer.pp"
 }
 
 hyb_llama() { # NAME TAG LLAMA-BENCH-ARGS...: one llama-bench run, a BENCH line per test
@@ -137,6 +138,8 @@ for ln in open(js):
           f"({r.get('backends', '?')}, {r.get('gpu_info', '')}, ub {r.get('n_ubatch')}, fa {r.get('flash_attn')})")
     if r["n_gen"] and not r["n_prompt"]:
         open(f"{d}/{m}.lcpp.tg.d{r['n_depth']}", "w").write(f"{r['avg_ts']}\n")
+    if r["n_prompt"] and not r["n_gen"] and not r["n_depth"]:
+        open(f"{d}/{m}.lcpp.pp", "w").write(f"{r['avg_ts']}\n")
 PYEOF
 )
 }
@@ -177,6 +180,17 @@ run_hyb() {
     [ $lb = 1 ] && hyb_llama "$m" pp -p "$HYB_PP" -n "$HYB_GEN"
     for depth in $HYB_DEPTHS; do hyb_cinfer "$m" "$depth" 1; done
     [ $lb = 1 ] && hyb_llama "$m" depth -p 0 -n "$HYB_GEN" -d "$(echo $HYB_DEPTHS | tr ' ' ',')"
+    # cinfer over llama.cpp: prefill at depth 0, decode at each depth (both at the same context;
+    # the depth-0 decode rows differ: cinfer's follows its 4096-token prompt, llama-bench's does not)
+    local a b tst
+    for tst in pp $(for depth in $HYB_DEPTHS; do echo tg.d$depth; done); do
+      a="$BENCH_DIR/$m.cinfer.$tst" b="$BENCH_DIR/$m.lcpp.$tst"
+      if [ -s "$a" ] && [ -s "$b" ]; then
+        local line
+        line="BENCH ratio $m $( [ $tst = pp ] && echo "pp$HYB_PP" || echo "tg$HYB_GEN @ d${tst#tg.d}" ) cinfer / llama.cpp: $(awk -v a="$(cat "$a")" -v b="$(cat "$b")" 'BEGIN { printf "%.2fx", a / b }')"
+        echo "$line"; hyb_lines+=("$line")
+      fi
+    done
     # decode at the longest depth over decode at the shortest (the linear-attention layers' share)
     local d0 d1 e
     d0=$(echo $HYB_DEPTHS | awk '{ print $1 }'); d1=$(echo $HYB_DEPTHS | awk '{ print $NF }')
@@ -187,7 +201,7 @@ run_hyb() {
         echo "$line"; hyb_lines+=("$line")
       fi
     done
-    rm -f "$BENCH_DIR/$m".*.tg.d*
+    rm -f "$BENCH_DIR/$m".*.tg.d* "$BENCH_DIR/$m".*.pp
   done
   echo "== hyb summary ($((SECONDS - HYB_T0)) s)"
   printf '%s\n' "${hyb_lines[@]}"
