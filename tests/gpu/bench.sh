@@ -23,10 +23,29 @@
 # BENCH_ONLY=v3fp8: deepseek-v3-5l-fp8, bench/deepseek-v3.config.json (DeepSeek-V3 dims: 256
 # experts of 7168 x 2048, 128 heads) in fp8 with 5 of 61 layers (3 dense + 2 MoE, ~25 GB: what
 # the device machine's 64 GB disk holds beside the others), at 512 and 4096 tokens.
+# BENCH_ONLY=hyb: issue #17's side by side with llama.cpp's CUDA llama-bench (bench/stage_llamacpp.sh
+# packs it into .gpuz/lcpp.tar.xz; unpacked here into .lcpp/) on the hybrid families, random bf16
+# with real dimensions and the first layers of the real layer pattern:
+#   lfm2-8b-a1b-8l              bench/lfm2-8b-a1b.config.json, 8 of 24 layers (conv conv attn conv
+#                               conv conv attn conv; 2 dense + 6 MoE), ~4.8 GB
+#   nemotron-3-nano-30b-a3b-6l  bench/nemotron-3-nano-30b-a3b.config.json, 6 of 52 (M E M E M *), ~6.5 GB
+#   qwen3.5-35b-a3b-4l          bench/qwen3.5-35b-a3b.config.json, 4 of 40 (3 DeltaNet + 1 gated
+#                               attention), ~8.2 GB
+# each converted to a GGUF bf16 twin by bench/make_bf16_gguf.py (same bytes), then, engines
+# alternating: cinfer bench (pp4096 + tg128) / llama-bench -p 4096 -n 128 / cinfer bench --depth
+# 1024 and 32768 (tg128 there) / llama-bench -n 128 -d 1024,32768; all -fa 1 -ngl 99 on llama.cpp.
+# Every step runs under `timeout`, and the whole entry under a budget (HYB_BUDGET seconds, default
+# 540) so that one device call of 10 minutes holds it: a step that no longer fits is skipped and
+# says so. "BENCH cinfer|llama.cpp <model> <test>: ..." lines, then a summary of them all.
+# Knobs (defaults for the device): HYB_DEVICE (cuda), HYB_PP (4096), HYB_GEN (128), HYB_DEPTHS
+# ("1024 32768"), HYB_REPS (llama-bench -r, 2), HYB_LB_ARGS (more llama-bench flags), HYB_SPECS
+# ("name:config:layers ..." instead of the three above), LLAMA_BENCH (.lcpp/bin/llama-bench),
+# LCPP_PY_DIR (the dir holding gguf-py/, default .lcpp), PY (python3).
 # Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4,
-# ds, dsa, v3fp8).
+# ds, dsa, v3fp8, hyb).
 set -u
 cd "$(dirname "$0")/../.."
+[ -x .gpu/cinfer ] || [ ! -f .gpuz/gpu.tar.xz ] || tar xJf .gpuz/gpu.tar.xz   # the packed stage (stage.sh)
 if [ -z "${CINFER:-}" ]; then CINFER=.gpu/cinfer; [ -x "$CINFER" ] || CINFER=build/cinfer; fi
 # staged binaries find their libraries in .gpu/lib (run.sh sets this too; bench.sh also runs alone)
 [ -d .gpu/lib ] && export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -59,6 +78,140 @@ run_bench() { # NAME PROMPT_LEN
   echo "BENCH $1 pp$2: prefill ${pp:-?} tok/s, decode ${tg:-?} tok/s (${gbs:-?} GB/s weights) after $2 tokens"
 }
 
+# ---- BENCH_ONLY=hyb: cinfer against llama.cpp on the hybrid families (issue #17) ----
+HYB_T0=$SECONDS
+hyb_lines=()
+hyb_step() { # LIMIT NAME CMD...: CMD under timeout, cut to what is left of HYB_BUDGET; 124 = skipped/timed out
+  local limit=$1 name=$2; shift 2
+  local left=$(( ${HYB_BUDGET:-540} - (SECONDS - HYB_T0) ))
+  # its own lines go to fd 3 (run_hyb's stdout), whatever the caller redirects the command's output to
+  if [ "$left" -lt 15 ]; then echo "BENCH $name: SKIPPED (budget of ${HYB_BUDGET:-540} s spent)" >&3; hyb_lines+=("BENCH $name: SKIPPED (budget)"); rc=1; return 124; fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  local t0=$SECONDS r
+  timeout --kill-after=5 "$limit" "$@"; r=$?
+  if [ $r -eq 124 ] || [ $r -eq 137 ]; then echo "BENCH $name: TIMEOUT after ${limit} s" >&3; hyb_lines+=("BENCH $name: TIMEOUT (${limit} s)"); rc=1
+  elif [ $r -ne 0 ]; then echo "BENCH $name: FAILED (exit $r)" >&3; hyb_lines+=("BENCH $name: FAILED (exit $r)"); rc=1
+  else echo "($name: $((SECONDS - t0)) s, $((SECONDS - HYB_T0)) s in all)" >&3; fi
+  return $r
+}
+
+hyb_cinfer() { # NAME DEPTH PROMPT_LEN: one cinfer bench, its BENCH line
+  local m=$1 depth=$2 pl=$3 log="$BENCH_DIR/$1.cinfer.d$2.log"
+  echo "== cinfer $m: bench --device $HYB_DEVICE --prompt-len $pl --gen $HYB_GEN --depth $depth"
+  hyb_step 150 "cinfer $m d$depth" $CINFER bench --model "$BENCH_DIR/$m" --device "$HYB_DEVICE" \
+      --prompt-len "$pl" --gen "$HYB_GEN" --depth "$depth" >"$log" 2>&1; local r=$?
+  cat "$log"
+  [ $r -eq 0 ] || return
+  local pp tg gbs pct copy line
+  pp=$(awk '/^prefill/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' "$log" | head -1)
+  tg=$(awk '/^decode / { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' "$log" | head -1)
+  gbs=$(awk '/^decode GB\/s/ { print $3 }' "$log" | head -1)
+  pct=$(grep -o '[0-9.]*% of the device copy' "$log" | head -1 | cut -d' ' -f1)
+  copy=$(awk '/^device / { print $2 }' "$log" | head -1)
+  if [ "$depth" -eq 0 ]; then line="BENCH cinfer $m pp$pl: ${pp:-?} tok/s; tg$HYB_GEN after $pl: ${tg:-?} tok/s = ${gbs:-?} GB/s weights = ${pct:-?} of copy ${copy:-?} GB/s"
+  else line="BENCH cinfer $m tg$HYB_GEN @ d$depth: ${tg:-?} tok/s = ${gbs:-?} GB/s weights = ${pct:-?} of copy"; fi
+  echo "$line"; hyb_lines+=("$line")
+  echo "$tg" >"$BENCH_DIR/$m.cinfer.tg.d$depth"
+  [ "$depth" -eq 0 ] && echo "$pp" >"$BENCH_DIR/$m.cinfer.pp"
+}
+
+hyb_llama() { # NAME TAG LLAMA-BENCH-ARGS...: one llama-bench run, a BENCH line per test
+  local m=$1 tag=$2; shift 2
+  local js="$BENCH_DIR/$m.lcpp.$tag.jsonl"
+  echo "== llama.cpp $m: llama-bench -fa 1 -ngl 99 -r $HYB_REPS $* ${HYB_LB_ARGS:-}"
+  # shellcheck disable=SC2086
+  hyb_step 200 "llama.cpp $m $tag" env LD_LIBRARY_PATH="$LCPP_LIB" "$LLAMA_BENCH" -m "$BENCH_DIR/$m.gguf" \
+      -fa 1 -ngl 99 -r "$HYB_REPS" "$@" ${HYB_LB_ARGS:-} -o jsonl >"$js" 2>"$js.err"; local r=$?
+  grep -iE 'error|fail|abort|assert|ggml_cuda_init|found [0-9]+ CUDA|device [0-9]' "$js.err" | head -8
+  [ $r -eq 0 ] || { tail -20 "$js.err"; return; }
+  while IFS= read -r line; do echo "$line"; hyb_lines+=("$line"); done < <("$PY" - "$js" "$m" "$BENCH_DIR" <<'PYEOF'
+import json, sys
+js, m, d = sys.argv[1:4]
+for ln in open(js):
+    ln = ln.strip()
+    if not ln.startswith("{"):
+        continue
+    r = json.loads(ln)
+    test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+    at = f" @ d{r['n_depth']}" if r["n_depth"] else ""
+    print(f"BENCH llama.cpp {m} {test}{at}: {r['avg_ts']:.2f} +- {r['stddev_ts']:.2f} tok/s "
+          f"({r.get('backends', '?')}, {r.get('gpu_info', '')}, ub {r.get('n_ubatch')}, fa {r.get('flash_attn')})")
+    if r["n_gen"] and not r["n_prompt"]:
+        open(f"{d}/{m}.lcpp.tg.d{r['n_depth']}", "w").write(f"{r['avg_ts']}\n")
+    if r["n_prompt"] and not r["n_gen"] and not r["n_depth"]:
+        open(f"{d}/{m}.lcpp.pp", "w").write(f"{r['avg_ts']}\n")
+PYEOF
+)
+}
+
+run_hyb() {
+  exec 3>&1
+  HYB_DEVICE=${HYB_DEVICE:-cuda} HYB_PP=${HYB_PP:-4096} HYB_GEN=${HYB_GEN:-128}
+  HYB_DEPTHS=${HYB_DEPTHS:-"1024 32768"} HYB_REPS=${HYB_REPS:-2} PY=${PY:-python3}
+  [ -x .lcpp/bin/llama-bench ] || [ ! -f .gpuz/lcpp.tar.xz ] || tar xJf .gpuz/lcpp.tar.xz   # bench/stage_llamacpp.sh
+  LLAMA_BENCH=${LLAMA_BENCH:-.lcpp/bin/llama-bench}
+  LCPP_PY_DIR=${LCPP_PY_DIR:-.lcpp}
+  LCPP_LIB="$PWD/.lcpp/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local specs=${HYB_SPECS:-"lfm2-8b-a1b-8l:bench/lfm2-8b-a1b.config.json:8 nemotron-3-nano-30b-a3b-6l:bench/nemotron-3-nano-30b-a3b.config.json:6 qwen3.5-35b-a3b-4l:bench/qwen3.5-35b-a3b.config.json:4"}
+  echo "== hyb: $CINFER ($HYB_DEVICE) vs $LLAMA_BENCH; budget ${HYB_BUDGET:-540} s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+  [ -x "$LLAMA_BENCH" ] || echo "BENCH llama.cpp: $LLAMA_BENCH missing (run bench/stage_llamacpp.sh and carry .gpuz): cinfer only"
+  [ -f .lcpp/MANIFEST ] && head -3 .lcpp/MANIFEST
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader 2>/dev/null | head -1
+  "$PY" -c "import numpy" 2>/dev/null || echo "BENCH: $PY has no numpy: no GGUF twins, cinfer only"
+  local spec m cfg layers depth
+  for spec in $specs; do
+    IFS=: read -r m cfg layers <<<"$spec"
+    if [ ! -d "$BENCH_DIR/$m" ]; then
+      echo "== make-random $m ($cfg, $layers layers)"
+      rm -rf "$BENCH_DIR/$m.part"
+      hyb_step 150 "make $m" $CINFER make-random --config "$cfg" --out "$BENCH_DIR/$m.part" --dtype bf16 --seed 1 \
+          --layers "$layers" && mv "$BENCH_DIR/$m.part" "$BENCH_DIR/$m" && echo "made $m: $(du -sh "$BENCH_DIR/$m" | cut -f1)"
+      [ -d "$BENCH_DIR/$m" ] || continue
+    fi
+    if [ -x "$LLAMA_BENCH" ] && [ ! -f "$BENCH_DIR/$m.gguf" ]; then
+      echo "== make_bf16_gguf $m"
+      hyb_step 150 "gguf $m" "$PY" bench/make_bf16_gguf.py "$BENCH_DIR/$m" "$BENCH_DIR/$m.gguf.part" "$LCPP_PY_DIR" &&
+        mv "$BENCH_DIR/$m.gguf.part" "$BENCH_DIR/$m.gguf"
+      rm -f "$BENCH_DIR/$m.gguf.part"
+    fi
+    echo "disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+    local lb=0; [ -x "$LLAMA_BENCH" ] && [ -f "$BENCH_DIR/$m.gguf" ] && lb=1
+    hyb_cinfer "$m" 0 "$HYB_PP"
+    [ $lb = 1 ] && hyb_llama "$m" pp -p "$HYB_PP" -n "$HYB_GEN"
+    for depth in $HYB_DEPTHS; do hyb_cinfer "$m" "$depth" 1; done
+    [ $lb = 1 ] && hyb_llama "$m" depth -p 0 -n "$HYB_GEN" -d "$(echo $HYB_DEPTHS | tr ' ' ',')"
+    # cinfer over llama.cpp: prefill at depth 0, decode at each depth (both at the same context;
+    # the depth-0 decode rows differ: cinfer's follows its 4096-token prompt, llama-bench's does not)
+    local a b tst
+    for tst in pp $(for depth in $HYB_DEPTHS; do echo tg.d$depth; done); do
+      a="$BENCH_DIR/$m.cinfer.$tst" b="$BENCH_DIR/$m.lcpp.$tst"
+      if [ -s "$a" ] && [ -s "$b" ]; then
+        local line
+        line="BENCH ratio $m $( [ $tst = pp ] && echo "pp$HYB_PP" || echo "tg$HYB_GEN @ d${tst#tg.d}" ) cinfer / llama.cpp: $(awk -v a="$(cat "$a")" -v b="$(cat "$b")" 'BEGIN { printf "%.2fx", a / b }')"
+        echo "$line"; hyb_lines+=("$line")
+      fi
+    done
+    # decode at the longest depth over decode at the shortest (the linear-attention layers' share)
+    local d0 d1 e
+    d0=$(echo $HYB_DEPTHS | awk '{ print $1 }'); d1=$(echo $HYB_DEPTHS | awk '{ print $NF }')
+    for e in cinfer lcpp; do
+      if [ -s "$BENCH_DIR/$m.$e.tg.d$d0" ] && [ -s "$BENCH_DIR/$m.$e.tg.d$d1" ]; then
+        local line
+        line="BENCH $( [ $e = lcpp ] && echo llama.cpp || echo cinfer ) $m tg$HYB_GEN d$d1 / d$d0: $(awk -v a="$(cat "$BENCH_DIR/$m.$e.tg.d$d1")" -v b="$(cat "$BENCH_DIR/$m.$e.tg.d$d0")" 'BEGIN { printf "%.3f", a / b }')"
+        echo "$line"; hyb_lines+=("$line")
+      fi
+    done
+    rm -f "$BENCH_DIR/$m".*.tg.d* "$BENCH_DIR/$m".*.pp
+  done
+  echo "== hyb summary ($((SECONDS - HYB_T0)) s)"
+  printf '%s\n' "${hyb_lines[@]}"
+  # the per-run logs (cinfer bench output, llama-bench jsonl + stderr) come back with $OUT when set
+  if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2>/dev/null; then
+    cp "$BENCH_DIR"/*.cinfer.*.log "$BENCH_DIR"/*.lcpp.*.jsonl* "$OUT"/ 2>/dev/null
+    printf '%s\n' "${hyb_lines[@]}" >"$OUT/hyb-summary.txt"
+  fi
+}
+
 models=()
 case "${BENCH_ONLY:-}" in
   0.6b) models=(qwen3-0.6b) ;;
@@ -68,6 +221,7 @@ case "${BENCH_ONLY:-}" in
   ds) models=(deepseek-v2-lite-q1024-14l deepseek-v2-lite-q1024-14l-fp8) ;;
   dsa) models=(deepseek-v32-lite-4l) ;;
   v3fp8) models=(deepseek-v3-5l-fp8) ;;
+  hyb) run_hyb; exit $rc ;;
   *) models=(qwen3-0.6b qwen3-8b-12l) ;;
 esac
 for m in "${models[@]}"; do

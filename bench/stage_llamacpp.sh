@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# stage_llamacpp.sh — packs llama.cpp's llama-bench for the device's side-by-side runs
+# (tests/gpu/bench.sh BENCH_ONLY=hyb), run HERE once the llama.cpp CUDA build has finished.
+# Nothing from llama.cpp is ever committed: the pack lands in .gpuz/ (git-ignored, carried).
+#
+#   .lcpp/bin/llama-bench     from $LCPP_BUILD/bin
+#   .lcpp/lib/                every library `ldd` lists for it (transitively: libllama,
+#                             libllama-common, libllama-bench-impl, libggml*, and libggml-cuda
+#                             which libggml loads) that a base system may lack; not libc, libm,
+#                             libpthread, libdl, librt, ld-linux, libgcc_s, nor libcuda /
+#                             libcudart / libcublas*, which the device has (driver, CUDA 13 in
+#                             /usr/local/cuda/lib64)
+#   .lcpp/gguf-py/gguf/       llama.cpp's gguf-py (for bench/make_bf16_gguf.py on the device)
+#   .lcpp/MANIFEST            llama.cpp commit, build options, files and sizes
+# packed as .gpuz/lcpp.tar.xz. On the device: tar xJf .gpuz/lcpp.tar.xz (bench.sh does it).
+# Usage: bench/stage_llamacpp.sh [LCPP_BUILD]   (default /tmp/llama.cpp/build-cuda; LCPP_SRC,
+# default the build's parent, gives gguf-py; OUT_TAR overrides .gpuz/lcpp.tar.xz for dry runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=${1:-/tmp/llama.cpp/build-cuda}
+SRC=${LCPP_SRC:-$(dirname "$B")}
+TAR=${OUT_TAR:-.gpuz/lcpp.tar.xz}
+LIMIT_MIB=${LIMIT_MIB:-48}     # the lead's .gpuz/gpu.tar.xz (~6 MiB) + this must stay under ~55 MiB
+[ -x "$B/bin/llama-bench" ] || { echo "stage_llamacpp: $B/bin/llama-bench missing (build not finished?)" >&2; exit 1; }
+[ -f "$SRC/gguf-py/gguf/gguf_writer.py" ] || { echo "stage_llamacpp: no gguf-py in $SRC" >&2; exit 1; }
+cuda=0; ls "$B"/bin/libggml-cuda.so* >/dev/null 2>&1 && cuda=1
+[ $cuda = 1 ] || echo "stage_llamacpp: note: $B has no libggml-cuda.so (a CPU build: dry run only)" >&2
+rm -rf .lcpp
+mkdir -p .lcpp/bin .lcpp/lib .lcpp/gguf-py
+cp "$B/bin/llama-bench" .lcpp/bin/
+# ldd resolves the whole tree (libggml.so links libggml-cuda.so when backends are not dynamic)
+ldd "$B/bin/llama-bench" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
+while read -r name path; do
+  case "$name" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|linux-vdso*) continue ;;
+    libcublas*|libcudart*|libcuda.so*|libnvidia*) continue ;;   # the device's driver / CUDA 13
+  esac
+  cp -L "$path" ".lcpp/lib/$name"
+done
+if [ $cuda = 1 ] && ! ls .lcpp/lib/libggml-cuda.so* >/dev/null 2>&1; then
+  # loaded, not linked: one copy, under the soname the loader asks for
+  if [ -e "$B/bin/libggml-cuda.so.0" ]; then cp -L "$B/bin/libggml-cuda.so.0" .lcpp/lib/
+  else cp -L "$B/bin/libggml-cuda.so" .lcpp/lib/; fi
+fi
+strip --strip-unneeded .lcpp/bin/llama-bench .lcpp/lib/* 2>/dev/null || true
+cp -r "$SRC/gguf-py/gguf" .lcpp/gguf-py/
+rm -rf .lcpp/gguf-py/gguf/__pycache__ .lcpp/gguf-py/gguf/scripts
+{
+  echo "llama.cpp $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?') ($(git -C "$SRC" log -1 --format=%cd --date=short 2>/dev/null || echo '?'))"
+  echo "build $B: $(grep -E '^(CMAKE_CUDA_ARCHITECTURES|GGML_CUDA_COMPRESSION_MODE|GGML_NATIVE|CMAKE_BUILD_TYPE)[:=]' "$B/CMakeCache.txt" 2>/dev/null | tr '\n' ' ')"
+  echo "staged $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n); needs glibc >= $(objdump -T .lcpp/bin/* .lcpp/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2)"
+  (cd .lcpp && find . -type f ! -name MANIFEST ! -path './gguf-py/*' -printf '%s %p\n' | sort -k2)
+} >.lcpp/MANIFEST
+mkdir -p "$(dirname "$TAR")"
+XZ_OPT=-9 tar cJf "$TAR" .lcpp
+sz=$(stat -c %s "$TAR")
+echo "packed $TAR: $((sz / 1024)) KiB ($(du -sm .lcpp | cut -f1) MiB unpacked, $(ls .lcpp/lib | wc -l) libraries)"
+cat .lcpp/MANIFEST
+rm -rf .lcpp
+if [ "$sz" -gt $((LIMIT_MIB * 1024 * 1024)) ]; then
+  echo "stage_llamacpp: $TAR is over $LIMIT_MIB MiB: the device call's carry (64 MiB with the tree) would not hold it" >&2
+  exit 1
+fi
