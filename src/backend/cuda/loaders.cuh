@@ -78,4 +78,18 @@ __device__ __forceinline__ float scale_elem(const void *grid, int sd, int64_t i)
     return e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
 }
 
+/* An expert's activation of its gate and up sums (the CPU's, nn/moe.h): relu2: relu(u)²; else
+ * silu(g) · u, with g <= limit and -limit <= u <= limit when limit > 0 (DeepSeek V4). */
+__device__ __forceinline__ float moe_act(float g, float u, int relu2, float limit) {
+    if (relu2) {
+        const float v = u > 0.0f ? u : 0.0f;
+        return v * v;
+    }
+    if (limit > 0.0f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
 #endif

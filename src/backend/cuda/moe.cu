@@ -360,18 +360,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     u = warp_sum(u);
     g = warp_sum(g);
     if (lane) return;
-    float h;
-    if (a.relu2) {
-        float v = u > 0.0f ? u : 0.0f;
-        h = v * v;
-    } else {
-        if (a.limit > 0.0f) {
-            g = fminf(g, a.limit);
-            u = fminf(fmaxf(u, -a.limit), a.limit);
-        }
-        h = g / (1.0f + expf(-g)) * u;
-    }
-    a.h[(int64_t)p * a.I + r] = h;
+    a.h[(int64_t)p * a.I + r] = moe_act(g, u, a.relu2, a.limit);
 }
 
 /* down, any layout: one expert after the other */

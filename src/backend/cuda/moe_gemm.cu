@@ -72,6 +72,7 @@
  * Scratch (grow-only, cb->moe_work): [0] off | toff | epos | rent (ints), [1] xb, [2] H,
  * [3] Y. */
 #include "cuda_internal.h"
+#include "loaders.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -217,14 +218,6 @@ __device__ __forceinline__ void mg_mma<__half>(float *c, const unsigned *a, unsi
                  "{%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float mg_act(float g, float u, float L) {
-    if (L > 0.0f) {
-        g = g > L ? L : g;
-        u = u > L ? L : u < -L ? -L : u;
-    }
-    return g / (1.0f + expf(-g)) * u;
 }
 
 template <typename T, bool GATED>
@@ -388,8 +381,8 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
                     const int r = wm * 32 + i * 16 + qr + 8 * h, c = n0 + wn * (MG_WCOL / 2) + j * 8 + qc;
                     if (r < rows && c < N) /* N % 8 == 0: the pair is inside */
                         mg_store2(H + (int64_t)(row0 + r) * N + c,
-                                  mg_act(acc[i][j][2 * h], acc[i][j + MG_NT / 2][2 * h], L),
-                                  mg_act(acc[i][j][2 * h + 1], acc[i][j + MG_NT / 2][2 * h + 1], L));
+                                  moe_act(acc[i][j][2 * h], acc[i][j + MG_NT / 2][2 * h], 0, L),
+                                  moe_act(acc[i][j][2 * h + 1], acc[i][j + MG_NT / 2][2 * h + 1], 0, L));
                 }
     } else {
         float *Y = (float *)p.out;
@@ -423,8 +416,8 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
             const int r = idx / (MG_TN / 4), c = (idx % (MG_TN / 4)) * 2;
             if (r < rows && n0 + c < N) { /* N % 8 == 0: the pair is inside */
                 const float *cr = Cs + r * MG_LDC;
-                mg_store2(H + (int64_t)(row0 + r) * N + n0 + c, mg_act(cr[c], cr[MG_TN / 2 + c], L),
-                          mg_act(cr[c + 1], cr[MG_TN / 2 + c + 1], L));
+                mg_store2(H + (int64_t)(row0 + r) * N + n0 + c, moe_act(cr[c], cr[MG_TN / 2 + c], 0, L),
+                          moe_act(cr[c + 1], cr[MG_TN / 2 + c + 1], 0, L));
             }
         }
     } else {

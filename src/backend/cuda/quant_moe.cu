@@ -9,6 +9,7 @@
  * to bf16 into scratch (cb->wdeq) with a table of their addresses, then moe_gemm.cu's grouped
  * GEMM on that table, as fp8 experts are; a layer too big to widen loops the decode kernels. */
 #include "cuda_internal.h"
+#include "loaders.cuh"
 #include "quant.cuh"
 #include <cuda_bf16.h>
 #include <stdlib.h>
@@ -85,18 +86,7 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_gate_up_kernel(qe_args a) {
     float u = q_warp_sum(qe_dot(qe_mat(a, e, 1), r, xr, lane));
     float g = a.relu2 ? 0.0f : q_warp_sum(qe_dot(qe_mat(a, e, 0), r, xr, lane));
     if (lane) return;
-    float hv;
-    if (a.relu2) {
-        const float v = u > 0.0f ? u : 0.0f;
-        hv = v * v;
-    } else {
-        if (a.limit > 0.0f) {
-            g = fminf(g, a.limit);
-            u = fminf(fmaxf(u, -a.limit), a.limit);
-        }
-        hv = g / (1.0f + expf(-g)) * u;
-    }
-    a.h[(int64_t)p * a.I + r] = hv;
+    a.h[(int64_t)p * a.I + r] = moe_act(g, u, a.relu2, a.limit);
 }
 
 /* out[t, r] (+)= Σ_k w[t, k] · (down_e row r · h[t, k]): a warp per output row */
