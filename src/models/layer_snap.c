@@ -1,0 +1,80 @@
+/* layer_snap.c — hybrid cache snapshots (layer_snap.h). */
+#include "layer_snap.h"
+#include "../core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+static size_t part_bytes(const layer_part *p, int pos) {
+    return (p->row_floats * (size_t)pos + p->state_floats) * sizeof(float);
+}
+
+/* the header ([1 + 2 n] int32) and the blob's size at pos */
+static size_t shape(const ci_session *s, int n, layer_part_fn part, int pos, int32_t *h) {
+    size_t b = (1 + 2 * (size_t)n) * sizeof(int32_t);
+    h[0] = n;
+    for (int l = 0; l < n; l++) {
+        layer_part p;
+        part(s, l, &p);
+        h[1 + 2 * l] = (int32_t)p.row_floats;
+        h[2 + 2 * l] = (int32_t)p.state_floats;
+        b += part_bytes(&p, pos);
+    }
+    return b;
+}
+
+cache_snap *layer_snapshot(const ci_session *s, int n_layers, layer_part_fn part, int pos, char *err, size_t errlen) {
+    ci_backend *be = s->m->be;
+    const size_t hb = (1 + 2 * (size_t)n_layers) * sizeof(int32_t);
+    int32_t *h = malloc(hb);
+    cache_snap *snap = h ? cache_snap_blob_new(pos, shape(s, n_layers, part, pos, h)) : NULL;
+    if (!snap) {
+        free(h);
+        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
+        return NULL;
+    }
+    char *o = cache_snap_blob(snap, NULL);
+    memcpy(o, h, hb);
+    free(h);
+    o += hb;
+    for (int l = 0; l < n_layers; l++) {
+        layer_part p;
+        part(s, l, &p);
+        const size_t bytes = part_bytes(&p, pos);
+        if (bytes) be->download(be, o, p.buf, bytes);
+        o += bytes;
+    }
+    if (ci_backend_check(s->m, err, errlen)) {
+        cache_snap_free(snap);
+        return NULL;
+    }
+    return snap;
+}
+
+int layer_restore(ci_session *s, int n_layers, layer_part_fn part, const cache_snap *snap, int *pos, char *err,
+                  size_t errlen) {
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    size_t bytes = 0;
+    const size_t hb = (1 + 2 * (size_t)n_layers) * sizeof(int32_t);
+    const char *blob = snap ? cache_snap_blob(snap, &bytes) : NULL;
+    const int at = snap ? cache_snap_pos(snap) : -1;
+    int32_t *h = malloc(hb);
+    if (!h) return ci_err(err, errlen, "%s: out of memory", fam);
+    const size_t want = shape(s, n_layers, part, at > 0 ? at : 0, h);
+    const int same = blob && at >= 0 && bytes >= hb && !memcmp(blob, h, hb) && bytes == want;
+    free(h);
+    if (!same) return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape", fam);
+    if (at > s->max_ctx)
+        return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, at,
+                      s->max_ctx);
+    const char *q = blob + hb;
+    for (int l = 0; l < n_layers; l++) {
+        layer_part p;
+        part(s, l, &p);
+        const size_t b = part_bytes(&p, at);
+        if (b) be->upload(be, p.buf, q, b);
+        q += b;
+    }
+    *pos = at;
+    return ci_backend_check(s->m, err, errlen);
+}

@@ -1,0 +1,31 @@
+/* layer_snap.h — snapshots of a hybrid session's per-layer cache, for prefix reuse (a
+ * recurrent state cannot be trimmed like KV rows), shared by lfm2, qwen_hybrid and
+ * nemotron_h. Each layer keeps, in backend memory, KV rows (row_floats per position: rows
+ * [0, pos) are saved), a fixed state (state_floats: saved whole) or nothing.
+ *
+ * A snapshot is a blob: a header of 1 + 2 n_layers int32 (n_layers, then per layer its row
+ * floats and its state floats: the cache's shape), then per layer its rows or its state. A
+ * restore checks the header and the size against the session's cache and uploads. */
+#ifndef CI_LAYER_SNAP_H
+#define CI_LAYER_SNAP_H
+#include "model.h"
+#include "../cache/cache.h"
+#include <stddef.h>
+
+typedef struct {
+    float *buf;            /* the layer's backend buffer (NULL: it keeps nothing) */
+    size_t row_floats;     /* a KV layer: floats per position; else 0 */
+    size_t state_floats;   /* a recurrent layer: floats of its state; else 0 */
+} layer_part;
+
+/* layer l of session s */
+typedef void (*layer_part_fn)(const ci_session *s, int l, layer_part *out);
+
+/* The cache of s at position pos (its family's n_layers layers). NULL with err set on failure. */
+cache_snap *layer_snapshot(const ci_session *s, int n_layers, layer_part_fn part, int pos, char *err, size_t errlen);
+/* Uploads snap into s's cache when its shape is this cache's and its position fits s's context;
+ * *pos is set to the snapshot's position. 0, or -1 with err naming the family and the mismatch. */
+int layer_restore(ci_session *s, int n_layers, layer_part_fn part, const cache_snap *snap, int *pos, char *err,
+                  size_t errlen);
+
+#endif
