@@ -4,7 +4,9 @@
 # development machine (tests/gpu/stage.sh packs the binaries built there and their libraries;
 # the machine has no Debian -dev libraries to build with).
 #
-# Steps, each under a time limit, each writing its log to $OUT (default ./gpu-out):
+# Steps, each under a time limit, each writing its log to $OUT/logs ($OUT: default ./gpu-out),
+# packed at the end into $OUT/logs.tar.gz beside $OUT/summary.txt (a device call returns only
+# a few files; a run cut short leaves the loose logs):
 #   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
@@ -23,7 +25,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 bench=0; quick=""
 for a in "$@"; do
   case "$a" in
@@ -43,8 +45,8 @@ for s in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer
 done
 
 rows=()
-step() { # NAME LIMIT_SECONDS LOG CMD...: runs CMD with a time limit, output to $OUT/LOG
-  local name=$1 limit=$2 log=$OUT/$3; shift 3
+step() { # NAME LIMIT_SECONDS LOG CMD...: runs CMD with a time limit, output to $OUT/logs/LOG
+  local name=$1 limit=$2 log=$OUT/logs/$3; shift 3
   local t0=$SECONDS rc
   echo "== $name: $*" | tee "$log"
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1; rc=$?
@@ -68,15 +70,15 @@ step() { # NAME LIMIT_SECONDS LOG CMD...: runs CMD with a time limit, output to 
   cat .gpu/MANIFEST
   echo "--- ldd .gpu/cinfer .gpu/libcinfer_cuda.so (missing libraries show as 'not found')"
   ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep -E 'not found|cublas|=> .*\.gpu/' 
-} >"$OUT/device.log" 2>&1
-head -4 "$OUT/device.log"
+} >"$OUT/logs/device.log" 2>&1
+head -4 "$OUT/logs/device.log"
 if ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep -q 'not found'; then
   echo "run.sh: missing shared libraries:"; ldd .gpu/cinfer .gpu/libcinfer_cuda.so 2>&1 | grep 'not found'
 fi
 
 # ---- ops ----
 step ops 150 ops.log .gpu/tests/test_cuda_ops $quick
-grep '^# ' "$OUT/ops.log" | tail -1
+grep '^# ' "$OUT/logs/ops.log" | tail -1
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
@@ -92,7 +94,7 @@ if [ -n "$SAN" ]; then
   toks=$(tr -d ' \n' <$fx/ref.json | grep -o '"tokens":\[[0-9,]*\]' | sed 's/.*\[\(.*\)\]/\1/')
   step memcheck-cli 150 memcheck_cli.log bash -c "
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' logits --model $fx --tokens $toks \
-      --out '$OUT/memcheck_step.f32' --step --device cuda &&
+      --out '$OUT/logs/memcheck_step.f32' --step --device cuda &&
     '$SAN' --tool memcheck --error-exitcode 99 --print-limit 20 '$CINFER' generate --model $fx \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-tokens 8 --ids --device cuda &&
     for f in deepseek_v32 deepseek_v4 lfm2_moe nemotron_h qwen3_5 qwen3_next mlx_deepseek_v3_4bit; do
@@ -110,11 +112,13 @@ step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf
 # ---- bench ----
 if [ $bench -eq 1 ]; then
   step bench 420 bench.log bash tests/gpu/bench.sh
-  grep '^BENCH ' "$OUT/bench.log"
+  grep '^BENCH ' "$OUT/logs/bench.log"
 fi
 
 echo
 echo "GPU suite $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)"
 printf '%-10s %-14s %6s %6s %6s  %s\n' step result PASS FAIL sec log
 printf '%s\n' "${rows[@]}" | tee "$OUT/summary.txt"
+grep -h '^FAIL ' "$OUT"/logs/*.log >>"$OUT/summary.txt" 2>/dev/null
+tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
 ! printf '%s\n' "${rows[@]}" | grep -qE ' (FAIL|TIMEOUT)'
