@@ -243,7 +243,7 @@ int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
 
-/* ---- MLA / DSA (mla.cu, dsa.cu) ----
+/* ---- MLA / DSA (mla.cu, mla_heads.cu, dsa.cu) ----
  * The ops of backend.h's "MLA / DSA" section. The per-head W_UK / W_UV views must be evenly
  * spaced views of one tensor (as mla_split_kv_b makes them) in f32 / f16 / bf16 / fp8; the
  * latent rows at most 1024 floats (DeepSeek: 576). Anything else fails with last_error. */
