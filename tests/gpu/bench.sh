@@ -152,6 +152,10 @@ run_hyb() {
   LLAMA_BENCH=${LLAMA_BENCH:-.lcpp/bin/llama-bench}
   LCPP_PY_DIR=${LCPP_PY_DIR:-.lcpp}
   LCPP_LIB="$PWD/.lcpp/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # libnccl.so.2 is not packed (stage_llamacpp.sh): the device's PyTorch wheel ships one
+  local nccl
+  nccl=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl" ] && [ -d "$nccl" ] && LCPP_LIB="$LCPP_LIB:$nccl"
   local specs=${HYB_SPECS:-"lfm2-8b-a1b-8l:bench/lfm2-8b-a1b.config.json:8 nemotron-3-nano-30b-a3b-6l:bench/nemotron-3-nano-30b-a3b.config.json:6 qwen3.5-35b-a3b-4l:bench/qwen3.5-35b-a3b.config.json:4"}
   echo "== hyb: $CINFER ($HYB_DEVICE) vs $LLAMA_BENCH; budget ${HYB_BUDGET:-540} s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
   [ -x "$LLAMA_BENCH" ] || echo "BENCH llama.cpp: $LLAMA_BENCH missing (run bench/stage_llamacpp.sh and carry .gpuz): cinfer only"
