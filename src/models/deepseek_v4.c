@@ -179,8 +179,7 @@ static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t er
         int fp4 = 0;
         for (int l = 0; l < d->n_layers && !fp4; l++)
             fp4 = d->layers[l].moe.n_experts > 0 && d->layers[l].moe.w_up[0].dtype == CI_U32;
-        const char *unv = getenv("CINFER_CUDA_UNVERIFIED");
-        if (fp4 && !(unv && !strcmp(unv, "1")))
+        if (fp4 && !ci_cuda_unverified_ok())
             return ci_err(err, errlen, "%s: FP4 (E2M1) routed experts on CUDA have not passed the GPU tests yet (%s); run "
                           "it with --device cpu, or set CINFER_CUDA_UNVERIFIED=1 to try it", fam, m->cfg.path);
     }

@@ -36,8 +36,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
                m->cfg.model_type, m->cfg.path);
         goto fail;
     }
-    const char *unv = getenv("CINFER_CUDA_UNVERIFIED");
-    if (device == 1 && m->family->cuda == CI_CUDA_UNVERIFIED && !(unv && !strcmp(unv, "1"))) {
+    if (device == 1 && m->family->cuda == CI_CUDA_UNVERIFIED && !ci_cuda_unverified_ok()) {
         ci_err(err, errlen,
                "%s: its CUDA path has not passed the GPU tests yet (model_type '%s' in %s); run it with --device cpu, "
                "or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.model_type, m->cfg.path);
@@ -45,7 +44,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     }
     /* MLX-quantized weights: their CUDA kernels (cuda/quant.cu) are written, not yet through
      * the GPU suite (drop this once tests/gpu/run.sh has passed the mlx_* fixtures) */
-    if (device == 1 && m->cfg.quant.present && !(unv && !strcmp(unv, "1"))) {
+    if (device == 1 && m->cfg.quant.present && !ci_cuda_unverified_ok()) {
         ci_err(err, errlen,
                "%s: the CUDA path of MLX-quantized weights has not passed the GPU tests yet (%s); run it with "
                "--device cpu, or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.path);
@@ -101,6 +100,11 @@ void ci_model_free(ci_model *m) {
 #error "CINFER_VERSION comes from project(VERSION) in CMakeLists.txt"
 #endif
 const char *ci_version(void) { return CINFER_VERSION; }
+
+int ci_cuda_unverified_ok(void) {
+    const char *v = getenv("CINFER_CUDA_UNVERIFIED");
+    return v && !strcmp(v, "1");
+}
 
 const char *ci_dtype_label(int dtype) { return ci_dtype_name((ci_dtype)dtype); }
 
