@@ -127,6 +127,16 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* Prefill GEMMs round their operands to 16 bits. Weights stored in fewer bits (fp8 E4M3, FP4,
+ * MLX codes) are widened to f16, and their activations converted to f16, not bf16: f16's 11
+ * significant bits against bf16's 8. With bf16 operands three quantized fixtures missed their
+ * prefill bounds on the H200 (deepseek_v4_fp8 max|diff| 0.55, bound 0.045; mlx_deepseek_v4_4bit
+ * 0.77; mlx_qwen3_5_moe_4bit 0.145): the CPU path with its matmul inputs rounded to 8
+ * significant bits reproduces that (0.55 / 0.94 / 0.14), with 11 bits it stays at 0.003-0.005
+ * (2026-12-02, bench/RESULTS.md). 16-bit checkpoints keep their own type. f16 overflows at
+ * 65504: conversions saturate there (f16_sat) instead of making inf; NaN stays NaN. */
+__device__ __forceinline__ float f16_sat(float v) { return v > 65504.0f ? 65504.0f : v < -65504.0f ? -65504.0f : v; }
+
 template <typename... KArgs, typename... Args>
 static inline void cb_launch(cuda_be *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};

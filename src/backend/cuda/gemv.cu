@@ -379,8 +379,9 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
 /* ---- prefill: cuBLAS -------------------------------------------------------------------
  * Row-major Y[n, R] = X[n, C] · Wᵀ is, in cuBLAS's column-major terms, Yᶜ[R, n] = Wᶜᵀ · Xᶜ with
  * Wᶜ = the [C, R] column-major view of W (lda = C) and Xᶜ the [C, n] view of X (ldb = C). */
-/* dst[r, c] = bf16(fp8(w[r, c]) · scale) for a [rows, cols] fp8 matrix (block scales as gemv_args) */
-__global__ void fp8_widen_kernel(__nv_bfloat16 *dst, const uint8_t *w, int64_t rows, int64_t cols, const void *scale,
+/* dst[r, c] = f16(fp8(w[r, c]) · scale), saturating, for a [rows, cols] fp8 matrix (block
+ * scales as gemv_args; f16 rather than bf16: cuda_internal.h, f16_sat) */
+__global__ void fp8_widen_kernel(__half *dst, const uint8_t *w, int64_t rows, int64_t cols, const void *scale,
                                  int sd, int block, int64_t srow0) {
     pdl_enter();
     const int64_t total = rows * cols, scols = block > 0 ? (cols + block - 1) / block : 0;
@@ -388,7 +389,7 @@ __global__ void fp8_widen_kernel(__nv_bfloat16 *dst, const uint8_t *w, int64_t r
         const int64_t r = i / cols, c = i - r * cols;
         float v = LFP8::one(w, i);
         if (scale) v *= scale_elem(scale, sd, ((srow0 + r) / block) * scols + c / block);
-        dst[i] = __float2bfloat16_rn(v);
+        dst[i] = __float2half_rn(f16_sat(v));
     }
 }
 
@@ -398,7 +399,7 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
     const void *A = W->data;
     if (W->dtype == CI_F8_E4M3) {
         size_t cnt = (size_t)W->rows * (size_t)W->cols;
-        __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, cnt * 2);
+        __half *wd = (__half *)cb_scratch_get(cb, &cb->wdeq, cnt * 2);
         void *conv = cb_scratch_get(cb, &cb->xconv, (size_t)n * (size_t)W->cols * 2);
         if (!wd || !conv) return 0;
         int sd = W->scale_dtype == CI_F32 ? 0 : W->scale_dtype == CI_BF16 ? 1 : 2;
@@ -407,10 +408,10 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
         cb_launch(cb, fp8_widen_kernel, dim3((unsigned)blocks), dim3(256), 0, wd, (const uint8_t *)W->data, (int64_t)W->rows,
                   (int64_t)W->cols, W->scale && W->block > 0 ? W->scale : NULL, sd, W->block, W->scale_row0);
         cb_launched(cb, "fp8 widen");
-        cb_convert(cb, conv, x, (int64_t)n * W->cols, 1);
+        cb_convert(cb, conv, x, (int64_t)n * W->cols, 0);
         A = wd;
         B = conv;
-        t = CUDA_R_16BF;
+        t = CUDA_R_16F;
     } else if (W->dtype == CI_F32) t = CUDA_R_32F;
     else if (W->dtype == CI_BF16 || W->dtype == CI_F16) {
         t = W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F;

@@ -24,7 +24,8 @@
  * kernels CB_GEMV_MAX_N rows at a time. Numerics: f32 products and sums; fp8 weights times
  * their block scale before the product (as gemv.cu and the CPU). MLX-quantized experts
  * (U32 views) are quant.cu's (cb_q_moe_experts: its own table, the same two-launch decode on
- * the packed codes, and the grouped GEMM over the layer widened to bf16). */
+ * the packed codes, and the grouped GEMM over the layer widened to f16). fp8 experts are
+ * widened to f16 for the grouped GEMM too (cuda_internal.h, f16_sat). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include <float.h>
@@ -492,16 +493,17 @@ static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
     return true;
 }
 
-/* fp8 experts for a prefill chunk: every matrix of the layer widened to bf16 (times its
- * block scale, rounded to nearest even, as gemv.cu's fp8_widen_kernel) into one scratch
- * buffer, matrix i = 3e + j at i · I · X elements (gate and up [I, X], down [X, I]: the same
- * count), and its address into wtab[i]: a table the grouped GEMM reads like a bf16 layer's. */
-__global__ void moe_widen_kernel(__nv_bfloat16 *dst, const void **wtab, const void *const *w, const void *const *scale,
+/* fp8 experts for a prefill chunk: every matrix of the layer widened to f16 (times its
+ * block scale, rounded to nearest even and saturated, as gemv.cu's fp8_widen_kernel; f16:
+ * cuda_internal.h, f16_sat) into one scratch buffer, matrix i = 3e + j at i · I · X elements
+ * (gate and up [I, X], down [X, I]: the same count), and its address into wtab[i]: a table
+ * the grouped GEMM reads like an f16 layer's. */
+__global__ void moe_widen_kernel(__half *dst, const void **wtab, const void *const *w, const void *const *scale,
                                  const int64_t *srow0, int sd, int block, int I, int X) {
     pdl_enter();
     const int i = blockIdx.y, cols = i % 3 == 2 ? I : X;
     const int64_t total = (int64_t)I * X, scols = block > 0 ? (cols + block - 1) / block : 0;
-    __nv_bfloat16 *d = dst + (int64_t)i * total;
+    __half *d = dst + (int64_t)i * total;
     if (blockIdx.x == 0 && threadIdx.x == 0) wtab[i] = d;
     const uint8_t *src = (const uint8_t *)w[i];
     const void *sg = block > 0 ? scale[i] : NULL;
@@ -509,7 +511,7 @@ __global__ void moe_widen_kernel(__nv_bfloat16 *dst, const void **wtab, const vo
         const int64_t r = k / cols, c = k - r * cols;
         float v = LFP8::one(src, k);
         if (sg) v *= scale_elem(sg, sd, ((srow0[i] + r) / block) * scols + c / block);
-        d[k] = __float2bfloat16_rn(v);
+        d[k] = __float2half_rn(f16_sat(v));
     }
 }
 
@@ -519,7 +521,7 @@ static const size_t MOE_WIDEN_MAX = (size_t)8 << 30;
 static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                             const ci_moe *m, const cb_moe_tab *tab) {
     const size_t per = (size_t)tab->I * tab->X, count = 3 * (size_t)tab->E;
-    __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + count * sizeof(void *) + 16);
+    __half *wd = (__half *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + count * sizeof(void *) + 16);
     if (!wd) return;
     const void **wtab = (const void **)(((uintptr_t)(wd + count * per) + 15) & ~(uintptr_t)15);
     unsigned bx = (unsigned)((per + 255) / 256);
@@ -528,7 +530,7 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
               tab->scale_dtype < 0 ? 0 : tab->scale_dtype, tab->scale_dtype >= 0 ? tab->block : 0, tab->I, tab->X);
     if (cb_launched(cb, "moe fp8 widen")) return;
     cb_moe_tab wide = *tab;
-    wide.dtype = CI_BF16;
+    wide.dtype = CI_F16;
     wide.w = wtab;
     wide.scale = NULL;
     wide.block = 0;

@@ -195,7 +195,9 @@ __device__ __forceinline__ void mg_wait() { asm volatile("cp.async.wait_group %0
 __device__ __forceinline__ void mg_store2(__nv_bfloat16 *p, float a, float b) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
 }
-__device__ __forceinline__ void mg_store2(__half *p, float a, float b) { *(__half2 *)p = __floats2half2_rn(a, b); }
+__device__ __forceinline__ void mg_store2(__half *p, float a, float b) {
+    *(__half2 *)p = __floats2half2_rn(f16_sat(a), f16_sat(b));
+}
 
 __device__ __forceinline__ void mg_ldsm4(unsigned *r, const void *smem) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(smem);

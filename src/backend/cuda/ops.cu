@@ -235,7 +235,7 @@ __global__ void convert_kernel(void *dst, const float *src, int64_t count, int t
     pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         if (to_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        else ((__half *)dst)[i] = __float2half_rn(src[i]);
+        else ((__half *)dst)[i] = __float2half_rn(f16_sat(src[i]));
     }
 }
 

@@ -7,19 +7,21 @@
  * per output row; lane l takes the row's 32-column chunks l, l + 32, ... (a chunk is `bits`
  * consecutive words, so the warp reads the row front to back), decodes a chunk in registers
  * (quant.cuh, q_chunk) and dots it with every token row; f32 products and sums, one warp reduction per output.
- * Prefill: the matrix decoded to bf16 in scratch (cb->wdeq), then the bf16 GEMM (cb_gemm),
- * as fp8 weights are. Embedding rows, matmul_xw and the routed experts (moe.cu hands U32
- * layers to cb_q_moe_experts, quant_moe.cu) follow the same split. Every kernel decodes with
+ * Prefill: the matrix decoded to f16 in scratch (cb->wdeq), then the f16 GEMM (cb_gemm), as
+ * fp8 weights are (f16, not bf16: cuda_internal.h, f16_sat). Embedding rows, matmul_xw and
+ * the routed experts (moe.cu hands U32 layers to cb_q_moe_experts, quant_moe.cu) follow the
+ * same split. Every kernel decodes with
  * the same q_chunk, so the paths agree on each weight bit for bit. weight_q's descriptors
  * (cb_weight_q) live here too. */
 #include "cuda_internal.h"
 #include "quant.cuh"
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { Q_WARPS = 4 };
-/* Rows up to which decode kernels serve (above: widen to bf16 + GEMM): a GEMV pass over a
+/* Rows up to which decode kernels serve (above: widen to f16 + GEMM): a GEMV pass over a
  * 4-bit matrix reads ~0.5 byte per weight for 8 rows; widening reads it once, writes 2 bytes
  * and the GEMM reads 2, so the GEMV pays up to ~5 passes (as fp8's threshold). */
 #define CB_Q_GEMV_MAX_N (5 * CB_GEMV_MAX_N)
@@ -169,7 +171,7 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
 
 /* ---- widening: a matrix decoded into scratch ----------------------------------------------- */
 
-/* dst [rows, cols] = the stored matrix as T (bf16 rounded to nearest even, or f32); one
+/* dst [rows, cols] = the stored matrix as T (f16 rounded to nearest even and saturated, or f32); one
  * thread per 32-column chunk. */
 template <int BITS, typename T>
 __global__ void qwiden_kernel(T *dst, cb_qm m) {
@@ -183,7 +185,7 @@ __global__ void qwiden_kernel(T *dst, cb_qm m) {
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             if constexpr (sizeof(T) == 4) d[i] = w[i];
-            else d[i] = __bfloat16_as_ushort(__float2bfloat16_rn(w[i]));
+            else d[i] = __half_as_ushort(__float2half_rn(f16_sat(w[i])));
         }
     }
 }
@@ -210,17 +212,17 @@ static void qwiden(cuda_be *cb, T *dst, const cb_qm &m) {
 void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (cb->failed || n <= 0 || W->rows <= 0) return;
     if (n > CB_Q_GEMV_MAX_N) {
-        __nv_bfloat16 *wd = (__nv_bfloat16 *)cb_scratch_get(cb, &cb->wdeq, (size_t)W->rows * (size_t)W->cols * 2);
+        uint16_t *wd = (uint16_t *)cb_scratch_get(cb, &cb->wdeq, (size_t)W->rows * (size_t)W->cols * 2);
         if (!wd) return;
-        qwiden(cb, (uint16_t *)wd, cb_q_view(W));
+        qwiden(cb, wd, cb_q_view(W));
         ci_mat B;
         memset(&B, 0, sizeof B);
         B.data = wd;
-        B.dtype = CI_BF16;
+        B.dtype = CI_F16;
         B.rows = W->rows;
         B.cols = W->cols;
         if (cb_gemm(cb, y, x, n, &B, acc ? 1.0f : 0.0f) == 0) return;
-        if (!cb->failed) cb_fail_msg(cb, "quantized matmul: the bf16 GEMM refused the widened weight");
+        if (!cb->failed) cb_fail_msg(cb, "quantized matmul: the f16 GEMM refused the widened weight");
         return;
     }
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {

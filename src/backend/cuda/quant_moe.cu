@@ -6,12 +6,14 @@
  *   gate_up: a warp per row r of entry p = (t, k)'s expert: h[p, r] = act(gate·x_t, up·x_t)
  *   down:    a warp per output row r of token t: Σ_k w[t, k] · (down_e row r · h[p])
  * Prefill (n > CB_GEMV_MAX_N, gated experts of 8-element widths): the layer's experts decoded
- * to bf16 into scratch (cb->wdeq) with a table of their addresses, then moe_gemm.cu's grouped
- * GEMM on that table, as fp8 experts are; a layer too big to widen loops the decode kernels. */
+ * to f16 (not bf16: cuda_internal.h, f16_sat) into scratch (cb->wdeq) with a table of their
+ * addresses, then moe_gemm.cu's grouped GEMM on that table, as fp8 experts are; a layer too
+ * big to widen loops the decode kernels. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_down_kernel(qe_args a) {
     }
 }
 
-/* prefill: every matrix i = 3e + j of the layer decoded to bf16 at dst + i·I·X (gate and up
+/* prefill: every matrix i = 3e + j of the layer decoded to f16 (saturated: cuda_internal.h) at dst + i·I·X (gate and up
  * [I, X], down [X, I]: the same count), its address into wtab[i] (the table the grouped GEMM
  * reads); one thread per 32-column chunk */
 __global__ void qe_widen_kernel(uint16_t *dst, const void **wtab, qe_args a) {
@@ -132,7 +134,7 @@ __global__ void qe_widen_kernel(uint16_t *dst, const void **wtab, qe_args a) {
         }
         uint16_t *o = d + r * m.cols + c0;
 #pragma unroll
-        for (int q = 0; q < 32; q++) o[q] = __bfloat16_as_ushort(__float2bfloat16_rn(w[q]));
+        for (int q = 0; q < 32; q++) o[q] = __half_as_ushort(__float2half_rn(f16_sat(w[q])));
     }
 }
 
@@ -233,7 +235,7 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     memset(&wide, 0, sizeof wide);
     wide.key = m->w_up;
     wide.E = tab->E; wide.I = tab->I; wide.X = tab->X;
-    wide.dtype = CI_BF16;
+    wide.dtype = CI_F16;
     wide.relu2 = tab->relu2;
     wide.scale_dtype = -1;
     if (n > CB_GEMV_MAX_N && count * per * 2 <= Q_WIDEN_MAX && cb_moe_grouped_shape_ok(m, &wide)) {
