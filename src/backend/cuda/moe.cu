@@ -495,16 +495,21 @@ static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
 
 /* fp8 experts for a prefill chunk: every matrix of the layer widened to f16 (times its
  * block scale, rounded to nearest even and saturated, as gemv.cu's fp8_widen_kernel; f16:
- * cuda_internal.h, f16_sat) into one scratch buffer, matrix i = 3e + j at i · I · X elements
- * (gate and up [I, X], down [X, I]: the same count), and its address into wtab[i]: a table
- * the grouped GEMM reads like an f16 layer's. */
+ * cuda_internal.h, f16_sat) into one scratch buffer, the y-th widened matrix at y · I · X
+ * elements (gate and up [I, X], down [X, I]: the same count), and its address into wtab[i],
+ * i = 3e + j: a table the grouped GEMM reads like an f16 layer's. Gated layers widen matrix
+ * i = y (3E of them); relu² layers have no gate (its entry in w is NULL, never read): 2E
+ * matrices, i = 3(y / 2) + 1 + y % 2, and wtab[3e] = NULL. */
 __global__ void moe_widen_kernel(__half *dst, const void **wtab, const void *const *w, const void *const *scale,
-                                 const int64_t *srow0, int sd, int block, int I, int X) {
+                                 const int64_t *srow0, int sd, int block, int I, int X, int relu2) {
     pdl_enter();
-    const int i = blockIdx.y, cols = i % 3 == 2 ? I : X;
+    const int y = blockIdx.y, i = relu2 ? 3 * (y >> 1) + 1 + (y & 1) : y, cols = i % 3 == 2 ? I : X;
     const int64_t total = (int64_t)I * X, scols = block > 0 ? (cols + block - 1) / block : 0;
-    __half *d = dst + (int64_t)i * total;
-    if (blockIdx.x == 0 && threadIdx.x == 0) wtab[i] = d;
+    __half *d = dst + (int64_t)y * total;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        wtab[i] = d;
+        if (relu2 && !(y & 1)) wtab[i - 1] = NULL;   /* the gate of expert e: none */
+    }
     const uint8_t *src = (const uint8_t *)w[i];
     const void *sg = block > 0 ? scale[i] : NULL;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
@@ -518,16 +523,20 @@ __global__ void moe_widen_kernel(__half *dst, const void **wtab, const void *con
 /* The widened layer's bytes: at most this much scratch (a bigger layer loops the GEMVs). */
 static const size_t MOE_WIDEN_MAX = (size_t)8 << 30;
 
+/* the matrices of a layer moe_widen_kernel widens: gate, up, down per expert, or up, down */
+static size_t moe_widen_count(const cb_moe_tab *tab) { return (tab->relu2 ? 2 : 3) * (size_t)tab->E; }
+
 static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                             const ci_moe *m, const cb_moe_tab *tab) {
-    const size_t per = (size_t)tab->I * tab->X, count = 3 * (size_t)tab->E;
-    __half *wd = (__half *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + count * sizeof(void *) + 16);
+    const size_t per = (size_t)tab->I * tab->X, count = moe_widen_count(tab), slots = 3 * (size_t)tab->E;
+    __half *wd = (__half *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + slots * sizeof(void *) + 16);
     if (!wd) return;
     const void **wtab = (const void **)(((uintptr_t)(wd + count * per) + 15) & ~(uintptr_t)15);
     unsigned bx = (unsigned)((per + 255) / 256);
     if (bx > 64) bx = 64;
     cb_launch(cb, moe_widen_kernel, dim3(bx, (unsigned)count), dim3(256), 0, wd, wtab, tab->w, tab->scale, tab->srow0,
-              tab->scale_dtype < 0 ? 0 : tab->scale_dtype, tab->scale_dtype >= 0 ? tab->block : 0, tab->I, tab->X);
+              tab->scale_dtype < 0 ? 0 : tab->scale_dtype, tab->scale_dtype >= 0 ? tab->block : 0, tab->I, tab->X,
+              tab->relu2 ? 1 : 0);
     if (cb_launched(cb, "moe fp8 widen")) return;
     cb_moe_tab wide = *tab;
     wide.dtype = CI_F16;
@@ -546,7 +555,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
     const bool fp8 = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab) &&
-                     3 * (size_t)tab->E * tab->I * tab->X * 2 <= MOE_WIDEN_MAX;
+                     moe_widen_count(tab) * tab->I * tab->X * 2 <= MOE_WIDEN_MAX;
     if (n > CB_GEMV_MAX_N && (fp8 || cb_moe_grouped_ok(m, tab))) {
         float *y = out;
         if (acc) {

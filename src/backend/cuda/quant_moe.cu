@@ -5,10 +5,10 @@
  * Decode (n <= CB_GEMV_MAX_N rows at a time), two launches as moe.cu's:
  *   gate_up: a warp per row r of entry p = (t, k)'s expert: h[p, r] = act(gate·x_t, up·x_t)
  *   down:    a warp per output row r of token t: Σ_k w[t, k] · (down_e row r · h[p])
- * Prefill (n > CB_GEMV_MAX_N, gated experts of 8-element widths): the layer's experts decoded
- * to f16 (not bf16: cuda_internal.h, f16_sat) into scratch (cb->wdeq) with a table of their
- * addresses, then moe_gemm.cu's grouped GEMM on that table, as fp8 experts are; a layer too
- * big to widen loops the decode kernels. */
+ * Prefill (n > CB_GEMV_MAX_N, gated or relu² experts of 8-element widths): the layer's experts
+ * decoded to f16 (not bf16: cuda_internal.h, f16_sat) into scratch (cb->wdeq) with a table of
+ * their addresses (relu²: up and down only, the gate entries NULL), then moe_gemm.cu's grouped
+ * GEMM on that table, as fp8 experts are; a layer too big to widen loops the decode kernels. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
@@ -109,16 +109,20 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_down_kernel(qe_args a) {
     }
 }
 
-/* prefill: every matrix i = 3e + j of the layer decoded to f16 (saturated: cuda_internal.h) at dst + i·I·X (gate and up
- * [I, X], down [X, I]: the same count), its address into wtab[i] (the table the grouped GEMM
- * reads); one thread per 32-column chunk */
+/* prefill: every matrix i = 3e + j of the layer decoded to f16 (saturated: cuda_internal.h),
+ * the y-th at dst + y·I·X (gate and up [I, X], down [X, I]: the same count), its address into
+ * wtab[i] (the table the grouped GEMM reads); one thread per 32-column chunk. Gated layers:
+ * i = y (3E matrices); relu² layers have no gate (never read): 2E matrices, i = 3(y / 2) + 1
+ * + y % 2, and wtab[3e] = NULL. */
 __global__ void qe_widen_kernel(uint16_t *dst, const void **wtab, qe_args a) {
     pdl_enter();
-    const int i = blockIdx.y, e = i / 3, j = i % 3;
+    const int y = blockIdx.y, i = a.relu2 ? 3 * (y >> 1) + 1 + (y & 1) : y, e = i / 3, j = i % 3;
     const int64_t per = (int64_t)a.I * a.X;
-    uint16_t *d = dst + (int64_t)i * per;
-    if (blockIdx.x == 0 && threadIdx.x == 0) wtab[i] = d;
-    if (j == 0 && a.relu2) return;
+    uint16_t *d = dst + (int64_t)y * per;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        wtab[i] = d;
+        if (a.relu2 && j == 1) wtab[i - 1] = NULL;   /* the gate of expert e: none */
+    }
     const cb_qm m = qe_mat(a, e, j);
     const int64_t chunks = m.cols / 32, total = m.rows * chunks;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
@@ -230,7 +234,8 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.mode[j] = tab->mode[j]; a.bits[j] = tab->bits[j]; a.group[j] = tab->group[j]; a.sd[j] = tab->sd[j];
     }
     a.X = m->hidden; a.I = m->inter; a.K = m->top_k; a.relu2 = m->relu2; a.limit = m->act_limit; a.acc = acc;
-    const size_t per = (size_t)tab->I * tab->X, count = 3 * (size_t)tab->E;
+    /* matrices widened (relu² layers: no gates) and the table's entries */
+    const size_t per = (size_t)tab->I * tab->X, count = (tab->relu2 ? 2 : 3) * (size_t)tab->E, slots = 3 * (size_t)tab->E;
     cb_moe_tab wide;
     memset(&wide, 0, sizeof wide);
     wide.key = m->w_up;
@@ -239,7 +244,7 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     wide.relu2 = tab->relu2;
     wide.scale_dtype = -1;
     if (n > CB_GEMV_MAX_N && count * per * 2 <= Q_WIDEN_MAX && cb_moe_grouped_shape_ok(m, &wide)) {
-        uint16_t *wd = (uint16_t *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + count * sizeof(void *) + 16);
+        uint16_t *wd = (uint16_t *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + slots * sizeof(void *) + 16);
         if (!wd) return;
         const void **wtab = (const void **)(((uintptr_t)(wd + count * per) + 15) & ~(uintptr_t)15);
         unsigned bx = (unsigned)((per / 32 + 255) / 256);
