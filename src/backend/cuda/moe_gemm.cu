@@ -12,12 +12,18 @@
  *                of each entry; -1 for an id outside [0, E): that slot adds nothing). The
  *                order inside a segment comes from atomics and may change from run to run;
  *                nothing depends on it (below).
- *   3. GEMM 1    for each (row tile of an expert's segment, tile of TN / 2 = 64 columns of
- *                inter): G = A·Wgᵀ and U = A·Wuᵀ in one block (the B tile is 64 gate rows
- *                then the same 64 up rows), A's rows read straight from xb through rent
- *                (no gathered copy), f32 accumulation; epilogue h = silu(g) · u (with
- *                act_limit L > 0: silu(min(g, L)) · clamp(u, -L, L)), rounded to the weight
- *                type into H [n·K, I] (sorted rows).
+ *   3. GEMM 1    gated experts: for each (row tile of an expert's segment, tile of TN / 2 =
+ *                64 columns of inter): G = A·Wgᵀ and U = A·Wuᵀ in one block (the B tile is
+ *                64 gate rows then the same 64 up rows), A's rows read straight from xb
+ *                through rent (no gathered copy), f32 accumulation; epilogue h = silu(g) · u
+ *                (with act_limit L > 0: silu(min(g, L)) · clamp(u, -L, L)), rounded to the
+ *                weight type into H [n·K, I] (sorted rows).
+ *                relu² experts (ci_moe.relu2, Nemotron-H: no gate matrices, their table
+ *                entries NULL and never read): tiles of TN = 128 columns of inter, U =
+ *                A·Wuᵀ (the B tile is 128 up rows, A as above), epilogue h = relu(u)² of the
+ *                f32 product (moe_act's relu² branch, as the CPU's relu2), rounded to the
+ *                weight type into H. Same kernel template (mode MG_UP_RELU2): the tiles,
+ *                loads and MMAs of GEMM 2, the A rows and the 16-bit store of the gated mode.
  *   4. GEMM 2    Y = H_seg · Wdᵀ, tiles of TM rows x TN = 128 columns of hidden, f32 into
  *                Y [n·K, X] (sorted rows).
  *   5. combine   out[t] = Σ_k w[t, k] · Y[epos[t·K + k]], summed in k order.
@@ -30,13 +36,14 @@
  * (tiles of BK, 16-deep MMA steps in order), so its result does not depend on which rows
  * share the tile or on their order; the combine sums in k order. Same inputs, same bits.
  *
- * GEMM tiles (both GEMMs, one kernel template): TM = 64 rows x TN = 128 B rows (output
- * columns; GEMM 1: 64 gate + 64 up) x BK = 64 of the reduction, 128 threads = 4 warps as
- * 2 (rows) x 2 (columns), each warp 32 rows x 64 B rows = 2 x 8 mma.sync m16n8k16 tiles
- * (bf16 / f16 operands from shared memory by ldmatrix, f32 accumulation in registers).
- * In GEMM 1 a warp's 64 B rows are 32 gate rows and the 32 up rows of the same output
- * columns, so the SwiGLU epilogue pairs g and u in registers and stores h directly (GEMM
- * 2 stores f32 pairs). Warps whose 32 rows are all past the segment's end skip the MMAs
+ * GEMM tiles (both GEMMs, one kernel template, three modes): TM = 64 rows x TN = 128 B
+ * rows (output columns; gated GEMM 1: 64 gate + 64 up) x BK = 64 of the reduction, 128
+ * threads = 4 warps as 2 (rows) x 2 (columns), each warp 32 rows x 64 B rows = 2 x 8
+ * mma.sync m16n8k16 tiles (bf16 / f16 operands from shared memory by ldmatrix, f32
+ * accumulation in registers). In gated GEMM 1 a warp's 64 B rows are 32 gate rows and the
+ * 32 up rows of the same output columns, so the SwiGLU epilogue pairs g and u in registers
+ * and stores h directly; relu² GEMM 1 squares each u in registers and stores h (GEMM 2
+ * stores f32 pairs). Warps whose 32 rows are all past the segment's end skip the MMAs
  * (segments average ~32 rows for Qwen3-30B-A3B at n = 512). The MG_*_TUNE macros (TM,
  * warps along columns, BK, stages, register cap, MMA = 0: a WMMA build with the epilogue
  * through shared memory) exist for side-by-side builds; the defaults are the best
@@ -49,7 +56,7 @@
  *   the WMMA build reuses it for an f32 C tile [64][128 + 4] = 33,792 bytes). Registers:
  *   capped at 128 (__launch_bounds__(128, 4)), so 4 blocks (16 warps) fit an SM by both
  *   registers and shared memory; ptxas -v: 128 registers, the down-projection
- *   instantiations spill 8 bytes (a stack slot), the gate/up ones none.
+ *   instantiations spill 8 bytes (a stack slot), the gate/up and relu² up ones none.
  *   Loads: each thread copies 4 A chunks and 8 B chunks of 16 bytes per stage
  *   (cp.async.cg, L2 only); chunks past the segment's rows, past N or past the reduction
  *   length are zero-filled (src-size 0), so no odd size reads out of bounds.
@@ -66,8 +73,10 @@
  *   (occupancy, not load depth, is what paid). mma.sync and WMMA gave the same bits.
  * Odd sizes: X and I must be multiples of 8 (16-byte chunks; a partial last BK tile is
  * zero-filled), the expert matrices 16-byte aligned, E <= 1024, top_k >= 1; anything else
- * (and f32 / fp8 / relu2) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. M
- * and N tails are predicated (zero-filled loads, masked stores).
+ * (and f32 tables) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. Gated and
+ * relu² layers are both taken; fp8 and MLX-quantized layers come here as f16 tables widened
+ * by moe.cu / quant_moe.cu (relu²: up and down only), unless too big to widen. M and N tails
+ * are predicated (zero-filled loads, masked stores).
  *
  * Scratch (grow-only, cb->moe_work): [0] off | toff | epos | rent (ints), [1] xb, [2] H,
  * [3] Y. */
@@ -172,15 +181,17 @@ __global__ void __launch_bounds__(MG_SORT_THREADS) moe_sort_kernel(int *off, int
 }
 
 /* ---- 3. / 4. the grouped GEMM ---- */
+/* the kernel's modes: GEMM 1 of gated experts, GEMM 1 of relu² experts, GEMM 2 */
+enum { MG_DOWN = 0, MG_GATE_UP = 1, MG_UP_RELU2 = 2 };
 struct mg_args {
-    const void *a;               /* GATED: xb [n, Kd] (row = token rent[row] / top_k); else H [n·K, Kd] */
+    const void *a;               /* GEMM 1: xb [n, Kd] (row = token rent[row] / top_k); GEMM 2: H [n·K, Kd] */
     const int *rent;
     int top_k;
     const void *const *wtab;     /* cb_moe_tab.w: [3E] gate, up, down */
     const int *off, *toff;
     int E;
     int N, Kd;                   /* output columns (I or X), reduction length (X or I) */
-    void *out;                   /* GATED: H [n·K, N] in T; else Y [n·K, N] f32 */
+    void *out;                   /* GEMM 1: H [n·K, N] in T; GEMM 2: Y [n·K, N] f32 */
     float act_limit;
 };
 
@@ -222,8 +233,12 @@ __device__ __forceinline__ void mg_mma<__half>(float *c, const unsigned *a, unsi
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <typename T, bool GATED>
+/* MODE MG_GATE_UP: B tile = 64 gate rows then the same 64 up rows, h = act(g, u) in T;
+ * MG_UP_RELU2: B tile = 128 up rows, h = relu(u)² in T; MG_DOWN: B tile = 128 down rows,
+ * f32 out. GEMM 1 (both modes) reads A's rows from xb through rent. */
+template <typename T, int MODE>
 __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_args p) {
+    constexpr bool GATED = MODE == MG_GATE_UP, GEMM1 = MODE != MG_DOWN;
     pdl_enter();
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char mg_sm[];
@@ -240,7 +255,7 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
     const int rows = min((int)MG_TM, p.off[e + 1] - row0);
     const int N = p.N, Kd = p.Kd;
     const int n0 = blockIdx.x * (GATED ? MG_TN / 2 : MG_TN);
-    const T *B0 = (const T *)p.wtab[3 * e + (GATED ? 0 : 2)];
+    const T *B0 = (const T *)p.wtab[3 * e + (GATED ? 0 : GEMM1 ? 1 : 2)];
     const T *B1 = GATED ? (const T *)p.wtab[3 * e + 1] : B0;
     const T *Ab = (const T *)p.a;
     T *As = (T *)mg_sm;
@@ -255,7 +270,7 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
         const int r = rt + MG_RPP * i;
         aok[i] = r < rows;
         int64_t src = 0;
-        if (aok[i]) src = GATED ? p.rent[row0 + r] / p.top_k : row0 + r;
+        if (aok[i]) src = GEMM1 ? p.rent[row0 + r] / p.top_k : row0 + r;
         asrc[i] = Ab + src * Kd + kc;
     }
 #pragma unroll
@@ -386,6 +401,19 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
                                   moe_act(acc[i][j][2 * h], acc[i][j + MG_NT / 2][2 * h], 0, L),
                                   moe_act(acc[i][j][2 * h + 1], acc[i][j + MG_NT / 2][2 * h + 1], 0, L));
                 }
+    } else if (MODE == MG_UP_RELU2) {
+        T *H = (T *)p.out;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < MG_NT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + i * 16 + qr + 8 * h, c = n0 + wn * MG_WCOL + j * 8 + qc;
+                    if (r < rows && c < N) /* N % 8 == 0: the pair is inside */
+                        mg_store2(H + (int64_t)(row0 + r) * N + c, moe_act(0.0f, acc[i][j][2 * h], 1, 0.0f),
+                                  moe_act(0.0f, acc[i][j][2 * h + 1], 1, 0.0f));
+                }
     } else {
         float *Y = (float *)p.out;
 #pragma unroll
@@ -422,6 +450,16 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
                           moe_act(cr[c + 1], cr[MG_TN / 2 + c + 1], 0, L));
             }
         }
+    } else if (MODE == MG_UP_RELU2) {
+        T *H = (T *)p.out;
+        for (int idx = tid; idx < MG_TM * (MG_TN / 2); idx += MG_THREADS) {
+            const int r = idx / (MG_TN / 2), c = (idx % (MG_TN / 2)) * 2;
+            if (r < rows && n0 + c < N) { /* N % 8 == 0: the pair is inside */
+                const float *cr = Cs + r * MG_LDC;
+                mg_store2(H + (int64_t)(row0 + r) * N + n0 + c, moe_act(0.0f, cr[c], 1, 0.0f),
+                          moe_act(0.0f, cr[c + 1], 1, 0.0f));
+            }
+        }
     } else {
         float *Y = (float *)p.out;
         for (int idx = tid; idx < MG_TM * (MG_TN / 4); idx += MG_THREADS) {
@@ -451,10 +489,11 @@ static int mg_mat_ok(const ci_mat *W, ci_dtype dt, int64_t rows, int64_t cols) {
     return W && W->dtype == dt && W->rows == rows && W->cols == cols && W->data && ((uintptr_t)W->data & 15) == 0;
 }
 
-/* The shape half of cb_moe_grouped_ok: gated experts, E within the sort's reach, widths in
+/* The shape half of cb_moe_grouped_ok: gated or relu² experts (the table says which, as the
+ * layer does; relu² layers need no gate matrices), E within the sort's reach, widths in
  * whole 16-byte chunks of 16-bit elements. */
 static int mg_shape_ok(const ci_moe *m, const cb_moe_tab *tab) {
-    if (tab->relu2 || m->relu2 || !m->w_gate || !m->w_up || !m->w_down) return 0;
+    if (!tab->relu2 != !m->relu2 || (!m->relu2 && !m->w_gate) || !m->w_up || !m->w_down) return 0;
     const int E = tab->E, X = tab->X, I = tab->I;
     if (E < 1 || E > MG_MAX_E || E != m->n_experts || m->top_k < 1 || X != m->hidden || I != m->inter) return 0;
     return X >= 8 && I >= 8 && X % 8 == 0 && I % 8 == 0;
@@ -469,13 +508,12 @@ int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab) { return m &
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
     if (!m || !tab || !tab->w) return 0;
     if (tab->dtype != CI_BF16 && tab->dtype != CI_F16) return 0;
-    if (tab->relu2 || m->relu2 || !m->w_gate || !m->w_up || !m->w_down) return 0;
+    if (!mg_shape_ok(m, tab)) return 0;
     const int E = tab->E, X = tab->X, I = tab->I;
-    if (E < 1 || E > MG_MAX_E || E != m->n_experts || m->top_k < 1 || X != m->hidden || I != m->inter) return 0;
-    if (X < 8 || I < 8 || X % 8 || I % 8) return 0;
-    /* the table holds these views' data pointers: 16-byte aligned for the cp.async chunks */
+    /* the table holds these views' data pointers: 16-byte aligned for the cp.async chunks
+     * (relu² layers: the gate entries are NULL and never read) */
     for (int e = 0; e < E; e++)
-        if (!mg_mat_ok(&m->w_gate[e], tab->dtype, I, X) || !mg_mat_ok(&m->w_up[e], tab->dtype, I, X) ||
+        if ((!m->relu2 && !mg_mat_ok(&m->w_gate[e], tab->dtype, I, X)) || !mg_mat_ok(&m->w_up[e], tab->dtype, I, X) ||
             !mg_mat_ok(&m->w_down[e], tab->dtype, X, I))
             return 0;
     return 1;
@@ -500,8 +538,9 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
 
     static int attr_set = 0;      /* per instantiation */
     if (!attr_set) {
-        cudaFuncSetAttribute(moe_gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
-        cudaFuncSetAttribute(moe_gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<T, MG_GATE_UP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<T, MG_UP_RELU2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<T, MG_DOWN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
         attr_set = 1;
     }
     const int64_t max_tiles = (nK + MG_TM - 1) / MG_TM + (nK < E ? nK : E);
@@ -517,14 +556,20 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
     a.Kd = X;
     a.out = H;
     a.act_limit = m->act_limit;
-    cb_launch(cb, moe_gemm_kernel<T, true>, dim3((I + MG_TN / 2 - 1) / (MG_TN / 2), (unsigned)max_tiles),
-              dim3(MG_THREADS), MG_SMEM, a);
-    if (cb_launched(cb, "moe grouped (gate/up)")) return;
+    if (tab->relu2) {             /* h = relu(up·x)²: 128 up rows a block, no gate */
+        cb_launch(cb, moe_gemm_kernel<T, MG_UP_RELU2>, dim3((I + MG_TN - 1) / MG_TN, (unsigned)max_tiles),
+                  dim3(MG_THREADS), MG_SMEM, a);
+        if (cb_launched(cb, "moe grouped (up, relu2)")) return;
+    } else {
+        cb_launch(cb, moe_gemm_kernel<T, MG_GATE_UP>, dim3((I + MG_TN / 2 - 1) / (MG_TN / 2), (unsigned)max_tiles),
+                  dim3(MG_THREADS), MG_SMEM, a);
+        if (cb_launched(cb, "moe grouped (gate/up)")) return;
+    }
     a.a = H;
     a.N = X;
     a.Kd = I;
     a.out = Y;
-    cb_launch(cb, moe_gemm_kernel<T, false>, dim3((X + MG_TN - 1) / MG_TN, (unsigned)max_tiles), dim3(MG_THREADS),
+    cb_launch(cb, moe_gemm_kernel<T, MG_DOWN>, dim3((X + MG_TN - 1) / MG_TN, (unsigned)max_tiles), dim3(MG_THREADS),
               MG_SMEM, a);
     if (cb_launched(cb, "moe grouped (down)")) return;
     cb_launch(cb, moe_combine_kernel, dim3(n, (X + 255) / 256), dim3(256), 0, out, (const float *)Y, (const int *)epos,
