@@ -242,13 +242,14 @@ void cb_moe_ops(ci_backend *be);
 void cb_moe_free(cuda_be *cb);
 /* moe_gemm.cu: the routed experts of n (> CB_GEMV_MAX_N) token rows on tensor cores:
  * out[n, X] = Σ_k w[t, k] · expert_sel[t, k](x[t]), sel / w [n, top_k] in device memory,
- * no host synchronisation. cb_moe_grouped_ok says whether it takes the layer (dtype and
- * activation); when it does not, moe.cu runs its GEMV kernels over groups of rows. */
+ * no host synchronisation; gated (SwiGLU) or relu² experts (tab->relu2: no gate matrices).
+ * cb_moe_grouped_ok says whether it takes the layer (dtype, widths, alignment); when it does
+ * not, moe.cu runs its GEMV kernels over groups of rows. */
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
-/* Whether fp8 experts could take the grouped GEMM once widened to bf16 (moe.cu widens them
+/* Whether fp8 experts could take the grouped GEMM once widened to f16 (moe.cu widens them
  * into scratch for a prefill chunk: the same shape conditions as cb_moe_grouped_ok). */
 int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab);
-/* The shape conditions alone (quant.cu widens MLX-quantized experts to a bf16 table). */
+/* The shape conditions alone (quant_moe.cu widens MLX-quantized experts to an f16 table). */
 int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
