@@ -1307,7 +1307,7 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
              E, K, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
     if (!want(name)) return;
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
-    make_stacked(E, I, X, dt, sdt, cv, gv);              /* gate */
+    if (!relu2) make_stacked(E, I, X, dt, sdt, cv, gv); /* gate (relu²: none, as nemotron_h binds) */
     make_stacked(E, I, X, dt, sdt, cv + E, gv + E);      /* up */
     make_stacked(E, X, I, dt, sdt, cv + 2 * E, gv + 2 * E); /* down */
     if (dead) return;
@@ -1328,12 +1328,12 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
     ci_moe m;
     memset(&m, 0, sizeof m);
     m.n_experts = E; m.top_k = K; m.hidden = X; m.inter = I; m.relu2 = relu2; m.act_limit = limit;
-    m.w_gate = cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
+    m.w_gate = relu2 ? NULL : cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
     fill(ref, (size_t)n * X, 4.f);                       /* acc: the residual added to */
     float *res = xmalloc((size_t)n * X * 4);
     memcpy(res, ref, (size_t)n * X * 4);
     cpu->moe_experts(cpu, ref, x, n, sel, w, &m, acc);
-    m.w_gate = gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
+    m.w_gate = relu2 ? NULL : gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
     float *gx = g_put(x, (size_t)n * X * 4), *gw = g_put(w, (size_t)n * K * 4), *gy = g_alloc((size_t)n * X * 4);
     int32_t *gsel = g_put(sel, (size_t)n * K * 4);
     if (gx && gw && gy && gsel) {
@@ -1342,9 +1342,10 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
         gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m, acc);
         float *got = xmalloc((size_t)n * X * 4);
         g_get(got, gy, (size_t)n * X * 4);
-        /* n > 8 rows take the grouped tensor-core GEMM (bf16 activations) when it takes the layer:
-         * 16-bit experts, and fp8 ones widened to bf16, of whole 8-element widths, gated */
-        int grouped = n > 8 && (dt == CI_BF16 || dt == CI_F16 || (dt == CI_F8_E4M3 && X % 8 == 0 && I % 8 == 0 && !relu2));
+        /* n > 8 rows take the grouped tensor-core GEMM (16-bit activations) when it takes the
+         * layer: 16-bit experts, and fp8 ones widened to f16, of whole 8-element widths, gated
+         * or relu² */
+        int grouped = n > 8 && (dt == CI_BF16 || dt == CI_F16 || (dt == CI_F8_E4M3 && X % 8 == 0 && I % 8 == 0));
         double bound = grouped ? B_TC : B_F32;
         report(name, compare(got, ref, (size_t)n * X), bound);
         free(got);
@@ -1381,12 +1382,27 @@ static void test_moe(void) {
         test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 1, 0, en[i], 0);
         test_moe_experts_case(16, 4, 128, 64, CI_BF16, CI_F32, 0, 0.5f, en[i], 0);
     }
+    /* relu² experts (nemotron_h: no gate matrices) on bf16 / f16 / fp8 (both scale types):
+     * the GEMVs at n = 3, the grouped GEMM above 8 rows (fp8 widened to f16), odd expert
+     * counts and top_k, column tails in both GEMMs (I = 232, X = 200: not whole 128-column
+     * tiles), experts with more than one 64-row tile (n = 300), acc; odd widths (X = 70:
+     * the GEMVs at every n) */
+    static const int r2n[] = { 3, 37, 64, 300 };
+    for (int k = 1; k < 5; k++)
+        for (int i = 0; i < (quick ? 3 : 4); i++) {
+            test_moe_experts_case(7, 3, 200, 232, kinds[k].dt, kinds[k].sdt, 1, 0, r2n[i], 0);
+            test_moe_experts_case(13, 5, 128, 64, kinds[k].dt, kinds[k].sdt, 1, 0, r2n[i], i == 2);
+        }
+    test_moe_experts_case(7, 3, 70, 36, CI_BF16, CI_F32, 1, 0, 37, 0);
     if (!quick) {
         static const int rn[] = { 1, 8, 300 };
         for (int i = 0; i < 3; i++) {
             test_moe_experts_case(128, 8, 2048, 768, CI_BF16, CI_F32, 0, 0, rn[i], 0);
             test_moe_experts_case(64, 6, 2048, 1408, CI_F8_E4M3, CI_F32, 0, 0, rn[i], 0);
         }
+        /* Nemotron-3-Nano's expert widths (X = 2688, I = 1856: 14.5 column tiles of GEMM 1), top-6 */
+        test_moe_experts_case(16, 6, 2688, 1856, CI_BF16, CI_F32, 1, 0, 64, 0);
+        test_moe_experts_case(16, 6, 2688, 1856, CI_F8_E4M3, CI_BF16, 1, 0, 300, 0);
     }
 }
 
@@ -2456,7 +2472,7 @@ static void qmoe_case(qfmt f, int per_expert, int E, int K, int X, int I, int re
         gpu->moe_experts(gpu, gy, gx, n, gsel, gw, &m, acc);
         float *got = xmalloc((size_t)n * X * 4);
         g_get(got, gy, (size_t)n * X * 4);
-        const int grouped = n > 8 && !relu2 && X % 8 == 0 && I % 8 == 0;   /* widened to bf16, grouped GEMM */
+        const int grouped = n > 8 && X % 8 == 0 && I % 8 == 0;   /* widened to f16, grouped GEMM (gated or relu²) */
         report(name, compare(got, ref, (size_t)n * X), grouped ? B_TC : B_F32);
         free(got);
     }
@@ -2615,6 +2631,7 @@ static void test_quant(void) {
             qmoe_case(f, 0, 8, 3, 256, 128, 1, en[i], 0);       /* relu² experts (nemotron_h) */
             qmoe_case(f, 0, 8, 2, 384, 128, 0, en[i], 1);
         }
+        qmoe_case(f, 0, 7, 3, 256, 384, 1, 64, 1);              /* relu², odd E, grouped GEMM, acc */
         qgraph_case(f);
         if (f.mode == CI_Q_MXFP4)   /* DeepSeek V4's FP4 experts: a tensor (and descriptor) per expert */
             for (int i = 0; i < 4 && !dead; i++) qmoe_case(f, 1, 16, 4, 128, 256, 0, en[i], 0);
