@@ -1401,8 +1401,8 @@ static void test_moe(void) {
             test_moe_experts_case(64, 6, 2048, 1408, CI_F8_E4M3, CI_F32, 0, 0, rn[i], 0);
         }
         /* Nemotron-3-Nano's expert widths (X = 2688, I = 1856: 14.5 column tiles of GEMM 1), top-6 */
-        test_moe_experts_case(16, 6, 2688, 1856, CI_BF16, CI_F32, 1, 0, 64, 0);
-        test_moe_experts_case(16, 6, 2688, 1856, CI_F8_E4M3, CI_BF16, 1, 0, 300, 0);
+        test_moe_experts_case(16, 6, 2688, 1856, CI_BF16, CI_F32, 1, 0, 300, 0);
+        test_moe_experts_case(16, 6, 2688, 1856, CI_F8_E4M3, CI_BF16, 1, 0, 64, 0);
     }
 }
 
