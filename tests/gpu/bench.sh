@@ -95,10 +95,10 @@ hyb_step() { # LIMIT NAME CMD...: CMD under timeout, cut to what is left of HYB_
   return $r
 }
 
-hyb_cinfer() { # NAME DEPTH PROMPT_LEN: one cinfer bench, its BENCH line
+hyb_cinfer() { # NAME DEPTH PROMPT_LEN [LIMIT s, 150]: one cinfer bench, its BENCH line
   local m=$1 depth=$2 pl=$3 log="$BENCH_DIR/$1.cinfer.d$2.log"
   echo "== cinfer $m: bench --device $HYB_DEVICE --prompt-len $pl --gen $HYB_GEN --depth $depth"
-  hyb_step 150 "cinfer $m d$depth" $CINFER bench --model "$BENCH_DIR/$m" --device "$HYB_DEVICE" \
+  hyb_step "${4:-150}" "cinfer $m d$depth" $CINFER bench --model "$BENCH_DIR/$m" --device "$HYB_DEVICE" \
       --prompt-len "$pl" --gen "$HYB_GEN" --depth "$depth" >"$log" 2>&1; local r=$?
   cat "$log"
   [ $r -eq 0 ] || return
@@ -144,10 +144,7 @@ PYEOF
 )
 }
 
-run_hyb() {
-  exec 3>&1
-  HYB_DEVICE=${HYB_DEVICE:-cuda} HYB_PP=${HYB_PP:-4096} HYB_GEN=${HYB_GEN:-128}
-  HYB_DEPTHS=${HYB_DEPTHS:-"1024 32768"} HYB_REPS=${HYB_REPS:-2} PY=${PY:-python3}
+lcpp_setup() { # llama.cpp's side: unpacks .lcpp/, sets LLAMA_BENCH, LCPP_PY_DIR and LCPP_LIB (needs PY)
   [ -x .lcpp/bin/llama-bench ] || [ ! -f .gpuz/lcpp.tar.xz ] || tar xJf .gpuz/lcpp.tar.xz   # bench/stage_llamacpp.sh
   LLAMA_BENCH=${LLAMA_BENCH:-.lcpp/bin/llama-bench}
   LCPP_PY_DIR=${LCPP_PY_DIR:-.lcpp}
@@ -156,6 +153,13 @@ run_hyb() {
   local nccl
   nccl=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
   [ -n "$nccl" ] && [ -d "$nccl" ] && LCPP_LIB="$LCPP_LIB:$nccl"
+}
+
+run_hyb() {
+  exec 3>&1
+  HYB_DEVICE=${HYB_DEVICE:-cuda} HYB_PP=${HYB_PP:-4096} HYB_GEN=${HYB_GEN:-128}
+  HYB_DEPTHS=${HYB_DEPTHS:-"1024 32768"} HYB_REPS=${HYB_REPS:-2} PY=${PY:-python3}
+  lcpp_setup
   local specs=${HYB_SPECS:-"lfm2-8b-a1b-8l:bench/lfm2-8b-a1b.config.json:8 nemotron-3-nano-30b-a3b-6l:bench/nemotron-3-nano-30b-a3b.config.json:6 qwen3.5-35b-a3b-4l:bench/qwen3.5-35b-a3b.config.json:4"}
   echo "== hyb: $CINFER ($HYB_DEVICE) vs $LLAMA_BENCH; budget ${HYB_BUDGET:-540} s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
   [ -x "$LLAMA_BENCH" ] || echo "BENCH llama.cpp: $LLAMA_BENCH missing (run bench/stage_llamacpp.sh and carry .gpuz): cinfer only"
