@@ -41,8 +41,20 @@
 # ("1024 32768"), HYB_REPS (llama-bench -r, 2), HYB_LB_ARGS (more llama-bench flags), HYB_SPECS
 # ("name:config:layers ..." instead of the three above), LLAMA_BENCH (.lcpp/bin/llama-bench),
 # LCPP_PY_DIR (the dir holding gguf-py/, default .lcpp), PY (python3).
+# BENCH_ONLY=q4: issue #18's 4-bit row: the moe entry's qwen3-30b-a3b-12l (bf16, made here when
+# missing) turned by bench/make_q4_pair.py into qwen3-30b-a3b-12l-mlx4 (mlx affine 4-bit group 64,
+# routers 8-bit; ~4.6 GB) and its twin qwen3-30b-a3b-12l-q4_0.gguf (llama.cpp's qwen3moe, every
+# matrix Q4_0; ~4.6 GB), the same random weights; then, engines alternating: cinfer bench on mlx4
+# (pp512 + tg128; tg128 at --depth 4096) / llama-bench -p 512 -n 128 and -p 0 -n 128 -d 4096 (-fa 1
+# -ngl 99) on the twin / cinfer bench on the bf16 checkpoint (the same two runs). Ratio lines: mlx4
+# over llama.cpp for pp512, tg128 and tg128 @ d4096 (target 1.5x), mlx4 decode over bf16 decode
+# (target 2.5x). Under a budget as hyb (Q4_BUDGET, 540); "BENCH ..." lines, a summary, and with
+# $OUT set $OUT/q4-summary.txt and the logs. Knobs: Q4_CONFIG (bench/qwen3-30b-a3b.config.json),
+# Q4_LAYERS (12), Q4_NAME (CONFIG-LAYERSl), Q4_PP (512), Q4_DEPTH (4096), Q4_GEN (128), Q4_DEVICE
+# (cuda; cpu runs it all on the CPU, llama-bench ignoring -ngl), Q4_REPS (2), Q4_LB_ARGS,
+# MAKE_Q4_JOBS (make_q4_pair's processes), LLAMA_BENCH, LCPP_PY_DIR, PY as hyb.
 # Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4,
-# ds, dsa, v3fp8, hyb).
+# ds, dsa, v3fp8, hyb, q4).
 set -u
 cd "$(dirname "$0")/../.."
 [ -x .gpu/cinfer ] || [ ! -f .gpuz/gpu.tar.xz ] || tar xJf .gpuz/gpu.tar.xz   # the packed stage (stage.sh)
@@ -220,6 +232,80 @@ run_hyb() {
   fi
 }
 
+# A ratio of two numbers that hyb_cinfer / hyb_llama left in files, as a BENCH line (none when
+# either is missing). LABEL A-FILE B-FILE [FORMAT, %.2fx]
+ratio_line() {
+  [ -s "$2" ] && [ -s "$3" ] || return 0
+  local line
+  line="$1: $(awk -v a="$(cat "$2")" -v b="$(cat "$3")" -v f="${4:-%.2fx}" 'BEGIN { printf f, a / b }')"
+  echo "$line"; hyb_lines+=("$line")
+}
+
+bench_out() { # TAG FILES...: the summary lines to $OUT/TAG-summary.txt, the logs beside it (when OUT is set)
+  local tag=$1; shift
+  if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2>/dev/null; then
+    cp "$@" "$OUT"/ 2>/dev/null
+    printf '%s\n' "${hyb_lines[@]}" >"$OUT/$tag-summary.txt"
+  fi
+}
+
+# ---- BENCH_ONLY=q4: a 4-bit mlx checkpoint against llama.cpp's Q4_0 twin and its own bf16 (issue #18) ----
+run_q4() {
+  exec 3>&1
+  HYB_T0=$SECONDS HYB_BUDGET=${Q4_BUDGET:-540} PY=${PY:-python3}
+  HYB_DEVICE=${Q4_DEVICE:-cuda} HYB_GEN=${Q4_GEN:-128} HYB_REPS=${Q4_REPS:-2} HYB_LB_ARGS=${Q4_LB_ARGS:-}
+  local cfg=${Q4_CONFIG:-bench/qwen3-30b-a3b.config.json} layers=${Q4_LAYERS:-12} pp=${Q4_PP:-512} depth=${Q4_DEPTH:-4096}
+  # the bf16 source: by default the moe entry's qwen3-30b-a3b-12l (shared with it on one machine)
+  local m=${Q4_NAME:-$(basename "$cfg" .json | sed 's/\.config$//')-${layers}l}
+  local q=$m-mlx4 g=$m-q4_0 part="$BENCH_DIR/$m.q4pair.part"
+  lcpp_setup
+  echo "== q4: $CINFER ($HYB_DEVICE) on $q and $m vs $LLAMA_BENCH on $g.gguf; budget $HYB_BUDGET s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+  [ -x "$LLAMA_BENCH" ] || echo "BENCH llama.cpp: $LLAMA_BENCH missing (run bench/stage_llamacpp.sh and carry .gpuz): cinfer only"
+  [ -f .lcpp/MANIFEST ] && head -3 .lcpp/MANIFEST
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader 2>/dev/null | head -1
+  if [ ! -d "$BENCH_DIR/$m" ]; then
+    echo "== make-random $m ($cfg, $layers layers, bf16)"
+    rm -rf "$BENCH_DIR/$m.part"
+    hyb_step 240 "make $m" $CINFER make-random --config "$cfg" --out "$BENCH_DIR/$m.part" --dtype bf16 --seed 1 \
+        --layers "$layers" && mv "$BENCH_DIR/$m.part" "$BENCH_DIR/$m" && echo "made $m: $(du -sh "$BENCH_DIR/$m" | cut -f1)"
+    rm -rf "$BENCH_DIR/$m.part"
+  fi
+  # the pair (bench/make_q4_pair.py: mlx affine 4-bit group 64 and Q4_0, both 4.5 bits per weight);
+  # mlx4 is complete once its config.json is there, the GGUF once the script has exited 0
+  if [ -d "$BENCH_DIR/$m" ] && { [ ! -d "$BENCH_DIR/$q" ] || { [ -x "$LLAMA_BENCH" ] && [ ! -f "$BENCH_DIR/$g.gguf" ]; }; }; then
+    echo "== make_q4_pair $m -> $q, $g.gguf"
+    rm -rf "$part"
+    hyb_step 300 "make_q4_pair $m" "$PY" bench/make_q4_pair.py "$BENCH_DIR/$m" "$layers" "$part" "$LCPP_PY_DIR"
+    local r=$?
+    [ ! -d "$BENCH_DIR/$q" ] && [ -f "$part/mlx4/config.json" ] && mv "$part/mlx4" "$BENCH_DIR/$q"
+    [ $r -eq 0 ] && [ ! -f "$BENCH_DIR/$g.gguf" ] && [ -f "$part/q4_0.gguf" ] && mv "$part/q4_0.gguf" "$BENCH_DIR/$g.gguf"
+    rm -rf "$part"
+    [ -d "$BENCH_DIR/$q" ] && echo "$q: $(du -sh "$BENCH_DIR/$q" | cut -f1)"
+    [ -f "$BENCH_DIR/$g.gguf" ] && echo "$g.gguf: $(du -sh "$BENCH_DIR/$g.gguf" | cut -f1)"
+  fi
+  echo "disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+  local lb=0; [ -x "$LLAMA_BENCH" ] && [ -f "$BENCH_DIR/$g.gguf" ] && lb=1
+  rm -f "$BENCH_DIR/$q".*.tg.d* "$BENCH_DIR/$q".*.pp "$BENCH_DIR/$g".*.tg.d* "$BENCH_DIR/$g".*.pp "$BENCH_DIR/$m".cinfer.tg.d* "$BENCH_DIR/$m".cinfer.pp
+  # engines alternating: cinfer mlx4, llama.cpp Q4_0, cinfer mlx4 at depth, llama.cpp at depth, cinfer bf16 (both)
+  [ -d "$BENCH_DIR/$q" ] && hyb_cinfer "$q" 0 "$pp"
+  [ $lb = 1 ] && hyb_llama "$g" pp -p "$pp" -n "$HYB_GEN"
+  [ -d "$BENCH_DIR/$q" ] && hyb_cinfer "$q" "$depth" 1
+  [ $lb = 1 ] && hyb_llama "$g" depth -p 0 -n "$HYB_GEN" -d "$depth"
+  if [ -d "$BENCH_DIR/$m" ]; then hyb_cinfer "$m" 0 "$pp"; hyb_cinfer "$m" "$depth" 1; fi
+  # targets (issue #18): mlx4 >= 1.5x llama.cpp Q4_0 in prefill and decode, mlx4 decode >= 2.5x bf16
+  # decode; cinfer's depth-0 decode follows its pp-token prompt, llama-bench's follows nothing
+  local B=$BENCH_DIR
+  ratio_line "BENCH ratio q4 pp$pp cinfer mlx4 / llama.cpp Q4_0 (target >= 1.5x)" "$B/$q.cinfer.pp" "$B/$g.lcpp.pp"
+  ratio_line "BENCH ratio q4 tg$HYB_GEN cinfer mlx4 (after $pp) / llama.cpp Q4_0 (after 0) (target >= 1.5x)" "$B/$q.cinfer.tg.d0" "$B/$g.lcpp.tg.d0"
+  ratio_line "BENCH ratio q4 tg$HYB_GEN @ d$depth cinfer mlx4 / llama.cpp Q4_0 (target >= 1.5x)" "$B/$q.cinfer.tg.d$depth" "$B/$g.lcpp.tg.d$depth"
+  ratio_line "BENCH ratio q4 tg$HYB_GEN (after $pp) cinfer mlx4 / cinfer bf16 (target >= 2.5x)" "$B/$q.cinfer.tg.d0" "$B/$m.cinfer.tg.d0"
+  ratio_line "BENCH ratio q4 tg$HYB_GEN @ d$depth cinfer mlx4 / cinfer bf16 (target >= 2.5x)" "$B/$q.cinfer.tg.d$depth" "$B/$m.cinfer.tg.d$depth"
+  rm -f "$B/$q".*.tg.d* "$B/$q".*.pp "$B/$g".*.tg.d* "$B/$g".*.pp "$B/$m".cinfer.tg.d* "$B/$m".cinfer.pp
+  echo "== q4 summary ($((SECONDS - HYB_T0)) s)"
+  printf '%s\n' "${hyb_lines[@]}"
+  bench_out q4 "$B/$q".cinfer.*.log "$B/$m".cinfer.*.log "$B/$g".lcpp.*.jsonl*
+}
+
 models=()
 case "${BENCH_ONLY:-}" in
   0.6b) models=(qwen3-0.6b) ;;
@@ -230,6 +316,7 @@ case "${BENCH_ONLY:-}" in
   dsa) models=(deepseek-v32-lite-4l) ;;
   v3fp8) models=(deepseek-v3-5l-fp8) ;;
   hyb) run_hyb; exit $rc ;;
+  q4) run_q4; exit $rc ;;
   *) models=(qwen3-0.6b qwen3-8b-12l) ;;
 esac
 for m in "${models[@]}"; do
