@@ -53,8 +53,18 @@
 # Q4_LAYERS (12), Q4_NAME (CONFIG-LAYERSl), Q4_PP (512), Q4_DEPTH (4096), Q4_GEN (128), Q4_DEVICE
 # (cuda; cpu runs it all on the CPU, llama-bench ignoring -ngl), Q4_REPS (2), Q4_LB_ARGS,
 # MAKE_Q4_JOBS (make_q4_pair's processes), LLAMA_BENCH, LCPP_PY_DIR, PY as hyb.
+# BENCH_ONLY=v4: issue #18's V4 row, cinfer alone: deepseek-v4-flash-6l-fp8-fp4,
+# bench/deepseek-v4-flash.config.json with 6 of its 43 layers (sliding, HCA, CSA, HCA, CSA, HCA;
+# 3 hash-routed + 3 top-k MoE layers) made by make-random --dtype fp8-fp4 (fp8 matrices, FP4
+# experts; 23.6 GB, run_v4 says how that is counted), then `cinfer inspect` (cache bytes per token
+# at 1k / 64k / 1M, weights read per token) and cinfer bench: pp4096 + tg128, tg128 at --depth
+# 1024 and 65536; decode GB/s on the bytes read per token against the device copy, the ratio
+# d65536 / d1024 (target 0.85), $OUT/v4-summary.txt. Budget V4_BUDGET (540). Knobs: V4_CONFIG,
+# V4_LAYERS (6), V4_NAME, V4_PP (4096), V4_DEPTHS ("1024 65536"), V4_GEN (128), V4_DEVICE (cuda),
+# V4_MAKE_LIMIT (300 s), V4_CLEAN=1 removes this entry's checkpoint at its end (default: kept,
+# as every entry keeps its own; nothing else is removed).
 # Env: CINFER (default .gpu/cinfer, else build/cinfer), BENCH_DIR, BENCH_ONLY (0.6b, 8b, moe, moe4,
-# ds, dsa, v3fp8, hyb, q4).
+# ds, dsa, v3fp8, hyb, q4, v4).
 set -u
 cd "$(dirname "$0")/../.."
 [ -x .gpu/cinfer ] || [ ! -f .gpuz/gpu.tar.xz ] || tar xJf .gpuz/gpu.tar.xz   # the packed stage (stage.sh)
@@ -306,6 +316,61 @@ run_q4() {
   bench_out q4 "$B/$q".cinfer.*.log "$B/$m".cinfer.*.log "$B/$g".lcpp.*.jsonl*
 }
 
+# ---- BENCH_ONLY=v4: DeepSeek V4-Flash dims, fp8 + FP4 experts, cinfer alone (issue #18) ----
+# Checkpoint bytes for bench/deepseek-v4-flash.config.json as make-random --dtype fp8-fp4 writes
+# it (fp8 matrices 1 byte + an E8M0 byte per 128x128 block, FP4 experts 0.5 byte + an E8M0 byte
+# per 32, embedding / head / routers / compressor and indexer projections / mHC bf16; the sum
+# checked to the byte against make-random on shrunken dims): embedding + head 2.12 GB, then per
+# layer ~3.57-3.60 GB (256 experts x 3 x 2048 x 4096 FP4 = 3.42 GB, attention fp8 0.11 GB,
+# shared expert 0.025 GB): 4 layers 16.4 GB, 5 20.0 GB, 6 23.6 GB, 7 27.2 GB. 6 layers keep
+# it under ~24 GB of the 64 GB disk and hold every layer kind of the real pattern (sliding,
+# HCA 128, CSA 4, HCA, CSA, HCA; 3 hash-routed MoE layers, 3 top-k).
+run_v4() {
+  exec 3>&1
+  HYB_T0=$SECONDS HYB_BUDGET=${V4_BUDGET:-540} HYB_DEVICE=${V4_DEVICE:-cuda} HYB_GEN=${V4_GEN:-128}
+  local cfg=${V4_CONFIG:-bench/deepseek-v4-flash.config.json} layers=${V4_LAYERS:-6} pp=${V4_PP:-4096}
+  local depths=${V4_DEPTHS:-"1024 65536"} depth
+  local m=${V4_NAME:-$(basename "$cfg" .json | sed 's/\.config$//')-${layers}l-fp8-fp4}
+  echo "== v4: $CINFER ($HYB_DEVICE) on $m; budget $HYB_BUDGET s; disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv,noheader 2>/dev/null | head -1
+  if [ ! -d "$BENCH_DIR/$m" ]; then
+    echo "== make-random $m ($cfg, $layers layers, fp8-fp4)"
+    rm -rf "$BENCH_DIR/$m.part"
+    hyb_step "${V4_MAKE_LIMIT:-300}" "make $m" $CINFER make-random --config "$cfg" --out "$BENCH_DIR/$m.part" \
+        --dtype fp8-fp4 --seed 1 --layers "$layers" && mv "$BENCH_DIR/$m.part" "$BENCH_DIR/$m" &&
+      echo "made $m: $(du -sh "$BENCH_DIR/$m" | cut -f1)"
+    rm -rf "$BENCH_DIR/$m.part"
+    echo "disk: $(df -h "$BENCH_DIR" | awk 'NR == 2 { print $4 " free" }')"
+  fi
+  if [ -d "$BENCH_DIR/$m" ]; then
+    local log="$BENCH_DIR/$m.inspect.log" line
+    echo "== cinfer inspect --model $m"
+    hyb_step 120 "inspect $m" $CINFER inspect --model "$BENCH_DIR/$m" >"$log" 2>&1
+    cat "$log"
+    for k in 1k 64k 1m; do
+      line=$(awk -v k="cache_bytes_at_$k" '$1 == k { print $2 " B" , $3, $4 }' "$log")
+      [ -n "$line" ] && { line="BENCH cinfer $m cache at $k tokens: $line"; echo "$line"; hyb_lines+=("$line"); }
+    done
+    line=$(awk '$1 == "decode_weight_bytes" { print $2, $3 }' "$log")
+    [ -n "$line" ] && { line="BENCH cinfer $m weights read per decoded token (inspect): $line"; echo "$line"; hyb_lines+=("$line"); }
+    rm -f "$BENCH_DIR/$m".cinfer.tg.d* "$BENCH_DIR/$m".cinfer.pp
+    hyb_cinfer "$m" 0 "$pp" 240
+    line=$(awk '/^weights\/tok/ { print $2, $3 }' "$BENCH_DIR/$m.cinfer.d0.log" 2>/dev/null)
+    [ -n "$line" ] && { line="BENCH cinfer $m weights read per decoded token (bench): $line"; echo "$line"; hyb_lines+=("$line"); }
+    for depth in $depths; do hyb_cinfer "$m" "$depth" 1 300; done
+    local d0 d1
+    d0=$(echo $depths | awk '{ print $1 }'); d1=$(echo $depths | awk '{ print $NF }')
+    [ "$d0" = "$d1" ] || ratio_line "BENCH cinfer $m tg$HYB_GEN d$d1 / d$d0 (target >= 0.85)" \
+        "$BENCH_DIR/$m.cinfer.tg.d$d1" "$BENCH_DIR/$m.cinfer.tg.d$d0" "%.3f"
+    rm -f "$BENCH_DIR/$m".cinfer.tg.d* "$BENCH_DIR/$m".cinfer.pp
+  fi
+  echo "== v4 summary ($((SECONDS - HYB_T0)) s)"
+  printf '%s\n' "${hyb_lines[@]}"
+  bench_out v4 "$BENCH_DIR/$m".cinfer.*.log "$BENCH_DIR/$m.inspect.log"
+  # V4_CLEAN=1: this entry's checkpoint goes (it is the largest on a shared 64 GB disk); nothing else
+  if [ "${V4_CLEAN:-0}" = 1 ] && [ -d "$BENCH_DIR/$m" ]; then rm -rf "${BENCH_DIR:?}/$m"; echo "removed $BENCH_DIR/$m (V4_CLEAN=1)"; fi
+}
+
 models=()
 case "${BENCH_ONLY:-}" in
   0.6b) models=(qwen3-0.6b) ;;
@@ -317,6 +382,7 @@ case "${BENCH_ONLY:-}" in
   v3fp8) models=(deepseek-v3-5l-fp8) ;;
   hyb) run_hyb; exit $rc ;;
   q4) run_q4; exit $rc ;;
+  v4) run_v4; exit $rc ;;
   *) models=(qwen3-0.6b qwen3-8b-12l) ;;
 esac
 for m in "${models[@]}"; do
