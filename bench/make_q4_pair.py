@@ -8,15 +8,17 @@ expert); the first LAYERS layers are used. Outputs, both at 4.5 bits per weight:
                  biases bf16) for every Linear, the embedding and the head; routers 8-bit
                  group 64 (mlx-lm's qwen3_moe quant_predicate); experts stacked as
                  switch_mlp.{gate,up,down}_proj; norms bf16.
-  OUT/q4_0.gguf  llama.cpp's "llama" architecture with Mixtral-style experts (softmax top-k,
-                 renormalised, as qwen3_moe with norm_topk_prob), every matrix Q4_0 (blocks of
-                 32: one f16 scale, 4-bit codes) like `llama-quantize --pure`, the router and
-                 norms F32. The llama.cpp snapshot here predates its qwen3moe architecture, so
-                 the q/k norms are left out (2 x 128 weights per layer) and RoPE is the
-                 interleaved kind: the same weight bytes and the same matmul work per token,
-                 not the same function (this file is for speed only). A vocabulary of
-                 placeholder tokens satisfies the loader.
-Both are written tensor by tensor (numpy, memmapped input), so a few GB of RAM suffice.
+  OUT/q4_0.gguf  llama.cpp's "qwen3moe" architecture (softmax top-k experts, renormalised; q/k
+                 RMS norms; NeoX RoPE), every matrix Q4_0 (blocks of 32: one f16 scale, 4-bit
+                 codes) like `llama-quantize --pure`, the router and the norms F32: the same
+                 function as the mlx checkpoint up to the two quantizations. Written for, and
+                 checked against, llama.cpp at unslothai/llama.cpp d32676d77 (an older snapshot
+                 without qwen3moe had this file write its "llama" architecture with
+                 Mixtral-style experts and no q/k norms). A vocabulary of placeholder tokens
+                 satisfies the loader.
+Both are written tensor by tensor (numpy, memmapped input), the quantization spread over
+MAKE_Q4_JOBS processes (default: the CPUs, at most 8), each holding about one layer's stacked
+experts: a few GB of RAM per process suffice.
 
 Usage: python3 bench/make_q4_pair.py SRC_DIR LAYERS OUT_DIR LLAMA_CPP_DIR
 (needs numpy, and gguf-py from the llama.cpp checkout; sentencepiece is not needed.)
@@ -76,32 +78,50 @@ def mlx_affine(w, bits, group):
     return words.astype("<u4"), to_bf16_bits(scale[..., 0]), to_bf16_bits(bias[..., 0])
 
 
+_JOBS = []
+
+
+def _run_one(i):
+    return i, _JOBS[i]()
+
+
+def run_jobs(jobs):
+    """(index, result) of each job, in order; MAKE_Q4_JOBS worker processes (fork: the jobs are
+    closures over the memmapped input, inherited, never pickled; only results travel)."""
+    global _JOBS
+    n = int(os.environ.get("MAKE_Q4_JOBS", min(8, os.cpu_count() or 1)))
+    if n <= 1:
+        for i, job in enumerate(jobs):
+            yield i, job()
+        return
+    import multiprocessing as mp
+    _JOBS = jobs
+    with mp.get_context("fork").Pool(n) as pool:
+        yield from pool.imap(_run_one, range(len(jobs)))
+    _JOBS = []
+
+
 def write_mlx(src_hdr, mm, L, cfg, out):
     """Streams the mlx checkpoint: header first (all shapes are known), then each tensor."""
     E, I, D = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"]
-    plan = []          # (name, dtype, shape, producer -> bytes)
+    plan = []          # (name, dtype, shape, job -> [bytes of this and the next len - 1 tensors] or None)
 
     def plain(name):
         h = src_hdr[name]
         a, b = h["data_offsets"]
-        plan.append((name, "BF16", h["shape"], lambda a=a, b=b: mm[a:b].tobytes()))
+        plan.append((name, "BF16", h["shape"], lambda a=a, b=b: [mm[a:b].tobytes()]))
 
     def quant(base, rows, cols, load, bits=4, group=64, stack=0):
-        cache = {}
-
-        def get(part):
-            if not cache:
-                ws, ss, bs = [], [], []
-                for e in range(stack or 1):
-                    w, s, b = mlx_affine(load(e), bits, group)
-                    ws.append(w); ss.append(s); bs.append(b)
-                cache.update(w=np.stack(ws).tobytes(), s=np.stack(ss).tobytes(), b=np.stack(bs).tobytes())
-            v = cache.pop(part)
-            return v
+        def job():
+            ws, ss, bs = [], [], []
+            for e in range(stack or 1):
+                w, s, b = mlx_affine(load(e), bits, group)
+                ws.append(w); ss.append(s); bs.append(b)
+            return [np.stack(ws).tobytes(), np.stack(ss).tobytes(), np.stack(bs).tobytes()]
         lead = [stack] if stack else []
-        plan.append((base + ".weight", "U32", lead + [rows, cols * bits // 32], lambda: get("w")))
-        plan.append((base + ".scales", "BF16", lead + [rows, cols // group], lambda: get("s")))
-        plan.append((base + ".biases", "BF16", lead + [rows, cols // group], lambda: get("b")))
+        plan.append((base + ".weight", "U32", lead + [rows, cols * bits // 32], job))
+        plan.append((base + ".scales", "BF16", lead + [rows, cols // group], None))   # from the job above
+        plan.append((base + ".biases", "BF16", lead + [rows, cols // group], None))
 
     f32 = lambda n: (lambda e: load_f32(src_hdr, mm, n))
     quant("model.embed_tokens", cfg["vocab_size"], D, f32("model.embed_tokens.weight"))
@@ -134,10 +154,15 @@ def write_mlx(src_hdr, mm, L, cfg, out):
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for name, dt, shape, prod in plan:
-            b = prod()
-            assert len(b) == hdr[name]["data_offsets"][1] - hdr[name]["data_offsets"][0], name
-            f.write(b)
+        names = [name for name, _, _, job in plan]
+        done = 0
+        for i, parts in run_jobs([job for _, _, _, job in plan if job]):
+            for b in parts:
+                name = names[done]
+                assert len(b) == hdr[name]["data_offsets"][1] - hdr[name]["data_offsets"][0], name
+                f.write(b)
+                done += 1
+        assert done == len(plan)
     c = dict(cfg, num_hidden_layers=L)
     block = {"group_size": 64, "bits": 4, "mode": "affine"}
     for l in range(L):
@@ -152,11 +177,12 @@ def write_gguf(src_hdr, mm, L, cfg, path, gguf):
     from gguf import quants
     Q = gguf.GGMLQuantizationType
     E, I, D, V = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"], cfg["vocab_size"]
-    w = gguf.GGUFWriter(path, "llama")
+    w = gguf.GGUFWriter(path, "qwen3moe")
     w.add_block_count(L)
-    w.add_context_length(4096)
+    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
     w.add_embedding_length(D)
-    w.add_feed_forward_length(I)
+    w.add_feed_forward_length(int(cfg.get("intermediate_size", I)))
+    w.add_expert_feed_forward_length(I)
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_key_length(cfg["head_dim"])
@@ -196,6 +222,8 @@ def write_gguf(src_hdr, mm, L, cfg, path, gguf):
         for proj, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
             shp = src_hdr[f"{p}.self_attn.{proj}.weight"]["shape"]
             q4(f"{g}.{gn}.weight", shp[0], shp[1], ld(f"{p}.self_attn.{proj}.weight"))
+        f32(f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
+        f32(f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
         f32(f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
         f32(f"{g}.ffn_gate_inp.weight", f"{p}.mlp.gate.weight")
         for proj, gn, rows, cols in (("gate_proj", "ffn_gate_exps", I, D), ("up_proj", "ffn_up_exps", I, D),
@@ -213,22 +241,25 @@ def write_gguf(src_hdr, mm, L, cfg, path, gguf):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shape, raw, prod in plan:
-        w.write_tensor_data(prod())
+    for i, arr in run_jobs([prod for _, _, _, prod in plan]):
+        w.write_tensor_data(arr)
     w.close()
 
 
 def main():
     src, L, out, lcpp = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    sys.modules.setdefault("sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
-    sys.path.insert(0, os.path.join(lcpp, "gguf-py"))
-    import gguf
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     assert cfg["model_type"] == "qwen3_moe" and not cfg.get("tie_word_embeddings"), "a untied qwen3_moe checkpoint"
     hdr, mm = open_st(os.path.join(src, "model.safetensors"))
-    write_mlx(hdr, mm, L, cfg, os.path.join(out, "mlx4"))
+    write_mlx(hdr, mm, L, cfg, os.path.join(out, "mlx4"))    # complete once its config.json exists
     print("mlx4 written", flush=True)
+    sys.modules.setdefault("sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))
+    sys.path.insert(0, os.path.join(lcpp, "gguf-py"))
+    try:
+        import gguf
+    except ImportError as e:
+        sys.exit(f"make_q4_pair: no gguf-py under {lcpp} ({e}): q4_0.gguf not written")
     write_gguf(hdr, mm, L, cfg, os.path.join(out, "q4_0.gguf"), gguf)
     print("q4_0.gguf written", flush=True)
 
