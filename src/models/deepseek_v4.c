@@ -172,17 +172,6 @@ static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t er
     const int H = d->H, M = (2 + d->HC) * d->HC;
     if (be->is_device && (!be->hc_pre || !be->v4_attend || !be->v4_compress || !be->moe_route))
         return ci_err(err, errlen, "%s: the %s backend lacks DeepSeek V4's ops; run it with --device cpu", fam, be->name);
-    if (be->is_device && !m->cfg.quant.present) {
-        /* FP4 routed experts (U32 views, no MLX block: model.c gates those): their CUDA path failed
-         * prefill parity on deepseek_v4_fp8 in the GPU suite of 2026-12-02 (steps and greedy ids
-         * passed), so it is refused unless asked for, as unverified paths are (registry.h) */
-        int fp4 = 0;
-        for (int l = 0; l < d->n_layers && !fp4; l++)
-            fp4 = d->layers[l].moe.n_experts > 0 && d->layers[l].moe.w_up[0].dtype == CI_U32;
-        if (fp4 && !ci_cuda_unverified_ok())
-            return ci_err(err, errlen, "%s: FP4 (E2M1) routed experts on CUDA have not passed the GPU tests yet (%s); run "
-                          "it with --device cpu, or set CINFER_CUDA_UNVERIFIED=1 to try it", fam, m->cfg.path);
-    }
     d->dev_expert_mats = calloc((size_t)d->n_layers * (size_t)E * 3 + 1, sizeof(ci_mat));
     if (!d->dev_expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);
     int bad = put_mat(be, &d->embed) || put_mat(be, &d->lm_head) || put_vec(be, &d->final_norm, H) ||

@@ -42,22 +42,12 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
                "or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.model_type, m->cfg.path);
         goto fail;
     }
-    /* MLX-quantized weights: their CUDA kernels (cuda/quant.cu) are written, not yet through
-     * the GPU suite (drop this once tests/gpu/run.sh has passed the mlx_* fixtures) */
-    if (device == 1 && m->cfg.quant.present && !ci_cuda_unverified_ok()) {
-        ci_err(err, errlen,
-               "%s: the CUDA path of MLX-quantized weights has not passed the GPU tests yet (%s); run it with "
-               "--device cpu, or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.path);
-        goto fail;
-    }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
     if (device == 1) {
         m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
         if (!m->be) goto fail;
-    } else if (device == 2 && m->family->cuda == CI_CUDA_YES && !m->cfg.quant.present) {
-        /* auto: no device (or no CUDA build) is not an error, the CPU serves; MLX-quantized
-         * checkpoints stay on the CPU too until their CUDA kernels (quant.cu) have passed the
-         * GPU suite (--device cuda runs them) */
+    } else if (device == 2 && m->family->cuda == CI_CUDA_YES) {
+        /* auto: no device (or no CUDA build) is not an error, the CPU serves */
         char ignored[256];
         m->be = ci_backend_cuda_new(0, n_threads, ignored, sizeof ignored);
     }

@@ -60,7 +60,7 @@ typedef struct ci_session {
  * in record mode the tensor specs for make-random) and releases the binder. */
 int ci_bind_finish(w_binder *b, ci_model *m, float ***owned, int *n_owned, char *err, size_t errlen);
 /* 1 when CINFER_CUDA_UNVERIFIED=1 asks for CUDA paths that have not passed the GPU suite yet
- * (a family flagged CI_CUDA_UNVERIFIED, MLX codes, V4's FP4 experts); the suite sets it. */
+ * (a family flagged CI_CUDA_UNVERIFIED); the suite sets it. */
 int ci_cuda_unverified_ok(void);
 /* The backend's sticky status (backend.h) as one error line naming the family and the
  * backend; 0 while every op so far has worked (always on the CPU). */

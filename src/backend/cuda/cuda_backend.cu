@@ -578,6 +578,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->fp8_rows2 = env_switch("CINFER_CUDA_FP8_ROWS2", CB_FP8_ROWS2);
     cb->mla_decode = env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
     cb->moe_pipe = env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
+    cb->moe_split = env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -73,6 +73,7 @@ struct cuda_be {
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
+    int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
     char name[300];
 };
 
@@ -121,6 +122,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * (2026-12-02, V2-Lite dims, 3 layers, alternating): fp8 2,192 / 2,191 tok/s on vs 2,160 /
  * 2,156 off; bf16 within noise (2,339 vs 2,327-2,336). */
 #define CB_MOE_PIPE 1     /* default of cuda_be.moe_pipe (CINFER_CUDA_MOE_PIPE) */
+#endif
+#ifndef CB_MOE_SPLIT
+/* The routed experts' down kernel at decode with each output row split over 4 warps
+ * (moe.cu, down_kernel_split). Not measured yet: off by default. */
+#define CB_MOE_SPLIT 0    /* default of cuda_be.moe_split (CINFER_CUDA_MOE_SPLIT) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");

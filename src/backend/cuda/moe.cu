@@ -470,6 +470,82 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
     }
 }
 
+/* down, 16-byte vectors, a row split over DS_SPLIT warps: block = DS_ROWS rows x DS_SPLIT
+ * warps; warp q of a row takes the steps j = q, q + DS_SPLIT, ... of its K · S stream in
+ * rounds of DS_BATCH loads in flight (registers capped so that 4 blocks = 32 warps fit an
+ * SM, 3 for fp8, with no spills: ptxas -v, 2026-12-02), the row's partial
+ * sums meet in shared memory and are added in q order (a fixed order: same inputs, same
+ * bits; not the one-warp kernel's order). Four times the warps of down_kernel_vec for the
+ * same rows: at batch 1 that kernel had 15 warps per SM, stalled on its loads. */
+enum { DS_SPLIT = 4, DS_ROWS = 2, DS_BATCH = 4 };
+template <class L>
+__global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4) down_kernel_split(exp_args a) {
+    __shared__ const char *wb[DOWN_MAX_K];
+    __shared__ const void *sg[DOWN_MAX_K];
+    __shared__ int64_t s0[DOWN_MAX_K];
+    __shared__ float wk[DOWN_MAX_K];
+    __shared__ float part_sum[DS_ROWS * DS_SPLIT];
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y, K = a.K;
+    if ((int)threadIdx.x < K) {
+        const int p = t * K + threadIdx.x, e = a.sel[p];
+        wb[threadIdx.x] = (const char *)a.w[3 * e + 2];
+        sg[threadIdx.x] = a.scale[3 * e + 2];
+        s0[threadIdx.x] = a.srow0[3 * e + 2];
+        wk[threadIdx.x] = a.wt[p];
+    }
+    __syncthreads();
+    const int q = warp % DS_SPLIT, r = blockIdx.x * DS_ROWS + warp / DS_SPLIT;
+    constexpr int V = L::VEC;
+    const int I = a.I, S = (I + 32 * V - 1) / (32 * V), total = K * S;
+    const int scols = a.block > 0 ? (I + a.block - 1) / a.block : 0;
+    const float *h = a.h + (int64_t)t * K * I;
+    float acc = 0.0f;
+    if (r < a.X) {
+        for (int j0 = q; j0 < total; j0 += DS_SPLIT * DS_BATCH) {
+            uint4 raw[DS_BATCH];
+#pragma unroll
+            for (int b = 0; b < DS_BATCH; b++) {
+                const int j = j0 + b * DS_SPLIT, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+                if (j < total && c < I) raw[b] = ld_stream(wb[k] + ((int64_t)r * I + c) * L::BYTES);
+            }
+#pragma unroll
+            for (int b = 0; b < DS_BATCH; b++) {
+                const int j = j0 + b * DS_SPLIT, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+                if (j >= total || c >= I) continue;
+                float wv[V];
+                L::cvt(raw[b], wv);
+                if (sg[k]) {
+                    float sc = scale_elem(sg[k], a.sd, ((s0[k] + r) / a.block) * scols + c / a.block);
+#pragma unroll
+                    for (int i = 0; i < V; i++) wv[i] *= sc;
+                }
+                const float4 *xp = (const float4 *)(h + (int64_t)k * I + c);
+                float part = 0.0f;
+#pragma unroll
+                for (int qq = 0; qq < V / 4; qq++) {
+                    float4 xv = __ldg(xp + qq);
+                    part = fmaf(wv[4 * qq], xv.x, part);
+                    part = fmaf(wv[4 * qq + 1], xv.y, part);
+                    part = fmaf(wv[4 * qq + 2], xv.z, part);
+                    part = fmaf(wv[4 * qq + 3], xv.w, part);
+                }
+                acc = fmaf(wk[k], part, acc);
+            }
+        }
+        acc = warp_sum(acc);
+    }
+    if (lane == 0) part_sum[warp] = acc;
+    __syncthreads();
+    if (q == 0 && lane == 0 && r < a.X) {
+        float s = part_sum[warp];
+#pragma unroll
+        for (int i = 1; i < DS_SPLIT; i++) s += part_sum[warp + i];
+        float *o = a.out + (int64_t)t * a.X + r;
+        *o = a.acc ? *o + s : s;
+    }
+}
+
 template <class L>
 static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bool al_down) {
     dim3 b(MOE_WARPS * 32);
@@ -477,7 +553,10 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
     if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
     else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
-    if (al_down && a.K <= DOWN_MAX_K && cb->moe_pipe) cb_launch(cb, down_kernel_vec<L, true>, g2, b, 0, a);
+    if (al_down && a.K <= DOWN_MAX_K && cb->moe_split)
+        cb_launch(cb, down_kernel_split<L>, dim3((unsigned)((a.X + DS_ROWS - 1) / DS_ROWS), (unsigned)n),
+                  dim3(DS_SPLIT * DS_ROWS * 32), 0, a);
+    else if (al_down && a.K <= DOWN_MAX_K && cb->moe_pipe) cb_launch(cb, down_kernel_vec<L, true>, g2, b, 0, a);
     else if (al_down && a.K <= DOWN_MAX_K) cb_launch(cb, down_kernel_vec<L, false>, g2, b, 0, a);
     else cb_launch(cb, down_kernel<L>, g2, b, 0, a);
 }
