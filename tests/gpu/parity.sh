@@ -4,7 +4,8 @@
 # tests/fixtures on the CUDA device, through the CLI, against its
 # transformers reference (ref_logits.f32, float64 reference of the stored weights, made by
 # tools/oracle/make_fixtures.py). Run on the GPU machine from the repository
-# root (tests/gpu/run.sh does); CINFER is the cinfer binary (default build/cinfer).
+# root (tests/gpu/run.sh does); CINFER is the cinfer binary (default build/cinfer);
+# PARITY_ONLY, a bash regex over fixture directory names, runs only those that match.
 #
 # Per fixture, one PASS / FAIL line each:
 #   prefill   logits --device cuda (the whole prompt in one forward)
@@ -59,6 +60,7 @@ fi
 
 for fx in tests/fixtures/*/; do
   fx=${fx%/}; name=$(basename "$fx")
+  [ -n "${PARITY_ONLY:-}" ] && ! [[ $name =~ $PARITY_ONLY ]] && continue   # a regex over fixture names
   [ -f "$fx/ref.json" ] && [ -f "$fx/ref_logits.f32" ] || continue
   mt=$(json_str "$fx/ref.json" model_type)
   case "$mt" in
