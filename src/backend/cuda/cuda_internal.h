@@ -74,6 +74,7 @@ struct cuda_be {
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
+    int moe_gu2;             /* routed experts' gate+up at decode: both rows' loads at once (moe.cu) */
     char name[300];
 };
 
@@ -127,6 +128,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 /* The routed experts' down kernel at decode with each output row split over 4 warps
  * (moe.cu, down_kernel_split). Not measured yet: off by default. */
 #define CB_MOE_SPLIT 0    /* default of cuda_be.moe_split (CINFER_CUDA_MOE_SPLIT) */
+#endif
+#ifndef CB_MOE_GU2
+/* The routed experts' gate+up kernel at decode loading the gate and up rows together
+ * (moe.cu, gate_up2_kernel; same bits). Not measured yet: off by default. */
+#define CB_MOE_GU2 0      /* default of cuda_be.moe_gu2 (CINFER_CUDA_MOE_GU2) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
