@@ -579,6 +579,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->mla_decode = env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
     cb->moe_pipe = env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
     cb->moe_split = env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
+    cb->dsa_select = env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
+    cb->dsa_score = env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;
