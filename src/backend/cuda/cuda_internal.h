@@ -133,7 +133,7 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #ifndef CB_DSA_SELECT
 /* DSA's top-k of a row from its keys staged in shared memory (an 8-bit radix select: four
  * passes) instead of dsa_select_kernel's 33 passes over global memory; rows longer than
- * shared memory holds (~49k keys) keep the old kernel. Same positions, bit for bit (dsa.cu).
+ * shared memory holds (~47k keys) keep the old kernel. Same positions, bit for bit (dsa.cu).
  * Measured: not yet. */
 #define CB_DSA_SELECT 1   /* default of cuda_be.dsa_select (CINFER_CUDA_DSA_SELECT) */
 #endif

@@ -17,7 +17,7 @@
  * by a 32-step bitwise search, each step a pass over the row's scores in global memory, then
  * writes the kept positions in an ordered pass (two block scans per 1024 positions).
  * dsa_select_smem_kernel (switch cuda_be.dsa_select, CINFER_CUDA_DSA_SELECT, default on;
- * rows of up to ~49k keys, the rest keep the old kernel) stages the row's keys in shared
+ * rows of up to ~47k keys, the rest keep the old kernel) stages the row's keys in shared
  * memory once, finds the same threshold by an 8-bit radix select (four histogram passes)
  * and writes the same positions, warp by warp with ballots (one scan over the warps).
  * Both switches: measured: not yet. Bit for bit with the old kernels by construction; the
@@ -212,14 +212,15 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, c
  * keys staged once in dynamic shared memory: the topk-th largest key T by an 8-bit radix
  * select below the bits common to all of the row's keys (their min and max tell which; at
  * most four passes of up to 8 bits, most significant first; each pass histograms the digit
- * of the keys that match the digits chosen so far, in SELR_COPIES shared histograms, lane &
- * 7 picking one, so that equal digits in a warp collide at most 4-way), then the ordered
+ * of the keys that match the digits chosen so far, in SELR_COPIES shared histograms, lane %
+ * 16 picking one, so that equal digits in a warp (the common case: the first digit holds
+ * exponent bits) collide at most 2-way), then the ordered
  * write: each warp owns a contiguous run of positions, counts its keys > T and == T, a scan
  * over the warps gives each run's start, and the run is written 32 positions at a time with
  * ballots. Ties at T are taken from the lowest positions (need = topk - count(key > T)), as
  * in dsa_select_kernel: the same positions in the same order. Dynamic shared memory: the
  * histograms, then L keys. */
-enum { SELR_COPIES = 8, SELR_STRIDE = 257 };   /* 257: copy c of bin b on bank (c + b) % 32 */
+enum { SELR_COPIES = 16, SELR_STRIDE = 257 };   /* 257: copy c of bin b on bank (c + b) % 32 */
 __global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *sel, const float *score, int ld,
                                                                       const int32_t *pos, int topk) {
     pdl_enter();
