@@ -1199,7 +1199,7 @@ static void test_mla(void) {
     dsa_case(1, 0, 99, 100, 4, 40, 8, 16, 1);                                        /* topk 1 */
     /* contexts past topk with small topk; other index head dims (32, 64: dsa_score4_kernel;
      * 24: only dsa_score_kernel); the real shape past 4096 keys, at 32k, and past what the
-     * shared-memory select holds (~47k keys: the old select) */
+     * shared-memory select holds (~47k keys: the radix select from global memory) */
     dsa_case(1, 0, 999, 1000, 4, 40, 8, 16, 16);
     dsa_case(1, 0, 2999, 3000, 16, 576, 64, 128, 64);
     dsa_case(3, 0, 197, 200, 4, 40, 4, 32, 16);

@@ -131,10 +131,10 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_MOE_SPLIT 0    /* default of cuda_be.moe_split (CINFER_CUDA_MOE_SPLIT) */
 #endif
 #ifndef CB_DSA_SELECT
-/* DSA's top-k of a row from its keys staged in shared memory (an 8-bit radix select: four
- * passes) instead of dsa_select_kernel's 33 passes over global memory; rows longer than
- * shared memory holds (~47k keys) keep the old kernel. Same positions, bit for bit (dsa.cu).
- * Measured: not yet. */
+/* DSA's top-k of a row by an 8-bit radix select (at most four histogram passes) over its
+ * keys staged in shared memory (rows of up to ~47k keys; longer ones from global memory in
+ * each pass) instead of dsa_select_kernel's 34 passes over global memory. Same positions,
+ * bit for bit (dsa.cu). Measured: not yet. */
 #define CB_DSA_SELECT 1   /* default of cuda_be.dsa_select (CINFER_CUDA_DSA_SELECT) */
 #endif
 #ifndef CB_DSA_SCORE

@@ -12,17 +12,20 @@
  * operations on the same operands in the same tree, so the same score bits.
  *
  * Selection: the topk best positions of the row, written ascending; ties at the threshold
- * taken from the lowest positions (the rule of the CPU's ci_topk_positions).
+ * taken from the lowest positions (the rule of the CPU's ci_topk_positions; compared as
+ * order-preserving integer keys, so -0 ranks below +0 here where the CPU ties them: a score,
+ * summed from +0, is -0 only by underflow).
  * dsa_select_kernel (a block per row) finds the topk-th largest order-preserving integer key
  * by a 32-step bitwise search, each step a pass over the row's scores in global memory, then
  * writes the kept positions in an ordered pass (two block scans per 1024 positions).
- * dsa_select_smem_kernel (switch cuda_be.dsa_select, CINFER_CUDA_DSA_SELECT, default on;
- * rows of up to ~47k keys, the rest keep the old kernel) stages the row's keys in shared
- * memory once, finds the same threshold by an 8-bit radix select (four histogram passes)
- * and writes the same positions, warp by warp with ballots (one scan over the warps).
+ * dsa_select_radix_kernel (switch cuda_be.dsa_select, CINFER_CUDA_DSA_SELECT, default on)
+ * stages the row's keys in shared memory once (rows of up to ~47k keys; longer ones read
+ * global memory in each pass), finds the same threshold by an 8-bit radix select (at most
+ * four histogram passes) and writes the same positions, warp by warp with ballots (one scan
+ * over the warps).
  * Both switches: measured: not yet. Bit for bit with the old kernels by construction; the
- * GPU suite checks it (test_cuda_ops "dsa_attend switches": outputs equal with the
- * switches on and off). */
+ * GPU suite checks it (test_cuda_ops, each sparse dsa_attend case: "switches (DSA_SELECT,
+ * DSA_SCORE) on = off, bit for bit", the outputs of all four settings). */
 #include "cuda_internal.h"
 #include <math.h>
 
@@ -208,21 +211,25 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, c
     }
 }
 
-/* The same selection as dsa_select_kernel (a block per row), from the row's order-preserving
- * keys staged once in dynamic shared memory: the topk-th largest key T by an 8-bit radix
- * select below the bits common to all of the row's keys (their min and max tell which; at
- * most four passes of up to 8 bits, most significant first; each pass histograms the digit
- * of the keys that match the digits chosen so far, in SELR_COPIES shared histograms, lane %
- * 16 picking one, so that equal digits in a warp (the common case: the first digit holds
- * exponent bits) collide at most 2-way), then the ordered
- * write: each warp owns a contiguous run of positions, counts its keys > T and == T, a scan
- * over the warps gives each run's start, and the run is written 32 positions at a time with
- * ballots. Ties at T are taken from the lowest positions (need = topk - count(key > T)), as
- * in dsa_select_kernel: the same positions in the same order. Dynamic shared memory: the
- * histograms, then L keys. */
+/* The same selection as dsa_select_kernel (a block per row) in fewer passes. STAGED: the
+ * row's order-preserving keys are staged once in dynamic shared memory and every pass reads
+ * them there (rows of up to ~47k keys); else every pass reads the scores from global memory
+ * as dsa_select_kernel does (longer rows), one pass for the keys' min and max, up to four
+ * histogram passes, two for the write, instead of 34. The topk-th largest key T by an 8-bit
+ * radix select below the bits common to all of the row's keys (their min and max tell
+ * which; at most four passes of up to 8 bits, most significant first; each pass histograms
+ * the digit of the keys that match the digits chosen so far, in SELR_COPIES shared
+ * histograms, lane % 16 picking one, so that equal digits in a warp (the common case: the
+ * first digit holds exponent bits) collide at most 2-way), then the ordered write: each
+ * warp owns a contiguous run of positions, counts its keys > T and == T, a scan over the
+ * warps gives each run's start, and the run is written 32 positions at a time with ballots.
+ * Ties at T are taken from the lowest positions (need = topk - count(key > T)), as in
+ * dsa_select_kernel: the same positions in the same order. Dynamic shared memory: the
+ * histograms, then (STAGED) L keys. */
 enum { SELR_COPIES = 16, SELR_STRIDE = 257 };   /* 257: copy c of bin b on bank (c + b) % 32 */
-__global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *sel, const float *score, int ld,
-                                                                      const int32_t *pos, int topk) {
+template <bool STAGED>
+__global__ void __launch_bounds__(SEL_THREADS) dsa_select_radix_kernel(int32_t *sel, const float *score, int ld,
+                                                                       const int32_t *pos, int topk) {
     pdl_enter();
     extern __shared__ unsigned selr_sm[];
     __shared__ unsigned tot[256];
@@ -233,13 +240,14 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *s
     if (L <= topk) return;
     unsigned *hist = selr_sm, *key = selr_sm + SELR_COPIES * SELR_STRIDE;
     const float *sc = score + (int64_t)t * ld;
+    const auto key_at = [&](int s) { return STAGED ? key[s] : okey(sc[s]); };
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int i = threadIdx.x; i < SELR_COPIES * SELR_STRIDE; i += blockDim.x) hist[i] = 0;
     unsigned kmin = 0xffffffffu, kmax = 0u;
 #pragma unroll 8
     for (int s = threadIdx.x; s < L; s += blockDim.x) {
         const unsigned k = okey(sc[s]);
-        key[s] = k;
+        if (STAGED) key[s] = k;
         kmin = k < kmin ? k : kmin;
         kmax = k > kmax ? k : kmax;
     }
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *s
         const unsigned dmask = (1u << (hi - shift)) - 1u;
 #pragma unroll 4
         for (int s = threadIdx.x; s < L; s += blockDim.x) {
-            const unsigned k = key[s];
+            const unsigned k = key_at(s);
             if ((k & mask) == prefix) atomicAdd(&my[(k >> shift) & dmask], 1u);
         }
         __syncthreads();
@@ -313,7 +321,7 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *s
     const int b0 = w * chunk, b1 = L < b0 + chunk ? L : b0 + chunk;
     int ngt = 0, neq = 0;
     for (int s = b0 + lane; s < b1; s += 32) {
-        const unsigned k = key[s];
+        const unsigned k = key_at(s);
         ngt += k > T;
         neq += k == T;
     }
@@ -333,7 +341,7 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_smem_kernel(int32_t *s
     int32_t *out = sel + (int64_t)t * topk;
     for (int base = b0; base < b1; base += 32) {
         const int s = base + lane;
-        const unsigned k = s < b1 ? key[s] : 0u;
+        const unsigned k = s < b1 ? key_at(s) : 0u;
         const int is_gt = s < b1 && k > T, is_eq = s < b1 && k == T;
         const unsigned eqm = __ballot_sync(0xffffffffu, is_eq);
         const int take = is_gt || (is_eq && eq_before + __popc(eqm & lt) < need);
@@ -398,10 +406,14 @@ void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_
                       iw, w_scale, ih, id, topk);
         }
         if (cb_launched(cb, "dsa index scores")) return;
-        const size_t ssmem = ((size_t)SELR_COPIES * SELR_STRIDE + (size_t)max_keys) * sizeof(unsigned);
-        if (cb->dsa_select && cb_smem_ok(cb, dsa_select_smem_kernel, ssmem, &select_set))
-            cb_launch(cb, dsa_select_smem_kernel, dim3((unsigned)n), dim3(SEL_THREADS), ssmem, sel, (const float *)score,
-                      max_keys, pos, topk);
+        const size_t hsmem = (size_t)SELR_COPIES * SELR_STRIDE * sizeof(unsigned);
+        const size_t ssmem = hsmem + (size_t)max_keys * sizeof(unsigned);   /* the staged keys too */
+        if (cb->dsa_select && cb_smem_ok(cb, dsa_select_radix_kernel<true>, ssmem, &select_set))
+            cb_launch(cb, dsa_select_radix_kernel<true>, dim3((unsigned)n), dim3(SEL_THREADS), ssmem, sel,
+                      (const float *)score, max_keys, pos, topk);
+        else if (cb->dsa_select)
+            cb_launch(cb, dsa_select_radix_kernel<false>, dim3((unsigned)n), dim3(SEL_THREADS), hsmem, sel,
+                      (const float *)score, max_keys, pos, topk);
         else
             cb_launch(cb, dsa_select_kernel, dim3((unsigned)n), dim3(SEL_THREADS), 0, sel, (const float *)score, max_keys,
                       pos, topk);
