@@ -1031,12 +1031,41 @@ static int near_tie(const float *keys, int L, const float *q, const float *w, fl
     return tie;
 }
 
+/* Backends with dsa.cu's switches set, [select][score] (CINFER_CUDA_DSA_SELECT and
+ * CINFER_CUDA_DSA_SCORE, read when a backend starts), made on first use: dsa_case runs each
+ * sparse case on all four and wants their outputs equal bit for bit (the new kernels are
+ * meant to give the old ones' scores and positions exactly). */
+static ci_backend *dsa_be[2][2];
+static ci_backend *dsa_backend(int select, int score) {
+    static const char *const var[2] = { "CINFER_CUDA_DSA_SELECT", "CINFER_CUDA_DSA_SCORE" };
+    if (dsa_be[select][score]) return dsa_be[select][score];
+    char *was[2], err[512];
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(var[i]);
+        was[i] = v ? strdup(v) : NULL;
+    }
+    setenv(var[0], select ? "1" : "0", 1);
+    setenv(var[1], score ? "1" : "0", 1);
+    dsa_be[select][score] = ci_backend_cuda_new(0, 1, err, sizeof err);
+    for (int i = 0; i < 2; i++) {
+        if (was[i]) setenv(var[i], was[i], 1);
+        else unsetenv(var[i]);
+        free(was[i]);
+    }
+    if (!dsa_be[select][score]) { printf("FAIL cuda dsa_attend switches: a backend: %s\n", err); n_fail++; dead = 1; }
+    return dsa_be[select][score];
+}
+
 /* dsa_attend for n rows: one sequence's caches (rows at pos0.., chunk of a prefill or a
- * decode step) or, table, n sequences with their own latent / key caches and contexts. */
-static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, int ih, int id, int topk) {
-    char name[220];
+ * decode step) or, table, n sequences with their own latent / key caches and contexts.
+ * dup > 0: key row s is a copy of key row s % dup (equal scores: ties at the threshold;
+ * such rows are left out of the comparison with the CPU as near ties, and checked by the
+ * switches' bit-for-bit comparison). */
+static void dsa_case_dup(int n, int table, int pos0, int max_keys, int Hh, int lat, int ih, int id, int topk, int dup) {
+    char name[260];
     snprintf(name, sizeof name, "cuda dsa_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d index %dx%d topk=%d",
              table ? "own caches" : "one cache", n, pos0, max_keys, Hh, lat, ih, id, topk);
+    if (dup) snprintf(name + strlen(name), sizeof name - strlen(name), " keys repeat every %d", dup);
     if (!gpu->dsa_attend || !want(name)) return;
     const int nbuf = table ? n : 1;
     size_t nq = (size_t)n * Hh * lat, niq = (size_t)n * ih * id;
@@ -1055,6 +1084,8 @@ static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, 
         htab[2 * b + 1] = xmalloc(nk * 4);
         fill(htab[2 * b], nl, 1.f);
         fill(htab[2 * b + 1], nk, 1.f);
+        for (int r = dup; dup > 0 && r < ctx[b]; r++)
+            memcpy(htab[2 * b + 1] + (size_t)r * id, htab[2 * b + 1] + (size_t)(r % dup) * id, (size_t)id * 4);
         gtab_h[2 * b] = g_put(htab[2 * b], nl * 4);
         gtab_h[2 * b + 1] = g_put(htab[2 * b + 1], nk * 4);
     }
@@ -1062,8 +1093,8 @@ static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, 
     float *gq = g_put(q, nq * 4), *go = g_alloc(nq * 4), *giq = g_put(iq, niq * 4), *giw = g_put(iw, (size_t)n * ih * 4);
     int32_t *gp = g_put(pos, (size_t)n * 4);
     float **gtab = table ? g_put(gtab_h, (size_t)2 * n * sizeof(float *)) : NULL;
+    const float scale = 1.f / sqrtf(192.f), ws = 1.f / sqrtf((float)ih) / sqrtf((float)id);
     if (!dead) {
-        const float scale = 1.f / sqrtf(192.f), ws = 1.f / sqrtf((float)ih) / sqrtf((float)id);
         cpu->dsa_attend(cpu, out, q, htab[0], htab[1], table ? htab : NULL, n, pos, keys, Hh, lat, scale, iq, iw, ws, ih,
                         id, topk);
         g_poison(go, nq * 4);
@@ -1084,9 +1115,45 @@ static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, 
         report(name, compare(got, out, nq), B_F32);
         free(got);
     }
+    int sparse = 0;
+    for (int t = 0; t < n; t++) sparse |= pos[t] + 1 > topk;
+    /* the switches: every setting's output, bit for bit, = both off (--quick, for the
+     * sanitizer: small cases only) */
+    if (!dead && sparse && (!quick || max_keys <= 1000)) {
+        float *res[4];
+        char diff[160] = "";
+        unsigned char *ff = xmalloc(nq * 4);
+        memset(ff, 0xff, nq * 4);
+        for (int v = 0; v < 4; v++) {
+            ci_backend *be = dsa_backend(v >> 1, v & 1);
+            res[v] = xmalloc(nq * 4);
+            if (!be) { memset(res[v], 0, nq * 4); continue; }
+            /* the inputs came on gpu's stream, which its download synchronised; the poison,
+             * the op and the download on be's own */
+            be->upload(be, go, ff, nq * 4);
+            be->dsa_attend(be, go, gq, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, n, gp, keys, Hh, lat,
+                           scale, giq, giw, ws, ih, id, topk);
+            be->download(be, res[v], go, nq * 4);
+            if (be->status && be->status(be)) {
+                snprintf(diff + strlen(diff), sizeof diff - strlen(diff), " select=%d score=%d failed", v >> 1, v & 1);
+                continue;
+            }
+            if (v && memcmp(res[v], res[0], nq * 4))
+                snprintf(diff + strlen(diff), sizeof diff - strlen(diff), " select=%d score=%d", v >> 1, v & 1);
+        }
+        char sname[300];
+        snprintf(sname, sizeof sname, "%s: switches (DSA_SELECT, DSA_SCORE) on = off, bit for bit", name);
+        report_bool(sname, !diff[0], diff[0] ? diff : "");
+        for (int v = 0; v < 4; v++) free(res[v]);
+        free(ff);
+    }
     for (int b = 0; b < nbuf; b++) { g_free(gtab_h[2 * b]); g_free(gtab_h[2 * b + 1]); free(htab[2 * b]); free(htab[2 * b + 1]); }
     g_free(gq); g_free(go); g_free(giq); g_free(giw); g_free(gp); g_free(gtab);
     free(q); free(out); free(iq); free(iw); free(pos); free(ctx); free(htab); free(gtab_h);
+}
+
+static void dsa_case(int n, int table, int pos0, int max_keys, int Hh, int lat, int ih, int id, int topk) {
+    dsa_case_dup(n, table, pos0, max_keys, Hh, lat, ih, id, topk, 0);
 }
 
 static void test_mla(void) {
@@ -1130,6 +1197,26 @@ static void test_mla(void) {
     dsa_case(6, 1, 0, 500, 16, 576, 64, 128, 64);
     dsa_case(9, 1, 0, 300, 4, 40, 8, 16, 8);
     dsa_case(1, 0, 99, 100, 4, 40, 8, 16, 1);                                        /* topk 1 */
+    /* contexts past topk with small topk; other index head dims (32, 64: dsa_score4_kernel;
+     * 24: only dsa_score_kernel); the real shape past 4096 keys, at 32k, and past what the
+     * shared-memory select holds (~47k keys: the radix select from global memory) */
+    dsa_case(1, 0, 999, 1000, 4, 40, 8, 16, 16);
+    dsa_case(1, 0, 2999, 3000, 16, 576, 64, 128, 64);
+    dsa_case(3, 0, 197, 200, 4, 40, 4, 32, 16);
+    dsa_case(2, 0, 698, 700, 4, 40, 16, 64, 100);
+    dsa_case(1, 0, 399, 400, 4, 40, 8, 24, 32);
+    dsa_case(5, 1, 0, 3000, 16, 576, 64, 128, 256);
+    if (!quick) {
+        dsa_case(4, 0, 8188, 8192, 16, 576, 64, 128, 2048);
+        dsa_case(1, 0, 32767, 32768, 16, 576, 64, 128, 2048);
+        dsa_case(1, 0, 59999, 60000, 16, 576, 64, 128, 2048);
+    }
+    /* ties at the threshold: repeated key rows (every key equal: one score) */
+    dsa_case_dup(1, 0, 2999, 3000, 4, 40, 8, 16, 64, 50);
+    dsa_case_dup(1, 0, 4999, 5000, 16, 576, 64, 128, 2048, 97);
+    dsa_case_dup(1, 0, 299, 300, 4, 40, 8, 16, 32, 1);
+    dsa_case_dup(quick ? 24 : 128, 0, 100, 400, 4, 40, 8, 16, 48, 7);
+    dsa_case_dup(6, 1, 0, 900, 16, 576, 64, 128, 64, 13);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -2690,6 +2777,8 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("# %d passed, %d failed in %.1f s\n", n_pass, n_fail,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    for (int i = 0; i < 4; i++)
+        if (dsa_be[i >> 1][i & 1]) dsa_be[i >> 1][i & 1]->free(dsa_be[i >> 1][i & 1]);
     gpu->free(gpu);
     cpu->free(cpu);
     for (int i = 0; i < n_kept; i++) free(kept[i]);

@@ -67,7 +67,7 @@ struct cuda_be {
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
-     * CINFER_CUDA_MOE_PIPE=0|1 */
+     * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -75,6 +75,8 @@ struct cuda_be {
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
     int moe_gu2;             /* routed experts' gate+up at decode: both rows' loads at once (moe.cu) */
+    int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
+    int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     char name[300];
 };
 
@@ -133,6 +135,20 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 /* The routed experts' gate+up kernel at decode loading the gate and up rows together
  * (moe.cu, gate_up2_kernel; same bits). Not measured yet: off by default. */
 #define CB_MOE_GU2 0      /* default of cuda_be.moe_gu2 (CINFER_CUDA_MOE_GU2) */
+#endif
+#ifndef CB_DSA_SELECT
+/* DSA's top-k of a row by an 8-bit radix select (at most four histogram passes) over its
+ * keys staged in shared memory (rows of up to ~47k keys; longer ones from global memory in
+ * each pass) instead of dsa_select_kernel's 34 passes over global memory. Same positions,
+ * bit for bit (dsa.cu). Measured: not yet. */
+#define CB_DSA_SELECT 1   /* default of cuda_be.dsa_select (CINFER_CUDA_DSA_SELECT) */
+#endif
+#ifndef CB_DSA_SCORE
+/* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
+ * registers, queries broadcast from shared memory) instead of a warp per key with a 5-step
+ * shuffle reduction per head; the same sums in the same order, bit for bit (dsa.cu).
+ * Index head dims 16, 32, 64, 128 only (others keep the old kernel). Measured: not yet. */
+#define CB_DSA_SCORE 1    /* default of cuda_be.dsa_score (CINFER_CUDA_DSA_SCORE) */
 #endif
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
