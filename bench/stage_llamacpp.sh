@@ -21,10 +21,13 @@ cd "$(dirname "$0")/.."
 B=${1:-/tmp/llama.cpp/build-cuda}
 SRC=${LCPP_SRC:-$(dirname "$B")}
 TAR=${OUT_TAR:-.gpuz/lcpp.tar.xz}
-# A device call carries at most 64 MiB with the tree: the tracked files (~53 MiB on 2026-12-02:
-# the fixtures) and .gpuz/gpu.tar.xz (~7 MiB) leave a few MiB, so by default the pack must fit
-# what is left; llama.cpp d32676d77's libggml-cuda alone is 58 MB (41 MiB packed), which does
-# not: carry it in parts over successive calls on a warm machine, or build it there.
+# A device call carries ~64,000,000 bytes with the tree: the tracked files (56.0 MB on
+# 2026-12-02: the fixtures) and .gpuz/gpu.tar.xz (~7.2 MB) leave nothing, so by default the pack
+# must fit what is left; llama.cpp d32676d77's libggml-cuda alone is 58 MB (42.9 MB packed),
+# which does not. What worked (bench/RESULTS.md, #17 side by side): parts of 7.2 MB
+# (`dd bs=7200000 skip=i count=1`) in ignored dirs .lcp1 .. .lcp6, one carried per call on a
+# warm machine, each call first copying its part to /tmp on the device (a carried path is gone
+# in the next call that does not carry it), the last call assembling .gpuz/lcpp.tar.xz.
 tree=$(git ls-files -z 2>/dev/null | xargs -0 stat -c %s 2>/dev/null | awk '{ s += $1 } END { print int(s / 1048576) }')
 gz=$(stat -c %s .gpuz/gpu.tar.xz 2>/dev/null || echo 0)
 LIMIT_MIB=${LIMIT_MIB:-$((64 - ${tree:-0} - gz / 1048576 - 1))}
@@ -66,6 +69,6 @@ echo "packed $TAR: $((sz / 1024)) KiB ($(du -sm .lcpp | cut -f1) MiB unpacked, $
 cat .lcpp/MANIFEST
 rm -rf .lcpp
 if [ "$sz" -gt $((LIMIT_MIB * 1024 * 1024)) ]; then
-  echo "stage_llamacpp: $TAR ($((sz / 1048576)) MiB) is over the $LIMIT_MIB MiB a device call can carry beside the tree (${tree:-?} MiB) and gpu.tar.xz: split it (split -b \${LIMIT_MIB}M) over calls on a warm machine" >&2
+  echo "stage_llamacpp: $TAR ($((sz / 1048576)) MiB) is over the $LIMIT_MIB MiB a device call can carry beside the tree (${tree:-?} MiB) and gpu.tar.xz: send it in parts over calls on a warm machine (this file's header says how)" >&2
   exit 1
 fi
