@@ -579,7 +579,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->mla_decode = env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
     cb->moe_pipe = env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
     cb->moe_split = env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
-    cb->moe_gu2 = env_switch("CINFER_CUDA_MOE_GU2", CB_MOE_GU2);
+    cb->q_pair = env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
     cb->dsa_select = env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);

@@ -74,7 +74,7 @@ struct cuda_be {
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
-    int moe_gu2;             /* routed experts' gate+up at decode: both rows' loads at once (moe.cu) */
+    int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     char name[300];
@@ -128,26 +128,34 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #endif
 #ifndef CB_MOE_SPLIT
 /* The routed experts' down kernel at decode with each output row split over 4 warps
- * (moe.cu, down_kernel_split). Not measured yet: off by default. */
-#define CB_MOE_SPLIT 0    /* default of cuda_be.moe_split (CINFER_CUDA_MOE_SPLIT) */
+ * (moe.cu, down_kernel_split). Measured on the H200 (2026-12-02, DeepSeek-V2-Lite dims, 14
+ * layers, bf16, decode after 512 tokens, alternating, 2 rounds): 610.8 / 611.4 tok/s on vs
+ * 581.3 / 582.4 off (+5%). (Loading an expert's gate and up rows together in the gate+up
+ * kernel, tried in the same run: 584.4 / 582.8, no gain, dropped.) */
+#define CB_MOE_SPLIT 1    /* default of cuda_be.moe_split (CINFER_CUDA_MOE_SPLIT) */
 #endif
-#ifndef CB_MOE_GU2
-/* The routed experts' gate+up kernel at decode loading the gate and up rows together
- * (moe.cu, gate_up2_kernel; same bits). Not measured yet: off by default. */
-#define CB_MOE_GU2 0      /* default of cuda_be.moe_gu2 (CINFER_CUDA_MOE_GU2) */
+#ifndef CB_Q_PAIR
+/* MLX-quantized GEMVs of one token row with two weight rows per warp sharing each x chunk
+ * (gate with up for the fused SwiGLU and the experts' gate+up; else rows 2w, 2w + 1): a 4-bit
+ * row reads 8 x vectors per 16 bytes of codes. Same bits. Not measured yet. */
+#define CB_Q_PAIR 1       /* default of cuda_be.q_pair (CINFER_CUDA_Q_PAIR) */
 #endif
 #ifndef CB_DSA_SELECT
 /* DSA's top-k of a row by an 8-bit radix select (at most four histogram passes) over its
  * keys staged in shared memory (rows of up to ~47k keys; longer ones from global memory in
  * each pass) instead of dsa_select_kernel's 34 passes over global memory. Same positions,
- * bit for bit (dsa.cu). Measured: not yet. */
+ * bit for bit (dsa.cu). Measured on the H200 (2026-12-02, V3.2 dims, 4 layers, decode after
+ * 32768 tokens, alternating): 500 tok/s with it alone vs 409 with neither; with the score
+ * kernel as well 920. */
 #define CB_DSA_SELECT 1   /* default of cuda_be.dsa_select (CINFER_CUDA_DSA_SELECT) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
  * registers, queries broadcast from shared memory) instead of a warp per key with a 5-step
  * shuffle reduction per head; the same sums in the same order, bit for bit (dsa.cu).
- * Index head dims 16, 32, 64, 128 only (others keep the old kernel). Measured: not yet. */
+ * Index head dims 16, 32, 64, 128 only (others keep the old kernel). Measured on the H200
+ * (2026-12-02, V3.2 dims, 4 layers, after 32768 tokens): decode 583 tok/s alone vs 409 with
+ * neither, 920 with both; prefill of the 32768 tokens 7,588 tok/s vs 2,896. */
 #define CB_DSA_SCORE 1    /* default of cuda_be.dsa_score (CINFER_CUDA_DSA_SCORE) */
 #endif
 __device__ __forceinline__ void pdl_enter() {

@@ -364,81 +364,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     a.h[(int64_t)p * a.I + r] = moe_act(g, u, a.relu2, a.limit);
 }
 
-/* gate and up rows r of one expert in one pass: each round issues U 16-byte loads of the up
- * row and U of the gate row before any product (8 in flight per lane instead of the 4 of
- * two lane_dot calls one after the other); each sum keeps lane_dot's order, so h has the
- * same bits as gate_up_kernel's. 16-byte aligned rows only. */
-template <class L>
-__device__ __forceinline__ void lane_dot2(const exp_args &a, int e, int r, const float *xr, int lane, float &g_out,
-                                          float &u_out) {
-    constexpr int V = L::VEC, U = 4;
-    const int C = a.X, scols = a.block > 0 ? (C + a.block - 1) / a.block : 0;
-    const char *wu = (const char *)a.w[3 * e + 1] + (int64_t)r * C * L::BYTES;
-    const char *wg = (const char *)a.w[3 * e] + (int64_t)r * C * L::BYTES;
-    const void *gu = a.scale[3 * e + 1], *gg = a.scale[3 * e];
-    const int64_t bu = gu ? ((a.srow0[3 * e + 1] + r) / a.block) * scols : 0;
-    const int64_t bg = gg ? ((a.srow0[3 * e] + r) / a.block) * scols : 0;
-    float u = 0.0f, g = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V * U) {
-        uint4 ru[U], rg[U];
-#pragma unroll
-        for (int k = 0; k < U; k++)
-            if (c0 + k * 32 * V < C) {
-                ru[k] = ld_stream(wu + (int64_t)(c0 + k * 32 * V) * L::BYTES);
-                rg[k] = ld_stream(wg + (int64_t)(c0 + k * 32 * V) * L::BYTES);
-            }
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            const int c = c0 + k * 32 * V;
-            if (c >= C) break;
-            float wv[V], gv[V];
-            L::cvt(ru[k], wv);
-            L::cvt(rg[k], gv);
-            if (gu) {
-                const float s = scale_elem(gu, a.sd, bu + c / a.block);
-#pragma unroll
-                for (int i = 0; i < V; i++) wv[i] *= s;
-            }
-            if (gg) {
-                const float s = scale_elem(gg, a.sd, bg + c / a.block);
-#pragma unroll
-                for (int i = 0; i < V; i++) gv[i] *= s;
-            }
-            const float4 *xp = (const float4 *)(xr + c);
-#pragma unroll
-            for (int q = 0; q < V / 4; q++) {
-                float4 xv = __ldg(xp + q);
-                u = fmaf(wv[4 * q], xv.x, u);
-                u = fmaf(wv[4 * q + 1], xv.y, u);
-                u = fmaf(wv[4 * q + 2], xv.z, u);
-                u = fmaf(wv[4 * q + 3], xv.w, u);
-                g = fmaf(gv[4 * q], xv.x, g);
-                g = fmaf(gv[4 * q + 1], xv.y, g);
-                g = fmaf(gv[4 * q + 2], xv.z, g);
-                g = fmaf(gv[4 * q + 3], xv.w, g);
-            }
-        }
-    }
-    g_out = g;
-    u_out = u;
-}
-
-/* gated experts, 16-byte aligned: gate_up_kernel with lane_dot2 (CINFER_CUDA_MOE_GU2) */
-template <class L>
-__global__ void __launch_bounds__(MOE_WARPS * 32) gate_up2_kernel(exp_args a) {
-    pdl_enter();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r = blockIdx.x * MOE_WARPS + warp, p = blockIdx.y;
-    if (r >= a.I) return;
-    const int e = a.sel[p], t = p / a.K;
-    float g, u;
-    lane_dot2<L>(a, e, r, a.x + (int64_t)t * a.X, lane, g, u);
-    u = warp_sum(u);
-    g = warp_sum(g);
-    if (lane) return;
-    a.h[(int64_t)p * a.I + r] = moe_act(g, u, 0, a.limit);
-}
-
 /* down, any layout: one expert after the other */
 template <class L>
 __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel(exp_args a) {
@@ -626,8 +551,7 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     dim3 b(MOE_WARPS * 32);
     dim3 g1((unsigned)((a.I + MOE_WARPS - 1) / MOE_WARPS), (unsigned)(n * a.K));
     dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
-    if (al_up && !a.relu2 && cb->moe_gu2) cb_launch(cb, gate_up2_kernel<L>, g1, b, 0, a);
-    else if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
+    if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
     else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
     if (al_down && a.K <= DOWN_MAX_K && cb->moe_split)
         cb_launch(cb, down_kernel_split<L>, dim3((unsigned)((a.X + DS_ROWS - 1) / DS_ROWS), (unsigned)n),

@@ -39,7 +39,19 @@ int cb_q_ok(const ci_mat *W) {
     if (d->mode < CI_Q_AFFINE || d->mode > CI_Q_MXFP8) return 0;
     if (d->group != 32 && d->group != 64 && d->group != 128) return 0;
     const int64_t sc = d->stored_t ? W->rows : W->cols;
-    return sc > 0 && sc % d->group == 0 && ((uintptr_t)W->data & 3) == 0;
+    /* quant.cuh indexes a row's chunks and groups in 32 bits */
+    return sc > 0 && sc < ((int64_t)1 << 31) && sc % d->group == 0 && ((uintptr_t)W->data & 3) == 0;
+}
+
+/* CINFER_CUDA_Q_LEGACY=1: q_chunk with its first index math (64-bit divisions per chunk) and
+ * I2F conversions, to measure the change against (quant.cuh; the same bits either way). */
+int cb_q_legacy(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_Q_LEGACY");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
 }
 
 /* The stored matrix of a view (matmul reads the rows as stored; matmul_xw swaps first). */
@@ -56,6 +68,7 @@ cb_qm cb_q_view(const ci_mat *W) {
     m.bits = d->bits;
     m.group = d->group;
     m.sd = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
+    m.legacy = cb_q_legacy();
     return m;
 }
 
@@ -142,6 +155,35 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qgemv_kernel(qg_args a) {
     }
 }
 
+/* One token row (decode at batch 1) with two rows per warp sharing each x chunk
+ * (q_row_dot_pair): CB_SWIGLU pairs gate row r with up row r; otherwise (one matrix) a warp
+ * takes rows 2w and 2w + 1. The same sums as qgemv_kernel, in its order. */
+template <int BITS>
+__global__ void __launch_bounds__(Q_WARPS * 32) qgemv_pair_kernel(qg_args a) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t w = (int64_t)blockIdx.x * Q_WARPS + warp;
+    const cb_qm &m = a.W[0];
+    const bool sw = a.op == CB_SWIGLU;
+    const int64_t ra = sw ? w : 2 * w, rb = sw ? w : ra + 1;
+    if (ra >= m.rows) return;
+    float sa = 0.0f, sb = 0.0f;
+    if (sw || rb < m.rows) q_row_dot_pair<BITS>(m, ra, sw ? a.W[1] : m, rb, a.x, lane, &sa, &sb);
+    else q_row_dot<BITS, 1>(m, ra, a.x, m.cols, 1, lane, &sa);
+    sa = q_warp_sum(sa);
+    sb = q_warp_sum(sb);
+    if (lane) return;
+    float *y = a.y[0];
+    if (sw) y[ra] = sa / (1.0f + expf(-sa)) * sb;
+    else if (a.op == CB_ACC) {
+        y[ra] += sa;
+        if (rb < m.rows) y[rb] += sb;
+    } else {
+        y[ra] = sa;
+        if (rb < m.rows) y[rb] = sb;
+    }
+}
+
 /* One launch for count matrices of the same bits and cols (n <= CB_GEMV_MAX_N). */
 static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
     qg_args a;
@@ -157,6 +199,20 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
         rows += Ws[i]->rows;
     }
     if (op == CB_SWIGLU) rows = Ws[0]->rows;
+    if (n == 1 && cb->q_pair && (op == CB_SWIGLU || count == 1)) {
+        const int64_t warps = op == CB_SWIGLU ? rows : (rows + 1) / 2;
+        dim3 grid((unsigned)((warps + Q_WARPS - 1) / Q_WARPS)), block(Q_WARPS * 32);
+        switch (a.W[0].bits) {
+        case 2: cb_launch(cb, qgemv_pair_kernel<2>, grid, block, 0, a); break;
+        case 3: cb_launch(cb, qgemv_pair_kernel<3>, grid, block, 0, a); break;
+        case 4: cb_launch(cb, qgemv_pair_kernel<4>, grid, block, 0, a); break;
+        case 5: cb_launch(cb, qgemv_pair_kernel<5>, grid, block, 0, a); break;
+        case 6: cb_launch(cb, qgemv_pair_kernel<6>, grid, block, 0, a); break;
+        default: cb_launch(cb, qgemv_pair_kernel<8>, grid, block, 0, a); break;
+        }
+        cb_launched(cb, "quantized gemv (pairs)");
+        return;
+    }
     dim3 grid((unsigned)((rows + Q_WARPS - 1) / Q_WARPS)), block(Q_WARPS * 32);
     switch (a.W[0].bits) {
     case 2: cb_launch(cb, qgemv_kernel<2>, grid, block, 0, a); break;

@@ -21,6 +21,7 @@ struct cb_qm {               /* one quantized matrix as the kernels read it, in 
     int64_t rows, cols;      /* stored rows and columns */
     int64_t srow0;           /* the view's first row in the scale grid */
     int mode, bits, group, sd;   /* mode: ci_qmode; sd: 0 f32, 1 f16, 2 bf16, 3 e8m0 */
+    int legacy;              /* 1: q_chunk's first index math and I2F (CINFER_CUDA_Q_LEGACY=1, to measure) */
 };
 
 __device__ __forceinline__ float q_param(const void *p, int sd, int64_t i) {
@@ -43,8 +44,15 @@ __device__ __forceinline__ float q_e4m3(unsigned q) {
     return __half2float(*(__half *)&h);
 }
 
+/* (float)q for a code q < 2^23 without I2F (a quarter-rate instruction on sm_90, the limit of
+ * a 4-bit GEMV): q in the mantissa of 2^23, minus 2^23; exact, so the same value. */
+__device__ __forceinline__ float q_u2f(unsigned q) { return __uint_as_float(0x4B000000u | q) - 8388608.0f; }
+
+/* log2 of a group size (32, 64 or 128: cb_q_ok) */
+__device__ __forceinline__ int q_gshift(int group) { return group == 32 ? 5 : group == 64 ? 6 : 7; }
+
 __device__ __forceinline__ float q_apply(int mode, unsigned q, float s, float b) {
-    if (mode == 1) return fmaf(s, (float)q, b);      /* CI_Q_AFFINE */
+    if (mode == 1) return fmaf(s, q_u2f(q), b);      /* CI_Q_AFFINE */
     if (mode == 2) return s * q_e2m1(q);             /* CI_Q_MXFP4 */
     return s * q_e4m3(q);                            /* CI_Q_MXFP8 */
 }
@@ -52,7 +60,11 @@ __device__ __forceinline__ float q_apply(int mode, unsigned q, float s, float b)
 /* w[0..32) = stored row r, columns [c0, c0 + 32) (c0 a multiple of 32) as f32. */
 template <int BITS>
 __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, float *w) {
-    const uint32_t *p = (const uint32_t *)(m.codes + r * (m.cols / 32) * 4 * BITS + (c0 / 32) * 4 * BITS);
+    /* 32-bit shifts, no 64-bit division (cols < 2^31 and group a power of two: cb_q_ok) */
+    const int gsh = q_gshift(m.group);
+    const uint32_t cpr = (uint32_t)m.cols >> 5, gpr = (uint32_t)m.cols >> gsh, ci = (uint32_t)c0 >> 5;
+    const uint32_t *p = m.legacy ? (const uint32_t *)(m.codes + r * (m.cols / 32) * 4 * BITS + (c0 / 32) * 4 * BITS)
+                                 : (const uint32_t *)(m.codes + ((uint64_t)r * cpr + ci) * (4 * BITS));
     uint32_t u[BITS];
     bool vec = false;
     if constexpr (BITS % 4 == 0) vec = ((uintptr_t)p & 15) == 0;   /* 4 / 8 bits: 16-byte loads */
@@ -66,9 +78,20 @@ __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, f
 #pragma unroll
         for (int j = 0; j < BITS; j++) u[j] = __ldg(p + j);
     }
-    const int64_t gi = (m.srow0 + r) * (m.cols / m.group) + c0 / m.group;
+    const int64_t gi = m.legacy ? (m.srow0 + r) * (m.cols / m.group) + c0 / m.group
+                                : (m.srow0 + r) * (int64_t)gpr + ((uint32_t)c0 >> gsh);
     const float s = q_param(m.scales, m.sd, gi);
     const float b = m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f;
+    if (m.legacy && m.mode == 1) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
+            unsigned v = u[k] >> sh;
+            if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
+            w[i] = fmaf(s, (float)(v & ((1u << BITS) - 1u)), b);
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
@@ -87,7 +110,8 @@ __device__ __forceinline__ float q_elem(const cb_qm &m, int64_t r, int64_t c) {
     unsigned v = (unsigned)__ldg(row + (bit >> 3)) >> sh;
     if (sh + m.bits > 8) v |= (unsigned)__ldg(row + (bit >> 3) + 1) << (8 - sh);
     v &= (1u << m.bits) - 1u;
-    const int64_t gi = (m.srow0 + r) * (m.cols / m.group) + c / m.group;
+    const int gsh = q_gshift(m.group);
+    const int64_t gi = (m.srow0 + r) * (int64_t)((uint32_t)m.cols >> gsh) + ((uint32_t)c >> gsh);
     return q_apply(m.mode, v, q_param(m.scales, m.sd, gi), m.mode == 1 ? q_param(m.biases, m.sd, gi) : 0.0f);
 }
 
@@ -124,6 +148,39 @@ __device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float
     }
 }
 
+/* Two stored rows (ra of ma, rb of mb; the same cols) · one x row, each x chunk loaded once
+ * for both (a one-row dot loads 8 x vectors per 16 bytes of 4-bit codes): this lane's shares
+ * into *acc_a, *acc_b, each summed in q_row_dot's order (the same bits). */
+template <int BITS>
+__device__ __forceinline__ void q_row_dot_pair(const cb_qm &ma, int64_t ra, const cb_qm &mb, int64_t rb, const float *x,
+                                               int lane, float *acc_a, float *acc_b) {
+    const bool al = ((uintptr_t)x & 15) == 0;
+    for (int64_t c0 = (int64_t)lane * 32; c0 < ma.cols; c0 += 32 * 32) {
+        float xv[32], w[32];
+        const float *xr = x + c0;
+        if (al) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                const float4 v = __ldg((const float4 *)xr + q);
+                xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) xv[i] = __ldg(xr + i);
+        }
+        q_chunk<BITS>(ma, ra, c0, w);
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; i++) s = fmaf(w[i], xv[i], s);
+        *acc_a += s;
+        q_chunk<BITS>(mb, rb, c0, w);
+        s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; i++) s = fmaf(w[i], xv[i], s);
+        *acc_b += s;
+    }
+}
+
 __device__ __forceinline__ float q_warp_sum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -132,5 +189,6 @@ __device__ __forceinline__ float q_warp_sum(float v) {
 /* The stored matrix of a U32 view, rows and cols as the view gives them (quant.cu; include
  * cuda_internal.h first). A stored-transposed (MultiLinear) view's caller swaps them. */
 cb_qm cb_q_view(const ci_mat *W);
+int cb_q_legacy(void);
 
 #endif

@@ -42,6 +42,8 @@ struct qe_args {
     const int64_t *srow0;
     int mode[3], bits[3], group[3], sd[3];
     int X, I, K, relu2, acc;
+    int legacy;                  /* cb_qm.legacy */
+    int pair;                    /* gate and up rows in one pass (cuda_be.q_pair) */
     float limit;
     const int32_t *sel;
     const float *wt;
@@ -60,6 +62,7 @@ __device__ __forceinline__ cb_qm qe_mat(const qe_args &a, int e, int j) {
     m.rows = j == 2 ? a.X : a.I;
     m.cols = j == 2 ? a.I : a.X;
     m.mode = a.mode[j]; m.bits = a.bits[j]; m.group = a.group[j]; m.sd = a.sd[j];
+    m.legacy = a.legacy;
     return m;
 }
 
@@ -89,6 +92,23 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_gate_up_kernel(qe_args a) {
     float g = a.relu2 ? 0.0f : q_warp_sum(qe_dot(qe_mat(a, e, 0), r, xr, lane));
     if (lane) return;
     a.h[(int64_t)p * a.I + r] = moe_act(g, u, a.relu2, a.limit);
+}
+
+/* qe_gate_up_kernel for gated experts whose gate and up share BITS: both rows against one
+ * load of each x chunk (quant.cuh, q_row_dot_pair; the same sums, so the same h) */
+template <int BITS>
+__global__ void __launch_bounds__(QE_WARPS * 32) qe_gate_up_pair_kernel(qe_args a) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.x * QE_WARPS + warp, p = blockIdx.y;
+    if (r >= a.I) return;
+    const int e = a.sel[p], t = p / a.K;
+    float g = 0.0f, u = 0.0f;
+    q_row_dot_pair<BITS>(qe_mat(a, e, 0), r, qe_mat(a, e, 1), r, a.x + (int64_t)t * a.X, lane, &g, &u);
+    g = q_warp_sum(g);
+    u = q_warp_sum(u);
+    if (lane) return;
+    a.h[(int64_t)p * a.I + r] = moe_act(g, u, 0, a.limit);
 }
 
 /* out[t, r] (+)= Σ_k w[t, k] · (down_e row r · h[t, k]): a warp per output row */
@@ -234,6 +254,8 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.mode[j] = tab->mode[j]; a.bits[j] = tab->bits[j]; a.group[j] = tab->group[j]; a.sd[j] = tab->sd[j];
     }
     a.X = m->hidden; a.I = m->inter; a.K = m->top_k; a.relu2 = m->relu2; a.limit = m->act_limit; a.acc = acc;
+    a.legacy = cb_q_legacy();
+    a.pair = cb->q_pair;
     /* matrices widened (relu² layers: no gates) and the table's entries */
     const size_t per = (size_t)tab->I * tab->X, count = (tab->relu2 ? 2 : 3) * (size_t)tab->E, slots = 3 * (size_t)tab->E;
     cb_moe_tab wide;
@@ -270,7 +292,17 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.wt = w + (int64_t)t0 * K;
         a.x = x + (int64_t)t0 * a.X;
         a.out = out + (int64_t)t0 * a.X;
-        cb_launch(cb, qe_gate_up_kernel, dim3((unsigned)((a.I + QE_WARPS - 1) / QE_WARPS), (unsigned)(k * K)), b, 0, a);
+        const dim3 g1((unsigned)((a.I + QE_WARPS - 1) / QE_WARPS), (unsigned)(k * K));
+        if (a.pair && !a.relu2 && a.bits[0] == a.bits[1]) {
+            switch (a.bits[0]) {
+            case 2: cb_launch(cb, qe_gate_up_pair_kernel<2>, g1, b, 0, a); break;
+            case 3: cb_launch(cb, qe_gate_up_pair_kernel<3>, g1, b, 0, a); break;
+            case 4: cb_launch(cb, qe_gate_up_pair_kernel<4>, g1, b, 0, a); break;
+            case 5: cb_launch(cb, qe_gate_up_pair_kernel<5>, g1, b, 0, a); break;
+            case 6: cb_launch(cb, qe_gate_up_pair_kernel<6>, g1, b, 0, a); break;
+            default: cb_launch(cb, qe_gate_up_pair_kernel<8>, g1, b, 0, a); break;
+            }
+        } else cb_launch(cb, qe_gate_up_kernel, g1, b, 0, a);
         cb_launch(cb, qe_down_kernel, dim3((unsigned)((a.X + QE_WARPS - 1) / QE_WARPS), (unsigned)k), b, 0, a);
     }
     cb_launched(cb, "quantized moe_experts");
