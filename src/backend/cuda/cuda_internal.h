@@ -137,8 +137,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #ifndef CB_Q_PAIR
 /* MLX-quantized GEMVs of one token row with two weight rows per warp sharing each x chunk
  * (gate with up for the fused SwiGLU and the experts' gate+up; else rows 2w, 2w + 1): a 4-bit
- * row reads 8 x vectors per 16 bytes of codes. Same bits. Not measured yet. */
-#define CB_Q_PAIR 1       /* default of cuda_be.q_pair (CINFER_CUDA_Q_PAIR) */
+ * row reads 8 x vectors per 16 bytes of codes. Same bits. Measured on the H200 (2026-12-02,
+ * mlx4 Qwen3-30B-A3B dims, 12 layers, decode, alternating, 2 rounds) only with
+ * CINFER_CUDA_Q_AFFINE_LOOP=0: 442.2 / 444.5 tok/s on vs 389.6 / 390.3 off; with the default
+ * affine loop (463.9 / 461.1 without pairs) not measured together, so off until it is. */
+#define CB_Q_PAIR 0       /* default of cuda_be.q_pair (CINFER_CUDA_Q_PAIR) */
 #endif
 #ifndef CB_DSA_SELECT
 /* DSA's top-k of a row by an 8-bit radix select (at most four histogram passes) over its

@@ -384,6 +384,32 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel(exp_args a) {
     }
 }
 
+/* One 16-byte step of a down row r at columns c..: the vector's weights (times their block's
+ * scale, fp8) · the expert's h at those columns (down_kernel_vec, down_kernel_split). */
+template <class L>
+__device__ __forceinline__ float down_step(uint4 raw, const void *sg, int sd, int64_t s0, int block, int scols, int r,
+                                           int c, const float *hk) {
+    constexpr int V = L::VEC;
+    float wv[V];
+    L::cvt(raw, wv);
+    if (sg) {
+        const float sc = scale_elem(sg, sd, ((s0 + r) / block) * scols + c / block);
+#pragma unroll
+        for (int i = 0; i < V; i++) wv[i] *= sc;
+    }
+    const float4 *xp = (const float4 *)(hk + c);
+    float part = 0.0f;
+#pragma unroll
+    for (int q = 0; q < V / 4; q++) {
+        const float4 xv = __ldg(xp + q);
+        part = fmaf(wv[4 * q], xv.x, part);
+        part = fmaf(wv[4 * q + 1], xv.y, part);
+        part = fmaf(wv[4 * q + 2], xv.z, part);
+        part = fmaf(wv[4 * q + 3], xv.w, part);
+    }
+    return part;
+}
+
 /* down, 16-byte vectors: the token's top_k rows r are one stream of K · S vector steps
  * (S = steps per row), issued DOWN_BATCH at a time before their products, so a warp keeps
  * that many loads in flight across experts instead of one row's few. The experts' row
@@ -440,24 +466,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
         for (int b = 0; b < DOWN_BATCH; b++) {
             const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * V + lane * V;
             if (j >= total || c >= I) continue;
-            float wv[V];
-            L::cvt(raw[b], wv);
-            if (sg[k]) {
-                float sc = scale_elem(sg[k], a.sd, ((s0[k] + r) / a.block) * scols + c / a.block);
-#pragma unroll
-                for (int i = 0; i < V; i++) wv[i] *= sc;
-            }
-            const float4 *xp = (const float4 *)(h + (int64_t)k * I + c);
-            float part = 0.0f;
-#pragma unroll
-            for (int q = 0; q < V / 4; q++) {
-                float4 xv = __ldg(xp + q);
-                part = fmaf(wv[4 * q], xv.x, part);
-                part = fmaf(wv[4 * q + 1], xv.y, part);
-                part = fmaf(wv[4 * q + 2], xv.z, part);
-                part = fmaf(wv[4 * q + 3], xv.w, part);
-            }
-            acc = fmaf(wk[k], part, acc);
+            acc = fmaf(wk[k], down_step<L>(raw[b], sg[k], a.sd, s0[k], a.block, scols, r, c, h + (int64_t)k * I), acc);
         }
         if (PIPE)
 #pragma unroll
@@ -513,24 +522,8 @@ __global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4
             for (int b = 0; b < DS_BATCH; b++) {
                 const int j = j0 + b * DS_SPLIT, k = j / S, c = (j - k * S) * 32 * V + lane * V;
                 if (j >= total || c >= I) continue;
-                float wv[V];
-                L::cvt(raw[b], wv);
-                if (sg[k]) {
-                    float sc = scale_elem(sg[k], a.sd, ((s0[k] + r) / a.block) * scols + c / a.block);
-#pragma unroll
-                    for (int i = 0; i < V; i++) wv[i] *= sc;
-                }
-                const float4 *xp = (const float4 *)(h + (int64_t)k * I + c);
-                float part = 0.0f;
-#pragma unroll
-                for (int qq = 0; qq < V / 4; qq++) {
-                    float4 xv = __ldg(xp + qq);
-                    part = fmaf(wv[4 * qq], xv.x, part);
-                    part = fmaf(wv[4 * qq + 1], xv.y, part);
-                    part = fmaf(wv[4 * qq + 2], xv.z, part);
-                    part = fmaf(wv[4 * qq + 3], xv.w, part);
-                }
-                acc = fmaf(wk[k], part, acc);
+                acc = fmaf(wk[k], down_step<L>(raw[b], sg[k], a.sd, s0[k], a.block, scols, r, c, h + (int64_t)k * I),
+                           acc);
             }
         }
         acc = warp_sum(acc);

@@ -43,13 +43,13 @@ int cb_q_ok(const ci_mat *W) {
     return sc > 0 && sc < ((int64_t)1 << 31) && sc % d->group == 0 && ((uintptr_t)W->data & 3) == 0;
 }
 
-/* CINFER_CUDA_Q_LEGACY=1: q_chunk with its first index math (64-bit divisions per chunk) and
- * I2F conversions, to measure the change against (quant.cuh; the same bits either way). */
-int cb_q_legacy(void) {
+/* CINFER_CUDA_Q_AFFINE_LOOP (default 1; 0 to measure against): which form of q_chunk's
+ * arithmetic the kernels take (quant.cuh; the same values either way). */
+int cb_q_aloop(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("CINFER_CUDA_Q_LEGACY");
-        v = e && !strcmp(e, "1");
+        const char *e = getenv("CINFER_CUDA_Q_AFFINE_LOOP");
+        v = !(e && !strcmp(e, "0"));
     }
     return v;
 }
@@ -68,7 +68,7 @@ cb_qm cb_q_view(const ci_mat *W) {
     m.bits = d->bits;
     m.group = d->group;
     m.sd = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
-    m.legacy = cb_q_legacy();
+    m.aloop = cb_q_aloop();
     return m;
 }
 

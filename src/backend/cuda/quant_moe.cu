@@ -42,7 +42,7 @@ struct qe_args {
     const int64_t *srow0;
     int mode[3], bits[3], group[3], sd[3];
     int X, I, K, relu2, acc;
-    int legacy;                  /* cb_qm.legacy */
+    int aloop;                   /* cb_qm.aloop */
     int pair;                    /* gate and up rows in one pass (cuda_be.q_pair) */
     float limit;
     const int32_t *sel;
@@ -62,7 +62,7 @@ __device__ __forceinline__ cb_qm qe_mat(const qe_args &a, int e, int j) {
     m.rows = j == 2 ? a.X : a.I;
     m.cols = j == 2 ? a.I : a.X;
     m.mode = a.mode[j]; m.bits = a.bits[j]; m.group = a.group[j]; m.sd = a.sd[j];
-    m.legacy = a.legacy;
+    m.aloop = a.aloop;
     return m;
 }
 
@@ -254,7 +254,7 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.mode[j] = tab->mode[j]; a.bits[j] = tab->bits[j]; a.group[j] = tab->group[j]; a.sd[j] = tab->sd[j];
     }
     a.X = m->hidden; a.I = m->inter; a.K = m->top_k; a.relu2 = m->relu2; a.limit = m->act_limit; a.acc = acc;
-    a.legacy = cb_q_legacy();
+    a.aloop = cb_q_aloop();
     a.pair = cb->q_pair;
     /* matrices widened (relu² layers: no gates) and the table's entries */
     const size_t per = (size_t)tab->I * tab->X, count = (tab->relu2 ? 2 : 3) * (size_t)tab->E, slots = 3 * (size_t)tab->E;
