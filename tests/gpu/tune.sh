@@ -7,6 +7,7 @@
 # The switches (src/backend/cuda/cuda_internal.h; "default" = none set):
 #   CINFER_CUDA_PDL=0|1  CINFER_CUDA_NORM_FUSE=0|1  CINFER_CUDA_FP8_ROWS2=0|1  CINFER_CUDA_MLA_DECODE=0|1
 #   CINFER_CUDA_MOE_PIPE=0|1  CINFER_CUDA_DSA_SELECT=0|1  CINFER_CUDA_DSA_SCORE=0|1
+#   CINFER_CUDA_ATTN_DECODE2=0|1
 # Usage: bash tests/gpu/tune.sh MODEL PROMPT_LEN GEN BATCH ROUNDS SETTING...
 #   MODEL: qwen3-0.6b or qwen3-8b-12l (made by tests/gpu/bench.sh's recipe when missing)
 #   BATCH: 0 for no --batch run; SETTING: "default" or VAR=V[,VAR=V...]

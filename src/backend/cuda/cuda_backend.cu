@@ -582,6 +582,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_gu2 = env_switch("CINFER_CUDA_MOE_GU2", CB_MOE_GU2);
     cb->dsa_select = env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
+    cb->attn_decode2 = env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;
