@@ -792,11 +792,17 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                                  (size_t)(D2_WARPS / 2) * HB * hd) * sizeof(float);
             static int smem_set[2];
             if (hd <= 128) {
-                if (!cb_smem_ok(cb, attn_decode2_kernel<1>, smem, &smem_set[0])) return;
+                if (!cb_smem_ok(cb, attn_decode2_kernel<1>, smem, &smem_set[0])) {
+                    cb_fail_msg(cb, "decode attention: shared memory");
+                    return;
+                }
                 cb_launch(cb, attn_decode2_kernel<1>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
                           n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
             } else {
-                if (!cb_smem_ok(cb, attn_decode2_kernel<2>, smem, &smem_set[1])) return;
+                if (!cb_smem_ok(cb, attn_decode2_kernel<2>, smem, &smem_set[1])) {
+                    cb_fail_msg(cb, "decode attention: shared memory");
+                    return;
+                }
                 cb_launch(cb, attn_decode2_kernel<2>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
                           n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
             }
