@@ -242,14 +242,34 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
  * sum) as in attn_split_kernel; then p·V with the same layout, each subgroup summing its keys
  * in registers for up to 8 heads at a time (larger groups take the V rows again), the
  * subgroups of a warp met by shuffles, the warps by a fixed tree through shared memory.
- * Fixed orders throughout: same inputs, same bits. Part layout as above, merged by
+ * With NI = 1 (head_dim <= 128) a warp's first K rows are loaded across the queries'
+ * barrier and its first V rows from its last score pass on, so a block's K and V loads
+ * overlap (with NI = 2 the registers would spill). Fixed orders throughout: same inputs, same bits. Part layout as above, merged by
  * attn_combine2_kernel (below) with chunk = ck. */
 enum { D2_CHUNK = 128, D2_THREADS = 256, D2_WARPS = D2_THREADS / 32, D2_HB = 8 };
+/* Rows jb + u * kpi + sub (u < U) of a chunk starting at key j0, lane sl's float4s sl + i * sw
+ * of each (zeros past nj and past the head dimension). */
+template <int U, int NI>
+__device__ __forceinline__ void d2_rows(float4 (&r)[U][NI], const float *base, int j0, int jb, int nj, int kpi, int sub,
+                                        int sl, int sw, int hd4, int kv_stride) {
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int j = jb + u * kpi + sub;
+        const float4 *row = (const float4 *)(base + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int c = sl + i * sw;
+            r[u][i] = j < nj && c < hd4 ? row[c] : z4;
+        }
+    }
+}
 template <int NI>
 __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
     int hd, int kv_stride, float scale, int n_chunks, int ck, float *const *kv_tab) {
     constexpr int U = 8 / NI;
+    constexpr bool PRE_V = NI == 1;                 /* K and V rows early (with NI = 2 it would spill) */
     pdl_enter();
     extern __shared__ float4 sm2[];
     float *sm = (float *)sm2;
@@ -270,24 +290,20 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     float *red = ml + ((2 * G + 3) & ~3);           /* [D2_WARPS / 2, HB, hd] the warps' p·V sums */
     const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
     for (int i = threadIdx.x; i < G * hd; i += D2_THREADS) qs[i] = qrow[i] * scale;
-    __syncthreads();
     const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
     const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 *qs4 = (const float4 *)qs;
     const int step = D2_WARPS * U * KPI;            /* keys per pass of the block */
+    const int jb0 = warp * U * KPI;                 /* this warp's first pass */
+    /* with PRE_V: the first pass's K rows in flight through the barrier, and the first p·V
+     * pass's V rows from the last score pass on (through the softmax) */
+    float4 kr[U][NI], vr[U][NI];
+    if (PRE_V && jb0 < nj) d2_rows<U, NI>(kr, kb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
+    __syncthreads();
+    const float4 *qs4 = (const float4 *)qs;
     /* scores: this lane's keys jb + u * KPI + sub */
-    for (int jb = warp * U * KPI; jb < nj; jb += step) {
-        float4 kr[U][NI];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = jb + u * KPI + sub;
-            const float4 *row = (const float4 *)(kb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
-#pragma unroll
-            for (int i = 0; i < NI; i++) {
-                const int c = sl + i * SW;
-                kr[u][i] = j < nj && c < hd4 ? row[c] : z4;
-            }
-        }
+    for (int jb = jb0; jb < nj; jb += step) {
+        if (!PRE_V || jb != jb0) d2_rows<U, NI>(kr, kb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
+        if (PRE_V && jb + step >= nj) d2_rows<U, NI>(vr, vb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
 #pragma unroll 1
         for (int h = 0; h < G; h++) {
             float4 qv[NI];
@@ -334,18 +350,8 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
         for (int h = 0; h < D2_HB; h++)
 #pragma unroll
             for (int i = 0; i < NI; i++) acc[h][i] = z4;
-        for (int jb = warp * U * KPI; jb < nj; jb += step) {
-            float4 vr[U][NI];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int j = jb + u * KPI + sub;
-                const float4 *row = (const float4 *)(vb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
-#pragma unroll
-                for (int i = 0; i < NI; i++) {
-                    const int c = sl + i * SW;
-                    vr[u][i] = j < nj && c < hd4 ? row[c] : z4;
-                }
-            }
+        for (int jb = jb0; jb < nj; jb += step) {
+            if (!PRE_V || hb > 0 || jb != jb0) d2_rows<U, NI>(vr, vb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
 #pragma unroll
             for (int h = 0; h < D2_HB; h++) {
                 if (h < hn) {
