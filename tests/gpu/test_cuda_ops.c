@@ -713,6 +713,23 @@ static void test_argmax(void) {
     }
 }
 
+/* Backends with CINFER_CUDA_ATTN_DECODE2 set to 0 / 1 (read when a backend starts), made on
+ * first use: the decode attention cases (n <= 8 rows, and every per-row-cache batch step)
+ * run on both against the CPU, and the decode2 kernel twice (same bits). */
+static ci_backend *attn2_be[2];
+static ci_backend *attn2_backend(int on) {
+    if (attn2_be[on]) return attn2_be[on];
+    const char *var = "CINFER_CUDA_ATTN_DECODE2", *v = getenv(var);
+    char *was = v ? strdup(v) : NULL, err[512];
+    setenv(var, on ? "1" : "0", 1);
+    attn2_be[on] = ci_backend_cuda_new(0, 1, err, sizeof err);
+    if (was) setenv(var, was, 1);
+    else unsetenv(var);
+    free(was);
+    if (!attn2_be[on]) { printf("FAIL cuda attention switches: a backend: %s\n", err); n_fail++; dead = 1; }
+    return attn2_be[on];
+}
+
 /* ---- attention --------------------------------------------------------------------------- */
 /* n query rows at positions pos0..pos0+n-1 over a cache of `rows` rows (rows beyond the
  * context are NaN: a kernel must not let them reach the output). interleaved: k and v share
@@ -746,6 +763,32 @@ static void attn_case(int n, int pos0, int n_kv, int group, int hd, int extra_ro
         else gpu->attention(gpu, go, gq, gk, gv, n, pos0, nh, n_kv, hd, stride, scale);
         g_get(got, go, nq * 4);
         report(name, compare(got, ref, nq), n > 1 ? B_ATTN_TC : B_F32);
+        /* decode (split-K) rows: both settings of CINFER_CUDA_ATTN_DECODE2, the new kernel twice */
+        for (int s = 0; s < 3 && n <= 8 && !dead; s++) {
+            ci_backend *be = attn2_backend(s > 0);
+            if (!be) break;
+            /* the inputs came on gpu's stream, which its download synchronised */
+            float *got2 = xmalloc(nq * 4);
+            unsigned char *ff = xmalloc(nq * 4);
+            memset(ff, 0xff, nq * 4);
+            be->upload(be, go, ff, nq * 4);
+            float *gk = gkv, *gv = interleaved ? gkv + kvw : gkv + (size_t)rows * stride;
+            if (use_pos) be->attention_pos(be, go, gq, gk, gv, n, gp, rows, nh, n_kv, hd, stride, scale);
+            else be->attention(be, go, gq, gk, gv, n, pos0, nh, n_kv, hd, stride, scale);
+            be->download(be, s < 2 ? got : got2, go, nq * 4);
+            char sname[260];
+            if (be->status && be->status(be)) {
+                snprintf(sname, sizeof sname, "%s ATTN_DECODE2=%d", name, s > 0);
+                report_bool(sname, 0, be->last_error);
+            } else if (s < 2) {
+                snprintf(sname, sizeof sname, "%s ATTN_DECODE2=%d", name, s);
+                report(sname, compare(got, ref, nq), B_F32);
+            } else {
+                snprintf(sname, sizeof sname, "%s ATTN_DECODE2=1 again, bit for bit", name);
+                report_bool(sname, !memcmp(got, got2, nq * 4), "a second run differs");
+            }
+            free(got2); free(ff);
+        }
     }
     g_free(gq); g_free(gkv); g_free(go); g_free(gp);
     free(q); free(kv); free(ref); free(got); free(pos);
@@ -769,6 +812,26 @@ static void test_attention(void) {
     attn_case(1, 999, 8, 4, 128, 0, 0, 0);        /* attention() with pos0 */
     attn_case(quick ? 64 : 300, 50, 8, 4, 128, 0, 0, 0);
     attn_case(quick ? 17 : 77, 0, 4, 2, 128, 0, 0, 0);
+    /* decode rows over long contexts (the split-K kernels; each on both ATTN_DECODE2 settings):
+     * groups 1..16, head dims 64 / 128 / 256, odd and non-power-of-two ones, a chunk's edges */
+    static const int dg[] = { 1, 4, 8, 16 }, dh[] = { 64, 128, 256 };
+    for (int g = 0; g < 4; g++)
+        for (int h = 0; h < 3; h++) {
+            attn_case(1, 2999, 2, dg[g], dh[h], 37, 0, 1);
+            if (!quick) attn_case(1, 8999, 2, dg[g], dh[h], 1000, 0, 1);
+        }
+    attn_case(8, quick ? 2992 : 8992, 8, 4, 64, 300, 0, 1);   /* LFM2-8B dims, 8 rows */
+    attn_case(3, 3000, 2, 8, 256, 129, 0, 1);     /* Qwen3.5 dims, 3 rows */
+    attn_case(2, 126, 2, 8, 256, 3, 0, 1);        /* rows across a 128-key chunk's edge */
+    attn_case(1, 127, 4, 4, 128, 0, 0, 1);        /* exactly one chunk */
+    attn_case(1, 128, 4, 4, 128, 0, 0, 1);        /* one key into the second */
+    attn_case(4, 3100, 2, 12, 96, 5, 0, 1);       /* group 12 (two head passes), hd 96 */
+    attn_case(1, 2500, 3, 5, 60, 7, 0, 1);        /* group 5, hd 60 */
+    attn_case(1, 2500, 2, 3, 200, 7, 0, 1);       /* hd 200: the second float4 of a lane partly used */
+    attn_case(1, 3000, 4, 2, 20, 7, 0, 1);        /* hd 20: 8 lanes per key row */
+    attn_case(1, 3000, 2, 4, 63, 7, 0, 1);        /* odd hd: the scalar split kernel on both settings */
+    attn_case(5, 2999, 8, 4, 128, 3, 1, 1);       /* k and v interleaved */
+    attn_case(1, 4000, 2, 8, 256, 0, 0, 0);       /* attention() with pos0 */
 }
 
 /* rope_attend (qk_rope_store + attention_pos in one op) against the CPU's, out and every
@@ -810,6 +873,8 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
     float **gtab = table ? g_put(gtab_h, (size_t)2 * n * sizeof(float *)) : NULL;
     const float *gi = g_weight(inv, (size_t)(rot / 2 > 0 ? rot / 2 : 1) * 4), *gqn = g_weight(qn, (size_t)hd * 4),
                 *gkn = g_weight(kn, (size_t)hd * 4);
+    float *q0 = xmalloc(nq * 4), *k0 = xmalloc(nk * 4);   /* the inputs (both ops may leave q, k rotated) */
+    memcpy(q0, q, nq * 4); memcpy(k0, k, nk * 4);
     if (!dead) {
         const float scale = 1.f / sqrtf((float)hd);
         cpu->rope_attend(cpu, out, q, k, v, n, nh, nkv, hd, norms ? qn : NULL, norms ? kn : NULL, 1e-6f, rot, pos, inv,
@@ -831,7 +896,30 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
         }
         fin_err(&e, num, den);
         report(name, e, B_ROPE);
+        /* split-K rows (a table's batch step, or <= 8 rows): both settings of CINFER_CUDA_ATTN_DECODE2 */
+        for (int s = 0; s < 2 && (table || n <= 8) && !dead; s++) {
+            ci_backend *be = attn2_backend(s);
+            if (!be) break;
+            /* gpu's downloads above synchronised its stream; inputs again, the op and the download on be's */
+            be->upload(be, gq, q0, nq * 4);
+            be->upload(be, gk, k0, nk * 4);
+            be->rope_attend(be, go, gq, gk, gv, n, nh, nkv, hd, norms ? gqn : NULL, norms ? gkn : NULL, 1e-6f, rot, gp, gi,
+                            1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, kvw, keys,
+                            scale);
+            be->download(be, got, go, nq * 4);
+            char sname[260];
+            snprintf(sname, sizeof sname, "%s ATTN_DECODE2=%d", name, s);
+            if (be->status && be->status(be)) report_bool(sname, 0, be->last_error);
+            else {
+                errs e2 = { 0, 0, 0 };
+                double num2 = 0, den2 = 0;
+                acc_err(&e2, &num2, &den2, got, out, nq);
+                fin_err(&e2, num2, den2);
+                report(sname, e2, B_ROPE);
+            }
+        }
     }
+    free(q0); free(k0);
     for (int b = 0; b < nbuf; b++) { g_free(gtab_h[2 * b]); g_free(gtab_h[2 * b + 1]); free(hk[b]); free(hv[b]); }
     g_free(gq); g_free(gk); g_free(gv); g_free(go); g_free(gp); g_free(gtab);
     free(q); free(k); free(v); free(out); free(got); free(pos); free(ctx); free(hk); free(hv); free(htab); free(gtab_h);
@@ -849,6 +937,9 @@ static void test_rope_attend(void) {
     rope_attend_case(1, 0, 33000, 33001, 32, 8, 128, 128, 1, 0);
     rope_attend_case(3, 0, 40, 50, 16, 4, 128, 128, 1, 0);       /* one cache, 3 rows */
     rope_attend_case(1, 0, 20, 30, 20, 2, 60, 60, 1, 0);         /* group 10, hd 60: the scalar split kernel */
+    rope_attend_case(6, 1, 0, quick ? 2000 : 9000, 16, 2, 256, 64, 1, 0);   /* own caches, long ones, Qwen3.5 dims */
+    rope_attend_case(8, 1, 0, quick ? 2000 : 9000, 32, 8, 64, 64, 1, 0);    /* own caches, LFM2-8B dims */
+    rope_attend_case(4, 1, 0, 3000, 32, 2, 128, 128, 1, 0);      /* own caches, group 16 */
 }
 
 /* ---- MLA / DSA (backend.h "MLA / DSA"; src/backend/cuda/mla.cu) ------------------------------
@@ -2779,6 +2870,8 @@ int main(int argc, char **argv) {
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     for (int i = 0; i < 4; i++)
         if (dsa_be[i >> 1][i & 1]) dsa_be[i >> 1][i & 1]->free(dsa_be[i >> 1][i & 1]);
+    for (int i = 0; i < 2; i++)
+        if (attn2_be[i]) attn2_be[i]->free(attn2_be[i]);
     gpu->free(gpu);
     cpu->free(cpu);
     for (int i = 0; i < n_kept; i++) free(kept[i]);

@@ -1,13 +1,24 @@
 /* attn.cu — causal GQA attention over the f32 KV cache.
  *
- * Few query rows (decode, n <= SPLIT_MAX_N): split-K. The keys 0..pos[t] are cut into
- * chunks of CHUNK; a block takes one (row, kv head, chunk) and every query head of that
- * kv group, so K and V are read once per group. Each lane scores whole keys (its own key
- * row against the group's queries from shared memory), the chunk's softmax is local
- * (max m, sum l), and the threads then sum p·V along the head dimension. A combine kernel
- * merges the chunks of a row with their (m, l). The grid is sized by max_keys, not by the
- * position, so a recorded decode step serves every later position: blocks whose chunk
- * starts past pos[t] return at once.
+ * Few query rows (decode, n <= SPLIT_MAX_N, and every kv_tab batch step): split-K. The
+ * keys 0..pos[t] are cut into chunks; a block takes one (row, kv head, chunk) and every
+ * query head of that kv group, so K and V are read once per group; the chunk's softmax is
+ * local (max m, sum l), and a combine kernel merges the chunks of a row with their (m, l).
+ * The grid is sized by max_keys, not by the position, so a recorded decode step serves
+ * every later position: blocks whose chunk starts past pos[t] return at once. Three
+ * kernels, by shape and switch:
+ *  - attn_decode2_kernel (CINFER_CUDA_ATTN_DECODE2=1, cuda_be.attn_decode2; head_dim a
+ *    multiple of 4 up to 256, 16-byte aligned rows, groups <= MAX_GROUP): chunks of
+ *    D2_CHUNK = 128 keys, key rows read coalesced (8 / 16 / 32 lanes per row across the head
+ *    dimension, float4 loads, several rows in flight per lane), scores summed by shuffles,
+ *    p·V summed in registers; merged by attn_combine2_kernel (a block per 32 dimensions of a
+ *    (row, head), the chunks split over 8 warps).
+ *  - attn_split_vec_kernel (switch off; head_dim a multiple of 4 up to 256, groups <= 8):
+ *    chunks of 32 keys, a warp per 8 key rows, lanes across the head dimension.
+ *  - attn_split_kernel (anything else, e.g. odd head dims): chunks of CHUNK = 256 keys, each
+ *    lane scores whole keys (its own key row against the group's queries from shared
+ *    memory), then the threads sum p·V along the head dimension.
+ * The last two are merged by attn_combine_kernel (a block per (row, head)).
  *
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
  * (attn_flash_kernel below). Other head sizes: a block takes QT query rows of one head and walks the key
@@ -220,6 +231,200 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
     }
 }
 
+/* Split-K decode kernel 2 (CINFER_CUDA_ATTN_DECODE2; head_dim a multiple of 4, <= 256, rows
+ * 16-byte aligned, any group <= MAX_GROUP): a block of D2_THREADS takes ck = D2_CHUNK keys
+ * of one (row, kv group) (fixed: a row's bits depend on neither max_keys nor the batch), so
+ * the partials stay few. Key rows are read coalesced: a subgroup of SW = 8, 16 or 32 lanes per
+ * key row (SW >= hd / 4 where it can), lanes across the head dimension with float4 loads (NI
+ * = 1 or 2 of them per lane), each warp U = 8 / NI rows per subgroup in flight. Scores: the
+ * lane's partial dot products with the group's queries (shared memory, a broadcast read per
+ * U keys) summed over the subgroup by xor shuffles; then the chunk's softmax per head (max,
+ * sum) as in attn_split_kernel; then p·V with the same layout, each subgroup summing its keys
+ * in registers for up to 8 heads at a time (larger groups take the V rows again), the
+ * subgroups of a warp met by shuffles, the warps by a fixed tree through shared memory.
+ * With NI = 1 (head_dim <= 128) a warp's first K rows are loaded across the queries'
+ * barrier and its first V rows from its last score pass on, so a block's K and V loads
+ * overlap (with NI = 2 the registers would spill). Fixed orders throughout: same inputs, same bits. Part layout as above, merged by
+ * attn_combine2_kernel (below) with chunk = ck. */
+enum { D2_CHUNK = 128, D2_THREADS = 256, D2_WARPS = D2_THREADS / 32, D2_HB = 8 };
+/* Rows jb + u * kpi + sub (u < U) of a chunk starting at key j0, lane sl's float4s sl + i * sw
+ * of each (zeros past nj and past the head dimension). */
+template <int U, int NI>
+__device__ __forceinline__ void d2_rows(float4 (&r)[U][NI], const float *base, int j0, int jb, int nj, int kpi, int sub,
+                                        int sl, int sw, int hd4, int kv_stride) {
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int j = jb + u * kpi + sub;
+        const float4 *row = (const float4 *)(base + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int c = sl + i * sw;
+            r[u][i] = j < nj && c < hd4 ? row[c] : z4;
+        }
+    }
+}
+template <int NI>
+__global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
+    float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
+    int hd, int kv_stride, float scale, int n_chunks, int ck, float *const *kv_tab) {
+    constexpr int U = 8 / NI;
+    constexpr bool PRE_V = NI == 1;                 /* K and V rows early (with NI = 2 it would spill) */
+    pdl_enter();
+    extern __shared__ float4 sm2[];
+    float *sm = (float *)sm2;
+    const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
+    if (kv_tab) { kc = kv_tab[2 * t]; vc = kv_tab[2 * t + 1]; }
+    const int G = n_heads / n_kv;
+    const int L = row_pos(pos, pos0, t) + 1;
+    const int j0 = chunk * ck;
+    if (j0 >= L) return;
+    const int nj = L - j0 < ck ? L - j0 : ck;
+    const int hd4 = hd >> 2;
+    const int SW = hd4 <= 8 ? 8 : hd4 <= 16 ? 16 : 32, KPI = 32 / SW;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane / SW, sl = lane % SW;
+    const int HB = G < D2_HB ? G : D2_HB;
+    float *qs = sm;                                 /* [G, hd] scaled queries */
+    float *ps = qs + G * hd;                        /* [G, ck] scores, then probabilities */
+    float *ml = ps + G * ck;                        /* [G, 2] */
+    float *red = ml + ((2 * G + 3) & ~3);           /* [D2_WARPS / 2, HB, hd] the warps' p·V sums */
+    const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
+    for (int i = threadIdx.x; i < G * hd; i += D2_THREADS) qs[i] = qrow[i] * scale;
+    const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    const int step = D2_WARPS * U * KPI;            /* keys per pass of the block */
+    const int jb0 = warp * U * KPI;                 /* this warp's first pass */
+    /* with PRE_V: the first pass's K rows in flight through the barrier, and the first p·V
+     * pass's V rows from the last score pass on (through the softmax) */
+    float4 kr[U][NI], vr[U][NI];
+    if (PRE_V && jb0 < nj) d2_rows<U, NI>(kr, kb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
+    __syncthreads();
+    const float4 *qs4 = (const float4 *)qs;
+    /* scores: this lane's keys jb + u * KPI + sub */
+    for (int jb = jb0; jb < nj; jb += step) {
+        if (!PRE_V || jb != jb0) d2_rows<U, NI>(kr, kb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
+        if (PRE_V && jb + step >= nj) d2_rows<U, NI>(vr, vb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
+#pragma unroll 1
+        for (int h = 0; h < G; h++) {
+            float4 qv[NI];
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int c = sl + i * SW;
+                qv[i] = c < hd4 ? qs4[h * hd4 + c] : z4;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < NI; i++)
+                    s = fmaf(kr[u][i].x, qv[i].x, fmaf(kr[u][i].y, qv[i].y, fmaf(kr[u][i].z, qv[i].z, fmaf(kr[u][i].w, qv[i].w, s))));
+                for (int o = SW >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                const int j = jb + u * KPI + sub;
+                if (sl == 0 && j < nj) ps[h * ck + j] = s;
+            }
+        }
+    }
+    __syncthreads();
+    /* per head: max and exp-sum over the chunk (one warp per head, warps loop over heads) */
+    for (int h = warp; h < G; h += D2_WARPS) {
+        float m = -INFINITY;
+        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * ck + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < nj; j += 32) {
+            float p = expf(ps[h * ck + j] - m);
+            ps[h * ck + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
+    }
+    __syncthreads();
+    float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
+    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
+    float4 *red4 = (float4 *)red;
+    for (int hb = 0; hb < G; hb += HB) {
+        const int hn = G - hb < HB ? G - hb : HB;   /* heads in this pass */
+        float4 acc[D2_HB][NI];
+#pragma unroll
+        for (int h = 0; h < D2_HB; h++)
+#pragma unroll
+            for (int i = 0; i < NI; i++) acc[h][i] = z4;
+        for (int jb = jb0; jb < nj; jb += step) {
+            if (!PRE_V || hb > 0 || jb != jb0) d2_rows<U, NI>(vr, vb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
+#pragma unroll
+            for (int h = 0; h < D2_HB; h++) {
+                if (h < hn) {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int j = jb + u * KPI + sub;
+                        const float p = j < nj ? ps[(hb + h) * ck + j] : 0.0f;
+#pragma unroll
+                        for (int i = 0; i < NI; i++) {
+                            acc[h][i].x = fmaf(p, vr[u][i].x, acc[h][i].x);
+                            acc[h][i].y = fmaf(p, vr[u][i].y, acc[h][i].y);
+                            acc[h][i].z = fmaf(p, vr[u][i].z, acc[h][i].z);
+                            acc[h][i].w = fmaf(p, vr[u][i].w, acc[h][i].w);
+                        }
+                    }
+                }
+            }
+        }
+        /* the warp's subgroups, then the warps: fixed trees */
+#pragma unroll
+        for (int h = 0; h < D2_HB; h++)
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+                for (int o = SW; o < 32; o <<= 1) {
+                    acc[h][i].x += __shfl_xor_sync(0xffffffffu, acc[h][i].x, o);
+                    acc[h][i].y += __shfl_xor_sync(0xffffffffu, acc[h][i].y, o);
+                    acc[h][i].z += __shfl_xor_sync(0xffffffffu, acc[h][i].z, o);
+                    acc[h][i].w += __shfl_xor_sync(0xffffffffu, acc[h][i].w, o);
+                }
+        for (int s = D2_WARPS >> 1; s > 0; s >>= 1) {
+            if (warp >= s && warp < 2 * s && sub == 0) {
+#pragma unroll
+                for (int h = 0; h < D2_HB; h++)
+#pragma unroll
+                    for (int i = 0; i < NI; i++) {
+                        const int c = sl + i * SW;
+                        if (h < hn && c < hd4) red4[((warp - s) * HB + h) * hd4 + c] = acc[h][i];
+                    }
+            }
+            __syncthreads();
+            if (warp < s && sub == 0) {
+#pragma unroll
+                for (int h = 0; h < D2_HB; h++)
+#pragma unroll
+                    for (int i = 0; i < NI; i++) {
+                        const int c = sl + i * SW;
+                        if (h < hn && c < hd4) {
+                            const float4 r = red4[(warp * HB + h) * hd4 + c];
+                            acc[h][i].x += r.x; acc[h][i].y += r.y; acc[h][i].z += r.z; acc[h][i].w += r.w;
+                        }
+                    }
+            }
+            __syncthreads();
+        }
+        if (warp == 0 && sub == 0) {
+#pragma unroll
+            for (int h = 0; h < D2_HB; h++)
+#pragma unroll
+                for (int i = 0; i < NI; i++) {
+                    const int c = sl + i * SW;
+                    if (h < hn && c < hd4) {
+                        float *o = out + (int64_t)(hb + h) * hstride + 4 * c;
+                        o[0] = acc[h][i].x; o[1] = acc[h][i].y; o[2] = acc[h][i].z; o[3] = acc[h][i].w;
+                    }
+                }
+        }
+    }
+    if (threadIdx.x < G) {
+        out[threadIdx.x * hstride + hd] = ml[2 * threadIdx.x];
+        out[threadIdx.x * hstride + hd + 1] = ml[2 * threadIdx.x + 1];
+    }
+}
+
 /* Merges a row's chunks: weights exp(m_c - M) / sum_c exp(m_c - M) l_c in shared memory,
  * then each thread sums its dimensions over the chunks. */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
@@ -256,6 +461,56 @@ __global__ void attn_combine_kernel(float *out, const float *part, const int32_t
         float acc = 0.0f;
         for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], p[(int64_t)c * (hd + 2) + d], acc);
         out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
+    }
+}
+
+/* attn_combine_kernel's merge over more blocks (with attn_decode2_kernel): a block takes
+ * 32 dimensions of one (row, head), grid.z = ceil(hd / 32); each recomputes the weights
+ * (as attn_combine_kernel), its warp w sums chunks w, w + 8, ... for lane's dimension, and
+ * the 8 warps' sums meet in shared memory in a fixed order. */
+enum { C2_THREADS = 256, C2_WARPS = C2_THREADS / 32 };
+__global__ void __launch_bounds__(C2_THREADS) attn_combine2_kernel(float *out, const float *part, const int32_t *pos,
+                                                                   int pos0, int n_heads, int hd, int n_chunks, int chunk) {
+    pdl_enter();
+    extern __shared__ float wsh2[];   /* [n_chunks] */
+    __shared__ float red[C2_WARPS];
+    __shared__ float acc_sh[C2_WARPS][32];
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int L = row_pos(pos, pos0, t) + 1;
+    const int nc = (L + chunk - 1) / chunk;
+    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float M = -INFINITY;
+    for (int c = threadIdx.x; c < nc; c += C2_THREADS) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[w] = M;
+    __syncthreads();
+    M = red[0];
+    for (int i = 1; i < C2_WARPS; i++) M = fmaxf(M, red[i]);
+    __syncthreads();
+    float den = 0.0f;
+    for (int c = threadIdx.x; c < nc; c += C2_THREADS) {
+        float e = expf(p[(int64_t)c * (hd + 2) + hd] - M);
+        wsh2[c] = e;
+        den += e * p[(int64_t)c * (hd + 2) + hd + 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) red[w] = den;
+    __syncthreads();
+    den = 0.0f;
+    for (int i = 0; i < C2_WARPS; i++) den += red[i];
+    const int d = blockIdx.z * 32 + lane;
+    float acc = 0.0f;
+    if (d < hd) {
+#pragma unroll 4
+        for (int c = w; c < nc; c += C2_WARPS) acc = fmaf(wsh2[c], p[(int64_t)c * (hd + 2) + d], acc);
+    }
+    acc_sh[w][lane] = acc;
+    __syncthreads();
+    if (w == 0 && d < hd) {
+        float s = acc_sh[0][lane];
+        for (int i = 1; i < C2_WARPS; i++) s += acc_sh[i][lane];
+        out[((int64_t)t * n_heads + h) * hd + d] = s * (1.0f / den);
     }
 }
 
@@ -525,15 +780,39 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     if (n <= SPLIT_MAX_N || kv_tab) {
         /* a table's pointers are buffer addresses plus multiples of 4 floats (backend.h) */
-        const int vec = hd % 4 == 0 && hd <= 256 && G <= VGROUP && kv_stride % 4 == 0 &&
+        const int al4 = hd % 4 == 0 && hd <= 256 && kv_stride % 4 == 0 &&
                         (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
-        const int chunk = vec ? (int)VCHUNK : (int)CHUNK;
+        const int dec2 = cb->attn_decode2 && al4;
+        const int vec = !dec2 && al4 && G <= VGROUP;
+        /* decode2: a fixed chunk (a row's bits must not depend on max_keys or the batch) */
+        const int ck = D2_CHUNK;
+        const int chunk = dec2 ? ck : vec ? (int)VCHUNK : (int)CHUNK;
         int n_chunks = (max_keys + chunk - 1) / chunk;
         size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
         float *part = (float *)cb_scratch_get(cb, &cb->attn_part, pbytes);
         if (!part) return;
         dim3 grid(n_kv, n_chunks, n);
-        if (vec) {
+        if (dec2) {
+            const int HB = G < D2_HB ? G : D2_HB;
+            const size_t smem = ((size_t)G * hd + (size_t)G * ck + (size_t)((2 * G + 3) & ~3) +
+                                 (size_t)(D2_WARPS / 2) * HB * hd) * sizeof(float);
+            static int smem_set[2];
+            if (hd <= 128) {
+                if (!cb_smem_ok(cb, attn_decode2_kernel<1>, smem, &smem_set[0])) {
+                    cb_fail_msg(cb, "decode attention: shared memory");
+                    return;
+                }
+                cb_launch(cb, attn_decode2_kernel<1>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
+                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
+            } else {
+                if (!cb_smem_ok(cb, attn_decode2_kernel<2>, smem, &smem_set[1])) {
+                    cb_fail_msg(cb, "decode attention: shared memory");
+                    return;
+                }
+                cb_launch(cb, attn_decode2_kernel<2>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
+                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
+            }
+        } else if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
                                                                    kv_stride, scale, n_chunks, kv_tab);
@@ -548,6 +827,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
             static int set = 0;
             if (!set) {
                 cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+                cudaFuncSetAttribute(attn_combine2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
                 set = 1;
             }
             if (csmem > 200 * 1024) {
@@ -559,8 +839,12 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 return;
             }
         }
-        cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, pos0, n_heads, hd, n_chunks,
-                                                                           chunk);
+        if (dec2)
+            cb_launch(cb, attn_combine2_kernel, dim3(dim3(n_heads, n, (hd + 31) / 32)), dim3(C2_THREADS), csmem, out, part, pos,
+                      pos0, n_heads, hd, n_chunks, chunk);
+        else
+            cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, pos0, n_heads, hd,
+                      n_chunks, chunk);
         cb_launched(cb, "attention (combine)");
         return;
     }

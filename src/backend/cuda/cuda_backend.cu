@@ -582,6 +582,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->q_pair = env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
     cb->dsa_select = env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
+    cb->attn_decode2 = env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -67,7 +67,8 @@ struct cuda_be {
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
-     * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1 */
+     * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
+ * CINFER_CUDA_ATTN_DECODE2=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -77,6 +78,7 @@ struct cuda_be {
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
+    int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, coalesced key rows (attn.cu) */
     char name[300];
 };
 
@@ -151,6 +153,14 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 32768 tokens, alternating): 500 tok/s with it alone vs 409 with neither; with the score
  * kernel as well 920. */
 #define CB_DSA_SELECT 1   /* default of cuda_be.dsa_select (CINFER_CUDA_DSA_SELECT) */
+#endif
+#ifndef CB_ATTN_DECODE2
+/* Decode attention (<= 8 query rows, head_dim a multiple of 4 up to 256, 16-byte aligned rows)
+ * through attn.cu's attn_decode2_kernel: chunks of up to 256 keys per block, key rows read
+ * coalesced (lanes across the head dimension), instead of attn_split_vec_kernel (32-key
+ * chunks, groups <= 8) / attn_split_kernel (a thread per key row). Not measured yet: off by
+ * default. */
+#define CB_ATTN_DECODE2 0 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
