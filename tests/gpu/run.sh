@@ -9,6 +9,7 @@
 # a few files; a run cut short leaves the loose logs):
 #   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
+#   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
@@ -79,6 +80,13 @@ fi
 # ---- ops ----
 step ops 150 ops.log .gpu/tests/test_cuda_ops $quick
 grep '^# ' "$OUT/logs/ops.log" | tail -1
+
+# ---- ops-alt: every op again with each CUDA switch (cuda_internal.h) away from its default:
+# the kernels a default does not take stay checked (--quick: a second full pass would not fit) ----
+step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFER_CUDA_FP8_ROWS2=0 \
+  CINFER_CUDA_MLA_DECODE=0 CINFER_CUDA_MOE_PIPE=0 CINFER_CUDA_MOE_SPLIT=0 CINFER_CUDA_DSA_SELECT=0 \
+  CINFER_CUDA_DSA_SCORE=0 CINFER_CUDA_Q_AFFINE_LOOP=0 CINFER_CUDA_Q_PAIR=1 CINFER_CUDA_ATTN_DECODE2=1 \
+  .gpu/tests/test_cuda_ops --quick
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
