@@ -54,6 +54,18 @@ int cb_q_aloop(void) {
     return v;
 }
 
+/* CINFER_CUDA_Q_FP_LOOP=1: mxfp4 / mxfp8 codes (V4's FP4 experts among them) decoded in loops
+ * of their own, as the affine loop that measured +19% (quant.cuh; the same values). Default 0:
+ * written on 2026-12-02 after the device time was spent, not measured yet. */
+int cb_q_fploop(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_Q_FP_LOOP");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
+}
+
 /* The stored matrix of a view (matmul reads the rows as stored; matmul_xw swaps first). */
 cb_qm cb_q_view(const ci_mat *W) {
     const ci_qdesc *d = (const ci_qdesc *)W->scale;
@@ -69,6 +81,7 @@ cb_qm cb_q_view(const ci_mat *W) {
     m.group = d->group;
     m.sd = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
     m.aloop = cb_q_aloop();
+    m.fploop = cb_q_fploop();
     return m;
 }
 

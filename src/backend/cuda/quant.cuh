@@ -22,6 +22,7 @@ struct cb_qm {               /* one quantized matrix as the kernels read it, in 
     int64_t srow0;           /* the view's first row in the scale grid */
     int mode, bits, group, sd;   /* mode: ci_qmode; sd: 0 f32, 1 f16, 2 bf16, 3 e8m0 */
     int aloop;               /* q_chunk: 1 affine codes in their own loop (CINFER_CUDA_Q_AFFINE_LOOP) */
+    int fploop;              /* q_chunk: 1 mxfp4 / mxfp8 codes in loops of their own (CINFER_CUDA_Q_FP_LOOP) */
 };
 
 __device__ __forceinline__ float q_param(const void *p, int sd, int64_t i) {
@@ -95,6 +96,26 @@ __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, f
             unsigned v = u[k] >> sh;
             if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
             w[i] = fmaf(s, (float)(v & ((1u << BITS) - 1u)), b);
+        }
+        return;
+    }
+    if (m.fploop && m.mode != 1) {   /* mxfp4 / mxfp8 without the per-element mode test */
+        if (m.mode == 2) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
+                unsigned v = u[k] >> sh;
+                if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
+                w[i] = s * q_e2m1(v & ((1u << BITS) - 1u));
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
+                unsigned v = u[k] >> sh;
+                if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
+                w[i] = s * q_e4m3(v & ((1u << BITS) - 1u));
+            }
         }
         return;
     }
@@ -196,5 +217,6 @@ __device__ __forceinline__ float q_warp_sum(float v) {
  * cuda_internal.h first). A stored-transposed (MultiLinear) view's caller swaps them. */
 cb_qm cb_q_view(const ci_mat *W);
 int cb_q_aloop(void);
+int cb_q_fploop(void);
 
 #endif

@@ -42,7 +42,7 @@ struct qe_args {
     const int64_t *srow0;
     int mode[3], bits[3], group[3], sd[3];
     int X, I, K, relu2, acc;
-    int aloop;                   /* cb_qm.aloop */
+    int aloop, fploop;           /* cb_qm.aloop, cb_qm.fploop */
     int pair;                    /* gate and up rows in one pass (cuda_be.q_pair) */
     float limit;
     const int32_t *sel;
@@ -63,6 +63,7 @@ __device__ __forceinline__ cb_qm qe_mat(const qe_args &a, int e, int j) {
     m.cols = j == 2 ? a.I : a.X;
     m.mode = a.mode[j]; m.bits = a.bits[j]; m.group = a.group[j]; m.sd = a.sd[j];
     m.aloop = a.aloop;
+    m.fploop = a.fploop;
     return m;
 }
 
@@ -255,6 +256,7 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     }
     a.X = m->hidden; a.I = m->inter; a.K = m->top_k; a.relu2 = m->relu2; a.limit = m->act_limit; a.acc = acc;
     a.aloop = cb_q_aloop();
+    a.fploop = cb_q_fploop();
     a.pair = cb->q_pair;
     /* matrices widened (relu² layers: no gates) and the table's entries */
     const size_t per = (size_t)tab->I * tab->X, count = (tab->relu2 ? 2 : 3) * (size_t)tab->E, slots = 3 * (size_t)tab->E;
