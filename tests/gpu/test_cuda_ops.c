@@ -1232,7 +1232,7 @@ static void dsa_case_dup(int n, int table, int pos0, int max_keys, int Hh, int l
             if (v && memcmp(res[v], res[0], nq * 4))
                 snprintf(diff + strlen(diff), sizeof diff - strlen(diff), " select=%d score=%d", v >> 1, v & 1);
         }
-        char sname[300];
+        char sname[400];
         snprintf(sname, sizeof sname, "%s: switches (DSA_SELECT, DSA_SCORE) on = off, bit for bit", name);
         report_bool(sname, !diff[0], diff[0] ? diff : "");
         for (int v = 0; v < 4; v++) free(res[v]);
