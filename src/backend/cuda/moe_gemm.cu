@@ -74,8 +74,9 @@
  * Odd sizes: X and I must be multiples of 8 (16-byte chunks; a partial last BK tile is
  * zero-filled), the expert matrices 16-byte aligned, E <= 1024, top_k >= 1; anything else
  * (and f32 tables) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. Gated and
- * relu² layers are both taken; fp8 and MLX-quantized layers come here as f16 tables widened
- * by moe.cu / quant_moe.cu (relu²: up and down only), unless too big to widen. M and N tails
+ * relu² layers are both taken; fp8 and MLX-quantized gated layers come here as f16 tables
+ * widened by moe.cu / quant_moe.cu, unless too big to widen (relu² ones not: f16 would cap
+ * h = relu(u)² at 65504; see cb_moe_grouped_fp8_ok). M and N tails
  * are predicated (zero-filled loads, masked stores).
  *
  * Scratch (grow-only, cb->moe_work): [0] off | toff | epos | rent (ints), [1] xb, [2] H,
@@ -499,11 +500,15 @@ static int mg_shape_ok(const ci_moe *m, const cb_moe_tab *tab) {
     return X >= 8 && I >= 8 && X % 8 == 0 && I % 8 == 0;
 }
 
+/* fp8 and MLX-quantized layers are widened to f16 for the GEMMs (cuda_internal.h, f16_sat).
+ * Not relu² ones: h = relu(u)² in f16 saturates at 65504 (|u| > 256), a range real fp8
+ * Nemotron-H activations may reach; they keep moe.cu's / quant_moe.cu's f32 decode kernels
+ * (exact, slower) until h is stored scaled. The widen kernels' relu² support stays for that. */
 int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab) {
-    return m && tab && tab->w && tab->dtype == CI_F8_E4M3 && mg_shape_ok(m, tab);
+    return m && tab && tab->w && tab->dtype == CI_F8_E4M3 && !m->relu2 && mg_shape_ok(m, tab);
 }
 
-int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab) { return m && tab && mg_shape_ok(m, tab); }
+int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab) { return m && tab && !m->relu2 && mg_shape_ok(m, tab); }
 
 int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
     if (!m || !tab || !tab->w) return 0;
