@@ -4,6 +4,7 @@ one safetensors file) written as a GGUF that llama.cpp loads, for the side-by-si
 bench/RESULTS.md. Families and the llama.cpp architecture each becomes:
 
   qwen3                        -> "qwen3"           (issue #15, bench/run_llamacpp_dense.sh)
+  qwen3_moe                    -> "qwen3moe"        (issue #15, bench/run_llamacpp_moe.sh)
   qwen3_5_moe(_text)           -> "qwen35moe"       (issue #17, tests/gpu/bench.sh BENCH_ONLY=hyb)
   lfm2_moe                     -> "lfm2moe"         (issue #17)
   nemotron_h with routed experts -> "nemotron_h_moe" (issue #17)
@@ -191,6 +192,44 @@ def qwen3(cfg, s, w, plan):
         add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
         for proj, gn in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
             add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.mlp.{proj}.weight")
+    add_f32(plan, s, "output_norm.weight", "model.norm.weight")
+    if "lm_head.weight" in s and not cfg.get("tie_word_embeddings"):
+        add_matrix(plan, s, "output.weight", "lm_head.weight")
+
+
+# ---------------------------------------------------------------- qwen3 MoE -> qwen3moe (issue #15)
+def qwen3moe(cfg, s, w, plan):
+    """Softmax top-k routing (renormalised when norm_topk_prob), q/k RMS norms, NeoX RoPE: the
+    same keys bench/make_q4_pair.py writes for its Q4_0 twin; every layer sparse."""
+    L, D = cfg["num_hidden_layers"], cfg["hidden_size"]
+    E, I = cfg["num_experts"], cfg["moe_intermediate_size"]
+    assert cfg.get("decoder_sparse_step", 1) == 1 and not cfg.get("mlp_only_layers"), "dense layers: not written"
+    w.add_block_count(L)
+    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(int(cfg.get("intermediate_size", I)))
+    w.add_expert_feed_forward_length(I)
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_rope_freq_base(float(cfg["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(E)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    add_matrix(plan, s, "token_embd.weight", "model.embed_tokens.weight")
+    for l in range(L):
+        p, g = f"model.layers.{l}", f"blk.{l}"
+        add_f32(plan, s, f"{g}.attn_norm.weight", f"{p}.input_layernorm.weight")
+        for proj, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+            add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.self_attn.{proj}.weight")
+        add_f32(plan, s, f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
+        add_f32(plan, s, f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
+        add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+        add_f32(plan, s, f"{g}.ffn_gate_inp.weight", f"{p}.mlp.gate.weight")
+        for proj, gn in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+            add_experts(plan, s, f"{g}.{gn}.weight", p + ".mlp.experts.{}." + proj + ".weight", E)
     add_f32(plan, s, "output_norm.weight", "model.norm.weight")
     if "lm_head.weight" in s and not cfg.get("tie_word_embeddings"):
         add_matrix(plan, s, "output.weight", "lm_head.weight")
@@ -457,6 +496,8 @@ def main():
     mt = cfg["model_type"]
     if mt == "qwen3":
         arch, fill = "qwen3", qwen3
+    elif mt == "qwen3_moe":
+        arch, fill = "qwen3moe", qwen3moe
     elif mt in ("qwen3_5_moe", "qwen3_5_moe_text"):
         arch, fill = "qwen35moe", qwen35moe
     elif mt == "lfm2_moe":

@@ -163,7 +163,8 @@ typedef struct {
     int64_t tok_per_item;     /* prefill: multiple of 4 */
     int64_t n_tok_items;      /* prefill: token ranges per row block */
     int split;                /* W is quantized in a format qk dots in split order */
-    const float *xsp;         /* decode of a split W: x in split order (qk->split_tile), or NULL */
+    const float *xsp;         /* split W: x in split order, row stride cols (decode: for
+                               * qk->split_tile; prefill: instead of per-item x_split), or NULL */
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -275,16 +276,24 @@ static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
         for (int64_t r = R0; r < R1; r++) m->qk->row_split(W, r, c0, c0 + kc, slot->qpack + (r - R0) * KC);
         for (int64_t t = t0; t < t1; t += CPU_TILE_T) {
             int T = (int)min64(CPU_TILE_T, t1 - t);
-            m->qk->x_split(c0, c0 + kc, T, m->x + t * cols + c0, cols, slot->qx);
+            /* x in split order: split once by cpu_matmul (m->xsp), else here per token tile */
+            const float *xq = slot->qx;
+            int64_t xqs = KC;
+            if (m->xsp) {
+                xq = m->xsp + t * cols + c0;
+                xqs = cols;
+            } else {
+                m->qk->x_split(c0, c0 + kc, T, m->x + t * cols + c0, cols, slot->qx);
+            }
             if (m->k->block_tile) {
                 for (int64_t r = R0; r < R1; r++) w[r - R0] = slot->qpack + (r - R0) * KC;
-                m->k->block_tile(w, (int)(R1 - R0), kc, T, slot->qx, KC, m->y + t * rows + R0, rows, c0 == 0);
+                m->k->block_tile(w, (int)(R1 - R0), kc, T, xq, xqs, m->y + t * rows + R0, rows, c0 == 0);
                 continue;
             }
             for (int64_t g = R0; g < R1; g += CPU_TILE_R) {
                 int nr = (int)min64(CPU_TILE_R, R1 - g);
                 for (int i = 0; i < CPU_TILE_R; i++) w[i] = slot->qpack + (min64(g + i, R1 - 1) - R0) * KC;
-                m->k->f32_tile(w, kc, T, slot->qx, KC, out);
+                m->k->f32_tile(w, kc, T, xq, xqs, out);
                 for (int tt = 0; tt < T; tt++) {
                     float *yp = m->y + (t + tt) * rows + g;
                     for (int i = 0; i < nr; i++)
@@ -305,18 +314,20 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     m.split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     int64_t rows = W->rows, work = rows * W->cols * n;
+    /* A split-order W: x goes into split order once here (the same floats per KC chunk as
+     * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
+     * MoE expert's prefill has ~12-32 row items over the same few tokens. */
+    float *xsp = NULL;
+    if (m.split && (n > CPU_TILE_T || b->qk->split_tile) && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
+        for (int t = 0; t < n; t++)
+            for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
+                b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
+        m.xsp = xsp;
+    }
     if (n <= CPU_TILE_T) {
         /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
         int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
         m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
-        /* a split-order W: x goes into split order once here, not once per 4-row tile */
-        float *xsp = NULL;
-        if (m.split && b->qk->split_tile && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
-            for (int t = 0; t < n; t++)
-                for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
-                    b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
-            m.xsp = xsp;
-        }
         par_for(b, ceil_div(rows, m.rows_per_item), mm_decode_item, &m, 1);
         free(xsp);
         return;
@@ -327,6 +338,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     m.tok_per_item = ceil_div(ceil_div(n, n_tb), CPU_TILE_T) * CPU_TILE_T;
     m.n_tok_items = ceil_div(n, m.tok_per_item);
     par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
+    free(xsp);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------ */

@@ -203,12 +203,25 @@ static TGT void qrow_split(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, f
     const int64_t G = d->group, gb = q_gidx(W, r, 0);
     const uint8_t *row = (const uint8_t *)W->data + r * (W->cols / 2);
     const vf lut = _mm256_loadu_ps(cpu_e2m1_value);
-    for (int64_t k = c0; k < c1; k += 16) {
-        vf s = vset1(q_param(d, d->scales, gb + k / G)), e, o;
-        if (d->mode == CI_Q_MXFP4) qw16(CI_Q_MXFP4, row, k, s, vzero(), lut, &e, &o);
-        else qw16(CI_Q_AFFINE, row, k, s, vset1(q_param(d, d->biases, gb + k / G)), lut, &e, &o);
-        _mm256_storeu_ps(dst + (k - c0), e);
-        _mm256_storeu_ps(dst + (k - c0) + 8, o);
+    for (int64_t k0 = c0; k0 < c1;) {   /* a group at a time: its scale and bias read once */
+        const int64_t g = k0 / G, k1 = (g + 1) * G < c1 ? (g + 1) * G : c1;
+        const vf s = vset1(q_param(d, d->scales, gb + g));
+        vf e, o;
+        if (d->mode == CI_Q_MXFP4) {
+            for (int64_t k = k0; k < k1; k += 16) {
+                qw16(CI_Q_MXFP4, row, k, s, vzero(), lut, &e, &o);
+                _mm256_storeu_ps(dst + (k - c0), e);
+                _mm256_storeu_ps(dst + (k - c0) + 8, o);
+            }
+        } else {
+            const vf b = vset1(q_param(d, d->biases, gb + g));
+            for (int64_t k = k0; k < k1; k += 16) {
+                qw16(CI_Q_AFFINE, row, k, s, b, lut, &e, &o);
+                _mm256_storeu_ps(dst + (k - c0), e);
+                _mm256_storeu_ps(dst + (k - c0) + 8, o);
+            }
+        }
+        k0 = k1;
     }
 }
 

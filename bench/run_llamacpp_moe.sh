@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# CPU side-by-side of cinfer and llama.cpp on the same random Qwen3-30B-A3B-dims MoE weights cut
+# to a few layers (bench/RESULTS.md, issue #15): bf16 against the GGUF bf16 twin, and MLX
+# affine 4-bit (g64) against Q4_0 of the same weights; prefill 128 and decode 32, 1 and 2
+# threads, the engines alternating, ROUNDS rounds, loadavg printed before every run.
+#   SRC     a bf16 qwen3_moe checkpoint, made here if missing:
+#             build-cpu/cinfer make-random --config bench/qwen3-30b-a3b.config.json --out $SRC \
+#               --dtype bf16 --seed 1 --layers $LAYERS            (4 layers: 3.11 B params, 6.2 GB)
+#   GGUF    its bf16 twin for llama.cpp (bench/make_bf16_gguf.py writes it if missing)
+#   Q4      a directory with mlx4/ (cinfer) and q4_0.gguf (llama.cpp) of the same weights
+#             (bench/make_q4_pair.py writes them if missing; ~1.6 GiB each at 4 layers)
+#   LCPP    a llama.cpp checkout built beside the project (never committed):
+#             cmake -S $LCPP -B $LCPP/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
+#             cmake --build $LCPP/build -j2 --target llama-bench
+#   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
+#   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
+#   PY      a python3 with numpy (the GGUF writers only)
+#   WHICH   "bf16 q4" (default), or one of them
+#   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LAYERS=${LAYERS:-4} SRC=${SRC:-/tmp/cpu2/a3b$LAYERS} GGUF=${GGUF:-$SRC.gguf} Q4=${Q4:-$SRC-q4}
+LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-}
+ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3} WHICH=${WHICH:-"bf16 q4"}
+GEN=${GEN:-32} PROMPT=${PROMPT:-128}
+[ -f "$SRC/model.safetensors" ] || "$CINFER" make-random --config bench/qwen3-30b-a3b.config.json --out "$SRC" \
+  --dtype bf16 --seed 1 --layers "$LAYERS"
+case " $WHICH " in *" bf16 "*) [ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "$SRC" "$GGUF" "$LCPP" ;; esac
+case " $WHICH " in *" q4 "*) [ -f "$Q4/q4_0.gguf" ] || "$PY" bench/make_q4_pair.py "$SRC" "$LAYERS" "$Q4" "$LCPP" ;; esac
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
+echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
+cin() { # label binary model threads
+  echo "== round $r threads $4 $1 (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+  "$2" bench --model "$3" --prompt-len "$PROMPT" --gen "$GEN" --threads "$4" 2>&1 | grep -Ei "prefill|decode|weights|machine"
+}
+for r in $(seq "$ROUNDS"); do
+  for t in $THREADS; do
+    for w in $WHICH; do
+      if [ "$w" = bf16 ]; then cm=$SRC lg=$GGUF; else cm=$Q4/mlx4 lg=$Q4/q4_0.gguf; fi
+      [ -z "$BEFORE" ] || cin "cinfer-before $w" "$BEFORE" "$cm" "$t"
+      cin "cinfer $w" "$CINFER" "$cm" "$t"
+      echo "== round $r threads $t llama.cpp $w (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+      "$LCPP/build/bin/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
+    done
+  done
+done
