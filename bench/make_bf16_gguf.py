@@ -168,12 +168,8 @@ def add_experts(plan, s, gname, fmt, E):
 
 
 # ---------------------------------------------------------------- qwen3 (dense, issue #15)
-def qwen3(cfg, s, w, plan):
-    L, D, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
-    w.add_block_count(L)
-    w.add_context_length(4096)
-    w.add_embedding_length(D)
-    w.add_feed_forward_length(cfg["intermediate_size"])
+def qwen3_attn_keys(cfg, w):
+    """The attention, RoPE and norm keys qwen3 and qwen3moe share."""
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_key_length(cfg["head_dim"])
@@ -181,15 +177,42 @@ def qwen3(cfg, s, w, plan):
     w.add_rope_dimension_count(cfg["head_dim"])
     w.add_rope_freq_base(float(cfg["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+
+
+def qwen3_attn_tensors(plan, s, p, g):
+    """Layer p's (HF prefix) attention norm, q/k/v/o and q/k norms as GGUF block g, and its FFN norm."""
+    add_f32(plan, s, f"{g}.attn_norm.weight", f"{p}.input_layernorm.weight")
+    for proj, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
+        add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.self_attn.{proj}.weight")
+    add_f32(plan, s, f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
+    add_f32(plan, s, f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
+    add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+
+
+def qwen3moe_keys(cfg, w, L):
+    """The qwen3moe metadata of an L-layer cut (also bench/make_q4_pair.py's Q4_0 twin)."""
+    E, I = cfg["num_experts"], cfg["moe_intermediate_size"]
+    w.add_block_count(L)
+    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(int(cfg.get("intermediate_size", I)))
+    w.add_expert_feed_forward_length(I)
+    qwen3_attn_keys(cfg, w)
+    w.add_expert_count(E)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+
+
+def qwen3(cfg, s, w, plan):
+    L, D, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+    w.add_block_count(L)
+    w.add_context_length(4096)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    qwen3_attn_keys(cfg, w)
     add_matrix(plan, s, "token_embd.weight", "model.embed_tokens.weight")
     for l in range(L):
         p, g = f"model.layers.{l}", f"blk.{l}"
-        add_f32(plan, s, f"{g}.attn_norm.weight", f"{p}.input_layernorm.weight")
-        for proj, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
-            add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.self_attn.{proj}.weight")
-        add_f32(plan, s, f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
-        add_f32(plan, s, f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
-        add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+        qwen3_attn_tensors(plan, s, p, g)
         for proj, gn in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
             add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.mlp.{proj}.weight")
     add_f32(plan, s, "output_norm.weight", "model.norm.weight")
@@ -201,32 +224,13 @@ def qwen3(cfg, s, w, plan):
 def qwen3moe(cfg, s, w, plan):
     """Softmax top-k routing (renormalised when norm_topk_prob), q/k RMS norms, NeoX RoPE: the
     same keys bench/make_q4_pair.py writes for its Q4_0 twin; every layer sparse."""
-    L, D = cfg["num_hidden_layers"], cfg["hidden_size"]
-    E, I = cfg["num_experts"], cfg["moe_intermediate_size"]
+    L, E = cfg["num_hidden_layers"], cfg["num_experts"]
     assert cfg.get("decoder_sparse_step", 1) == 1 and not cfg.get("mlp_only_layers"), "dense layers: not written"
-    w.add_block_count(L)
-    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
-    w.add_embedding_length(D)
-    w.add_feed_forward_length(int(cfg.get("intermediate_size", I)))
-    w.add_expert_feed_forward_length(I)
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_dimension_count(cfg["head_dim"])
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_expert_count(E)
-    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    qwen3moe_keys(cfg, w, L)
     add_matrix(plan, s, "token_embd.weight", "model.embed_tokens.weight")
     for l in range(L):
         p, g = f"model.layers.{l}", f"blk.{l}"
-        add_f32(plan, s, f"{g}.attn_norm.weight", f"{p}.input_layernorm.weight")
-        for proj, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")):
-            add_matrix(plan, s, f"{g}.{gn}.weight", f"{p}.self_attn.{proj}.weight")
-        add_f32(plan, s, f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
-        add_f32(plan, s, f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
-        add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+        qwen3_attn_tensors(plan, s, p, g)
         add_f32(plan, s, f"{g}.ffn_gate_inp.weight", f"{p}.mlp.gate.weight")
         for proj, gn in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
             add_experts(plan, s, f"{g}.{gn}.weight", p + ".mlp.experts.{}." + proj + ".weight", E)

@@ -177,21 +177,9 @@ def write_gguf(src_hdr, mm, L, cfg, path, gguf):
     from gguf import quants
     Q = gguf.GGMLQuantizationType
     E, I, D, V = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"], cfg["vocab_size"]
+    from make_bf16_gguf import qwen3moe_keys   # beside this file (the script's directory is on sys.path)
     w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_block_count(L)
-    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
-    w.add_embedding_length(D)
-    w.add_feed_forward_length(int(cfg.get("intermediate_size", I)))
-    w.add_expert_feed_forward_length(I)
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_dimension_count(cfg["head_dim"])
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_expert_count(E)
-    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    qwen3moe_keys(cfg, w, L)
     w.add_file_type(2)                                   # LLAMA_FTYPE_MOSTLY_Q4_0
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, V)])
