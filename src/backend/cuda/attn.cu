@@ -34,6 +34,25 @@ enum { QT = 16, KT = 64, PF_THREADS = 128 };
 
 __device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
 
+/* A chunk's local softmax: for each head h < G, the max m and the exp-sum l of its nj scores
+ * at ps[h * ld ..], the scores replaced by exp(s - m) and (m, l) into ml[2h, 2h + 1]; warp
+ * `warp` of nw takes heads warp, warp + nw, ... (both decode kernels). */
+__device__ __forceinline__ void chunk_softmax(float *ps, int ld, float *ml, int G, int nj, int warp, int lane, int nw) {
+    for (int h = warp; h < G; h += nw) {
+        float m = -INFINITY;
+        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * ld + j]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.0f;
+        for (int j = lane; j < nj; j += 32) {
+            const float p = expf(ps[h * ld + j] - m);
+            ps[h * ld + j] = p;
+            l += p;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
+    }
+}
+
 /* part: [n, n_heads, n_chunks, hd + 2] (o, m, l) */
 __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
@@ -83,20 +102,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     }
     __syncthreads();
     /* per head: max and exp-sum over the chunk (one warp per head, warps loop over heads) */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int h = warp; h < G; h += nw) {
-        float m = -INFINITY;
-        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * CHUNK + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.0f;
-        for (int j = lane; j < nj; j += 32) {
-            float p = expf(ps[h * CHUNK + j] - m);
-            ps[h * CHUNK + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
-    }
+    chunk_softmax(ps, CHUNK, ml, G, nj, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
     __syncthreads();
     /* o[h][d] = sum_j p[h][j] v[j][d] */
     float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
@@ -326,19 +332,7 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     }
     __syncthreads();
     /* per head: max and exp-sum over the chunk (one warp per head, warps loop over heads) */
-    for (int h = warp; h < G; h += D2_WARPS) {
-        float m = -INFINITY;
-        for (int j = lane; j < nj; j += 32) m = fmaxf(m, ps[h * ck + j]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float l = 0.0f;
-        for (int j = lane; j < nj; j += 32) {
-            float p = expf(ps[h * ck + j] - m);
-            ps[h * ck + j] = p;
-            l += p;
-        }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
-    }
+    chunk_softmax(ps, ck, ml, G, nj, warp, lane, D2_WARPS);
     __syncthreads();
     float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
     const int64_t hstride = (int64_t)n_chunks * (hd + 2);

@@ -416,6 +416,19 @@ __device__ __forceinline__ float down_step(uint4 raw, const void *sg, int sd, in
  * bases, scale grids and weights are staged in shared memory by the block (all its warps
  * serve the same token). */
 enum { DOWN_BATCH = 8, DOWN_MAX_K = 64 };
+/* The block's token t: its top_k experts' down bases, scale grids, first scale rows and
+ * routing weights into shared memory (threads 0..K-1; the caller syncs). */
+__device__ __forceinline__ void down_stage(const exp_args &a, int t, const char **wb, const void **sg, int64_t *s0,
+                                           float *wk) {
+    const int K = a.K;
+    if ((int)threadIdx.x < K) {
+        const int p = t * K + threadIdx.x, e = a.sel[p];
+        wb[threadIdx.x] = (const char *)a.w[3 * e + 2];
+        sg[threadIdx.x] = a.scale[3 * e + 2];
+        s0[threadIdx.x] = a.srow0[3 * e + 2];
+        wk[threadIdx.x] = a.wt[p];
+    }
+}
 /* PIPE: the next batch's loads are issued before this batch's products (two buffers), so a
  * warp's loads stay in flight while it computes (ncu at batch 1: 0.4 eligible warps per
  * scheduler, stalled on its loads, without it). */
@@ -427,13 +440,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
     __shared__ float wk[DOWN_MAX_K];
     pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y, K = a.K;
-    if ((int)threadIdx.x < K) {
-        const int p = t * K + threadIdx.x, e = a.sel[p];
-        wb[threadIdx.x] = (const char *)a.w[3 * e + 2];
-        sg[threadIdx.x] = a.scale[3 * e + 2];
-        s0[threadIdx.x] = a.srow0[3 * e + 2];
-        wk[threadIdx.x] = a.wt[p];
-    }
+    down_stage(a, t, wb, sg, s0, wk);
     __syncthreads();
     const int r = blockIdx.x * MOE_WARPS + warp;
     if (r >= a.X) return;
@@ -496,13 +503,7 @@ __global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4
     __shared__ float part_sum[DS_ROWS * DS_SPLIT];
     pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y, K = a.K;
-    if ((int)threadIdx.x < K) {
-        const int p = t * K + threadIdx.x, e = a.sel[p];
-        wb[threadIdx.x] = (const char *)a.w[3 * e + 2];
-        sg[threadIdx.x] = a.scale[3 * e + 2];
-        s0[threadIdx.x] = a.srow0[3 * e + 2];
-        wk[threadIdx.x] = a.wt[p];
-    }
+    down_stage(a, t, wb, sg, s0, wk);
     __syncthreads();
     const int q = warp % DS_SPLIT, r = blockIdx.x * DS_ROWS + warp / DS_SPLIT;
     constexpr int V = L::VEC;
