@@ -536,7 +536,7 @@ static void op_free(ci_backend *be) {
 }
 
 /* A tuning switch from the environment: "0" or "1", else the default. */
-static int env_switch(const char *name, int dflt) {
+int cb_env_switch(const char *name, int dflt) {
     const char *v = getenv(name);
     if (v && (!strcmp(v, "0") || !strcmp(v, "1"))) return v[0] == '1';
     return dflt;
@@ -573,16 +573,16 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     ci_backend *be = &cb->base;
     cb->device = device;
     cb->sm_count = prop.multiProcessorCount;
-    cb->pdl = env_switch("CINFER_CUDA_PDL", CB_PDL);
-    cb->norm_fuse = env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
-    cb->fp8_rows2 = env_switch("CINFER_CUDA_FP8_ROWS2", CB_FP8_ROWS2);
-    cb->mla_decode = env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
-    cb->moe_pipe = env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
-    cb->moe_split = env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
-    cb->q_pair = env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
-    cb->dsa_select = env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
-    cb->dsa_score = env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
-    cb->attn_decode2 = env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
+    cb->pdl = cb_env_switch("CINFER_CUDA_PDL", CB_PDL);
+    cb->norm_fuse = cb_env_switch("CINFER_CUDA_NORM_FUSE", CB_NORM_FUSE);
+    cb->fp8_rows2 = cb_env_switch("CINFER_CUDA_FP8_ROWS2", CB_FP8_ROWS2);
+    cb->mla_decode = cb_env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
+    cb->moe_pipe = cb_env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
+    cb->moe_split = cb_env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
+    cb->q_pair = cb_env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
+    cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
+    cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
+    cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -88,6 +88,8 @@ int cb_fail(cuda_be *cb, const char *what, cudaError_t e);
 #define CB_CHECK(cb, what, call) cb_fail((cb), (what), (call))
 /* After a launch: cudaGetLastError, recorded like cb_fail. */
 int cb_launched(cuda_be *cb, const char *what);
+/* A CUDA switch from the environment: "0" or "1", anything else (or unset) dflt. */
+int cb_env_switch(const char *name, int dflt);
 /* Device scratch of at least `bytes`, grown (never shrunk) on demand; NULL on failure. */
 void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 

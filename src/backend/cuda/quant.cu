@@ -46,11 +46,7 @@ int cb_q_ok(const ci_mat *W) {
 /* CINFER_CUDA_Q_AFFINE_LOOP (default 1; 0 to measure against): which form of q_chunk's
  * arithmetic the kernels take (quant.cuh; the same values either way). */
 int cb_q_aloop(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CINFER_CUDA_Q_AFFINE_LOOP");
-        v = !(e && !strcmp(e, "0"));
-    }
+    static const int v = cb_env_switch("CINFER_CUDA_Q_AFFINE_LOOP", 1);
     return v;
 }
 
@@ -58,11 +54,7 @@ int cb_q_aloop(void) {
  * of their own, as the affine loop that measured +19% (quant.cuh; the same values). Default 0:
  * written on 2026-12-02 after the device time was spent, not measured yet. */
 int cb_q_fploop(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CINFER_CUDA_Q_FP_LOOP");
-        v = e && !strcmp(e, "1");
-    }
+    static const int v = cb_env_switch("CINFER_CUDA_Q_FP_LOOP", 0);
     return v;
 }
 
