@@ -60,6 +60,24 @@ typedef enum { CI_ROPE_NEOX = 0, /* rotate halves: (x[i], x[i+d/2]) */
  * fills one of these per call). Every pointer is backend memory: the expert views' data,
  * bias and hash_ids are placed with weight(). A device backend may key tables it builds
  * from the views by the address of w_up (stable for a model's life). */
+/* A paged KV cache's addressing (rope_attend): the cache arrays kc / vc are a pool of blocks
+ * of 2^blk_log2 rows each, and position p of a sequence is row
+ *   (tab[p >> blk_log2] << blk_log2) + (p & (2^blk_log2 - 1))
+ * of them, where tab is that sequence's block table (block ids, backend memory). Row t of a
+ * call uses tab + t * tab_stride when per_row (a decode step of n sequences, one row each),
+ * else tab for every row (a chunk of one sequence). Tables are read on the backend, so a
+ * recorded step serves any later table contents. */
+typedef struct ci_pages {
+    const int32_t *tab;
+    int tab_stride;              /* entries per sequence's table */
+    int per_row;
+    int blk_log2;
+} ci_pages;
+static inline int64_t ci_page_row(const ci_pages *pg, int t, int64_t p) {
+    const int32_t *tb = pg->tab + (pg->per_row ? (int64_t)t * pg->tab_stride : 0);
+    return ((int64_t)tb[p >> pg->blk_log2] << pg->blk_log2) | (p & ((1 << pg->blk_log2) - 1));
+}
+
 typedef enum { CI_ROUTE_SOFTMAX = 0, CI_ROUTE_SIGMOID, CI_ROUTE_SQRTSOFTPLUS } ci_route;
 typedef struct ci_moe {
     int n_experts, top_k;
@@ -256,13 +274,18 @@ typedef struct ci_backend {
      * cache kc / vc. Else a decode step of n sequences, one row each, each with its own cache:
      * kv_tab is a backend buffer of 2n pointers, row t's K cache kv_tab[2t] and V cache
      * kv_tab[2t + 1] (each a backend buffer's address plus a multiple of 4 floats; kc / vc
-     * unused), and each row's bits are those of the two ops on that row alone. max_keys
-     * bounds every pos[t] + 1. q and k are scratch afterwards (a device may leave them as
-     * they came). */
+     * unused), and each row's bits are those of the two ops on that row alone. pages (host
+     * struct, or NULL): the cache is paged (ci_pages above; kc / vc, or kv_tab's per-row
+     * arrays, are pools of blocks), position p read and written at its table's row instead
+     * of row p; the bits are
+     * those of an unpaged cache holding the same rows (the CPU needs blocks of at least its
+     * attention block, 128 rows, for that). max_keys bounds every pos[t] + 1. q and k are
+     * scratch afterwards (a device may leave them as they came). */
     void (*rope_attend)(struct ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
                         int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                         const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
-                        float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale);
+                        float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
+                        float scale);
     /* out[0] = the index of the largest of x[0, count) (the first one on ties; NaN is never
      * chosen over a number), as int32 in backend memory. */
     void (*argmax)(struct ci_backend *be, int32_t *out, const float *x, int count);

@@ -50,6 +50,10 @@ typedef struct {
     float *const *kv_tab;        /* a batch step (n caches): [2n] each row's K / V cache of this
                                   * layer, uploaded by the caller (backend.h rope_attend), or
                                   * NULL: one op call per row */
+    const ci_pages *pages;       /* a paged cache (backend.h ci_pages), or NULL: the caches are
+                                  * kvs[i] below, row p = position p. With pages every kvs[i] is
+                                  * the pool's layer arrays (the same k / v for every row) and
+                                  * kv_tab is NULL */
 } attn_bufs;
 
 /* One layer's K / V cache of one sequence: the key of position p at k + p*stride, its value

@@ -878,12 +878,12 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
     if (!dead) {
         const float scale = 1.f / sqrtf((float)hd);
         cpu->rope_attend(cpu, out, q, k, v, n, nh, nkv, hd, norms ? qn : NULL, norms ? kn : NULL, 1e-6f, rot, pos, inv,
-                         1.f, (ci_rope_style)style, table ? NULL : hk[0], table ? NULL : hv[0], table ? htab : NULL, kvw,
-                         keys, scale);
+                         1.f, (ci_rope_style)style, table ? NULL : hk[0], table ? NULL : hv[0], table ? htab : NULL, NULL,
+                         kvw, keys, scale);
         g_poison(go, nq * 4);
         gpu->rope_attend(gpu, go, gq, gk, gv, n, nh, nkv, hd, norms ? gqn : NULL, norms ? gkn : NULL, 1e-6f, rot, gp, gi,
-                         1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, kvw, keys,
-                         scale);
+                         1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, NULL, kvw,
+                         keys, scale);
         errs e = { 0, 0, 0 };
         double num = 0, den = 0;
         g_get(got, go, nq * 4); acc_err(&e, &num, &den, got, out, nq);
@@ -904,8 +904,8 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
             be->upload(be, gq, q0, nq * 4);
             be->upload(be, gk, k0, nk * 4);
             be->rope_attend(be, go, gq, gk, gv, n, nh, nkv, hd, norms ? gqn : NULL, norms ? gkn : NULL, 1e-6f, rot, gp, gi,
-                            1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, kvw, keys,
-                            scale);
+                            1.f, (ci_rope_style)style, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, NULL, kvw,
+                            keys, scale);
             be->download(be, got, go, nq * 4);
             char sname[260];
             snprintf(sname, sizeof sname, "%s ATTN_DECODE2=%d", name, s);
@@ -1375,7 +1375,7 @@ static void test_graph(void) {
         const ci_mat *ws[3] = { &wq.g, &wk.g, &wv.g };                                                          \
         gpu->matmul_n(gpu, 3, ys, gh, 1, ws);                                                                   \
         gpu->rope_attend(gpu, ga, gq, gk, gv, 1, nh, nkv, hd, NULL, NULL, 1e-6f, hd, gpos, ginv, 1.f,           \
-                         CI_ROPE_NEOX, gkc, gvc, NULL, nkv * hd, rows, 0.125f);                                \
+                         CI_ROPE_NEOX, gkc, gvc, NULL, NULL, nkv * hd, rows, 0.125f);                          \
         gpu->matmul(gpu, glog, ga, 1, &wo.g);                                                                   \
         gpu->argmax(gpu, gid, glog, vocab);                                                                     \
     } while (0)

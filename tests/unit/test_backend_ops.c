@@ -13,6 +13,8 @@
  *    fp8 (block scales) weights, n = 1, 3, 5 and 17 rows;
  *  - qk_rope_store against rmsnorm, rmsnorm, rope, rope, kv_store, kv_store (with and without
  *    q/k norms, both rope styles, partial rotation);
+ *  - rope_attend on a paged cache (shuffled block tables, one per chunk or one per row)
+ *    against unpaged caches holding the same rows: bit for bit with 128-row blocks;
  *  - argmax: ties give the first index, NaN never wins over a number, all-NaN gives 0, and it
  *    agrees with the sampler's greedy rule (smp_argmax).
  * Model level (tests/fixtures, run from the repository root; dense, MoE and DeepSeek
@@ -249,6 +251,72 @@ static void test_qk_rope_store(void) {
     }
 }
 
+/* rope_attend on a paged cache (backend.h ci_pages) against the same rows in unpaged caches:
+ * a chunk of one sequence (one table) and a decode step of three sequences (a table per
+ * row), tables of shuffled blocks. Blocks of 128 rows (the CPU's attention block): bit for
+ * bit, outputs and the rows written; blocks of 16: the value sums split at block edges, so
+ * within 1e-5. */
+static void test_rope_attend_paged(void) {
+    enum { H = 4, KV = 2, hd = 24, QD = H * hd, KD = KV * hd, NS = 3, MAXP = 300 };
+    const float scale = 0.2f;
+    float inv[hd / 2];
+    for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        for (int lg = 4; lg <= 7; lg += 3) {
+            const int blk = 1 << lg, per = (MAXP + blk - 1) / blk, NB = NS * per + 2;
+            float *kc[NS], *vc[NS];
+            float *kp = rvec((size_t)NB * blk * KD), *vp = rvec((size_t)NB * blk * KD);
+            int32_t tab[NS * 24];
+            int *perm = malloc((size_t)NB * sizeof *perm);
+            for (int i = 0; i < NB; i++) perm[i] = i;
+            for (int i = NB - 1; i > 0; i--) { int j = (int)(rnd_u32() % (uint32_t)(i + 1)), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+            for (int s = 0; s < NS; s++) {
+                kc[s] = rvec((size_t)MAXP * KD);
+                vc[s] = rvec((size_t)MAXP * KD);
+                for (int i = 0; i < per; i++) tab[s * per + i] = perm[s * per + i];
+                ci_pages pg = { tab + s * per, per, 0, lg };
+                for (int p = 0; p < MAXP; p++) {
+                    memcpy(kp + ci_page_row(&pg, 0, p) * KD, kc[s] + (size_t)p * KD, KD * 4);
+                    memcpy(vp + ci_page_row(&pg, 0, p) * KD, vc[s] + (size_t)p * KD, KD * 4);
+                }
+            }
+            for (int mode = 0; mode < 2; mode++) {
+                const int n = mode ? NS : 9;
+                int32_t pos[9];
+                for (int t = 0; t < n; t++) pos[t] = mode ? 100 + 97 * t : 250 + t;
+                float *q = rvec((size_t)n * QD), *k = rvec((size_t)n * KD), *v = rvec((size_t)n * KD);
+                float *q2 = malloc((size_t)n * QD * 4), *k2 = malloc((size_t)n * KD * 4);
+                float *o1 = malloc((size_t)n * QD * 4), *o2 = malloc((size_t)n * QD * 4);
+                memcpy(q2, q, (size_t)n * QD * 4);
+                memcpy(k2, k, (size_t)n * KD * 4);
+                float *tabp[2 * NS];
+                for (int s = 0; s < NS; s++) { tabp[2 * s] = kc[s]; tabp[2 * s + 1] = vc[s]; }
+                be->rope_attend(be, o1, q, k, v, n, H, KV, hd, NULL, NULL, 1e-6f, hd, pos, inv, 1.0f, CI_ROPE_NEOX,
+                                mode ? NULL : kc[0], mode ? NULL : vc[0], mode ? tabp : NULL, NULL, KD, MAXP, scale);
+                ci_pages pg = { tab, per, mode, lg };
+                be->rope_attend(be, o2, q2, k2, v, n, H, KV, hd, NULL, NULL, 1e-6f, hd, pos, inv, 1.0f, CI_ROPE_NEOX,
+                                kp, vp, NULL, &pg, KD, MAXP, scale);
+                double md = 0;
+                for (size_t i = 0; i < (size_t)n * QD; i++) md = fmax(md, fabs((double)o1[i] - o2[i]));
+                if (lg == 7) CHECK(same(o1, o2, (size_t)n * QD), "%s: paged blk %d mode %d: max diff %g", be->name, blk, mode, md);
+                else CHECK(md < 1e-5, "%s: paged blk %d mode %d: max diff %g", be->name, blk, mode, md);
+                int rows_ok = 1;
+                for (int t = 0; t < n; t++) {
+                    int s = mode ? t : 0;
+                    const float *r1 = kc[s] + (size_t)pos[t] * KD, *r2 = kp + ci_page_row(&pg, mode ? t : 0, pos[t]) * KD;
+                    const float *w1 = vc[s] + (size_t)pos[t] * KD, *w2 = vp + ci_page_row(&pg, mode ? t : 0, pos[t]) * KD;
+                    rows_ok &= same(r1, r2, KD) && same(w1, w2, KD);
+                }
+                CHECK(rows_ok, "%s: paged blk %d mode %d: the rows written differ", be->name, blk, mode);
+                free(q); free(k); free(v); free(q2); free(k2); free(o1); free(o2);
+            }
+            for (int s = 0; s < NS; s++) { free(kc[s]); free(vc[s]); }
+            free(kp); free(vp); free(perm);
+        }
+    }
+}
+
 static void test_argmax(void) {
     float x[9] = { 1, 3, -2, 3, 0.5f, 3, -INFINITY, 2, 1 };
     for (int b = 0; b < n_bes; b++) {
@@ -428,6 +496,7 @@ int main(void) {
     TEST_RUN(test_attention_pos);
     TEST_RUN(test_fused_matmuls);
     TEST_RUN(test_qk_rope_store);
+    TEST_RUN(test_rope_attend_paged);
     TEST_RUN(test_argmax);
     TEST_RUN(test_forward_argmax);
     TEST_RUN(test_batch_and_cache);

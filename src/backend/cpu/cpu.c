@@ -430,7 +430,13 @@ typedef struct {
     int heads_per_item;       /* divides group: an item's heads share one kv head */
     float scale;
     const int32_t *pos;       /* attention_pos: row t attends keys 0..pos[t]; NULL: pos0 + t */
+    const ci_pages *pg;       /* a paged cache (backend.h), or NULL: key j is row j */
+    int pg_row;               /* the table row of query row 0 (a per-row paged call runs one row) */
 } attn_ctx;
+
+static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
+    return a->pg ? ci_page_row(a->pg, a->pg_row + t, j) : j;
+}
 
 /* One query row and heads_per_item consecutive heads of one kv group. Keys go in blocks of
  * ATTN_BLOCK, and the item's heads are taken 4 at a time: the scores of 4 heads x 4 keys
@@ -460,7 +466,7 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
             float *o = a->out + (row0 + hs) * hd, *s = slot->scores; /* s: [nq, ATTN_BLOCK] */
             for (int j = 0; j < nj; j += CPU_TILE_R) {
                 const float *kp[CPU_TILE_R];
-                for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + (j0 + (j + r < nj ? j + r : nj - 1)) * stride;
+                for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)) * stride;
                 a->k->f32_tile(kp, hd, nq, q, hd, tile);
                 for (int h = 0; h < nq; h++)
                     for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
@@ -479,7 +485,17 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
                 }
                 *lh += a->k->exp_sum(sh, nj, *mh);
             }
-            a->k->attn_wsum(o, hd, nq, s, ATTN_BLOCK, vb + j0 * stride, stride, nj, hd);
+            /* value rows are contiguous within a page: one call per page the block spans (one
+             * when pages are at least ATTN_BLOCK rows, so the bits are the unpaged ones) */
+            for (int j = 0; j < nj;) {
+                int run = nj - j;
+                if (a->pg) {
+                    int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
+                    run = run < in_page ? run : in_page;
+                }
+                a->k->attn_wsum(o, hd, nq, s + j, ATTN_BLOCK, vb + attn_row(a, t, j0 + j) * stride, stride, run, hd);
+                j += run;
+            }
         }
     }
     for (int h = 0; h < hpi; h++) {
@@ -491,9 +507,10 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
 /* attention and attention_pos: one driver; keys = the longest row's key count (only the
  * decision to wake the pool depends on it, never a result). */
 static void attn_run(cpu_backend *b, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                     const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+                     const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                     const ci_pages *pg, int pg_row) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
-    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos };
+    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row };
     if (a.group < 1) a.group = 1;
     /* Items are (query row, heads sharing a kv head). Sharing saves memory traffic, but
      * the pool needs enough items: take the largest divisor of the group that still
@@ -506,19 +523,25 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
 
 static void cpu_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                           int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
-    attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale);
+    attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
 }
 
 /* The positions are host memory here, so the work estimate reads them; max_keys only
  * matters to a device sizing its launch. */
+static void attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                            const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                            const ci_pages *pg, int pg_row) {
+    int64_t keys = 0;
+    for (int t = 0; t < n; t++)
+        if (pos[t] + 1 > keys) keys = pos[t] + 1;
+    attn_run(cpu(be), out, q, k, v, n, 0, pos, keys, n_heads, n_kv, hd, kv_stride, scale, pg, pg_row);
+}
+
 static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                               const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
                               float scale) {
     (void)max_keys;
-    int64_t keys = 0;
-    for (int t = 0; t < n; t++)
-        if (pos[t] + 1 > keys) keys = pos[t] + 1;
-    attn_run(cpu(be), out, q, k, v, n, 0, pos, keys, n_heads, n_kv, hd, kv_stride, scale);
+    attention_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -647,11 +670,19 @@ static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, c
 
 /* ---- ops with positions in memory ------------------------------------------------------ */
 
+/* kv_store; with pg, position pos[t] goes to its row of table row pg_row + t (per_row) */
+static void kv_store_paged(float *cache, int stride, const float *src, int width, int n, const int32_t *pos,
+                           const ci_pages *pg, int pg_row) {
+    for (int t = 0; t < n; t++) {
+        int64_t r = pg ? ci_page_row(pg, pg_row + t, pos[t]) : pos[t];
+        memcpy(cache + r * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
+    }
+}
+
 static void cpu_kv_store(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
                          const int32_t *pos) {
     (void)be;
-    for (int t = 0; t < n; t++)
-        memcpy(cache + (int64_t)pos[t] * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
+    kv_store_paged(cache, stride, src, width, n, pos, NULL, 0);
 }
 
 int ci_argmax_f32(const float *x, int count) {
@@ -696,37 +727,48 @@ static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, co
     cpu_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }
 
-static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
-                              const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
-                              const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
-                              int kv_stride) {
+static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
+                                int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                                const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style,
+                                float *kc, float *vc, int kv_stride, const ci_pages *pg, int pg_row) {
     if (q_norm) cpu_rmsnorm(be, q, q, q_norm, n * n_heads, hd, eps);
     if (k_norm) cpu_rmsnorm(be, k, k, k_norm, n * n_kv, hd, eps);
     cpu_rope(be, q, n, n_heads, hd, 0, rot_dim, pos, inv_freq, mscale, style);
     cpu_rope(be, k, n, n_kv, hd, 0, rot_dim, pos, inv_freq, mscale, style);
-    cpu_kv_store(be, kc, kv_stride, k, n_kv * hd, n, pos);
-    cpu_kv_store(be, vc, kv_stride, v, n_kv * hd, n, pos);
+    kv_store_paged(kc, kv_stride, k, n_kv * hd, n, pos, pg, pg_row);
+    kv_store_paged(vc, kv_stride, v, n_kv * hd, n, pos, pg, pg_row);
+}
+
+static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
+                              const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
+                              const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
+                              int kv_stride) {
+    qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
+                        kc, vc, kv_stride, NULL, 0);
 }
 
 /* qk_rope_store then attention_pos; a batch step's rows one by one (n = 1), each against its
- * own cache. */
+ * own cache (kv_tab) or its own block table (per-row pages). */
 static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
                             int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                             const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
-                            float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale) {
-    if (!kv_tab) {
-        cpu_qk_rope_store(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
-                          kc, vc, kv_stride);
-        cpu_attention_pos(be, out, q, kc, vc, n, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale);
+                            float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
+                            float scale) {
+    (void)max_keys;
+    if (!kv_tab && !(pages && pages->per_row)) {
+        qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
+                            style, kc, vc, kv_stride, pages, 0);
+        attention_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0);
         return;
     }
     const size_t QD = (size_t)n_heads * hd, KD = (size_t)n_kv * hd;
     for (int t = 0; t < n; t++)
-        cpu_qk_rope_store(be, q + t * QD, k + t * KD, v + t * KD, 1, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim,
-                          pos + t, inv_freq, mscale, style, kv_tab[2 * t], kv_tab[2 * t + 1], kv_stride);
+        qk_rope_store_paged(be, q + t * QD, k + t * KD, v + t * KD, 1, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim,
+                            pos + t, inv_freq, mscale, style, kv_tab ? kv_tab[2 * t] : kc,
+                            kv_tab ? kv_tab[2 * t + 1] : vc, kv_stride, pages, t);
     for (int t = 0; t < n; t++)
-        cpu_attention_pos(be, out + t * QD, q + t * QD, kv_tab[2 * t], kv_tab[2 * t + 1], 1, pos + t, max_keys, n_heads,
-                          n_kv, hd, kv_stride, scale);
+        attention_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1,
+                        pos + t, n_heads, n_kv, hd, kv_stride, scale, pages, t);
 }
 
 /* ---- construction --------------------------------------------------------------------- */

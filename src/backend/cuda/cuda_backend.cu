@@ -328,9 +328,15 @@ static void op_qk_rope_store(ci_backend *be, float *q, float *k, const float *v,
 static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
                            int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                            const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
-                           float *vc, float *const *kv_tab, int kv_stride, int max_keys, float scale) {
+                           float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
+                           float scale) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
+    if (pages) {
+        cb->failed = 1;
+        snprintf(be->last_error, sizeof be->last_error, "CUDA: rope_attend: paged caches are not supported yet");
+        return;
+    }
     cb_qk_rope_store(cb, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
                      kc, vc, kv_stride, kv_tab);
     if (!cb->failed) cb_attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);

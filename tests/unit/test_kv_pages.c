@@ -1,0 +1,156 @@
+/* test_kv_pages.c — the paged cache's block allocator (src/cache/kv_pages.h): allocation,
+ * sharing by name, truncation, eviction, exhaustion, and a random soak that ends with the
+ * pool back to full. */
+#include "check.h"
+#include "cache/kv_pages.h"
+#include <stdlib.h>
+
+static void fill(int32_t *t, int n, int seed) {
+    for (int i = 0; i < n; i++) t[i] = (int32_t)((seed * 7919 + i * 31) % 1000);
+}
+
+static void test_reserve_and_release(void) {
+    kv_pool *p = kvp_new(8, 4);
+    CHECK(p && kvp_blk(p) == 4 && kvp_available(p) == 8, "new");
+    CHECK(!kvp_new(8, 3) && !kvp_new(0, 4), "bad shapes refused");
+    kv_seq a, b;
+    CHECK(kvs_init(&a, 5) == 0 && kvs_init(&b, 5) == 0, "init");
+    CHECK(kvs_reserve(p, &a, 9) == 0 && a.n == 3 && a.dirty, "9 positions take 3 blocks, got %d", a.n);
+    CHECK(kvs_reserve(p, &a, 12) == 0 && a.n == 3, "still 3 for 12");
+    CHECK(kvs_reserve(p, &a, 21) == -1 && a.n == 3, "beyond the table refused, nothing taken");
+    CHECK(kvs_reserve(p, &b, 20) == 0 && b.n == 5 && kvp_available(p) == 0, "b takes the rest");
+    kv_seq c;
+    CHECK(kvs_init(&c, 5) == 0, "init c");
+    CHECK(kvs_reserve(p, &c, 1) == -1 && c.n == 0, "exhausted: refused");
+    int seen[8] = { 0 };
+    for (int i = 0; i < a.n; i++) seen[a.tab[i]]++;
+    for (int i = 0; i < b.n; i++) seen[b.tab[i]]++;
+    for (int i = 0; i < 8; i++) CHECK(seen[i] == 1, "block %d held %d times", i, seen[i]);
+    kvs_free(p, &b);
+    CHECK(kvp_available(p) == 5 && kvs_reserve(p, &c, 1) == 0, "freed blocks come back");
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 4 && st.free == 4 && st.cached == 0, "stats %d %d %d", st.in_use, st.free, st.cached);
+    kvs_free(p, &a);
+    kvs_free(p, &c);
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.free == 8, "all back");
+    kvp_free(p);
+}
+
+static void test_publish_match_share(void) {
+    kv_pool *p = kvp_new(16, 4);
+    int32_t t[16], u[16];
+    fill(t, 16, 1);
+    memcpy(u, t, sizeof t);
+    u[9] = 999;                                  /* diverges in the third block */
+    kv_seq a, b, c;
+    kvs_init(&a, 4); kvs_init(&b, 4); kvs_init(&c, 4);
+    CHECK(kvs_reserve(p, &a, 14) == 0, "reserve");
+    kvs_publish(p, &a, t, 14);                   /* blocks 0..2 full, the 4th partial: not published */
+    CHECK(kvp_probe(p, t, 16, 16) == 12, "probe gives 3 blocks, got %d", kvp_probe(p, t, 16, 16));
+    CHECK(kvp_probe(p, u, 16, 16) == 8, "a diverging prompt gets 2, got %d", kvp_probe(p, u, 16, 16));
+    CHECK(kvp_probe(p, t, 16, 11) == 8, "limit 11 gives 2 blocks");
+    CHECK(kvs_match(p, &b, u, 16, 16) == 8 && b.n == 2 && b.tab[0] == a.tab[0] && b.tab[1] == a.tab[1], "shared");
+    CHECK(kvs_reserve(p, &b, 16) == 0 && b.tab[2] != a.tab[2], "b's own third block");
+    /* a goes away: its published blocks stay cached (b holds two of them) */
+    kvs_free(p, &a);
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 4 && st.cached == 1 && st.free == 11, "after a: %d in use %d cached %d free", st.in_use,
+          st.cached, st.free);
+    CHECK(kvs_match(p, &c, t, 16, 16) == 12 && c.n == 3, "c finds all three (one from the LRU)");
+    kvp_stats(p, &st);
+    CHECK(st.cached == 0 && st.in_use == 5, "cached block back in use");
+    CHECK(st.match_hits == 5 && st.match_lookups == 8, "hits %lld lookups %lld", st.match_hits, st.match_lookups);
+    /* truncating into a shared block drops it; into an own unpublished one keeps it */
+    CHECK(kvs_truncate(p, &c, 6) == 4 && c.n == 1, "cut into a shared block: back to 4, got n %d", c.n);
+    CHECK(kvs_truncate(p, &b, 10) == 10 && b.n == 3, "own block kept");
+    kvs_free(p, &b); kvs_free(p, &c);
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.cached == 3 && st.free == 13, "idle: %d cached %d free", st.cached, st.free);
+    kvp_free(p);
+}
+
+static void test_evict_lru_and_generations(void) {
+    kv_pool *p = kvp_new(4, 2);
+    int32_t t[8], u[8];
+    fill(t, 8, 3);
+    fill(u, 8, 4);
+    kv_seq a, b;
+    kvs_init(&a, 4); kvs_init(&b, 4);
+    kvs_reserve(p, &a, 4);
+    kvs_publish(p, &a, t, 4);
+    kvs_free(p, &a);                             /* 2 cached */
+    kvs_init(&a, 4);
+    CHECK(kvs_reserve(p, &a, 8) == 0, "4 blocks: 2 free + 2 evicted");
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.evictions == 2 && st.cached == 0, "evictions %lld", st.evictions);
+    CHECK(kvp_probe(p, t, 8, 8) == 0, "evicted names no longer match");
+    kvs_publish(p, &a, u, 8);
+    kvs_free(p, &a);
+    CHECK(kvp_probe(p, u, 8, 8) == 8, "u published whole");
+    /* a sequence lets its blocks go last first, so the LRU evicts a chain from its tail and
+     * its prefix stays usable */
+    CHECK(kvs_reserve(p, &b, 2) == 0, "one block: evicts the oldest cached");
+    CHECK(kvp_probe(p, u, 8, 8) == 6, "u's last block went first: %d", kvp_probe(p, u, 8, 8));
+    kvs_free(p, &b);
+    kvp_free(p);
+}
+
+/* Random sequences grow, publish, match, truncate and end; the counts always add up and an
+ * idle pool is whole again. */
+static void test_soak(void) {
+    enum { NB = 64, BLK = 4, NS = 6, CAP = 16 };
+    kv_pool *p = kvp_new(NB, BLK);
+    kv_seq s[NS];
+    int32_t toks[NS][CAP * BLK];
+    int len[NS] = { 0 };
+    for (int i = 0; i < NS; i++) kvs_init(&s[i], CAP);
+    srand(7);
+    int matched = 0;
+    for (int it = 0; it < 20000; it++) {
+        int i = rand() % NS, op = rand() % 10;
+        if (op < 5) {                            /* grow by a few tokens from a small alphabet */
+            int add = 1 + rand() % 9;
+            if (len[i] + add > CAP * BLK) add = CAP * BLK - len[i];
+            if (add && kvs_reserve(p, &s[i], len[i] + add) == 0) {
+                for (int k = 0; k < add; k++) toks[i][len[i] + k] = rand() % 2;
+                len[i] += add;
+                kvs_publish(p, &s[i], toks[i], len[i]);
+            }
+        } else if (op < 7) {
+            len[i] = kvs_truncate(p, &s[i], rand() % (len[i] + 1));
+        } else {                                 /* end, then a new prompt that may share */
+            kvs_free(p, &s[i]);
+            kvs_init(&s[i], CAP);
+            int n = rand() % (CAP * BLK);
+            for (int k = 0; k < n; k++) toks[i][k] = rand() % 2;
+            len[i] = kvs_match(p, &s[i], toks[i], n, n);
+            matched += len[i] > 0;
+        }
+        kv_pool_stats st;
+        kvp_stats(p, &st);
+        int held = 0;
+        for (int k = 0; k < NS; k++) held += s[k].n;
+        if (st.in_use + st.cached + st.free != NB || st.in_use > held) {
+            CHECK(0, "iteration %d: %d in use, %d cached, %d free, %d held", it, st.in_use, st.cached, st.free, held);
+            break;
+        }
+    }
+    CHECK(matched > 100, "prefixes were shared (%d)", matched);
+    for (int i = 0; i < NS; i++) kvs_free(p, &s[i]);
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.free + st.cached == NB, "idle pool whole: %d in use", st.in_use);
+    kvp_free(p);
+}
+
+int main(void) {
+    TEST_RUN(test_reserve_and_release);
+    TEST_RUN(test_publish_match_share);
+    TEST_RUN(test_evict_lru_and_generations);
+    TEST_RUN(test_soak);
+    TEST_EXIT();
+}
