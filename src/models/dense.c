@@ -58,6 +58,9 @@ typedef struct {
     dense_placed *dev;           /* [n_layers] */
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
+    float *pool_k, *pool_v;      /* the model's shared block pool (ci_model_kv_pool), or NULL:
+                                  * [n_layers][pool_blocks * KV_BLOCK][n_kv*hd] each */
+    int pool_blocks;
 } dense_model;
 
 /* Qwen3-MoE: which layers are sparse, and the router / expert hyper-parameters. */
@@ -237,6 +240,8 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
 void dense_unload(ci_model *m) {
     dense_model *d = m->impl;
     if (!d) return;
+    ci_buf_release(m->be, d->pool_k);
+    ci_buf_release(m->be, d->pool_v);
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);
@@ -261,7 +266,15 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
 enum { BATCH_GRAPHS = 16 };
 
 typedef struct {
-    float *k, *v;                /* [n_layers][max_ctx][n_kv*hd] */
+    float *k, *v;                /* the block pool's rows: [n_layers][lrows][n_kv*hd], position p of
+                                  * layer l at row ci_page_row(p) of layer l (s->pages); the
+                                  * model's shared pool or the session's own (own_kv) */
+    int64_t lrows;               /* rows per layer: the pool's blocks * KV_BLOCK */
+    int own_kv;
+    int32_t *dtab;               /* [pages.cap] backend copy of s->pages.tab */
+    ci_pages pg;                 /* a chunk's addressing: dtab for every row */
+    int32_t *btab, *hbtab;       /* [ub, bt_stride] a batch step's tables (backend / host) */
+    int bt_stride;
     float *x, *xn;               /* [ub, dim] */
     float *q;                    /* [ub, n_heads*hd] */
     float *att;                  /* [ub, max(n_heads*hd, dim)] */
@@ -280,13 +293,46 @@ typedef struct {
 
 static void chunk_ops(ci_session *s, int n, int head);
 
+/* The shared pool's rows (ci_model_kv_pool): n_blocks blocks of every layer. */
+int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    dense_model *d = m->impl;
+    size_t kv = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
+    int bad = 0;
+    d->pool_k = ci_buf_alloc(m->be, kv, &bad);
+    d->pool_v = ci_buf_alloc(m->be, kv, &bad);
+    if (bad) {
+        ci_buf_release(m->be, d->pool_k);
+        ci_buf_release(m->be, d->pool_v);
+        d->pool_k = d->pool_v = NULL;
+        return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name,
+                      n_blocks, 2 * kv >> 20, m->be->last_error[0] ? ": " : "", m->be->last_error);
+    }
+    d->pool_blocks = n_blocks;
+    return 0;
+}
+
+/* Blocks for positions [0, tokens) of s, and the backend's copy of its table up to date. */
+static int pages_ready(ci_session *s, int tokens, char *err, size_t errlen) {
+    dense_cache *c = s->impl;
+    if (tokens > s->max_ctx) return 0;   /* the forward's own check names it */
+    if (ci_session_reserve(s, tokens, err, errlen)) return -1;
+    if (s->pages.dirty) {
+        s->m->be->upload(s->m->be, c->dtab, s->pages.tab, (size_t)s->pages.n * sizeof(int32_t));
+        s->pages.dirty = 0;
+    }
+    return 0;
+}
+
 int dense_session_init(ci_session *s, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     ci_backend *be = s->m->be;
     dense_cache *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     s->impl = c;
-    size_t kv = (size_t)d->n_layers * (size_t)s->max_ctx * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
+    int n_blocks = 0;
+    if (ci_session_pages_init(s, &n_blocks, err, errlen)) return -1;
+    c->lrows = (int64_t)n_blocks * KV_BLOCK;
+    size_t kv = (size_t)d->n_layers * (size_t)c->lrows * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
     int ub = be->is_device ? UBATCH_DEVICE : UBATCH;
     if (ub > s->max_ctx) ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
     int bad = 0;
@@ -295,8 +341,16 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
         return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     size_t U = (size_t)ub, att_w = (size_t)(d->n_heads * d->hd > d->dim ? d->n_heads * d->hd : d->dim); /* also the MoE output */
     size_t ff = (size_t)(d->ff ? d->ff : 1), KD = (size_t)d->n_kv * d->hd;
-    c->k = ci_buf_alloc(be, kv * f, &bad);
-    c->v = ci_buf_alloc(be, kv * f, &bad);
+    if (s->own_pool) {
+        c->k = ci_buf_alloc(be, kv * f, &bad);
+        c->v = ci_buf_alloc(be, kv * f, &bad);
+        c->own_kv = 1;
+    } else {
+        c->k = d->pool_k;
+        c->v = d->pool_v;
+    }
+    c->dtab = ci_buf_alloc(be, (size_t)s->pages.cap * sizeof(int32_t), &bad);
+    c->pg = (ci_pages){ c->dtab, s->pages.cap, 0, KV_BLOCK_LOG2 };
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
                       kv * 2 * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
@@ -329,9 +383,17 @@ void dense_session_free(ci_session *s) {
     ci_runner_free(&c->run, be);
     for (int i = 0; i < BATCH_GRAPHS; i++)
         if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
-    float *bufs[] = { c->k, c->v, c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last };
+    if (c->own_kv) {
+        ci_buf_release(be, c->k);
+        ci_buf_release(be, c->v);
+    }
+    float *bufs[] = { c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
+    ci_buf_release(be, c->dtab);
+    ci_buf_release(be, c->btab);
+    free(c->hbtab);
+    ci_session_pages_free(s);
     moe_scratch_free(s->m->be, &c->moe);
     free(c->hkv);
     free(c);
@@ -342,10 +404,18 @@ void dense_session_free(ci_session *s) {
  * dump; [ub, max(n_heads*hd, dim)]), the MoE's scratch is the session's. */
 static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c->u, c->att, &c->moe }; }
 
-/* Layer l's K / V cache of a session with cache c ([layer][max_ctx][n_kv*hd] each). */
+/* Layer l's K / V rows of a session with cache c (its pool's layer l; positions through
+ * the session's table). */
 static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int max_ctx, int l) {
-    size_t at = (size_t)l * max_ctx * d->n_kv * d->hd;
+    size_t at = (size_t)l * (size_t)c->lrows * d->n_kv * d->hd;
     return (attn_cache){ c->k + at, c->v + at, d->n_kv * d->hd, max_ctx };
+}
+
+/* The backend row of position p of layer l in s (host side: exports and imports). */
+static size_t row_at(const dense_model *d, const ci_session *s, int l, int p) {
+    const dense_cache *c = s->impl;
+    ci_pages hp = { s->pages.tab, 0, 0, KV_BLOCK_LOG2 };
+    return ((size_t)l * (size_t)c->lrows + (size_t)ci_page_row(&hp, 0, p)) * d->n_kv * d->hd;
 }
 
 /* One chunk of n <= c->run.ub tokens whose ids and positions are in c->run.ids / c->run.pos: only ops
@@ -366,7 +436,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
-        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos };
+        const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
+                               .pages = &c->pg };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         ci_dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
@@ -381,10 +452,12 @@ static void chunk_ops(ci_session *s, int n, int head) {
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    if (n > 0 && pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    if (n > 0 && pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
@@ -406,11 +479,12 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
     ci_backend *be = m->be;
     const ffn_bufs fb = ffn_scratch(c);
     attn_cache *kvs = c->hkv;
+    const ci_pages pg = { c->btab, c->bt_stride, 1, KV_BLOCK_LOG2 };   /* row i: ss[i]'s table */
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .kv_tab = c->run.tab + (size_t)l * 2 * n };
+                               .kv_tab = c->run.tab + (size_t)l * 2 * n, .pages = &pg };
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
@@ -427,6 +501,27 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     int32_t *hp = c->run.hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * (size_t)c->run.ub, err, errlen)) return -1;
+    /* each row's block for its position, then the rows' tables side by side ([n, bt_stride]);
+     * a wider table than before re-records the graphs (the stride is in their launches) */
+    int stride = 0;
+    for (int i = 0; i < n; i++) {
+        if (pages_ready(ss[i], ss[i]->pos + 1, err, errlen)) return -1;
+        stride = ss[i]->pages.cap > stride ? ss[i]->pages.cap : stride;
+    }
+    if (stride > c->bt_stride) {
+        int bad = 0;
+        ci_buf_release(be, c->btab);
+        free(c->hbtab);
+        c->btab = ci_buf_alloc(be, (size_t)c->run.ub * stride * sizeof(int32_t), &bad);
+        c->hbtab = calloc((size_t)c->run.ub * stride, sizeof(int32_t));
+        if (bad || !c->hbtab) { c->bt_stride = 0; return ci_err(err, errlen, "%s: out of memory", m->family->name); }
+        c->bt_stride = stride;
+        for (int i = 0; i < BATCH_GRAPHS; i++)
+            if (c->bgraph[i]) { be->graph_free(be, c->bgraph[i]); c->bgraph[i] = NULL; }
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(c->hbtab + (size_t)i * c->bt_stride, ss[i]->pages.tab, (size_t)ss[i]->pages.n * sizeof(int32_t));
+    be->upload(be, c->btab, c->hbtab, (size_t)n * c->bt_stride * sizeof(int32_t));
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
@@ -499,7 +594,7 @@ int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t 
     float *o = dst;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
-            size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
+            size_t at = row_at(d, s, l, p);
             be->download(be, o, c->k + at, row * sizeof(float)); o += row;
             be->download(be, o, c->v + at, row * sizeof(float)); o += row;
         }
@@ -513,9 +608,11 @@ int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t 
     if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
     size_t row = (size_t)d->n_kv * d->hd;
     const float *q = src;
+    ci_session_truncate(s, 0);   /* fresh blocks: a held one may be shared */
+    if (pages_ready(s, n, err, errlen)) return -1;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
-            size_t at = ((size_t)l * s->max_ctx + (size_t)p) * row;
+            size_t at = row_at(d, s, l, p);
             be->upload(be, c->k + at, q, row * sizeof(float)); q += row;
             be->upload(be, c->v + at, q, row * sizeof(float)); q += row;
         }

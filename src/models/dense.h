@@ -27,6 +27,7 @@ typedef struct {
 int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen);
 void dense_unload(ci_model *m);
 int dense_session_init(ci_session *s, char *err, size_t errlen);
+int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 void dense_session_free(ci_session *s);
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 /* registry.h forward_argmax: forward, then the last row's argmax taken by the backend. */

@@ -77,6 +77,7 @@ fail:
 void ci_model_free(ci_model *m) {
     if (!m) return;
     if (m->family && m->family->ops && m->impl) m->family->ops->unload(m);
+    kvp_free(m->kv_pool);
     if (m->be) m->be->free(m->be);
     if (m->st) st_close(m->st);
     free(m->specs);
@@ -141,6 +142,71 @@ void ci_session_free(ci_session *s) {
 }
 
 void ci_session_reset(ci_session *s) { s->pos = 0; }
+
+/* ---- paged caches ----------------------------------------------------------------------- */
+
+int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    if (!m->family->ops->pool_init) return ci_err(err, errlen, "%s: its cache is not paged", m->family->name);
+    if (m->kv_pool) return ci_err(err, errlen, "%s: the model has a block pool already", m->family->name);
+    if (n_blocks < 1) return ci_err(err, errlen, "%s: a block pool needs at least one block, got %d", m->family->name, n_blocks);
+    if (m->family->ops->pool_init(m, n_blocks, err, errlen)) return -1;
+    if (!(m->kv_pool = kvp_new(n_blocks, KV_BLOCK))) return ci_err(err, errlen, "%s: out of memory for the block pool", m->family->name);
+    return 0;
+}
+
+size_t ci_model_kv_block_bytes(const ci_model *m) { return (size_t)KV_BLOCK * m->family->ops->cache_bytes_per_token(m); }
+
+int ci_session_paged(const ci_session *s) { return s->pool != NULL; }
+
+int ci_session_pages_init(ci_session *s, int *n_blocks, char *err, size_t errlen) {
+    int cap = (int)(((int64_t)s->max_ctx + KV_BLOCK - 1) / KV_BLOCK);
+    if (kvs_init(&s->pages, cap)) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    if (s->m->kv_pool) s->pool = s->m->kv_pool;
+    else {
+        if (!(s->pool = kvp_new(cap, KV_BLOCK))) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+        s->own_pool = 1;
+    }
+    *n_blocks = kvp_blocks(s->pool);
+    return 0;
+}
+
+void ci_session_pages_free(ci_session *s) {
+    if (!s->pool) return;
+    kvs_free(s->pool, &s->pages);
+    if (s->own_pool) kvp_free(s->pool);
+    s->pool = NULL;
+    s->own_pool = 0;
+}
+
+int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen) {
+    if (!s->pool || kvs_reserve(s->pool, &s->pages, tokens) == 0) return 0;
+    if (tokens > s->max_ctx)
+        return ci_err(err, errlen, "%s: %d positions exceed the session's context of %d", s->m->family->name, tokens, s->max_ctx);
+    kv_pool_stats st;
+    kvp_stats(s->pool, &st);
+    return ci_err(err, errlen, "%s: out of cache blocks: %d positions need %d more, %d of %d blocks are in use",
+                  s->m->family->name, tokens, (tokens + KV_BLOCK - 1) / KV_BLOCK - s->pages.n, st.in_use, st.blocks);
+}
+
+int ci_session_truncate(ci_session *s, int tokens) {
+    if (tokens > s->pos) tokens = s->pos;
+    if (tokens < 0) tokens = 0;
+    s->pos = s->pool ? kvs_truncate(s->pool, &s->pages, tokens) : tokens;
+    return s->pos;
+}
+
+void ci_session_publish(ci_session *s, const int *toks, int n) {
+    if (!s->pool || s->own_pool) return;   /* an own pool has nobody to share with */
+    if (n > s->pos) n = s->pos;
+    kvs_publish(s->pool, &s->pages, (const int32_t *)toks, n);
+}
+
+int ci_session_match(ci_session *s, const int *toks, int n, int limit) {
+    if (!s->pool || s->own_pool || s->pos || s->pages.n) return s->pos;
+    if (limit > s->max_ctx) limit = s->max_ctx;
+    s->pos = kvs_match(s->pool, &s->pages, (const int32_t *)toks, n, limit);
+    return s->pos;
+}
 int ci_session_pos(const ci_session *s) { return s->pos; }
 
 int ci_backend_check(const ci_model *m, char *err, size_t errlen) {

@@ -13,6 +13,7 @@
 #include "../io/safetensors.h"
 #include "../io/weights.h"
 #include "registry.h"
+#include "../cache/kv_pages.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -40,6 +41,9 @@ typedef struct ci_model {
     /* ci_generate_text: the folder's tokenizer, loaded on first use under tk_mu (owned). */
     struct tok_tokenizer *tk;
     pthread_mutex_t tk_mu;
+    /* A paged family's shared block pool (ci_model_kv_pool; owned), or NULL: each session
+     * then has a pool of its own, sized for its context. */
+    kv_pool *kv_pool;
 } ci_model;
 
 typedef struct ci_session {
@@ -47,7 +51,35 @@ typedef struct ci_session {
     int max_ctx;                /* tokens the cache holds */
     int pos;                    /* tokens already in the cache */
     void *impl;                 /* family cache + scratch */
+    /* Paged families (ops->pool_init): the block table of the sequence and the pool it draws
+     * from (the model's shared one, or own_pool: one sized for max_ctx, freed with it). */
+    kv_seq pages;
+    kv_pool *pool;
+    int own_pool;
 } ci_session;
+
+/* ---- paged caches (registry.h pool_init; kv_pages.h) ----------------------------------
+ * ci_model_kv_pool: gives the model one pool of n_blocks blocks that every session created
+ * afterwards draws from (sessions already open keep their own). The rest act on one
+ * session of a paged family (ci_session_paged), keeping s->pos consistent with the blocks:
+ * reserve: blocks for positions [0, tokens) (0, or -1 with err: the pool is short);
+ * truncate: s->pos = the positions kept of [0, min(tokens, pos)) (a shared or published
+ *   block cut into is dropped: fewer than asked, a multiple of the block);
+ * publish: names the full blocks of the first n positions (toks: the sequence's tokens)
+ *   so other sequences can take them;
+ * match: on an emptied session (pos 0, no blocks), takes the published blocks holding the
+ *   longest full-block prefix of toks[0, n), at most limit positions; s->pos = that. */
+int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
+size_t ci_model_kv_block_bytes(const ci_model *m);
+int ci_session_paged(const ci_session *s);
+int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
+int ci_session_truncate(ci_session *s, int tokens);
+void ci_session_publish(ci_session *s, const int *toks, int n);
+int ci_session_match(ci_session *s, const int *toks, int n, int limit);
+/* For a family's session_init / session_free: the table and, without a model pool, an own
+ * pool of ceil(max_ctx / KV_BLOCK) blocks (*n_blocks: the pool's blocks either way). */
+int ci_session_pages_init(ci_session *s, int *n_blocks, char *err, size_t errlen);
+void ci_session_pages_free(ci_session *s);
 
 /* Shared by every family's forward (model.c):
  * ci_forward_check: n > 0, room for n more tokens in the session, every id in [0, vocab).

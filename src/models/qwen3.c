@@ -9,7 +9,7 @@ static int qwen3_load(ci_model *m, char *err, size_t errlen) {
 
 static const ci_family_ops qwen3_ops = {
     .load = qwen3_load, .unload = dense_unload,
-    .session_init = dense_session_init, .session_free = dense_session_free,
+    .session_init = dense_session_init, .session_free = dense_session_free, .pool_init = dense_pool_init,
     .forward = dense_forward, .cache_bytes_per_token = dense_cache_bytes_per_token,
     .forward_batch = dense_forward_batch, .cache_export = dense_cache_export, .cache_import = dense_cache_import,
     .forward_argmax = dense_forward_argmax, .forward_batch_argmax = dense_forward_batch_argmax,

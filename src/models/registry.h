@@ -66,6 +66,10 @@ typedef struct ci_family_ops {
      * forward_batch and takes each row's argmax on the host. */
     int (*forward_batch_argmax)(struct ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err,
                                 size_t errlen);
+    /* Optional, for families whose caches are paged (model.h ci_session_paged): allocates
+     * the rows of a shared pool of n_blocks blocks (KV_BLOCK positions each, every layer)
+     * in backend memory; unload frees them. Sessions created afterwards use it. */
+    int (*pool_init)(struct ci_model *m, int n_blocks, char *err, size_t errlen);
 } ci_family_ops;
 
 enum { CI_CUDA_NONE = 0, CI_CUDA_YES = 1, CI_CUDA_UNVERIFIED = 2 };

@@ -35,18 +35,12 @@ void attn_project(ci_backend *be, const attn_block *A, const attn_bufs *b, const
 void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches, int n) {
     const int H = A->n_heads, KV = A->n_kv, hd = A->hd;
     const size_t QD = (size_t)H * hd, KD = (size_t)KV * hd;
-    if (be->rope_attend && (n_caches == 1 || b->kv_tab || b->pages)) {
+    if (be->rope_attend && (n_caches == 1 || b->kv_tab)) {
         int max_keys = 0;
         for (int i = 0; i < n_caches; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
-        if (b->pages) { /* the pool's arrays for every row, each row's positions through its table */
-            be->rope_attend(be, b->att, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim,
-                            b->pos, A->inv_freq, A->mscale, A->style, kvs[0].k, kvs[0].v, NULL, b->pages,
-                            kvs[0].stride, max_keys, A->scale);
-            return;
-        }
         be->rope_attend(be, b->att, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
                         A->inv_freq, A->mscale, A->style, n_caches == 1 ? kvs[0].k : NULL,
-                        n_caches == 1 ? kvs[0].v : NULL, n_caches == 1 ? NULL : b->kv_tab, NULL, kvs[0].stride,
+                        n_caches == 1 ? kvs[0].v : NULL, n_caches == 1 ? NULL : b->kv_tab, b->pages, kvs[0].stride,
                         max_keys, A->scale);
         return;
     }

@@ -52,8 +52,8 @@ typedef struct {
                                   * NULL: one op call per row */
     const ci_pages *pages;       /* a paged cache (backend.h ci_pages), or NULL: the caches are
                                   * kvs[i] below, row p = position p. With pages every kvs[i] is
-                                  * the pool's layer arrays (the same k / v for every row) and
-                                  * kv_tab is NULL */
+                                  * the layer's arrays of a pool, its positions through the
+                                  * tables; a batch step also sets kv_tab (the arrays per row) */
 } attn_bufs;
 
 /* One layer's K / V cache of one sequence: the key of position p at k + p*stride, its value

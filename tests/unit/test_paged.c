@@ -1,0 +1,146 @@
+/* test_paged.c — the dense families on a shared block pool (model.h ci_model_kv_pool), on
+ * the CPU, run from the repository root:
+ *  - sessions on one shared pool give the logits of sessions with pools of their own, bit
+ *    for bit, prefill and decode, also interleaved with each other and through forward_batch;
+ *  - a session that takes another's published blocks (ci_session_match) and runs only the
+ *    rest of the prompt gets the logits of a full prefill, bit for bit;
+ *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
+ *    the blocks, and the pool is whole again when the sessions end;
+ *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page. */
+#include "check.h"
+#include "cinfer.h"
+#include "models/model.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/llama_gqa_llama3",
+                                        "tests/fixtures/qwen3_moe" };
+
+static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+static ci_model *open_model(const char *dir, int pool_blocks) {
+    char err[512];
+    ci_model_opts o = { .n_threads = 2 };
+    ci_model *m;
+    if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return NULL; }
+    if (pool_blocks && ci_model_kv_pool(m, pool_blocks, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return NULL; }
+    return m;
+}
+
+/* A prompt of n ids below V. */
+static void prompt_of(int *t, int n, int V, int seed) {
+    for (int i = 0; i < n; i++) t[i] = (int)((seed * 131u + (unsigned)i * 97u) % (unsigned)V);
+}
+
+static void test_shared_equals_own(void) {
+    char err[512];
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        ci_model *own = open_model(fixtures[f], 0), *sh = open_model(fixtures[f], 12);
+        if (!own || !sh) { ci_model_free(own); ci_model_free(sh); return; }
+        const int V = (int)own->cfg.vocab_size, P = 300;
+        ci_session *a = NULL, *b = NULL, *x = NULL, *y = NULL;
+        CHECK(!ci_session_new(own, 600, &a, err, sizeof err) && !ci_session_new(own, 600, &b, err, sizeof err) &&
+              !ci_session_new(sh, 600, &x, err, sizeof err) && !ci_session_new(sh, 600, &y, err, sizeof err), "%s", err);
+        if (!a || !b || !x || !y) goto done;
+        CHECK(ci_session_paged(x) && x->pool == sh->kv_pool && a->own_pool, "pools");
+        int pa[300], pb[300];
+        prompt_of(pa, P, V, 1);
+        prompt_of(pb, P, V, 2);
+        float *l1 = malloc((size_t)V * 4 * 2), *l2 = malloc((size_t)V * 4 * 2);
+        /* interleaved prefills: the shared pool hands the two sessions alternating blocks */
+        for (int c = 0; c < P; c += 100) {
+            CHECK(!ci_forward(a, pa + c, 100, l1, 0, err, sizeof err) && !ci_forward(x, pa + c, 100, l2, 0, err, sizeof err), "%s", err);
+            CHECK(same(l1, l2, (size_t)V), "%s: prefill chunk %d of a", fixtures[f], c);
+            CHECK(!ci_forward(b, pb + c, 100, l1, 0, err, sizeof err) && !ci_forward(y, pb + c, 100, l2, 0, err, sizeof err), "%s", err);
+            CHECK(same(l1, l2, (size_t)V), "%s: prefill chunk %d of b", fixtures[f], c);
+        }
+        int ok = 1;
+        for (int step = 0; step < 40 && ok; step++) {   /* decode across a block edge, batched */
+            int tk[2] = { (step * 37) % V, (step * 53 + 1) % V };
+            ci_session *o2[2] = { a, b }, *s2[2] = { x, y };
+            if (a->m->family->ops->forward_batch(o2, tk, 2, l1, err, sizeof err) ||
+                x->m->family->ops->forward_batch(s2, tk, 2, l2, err, sizeof err)) {
+                CHECK(0, "%s", err);
+                break;
+            }
+            ok = same(l1, l2, (size_t)2 * V);
+        }
+        CHECK(ok, "%s: batched decode on the shared pool differs", fixtures[f]);
+        free(l1); free(l2);
+    done:
+        ci_session_free(a); ci_session_free(b); ci_session_free(x); ci_session_free(y);
+        if (sh->kv_pool) {
+            kv_pool_stats st;
+            kvp_stats(sh->kv_pool, &st);
+            CHECK(st.in_use == 0 && st.free + st.cached == 12, "%s: pool whole after the sessions: %d in use", fixtures[f], st.in_use);
+        }
+        ci_model_free(own); ci_model_free(sh);
+    }
+}
+
+static void test_match_reuses_blocks(void) {
+    char err[512];
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        ci_model *m = open_model(fixtures[f], 10);
+        if (!m) return;
+        const int V = (int)m->cfg.vocab_size, P = 350;
+        int p[350];
+        prompt_of(p, P, V, 5);
+        ci_session *a = NULL, *b = NULL, *c = NULL;
+        CHECK(!ci_session_new(m, 512, &a, err, sizeof err) && !ci_session_new(m, 512, &b, err, sizeof err) &&
+              !ci_session_new(m, 512, &c, err, sizeof err), "%s", err);
+        float *full = malloc((size_t)V * 4), *re = malloc((size_t)V * 4);
+        if (!a || !b || !c) goto done;
+        CHECK(!ci_forward(a, p, 300, full, 0, err, sizeof err), "%s", err);
+        ci_session_publish(a, p, 300);                 /* two full blocks of 128 named */
+        CHECK(ci_session_match(b, p, P, P - 1) == 256 && b->pos == 256, "%s: matched %d", fixtures[f], b->pos);
+        CHECK(b->pages.tab[0] == a->pages.tab[0] && b->pages.tab[1] == a->pages.tab[1], "blocks shared");
+        CHECK(!ci_forward(b, p + 256, P - 256, re, 0, err, sizeof err), "%s", err);
+        CHECK(!ci_forward(c, p, P, full, 0, err, sizeof err), "%s", err);
+        CHECK(same(full, re, (size_t)V), "%s: logits after reused blocks differ from a full prefill", fixtures[f]);
+        /* b cuts into its second (shared) block: dropped, 128 kept; a still reads its rows */
+        CHECK(ci_session_truncate(b, 200) == 128 && b->pages.n == 1, "%s: truncate kept %d", fixtures[f], b->pos);
+        /* the pool is 10 blocks: a holds 3, b 1, c 3; a 4th-block request of 400 more fails */
+        ci_session *d = NULL;
+        CHECK(!ci_session_new(m, 1024, &d, err, sizeof err), "%s", err);
+        if (d) {
+            int big[1000];
+            prompt_of(big, 1000, V, 9);
+            CHECK(ci_forward(d, big, 1000, full, 0, err, sizeof err) != 0, "%s: 8 blocks from 3 free accepted", fixtures[f]);
+            CHECK_HAS(err, "out of cache blocks");
+            CHECK(!strchr(err, '\n') && d->pos == 0, "one line, nothing run: %s", err);
+            ci_session_free(d);
+        }
+    done:
+        free(full); free(re);
+        ci_session_free(a); ci_session_free(b); ci_session_free(c);
+        kv_pool_stats st;
+        kvp_stats(m->kv_pool, &st);
+        CHECK(st.in_use == 0 && st.free + st.cached == 10, "%s: pool whole: %d in use", fixtures[f], st.in_use);
+        ci_model_free(m);
+    }
+}
+
+static void test_pool_refusals(void) {
+    char err[512];
+    ci_model *m = open_model(fixtures[0], 0);
+    if (!m) return;
+    CHECK(ci_model_kv_pool(m, 0, err, sizeof err) != 0, "zero blocks accepted");
+    CHECK_HAS(err, "at least one block");
+    CHECK(ci_model_kv_pool(m, 4, err, sizeof err) == 0, "%s", err);
+    CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "a second pool accepted");
+    CHECK_HAS(err, "has a block pool already");
+    ci_model_free(m);
+    m = open_model("tests/fixtures/lfm2", 0);
+    if (!m) return;
+    CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "lfm2 has no paged cache yet");
+    CHECK_HAS(err, "not paged");
+    ci_model_free(m);
+}
+
+int main(void) {
+    TEST_RUN(test_shared_equals_own);
+    TEST_RUN(test_match_reuses_blocks);
+    TEST_RUN(test_pool_refusals);
+    TEST_EXIT();
+}
