@@ -5,6 +5,15 @@
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S] [--per-client N]
  *                [--chat-template FILE] [--device cpu|cuda|auto] [--no-graphs]
+ *                [--gpu-memory F] [--kv-blocks N] [--prefill-chunk N]
+ *
+ * Families with paged caches (llama, qwen3, qwen3_moe) keep every slot's K / V rows in one
+ * pool of blocks of 128 tokens (src/server/engine.h): --kv-blocks N sets its size; else on a
+ * device it takes what keeps the server's use of device memory at --gpu-memory F of it
+ * (default 0.9) after weights and the slots' scratch, and on the CPU parallel * ctx tokens'
+ * worth. A request waits until its prompt + max_tokens fit the pool; one that never can
+ * gets a 400. --prefill-chunk N: prompt tokens each sequence runs per step, a power of two
+ * (default 256 on the CPU, 1024 on a device), so a long prompt delays others by one chunk.
  *
  * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA
  * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries; 0
@@ -59,8 +68,8 @@ int cmd_serve(int argc, char **argv) {
     static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
                                          "--timeout", "--per-client", "--chat-template", "--device", "--no-graphs",
-                                         NULL };
-    int seen[16] = { 0 };
+                                         "--gpu-memory", "--kv-blocks", "--prefill-chunk", NULL };
+    int seen[20] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
@@ -86,6 +95,21 @@ int cmd_serve(int argc, char **argv) {
         case 12: if (int_arg("--per-client", v, 1, 1 << 20, &x)) return 2; o.per_client = (int)x; break;
         case 13: o.chat_template = v; break;
         case 14: if (cli_device("serve", v, &o.device)) return 2; break;
+        case 16: {
+            char *end;
+            errno = 0;
+            double f = strtod(v, &end);
+            if (errno || end == v || *end || !(f > 0 && f <= 1))
+                return usage_err("--gpu-memory expects a fraction in (0, 1], got '%s'%s", v, "");
+            o.gpu_memory = f;
+            break;
+        }
+        case 17: if (int_arg("--kv-blocks", v, 1, 1 << 30, &x)) return 2; o.kv_blocks = (int)x; break;
+        case 18:
+            if (int_arg("--prefill-chunk", v, 16, 1 << 16, &x)) return 2;
+            if (x & (x - 1)) return usage_err("--prefill-chunk expects a power of two, got '%s'%s", v, "");
+            o.prefill_chunk = (int)x;
+            break;
         }
     }
     /* Block the stop signals before any thread starts: every thread inherits the mask and
@@ -107,6 +131,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cinfer: serve: %s\n", err);
         return 1;
     }
+    char line[256];
+    srv_cache_line(s, line, sizeof line);
+    fprintf(stderr, "cinfer: serve: %s\n", line);
     fprintf(stderr, "cinfer: serving %s on http://%s:%d\n", srv_model_id(s), o.host ? o.host : "127.0.0.1", srv_port(s));
     fflush(stderr);
     int sig = 0;

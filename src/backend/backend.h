@@ -506,6 +506,8 @@ typedef struct ci_backend {
     /* Sticky error state: 0 while every op so far has worked; else a message in last_error
      * (a CUDA error mid-run, device memory exhausted). The CPU never sets it. */
     int (*status)(struct ci_backend *be);
+    /* Device memory now: free and total bytes (0 when it cannot tell). NULL on the CPU. */
+    void (*mem_info)(struct ci_backend *be, size_t *free_bytes, size_t *total_bytes);
     char last_error[256];
     int is_device;          /* 1 when buffers are not host memory (CUDA) */
     /* CUDA: the loader (cuda_loader.c) gives the backend a CPU pool and this function to

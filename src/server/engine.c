@@ -31,7 +31,7 @@
 /* JSON mode: the longest whitespace run between tokens (deep pretty-printing fits) */
 #define JSON_MAX_WS 64
 
-enum { PREFILL_CHUNK = 256, PREFILL_BUDGET = 512, MIN_SAVE = 8, SNAP_EVERY = 512 };
+enum { PREFILL_CHUNK = 256, MIN_SAVE = 8, SNAP_EVERY = 512 };
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
 struct eng_req {
@@ -78,6 +78,8 @@ struct eng {
     eng_opts o;
     int V, trim;               /* trim: cache_export / import (rows); else snap: snapshot / restore */
     int snap;
+    int paged;                 /* the slots share the model's block pool (engine.h) */
+    int chunk;                 /* prompt tokens per slot per step (eng_opts.prefill_chunk) */
     slot *slots;
     float *logits;             /* [parallel, V] */
     float *lsm;                /* [V] log-softmax scratch */
@@ -185,6 +187,38 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     e->st.prefix_hit_tokens += reuse;
 }
 
+/* Blocks of a request: its prompt and every token it may generate. */
+static int blocks_of(const eng_params *p) { return (p->n_prompt + p->max_tokens + KV_BLOCK - 1) / KV_BLOCK; }
+
+/* Paged: a slot's request is over: its full blocks are named for others (prefix reuse on),
+ * and the slot lets every block go (named ones stay cached in the pool, LRU), so an idle
+ * engine holds no block. */
+static void slot_settle(eng *e, slot *sl) {
+    if (!e->paged) return;
+    if (e->o.prefix_cache_bytes) ci_session_publish(sl->s, sl->toks, sl->n_toks);
+    ci_session_truncate(sl->s, 0);
+    sl->n_toks = 0;
+}
+
+/* Paged admission of r into idle slot sl (which holds no block): the pool's named blocks of
+ * the prompt's longest full-block prefix, then the blocks of the rest of the prompt and of
+ * max_tokens. 0, or -1 when the pool cannot give them yet (r waits at the head of the
+ * queue; the blocks taken go back). */
+static int admit_paged(eng *e, eng_req *r, slot *sl) {
+    const int n = r->p.n_prompt;
+    int reuse = e->o.prefix_cache_bytes ? ci_session_match(sl->s, r->prompt, n, n - 1) : 0;
+    char err[256];
+    if (ci_session_reserve(sl->s, n + r->p.max_tokens, err, sizeof err)) {
+        ci_session_truncate(sl->s, 0);
+        e->st.kv_waits++;
+        return -1;
+    }
+    memcpy(sl->toks, r->prompt, (size_t)reuse * sizeof(int));
+    sl->n_toks = reuse;
+    start_in_slot(e, sl, r, reuse);
+    return 0;
+}
+
 /* Puts r into an idle slot; returns 0, or -1 when none is idle or memory ran out (r
  * finished with an error in that case). */
 static int admit(eng *e, eng_req *r) {
@@ -200,6 +234,7 @@ static int admit(eng *e, eng_req *r) {
         if (u > bu || (u == bu && sl->used < e->slots[best].used)) { bu = u; best = i; }
     }
     if (best < 0) return -1;
+    if (e->paged) return admit_paged(e, r, &e->slots[best]);
     int pm = 0, pi = e->pfx ? pfx_lookup(e->pfx, r->prompt, n, n - 1, &pm) : -1;
     if (pi >= 0 && pm > bu) {
         slot *sl = &e->slots[lru];
@@ -355,6 +390,7 @@ static void publish(eng *e, slot *sl, int tok) {
         finish(r, eos && (!r->p.ignore_eos || closes) ? ENG_FIN_EOS : ENG_FIN_LENGTH, NULL);
         sl->r = NULL;
         sl->used = ++e->clock;
+        slot_settle(e, sl);
     } else {
         sl->pending = tok;
     }
@@ -365,7 +401,7 @@ static void slot_fail(eng *e, slot *sl, const char *msg) {
     sl->r = NULL;
     sl->n_toks = 0;
     ci_session_reset(sl->s);
-    (void)e;
+    slot_settle(e, sl);
 }
 
 /* One iteration's model work; called without the lock, publishes under it. */
@@ -373,7 +409,7 @@ static void step(eng *e) {
     char err[512];
     const int V = e->V;
     /* prefill: each slot with prompt left runs one chunk, within a per-step budget */
-    int budget = PREFILL_BUDGET;
+    int budget = 2 * e->chunk;
     for (int i = 0; i < e->o.parallel && budget > 0; i++) {
         slot *sl = &e->slots[i];
         eng_req *r = sl->r;
@@ -382,8 +418,8 @@ static void step(eng *e) {
             pthread_mutex_lock(&e->mu); slot_fail(e, sl, "out of memory for the sampler"); pthread_mutex_unlock(&e->mu);
             continue;
         }
-        /* chunks end on multiples of PREFILL_CHUNK (where hybrids take snapshots) */
-        int k = r->p.n_prompt - sl->fed, to_edge = PREFILL_CHUNK - sl->fed % PREFILL_CHUNK;
+        /* chunks end on multiples of the chunk (where hybrids take snapshots) */
+        int k = r->p.n_prompt - sl->fed, to_edge = e->chunk - sl->fed % e->chunk;
         if (k > to_edge) k = to_edge;
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
@@ -398,6 +434,11 @@ static void step(eng *e) {
         memcpy(sl->toks + sl->n_toks, r->prompt + sl->fed, (size_t)k * sizeof(int));
         sl->n_toks += k;
         sl->fed += k;
+        if (e->paged && e->o.prefix_cache_bytes) {   /* its full blocks named as they fill */
+            pthread_mutex_lock(&e->mu);
+            ci_session_publish(sl->s, sl->toks, sl->n_toks);
+            pthread_mutex_unlock(&e->mu);
+        }
         /* hybrids: a snapshot every SNAP_EVERY tokens and at the end of the prompt, so a
          * later prompt that shares only part of this one (the next chat turn re-rendered,
          * another conversation with the same system prompt) can start from there */
@@ -452,6 +493,7 @@ static void step(eng *e) {
     pthread_mutex_lock(&e->mu);
     e->st.decode_tokens += nb;
     e->st.decode_steps++;
+    e->st.last_batch = nb;
     e->st.decode_seconds += dt;
     for (int b = 0; b < nb; b++) {
         if (toks[b] < 0) slot_fail(e, &e->slots[e->bslot[b]], toks[b] == -1 ? JSON_STUCK : GRAMMAR_STUCK);
@@ -484,6 +526,7 @@ static void *eng_main(void *arg) {
                 sl->r = NULL;
                 sl->pending = -1;
                 sl->used = ++e->clock;
+                slot_settle(e, sl);
             }
         }
         while (e->qhead && !e->stop) {
@@ -508,6 +551,32 @@ static void *eng_main(void *arg) {
 
 /* ---- public ----------------------------------------------------------------------------- */
 
+/* The pool's blocks on a device: what keeps its use at o->mem_fraction of its memory once
+ * the slots' sessions stand. A session's scratch is measured by opening one (with a pool of
+ * its own for the context, whose size is known) and closing it again. -1 with err when not
+ * even one context fits. */
+static long long blocks_for_memory(ci_model *m, const eng_opts *o, char *err, size_t errlen) {
+    ci_backend *be = m->be;
+    size_t f0, f1, f2, total;
+    be->mem_info(be, &f0, &total);
+    ci_session *probe;
+    if (ci_session_new(m, o->ctx, &probe, err, errlen)) return -1;
+    be->mem_info(be, &f1, &total);
+    ci_session_free(probe);
+    be->mem_info(be, &f2, &total);
+    const long long bb = (long long)ci_model_kv_block_bytes(m), ctx_blocks = (o->ctx + KV_BLOCK - 1) / KV_BLOCK;
+    long long per = (long long)f0 - (long long)f1 - ctx_blocks * bb;   /* one session's scratch */
+    if (per < 0) per = 0;
+    long long avail = (long long)f2 - (long long)((1.0 - o->mem_fraction) * (double)total) - (long long)o->parallel * per;
+    long long nb = avail > 0 ? avail / bb : 0;
+    if (nb < ctx_blocks)
+        return ci_err(err, errlen, "device memory: %.1f of %.1f GiB free; at --gpu-memory %.2f, after %d slots' scratch "
+                      "(%.0f MiB each) there is room for %lld cache blocks of %d tokens, and one --ctx %d needs %lld",
+                      f2 / 1073741824.0, total / 1073741824.0, o->mem_fraction, o->parallel, per / 1048576.0, nb,
+                      KV_BLOCK, o->ctx, ctx_blocks);
+    return nb;
+}
+
 int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen) {
     *out = NULL;
     if (o->parallel < 1 || o->parallel > 1024) return ci_err(err, errlen, "parallel must be in [1, 1024], got %d", o->parallel);
@@ -519,8 +588,21 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->o = *o;
     if (e->o.queue_max < 0) e->o.queue_max = 0;
     e->V = (int)m->cfg.vocab_size;
-    e->trim = e->ops->cache_export && e->ops->cache_import;
-    e->snap = !e->trim && e->ops->snapshot && e->ops->restore;
+    e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
+    if (e->chunk & (e->chunk - 1)) { free(e); return ci_err(err, errlen, "prefill chunk must be a power of two, got %d", o->prefill_chunk); }
+    if (e->ops->pool_init && !m->kv_pool) {
+        long long nb = o->kv_blocks > 0 ? o->kv_blocks : (long long)o->parallel * ((o->ctx + KV_BLOCK - 1) / KV_BLOCK);
+        if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info && (nb = blocks_for_memory(m, o, err, errlen)) < 0) {
+            free(e);
+            return -1;
+        }
+        if (nb > (1 << 30)) nb = 1 << 30;
+        if (ci_model_kv_pool(m, (int)nb, err, errlen)) { free(e); return -1; }
+        e->st.kv_pool_bytes = (size_t)nb * ci_model_kv_block_bytes(m);
+    }
+    e->paged = m->kv_pool != NULL;
+    e->trim = !e->paged && e->ops->cache_export && e->ops->cache_import;
+    e->snap = !e->paged && !e->trim && e->ops->snapshot && e->ops->restore;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     e->slots = calloc((size_t)o->parallel, sizeof *e->slots);
@@ -560,6 +642,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     }
     e->st.parallel = o->parallel;
     e->st.ctx = o->ctx;
+    if (m->be->mem_info) m->be->mem_info(m->be, &e->st.dev_free, &e->st.dev_total);
     if (pthread_create(&e->th, NULL, eng_main, e)) { ci_err(err, errlen, "cannot start the scheduler thread"); goto fail; }
     e->started = 1;
     *out = e;
@@ -609,6 +692,9 @@ static int submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t 
     if ((long long)p->n_prompt + p->max_tokens > e->o.ctx)
         return ci_err(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceed the context of %d", p->n_prompt,
                       p->max_tokens, e->o.ctx);
+    if (e->paged && blocks_of(p) > kvp_blocks(e->m->kv_pool))
+        return ci_err(err, errlen, "prompt (%d tokens) + max_tokens (%d) need %d cache blocks of %d tokens; the pool has %d",
+                      p->n_prompt, p->max_tokens, blocks_of(p), KV_BLOCK, kvp_blocks(e->m->kv_pool));
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= e->V)
             return ci_err(err, errlen, "token id %d at index %d is outside the vocabulary [0, %d)", p->prompt[i], i, e->V);
@@ -748,6 +834,17 @@ void eng_get_stats(eng *e, eng_stats *s) {
     *s = e->st;
     s->prefix_bytes = e->pfx ? pfx_bytes(e->pfx) : 0;
     s->prefix_entries = e->pfx ? pfx_count(e->pfx) : 0;
+    if (e->paged) {
+        kv_pool_stats ps;
+        kvp_stats(e->m->kv_pool, &ps);
+        s->kv_blocks = ps.blocks;
+        s->kv_block_tokens = ps.blk;
+        s->kv_blocks_used = ps.in_use;
+        s->kv_blocks_cached = ps.cached;
+        s->kv_block_lookups = ps.match_lookups;
+        s->kv_block_hits = ps.match_hits;
+        s->kv_block_evictions = ps.evictions;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 

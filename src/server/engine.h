@@ -6,6 +6,17 @@
  * forward_batch per step (families without it run their slots one by one). Generated tokens
  * are published to the request as they come; readers wait on the request.
  *
+ * Paged caches (families with a block pool, model.h): the slots share one pool of
+ * kv_blocks blocks instead of holding ctx tokens each. A request is admitted when the
+ * blocks of its prompt + max_tokens can be reserved, else it waits at the head of the
+ * queue, so nothing runs out mid-request; one that could never fit the pool is refused at
+ * submit. Prefix reuse goes through the pool: full blocks are named by their tokens as
+ * prompts are prefilled and when a request ends (kv_pages.h); an ended request's slot lets
+ * all its blocks go (the named ones stay cached, LRU, until the pool needs them), and a new
+ * request takes the named blocks of its prompt's longest full-block prefix, whichever slot
+ * made them (the partial last block of a turn is recomputed: < KV_BLOCK tokens). The
+ * host prefix store below is not used; an idle engine holds no block.
+ *
  * Prefix reuse: a slot keeps its cache after its request ends. A new request goes to the
  * idle slot whose held tokens share the longest prefix with its prompt, or, when a prefix
  * store entry (prefix.h) matches longer, to the least recently used idle slot with that
@@ -48,6 +59,12 @@ typedef struct {
     const uint32_t *tok_off;   /* [tok_n + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
     int tok_n;                 /* ids with a text (the tokenizer's; the model's vocabulary may be larger) */
     int text_stop;             /* the first byte of the tool-call marker (free text fast path, tokmask.h), or -1 */
+    int kv_blocks;             /* families with paged caches (model.h): the slots share one pool of this many
+                                * blocks of KV_BLOCK tokens; <= 0: parallel * ctx tokens' worth. Others ignore it */
+    int prefill_chunk;         /* prompt tokens a slot runs per step (a power of two; <= 0: 256) */
+    double mem_fraction;       /* kv_blocks <= 0 on a device (be->mem_info): the pool takes what keeps the
+                                * device's use at this fraction of its memory after the slots' scratch
+                                * (0 < f <= 1; <= 0: parallel * ctx tokens' worth, as on the CPU) */
 } eng_opts;
 
 typedef struct {
@@ -87,6 +104,13 @@ typedef struct {
     int queue_depth, active, parallel, ctx;
     size_t prefix_bytes;
     int prefix_entries;
+    int kv_blocks, kv_block_tokens;   /* the shared pool (0 blocks: the family's caches are not paged) */
+    int kv_blocks_used, kv_blocks_cached;
+    long long kv_block_lookups, kv_block_hits, kv_block_evictions;
+    long long kv_waits;               /* admissions put off for want of blocks */
+    int last_batch;                   /* rows of the latest decode step */
+    size_t kv_pool_bytes;             /* the pool's rows (backend memory) */
+    size_t dev_total, dev_free;       /* device memory at start-up, after the pool and slots (0: CPU) */
 } eng_stats;
 
 int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen);

@@ -271,6 +271,31 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                "# TYPE cinfer_prefix_cache_bytes gauge\ncinfer_prefix_cache_bytes %zu\n", st.prefix_bytes);
     fprintf(f, "# HELP cinfer_prefix_cache_entries Sequences held by the prefix store.\n"
                "# TYPE cinfer_prefix_cache_entries gauge\ncinfer_prefix_cache_entries %d\n", st.prefix_entries);
+    if (st.kv_blocks) {   /* the paged cache pool */
+        fprintf(f, "# HELP cinfer_kv_blocks Blocks of the cache pool (%d tokens each).\n# TYPE cinfer_kv_blocks gauge\n"
+                   "cinfer_kv_blocks %d\n", st.kv_block_tokens, st.kv_blocks);
+        fprintf(f, "# HELP cinfer_kv_blocks_used Blocks held by running sequences.\n# TYPE cinfer_kv_blocks_used gauge\n"
+                   "cinfer_kv_blocks_used %d\n", st.kv_blocks_used);
+        fprintf(f, "# HELP cinfer_kv_blocks_cached Blocks nobody holds that keep a named prefix (LRU).\n"
+                   "# TYPE cinfer_kv_blocks_cached gauge\ncinfer_kv_blocks_cached %d\n", st.kv_blocks_cached);
+        fprintf(f, "# HELP cinfer_kv_block_lookups_total Full prompt blocks looked up in the pool.\n"
+                   "# TYPE cinfer_kv_block_lookups_total counter\ncinfer_kv_block_lookups_total %lld\n", st.kv_block_lookups);
+        fprintf(f, "# HELP cinfer_kv_block_hits_total Full prompt blocks found in the pool.\n"
+                   "# TYPE cinfer_kv_block_hits_total counter\ncinfer_kv_block_hits_total %lld\n", st.kv_block_hits);
+        fprintf(f, "# HELP cinfer_kv_block_evictions_total Cached blocks taken for new rows.\n"
+                   "# TYPE cinfer_kv_block_evictions_total counter\ncinfer_kv_block_evictions_total %lld\n", st.kv_block_evictions);
+        fprintf(f, "# HELP cinfer_kv_waits_total Admissions put off until the pool had the blocks.\n"
+                   "# TYPE cinfer_kv_waits_total counter\ncinfer_kv_waits_total %lld\n", st.kv_waits);
+        fprintf(f, "# HELP cinfer_kv_pool_bytes Bytes of the cache pool.\n# TYPE cinfer_kv_pool_bytes gauge\n"
+                   "cinfer_kv_pool_bytes %zu\n", st.kv_pool_bytes);
+    }
+    if (st.dev_total) {
+        fprintf(f, "# HELP cinfer_device_memory_bytes Device memory, total and free after start-up.\n"
+                   "# TYPE cinfer_device_memory_bytes gauge\ncinfer_device_memory_bytes{kind=\"total\"} %zu\n"
+                   "cinfer_device_memory_bytes{kind=\"free\"} %zu\n", st.dev_total, st.dev_free);
+    }
+    fprintf(f, "# HELP cinfer_decode_batch_rows Rows of the latest decode step.\n# TYPE cinfer_decode_batch_rows gauge\n"
+               "cinfer_decode_batch_rows %d\n", st.last_batch);
     if (fclose(f)) { free(b); return MHD_NO; }
     return reply(s, c, 200, "text/plain; version=0.0.4", b, len, NULL);
 }
@@ -518,7 +543,9 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     int ctx = s->o.ctx;
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
     eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n,
-                    s->call_open ? (unsigned char)s->call_open[0] : -1 };
+                    s->call_open ? (unsigned char)s->call_open[0] : -1, s->o.kv_blocks,
+                    s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->m->be->is_device ? 1024 : 256,
+                    s->o.gpu_memory > 0 ? s->o.gpu_memory : 0.9 };
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
     if (!(s->rs = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20))) { ci_err(err, errlen, "out of memory"); goto fail; }
 
@@ -547,6 +574,18 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
 fail:
     srv_stop(s);
     return -1;
+}
+
+void srv_cache_line(srv *s, char *out, size_t n) {
+    eng_stats st;
+    eng_get_stats(s->e, &st);
+    int k = st.kv_blocks
+                ? snprintf(out, n, "cache pool of %d blocks of %d tokens (%d tokens, %.0f MiB)", st.kv_blocks,
+                           st.kv_block_tokens, st.kv_blocks * st.kv_block_tokens, st.kv_pool_bytes / 1048576.0)
+                : snprintf(out, n, "cache of %d tokens per slot, %d slots", st.ctx, st.parallel);
+    if (st.dev_total && k > 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, "; device memory %.1f of %.1f GiB free", st.dev_free / 1073741824.0,
+                 st.dev_total / 1073741824.0);
 }
 
 int srv_port(const srv *s) { return s->port; }

@@ -36,12 +36,20 @@ typedef struct {
     const char *chat_template; /* a Jinja file used instead of the model folder's chat template, or NULL */
     int device;                /* ci_model_opts.device: 0 cpu, 1 cuda, 2 auto */
     int no_graphs;             /* ci_model_opts.no_graphs: CUDA graph replay off */
+    double gpu_memory;         /* paged families on a device: the fraction of device memory the server may
+                                * use, the cache pool taking what weights and scratch leave; <= 0: 0.9 */
+    int kv_blocks;             /* paged families: the cache pool's blocks (overrides gpu_memory); <= 0: sized
+                                * from gpu_memory on a device, parallel * ctx tokens' worth on the CPU */
+    int prefill_chunk;         /* prompt tokens a sequence runs per step (a power of two); <= 0: 256 on the
+                                * CPU, 1024 on a device */
     ci_progress_cb progress;   /* ci_model_opts.progress: checkpoint read-ahead with progress, or NULL */
     void *progress_ctx;
 } srv_opts;
 
 int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen);
 int srv_port(const srv *s);
+/* One line on the cache: the paged pool (blocks, tokens, MiB, device memory) or the slots'. */
+void srv_cache_line(srv *s, char *out, size_t n);
 const char *srv_model_id(const srv *s);
 void srv_stop(srv *s);
 /* The embedded demo model's folder: models/demo (the source tree) or share/cinfer/models/demo

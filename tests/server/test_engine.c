@@ -62,7 +62,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -187,7 +187,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -275,7 +275,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -373,7 +373,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1, 0, 0, 0 };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -466,7 +466,7 @@ static void test_engine_json_mode(void) {
     const int tn = info.vocab_size - 7;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -560,7 +560,7 @@ static void test_engine_grammar_text(void) {
     const int tn = info.vocab_size;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e' }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e', 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -627,11 +627,122 @@ out:
     ci_model_free(m);
 }
 
+/* A dense family on a small shared block pool (engine.h "Paged caches"), qwen3_tied with
+ * --parallel 4 and 7 blocks of 128 tokens: 12 requests of 140..330 prompt tokens + 24
+ * generated (2..3 blocks each) submitted at once cannot all fit, so some wait for blocks
+ * (kv_waits > 0), and each still equals its solo run; a second turn that extends a first
+ * one takes its full blocks from the pool (cached = 256) and equals the same turn on an
+ * engine without reuse; a request that could never fit (8 blocks) is refused at submit;
+ * a cancelled one gives its blocks back; idle, no block is in use. */
+static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
+    eng_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max;
+    ci_sampler_defaults(&p.so);
+    p.so.temperature = 0.8f;
+    p.so.seed = (uint64_t)seed;
+    p.top_logprobs = -1;
+    p.ignore_eos = 1;
+    eng_req *r;
+    char err[256];
+    if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
+    if (keep) { *keep = r; return 0; }
+    int got = 0, done = 0;
+    eng_tok t[64];
+    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
+    for (int i = 0; i < got; i++) out[i] = t[i].id;
+    if (cached) *cached = eng_req_cached(r);
+    eng_release(r);
+    return got;
+}
+
+static void test_engine_paged_pool(void) {
+    enum { N = 12, G = 24 };
+    char err[1024];
+    ci_model *m = NULL, *m0 = NULL;
+    ci_model_opts mo = { .n_threads = 0 };
+    eng *e = NULL, *e0 = NULL;
+    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
+        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    const int V = (int)m->cfg.vocab_size;
+    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 7, 128, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    if (eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    static int prompts[N][400], solo[N][G], got[G];
+    int n[N];
+    for (int i = 0; i < N; i++) {
+        n[i] = 140 + 17 * i;
+        prompt_of(i + 40, V, prompts[i], n[i]);
+        CHECK(paged_run(e0, prompts[i], n[i], G, i, solo[i], NULL, NULL) == G, "solo %d", i);
+    }
+    eng_req *r[N];
+    for (int i = 0; i < N; i++)
+        if (paged_run(e, prompts[i], n[i], G, i, NULL, NULL, &r[i])) { CHECK(0, "submit %d", i); r[i] = NULL; }
+    int all_same = 1;
+    for (int i = 0; i < N; i++) {
+        if (!r[i]) continue;
+        int k = 0, done = 0;
+        eng_tok t[G];
+        while (!done) k += eng_read(r[i], k, t + k, G - k, 1000, &done);
+        for (int j = 0; j < k; j++) got[j] = t[j].id;
+        all_same &= k == G && !memcmp(got, solo[i], sizeof got);
+        eng_release(r[i]);
+    }
+    CHECK(all_same, "a request on the shared pool differs from its solo run");
+    eng_stats st;
+    eng_get_stats(e, &st);
+    CHECK(st.kv_blocks == 7 && st.kv_block_tokens == 128 && st.kv_waits > 0, "pool %d x %d, waits %lld", st.kv_blocks,
+          st.kv_block_tokens, st.kv_waits);
+    /* turn 2 extends request 11 (330 prompt tokens + its 24): its two full blocks come from the pool */
+    int t2[400], out2[G], ref2[G], c = -1, c0 = -1;
+    memcpy(t2, prompts[11], (size_t)n[11] * sizeof(int));
+    memcpy(t2 + n[11], solo[11], G * sizeof(int));
+    prompt_of(99, V, t2 + n[11] + G, 20);
+    const int n2 = n[11] + G + 20;
+    CHECK(paged_run(e, t2, n2, G, 5, out2, &c, NULL) == G && c == 256, "turn 2 cached %d", c);
+    CHECK(paged_run(e0, t2, n2, G, 5, ref2, &c0, NULL) == G && c0 == 0, "no-reuse turn 2 cached %d", c0);
+    CHECK(!memcmp(out2, ref2, sizeof out2), "turn 2 from reused blocks differs from a full prefill");
+    /* never fits: 1000 + 24 tokens are 8 blocks of a 7-block pool */
+    static int big[1000];
+    prompt_of(7, V, big, 1000);
+    eng_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = big; p.n_prompt = 1000; p.max_tokens = G; p.top_logprobs = -1;
+    ci_sampler_defaults(&p.so);
+    eng_req *rb = NULL;
+    CHECK(eng_submit(e, &p, &rb, err, sizeof err) == -1 && !rb, "an 8-block request accepted");
+    CHECK_HAS(err, "need 8 cache blocks of 128 tokens; the pool has 7");
+    /* cancelled mid-run: its blocks come back */
+    eng_req *rc = NULL;
+    if (!paged_run(e, prompts[3], n[3], 60, 3, NULL, NULL, &rc)) {
+        eng_tok t[1];
+        int done = 0;
+        eng_read(rc, 0, t, 1, 5000, &done);
+        eng_cancel(rc);
+        while (!done) { eng_tok tt[64]; eng_read(rc, 0, tt, 64, 1000, &done); }
+        eng_release(rc);
+    }
+    for (int w = 0; w < 100; w++) {   /* the scheduler settles the slot after the reader saw the end */
+        eng_get_stats(e, &st);
+        if (st.active == 0 && st.kv_blocks_used == 0) break;
+        usleep(10000);
+    }
+    CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached + st.kv_blocks_used <= 7, "idle: %d blocks in use", st.kv_blocks_used);
+    CHECK(st.kv_block_hits >= 2 && st.prefix_hit_tokens >= 256, "hits %lld, hit tokens %lld", st.kv_block_hits,
+          st.prefix_hit_tokens);
+done:
+    eng_free(e); eng_free(e0);
+    ci_model_free(m); ci_model_free(m0);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
+    TEST_RUN(test_engine_paged_pool);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);

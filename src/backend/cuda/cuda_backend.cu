@@ -515,6 +515,10 @@ static void op_graph_free(ci_backend *be, void *graph) {
 }
 
 static int op_status(ci_backend *be) { return CB(be)->failed ? -1 : 0; }
+static void op_mem_info(ci_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) *free_bytes = *total_bytes = 0;
+}
 
 /* ---- construction --------------------------------------------------------------------- */
 
@@ -674,6 +678,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->graph_launch = op_graph_launch;
     be->graph_free = op_graph_free;
     be->status = op_status;
+    be->mem_info = op_mem_info;
     cb_moe_ops(be);
     return be;
 }
