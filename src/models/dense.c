@@ -263,7 +263,7 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
  * never reads or writes their bytes. Per chunk the host uploads the token ids and positions,
  * runs ops, and downloads the logits (or 4 bytes of argmax). */
 
-enum { BATCH_GRAPHS = 16 };
+enum { BATCH_GRAPHS = 64 };
 
 typedef struct {
     float *k, *v;                /* the block pool's rows: [n_layers][lrows][n_kv*hd], position p of
@@ -285,9 +285,11 @@ typedef struct {
                                   * run.ub is this session's chunk (UBATCH above: its scratch rows) */
     attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
-    void *bgraph[BATCH_GRAPHS];  /* captured forward_batch_argmax steps of n = 1 + i rows, with */
-    int bgraph_failed[BATCH_GRAPHS]; /* this session as ss[0] (its scratch and tables), */
-    int bgraph_keys[BATCH_GRAPHS];   /* recorded for rows of at most this context */
+    void *bgraph[2][BATCH_GRAPHS];      /* captured batch steps of n = 1 + i rows ([0]: argmax, [1]: logits */
+    int bgraph_failed[2][BATCH_GRAPHS]; /* into blog), with this session as ss[0] (its scratch and tables), */
+    int bgraph_keys[2][BATCH_GRAPHS];   /* recorded for rows of at most this context */
+    float *blog;                 /* [blog_rows, vocab] a device batch step's logits */
+    int blog_rows;
     moe_scratch moe;             /* when any layer is MoE (host memory: CPU only) */
 } dense_cache;
 
@@ -381,8 +383,10 @@ void dense_session_free(ci_session *s) {
     if (!c) return;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    for (int i = 0; i < BATCH_GRAPHS; i++)
-        if (c->bgraph[i] && be->graph_free) be->graph_free(be, c->bgraph[i]);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < BATCH_GRAPHS; i++)
+            if (c->bgraph[g][i] && be->graph_free) be->graph_free(be, c->bgraph[g][i]);
+    ci_buf_release(be, c->blog);
     if (c->own_kv) {
         ci_buf_release(be, c->k);
         ci_buf_release(be, c->v);
@@ -471,8 +475,9 @@ int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, c
  * brings the n rows of logits back (logits), or takes each row's argmax on the backend and
  * brings back only those n int32 ids (out_ids: forward_batch_argmax). */
 /* The ops of a batch step of n rows whose ids, positions and cache table are uploaded:
- * nothing read back, so the argmax form can be recorded as a graph per n. */
-static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best) {
+ * nothing read back when the head goes to best (argmax) or to dev_logits (the logits in
+ * backend memory), so those forms can be recorded as a graph per n. */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits) {
     ci_model *m = ss[0]->m;
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
@@ -489,7 +494,8 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
-    ci_runner_head_rows(&c->run, be, n, logits, best);
+    if (dev_logits) ci_runner_head_into(&c->run, be, n, dev_logits);
+    else ci_runner_head_rows(&c->run, be, n, logits, best);
 }
 
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
@@ -516,8 +522,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         c->hbtab = calloc((size_t)c->run.ub * stride, sizeof(int32_t));
         if (bad || !c->hbtab) { c->bt_stride = 0; return ci_err(err, errlen, "%s: out of memory", m->family->name); }
         c->bt_stride = stride;
-        for (int i = 0; i < BATCH_GRAPHS; i++)
-            if (c->bgraph[i]) { be->graph_free(be, c->bgraph[i]); c->bgraph[i] = NULL; }
+        for (int g = 0; g < 2; g++)
+            for (int i = 0; i < BATCH_GRAPHS; i++)
+                if (c->bgraph[g][i]) { be->graph_free(be, c->bgraph[g][i]); c->bgraph[g][i] = NULL; }
     }
     for (int i = 0; i < n; i++)
         memcpy(c->hbtab + (size_t)i * c->bt_stride, ss[i]->pages.tab, (size_t)ss[i]->pages.n * sizeof(int32_t));
@@ -532,27 +539,42 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.pos, hp, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
     int32_t *best = out_ids ? c->best_n : NULL;
-    if (out_ids && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
+    /* a device's logits: all n rows in one buffer, brought back once after the step */
+    float *dlog = NULL;
+    if (logits && be->is_device) {
+        if (n > c->blog_rows) {
+            int bad = 0;
+            ci_buf_release(be, c->blog);
+            c->blog = ci_buf_alloc(be, (size_t)n * d->vocab * sizeof(float), &bad);
+            c->blog_rows = bad ? 0 : n;
+            for (int i = 0; i < BATCH_GRAPHS; i++)
+                if (c->bgraph[1][i]) { be->graph_free(be, c->bgraph[1][i]); c->bgraph[1][i] = NULL; }
+        }
+        dlog = c->blog_rows >= n ? c->blog : NULL;
+    }
+    const int mode = dlog ? 1 : 0;
+    if ((out_ids || dlog) && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
         const int gi = n - 1;
         int keys = 0;   /* the attention launch is sized by the longest context: a longer one re-records */
         for (int i = 0; i < n; i++) keys = ss[i]->max_ctx > keys ? ss[i]->max_ctx : keys;
-        if (c->bgraph[gi] && keys > c->bgraph_keys[gi]) {
-            be->graph_free(be, c->bgraph[gi]);
-            c->bgraph[gi] = NULL;
+        if (c->bgraph[mode][gi] && keys > c->bgraph_keys[mode][gi]) {
+            be->graph_free(be, c->bgraph[mode][gi]);
+            c->bgraph[mode][gi] = NULL;
         }
-        if (!c->bgraph[gi] && !c->bgraph_failed[gi]) {
-            c->bgraph_keys[gi] = keys;
+        if (!c->bgraph[mode][gi] && !c->bgraph_failed[mode][gi]) {
+            c->bgraph_keys[mode][gi] = keys;
             if (be->graph_begin(be) == 0) {
-                batch_ops(ss, n, NULL, best);             /* recorded, not run */
-                c->bgraph[gi] = be->graph_end(be);
+                batch_ops(ss, n, NULL, best, dlog);             /* recorded, not run */
+                c->bgraph[mode][gi] = be->graph_end(be);
             }
-            c->bgraph_failed[gi] = !c->bgraph[gi];
+            c->bgraph_failed[mode][gi] = !c->bgraph[mode][gi];
         }
-        if (c->bgraph[gi]) be->graph_launch(be, c->bgraph[gi]);
-        else batch_ops(ss, n, NULL, best);
+        if (c->bgraph[mode][gi]) be->graph_launch(be, c->bgraph[mode][gi]);
+        else batch_ops(ss, n, NULL, best, dlog);
     } else {
-        batch_ops(ss, n, logits, best);
+        batch_ops(ss, n, dlog ? NULL : logits, best, dlog);
     }
+    if (dlog) be->download(be, logits, dlog, (size_t)n * d->vocab * sizeof(float));
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);

@@ -82,6 +82,11 @@ void ci_runner_head_rows(ci_runner *r, ci_backend *be, int n, float *logits, int
     }
 }
 
+void ci_runner_head_into(ci_runner *r, ci_backend *be, int n, float *out) {
+    be->rmsnorm(be, r->xn, r->x, r->final_norm, n, r->dim, r->eps);
+    be->matmul(be, out, r->xn, n, r->head);
+}
+
 /* One chunk of n <= ub tokens at positions s->pos..: uploads, ops (a one-token step through
  * its recorded graph where the backend has graphs), then the logits / argmax come back. */
 static int run_chunk(ci_runner *r, ci_session *s, const int *tokens, int n, float *logits, int all_logits,

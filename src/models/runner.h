@@ -61,6 +61,9 @@ int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errle
  * and their host staging, r->htab), allocated the first time; count must not grow. */
 int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err, size_t errlen);
 
+/* The head of all n rows at once into out ([n, vocab], backend memory): nothing read back,
+ * so a batch step that ends here can be recorded (the caller downloads out). */
+void ci_runner_head_into(ci_runner *r, ci_backend *be, int n, float *out);
 /* Final norm of the n rows of r->x into r->xn, then the head over groups of r->logit_rows
  * rows: each group downloaded into logits [n, vocab] (host), or, when best is given, each
  * row's argmax left in best[row] (backend memory) and no logits come back. Needs
