@@ -41,9 +41,19 @@ def conn(url, timeout=600):
     u = urllib.parse.urlparse(url)
     return http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
 
+_model_ids = {}
+def model_id(url):
+    """The id the server serves (GET /v1/models), asked once per server."""
+    if url not in _model_ids:
+        c = conn(url, 30)
+        c.request("GET", "/v1/models")
+        _model_ids[url] = json.loads(c.getresponse().read())["data"][0]["id"]
+        c.close()
+    return _model_ids[url]
+
 def complete(url, prompt, gen, stream=True, seed=None, temperature=0.0, hang_up_after=None):
     """One /v1/completions request. Returns (ttft_s or None, completion tokens, text, cached, status)."""
-    body = {"model": "m", "prompt": prompt, "max_tokens": gen, "stream": stream, "ignore_eos": True,
+    body = {"model": model_id(url), "prompt": prompt, "max_tokens": gen, "stream": stream, "ignore_eos": True,
             "temperature": temperature}
     if seed is not None: body["seed"] = seed
     if stream: body["stream_options"] = {"include_usage": True}
