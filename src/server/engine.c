@@ -52,6 +52,7 @@ struct eng_req {
     eng_finish fin;
     char err[512];
     int cached;
+    int waited;                /* paged: it waited at the queue head for blocks */
     pthread_cond_t cv;
     eng_req *next;             /* queue link */
 };
@@ -210,8 +211,13 @@ static int admit_paged(eng *e, eng_req *r, slot *sl) {
     char err[256];
     if (ci_session_reserve(sl->s, n + r->p.max_tokens, err, sizeof err)) {
         ci_session_truncate(sl->s, 0);
-        e->st.kv_waits++;
+        if (!r->waited) e->st.kv_waits++;   /* once per request, however many tries */
+        r->waited = 1;
         return -1;
+    }
+    if (e->o.prefix_cache_bytes) {         /* counted once, at the admission that holds */
+        e->st.kv_block_lookups += (n - 1) / KV_BLOCK;
+        e->st.kv_block_hits += reuse / KV_BLOCK;
     }
     memcpy(sl->toks, r->prompt, (size_t)reuse * sizeof(int));
     sl->n_toks = reuse;
@@ -841,8 +847,6 @@ void eng_get_stats(eng *e, eng_stats *s) {
         s->kv_block_tokens = ps.blk;
         s->kv_blocks_used = ps.in_use;
         s->kv_blocks_cached = ps.cached;
-        s->kv_block_lookups = ps.match_lookups;
-        s->kv_block_hits = ps.match_hits;
         s->kv_block_evictions = ps.evictions;
     }
     pthread_mutex_unlock(&e->mu);

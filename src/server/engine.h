@@ -106,8 +106,9 @@ typedef struct {
     int prefix_entries;
     int kv_blocks, kv_block_tokens;   /* the shared pool (0 blocks: the family's caches are not paged) */
     int kv_blocks_used, kv_blocks_cached;
-    long long kv_block_lookups, kv_block_hits, kv_block_evictions;
-    long long kv_waits;               /* admissions put off for want of blocks */
+    long long kv_block_lookups, kv_block_hits;   /* admitted prompts' full blocks before their last token, those reused */
+    long long kv_block_evictions;
+    long long kv_waits;               /* requests that waited at the queue head for blocks */
     int last_batch;                   /* rows of the latest decode step */
     size_t kv_pool_bytes;             /* the pool's rows (backend memory) */
     size_t dev_total, dev_free;       /* device memory at start-up, after the pool and slots (0: CPU) */

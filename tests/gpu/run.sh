@@ -11,13 +11,16 @@
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
 #   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
-#               each row alone, on the device
+#               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
 #   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
 #               logits --step (graph replay) and one greedy generate on a bf16 fixture, then
 #               logits --step on a DSA, an LFM2-MoE, a Mamba2, two DeltaNet fixtures and an
 #               MLX-quantized DeepSeek V3 (packed matmuls, MLA heads, experts, embedding)
 #   generate    one short cinfer generate --device cuda --stats
+#   serve       cinfer serve --device cuda on an f32 fixture (demo tokenizer beside it) with a small
+#               block pool, bench/serve_load.py check: concurrent seeded = alone, a cached second
+#               turn, a soak with hang-ups, an idle pool and no 5xx
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
 # The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
 # Exit status 0 when no step failed. The limits add up to under 10 minutes (one device call);
@@ -90,6 +93,7 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
+step paged 60 paged.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_paged
 
 # ---- parity ----
 step parity 240 parity.log bash tests/gpu/parity.sh   # 240: the 13 mlx_* fixtures run too (quant.cu)
@@ -116,6 +120,17 @@ fi
 # ---- generate ----
 step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf16 \
   --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ids --device cuda --stats
+
+# ---- serve: the paged pool behind the HTTP server on the device ----
+sdir=$(mktemp -d)
+cp -r tests/fixtures/qwen3_tied "$sdir/m" && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$sdir/m/"
+step serve 120 serve.log bash -c "
+  '$CINFER' serve --model '$sdir/m' --device cuda --port 18090 --parallel 8 --ctx 1024 --kv-blocks 16 2>'$OUT/logs/serve_server.log' &
+  pid=\$!
+  for i in \$(seq 1 100); do grep -q 'serving' '$OUT/logs/serve_server.log' && break; kill -0 \$pid || break; sleep 0.2; done
+  python3 bench/serve_load.py check http://127.0.0.1:18090 --vocab 300 --max 400 --n 8 --soak 20; r=\$?
+  kill \$pid; wait \$pid; cat '$OUT/logs/serve_server.log'; exit \$r"
+rm -rf "$sdir"
 
 # ---- bench ----
 if [ $bench -eq 1 ]; then

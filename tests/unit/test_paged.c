@@ -6,10 +6,15 @@
  *    rest of the prompt gets the logits of a full prefill, bit for bit;
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
- *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page. */
+ *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page.
+ * With CINFER_TEST_DEVICE=cuda (tests/gpu/run.sh) the same on the CUDA backend: shared = own
+ * bit for bit still (the same kernels on the same shapes, tables aside); reused blocks + the
+ * rest against a full prefill within 1e-3 of the largest logit and the same argmax (the rest's
+ * GEMMs have other row counts than the full prompt's). */
 #include "check.h"
 #include "cinfer.h"
 #include "models/model.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,9 +23,28 @@ static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixt
 
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+static int on_device(void) {
+    const char *d = getenv("CINFER_TEST_DEVICE");
+    return d && !strcmp(d, "cuda");
+}
+
+/* Bit for bit on the CPU; on the device within 1e-3 of the largest |logit|, same argmax. */
+static int close_logits(const float *a, const float *b, int n) {
+    if (!on_device()) return same(a, b, (size_t)n);
+    float mx = 0, md = 0;
+    int ia = 0, ib = 0;
+    for (int i = 0; i < n; i++) {
+        mx = fabsf(a[i]) > mx ? fabsf(a[i]) : mx;
+        md = fabsf(a[i] - b[i]) > md ? fabsf(a[i] - b[i]) : md;
+        if (a[i] > a[ia]) ia = i;
+        if (b[i] > b[ib]) ib = i;
+    }
+    return md <= 1e-3f * mx && ia == ib;
+}
+
 static ci_model *open_model(const char *dir, int pool_blocks) {
     char err[512];
-    ci_model_opts o = { .n_threads = 2 };
+    ci_model_opts o = { .n_threads = 2, .device = on_device() };
     ci_model *m;
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return NULL; }
     if (pool_blocks && ci_model_kv_pool(m, pool_blocks, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return NULL; }
@@ -97,7 +121,7 @@ static void test_match_reuses_blocks(void) {
         CHECK(b->pages.tab[0] == a->pages.tab[0] && b->pages.tab[1] == a->pages.tab[1], "blocks shared");
         CHECK(!ci_forward(b, p + 256, P - 256, re, 0, err, sizeof err), "%s", err);
         CHECK(!ci_forward(c, p, P, full, 0, err, sizeof err), "%s", err);
-        CHECK(same(full, re, (size_t)V), "%s: logits after reused blocks differ from a full prefill", fixtures[f]);
+        CHECK(close_logits(full, re, V), "%s: logits after reused blocks differ from a full prefill", fixtures[f]);
         /* b cuts into its second (shared) block: dropped, 128 kept; a still reads its rows */
         CHECK(ci_session_truncate(b, 200) == 128 && b->pages.n == 1, "%s: truncate kept %d", fixtures[f], b->pos);
         /* the pool is 10 blocks: a holds 3, b 1, c 3; a 4th-block request of 400 more fails */
@@ -123,6 +147,7 @@ static void test_match_reuses_blocks(void) {
 
 static void test_pool_refusals(void) {
     char err[512];
+    if (on_device()) return;   /* nothing of the device's */
     ci_model *m = open_model(fixtures[0], 0);
     if (!m) return;
     CHECK(ci_model_kv_pool(m, 0, err, sizeof err) != 0, "zero blocks accepted");
