@@ -925,6 +925,154 @@ static void rope_attend_case(int n, int table, int pos0, int max_keys, int nh, i
     free(q); free(k); free(v); free(out); free(got); free(pos); free(ctx); free(hk); free(hv); free(htab); free(gtab_h);
 }
 
+/* rope_attend on a paged cache (backend.h ci_pages): the sequences' cache rows live in a pool
+ * of blocks of 2^lg rows, shuffled, with spare blocks, and the rows no context holds NaN (a
+ * kernel must never read them). mode 0: a chunk of n rows of one sequence at positions
+ * pos0.. (one table for every row, kc / vc the pool: the prefill / flash kernels for n > 8);
+ * mode 1: a batch step of n sequences, one row each at a random position of its own context,
+ * per-row tables into one pool (kv_tab NULL); mode 2: as mode 1, each sequence its own pool,
+ * given through kv_tab. Checked: out and the whole pools against the CPU's paged op (host
+ * tables; the flash kernels' f16 tiles take B_ATTN_TC for out), and bit for bit against the
+ * CUDA op on unpaged caches holding the same rows (out, and every context row of the pools
+ * against the unpaged caches' rows after both wrote theirs); split-K rows (n <= 8 or per-row
+ * tables) on both settings of CINFER_CUDA_ATTN_DECODE2 the same way. */
+static void rope_attend_paged_case(int mode, int n, int pos0, int max_keys, int nh, int nkv, int hd, int rot, int lg) {
+    static const char *mname[] = { "chunk, one table", "batch, per-row tables", "batch, per-row tables, kv_tab" };
+    char name[240];
+    snprintf(name, sizeof name, "cuda rope_attend paged (%s) blk=%d n=%d pos0=%d max_keys=%d heads=%d/%d hd=%d rot=%d",
+             mname[mode], 1 << lg, n, pos0, max_keys, nh, nkv, hd, rot);
+    if (!gpu->rope_attend || !want(name)) return;
+    const int blk = 1 << lg, kvw = nkv * hd, ns = mode ? n : 1, per = (max_keys + blk - 1) / blk;
+    const int npool = mode == 2 ? ns : 1, pblocks = (mode == 2 ? 1 : ns) * per + 3;   /* + 3 spare blocks */
+    const size_t pool_n = (size_t)pblocks * blk * kvw, nq = (size_t)n * nh * hd, nk = (size_t)n * kvw;
+    float *q = xmalloc(nq * 4), *k = xmalloc(nk * 4), *v = xmalloc(nk * 4), *out = xmalloc(nq * 4),
+          *got = xmalloc(nq * 4), *got2 = xmalloc(nq * 4);
+    float *qn = keep(xmalloc((size_t)hd * 4)), *kn = keep(xmalloc((size_t)hd * 4));
+    fill(q, nq, 2.f); fill(k, nk, 2.f); fill(v, nk, 2.f);
+    for (int i = 0; i < hd; i++) { qn[i] = 1.f + 0.3f * unif(); kn[i] = 1.f + 0.3f * unif(); }
+    float *q0 = xmalloc(nq * 4), *k0 = xmalloc(nk * 4);   /* the inputs (the ops leave q, k rotated) */
+    memcpy(q0, q, nq * 4); memcpy(k0, k, nk * 4);
+    int32_t *pos = xmalloc((size_t)n * 4), *tab = xmalloc((size_t)ns * per * 4), *perm = xmalloc((size_t)pblocks * 4);
+    int *ctx = xmalloc((size_t)ns * sizeof(int)), keys = 0;
+    /* the unpaged caches (ctx[s] rows each) and the pools holding the same rows */
+    float **uk = xmalloc((size_t)ns * sizeof(float *)), **uv = xmalloc((size_t)ns * sizeof(float *));
+    float **pk = xmalloc((size_t)npool * sizeof(float *)), **pv = xmalloc((size_t)npool * sizeof(float *));
+    for (int p = 0; p < npool; p++) {
+        pk[p] = xmalloc(pool_n * 4); pv[p] = xmalloc(pool_n * 4);
+        for (size_t i = 0; i < pool_n; i++) pk[p][i] = pv[p][i] = NAN;
+    }
+    for (int s = 0; s < ns; s++) {
+        if (mode == 2 || s == 0) {   /* a pool's blocks shuffled, sequences taking them in turn */
+            for (int i = 0; i < pblocks; i++) perm[i] = i;
+            for (int i = pblocks - 1; i > 0; i--) { int j = irand(i + 1), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+        }
+        for (int i = 0; i < per; i++) tab[s * per + i] = perm[(mode == 2 ? 0 : s * per) + i];
+        ctx[s] = mode ? 1 + irand(s % 2 ? 40 : max_keys) : max_keys;   /* short and long contexts side by side */
+        keys = ctx[s] > keys ? ctx[s] : keys;
+        size_t nc = (size_t)ctx[s] * kvw;
+        uk[s] = xmalloc(nc * 4); uv[s] = xmalloc(nc * 4);
+        fill(uk[s], nc, 1.f); fill(uv[s], nc, 1.f);
+        ci_pages one = { tab + s * per, per, 0, lg };
+        float *ck = pk[mode == 2 ? s : 0], *cv = pv[mode == 2 ? s : 0];
+        for (int r = 0; r < ctx[s]; r++) {
+            memcpy(ck + ci_page_row(&one, 0, r) * kvw, uk[s] + (size_t)r * kvw, (size_t)kvw * 4);
+            memcpy(cv + ci_page_row(&one, 0, r) * kvw, uv[s] + (size_t)r * kvw, (size_t)kvw * 4);
+        }
+    }
+    for (int t = 0; t < n; t++) pos[t] = mode ? irand(ctx[t]) : pos0 + t;
+    float *inv = make_inv_freq(rot, 1e6);
+    float *gq = g_put(q, nq * 4), *gk = g_put(k, nk * 4), *gv = g_put(v, nk * 4), *go = g_alloc(nq * 4);
+    int32_t *gp = g_put(pos, (size_t)n * 4), *gt = g_put(tab, (size_t)ns * per * 4);
+    const float *gi = g_weight(inv, (size_t)(rot / 2 > 0 ? rot / 2 : 1) * 4), *gqn = g_weight(qn, (size_t)hd * 4),
+                *gkn = g_weight(kn, (size_t)hd * 4);
+    float **gpool = xmalloc((size_t)2 * npool * sizeof(float *)), **gun = xmalloc((size_t)2 * ns * sizeof(float *));
+    float **hpool = xmalloc((size_t)2 * npool * sizeof(float *));
+    for (int p = 0; p < npool; p++) {
+        gpool[2 * p] = g_put(pk[p], pool_n * 4); gpool[2 * p + 1] = g_put(pv[p], pool_n * 4);
+        hpool[2 * p] = pk[p]; hpool[2 * p + 1] = pv[p];
+    }
+    for (int s = 0; s < ns; s++) {
+        gun[2 * s] = g_put(uk[s], (size_t)ctx[s] * kvw * 4);
+        gun[2 * s + 1] = g_put(uv[s], (size_t)ctx[s] * kvw * 4);
+    }
+    float **gptab = mode == 2 ? g_put(gpool, (size_t)2 * ns * sizeof(float *)) : NULL;   /* kv_tab: the pools */
+    float **gutab = mode ? g_put(gun, (size_t)2 * ns * sizeof(float *)) : NULL;          /* kv_tab: unpaged */
+    const ci_pages hpg = { tab, per, mode > 0, lg }, gpg = { gt, per, mode > 0, lg };
+    const float scale = 1.f / sqrtf((float)hd);
+    /* the flash kernels (n > 8 rows of one sequence, head_dim 64 / 128 / 256) round K / V to f16 */
+    const double bound = !mode && n > 8 && (hd == 64 || hd == 128 || hd == 256) ? B_ATTN_TC : B_ROPE;
+    float *pool_got = xmalloc(pool_n * 4), *un_got = xmalloc((size_t)max_keys * kvw * 4);
+    if (!dead) {
+        cpu->rope_attend(cpu, out, q, k, v, n, nh, nkv, hd, qn, kn, 1e-6f, rot, pos, inv, 1.f, CI_ROPE_NEOX,
+                         mode == 2 ? NULL : pk[0], mode == 2 ? NULL : pv[0], mode == 2 ? hpool : NULL, &hpg, kvw, keys,
+                         scale);
+        /* on gpu, then on both settings of the switch: the paged op into got, then the unpaged
+         * one into got2, each from the inputs again (on be's stream: uploads, ops, downloads) */
+        unsigned char *ff = xmalloc(nq * 4);
+        memset(ff, 0xff, nq * 4);
+        for (int s = -1; s < 2 && !dead; s++) {
+            if (s >= 0 && !mode && n > 8) break;   /* the prefill kernels: no switch */
+            ci_backend *be = s < 0 ? gpu : attn2_backend(s);
+            if (!be) break;
+            char bname[280], sname[320];
+            if (s < 0) snprintf(bname, sizeof bname, "%s", name);
+            else snprintf(bname, sizeof bname, "%s ATTN_DECODE2=%d", name, s);
+            be->upload(be, gq, q0, nq * 4);
+            be->upload(be, gk, k0, nk * 4);
+            be->upload(be, go, ff, nq * 4);
+            be->rope_attend(be, go, gq, gk, gv, n, nh, nkv, hd, gqn, gkn, 1e-6f, rot, gp, gi, 1.f, CI_ROPE_NEOX,
+                            mode == 2 ? NULL : gpool[0], mode == 2 ? NULL : gpool[1], gptab, &gpg, kvw, keys, scale);
+            be->download(be, got, go, nq * 4);
+            if (be->status && be->status(be)) { report_bool(bname, 0, be->last_error); break; }
+            errs e = { 0, 0, 0 };
+            double num = 0, den = 0;
+            acc_err(&e, &num, &den, got, out, nq);
+            fin_err(&e, num, den);
+            report(bname, e, bound);
+            if (s < 0) {   /* the whole pools: the rows written, and nothing else */
+                errs e2 = { 0, 0, 0 };
+                double num2 = 0, den2 = 0;
+                for (int p = 0; p < npool; p++) {
+                    g_get(pool_got, gpool[2 * p], pool_n * 4); acc_err(&e2, &num2, &den2, pool_got, pk[p], pool_n);
+                    g_get(pool_got, gpool[2 * p + 1], pool_n * 4); acc_err(&e2, &num2, &den2, pool_got, pv[p], pool_n);
+                }
+                fin_err(&e2, num2, den2);
+                snprintf(sname, sizeof sname, "%s: pools", bname);
+                report(sname, e2, B_ROPE);
+            }
+            be->upload(be, gq, q0, nq * 4);
+            be->upload(be, gk, k0, nk * 4);
+            be->upload(be, go, ff, nq * 4);
+            be->rope_attend(be, go, gq, gk, gv, n, nh, nkv, hd, gqn, gkn, 1e-6f, rot, gp, gi, 1.f, CI_ROPE_NEOX,
+                            mode ? NULL : gun[0], mode ? NULL : gun[1], gutab, NULL, kvw, keys, scale);
+            be->download(be, got2, go, nq * 4);
+            int same = !memcmp(got, got2, nq * 4);
+            if (s < 0)   /* every context row: the pool's against the unpaged cache's */
+                for (int sq = 0; sq < ns && same; sq++) {
+                    ci_pages one = { tab + sq * per, per, 0, lg };
+                    size_t nc = (size_t)ctx[sq] * kvw;
+                    for (int c = 0; c < 2 && same; c++) {
+                        g_get(pool_got, gpool[2 * (mode == 2 ? sq : 0) + c], pool_n * 4);
+                        g_get(un_got, gun[2 * sq + c], nc * 4);
+                        for (int r = 0; r < ctx[sq] && same; r++)
+                            same = !memcmp(pool_got + ci_page_row(&one, 0, r) * kvw, un_got + (size_t)r * kvw,
+                                           (size_t)kvw * 4);
+                    }
+                }
+            snprintf(sname, sizeof sname, "%s: = unpaged, bit for bit", bname);
+            if (be->status && be->status(be)) report_bool(sname, 0, be->last_error);
+            else report_bool(sname, same, s < 0 ? "out or a cache row differs from the unpaged op's" : "out differs");
+        }
+        free(ff);
+    }
+    for (int p = 0; p < npool; p++) { g_free(gpool[2 * p]); g_free(gpool[2 * p + 1]); free(pk[p]); free(pv[p]); }
+    for (int s = 0; s < ns; s++) { g_free(gun[2 * s]); g_free(gun[2 * s + 1]); free(uk[s]); free(uv[s]); }
+    g_free(gq); g_free(gk); g_free(gv); g_free(go); g_free(gp); g_free(gt); g_free(gptab); g_free(gutab);
+    free(q); free(k); free(v); free(out); free(got); free(got2); free(q0); free(k0); free(pos); free(tab); free(perm);
+    free(ctx); free(uk); free(uv); free(pk); free(pv); free(gpool); free(gun); free(hpool);
+    free(pool_got); free(un_got);
+}
+
 static void test_rope_attend(void) {
     static const int ns[] = { 1, 3, 8, 13 };
     for (size_t c = 0; c < sizeof ns / sizeof *ns && !dead; c++) rope_attend_case(ns[c], 1, 0, 700, 16, 4, 128, 128, 1, 0);
@@ -940,6 +1088,24 @@ static void test_rope_attend(void) {
     rope_attend_case(6, 1, 0, quick ? 2000 : 9000, 16, 2, 256, 64, 1, 0);   /* own caches, long ones, Qwen3.5 dims */
     rope_attend_case(8, 1, 0, quick ? 2000 : 9000, 32, 8, 64, 64, 1, 0);    /* own caches, LFM2-8B dims */
     rope_attend_case(4, 1, 0, 3000, 32, 2, 128, 128, 1, 0);      /* own caches, group 16 */
+    /* paged caches: chunks through the flash kernels, short chunks (split-K), batch steps with
+     * per-row tables (kv_tab or not), odd head dims (attn_prefill_kernel, attn_split_kernel);
+     * blocks of 128 and 16 rows (a flash / prefill tile, a decode chunk across several) */
+    static const int lgs[] = { 7, 4 };
+    for (int i = 0; i < 2 && !dead; i++) {
+        const int lg = lgs[i];
+        rope_attend_paged_case(0, 200, 37, 300, 16, 4, 128, 128, lg);   /* flash<128> */
+        rope_attend_paged_case(0, 5, 290, 300, 16, 4, 128, 128, lg);    /* a short chunk: split-K */
+        rope_attend_paged_case(1, 5, 0, 700, 16, 4, 128, 128, lg);      /* a batch step, per-row tables */
+        rope_attend_paged_case(2, 5, 0, 700, 16, 4, 128, 128, lg);      /* the same through kv_tab */
+        rope_attend_paged_case(0, 100, 20, 150, 8, 2, 50, 50, lg);      /* hd 50: attn_prefill_kernel */
+        rope_attend_paged_case(0, 3, 140, 150, 8, 2, 50, 50, lg);       /* hd 50: attn_split_kernel */
+        rope_attend_paged_case(1, 5, 0, 400, 8, 2, 50, 50, lg);
+    }
+    rope_attend_paged_case(0, 130, 0, 130, 16, 8, 64, 64, 5);           /* flash<64>, 32-row blocks */
+    rope_attend_paged_case(0, 70, 200, 300, 8, 2, 256, 128, 6);         /* flash<256>, 64-row blocks */
+    rope_attend_paged_case(1, 4, 0, 3000, 32, 2, 128, 128, 7);          /* long contexts, group 16 */
+    rope_attend_paged_case(2, 6, 0, 2000, 8, 4, 40, 40, 4);             /* hd 40: decode2 16 lanes a row, vec */
 }
 
 /* ---- MLA / DSA (backend.h "MLA / DSA"; src/backend/cuda/mla.cu) ------------------------------

@@ -23,7 +23,18 @@
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
  * (attn_flash_kernel below). Other head sizes: a block takes QT query rows of one head and walks the key
  * tiles up to its last row's position with an online softmax (running max and sum per
- * row, rescaled when the max grows), K and V tiles staged in shared memory. */
+ * row, rescaled when the max grows), K and V tiles staged in shared memory.
+ *
+ * Paged caches (rope_attend's pages, ci_pages by value; tab NULL: not paged, the kernels
+ * read what they always did): every kernel reads key / value position j at cache row
+ * pg_row(table, j) (cuda_internal.h) instead of row j, one table entry per key row it loads
+ * (d2_rows and the split kernels per row, the prefill / flash tile loaders per element /
+ * float4 they stage; the entry is shared by the lanes of a row, an L1 hit). The decode
+ * kernels take row t's own table with per_row (a batch step, kv_tab or not), else the
+ * shared one; the prefill / flash kernels get a chunk of one sequence (never per_row:
+ * cb_attention sends per-row tables to the split-K kernels whatever n). The order of every
+ * sum is the unpaged one, so a paged cache gives the bits of an unpaged one with the same
+ * rows. */
 #include "cuda_internal.h"
 #include <cuda_fp16.h>
 #include <math.h>
@@ -56,7 +67,7 @@ __device__ __forceinline__ void chunk_softmax(float *ps, int ld, float *ml, int 
 /* part: [n, n_heads, n_chunks, hd + 2] (o, m, l) */
 __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks, float *const *kv_tab) {
+    int hd, int kv_stride, float scale, int n_chunks, float *const *kv_tab, ci_pages pg) {
     pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
@@ -73,8 +84,10 @@ __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qs[i] = qrow[i] * scale;
     __syncthreads();
     const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
+    const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     for (int j = threadIdx.x; j < nj; j += blockDim.x) {
-        const float *kr = kb + (int64_t)(j0 + j) * kv_stride;
+        const float *kr = kb + pg_row(tb, lg, j0 + j) * kv_stride;
         float s[MAX_GROUP];
 #pragma unroll
         for (int h = 0; h < MAX_GROUP; h++) s[h] = 0.0f;
@@ -112,7 +125,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS) attn_split_kernel(
 #pragma unroll
         for (int h = 0; h < MAX_GROUP; h++) o[h] = 0.0f;
         for (int j = 0; j < nj; j++) {
-            float v = vb[(int64_t)(j0 + j) * kv_stride + d];
+            float v = vb[pg_row(tb, lg, j0 + j) * kv_stride + d];
 #pragma unroll
             for (int h = 0; h < MAX_GROUP; h++)
                 if (h < G) o[h] = fmaf(ps[h * CHUNK + j], v, o[h]);
@@ -138,11 +151,13 @@ enum { VCHUNK = 32, VKPW = 8, VGROUP = 8 };
 __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const float *q, const float *kc,
                                                              const float *vc, const int32_t *pos, int pos0,
                                                              int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                                                             int n_chunks, float *const *kv_tab) {
+                                                             int n_chunks, float *const *kv_tab, ci_pages pg) {
     pdl_enter();
     extern __shared__ float sm[];
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
     if (kv_tab) { kc = kv_tab[2 * t]; vc = kv_tab[2 * t + 1]; }
+    const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     const int G = n_heads / n_kv;
     const int L = row_pos(pos, pos0, t) + 1;
     const int j0 = chunk * VCHUNK;
@@ -165,7 +180,7 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
 #pragma unroll
         for (int u = 0; u < VKPW; u++) {
             const int j = jw + u;
-            const float4 *kr = (const float4 *)(kb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+            const float4 *kr = (const float4 *)(kb + pg_row(tb, lg, j0 + (j < nj ? j : 0)) * kv_stride);
             k0[u] = lane < hd4 && j < nj ? kr[lane] : z4;
             k1[u] = lane + 32 < hd4 && j < nj ? kr[lane + 32] : z4;
         }
@@ -201,7 +216,7 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
 #pragma unroll
         for (int u = 0; u < VKPW; u++) {
             const int j = jw + u;
-            const float4 *vr = (const float4 *)(vb + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+            const float4 *vr = (const float4 *)(vb + pg_row(tb, lg, j0 + (j < nj ? j : 0)) * kv_stride);
             v0[u] = lane < hd4 && j < nj ? vr[lane] : z4;
             v1[u] = lane + 32 < hd4 && j < nj ? vr[lane + 32] : z4;
         }
@@ -254,15 +269,16 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
  * attn_combine2_kernel (below) with chunk = ck. */
 enum { D2_CHUNK = 128, D2_THREADS = 256, D2_WARPS = D2_THREADS / 32, D2_HB = 8 };
 /* Rows jb + u * kpi + sub (u < U) of a chunk starting at key j0, lane sl's float4s sl + i * sw
- * of each (zeros past nj and past the head dimension). */
+ * of each (zeros past nj and past the head dimension); key j's cache row through the block
+ * table tb (2^lg rows a block) when paged. */
 template <int U, int NI>
 __device__ __forceinline__ void d2_rows(float4 (&r)[U][NI], const float *base, int j0, int jb, int nj, int kpi, int sub,
-                                        int sl, int sw, int hd4, int kv_stride) {
+                                        int sl, int sw, int hd4, int kv_stride, const int32_t *tb, int lg) {
     const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int j = jb + u * kpi + sub;
-        const float4 *row = (const float4 *)(base + (int64_t)(j0 + (j < nj ? j : 0)) * kv_stride);
+        const float4 *row = (const float4 *)(base + pg_row(tb, lg, j0 + (j < nj ? j : 0)) * kv_stride);
 #pragma unroll
         for (int i = 0; i < NI; i++) {
             const int c = sl + i * sw;
@@ -273,7 +289,7 @@ __device__ __forceinline__ void d2_rows(float4 (&r)[U][NI], const float *base, i
 template <int NI>
 __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks, int ck, float *const *kv_tab) {
+    int hd, int kv_stride, float scale, int n_chunks, int ck, float *const *kv_tab, ci_pages pg) {
     constexpr int U = 8 / NI;
     constexpr bool PRE_V = NI == 1;                 /* K and V rows early (with NI = 2 it would spill) */
     pdl_enter();
@@ -281,6 +297,8 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     float *sm = (float *)sm2;
     const int g = blockIdx.x, chunk = blockIdx.y, t = blockIdx.z;
     if (kv_tab) { kc = kv_tab[2 * t]; vc = kv_tab[2 * t + 1]; }
+    const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     const int G = n_heads / n_kv;
     const int L = row_pos(pos, pos0, t) + 1;
     const int j0 = chunk * ck;
@@ -303,13 +321,13 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     /* with PRE_V: the first pass's K rows in flight through the barrier, and the first p·V
      * pass's V rows from the last score pass on (through the softmax) */
     float4 kr[U][NI], vr[U][NI];
-    if (PRE_V && jb0 < nj) d2_rows<U, NI>(kr, kb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
+    if (PRE_V && jb0 < nj) d2_rows<U, NI>(kr, kb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
     __syncthreads();
     const float4 *qs4 = (const float4 *)qs;
     /* scores: this lane's keys jb + u * KPI + sub */
     for (int jb = jb0; jb < nj; jb += step) {
-        if (!PRE_V || jb != jb0) d2_rows<U, NI>(kr, kb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
-        if (PRE_V && jb + step >= nj) d2_rows<U, NI>(vr, vb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride);
+        if (!PRE_V || jb != jb0) d2_rows<U, NI>(kr, kb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
+        if (PRE_V && jb + step >= nj) d2_rows<U, NI>(vr, vb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
 #pragma unroll 1
         for (int h = 0; h < G; h++) {
             float4 qv[NI];
@@ -345,7 +363,8 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
 #pragma unroll
             for (int i = 0; i < NI; i++) acc[h][i] = z4;
         for (int jb = jb0; jb < nj; jb += step) {
-            if (!PRE_V || hb > 0 || jb != jb0) d2_rows<U, NI>(vr, vb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride);
+            if (!PRE_V || hb > 0 || jb != jb0)
+                d2_rows<U, NI>(vr, vb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
 #pragma unroll
             for (int h = 0; h < D2_HB; h++) {
                 if (h < hn) {
@@ -512,8 +531,10 @@ __global__ void __launch_bounds__(C2_THREADS) attn_combine2_kernel(float *out, c
  * (row r = tid / 8, keys tid % 8 + 8 i); for the output each thread owns (row, dims). */
 __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
     float *out, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n, int n_heads,
-    int n_kv, int hd, int kv_stride, float scale) {
+    int n_kv, int hd, int kv_stride, float scale, ci_pages pg) {
     pdl_enter();
+    const int32_t *tb = pg.tab;                   /* one sequence's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     extern __shared__ float sm[];
     const int h = blockIdx.y, t0 = blockIdx.x * QT, g = h / (n_heads / n_kv);
     const int nq = n - t0 < QT ? n - t0 : QT;
@@ -547,7 +568,7 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(
         const int nj = Lmax - j0 < KT ? Lmax - j0 : KT;
         for (int i = tid; i < nj * hd; i += blockDim.x) {
             int j = i / hd, d = i % hd;
-            int64_t at = (int64_t)(j0 + j) * kv_stride + (int64_t)g * hd + d;
+            int64_t at = pg_row(tb, lg, j0 + j) * kv_stride + (int64_t)g * hd + d;
             ks[j * (hd + 1) + d] = kc[at];
             vs[j * hd + d] = vc[at];
         }
@@ -626,8 +647,10 @@ template <int HD>
 __global__ void __launch_bounds__(flash_cfg<HD>::THREADS) attn_flash_kernel(float *out, const float *q, const float *kc,
                                                                             const float *vc, const int32_t *pos, int pos0,
                                                                             int n, int n_heads, int n_kv, int kv_stride,
-                                                                            float scale) {
+                                                                            float scale, ci_pages pg) {
     pdl_enter();
+    const int32_t *tb = pg.tab;                   /* one sequence's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     constexpr int BQ = flash_cfg<HD>::BQ, NT = flash_cfg<HD>::THREADS;
     constexpr int BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
     extern __shared__ __align__(128) unsigned char smraw[];
@@ -661,8 +684,8 @@ __global__ void __launch_bounds__(flash_cfg<HD>::THREADS) attn_flash_kernel(floa
             int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
             float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
             if (j0 + j < Lmax) {
-                k4 = *(const float4 *)(kb + (int64_t)(j0 + j) * kv_stride + d);
-                v4 = *(const float4 *)(vb + (int64_t)(j0 + j) * kv_stride + d);
+                k4 = *(const float4 *)(kb + pg_row(tb, lg, j0 + j) * kv_stride + d);
+                v4 = *(const float4 *)(vb + pg_row(tb, lg, j0 + j) * kv_stride + d);
             }
             __half *kd = Ks + j * LDH + d, *vd = Vs + j * LDH + d;
             kd[0] = __float2half_rn(k4.x); kd[1] = __float2half_rn(k4.y);
@@ -747,7 +770,7 @@ static size_t flash_smem() {
 
 template <int HD>
 static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                         const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale) {
+                         const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale, ci_pages pg) {
     static int set = 0;
     size_t smem = flash_smem<HD>();
     if (!set) {
@@ -755,14 +778,16 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
         set = 1;
     }
     dim3 grid((n + flash_cfg<HD>::BQ - 1) / flash_cfg<HD>::BQ, n_heads);
-    cb_launch(cb, attn_flash_kernel<HD>, dim3(grid), dim3(flash_cfg<HD>::THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, kv_stride, scale);
+    cb_launch(cb, attn_flash_kernel<HD>, dim3(grid), dim3(flash_cfg<HD>::THREADS), smem, out, q, k, v, pos, pos0, n,
+              n_heads, n_kv, kv_stride, scale, pg);
     cb_launched(cb, "attention (flash)");
 }
 
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                  float *const *kv_tab) {
+                  float *const *kv_tab, const ci_pages *pages) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
+    const ci_pages pg = cb_pages(pages);
     const int G = n_heads / n_kv;
     if (G > MAX_GROUP || n_heads % n_kv || hd > 256 || max_keys <= 0) {
         if (!cb->failed) {
@@ -772,7 +797,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         }
         return;
     }
-    if (n <= SPLIT_MAX_N || kv_tab) {
+    if (n <= SPLIT_MAX_N || kv_tab || pg.per_row) {   /* per-row tables: a batch step too */
         /* a table's pointers are buffer addresses plus multiples of 4 floats (backend.h) */
         const int al4 = hd % 4 == 0 && hd <= 256 && kv_stride % 4 == 0 &&
                         (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
@@ -797,23 +822,23 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                     return;
                 }
                 cb_launch(cb, attn_decode2_kernel<1>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
-                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
+                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab, pg);
             } else {
                 if (!cb_smem_ok(cb, attn_decode2_kernel<2>, smem, &smem_set[1])) {
                     cb_fail_msg(cb, "decode attention: shared memory");
                     return;
                 }
                 cb_launch(cb, attn_decode2_kernel<2>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
-                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab);
+                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab, pg);
             }
         } else if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                                                                   kv_stride, scale, n_chunks, kv_tab);
+                                                                   kv_stride, scale, n_chunks, kv_tab, pg);
         } else {
             size_t smem = ((size_t)G * hd + (size_t)G * CHUNK + 2 * (size_t)G) * sizeof(float);
             cb_launch(cb, attn_split_kernel, dim3(grid), dim3(SPLIT_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                                                                          kv_stride, scale, n_chunks, kv_tab);
+                                                                          kv_stride, scale, n_chunks, kv_tab, pg);
         }
         if (cb_launched(cb, "attention (split)")) return;
         size_t csmem = ((size_t)n_chunks + 4) * sizeof(float); /* + 4: the unrolled loop may read a vector past nc */
@@ -844,9 +869,9 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
-    if (al && hd == 64) { flash_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
-    if (al && hd == 128) { flash_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
-    if (al && hd == 256) { flash_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale); return; }
+    if (al && hd == 64) { flash_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }
+    if (al && hd == 128) { flash_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }
+    if (al && hd == 256) { flash_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }
     size_t smem = ((size_t)QT * hd + (size_t)KT * (hd + 1) + (size_t)KT * hd + (size_t)QT * KT + 3 * QT) * sizeof(float);
     static int smem_set = 0;
     if (!smem_set) {
@@ -855,7 +880,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     dim3 grid((n + QT - 1) / QT, n_heads);
     cb_launch(cb, attn_prefill_kernel, dim3(grid), dim3(PF_THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
-                                                                kv_stride, scale);
+                                                                kv_stride, scale, pg);
     cb_launched(cb, "attention (prefill)");
 }
 

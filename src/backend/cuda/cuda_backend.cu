@@ -287,12 +287,14 @@ static void op_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, 
 }
 static void op_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                          int n_heads, int n_kv, int hd, int kv_stride, float scale) {
-    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, pos0, NULL, pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL);
+    if (!CB(be)->failed)
+        cb_attention(CB(be), out, q, k, v, n, pos0, NULL, pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL, NULL);
 }
 static void op_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
                              float scale) {
-    if (!CB(be)->failed) cb_attention(CB(be), out, q, k, v, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, NULL);
+    if (!CB(be)->failed)
+        cb_attention(CB(be), out, q, k, v, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, NULL, NULL);
 }
 static void op_swiglu(ci_backend *be, float *g, const float *u, int64_t count) {
     if (!CB(be)->failed) cb_swiglu(CB(be), g, u, count);
@@ -323,7 +325,7 @@ static void op_qk_rope_store(ci_backend *be, float *q, float *k, const float *v,
                              int kv_stride) {
     if (!CB(be)->failed)
         cb_qk_rope_store(CB(be), q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
-                         style, kc, vc, kv_stride, NULL);
+                         style, kc, vc, kv_stride, NULL, NULL);
 }
 static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const float *v, int n, int n_heads,
                            int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
@@ -332,14 +334,17 @@ static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const
                            float scale) {
     cuda_be *cb = CB(be);
     if (cb->failed) return;
-    if (pages) {
+    if (pages && (!pages->tab || pages->blk_log2 < 0 || pages->blk_log2 > 30 ||
+                  (pages->per_row && pages->tab_stride < 0))) {
         cb->failed = 1;
-        snprintf(be->last_error, sizeof be->last_error, "CUDA: rope_attend: paged caches are not supported yet");
+        snprintf(be->last_error, sizeof be->last_error, "CUDA: rope_attend: bad pages (blk_log2 %d)", pages->blk_log2);
         return;
     }
+    /* pages: both write and read each position at its row through the table (ops.cu, attn.cu) */
     cb_qk_rope_store(cb, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
-                     kc, vc, kv_stride, kv_tab);
-    if (!cb->failed) cb_attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab);
+                     kc, vc, kv_stride, kv_tab, pages);
+    if (!cb->failed)
+        cb_attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab, pages);
 }
 static void op_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
     if (!CB(be)->failed) cb_argmax(CB(be), out, x, count);

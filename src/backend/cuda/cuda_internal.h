@@ -178,6 +178,22 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+/* Paged KV caches (backend.h ci_pages; rope_attend): kernels take the pages by value, tab
+ * NULL when the cache is not paged. pg_table: query row t's block table (its own when
+ * per_row, else the shared one), NULL when not paged; pg_row: the cache row of position p
+ * through it, p itself without one (so an unpaged kernel computes the rows it always did). */
+__device__ __forceinline__ const int32_t *pg_table(const ci_pages &pg, int t) {
+    return pg.tab ? pg.tab + (pg.per_row ? (int64_t)t * pg.tab_stride : 0) : (const int32_t *)0;
+}
+__device__ __forceinline__ int64_t pg_row(const int32_t *tb, int lg, int p) {
+    return tb ? ((int64_t)tb[p >> lg] << lg) | (p & ((1 << lg) - 1)) : (int64_t)p;
+}
+/* pages by value for a launch: *pages, or all zeros (not paged) */
+static inline ci_pages cb_pages(const ci_pages *pages) {
+    ci_pages z = { 0, 0, 0, 0 };
+    return pages ? *pages : z;
+}
+
 /* Prefill GEMMs round their operands to 16 bits. Weights stored in fewer bits (fp8 E4M3, FP4,
  * MLX codes) are widened to f16, and their activations converted to f16, not bf16: f16's 11
  * significant bits against bf16's 8. With bf16 operands three quantized fixtures missed their
@@ -253,7 +269,7 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
 void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
                       const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride,
-                      float *const *kv_tab);
+                      float *const *kv_tab, const ci_pages *pages);
 void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int width, int n, const int32_t *pos);
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count);
 void cb_clamp_gu(cuda_be *cb, float *g, float *u, int64_t count, float limit);
@@ -266,10 +282,12 @@ void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_
 /* ---- launchers (attn.cu) ----
  * Causal GQA attention, query row t attends keys 0..pos[t] (pos NULL: pos0 + t). kv_tab
  * (device, 2n pointers; NULL: k / v for every row): row t reads its own cache kv_tab[2t] /
- * kv_tab[2t + 1], always through the split-K kernels. */
+ * kv_tab[2t + 1], always through the split-K kernels. pages (host struct, tables in device
+ * memory; NULL: not paged): key position j is read at row pg_row(table of row t, j) of the
+ * cache(s); per_row tables take the split-K kernels too (each row its own table). */
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                  float *const *kv_tab);
+                  float *const *kv_tab, const ci_pages *pages);
 
 /* ---- MoE (moe.cu, moe_gemm.cu) ----
  * One MoE layer's routed experts as device tables, built by moe.cu on the layer's first

@@ -88,11 +88,12 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
 /* Blocks of (token, 4 heads): each block makes the token's cos / sin table, its warps take
  * one head each (q heads, then k heads), norm it into the warp's shared row, rotate it from
  * there and write it back (and k into its cache row); the first block of the token also
- * copies v's row into the cache. */
+ * copies v's row into the cache. The cache row is pos[t], or with pages (pg.tab set) the row
+ * of pos[t] through the token's block table (its own with per_row, else the shared one). */
 __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_heads, int n_kv, int hd,
                                      const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                      const int32_t *pos, const float *inv_freq, float mscale, int style, float *kc,
-                                     float *vc, int kv_stride, float *const *kv_tab) {
+                                     float *vc, int kv_stride, float *const *kv_tab, ci_pages pg) {
     pdl_enter();
     if (kv_tab) { /* a batch step: row blockIdx.x's own cache */
         kc = kv_tab[2 * blockIdx.x];
@@ -109,6 +110,7 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
 #pragma unroll
     for (int j = 0; j < 8; j++) vals[j] = live && lane + 32 * j < hd ? src[lane + 32 * j] : 0.0f;
     int p = pos[t];
+    const int64_t prow = pg_row(pg_table(pg, t), pg.blk_log2, p);   /* the cache row */
     rope_table(cs, sn, (float)p, inv_freq, half, mscale);
     __syncthreads();
     if (live) {
@@ -127,7 +129,7 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
             if (lane + 32 * j < hd) row[lane + 32 * j] = nw_ ? vals[j] * sc * nw_[lane + 32 * j] : vals[j];
         for (int i = lane + 256; i < hd; i += 32) row[i] = nw_ ? src[i] * sc * nw_[i] : src[i];
         __syncwarp();
-        float *dst2 = isk ? kc + (int64_t)p * kv_stride + (int64_t)(h - n_heads) * hd : NULL;
+        float *dst2 = isk ? kc + prow * kv_stride + (int64_t)(h - n_heads) * hd : NULL;
         for (int i = lane; i < hd; i += 32) {
             float o;
             if (i < rot_dim) {
@@ -151,14 +153,14 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
     }
     if (blockIdx.y) return;
     const float *vr = v + (int64_t)t * n_kv * hd;
-    float *vd = vc + (int64_t)p * kv_stride;
+    float *vd = vc + prow * kv_stride;
     for (int i = threadIdx.x; i < n_kv * hd; i += blockDim.x) vd[i] = vr[i];
 }
 
 void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
                       const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
                       const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc, int kv_stride,
-                      float *const *kv_tab) {
+                      float *const *kv_tab, const ci_pages *pages) {
     if (n <= 0) return;
     if (rot_dim < 0 || rot_dim > hd || hd > 2048) {
         if (!cb->failed) {
@@ -171,7 +173,8 @@ void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, in
     size_t smem = ((size_t)2 * half + (size_t)(th / 32) * hd) * sizeof(float);
     dim3 grid(n, (n_heads + n_kv + th / 32 - 1) / (th / 32));
     cb_launch(cb, qk_rope_store_kernel, dim3(grid), dim3(th), smem, q, k, v, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos,
-                                                      inv_freq, mscale, (int)style, kc, vc, kv_stride, kv_tab);
+                                                      inv_freq, mscale, (int)style, kc, vc, kv_stride, kv_tab,
+                                                      cb_pages(pages));
     cb_launched(cb, "qk_rope_store");
 }
 
