@@ -337,6 +337,7 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     size_t kv = (size_t)d->n_layers * (size_t)c->lrows * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
     int ub = be->is_device ? UBATCH_DEVICE : UBATCH;
     if (ub > s->max_ctx) ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
+    if (s->max_rows > 0 && ub > s->max_rows) ub = s->max_rows;   /* the caller's largest call */
     int bad = 0;
     c->hkv = malloc((size_t)ub * sizeof(attn_cache));
     if (!c->hkv || ci_runner_alloc(&c->run, be, ub, d->vocab, d->dim, d->eps, UBATCH, chunk_ops, &bad))

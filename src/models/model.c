@@ -124,12 +124,17 @@ void ci_model_get_info(const ci_model *m, ci_model_info *info) {
 }
 
 int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen) {
+    return ci_session_new_rows(m, max_ctx, 0, out, err, errlen);
+}
+
+int ci_session_new_rows(ci_model *m, int max_ctx, int max_rows, ci_session **out, char *err, size_t errlen) {
     *out = NULL;
     if (max_ctx <= 0) return ci_err(err, errlen, "%s: context length must be positive, got %d", m->family->name, max_ctx);
     ci_session *s = calloc(1, sizeof *s);
     if (!s) return ci_err(err, errlen, "out of memory");
     s->m = m;
     s->max_ctx = max_ctx;
+    s->max_rows = max_rows > 0 ? max_rows : 0;
     if (m->family->ops->session_init(s, err, errlen)) { ci_session_free(s); return -1; }
     *out = s;
     return 0;

@@ -50,6 +50,8 @@ typedef struct ci_session {
     ci_model *m;
     int max_ctx;                /* tokens the cache holds */
     int pos;                    /* tokens already in the cache */
+    int max_rows;               /* ci_session_new_rows: the most tokens one call will pass (0: any), so
+                                 * a family may size its scratch by it (dense.c does) */
     void *impl;                 /* family cache + scratch */
     /* Paged families (ops->pool_init): the block table of the sequence and the pool it draws
      * from (the model's shared one, or own_pool: one sized for max_ctx, freed with it). */
@@ -70,6 +72,9 @@ typedef struct ci_session {
  * match: on an emptied session (pos 0, no blocks), takes the published blocks holding the
  *   longest full-block prefix of toks[0, n), at most limit positions; s->pos = that. */
 int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
+/* ci_session_new for a caller that never passes more than max_rows tokens to one forward
+ * (nor more than max_rows sequences to one forward_batch): the server's slots. */
+int ci_session_new_rows(ci_model *m, int max_ctx, int max_rows, ci_session **out, char *err, size_t errlen);
 size_t ci_model_kv_block_bytes(const ci_model *m);
 int ci_session_paged(const ci_session *s);
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);

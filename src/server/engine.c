@@ -566,7 +566,8 @@ static long long blocks_for_memory(ci_model *m, const eng_opts *o, char *err, si
     size_t f0, f1, f2, total;
     be->mem_info(be, &f0, &total);
     ci_session *probe;
-    if (ci_session_new(m, o->ctx, &probe, err, errlen)) return -1;
+    const int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
+    if (ci_session_new_rows(m, o->ctx, chunk > o->parallel ? chunk : o->parallel, &probe, err, errlen)) return -1;
     be->mem_info(be, &f1, &total);
     ci_session_free(probe);
     be->mem_info(be, &f2, &total);
@@ -625,7 +626,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     for (int i = 0; i < o->parallel; i++) {
         slot *sl = &e->slots[i];
         sl->pending = -1;
-        if (ci_session_new(m, o->ctx, &sl->s, err, errlen)) goto fail;
+        if (ci_session_new_rows(m, o->ctx, e->chunk > o->parallel ? e->chunk : o->parallel, &sl->s, err, errlen)) goto fail;
         sl->toks = malloc((size_t)o->ctx * sizeof(int));
         sl->counts = calloc((size_t)e->V, sizeof(int));
         if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
