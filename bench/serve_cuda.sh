@@ -8,7 +8,8 @@
 # Qwen3-30B-A3B dims cut to 12 layers, as bench.sh's 8b / moe entries) and per step of
 # SERVE_STEPS (default "make check bench chat"):
 #   make   cinfer make-random (bf16, seed 1) into $BENCH_DIR/NAME unless there, the demo model's
-#          tokenizer beside it (4096 ids: prompts stay below that), and NAME.gguf by
+#          tokenizer beside it with a placeholder text for every other id (prompts stay below
+#          4096 ids), and NAME.gguf by
 #          bench/make_bf16_gguf.py when llama-server is staged (.lcpp/bin/llama-server)
 #   check  serve_load.py check on cinfer alone: N concurrent seeded requests each equal to the
 #          same request alone, a cached second turn, a soak with hang-ups, then an idle pool
@@ -89,7 +90,10 @@ for spec in $SPECS; do
           step 200 "$CINFER" make-random --config "$cfg" --out "$BENCH_DIR/$m.part" --dtype bf16 --seed 1 --layers "$layers" &&
             mv "$BENCH_DIR/$m.part" "$BENCH_DIR/$m" && echo "made $m: $(du -sh "$BENCH_DIR/$m" | cut -f1)"
         fi
-        [ -d "$BENCH_DIR/$m" ] && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$BENCH_DIR/$m/"
+        # the demo model's tokenizer, with a placeholder text for every id of the vocabulary
+        # (bench/extend_tokenizer.py: else ids without text would hold back the first chunk)
+        [ -d "$BENCH_DIR/$m" ] && "$PY" bench/extend_tokenizer.py models/demo "$BENCH_DIR/$m" \
+            "$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$cfg")"
         if [ -x "$LSRV" ] && [ -d "$BENCH_DIR/$m" ] && [ ! -f "$BENCH_DIR/$m.gguf" ]; then
           step 200 "$PY" bench/make_bf16_gguf.py "$BENCH_DIR/$m" "$BENCH_DIR/$m.gguf.part" .lcpp &&
             mv "$BENCH_DIR/$m.gguf.part" "$BENCH_DIR/$m.gguf"
