@@ -26,12 +26,14 @@
 
 enum { NR = 6, MAXT = 12 };
 
-static int run(eng *e, const int *prompt, int n, int seed, int *out, int *cached) {
+/* Submits a sampled request (temperature 0.8, ignore_eos) of max tokens; with keep, hands the
+ * request back unread, else reads it whole into out and returns how many came. */
+static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
     eng_params p;
     memset(&p, 0, sizeof p);
     p.prompt = prompt;
     p.n_prompt = n;
-    p.max_tokens = MAXT;
+    p.max_tokens = max;
     ci_sampler_defaults(&p.so);
     p.so.temperature = 0.8f;
     p.so.seed = (uint64_t)seed;
@@ -40,13 +42,18 @@ static int run(eng *e, const int *prompt, int n, int seed, int *out, int *cached
     eng_req *r;
     char err[256];
     if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
+    if (keep) { *keep = r; return 0; }
     int got = 0, done = 0;
-    eng_tok t[MAXT];
-    while (!done) got += eng_read(r, got, t + got, MAXT - got, 1000, &done);
+    eng_tok t[64];
+    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
     for (int i = 0; i < got; i++) out[i] = t[i].id;
     if (cached) *cached = eng_req_cached(r);
     eng_release(r);
     return got;
+}
+
+static int run(eng *e, const int *prompt, int n, int seed, int *out, int *cached) {
+    return paged_run(e, prompt, n, MAXT, seed, out, cached, NULL);
 }
 
 static void prompt_of(int i, int V, int *p, int n) {
@@ -634,30 +641,6 @@ out:
  * one takes its full blocks from the pool (cached = 256) and equals the same turn on an
  * engine without reuse; a request that could never fit (8 blocks) is refused at submit;
  * a cancelled one gives its blocks back; idle, no block is in use. */
-static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
-    eng_params p;
-    memset(&p, 0, sizeof p);
-    p.prompt = prompt;
-    p.n_prompt = n;
-    p.max_tokens = max;
-    ci_sampler_defaults(&p.so);
-    p.so.temperature = 0.8f;
-    p.so.seed = (uint64_t)seed;
-    p.top_logprobs = -1;
-    p.ignore_eos = 1;
-    eng_req *r;
-    char err[256];
-    if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
-    if (keep) { *keep = r; return 0; }
-    int got = 0, done = 0;
-    eng_tok t[64];
-    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
-    for (int i = 0; i < got; i++) out[i] = t[i].id;
-    if (cached) *cached = eng_req_cached(r);
-    eng_release(r);
-    return got;
-}
-
 static void test_engine_paged_pool(void) {
     enum { N = 12, G = 24 };
     char err[1024];
