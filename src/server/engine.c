@@ -53,6 +53,10 @@ struct eng_req {
     char err[512];
     int cached;
     int waited;                /* paged: it waited at the queue head for blocks */
+    int resumed;               /* paged: preempted and queued again; its prompt now ends with the ids it
+                                * had generated (n_out of them), recomputed at its next admission */
+    smp_state smp;             /* the sampler it had when preempted (its generator moves on from there) */
+    uint64_t admitted;         /* the clock at its latest admission (the newest is preempted first) */
     pthread_cond_t cv;
     eng_req *next;             /* queue link */
 };
@@ -111,6 +115,7 @@ static double now_s(void) {
 
 static void req_free(eng_req *r) {
     jsc_free(r->p.grammar);
+    smp_free(&r->smp);
     free(r->prompt); free(r->bias_id); free(r->bias); free(r->ids); free(r->lps); free(r->top_ids); free(r->top_lps);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -168,6 +173,8 @@ static void save_slot(eng *e, slot *sl) {
     pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_ROWS, blob, bytes);
 }
 
+static int is_eos(const eng *e, int id);
+
 static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     sl->r = r;
     sl->n_toks = reuse;
@@ -183,13 +190,33 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     sm_release(&sl->sm);
     if (r->p.grammar && sm_init(&sl->sm, r->p.grammar, &sl->ss)) sl->ss.n = 0;   /* no memory: stuck at once */
     smp_free(&sl->smp);
-    r->cached = reuse;
+    if (!r->resumed) r->cached = reuse;
     r->state = Q_ACTIVE;
+    r->admitted = sl->used;
     e->st.prefix_hit_tokens += reuse;
+    if (r->resumed) {   /* a preempted request goes on where it stopped: its sampler, penalties, JSON / grammar state */
+        sl->smp = r->smp;
+        memset(&r->smp, 0, sizeof r->smp);
+        for (int k = 0; k < r->n_out; k++) {
+            int tok = r->ids[k];
+            sl->counts[tok]++;
+            if (is_eos(e, tok) || !e->o.tok_off) continue;
+            const char *t = e->o.tok_bytes + e->o.tok_off[tok];
+            uint32_t len = e->o.tok_off[tok + 1] - e->o.tok_off[tok];
+            if (r->p.json_mode) jf_feed(&sl->js, t, len);
+            if (r->p.grammar && sl->ss.n) sm_feed(&sl->sm, &sl->ss, t, len);
+        }
+    }
 }
 
 /* Blocks of a request: its prompt and every token it may generate. */
 static int blocks_of(const eng_params *p) { return (p->n_prompt + p->max_tokens + KV_BLOCK - 1) / KV_BLOCK; }
+
+static int active_count(const eng *e) {
+    int a = 0;
+    for (int i = 0; i < e->o.parallel; i++) a += e->slots[i].r != NULL;
+    return a;
+}
 
 /* Paged: a slot's request is over: its full blocks are named for others (prefix reuse on),
  * and the slot lets every block go (named ones stay cached in the pool, LRU), so an idle
@@ -202,14 +229,17 @@ static void slot_settle(eng *e, slot *sl) {
 }
 
 /* Paged admission of r into idle slot sl (which holds no block): the pool's named blocks of
- * the prompt's longest full-block prefix, then the blocks of the rest of the prompt and of
- * max_tokens. 0, or -1 when the pool cannot give them yet (r waits at the head of the
- * queue; the blocks taken go back). */
+ * the prompt's longest full-block prefix, then the blocks of the rest of the prompt and its
+ * first generated token, with one block to spare for each running sequence besides (they
+ * grow a block at a time while decoding, preempting the newest when the pool runs dry). 0,
+ * or -1 when the pool cannot give them yet (r waits at the head of the queue; the blocks
+ * taken go back). */
 static int admit_paged(eng *e, eng_req *r, slot *sl) {
     const int n = r->p.n_prompt;
     int reuse = e->o.prefix_cache_bytes ? ci_session_match(sl->s, r->prompt, n, n - 1) : 0;
     char err[256];
-    if (ci_session_reserve(sl->s, n + r->p.max_tokens, err, sizeof err)) {
+    if (kvp_available(e->m->kv_pool) < (n + 1 + KV_BLOCK - 1) / KV_BLOCK - sl->s->pages.n + active_count(e) ||
+        ci_session_reserve(sl->s, n + 1, err, sizeof err)) {
         ci_session_truncate(sl->s, 0);
         if (!r->waited) e->st.kv_waits++;   /* once per request, however many tries */
         r->waited = 1;
@@ -410,6 +440,50 @@ static void slot_fail(eng *e, slot *sl, const char *msg) {
     slot_settle(e, sl);
 }
 
+/* Paged, under e->mu: the running request of slot sl goes back to the head of the queue and
+ * lets its blocks go (named first, so its next admission may find most of them): its prompt
+ * becomes prompt + the ids it generated, recomputed when it is admitted again, and it keeps
+ * its sampler. Its reader sees nothing of it but a pause. */
+static int preempt(eng *e, slot *sl) {
+    eng_req *r = sl->r;
+    int *np = realloc(r->prompt, (size_t)(r->p.n_prompt + r->n_out) * sizeof(int));
+    if (!np) return -1;
+    memcpy(np + r->p.n_prompt, r->ids, (size_t)r->n_out * sizeof(int));
+    r->prompt = np;
+    r->p.prompt = np;
+    r->p.n_prompt += r->n_out;
+    smp_free(&r->smp);
+    r->smp = sl->smp;
+    memset(&sl->smp, 0, sizeof sl->smp);
+    r->resumed = 1;
+    r->state = Q_QUEUED;
+    r->next = e->qhead;
+    e->qhead = r;
+    if (!e->qtail) e->qtail = r;
+    e->qlen++;
+    e->st.preemptions++;
+    sl->r = NULL;
+    sl->pending = -1;
+    sl->used = ++e->clock;
+    slot_settle(e, sl);
+    return 0;
+}
+
+/* Paged, under e->mu: every decoding slot gets the block of its next position; when the pool
+ * is dry the newest running request is preempted (its blocks come back) until it is not. */
+static void grow_paged(eng *e) {
+    char err[256];
+    for (int i = 0; i < e->o.parallel; i++) {
+        slot *sl = &e->slots[i];
+        while (sl->r && sl->pending >= 0 && ci_session_reserve(sl->s, sl->s->pos + 1, err, sizeof err)) {
+            slot *v = NULL;
+            for (int j = 0; j < e->o.parallel; j++)
+                if (e->slots[j].r && (!v || e->slots[j].r->admitted > v->r->admitted)) v = &e->slots[j];
+            if (!v || preempt(e, v)) { slot_fail(e, sl, err); break; }
+        }
+    }
+}
+
 /* One iteration's model work; called without the lock, publishes under it. */
 static void step(eng *e) {
     char err[512];
@@ -465,6 +539,11 @@ static void step(eng *e) {
         }
     }
     /* decode: every slot with a token to feed, in one batch */
+    if (e->paged) {
+        pthread_mutex_lock(&e->mu);
+        grow_paged(e);
+        pthread_mutex_unlock(&e->mu);
+    }
     int nb = 0;
     for (int i = 0; i < e->o.parallel; i++) {
         slot *sl = &e->slots[i];

@@ -8,9 +8,14 @@
  *
  * Paged caches (families with a block pool, model.h): the slots share one pool of
  * kv_blocks blocks instead of holding ctx tokens each. A request is admitted when the
- * blocks of its prompt + max_tokens can be reserved, else it waits at the head of the
- * queue, so nothing runs out mid-request; one that could never fit the pool is refused at
- * submit. Prefix reuse goes through the pool: full blocks are named by their tokens as
+ * blocks of its prompt and first token can be reserved with a block to spare for each
+ * running sequence, else it waits at the head of the queue; running sequences take a block
+ * when their next position needs one, and when the pool is dry the most recently admitted
+ * one is preempted: it lets its blocks go and returns to the head of the queue with its
+ * generated ids appended to its prompt, recomputed at its next admission, keeping its
+ * sampler and penalty / JSON / grammar state (its reader only sees a pause; on the CPU its
+ * tokens are those of an uninterrupted run). One that could never fit the pool (prompt +
+ * max_tokens) is refused at submit. Prefix reuse goes through the pool: full blocks are named by their tokens as
  * prompts are prefilled and when a request ends (kv_pages.h); an ended request's slot lets
  * all its blocks go (the named ones stay cached, LRU, until the pool needs them), and a new
  * request takes the named blocks of its prompt's longest full-block prefix, whichever slot
@@ -109,6 +114,7 @@ typedef struct {
     long long kv_block_lookups, kv_block_hits;   /* admitted prompts' full blocks before their last token, those reused */
     long long kv_block_evictions;
     long long kv_waits;               /* requests that waited at the queue head for blocks */
+    long long preemptions;            /* running requests sent back to the queue to free blocks */
     int last_batch;                   /* rows of the latest decode step */
     size_t kv_pool_bytes;             /* the pool's rows (backend memory) */
     size_t dev_total, dev_free;       /* device memory at start-up, after the pool and slots (0: CPU) */

@@ -44,9 +44,11 @@ static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *o
     if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
     if (keep) { *keep = r; return 0; }
     int got = 0, done = 0;
-    eng_tok t[64];
+    eng_tok *t = malloc((size_t)max * sizeof *t);
+    if (!t) { eng_release(r); return -1; }
     while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
     for (int i = 0; i < got; i++) out[i] = t[i].id;
+    free(t);
     if (cached) *cached = eng_req_cached(r);
     eng_release(r);
     return got;
@@ -720,12 +722,68 @@ done:
     ci_model_free(m); ci_model_free(m0);
 }
 
+/* Blocks on demand: 6 blocks of 128 and 4 slots; 8 requests of 100..170 prompt tokens that
+ * generate 200 each (2..3 blocks at the end) are admitted on their prompt's block, grow while
+ * decoding, and the pool runs dry: the newest running one is preempted (back to the queue,
+ * its generated ids recomputed at its next admission, its sampler kept). Each still equals
+ * its solo run token for token (temperature 0.8, seeded), preemptions > 0, and the idle
+ * pool holds no block. */
+static void test_engine_paged_preempt(void) {
+    enum { N = 8, G = 200 };
+    char err[1024];
+    ci_model *m = NULL, *m0 = NULL;
+    ci_model_opts mo = { .n_threads = 0 };
+    eng *e = NULL, *e0 = NULL;
+    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
+        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    const int V = (int)m->cfg.vocab_size;
+    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 6, 128, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    if (eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    static int prompts[N][200], solo[N][G];
+    int n[N];
+    for (int i = 0; i < N; i++) {
+        n[i] = 100 + 10 * i;
+        prompt_of(i + 70, V, prompts[i], n[i]);
+        CHECK(paged_run(e0, prompts[i], n[i], G, 30 + i, solo[i], NULL, NULL) == G, "solo %d", i);
+    }
+    eng_req *r[N];
+    for (int i = 0; i < N; i++)
+        if (paged_run(e, prompts[i], n[i], G, 30 + i, NULL, NULL, &r[i])) { CHECK(0, "submit %d", i); r[i] = NULL; }
+    int all_same = 1, first_bad = -1;
+    for (int i = 0; i < N; i++) {
+        if (!r[i]) continue;
+        int k = 0, done = 0;
+        static eng_tok t[G];
+        while (!done) k += eng_read(r[i], k, t + k, G - k, 1000, &done);
+        int same = k == G;
+        for (int j = 0; j < k && same; j++) same = t[j].id == solo[i][j];
+        if (!same && first_bad < 0) first_bad = i;
+        all_same &= same;
+        CHECK(eng_req_finish(r[i], err, sizeof err) == ENG_FIN_LENGTH, "request %d: %s", i, err);
+        eng_release(r[i]);
+    }
+    CHECK(all_same, "request %d differs from its solo run after preemption", first_bad);
+    eng_stats st;
+    for (int w = 0; w < 100; w++) {
+        eng_get_stats(e, &st);
+        if (st.active == 0 && st.kv_blocks_used == 0) break;
+        usleep(10000);
+    }
+    CHECK(st.preemptions > 0, "no preemption with 6 blocks for 4 growing sequences");
+    CHECK(st.kv_blocks_used == 0, "idle: %d blocks in use", st.kv_blocks_used);
+done:
+    eng_free(e); eng_free(e0);
+    ci_model_free(m); ci_model_free(m0);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
     TEST_RUN(test_engine_paged_pool);
+    TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);
