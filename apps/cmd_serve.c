@@ -11,8 +11,9 @@
  * pool of blocks of 128 tokens (src/server/engine.h): --kv-blocks N sets its size; else on a
  * device it takes what keeps the server's use of device memory at --gpu-memory F of it
  * (default 0.9) after weights and the slots' scratch, and on the CPU parallel * ctx tokens'
- * worth. A request waits until its prompt + max_tokens fit the pool; one that never can
- * gets a 400. --prefill-chunk N: prompt tokens each sequence runs per step, a power of two
+ * worth. A request waits until its prompt fits the pool; running sequences take blocks as
+ * they grow, preempting the newest when the pool is dry; one whose prompt + max_tokens never
+ * can fit gets a 400. --prefill-chunk N: prompt tokens each sequence runs per step, a power of two
  * (default 256 on the CPU, 1024 on a device), so a long prompt delays others by one chunk.
  *
  * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA

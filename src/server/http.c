@@ -284,8 +284,10 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                    "# TYPE cinfer_kv_block_hits_total counter\ncinfer_kv_block_hits_total %lld\n", st.kv_block_hits);
         fprintf(f, "# HELP cinfer_kv_block_evictions_total Cached blocks taken for new rows.\n"
                    "# TYPE cinfer_kv_block_evictions_total counter\ncinfer_kv_block_evictions_total %lld\n", st.kv_block_evictions);
-        fprintf(f, "# HELP cinfer_kv_waits_total Admissions put off until the pool had the blocks.\n"
+        fprintf(f, "# HELP cinfer_kv_waits_total Requests that waited at the queue head for blocks.\n"
                    "# TYPE cinfer_kv_waits_total counter\ncinfer_kv_waits_total %lld\n", st.kv_waits);
+        fprintf(f, "# HELP cinfer_preemptions_total Running requests sent back to the queue to free blocks.\n"
+                   "# TYPE cinfer_preemptions_total counter\ncinfer_preemptions_total %lld\n", st.preemptions);
         fprintf(f, "# HELP cinfer_kv_pool_bytes Bytes of the cache pool.\n# TYPE cinfer_kv_pool_bytes gauge\n"
                    "cinfer_kv_pool_bytes %zu\n", st.kv_pool_bytes);
     }
