@@ -271,10 +271,8 @@ typedef struct {
                                   * model's shared pool or the session's own (own_kv) */
     int64_t lrows;               /* rows per layer: the pool's blocks * KV_BLOCK */
     int own_kv;
-    int32_t *dtab;               /* [pages.cap] backend copy of s->pages.tab */
-    ci_pages pg;                 /* a chunk's addressing: dtab for every row */
-    int32_t *btab, *hbtab;       /* [ub, bt_stride] a batch step's tables (backend / host) */
-    int bt_stride;
+    ci_pages pg;                 /* a chunk's addressing (the session's table for every row) */
+    ci_pages bpg;                /* a batch step's (ci_runner_batch_pages: a table per row) */
     float *x, *xn;               /* [ub, dim] */
     float *q;                    /* [ub, n_heads*hd] */
     float *att;                  /* [ub, max(n_heads*hd, dim)] */
@@ -313,18 +311,6 @@ int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     return 0;
 }
 
-/* Blocks for positions [0, tokens) of s, and the backend's copy of its table up to date. */
-static int pages_ready(ci_session *s, int tokens, char *err, size_t errlen) {
-    dense_cache *c = s->impl;
-    if (tokens > s->max_ctx) return 0;   /* the forward's own check names it */
-    if (ci_session_reserve(s, tokens, err, errlen)) return -1;
-    if (s->pages.dirty) {
-        s->m->be->upload(s->m->be, c->dtab, s->pages.tab, (size_t)s->pages.n * sizeof(int32_t));
-        s->pages.dirty = 0;
-    }
-    return 0;
-}
-
 int dense_session_init(ci_session *s, char *err, size_t errlen) {
     const dense_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -352,8 +338,7 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
         c->k = d->pool_k;
         c->v = d->pool_v;
     }
-    c->dtab = ci_buf_alloc(be, (size_t)s->pages.cap * sizeof(int32_t), &bad);
-    c->pg = (ci_pages){ c->dtab, s->pages.cap, 0, KV_BLOCK_LOG2 };
+    c->pg = ci_session_chunk_pages(s);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
                       kv * 2 * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
@@ -395,9 +380,6 @@ void dense_session_free(ci_session *s) {
     float *bufs[] = { c->x, c->xn, c->q, c->att, c->g, c->u, c->kb, c->vb, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
-    ci_buf_release(be, c->dtab);
-    ci_buf_release(be, c->btab);
-    free(c->hbtab);
     ci_session_pages_free(s);
     moe_scratch_free(s->m->be, &c->moe);
     free(c->hkv);
@@ -416,11 +398,10 @@ static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int ma
     return (attn_cache){ c->k + at, c->v + at, d->n_kv * d->hd, max_ctx };
 }
 
-/* The backend row of position p of layer l in s (host side: exports and imports). */
+/* The backend offset of position p of layer l in s (host side: exports and imports). */
 static size_t row_at(const dense_model *d, const ci_session *s, int l, int p) {
     const dense_cache *c = s->impl;
-    ci_pages hp = { s->pages.tab, 0, 0, KV_BLOCK_LOG2 };
-    return ((size_t)l * (size_t)c->lrows + (size_t)ci_page_row(&hp, 0, p)) * d->n_kv * d->hd;
+    return ((size_t)l * (size_t)c->lrows + (size_t)ci_session_page_row(s, p)) * d->n_kv * d->hd;
 }
 
 /* One chunk of n <= c->run.ub tokens whose ids and positions are in c->run.ids / c->run.pos: only ops
@@ -457,12 +438,12 @@ static void chunk_ops(ci_session *s, int n, int head) {
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    if (n > 0 && pages_ready(s, s->pos + n, err, errlen)) return -1;
+    if (n > 0 && ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 int dense_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
-    if (n > 0 && pages_ready(s, s->pos + n, err, errlen)) return -1;
+    if (n > 0 && ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((dense_cache *)s->impl)->run, s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
@@ -485,12 +466,11 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
     ci_backend *be = m->be;
     const ffn_bufs fb = ffn_scratch(c);
     attn_cache *kvs = c->hkv;
-    const ci_pages pg = { c->btab, c->bt_stride, 1, KV_BLOCK_LOG2 };   /* row i: ss[i]'s table */
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .kv_tab = c->run.tab + (size_t)l * 2 * n, .pages = &pg };
+                               .kv_tab = c->run.tab + (size_t)l * 2 * n, .pages = &c->bpg };
         for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
@@ -508,28 +488,14 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     int32_t *hp = c->run.hpos;
     for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * (size_t)c->run.ub, err, errlen)) return -1;
-    /* each row's block for its position, then the rows' tables side by side ([n, bt_stride]);
-     * a wider table than before re-records the graphs (the stride is in their launches) */
-    int stride = 0;
-    for (int i = 0; i < n; i++) {
-        if (pages_ready(ss[i], ss[i]->pos + 1, err, errlen)) return -1;
-        stride = ss[i]->pages.cap > stride ? ss[i]->pages.cap : stride;
-    }
-    if (stride > c->bt_stride) {
-        int bad = 0;
-        ci_buf_release(be, c->btab);
-        free(c->hbtab);
-        c->btab = ci_buf_alloc(be, (size_t)c->run.ub * stride * sizeof(int32_t), &bad);
-        c->hbtab = calloc((size_t)c->run.ub * stride, sizeof(int32_t));
-        if (bad || !c->hbtab) { c->bt_stride = 0; return ci_err(err, errlen, "%s: out of memory", m->family->name); }
-        c->bt_stride = stride;
+    /* each row's block for its position, the rows' tables side by side; a wider table than
+     * before moved the buffer, and its address is in the recorded graphs */
+    int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);
+    if (grew < 0) return -1;
+    if (grew)
         for (int g = 0; g < 2; g++)
             for (int i = 0; i < BATCH_GRAPHS; i++)
                 if (c->bgraph[g][i]) { be->graph_free(be, c->bgraph[g][i]); c->bgraph[g][i] = NULL; }
-    }
-    for (int i = 0; i < n; i++)
-        memcpy(c->hbtab + (size_t)i * c->bt_stride, ss[i]->pages.tab, (size_t)ss[i]->pages.n * sizeof(int32_t));
-    be->upload(be, c->btab, c->hbtab, (size_t)n * c->bt_stride * sizeof(int32_t));
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
@@ -632,7 +598,7 @@ int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t 
     size_t row = (size_t)d->n_kv * d->hd;
     const float *q = src;
     ci_session_truncate(s, 0);   /* fresh blocks: a held one may be shared */
-    if (pages_ready(s, n, err, errlen)) return -1;
+    if (ci_session_pages_ready(s, n, err, errlen)) return -1;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
             size_t at = row_at(d, s, l, p);

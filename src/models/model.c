@@ -164,8 +164,10 @@ size_t ci_model_kv_block_bytes(const ci_model *m) { return (size_t)KV_BLOCK * m-
 int ci_session_paged(const ci_session *s) { return s->pool != NULL; }
 
 int ci_session_pages_init(ci_session *s, int *n_blocks, char *err, size_t errlen) {
-    int cap = (int)(((int64_t)s->max_ctx + KV_BLOCK - 1) / KV_BLOCK);
+    int cap = (int)(((int64_t)s->max_ctx + KV_BLOCK - 1) / KV_BLOCK), bad = 0;
     if (kvs_init(&s->pages, cap)) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    s->pages_dev = ci_buf_alloc(s->m->be, (size_t)cap * sizeof(int32_t), &bad);
+    if (bad) return ci_err(err, errlen, "%s: out of memory for a block table", s->m->family->name);
     if (s->m->kv_pool) s->pool = s->m->kv_pool;
     else {
         if (!(s->pool = kvp_new(cap, KV_BLOCK))) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
@@ -176,11 +178,32 @@ int ci_session_pages_init(ci_session *s, int *n_blocks, char *err, size_t errlen
 }
 
 void ci_session_pages_free(ci_session *s) {
+    ci_buf_release(s->m->be, s->pages_dev);
+    s->pages_dev = NULL;
     if (!s->pool) return;
     kvs_free(s->pool, &s->pages);
     if (s->own_pool) kvp_free(s->pool);
     s->pool = NULL;
     s->own_pool = 0;
+}
+
+int ci_session_pages_ready(ci_session *s, int tokens, char *err, size_t errlen) {
+    if (tokens > s->max_ctx) return 0;   /* the forward's own check names it */
+    if (ci_session_reserve(s, tokens, err, errlen)) return -1;
+    if (s->pages.dirty) {
+        s->m->be->upload(s->m->be, s->pages_dev, s->pages.tab, (size_t)s->pages.n * sizeof(int32_t));
+        s->pages.dirty = 0;
+    }
+    return 0;
+}
+
+ci_pages ci_session_chunk_pages(const ci_session *s) {
+    return (ci_pages){ s->pages_dev, s->pages.cap, 0, KV_BLOCK_LOG2 };
+}
+
+int64_t ci_session_page_row(const ci_session *s, int64_t p) {
+    const ci_pages hp = { s->pages.tab, 0, 0, KV_BLOCK_LOG2 };
+    return ci_page_row(&hp, 0, p);
 }
 
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen) {

@@ -58,6 +58,7 @@ typedef struct ci_session {
     kv_seq pages;
     kv_pool *pool;
     int own_pool;
+    int32_t *pages_dev;         /* [pages.cap] the table's backend copy (kernels read it) */
 } ci_session;
 
 /* ---- paged caches (registry.h pool_init; kv_pages.h) ----------------------------------
@@ -81,10 +82,19 @@ int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
 int ci_session_truncate(ci_session *s, int tokens);
 void ci_session_publish(ci_session *s, const int *toks, int n);
 int ci_session_match(ci_session *s, const int *toks, int n, int limit);
-/* For a family's session_init / session_free: the table and, without a model pool, an own
- * pool of ceil(max_ctx / KV_BLOCK) blocks (*n_blocks: the pool's blocks either way). */
+/* For a family's session_init / session_free: the table (and its backend copy) and, without
+ * a model pool, an own pool of ceil(max_ctx / KV_BLOCK) blocks (*n_blocks: the pool's blocks
+ * either way). */
 int ci_session_pages_init(ci_session *s, int *n_blocks, char *err, size_t errlen);
 void ci_session_pages_free(ci_session *s);
+/* For a family's forward: blocks for positions [0, tokens) and the table's backend copy up
+ * to date (0, or -1 with err: the pool is short). tokens past max_ctx are left to the
+ * forward's own check. */
+int ci_session_pages_ready(ci_session *s, int tokens, char *err, size_t errlen);
+/* The addressing of a chunk of s (every row through its table). */
+ci_pages ci_session_chunk_pages(const ci_session *s);
+/* The pool row of position p of s (host side: exports and imports). */
+int64_t ci_session_page_row(const ci_session *s, int64_t p);
 
 /* Shared by every family's forward (model.c):
  * ci_forward_check: n > 0, room for n more tokens in the session, every id in [0, vocab).

@@ -33,6 +33,8 @@ void ci_runner_free(ci_runner *r, ci_backend *be) {
     ci_buf_release(be, r->logits_n);
     ci_buf_release(be, r->tab);
     free(r->htab);
+    ci_buf_release(be, r->ptab);
+    free(r->hptab);
     free(r->hpos);
     memset(r, 0, sizeof *r);
 }
@@ -80,6 +82,33 @@ void ci_runner_head_rows(ci_runner *r, ci_backend *be, int n, float *logits, int
         else
             be->download(be, logits + (size_t)r0 * r->vocab, r->logits_n, (size_t)rows * r->vocab * sizeof(float));
     }
+}
+
+int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, int n, ci_pages *pg, char *err,
+                          size_t errlen) {
+    int stride = 0, grew = 0;
+    for (int i = 0; i < n; i++) {
+        if (ci_session_pages_ready(ss[i], ss[i]->pos + 1, err, errlen)) return -1;
+        stride = ss[i]->pages.cap > stride ? ss[i]->pages.cap : stride;
+    }
+    if (stride > r->ptab_stride) {
+        int bad = 0;
+        ci_buf_release(be, r->ptab);
+        free(r->hptab);
+        r->ptab = ci_buf_alloc(be, (size_t)r->ub * stride * sizeof(int32_t), &bad);
+        r->hptab = calloc((size_t)r->ub * stride, sizeof(int32_t));
+        if (bad || !r->hptab) {
+            r->ptab_stride = 0;
+            return ci_err(err, errlen, "%s: out of memory for block tables", ss[0]->m->family->name);
+        }
+        r->ptab_stride = stride;
+        grew = 1;
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(r->hptab + (size_t)i * r->ptab_stride, ss[i]->pages.tab, (size_t)ss[i]->pages.n * sizeof(int32_t));
+    be->upload(be, r->ptab, r->hptab, (size_t)n * r->ptab_stride * sizeof(int32_t));
+    *pg = (ci_pages){ r->ptab, r->ptab_stride, 1, KV_BLOCK_LOG2 };
+    return grew;
 }
 
 void ci_runner_head_into(ci_runner *r, ci_backend *be, int n, float *out) {

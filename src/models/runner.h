@@ -46,6 +46,8 @@ struct ci_runner {
     int graph_ran[2];            /* the step ran once eagerly (it is recorded on its next run) */
     float **tab, **htab;         /* a batch step's per-row cache / state pointers (backend, host), */
     size_t tab_count;            /* tab_count of them, allocated on first need */
+    int32_t *ptab, *hptab;       /* a batch step's block tables side by side [ub, ptab_stride] */
+    int ptab_stride;             /* (backend, host), grown on need */
 };
 
 /* Allocates the runner's buffers for chunks of ub tokens (max_group caps the rows of one
@@ -60,6 +62,13 @@ int ci_runner_need_rows(ci_runner *r, const ci_model *m, char *err, size_t errle
 /* The table of a batch step's per-row pointers (count entries in backend memory, r->tab,
  * and their host staging, r->htab), allocated the first time; count must not grow. */
 int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err, size_t errlen);
+
+/* A batch step over paged sessions ss[0..n), one row each (n <= ub): each gets the block of
+ * its next position (ci_session_pages_ready), their tables go side by side into r->ptab and
+ * *pg addresses them (per_row). 1 when the tables' stride grew (the buffer moved: graphs
+ * recorded with the old one must go), 0, or -1 with err. */
+int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, int n, ci_pages *pg, char *err,
+                          size_t errlen);
 
 /* The head of all n rows at once into out ([n, vocab], backend memory): nothing read back,
  * so a batch step that ends here can be recorded (the caller downloads out). */
