@@ -58,6 +58,15 @@ __device__ __forceinline__ float q_apply(int mode, unsigned q, float s, float b)
     return s * q_e4m3(q);                            /* CI_Q_MXFP8 */
 }
 
+/* Code i (< 32) of a 32-code chunk packed LSB first in u[BITS] (one may straddle two words). */
+template <int BITS>
+__device__ __forceinline__ unsigned q_code_at(const uint32_t *u, int i) {
+    const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
+    unsigned v = u[k] >> sh;
+    if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
+    return v & ((1u << BITS) - 1u);
+}
+
 /* w[0..32) = stored row r, columns [c0, c0 + 32) (c0 a multiple of 32) as f32. */
 template <int BITS>
 __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, float *w) {
@@ -92,10 +101,7 @@ __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, f
     if (m.aloop && m.mode == 1) {   /* affine: no per-element mode test (measured faster) */
 #pragma unroll
         for (int i = 0; i < 32; i++) {
-            const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
-            unsigned v = u[k] >> sh;
-            if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
-            w[i] = fmaf(s, (float)(v & ((1u << BITS) - 1u)), b);
+            w[i] = fmaf(s, (float)q_code_at<BITS>(u, i), b);
         }
         return;
     }
@@ -103,28 +109,19 @@ __device__ __forceinline__ void q_chunk(const cb_qm &m, int64_t r, int64_t c0, f
         if (m.mode == 2) {
 #pragma unroll
             for (int i = 0; i < 32; i++) {
-                const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
-                unsigned v = u[k] >> sh;
-                if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
-                w[i] = s * q_e2m1(v & ((1u << BITS) - 1u));
+                w[i] = s * q_e2m1(q_code_at<BITS>(u, i));
             }
         } else {
 #pragma unroll
             for (int i = 0; i < 32; i++) {
-                const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
-                unsigned v = u[k] >> sh;
-                if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
-                w[i] = s * q_e4m3(v & ((1u << BITS) - 1u));
+                w[i] = s * q_e4m3(q_code_at<BITS>(u, i));
             }
         }
         return;
     }
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        const int bit = i * BITS, k = bit >> 5, sh = bit & 31;
-        unsigned v = u[k] >> sh;
-        if (sh + BITS > 32) v |= u[k + 1] << (32 - sh);
-        w[i] = q_apply(m.mode, v & ((1u << BITS) - 1u), s, b);
+        w[i] = q_apply(m.mode, q_code_at<BITS>(u, i), s, b);
     }
 }
 
