@@ -26,6 +26,13 @@
 
 enum { NR = 6, MAXT = 12 };
 
+/* Reads r until it ends (at most max tokens). */
+static int read_all(eng_req *r, eng_tok *t, int max) {
+    int got = 0, done = 0;
+    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
+    return got;
+}
+
 /* Submits a sampled request (temperature 0.8, ignore_eos) of max tokens; with keep, hands the
  * request back unread, else reads it whole into out and returns how many came. */
 static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
@@ -43,10 +50,9 @@ static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *o
     char err[256];
     if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
     if (keep) { *keep = r; return 0; }
-    int got = 0, done = 0;
     eng_tok *t = malloc((size_t)max * sizeof *t);
     if (!t) { eng_release(r); return -1; }
-    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
+    int got = read_all(r, t, max);
     for (int i = 0; i < got; i++) out[i] = t[i].id;
     free(t);
     if (cached) *cached = eng_req_cached(r);
@@ -248,12 +254,6 @@ static int wide_params(int i, int V, int *prompt, eng_params *p) {
     p->top_logprobs = 3;
     p->ignore_eos = 1;
     return n;
-}
-
-static int read_all(eng_req *r, eng_tok *t, int max) {
-    int got = 0, done = 0;
-    while (!done) got += eng_read(r, got, t + got, max - got, 1000, &done);
-    return got;
 }
 
 static int same_tok(const eng_tok *a, const eng_tok *b) {
@@ -643,18 +643,25 @@ out:
  * one takes its full blocks from the pool (cached = 256) and equals the same turn on an
  * engine without reuse; a request that could never fit (8 blocks) is refused at submit;
  * a cancelled one gives its blocks back; idle, no block is in use. */
+/* qwen3_tied twice: an engine of 4 slots on a pool of kv_blocks blocks (prefill chunk 128),
+ * and a reference of one slot without prefix reuse. 0, or -1 with err. */
+static int paged_pair(int kv_blocks, ci_model **m, ci_model **m0, eng **e, eng **e0, char *err, size_t errlen) {
+    ci_model_opts mo = { .n_threads = 0 };
+    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, kv_blocks, 128, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, m, err, errlen) ||
+        ci_model_open("tests/fixtures/qwen3_tied", &mo, m0, err, errlen))
+        return -1;
+    return eng_new(*m, &eo, e, err, errlen) || eng_new(*m0, &eo0, e0, err, errlen) ? -1 : 0;
+}
+
 static void test_engine_paged_pool(void) {
     enum { N = 12, G = 24 };
     char err[1024];
     ci_model *m = NULL, *m0 = NULL;
-    ci_model_opts mo = { .n_threads = 0 };
     eng *e = NULL, *e0 = NULL;
-    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
-        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    if (paged_pair(7, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     const int V = (int)m->cfg.vocab_size;
-    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 7, 128, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
-    if (eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     static int prompts[N][400], solo[N][G], got[G];
     int n[N];
     for (int i = 0; i < N; i++) {
@@ -668,9 +675,8 @@ static void test_engine_paged_pool(void) {
     int all_same = 1;
     for (int i = 0; i < N; i++) {
         if (!r[i]) continue;
-        int k = 0, done = 0;
         eng_tok t[G];
-        while (!done) k += eng_read(r[i], k, t + k, G - k, 1000, &done);
+        int k = read_all(r[i], t, G);
         for (int j = 0; j < k; j++) got[j] = t[j].id;
         all_same &= k == G && !memcmp(got, solo[i], sizeof got);
         eng_release(r[i]);
@@ -732,14 +738,9 @@ static void test_engine_paged_preempt(void) {
     enum { N = 8, G = 200 };
     char err[1024];
     ci_model *m = NULL, *m0 = NULL;
-    ci_model_opts mo = { .n_threads = 0 };
     eng *e = NULL, *e0 = NULL;
-    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
-        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    if (paged_pair(6, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     const int V = (int)m->cfg.vocab_size;
-    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 6, 128, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
-    if (eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     static int prompts[N][200], solo[N][G];
     int n[N];
     for (int i = 0; i < N; i++) {
@@ -753,9 +754,8 @@ static void test_engine_paged_preempt(void) {
     int all_same = 1, first_bad = -1;
     for (int i = 0; i < N; i++) {
         if (!r[i]) continue;
-        int k = 0, done = 0;
         static eng_tok t[G];
-        while (!done) k += eng_read(r[i], k, t + k, G - k, 1000, &done);
+        int k = read_all(r[i], t, G);
         int same = k == G;
         for (int j = 0; j < k && same; j++) same = t[j].id == solo[i][j];
         if (!same && first_bad < 0) first_bad = i;
