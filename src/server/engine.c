@@ -173,7 +173,7 @@ static void save_slot(eng *e, slot *sl) {
     pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_ROWS, blob, bytes);
 }
 
-static int is_eos(const eng *e, int id);
+static void took(eng *e, slot *sl, int tok);
 
 static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     sl->r = r;
@@ -197,15 +197,7 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     if (r->resumed) {   /* a preempted request goes on where it stopped: its sampler, penalties, JSON / grammar state */
         sl->smp = r->smp;
         memset(&r->smp, 0, sizeof r->smp);
-        for (int k = 0; k < r->n_out; k++) {
-            int tok = r->ids[k];
-            sl->counts[tok]++;
-            if (is_eos(e, tok) || !e->o.tok_off) continue;
-            const char *t = e->o.tok_bytes + e->o.tok_off[tok];
-            uint32_t len = e->o.tok_off[tok + 1] - e->o.tok_off[tok];
-            if (r->p.json_mode) jf_feed(&sl->js, t, len);
-            if (r->p.grammar && sl->ss.n) sm_feed(&sl->sm, &sl->ss, t, len);
-        }
+        for (int k = 0; k < r->n_out; k++) took(e, sl, r->ids[k]);
     }
 }
 
@@ -301,6 +293,18 @@ static int is_eos(const eng *e, int id) {
     return 0;
 }
 
+/* Slot sl's request took token tok: its penalty count, and its text fed to the JSON / grammar
+ * state (EOS has none). */
+static void took(eng *e, slot *sl, int tok) {
+    const eng_req *r = sl->r;
+    sl->counts[tok]++;
+    if (is_eos(e, tok) || (!r->p.json_mode && !r->p.grammar)) return;
+    const char *t = e->o.tok_bytes + e->o.tok_off[tok];
+    const uint32_t len = e->o.tok_off[tok + 1] - e->o.tok_off[tok];
+    if (r->p.json_mode) jf_feed(&sl->js, t, len);
+    if (r->p.grammar && sl->ss.n) sm_feed(&sl->sm, &sl->ss, t, len);
+}
+
 #define JSON_STUCK "JSON mode: no token of this vocabulary continues the reply as JSON"
 #define GRAMMAR_STUCK "structured output: no token of this vocabulary continues the reply under its schema"
 
@@ -373,9 +377,7 @@ static int sample(eng *e, slot *sl, float *lg) {
     if (r->p.json_mode && json_mask(e, sl, lg)) return -1;
     if (r->p.grammar && grammar_mask(e, sl, lg)) return -2;
     int tok = smp_sample(&sl->smp, lg, sl->toks, sl->n_toks);
-    if (r->p.json_mode && !is_eos(e, tok)) jf_feed(&sl->js, e->o.tok_bytes + e->o.tok_off[tok], e->o.tok_off[tok + 1] - e->o.tok_off[tok]);
-    if (r->p.grammar && !is_eos(e, tok))
-        sm_feed(&sl->sm, &sl->ss, e->o.tok_bytes + e->o.tok_off[tok], e->o.tok_off[tok + 1] - e->o.tok_off[tok]);
+    took(e, sl, tok);
     if (r->p.top_logprobs >= 0) {
         int k = r->n_out, nt = r->n_top;
         r->lps[k] = e->lsm[tok];
@@ -394,7 +396,6 @@ static int sample(eng *e, slot *sl, float *lg) {
         }
     }
     r->ids[r->n_out] = tok;
-    sl->counts[tok]++;
     return tok;
 }
 
@@ -603,7 +604,6 @@ static void *eng_main(void *arg) {
         }
         if (!e->qhead) e->qtail = NULL;
         else { eng_req *t = e->qhead; while (t->next) t = t->next; e->qtail = t; }
-        int active = 0;
         for (int i = 0; i < e->o.parallel; i++) {
             slot *sl = &e->slots[i];
             if (sl->r && (sl->r->cancel || e->stop)) {
@@ -621,7 +621,7 @@ static void *eng_main(void *arg) {
             if (!e->qhead) e->qtail = NULL;
             e->qlen--;
         }
-        for (int i = 0; i < e->o.parallel; i++) active += e->slots[i].r != NULL;
+        const int active = active_count(e);
         e->st.active = active;
         e->st.queue_depth = e->qlen;
         if (e->stop) break;
@@ -640,13 +640,12 @@ static void *eng_main(void *arg) {
  * the slots' sessions stand. A session's scratch is measured by opening one (with a pool of
  * its own for the context, whose size is known) and closing it again. -1 with err when not
  * even one context fits. */
-static long long blocks_for_memory(ci_model *m, const eng_opts *o, char *err, size_t errlen) {
+static long long blocks_for_memory(ci_model *m, const eng_opts *o, int rows, char *err, size_t errlen) {
     ci_backend *be = m->be;
     size_t f0, f1, f2, total;
     be->mem_info(be, &f0, &total);
     ci_session *probe;
-    const int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
-    if (ci_session_new_rows(m, o->ctx, chunk > o->parallel ? chunk : o->parallel, &probe, err, errlen)) return -1;
+    if (ci_session_new_rows(m, o->ctx, rows, &probe, err, errlen)) return -1;
     be->mem_info(be, &f1, &total);
     ci_session_free(probe);
     be->mem_info(be, &f2, &total);
@@ -676,9 +675,10 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->V = (int)m->cfg.vocab_size;
     e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
     if (e->chunk & (e->chunk - 1)) { free(e); return ci_err(err, errlen, "prefill chunk must be a power of two, got %d", o->prefill_chunk); }
+    const int rows = e->chunk > o->parallel ? e->chunk : o->parallel;   /* a slot's largest call */
     if (e->ops->pool_init && !m->kv_pool) {
         long long nb = o->kv_blocks > 0 ? o->kv_blocks : (long long)o->parallel * ((o->ctx + KV_BLOCK - 1) / KV_BLOCK);
-        if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info && (nb = blocks_for_memory(m, o, err, errlen)) < 0) {
+        if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info && (nb = blocks_for_memory(m, o, rows, err, errlen)) < 0) {
             free(e);
             return -1;
         }
@@ -705,7 +705,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     for (int i = 0; i < o->parallel; i++) {
         slot *sl = &e->slots[i];
         sl->pending = -1;
-        if (ci_session_new_rows(m, o->ctx, e->chunk > o->parallel ? e->chunk : o->parallel, &sl->s, err, errlen)) goto fail;
+        if (ci_session_new_rows(m, o->ctx, rows, &sl->s, err, errlen)) goto fail;
         sl->toks = malloc((size_t)o->ctx * sizeof(int));
         sl->counts = calloc((size_t)e->V, sizeof(int));
         if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
@@ -827,8 +827,7 @@ static int submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t 
     r->p.bias = r->bias;
     r->refs = 2;
     pthread_mutex_lock(&e->mu);
-    int active = 0;
-    for (int i = 0; i < e->o.parallel; i++) active += e->slots[i].r != NULL;
+    const int active = active_count(e);
     if (e->stop || e->qlen >= e->o.queue_max + (e->o.parallel - active)) {
         pthread_mutex_unlock(&e->mu);
         r->p.grammar = NULL;                 /* eng_submit frees it */
