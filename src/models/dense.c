@@ -271,7 +271,6 @@ typedef struct {
                                   * model's shared pool or the session's own (own_kv) */
     int64_t lrows;               /* rows per layer: the pool's blocks * KV_BLOCK */
     int own_kv;
-    ci_pages pg;                 /* a chunk's addressing (the session's table for every row) */
     ci_pages bpg;                /* a batch step's (ci_runner_batch_pages: a table per row) */
     float *x, *xn;               /* [ub, dim] */
     float *q;                    /* [ub, n_heads*hd] */
@@ -338,7 +337,6 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
         c->k = d->pool_k;
         c->v = d->pool_v;
     }
-    c->pg = ci_session_chunk_pages(s);
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
                       kv * 2 * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
@@ -416,6 +414,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_backend *be = m->be;
     const int D = d->dim;
     const ffn_bufs fb = ffn_scratch(c);
+    const ci_pages pg = ci_session_chunk_pages(s);   /* every row through the session's table */
 
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     ci_dump_buf(m, "embed", -1, c->x, n, D);
@@ -423,7 +422,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .pages = &c->pg };
+                               .pages = &pg };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         ci_dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);
