@@ -1,10 +1,11 @@
-/* cmd_device.h — the --device flag shared by the commands that run a model (generate,
+/* cmd_device.h — the --device flag (and --no-graphs, --mmap) shared by the commands that run a model (generate,
  * logits, bench, perplexity, chat, serve).
  *
  *   --device cpu|cuda|auto   ci_model_opts.device: 0 cpu (the default), 1 cuda, 2 auto (CUDA
  *                            when a device is present and the family has a CUDA path, else
  *                            the CPU; the library decides and ci_model_info.backend says)
  *   --no-graphs              ci_model_opts.no_graphs: CUDA graph replay off (debugging)
+ *   --mmap                   ci_model_opts.map_weights: the CPU reads the mapped files in place
  *
  * The value is parsed strictly: anything else is a usage error (exit status 2). */
 #ifndef CI_CMD_DEVICE_H

@@ -58,6 +58,11 @@ typedef struct {
                              * last. Skipped (no calls) when the checkpoint is larger than
                              * the machine's memory: reading it ahead would only evict it. */
     void *progress_ctx;     /* passed to progress */
+    int map_weights;        /* 0 (the default): on the CPU backend, a checkpoint that fits in
+                             * 80% of the memory available is copied into anonymous (huge
+                             * page) memory and read from there (progress is called as for
+                             * the read-ahead); 1: the CPU reads the mapped files in place
+                             * (page cache), as a checkpoint too big to copy always is */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

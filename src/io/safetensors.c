@@ -272,8 +272,9 @@ void st_free_tensors(ci_tensor *t, int n) {
 typedef struct {
     char *path;          /* as opened: the caller's path, or dir + "/" + shard name */
     char *shard;         /* the name the index uses for this file (index mode), else NULL */
-    const uint8_t *map;  /* whole file, read-only */
-    size_t map_len;
+    const uint8_t *map;  /* whole file, read-only: the file's mapping, or its anonymous copy */
+    size_t map_len;      /* the file's size */
+    size_t unmap_len;    /* what munmap takes (map_len, or the copy's rounded length) */
 } st_file;
 
 struct st_set {
@@ -293,7 +294,7 @@ void st_close(st_set *s) {
     free(s->t);
     free(s->file);
     for (int i = 0; i < s->nfiles; i++) {
-        if (s->files[i].map) munmap((void *)s->files[i].map, s->files[i].map_len);
+        if (s->files[i].map) munmap((void *)s->files[i].map, s->files[i].unmap_len);
         free(s->files[i].path);
         free(s->files[i].shard);
     }
@@ -393,7 +394,7 @@ static int set_add_file(st_set *s, const char *path, const char *shard, char *er
         t[i].data = c;
     }
     int fi = s->nfiles++;
-    s->files[fi] = (st_file){ pcopy, scopy, map, size };
+    s->files[fi] = (st_file){ pcopy, scopy, map, size, size };
     for (int i = 0; i < nt; i++) {
         s->t[s->n] = t[i]; /* name ownership moves to the set */
         s->file[s->n] = fi;
@@ -704,4 +705,97 @@ void st_read_ahead(const st_set *s, ci_progress_cb fn, void *ctx) {
         }
         if (!f->map_len && fn) fn(ctx, &p);
     }
+}
+
+/* ---- anonymous copies ------------------------------------------------------------------- */
+
+#ifndef MADV_HUGEPAGE
+#define MADV_HUGEPAGE 14
+#endif
+
+uint64_t st_file_bytes(const st_set *s) {
+    uint64_t total = 0;
+    for (int i = 0; i < s->nfiles; i++) total += s->files[i].map_len;
+    return total;
+}
+
+/* A private anonymous region of at least len bytes starting on a 2 MiB boundary (so the
+ * kernel can back it with huge pages from its first byte), asked for as huge pages. NULL
+ * when the memory cannot be had. *alloc_len: what munmap takes. */
+static uint8_t *anon_alloc(size_t len, size_t *alloc_len) {
+    const size_t huge = (size_t)2 << 20;
+    size_t want = (len + huge - 1) / huge * huge;
+    if (want < len || want + huge < want) return NULL;
+    uint8_t *a = mmap(NULL, want + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED) return NULL;
+    uintptr_t base = ((uintptr_t)a + huge - 1) / huge * huge;
+    size_t head = base - (uintptr_t)a, tail = huge - head;
+    if (head) munmap(a, head);
+    if (tail) munmap((uint8_t *)base + want, tail);
+    (void)madvise((void *)base, want, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
+    *alloc_len = want;
+    return (uint8_t *)base;
+}
+
+/* The whole of f's file into dst (pread in 16 MiB chunks, progress after each); 0, or -1 with err. */
+static int read_file_into(const st_file *f, uint8_t *dst, ci_load_progress *p, ci_progress_cb fn, void *ctx,
+                          char *err, size_t errlen) {
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { ci_err(err, errlen, "%s: cannot open: %s", f->path, strerror(errno)); return -1; }
+    const size_t chunk = (size_t)16 << 20;
+    size_t off = 0;
+    while (off < f->map_len) {
+        size_t len = f->map_len - off < chunk ? f->map_len - off : chunk;
+        ssize_t got = pread(fd, dst + off, len, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            ci_err(err, errlen, "%s: read at byte %zu of %zu failed: %s", f->path, off, f->map_len,
+                   got < 0 ? strerror(errno) : "the file is shorter than when it was opened");
+            close(fd);
+            return -1;
+        }
+        off += (size_t)got;
+        p->file_done += (uint64_t)got;
+        p->done += (uint64_t)got;
+        if (fn) fn(ctx, p);
+    }
+    close(fd);
+    if (!f->map_len && fn) fn(ctx, p);
+    return 0;
+}
+
+int st_make_resident(st_set *s, uint64_t budget, ci_progress_cb fn, void *ctx, char *err, size_t errlen) {
+    uint64_t total = st_file_bytes(s);
+    if (total > budget) return 0;
+    ci_load_progress p = { NULL, 0, s->nfiles, 0, 0, 0, total };
+    int all = 1;
+    for (int i = 0; i < s->nfiles; i++) {
+        st_file *f = &s->files[i];
+        p.file = f->path;
+        p.shard = i;
+        p.file_done = 0;
+        p.file_bytes = f->map_len;
+        size_t alloc_len = 0;
+        uint8_t *a = f->map_len ? anon_alloc(f->map_len, &alloc_len) : NULL;
+        if (!a) {   /* empty file, or no memory: this one stays mapped */
+            all &= !f->map_len;
+            p.done += f->map_len;
+            if (fn) fn(ctx, &p);
+            continue;
+        }
+        if (read_file_into(f, a, &p, fn, ctx, err, errlen)) {
+            munmap(a, alloc_len);
+            return -1;
+        }
+        mprotect(a, alloc_len, PROT_READ);
+        const uint8_t *lo = f->map, *hi = f->map + f->map_len;
+        for (int t = 0; t < s->n; t++) {
+            const uint8_t *d = s->t[t].data;
+            if (s->file[t] == i && d >= lo && d <= hi) s->t[t].data = (void *)(a + (d - lo));
+        }
+        munmap((void *)f->map, f->unmap_len);
+        f->map = a;
+        f->unmap_len = alloc_len;
+    }
+    return all;
 }

@@ -13,6 +13,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes of memory the kernel says it can give without swapping (MemAvailable), 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* Where the CPU reads the weights from (ci_model_opts.map_weights): a checkpoint within 80%
+ * of the available memory is copied into anonymous huge-page memory (st_make_resident);
+ * otherwise, or when asked to map, the files stay mapped and, with a progress callback,
+ * are read ahead. A device backend uploads from the mapping and needs neither. */
+static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t errlen) {
+    ci_progress_cb fn = opts ? opts->progress : NULL;
+    void *ctx = opts ? opts->progress_ctx : NULL;
+    if (!m->be->is_device && !(opts && opts->map_weights)) {
+        int r = st_make_resident(m->st, mem_available() / 5 * 4, fn, ctx, err, errlen);
+        if (r) return r < 0 ? -1 : 0;
+    }
+    if (fn) st_read_ahead(m->st, fn, ctx);
+    return 0;
+}
+
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
@@ -55,7 +81,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
     m->no_graphs = opts ? opts->no_graphs : 0;
     /* once the backend stands (a device that cannot start fails before any byte is read) */
-    if (opts && opts->progress) st_read_ahead(m->st, opts->progress, opts->progress_ctx);
+    if (weights_in(m, opts, err, errlen)) goto fail;
     if (m->family->ops->load(m, err, errlen)) {
         if (device != 2 || !m->be->is_device) goto fail;
         /* auto: a checkpoint the device cannot run (weights in a format it has no kernels
@@ -65,7 +91,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         m->be->free(m->be);
         m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
         if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
-        if (m->family->ops->load(m, err, errlen)) goto fail;
+        if (weights_in(m, opts, err, errlen) || m->family->ops->load(m, err, errlen)) goto fail;
     }
     *out = m;
     return 0;

@@ -1,4 +1,4 @@
-# --device cpu|cuda|auto and --no-graphs on the commands that run a model, on a machine
+# --device cpu|cuda|auto, --no-graphs and --mmap on the commands that run a model, on a machine
 # without a GPU (the CI machines): a bad --device value is a usage error (exit 2, one line
 # naming the flag and the accepted values) for each command; --device cuda fails with one
 # line naming the cause and leaves no --out file (nor its temp file, and an existing one as
@@ -74,6 +74,13 @@ expect_ok "bench --depth" $CINFER bench --model $fx --prompt-len 8 --gen 4 --dep
 grep -q "^prefill  *8 tokens .* (context 24\.\.32)$" "$TMP/out" && grep -q "^decode  *4 tokens .* (context 32\.\.36)$" "$TMP/out" &&
   grep -Eq "^(machine|device) " "$TMP/out" && pass "bench --depth output" || fail "bench --depth output" "$(cat "$TMP/out")"
 expect_usage "bench --depth range" "--depth expects an integer" $CINFER bench --model $fx --depth -1
+
+# ---- --mmap: the CPU reads the files in place instead of its copy; the same bits ----
+expect_ok "logits from the copy" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/copy.f32" --device cpu
+expect_ok "logits --mmap" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mmap.f32" --device cpu --mmap
+cmp -s "$TMP/copy.f32" "$TMP/mmap.f32" && pass "--mmap gives the copy's logits bit for bit" || fail "--mmap gives the copy's logits bit for bit" "differ"
+expect_usage "--mmap takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mmap 1
+expect_usage "serve --mmap takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mmap 1
 
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
 if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then

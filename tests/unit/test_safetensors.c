@@ -528,6 +528,70 @@ static void test_misaligned_tensors(void) {
     st_close(s);
 }
 
+/* ---- st_make_resident ------------------------------------------------------------------ */
+
+typedef struct { int calls; uint64_t last_done, last_total; } res_prog;
+static void res_cb(void *ctx, const ci_load_progress *p) {
+    res_prog *r = ctx;
+    r->calls++;
+    r->last_done = p->done;
+    r->last_total = p->total;
+}
+
+/* The sharded set (two files) and the misaligned file: copies hold the same bytes at new
+ * addresses (outside the old mapping), an aligned copy of a misaligned tensor keeps its
+ * place, progress ends at done == total; under a too small budget nothing moves; a file
+ * cut short after opening is an error naming it, never a crash. */
+static void test_make_resident(void) {
+    char err[512] = "";
+    st_set *s = NULL;
+    CHECK(st_open_dir(P("sharded"), &s, err, sizeof err) == 0, "%s", err);
+    if (!s) return;
+    const ci_tensor *a = st_find(s, "a.weight"), *c = st_find(s, "c.bias");
+    const void *a0 = a->data, *c0 = c->data;
+    uint8_t abytes[16], cbytes[4];
+    memcpy(abytes, a0, 16);
+    memcpy(cbytes, c0, 4);
+    CHECK(st_file_bytes(s) > st_total_bytes(s), "file bytes %llu count the headers", (unsigned long long)st_file_bytes(s));
+    CHECK(st_make_resident(s, st_file_bytes(s) - 1, NULL, NULL, err, sizeof err) == 0, "over budget: left mapped");
+    CHECK(st_find(s, "a.weight")->data == a0, "over budget: pointer moved");
+    res_prog pr = { 0, 0, 0 };
+    CHECK(st_make_resident(s, st_file_bytes(s), res_cb, &pr, err, sizeof err) == 1, "copy: %s", err);
+    a = st_find(s, "a.weight");
+    c = st_find(s, "c.bias");
+    CHECK(a->data != a0 && c->data != c0, "pointers moved to the copies");
+    CHECK(memcmp(a->data, abytes, 16) == 0 && memcmp(c->data, cbytes, 4) == 0, "bytes kept");
+    CHECK((uintptr_t)a->data % 4 == 0, "F32 tensor aligned in the copy");
+    CHECK(pr.calls >= 2 && pr.last_done == pr.last_total && pr.last_total == st_file_bytes(s),
+          "progress %d calls, %llu of %llu", pr.calls, (unsigned long long)pr.last_done, (unsigned long long)pr.last_total);
+    st_close(s);
+
+    s = NULL;
+    CHECK(st_open_file(P("odd.safetensors"), &s, err, sizeof err) == 0, "%s", err);
+    if (!s) return;
+    const void *f0 = st_find(s, "f")->data, *h0 = st_find(s, "h")->data;
+    CHECK(st_make_resident(s, (uint64_t)1 << 40, NULL, NULL, err, sizeof err) == 1, "copy odd: %s", err);
+    const ci_tensor *f = st_find(s, "f"), *h = st_find(s, "h");
+    CHECK(f->data == f0 && h->data == h0, "aligned copies of misaligned tensors stay where they are");
+    CHECK(((const float *)f->data)[1] == -2.25f, "F32 value");
+    CHECK(((const uint8_t *)st_find(s, "b")->data)[1] == 9, "U8 value from the copy");
+    st_close(s);
+
+    /* cut short between open and copy */
+    uint8_t d[64];
+    for (int i = 0; i < 64; i++) d[i] = (uint8_t)i;
+    write_st(P("shrink.safetensors"), "{\"x\": {\"dtype\": \"U8\", \"shape\": [64], \"data_offsets\": [0, 64]}}", d, 64);
+    s = NULL;
+    CHECK(st_open_file(P("shrink.safetensors"), &s, err, sizeof err) == 0, "%s", err);
+    if (!s) return;
+    CHECK(truncate(P("shrink.safetensors"), 20) == 0, "truncate");
+    err[0] = 0;
+    CHECK(st_make_resident(s, (uint64_t)1 << 40, NULL, NULL, err, sizeof err) == -1, "a short read is an error");
+    CHECK_HAS(err, "shrink.safetensors");
+    CHECK_HAS(err, "shorter");
+    st_close(s);
+}
+
 /* ---- st_write_file_par against st_write_file ------------------------------------------ */
 
 typedef struct { int fail_at; atomic_int calls; } wfill_ctx;
@@ -631,6 +695,7 @@ int main(void) {
     TEST_RUN(test_parse_header_direct);
     TEST_RUN(test_large_header);
     TEST_RUN(test_misaligned_tensors);
+    TEST_RUN(test_make_resident);
     TEST_RUN(test_write_parallel);
     nftw(root_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     TEST_EXIT();
