@@ -212,6 +212,19 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
+/* Prefetch (into L2) W's rows [r0, r1) over columns [c0, c1): the block a prefill item
+ * packs next, asked for while the current one is multiplied. Without it the packing waits
+ * on DRAM one row stream at a time (measured on a Zen 5 EPYC: ~20% of a bf16 prefill). For
+ * dtypes stored row-major at their element size (not MLX codes). */
+static void prefetch_block(const ci_mat *W, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (W->dtype == CI_U32) return;
+    size_t es = ci_dtype_size(W->dtype), len = (size_t)(c1 - c0) * es;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *p = (const char *)W->data + ((size_t)r * (size_t)W->cols + (size_t)c0) * es;
+        for (size_t off = 0; off < len; off += 64) __builtin_prefetch(p + off, 0, 2);
+    }
+}
+
 static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     const ci_mat *W = m->W;
@@ -237,6 +250,8 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
+            if (r1 < R1) prefetch_block(W, r1, min64(r1 + PACK_ROWS, R1), c0, c0 + kc);
+            else if (c0 + KC < cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, cols));
             if (m->k->block_tile) { /* the set's own register tile over the whole block */
                 m->k->block_tile(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols, m->y + t0 * rows + r0,
                                  rows, c0 == 0);

@@ -86,106 +86,15 @@ static inline TGT vf vexp(vf x) {
     return _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* ---- prefill block kernel ------------------------------------------------------------
- * The template's f32_tile keeps 2 tokens x 4 rows of accumulators (8 of the 16 ymm) and
- * GCC folds the weight loads into the FMAs, so each 8 FMAs cost 10 loads and a 4-token tile
- * runs twice. Here a whole packed block (nr rows x kc columns, every token row of the
- * item) goes through one call with a 4-token x 3-row register tile: 12 accumulators, the
- * 3 weight vectors held in registers, 7 loads per 12 FMAs. The bits are f32_tile's: each
- * output's 8 lanes run the same FMA chain over the chunk (lane l: columns l, l+8, ...,
- * the tail zero-filled the same way), are reduced with the same vhsum4 tree (whatever
- * the other three outputs of the call), and land in y as the chunk's part. */
+/* Prefill block tile (simd_template.h, block_tile): the template's f32_tile keeps 2 tokens
+ * x 4 rows of accumulators (8 of the 16 ymm) and GCC folds the weight loads into the FMAs,
+ * so each 8 FMAs cost 10 loads and a 4-token tile runs twice; a 4-token x 3-row register
+ * tile has 12 accumulators and the 3 weight vectors held, 7 loads per 12 FMAs. Measured on
+ * a 2-vCPU AVX2 EPYC (Zen 3), one thread, bench/gemm_cpu.c, bf16 Qwen3-0.6B shapes at
+ * n = 128, CPU time: ~55 -> ~68 GFLOP/s (the FMA peak there is ~100); the other orders
+ * tried (rows outer: ~44; 9-row sub-blocks; x copied to a padded stride) were no better. */
 #define BT_TOK 4
 #define BT_ROWS 3
-
-static inline __attribute__((always_inline)) TGT void bt_micro(const int TT, const int RR, const float *const *w,
-                                                              int64_t kc, const float *x, int64_t xs, float *y,
-                                                              int64_t ys, int first) {
-    vf acc[BT_TOK][BT_ROWS];
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < TT; t++)
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RR; r++) acc[t][r] = vzero();
-    int64_t k = 0;
-    for (; k + VL <= kc; k += VL) {
-        vf wv[BT_ROWS];
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RR; r++) {
-            wv[r] = vld(w[r] + k);
-            __asm__("" : "+x"(wv[r])); /* keep it in a register: reused by every token */
-        }
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < TT; t++) {
-            vf xv = vld(x + t * xs + k);
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < RR; r++) acc[t][r] = vfma(wv[r], xv, acc[t][r]);
-        }
-    }
-    if (k < kc) {
-        int n = (int)(kc - k);
-        _Alignas(32) float b[VL];
-        vf wv[BT_ROWS];
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RR; r++) {
-            memset(b, 0, sizeof b);
-            memcpy(b, w[r] + k, (size_t)n * sizeof(float));
-            wv[r] = vld(b);
-        }
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < TT; t++) {
-            memset(b, 0, sizeof b);
-            memcpy(b, x + t * xs + k, (size_t)n * sizeof(float));
-            vf xv = vld(b);
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < RR; r++) acc[t][r] = vfma(wv[r], xv, acc[t][r]);
-        }
-    }
-    /* the 4-way reductions of vhsum4 over the TT*RR accumulators, four at a time (each
-     * output's tree is the same whichever three others share the call) */
-    float part[BT_TOK * BT_ROWS + 3];
-    vf *a = &acc[0][0];
-    if (RR == BT_ROWS) {
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < TT * RR; i += 4)
-            vhsum4(a[i], a[i + 1 < TT * RR ? i + 1 : i], a[i + 2 < TT * RR ? i + 2 : i], a[i + 3 < TT * RR ? i + 3 : i],
-                   part + i);
-    } else {
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < TT; t++)
-            vhsum4(acc[t][0], acc[t][RR > 1 ? 1 : 0], acc[t][0], acc[t][0], part + t * BT_ROWS);
-    }
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < TT; t++) {
-        float *yt = y + t * ys;
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < RR; r++) yt[r] = first ? part[t * BT_ROWS + r] : yt[r] + part[t * BT_ROWS + r];
-    }
-}
-
-#define BT_CASE(TT, RR) bt_micro(TT, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first)
-#define BT_TOKS(RR) switch (T - t < BT_TOK ? T - t : BT_TOK) { \
-    case 1: BT_CASE(1, RR); break; case 2: BT_CASE(2, RR); break; \
-    case 3: BT_CASE(3, RR); break; default: BT_CASE(4, RR); break; }
-
-/* y[t*ys + i] = part (first) or y[t*ys + i] + part, part = dot(x_t, w[i]) over kc, for i < nr,
- * t < T. Tokens go 4 at a time over all the block's rows (3 at a time, a remainder of 4 as
- * 2 + 2), so a token group's x stays in L1 while the block (16 x 2 KiB in cpu.c) comes from
- * L1/L2. Measured on a 2-vCPU AVX2 EPYC (Zen 3), one thread, bench/gemm_cpu.c, bf16
- * Qwen3-0.6B shapes at n = 128, CPU time: ~55 -> ~68 GFLOP/s (the FMA peak there is ~100);
- * the other orders tried (rows outer: ~44; 9-row sub-blocks; x copied to a padded stride)
- * were no better. */
-static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
-                           int64_t ys, int first) {
-    for (int t = 0; t < T; t += BT_TOK)
-        for (int r = 0; r < nr;) {
-            int left = nr - r, rr = left == 4 ? 2 : left >= 3 ? 3 : left;
-            if (rr == 3) { BT_TOKS(3) }
-            else if (rr == 2) { BT_TOKS(2) }
-            else { BT_TOKS(1) }
-            r += rr;
-        }
-}
-#define KBLOCK_TILE block_tile
 
 /* Decode prefetch (simd_template.h, tile_span): for rows of up to 2 KiB (1024 bf16 columns:
  * q/k/v/gate/up and the head of the Qwen3-0.6B shapes) one prefetch per 64 bytes of the

@@ -239,6 +239,97 @@ static TGT void f32_tile(const float *const w[4], int64_t kc, int T, const float
     }
 }
 
+#ifdef BT_TOK
+/* ---- prefill block tile (a set that defines BT_TOK x BT_ROWS, its register tile) --------
+ * A whole packed block (nr rows x kc columns, every token row of the item) in one call:
+ * BT_TOK token rows x BT_ROWS weight rows of accumulators, the weight vectors held in
+ * registers and each x vector loaded once for all of them. The bits are f32_tile's: each
+ * output's VL lanes run the same FMA chain over the chunk (lane l: columns l, l + VL, ...,
+ * the tail zero-filled the same way), are reduced with the same vhsum4 tree (whichever
+ * three other outputs share the call), and land in y as the chunk's part. */
+AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, const float *x, int64_t xs, float *y,
+                 int64_t ys, int first) {
+    vf acc[BT_TOK][BT_ROWS];
+    UNROLL(8)
+    for (int t = 0; t < TT; t++)
+        UNROLL(8)
+        for (int r = 0; r < RR; r++) acc[t][r] = vzero();
+    int64_t k = 0;
+    for (; k + VL <= kc; k += VL) {
+        vf wv[BT_ROWS];
+        UNROLL(8)
+        for (int r = 0; r < RR; r++) {
+            wv[r] = vld(w[r] + k);
+            __asm__("" : "+v"(wv[r])); /* keep it in a register: reused by every token */
+        }
+        UNROLL(8)
+        for (int t = 0; t < TT; t++) {
+            vf xv = vld(x + t * xs + k);
+            UNROLL(8)
+            for (int r = 0; r < RR; r++) acc[t][r] = vfma(wv[r], xv, acc[t][r]);
+        }
+    }
+    if (k < kc) {
+        int n = (int)(kc - k);
+        vf wv[BT_ROWS];
+        UNROLL(8)
+        for (int r = 0; r < RR; r++) wv[r] = xload_part(w[r] + k, n);
+        UNROLL(8)
+        for (int t = 0; t < TT; t++) {
+            vf xv = xload_part(x + t * xs + k, n);
+            UNROLL(8)
+            for (int r = 0; r < RR; r++) acc[t][r] = vfma(wv[r], xv, acc[t][r]);
+        }
+    }
+    /* vhsum4 over the TT*RR accumulators in (t, r) order, four at a time, the last group
+     * padded with repeats */
+    float part[BT_TOK * BT_ROWS + 3];
+    UNROLL(16)
+    for (int i = 0; i < TT * RR; i += 4) {
+        const int j1 = i + 1 < TT * RR ? i + 1 : i, j2 = i + 2 < TT * RR ? i + 2 : i, j3 = i + 3 < TT * RR ? i + 3 : i;
+        vhsum4(acc[i / RR][i % RR], acc[j1 / RR][j1 % RR], acc[j2 / RR][j2 % RR], acc[j3 / RR][j3 % RR], part + i);
+    }
+    UNROLL(8)
+    for (int t = 0; t < TT; t++) {
+        float *yt = y + t * ys;
+        UNROLL(8)
+        for (int r = 0; r < RR; r++) yt[r] = first ? part[t * RR + r] : yt[r] + part[t * RR + r];
+    }
+}
+
+#define BT_CASE(TT, RR) bt_micro(TT, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first)
+#if BT_TOK > 8 || BT_ROWS > 8
+#error "block_tile: BT_TOK and BT_ROWS go up to 8"
+#endif
+#define BT_T_(n, RR) case n: if (n <= BT_TOK && RR <= BT_ROWS) BT_CASE(n <= BT_TOK ? n : 1, RR <= BT_ROWS ? RR : 1); break;
+#define BT_TOKS(RR) switch (T - t < BT_TOK ? T - t : BT_TOK) { \
+    BT_T_(1, RR) BT_T_(2, RR) BT_T_(3, RR) BT_T_(4, RR) BT_T_(5, RR) BT_T_(6, RR) BT_T_(7, RR) BT_T_(8, RR) }
+
+/* y[t*ys + i] = part (first) or y[t*ys + i] + part, part = dot(x_t, w[i]) over kc, for i < nr,
+ * t < T. Tokens go BT_TOK at a time over all the block's rows, BT_ROWS at a time (a
+ * remainder between BT_ROWS and 2 * BT_ROWS as two near-equal tiles), so a token group's x
+ * stays in L1 while the block (PACK_ROWS x KC in cpu.c) comes from L1 / L2. */
+static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
+                           int64_t ys, int first) {
+    for (int t = 0; t < T; t += BT_TOK)
+        for (int r = 0; r < nr;) {
+            int left = nr - r, rr = left > BT_ROWS && left < 2 * BT_ROWS ? (left + 1) / 2 : left < BT_ROWS ? left : BT_ROWS;
+            switch (rr) {
+            case 1: BT_TOKS(1) break;
+            case 2: BT_TOKS(2) break;
+            case 3: BT_TOKS(3) break;
+            case 4: BT_TOKS(4) break;
+            case 5: BT_TOKS(5) break;
+            case 6: BT_TOKS(6) break;
+            case 7: BT_TOKS(7) break;
+            default: BT_TOKS(8) break;
+            }
+            r += rr;
+        }
+}
+#define KBLOCK_TILE block_tile
+#endif
+
 /* dst = row[c0..c1) converted; fp8 spans are cut at column-block edges. */
 AI void convert_span(const int dt, const void *row, int64_t c0, int64_t c1, vf mult, float *dst) {
     int64_t k = c0;
