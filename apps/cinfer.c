@@ -576,12 +576,12 @@ done:
 
 /* bench: one session of depth + prompt-len + gen tokens. --depth N random tokens are
  * prefilled first (untimed; decode at a long context, as llama-bench's -d), then
- * --prompt-len random tokens are timed as one prefill, then --gen decode steps. On the CPU a
- * decode step is ci_forward with the last row's logits fed the same token each step (as it
- * always was, so CPU numbers stay comparable). On a device it is greedy ci_forward_argmax
- * fed its own token (4 bytes come back per step, not the logits), after an untimed warm-up
- * (the prefill and two steps in the same session, then reset: library set-up and graph
- * capture are not timed); the device line is a device-to-device copy probe. --batch N then
+ * --prompt-len random tokens are timed as one prefill, then --gen decode steps, after an
+ * untimed warm-up (the prefill and two steps in the same session, then reset: first-touch
+ * page faults, library set-up and graph capture are not timed, as llama-bench's warm-up
+ * run). On the CPU a decode step is ci_forward with the last row's logits fed the same token
+ * each step (as it always was, so CPU numbers stay comparable). On a device it is greedy
+ * ci_forward_argmax fed its own token (4 bytes come back per step, not the logits); the device line is a device-to-device copy probe. --batch N then
  * also times batched greedy decode of N sequences (bench_batch) in the same run and prints
  * its line and its ratio to the single-sequence decode line. */
 static int cmd_bench(int argc, char **argv) {
@@ -617,13 +617,20 @@ static int cmd_bench(int argc, char **argv) {
     for (long long k = 0; k < pl + depth; k++) { r = r * 6364136223846793005ull + 1442695040888963407ull; ids[k] = (int)((r >> 33) % (uint64_t)i.vocab_size); }
     if (ci_session_new(m, (int)(depth + pl + gen), &s, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
     int tok = ids[0], next;
+    /* untimed warm-up, as llama-bench's: first-touch page faults of the session's scratch
+     * and cache, library set-up and (device) graph capture */
     if (on_dev) {
         if (ci_forward_argmax(s, ids, (int)pl, &tok, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
         for (int k = 0; k < 2 && k < gen; k++)
             if (ci_forward_argmax(s, &tok, 1, &next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
             else tok = next;
-        ci_session_reset(s);
+    } else {
+        if (ci_forward(s, ids, (int)pl, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        for (int k = 0; k < 2 && k < gen; k++)
+            if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        tok = ids[0];
     }
+    ci_session_reset(s);
     if (depth > 0) {
         int drc = on_dev ? ci_forward_argmax(s, ids + pl, (int)depth, &next, err, sizeof err)
                          : ci_forward(s, ids + pl, (int)depth, lg, 0, err, sizeof err);

@@ -43,7 +43,7 @@ typedef void (*ci_progress_cb)(void *ctx, const ci_load_progress *p);
 
 typedef struct {
     int n_threads;          /* <= 0: all online CPUs */
-    int isa;                /* 0 auto, 1 scalar, 2 avx2, 3 avx512 (for tests) */
+    int isa;                /* 0 auto, 1 scalar, 2 avx2, 3 avx512, 4 avx512 + bf16 dot products (for tests) */
     int device;             /* 0 cpu (so zeroed opts keep the CPU), 1 cuda (device 0; fails
                              * naming the family when it has no CUDA path, or the reason
                              * when there is no usable device), 2 auto (CUDA when the family

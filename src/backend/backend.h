@@ -516,10 +516,11 @@ typedef struct ci_backend {
     size_t mem_free, mem_total;  /* device memory at creation (bytes); 0 on the CPU */
 } ci_backend;
 
-typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512 } ci_isa;
+typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
 
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;
- * AUTO takes the best the CPU supports at run time. NULL on failure. */
+ * AUTO takes the best the CPU supports at run time (AVX512-BF16 CPUs: CI_ISA_AVX512BF16,
+ * which dots bf16 weights with x rounded to bf16; CI_ISA_AVX512 keeps f32 x). NULL on failure. */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so

@@ -165,6 +165,8 @@ typedef struct {
     int split;                /* W is quantized in a format qk dots in split order */
     const float *xsp;         /* split W: x in split order, row stride cols (decode: for
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
+    const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
+                               * (row stride cols), or NULL */
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -203,7 +205,8 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
         tile_rows(rr, r, r1);
-        int ok = m->xsp ? m->qk->split_tile(m->W, rr, m->n, m->xsp, cols, out)
+        int ok = m->xb ? m->k->bf16_tile(m->W, rr, m->n, m->xb, cols, out)
+               : m->xsp ? m->qk->split_tile(m->W, rr, m->n, m->xsp, cols, out)
                : m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out)
                                        : m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
         if (!ok) tile_by_chunks(m, rr, slot, out);
@@ -225,6 +228,25 @@ static void prefetch_block(const ci_mat *W, int64_t r0, int64_t r1, int64_t c0, 
     }
 }
 
+/* Prefill of bf16 W with bf16 dot products (m->xb): the item's rows read in place, one
+ * bf16_block per chunk and PACK_ROWS block, the next block prefetched as mm_prefill_item does. */
+static void mm_prefill_bf16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
+    const ci_mat *W = m->W;
+    int64_t rows = W->rows, cols = W->cols;
+    const uint16_t *w[PACK_ROWS];
+    for (int64_t c0 = 0; c0 < cols; c0 += KC) {
+        int64_t kc = min64(KC, cols - c0);
+        for (int64_t r0 = R0; r0 < R1; r0 += PACK_ROWS) {
+            int64_t r1 = min64(r0 + PACK_ROWS, R1);
+            for (int64_t r = r0; r < r1; r++) w[r - r0] = (const uint16_t *)W->data + r * cols + c0;
+            if (r1 < R1) prefetch_block(W, r1, min64(r1 + PACK_ROWS, R1), c0, c0 + kc);
+            else if (c0 + KC < cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, cols));
+            m->k->bf16_block(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->xb + t0 * cols + c0, cols, m->y + t0 * rows + r0,
+                             rows, c0 == 0);
+        }
+    }
+}
+
 static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     const ci_mat *W = m->W;
@@ -232,6 +254,10 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     int64_t rb = it / m->n_tok_items, tb = it % m->n_tok_items;
     int64_t R0 = rb * ITEM_ROWS, R1 = min64(R0 + ITEM_ROWS, rows);
     int64_t t0 = tb * m->tok_per_item, t1 = min64(t0 + m->tok_per_item, m->n);
+    if (m->xb) {
+        mm_prefill_bf16_item(m, R0, R1, t0, t1);
+        return;
+    }
     const float *w[PACK_ROWS];
     float out[CPU_TILE_T * CPU_TILE_R];
     /* Chunk loop outermost: the item's x chunk (tokens x KC) comes from memory once and
@@ -339,12 +365,25 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
                 b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
         m.xsp = xsp;
     }
+    /* bf16 W on a set with bf16 dot products: x rounded to bf16 once here */
+    uint16_t *xb = NULL;
+    if (W->dtype == CI_BF16 && b->k->bf16_block) {
+        xb = malloc((size_t)n * (size_t)W->cols * sizeof *xb);
+        if (!xb) {
+            cpu_fail(be, "matmul: out of memory for the bf16 activations");
+            free(xsp);
+            return;
+        }
+        b->k->x_bf16(x, (int64_t)n * W->cols, xb);
+        m.xb = xb;
+    }
     if (n <= CPU_TILE_T) {
         /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
         int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
         m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
         par_for(b, ceil_div(rows, m.rows_per_item), mm_decode_item, &m, 1);
         free(xsp);
+        free(xb);
         return;
     }
     /* Prefill: split tokens too when there are too few row blocks to feed every thread. */
@@ -354,6 +393,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     m.n_tok_items = ceil_div(n, m.tok_per_item);
     par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
     free(xsp);
+    free(xb);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------ */
@@ -796,8 +836,11 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
     /* F16C is not a __builtin_cpu_supports name in every compiler; every AVX2 CPU has it,
      * so AVX2 + FMA stands for AVX2 + FMA + F16C. */
     int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int hasbf16 = has512 && __builtin_cpu_supports("avx512bf16");
     switch (isa) {
-    case CI_ISA_AUTO: return has512 ? &cpu_kernels_avx512 : has2 ? &cpu_kernels_avx2 : &cpu_kernels_scalar;
+    case CI_ISA_AUTO:
+        return hasbf16 ? &cpu_kernels_avx512bf16 : has512 ? &cpu_kernels_avx512 : has2 ? &cpu_kernels_avx2 : &cpu_kernels_scalar;
+    case CI_ISA_AVX512BF16: return hasbf16 ? &cpu_kernels_avx512bf16 : NULL;
     case CI_ISA_SCALAR: return &cpu_kernels_scalar;
     case CI_ISA_AVX2: return has2 ? &cpu_kernels_avx2 : NULL;
     case CI_ISA_AVX512: return has512 ? &cpu_kernels_avx512 : NULL;
@@ -810,7 +853,7 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
 
 static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
 #if defined(__x86_64__)
-    if (k == &cpu_kernels_avx512) return &cpu_qkernels_avx512;
+    if (k == &cpu_kernels_avx512 || k == &cpu_kernels_avx512bf16) return &cpu_qkernels_avx512;
     if (k == &cpu_kernels_avx2) return &cpu_qkernels_avx2;
 #endif
     (void)k;

@@ -63,12 +63,24 @@ typedef struct {
     float (*exp_sum)(float *s, int L, float m);
     void (*attn_wsum)(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
                       int L, int hd);
+
+    /* Optional (NULL: bf16 weights take mat_tile / row_f32 + f32 tiles like the others): bf16
+     * weights dotted with x rounded to bf16 (a second precision, with its own summation
+     * order: kernels_avx512.c). x_bf16 rounds n floats once per matmul; bf16_tile is the
+     * decode tile over the rounded rows (T <= 4 of row stride xs), bf16_block a prefill
+     * block (nr rows, w[i] at the chunk's first column, kc columns; y as block_tile). */
+    void (*x_bf16)(const float *x, int64_t n, uint16_t *xb);
+    int (*bf16_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const uint16_t *xb, int64_t xs,
+                     float *out);
+    void (*bf16_block)(const uint16_t *const *w, int nr, int64_t kc, int T, const uint16_t *xb, int64_t xs, float *y,
+                       int64_t ys, int first);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_avx512bf16;   /* the same, plus the bf16 dot products */
 #endif
 
 /* MLX-quantized weights (ci_mat dtype CI_U32, see backend.h): the same two inner loops, reading the

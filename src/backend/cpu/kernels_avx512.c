@@ -4,13 +4,14 @@
  * Compiled with function-level target attributes only, so the project builds with default
  * flags; cpu.c selects this table only after __builtin_cpu_supports confirms the CPU.
  *
- * AVX512-BF16 (vdpbf16ps) is deliberately unused: it multiplies bf16 by bf16, which would
- * round the f32 activations to bf16. Weights are instead widened to f32 in registers
- * (a zero-extend and a shift) and every product and sum is an f32 FMA. Tiles keep
+ * This set widens weights to f32 in registers (a zero-extend and a shift) and every
+ * product and sum is an f32 FMA. A second table, cpu-avx512-bf16 (below), adds AVX512-BF16
+ * dot products for bf16 weights, which round x to bf16. Tiles keep
  * 4 token rows x 4 weight rows = 16 accumulators of the 32 zmm registers. */
 #if defined(__x86_64__)
 #include "cpu_kernels.h"
 #include <immintrin.h>
+#include <string.h>
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define VL 16
@@ -95,6 +96,162 @@ static inline TGT vf vexp(vf x) {
 #define BT_ROWS 6
 
 #include "simd_template.h"
+
+/* ---- bf16 weights with bf16 activations (the cpu-avx512-bf16 set) --------------------
+ * On CPUs with AVX512-BF16, bf16 weights can be dotted with x rounded to bf16 by
+ * vdpbf16ps: each f32 lane adds the two products of a bf16 pair to its sum, 32 weights per
+ * instruction instead of 16, and the weights need no widening (prefill reads the
+ * checkpoint rows in place instead of packing them to f32). This changes the precision:
+ * x is rounded to bf16 (round to nearest even, as transformers and llama.cpp run bf16
+ * models), products and sums stay f32. One summation order, as for f32 (cpu_kernels.h):
+ * per CPU_KC chunk, lane l sums the pairs (32 j + 2 l, 32 j + 2 l + 1) from zero (the tail
+ * zero-filled), vhsum4 at the chunk's end, chunk sums added left to right; the decode tile
+ * and the prefill block below both follow it, so a row gets the same bits decoded alone,
+ * batched or prefilled. */
+#define TGB __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define AIB static inline __attribute__((always_inline)) TGB
+
+AIB __m512bh bh_load(const uint16_t *p) { return (__m512bh)_mm512_loadu_si512(p); }
+AIB __m512bh bh_load_part(const uint16_t *p, int n) {
+    _Alignas(64) uint16_t b[32];
+    memset(b, 0, sizeof b);
+    memcpy(b, p, (size_t)n * sizeof *p);
+    return (__m512bh)_mm512_load_si512(b);
+}
+
+/* xb[0..n) = x rounded to bf16 (vcvtneps2bf16: nearest even; the tail through a buffer,
+ * so every element is rounded by the same instruction). */
+static TGB void x_bf16(const float *x, int64_t n, uint16_t *xb) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(xb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        _Alignas(64) float b[16] = { 0 };
+        _Alignas(32) uint16_t o[16];
+        memcpy(b, x + i, (size_t)(n - i) * sizeof *x);
+        _mm256_store_si256((__m256i *)o, (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(b)));
+        memcpy(xb + i, o, (size_t)(n - i) * sizeof *o);
+    }
+}
+
+/* part[t * RR + r] = the chunk dot of token row t (x + t * xs) and weight row w[r], over kc
+ * columns, in the order above. PF: decode streams the rows from DRAM and prefetches as
+ * tile_span does (rowb: a row's bytes; near its end, the row 4 below). */
+AIB void bh_chunk(const int TT, const int RR, const int PF, const uint16_t *const *w, int64_t kc, const uint16_t *x,
+                  int64_t xs, size_t rowb, size_t c0b, float *part) {
+    __m512 acc[4][6];
+    UNROLL(6)
+    for (int t = 0; t < TT; t++)
+        UNROLL(6)
+        for (int r = 0; r < RR; r++) acc[t][r] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= kc; k += 32) {
+        if (PF) {
+            size_t off = c0b + (size_t)k * 2 + PF_DIST;
+            if (off >= rowb) off += 3 * rowb;
+            UNROLL(4)
+            for (int r = 0; r < RR; r++) __builtin_prefetch((const char *)(w[r] - c0b / 2) + off, 0, 3);
+        }
+        __m512bh wv[6];
+        UNROLL(6)
+        for (int r = 0; r < RR; r++) {
+            wv[r] = bh_load(w[r] + k);
+            __asm__("" : "+v"(wv[r]));
+        }
+        UNROLL(6)
+        for (int t = 0; t < TT; t++) {
+            __m512bh xv = bh_load(x + t * xs + k);
+            UNROLL(6)
+            for (int r = 0; r < RR; r++) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], wv[r], xv);
+        }
+    }
+    if (k < kc) {
+        int n = (int)(kc - k);
+        __m512bh wv[6];
+        UNROLL(6)
+        for (int r = 0; r < RR; r++) wv[r] = bh_load_part(w[r] + k, n);
+        UNROLL(6)
+        for (int t = 0; t < TT; t++) {
+            __m512bh xv = bh_load_part(x + t * xs + k, n);
+            UNROLL(6)
+            for (int r = 0; r < RR; r++) acc[t][r] = _mm512_dpbf16_ps(acc[t][r], wv[r], xv);
+        }
+    }
+    UNROLL(8)
+    for (int i = 0; i < TT * RR; i += 4) {
+        const int j1 = i + 1 < TT * RR ? i + 1 : i, j2 = i + 2 < TT * RR ? i + 2 : i, j3 = i + 3 < TT * RR ? i + 3 : i;
+        vhsum4(acc[i / RR][i % RR], acc[j1 / RR][j1 % RR], acc[j2 / RR][j2 % RR], acc[j3 / RR][j3 % RR], part + i);
+    }
+}
+
+/* Decode: T (<= 4) token rows of xb (row stride xs) against 4 rows of the bf16 W. */
+AIB void bh_tile_T(const int TT, const ci_mat *W, const int64_t rows[4], const uint16_t *xb, int64_t xs, float *out) {
+    const int64_t cols = W->cols;
+    const uint16_t *wr[4];
+    float part[16];
+    for (int r = 0; r < 4; r++) wr[r] = (const uint16_t *)W->data + rows[r] * cols;
+    for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
+        const int64_t kc = c0 + CPU_KC < cols ? CPU_KC : cols - c0;
+        const uint16_t *w[4] = { wr[0] + c0, wr[1] + c0, wr[2] + c0, wr[3] + c0 };
+        bh_chunk(TT, 4, 1, w, kc, xb + c0, xs, (size_t)cols * 2, (size_t)c0 * 2, part);
+        for (int i = 0; i < TT * 4; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
+    }
+}
+
+static TGB int bf16_tile(const ci_mat *W, const int64_t rows[4], int T, const uint16_t *xb, int64_t xs, float *out) {
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        switch (T - t0 < 4 ? T - t0 : 4) {
+        case 1: bh_tile_T(1, W, rows, xb + t0 * xs, xs, out + t0 * 4); break;
+        case 2: bh_tile_T(2, W, rows, xb + t0 * xs, xs, out + t0 * 4); break;
+        case 3: bh_tile_T(3, W, rows, xb + t0 * xs, xs, out + t0 * 4); break;
+        default: bh_tile_T(4, W, rows, xb + t0 * xs, xs, out + t0 * 4); break;
+        }
+    }
+    return 1;
+}
+
+/* Prefill: one chunk (kc columns from w[i], the rows' chunk starts) of nr rows for T token
+ * rows: y[t * ys + i] = part (first) or y[t * ys + i] + part; 4 tokens x 6 rows at a time
+ * (a remainder of 7..11 rows as two near-equal tiles). */
+AIB void bh_block_T(const int TT, const int RR, const uint16_t *const *w, int64_t kc, const uint16_t *x, int64_t xs,
+                    float *y, int64_t ys, int first) {
+    float part[24];
+    bh_chunk(TT, RR, 0, w, kc, x, xs, 0, 0, part);
+    UNROLL(4)
+    for (int t = 0; t < TT; t++)
+        UNROLL(6)
+        for (int r = 0; r < RR; r++) y[t * ys + r] = first ? part[t * RR + r] : y[t * ys + r] + part[t * RR + r];
+}
+
+#define BH_T(RR) switch (T - t < 4 ? T - t : 4) { \
+    case 1: bh_block_T(1, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first); break; \
+    case 2: bh_block_T(2, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first); break; \
+    case 3: bh_block_T(3, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first); break; \
+    default: bh_block_T(4, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first); break; }
+
+static TGB void bf16_block(const uint16_t *const *w, int nr, int64_t kc, int T, const uint16_t *x, int64_t xs, float *y,
+                           int64_t ys, int first) {
+    for (int t = 0; t < T; t += 4)
+        for (int r = 0; r < nr;) {
+            int left = nr - r, rr = left > 6 && left < 12 ? (left + 1) / 2 : left < 6 ? left : 6;
+            switch (rr) {
+            case 1: BH_T(1) break;
+            case 2: BH_T(2) break;
+            case 3: BH_T(3) break;
+            case 4: BH_T(4) break;
+            case 5: BH_T(5) break;
+            default: BH_T(6) break;
+            }
+            r += rr;
+        }
+}
+const cpu_kernels cpu_kernels_avx512bf16 = {
+    .name = "cpu-avx512-bf16",
+    KTABLE_FIELDS,
+    .x_bf16 = x_bf16,
+    .bf16_tile = bf16_tile,
+    .bf16_block = bf16_block,
+};
+
 
 #else
 typedef int cpu_kernels_avx512_unused; /* keeps the translation unit non-empty */

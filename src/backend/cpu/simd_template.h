@@ -505,19 +505,17 @@ static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t 
     }
 }
 
+#ifdef KBLOCK_TILE
+#define KBLOCK_FIELD , .block_tile = KBLOCK_TILE
+#else
+#define KBLOCK_FIELD
+#endif
+/* The set's fields but its name (a file may define a second table over the same kernels). */
+#define KTABLE_FIELDS \
+    .mat_tile = mat_tile, .f32_tile = f32_tile, .row_f32 = row_f32, .sumsq = sumsq, .scale_mul = scale_mul, \
+    .swiglu = swiglu, .add = add, .vmax = vmaxf, .exp_sum = exp_sum, .attn_wsum = attn_wsum KBLOCK_FIELD
+
 const cpu_kernels KTABLE = {
     .name = KNAME,
-    .mat_tile = mat_tile,
-    .f32_tile = f32_tile,
-    .row_f32 = row_f32,
-    .sumsq = sumsq,
-    .scale_mul = scale_mul,
-    .swiglu = swiglu,
-    .add = add,
-    .vmax = vmaxf,
-    .exp_sum = exp_sum,
-    .attn_wsum = attn_wsum,
-#ifdef KBLOCK_TILE
-    .block_tile = KBLOCK_TILE,
-#endif
+    KTABLE_FIELDS
 };
