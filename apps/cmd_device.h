@@ -1,4 +1,4 @@
-/* cmd_device.h — the --device flag (and --no-graphs, --mmap) shared by the commands that run a model (generate,
+/* cmd_device.h — the --device flag (and --no-graphs, --mmap, --bf16-act) shared by the commands that run a model (generate,
  * logits, bench, perplexity, chat, serve).
  *
  *   --device cpu|cuda|auto   ci_model_opts.device: 0 cpu (the default), 1 cuda, 2 auto (CUDA
@@ -6,6 +6,7 @@
  *                            the CPU; the library decides and ci_model_info.backend says)
  *   --no-graphs              ci_model_opts.no_graphs: CUDA graph replay off (debugging)
  *   --mmap                   ci_model_opts.map_weights: the CPU reads the mapped files in place
+ *   --bf16-act               ci_model_opts.bf16_act: bf16 dot products on AVX512-BF16 CPUs
  *
  * The value is parsed strictly: anything else is a usage error (exit status 2). */
 #ifndef CI_CMD_DEVICE_H

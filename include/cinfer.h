@@ -63,6 +63,12 @@ typedef struct {
                              * page) memory and read from there (progress is called as for
                              * the read-ahead); 1: the CPU reads the mapped files in place
                              * (page cache), as a checkpoint too big to copy always is */
+    int bf16_act;           /* 1: on a CPU with AVX512-BF16 (and isa auto), bf16 weight
+                             * matrices are dotted with the activations rounded to bf16
+                             * (vdpbf16ps; f32 products and sums), about twice the prefill
+                             * speed; logits then differ from the f32 path by up to ~1e-2 of
+                             * their largest magnitude (bench/RESULTS.md). Other CPUs and
+                             * other dtypes compute as without it. 0: f32 activations. */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

@@ -519,8 +519,9 @@ typedef struct ci_backend {
 typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
 
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;
- * AUTO takes the best the CPU supports at run time (AVX512-BF16 CPUs: CI_ISA_AVX512BF16,
- * which dots bf16 weights with x rounded to bf16; CI_ISA_AVX512 keeps f32 x). NULL on failure. */
+ * AUTO takes the best the CPU supports at run time, all in f32; CI_ISA_AVX512BF16 (asked for
+ * only: ci_model_opts.bf16_act) is AVX-512 with bf16 weights dotted with x rounded to bf16,
+ * on CPUs with AVX512-BF16. NULL on failure (an ISA the CPU lacks). */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so

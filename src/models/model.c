@@ -39,6 +39,15 @@ static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t 
     return 0;
 }
 
+/* The CPU backend opts ask for: its isa, and with bf16_act (isa auto) the bf16 dot products
+ * where the CPU has them, the f32 kernels elsewhere. */
+static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
+    ci_isa isa = opts ? (ci_isa)opts->isa : CI_ISA_AUTO;
+    ci_backend *be = NULL;
+    if (opts && opts->bf16_act && isa == CI_ISA_AUTO) be = ci_backend_cpu_new(n_threads, CI_ISA_AVX512BF16);
+    return be ? be : ci_backend_cpu_new(n_threads, isa);
+}
+
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
@@ -77,7 +86,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         char ignored[256];
         m->be = ci_backend_cuda_new(0, n_threads, ignored, sizeof ignored);
     }
-    if (!m->be) m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
+    if (!m->be) m->be = cpu_backend(opts, n_threads);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
     m->no_graphs = opts ? opts->no_graphs : 0;
     /* once the backend stands (a device that cannot start fails before any byte is read) */
@@ -89,7 +98,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         if (m->impl) m->family->ops->unload(m);
         m->impl = NULL;
         m->be->free(m->be);
-        m->be = ci_backend_cpu_new(n_threads, opts ? (ci_isa)opts->isa : CI_ISA_AUTO);
+        m->be = cpu_backend(opts, n_threads);
         if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
         if (weights_in(m, opts, err, errlen) || m->family->ops->load(m, err, errlen)) goto fail;
     }

@@ -1,4 +1,4 @@
-# --device cpu|cuda|auto, --no-graphs and --mmap on the commands that run a model, on a machine
+# --device cpu|cuda|auto, --no-graphs, --mmap and --bf16-act on the commands that run a model, on a machine
 # without a GPU (the CI machines): a bad --device value is a usage error (exit 2, one line
 # naming the flag and the accepted values) for each command; --device cuda fails with one
 # line naming the cause and leaves no --out file (nor its temp file, and an existing one as
@@ -81,6 +81,11 @@ expect_ok "logits --mmap" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$
 cmp -s "$TMP/copy.f32" "$TMP/mmap.f32" && pass "--mmap gives the copy's logits bit for bit" || fail "--mmap gives the copy's logits bit for bit" "differ"
 expect_usage "--mmap takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mmap 1
 expect_usage "serve --mmap takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mmap 1
+# ---- --bf16-act: runs (bf16 dot products on AVX512-BF16 CPUs, the f32 path elsewhere); f32 weights keep their bits ----
+expect_ok "logits --bf16-act" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/bfa.f32" --device cpu --bf16-act
+cmp -s "$TMP/copy.f32" "$TMP/bfa.f32" && pass "--bf16-act leaves an f32 checkpoint's logits as they are" || fail "--bf16-act leaves an f32 checkpoint's logits as they are" "differ"
+expect_ok "generate --bf16-act (bf16 weights)" $CINFER generate --model tests/fixtures/qwen3_bf16 --prompt-ids 1,2,3 --max-tokens 4 --ids --bf16-act
+expect_usage "--bf16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --bf16-act 1
 
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
 if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then

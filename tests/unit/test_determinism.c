@@ -31,6 +31,7 @@ static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32()
 
 static const struct { ci_isa isa; const char *name; } isas[] = {
     { CI_ISA_SCALAR, "cpu-scalar" }, { CI_ISA_AVX2, "cpu-avx2" }, { CI_ISA_AVX512, "cpu-avx512" },
+    { CI_ISA_AVX512BF16, "cpu-avx512-bf16" },
 };
 
 /* ---- weights ----------------------------------------------------------------------------- */
@@ -185,6 +186,57 @@ static void test_matmul_small_cols(void) {
     }
 }
 
+/* cpu-avx512-bf16 (where the CPU has AVX512-BF16) computes what it says for bf16 weights:
+ * the dot of x rounded to bf16 (nearest even) with the weights, products exact, f32 sums:
+ * within 1e-5 (relative to sum |x_bf16 * w|) of that dot in double, for decode and prefill
+ * and widths with partial vectors and chunks; and it is not the f32 path (which it would
+ * be if the rounding were skipped): some output differs from the f32 path's by more. */
+static void test_bf16_act_precision(void) {
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512BF16), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
+    if (!be) {
+        printf("NOTE no AVX512-BF16 on this CPU: bf16-act precision not checked\n");
+        if (f32) f32->free(f32);
+        return;
+    }
+    CHECK(strcmp(be->name, "cpu-avx512-bf16") == 0, "backend name %s", be->name);
+    static const int64_t shapes[][2] = { { 37, 1536 }, { 21, 4100 }, { 9, 200 }, { 5, 31 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        wmat w;
+        make_w(&w, K_BF16, rows, cols);
+        for (int n = 1; n <= 9; n += 8) {   /* 1: the decode tile; 9: the prefill block */
+            float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
+            float *yf = malloc((size_t)(n * rows) * sizeof(float));
+            for (int64_t i = 0; i < n * cols; i++) x[i] = rnd(-1, 1);
+            be->matmul(be, y, x, n, &w.m);
+            f32->matmul(f32, yf, x, n, &w.m);
+            double worst = 0, apart = 0;
+            for (int t = 0; t < n; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double s = 0, a = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        double p = (double)ci_bf16_to_f32(ci_f32_to_bf16(x[t * cols + c])) *
+                                   ci_bf16_to_f32(((const uint16_t *)w.data)[r * cols + c]);
+                        s += p;
+                        a += fabs(p);
+                    }
+                    double e = fabs(y[t * rows + r] - s) / (a > 0 ? a : 1);
+                    worst = e > worst ? e : worst;
+                    double d = fabs((double)y[t * rows + r] - yf[t * rows + r]) / (a > 0 ? a : 1);
+                    apart = d > apart ? d : apart;
+                }
+            CHECK(worst <= 1e-5, "bf16-act [%lld x %lld] n=%d: %.3g from the bf16-rounded dot", (long long)rows,
+                  (long long)cols, n, worst);
+            CHECK(apart > 1e-5, "bf16-act [%lld x %lld] n=%d: within %.3g of the f32 path (x not rounded?)",
+                  (long long)rows, (long long)cols, n, apart);
+            free(x); free(y); free(yf);
+        }
+        wmat_free(&w);
+    }
+    be->free(be);
+    f32->free(f32);
+}
+
 /* The row-wise ops a decode step batches too: swiglu, add and rmsnorm of one row alone
  * equal that row of a batch, for a width that leaves a partial vector at each row's end
  * (so a row of the batch starts and ends at other vector offsets). */
@@ -280,6 +332,7 @@ int main(int argc, char **argv) {
     }
     TEST_RUN(test_matmul_rows_independent_of_batch);
     TEST_RUN(test_matmul_small_cols);
+    TEST_RUN(test_bf16_act_precision);
     TEST_RUN(test_rowwise_ops_independent_of_batch);
     TEST_EXIT();
 }

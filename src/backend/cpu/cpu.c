@@ -838,8 +838,7 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
     int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int hasbf16 = has512 && __builtin_cpu_supports("avx512bf16");
     switch (isa) {
-    case CI_ISA_AUTO:
-        return hasbf16 ? &cpu_kernels_avx512bf16 : has512 ? &cpu_kernels_avx512 : has2 ? &cpu_kernels_avx2 : &cpu_kernels_scalar;
+    case CI_ISA_AUTO: return has512 ? &cpu_kernels_avx512 : has2 ? &cpu_kernels_avx2 : &cpu_kernels_scalar;
     case CI_ISA_AVX512BF16: return hasbf16 ? &cpu_kernels_avx512bf16 : NULL;
     case CI_ISA_SCALAR: return &cpu_kernels_scalar;
     case CI_ISA_AVX2: return has2 ? &cpu_kernels_avx2 : NULL;
