@@ -11,10 +11,11 @@
 #   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 #   PY      a python3 with numpy (for the GGUF writer only)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
+#   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${SRC:-/tmp/q06} GGUF=${GGUF:-/tmp/q06.gguf} LCPP=${LCPP:-/tmp/llama.cpp}
-CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3}
+CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-} ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3}
 [ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "$SRC" "$GGUF" "$LCPP"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
 echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -26,6 +27,10 @@ for r in $(seq "$ROUNDS"); do
     fi
     echo "== round $r threads $t cinfer (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
     "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+    if [ -n "$ALT" ]; then
+      echo "== round $r threads $t cinfer $ALT (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+      "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" $ALT 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+    fi
     echo "== round $r threads $t llama.cpp (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
     "$LCPP/build/bin/llama-bench" -m "$GGUF" -p 128 -n 64 -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
   done

@@ -14,13 +14,14 @@
 #             cmake --build $LCPP/build -j2 --target llama-bench
 #   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
+#   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
 #   PY      a python3 with numpy (the GGUF writers only)
 #   WHICH   "bf16 q4" (default), or one of them
 #   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAYERS=${LAYERS:-4} SRC=${SRC:-/tmp/cpu2/a3b$LAYERS} GGUF=${GGUF:-$SRC.gguf} Q4=${Q4:-$SRC-q4}
-LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-}
+LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-}
 ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3} WHICH=${WHICH:-"bf16 q4"}
 GEN=${GEN:-32} PROMPT=${PROMPT:-128}
 [ -f "$SRC/model.safetensors" ] || "$CINFER" make-random --config bench/qwen3-30b-a3b.config.json --out "$SRC" \
@@ -29,9 +30,9 @@ case " $WHICH " in *" bf16 "*) [ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "
 case " $WHICH " in *" q4 "*) [ -f "$Q4/q4_0.gguf" ] || "$PY" bench/make_q4_pair.py "$SRC" "$LAYERS" "$Q4" "$LCPP" ;; esac
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
 echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
-cin() { # label binary model threads
+cin() { # label binary model threads [flags]
   echo "== round $r threads $4 $1 (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$2" bench --model "$3" --prompt-len "$PROMPT" --gen "$GEN" --threads "$4" 2>&1 | grep -Ei "prefill|decode|weights|machine"
+  "$2" bench --model "$3" --prompt-len "$PROMPT" --gen "$GEN" --threads "$4" ${5:-} 2>&1 | grep -Ei "prefill|decode|weights|machine"
 }
 for r in $(seq "$ROUNDS"); do
   for t in $THREADS; do
@@ -39,6 +40,7 @@ for r in $(seq "$ROUNDS"); do
       if [ "$w" = bf16 ]; then cm=$SRC lg=$GGUF; else cm=$Q4/mlx4 lg=$Q4/q4_0.gguf; fi
       [ -z "$BEFORE" ] || cin "cinfer-before $w" "$BEFORE" "$cm" "$t"
       cin "cinfer $w" "$CINFER" "$cm" "$t"
+      [ -z "$ALT" ] || cin "cinfer $w $ALT" "$CINFER" "$cm" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $w (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
       "$LCPP/build/bin/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
     done
