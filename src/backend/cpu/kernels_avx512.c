@@ -232,7 +232,7 @@ static TGB void bf16_block(const uint16_t *const *w, int nr, int64_t kc, int T, 
                            int64_t ys, int first) {
     for (int t = 0; t < T; t += 4)
         for (int r = 0; r < nr;) {
-            int left = nr - r, rr = left > 6 && left < 12 ? (left + 1) / 2 : left < 6 ? left : 6;
+            int rr = block_rows_next(nr - r, 6);
             switch (rr) {
             case 1: BH_T(1) break;
             case 2: BH_T(2) break;

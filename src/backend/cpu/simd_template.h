@@ -239,6 +239,13 @@ static TGT void f32_tile(const float *const w[4], int64_t kc, int T, const float
     }
 }
 
+/* Rows the next tile of a block takes when left remain and a tile holds up to R: R, or all
+ * that are left, and a remainder between R and 2 R as two near-equal tiles (so no 1-row tile
+ * follows a full one). Shared by the block tiles of every set. */
+static inline int block_rows_next(int left, int R) {
+    return left > R && left < 2 * R ? (left + 1) / 2 : left < R ? left : R;
+}
+
 #ifdef BT_TOK
 /* ---- prefill block tile (a set that defines BT_TOK x BT_ROWS, its register tile) --------
  * A whole packed block (nr rows x kc columns, every token row of the item) in one call:
@@ -313,7 +320,7 @@ static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, con
                            int64_t ys, int first) {
     for (int t = 0; t < T; t += BT_TOK)
         for (int r = 0; r < nr;) {
-            int left = nr - r, rr = left > BT_ROWS && left < 2 * BT_ROWS ? (left + 1) / 2 : left < BT_ROWS ? left : BT_ROWS;
+            int rr = block_rows_next(nr - r, BT_ROWS);
             switch (rr) {
             case 1: BT_TOKS(1) break;
             case 2: BT_TOKS(2) break;
