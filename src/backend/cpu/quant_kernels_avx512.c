@@ -166,9 +166,15 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                 gl[r] = qgl(MODE, _mm512_permutexvar_ps(gsel, sv[r]),
                             MODE == CI_Q_AFFINE ? _mm512_permutexvar_ps(gsel, bv[r]) : vzero(), lut);
             for (int64_t k = k0; k < k1; k += 32) {
-                if (((k / 2) & 63) < 16)   /* one prefetch per 64-byte line of each row's codes */
+                if (((k / 2) & 63) < 16) {   /* one prefetch per 64-byte line of each row's codes */
+                    /* past the row's end: the same place in the row 4 below, which the next
+                     * tile reads first (as quant_kernels_avx2.c: with 512-byte rows every
+                     * prefetch but row 3's would land in a row this tile is already reading) */
+                    int64_t off = k / 2 + 512;
+                    if (off >= rb) off += 3 * rb;
                     QS_UNROLL
-                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + k / 2 + 512, 0, 3);
+                    for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + off, 0, 3);
+                }
                 vf xe[4], xo[4];
                 QS_UNROLL
                 for (int t = 0; t < T; t++) {
