@@ -21,7 +21,8 @@ expect_usage "serve --kv-blocks 0 is a usage error" "--kv-blocks expects an inte
 expect_usage "serve --gpu-memory 1.5 is a usage error" "--gpu-memory expects a fraction in (0, 1]" "$CINFER" serve --model "$M" --gpu-memory 1.5
 expect_usage "serve --prefill-chunk 100 is a usage error" "--prefill-chunk expects a power of two" "$CINFER" serve --model "$M" --prefill-chunk 100
 
-start_server pg --model "$M" --parallel 4 --ctx 1024 --kv-blocks 6 --prefill-chunk 128 || exit 0
+# SERVE_DEVICE=cuda (the GPU suite, tests/gpu/run.sh): the same on the device
+start_server pg --model "$M" --parallel 4 --ctx 1024 --kv-blocks 6 --prefill-chunk 128 ${SERVE_DEVICE:+--device "$SERVE_DEVICE"} || exit 0
 if grep -q "cache pool of 6 blocks of 128 tokens" "$TMP/pg.err"; then pass "start-up line names the pool"
 else fail "start-up line names the pool" "$(head -3 "$TMP/pg.err")"; fi
 metric() { curl -s -m 10 "http://127.0.0.1:$PORT/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }

@@ -21,6 +21,7 @@
 #   serve       cinfer serve --device cuda on an f32 fixture (demo tokenizer beside it) with a small
 #               block pool, bench/serve_load.py check: concurrent seeded = alone, a cached second
 #               turn, a soak with hang-ups, an idle pool and no 5xx
+#   serve-paged tests/cli/serve_paged.sh with SERVE_DEVICE=cuda: preemption on a 6-block pool there
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
 # The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
 # Exit status 0 when no step failed. The limits add up to under 10 minutes (one device call);
@@ -131,6 +132,9 @@ step serve 120 serve.log bash -c "
   python3 bench/serve_load.py check http://127.0.0.1:18090 --vocab 300 --max 400 --n 8 --soak 20; r=\$?
   kill \$pid; wait \$pid; cat '$OUT/logs/serve_server.log'; exit \$r"
 rm -rf "$sdir"
+# tests/cli/serve_paged.sh on the device: a 6-block pool under 4 growing requests (preemption), 400,
+# equal-to-alone greedy ids, an idle pool, a cached second turn
+step serve-paged 120 serve_paged.log env CINFER="$CINFER" SERVE_DEVICE=cuda bash tests/cli/serve_paged.sh
 
 # ---- bench ----
 if [ $bench -eq 1 ]; then
