@@ -46,7 +46,16 @@ for i in 1 2 3 4; do complete "$TMP/solo$i" "$(ids 100 $((i + 10)))" 300 >"$TMP/
 cp=()
 for i in 1 2 3 4; do complete "$TMP/both$i" "$(ids 100 $((i + 10)))" 300 >"$TMP/both$i.st" & cp+=($!); done
 wait "${cp[@]}"   # the curls (the server is a background job too)
-text() { node -e 'const o = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); console.log(JSON.stringify([o.choices[0].text, o.usage.completion_tokens]))' "$1" 2>/dev/null; }
+# JSON fields with node (what the project installs), else python3 (the GPU machine has no node)
+jfield() { # FILE EXPR: EXPR over the parsed body o, printed (text and count as a JSON pair)
+  if command -v node >/dev/null; then
+    node -e "const o = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8')); console.log($2)" "$1" 2>/dev/null
+  else
+    python3 -c "import json, sys; o = json.load(open(sys.argv[1])); print($3)" "$1" 2>/dev/null
+  fi
+}
+text() { jfield "$1" 'JSON.stringify([o.choices[0].text, o.usage.completion_tokens])' \
+  'json.dumps([o["choices"][0]["text"], o["usage"]["completion_tokens"]], separators=(",", ":"))'; }
 same=1
 for i in 1 2 3 4; do
   a=$(text "$TMP/solo$i"); b=$(text "$TMP/both$i")
@@ -61,6 +70,6 @@ for _ in $(seq 1 50); do [ "$(metric cinfer_kv_blocks_used)" = 0 ] && break; sle
 p1=$(ids 300 7)
 complete "$TMP/t1" "$p1" 8 >/dev/null
 st=$(complete "$TMP/t2" "$p1,$(ids 40 8)" 8)
-cached=$(node -e 'const o = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); console.log(o.usage.prompt_tokens_details.cached_tokens)' "$TMP/t2" 2>/dev/null)
+cached=$(jfield "$TMP/t2" 'o.usage.prompt_tokens_details.cached_tokens' 'o["usage"]["prompt_tokens_details"]["cached_tokens"]')
 [ "$st" = 200 ] && [ "$cached" = 256 ] && pass "a second turn takes 2 full blocks from the pool" || fail "a second turn takes 2 full blocks from the pool" "status $st, cached '$cached'"
 stop_server pg "$PID"
