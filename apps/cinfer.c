@@ -169,8 +169,8 @@ static int parse_ids(const char *cmd, const char *name, const char *s, int **ids
     return 0;
 }
 
-/* --device / --no-graphs / --mmap / --bf16-act of a command whose flag table has them: into *o. 0, or 2 with the
- * usage error printed. */
+/* --device / --no-graphs / --mmap / --bf16-act of a command whose flag table has them: into
+ * *o. 0, or 2 with the usage error printed. */
 static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     memset(o, 0, sizeof *o);
     flag *d = find_flag(fl, "--device");
@@ -585,9 +585,10 @@ done:
  * page faults, library set-up and graph capture are not timed, as llama-bench's warm-up
  * run). On the CPU a decode step is ci_forward with the last row's logits fed the same token
  * each step (as it always was, so CPU numbers stay comparable). On a device it is greedy
- * ci_forward_argmax fed its own token (4 bytes come back per step, not the logits); the device line is a device-to-device copy probe. --batch N then
- * also times batched greedy decode of N sequences (bench_batch) in the same run and prints
- * its line and its ratio to the single-sequence decode line. */
+ * ci_forward_argmax fed its own token (4 bytes come back per step, not the logits); the
+ * device line is a device-to-device copy probe. --batch N then also times batched greedy
+ * decode of N sequences (bench_batch) in the same run and prints its line and its ratio to
+ * the single-sequence decode line. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
                   {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--batch", 1, 0, 0},

@@ -1,5 +1,5 @@
-/* cmd_device.h — the --device flag (and --no-graphs, --mmap, --bf16-act) shared by the commands that run a model (generate,
- * logits, bench, perplexity, chat, serve).
+/* cmd_device.h — the --device flag (and --no-graphs, --mmap, --bf16-act) shared by the
+ * commands that run a model (generate, logits, bench, perplexity, chat, serve).
  *
  *   --device cpu|cuda|auto   ci_model_opts.device: 0 cpu (the default), 1 cuda, 2 auto (CUDA
  *                            when a device is present and the family has a CUDA path, else

@@ -52,11 +52,11 @@ void st_read_ahead(const st_set *s, ci_progress_cb fn, void *ctx);
  * memory asked for as transparent huge pages, then made read-only; tensor data pointers
  * into a file move with it (aligned copies of misaligned tensors stay). Only when the
  * files together fit in budget bytes; returns 1 when all were copied, 0 when some or all
- * were left mapped (over budget, or the memory could not be had), -1 with err set when a file cannot be read
- * (the set is then unchanged: files already copied keep their copies, the rest stay
- * mapped). fn / ctx as for st_read_ahead (may be NULL).
+ * were left mapped (over budget, or the memory could not be had), -1 with err set when a
+ * file cannot be read (the set stays usable: files already copied keep their copies, the
+ * rest stay mapped). fn / ctx as for st_read_ahead (may be NULL).
  * Why: on some CPUs a decode step streams weights out of page-cache pages at half the rate
- * it reads anonymous memory (bench/RESULTS.md, "weights in anonymous memory"). */
+ * it reads anonymous memory (bench/RESULTS.md, "CPU on an AVX-512 EPYC (Zen 5)"). */
 int st_make_resident(st_set *s, uint64_t budget, ci_progress_cb fn, void *ctx, char *err, size_t errlen);
 /* Bytes the set's files take (what st_make_resident copies). */
 uint64_t st_file_bytes(const st_set *s);

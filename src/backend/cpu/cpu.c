@@ -228,6 +228,13 @@ static void prefetch_block(const ci_mat *W, int64_t r0, int64_t r1, int64_t c0, 
     }
 }
 
+/* What a prefill item over rows [R0, R1) works on after the block of rows [r0, r1) at
+ * chunk c0 (kc columns): the next row block of the chunk, else the first of the next chunk. */
+static void prefetch_next_block(const ci_mat *W, int64_t R0, int64_t R1, int64_t r1, int64_t c0, int64_t kc) {
+    if (r1 < R1) prefetch_block(W, r1, min64(r1 + PACK_ROWS, R1), c0, c0 + kc);
+    else if (c0 + KC < W->cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, W->cols));
+}
+
 /* Prefill of bf16 W with bf16 dot products (m->xb): the item's rows read in place, one
  * bf16_block per chunk and PACK_ROWS block, the next block prefetched as mm_prefill_item does. */
 static void mm_prefill_bf16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
@@ -239,8 +246,7 @@ static void mm_prefill_bf16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, 
         for (int64_t r0 = R0; r0 < R1; r0 += PACK_ROWS) {
             int64_t r1 = min64(r0 + PACK_ROWS, R1);
             for (int64_t r = r0; r < r1; r++) w[r - r0] = (const uint16_t *)W->data + r * cols + c0;
-            if (r1 < R1) prefetch_block(W, r1, min64(r1 + PACK_ROWS, R1), c0, c0 + kc);
-            else if (c0 + KC < cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, cols));
+            prefetch_next_block(W, R0, R1, r1, c0, kc);
             m->k->bf16_block(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->xb + t0 * cols + c0, cols, m->y + t0 * rows + r0,
                              rows, c0 == 0);
         }
@@ -276,8 +282,7 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
                     w[i] = slot->pack + (r - r0) * KC;
                 }
             }
-            if (r1 < R1) prefetch_block(W, r1, min64(r1 + PACK_ROWS, R1), c0, c0 + kc);
-            else if (c0 + KC < cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, cols));
+            prefetch_next_block(W, R0, R1, r1, c0, kc);
             if (m->k->block_tile) { /* the set's own register tile over the whole block */
                 m->k->block_tile(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols, m->y + t0 * rows + r0,
                                  rows, c0 == 0);
