@@ -393,6 +393,23 @@ __global__ void fp8_widen_kernel(__half *dst, const uint8_t *w, int64_t rows, in
     }
 }
 
+/* fp8_widen_kernel 16 elements a thread (fp8_widen16), for cols % 16 == 0, a block a multiple
+ * of 16 (or no scale), 16-byte aligned rows and every index below 2^31 (cb_gemm checks): 32-bit
+ * index arithmetic, one scale per 16 elements. The element-wise kernel's three 64-bit
+ * divisions per element were most of a DeepSeek fp8 prefill. */
+__global__ void fp8_widen16_kernel(__half *dst, const uint8_t *w, int rows, int cols, const void *scale, int sd, int block,
+                                   int srow0) {
+    pdl_enter();
+    const unsigned vpr = (unsigned)cols >> 4, total = (unsigned)rows * vpr;
+    const unsigned scols = block > 0 ? ((unsigned)cols + block - 1) / block : 0;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < total; k += gridDim.x * blockDim.x) {
+        const unsigned r = k / vpr, c = (k - r * vpr) << 4;
+        const float sc = scale ? scale_elem(scale, sd, (int64_t)(((unsigned)srow0 + r) / block) * scols + c / block) : 1.0f;
+        const size_t o = (size_t)r * cols + c;
+        fp8_widen16(w + o, sc, dst + o);
+    }
+}
+
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta) {
     cudaDataType_t t;
     const void *B = x;
@@ -405,8 +422,14 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
         int sd = W->scale_dtype == CI_F32 ? 0 : W->scale_dtype == CI_BF16 ? 1 : 2;
         int64_t blocks = (int64_t)((cnt + 255) / 256);
         if (blocks > (int64_t)cb->sm_count * 64) blocks = (int64_t)cb->sm_count * 64;
-        cb_launch(cb, fp8_widen_kernel, dim3((unsigned)blocks), dim3(256), 0, wd, (const uint8_t *)W->data, (int64_t)W->rows,
-                  (int64_t)W->cols, W->scale && W->block > 0 ? W->scale : NULL, sd, W->block, W->scale_row0);
+        const bool scaled = W->scale && W->block > 0;
+        if (W->cols % 16 == 0 && (!scaled || W->block % 16 == 0) && ((uintptr_t)W->data & 15) == 0 &&
+            (int64_t)W->rows * W->cols / 16 < ((int64_t)1 << 31) && W->scale_row0 + W->rows < ((int64_t)1 << 31))
+            cb_launch(cb, fp8_widen16_kernel, dim3((unsigned)blocks), dim3(256), 0, wd, (const uint8_t *)W->data, (int)W->rows,
+                      (int)W->cols, scaled ? W->scale : NULL, sd, W->block, (int)W->scale_row0);
+        else
+            cb_launch(cb, fp8_widen_kernel, dim3((unsigned)blocks), dim3(256), 0, wd, (const uint8_t *)W->data, (int64_t)W->rows,
+                      (int64_t)W->cols, scaled ? W->scale : NULL, sd, W->block, W->scale_row0);
         cb_launched(cb, "fp8 widen");
         cb_convert(cb, conv, x, (int64_t)n * W->cols, 0);
         A = wd;

@@ -70,6 +70,22 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
     return v;
 }
 
+/* 16 fp8 E4M3 weights at src times the block scale sc, as f16 at dst (both 16-byte aligned),
+ * rounded to nearest even and saturated (cuda_internal.h, f16_sat): the values of an
+ * element-wise LFP8::one · sc, in one 16-byte load and two 16-byte stores. */
+__device__ __forceinline__ void fp8_widen16(const uint8_t *src, float sc, __half *dst) {
+    float w[16];
+    LFP8::cvt(ld_stream(src), w);
+    unsigned h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const __half2 v = __floats2half2_rn(f16_sat(w[2 * i] * sc), f16_sat(w[2 * i + 1] * sc));
+        h[i] = *(const unsigned *)&v;
+    }
+    ((uint4 *)dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+    ((uint4 *)dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
 /* An E8M0 / bf16 / f32 block scale as f32 (sd: 0 f32, 1 bf16, 2 e8m0), element i of the grid. */
 __device__ __forceinline__ float scale_elem(const void *grid, int sd, int64_t i) {
     if (sd == 0) return __ldg((const float *)grid + i);

@@ -585,6 +585,16 @@ __global__ void moe_widen_kernel(__half *dst, const void **wtab, const void *con
     }
     const uint8_t *src = (const uint8_t *)w[i];
     const void *sg = block > 0 ? scale[i] : NULL;
+    if (cols % 16 == 0 && block % 16 == 0 && ((uintptr_t)src & 15) == 0 && srow0[i] + total / cols < ((int64_t)1 << 31)) {
+        /* 16 elements a thread (fp8_widen16), 32-bit indices: the same values */
+        const unsigned vpr = (unsigned)cols >> 4, tv = (unsigned)(total >> 4), sr0 = (unsigned)srow0[i];
+        for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < tv; k += gridDim.x * blockDim.x) {
+            const unsigned r = k / vpr, c = (k - r * vpr) << 4;
+            const float sc = sg ? scale_elem(sg, sd, (int64_t)((sr0 + r) / block) * scols + c / block) : 1.0f;
+            fp8_widen16(src + (size_t)r * cols + c, sc, d + (size_t)r * cols + c);
+        }
+        return;
+    }
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = k / cols, c = k - r * cols;
         float v = LFP8::one(src, k);

@@ -189,6 +189,120 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qgemv_pair_kernel(qg_args a) {
     }
 }
 
+/* ---- qmv: batch-1 decode with rows resolved once and x shared by R rows ---------------------
+ * The kernels above give each warp one output row (two with pairs): a lane recomputes the
+ * chunk's code and scale offsets per chunk and loads 32 x floats per 16 bytes of 4-bit codes,
+ * and a warp's whole life is a couple of chunks per lane, so at batch 1 they ran latency-bound
+ * (ncu on the H200, 2026-12-02, Qwen3-30B-A3B dims mlx4: the fused q/k/v GEMV 19 µs for 5.9 MB,
+ * the 151936-row head 380 µs for 175 MB). qmv_kernel gives a warp R consecutive output rows
+ * (SW: R gate rows and the R up rows of the same outputs), resolves each row's pointers once
+ * (q_row_of), and per 32-column chunk loads x once for all of its rows and every row's codes
+ * before any arithmetic. Lane l takes chunks l, l + 32, ...; each row's sum is its lanes'
+ * q_dot32 partials reduced over the warp (a different order from qgemv_kernel's, so not the
+ * same bits). Rows of a fused launch may span matrices (matmul_n: count matrices of the same
+ * bits and cols). */
+template <int BITS, int R, bool SW>
+__global__ void __launch_bounds__(Q_WARPS * 32) qmv_kernel(qg_args a) {
+    pdl_enter();
+    constexpr int NR = SW ? 2 * R : R;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t g0 = ((int64_t)blockIdx.x * Q_WARPS + warp) * R;
+    const q_kind kd = q_kind_of(a.W[0]);
+    q_row rw[NR];
+    int64_t orow[R];
+    int oi[R];
+    bool live[R], vec[NR];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        int64_t r = g0 + j;
+        int i = 0;
+        if (!SW)
+            while (i < a.count - 1 && r >= a.W[i].rows) r -= a.W[i++].rows;
+        live[j] = r < a.W[i].rows;
+        oi[j] = i;
+        orow[j] = r;
+        rw[j] = q_row_of<BITS>(a.W[i], live[j] ? r : 0);
+        vec[j] = BITS % 4 == 0 && ((uintptr_t)rw[j].codes & 15) == 0;
+        if (SW) {
+            rw[R + j] = q_row_of<BITS>(a.W[1], live[j] ? r : 0);
+            vec[R + j] = BITS % 4 == 0 && ((uintptr_t)rw[R + j].codes & 15) == 0;
+        }
+    }
+    if (!live[0]) return;
+    const int cpr = (int)(a.W[0].cols >> 5);
+    const bool al = ((uintptr_t)a.x & 15) == 0;
+    float acc[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = 0.0f;
+    for (int c = lane; c < cpr; c += 32) {
+        uint32_t u[NR][BITS];
+        float s[NR], b[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (live[j % R]) q_row_load<BITS>(rw[j], kd, vec[j], (uint32_t)c, u[j], &s[j], &b[j]);
+        float xv[32];
+        q_load_x32(a.x + (int64_t)c * 32, al, xv);
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (live[j % R]) acc[j] += q_dot32<BITS>(u[j], kd.mode, s[j], b[j], xv);
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = q_warp_sum(acc[j]);
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        if (lane != j || !live[j]) continue;
+        float *y = a.y[oi[j]] + orow[j];
+        if (SW) *y = acc[j] / (1.0f + expf(-acc[j])) * acc[R + j];
+        else if (a.op == CB_ACC) *y += acc[j];
+        else *y = acc[j];
+    }
+}
+
+/* CINFER_CUDA_QMV (default 1; 0: the kernels above at batch 1, to measure against) and
+ * CINFER_CUDA_QMV_R (rows a warp loads per chunk: 2 or 4, default 2). Measured on the H200
+ * (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512, alternating, 2 rounds):
+ * QMV=0 456.5 / 461.7 tok/s, R 4 562.5 / 565.5, R 2 584.9 / 591.8. */
+int cb_q_qmv(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QMV", 1);
+    return v;
+}
+static int q_env_pick(const char *name, int dflt, int a, int b, int c) {
+    const char *v = getenv(name);
+    const int k = v ? atoi(v) : 0;
+    return k && (k == a || k == b || k == c) ? k : dflt;
+}
+static int qmv_rows(void) {
+    static const int v = q_env_pick("CINFER_CUDA_QMV_R", 2, 2, 4, 4);
+    return v;
+}
+
+template <int R, bool SW>
+static void qmv_launch_r(cuda_be *cb, const qg_args &a, int bits, int64_t rows) {
+    const int64_t warps = (rows + R - 1) / R;
+    dim3 grid((unsigned)((warps + Q_WARPS - 1) / Q_WARPS)), block(Q_WARPS * 32);
+    switch (bits) {
+    case 2: cb_launch(cb, qmv_kernel<2, R, SW>, grid, block, 0, a); break;
+    case 3: cb_launch(cb, qmv_kernel<3, R, SW>, grid, block, 0, a); break;
+    case 4: cb_launch(cb, qmv_kernel<4, R, SW>, grid, block, 0, a); break;
+    case 5: cb_launch(cb, qmv_kernel<5, R, SW>, grid, block, 0, a); break;
+    case 6: cb_launch(cb, qmv_kernel<6, R, SW>, grid, block, 0, a); break;
+    default: cb_launch(cb, qmv_kernel<8, R, SW>, grid, block, 0, a); break;
+    }
+    cb_launched(cb, "quantized gemv (qmv)");
+}
+
+static void qmv_launch(cuda_be *cb, const qg_args &a, int64_t rows) {
+    const bool sw = a.op == CB_SWIGLU;
+    const int bits = a.W[0].bits;
+    if (qmv_rows() == 2) {   /* rows a warp loads per chunk: 2 (SW: a gate and an up row) */
+        if (sw) qmv_launch_r<1, true>(cb, a, bits, rows);
+        else qmv_launch_r<2, false>(cb, a, bits, rows);
+    } else {                 /* 4 (SW: two gate and two up rows) */
+        if (sw) qmv_launch_r<2, true>(cb, a, bits, rows);
+        else qmv_launch_r<4, false>(cb, a, bits, rows);
+    }
+}
+
 /* One launch for count matrices of the same bits and cols (n <= CB_GEMV_MAX_N). */
 static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
     qg_args a;
@@ -204,6 +318,10 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
         rows += Ws[i]->rows;
     }
     if (op == CB_SWIGLU) rows = Ws[0]->rows;
+    bool same_kind = true;   /* qmv: one q_kind for every row of the launch */
+    for (int i = 1; i < count; i++)
+        same_kind &= a.W[i].mode == a.W[0].mode && a.W[i].group == a.W[0].group && a.W[i].sd == a.W[0].sd;
+    if (n == 1 && same_kind && cb_q_qmv()) { qmv_launch(cb, a, rows); return; }
     if (n == 1 && cb->q_pair && (op == CB_SWIGLU || count == 1)) {
         const int64_t warps = op == CB_SWIGLU ? rows : (rows + 1) / 2;
         dim3 grid((unsigned)((warps + Q_WARPS - 1) / Q_WARPS)), block(Q_WARPS * 32);
@@ -233,20 +351,26 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
 /* ---- widening: a matrix decoded into scratch ----------------------------------------------- */
 
 /* dst [rows, cols] = the stored matrix as T (f16 rounded to nearest even and saturated, or f32); one
- * thread per 32-column chunk. */
+ * thread per 32-column chunk (q_widen_chunk: 16-byte code loads and 16-byte stores; a chunk's
+ * index splits into row and chunk by a 32-bit division when the matrix has < 2^32 chunks). The
+ * 2026-12-02 ncu profile had the kernel before it (32 two-byte stores per chunk, 64-bit
+ * divisions) at 7.1 ms per Qwen3-30B-A3B expert layer. */
 template <int BITS, typename T>
 __global__ void qwiden_kernel(T *dst, cb_qm m) {
     pdl_enter();
-    const int64_t chunks = m.cols / 32, total = m.rows * chunks;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = k / chunks, c0 = (k - r * chunks) * 32;
-        float w[32];
-        q_chunk<BITS>(m, r, c0, w);
-        T *d = dst + r * m.cols + c0;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            if constexpr (sizeof(T) == 4) d[i] = w[i];
-            else d[i] = __half_as_ushort(__float2half_rn(f16_sat(w[i])));
+    const q_kind kd = q_kind_of(m);
+    const int64_t chunks = m.cols >> 5, total = m.rows * chunks;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    if (total < ((int64_t)1 << 32)) {
+        const uint32_t ch = (uint32_t)chunks;
+        for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += step) {
+            const uint32_t r = (uint32_t)k / ch, c = (uint32_t)k - r * ch;
+            q_widen_chunk<BITS, T>(m, kd, r, c, dst + (int64_t)r * m.cols);
+        }
+    } else {
+        for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += step) {
+            const int64_t r = k / chunks;
+            q_widen_chunk<BITS, T>(m, kd, r, (uint32_t)(k - r * chunks), dst + r * m.cols);
         }
     }
 }
@@ -255,7 +379,7 @@ template <typename T>
 static void qwiden(cuda_be *cb, T *dst, const cb_qm &m) {
     const int64_t total = m.rows * (m.cols / 32);
     unsigned blocks = (unsigned)((total + 255) / 256);
-    if (blocks > 4u * (unsigned)cb->sm_count) blocks = 4u * (unsigned)cb->sm_count;
+    if (blocks > 16u * (unsigned)cb->sm_count) blocks = 16u * (unsigned)cb->sm_count;
     if (blocks < 1) blocks = 1;
     switch (m.bits) {
     case 2: cb_launch(cb, qwiden_kernel<2, T>, dim3(blocks), dim3(256), 0, dst, m); break;

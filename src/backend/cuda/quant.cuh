@@ -15,6 +15,14 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+/* a 16-byte read-only load that does not stay in L1 (weights are read once per call) */
+__device__ __forceinline__ uint4 ld_nc_u4(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
 struct cb_qm {               /* one quantized matrix as the kernels read it, in its stored layout */
     const uint8_t *codes;    /* row 0 of the view */
     const void *scales, *biases;
@@ -205,6 +213,156 @@ __device__ __forceinline__ void q_row_dot_pair(const cb_qm &ma, int64_t ra, cons
     }
 }
 
+/* ---- rows resolved once (the qmv kernels of quant.cu / quant_moe.cu and the widening) --------
+ * A row's codes and the addresses of its first scale and bias, computed once per row (one
+ * 64-bit multiply) instead of per chunk; chunk c (32 columns) is then BITS words at
+ * codes + c·BITS and its scale / bias the (32c >> gsh)-th element after sp / bp. The decode
+ * parameters (q_kind: mode, group shift, scale type) are the same for every row a kernel
+ * resolves (the launchers check), so they are not per row. */
+struct q_kind {
+    int gsh, sd, mode;
+};
+struct q_row {
+    const uint32_t *codes;
+    const char *sp, *bp;     /* the row's first scale and bias (bp: sp when there is no bias) */
+};
+
+__device__ __forceinline__ q_kind q_kind_of(const cb_qm &m) {
+    q_kind k;
+    k.gsh = q_gshift(m.group);
+    k.sd = m.sd;
+    k.mode = m.mode;
+    return k;
+}
+
+__device__ __forceinline__ int q_param_size(int sd) { return sd == 0 ? 4 : sd == 3 ? 1 : 2; }
+
+template <int BITS>
+__device__ __forceinline__ q_row q_row_of(const cb_qm &m, int64_t r) {
+    q_row q;
+    const int gsh = q_gshift(m.group), es = q_param_size(m.sd);
+    const int64_t g0 = (m.srow0 + r) * (m.cols >> gsh);
+    q.codes = (const uint32_t *)m.codes + r * ((m.cols >> 5) * BITS);
+    q.sp = (const char *)m.scales + g0 * es;
+    q.bp = m.mode == 1 ? (const char *)m.biases + g0 * es : q.sp;
+    return q;
+}
+
+/* chunk c's BITS code words into u (16-byte loads when vec: 4 / 8 bits and 16-byte aligned
+ * codes), its scale and bias into *s, *b */
+template <int BITS>
+__device__ __forceinline__ void q_row_load(const q_row &q, const q_kind &k, bool vec, uint32_t c, uint32_t *u, float *s,
+                                           float *b) {
+    const uint32_t *p = q.codes + (size_t)c * BITS;
+    if (BITS % 4 == 0 && vec) {
+#pragma unroll
+        for (int j = 0; j < BITS; j += 4) {
+            const uint4 v = ld_nc_u4((const uint4 *)p + j / 4);
+            u[j] = v.x; u[j + 1] = v.y; u[j + 2] = v.z; u[j + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BITS; j++) u[j] = __ldg(p + j);
+    }
+    const int gi = (int)((c << 5) >> k.gsh);
+    *s = q_param(q.sp, k.sd, gi);
+    *b = k.mode == 1 ? q_param(q.bp, k.sd, gi) : 0.0f;
+}
+
+/* the 32 weights of a loaded chunk (the same values as q_chunk: s·q + b fused, s·e2m1, s·e4m3);
+ * the mode is tested once per chunk */
+template <int BITS>
+__device__ __forceinline__ void q_decode(const uint32_t *u, int mode, float s, float b, float *w) {
+    if (mode == 1) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) w[i] = fmaf(s, q_u2f(q_code_at<BITS>(u, i)), b);
+    } else if (mode == 2) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) w[i] = s * q_e2m1(q_code_at<BITS>(u, i));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) w[i] = s * q_e4m3(q_code_at<BITS>(u, i));
+    }
+}
+
+/* Σ_i w_i · xv[i] over a loaded chunk, in two interleaved partial sums (i even, i odd) added
+ * at the end */
+template <int BITS>
+__device__ __forceinline__ float q_dot32(const uint32_t *u, int mode, float s, float b, const float *xv) {
+    float d0 = 0.0f, d1 = 0.0f;
+    if (mode == 1) {
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            d0 = fmaf(fmaf(s, q_u2f(q_code_at<BITS>(u, i)), b), xv[i], d0);
+            d1 = fmaf(fmaf(s, q_u2f(q_code_at<BITS>(u, i + 1)), b), xv[i + 1], d1);
+        }
+    } else {
+        float w[32];
+        q_decode<BITS>(u, mode, s, b, w);
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) {
+            d0 = fmaf(w[i], xv[i], d0);
+            d1 = fmaf(w[i + 1], xv[i + 1], d1);
+        }
+    }
+    return d0 + d1;
+}
+
+/* 32 floats of x at p (16-byte loads when al) */
+__device__ __forceinline__ void q_load_x32(const float *p, bool al, float *xv) {
+    if (al) {
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const float4 v = __ldg((const float4 *)p + q);
+            xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) xv[i] = __ldg(p + i);
+    }
+}
+
+/* 32 decoded weights stored at d: f16 (rounded to nearest even, saturated) or f32, in 16-byte
+ * stores when d is 16-byte aligned */
+template <typename T>
+__device__ __forceinline__ void q_store32(T *d, const float *w) {
+    if constexpr (sizeof(T) == 4) {
+        if (((uintptr_t)d & 15) == 0) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) ((float4 *)d)[q] = make_float4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) d[i] = w[i];
+        }
+    } else {
+        unsigned h[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const __half2 v = __floats2half2_rn(f16_sat(w[2 * i]), f16_sat(w[2 * i + 1]));
+            h[i] = *(const unsigned *)&v;
+        }
+        if (((uintptr_t)d & 15) == 0) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) ((uint4 *)d)[q] = make_uint4(h[4 * q], h[4 * q + 1], h[4 * q + 2], h[4 * q + 3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; i++) ((unsigned *)d)[i] = h[i];   /* 4-byte aligned: chunks are 64 bytes */
+        }
+    }
+}
+
+/* chunk c of stored row r decoded and stored at dst (the row's first element) + 32c: the
+ * widening of quant.cu / quant_moe.cu, one call per chunk */
+template <int BITS, typename T>
+__device__ __forceinline__ void q_widen_chunk(const cb_qm &m, const q_kind &kd, int64_t r, uint32_t c, T *dst) {
+    const q_row q = q_row_of<BITS>(m, r);
+    uint32_t u[BITS];
+    float s, b, w[32];
+    q_row_load<BITS>(q, kd, BITS % 4 == 0 && ((uintptr_t)q.codes & 15) == 0, c, u, &s, &b);
+    q_decode<BITS>(u, kd.mode, s, b, w);
+    q_store32(dst + (size_t)c * 32, w);
+}
+
 __device__ __forceinline__ float q_warp_sum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -214,6 +372,7 @@ __device__ __forceinline__ float q_warp_sum(float v) {
  * cuda_internal.h first). A stored-transposed (MultiLinear) view's caller swaps them. */
 cb_qm cb_q_view(const ci_mat *W);
 int cb_q_aloop(void);
+int cb_q_qmv(void);
 int cb_q_fploop(void);
 
 #endif

@@ -130,6 +130,180 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_down_kernel(qe_args a) {
     }
 }
 
+/* ---- qmv forms of the two decode kernels (quant.cu's qmv_kernel: rows resolved once, x or h
+ * loaded once per chunk for all of a warp's rows, every row's codes loaded before any
+ * arithmetic); CINFER_CUDA_QMV=0 keeps the two above. ncu on the H200 (2026-12-02,
+ * Qwen3-30B-A3B dims mlx4, batch 1): qe_gate_up_kernel 42 µs for 14 MB, qe_down_kernel 31 µs
+ * for 7 MB a layer. */
+enum { QE_KMAX = 32 };   /* top_k the down kernel keeps in shared memory (above: the kernels above) */
+
+/* h[p, r] for R consecutive rows r of entry p = (t, k)'s expert: R up rows and (GATED) the R
+ * gate rows of the same outputs against x_t */
+template <int BITS, int R, bool GATED>
+__global__ void __launch_bounds__(QE_WARPS * 32) qe_gu_kernel(qe_args a) {
+    pdl_enter();
+    constexpr int NR = GATED ? 2 * R : R;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = (blockIdx.x * QE_WARPS + warp) * R, p = blockIdx.y;
+    if (r0 >= a.I) return;
+    const int e = a.sel[p], t = p / a.K;
+    const cb_qm mu = qe_mat(a, e, 1);
+    const q_kind kd = q_kind_of(mu);
+    q_row rw[NR];
+    bool vec[NR];
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const int r = r0 + j < a.I ? r0 + j : a.I - 1;
+        rw[j] = q_row_of<BITS>(mu, r);
+        vec[j] = BITS % 4 == 0 && ((uintptr_t)rw[j].codes & 15) == 0;
+        if (GATED) {
+            rw[R + j] = q_row_of<BITS>(qe_mat(a, e, 0), r);
+            vec[R + j] = BITS % 4 == 0 && ((uintptr_t)rw[R + j].codes & 15) == 0;
+        }
+    }
+    const float *x = a.x + (int64_t)t * a.X;
+    const bool al = ((uintptr_t)x & 15) == 0;
+    const int cpr = a.X >> 5;
+    float acc[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = 0.0f;
+    for (int c = lane; c < cpr; c += 32) {
+        uint32_t u[NR][BITS];
+        float s[NR], b[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++) q_row_load<BITS>(rw[j], kd, vec[j], (uint32_t)c, u[j], &s[j], &b[j]);
+        float xv[32];
+        q_load_x32(x + c * 32, al, xv);
+#pragma unroll
+        for (int j = 0; j < NR; j++) acc[j] += q_dot32<BITS>(u[j], kd.mode, s[j], b[j], xv);
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = q_warp_sum(acc[j]);
+#pragma unroll
+    for (int j = 0; j < R; j++)
+        if (lane == j && r0 + j < a.I)
+            a.h[(int64_t)p * a.I + r0 + j] = moe_act(GATED ? acc[R + j] : 0.0f, acc[j], !GATED, a.limit);
+}
+
+/* out[t, r] (+)= Σ_k w[t, k] · (down_e row r · h[t, k]) for R consecutive rows r: the K
+ * experts' rows and chunks as one list (entry i: expert slot i / cpr, chunk i % cpr) that the
+ * lanes take in turn, so every lane works when I / 32 < 32; each h chunk is loaded once for
+ * the R rows. The slots' tables and weights are read once per block into shared memory. */
+template <int BITS, int R>
+__global__ void __launch_bounds__(QE_WARPS * 32) qe_dn_kernel(qe_args a) {
+    pdl_enter();
+    __shared__ const uint32_t *kc[QE_KMAX];
+    __shared__ const char *ks[QE_KMAX], *kb[QE_KMAX];
+    __shared__ float kw[QE_KMAX];
+    const int t = blockIdx.y, K = a.K;
+    q_kind kd;   /* every expert's down is packed alike (qmoe_tab) */
+    kd.gsh = q_gshift(a.group[2]);
+    kd.sd = a.sd[2];
+    kd.mode = a.mode[2];
+    const int es = q_param_size(kd.sd), cpr = a.I >> 5, gpr = a.I >> kd.gsh;
+    if ((int)threadIdx.x < K) {
+        const int p = t * K + threadIdx.x, i = 3 * a.sel[p] + 2;
+        kc[threadIdx.x] = (const uint32_t *)a.codes[i];
+        const int64_t g = a.srow0[i] * gpr * es;
+        ks[threadIdx.x] = (const char *)a.scales[i] + g;
+        kb[threadIdx.x] = kd.mode == 1 ? (const char *)a.biases[i] + g : (const char *)a.scales[i] + g;
+        kw[threadIdx.x] = a.wt[p];
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = (blockIdx.x * QE_WARPS + warp) * R;
+    if (r0 >= a.X) return;
+    const float *h = a.h + (int64_t)t * K * a.I;
+    const bool al = ((uintptr_t)a.h & 15) == 0 && (a.I & 3) == 0;
+    float acc[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) acc[j] = 0.0f;
+    int k = 0, c = lane;
+    while (c >= cpr) { c -= cpr; k++; }
+    for (int i = lane; i < K * cpr; i += 32) {
+        uint32_t u[R][BITS];
+        float s[R], b[R];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const int r = r0 + j < a.X ? r0 + j : a.X - 1;
+            q_row q;
+            q.codes = kc[k] + (int64_t)r * cpr * BITS;
+            q.sp = ks[k] + (int64_t)r * gpr * es;
+            q.bp = kb[k] + (int64_t)r * gpr * es;
+            q_row_load<BITS>(q, kd, BITS % 4 == 0 && ((uintptr_t)q.codes & 15) == 0, (uint32_t)c, u[j], &s[j], &b[j]);
+        }
+        float xv[32];
+        q_load_x32(h + (int64_t)k * a.I + c * 32, al, xv);
+        const float wk = kw[k];
+#pragma unroll
+        for (int j = 0; j < R; j++) acc[j] = fmaf(wk, q_dot32<BITS>(u[j], kd.mode, s[j], b[j], xv), acc[j]);
+        c += 32;
+        while (c >= cpr) { c -= cpr; k++; }
+    }
+#pragma unroll
+    for (int j = 0; j < R; j++) acc[j] = q_warp_sum(acc[j]);
+#pragma unroll
+    for (int j = 0; j < R; j++)
+        if (lane == j && r0 + j < a.X) {
+            float *o = a.out + (int64_t)t * a.X + r0 + j;
+            *o = a.acc ? *o + acc[j] : acc[j];
+        }
+}
+
+/* rows per warp of the qmv expert kernels: CINFER_CUDA_QE_GU_R (1, 2 or 4; default 2) and
+ * CINFER_CUDA_QE_DN_R (1, 2 or 4; default 2). Measured as quant.cu's CINFER_CUDA_QMV_R (2 rounds,
+ * tok/s): GU_R 1 556.2 / 553.4, 2 562.5 / 565.5, 4 516.4 / 513.1; DN_R 1 567.1 / 561.7, 4 538.7 / 535.4. */
+static int qe_env_rows(const char *name, int dflt) {
+    const char *v = getenv(name);
+    const int k = v ? atoi(v) : 0;
+    return k == 1 || k == 2 || k == 4 ? k : dflt;
+}
+
+template <int BITS, int R>
+static void qe_gu_launch_r(cuda_be *cb, const qe_args &a, int rows_blocks_y) {
+    const dim3 g((unsigned)((a.I + QE_WARPS * R - 1) / (QE_WARPS * R)), (unsigned)rows_blocks_y), b(QE_WARPS * 32);
+    if (a.relu2) cb_launch(cb, qe_gu_kernel<BITS, R, false>, g, b, 0, a);
+    else cb_launch(cb, qe_gu_kernel<BITS, R, true>, g, b, 0, a);
+}
+template <int BITS>
+static void qe_gu_bits(cuda_be *cb, const qe_args &a, int k, int gr) {
+    if (gr == 1) qe_gu_launch_r<BITS, 1>(cb, a, k * a.K);
+    else if (gr == 2) qe_gu_launch_r<BITS, 2>(cb, a, k * a.K);
+    else qe_gu_launch_r<BITS, 4>(cb, a, k * a.K);
+}
+template <int BITS, int R>
+static void qe_dn_launch_r(cuda_be *cb, const qe_args &a, int k) {
+    const dim3 g((unsigned)((a.X + QE_WARPS * R - 1) / (QE_WARPS * R)), (unsigned)k), b(QE_WARPS * 32);
+    cb_launch(cb, qe_dn_kernel<BITS, R>, g, b, 0, a);
+}
+template <int BITS>
+static void qe_dn_bits(cuda_be *cb, const qe_args &a, int k, int dr) {
+    if (dr == 1) qe_dn_launch_r<BITS, 1>(cb, a, k);
+    else if (dr == 2) qe_dn_launch_r<BITS, 2>(cb, a, k);
+    else qe_dn_launch_r<BITS, 4>(cb, a, k);
+}
+
+/* the qmv pair for k token rows (a.sel, a.wt, a.x, a.out set): gate/up then down */
+static void qe_qmv(cuda_be *cb, const qe_args &a, int k) {
+    static const int gr = qe_env_rows("CINFER_CUDA_QE_GU_R", 2), dr = qe_env_rows("CINFER_CUDA_QE_DN_R", 2);
+    switch (a.bits[1]) {
+    case 2: qe_gu_bits<2>(cb, a, k, gr); break;
+    case 3: qe_gu_bits<3>(cb, a, k, gr); break;
+    case 4: qe_gu_bits<4>(cb, a, k, gr); break;
+    case 5: qe_gu_bits<5>(cb, a, k, gr); break;
+    case 6: qe_gu_bits<6>(cb, a, k, gr); break;
+    default: qe_gu_bits<8>(cb, a, k, gr); break;
+    }
+    switch (a.bits[2]) {
+    case 2: qe_dn_bits<2>(cb, a, k, dr); break;
+    case 3: qe_dn_bits<3>(cb, a, k, dr); break;
+    case 4: qe_dn_bits<4>(cb, a, k, dr); break;
+    case 5: qe_dn_bits<5>(cb, a, k, dr); break;
+    case 6: qe_dn_bits<6>(cb, a, k, dr); break;
+    default: qe_dn_bits<8>(cb, a, k, dr); break;
+    }
+}
+
 /* prefill: every matrix i = 3e + j of the layer decoded to f16 (saturated: cuda_internal.h),
  * the y-th at dst + y·I·X (gate and up [I, X], down [X, I]: the same count), its address into
  * wtab[i] (the table the grouped GEMM reads); one thread per 32-column chunk. Gated layers:
@@ -145,21 +319,19 @@ __global__ void qe_widen_kernel(uint16_t *dst, const void **wtab, qe_args a) {
         if (a.relu2 && j == 1) wtab[i - 1] = NULL;   /* the gate of expert e: none */
     }
     const cb_qm m = qe_mat(a, e, j);
-    const int64_t chunks = m.cols / 32, total = m.rows * chunks;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = k / chunks, c0 = (k - r * chunks) * 32;
-        float w[32];
+    const q_kind kd = q_kind_of(m);
+    const uint32_t ch = (uint32_t)(m.cols >> 5), total = (uint32_t)m.rows * ch;   /* I·X / 32 < 2^32 */
+    for (uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < total; k += gridDim.x * blockDim.x) {
+        const uint32_t r = k / ch, c = k - r * ch;
+        uint16_t *o = d + (int64_t)r * m.cols;
         switch (m.bits) {
-        case 2: q_chunk<2>(m, r, c0, w); break;
-        case 3: q_chunk<3>(m, r, c0, w); break;
-        case 4: q_chunk<4>(m, r, c0, w); break;
-        case 5: q_chunk<5>(m, r, c0, w); break;
-        case 6: q_chunk<6>(m, r, c0, w); break;
-        default: q_chunk<8>(m, r, c0, w); break;
+        case 2: q_widen_chunk<2>(m, kd, r, c, (__half *)o); break;
+        case 3: q_widen_chunk<3>(m, kd, r, c, (__half *)o); break;
+        case 4: q_widen_chunk<4>(m, kd, r, c, (__half *)o); break;
+        case 5: q_widen_chunk<5>(m, kd, r, c, (__half *)o); break;
+        case 6: q_widen_chunk<6>(m, kd, r, c, (__half *)o); break;
+        default: q_widen_chunk<8>(m, kd, r, c, (__half *)o); break;
         }
-        uint16_t *o = d + r * m.cols + c0;
-#pragma unroll
-        for (int q = 0; q < 32; q++) o[q] = __half_as_ushort(__float2half_rn(f16_sat(w[q])));
     }
 }
 
@@ -287,6 +459,10 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)chunk * K * m->inter * sizeof(float));
     if (!h) return;
     a.h = h;
+    /* the qmv kernels: gate and up packed alike (one q_kind), at most QE_KMAX slots */
+    const bool qmv = cb_q_qmv() && K <= QE_KMAX &&
+                     (a.relu2 || (a.bits[0] == a.bits[1] && a.mode[0] == a.mode[1] && a.group[0] == a.group[1] &&
+                                  a.sd[0] == a.sd[1]));
     dim3 b(QE_WARPS * 32);
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
@@ -294,6 +470,7 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.wt = w + (int64_t)t0 * K;
         a.x = x + (int64_t)t0 * a.X;
         a.out = out + (int64_t)t0 * a.X;
+        if (qmv) { qe_qmv(cb, a, k); continue; }
         const dim3 g1((unsigned)((a.I + QE_WARPS - 1) / QE_WARPS), (unsigned)(k * K));
         if (a.pair && !a.relu2 && a.bits[0] == a.bits[1]) {
             switch (a.bits[0]) {
