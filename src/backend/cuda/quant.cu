@@ -259,9 +259,11 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qmv_kernel(qg_args a) {
 }
 
 /* CINFER_CUDA_QMV (default 1; 0: the kernels above at batch 1, to measure against) and
- * CINFER_CUDA_QMV_R (rows a warp loads per chunk: 2 or 4, default 2). Measured on the H200
- * (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512, alternating, 2 rounds):
- * QMV=0 456.5 / 461.7 tok/s, R 4 562.5 / 565.5, R 2 584.9 / 591.8. */
+ * CINFER_CUDA_QMV_R (rows a warp loads per chunk: 1 or 2, default 2; SwiGLU: one gate and one
+ * up row). Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after
+ * 512, alternating, 2 rounds): QMV=0 456.5 / 461.7 tok/s, R 4 (SwiGLU 2 + 2; since removed)
+ * 562.5 / 565.5, R 2 584.9 / 591.8. Tried and removed (bench/RESULTS.md): two chunks a lane in
+ * flight, and registers capped for 6 or 8 blocks an SM (spills): none faster. */
 int cb_q_qmv(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QMV", 1);
     return v;
@@ -272,7 +274,7 @@ static int q_env_pick(const char *name, int dflt, int a, int b, int c) {
     return k && (k == a || k == b || k == c) ? k : dflt;
 }
 static int qmv_rows(void) {
-    static const int v = q_env_pick("CINFER_CUDA_QMV_R", 2, 2, 4, 4);
+    static const int v = q_env_pick("CINFER_CUDA_QMV_R", 2, 1, 2, 2);
     return v;
 }
 
@@ -292,15 +294,10 @@ static void qmv_launch_r(cuda_be *cb, const qg_args &a, int bits, int64_t rows) 
 }
 
 static void qmv_launch(cuda_be *cb, const qg_args &a, int64_t rows) {
-    const bool sw = a.op == CB_SWIGLU;
     const int bits = a.W[0].bits;
-    if (qmv_rows() == 2) {   /* rows a warp loads per chunk: 2 (SW: a gate and an up row) */
-        if (sw) qmv_launch_r<1, true>(cb, a, bits, rows);
-        else qmv_launch_r<2, false>(cb, a, bits, rows);
-    } else {                 /* 4 (SW: two gate and two up rows) */
-        if (sw) qmv_launch_r<2, true>(cb, a, bits, rows);
-        else qmv_launch_r<4, false>(cb, a, bits, rows);
-    }
+    if (a.op == CB_SWIGLU) qmv_launch_r<1, true>(cb, a, bits, rows);   /* a gate and an up row a warp */
+    else if (qmv_rows() == 1) qmv_launch_r<1, false>(cb, a, bits, rows);
+    else qmv_launch_r<2, false>(cb, a, bits, rows);
 }
 
 /* One launch for count matrices of the same bits and cols (n <= CB_GEMV_MAX_N). */

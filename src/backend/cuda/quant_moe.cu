@@ -250,13 +250,14 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_dn_kernel(qe_args a) {
         }
 }
 
-/* rows per warp of the qmv expert kernels: CINFER_CUDA_QE_GU_R (1, 2 or 4; default 2) and
- * CINFER_CUDA_QE_DN_R (1, 2 or 4; default 2). Measured as quant.cu's CINFER_CUDA_QMV_R (2 rounds,
- * tok/s): GU_R 1 556.2 / 553.4, 2 562.5 / 565.5, 4 516.4 / 513.1; DN_R 1 567.1 / 561.7, 4 538.7 / 535.4. */
+/* rows per warp of the qmv expert kernels: CINFER_CUDA_QE_GU_R (1 or 2; default 2) and
+ * CINFER_CUDA_QE_DN_R (1 or 2; default 2). Measured as quant.cu's CINFER_CUDA_QMV_R (2 rounds,
+ * tok/s, with the dense R at 4): GU_R 1 556.2 / 553.4, 2 562.5 / 565.5, 4 516.4 / 513.1; DN_R 1
+ * 567.1 / 561.7, 4 538.7 / 535.4 (4 since removed). */
 static int qe_env_rows(const char *name, int dflt) {
     const char *v = getenv(name);
     const int k = v ? atoi(v) : 0;
-    return k == 1 || k == 2 || k == 4 ? k : dflt;
+    return k == 1 || k == 2 ? k : dflt;
 }
 
 template <int BITS, int R>
@@ -268,8 +269,7 @@ static void qe_gu_launch_r(cuda_be *cb, const qe_args &a, int rows_blocks_y) {
 template <int BITS>
 static void qe_gu_bits(cuda_be *cb, const qe_args &a, int k, int gr) {
     if (gr == 1) qe_gu_launch_r<BITS, 1>(cb, a, k * a.K);
-    else if (gr == 2) qe_gu_launch_r<BITS, 2>(cb, a, k * a.K);
-    else qe_gu_launch_r<BITS, 4>(cb, a, k * a.K);
+    else qe_gu_launch_r<BITS, 2>(cb, a, k * a.K);
 }
 template <int BITS, int R>
 static void qe_dn_launch_r(cuda_be *cb, const qe_args &a, int k) {
@@ -279,8 +279,7 @@ static void qe_dn_launch_r(cuda_be *cb, const qe_args &a, int k) {
 template <int BITS>
 static void qe_dn_bits(cuda_be *cb, const qe_args &a, int k, int dr) {
     if (dr == 1) qe_dn_launch_r<BITS, 1>(cb, a, k);
-    else if (dr == 2) qe_dn_launch_r<BITS, 2>(cb, a, k);
-    else qe_dn_launch_r<BITS, 4>(cb, a, k);
+    else qe_dn_launch_r<BITS, 2>(cb, a, k);
 }
 
 /* the qmv pair for k token rows (a.sel, a.wt, a.x, a.out set): gate/up then down */
