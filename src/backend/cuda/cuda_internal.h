@@ -320,6 +320,18 @@ int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
 int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab);
 /* The shape conditions alone (quant_moe.cu widens MLX-quantized experts to an f16 table). */
 int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab);
+/* MLX-quantized gated experts (4 or 8 bits: affine, mxfp4, mxfp8) straight from their codes:
+ * the grouped GEMM's B loader decodes each tile to f16 (the widening's values), so nothing is
+ * widened into scratch. Tables as quant_moe.cu keeps them (device arrays [3E], i = 3e + j). */
+struct cb_mg_quant {
+    const void *const *codes, *const *scales, *const *biases;
+    const int64_t *srow0;
+    int E, I, X;
+    int bits[3], mode[3], group[3], sd[3];   /* per kind: 0 gate, 1 up, 2 down; sd as cb_qm.sd */
+};
+int cb_moe_grouped_q_ok(const ci_moe *m, const cb_mg_quant *q);
+void cb_moe_grouped_q(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                      const ci_moe *m, const cb_mg_quant *q);
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                     const ci_moe *m, const cb_moe_tab *tab);
 

@@ -83,10 +83,12 @@
  * [3] Y. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
+#include "quant.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <mma.h>
+#include <string.h>
 
 #ifndef MG_TM_TUNE
 #define MG_TM_TUNE 64
@@ -194,6 +196,12 @@ struct mg_args {
     int N, Kd;                   /* output columns (I or X), reduction length (X or I) */
     void *out;                   /* GEMM 1: H [n·K, N] in T; GEMM 2: Y [n·K, N] f32 */
     float act_limit;
+    /* MLX-quantized B (kernel QB = 4 or 8 bits, T = f16): wtab holds each matrix's codes, qs /
+     * qb its scales / biases and qr0 its first scale row (quant_moe.cu's table, i = 3e + j);
+     * the decode parameters of the matrices this GEMM reads */
+    const void *const *qs, *const *qb;
+    const int64_t *qr0;
+    int qmode, qgsh, qsd;
 };
 
 __device__ __forceinline__ void mg_cp16(void *smem, const void *g, bool ok) {
@@ -237,9 +245,10 @@ __device__ __forceinline__ void mg_mma<__half>(float *c, const unsigned *a, unsi
 /* MODE MG_GATE_UP: B tile = 64 gate rows then the same 64 up rows, h = act(g, u) in T;
  * MG_UP_RELU2: B tile = 128 up rows, h = relu(u)² in T; MG_DOWN: B tile = 128 down rows,
  * f32 out. GEMM 1 (both modes) reads A's rows from xb through rent. */
-template <typename T, int MODE>
+template <typename T, int MODE, int QB = 0>
 __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_args p) {
     constexpr bool GATED = MODE == MG_GATE_UP, GEMM1 = MODE != MG_DOWN;
+    static_assert(QB == 0 || (MG_THREADS == MG_TN && MG_BK == 64 && MG_STAGES == 2), "quantized B: a thread a tile row");
     pdl_enter();
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char mg_sm[];
@@ -282,6 +291,68 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
         bok[i] = nr < N;
         bsrc[i] = m + (int64_t)(bok[i] ? nr : 0) * Kd + kc;
     }
+    /* Quantized B (QB bits a code): thread tid decodes B tile row tid. Per BK = 64 slice it
+     * loads the row's 8·QB bytes of codes (16-byte loads) and the scale / bias of columns
+     * 0..31 and 32..63 (groups are >= 32 columns) into registers before the MMAs of the
+     * slice before, and after them writes the 64 weights as f16 into the other stage: the
+     * values of quant.cu's widening (fmaf(s, q, b), s·e2m1(q), s·e4m3(q), rounded to nearest
+     * and saturated), so the GEMM computes what widen + GEMM computed. */
+    constexpr int QV = QB ? QB / 2 : 1;   /* 16-byte code vectors per slice */
+    const uint8_t *qrow = nullptr;
+    const char *qsp = nullptr, *qbp = nullptr;
+    bool qok = false;
+    uint4 qv[QV];
+    float qsv[2], qbv[2];
+    if constexpr (QB != 0) {
+        const int j = tid, mi = 3 * e + (GATED ? (j >= MG_TN / 2 ? 1 : 0) : GEMM1 ? 1 : 2);
+        const int nr = n0 + (GATED ? (j & (MG_TN / 2 - 1)) : j);
+        qok = nr < N;
+        const int es = p.qsd == 0 ? 4 : p.qsd == 3 ? 1 : 2;
+        const int64_t g0 = (p.qr0[mi] + (qok ? nr : 0)) * (int64_t)(Kd >> p.qgsh);
+        qrow = (const uint8_t *)p.wtab[mi] + (int64_t)(qok ? nr : 0) * (Kd / 8 * QB);
+        qsp = (const char *)p.qs[mi] + g0 * es;
+        qbp = p.qmode == 1 ? (const char *)p.qb[mi] + g0 * es : qsp;
+    }
+    auto qload = [&](int kt) {
+        const int k0 = kt * MG_BK;
+#pragma unroll
+        for (int v = 0; v < QV; v++) {
+            const int c0 = k0 + v * (128 / (QB ? QB : 8));   /* a vector holds 128 / QB codes */
+            qv[v] = qok && c0 < Kd ? ld_nc_u4((const uint4 *)(qrow + c0 / 8 * QB)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int c = k0 + 32 * h;
+            const bool in = qok && c < Kd;
+            qsv[h] = in ? q_param(qsp, p.qsd, c >> p.qgsh) : 0.0f;
+            qbv[h] = in && p.qmode == 1 ? q_param(qbp, p.qsd, c >> p.qgsh) : 0.0f;
+        }
+    };
+    auto qword = [&](int i) -> unsigned {   /* code word i of the slice (32 / QB codes a word) */
+        const uint4 &v = qv[i >> 2];
+        return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
+    };
+    auto qstore = [&](int s) {
+        T *row = Bs + s * MG_TN * MG_LDS + tid * MG_LDS;
+#pragma unroll
+        for (int c8 = 0; c8 < 8; c8++) {   /* columns 8·c8 .. 8·c8 + 7 */
+            const float sc = qsv[c8 >> 2], bi = qbv[c8 >> 2];
+            float w[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int bit = (8 * c8 + i) * (QB ? QB : 8);
+                const unsigned q = (qword(bit >> 5) >> (bit & 31)) & ((1u << (QB ? QB : 8)) - 1u);
+                w[i] = p.qmode == 1 ? fmaf(sc, q_u2f(q), bi) : p.qmode == 2 ? sc * q_e2m1(q) : sc * q_e4m3(q);
+            }
+            unsigned hh[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const __half2 v = __floats2half2_rn(f16_sat(w[2 * i]), f16_sat(w[2 * i + 1]));
+                hh[i] = *(const unsigned *)&v;
+            }
+            *(uint4 *)(row + 8 * c8) = make_uint4(hh[0], hh[1], hh[2], hh[3]);
+        }
+    };
     auto load = [&](int s, int kt) {
         const int k0 = kt * MG_BK;
         const bool kin = k0 + kc < Kd;
@@ -291,10 +362,14 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
             const bool ok = aok[i] && kin;
             mg_cp16(as + (rt + MG_RPP * i) * MG_LDS + kc, ok ? asrc[i] + k0 : Ab, ok);
         }
+        if constexpr (QB != 0) {
+            qload(kt);   /* into registers; qstore writes the stage after the MMAs */
+        } else {
 #pragma unroll
-        for (int i = 0; i < MG_BPASS; i++) {
-            const bool ok = bok[i] && kin;
-            mg_cp16(bs + (rt + MG_RPP * i) * MG_LDS + kc, ok ? bsrc[i] + k0 : B0, ok);
+            for (int i = 0; i < MG_BPASS; i++) {
+                const bool ok = bok[i] && kin;
+                mg_cp16(bs + (rt + MG_RPP * i) * MG_LDS + kc, ok ? bsrc[i] + k0 : B0, ok);
+            }
         }
     };
 
@@ -337,6 +412,9 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
     for (int s = 0; s < MG_STAGES - 1; s++) {
         if (s < KT) load(s, s);
         mg_commit();
+    }
+    if constexpr (QB != 0) {
+        if (KT > 0) qstore(0);
     }
     for (int kt = 0; kt < KT; kt++) {
         mg_wait<MG_STAGES - 2>();
@@ -381,6 +459,9 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
                 }
             }
 #endif
+        }
+        if constexpr (QB != 0) {
+            if (kt + 1 < KT) qstore((kt + 1) % MG_STAGES);   /* the stage every warp left at the barrier above */
         }
     }
     mg_wait<0>();
@@ -524,9 +605,31 @@ int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab) {
     return 1;
 }
 
+static int q_group_shift(int group) { return group == 32 ? 5 : group == 64 ? 6 : 7; }
+
+/* One GEMM over quantized B (QB = bits, 4 or 8; mode MG_GATE_UP or MG_DOWN); 1 if it failed. */
+static int mg_q_launch(cuda_be *cb, int mode, int bits, dim3 grid, const mg_args &a) {
+    static int attr_set = 0;
+    if (!attr_set) {
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_GATE_UP, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_GATE_UP, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_DOWN, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_DOWN, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        attr_set = 1;
+    }
+    if (mode == MG_GATE_UP) {
+        if (bits == 4) cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 4>, grid, dim3(MG_THREADS), MG_SMEM, a);
+        else cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+        return cb_launched(cb, "moe grouped (gate/up, quantized)");
+    }
+    if (bits == 4) cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 4>, grid, dim3(MG_THREADS), MG_SMEM, a);
+    else cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+    return cb_launched(cb, "moe grouped (down, quantized)");
+}
+
 template <typename T>
 static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                      const ci_moe *m, const cb_moe_tab *tab) {
+                      const ci_moe *m, const cb_moe_tab *tab, const cb_mg_quant *q = nullptr) {
     const int E = tab->E, X = tab->X, I = tab->I, K = m->top_k;
     const int64_t nK = (int64_t)n * K;
     const bool bf = tab->dtype == CI_BF16;
@@ -550,6 +653,7 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
     }
     const int64_t max_tiles = (nK + MG_TM - 1) / MG_TM + (nK < E ? nK : E);
     mg_args a;
+    memset(&a, 0, sizeof a);
     a.a = xb;
     a.rent = rent;
     a.top_k = K;
@@ -561,6 +665,27 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
     a.Kd = X;
     a.out = H;
     a.act_limit = m->act_limit;
+    if (q) {   /* MLX-quantized gate / up then down: the B loader decodes (T is f16, mg_q_launch) */
+        a.qs = q->scales;
+        a.qb = q->biases;
+        a.qr0 = q->srow0;
+        a.qmode = q->mode[1];
+        a.qgsh = q_group_shift(q->group[1]);
+        a.qsd = q->sd[1];
+        if (mg_q_launch(cb, MG_GATE_UP, q->bits[1], dim3((I + MG_TN / 2 - 1) / (MG_TN / 2), (unsigned)max_tiles), a)) return;
+        a.a = H;
+        a.N = X;
+        a.Kd = I;
+        a.out = Y;
+        a.qmode = q->mode[2];
+        a.qgsh = q_group_shift(q->group[2]);
+        a.qsd = q->sd[2];
+        if (mg_q_launch(cb, MG_DOWN, q->bits[2], dim3((X + MG_TN - 1) / MG_TN, (unsigned)max_tiles), a)) return;
+        cb_launch(cb, moe_combine_kernel, dim3(n, (X + 255) / 256), dim3(256), 0, out, (const float *)Y,
+                  (const int *)epos, w, K, X);
+        cb_launched(cb, "moe grouped (combine)");
+        return;
+    }
     if (tab->relu2) {             /* h = relu(up·x)²: 128 up rows a block, no gate */
         cb_launch(cb, moe_gemm_kernel<T, MG_UP_RELU2>, dim3((I + MG_TN - 1) / MG_TN, (unsigned)max_tiles),
                   dim3(MG_THREADS), MG_SMEM, a);
@@ -580,6 +705,40 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
     cb_launch(cb, moe_combine_kernel, dim3(n, (X + 255) / 256), dim3(256), 0, out, (const float *)Y, (const int *)epos,
               w, K, X);
     cb_launched(cb, "moe grouped (combine)");
+}
+
+/* MLX-quantized experts whose codes the GEMMs decode (quant_moe.cu checks cb_moe_grouped_q_ok
+ * and the codes' 16-byte alignment) */
+int cb_moe_grouped_q_ok(const ci_moe *m, const cb_mg_quant *q) {
+    if (!m || !q || m->relu2) return 0;
+    cb_moe_tab t;
+    memset(&t, 0, sizeof t);
+    t.E = q->E;
+    t.I = q->I;
+    t.X = q->X;
+    if (!mg_shape_ok(m, &t) || q->X % 64 || q->I % 64) return 0;
+    for (int j = 0; j < 3; j++)
+        if (!(q->bits[j] == 4 || q->bits[j] == 8) || q->group[j] < 32 || (q->mode[j] == 2 && q->bits[j] != 4) ||
+            (q->mode[j] == 3 && q->bits[j] != 8))
+            return 0;
+    return q->bits[0] == q->bits[1] && q->mode[0] == q->mode[1] && q->group[0] == q->group[1] && q->sd[0] == q->sd[1];
+}
+
+void cb_moe_grouped_q(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                      const ci_moe *m, const cb_mg_quant *q) {
+    if (cb->failed || n <= 0) return;
+    if ((int64_t)n * m->top_k > (1 << 30) || (int64_t)n * m->top_k / MG_TM + q->E + 1 > 65535) {
+        cb_fail_msg(cb, "grouped MoE: more rows than its grid takes");
+        return;
+    }
+    cb_moe_tab t;   /* the shape and the codes table, as mg_launch reads a table */
+    memset(&t, 0, sizeof t);
+    t.E = q->E;
+    t.I = q->I;
+    t.X = q->X;
+    t.dtype = CI_F16;
+    t.w = (const void **)q->codes;
+    mg_launch<__half>(cb, out, x, n, sel, w, m, &t, q);
 }
 
 void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,

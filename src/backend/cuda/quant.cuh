@@ -373,6 +373,7 @@ __device__ __forceinline__ float q_warp_sum(float v) {
 cb_qm cb_q_view(const ci_mat *W);
 int cb_q_aloop(void);
 int cb_q_qmv(void);
+int cb_q_gemm(void);
 int cb_q_fploop(void);
 
 #endif

@@ -29,6 +29,8 @@ static int sd_code(ci_dtype t) { return t == CI_F32 ? 0 : t == CI_F16 ? 1 : t ==
 struct cb_qmoe_tab {
     const void *key;
     int E, I, X, relu2;
+    int qgemm;                   /* prefill: the grouped GEMM reads the codes (cb_moe_grouped_q_ok, 16-byte aligned
+                                  * codes, CINFER_CUDA_Q_GEMM): no widening */
     int mode[3], bits[3], group[3], sd[3];
     const uint8_t **codes;       /* device arrays [3E] */
     const void **scales, **biases;
@@ -373,6 +375,19 @@ static const cb_qmoe_tab *qmoe_tab(cuda_be *cb, const ci_moe *m) {
         t->mode[j] = (int)d->mode; t->bits[j] = d->bits; t->group[j] = d->group;
         t->sd[j] = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
     }
+    {   /* whether the grouped GEMM can read the codes: the kinds, the shape, every matrix 16-byte aligned */
+        cb_mg_quant q;
+        memset(&q, 0, sizeof q);
+        q.E = E; q.I = I; q.X = X;
+        for (int j = 0; j < 3; j++) {
+            q.bits[j] = t->bits[j]; q.mode[j] = t->mode[j]; q.group[j] = t->group[j]; q.sd[j] = t->sd[j];
+        }
+        int ok = cb_q_gemm() && cb_moe_grouped_q_ok(m, &q);
+        for (int e = 0; e < E && ok; e++)
+            ok = !((uintptr_t)m->w_gate[e].data & 15) && !((uintptr_t)m->w_up[e].data & 15) &&
+                 !((uintptr_t)m->w_down[e].data & 15);
+        t->qgemm = ok;
+    }
     for (int e = 0; e < E; e++)
         for (int j = 0; j < 3; j++) {
             const ci_mat *W = j == 0 ? (m->relu2 ? NULL : &m->w_gate[e]) : j == 1 ? &m->w_up[e] : &m->w_down[e];
@@ -438,6 +453,22 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     wide.dtype = CI_F16;
     wide.relu2 = tab->relu2;
     wide.scale_dtype = -1;
+    if (n > CB_GEMV_MAX_N && tab->qgemm) {   /* the grouped GEMM decodes the codes (moe_gemm.cu) */
+        cb_mg_quant q;
+        q.codes = (const void *const *)tab->codes;
+        q.scales = tab->scales;
+        q.biases = tab->biases;
+        q.srow0 = tab->srow0;
+        q.E = tab->E; q.I = tab->I; q.X = tab->X;
+        for (int j = 0; j < 3; j++) {
+            q.bits[j] = tab->bits[j]; q.mode[j] = tab->mode[j]; q.group[j] = tab->group[j]; q.sd[j] = tab->sd[j];
+        }
+        float *y = out;
+        if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return;
+        cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
+        if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
+        return;
+    }
     if (n > CB_GEMV_MAX_N && count * per * 2 <= Q_WIDEN_MAX && cb_moe_grouped_shape_ok(m, &wide)) {
         uint16_t *wd = (uint16_t *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + slots * sizeof(void *) + 16);
         if (!wd) return;
