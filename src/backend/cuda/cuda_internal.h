@@ -328,6 +328,8 @@ struct cb_mg_quant {
     const int64_t *srow0;
     int E, I, X;
     int bits[3], mode[3], group[3], sd[3];   /* per kind: 0 gate, 1 up, 2 down; sd as cb_qm.sd */
+    /* fp8 E4M3 experts (moe.cu) come the same way: bits 1, group = the scale grid's block (0:
+     * no scales), sd as scale_elem's (0 f32, 1 bf16, 2 e8m0), biases NULL */
 };
 int cb_moe_grouped_q_ok(const ci_moe *m, const cb_mg_quant *q);
 void cb_moe_grouped_q(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,

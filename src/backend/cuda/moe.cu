@@ -28,6 +28,7 @@
  * widened to f16 for the grouped GEMM too (cuda_internal.h, f16_sat). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
+#include "quant.cuh"
 #include <float.h>
 #include <stdarg.h>
 #include <limits.h>
@@ -630,6 +631,32 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
     cb_moe_grouped(cb, out, x, n, sel, w, m, &wide);
 }
 
+/* Whether the grouped GEMM reads this fp8 layer's bytes itself (its B loader decodes them to f16 with
+ * the block scale: the widening's values, no scratch; moe_gemm.cu) and the description it takes:
+ * CINFER_CUDA_FP8_GEMM=1, scale blocks a multiple of 64 (or none), every matrix 16-byte aligned.
+ * Default 0: written on 2026-12-02 after the session's device time was spent, so not yet run on a
+ * GPU (bench/device_runs/2026-12-02d-fp8gemm.sh is the call that checks and measures it; set the
+ * switch there). The MLX form of the same loader (quant_moe.cu, CINFER_CUDA_Q_GEMM) was run. */
+static bool moe_fp8_direct(const ci_moe *m, const cb_moe_tab *tab, cb_mg_quant *q) {
+    static const int on = cb_env_switch("CINFER_CUDA_FP8_GEMM", 0);
+    if (!on) return false;
+    memset(q, 0, sizeof *q);
+    q->codes = tab->w;
+    q->scales = tab->scale_dtype >= 0 ? tab->scale : NULL;
+    q->srow0 = tab->srow0;
+    q->E = tab->E; q->I = tab->I; q->X = tab->X;
+    for (int j = 0; j < 3; j++) {
+        q->bits[j] = 1;
+        q->group[j] = tab->scale_dtype >= 0 ? tab->block : 0;
+        q->sd[j] = tab->scale_dtype >= 0 ? tab->scale_dtype : 0;
+    }
+    if (!cb_moe_grouped_q_ok(m, q) || (tab->scale_dtype >= 0 && !tab->scale)) return false;
+    for (int e = 0; e < m->n_experts; e++)
+        if (((uintptr_t)m->w_gate[e].data & 15) || ((uintptr_t)m->w_up[e].data & 15) || ((uintptr_t)m->w_down[e].data & 15))
+            return false;
+    return true;
+}
+
 static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
@@ -645,7 +672,9 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
             y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
             if (!y) return;
         }
-        if (fp8) moe_grouped_fp8(cb, y, x, n, sel, w, m, tab);
+        cb_mg_quant q;
+        if (fp8 && moe_fp8_direct(m, tab, &q)) cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
+        else if (fp8) moe_grouped_fp8(cb, y, x, n, sel, w, m, tab);
         else cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
         return;

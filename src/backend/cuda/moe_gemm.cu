@@ -74,7 +74,10 @@
  * Odd sizes: X and I must be multiples of 8 (16-byte chunks; a partial last BK tile is
  * zero-filled), the expert matrices 16-byte aligned, E <= 1024, top_k >= 1; anything else
  * (and f32 tables) is refused by cb_moe_grouped_ok, and moe.cu loops its GEMVs. Gated and
- * relu² layers are both taken; fp8 and MLX-quantized gated layers come here as f16 tables
+ * relu² layers are both taken. MLX-quantized gated layers of 4 / 8 bits come as their codes
+ * (mode QB of the kernel: a thread decodes a B tile row to f16 in registers, loaded before the
+ * MMAs of the slice before and stored after them; cb_moe_grouped_q), fp8 ones the same way
+ * behind CINFER_CUDA_FP8_GEMM=1 (QB = 1; not yet run on a GPU), others as f16 tables
  * widened by moe.cu / quant_moe.cu, unless too big to widen (relu² ones not: f16 would cap
  * h = relu(u)² at 65504; see cb_moe_grouped_fp8_ok). M and N tails
  * are predicated (zero-filled loads, masked stores).
@@ -202,6 +205,8 @@ struct mg_args {
     const void *const *qs, *const *qb;
     const int64_t *qr0;
     int qmode, qgsh, qsd;
+    int qblock;                  /* QB = 1 (fp8 E4M3 experts): the block of the scale grid (0: no scales); qsd
+                                  * then as scale_elem's (0 f32, 1 bf16, 2 e8m0) */
 };
 
 __device__ __forceinline__ void mg_cp16(void *smem, const void *g, bool ok) {
@@ -297,7 +302,8 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
      * slice before, and after them writes the 64 weights as f16 into the other stage: the
      * values of quant.cu's widening (fmaf(s, q, b), s·e2m1(q), s·e4m3(q), rounded to nearest
      * and saturated), so the GEMM computes what widen + GEMM computed. */
-    constexpr int QV = QB ? QB / 2 : 1;   /* 16-byte code vectors per slice */
+    constexpr int QBITS = QB == 1 ? 8 : QB ? QB : 8;   /* bits a code (QB = 1: fp8 E4M3, a byte) */
+    constexpr int QV = QBITS / 2;                      /* 16-byte code vectors per slice */
     const uint8_t *qrow = nullptr;
     const char *qsp = nullptr, *qbp = nullptr;
     bool qok = false;
@@ -307,25 +313,39 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
         const int j = tid, mi = 3 * e + (GATED ? (j >= MG_TN / 2 ? 1 : 0) : GEMM1 ? 1 : 2);
         const int nr = n0 + (GATED ? (j & (MG_TN / 2 - 1)) : j);
         qok = nr < N;
-        const int es = p.qsd == 0 ? 4 : p.qsd == 3 ? 1 : 2;
-        const int64_t g0 = (p.qr0[mi] + (qok ? nr : 0)) * (int64_t)(Kd >> p.qgsh);
-        qrow = (const uint8_t *)p.wtab[mi] + (int64_t)(qok ? nr : 0) * (Kd / 8 * QB);
-        qsp = (const char *)p.qs[mi] + g0 * es;
-        qbp = p.qmode == 1 ? (const char *)p.qb[mi] + g0 * es : qsp;
+        qrow = (const uint8_t *)p.wtab[mi] + (int64_t)(qok ? nr : 0) * (Kd / 8 * QBITS);
+        if (QB == 1) {   /* fp8: the row's block row of the scale grid (qsp: its first scale) */
+            if (p.qblock > 0) {
+                const int64_t scols = (Kd + p.qblock - 1) / p.qblock;
+                const int es = p.qsd == 0 ? 4 : p.qsd == 1 ? 2 : 1;
+                qsp = (const char *)p.qs[mi] + ((p.qr0[mi] + (qok ? nr : 0)) / p.qblock) * scols * es;
+            }
+        } else {
+            const int es = p.qsd == 0 ? 4 : p.qsd == 3 ? 1 : 2;
+            const int64_t g0 = (p.qr0[mi] + (qok ? nr : 0)) * (int64_t)(Kd >> p.qgsh);
+            qsp = (const char *)p.qs[mi] + g0 * es;
+            qbp = p.qmode == 1 ? (const char *)p.qb[mi] + g0 * es : qsp;
+        }
     }
     auto qload = [&](int kt) {
         const int k0 = kt * MG_BK;
 #pragma unroll
         for (int v = 0; v < QV; v++) {
-            const int c0 = k0 + v * (128 / (QB ? QB : 8));   /* a vector holds 128 / QB codes */
-            qv[v] = qok && c0 < Kd ? ld_nc_u4((const uint4 *)(qrow + c0 / 8 * QB)) : make_uint4(0, 0, 0, 0);
+            const int c0 = k0 + v * (128 / QBITS);   /* a vector holds 128 / QBITS codes */
+            qv[v] = qok && c0 < Kd ? ld_nc_u4((const uint4 *)(qrow + c0 / 8 * QBITS)) : make_uint4(0, 0, 0, 0);
         }
+        if constexpr (QB == 1) {   /* one block scale for the slice (blocks: multiples of 64, cb_moe_grouped_q_ok) */
+            const bool in = qok && k0 < Kd;
+            qsv[0] = qsv[1] = !in ? 0.0f : p.qblock > 0 ? scale_elem(qsp, p.qsd, k0 / p.qblock) : 1.0f;
+            qbv[0] = qbv[1] = 0.0f;
+        } else {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int c = k0 + 32 * h;
-            const bool in = qok && c < Kd;
-            qsv[h] = in ? q_param(qsp, p.qsd, c >> p.qgsh) : 0.0f;
-            qbv[h] = in && p.qmode == 1 ? q_param(qbp, p.qsd, c >> p.qgsh) : 0.0f;
+            for (int h = 0; h < 2; h++) {
+                const int c = k0 + 32 * h;
+                const bool in = qok && c < Kd;
+                qsv[h] = in ? q_param(qsp, p.qsd, c >> p.qgsh) : 0.0f;
+                qbv[h] = in && p.qmode == 1 ? q_param(qbp, p.qsd, c >> p.qgsh) : 0.0f;
+            }
         }
     };
     auto qword = [&](int i) -> unsigned {   /* code word i of the slice (32 / QB codes a word) */
@@ -338,11 +358,21 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
         for (int c8 = 0; c8 < 8; c8++) {   /* columns 8·c8 .. 8·c8 + 7 */
             const float sc = qsv[c8 >> 2], bi = qbv[c8 >> 2];
             float w[8];
+            if constexpr (QB == 1) {   /* fp8 · block scale, as moe.cu's widening (fp8_widen16) */
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int bit = (8 * c8 + i) * (QB ? QB : 8);
-                const unsigned q = (qword(bit >> 5) >> (bit & 31)) & ((1u << (QB ? QB : 8)) - 1u);
-                w[i] = p.qmode == 1 ? fmaf(sc, q_u2f(q), bi) : p.qmode == 2 ? sc * q_e2m1(q) : sc * q_e4m3(q);
+                for (int i = 0; i < 4; i++) {
+                    const unsigned wd = qword(2 * c8 + (i >> 1));
+                    const float2 f = fp8x2((unsigned short)((i & 1) ? wd >> 16 : wd & 0xffffu));
+                    w[2 * i] = f.x * sc;
+                    w[2 * i + 1] = f.y * sc;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const int bit = (8 * c8 + i) * QBITS;
+                    const unsigned q = (qword(bit >> 5) >> (bit & 31)) & ((1u << QBITS) - 1u);
+                    w[i] = p.qmode == 1 ? fmaf(sc, q_u2f(q), bi) : p.qmode == 2 ? sc * q_e2m1(q) : sc * q_e4m3(q);
+                }
             }
             unsigned hh[4];
 #pragma unroll
@@ -615,15 +645,19 @@ static int mg_q_launch(cuda_be *cb, int mode, int bits, dim3 grid, const mg_args
         cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_GATE_UP, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
         cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_DOWN, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
         cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_DOWN, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_GATE_UP, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
+        cudaFuncSetAttribute(moe_gemm_kernel<__half, MG_DOWN, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM);
         attr_set = 1;
     }
     if (mode == MG_GATE_UP) {
         if (bits == 4) cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 4>, grid, dim3(MG_THREADS), MG_SMEM, a);
-        else cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+        else if (bits == 8) cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+        else cb_launch(cb, moe_gemm_kernel<__half, MG_GATE_UP, 1>, grid, dim3(MG_THREADS), MG_SMEM, a);
         return cb_launched(cb, "moe grouped (gate/up, quantized)");
     }
     if (bits == 4) cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 4>, grid, dim3(MG_THREADS), MG_SMEM, a);
-    else cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+    else if (bits == 8) cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 8>, grid, dim3(MG_THREADS), MG_SMEM, a);
+    else cb_launch(cb, moe_gemm_kernel<__half, MG_DOWN, 1>, grid, dim3(MG_THREADS), MG_SMEM, a);
     return cb_launched(cb, "moe grouped (down, quantized)");
 }
 
@@ -670,7 +704,8 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
         a.qb = q->biases;
         a.qr0 = q->srow0;
         a.qmode = q->mode[1];
-        a.qgsh = q_group_shift(q->group[1]);
+        a.qgsh = q->bits[1] == 1 ? 0 : q_group_shift(q->group[1]);
+        a.qblock = q->bits[1] == 1 ? q->group[1] : 0;
         a.qsd = q->sd[1];
         if (mg_q_launch(cb, MG_GATE_UP, q->bits[1], dim3((I + MG_TN / 2 - 1) / (MG_TN / 2), (unsigned)max_tiles), a)) return;
         a.a = H;
@@ -678,7 +713,8 @@ static void mg_launch(cuda_be *cb, float *out, const float *x, int n, const int3
         a.Kd = I;
         a.out = Y;
         a.qmode = q->mode[2];
-        a.qgsh = q_group_shift(q->group[2]);
+        a.qgsh = q->bits[2] == 1 ? 0 : q_group_shift(q->group[2]);
+        a.qblock = q->bits[2] == 1 ? q->group[2] : 0;
         a.qsd = q->sd[2];
         if (mg_q_launch(cb, MG_DOWN, q->bits[2], dim3((X + MG_TN - 1) / MG_TN, (unsigned)max_tiles), a)) return;
         cb_launch(cb, moe_combine_kernel, dim3(n, (X + 255) / 256), dim3(256), 0, out, (const float *)Y,
@@ -717,10 +753,15 @@ int cb_moe_grouped_q_ok(const ci_moe *m, const cb_mg_quant *q) {
     t.I = q->I;
     t.X = q->X;
     if (!mg_shape_ok(m, &t) || q->X % 64 || q->I % 64) return 0;
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 3; j++) {
+        if (q->bits[j] == 1) {   /* fp8 E4M3: no scales, or blocks a multiple of the 64-column slice */
+            if (q->group[j] < 0 || q->group[j] % 64) return 0;
+            continue;
+        }
         if (!(q->bits[j] == 4 || q->bits[j] == 8) || q->group[j] < 32 || (q->mode[j] == 2 && q->bits[j] != 4) ||
             (q->mode[j] == 3 && q->bits[j] != 8))
             return 0;
+    }
     return q->bits[0] == q->bits[1] && q->mode[0] == q->mode[1] && q->group[0] == q->group[1] && q->sd[0] == q->sd[1];
 }
 

@@ -5,10 +5,14 @@
  * Decode (n <= CB_GEMV_MAX_N rows at a time), two launches as moe.cu's:
  *   gate_up: a warp per row r of entry p = (t, k)'s expert: h[p, r] = act(gate·x_t, up·x_t)
  *   down:    a warp per output row r of token t: Σ_k w[t, k] · (down_e row r · h[p])
- * Prefill (n > CB_GEMV_MAX_N, gated or relu² experts of 8-element widths): the layer's experts
- * decoded to f16 (not bf16: cuda_internal.h, f16_sat) into scratch (cb->wdeq) with a table of
- * their addresses (relu²: up and down only, the gate entries NULL), then moe_gemm.cu's grouped
- * GEMM on that table, as fp8 experts are; a layer too big to widen loops the decode kernels. */
+ * (the qmv forms below: a warp per R rows, the default; the two above with CINFER_CUDA_QMV=0).
+ * Prefill (n > CB_GEMV_MAX_N): gated experts of 4 or 8 bits (affine, mxfp4, mxfp8) whose widths
+ * are multiples of 64 go to moe_gemm.cu's grouped GEMM as they are stored: its B loader decodes
+ * each tile to f16 (cb_moe_grouped_q; CINFER_CUDA_Q_GEMM=0 turns it off). Other gated or relu²
+ * experts of 8-element widths: the layer decoded to f16 (not bf16: cuda_internal.h, f16_sat)
+ * into scratch (cb->wdeq) with a table of their addresses (relu²: up and down only, the gate
+ * entries NULL), then the grouped GEMM on that table; a layer too big to widen loops the decode
+ * kernels. Both prefill forms give the same f16 weights, so the same bits. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
