@@ -180,6 +180,20 @@ __device__ __forceinline__ void q_row_dot(const cb_qm &m, int64_t r, const float
     }
 }
 
+/* 32 floats of x at p (16-byte loads when al) */
+__device__ __forceinline__ void q_load_x32(const float *p, bool al, float *xv) {
+    if (al) {
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const float4 v = __ldg((const float4 *)p + q);
+            xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 32; i++) xv[i] = __ldg(p + i);
+    }
+}
+
 /* Two stored rows (ra of ma, rb of mb; the same cols) · one x row, each x chunk loaded once
  * for both (a one-row dot loads 8 x vectors per 16 bytes of 4-bit codes): this lane's shares
  * into *acc_a, *acc_b, each summed in q_row_dot's order (the same bits). */
@@ -189,17 +203,7 @@ __device__ __forceinline__ void q_row_dot_pair(const cb_qm &ma, int64_t ra, cons
     const bool al = ((uintptr_t)x & 15) == 0;
     for (int64_t c0 = (int64_t)lane * 32; c0 < ma.cols; c0 += 32 * 32) {
         float xv[32], w[32];
-        const float *xr = x + c0;
-        if (al) {
-#pragma unroll
-            for (int q = 0; q < 8; q++) {
-                const float4 v = __ldg((const float4 *)xr + q);
-                xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 32; i++) xv[i] = __ldg(xr + i);
-        }
+        q_load_x32(x + c0, al, xv);
         q_chunk<BITS>(ma, ra, c0, w);
         float s = 0.0f;
 #pragma unroll
@@ -306,20 +310,6 @@ __device__ __forceinline__ float q_dot32(const uint32_t *u, int mode, float s, f
         }
     }
     return d0 + d1;
-}
-
-/* 32 floats of x at p (16-byte loads when al) */
-__device__ __forceinline__ void q_load_x32(const float *p, bool al, float *xv) {
-    if (al) {
-#pragma unroll
-        for (int q = 0; q < 8; q++) {
-            const float4 v = __ldg((const float4 *)p + q);
-            xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 32; i++) xv[i] = __ldg(p + i);
-    }
 }
 
 /* 32 decoded weights stored at d: f16 (rounded to nearest even, saturated) or f32, in 16-byte
