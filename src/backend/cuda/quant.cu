@@ -264,12 +264,6 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qmv_kernel(qg_args a) {
  * 512, alternating, 2 rounds): QMV=0 456.5 / 461.7 tok/s, R 4 (SwiGLU 2 + 2; since removed)
  * 562.5 / 565.5, R 2 584.9 / 591.8. Tried and removed (bench/RESULTS.md): two chunks a lane in
  * flight, and registers capped for 6 or 8 blocks an SM (spills): none faster. */
-/* CINFER_CUDA_Q_GEMM (default 1; 0: widen the layer to f16 and run the f16 grouped GEMM, to
- * measure against): quantized experts' prefill through the grouped GEMM's decoding B loader */
-int cb_q_gemm(void) {
-    static const int v = cb_env_switch("CINFER_CUDA_Q_GEMM", 1);
-    return v;
-}
 int cb_q_qmv(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QMV", 1);
     return v;
@@ -281,6 +275,13 @@ static int q_env_pick(const char *name, int dflt, int a, int b, int c) {
 }
 static int qmv_rows(void) {
     static const int v = q_env_pick("CINFER_CUDA_QMV_R", 2, 1, 2, 2);
+    return v;
+}
+
+/* CINFER_CUDA_Q_GEMM (default 1; 0: widen the layer to f16 and run the f16 grouped GEMM, to
+ * measure against): quantized experts' prefill through the grouped GEMM's decoding B loader */
+int cb_q_gemm(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_Q_GEMM", 1);
     return v;
 }
 
