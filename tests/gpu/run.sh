@@ -90,6 +90,7 @@ grep '^# ' "$OUT/logs/ops.log" | tail -1
 step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFER_CUDA_FP8_ROWS2=0 \
   CINFER_CUDA_MLA_DECODE=0 CINFER_CUDA_MOE_PIPE=0 CINFER_CUDA_MOE_SPLIT=0 CINFER_CUDA_DSA_SELECT=0 \
   CINFER_CUDA_DSA_SCORE=0 CINFER_CUDA_Q_AFFINE_LOOP=0 CINFER_CUDA_Q_PAIR=1 CINFER_CUDA_Q_FP_LOOP=1 CINFER_CUDA_ATTN_DECODE2=1 \
+  CINFER_CUDA_QMV=0 CINFER_CUDA_Q_GEMM=0 CINFER_CUDA_FP8_GEMM=1 \
   .gpu/tests/test_cuda_ops --quick
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
