@@ -557,6 +557,13 @@ int cb_env_switch(const char *name, int dflt) {
     return dflt;
 }
 
+int cb_env_int(const char *name, int dflt, int lo, int hi) {
+    const char *v = getenv(name);
+    char *end;
+    const long k = v ? strtol(v, &end, 10) : 0;
+    return v && *v && !*end && k >= lo && k <= hi ? (int)k : dflt;
+}
+
 extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *pool, void (*pool_free)(ci_pool *),
                                                char *err, size_t errlen) {
     if (abi != CI_CUDA_ABI) {

@@ -90,6 +90,8 @@ int cb_fail(cuda_be *cb, const char *what, cudaError_t e);
 int cb_launched(cuda_be *cb, const char *what);
 /* A CUDA switch from the environment: "0" or "1", anything else (or unset) dflt. */
 int cb_env_switch(const char *name, int dflt);
+/* an integer tuning knob: the value of `name` when it is an integer in [lo, hi], else dflt */
+int cb_env_int(const char *name, int dflt, int lo, int hi);
 /* Device scratch of at least `bytes`, grown (never shrunk) on demand; NULL on failure. */
 void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 

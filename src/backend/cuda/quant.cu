@@ -268,13 +268,8 @@ int cb_q_qmv(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QMV", 1);
     return v;
 }
-static int q_env_pick(const char *name, int dflt, int a, int b, int c) {
-    const char *v = getenv(name);
-    const int k = v ? atoi(v) : 0;
-    return k && (k == a || k == b || k == c) ? k : dflt;
-}
 static int qmv_rows(void) {
-    static const int v = q_env_pick("CINFER_CUDA_QMV_R", 2, 1, 2, 2);
+    static const int v = cb_env_int("CINFER_CUDA_QMV_R", 2, 1, 2);
     return v;
 }
 

@@ -33,12 +33,13 @@ static int sd_code(ci_dtype t) { return t == CI_F32 ? 0 : t == CI_F16 ? 1 : t ==
 struct cb_qmoe_tab {
     const void *key;
     int E, I, X, relu2;
-    int qgemm;                   /* prefill: the grouped GEMM reads the codes (cb_moe_grouped_q_ok, 16-byte aligned
-                                  * codes, CINFER_CUDA_Q_GEMM): no widening */
     int mode[3], bits[3], group[3], sd[3];
     const uint8_t **codes;       /* device arrays [3E] */
     const void **scales, **biases;
     int64_t *srow0;
+    int qgemm;                   /* prefill: the grouped GEMM reads the codes (cb_moe_grouped_q_ok, 16-byte aligned
+                                  * codes, CINFER_CUDA_Q_GEMM): no widening */
+    cb_mg_quant mgq;             /* the table as cb_moe_grouped_q reads it (when qgemm) */
     cb_qmoe_tab *next;
 };
 
@@ -256,16 +257,10 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_dn_kernel(qe_args a) {
         }
 }
 
-/* rows per warp of the qmv expert kernels: CINFER_CUDA_QE_GU_R (1 or 2; default 2) and
+/* rows per warp of the qmv expert kernels (qe_qmv): CINFER_CUDA_QE_GU_R (1 or 2; default 2) and
  * CINFER_CUDA_QE_DN_R (1 or 2; default 2). Measured as quant.cu's CINFER_CUDA_QMV_R (2 rounds,
  * tok/s, with the dense R at 4): GU_R 1 556.2 / 553.4, 2 562.5 / 565.5, 4 516.4 / 513.1; DN_R 1
  * 567.1 / 561.7, 4 538.7 / 535.4 (4 since removed). */
-static int qe_env_rows(const char *name, int dflt) {
-    const char *v = getenv(name);
-    const int k = v ? atoi(v) : 0;
-    return k == 1 || k == 2 ? k : dflt;
-}
-
 template <int BITS, int R>
 static void qe_gu_launch_r(cuda_be *cb, const qe_args &a, int rows_blocks_y) {
     const dim3 g((unsigned)((a.I + QE_WARPS * R - 1) / (QE_WARPS * R)), (unsigned)rows_blocks_y), b(QE_WARPS * 32);
@@ -290,7 +285,7 @@ static void qe_dn_bits(cuda_be *cb, const qe_args &a, int k, int dr) {
 
 /* the qmv pair for k token rows (a.sel, a.wt, a.x, a.out set): gate/up then down */
 static void qe_qmv(cuda_be *cb, const qe_args &a, int k) {
-    static const int gr = qe_env_rows("CINFER_CUDA_QE_GU_R", 2), dr = qe_env_rows("CINFER_CUDA_QE_DN_R", 2);
+    static const int gr = cb_env_int("CINFER_CUDA_QE_GU_R", 2, 1, 2), dr = cb_env_int("CINFER_CUDA_QE_DN_R", 2, 1, 2);
     switch (a.bits[1]) {
     case 2: qe_gu_bits<2>(cb, a, k, gr); break;
     case 3: qe_gu_bits<3>(cb, a, k, gr); break;
@@ -379,19 +374,6 @@ static const cb_qmoe_tab *qmoe_tab(cuda_be *cb, const ci_moe *m) {
         t->mode[j] = (int)d->mode; t->bits[j] = d->bits; t->group[j] = d->group;
         t->sd[j] = d->mode == CI_Q_AFFINE ? sd_code(d->scale_dtype) : 3;
     }
-    {   /* whether the grouped GEMM can read the codes: the kinds, the shape, every matrix 16-byte aligned */
-        cb_mg_quant q;
-        memset(&q, 0, sizeof q);
-        q.E = E; q.I = I; q.X = X;
-        for (int j = 0; j < 3; j++) {
-            q.bits[j] = t->bits[j]; q.mode[j] = t->mode[j]; q.group[j] = t->group[j]; q.sd[j] = t->sd[j];
-        }
-        int ok = cb_q_gemm() && cb_moe_grouped_q_ok(m, &q);
-        for (int e = 0; e < E && ok; e++)
-            ok = !((uintptr_t)m->w_gate[e].data & 15) && !((uintptr_t)m->w_up[e].data & 15) &&
-                 !((uintptr_t)m->w_down[e].data & 15);
-        t->qgemm = ok;
-    }
     for (int e = 0; e < E; e++)
         for (int j = 0; j < 3; j++) {
             const ci_mat *W = j == 0 ? (m->relu2 ? NULL : &m->w_gate[e]) : j == 1 ? &m->w_up[e] : &m->w_down[e];
@@ -414,6 +396,22 @@ static const cb_qmoe_tab *qmoe_tab(cuda_be *cb, const ci_moe *m) {
     t->scales = (const void **)dp + n3;
     t->biases = (const void **)dp + 2 * n3;
     t->srow0 = (int64_t *)dr;
+    {   /* whether the grouped GEMM can read the codes: the kinds, the shape, every matrix 16-byte aligned */
+        cb_mg_quant *q = &t->mgq;
+        q->codes = (const void *const *)t->codes;
+        q->scales = t->scales;
+        q->biases = t->biases;
+        q->srow0 = t->srow0;
+        q->E = E; q->I = I; q->X = X;
+        for (int j = 0; j < 3; j++) {
+            q->bits[j] = t->bits[j]; q->mode[j] = t->mode[j]; q->group[j] = t->group[j]; q->sd[j] = t->sd[j];
+        }
+        int ok = cb_q_gemm() && cb_moe_grouped_q_ok(m, q);
+        for (int e = 0; e < E && ok; e++)
+            ok = !((uintptr_t)m->w_gate[e].data & 15) && !((uintptr_t)m->w_up[e].data & 15) &&
+                 !((uintptr_t)m->w_down[e].data & 15);
+        t->qgemm = ok;
+    }
     t->next = cb->qmoe_tabs;
     cb->qmoe_tabs = t;
     return t;
@@ -458,18 +456,9 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     wide.relu2 = tab->relu2;
     wide.scale_dtype = -1;
     if (n > CB_GEMV_MAX_N && tab->qgemm) {   /* the grouped GEMM decodes the codes (moe_gemm.cu) */
-        cb_mg_quant q;
-        q.codes = (const void *const *)tab->codes;
-        q.scales = tab->scales;
-        q.biases = tab->biases;
-        q.srow0 = tab->srow0;
-        q.E = tab->E; q.I = tab->I; q.X = tab->X;
-        for (int j = 0; j < 3; j++) {
-            q.bits[j] = tab->bits[j]; q.mode[j] = tab->mode[j]; q.group[j] = tab->group[j]; q.sd[j] = tab->sd[j];
-        }
         float *y = out;
         if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return;
-        cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
+        cb_moe_grouped_q(cb, y, x, n, sel, w, m, &tab->mgq);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
         return;
     }
