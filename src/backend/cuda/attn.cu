@@ -8,17 +8,15 @@
  * every later position: blocks whose chunk starts past pos[t] return at once. Three
  * kernels, by shape and switch:
  *  - attn_decode2_kernel (CINFER_CUDA_ATTN_DECODE2=1, cuda_be.attn_decode2; head_dim a
- *    multiple of 4 up to 256, 16-byte aligned rows, groups <= MAX_GROUP): chunks of
- *    D2_CHUNK = 128 keys, key rows read coalesced (8 / 16 / 32 lanes per row across the head
- *    dimension, float4 loads, several rows in flight per lane), scores summed by shuffles,
- *    p·V summed in registers; merged by attn_combine2_kernel (a block per 32 dimensions of a
- *    (row, head), the chunks split over 8 warps).
+ *    multiple of 4 up to 256, 16-byte aligned rows, groups <= MAX_GROUP): flash decoding, a
+ *    row's keys in at most ~2 x SMs / n_kv long chunks, each warp of a block its own online
+ *    softmax over coalesced key rows (lanes across the head dimension).
  *  - attn_split_vec_kernel (switch off; head_dim a multiple of 4 up to 256, groups <= 8):
  *    chunks of 32 keys, a warp per 8 key rows, lanes across the head dimension.
  *  - attn_split_kernel (anything else, e.g. odd head dims): chunks of CHUNK = 256 keys, each
  *    lane scores whole keys (its own key row against the group's queries from shared
  *    memory), then the threads sum p·V along the head dimension.
- * The last two are merged by attn_combine_kernel (a block per (row, head)).
+ * All three are merged by attn_combine_kernel (a block per (row, head)).
  *
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
  * (attn_flash_kernel below). Other head sizes: a block takes QT query rows of one head and walks the key
@@ -28,7 +26,7 @@
  * Paged caches (rope_attend's pages, ci_pages by value; tab NULL: not paged, the kernels
  * read what they always did): every kernel reads key / value position j at cache row
  * pg_row(table, j) (cuda_internal.h) instead of row j, one table entry per key row it loads
- * (d2_rows and the split kernels per row, the prefill / flash tile loaders per element /
+ * (attn_decode2_kernel and the split kernels per row, the prefill / flash tile loaders per element /
  * float4 they stage; the entry is shared by the lanes of a row, an L1 hit). The decode
  * kernels take row t's own table with per_row (a batch step, kv_tab or not), else the
  * shared one; the prefill / flash kernels get a chunk of one sequence (never per_row:
@@ -252,46 +250,80 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
     }
 }
 
-/* Split-K decode kernel 2 (CINFER_CUDA_ATTN_DECODE2; head_dim a multiple of 4, <= 256, rows
- * 16-byte aligned, any group <= MAX_GROUP): a block of D2_THREADS takes ck = D2_CHUNK keys
- * of one (row, kv group) (fixed: a row's bits depend on neither max_keys nor the batch), so
- * the partials stay few. Key rows are read coalesced: a subgroup of SW = 8, 16 or 32 lanes per
- * key row (SW >= hd / 4 where it can), lanes across the head dimension with float4 loads (NI
- * = 1 or 2 of them per lane), each warp U = 8 / NI rows per subgroup in flight. Scores: the
- * lane's partial dot products with the group's queries (shared memory, a broadcast read per
- * U keys) summed over the subgroup by xor shuffles; then the chunk's softmax per head (max,
- * sum) as in attn_split_kernel; then p·V with the same layout, each subgroup summing its keys
- * in registers for up to 8 heads at a time (larger groups take the V rows again), the
- * subgroups of a warp met by shuffles, the warps by a fixed tree through shared memory.
- * With NI = 1 (head_dim <= 128) a warp's first K rows are loaded across the queries'
- * barrier and its first V rows from its last score pass on, so a block's K and V loads
- * overlap (with NI = 2 the registers would spill). Fixed orders throughout: same inputs, same bits. Part layout as above, merged by
- * attn_combine2_kernel (below) with chunk = ck. */
-enum { D2_CHUNK = 128, D2_THREADS = 256, D2_WARPS = D2_THREADS / 32, D2_HB = 8 };
-/* Rows jb + u * kpi + sub (u < U) of a chunk starting at key j0, lane sl's float4s sl + i * sw
- * of each (zeros past nj and past the head dimension); key j's cache row through the block
- * table tb (2^lg rows a block) when paged. */
-template <int U, int NI>
-__device__ __forceinline__ void d2_rows(float4 (&r)[U][NI], const float *base, int j0, int jb, int nj, int kpi, int sub,
-                                        int sl, int sw, int hd4, int kv_stride, const int32_t *tb, int lg) {
-    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+/* Split-K decode kernel 2 (CINFER_CUDA_ATTN_DECODE2): flash decoding. The keys of a (row, kv
+ * group) are cut into at most nc chunks of d2_chunk(L, nc, kt) keys (kt: one step of the
+ * block), nc fixed per model and GPU (about one wave of blocks at batch 1), so a long context is
+ * a few long chunks, not thousands of short ones, a short one still spreads over many blocks,
+ * and a row's bits depend on its length alone (not on max_keys nor the batch). A block of D2_WARPS warps streams its chunk; each warp takes U keys per step (key
+ * u of warp w at j0 + step * D2_WARPS * U + w * U + u) and keeps its own online softmax (a
+ * running max and sum per head, the p·V sums rescaled when the max grows), so the warps never
+ * wait on each other until the end, where they meet in shared memory in a fixed order.
+ * Lanes lie across the head dimension (E = VW * NI floats of a row each: head_dim <= 64 in
+ * float2s, <= 128 one float4, <= 256 two), so every key row is one coalesced read and a lane's
+ * p·V sums are just its own dimensions (GM x E registers). A step loads its U key and U value
+ * rows at once; the scores of up to 32 (head, key) pairs at a time are summed over the lanes by
+ * a halving butterfly (31 shuffles for 32 sums, after which lane l holds pair l's), the
+ * per-head max and sum over the step's keys take log2(U) shuffles more, and the probabilities
+ * and rescale factors go through the warp's shared memory to every lane. The queries (scaled)
+ * sit in shared memory. Groups up to GM heads (a power of two >= G; heads past G are zero and
+ * masked). Keys past the row's length are neither read nor counted (rows past the context may
+ * hold anything). A warp's first rows are loaded before the query fill. Fixed orders
+ * throughout: same inputs, same bits. Part layout as above, merged by attn_combine_kernel with
+ * nc_fix = nc and chunk = kt. */
+enum { D2_WARPS = 8, D2_THREADS = D2_WARPS * 32, D2_NC_MAX = 256 };
+/* keys of each chunk of a row of L keys cut into at most nc chunks: a multiple of kt, the keys
+ * of one step of the block (so a short row still spreads over many blocks) */
+__host__ __device__ __forceinline__ int d2_chunk(int L, int nc, int kt) {
+    const int c = (L + nc - 1) / nc;
+    return (c + kt - 1) / kt * kt;
+}
+template <int VW, int NI>
+__device__ __forceinline__ void d2_row(float (&r)[VW * NI], const float *row, int lane, int hd, bool ok) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int j = jb + u * kpi + sub;
-        const float4 *row = (const float4 *)(base + pg_row(tb, lg, j0 + (j < nj ? j : 0)) * kv_stride);
-#pragma unroll
-        for (int i = 0; i < NI; i++) {
-            const int c = sl + i * sw;
-            r[u][i] = j < nj && c < hd4 ? row[c] : z4;
+    for (int i = 0; i < NI; i++) {
+        const int d = (lane + 32 * i) * VW;
+        if (VW == 4) {
+            const float4 f = ok && d < hd ? *(const float4 *)(row + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+            r[4 * i] = f.x; r[4 * i + 1] = f.y; r[4 * i + 2] = f.z; r[4 * i + 3] = f.w;
+        } else {
+            const float2 f = ok && d < hd ? *(const float2 *)(row + d) : make_float2(0.f, 0.f);
+            r[2 * i] = f.x; r[2 * i + 1] = f.y;
         }
     }
 }
-template <int NI>
-__global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
+/* Sums NV = 2^k values over the warp's lanes; afterwards lane l's v[0] is the sum of value
+ * l >> (5 - k). Step S exchanges half of what is left with lane l ^ (16 >> S). */
+template <int NV, int S = 0>
+__device__ __forceinline__ void d2_butterfly(float (&v)[NV], int lane) {
+    if constexpr (S < 5) {
+        constexpr int o = 16 >> S, n = NV >> S;
+        if constexpr (n > 1) {
+            const bool up = lane & o;
+#pragma unroll
+            for (int i = 0; i < n / 2; i++) {
+                const float send = up ? v[i] : v[i + n / 2], keep = up ? v[i + n / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+        }
+        d2_butterfly<NV, S + 1>(v, lane);
+    }
+}
+/* keys per warp and step (registers: 2 U E for the rows, GM E for the sums) and blocks per SM */
+__host__ __device__ constexpr int d2_keys(int E, int GM) { return E == 8 ? 2 : GM >= 8 ? 4 : 8; }
+__host__ __device__ constexpr int d2_bps(int E, int GM) { return E * GM >= 64 ? 1 : 2; }
+template <int VW, int NI, int GM>
+__global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks, int ck, float *const *kv_tab, ci_pages pg) {
-    constexpr int U = 8 / NI;
-    constexpr bool PRE_V = NI == 1;                 /* K and V rows early (with NI = 2 it would spill) */
+    int hd, int kv_stride, float scale, int n_chunks, int nc, float *const *kv_tab, ci_pages pg) {
+    constexpr int E = VW * NI;                       /* floats of a row per lane */
+    constexpr int U = d2_keys(E, GM);               /* keys per warp and step */
+    constexpr int HPB = 32 / U < GM ? 32 / U : GM;   /* heads per butterfly */
+    constexpr int NB = GM / HPB;                     /* butterflies per step */
+    constexpr int NV = HPB * U;                      /* (head, key) sums per butterfly */
+    constexpr int LG = NV >= 32 ? 0 : NV >= 16 ? 1 : NV >= 8 ? 2 : NV >= 4 ? 3 : NV >= 2 ? 4 : 5; /* 5 - log2 NV */
+    constexpr int GR = U << LG;                      /* lanes holding one head's sums */
     pdl_enter();
     extern __shared__ float4 sm2[];
     float *sm = (float *)sm2;
@@ -301,152 +333,152 @@ __global__ void __launch_bounds__(D2_THREADS, 2) attn_decode2_kernel(
     const int lg = pg.blk_log2;
     const int G = n_heads / n_kv;
     const int L = row_pos(pos, pos0, t) + 1;
+    const int ck = d2_chunk(L, nc, D2_WARPS * U);
     const int j0 = chunk * ck;
     if (j0 >= L) return;
     const int nj = L - j0 < ck ? L - j0 : ck;
-    const int hd4 = hd >> 2;
-    const int SW = hd4 <= 8 ? 8 : hd4 <= 16 ? 16 : 32, KPI = 32 / SW;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane / SW, sl = lane % SW;
-    const int HB = G < D2_HB ? G : D2_HB;
-    float *qs = sm;                                 /* [G, hd] scaled queries */
-    float *ps = qs + G * hd;                        /* [G, ck] scores, then probabilities */
-    float *ml = ps + G * ck;                        /* [G, 2] */
-    float *red = ml + ((2 * G + 3) & ~3);           /* [D2_WARPS / 2, HB, hd] the warps' p·V sums */
-    const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
-    for (int i = threadIdx.x; i < G * hd; i += D2_THREADS) qs[i] = qrow[i] * scale;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *qs = sm;                                 /* [GM, hd] scaled queries, zero past G; then the warps' p·V sums */
+    float *pw = qs + GM * hd + warp * (U * GM + GM); /* this warp's [U, GM] probabilities and [GM] rescale factors */
+    float *aw = pw + U * GM;
+    float *mw = qs + GM * hd + D2_WARPS * (U * GM + GM); /* [D2_WARPS, GM] the warps' maxima, then sums */
+    float *lw = mw + D2_WARPS * GM;
     const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
-    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    const int step = D2_WARPS * U * KPI;            /* keys per pass of the block */
-    const int jb0 = warp * U * KPI;                 /* this warp's first pass */
-    /* with PRE_V: the first pass's K rows in flight through the barrier, and the first p·V
-     * pass's V rows from the last score pass on (through the softmax) */
-    float4 kr[U][NI], vr[U][NI];
-    if (PRE_V && jb0 < nj) d2_rows<U, NI>(kr, kb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
-    __syncthreads();
-    const float4 *qs4 = (const float4 *)qs;
-    /* scores: this lane's keys jb + u * KPI + sub */
-    for (int jb = jb0; jb < nj; jb += step) {
-        if (!PRE_V || jb != jb0) d2_rows<U, NI>(kr, kb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
-        if (PRE_V && jb + step >= nj) d2_rows<U, NI>(vr, vb, j0, jb0, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
-#pragma unroll 1
-        for (int h = 0; h < G; h++) {
-            float4 qv[NI];
+    /* a step's U key and value rows of this warp (zeros past nj) */
+    float kr[U][E], vr[U][E];
+    auto load_rows = [&](int jb) {
 #pragma unroll
-            for (int i = 0; i < NI; i++) {
-                const int c = sl + i * SW;
-                qv[i] = c < hd4 ? qs4[h * hd4 + c] : z4;
+        for (int u = 0; u < U; u++) {
+            const bool ok = jb + u < nj;
+            const int64_t row = pg_row(tb, lg, j0 + (ok ? jb + u : 0)) * kv_stride;
+            d2_row<VW, NI>(kr[u], kb + row, lane, hd, ok);
+            d2_row<VW, NI>(vr[u], vb + row, lane, hd, ok);
+        }
+    };
+    if (warp * U < nj) load_rows(warp * U);        /* the first step's rows in flight through the query fill */
+    const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
+    for (int i = threadIdx.x; i < GM * hd; i += D2_THREADS) qs[i] = i < G * hd ? qrow[i] * scale : 0.0f;
+    __syncthreads();
+    float acc[GM][E], mr[NB], lr[NB];
+#pragma unroll
+    for (int h = 0; h < GM; h++)
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[h][e] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < NB; b++) { mr[b] = -INFINITY; lr[b] = 0.0f; }
+    const int idx = lane >> LG;                     /* this lane's (head, key) pair after a butterfly */
+    for (int jb = warp * U; jb < nj; jb += D2_WARPS * U) {
+        if (jb != warp * U) load_rows(jb);
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            float v[NV];
+#pragma unroll
+            for (int hh = 0; hh < HPB; hh++) {
+                float qv[E];
+                d2_row<VW, NI>(qv, qs + (b * HPB + hh) * hd, lane, hd, true);
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; e++) s = fmaf(kr[u][e], qv[e], s);
+                    v[hh * U + u] = s;
+                }
             }
+            d2_butterfly<NV>(v, lane);
+            float s = v[0];
+            const int h = b * HPB + idx / U, u = idx % U;
+            if (jb + u >= nj || h >= G) s = -INFINITY;
+            float m = s;
+#pragma unroll
+            for (int o = 1 << LG; o < GR; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            const float mn = fmaxf(mr[b], m);
+            const float alpha = mr[b] == -INFINITY ? 0.0f : expf(mr[b] - mn);
+            const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+            float ps = p;
+#pragma unroll
+            for (int o = 1 << LG; o < GR; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+            lr[b] = lr[b] * alpha + ps;
+            mr[b] = mn;
+            pw[u * GM + h] = p;
+            if (u == 0) aw[h] = alpha;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int h = 0; h < GM; h++) {
+            const float a = aw[h];
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[h][e] *= a;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                float s = 0.0f;
+                const float p = pw[u * GM + h];
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[h][e] = fmaf(p, vr[u][e], acc[h][e]);
+            }
+        }
+        __syncwarp();
+    }
+    /* the warps' maxima and sums (one lane per head), then the block's; p·V sums rescaled to
+     * the block's max and added warp by warp in order into qs */
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if ((lane & (GR - 1)) == 0) {
+            const int h = b * HPB + idx / U;
+            mw[warp * GM + h] = mr[b];
+            lw[warp * GM + h] = lr[b];
+        }
+    __syncthreads();
+    float sc[GM];
+#pragma unroll
+    for (int h = 0; h < GM; h++) {
+        float M = mw[h];
+        for (int w = 1; w < D2_WARPS; w++) M = fmaxf(M, mw[w * GM + h]);
+        sc[h] = mw[warp * GM + h] == -INFINITY ? 0.0f : expf(mw[warp * GM + h] - M);
+    }
+    for (int w = 0; w < D2_WARPS; w++) {
+        if (warp == w) {
+#pragma unroll
+            for (int h = 0; h < GM; h++) {
+                if (h >= G) break;
 #pragma unroll
                 for (int i = 0; i < NI; i++)
-                    s = fmaf(kr[u][i].x, qv[i].x, fmaf(kr[u][i].y, qv[i].y, fmaf(kr[u][i].z, qv[i].z, fmaf(kr[u][i].w, qv[i].w, s))));
-                for (int o = SW >> 1; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                const int j = jb + u * KPI + sub;
-                if (sl == 0 && j < nj) ps[h * ck + j] = s;
+#pragma unroll
+                    for (int c = 0; c < VW; c++) {
+                        const int d = (lane + 32 * i) * VW + c;
+                        if (d < hd) {
+                            const float x = acc[h][i * VW + c] * sc[h];
+                            qs[h * hd + d] = w ? qs[h * hd + d] + x : x;
+                        }
+                    }
             }
         }
+        __syncthreads();
     }
-    __syncthreads();
-    /* per head: max and exp-sum over the chunk (one warp per head, warps loop over heads) */
-    chunk_softmax(ps, ck, ml, G, nj, warp, lane, D2_WARPS);
-    __syncthreads();
     float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
     const int64_t hstride = (int64_t)n_chunks * (hd + 2);
-    float4 *red4 = (float4 *)red;
-    for (int hb = 0; hb < G; hb += HB) {
-        const int hn = G - hb < HB ? G - hb : HB;   /* heads in this pass */
-        float4 acc[D2_HB][NI];
-#pragma unroll
-        for (int h = 0; h < D2_HB; h++)
-#pragma unroll
-            for (int i = 0; i < NI; i++) acc[h][i] = z4;
-        for (int jb = jb0; jb < nj; jb += step) {
-            if (!PRE_V || hb > 0 || jb != jb0)
-                d2_rows<U, NI>(vr, vb, j0, jb, nj, KPI, sub, sl, SW, hd4, kv_stride, tb, lg);
-#pragma unroll
-            for (int h = 0; h < D2_HB; h++) {
-                if (h < hn) {
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const int j = jb + u * KPI + sub;
-                        const float p = j < nj ? ps[(hb + h) * ck + j] : 0.0f;
-#pragma unroll
-                        for (int i = 0; i < NI; i++) {
-                            acc[h][i].x = fmaf(p, vr[u][i].x, acc[h][i].x);
-                            acc[h][i].y = fmaf(p, vr[u][i].y, acc[h][i].y);
-                            acc[h][i].z = fmaf(p, vr[u][i].z, acc[h][i].z);
-                            acc[h][i].w = fmaf(p, vr[u][i].w, acc[h][i].w);
-                        }
-                    }
-                }
-            }
-        }
-        /* the warp's subgroups, then the warps: fixed trees */
-#pragma unroll
-        for (int h = 0; h < D2_HB; h++)
-#pragma unroll
-            for (int i = 0; i < NI; i++)
-                for (int o = SW; o < 32; o <<= 1) {
-                    acc[h][i].x += __shfl_xor_sync(0xffffffffu, acc[h][i].x, o);
-                    acc[h][i].y += __shfl_xor_sync(0xffffffffu, acc[h][i].y, o);
-                    acc[h][i].z += __shfl_xor_sync(0xffffffffu, acc[h][i].z, o);
-                    acc[h][i].w += __shfl_xor_sync(0xffffffffu, acc[h][i].w, o);
-                }
-        for (int s = D2_WARPS >> 1; s > 0; s >>= 1) {
-            if (warp >= s && warp < 2 * s && sub == 0) {
-#pragma unroll
-                for (int h = 0; h < D2_HB; h++)
-#pragma unroll
-                    for (int i = 0; i < NI; i++) {
-                        const int c = sl + i * SW;
-                        if (h < hn && c < hd4) red4[((warp - s) * HB + h) * hd4 + c] = acc[h][i];
-                    }
-            }
-            __syncthreads();
-            if (warp < s && sub == 0) {
-#pragma unroll
-                for (int h = 0; h < D2_HB; h++)
-#pragma unroll
-                    for (int i = 0; i < NI; i++) {
-                        const int c = sl + i * SW;
-                        if (h < hn && c < hd4) {
-                            const float4 r = red4[(warp * HB + h) * hd4 + c];
-                            acc[h][i].x += r.x; acc[h][i].y += r.y; acc[h][i].z += r.z; acc[h][i].w += r.w;
-                        }
-                    }
-            }
-            __syncthreads();
-        }
-        if (warp == 0 && sub == 0) {
-#pragma unroll
-            for (int h = 0; h < D2_HB; h++)
-#pragma unroll
-                for (int i = 0; i < NI; i++) {
-                    const int c = sl + i * SW;
-                    if (h < hn && c < hd4) {
-                        float *o = out + (int64_t)(hb + h) * hstride + 4 * c;
-                        o[0] = acc[h][i].x; o[1] = acc[h][i].y; o[2] = acc[h][i].z; o[3] = acc[h][i].w;
-                    }
-                }
-        }
-    }
+    for (int i = threadIdx.x; i < G * hd; i += D2_THREADS) out[(i / hd) * hstride + i % hd] = qs[i];
     if (threadIdx.x < G) {
-        out[threadIdx.x * hstride + hd] = ml[2 * threadIdx.x];
-        out[threadIdx.x * hstride + hd + 1] = ml[2 * threadIdx.x + 1];
+        const int h = threadIdx.x;
+        float M = mw[h];
+        for (int w = 1; w < D2_WARPS; w++) M = fmaxf(M, mw[w * GM + h]);
+        float l = 0.0f;
+        for (int w = 0; w < D2_WARPS; w++)
+            if (mw[w * GM + h] != -INFINITY) l += lw[w * GM + h] * expf(mw[w * GM + h] - M);
+        out[h * hstride + hd] = M;
+        out[h * hstride + hd + 1] = l;
     }
 }
 
 /* Merges a row's chunks: weights exp(m_c - M) / sum_c exp(m_c - M) l_c in shared memory,
- * then each thread sums its dimensions over the chunks. */
+ * then each thread sums its dimensions over the chunks. Chunks of `chunk` keys, or with
+ * nc_fix > 0 of d2_chunk(L, nc_fix, chunk) (attn_decode2_kernel's). */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
-                                    int n_chunks, int chunk) {
+                                    int n_chunks, int chunk, int nc_fix) {
     pdl_enter();
     extern __shared__ float wsh[];    /* [n_chunks] */
     __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y;
     const int L = row_pos(pos, pos0, t) + 1;
+    if (nc_fix > 0) chunk = d2_chunk(L, nc_fix, chunk);
     const int nc = (L + chunk - 1) / chunk;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -474,56 +506,6 @@ __global__ void attn_combine_kernel(float *out, const float *part, const int32_t
         float acc = 0.0f;
         for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], p[(int64_t)c * (hd + 2) + d], acc);
         out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
-    }
-}
-
-/* attn_combine_kernel's merge over more blocks (with attn_decode2_kernel): a block takes
- * 32 dimensions of one (row, head), grid.z = ceil(hd / 32); each recomputes the weights
- * (as attn_combine_kernel), its warp w sums chunks w, w + 8, ... for lane's dimension, and
- * the 8 warps' sums meet in shared memory in a fixed order. */
-enum { C2_THREADS = 256, C2_WARPS = C2_THREADS / 32 };
-__global__ void __launch_bounds__(C2_THREADS) attn_combine2_kernel(float *out, const float *part, const int32_t *pos,
-                                                                   int pos0, int n_heads, int hd, int n_chunks, int chunk) {
-    pdl_enter();
-    extern __shared__ float wsh2[];   /* [n_chunks] */
-    __shared__ float red[C2_WARPS];
-    __shared__ float acc_sh[C2_WARPS][32];
-    const int h = blockIdx.x, t = blockIdx.y;
-    const int L = row_pos(pos, pos0, t) + 1;
-    const int nc = (L + chunk - 1) / chunk;
-    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    float M = -INFINITY;
-    for (int c = threadIdx.x; c < nc; c += C2_THREADS) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    if (lane == 0) red[w] = M;
-    __syncthreads();
-    M = red[0];
-    for (int i = 1; i < C2_WARPS; i++) M = fmaxf(M, red[i]);
-    __syncthreads();
-    float den = 0.0f;
-    for (int c = threadIdx.x; c < nc; c += C2_THREADS) {
-        float e = expf(p[(int64_t)c * (hd + 2) + hd] - M);
-        wsh2[c] = e;
-        den += e * p[(int64_t)c * (hd + 2) + hd + 1];
-    }
-    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
-    if (lane == 0) red[w] = den;
-    __syncthreads();
-    den = 0.0f;
-    for (int i = 0; i < C2_WARPS; i++) den += red[i];
-    const int d = blockIdx.z * 32 + lane;
-    float acc = 0.0f;
-    if (d < hd) {
-#pragma unroll 4
-        for (int c = w; c < nc; c += C2_WARPS) acc = fmaf(wsh2[c], p[(int64_t)c * (hd + 2) + d], acc);
-    }
-    acc_sh[w][lane] = acc;
-    __syncthreads();
-    if (w == 0 && d < hd) {
-        float s = acc_sh[0][lane];
-        for (int i = 1; i < C2_WARPS; i++) s += acc_sh[i][lane];
-        out[((int64_t)t * n_heads + h) * hd + d] = s * (1.0f / den);
     }
 }
 
@@ -803,34 +785,35 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                         (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
         const int dec2 = cb->attn_decode2 && al4;
         const int vec = !dec2 && al4 && G <= VGROUP;
-        /* decode2: a fixed chunk (a row's bits must not depend on max_keys or the batch) */
-        const int ck = D2_CHUNK;
-        const int chunk = dec2 ? ck : vec ? (int)VCHUNK : (int)CHUNK;
+        /* decode2: at most nc chunks of a row, about a wave of blocks for one row (its bits
+         * depend on its length and nc, not on max_keys or the batch) */
+        const int d2_kind = hd <= 64 ? 0 : hd <= 128 ? 1 : 2, d2_e = d2_kind == 0 ? 2 : d2_kind == 1 ? 4 : 8;
+        int d2_lgm = 0;
+        while ((1 << d2_lgm) < G) d2_lgm++;
+        int nc = (d2_bps(d2_e, 1 << d2_lgm) * cb->sm_count + n_kv - 1) / n_kv;
+        nc = nc < 1 ? 1 : nc > D2_NC_MAX ? D2_NC_MAX : nc;
+        const int d2_kt = D2_WARPS * d2_keys(d2_e, 1 << d2_lgm); /* decode2's chunks: multiples of d2_kt keys */
+        const int chunk = dec2 ? d2_kt : vec ? (int)VCHUNK : (int)CHUNK;
         int n_chunks = (max_keys + chunk - 1) / chunk;
+        if (dec2 && n_chunks > nc) n_chunks = nc;
         size_t pbytes = (size_t)n * n_heads * n_chunks * (hd + 2) * sizeof(float);
         float *part = (float *)cb_scratch_get(cb, &cb->attn_part, pbytes);
         if (!part) return;
         dim3 grid(n_kv, n_chunks, n);
         if (dec2) {
-            const int HB = G < D2_HB ? G : D2_HB;
-            const size_t smem = ((size_t)G * hd + (size_t)G * ck + (size_t)((2 * G + 3) & ~3) +
-                                 (size_t)(D2_WARPS / 2) * HB * hd) * sizeof(float);
-            static int smem_set[2];
-            if (hd <= 128) {
-                if (!cb_smem_ok(cb, attn_decode2_kernel<1>, smem, &smem_set[0])) {
-                    cb_fail_msg(cb, "decode attention: shared memory");
-                    return;
-                }
-                cb_launch(cb, attn_decode2_kernel<1>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
-                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab, pg);
-            } else {
-                if (!cb_smem_ok(cb, attn_decode2_kernel<2>, smem, &smem_set[1])) {
-                    cb_fail_msg(cb, "decode attention: shared memory");
-                    return;
-                }
-                cb_launch(cb, attn_decode2_kernel<2>, dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads,
-                          n_kv, hd, kv_stride, scale, n_chunks, ck, kv_tab, pg);
-            }
+            typedef void (*d2_fn)(float *, const float *, const float *, const float *, const int32_t *, int, int, int,
+                                  int, int, float, int, int, float *const *, ci_pages);
+            static const d2_fn fns[3][5] = {
+                { attn_decode2_kernel<2, 1, 1>, attn_decode2_kernel<2, 1, 2>, attn_decode2_kernel<2, 1, 4>,
+                  attn_decode2_kernel<2, 1, 8>, attn_decode2_kernel<2, 1, 16> },
+                { attn_decode2_kernel<4, 1, 1>, attn_decode2_kernel<4, 1, 2>, attn_decode2_kernel<4, 1, 4>,
+                  attn_decode2_kernel<4, 1, 8>, attn_decode2_kernel<4, 1, 16> },
+                { attn_decode2_kernel<4, 2, 1>, attn_decode2_kernel<4, 2, 2>, attn_decode2_kernel<4, 2, 4>,
+                  attn_decode2_kernel<4, 2, 8>, attn_decode2_kernel<4, 2, 16> } };
+            const int GM = 1 << d2_lgm, U = d2_keys(d2_e, GM);
+            const size_t smem = ((size_t)GM * hd + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) * sizeof(float);
+            cb_launch(cb, fns[d2_kind][d2_lgm], dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
+                      kv_stride, scale, n_chunks, nc, kv_tab, pg);
         } else if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
@@ -846,7 +829,6 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
             static int set = 0;
             if (!set) {
                 cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-                cudaFuncSetAttribute(attn_combine2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
                 set = 1;
             }
             if (csmem > 200 * 1024) {
@@ -858,12 +840,8 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 return;
             }
         }
-        if (dec2)
-            cb_launch(cb, attn_combine2_kernel, dim3(dim3(n_heads, n, (hd + 31) / 32)), dim3(C2_THREADS), csmem, out, part, pos,
-                      pos0, n_heads, hd, n_chunks, chunk);
-        else
-            cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, pos0, n_heads, hd,
-                      n_chunks, chunk);
+        cb_launch(cb, attn_combine_kernel, dim3(dim3(n_heads, n)), dim3(128), csmem, out, part, pos, pos0, n_heads, hd,
+                  n_chunks, chunk, dec2 ? nc : 0);
         cb_launched(cb, "attention (combine)");
         return;
     }

@@ -78,7 +78,7 @@ struct cuda_be {
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
-    int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, coalesced key rows (attn.cu) */
+    int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     char name[300];
 };
 
@@ -160,10 +160,14 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #endif
 #ifndef CB_ATTN_DECODE2
 /* Decode attention (<= 8 query rows, head_dim a multiple of 4 up to 256, 16-byte aligned rows)
- * through attn.cu's attn_decode2_kernel: chunks of up to 256 keys per block, key rows read
- * coalesced (lanes across the head dimension), instead of attn_split_vec_kernel (32-key
- * chunks, groups <= 8) / attn_split_kernel (a thread per key row). Not measured yet: off by
- * default. */
+ * through attn.cu's attn_decode2_kernel (flash decoding: a row's keys in about one wave of long
+ * chunks, a warp's own online softmax) instead of attn_split_vec_kernel (32-key chunks, groups
+ * <= 8) / attn_split_kernel (a thread per key row). Measured on the H200 (2026-12-02, decode,
+ * alternating, 2 rounds, bench/RESULTS.md): Qwen3-30B-A3B dims 12 layers 583 / 585 tok/s on vs
+ * 357 / 354 off after 32768 tokens, but 731 / 732 vs 765 / 764 after 4096 and 816 / 813 vs
+ * 866 / 857 after 512 (the kernel alone, ncu: 15.9 vs 11.0 us at 512, a fixed cost not yet
+ * found); LFM2-8B-A1B dims 1,432 vs 1,114 at 32k, level at 1k; Qwen3.5-35B-A3B dims 1,494 vs
+ * 1,293 at 32k, 1,654 vs 1,701 at 1k. Off until the short contexts are level. */
 #define CB_ATTN_DECODE2 0 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
 #endif
 #ifndef CB_DSA_SCORE
