@@ -633,12 +633,14 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
 
 /* Whether the grouped GEMM reads this fp8 layer's bytes itself (its B loader decodes them to f16 with
  * the block scale: the widening's values, no scratch; moe_gemm.cu) and the description it takes:
- * CINFER_CUDA_FP8_GEMM=1, scale blocks a multiple of 64 (or none), every matrix 16-byte aligned.
- * Default 0: written on 2026-12-02 after the session's device time was spent, so not yet run on a
- * GPU (bench/device_runs/2026-12-02d-fp8gemm.sh is the call that checks and measures it; set the
- * switch there). The MLX form of the same loader (quant_moe.cu, CINFER_CUDA_Q_GEMM) was run. */
+ * CINFER_CUDA_FP8_GEMM (default 1), scale blocks a multiple of 64 (or none), every matrix 16-byte
+ * aligned. Checked on the H200 (2026-12-02, bench/device_runs/2026-12-02d-fp8gemm.sh): op cases
+ * 178 / 0 both ways, `cinfer logits` byte-identical to the widened path on deepseek_v3_fp8, memcheck
+ * clean; DeepSeek V2-Lite dims fp8 pp512 10,434 vs 10,374 tok/s widened (the widening was not what
+ * held that prefill), and no scratch the size of a layer's experts in f16 (1.1 GB there, 22 GB at V3
+ * dims, which could not widen at all). */
 static bool moe_fp8_direct(const ci_moe *m, const cb_moe_tab *tab, cb_mg_quant *q) {
-    static const int on = cb_env_switch("CINFER_CUDA_FP8_GEMM", 0);
+    static const int on = cb_env_switch("CINFER_CUDA_FP8_GEMM", 1);
     if (!on) return false;
     memset(q, 0, sizeof *q);
     q->codes = tab->w;
@@ -664,16 +666,18 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     if (m->w_up[0].dtype == CI_U32) { cb_q_moe_experts(cb, out, x, n, sel, w, m, acc); return; }  /* quant.cu */
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
-    const bool fp8 = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab) &&
-                     moe_widen_count(tab) * tab->I * tab->X * 2 <= MOE_WIDEN_MAX;
+    /* fp8 on the grouped GEMM: read directly, or widened when the layer fits the widening cap */
+    cb_mg_quant q;
+    const bool fp8_ok = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab);
+    const bool direct = fp8_ok && moe_fp8_direct(m, tab, &q);
+    const bool fp8 = fp8_ok && (direct || moe_widen_count(tab) * tab->I * tab->X * 2 <= MOE_WIDEN_MAX);
     if (n > CB_GEMV_MAX_N && (fp8 || cb_moe_grouped_ok(m, tab))) {
         float *y = out;
         if (acc) {
             y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
             if (!y) return;
         }
-        cb_mg_quant q;
-        if (fp8 && moe_fp8_direct(m, tab, &q)) cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
+        if (direct) cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
         else if (fp8) moe_grouped_fp8(cb, y, x, n, sel, w, m, tab);
         else cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);

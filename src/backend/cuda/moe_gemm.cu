@@ -77,7 +77,7 @@
  * relu² layers are both taken. MLX-quantized gated layers of 4 / 8 bits come as their codes
  * (mode QB of the kernel: a thread decodes a B tile row to f16 in registers, loaded before the
  * MMAs of the slice before and stored after them; cb_moe_grouped_q), fp8 ones the same way
- * behind CINFER_CUDA_FP8_GEMM=1 (QB = 1; not yet run on a GPU), others as f16 tables
+ * (QB = 1; CINFER_CUDA_FP8_GEMM=0 widens them instead), others as f16 tables
  * widened by moe.cu / quant_moe.cu, unless too big to widen (relu² ones not: f16 would cap
  * h = relu(u)² at 65504; see cb_moe_grouped_fp8_ok). M and N tails
  * are predicated (zero-filled loads, masked stores).
