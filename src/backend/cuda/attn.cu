@@ -257,7 +257,8 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
  * and a row's bits depend on its length alone (not on max_keys nor the batch). A block of D2_WARPS warps streams its chunk; each warp takes U keys per step (key
  * u of warp w at j0 + step * D2_WARPS * U + w * U + u) and keeps its own online softmax (a
  * running max and sum per head, the p·V sums rescaled when the max grows), so the warps never
- * wait on each other until the end, where they meet in shared memory in a fixed order.
+ * wait on each other until the end, where they meet in shared memory in a fixed order (all warps
+ * at once, a thread per (head, dim) adding them).
  * Lanes lie across the head dimension (E = VW * NI floats of a row each: head_dim <= 64 in
  * float2s, <= 128 one float4, <= 256 two), so every key row is one coalesced read and a lane's
  * p·V sums are just its own dimensions (GM x E registers). A step loads its U key and U value
@@ -310,6 +311,12 @@ __device__ __forceinline__ void d2_butterfly(float (&v)[NV], int lane) {
         d2_butterfly<NV, S + 1>(v, lane);
     }
 }
+/* heads per pass of the block's merge (its buffer at most 8192 floats), and the floats before the
+ * warps' shared arrays: the queries, or that buffer if larger */
+__host__ __device__ constexpr int d2_merge_heads(int GM, int hd) { return GM < 1024 / hd ? GM : 1024 / hd; }
+__host__ __device__ constexpr int d2_qfloats(int GM, int hd) {
+    return GM * hd > D2_WARPS * d2_merge_heads(GM, hd) * hd ? GM * hd : D2_WARPS * d2_merge_heads(GM, hd) * hd;
+}
 /* keys per warp and step (registers: 2 U E for the rows, GM E for the sums) and blocks per SM */
 __host__ __device__ constexpr int d2_keys(int E, int GM) { return E == 8 ? 2 : GM >= 8 ? 4 : 8; }
 __host__ __device__ constexpr int d2_bps(int E, int GM) { return E * GM >= 64 ? 1 : 2; }
@@ -338,10 +345,11 @@ __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_
     if (j0 >= L) return;
     const int nj = L - j0 < ck ? L - j0 : ck;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float *qs = sm;                                 /* [GM, hd] scaled queries, zero past G; then the warps' p·V sums */
-    float *pw = qs + GM * hd + warp * (U * GM + GM); /* this warp's [U, GM] probabilities and [GM] rescale factors */
+    const int HG = d2_merge_heads(GM, hd), QF = d2_qfloats(GM, hd);
+    float *qs = sm;                                 /* [GM, hd] scaled queries, zero past G; then [D2_WARPS, HG, hd] the warps' p·V sums */
+    float *pw = qs + QF + warp * (U * GM + GM);     /* this warp's [U, GM] probabilities and [GM] rescale factors */
     float *aw = pw + U * GM;
-    float *mw = qs + GM * hd + D2_WARPS * (U * GM + GM); /* [D2_WARPS, GM] the warps' maxima, then sums */
+    float *mw = qs + QF + D2_WARPS * (U * GM + GM); /* [D2_WARPS, GM] the warps' maxima, then sums */
     float *lw = mw + D2_WARPS * GM;
     const float *kb = kc + (int64_t)g * hd, *vb = vc + (int64_t)g * hd;
     /* a step's U key and value rows of this warp (zeros past nj) */
@@ -417,8 +425,10 @@ __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_
         }
         __syncwarp();
     }
-    /* the warps' maxima and sums (one lane per head), then the block's; p·V sums rescaled to
-     * the block's max and added warp by warp in order into qs */
+    /* the block's merge: the warps' maxima and sums (one lane per head), then per pass of HG
+     * heads every warp writes its p·V sums, rescaled to the block's max, into its slice of the
+     * buffer, and each thread adds one (head, dim) over the warps in order (a warp at a time
+     * behind barriers cost ~8 us a call at short contexts: ncu, 2026-12-02) */
 #pragma unroll
     for (int b = 0; b < NB; b++)
         if ((lane & (GR - 1)) == 0) {
@@ -434,28 +444,34 @@ __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_
         for (int w = 1; w < D2_WARPS; w++) M = fmaxf(M, mw[w * GM + h]);
         sc[h] = mw[warp * GM + h] == -INFINITY ? 0.0f : expf(mw[warp * GM + h] - M);
     }
-    for (int w = 0; w < D2_WARPS; w++) {
-        if (warp == w) {
+    float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
+    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
+    for (int hb = 0; hb < G; hb += HG) {
 #pragma unroll
-            for (int h = 0; h < GM; h++) {
-                if (h >= G) break;
+        for (int h = 0; h < GM; h++) {
+            if (h < hb || h >= hb + HG || h >= G) continue;
+            float *dst = qs + ((int64_t)warp * HG + (h - hb)) * hd;
 #pragma unroll
-                for (int i = 0; i < NI; i++)
-#pragma unroll
-                    for (int c = 0; c < VW; c++) {
-                        const int d = (lane + 32 * i) * VW + c;
-                        if (d < hd) {
-                            const float x = acc[h][i * VW + c] * sc[h];
-                            qs[h * hd + d] = w ? qs[h * hd + d] + x : x;
-                        }
-                    }
+            for (int i = 0; i < NI; i++) {
+                const int d = (lane + 32 * i) * VW;
+                if (d >= hd) continue;
+                if (VW == 4)
+                    *(float4 *)(dst + d) = make_float4(acc[h][4 * i] * sc[h], acc[h][4 * i + 1] * sc[h],
+                                                       acc[h][4 * i + 2] * sc[h], acc[h][4 * i + 3] * sc[h]);
+                else
+                    *(float2 *)(dst + d) = make_float2(acc[h][2 * i] * sc[h], acc[h][2 * i + 1] * sc[h]);
             }
         }
         __syncthreads();
+        const int hn = G - hb < HG ? G - hb : HG;
+        for (int e = threadIdx.x; e < hn * hd; e += D2_THREADS) {
+            float v = qs[e];
+#pragma unroll
+            for (int w = 1; w < D2_WARPS; w++) v += qs[(int64_t)w * HG * hd + e];
+            out[(int64_t)(hb + e / hd) * hstride + e % hd] = v;
+        }
+        __syncthreads();
     }
-    float *out = part + (((int64_t)t * n_heads + (int64_t)g * G) * n_chunks + chunk) * (hd + 2);
-    const int64_t hstride = (int64_t)n_chunks * (hd + 2);
-    for (int i = threadIdx.x; i < G * hd; i += D2_THREADS) out[(i / hd) * hstride + i % hd] = qs[i];
     if (threadIdx.x < G) {
         const int h = threadIdx.x;
         float M = mw[h];
@@ -811,7 +827,8 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 { attn_decode2_kernel<4, 2, 1>, attn_decode2_kernel<4, 2, 2>, attn_decode2_kernel<4, 2, 4>,
                   attn_decode2_kernel<4, 2, 8>, attn_decode2_kernel<4, 2, 16> } };
             const int GM = 1 << d2_lgm, U = d2_keys(d2_e, GM);
-            const size_t smem = ((size_t)GM * hd + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) * sizeof(float);
+            const size_t smem = ((size_t)d2_qfloats(GM, hd) + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) *
+                                sizeof(float);
             cb_launch(cb, fns[d2_kind][d2_lgm], dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
                       kv_stride, scale, n_chunks, nc, kv_tab, pg);
         } else if (vec) {

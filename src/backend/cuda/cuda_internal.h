@@ -163,12 +163,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * through attn.cu's attn_decode2_kernel (flash decoding: a row's keys in about one wave of long
  * chunks, a warp's own online softmax) instead of attn_split_vec_kernel (32-key chunks, groups
  * <= 8) / attn_split_kernel (a thread per key row). Measured on the H200 (2026-12-02, decode,
- * alternating, 2 rounds, bench/RESULTS.md): Qwen3-30B-A3B dims 12 layers 583 / 585 tok/s on vs
- * 357 / 354 off after 32768 tokens, but 731 / 732 vs 765 / 764 after 4096 and 816 / 813 vs
- * 866 / 857 after 512 (the kernel alone, ncu: 15.9 vs 11.0 us at 512, a fixed cost not yet
- * found); LFM2-8B-A1B dims 1,432 vs 1,114 at 32k, level at 1k; Qwen3.5-35B-A3B dims 1,494 vs
- * 1,293 at 32k, 1,654 vs 1,701 at 1k. Off until the short contexts are level. */
-#define CB_ATTN_DECODE2 0 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
+ * alternating, 2 rounds, bench/RESULTS.md): Qwen3-30B-A3B dims 12 layers 604 / 609 tok/s on vs
+ * 358 / 358 off after 32768 tokens, 803 / 805 vs 767 / 766 after 4096, 896 / 899 vs 862 / 866
+ * after 512; LFM2-8B-A1B dims 1,446 / 1,445 vs 1,108 / 1,118 at 32k, 1,679 / 1,689 vs 1,665 /
+ * 1,661 at 1k; Qwen3.5-35B-A3B dims 1,558 vs 1,294 at 32k, 1,707 vs 1,700 at 1k. */
+#define CB_ATTN_DECODE2 1 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
