@@ -9,8 +9,8 @@
  * kernels, by shape and switch:
  *  - attn_decode2_kernel (CINFER_CUDA_ATTN_DECODE2=1, cuda_be.attn_decode2; head_dim a
  *    multiple of 4 up to 256, 16-byte aligned rows, groups <= MAX_GROUP): flash decoding, a
- *    row's keys in at most ~2 x SMs / n_kv long chunks, each warp of a block its own online
- *    softmax over coalesced key rows (lanes across the head dimension).
+ *    row's keys in at most about one wave of blocks / n_kv long chunks, each warp of a block
+ *    its own online softmax over coalesced key rows (lanes across the head dimension).
  *  - attn_split_vec_kernel (switch off; head_dim a multiple of 4 up to 256, groups <= 8):
  *    chunks of 32 keys, a warp per 8 key rows, lanes across the head dimension.
  *  - attn_split_kernel (anything else, e.g. odd head dims): chunks of CHUNK = 256 keys, each
@@ -254,11 +254,12 @@ __global__ void __launch_bounds__(128) attn_split_vec_kernel(float *part, const 
  * group) are cut into at most nc chunks of d2_chunk(L, nc, kt) keys (kt: one step of the
  * block), nc fixed per model and GPU (about one wave of blocks at batch 1), so a long context is
  * a few long chunks, not thousands of short ones, a short one still spreads over many blocks,
- * and a row's bits depend on its length alone (not on max_keys nor the batch). A block of D2_WARPS warps streams its chunk; each warp takes U keys per step (key
- * u of warp w at j0 + step * D2_WARPS * U + w * U + u) and keeps its own online softmax (a
- * running max and sum per head, the p·V sums rescaled when the max grows), so the warps never
- * wait on each other until the end, where they meet in shared memory in a fixed order (all warps
- * at once, a thread per (head, dim) adding them).
+ * and a row's bits depend on its length alone (not on max_keys nor the batch). A block of
+ * D2_WARPS warps streams its chunk; each warp takes U keys per step (key u of warp w at j0 +
+ * step * D2_WARPS * U + w * U + u) and keeps its own online softmax (a running max and sum per
+ * head, the p·V sums rescaled when the max grows), so the warps never wait on each other until
+ * the end, where they meet in shared memory in a fixed order (all warps at once, a thread per
+ * (head, dim) adding them).
  * Lanes lie across the head dimension (E = VW * NI floats of a row each: head_dim <= 64 in
  * float2s, <= 128 one float4, <= 256 two), so every key row is one coalesced read and a lane's
  * p·V sums are just its own dimensions (GM x E registers). A step loads its U key and U value
