@@ -300,6 +300,17 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
  * the same dtype, shape and scale layout (moe.cu checks). Per expert e and matrix (0 gate,
  * 1 up, 2 down): w[3 * e + m] = its data, scale[3 * e + m] its scale grid (fp8; NULL
  * otherwise) and srow0[3 * e + m] its first row in that grid (views of stacked experts). */
+/* MLX-quantized gated experts (4 or 8 bits: affine, mxfp4, mxfp8) straight from their codes:
+ * the grouped GEMM's B loader decodes each tile to f16 (the widening's values), so nothing is
+ * widened into scratch. Tables as quant_moe.cu keeps them (device arrays [3E], i = 3e + j). */
+struct cb_mg_quant {
+    const void *const *codes, *const *scales, *const *biases;
+    const int64_t *srow0;
+    int E, I, X;
+    int bits[3], mode[3], group[3], sd[3];   /* per kind: 0 gate, 1 up, 2 down; sd as cb_qm.sd */
+    /* fp8 E4M3 experts (moe.cu) come the same way: bits 1, group = the scale grid's block (0:
+     * no scales), sd as scale_elem's (0 f32, 1 bf16, 2 e8m0), biases NULL */
+};
 struct cb_moe_tab {
     const void *key;             /* ci_moe.w_up */
     int E, I, X;                 /* experts, inter (rows of gate / up), hidden (their cols) */
@@ -309,8 +320,13 @@ struct cb_moe_tab {
     const void **w;              /* device array [3E] */
     const void **scale;          /* device array [3E] */
     int64_t *srow0;              /* device array [3E] */
+    int fp8_direct;              /* fp8: the grouped GEMM reads the codes (moe.cu moe_fp8_direct) */
+    cb_mg_quant mgq;             /* ... through this description */
     cb_moe_tab *next;
 };
+/* moe.cu: every expert matrix of m (gate unless relu², up, down) at a 16-byte aligned address
+ * (the grouped GEMM's code loaders) */
+int cb_moe_aligned16(const ci_moe *m);
 /* moe.cu: sets the moe_route / moe_experts ops; frees the tables and MoE scratch. */
 void cb_moe_ops(ci_backend *be);
 void cb_moe_free(cuda_be *cb);
@@ -325,17 +341,6 @@ int cb_moe_grouped_ok(const ci_moe *m, const cb_moe_tab *tab);
 int cb_moe_grouped_fp8_ok(const ci_moe *m, const cb_moe_tab *tab);
 /* The shape conditions alone (quant_moe.cu widens MLX-quantized experts to an f16 table). */
 int cb_moe_grouped_shape_ok(const ci_moe *m, const cb_moe_tab *tab);
-/* MLX-quantized gated experts (4 or 8 bits: affine, mxfp4, mxfp8) straight from their codes:
- * the grouped GEMM's B loader decodes each tile to f16 (the widening's values), so nothing is
- * widened into scratch. Tables as quant_moe.cu keeps them (device arrays [3E], i = 3e + j). */
-struct cb_mg_quant {
-    const void *const *codes, *const *scales, *const *biases;
-    const int64_t *srow0;
-    int E, I, X;
-    int bits[3], mode[3], group[3], sd[3];   /* per kind: 0 gate, 1 up, 2 down; sd as cb_qm.sd */
-    /* fp8 E4M3 experts (moe.cu) come the same way: bits 1, group = the scale grid's block (0:
-     * no scales), sd as scale_elem's (0 f32, 1 bf16, 2 e8m0), biases NULL */
-};
 int cb_moe_grouped_q_ok(const ci_moe *m, const cb_mg_quant *q);
 void cb_moe_grouped_q(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                       const ci_moe *m, const cb_mg_quant *q);

@@ -23,9 +23,10 @@
  * Longer inputs go to moe_gemm.cu's grouped GEMM when it takes the layer, else through these
  * kernels CB_GEMV_MAX_N rows at a time. Numerics: f32 products and sums; fp8 weights times
  * their block scale before the product (as gemv.cu and the CPU). MLX-quantized experts
- * (U32 views) are quant.cu's (cb_q_moe_experts: its own table, the same two-launch decode on
- * the packed codes, and the grouped GEMM over the layer widened to f16). fp8 experts are
- * widened to f16 for the grouped GEMM too (cuda_internal.h, f16_sat). */
+ * (U32 views) are quant_moe.cu's (cb_q_moe_experts: its own table, the two-launch decode on
+ * the packed codes, and the grouped GEMM reading the codes or over the layer widened to f16).
+ * fp8 experts' prefill: the grouped GEMM reads the fp8 bytes and block scales (moe_fp8_direct),
+ * or with CINFER_CUDA_FP8_GEMM=0 the layer widened to f16 (cuda_internal.h, f16_sat). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
@@ -46,6 +47,39 @@ static void moe_fail(cuda_be *cb, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(cb->base.last_error, sizeof cb->base.last_error, fmt, ap);
     va_end(ap);
+}
+
+int cb_moe_aligned16(const ci_moe *m) {
+    for (int e = 0; e < m->n_experts; e++)
+        if ((!m->relu2 && ((uintptr_t)m->w_gate[e].data & 15)) || ((uintptr_t)m->w_up[e].data & 15) ||
+            ((uintptr_t)m->w_down[e].data & 15))
+            return 0;
+    return 1;
+}
+
+/* Whether the grouped GEMM reads this fp8 layer's bytes itself (its B loader decodes them to f16 with
+ * the block scale: the widening's values, no scratch; moe_gemm.cu) and the description it takes:
+ * CINFER_CUDA_FP8_GEMM (default 1), scale blocks a multiple of 64 (or none), every matrix 16-byte
+ * aligned. Checked on the H200 (2026-12-02, bench/device_runs/2026-12-02d-fp8gemm.sh): op cases
+ * 178 / 0 both ways, `cinfer logits` byte-identical to the widened path on deepseek_v3_fp8, memcheck
+ * clean; DeepSeek V2-Lite dims fp8 pp512 10,434 vs 10,374 tok/s widened (the widening was not what
+ * held that prefill), and no scratch the size of a layer's experts in f16 (1.1 GB there, 22 GB at V3
+ * dims, which could not widen at all). Decided once, when the layer's table is built (moe_tab:
+ * cb_moe_tab.fp8_direct, .mgq). */
+static bool moe_fp8_direct(const ci_moe *m, const cb_moe_tab *tab, cb_mg_quant *q) {
+    static const int on = cb_env_switch("CINFER_CUDA_FP8_GEMM", 1);
+    if (!on) return false;
+    memset(q, 0, sizeof *q);
+    q->codes = tab->w;
+    q->scales = tab->scale_dtype >= 0 ? tab->scale : NULL;
+    q->srow0 = tab->srow0;
+    q->E = tab->E; q->I = tab->I; q->X = tab->X;
+    for (int j = 0; j < 3; j++) {
+        q->bits[j] = 1;
+        q->group[j] = tab->scale_dtype >= 0 ? tab->block : 0;
+        q->sd[j] = tab->scale_dtype >= 0 ? tab->scale_dtype : 0;
+    }
+    return cb_moe_grouped_q_ok(m, q) && (tab->scale_dtype < 0 || tab->scale) && cb_moe_aligned16(m);
 }
 
 /* The table of m's experts, built on first use. Its cudaMalloc and synchronous upload are
@@ -114,6 +148,7 @@ static const cb_moe_tab *moe_tab(cuda_be *cb, const ci_moe *m) {
         free(t);
         return NULL;
     }
+    t->fp8_direct = t->dtype == CI_F8_E4M3 && moe_fp8_direct(m, t, &t->mgq);   /* the device arrays are set */
     t->next = cb->moe_tabs;
     cb->moe_tabs = t;
     return t;
@@ -631,34 +666,6 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
     cb_moe_grouped(cb, out, x, n, sel, w, m, &wide);
 }
 
-/* Whether the grouped GEMM reads this fp8 layer's bytes itself (its B loader decodes them to f16 with
- * the block scale: the widening's values, no scratch; moe_gemm.cu) and the description it takes:
- * CINFER_CUDA_FP8_GEMM (default 1), scale blocks a multiple of 64 (or none), every matrix 16-byte
- * aligned. Checked on the H200 (2026-12-02, bench/device_runs/2026-12-02d-fp8gemm.sh): op cases
- * 178 / 0 both ways, `cinfer logits` byte-identical to the widened path on deepseek_v3_fp8, memcheck
- * clean; DeepSeek V2-Lite dims fp8 pp512 10,434 vs 10,374 tok/s widened (the widening was not what
- * held that prefill), and no scratch the size of a layer's experts in f16 (1.1 GB there, 22 GB at V3
- * dims, which could not widen at all). */
-static bool moe_fp8_direct(const ci_moe *m, const cb_moe_tab *tab, cb_mg_quant *q) {
-    static const int on = cb_env_switch("CINFER_CUDA_FP8_GEMM", 1);
-    if (!on) return false;
-    memset(q, 0, sizeof *q);
-    q->codes = tab->w;
-    q->scales = tab->scale_dtype >= 0 ? tab->scale : NULL;
-    q->srow0 = tab->srow0;
-    q->E = tab->E; q->I = tab->I; q->X = tab->X;
-    for (int j = 0; j < 3; j++) {
-        q->bits[j] = 1;
-        q->group[j] = tab->scale_dtype >= 0 ? tab->block : 0;
-        q->sd[j] = tab->scale_dtype >= 0 ? tab->scale_dtype : 0;
-    }
-    if (!cb_moe_grouped_q_ok(m, q) || (tab->scale_dtype >= 0 && !tab->scale)) return false;
-    for (int e = 0; e < m->n_experts; e++)
-        if (((uintptr_t)m->w_gate[e].data & 15) || ((uintptr_t)m->w_up[e].data & 15) || ((uintptr_t)m->w_down[e].data & 15))
-            return false;
-    return true;
-}
-
 static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
@@ -667,9 +674,8 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     const cb_moe_tab *tab = moe_tab(cb, m);
     if (!tab) return;
     /* fp8 on the grouped GEMM: read directly, or widened when the layer fits the widening cap */
-    cb_mg_quant q;
     const bool fp8_ok = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab);
-    const bool direct = fp8_ok && moe_fp8_direct(m, tab, &q);
+    const bool direct = fp8_ok && tab->fp8_direct;
     const bool fp8 = fp8_ok && (direct || moe_widen_count(tab) * tab->I * tab->X * 2 <= MOE_WIDEN_MAX);
     if (n > CB_GEMV_MAX_N && (fp8 || cb_moe_grouped_ok(m, tab))) {
         float *y = out;
@@ -677,7 +683,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
             y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float));
             if (!y) return;
         }
-        if (direct) cb_moe_grouped_q(cb, y, x, n, sel, w, m, &q);
+        if (direct) cb_moe_grouped_q(cb, y, x, n, sel, w, m, &tab->mgq);
         else if (fp8) moe_grouped_fp8(cb, y, x, n, sel, w, m, tab);
         else cb_moe_grouped(cb, y, x, n, sel, w, m, tab);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);

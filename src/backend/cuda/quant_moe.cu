@@ -406,11 +406,7 @@ static const cb_qmoe_tab *qmoe_tab(cuda_be *cb, const ci_moe *m) {
         for (int j = 0; j < 3; j++) {
             q->bits[j] = t->bits[j]; q->mode[j] = t->mode[j]; q->group[j] = t->group[j]; q->sd[j] = t->sd[j];
         }
-        int ok = cb_q_gemm() && cb_moe_grouped_q_ok(m, q);
-        for (int e = 0; e < E && ok; e++)
-            ok = !((uintptr_t)m->w_gate[e].data & 15) && !((uintptr_t)m->w_up[e].data & 15) &&
-                 !((uintptr_t)m->w_down[e].data & 15);
-        t->qgemm = ok;
+        t->qgemm = cb_q_gemm() && cb_moe_grouped_q_ok(m, q) && cb_moe_aligned16(m);
     }
     t->next = cb->qmoe_tabs;
     cb->qmoe_tabs = t;
