@@ -317,6 +317,7 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
         rows += Ws[i]->rows;
     }
     if (op == CB_SWIGLU) rows = Ws[0]->rows;
+    if (cb_qt_matmul(cb, op, count, ys, x, n, a.W)) return;
     bool same_kind = true;   /* qmv: one q_kind for every row of the launch */
     for (int i = 1; i < count; i++)
         same_kind &= a.W[i].mode == a.W[0].mode && a.W[i].group == a.W[0].group && a.W[i].sd == a.W[0].sd;

@@ -489,6 +489,9 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         a.wt = w + (int64_t)t0 * K;
         a.x = x + (int64_t)t0 * a.X;
         a.out = out + (int64_t)t0 * a.X;
+        if (cb_qt_moe(cb, a.codes, a.scales, a.biases, a.srow0, a.mode, a.bits, a.group, a.sd, a.relu2, a.X, a.I, K,
+                      a.limit, a.sel, a.wt, a.x, a.h, a.out, k, a.acc))
+            continue;
         if (qmv) { qe_qmv(cb, a, k); continue; }
         const dim3 g1((unsigned)((a.I + QE_WARPS - 1) / QE_WARPS), (unsigned)(k * K));
         if (a.pair && !a.relu2 && a.bits[0] == a.bits[1]) {
