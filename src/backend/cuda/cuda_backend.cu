@@ -255,6 +255,8 @@ static void cb_norm_matmul_n(ci_backend *be, float *xn, const float *x, const fl
     cuda_be *cb = CB(be);
     if (cb->failed || n <= 0 || count <= 0) return;
     if (fusable(cb, Ws, count, n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, norm_w, eps); return; }
+    if (cb->norm_fuse && Ws[0]->dtype == CI_U32 && cb_q_norm_matmul_n(cb, CB_STORE, count, ys, x, norm_w, eps, n, Ws))
+        return;
     cb_rmsnorm(cb, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
     cb_matmul_n(be, count, ys, xn, n, Ws);
 }
@@ -265,6 +267,9 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
     if (cb->failed || n <= 0) return;
     const ci_mat *Ws[2] = { Wg, Wu };
     if (fusable(cb, Ws, 2, n) && Wg->rows == Wu->rows) { cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, norm_w, eps); return; }
+    if (cb->norm_fuse && Wg->dtype == CI_U32 && Wu->dtype == CI_U32 &&
+        cb_q_norm_matmul_n(cb, CB_SWIGLU, 2, &g, x, norm_w, eps, n, Ws))
+        return;
     cb_rmsnorm(cb, xn, x, norm_w, n, (int)Wg->cols, eps);
     cb_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }

@@ -259,6 +259,8 @@ void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, 
 int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
                   const ci_mat *const *Ws);
 void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
+int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const float *x, const float *norm_w, float eps,
+                       int n, const ci_mat *const *Ws);
 void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
 void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                       const ci_moe *m, int acc);

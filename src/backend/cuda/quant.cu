@@ -317,7 +317,7 @@ static void qgemv(cuda_be *cb, int op, int count, float *const *ys, const float 
         rows += Ws[i]->rows;
     }
     if (op == CB_SWIGLU) rows = Ws[0]->rows;
-    if (cb_qt_matmul(cb, op, count, ys, x, n, a.W)) return;
+    if (cb_qt_matmul(cb, op, count, ys, x, n, a.W, NULL, 0.0f)) return;
     bool same_kind = true;   /* qmv: one q_kind for every row of the launch */
     for (int i = 1; i < count; i++)
         same_kind &= a.W[i].mode == a.W[0].mode && a.W[i].group == a.W[0].group && a.W[i].sd == a.W[0].sd;
@@ -438,6 +438,19 @@ int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, co
     }
     for (int i = 0; i < count; i++) cb_q_matmul(cb, ys[i], x, n, Ws[i], 0);
     return 1;
+}
+
+/* norm_matmul_n (op CB_STORE) / norm_matmul_swiglu (CB_SWIGLU) in one launch when the
+ * tensor-core GEMVs take it (quant_mma.cu stages x RMS-normed); 0 (nothing done) otherwise */
+int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const float *x, const float *norm_w, float eps,
+                       int n, const ci_mat *const *Ws) {
+    if (count < 1 || count > 4 || n < 1 || n > CB_GEMV_MAX_N) return 0;
+    cb_qm ms[4];
+    for (int i = 0; i < count; i++) {
+        if (!cb_q_ok(Ws[i]) || ((const ci_qdesc *)Ws[i]->scale)->stored_t) return 0;
+        ms[i] = cb_q_view(Ws[i]);
+    }
+    return cb_qt_matmul(cb, op, count, ys, x, n, ms, norm_w, eps);
 }
 
 /* y[n, W.cols] = x[n, W.rows] · W: a stored-transposed view (MLX MultiLinear) is a matmul

@@ -367,11 +367,13 @@ int cb_q_gemm(void);
 int cb_q_fploop(void);
 /* quant_mma.cu: 4-bit affine GEMVs of 1..8 token rows on tensor cores (CINFER_CUDA_QMMA).
  * cb_qt_matmul: quant.cu's qgemv (op CB_STORE / CB_ACC over count matrices of the same cols, or
- * CB_SWIGLU over gate ms[0] and up ms[1] into ys[0]); cb_qt_moe: quant_moe.cu's decode pair
+ * CB_SWIGLU over gate ms[0] and up ms[1] into ys[0]), x RMS-normed with norm_w first when it
+ * is not NULL (norm_matmul_n / norm_matmul_swiglu, one launch); cb_qt_moe: quant_moe.cu's decode pair
  * (gate+up into h, then down into out). Each returns 0, having launched nothing, when it does
  * not take the call (another format, a shape or alignment it does not serve). */
 int cb_q_qmma(void);
-int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms);
+int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
+                 const float *norm_w, float eps);
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,

@@ -82,26 +82,52 @@ __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsig
  * group G pairs (qt_pair). xsum[i·ng + G]: Σ of group G's f32 x (lanes in order, then a fixed
  * tree). Ends with a barrier. */
 template <int W>
-__device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K) {
+__device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
+                         const float *norm_w = nullptr, float eps = 0.0f) {
+    __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     const int half = K >> 1, rs = half + QT_PAD, ng = K / (32 * W);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+    if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
+        for (int tok = 0; tok < ntok; tok++) {
+            const float *xr = x + tok * xs_stride;
+            float ss = 0.0f;
+            for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+            ss = q_warp_sum(ss);
+            if (lane == 0) part[warp][tok] = ss;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < ntok) {
+            float tot = 0.0f;
+            for (int w = 0; w < nw; w++) tot += part[w][threadIdx.x];
+            nsc[threadIdx.x] = (float)(1.0 / sqrt((double)tot / (double)K + (double)eps));
+        }
+        __syncthreads();
+    }
     for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
         const int tok = i / half, j = i - tok * half;
         const int G = j / (16 * W), rem = j - G * 16 * W, tw = rem >> 2, p = rem & 3;
         const int k0 = 32 * W * G + 8 * tw + p;
         const float *xr = x + tok * xs_stride;
-        const float a = xr[k0], b = xr[k0 + 4];
+        float a = xr[k0], b = xr[k0 + 4];
+        if (norm_w) {
+            a = a * nsc[tok] * __ldg(norm_w + k0);
+            b = b * nsc[tok] * __ldg(norm_w + k0 + 4);
+        }
         const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
         const float2 hf = __half22float2(hi);
         xs[2 * tok * rs + j] = hi;
         xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int it = warp; it < ntok * ng; it += QT_WARPS) {
+    for (int it = warp; it < ntok * ng; it += nw) {
         const int tok = it / ng, G = it - tok * ng;
         const float *xr = x + tok * xs_stride + 32 * W * G;
         float s = 0.0f;
 #pragma unroll
-        for (int q = 0; q < W; q++) s += xr[32 * q + lane];
+        for (int q = 0; q < W; q++) {
+            float v = xr[32 * q + lane];
+            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + 32 * W * G + 32 * q + lane);
+            s += v;
+        }
         s = q_warp_sum(s);
         if (lane == 0) xsum[it] = s;
     }
@@ -249,6 +275,8 @@ struct qt_args {
     int64_t tiles[4];
     float *y[4];
     const float *x;
+    const float *norm_w;         /* RMSNorm of x first (norm_matmul_n / _swiglu), or NULL */
+    float eps;
     int count, op, n, K, ng, sd, es, ks;
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
 };
@@ -256,8 +284,8 @@ struct qt_args {
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
-template <int W, int NTL, int NB>
-__global__ void __launch_bounds__(QT_THREADS, 2) qt_dense_kernel(qt_args a) {
+template <int W, int NTL, int NB, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int rs = (a.K >> 1) + QT_PAD;
@@ -265,7 +293,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dense_kernel(qt_args a) {
     float *xsum = (float *)(xs + (size_t)2 * a.n * rs);
     float *red = xsum + a.n * a.ng;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tpb = QT_WARPS / a.ks, kp = warp % a.ks;
+    const int tpb = NW / a.ks, kp = warp % a.ks;
     const int64_t nbt = (a.ntiles + tpb - 1) / tpb;
     const int gb = kp * a.ng / a.ks, ge = (kp + 1) * a.ng / a.ks;
     qt_buf<W, NTL, U> A;
@@ -291,7 +319,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dense_kernel(qt_args a) {
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<W>(xs, xsum, a.x, a.K, a.n, a.K);
+    qt_stage<W>(xs, xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -327,25 +355,25 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dense_kernel(qt_args a) {
     }
 }
 
-/* warps a tile's groups are split over: 1, 2, 4 or 8, doubled while the launch's warps still
- * fit one wave (2 blocks of 8 warps an SM: the kernels' launch bounds) and each warp keeps 4
- * groups or more. A function of the shape only (never of the token rows). */
-static int qt_ks(int64_t warp_tiles, int ng, int sm_count) {
+/* warps a tile's groups are split over: 1, 2, .. nw (a block's warps), doubled while the
+ * launch's warps still fit one wave (16 warps an SM: the kernels' launch bounds) and each
+ * warp keeps 4 groups or more. A function of the shape only (never of the token rows). */
+static int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
     int ks = 1;
-    while (ks < QT_WARPS && warp_tiles * ks * 2 <= (int64_t)sm_count * 2 * QT_WARPS && ng >= 8 * ks) ks *= 2;
+    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 8 * ks) ks *= 2;
     return ks;
 }
 
 /* blocks: want, at most what is resident at once (blocks loop over their tiles); the
  * occupancy of a (kernel, shared bytes) asked once */
-static int qt_grid(const void *kernel, size_t smem, int sm_count, int64_t want) {
+static int qt_grid(const void *kernel, int threads, size_t smem, int sm_count, int64_t want) {
     static struct { const void *k; size_t smem; int per; } memo[64];
     static int n_memo;
     int per = 0;
     for (int i = 0; i < n_memo && !per; i++)
         if (memo[i].k == kernel && memo[i].smem == smem) per = memo[i].per;
     if (!per) {
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, QT_THREADS, smem) != cudaSuccess || per < 1) per = 1;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) != cudaSuccess || per < 1) per = 1;
         if (n_memo < 64) memo[n_memo++] = { kernel, smem, per };
     }
     const int64_t cap = (int64_t)per * sm_count;
@@ -359,12 +387,31 @@ static int qt_kind_ok(const cb_qm &m) {
            m.cols % m.group == 0 && ((uintptr_t)m.codes & 15) == 0 && (m.cols / 2) % 16 == 0;
 }
 
-static size_t qt_dense_smem(int n, int K, int ng, int ntl) {
-    return (size_t)2 * n * ((K >> 1) + QT_PAD) * 4 + (size_t)n * ng * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
+    return (size_t)2 * n * ((K >> 1) + QT_PAD) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
 }
 static const size_t QT_SMEM_MAX = 96 * 1024;
 
-int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms) {
+/* CINFER_CUDA_QMMA_NW16 (default 1; 0: never): one-matrix dense launches of at most one tile
+ * per SM (an o_proj: 2048 rows) in blocks of 16 warps, so each tile's groups split 16 ways.
+ * Measured as QMMA_DNW (same call): 905.1 / 906.2 tok/s on vs 869.0 / 866.5 off. */
+static int qt_nw16(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QMMA_NW16", 1);
+    return v;
+}
+/* CINFER_CUDA_QMMA_DNW (8 or 16, default 16): warps of a block of the experts' down kernel.
+ * Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512,
+ * alternating, 2 rounds): 870.2 / 868.3 tok/s with 16 vs 802.1 / 799.7 with 8; with NW16 905.1 /
+ * 906.2 vs 840.9 / 840.6. Batched decode of 8 sequences pays for it (1,782 tok/s against 1,980
+ * with 8 warps: 8 tokens' tiles are 8 waves of one block an SM), but the warp count is not
+ * picked per batch size: a token's bits must not depend on its batch. */
+static int qt_dn_warps(void) {
+    static const int v = cb_env_int("CINFER_CUDA_QMMA_DNW", 16, 8, 16) >= 16 ? 16 : 8;
+    return v;
+}
+
+int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
+                 const float *norm_w, float eps) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
         if (!qt_kind_ok(ms[i]) || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd || ms[i].cols != ms[0].cols ||
@@ -373,12 +420,11 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     if (op == CB_SWIGLU && ms[0].rows != ms[1].rows) return 0;
     if (((uintptr_t)x & 3) != 0) return 0;
     const int K = (int)ms[0].cols, ng = K / ms[0].group, W = ms[0].group / 32, ntl = op == CB_SWIGLU ? 2 : 1;
-    const size_t smem = qt_dense_smem(n, K, ng, ntl);
-    if (smem > QT_SMEM_MAX) return 0;
     qt_args a;
     memset(&a, 0, sizeof a);
     const int es = ms[0].sd == 0 ? 4 : 2;
     a.count = count; a.op = op; a.n = n; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.x = x;
+    a.norm_w = norm_w; a.eps = eps;
     for (int i = 0; i < count; i++) {
         a.codes[i] = ms[i].codes;
         a.sp[i] = (const char *)ms[i].scales + ms[i].srow0 * ng * es;
@@ -388,32 +434,39 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
         a.y[i] = op == CB_SWIGLU ? ys[0] : ys[i];
         if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
     }
-    a.ks = qt_ks(a.ntiles, ng, cb->sm_count);
-    const int64_t blocks = (a.ntiles + QT_WARPS / a.ks - 1) / (QT_WARPS / a.ks);
-    const dim3 blk(QT_THREADS);
-#define QT_GO(WW, NN, BB)                                                                                     \
+    const int nw = ntl == 1 && qt_nw16() && a.ntiles <= cb->sm_count ? 16 : QT_WARPS;
+    const size_t smem = qt_dense_smem(n, K, ng, ntl, nw);
+    if (smem > QT_SMEM_MAX) return 0;
+    a.ks = qt_ks(a.ntiles, ng, cb->sm_count, nw);
+    const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
+    const dim3 blk(32 * nw);
+#define QT_GO(WW, NN, BB, NWW)                                                                                \
     do {                                                                                                      \
         static int attr = 0;                                                                                  \
         if (!attr) {                                                                                          \
-            cudaFuncSetAttribute(qt_dense_kernel<WW, NN, BB>, cudaFuncAttributeMaxDynamicSharedMemorySize,    \
+            cudaFuncSetAttribute(qt_dense_kernel<WW, NN, BB, NWW>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
                                  (int)QT_SMEM_MAX);                                                           \
             attr = 1;                                                                                         \
         }                                                                                                     \
-        const dim3 grid((unsigned)qt_grid((const void *)qt_dense_kernel<WW, NN, BB>, smem, cb->sm_count, blocks)); \
-        cb_launch(cb, qt_dense_kernel<WW, NN, BB>, grid, blk, smem, a);                                       \
+        const dim3 grid((unsigned)qt_grid((const void *)qt_dense_kernel<WW, NN, BB, NWW>, 32 * NWW, smem,   \
+                                          cb->sm_count, blocks));                                             \
+        cb_launch(cb, qt_dense_kernel<WW, NN, BB, NWW>, grid, blk, smem, a);                                  \
     } while (0)
-#define QT_GO_W(NN, BB)                                                                                       \
+#define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
-        if (W == 1) QT_GO(1, NN, BB);                                                                         \
-        else if (W == 2) QT_GO(2, NN, BB);                                                                    \
-        else QT_GO(4, NN, BB);                                                                                \
+        if (W == 1) QT_GO(1, NN, BB, NWW);                                                                    \
+        else if (W == 2) QT_GO(2, NN, BB, NWW);                                                               \
+        else QT_GO(4, NN, BB, NWW);                                                                           \
     } while (0)
     if (ntl == 2) {
-        if (n <= 4) QT_GO_W(2, 1);
-        else QT_GO_W(2, 2);
+        if (n <= 4) QT_GO_W(2, 1, 8);
+        else QT_GO_W(2, 2, 8);
+    } else if (nw == 16) {
+        if (n <= 4) QT_GO_W(1, 1, 16);
+        else QT_GO_W(1, 2, 16);
     } else {
-        if (n <= 4) QT_GO_W(1, 1);
-        else QT_GO_W(1, 2);
+        if (n <= 4) QT_GO_W(1, 1, 8);
+        else QT_GO_W(1, 2, 8);
     }
 #undef QT_GO_W
 #undef QT_GO
@@ -494,8 +547,8 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     }
 }
 
-template <int W>
-__global__ void __launch_bounds__(QT_THREADS, 2) qt_dn_kernel(qt_moe_args a) {
+template <int W, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int K = a.I, ng = K / (32 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
@@ -522,7 +575,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dn_kernel(qt_moe_args a) {
     if (warp < items) setup(warp);
     qt_stage<W>(xs, xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
-    for (int it = warp; it < items; it += QT_WARPS) {
+    for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
         float part[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
         const __half2 *xq[1] = { xs + (size_t)(2 * k + (g & 1)) * rs };
@@ -532,7 +585,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dn_kernel(qt_moe_args a) {
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
     }
-    /* the 8 warps' sums in warp order */
+    /* the NW warps' sums in warp order */
     if (t == 0) {
         red[warp * 16 + g] = acc[0][0];
         red[warp * 16 + g + 8] = acc[0][1];
@@ -541,7 +594,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_dn_kernel(qt_moe_args a) {
     if (threadIdx.x < 16) {
         const int64_t r = r0 + threadIdx.x;
         float s = 0.0f;
-        for (int q = 0; q < QT_WARPS; q++) s += red[q * 16 + threadIdx.x];
+        for (int q = 0; q < NW; q++) s += red[q * 16 + threadIdx.x];
         if (r < a.X) {
             float *o = a.out + (int64_t)tk * a.X + r;
             *o = a.acc ? *o + s : s;
@@ -563,17 +616,18 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
     if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)2 * ((X >> 1) + QT_PAD) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
-    const size_t smem_dn = (size_t)2 * K * ((I >> 1) + QT_PAD) * 4 + (size_t)K * ngi * 4 + QT_WARPS * 16 * 4;
+    const int dnw = qt_dn_warps();
+    const size_t smem_dn = (size_t)2 * K * ((I >> 1) + QT_PAD) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
     qt_moe_args a;
     memset(&a, 0, sizeof a);
     a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
     a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
     const int tiles = (I + 15) / 16;
-    a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count);
+    a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
     /* down: items (expert, part) over the block's 8 warps; parts only when K < 8 */
     a.kparts = 1;
-    while (K * a.kparts < QT_WARPS && ngi >= 2 * a.kparts) a.kparts *= 2;
+    while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
     const int tpb = QT_WARPS / a.ks;
     const dim3 gg((unsigned)((tiles + tpb - 1) / tpb), (unsigned)(k * K)), gd((unsigned)((X + 15) / 16), (unsigned)k),
         blk(QT_THREADS);
@@ -584,9 +638,9 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
             cudaFuncSetAttribute(KER, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);         \
             attr = 1;                                                                                         \
         }                                                                                                     \
-        cb_launch(cb, KER, gg_or_gd, blk, SM, a);                                                             \
+        cb_launch(cb, KER, gg_or_gd, blk_or_bd, SM, a);                                                       \
     } while (0)
-    dim3 gg_or_gd = gg;
+    dim3 gg_or_gd = gg, blk_or_bd = blk;
     if (relu2) {
         if (W == 1) QT_SET((qt_gu_kernel<1, 1>), smem_gu);
         else if (W == 2) QT_SET((qt_gu_kernel<2, 1>), smem_gu);
@@ -597,9 +651,16 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
         else QT_SET((qt_gu_kernel<4, 2>), smem_gu);
     }
     gg_or_gd = gd;
-    if (W == 1) QT_SET((qt_dn_kernel<1>), smem_dn);
-    else if (W == 2) QT_SET((qt_dn_kernel<2>), smem_dn);
-    else QT_SET((qt_dn_kernel<4>), smem_dn);
+    blk_or_bd = dim3(32 * dnw);
+    if (dnw == 16) {
+        if (W == 1) QT_SET((qt_dn_kernel<1, 16>), smem_dn);
+        else if (W == 2) QT_SET((qt_dn_kernel<2, 16>), smem_dn);
+        else QT_SET((qt_dn_kernel<4, 16>), smem_dn);
+    } else {
+        if (W == 1) QT_SET((qt_dn_kernel<1, 8>), smem_dn);
+        else if (W == 2) QT_SET((qt_dn_kernel<2, 8>), smem_dn);
+        else QT_SET((qt_dn_kernel<4, 8>), smem_dn);
+    }
 #undef QT_SET
     cb_launched(cb, "quantized moe_experts (tensor cores)");
     return 1;
