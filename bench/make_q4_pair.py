@@ -22,6 +22,8 @@ experts: a few GB of RAM per process suffice.
 
 Usage: python3 bench/make_q4_pair.py SRC_DIR LAYERS OUT_DIR LLAMA_CPP_DIR
 (needs numpy, and gguf-py from the llama.cpp checkout; sentencepiece is not needed.)
+MAKE_Q_BITS=8 writes OUT/mlx8/ instead (every Linear 8-bit group 64, mlx-community's 8-bit
+layout) and no GGUF.
 """
 import json
 import os
@@ -101,7 +103,7 @@ def run_jobs(jobs):
     _JOBS = []
 
 
-def write_mlx(src_hdr, mm, L, cfg, out):
+def write_mlx(src_hdr, mm, L, cfg, out, qbits=4):
     """Streams the mlx checkpoint: header first (all shapes are known), then each tensor."""
     E, I, D = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"]
     plan = []          # (name, dtype, shape, job -> [bytes of this and the next len - 1 tensors] or None)
@@ -111,7 +113,7 @@ def write_mlx(src_hdr, mm, L, cfg, out):
         a, b = h["data_offsets"]
         plan.append((name, "BF16", h["shape"], lambda a=a, b=b: [mm[a:b].tobytes()]))
 
-    def quant(base, rows, cols, load, bits=4, group=64, stack=0):
+    def quant(base, rows, cols, load, bits=qbits, group=64, stack=0):
         def job():
             ws, ss, bs = [], [], []
             for e in range(stack or 1):
@@ -164,7 +166,7 @@ def write_mlx(src_hdr, mm, L, cfg, out):
                 done += 1
         assert done == len(plan)
     c = dict(cfg, num_hidden_layers=L)
-    block = {"group_size": 64, "bits": 4, "mode": "affine"}
+    block = {"group_size": 64, "bits": qbits, "mode": "affine"}
     for l in range(L):
         block[f"model.layers.{l}.mlp.gate"] = {"group_size": 64, "bits": 8}
     c["quantization"] = block
@@ -240,6 +242,10 @@ def main():
         cfg = json.load(f)
     assert cfg["model_type"] == "qwen3_moe" and not cfg.get("tie_word_embeddings"), "a untied qwen3_moe checkpoint"
     hdr, mm = open_st(os.path.join(src, "model.safetensors"))
+    if os.environ.get("MAKE_Q_BITS") == "8":
+        write_mlx(hdr, mm, L, cfg, os.path.join(out, "mlx8"), 8)
+        print("mlx8 written", flush=True)
+        return
     write_mlx(hdr, mm, L, cfg, os.path.join(out, "mlx4"))    # complete once its config.json exists
     print("mlx4 written", flush=True)
     sys.modules.setdefault("sentencepiece", types.SimpleNamespace(SentencePieceProcessor=None))

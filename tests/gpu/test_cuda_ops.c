@@ -2958,7 +2958,8 @@ static void test_quant(void) {
         qxw_case(f, 1, 1);
         if (!quick) { qembed_case(f, 1); qxw_case(f, 0, 3); }
     }
-    static const int fi[] = { 18 + 5, 36 + 1, 0 + 8, 54, 55 };   /* a4b g64 bf16s, a6b g32 f16s, a2b g128 bf16s, mxfp4, mxfp8 */
+    /* a4b g64 bf16s, a6b g32 f16s, a2b g128 bf16s, mxfp4, mxfp8, a8b g64 bf16s */
+    static const int fi[] = { 18 + 5, 36 + 1, 0 + 8, 54, 55, 45 + 5 };
     for (size_t k = 0; k < sizeof fi / sizeof *fi && !dead; k++) {
         const qfmt f = qfmt_at(fi[k]);
         qmatmul_case(f, 1000, 1024, ns, 4);                    /* n = 64: widened to bf16, the GEMM */

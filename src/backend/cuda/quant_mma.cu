@@ -49,9 +49,12 @@ int cb_q_qmma(void) {
 
 template <int W>
 __device__ __forceinline__ void qt_ldw(const uint32_t *p, uint32_t *u) {
-    if constexpr (W == 4) {
-        const uint4 v = ld_nc_u4((const uint4 *)p);
-        u[0] = v.x; u[1] = v.y; u[2] = v.z; u[3] = v.w;
+    if constexpr (W == 4 || W == 8) {
+#pragma unroll
+        for (int q = 0; q < W; q += 4) {
+            const uint4 v = ld_nc_u4((const uint4 *)p + q / 4);
+            u[q] = v.x; u[q + 1] = v.y; u[q + 2] = v.z; u[q + 3] = v.w;
+        }
     } else if constexpr (W == 2) {
         asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(u[0]), "=r"(u[1]) : "l"(p));
     } else {
@@ -67,6 +70,15 @@ __device__ __forceinline__ unsigned qt_pair(unsigned u) {
     return *(const unsigned *)&h;
 }
 
+/* codes (2p, 2p + 1) of the word's 4 bytes, p = 0 (sel 0x4140) or 1 (0x4342), as a half2 of
+ * the codes: each byte under 0x64 (1024 + q), then 1024 off (exact) */
+__device__ __forceinline__ unsigned qt_pair8(unsigned u, unsigned sel) {
+    unsigned r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(u), "r"(0x64646464u), "r"(sel));
+    __half2 h = __hsub2(*(const __half2 *)&r, __half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+    return *(const unsigned *)&h;
+}
+
 __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                        unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -76,16 +88,18 @@ __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsig
 }
 
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
- * (hi) and 2i + 1 (lo) of token i, rs = K / 2 + QT_PAD half2 apart; half2 number
- * ((G·4 + t)·W + w)·4 + p (group G, lane quad position t, word w, pair p) holds columns
- * (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the columns of the codes lane t's word w of
- * group G pairs (qt_pair). xsum[i·ng + G]: Σ of group G's f32 x (lanes in order, then a fixed
- * tree). Ends with a barrier. */
-template <int W>
+ * (hi) and 2i + 1 (lo) of token i, rs = K / 2 + QT_PAD half2 apart. W: code words a lane
+ * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
+ * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
+ * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
+ * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4(tW + w) (qt_pair8). xsum[i·ng + G]: Σ of group
+ * G's f32 x (lanes in order, then a fixed tree). Ends with a barrier. */
+template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
                          const float *norm_w = nullptr, float eps = 0.0f) {
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
-    const int half = K >> 1, rs = half + QT_PAD, ng = K / (32 * W);
+    constexpr int PPG = BITS == 4 ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
+    const int half = K >> 1, rs = half + QT_PAD, ng = K / GS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
     if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
         for (int tok = 0; tok < ntok; tok++) {
@@ -105,13 +119,14 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     }
     for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
         const int tok = i / half, j = i - tok * half;
-        const int G = j / (16 * W), rem = j - G * 16 * W, tw = rem >> 2, p = rem & 3;
-        const int k0 = 32 * W * G + 8 * tw + p;
+        const int G = j / PPG, rem = j - G * PPG;
+        const int ka = BITS == 4 ? GS * G + 8 * (rem >> 2) + (rem & 3) : GS * G + 4 * (rem >> 1) + 2 * (rem & 1);
+        const int kb = BITS == 4 ? ka + 4 : ka + 1;
         const float *xr = x + tok * xs_stride;
-        float a = xr[k0], b = xr[k0 + 4];
+        float a = xr[ka], b = xr[kb];
         if (norm_w) {
-            a = a * nsc[tok] * __ldg(norm_w + k0);
-            b = b * nsc[tok] * __ldg(norm_w + k0 + 4);
+            a = a * nsc[tok] * __ldg(norm_w + ka);
+            b = b * nsc[tok] * __ldg(norm_w + kb);
         }
         const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
         const float2 hf = __half22float2(hi);
@@ -120,12 +135,12 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     }
     for (int it = warp; it < ntok * ng; it += nw) {
         const int tok = it / ng, G = it - tok * ng;
-        const float *xr = x + tok * xs_stride + 32 * W * G;
+        const float *xr = x + tok * xs_stride + GS * G;
         float s = 0.0f;
 #pragma unroll
-        for (int q = 0; q < W; q++) {
+        for (int q = 0; q < GS / 32; q++) {
             float v = xr[32 * q + lane];
-            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + 32 * W * G + 32 * q + lane);
+            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + GS * G + 32 * q + lane);
             s += v;
         }
         s = q_warp_sum(s);
@@ -169,7 +184,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
  * 4nb + t: c = mma of the tile's codes with the staged x (B set nb: this quad's staged row
  * xq[nb], columns hi / lo of tokens 4nb..4nb+3), then s·(c_hi + c_lo) + b·Σx with Σx from
  * xsum[nb] (the lane's token's) */
-template <int W, int NTL, int U, int NB>
+template <int BITS, int W, int NTL, int U, int NB>
 __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __half2 *const *xq,
                                            const float *const *xsum, int t, int G0, int ge, float (*acc)[4]) {
 #pragma unroll
@@ -183,6 +198,20 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
             for (int nb = 0; nb < NB; nb++) c[i][nb][0] = c[i][nb][1] = c[i][nb][2] = c[i][nb][3] = 0.0f;
 #pragma unroll
         for (int w = 0; w < W; w++) {
+            if constexpr (BITS == 8) {   /* a word: 4 codes, one mma */
+                uint2 bx[NB];
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) bx[nb] = *(const uint2 *)(xq[nb] + ((G * 4 + t) * W + w) * 2);
+#pragma unroll
+                for (int i = 0; i < NTL; i++) {
+                    const unsigned r0 = B.w[u][i][0][w], r1 = B.w[u][i][1][w];
+                    const unsigned a0 = qt_pair8(r0, 0x4140), a1 = qt_pair8(r1, 0x4140), a2 = qt_pair8(r0, 0x4342),
+                                   a3 = qt_pair8(r1, 0x4342);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
+                }
+                continue;
+            }
             const int off = ((G * 4 + t) * W + w) * 4;
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
@@ -217,29 +246,29 @@ __host__ __device__ constexpr int qt_u() { return W == 1 ? 2 : 1; }
 
 /* acc += this lane's sums of NTL tiles over groups [gb, ge), double-buffered; A holds the loads
  * of the first batch (qt_load at gb: issued by the caller, before the staging of x) */
-template <int W, int NTL, int NB, int U>
+template <int BITS, int W, int NTL, int NB, int U>
 __device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL> &R, int sd, int gb, int ge,
                                         const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4]) {
     qt_buf<W, NTL, U> B;
     for (int G0 = gb; G0 < ge; G0 += 2 * U) {
         if (G0 + U < ge) qt_load<W, NTL, U>(B, R, sd, t, G0 + U, ge);
-        qt_compute<W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc);
+        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc);
         if (G0 + U >= ge) break;
         if (G0 + 2 * U < ge) qt_load<W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge);
-        qt_compute<W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc);
+        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc);
     }
 }
 
 /* lane's rows of a matrix (codes at c, K / 8 words a row; params from p0 / q0, ng a row, es
  * bytes each): rows r0 + g and r0 + g + 8, clamped to rows - 1 (their sums are not written) */
 __device__ __forceinline__ void qt_row_ptrs(const uint8_t *codes, const char *sp, const char *bp, int64_t rows,
-                                            int K, int ng, int es, int64_t r0, int g, const uint32_t **c,
+                                            int bits, int K, int ng, int es, int64_t r0, int g, const uint32_t **c,
                                             const char **s, const char **b) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t r = r0 + g + 8 * h;
         if (r >= rows) r = rows - 1;
-        c[h] = (const uint32_t *)codes + r * (K >> 3);
+        c[h] = (const uint32_t *)codes + r * (K >> 3) * (bits >> 2);
         s[h] = sp + r * ng * es;
         b[h] = bp + r * ng * es;
     }
@@ -284,7 +313,7 @@ struct qt_args {
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
-template <int W, int NTL, int NB, int NW>
+template <int BITS, int W, int NTL, int NB, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
@@ -313,13 +342,13 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = NTL == 1 ? mi : i;
-            qt_row_ptrs(a.codes[m], a.sp[m], a.bp[m], a.rows[m], a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m], a.sp[m], a.bp[m], a.rows[m], BITS, a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
         qt_load<W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<W>(xs, xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
+    qt_stage<BITS, W>(xs, xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -333,7 +362,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if (live) qt_tile<W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
+        if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp) continue;
         const int64_t rows = a.rows[mi];
@@ -380,11 +409,12 @@ static int qt_grid(const void *kernel, int threads, size_t smem, int sm_count, i
     return (int)(want < cap ? want : cap);
 }
 
-/* 4-bit affine, groups of 32 / 64 / 128, K a multiple of the group, 16-byte aligned codes of
- * 16-byte aligned rows, f32 / f16 / bf16 params */
+/* 4- or 8-bit affine, groups of 32 / 64 / 128, K a multiple of the group, 16-byte aligned codes
+ * of 16-byte aligned rows, f32 / f16 / bf16 params */
 static int qt_kind_ok(const cb_qm &m) {
-    return m.mode == 1 && m.bits == 4 && m.sd <= 2 && (m.group == 32 || m.group == 64 || m.group == 128) &&
-           m.cols % m.group == 0 && ((uintptr_t)m.codes & 15) == 0 && (m.cols / 2) % 16 == 0;
+    return m.mode == 1 && (m.bits == 4 || m.bits == 8) && m.sd <= 2 &&
+           (m.group == 32 || m.group == 64 || m.group == 128) && m.cols % m.group == 0 &&
+           ((uintptr_t)m.codes & 15) == 0 && (m.cols * m.bits / 8) % 16 == 0;
 }
 
 static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
@@ -414,12 +444,13 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
                  const float *norm_w, float eps) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
-        if (!qt_kind_ok(ms[i]) || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd || ms[i].cols != ms[0].cols ||
-            ms[i].rows < 1)
+        if (!qt_kind_ok(ms[i]) || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd ||
+            ms[i].cols != ms[0].cols || ms[i].rows < 1)
             return 0;
     if (op == CB_SWIGLU && ms[0].rows != ms[1].rows) return 0;
     if (((uintptr_t)x & 3) != 0) return 0;
-    const int K = (int)ms[0].cols, ng = K / ms[0].group, W = ms[0].group / 32, ntl = op == CB_SWIGLU ? 2 : 1;
+    const int K = (int)ms[0].cols, ng = K / ms[0].group, bits = ms[0].bits, W = ms[0].group * bits / 128,
+              ntl = op == CB_SWIGLU ? 2 : 1;
     qt_args a;
     memset(&a, 0, sizeof a);
     const int es = ms[0].sd == 0 ? 4 : 2;
@@ -440,23 +471,29 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     a.ks = qt_ks(a.ntiles, ng, cb->sm_count, nw);
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
-#define QT_GO(WW, NN, BB, NWW)                                                                                \
+#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
     do {                                                                                                      \
         static int attr = 0;                                                                                  \
         if (!attr) {                                                                                          \
-            cudaFuncSetAttribute(qt_dense_kernel<WW, NN, BB, NWW>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                 (int)QT_SMEM_MAX);                                                           \
+            cudaFuncSetAttribute(qt_dense_kernel<BI, WW, NN, BB, NWW>,                                        \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);              \
             attr = 1;                                                                                         \
         }                                                                                                     \
-        const dim3 grid((unsigned)qt_grid((const void *)qt_dense_kernel<WW, NN, BB, NWW>, 32 * NWW, smem,   \
+        const dim3 grid((unsigned)qt_grid((const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>, 32 * NWW, smem, \
                                           cb->sm_count, blocks));                                             \
-        cb_launch(cb, qt_dense_kernel<WW, NN, BB, NWW>, grid, blk, smem, a);                                  \
+        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
-        if (W == 1) QT_GO(1, NN, BB, NWW);                                                                    \
-        else if (W == 2) QT_GO(2, NN, BB, NWW);                                                               \
-        else QT_GO(4, NN, BB, NWW);                                                                           \
+        if (bits == 4) {                                                                                      \
+            if (W == 1) QT_GO(4, 1, NN, BB, NWW);                                                             \
+            else if (W == 2) QT_GO(4, 2, NN, BB, NWW);                                                        \
+            else QT_GO(4, 4, NN, BB, NWW);                                                                    \
+        } else {                                                                                              \
+            if (W == 2) QT_GO(8, 2, NN, BB, NWW);                                                             \
+            else if (W == 4) QT_GO(8, 4, NN, BB, NWW);                                                        \
+            else QT_GO(8, 8, NN, BB, NWW);                                                                    \
+        }                                                                                                     \
     } while (0)
     if (ntl == 2) {
         if (n <= 4) QT_GO_W(2, 1, 8);
@@ -495,11 +532,11 @@ struct qt_moe_args {
     float limit;
 };
 
-template <int W, int NTL>
+template <int BITS, int W, int NTL>
 __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int K = a.X, ng = K / (32 * W), p = blockIdx.y;
+    const int K = a.X, ng = K / (BITS == 4 ? 32 * W : 16 * W), p = blockIdx.y;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + 2 * ((K >> 1) + QT_PAD));
     float *red = xsum + ng;
@@ -522,12 +559,12 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
             const int m = 3 * e + (NTL == 2 ? i : 1);   /* gate (i = 0), up */
             const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
             const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
-            qt_row_ptrs(a.codes[m], sp, bp, a.I, K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m], sp, bp, a.I, BITS, K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i], R.b[i]);
         }
         qt_load<W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
-    qt_stage<W>(xs, xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
+    qt_stage<BITS, W>(xs, xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
     const __half2 *xq[1] = { xs + (g & 1) * ((K >> 1) + QT_PAD) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
@@ -535,7 +572,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if (live) qt_tile<W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
+        if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp || t) continue;
 #pragma unroll
@@ -547,11 +584,11 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     }
 }
 
-template <int W, int NW>
+template <int BITS, int W, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int K = a.I, ng = K / (32 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
+    const int K = a.I, ng = K / (BITS == 4 ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
     float *red = xsum + a.K * ng;
@@ -569,18 +606,18 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
         ge = (kp + 1) * ng / a.kparts;
         const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
         const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
-        qt_row_ptrs(a.codes[m], sp, bp, a.X, K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
+        qt_row_ptrs(a.codes[m], sp, bp, a.X, BITS, K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
         qt_load<W, 1, U>(A, R, a.sd, t, gb, ge);
     };
     if (warp < items) setup(warp);
-    qt_stage<W>(xs, xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
+    qt_stage<BITS, W>(xs, xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
         float part[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
         const __half2 *xq[1] = { xs + (size_t)(2 * k + (g & 1)) * rs };
         const float *xsm[1] = { xsum + k * ng };
-        qt_tile<W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part);
+        qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part);
         const float wk = a.wt[tk * a.K + k];
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
@@ -609,10 +646,13 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
               int k, int acc) {
     if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
+    const int bt = bits[1];
     for (int j = relu2 ? 1 : 0; j < 3; j++)
-        if (mode[j] != 1 || bits[j] != 4 || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
-    const int gs = group[1], W = gs / 32;
-    if (!(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X / 2) % 16 || (I / 2) % 16) return 0;
+        if (mode[j] != 1 || bits[j] != bt || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
+    const int gs = group[1], W = gs * bt / 128;
+    if ((bt != 4 && bt != 8) || !(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X * bt / 8) % 16 ||
+        (I * bt / 8) % 16)
+        return 0;
     if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)2 * ((X >> 1) + QT_PAD) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
@@ -641,26 +681,25 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
         cb_launch(cb, KER, gg_or_gd, blk_or_bd, SM, a);                                                       \
     } while (0)
     dim3 gg_or_gd = gg, blk_or_bd = blk;
-    if (relu2) {
-        if (W == 1) QT_SET((qt_gu_kernel<1, 1>), smem_gu);
-        else if (W == 2) QT_SET((qt_gu_kernel<2, 1>), smem_gu);
-        else QT_SET((qt_gu_kernel<4, 1>), smem_gu);
+#define QT_MOE(BI, WW)                                                                                        \
+    do {                                                                                                      \
+        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), smem_gu);                                                \
+        else QT_SET((qt_gu_kernel<BI, WW, 2>), smem_gu);                                                      \
+        gg_or_gd = gd;                                                                                        \
+        blk_or_bd = dim3(32 * dnw);                                                                           \
+        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), smem_dn);                                          \
+        else QT_SET((qt_dn_kernel<BI, WW, 8>), smem_dn);                                                     \
+    } while (0)
+    if (bt == 4) {
+        if (W == 1) QT_MOE(4, 1);
+        else if (W == 2) QT_MOE(4, 2);
+        else QT_MOE(4, 4);
     } else {
-        if (W == 1) QT_SET((qt_gu_kernel<1, 2>), smem_gu);
-        else if (W == 2) QT_SET((qt_gu_kernel<2, 2>), smem_gu);
-        else QT_SET((qt_gu_kernel<4, 2>), smem_gu);
+        if (W == 2) QT_MOE(8, 2);
+        else if (W == 4) QT_MOE(8, 4);
+        else QT_MOE(8, 8);
     }
-    gg_or_gd = gd;
-    blk_or_bd = dim3(32 * dnw);
-    if (dnw == 16) {
-        if (W == 1) QT_SET((qt_dn_kernel<1, 16>), smem_dn);
-        else if (W == 2) QT_SET((qt_dn_kernel<2, 16>), smem_dn);
-        else QT_SET((qt_dn_kernel<4, 16>), smem_dn);
-    } else {
-        if (W == 1) QT_SET((qt_dn_kernel<1, 8>), smem_dn);
-        else if (W == 2) QT_SET((qt_dn_kernel<2, 8>), smem_dn);
-        else QT_SET((qt_dn_kernel<4, 8>), smem_dn);
-    }
+#undef QT_MOE
 #undef QT_SET
     cb_launched(cb, "quantized moe_experts (tensor cores)");
     return 1;
