@@ -46,8 +46,13 @@ demo: deps build
 
 # The GPU suite: builds here (with nvcc) and packs .gpu/ for the GPU machine, where
 # `bash tests/gpu/run.sh` runs it (tests/gpu/stage.sh says what is packed).
+# The staged libcinfer_cuda.so comes from build-sass/: the same sources built for sm_90 only
+# (no compute_90 PTX: the H200 runs the SASS, and the PTX doubled the packed size past what a
+# device call can carry beside the tree).
 gpu-stage: build
-	@bash tests/gpu/stage.sh build
+	@cmake -S . -B build-sass -DCINFER_CUDA_ARCH="-gencode=arch=compute_90,code=sm_90" >/dev/null
+	@cmake --build build-sass --target cinfer_cuda -j$$(nproc) >/dev/null
+	@STAGE_CUDA_LIB=build-sass/libcinfer_cuda.so bash tests/gpu/stage.sh build
 
 clean:
-	rm -rf build build-asan build-fuzz .gpu
+	rm -rf build build-asan build-fuzz build-sass .gpu .gpuz

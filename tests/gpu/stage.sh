@@ -15,7 +15,8 @@
 #                                          libcublas*, which the machine has)
 #   .gpu/MANIFEST                          what was staged, from which commit, sizes
 # Usage: tests/gpu/stage.sh [BUILD_DIR]   (default build). Then run on the device, from the
-# repository root, with .gpu carried: bash tests/gpu/run.sh
+# repository root, with .gpu carried: bash tests/gpu/run.sh. STAGE_CUDA_LIB: a
+# libcinfer_cuda.so to stage instead of BUILD_DIR's (make gpu-stage: an sm_90-only build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
@@ -24,7 +25,7 @@ for f in "$B/cinfer" "$B/libcinfer_cuda.so" "$B/tests/test_cuda_ops" "$B/tests/t
 done
 rm -rf .gpu
 mkdir -p .gpu/lib .gpu/tests
-cp "$B/cinfer" "$B/libcinfer_cuda.so" .gpu/
+cp "$B/cinfer" "${STAGE_CUDA_LIB:-$B/libcinfer_cuda.so}" .gpu/
 cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" .gpu/tests/
 for b in "$B"/bench_*; do [ -x "$b" ] && cp "$b" .gpu/; done
 bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax .gpu/tests/test_paged)
@@ -53,7 +54,7 @@ if [ "$total" -gt $((60 * 1024 * 1024)) ]; then echo "stage: .gpu is over 60 MiB
 # 64 MiB in all: the stripped, xz-packed .gpu (~5 MiB) fits where .gpu itself does not.
 # Carry .gpuz and start the device command with `tar xJf .gpuz/gpu.tar.xz` (run.sh does it
 # when .gpu is missing).
-strip --strip-unneeded .gpu/cinfer .gpu/tests/* .gpu/bench_* 2>/dev/null || true
+strip --strip-unneeded .gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/* .gpu/bench_* 2>/dev/null || true
 mkdir -p .gpuz
 XZ_OPT=-9e tar cJf .gpuz/gpu.tar.xz .gpu
 echo "packed .gpuz/gpu.tar.xz: $(( $(stat -c %s .gpuz/gpu.tar.xz) / 1024 )) KiB (carry .gpuz)"
