@@ -386,10 +386,16 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 
 /* warps a tile's groups are split over: 1, 2, .. nw (a block's warps), doubled while the
  * launch's warps still fit one wave (16 warps an SM: the kernels' launch bounds) and each
- * warp keeps 4 groups or more. A function of the shape only (never of the token rows). */
+ * warp keeps 2 groups or more. A function of the shape only (never of the token rows).
+ * Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512,
+ * alternating, 2 rounds, bench/device_runs/2026-12-02f-qmma5.sh, in a build that also held a
+ * second prefetch buffer across the staging, since removed: no faster, 13 more registers): at
+ * least 2 groups a warp 891.4 / 897.8 tok/s, 1 group 893.3 / 898.7, 4 groups 863.9 / 872.3
+ * (small matrices such as the router split further); the experts' gate+up split 8 or 2 ways
+ * instead of the rule's 4: 813.5 / 814.5, 812.8 / 816.0. */
 static int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
     int ks = 1;
-    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 8 * ks) ks *= 2;
+    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 4 * ks) ks *= 2;
     return ks;
 }
 
