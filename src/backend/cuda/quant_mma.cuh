@@ -1,0 +1,329 @@
+/* quant_mma.cuh — MLX affine 4- and 8-bit GEMVs of 1..8 token rows on tensor cores (decode),
+ * the pieces the dense kernels (quant_mma.cu, for quant.cu's matmuls) and the routed experts'
+ * kernels (quant_mma_moe.cu, for quant_moe.cu) share.
+ *
+ * Why: the f32 kernels of quant.cu / quant_moe.cu spend ~5 instructions a weight (extract,
+ * convert, s·q + b, · x) and load 32 x floats per 16 bytes of codes, so at batch 1 they ran
+ * at ~0.6 TB/s, no faster than the bf16 GEMVs reading 3.6x the bytes (bench/RESULTS.md, ninth
+ * session). Here a warp owns a tile of 16 weight rows and multiplies it with mma.sync
+ * m16n8k16 (f16 operands, f32 accumulation), the 8 columns of B being up to 8 token rows:
+ *   - codes: lane (g, t) = (lane / 4, lane % 4) loads W words of rows g and g + 8 per group
+ *     (W = group / 32 for 4-bit codes, group / 16 for 8-bit: a quad reads one group of a row, a
+ *     warp 8 rows at once); a 4-bit word's 8 nibbles become 4 half2 (q_j, q_{j+4}) by one lop3
+ *     into 1024's mantissa, an 8-bit word's 4 bytes 2 half2 (q_2p, q_2p+1) by one prmt, then an
+ *     exact subtraction of 1024 (HSUB2), so A holds the codes q themselves, exact in f16;
+ *   - which of the 16 k slots of an mma holds which column is free (a dot product does not care
+ *     about the order of its terms) as long as B holds x in the same order: the block stages its
+ *     x rows once in shared memory as f16 pairs in exactly the order the lanes' codes come in
+ *     (qt_stage), so a B fragment is one 8-byte shared load, and each group's Σ x beside them;
+ *   - x is staged as two f16 rows, hi = f16(x) and lo = f16(x - hi) (x to ~22 significant bits;
+ *     hi saturates at ±65504, lo takes the rest up to twice that), B's columns 2j and 2j + 1
+ *     are token j's hi and lo, so one mma gives 4 tokens' sums (hi and lo parts added in f32
+ *     after it) and a second one with the same A the tokens 4..7;
+ *   - one group's mmas start from zero (C = Σ q·x over the group), then the group's affine
+ *     parameters apply in f32: acc += s·C + b·Σx (Σx of the f32 x). So weights are never
+ *     rounded and x only past ~2^-22: f32-class sums (products exact, f32 accumulation in
+ *     another order than the CPU's). A first form with x as one f16 row failed 5 mlx parity
+ *     checks (bench/RESULTS.md, eleventh session).
+ * A tile's groups may be split over ks warps of a block (small matrices: enough warps in
+ * flight), their sums added in warp order; ks depends on the matrix's shape only, never on the
+ * number of token rows, so a token row gets the same bits alone or in a batch. Each lane
+ * double-buffers its code loads (one batch of groups in flight while the previous is
+ * multiplied), the first batch issued before the staging of x (the dense kernels: before
+ * pdl_enter(), weights being never written while a model runs). Only affine 4- and 8-bit
+ * codes, groups of 32 / 64 / 128, f32 / f16 / bf16 scales; everything else stays on quant.cu's
+ * kernels. CINFER_CUDA_QMMA=0 turns this off (quant_mma.cu). */
+#ifndef CI_CUDA_QUANT_MMA_CUH
+#define CI_CUDA_QUANT_MMA_CUH
+#include "cuda_internal.h"
+#include "loaders.cuh"
+#include "quant.cuh"
+#include <cuda_fp16.h>
+#include <string.h>
+
+enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8, QT_PAD = 4 /* half2 after a staged row */ };
+static const size_t QT_SMEM_MAX = 96 * 1024;   /* dynamic shared memory a launch may take */
+
+/* ---- device pieces ------------------------------------------------------------------------- */
+
+template <int W>
+__device__ __forceinline__ void qt_ldw(const uint32_t *p, uint32_t *u) {
+    if constexpr (W == 4 || W == 8) {
+#pragma unroll
+        for (int q = 0; q < W; q += 4) {
+            const uint4 v = ld_nc_u4((const uint4 *)p + q / 4);
+            u[q] = v.x; u[q + 1] = v.y; u[q + 2] = v.z; u[q + 3] = v.w;
+        }
+    } else if constexpr (W == 2) {
+        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(u[0]), "=r"(u[1]) : "l"(p));
+    } else {
+        asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(u[0]) : "l"(p));
+    }
+}
+
+/* codes (j, j + 4) of the word's nibbles, j = 0..3 as u >> 4j, as a half2 of the codes */
+__device__ __forceinline__ unsigned qt_pair(unsigned u) {
+    unsigned r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(u), "r"(0x000F000Fu), "r"(0x64006400u));   /* (u & m) | c */
+    __half2 h = __hsub2(*(const __half2 *)&r, __half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+    return *(const unsigned *)&h;
+}
+
+/* codes (2p, 2p + 1) of the word's 4 bytes, p = 0 (sel 0x4140) or 1 (0x4342), as a half2 of
+ * the codes: each byte under 0x64 (1024 + q), then 1024 off (exact) */
+__device__ __forceinline__ unsigned qt_pair8(unsigned u, unsigned sel) {
+    unsigned r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(u), "r"(0x64646464u), "r"(sel));
+    __half2 h = __hsub2(*(const __half2 *)&r, __half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+    return *(const unsigned *)&h;
+}
+
+__device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
+ * (hi) and 2i + 1 (lo) of token i, rs = K / 2 + QT_PAD half2 apart. W: code words a lane
+ * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
+ * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
+ * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
+ * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4(tW + w) (qt_pair8). xsum[i·ng + G]: Σ of group
+ * G's f32 x (lanes in order, then a fixed tree). Ends with a barrier. */
+template <int BITS, int W>
+__device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
+                         const float *norm_w = nullptr, float eps = 0.0f) {
+    __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
+    constexpr int PPG = BITS == 4 ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
+    const int half = K >> 1, rs = half + QT_PAD, ng = K / GS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+    if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
+        for (int tok = 0; tok < ntok; tok++) {
+            const float *xr = x + tok * xs_stride;
+            float ss = 0.0f;
+            for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+            ss = q_warp_sum(ss);
+            if (lane == 0) part[warp][tok] = ss;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < ntok) {
+            float tot = 0.0f;
+            for (int w = 0; w < nw; w++) tot += part[w][threadIdx.x];
+            nsc[threadIdx.x] = (float)(1.0 / sqrt((double)tot / (double)K + (double)eps));
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
+        const int tok = i / half, j = i - tok * half;
+        const int G = j / PPG, rem = j - G * PPG;
+        const int ka = BITS == 4 ? GS * G + 8 * (rem >> 2) + (rem & 3) : GS * G + 4 * (rem >> 1) + 2 * (rem & 1);
+        const int kb = BITS == 4 ? ka + 4 : ka + 1;
+        const float *xr = x + tok * xs_stride;
+        float a = xr[ka], b = xr[kb];
+        if (norm_w) {
+            a = a * nsc[tok] * __ldg(norm_w + ka);
+            b = b * nsc[tok] * __ldg(norm_w + kb);
+        }
+        const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
+        const float2 hf = __half22float2(hi);
+        xs[2 * tok * rs + j] = hi;
+        xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+    }
+    for (int it = warp; it < ntok * ng; it += nw) {
+        const int tok = it / ng, G = it - tok * ng;
+        const float *xr = x + tok * xs_stride + GS * G;
+        float s = 0.0f;
+#pragma unroll
+        for (int q = 0; q < GS / 32; q++) {
+            float v = xr[32 * q + lane];
+            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + GS * G + 32 * q + lane);
+            s += v;
+        }
+        s = q_warp_sum(s);
+        if (lane == 0) xsum[it] = s;
+    }
+    __syncthreads();
+}
+
+/* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1) */
+template <int NTL>
+struct qt_rows {
+    const uint32_t *c[NTL][2];
+    const char *s[NTL][2], *b[NTL][2];
+};
+
+/* the loads of one batch of U groups starting at G0 (groups >= ge not loaded) */
+template <int W, int NTL, int U>
+struct qt_buf {
+    uint32_t w[U][NTL][2][W];
+    float s[U][NTL][2], b[U][NTL][2];
+};
+
+template <int W, int NTL, int U>
+__device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int G = G0 + u;
+        if (G >= ge) break;
+#pragma unroll
+        for (int i = 0; i < NTL; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                qt_ldw<W>(R.c[i][h] + G * 4 * W + t * W, B.w[u][i][h]);
+                B.s[u][i][h] = q_param(R.s[i][h], sd, G);
+                B.b[u][i][h] = q_param(R.b[i][h], sd, G);
+            }
+    }
+}
+
+/* acc[i][2nb + h] += the batch's groups for tile i, rows g (h = 0) and g + 8 (h = 1), token
+ * 4nb + t: c = mma of the tile's codes with the staged x (B set nb: this quad's staged row
+ * xq[nb], columns hi / lo of tokens 4nb..4nb+3), then s·(c_hi + c_lo) + b·Σx with Σx from
+ * xsum[nb] (the lane's token's) */
+template <int BITS, int W, int NTL, int U, int NB>
+__device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __half2 *const *xq,
+                                           const float *const *xsum, int t, int G0, int ge, float (*acc)[4]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int G = G0 + u;
+        if (G >= ge) break;
+        float c[NTL][NB][4];
+#pragma unroll
+        for (int i = 0; i < NTL; i++)
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) c[i][nb][0] = c[i][nb][1] = c[i][nb][2] = c[i][nb][3] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            if constexpr (BITS == 8) {   /* a word: 4 codes, one mma */
+                uint2 bx[NB];
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) bx[nb] = *(const uint2 *)(xq[nb] + ((G * 4 + t) * W + w) * 2);
+#pragma unroll
+                for (int i = 0; i < NTL; i++) {
+                    const unsigned r0 = B.w[u][i][0][w], r1 = B.w[u][i][1][w];
+                    const unsigned a0 = qt_pair8(r0, 0x4140), a1 = qt_pair8(r1, 0x4140), a2 = qt_pair8(r0, 0x4342),
+                                   a3 = qt_pair8(r1, 0x4342);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
+                }
+                continue;
+            }
+            const int off = ((G * 4 + t) * W + w) * 4;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                uint2 bx[NB];
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) bx[nb] = *(const uint2 *)(xq[nb] + off + 2 * hh);
+#pragma unroll
+                for (int i = 0; i < NTL; i++) {
+                    const unsigned r0 = B.w[u][i][0][w] >> (8 * hh), r1 = B.w[u][i][1][w] >> (8 * hh);
+                    const unsigned a0 = qt_pair(r0), a1 = qt_pair(r1), a2 = qt_pair(r0 >> 4), a3 = qt_pair(r1 >> 4);
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
+                }
+            }
+        }
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            const float X = xsum[nb][G];
+#pragma unroll
+            for (int i = 0; i < NTL; i++) {
+                acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], fmaf(B.b[u][i][0], X, acc[i][2 * nb]));
+                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], fmaf(B.b[u][i][1], X, acc[i][2 * nb + 1]));
+            }
+        }
+    }
+}
+
+/* groups a lane loads per batch: 8 bytes of each row (16 for groups of 128), two batches in
+ * flight */
+template <int W>
+__host__ __device__ constexpr int qt_u() { return W == 1 ? 2 : 1; }
+
+/* acc += this lane's sums of NTL tiles over groups [gb, ge), double-buffered; A holds the loads
+ * of the first batch (qt_load at gb: issued by the caller, before the staging of x) */
+template <int BITS, int W, int NTL, int NB, int U>
+__device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL> &R, int sd, int gb, int ge,
+                                        const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4]) {
+    qt_buf<W, NTL, U> B;
+    for (int G0 = gb; G0 < ge; G0 += 2 * U) {
+        if (G0 + U < ge) qt_load<W, NTL, U>(B, R, sd, t, G0 + U, ge);
+        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc);
+        if (G0 + U >= ge) break;
+        if (G0 + 2 * U < ge) qt_load<W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge);
+        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc);
+    }
+}
+
+/* lane's rows of a matrix (codes at c, K / 8 words a row; params from p0 / q0, ng a row, es
+ * bytes each): rows r0 + g and r0 + g + 8, clamped to rows - 1 (their sums are not written) */
+__device__ __forceinline__ void qt_row_ptrs(const uint8_t *codes, const char *sp, const char *bp, int64_t rows,
+                                            int bits, int K, int ng, int es, int64_t r0, int g, const uint32_t **c,
+                                            const char **s, const char **b) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t r = r0 + g + 8 * h;
+        if (r >= rows) r = rows - 1;
+        c[h] = (const uint32_t *)codes + r * (K >> 3) * (bits >> 2);
+        s[h] = sp + r * ng * es;
+        b[h] = bp + r * ng * es;
+    }
+}
+
+/* the block's ks-way sums: warps kp = 1.. of a tile write theirs, warp kp = 0 adds them in order
+ * (all warps of the block call it) */
+template <int NTL>
+__device__ __forceinline__ void qt_reduce(float *red, int ks, int warp, int lane, float (*acc)[4]) {
+    if (ks == 1) return;
+    const int kp = warp % ks;
+    if (kp)
+#pragma unroll
+        for (int i = 0; i < NTL; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) red[((warp * NTL + i) * 4 + j) * 32 + lane] = acc[i][j];
+    __syncthreads();
+    if (!kp)
+        for (int q = 1; q < ks; q++)
+#pragma unroll
+            for (int i = 0; i < NTL; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + q) * NTL + i) * 4 + j) * 32 + lane];
+    __syncthreads();
+}
+
+/* ---- host side ---------------------------------------------------------------------------- */
+
+/* warps a tile's groups are split over: 1, 2, .. nw (a block's warps), doubled while the
+ * launch's warps still fit one wave (16 warps an SM: the kernels' launch bounds) and each
+ * warp keeps 2 groups or more. A function of the shape only (never of the token rows).
+ * Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512,
+ * alternating, 2 rounds, bench/device_runs/2026-12-02f-qmma5.sh, in a build that also held a
+ * second prefetch buffer across the staging, since removed: no faster, 13 more registers): at
+ * least 2 groups a warp 891.4 / 897.8 tok/s, 1 group 893.3 / 898.7, 4 groups 863.9 / 872.3
+ * (small matrices such as the router split further); the experts' gate+up split 8 or 2 ways
+ * instead of the rule's 4: 813.5 / 814.5, 812.8 / 816.0. */
+static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
+    int ks = 1;
+    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 4 * ks) ks *= 2;
+    return ks;
+}
+
+/* blocks: want, at most what is resident at once (blocks loop over their tiles); the
+ * occupancy of a (kernel, shared bytes) asked once */
+static inline int qt_grid(const void *kernel, int threads, size_t smem, int sm_count, int64_t want) {
+    static struct { const void *k; size_t smem; int per; } memo[64];
+    static int n_memo;
+    int per = 0;
+    for (int i = 0; i < n_memo && !per; i++)
+        if (memo[i].k == kernel && memo[i].smem == smem) per = memo[i].per;
+    if (!per) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) != cudaSuccess || per < 1) per = 1;
+        if (n_memo < 64) memo[n_memo++] = { kernel, smem, per };
+    }
+    const int64_t cap = (int64_t)per * sm_count;
+    return (int)(want < cap ? want : cap);
+}
+#endif

@@ -1,0 +1,209 @@
+/* quant_mma_moe.cu — the routed experts' gate+up and down of MLX 4- / 8-bit layers at decode
+ * (1..8 token rows) on tensor cores (quant_mma.cuh says how): quant_moe.cu hands them its
+ * decode pair. */
+#include "quant_mma.cuh"
+
+/* CINFER_CUDA_QMMA_DNW (8 or 16, default 16): warps of a block of the experts' down kernel.
+ * Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512,
+ * alternating, 2 rounds): 870.2 / 868.3 tok/s with 16 vs 802.1 / 799.7 with 8; with NW16 905.1 /
+ * 906.2 vs 840.9 / 840.6. Batched decode of 8 sequences pays for it (1,782 tok/s against 1,980
+ * with 8 warps: 8 tokens' tiles are 8 waves of one block an SM), but the warp count is not
+ * picked per batch size: a token's bits must not depend on its batch. */
+static int qt_dn_warps(void) {
+    static const int v = cb_env_int("CINFER_CUDA_QMMA_DNW", 16, 8, 16) >= 16 ? 16 : 8;
+    return v;
+}
+
+/* ---- routed experts ------------------------------------------------------------------------ */
+
+/* gate+up: h[p, r] = act(gate_e row r · x_t, up_e row r · x_t) for entries p = (t, k) =
+ * blockIdx.y (e = sel[p], t = p / K): token t's x staged, NTL = 2 tiles (gate, up) a warp for
+ * gated experts, 1 (up) for relu². down: out[t, r] (+)= Σ_k w[t, k] · (down_e row r · h[t, k])
+ * for one 16-row tile r0 = 16·blockIdx.x of token t = blockIdx.y: the K rows of h staged, the
+ * block's NW warps taking (expert k, part kp) items i = warp, warp + NW, ..., each summing w_k ·
+ * its share, then the NW warps' sums added in warp order. */
+struct qt_moe_args {
+    const uint8_t *const *codes;
+    const void *const *scales, *const *biases;
+    const int64_t *srow0;
+    const int32_t *sel;
+    const float *wt;
+    const float *x;    /* [n, X] */
+    float *h;          /* [n·K, I] */
+    float *out;        /* [n, X] */
+    int X, I, K, sd, es, acc, ks, kparts;
+    float limit;
+};
+
+template <int BITS, int W, int NTL>
+__global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
+    extern __shared__ __align__(16) unsigned char qt_sm[];
+    constexpr int U = qt_u<W>();
+    const int K = a.X, ng = K / (BITS == 4 ? 32 * W : 16 * W), p = blockIdx.y;
+    __half2 *xs = (__half2 *)qt_sm;
+    float *xsum = (float *)(xs + 2 * ((K >> 1) + QT_PAD));
+    float *red = xsum + ng;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tpb = QT_WARPS / a.ks, kp = warp % a.ks;
+    const int ntiles = (a.I + 15) / 16, nb = (ntiles + tpb - 1) / tpb;
+    const int gb = kp * ng / a.ks, ge = (kp + 1) * ng / a.ks;
+    pdl_enter();
+    const int e = a.sel[p], tk = p / a.K;
+    qt_buf<W, NTL, U> A;
+    qt_rows<NTL> R;
+    int tile = 0;
+    bool live = false;
+    auto setup = [&](int bt) {   /* the rows of block tile bt, and their first batch's loads */
+        tile = bt * tpb + warp / a.ks;
+        live = tile < ntiles;
+        if (!live) return;
+#pragma unroll
+        for (int i = 0; i < NTL; i++) {
+            const int m = 3 * e + (NTL == 2 ? i : 1);   /* gate (i = 0), up */
+            const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
+            const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
+            qt_row_ptrs(a.codes[m], sp, bp, a.I, BITS, K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i], R.b[i]);
+        }
+        qt_load<W, NTL, U>(A, R, a.sd, t, gb, ge);
+    };
+    setup(blockIdx.x);
+    qt_stage<BITS, W>(xs, xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
+    const __half2 *xq[1] = { xs + (g & 1) * ((K >> 1) + QT_PAD) };   /* B columns: hi, lo, hi, lo, ... */
+    const float *xsm[1] = { xsum };
+    for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
+        if (bt != (int)blockIdx.x) setup(bt);
+        float acc[NTL][4];
+#pragma unroll
+        for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+        if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
+        qt_reduce<NTL>(red, a.ks, warp, lane, acc);
+        if (!live || kp || t) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = tile * 16 + g + 8 * h;
+            if (r < a.I)
+                a.h[(int64_t)p * a.I + r] = moe_act(NTL == 2 ? acc[0][h] : 0.0f, acc[NTL - 1][h], NTL == 1, a.limit);
+        }
+    }
+}
+
+template <int BITS, int W, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
+    extern __shared__ __align__(16) unsigned char qt_sm[];
+    constexpr int U = qt_u<W>();
+    const int K = a.I, ng = K / (BITS == 4 ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
+    __half2 *xs = (__half2 *)qt_sm;
+    float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
+    float *red = xsum + a.K * ng;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t r0 = (int64_t)blockIdx.x * 16;
+    const int items = a.K * a.kparts;
+    pdl_enter();
+    qt_buf<W, 1, U> A;
+    qt_rows<1> R;
+    int k = 0, gb = 0, ge = 0;
+    auto setup = [&](int it) {   /* item it = (expert slot k, part): its rows and first batch's loads */
+        k = it / a.kparts;
+        const int kp = it - k * a.kparts, m = 3 * a.sel[tk * a.K + k] + 2;
+        gb = kp * ng / a.kparts;
+        ge = (kp + 1) * ng / a.kparts;
+        const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
+        const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
+        qt_row_ptrs(a.codes[m], sp, bp, a.X, BITS, K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
+        qt_load<W, 1, U>(A, R, a.sd, t, gb, ge);
+    };
+    if (warp < items) setup(warp);
+    qt_stage<BITS, W>(xs, xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
+    float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
+    for (int it = warp; it < items; it += NW) {
+        if (it != warp) setup(it);
+        float part[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
+        const __half2 *xq[1] = { xs + (size_t)(2 * k + (g & 1)) * rs };
+        const float *xsm[1] = { xsum + k * ng };
+        qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part);
+        const float wk = a.wt[tk * a.K + k];
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
+    }
+    /* the NW warps' sums in warp order */
+    if (t == 0) {
+        red[warp * 16 + g] = acc[0][0];
+        red[warp * 16 + g + 8] = acc[0][1];
+    }
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        const int64_t r = r0 + threadIdx.x;
+        float s = 0.0f;
+        for (int q = 0; q < NW; q++) s += red[q * 16 + threadIdx.x];
+        if (r < a.X) {
+            float *o = a.out + (int64_t)tk * a.X + r;
+            *o = a.acc ? *o + s : s;
+        }
+    }
+}
+
+/* the two launches for k token rows; 0 (nothing launched) when the layer is not 4-bit affine
+ * with gate / up / down packed alike or does not fit */
+int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
+              const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
+              int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
+              int k, int acc) {
+    if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
+    const int bt = bits[1];
+    for (int j = relu2 ? 1 : 0; j < 3; j++)
+        if (mode[j] != 1 || bits[j] != bt || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
+    const int gs = group[1], W = gs * bt / 128;
+    if ((bt != 4 && bt != 8) || !(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X * bt / 8) % 16 ||
+        (I * bt / 8) % 16)
+        return 0;
+    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+    const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
+    const size_t smem_gu = (size_t)2 * ((X >> 1) + QT_PAD) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+    const int dnw = qt_dn_warps();
+    const size_t smem_dn = (size_t)2 * K * ((I >> 1) + QT_PAD) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
+    if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
+    qt_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
+    a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
+    const int tiles = (I + 15) / 16;
+    a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
+    /* down: items (expert, part) over the block's 8 warps; parts only when K < 8 */
+    a.kparts = 1;
+    while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
+    const int tpb = QT_WARPS / a.ks;
+    const dim3 gg((unsigned)((tiles + tpb - 1) / tpb), (unsigned)(k * K)), gd((unsigned)((X + 15) / 16), (unsigned)k),
+        blk(QT_THREADS);
+#define QT_SET(KER, SM)                                                                                       \
+    do {                                                                                                      \
+        static int attr = 0;                                                                                  \
+        if (!attr) {                                                                                          \
+            cudaFuncSetAttribute(KER, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);         \
+            attr = 1;                                                                                         \
+        }                                                                                                     \
+        cb_launch(cb, KER, gg_or_gd, blk_or_bd, SM, a);                                                       \
+    } while (0)
+    dim3 gg_or_gd = gg, blk_or_bd = blk;
+#define QT_MOE(BI, WW)                                                                                        \
+    do {                                                                                                      \
+        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), smem_gu);                                                \
+        else QT_SET((qt_gu_kernel<BI, WW, 2>), smem_gu);                                                      \
+        gg_or_gd = gd;                                                                                        \
+        blk_or_bd = dim3(32 * dnw);                                                                           \
+        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), smem_dn);                                          \
+        else QT_SET((qt_dn_kernel<BI, WW, 8>), smem_dn);                                                     \
+    } while (0)
+    if (bt == 4) {
+        if (W == 1) QT_MOE(4, 1);
+        else if (W == 2) QT_MOE(4, 2);
+        else QT_MOE(4, 4);
+    } else {
+        if (W == 2) QT_MOE(8, 2);
+        else if (W == 4) QT_MOE(8, 4);
+        else QT_MOE(8, 8);
+    }
+#undef QT_MOE
+#undef QT_SET
+    cb_launched(cb, "quantized moe_experts (tensor cores)");
+    return 1;
+}
