@@ -251,9 +251,11 @@ void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_
  * (acc), GEMV on the packed codes for few rows, else W widened to bf16 in cb->wdeq and the
  * GEMM. cb_q_matmul_n: matmul_n (op CB_STORE) or matmul_swiglu (CB_SWIGLU: ys[0] = g, u
  * scratch) in one launch where it can; 0 if some W is not cb_q_ok (nothing done).
- * cb_q_matmul_xw: backend.h's matmul_xw. cb_q_embed: rows ids[t] of E as f32.
- * cb_q_moe_experts (quant_moe.cu): backend.h's moe_experts for a layer whose experts are U32
- * views. */
+ * cb_q_matmul_xw: backend.h's matmul_xw. cb_q_norm_matmul_n: norm_matmul_n (CB_STORE) or
+ * norm_matmul_swiglu (CB_SWIGLU) in one launch when the tensor-core GEMVs take it (4- / 8-bit
+ * affine, <= CB_GEMV_MAX_N rows: quant_mma.cu), else 0 and nothing done. cb_q_embed: rows
+ * ids[t] of E as f32. cb_q_moe_experts (quant_moe.cu): backend.h's moe_experts for a layer
+ * whose experts are U32 views. */
 int cb_q_ok(const ci_mat *W);
 void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc);
 int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,

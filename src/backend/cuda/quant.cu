@@ -3,7 +3,9 @@
  * form: the codes and the descriptor's scales / biases are placed as they are (weight(),
  * weight_q()), never widened at load.
  *
- * Decode (n <= CB_Q_GEMV_MAX_N token rows, CB_GEMV_MAX_N per launch): qgemv_kernel, one warp
+ * Decode (n <= CB_Q_GEMV_MAX_N token rows, CB_GEMV_MAX_N per launch): affine 4- and 8-bit
+ * codes on tensor cores (quant_mma.cuh: f32-class sums, another order, so not these kernels'
+ * bits; CINFER_CUDA_QMMA=0 keeps them here); the rest, and those with QMMA off: qgemv_kernel, one warp
  * per output row; lane l takes the row's 32-column chunks l, l + 32, ... (a chunk is `bits`
  * consecutive words, so the warp reads the row front to back), decodes a chunk in registers
  * (quant.cuh, q_chunk) and dots it with every token row; f32 products and sums, one warp reduction per output.
