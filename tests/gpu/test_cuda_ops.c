@@ -2631,6 +2631,50 @@ static void qmatmul_case(qfmt f, int64_t rows, int64_t cols, const int *ns, int 
     }
 }
 
+/* Affine 4- / 8-bit GEMVs run on tensor cores (quant_mma.cuh) with a split of the work that
+ * depends on the matrix only, so a token row's outputs are the same bits alone as inside a
+ * batch (the server's batched decode relies on it): row 3 of a 5-row matmul, and of a 7-row
+ * norm_matmul_n, against that row alone, byte for byte. (The f32 qmv kernels take one row and
+ * several rows in different kernels, so formats they serve are not checked here.) */
+static void qbatch_case(qfmt f, int64_t rows, int64_t cols) {
+    char fn[32], name[200];
+    qfmt_name(&f, fn, sizeof fn);
+    snprintf(name, sizeof name, "cuda qmatmul batch-invariant %s %lldx%lld", fn, (long long)rows, (long long)cols);
+    const char *qm = getenv("CINFER_CUDA_QMMA");
+    if (!want(name) || (qm && !strcmp(qm, "0")) || !(f.mode == CI_Q_AFFINE && (f.bits == 4 || f.bits == 8))) return;
+    qpair w = make_qweight(rows, cols, f, 0);
+    if (dead) return;
+    float *x = xmalloc((size_t)7 * cols * 4), *nw = keep(xmalloc((size_t)cols * 4));
+    fill(x, (size_t)7 * cols, 1.f);
+    for (int64_t i = 0; i < cols; i++) nw[i] = 1.f + 0.5f * unif();
+    const float *gnw = g_weight(nw, (size_t)cols * 4);
+    float *gx = g_put(x, (size_t)7 * cols * 4), *gx1 = g_put(x + 3 * cols, (size_t)cols * 4);
+    float *gy = g_alloc((size_t)7 * rows * 4), *gy1 = g_alloc((size_t)rows * 4), *gxn = g_alloc((size_t)7 * cols * 4);
+    float *a = xmalloc((size_t)7 * rows * 4), *b = xmalloc((size_t)rows * 4);
+    int ok = 1;
+    char why[200] = "";
+    if (gx && gx1 && gy && gy1 && gxn && gnw) {
+        const ci_mat *W = &w.g;
+        gpu->matmul(gpu, gy, gx, 5, W);
+        gpu->matmul(gpu, gy1, gx1, 1, W);
+        g_get(a, gy, (size_t)5 * rows * 4);
+        g_get(b, gy1, (size_t)rows * 4);
+        if (memcmp(a + 3 * rows, b, (size_t)rows * 4)) { ok = 0; snprintf(why, sizeof why, "matmul: row 3 of 5 differs from it alone"); }
+        float *ys7[1] = { gy }, *ys1[1] = { gy1 };
+        gpu->norm_matmul_n(gpu, gxn, gx, gnw, 1e-6f, 1, ys7, 7, &W);
+        gpu->norm_matmul_n(gpu, gxn, gx1, gnw, 1e-6f, 1, ys1, 1, &W);
+        g_get(a, gy, (size_t)7 * rows * 4);
+        g_get(b, gy1, (size_t)rows * 4);
+        if (ok && memcmp(a + 3 * rows, b, (size_t)rows * 4)) {
+            ok = 0;
+            snprintf(why, sizeof why, "norm_matmul_n: row 3 of 7 differs from it alone");
+        }
+    }
+    report_bool(name, ok, why);
+    g_free(gx); g_free(gx1); g_free(gy); g_free(gy1); g_free(gxn);
+    free(x); free(a); free(b);
+}
+
 /* matmul_n (3 matrices), matmul_acc, matmul_swiglu and their norm_ forms on quantized weights */
 static void qfused_case(qfmt f, int64_t cols, int n) {
     char fn[32], name[200];
@@ -2954,6 +2998,7 @@ static void test_quant(void) {
     for (int i = 0; i < nf && !dead; i++) {
         const qfmt f = qfmt_at(i);
         qmatmul_case(f, 37, 384, ns, nn);                      /* odd rows, every group divides 384 */
+        qbatch_case(f, 37, 384);
         qembed_case(f, 37);
         qxw_case(f, 1, 1);
         if (!quick) { qembed_case(f, 1); qxw_case(f, 0, 3); }

@@ -119,7 +119,9 @@ static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
 static int qt_nw16(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QMMA_NW16", 1);
     return v;
-}int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
+}
+
+int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
                  const float *norm_w, float eps) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
@@ -145,8 +147,12 @@ static int qt_nw16(void) {
         if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
     }
     const int nw = ntl == 1 && qt_nw16() && a.ntiles <= cb->sm_count ? 16 : QT_WARPS;
-    const size_t smem = qt_dense_smem(n, K, ng, ntl, nw);
-    if (smem > QT_SMEM_MAX) return 0;
+    /* token rows a launch stages: all n, or fewer when their x does not fit in shared memory (an
+     * o_proj's 4096 columns at 8 rows): a row's bits are the same in any launch, so a batch's
+     * rows keep those they have alone; only when even one row does not fit, not here at all */
+    int chunk = n;
+    while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
+    if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
     a.ks = qt_ks(a.ntiles, ng, cb->sm_count, nw);
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
@@ -174,15 +180,22 @@ static int qt_nw16(void) {
             else QT_GO(8, 8, NN, BB, NWW);                                                                    \
         }                                                                                                     \
     } while (0)
-    if (ntl == 2) {
-        if (n <= 4) QT_GO_W(2, 1, 8);
-        else QT_GO_W(2, 2, 8);
-    } else if (nw == 16) {
-        if (n <= 4) QT_GO_W(1, 1, 16);
-        else QT_GO_W(1, 2, 16);
-    } else {
-        if (n <= 4) QT_GO_W(1, 1, 8);
-        else QT_GO_W(1, 2, 8);
+    for (int t0 = 0; t0 < n; t0 += chunk) {
+        const int nn = n - t0 < chunk ? n - t0 : chunk;
+        const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
+        a.n = nn;
+        a.x = x + (size_t)t0 * K;
+        for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * ms[i].rows;
+        if (ntl == 2) {
+            if (nn <= 4) QT_GO_W(2, 1, 8);
+            else QT_GO_W(2, 2, 8);
+        } else if (nw == 16) {
+            if (nn <= 4) QT_GO_W(1, 1, 16);
+            else QT_GO_W(1, 2, 16);
+        } else {
+            if (nn <= 4) QT_GO_W(1, 1, 8);
+            else QT_GO_W(1, 2, 8);
+        }
     }
 #undef QT_GO_W
 #undef QT_GO
