@@ -135,7 +135,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     qt_args a;
     memset(&a, 0, sizeof a);
     const int es = ms[0].sd == 0 ? 4 : 2;
-    a.count = count; a.op = op; a.n = n; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.x = x;
+    a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es;   /* n, x, y: per launch below */
     a.norm_w = norm_w; a.eps = eps;
     for (int i = 0; i < count; i++) {
         a.codes[i] = ms[i].codes;
@@ -143,7 +143,6 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
         a.bp[i] = (const char *)ms[i].biases + ms[i].srow0 * ng * es;
         a.rows[i] = ms[i].rows;
         a.tiles[i] = (ms[i].rows + 15) / 16;
-        a.y[i] = op == CB_SWIGLU ? ys[0] : ys[i];
         if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
     }
     const int nw = ntl == 1 && qt_nw16() && a.ntiles <= cb->sm_count ? 16 : QT_WARPS;
@@ -158,14 +157,9 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     const dim3 blk(32 * nw);
 #define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
     do {                                                                                                      \
-        static int attr = 0;                                                                                  \
-        if (!attr) {                                                                                          \
-            cudaFuncSetAttribute(qt_dense_kernel<BI, WW, NN, BB, NWW>,                                        \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);              \
-            attr = 1;                                                                                         \
-        }                                                                                                     \
-        const dim3 grid((unsigned)qt_grid((const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>, 32 * NWW, smem, \
-                                          cb->sm_count, blocks));                                             \
+        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;                                  \
+        qt_optin(k_);                                                                                         \
+        const dim3 grid((unsigned)qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks));                        \
         cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \

@@ -258,8 +258,9 @@ __device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL>
     }
 }
 
-/* lane's rows of a matrix (codes at c, K / 8 words a row; params from p0 / q0, ng a row, es
- * bytes each): rows r0 + g and r0 + g + 8, clamped to rows - 1 (their sums are not written) */
+/* lane's rows of a matrix (codes at codes, K·bits / 32 words a row; params from sp / bp, ng a
+ * row, es bytes each): rows r0 + g and r0 + g + 8, clamped to rows - 1 (their sums are not
+ * written) */
 __device__ __forceinline__ void qt_row_ptrs(const uint8_t *codes, const char *sp, const char *bp, int64_t rows,
                                             int bits, int K, int ng, int es, int64_t r0, int g, const uint32_t **c,
                                             const char **s, const char **b) {
@@ -309,6 +310,17 @@ static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
     int ks = 1;
     while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 4 * ks) ks *= 2;
     return ks;
+}
+
+/* a kernel's opt-in to QT_SMEM_MAX bytes of dynamic shared memory, asked the first time it is
+ * launched (before qt_grid's occupancy question, which depends on it) */
+static inline void qt_optin(const void *kernel) {
+    static const void *seen[64];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i] == kernel) return;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);
+    if (n_seen < 64) seen[n_seen++] = kernel;
 }
 
 /* blocks: want, at most what is resident at once (blocks loop over their tiles); the

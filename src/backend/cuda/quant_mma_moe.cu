@@ -168,30 +168,23 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
     a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
-    /* down: items (expert, part) over the block's 8 warps; parts only when K < 8 */
+    /* down: items (expert, part) over the block's dnw warps; parts only when K < dnw */
     a.kparts = 1;
     while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
     const int tpb = QT_WARPS / a.ks;
     const dim3 gg((unsigned)((tiles + tpb - 1) / tpb), (unsigned)(k * K)), gd((unsigned)((X + 15) / 16), (unsigned)k),
         blk(QT_THREADS);
-#define QT_SET(KER, SM)                                                                                       \
+#define QT_SET(KER, GRID, BLK, SM)                                                                            \
     do {                                                                                                      \
-        static int attr = 0;                                                                                  \
-        if (!attr) {                                                                                          \
-            cudaFuncSetAttribute(KER, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)QT_SMEM_MAX);         \
-            attr = 1;                                                                                         \
-        }                                                                                                     \
-        cb_launch(cb, KER, gg_or_gd, blk_or_bd, SM, a);                                                       \
+        qt_optin((const void *)KER);                                                                          \
+        cb_launch(cb, KER, GRID, BLK, SM, a);                                                                 \
     } while (0)
-    dim3 gg_or_gd = gg, blk_or_bd = blk;
 #define QT_MOE(BI, WW)                                                                                        \
     do {                                                                                                      \
-        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), smem_gu);                                                \
-        else QT_SET((qt_gu_kernel<BI, WW, 2>), smem_gu);                                                      \
-        gg_or_gd = gd;                                                                                        \
-        blk_or_bd = dim3(32 * dnw);                                                                           \
-        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), smem_dn);                                          \
-        else QT_SET((qt_dn_kernel<BI, WW, 8>), smem_dn);                                                     \
+        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), gg, blk, smem_gu);                                       \
+        else QT_SET((qt_gu_kernel<BI, WW, 2>), gg, blk, smem_gu);                                             \
+        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), gd, dim3(32 * dnw), smem_dn);                      \
+        else QT_SET((qt_dn_kernel<BI, WW, 8>), gd, dim3(32 * dnw), smem_dn);                                 \
     } while (0)
     if (bt == 4) {
         if (W == 1) QT_MOE(4, 1);
