@@ -39,13 +39,16 @@ static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t 
     return 0;
 }
 
-/* The CPU backend opts ask for: its isa, and with bf16_act (isa auto) the bf16 dot products
- * where the CPU has them, the f32 kernels elsewhere. */
+/* The CPU backend opts ask for: its isa, with bf16_act (isa auto) the bf16 dot products
+ * where the CPU has them, the f32 kernels elsewhere, and with int8_act the int8-activation
+ * kernels for 4- / 8-bit weights where the CPU has them. */
 static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
     ci_isa isa = opts ? (ci_isa)opts->isa : CI_ISA_AUTO;
     ci_backend *be = NULL;
     if (opts && opts->bf16_act && isa == CI_ISA_AUTO) be = ci_backend_cpu_new(n_threads, CI_ISA_AVX512BF16);
-    return be ? be : ci_backend_cpu_new(n_threads, isa);
+    if (!be) be = ci_backend_cpu_new(n_threads, isa);
+    if (be && opts && opts->int8_act) ci_backend_cpu_int8_act(be);
+    return be;
 }
 
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {

@@ -49,6 +49,8 @@ typedef struct {
 
 static void wmat_free(wmat *w) { free(w->data); free(w->scales); free(w->biases); }
 
+static int group_force;   /* nonzero: the group size of the quantized kinds instead of theirs */
+
 static void make_w(wmat *w, kind k, int64_t rows, int64_t cols) {
     memset(w, 0, sizeof *w);
     w->m.rows = rows;
@@ -84,7 +86,7 @@ static void make_w(wmat *w, kind k, int64_t rows, int64_t cols) {
     }
     static const int bits_of[] = { [K_Q3] = 3, [K_Q4] = 4, [K_Q8] = 8, [K_MXFP4] = 4, [K_MXFP8] = 8, [K_MXFP8_HUGE] = 8 };
     static const int group_of[] = { [K_Q3] = 128, [K_Q4] = 64, [K_Q8] = 32, [K_MXFP4] = 32, [K_MXFP8] = 32, [K_MXFP8_HUGE] = 32 };
-    int bits = bits_of[k], group = group_of[k], mx = k >= K_MXFP4;
+    int bits = bits_of[k], group = group_force ? group_force : group_of[k], mx = k >= K_MXFP4;
     int64_t ng = cols / group, rb = cols * bits / 8;
     uint8_t *packed = malloc((size_t)(rows * rb));
     for (int64_t i = 0; i < rows * rb; i++) packed[i] = (uint8_t)rnd_u32();
@@ -237,6 +239,87 @@ static void test_bf16_act_precision(void) {
     f32->free(f32);
 }
 
+/* ci_backend_cpu_int8_act (where the CPU has AVX-512 VNNI) computes what quant_q8_avx512.c
+ * states for affine 4- and 8-bit weights: x rounded to int8 per 32-column block (d = max|x| /
+ * 127, nearest even), exact integer code sums, f32 scaling, the bias term on x itself. Within
+ * 1e-5 (relative to the sum of |terms|) of that computed in double; within the rounding's own
+ * bound of the exact path (|y - y_f32| <= sum |s q| d / 2, plus the same 1e-5); not the exact
+ * path; a row's bits the same alone or in any batch (check_kind); group sizes 32 / 64 / 128,
+ * widths with a partial last chunk. */
+static double q8_ref(const wmat *w, const float *x, int64_t r, double *mag, double *bound) {
+    const int64_t cols = w->m.cols, G = w->d.group, ng = cols / G, bits = w->d.bits;
+    const uint8_t *row = (const uint8_t *)w->data + r * cols * bits / 8;
+    double y = 0;
+    *mag = *bound = 0;
+    for (int64_t b0 = 0; b0 < cols; b0 += 32) {
+        float amax = 0;
+        for (int64_t j = b0; j < b0 + 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int64_t j = b0; j < b0 + 32; j++) {
+            unsigned q = bits == 4 ? (row[j / 2] >> (4 * (j & 1))) & 15 : row[j];
+            double s = ci_bf16_to_f32(((const uint16_t *)w->scales)[r * ng + j / G]);
+            double bb = ci_bf16_to_f32(((const uint16_t *)w->biases)[r * ng + j / G]);
+            double xh = (double)d * (double)lrintf(x[j] * id);
+            y += s * q * xh + bb * x[j];
+            *mag += fabs(s * q * xh) + fabs(bb * x[j]);
+            *bound += fabs(s * q) * d / 2;
+        }
+    }
+    return y;
+}
+
+static void test_int8_act_precision(void) {
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
+    if (!be || !ci_backend_cpu_int8_act(be)) {
+        printf("NOTE no AVX-512 VNNI on this CPU: int8-act not checked\n");
+        if (be) be->free(be);
+        if (f32) f32->free(f32);
+        return;
+    }
+    CHECK(strcmp(be->name, "cpu-avx512-int8") == 0, "backend name %s", be->name);
+    static const struct { kind k; int group; int64_t rows, cols; } cs[] = {
+        { K_Q4, 64, 37, 1536 }, { K_Q4, 64, 21, 1088 }, { K_Q4, 32, 9, 160 }, { K_Q4, 128, 13, 640 },
+        { K_Q8, 32, 37, 1536 }, { K_Q8, 64, 21, 1088 }, { K_Q8, 128, 5, 384 }, { K_Q8, 32, 6, 96 },
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        int64_t rows = cs[ci].rows, cols = cs[ci].cols;
+        group_force = cs[ci].group;
+        check_kind(be, "cpu-avx512-int8", cs[ci].k, rows, cols);
+        wmat w;
+        make_w(&w, cs[ci].k, rows, cols);
+        group_force = 0;
+        for (int n = 1; n <= 9; n += 8) {
+            float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
+            float *yf = malloc((size_t)(n * rows) * sizeof(float));
+            for (int64_t i = 0; i < n * cols; i++) x[i] = rnd(-1, 1) * (i % 97 == 0 ? 8.0f : 1.0f);
+            for (int64_t c = 0; c < 32 && c < cols; c++) x[c] = 0;   /* an all-zero block */
+            be->matmul(be, y, x, n, &w.m);
+            f32->matmul(f32, yf, x, n, &w.m);
+            double worst = 0, over = 0, apart = 0;
+            for (int t = 0; t < n; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double mag, bound, ref = q8_ref(&w, x + t * cols, r, &mag, &bound);
+                    double e = fabs(y[t * rows + r] - ref) / (mag > 0 ? mag : 1);
+                    worst = e > worst ? e : worst;
+                    double d = fabs((double)y[t * rows + r] - yf[t * rows + r]);
+                    double o = d - bound - 1e-5 * mag;
+                    over = o > over ? o : over;
+                    apart = d / (mag > 0 ? mag : 1) > apart ? d / (mag > 0 ? mag : 1) : apart;
+                }
+            CHECK(worst <= 1e-5, "int8-act %s g%d [%lld x %lld] n=%d: %.3g from the int8-rounded dot", kind_name[cs[ci].k],
+                  cs[ci].group, (long long)rows, (long long)cols, n, worst);
+            CHECK(over <= 0, "int8-act %s g%d [%lld x %lld] n=%d: %.3g past the rounding bound of the exact path",
+                  kind_name[cs[ci].k], cs[ci].group, (long long)rows, (long long)cols, n, over);
+            CHECK(apart > 1e-5, "int8-act %s g%d [%lld x %lld] n=%d: within %.3g of the exact path (x not rounded?)",
+                  kind_name[cs[ci].k], cs[ci].group, (long long)rows, (long long)cols, n, apart);
+            free(x); free(y); free(yf);
+        }
+        wmat_free(&w);
+    }
+    be->free(be);
+    f32->free(f32);
+}
+
 /* The row-wise ops a decode step batches too: swiglu, add and rmsnorm of one row alone
  * equal that row of a batch, for a width that leaves a partial vector at each row's end
  * (so a row of the batch starts and ends at other vector offsets). */
@@ -333,6 +416,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_matmul_rows_independent_of_batch);
     TEST_RUN(test_matmul_small_cols);
     TEST_RUN(test_bf16_act_precision);
+    TEST_RUN(test_int8_act_precision);
     TEST_RUN(test_rowwise_ops_independent_of_batch);
     TEST_EXIT();
 }

@@ -1254,9 +1254,14 @@ static double bench_mm(ci_backend *be, const ci_mat *W, size_t bytes) {
 }
 
 /* Default [8192 x 4096]: 64 MiB in bf16, 16 MiB + scales in 4-bit (from memory, not cache). */
-static int bench(int64_t R, int64_t C, int threads, ci_isa isa) {
+static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int8_act) {
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
+    if (int8_act && !ci_backend_cpu_int8_act(be)) {
+        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-int8\n");
+        be->free(be);
+        return 1;
+    }
     bench_cpu_clock = be->n_threads == 1;
     uint16_t *wb = malloc((size_t)(R * C) * 2);
     for (int64_t i = 0; i < R * C; i++) wb[i] = ci_f32_to_bf16(rnd(-1, 1));
@@ -1280,7 +1285,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa) {
     /* whole-model decode on the 110M-parameter 4-bit Llama of test_resident_memory */
     char dir[] = "/tmp/cinfer_tqbig_XXXXXX", err[1024];
     if (!mkdtemp(dir) || !write_big_llama(dir, err, sizeof err)) return 1;
-    ci_model_opts o = { .n_threads = threads, .isa = (int)isa };
+    ci_model_opts o = { .n_threads = threads, .isa = (int)isa, .int8_act = int8_act };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, 300, &s, err, sizeof err)) {
@@ -1305,10 +1310,12 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa) {
 
 int main(int argc, char **argv) {
     find_isas();
-    if (argc > 1 && !strcmp(argv[1], "--bench"))   /* --bench [rows cols threads [scalar|avx2|avx512]] */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx512-int8]] */
+        const char *in = argc > 5 ? argv[5] : "";
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
-                     argc > 5 ? (!strcmp(argv[5], "scalar") ? CI_ISA_SCALAR : !strcmp(argv[5], "avx2") ? CI_ISA_AVX2 : CI_ISA_AVX512)
-                              : CI_ISA_AUTO);
+                     !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strcmp(in, "avx2") ? CI_ISA_AVX2 : CI_ISA_AVX512,
+                     !strcmp(in, "avx512-int8"));
+    }
     TEST_RUN(test_matmul_all);
     TEST_RUN(test_embed_get);
     TEST_RUN(test_matmul_xw);

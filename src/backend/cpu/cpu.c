@@ -65,6 +65,7 @@ typedef struct {
     ci_backend base;          /* first: a ci_backend * is a cpu_backend * */
     const cpu_kernels *k;
     const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
+    const cpu_q8kernels *q8;  /* int8 activations for the formats it takes (opt-in), or NULL */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -167,6 +168,9 @@ typedef struct {
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
                                * (row stride cols), or NULL */
+    const cpu_q8kernels *q8;  /* W taken by the int8-activation kernels: x prepared in xq8 */
+    const uint8_t *xq8;       /* n prepared token rows, row stride xq8s bytes */
+    int64_t xq8s;
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -212,6 +216,27 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
         if (!ok) tile_by_chunks(m, rr, slot, out);
         for (int t = 0; t < m->n; t++)
             for (int i = 0; i < nr; i++) m->y[t * rows + r + i] = out[t * CPU_TILE_R + i];
+    }
+}
+
+/* Int8 activations (m->q8): every token count alike, so a token's bits do not depend on its
+ * batch. An item is a range of rows; each 4-row tile runs over all token rows, 4 at a time,
+ * its codes read from memory once and from L1 for the later token groups. */
+static void mm_q8_item(void *c, int64_t it, cpu_slot *slot) {
+    (void)slot;
+    mm_ctx *m = c;
+    int64_t rows = m->W->rows;
+    int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
+    float out[CPU_TILE_T * CPU_TILE_R];
+    for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
+        int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
+        tile_rows(rr, r, r1);
+        for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
+            int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
+            m->q8->tile(m->W, rr, T, m->xq8 + t0 * m->xq8s, m->xq8s, out);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < nr; i++) m->y[(t0 + t) * rows + r + i] = out[t * CPU_TILE_R + i];
+        }
     }
 }
 
@@ -358,8 +383,24 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
         return;
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
-    m.split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     int64_t rows = W->rows, work = rows * W->cols * n;
+    if (b->q8 && b->q8->ok(W)) {
+        m.q8 = b->q8;
+        m.xq8s = b->q8->stride(W);
+        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m.xq8s);
+        if (!xq) {
+            cpu_fail(be, "matmul: out of memory for the int8 activations");
+            return;
+        }
+        for (int t = 0; t < n; t++) b->q8->prep(W, x + (int64_t)t * W->cols, xq + t * m.xq8s);
+        m.xq8 = xq;
+        int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
+        m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
+        par_for(b, ceil_div(rows, m.rows_per_item), mm_q8_item, &m, work >= SMALL_WORK);
+        free(xq);
+        return;
+    }
+    m.split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     /* A split-order W: x goes into split order once here (the same floats per KC chunk as
      * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
      * MoE expert's prefill has ~12-32 row items over the same few tokens. */
@@ -862,6 +903,20 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
 #endif
     (void)k;
     return &cpu_qkernels_scalar;
+}
+
+int ci_backend_cpu_int8_act(ci_backend *be) {
+    cpu_backend *b = cpu(be);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512vnni")) {
+        b->q8 = &cpu_q8kernels_avx512vnni;
+        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int8" : "cpu-avx512-int8";
+        return 1;
+    }
+#endif
+    (void)b;
+    return 0;
 }
 
 static void cpu_free(ci_backend *be) {

@@ -6,10 +6,8 @@
  * from one vpermps over the 16-entry table. Function-level target attributes only; cpu.c
  * picks this table after checking the CPU, with the matching cpu_kernels_avx512. */
 #if defined(__x86_64__)
-#include "quant_kernels.h"
-#include <immintrin.h>
-
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#include "quant_avx512.h"
 #define VL 16
 #define TMAX 4
 #define QTABLE cpu_qkernels_avx512
@@ -100,27 +98,6 @@ static inline __attribute__((always_inline)) TGT void qw32(const uint8_t *row, i
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + k / 2)));
     *e = _mm512_permutexvar_ps(v, gl);
     *o = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), gl);
-}
-
-/* Parameters (scales or biases) i0 .. i0+n-1 (n <= 16) of p as f32 lanes, exactly as
- * q_param converts each; masked loads never read past the n asked for. */
-static inline TGT vf q16(const ci_qdesc *d, const void *p, int64_t i0, int n) {
-    const __mmask16 k = (__mmask16)((1u << n) - 1);
-    switch (d->scale_dtype) {
-    case CI_F32: return _mm512_maskz_loadu_ps(k, (const float *)p + i0);
-    case CI_BF16: {
-        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i0));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    }
-    case CI_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)p + i0));
-    default: {   /* E8M0: 2^(e-127); e = 0 is 2^-127 (subnormal), e = 255 infinity, as q_e8m0 */
-        __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, (const uint8_t *)p + i0));
-        __m512i v = _mm512_slli_epi32(e, 23);
-        v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-        v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7f800000));
-        return _mm512_castsi512_ps(v);
-    }
-    }
 }
 
 #define QS_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
