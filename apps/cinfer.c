@@ -78,9 +78,9 @@ static const char *USAGE =
     "  --bf16-act               CPU with AVX512-BF16: bf16 weights dotted with the activations\n"
     "                           rounded to bf16 (about 2x prefill; logits within ~1e-2 of their\n"
     "                           largest magnitude of the default f32 path)\n"
-    "  --int8-act               CPU with AVX-512 VNNI: MLX 4- and 8-bit weights dotted with the\n"
-    "                           activations rounded to int8 per 32 columns (faster 4-bit decode;\n"
-    "                           not the exact path: bench/RESULTS.md gives the difference)\n";
+    "  --int16-act              CPU with AVX-512 VNNI: MLX 4- and 8-bit weights dotted with the\n"
+    "                           activations rounded to int16 per 32 columns (faster 4-bit decode;\n"
+    "                           logits within ~1e-3 of their largest magnitude of the f32 path)\n";
 
 static int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int die(int code, const char *fmt, ...) {
@@ -172,7 +172,7 @@ static int parse_ids(const char *cmd, const char *name, const char *s, int **ids
     return 0;
 }
 
-/* --device / --no-graphs / --mmap / --bf16-act / --int8-act of a command whose flag table has them: into
+/* --device / --no-graphs / --mmap / --bf16-act / --int16-act of a command whose flag table has them: into
  * *o. 0, or 2 with the usage error printed. */
 static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     memset(o, 0, sizeof *o);
@@ -181,7 +181,7 @@ static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     o->no_graphs = find_flag(fl, "--no-graphs")->seen;
     o->map_weights = find_flag(fl, "--mmap")->seen;
     o->bf16_act = find_flag(fl, "--bf16-act")->seen;
-    o->int8_act = find_flag(fl, "--int8-act")->seen;
+    o->int16_act = find_flag(fl, "--int16-act")->seen;
     return 0;
 }
 
@@ -240,7 +240,7 @@ static int out_open(const char *out, FILE **f, char *tmp, size_t tmpn) {
 
 static int cmd_logits(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--tokens", 1, 0, 0}, {"--out", 1, 0, 0}, {"--step", 0, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int8-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("logits", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("logits", fl, "--model", &rc), *toks = need("logits", fl, "--tokens", &rc),
@@ -344,7 +344,7 @@ static int cmd_generate(int argc, char **argv) {
                   {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
                   {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
                   {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {"--device", 1, 0, 0},
-                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int8-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
     /* no --model: the embedded demo model, as serve and chat */
@@ -595,7 +595,7 @@ done:
  * the single-sequence decode line. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int8-act", 0, 0, 0}, {"--batch", 1, 0, 0},
+                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--batch", 1, 0, 0},
                   {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
@@ -706,7 +706,7 @@ done:
  * --max-tokens tokens only. Prints "perplexity P over N tokens". */
 static int cmd_perplexity(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--file", 1, 0, 0}, {"--window", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int8-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("perplexity", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("perplexity", fl, "--model", &rc), *file = need("perplexity", fl, "--file", &rc);

@@ -4,7 +4,7 @@
  *   cinfer serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--api-key KEY]
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S] [--per-client N]
- *                [--chat-template FILE] [--device cpu|cuda|auto] [--no-graphs] [--mmap] [--bf16-act] [--int8-act]
+ *                [--chat-template FILE] [--device cpu|cuda|auto] [--no-graphs] [--mmap] [--bf16-act] [--int16-act]
  *                [--gpu-memory F] [--kv-blocks N] [--prefill-chunk N]
  *
  * Families with paged caches (llama, qwen3, qwen3_moe) keep every slot's K / V rows in one
@@ -69,7 +69,7 @@ int cmd_serve(int argc, char **argv) {
     static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
                                          "--timeout", "--per-client", "--chat-template", "--device", "--no-graphs",
-                                         "--gpu-memory", "--kv-blocks", "--prefill-chunk", "--mmap", "--bf16-act", "--int8-act", NULL };
+                                         "--gpu-memory", "--kv-blocks", "--prefill-chunk", "--mmap", "--bf16-act", "--int16-act", NULL };
     int seen[23] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
@@ -79,7 +79,7 @@ int cmd_serve(int argc, char **argv) {
         if (k == 15) { o.no_graphs = 1; continue; }             /* --no-graphs takes no value */
         if (k == 19) { o.map_weights = 1; continue; }           /* nor does --mmap */
         if (k == 20) { o.bf16_act = 1; continue; }              /* nor --bf16-act */
-        if (k == 21) { o.int8_act = 1; continue; }              /* nor --int8-act */
+        if (k == 21) { o.int16_act = 1; continue; }              /* nor --int16-act */
         if (i + 1 >= argc) return usage_err("option %s needs a value%s", argv[i], "");
         const char *v = argv[++i];
         long long x = 0;

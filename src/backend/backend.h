@@ -525,11 +525,11 @@ typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_IS
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* A CPU backend's MLX affine 4- and 8-bit matrices dotted with the activations rounded to
- * int8 per block of 32 columns (ci_model_opts.int8_act; what it computes is stated in
- * src/backend/cpu/quant_q8_avx512.c). Takes effect on an AVX-512 backend whose CPU has
- * VNNI (returns 1; the backend's name gains "-int8"); elsewhere returns 0 and the backend
+ * int16 per block of 32 columns (ci_model_opts.int16_act; what it computes is stated in
+ * src/backend/cpu/quant_i16_avx512.c). Takes effect on an AVX-512 backend whose CPU has
+ * VNNI (returns 1; the backend's name gains "-int16"); elsewhere returns 0 and the backend
  * computes as before. Call before the first op. */
-int ci_backend_cpu_int8_act(ci_backend *be);
+int ci_backend_cpu_int16_act(ci_backend *be);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so
  * from beside the executable at run time, so a machine without the driver or the toolkit

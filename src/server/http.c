@@ -532,7 +532,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     mo.no_graphs = o->no_graphs;
     mo.map_weights = o->map_weights;
     mo.bf16_act = o->bf16_act;
-    mo.int8_act = o->int8_act;
+    mo.int16_act = o->int16_act;
     mo.progress = o->progress;
     mo.progress_ctx = o->progress_ctx;
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;

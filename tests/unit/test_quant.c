@@ -1254,10 +1254,10 @@ static double bench_mm(ci_backend *be, const ci_mat *W, size_t bytes) {
 }
 
 /* Default [8192 x 4096]: 64 MiB in bf16, 16 MiB + scales in 4-bit (from memory, not cache). */
-static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int8_act) {
+static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
-    if (int8_act && !ci_backend_cpu_int8_act(be)) {
+    if (int16_act && !ci_backend_cpu_int16_act(be)) {
         fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-int8\n");
         be->free(be);
         return 1;
@@ -1285,7 +1285,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int8_act) {
     /* whole-model decode on the 110M-parameter 4-bit Llama of test_resident_memory */
     char dir[] = "/tmp/cinfer_tqbig_XXXXXX", err[1024];
     if (!mkdtemp(dir) || !write_big_llama(dir, err, sizeof err)) return 1;
-    ci_model_opts o = { .n_threads = threads, .isa = (int)isa, .int8_act = int8_act };
+    ci_model_opts o = { .n_threads = threads, .isa = (int)isa, .int16_act = int16_act };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, 300, &s, err, sizeof err)) {

@@ -65,7 +65,7 @@ typedef struct {
     ci_backend base;          /* first: a ci_backend * is a cpu_backend * */
     const cpu_kernels *k;
     const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
-    const cpu_q8kernels *q8;  /* int8 activations for the formats it takes (opt-in), or NULL */
+    const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -168,9 +168,9 @@ typedef struct {
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
                                * (row stride cols), or NULL */
-    const cpu_q8kernels *q8;  /* W taken by the int8-activation kernels: x prepared in xq8 */
-    const uint8_t *xq8;       /* n prepared token rows, row stride xq8s bytes */
-    int64_t xq8s;
+    const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
+    const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
+    int64_t xi16s;
 } mm_ctx;
 
 /* Rows r..r+3 of a tile, repeating the last valid row (its results are dropped). */
@@ -219,10 +219,10 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
-/* Int8 activations (m->q8): every token count alike, so a token's bits do not depend on its
+/* Int16 activations (m->i16): every token count alike, so a token's bits do not depend on its
  * batch. An item is a range of rows; each 4-row tile runs over all token rows, 4 at a time,
  * its codes read from memory once and from L1 for the later token groups. */
-static void mm_q8_item(void *c, int64_t it, cpu_slot *slot) {
+static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
     (void)slot;
     mm_ctx *m = c;
     int64_t rows = m->W->rows;
@@ -233,7 +233,7 @@ static void mm_q8_item(void *c, int64_t it, cpu_slot *slot) {
         tile_rows(rr, r, r1);
         for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
             int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
-            m->q8->tile(m->W, rr, T, m->xq8 + t0 * m->xq8s, m->xq8s, out);
+            m->i16->tile(m->W, rr, T, m->xi16 + t0 * m->xi16s, m->xi16s, out);
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < nr; i++) m->y[(t0 + t) * rows + r + i] = out[t * CPU_TILE_R + i];
         }
@@ -384,19 +384,19 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     int64_t rows = W->rows, work = rows * W->cols * n;
-    if (b->q8 && b->q8->ok(W)) {
-        m.q8 = b->q8;
-        m.xq8s = b->q8->stride(W);
-        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m.xq8s);
+    if (b->i16 && b->i16->ok(W)) {
+        m.i16 = b->i16;
+        m.xi16s = b->i16->stride(W);
+        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m.xi16s);
         if (!xq) {
-            cpu_fail(be, "matmul: out of memory for the int8 activations");
+            cpu_fail(be, "matmul: out of memory for the int16 activations");
             return;
         }
-        for (int t = 0; t < n; t++) b->q8->prep(W, x + (int64_t)t * W->cols, xq + t * m.xq8s);
-        m.xq8 = xq;
+        for (int t = 0; t < n; t++) b->i16->prep(W, x + (int64_t)t * W->cols, xq + t * m.xi16s);
+        m.xi16 = xq;
         int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
         m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
-        par_for(b, ceil_div(rows, m.rows_per_item), mm_q8_item, &m, work >= SMALL_WORK);
+        par_for(b, ceil_div(rows, m.rows_per_item), mm_i16_item, &m, work >= SMALL_WORK);
         free(xq);
         return;
     }
@@ -905,13 +905,13 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
     return &cpu_qkernels_scalar;
 }
 
-int ci_backend_cpu_int8_act(ci_backend *be) {
+int ci_backend_cpu_int16_act(ci_backend *be) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512vnni")) {
-        b->q8 = &cpu_q8kernels_avx512vnni;
-        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int8" : "cpu-avx512-int8";
+        b->i16 = &cpu_i16kernels_avx512vnni;
+        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int16" : "cpu-avx512-int16";
         return 1;
     }
 #endif

@@ -109,8 +109,8 @@ typedef struct {
                       float *out);
 } cpu_qkernels;
 
-/* Int8 activations for MLX affine 4- and 8-bit W (opt-in: ci_backend_cpu_int8_act; what it
- * computes is stated in quant_q8_avx512.c). ok(W) says whether W is a format it takes; each
+/* Int16 activations for MLX affine 4- and 8-bit W (opt-in: ci_backend_cpu_int16_act; what it
+ * computes is stated in quant_i16_avx512.c). ok(W) says whether W is a format it takes; each
  * token row of x is prepared once per matmul (prep: stride(W) bytes, at a 64-byte-aligned
  * address) and tile dots T <= 4 prepared rows (row stride xs bytes) with 4 rows of W. */
 typedef struct {
@@ -118,13 +118,13 @@ typedef struct {
     int64_t (*stride)(const ci_mat *W);
     void (*prep)(const ci_mat *W, const float *x, uint8_t *xq);
     void (*tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const uint8_t *xq, int64_t xs, float *out);
-} cpu_q8kernels;
+} cpu_i16kernels;
 
 extern const cpu_qkernels cpu_qkernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_qkernels cpu_qkernels_avx2;
 extern const cpu_qkernels cpu_qkernels_avx512;
-extern const cpu_q8kernels cpu_q8kernels_avx512vnni;   /* AVX-512 with VNNI (vpdpbusd) */
+extern const cpu_i16kernels cpu_i16kernels_avx512vnni;   /* AVX-512 with VNNI (vpdpbusd) */
 #endif
 /* quant_kernels_scalar.c: one weight of a quantized W as f32 (ci_mat_get), the shared
  * tables (E2M1 values, SIMD unpack controls; built by cpu_init_tables), and matmul_xw for
