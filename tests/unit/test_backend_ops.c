@@ -15,6 +15,9 @@
  *    q/k norms, both rope styles, partial rotation);
  *  - rope_attend on a paged cache (shuffled block tables, one per chunk or one per row)
  *    against unpaged caches holding the same rows: bit for bit with 128-row blocks;
+ *  - moe_experts: a decode step's rows (1..4 tokens: every active expert's matmuls in one
+ *    batch) equal the same tokens' rows of a 9-token call (one matmul pass per expert), bf16
+ *    and fp8 experts, SwiGLU, clamped SwiGLU and relu², with and without accumulating;
  *  - argmax: ties give the first index, NaN never wins over a number, all-NaN gives 0, and it
  *    agrees with the sampler's greedy rule (smp_argmax).
  * Model level (tests/fixtures, run from the repository root; dense, MoE and DeepSeek
@@ -84,6 +87,44 @@ static void make_w(wmat *w, ci_dtype dt, int64_t rows, int64_t cols) {
 static void free_w(wmat *w) { free(w->data); free(w->scale); }
 
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* ---- MoE experts ---------------------------------------------------------------------------- */
+
+static void test_moe_decode_batch(void) {
+    enum { E = 6, K = 3, X = 72, I = 40, N = 9 };
+    for (int bi = 0; bi < n_bes; bi++) {
+        ci_backend *be = bes[bi];
+        for (int v = 0; v < 4; v++) {   /* 0 swiglu bf16, 1 clamped fp8, 2 relu² bf16, 3 swiglu accumulating */
+            ci_dtype dt = v == 1 ? CI_F8_E4M3 : CI_BF16;
+            wmat wg[E], wu[E], wd[E];
+            ci_mat mg[E], mu[E], md[E];
+            for (int e = 0; e < E; e++) {
+                make_w(&wg[e], dt, I, X); make_w(&wu[e], dt, I, X); make_w(&wd[e], dt, X, I);
+                mg[e] = wg[e].m; mu[e] = wu[e].m; md[e] = wd[e].m;
+            }
+            ci_moe m = { .n_experts = E, .top_k = K, .hidden = X, .inter = I, .routed_scaling = 1, .n_group = 1,
+                         .topk_group = 1, .relu2 = v == 2, .act_limit = v == 1 ? 0.3f : 0, .w_gate = mg, .w_up = mu,
+                         .w_down = md };
+            float *x = rvec((size_t)N * X), *w = rvec((size_t)N * K), *base = rvec((size_t)N * X);
+            int32_t sel[N * K];
+            for (int t = 0; t < N; t++)   /* K distinct experts per token; expert 5 unused */
+                for (int k = 0; k < K; k++) sel[t * K + k] = (t + 2 * k) % (E - 1);
+            float *all = malloc((size_t)N * X * sizeof(float)), *part = malloc((size_t)N * X * sizeof(float));
+            memcpy(all, base, (size_t)N * X * sizeof(float));
+            memcpy(part, base, (size_t)N * X * sizeof(float));
+            be->moe_experts(be, all, x, N, sel, w, &m, v == 3);
+            for (int t0 = 0, n = 1; t0 < N; t0 += n, n = n % 4 + 1) {
+                int nn = N - t0 < n ? N - t0 : n;
+                be->moe_experts(be, part + (size_t)t0 * X, x + (size_t)t0 * X, nn, sel + t0 * K, w + t0 * K, &m, v == 3);
+            }
+            CHECK(be->status(be) == 0, "%s moe variant %d: %s", be->name, v, be->last_error);
+            CHECK(same(all, part, (size_t)N * X), "%s moe variant %d: decode-step rows differ from the 9-token call",
+                  be->name, v);
+            free(all); free(part); free(x); free(w); free(base);
+            for (int e = 0; e < E; e++) { free_w(&wg[e]); free_w(&wu[e]); free_w(&wd[e]); }
+        }
+    }
+}
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
@@ -497,6 +538,7 @@ int main(void) {
     TEST_RUN(test_fused_matmuls);
     TEST_RUN(test_qk_rope_store);
     TEST_RUN(test_rope_attend_paged);
+    TEST_RUN(test_moe_decode_batch);
     TEST_RUN(test_argmax);
     TEST_RUN(test_forward_argmax);
     TEST_RUN(test_batch_and_cache);

@@ -321,6 +321,17 @@ static void test_int16_act_precision(void) {
                   "(x not rounded?)", kind_name[cs[ci].k], cs[ci].group, (long long)rows, (long long)cols, n, apart);
             free(x); free(y); free(yf);
         }
+        {   /* a NaN in x makes every output of its token NaN, as on the f32 path */
+            float *x = malloc((size_t)(2 * cols) * sizeof(float)), *y = malloc((size_t)(2 * rows) * sizeof(float));
+            for (int64_t i = 0; i < 2 * cols; i++) x[i] = rnd(-1, 1);
+            x[cols + cols / 2] = NAN;
+            be->matmul(be, y, x, 2, &w.m);
+            int ok = 1;
+            for (int64_t r = 0; r < rows; r++) ok &= isfinite(y[r]) && isnan(y[rows + r]);
+            CHECK(ok, "int16-act %s g%d [%lld x %lld]: a NaN in token 1's x not carried to exactly its outputs",
+                  kind_name[cs[ci].k], cs[ci].group, (long long)rows, (long long)cols);
+            free(x); free(y);
+        }
         wmat_free(&w);
     }
     be->free(be);

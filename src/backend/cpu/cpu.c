@@ -375,6 +375,69 @@ static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
+/* Converts x once for the path W takes (int16 activations, split order, bf16) into buffers
+ * m owns (mm_release frees them) and, for a row-item matmul (int16 activations or n <=
+ * CPU_TILE_T), sets rows_per_item. 0, or -1 after cpu_fail (out of memory). */
+static int mm_prepare(cpu_backend *b, mm_ctx *m) {
+    const ci_mat *W = m->W;
+    const int n = m->n;
+    const int64_t rows = W->rows, work = rows * W->cols * n;
+    /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
+    int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
+    m->rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
+    if (b->i16 && b->i16->ok(W)) {
+        m->i16 = b->i16;
+        m->xi16s = b->i16->stride(W);
+        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m->xi16s);
+        if (!xq) {
+            cpu_fail(&b->base, "matmul: out of memory for the int16 activations");
+            return -1;
+        }
+        for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, xq + t * m->xi16s);
+        m->xi16 = xq;
+        return 0;
+    }
+    m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
+    /* A split-order W: x goes into split order once here (the same floats per KC chunk as
+     * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
+     * MoE expert's prefill has ~12-32 row items over the same few tokens. */
+    float *xsp = NULL;
+    if (m->split && (n > CPU_TILE_T || b->qk->split_tile) && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
+        for (int t = 0; t < n; t++)
+            for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
+                b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, m->x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
+        m->xsp = xsp;
+    }
+    /* bf16 W on a set with bf16 dot products: x rounded to bf16 once here */
+    if (W->dtype == CI_BF16 && b->k->bf16_block) {
+        uint16_t *xb = malloc((size_t)n * (size_t)W->cols * sizeof *xb);
+        if (!xb) {
+            cpu_fail(&b->base, "matmul: out of memory for the bf16 activations");
+            free(xsp);
+            m->xsp = NULL;
+            return -1;
+        }
+        b->k->x_bf16(m->x, (int64_t)n * W->cols, xb);
+        m->xb = xb;
+    }
+    return 0;
+}
+
+static void mm_release(mm_ctx *m) {
+    free((void *)m->xi16);
+    free((void *)m->xsp);
+    free((void *)m->xb);
+}
+
+/* Whether a prepared matmul runs as row items (mm_rows_item): decode tiles or int16
+ * activations; else it is a prefill. */
+static int mm_by_rows(const mm_ctx *m) { return m->i16 || m->n <= CPU_TILE_T; }
+
+static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
+    if (((mm_ctx *)c)->i16) mm_i16_item(c, it, slot);
+    else mm_decode_item(c, it, slot);
+}
+
 static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cpu_backend *b = cpu(be);
     if (n <= 0 || W->rows <= 0) return;
@@ -384,52 +447,10 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     int64_t rows = W->rows, work = rows * W->cols * n;
-    if (b->i16 && b->i16->ok(W)) {
-        m.i16 = b->i16;
-        m.xi16s = b->i16->stride(W);
-        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m.xi16s);
-        if (!xq) {
-            cpu_fail(be, "matmul: out of memory for the int16 activations");
-            return;
-        }
-        for (int t = 0; t < n; t++) b->i16->prep(W, x + (int64_t)t * W->cols, xq + t * m.xi16s);
-        m.xi16 = xq;
-        int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
-        m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
-        par_for(b, ceil_div(rows, m.rows_per_item), mm_i16_item, &m, work >= SMALL_WORK);
-        free(xq);
-        return;
-    }
-    m.split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
-    /* A split-order W: x goes into split order once here (the same floats per KC chunk as
-     * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
-     * MoE expert's prefill has ~12-32 row items over the same few tokens. */
-    float *xsp = NULL;
-    if (m.split && (n > CPU_TILE_T || b->qk->split_tile) && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
-        for (int t = 0; t < n; t++)
-            for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
-                b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
-        m.xsp = xsp;
-    }
-    /* bf16 W on a set with bf16 dot products: x rounded to bf16 once here */
-    uint16_t *xb = NULL;
-    if (W->dtype == CI_BF16 && b->k->bf16_block) {
-        xb = malloc((size_t)n * (size_t)W->cols * sizeof *xb);
-        if (!xb) {
-            cpu_fail(be, "matmul: out of memory for the bf16 activations");
-            free(xsp);
-            return;
-        }
-        b->k->x_bf16(x, (int64_t)n * W->cols, xb);
-        m.xb = xb;
-    }
-    if (n <= CPU_TILE_T) {
-        /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
-        int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
-        m.rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
-        par_for(b, ceil_div(rows, m.rows_per_item), mm_decode_item, &m, 1);
-        free(xsp);
-        free(xb);
+    if (mm_prepare(b, &m)) return;
+    if (mm_by_rows(&m)) {
+        par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
+        mm_release(&m);
         return;
     }
     /* Prefill: split tokens too when there are too few row blocks to feed every thread. */
@@ -438,8 +459,49 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     m.tok_per_item = ceil_div(ceil_div(n, n_tb), CPU_TILE_T) * CPU_TILE_T;
     m.n_tok_items = ceil_div(n, m.tok_per_item);
     par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
-    free(xsp);
-    free(xb);
+    mm_release(&m);
+}
+
+/* A batch of matmuls (cpu_kernels.h): the row-item ones share one pass of the pool (their
+ * items numbered one after another), the others run one by one as cpu_matmul. Each output
+ * is what cpu_matmul alone gives. */
+typedef struct {
+    mm_ctx *m;
+    const int64_t *first;   /* [count + 1]: job j's items are first[j] .. first[j + 1] - 1 */
+    int count;
+} mm_batch;
+
+static void mm_batch_item(void *c, int64_t it, cpu_slot *slot) {
+    const mm_batch *bt = c;
+    int j = 0;
+    while (it >= bt->first[j + 1]) j++;
+    mm_rows_item(&bt->m[j], it - bt->first[j], slot);
+}
+
+void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
+    enum { MAXJ = 64 };
+    cpu_backend *b = cpu(be);
+    for (int j0 = 0; j0 < count; j0 += MAXJ) {
+        mm_ctx m[MAXJ];
+        int64_t first[MAXJ + 1], work = 0;
+        int nj = 0;
+        first[0] = 0;
+        for (int j = j0; j < count && j < j0 + MAXJ; j++) {
+            const cpu_mm_job *q = &jobs[j];
+            if (q->n <= 0 || q->W->rows <= 0 || q->W->cols <= 0 || q->n > CPU_TILE_T) {
+                cpu_matmul(be, q->y, q->x, q->n, q->W);   /* empty, or a prefill: alone */
+                continue;
+            }
+            m[nj] = (mm_ctx){ .k = b->k, .qk = b->qk, .y = q->y, .x = q->x, .n = q->n, .W = q->W };
+            if (mm_prepare(b, &m[nj])) break;
+            work += q->W->rows * q->W->cols * q->n;
+            first[nj + 1] = first[nj] + ceil_div(q->W->rows, m[nj].rows_per_item);
+            nj++;
+        }
+        mm_batch bt = { .m = m, .first = first, .count = nj };
+        if (!b->failed) par_for(b, first[nj], mm_batch_item, &bt, work >= SMALL_WORK);
+        for (int j = 0; j < nj; j++) mm_release(&m[j]);
+    }
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------ */

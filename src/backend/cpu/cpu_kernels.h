@@ -120,6 +120,19 @@ typedef struct {
     void (*tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const uint8_t *xq, int64_t xs, float *out);
 } cpu_i16kernels;
 
+/* One matmul of cpu_matmul_batch: y[n, W.rows] = x[n, W.cols] · Wᵀ. */
+typedef struct {
+    float *y;
+    const float *x;
+    int n;
+    const ci_mat *W;
+} cpu_mm_job;
+
+/* The jobs' matmuls on a CPU backend, each giving exactly what be->matmul gives alone; those
+ * of at most CPU_TILE_T token rows (or int16-activation W) in one pass of the thread pool, so
+ * an MoE decode step wakes the pool once for all its experts' gate and up, once for the downs. */
+void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count);
+
 extern const cpu_qkernels cpu_qkernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_qkernels cpu_qkernels_avx2;

@@ -76,37 +76,39 @@ static inline int64_t xpos(int64_t j, int64_t cw) {
     return k + (o % nv) * 32 + o / nv;
 }
 
-/* One token row x (W->cols floats) into its prepared form at xq (stride() bytes). */
-static void i16_prep(const ci_mat *W, const float *x, uint8_t *xq) {
+/* One token row x (W->cols floats) into its prepared form at xq (stride() bytes). Groups
+ * divide cols and are multiples of 32, so every block is whole. A block holding an infinity
+ * or a NaN gets d = NaN, so the outputs it feeds are NaN as on the f32 path. */
+static TGT void i16_prep(const ci_mat *W, const float *x, uint8_t *xq) {
     const i16_layout l = i16_lay(W);
     const int64_t cols = W->cols, G = q_desc(W)->group, bits = q_desc(W)->bits;
     int16_t *xb = (int16_t *)xq;
     float *dl = (float *)(xq + 2 * l.cp), *xg = dl + 16 * l.nch;
     memset(xq, 0, (size_t)l.stride);
-    float dblk[4];   /* d of the (at most 4) blocks of the current chunk */
-    for (int64_t k = 0; k < l.cp; k += l.cw) {
-        for (int64_t b = 0; b < l.cw / 32; b++) {
-            const int64_t c0 = k + 32 * b;
-            float amax = 0;
-            for (int64_t j = c0; j < c0 + 32 && j < cols; j++) amax = fmaxf(amax, fabsf(x[j]));
-            const float d = amax / 32767.0f, id = amax > 0 ? 32767.0f / amax : 0.0f;
-            dblk[b] = d;
-            for (int64_t j = c0; j < c0 + 32 && j < cols; j++) {
-                xb[xpos(j, l.cw)] = (int16_t)lrintf(x[j] * id);
-            }
+    const __m512 zero = _mm512_setzero_ps();
+    float gs = 0;   /* the current group's sum of x̃ */
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+        const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float fin = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_mul_ps(v0, zero), _mm512_mul_ps(v1, zero)));
+        const float d = fin != 0.0f ? NAN : amax / 32767.0f, id = amax > 0 && fin == 0.0f ? 32767.0f / amax : 0.0f;
+        /* nearest even (the default rounding mode), as lrintf */
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        int32_t q[32];
+        _mm512_storeu_si512(q, q0);
+        _mm512_storeu_si512(q + 16, q1);
+        for (int j = 0; j < 32; j++) xb[xpos(c0 + j, l.cw)] = (int16_t)q[j];
+        /* lane i of a chunk's dot covers 8 (4-bit) or 4 (8-bit) columns from i * that: this
+         * block's lanes are 32 / that of them */
+        const int64_t lpb = bits == 4 ? 4 : 8, ch = c0 / l.cw, i0 = (c0 % l.cw) / 32 * lpb;
+        for (int64_t i = i0; i < i0 + lpb; i++) dl[16 * ch + i] = d;
+        /* x̃'s group sums: per block d times its exact integer sum, blocks added in order */
+        gs += d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        if ((c0 + 32) % G == 0) {
+            xg[c0 / G] = gs;
+            gs = 0;
         }
-        /* lane i of the chunk's dot covers 8 (4-bit) or 4 (8-bit) columns from i * that */
-        for (int i = 0; i < 16; i++) dl[16 * (k / l.cw) + i] = dblk[i * (bits == 4 ? 8 : 4) / 32];
-    }
-    /* x̃'s group sums: per block d_b times its exact integer sum, blocks added in order */
-    for (int64_t g = 0; g < l.ng; g++) {
-        float s = 0;
-        for (int64_t b0 = g * G; b0 < (g + 1) * G; b0 += 32) {
-            int32_t is = 0;
-            for (int64_t j = b0; j < b0 + 32; j++) is += xb[xpos(j, l.cw)];
-            s += dl[16 * (b0 / l.cw) + (b0 % l.cw) / (bits == 4 ? 8 : 4)] * (float)is;
-        }
-        xg[g] = s;
     }
 }
 
