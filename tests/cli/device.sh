@@ -1,4 +1,4 @@
-# --device cpu|cuda|auto, --no-graphs, --mmap and --bf16-act on the commands that run a model, on a machine
+# --device cpu|cuda|auto, --no-graphs, --mmap, --bf16-act and --int16-act on the commands that run a model, on a machine
 # without a GPU (the CI machines): a bad --device value is a usage error (exit 2, one line
 # naming the flag and the accepted values) for each command; --device cuda fails with one
 # line naming the cause and leaves no --out file (nor its temp file, and an existing one as
@@ -86,6 +86,13 @@ expect_ok "logits --bf16-act" $CINFER logits --model $fx --tokens 1,2,3,4,5 --ou
 cmp -s "$TMP/copy.f32" "$TMP/bfa.f32" && pass "--bf16-act leaves an f32 checkpoint's logits as they are" || fail "--bf16-act leaves an f32 checkpoint's logits as they are" "differ"
 expect_ok "generate --bf16-act (bf16 weights)" $CINFER generate --model tests/fixtures/qwen3_bf16 --prompt-ids 1,2,3 --max-tokens 4 --ids --bf16-act
 expect_usage "--bf16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --bf16-act 1
+# ---- --int16-act: runs (int16 activations for MLX 4- / 8-bit weights on AVX-512 VNNI CPUs, the f32 path elsewhere) ----
+expect_ok "logits --int16-act" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/i16.f32" --device cpu --int16-act
+cmp -s "$TMP/copy.f32" "$TMP/i16.f32" && pass "--int16-act leaves an unquantized checkpoint's logits as they are" || fail "--int16-act leaves an unquantized checkpoint's logits as they are" "differ"
+expect_ok "generate --int16-act (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --int16-act
+expect_ok "bench --int16-act with --bf16-act" $CINFER bench --model tests/fixtures/mlx_qwen3_mixed --prompt-len 4 --gen 2 --int16-act --bf16-act
+expect_usage "--int16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --int16-act 1
+expect_usage "serve --int16-act takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --int16-act 1
 
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
 if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then

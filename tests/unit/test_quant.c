@@ -1258,7 +1258,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
     if (int16_act && !ci_backend_cpu_int16_act(be)) {
-        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-int8\n");
+        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-int16\n");
         be->free(be);
         return 1;
     }
@@ -1310,11 +1310,11 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
 
 int main(int argc, char **argv) {
     find_isas();
-    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx512-int8]] */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx512-int16]] */
         const char *in = argc > 5 ? argv[5] : "";
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
                      !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strcmp(in, "avx2") ? CI_ISA_AVX2 : CI_ISA_AVX512,
-                     !strcmp(in, "avx512-int8"));
+                     !strcmp(in, "avx512-int16"));
     }
     TEST_RUN(test_matmul_all);
     TEST_RUN(test_embed_get);
