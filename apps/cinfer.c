@@ -78,7 +78,7 @@ static const char *USAGE =
     "  --bf16-act               CPU with AVX512-BF16: bf16 weights dotted with the activations\n"
     "                           rounded to bf16 (about 2x prefill; logits within ~1e-2 of their\n"
     "                           largest magnitude of the default f32 path)\n"
-    "  --int16-act              CPU with AVX-512 VNNI: MLX 4- and 8-bit weights dotted with the\n"
+    "  --int16-act              CPU with AVX2 or AVX-512: MLX 4- and 8-bit weights dotted with the\n"
     "                           activations rounded to int16 per 32 columns (faster 4-bit decode;\n"
     "                           logits within ~1e-3 of their largest magnitude of the f32 path)\n";
 

@@ -69,9 +69,9 @@ typedef struct {
                              * speed; logits then differ from the f32 path by up to ~1e-2 of
                              * their largest magnitude (bench/RESULTS.md). Other CPUs and
                              * other dtypes compute as without it. 0: f32 activations. */
-    int int16_act;          /* 1: on a CPU with AVX-512 VNNI (and isa auto or avx512), MLX
+    int int16_act;          /* 1: on an AVX2 or AVX-512 CPU (isa not scalar), MLX
                              * affine 4- and 8-bit matrices are dotted with the activations
-                             * rounded to int16 per 32 columns (vpdpwssd; exact integer sums,
+                             * rounded to int16 per 32 columns (vpdpwssd or vpmaddwd; exact integer sums,
                              * f32 scaling: x within 2^-16 of its block's largest magnitude),
                              * for 4-bit decode nearer the memory bandwidth; logits then differ
                              * from the exact path by up to ~1e-3 of their largest magnitude

@@ -526,9 +526,10 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* A CPU backend's MLX affine 4- and 8-bit matrices dotted with the activations rounded to
  * int16 per block of 32 columns (ci_model_opts.int16_act; what it computes is stated in
- * src/backend/cpu/quant_i16_avx512.c). Takes effect on an AVX-512 backend whose CPU has
- * VNNI (returns 1; the backend's name gains "-int16"); elsewhere returns 0 and the backend
- * computes as before. Call before the first op. */
+ * src/backend/cpu/quant_i16_avx512.c). Takes effect on an AVX-512 backend (vpdpwssd where
+ * the CPU has VNNI, else the AVX2 kernel) or an AVX2 one (vpmaddwd): returns 1 and the
+ * backend's name gains "-int16"; on the scalar backend returns 0 and it computes as before.
+ * Call before the first op. */
 int ci_backend_cpu_int16_act(ci_backend *be);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so

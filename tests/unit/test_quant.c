@@ -1310,11 +1310,11 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
 
 int main(int argc, char **argv) {
     find_isas();
-    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx512-int16]] */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16]] */
         const char *in = argc > 5 ? argv[5] : "";
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
-                     !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strcmp(in, "avx2") ? CI_ISA_AVX2 : CI_ISA_AVX512,
-                     !strcmp(in, "avx512-int16"));
+                     !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strncmp(in, "avx2", 4) ? CI_ISA_AVX2 : CI_ISA_AVX512,
+                     strstr(in, "-int16") != NULL);
     }
     TEST_RUN(test_matmul_all);
     TEST_RUN(test_embed_get);

@@ -976,6 +976,11 @@ int ci_backend_cpu_int16_act(ci_backend *be) {
         b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int16" : "cpu-avx512-int16";
         return 1;
     }
+    if (b->qk == &cpu_qkernels_avx512 || b->qk == &cpu_qkernels_avx2) {   /* the AVX2 kernel needs no VNNI */
+        b->i16 = &cpu_i16kernels_avx2;
+        b->base.name = b->qk == &cpu_qkernels_avx2 ? "cpu-avx2-int16" : "cpu-avx512-int16";
+        return 1;
+    }
 #endif
     (void)b;
     return 0;

@@ -137,7 +137,8 @@ extern const cpu_qkernels cpu_qkernels_scalar;
 #if defined(__x86_64__)
 extern const cpu_qkernels cpu_qkernels_avx2;
 extern const cpu_qkernels cpu_qkernels_avx512;
-extern const cpu_i16kernels cpu_i16kernels_avx512vnni;   /* AVX-512 with VNNI (vpdpbusd) */
+extern const cpu_i16kernels cpu_i16kernels_avx512vnni;   /* AVX-512 with VNNI (vpdpwssd) */
+extern const cpu_i16kernels cpu_i16kernels_avx2;         /* AVX2 (vpmaddwd) */
 #endif
 /* quant_kernels_scalar.c: one weight of a quantized W as f32 (ci_mat_get), the shared
  * tables (E2M1 values, SIMD unpack controls; built by cpu_init_tables), and matmul_xw for

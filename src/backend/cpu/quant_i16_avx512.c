@@ -14,22 +14,15 @@
  *   y = Σ_lanes (s_g · d_b) · Σ_{j in lane} q_j x̂_j  +  Σ_g b_g · Σ_{blocks b in g} d_b Σ_{j in b} x̂_j
  * i.e. w · x̃ with x̃_j = d_b x̂_j (within d_b / 2 of x_j), the weights themselves exact. The
  * code-times-word sums are exact integers (each lane covers 8 (4-bit) or 4 (8-bit) columns of
- * one block and one group); each lane's sum becomes f32 (exact: below 2^24), is multiplied
- * by s_g · d_b (f32) and added into an f32 lane accumulator, one lane chain per 16-lane
- * vector over the row; the bias term uses the same x̃ (f32 group sums from prep), so the
- * error is w · (x - x̃), which the codes' offset (MLX biases sit near -8 s for 4-bit) does not
- * inflate. One reduction per row at the end. A token's output does not depend on the other
- * rows of its batch (no shared sums), so decode, batched decode and prefill give the same bits.
- *
- * Layout of one prepared token row (prep, stride() bytes, 64-byte aligned in the buffer):
- *   [0, 2 Cp)      x̂ as int16 in the order the codes come out: per chunk of CW columns
- *                  (4-bit: 128 = 64 code bytes = 32 words of 4 nibbles; 8-bit: 64 = 32 words
- *                  of 2 bytes) nv = CW / 32 vectors of 32 words, column o of the chunk at word
- *                  o / nv of vector o % nv (xpos); Cp = cols rounded up to CW, zero past cols
- *   then 16 f32 per chunk: d_b of the block each lane of the chunk's dot falls in
- *   then ng16 f32: the group sums of x̃ (ng rounded up to 16, zero past ng)
- * Groups are powers of two of at least 32 columns (i16_ok), so a chunk holds whole groups or
- * lies in one, and never straddles a window of 16 groups' scales. */
+ * one block and one group); each lane's sum becomes f32 (exact for 4-bit codes, below 2^22;
+ * an 8-bit lane can reach 2^25 and is then rounded once), is multiplied by s_g · d_b (f32) and
+ * added into an f32 lane accumulator, one lane chain per vector over the row; the bias term
+ * uses the same x̃ (f32 group sums from prep), so the error is w · (x - x̃), which the codes'
+ * offset (MLX biases sit near -8 s for 4-bit) does not inflate. One reduction per row at the
+ * end. A token's output does not depend on the other rows of its batch (no shared sums), so
+ * decode, batched decode and prefill give the same bits. quant_i16.h has the layout of a
+ * prepared row and the preparation; quant_i16_avx2.c is the same math on 8 lanes (vpmaddwd,
+ * no VNNI needed). */
 #if defined(__x86_64__)
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #include "quant_avx512.h"
@@ -37,80 +30,20 @@
 
 #define I16_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
 
-typedef struct {
-    int64_t cw, cp, nch, ng, ng16, stride;
-    int lg;   /* log2 of the group size */
-} i16_layout;
+#define I16_LANES 16
 
-/* Shifts and masks only: a decode tile computes this for every 4 rows. */
-static inline i16_layout i16_lay(const ci_mat *W) {
-    i16_layout l;
-    const ci_qdesc *d = q_desc(W);
-    l.cw = d->bits == 4 ? 128 : 64;
-    l.lg = __builtin_ctz((unsigned)d->group);
-    l.cp = (W->cols + l.cw - 1) & ~(l.cw - 1);
-    l.nch = l.cp / l.cw;
-    l.ng = W->cols >> l.lg;
-    l.ng16 = (l.ng + 15) & ~(int64_t)15;
-    l.stride = (2 * l.cp + 64 * l.nch + 4 * l.ng16 + 63) & ~(int64_t)63;
-    return l;
+static inline TGT float i16_block(const float *x, int32_t q[32]) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16), zero = _mm512_setzero_ps();
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    /* 0 when every value is finite, NaN otherwise (inf · 0 and NaN · 0 are NaN) */
+    const float fin = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_mul_ps(v0, zero), _mm512_mul_ps(v1, zero)));
+    const float id = amax > 0 && fin == 0.0f ? 32767.0f / amax : 0.0f;
+    /* nearest even (the default rounding mode), as lrintf */
+    _mm512_storeu_si512(q, _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
+    _mm512_storeu_si512(q + 16, _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
+    return fin != 0.0f ? NAN : amax / 32767.0f;
 }
-
-/* Affine 4- or 8-bit with a power-of-two group of at least 32 columns (MLX's 32, 64, 128):
- * a chunk of CW columns then holds whole groups or lies in one. */
-static int i16_ok(const ci_mat *W) {
-    if (W->dtype != CI_U32 || !W->scale) return 0;
-    const ci_qdesc *d = q_desc(W);
-    if (d->mode != CI_Q_AFFINE || (d->bits != 4 && d->bits != 8)) return 0;
-    int64_t G = d->group;
-    return G >= 32 && (G & (G - 1)) == 0 && W->cols % G == 0;
-}
-
-static int64_t i16_stride(const ci_mat *W) { return i16_lay(W).stride; }
-
-/* Where column j's word lies: a chunk holds cw / 32 vectors of 32 words; column o of the
- * chunk is word o / nv of vector o % nv (nv = cw / 32), as the codes' nibbles (4-bit: bits
- * 4n of each 16-bit word) or bytes (8-bit) come out of 64 bytes of a row. */
-static inline int64_t xpos(int64_t j, int64_t cw) {
-    int64_t k = j & ~(cw - 1), o = j - k, nv = cw / 32;
-    return k + (o % nv) * 32 + o / nv;
-}
-
-/* One token row x (W->cols floats) into its prepared form at xq (stride() bytes). Groups
- * divide cols and are multiples of 32, so every block is whole. A block holding an infinity
- * or a NaN gets d = NaN, so the outputs it feeds are NaN as on the f32 path. */
-static TGT void i16_prep(const ci_mat *W, const float *x, uint8_t *xq) {
-    const i16_layout l = i16_lay(W);
-    const int64_t cols = W->cols, G = q_desc(W)->group, bits = q_desc(W)->bits;
-    int16_t *xb = (int16_t *)xq;
-    float *dl = (float *)(xq + 2 * l.cp), *xg = dl + 16 * l.nch;
-    memset(xq, 0, (size_t)l.stride);
-    const __m512 zero = _mm512_setzero_ps();
-    float gs = 0;   /* the current group's sum of x̃ */
-    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
-        const __m512 v0 = _mm512_loadu_ps(x + c0), v1 = _mm512_loadu_ps(x + c0 + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float fin = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_mul_ps(v0, zero), _mm512_mul_ps(v1, zero)));
-        const float d = fin != 0.0f ? NAN : amax / 32767.0f, id = amax > 0 && fin == 0.0f ? 32767.0f / amax : 0.0f;
-        /* nearest even (the default rounding mode), as lrintf */
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        int32_t q[32];
-        _mm512_storeu_si512(q, q0);
-        _mm512_storeu_si512(q + 16, q1);
-        for (int j = 0; j < 32; j++) xb[xpos(c0 + j, l.cw)] = (int16_t)q[j];
-        /* lane i of a chunk's dot covers 8 (4-bit) or 4 (8-bit) columns from i * that: this
-         * block's lanes are 32 / that of them */
-        const int64_t lpb = bits == 4 ? 4 : 8, ch = c0 / l.cw, i0 = (c0 % l.cw) / 32 * lpb;
-        for (int64_t i = i0; i < i0 + lpb; i++) dl[16 * ch + i] = d;
-        /* x̃'s group sums: per block d times its exact integer sum, blocks added in order */
-        gs += d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        if ((c0 + 32) % G == 0) {
-            xg[c0 / G] = gs;
-            gs = 0;
-        }
-    }
-}
+#include "quant_i16.h"
 
 /* T <= 4 token rows (prepared, stride xs bytes) by the 4 rows of W. */
 static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
@@ -154,7 +87,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
                 __m512 bv = q16(d, d->biases, gi[r] + pb, np);
                 I16_UNROLL
                 for (int t = 0; t < T; t++)
-                    acc[t][r] = _mm512_fmadd_ps(bv, _mm512_load_ps((const float *)(xq + t * xs + 2 * l.cp) + 16 * l.nch + pb),
+                    acc[t][r] = _mm512_fmadd_ps(bv, _mm512_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * l.nch + pb),
                                                 acc[t][r]);
             }
         }
@@ -168,7 +101,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
         __m512 dl[4];
         I16_UNROLL
-        for (int t = 0; t < T; t++) dl[t] = _mm512_load_ps((const float *)(xq + t * xs + 2 * l.cp) + 16 * ch);
+        for (int t = 0; t < T; t++) dl[t] = _mm512_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * ch);
         I16_UNROLL
         for (int r = 0; r < 4; r++) {
             const __m512i v = _mm512_maskz_loadu_epi8(km, wr[r] + k * BITS / 8);

@@ -1,0 +1,159 @@
+/* quant_i16_avx2.c — quant_i16_avx512.c's int16-activation kernels on 8 lanes (AVX2 + FMA:
+ * vpmaddwd multiplies pairs of signed words and sums each pair into a 32-bit lane, then
+ * vpaddd; no VNNI needed), for AVX2 CPUs and AVX-512 ones without VNNI. The same math, stated
+ * there: x rounded to int16 per block of 32 columns, exact integer code sums per lane, f32
+ * scaling, the bias term on the same rounded x. A chunk is 64 (4-bit) or 32 (8-bit) columns:
+ * 32 code bytes; the scales come in windows of 8 groups. 2 token rows per pass (16 ymm
+ * registers: 8 accumulators for 4 rows); 3 or 4 tokens read the codes twice, from L1. */
+#if defined(__x86_64__)
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#include "quant_kernels.h"
+#include <immintrin.h>
+#include <math.h>
+
+#define I16_UNROLL _Pragma("GCC unroll 4")
+#define I16_LANES 8
+
+static inline TGT float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+static inline TGT float hsum8(__m256 v) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline TGT float i16_block(const float *x, int32_t q[32]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    __m256 v[4], mx = zero, z = zero;
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+        z = _mm256_add_ps(z, _mm256_mul_ps(v[i], zero));   /* NaN when any value is not finite */
+    }
+    const float amax = hmax8(mx), fin = hsum8(z);
+    const float id = amax > 0 && fin == 0.0f ? 32767.0f / amax : 0.0f;
+    for (int i = 0; i < 4; i++)   /* nearest even (the default rounding mode), as lrintf */
+        _mm256_storeu_si256((__m256i *)(q + 8 * i), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+    return fin != 0.0f ? NAN : amax / 32767.0f;
+}
+#include "quant_i16.h"
+
+/* Parameters i0 .. i0+n-1 (n <= 8) of p as f32 lanes, as q_param converts each (affine
+ * formats: f32, bf16, f16), lanes past n zero; never reads past the n asked for. */
+static inline TGT __m256 q8p(const ci_qdesc *d, const void *p, int64_t i0, int n) {
+    const size_t es = d->scale_dtype == CI_F32 ? 4 : 2;
+    _Alignas(32) uint8_t b[32] = { 0 };
+    memcpy(b, (const uint8_t *)p + i0 * (int64_t)es, (size_t)n * es);
+    if (d->scale_dtype == CI_F32) return _mm256_load_ps((const float *)b);
+    __m128i h = _mm_load_si128((const __m128i *)b);
+    if (d->scale_dtype == CI_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));   /* bf16 */
+}
+
+/* T <= 2 token rows (prepared, stride xs bytes) by the 4 rows of W. */
+static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
+                                                                 const int64_t rows[4], const uint8_t *xq, int64_t xs,
+                                                                 float *out) {
+    const ci_qdesc *d = q_desc(W);
+    const i16_layout l = i16_lay(W);
+    const int64_t G = d->group, ng = l.ng, rb = W->cols * BITS / 8, cols = W->cols;
+    const int CWL = BITS == 4 ? 6 : 5;   /* log2 of the chunk's columns */
+    const int64_t pd = rb < 1024 ? rb : 1024;   /* prefetch distance, as the AVX-512 kernel */
+    const uint8_t *wr[4];
+    int64_t gi[4];
+    for (int r = 0; r < 4; r++) {
+        wr[r] = (const uint8_t *)W->data + rows[r] * rb;
+        gi[r] = (W->scale_row0 + rows[r]) * ng;
+    }
+    const int lc = BITS == 4 ? 8 : 4;   /* columns a lane */
+    __m256i loff = _mm256_setzero_si256();
+    if (G <= l.cw)
+        loff = _mm256_srlv_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(lc)),
+                                 _mm256_set1_epi32(l.lg));
+    __m256 acc[2][4], sv[4] = { 0 };
+    I16_UNROLL
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi16(0x000f), m8 = _mm256_set1_epi16(0x00ff);
+    int64_t pb = -1;
+    for (int64_t ch = 0; ch < l.nch; ch++) {
+        const int64_t k = ch << CWL, g = k >> l.lg;
+        if ((g & ~(int64_t)7) != pb) {   /* the next 8 groups: scales, and the bias term */
+            pb = g & ~(int64_t)7;
+            const int np = (int)(ng - pb < 8 ? ng - pb : 8);
+            I16_UNROLL
+            for (int r = 0; r < 4; r++) {
+                sv[r] = q8p(d, d->scales, gi[r] + pb, np);
+                __m256 bv = q8p(d, d->biases, gi[r] + pb, np);
+                I16_UNROLL
+                for (int t = 0; t < T; t++)
+                    acc[t][r] = _mm256_fmadd_ps(bv, _mm256_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * l.nch + pb),
+                                                acc[t][r]);
+            }
+        }
+        const __m256i gsel = _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
+        const int64_t nb = (cols - k) * BITS / 8;   /* code bytes of this chunk, 32 but a 4-bit last */
+        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb < 32 ? nb / 4 : 8)),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const int64_t pf = k * BITS / 8 + pd + (k * BITS / 8 + pd < rb ? 0 : 3 * rb);
+        I16_UNROLL
+        for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
+        __m256 dl[2];
+        I16_UNROLL
+        for (int t = 0; t < T; t++) dl[t] = _mm256_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * ch);
+        I16_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const __m256i v = nb >= 32 ? _mm256_loadu_si256((const __m256i *)(wr[r] + k * BITS / 8))
+                                       : _mm256_maskload_epi32((const int *)(wr[r] + k * BITS / 8), km);
+            const __m256 s = _mm256_permutevar8x32_ps(sv[r], gsel);
+            __m256i c[4];
+            if (BITS == 4) {
+                c[0] = _mm256_and_si256(v, m4);
+                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), m4);
+                c[3] = _mm256_srli_epi16(v, 12);
+            } else {
+                c[0] = _mm256_and_si256(v, m8);
+                c[1] = _mm256_srli_epi16(v, 8);
+            }
+            I16_UNROLL
+            for (int t = 0; t < T; t++) {
+                const int16_t *xt = (const int16_t *)(xq + t * xs) + k;
+                __m256i is = _mm256_madd_epi16(c[0], _mm256_load_si256((const __m256i *)xt));
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(c[1], _mm256_load_si256((const __m256i *)(xt + 16))));
+                if (BITS == 4) {
+                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(xt + 32))));
+                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(xt + 48))));
+                }
+                acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(s, dl[t]), acc[t][r]);
+            }
+        }
+    }
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < 4; r++) out[4 * t + r] = hsum8(acc[t][r]);
+}
+
+static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
+    for (int t0 = 0; t0 < T; t0 += 2) {
+        const int tt = T - t0 < 2 ? T - t0 : 2;
+        const uint8_t *x = xq + t0 * xs;
+        float *o = out + 4 * t0;
+        if (q_desc(W)->bits == 4) {
+            if (tt == 1) i16_tile_T(1, 4, W, rows, x, xs, o);
+            else i16_tile_T(2, 4, W, rows, x, xs, o);
+        } else {
+            if (tt == 1) i16_tile_T(1, 8, W, rows, x, xs, o);
+            else i16_tile_T(2, 8, W, rows, x, xs, o);
+        }
+    }
+}
+
+const cpu_i16kernels cpu_i16kernels_avx2 = { .ok = i16_ok, .stride = i16_stride, .prep = i16_prep, .tile = i16_tile };
+
+#else
+typedef int cpu_i16kernels_avx2_unused; /* keeps the translation unit non-empty */
+#endif
