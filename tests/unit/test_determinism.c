@@ -329,6 +329,32 @@ static void int16_act_on(ci_backend *be, ci_backend *f32) {
     }
 }
 
+/* An MoE decode step on an int16 backend (one token: every expert's gate and up share one
+ * prepared x; 2..4 tokens: each expert's own rows) gives the rows of a 9-token call. */
+static void int16_moe_rows(ci_backend *be) {
+    enum { E = 5, K = 2, X = 128, I = 64, N = 9 };
+    wmat w[3][E];
+    ci_mat mg[E], mu[E], md[E];
+    for (int e = 0; e < E; e++) {
+        make_w(&w[0][e], K_Q4, I, X); make_w(&w[1][e], K_Q4, I, X); make_w(&w[2][e], K_Q8, X, I);
+        mg[e] = w[0][e].m; mu[e] = w[1][e].m; md[e] = w[2][e].m;
+    }
+    ci_moe m = { .n_experts = E, .top_k = K, .hidden = X, .inter = I, .routed_scaling = 1, .n_group = 1,
+                 .topk_group = 1, .w_gate = mg, .w_up = mu, .w_down = md };
+    float x[N * X], wt[N * K], all[N * X], part[N * X];
+    int32_t sel[N * K];
+    for (int i = 0; i < N * X; i++) x[i] = rnd(-1, 1);
+    for (int i = 0; i < N * K; i++) wt[i] = rnd(0, 1);
+    for (int t = 0; t < N; t++) sel[t * K] = t % E, sel[t * K + 1] = (t + 2) % E;
+    be->moe_experts(be, all, x, N, sel, wt, &m, 0);
+    for (int t0 = 0, n = 1; t0 < N; t0 += n, n = n % 4 + 1) {
+        int nn = N - t0 < n ? N - t0 : n;
+        be->moe_experts(be, part + t0 * X, x + t0 * X, nn, sel + t0 * K, wt + t0 * K, &m, 0);
+    }
+    CHECK(memcmp(all, part, sizeof all) == 0, "%s: MoE decode-step rows differ from the 9-token call", be->name);
+    for (int e = 0; e < E; e++) { wmat_free(&w[0][e]); wmat_free(&w[1][e]); wmat_free(&w[2][e]); }
+}
+
 static void test_int16_act_precision(void) {
     static const struct { ci_isa isa; const char *name; } is[] = { { CI_ISA_AVX512, "cpu-avx512-int16" },
                                                                     { CI_ISA_AVX2, "cpu-avx2-int16" } };
@@ -338,6 +364,7 @@ static void test_int16_act_precision(void) {
         if (be && f32 && ci_backend_cpu_int16_act(be)) {
             CHECK(strcmp(be->name, is[i].name) == 0, "backend name %s, want %s", be->name, is[i].name);
             int16_act_on(be, f32);
+            int16_moe_rows(be);
             ran++;
         }
         if (be) be->free(be);

@@ -170,6 +170,7 @@ typedef struct {
                                * (row stride cols), or NULL */
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
+    int xi16_shared;          /* xi16 belongs to another job of a batch (same x, same layout) */
     int64_t xi16s;
 } mm_ctx;
 
@@ -375,16 +376,28 @@ static void mm_prefill_split_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
+/* Rows of a row item: ~8 items per thread balances uneven progress; rows stay contiguous
+ * per item. */
+static int64_t mm_rows_per_item(const cpu_backend *b, const ci_mat *W, int n) {
+    const int64_t rows = W->rows, work = rows * W->cols * n;
+    int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
+    return ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
+}
+
+/* Whether two int16-activation W prepare x alike (the preparation depends on the width,
+ * the bits and the group). */
+static int same_i16_prep(const ci_mat *A, const ci_mat *B) {
+    const ci_qdesc *a = A->scale, *b = B->scale;
+    return A->cols == B->cols && a->bits == b->bits && a->group == b->group;
+}
+
 /* Converts x once for the path W takes (int16 activations, split order, bf16) into buffers
  * m owns (mm_release frees them) and, for a row-item matmul (int16 activations or n <=
  * CPU_TILE_T), sets rows_per_item. 0, or -1 after cpu_fail (out of memory). */
 static int mm_prepare(cpu_backend *b, mm_ctx *m) {
     const ci_mat *W = m->W;
     const int n = m->n;
-    const int64_t rows = W->rows, work = rows * W->cols * n;
-    /* ~8 items per thread balances uneven progress; rows stay contiguous per item. */
-    int64_t per = work < SMALL_WORK ? rows : ceil_div(rows, (int64_t)b->n_slots * 8);
-    m->rows_per_item = ceil_div(per < CPU_TILE_R ? CPU_TILE_R : per, CPU_TILE_R) * CPU_TILE_R;
+    m->rows_per_item = mm_rows_per_item(b, W, n);
     if (b->i16 && b->i16->ok(W)) {
         m->i16 = b->i16;
         m->xi16s = b->i16->stride(W);
@@ -424,7 +437,7 @@ static int mm_prepare(cpu_backend *b, mm_ctx *m) {
 }
 
 static void mm_release(mm_ctx *m) {
-    free((void *)m->xi16);
+    if (!m->xi16_shared) free((void *)m->xi16);
     free((void *)m->xsp);
     free((void *)m->xb);
 }
@@ -493,7 +506,18 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
                 continue;
             }
             m[nj] = (mm_ctx){ .k = b->k, .qk = b->qk, .y = q->y, .x = q->x, .n = q->n, .W = q->W };
-            if (mm_prepare(b, &m[nj])) break;
+            /* an MoE step's gate and up, and every expert of a 1-token step, read one x: an
+             * earlier job's int16 preparation of it serves when the layout is the same */
+            int shared = 0;
+            for (int i = 0; i < nj && !shared && b->i16 && b->i16->ok(q->W); i++)
+                if (m[i].xi16 && m[i].x == q->x && m[i].n == q->n && same_i16_prep(m[i].W, q->W)) {
+                    m[nj].i16 = b->i16;
+                    m[nj].xi16 = m[i].xi16;
+                    m[nj].xi16s = m[i].xi16s;
+                    m[nj].xi16_shared = shared = 1;
+                    m[nj].rows_per_item = mm_rows_per_item(b, q->W, q->n);
+                }
+            if (!shared && mm_prepare(b, &m[nj])) break;
             work += q->W->rows * q->W->cols * q->n;
             first[nj + 1] = first[nj] + ceil_div(q->W->rows, m[nj].rows_per_item);
             nj++;

@@ -167,7 +167,8 @@ static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *
         for (int e = e0; e < E && e < e0 + MAXE; e++) {
             int o = s->offset[e], m_e = s->offset[e + 1] - o;
             if (!m_e) continue;
-            const float *xe = s->xe + (size_t)o * X;
+            /* one token: x itself, so the batch prepares it once for every expert */
+            const float *xe = n == 1 ? x : s->xe + (size_t)o * X;
             if (m->relu2) {
                 jobs[nj++] = (cpu_mm_job){ s->g + (size_t)o * I, xe, m_e, &m->w_up[e] };
             } else {
