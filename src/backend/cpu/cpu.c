@@ -492,7 +492,7 @@ static void mm_batch_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
-    enum { MAXJ = 64 };
+    enum { MAXJ = 128 };   /* one pool pass for up to this many jobs */
     cpu_backend *b = cpu(be);
     for (int j0 = 0; j0 < count; j0 += MAXJ) {
         mm_ctx m[MAXJ];

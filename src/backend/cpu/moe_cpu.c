@@ -159,39 +159,44 @@ static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n) {
  * rows of xe / g / u / ye are row i, so every active expert's matmuls go in one batch. */
 static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *x, int n, const ci_moe *m) {
     const int E = m->n_experts, K = m->top_k, X = m->hidden, I = m->inter, NK = n * K;
-    enum { MAXE = 64 };
-    cpu_mm_job jobs[2 * MAXE];
+    enum { MAXJ = 128 };   /* jobs handed over at once: every active expert of a step when NK <= 64 */
+    cpu_mm_job jobs[MAXJ];
+    int nj = 0;
     for (int i = 0; i < NK; i++) memcpy(s->xe + (size_t)i * X, x + (size_t)s->tok[i] * X, (size_t)X * sizeof(float));
-    for (int e0 = 0; e0 < E; e0 += MAXE) {   /* at most MAXE experts' jobs at a time */
-        int nj = 0;
-        for (int e = e0; e < E && e < e0 + MAXE; e++) {
-            int o = s->offset[e], m_e = s->offset[e + 1] - o;
-            if (!m_e) continue;
-            /* one token: x itself, so the batch prepares it once for every expert */
-            const float *xe = n == 1 ? x : s->xe + (size_t)o * X;
-            if (m->relu2) {
-                jobs[nj++] = (cpu_mm_job){ s->g + (size_t)o * I, xe, m_e, &m->w_up[e] };
-            } else {
-                jobs[nj++] = (cpu_mm_job){ s->g + (size_t)o * I, xe, m_e, &m->w_gate[e] };
-                jobs[nj++] = (cpu_mm_job){ s->u + (size_t)o * I, xe, m_e, &m->w_up[e] };
-            }
+    for (int e = 0; e < E; e++) {
+        int o = s->offset[e], m_e = s->offset[e + 1] - o;
+        if (!m_e) continue;
+        if (nj + 2 > MAXJ) {
+            cpu_matmul_batch(be, jobs, nj);
+            nj = 0;
         }
-        cpu_matmul_batch(be, jobs, nj);
+        /* one token: x itself, so the batch prepares it once for every expert */
+        const float *xe = n == 1 ? x : s->xe + (size_t)o * X;
+        if (m->relu2) {
+            jobs[nj++] = (cpu_mm_job){ s->g + (size_t)o * I, xe, m_e, &m->w_up[e] };
+        } else {
+            jobs[nj++] = (cpu_mm_job){ s->g + (size_t)o * I, xe, m_e, &m->w_gate[e] };
+            jobs[nj++] = (cpu_mm_job){ s->u + (size_t)o * I, xe, m_e, &m->w_up[e] };
+        }
     }
+    cpu_matmul_batch(be, jobs, nj);
     if (m->relu2) {
         relu2(s->g, (int64_t)NK * I);
     } else {
         if (m->act_limit > 0) clamp_gu(s->g, s->u, (int64_t)NK * I, m->act_limit);
         be->swiglu(be, s->g, s->u, (int64_t)NK * I);
     }
-    for (int e0 = 0; e0 < E; e0 += 2 * MAXE) {
-        int nj = 0;
-        for (int e = e0; e < E && e < e0 + 2 * MAXE; e++) {
-            int o = s->offset[e], m_e = s->offset[e + 1] - o;
-            if (m_e) jobs[nj++] = (cpu_mm_job){ s->ye + (size_t)o * X, s->g + (size_t)o * I, m_e, &m->w_down[e] };
+    nj = 0;
+    for (int e = 0; e < E; e++) {
+        int o = s->offset[e], m_e = s->offset[e + 1] - o;
+        if (!m_e) continue;
+        if (nj + 1 > MAXJ) {
+            cpu_matmul_batch(be, jobs, nj);
+            nj = 0;
         }
-        cpu_matmul_batch(be, jobs, nj);
+        jobs[nj++] = (cpu_mm_job){ s->ye + (size_t)o * X, s->g + (size_t)o * I, m_e, &m->w_down[e] };
     }
+    cpu_matmul_batch(be, jobs, nj);
     for (int i = 0; i < NK; i++) {   /* expert order, then token order: as the loop below */
         float *o = out + (size_t)s->tok[i] * X;
         const float *y = s->ye + (size_t)i * X;
