@@ -393,13 +393,21 @@ static int same_i16_prep(const ci_mat *A, const ci_mat *B) {
 
 /* Converts x once for the path W takes (int16 activations, split order, bf16) into buffers
  * m owns (mm_release frees them) and, for a row-item matmul (int16 activations or n <=
- * CPU_TILE_T), sets rows_per_item. 0, or -1 after cpu_fail (out of memory). */
-static int mm_prepare(cpu_backend *b, mm_ctx *m) {
+ * CPU_TILE_T), sets rows_per_item. An int16 W takes donor's prepared x instead (donor: an
+ * earlier job of a batch with the same x and n and a W that same_i16_prep; or NULL). 0, or
+ * -1 after cpu_fail (out of memory). */
+static int mm_prepare(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     const ci_mat *W = m->W;
     const int n = m->n;
     m->rows_per_item = mm_rows_per_item(b, W, n);
     if (b->i16 && b->i16->ok(W)) {
         m->i16 = b->i16;
+        if (donor) {
+            m->xi16 = donor->xi16;
+            m->xi16s = donor->xi16s;
+            m->xi16_shared = 1;
+            return 0;
+        }
         m->xi16s = b->i16->stride(W);
         uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m->xi16s);
         if (!xq) {
@@ -460,7 +468,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     int64_t rows = W->rows, work = rows * W->cols * n;
-    if (mm_prepare(b, &m)) return;
+    if (mm_prepare(b, &m, NULL)) return;
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
         mm_release(&m);
@@ -508,16 +516,10 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
             m[nj] = (mm_ctx){ .k = b->k, .qk = b->qk, .y = q->y, .x = q->x, .n = q->n, .W = q->W };
             /* an MoE step's gate and up, and every expert of a 1-token step, read one x: an
              * earlier job's int16 preparation of it serves when the layout is the same */
-            int shared = 0;
-            for (int i = 0; i < nj && !shared && b->i16 && b->i16->ok(q->W); i++)
-                if (m[i].xi16 && m[i].x == q->x && m[i].n == q->n && same_i16_prep(m[i].W, q->W)) {
-                    m[nj].i16 = b->i16;
-                    m[nj].xi16 = m[i].xi16;
-                    m[nj].xi16s = m[i].xi16s;
-                    m[nj].xi16_shared = shared = 1;
-                    m[nj].rows_per_item = mm_rows_per_item(b, q->W, q->n);
-                }
-            if (!shared && mm_prepare(b, &m[nj])) break;
+            const mm_ctx *donor = NULL;
+            for (int i = 0; i < nj && !donor && b->i16 && b->i16->ok(q->W); i++)
+                if (m[i].xi16 && m[i].x == q->x && m[i].n == q->n && same_i16_prep(m[i].W, q->W)) donor = &m[i];
+            if (mm_prepare(b, &m[nj], donor)) break;
             work += q->W->rows * q->W->cols * q->n;
             first[nj + 1] = first[nj] + ceil_div(q->W->rows, m[nj].rows_per_item);
             nj++;

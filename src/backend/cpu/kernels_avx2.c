@@ -29,18 +29,7 @@ static inline TGT vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 static inline TGT vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 static inline TGT vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 
-static inline TGT float vhsum(vf a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-static inline TGT float vhmax(vf a) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "avx2_reduce.h"   /* vhsum, vhmax */
 
 /* Four horizontal sums with one shuffle tree. */
 static inline TGT void vhsum4(vf a, vf b, vf c, vf d, float *out) {

@@ -162,7 +162,8 @@ static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *
     enum { MAXJ = 128 };   /* jobs handed over at once: every active expert of a step when NK <= 64 */
     cpu_mm_job jobs[MAXJ];
     int nj = 0;
-    for (int i = 0; i < NK; i++) memcpy(s->xe + (size_t)i * X, x + (size_t)s->tok[i] * X, (size_t)X * sizeof(float));
+    if (n > 1)   /* one token reads x itself */
+        for (int i = 0; i < NK; i++) memcpy(s->xe + (size_t)i * X, x + (size_t)s->tok[i] * X, (size_t)X * sizeof(float));
     for (int e = 0; e < E; e++) {
         int o = s->offset[e], m_e = s->offset[e + 1] - o;
         if (!m_e) continue;

@@ -14,18 +14,7 @@
 #define I16_UNROLL _Pragma("GCC unroll 4")
 #define I16_LANES 8
 
-static inline TGT float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-static inline TGT float hsum8(__m256 v) {
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
+#include "avx2_reduce.h"   /* vhsum, vhmax */
 
 static inline TGT float i16_block(const float *x, int32_t q[32]) {
     const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
@@ -35,7 +24,7 @@ static inline TGT float i16_block(const float *x, int32_t q[32]) {
         mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
         z = _mm256_add_ps(z, _mm256_mul_ps(v[i], zero));   /* NaN when any value is not finite */
     }
-    const float amax = hmax8(mx), fin = hsum8(z);
+    const float amax = vhmax(mx), fin = vhsum(z);
     const float id = amax > 0 && fin == 0.0f ? 32767.0f / amax : 0.0f;
     for (int i = 0; i < 4; i++)   /* nearest even (the default rounding mode), as lrintf */
         _mm256_storeu_si256((__m256i *)(q + 8 * i), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
@@ -134,7 +123,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         }
     }
     for (int t = 0; t < T; t++)
-        for (int r = 0; r < 4; r++) out[4 * t + r] = hsum8(acc[t][r]);
+        for (int r = 0; r < 4; r++) out[4 * t + r] = vhsum(acc[t][r]);
 }
 
 static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
