@@ -187,6 +187,12 @@ typedef struct {
 } wpair;
 
 /* A random [rows, cols] weight in dtype dt (for fp8: block-128 scale grid in sdt). */
+/* a weight kind's name in the cases' names: f32, f16, bf16, fp8/f32s, fp8/bf16s, fp8/e8m0s */
+static const char *dt_name(ci_dtype dt, ci_dtype sdt) {
+    if (dt != CI_F8_E4M3) return dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : "bf16";
+    return sdt == CI_F32 ? "fp8/f32s" : sdt == CI_BF16 ? "fp8/bf16s" : "fp8/e8m0s";
+}
+
 static wpair make_weight(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt) {
     wpair w;
     memset(&w, 0, sizeof w);
@@ -214,7 +220,7 @@ static wpair make_weight(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt) 
     w.c.dtype = dt;
     w.c.rows = rows;
     w.c.cols = cols;
-    w.dname = dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s";
+    w.dname = dt_name(dt, sdt);
     if (dt == CI_F8_E4M3) {
         int64_t sr = (rows + 127) / 128, sc = (cols + 127) / 128;
         size_t sn = (size_t)(sr * sc), sbytes = sn * ci_dtype_size(sdt);
@@ -222,6 +228,7 @@ static wpair make_weight(int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt) 
         for (size_t i = 0; i < sn; i++) {
             float v = (0.75f + 0.5f * (unif() + 1.f)) * s / 64.f;  /* e4m3 codes reach ±448 */
             if (sdt == CI_F32) ((float *)sh)[i] = v;
+            else if (sdt == CI_F8_E8M0) ((uint8_t *)sh)[i] = (uint8_t)(127 + (int)floorf(log2f(v)));   /* 2^floor(log2 v) */
             else ((uint16_t *)sh)[i] = ci_f32_to_bf16(v);
         }
         w.c.scale = sh;
@@ -289,6 +296,7 @@ static int ref_argmax(const float *x, int count) {
 static void test_matmul_shape(int64_t rows, int64_t cols, const int *ns, int nn) {
     static const struct { ci_dtype dt, sdt; } kinds[] = {
         { CI_F32, CI_F32 }, { CI_F16, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },
+        { CI_F8_E4M3, CI_F8_E8M0 },
     };
     int nmax = 0;
     for (int i = 0; i < nn; i++) if (ns[i] > nmax) nmax = ns[i];
@@ -304,8 +312,7 @@ static void test_matmul_shape(int64_t rows, int64_t cols, const int *ns, int nn)
         int made = 0;
         for (int i = 0; i < nn && !dead; i++) {
             int n = ns[i];
-            const char *dn = kinds[k].dt == CI_F32 ? "f32" : kinds[k].dt == CI_F16 ? "f16" : kinds[k].dt == CI_BF16 ? "bf16"
-                             : kinds[k].sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s";
+            const char *dn = dt_name(kinds[k].dt, kinds[k].sdt);
             snprintf(name, sizeof name, "cuda matmul %s %lldx%lld n=%d", dn, (long long)rows, (long long)cols, n);
             if (!want(name)) continue;
             if (!made) { w = make_weight(rows, cols, kinds[k].dt, kinds[k].sdt); made = 1; if (dead) break; }
@@ -320,6 +327,53 @@ static void test_matmul_shape(int64_t rows, int64_t cols, const int *ns, int nn)
     free(x); free(ref); free(got);
 }
 
+/* fp8 row views starting mid scale block (scale_row0, as MLA's per-head views and stacked
+ * experts have them): rows [200, 500) of a 1000 x 512 weight, alone and in matmul_n beside a
+ * view of rows [613, 650), at 1..8 token rows */
+static void test_matmul_fp8_view(void) {
+    static const int ns[] = { 1, 2, 5, 8 };
+    static const ci_dtype sdts[] = { CI_F32, CI_BF16, CI_F8_E8M0 };
+    for (int d = 0; d < 3 && !dead; d++) {
+        char name[160];
+        snprintf(name, sizeof name, "cuda matmul %s view rows 200..500 of 1000x512", dt_name(CI_F8_E4M3, sdts[d]));
+        if (!want(name)) continue;
+        wpair w = make_weight(1000, 512, CI_F8_E4M3, sdts[d]);
+        if (dead) return;
+        ci_mat vc[2] = { w.c, w.c }, vg[2] = { w.g, w.g };
+        const int64_t r0[2] = { 200, 613 }, nr[2] = { 300, 37 };
+        for (int j = 0; j < 2; j++) {
+            vc[j].data = (const uint8_t *)w.c.data + r0[j] * 512;
+            vg[j].data = (const uint8_t *)w.g.data + r0[j] * 512;
+            vc[j].rows = vg[j].rows = nr[j];
+            vc[j].scale_row0 = vg[j].scale_row0 = r0[j];
+        }
+        float *x = xmalloc(8 * 512 * 4), *ref = xmalloc(8 * 337 * 4), *got = xmalloc(8 * 337 * 4);
+        fill(x, 8 * 512, 1.f);
+        float *gx = g_put(x, 8 * 512 * 4), *gy = g_alloc(8 * 337 * 4);
+        for (int i = 0; i < 4 && gx && gy; i++) {
+            const int n = ns[i];
+            char nm[200];
+            snprintf(nm, sizeof nm, "%s n=%d", name, n);
+            cpu->matmul(cpu, ref, x, n, &vc[0]);
+            g_poison(gy, (size_t)n * 300 * 4);
+            gpu->matmul(gpu, gy, gx, n, &vg[0]);
+            g_get(got, gy, (size_t)n * 300 * 4);
+            report(nm, compare(got, ref, (size_t)n * 300), B_F32);
+            /* matmul_n of both views: outputs [n, 300] then [n, 37] */
+            snprintf(nm, sizeof nm, "%s + rows 613..650 matmul_n n=%d", name, n);
+            float *ry[2] = { ref, ref + (size_t)n * 300 }, *gyy[2] = { gy, gy + (size_t)n * 300 };
+            const ci_mat *wc[2] = { &vc[0], &vc[1] }, *wg[2] = { &vg[0], &vg[1] };
+            ref_matmul_n(2, ry, x, n, wc);
+            g_poison(gy, (size_t)n * 337 * 4);
+            gpu->matmul_n(gpu, 2, gyy, gx, n, wg);
+            g_get(got, gy, (size_t)n * 337 * 4);
+            report(nm, compare(got, ref, (size_t)n * 337), B_F32);
+        }
+        g_free(gx); g_free(gy);
+        free(x); free(ref); free(got);
+    }
+}
+
 static void test_matmul(void) {
     static const int ns_all[] = { 1, 2, 3, 5, 8, 9, 64, 300 }, ns_quick[] = { 1, 3, 9, 64 };
     const int *ns = quick ? ns_quick : ns_all;
@@ -327,7 +381,11 @@ static void test_matmul(void) {
     test_matmul_shape(37, 129, ns, nn);
     test_matmul_shape(1000, 1001, ns, nn);
     test_matmul_shape(129, 2050, ns, nn);
+    /* fp8 of whole 128-column blocks takes the tensor-core GEMV (quant_mma.cu) up to 8 rows: rows
+     * not a multiple of 16 (a clamped tile) nor of 128 (a partial scale block) */
+    test_matmul_shape(1000, 1536, ns, nn);
     if (!quick) test_matmul_shape(4096, 12288, ns, nn);   /* Qwen3-8B down_proj: the decode-speed shape */
+    test_matmul_fp8_view();
 }
 
 /* The fused matmuls on q rows of rq, k / v (and gate / up) rows of rk, cols columns. */
@@ -447,6 +505,8 @@ static void test_matmul_fused(void) {
     static const ci_dtype dts[] = { CI_F32, CI_BF16, CI_F16, CI_F8_E4M3 }, dec[] = { CI_BF16, CI_F32 };
     static const int ns[] = { 1, 3, 8, 9, 300 }, one[] = { 1 };
     fused_shape(quick ? 257 : 1001, quick ? 131 : 1000, quick ? 37 : 250, dts, 4, ns, 5);
+    /* fp8 of whole 128-column blocks: the tensor-core GEMVs (q/k/v, SwiGLU, norm staged in) */
+    fused_shape(1536, quick ? 131 : 1000, 200, dts + 3, 1, ns, 5);
     /* one-token launch shapes (gemv.cu launch_nt): many rows of 4096 columns (two rows per
      * warp: 8B dims' q/k/v and o_proj), few long rows (a row per block over its warps: the
      * 0.6B's o_proj / down_proj, and gate / up of 1024 rows) */
@@ -1172,7 +1232,7 @@ static void test_mla_norms(void) {
 /* mla_absorb_q and mla_out_heads for Hh heads of kv_b [Hh·(nope + v), kv_lora] in dtype dt. */
 static void mla_heads_case(int n, int Hh, int nope, int rope, int kv_lora, int v, ci_dtype dt, ci_dtype sdt) {
     char name[200];
-    const char *dn = dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s";
+    const char *dn = dt_name(dt, sdt);
     const int qd = nope + rope, lat = kv_lora + rope;
     snprintf(name, sizeof name, "cuda mla_absorb_q+out_heads %s n=%d heads=%d nope=%d rope=%d kv_lora=%d v=%d", dn, n, Hh,
              nope, rope, kv_lora, v);
@@ -1647,7 +1707,7 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
                                   int n, int acc) {
     char name[160];
     snprintf(name, sizeof name, "moe_experts %s E=%d K=%d X=%d I=%d%s%s%s n=%d",
-             dt == CI_F32 ? "f32" : dt == CI_F16 ? "f16" : dt == CI_BF16 ? "bf16" : sdt == CI_F32 ? "fp8/f32s" : "fp8/bf16s",
+             dt_name(dt, sdt),
              E, K, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
     if (!want(name)) return;
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
@@ -1738,6 +1798,16 @@ static void test_moe(void) {
             test_moe_experts_case(13, 5, 128, 64, kinds[k].dt, kinds[k].sdt, 1, 0, r2n[i], i == 2);
         }
     test_moe_experts_case(7, 3, 70, 36, CI_BF16, CI_F32, 1, 0, 37, 0);
+    /* fp8 experts of whole 128-column blocks at 1..8 rows: the tensor-core pair
+     * (quant_mma_moe.cu), every scale type, gated / relu² / acc */
+    static const ci_dtype f8s[] = { CI_F32, CI_BF16, CI_F8_E8M0 };
+    static const int tn[] = { 1, 2, 5, 8 };
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < 4; i++) {
+            test_moe_experts_case(9, 3, 256, 384, CI_F8_E4M3, f8s[d], 0, 0, tn[i], i == 1);
+            test_moe_experts_case(9, 4, 384, 256, CI_F8_E4M3, f8s[d], 1, 0, tn[i], i == 2);
+        }
+    test_moe_experts_case(9, 3, 256, 384, CI_F8_E4M3, CI_F32, 0, 0.5f, 3, 0);   /* clamped SwiGLU (V4) */
     if (!quick) {
         static const int rn[] = { 1, 8, 300 };
         for (int i = 0; i < 3; i++) {

@@ -16,6 +16,7 @@
  * tree), fp8 weights multiplied by their block scale before the product, as on the CPU. */
 #include "cuda_internal.h"
 #include "loaders.cuh"
+#include "quant.cuh"
 
 enum { WARPS = 4 };
 
@@ -331,6 +332,11 @@ int cb_gemv_ok(const ci_mat *W) {
 void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
              const float *norm_w, float eps) {
     if (n <= 0 || count <= 0) return;
+    /* fp8 with 128 x 128 block scales: the tensor-core kernels (quant_mma.cu) when they take it */
+    if (Ws[0]->dtype == CI_F8_E4M3 &&
+        cb_qt_fp8(cb, mode, mode == CB_SWIGLU ? 2 : mode == CB_STORE ? count : 1, ys, x, n, Ws,
+                  mode == CB_ACC ? NULL : norm_w, eps))
+        return;
     gemv_args a;
     memset(&a, 0, sizeof a);
     a.norm_w = mode == CB_ACC ? NULL : norm_w;

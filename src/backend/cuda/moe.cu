@@ -702,6 +702,11 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     const int blk = tab->scale_dtype >= 0 ? tab->block : 0;
     const bool al_up = ((uintptr_t)x & 15) == 0 && moe_aligned(m, 1, vec, a.X, blk) && moe_aligned(m, 0, vec, a.X, blk);
     const bool al_down = a.I % vec == 0 && moe_aligned(m, 2, vec, a.I, blk);   /* h rows 16-byte aligned too */
+    /* fp8 at decode: the tensor-core pair (quant_mma_moe.cu) when it takes the layer */
+    if (tab->dtype == CI_F8_E4M3 && n <= CB_GEMV_MAX_N && al_up && al_down && tab->scale_dtype >= 0 &&
+        cb_qt_moe_fp8(cb, tab->w, tab->scale, tab->srow0, tab->block, tab->scale_dtype, m->relu2, a.X, a.I, K,
+                      m->act_limit, sel, w, x, h, out, n, acc))
+        return;
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
         a.sel = sel + (int64_t)t0 * K;

@@ -365,7 +365,8 @@ int cb_q_aloop(void);
 int cb_q_qmv(void);
 int cb_q_gemm(void);
 int cb_q_fploop(void);
-/* quant_mma.cu: 4-bit affine GEMVs of 1..8 token rows on tensor cores (CINFER_CUDA_QMMA).
+/* quant_mma.cu: MLX affine 4- / 8-bit and fp8 E4M3 GEMVs of 1..8 token rows on tensor cores
+ * (CINFER_CUDA_QMMA).
  * cb_qt_matmul: quant.cu's qgemv (op CB_STORE / CB_ACC over count matrices of the same cols, or
  * CB_SWIGLU over gate ms[0] and up ms[1] into ys[0]), x RMS-normed with norm_w first when it
  * is not NULL (norm_matmul_n / norm_matmul_swiglu, one launch); cb_qt_moe: quant_moe.cu's decode pair
@@ -378,5 +379,13 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
               int k, int acc);
+/* cb_qt_fp8: gemv.cu's fp8 matmuls (ci_mat views with 128 x 128 block scales; op as cb_gemv's
+ * mode); cb_qt_moe_fp8: moe.cu's fp8 experts at decode (its table's arrays, scale_dtype 0 f32 /
+ * 1 bf16 / 2 E8M0). Same contract: 0 and nothing launched when not taken. */
+int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
+              const float *norm_w, float eps);
+int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, const int64_t *srow0, int block,
+                  int scale_dtype, int relu2, int X, int I, int K, float limit, const int32_t *sel, const float *wt,
+                  const float *x, float *h, float *out, int k, int acc);
 
 #endif

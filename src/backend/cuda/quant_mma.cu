@@ -1,6 +1,6 @@
-/* quant_mma.cu — the dense MLX 4- / 8-bit GEMVs of 1..8 token rows on tensor cores
- * (quant_mma.cuh says how): quant.cu's qgemv hands them its matmuls, matmul_n and
- * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x). */
+/* quant_mma.cu — the dense MLX 4- / 8-bit and fp8 E4M3 GEMVs of 1..8 token rows on tensor
+ * cores (quant_mma.cuh says how): quant.cu's qgemv hands them its matmuls, matmul_n and
+ * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x); gemv.cu its fp8 ones. */
 #include "quant_mma.cuh"
 
 /* CINFER_CUDA_QMMA (default 1; 0: quant.cu's / quant_moe.cu's f32 qmv kernels, to measure
@@ -17,7 +17,9 @@ int cb_q_qmma(void) {
 
 struct qt_args {
     const uint8_t *codes[4];
-    const char *sp[4], *bp[4];   /* the view's first row's scales / biases */
+    const char *sp[4], *bp[4];   /* MLX: the view's first row's scales / biases; fp8: the scale grid */
+    int64_t srow0[4];            /* fp8: the view's first row in the scale grid (MLX: 0) */
+    int rblk;                    /* weight rows a param row covers: MLX 1, fp8 the block (128) */
     int64_t rows[4];
     int64_t tiles[4];
     float *y[4];
@@ -60,13 +62,14 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = NTL == 1 ? mi : i;
-            qt_row_ptrs(a.codes[m], a.sp[m], a.bp[m], a.rows[m], BITS, a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m], a.sp[m], a.bp[m], a.srow0[m], a.rblk, a.rows[m], qt_cbits(BITS), a.K, a.ng, a.es,
+                        r0, g, R.c[i], R.s[i], R.b[i]);
         }
-        qt_load<W, NTL, U>(A, R, a.sd, t, gb, ge);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<BITS, W>(xs, xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
+    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -121,30 +124,11 @@ static int qt_nw16(void) {
     return v;
 }
 
-int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
-                 const float *norm_w, float eps) {
-    if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
-    for (int i = 0; i < count; i++)
-        if (!qt_kind_ok(ms[i]) || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd ||
-            ms[i].cols != ms[0].cols || ms[i].rows < 1)
-            return 0;
-    if (op == CB_SWIGLU && ms[0].rows != ms[1].rows) return 0;
-    if (((uintptr_t)x & 3) != 0) return 0;
-    const int K = (int)ms[0].cols, ng = K / ms[0].group, bits = ms[0].bits, W = ms[0].group * bits / 128,
-              ntl = op == CB_SWIGLU ? 2 : 1;
-    qt_args a;
-    memset(&a, 0, sizeof a);
-    const int es = ms[0].sd == 0 ? 4 : 2;
-    a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es;   /* n, x, y: per launch below */
-    a.norm_w = norm_w; a.eps = eps;
-    for (int i = 0; i < count; i++) {
-        a.codes[i] = ms[i].codes;
-        a.sp[i] = (const char *)ms[i].scales + ms[i].srow0 * ng * es;
-        a.bp[i] = (const char *)ms[i].biases + ms[i].srow0 * ng * es;
-        a.rows[i] = ms[i].rows;
-        a.tiles[i] = (ms[i].rows + 15) / 16;
-        if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
-    }
+/* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
+ * even one row fits. bits: 4, 8 or QT_E4M3; W code words a lane loads per group and row. */
+static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
+                           const int64_t *rows, int bits, int W) {
+    const int K = a.K, ng = a.ng, ntl = op == CB_SWIGLU ? 2 : 1;
     const int nw = ntl == 1 && qt_nw16() && a.ntiles <= cb->sm_count ? 16 : QT_WARPS;
     /* token rows a launch stages: all n, or fewer when their x does not fit in shared memory (an
      * o_proj's 4096 columns at 8 rows): a row's bits are the same in any launch, so a batch's
@@ -164,7 +148,8 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
-        if (bits == 4) {                                                                                      \
+        if (bits == QT_E4M3) QT_GO(QT_E4M3, 8, NN, BB, NWW);                                                  \
+        else if (bits == 4) {                                                                                 \
             if (W == 1) QT_GO(4, 1, NN, BB, NWW);                                                             \
             else if (W == 2) QT_GO(4, 2, NN, BB, NWW);                                                        \
             else QT_GO(4, 4, NN, BB, NWW);                                                                    \
@@ -179,7 +164,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
         const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
         a.n = nn;
         a.x = x + (size_t)t0 * K;
-        for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * ms[i].rows;
+        for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * rows[i];
         if (ntl == 2) {
             if (nn <= 4) QT_GO_W(2, 1, 8);
             else QT_GO_W(2, 2, 8);
@@ -193,6 +178,71 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     }
 #undef QT_GO_W
 #undef QT_GO
+    return 1;
+}
+
+int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
+                 const float *norm_w, float eps) {
+    if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
+    for (int i = 0; i < count; i++)
+        if (!qt_kind_ok(ms[i]) || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd ||
+            ms[i].cols != ms[0].cols || ms[i].rows < 1)
+            return 0;
+    if (op == CB_SWIGLU && ms[0].rows != ms[1].rows) return 0;
+    if (((uintptr_t)x & 3) != 0) return 0;
+    const int K = (int)ms[0].cols, ng = K / ms[0].group, bits = ms[0].bits, W = ms[0].group * bits / 128;
+    qt_args a;
+    memset(&a, 0, sizeof a);
+    const int es = ms[0].sd == 0 ? 4 : 2;
+    a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.rblk = 1;   /* n, x, y: per launch */
+    a.norm_w = norm_w; a.eps = eps;
+    int64_t rows[4];
+    for (int i = 0; i < count; i++) {
+        a.codes[i] = ms[i].codes;
+        a.sp[i] = (const char *)ms[i].scales + ms[i].srow0 * ng * es;
+        a.bp[i] = (const char *)ms[i].biases + ms[i].srow0 * ng * es;
+        rows[i] = a.rows[i] = ms[i].rows;
+        a.tiles[i] = (ms[i].rows + 15) / 16;
+        if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
+    }
+    if (!qt_dense_launch(cb, a, op, count, ys, x, n, rows, bits, W)) return 0;
     cb_launched(cb, "quantized gemv (tensor cores)");
+    return 1;
+}
+
+/* fp8 E4M3 weights of 128 x 128 block scales (f32 / bf16 / E8M0), K a multiple of 128, 16-byte
+ * aligned rows: gemv.cu's matmuls of 1..8 token rows (mode: CB_STORE / CB_ACC / CB_SWIGLU, as
+ * cb_gemv; count matrices of the same shape and scale type). 0: not taken, nothing done. */
+int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
+              const float *norm_w, float eps) {
+    if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
+    const ci_mat *W0 = Ws[0];
+    for (int i = 0; i < count; i++) {
+        const ci_mat *w = Ws[i];
+        if (w->dtype != CI_F8_E4M3 || !w->scale || w->block != 128 || w->scale_dtype != W0->scale_dtype ||
+            w->cols != W0->cols || w->cols % 128 || w->rows < 1 || ((uintptr_t)w->data & 15) || w->cols > (1 << 30))
+            return 0;
+    }
+    if (W0->scale_dtype != CI_F32 && W0->scale_dtype != CI_BF16 && W0->scale_dtype != CI_F8_E8M0) return 0;
+    if (op == CB_SWIGLU && Ws[0]->rows != Ws[1]->rows) return 0;
+    if (((uintptr_t)x & 3) != 0) return 0;
+    const int K = (int)W0->cols, ng = K / 128;
+    qt_args a;
+    memset(&a, 0, sizeof a);
+    a.count = count; a.op = op; a.K = K; a.ng = ng; a.rblk = 128;
+    a.sd = W0->scale_dtype == CI_F32 ? 0 : W0->scale_dtype == CI_BF16 ? 2 : 3;
+    a.es = W0->scale_dtype == CI_F32 ? 4 : W0->scale_dtype == CI_BF16 ? 2 : 1;
+    a.norm_w = norm_w; a.eps = eps;
+    int64_t rows[4];
+    for (int i = 0; i < count; i++) {
+        a.codes[i] = (const uint8_t *)Ws[i]->data;
+        a.sp[i] = (const char *)Ws[i]->scale;
+        a.srow0[i] = Ws[i]->scale_row0;
+        rows[i] = a.rows[i] = Ws[i]->rows;
+        a.tiles[i] = (Ws[i]->rows + 15) / 16;
+        if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
+    }
+    if (!qt_dense_launch(cb, a, op, count, ys, x, n, rows, QT_E4M3, 8)) return 0;
+    cb_launched(cb, "fp8 gemv (tensor cores)");
     return 1;
 }

@@ -30,9 +30,13 @@
  * number of token rows, so a token row gets the same bits alone or in a batch. Each lane
  * double-buffers its code loads (one batch of groups in flight while the previous is
  * multiplied), the first batch issued before the staging of x (the dense kernels: before
- * pdl_enter(), weights being never written while a model runs). Only affine 4- and 8-bit
- * codes, groups of 32 / 64 / 128, f32 / f16 / bf16 scales; everything else stays on quant.cu's
- * kernels. CINFER_CUDA_QMMA=0 turns this off (quant_mma.cu). */
+ * pdl_enter(), weights being never written while a model runs). Affine 4- and 8-bit codes,
+ * groups of 32 / 64 / 128, f32 / f16 / bf16 scales; and fp8 E4M3 weights with a scale per
+ * 128 x 128 block (DeepSeek's layout; f32 / bf16 / E8M0 scales), BITS = QT_E4M3: laid out as
+ * 8-bit codes with groups of 128 columns (a block's width), each byte pair made a half2 by one
+ * cvt (E4M3 is exact in f16: 4 exponent bits, 3 mantissa bits), the block's scale applied to
+ * the group's sum, no bias: acc += s·(C_hi + C_lo). Everything else stays on quant.cu's /
+ * gemv.cu's kernels. CINFER_CUDA_QMMA=0 turns this off (quant_mma.cu). */
 #ifndef CI_CUDA_QUANT_MMA_CUH
 #define CI_CUDA_QUANT_MMA_CUH
 #include "cuda_internal.h"
@@ -42,6 +46,9 @@
 #include <string.h>
 
 enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8, QT_PAD = 4 /* half2 after a staged row */ };
+enum { QT_E4M3 = 3 };   /* BITS of fp8 E4M3 weights (their codes are laid out as 8-bit ones) */
+/* bits a code takes in memory */
+__host__ __device__ constexpr int qt_cbits(int bits) { return bits == QT_E4M3 ? 8 : bits; }
 static const size_t QT_SMEM_MAX = 96 * 1024;   /* dynamic shared memory a launch may take */
 
 /* ---- device pieces ------------------------------------------------------------------------- */
@@ -78,6 +85,15 @@ __device__ __forceinline__ unsigned qt_pair8(unsigned u, unsigned sel) {
     return *(const unsigned *)&h;
 }
 
+/* fp8 E4M3 codes (2p, 2p + 1) of the word's 4 bytes as a half2 (exact: every E4M3 value is an
+ * f16; NaN stays NaN) */
+__device__ __forceinline__ unsigned qt_pair_e4m3(unsigned u, int p) {
+    unsigned r;
+    const unsigned short v = (unsigned short)(u >> (16 * p));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+    return r;
+}
+
 __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                        unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -92,7 +108,7 @@ __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsig
  * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
  * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4(tW + w) (qt_pair8). xsum[i·ng + G]: Σ of group
- * G's f32 x (lanes in order, then a fixed tree). Ends with a barrier. */
+ * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). Ends with a barrier. */
 template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
                          const float *norm_w = nullptr, float eps = 0.0f) {
@@ -132,7 +148,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         xs[2 * tok * rs + j] = hi;
         xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
     }
-    for (int it = warp; it < ntok * ng; it += nw) {
+    for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
         const int tok = it / ng, G = it - tok * ng;
         const float *xr = x + tok * xs_stride + GS * G;
         float s = 0.0f;
@@ -162,7 +178,7 @@ struct qt_buf {
     float s[U][NTL][2], b[U][NTL][2];
 };
 
-template <int W, int NTL, int U>
+template <int BITS, int W, int NTL, int U>
 __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -174,7 +190,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
             for (int h = 0; h < 2; h++) {
                 qt_ldw<W>(R.c[i][h] + G * 4 * W + t * W, B.w[u][i][h]);
                 B.s[u][i][h] = q_param(R.s[i][h], sd, G);
-                B.b[u][i][h] = q_param(R.b[i][h], sd, G);
+                if constexpr (BITS != QT_E4M3) B.b[u][i][h] = q_param(R.b[i][h], sd, G);
             }
     }
 }
@@ -197,15 +213,19 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
             for (int nb = 0; nb < NB; nb++) c[i][nb][0] = c[i][nb][1] = c[i][nb][2] = c[i][nb][3] = 0.0f;
 #pragma unroll
         for (int w = 0; w < W; w++) {
-            if constexpr (BITS == 8) {   /* a word: 4 codes, one mma */
+            if constexpr (BITS == 8 || BITS == QT_E4M3) {   /* a word: 4 codes, one mma */
                 uint2 bx[NB];
 #pragma unroll
                 for (int nb = 0; nb < NB; nb++) bx[nb] = *(const uint2 *)(xq[nb] + ((G * 4 + t) * W + w) * 2);
 #pragma unroll
                 for (int i = 0; i < NTL; i++) {
                     const unsigned r0 = B.w[u][i][0][w], r1 = B.w[u][i][1][w];
-                    const unsigned a0 = qt_pair8(r0, 0x4140), a1 = qt_pair8(r1, 0x4140), a2 = qt_pair8(r0, 0x4342),
-                                   a3 = qt_pair8(r1, 0x4342);
+                    unsigned a0, a1, a2, a3;
+                    if constexpr (BITS == QT_E4M3) {
+                        a0 = qt_pair_e4m3(r0, 0); a1 = qt_pair_e4m3(r1, 0); a2 = qt_pair_e4m3(r0, 1); a3 = qt_pair_e4m3(r1, 1);
+                    } else {
+                        a0 = qt_pair8(r0, 0x4140); a1 = qt_pair8(r1, 0x4140); a2 = qt_pair8(r0, 0x4342); a3 = qt_pair8(r1, 0x4342);
+                    }
 #pragma unroll
                     for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
                 }
@@ -228,6 +248,14 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
         }
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
+            if constexpr (BITS == QT_E4M3) {   /* the block's scale, no bias */
+#pragma unroll
+                for (int i = 0; i < NTL; i++) {
+                    acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], acc[i][2 * nb]);
+                    acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], acc[i][2 * nb + 1]);
+                }
+                continue;
+            }
             const float X = xsum[nb][G];
 #pragma unroll
             for (int i = 0; i < NTL; i++) {
@@ -250,27 +278,29 @@ __device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL>
                                         const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4]) {
     qt_buf<W, NTL, U> B;
     for (int G0 = gb; G0 < ge; G0 += 2 * U) {
-        if (G0 + U < ge) qt_load<W, NTL, U>(B, R, sd, t, G0 + U, ge);
+        if (G0 + U < ge) qt_load<BITS, W, NTL, U>(B, R, sd, t, G0 + U, ge);
         qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc);
         if (G0 + U >= ge) break;
-        if (G0 + 2 * U < ge) qt_load<W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge);
+        if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge);
         qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc);
     }
 }
 
-/* lane's rows of a matrix (codes at codes, K·bits / 32 words a row; params from sp / bp, ng a
- * row, es bytes each): rows r0 + g and r0 + g + 8, clamped to rows - 1 (their sums are not
- * written) */
-__device__ __forceinline__ void qt_row_ptrs(const uint8_t *codes, const char *sp, const char *bp, int64_t rows,
-                                            int bits, int K, int ng, int es, int64_t r0, int g, const uint32_t **c,
-                                            const char **s, const char **b) {
+/* lane's rows of a matrix (codes at codes, K·bits / 32 words a row): rows r0 + g and r0 + g + 8,
+ * clamped to rows - 1 (their sums are not written); their params (ng a row, es bytes each) from
+ * sp / bp at param row (srow0 + r) / rblk: MLX keeps a param row per weight row (rblk 1), fp8 a
+ * scale row per 128-row block (rblk 128, bp unused) */
+__device__ __forceinline__ void qt_row_ptrs(const uint8_t *codes, const char *sp, const char *bp, int64_t srow0,
+                                            int rblk, int64_t rows, int bits, int K, int ng, int es, int64_t r0, int g,
+                                            const uint32_t **c, const char **s, const char **b) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t r = r0 + g + 8 * h;
         if (r >= rows) r = rows - 1;
         c[h] = (const uint32_t *)codes + r * (K >> 3) * (bits >> 2);
-        s[h] = sp + r * ng * es;
-        b[h] = bp + r * ng * es;
+        const int64_t pr = rblk == 1 ? srow0 + r : (srow0 + r) / rblk;
+        s[h] = sp + pr * ng * es;
+        b[h] = bp ? bp + pr * ng * es : nullptr;
     }
 }
 

@@ -1,6 +1,6 @@
-/* quant_mma_moe.cu — the routed experts' gate+up and down of MLX 4- / 8-bit layers at decode
- * (1..8 token rows) on tensor cores (quant_mma.cuh says how): quant_moe.cu hands them its
- * decode pair. */
+/* quant_mma_moe.cu — the routed experts' gate+up and down of MLX 4- / 8-bit and fp8 E4M3
+ * layers at decode (1..8 token rows) on tensor cores (quant_mma.cuh says how): quant_moe.cu
+ * hands them its decode pair, moe.cu its fp8 one. */
 #include "quant_mma.cuh"
 
 /* CINFER_CUDA_QMMA_DNW (8 or 16, default 16): warps of a block of the experts' down kernel.
@@ -25,13 +25,13 @@ static int qt_dn_warps(void) {
 struct qt_moe_args {
     const uint8_t *const *codes;
     const void *const *scales, *const *biases;
-    const int64_t *srow0;
+    const int64_t *srow0;   /* a matrix's first row in its param grid (param row (srow0 + r) / rblk) */
     const int32_t *sel;
     const float *wt;
     const float *x;    /* [n, X] */
     float *h;          /* [n·K, I] */
     float *out;        /* [n, X] */
-    int X, I, K, sd, es, acc, ks, kparts;
+    int X, I, K, sd, es, acc, ks, kparts, rblk;
     float limit;
 };
 
@@ -60,14 +60,14 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = 3 * e + (NTL == 2 ? i : 1);   /* gate (i = 0), up */
-            const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
-            const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
-            qt_row_ptrs(a.codes[m], sp, bp, a.I, BITS, K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr,
+                        a.srow0[m], a.rblk, a.I, qt_cbits(BITS), K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i],
+                        R.b[i]);
         }
-        qt_load<W, NTL, U>(A, R, a.sd, t, gb, ge);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
-    qt_stage<BITS, W>(xs, xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
+    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
     const __half2 *xq[1] = { xs + (g & 1) * ((K >> 1) + QT_PAD) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
@@ -107,13 +107,12 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
         const int kp = it - k * a.kparts, m = 3 * a.sel[tk * a.K + k] + 2;
         gb = kp * ng / a.kparts;
         ge = (kp + 1) * ng / a.kparts;
-        const char *sp = (const char *)a.scales[m] + a.srow0[m] * ng * a.es;
-        const char *bp = (const char *)a.biases[m] + a.srow0[m] * ng * a.es;
-        qt_row_ptrs(a.codes[m], sp, bp, a.X, BITS, K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
-        qt_load<W, 1, U>(A, R, a.sd, t, gb, ge);
+        qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
+                    a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
+        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge);
     };
     if (warp < items) setup(warp);
-    qt_stage<BITS, W>(xs, xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
+    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
@@ -142,30 +141,15 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
     }
 }
 
-/* the two launches for k token rows; 0 (nothing launched) when the layer is not 4-bit affine
- * with gate / up / down packed alike or does not fit */
-int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
-              const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
-              int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
-              int k, int acc) {
-    if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
-    const int bt = bits[1];
-    for (int j = relu2 ? 1 : 0; j < 3; j++)
-        if (mode[j] != 1 || bits[j] != bt || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
-    const int gs = group[1], W = gs * bt / 128;
-    if ((bt != 4 && bt != 8) || !(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X * bt / 8) % 16 ||
-        (I * bt / 8) % 16)
-        return 0;
-    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+/* the two launches for k token rows (a: everything but ks / kparts); 0 (nothing launched) when
+ * the staged rows do not fit. bits 4, 8 or QT_E4M3, gs the group (fp8: 128). */
+static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
+    const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)2 * ((X >> 1) + QT_PAD) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
     const size_t smem_dn = (size_t)2 * K * ((I >> 1) + QT_PAD) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
-    qt_moe_args a;
-    memset(&a, 0, sizeof a);
-    a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
-    a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
     /* down: items (expert, part) over the block's dnw warps; parts only when K < dnw */
@@ -186,7 +170,8 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
         if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), gd, dim3(32 * dnw), smem_dn);                      \
         else QT_SET((qt_dn_kernel<BI, WW, 8>), gd, dim3(32 * dnw), smem_dn);                                 \
     } while (0)
-    if (bt == 4) {
+    if (bt == QT_E4M3) QT_MOE(QT_E4M3, 8);
+    else if (bt == 4) {
         if (W == 1) QT_MOE(4, 1);
         else if (W == 2) QT_MOE(4, 2);
         else QT_MOE(4, 4);
@@ -197,6 +182,50 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
     }
 #undef QT_MOE
 #undef QT_SET
+    return 1;
+}
+
+/* MLX affine 4- / 8-bit layers with gate / up / down packed alike; 0 when not taken */
+int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
+              const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
+              int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
+              int k, int acc) {
+    if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
+    const int bt = bits[1];
+    for (int j = relu2 ? 1 : 0; j < 3; j++)
+        if (mode[j] != 1 || bits[j] != bt || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
+    const int gs = group[1];
+    if ((bt != 4 && bt != 8) || !(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X * bt / 8) % 16 ||
+        (I * bt / 8) % 16)
+        return 0;
+    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+    qt_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
+    a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
+    a.rblk = 1;
+    if (!qt_moe_launch(cb, a, bt, gs, relu2, k)) return 0;
     cb_launched(cb, "quantized moe_experts (tensor cores)");
+    return 1;
+}
+
+/* fp8 E4M3 experts with 128 x 128 block scales (scale_dtype 0 f32, 1 bf16, 2 E8M0, as moe.cu's
+ * tables keep it), X and I multiples of 128, every matrix 16-byte aligned (the caller checks);
+ * 0 when not taken */
+int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, const int64_t *srow0, int block,
+                  int scale_dtype, int relu2, int X, int I, int K, float limit, const int32_t *sel, const float *wt,
+                  const float *x, float *h, float *out, int k, int acc) {
+    if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1 || block != 128 || scale_dtype < 0 || scale_dtype > 2 ||
+        X % 128 || I % 128)
+        return 0;
+    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+    qt_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.codes = (const uint8_t *const *)w; a.scales = scale; a.biases = nullptr; a.srow0 = srow0; a.sel = sel; a.wt = wt;
+    a.x = x; a.h = h; a.out = out; a.X = X; a.I = I; a.K = K; a.acc = acc; a.limit = limit; a.rblk = 128;
+    a.sd = scale_dtype == 0 ? 0 : scale_dtype == 1 ? 2 : 3;
+    a.es = scale_dtype == 0 ? 4 : scale_dtype == 1 ? 2 : 1;
+    if (!qt_moe_launch(cb, a, QT_E4M3, 128, relu2, k)) return 0;
+    cb_launched(cb, "fp8 moe_experts (tensor cores)");
     return 1;
 }
