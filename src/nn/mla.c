@@ -110,9 +110,10 @@ void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, floa
     } else {
         be->norm_matmul_n(be, xn, x, norm_w, eps, 2, ys, n, Ws);
     }
-    if (L->q_lora > 0) {
-        be->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, L->q_lora, eps);
-        be->matmul(be, s->q, s->qa, n, &L->q_b);
+    if (L->q_lora > 0) {   /* q_a's RMSNorm (in place) and q_b: one launch on a device */
+        const ci_mat *qb[1] = { &L->q_b };
+        float *const qy[1] = { s->q };
+        be->norm_matmul_n(be, s->qa, s->qa, L->q_a_norm, eps, 1, qy, n, qb);
     }
     /* the latent's norm (the kv_lora part of each row), then rope in place */
     be->rmsnorm_strided(be, s->lat, s->lat, L->kv_a_norm, n, L->kv_lora, lat, eps);

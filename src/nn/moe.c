@@ -81,9 +81,13 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
         } else {
             be->matmul_swiglu(be, s->g, s->u, x, n, &m->sh_gate, &m->sh_up);   /* the two products and swiglu */
         }
-        be->matmul(be, s->ye, s->g, n, &m->sh_down);         /* [n, H] */
-        if (m->sh_router.rows) be->matmul(be, s->sg, x, n, &m->sh_router);
-        be->sigmoid_gate_add(be, out, s->ye, m->sh_router.rows ? s->sg : NULL, n, H);   /* ungated: factor 1, add's bits */
+        if (m->sh_router.rows) {   /* Qwen2-style gated shared expert */
+            be->matmul(be, s->ye, s->g, n, &m->sh_down);     /* [n, H] */
+            be->matmul(be, s->sg, x, n, &m->sh_router);
+            be->sigmoid_gate_add(be, out, s->ye, s->sg, n, H);
+        } else {   /* out += g · sh_downᵀ: the product then add's bits, one launch on a device */
+            be->matmul_acc(be, out, s->g, n, &m->sh_down, s->ye);
+        }
     }
 }
 
