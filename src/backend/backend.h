@@ -311,6 +311,14 @@ typedef struct ci_backend {
      * latent part of kv_a's rows. Per row the bits of rmsnorm(n = 1). */
     void (*rmsnorm_strided)(struct ci_backend *be, float *out, const float *x, const float *w, int n, int dim,
                             int stride, float eps);
+    /* mla_rope: the latent rows lat [n, kv_lora + rope] and the queries q [n, Hh, nope + rope]
+     * of one MLA step made ready, as one op (one launch on a device): rmsnorm_strided(lat, lat,
+     * kv_norm, n, kv_lora, kv_lora + rope, eps), then rope(lat, n, 1, kv_lora + rope, kv_lora,
+     * rope, ...) and rope(q, n, Hh, nope + rope, nope, rope, ...) with pos / inv_freq / mscale /
+     * style; the bits of those three ops (the CPU composes them). */
+    void (*mla_rope)(struct ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
+                     int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
+                     ci_rope_style style);
     /* out[n, dim] = (x - mean) / sqrt(var + eps) * w + b per row, mean and variance in double
      * (the indexer's k_norm); out may alias x. */
     void (*layernorm)(struct ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,

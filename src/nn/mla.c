@@ -99,7 +99,7 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s) {
 
 void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
                  const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps) {
-    const int Hh = L->n_heads, qd = L->nope + L->rope, lat = L->kv_lora + L->rope;
+    const int Hh = L->n_heads;
     /* q_a (or the queries [n, Hh, nope+rope] without q_lora) and the latent + k_pe rows,
      * both from the normed input in one pass */
     const ci_mat *Ws[2] = { L->q_lora > 0 ? &L->q_a : &L->q, &L->kv_a };
@@ -115,10 +115,9 @@ void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, floa
         float *const qy[1] = { s->q };
         be->norm_matmul_n(be, s->qa, s->qa, L->q_a_norm, eps, 1, qy, n, qb);
     }
-    /* the latent's norm (the kv_lora part of each row), then rope in place */
-    be->rmsnorm_strided(be, s->lat, s->lat, L->kv_a_norm, n, L->kv_lora, lat, eps);
-    be->rope(be, s->lat, n, 1, lat, L->kv_lora, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
-    be->rope(be, s->q, n, Hh, qd, L->nope, L->rope, pos, inv_freq, mscale, CI_ROPE_INTERLEAVED);
+    /* the latent's norm (the kv_lora part of each row), then rope in place on it and on q */
+    be->mla_rope(be, s->lat, s->q, L->kv_a_norm, eps, n, Hh, L->nope, L->rope, L->kv_lora, pos, inv_freq, mscale,
+                 CI_ROPE_INTERLEAVED);
     /* absorbed queries: qcat[t, h] = [W_UK[h]ᵀ q_nope[t, h] ‖ q_pe[t, h]] */
     be->mla_absorb_q(be, s->qcat, s->q, n, Hh, L->nope, L->rope, L->kv_lora, L->w_uk);
 }

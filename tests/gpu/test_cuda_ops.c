@@ -581,6 +581,50 @@ static void test_rope(void) {
         }
 }
 
+/* mla_rope: the latent rows' norm and both ropes of an MLA step in one op, against the CPU's
+ * three ops (rmsnorm_strided + rope + rope): DeepSeek's widths (kv_lora 512, rope 64, nope 128,
+ * 16 / 128 heads) and odd ones, 1..300 rows, positions to 40000 */
+static void test_mla_rope(void) {
+    static const struct { int n, heads, nope, rope, kv_lora, style; float mscale; } cs[] = {
+        { 1, 16, 128, 64, 512, 1, 1.f }, { 3, 128, 128, 64, 512, 1, 1.3f }, { 300, 16, 128, 64, 512, 1, 1.f },
+        { 7, 5, 24, 16, 40, 1, 0.7f }, { 2, 3, 64, 32, 1100, 0, 1.f },
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof *cs && !dead; c++) {
+        const int n = cs[c].n, Hh = cs[c].heads, qd = cs[c].nope + cs[c].rope, latw = cs[c].kv_lora + cs[c].rope;
+        char name[192];
+        snprintf(name, sizeof name, "cuda mla_rope %s n=%d heads=%d nope=%d rope=%d kv_lora=%d mscale=%.1f",
+                 cs[c].style ? "interleaved" : "neox", n, Hh, cs[c].nope, cs[c].rope, cs[c].kv_lora, cs[c].mscale);
+        if (!gpu->mla_rope || !want(name)) continue;
+        const size_t nl = (size_t)n * latw, nq = (size_t)n * Hh * qd;
+        float *lat = xmalloc(nl * 4), *q = xmalloc(nq * 4), *got = xmalloc((nl > nq ? nl : nq) * 4);
+        float *w = keep(xmalloc((size_t)cs[c].kv_lora * 4));
+        int32_t *pos = keep(xmalloc((size_t)n * 4));
+        for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : irand(40000);
+        fill(lat, nl, 3.f);
+        fill(q, nq, 1.f);
+        for (int i = 0; i < cs[c].kv_lora; i++) w[i] = 1.f + 0.5f * unif();
+        float *inv = make_inv_freq(cs[c].rope, 1e4);
+        float *gl = g_put(lat, nl * 4), *gq = g_put(q, nq * 4);
+        int32_t *gp = g_put(pos, (size_t)n * 4);
+        const float *gi = g_weight(inv, (size_t)(cs[c].rope / 2) * 4), *gw = g_weight(w, (size_t)cs[c].kv_lora * 4);
+        cpu->rmsnorm_strided(cpu, lat, lat, w, n, cs[c].kv_lora, latw, 1e-6f);
+        cpu->rope(cpu, lat, n, 1, latw, cs[c].kv_lora, cs[c].rope, pos, inv, cs[c].mscale, (ci_rope_style)cs[c].style);
+        cpu->rope(cpu, q, n, Hh, qd, cs[c].nope, cs[c].rope, pos, inv, cs[c].mscale, (ci_rope_style)cs[c].style);
+        gpu->mla_rope(gpu, gl, gq, gw, 1e-6f, n, Hh, cs[c].nope, cs[c].rope, cs[c].kv_lora, gp, gi, cs[c].mscale,
+                      (ci_rope_style)cs[c].style);
+        g_get(got, gl, nl * 4);
+        errs e = compare(got, lat, nl);
+        g_get(got, gq, nq * 4);
+        errs eq = compare(got, q, nq);
+        if (eq.rel > e.rel) e.rel = eq.rel;   /* the worse of the two outputs */
+        if (eq.abs > e.abs) e.abs = eq.abs;
+        if (eq.refmax > e.refmax) e.refmax = eq.refmax;
+        report(name, e, B_ROPE);
+        g_free(gl); g_free(gq); g_free(gp);
+        free(lat); free(q); free(got);
+    }
+}
+
 static void test_qk_rope_store(void) {
     static const struct { int n, nh, nkv, hd, rot, norms, style; float mscale; } cs[] = {
         { 1, 32, 8, 128, 128, 1, 0, 1.f }, { 5, 16, 4, 128, 128, 0, 0, 1.f }, { 300, 8, 2, 64, 64, 1, 0, 1.f },
@@ -3123,6 +3167,7 @@ int main(int argc, char **argv) {
     test_matmul_fused();
     test_rmsnorm();
     test_rope();
+    test_mla_rope();
     test_qk_rope_store();
     test_kv_store();
     test_elementwise();

@@ -168,6 +168,8 @@ void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float
                          float eps);
 void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
                    double eps);
+void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
+                  int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
 void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
                       const ci_mat *w_uk);
 void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,

@@ -50,6 +50,14 @@ void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float
     for (int t = 0; t < n; t++) be->rmsnorm(be, out + (size_t)t * stride, x + (size_t)t * stride, w, 1, dim, eps);
 }
 
+void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
+                  int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
+    const int latw = kv_lora + rope;
+    cpu_rmsnorm_strided(be, lat, lat, kv_norm, n, kv_lora, latw, eps);
+    be->rope(be, lat, n, 1, latw, kv_lora, rope, pos, inv_freq, mscale, style);
+    be->rope(be, q, n, n_heads, nope + rope, nope, rope, pos, inv_freq, mscale, style);
+}
+
 void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
                    double eps) {
     (void)be;

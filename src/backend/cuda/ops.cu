@@ -85,6 +85,45 @@ void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_of
     cb_launched(cb, "rope");
 }
 
+/* mla_rope (backend.h), a block per token: the latent row's RMSNorm over its kv_lora floats
+ * (rmsnorm_strided_kernel's sums: the same thread count, see cb_mla_rope), then RoPE on the
+ * row's last rope floats and on every query head's (rope_kernel's arithmetic); the norm and the
+ * rotations touch disjoint floats, each read and written by one thread. */
+__global__ void mla_rope_kernel(float *lat, float *q, const float *w, float eps, int n_heads, int nope, int rope,
+                                int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, int style) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    __shared__ float sh[32];
+    const int half = rope / 2, t = blockIdx.x, qd = nope + rope;
+    float *cs = sm, *sn = sm + half;
+    rope_table(cs, sn, (float)pos[t], inv_freq, half, mscale);
+    float *lr = lat + (int64_t)t * (kv_lora + rope);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < kv_lora; i += blockDim.x) s = fmaf(lr[i], lr[i], s);
+    s = block_sum(s, sh);   /* its barriers also publish the cos / sin table */
+    const float sc = (float)(1.0 / sqrt((double)s / (double)kv_lora + (double)eps));
+    for (int i = threadIdx.x; i < kv_lora; i += blockDim.x) lr[i] = w ? lr[i] * sc * w[i] : lr[i] * sc;
+    for (int k = threadIdx.x; k < (n_heads + 1) * half; k += blockDim.x) {   /* "head" 0: the latent row */
+        const int h = k / half, i = k - h * half;
+        float *base = h == 0 ? lr + kv_lora : q + ((int64_t)t * n_heads + h - 1) * qd + nope;
+        float *pa = style == CI_ROPE_NEOX ? base + i : base + 2 * i;
+        float *pb = style == CI_ROPE_NEOX ? base + i + half : base + 2 * i + 1;
+        float a = *pa, b = *pb, co = cs[i], si = sn[i];
+        *pa = a * co - b * si;
+        *pb = b * co + a * si;
+    }
+}
+
+void cb_mla_rope(cuda_be *cb, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
+                 int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
+    if (n <= 0 || kv_lora <= 0) return;
+    if (rope < 2) rope = 0;
+    const int th = kv_lora >= 1024 ? 256 : kv_lora >= 256 ? 128 : 32;   /* as cb_rmsnorm_strided */
+    cb_launch(cb, mla_rope_kernel, dim3(n), dim3(th), (size_t)(rope / 2) * 2 * sizeof(float), lat, q, kv_norm, eps,
+              n_heads, nope, rope, kv_lora, pos, inv_freq, mscale, (int)style);
+    cb_launched(cb, "mla_rope");
+}
+
 /* Blocks of (token, 4 heads): each block makes the token's cos / sin table, its warps take
  * one head each (q heads, then k heads), norm it into the warp's shared row, rotate it from
  * there and write it back (and k into its cache row); the first block of the token also
