@@ -1,12 +1,16 @@
 #!/bin/bash
 # (bench/RESULTS.md, thirteenth session, 2026-12-03: one device call from the repository root with
-# .gpuz carried.) After the q_b norm fusion and the shared experts' matmul_acc: parity of the MLA /
+# .gpuz carried.) After the q_b norm fusion, the shared experts' matmul_acc and mla_rope: the
+# mla_rope op tests (and memcheck over them), parity of the MLA /
 # shared-expert families on the device, serve-paged twice (its CUDA flake), DeepSeek V2-Lite dims
 # q_lora 1024 14 layers fp8 / bf16 decode after 512 (2 rounds), an ncu kernel-time list of a 3-layer
 # fp8 decode, and DeepSeek-V3 dims fp8 (5 layers) decode with CINFER_CUDA_QMMA 1 / 0.
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1 CINFER=$PWD/$C
+$T --only "cuda mla_rope" > $O/ops-mr.log 2>&1; $T --only "cuda rope" >> $O/ops-mr.log 2>&1
+ts "ops mla_rope / rope: $(grep -c '^PASS' $O/ops-mr.log) pass, $(grep -c '^FAIL' $O/ops-mr.log) fail"; grep '^FAIL' $O/ops-mr.log | head -5
+$SAN --tool memcheck --error-exitcode 99 $T --quick --only "cuda mla_rope" > $O/mc-mr.log 2>&1; ts "memcheck mla_rope rc $? $(grep -c '^PASS' $O/mc-mr.log) pass"
 PARITY_ONLY='deepseek|qwen3_5_moe|nemotron|qwen3_next|qwen3_moe' timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 ts "parity: $(grep -c '^PASS' $O/parity.log) pass, $(grep -c '^FAIL' $O/parity.log) fail"; grep '^FAIL' $O/parity.log | head -5
 for r in 1 2; do SERVE_DEVICE=cuda timeout 60 bash tests/cli/serve_paged.sh > $O/sp$r.log 2>&1; ts "serve-paged r$r: $(grep -c '^PASS' $O/sp$r.log) pass, $(grep -c '^FAIL' $O/sp$r.log) fail"; done
