@@ -110,7 +110,10 @@ void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, floa
     } else {
         be->norm_matmul_n(be, xn, x, norm_w, eps, 2, ys, n, Ws);
     }
-    if (L->q_lora > 0) {   /* q_a's RMSNorm (in place) and q_b: one launch on a device */
+    if (L->q_lora > 0 && keep_xn) {   /* the indexer reads the normed s->qa too (dsa.c) */
+        be->rmsnorm(be, s->qa, s->qa, L->q_a_norm, n, L->q_lora, eps);
+        be->matmul(be, s->q, s->qa, n, &L->q_b);
+    } else if (L->q_lora > 0) {   /* q_a's RMSNorm and q_b: one launch on a device (s->qa scratch) */
         const ci_mat *qb[1] = { &L->q_b };
         float *const qy[1] = { s->q };
         be->norm_matmul_n(be, s->qa, s->qa, L->q_a_norm, eps, 1, qy, n, qb);

@@ -54,11 +54,12 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s);
 
 /* The steps before the attention, for the block input x[n, H] at positions pos (backend
  * memory): xn = rmsnorm(x) * norm_w fused into the first projections (q_a or q, and kv_a,
- * read in one pass); queries (s->qa, s->q roped) and the absorbed queries s->qcat [n, Hh,
+ * read in one pass); queries (s->q roped) and the absorbed queries s->qcat [n, Hh,
  * kv_lora + rope]; s->lat gets the rows' latent rows (normed, k_pe roped), which the caller
- * stores in its cache(s). xn [n, H] holds the normed rows afterwards only with keep_xn (the
- * indexer reads them); otherwise it is scratch (backend.h norm_matmul_n). inv_freq (backend
- * memory) / mscale: the rope table's. */
+ * stores in its cache(s). xn [n, H] and s->qa (q_a's normed rows) hold their values afterwards
+ * only with keep_xn (the indexer reads them); otherwise they are scratch (backend.h
+ * norm_matmul_n: q_a's norm is fused into q_b). inv_freq (backend memory) / mscale: the rope
+ * table's. */
 void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
                  const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps);
 /* Stores s->lat in the cache(s) at rows pos and attends: cache (one sequence, [max_keys,
