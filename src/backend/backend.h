@@ -259,6 +259,12 @@ typedef struct ci_backend {
                           float *const *ys, int n, const ci_mat *const *Ws);
     void (*norm_matmul_swiglu)(struct ci_backend *be, float *xn, const float *x, const float *norm_w, float eps,
                                float *g, float *u, int n, const ci_mat *Wg, const ci_mat *Wu);
+    /* norm_matmul_keep: xn[n, W.cols] = rmsnorm(x) * norm_w (eps), written (xn must not alias
+     * x), and y = xn · Wᵀ: the MoE block's router, whose normed rows the experts read next. The
+     * CPU's bits are rmsnorm's then matmul's; a device may take the norm in the product's own
+     * pass (one launch) and write xn from it. */
+    void (*norm_matmul_keep)(struct ci_backend *be, float *xn, float *y, const float *x, const float *norm_w,
+                             float eps, int n, const ci_mat *W);
     /* The attention block between the projections and attention(): for t < n, per head
      * RMSNorm of q[t] (n_heads heads) and k[t] (n_kv heads) when q_norm / k_norm are given
      * (weights [hd], eps), rope (rot_dim dims from dim 0, pos[t], inv_freq, mscale, style)

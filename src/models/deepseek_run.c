@@ -80,10 +80,9 @@ void ds_session_free(ci_session *s) {
 /* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense SwiGLU MLP
  * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
 static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
-    const int H = d->H;
     if (is_moe) {
-        be->rmsnorm(be, c->xn, c->x, P->ffn_norm, n, H, d->eps);
-        moe_forward_add(be, &P->moe, &c->moe, c->x, c->y, c->xn, n);   /* x += the routed experts' sum */
+        /* x += the routed experts' sum; xn = the normed rows (the router's launch writes them) */
+        moe_forward_add_norm(be, &P->moe, &c->moe, c->x, c->y, c->xn, P->ffn_norm, d->eps, n);
         if (!has_shared) return;
         be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
     } else {

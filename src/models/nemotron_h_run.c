@@ -127,8 +127,7 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
         break;
     }
     default:                                                 /* routed + shared, then the add */
-        be->rmsnorm(be, c->xn, c->x, P->norm, n, H, d->eps);
-        moe_forward_add(be, &P->moe, &c->moe, c->x, c->y, c->xn, n);
+        moe_forward_add_norm(be, &P->moe, &c->moe, c->x, c->y, c->xn, P->norm, d->eps, n);
         out = c->y;
         break;
     }

@@ -21,13 +21,8 @@ int ffn_bind(w_binder *b, ffn_block *F, int64_t hidden, int64_t ff, float eps, c
 
 void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x, int n) {
     if (F->moe) {
-        const int D = F->moe->hidden;
-        const float *in = x;
-        if (F->norm) {
-            be->rmsnorm(be, b->xn, x, F->norm, n, D, F->eps);
-            in = b->xn;
-        }
-        moe_forward_add(be, F->moe, b->moe, x, b->y, in, n);
+        if (F->norm) moe_forward_add_norm(be, F->moe, b->moe, x, b->y, b->xn, F->norm, F->eps, n);
+        else moe_forward_add(be, F->moe, b->moe, x, b->y, x, n);
         return;
     }
     if (F->norm) be->norm_matmul_swiglu(be, b->xn, x, F->norm, F->eps, b->g, b->u, n, &F->wg, &F->wu);

@@ -57,9 +57,24 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
     be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }
 
+/* moe_route of xn = rmsnorm(x) * norm_w, which it writes (norm_matmul_keep: one launch on a device) */
+static void route_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *xn, const float *x,
+                       const float *norm_w, float eps, int n) {
+    ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : m->hidden);
+    be->norm_matmul_keep(be, xn, s->logits, x, norm_w, eps, n, &m->gate);
+    be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
+}
+
+/* moe_forward after the routing (s->sel / s->w set) */
+static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
+
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
-    const int H = m->hidden;
     moe_route(be, m, s, x, n);
+    forward_routed(be, m, s, out, x, n);
+}
+
+static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
+    const int H = m->hidden;
     ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : H);
     if (m->latent > 0) {
         be->matmul(be, s->xl, x, n, &m->fc1_latent);       /* [n, latent] */
@@ -91,13 +106,25 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
     }
 }
 
-void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n) {
+/* moe_forward_add (norm_w NULL: xn given) or moe_forward_add_norm */
+static void forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
+                        const float *norm_w, float eps, int n) {
+    if (norm_w) route_norm(be, m, s, xn, x, norm_w, eps, n);
+    else moe_route(be, m, s, xn, n);
     if (m->latent > 0 || m->shared_inter > 0) {
-        moe_forward(be, m, s, y, xn, n);
+        forward_routed(be, m, s, y, xn, n);
         be->add(be, x, y, (int64_t)n * m->hidden);
         return;
     }
-    moe_route(be, m, s, xn, n);
     ci_moe d = moe_desc(m, m->hidden);
     be->moe_experts(be, x, xn, n, s->sel, s->w, &d, 1);
+}
+
+void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n) {
+    forward_add(be, m, s, x, y, (float *)xn, NULL, 0.0f, n);   /* xn only read */
+}
+
+void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
+                          const float *norm_w, float eps, int n) {
+    forward_add(be, m, s, x, y, xn, norm_w, eps, n);
 }

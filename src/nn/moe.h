@@ -88,5 +88,10 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
  * block has no shared expert and no latent space (the same bits as moe_forward into y and
  * add(x, y) on the CPU); y: [n, hidden] scratch for the other blocks. */
 void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n);
+/* moe_forward_add of xn = rmsnorm(x) * norm_w (eps), which it writes ([n, hidden], not x):
+ * the norm goes with the router's product (norm_matmul_keep: one launch on a device); the CPU's
+ * bits are rmsnorm's then moe_forward_add's. */
+void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
+                          const float *norm_w, float eps, int n);
 
 #endif

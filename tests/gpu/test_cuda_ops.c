@@ -388,6 +388,31 @@ static void test_matmul(void) {
     test_matmul_fp8_view();
 }
 
+/* norm_matmul_keep against rmsnorm then matmul on the CPU: both y and the written xn (the worse
+ * of the two errors); x / gx [n, cols] */
+static void keep_case(const char *name, const ci_mat *wc, const ci_mat *wg, const float *x, const float *gx, int n,
+                      int64_t cols, double bound) {
+    const int64_t rows = wc->rows;
+    float *nw = xmalloc((size_t)cols * 4), *xn = xmalloc((size_t)n * cols * 4), *y = xmalloc((size_t)n * rows * 4);
+    float *got = xmalloc((size_t)n * (rows > cols ? rows : cols) * 4);
+    for (int64_t i = 0; i < cols; i++) nw[i] = 1.f + 0.5f * unif();
+    float *gnw = g_put(nw, (size_t)cols * 4), *gxn = g_alloc((size_t)n * cols * 4), *gy = g_alloc((size_t)n * rows * 4);
+    g_poison(gxn, (size_t)n * cols * 4);
+    g_poison(gy, (size_t)n * rows * 4);
+    cpu->rmsnorm(cpu, xn, x, nw, n, (int)cols, 1e-6f);
+    cpu->matmul(cpu, y, xn, n, wc);
+    gpu->norm_matmul_keep(gpu, gxn, gy, gx, gnw, 1e-6f, n, wg);
+    g_get(got, gy, (size_t)n * rows * 4);
+    errs e = compare(got, y, (size_t)n * rows);
+    g_get(got, gxn, (size_t)n * cols * 4);
+    errs ex = compare(got, xn, (size_t)n * cols);
+    if (ex.rel > e.rel) e.rel = ex.rel;
+    if (ex.abs > e.abs) e.abs = ex.abs;
+    report(name, e, bound);
+    g_free(gnw); g_free(gxn); g_free(gy);
+    free(nw); free(xn); free(y); free(got);
+}
+
 /* The fused matmuls on q rows of rq, k / v (and gate / up) rows of rk, cols columns. */
 static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dts, int ndt, const int *ns, int nn) {
     for (int d = 0; d < ndt && !dead; d++) {
@@ -462,6 +487,9 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                 g_free(gnw); g_free(gxn);
                 free(nw); free(xn);
             }
+            /* norm_matmul_keep: the router's product with the norm, xn written too */
+            snprintf(name, sizeof name, "cuda norm_matmul_keep %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols, n);
+            if (gpu->norm_matmul_keep && want(name)) keep_case(name, &wk.c, &wk.g, x, gx, n, cols, mm_bound(&wk.c, n));
             snprintf(name, sizeof name, "cuda norm_matmul_swiglu %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols, n);
             if (gpu->norm_matmul_swiglu && want(name)) {
                 size_t ny = (size_t)n * rk;
@@ -2836,6 +2864,10 @@ static void qfused_case(qfmt f, int64_t cols, int n) {
         size_t szs[1] = { gs };
         report(nm, compare_outputs(1, gyy, refs, szs), q_bound(n));
         g_free(gu); free(u);
+        if (norm && gpu->norm_matmul_keep) {   /* the router's form: xn written too */
+            snprintf(nm, sizeof nm, "%s norm_matmul_keep", name);
+            keep_case(nm, &w[0].c, &w[0].g, x, gx, n, cols, q_bound(n));
+        }
         /* acc (down_proj with the residual) */
         if (!norm) {
             float *h = xmalloc(gs * 4), *y = xmalloc((size_t)n * cols * 4), *tmp = xmalloc((size_t)n * cols * 4);

@@ -245,6 +245,12 @@ static void test_fused_matmuls(void) {
                 be->matmul_swiglu(be, b2, b3, xn, n, &w2.m, &w3.m);
                 be->norm_matmul_swiglu(be, xn2, x, nw, 1e-5f, c2, c3, n, &w2.m, &w3.m);
                 CHECK(same(b2, c2, (size_t)n * R2), "%s: norm_matmul_swiglu %s n %d", be->name, ci_dtype_name(dts[di]), n);
+                /* norm_matmul_keep: rmsnorm (written) then matmul, bit for bit */
+                be->matmul(be, b1, xn, n, &w1.m);
+                memset(xn2, 0, (size_t)n * D * 4);
+                be->norm_matmul_keep(be, xn2, c1, x, nw, 1e-5f, n, &w1.m);
+                CHECK(same(b1, c1, (size_t)n * R1) && same(xn, xn2, (size_t)n * D), "%s: norm_matmul_keep %s n %d",
+                      be->name, ci_dtype_name(dts[di]), n);
                 free(nw); free(xn); free(xn2); free(c1); free(c2); free(c3);
                 free(x); free(a1); free(a2); free(a3); free(b1); free(b2); free(b3); free(y1); free(y2); free(tmp);
             }

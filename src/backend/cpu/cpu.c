@@ -916,6 +916,12 @@ static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, co
     cpu_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }
 
+static void cpu_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float *x, const float *norm_w, float eps,
+                                 int n, const ci_mat *W) {
+    cpu_rmsnorm(be, xn, x, norm_w, n, (int)W->cols, eps);
+    cpu_matmul(be, y, xn, n, W);
+}
+
 static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                 int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                 const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style,
@@ -1075,6 +1081,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.matmul_swiglu = cpu_matmul_swiglu;
     b->base.norm_matmul_n = cpu_norm_matmul_n;
     b->base.norm_matmul_swiglu = cpu_norm_matmul_swiglu;
+    b->base.norm_matmul_keep = cpu_norm_matmul_keep;
     b->base.qk_rope_store = cpu_qk_rope_store;
     b->base.rope_attend = cpu_rope_attend;
     b->base.argmax = cpu_argmax;

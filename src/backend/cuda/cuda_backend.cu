@@ -274,6 +274,24 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
     cb_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }
 
+/* the router's product with the block's norm (backend.h norm_matmul_keep): one launch that also
+ * writes xn when a GEMV takes it, else rmsnorm into xn and the product */
+static void cb_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float *x, const float *norm_w, float eps,
+                                int n, const ci_mat *W) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || n <= 0 || !mat_ok(cb, W)) return;
+    if (cb->norm_fuse && W->rows > 0) {
+        if (W->dtype == CI_U32) {
+            if (cb_q_norm_matmul_n(cb, CB_STORE, 1, &y, x, norm_w, eps, n, &W, xn)) return;
+        } else if (gemv_one(W, n) && cb_gemv_ok(W)) {
+            cb_gemv(cb, CB_STORE, 1, &y, x, n, &W, norm_w, eps, xn);
+            return;
+        }
+    }
+    cb_rmsnorm(cb, xn, x, norm_w, n, (int)W->cols, eps);
+    mm_any(cb, y, xn, n, W, 0);
+}
+
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
@@ -667,6 +685,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->matmul_swiglu = cb_matmul_swiglu;
     be->norm_matmul_n = cb_norm_matmul_n;
     be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
+    be->norm_matmul_keep = cb_norm_matmul_keep;
     be->qk_rope_store = op_qk_rope_store;
     be->rope_attend = op_rope_attend;
     be->argmax = op_argmax;

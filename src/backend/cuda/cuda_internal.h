@@ -232,9 +232,10 @@ static inline void cb_launch(cuda_be *cb, void (*kernel)(KArgs...), dim3 grid, d
  *   mode CB_SWIGLU: W[0] = gate, W[1] = up (same rows): y = silu(x·W0ᵀ) * (x·W1ᵀ) */
 enum { CB_GEMV_MAX_N = 8 };
 enum { CB_STORE = 0, CB_ACC = 1, CB_SWIGLU = 2 };
-/* norm_w (not for CB_ACC): x is first RMS-normed (eps) and scaled by norm_w, as rmsnorm(). */
+/* norm_w (not for CB_ACC): x is first RMS-normed (eps) and scaled by norm_w, as rmsnorm();
+ * xn_out (with norm_w): the first block also writes those normed rows there (norm_matmul_keep). */
 void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
-             const float *norm_w, float eps);
+             const float *norm_w, float eps, float *xn_out = nullptr);
 /* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
 int cb_gemv_ok(const ci_mat *W);
 /* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations
@@ -262,7 +263,7 @@ int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, co
                   const ci_mat *const *Ws);
 void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const float *x, const float *norm_w, float eps,
-                       int n, const ci_mat *const *Ws);
+                       int n, const ci_mat *const *Ws, float *xn_out = nullptr);
 void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
 void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
                       const ci_moe *m, int acc);

@@ -32,6 +32,7 @@ struct gemv_args {
     int block_shift;                    /* log2(block) when a power of two, else -1 */
     const float *x;
     const float *norm_w;                /* NORM kernels: x is RMS-normed with this weight first */
+    float *xn_out;                      /* NORM kernels: block 0 writes the normed rows here too */
     float eps;
 };
 
@@ -128,6 +129,11 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
             nscale[threadIdx.x] = (float)(1.0 / sqrt((double)tot / (double)C + (double)a.eps));
         }
         __syncthreads();
+        if (a.xn_out && blockIdx.x == 0)   /* the same products as where the rows are read below */
+            for (int i = threadIdx.x; i < a.n * C; i += WARPS * 32) {
+                const int t = i / C, c = i - t * C;
+                a.xn_out[i] = a.x[i] * nscale[t] * a.norm_w[c];
+            }
     }
     if (!live) return;
     float acc[S][NT];
@@ -330,16 +336,17 @@ int cb_gemv_ok(const ci_mat *W) {
 }
 
 void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
-             const float *norm_w, float eps) {
+             const float *norm_w, float eps, float *xn_out) {
     if (n <= 0 || count <= 0) return;
     /* fp8 with 128 x 128 block scales: the tensor-core kernels (quant_mma.cu) when they take it */
-    if (Ws[0]->dtype == CI_F8_E4M3 &&
+    if (Ws[0]->dtype == CI_F8_E4M3 && !xn_out &&
         cb_qt_fp8(cb, mode, mode == CB_SWIGLU ? 2 : mode == CB_STORE ? count : 1, ys, x, n, Ws,
                   mode == CB_ACC ? NULL : norm_w, eps))
         return;
     gemv_args a;
     memset(&a, 0, sizeof a);
     a.norm_w = mode == CB_ACC ? NULL : norm_w;
+    a.xn_out = a.norm_w ? xn_out : NULL;
     a.eps = eps;
     const ci_mat *W0 = Ws[0];
     a.count = mode == CB_STORE ? count : 1;

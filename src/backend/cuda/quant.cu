@@ -443,16 +443,17 @@ int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, co
 }
 
 /* norm_matmul_n (op CB_STORE) / norm_matmul_swiglu (CB_SWIGLU) in one launch when the
- * tensor-core GEMVs take it (quant_mma.cu stages x RMS-normed); 0 (nothing done) otherwise */
+ * tensor-core GEMVs take it (quant_mma.cu stages x RMS-normed; xn_out: the normed rows
+ * written there too, norm_matmul_keep); 0 (nothing done) otherwise */
 int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const float *x, const float *norm_w, float eps,
-                       int n, const ci_mat *const *Ws) {
+                       int n, const ci_mat *const *Ws, float *xn_out) {
     if (count < 1 || count > 4 || n < 1 || n > CB_GEMV_MAX_N) return 0;
     cb_qm ms[4];
     for (int i = 0; i < count; i++) {
         if (!cb_q_ok(Ws[i]) || ((const ci_qdesc *)Ws[i]->scale)->stored_t) return 0;
         ms[i] = cb_q_view(Ws[i]);
     }
-    return cb_qt_matmul(cb, op, count, ys, x, n, ms, norm_w, eps);
+    return cb_qt_matmul(cb, op, count, ys, x, n, ms, norm_w, eps, xn_out);
 }
 
 /* y[n, W.cols] = x[n, W.rows] · W: a stored-transposed view (MLX MultiLinear) is a matmul

@@ -374,7 +374,7 @@ int cb_q_fploop(void);
  * not take the call (another format, a shape or alignment it does not serve). */
 int cb_q_qmma(void);
 int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
-                 const float *norm_w, float eps);
+                 const float *norm_w, float eps, float *xn_out = nullptr);
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,

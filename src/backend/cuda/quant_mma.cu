@@ -25,6 +25,7 @@ struct qt_args {
     float *y[4];
     const float *x;
     const float *norm_w;         /* RMSNorm of x first (norm_matmul_n / _swiglu), or NULL */
+    float *xn_out;               /* with norm_w: block 0 writes the normed rows here (norm_matmul_keep) */
     float eps;
     int count, op, n, K, ng, sd, es, ks;
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps);
+    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps,
+                      blockIdx.x == 0 ? a.xn_out : nullptr);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -159,11 +161,13 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
             else QT_GO(8, 8, NN, BB, NWW);                                                                    \
         }                                                                                                     \
     } while (0)
+    float *const xn0 = a.xn_out;
     for (int t0 = 0; t0 < n; t0 += chunk) {
         const int nn = n - t0 < chunk ? n - t0 : chunk;
         const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
         a.n = nn;
         a.x = x + (size_t)t0 * K;
+        if (xn0) a.xn_out = xn0 + (size_t)t0 * K;
         for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * rows[i];
         if (ntl == 2) {
             if (nn <= 4) QT_GO_W(2, 1, 8);
@@ -182,7 +186,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
 }
 
 int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
-                 const float *norm_w, float eps) {
+                 const float *norm_w, float eps, float *xn_out) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
         if (!qt_kind_ok(ms[i]) || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd ||
@@ -196,6 +200,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     const int es = ms[0].sd == 0 ? 4 : 2;
     a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.rblk = 1;   /* n, x, y: per launch */
     a.norm_w = norm_w; a.eps = eps;
+    a.xn_out = norm_w ? xn_out : nullptr;
     int64_t rows[4];
     for (int i = 0; i < count; i++) {
         a.codes[i] = ms[i].codes;

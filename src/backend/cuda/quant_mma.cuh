@@ -108,10 +108,11 @@ __device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsig
  * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
  * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4(tW + w) (qt_pair8). xsum[i·ng + G]: Σ of group
- * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). Ends with a barrier. */
+ * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). norm_w: x RMS-normed first;
+ * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
 template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
-                         const float *norm_w = nullptr, float eps = 0.0f) {
+                         const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr) {
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     constexpr int PPG = BITS == 4 ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
     const int half = K >> 1, rs = half + QT_PAD, ng = K / GS;
@@ -142,6 +143,10 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         if (norm_w) {
             a = a * nsc[tok] * __ldg(norm_w + ka);
             b = b * nsc[tok] * __ldg(norm_w + kb);
+            if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
+                xn_out[(int64_t)tok * K + ka] = a;
+                xn_out[(int64_t)tok * K + kb] = b;
+            }
         }
         const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
         const float2 hf = __half22float2(hi);
