@@ -194,8 +194,13 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 qt_ldw<W>(R.c[i][h] + G * 4 * W + t * W, B.w[u][i][h]);
-                B.s[u][i][h] = q_param(R.s[i][h], sd, G);
-                if constexpr (BITS != QT_E4M3) B.b[u][i][h] = q_param(R.b[i][h], sd, G);
+                if constexpr (BITS == QT_E4M3) {   /* fp8's E8M0 scales: 255 is NaN (gemv.cu's scale_at), not MLX's inf */
+                    B.s[u][i][h] = sd == 3 && __ldg((const unsigned char *)R.s[i][h] + G) == 255 ? __int_as_float(0x7fc00000)
+                                                                                                 : q_param(R.s[i][h], sd, G);
+                } else {
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
+                    B.b[u][i][h] = q_param(R.b[i][h], sd, G);
+                }
             }
     }
 }
