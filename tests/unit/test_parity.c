@@ -15,7 +15,11 @@
  * On a CPU with AVX-512 VNNI each MLX fixture also runs with ci_model_opts.int16_act (4- / 8-bit
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
- * worst there is ~4e-6), and greedy ids exactly transformers'. */
+ * worst there is ~4e-6), and greedy ids exactly transformers'.
+ * Every run has CINFER_CPU_POISON_SCRATCH=1: the fused ops' scratch arguments (backend.h: xn,
+ * u, tmp, rope_attend's q / k) are NaN after the op, as a device leaves them undefined, so a
+ * forward path that reads one (deepseek_v32's indexer once read q_a's normed rows from a fused
+ * op's scratch: right on the CPU, wrong on the H200) fails here. */
 #include "check.h"
 #include "cinfer.h"
 #include "io/json.h"
@@ -157,6 +161,9 @@ static void test_found_fixtures(void) {
 }
 
 int main(void) {
+    /* the CPU fills the fused ops' scratch outputs with NaN (cpu.c poison): a model that reads
+     * one afterwards, which a device leaves unwritten, fails here as it would on the device */
+    setenv("CINFER_CPU_POISON_SCRATCH", "1", 1);
     test_fixtures();
     TEST_RUN(test_found_fixtures);
     TEST_EXIT();

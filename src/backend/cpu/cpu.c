@@ -71,9 +71,20 @@ typedef struct {
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
     void *mla_tmp;            /* the MLA / DSA ops' scratch (mla_cpu.c) */
     int failed;               /* sticky: an op could not allocate its scratch (last_error) */
+    int poison;               /* CINFER_CPU_POISON_SCRATCH=1: fused ops' scratch outputs filled with NaN */
 } cpu_backend;
 
 static cpu_backend *cpu(ci_backend *be) { return (cpu_backend *)be; }
+
+/* The fused ops' scratch arguments (backend.h: xn, u, tmp, q / k of rope_attend) hold the CPU's
+ * intermediate values afterwards, but a device leaves them unwritten or as they came: a model
+ * that reads one after the op is right on the CPU and wrong on the device. With
+ * CINFER_CPU_POISON_SCRATCH=1 (read when the backend is made; test_parity runs every fixture
+ * so) the CPU fills them with NaN after the op, so such a read fails parity here too. */
+static void poison(ci_backend *be, float *p, size_t count) {
+    if (!cpu(be)->poison || !p) return;
+    for (size_t i = 0; i < count; i++) p[i] = NAN;
+}
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -895,6 +906,7 @@ static void cpu_matmul_n(ci_backend *be, int count, float *const *ys, const floa
 static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp) {
     cpu_matmul(be, tmp, x, n, W);
     cpu_add(be, y, tmp, (int64_t)n * W->rows);
+    poison(be, tmp, (size_t)n * (size_t)W->rows);
 }
 
 static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
@@ -902,18 +914,21 @@ static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x
     cpu_matmul(be, g, x, n, Wg);
     cpu_matmul(be, u, x, n, Wu);
     cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
+    poison(be, u, (size_t)n * (size_t)Wu->rows);
 }
 
 static void cpu_norm_matmul_n(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,
                               float *const *ys, int n, const ci_mat *const *Ws) {
     cpu_rmsnorm(be, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
     cpu_matmul_n(be, count, ys, xn, n, Ws);
+    poison(be, xn, (size_t)n * (size_t)Ws[0]->cols);
 }
 
 static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, float *g,
                                    float *u, int n, const ci_mat *Wg, const ci_mat *Wu) {
     cpu_rmsnorm(be, xn, x, norm_w, n, (int)Wg->cols, eps);
     cpu_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
+    poison(be, xn, (size_t)n * (size_t)Wg->cols);
 }
 
 static void cpu_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float *x, const float *norm_w, float eps,
@@ -950,13 +965,15 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
                             float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
                             float scale) {
     (void)max_keys;
+    const size_t QD = (size_t)n_heads * hd, KD = (size_t)n_kv * hd;
     if (!kv_tab && !(pages && pages->per_row)) {
         qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
                             style, kc, vc, kv_stride, pages, 0);
         attention_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0);
+        poison(be, q, (size_t)n * QD);
+        poison(be, k, (size_t)n * KD);
         return;
     }
-    const size_t QD = (size_t)n_heads * hd, KD = (size_t)n_kv * hd;
     for (int t = 0; t < n; t++)
         qk_rope_store_paged(be, q + t * QD, k + t * KD, v + t * KD, 1, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim,
                             pos + t, inv_freq, mscale, style, kv_tab ? kv_tab[2 * t] : kc,
@@ -964,6 +981,8 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
     for (int t = 0; t < n; t++)
         attention_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1,
                         pos + t, n_heads, n_kv, hd, kv_stride, scale, pages, t);
+    poison(be, q, (size_t)n * QD);
+    poison(be, k, (size_t)n * KD);
 }
 
 /* ---- construction --------------------------------------------------------------------- */
@@ -1048,6 +1067,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     if (!b->base.pool) goto fail;
     b->n_slots = ci_pool_size(b->base.pool);
     b->base.n_threads = b->n_slots;
+    const char *pz = getenv("CINFER_CPU_POISON_SCRATCH");
+    b->poison = pz && !strcmp(pz, "1");
     b->slots = calloc((size_t)b->n_slots, sizeof *b->slots);
     if (!b->slots) goto fail;
     for (int i = 0; i < b->n_slots; i++) {
