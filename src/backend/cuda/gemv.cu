@@ -13,7 +13,9 @@
  * per lane per step.
  *
  * Numerics: products and sums in f32 (each lane sums its columns in order, then a shuffle
- * tree), fp8 weights multiplied by their block scale before the product, as on the CPU. */
+ * tree), fp8 weights multiplied by their block scale before the product, as on the CPU.
+ * fp8 weights of whole 128-column scale blocks go to quant_mma.cu's tensor-core GEMVs first
+ * (cb_qt_fp8); these kernels keep the other fp8 layouts (and norm_matmul_keep's fp8 calls). */
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
