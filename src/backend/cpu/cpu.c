@@ -76,7 +76,8 @@ typedef struct {
 
 static cpu_backend *cpu(ci_backend *be) { return (cpu_backend *)be; }
 
-/* The fused ops' scratch arguments (backend.h: xn, u, tmp, q / k of rope_attend) hold the CPU's
+/* The fused ops' scratch arguments (backend.h: xn, u, tmp, q / k of rope_attend; the recurrent
+ * ops' windows and scratch, below ci_backend_cpu_new) hold the CPU's
  * intermediate values afterwards, but a device leaves them unwritten or as they came: a model
  * that reads one after the op is right on the CPU and wrong on the device. With
  * CINFER_CPU_POISON_SCRATCH=1 (read when the backend is made; test_parity runs every fixture
@@ -1054,6 +1055,35 @@ static void cpu_free(ci_backend *be) {
     free(b);
 }
 
+/* The recurrent families' ops with their scratch arguments poisoned afterwards (poison): bcx
+ * and the window of shortconv, causal_conv's window, ssd_scan's and deltanet's scratch, and
+ * deltanet's mix / b / a ("scratch afterwards" in backend.h). */
+static void shortconv_p(ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
+                        const float *in_bias, const float *conv_bias, float *state, float *const *states,
+                        float *scratch) {
+    cpu_shortconv(be, y, bcx, n, dim, K, taps, in_bias, conv_bias, state, states, scratch);
+    poison(be, bcx, (size_t)n * 3 * (size_t)dim);
+    poison(be, scratch, (size_t)(K - 1 + n) * (size_t)dim);
+}
+static void causal_conv_p(ci_backend *be, float *y, const float *x, int n, int dim, int K, const float *taps,
+                          float *state, float *const *states, int tab_step, float *scratch) {
+    cpu_causal_conv(be, y, x, n, dim, K, taps, state, states, tab_step, scratch);
+    poison(be, scratch, (size_t)(K - 1 + n) * (size_t)dim);
+}
+static void ssd_scan_p(ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride,
+                       int n, const ci_ssd *s, float *state, float *const *states, int chunked, float *scratch) {
+    cpu_ssd_scan(be, y, xbc, xbc_stride, dt, dt_stride, n, s, state, states, chunked, scratch);
+    poison(be, scratch, ci_ssd_scratch_floats(n, s));
+}
+static void deltanet_p(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *L,
+                       float *S, float *const *states, int tab_step, int recurrent, float *scratch) {
+    cpu_deltanet(be, z, mix, b, a, n, L, S, states, tab_step, recurrent, scratch);
+    poison(be, mix, (size_t)n * (size_t)(2 * L->hk * L->dk + L->hv * L->dv));
+    poison(be, b, (size_t)n * (size_t)L->hv);
+    poison(be, a, (size_t)n * (size_t)L->hv);
+    poison(be, scratch, ci_deltanet_scratch_floats(L, n));
+}
+
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     const cpu_kernels *k = pick_kernels(isa);
     if (!k) return NULL;
@@ -1117,14 +1147,14 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.kv_store_tab = cpu_kv_store_tab;
     b->base.mla_attend = cpu_mla_attend;
     b->base.dsa_attend = cpu_dsa_attend;
-    b->base.shortconv = cpu_shortconv;
+    b->base.shortconv = b->poison ? shortconv_p : cpu_shortconv;
     b->base.add_bias = cpu_add_bias;
     b->base.mamba_conv = cpu_mamba_conv;
-    b->base.ssd_scan = cpu_ssd_scan;
+    b->base.ssd_scan = b->poison ? ssd_scan_p : cpu_ssd_scan;
     b->base.gated_rmsnorm = cpu_gated_rmsnorm;
     b->base.relu2 = cpu_relu2;
-    b->base.causal_conv = cpu_causal_conv;
-    b->base.deltanet = cpu_deltanet;
+    b->base.causal_conv = b->poison ? causal_conv_p : cpu_causal_conv;
+    b->base.deltanet = b->poison ? deltanet_p : cpu_deltanet;
     b->base.deltanet_unfuse = cpu_deltanet_unfuse;
     b->base.split_halves = cpu_split_halves;
     b->base.sigmoid_mul = cpu_sigmoid_mul;
