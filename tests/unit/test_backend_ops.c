@@ -534,6 +534,43 @@ static void test_device_choice(void) {
     }
 }
 
+/* CINFER_CPU_POISON_SCRATCH=1 (cpu.c poison; test_parity runs with it): the fused ops' scratch
+ * outputs are NaN afterwards, their results the same bits as without; unset, the scratch holds
+ * the CPU's intermediates (xn = rmsnorm(x), tmp = the product). */
+static void test_scratch_poison(void) {
+    setenv("CINFER_CPU_POISON_SCRATCH", "1", 1);
+    ci_backend *pz = ci_backend_cpu_new(1, CI_ISA_AUTO);
+    unsetenv("CINFER_CPU_POISON_SCRATCH");
+    ci_backend *pl = ci_backend_cpu_new(1, CI_ISA_AUTO);
+    CHECK(pz && pl, "backends");
+    if (!pz || !pl) return;
+    const int n = 3, D = 64, R = 40;
+    wmat w;
+    make_w(&w, CI_F32, R, D);
+    float *x = rvec((size_t)n * D), *nw = rvec(D), *xn[2], *y[2], *acc[2], *tmp[2];
+    for (int k = 0; k < 2; k++) {
+        ci_backend *be = k ? pz : pl;
+        xn[k] = malloc((size_t)n * D * 4); y[k] = malloc((size_t)n * R * 4);
+        tmp[k] = malloc((size_t)n * R * 4); acc[k] = calloc((size_t)n * R, 4);
+        float *ys[1] = { y[k] };
+        const ci_mat *ws[1] = { &w.m };
+        be->norm_matmul_n(be, xn[k], x, nw, 1e-6f, 1, ys, n, ws);
+        be->matmul_acc(be, acc[k], x, n, &w.m, tmp[k]);
+    }
+    int all_nan = 1;
+    for (int i = 0; i < n * D; i++) all_nan &= isnan(xn[1][i]);
+    for (int i = 0; i < n * R; i++) all_nan &= isnan(tmp[1][i]);
+    CHECK(all_nan, "poisoned: norm_matmul_n's xn and matmul_acc's tmp are NaN afterwards");
+    CHECK(same(y[0], y[1], (size_t)n * R) && same(acc[0], acc[1], (size_t)n * R), "poisoned: the same results");
+    float *ref = malloc((size_t)n * D * 4);
+    pl->rmsnorm(pl, ref, x, nw, n, D, 1e-6f);
+    CHECK(same(ref, xn[0], (size_t)n * D) && same(tmp[0], acc[0], (size_t)n * R), "unpoisoned: xn and tmp keep the CPU's values");
+    free(ref);
+    for (int k = 0; k < 2; k++) { free(xn[k]); free(y[k]); free(acc[k]); free(tmp[k]); }
+    free(x); free(nw); free_w(&w);
+    pz->free(pz); pl->free(pl);
+}
+
 int main(void) {
     for (int i = 0; i < 3; i++)
         if ((bes[n_bes] = ci_backend_cpu_new(3, isas[i]))) n_bes++;
@@ -549,6 +586,7 @@ int main(void) {
     TEST_RUN(test_forward_argmax);
     TEST_RUN(test_batch_and_cache);
     TEST_RUN(test_device_choice);
+    TEST_RUN(test_scratch_poison);
     for (int i = 0; i < n_bes; i++) bes[i]->free(bes[i]);
     TEST_EXIT();
 }
