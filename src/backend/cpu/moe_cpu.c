@@ -155,11 +155,20 @@ static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n) {
     return s;
 }
 
+enum { MAXJ = 128 };   /* jobs handed over at once: every active expert of a step when NK <= 64 */
+
+/* Makes room for `need` more jobs (an expert's gate and up stay in one batch, sharing x's
+ * preparation): runs the batch collected so far when they would not fit. */
+static void jobs_room(ci_backend *be, cpu_mm_job *jobs, int *nj, int need) {
+    if (*nj + need <= MAXJ) return;
+    cpu_matmul_batch(be, jobs, *nj);
+    *nj = 0;
+}
+
 /* The experts of a decode step, entries grouped by expert in s (offset, tok, tw): entry i's
  * rows of xe / g / u / ye are row i, so every active expert's matmuls go in one batch. */
 static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *x, int n, const ci_moe *m) {
     const int E = m->n_experts, K = m->top_k, X = m->hidden, I = m->inter, NK = n * K;
-    enum { MAXJ = 128 };   /* jobs handed over at once: every active expert of a step when NK <= 64 */
     cpu_mm_job jobs[MAXJ];
     int nj = 0;
     if (n > 1)   /* one token reads x itself */
@@ -167,10 +176,7 @@ static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *
     for (int e = 0; e < E; e++) {
         int o = s->offset[e], m_e = s->offset[e + 1] - o;
         if (!m_e) continue;
-        if (nj + 2 > MAXJ) {
-            cpu_matmul_batch(be, jobs, nj);
-            nj = 0;
-        }
+        jobs_room(be, jobs, &nj, 2);
         /* one token: x itself, so the batch prepares it once for every expert */
         const float *xe = n == 1 ? x : s->xe + (size_t)o * X;
         if (m->relu2) {
@@ -191,10 +197,7 @@ static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *
     for (int e = 0; e < E; e++) {
         int o = s->offset[e], m_e = s->offset[e + 1] - o;
         if (!m_e) continue;
-        if (nj + 1 > MAXJ) {
-            cpu_matmul_batch(be, jobs, nj);
-            nj = 0;
-        }
+        jobs_room(be, jobs, &nj, 1);
         jobs[nj++] = (cpu_mm_job){ s->ye + (size_t)o * X, s->g + (size_t)o * I, m_e, &m->w_down[e] };
     }
     cpu_matmul_batch(be, jobs, nj);
