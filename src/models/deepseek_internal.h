@@ -10,7 +10,8 @@
 #include "../nn/moe.h"
 #include "../nn/rope.h"
 
-/* Tokens per chunk: a prompt runs in chunks of at most this many rows through the cache. */
+/* Tokens per chunk on the CPU: a prompt runs in chunks of at most this many rows through the
+ * cache (a device's chunk is ci_runner_chunk_rows's); a batch step's groups of sequences. */
 enum { UBATCH = 256 };
 
 typedef struct {

@@ -15,8 +15,8 @@
 typedef struct {
     float *lat_cache;            /* [n_layers][max_ctx][lat] */
     float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
-    float *x, *xn, *y;           /* [UBATCH, H] */
-    float *g, *u;                /* [UBATCH, max(ff, shared_ff)] */
+    float *x, *xn, *y;           /* [run.ub, H] */
+    float *g, *u;                /* [run.ub, max(ff, shared_ff)] */
     float *last;                 /* [H] the last row, final-normed */
     ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs */
     mla_scratch mla;
@@ -34,9 +34,10 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
     const mla_layer *A = &d->layers[0].attn;
-    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = UBATCH, f = sizeof(float);
+    const int ub = ci_runner_chunk_rows(s, UBATCH);
+    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = (size_t)ub, f = sizeof(float);
     int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
-    if (ci_runner_alloc(&c->run, be, UBATCH, d->vocab, d->H, d->eps, UBATCH, chunk_ops, &bad))
+    if (ci_runner_alloc(&c->run, be, ub, d->vocab, d->H, d->eps, UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
     c->lat_cache = ci_buf_alloc(be, rows * (size_t)d->lat * f, &bad);
     if (d->indexed) c->key_cache = ci_buf_alloc(be, rows * (size_t)d->kdim * f, &bad);
@@ -49,9 +50,9 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, U * wide * f, &bad);
     c->u = ci_buf_alloc(be, U * wide * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
-    if (bad || mla_scratch_init(be, &c->mla, A, UBATCH) ||
-        (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, UBATCH)) ||
-        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, UBATCH)))
+    if (bad || mla_scratch_init(be, &c->mla, A, ub) ||
+        (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, ub)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, ub)))
         return ci_err(err, errlen, "%s: out of memory for the session's scratch%s%s", fam,
                       be->last_error[0] ? ": " : "", be->last_error);
     c->run.x = c->x;

@@ -41,7 +41,8 @@ cache_snap *lfm2_snapshot(const ci_session *s, char *err, size_t errlen);
 int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 /* One decode step of n sessions (the serving op forward_batch, registry.h). */
 int lfm2_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
-/* Tokens per pass through the layers during prefill, 1..LFM2_UBATCH (default LFM2_UBATCH). */
+/* Tokens per pass through the layers during prefill, 1..the session's scratch rows (LFM2_UBATCH on
+ * the CPU, up to CI_DEVICE_CHUNK on a device: runner.h); the default is all of them. */
 int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen);
 
 #endif

@@ -45,8 +45,9 @@ int lfm2_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen
 
 int lfm2_set_chunk(ci_session *s, int chunk, char *err, size_t errlen) {
     if (check_session(s, err, errlen)) return -1;
-    if (chunk < 1 || chunk > LFM2_UBATCH)
-        return ci_err(err, errlen, "%s: prefill chunk %d is outside 1..%d", s->m->family->name, chunk, LFM2_UBATCH);
-    ((lfm2_session *)s->impl)->run.ub = chunk;   /* the runner's buffers hold LFM2_UBATCH rows */
+    lfm2_session *c = s->impl;
+    if (chunk < 1 || chunk > c->rows)
+        return ci_err(err, errlen, "%s: prefill chunk %d is outside 1..%d", s->m->family->name, chunk, c->rows);
+    c->run.ub = chunk;   /* the runner's buffers hold c->rows rows */
     return 0;
 }

@@ -55,14 +55,15 @@ typedef struct {
     float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
     float **state;               /* [n_layers] conv layers: [K-1, H] oldest row first; else NULL */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    float *x, *xn;               /* [UBATCH, H] */
-    float *q;                    /* [UBATCH, n_heads*hd] */
-    float *k, *v;                /* [UBATCH, n_kv*hd] this chunk's keys / values */
-    float *att;                  /* [UBATCH, max(n_heads*hd, H)] */
-    float *g, *u;                /* [UBATCH, ff] */
+    float *x, *xn;               /* [rows, H] */
+    float *q;                    /* [rows, n_heads*hd] */
+    float *k, *v;                /* [rows, n_kv*hd] this chunk's keys / values */
+    float *att;                  /* [rows, max(n_heads*hd, H)] */
+    float *g, *u;                /* [rows, ff] */
     float *last;                 /* [H] the last row, final-normed */
     ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs;
-                                  * run.ub is the prefill chunk (<= LFM2_UBATCH, the scratch rows) */
+                                  * run.ub is the prefill chunk (<= rows) */
+    int rows;                    /* the scratch rows (ci_runner_chunk_rows: LFM2_UBATCH on the CPU) */
     float *zeros;                /* host: [(K-1)*H] zeros, a new sequence's conv state */
     sc_scratch sc;
     moe_scratch moe;

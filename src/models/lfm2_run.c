@@ -26,13 +26,15 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     lfm2_session *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
-    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = LFM2_UBATCH, f = sizeof(float);
+    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, f = sizeof(float);
+    const int rows = ci_runner_chunk_rows(s, LFM2_UBATCH);
+    const size_t UB = (size_t)rows;
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
     c->zeros = calloc(lfm2_state_floats(d) ? lfm2_state_floats(d) : 1, f);
     int bad = 0;
     if (!c->kv || !c->state || !c->zeros ||
-        ci_runner_alloc(&c->run, be, LFM2_UBATCH, d->vocab, d->H, d->eps, LFM2_UBATCH, chunk_ops, &bad))
+        ci_runner_alloc(&c->run, be, rows, d->vocab, d->H, d->eps, LFM2_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         if (d->layers[l].is_attn) c->kv[l] = ci_buf_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
@@ -54,10 +56,11 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     const shortconv *sc0 = NULL;
     for (int l = 0; l < d->n_layers && !sc0; l++)
         if (!d->layers[l].is_attn) sc0 = &d->dev[l].conv;
-    if (bad || (sc0 && sc_scratch_init(be, &c->sc, sc0, LFM2_UBATCH)) ||
-        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, LFM2_UBATCH)))
+    if (bad || (sc0 && sc_scratch_init(be, &c->sc, sc0, rows)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, rows)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
+    c->rows = rows;
     c->run.x = c->x;
     c->run.xn = c->xn;
     c->run.final_norm = d->dev_final_norm;

@@ -60,14 +60,15 @@ typedef struct {
     float **kv;                  /* [n_layers] '*': [max_ctx, 2*n_kv*hd] (K then V); else NULL */
     float **state;               /* [n_layers] 'M': conv window [K-1, conv_dim] then SSM [Hm, P, N] */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    float *x, *xn, *y;           /* [UBATCH, H] */
-    float *q, *att;              /* [UBATCH, n_heads*hd] */
-    float *k, *v;                /* [UBATCH, n_kv*hd] */
-    float *g;                    /* [UBATCH, ff] */
+    float *x, *xn, *y;           /* [run.ub, H] */
+    float *q, *att;              /* [run.ub, n_heads*hd] */
+    float *k, *v;                /* [run.ub, n_kv*hd] */
+    float *g;                    /* [run.ub, ff] */
     float *last;                 /* [H] the last row, final-normed */
     ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
-                                  * graphs; chunks of NH_UBATCH tokens */
-    int32_t *best_n;             /* [UBATCH] each batch row's argmax (forward_batch_argmax) */
+                                  * graphs; chunks of run.ub tokens (ci_runner_chunk_rows:
+                                  * NH_UBATCH on the CPU), batch steps of NH_UBATCH sequences */
+    int32_t *best_n;             /* [run.ub] each batch row's argmax (forward_batch_argmax) */
     float *zeros;                /* host: state_floats zeros, a new sequence's Mamba2 state */
     mamba2_scratch mamba;
     moe_scratch moe;

@@ -25,13 +25,15 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     nh_session *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
-    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, UB = NH_UBATCH, f = sizeof(float);
+    const size_t QD = (size_t)d->n_heads * d->hd, KD = (size_t)d->n_kv * d->hd, f = sizeof(float);
+    const int rows = ci_runner_chunk_rows(s, NH_UBATCH);
+    const size_t UB = (size_t)rows;
     c->kv = calloc((size_t)d->n_layers, sizeof *c->kv);
     c->state = calloc((size_t)d->n_layers, sizeof *c->state);
     c->zeros = calloc(d->state_floats ? d->state_floats : 1, f);
     int bad = 0;
     if (!c->kv || !c->state || !c->zeros ||
-        ci_runner_alloc(&c->run, be, NH_UBATCH, d->vocab, d->H, d->eps, NH_UBATCH, chunk_ops, &bad))
+        ci_runner_alloc(&c->run, be, rows, d->vocab, d->H, d->eps, NH_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         char k = d->layers[l].kind;
@@ -51,8 +53,8 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, (UB * (size_t)d->ff + 1) * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
     c->best_n = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    if (bad || (d->any_mamba && mamba2_scratch_init(be, &c->mamba, d->any_mamba, NH_UBATCH)) ||
-        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, NH_UBATCH)))
+    if (bad || (d->any_mamba && mamba2_scratch_init(be, &c->mamba, d->any_mamba, rows)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, rows)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
     c->run.x = c->x;

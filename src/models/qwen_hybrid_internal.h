@@ -62,13 +62,14 @@ typedef struct {
     float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
     float **state;               /* [n_layers] DeltaNet layers: dn_state_floats (window, then S); else NULL */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
-    float *x, *xn, *y;           /* [UBATCH, D] */
-    float *g, *u;                /* [UBATCH, ff] dense MLP */
+    float *x, *xn, *y;           /* [run.ub, D] */
+    float *g, *u;                /* [run.ub, ff] dense MLP */
     float *last;                 /* [D] the last row, final-normed */
     ci_runner run;               /* the chunk loop (runner.h): ids / positions, head buffers, decode
-                                  * graphs; chunks of QH_UBATCH tokens */
+                                  * graphs; chunks of run.ub tokens (ci_runner_chunk_rows:
+                                  * QH_UBATCH on the CPU), batch steps of QH_UBATCH sequences */
     float *zeros;                /* host: [max state floats] zeros, a new sequence's state */
-    int32_t *best_n;             /* [UBATCH] per-row argmax of a forward_batch_argmax step */
+    int32_t *best_n;             /* [run.ub] per-row argmax of a forward_batch_argmax step */
     dn_scratch dn;
     ga_scratch ga;
     moe_scratch moe;

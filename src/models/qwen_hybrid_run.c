@@ -8,7 +8,8 @@
  * and downloads the logits. A decode step (n = 1, one row of logits) makes no host
  * decision, so on a backend with graphs it is recorded once per session and replayed. A
  * new sequence's states are zeroed by an upload. Activations are f32 [n, ·] for a chunk of
- * n <= QH_UBATCH tokens; longer prompts run chunk by chunk through the same cache. */
+ * n <= run.ub tokens (ci_runner_chunk_rows); longer prompts run chunk by chunk through the same
+ * cache. */
 #include "qwen_hybrid_internal.h"
 #include "../core/status.h"
 #include <stdlib.h>
@@ -26,7 +27,8 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     qh_session *c = calloc(1, sizeof *c);
     if (!c) return ci_err(err, errlen, "%s: out of memory", fam);
     s->impl = c;
-    const size_t UB = QH_UBATCH, f = sizeof(float), D = (size_t)d->D;
+    const int rows = ci_runner_chunk_rows(s, QH_UBATCH);
+    const size_t UB = (size_t)rows, f = sizeof(float), D = (size_t)d->D;
     size_t zeros = 1;
     for (int l = 0; l < d->n_layers; l++)
         if (d->layers[l].linear && qh_state_floats(&d->layers[l]) > zeros) zeros = qh_state_floats(&d->layers[l]);
@@ -35,7 +37,7 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     c->zeros = calloc(zeros, f);
     int bad = 0;
     if (!c->kv || !c->state || !c->zeros ||
-        ci_runner_alloc(&c->run, be, QH_UBATCH, d->vocab, d->D, d->eps, QH_UBATCH, chunk_ops, &bad))
+        ci_runner_alloc(&c->run, be, rows, d->vocab, d->D, d->eps, QH_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers && !bad; l++) {
         const qh_layer *L = &d->layers[l];
@@ -53,9 +55,9 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     c->u = ci_buf_alloc(be, UB * ff * f, &bad);
     c->last = ci_buf_alloc(be, D * f, &bad);
     c->best_n = ci_buf_alloc(be, UB * sizeof(int32_t), &bad);
-    if (bad || (d->any_dn && dn_scratch_init(be, &c->dn, d->any_dn, QH_UBATCH)) ||
-        (d->any_ga && ga_scratch_init(be, &c->ga, d->any_ga, QH_UBATCH)) ||
-        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, QH_UBATCH)))
+    if (bad || (d->any_dn && dn_scratch_init(be, &c->dn, d->any_dn, rows)) ||
+        (d->any_ga && ga_scratch_init(be, &c->ga, d->any_ga, rows)) ||
+        (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, rows)))
         return ci_err(err, errlen, "%s: out of memory for a %d-token session%s%s", fam, s->max_ctx,
                       be->last_error[0] ? ": " : "", be->last_error);
     c->run.x = c->x;

@@ -23,6 +23,14 @@ int ci_runner_alloc(ci_runner *r, ci_backend *be, int ub, int vocab, int dim, fl
     return 0;
 }
 
+int ci_runner_chunk_rows(const ci_session *s, int base) {
+    if (!s->m->be->is_device) return base;
+    int ub = CI_DEVICE_CHUNK;
+    if (ub > s->max_ctx) ub = s->max_ctx;
+    if (s->max_rows > 0 && ub > s->max_rows) ub = s->max_rows;
+    return ub > base ? ub : base;
+}
+
 void ci_runner_free(ci_runner *r, ci_backend *be) {
     for (int i = 0; i < 2; i++)
         if (r->graph[i] && be->graph_free) be->graph_free(be, r->graph[i]);

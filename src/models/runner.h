@@ -50,6 +50,14 @@ struct ci_runner {
     int ptab_stride;             /* (backend, host), grown on need */
 };
 
+/* Tokens per chunk (the scratch rows) of a session of a family whose CPU chunk is `base`: base
+ * on the CPU; on a device up to CI_DEVICE_CHUNK, since a bigger chunk reads every weight (the
+ * routed experts' above all: a chunk of 256 rows gives each expert a handful) fewer times
+ * per prompt; clamped to the session's context and its caller's largest call (max_rows), never
+ * below base (a batch step's groups of sequences are base rows). */
+enum { CI_DEVICE_CHUNK = 4096 };
+int ci_runner_chunk_rows(const ci_session *s, int base);
+
 /* Allocates the runner's buffers for chunks of ub tokens (max_group caps the rows of one
  * all-rows head group; 32 MiB of logits bound it too); sets *bad on failure like
  * ci_buf_alloc. Returns 0, or -1 when host memory ran out. */

@@ -18,6 +18,9 @@
 #   greedy    generate --ids --device cuda = transformers' greedy ids, exactly
 #   graphs    logits --step with graph replay = logits --step --no-graphs, byte for byte
 #   repeat    logits --device cuda twice: byte-identical (run-to-run determinism)
+#   long      a >= 600-token prompt (the fixture's tokens repeated): logits --device cuda (one
+#             chunk, runner.h's device chunk) = logits --device cpu (chunks of 256) within the
+#             prefill bound, every row
 # A fixture whose family or weights have no CUDA path yet (cinfer refuses with "no CUDA path")
 # prints a SKIP line with cinfer's reason instead. Exit status 1 if any check failed.
 set -u
@@ -92,6 +95,16 @@ for fx in tests/fixtures/*/; do
   if $CINFER logits --model "$fx" --tokens "$toks" --out "$TMP/again.f32" --device cuda 2>"$TMP/err" &&
      cmp -s "$TMP/prefill.f32" "$TMP/again.f32"; then pass "cuda repeat $name: prefill logits identical run to run"
   else fail "cuda repeat $name" "second prefill differs or failed: $(head -c 200 "$TMP/err")"; fi
+
+  # long: a prompt of >= 600 tokens (the fixture's repeated) in one device chunk (runner.h
+  # ci_runner_chunk_rows) against the CPU's chunks of 256, every row's logits, the prefill bound
+  long=$toks; while [ "$(echo "$long" | tr ',' '\n' | wc -l)" -lt 600 ]; do long="$long,$toks"; done
+  if $CINFER logits --model "$fx" --tokens "$long" --out "$TMP/long.f32" --device cuda 2>"$TMP/err" &&
+     $CINFER logits --model "$fx" --tokens "$long" --out "$TMP/long_cpu.f32" --device cpu 2>>"$TMP/err"; then
+    r=$(compare "$TMP/long.f32" "$TMP/long_cpu.f32" $tol_prefill)
+    if [ $? -eq 0 ]; then pass "cuda long $name ($dt): $(echo "$long" | tr ',' '\n' | wc -l) tokens in one chunk = the CPU's chunks: $r"
+    else fail "cuda long $name ($dt)" "$r"; fi
+  else fail "cuda long $name" "$(head -c 300 "$TMP/err")"; fi
 
   prompt=$(json_ids "$fx/ref.json" greedy_prompt)
   want=$(json_ids "$fx/ref.json" greedy_ids)
