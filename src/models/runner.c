@@ -26,6 +26,12 @@ int ci_runner_alloc(ci_runner *r, ci_backend *be, int ub, int vocab, int dim, fl
 int ci_runner_chunk_rows(const ci_session *s, int base) {
     if (!s->m->be->is_device) return base;
     int ub = CI_DEVICE_CHUNK;
+    const char *e = getenv("CINFER_DEVICE_CHUNK");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (!*end && v >= 1 && v <= CI_DEVICE_CHUNK) ub = (int)v;
+    }
     if (ub > s->max_ctx) ub = s->max_ctx;
     if (s->max_rows > 0 && ub > s->max_rows) ub = s->max_rows;
     return ub > base ? ub : base;

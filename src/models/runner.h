@@ -54,7 +54,8 @@ struct ci_runner {
  * on the CPU; on a device up to CI_DEVICE_CHUNK, since a bigger chunk reads every weight (the
  * routed experts' above all: a chunk of 256 rows gives each expert a handful) fewer times
  * per prompt; clamped to the session's context and its caller's largest call (max_rows), never
- * below base (a batch step's groups of sequences are base rows). */
+ * below base (a batch step's groups of sequences are base rows). CINFER_DEVICE_CHUNK=N (an
+ * integer in 1..CI_DEVICE_CHUNK) sets the device's chunk instead, to measure what it buys. */
 enum { CI_DEVICE_CHUNK = 4096 };
 int ci_runner_chunk_rows(const ci_session *s, int base);
 
