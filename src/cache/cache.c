@@ -11,6 +11,11 @@ struct cache_snap {
     float **state;
     size_t bytes;
     void *blob;             /* cache_snap_blob_new: the family's own bytes (n_layers = -1) */
+    size_t blob_bytes;
+    void *held;             /* cache_snap_hold: a buffer of held_bytes, released by release(ctx, .) */
+    size_t held_bytes;
+    void (*release)(void *ctx, void *buf);
+    void *ctx;
 };
 
 int cache_init(ci_cache *c, int n_layers, const cache_part *parts, int max_ctx, const char *family, char *err,
@@ -78,6 +83,7 @@ void cache_snap_free(cache_snap *s) {
     free(s->state);
     free(s->parts);
     free(s->blob);
+    if (s->held && s->release) s->release(s->ctx, s->held);
     free(s);
 }
 
@@ -86,15 +92,30 @@ cache_snap *cache_snap_blob_new(int pos, size_t bytes) {
     if (!s) return NULL;
     s->n_layers = -1;
     s->pos = pos;
-    s->bytes = bytes;
+    s->bytes = s->blob_bytes = bytes;
     s->blob = calloc(1, bytes ? bytes : 1);
     if (!s->blob) { free(s); return NULL; }
     return s;
 }
 
 void *cache_snap_blob(const cache_snap *s, size_t *bytes) {
-    if (bytes) *bytes = s->blob ? s->bytes : 0;
+    if (bytes) *bytes = s->blob ? s->blob_bytes : 0;
     return s->blob;
+}
+
+void cache_snap_hold(cache_snap *s, void *buf, size_t bytes, void (*release)(void *ctx, void *buf), void *ctx) {
+    if (s->held && s->release) s->release(s->ctx, s->held);
+    s->bytes += bytes - (s->held ? s->held_bytes : 0);
+    s->held = buf;
+    s->held_bytes = bytes;
+    s->release = release;
+    s->ctx = ctx;
+}
+
+void *cache_snap_held(const cache_snap *s, size_t *bytes, void **ctx) {
+    if (bytes) *bytes = s->held ? s->held_bytes : 0;
+    if (ctx) *ctx = s->held ? s->ctx : NULL;
+    return s->held;
 }
 
 cache_snap *cache_snapshot(const ci_cache *c) {

@@ -52,5 +52,11 @@ void cache_snap_free(cache_snap *s);
  * refuses a blob snapshot; cache_snap_pos / _bytes / _free work on both kinds. */
 cache_snap *cache_snap_blob_new(int pos, size_t bytes);
 void *cache_snap_blob(const cache_snap *s, size_t *bytes);
+/* A buffer outside host memory (a backend's: a device snapshot's bytes stay on the device) that
+ * snapshot s owns from now on, at most one: cache_snap_free releases it with release(ctx, buf);
+ * cache_snap_bytes counts its bytes. cache_snap_held returns it (NULL: none) and its size and
+ * ctx (the owner, so a reader can tell whose memory it is). */
+void cache_snap_hold(cache_snap *s, void *buf, size_t bytes, void (*release)(void *ctx, void *buf), void *ctx);
+void *cache_snap_held(const cache_snap *s, size_t *bytes, void **ctx);
 
 #endif

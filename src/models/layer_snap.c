@@ -8,9 +8,9 @@ static size_t part_bytes(const layer_part *p, int pos) {
     return (p->row_floats * (size_t)pos + p->state_floats) * sizeof(float);
 }
 
-/* the header ([1 + 2 n] int32) and the blob's size at pos */
+/* the header ([1 + 2 n] int32) and the layers' bytes at pos */
 static size_t shape(const ci_session *s, int n, layer_part_fn part, int pos, int32_t *h) {
-    size_t b = (1 + 2 * (size_t)n) * sizeof(int32_t);
+    size_t b = 0;
     h[0] = n;
     for (int l = 0; l < n; l++) {
         layer_part p;
@@ -22,25 +22,35 @@ static size_t shape(const ci_session *s, int n, layer_part_fn part, int pos, int
     return b;
 }
 
+static void release_buf(void *ctx, void *buf) {
+    ci_backend *be = ctx;
+    be->buf_free(be, buf);
+}
+
 cache_snap *layer_snapshot(const ci_session *s, int n_layers, layer_part_fn part, int pos, char *err, size_t errlen) {
     ci_backend *be = s->m->be;
     const size_t hb = (1 + 2 * (size_t)n_layers) * sizeof(int32_t);
     int32_t *h = malloc(hb);
-    cache_snap *snap = h ? cache_snap_blob_new(pos, shape(s, n_layers, part, pos, h)) : NULL;
+    const size_t data = h ? shape(s, n_layers, part, pos, h) : 0;
+    char *dev = h ? be->alloc(be, data ? data : 1) : NULL;
+    cache_snap *snap = h ? cache_snap_blob_new(pos, hb + (dev ? 0 : data)) : NULL;
     if (!snap) {
         free(h);
+        if (dev) be->buf_free(be, dev);
         ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
         return NULL;
     }
     char *o = cache_snap_blob(snap, NULL);
     memcpy(o, h, hb);
     free(h);
-    o += hb;
+    if (dev) cache_snap_hold(snap, dev, data, release_buf, be);
+    o = dev ? dev : o + hb;
     for (int l = 0; l < n_layers; l++) {
         layer_part p;
         part(s, l, &p);
         const size_t bytes = part_bytes(&p, pos);
-        if (bytes) be->download(be, o, p.buf, bytes);
+        if (bytes && dev) be->copy(be, o, p.buf, bytes);
+        else if (bytes) be->download(be, o, p.buf, bytes);
         o += bytes;
     }
     if (ci_backend_check(s->m, err, errlen)) {
@@ -54,27 +64,43 @@ int layer_restore(ci_session *s, int n_layers, layer_part_fn part, const cache_s
                   size_t errlen) {
     ci_backend *be = s->m->be;
     const char *fam = s->m->family->name;
-    size_t bytes = 0;
+    size_t bytes = 0, held_bytes = 0;
+    void *owner = NULL;
     const size_t hb = (1 + 2 * (size_t)n_layers) * sizeof(int32_t);
     const char *blob = snap ? cache_snap_blob(snap, &bytes) : NULL;
+    const char *held = snap ? cache_snap_held(snap, &held_bytes, &owner) : NULL;
     const int at = snap ? cache_snap_pos(snap) : -1;
     int32_t *h = malloc(hb);
     if (!h) return ci_err(err, errlen, "%s: out of memory", fam);
     const size_t want = shape(s, n_layers, part, at > 0 ? at : 0, h);
-    const int same = blob && at >= 0 && bytes >= hb && !memcmp(blob, h, hb) && bytes == want;
+    const int same = blob && at >= 0 && bytes >= hb && !memcmp(blob, h, hb) &&
+                     (held ? bytes == hb && held_bytes == want : bytes == hb + want);
     free(h);
     if (!same) return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape", fam);
     if (at > s->max_ctx)
         return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, at,
                       s->max_ctx);
-    const char *q = blob + hb;
+    /* another backend's buffer comes through host memory, downloaded by its owner */
+    char *tmp = NULL;
+    if (held && owner != be) {
+        ci_backend *ob = owner;
+        if (!(tmp = malloc(want ? want : 1))) return ci_err(err, errlen, "%s: out of memory", fam);
+        ob->download(ob, tmp, held, want);
+        if (ob->status && ob->status(ob)) {
+            free(tmp);
+            return ci_err(err, errlen, "%s: cache restore: %s: %s", fam, ob->name, ob->last_error);
+        }
+    }
+    const char *q = tmp ? tmp : held ? held : blob + hb;
     for (int l = 0; l < n_layers; l++) {
         layer_part p;
         part(s, l, &p);
         const size_t b = part_bytes(&p, at);
-        if (b) be->upload(be, p.buf, q, b);
+        if (b && held && !tmp) be->copy(be, p.buf, q, b);
+        else if (b) be->upload(be, p.buf, q, b);
         q += b;
     }
+    free(tmp);
     *pos = at;
     return ci_backend_check(s->m, err, errlen);
 }

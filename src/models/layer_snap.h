@@ -3,9 +3,14 @@
  * nemotron_h. Each layer keeps, in backend memory, KV rows (row_floats per position: rows
  * [0, pos) are saved), a fixed state (state_floats: saved whole) or nothing.
  *
- * A snapshot is a blob: a header of 1 + 2 n_layers int32 (n_layers, then per layer its row
- * floats and its state floats: the cache's shape), then per layer its rows or its state. A
- * restore checks the header and the size against the session's cache and uploads. */
+ * A snapshot is a host blob, a header of 1 + 2 n_layers int32 (n_layers, then per layer its
+ * row floats and its state floats: the cache's shape), and the layers' bytes (per layer its
+ * rows or its state, in layer order) in one buffer of the session's backend that the snapshot
+ * holds (cache_snap_hold): taken and restored with the backend's copy, so on a device they
+ * never cross to the host. When the backend has no room for that buffer the bytes follow the
+ * header in the blob instead (downloaded, uploaded back). A restore checks the header and the
+ * size against the session's cache; a snapshot held by another backend (another model's)
+ * comes back through host memory. */
 #ifndef CI_LAYER_SNAP_H
 #define CI_LAYER_SNAP_H
 #include "model.h"

@@ -1,6 +1,7 @@
 /* lfm2_cache.c — LFM2 / LFM2-MoE session cache access: snapshots (prefix reuse; a conv
  * state cannot be trimmed like KV rows) and the prefill chunk. The cache is backend memory
- * (lfm2_run.c): a snapshot downloads it, a restore uploads it. */
+ * (lfm2_run.c): a snapshot copies it into a buffer of the same backend, a restore copies it back
+ * (layer_snap.h). */
 #include "lfm2_internal.h"
 #include "layer_snap.h"
 #include "../core/status.h"
@@ -9,7 +10,7 @@
 
 static int lfm2_is_family(const ci_family *f) { return f == &fam_lfm2 || f == &fam_lfm2_moe; }
 
-/* ---- cache access: snapshots through download / upload (layer_snap.h) ------------------ */
+/* ---- cache access: snapshots by backend copies (layer_snap.h) ------------------ */
 
 static int check_session(const ci_session *s, char *err, size_t errlen) {
     if (!lfm2_is_family(s->m->family) || !s->impl)

@@ -1,6 +1,7 @@
 /* nemotron_h_cache.c — Nemotron-H session cache access: snapshots (prefix reuse; a Mamba2
  * state cannot be trimmed like KV rows), the scan form and the scan timer. The cache is
- * backend memory (nemotron_h_run.c): a snapshot downloads it, a restore uploads it. */
+ * backend memory (nemotron_h_run.c): a snapshot copies it into a buffer of the same backend, a restore copies it back
+ * (layer_snap.h). */
 #include "nemotron_h_internal.h"
 #include "layer_snap.h"
 #include "../core/status.h"
@@ -9,7 +10,7 @@
 
 static int is_session(const ci_session *s) { return s && s->m->family == &fam_nemotron_h && s->impl; }
 
-/* ---- snapshots through download / upload (layer_snap.h) ------------------------------ */
+/* ---- snapshots by backend copies (layer_snap.h) ------------------------------ */
 
 static void part(const ci_session *s, int l, layer_part *p) {
     const nh_model *d = s->m->impl;

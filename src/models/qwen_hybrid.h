@@ -17,7 +17,7 @@
  * The session's cache is backend memory: attention layers keep K/V rows, DeltaNet layers a
  * fixed state (conv window + S). The cache position always equals the session's; a session
  * reset (pos 0) clears the states, and going back to any other position goes through a
- * cache snapshot (qh_snapshot / qh_session_restore, through download / upload). The
+ * cache snapshot (qh_snapshot / qh_session_restore, by backend-to-backend copies). The
  * families own their model_type and options; qwen_hybrid*.c own the tensor list and
  * forward() (qwen_hybrid_internal.h says which file holds what). */
 #ifndef CI_QWEN_HYBRID_H

@@ -1,6 +1,7 @@
 /* qwen_hybrid_cache.c — Qwen3-Next / Qwen3.5 / Qwen3.5-MoE cache snapshots (prefix reuse; a
  * recurrent state cannot be trimmed like KV rows). The cache is backend memory
- * (qwen_hybrid_run.c): a snapshot downloads it, a restore uploads it.
+ * (qwen_hybrid_run.c): a snapshot copies it into a buffer of the same backend, a restore copies it back
+ * (layer_snap.h).
  * The blob's layout is layer_snap.h's. */
 #include "qwen_hybrid_internal.h"
 #include "layer_snap.h"

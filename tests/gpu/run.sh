@@ -12,6 +12,8 @@
 #   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
+#   snapshot    .gpu/tests/test_snapshot with CINFER_TEST_DEVICE=cuda: hybrid cache snapshots kept
+#               and restored in device memory, logits after a restore = the uninterrupted run's
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
 #   memcheck    compute-sanitizer --tool memcheck over test_cuda_ops --quick, and over one
 #               logits --step (graph replay) and one greedy generate on a bf16 fixture, then
@@ -96,6 +98,7 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
 step paged 60 paged.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_paged
+step snapshot 60 snapshot.log env CINFER_TEST_DEVICE=cuda CINFER_CUDA_UNVERIFIED=1 .gpu/tests/test_snapshot
 
 # ---- parity ----
 step parity 240 parity.log bash tests/gpu/parity.sh   # 240: the 13 mlx_* fixtures run too (quant.cu)

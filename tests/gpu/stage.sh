@@ -8,6 +8,7 @@
 #   .gpu/tests/test_cuda_ops               (finds it in its parent directory)
 #   .gpu/tests/test_batch_argmax           (run with CINFER_TEST_DEVICE=cuda: batch rows on the device)
 #   .gpu/tests/test_paged                  (run with CINFER_TEST_DEVICE=cuda: a shared block pool on the device)
+#   .gpu/tests/test_snapshot               (run with CINFER_TEST_DEVICE=cuda: hybrid snapshots on the device)
 #   .gpu/bench_*                           (device benchmarks, when built)
 #   .gpu/lib/                              every library `ldd` lists for these that a base
 #                                          system may lack (not libc, libm, libpthread, libdl,
@@ -20,15 +21,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
-for f in "$B/cinfer" "$B/libcinfer_cuda.so" "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged"; do
+for f in "$B/cinfer" "$B/libcinfer_cuda.so" "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" "$B/tests/test_snapshot"; do
   [ -f "$f" ] || { echo "stage: $f missing (run make first; libcinfer_cuda.so needs nvcc)" >&2; exit 1; }
 done
 rm -rf .gpu
 mkdir -p .gpu/lib .gpu/tests
 cp "$B/cinfer" "${STAGE_CUDA_LIB:-$B/libcinfer_cuda.so}" .gpu/
-cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" .gpu/tests/
+cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" "$B/tests/test_snapshot" .gpu/tests/
 for b in "$B"/bench_*; do [ -x "$b" ] && cp "$b" .gpu/; done
-bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax .gpu/tests/test_paged)
+bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax .gpu/tests/test_paged .gpu/tests/test_snapshot)
 for b in .gpu/bench_*; do [ -f "$b" ] && bins+=("$b"); done
 
 # "name => /path (0x...)" lines of ldd; a base system has the ones skipped here.
