@@ -2,13 +2,15 @@
 # DeepSeek (runner.c ci_runner_chunk_rows) against the old 256 (CINFER_DEVICE_CHUNK=256), one
 # call: parity of those families on the device (with the new 600-token one-chunk check), then
 # pp4096 of the hyb bench checkpoints and pp512 / pp4096 of DeepSeek-V2-Lite dims q_lora 1024
-# 14 layers bf16 / fp8, chunk 4096 and 256 alternating, and an ncu kernel list of Nemotron's.
+# 14 layers bf16 / fp8, chunk 4096 and 256 alternating, and an ncu kernel list of Nemotron's;
+# test_snapshot (hybrid snapshots held in device memory) on the device.
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 PARITY_ONLY='deepseek_v3|deepseek_v32|lfm2|nemotron|qwen3_next|qwen3_5' CINFER=$C timeout 240 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 ts "parity rc $?: $(grep -c '^PASS' $O/parity.log) pass, $(grep -c '^FAIL' $O/parity.log) fail"; grep '^FAIL' $O/parity.log | head -8; grep 'cuda long' $O/parity.log | cut -c1-150
+CINFER_TEST_DEVICE=cuda timeout 60 .gpu/tests/test_snapshot > $O/snapshot.log 2>&1; ts "test_snapshot on cuda rc $?: $(tr '\n' ' ' < $O/snapshot.log | cut -c1-300)"
 b() { timeout 60 $C bench --model $1 --device cuda --prompt-len $2 --gen 16 2>&1 | grep -E "^prefill" | sed 's/  */ /g' | cut -c1-70; }
 for spec in lfm2:bench/lfm2-8b-a1b.config.json:8 nemh:bench/nemotron-3-nano-30b-a3b.config.json:6 \
             q35:bench/qwen3.5-35b-a3b.config.json:4; do
