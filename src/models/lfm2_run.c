@@ -125,15 +125,13 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_dump_buf(m, "embed", -1, c->x, n, H);
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
-        be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
         if (d->layers[l].is_attn) {
             const attn_cache kv = layer_kv(d, s, l);
-            attn_forward(be, &P->attn, &ab, &kv, 1, c->xn, NULL, 0, c->x, n);  /* x += out_proj(·) */
+            attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->op_norm, d->eps, c->x, n);  /* x += out_proj(·) */
             ci_dump_buf(m, "attn_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
         } else {
-            sc_forward(be, &P->conv, &c->sc, c->state[l], c->att, c->xn, n);
-            ci_dump_buf(m, "conv_out", l, c->att, n, H);
-            be->add(be, c->x, c->att, (int64_t)n * H);
+            sc_forward_add_norm(be, &P->conv, &c->sc, c->state[l], NULL, c->x, c->xn, P->op_norm, d->eps, n);
+            ci_dump_buf(m, "conv_out", l, c->xn, n, H);   /* the CPU's out_proj product (matmul_acc's scratch) */
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);              /* x += mlp(ffn_norm(x)) or the MoE's */
         ci_dump_buf(m, "layer_out", l, c->x, n, H);
@@ -182,7 +180,6 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     const lfm2_model *d = m->impl;
     lfm2_session *c = ss[0]->impl;
     ci_backend *be = m->be;
-    const int H = d->H;
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * LFM2_UBATCH, err, errlen)) return -1;
     attn_cache kvs[LFM2_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
@@ -206,14 +203,12 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     for (int l = 0; l < d->n_layers; l++) {
         const lfm2_placed *P = &d->dev[l];
         float *const *tab = c->run.tab + (size_t)l * 2 * n;
-        be->rmsnorm(be, c->xn, c->x, P->op_norm, n, H, d->eps);
         if (d->layers[l].is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
             const attn_bufs ab = attn_scratch(c, tab);
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            attn_forward(be, &P->attn, &ab, kvs, n, c->xn, NULL, 0, c->x, n);
+            attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->op_norm, d->eps, c->x, n);
         } else {
-            sc_forward_rows(be, &P->conv, &c->sc, tab, c->att, c->xn, n);
-            be->add(be, c->x, c->att, (int64_t)n * H);
+            sc_forward_add_norm(be, &P->conv, &c->sc, NULL, tab, c->x, c->xn, P->op_norm, d->eps, n);
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }

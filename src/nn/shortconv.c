@@ -68,19 +68,18 @@ void sc_scratch_free(ci_backend *be, sc_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n) {
+void sc_forward_add_norm(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *const *states,
+                         float *x, float *xn, const float *norm_w, float eps, int n) {
     const int D = sc->dim;
-    be->matmul(be, s->bcx, x, n, &sc->in_proj);                   /* [n, 3D]: B | C | X */
-    be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, state, NULL, s->win);
-    be->matmul(be, out, s->y, n, &sc->out_proj);                   /* [n, D] */
-    if (sc->out_bias) be->add_bias(be, out, sc->out_bias, n, D);
-}
-
-void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
-                     const float *x, int n) {
-    const int D = sc->dim;
-    be->matmul(be, s->bcx, x, n, &sc->in_proj);
-    be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, NULL, states, s->win);
-    be->matmul(be, out, s->y, n, &sc->out_proj);
-    if (sc->out_bias) be->add_bias(be, out, sc->out_bias, n, D);
+    float *const ys[1] = { s->bcx };
+    const ci_mat *const ws[1] = { &sc->in_proj };
+    be->norm_matmul_n(be, xn, x, norm_w, eps, 1, ys, n, ws);       /* [n, 3D]: B | C | X */
+    be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, state, states, s->win);
+    if (!sc->out_bias) {
+        be->matmul_acc(be, x, s->y, n, &sc->out_proj, xn);         /* x += [n, D] */
+        return;
+    }
+    be->matmul(be, xn, s->y, n, &sc->out_proj);
+    be->add_bias(be, xn, sc->out_bias, n, D);
+    be->add(be, x, xn, (int64_t)n * D);
 }

@@ -9,11 +9,11 @@
  * first token of the sequence is zero.
  *
  * State: the last K-1 rows of bx, [K-1, D] f32, oldest first (zeros where the sequence is
- * shorter). sc_forward reads it as the history before the chunk and leaves it holding the
+ * shorter). sc_forward_add_norm reads it as the history before the chunk and leaves it holding the
  * last K-1 rows after it, so one prefill, a chunked prefill and one-token decode steps are
  * the same computation. The state is owned by the caller (the session's cache).
  *
- * Written only on backend ops (matmul, shortconv, add_bias): the state, the scratch and
+ * Written only on backend ops (norm_matmul_n, shortconv, matmul_acc / matmul, add_bias): the state, the scratch and
  * the weights a forward reads are backend memory (sc_place puts the weights there). */
 #ifndef CI_SHORTCONV_H
 #define CI_SHORTCONV_H
@@ -51,13 +51,14 @@ int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc);
 int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n);
 void sc_scratch_free(ci_backend *be, sc_scratch *s);
 
-/* out[n, dim] = shortconv(x[n, dim]) for n <= s->max_n tokens following `state` [K-1, dim],
- * which is updated. out must not alias x. */
-void sc_forward(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *out, const float *x, int n);
-/* One token for each of n sequences (a batched decode step): row i of x advances states[i]
- * (states: a backend buffer of n state pointers); the projections run over all rows, the
- * conv per row; row i gets sc_forward's bits. */
-void sc_forward_rows(ci_backend *be, const shortconv *sc, sc_scratch *s, float *const *states, float *out,
-                     const float *x, int n);
+/* The block with its norm and residual: x[n, dim] += shortconv(rmsnorm(x) * norm_w) for
+ * n <= s->max_n tokens, the norm fused into in_proj (norm_matmul_n) and, without an out_proj
+ * bias, the add into out_proj (matmul_acc); xn [n, dim] is scratch (undefined afterwards).
+ * With states NULL the n rows are a chunk following `state` [K-1, dim], which is updated;
+ * else one token for each of n sequences (a batched decode step): row i advances states[i]
+ * (a backend buffer of n state pointers), the projections over all rows, the conv per row,
+ * and row i gets the bits of its sequence alone. */
+void sc_forward_add_norm(ci_backend *be, const shortconv *sc, sc_scratch *s, float *state, float *const *states,
+                         float *x, float *xn, const float *norm_w, float eps, int n);
 
 #endif
