@@ -4,7 +4,8 @@
 # pp4096 of the hyb bench checkpoints and pp512 / pp4096 of DeepSeek-V2-Lite dims q_lora 1024
 # 14 layers bf16 / fp8, chunk 4096 and 256 alternating, and an ncu kernel list of Nemotron's;
 # test_snapshot (hybrid snapshots held in device memory) on the device; ssd_scan's new chunk kernel
-# (ops against the CPU, memcheck, Nemotron pp4096 with CINFER_CUDA_SSD_CHUNK=0 beside it).
+# (ops against the CPU, memcheck, Nemotron pp4096 with CINFER_CUDA_SSD_CHUNK=0 beside it); decode
+# tg64 after the prompt on each line (LFM2's conv-block fusions: compare with the 10:09 run).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1
@@ -15,7 +16,7 @@ $T --only "cuda ssd_scan" > $O/ops-ssd.log 2>&1; CINFER_CUDA_SSD_CHUNK=0 $T --on
 ts "ops ssd_scan: $(grep -c '^PASS' $O/ops-ssd.log) pass $(grep -c '^FAIL' $O/ops-ssd.log) fail; SSD_CHUNK=0: $(grep -c '^PASS' $O/ops-ssd0.log) pass $(grep -c '^FAIL' $O/ops-ssd0.log) fail"; grep '^FAIL' $O/ops-ssd*.log | head -5
 $SAN --tool memcheck --error-exitcode 99 $T --quick --only "cuda ssd_scan" > $O/mc-ssd.log 2>&1; ts "memcheck ssd_scan rc $?"
 CINFER_TEST_DEVICE=cuda timeout 60 .gpu/tests/test_snapshot > $O/snapshot.log 2>&1; ts "test_snapshot on cuda rc $?: $(tr '\n' ' ' < $O/snapshot.log | cut -c1-300)"
-b() { timeout 60 $C bench --model $1 --device cuda --prompt-len $2 --gen 16 2>&1 | grep -E "^prefill" | sed 's/  */ /g' | cut -c1-70; }
+b() { timeout 60 $C bench --model $1 --device cuda --prompt-len $2 --gen 64 2>&1 | grep -E "^prefill|^decode " | sed 's/  */ /g' | cut -c1-70 | tr '\n' ' '; }
 for spec in lfm2:bench/lfm2-8b-a1b.config.json:8 nemh:bench/nemotron-3-nano-30b-a3b.config.json:6 \
             q35:bench/qwen3.5-35b-a3b.config.json:4; do
   IFS=: read -r m cfg L <<< "$spec"
