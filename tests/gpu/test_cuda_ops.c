@@ -964,6 +964,8 @@ static void test_attention(void) {
     attn_case(1, 3000, 2, 4, 63, 7, 0, 1);        /* odd hd: the scalar split kernel on both settings */
     attn_case(5, 2999, 8, 4, 128, 3, 1, 1);       /* k and v interleaved */
     attn_case(1, 4000, 2, 8, 256, 0, 0, 0);       /* attention() with pos0 */
+    attn_case(quick ? 40 : 200, 100, 2, 8, 256, 3, 0, 1);  /* Qwen3.5 dims prefill: the flash kernels at hd 256 */
+    attn_case(quick ? 70 : 1100, 0, 2, 16, 128, 0, 0, 0); /* a long prompt from position 0, 16 heads a group */
 }
 
 /* rope_attend (qk_rope_store + attention_pos in one op) against the CPU's, out and every

@@ -635,6 +635,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
+    cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -68,7 +68,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_SSD_CHUNK=0|1 */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_FLASH2=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -79,6 +79,7 @@ struct cuda_be {
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     int ssd_chunk;           /* Mamba2 scan of a chunk: 32 tokens per warp reduction (mamba.cu) */
+    int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     char name[300];
 };
@@ -126,6 +127,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * decode 2332 / 2349 tok/s on vs 2166 / 2194 off at 512 tokens of context, 2132 / 2152 vs
  * 1861 / 1876 at 4096. */
 #define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
+#endif
+#ifndef CB_FLASH2
+/* Prefill attention (head_dim 64 / 128 / 256) through attn.cu's attn_flash2_kernel (scores,
+ * probabilities and output in registers, mma.sync) instead of attn_flash_kernel (WMMA with
+ * S and O through shared memory). Measured: bench/RESULTS.md, fourteenth session. */
+#define CB_FLASH2 1       /* default of cuda_be.flash2 (CINFER_CUDA_FLASH2) */
 #endif
 #ifndef CB_SSD_CHUNK
 /* ssd_scan over a chunk of one sequence (prefill) through mamba.cu's ssd_scan_chunk_kernel
@@ -185,6 +192,18 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * neither, 920 with both; prefill of the 32768 tokens 7,588 tok/s vs 2,896. */
 #define CB_DSA_SCORE 1    /* default of cuda_be.dsa_score (CINFER_CUDA_DSA_SCORE) */
 #endif
+/* c[4] += A·B on tensor cores, one m16n8k16 tile (f16 operands, f32 accumulation) in the
+ * fragment layouts of the PTX ISA: a0..a3 the rows (g, g+8) x columns (2t.., 2t+8..), b0 / b1
+ * the columns (2t.., 2t+8..) of B's column g, c rows g / g+8, columns 2t, 2t+1 (g = lane / 4,
+ * t = lane % 4). */
+__device__ __forceinline__ void cb_mma_f16(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                           unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -94,14 +94,6 @@ __device__ __forceinline__ unsigned qt_pair_e4m3(unsigned u, int p) {
     return r;
 }
 
-__device__ __forceinline__ void qt_mma(float *c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                       unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
  * (hi) and 2i + 1 (lo) of token i, rs = K / 2 + QT_PAD half2 apart. W: code words a lane
  * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
@@ -237,7 +229,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                         a0 = qt_pair8(r0, 0x4140); a1 = qt_pair8(r1, 0x4140); a2 = qt_pair8(r0, 0x4342); a3 = qt_pair8(r1, 0x4342);
                     }
 #pragma unroll
-                    for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
+                    for (int nb = 0; nb < NB; nb++) cb_mma_f16(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
                 }
                 continue;
             }
@@ -252,7 +244,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                     const unsigned r0 = B.w[u][i][0][w] >> (8 * hh), r1 = B.w[u][i][1][w] >> (8 * hh);
                     const unsigned a0 = qt_pair(r0), a1 = qt_pair(r1), a2 = qt_pair(r0 >> 4), a3 = qt_pair(r1 >> 4);
 #pragma unroll
-                    for (int nb = 0; nb < NB; nb++) qt_mma(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
+                    for (int nb = 0; nb < NB; nb++) cb_mma_f16(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
                 }
             }
         }
