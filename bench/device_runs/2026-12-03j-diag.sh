@@ -2,7 +2,7 @@
 # device chunk differed from the CPU (parity.sh's long check, run i): the device's logits with
 # chunks of 4096, 256 and 64 against the CPU's, and 4096 against 256 (routing near-ties flipped
 # by the 16-bit prefill GEMMs, or a fault of the big chunk?); (2) ncu kernel times of Nemotron's
-# pp4096 with ssd_scan's chunk kernel on and off.
+# pp4096 with the session's prefill changes.
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1
@@ -26,10 +26,6 @@ PY
 done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 timeout 150 $C make-random --config bench/nemotron-3-nano-30b-a3b.config.json --out /tmp/nemh --dtype bf16 --seed 1 --layers 6 > /dev/null
-for sw in 1 0; do
-  CINFER_CUDA_SSD_CHUNK=$sw timeout 100 $NCU --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-    $C bench --model /tmp/nemh --device cuda --prompt-len 4096 --gen 1 > $O/ncu-nemh-ssd$sw.txt 2>&1; ts "ncu ssd_chunk=$sw rc $?"
-done
-b() { timeout 60 $C bench --model $1 --device cuda --prompt-len 4096 --gen 16 2>&1 | grep -E "^prefill" | sed 's/  */ /g' | cut -c1-60; }
-for r in 1 2 3; do ts "nemh ssd_chunk=1: $(b /tmp/nemh)"; ts "nemh ssd_chunk=0: $(CINFER_CUDA_SSD_CHUNK=0 b /tmp/nemh)"; done
+timeout 100 $NCU --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+  $C bench --model /tmp/nemh --device cuda --prompt-len 4096 --gen 1 > $O/ncu-nemh.txt 2>&1; ts "ncu rc $?"
 ts end

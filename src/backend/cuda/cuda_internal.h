@@ -68,7 +68,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_FLASH2=0|1 */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -78,7 +78,6 @@ struct cuda_be {
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
-    int ssd_chunk;           /* Mamba2 scan of a chunk: 32 tokens per warp reduction (mamba.cu) */
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     char name[300];
@@ -133,12 +132,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * probabilities and output in registers, mma.sync) instead of attn_flash_kernel (WMMA with
  * S and O through shared memory). Measured: bench/RESULTS.md, fourteenth session. */
 #define CB_FLASH2 1       /* default of cuda_be.flash2 (CINFER_CUDA_FLASH2) */
-#endif
-#ifndef CB_SSD_CHUNK
-/* ssd_scan over a chunk of one sequence (prefill) through mamba.cu's ssd_scan_chunk_kernel
- * (32 tokens per transposed warp reduction, one softplus per lane) instead of the per-token
- * kernel; the same bits. Measured: bench/RESULTS.md, fourteenth session. */
-#define CB_SSD_CHUNK 1    /* default of cuda_be.ssd_chunk (CINFER_CUDA_SSD_CHUNK) */
 #endif
 #ifndef CB_MOE_PIPE
 /* The routed experts' down kernel at decode with two load buffers. Measured on the H200

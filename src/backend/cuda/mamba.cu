@@ -14,10 +14,8 @@
  * once and written once per call; per token it forms dt (softplus, bias, clamp), the decay
  * e^{dt·A}, updates the row with dt·x_p·B, and reduces S_p·C over the warp (+ D x_p), the
  * next token's B, C, x_p and dt already loading. A
- * chunk of one sequence (n > 1) takes ssd_scan_chunk_kernel instead: the same warps and the
- * same recurrence, 32 tokens per warp reduction (see there; the same bits). Both run the
- * recurrence (equal to the CPU's chunked SSD up to rounding; the within-chunk GEMM form is
- * not written). The state update has
+ * chunk loops over its tokens inside the kernel (the recurrence: equal to the CPU's chunked
+ * SSD up to rounding; the within-chunk GEMM form is not written yet). The state update has
  * the CPU's rounding (a·s + b·B without contraction) but the decay comes from the device's
  * expf, and the y reduction runs in another order: agreement to rounding, not bits.
  * gated_rmsnorm: one block per (row, group); relu2 elementwise. */
@@ -131,83 +129,6 @@ ssd_scan_kernel(float *y, const float *xbc, int xbc_stride, const float *dtr, in
         if (lane + 32 * j < N) S[lane + 32 * j] = s[j];
 }
 
-/* A chunk of one sequence (n > 1 rows), 32 tokens at a time: warp w still owns state row p of
- * head h (lane j: n = j, j + 32, ...), but lane i first forms token t0 + i's dt, decay and
- * dt·x_p (one softplus per lane instead of one per token per warp), the tokens' state updates
- * then run back to back (each takes its decay and dt·x from lane t by a shuffle) keeping each
- * token's partial S_p·C per lane, and one transposed reduction over the warp (31 shuffles for
- * 32 sums, the pairs of the per-token butterfly above, so each sum adds in the same order)
- * leaves token t0 + i's y in lane i. Every value is the per-token kernel's, bit for bit. */
-/* one step of the transposed butterfly: values [0, 2K) become [0, K), each summed with lane ^ K's */
-template <int K> __device__ __forceinline__ void ssd_fold(float *acc, int lane) {
-    const bool up = (lane & K) != 0;
-#pragma unroll
-    for (int i = 0; i < K; i++) {
-        const float send = up ? acc[i] : acc[i + K], keep = up ? acc[i + K] : acc[i];
-        acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, K);
-    }
-}
-
-template <int J>
-__global__ void __launch_bounds__(32 * SSD_WARPS)
-ssd_scan_chunk_kernel(float *y, const float *xbc, int xbc_stride, const float *dtr, int dt_stride, int n, int Hm,
-                      int P, int G, int N, float dt_min, const float *dt_bias, const float *A, const float *D,
-                      float *state) {
-    pdl_enter();
-    const int h = blockIdx.x, lane = threadIdx.x & 31, p = blockIdx.z * SSD_WARPS + (threadIdx.x >> 5);
-    if (p >= P) return;
-    const int g = h / (Hm / G), I = Hm * P;
-    float *S = state + ((int64_t)h * P + p) * N;
-    float s[J];
-#pragma unroll
-    for (int j = 0; j < J; j++) s[j] = lane + 32 * j < N ? S[lane + 32 * j] : 0.0f;
-    const float a = A[h], d = D[h], bias = dt_bias[h];
-    for (int t0 = 0; t0 < n; t0 += 32) {
-        const int tn = n - t0 < 32 ? n - t0 : 32;
-        /* lane i: token t0 + i's decay and dt·x_p (as the per-token kernel forms them) */
-        float da_l = 1.0f, b_l = 0.0f, x_l = 0.0f;
-        if (lane < tn) {
-            const int64_t t = t0 + lane;
-            x_l = xbc[t * xbc_stride + (int64_t)h * P + p];
-            const float v = __fadd_rn(dtr[t * dt_stride + h], bias);
-            const float sp = v > 20.0f ? v : log1pf(expf(v));
-            const float dtv = sp < dt_min ? dt_min : sp;
-            da_l = expf(__fmul_rn(dtv, a));
-            b_l = __fmul_rn(dtv, x_l);
-        }
-        float acc[32];
-#pragma unroll 32
-        for (int t = 0; t < 32; t++) {
-            acc[t] = 0.0f;
-            const float da = __shfl_sync(0xffffffffu, da_l, t), b = __shfl_sync(0xffffffffu, b_l, t);
-            if (t < tn) {
-                const float *row = xbc + (int64_t)(t0 + t) * xbc_stride + I;
-                const float *B_ = row + (int64_t)g * N, *C_ = row + (int64_t)(G + g) * N;
-#pragma unroll
-                for (int j = 0; j < J; j++) {
-                    const int i = lane + 32 * j;
-                    if (i < N) {
-                        s[j] = __fadd_rn(__fmul_rn(da, s[j]), __fmul_rn(b, B_[i]));
-                        acc[t] = __fadd_rn(acc[t], __fmul_rn(s[j], C_[i]));
-                    }
-                }
-            }
-        }
-        /* transposed butterfly: after the step of width k, lane L holds the sums of the values
-         * whose index agrees with L in the bits above k, over the lanes that differ from L in
-         * bit k and above; at the end lane L holds value L summed over all 32 lanes */
-        ssd_fold<16>(acc, lane);
-        ssd_fold<8>(acc, lane);
-        ssd_fold<4>(acc, lane);
-        ssd_fold<2>(acc, lane);
-        ssd_fold<1>(acc, lane);
-        if (lane < tn) y[(int64_t)(t0 + lane) * I + (int64_t)h * P + p] = __fadd_rn(acc[0], __fmul_rn(d, x_l));
-    }
-#pragma unroll
-    for (int j = 0; j < J; j++)
-        if (lane + 32 * j < N) S[lane + 32 * j] = s[j];
-}
-
 void cb_ssd_scan(cuda_be *cb, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride, int n,
                  const ci_ssd *s, float *state, float *const *states) {
     if (n <= 0) return;
@@ -218,20 +139,6 @@ void cb_ssd_scan(cuda_be *cb, float *y, const float *xbc, int xbc_stride, const 
                      "CUDA: ssd_scan: d_state %d (at most %d) / n_groups %d not supported", s->d_state,
                      32 * SSD_MAXJ, s->n_groups);
         }
-        return;
-    }
-    if (!states && n > 1 && cb->ssd_chunk) {
-        dim3 grid(s->n_heads, 1, (s->head_dim + SSD_WARPS - 1) / SSD_WARPS), block(32 * SSD_WARPS);
-#define SSD_GO(J_)                                                                                                 \
-    cb_launch(cb, ssd_scan_chunk_kernel<J_>, grid, block, 0, y, xbc, xbc_stride, dt, dt_stride, n, s->n_heads,       \
-              s->head_dim, s->n_groups, s->d_state, s->dt_min, s->dt_bias, s->A, s->D, state)
-        const int J = (s->d_state + 31) / 32;
-        if (J <= 1) SSD_GO(1);
-        else if (J <= 2) SSD_GO(2);
-        else if (J <= 4) SSD_GO(4);
-        else SSD_GO(8);
-#undef SSD_GO
-        cb_launched(cb, "ssd_scan (chunk)");
         return;
     }
     dim3 grid(s->n_heads, states ? n : 1, (s->head_dim + SSD_WARPS - 1) / SSD_WARPS);
