@@ -99,9 +99,10 @@ for fx in tests/fixtures/*/; do
   # long: a prompt of >= 600 tokens (the fixture's repeated) in one device chunk (runner.h
   # ci_runner_chunk_rows) against the CPU's chunks of 256, every row's logits, the f32 bound.
   # f32 weights only: with 16-bit ones the device's prefill GEMMs round activations to 16 bits
-  # where the CPU does not; four 16-bit MoE fixtures differed by 0.6 .. 2.5 over 600 tokens on
-  # 2026-12-03, most likely a routed top-k near tie flipped by that rounding, not yet confirmed
-  # (bench/device_runs/2026-12-03j-diag.sh compares device chunks of 4096 / 256 / 64 with the CPU)
+  # where the CPU does not; four 16-bit MoE fixtures differ from the CPU by 0.6 .. 2.5 over 600
+  # tokens, the same with device chunks of 4096, 256 and 64 (so not the chunk:
+  # bench/device_runs/2026-12-03j-diag.sh), most likely a routed top-k near tie flipped by that
+  # rounding (not shown apart)
   long=$toks; while [ "$(echo "$long" | tr ',' '\n' | wc -l)" -lt 600 ]; do long="$long,$toks"; done
   if [ "$dt" != f32 ]; then :
   elif $CINFER logits --model "$fx" --tokens "$long" --out "$TMP/long.f32" --device cuda 2>"$TMP/err" &&
