@@ -29,15 +29,6 @@ static int read_tokens(const char *dir, int *toks, int max) {
     return n;
 }
 
-/* Feeds toks[0..n) from the session's position: as one forward (step = 0) or one token at a
- * time, all logits into out [n, V]. */
-static int feed(ci_session *s, const int *toks, int n, int step, float *out, int V, char *err, size_t errlen) {
-    if (!step) return ci_forward(s, toks, n, out, 1, err, errlen);
-    for (int t = 0; t < n; t++)
-        if (ci_forward(s, &toks[t], 1, out + (size_t)t * V, 1, err, errlen)) return -1;
-    return 0;
-}
-
 static void snapshot_restore(const char *dir) {
     char err[1024];
     int toks[40];
@@ -58,19 +49,19 @@ static void snapshot_restore(const char *dir) {
         CHECK(snap != NULL, "%s", err);
         if (!snap) break;
         CHECK(cache_snap_pos(snap) == 24, "snapshot at %d", cache_snap_pos(snap));
-        CHECK(feed(s, toks + 24, N, step, a, V, err, sizeof err) == 0, "%s", err);
+        CHECK(tm_feed(s, toks + 24, N, step, a, V, err, sizeof err) == 0, "%s", err);
         CHECK(ci_session_pos(s) == 40, "pos %d after 40 tokens", ci_session_pos(s));
         /* the same session, rewound by the snapshot */
         CHECK(lfm2_restore(s, snap, err, sizeof err) == 0, "%s", err);
         CHECK(ci_session_pos(s) == 24, "pos %d after restore", ci_session_pos(s));
-        CHECK(feed(s, toks + 24, N, step, b, V, err, sizeof err) == 0, "%s", err);
+        CHECK(tm_feed(s, toks + 24, N, step, b, V, err, sizeof err) == 0, "%s", err);
         CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s step=%d: logits after restore differ", dir, step);
         /* another session that has seen other tokens */
         ci_session_reset(s2);
         CHECK(ci_forward(s2, toks + 10, 30, NULL, 0, err, sizeof err) == 0, "%s", err);
         CHECK(lfm2_restore(s2, snap, err, sizeof err) == 0, "%s", err);
         memset(b, 0, (size_t)N * V * sizeof *b);
-        CHECK(feed(s2, toks + 24, N, step, b, V, err, sizeof err) == 0, "%s", err);
+        CHECK(tm_feed(s2, toks + 24, N, step, b, V, err, sizeof err) == 0, "%s", err);
         CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s step=%d: logits in a restored fresh session differ", dir, step);
         cache_snap_free(snap);
     }

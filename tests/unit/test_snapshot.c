@@ -11,6 +11,7 @@
  * model on another backend instance comes through host memory and gives the same bits. Run
  * from the repository root. */
 #include "check.h"
+#include "tmpmodel.h"
 #include "cinfer.h"
 #include "cache/cache.h"
 #include "models/model.h"
@@ -35,13 +36,6 @@ static void tokens(int *t, int n, int vocab) {
         x = x * 1103515245u + 12345u;
         t[i] = (int)((x >> 8) % (unsigned)(vocab > 1 ? vocab - 1 : 1)) + 1;
     }
-}
-
-static int feed(ci_session *s, const int *toks, int n, int step, float *out, int V, char *err, size_t errlen) {
-    if (!step) return ci_forward(s, toks, n, out, 1, err, errlen);
-    for (int t = 0; t < n; t++)
-        if (ci_forward(s, &toks[t], 1, out + (size_t)t * V, 1, err, errlen)) return -1;
-    return 0;
 }
 
 static void round_trip(const char *dir) {
@@ -82,17 +76,17 @@ static void round_trip(const char *dir) {
             CHECK(blob_bytes < 4096 && cache_snap_bytes(snap) == blob_bytes + held_bytes,
                   "%s: the host blob is the shape header alone (%zu bytes), the snapshot counts both", dir, blob_bytes);
         }
-        CHECK(!feed(s, toks + 24, N, step, a, V, err, sizeof err), "%s", err);
+        CHECK(!tm_feed(s, toks + 24, N, step, a, V, err, sizeof err), "%s", err);
         CHECK(!ops->restore(s, snap, err, sizeof err) && ci_session_pos(s) == 24, "%s: restore: %s", dir, err);
         memset(b, 0, (size_t)N * V * sizeof *b);
-        CHECK(!feed(s, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
+        CHECK(!tm_feed(s, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
         CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s step=%d: logits after a restore into the same session differ",
               dir, step);
         ci_session_reset(s2);
         CHECK(!ci_forward(s2, toks + 10, 30, NULL, 0, err, sizeof err), "%s", err);
         CHECK(!ops->restore(s2, snap, err, sizeof err) && ci_session_pos(s2) == 24, "%s: restore: %s", dir, err);
         memset(b, 0, (size_t)N * V * sizeof *b);
-        CHECK(!feed(s2, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
+        CHECK(!tm_feed(s2, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
         CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s step=%d: logits in another restored session differ", dir,
               step);
         /* another model of the same checkpoint (its own backend): through host memory */
@@ -101,7 +95,7 @@ static void round_trip(const char *dir) {
             CHECK(m2->be != m->be, "%s: a second model has its own backend", dir);
             CHECK(!m2->family->ops->restore(s3, snap, err, sizeof err), "%s: restore in another model: %s", dir, err);
             memset(b, 0, (size_t)N * V * sizeof *b);
-            CHECK(!feed(s3, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
+            CHECK(!tm_feed(s3, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
             CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s: logits in another model's restored session differ",
                   dir);
         }

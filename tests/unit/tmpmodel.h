@@ -1,5 +1,6 @@
-/* tmpmodel.h — test helper: a random checkpoint from a config text, through make-random
- * (the family's load() in record mode), in a fresh folder under /tmp. */
+/* tmpmodel.h — test helpers: a random checkpoint from a config text, through make-random
+ * (the family's load() in record mode), in a fresh folder under /tmp; feeding tokens to a
+ * session as one forward or one at a time. */
 #ifndef CI_TEST_TMPMODEL_H
 #define CI_TEST_TMPMODEL_H
 #include "check.h"
@@ -59,6 +60,16 @@ static inline void tm_expect_load_error(const char *cfg, const char *needle) {
     CHECK(tm_make_random(cfg, "f32", 1, dir, sizeof dir, err, sizeof err) == NULL, "accepted: %s", cfg);
     CHECK_HAS(err, needle);
     tm_rm_dir(dir);
+}
+
+/* Feeds toks[0..n) from the session's position: as one forward (step = 0) or one token at a
+ * time, all logits into out [n, V]. 0, or -1 with err set. */
+static inline int tm_feed(ci_session *s, const int *toks, int n, int step, float *out, int V, char *err,
+                          size_t errlen) {
+    if (!step) return ci_forward(s, toks, n, out, 1, err, errlen);
+    for (int t = 0; t < n; t++)
+        if (ci_forward(s, &toks[t], 1, out + (size_t)t * V, 1, err, errlen)) return -1;
+    return 0;
 }
 
 #endif
