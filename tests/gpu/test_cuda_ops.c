@@ -1984,7 +1984,7 @@ static void test_shortconv(void) {
  * mamba_conv: a chunk of one sequence then a decode row on the state it left, or a table
  * step; inputs at a row stride wider than dim (in_proj's rows). Outputs through SiLU (the
  * device's expf: B_F32), states bit for bit. */
-#define B_SSD 1e-4         /* the device runs the recurrence; the CPU's prefill the chunked SSD */
+#define B_SSD 1e-4         /* both run the chunked SSD (the device from 32 rows) or the recurrence */
 static void mamba_conv_case(int n, int D, int K, int bias, int table) {
     char name[160];
     snprintf(name, sizeof name, "cuda mamba_conv n=%d dim=%d K=%d%s%s", n, D, K, bias ? " bias" : "",
@@ -2101,6 +2101,10 @@ static void test_mamba(void) {
         { 150, 6, 24, 3, 40, 0, 1 },  { 200, 16, 64, 8, 128, 0, 1 }, { 256, 4, 20, 1, 256, 0, 1 },
         { 65, 5, 7, 1, 33, 0, 1 },    { 1, 16, 64, 8, 128, 1, 0 },   { 7, 16, 64, 8, 128, 1, 0 },
         { 33, 6, 24, 3, 40, 1, 0 },   { 1000, 16, 64, 8, 128, 0, 1 }, { 97, 3, 9, 1, 200, 0, 0 },
+        /* around the device's chunked form: below / at its threshold (32), whole 64-token
+         * chunks, Nemotron-H's dims over an odd chunk boundary */
+        { 31, 8, 16, 2, 16, 0, 1 },   { 32, 8, 16, 2, 16, 0, 1 },   { 128, 4, 5, 2, 3, 0, 1 },
+        { 1100, 64, 64, 8, 128, 0, 1 },
     };
     nc = quick ? 4 : (int)(sizeof sc / sizeof *sc);
     for (int c = 0; c < nc && !dead; c++)

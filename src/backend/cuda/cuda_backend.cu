@@ -395,9 +395,8 @@ static void op_mamba_conv(ci_backend *be, float *xbc, const float *in, int in_st
 }
 static void op_ssd_scan(ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride,
                         int n, const ci_ssd *s, float *state, float *const *states, int chunked, float *scratch) {
-    (void)chunked;
     (void)scratch;
-    if (!CB(be)->failed) cb_ssd_scan(CB(be), y, xbc, xbc_stride, dt, dt_stride, n, s, state, states);
+    if (!CB(be)->failed) cb_ssd_scan(CB(be), y, xbc, xbc_stride, dt, dt_stride, n, s, state, states, chunked);
 }
 static void op_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n, int dim,
                              int group, float eps) {
@@ -572,6 +571,7 @@ static void op_free(ci_backend *be) {
     cb_moe_free(cb);
     for (int i = 0; i < 3; i++)
         if (cb->mla_work[i].p) cudaFree(cb->mla_work[i].p);
+    if (cb->ssd_work.p) cudaFree(cb->ssd_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -635,6 +635,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
+    cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

@@ -62,13 +62,14 @@ struct cuda_be {
     cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
     struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
     cb_scratch mla_work[3];  /* mla.cu, dsa.cu: attention partials, DSA scores, DSA selections */
+    cb_scratch ssd_work;     /* mamba.cu: the chunked SSD's per-chunk dt, decays and states */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1 */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_SSD_CHUNK=0|1 */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -80,6 +81,7 @@ struct cuda_be {
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
+    int ssd_chunk;           /* Mamba2 prompts through the chunked SSD (mamba.cu) */
     char name[300];
 };
 
@@ -132,6 +134,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * probabilities and output in registers, mma.sync) instead of attn_flash_kernel (WMMA with
  * S and O through shared memory). Measured: bench/RESULTS.md, fourteenth session. */
 #define CB_FLASH2 1       /* default of cuda_be.flash2 (CINFER_CUDA_FLASH2) */
+#endif
+#ifndef CB_SSD_CHUNK
+/* Mamba2 prompts (>= 32 tokens) through mamba.cu's chunked SSD instead of the token-by-token
+ * scan. Measured: bench/RESULTS.md, fifteenth session. */
+#define CB_SSD_CHUNK 1    /* default of cuda_be.ssd_chunk (CINFER_CUDA_SSD_CHUNK) */
 #endif
 #ifndef CB_MOE_PIPE
 /* The routed experts' down kernel at decode with two load buffers. Measured on the H200
@@ -434,13 +441,14 @@ void cb_sigmoid_mul(cuda_be *cb, float *y, const float *g, int64_t count);
 void cb_sigmoid_gate_add(cuda_be *cb, float *y, const float *x, const float *g, int n, int width);
 
 /* ---- Mamba2 (mamba.cu) ----
- * backend.h's mamba_conv, ssd_scan (no scratch: chunks run the recurrence in one kernel;
- * d_state <= 256), gated_rmsnorm and relu2. states: NULL for a chunk of one sequence
+ * backend.h's mamba_conv, ssd_scan (d_state <= 256; a prompt asked for in the chunked form
+ * runs the chunked SSD over cuda_be.ssd_work, else the recurrence in one kernel; the op's
+ * scratch is unused), gated_rmsnorm and relu2. states: NULL for a chunk of one sequence
  * (state), else n device pointers. */
 void cb_mamba_conv(cuda_be *cb, float *xbc, const float *in, int in_stride, int n, int dim, int K, const float *taps,
                    const float *bias, float *state, float *const *states);
 void cb_ssd_scan(cuda_be *cb, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride, int n,
-                 const ci_ssd *s, float *state, float *const *states);
+                 const ci_ssd *s, float *state, float *const *states, int chunked);
 void cb_gated_rmsnorm(cuda_be *cb, float *y, const float *z, int z_stride, const float *w, int n, int dim, int group,
                       float eps);
 void cb_relu2(cuda_be *cb, float *g, int64_t count);
