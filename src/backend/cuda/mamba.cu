@@ -3,7 +3,8 @@
  * mamba_conv is two launches, as LFM2's shortconv (conv.cu), so no thread reads a state row
  * another writes:
  *   out:   grid (dim / 256, n), thread (c, t): xbc[t, c] = silu(bias + Σ_k taps[k] ⊙ win),
- *          window entries before the row's sequence start read from its state;
+ *          window entries before the row's sequence start read from its state; a chunk of
+ *          one sequence: thread (c, y) makes 8 tokens from a window of 8 + K - 1 registers;
  *   state: grid (dim / 256, 1 or n): the state's K-1 rows of channel c become the last K-1
  *          window rows, in increasing row order (row i reads window row n + i >= i of the old
  *          state before anything overwrites it).
@@ -45,6 +46,8 @@ __device__ __forceinline__ float mconv_win(const float *in, int stride, const fl
     return in[(int64_t)(r0 + w - (K - 1)) * stride + c];
 }
 
+enum { MC_T = 8, MC_KMAX = 8 };   /* tokens a thread of a chunk; taps held in registers */
+
 __global__ void mamba_conv_out_kernel(float *xbc, const float *in, int stride, int dim, int K, const float *taps,
                                       const float *bias, const float *state, float *const *states) {
     pdl_enter();
@@ -56,6 +59,32 @@ __global__ void mamba_conv_out_kernel(float *xbc, const float *in, int stride, i
     for (int k = 0; k < K; k++)
         acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], mconv_win(in, stride, st, dim, K, r0, tw + k, c)));
     xbc[(int64_t)t * dim + c] = mb_silu(acc);
+}
+
+/* A chunk of one sequence (K <= MC_KMAX): thread (c, block y) makes tokens MC_T·y .. of
+ * channel c from one window of MC_T + K - 1 entries in registers (each input read once, not
+ * K times); the same sums in the same order as mamba_conv_out_kernel. */
+__global__ void mamba_conv_rows_kernel(float *xbc, const float *in, int stride, int n, int dim, int K,
+                                       const float *taps, const float *bias, const float *state) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * MC_T;
+    if (c >= dim) return;
+    float tap[MC_KMAX], win[MC_T + MC_KMAX - 1];
+#pragma unroll
+    for (int k = 0; k < MC_KMAX; k++) tap[k] = k < K ? taps[(int64_t)k * dim + c] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MC_T + MC_KMAX - 1; j++)
+        win[j] = j < MC_T + K - 1 && t0 + j - (K - 1) < n ? mconv_win(in, stride, state, dim, K, 0, t0 + j, c) : 0.0f;
+    const float b = bias ? bias[c] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < MC_T; i++) {
+        if (t0 + i >= n) break;
+        float acc = b;
+#pragma unroll
+        for (int k = 0; k < MC_KMAX; k++)
+            if (k < K) acc = __fadd_rn(acc, __fmul_rn(tap[k], win[i + k]));
+        xbc[(int64_t)(t0 + i) * dim + c] = mb_silu(acc);
+    }
 }
 
 __global__ void mamba_conv_state_kernel(const float *in, int stride, int n, int dim, int K, float *state,
@@ -72,8 +101,12 @@ void cb_mamba_conv(cuda_be *cb, float *xbc, const float *in, int in_stride, int 
                    const float *bias, float *state, float *const *states) {
     if (n <= 0 || dim <= 0 || K <= 0) return;
     const int threads = 256, bx = (dim + threads - 1) / threads;
-    cb_launch(cb, mamba_conv_out_kernel, dim3(bx, n), dim3(threads), 0, xbc, in, in_stride, dim, K, taps, bias,
-              (const float *)state, states);
+    if (!states && n > 1 && K <= MC_KMAX)
+        cb_launch(cb, mamba_conv_rows_kernel, dim3(bx, (n + MC_T - 1) / MC_T), dim3(threads), 0, xbc, in, in_stride, n,
+                  dim, K, taps, bias, (const float *)state);
+    else
+        cb_launch(cb, mamba_conv_out_kernel, dim3(bx, n), dim3(threads), 0, xbc, in, in_stride, dim, K, taps, bias,
+                  (const float *)state, states);
     if (cb_launched(cb, "mamba_conv") || K < 2) return;
     cb_launch(cb, mamba_conv_state_kernel, dim3(bx, states ? n : 1), dim3(threads), 0, in, in_stride, n, dim, K,
               state, states);

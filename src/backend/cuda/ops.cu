@@ -273,9 +273,31 @@ void cb_add(cuda_be *cb, float *y, const float *x, int64_t count) {
     cb_launched(cb, "add");
 }
 
+/* Four floats a thread where src is 16-byte and dst 8-byte aligned (a 2-byte store per
+ * thread left the conversion of a [4096, 2688] prompt at ~1.2 TB/s), the rest one at a time. */
 __global__ void convert_kernel(void *dst, const float *src, int64_t count, int to_bf16) {
     pdl_enter();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t done = 0;
+    if (((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+        const int64_t quads = count / 4;
+        for (int64_t i = first; i < quads; i += stride) {
+            const float4 v = ((const float4 *)src)[i];
+            uint2 w;
+            if (to_bf16) {
+                __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+                w.x = *(const unsigned *)&lo;
+                w.y = *(const unsigned *)&hi;
+            } else {
+                __half2 lo = __floats2half2_rn(f16_sat(v.x), f16_sat(v.y)), hi = __floats2half2_rn(f16_sat(v.z), f16_sat(v.w));
+                w.x = *(const unsigned *)&lo;
+                w.y = *(const unsigned *)&hi;
+            }
+            ((uint2 *)dst)[i] = w;
+        }
+        done = quads * 4;
+    }
+    for (int64_t i = done + first; i < count; i += stride) {
         if (to_bf16) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
         else ((__half *)dst)[i] = __float2half_rn(f16_sat(src[i]));
     }
@@ -283,7 +305,7 @@ __global__ void convert_kernel(void *dst, const float *src, int64_t count, int t
 
 void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_bf16) {
     if (count <= 0) return;
-    cb_launch(cb, convert_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, dst, src, count, to_bf16);
+    cb_launch(cb, convert_kernel, dim3(blocks_for((count + 3) / 4, 256)), dim3(256), 0, dst, src, count, to_bf16);
     cb_launched(cb, "convert");
 }
 
