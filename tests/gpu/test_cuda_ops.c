@@ -1955,7 +1955,8 @@ static void test_shortconv(void) {
     static const struct { int n, D, K, bias, table; } cs[] = {
         { 1, 37, 3, 0, 0 },   { 7, 37, 3, 1, 0 },     { 2, 1027, 4, 0, 0 }, { 256, 1024, 3, 0, 0 },
         { 300, 515, 3, 1, 0 }, { 5, 64, 1, 0, 0 },     { 9, 64, 2, 1, 0 },   { 1, 1027, 3, 0, 1 },
-        { 7, 1027, 3, 1, 1 },  { 64, 2048, 3, 0, 1 },  { 3, 33, 6, 1, 1 },
+        { 7, 1027, 3, 1, 1 },  { 64, 2048, 3, 0, 1 },  { 3, 33, 6, 1, 1 },   { 2, 50, 9, 1, 1 },
+        { 1, 40, 1, 1, 0 },
     };
     int nc = quick ? 4 : (int)(sizeof cs / sizeof *cs);
     for (int c = 0; c < nc && !dead; c++) shortconv_case(cs[c].n, cs[c].D, cs[c].K, cs[c].bias, cs[c].table);
@@ -2093,6 +2094,7 @@ static void test_mamba(void) {
         { 1, 37, 4, 1, 0 },    { 7, 37, 4, 0, 0 },   { 2, 1027, 4, 1, 0 }, { 256, 1536, 4, 1, 0 },
         { 300, 515, 3, 1, 0 }, { 5, 64, 1, 0, 0 },   { 1, 1027, 4, 1, 1 }, { 7, 1027, 4, 0, 1 },
         { 64, 2048, 4, 1, 1 }, { 3, 33, 6, 1, 1 },  { 13, 100, 6, 1, 0 }, { 20, 70, 9, 1, 0 },
+        { 2, 50, 9, 1, 1 },    { 1, 40, 2, 0, 0 },
     };
     int nc = quick ? 4 : (int)(sizeof cc / sizeof *cc);
     for (int c = 0; c < nc && !dead; c++) mamba_conv_case(cc[c].n, cc[c].D, cc[c].K, cc[c].bias, cc[c].table);

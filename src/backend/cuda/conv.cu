@@ -7,6 +7,9 @@
  *   state: grid (dim / 256, 1 or n), thread (c, sequence): the state's K-1 rows of channel c
  *          become the last K-1 window rows, in increasing row order (row i reads window row
  *          n + i >= i of the old state before anything overwrites it).
+ * A decode step (one row per sequence, or a one-row chunk; K <= 8) is one launch instead:
+ * thread (c, t) owns channel c of row t's state, reads its window into registers, writes the
+ * output and then the shifted state (shortconv_step_kernel).
  * Numerics: the CPU's order and rounding without contraction (__fmul_rn / __fadd_rn: no FMA),
  * so a device row has the CPU's bits. */
 #include "cuda_internal.h"
@@ -52,10 +55,44 @@ __global__ void shortconv_state_kernel(const float *bcx, int n, int dim, int K, 
     for (int i = 0; i < K - 1; i++) st[(int64_t)i * dim + c] = conv_win(bcx, in_bias, st, dim, K, r0, m + i, c);
 }
 
+enum { SC_KMAX = 8 };
+
+/* One row per sequence (a decode step, or a one-row chunk), K <= SC_KMAX: thread (c, t) owns
+ * channel c of its sequence's state, so it forms the output and shifts the state in one pass
+ * (the window in registers first): the two kernels' sums and stores in one launch. */
+__global__ void shortconv_step_kernel(float *y, const float *bcx, int dim, int K, const float *taps,
+                                      const float *in_bias, const float *conv_bias, float *state,
+                                      float *const *states) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (c >= dim) return;
+    float *st = states ? states[t] : state;
+    const int r0 = states ? t : 0;
+    float win[SC_KMAX];
+#pragma unroll
+    for (int k = 0; k < SC_KMAX; k++) win[k] = k < K ? conv_win(bcx, in_bias, st, dim, K, r0, k, c) : 0.0f;
+    float acc = conv_bias ? conv_bias[c] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < SC_KMAX; k++)
+        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
+    float C = bcx[(int64_t)r0 * 3 * dim + dim + c];
+    if (in_bias) C = __fadd_rn(C, in_bias[dim + c]);
+    y[(int64_t)t * dim + c] = __fmul_rn(acc, C);
+#pragma unroll
+    for (int i = 0; i + 1 < SC_KMAX; i++)
+        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+}
+
 void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K, const float *taps,
                   const float *in_bias, const float *conv_bias, float *state, float *const *states) {
     if (n <= 0 || dim <= 0 || K <= 0) return;
     const int threads = 256, bx = (dim + threads - 1) / threads;
+    if ((states || n == 1) && K <= SC_KMAX) {
+        cb_launch(cb, shortconv_step_kernel, dim3(bx, n), dim3(threads), 0, y, bcx, dim, K, taps, in_bias, conv_bias,
+                  state, states);
+        cb_launched(cb, "shortconv step");
+        return;
+    }
     cb_launch(cb, shortconv_out_kernel, dim3(bx, n), dim3(threads), 0, y, bcx, dim, K, taps, in_bias, conv_bias,
               (const float *)state, states);
     if (cb_launched(cb, "shortconv") || K < 2) return;

@@ -5,6 +5,8 @@
  *   out:   grid (dim / 256, n), thread (c, t): xbc[t, c] = silu(bias + Σ_k taps[k] ⊙ win),
  *          window entries before the row's sequence start read from its state; a chunk of
  *          one sequence: thread (c, y) makes 8 tokens from a window of 8 + K - 1 registers;
+ *          a decode step (one row per sequence, or a one-row chunk; K <= 8) is one launch:
+ *          thread (c, t) owns channel c of row t's state, output then shifted state;
  *   state: grid (dim / 256, 1 or n): the state's K-1 rows of channel c become the last K-1
  *          window rows, in increasing row order (row i reads window row n + i >= i of the old
  *          state before anything overwrites it).
@@ -97,10 +99,38 @@ __global__ void mamba_conv_state_kernel(const float *in, int stride, int n, int 
     for (int i = 0; i < K - 1; i++) st[(int64_t)i * dim + c] = mconv_win(in, stride, st, dim, K, r0, m + i, c);
 }
 
+/* One row per sequence (a decode step, or a one-row chunk), K <= MC_KMAX: thread (c, t) owns
+ * channel c of its sequence's state: the output, then the shifted state, in one launch. */
+__global__ void mamba_conv_step_kernel(float *xbc, const float *in, int stride, int dim, int K, const float *taps,
+                                       const float *bias, float *state, float *const *states) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (c >= dim) return;
+    float *st = states ? states[t] : state;
+    const int r0 = states ? t : 0;
+    float win[MC_KMAX];
+#pragma unroll
+    for (int k = 0; k < MC_KMAX; k++) win[k] = k < K ? mconv_win(in, stride, st, dim, K, r0, k, c) : 0.0f;
+    float acc = bias ? bias[c] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < MC_KMAX; k++)
+        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
+    xbc[(int64_t)t * dim + c] = mb_silu(acc);
+#pragma unroll
+    for (int i = 0; i + 1 < MC_KMAX; i++)
+        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+}
+
 void cb_mamba_conv(cuda_be *cb, float *xbc, const float *in, int in_stride, int n, int dim, int K, const float *taps,
                    const float *bias, float *state, float *const *states) {
     if (n <= 0 || dim <= 0 || K <= 0) return;
     const int threads = 256, bx = (dim + threads - 1) / threads;
+    if ((states || n == 1) && K <= MC_KMAX) {
+        cb_launch(cb, mamba_conv_step_kernel, dim3(bx, n), dim3(threads), 0, xbc, in, in_stride, dim, K, taps, bias,
+                  state, states);
+        cb_launched(cb, "mamba_conv step");
+        return;
+    }
     if (!states && n > 1 && K <= MC_KMAX)
         cb_launch(cb, mamba_conv_rows_kernel, dim3(bx, (n + MC_T - 1) / MC_T), dim3(threads), 0, xbc, in, in_stride, n,
                   dim, K, taps, bias, (const float *)state);
