@@ -413,8 +413,7 @@ static void op_causal_conv(ci_backend *be, float *y, const float *x, int n, int 
 }
 static void op_deltanet(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d,
                         float *state, float *const *states, int tab_step, int recurrent, float *scratch) {
-    (void)recurrent;   /* the device always runs the recurrence */
-    if (!CB(be)->failed) cb_deltanet(CB(be), z, mix, b, a, n, d, state, states, tab_step, scratch);
+    if (!CB(be)->failed) cb_deltanet(CB(be), z, mix, b, a, n, d, state, states, tab_step, recurrent, scratch);
 }
 static void op_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz,
                                const float *ba, int n, const ci_deltanet *d) {
@@ -572,6 +571,7 @@ static void op_free(ci_backend *be) {
     for (int i = 0; i < 3; i++)
         if (cb->mla_work[i].p) cudaFree(cb->mla_work[i].p);
     if (cb->ssd_work.p) cudaFree(cb->ssd_work.p);
+    if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -636,6 +636,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
+    cb->dn_chunk = cb_env_int("CINFER_CUDA_DN_CHUNK", 1, 0, 1 << 30);
+    if (cb->dn_chunk == 1) cb->dn_chunk = CB_DN_CHUNK;
     snprintf(cb->name, sizeof cb->name, "cuda (%s)", prop.name);
     be->name = cb->name;
     be->pool = pool;

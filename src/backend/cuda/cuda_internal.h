@@ -63,13 +63,14 @@ struct cuda_be {
     struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
     cb_scratch mla_work[3];  /* mla.cu, dsa.cu: attention partials, DSA scores, DSA selections */
     cb_scratch ssd_work;     /* mamba.cu: the chunked SSD's per-chunk dt, decays and states */
+    cb_scratch dn_work;      /* deltanet.cu: the chunked form's per-chunk products of a window */
     int capturing;
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_SSD_CHUNK=0|1 */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -82,6 +83,7 @@ struct cuda_be {
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int ssd_chunk;           /* Mamba2 prompts through the chunked SSD (mamba.cu) */
+    int dn_chunk;            /* DeltaNet prompts of >= dn_chunk tokens in the chunked form, 0: never (deltanet.cu) */
     char name[300];
 };
 
@@ -139,6 +141,15 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 /* Mamba2 prompts (>= 32 tokens) through mamba.cu's chunked SSD instead of the token-by-token
  * scan. Measured: bench/RESULTS.md, fifteenth session. */
 #define CB_SSD_CHUNK 1    /* default of cuda_be.ssd_chunk (CINFER_CUDA_SSD_CHUNK) */
+#endif
+#ifndef CB_DN_CHUNK
+/* A DeltaNet prompt (one sequence) of at least this many tokens runs the chunked (UT
+ * transform) form, shorter ones and decode steps the token-by-token recurrence.
+ * CINFER_CUDA_DN_CHUNK=0: always the recurrence; =1: this default; =N >= 2: from N tokens on.
+ * Not measured yet: an estimate (deltanet.cu) puts the break-even near two chunks, where the
+ * chunked form's fixed cost (two launches per window, a 64-step triangular solve per head and
+ * chunk, the first chunk's loads) meets the recurrence's ~0.2 us per token. */
+#define CB_DN_CHUNK 128   /* default of cuda_be.dn_chunk (CINFER_CUDA_DN_CHUNK) */
 #endif
 #ifndef CB_MOE_PIPE
 /* The routed experts' down kernel at decode with two load buffers. Measured on the H200
@@ -426,14 +437,16 @@ void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K
 void cb_add_bias(cuda_be *cb, float *y, const float *bias, int n, int width);
 /* ---- the gated DeltaNet and gated attention's gates (deltanet.cu) ----
  * backend.h's causal_conv (no window scratch: x is read in place), deltanet (the
- * recurrence, then the output gate; o: the op's scratch, [n, hv*dv] then [n, hk]; a prompt
- * of n > 1 tokens leaves q / k normed in mix and beta / e^g in b / a), deltanet_unfuse,
+ * recurrence or, for a prompt of >= cb->dn_chunk tokens and not `recurrent`, the chunked
+ * form with its products in cb->dn_work; then the output gate; o: the op's scratch,
+ * [n, hv*dv] then [n, hk]; a prompt of n > 1 tokens leaves q / k normed in mix and beta /
+ * e^g (the chunked form: g) in b / a), deltanet_unfuse,
  * split_halves, sigmoid_mul and sigmoid_gate_add.
  * states: NULL for a chunk of one sequence (state), else pointers n rows, tab_step apart. */
 void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
                     float *const *states, int tab_step);
 void cb_deltanet(cuda_be *cb, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *d, float *state,
-                 float *const *states, int tab_step, float *o);
+                 float *const *states, int tab_step, int recurrent, float *o);
 void cb_deltanet_unfuse(cuda_be *cb, float *mix, float *z, float *b, float *a, const float *qkvz, const float *ba,
                         int n, const ci_deltanet *d);
 void cb_split_halves(cuda_be *cb, float *lo, float *hi, const float *x, int rows, int width);
