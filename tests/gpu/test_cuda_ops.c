@@ -40,7 +40,10 @@
  * DN: the DeltaNet recurrence over up to a few hundred tokens: f32 dot products in another
  * order each step, carried in the state (the device's against the CPU's recurrence); the
  * CPU's chunked (UT-transform) form agrees with its own recurrence to ~1e-5, so it is
- * compared with B_DN_CHUNK. */
+ * compared with B_DN_CHUNK. The device's chunked form (prompts of >= CB_DN_CHUNK tokens)
+ * forms its decay factors from differences of G summed in double and keeps every chunk
+ * whole: against the CPU's recurrence, B_DN (a CPU emulation of its kernels was within
+ * 3e-7 of a double recurrence). */
 #define B_F32 1e-5
 #define B_ROPE 2e-5        /* sin/cos of large angles (positions up to 40000) add an ulp or two */
 #define B_TC 1e-2
@@ -860,6 +863,23 @@ static ci_backend *attn2_backend(int on) {
     free(was);
     if (!attn2_be[on]) { printf("FAIL cuda attention switches: a backend: %s\n", err); n_fail++; dead = 1; }
     return attn2_be[on];
+}
+
+/* Backends with CINFER_CUDA_DN_CHUNK=0 (path 1: every prompt token by token) and =2 (path 2:
+ * the chunked form from 2 tokens on), made on first use: the deltanet prompts run on both. */
+static ci_backend *dn_be[2];
+static ci_backend *dn_backend(int path) {
+    const int i = path == 2;
+    if (dn_be[i]) return dn_be[i];
+    const char *var = "CINFER_CUDA_DN_CHUNK", *v = getenv(var);
+    char *was = v ? strdup(v) : NULL, err[512];
+    setenv(var, path == 2 ? "2" : "0", 1);
+    dn_be[i] = ci_backend_cuda_new(0, 1, err, sizeof err);
+    if (was) setenv(var, was, 1);
+    else unsetenv(var);
+    free(was);
+    if (!dn_be[i]) { printf("FAIL cuda deltanet switches: a backend: %s\n", err); n_fail++; dead = 1; }
+    return dn_be[i];
 }
 
 /* ---- attention --------------------------------------------------------------------------- */
@@ -2223,11 +2243,20 @@ static void dn_call(const ci_deltanet *cd, const ci_deltanet *gd, int n, const f
     free(m1); free(b1); free(a1);
 }
 
-static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int chunked) {
+/* path: 0 the default backend; 1 / 2 the CINFER_CUDA_DN_CHUNK=0 / =2 one (dn_backend), which
+ * stands in for gpu through the whole case (buffers, weights, calls, status). */
+static void deltanet_case(int n, int hk, int hv, int dk, int dv, int table, int chunked, int path) {
     char name[200];
-    snprintf(name, sizeof name, "cuda deltanet n=%d hk=%d hv=%d dk=%d dv=%d%s%s", n, hk, hv, dk, dv,
-             table ? " table" : "", chunked ? " vs chunked" : "");
+    snprintf(name, sizeof name, "cuda deltanet n=%d hk=%d hv=%d dk=%d dv=%d%s%s%s", n, hk, hv, dk, dv,
+             table ? " table" : "", chunked ? " vs chunked" : "",
+             path == 1 ? " token-path" : path == 2 ? " chunk-path" : "");
     if (!gpu->deltanet || !want(name)) return;
+    ci_backend *const gpu0 = gpu;
+    if (path) {
+        ci_backend *be = dn_backend(path);
+        if (!be) return;
+        gpu = be;
+    }
     const int C = 2 * hk * dk + hv * dv, nst = table ? n : 1;
     const size_t SF = (size_t)hv * dv * dk, nm = (size_t)n * C, nh = (size_t)n * hv, nz = (size_t)n * hv * dv;
     float *negA = keep(xmalloc((size_t)hv * 4)), *dtb = keep(xmalloc((size_t)hv * 4)), *nw = keep(xmalloc((size_t)dv * 4));
@@ -2274,6 +2303,7 @@ out:
     g_free(gz); g_free(gs); g_free(gtab); g_free(gscr);
     free(mix); free(b); free(a); free(z); free(st); free(cst); free(gst_h); free(cz); free(got); free(scr);
     free(hp); free(cp);
+    gpu = gpu0;
 }
 
 static void unfuse_case(int n, int hk, int hv, int dk, int dv) {
@@ -2316,7 +2346,18 @@ static void test_deltanet(void) {
     };
     int nd = quick ? 4 : (int)(sizeof dc / sizeof *dc);
     for (int c = 0; c < nd && !dead; c++)
-        deltanet_case(dc[c].n, dc[c].hk, dc[c].hv, dc[c].dk, dc[c].dv, dc[c].table, dc[c].chunked);
+        deltanet_case(dc[c].n, dc[c].hk, dc[c].hv, dc[c].dk, dc[c].dv, dc[c].table, dc[c].chunked, 0);
+    /* prompts around the chunked form's edges (a chunk, one token past it, partial last
+     * chunks, two windows of 16 chunks at 1100) and at the Qwen3.5 dims, each token by token
+     * and chunked on the device, both against the CPU's recurrence, then a decode row */
+    static const struct { int n, hk, hv, dk, dv; } pc[] = {
+        { 64, 2, 4, 32, 16 },  { 65, 2, 4, 32, 16 },  { 130, 2, 4, 32, 16 },      { 300, 2, 4, 32, 16 },
+        { 1100, 2, 4, 32, 16 }, { 300, 16, 32, 128, 128 }, { 200, 3, 6, 24, 40 }, { 150, 3, 9, 56, 72 },
+    };
+    int np = quick ? 3 : (int)(sizeof pc / sizeof *pc);
+    for (int c = 0; c < np && !dead; c++)
+        for (int path = 1; path <= 2 && !dead; path++)
+            deltanet_case(pc[c].n, pc[c].hk, pc[c].hv, pc[c].dk, pc[c].dv, 0, 0, path);
     static const struct { int n, hk, hv, dk, dv; } uc[] = { { 1, 1, 1, 8, 8 }, { 5, 2, 4, 40, 24 }, { 256, 16, 32, 128, 128 },
                                                            { 3, 3, 9, 56, 72 } };
     for (size_t c = 0; c < sizeof uc / sizeof *uc && !dead; c++) unfuse_case(uc[c].n, uc[c].hk, uc[c].hv, uc[c].dk, uc[c].dv);
@@ -3240,6 +3281,8 @@ int main(int argc, char **argv) {
         if (dsa_be[i >> 1][i & 1]) dsa_be[i >> 1][i & 1]->free(dsa_be[i >> 1][i & 1]);
     for (int i = 0; i < 2; i++)
         if (attn2_be[i]) attn2_be[i]->free(attn2_be[i]);
+    for (int i = 0; i < 2; i++)
+        if (dn_be[i]) dn_be[i]->free(dn_be[i]);
     gpu->free(gpu);
     cpu->free(cpu);
     for (int i = 0; i < n_kept; i++) free(kept[i]);

@@ -683,10 +683,9 @@ __global__ void deltanet_gate_kernel(float *z, const float *o, ci_deltanet d) {
 /* Whether this call takes the chunked form: a prompt of one sequence, at least cb->dn_chunk
  * tokens, dims the tilings take (dk <= 128, dk and dv multiples of 4), 16-byte aligned rows. */
 static int dn_chunked(const cuda_be *cb, int n, const ci_deltanet *d, const float *mix, const float *o,
-                      const float *state, float *const *states, int recurrent) {
+                      float *const *states, int recurrent) {
     return !states && !recurrent && cb->dn_chunk > 0 && n >= cb->dn_chunk && n > 1 && d->dk <= DN_CK_MAX &&
-           d->dk % 4 == 0 && d->dv % 4 == 0 && ((uintptr_t)mix & 15) == 0 && ((uintptr_t)o & 15) == 0 &&
-           ((uintptr_t)state & 15) == 0;
+           d->dk % 4 == 0 && d->dv % 4 == 0 && ((uintptr_t)mix & 15) == 0 && ((uintptr_t)o & 15) == 0;
 }
 
 /* The chunked form over the prompt's n tokens (mix / b / a already through the prep kernel
@@ -730,7 +729,7 @@ void cb_deltanet(cuda_be *cb, float *z, float *mix, float *b, float *a, int n, c
         cb_fail_msg(cb, "deltanet: key head dim above 256 (the kernel keeps a state row's share in registers)");
         return;
     }
-    const int prep = !states && n > 1, chunked = dn_chunked(cb, n, d, mix, o, state, states, recurrent);
+    const int prep = !states && n > 1, chunked = dn_chunked(cb, n, d, mix, o, states, recurrent);
     float *kq = o + (size_t)n * d->hv * d->dv;   /* [n, hk] after o in the op's scratch */
     if (prep) {
         cb_launch(cb, deltanet_prep_kernel, dim3((d->hk + DN_WARPS - 1) / DN_WARPS, n), dim3(DN_WARPS * 32), 0, mix, b,
