@@ -2334,7 +2334,8 @@ static void unfuse_case(int n, int hk, int hv, int dk, int dv) {
 static void test_deltanet(void) {
     static const struct { int n, D, K, table; } cc[] = {
         { 1, 37, 4, 0 }, { 7, 100, 4, 0 }, { 256, 1027, 4, 0 }, { 300, 515, 3, 0 }, { 5, 64, 1, 0 },
-        { 1, 1027, 4, 1 }, { 9, 8192, 4, 1 }, { 3, 33, 2, 1 },
+        { 1, 1027, 4, 1 }, { 9, 8192, 4, 1 }, { 3, 33, 2, 1 }, { 20, 100, 6, 0 }, { 13, 70, 9, 0 },
+        { 2, 50, 9, 1 },
     };
     int nc = quick ? 3 : (int)(sizeof cc / sizeof *cc);
     for (int c = 0; c < nc && !dead; c++) causal_conv_case(cc[c].n, cc[c].D, cc[c].K, cc[c].table);

@@ -3,8 +3,11 @@
  * sigmoid_mul, sigmoid_gate_add).
  *
  * causal_conv is two launches on the stream, as LFM2's shortconv (conv.cu): the outputs
- * (thread (c, t), the window read from the state and x on the fly), then the states' K-1
+ * (thread (c, t), the window read from the state and x on the fly; a chunk of one sequence:
+ * thread (c, y) makes 8 tokens from a window of 8 + K - 1 registers), then the states' K-1
  * rows (row i reads window row m + i >= i of the old state before anything overwrites it).
+ * A decode step (one row per sequence, or a one-row chunk; K <= 8) is one launch: thread
+ * (c, t) owns channel c of row t's state, writes the output, then the shifted state.
  *
  * deltanet, a decode step or a short prompt, is two launches (three for a prompt: first the
  * per-token norms and gates of all its tokens at once, deltanet_prep_kernel). The
@@ -77,10 +80,73 @@ __global__ void causal_conv_state_kernel(const float *x, int n, int dim, int K, 
     for (int i = 0; i < K - 1; i++) st[(int64_t)i * dim + c] = cc_win(x, st, dim, K, r0, m + i, c);
 }
 
+enum { CC_T = 8, CC_KMAX = 8 };   /* tokens a thread of a chunk; the largest K held in registers */
+
+/* A chunk of one sequence (K <= CC_KMAX): thread (c, block y) makes tokens CC_T·y .. of
+ * channel c from one window of CC_T + K - 1 entries in registers (each input read once);
+ * the same sums in the same order as causal_conv_out_kernel. */
+__global__ void causal_conv_rows_kernel(float *y, const float *x, int n, int dim, int K, const float *taps,
+                                        const float *state) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * CC_T;
+    if (c >= dim) return;
+    float tap[CC_KMAX], win[CC_T + CC_KMAX - 1];
+#pragma unroll
+    for (int k = 0; k < CC_KMAX; k++) tap[k] = k < K ? taps[(int64_t)k * dim + c] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < CC_T + CC_KMAX - 1; j++)
+        win[j] = j < CC_T + K - 1 && t0 + j - (K - 1) < n ? cc_win(x, state, dim, K, 0, t0 + j, c) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < CC_T; i++) {
+        if (t0 + i >= n) break;
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < CC_KMAX; k++)
+            if (k < K) acc = __fadd_rn(acc, __fmul_rn(tap[k], win[i + k]));
+        y[(int64_t)(t0 + i) * dim + c] = acc / (1.0f + expf(-acc));
+    }
+}
+
+/* One row per sequence (a decode step, or a one-row chunk), K <= CC_KMAX: thread (c, t) owns
+ * channel c of its sequence's state: the output, then the shifted state, in one launch. */
+__global__ void causal_conv_step_kernel(float *y, const float *x, int dim, int K, const float *taps, float *state,
+                                        float *const *states, int tab_step) {
+    pdl_enter();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (c >= dim) return;
+    float *st = states ? states[(int64_t)t * tab_step] : state;
+    const int r0 = states ? t : 0;
+    float win[CC_KMAX];
+#pragma unroll
+    for (int k = 0; k < CC_KMAX; k++) win[k] = k < K ? cc_win(x, st, dim, K, r0, k, c) : 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CC_KMAX; k++)
+        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
+    y[(int64_t)t * dim + c] = acc / (1.0f + expf(-acc));
+#pragma unroll
+    for (int i = 0; i + 1 < CC_KMAX; i++)
+        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+}
+
 void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
                     float *const *states, int tab_step) {
     if (n <= 0 || dim <= 0 || K <= 0) return;
     const int threads = 256, bx = (dim + threads - 1) / threads;
+    if (K <= CC_KMAX && (states || n == 1)) {
+        cb_launch(cb, causal_conv_step_kernel, dim3(bx, n), dim3(threads), 0, y, x, dim, K, taps, state, states,
+                  tab_step);
+        cb_launched(cb, "causal_conv step");
+        return;
+    }
+    if (K <= CC_KMAX) {
+        cb_launch(cb, causal_conv_rows_kernel, dim3(bx, (n + CC_T - 1) / CC_T), dim3(threads), 0, y, x, n, dim, K, taps,
+                  (const float *)state);
+        if (cb_launched(cb, "causal_conv") || K < 2) return;
+        cb_launch(cb, causal_conv_state_kernel, dim3(bx, 1), dim3(threads), 0, x, n, dim, K, state, states, tab_step);
+        cb_launched(cb, "causal_conv state");
+        return;
+    }
     cb_launch(cb, causal_conv_out_kernel, dim3(bx, n), dim3(threads), 0, y, x, dim, K, taps, (const float *)state,
               states, tab_step);
     if (cb_launched(cb, "causal_conv") || K < 2) return;
