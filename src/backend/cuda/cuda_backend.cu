@@ -631,6 +631,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_pipe = cb_env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
     cb->moe_split = cb_env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
     cb->q_pair = cb_env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
+    cb->gemv1 = cb_env_int("CINFER_CUDA_GEMV1", 0, 0, 6);
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);

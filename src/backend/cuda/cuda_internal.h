@@ -82,6 +82,8 @@ struct cuda_be {
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
+    int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
+                              * one kernel shape (gemv.cu; an experiment knob, 0 = the measured rules) */
     int ssd_chunk;           /* Mamba2 prompts through the chunked SSD (mamba.cu) */
     int dn_chunk;            /* DeltaNet prompts of >= dn_chunk tokens in the chunked form, 0: never (deltanet.cu) */
     char name[300];

@@ -290,7 +290,16 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
          *    four rows per warp on the 4096-column head was within noise (560-564);
          *  - else one row per warp with four 16-byte loads in flight per lane. */
         const bool tall = total_rows >= 32768;
-        if (L::BYTES == 1 && cb->fp8_rows2) CB_GEMV_GO(1, 2, 2);   /* tuning switch, tests/gpu/tune.sh */
+        if (cb->gemv1 && a.cols <= 2048 && !tall && L::BYTES != 1) {   /* CINFER_CUDA_GEMV1: side-by-side runs */
+            switch (cb->gemv1) {
+            case 1: CB_GEMV_GO(1, 1, 4); break;
+            case 2: CB_GEMV_GO(1, 2, 2); break;
+            case 3: CB_GEMV_GO_KS(1, 1, 2, WARPS); break;
+            case 4: CB_GEMV_GO(1, 2, 1); break;
+            case 5: CB_GEMV_GO(1, 4, 1); break;
+            default: CB_GEMV_GO(1, 1, 2); break;
+            }
+        } else if (L::BYTES == 1 && cb->fp8_rows2) CB_GEMV_GO(1, 2, 2);   /* tuning switch, tests/gpu/tune.sh */
         else if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
         else if (MODE == CB_SWIGLU) {
             if ((tall && a.cols <= 1024) || (total_rows >= 4096 && a.cols >= 4096)) CB_GEMV_GO(1, 2, 1);
