@@ -10,7 +10,7 @@ b() { timeout 40 $C bench --model /tmp/lfm2 --device cuda --prompt-len 1024 --ge
 for r in 1 2 3; do
   for s in default CINFER_CUDA_GEMV1=1 CINFER_CUDA_GEMV1=2 CINFER_CUDA_GEMV1=3 CINFER_CUDA_GEMV1=4 CINFER_CUDA_GEMV1=5 \
            CINFER_CUDA_GEMV1=6 CINFER_CUDA_NORM_FUSE=0 CINFER_CUDA_MOE_SPLIT=0 CINFER_CUDA_MOE_PIPE=0; do
-    if [ $s = default ]; then ts "r$r $s: $(b)"; else ts "r$r $s: $(env $s bash -c "$(declare -f b); b")"; fi
+    ts "r$r $s: $( [ $s = default ] || export "$s"; b )"
   done
 done
 for g in 1 2 3 4 5 6; do CINFER_CUDA_GEMV1=$g timeout 60 $T --only "cuda matmul" > $O/ops-g$g.log 2>&1
