@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 export CINFER_CUDA_UNVERIFIED=1
 timeout 60 $C make-random --config bench/lfm2-8b-a1b.config.json --out /tmp/lfm2 --dtype bf16 --seed 1 --layers 8 > /dev/null
 timeout 60 $C make-random --config bench/qwen3.5-35b-a3b.config.json --out /tmp/q35 --dtype bf16 --seed 1 --layers 4 > /dev/null
-b() { timeout 40 $C bench --model /tmp/$1 --device cuda --prompt-len 1024 --gen 256 2>&1 | awk '/^decode /{print $6} /^decode GB/{print $9}' | tr '\n' ' '; }
+b() { timeout 40 $C bench --model /tmp/$1 --device cuda --prompt-len 1024 --gen 256 2>&1 | awk '/^decode +[0-9]/{print $8} /^decode GB/{print $6}' | tr '\n' ' '; }
 for r in 1 2 3 4; do for m in lfm2 q35; do for s in default CINFER_CUDA_GEMV1=2 CINFER_CUDA_GEMV1=4; do
   echo "r$r $m $s: $( [ $s = default ] || export "$s"; b $m )"
 done; done; done | tee $O/gemv.txt
