@@ -401,14 +401,6 @@ __device__ __forceinline__ void dn_tile(float (&acc)[TM][4], const float *A, int
     }
 }
 
-__device__ __forceinline__ void dn_cp16(float *smem, const float *g, bool ok) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void dn_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void dn_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 /* Everything of a chunk that does not need the state: grid (chunks of the window, hk), a
  * block per key head, its products k.k and q.k computed once for its hv / hk value heads.
  * Thread tiles of 4 x 4 outputs; a warp covers 8 x 4 tiles (32 x 16 outputs), so a step of
@@ -583,14 +575,14 @@ __device__ __forceinline__ void dn_load_g1(float *at, float *u0s, float *egs, co
     const float *w = sb.wt + ((size_t)h * nwc + c) * dk * DN_CL, *q = sb.qt + ((size_t)kh * nwc + c) * dk * DN_CL;
     for (int e = tid; e < dk * 32; e += DN_CT) {
         const int k = e >> 5, p = e & 31;
-        dn_cp16(at + k * DN_LDA + p * 4, p < 16 ? w + k * DN_CL + p * 4 : q + k * DN_CL + (p - 16) * 4, true);
+        cb_cp16(at + k * DN_LDA + p * 4, p < 16 ? w + k * DN_CL + p * 4 : q + k * DN_CL + (p - 16) * 4, true);
     }
     const float *u = sb.u0 + ((size_t)h * nwc + c) * DN_CL * dv;
     for (int e = tid; e < DN_CL * (DN_CR / 4); e += DN_CT) {
         const int i = e >> 3, p = e & 7, v = v0 + p * 4;
-        dn_cp16(u0s + i * DN_LDR + p * 4, v < dv ? u + (size_t)i * dv + v : u, v < dv);
+        cb_cp16(u0s + i * DN_LDR + p * 4, v < dv ? u + (size_t)i * dv + v : u, v < dv);
     }
-    if (tid < 2 * DN_CL / 4) dn_cp16(egs + tid * 4, sb.eg + ((size_t)h * nwc + c) * 2 * DN_CL + tid * 4, true);
+    if (tid < 2 * DN_CL / 4) cb_cp16(egs + tid * 4, sb.eg + ((size_t)h * nwc + c) * 2 * DN_CL + tid * 4, true);
 }
 
 /* Group 2 (needed after the state products): the chunk's K rows and P^T. */
@@ -600,12 +592,12 @@ __device__ __forceinline__ void dn_load_g2(float *kz, float *pz, const dn_chunk_
     const float *k = mix + (int64_t)tc0 * C + koff;
     for (int e = tid; e < DN_CL * pr; e += DN_CT) {
         const int j = e / pr, p = e - j * pr;
-        dn_cp16(kz + j * ldk + p * 4, j < L ? k + (int64_t)j * C + p * 4 : k, j < L);
+        cb_cp16(kz + j * ldk + p * 4, j < L ? k + (int64_t)j * C + p * 4 : k, j < L);
     }
     const float *pp = sb.pt + ((size_t)h * nwc + c) * DN_CL * DN_CL;
     for (int e = tid; e < DN_CL * DN_CL / 4; e += DN_CT) {
         const int j = e >> 4, p = e & 15;
-        dn_cp16(pz + j * DN_LDC + p * 4, pp + j * DN_CL + p * 4, true);
+        cb_cp16(pz + j * DN_LDC + p * 4, pp + j * DN_CL + p * 4, true);
     }
 }
 
@@ -647,14 +639,14 @@ deltanet_state_kernel(float *o, const float *mix, int t0, int n, int nwc, ci_del
     __syncthreads();
     const int koff = KD + kh * dk;
     dn_load_g1(at, u0s, egs, sb, h, kh, nwc, 0, dk, dv, v0);
-    dn_commit();
+    cb_cp_commit();
     dn_load_g2(kz, pz, sb, mix, C, koff, h, nwc, 0, t0, n - t0 < DN_CL ? n - t0 : DN_CL, dk, ldk);
-    dn_commit();
+    cb_cp_commit();
     const int wbm = warp & 3, wbn = warp >> 2, c1 = (wbn * 4 + (lane >> 3)) * 4;
     const int i1 = (wbm * 8 + (lane & 7)) * 4, i2 = (wbm * 8 + (lane & 7)) * 2;
     for (int c = 0; c < nwc; c++) {
         const int tc0 = t0 + c * DN_CL;
-        dn_wait<1>();
+        cb_cp_wait<1>();
         __syncthreads();
         /* 1. rows i1.. of [W; Q] S^T */
         {
@@ -682,8 +674,8 @@ deltanet_state_kernel(float *o, const float *mix, int t0, int n, int nwc, ci_del
         const float egl = egs[DN_CL - 1];
         __syncthreads();
         if (c + 1 < nwc) dn_load_g1(at, u0s, egs, sb, h, kh, nwc, c + 1, dk, dv, v0);
-        dn_commit();
-        dn_wait<1>();
+        cb_cp_commit();
+        cb_cp_wait<1>();
         __syncthreads();
         /* 2. rows i2, i2 + 1 of O = e^G Q S^T + P U (P^T[j][i] = 0 for j > i) */
         {
@@ -719,9 +711,9 @@ deltanet_state_kernel(float *o, const float *mix, int t0, int n, int nwc, ci_del
             const int tn = tc0 + DN_CL;
             dn_load_g2(kz, pz, sb, mix, C, koff, h, nwc, c + 1, tn, n - tn < DN_CL ? n - tn : DN_CL, dk, ldk);
         }
-        dn_commit();
+        cb_cp_commit();
     }
-    dn_wait<0>();
+    cb_cp_wait<0>();
     for (int e = tid; e < rows * dk; e += DN_CT) {
         const int v = e / dk, k = e - v * dk;
         S[(size_t)v * dk + k] = st[k * DN_LDR + v];

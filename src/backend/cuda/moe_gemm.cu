@@ -209,14 +209,6 @@ struct mg_args {
                                   * then as scale_elem's (0 f32, 1 bf16, 2 e8m0) */
 };
 
-__device__ __forceinline__ void mg_cp16(void *smem, const void *g, bool ok) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void mg_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void mg_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 __device__ __forceinline__ void mg_store2(__nv_bfloat16 *p, float a, float b) {
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
 }
@@ -390,7 +382,7 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
 #pragma unroll
         for (int i = 0; i < MG_APASS; i++) {
             const bool ok = aok[i] && kin;
-            mg_cp16(as + (rt + MG_RPP * i) * MG_LDS + kc, ok ? asrc[i] + k0 : Ab, ok);
+            cb_cp16(as + (rt + MG_RPP * i) * MG_LDS + kc, ok ? asrc[i] + k0 : Ab, ok);
         }
         if constexpr (QB != 0) {
             qload(kt);   /* into registers; qstore writes the stage after the MMAs */
@@ -398,7 +390,7 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
 #pragma unroll
             for (int i = 0; i < MG_BPASS; i++) {
                 const bool ok = bok[i] && kin;
-                mg_cp16(bs + (rt + MG_RPP * i) * MG_LDS + kc, ok ? bsrc[i] + k0 : B0, ok);
+                cb_cp16(bs + (rt + MG_RPP * i) * MG_LDS + kc, ok ? bsrc[i] + k0 : B0, ok);
             }
         }
     };
@@ -441,16 +433,16 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
 #pragma unroll
     for (int s = 0; s < MG_STAGES - 1; s++) {
         if (s < KT) load(s, s);
-        mg_commit();
+        cb_cp_commit();
     }
     if constexpr (QB != 0) {
         if (KT > 0) qstore(0);
     }
     for (int kt = 0; kt < KT; kt++) {
-        mg_wait<MG_STAGES - 2>();
+        cb_cp_wait<MG_STAGES - 2>();
         __syncthreads();          /* stage kt is in; every warp is done with stage kt - 1 */
         if (kt + MG_STAGES - 1 < KT) load((kt + MG_STAGES - 1) % MG_STAGES, kt + MG_STAGES - 1);
-        mg_commit();
+        cb_cp_commit();
         if (active) {
             const int s = kt % MG_STAGES;
 #if MG_MMA_TUNE
@@ -494,7 +486,7 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
             if (kt + 1 < KT) qstore((kt + 1) % MG_STAGES);   /* the stage every warp left at the barrier above */
         }
     }
-    mg_wait<0>();
+    cb_cp_wait<0>();
 #if MG_MMA_TUNE
     if (!active) return;
     const int qr = lane >> 2, qc = (lane & 3) * 2;
