@@ -13,6 +13,7 @@
  * Numerics: the CPU's order and rounding without contraction (__fmul_rn / __fadd_rn: no FMA),
  * so a device row has the CPU's bits. */
 #include "cuda_internal.h"
+#include "conv_window.cuh"
 
 /* Window entry w of channel c for a sequence whose rows are bcx rows r0 .. r0 + m - 1 and
  * whose state is st: w < K-1 is state row w, else row r0 + w - (K-1)'s B ⊙ X. */
@@ -68,19 +69,14 @@ __global__ void shortconv_step_kernel(float *y, const float *bcx, int dim, int K
     if (c >= dim) return;
     float *st = states ? states[t] : state;
     const int r0 = states ? t : 0;
-    float win[SC_KMAX];
-#pragma unroll
-    for (int k = 0; k < SC_KMAX; k++) win[k] = k < K ? conv_win(bcx, in_bias, st, dim, K, r0, k, c) : 0.0f;
-    float acc = conv_bias ? conv_bias[c] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < SC_KMAX; k++)
-        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
-    float C = bcx[(int64_t)r0 * 3 * dim + dim + c];
-    if (in_bias) C = __fadd_rn(C, in_bias[dim + c]);
-    y[(int64_t)t * dim + c] = __fmul_rn(acc, C);
-#pragma unroll
-    for (int i = 0; i + 1 < SC_KMAX; i++)
-        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+    cv_step<SC_KMAX>(
+        dim, K, c, taps, [=] { return conv_bias ? conv_bias[c] : 0.0f; }, st,
+        [=](int w) { return conv_win(bcx, in_bias, st, dim, K, r0, w, c); },
+        [=](float acc) {
+            float C = bcx[(int64_t)r0 * 3 * dim + dim + c];
+            if (in_bias) C = __fadd_rn(C, in_bias[dim + c]);
+            y[(int64_t)t * dim + c] = __fmul_rn(acc, C);
+        });
 }
 
 void cb_shortconv(cuda_be *cb, float *y, const float *bcx, int n, int dim, int K, const float *taps,

@@ -29,6 +29,7 @@
  * factors below e^-60 are 0 in both forms, as the CPU cuts them (no subnormals into the
  * state). */
 #include "cuda_internal.h"
+#include "conv_window.cuh"
 #include <math.h>
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
@@ -90,21 +91,9 @@ __global__ void causal_conv_rows_kernel(float *y, const float *x, int n, int dim
     pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * CC_T;
     if (c >= dim) return;
-    float tap[CC_KMAX], win[CC_T + CC_KMAX - 1];
-#pragma unroll
-    for (int k = 0; k < CC_KMAX; k++) tap[k] = k < K ? taps[(int64_t)k * dim + c] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < CC_T + CC_KMAX - 1; j++)
-        win[j] = j < CC_T + K - 1 && t0 + j - (K - 1) < n ? cc_win(x, state, dim, K, 0, t0 + j, c) : 0.0f;
-#pragma unroll
-    for (int i = 0; i < CC_T; i++) {
-        if (t0 + i >= n) break;
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < CC_KMAX; k++)
-            if (k < K) acc = __fadd_rn(acc, __fmul_rn(tap[k], win[i + k]));
-        y[(int64_t)(t0 + i) * dim + c] = acc / (1.0f + expf(-acc));
-    }
+    cv_rows<CC_T, CC_KMAX>(
+        n, dim, K, c, t0, taps, [] { return 0.0f; }, [=](int w) { return cc_win(x, state, dim, K, 0, w, c); },
+        [=](int t, float acc) { y[(int64_t)t * dim + c] = acc / (1.0f + expf(-acc)); });
 }
 
 /* One row per sequence (a decode step, or a one-row chunk), K <= CC_KMAX: thread (c, t) owns
@@ -116,17 +105,9 @@ __global__ void causal_conv_step_kernel(float *y, const float *x, int dim, int K
     if (c >= dim) return;
     float *st = states ? states[(int64_t)t * tab_step] : state;
     const int r0 = states ? t : 0;
-    float win[CC_KMAX];
-#pragma unroll
-    for (int k = 0; k < CC_KMAX; k++) win[k] = k < K ? cc_win(x, st, dim, K, r0, k, c) : 0.0f;
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < CC_KMAX; k++)
-        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
-    y[(int64_t)t * dim + c] = acc / (1.0f + expf(-acc));
-#pragma unroll
-    for (int i = 0; i + 1 < CC_KMAX; i++)
-        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+    cv_step<CC_KMAX>(
+        dim, K, c, taps, [] { return 0.0f; }, st, [=](int w) { return cc_win(x, st, dim, K, r0, w, c); },
+        [=](float acc) { y[(int64_t)t * dim + c] = acc / (1.0f + expf(-acc)); });
 }
 
 void cb_causal_conv(cuda_be *cb, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,

@@ -35,6 +35,7 @@
  *   rounding (the device's expf, other summation orders).
  * gated_rmsnorm: one block per (row, group); relu2 elementwise. */
 #include "cuda_internal.h"
+#include "conv_window.cuh"
 
 __device__ __forceinline__ float mb_silu(float v) { return v / (1.0f + expf(-v)); }
 
@@ -71,22 +72,10 @@ __global__ void mamba_conv_rows_kernel(float *xbc, const float *in, int stride, 
     pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x, t0 = blockIdx.y * MC_T;
     if (c >= dim) return;
-    float tap[MC_KMAX], win[MC_T + MC_KMAX - 1];
-#pragma unroll
-    for (int k = 0; k < MC_KMAX; k++) tap[k] = k < K ? taps[(int64_t)k * dim + c] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < MC_T + MC_KMAX - 1; j++)
-        win[j] = j < MC_T + K - 1 && t0 + j - (K - 1) < n ? mconv_win(in, stride, state, dim, K, 0, t0 + j, c) : 0.0f;
-    const float b = bias ? bias[c] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < MC_T; i++) {
-        if (t0 + i >= n) break;
-        float acc = b;
-#pragma unroll
-        for (int k = 0; k < MC_KMAX; k++)
-            if (k < K) acc = __fadd_rn(acc, __fmul_rn(tap[k], win[i + k]));
-        xbc[(int64_t)(t0 + i) * dim + c] = mb_silu(acc);
-    }
+    cv_rows<MC_T, MC_KMAX>(
+        n, dim, K, c, t0, taps, [=] { return bias ? bias[c] : 0.0f; },
+        [=](int w) { return mconv_win(in, stride, state, dim, K, 0, w, c); },
+        [=](int t, float acc) { xbc[(int64_t)t * dim + c] = mb_silu(acc); });
 }
 
 __global__ void mamba_conv_state_kernel(const float *in, int stride, int n, int dim, int K, float *state,
@@ -108,17 +97,10 @@ __global__ void mamba_conv_step_kernel(float *xbc, const float *in, int stride, 
     if (c >= dim) return;
     float *st = states ? states[t] : state;
     const int r0 = states ? t : 0;
-    float win[MC_KMAX];
-#pragma unroll
-    for (int k = 0; k < MC_KMAX; k++) win[k] = k < K ? mconv_win(in, stride, st, dim, K, r0, k, c) : 0.0f;
-    float acc = bias ? bias[c] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < MC_KMAX; k++)
-        if (k < K) acc = __fadd_rn(acc, __fmul_rn(taps[(int64_t)k * dim + c], win[k]));
-    xbc[(int64_t)t * dim + c] = mb_silu(acc);
-#pragma unroll
-    for (int i = 0; i + 1 < MC_KMAX; i++)
-        if (i < K - 1) st[(int64_t)i * dim + c] = win[i + 1];
+    cv_step<MC_KMAX>(
+        dim, K, c, taps, [=] { return bias ? bias[c] : 0.0f; }, st,
+        [=](int w) { return mconv_win(in, stride, st, dim, K, r0, w, c); },
+        [=](float acc) { xbc[(int64_t)t * dim + c] = mb_silu(acc); });
 }
 
 void cb_mamba_conv(cuda_be *cb, float *xbc, const float *in, int in_stride, int n, int dim, int K, const float *taps,
