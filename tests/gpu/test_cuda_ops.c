@@ -848,20 +848,26 @@ static void test_argmax(void) {
     }
 }
 
-/* Backends with CINFER_CUDA_ATTN_DECODE2 set to 0 / 1 (read when a backend starts), made on
- * first use: the decode attention cases (n <= 8 rows, and every per-row-cache batch step)
- * run on both against the CPU, and the decode2 kernel twice (same bits). */
-static ci_backend *attn2_be[2];
-static ci_backend *attn2_backend(int on) {
-    if (attn2_be[on]) return attn2_be[on];
-    const char *var = "CINFER_CUDA_ATTN_DECODE2", *v = getenv(var);
+/* A CUDA backend started with the environment switch `var` set to `value` (switches are read
+ * when a backend starts; the variable is put back afterwards); NULL after a FAIL line. */
+static ci_backend *switch_backend(const char *var, const char *value, const char *what) {
+    const char *v = getenv(var);
     char *was = v ? strdup(v) : NULL, err[512];
-    setenv(var, on ? "1" : "0", 1);
-    attn2_be[on] = ci_backend_cuda_new(0, 1, err, sizeof err);
+    setenv(var, value, 1);
+    ci_backend *be = ci_backend_cuda_new(0, 1, err, sizeof err);
     if (was) setenv(var, was, 1);
     else unsetenv(var);
     free(was);
-    if (!attn2_be[on]) { printf("FAIL cuda attention switches: a backend: %s\n", err); n_fail++; dead = 1; }
+    if (!be) { printf("FAIL cuda %s switches: a backend: %s\n", what, err); n_fail++; dead = 1; }
+    return be;
+}
+
+/* Backends with CINFER_CUDA_ATTN_DECODE2 set to 0 / 1, made on first use: the decode attention
+ * cases (n <= 8 rows, and every per-row-cache batch step) run on both against the CPU, and the
+ * decode2 kernel twice (same bits). */
+static ci_backend *attn2_be[2];
+static ci_backend *attn2_backend(int on) {
+    if (!attn2_be[on]) attn2_be[on] = switch_backend("CINFER_CUDA_ATTN_DECODE2", on ? "1" : "0", "attention");
     return attn2_be[on];
 }
 
@@ -870,15 +876,7 @@ static ci_backend *attn2_backend(int on) {
 static ci_backend *dn_be[2];
 static ci_backend *dn_backend(int path) {
     const int i = path == 2;
-    if (dn_be[i]) return dn_be[i];
-    const char *var = "CINFER_CUDA_DN_CHUNK", *v = getenv(var);
-    char *was = v ? strdup(v) : NULL, err[512];
-    setenv(var, path == 2 ? "2" : "0", 1);
-    dn_be[i] = ci_backend_cuda_new(0, 1, err, sizeof err);
-    if (was) setenv(var, was, 1);
-    else unsetenv(var);
-    free(was);
-    if (!dn_be[i]) { printf("FAIL cuda deltanet switches: a backend: %s\n", err); n_fail++; dead = 1; }
+    if (!dn_be[i]) dn_be[i] = switch_backend("CINFER_CUDA_DN_CHUNK", i ? "2" : "0", "deltanet");
     return dn_be[i];
 }
 
