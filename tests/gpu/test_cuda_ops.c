@@ -2789,6 +2789,69 @@ static qfmt qfmt_at(int i) {
 }
 static double q_bound(int n) { return n > 40 ? B_TC : B_F32; }
 
+/* matmul_groups over row views of one fp8 or MLX tensor [G·rows, cols] (DeepSeek V4's wo_a:
+ * views at scale_row0 = g·rows), n token rows: at 1..8 rows quant_mma.cu's one launch when the
+ * views start at whole scale blocks, else (and at 9 rows) the loop of gathers and matmuls;
+ * against the CPU's op. fmt: -1 fp8 (sdt its scales), else qfmt_at(fmt). */
+static void groups_q_case(int fmt, ci_dtype sdt, int n, int G, int rows, int cols) {
+    char name[200], fn[32];
+    qfmt f = { 0 };
+    if (fmt >= 0) { f = qfmt_at(fmt); qfmt_name(&f, fn, sizeof fn); }
+    else snprintf(fn, sizeof fn, "%s", dt_name(CI_F8_E4M3, sdt));
+    snprintf(name, sizeof name, "cuda matmul_groups %s n=%d groups=%d rows=%d cols=%d", fn, n, G, rows, cols);
+    if (!gpu->matmul_groups || !want(name)) return;
+    ci_mat *wc = xmalloc((size_t)G * sizeof *wc), *wg = xmalloc((size_t)G * sizeof *wg);
+    ci_mat whole_c, whole_g;
+    if (fmt < 0) {
+        wpair w = make_weight((int64_t)G * rows, cols, CI_F8_E4M3, sdt);
+        whole_c = w.c; whole_g = w.g;
+    } else {
+        qpair w = make_qweight((int64_t)G * rows, cols, f, 0);
+        whole_c = w.c; whole_g = w.g;
+    }
+    if (dead) { free(wc); free(wg); return; }
+    for (int g = 0; g < G; g++) {
+        if (fmt < 0) {
+            wc[g] = whole_c; wg[g] = whole_g;
+            wc[g].rows = wg[g].rows = rows;
+            wc[g].data = (const uint8_t *)whole_c.data + (size_t)g * rows * cols;
+            wg[g].data = (const uint8_t *)whole_g.data + (size_t)g * rows * cols;
+            wc[g].scale_row0 = wg[g].scale_row0 = (int64_t)g * rows;
+        } else {
+            wc[g] = qrows(&whole_c, (int64_t)g * rows, rows);
+            wg[g] = qrows(&whole_g, (int64_t)g * rows, rows);
+        }
+    }
+    const size_t nx = (size_t)n * G * cols, ny = (size_t)n * G * rows;
+    float *x = xmalloc(nx * 4), *y = xmalloc(ny * 4), *xg = xmalloc((size_t)n * cols * 4), *yg = xmalloc((size_t)n * rows * 4);
+    fill(x, nx, 1.f);
+    float *gx = g_put(x, nx * 4), *gy = g_alloc(ny * 4), *gxg = g_alloc((size_t)n * cols * 4),
+          *gyg = g_alloc((size_t)n * rows * 4);
+    if (!dead) {
+        cpu->matmul_groups(cpu, y, x, n, G, wc, xg, yg);
+        gpu->matmul_groups(gpu, gy, gx, n, G, wg, gxg, gyg);
+        float *gyv[1] = { gy }, *rv[1] = { y };
+        const size_t sz[1] = { ny };
+        report(name, compare_outputs(1, gyv, rv, sz), fmt < 0 ? mm_bound(&wc[0], n) : q_bound(n));
+        gy = NULL; y = NULL;
+    }
+    g_free(gx); g_free(gy); g_free(gxg); g_free(gyg);
+    free(x); free(y); free(xg); free(yg); free(wc); free(wg);
+}
+
+static void test_groups_q(void) {
+    static const ci_dtype sdts[] = { CI_F32, CI_BF16, CI_F8_E8M0 };
+    static const int ns[] = { 1, 3, 8, 9 };
+    for (int s = 0; s < 3 && !dead; s++)
+        for (int i = 0; i < 4 && !dead; i++) groups_q_case(-1, sdts[s], ns[i], 4, 256, 384);
+    groups_q_case(-1, CI_F32, 1, 3, 96, 256);            /* views mid scale block: the loop */
+    groups_q_case(-1, CI_BF16, 2, 8, 1024, 512);         /* wo_a's shape, fewer columns */
+    /* a4b g64 bf16s, a8b g128 f32s, a4b g32 f16s, mxfp4 (the loop) */
+    static const int fi[] = { 18 + 5, 45 + 6, 18 + 1, 54 };
+    for (size_t k = 0; k < sizeof fi / sizeof *fi && !dead; k++)
+        for (int i = 0; i < 4 && !dead; i++) groups_q_case(fi[k], CI_F32, ns[i], 4, 80, 384);
+}
+
 /* matmul on a whole tensor and on a row view inside it (scale_row0 > 0), n rows */
 static void qmatmul_case(qfmt f, int64_t rows, int64_t cols, const int *ns, int nn) {
     char fn[32], name[200];
@@ -3263,6 +3326,7 @@ int main(int argc, char **argv) {
     test_deltanet();
     test_v4();
     test_quant();
+    test_groups_q();
     /* out of memory: NULL with the reason, not a crash (last: the backend may keep the error) */
     if (!dead && want("cuda alloc too much")) {
         void *p = gpu->alloc(gpu, (size_t)1 << 50);

@@ -9,7 +9,8 @@
 #   CINFER_CUDA_MOE_PIPE=0|1  CINFER_CUDA_MOE_SPLIT=0|1  CINFER_CUDA_DSA_SELECT=0|1  CINFER_CUDA_DSA_SCORE=0|1
 #   CINFER_CUDA_Q_AFFINE_LOOP=0|1  CINFER_CUDA_Q_PAIR=0|1  CINFER_CUDA_Q_FP_LOOP=0|1
 #   CINFER_CUDA_ATTN_DECODE2=0|1  CINFER_CUDA_DN_CHUNK=0|1|N (N: the chunked DeltaNet from N prompt tokens)
-#   CINFER_CUDA_GEMV1=1..6 (an experiment: one kernel shape for the one-token GEMVs of <= 2048 columns, gemv.cu)
+#   CINFER_CUDA_GEMV1=1..7 (an experiment: one kernel shape for the one-token GEMVs of <= 2048 columns, gemv.cu;
+#   7: without the two-rows-a-warp rule for 1025..2048 columns)
 # Usage: bash tests/gpu/tune.sh MODEL PROMPT_LEN GEN BATCH ROUNDS SETTING...
 #   MODEL: qwen3-0.6b or qwen3-8b-12l (made by tests/gpu/bench.sh's recipe when missing)
 #   BATCH: 0 for no --batch run; SETTING: "default" or VAR=V[,VAR=V...]

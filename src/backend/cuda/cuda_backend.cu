@@ -463,10 +463,12 @@ static void op_v4_attend(ci_backend *be, float *out, const float *q, const float
         cb_v4_attend(CB(be), out, q, kv, n, pos, ring, ring_rows, window, cstate, tab, tab_step, c, sel, nsel,
                      sel_stride, sinks, n_heads, D, rot_dim, inv_freq, mscale);
 }
-/* each group: its inputs gathered into xg, the matmul op into yg, scattered into y */
+/* one launch when quant_mma.cu takes the groups (fp8 / MLX decode rows), else each group: its inputs
+ * gathered into xg, the matmul op into yg, scattered into y */
 static void op_matmul_groups(ci_backend *be, float *y, const float *x, int n, int groups, const ci_mat *W, float *xg,
                              float *yg) {
     const int cols = (int)W[0].cols, rows = (int)W[0].rows;
+    if (CB(be)->failed || cb_qt_groups(CB(be), y, x, n, groups, W)) return;
     for (int g = 0; g < groups && !CB(be)->failed; g++) {
         cb_group_copy(CB(be), xg, x, n, groups, g, cols, 0);
         be->matmul(be, yg, xg, n, &W[g]);
@@ -631,7 +633,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_pipe = cb_env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
     cb->moe_split = cb_env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
     cb->q_pair = cb_env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
-    cb->gemv1 = cb_env_int("CINFER_CUDA_GEMV1", 0, 0, 6);
+    cb->gemv1 = cb_env_int("CINFER_CUDA_GEMV1", 0, 0, 7);
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);

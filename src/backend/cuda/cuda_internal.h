@@ -83,7 +83,8 @@ struct cuda_be {
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
-                              * one kernel shape (gemv.cu; an experiment knob, 0 = the measured rules) */
+                              * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
+                              * experiment knob, 0 = the measured rules) */
     int ssd_chunk;           /* Mamba2 prompts through the chunked SSD (mamba.cu) */
     int dn_chunk;            /* DeltaNet prompts of >= dn_chunk tokens in the chunked form, 0: never (deltanet.cu) */
     char name[300];
@@ -307,6 +308,9 @@ void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_
  * ids[t] of E as f32. cb_q_moe_experts (quant_moe.cu): backend.h's moe_experts for a layer
  * whose experts are U32 views. */
 int cb_q_ok(const ci_mat *W);
+/* matmul_groups of 1..8 token rows in one launch (quant_mma.cu), when W's groups are consecutive
+ * row ranges of one fp8 or MLX 4- / 8-bit matrix; 0 and nothing launched when not taken. */
+int cb_qt_groups(cuda_be *cb, float *y, const float *x, int n, int groups, const ci_mat *W);
 void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc);
 int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
                   const ci_mat *const *Ws);

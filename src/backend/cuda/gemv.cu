@@ -288,9 +288,14 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
          *    fused gate+up on >= 4096 rows of >= 4096 columns (two gate and two up rows per
          *    warp): 568-571 vs 556-562; not for down_proj's 12288 columns (550 vs 558), and
          *    four rows per warp on the 4096-column head was within noise (560-564);
+         *  - rows of 1025..2048 columns (hidden 2048: LFM2, Qwen3-30B-A3B, DeepSeek-V2-Lite), not
+         *    the head: two rows per warp, two loads in flight (2026-12-03, 2 rounds alternating,
+         *    decode after 512: LFM2-8B-A1B 8 layers 1784.8 / 1785.7 vs 1720.4 / 1710.8 tok/s,
+         *    Qwen3-30B-A3B 4 layers 2164.8 / 2174.2 vs 2135.9 / 2132.2; CINFER_CUDA_GEMV1=7
+         *    keeps the rules below for these);
          *  - else one row per warp with four 16-byte loads in flight per lane. */
         const bool tall = total_rows >= 32768;
-        if (cb->gemv1 && a.cols <= 2048 && !tall && L::BYTES != 1) {   /* CINFER_CUDA_GEMV1: side-by-side runs */
+        if (cb->gemv1 >= 1 && cb->gemv1 <= 6 && a.cols <= 2048 && !tall && L::BYTES != 1) {   /* CINFER_CUDA_GEMV1 */
             switch (cb->gemv1) {
             case 1: CB_GEMV_GO(1, 1, 4); break;
             case 2: CB_GEMV_GO(1, 2, 2); break;
@@ -300,6 +305,7 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
             default: CB_GEMV_GO(1, 1, 2); break;
             }
         } else if (L::BYTES == 1 && cb->fp8_rows2) CB_GEMV_GO(1, 2, 2);   /* tuning switch, tests/gpu/tune.sh */
+        else if (cb->gemv1 != 7 && a.cols > 1024 && a.cols <= 2048 && !tall) CB_GEMV_GO(1, 2, 2);
         else if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
         else if (MODE == CB_SWIGLU) {
             if ((tall && a.cols <= 1024) || (total_rows >= 4096 && a.cols >= 4096)) CB_GEMV_GO(1, 2, 1);

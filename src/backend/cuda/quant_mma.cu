@@ -29,6 +29,10 @@ struct qt_args {
     float eps;
     int count, op, n, K, ng, sd, es, ks;
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
+    int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
+    /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
+     * the matrix g·gcode code bytes and g·gsrow param rows on (0 otherwise) */
+    int64_t gx, gy, gcode, gsrow;
 };
 
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
@@ -51,6 +55,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     int mi = 0;
     int64_t r0 = 0;
     bool live = false;
+    const int gi = blockIdx.y;
     auto setup = [&](int64_t bt) {   /* the rows of block tile bt, and their first batch's loads */
         const int64_t tile = bt * tpb + warp / a.ks;
         live = tile < a.ntiles;
@@ -63,14 +68,14 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = NTL == 1 ? mi : i;
-            qt_row_ptrs(a.codes[m], a.sp[m], a.bp[m], a.srow0[m], a.rblk, a.rows[m], qt_cbits(BITS), a.K, a.ng, a.es,
-                        r0, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m] + gi * a.gcode, a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m],
+                        qt_cbits(BITS), a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x, a.K, a.n, a.K, a.norm_w, a.eps,
+    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
                       blockIdx.x == 0 ? a.xn_out : nullptr);
     const __half2 *xq[NB];
     const float *xsm[NB];
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp) continue;
-        const int64_t rows = a.rows[mi];
+        const int64_t rows = a.rows[mi], ldy = a.ldy ? a.ldy : rows;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             const int tok = 4 * nb + t;
@@ -97,7 +102,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             for (int h = 0; h < 2; h++) {
                 const int64_t r = r0 + g + 8 * h;
                 if (r >= rows) continue;
-                float *y = a.y[mi] + (int64_t)tok * rows + r;
+                float *y = a.y[mi] + gi * a.gy + (int64_t)tok * ldy + r;
                 const float v = acc[0][2 * nb + h];
                 if (NTL == 2) *y = v / (1.0f + expf(-v)) * acc[NTL - 1][2 * nb + h];
                 else if (a.op == CB_ACC) *y += v;
@@ -129,23 +134,26 @@ static int qt_nw16(void) {
 /* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
  * even one row fits. bits: 4, 8 or QT_E4M3; W code words a lane loads per group and row. */
 static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
-                           const int64_t *rows, int bits, int W) {
+                           const int64_t *rows, int bits, int W, int groups = 1) {
     const int K = a.K, ng = a.ng, ntl = op == CB_SWIGLU ? 2 : 1;
-    const int nw = ntl == 1 && qt_nw16() && a.ntiles <= cb->sm_count ? 16 : QT_WARPS;
+    const int64_t all_tiles = a.ntiles * groups;
+    const int nw = ntl == 1 && qt_nw16() && all_tiles <= cb->sm_count ? 16 : QT_WARPS;
+    if (!a.ldx) a.ldx = K;
     /* token rows a launch stages: all n, or fewer when their x does not fit in shared memory (an
      * o_proj's 4096 columns at 8 rows): a row's bits are the same in any launch, so a batch's
      * rows keep those they have alone; only when even one row does not fit, not here at all */
     int chunk = n;
     while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
-    a.ks = qt_ks(a.ntiles, ng, cb->sm_count, nw);
+    a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
 #define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
     do {                                                                                                      \
         const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;                                  \
         qt_optin(k_);                                                                                         \
-        const dim3 grid((unsigned)qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks));                        \
+        const int gx_ = qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks * groups) / groups;                 \
+        const dim3 grid((unsigned)(gx_ > 0 ? gx_ : 1), (unsigned)groups);                                     \
         cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
@@ -166,9 +174,9 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
         const int nn = n - t0 < chunk ? n - t0 : chunk;
         const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
         a.n = nn;
-        a.x = x + (size_t)t0 * K;
+        a.x = x + (size_t)t0 * a.ldx;
         if (xn0) a.xn_out = xn0 + (size_t)t0 * K;
-        for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * rows[i];
+        for (int i = 0; i < count; i++) a.y[i] = (op == CB_SWIGLU ? ys[0] : ys[i]) + (size_t)t0 * (a.ldy ? a.ldy : rows[i]);
         if (ntl == 2) {
             if (nn <= 4) QT_GO_W(2, 1, 8);
             else QT_GO_W(2, 2, 8);
@@ -249,5 +257,67 @@ int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, 
     }
     if (!qt_dense_launch(cb, a, op, count, ys, x, n, rows, QT_E4M3, 8)) return 0;
     cb_launched(cb, "fp8 gemv (tensor cores)");
+    return 1;
+}
+
+/* matmul_groups (backend.h) of 1..8 token rows in one launch, blockIdx.y the group: the groups'
+ * matrices are consecutive row ranges of one fp8 (128 x 128 block scales) or MLX 4- / 8-bit
+ * matrix whose range starts at whole scale blocks (DeepSeek V4's wo_a, split by w_mat_rows),
+ * each group's x read in place from its columns of x [n, groups · cols] and y written to its
+ * columns of y [n, groups · rows]: the same sums as one matmul per group. 0: not taken. */
+int cb_qt_groups(cuda_be *cb, float *y, const float *x, int n, int groups, const ci_mat *W) {
+    if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || groups < 2 || ((uintptr_t)x & 3) != 0) return 0;
+    const ci_mat *W0 = &W[0];
+    const int64_t rows = W0->rows, K = W0->cols;
+    qt_args a;
+    memset(&a, 0, sizeof a);
+    a.count = 1; a.op = CB_STORE; a.K = (int)K;
+    int bits, Wq;
+    if (W0->dtype == CI_F8_E4M3) {
+        if (!W0->scale || W0->block != 128 || K % 128 || rows % 128 || W0->scale_row0 % 128 || ((uintptr_t)W0->data & 15) ||
+            K > (1 << 30) || (W0->scale_dtype != CI_F32 && W0->scale_dtype != CI_BF16 && W0->scale_dtype != CI_F8_E8M0))
+            return 0;
+        for (int g = 1; g < groups; g++)
+            if (W[g].dtype != CI_F8_E4M3 || W[g].rows != rows || W[g].cols != K || W[g].scale != W0->scale ||
+                W[g].scale_dtype != W0->scale_dtype || W[g].block != 128 ||
+                (const uint8_t *)W[g].data != (const uint8_t *)W0->data + g * rows * K ||
+                W[g].scale_row0 != W0->scale_row0 + g * rows)
+                return 0;
+        a.ng = (int)(K / 128); a.rblk = 128;
+        a.sd = W0->scale_dtype == CI_F32 ? 0 : W0->scale_dtype == CI_BF16 ? 2 : 3;
+        a.es = W0->scale_dtype == CI_F32 ? 4 : W0->scale_dtype == CI_BF16 ? 2 : 1;
+        a.codes[0] = (const uint8_t *)W0->data;
+        a.sp[0] = (const char *)W0->scale;
+        a.srow0[0] = W0->scale_row0;
+        a.gcode = rows * K;
+        bits = QT_E4M3; Wq = 8;
+    } else {
+        if (!cb_q_ok(W0)) return 0;
+        const cb_qm m0 = cb_q_view(W0);
+        if (!qt_kind_ok(m0) || m0.rows != rows) return 0;
+        const int64_t row_bytes = m0.cols * m0.bits / 8;
+        for (int g = 1; g < groups; g++) {
+            if (!cb_q_ok(&W[g])) return 0;
+            const cb_qm m = cb_q_view(&W[g]);
+            if (m.mode != m0.mode || m.bits != m0.bits || m.group != m0.group || m.sd != m0.sd || m.cols != m0.cols ||
+                m.rows != rows || m.scales != m0.scales || m.biases != m0.biases || m.srow0 != m0.srow0 + g * rows ||
+                m.codes != m0.codes + g * rows * row_bytes)
+                return 0;
+        }
+        a.ng = (int)(K / m0.group); a.sd = m0.sd; a.es = m0.sd == 0 ? 4 : 2; a.rblk = 1;
+        a.codes[0] = m0.codes;
+        a.sp[0] = (const char *)m0.scales + m0.srow0 * a.ng * a.es;
+        a.bp[0] = (const char *)m0.biases + m0.srow0 * a.ng * a.es;
+        a.gcode = rows * row_bytes;
+        bits = m0.bits; Wq = m0.group * m0.bits / 128;
+    }
+    a.rows[0] = rows;
+    a.tiles[0] = a.ntiles = (rows + 15) / 16;
+    a.ldx = (int64_t)groups * K; a.ldy = (int64_t)groups * rows;
+    a.gx = K; a.gy = rows; a.gsrow = rows;
+    float *ys[1] = { y };
+    const int64_t rr[1] = { rows };
+    if (!qt_dense_launch(cb, a, CB_STORE, 1, ys, x, n, rr, bits, Wq, groups)) return 0;
+    cb_launched(cb, "matmul_groups (tensor cores)");
     return 1;
 }

@@ -3,8 +3,8 @@
  * decided on the host from a position: entry counts, windows and selections follow from
  * pos[] on the device, so a decode step can be captured.
  *
- * hc_pre: a block per row (the sum of squares in double, then one thread builds pre / post /
- * comb in shared memory, then the collapse over the row's channels). hc_post: a thread per
+ * hc_pre: a block per row (the sum of squares in double, then the first warp builds pre / post /
+ * comb in shared memory, a lane per stream, then the collapse over the row's channels). hc_post: a thread per
  * channel of a row holds that channel of every stream.
  * v4_compress: a chunk's tokens reach the state in three launches, in stream order: every
  * row that completes a window writes its entry, reading each slot from the chunk's rows
@@ -63,7 +63,11 @@ __device__ float v4_block_sum_f(float v, float *sh) {
     return s;
 }
 
-/* a block per row; shared: the row's mix [M] then pre [hc] */
+/* a block per row; shared: the row's mix [M], pre [hc], then comb [hc, hc] while it is built.
+ * The maps are built by the first warp, a lane per stream (pre, post, a comb row's softmax and
+ * row sums, a comb column's sums): every element sees the operations, in the order, of one
+ * thread doing them all (the CPU's order), so the bits are those; the first version left the
+ * Sinkhorn loop to one thread over global memory: 93 us a call on the H200 (ncu, 2026-12-03). */
 __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix, const float *X, int hc, int dim,
                                  int iters, float eps, float norm_eps, const float *scale, const float *base) {
     pdl_enter();
@@ -75,20 +79,21 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
     for (int i = threadIdx.x; i < F; i += blockDim.x) ss += (double)f[i] * f[i];
     ss = v4_block_sum_d(ss, shd);
     const float r = 1.0f / sqrtf((float)(ss / F) + norm_eps);
-    float *mx = sm, *pre = sm + M;
+    float *mx = sm, *pre = sm + M, *cm = pre + C;
     for (int i = threadIdx.x; i < M; i += blockDim.x) {
         float v = mix[(int64_t)t * M + i] * r;
         mix[(int64_t)t * M + i] = v;
         mx[i] = v;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int j = 0; j < C; j++) pre[j] = v4_sigm(mx[j] * scale[0] + base[j]) + eps;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        for (int j = lane; j < C; j += 32) pre[j] = v4_sigm(mx[j] * scale[0] + base[j]) + eps;
         if (post) {
-            float *po = post + (int64_t)t * C, *cbm = comb + (int64_t)t * C * C;
-            for (int j = 0; j < C; j++) po[j] = 2.0f * v4_sigm(mx[C + j] * scale[1] + base[C + j]);
-            for (int i = 0; i < C; i++) {
-                float *row = cbm + i * C, m = -INFINITY;
+            float *po = post + (int64_t)t * C;
+            for (int j = lane; j < C; j += 32) po[j] = 2.0f * v4_sigm(mx[C + j] * scale[1] + base[C + j]);
+            for (int i = lane; i < C; i += 32) {
+                float *row = cm + i * C, m = -INFINITY;
                 for (int j = 0; j < C; j++) {
                     row[j] = mx[2 * C + i * C + j] * scale[2] + base[2 * C + i * C + j];
                     m = fmaxf(m, row[j]);
@@ -97,19 +102,25 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
                 for (int j = 0; j < C; j++) { row[j] = expf(row[j] - m); s += row[j]; }
                 for (int j = 0; j < C; j++) row[j] = row[j] / s + eps;
             }
+            __syncwarp();
             for (int it = 0; it < iters; it++) {
-                if (it > 0)
-                    for (int i = 0; i < C; i++) {
+                if (it > 0) {
+                    for (int i = lane; i < C; i += 32) {
                         float s = 0;
-                        for (int j = 0; j < C; j++) s += cbm[i * C + j];
-                        for (int j = 0; j < C; j++) cbm[i * C + j] /= s + eps;
+                        for (int j = 0; j < C; j++) s += cm[i * C + j];
+                        for (int j = 0; j < C; j++) cm[i * C + j] /= s + eps;
                     }
-                for (int j = 0; j < C; j++) {
-                    float s = 0;
-                    for (int i = 0; i < C; i++) s += cbm[i * C + j];
-                    for (int i = 0; i < C; i++) cbm[i * C + j] /= s + eps;
+                    __syncwarp();
                 }
+                for (int j = lane; j < C; j += 32) {
+                    float s = 0;
+                    for (int i = 0; i < C; i++) s += cm[i * C + j];
+                    for (int i = 0; i < C; i++) cm[i * C + j] /= s + eps;
+                }
+                __syncwarp();
             }
+            float *cbm = comb + (int64_t)t * C * C;
+            for (int i = lane; i < C * C; i += 32) cbm[i] = cm[i];
         }
     }
     __syncthreads();
@@ -124,7 +135,7 @@ void cb_hc_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, cons
                int iters, float eps, float norm_eps, const float *scale, const float *base) {
     if (n <= 0 || hc <= 0 || dim <= 0) return;
     if (hc > V4_MAX_HC) { cb_fail_msg(cb, "hc_pre: more than 64 hyper-connection streams"); return; }
-    const size_t smem = ((size_t)(post ? (2 + hc) * hc : hc) + hc) * sizeof(float);
+    const size_t smem = ((size_t)(post ? (2 + hc) * hc : hc) + hc + (post ? (size_t)hc * hc : 0)) * sizeof(float);
     cb_launch(cb, v4_hc_pre_kernel, dim3((unsigned)n), dim3(V4_THREADS), smem, x, post, comb, mix, X, hc, dim, iters, eps,
               norm_eps, scale, base);
     cb_launched(cb, "hc_pre");
