@@ -2846,7 +2846,7 @@ static void test_groups_q(void) {
         for (int i = 0; i < 4 && !dead; i++) groups_q_case(-1, sdts[s], ns[i], 4, 256, 384);
     groups_q_case(-1, CI_F32, 1, 3, 96, 256);            /* views mid scale block: the loop */
     groups_q_case(-1, CI_BF16, 2, 8, 1024, 512);         /* wo_a's shape, fewer columns */
-    /* a4b g64 bf16s, a8b g128 f32s, a4b g32 f16s, mxfp4 (the loop) */
+    /* a4b g64 bf16s, a8b g128 f32s, a4b g32 f16s, mxfp4 */
     static const int fi[] = { 18 + 5, 45 + 6, 18 + 1, 54 };
     for (size_t k = 0; k < sizeof fi / sizeof *fi && !dead; k++)
         for (int i = 0; i < 4 && !dead; i++) groups_q_case(fi[k], CI_F32, ns[i], 4, 80, 384);

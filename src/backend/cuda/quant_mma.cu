@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     };
     setup(blockIdx.x);
     pdl_enter();
-    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
                       blockIdx.x == 0 ? a.xn_out : nullptr);
     const __half2 *xq[NB];
     const float *xsm[NB];
@@ -112,12 +112,16 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     }
 }
 /* 4- or 8-bit affine, groups of 32 / 64 / 128, K a multiple of the group, 16-byte aligned codes
- * of 16-byte aligned rows, f32 / f16 / bf16 params */
+ * of 16-byte aligned rows, f32 / f16 / bf16 params; or mxfp4 (E2M1 codes, an E8M0 scale per 32) */
 static int qt_kind_ok(const cb_qm &m) {
-    return m.mode == 1 && (m.bits == 4 || m.bits == 8) && m.sd <= 2 &&
-           (m.group == 32 || m.group == 64 || m.group == 128) && m.cols % m.group == 0 &&
-           ((uintptr_t)m.codes & 15) == 0 && (m.cols * m.bits / 8) % 16 == 0;
+    const bool affine = m.mode == 1 && (m.bits == 4 || m.bits == 8) && m.sd <= 2 &&
+                        (m.group == 32 || m.group == 64 || m.group == 128);
+    const bool mxfp4 = m.mode == 2 && m.bits == 4 && m.group == 32 && m.sd == 3;
+    return (affine || mxfp4) && m.cols % m.group == 0 && ((uintptr_t)m.codes & 15) == 0 && (m.cols * m.bits / 8) % 16 == 0;
 }
+/* the BITS of quant_mma.cuh's kernels for a view qt_kind_ok takes, and its param bytes */
+static int qt_bits(const cb_qm &m) { return m.mode == 2 ? QT_E2M1 : m.bits; }
+static int qt_es(int sd) { return sd == 0 ? 4 : sd == 3 ? 1 : 2; }
 
 static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
     return (size_t)2 * n * ((K >> 1) + QT_PAD) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
@@ -132,7 +136,7 @@ static int qt_nw16(void) {
 }
 
 /* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
- * even one row fits. bits: 4, 8 or QT_E4M3; W code words a lane loads per group and row. */
+ * even one row fits. bits: 4, 8, QT_E4M3 or QT_E2M1; W code words a lane loads per group and row. */
 static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
                            const int64_t *rows, int bits, int W, int groups = 1) {
     const int K = a.K, ng = a.ng, ntl = op == CB_SWIGLU ? 2 : 1;
@@ -159,6 +163,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
         if (bits == QT_E4M3) QT_GO(QT_E4M3, 8, NN, BB, NWW);                                                  \
+        else if (bits == QT_E2M1) QT_GO(QT_E2M1, 1, NN, BB, NWW);                                             \
         else if (bits == 4) {                                                                                 \
             if (W == 1) QT_GO(4, 1, NN, BB, NWW);                                                             \
             else if (W == 2) QT_GO(4, 2, NN, BB, NWW);                                                        \
@@ -197,15 +202,15 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
                  const float *norm_w, float eps, float *xn_out) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
-        if (!qt_kind_ok(ms[i]) || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group || ms[i].sd != ms[0].sd ||
-            ms[i].cols != ms[0].cols || ms[i].rows < 1)
+        if (!qt_kind_ok(ms[i]) || ms[i].mode != ms[0].mode || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group ||
+            ms[i].sd != ms[0].sd || ms[i].cols != ms[0].cols || ms[i].rows < 1)
             return 0;
     if (op == CB_SWIGLU && ms[0].rows != ms[1].rows) return 0;
     if (((uintptr_t)x & 3) != 0) return 0;
-    const int K = (int)ms[0].cols, ng = K / ms[0].group, bits = ms[0].bits, W = ms[0].group * bits / 128;
+    const int K = (int)ms[0].cols, ng = K / ms[0].group, bits = qt_bits(ms[0]), W = ms[0].group * ms[0].bits / 128;
     qt_args a;
     memset(&a, 0, sizeof a);
-    const int es = ms[0].sd == 0 ? 4 : 2;
+    const int es = qt_es(ms[0].sd);
     a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.rblk = 1;   /* n, x, y: per launch */
     a.norm_w = norm_w; a.eps = eps;
     a.xn_out = norm_w ? xn_out : nullptr;
@@ -213,7 +218,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     for (int i = 0; i < count; i++) {
         a.codes[i] = ms[i].codes;
         a.sp[i] = (const char *)ms[i].scales + ms[i].srow0 * ng * es;
-        a.bp[i] = (const char *)ms[i].biases + ms[i].srow0 * ng * es;
+        a.bp[i] = ms[i].biases ? (const char *)ms[i].biases + ms[i].srow0 * ng * es : nullptr;
         rows[i] = a.rows[i] = ms[i].rows;
         a.tiles[i] = (ms[i].rows + 15) / 16;
         if (op != CB_SWIGLU || i == 0) a.ntiles += a.tiles[i];
@@ -304,12 +309,12 @@ int cb_qt_groups(cuda_be *cb, float *y, const float *x, int n, int groups, const
                 m.codes != m0.codes + g * rows * row_bytes)
                 return 0;
         }
-        a.ng = (int)(K / m0.group); a.sd = m0.sd; a.es = m0.sd == 0 ? 4 : 2; a.rblk = 1;
+        a.ng = (int)(K / m0.group); a.sd = m0.sd; a.es = qt_es(m0.sd); a.rblk = 1;
         a.codes[0] = m0.codes;
         a.sp[0] = (const char *)m0.scales + m0.srow0 * a.ng * a.es;
-        a.bp[0] = (const char *)m0.biases + m0.srow0 * a.ng * a.es;
+        a.bp[0] = m0.biases ? (const char *)m0.biases + m0.srow0 * a.ng * a.es : nullptr;
         a.gcode = rows * row_bytes;
-        bits = m0.bits; Wq = m0.group * m0.bits / 128;
+        bits = qt_bits(m0); Wq = m0.group * m0.bits / 128;
     }
     a.rows[0] = rows;
     a.tiles[0] = a.ntiles = (rows + 15) / 16;

@@ -47,8 +47,13 @@
 
 enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8, QT_PAD = 4 /* half2 after a staged row */ };
 enum { QT_E4M3 = 3 };   /* BITS of fp8 E4M3 weights (their codes are laid out as 8-bit ones) */
+enum { QT_E2M1 = 9 };   /* BITS of mxfp4 (E2M1) weights (laid out as 4-bit ones) */
 /* bits a code takes in memory */
-__host__ __device__ constexpr int qt_cbits(int bits) { return bits == QT_E4M3 ? 8 : bits; }
+__host__ __device__ constexpr int qt_cbits(int bits) { return bits == QT_E4M3 ? 8 : bits == QT_E2M1 ? 4 : bits; }
+/* whether BITS' codes are nibbles (the 4-bit layout of the staged x) */
+__host__ __device__ constexpr bool qt_nib(int bits) { return qt_cbits(bits) == 4; }
+/* whether BITS has no bias term (so no group sums of x are staged) */
+__host__ __device__ constexpr bool qt_nobias(int bits) { return bits == QT_E4M3 || bits == QT_E2M1; }
 static const size_t QT_SMEM_MAX = 96 * 1024;   /* dynamic shared memory a launch may take */
 
 /* ---- device pieces ------------------------------------------------------------------------- */
@@ -85,6 +90,14 @@ __device__ __forceinline__ unsigned qt_pair8(unsigned u, unsigned sel) {
     return *(const unsigned *)&h;
 }
 
+/* E2M1 codes (j, j + 4) of the word's nibbles, as qt_pair, as a half2 of the values times 2^-14:
+ * the code's exponent and mantissa bits (2..0) put at f16 bits 11..9 and its sign at 15 make
+ * the f16 2^(e-15)·(1 + m/2) for e > 0 and 2^-14·m/2 (subnormal) for e = 0, each the E2M1
+ * value 2^(e-1)·(1 + m/2) or m/2 times 2^-14 exactly; the caller multiplies sums by 2^14 */
+__device__ __forceinline__ unsigned qt_pair_e2m1(unsigned u) {
+    return ((u << 9) & 0x0E000E00u) | ((u << 12) & 0x80008000u);
+}
+
 /* fp8 E4M3 codes (2p, 2p + 1) of the word's 4 bytes as a half2 (exact: every E4M3 value is an
  * f16; NaN stays NaN) */
 __device__ __forceinline__ unsigned qt_pair_e4m3(unsigned u, int p) {
@@ -106,7 +119,7 @@ template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
                          const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr) {
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
-    constexpr int PPG = BITS == 4 ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
+    constexpr int PPG = qt_nib(BITS) ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
     const int half = K >> 1, rs = half + QT_PAD, ng = K / GS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
     if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
@@ -128,8 +141,8 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
         const int tok = i / half, j = i - tok * half;
         const int G = j / PPG, rem = j - G * PPG;
-        const int ka = BITS == 4 ? GS * G + 8 * (rem >> 2) + (rem & 3) : GS * G + 4 * (rem >> 1) + 2 * (rem & 1);
-        const int kb = BITS == 4 ? ka + 4 : ka + 1;
+        const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3) : GS * G + 4 * (rem >> 1) + 2 * (rem & 1);
+        const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
         const float *xr = x + tok * xs_stride;
         float a = xr[ka], b = xr[kb];
         if (norm_w) {
@@ -189,6 +202,8 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
                 if constexpr (BITS == QT_E4M3) {   /* fp8's E8M0 scales: 255 is NaN (gemv.cu's scale_at), not MLX's inf */
                     B.s[u][i][h] = sd == 3 && __ldg((const unsigned char *)R.s[i][h] + G) == 255 ? __int_as_float(0x7fc00000)
                                                                                                  : q_param(R.s[i][h], sd, G);
+                } else if constexpr (BITS == QT_E2M1) {   /* mxfp4: an E8M0 scale a group, no bias (q_param's) */
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
                 } else {
                     B.s[u][i][h] = q_param(R.s[i][h], sd, G);
                     B.b[u][i][h] = q_param(R.b[i][h], sd, G);
@@ -242,7 +257,12 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
 #pragma unroll
                 for (int i = 0; i < NTL; i++) {
                     const unsigned r0 = B.w[u][i][0][w] >> (8 * hh), r1 = B.w[u][i][1][w] >> (8 * hh);
-                    const unsigned a0 = qt_pair(r0), a1 = qt_pair(r1), a2 = qt_pair(r0 >> 4), a3 = qt_pair(r1 >> 4);
+                    unsigned a0, a1, a2, a3;
+                    if constexpr (BITS == QT_E2M1) {
+                        a0 = qt_pair_e2m1(r0); a1 = qt_pair_e2m1(r1); a2 = qt_pair_e2m1(r0 >> 4); a3 = qt_pair_e2m1(r1 >> 4);
+                    } else {
+                        a0 = qt_pair(r0); a1 = qt_pair(r1); a2 = qt_pair(r0 >> 4); a3 = qt_pair(r1 >> 4);
+                    }
 #pragma unroll
                     for (int nb = 0; nb < NB; nb++) cb_mma_f16(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
                 }
@@ -250,6 +270,14 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
         }
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
+            if constexpr (BITS == QT_E2M1) {   /* the group's scale on the sum times 2^14 (qt_pair_e2m1), no bias */
+#pragma unroll
+                for (int i = 0; i < NTL; i++) {
+                    acc[i][2 * nb] = fmaf(B.s[u][i][0], (c[i][nb][0] + c[i][nb][1]) * 16384.0f, acc[i][2 * nb]);
+                    acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], (c[i][nb][2] + c[i][nb][3]) * 16384.0f, acc[i][2 * nb + 1]);
+                }
+                continue;
+            }
             if constexpr (BITS == QT_E4M3) {   /* the block's scale, no bias */
 #pragma unroll
                 for (int i = 0; i < NTL; i++) {

@@ -39,7 +39,7 @@ template <int BITS, int W, int NTL>
 __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int K = a.X, ng = K / (BITS == 4 ? 32 * W : 16 * W), p = blockIdx.y;
+    const int K = a.X, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), p = blockIdx.y;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + 2 * ((K >> 1) + QT_PAD));
     float *red = xsum + ng;
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
     };
     setup(blockIdx.x);
-    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
     const __half2 *xq[1] = { xs + (g & 1) * ((K >> 1) + QT_PAD) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
@@ -91,7 +91,7 @@ template <int BITS, int W, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int K = a.I, ng = K / (BITS == 4 ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
+    const int K = a.I, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
     float *red = xsum + a.K * ng;
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
         qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge);
     };
     if (warp < items) setup(warp);
-    qt_stage<BITS, W>(xs, BITS == QT_E4M3 ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
 }
 
 /* the two launches for k token rows (a: everything but ks / kparts); 0 (nothing launched) when
- * the staged rows do not fit. bits 4, 8 or QT_E4M3, gs the group (fp8: 128). */
+ * the staged rows do not fit. bits 4, 8, QT_E4M3 or QT_E2M1, gs the group (fp8: 128). */
 static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
     const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
@@ -171,6 +171,7 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
         else QT_SET((qt_dn_kernel<BI, WW, 8>), gd, dim3(32 * dnw), smem_dn);                                 \
     } while (0)
     if (bt == QT_E4M3) QT_MOE(QT_E4M3, 8);
+    else if (bt == QT_E2M1) QT_MOE(QT_E2M1, 1);
     else if (bt == 4) {
         if (W == 1) QT_MOE(4, 1);
         else if (W == 2) QT_MOE(4, 2);
@@ -185,24 +186,27 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     return 1;
 }
 
-/* MLX affine 4- / 8-bit layers with gate / up / down packed alike; 0 when not taken */
+/* MLX affine 4- / 8-bit layers, or mxfp4 ones (DeepSeek V4's FP4 experts among them), with gate / up /
+ * down packed alike; 0 when not taken */
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
               int k, int acc) {
     if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
-    const int bt = bits[1];
+    const int cbits = bits[1], md = mode[1];
     for (int j = relu2 ? 1 : 0; j < 3; j++)
-        if (mode[j] != 1 || bits[j] != bt || sd[j] > 2 || group[j] != group[1] || sd[j] != sd[1]) return 0;
+        if (mode[j] != md || bits[j] != cbits || group[j] != group[1] || sd[j] != sd[1]) return 0;
     const int gs = group[1];
-    if ((bt != 4 && bt != 8) || !(gs == 32 || gs == 64 || gs == 128) || X % gs || I % gs || (X * bt / 8) % 16 ||
-        (I * bt / 8) % 16)
-        return 0;
+    const bool affine = md == 1 && (cbits == 4 || cbits == 8) && sd[1] <= 2 && (gs == 32 || gs == 64 || gs == 128);
+    const bool mxfp4 = md == 2 && cbits == 4 && gs == 32 && sd[1] == 3;
+    if (!(affine || mxfp4) || X % gs || I % gs || (X * cbits / 8) % 16 || (I * cbits / 8) % 16) return 0;
+    const int bt = mxfp4 ? (int)QT_E2M1 : cbits;
     if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
     qt_moe_args a;
     memset(&a, 0, sizeof a);
     a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
-    a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : 2; a.acc = acc; a.limit = limit;
+    a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : sd[1] == 3 ? 1 : 2; a.acc = acc;
+    a.limit = limit;
     a.rblk = 1;
     if (!qt_moe_launch(cb, a, bt, gs, relu2, k)) return 0;
     cb_launched(cb, "quantized moe_experts (tensor cores)");
