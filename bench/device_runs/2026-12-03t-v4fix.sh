@@ -10,7 +10,7 @@ export CINFER_CUDA_UNVERIFIED=1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 ts start
 ( timeout 300 $C make-random --config bench/deepseek-v4-flash.config.json --out /tmp/v4 --dtype fp8-fp4 --seed 1 --layers 4 > $O/make.log 2>&1 ) &
-for f in "cuda hc_" "cuda matmul" "cuda q" "cuda v4" "cuda norm_matmul" "cuda moe"; do timeout 200 $T --only "$f" >> $O/ops.log 2>&1; done
+for f in "cuda hc_" "cuda matmul" "cuda q" "cuda v4" "cuda moe"; do timeout 150 $T --only "$f" >> $O/ops.log 2>&1; done
 ts "ops: $(grep -c '^PASS' $O/ops.log) pass, $(grep -c '^FAIL' $O/ops.log) fail"; grep '^FAIL' $O/ops.log | head -8
 timeout 150 $SAN --tool memcheck --error-exitcode 99 $T --quick --only "cuda matmul_groups" > $O/mc.log 2>&1; ts "memcheck groups rc $? $(tail -1 $O/mc.log)"
 timeout 200 $SAN --tool memcheck --error-exitcode 99 $T --quick --only "mxfp4" > $O/mc3.log 2>&1; ts "memcheck mxfp4 rc $? $(tail -1 $O/mc3.log)"
@@ -19,9 +19,4 @@ ts "parity rc $?: $(grep -c '^PASS' $O/parity.log) pass, $(grep -c '^FAIL' $O/pa
 wait; ts "made v4: $(du -sh /tmp/v4 | cut -f1)"
 for r in 1 2; do timeout 90 $C bench --model /tmp/v4 --device cuda --prompt-len 512 --gen 64 > $O/v4-bench$r.log 2>&1; ts "v4 r$r: $(grep -E '^decode' $O/v4-bench$r.log | sed 's/  */ /g' | tr '\n' '|')"; done
 CINFER_CUDA_QMMA=0 timeout 90 $C bench --model /tmp/v4 --device cuda --prompt-len 512 --gen 64 > $O/v4-bench-qmma0.log 2>&1; ts "v4 QMMA=0: $(grep -E "^decode" $O/v4-bench-qmma0.log | sed "s/  */ /g" | tr "\n" "|")"
-for g in 5; do
-  timeout 100 $NCU --graph-profiling node --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-    --print-summary per-kernel $C bench --model /tmp/v4 --device cuda --prompt-len 16 --gen $g > $O/ncu-v4-g$g.txt 2>&1
-  ts "ncu g$g rc $?"
-done
 ts end
