@@ -17,8 +17,12 @@
  * reads the announcement, taking the mutex to signal only when someone may sleep. One of
  * the two always sees the other, so no wake-up is lost.
  *
+ * Workers of a pool set to flush (ci_pool_set_flush) set FTZ + DAZ (fpmode.h) when they
+ * pick up a run that asks for it, once; `flush` is published with the job.
+ *
  * Invariant: one run at a time per pool (the header says so); runs are not re-entrant. */
 #include "threads.h"
+#include "fpmode.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -44,6 +48,7 @@ struct ci_pool {
     void *ctx;
     int n_tasks;
     int stop;                   /* set with the last gen bump, by ci_pool_free */
+    int flush;                  /* workers compute with FTZ + DAZ (ci_pool_set_flush) */
 
     /* Each hot counter on its own cache line so that claiming tasks does not bounce the
      * line the spinning workers are polling. */
@@ -109,9 +114,16 @@ static unsigned wait_gen(ci_pool *p, unsigned seen) {
 static void *worker_main(void *arg) {
     ci_pool *p = arg;
     unsigned seen = 0;  /* gen starts at 0, so the first run (gen 1) is never missed */
+    int flushing = 0;
+    unsigned saved = 0;
     for (;;) {
         seen = wait_gen(p, seen);
         if (p->stop) break;
+        if (p->flush != flushing) {   /* on the first run, and if the setting changes */
+            if (p->flush) saved = ci_fp_flush_begin();
+            else ci_fp_restore(saved);
+            flushing = p->flush;
+        }
         run_tasks(p, p->fn, p->ctx, p->n_tasks);
         /* Check out. seq_cst so that the load of caller_waiting below cannot be ordered
          * before the decrement (Dekker with the caller's wait). */
@@ -186,6 +198,10 @@ void ci_pool_free(ci_pool *p) {
 }
 
 int ci_pool_size(const ci_pool *p) { return p ? p->n : 1; }
+
+void ci_pool_set_flush(ci_pool *p, int on) {
+    if (p) p->flush = on != 0;
+}
 
 void ci_pool_run(ci_pool *p, ci_task_fn fn, void *ctx, int n_tasks) {
     if (n_tasks <= 0) return;

@@ -14,5 +14,8 @@ ci_pool *ci_pool_new(int n_threads);   /* n_threads <= 0: number of online CPUs 
 void ci_pool_free(ci_pool *p);
 int ci_pool_size(const ci_pool *p);
 void ci_pool_run(ci_pool *p, ci_task_fn fn, void *ctx, int n_tasks);
+/* Whether the worker threads compute with flush-to-zero and denormals-are-zero (fpmode.h);
+ * off by default. Takes effect at the next run; the caller's own thread is not touched. */
+void ci_pool_set_flush(ci_pool *p, int on);
 
 #endif

@@ -21,6 +21,9 @@
 #include "core/threads.h"
 #include <math.h>
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -471,6 +474,39 @@ static void test_rmsnorm(void) {
     }
 }
 
+/* ---- subnormals (core/fpmode.h) ------------------------------------------------------ */
+
+/* Every op computes with flush-to-zero and denormals-are-zero, on the pool's workers and on
+ * the calling thread alike, and gives the caller its floating-point environment back: adding
+ * subnormals to zeros gives zeros in every chunk (several threads) and in a decode-sized call
+ * (the caller alone), and MXCSR reads the same before and after. x86 only (elsewhere a no-op). */
+static void test_flush_subnormals(void) {
+#if defined(__x86_64__)
+    const int64_t big = 1 << 17, small = 100;
+    const unsigned csr0 = _mm_getcsr();
+    for (int ii = 0; ii < n_isas; ii++) {
+        ci_backend *be = ci_backend_cpu_new(3, isas[ii].isa);
+        if (!be) continue;
+        float *y = calloc((size_t)big, sizeof *y), *x = malloc((size_t)big * sizeof *x);
+        for (int64_t i = 0; i < big; i++) x[i] = (i & 1 ? -1e-40f : 3e-39f);
+        for (int pass = 0; pass < 2; pass++) {
+            int64_t n = pass ? small : big, bad = 0;
+            be->add(be, y, x, n);
+            for (int64_t i = 0; i < n; i++) bad += y[i] != 0.0f;
+            CHECK(bad == 0, "%s add of %lld subnormals: %lld nonzero results (y[0] %g)", isas[ii].name, (long long)n,
+                  (long long)bad, y[0]);
+            CHECK((_mm_getcsr() & ~0x3fu) == (csr0 & ~0x3fu), "%s: MXCSR controls %#x after the op, %#x before",
+                  isas[ii].name, _mm_getcsr() & ~0x3fu, csr0 & ~0x3fu);   /* bits 0-5: sticky status flags */
+        }
+        volatile float sub = 3e-39f, one = 1.0f;
+        CHECK(sub * one != 0.0f, "%s: the caller's own arithmetic flushes subnormals after an op", isas[ii].name);
+        free(x);
+        free(y);
+        be->free(be);
+    }
+#endif
+}
+
 /* ---- rope ----------------------------------------------------------------------------- */
 
 static void test_rope(void) {
@@ -662,6 +698,7 @@ int main(void) {
     TEST_RUN(test_rope);
     TEST_RUN(test_attention);
     TEST_RUN(test_swiglu_add);
+    TEST_RUN(test_flush_subnormals);
     TEST_RUN(test_embed);
     TEST_EXIT();
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 void cpu_add_bias(ci_backend *be, float *y, const float *bias, int n, int width) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int t = 0; t < n; t++)
         for (int i = 0; i < width; i++) y[(size_t)t * width + i] += bias[i];
@@ -39,6 +40,7 @@ static void conv_span(float *y_all, const float *bcx, float *win, int D, int K, 
 
 void cpu_shortconv(ci_backend *be, float *y, float *bcx, int n, int dim, int K, const float *taps,
                    const float *in_bias, const float *conv_bias, float *state, float *const *states, float *scratch) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     if (in_bias) cpu_add_bias(be, bcx, in_bias, n, 3 * dim);
     if (!states) {

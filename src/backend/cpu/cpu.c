@@ -32,6 +32,10 @@
  * bits decoded alone, batched beside others or prefilled. tests/unit/test_ops.c checks the
  * thread count, tests/unit/test_determinism.c the token count, bit for bit.
  *
+ * Subnormals: every op computes with flush-to-zero and denormals-are-zero (src/core/fpmode.h):
+ * the pool's workers keep both set, each op sets them on the calling thread for its duration
+ * (CI_FP_FLUSH_SCOPE, first line of every op that does arithmetic), so the invariant above
+ * holds with them and the caller's floating-point environment is its own between ops.
  * Memory ops (alloc, upload, download, copy, weight) are host memory and memcpy: buffers
  * are the model's to pass to ops, weights are read where the checkpoint lies. The fused
  * ops (matmul_n, matmul_acc, matmul_swiglu, qk_rope_store) call the ops above in the
@@ -472,6 +476,7 @@ static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (n <= 0 || W->rows <= 0) return;
     if (W->cols <= 0) {
@@ -512,6 +517,7 @@ static void mm_batch_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
+    CI_FP_FLUSH_SCOPE();
     enum { MAXJ = 128 };   /* one pool pass for up to this many jobs */
     cpu_backend *b = cpu(be);
     for (int j0 = 0; j0 < count; j0 += MAXJ) {
@@ -565,6 +571,7 @@ static void norm_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 static void cpu_rmsnorm(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (n <= 0 || dim <= 0) return;
     norm_ctx m = { .k = b->k, .out = out, .x = x, .w = w, .dim = dim, .n = n, .eps = eps };
@@ -614,6 +621,7 @@ static void rope_item(void *c, int64_t t, cpu_slot *slot) {
 
 static void cpu_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
                      const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
+    CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (n <= 0 || n_heads <= 0 || rot_dim < 2) return;
     rope_ctx m = { x, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style };
@@ -724,6 +732,7 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
 
 static void cpu_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                           int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
+    CI_FP_FLUSH_SCOPE();
     attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
 }
 
@@ -741,6 +750,7 @@ static void attention_paged(ci_backend *be, float *out, const float *q, const fl
 static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                               const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride,
                               float scale) {
+    CI_FP_FLUSH_SCOPE();
     (void)max_keys;
     attention_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
 }
@@ -776,9 +786,16 @@ static void ew_run(cpu_backend *b, int op, float *y, const float *x, int64_t cou
     par_for(b, ceil_div(count, EW_CHUNK), ew_item, &e, 1);
 }
 
-static void cpu_swiglu(ci_backend *be, float *g, const float *u, int64_t count) { ew_run(cpu(be), 1, g, u, count); }
-static void cpu_add(ci_backend *be, float *y, const float *x, int64_t count) { ew_run(cpu(be), 0, y, x, count); }
+static void cpu_swiglu(ci_backend *be, float *g, const float *u, int64_t count) {
+    CI_FP_FLUSH_SCOPE();
+    ew_run(cpu(be), 1, g, u, count);
+}
+static void cpu_add(ci_backend *be, float *y, const float *x, int64_t count) {
+    CI_FP_FLUSH_SCOPE();
+    ew_run(cpu(be), 0, y, x, count);
+}
 static void cpu_clamp_gu(ci_backend *be, float *g, float *u, int64_t count, float L) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int64_t i = 0; i < count; i++) {
         if (g[i] > L) g[i] = L;
@@ -804,6 +821,7 @@ static void embed_item(void *c, int64_t t, cpu_slot *slot) {
 }
 
 static void cpu_embed(ci_backend *be, float *out, const ci_mat *E, const int32_t *ids, int n) {
+    CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (n <= 0 || E->cols <= 0) return;
     embed_ctx e = { b->k, b->qk, out, E, ids };
@@ -861,6 +879,7 @@ void cpu_fail(ci_backend *be, const char *msg) {
 
 static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                             const ci_moe *m, int acc) {
+    CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (b->failed) return;
     if (cpu_moe_experts_run(be, &b->moe_tmp, out, x, n, sel, w, m, acc)) {
@@ -882,6 +901,7 @@ static void kv_store_paged(float *cache, int stride, const float *src, int width
 
 static void cpu_kv_store(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
                          const int32_t *pos) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     kv_store_paged(cache, stride, src, width, n, pos, NULL, 0);
 }
@@ -894,6 +914,7 @@ int ci_argmax_f32(const float *x, int count) {
 }
 
 static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     out[0] = ci_argmax_f32(x, count);
 }
@@ -901,10 +922,12 @@ static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) 
 /* ---- fused ops: the unfused sequences, so the bits are theirs ------------------------- */
 
 static void cpu_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
+    CI_FP_FLUSH_SCOPE();
     for (int i = 0; i < count; i++) cpu_matmul(be, ys[i], x, n, Ws[i]);
 }
 
 static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp) {
+    CI_FP_FLUSH_SCOPE();
     cpu_matmul(be, tmp, x, n, W);
     cpu_add(be, y, tmp, (int64_t)n * W->rows);
     poison(be, tmp, (size_t)n * (size_t)W->rows);
@@ -912,6 +935,7 @@ static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, cons
 
 static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                               const ci_mat *Wu) {
+    CI_FP_FLUSH_SCOPE();
     cpu_matmul(be, g, x, n, Wg);
     cpu_matmul(be, u, x, n, Wu);
     cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
@@ -920,6 +944,7 @@ static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x
 
 static void cpu_norm_matmul_n(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, int count,
                               float *const *ys, int n, const ci_mat *const *Ws) {
+    CI_FP_FLUSH_SCOPE();
     cpu_rmsnorm(be, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
     cpu_matmul_n(be, count, ys, xn, n, Ws);
     poison(be, xn, (size_t)n * (size_t)Ws[0]->cols);
@@ -927,6 +952,7 @@ static void cpu_norm_matmul_n(ci_backend *be, float *xn, const float *x, const f
 
 static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, const float *norm_w, float eps, float *g,
                                    float *u, int n, const ci_mat *Wg, const ci_mat *Wu) {
+    CI_FP_FLUSH_SCOPE();
     cpu_rmsnorm(be, xn, x, norm_w, n, (int)Wg->cols, eps);
     cpu_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
     poison(be, xn, (size_t)n * (size_t)Wg->cols);
@@ -934,6 +960,7 @@ static void cpu_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, co
 
 static void cpu_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float *x, const float *norm_w, float eps,
                                  int n, const ci_mat *W) {
+    CI_FP_FLUSH_SCOPE();
     cpu_rmsnorm(be, xn, x, norm_w, n, (int)W->cols, eps);
     cpu_matmul(be, y, xn, n, W);
 }
@@ -954,6 +981,7 @@ static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v
                               const float *q_norm, const float *k_norm, float eps, int rot_dim, const int32_t *pos,
                               const float *inv_freq, float mscale, ci_rope_style style, float *kc, float *vc,
                               int kv_stride) {
+    CI_FP_FLUSH_SCOPE();
     qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
                         kc, vc, kv_stride, NULL, 0);
 }
@@ -965,6 +993,7 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
                             const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
                             float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
                             float scale) {
+    CI_FP_FLUSH_SCOPE();
     (void)max_keys;
     const size_t QD = (size_t)n_heads * hd, KD = (size_t)n_kv * hd;
     if (!kv_tab && !(pages && pages->per_row)) {
@@ -1095,6 +1124,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.name = k->name;
     b->base.pool = ci_pool_new(n_threads);
     if (!b->base.pool) goto fail;
+    ci_pool_set_flush(b->base.pool, 1);   /* the workers' half of fpmode.h; each op's CI_FP_FLUSH_SCOPE the caller's */
     b->n_slots = ci_pool_size(b->base.pool);
     b->base.n_threads = b->n_slots;
     const char *pz = getenv("CINFER_CPU_POISON_SCRATCH");

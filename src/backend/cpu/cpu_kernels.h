@@ -24,6 +24,7 @@
 #ifndef CI_CPU_KERNELS_H
 #define CI_CPU_KERNELS_H
 #include "../backend.h"
+#include "../../core/fpmode.h"   /* CI_FP_FLUSH_SCOPE: every op computes with FTZ + DAZ */
 #include <stdint.h>
 
 #define CPU_TILE_T 4    /* token rows per tile */

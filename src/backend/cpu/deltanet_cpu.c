@@ -350,6 +350,7 @@ static void rows_task(void *vc, int i) {
 
 void cpu_deltanet(ci_backend *be, float *z, float *mix, float *b, float *a, int n, const ci_deltanet *L, float *S,
                   float *const *states, int tab_step, int recurrent, float *scratch) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     const int hv = L->hv, dk = L->dk, dv = L->dv;
     dn_work w, *s = &w;
@@ -427,6 +428,7 @@ static void conv_span(ci_backend *be, float *y_all, const float *x, float *ext, 
 
 void cpu_causal_conv(ci_backend *be, float *y, const float *x, int n, int dim, int K, const float *taps, float *state,
                      float *const *states, int tab_step, float *scratch) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     if (!states) {
         conv_span(be, y, x, scratch, dim, K, taps, state, 0, n);
@@ -437,6 +439,7 @@ void cpu_causal_conv(ci_backend *be, float *y, const float *x, int n, int dim, i
 
 void cpu_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *a, const float *qkvz, const float *ba,
                          int n, const ci_deltanet *L) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     const int hk = L->hk, hv = L->hv, dk = L->dk, dv = L->dv, r = hv / hk;
     const int KD = hk * dk, VD = hv * dv, C = conv_dim(L), PW = 2 * KD + 2 * VD, gw = 2 * dk + 2 * r * dv;
@@ -458,6 +461,7 @@ void cpu_deltanet_unfuse(ci_backend *be, float *mix, float *z, float *b, float *
 }
 
 void cpu_split_halves(ci_backend *be, float *lo, float *hi, const float *x, int rows, int width) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int r = 0; r < rows; r++) {
         const float *src = x + (size_t)r * 2 * width;
@@ -467,11 +471,13 @@ void cpu_split_halves(ci_backend *be, float *lo, float *hi, const float *x, int 
 }
 
 void cpu_sigmoid_mul(ci_backend *be, float *y, const float *g, int64_t count) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int64_t i = 0; i < count; i++) y[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
 void cpu_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const float *g, int n, int width) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int t = 0; t < n; t++) {
         float gw = g ? 1.0f / (1.0f + expf(-g[t])) : 1.0f;

@@ -138,6 +138,7 @@ static void conv_shift(float *state, const float *in, int stride, int C, int K, 
 
 void cpu_mamba_conv(ci_backend *be, float *xbc, const float *in, int in_stride, int n, int dim, int K,
                     const float *taps, const float *bias, float *state, float *const *states) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     const int blocks = (dim + CONV_BLOCK - 1) / CONV_BLOCK;
     if (!states) {
@@ -357,6 +358,7 @@ static void scan_chunked(const scan_ws *w, float *S, int n) {
 
 void cpu_ssd_scan(ci_backend *be, float *y, const float *xbc, int xbc_stride, const float *dt, int dt_stride, int n,
                   const ci_ssd *s, float *state, float *const *states, int chunked, float *scratch) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     scan_ws w = { .be = be, .s = s, .xbc = xbc, .CD = xbc_stride, .y = y };
     carve(&w, scratch, n);
@@ -403,12 +405,14 @@ static void norm_rows(void *vctx, int blk) {
 
 void cpu_gated_rmsnorm(ci_backend *be, float *y, const float *z, int z_stride, const float *w, int n, int dim,
                        int group, float eps) {
+    CI_FP_FLUSH_SCOPE();
     if (n <= 0) return;
     norm_ctx nc = { y, z, w, z_stride, n, dim, group, eps };
     par(be, norm_rows, &nc, (n + NORM_ROWS - 1) / NORM_ROWS);
 }
 
 void cpu_relu2(ci_backend *be, float *g, int64_t count) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int64_t i = 0; i < count; i++) {
         float v = g[i] > 0.0f ? g[i] : 0.0f;

@@ -47,11 +47,13 @@ oom:
 
 void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float *w, int n, int dim, int stride,
                          float eps) {
+    CI_FP_FLUSH_SCOPE();
     for (int t = 0; t < n; t++) be->rmsnorm(be, out + (size_t)t * stride, x + (size_t)t * stride, w, 1, dim, eps);
 }
 
 void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
                   int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
+    CI_FP_FLUSH_SCOPE();
     const int latw = kv_lora + rope;
     cpu_rmsnorm_strided(be, lat, lat, kv_norm, n, kv_lora, latw, eps);
     be->rope(be, lat, n, 1, latw, kv_lora, rope, pos, inv_freq, mscale, style);
@@ -60,6 +62,7 @@ void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, fl
 
 void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
                    double eps) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int t = 0; t < n; t++) {
         const float *r = x + (size_t)t * dim;
@@ -76,6 +79,7 @@ void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, c
 
 void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
                       const ci_mat *w_uk) {
+    CI_FP_FLUSH_SCOPE();
     const int qd = nope + rope, lat = kv_lora + rope;
     float *tin = tmp_get(be, T_IN, (size_t)n * nope * sizeof(float));
     float *tout = tmp_get(be, T_OUT, (size_t)n * kv_lora * sizeof(float));
@@ -94,6 +98,7 @@ void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_
 
 void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
                        const ci_mat *w_uv) {
+    CI_FP_FLUSH_SCOPE();
     float *tin = tmp_get(be, T_IN, (size_t)n * kv_lora * sizeof(float));
     float *tout = tmp_get(be, T_OUT, (size_t)n * v * sizeof(float));
     if (!tin || !tout || cpu_failed(be)) return;
@@ -108,6 +113,7 @@ void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n
 
 void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
                       const int32_t *pos) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int t = 0; t < n; t++)
         memcpy(tab[(size_t)t * tab_step] + (size_t)pos[t] * stride, src + (size_t)t * width, (size_t)width * sizeof(float));
@@ -115,6 +121,7 @@ void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int strid
 
 void cpu_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
                     int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+    CI_FP_FLUSH_SCOPE();
     if (!tab) {
         be->attention_pos(be, out, qcat, cache, cache, n, pos, max_keys, n_heads, 1, lat, lat, scale);
         return;
@@ -191,6 +198,7 @@ static void sparse_row(ci_backend *be, float *out, const float *qcat, const floa
 void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                     float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
                     const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+    CI_FP_FLUSH_SCOPE();
     const size_t QD = (size_t)n_heads * lat;
     for (int t = 0; t < n; t++) {
         const float *lc = tab ? tab[2 * (size_t)t] : lat_cache, *kc = tab ? tab[2 * (size_t)t + 1] : key_cache;

@@ -87,6 +87,7 @@ weights:;
 
 void cpu_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
                    const ci_moe *m) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     const int K = m->top_k;
     for (int t = 0; t < n; t++) {

@@ -84,6 +84,7 @@ const cpu_qkernels cpu_qkernels_scalar = { .mat_tile = mat_tile, .row_f32 = row_
  * matmul with the stored [cols, rows] matrix; a quantized W is dequantized one row at a
  * time and added into every token's output (MLA's per-head W_UK: small matrices). */
 void cpu_matmul_xw_any(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    CI_FP_FLUSH_SCOPE();
     if (W->dtype != CI_U32) {
         cpu_matmul_xw(be, y, x, n, W);
         return;

@@ -12,6 +12,7 @@
 static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 void cpu_hc_spread(ci_backend *be, float *X, const float *x, int n, int hc, int dim) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     for (int t = 0; t < n; t++)
         for (int j = 0; j < hc; j++)
@@ -29,6 +30,7 @@ static void collapse_row(const float *pre, const float *xs, int C, int D, float 
 
 void cpu_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
                 int iters, float eps, float norm_eps, const float *scale, const float *base) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     const int C = hc, D = dim, F = hc * dim, M = post ? (2 + C) * C : C;
     for (int t = 0; t < n; t++) {   /* mix scaled by each row's rsqrt(mean(flat²) + eps) */
@@ -80,6 +82,7 @@ void cpu_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, 
 
 void cpu_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim,
                  float *tmp) {
+    CI_FP_FLUSH_SCOPE();
     (void)be;
     const int C = hc, D = dim;
     for (int t = 0; t < n; t++) {
@@ -140,6 +143,7 @@ static void emit(ci_backend *be, const ci_v4cmp *c, float *st, int w) {
 
 void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab_step, const float *kv,
                      const float *gate, int n, const int32_t *pos, const ci_v4cmp *c) {
+    CI_FP_FLUSH_SCOPE();
     const int R = c->ratio, m = (1 + c->overlap) * c->d;
     for (int t = 0; t < n; t++) {
         float *st = states ? states[(size_t)t * tab_step] : state;
@@ -155,6 +159,7 @@ void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab
 void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
                   float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
                   int sel_stride, int max_entries, float *scratch) {
+    CI_FP_FLUSH_SCOPE();
     (void)max_entries;
     const int Di = c->d;
     const float ks = 1.0f / sqrtf((float)Di), ws = 1.0f / sqrtf((float)ih);
@@ -227,6 +232,7 @@ void cpu_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, 
                    int ring_rows, int window, const float *cstate, float *const *tab, int tab_step, const ci_v4cmp *c,
                    const int32_t *sel, const int32_t *nsel, int sel_stride, const float *sinks, int n_heads, int D,
                    int rot_dim, const float *inv_freq, float mscale, float *kbuf, float *sc) {
+    CI_FP_FLUSH_SCOPE();
     const int HD = n_heads * D;
     for (int t = 0; t < n; t++) {   /* every row's key into its ring before any row attends */
         float *rg = tab ? tab[(size_t)t * tab_step] : ring;
@@ -267,6 +273,7 @@ void cpu_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, 
 
 void cpu_matmul_groups(ci_backend *be, float *y, const float *x, int n, int groups, const ci_mat *W, float *xg,
                        float *yg) {
+    CI_FP_FLUSH_SCOPE();
     const int GI = (int)W[0].cols, OL = (int)W[0].rows;
     for (int g = 0; g < groups; g++) {
         for (int t = 0; t < n; t++)
