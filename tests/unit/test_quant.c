@@ -1308,6 +1308,43 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
     return 0;
 }
 
+/* Prefill GEMM speed: affine 4- and 8-bit g64 [R x C] by n token rows, the f32 path and the
+ * int16-activation path of one kernel set, GFLOP/s (2 R C n per matmul; the best of 5 runs of
+ * >= 0.3 s each, so a busy neighbour shows as spread rather than as the number). */
+static int bench_gemm(int64_t R, int64_t C, int n, int threads, ci_isa isa) {
+    ci_backend *be[2] = { ci_backend_cpu_new(threads, isa), ci_backend_cpu_new(threads, isa) };
+    if (!be[0] || !be[1] || !ci_backend_cpu_int16_act(be[1])) {
+        fprintf(stderr, "test_quant --bench-gemm: no int16-activation kernels for this ISA\n");
+        return 1;
+    }
+    bench_cpu_clock = be[0]->n_threads == 1;
+    float *x = malloc((size_t)(n * C) * sizeof(float)), *y = malloc((size_t)(n * R) * sizeof(float));
+    for (int64_t i = 0; i < n * C; i++) x[i] = rnd(-1, 1);
+    for (int bits = 4; bits <= 8; bits += 4) {
+        qmat Q;
+        qmat_make(&Q, CI_Q_AFFINE, bits, 64, CI_BF16, R, C, 0);
+        for (int p = 0; p < 2; p++) {
+            double best = 0;
+            for (int rep = 0; rep < 5; rep++) {
+                int k = 0;
+                double t0 = now_s(), t;
+                do { be[p]->matmul(be[p], y, x, n, &Q.m); k++; } while ((t = now_s() - t0) < 0.3);
+                double g = 2.0 * (double)R * (double)C * n * k / t / 1e9;
+                if (g > best) best = g;
+            }
+            printf("bench-gemm %s threads=%d (%s time) %d-bit g64 [%lld x %lld] n=%d %s: %.1f GFLOP/s\n", be[p]->name,
+                   be[p]->n_threads, bench_cpu_clock ? "CPU" : "wall", bits, (long long)R, (long long)C, n,
+                   p ? "int16" : "f32", best);
+        }
+        qmat_free(&Q);
+    }
+    free(x);
+    free(y);
+    be[0]->free(be[0]);
+    be[1]->free(be[1]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     find_isas();
     if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16]] */
@@ -1315,6 +1352,11 @@ int main(int argc, char **argv) {
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
                      !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strncmp(in, "avx2", 4) ? CI_ISA_AVX2 : CI_ISA_AVX512,
                      strstr(in, "-int16") != NULL);
+    }
+    if (argc > 4 && !strcmp(argv[1], "--bench-gemm")) {   /* --bench-gemm rows cols n [threads [avx2|avx512]] */
+        const char *in = argc > 6 ? argv[6] : "";
+        return bench_gemm(atoll(argv[2]), atoll(argv[3]), atoi(argv[4]), argc > 5 ? atoi(argv[5]) : 1,
+                          !*in ? CI_ISA_AUTO : !strcmp(in, "avx2") ? CI_ISA_AVX2 : CI_ISA_AVX512);
     }
     TEST_RUN(test_matmul_all);
     TEST_RUN(test_embed_get);

@@ -237,13 +237,28 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 /* Int16 activations (m->i16): every token count alike, so a token's bits do not depend on its
- * batch. An item is a range of rows; each 4-row tile runs over all token rows, 4 at a time,
- * its codes read from memory once and from L1 for the later token groups. */
+ * batch. An item is a range of rows. Decode (n <= CPU_TILE_T, or a set without gemm): each
+ * 4-row tile runs over all token rows, 4 at a time, its codes read from memory once and from
+ * L1 for the later token groups. Prefill (gemm): the item's rows in blocks of I16_BLOCK_BYTES
+ * of codes (they stay in L2), each block run by gemm for every group of 4 token rows (whose
+ * prepared x stays in L1); gemm gives the bits tile gives. */
+#define I16_BLOCK_BYTES (128 << 10)
 static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
     (void)slot;
     mm_ctx *m = c;
     int64_t rows = m->W->rows;
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
+    if (m->n > CPU_TILE_T && m->i16->gemm) {
+        const int64_t rbytes = m->W->cols * ((const ci_qdesc *)m->W->scale)->bits / 8;
+        const int64_t blk = rbytes >= I16_BLOCK_BYTES ? 1 : I16_BLOCK_BYTES / rbytes;
+        for (int64_t b0 = r0; b0 < r1; b0 += blk)
+            for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
+                int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
+                m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s, m->y + (int64_t)t0 * rows,
+                             rows);
+            }
+        return;
+    }
     float out[CPU_TILE_T * CPU_TILE_R];
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);

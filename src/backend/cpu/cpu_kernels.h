@@ -113,12 +113,15 @@ typedef struct {
 /* Int16 activations for MLX affine 4- and 8-bit W (opt-in: ci_backend_cpu_int16_act; what it
  * computes is stated in quant_i16_avx512.c). ok(W) says whether W is a format it takes; each
  * token row of x is prepared once per matmul (prep: stride(W) bytes, at a 64-byte-aligned
- * address) and tile dots T <= 4 prepared rows (row stride xs bytes) with 4 rows of W. */
+ * address) and tile dots T <= 4 prepared rows (row stride xs bytes) with 4 rows of W.
+ * gemm (prefill) dots the same T <= 4 prepared rows with rows [r0, r1) of W, one row after
+ * another, writing y[t * ys + r]: the same bits as tile gives each (row, token). */
 typedef struct {
     int (*ok)(const ci_mat *W);
     int64_t (*stride)(const ci_mat *W);
     void (*prep)(const ci_mat *W, const float *x, uint8_t *xq);
     void (*tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const uint8_t *xq, int64_t xs, float *out);
+    void (*gemm)(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y, int64_t ys);
 } cpu_i16kernels;
 
 /* One matmul of cpu_matmul_batch: y[n, W.rows] = x[n, W.cols] · Wᵀ. */
