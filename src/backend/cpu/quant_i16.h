@@ -53,10 +53,11 @@ static int i16_ok(const ci_mat *W) {
 
 static int64_t i16_stride(const ci_mat *W) { return i16_lay(W).stride; }
 
-/* Where column j's word lies: column o of its chunk is word o / nv of vector o % nv. */
-static inline int64_t xpos(int64_t j, int64_t cw) {
-    int64_t k = j & ~(cw - 1), o = j - k, nv = cw / (2 * I16_LANES);
-    return k + (o % nv) * (2 * I16_LANES) + o / nv;
+/* Where column j's word lies: column o of its chunk is word o / nv of vector o % nv (nv = 4
+ * or 2 vectors a chunk, lnv its log2: shifts, not divisions, for every column of a prep). */
+static inline int64_t xpos(int64_t j, int64_t cw, int lnv) {
+    int64_t k = j & ~(cw - 1), o = j - k;
+    return k + (o & ((1 << lnv) - 1)) * (2 * I16_LANES) + (o >> lnv);
 }
 
 /* One token row x (W->cols floats) into its prepared form at xq (stride bytes). Groups
@@ -65,6 +66,7 @@ static inline int64_t xpos(int64_t j, int64_t cw) {
 static TGT void i16_prep(const ci_mat *W, const float *x, uint8_t *xq) {
     const i16_layout l = i16_lay(W);
     const int64_t cols = W->cols, G = q_desc(W)->group, lpb = 32 * I16_LANES / l.cw;   /* lanes a block */
+    const int lnv = q_desc(W)->bits == 4 ? 2 : 1;   /* log2 of the vectors a chunk: cw / (2 I16_LANES) */
     int16_t *xb = (int16_t *)xq;
     float *dl = (float *)(xq + 2 * l.cp), *xg = dl + I16_LANES * l.nch;
     memset(xq, 0, (size_t)l.stride);
@@ -73,7 +75,7 @@ static TGT void i16_prep(const ci_mat *W, const float *x, uint8_t *xq) {
         int32_t q[32], is = 0;
         const float d = i16_block(x + c0, q);
         for (int j = 0; j < 32; j++) {
-            xb[xpos(c0 + j, l.cw)] = (int16_t)q[j];
+            xb[xpos(c0 + j, l.cw, lnv)] = (int16_t)q[j];
             is += q[j];
         }
         const int64_t ch = c0 / l.cw, i0 = (c0 % l.cw) / 32 * lpb;
