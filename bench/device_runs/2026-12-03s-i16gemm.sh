@@ -2,8 +2,13 @@
 # Issue #15 (2026-12-03, CPU session on an AVX2-only Zen 4 guest): the int16 prefill GEMM's
 # AVX-512 VNNI kernel checked and measured on the GPU box's Xeon, one device call from the
 # repository root with carry [".cpux"], where .cpux/bundle.tar.xz (ignored, never committed)
-# holds new/ (this session's build: cinfer and five test binaries), old/ (the same commit with
+# holds new/ (this session's build: cinfer and five test binaries), old/ (898c1b1 with
 # mm_i16_item's gemm branch disabled: the int16 tile path as before) and lib/ (ldd's libraries).
+# The device copies the main checkout's tree, not a worktree's: this script and the bundle were
+# placed in /work/main/.cpux/ (run.sh) and run as `PART=... bash .cpux/run.sh`. Runs: PART=tests
+# with new = the one-row AVX-512 kernel (16:13 UTC), again with new = dd0c7c3 (16:42, with
+# TESTS="test_determinism test_parity test_quant" and four SHAPES), then PART=model THREADS="16 4"
+# (16:45) and its loop inline with new first (16:46).
 # PART=tests: the CPU test binaries of new/ (the AVX-512 and AVX-512 VNNI kernels run here) and
 # test_quant --bench-gemm, old and new alternating, one thread (CPU time).
 # PART=model: the Qwen3-30B-A3B-dims mlx 4-bit model (4 layers, made here), prefill 128 / decode 16
