@@ -330,9 +330,11 @@ static void int16_act_on(ci_backend *be, ci_backend *f32) {
 }
 
 /* An MoE decode step on an int16 backend (one token: every expert's gate and up share one
- * prepared x; 2..4 tokens: each expert's own rows) gives the rows of a 9-token call. */
+ * prepared x; 2..4 tokens: each expert's own rows) gives the rows of a 23-token call (a
+ * prefill, which an int16 backend also runs as one batch of every expert's matmuls, most of
+ * them with more than 4 token rows: the gemm path, gate and up sharing their prepared x). */
 static void int16_moe_rows(ci_backend *be) {
-    enum { E = 5, K = 2, X = 128, I = 64, N = 9 };
+    enum { E = 5, K = 2, X = 128, I = 64, N = 23 };
     wmat w[3][E];
     ci_mat mg[E], mu[E], md[E];
     for (int e = 0; e < E; e++) {
@@ -351,7 +353,7 @@ static void int16_moe_rows(ci_backend *be) {
         int nn = N - t0 < n ? N - t0 : n;
         be->moe_experts(be, part + t0 * X, x + t0 * X, nn, sel + t0 * K, wt + t0 * K, &m, 0);
     }
-    CHECK(memcmp(all, part, sizeof all) == 0, "%s: MoE decode-step rows differ from the 9-token call", be->name);
+    CHECK(memcmp(all, part, sizeof all) == 0, "%s: MoE decode-step rows differ from the %d-token call", be->name, N);
     for (int e = 0; e < E; e++) { wmat_free(&w[0][e]); wmat_free(&w[1][e]); wmat_free(&w[2][e]); }
 }
 

@@ -531,6 +531,11 @@ static void mm_batch_item(void *c, int64_t it, cpu_slot *slot) {
     mm_rows_item(&bt->m[j], it - bt->first[j], slot);
 }
 
+int cpu_i16_takes(ci_backend *be, const ci_mat *W) {
+    const cpu_backend *b = cpu(be);
+    return b->i16 && W->cols > 0 && b->i16->ok(W);
+}
+
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
     CI_FP_FLUSH_SCOPE();
     enum { MAXJ = 128 };   /* one pool pass for up to this many jobs */
@@ -542,8 +547,8 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
         first[0] = 0;
         for (int j = j0; j < count && j < j0 + MAXJ; j++) {
             const cpu_mm_job *q = &jobs[j];
-            if (q->n <= 0 || q->W->rows <= 0 || q->W->cols <= 0 || q->n > CPU_TILE_T) {
-                cpu_matmul(be, q->y, q->x, q->n, q->W);   /* empty, or a prefill: alone */
+            if (q->n <= 0 || q->W->rows <= 0 || q->W->cols <= 0 || (q->n > CPU_TILE_T && !cpu_i16_takes(be, q->W))) {
+                cpu_matmul(be, q->y, q->x, q->n, q->W);   /* empty, or a prefill by blocks: alone */
                 continue;
             }
             m[nj] = (mm_ctx){ .k = b->k, .qk = b->qk, .y = q->y, .x = q->x, .n = q->n, .W = q->W };

@@ -136,6 +136,9 @@ typedef struct {
  * of at most CPU_TILE_T token rows (or int16-activation W) in one pass of the thread pool, so
  * an MoE decode step wakes the pool once for all its experts' gate and up, once for the downs. */
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count);
+/* Whether be's int16-activation kernels take W: its matmuls are row items for any token count
+ * (cpu_matmul_batch puts them in its pool pass whatever their n). */
+int cpu_i16_takes(ci_backend *be, const ci_mat *W);
 
 extern const cpu_qkernels cpu_qkernels_scalar;
 #if defined(__x86_64__)

@@ -3,9 +3,10 @@
  * Routing is a loop per token (a few hundred experts at most); the experts group the
  * (token, slot) entries by expert with a counting sort and run each active expert as one
  * batched matmul over its tokens through the backend's own matmul / swiglu, adding into the
- * output in expert order. A decode step (at most CPU_TILE_T tokens) hands all active experts'
- * gate and up matmuls to the pool at once, then all their downs (cpu_matmul_batch): the same
- * products, two pool passes instead of three per expert. Scratch grows on demand and lives
+ * output in expert order. A decode step (at most CPU_TILE_T tokens), and a prefill on an int16
+ * backend (as_step), hands all active experts' gate and up matmuls to the pool at once, then
+ * all their downs (cpu_matmul_batch): the same products, two pool passes instead of three per
+ * expert. Scratch grows on demand and lives
  * with the backend. */
 #include "cpu_kernels.h"
 #include <math.h>
@@ -142,8 +143,20 @@ static int grow(size_t *cap, size_t want, size_t elem, void **ps[], int count) {
     return 0;
 }
 
-static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n) {
-    const size_t r = n <= CPU_TILE_T ? (size_t)n * m->top_k : (size_t)n;
+/* Whether the experts of an n-token call run as a decode step's (experts_decode: every active
+ * expert's gate and up in one pool pass, then every down): a decode step, and a prefill on an
+ * int16 backend, whose matmuls are row items for any token count (cpu_i16_takes), up to
+ * MOE_BATCH_BYTES of hidden-width rows (n·K of them) a scratch array. The products and the
+ * order of the sums are those of the expert-by-expert loop, so the bits are too. */
+#define MOE_BATCH_BYTES ((size_t)16 << 20)
+static int as_step(ci_backend *be, const ci_moe *m, int n) {
+    if (n <= CPU_TILE_T) return 1;
+    return (size_t)n * (size_t)m->top_k * (size_t)m->hidden * sizeof(float) <= MOE_BATCH_BYTES &&
+           cpu_i16_takes(be, &m->w_up[0]) && cpu_i16_takes(be, &m->w_down[0]);
+}
+
+static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n, int step) {
+    const size_t r = step ? (size_t)n * m->top_k : (size_t)n;
     moe_tmp *s = *slot;
     if (!s && !(s = *slot = calloc(1, sizeof *s))) return NULL;
     void **e[] = { (void **)&s->count, (void **)&s->offset }, **nk[] = { (void **)&s->tok, (void **)&s->tw };
@@ -213,7 +226,8 @@ static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *
 int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *dst, const float *x, int n, const int32_t *sel,
                         const float *w, const ci_moe *m, int acc) {
     const int E = m->n_experts, K = m->top_k, X = m->hidden, I = m->inter;
-    moe_tmp *s = moe_tmp_get(tmp_slot, m, n);
+    const int step = as_step(be, m, n);
+    moe_tmp *s = moe_tmp_get(tmp_slot, m, n, step);
     if (!s) return -1;
     float *out = acc ? s->res : dst;   /* acc: the sum is finished apart, then added */
     /* group the (token, slot) entries by expert: counting sort */
@@ -229,7 +243,7 @@ int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *dst, const float
             s->tw[at] = w[t * K + k];
         }
     memset(out, 0, (size_t)n * X * sizeof(float));
-    if (n <= CPU_TILE_T) {
+    if (step) {
         experts_decode(be, s, out, x, n, m);
         if (acc) be->add(be, dst, out, (int64_t)n * X);
         return 0;   /* a matmul that failed has set the status itself */
