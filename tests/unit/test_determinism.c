@@ -127,7 +127,8 @@ static void make_w(wmat *w, kind k, int64_t rows, int64_t cols) {
 enum { NMAX = 64 };
 
 static void check_kind(ci_backend *be, const char *isa, kind k, int64_t rows, int64_t cols) {
-    static const int ns[] = { 1, 2, 3, 4, 5, 6, 7, 17, NMAX };   /* 5..7: int16 prefill (gemm) with 1..3 tokens in its last group */
+    /* 5..7: an int16 prefill (gemm) with 1..3 tokens in its last group of 4 */
+    static const int ns[] = { 1, 2, 3, 4, 5, 6, 7, 17, NMAX };
     wmat w;
     make_w(&w, k, rows, cols);
     float *x = malloc((size_t)(NMAX * cols) * sizeof(float));

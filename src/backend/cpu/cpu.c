@@ -250,12 +250,13 @@ static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
     if (m->n > CPU_TILE_T && m->i16->gemm) {
         const int64_t rbytes = m->W->cols * ((const ci_qdesc *)m->W->scale)->bits / 8;
-        const int64_t blk = rbytes * 2 * CPU_TILE_R > I16_BLOCK_BYTES ? CPU_TILE_R : I16_BLOCK_BYTES / rbytes / CPU_TILE_R * CPU_TILE_R;   /* whole 4-row tiles */
+        const int64_t per = I16_BLOCK_BYTES / rbytes / CPU_TILE_R * CPU_TILE_R;   /* whole 4-row tiles */
+        const int64_t blk = per > CPU_TILE_R ? per : CPU_TILE_R;
         for (int64_t b0 = r0; b0 < r1; b0 += blk)
             for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
                 int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
-                m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s, m->y + (int64_t)t0 * rows,
-                             rows);
+                m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s,
+                             m->y + (int64_t)t0 * rows, rows);
             }
         return;
     }

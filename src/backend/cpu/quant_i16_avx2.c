@@ -189,7 +189,8 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
             if (nb >= 32) {
                 v = _mm256_loadu_si256((const __m256i *)(wr + k * BITS / 8));
             } else {
-                const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb / 4)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb / 4)),
+                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
                 v = _mm256_maskload_epi32((const int *)(wr + k * BITS / 8), km);
             }
             __builtin_prefetch(wr + rb + k * BITS / 8, 0, 3);   /* the next row of the block, same place */
@@ -215,7 +216,8 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
                     is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(x + 32))));
                     is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(x + 48))));
                 }
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(s, _mm256_load_ps(dp[t] + I16_LANES * ch)), acc[t]);
+                const __m256 sd = _mm256_mul_ps(s, _mm256_load_ps(dp[t] + I16_LANES * ch));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sd, acc[t]);
             }
         }
     }
@@ -223,8 +225,10 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
 }
 
 #define I16_ROWS(BITS) for (int64_t r = r0; r < r1; r++) switch (T) { \
-    case 1: i16_row_T(1, BITS, W, r, xq, xs, y + r, ys); break; case 2: i16_row_T(2, BITS, W, r, xq, xs, y + r, ys); break; \
-    case 3: i16_row_T(3, BITS, W, r, xq, xs, y + r, ys); break; default: i16_row_T(4, BITS, W, r, xq, xs, y + r, ys); }
+    case 1: i16_row_T(1, BITS, W, r, xq, xs, y + r, ys); break; \
+    case 2: i16_row_T(2, BITS, W, r, xq, xs, y + r, ys); break; \
+    case 3: i16_row_T(3, BITS, W, r, xq, xs, y + r, ys); break; \
+    default: i16_row_T(4, BITS, W, r, xq, xs, y + r, ys); }
 static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                          int64_t ys) {
     if (q_desc(W)->bits == 4) { I16_ROWS(4); } else { I16_ROWS(8); }

@@ -155,7 +155,8 @@ static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const u
                          int64_t ys) {
     float out[16];
     for (int64_t r = r0; r < r1; r += 4) {
-        const int64_t rows[4] = { r, r + 1 < r1 ? r + 1 : r1 - 1, r + 2 < r1 ? r + 2 : r1 - 1, r + 3 < r1 ? r + 3 : r1 - 1 };
+        int64_t rows[4];   /* past r1: the last row again, its results dropped (as tile_rows) */
+        for (int i = 0; i < 4; i++) rows[i] = r + i < r1 ? r + i : r1 - 1;
         const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
         i16_tile(W, rows, T, xq, xs, out);
         for (int t = 0; t < T; t++)
@@ -163,8 +164,8 @@ static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const u
     }
 }
 
-const cpu_i16kernels cpu_i16kernels_avx512vnni = { .ok = i16_ok, .stride = i16_stride, .prep = i16_prep, .tile = i16_tile,
-                                                    .gemm = i16_gemm };
+const cpu_i16kernels cpu_i16kernels_avx512vnni = { .ok = i16_ok, .stride = i16_stride, .prep = i16_prep,
+                                                    .tile = i16_tile, .gemm = i16_gemm };
 
 #else
 typedef int cpu_i16kernels_avx512_unused; /* keeps the translation unit non-empty */
