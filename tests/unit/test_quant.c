@@ -18,7 +18,8 @@
  * Qwen's norms shifted by +1, conv weights [C, K, 1]) against their dequantized twins.
  *
  * `test_quant --bench` instead measures a 4-bit and an 8-bit matvec against bf16 (GB/s of
- * weights streamed, all threads). */
+ * weights streamed, all threads); `test_quant --bench-gemm ROWS COLS N [THREADS [avx2|avx512]]`
+ * a prefill matmul of N token rows, the f32 path against int16 activations (GFLOP/s). */
 #include "backend/backend.h"
 #include "check.h"
 #include "cinfer.h"
