@@ -1313,6 +1313,11 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
  * int16-activation path of one kernel set, GFLOP/s (2 R C n per matmul; the best of 5 runs of
  * >= 0.3 s each, so a busy neighbour shows as spread rather than as the number). */
 static int bench_gemm(int64_t R, int64_t C, int n, int threads, ci_isa isa) {
+    if (R <= 0 || C <= 0 || C % 64 || n <= 0 || threads < 0) {
+        fprintf(stderr, "test_quant --bench-gemm: want ROWS > 0, COLS a multiple of 64 (group 64), N > 0; got %lld %lld %d\n",
+                (long long)R, (long long)C, n);
+        return 1;
+    }
     ci_backend *be[2] = { ci_backend_cpu_new(threads, isa), ci_backend_cpu_new(threads, isa) };
     if (!be[0] || !be[1] || !ci_backend_cpu_int16_act(be[1])) {
         fprintf(stderr, "test_quant --bench-gemm: no int16-activation kernels for this ISA\n");
