@@ -121,14 +121,16 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, cons
     const int D = d->D, Hh = d->Hh, R = d->R;
     const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
     const float *inv = L->type == L_SLIDING ? d->inv_main : d->inv_comp;
+    /* q's latent and the shared K = V row: two products of xn (one launch on a device) */
+    float *const qk_y[2] = { c->qr, c->kvn };
+    const ci_mat *const qk_w[2] = { &L->q_a, &L->kv };
+    be->matmul_n(be, 2, qk_y, c->xn, n, qk_w);
     /* q */
-    be->matmul(be, c->qr, c->xn, n, &L->q_a);
     be->rmsnorm(be, c->qr, c->qr, L->q_a_norm, n, d->QL, d->eps);
     be->matmul(be, c->q, c->qr, n, &L->q_b);
     be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
     be->rope(be, c->q, n, Hh, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* the shared K = V row */
-    be->matmul(be, c->kvn, c->xn, n, &L->kv);
+    /* K = V */
     be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
     be->rope(be, c->kvn, n, 1, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* compressed entries for the windows these tokens complete */

@@ -89,8 +89,9 @@ static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, f
             be->matmul(be, s->g, x, n, &m->sh_up);           /* [n, SI] */
             be->relu2(be, s->g, (int64_t)n * SI);
         } else if (m->act_limit > 0) {
-            be->matmul(be, s->g, x, n, &m->sh_gate);         /* [n, SI] */
-            be->matmul(be, s->u, x, n, &m->sh_up);
+            float *const gu[2] = { s->g, s->u };               /* [n, SI] each, one launch on a device */
+            const ci_mat *const gw[2] = { &m->sh_gate, &m->sh_up };
+            be->matmul_n(be, 2, gu, x, n, gw);
             be->clamp_gu(be, s->g, s->u, (int64_t)n * SI, m->act_limit);   /* DeepSeek V4's clamped SwiGLU */
             be->swiglu(be, s->g, s->u, (int64_t)n * SI);
         } else {
