@@ -1,6 +1,7 @@
-/* quant_mma.cu — the dense MLX 4- / 8-bit and fp8 E4M3 GEMVs of 1..8 token rows on tensor
+/* quant_mma.cu — the dense MLX 4- / 8-bit, mxfp4 and fp8 E4M3 GEMVs of 1..8 token rows on tensor
  * cores (quant_mma.cuh says how): quant.cu's qgemv hands them its matmuls, matmul_n and
- * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x); gemv.cu its fp8 ones. */
+ * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x); gemv.cu its fp8 ones;
+ * cuda_backend.cu its matmul_groups of row views of one tensor (cb_qt_groups). */
 #include "quant_mma.cuh"
 
 /* CINFER_CUDA_QMMA (default 1; 0: quant.cu's / quant_moe.cu's f32 qmv kernels, to measure

@@ -1,4 +1,4 @@
-/* quant_mma.cuh — MLX affine 4- and 8-bit GEMVs of 1..8 token rows on tensor cores (decode),
+/* quant_mma.cuh — MLX affine 4- and 8-bit, mxfp4 and fp8 GEMVs of 1..8 token rows on tensor cores (decode),
  * the pieces the dense kernels (quant_mma.cu, for quant.cu's matmuls) and the routed experts'
  * kernels (quant_mma_moe.cu, for quant_moe.cu) share.
  *
@@ -35,8 +35,11 @@
  * 128 x 128 block (DeepSeek's layout; f32 / bf16 / E8M0 scales), BITS = QT_E4M3: laid out as
  * 8-bit codes with groups of 128 columns (a block's width), each byte pair made a half2 by one
  * cvt (E4M3 is exact in f16: 4 exponent bits, 3 mantissa bits), the block's scale applied to
- * the group's sum, no bias: acc += s·(C_hi + C_lo). Everything else stays on quant.cu's /
- * gemv.cu's kernels. CINFER_CUDA_QMMA=0 turns this off (quant_mma.cu). */
+ * the group's sum, no bias: acc += s·(C_hi + C_lo). And mxfp4 (E2M1 codes, an E8M0 scale per 32;
+ * DeepSeek V4's FP4 experts), BITS = QT_E2M1: laid out as 4-bit codes, a pair made a half2 by
+ * placing its bits (qt_pair_e2m1: the values times 2^-14, exact), acc += s·2^14·(C_hi + C_lo).
+ * Everything else stays on quant.cu's / gemv.cu's kernels. CINFER_CUDA_QMMA=0 turns this off
+ * (quant_mma.cu). */
 #ifndef CI_CUDA_QUANT_MMA_CUH
 #define CI_CUDA_QUANT_MMA_CUH
 #include "cuda_internal.h"

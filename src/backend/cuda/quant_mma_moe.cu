@@ -1,4 +1,4 @@
-/* quant_mma_moe.cu — the routed experts' gate+up and down of MLX 4- / 8-bit and fp8 E4M3
+/* quant_mma_moe.cu — the routed experts' gate+up and down of MLX 4- / 8-bit, mxfp4 and fp8 E4M3
  * layers at decode (1..8 token rows) on tensor cores (quant_mma.cuh says how): quant_moe.cu
  * hands them its decode pair, moe.cu its fp8 one. */
 #include "quant_mma.cuh"

@@ -6,7 +6,7 @@
  *   gate_up: a warp per row r of entry p = (t, k)'s expert: h[p, r] = act(gate·x_t, up·x_t)
  *   down:    a warp per output row r of token t: Σ_k w[t, k] · (down_e row r · h[p])
  * (the qmv forms below: a warp per R rows, the default; the two above with CINFER_CUDA_QMV=0);
- * affine 4- and 8-bit layers go to quant_mma_moe.cu's tensor-core pair first (cb_qt_moe).
+ * affine 4- and 8-bit and mxfp4 layers go to quant_mma_moe.cu's tensor-core pair first (cb_qt_moe).
  * Prefill (n > CB_GEMV_MAX_N): gated experts of 4 or 8 bits (affine, mxfp4, mxfp8) whose widths
  * are multiples of 64 go to moe_gemm.cu's grouped GEMM as they are stored: its B loader decodes
  * each tile to f16 (cb_moe_grouped_q; CINFER_CUDA_Q_GEMM=0 turns it off). Other gated or relu²
