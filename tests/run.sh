@@ -14,6 +14,8 @@ count() { # $1 = label; reads the output in $log and the exit status $2
   p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
   grep '^FAIL ' "$log" | sed "s|^|[$1] |"
   grep '^SKIP ' "$log" | sed "s|^|[$1] |"   # a test that could not run here says why (no GPU)
+  # a failing test's other lines (a script's "see above" details, what differed) come along
+  [ "$f" -gt 0 ] && grep -v '^PASS \|^FAIL \|^SKIP ' "$log" | tail -12 | sed "s|^|[$1]   |"
   if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "[$1] FAIL: exited with status $2"; tail -5 "$log" | sed "s|^|[$1]   |"; f=1
   fi
