@@ -44,6 +44,21 @@ static inline TGT __m256 q8p(const ci_qdesc *d, const void *p, int64_t i0, int n
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));   /* bf16 */
 }
 
+/* The 16-bit words of 32 bytes of codes as separate code vectors: 4-bit, c[j] = nibble j of each
+ * word; 8-bit, c[j] = byte j (the tile and the row kernel alike) */
+static inline __attribute__((always_inline)) TGT void i16_unpack(const int BITS, __m256i v, __m256i c[4]) {
+    if (BITS == 4) {
+        const __m256i m4 = _mm256_set1_epi16(0x000f);
+        c[0] = _mm256_and_si256(v, m4);
+        c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), m4);
+        c[3] = _mm256_srli_epi16(v, 12);
+    } else {
+        c[0] = _mm256_and_si256(v, _mm256_set1_epi16(0x00ff));
+        c[1] = _mm256_srli_epi16(v, 8);
+    }
+}
+
 /* T <= 2 token rows (prepared, stride xs bytes) by the 4 rows of W. */
 static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
                                                                  const int64_t rows[4], const uint8_t *xq, int64_t xs,
@@ -67,7 +82,6 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
     __m256 acc[2][4], sv[4] = { 0 };
     I16_UNROLL
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi16(0x000f), m8 = _mm256_set1_epi16(0x00ff);
     int64_t pb = -1;
     for (int64_t ch = 0; ch < l.nch; ch++) {
         const int64_t k = ch << CWL, g = k >> l.lg;
@@ -100,15 +114,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
                                        : _mm256_maskload_epi32((const int *)(wr[r] + k * BITS / 8), km);
             const __m256 s = _mm256_permutevar8x32_ps(sv[r], gsel);
             __m256i c[4];
-            if (BITS == 4) {
-                c[0] = _mm256_and_si256(v, m4);
-                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), m4);
-                c[3] = _mm256_srli_epi16(v, 12);
-            } else {
-                c[0] = _mm256_and_si256(v, m8);
-                c[1] = _mm256_srli_epi16(v, 8);
-            }
+            i16_unpack(BITS, v, c);
             I16_UNROLL
             for (int t = 0; t < T; t++) {
                 const int16_t *xt = (const int16_t *)(xq + t * xs) + k;
@@ -171,7 +177,6 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
         dp[t] = (const float *)(xq + t * xs + 2 * l.cp);
         acc[t] = _mm256_setzero_ps();
     }
-    const __m256i m4 = _mm256_set1_epi16(0x000f), m8 = _mm256_set1_epi16(0x00ff);
     /* window by window (8 groups), so that the inner loop calls nothing (a call would spill
      * every ymm register): its bias term first, then its chunks, as i16_tile_T orders them */
     for (int64_t pb = 0; pb < ng; pb += 8) {
@@ -197,15 +202,7 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
             /* the codes unpacked once (4 registers), then one token's sum at a time: fewer live
              * values than all T sums at once, which GCC spilled */
             __m256i c[4];
-            if (BITS == 4) {
-                c[0] = _mm256_and_si256(v, m4);
-                c[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                c[2] = _mm256_and_si256(_mm256_srli_epi16(v, 8), m4);
-                c[3] = _mm256_srli_epi16(v, 12);
-            } else {
-                c[0] = _mm256_and_si256(v, m8);
-                c[1] = _mm256_srli_epi16(v, 8);
-            }
+            i16_unpack(BITS, v, c);
             const __m256 s = _mm256_permutevar8x32_ps(sv, gsel);
             I16_UNROLL
             for (int t = 0; t < T; t++) {
