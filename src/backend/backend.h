@@ -464,6 +464,12 @@ typedef struct ci_backend {
                    int hc, int dim, int iters, float eps, float norm_eps, const float *scale, const float *base);
     void (*hc_post)(struct ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n,
                     int hc, int dim, float *tmp);
+    /* hc_mix_pre: mix = X · fnᵀ (fn [M, hc·dim], the matmul's bits on the CPU), then hc_pre of it
+     * (same arguments): one op, so a device may take the mix's few long rows in parts over many
+     * blocks with each row's sum of squares in the same pass (v4.cu), not one block a mix row. */
+    void (*hc_mix_pre)(struct ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n,
+                       const ci_mat *fn, int hc, int dim, int iters, float eps, float norm_eps, const float *scale,
+                       const float *base);
     /* v4_compress: n rows' compressor projections kv, gate [n, m·d] enter, in row order, the
      * compressor state of their sequence at positions pos[t]: slot pos % ratio of the
      * window gets kv and gate + ape; the row that completes window w (slot ratio - 1)

@@ -1,10 +1,10 @@
 /* hc.c — see hc.h. */
 #include "hc.h"
 
-/* The mapping's mix is one matmul of the streams; the rest is the backend's hc_pre. */
+/* The mapping's mix is one matmul of the streams, the rest hc_pre: the backend's hc_mix_pre. */
 void hc_collapse(ci_backend *be, const hc_map *h, const float *X, int n, float *mix, float *post, float *comb, float *x) {
-    be->matmul(be, mix, X, n, &h->fn);
-    be->hc_pre(be, x, post, comb, mix, X, n, h->hc, h->dim, h->iters, h->eps, h->norm_eps, h->scale, h->base);
+    be->hc_mix_pre(be, x, post, comb, mix, X, n, &h->fn, h->hc, h->dim, h->iters, h->eps, h->norm_eps, h->scale,
+                   h->base);
 }
 
 void hc_expand(ci_backend *be, const hc_map *h, float *X, const float *y, const float *post, const float *comb, int n,
@@ -13,6 +13,5 @@ void hc_expand(ci_backend *be, const hc_map *h, float *X, const float *y, const 
 }
 
 void hc_head(ci_backend *be, const hc_map *h, const float *X, int n, float *mix, float *x) {
-    be->matmul(be, mix, X, n, &h->fn);
-    be->hc_pre(be, x, NULL, NULL, mix, X, n, h->hc, h->dim, 0, h->eps, h->norm_eps, h->scale, h->base);
+    be->hc_mix_pre(be, x, NULL, NULL, mix, X, n, &h->fn, h->hc, h->dim, 0, h->eps, h->norm_eps, h->scale, h->base);
 }

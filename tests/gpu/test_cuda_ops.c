@@ -2463,6 +2463,47 @@ static void hc_case(int n, int hc, int dim, int head) {
     free(x0); free(X); free(mix); free(x); free(post); free(comb); free(y); free(tmp);
 }
 
+/* hc_mix_pre (the mix's matmul and hc_pre as one op; v4.cu takes rows of up to 8 tokens in parts
+ * over many blocks): x, post and comb against the CPU's matmul then hc_pre, and the scaled mix */
+static void hc_mix_case(int n, int hc, int dim, int head) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda hc_mix_pre n=%d hc=%d dim=%d%s", n, hc, dim, head ? " head" : "");
+    if (!gpu->hc_mix_pre || !want(name)) return;
+    const int M = head ? hc : (2 + hc) * hc, F = hc * dim;
+    const size_t nX = (size_t)n * F, nx = (size_t)n * dim, nm = (size_t)n * M;
+    float *X = xmalloc(nX * 4), *mix = xmalloc(nm * 4), *x = xmalloc(nx * 4), *post = xmalloc((size_t)n * hc * 4),
+          *comb = xmalloc((size_t)n * hc * hc * 4), *fn = keep(xmalloc((size_t)M * F * 4)),
+          *base = keep(xmalloc((size_t)M * 4)), *scale = keep(xmalloc(12));
+    fill(X, nX, 1.f); fill(fn, (size_t)M * F, 0.05f); fill(base, M, 1.f); fill(scale, 3, 0.5f);
+    ci_mat W = { .data = fn, .dtype = CI_F32, .rows = M, .cols = F }, gW = W;
+    gW.data = (void *)g_weight(fn, (size_t)M * F * 4);
+    float *gX = g_put(X, nX * 4), *gmix = g_alloc(nm * 4), *gx = g_alloc(nx * 4), *gpost = g_alloc((size_t)n * hc * 4),
+          *gcomb = g_alloc((size_t)n * hc * hc * 4);
+    const float *gbase = g_weight(base, (size_t)M * 4), *gscale = g_weight(scale, 12);
+    if (!dead) {
+        cpu->hc_mix_pre(cpu, x, head ? NULL : post, head ? NULL : comb, mix, X, n, &W, hc, dim, 20, 1e-6f, 1e-6f, scale,
+                        base);
+        gpu->hc_mix_pre(gpu, gx, head ? NULL : gpost, head ? NULL : gcomb, gmix, gX, n, &gW, hc, dim, 20, 1e-6f, 1e-6f,
+                        gscale, gbase);
+        float *got = xmalloc(nX * 4);
+        g_get(got, gx, nx * 4);
+        errs e = compare(got, x, nx);
+        const float *want_[3] = { mix, post, comb };
+        const float *dev[3] = { gmix, gpost, gcomb };
+        const size_t cnt[3] = { nm, (size_t)n * hc, (size_t)n * hc * hc };
+        for (int k = 0; k < (head ? 1 : 3); k++) {
+            g_get(got, dev[k], cnt[k] * 4);
+            errs e2 = compare(got, want_[k], cnt[k]);
+            if (!(e2.rel <= e.rel)) e.rel = e2.rel;
+            if (!(e2.abs <= e.abs)) e.abs = e2.abs;
+        }
+        report(name, e, B_V4);
+        free(got);
+    }
+    g_free(gX); g_free(gmix); g_free(gx); g_free(gpost); g_free(gcomb);
+    free(X); free(mix); free(x); free(post); free(comb);
+}
+
 /* A compressor (ratio R, width d, overlap) with its CPU and device views. */
 typedef struct { ci_v4cmp c, g; } v4cmp_pair;
 
@@ -2673,6 +2714,10 @@ static void test_v4(void) {
     static const struct { int n, hc, dim, head; } hcs[] = { { 1, 4, 64, 0 }, { 7, 4, 4096, 0 }, { 256, 3, 96, 0 },
                                                             { 5, 4, 4096, 1 }, { 1, 64, 32, 0 } };
     for (size_t c = 0; c < sizeof hcs / sizeof *hcs && !dead; c++) hc_case(hcs[c].n, hcs[c].hc, hcs[c].dim, hcs[c].head);
+    static const struct { int n, hc, dim, head; } hms[] = { { 1, 4, 4096, 0 }, { 3, 4, 4096, 0 }, { 8, 4, 1000, 0 },
+                                                            { 9, 4, 4096, 0 }, { 1, 4, 4096, 1 }, { 2, 3, 97, 0 },
+                                                            { 1, 5, 64, 0 }, { 4, 4, 130, 1 } };
+    for (size_t c = 0; c < sizeof hms / sizeof *hms && !dead; c++) hc_mix_case(hms[c].n, hms[c].hc, hms[c].dim, hms[c].head);
     static const struct { int R, d, overlap, P; } cc[] = { { 4, 64, 1, 50 }, { 8, 32, 0, 77 }, { 128, 512, 0, 300 },
                                                            { 4, 512, 1, 600 }, { 4, 128, 1, 33 } };
     int ncc = quick ? 2 : (int)(sizeof cc / sizeof *cc);

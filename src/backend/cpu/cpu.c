@@ -1213,6 +1213,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.hc_spread = cpu_hc_spread;
     b->base.hc_pre = cpu_hc_pre;
     b->base.hc_post = cpu_hc_post;
+    b->base.hc_mix_pre = cpu_hc_mix_pre;
     b->base.v4_compress = cpu_v4_compress;
     b->base.v4_index = cpu_v4_index;
     b->base.v4_attend = cpu_v4_attend;

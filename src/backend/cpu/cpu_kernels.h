@@ -221,6 +221,9 @@ void cpu_sigmoid_gate_add(ci_backend *be, float *y, const float *x, const float 
 void cpu_hc_spread(ci_backend *be, float *X, const float *x, int n, int hc, int dim);
 void cpu_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
                 int iters, float eps, float norm_eps, const float *scale, const float *base);
+void cpu_hc_mix_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n,
+                    const ci_mat *fn, int hc, int dim, int iters, float eps, float norm_eps, const float *scale,
+                    const float *base);
 void cpu_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim,
                  float *tmp);
 void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab_step, const float *kv,

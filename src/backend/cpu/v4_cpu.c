@@ -80,6 +80,14 @@ void cpu_hc_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, 
     }
 }
 
+/* the matmul, then hc_pre: the bits of the two ops */
+void cpu_hc_mix_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n,
+                    const ci_mat *fn, int hc, int dim, int iters, float eps, float norm_eps, const float *scale,
+                    const float *base) {
+    be->matmul(be, mix, X, n, fn);
+    cpu_hc_pre(be, x, post, comb, mix, X, n, hc, dim, iters, eps, norm_eps, scale, base);
+}
+
 void cpu_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim,
                  float *tmp) {
     CI_FP_FLUSH_SCOPE();

@@ -437,6 +437,14 @@ static void op_hc_pre(ci_backend *be, float *x, float *post, float *comb, float 
                       int dim, int iters, float eps, float norm_eps, const float *scale, const float *base) {
     if (!CB(be)->failed) cb_hc_pre(CB(be), x, post, comb, mix, X, n, hc, dim, iters, eps, norm_eps, scale, base);
 }
+static void op_hc_mix_pre(ci_backend *be, float *x, float *post, float *comb, float *mix, const float *X, int n,
+                          const ci_mat *fn, int hc, int dim, int iters, float eps, float norm_eps, const float *scale,
+                          const float *base) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || cb_hc_mix_pre(cb, x, post, comb, mix, X, n, fn, hc, dim, iters, eps, norm_eps, scale, base)) return;
+    cb_matmul(be, mix, X, n, fn);
+    if (!cb->failed) cb_hc_pre(cb, x, post, comb, mix, X, n, hc, dim, iters, eps, norm_eps, scale, base);
+}
 static void op_hc_post(ci_backend *be, float *X, const float *y, const float *post, const float *comb, int n, int hc,
                        int dim, float *tmp) {
     (void)tmp;
@@ -568,6 +576,7 @@ static void op_free(ci_backend *be) {
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->wdeq.p) cudaFree(cb->wdeq.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
+    if (cb->hc_part.p) cudaFree(cb->hc_part.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     cb_moe_free(cb);
     for (int i = 0; i < 3; i++)
@@ -717,6 +726,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->hc_spread = op_hc_spread;
     be->hc_pre = op_hc_pre;
     be->hc_post = op_hc_post;
+    be->hc_mix_pre = op_hc_mix_pre;
     be->v4_compress = op_v4_compress;
     be->v4_index = op_v4_index;
     be->v4_attend = op_v4_attend;

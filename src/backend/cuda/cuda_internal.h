@@ -57,6 +57,7 @@ struct cuda_be {
     cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM, or a layer's
                               * fp8 experts widened for one grouped MoE GEMM (moe.cu) */
     cb_scratch attn_part;    /* split-K attention partials */
+    cb_scratch hc_part;      /* hc_mix_pre's parts (v4.cu) */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
     cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
@@ -491,6 +492,11 @@ void cb_relu2(cuda_be *cb, float *g, int64_t count);
 void cb_hc_spread(cuda_be *cb, float *X, const float *x, int n, int hc, int dim);
 void cb_hc_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, const float *X, int n, int hc, int dim,
                int iters, float eps, float norm_eps, const float *scale, const float *base);
+/* mix = X · fnᵀ and hc_pre in two launches (fn f32, at most CB_GEMV_MAX_N rows, M <= 32): the
+ * mix's parts and the rows' sums of squares over many blocks into cb->hc_part, then hc_pre
+ * summing them in part order; 0 (nothing launched) when it does not take the call */
+int cb_hc_mix_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, const float *X, int n, const ci_mat *fn,
+                  int hc, int dim, int iters, float eps, float norm_eps, const float *scale, const float *base);
 void cb_hc_post(cuda_be *cb, float *X, const float *y, const float *post, const float *comb, int n, int hc, int dim);
 void cb_v4_compress(cuda_be *cb, float *state, float *const *states, int tab_step, const float *kv, const float *gate,
                     int n, const int32_t *pos, const ci_v4cmp *c);

@@ -69,19 +69,36 @@ __device__ float v4_block_sum_f(float v, float *sh) {
  * thread doing them all (the CPU's order), so the bits are those; the first version left the
  * Sinkhorn loop to one thread over global memory: 93 us a call on the H200 (ncu, 2026-12-03). */
 __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix, const float *X, int hc, int dim,
-                                 int iters, float eps, float norm_eps, const float *scale, const float *base) {
+                                 int iters, float eps, float norm_eps, const float *scale, const float *base,
+                                 const float *part, const double *ssq, int S) {
     pdl_enter();
     extern __shared__ float sm[];
     __shared__ double shd[32];
     const int t = blockIdx.x, C = hc, F = hc * dim, M = post ? (2 + C) * C : C;
     const float *f = X + (int64_t)t * F;
     double ss = 0;
-    for (int i = threadIdx.x; i < F; i += blockDim.x) ss += (double)f[i] * f[i];
-    ss = v4_block_sum_d(ss, shd);
+    if (ssq) {   /* hc_mix_pre: the parts' sums of squares, in part order */
+        if (threadIdx.x == 0) {
+            for (int q = 0; q < S; q++) ss += ssq[(int64_t)t * S + q];
+            shd[0] = ss;
+        }
+        __syncthreads();
+        ss = shd[0];
+    } else {
+        for (int i = threadIdx.x; i < F; i += blockDim.x) ss += (double)f[i] * f[i];
+        ss = v4_block_sum_d(ss, shd);
+    }
     const float r = 1.0f / sqrtf((float)(ss / F) + norm_eps);
     float *mx = sm, *pre = sm + M, *cm = pre + C;
     for (int i = threadIdx.x; i < M; i += blockDim.x) {
-        float v = mix[(int64_t)t * M + i] * r;
+        float v;
+        if (part) {   /* the mix row's parts, in part order */
+            v = 0.0f;
+            for (int q = 0; q < S; q++) v += part[((int64_t)t * S + q) * M + i];
+        } else {
+            v = mix[(int64_t)t * M + i];
+        }
+        v *= r;
         mix[(int64_t)t * M + i] = v;
         mx[i] = v;
     }
@@ -124,6 +141,22 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
         }
     }
     __syncthreads();
+    if ((dim & 3) == 0) {   /* four channels a thread, the same sums */
+        const int d4n = dim >> 2;
+        const float4 *f4 = (const float4 *)f;
+        for (int d = threadIdx.x; d < d4n; d += blockDim.x) {
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j = 0; j < C; j++) {
+                const float4 v = f4[(int64_t)j * d4n + d];
+                a.x += pre[j] * v.x;
+                a.y += pre[j] * v.y;
+                a.z += pre[j] * v.z;
+                a.w += pre[j] * v.w;
+            }
+            ((float4 *)(x + (int64_t)t * dim))[d] = a;
+        }
+        return;
+    }
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
         float a = 0;
         for (int j = 0; j < C; j++) a += pre[j] * f[(int64_t)j * dim + d];
@@ -137,8 +170,85 @@ void cb_hc_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, cons
     if (hc > V4_MAX_HC) { cb_fail_msg(cb, "hc_pre: more than 64 hyper-connection streams"); return; }
     const size_t smem = ((size_t)(post ? (2 + hc) * hc : hc) + hc + (post ? (size_t)hc * hc : 0)) * sizeof(float);
     cb_launch(cb, v4_hc_pre_kernel, dim3((unsigned)n), dim3(V4_THREADS), smem, x, post, comb, mix, X, hc, dim, iters, eps,
-              norm_eps, scale, base);
+              norm_eps, scale, base, (const float *)nullptr, (const double *)nullptr, 0);
     cb_launched(cb, "hc_pre");
+}
+
+/* hc_mix_pre's first pass: block (q, t) takes columns [q·HCM_COLS, (q + 1)·HCM_COLS) of row t's
+ * flat streams, four a thread: its share of every mix row's dot product with fn (f32) and of the
+ * row's sum of squares (double), summed over the block in a fixed order (lanes by xor shuffles,
+ * then warps in order) into part[t, q, 0..M) and ssq[t, q]. fn's loads are issued before
+ * pdl_enter (weights are never written while a model runs). */
+enum { HCM_THREADS = 128, HCM_COLS = 4 * HCM_THREADS, HCM_MAX_M = 32 };
+
+__global__ void __launch_bounds__(HCM_THREADS) v4_hc_mix_kernel(float *part, double *ssq, const float *X,
+                                                                const float *fn, int F, int M) {
+    __shared__ float red[HCM_THREADS / 32][HCM_MAX_M];
+    __shared__ double redd[HCM_THREADS / 32];
+    const int q = blockIdx.x, t = blockIdx.y, S = gridDim.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t c = (int64_t)q * HCM_COLS + 4 * threadIdx.x;
+    const bool in = c < F;
+    float4 w[HCM_MAX_M];
+#pragma unroll
+    for (int m = 0; m < HCM_MAX_M; m++)
+        w[m] = m < M && in ? __ldg((const float4 *)(fn + (int64_t)m * F + c)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    pdl_enter();
+    const float4 v = in ? *(const float4 *)(X + (int64_t)t * F + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    double d = (double)v.x * v.x;
+    d += (double)v.y * v.y;
+    d += (double)v.z * v.z;
+    d += (double)v.w * v.w;
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (lane == 0) redd[warp] = d;
+#pragma unroll
+    for (int m = 0; m < HCM_MAX_M; m++) {
+        if (m >= M) break;
+        float a = v.x * w[m].x;
+        a = fmaf(v.y, w[m].y, a);
+        a = fmaf(v.z, w[m].z, a);
+        a = fmaf(v.w, w[m].w, a);
+        for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == 0) red[warp][m] = a;
+    }
+    __syncthreads();
+    if (threadIdx.x < M) {
+        float a = 0.0f;
+        for (int i = 0; i < HCM_THREADS / 32; i++) a += red[i][threadIdx.x];
+        part[((int64_t)t * S + q) * M + threadIdx.x] = a;
+    }
+    if (threadIdx.x == 0) {
+        double a = 0;
+        for (int i = 0; i < HCM_THREADS / 32; i++) a += redd[i];
+        ssq[(int64_t)t * S + q] = a;
+    }
+}
+
+/* CINFER_CUDA_HCMIX (default 1; 0: the mix as a matmul, then hc_pre reading the streams again) */
+static int hc_mix_on(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_HCMIX", 1);
+    return v;
+}
+
+int cb_hc_mix_pre(cuda_be *cb, float *x, float *post, float *comb, float *mix, const float *X, int n, const ci_mat *fn,
+                  int hc, int dim, int iters, float eps, float norm_eps, const float *scale, const float *base) {
+    const int64_t F = (int64_t)hc * dim;
+    const int M = post ? (2 + hc) * hc : hc;
+    if (!hc_mix_on() || n < 1 || n > CB_GEMV_MAX_N || hc < 1 || hc > V4_MAX_HC || dim < 1 || M > HCM_MAX_M ||
+        fn->dtype != CI_F32 || fn->rows != M || fn->cols != F || (F & 3) || F > (int64_t)HCM_COLS * 65535 ||
+        ((uintptr_t)fn->data & 15) || ((uintptr_t)X & 15))
+        return 0;
+    const int S = (int)((F + HCM_COLS - 1) / HCM_COLS);
+    double *ssq = (double *)cb_scratch_get(cb, &cb->hc_part, (size_t)n * S * (sizeof(double) + (size_t)M * sizeof(float)));
+    if (!ssq) return 1;   /* cb_scratch_get recorded the failure */
+    float *part = (float *)(ssq + (size_t)n * S);
+    cb_launch(cb, v4_hc_mix_kernel, dim3((unsigned)S, (unsigned)n), dim3(HCM_THREADS), 0, part, ssq, X,
+              (const float *)fn->data, (int)F, M);
+    cb_launched(cb, "hc_mix");
+    const size_t smem = ((size_t)M + hc + (post ? (size_t)hc * hc : 0)) * sizeof(float);
+    cb_launch(cb, v4_hc_pre_kernel, dim3((unsigned)n), dim3(V4_THREADS), smem, x, post, comb, mix, X, hc, dim, iters, eps,
+              norm_eps, scale, base, (const float *)part, (const double *)ssq, S);
+    cb_launched(cb, "hc_pre");
+    return 1;
 }
 
 /* a thread per (row, channel): that channel of every stream in registers */
