@@ -64,6 +64,7 @@ typedef struct {
     float *mix, *post, *comb, *tmp;       /* [UB, (2+HC)HC], [UB, HC], [UB, HC·HC], [HC·H] */
     float *qr, *q, *kvn, *ao, *og, *oa, *ga;
     float *pkv, *pg;                      /* compressor projections [UB, 2·max(D, Di)] */
+    float *ipkv, *ipg;                    /* the CSA indexer's compressor's, the same size */
     float *iq, *iwt;                      /* indexer [UB, Hi·Di], [UB, Hi] */
     float *iscr;                          /* v4_index's scratch */
     int32_t *sel, *nsel;                  /* [UB, sel_stride], [UB] */

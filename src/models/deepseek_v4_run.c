@@ -70,6 +70,8 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->ga = ci_buf_alloc(be, U * d->OL * f, &bad);
     c->pkv = ci_buf_alloc(be, U * wide * f, &bad);
     c->pg = ci_buf_alloc(be, U * wide * f, &bad);
+    c->ipkv = ci_buf_alloc(be, U * wide * f, &bad);
+    c->ipg = ci_buf_alloc(be, U * wide * f, &bad);
     c->iq = ci_buf_alloc(be, U * d->Hi * d->Di * f, &bad);
     c->iwt = ci_buf_alloc(be, U * d->Hi * f, &bad);
     c->iscr = ci_buf_alloc(be, ci_v4_index_scratch_floats(d->Hi, max_entries) * f, &bad);
@@ -101,7 +103,7 @@ void v4_session_free(ci_session *s) {
         }
     free(c->lc);
     void *bufs[] = { c->kbuf, c->sc, c->X, c->x, c->xn, c->y, c->mix, c->post, c->comb, c->tmp, c->qr, c->q,
-                     c->kvn, c->ao, c->og, c->oa, c->ga, c->pkv, c->pg, c->iq, c->iwt, c->iscr, c->sel, c->nsel,
+                     c->kvn, c->ao, c->og, c->oa, c->ga, c->pkv, c->pg, c->ipkv, c->ipg, c->iq, c->iwt, c->iscr, c->sel, c->nsel,
                      c->last, c->best_n };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     moe_scratch_free(be, &c->moe);
@@ -111,23 +113,27 @@ void v4_session_free(ci_session *s) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-/* Attention of rows xn [n, H] at positions pos (backend memory) into c->y. tab NULL: the
+/* Attention of rows xn = rmsnorm(x) · attn_norm [n, H] (x the collapsed streams; xn scratch) at
+ * positions pos (backend memory) into c->y. tab NULL: the
  * rows are consecutive tokens of one sequence whose ring and compressor states are lc's;
  * else a decode step, row t's ring, compressor and indexer states at tab[3t], tab[3t + 1],
  * tab[3t + 2]. Every row's key goes into its ring, and its compressors take it, before any
- * row attends (backend.h: v4_compress, v4_index, v4_attend). */
+ * row attends (backend.h: v4_compress, v4_index, v4_attend). The products of xn go in
+ * norm_matmul_n launches by kind (fp8 q_a and kv; the bf16 compressors'; the indexer's weights),
+ * each taking the norm in its own pass on a device. */
 static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, const v4_lcache *lc, float *const *tab,
                       v4_cache *c, const int32_t *pos, int n) {
     const int D = d->D, Hh = d->Hh, R = d->R;
     const rope_table *rt = L->type == L_SLIDING ? &d->rope_main : &d->rope_comp;
     const float *inv = L->type == L_SLIDING ? d->inv_main : d->inv_comp;
-    /* q's latent and the shared K = V row: two products of xn (one launch on a device) */
+    /* q's latent and the shared K = V row: two products of xn */
     float *const qk_y[2] = { c->qr, c->kvn };
     const ci_mat *const qk_w[2] = { &L->q_a, &L->kv };
-    be->matmul_n(be, 2, qk_y, c->xn, n, qk_w);
-    /* q */
-    be->rmsnorm(be, c->qr, c->qr, L->q_a_norm, n, d->QL, d->eps);
-    be->matmul(be, c->q, c->qr, n, &L->q_b);
+    be->norm_matmul_n(be, c->xn, c->x, L->attn_norm, d->eps, 2, qk_y, n, qk_w);
+    /* q (and the indexer's queries): products of the normed latent */
+    float *const q_y[2] = { c->q, c->iq };
+    const ci_mat *const q_w[2] = { &L->q_b, &L->iq_b };
+    be->norm_matmul_n(be, c->qr, c->qr, L->q_a_norm, d->eps, L->type == L_CSA ? 2 : 1, q_y, n, q_w);
     be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
     be->rope(be, c->q, n, Hh, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* K = V */
@@ -135,15 +141,15 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, cons
     be->rope(be, c->kvn, n, 1, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* compressed entries for the windows these tokens complete */
     if (L->type != L_SLIDING) {
-        cmp_project(be, &L->comp, c->xn, n, c->pkv, c->pg);
+        const cmp_block *const cs[2] = { &L->comp, &L->icomp };
+        float *const pkv[2] = { c->pkv, c->ipkv }, *const pg[2] = { c->pg, c->ipg };
+        cmp_project_norm(be, L->type == L_CSA ? 2 : 1, cs, c->xn, c->x, L->attn_norm, d->eps, n, pkv, pg);
         cmp_push(be, &L->comp, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, pos);
     }
     if (L->type == L_CSA) {
-        cmp_project(be, &L->icomp, c->xn, n, c->pkv, c->pg);
-        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->pkv, c->pg, n, pos);
-        be->matmul(be, c->iq, c->qr, n, &L->iq_b);
+        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->ipkv, c->ipg, n, pos);
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, pos, d->inv_comp, d->rope_comp.mscale, CI_ROPE_INTERLEAVED);
-        be->matmul(be, c->iwt, c->xn, n, &L->iw);
+        be->norm_matmul_n(be, c->xn, c->x, L->attn_norm, d->eps, 1, &c->iwt, n, (const ci_mat *const[1]){ &L->iw });
         be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, pos,
                      &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->max_entries, c->iscr);
     }
@@ -171,13 +177,11 @@ static void layers(ci_model *m, v4_cache *c, float *const *tabs, int n) {
         const v4_layer *L = &d->layers[l];
         float *const *tab = tabs ? tabs + (size_t)3 * n * l : NULL;
         hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->attn_norm, n, H, d->eps);
         attention(be, d, L, tabs ? NULL : &c->lc[l], tab, c, c->run.pos, n);
         ci_dump_buf(m, "attn_out", l, c->y, n, H);
         hc_expand(be, &L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
         hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
-        be->rmsnorm(be, c->xn, c->x, L->ffn_norm, n, H, d->eps);
-        moe_forward(be, &L->moe, &c->moe, c->y, c->xn, n);
+        moe_forward_norm(be, &L->moe, &c->moe, c->y, c->xn, c->x, L->ffn_norm, d->eps, n);
         hc_expand(be, &L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
         ci_dump_buf(m, "layer_out", l, c->X, n, HC * H);
     }

@@ -18,6 +18,19 @@ void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, flo
     be->matmul(be, pgate, xn, n, &c->gate);
 }
 
+void cmp_project_norm(ci_backend *be, int nc, const cmp_block *const *cs, float *xn, const float *x,
+                      const float *norm_w, float eps, int n, float *const *pkv, float *const *pgate) {
+    float *ys[4];
+    const ci_mat *ws[4];
+    for (int i = 0; i < nc && i < 2; i++) {
+        ys[2 * i] = pkv[i];
+        ys[2 * i + 1] = pgate[i];
+        ws[2 * i] = &cs[i]->kv;
+        ws[2 * i + 1] = &cs[i]->gate;
+    }
+    be->norm_matmul_n(be, xn, x, norm_w, eps, 2 * (nc < 2 ? nc : 2), ys, n, ws);
+}
+
 void cmp_push(ci_backend *be, const cmp_block *c, float *state, float *const *states, int tab_step, const float *pkv,
               const float *pgate, int n, const int32_t *pos) {
     be->v4_compress(be, state, states, tab_step, pkv, pgate, n, pos, &c->op);

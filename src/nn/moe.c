@@ -73,6 +73,12 @@ void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out,
     forward_routed(be, m, s, out, x, n);
 }
 
+void moe_forward_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, float *xn, const float *x,
+                      const float *norm_w, float eps, int n) {
+    route_norm(be, m, s, xn, x, norm_w, eps, n);
+    forward_routed(be, m, s, out, xn, n);
+}
+
 static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
     const int H = m->hidden;
     ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : H);

@@ -84,6 +84,10 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
  * shared_inter > 0 (all ops, but for the clamped SwiGLU of a shared expert with act_limit: a
  * host loop, a host-memory backend only; gated (sh_router.rows > 0) or not). */
 void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
+/* moe_forward of xn = rmsnorm(x) · norm_w (eps), which it writes: the router's product takes the
+ * norm (norm_matmul_keep: one launch on a device) */
+void moe_forward_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, float *xn, const float *x,
+                      const float *norm_w, float eps, int n);
 /* x[n, hidden] += moe_forward(xn): the routed sum added by the experts op itself when the
  * block has no shared expert and no latent space (the same bits as moe_forward into y and
  * add(x, y) on the CPU); y: [n, hidden] scratch for the other blocks. */
