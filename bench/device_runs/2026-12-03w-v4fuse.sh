@@ -10,7 +10,7 @@ export CINFER_CUDA_UNVERIFIED=1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 ts start
 ( nice -n 5 timeout 300 $C make-random --config bench/deepseek-v4-flash.config.json --out /tmp/v4 --dtype fp8-fp4 --seed 1 --layers 4 > $O/make.log 2>&1 ) &
-for f in "cuda hc_" "cuda v4" "cuda moe" "cuda q" "cuda matmul"; do timeout 100 $T --only "$f" >> $O/ops.log 2>&1; done
+for f in "cuda hc_" "cuda head_norm_rope" "cuda v4" "cuda moe" "cuda q" "cuda matmul"; do timeout 100 $T --only "$f" >> $O/ops.log 2>&1; done
 ts "ops: $(grep -c '^PASS' $O/ops.log) pass, $(grep -c '^FAIL' $O/ops.log) fail"; grep '^FAIL' $O/ops.log | head -8; grep 'hc_mix' $O/ops.log | head -8
 for f in "mxfp4" "fp8" "cuda moe"; do CINFER_CUDA_QT_UX=2 timeout 100 $T --only "$f" >> $O/ops-ux2.log 2>&1; done
 ts "ops UX=2: $(grep -c '^PASS' $O/ops-ux2.log) pass, $(grep -c '^FAIL' $O/ops-ux2.log) fail"; grep '^FAIL' $O/ops-ux2.log | head -5

@@ -325,6 +325,13 @@ typedef struct ci_backend {
     void (*mla_rope)(struct ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
                      int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
                      ci_rope_style style);
+    /* head_norm_rope: in place on x[n, n_heads, head_dim]: every head RMS-normed (weight w
+     * [head_dim] or NULL, eps), then rope as rope() (rot_dim dims from rot_offset, pos[t],
+     * inv_freq, mscale, style): the bits of rmsnorm(x, x, w, n·n_heads, head_dim, eps) then
+     * rope (the CPU composes them; DeepSeek V4's q heads and shared K = V row). */
+    void (*head_norm_rope)(struct ci_backend *be, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                           int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                           ci_rope_style style);
     /* out[n, dim] = (x - mean) / sqrt(var + eps) * w + b per row, mean and variance in double
      * (the indexer's k_norm); out may alias x. */
     void (*layernorm)(struct ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,

@@ -170,7 +170,7 @@ static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t er
     ci_backend *be = m->be;
     const char *fam = m->family->name;
     const int H = d->H, M = (2 + d->HC) * d->HC;
-    if (be->is_device && (!be->hc_pre || !be->hc_mix_pre || !be->v4_attend || !be->v4_compress || !be->moe_route))
+    if (be->is_device && (!be->hc_pre || !be->hc_mix_pre || !be->head_norm_rope || !be->v4_attend || !be->v4_compress || !be->moe_route))
         return ci_err(err, errlen, "%s: the %s backend lacks DeepSeek V4's ops; run it with --device cpu", fam, be->name);
     d->dev_expert_mats = calloc((size_t)d->n_layers * (size_t)E * 3 + 1, sizeof(ci_mat));
     if (!d->dev_expert_mats) return ci_err(err, errlen, "%s: out of memory", fam);

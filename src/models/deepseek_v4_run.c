@@ -134,11 +134,9 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, cons
     float *const q_y[2] = { c->q, c->iq };
     const ci_mat *const q_w[2] = { &L->q_b, &L->iq_b };
     be->norm_matmul_n(be, c->qr, c->qr, L->q_a_norm, d->eps, L->type == L_CSA ? 2 : 1, q_y, n, q_w);
-    be->rmsnorm(be, c->q, c->q, NULL, n * Hh, D, d->eps);
-    be->rope(be, c->q, n, Hh, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
+    be->head_norm_rope(be, c->q, n, Hh, D, NULL, d->eps, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* K = V */
-    be->rmsnorm(be, c->kvn, c->kvn, L->kv_norm, n, D, d->eps);
-    be->rope(be, c->kvn, n, 1, D, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
+    be->head_norm_rope(be, c->kvn, n, 1, D, L->kv_norm, d->eps, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* compressed entries for the windows these tokens complete */
     if (L->type != L_SLIDING) {
         const cmp_block *const cs[2] = { &L->comp, &L->icomp };

@@ -656,6 +656,41 @@ static void test_mla_rope(void) {
     }
 }
 
+/* head_norm_rope: every head's RMSNorm (weighted or not) then rope on part of it, against the
+ * CPU's rmsnorm + rope: V4's q heads (64 of 512, rope 64 at the end) and K = V row, odd widths */
+static void test_head_norm_rope(void) {
+    static const struct { int n, heads, hd, off, rot, weighted, style; float mscale; } cs[] = {
+        { 1, 64, 512, 448, 64, 0, 1, 1.f }, { 1, 1, 512, 448, 64, 1, 1, 1.f }, { 5, 64, 512, 448, 64, 0, 1, 1.2f },
+        { 300, 3, 96, 32, 64, 1, 0, 1.f }, { 2, 7, 40, 8, 16, 1, 1, 0.7f }, { 3, 2, 1100, 0, 32, 0, 0, 1.f },
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof *cs && !dead; c++) {
+        const int n = cs[c].n, Hh = cs[c].heads, hd = cs[c].hd;
+        char name[192];
+        snprintf(name, sizeof name, "cuda head_norm_rope %s n=%d heads=%d hd=%d off=%d rot=%d%s mscale=%.1f",
+                 cs[c].style ? "interleaved" : "neox", n, Hh, hd, cs[c].off, cs[c].rot, cs[c].weighted ? " weighted" : "",
+                 cs[c].mscale);
+        if (!gpu->head_norm_rope || !want(name)) continue;
+        const size_t nx = (size_t)n * Hh * hd;
+        float *x = xmalloc(nx * 4), *got = xmalloc(nx * 4), *w = keep(xmalloc((size_t)hd * 4));
+        int32_t *pos = keep(xmalloc((size_t)n * 4));
+        for (int t = 0; t < n; t++) pos[t] = t == 0 ? 0 : irand(40000);
+        fill(x, nx, 3.f);
+        for (int i = 0; i < hd; i++) w[i] = 1.f + 0.5f * unif();
+        float *inv = make_inv_freq(cs[c].rot, 1e4);
+        float *gx = g_put(x, nx * 4);
+        int32_t *gp = g_put(pos, (size_t)n * 4);
+        const float *gi = g_weight(inv, (size_t)(cs[c].rot / 2) * 4), *gw = g_weight(w, (size_t)hd * 4);
+        cpu->rmsnorm(cpu, x, x, cs[c].weighted ? w : NULL, n * Hh, hd, 1e-6f);
+        cpu->rope(cpu, x, n, Hh, hd, cs[c].off, cs[c].rot, pos, inv, cs[c].mscale, (ci_rope_style)cs[c].style);
+        gpu->head_norm_rope(gpu, gx, n, Hh, hd, cs[c].weighted ? gw : NULL, 1e-6f, cs[c].off, cs[c].rot, gp, gi,
+                            cs[c].mscale, (ci_rope_style)cs[c].style);
+        g_get(got, gx, nx * 4);
+        report(name, compare(got, x, nx), B_ROPE);
+        g_free(gx); g_free(gp);
+        free(x); free(got);
+    }
+}
+
 static void test_qk_rope_store(void) {
     static const struct { int n, nh, nkv, hd, rot, norms, style; float mscale; } cs[] = {
         { 1, 32, 8, 128, 128, 1, 0, 1.f }, { 5, 16, 4, 128, 128, 0, 0, 1.f }, { 300, 8, 2, 64, 64, 1, 0, 1.f },
@@ -3356,6 +3391,7 @@ int main(int argc, char **argv) {
     test_rmsnorm();
     test_rope();
     test_mla_rope();
+    test_head_norm_rope();
     test_qk_rope_store();
     test_kv_store();
     test_elementwise();

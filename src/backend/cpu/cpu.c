@@ -1192,6 +1192,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.moe_experts = cpu_moe_experts;
     b->base.rmsnorm_strided = cpu_rmsnorm_strided;
     b->base.mla_rope = cpu_mla_rope;
+    b->base.head_norm_rope = cpu_head_norm_rope;
     b->base.layernorm = cpu_layernorm;
     b->base.mla_absorb_q = cpu_mla_absorb_q;
     b->base.mla_out_heads = cpu_mla_out_heads;

@@ -175,6 +175,9 @@ void cpu_rmsnorm_strided(ci_backend *be, float *out, const float *x, const float
                          float eps);
 void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
                    double eps);
+void cpu_head_norm_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                        int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                        ci_rope_style style);
 void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
                   int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
 void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,

@@ -60,6 +60,14 @@ void cpu_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, fl
     be->rope(be, q, n, n_heads, nope + rope, nope, rope, pos, inv_freq, mscale, style);
 }
 
+void cpu_head_norm_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                        int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                        ci_rope_style style) {
+    CI_FP_FLUSH_SCOPE();
+    be->rmsnorm(be, x, x, w, n * n_heads, head_dim, eps);
+    be->rope(be, x, n, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style);
+}
+
 void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, const float *b, int n, int dim,
                    double eps) {
     CI_FP_FLUSH_SCOPE();

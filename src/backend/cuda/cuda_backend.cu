@@ -308,6 +308,12 @@ static void op_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, 
                     const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
     if (!CB(be)->failed) cb_rope(CB(be), x, n, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style);
 }
+static void op_head_norm_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                              int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                              ci_rope_style style) {
+    if (!CB(be)->failed)
+        cb_head_norm_rope(CB(be), x, n, n_heads, head_dim, w, eps, rot_offset, rot_dim, pos, inv_freq, mscale, style);
+}
 static void op_mla_rope(ci_backend *be, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
                         int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
                         ci_rope_style style) {
@@ -707,6 +713,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->argmax = op_argmax;
     be->rmsnorm_strided = op_rmsnorm_strided;
     be->mla_rope = op_mla_rope;
+    be->head_norm_rope = op_head_norm_rope;
     be->layernorm = op_layernorm;
     be->mla_absorb_q = op_mla_absorb_q;
     be->mla_out_heads = op_mla_out_heads;

@@ -330,6 +330,9 @@ void cb_quant_free(cuda_be *cb);
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
              const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
+void cb_head_norm_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                       int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                       ci_rope_style style);
 void cb_mla_rope(cuda_be *cb, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads, int nope,
                  int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
 void cb_qk_rope_store(cuda_be *cb, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,

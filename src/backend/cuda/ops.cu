@@ -124,6 +124,46 @@ void cb_mla_rope(cuda_be *cb, float *lat, float *q, const float *kv_norm, float 
     cb_launched(cb, "mla_rope");
 }
 
+/* head_norm_rope (backend.h), a block per (head, token): the token's cos / sin table, the head's
+ * RMSNorm with rmsnorm_kernel's sums (the same thread count, see cb_head_norm_rope), then the
+ * rotation of its normed floats (rope_kernel's arithmetic): the bits of the two kernels. */
+__global__ void head_norm_rope_kernel(float *x, int n_heads, int head_dim, const float *w, float eps, int rot_offset,
+                                      int rot_dim, const int32_t *pos, const float *inv_freq, float mscale, int style) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    __shared__ float sh[32];
+    const int half = rot_dim / 2, h = blockIdx.x, t = blockIdx.y;
+    float *cs = sm, *sn = sm + half;
+    rope_table(cs, sn, (float)pos[t], inv_freq, half, mscale);
+    float *xr = x + ((int64_t)t * n_heads + h) * head_dim;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    s = block_sum(s, sh);   /* its barriers also publish the cos / sin table */
+    const float sc = (float)(1.0 / sqrt((double)s / (double)head_dim + (double)eps));
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) xr[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
+    __syncthreads();   /* the normed floats, written by other threads, before they rotate */
+    float *base = xr + rot_offset;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float *pa = style == CI_ROPE_NEOX ? base + i : base + 2 * i;
+        float *pb = style == CI_ROPE_NEOX ? base + i + half : base + 2 * i + 1;
+        float a = *pa, b = *pb, co = cs[i], si = sn[i];
+        *pa = a * co - b * si;
+        *pb = b * co + a * si;
+    }
+}
+
+void cb_head_norm_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, const float *w, float eps,
+                       int rot_offset, int rot_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                       ci_rope_style style) {
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0) return;
+    if (rot_dim < 2) rot_dim = 0;
+    const int th = head_dim >= 1024 ? 256 : head_dim >= 256 ? 128 : 32;   /* as cb_rmsnorm */
+    cb_launch(cb, head_norm_rope_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(th),
+              (size_t)(rot_dim / 2) * 2 * sizeof(float), x, n_heads, head_dim, w, eps, rot_offset, rot_dim, pos,
+              inv_freq, mscale, (int)style);
+    cb_launched(cb, "head_norm_rope");
+}
+
 /* Blocks of (token, 4 heads): each block makes the token's cos / sin table, its warps take
  * one head each (q heads, then k heads), norm it into the warp's shared row, rotate it from
  * there and write it back (and k into its cache row); the first block of the token also
