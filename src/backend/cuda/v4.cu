@@ -3,8 +3,9 @@
  * decided on the host from a position: entry counts, windows and selections follow from
  * pos[] on the device, so a decode step can be captured.
  *
- * hc_pre: a block per row (the sum of squares in double, then the first warp builds pre / post /
- * comb in shared memory, a lane per stream, then the collapse over the row's channels). hc_post: a thread per
+ * hc_pre: a block per row (the sum of squares in double, or hc_mix_pre's parts summed; pre; then
+ * the first warp builds post / comb in shared memory, a lane per stream, while the other warps
+ * collapse the streams over the row's channels). hc_post: a thread per
  * channel of a row holds that channel of every stream.
  * v4_compress: a chunk's tokens reach the state in three launches, in stream order: every
  * row that completes a window writes its entry, reading each slot from the chunk's rows
@@ -103,10 +104,12 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
         mx[i] = v;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
+    for (int j = threadIdx.x; j < C; j += blockDim.x) pre[j] = v4_sigm(mx[j] * scale[0] + base[j]) + eps;
+    __syncthreads();
+    /* the first warp builds post and comb while the others collapse the streams with pre */
+    if (post && threadIdx.x < 32) {
         const int lane = threadIdx.x;
-        for (int j = lane; j < C; j += 32) pre[j] = v4_sigm(mx[j] * scale[0] + base[j]) + eps;
-        if (post) {
+        {
             float *po = post + (int64_t)t * C;
             for (int j = lane; j < C; j += 32) po[j] = 2.0f * v4_sigm(mx[C + j] * scale[1] + base[C + j]);
             for (int i = lane; i < C; i += 32) {
@@ -139,12 +142,13 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
             float *cbm = comb + (int64_t)t * C * C;
             for (int i = lane; i < C * C; i += 32) cbm[i] = cm[i];
         }
+        return;
     }
-    __syncthreads();
+    const int c0 = post ? 32 : 0, me = threadIdx.x - c0, nth = blockDim.x - c0;
     if ((dim & 3) == 0) {   /* four channels a thread, the same sums */
         const int d4n = dim >> 2;
         const float4 *f4 = (const float4 *)f;
-        for (int d = threadIdx.x; d < d4n; d += blockDim.x) {
+        for (int d = me; d < d4n; d += nth) {
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             for (int j = 0; j < C; j++) {
                 const float4 v = f4[(int64_t)j * d4n + d];
@@ -157,7 +161,7 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
         }
         return;
     }
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    for (int d = me; d < dim; d += nth) {
         float a = 0;
         for (int j = 0; j < C; j++) a += pre[j] * f[(int64_t)j * dim + d];
         x[(int64_t)t * dim + d] = a;
