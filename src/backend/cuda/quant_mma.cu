@@ -39,10 +39,10 @@ struct qt_args {
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
-template <int BITS, int W, int NTL, int NB, int NW, int UX>
+template <int BITS, int W, int NTL, int NB, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
-    constexpr int U = qt_u<W>() * UX;
+    constexpr int U = qt_u<W>();
     const int rs = (a.K >> 1) + QT_PAD;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.n * rs);
@@ -153,18 +153,13 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
-#define QT_GO1(BI, WW, NN, BB, NWW, UX)                                                                       \
+#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
     do {                                                                                                      \
-        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW, UX>;                              \
+        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;                                  \
         qt_optin(k_);                                                                                         \
         const int gx_ = qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks * groups) / groups;                 \
         const dim3 grid((unsigned)(gx_ > 0 ? gx_ : 1), (unsigned)groups);                                     \
-        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW, UX>, grid, blk, smem, a);                          \
-    } while (0)
-#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
-    do {                                                                                                      \
-        if (qt_ux_ok<BI, NN>() && qt_ux() == 2) QT_GO1(BI, WW, NN, BB, NWW, (qt_ux_ok<BI, NN>() ? 2 : 1));    \
-        else QT_GO1(BI, WW, NN, BB, NWW, 1);                                                                  \
+        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
@@ -201,7 +196,6 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     }
 #undef QT_GO_W
 #undef QT_GO
-#undef QT_GO1
     return 1;
 }
 

@@ -304,16 +304,6 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
 template <int W>
 __host__ __device__ constexpr int qt_u() { return W == 1 ? 2 : 1; }
 
-/* CINFER_CUDA_QT_UX (1 or 2, default 1): 2 doubles the groups of a load batch (UX) of the fp8 and
- * mxfp4 kernels where the registers allow (one tile a warp: dense, experts' down; mxfp4 also the
- * experts' gate+up), to measure bytes in flight against the default */
-static inline int qt_ux(void) {
-    static const int v = cb_env_int("CINFER_CUDA_QT_UX", 1, 1, 2);
-    return v;
-}
-template <int BITS, int NTL>
-__host__ __device__ constexpr bool qt_ux_ok() { return BITS == QT_E2M1 || (BITS == QT_E4M3 && NTL == 1); }
-
 /* acc += this lane's sums of NTL tiles over groups [gb, ge), double-buffered; A holds the loads
  * of the first batch (qt_load at gb: issued by the caller, before the staging of x) */
 template <int BITS, int W, int NTL, int NB, int U>

@@ -35,10 +35,10 @@ struct qt_moe_args {
     float limit;
 };
 
-template <int BITS, int W, int NTL, int UX>
+template <int BITS, int W, int NTL>
 __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
-    constexpr int U = qt_u<W>() * UX;
+    constexpr int U = qt_u<W>();
     const int K = a.X, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), p = blockIdx.y;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + 2 * ((K >> 1) + QT_PAD));
@@ -87,10 +87,10 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     }
 }
 
-template <int BITS, int W, int NW, int UX>
+template <int BITS, int W, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
-    constexpr int U = qt_u<W>() * UX;
+    constexpr int U = qt_u<W>();
     const int K = a.I, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
@@ -152,10 +152,6 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
-    {   /* CINFER_CUDA_QT_MOE_KS (1, 2, 4 or 8; default 0: the rule): the gate+up split, to measure */
-        static const int fk = cb_env_int("CINFER_CUDA_QT_MOE_KS", 0, 0, 8);
-        if ((fk == 1 || fk == 2 || fk == 4 || fk == 8) && ngx >= 2 * fk) a.ks = fk;
-    }
     /* down: items (expert, part) over the block's dnw warps; parts only when K < dnw */
     a.kparts = 1;
     while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
@@ -167,18 +163,12 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
         qt_optin((const void *)KER);                                                                          \
         cb_launch(cb, KER, GRID, BLK, SM, a);                                                                 \
     } while (0)
-#define QT_MOE1(BI, WW, GX, DX)                                                                               \
-    do {                                                                                                      \
-        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1, GX>), gg, blk, smem_gu);                                   \
-        else QT_SET((qt_gu_kernel<BI, WW, 2, GX>), gg, blk, smem_gu);                                         \
-        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16, DX>), gd, dim3(32 * dnw), smem_dn);                  \
-        else QT_SET((qt_dn_kernel<BI, WW, 8, DX>), gd, dim3(32 * dnw), smem_dn);                             \
-    } while (0)
 #define QT_MOE(BI, WW)                                                                                        \
     do {                                                                                                      \
-        if (qt_ux() == 2 && qt_ux_ok<BI, 1>())                                                                \
-            QT_MOE1(BI, WW, (qt_ux_ok<BI, 2>() ? 2 : 1), (qt_ux_ok<BI, 1>() ? 2 : 1));                        \
-        else QT_MOE1(BI, WW, 1, 1);                                                                           \
+        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), gg, blk, smem_gu);                                       \
+        else QT_SET((qt_gu_kernel<BI, WW, 2>), gg, blk, smem_gu);                                             \
+        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), gd, dim3(32 * dnw), smem_dn);                      \
+        else QT_SET((qt_dn_kernel<BI, WW, 8>), gd, dim3(32 * dnw), smem_dn);                                 \
     } while (0)
     if (bt == QT_E4M3) QT_MOE(QT_E4M3, 8);
     else if (bt == QT_E2M1) QT_MOE(QT_E2M1, 1);
@@ -192,7 +182,6 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
         else QT_MOE(8, 8);
     }
 #undef QT_MOE
-#undef QT_MOE1
 #undef QT_SET
     return 1;
 }
