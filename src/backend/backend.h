@@ -251,6 +251,11 @@ typedef struct ci_backend {
      * product; a device may leave it untouched). */
     void (*matmul_swiglu)(struct ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                           const ci_mat *Wu);
+    /* g[n, Wg.rows] = silu(min(x · Wgᵀ, limit)) * clamp(x · Wuᵀ, ±limit) (DeepSeek V4's clamped
+     * SwiGLU, limit > 0); u scratch [n, Wu.rows]: the bits of matmul_n of the two, clamp_gu,
+     * swiglu (the CPU composes them; a device may take all in the products' launch). */
+    void (*matmul_swiglu_clamp)(struct ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                                const ci_mat *Wu, float limit);
     /* The block input's RMSNorm fused into the projections that read it: xn[n, cols] =
      * rmsnorm(x) * norm_w (eps), then matmul_n(count, ys, xn, n, Ws), resp.
      * matmul_swiglu(g, u, xn, n, Wg, Wu). xn is scratch: a device may compute the norm on

@@ -94,12 +94,8 @@ static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, f
         if (m->act == MOE_ACT_RELU2) {
             be->matmul(be, s->g, x, n, &m->sh_up);           /* [n, SI] */
             be->relu2(be, s->g, (int64_t)n * SI);
-        } else if (m->act_limit > 0) {
-            float *const gu[2] = { s->g, s->u };               /* [n, SI] each, one launch on a device */
-            const ci_mat *const gw[2] = { &m->sh_gate, &m->sh_up };
-            be->matmul_n(be, 2, gu, x, n, gw);
-            be->clamp_gu(be, s->g, s->u, (int64_t)n * SI, m->act_limit);   /* DeepSeek V4's clamped SwiGLU */
-            be->swiglu(be, s->g, s->u, (int64_t)n * SI);
+        } else if (m->act_limit > 0) {   /* DeepSeek V4's clamped SwiGLU: one launch on a device */
+            be->matmul_swiglu_clamp(be, s->g, s->u, x, n, &m->sh_gate, &m->sh_up, m->act_limit);
         } else {
             be->matmul_swiglu(be, s->g, s->u, x, n, &m->sh_gate, &m->sh_up);   /* the two products and swiglu */
         }

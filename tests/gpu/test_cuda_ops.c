@@ -471,6 +471,21 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                 g_free(gg); g_free(gu);
                 free(g); free(u); free(got);
             }
+            /* matmul_swiglu_clamp: DeepSeek V4's clamped SwiGLU (a limit that clamps many sums) */
+            snprintf(name, sizeof name, "cuda matmul_swiglu_clamp %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols,
+                     n);
+            if (gpu->matmul_swiglu_clamp && want(name)) {
+                size_t ny = (size_t)n * rk;
+                float *g = xmalloc(ny * 4), *u = xmalloc(ny * 4), *got = xmalloc(ny * 4);
+                float *gg = g_alloc(ny * 4), *gu = g_alloc(ny * 4);
+                g_poison(gg, ny * 4);
+                cpu->matmul_swiglu_clamp(cpu, g, u, x, n, &wk.c, &wv.c, 0.25f);
+                gpu->matmul_swiglu_clamp(gpu, gg, gu, gx, n, &wk.g, &wv.g, 0.25f);
+                g_get(got, gg, ny * 4);
+                report(name, compare(got, g, ny), mm_bound(&wk.c, n));
+                g_free(gg); g_free(gu);
+                free(g); free(u); free(got);
+            }
             /* norm_matmul_n / norm_matmul_swiglu: the block's RMSNorm fused into the
              * projections (the CPU reference: rmsnorm then the unfused op) */
             snprintf(name, sizeof name, "cuda norm_matmul_n %s 3x(%lld|%lld|%lld)x%lld n=%d", dn, (long long)rq,

@@ -954,6 +954,18 @@ static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, cons
     poison(be, tmp, (size_t)n * (size_t)W->rows);
 }
 
+static void cpu_clamp_gu(ci_backend *be, float *g, float *u, int64_t count, float L);
+
+static void cpu_matmul_swiglu_clamp(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                                    const ci_mat *Wu, float limit) {
+    CI_FP_FLUSH_SCOPE();
+    cpu_matmul(be, g, x, n, Wg);
+    cpu_matmul(be, u, x, n, Wu);
+    cpu_clamp_gu(be, g, u, (int64_t)n * Wg->rows, limit);
+    cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
+    poison(be, u, (size_t)n * (size_t)Wu->rows);
+}
+
 static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                               const ci_mat *Wu) {
     CI_FP_FLUSH_SCOPE();
@@ -1181,6 +1193,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.matmul_n = cpu_matmul_n;
     b->base.matmul_acc = cpu_matmul_acc;
     b->base.matmul_swiglu = cpu_matmul_swiglu;
+    b->base.matmul_swiglu_clamp = cpu_matmul_swiglu_clamp;
     b->base.norm_matmul_n = cpu_norm_matmul_n;
     b->base.norm_matmul_swiglu = cpu_norm_matmul_swiglu;
     b->base.norm_matmul_keep = cpu_norm_matmul_keep;

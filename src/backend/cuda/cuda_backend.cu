@@ -241,6 +241,21 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
     cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
 }
 
+/* the clamped SwiGLU in the tensor-core GEMVs' launch (fp8, MLX, mxfp4 of 1..8 rows), else
+ * the two products, clamp_gu and swiglu */
+static void cb_matmul_swiglu_clamp(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
+                                   const ci_mat *Wu, float limit) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
+    const ci_mat *Ws[2] = { Wg, Wu };
+    if (cb_qt_swiglu_clamp(cb, g, x, n, Wg, Wu, limit)) return;
+    float *const ys[2] = { g, u };
+    cb_matmul_n(be, 2, ys, x, n, Ws);
+    if (cb->failed) return;
+    cb_clamp_gu(cb, g, u, (int64_t)n * Wg->rows, limit);
+    cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
+}
+
 /* The norm is fused into the GEMV when the GEMV takes the call (one launch); otherwise
  * rmsnorm into xn, then the unfused op. */
 static int fusable(const cuda_be *cb, const ci_mat *const *Ws, int count, int n) {
@@ -705,6 +720,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->matmul_n = cb_matmul_n;
     be->matmul_acc = cb_matmul_acc;
     be->matmul_swiglu = cb_matmul_swiglu;
+    be->matmul_swiglu_clamp = cb_matmul_swiglu_clamp;
     be->norm_matmul_n = cb_norm_matmul_n;
     be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
     be->norm_matmul_keep = cb_norm_matmul_keep;

@@ -312,6 +312,10 @@ int cb_q_ok(const ci_mat *W);
 /* matmul_groups of 1..8 token rows in one launch (quant_mma.cu), when W's groups are consecutive
  * row ranges of one fp8 or MLX 4- / 8-bit matrix; 0 and nothing launched when not taken. */
 int cb_qt_groups(cuda_be *cb, float *y, const float *x, int n, int groups, const ci_mat *W);
+/* matmul_swiglu_clamp's one launch (quant_mma.cu) for fp8 (128 x 128 block scales) or MLX 4- / 8-bit /
+ * mxfp4 gate and up of 1..8 token rows: g = silu(min(gate, limit)) · clamp(up, ±limit); 0 and
+ * nothing launched when not taken. */
+int cb_qt_swiglu_clamp(cuda_be *cb, float *g, const float *x, int n, const ci_mat *Wg, const ci_mat *Wu, float limit);
 void cb_q_matmul(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc);
 int cb_q_matmul_n(cuda_be *cb, int op, int count, float *const *ys, float *u, const float *x, int n,
                   const ci_mat *const *Ws);

@@ -28,6 +28,7 @@ struct qt_args {
     const float *norm_w;         /* RMSNorm of x first (norm_matmul_n / _swiglu), or NULL */
     float *xn_out;               /* with norm_w: block 0 writes the normed rows here (norm_matmul_keep) */
     float eps;
+    float limit;                 /* SwiGLU: the clamp of gate and up when > 0 (moe_act's) */
     int count, op, n, K, ng, sd, es, ks;
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
                 if (r >= rows) continue;
                 float *y = a.y[mi] + gi * a.gy + (int64_t)tok * ldy + r;
                 const float v = acc[0][2 * nb + h];
-                if (NTL == 2) *y = v / (1.0f + expf(-v)) * acc[NTL - 1][2 * nb + h];
+                if (NTL == 2) *y = moe_act(v, acc[NTL - 1][2 * nb + h], 0, a.limit);
                 else if (a.op == CB_ACC) *y += v;
                 else *y = v;
             }
@@ -200,7 +201,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
 }
 
 int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
-                 const float *norm_w, float eps, float *xn_out) {
+                 const float *norm_w, float eps, float *xn_out, float limit) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     for (int i = 0; i < count; i++)
         if (!qt_kind_ok(ms[i]) || ms[i].mode != ms[0].mode || ms[i].bits != ms[0].bits || ms[i].group != ms[0].group ||
@@ -213,7 +214,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     memset(&a, 0, sizeof a);
     const int es = qt_es(ms[0].sd);
     a.count = count; a.op = op; a.K = K; a.ng = ng; a.sd = ms[0].sd; a.es = es; a.rblk = 1;   /* n, x, y: per launch */
-    a.norm_w = norm_w; a.eps = eps;
+    a.norm_w = norm_w; a.eps = eps; a.limit = limit;
     a.xn_out = norm_w ? xn_out : nullptr;
     int64_t rows[4];
     for (int i = 0; i < count; i++) {
@@ -233,7 +234,7 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
  * aligned rows: gemv.cu's matmuls of 1..8 token rows (mode: CB_STORE / CB_ACC / CB_SWIGLU, as
  * cb_gemv; count matrices of the same shape and scale type). 0: not taken, nothing done. */
 int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
-              const float *norm_w, float eps) {
+              const float *norm_w, float eps, float limit) {
     if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || count < 1 || count > 4 || (op == CB_SWIGLU && count != 2)) return 0;
     const ci_mat *W0 = Ws[0];
     for (int i = 0; i < count; i++) {
@@ -251,7 +252,7 @@ int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, 
     a.count = count; a.op = op; a.K = K; a.ng = ng; a.rblk = 128;
     a.sd = W0->scale_dtype == CI_F32 ? 0 : W0->scale_dtype == CI_BF16 ? 2 : 3;
     a.es = W0->scale_dtype == CI_F32 ? 4 : W0->scale_dtype == CI_BF16 ? 2 : 1;
-    a.norm_w = norm_w; a.eps = eps;
+    a.norm_w = norm_w; a.eps = eps; a.limit = limit;
     int64_t rows[4];
     for (int i = 0; i < count; i++) {
         a.codes[i] = (const uint8_t *)Ws[i]->data;
@@ -264,6 +265,17 @@ int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, 
     if (!qt_dense_launch(cb, a, op, count, ys, x, n, rows, QT_E4M3, 8)) return 0;
     cb_launched(cb, "fp8 gemv (tensor cores)");
     return 1;
+}
+
+int cb_qt_swiglu_clamp(cuda_be *cb, float *g, const float *x, int n, const ci_mat *Wg, const ci_mat *Wu, float limit) {
+    const ci_mat *Ws[2] = { Wg, Wu };
+    if (Wg->dtype == CI_F8_E4M3 && Wu->dtype == CI_F8_E4M3)
+        return cb_qt_fp8(cb, CB_SWIGLU, 2, &g, x, n, Ws, nullptr, 0.0f, limit);
+    if (Wg->dtype != CI_U32 || Wu->dtype != CI_U32 || !cb_q_ok(Wg) || !cb_q_ok(Wu) ||
+        ((const ci_qdesc *)Wg->scale)->stored_t || ((const ci_qdesc *)Wu->scale)->stored_t)
+        return 0;
+    const cb_qm ms[2] = { cb_q_view(Wg), cb_q_view(Wu) };
+    return cb_qt_matmul(cb, CB_SWIGLU, 2, &g, x, n, ms, nullptr, 0.0f, nullptr, limit);
 }
 
 /* matmul_groups (backend.h) of 1..8 token rows in one launch, blockIdx.y the group: the groups'
