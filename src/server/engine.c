@@ -38,7 +38,8 @@ struct eng_req {
     eng *e;
     int refs;                  /* under e->mu */
     eng_params p;
-    int *prompt;               /* [n_prompt], owned */
+    int *prompt;               /* [p.n_prompt], owned */
+    int n_prompt0;             /* the prompt's own length (preemption appends the generated ids to prompt) */
     int *bias_id;              /* [p.n_bias], owned */
     float *bias;
     int state;                 /* Q_*, under e->mu */
@@ -443,16 +444,17 @@ static void slot_fail(eng *e, slot *sl, const char *msg) {
 
 /* Paged, under e->mu: the running request of slot sl goes back to the head of the queue and
  * lets its blocks go (named first, so its next admission may find most of them): its prompt
- * becomes prompt + the ids it generated, recomputed when it is admitted again, and it keeps
- * its sampler. Its reader sees nothing of it but a pause. */
+ * becomes its own prompt + every id it generated (a request preempted again, maybe while it
+ * was recomputing, starts from its own prompt again), recomputed when it is admitted again,
+ * and it keeps its sampler. Its reader sees nothing of it but a pause. */
 static int preempt(eng *e, slot *sl) {
     eng_req *r = sl->r;
-    int *np = realloc(r->prompt, (size_t)(r->p.n_prompt + r->n_out) * sizeof(int));
+    int *np = realloc(r->prompt, (size_t)(r->n_prompt0 + r->n_out) * sizeof(int));
     if (!np) return -1;
-    memcpy(np + r->p.n_prompt, r->ids, (size_t)r->n_out * sizeof(int));
+    memcpy(np + r->n_prompt0, r->ids, (size_t)r->n_out * sizeof(int));
     r->prompt = np;
     r->p.prompt = np;
-    r->p.n_prompt += r->n_out;
+    r->p.n_prompt = r->n_prompt0 + r->n_out;
     smp_free(&r->smp);
     r->smp = sl->smp;
     memset(&sl->smp, 0, sizeof sl->smp);
@@ -812,6 +814,7 @@ static int submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t 
     }
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
     r->p.prompt = r->prompt;
+    r->n_prompt0 = p->n_prompt;
     if (p->n_bias > 0) {
         r->bias_id = malloc((size_t)p->n_bias * sizeof(int));
         r->bias = malloc((size_t)p->n_bias * sizeof(float));

@@ -4,8 +4,8 @@
  * its whole sequence is a prefix, and the prefix store keeps snapshots).
  *
  * (More below: determinism on a model wider than one matmul column chunk, prefix reuse of
- * the hybrids through snapshots, the prefix store, JSON mode, and a schema grammar of free
- * text with constrained calls.)
+ * the hybrids through snapshots, the paged pool and its preemptions, the prefix store, JSON
+ * mode, and a schema grammar of free text with constrained calls.)
  *
  * Per model: six seeded requests run alone, then all at once, and must give the same
  * tokens, which must also equal ci_generate's; a request whose prompt extends a finished
@@ -777,6 +777,95 @@ done:
     ci_model_free(m); ci_model_free(m0);
 }
 
+/* Preempted again and again: 4 slots on a pool of 8 blocks, 4 requests of 100..130 prompt
+ * tokens that generate 600 each (6 blocks at the end): every request but one is preempted,
+ * one of them twice (the second time its prompt must be its own prompt + all its ids, not the
+ * first resume's prompt + all its ids again). Greedy and seeded sampling (one with presence
+ * and frequency penalties), logprobs, the tokens read one at a time while they come (the
+ * reader's stream: no token twice or missing across a pause); each equals its solo run token
+ * for token, logprobs bit for bit; idle, no block is in use. Run with the prefix cache on
+ * and off. */
+static void paged_churn(int prefix) {
+    enum { N = 4, G = 600, NB = 8 };
+    char err[1024];
+    ci_model *m = NULL, *m0 = NULL;
+    eng *e = NULL, *e0 = NULL;
+    ci_model_opts mo = { .n_threads = 0 };
+    eng_opts eo = { 4, 1024, 16, prefix ? 64 << 20 : 0, NULL, NULL, 0, -1, NB, 128, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
+        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err) ||
+        eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto done;
+    }
+    const int V = (int)m->cfg.vocab_size;
+    static int prompts[N][200];
+    static eng_tok solo[N][G], got[N][G];
+    eng_params p[N];
+    int n[N], n_solo[N], n_got[N], done_[N];
+    for (int i = 0; i < N; i++) {
+        n[i] = 100 + 10 * i;
+        prompt_of(i + 90, V, prompts[i], n[i]);
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].prompt = prompts[i];
+        p[i].n_prompt = n[i];
+        p[i].max_tokens = G;
+        ci_sampler_defaults(&p[i].so);
+        p[i].so.temperature = i % 2 ? 0.8f : 0;   /* 0 and 2 greedy, 1 and 3 sampled */
+        p[i].so.seed = (uint64_t)(50 + i);
+        if (i == 3) p[i].presence_penalty = 0.5f, p[i].frequency_penalty = 0.25f;
+        p[i].top_logprobs = 2;
+        p[i].ignore_eos = 1;
+        eng_req *r;
+        n_solo[i] = 0;
+        if (eng_submit(e0, &p[i], &r, err, sizeof err)) { CHECK(0, "solo %d: %s", i, err); continue; }
+        n_solo[i] = read_all(r, solo[i], G);
+        eng_release(r);
+        CHECK(n_solo[i] == G, "solo %d: %d tokens", i, n_solo[i]);
+    }
+    eng_req *r[N];
+    for (int i = 0; i < N; i++) {
+        n_got[i] = 0;
+        done_[i] = 0;
+        if (eng_submit(e, &p[i], &r[i], err, sizeof err)) { CHECK(0, "submit %d: %s", i, err); r[i] = NULL; done_[i] = 1; }
+    }
+    /* the readers' streams: one token at a time from each, as they come */
+    for (int left = N; left > 0;) {
+        left = 0;
+        for (int i = 0; i < N; i++) {
+            if (done_[i]) continue;
+            n_got[i] += eng_read(r[i], n_got[i], got[i] + n_got[i], n_got[i] < G ? 1 : 0, 2, &done_[i]);
+            left += !done_[i];
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        if (!r[i]) continue;
+        int same = n_got[i] == G, j = 0;
+        for (; j < n_got[i] && same; j++) same = same_tok(&got[i][j], &solo[i][j]);
+        CHECK(same, "prefix %d: request %d differs from its solo run at token %d of %d (%d %g, solo %d %g)", prefix,
+              i, same ? -1 : j - 1, n_got[i], same ? 0 : got[i][j - 1].id, same ? 0 : (double)got[i][j - 1].logprob,
+              same ? 0 : solo[i][j - 1].id, same ? 0 : (double)solo[i][j - 1].logprob);
+        CHECK(eng_req_finish(r[i], err, sizeof err) == ENG_FIN_LENGTH, "request %d: %s", i, err);
+        eng_release(r[i]);
+    }
+    eng_stats st;
+    for (int w = 0; w < 100; w++) {
+        eng_get_stats(e, &st);
+        if (st.active == 0 && st.kv_blocks_used == 0) break;
+        usleep(10000);
+    }
+    printf("  prefix %d: %lld preemptions, %lld prefilled, %lld decoded tokens\n", prefix, st.preemptions,
+           st.prefill_tokens, st.decode_tokens);
+    CHECK(st.preemptions >= N, "prefix %d: %lld preemptions of %d requests", prefix, st.preemptions, N);
+    CHECK(st.kv_blocks_used == 0, "idle: %d blocks in use", st.kv_blocks_used);
+done:
+    eng_free(e); eng_free(e0);
+    ci_model_free(m); ci_model_free(m0);
+}
+
+static void test_engine_paged_churn(void) { paged_churn(1); paged_churn(0); }
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
@@ -784,6 +873,7 @@ int main(void) {
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
     TEST_RUN(test_engine_paged_pool);
     TEST_RUN(test_engine_paged_preempt);
+    TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);
