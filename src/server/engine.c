@@ -9,8 +9,9 @@
  * One scheduler iteration: admit queued requests into idle slots, finish cancelled ones,
  * advance every prefilling slot by one chunk (a slot whose prompt is complete samples its
  * first token from the prefill's logits), then one batched decode step over every slot that
- * has a sampled token still to feed. New requests therefore join between decode steps, and
- * a long prompt delays the others by at most one chunk per step. */
+ * has a sampled token still to feed (or, replaying, one of its generated ids: engine.h).
+ * New requests therefore join between decode steps, and a long prompt delays the others by
+ * at most one chunk per step. */
 #include "engine.h"
 #include "jsonfsm.h"
 #include "prefix.h"
@@ -32,6 +33,7 @@
 #define JSON_MAX_WS 64
 
 enum { PREFILL_CHUNK = 256, MIN_SAVE = 8, SNAP_EVERY = 512 };
+enum { REPLAYING = -3 };   /* a decode row of step() that fed a replayed id: nothing to publish */
 enum { Q_QUEUED, Q_ACTIVE, Q_DONE };
 
 struct eng_req {
@@ -68,6 +70,8 @@ typedef struct {
     int n_toks;
     eng_req *r;                /* NULL: idle */
     int fed;                   /* prompt tokens in the cache */
+    int prefill_to;            /* the prefill runs the prompt to here; the rest of it (a resumed request's
+                                * generated ids, eng_opts.replay_decode) is fed as decode steps */
     int pending;               /* sampled, not yet fed; -1 none */
     int finished;              /* the scheduler's view: r is done, publish and release */
     smp_state smp;
@@ -85,6 +89,7 @@ struct eng {
     int V, trim;               /* trim: cache_export / import (rows); else snap: snapshot / restore */
     int snap;
     int paged;                 /* the slots share the model's block pool (engine.h) */
+    int replay;                /* paged and eng_opts.replay_decode: a resumed request's ids are decode steps */
     int chunk;                 /* prompt tokens per slot per step (eng_opts.prefill_chunk) */
     slot *slots;
     float *logits;             /* [parallel, V] */
@@ -181,6 +186,7 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
     sl->n_toks = reuse;
     sl->s->pos = reuse;
     sl->fed = reuse;
+    sl->prefill_to = r->p.n_prompt;
     sl->pending = -1;
     sl->finished = 0;
     sl->used = ++e->clock;
@@ -199,6 +205,10 @@ static void start_in_slot(eng *e, slot *sl, eng_req *r, int reuse) {
         sl->smp = r->smp;
         memset(&r->smp, 0, sizeof r->smp);
         for (int k = 0; k < r->n_out; k++) took(e, sl, r->ids[k]);
+        if (e->replay) {   /* its own prompt (or what the pool gave back) by prefill, its ids by decode */
+            sl->prefill_to = reuse > r->n_prompt0 ? reuse : r->n_prompt0;
+            if (sl->fed == sl->prefill_to) sl->pending = r->prompt[sl->fed];
+        }
     }
 }
 
@@ -230,6 +240,17 @@ static void slot_settle(eng *e, slot *sl) {
 static int admit_paged(eng *e, eng_req *r, slot *sl) {
     const int n = r->p.n_prompt;
     int reuse = e->o.prefix_cache_bytes ? ci_session_match(sl->s, r->prompt, n, n - 1) : 0;
+    if (e->replay && r->resumed && reuse < r->n_prompt0 && reuse > r->cached) {
+        /* the rows of its prompt again as its first admission's chunks made them (they
+         * started at r->cached and ended on multiples of the chunk; a GEMM's row bits may
+         * depend on the rows beside it): from the last such start the pool gives back */
+        int c = reuse / e->chunk * e->chunk;
+        if (c < r->cached) c = r->cached;
+        if (c < reuse) {
+            ci_session_truncate(sl->s, 0);
+            reuse = ci_session_match(sl->s, r->prompt, n, c);
+        }
+    }
     char err[256];
     if (kvp_available(e->m->kv_pool) < (n + 1 + KV_BLOCK - 1) / KV_BLOCK - sl->s->pages.n + active_count(e) ||
         ci_session_reserve(sl->s, n + 1, err, sizeof err)) {
@@ -496,13 +517,13 @@ static void step(eng *e) {
     for (int i = 0; i < e->o.parallel && budget > 0; i++) {
         slot *sl = &e->slots[i];
         eng_req *r = sl->r;
-        if (!r || sl->fed >= r->p.n_prompt) continue;
+        if (!r || sl->fed >= sl->prefill_to) continue;
         if (!sl->smp.p && smp_init(&sl->smp, &r->p.so, V)) {
             pthread_mutex_lock(&e->mu); slot_fail(e, sl, "out of memory for the sampler"); pthread_mutex_unlock(&e->mu);
             continue;
         }
         /* chunks end on multiples of the chunk (where hybrids take snapshots) */
-        int k = r->p.n_prompt - sl->fed, to_edge = e->chunk - sl->fed % e->chunk;
+        int k = sl->prefill_to - sl->fed, to_edge = e->chunk - sl->fed % e->chunk;
         if (k > to_edge) k = to_edge;
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
@@ -539,6 +560,8 @@ static void step(eng *e) {
             if (tok < 0) slot_fail(e, sl, tok == -1 ? JSON_STUCK : GRAMMAR_STUCK);
             else publish(e, sl, tok);
             pthread_mutex_unlock(&e->mu);
+        } else if (sl->fed == sl->prefill_to) {
+            sl->pending = r->prompt[sl->fed];   /* replay: its generated ids follow as decode steps */
         }
     }
     /* decode: every slot with a token to feed, in one batch */
@@ -571,19 +594,30 @@ static void step(eng *e) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    int toks[1024];
+    int toks[1024], replayed = 0;
     for (int b = 0; b < nb; b++) {
         slot *sl = &e->slots[e->bslot[b]];
+        const eng_req *r = sl->r;
         sl->toks[sl->n_toks++] = sl->pending;
         sl->pending = -1;
+        if (sl->fed < r->p.n_prompt) {            /* replay: that was one of its generated ids again */
+            replayed++;
+            if (++sl->fed < r->p.n_prompt) {      /* more follow: nothing is sampled from these logits */
+                sl->pending = r->prompt[sl->fed];
+                toks[b] = REPLAYING;
+                continue;
+            }                                     /* its last id: its logits are the next token's */
+        }
         toks[b] = sample(e, sl, e->logits + (size_t)b * V);
     }
     pthread_mutex_lock(&e->mu);
     e->st.decode_tokens += nb;
+    e->st.replay_tokens += replayed;
     e->st.decode_steps++;
     e->st.last_batch = nb;
     e->st.decode_seconds += dt;
     for (int b = 0; b < nb; b++) {
+        if (toks[b] == REPLAYING) continue;
         if (toks[b] < 0) slot_fail(e, &e->slots[e->bslot[b]], toks[b] == -1 ? JSON_STUCK : GRAMMAR_STUCK);
         else publish(e, &e->slots[e->bslot[b]], toks[b]);
     }
@@ -689,6 +723,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         e->st.kv_pool_bytes = (size_t)nb * ci_model_kv_block_bytes(m);
     }
     e->paged = m->kv_pool != NULL;
+    e->replay = e->paged && o->replay_decode;
     e->trim = !e->paged && e->ops->cache_export && e->ops->cache_import;
     e->snap = !e->paged && !e->trim && e->ops->snapshot && e->ops->restore;
     pthread_mutex_init(&e->mu, NULL);

@@ -12,10 +12,22 @@
  * running sequence, else it waits at the head of the queue; running sequences take a block
  * when their next position needs one, and when the pool is dry the most recently admitted
  * one is preempted: it lets its blocks go and returns to the head of the queue with its
- * generated ids appended to its prompt, recomputed at its next admission, keeping its
- * sampler and penalty / JSON / grammar state (its reader only sees a pause; on the CPU its
- * tokens are those of an uninterrupted run). One that could never fit the pool (prompt +
- * max_tokens) is refused at submit. Prefix reuse goes through the pool: full blocks are named by their tokens as
+ * generated ids appended to its own prompt, recomputed at its next admission, keeping its
+ * sampler and penalty / JSON / grammar state (its reader only sees a pause). How they are
+ * recomputed (eng_opts.replay_decode): off, all of it is prefilled, exact where the
+ * backend's prefill and decode give the same bits (the CPU's do: its tokens are those of an
+ * uninterrupted run); on, only its own prompt is prefilled (in the chunks of its first
+ * admission, from where the pool gives its blocks back; nothing when the pool gives back
+ * more than the prompt) and its generated ids are fed again as decode steps, batched with
+ * the others and teacher-forced: nothing is sampled or published from them, its sampler,
+ * penalties and JSON / grammar state stay where they are, and the last one's logits give its
+ * next token. Its cache then holds the bits an uninterrupted run's had (a batched decode
+ * step's rows are those of a lone one) on a backend whose prefill and decode differ in the
+ * last bits (CUDA: GEMMs and prefill attention against GEMVs and flash decoding), at one
+ * decode step per replayed id (with prefix reuse on, those past the last full block the
+ * pool still had: < KV_BLOCK; a block another sequence named first comes back with that
+ * sequence's bits). One that could never fit the pool (prompt + max_tokens) is refused at
+ * submit. Prefix reuse goes through the pool: full blocks are named by their tokens as
  * prompts are prefilled and when a request ends (kv_pages.h); an ended request's slot lets
  * all its blocks go (the named ones stay cached, LRU, until the pool needs them), and a new
  * request takes the named blocks of its prompt's longest full-block prefix, whichever slot
@@ -70,6 +82,11 @@ typedef struct {
     double mem_fraction;       /* kv_blocks <= 0 on a device (be->mem_info): the pool takes what keeps the
                                 * device's use at this fraction of its memory after the slots' scratch
                                 * (0 < f <= 1; <= 0: parallel * ctx tokens' worth, as on the CPU) */
+    int replay_decode;         /* paged: a preempted request's generated ids are fed again as decode steps at
+                                * its next admission, not prefilled ("Paged caches" above). The rule: on
+                                * where the backend's prefill and decode bits differ (a device backend,
+                                * ci_backend.is_device: the server does so), off where they are the same
+                                * (the CPU: the prefill is exact and faster). Others ignore it */
 } eng_opts;
 
 typedef struct {
@@ -115,6 +132,7 @@ typedef struct {
     long long kv_block_evictions;
     long long kv_waits;               /* requests that waited at the queue head for blocks */
     long long preemptions;            /* running requests sent back to the queue to free blocks */
+    long long replay_tokens;          /* generated ids fed again as decode steps (eng_opts.replay_decode) */
     int last_batch;                   /* rows of the latest decode step */
     size_t kv_pool_bytes;             /* the pool's rows (backend memory) */
     size_t dev_total, dev_free;       /* device memory at start-up, after the pool and slots (0: CPU) */

@@ -77,7 +77,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -202,7 +202,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -284,7 +284,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -382,7 +382,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -475,7 +475,7 @@ static void test_engine_json_mode(void) {
     const int tn = info.vocab_size - 7;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1, 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -569,7 +569,7 @@ static void test_engine_grammar_text(void) {
     const int tn = info.vocab_size;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e', 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e', 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -647,8 +647,8 @@ out:
  * and a reference of one slot without prefix reuse. 0, or -1 with err. */
 static int paged_pair(int kv_blocks, ci_model **m, ci_model **m0, eng **e, eng **e0, char *err, size_t errlen) {
     ci_model_opts mo = { .n_threads = 0 };
-    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, kv_blocks, 128, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, kv_blocks, 128, 0, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (ci_model_open("tests/fixtures/qwen3_tied", &mo, m, err, errlen) ||
         ci_model_open("tests/fixtures/qwen3_tied", &mo, m0, err, errlen))
         return -1;
@@ -777,22 +777,28 @@ done:
     ci_model_free(m); ci_model_free(m0);
 }
 
-/* Preempted again and again: 4 slots on a pool of 8 blocks, 4 requests of 100..130 prompt
- * tokens that generate 600 each (6 blocks at the end): every request but one is preempted,
- * one of them twice (the second time its prompt must be its own prompt + all its ids, not the
- * first resume's prompt + all its ids again). Greedy and seeded sampling (one with presence
- * and frequency penalties), logprobs, the tokens read one at a time while they come (the
- * reader's stream: no token twice or missing across a pause); each equals its solo run token
- * for token, logprobs bit for bit; idle, no block is in use. Run with the prefix cache on
- * and off. */
-static void paged_churn(int prefix) {
+/* Preempted again and again: 4 slots on a pool of 8 blocks, 4 requests of n0..n0+30 prompt
+ * tokens that generate 600 each (6 blocks at the end, 7 at n0 = 150): every request but one
+ * is preempted; at n0 = 100 one of them twice as the scheduler runs here (the second time its
+ * prompt must be its own prompt + all its ids, not the first resume's prompt + all its ids
+ * again: that request differed from its solo run at its 364th token). Greedy and seeded sampling
+ * (one with presence and frequency penalties), logprobs, the tokens read one at a time while
+ * they come (the reader's stream: no token twice or missing across a pause); each equals its
+ * solo run token for token, logprobs bit for bit; idle, no block is in use.
+ * With replay (eng_opts.replay_decode; the CPU's prefill and decode agree bit for bit, so
+ * the tokens cannot tell the two ways apart, the counts can): generated ids were fed again
+ * as decode steps (replay_tokens > 0), every admission prefilled at most its own prompt (the
+ * prefilled tokens are at most the prompts once plus the longest per preemption), and each
+ * decode row either sampled a token (600 - 1 per request: the first comes from the prefill)
+ * or replayed an id (the last id of each resume does both). Without it, none is replayed. */
+static void paged_churn(int prefix, int replay, int n0, int chunk) {
     enum { N = 4, G = 600, NB = 8 };
     char err[1024];
     ci_model *m = NULL, *m0 = NULL;
     eng *e = NULL, *e0 = NULL;
     ci_model_opts mo = { .n_threads = 0 };
-    eng_opts eo = { 4, 1024, 16, prefix ? 64 << 20 : 0, NULL, NULL, 0, -1, NB, 128, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0 };
+    eng_opts eo = { 4, 1024, 16, prefix ? 64 << 20 : 0, NULL, NULL, 0, -1, NB, chunk, 0, replay };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
     if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
         ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err) ||
         eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) {
@@ -803,9 +809,11 @@ static void paged_churn(int prefix) {
     static int prompts[N][200];
     static eng_tok solo[N][G], got[N][G];
     eng_params p[N];
-    int n[N], n_solo[N], n_got[N], done_[N];
+    int n[N], n_solo[N], n_got[N], done_[N], sum_n = 0, max_n = 0;
     for (int i = 0; i < N; i++) {
-        n[i] = 100 + 10 * i;
+        n[i] = n0 + 10 * i;
+        sum_n += n[i];
+        if (n[i] > max_n) max_n = n[i];
         prompt_of(i + 90, V, prompts[i], n[i]);
         memset(&p[i], 0, sizeof p[i]);
         p[i].prompt = prompts[i];
@@ -843,8 +851,8 @@ static void paged_churn(int prefix) {
         if (!r[i]) continue;
         int same = n_got[i] == G, j = 0;
         for (; j < n_got[i] && same; j++) same = same_tok(&got[i][j], &solo[i][j]);
-        CHECK(same, "prefix %d: request %d differs from its solo run at token %d of %d (%d %g, solo %d %g)", prefix,
-              i, same ? -1 : j - 1, n_got[i], same ? 0 : got[i][j - 1].id, same ? 0 : (double)got[i][j - 1].logprob,
+        CHECK(same, "prefix %d replay %d: request %d differs from its solo run at token %d of %d (%d %g, solo %d %g)", prefix,
+              replay, i, same ? -1 : j - 1, n_got[i], same ? 0 : got[i][j - 1].id, same ? 0 : (double)got[i][j - 1].logprob,
               same ? 0 : solo[i][j - 1].id, same ? 0 : (double)solo[i][j - 1].logprob);
         CHECK(eng_req_finish(r[i], err, sizeof err) == ENG_FIN_LENGTH, "request %d: %s", i, err);
         eng_release(r[i]);
@@ -855,16 +863,37 @@ static void paged_churn(int prefix) {
         if (st.active == 0 && st.kv_blocks_used == 0) break;
         usleep(10000);
     }
-    printf("  prefix %d: %lld preemptions, %lld prefilled, %lld decoded tokens\n", prefix, st.preemptions,
-           st.prefill_tokens, st.decode_tokens);
-    CHECK(st.preemptions >= N, "prefix %d: %lld preemptions of %d requests", prefix, st.preemptions, N);
+    printf("  prefix %d replay %d prompts %d.. chunk %d: %lld preemptions, %lld prefilled, %lld decoded, %lld replayed\n",
+           prefix, replay, n0, chunk, st.preemptions, st.prefill_tokens, st.decode_tokens, st.replay_tokens);
+    CHECK(st.preemptions >= N - 1, "prefix %d replay %d: %lld preemptions of %d requests", prefix, replay, st.preemptions, N);
     CHECK(st.kv_blocks_used == 0, "idle: %d blocks in use", st.kv_blocks_used);
+    if (replay) {
+        const long long sampled = (long long)N * (G - 1);
+        CHECK(st.replay_tokens > 0 && st.prefill_tokens <= sum_n + st.preemptions * max_n &&
+              st.decode_tokens <= sampled + st.replay_tokens && st.decode_tokens >= sampled + st.replay_tokens - st.preemptions,
+              "replay: %lld replayed, %lld prefilled (prompts %d, longest %d), %lld decoded", st.replay_tokens,
+              st.prefill_tokens, sum_n, max_n, st.decode_tokens);
+    } else {
+        CHECK(st.replay_tokens == 0, "%lld replayed without replay", st.replay_tokens);
+    }
 done:
     eng_free(e); eng_free(e0);
     ci_model_free(m); ci_model_free(m0);
 }
 
-static void test_engine_paged_churn(void) { paged_churn(1); paged_churn(0); }
+static void test_engine_paged_churn(void) {
+    paged_churn(1, 0, 100, 128);
+    paged_churn(0, 0, 100, 128);
+}
+
+/* The same with the resumed requests' ids replayed as decode steps (the rule on a device),
+ * the prefix cache on and off, and prompts longer than a block with a prefill chunk of 256
+ * (a resume that gets back less than its prompt restarts at its first admission's chunk). */
+static void test_engine_paged_replay(void) {
+    paged_churn(1, 1, 100, 128);
+    paged_churn(0, 1, 100, 128);
+    paged_churn(1, 1, 150, 256);
+}
 
 int main(void) {
     TEST_RUN(test_engine_demo);
@@ -874,6 +903,7 @@ int main(void) {
     TEST_RUN(test_engine_paged_pool);
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
+    TEST_RUN(test_engine_paged_replay);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);
