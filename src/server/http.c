@@ -288,6 +288,8 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                    "# TYPE cinfer_kv_waits_total counter\ncinfer_kv_waits_total %lld\n", st.kv_waits);
         fprintf(f, "# HELP cinfer_preemptions_total Running requests sent back to the queue to free blocks.\n"
                    "# TYPE cinfer_preemptions_total counter\ncinfer_preemptions_total %lld\n", st.preemptions);
+        fprintf(f, "# HELP cinfer_replay_tokens_total Generated ids a preempted request fed again as decode steps.\n"
+                   "# TYPE cinfer_replay_tokens_total counter\ncinfer_replay_tokens_total %lld\n", st.replay_tokens);
         fprintf(f, "# HELP cinfer_kv_pool_bytes Bytes of the cache pool.\n# TYPE cinfer_kv_pool_bytes gauge\n"
                    "cinfer_kv_pool_bytes %zu\n", st.kv_pool_bytes);
     }
@@ -550,7 +552,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n,
                     s->call_open ? (unsigned char)s->call_open[0] : -1, s->o.kv_blocks,
                     s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->m->be->is_device ? 1024 : 256,
-                    s->o.gpu_memory > 0 ? s->o.gpu_memory : 0.9 };
+                    s->o.gpu_memory > 0 ? s->o.gpu_memory : 0.9,
+                    s->m->be->is_device };   /* replay_decode: a device's prefill and decode differ in the last bits */
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
     if (!(s->rs = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20))) { ci_err(err, errlen, "out of memory"); goto fail; }
 
