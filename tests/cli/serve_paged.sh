@@ -5,7 +5,8 @@
 #  - 4 concurrent requests of 100 prompt ids generating 300 each (1 block each to start, 4 at
 #    the end: 16 of 6) all complete, each equal to the same request alone (greedy, token ids;
 #    the CPU's batched and lone steps are bit-identical, and a preempted request recomputes
-#    its ids), with at least one preemption; idle afterwards, no block is in use;
+#    its ids; on a device it feeds them again as decode steps: cinfer_replay_tokens_total,
+#    0 on the CPU), with at least one preemption; idle afterwards, no block is in use;
 #  - a second turn that extends a first takes its full blocks from the pool (cached_tokens);
 #  - bad --kv-blocks / --gpu-memory / --prefill-chunk values exit 2 with one line.
 # The server stops on SIGTERM with a clean stderr (this also runs on the ASan/UBSan build).
@@ -43,9 +44,10 @@ if [ "$st" = 400 ] && grep -q "need 8 cache blocks of 128 tokens; the pool has 6
 else fail "a request that never fits the pool is a 400" "status $st: $(head -c 300 "$TMP/big")"; fi
 
 for i in 1 2 3 4; do complete "$TMP/solo$i" "$(ids 100 $((i + 10)))" 300 >"$TMP/solo$i.st"; done
-cp=()
+cp=(); t0=$SECONDS
 for i in 1 2 3 4; do complete "$TMP/both$i" "$(ids 100 $((i + 10)))" 300 >"$TMP/both$i.st" & cp+=($!); done
 wait "${cp[@]}"   # the curls (the server is a background job too)
+secs=$((SECONDS - t0))
 # JSON fields with node (what the project installs), else python3 (the GPU machine has no node)
 jfield() { # FILE EXPR: EXPR over the parsed body o, printed (text and count as a JSON pair)
   if command -v node >/dev/null; then
@@ -59,11 +61,19 @@ text() { jfield "$1" 'JSON.stringify([o.choices[0].text, o.usage.completion_toke
 same=1
 for i in 1 2 3 4; do
   a=$(text "$TMP/solo$i"); b=$(text "$TMP/both$i")
-  { [ "$(cat "$TMP/both$i.st")" = 200 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [[ "$a" == *",300]" ]]; } || { same=0; echo "request $i: solo $a, concurrent $b" >&2; }
+  { [ "$(cat "$TMP/both$i.st")" = 200 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [[ "$a" == *",300]" ]]; } || { same=0; echo "request $i: status $(cat "$TMP/both$i.st") after ${secs}s, solo $a, concurrent $b" >&2; }
 done
 [ $same = 1 ] && pass "4 growing requests on 6 blocks each equal the request alone" || fail "4 growing requests on 6 blocks each equal the request alone" "see above"
 pre=$(metric cinfer_preemptions_total)
 [ "${pre:-0}" -ge 1 ] 2>/dev/null && pass "the pool ran dry: $pre preemption(s)" || fail "the pool ran dry" "preemptions '$pre'"
+# a preempted request's ids: fed again as decode steps on a device (its prefill and decode
+# differ in the last bits), recomputed by the prefill on the CPU (the same bits, faster)
+rep=$(metric cinfer_replay_tokens_total)
+if [ -n "${SERVE_DEVICE:-}" ]; then
+  [ "${rep:-0}" -ge 1 ] 2>/dev/null && pass "on the device the preempted ids are replayed: $rep" || fail "on the device the preempted ids are replayed" "replayed '$rep'"
+else
+  [ "$rep" = 0 ] && pass "on the CPU the preempted ids are prefilled" || fail "on the CPU the preempted ids are prefilled" "replayed '$rep'"
+fi
 for _ in $(seq 1 50); do [ "$(metric cinfer_kv_blocks_used)" = 0 ] && break; sleep 0.1; done
 [ "$(metric cinfer_kv_blocks_used)" = 0 ] && pass "idle: no block in use" || fail "idle: no block in use" "$(metric cinfer_kv_blocks_used)"
 
