@@ -808,8 +808,9 @@ static void paged_churn(int prefix, int replay, int n0, int chunk) {
     const int V = (int)m->cfg.vocab_size;
     static int prompts[N][200];
     static eng_tok solo[N][G], got[N][G];
+    static int solo_n0 = -1;                  /* the solo runs are those of prompts n0.. (made once per n0) */
     eng_params p[N];
-    int n[N], n_solo[N], n_got[N], done_[N], sum_n = 0, max_n = 0;
+    int n[N], n_got[N], done_[N], sum_n = 0, max_n = 0;
     for (int i = 0; i < N; i++) {
         n[i] = n0 + 10 * i;
         sum_n += n[i];
@@ -826,12 +827,13 @@ static void paged_churn(int prefix, int replay, int n0, int chunk) {
         p[i].top_logprobs = 2;
         p[i].ignore_eos = 1;
         eng_req *r;
-        n_solo[i] = 0;
+        if (solo_n0 == n0) continue;
         if (eng_submit(e0, &p[i], &r, err, sizeof err)) { CHECK(0, "solo %d: %s", i, err); continue; }
-        n_solo[i] = read_all(r, solo[i], G);
+        int k = read_all(r, solo[i], G);
         eng_release(r);
-        CHECK(n_solo[i] == G, "solo %d: %d tokens", i, n_solo[i]);
+        CHECK(k == G, "solo %d: %d tokens", i, k);
     }
+    solo_n0 = n0;
     eng_req *r[N];
     for (int i = 0; i < N; i++) {
         n_got[i] = 0;
