@@ -33,15 +33,28 @@ static inline TGT float i16_block(const float *x, int32_t q[32]) {
 #include "quant_i16.h"
 
 /* Parameters i0 .. i0+n-1 (n <= 8) of p as f32 lanes, as q_param converts each (affine
- * formats: f32, bf16, f16), lanes past n zero; never reads past the n asked for. */
-static inline TGT __m256 q8p(const ci_qdesc *d, const void *p, int64_t i0, int n) {
-    const size_t es = d->scale_dtype == CI_F32 ? 4 : 2;
-    _Alignas(32) uint8_t b[32] = { 0 };
-    memcpy(b, (const uint8_t *)p + i0 * (int64_t)es, (size_t)n * es);
-    if (d->scale_dtype == CI_F32) return _mm256_load_ps((const float *)b);
-    __m128i h = _mm_load_si128((const __m128i *)b);
+ * formats: f32, bf16, f16), lanes past n zero; never reads outside p[0 .. i0+n-1]. No call
+ * (a call inside a kernel's loop makes every ymm register caller-saved): a whole window is one
+ * unaligned load; a short one (a row's last window) loads the 8 parameters that end at
+ * i0 + n and moves them down, unless fewer than 8 precede that end (then through a buffer). */
+static inline TGT __m256 q8cvt(const ci_qdesc *d, const uint8_t *b) {
+    if (d->scale_dtype == CI_F32) return _mm256_loadu_ps((const float *)(const void *)b);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)b);
     if (d->scale_dtype == CI_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));   /* bf16 */
+}
+static inline TGT __m256 q8p(const ci_qdesc *d, const void *p, int64_t i0, int n) {
+    const int64_t es = d->scale_dtype == CI_F32 ? 4 : 2;
+    if (n == 8) return q8cvt(d, (const uint8_t *)p + i0 * es);
+    if (i0 + n >= 8) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 v = q8cvt(d, (const uint8_t *)p + (i0 + n - 8) * es);
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+        return _mm256_and_ps(_mm256_permutevar8x32_ps(v, _mm256_add_epi32(lane, _mm256_set1_epi32(8 - n))), keep);
+    }
+    _Alignas(32) uint8_t b[32] = { 0 };
+    memcpy(b, (const uint8_t *)p + i0 * es, (size_t)(n * es));
+    return q8cvt(d, b);
 }
 
 /* The 16-bit words of 32 bytes of codes as separate code vectors: 4-bit, c[j] = nibble j of each
@@ -59,91 +72,130 @@ static inline __attribute__((always_inline)) TGT void i16_unpack(const int BITS,
     }
 }
 
-/* T <= 2 token rows (prepared, stride xs bytes) by the 4 rows of W. */
-static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
-                                                                 const int64_t rows[4], const uint8_t *xq, int64_t xs,
-                                                                 float *out) {
+/* One chunk of the 4 rows (codes at wr[r] + kb) by T prepared token rows: per row and token
+ * fma(f32(exact integer sum), s * d, acc). PART: a 4-bit row's last, half chunk (km: its
+ * dwords). BC: one group covers the chunk, so s is the broadcast of the row's scale gw of
+ * the window (sf, converted at the window's start): the value the lane permute gives. */
+static inline __attribute__((always_inline)) TGT void i16_chunk(const int T, const int BITS, const int BC,
+                                                                const int PART, const uint8_t *const wr[4],
+                                                                int64_t kb, __m256i km, const float sf[4][8],
+                                                                int64_t gw, __m256i gsel, const int16_t *const xt[2],
+                                                                const __m256 dl[2], __m256 acc[2][4]) {
+    I16_UNROLL
+    for (int r = 0; r < 4; r++) {
+        const __m256i v = PART ? _mm256_maskload_epi32((const int *)(const void *)(wr[r] + kb), km)
+                               : _mm256_loadu_si256((const __m256i *)(const void *)(wr[r] + kb));
+        const __m256 s = BC ? _mm256_broadcast_ss(&sf[r][gw]) : _mm256_permutevar8x32_ps(_mm256_load_ps(sf[r]), gsel);
+        __m256i c[4];
+        i16_unpack(BITS, v, c);
+        I16_UNROLL
+        for (int t = 0; t < T; t++) {
+            __m256i is = _mm256_madd_epi16(c[0], _mm256_load_si256((const __m256i *)xt[t]));
+            is = _mm256_add_epi32(is, _mm256_madd_epi16(c[1], _mm256_load_si256((const __m256i *)(xt[t] + 16))));
+            if (BITS == 4) {
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(xt[t] + 32))));
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(xt[t] + 48))));
+            }
+            acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(s, dl[t]), acc[t][r]);
+        }
+    }
+}
+
+/* T <= 2 token rows (prepared, stride xs bytes) by the 4 rows of W, window by window (8
+ * groups: the scales converted once, then the bias term, then the window's chunks), as
+ * i16_row_T orders them. BC: the group covers a chunk (G >= its columns). */
+static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const int BC,
+                                                                 const ci_mat *W, const int64_t rows[4],
+                                                                 const uint8_t *xq, int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const i16_layout l = i16_lay(W);
-    const int64_t G = d->group, ng = l.ng, rb = W->cols * BITS / 8, cols = W->cols;
+    const int64_t ng = l.ng, rb = W->cols * BITS / 8;
     const int CWL = BITS == 4 ? 6 : 5;   /* log2 of the chunk's columns */
     const int64_t pd = rb < 1024 ? rb : 1024;   /* prefetch distance, as the AVX-512 kernel */
+    const int64_t nfull = BITS == 4 ? W->cols >> 6 : l.nch;   /* whole chunks: all but a 4-bit half one */
     const uint8_t *wr[4];
     int64_t gi[4];
     for (int r = 0; r < 4; r++) {
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    const int lc = BITS == 4 ? 8 : 4;   /* columns a lane */
     __m256i loff = _mm256_setzero_si256();
-    if (G <= l.cw)
-        loff = _mm256_srlv_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(lc)),
+    if (!BC)
+        loff = _mm256_srlv_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                    _mm256_set1_epi32(BITS == 4 ? 8 : 4)),
                                  _mm256_set1_epi32(l.lg));
-    __m256 acc[2][4], sv[4] = { 0 };
+    const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(4), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _Alignas(32) float sf[4][8] = { { 0 } };   /* the window's scales of each row */
+    const int16_t *xt[2];
+    const float *dlp[2], *xg[2];
+    __m256 acc[2][4];
     I16_UNROLL
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
-    int64_t pb = -1;
-    for (int64_t ch = 0; ch < l.nch; ch++) {
-        const int64_t k = ch << CWL, g = k >> l.lg;
-        if ((g & ~(int64_t)7) != pb) {   /* the next 8 groups: scales, and the bias term */
-            pb = g & ~(int64_t)7;
-            const int np = (int)(ng - pb < 8 ? ng - pb : 8);
-            I16_UNROLL
-            for (int r = 0; r < 4; r++) {
-                sv[r] = q8p(d, d->scales, gi[r] + pb, np);
-                __m256 bv = q8p(d, d->biases, gi[r] + pb, np);
-                I16_UNROLL
-                for (int t = 0; t < T; t++)
-                    acc[t][r] = _mm256_fmadd_ps(bv, _mm256_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * l.nch + pb),
-                                                acc[t][r]);
-            }
-        }
-        const __m256i gsel = _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
-        const int64_t nb = (cols - k) * BITS / 8;   /* code bytes of this chunk, 32 but a 4-bit last */
-        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb < 32 ? nb / 4 : 8)),
-                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        const int64_t pf = k * BITS / 8 + pd + (k * BITS / 8 + pd < rb ? 0 : 3 * rb);
-        I16_UNROLL
-        for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
-        __m256 dl[2];
-        I16_UNROLL
-        for (int t = 0; t < T; t++) dl[t] = _mm256_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * ch);
+    for (int t = 0; t < T; t++) {
+        xt[t] = (const int16_t *)(xq + t * xs);
+        dlp[t] = (const float *)(xq + t * xs + 2 * l.cp);
+        xg[t] = dlp[t] + I16_LANES * l.nch;
+        acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
+    }
+    int64_t pb = 0;
+    for (; pb < ng; pb += 8) {
+        const int np = (int)(ng - pb < 8 ? ng - pb : 8);
         I16_UNROLL
         for (int r = 0; r < 4; r++) {
-            const __m256i v = nb >= 32 ? _mm256_loadu_si256((const __m256i *)(wr[r] + k * BITS / 8))
-                                       : _mm256_maskload_epi32((const int *)(wr[r] + k * BITS / 8), km);
-            const __m256 s = _mm256_permutevar8x32_ps(sv[r], gsel);
-            __m256i c[4];
-            i16_unpack(BITS, v, c);
+            _mm256_store_ps(sf[r], q8p(d, d->scales, gi[r] + pb, np));
+            const __m256 bv = q8p(d, d->biases, gi[r] + pb, np);
+            I16_UNROLL
+            for (int t = 0; t < T; t++) acc[t][r] = _mm256_fmadd_ps(bv, _mm256_load_ps(xg[t] + pb), acc[t][r]);
+        }
+        /* the window's whole chunks (a 4-bit row's last, half chunk comes after the loop) */
+        const int64_t ch0 = (pb << l.lg) >> CWL, ch1 = pb + np >= ng ? nfull : ((pb + np) << l.lg) >> CWL;
+        for (int64_t ch = ch0; ch < ch1; ch++) {
+            const int64_t kb = ch << 5, k = ch << CWL, g = k >> l.lg;   /* 32 code bytes a chunk */
+            const int64_t pf = kb + pd + (kb + pd < rb ? 0 : 3 * rb);
+            I16_UNROLL
+            for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
+            const __m256i gsel = BC ? loff : _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
+            const int16_t *xk[2];
+            __m256 dl[2];
             I16_UNROLL
             for (int t = 0; t < T; t++) {
-                const int16_t *xt = (const int16_t *)(xq + t * xs) + k;
-                __m256i is = _mm256_madd_epi16(c[0], _mm256_load_si256((const __m256i *)xt));
-                is = _mm256_add_epi32(is, _mm256_madd_epi16(c[1], _mm256_load_si256((const __m256i *)(xt + 16))));
-                if (BITS == 4) {
-                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(xt + 32))));
-                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(xt + 48))));
-                }
-                acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(s, dl[t]), acc[t][r]);
+                xk[t] = xt[t] + k;
+                dl[t] = _mm256_load_ps(dlp[t] + I16_LANES * ch);
             }
+            i16_chunk(T, BITS, BC, 0, wr, kb, km, sf, g - pb, gsel, xk, dl, acc);
         }
+    }
+    if (nfull < l.nch) {   /* the half chunk: the last window's (pb - 8) last */
+        pb -= 8;
+        const int64_t ch = nfull, kb = ch << 5, k = ch << CWL, g = k >> l.lg;
+        const __m256i gsel = BC ? loff : _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
+        const int16_t *xk[2];
+        __m256 dl[2];
+        I16_UNROLL
+        for (int t = 0; t < T; t++) {
+            xk[t] = xt[t] + k;
+            dl[t] = _mm256_load_ps(dlp[t] + I16_LANES * ch);
+        }
+        i16_chunk(T, BITS, BC, 1, wr, kb, km, sf, g - pb, gsel, xk, dl, acc);
     }
     for (int t = 0; t < T; t++)
         for (int r = 0; r < 4; r++) out[4 * t + r] = vhsum(acc[t][r]);
 }
 
 static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
+    const int bc = q_desc(W)->group >= i16_lay(W).cw;
     for (int t0 = 0; t0 < T; t0 += 2) {
         const int tt = T - t0 < 2 ? T - t0 : 2;
         const uint8_t *x = xq + t0 * xs;
         float *o = out + 4 * t0;
+#define I16_TILE(BITS, BC) (tt == 1 ? i16_tile_T(1, BITS, BC, W, rows, x, xs, o) : i16_tile_T(2, BITS, BC, W, rows, x, xs, o))
         if (q_desc(W)->bits == 4) {
-            if (tt == 1) i16_tile_T(1, 4, W, rows, x, xs, o);
-            else i16_tile_T(2, 4, W, rows, x, xs, o);
+            if (bc) I16_TILE(4, 1);
+            else I16_TILE(4, 0);
         } else {
-            if (tt == 1) i16_tile_T(1, 8, W, rows, x, xs, o);
-            else i16_tile_T(2, 8, W, rows, x, xs, o);
+            if (bc) I16_TILE(8, 1);
+            else I16_TILE(8, 0);
         }
+#undef I16_TILE
     }
 }
 
