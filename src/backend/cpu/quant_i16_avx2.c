@@ -131,7 +131,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
                                                     _mm256_set1_epi32(BITS == 4 ? 8 : 4)),
                                  _mm256_set1_epi32(l.lg));
     const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(4), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _Alignas(32) float sf[4][8] = { { 0 } };   /* the window's scales of each row */
+    _Alignas(32) float sf[4][8];   /* the window's scales of each row */
     const int16_t *xt[2];
     const float *dlp[2], *xg[2];
     __m256 acc[2][4];
@@ -142,8 +142,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         xg[t] = dlp[t] + I16_LANES * l.nch;
         acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
     }
-    int64_t pb = 0;
-    for (; pb < ng; pb += 8) {
+    for (int64_t pb = 0; pb < ng; pb += 8) {
         const int np = (int)(ng - pb < 8 ? ng - pb : 8);
         I16_UNROLL
         for (int r = 0; r < 4; r++) {
@@ -152,7 +151,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
             I16_UNROLL
             for (int t = 0; t < T; t++) acc[t][r] = _mm256_fmadd_ps(bv, _mm256_load_ps(xg[t] + pb), acc[t][r]);
         }
-        /* the window's whole chunks (a 4-bit row's last, half chunk comes after the loop) */
+        /* the window's whole chunks (a 4-bit row's last, half chunk after them) */
         const int64_t ch0 = (pb << l.lg) >> CWL, ch1 = pb + np >= ng ? nfull : ((pb + np) << l.lg) >> CWL;
         for (int64_t ch = ch0; ch < ch1; ch++) {
             const int64_t kb = ch << 5, k = ch << CWL, g = k >> l.lg;   /* 32 code bytes a chunk */
@@ -170,19 +169,18 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
             }
             i16_chunk(T, BITS, BC, 0, wr, kb, km, sf, g - pb, gsel, xk, dl, acc);
         }
-    }
-    if (nfull < l.nch) {   /* the half chunk: the last window's (pb - 8) last */
-        pb -= 8;
-        const int64_t ch = nfull, kb = ch << 5, k = ch << CWL, g = k >> l.lg;
-        const __m256i gsel = BC ? loff : _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
-        const int16_t *xk[2];
-        __m256 dl[2];
-        I16_UNROLL
-        for (int t = 0; t < T; t++) {
-            xk[t] = xt[t] + k;
-            dl[t] = _mm256_load_ps(dlp[t] + I16_LANES * ch);
+        if (pb + np >= ng && nfull < l.nch) {   /* the row's last window: its half chunk */
+            const int64_t ch = nfull, kb = ch << 5, k = ch << CWL, g = k >> l.lg;
+            const __m256i gsel = BC ? loff : _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
+            const int16_t *xk[2];
+            __m256 dl[2];
+            I16_UNROLL
+            for (int t = 0; t < T; t++) {
+                xk[t] = xt[t] + k;
+                dl[t] = _mm256_load_ps(dlp[t] + I16_LANES * ch);
+            }
+            i16_chunk(T, BITS, BC, 1, wr, kb, km, sf, g - pb, gsel, xk, dl, acc);
         }
-        i16_chunk(T, BITS, BC, 1, wr, kb, km, sf, g - pb, gsel, xk, dl, acc);
     }
     for (int t = 0; t < T; t++)
         for (int r = 0; r < 4; r++) out[4 * t + r] = vhsum(acc[t][r]);
