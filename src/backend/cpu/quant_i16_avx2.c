@@ -211,23 +211,49 @@ static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const ui
  * bits; what differs is the register use: 4 accumulators and 4 integer sums, the codes
  * unpacked once for all T tokens, x read as memory operands (i16_tile_T with its 4 rows keeps
  * more values live than AVX2's 16 registers hold). */
-static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, const int BITS, const ci_mat *W,
-                                                                int64_t row, const uint8_t *xq, int64_t xs, float *y,
-                                                                int64_t ys) {
+/* One chunk of one row (codes v, scale s) by T prepared token rows (xk: their chunk; dl: the
+ * chunk's block scales of each): the codes unpacked once, then one token's sum at a time
+ * (fewer live values than all T sums at once, which GCC spilled). */
+static inline __attribute__((always_inline)) TGT void i16_row_chunk(const int T, const int BITS, __m256i v, __m256 s,
+                                                                    const int16_t *const xk[4],
+                                                                    const float *const dk[4], __m256 acc[4]) {
+    __m256i c[4];
+    i16_unpack(BITS, v, c);
+    I16_UNROLL
+    for (int t = 0; t < T; t++) {
+        const int16_t *x = xk[t];
+        __m256i is = _mm256_madd_epi16(c[0], _mm256_load_si256((const __m256i *)x));
+        is = _mm256_add_epi32(is, _mm256_madd_epi16(c[1], _mm256_load_si256((const __m256i *)(x + 16))));
+        if (BITS == 4) {
+            is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(x + 32))));
+            is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(x + 48))));
+        }
+        const __m256 sd = _mm256_mul_ps(s, _mm256_load_ps(dk[t]));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sd, acc[t]);
+    }
+}
+
+/* BC: the group covers a chunk (G >= its columns): s is a broadcast of the window's converted
+ * scale, the value the lane permute gives. */
+static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, const int BITS, const int BC,
+                                                                const ci_mat *W, int64_t row, const uint8_t *xq,
+                                                                int64_t xs, float *y, int64_t ys) {
     const ci_qdesc *d = q_desc(W);
     const i16_layout l = i16_lay(W);
-    const int64_t G = d->group, ng = l.ng, rb = W->cols * BITS / 8, cols = W->cols;
+    const int64_t ng = l.ng, rb = W->cols * BITS / 8;
     const int CWL = BITS == 4 ? 6 : 5;
+    const int64_t nfull = BITS == 4 ? W->cols >> 6 : l.nch;   /* whole chunks: all but a 4-bit half one */
     const uint8_t *wr = (const uint8_t *)W->data + row * rb;
     const int64_t gi = (W->scale_row0 + row) * ng;
-    const int lc = BITS == 4 ? 8 : 4;
     __m256i loff = _mm256_setzero_si256();
-    if (G <= l.cw)
-        loff = _mm256_srlv_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(lc)),
+    if (!BC)
+        loff = _mm256_srlv_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                    _mm256_set1_epi32(BITS == 4 ? 8 : 4)),
                                  _mm256_set1_epi32(l.lg));
     const int16_t *xp[4];
     const float *dp[4];
     __m256 acc[4];
+    _Alignas(32) float sf[8];   /* the window's scales */
     I16_UNROLL
     for (int t = 0; t < T; t++) {
         xp[t] = (const int16_t *)(xq + t * xs);
@@ -239,53 +265,56 @@ static inline __attribute__((always_inline)) TGT void i16_row_T(const int T, con
     for (int64_t pb = 0; pb < ng; pb += 8) {
         const int np = (int)(ng - pb < 8 ? ng - pb : 8);
         const __m256 sv = q8p(d, d->scales, gi + pb, np), bv = q8p(d, d->biases, gi + pb, np);
+        _mm256_store_ps(sf, sv);
         I16_UNROLL
         for (int t = 0; t < T; t++) acc[t] = _mm256_fmadd_ps(bv, _mm256_load_ps(dp[t] + I16_LANES * l.nch + pb), acc[t]);
-        /* the window's chunks (a window is whole chunks but the last, whose last chunk may be partial) */
-        const int64_t ch1 = pb + np >= ng ? l.nch : ((pb + np) << l.lg) >> CWL;
+        /* the window's whole chunks, then (the row's last window) a 4-bit row's half chunk */
+        const int64_t ch1 = pb + np >= ng ? nfull : ((pb + np) << l.lg) >> CWL;
         for (int64_t ch = (pb << l.lg) >> CWL; ch < ch1; ch++) {
-            const int64_t k = ch << CWL, g = k >> l.lg;
-            const __m256i gsel = _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff);
-            const int64_t nb = (cols - k) * BITS / 8;
-            __m256i v;
-            if (nb >= 32) {
-                v = _mm256_loadu_si256((const __m256i *)(wr + k * BITS / 8));
-            } else {
-                const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nb / 4)),
-                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-                v = _mm256_maskload_epi32((const int *)(wr + k * BITS / 8), km);
-            }
-            __builtin_prefetch(wr + rb + k * BITS / 8, 0, 3);   /* the next row of the block, same place */
-            /* the codes unpacked once (4 registers), then one token's sum at a time: fewer live
-             * values than all T sums at once, which GCC spilled */
-            __m256i c[4];
-            i16_unpack(BITS, v, c);
-            const __m256 s = _mm256_permutevar8x32_ps(sv, gsel);
+            const int64_t k = ch << CWL, kb = ch << 5, g = k >> l.lg;
+            if (!(kb & 63)) __builtin_prefetch(wr + rb + kb, 0, 3);   /* the next row of the block, same place */
+            const __m256 s = BC ? _mm256_broadcast_ss(&sf[g - pb])
+                                : _mm256_permutevar8x32_ps(sv, _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff));
+            const int16_t *xk[4];
+            const float *dk[4];
             I16_UNROLL
             for (int t = 0; t < T; t++) {
-                const int16_t *x = xp[t] + k;
-                __m256i is = _mm256_madd_epi16(c[0], _mm256_load_si256((const __m256i *)x));
-                is = _mm256_add_epi32(is, _mm256_madd_epi16(c[1], _mm256_load_si256((const __m256i *)(x + 16))));
-                if (BITS == 4) {
-                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[2], _mm256_load_si256((const __m256i *)(x + 32))));
-                    is = _mm256_add_epi32(is, _mm256_madd_epi16(c[3], _mm256_load_si256((const __m256i *)(x + 48))));
-                }
-                const __m256 sd = _mm256_mul_ps(s, _mm256_load_ps(dp[t] + I16_LANES * ch));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sd, acc[t]);
+                xk[t] = xp[t] + k;
+                dk[t] = dp[t] + I16_LANES * ch;
             }
+            i16_row_chunk(T, BITS, _mm256_loadu_si256((const __m256i *)(const void *)(wr + kb)), s, xk, dk, acc);
+        }
+        if (pb + np >= ng && nfull < l.nch) {
+            const int64_t ch = nfull, k = ch << CWL, kb = ch << 5, g = k >> l.lg;
+            const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(4), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const __m256 s = BC ? _mm256_broadcast_ss(&sf[g - pb])
+                                : _mm256_permutevar8x32_ps(sv, _mm256_add_epi32(_mm256_set1_epi32((int)(g - pb)), loff));
+            const int16_t *xk[4];
+            const float *dk[4];
+            I16_UNROLL
+            for (int t = 0; t < T; t++) {
+                xk[t] = xp[t] + k;
+                dk[t] = dp[t] + I16_LANES * ch;
+            }
+            i16_row_chunk(T, BITS, _mm256_maskload_epi32((const int *)(const void *)(wr + kb), km), s, xk, dk, acc);
         }
     }
     for (int t = 0; t < T; t++) y[t * ys] = vhsum(acc[t]);
 }
 
-#define I16_ROWS(BITS) for (int64_t r = r0; r < r1; r++) switch (T) { \
-    case 1: i16_row_T(1, BITS, W, r, xq, xs, y + r, ys); break; \
-    case 2: i16_row_T(2, BITS, W, r, xq, xs, y + r, ys); break; \
-    case 3: i16_row_T(3, BITS, W, r, xq, xs, y + r, ys); break; \
-    default: i16_row_T(4, BITS, W, r, xq, xs, y + r, ys); }
+#define I16_ROWS(BITS, BC) for (int64_t r = r0; r < r1; r++) switch (T) { \
+    case 1: i16_row_T(1, BITS, BC, W, r, xq, xs, y + r, ys); break; \
+    case 2: i16_row_T(2, BITS, BC, W, r, xq, xs, y + r, ys); break; \
+    case 3: i16_row_T(3, BITS, BC, W, r, xq, xs, y + r, ys); break; \
+    default: i16_row_T(4, BITS, BC, W, r, xq, xs, y + r, ys); }
 static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                          int64_t ys) {
-    if (q_desc(W)->bits == 4) { I16_ROWS(4); } else { I16_ROWS(8); }
+    const int bc = q_desc(W)->group >= i16_lay(W).cw;
+    if (q_desc(W)->bits == 4) {
+        if (bc) { I16_ROWS(4, 1); } else { I16_ROWS(4, 0); }
+    } else {
+        if (bc) { I16_ROWS(8, 1); } else { I16_ROWS(8, 0); }
+    }
 }
 #undef I16_ROWS
 
