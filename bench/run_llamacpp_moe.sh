@@ -15,6 +15,7 @@
 #   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
 #   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
+#           (and of BEFORE, when both are given)
 #   PY      a python3 with numpy (the GGUF writers only)
 #   WHICH   "bf16 q4" (default), or one of them
 #   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
@@ -39,6 +40,7 @@ for r in $(seq "$ROUNDS"); do
     for w in $WHICH; do
       if [ "$w" = bf16 ]; then cm=$SRC lg=$GGUF; else cm=$Q4/mlx4 lg=$Q4/q4_0.gguf; fi
       [ -z "$BEFORE" ] || cin "cinfer-before $w" "$BEFORE" "$cm" "$t"
+      [ -z "$BEFORE" ] || [ -z "$ALT" ] || cin "cinfer-before $w $ALT" "$BEFORE" "$cm" "$t" "$ALT"
       cin "cinfer $w" "$CINFER" "$cm" "$t"
       [ -z "$ALT" ] || cin "cinfer $w $ALT" "$CINFER" "$cm" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $w (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
