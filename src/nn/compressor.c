@@ -13,11 +13,6 @@ size_t cmp_state_bytes(const cmp_block *c, long long max_ctx) {
     return ci_v4cmp_state_floats(&k, cmp_state_cap(c, max_ctx)) * sizeof(float);
 }
 
-void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate) {
-    be->matmul(be, pkv, xn, n, &c->kv);
-    be->matmul(be, pgate, xn, n, &c->gate);
-}
-
 void cmp_project_norm(ci_backend *be, int nc, const cmp_block *const *cs, float *xn, const float *x,
                       const float *norm_w, float eps, int n, float *const *pkv, float *const *pgate) {
     float *ys[4];

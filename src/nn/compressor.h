@@ -33,12 +33,11 @@ void cmp_set_rope(cmp_block *c, const rope_table *rt, float eps);
 /* Entries a state of a max_ctx-token session holds, and its floats. */
 int cmp_state_cap(const cmp_block *c, long long max_ctx);
 size_t cmp_state_bytes(const cmp_block *c, long long max_ctx);
-/* The projections of n rows (pkv, pgate [n, m·d]), then each row into its sequence's state:
- * state (the rows are consecutive tokens of one sequence) or states[t * tab_step] (one row
- * per sequence), at positions pos (backend memory). */
-void cmp_project(ci_backend *be, const cmp_block *c, const float *xn, int n, float *pkv, float *pgate);
-/* cmp_project of nc (1 or 2) compressors reading the same rows, of xn = rmsnorm(x) · norm_w (eps):
- * their kv and gate products in one norm_matmul_n (one launch on a device; xn scratch) */
+/* The projections of n rows (pkv[i], pgate[i] [n, m·d]) of nc (1 or 2) compressors reading the
+ * same rows xn = rmsnorm(x) · norm_w (eps): their kv and gate products in one norm_matmul_n (one
+ * launch on a device; xn scratch). Then cmp_push: each row into its sequence's state: state (the
+ * rows are consecutive tokens of one sequence) or states[t * tab_step] (one row per sequence),
+ * at positions pos (backend memory). */
 void cmp_project_norm(ci_backend *be, int nc, const cmp_block *const *cs, float *xn, const float *x,
                       const float *norm_w, float eps, int n, float *const *pkv, float *const *pgate);
 void cmp_push(ci_backend *be, const cmp_block *c, float *state, float *const *states, int tab_step, const float *pkv,
