@@ -78,10 +78,15 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
     const int t = blockIdx.x, C = hc, F = hc * dim, M = post ? (2 + C) * C : C;
     const float *f = X + (int64_t)t * F;
     double ss = 0;
-    if (ssq) {   /* hc_mix_pre: the parts' sums of squares, in part order */
-        if (threadIdx.x == 0) {
-            for (int q = 0; q < S; q++) ss += ssq[(int64_t)t * S + q];
-            shd[0] = ss;
+    if (ssq) {   /* hc_mix_pre: the parts' sums of squares, in part order: the first warp loads 32
+                  * parts at once and every lane adds them in order from the shuffles */
+        if (threadIdx.x < 32) {
+            for (int q0 = 0; q0 < S; q0 += 32) {
+                const int nq = S - q0 < 32 ? S - q0 : 32;
+                const double v = (int)threadIdx.x < nq ? ssq[(int64_t)t * S + q0 + threadIdx.x] : 0.0;
+                for (int j = 0; j < nq; j++) ss += __shfl_sync(0xffffffffu, v, j);
+            }
+            if (threadIdx.x == 0) shd[0] = ss;
         }
         __syncthreads();
         ss = shd[0];
@@ -93,8 +98,9 @@ __global__ void v4_hc_pre_kernel(float *x, float *post, float *comb, float *mix,
     float *mx = sm, *pre = sm + M, *cm = pre + C;
     for (int i = threadIdx.x; i < M; i += blockDim.x) {
         float v;
-        if (part) {   /* the mix row's parts, in part order */
+        if (part) {   /* the mix row's parts, in part order (unrolled: the loads issued together) */
             v = 0.0f;
+#pragma unroll 8
             for (int q = 0; q < S; q++) v += part[((int64_t)t * S + q) * M + i];
         } else {
             v = mix[(int64_t)t * M + i];
