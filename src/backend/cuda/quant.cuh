@@ -33,12 +33,16 @@ struct cb_qm {               /* one quantized matrix as the kernels read it, in 
     int fploop;              /* q_chunk: 1 mxfp4 / mxfp8 codes in loops of their own (CINFER_CUDA_Q_FP_LOOP) */
 };
 
+/* an E8M0 scale byte as MLX reads it: 2^(e - 127), 0 -> 2^-127, 255 -> inf */
+__device__ __forceinline__ float q_e8m0(unsigned e) {
+    return __uint_as_float(e == 0 ? 0x00400000u : e == 255 ? 0x7f800000u : e << 23);
+}
+
 __device__ __forceinline__ float q_param(const void *p, int sd, int64_t i) {
     if (sd == 0) return __ldg((const float *)p + i);
     if (sd == 1) return __half2float(__ldg((const __half *)p + i));
     if (sd == 2) return __uint_as_float((unsigned)__ldg((const unsigned short *)p + i) << 16);
-    const unsigned e = __ldg((const unsigned char *)p + i);
-    return __uint_as_float(e == 0 ? 0x00400000u : e == 255 ? 0x7f800000u : e << 23);
+    return q_e8m0(__ldg((const unsigned char *)p + i));
 }
 
 /* E2M1: sign bit 3, exponent bits 2..1, mantissa bit 0; magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6. */

@@ -30,6 +30,7 @@ struct qt_args {
     float eps;
     float limit;                 /* SwiGLU: the clamp of gate and up when > 0 (moe_act's) */
     int count, op, n, K, ng, sd, es, ks;
+    int pair;                    /* qt_load's pair loads (W = 1) */
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
@@ -44,7 +45,7 @@ template <int BITS, int W, int NTL, int NB, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int rs = (a.K >> 1) + QT_PAD;
+    const int rs = qt_rs(a.K);
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.n * rs);
     float *red = xsum + a.n * a.ng;
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             qt_row_ptrs(a.codes[m] + gi * a.gcode, a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m],
                         qt_cbits(BITS), a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
-        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     pdl_enter();
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
+        if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp) continue;
         const int64_t rows = a.rows[mi], ldy = a.ldy ? a.ldy : rows;
@@ -126,7 +127,7 @@ static int qt_bits(const cb_qm &m) { return m.mode == 2 ? QT_E2M1 : m.bits; }
 static int qt_es(int sd) { return sd == 0 ? 4 : sd == 3 ? 1 : 2; }
 
 static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
-    return (size_t)2 * n * ((K >> 1) + QT_PAD) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
+    return (size_t)2 * n * qt_rs(K) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
 }
 
 /* CINFER_CUDA_QMMA_NW16 (default 1; 0: never): one-matrix dense launches of at most one tile
@@ -145,6 +146,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     const int64_t all_tiles = a.ntiles * groups;
     const int nw = ntl == 1 && qt_nw16() && all_tiles <= cb->sm_count ? 16 : QT_WARPS;
     if (!a.ldx) a.ldx = K;
+    a.pair = qt_w1pair();
     /* token rows a launch stages: all n, or fewer when their x does not fit in shared memory (an
      * o_proj's 4096 columns at 8 rows): a row's bits are the same in any launch, so a batch's
      * rows keep those they have alone; only when even one row does not fit, not here at all */

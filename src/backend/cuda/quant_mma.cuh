@@ -48,9 +48,15 @@
 #include <cuda_fp16.h>
 #include <string.h>
 
-enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8, QT_PAD = 4 /* half2 after a staged row */ };
+enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8 };
 enum { QT_E4M3 = 3 };   /* BITS of fp8 E4M3 weights (their codes are laid out as 8-bit ones) */
 enum { QT_E2M1 = 9 };   /* BITS of mxfp4 (E2M1) weights (laid out as 4-bit ones) */
+/* half2 from one staged row of K columns to the next: K / 2 and a pad making it 2 mod 32 (words),
+ * so the hi and lo rows a decode's lanes read their B fragments from (8 bytes a lane, lane quads
+ * 4·W words apart) fall in different banks; K / 2 + 4 (the first pad) put them 4 banks apart,
+ * a lane's words then sharing banks with its neighbour's in the other row (ncu, 2026-12-03: 4-way
+ * conflicts, half the shared wavefronts of the experts' gate+up). K / 2 is a multiple of 16. */
+__host__ __device__ constexpr int qt_rs(int K) { return (K >> 1) + ((2 - (K >> 1) % 32 + 32) % 32); }
 /* bits a code takes in memory */
 __host__ __device__ constexpr int qt_cbits(int bits) { return bits == QT_E4M3 ? 8 : bits == QT_E2M1 ? 4 : bits; }
 /* whether BITS' codes are nibbles (the 4-bit layout of the staged x) */
@@ -61,18 +67,29 @@ static const size_t QT_SMEM_MAX = 96 * 1024;   /* dynamic shared memory a launch
 
 /* ---- device pieces ------------------------------------------------------------------------- */
 
+/* which word of a group's row (4W words) lane t's word w is. W = 8 (8-bit codes, groups of 128:
+ * fp8's blocks): words 4t..4t+3 and 16 + 4t..16 + 4t + 3, so each of the lane's two 16-byte loads
+ * reads, with the quad's other lanes, 64 whole bytes (two whole sectors) of the row; t·W + w would
+ * have each load take half of four sectors. Otherwise the lane's W words in a row, t·W + w (a
+ * quad's load: 16 bytes of a row for W = 1, 32 or 64 for W = 2 or 4). */
 template <int W>
-__device__ __forceinline__ void qt_ldw(const uint32_t *p, uint32_t *u) {
+__host__ __device__ constexpr int qt_word(int t, int w) { return W == 8 ? (w >> 2) * 16 + 4 * t + (w & 3) : t * W + w; }
+
+/* lane t's W words of a group's row (p: the row's group) */
+template <int W>
+__device__ __forceinline__ void qt_ldw(const uint32_t *p, int t, uint32_t *u) {
     if constexpr (W == 4 || W == 8) {
 #pragma unroll
         for (int q = 0; q < W; q += 4) {
-            const uint4 v = ld_nc_u4((const uint4 *)p + q / 4);
+            const uint4 v = ld_nc_u4((const uint4 *)(p + qt_word<W>(t, q)));
             u[q] = v.x; u[q + 1] = v.y; u[q + 2] = v.z; u[q + 3] = v.w;
         }
     } else if constexpr (W == 2) {
-        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(u[0]), "=r"(u[1]) : "l"(p));
+        asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(u[0]), "=r"(u[1]) : "l"(p + 2 * t));
     } else {
-        asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(u[0]) : "l"(p));
+        /* a quad reads 16 bytes, half a sector, of a row's group: the next group's half comes
+         * with the next batch's load, so the sector stays in L1 for it (no L1::no_allocate) */
+        asm("ld.global.nc.u32 %0, [%1];" : "=r"(u[0]) : "l"(p + t));
     }
 }
 
@@ -111,11 +128,11 @@ __device__ __forceinline__ unsigned qt_pair_e4m3(unsigned u, int p) {
 }
 
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
- * (hi) and 2i + 1 (lo) of token i, rs = K / 2 + QT_PAD half2 apart. W: code words a lane
+ * (hi) and 2i + 1 (lo) of token i, rs = qt_rs(K) half2 apart. W: code words a lane
  * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
  * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
- * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4(tW + w) (qt_pair8). xsum[i·ng + G]: Σ of group
+ * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4·qt_word(t, w) (qt_pair8). xsum[i·ng + G]: Σ of group
  * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). norm_w: x RMS-normed first;
  * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
 template <int BITS, int W>
@@ -123,7 +140,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                          const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr) {
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     constexpr int PPG = qt_nib(BITS) ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
-    const int half = K >> 1, rs = half + QT_PAD, ng = K / GS;
+    const int half = K >> 1, rs = qt_rs(K), ng = K / GS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
     if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
         for (int tok = 0; tok < ntok; tok++) {
@@ -144,7 +161,9 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
         const int tok = i / half, j = i - tok * half;
         const int G = j / PPG, rem = j - G * PPG;
-        const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3) : GS * G + 4 * (rem >> 1) + 2 * (rem & 1);
+        const int q8 = rem >> 1;   /* 8-bit: the lane word tW + w the pair belongs to */
+        const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
+                                    : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
         const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
         const float *xr = x + tok * xs_stride;
         float a = xr[ka], b = xr[kb];
@@ -191,8 +210,61 @@ struct qt_buf {
     float s[U][NTL][2], b[U][NTL][2];
 };
 
+/* pair (W = 1, batches of 2 groups): lane t loads words 2t and 2t + 1 of the two groups' 8 words
+ * of a row in one 8-byte load (a quad: the row's whole 32-byte sector), into w[0] and w[1];
+ * qt_compute then keeps the groups apart by mma with the B fragment of the other group's lanes
+ * zeroed (lanes 0, 1 hold group G0, lanes 2, 3 group G0 + 1). A batch of one group (a warp's
+ * odd last) is loaded as without pair. */
 template <int BITS, int W, int NTL, int U>
-__device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge) {
+__device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge,
+                                        int pair) {
+    if constexpr (W == 1 && U == 2) {
+        if (pair && G0 + 1 < ge) {
+#pragma unroll
+            for (int i = 0; i < NTL; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(B.w[0][i][h][0]), "=r"(B.w[1][i][h][0])
+                        : "l"(R.c[i][h] + G0 * 4 + 2 * t));
+                    if constexpr (BITS != QT_E2M1) {
+                        B.s[0][i][h] = q_param(R.s[i][h], sd, G0);
+                        B.s[1][i][h] = q_param(R.s[i][h], sd, G0 + 1);
+                        if constexpr (!qt_nobias(BITS)) {
+                            B.b[0][i][h] = q_param(R.b[i][h], sd, G0);
+                            B.b[1][i][h] = q_param(R.b[i][h], sd, G0 + 1);
+                        }
+                    }
+                }
+        }
+    }
+    if constexpr (BITS == QT_E2M1 && U == 2) {
+        /* mxfp4: both groups' E8M0 scales of a row in one 2-byte load where they are aligned
+         * (a row's scales start at an even byte when a row has an even number of groups) */
+        if (G0 + 1 < ge) {
+#pragma unroll
+            for (int i = 0; i < NTL; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (!pair) {
+                        qt_ldw<W>(R.c[i][h] + G0 * 4 * W, t, B.w[0][i][h]);
+                        qt_ldw<W>(R.c[i][h] + (G0 + 1) * 4 * W, t, B.w[1][i][h]);
+                    }
+                    const unsigned char *sp = (const unsigned char *)R.s[i][h] + G0;
+                    unsigned e0, e1;
+                    if (((uintptr_t)sp & 1) == 0) {
+                        const unsigned v = __ldg((const unsigned short *)sp);
+                        e0 = v & 255u; e1 = v >> 8;
+                    } else {
+                        e0 = __ldg(sp); e1 = __ldg(sp + 1);
+                    }
+                    B.s[0][i][h] = q_e8m0(e0);
+                    B.s[1][i][h] = q_e8m0(e1);
+                }
+            return;
+        }
+    }
+    if constexpr (W == 1 && U == 2)
+        if (pair && G0 + 1 < ge) return;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int G = G0 + u;
@@ -201,7 +273,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
         for (int i = 0; i < NTL; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                qt_ldw<W>(R.c[i][h] + G * 4 * W + t * W, B.w[u][i][h]);
+                qt_ldw<W>(R.c[i][h] + G * 4 * W, t, B.w[u][i][h]);
                 if constexpr (BITS == QT_E4M3) {   /* fp8's E8M0 scales: 255 is NaN (gemv.cu's scale_at), not MLX's inf */
                     B.s[u][i][h] = sd == 3 && __ldg((const unsigned char *)R.s[i][h] + G) == 255 ? __int_as_float(0x7fc00000)
                                                                                                  : q_param(R.s[i][h], sd, G);
@@ -215,13 +287,89 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
     }
 }
 
+/* acc += the group's sums c (tile i, B set nb) in f32: scale (and bias · Σx) of load slot u */
+template <int BITS, int W, int NTL, int U, int NB>
+__device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, int u, const float (*c)[NB][4],
+                                         const float *const *xsum, int G, float (*acc)[4]) {
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        if constexpr (BITS == QT_E2M1) {   /* the group's scale on the sum times 2^14 (qt_pair_e2m1), no bias */
+#pragma unroll
+            for (int i = 0; i < NTL; i++) {
+                acc[i][2 * nb] = fmaf(B.s[u][i][0], (c[i][nb][0] + c[i][nb][1]) * 16384.0f, acc[i][2 * nb]);
+                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], (c[i][nb][2] + c[i][nb][3]) * 16384.0f, acc[i][2 * nb + 1]);
+            }
+            continue;
+        }
+        if constexpr (BITS == QT_E4M3) {   /* the block's scale, no bias */
+#pragma unroll
+            for (int i = 0; i < NTL; i++) {
+                acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], acc[i][2 * nb]);
+                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], acc[i][2 * nb + 1]);
+            }
+            continue;
+        }
+        const float X = xsum[nb][G];
+#pragma unroll
+        for (int i = 0; i < NTL; i++) {
+            acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], fmaf(B.b[u][i][0], X, acc[i][2 * nb]));
+            acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], fmaf(B.b[u][i][1], X, acc[i][2 * nb + 1]));
+        }
+    }
+}
+
 /* acc[i][2nb + h] += the batch's groups for tile i, rows g (h = 0) and g + 8 (h = 1), token
  * 4nb + t: c = mma of the tile's codes with the staged x (B set nb: this quad's staged row
  * xq[nb], columns hi / lo of tokens 4nb..4nb+3), then s·(c_hi + c_lo) + b·Σx with Σx from
  * xsum[nb] (the lane's token's) */
 template <int BITS, int W, int NTL, int U, int NB>
 __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __half2 *const *xq,
-                                           const float *const *xsum, int t, int G0, int ge, float (*acc)[4]) {
+                                           const float *const *xsum, int t, int G0, int ge, float (*acc)[4], int pair) {
+    if constexpr (W == 1 && U == 2 && BITS != 8 && BITS != QT_E4M3) {
+        if (pair && G0 + 1 < ge) {   /* qt_load's pair: words 2t, 2t + 1 of groups G0, G0 + 1 */
+            float c0[NTL][NB][4], c1[NTL][NB][4];
+#pragma unroll
+            for (int i = 0; i < NTL; i++)
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) c0[i][nb][j] = c1[i][nb][j] = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 2; w++) {
+                /* the staged x of lane t's word w: group-word (2t + w) % 4 of group G0 + (2t + w) / 4,
+                 * i.e. staged lane word G0·4 + 2t + w */
+                const int off = (G0 * 4 + 2 * t + w) * 4;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    uint2 b0[NB], b1[NB];   /* B of group G0 (lanes 0, 1) and of G0 + 1 (lanes 2, 3) */
+#pragma unroll
+                    for (int nb = 0; nb < NB; nb++) {
+                        const uint2 bx = *(const uint2 *)(xq[nb] + off + 2 * hh);
+                        b0[nb] = t < 2 ? bx : make_uint2(0u, 0u);
+                        b1[nb] = t < 2 ? make_uint2(0u, 0u) : bx;
+                    }
+#pragma unroll
+                    for (int i = 0; i < NTL; i++) {
+                        const unsigned r0 = B.w[w][i][0][0] >> (8 * hh), r1 = B.w[w][i][1][0] >> (8 * hh);
+                        unsigned a0, a1, a2, a3;
+                        if constexpr (BITS == QT_E2M1) {
+                            a0 = qt_pair_e2m1(r0); a1 = qt_pair_e2m1(r1); a2 = qt_pair_e2m1(r0 >> 4); a3 = qt_pair_e2m1(r1 >> 4);
+                        } else {
+                            a0 = qt_pair(r0); a1 = qt_pair(r1); a2 = qt_pair(r0 >> 4); a3 = qt_pair(r1 >> 4);
+                        }
+#pragma unroll
+                        for (int nb = 0; nb < NB; nb++) {
+                            cb_mma_f16(c0[i][nb], a0, a1, a2, a3, b0[nb].x, b0[nb].y);
+                            cb_mma_f16(c1[i][nb], a0, a1, a2, a3, b1[nb].x, b1[nb].y);
+                        }
+                    }
+                }
+            }
+            qt_apply<BITS, W, NTL, U, NB>(B, 0, c0, xsum, G0, acc);
+            qt_apply<BITS, W, NTL, U, NB>(B, 1, c1, xsum, G0 + 1, acc);
+            return;
+        }
+    }
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int G = G0 + u;
@@ -271,31 +419,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                 }
             }
         }
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-            if constexpr (BITS == QT_E2M1) {   /* the group's scale on the sum times 2^14 (qt_pair_e2m1), no bias */
-#pragma unroll
-                for (int i = 0; i < NTL; i++) {
-                    acc[i][2 * nb] = fmaf(B.s[u][i][0], (c[i][nb][0] + c[i][nb][1]) * 16384.0f, acc[i][2 * nb]);
-                    acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], (c[i][nb][2] + c[i][nb][3]) * 16384.0f, acc[i][2 * nb + 1]);
-                }
-                continue;
-            }
-            if constexpr (BITS == QT_E4M3) {   /* the block's scale, no bias */
-#pragma unroll
-                for (int i = 0; i < NTL; i++) {
-                    acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], acc[i][2 * nb]);
-                    acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], acc[i][2 * nb + 1]);
-                }
-                continue;
-            }
-            const float X = xsum[nb][G];
-#pragma unroll
-            for (int i = 0; i < NTL; i++) {
-                acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], fmaf(B.b[u][i][0], X, acc[i][2 * nb]));
-                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], fmaf(B.b[u][i][1], X, acc[i][2 * nb + 1]));
-            }
-        }
+        qt_apply<BITS, W, NTL, U, NB>(B, u, c, xsum, G, acc);
     }
 }
 
@@ -308,14 +432,15 @@ __host__ __device__ constexpr int qt_u() { return W == 1 ? 2 : 1; }
  * of the first batch (qt_load at gb: issued by the caller, before the staging of x) */
 template <int BITS, int W, int NTL, int NB, int U>
 __device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL> &R, int sd, int gb, int ge,
-                                        const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4]) {
+                                        const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4],
+                                        int pair) {
     qt_buf<W, NTL, U> B;
     for (int G0 = gb; G0 < ge; G0 += 2 * U) {
-        if (G0 + U < ge) qt_load<BITS, W, NTL, U>(B, R, sd, t, G0 + U, ge);
-        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc);
+        if (G0 + U < ge) qt_load<BITS, W, NTL, U>(B, R, sd, t, G0 + U, ge, pair);
+        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc, pair);
         if (G0 + U >= ge) break;
-        if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge);
-        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc);
+        if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge, pair);
+        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc, pair);
     }
 }
 
@@ -373,6 +498,13 @@ static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
     int ks = 1;
     while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 4 * ks) ks *= 2;
     return ks;
+}
+
+/* CINFER_CUDA_QT_W1PAIR (default 1; 0: a group a load): the pair loads of W = 1 codes (MLX 4-bit
+ * groups of 32, mxfp4), qt_load's pair */
+static inline int qt_w1pair(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_W1PAIR", 1);
+    return v;
 }
 
 /* a kernel's opt-in to QT_SMEM_MAX bytes of dynamic shared memory, asked the first time it is

@@ -14,6 +14,13 @@ static int qt_dn_warps(void) {
     return v;
 }
 
+/* CINFER_CUDA_QT_DNBAL (default 1; 0: the earlier rule): how the experts' down kernel splits
+ * each expert's groups into parts (qt_moe_launch). */
+static int qt_dn_balance(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_DNBAL", 1);
+    return v;
+}
+
 /* ---- routed experts ------------------------------------------------------------------------ */
 
 /* gate+up: h[p, r] = act(gate_e row r · x_t, up_e row r · x_t) for entries p = (t, k) =
@@ -32,6 +39,7 @@ struct qt_moe_args {
     float *h;          /* [n·K, I] */
     float *out;        /* [n, X] */
     int X, I, K, sd, es, acc, ks, kparts, rblk;
+    int pair;          /* qt_load's pair loads (W = 1) */
     float limit;
 };
 
@@ -41,7 +49,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     constexpr int U = qt_u<W>();
     const int K = a.X, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), p = blockIdx.y;
     __half2 *xs = (__half2 *)qt_sm;
-    float *xsum = (float *)(xs + 2 * ((K >> 1) + QT_PAD));
+    float *xsum = (float *)(xs + 2 * qt_rs(K));
     float *red = xsum + ng;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tpb = QT_WARPS / a.ks, kp = warp % a.ks;
@@ -64,18 +72,18 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
                         a.srow0[m], a.rblk, a.I, qt_cbits(BITS), K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i],
                         R.b[i]);
         }
-        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
-    const __half2 *xq[1] = { xs + (g & 1) * ((K >> 1) + QT_PAD) };   /* B columns: hi, lo, hi, lo, ... */
+    const __half2 *xq[1] = { xs + (g & 1) * qt_rs(K) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
         if (bt != (int)blockIdx.x) setup(bt);
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc);
+        if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp || t) continue;
 #pragma unroll
@@ -87,11 +95,14 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     }
 }
 
+/* 2 blocks an SM at 16 warps (64 registers): the V4-Flash shape's 256 blocks in one wave, where
+ * the 66 registers of one block an SM made two (ncu, 2026-12-03: 25% occupancy); the MLX 4-bit
+ * groups of 32 and 128 instantiations spill 20-68 bytes at that bound. */
 template <int BITS, int W, int NW>
-__global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) {
+__global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
-    const int K = a.I, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), tk = blockIdx.y, rs = (K >> 1) + QT_PAD;
+    const int K = a.I, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), tk = blockIdx.y, rs = qt_rs(K);
     __half2 *xs = (__half2 *)qt_sm;
     float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
     float *red = xsum + a.K * ng;
@@ -109,7 +120,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
         ge = (kp + 1) * ng / a.kparts;
         qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
                     a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
-        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge);
+        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
@@ -119,7 +130,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
         float part[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
         const __half2 *xq[1] = { xs + (size_t)(2 * k + (g & 1)) * rs };
         const float *xsm[1] = { xsum + k * ng };
-        qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part);
+        qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part, a.pair);
         const float wk = a.wt[tk * a.K + k];
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
@@ -145,16 +156,29 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dn_kernel(qt_moe_args a) 
  * the staged rows do not fit. bits 4, 8, QT_E4M3 or QT_E2M1, gs the group (fp8: 128). */
 static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
     const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
+    a.pair = qt_w1pair();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
-    const size_t smem_gu = (size_t)2 * ((X >> 1) + QT_PAD) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+    const size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
-    const size_t smem_dn = (size_t)2 * K * ((I >> 1) + QT_PAD) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
+    const size_t smem_dn = (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
-    /* down: items (expert, part) over the block's dnw warps; parts only when K < dnw */
+    /* down: items (expert, part) over the block's dnw warps, the parts (of at least 2 groups)
+     * that give the block's busiest warp the fewest groups: rounds ceil(K·parts / dnw) times
+     * ceil(ngi / parts) groups an item, the fewest parts among equals (V4-Flash's 6 FP4 experts
+     * of 64 groups on 16 warps: 8 parts, 3 rounds of 8 groups, where doubling until K·parts >=
+     * dnw gave 4: 2 rounds of 16). Of the shape only, never of the token rows. */
     a.kparts = 1;
-    while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
+    if (qt_dn_balance()) {
+        int64_t best = -1;
+        for (int kp = 1; kp == 1 || ngi >= 2 * kp; kp *= 2) {
+            const int64_t cost = (int64_t)((K * kp + dnw - 1) / dnw) * ((ngi + kp - 1) / kp);
+            if (best < 0 || cost < best) { best = cost; a.kparts = kp; }
+        }
+    } else {
+        while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
+    }
     const int tpb = QT_WARPS / a.ks;
     const dim3 gg((unsigned)((tiles + tpb - 1) / tpb), (unsigned)(k * K)), gd((unsigned)((X + 15) / 16), (unsigned)k),
         blk(QT_THREADS);
