@@ -74,6 +74,9 @@ typedef struct {
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
     void *mla_tmp;            /* the MLA / DSA ops' scratch (mla_cpu.c) */
+    uint8_t *mm_x;            /* [mm_x_cap] bytes, 64-byte aligned: the prepared x of the matmul
+                               * (or batch of matmuls) running now (mm_scratch) */
+    size_t mm_x_cap;
     int failed;               /* sticky: an op could not allocate its scratch (last_error) */
     int poison;               /* CINFER_CPU_POISON_SCRATCH=1: fused ops' scratch outputs filled with NaN */
 } cpu_backend;
@@ -169,7 +172,7 @@ static void par_for(cpu_backend *b, int64_t n_items, item_fn fn, void *ctx, int 
 
 /* ---- matmul ---------------------------------------------------------------------- */
 
-typedef struct {
+typedef struct mm_ctx_s {
     const cpu_kernels *k;
     const cpu_qkernels *qk;
     float *y;
@@ -186,7 +189,8 @@ typedef struct {
                                * (row stride cols), or NULL */
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
-    int xi16_shared;          /* xi16 belongs to another job of a batch (same x, same layout) */
+    const struct mm_ctx_s *xi16_donor;   /* an earlier job of a batch whose xi16 this one reads
+                               * (same x, same layout), or NULL */
     int64_t xi16s;
 } mm_ctx;
 
@@ -423,34 +427,61 @@ static int same_i16_prep(const ci_mat *A, const ci_mat *B) {
     return A->cols == B->cols && a->bits == b->bits && a->group == b->group;
 }
 
-/* Converts x once for the path W takes (int16 activations, split order, bf16) into buffers
- * m owns (mm_release frees them) and, for a row-item matmul (int16 activations or n <=
- * CPU_TILE_T), sets rows_per_item. An int16 W takes donor's prepared x instead (donor: an
- * earlier job of a batch with the same x and n and a W that same_i16_prep; or NULL). 0, or
- * -1 after cpu_fail (out of memory). */
-static int mm_prepare(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
+/* The matmuls' x prepared for the int16 kernels lives in one buffer of the backend, grown
+ * when a matmul or a batch needs more than it holds and kept until the backend is freed: a
+ * decode step asks for the same sizes every step, so after the first it allocates nothing
+ * (DESIGN.md). One user at a time, without a lock: ops run one at a time on a backend (its
+ * pool is not re-entrant; the server's scheduler thread alone drives the model), the pool's
+ * tasks only read the buffer, and its user is one cpu_matmul or one pool pass of
+ * cpu_matmul_batch (whose lone matmuls run before the pass takes the buffer). A 64-byte
+ * aligned pointer to at least `bytes`, or NULL after cpu_fail. */
+static uint8_t *mm_scratch(cpu_backend *b, size_t bytes) {
+    if (bytes <= b->mm_x_cap) return b->mm_x;
+    const size_t cap = (bytes + 63) & ~(size_t)63;
+    uint8_t *p = aligned_alloc(64, cap);
+    if (!p) {
+        cpu_fail(&b->base, "matmul: out of memory for the int16 activations");
+        return NULL;
+    }
+    free(b->mm_x);
+    b->mm_x = p;
+    b->mm_x_cap = cap;
+    return p;
+}
+
+/* Picks the path W takes (int16 activations, split order, bf16), sets rows_per_item (for a
+ * row-item matmul: int16 activations or n <= CPU_TILE_T) and returns the bytes of scratch
+ * mm_prepare fills with x prepared for the int16 kernels: 0 when W is not theirs, or when m
+ * reads donor's (an earlier job of a batch with the same x and n and a W that same_i16_prep;
+ * or NULL). */
+static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     const ci_mat *W = m->W;
-    const int n = m->n;
-    m->rows_per_item = mm_rows_per_item(b, W, n);
+    m->rows_per_item = mm_rows_per_item(b, W, m->n);
     if (b->i16 && b->i16->ok(W)) {
         m->i16 = b->i16;
-        if (donor) {
-            m->xi16 = donor->xi16;
-            m->xi16s = donor->xi16s;
-            m->xi16_shared = 1;
-            return 0;
-        }
-        m->xi16s = b->i16->stride(W);
-        uint8_t *xq = aligned_alloc(64, (size_t)n * (size_t)m->xi16s);
-        if (!xq) {
-            cpu_fail(&b->base, "matmul: out of memory for the int16 activations");
-            return -1;
-        }
-        for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, xq + t * m->xi16s);
-        m->xi16 = xq;
-        return 0;
+        m->xi16_donor = donor;
+        m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
+        return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
+    return 0;
+}
+
+/* Converts x once for the path mm_plan picked: for the int16 kernels into mem (the bytes
+ * mm_plan asked for; a donor's job already did it), else into buffers m owns (mm_release
+ * frees them). 0, or -1 after cpu_fail (out of memory). */
+static int mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
+    const ci_mat *W = m->W;
+    const int n = m->n;
+    if (m->i16) {
+        if (m->xi16_donor) {
+            m->xi16 = m->xi16_donor->xi16;
+            return 0;
+        }
+        for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
+        m->xi16 = mem;
+        return 0;
+    }
     /* A split-order W: x goes into split order once here (the same floats per KC chunk as
      * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
      * MoE expert's prefill has ~12-32 row items over the same few tokens. */
@@ -477,7 +508,6 @@ static int mm_prepare(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
 }
 
 static void mm_release(mm_ctx *m) {
-    if (!m->xi16_shared) free((void *)m->xi16);
     free((void *)m->xsp);
     free((void *)m->xb);
 }
@@ -501,7 +531,9 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     }
     mm_ctx m = { .k = b->k, .qk = b->qk, .y = y, .x = x, .n = n, .W = W };
     int64_t rows = W->rows, work = rows * W->cols * n;
-    if (mm_prepare(b, &m, NULL)) return;
+    const size_t bytes = mm_plan(b, &m, NULL);
+    uint8_t *mem = bytes ? mm_scratch(b, bytes) : NULL;
+    if ((bytes && !mem) || mm_prepare(b, &m, mem)) return;
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
         mm_release(&m);
@@ -537,6 +569,9 @@ int cpu_i16_takes(ci_backend *be, const ci_mat *W) {
     return b->i16 && W->cols > 0 && b->i16->ok(W);
 }
 
+/* Up to MAXJ jobs at a time: the lone ones run as they come (cpu_matmul, with the scratch to
+ * itself), then the others' int16 rows are prepared one after another in one scratch (job j
+ * at bytes at[j] of it, 64-byte aligned) and they run in one pool pass. */
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
     CI_FP_FLUSH_SCOPE();
     enum { MAXJ = 128 };   /* one pool pass for up to this many jobs */
@@ -544,8 +579,10 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
     for (int j0 = 0; j0 < count; j0 += MAXJ) {
         mm_ctx m[MAXJ];
         int64_t first[MAXJ + 1], work = 0;
+        size_t at[MAXJ + 1];
         int nj = 0;
         first[0] = 0;
+        at[0] = 0;
         for (int j = j0; j < count && j < j0 + MAXJ; j++) {
             const cpu_mm_job *q = &jobs[j];
             if (q->n <= 0 || q->W->rows <= 0 || q->W->cols <= 0 || (q->n > CPU_TILE_T && !cpu_i16_takes(be, q->W))) {
@@ -556,13 +593,16 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
             /* an MoE step's gate and up, and every expert of a 1-token step, read one x: an
              * earlier job's int16 preparation of it serves when the layout is the same */
             const mm_ctx *donor = NULL;
-            for (int i = 0; i < nj && !donor && b->i16 && b->i16->ok(q->W); i++)
-                if (m[i].xi16 && m[i].x == q->x && m[i].n == q->n && same_i16_prep(m[i].W, q->W)) donor = &m[i];
-            if (mm_prepare(b, &m[nj], donor)) break;
+            for (int i = 0; i < nj && !donor && cpu_i16_takes(be, q->W); i++)
+                if (m[i].i16 && m[i].x == q->x && m[i].n == q->n && same_i16_prep(m[i].W, q->W)) donor = &m[i];
+            at[nj + 1] = at[nj] + ((mm_plan(b, &m[nj], donor) + 63) & ~(size_t)63);
             work += q->W->rows * q->W->cols * q->n;
             first[nj + 1] = first[nj] + ceil_div(q->W->rows, m[nj].rows_per_item);
             nj++;
         }
+        uint8_t *mem = at[nj] ? mm_scratch(b, at[nj]) : NULL;
+        for (int j = 0; j < nj && (mem || !at[nj]); j++)
+            if (mm_prepare(b, &m[j], mem ? mem + at[j] : NULL)) break;
         mm_batch bt = { .m = m, .first = first, .count = nj };
         if (!b->failed) par_for(b, first[nj], mm_batch_item, &bt, work >= SMALL_WORK);
         for (int j = 0; j < nj; j++) mm_release(&m[j]);
@@ -1113,6 +1153,7 @@ static void cpu_free(ci_backend *be) {
     free(b->slots);
     cpu_moe_tmp_free(b->moe_tmp);
     cpu_mla_tmp_free(b->mla_tmp);
+    free(b->mm_x);
     ci_pool_free(b->base.pool);
     free(b);
 }
