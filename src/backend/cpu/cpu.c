@@ -183,6 +183,7 @@ typedef struct mm_ctx_s {
     int64_t tok_per_item;     /* prefill: multiple of 4 */
     int64_t n_tok_items;      /* prefill: token ranges per row block */
     int split;                /* W is quantized in a format qk dots in split order */
+    /* x prepared once per matmul (mm_prepare), in the backend's scratch (mm_scratch): */
     const float *xsp;         /* split W: x in split order, row stride cols (decode: for
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
@@ -427,7 +428,7 @@ static int same_i16_prep(const ci_mat *A, const ci_mat *B) {
     return A->cols == B->cols && a->bits == b->bits && a->group == b->group;
 }
 
-/* The matmuls' x prepared for the int16 kernels lives in one buffer of the backend, grown
+/* The matmuls' prepared x (int16 rows, split order, bf16) lives in one buffer of the backend, grown
  * when a matmul or a batch needs more than it holds and kept until the backend is freed: a
  * decode step asks for the same sizes every step, so after the first it allocates nothing
  * (DESIGN.md). One user at a time, without a lock: ops run one at a time on a backend (its
@@ -440,7 +441,7 @@ static uint8_t *mm_scratch(cpu_backend *b, size_t bytes) {
     const size_t cap = (bytes + 63) & ~(size_t)63;
     uint8_t *p = aligned_alloc(64, cap);
     if (!p) {
-        cpu_fail(&b->base, "matmul: out of memory for the int16 activations");
+        cpu_fail(&b->base, "matmul: out of memory for the prepared activations");
         return NULL;
     }
     free(b->mm_x);
@@ -449,13 +450,25 @@ static uint8_t *mm_scratch(cpu_backend *b, size_t bytes) {
     return p;
 }
 
+/* Whether m's x goes into split order once (split W: the same floats per KC chunk as x_split
+ * gives a token tile), not once per 4-row decode tile or per prefill item (an MoE expert's
+ * prefill has ~12-32 row items over the same few tokens); whether it is rounded to bf16 once
+ * (bf16 W on a set with bf16 dot products). Never both: split W are quantized. */
+static int mm_wants_xsp(const cpu_backend *b, const mm_ctx *m) {
+    return m->split && (m->n > CPU_TILE_T || b->qk->split_tile);
+}
+static int mm_wants_xb(const cpu_backend *b, const mm_ctx *m) {
+    return m->W->dtype == CI_BF16 && b->k->bf16_block;
+}
+
 /* Picks the path W takes (int16 activations, split order, bf16), sets rows_per_item (for a
  * row-item matmul: int16 activations or n <= CPU_TILE_T) and returns the bytes of scratch
- * mm_prepare fills with x prepared for the int16 kernels: 0 when W is not theirs, or when m
- * reads donor's (an earlier job of a batch with the same x and n and a W that same_i16_prep;
- * or NULL). */
+ * mm_prepare fills with x prepared for that path: 0 when it needs none, or when m reads
+ * donor's int16 rows (donor: an earlier job of a batch with the same x and n and a W that
+ * same_i16_prep; or NULL). */
 static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     const ci_mat *W = m->W;
+    const size_t xn = (size_t)m->n * (size_t)W->cols;
     m->rows_per_item = mm_rows_per_item(b, W, m->n);
     if (b->i16 && b->i16->ok(W)) {
         m->i16 = b->i16;
@@ -464,52 +477,32 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
-    return 0;
+    return mm_wants_xsp(b, m) ? xn * sizeof(float) : mm_wants_xb(b, m) ? xn * sizeof(uint16_t) : 0;
 }
 
-/* Converts x once for the path mm_plan picked: for the int16 kernels into mem (the bytes
- * mm_plan asked for; a donor's job already did it), else into buffers m owns (mm_release
- * frees them). 0, or -1 after cpu_fail (out of memory). */
-static int mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
+/* Converts x once for the path mm_plan picked, into mem (the bytes mm_plan asked for; a
+ * donor's job already made the int16 rows m reads). */
+static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
     const ci_mat *W = m->W;
     const int n = m->n;
     if (m->i16) {
         if (m->xi16_donor) {
             m->xi16 = m->xi16_donor->xi16;
-            return 0;
+            return;
         }
         for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
-        return 0;
-    }
-    /* A split-order W: x goes into split order once here (the same floats per KC chunk as
-     * x_split gives a token tile), not once per 4-row decode tile or per prefill item: an
-     * MoE expert's prefill has ~12-32 row items over the same few tokens. */
-    float *xsp = NULL;
-    if (m->split && (n > CPU_TILE_T || b->qk->split_tile) && (xsp = malloc((size_t)n * (size_t)W->cols * sizeof(float)))) {
+    } else if (mm_wants_xsp(b, m)) {
+        float *xsp = (float *)mem;
         for (int t = 0; t < n; t++)
             for (int64_t c0 = 0; c0 < W->cols; c0 += KC)
                 b->qk->x_split(c0, min64(c0 + KC, W->cols), 1, m->x + t * W->cols + c0, W->cols, xsp + t * W->cols + c0);
         m->xsp = xsp;
-    }
-    /* bf16 W on a set with bf16 dot products: x rounded to bf16 once here */
-    if (W->dtype == CI_BF16 && b->k->bf16_block) {
-        uint16_t *xb = malloc((size_t)n * (size_t)W->cols * sizeof *xb);
-        if (!xb) {
-            cpu_fail(&b->base, "matmul: out of memory for the bf16 activations");
-            free(xsp);
-            m->xsp = NULL;
-            return -1;
-        }
+    } else if (mm_wants_xb(b, m)) {
+        uint16_t *xb = (uint16_t *)mem;
         b->k->x_bf16(m->x, (int64_t)n * W->cols, xb);
         m->xb = xb;
     }
-    return 0;
-}
-
-static void mm_release(mm_ctx *m) {
-    free((void *)m->xsp);
-    free((void *)m->xb);
 }
 
 /* Whether a prepared matmul runs as row items (mm_rows_item): decode tiles or int16
@@ -533,10 +526,10 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     int64_t rows = W->rows, work = rows * W->cols * n;
     const size_t bytes = mm_plan(b, &m, NULL);
     uint8_t *mem = bytes ? mm_scratch(b, bytes) : NULL;
-    if ((bytes && !mem) || mm_prepare(b, &m, mem)) return;
+    if (bytes && !mem) return;
+    mm_prepare(b, &m, mem);
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
-        mm_release(&m);
         return;
     }
     /* Prefill: split tokens too when there are too few row blocks to feed every thread. */
@@ -545,7 +538,6 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     m.tok_per_item = ceil_div(ceil_div(n, n_tb), CPU_TILE_T) * CPU_TILE_T;
     m.n_tok_items = ceil_div(n, m.tok_per_item);
     par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
-    mm_release(&m);
 }
 
 /* A batch of matmuls (cpu_kernels.h): the row-item ones share one pass of the pool (their
@@ -570,8 +562,8 @@ int cpu_i16_takes(ci_backend *be, const ci_mat *W) {
 }
 
 /* Up to MAXJ jobs at a time: the lone ones run as they come (cpu_matmul, with the scratch to
- * itself), then the others' int16 rows are prepared one after another in one scratch (job j
- * at bytes at[j] of it, 64-byte aligned) and they run in one pool pass. */
+ * itself), then the others' x are prepared one after another in one scratch (job j at bytes
+ * at[j] of it, 64-byte aligned) and they run in one pool pass. */
 void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
     CI_FP_FLUSH_SCOPE();
     enum { MAXJ = 128 };   /* one pool pass for up to this many jobs */
@@ -601,11 +593,10 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
             nj++;
         }
         uint8_t *mem = at[nj] ? mm_scratch(b, at[nj]) : NULL;
-        for (int j = 0; j < nj && (mem || !at[nj]); j++)
-            if (mm_prepare(b, &m[j], mem ? mem + at[j] : NULL)) break;
+        if (at[nj] && !mem) break;
+        for (int j = 0; j < nj; j++) mm_prepare(b, &m[j], mem ? mem + at[j] : NULL);
         mm_batch bt = { .m = m, .first = first, .count = nj };
         if (!b->failed) par_for(b, first[nj], mm_batch_item, &bt, work >= SMALL_WORK);
-        for (int j = 0; j < nj; j++) mm_release(&m[j]);
     }
 }
 
