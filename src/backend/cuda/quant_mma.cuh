@@ -127,6 +127,18 @@ __device__ __forceinline__ unsigned qt_pair_e4m3(unsigned u, int p) {
     return r;
 }
 
+/* the A fragment from one code word of rows g (r0) and g + 8 (r1): nibbles 0 and 4 (qt_pair's or
+ * qt_pair_e2m1's half2) in a0 / a1, nibbles 1 and 5 in a2 / a3; the caller shifts the words right
+ * by 8 for nibbles 2, 6 and 3, 7 */
+template <int BITS>
+__device__ __forceinline__ void qt_a_nib(unsigned r0, unsigned r1, unsigned &a0, unsigned &a1, unsigned &a2, unsigned &a3) {
+    if constexpr (BITS == QT_E2M1) {
+        a0 = qt_pair_e2m1(r0); a1 = qt_pair_e2m1(r1); a2 = qt_pair_e2m1(r0 >> 4); a3 = qt_pair_e2m1(r1 >> 4);
+    } else {
+        a0 = qt_pair(r0); a1 = qt_pair(r1); a2 = qt_pair(r0 >> 4); a3 = qt_pair(r1 >> 4);
+    }
+}
+
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
  * (hi) and 2i + 1 (lo) of token i, rs = qt_rs(K) half2 apart. W: code words a lane
  * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
@@ -352,11 +364,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                     for (int i = 0; i < NTL; i++) {
                         const unsigned r0 = B.w[w][i][0][0] >> (8 * hh), r1 = B.w[w][i][1][0] >> (8 * hh);
                         unsigned a0, a1, a2, a3;
-                        if constexpr (BITS == QT_E2M1) {
-                            a0 = qt_pair_e2m1(r0); a1 = qt_pair_e2m1(r1); a2 = qt_pair_e2m1(r0 >> 4); a3 = qt_pair_e2m1(r1 >> 4);
-                        } else {
-                            a0 = qt_pair(r0); a1 = qt_pair(r1); a2 = qt_pair(r0 >> 4); a3 = qt_pair(r1 >> 4);
-                        }
+                        qt_a_nib<BITS>(r0, r1, a0, a1, a2, a3);
 #pragma unroll
                         for (int nb = 0; nb < NB; nb++) {
                             cb_mma_f16(c0[i][nb], a0, a1, a2, a3, b0[nb].x, b0[nb].y);
@@ -409,11 +417,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                 for (int i = 0; i < NTL; i++) {
                     const unsigned r0 = B.w[u][i][0][w] >> (8 * hh), r1 = B.w[u][i][1][w] >> (8 * hh);
                     unsigned a0, a1, a2, a3;
-                    if constexpr (BITS == QT_E2M1) {
-                        a0 = qt_pair_e2m1(r0); a1 = qt_pair_e2m1(r1); a2 = qt_pair_e2m1(r0 >> 4); a3 = qt_pair_e2m1(r1 >> 4);
-                    } else {
-                        a0 = qt_pair(r0); a1 = qt_pair(r1); a2 = qt_pair(r0 >> 4); a3 = qt_pair(r1 >> 4);
-                    }
+                    qt_a_nib<BITS>(r0, r1, a0, a1, a2, a3);
 #pragma unroll
                     for (int nb = 0; nb < NB; nb++) cb_mma_f16(c[i][nb], a0, a1, a2, a3, bx[nb].x, bx[nb].y);
                 }
