@@ -122,6 +122,7 @@ void ci_model_free(ci_model *m) {
     cfg_free(&m->cfg);
     tok_free(m->tk);
     pthread_mutex_destroy(&m->tk_mu);
+    free(m->host_logits);
     free(m);
 }
 
@@ -286,6 +287,17 @@ int ci_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
     return ci_backend_check(s->m, err, errlen);
 }
 
+/* the model's host logits, room for count floats (grown when short; NULL when out of memory) */
+static float *model_logits(ci_model *m, size_t count) {
+    if (count <= m->host_logits_cap) return m->host_logits;
+    float *p = malloc(count * sizeof *p);
+    if (!p) return NULL;
+    free(m->host_logits);
+    m->host_logits = p;
+    m->host_logits_cap = count;
+    return p;
+}
+
 int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
     const ci_family_ops *o = s->m->family->ops;
     if (o->forward_argmax) {
@@ -294,18 +306,17 @@ int ci_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
     }
     /* no device argmax: the logits come to the host and the sampler's greedy rule picks */
     const int V = (int)s->m->cfg.vocab_size;
-    float *logits = malloc((size_t)V * sizeof *logits);
+    float *logits = model_logits(s->m, (size_t)V);
     if (!logits) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
     int rc = ci_forward(s, tokens, n, logits, 0, err, errlen);
     if (!rc) *out_id = smp_argmax(logits, V);
-    free(logits);
     return rc;
 }
 
 int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
     if (!ss || !tokens || !out_ids || n <= 0 || !ss[0])
         return ci_err(err, errlen, "forward_batch_argmax needs at least one sequence, its token and room for its id");
-    const ci_model *m = ss[0]->m;
+    ci_model *m = ss[0]->m;
     const ci_family_ops *o = m->family->ops;
     if (o->forward_batch_argmax) {
         if (o->forward_batch_argmax(ss, tokens, n, out_ids, err, errlen)) return -1;
@@ -315,13 +326,12 @@ int ci_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int
     /* no backend argmax: the n rows of logits come to the host, each picked by the sampler's
      * greedy rule */
     const size_t V = (size_t)m->cfg.vocab_size;
-    float *logits = malloc((size_t)n * V * sizeof *logits);
+    float *logits = model_logits(m, (size_t)n * V);
     if (!logits) return ci_err(err, errlen, "%s: out of memory for %d rows of logits", m->family->name, n);
     int rc = o->forward_batch(ss, tokens, n, logits, err, errlen);
     if (!rc) rc = ci_backend_check(m, err, errlen);
     if (!rc)
         for (int i = 0; i < n; i++) out_ids[i] = smp_argmax(logits + (size_t)i * V, (int)V);
-    free(logits);
     return rc;
 }
 

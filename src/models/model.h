@@ -44,6 +44,11 @@ typedef struct ci_model {
     /* A paged family's shared block pool (ci_model_kv_pool; owned), or NULL: each session
      * then has a pool of its own, sized for its context. */
     kv_pool *kv_pool;
+    /* [host_logits_cap] floats: ci_forward_argmax / ci_forward_batch_argmax's logits for a family
+     * without an argmax op, kept so a decode step does not allocate (grown on demand; one user
+     * at a time, as the backend's scratch: the model's forwards run on one thread) */
+    float *host_logits;
+    size_t host_logits_cap;
 } ci_model;
 
 typedef struct ci_session {

@@ -205,6 +205,25 @@ static void decode_steps(const char *dir, int int16_act) {
     long n = counted();
     CHECK(rc == 0, "%s: %s", dir, err);
     CHECK(n == 0, "%s (%s, int16_act %d): %ld allocations in 3 decode steps", dir, info.backend, int16_act, n);
+    /* greedy steps (ci_forward_argmax; the model keeps the host logits of a family without an
+     * argmax op): one to warm, then two counted; then the same through forward_batch_argmax for
+     * a batch of one where the family batches */
+    int id = -1, ids[1] = { -1 };
+    rc = ci_forward_argmax(s, &toks[0], 1, &id, err, sizeof err);
+    count_from_zero();
+    for (int i = 1; i < 3; i++) rc |= ci_forward_argmax(s, &toks[i], 1, &id, err, sizeof err);
+    n = counted();
+    CHECK(rc == 0 && id >= 0 && id < info.vocab_size, "%s: argmax steps: %s", dir, err);
+    CHECK(n == 0, "%s (%s, int16_act %d): %ld allocations in 2 argmax steps", dir, info.backend, int16_act, n);
+    ci_session *const ss[1] = { s };
+    if (ci_forward_batch_argmax(ss, &toks[3], 1, ids, err, sizeof err) == 0) {
+        count_from_zero();
+        rc = 0;
+        for (int i = 4; i < 6; i++) rc |= ci_forward_batch_argmax(ss, &toks[i], 1, ids, err, sizeof err);
+        n = counted();
+        CHECK(rc == 0 && ids[0] >= 0 && ids[0] < info.vocab_size, "%s: batch argmax steps: %s", dir, err);
+        CHECK(n == 0, "%s (%s, int16_act %d): %ld allocations in 2 batch argmax steps", dir, info.backend, int16_act, n);
+    }
     free(logits);
     ci_session_free(s);
     ci_model_free(m);
