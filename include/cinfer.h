@@ -101,6 +101,9 @@ CI_API void ci_model_get_info(const ci_model *m, ci_model_info *info);
 CI_API size_t ci_model_cache_bytes(const ci_model *m, long long n_tokens);
 CI_API const char *ci_dtype_label(int dtype);   /* "BF16" */
 
+/* A model may have many sessions, but its forwards (ci_forward*, ci_generate*) run one at a
+ * time: the backend's and the model's step scratch are shared by its sessions (the server's
+ * scheduler thread drives them all). Call them from one thread, or serialise them. */
 CI_API int ci_session_new(ci_model *m, int max_ctx, ci_session **out, char *err, size_t errlen);
 CI_API void ci_session_free(ci_session *s);
 CI_API void ci_session_reset(ci_session *s);   /* forget the sequence; cache reused */
