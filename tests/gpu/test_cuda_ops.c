@@ -2777,6 +2777,10 @@ static void test_v4(void) {
         { 1, 0, 700, 128, 8, 512, 8, 128, 16, 1 }, { 3, 1, 200, 128, 4, 512, 8, 128, 16, 1 },
         { 40, 0, 100, 16, 4, 128, 2, 64, 8, 2 },  { 4, 1, 900, 128, 4, 512, 2, 64, 8, 2 },
         { 256, 0, 0, 128, 2, 64, 4, 64, 512, 1 },
+        /* decode rows deep in a sequence (V4-Flash's heads: the split attention, the radix
+         * select over staged keys), and an HCA row with many entries */
+        { 1, 0, 4000, 128, 64, 512, 64, 128, 512, 1 }, { 2, 1, 20000, 128, 8, 512, 8, 128, 64, 1 },
+        { 1, 0, 9000, 128, 64, 512, 2, 64, 8, 2 },
     };
     int nac = quick ? 3 : (int)(sizeof ac / sizeof *ac);
     for (int c = 0; c < nac && !dead; c++)

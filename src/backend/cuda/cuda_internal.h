@@ -453,6 +453,24 @@ static inline int cb_smem_ok(cuda_be *cb, K kernel, size_t bytes, int *set) {
 void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+/* The keys an indexer scores for row t: (tab ? tab[t · tab_step] : base) + off, id floats
+ * each, (pos[t] + 1) / ratio of them (DSA: the indexer cache, ratio 1; V4's CSA indexer: the
+ * compressor state's entries). */
+struct cb_keyrows {
+    const float *base;
+    float *const *tab;
+    int tab_step, ratio;
+    size_t off;
+};
+/* A lightning indexer's choice (dsa.cu), for DSA and V4: for every row with more keys than
+ * topk, score(s) = Σ_h relu(q[t, h] · k_s) · ks · (iw[t, h] · w_scale) (h in order; NaN ->
+ * -inf) into cb->mla_work[1], then the topk best positions ascending into sel[t · sel_stride
+ * ..] (ties: the lowest positions); rows with at most topk keys get nothing (nsel NULL) or all
+ * their positions and nsel[t] their count (else nsel[t] = topk). max_keys bounds every row's
+ * key count. Returns 0 (recorded) when it could not be launched. */
+int cb_index_select(cuda_be *cb, int32_t *sel, int sel_stride, int32_t *nsel, cb_keyrows kr, int n,
+                    const int32_t *pos, int max_keys, const float *iq, const float *iw, float w_scale, float ks, int ih,
+                    int id, int topk);
 /* ---- LFM2's short convolution (conv.cu) ----
  * backend.h's shortconv (the device needs no window scratch: bcx is read, not changed) and
  * add_bias. states: NULL for a chunk of one sequence (state), else n device pointers. */

@@ -1,10 +1,13 @@
 /* dsa.cu — DeepSeek Sparse Attention on the device (backend.h dsa_attend): the lightning
  * index scores of the sparse rows, their top-k selection, then the MLA attention kernel of
  * mla.cu over the kept latent rows. Rows whose context fits in topk attend densely in the
- * same launch. Nothing synchronises; launches are sized by max_keys.
+ * same launch. Nothing synchronises; launches are sized by max_keys. The scores and the
+ * selection (cb_index_select) also make V4's CSA indexer choice (v4.cu: keys its compressor
+ * state's entries, (pos + 1) / ratio of them, ks = id^-1/2, the count of each row's choice
+ * in nsel).
  *
- * Scores: each sparse row (pos[t] + 1 > topk) gets Σ_h (w[h] · w_scale) · relu(q[h] · k[s]),
- * heads summed in order, NaN mapped to -inf. dsa_score_kernel: a warp per key, the row's
+ * Scores: each sparse row (L keys > topk) gets Σ_h relu(q[h] · k[s]) · ks · (w[h] · w_scale),
+ * heads summed in order, NaN mapped to -inf (DSA: ks = 1, an exact product). dsa_score_kernel: a warp per key, the row's
  * indexer queries in shared memory, each head's dot a 5-step shuffle reduction.
  * dsa_score4_kernel (switch cuda_be.dsa_score, CINFER_CUDA_DSA_SCORE, default on; index
  * head dims 16, 32, 64, 128): four lanes per key, each holding a quarter of the key in
@@ -33,15 +36,15 @@ enum { SEL_THREADS = 1024, SCORE_KEYS = 64, SCORE_THREADS = 256 };
 
 /* score[t, s] for s <= pos[t] of the sparse rows; grid (key blocks of SCORE_KEYS, n), a warp
  * per key at a time; the row's queries in shared memory, the key row in a per-warp slot. */
-__global__ void dsa_score_kernel(float *score, int ld, const float *key_cache, float *const *tab, const int32_t *pos,
-                                 const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+__global__ void dsa_score_kernel(float *score, int ld, cb_keyrows kr, const int32_t *pos, const float *iq,
+                                 const float *iw, float w_scale, float ks, int ih, int id, int topk) {
     pdl_enter();
     extern __shared__ float sm[];
-    const int t = blockIdx.y, L = pos[t] + 1;
+    const int t = blockIdx.y, L = (pos[t] + 1) / kr.ratio;
     if (L <= topk) return;                       /* dense row: no scores */
     const int s0 = blockIdx.x * SCORE_KEYS;
     if (s0 >= L) return;
-    if (tab) key_cache = tab[2 * (int64_t)t + 1];
+    const float *key_cache = (kr.tab ? kr.tab[(int64_t)t * kr.tab_step] : kr.base) + kr.off;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *qs = sm, *kw = sm + (size_t)ih * id + (size_t)warp * id;
     for (int i = threadIdx.x; i < ih * id; i += blockDim.x) qs[i] = iq[(int64_t)t * ih * id + i];
@@ -55,7 +58,7 @@ __global__ void dsa_score_kernel(float *score, int ld, const float *key_cache, f
             float dot = 0.0f;
             for (int d = lane; d < id; d += 32) dot = fmaf(qs[h * id + d], kw[d], dot);
             for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            sc += (iw[(int64_t)t * ih + h] * w_scale) * (dot > 0.0f ? dot : 0.0f);
+            sc = __fmaf_rn(dot > 0.0f ? __fmul_rn(dot, ks) : 0.0f, __fmul_rn(iw[(int64_t)t * ih + h], w_scale), sc);
         }
         if (lane == 0) score[(int64_t)t * ld + s] = isnan(sc) ? -INFINITY : sc;
         __syncwarp();
@@ -77,18 +80,18 @@ __global__ void dsa_score_kernel(float *score, int ld, const float *key_cache, f
  * the _rn intrinsics so that no contraction can differ). ID % 4 == 0, ID <= 128. */
 enum { SC4_THREADS = 256, SC4_KEYS = SC4_THREADS / 4 };
 template <int ID>
-__global__ void __launch_bounds__(SC4_THREADS) dsa_score4_kernel(float *score, int ld, const float *key_cache,
-                                                                 float *const *tab, const int32_t *pos, const float *iq,
-                                                                 const float *iw, float w_scale, int ih, int topk) {
+__global__ void __launch_bounds__(SC4_THREADS) dsa_score4_kernel(float *score, int ld, cb_keyrows kr, const int32_t *pos,
+                                                                 const float *iq, const float *iw, float w_scale,
+                                                                 float ks, int ih, int topk) {
     constexpr int M = (ID + 31) / 32, C = 8 * M, RS = C + 4, HS = 4 * RS;
     static_assert(ID % 4 == 0 && ID <= 128, "dsa_score4_kernel: ID % 4 == 0, ID <= 128");
     pdl_enter();
     extern __shared__ float4 sc4_sm[];
-    const int t = blockIdx.y, L = pos[t] + 1;
+    const int t = blockIdx.y, L = (pos[t] + 1) / kr.ratio;
     if (L <= topk) return;                       /* dense row: no scores */
     const int s0 = blockIdx.x * SC4_KEYS;
     if (s0 >= L) return;
-    if (tab) key_cache = tab[2 * (int64_t)t + 1];
+    const float *key_cache = (kr.tab ? kr.tab[(int64_t)t * kr.tab_step] : kr.base) + kr.off;
     float *qp = (float *)sc4_sm, *wsh = qp + (size_t)ih * HS;
     const float *q = iq + (int64_t)t * ih * ID;
     for (int i = threadIdx.x; i < ih * HS; i += blockDim.x) {
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(SC4_THREADS) dsa_score4_kernel(float *score, i
                               __fadd_rn(__fadd_rn(p[1], p[5]), __fadd_rn(p[3], p[7])));
         dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 2));
         dot = __fadd_rn(dot, __shfl_xor_sync(0xffffffffu, dot, 1));
-        sum = __fmaf_rn(dot > 0.0f ? dot : 0.0f, wsh[h], sum);
+        sum = __fmaf_rn(dot > 0.0f ? __fmul_rn(dot, ks) : 0.0f, wsh[h], sum);
     }
     if (s < L && r == 0) score[(int64_t)t * ld + s] = isnan(sum) ? -INFINITY : sum;
 }
@@ -177,13 +180,25 @@ static __device__ int sel_block_scan(int v, int *sh, int *total) {
     return (w > 0 ? sh[32 + w - 1] : 0) + x - v;
 }
 
-/* sel[t, 0..topk) = the kept positions of sparse row t, ascending; a block per row */
-__global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, const float *score, int ld,
-                                                                 const int32_t *pos, int topk) {
+/* A row of L <= topk keys: with nsel, all its positions and their count; 1 (the row is done) */
+static __device__ __forceinline__ int sel_dense(int32_t *out, int32_t *nsel, int t, int L, int topk) {
+    if (L > topk) return 0;
+    if (nsel) {
+        for (int i = threadIdx.x; i < L; i += blockDim.x) out[i] = i;
+        if (threadIdx.x == 0) nsel[t] = L;
+    }
+    return 1;
+}
+
+/* sel[t · sel_stride ..] = the kept positions of sparse row t (L = (pos[t] + 1) / ratio keys),
+ * ascending, nsel[t] = topk; a block per row */
+__global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, int sel_stride, int32_t *nsel,
+                                                                 const float *score, int ld, const int32_t *pos,
+                                                                 int ratio, int topk) {
     pdl_enter();
     __shared__ int sh[64];
-    const int t = blockIdx.x, L = pos[t] + 1;
-    if (L <= topk) return;
+    const int t = blockIdx.x, L = (pos[t] + 1) / ratio;
+    if (sel_dense(sel + (int64_t)t * sel_stride, nsel, t, L, topk)) return;
     const float *sc = score + (int64_t)t * ld;
     unsigned T = 0;
     for (int b = 31; b >= 0; b--) {              /* the largest T with count(key >= T) >= topk */
@@ -196,7 +211,7 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, c
     for (int s = threadIdx.x; s < L; s += blockDim.x) gt += okey(sc[s]) > T;
     const int need = topk - sel_block_count(gt, sh);   /* ties at T taken, lowest positions first */
     int eq_before = 0, taken = 0;
-    int32_t *out = sel + (int64_t)t * topk;
+    int32_t *out = sel + (int64_t)t * sel_stride;
     for (int base = 0; base < L; base += blockDim.x) {
         const int s = base + threadIdx.x;
         const unsigned k = s < L ? okey(sc[s]) : 0u;
@@ -209,6 +224,7 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, c
         eq_before += eq_total;
         taken += take_total;
     }
+    if (nsel && threadIdx.x == 0) nsel[t] = topk;
 }
 
 /* The same selection as dsa_select_kernel (a block per row) in fewer passes. STAGED: the
@@ -228,16 +244,17 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_kernel(int32_t *sel, c
  * histograms, then (STAGED) L keys. */
 enum { SELR_COPIES = 16, SELR_STRIDE = 257 };   /* 257: copy c of bin b on bank (c + b) % 32 */
 template <bool STAGED>
-__global__ void __launch_bounds__(SEL_THREADS) dsa_select_radix_kernel(int32_t *sel, const float *score, int ld,
-                                                                       const int32_t *pos, int topk) {
+__global__ void __launch_bounds__(SEL_THREADS) dsa_select_radix_kernel(int32_t *sel, int sel_stride, int32_t *nsel,
+                                                                       const float *score, int ld, const int32_t *pos,
+                                                                       int ratio, int topk) {
     pdl_enter();
     extern __shared__ unsigned selr_sm[];
     __shared__ unsigned tot[256];
     __shared__ int wsum[2][32];
     __shared__ unsigned wmin[32], wmax[32], s_digit;
     __shared__ int s_rem;
-    const int t = blockIdx.x, L = pos[t] + 1;
-    if (L <= topk) return;
+    const int t = blockIdx.x, L = (pos[t] + 1) / ratio;
+    if (sel_dense(sel + (int64_t)t * sel_stride, nsel, t, L, topk)) return;
     unsigned *hist = selr_sm, *key = selr_sm + SELR_COPIES * SELR_STRIDE;
     const float *sc = score + (int64_t)t * ld;
     const auto key_at = [&](int s) { return STAGED ? key[s] : okey(sc[s]); };
@@ -338,7 +355,8 @@ __global__ void __launch_bounds__(SEL_THREADS) dsa_select_radix_kernel(int32_t *
     }
     int taken = gt_before + (eq_before < need ? eq_before : need);
     const unsigned lt = (1u << lane) - 1u;
-    int32_t *out = sel + (int64_t)t * topk;
+    int32_t *out = sel + (int64_t)t * sel_stride;
+    if (nsel && threadIdx.x == 0) nsel[t] = topk;
     for (int base = b0; base < b1; base += 32) {
         const int s = base + lane;
         const unsigned k = s < b1 ? key_at(s) : 0u;
@@ -362,18 +380,16 @@ static size_t score4_smem(int ih, int id) {
 
 /* The scores by dsa_score4_kernel; 0 when it has no instance for id or its shared memory
  * cannot be had (the caller then takes dsa_score_kernel). */
-static int score4_launch(cuda_be *cb, float *score, int ld, const float *key_cache, float *const *tab,
-                         const int32_t *pos, int n, int max_keys, const float *iq, const float *iw, float w_scale,
-                         int ih, int id, int topk) {
+static int score4_launch(cuda_be *cb, float *score, int ld, cb_keyrows kr, const int32_t *pos, int n, int max_keys,
+                         const float *iq, const float *iw, float w_scale, float ks, int ih, int id, int topk) {
     static int set[4];
     const size_t smem = score4_smem(ih, id);
     const dim3 grid((unsigned)((max_keys + SC4_KEYS - 1) / SC4_KEYS), (unsigned)n), block(SC4_THREADS);
-#define SC4_GO(ID, I)                                                                                            \
-    do {                                                                                                         \
-        if (!cb_smem_ok(cb, dsa_score4_kernel<ID>, smem, &set[I])) return 0;                                     \
-        cb_launch(cb, dsa_score4_kernel<ID>, grid, block, smem, score, ld, key_cache, tab, pos, iq, iw, w_scale, \
-                  ih, topk);                                                                                     \
-        return 1;                                                                                                \
+#define SC4_GO(ID, I)                                                                                                 \
+    do {                                                                                                              \
+        if (!cb_smem_ok(cb, dsa_score4_kernel<ID>, smem, &set[I])) return 0;                                          \
+        cb_launch(cb, dsa_score4_kernel<ID>, grid, block, smem, score, ld, kr, pos, iq, iw, w_scale, ks, ih, topk); \
+        return 1;                                                                                                     \
     } while (0)
     switch (id) {
     case 16: SC4_GO(16, 0);
@@ -385,39 +401,51 @@ static int score4_launch(cuda_be *cb, float *score, int ld, const float *key_cac
 #undef SC4_GO
 }
 
+int cb_index_select(cuda_be *cb, int32_t *sel, int sel_stride, int32_t *nsel, cb_keyrows kr, int n,
+                    const int32_t *pos, int max_keys, const float *iq, const float *iw, float w_scale, float ks, int ih,
+                    int id, int topk) {
+    static int score_set = 0, select_set = 0;
+    if (n <= 0) return 1;
+    const int ld = max_keys > 0 ? max_keys : 1;
+    float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * ld * sizeof(float));
+    if (!score) return 0;
+    if (max_keys > topk) {                       /* some row may be sparse */
+        if (!(cb->dsa_score && score4_launch(cb, score, ld, kr, pos, n, max_keys, iq, iw, w_scale, ks, ih, id, topk))) {
+            const size_t smem = ((size_t)ih * id + (size_t)(SCORE_THREADS / 32) * id) * sizeof(float);
+            if (!cb_smem_ok(cb, dsa_score_kernel, smem, &score_set)) {
+                cb_fail_msg(cb, "index scores: the indexer queries of a row do not fit in shared memory");
+                return 0;
+            }
+            dim3 sgrid((unsigned)((max_keys + SCORE_KEYS - 1) / SCORE_KEYS), (unsigned)n);
+            cb_launch(cb, dsa_score_kernel, sgrid, dim3(SCORE_THREADS), smem, score, ld, kr, pos, iq, iw, w_scale, ks,
+                      ih, id, topk);
+        }
+        if (cb_launched(cb, "index scores")) return 0;
+    }
+    const size_t hsmem = (size_t)SELR_COPIES * SELR_STRIDE * sizeof(unsigned);
+    const size_t ssmem = hsmem + (size_t)ld * sizeof(unsigned);   /* the staged keys too */
+    const dim3 grid((unsigned)n), block(SEL_THREADS);
+    if (cb->dsa_select && cb_smem_ok(cb, dsa_select_radix_kernel<true>, ssmem, &select_set))
+        cb_launch(cb, dsa_select_radix_kernel<true>, grid, block, ssmem, sel, sel_stride, nsel, (const float *)score, ld,
+                  pos, kr.ratio, topk);
+    else if (cb->dsa_select)
+        cb_launch(cb, dsa_select_radix_kernel<false>, grid, block, hsmem, sel, sel_stride, nsel, (const float *)score, ld,
+                  pos, kr.ratio, topk);
+    else
+        cb_launch(cb, dsa_select_kernel, grid, block, 0, sel, sel_stride, nsel, (const float *)score, ld, pos, kr.ratio,
+                  topk);
+    return !cb_launched(cb, "index top-k");
+}
+
 void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
-    static int score_set = 0, select_set = 0;
     if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0 || topk <= 0) return;
     if (max_keys > topk) {                       /* some row may be sparse */
-        float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * max_keys * sizeof(float));
         int32_t *sel = (int32_t *)cb_scratch_get(cb, &cb->mla_work[2], (size_t)n * topk * sizeof(int32_t));
-        if (!score || !sel) return;
-        if (!(cb->dsa_score && score4_launch(cb, score, max_keys, key_cache, tab, pos, n, max_keys, iq, iw, w_scale, ih,
-                                             id, topk))) {
-            const size_t smem = ((size_t)ih * id + (size_t)(SCORE_THREADS / 32) * id) * sizeof(float);
-            if (!cb_smem_ok(cb, dsa_score_kernel, smem, &score_set)) {
-                cb_fail_msg(cb, "DSA index scores: the indexer queries of a row do not fit in shared memory");
-                return;
-            }
-            dim3 sgrid((unsigned)((max_keys + SCORE_KEYS - 1) / SCORE_KEYS), (unsigned)n);
-            cb_launch(cb, dsa_score_kernel, sgrid, dim3(SCORE_THREADS), smem, score, max_keys, key_cache, tab, pos, iq,
-                      iw, w_scale, ih, id, topk);
-        }
-        if (cb_launched(cb, "dsa index scores")) return;
-        const size_t hsmem = (size_t)SELR_COPIES * SELR_STRIDE * sizeof(unsigned);
-        const size_t ssmem = hsmem + (size_t)max_keys * sizeof(unsigned);   /* the staged keys too */
-        if (cb->dsa_select && cb_smem_ok(cb, dsa_select_radix_kernel<true>, ssmem, &select_set))
-            cb_launch(cb, dsa_select_radix_kernel<true>, dim3((unsigned)n), dim3(SEL_THREADS), ssmem, sel,
-                      (const float *)score, max_keys, pos, topk);
-        else if (cb->dsa_select)
-            cb_launch(cb, dsa_select_radix_kernel<false>, dim3((unsigned)n), dim3(SEL_THREADS), hsmem, sel,
-                      (const float *)score, max_keys, pos, topk);
-        else
-            cb_launch(cb, dsa_select_kernel, dim3((unsigned)n), dim3(SEL_THREADS), 0, sel, (const float *)score, max_keys,
-                      pos, topk);
-        if (cb_launched(cb, "dsa top-k")) return;
+        cb_keyrows kr = { key_cache, tab ? tab + 1 : NULL, 2, 1, 0 };
+        if (!sel || !cb_index_select(cb, sel, topk, NULL, kr, n, pos, max_keys, iq, iw, w_scale, 1.0f, ih, id, topk))
+            return;
         cb_mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, sel, topk, topk < max_keys ? topk : max_keys, n_heads,
                         lat, scale);
         return;

@@ -13,15 +13,16 @@
  * the chunk started in, or the previous window's Ca series); then the last completed
  * window's Ca series becomes the state's previous one; then the rows of the chunk's last
  * window become the pending slots. A decode step's rows are each their own chunk.
- * v4_index: a warp per entry scores it (heads in order), then a block per row finds the
- * topk-th score by a bitwise search on order-preserving integer keys and keeps the entries
- * above it and the lowest-index ties, ascending (ci_topk_positions' rule).
+ * v4_index: dsa.cu's lightning indexer kernels (cb_index_select) over the indexer state's
+ * entries: four lanes an entry score it (heads in order), then a block per row finds the
+ * topk-th score by a radix select on order-preserving integer keys staged in shared memory
+ * and keeps the entries above it and the lowest-index ties, ascending (ci_topk_positions' rule).
  * v4_attend: the ring store, then a block per (head, row): warps take keys in turn with an
  * online softmax, merged with the sink in shared memory, then the inverse rope. */
 #include "cuda_internal.h"
 #include <math.h>
 
-enum { V4_THREADS = 256, V4_MAX_HC = 64, V4_MAX_D = 1024, V4_SEL_THREADS = 1024, V4_SCORE_KEYS = 64 };
+enum { V4_THREADS = 256, V4_MAX_HC = 64, V4_MAX_D = 1024 };
 
 /* ---- hyper-connections ------------------------------------------------------------------ */
 
@@ -431,138 +432,13 @@ void cb_v4_compress(cuda_be *cb, float *state, float *const *states, int tab_ste
 
 /* ---- the indexer's choice ----------------------------------------------------------------- */
 
-__device__ __forceinline__ const float *v4_entries(const float *state, float *const *states, int tab_step, int t,
-                                                   size_t off) {
-    return (states ? states[(int64_t)t * tab_step] : state) + off;
-}
-
-/* score[t, s] for the visible entries of rows with more than topk; grid (entry blocks, n),
- * a warp per entry; the row's queries in shared memory */
-__global__ void v4_score_kernel(float *score, int ld, const float *iq, const float *iw, const float *state,
-                                float *const *states, int tab_step, const int32_t *pos, int ratio, size_t off, int ih,
-                                int id, int topk, float ks, float ws) {
-    pdl_enter();
-    extern __shared__ float qs[];
-    const int t = blockIdx.y, vis = (pos[t] + 1) / ratio;
-    if (vis <= topk) return;
-    const int s0 = blockIdx.x * V4_SCORE_KEYS;
-    if (s0 >= vis) return;
-    const float *ent = v4_entries(state, states, tab_step, t, off);
-    for (int i = threadIdx.x; i < ih * id; i += blockDim.x) qs[i] = iq[(int64_t)t * ih * id + i];
-    __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int s1 = vis < s0 + V4_SCORE_KEYS ? vis : s0 + V4_SCORE_KEYS;
-    for (int s = s0 + warp; s < s1; s += nw) {
-        const float *k = ent + (int64_t)s * id;
-        float sc = 0.0f;
-        for (int h = 0; h < ih; h++) {
-            float dot = 0.0f;
-            for (int d = lane; d < id; d += 32) dot = fmaf(qs[h * id + d], k[d], dot);
-            for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            const float wh = iw[(int64_t)t * ih + h] * ws;
-            if (dot > 0.0f) sc += dot * ks * wh;
-        }
-        if (lane == 0) score[(int64_t)t * ld + s] = isnan(sc) ? -INFINITY : sc;
-    }
-}
-
-__device__ __forceinline__ unsigned v4_okey(float f) {
-    unsigned u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* the block's total of v (counts) */
-__device__ int v4_block_count(int v, int *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    int s = 0;
-    for (int i = 0; i < nw; i++) s += sh[i];
-    return s;
-}
-
-/* exclusive prefix count of flag over the block in thread order; *total the block's count */
-__device__ int v4_block_scan(int flag, int *sh, int *total) {
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const unsigned bal = __ballot_sync(0xffffffffu, flag);
-    __syncthreads();
-    if (l == 0) sh[w] = __popc(bal);
-    __syncthreads();
-    int before = 0, all = 0;
-    for (int i = 0; i < nw; i++) {
-        if (i < w) before += sh[i];
-        all += sh[i];
-    }
-    *total = all;
-    return before + __popc(bal & ((1u << l) - 1u));
-}
-
-/* a block per row: sel[t, ..] ascending, nsel[t] */
-__global__ void __launch_bounds__(V4_SEL_THREADS) v4_select_kernel(int32_t *sel, int32_t *nsel, int sel_stride,
-                                                                   const float *score, int ld, const int32_t *pos,
-                                                                   int ratio, int topk) {
-    pdl_enter();
-    __shared__ int sh[32];
-    const int t = blockIdx.x, vis = (pos[t] + 1) / ratio;
-    int32_t *out = sel + (int64_t)t * sel_stride;
-    if (vis <= topk) {
-        for (int i = threadIdx.x; i < vis; i += blockDim.x) out[i] = i;
-        if (threadIdx.x == 0) nsel[t] = vis;
-        return;
-    }
-    const float *sc = score + (int64_t)t * ld;
-    unsigned T = 0;
-    for (int b = 31; b >= 0; b--) {                  /* the largest T with count(key >= T) >= topk */
-        const unsigned cand = T | (1u << b);
-        int cnt = 0;
-        for (int s = threadIdx.x; s < vis; s += blockDim.x) cnt += v4_okey(sc[s]) >= cand;
-        if (v4_block_count(cnt, sh) >= topk) T = cand;
-    }
-    int gt = 0;
-    for (int s = threadIdx.x; s < vis; s += blockDim.x) gt += v4_okey(sc[s]) > T;
-    const int need = topk - v4_block_count(gt, sh);   /* ties at T: the lowest indices */
-    int eq_before = 0, taken = 0;
-    for (int b0 = 0; b0 < vis; b0 += blockDim.x) {
-        const int s = b0 + threadIdx.x;
-        const unsigned k = s < vis ? v4_okey(sc[s]) : 0u;
-        const int is_eq = s < vis && k == T, is_gt = s < vis && k > T;
-        int eq_total, take_total;
-        const int eq_rank = eq_before + v4_block_scan(is_eq, sh, &eq_total);
-        const int take = is_gt || (is_eq && eq_rank < need);
-        const int at = taken + v4_block_scan(take, sh, &take_total);
-        if (take && at < topk) out[at] = s;
-        eq_before += eq_total;
-        taken += take_total;
-    }
-    if (threadIdx.x == 0) nsel[t] = topk;
-}
-
 void cb_v4_index(cuda_be *cb, int32_t *sel, int32_t *nsel, const float *iq, const float *iw, const float *state,
                  float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
                  int sel_stride, int max_entries, float *scratch) {
-    static int score_set = 0;
-    if (n <= 0) return;
-    const size_t off = ci_v4cmp_entries(c);
-    const int ld = max_entries > 0 ? max_entries : 1;
-    float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * ld * sizeof(float));
     (void)scratch;
-    if (!score) return;
-    if (max_entries > topk) {
-        const size_t smem = (size_t)ih * c->d * sizeof(float);
-        if (!cb_smem_ok(cb, v4_score_kernel, smem, &score_set)) {
-            cb_fail_msg(cb, "v4_index: the indexer queries of a row do not fit in shared memory");
-            return;
-        }
-        dim3 grid((unsigned)((ld + V4_SCORE_KEYS - 1) / V4_SCORE_KEYS), (unsigned)n);
-        cb_launch(cb, v4_score_kernel, grid, dim3(V4_THREADS), smem, score, ld, iq, iw, state, states, tab_step, pos,
-                  c->ratio, off, ih, c->d, topk, 1.0f / sqrtf((float)c->d), 1.0f / sqrtf((float)ih));
-        if (cb_launched(cb, "v4_index scores")) return;
-    }
-    cb_launch(cb, v4_select_kernel, dim3((unsigned)n), dim3(V4_SEL_THREADS), 0, sel, nsel, sel_stride,
-              (const float *)score, ld, pos, c->ratio, topk);
-    cb_launched(cb, "v4_index top-k");
+    const cb_keyrows kr = { state, states, tab_step, c->ratio, ci_v4cmp_entries(c) };
+    cb_index_select(cb, sel, sel_stride, nsel, kr, n, pos, max_entries, iq, iw, 1.0f / sqrtf((float)ih),
+                    1.0f / sqrtf((float)c->d), ih, c->d, topk);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -593,6 +469,32 @@ struct v4_attn_args {
     float mscale, scale;
 };
 
+/* head h of row t (position p): its output qs [D] (shared, complete) through the inverse rope
+ * into out; the whole block */
+__device__ __forceinline__ void v4_head_out(const v4_attn_args &a, int t, int h, int p, const float *qs) {
+    const int D = a.D;
+    float *out = a.out + ((int64_t)t * a.n_heads + h) * D;
+    const int half = a.rot_dim / 2, off = D - a.rot_dim;
+    const float fp = (float)(-p);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        if (i < off) { out[i] = qs[i]; continue; }
+        const int pi = (i - off) >> 1;
+        if (pi >= half) { out[i] = qs[i]; continue; }
+        const double ang = (double)(fp * a.inv_freq[pi]);
+        const float co = (float)(cos(ang) * a.mscale), si = (float)(sin(ang) * a.mscale);
+        const float x0 = qs[off + 2 * pi], x1 = qs[off + 2 * pi + 1];
+        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
+    }
+}
+
+/* row t's key j (of nwin window keys from position s0, then its compressed entries) */
+__device__ __forceinline__ const float *v4_key(const v4_attn_args &a, const float *rg, const float *ent, int t, int s0,
+                                               int nwin, int j) {
+    if (j < nwin) return rg + (int64_t)((s0 + j) % a.ring_rows) * a.D;
+    const int c = j - nwin;
+    return ent + (int64_t)(a.sel ? a.sel[(int64_t)t * a.sel_stride + c] : c) * a.D;
+}
+
 /* a block per (head, row); warps take keys in turn (online softmax, a lane holds channels
  * lane, lane + 32, ...); shared: q [D], per warp its max, sum and output [D] */
 __global__ void v4_attend_kernel(v4_attn_args a) {
@@ -614,12 +516,7 @@ __global__ void v4_attend_kernel(v4_attn_args a) {
     const int per = (D + 31) / 32;
     for (int i = 0; i < per; i++) acc[i] = 0.0f;
     for (int j = warp; j < nk; j += nw) {
-        const float *k;
-        if (j < nwin) k = rg + (int64_t)((s0 + j) % a.ring_rows) * D;
-        else {
-            const int c = j - nwin;
-            k = ent + (int64_t)(a.sel ? a.sel[(int64_t)t * a.sel_stride + c] : c) * D;
-        }
+        const float *k = v4_key(a, rg, ent, t, s0, nwin, j);
         float kv[V4_MAX_D / 32], dot = 0.0f;
         for (int i = 0; i < per; i++) {
             const int d = lane + 32 * i;
@@ -651,18 +548,121 @@ __global__ void v4_attend_kernel(v4_attn_args a) {
         qs[d] = o / L;   /* the head's output, before the inverse rope */
     }
     __syncthreads();
-    float *out = a.out + ((int64_t)t * a.n_heads + h) * D;
-    const int half = a.rot_dim / 2, off = D - a.rot_dim;
-    const float fp = (float)(-p);
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        if (i < off) { out[i] = qs[i]; continue; }
-        const int pi = (i - off) >> 1;
-        if (pi >= half) { out[i] = qs[i]; continue; }
-        const double ang = (double)(fp * a.inv_freq[pi]);
-        const float co = (float)(cos(ang) * a.mscale), si = (float)(sin(ang) * a.mscale);
-        const float x0 = qs[off + 2 * pi], x1 = qs[off + 2 * pi + 1];
-        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
+    v4_head_out(a, t, h, p, qs);
+}
+
+/* Decode rows (flash decoding over the shared K = V): grid (head groups of V4_SPLIT_HEADS, S
+ * splits, rows), a warp per head holding its query in registers; split sp takes the row's keys
+ * j = sp, sp + S, ... (so S needs no bound on the key count), V4_SPLIT_KB of them a batch
+ * (independent loads and dots, one softmax rescale a batch); the block's warps read the same
+ * keys, so each key comes from L2 once a block. Each (row, head, split) leaves its running
+ * max, sum and unnormalised output [m, l, o[D]] in part; v4_attend_comb_kernel merges them
+ * with the sink. PER: floats a lane (D <= 32 · PER). */
+enum { V4_SPLIT_HEADS = 8, V4_SPLIT_KB = 4, V4_SPLIT_MAX = 32 };
+template <int PER>
+__global__ void __launch_bounds__(V4_SPLIT_HEADS * 32) v4_attend_split_kernel(v4_attn_args a, float *part, int S) {
+    pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.x * V4_SPLIT_HEADS + warp, sp = blockIdx.y, t = blockIdx.z, D = a.D, p = a.pos[t];
+    if (h >= a.n_heads) return;
+    const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
+    const float *ent = a.has_comp ? (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off : NULL;
+    const int s0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0, nwin = p - s0 + 1;
+    const int nk = nwin + (a.has_comp ? (a.sel ? a.nsel[t] : (p + 1) / a.ratio) : 0);
+    const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
+    float qv[PER], acc[PER], m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int d = lane + 32 * i;
+        qv[i] = d < D ? q[d] : 0.0f;
+        acc[i] = 0.0f;
     }
+    for (int j = sp; j < nk; j += V4_SPLIT_KB * S) {   /* key j is valid: the batch's first */
+        float kv[V4_SPLIT_KB][PER], sc[V4_SPLIT_KB];
+#pragma unroll
+        for (int b = 0; b < V4_SPLIT_KB; b++) {
+            const int jb = j + b * S;
+            const float *k = v4_key(a, rg, ent, t, s0, nwin, jb < nk ? jb : j);
+#pragma unroll
+            for (int i = 0; i < PER; i++) {
+                const int d = lane + 32 * i;
+                kv[b][i] = d < D ? k[d] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < V4_SPLIT_KB; b++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < PER; i++) dot = fmaf(qv[i], kv[b][i], dot);
+            sc[b] = dot;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int b = 0; b < V4_SPLIT_KB; b++) sc[b] += __shfl_xor_sync(0xffffffffu, sc[b], o);
+        float mn = m;
+#pragma unroll
+        for (int b = 0; b < V4_SPLIT_KB; b++) {
+            sc[b] = j + b * S < nk ? sc[b] * a.scale : -INFINITY;
+            mn = fmaxf(mn, sc[b]);
+        }
+        const float corr = expf(m - mn);
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < PER; i++) acc[i] *= corr;
+#pragma unroll
+        for (int b = 0; b < V4_SPLIT_KB; b++) {
+            const float pb = expf(sc[b] - mn);
+            l += pb;
+#pragma unroll
+            for (int i = 0; i < PER; i++) acc[i] = fmaf(pb, kv[b][i], acc[i]);
+        }
+        m = mn;
+    }
+    float *pp = part + (((int64_t)t * a.n_heads + h) * S + sp) * (D + 2);
+    if (lane == 0) { pp[0] = m; pp[1] = l; }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int d = lane + 32 * i;
+        if (d < D) pp[2 + d] = acc[i];
+    }
+}
+
+/* a block per (head, row): the S splits' partials merged with the sink, then the inverse rope */
+__global__ void v4_attend_comb_kernel(v4_attn_args a, const float *part, int S) {
+    pdl_enter();
+    extern __shared__ float sm[];
+    const int h = blockIdx.x, t = blockIdx.y, D = a.D, p = a.pos[t];
+    const float *pp = part + ((int64_t)t * a.n_heads + h) * S * (D + 2);
+    float *qs = sm, *ws = sm + D;
+    const float sink = a.sinks[h];
+    float M = sink;
+    for (int s = 0; s < S; s++)
+        if (pp[(int64_t)s * (D + 2) + 1] > 0.0f) M = fmaxf(M, pp[(int64_t)s * (D + 2)]);
+    float L = expf(sink - M);
+    for (int s = 0; s < S; s++) {   /* a split with no key: l = 0 */
+        const float ls = pp[(int64_t)s * (D + 2) + 1];
+        if (ls > 0.0f) L += ls * expf(pp[(int64_t)s * (D + 2)] - M);
+    }
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
+        const float ls = pp[(int64_t)s * (D + 2) + 1];
+        ws[s] = ls > 0.0f ? expf(pp[(int64_t)s * (D + 2)] - M) : 0.0f;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < S; s++)
+            if (ws[s] > 0.0f) o += pp[(int64_t)s * (D + 2) + 2 + d] * ws[s];
+        qs[d] = o / L;
+    }
+    __syncthreads();
+    v4_head_out(a, t, h, p, qs);
+}
+
+/* CINFER_CUDA_V4_SPLIT (default 1; 0: every row through v4_attend_kernel, a block per (head, row)) */
+static int v4_split_on(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_V4_SPLIT", 1);
+    return v;
 }
 
 void cb_v4_attend(cuda_be *cb, float *out, const float *q, const float *kv, int n, const int32_t *pos, float *ring,
@@ -683,6 +683,22 @@ void cb_v4_attend(cuda_be *cb, float *out, const float *q, const float *kv, int 
     a.off = c ? ci_v4cmp_entries(c) : 0; a.sel = sel; a.nsel = nsel; a.sel_stride = sel_stride; a.sinks = sinks;
     a.n_heads = n_heads; a.D = D; a.rot_dim = rot_dim; a.inv_freq = inv_freq; a.mscale = mscale;
     a.scale = 1.0f / sqrtf((float)D);
+    /* decode rows: split over the keys when the (head, row) blocks would leave SMs idle */
+    const int groups = (n_heads + V4_SPLIT_HEADS - 1) / V4_SPLIT_HEADS;
+    int S = 2 * cb->sm_count / (groups * n);
+    S = S > V4_SPLIT_MAX ? V4_SPLIT_MAX : S;
+    if (v4_split_on() && D <= 512 && n_heads * n < cb->sm_count && S >= 2) {
+        float *part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * S * (D + 2) * sizeof(float));
+        if (!part) return;
+        const dim3 grid((unsigned)groups, (unsigned)S, (unsigned)n), block(V4_SPLIT_HEADS * 32);
+        if (D <= 128) cb_launch(cb, v4_attend_split_kernel<4>, grid, block, 0, a, part, S);
+        else cb_launch(cb, v4_attend_split_kernel<16>, grid, block, 0, a, part, S);
+        if (cb_launched(cb, "v4_attend split")) return;
+        cb_launch(cb, v4_attend_comb_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(V4_THREADS),
+                  ((size_t)D + S) * sizeof(float), a, (const float *)part, S);
+        cb_launched(cb, "v4_attend combine");
+        return;
+    }
     cb_launch(cb, v4_attend_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(V4_THREADS), smem, a);
     cb_launched(cb, "v4_attend");
 }
