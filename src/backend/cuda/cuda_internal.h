@@ -62,7 +62,7 @@ struct cuda_be {
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
     cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
     struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
-    cb_scratch mla_work[3];  /* mla.cu, dsa.cu: attention partials, DSA scores, DSA selections */
+    cb_scratch mla_work[3];  /* mla.cu, dsa.cu, v4.cu: attention partials, index scores, DSA selections */
     cb_scratch ssd_work;     /* mamba.cu: the chunked SSD's per-chunk dt, decays and states */
     cb_scratch dn_work;      /* deltanet.cu: the chunked form's per-chunk products of a window */
     int capturing;
