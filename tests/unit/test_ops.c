@@ -366,6 +366,10 @@ static void test_row_views(void) {
                     check_matmul_view(be, isas[ii].name, &w, views[vi][0], views[vi][1], n, k->name);
                     check_matmul_xw(be, isas[ii].name, &w, views[vi][0], views[vi][1], n, k->name);
                 }
+            /* matmul_xw over rows wider than its 1024-column chunk */
+            wmat wide = make_w(9, 2100, k->dt, k->sdt, k->block, 0);
+            check_matmul_xw(be, isas[ii].name, &wide, 2, 5, 3, k->name);
+            free_w(&wide);
             /* embed and ci_mat_get on a view */
             ci_mat v = view_rows(&w, 37, 100);
             int32_t ids[3] = { 0, 99, 50 };

@@ -273,9 +273,10 @@ static void test_matmul_xw(void) {
     for (int ii = 0; ii < n_isas; ii++) {
         ci_backend *be = ci_backend_cpu_new(2, isas[ii].isa);
         if (!be) continue;
-        for (int st = 0; st < 2; st++) {
+        for (int k = 0; k < 3; k++) {   /* 2: quantized rows wider than matmul_xw's 1024-column chunk */
+            const int st = k == 1;
             qmat Q;
-            qmat_make(&Q, st ? CI_Q_AFFINE : CI_Q_MXFP4, 4, st ? 64 : 32, CI_BF16, 24, 128, 0);
+            qmat_make(&Q, k ? CI_Q_AFFINE : CI_Q_MXFP4, 4, k ? 64 : 32, CI_BF16, 24, k == 2 ? 2112 : 128, 0);
             Q.d.stored_t = st;
             int n = 3;
             /* logical W: plain = stored [24, 128]; stored_t = [128, 24] (Wᵀ of the rows 4..20) */
@@ -294,7 +295,8 @@ static void test_matmul_xw(void) {
                     }
             be->matmul_xw(be, y, x, n, &v);
             double e = rel_err(y, ref, n * LC);
-            CHECK(e <= TOL, "%s matmul_xw %s: rel err %.3g", be->name, st ? "stored-transposed" : "quantized rows", e);
+            CHECK(e <= TOL, "%s matmul_xw %s: rel err %.3g", be->name,
+                  st ? "stored-transposed" : k ? "quantized rows of 2112" : "quantized rows", e);
             free(x); free(y); free(ref);
             qmat_free(&Q);
         }

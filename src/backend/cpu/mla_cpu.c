@@ -178,15 +178,18 @@ int ci_topk_positions(const float *score, int L, int topk, int32_t *sel) {
 }
 
 /* One sparse row: index scores of keys 0..L-1, the topk kept, their latent rows gathered in
- * position order and one query at position k - 1 over them (all gathered rows visible). */
-static void sparse_row(ci_backend *be, float *out, const float *qcat, const float *lc, const float *kc, int L,
+ * position order and one query at position k - 1 over them (all gathered rows visible). The
+ * scratch is sized by cap (>= L: the op's max_keys), so a decode that goes on allocates it
+ * once, not a step longer each step. */
+static void sparse_row(ci_backend *be, float *out, const float *qcat, const float *lc, const float *kc, int L, int cap,
                        int n_heads, int lat, float scale, const float *iq, const float *iw, float w_scale, int ih,
                        int id, int topk) {
-    int keep = topk < L ? topk : L;
-    float *dots = tmp_get(be, T_DOTS, (size_t)ih * L * sizeof(float));
-    float *score = tmp_get(be, T_SCORE, (size_t)L * sizeof(float));
-    int32_t *sel = tmp_get(be, T_SEL, (size_t)L * sizeof(int32_t));
-    float *kv = tmp_get(be, T_KV, (size_t)(keep > 0 ? keep : 1) * lat * sizeof(float));
+    if (cap < L) cap = L;
+    const int keep_cap = topk < cap ? topk : cap;
+    float *dots = tmp_get(be, T_DOTS, (size_t)ih * cap * sizeof(float));
+    float *score = tmp_get(be, T_SCORE, (size_t)cap * sizeof(float));
+    int32_t *sel = tmp_get(be, T_SEL, (size_t)cap * sizeof(int32_t));
+    float *kv = tmp_get(be, T_KV, (size_t)(keep_cap > 0 ? keep_cap : 1) * lat * sizeof(float));
     if (!dots || !score || !sel || !kv || cpu_failed(be)) return;
     ci_mat K = { .data = kc, .dtype = CI_F32, .rows = L, .cols = id };
     be->matmul(be, dots, iq, ih, &K);                                       /* [ih, L] */
@@ -219,7 +222,7 @@ void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *
             t += run - 1;
             continue;
         }
-        sparse_row(be, out + t * QD, qcat + t * QD, lc, kc, pos[t] + 1, n_heads, lat, scale, iq + (size_t)t * ih * id,
-                   iw + (size_t)t * ih, w_scale, ih, id, topk);
+        sparse_row(be, out + t * QD, qcat + t * QD, lc, kc, pos[t] + 1, max_keys, n_heads, lat, scale,
+                   iq + (size_t)t * ih * id, iw + (size_t)t * ih, w_scale, ih, id, topk);
     }
 }

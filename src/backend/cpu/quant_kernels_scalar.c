@@ -97,17 +97,17 @@ void cpu_matmul_xw_any(ci_backend *be, float *y, const float *x, int n, const ci
         return;
     }
     const int64_t R = W->rows, C = W->cols;
-    float stack_row[1024];
-    float *row = C <= 1024 ? stack_row : malloc((size_t)C * sizeof(float));
-    if (!row) return;
+    float row[CPU_XW_CHUNK];   /* a chunk of columns at a time: no allocation, the same sums */
     memset(y, 0, (size_t)n * (size_t)C * sizeof(float));
-    for (int64_t r = 0; r < R; r++) {
-        row_f32(W, r, 0, C, row);
-        for (int t = 0; t < n; t++) {
-            float a = x[(size_t)t * R + r];
-            float *yt = y + (size_t)t * C;
-            for (int64_t c = 0; c < C; c++) yt[c] += a * row[c];
+    for (int64_t c0 = 0; c0 < C; c0 += CPU_XW_CHUNK) {
+        const int64_t c1 = c0 + CPU_XW_CHUNK < C ? c0 + CPU_XW_CHUNK : C;
+        for (int64_t r = 0; r < R; r++) {
+            row_f32(W, r, c0, c1, row);
+            for (int t = 0; t < n; t++) {
+                float a = x[(size_t)t * R + r];
+                float *yt = y + (size_t)t * C;
+                for (int64_t c = c0; c < c1; c++) yt[c] += a * row[c - c0];
+            }
         }
     }
-    if (row != stack_row) free(row);
 }
