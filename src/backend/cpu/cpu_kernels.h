@@ -160,8 +160,11 @@ extern float cpu_fp8_lut[256];
 void cpu_init_tables(void);
 float cpu_block_scale(const ci_mat *W, int64_t rb, int64_t cb);
 /* matmul_xw.c: y[n, W.cols] = x[n, W.rows] · W, CPU_XW_CHUNK columns of W's rows at a time
- * converted on the stack (cpu_matmul_xw_any likewise) */
+ * converted on the stack; cpu_matmul_xw_by takes the conversion of columns c0 .. c1 - 1 of
+ * row r into dst (cpu_matmul_xw_any's quantized rows) */
 enum { CPU_XW_CHUNK = 1024 };
+typedef void (*cpu_xw_row)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
+void cpu_matmul_xw_by(float *y, const float *x, int n, const ci_mat *W, cpu_xw_row row_of);
 void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W);
 /* moe_cpu.c: the MoE ops. cpu_moe_experts_run keeps its scratch at *tmp_slot (grown on
  * demand, freed with cpu_moe_tmp_free); -1 when it cannot allocate. */

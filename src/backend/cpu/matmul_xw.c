@@ -38,15 +38,14 @@ static void row_to_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float
     }
 }
 
-void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
-    (void)be;
+void cpu_matmul_xw_by(float *y, const float *x, int n, const ci_mat *W, cpu_xw_row row_of) {
     const int64_t R = W->rows, C = W->cols;
     float row[CPU_XW_CHUNK];   /* a chunk of columns at a time: no allocation, the same sums */
     memset(y, 0, (size_t)n * (size_t)C * sizeof(float));
     for (int64_t c0 = 0; c0 < C; c0 += CPU_XW_CHUNK) {
         const int64_t c1 = c0 + CPU_XW_CHUNK < C ? c0 + CPU_XW_CHUNK : C;
         for (int64_t r = 0; r < R; r++) {
-            row_to_f32(W, r, c0, c1, row);
+            row_of(W, r, c0, c1, row);
             for (int t = 0; t < n; t++) {
                 float a = x[(size_t)t * R + r];
                 float *yt = y + (size_t)t * C;
@@ -54,4 +53,9 @@ void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat
             }
         }
     }
+}
+
+void cpu_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    (void)be;
+    cpu_matmul_xw_by(y, x, n, W, row_to_f32);
 }

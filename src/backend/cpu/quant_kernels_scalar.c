@@ -96,18 +96,5 @@ void cpu_matmul_xw_any(ci_backend *be, float *y, const float *x, int n, const ci
         be->matmul(be, y, x, n, &s);
         return;
     }
-    const int64_t R = W->rows, C = W->cols;
-    float row[CPU_XW_CHUNK];   /* a chunk of columns at a time: no allocation, the same sums */
-    memset(y, 0, (size_t)n * (size_t)C * sizeof(float));
-    for (int64_t c0 = 0; c0 < C; c0 += CPU_XW_CHUNK) {
-        const int64_t c1 = c0 + CPU_XW_CHUNK < C ? c0 + CPU_XW_CHUNK : C;
-        for (int64_t r = 0; r < R; r++) {
-            row_f32(W, r, c0, c1, row);
-            for (int t = 0; t < n; t++) {
-                float a = x[(size_t)t * R + r];
-                float *yt = y + (size_t)t * C;
-                for (int64_t c = c0; c < c1; c++) yt[c] += a * row[c - c0];
-            }
-        }
-    }
+    cpu_matmul_xw_by(y, x, n, W, row_f32);
 }
