@@ -147,8 +147,11 @@ typedef struct {
     atomic_llong next;
 } par_ctx;
 
+_Thread_local int cpu_pf_dist = 1024;
+
 static void par_task(void *c, int s) {
     par_ctx *pc = c;
+    cpu_pf_dist = 1024;   /* several threads share the machine's bandwidth (cpu_kernels.h) */
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&pc->next, 1, memory_order_relaxed);
         if (i >= pc->n_items) break;
@@ -162,6 +165,7 @@ static void par_for(cpu_backend *b, int64_t n_items, item_fn fn, void *ctx, int 
     if (n_items <= 0) return;
     int nt = parallel ? (int)min64(b->n_slots, n_items) : 1;
     if (nt <= 1) {
+        cpu_pf_dist = 2048;   /* this thread streams alone */
         for (int64_t i = 0; i < n_items; i++) fn(ctx, i, &b->slots[0]);
         return;
     }

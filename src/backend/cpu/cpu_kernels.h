@@ -30,6 +30,10 @@
 #define CPU_TILE_T 4    /* token rows per tile */
 #define CPU_TILE_R 4    /* weight rows per tile */
 #define CPU_KC 512      /* columns per chunk of the summation order (and of prefill packing) */
+/* The AVX-512 sets' decode prefetch distance in bytes, per thread: cpu.c's par_for sets it for
+ * every participant of a run (2048 when one thread streams alone, else 1024; kernels_avx512.c
+ * says why); 1024 on a thread that never ran one. Prefetch only: no result depends on it. */
+extern _Thread_local int cpu_pf_dist;
 
 typedef struct {
     const char *name;

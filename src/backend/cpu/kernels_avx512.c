@@ -94,17 +94,20 @@ static inline TGT vf vexp(vf x) {
  * 6 x 4 165-181, 8 x 3 130-147; without block_tile (f32_tile) 130-151. */
 #define BT_TOK 4
 #define BT_ROWS 6
-/* Decode prefetch distance (simd_template.h's default is 1024 bytes). On a 2-vCPU AMD EPYC (Zen
- * 5, family 26), 2026-12-04: bench/gemv_cpu.c, one thread, bf16 Qwen3-0.6B shapes streamed from
+/* Decode prefetch distance (simd_template.h's default is 1024 bytes): cpu_pf_dist, 2048 bytes on
+ * a thread that streams alone, else 1024 (cpu.c par_for sets it). On a 2-vCPU AMD EPYC (Zen 5,
+ * family 26), 2026-12-04: bench/gemv_cpu.c, one thread, bf16 Qwen3-0.6B shapes streamed from
  * DRAM, two sweeps: 1024 24-25 GB/s, 2048 27-33, 3072 28-29, 4096 28-30, 6144 25-26, 8192 27-28
  * (the raw read loop: 36-40; prefetcht1 / t2 instead of t0 at 4096: 25-28); the bf16 Qwen3-0.6B-
  * dims model, `cinfer bench --prompt-len 16 --gen 64`, alternating: one thread 18.1-19.5 tok/s
- * at 1024, 21.8-23.8 at 2048, 20.9-21.8 at 4096; two threads (noisy: the VM's two vCPUs share
- * ~40-47 GB/s) 27.5-29.8 at 1024 against 26.5-34.8 at 2048 over six rounds, a wash. At 2048 a
- * row of up to 2 KiB (1024 bf16 columns) prefetches the next tile's rows (past a row's end the
- * target moves to the row 4 below). The bf16-activation tile below uses it too. */
+ * at 1024, 21.8-23.8 at 2048, 20.9-21.8 at 4096; but two threads 25.3-27.6 at 2048 against
+ * 28.2-29.1 at 1024 in the side-by-side rounds, 26.5-34.8 against 27.5-29.8 in six noisy ones
+ * (lower in six of eight): the VM's two vCPUs share ~40-47 GB/s, and perhaps one core's
+ * caches. At 2048 a row of up to 2 KiB (1024 bf16 columns) prefetches the next tile's rows
+ * (past a row's end the target moves to the row 4 below). The bf16-activation tile below
+ * uses it too. */
 #ifndef PF_DIST
-#define PF_DIST 2048
+#define PF_DIST cpu_pf_dist
 #endif
 
 #include "simd_template.h"

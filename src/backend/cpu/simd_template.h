@@ -24,7 +24,7 @@
 #define PRAGMA_(x) _Pragma(#x)
 #define UNROLL(n) PRAGMA_(GCC unroll n)
 
-#ifndef PF_DIST       /* overridable (-DPF_DIST=) so bench/gemv_cpu.c can try other distances */
+#ifndef PF_DIST       /* overridable (-DPF_DIST=, or a set's runtime cpu_pf_dist) */
 #define PF_DIST 1024  /* bytes ahead of the current column that decode prefetches */
 #endif
 #ifndef PF_NEXT_TILE_MAX  /* rows of up to this many bytes prefetch the next tile instead (0: none) */
