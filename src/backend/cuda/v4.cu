@@ -18,7 +18,10 @@
  * topk-th score by a radix select on order-preserving integer keys staged in shared memory
  * and keeps the entries above it and the lowest-index ties, ascending (ci_topk_positions' rule).
  * v4_attend: the ring store, then a block per (head, row): warps take keys in turn with an
- * online softmax, merged with the sink in shared memory, then the inverse rope. */
+ * online softmax, merged with the sink in shared memory, then the inverse rope; decode rows
+ * (heads · rows < SMs, head_dim <= 512) instead split the keys over blocks of 8 heads
+ * (v4_attend_split_kernel, flash decoding over the shared K = V) and merge the splits with the
+ * sink and the inverse rope in v4_attend_comb_kernel (CINFER_CUDA_V4_SPLIT=0: never). */
 #include "cuda_internal.h"
 #include <math.h>
 
