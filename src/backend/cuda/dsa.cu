@@ -407,9 +407,9 @@ int cb_index_select(cuda_be *cb, int32_t *sel, int sel_stride, int32_t *nsel, cb
     static int score_set = 0, select_set = 0;
     if (n <= 0) return 1;
     const int ld = max_keys > 0 ? max_keys : 1;
-    float *score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * ld * sizeof(float));
-    if (!score) return 0;
+    float *score = NULL;                         /* rows of at most topk keys read no scores */
     if (max_keys > topk) {                       /* some row may be sparse */
+        if (!(score = (float *)cb_scratch_get(cb, &cb->mla_work[1], (size_t)n * ld * sizeof(float)))) return 0;
         if (!(cb->dsa_score && score4_launch(cb, score, ld, kr, pos, n, max_keys, iq, iw, w_scale, ks, ih, id, topk))) {
             const size_t smem = ((size_t)ih * id + (size_t)(SCORE_THREADS / 32) * id) * sizeof(float);
             if (!cb_smem_ok(cb, dsa_score_kernel, smem, &score_set)) {

@@ -332,6 +332,22 @@ __device__ __forceinline__ float v4_slot(const v4_seg &s, const float *kv, const
     return prev[(size_t)gate_sel * R * d + (size_t)k * d + col];
 }
 
+/* out[0 .. d) = in rotated at position fp over its last rot_dim dims (interleaved pairs, angles in
+ * double, times mscale), the first d - rot_dim copied; the whole block, in (shared) complete */
+__device__ __forceinline__ void v4_rope_tail(float *out, const float *in, int d, int rot_dim, float fp,
+                                             const float *inv_freq, float mscale) {
+    const int half = rot_dim / 2, off = d - rot_dim;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        if (i < off) { out[i] = in[i]; continue; }
+        const int pi = (i - off) >> 1;
+        if (pi >= half) { out[i] = in[i]; continue; }
+        const double a = (double)(fp * inv_freq[pi]);
+        const float co = (float)(cos(a) * mscale), si = (float)(sin(a) * mscale);
+        const float x0 = in[off + 2 * pi], x1 = in[off + 2 * pi + 1];
+        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
+    }
+}
+
 /* a block per row; rows that complete a window write its entry (shared: the entry [d]) */
 __global__ void v4_emit_kernel(float *state, float *const *states, int tab_step, const float *kv, const float *gate,
                                int n, const int32_t *pos, ci_v4cmp c, size_t entries_off) {
@@ -371,18 +387,7 @@ __global__ void v4_emit_kernel(float *state, float *const *states, int tab_step,
     const float r = 1.0f / sqrtf(ss / d + c.eps);
     for (int ch = threadIdx.x; ch < d; ch += blockDim.x) e[ch] = e[ch] * r * c.norm[ch];
     __syncthreads();
-    float *out = s.st + entries_off + (size_t)w * d;
-    const int half = c.rot_dim / 2, off = d - c.rot_dim;
-    const float fp = (float)(w * R);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        if (i < off) { out[i] = e[i]; continue; }
-        const int pi = (i - off) >> 1;
-        if (pi >= half) { out[i] = e[i]; continue; }
-        const double a = (double)(fp * c.inv_freq[pi]);
-        const float co = (float)(cos(a) * c.mscale), si = (float)(sin(a) * c.mscale);
-        const float x0 = e[off + 2 * pi], x1 = e[off + 2 * pi + 1];
-        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
-    }
+    v4_rope_tail(s.st + entries_off + (size_t)w * d, e, d, c.rot_dim, (float)(w * R), c.inv_freq, c.mscale);
 }
 
 /* the chunk's last row: the Ca series of the last window it completed becomes the state's
@@ -475,19 +480,7 @@ struct v4_attn_args {
 /* head h of row t (position p): its output qs [D] (shared, complete) through the inverse rope
  * into out; the whole block */
 __device__ __forceinline__ void v4_head_out(const v4_attn_args &a, int t, int h, int p, const float *qs) {
-    const int D = a.D;
-    float *out = a.out + ((int64_t)t * a.n_heads + h) * D;
-    const int half = a.rot_dim / 2, off = D - a.rot_dim;
-    const float fp = (float)(-p);
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        if (i < off) { out[i] = qs[i]; continue; }
-        const int pi = (i - off) >> 1;
-        if (pi >= half) { out[i] = qs[i]; continue; }
-        const double ang = (double)(fp * a.inv_freq[pi]);
-        const float co = (float)(cos(ang) * a.mscale), si = (float)(sin(ang) * a.mscale);
-        const float x0 = qs[off + 2 * pi], x1 = qs[off + 2 * pi + 1];
-        out[i] = ((i - off) & 1) ? x1 * co + x0 * si : x0 * co - x1 * si;
-    }
+    v4_rope_tail(a.out + ((int64_t)t * a.n_heads + h) * a.D, qs, a.D, a.rot_dim, (float)(-p), a.inv_freq, a.mscale);
 }
 
 /* row t's key j (of nwin window keys from position s0, then its compressed entries) */
