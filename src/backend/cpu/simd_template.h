@@ -30,6 +30,9 @@
 #ifndef PF_NEXT_TILE_MAX  /* rows of up to this many bytes prefetch the next tile instead (0: none) */
 #define PF_NEXT_TILE_MAX 0
 #endif
+#ifndef PF_NT_HINT        /* the next-tile prefetch's locality hint (2: into L2, 3: into L1) */
+#define PF_NT_HINT 2
+#endif
 
 static inline size_t dt_size(int dt) { return dt == CI_F32 ? 4 : dt == CI_F8_E4M3 ? 1 : 2; }
 
@@ -80,10 +83,14 @@ AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0
          * prefetch past the matrix does not fault. */
         if (dt == CI_F32) {
         } else if (PF_NEXT_TILE_MAX && rowb <= PF_NEXT_TILE_MAX) {
-            /* a set that asks for it (kernels_avx2.c says why): short rows prefetch the next
-             * tile (rows 4..7 below wr[0], contiguous in a decode item) in byte order */
-            if (((4 * (size_t)k * dt_size(dt)) & 63) < 4 * VL * dt_size(dt))
-                __builtin_prefetch((const char *)wr[0] + 4 * (rowb + (size_t)k * dt_size(dt)), 0, 2);
+            /* a set that asks for it (kernels_avx2.c, kernels_avx512.c say why): short rows
+             * prefetch the next tile (rows 4..7 below wr[0], contiguous in a decode item) in
+             * byte order, every line whose start falls in this step's share of it (4 · VL
+             * weights: one line a step for AVX2's bf16, two for AVX-512's, where the first
+             * form's one a step left every other line to the hardware) */
+            const size_t nb = 4 * (size_t)k * dt_size(dt), step = 4 * VL * dt_size(dt);
+            for (size_t o = (nb + 63) & ~(size_t)63; o < nb + step; o += 64)
+                __builtin_prefetch((const char *)wr[0] + 4 * rowb + o, 0, PF_NT_HINT);
         } else if ((((size_t)k * dt_size(dt)) & 63) < VL * dt_size(dt)) {
             size_t off = (size_t)k * dt_size(dt) + PF_DIST;
             if (off >= rowb) off += 3 * rowb;
