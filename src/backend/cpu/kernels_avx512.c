@@ -162,7 +162,8 @@ static TGB void x_bf16(const float *x, int64_t n, uint16_t *xb) {
 
 /* part[t * RR + r] = the chunk dot of token row t (x + t * xs) and weight row w[r], over kc
  * columns, in the order above. PF: decode streams the rows from DRAM and prefetches as
- * tile_span does (rowb: a row's bytes; near its end, the row 4 below). */
+ * tile_span does (rowb: a row's bytes; rows of up to PF_NEXT_TILE_MAX bytes the next tile in
+ * byte order, longer ones PF_DIST ahead and near a row's end the row 4 below). */
 AIB void bh_chunk(const int TT, const int RR, const int PF, const uint16_t *const *w, int64_t kc, const uint16_t *x,
                   int64_t xs, size_t rowb, size_t c0b, float *part) {
     __m512 acc[4][6];
@@ -172,7 +173,11 @@ AIB void bh_chunk(const int TT, const int RR, const int PF, const uint16_t *cons
         for (int r = 0; r < RR; r++) acc[t][r] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= kc; k += 32) {
-        if (PF) {
+        if (PF && RR == 4 && rowb <= PF_NEXT_TILE_MAX) {   /* the next tile in byte order, as tile_span */
+            const char *nt = (const char *)(w[0] - c0b / 2) + 4 * (rowb + c0b + (size_t)k * 2);
+            UNROLL(4)
+            for (int l = 0; l < 4; l++) __builtin_prefetch(nt + 64 * l, 0, PF_NT_HINT);
+        } else if (PF) {
             size_t off = c0b + (size_t)k * 2 + PF_DIST;
             if (off >= rowb) off += 3 * rowb;
             UNROLL(4)
