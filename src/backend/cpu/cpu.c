@@ -148,6 +148,7 @@ typedef struct {
 } par_ctx;
 
 _Thread_local int cpu_pf_dist = 1024;
+int cpu_pf_next_tile;
 
 static void par_task(void *c, int s) {
     par_ctx *pc = c;
@@ -1186,6 +1187,9 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     const cpu_kernels *k = pick_kernels(isa);
     if (!k) return NULL;
     cpu_init_tables();
+    const char *nt = getenv("CINFER_CPU_PF_NEXT_TILE");
+    __builtin_cpu_init();
+    cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : __builtin_cpu_is("amd");
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->k = k;

@@ -34,6 +34,11 @@
  * every participant of a run (2048 when one thread streams alone, else 1024; kernels_avx512.c
  * says why); 1024 on a thread that never ran one. Prefetch only: no result depends on it. */
 extern _Thread_local int cpu_pf_dist;
+/* Whether the AVX-512 sets' decode tiles of short rows prefetch the next tile in byte order
+ * (kernels_avx512.c, quant_*_avx512.c): set by ci_backend_cpu_new, 1 on AMD CPUs (measured faster
+ * on the Zen 5), 0 elsewhere (level or slower on the Xeon of the GPU box, bench/RESULTS.md);
+ * CINFER_CPU_PF_NEXT_TILE=0|1 overrides it. Prefetch only: no result depends on it. */
+extern int cpu_pf_next_tile;
 
 typedef struct {
     const char *name;

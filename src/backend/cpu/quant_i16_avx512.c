@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
  * -> 21.8, 21.9; 65536 x 1024 20.2, 20.5 -> 23.5, 27.3; 16384 x 768 level (24.7-26.3); two threads
  * level within the noise. */
 #ifndef I16_NT
-#define I16_NT 1024
+#define I16_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
 #endif
         if (I16_NT && rb <= I16_NT) {
             const uint8_t *nt = wr[0] + 4 * rb + 4 * (k * BITS / 8);

@@ -149,7 +149,7 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
  * 16384 x 768 level; Qwen3-30B-A3B dims mlx4 4 layers decode, one thread, three rounds 48.8-53.4
  * -> 54.1-56.7 tok/s, two threads level */
 #ifndef QS_NT
-#define QS_NT 1024
+#define QS_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
 #endif
                 if (QS_NT && rb <= QS_NT) {
                     __builtin_prefetch(wr[0] + 4 * rb + 4 * (k / 2), 0, 3);
