@@ -109,10 +109,9 @@ static inline TGT vf vexp(vf x) {
 #ifndef PF_DIST
 #define PF_DIST cpu_pf_dist
 #endif
-/* Rows of up to 4 KiB prefetch the next tile in byte order instead (where cpu_pf_next_tile says,
- * AMD CPUs), every line of it, into L1:
- * a tile of short rows is one contiguous stretch (4 rows) and the next tile the stretch after it,
- * so the tile's four streams become one run of lines ahead. bench/gemv_cpu.c on the Zen 5
+/* On AMD CPUs (cpu_pf_next_tile) rows of up to 4 KiB prefetch the next tile in byte order instead,
+ * every line of it, into L1: a tile of short rows is one contiguous stretch (4 rows) and the next
+ * tile the stretch after it, so the tile's four streams become one run of lines ahead. bench/gemv_cpu.c on the Zen 5
  * (2026-12-04, stream from DRAM, GB/s): 1024-column bf16 rows one thread 26-28 -> 33-38, two
  * threads 36-45 -> 42-61; 2048-column rows 31 -> 36, 38 -> 46-50; 3072-column rows (6 KiB) level
  * either way, so they keep the distance rule. On the GPU box's Intel Xeon the same change was level

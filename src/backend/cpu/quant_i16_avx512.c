@@ -45,6 +45,16 @@ static inline TGT float i16_block(const float *x, int32_t q[32]) {
 }
 #include "quant_i16.h"
 
+/* Rows of up to I16_NT bytes of codes (2048 4-bit columns) prefetch the next tile in byte order:
+ * 4 lines a chunk, at 4x the chunk's offset past this tile, the 4 rows being one contiguous
+ * stretch; the first form fetched the same 4 lines as 4 lines a row apart. test_quant --bench
+ * ROWS COLS 1 avx512-int16 on the Zen 5 (2026-12-04, two rounds, GB/s): 131072 x 2048 18.5, 19.2
+ * -> 21.8, 21.9; 65536 x 1024 20.2, 20.5 -> 23.5, 27.3; 16384 x 768 level (24.7-26.3); two threads
+ * level within the noise. */
+#ifndef I16_NT
+#define I16_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
+#endif
+
 /* T <= 4 token rows (prepared, stride xs bytes) by the 4 rows of W. */
 static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
                                                                 const int64_t rows[4], const uint8_t *xq, int64_t xs,
@@ -94,22 +104,12 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         const __m512i gsel = _mm512_add_epi32(_mm512_set1_epi32((int)(g - pb)), loff);
         const int64_t nb = (cols - k) * BITS / 8;   /* code bytes of this chunk, 64 but the last */
         const __mmask64 km = nb >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nb) - 1);
-        /* pd bytes ahead in each row; past a row's end, the same place in the row 4 below,
-         * which the next tile reads first */
-/* Rows of up to I16_NT bytes of codes (2048 4-bit columns) prefetch the next tile in byte order:
- * 4 lines a chunk, at 4x the chunk's offset past this tile, the 4 rows being one contiguous
- * stretch; the first form fetched the same 4 lines as 4 lines a row apart. test_quant --bench
- * ROWS COLS 1 avx512-int16 on the Zen 5 (2026-12-04, two rounds, GB/s): 131072 x 2048 18.5, 19.2
- * -> 21.8, 21.9; 65536 x 1024 20.2, 20.5 -> 23.5, 27.3; 16384 x 768 level (24.7-26.3); two threads
- * level within the noise. */
-#ifndef I16_NT
-#define I16_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
-#endif
-        if (I16_NT && rb <= I16_NT) {
+        if (I16_NT && rb <= I16_NT) {   /* the next tile in byte order (above) */
             const uint8_t *nt = wr[0] + 4 * rb + 4 * (k * BITS / 8);
             I16_UNROLL
             for (int r = 0; r < 4; r++) __builtin_prefetch(nt + 64 * r, 0, 3);
-        } else {
+        } else {   /* pd bytes ahead in each row; past a row's end, the same place in the row 4
+                    * below, which the next tile reads first */
             const int64_t pf = k * BITS / 8 + pd + (k * BITS / 8 + pd < rb ? 0 : 3 * rb);
             I16_UNROLL
             for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);

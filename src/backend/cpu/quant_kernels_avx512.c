@@ -102,6 +102,15 @@ static inline __attribute__((always_inline)) TGT void qw32(const uint8_t *row, i
 
 #define QS_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
 
+/* rows of up to QS_NT bytes of codes (2048 4-bit columns) prefetch the next tile in byte
+ * order, a line a step (the 4 rows' 64 bytes a step): test_quant --bench ROWS COLS 1 avx512 on the
+ * Zen 5 (2026-12-04, two rounds, GB/s) 65536 x 1024 15.6, 16.2 -> 17.4, 19.4, 131072 x 2048 and
+ * 16384 x 768 level; Qwen3-30B-A3B dims mlx4 4 layers decode, one thread, three rounds 48.8-53.4
+ * -> 54.1-56.7 tok/s, two threads level */
+#ifndef QS_NT
+#define QS_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
+#endif
+
 /* T <= 4 token rows (x at column 0) by 4 rows over all columns, in the summation order:
  * per CPU_KC chunk, lanes from zero, one reduction, chunk sums added. */
 static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, const int MODE, const int PRE,
@@ -143,14 +152,6 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
                 gl[r] = qgl(MODE, _mm512_permutexvar_ps(gsel, sv[r]),
                             MODE == CI_Q_AFFINE ? _mm512_permutexvar_ps(gsel, bv[r]) : vzero(), lut);
             for (int64_t k = k0; k < k1; k += 32) {
-/* rows of up to QS_NT bytes of codes (2048 4-bit columns) prefetch the next tile in byte
- * order, a line a step (the 4 rows' 64 bytes a step): test_quant --bench ROWS COLS 1 avx512 on the
- * Zen 5 (2026-12-04, two rounds, GB/s) 65536 x 1024 15.6, 16.2 -> 17.4, 19.4, 131072 x 2048 and
- * 16384 x 768 level; Qwen3-30B-A3B dims mlx4 4 layers decode, one thread, three rounds 48.8-53.4
- * -> 54.1-56.7 tok/s, two threads level */
-#ifndef QS_NT
-#define QS_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
-#endif
                 if (QS_NT && rb <= QS_NT) {
                     __builtin_prefetch(wr[0] + 4 * rb + 4 * (k / 2), 0, 3);
                 } else if (((k / 2) & 63) < 16) {   /* one prefetch per 64-byte line of each row's codes */
