@@ -8,6 +8,9 @@
 # Ran once (2026-12-04 03:2x UTC) with 162 s of device time left: the op tests ran (v4 15 / 0 with the
 # switches on and off, dsa 47 / 0, memcheck v4 clean), parity did not find build/cinfer (fixed
 # since: CINFER=), the session's device budget ran out before the benches: run it again.
+# Ran whole in the twentieth session (2026-12-04 05:37-05:45 UTC, dab7d36): all checks PASS, d1024
+# 737 / 742 tok/s, d65536 682 / 685 (0.92); the ncu step ran out of its 200 s profiling the 65536-token
+# prefill too (bench/RESULTS.md).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1
