@@ -424,6 +424,60 @@ static void test_threads_invariant(void) {
     }
 }
 
+/* The decode prefetch rule (CINFER_CPU_PF_NEXT_TILE: the next tile in byte order for short rows,
+ * the AMD default, or the per-row distance) moves no bit: decode rows (n <= 4) of bf16, f16 and fp8
+ * matrices whose rows are under, at and over the rule's 4 KiB, and the bf16-activation set, on one
+ * and two threads, give the same outputs either way (the last tile's prefetch runs past the
+ * matrix: a hint, never a fault). The rule is process-wide and set when a backend is made, so
+ * each backend runs before the next is made. */
+static void test_prefetch_rule_invariant(void) {
+    ci_isa extra[4];
+    const char *names[4];
+    int ne = 0;
+    for (int ii = 0; ii < n_isas; ii++) {
+        extra[ne] = isas[ii].isa;
+        names[ne++] = isas[ii].name;
+    }
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512bf16")) {
+        extra[ne] = CI_ISA_AVX512BF16;
+        names[ne++] = "cpu-avx512-bf16";
+    }
+#endif
+    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE");
+    char *saved = old ? strdup(old) : NULL;
+    const struct { int64_t rows, cols; ci_dtype dt, sdt; int block; } shapes[] = {
+        { 37, 1024, CI_BF16, CI_F32, 0 }, { 21, 2048, CI_BF16, CI_F32, 0 }, { 13, 3000, CI_BF16, CI_F32, 0 },
+        { 29, 1024, CI_F16, CI_F32, 0 }, { 19, 4096, CI_F8_E4M3, CI_BF16, 128 },
+    };
+    for (int ii = 0; ii < ne; ii++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            wmat w = make_w(shapes[si].rows, shapes[si].cols, shapes[si].dt, shapes[si].sdt, shapes[si].block, 0);
+            const int64_t R = shapes[si].rows, C = shapes[si].cols;
+            for (int th = 1; th <= 2; th++)
+                for (int n = 1; n <= 4; n += 3) {
+                    float *x = rnd_vec(n * C, -1, 1), *y[2];
+                    for (int rule = 0; rule < 2; rule++) {
+                        setenv("CINFER_CPU_PF_NEXT_TILE", rule ? "1" : "0", 1);
+                        ci_backend *be = ci_backend_cpu_new(th, extra[ii]);
+                        y[rule] = malloc((size_t)n * R * 4);
+                        if (be) be->matmul(be, y[rule], x, n, &w.m);
+                        else memset(y[rule], 0, (size_t)n * R * 4);
+                        if (be) be->free(be);
+                    }
+                    CHECK(memcmp(y[0], y[1], (size_t)n * R * 4) == 0, "%s %s [%lld x %lld] n=%d %d threads: the prefetch rule changed the result",
+                          names[ii], ci_dtype_name(shapes[si].dt), (long long)R, (long long)C, n, th);
+                    free(x);
+                    free(y[0]);
+                    free(y[1]);
+                }
+            free_w(&w);
+        }
+    if (saved) setenv("CINFER_CPU_PF_NEXT_TILE", saved, 1);
+    else unsetenv("CINFER_CPU_PF_NEXT_TILE");
+    free(saved);
+}
+
 /* A larger prefill through the pack path: K spans several KC chunks, rows several blocks. */
 static void test_matmul_prefill_large(void) {
     for (int ii = 0; ii < n_isas; ii++) {
@@ -697,6 +751,7 @@ int main(void) {
     TEST_RUN(test_matmul);
     TEST_RUN(test_row_views);
     TEST_RUN(test_threads_invariant);
+    TEST_RUN(test_prefetch_rule_invariant);
     TEST_RUN(test_matmul_prefill_large);
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_rope);
