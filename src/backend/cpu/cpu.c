@@ -1188,8 +1188,12 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     if (!k) return NULL;
     cpu_init_tables();
     const char *nt = getenv("CINFER_CPU_PF_NEXT_TILE");
+    int amd = 0;
+#if defined(__x86_64__)
     __builtin_cpu_init();
-    cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : __builtin_cpu_is("amd");
+    amd = __builtin_cpu_is("amd");
+#endif
+    cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : amd;
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->k = k;
