@@ -460,10 +460,12 @@ static void test_prefetch_rule_invariant(void) {
                     for (int rule = 0; rule < 2; rule++) {
                         setenv("CINFER_CPU_PF_NEXT_TILE", rule ? "1" : "0", 1);
                         ci_backend *be = ci_backend_cpu_new(th, extra[ii]);
-                        y[rule] = malloc((size_t)n * R * 4);
-                        if (be) be->matmul(be, y[rule], x, n, &w.m);
-                        else memset(y[rule], 0, (size_t)n * R * 4);
-                        if (be) be->free(be);
+                        y[rule] = calloc((size_t)n * R, 4);
+                        CHECK(be, "%s: backend", names[ii]);
+                        if (be) {
+                            be->matmul(be, y[rule], x, n, &w.m);
+                            be->free(be);
+                        }
                     }
                     CHECK(memcmp(y[0], y[1], (size_t)n * R * 4) == 0, "%s %s [%lld x %lld] n=%d %d threads: the prefetch rule changed the result",
                           names[ii], ci_dtype_name(shapes[si].dt), (long long)R, (long long)C, n, th);
