@@ -19,8 +19,9 @@
  * All three are merged by attn_combine_kernel (a block per (row, head)).
  *
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
- * (attn_flash2_kernel below, scores and output in registers; attn_flash_kernel, WMMA through
- * shared memory, with CINFER_CUDA_FLASH2=0). Other head sizes: a block takes QT query rows of one head and walks the key
+ * (attn_flash.cu's attn_flash_pipe_kernel, key tiles copied by cp.async a tile ahead; with
+ * CINFER_CUDA_FLASH_PIPE=0 attn_flash2_kernel below, the same math with each tile staged
+ * before it is used; attn_flash_kernel, WMMA through shared memory, with CINFER_CUDA_FLASH2=0). Other head sizes: a block takes QT query rows of one head and walks the key
  * tiles up to its last row's position with an online softmax (running max and sum per
  * row, rescaled when the max grows), K and V tiles staged in shared memory.
  *
@@ -42,7 +43,6 @@
 enum { CHUNK = 256, SPLIT_THREADS = 128, SPLIT_MAX_N = 8, MAX_GROUP = 16 };
 enum { QT = 16, KT = 64, PF_THREADS = 128 };
 
-__device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
 
 /* A chunk's local softmax: for each head h < G, the max m and the exp-sum l of its nj scores
  * at ps[h * ld ..], the scores replaced by exp(s - m) and (m, l) into ml[2h, 2h + 1]; warp
@@ -1034,6 +1034,9 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
+    if (al && cb->flash2 && cb->flash_pipe &&
+        cb_attn_flash_pipe(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, hd, kv_stride, scale, pg))
+        return;
     if (al && cb->flash2 && (hd == 64 || hd == 128 || hd == 256)) {
         if (hd == 64) flash2_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
         else if (hd == 128) flash2_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);

@@ -71,7 +71,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -82,6 +82,7 @@ struct cuda_be {
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
+    int flash_pipe;          /* flash2's form with the key tiles copied a tile ahead (attn_flash.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -140,6 +141,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * probabilities and output in registers, mma.sync) instead of attn_flash_kernel (WMMA with
  * S and O through shared memory). Measured: bench/RESULTS.md, fourteenth session. */
 #define CB_FLASH2 1       /* default of cuda_be.flash2 (CINFER_CUDA_FLASH2) */
+#endif
+#ifndef CB_FLASH_PIPE
+/* Prefill attention through attn_flash.cu's pipelined kernel (cp.async, a key tile ahead)
+ * rather than attn_flash2_kernel (each tile staged, then used). Measured: bench/RESULTS.md,
+ * twenty-first session. */
+#define CB_FLASH_PIPE 1   /* default of cuda_be.flash_pipe (CINFER_CUDA_FLASH_PIPE) */
 #endif
 #ifndef CB_SSD_CHUNK
 /* Mamba2 prompts (>= 32 tokens) through mamba.cu's chunked SSD instead of the token-by-token
@@ -244,6 +251,8 @@ __device__ __forceinline__ const int32_t *pg_table(const ci_pages &pg, int t) {
 __device__ __forceinline__ int64_t pg_row(const int32_t *tb, int lg, int p) {
     return tb ? ((int64_t)tb[p >> lg] << lg) | (p & ((1 << lg) - 1)) : (int64_t)p;
 }
+/* query row t's position: pos[t], or pos0 + t when the rows are consecutive (pos NULL) */
+__device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
 /* pages by value for a launch: *pages, or all zeros (not paged) */
 static inline ci_pages cb_pages(const ci_pages *pages) {
     ci_pages z = { 0, 0, 0, 0 };
@@ -361,6 +370,10 @@ void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                   float *const *kv_tab, const ci_pages *pages);
+/* attn_flash.cu: prefill attention of one sequence's rows (n > 8, rows 16-byte aligned) for
+ * head_dim 64 / 128 / 256, launched; 0 (nothing launched) for other head sizes */
+int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                       const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale, ci_pages pg);
 
 /* ---- MoE (moe.cu, moe_gemm.cu) ----
  * One MoE layer's routed experts as device tables, built by moe.cu on the layer's first

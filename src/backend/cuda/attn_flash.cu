@@ -1,0 +1,213 @@
+/* attn_flash.cu — prefill attention (head_dim 64 / 128 / 256) on tensor cores with the key /
+ * value tiles copied by cp.async two tiles deep (cuda_be.flash_pipe, the default; attn.cu's
+ * attn_flash2_kernel with the switch off).
+ *
+ * Why: attn_flash2_kernel stages each key tile in a loop of dependent steps (a float4 load,
+ * its f16 conversion, a shared-memory store, the next load): every tile cost a chain of memory
+ * round trips, ~20 us a 64-key tile on the H200 (ncu, 2026-12-04: 125 us a layer for 344 rows
+ * at depth 0, 730 us at depth 1920, Qwen3-8B dims), where its arithmetic is well under 1 us.
+ *
+ * The same math as attn_flash2_kernel: a block takes 64 query rows of one head, a warp 16 of
+ * them; per key tile S = Q·Kᵀ by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32
+ * sums), keys past a row's position masked, the online softmax in registers, P in f16 from S's
+ * registers as the A operand of O += P·V. What differs is the staging: a tile's K and V rows
+ * go to shared memory as they are in the cache (f32, one cp.async of 16 bytes a thread and
+ * chunk, all of a tile's copies in flight at once), tile t + 1's copies issued before tile t
+ * is multiplied; the f16 operands are made as the fragments are read (K: two float2 loads and
+ * two conversions a fragment; V: four scalar loads from its rows, so no transposed copy). The
+ * roundings are flash2's (Q·scale, K, V, P to f16 round-to-nearest, f32 sums); the key tile is
+ * BK = 32 rows (16 at head_dim 256: two stages then still leave two blocks an SM), so the
+ * online softmax's rescaling happens at other points than flash2's 64 and the bits differ.
+ *
+ * Shared memory (floats a row padded so the fragment reads are free of bank conflicts: K rows
+ * HD + 8 for the 64-bit reads of a half warp, V rows HD + 4 for the scalar reads of a warp):
+ * Q [64][HD + 8] f16, two stages of K [BK][HD + 8] and V [BK][HD + 4] f32, the rows' key
+ * counts [64]. HD 128: 86 KB, two blocks an SM. */
+#include "cuda_internal.h"
+#include <cuda_fp16.h>
+#include <math.h>
+
+enum { FP_BQ = 64, FP_THREADS = 128 };
+
+template <int HD>
+struct fp_cfg {
+    static constexpr int BK = HD >= 256 ? 16 : 32, LQ = HD + 8, LK = HD + 8, LV = HD + 4;
+    static constexpr int STAGE = BK * (LK + LV); /* floats */
+    static constexpr size_t SMEM = (size_t)FP_BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + FP_BQ * sizeof(int);
+};
+
+__device__ __forceinline__ unsigned fp_h2(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *(unsigned *)&h;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
+                                                                     const float *vc, const int32_t *pos, int pos0,
+                                                                     int n, int n_heads, int n_kv, int kv_stride,
+                                                                     float scale, ci_pages pg) {
+    pdl_enter();
+    typedef fp_cfg<HD> C;
+    constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
+    const int32_t *tb = pg.tab;
+    const int lg = pg.blk_log2;
+    extern __shared__ __align__(128) unsigned char smraw[];
+    __half *Qs = (__half *)smraw;                         /* [FP_BQ][LQ] */
+    float *st = (float *)(Qs + FP_BQ * LQ);               /* stage s at st + s * STAGE: K [BK][LK], V [BK][LV] */
+    int *lens = (int *)(st + 2 * C::STAGE);               /* [FP_BQ] keys of each row */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
+    const int t0 = blockIdx.x * FP_BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
+    const int nq = n - t0 < FP_BQ ? n - t0 : FP_BQ;
+    for (int i = tid; i < FP_BQ * HD; i += FP_THREADS) {
+        const int r = i / HD, d = i % HD;
+        Qs[r * LQ + d] = __float2half_rn(r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * HD + d] * scale : 0.0f);
+    }
+    if (tid < FP_BQ) lens[tid] = tid < nq ? row_pos(pos, pos0, t0 + tid) + 1 : 0;
+    __syncthreads();
+    int Lmax = 0;
+    for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
+    const int r0 = warp * 16 + gq, r1 = r0 + 8, L0 = lens[r0], L1 = lens[r1];
+    int wl = L0 > L1 ? L0 : L1;                           /* the warp's longest row */
+    for (int o = 16; o >= 4; o >>= 1) {
+        const int x = __shfl_xor_sync(0xffffffffu, wl, o);
+        wl = x > wl ? x : wl;
+    }
+    const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
+    const int ntile = (Lmax + BK - 1) / BK;
+    /* tile t's K and V rows into stage t & 1: a thread per 16 bytes, rows past Lmax zero-filled
+     * (their scores are masked; zeros keep 0 · V finite) */
+    auto stage = [&](int t) {
+        float *Kd = st + (t & 1) * C::STAGE, *Vd = Kd + BK * LK;
+        for (int i = tid; i < BK * HD / 4; i += FP_THREADS) {
+            const int j = i / (HD / 4), d = (i % (HD / 4)) * 4, key = t * BK + j;
+            const bool ok = key < Lmax;
+            const int64_t row = ok ? pg_row(tb, lg, key) : 0;
+            cb_cp16(Kd + j * LK + d, kb + row * kv_stride + d, ok);
+            cb_cp16(Vd + j * LV + d, vb + row * kv_stride + d, ok);
+        }
+        cb_cp_commit();
+    };
+    float o_[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) o_[d][0] = o_[d][1] = o_[d][2] = o_[d][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    if (ntile > 0) stage(0);
+    for (int t = 0; t < ntile; t++) {
+        if (t + 1 < ntile) stage(t + 1);                  /* into the stage tile t - 1 used (all warps are past it) */
+        else cb_cp_commit();                              /* an empty group: wait<1> below still means "tile t is in" */
+        cb_cp_wait<1>();
+        __syncthreads();
+        const int j0 = t * BK;
+        if (j0 < wl) {                                    /* else every key of the tile is past this warp's rows */
+            const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
+            float s_[BK / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++) s_[nt][0] = s_[nt][1] = s_[nt][2] = s_[nt][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                const __half *qa = Qs + r0 * LQ + kk * 16 + 2 * tq, *qb = Qs + r1 * LQ + kk * 16 + 2 * tq;
+                const unsigned a0 = *(const unsigned *)qa, a1 = *(const unsigned *)qb;
+                const unsigned a2 = *(const unsigned *)(qa + 8), a3 = *(const unsigned *)(qb + 8);
+#pragma unroll
+                for (int nt = 0; nt < BK / 8; nt++) {
+                    const float *kr = Ks + (nt * 8 + gq) * LK + kk * 16 + 2 * tq;
+                    const float2 x = *(const float2 *)kr, y = *(const float2 *)(kr + 8);
+                    cb_mma_f16(s_[nt], a0, a1, a2, a3, fp_h2(x.x, x.y), fp_h2(y.x, y.y));
+                }
+            }
+            /* mask, the rows' new maxima (a row's 4 lanes: lanes 4gq .. 4gq + 3) */
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = j0 + nt * 8 + 2 * tq + e;
+                    if (key >= L0) s_[nt][e] = -INFINITY;
+                    if (key >= L1) s_[nt][2 + e] = -INFINITY;
+                    mx0 = fmaxf(mx0, s_[nt][e]);
+                    mx1 = fmaxf(mx1, s_[nt][2 + e]);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+            const float al0 = m0 == -INFINITY ? 0.0f : expf(m0 - mn0), al1 = m1 == -INFINITY ? 0.0f : expf(m1 - mn1);
+            m0 = mn0;
+            m1 = mn1;
+            float ls0 = 0.0f, ls1 = 0.0f;
+            unsigned pa[BK / 8][2];                       /* P in f16 pairs: [n-tile][row g / g + 8] */
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; nt++) {
+                const float p0 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][0] - mn0);
+                const float p1 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][1] - mn0);
+                const float p2 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][2] - mn1);
+                const float p3 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][3] - mn1);
+                ls0 += p0 + p1;
+                ls1 += p2 + p3;
+                pa[nt][0] = fp_h2(p0, p1);
+                pa[nt][1] = fp_h2(p2, p3);
+            }
+            l0 = l0 * al0 + ls0;
+            l1 = l1 * al1 + ls1;
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                o_[d][0] *= al0; o_[d][1] *= al0;
+                o_[d][2] *= al1; o_[d][3] *= al1;
+            }
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                const unsigned a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0], a3 = pa[2 * kk + 1][1];
+                const float *v0 = Vs + (kk * 16 + 2 * tq) * LV + gq;   /* B[k][n] = V[key k][column n] */
+#pragma unroll
+                for (int d = 0; d < HD / 8; d++) {
+                    const float *vr = v0 + d * 8;
+                    cb_mma_f16(o_[d], a0, a1, a2, a3, fp_h2(vr[0], vr[LV]), fp_h2(vr[8 * LV], vr[9 * LV]));
+                }
+            }
+        }
+        __syncthreads();                                  /* every warp is done with stage t & 1 */
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        const int col = d * 8 + 2 * tq;
+        if (r0 < nq) {
+            float *y = out + ((int64_t)(t0 + r0) * n_heads + h) * HD + col;
+            y[0] = o_[d][0] * i0;
+            y[1] = o_[d][1] * i0;
+        }
+        if (r1 < nq) {
+            float *y = out + ((int64_t)(t0 + r1) * n_heads + h) * HD + col;
+            y[0] = o_[d][2] * i1;
+            y[1] = o_[d][3] * i1;
+        }
+    }
+}
+
+template <int HD>
+static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                              const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale, ci_pages pg) {
+    static int set = 0;
+    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD>, fp_cfg<HD>::SMEM, &set)) {
+        cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
+        return;
+    }
+    dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads);
+    cb_launch(cb, attn_flash_pipe_kernel<HD>, grid, dim3(FP_THREADS), fp_cfg<HD>::SMEM, out, q, k, v, pos, pos0, n,
+              n_heads, n_kv, kv_stride, scale, pg);
+    cb_launched(cb, "attention (flash, pipelined)");
+}
+
+int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                       const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale, ci_pages pg) {
+    if (hd == 64) flash_pipe_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 128) flash_pipe_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 256) flash_pipe_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
+    else return 0;
+    return 1;
+}
