@@ -1034,6 +1034,12 @@ static void test_attention(void) {
     attn_case(1, 4000, 2, 8, 256, 0, 0, 0);       /* attention() with pos0 */
     attn_case(quick ? 40 : 200, 100, 2, 8, 256, 3, 0, 1);  /* Qwen3.5 dims prefill: the flash kernels at hd 256 */
     attn_case(quick ? 70 : 1100, 0, 2, 16, 128, 0, 0, 0); /* a long prompt from position 0, 16 heads a group */
+    /* a few query rows after a long prefix: the pipelined flash kernel cuts the keys into segments
+     * (attn_flash.cu, CINFER_CUDA_FLASH_SPLIT) and merges them; segment edges off the rows' tiles */
+    attn_case(100, 1500, 2, 4, 128, 5, 0, 1);     /* 6 segments */
+    attn_case(70, 3000, 2, 8, 256, 3, 0, 1);      /* hd 256, 11 segments */
+    attn_case(40, 700, 4, 4, 64, 0, 0, 0);        /* hd 64, attention() with pos0: 2 segments */
+    attn_case(quick ? 33 : 130, 4000, 8, 4, 128, 9, 0, 1);
 }
 
 /* rope_attend (qk_rope_store + attention_pos in one op) against the CPU's, out and every
@@ -1303,9 +1309,11 @@ static void test_rope_attend(void) {
         rope_attend_paged_case(0, 100, 20, 150, 8, 2, 50, 50, lg);      /* hd 50: attn_prefill_kernel */
         rope_attend_paged_case(0, 3, 140, 150, 8, 2, 50, 50, lg);       /* hd 50: attn_split_kernel */
         rope_attend_paged_case(1, 5, 0, 400, 8, 2, 50, 50, lg);
+        rope_attend_paged_case(0, 100, 1400, 1500, 16, 4, 128, 128, lg); /* flash<128> in key segments */
     }
     rope_attend_paged_case(0, 130, 0, 130, 16, 8, 64, 64, 5);           /* flash<64>, 32-row blocks */
     rope_attend_paged_case(0, 70, 200, 300, 8, 2, 256, 128, 6);         /* flash<256>, 64-row blocks */
+    rope_attend_paged_case(0, 50, 900, 1000, 8, 2, 64, 64, 5);          /* flash<64> in key segments */
     rope_attend_paged_case(1, 4, 0, 3000, 32, 2, 128, 128, 7);          /* long contexts, group 16 */
     rope_attend_paged_case(2, 6, 0, 2000, 8, 4, 40, 40, 4);             /* hd 40: decode2 16 lanes a row, vec */
 }

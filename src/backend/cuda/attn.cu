@@ -1035,7 +1035,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
     if (al && cb->flash2 && cb->flash_pipe &&
-        cb_attn_flash_pipe(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, hd, kv_stride, scale, pg))
+        cb_attn_flash_pipe(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, pg))
         return;
     if (al && cb->flash2 && (hd == 64 || hd == 128 || hd == 256)) {
         if (hd == 64) flash2_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);

@@ -27,7 +27,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-enum { FP_BQ = 64, FP_THREADS = 128 };
+enum { FP_BQ = 64, FP_THREADS = 128, FP_SPLIT_MIN_KEYS = 256, FP_SPLIT_MAX = 16 };
 
 template <int HD>
 struct fp_cfg {
@@ -45,7 +45,7 @@ template <int HD>
 __global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
-                                                                     float scale, ci_pages pg) {
+                                                                     float scale, ci_pages pg, float *part, int seg) {
     pdl_enter();
     typedef fp_cfg<HD> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
@@ -73,7 +73,12 @@ __global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out,
         wl = x > wl ? x : wl;
     }
     const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
-    const int ntile = (Lmax + BK - 1) / BK;
+    /* the block's tiles: all of them, or (split, blockIdx.z = s) those of keys s·seg .. (s + 1)·seg */
+    int tbeg = 0, ntile = (Lmax + BK - 1) / BK;
+    if (part) {
+        tbeg = blockIdx.z * (seg / BK);
+        ntile = ntile < tbeg + seg / BK ? ntile : tbeg + seg / BK;
+    }
     /* tile t's K and V rows into stage t & 1: a thread per 16 bytes, rows past Lmax zero-filled
      * (their scores are masked; zeros keep 0 · V finite) */
     auto stage = [&](int t) {
@@ -91,8 +96,8 @@ __global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out,
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o_[d][0] = o_[d][1] = o_[d][2] = o_[d][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    if (ntile > 0) stage(0);
-    for (int t = 0; t < ntile; t++) {
+    if (tbeg < ntile) stage(tbeg);
+    for (int t = tbeg; t < ntile; t++) {
         if (t + 1 < ntile) stage(t + 1);                  /* into the stage tile t - 1 used (all warps are past it) */
         else cb_cp_commit();                              /* an empty group: wait<1> below still means "tile t is in" */
         cb_cp_wait<1>();
@@ -172,6 +177,19 @@ __global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out,
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if (part) {   /* the segment's unnormalized O and its (m, l): fp_combine_kernel merges them */
+        float *po = part + ((int64_t)blockIdx.z * n + t0) * n_heads * (HD + 2);
+        float *y0 = po + ((int64_t)r0 * n_heads + h) * (HD + 2), *y1 = po + ((int64_t)r1 * n_heads + h) * (HD + 2);
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            const int col = d * 8 + 2 * tq;
+            if (r0 < nq) { y0[col] = o_[d][0]; y0[col + 1] = o_[d][1]; }
+            if (r1 < nq) { y1[col] = o_[d][2]; y1[col + 1] = o_[d][3]; }
+        }
+        if (tq == 0 && r0 < nq) { y0[HD] = m0; y0[HD + 1] = l0; }
+        if (tq == 0 && r1 < nq) { y1[HD] = m1; y1[HD + 1] = l1; }
+        return;
+    }
     const float i0 = 1.0f / l0, i1 = 1.0f / l1;
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
@@ -189,25 +207,81 @@ __global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out,
     }
 }
 
+/* Merges the S key segments of a split launch: a warp per (row, head), segments in order (fixed
+ * order, the same bits every run); a segment whose keys are all past the row (m = -inf) adds
+ * nothing. part: [S][n][n_heads][hd + 2] (O unnormalized, then m, l). */
+__global__ void fp_combine_kernel(float *out, const float *part, int n, int n_heads, int hd, int S) {
+    pdl_enter();
+    const int w = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (w >= n * n_heads) return;
+    const int64_t seg_stride = (int64_t)n * n_heads * (hd + 2);
+    const float *p = part + (int64_t)w * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, p[s * seg_stride + hd]);
+    float L = 0.0f, acc[8] = { 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f };   /* hd <= 256: 8 columns a lane */
+    for (int s = 0; s < S; s++) {
+        const float *ps = p + s * seg_stride, m = ps[hd];
+        if (m == -INFINITY) continue;
+        const float e = expf(m - M);
+        L += e * ps[hd + 1];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (lane + 32 * i < hd) acc[i] += e * ps[lane + 32 * i];
+    }
+    const float inv = 1.0f / L;
+    float *y = out + (int64_t)w * hd;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
+}
+
 template <int HD>
 static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                              const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale, ci_pages pg) {
+                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int kv_stride, float scale,
+                              ci_pages pg) {
     static int set = 0;
     if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD>, fp_cfg<HD>::SMEM, &set)) {
         cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
         return;
     }
-    dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads);
+    /* Split the keys when the (query tile, head) blocks are too few to fill the device (a few
+     * hundred rows after a long cached prefix: 344 rows x 32 heads = 192 blocks for 132 SMs,
+     * each walking ~2000 keys): S segments of seg keys, each block one segment, then a merge.
+     * S from the shape on the host (keys: pos0 + n, or max_keys when the rows carry positions),
+     * so it is the same for a paged and an unpaged cache; never inside a graph capture (a
+     * replay at a later position would keep this launch's segments). */
+    const int blocks = (n + FP_BQ - 1) / FP_BQ * n_heads;
+    const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
+    int S = 1;
+    if (cb->flash_split && !cb->capturing && blocks < 2 * cb->sm_count) {
+        S = (4 * cb->sm_count + blocks - 1) / blocks;
+        const int by_keys = (int)(keys / FP_SPLIT_MIN_KEYS);
+        S = S < by_keys ? S : by_keys;
+        S = S < FP_SPLIT_MAX ? S : FP_SPLIT_MAX;
+        S = S < 1 ? 1 : S;
+    }
+    constexpr int BK = fp_cfg<HD>::BK;
+    const int seg = (int)(((keys + S - 1) / S + BK - 1) / BK * BK);
+    float *part = 0;
+    if (S > 1) {
+        part = (float *)cb_scratch_get(cb, &cb->attn_fpart, (size_t)S * n * n_heads * (HD + 2) * sizeof(float));
+        if (!part) return;
+    }
+    dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads, S);
     cb_launch(cb, attn_flash_pipe_kernel<HD>, grid, dim3(FP_THREADS), fp_cfg<HD>::SMEM, out, q, k, v, pos, pos0, n,
-              n_heads, n_kv, kv_stride, scale, pg);
-    cb_launched(cb, "attention (flash, pipelined)");
+              n_heads, n_kv, kv_stride, scale, pg, part, seg);
+    if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
+    cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
+              HD, S);
+    cb_launched(cb, "attention (flash, merge)");
 }
 
 int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                       const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale, ci_pages pg) {
-    if (hd == 64) flash_pipe_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 128) flash_pipe_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 256) flash_pipe_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
+                       const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                       ci_pages pg) {
+    if (hd == 64) flash_pipe_launch<64>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 128) flash_pipe_launch<128>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 256) flash_pipe_launch<256>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
     else return 0;
     return 1;
 }

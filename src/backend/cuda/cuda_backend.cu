@@ -597,6 +597,7 @@ static void op_free(ci_backend *be) {
     if (cb->xconv.p) cudaFree(cb->xconv.p);
     if (cb->wdeq.p) cudaFree(cb->wdeq.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
+    if (cb->attn_fpart.p) cudaFree(cb->attn_fpart.p);
     if (cb->hc_part.p) cudaFree(cb->hc_part.p);
     if (cb->argmax_part.p) cudaFree(cb->argmax_part.p);
     cb_moe_free(cb);
@@ -669,6 +670,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     cb->flash_pipe = cb_env_switch("CINFER_CUDA_FLASH_PIPE", CB_FLASH_PIPE);
+    cb->flash_split = cb_env_switch("CINFER_CUDA_FLASH_SPLIT", CB_FLASH_SPLIT);
     cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
     cb->dn_chunk = cb_env_int("CINFER_CUDA_DN_CHUNK", 1, 0, 1 << 30);
     if (cb->dn_chunk == 1) cb->dn_chunk = CB_DN_CHUNK;

@@ -57,6 +57,7 @@ struct cuda_be {
     cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM, or a layer's
                               * fp8 experts widened for one grouped MoE GEMM (moe.cu) */
     cb_scratch attn_part;    /* split-K attention partials */
+    cb_scratch attn_fpart;   /* attn_flash.cu: the key segments' partials of a split prefill */
     cb_scratch hc_part;      /* hc_mix_pre's parts (v4.cu) */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
@@ -71,7 +72,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -83,6 +84,7 @@ struct cuda_be {
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int flash_pipe;          /* flash2's form with the key tiles copied a tile ahead (attn_flash.cu) */
+    int flash_split;         /* its keys in segments when the blocks are few (attn_flash.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -147,6 +149,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * rather than attn_flash2_kernel (each tile staged, then used). Measured: bench/RESULTS.md,
  * twenty-first session. */
 #define CB_FLASH_PIPE 1   /* default of cuda_be.flash_pipe (CINFER_CUDA_FLASH_PIPE) */
+#endif
+#ifndef CB_FLASH_SPLIT
+/* The pipelined prefill attention cuts the keys into segments (blocks of a segment each, then a
+ * merge) when its (query tile, head) blocks number fewer than two an SM. Measured:
+ * bench/RESULTS.md, twenty-first session. */
+#define CB_FLASH_SPLIT 1  /* default of cuda_be.flash_split (CINFER_CUDA_FLASH_SPLIT) */
 #endif
 #ifndef CB_SSD_CHUNK
 /* Mamba2 prompts (>= 32 tokens) through mamba.cu's chunked SSD instead of the token-by-token
@@ -373,7 +381,8 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
 /* attn_flash.cu: prefill attention of one sequence's rows (n > 8, rows 16-byte aligned) for
  * head_dim 64 / 128 / 256, launched; 0 (nothing launched) for other head sizes */
 int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                       const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale, ci_pages pg);
+                       const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                       ci_pages pg);
 
 /* ---- MoE (moe.cu, moe_gemm.cu) ----
  * One MoE layer's routed experts as device tables, built by moe.cu on the layer's first
