@@ -29,9 +29,9 @@
 
 enum { FP_BQ = 64, FP_THREADS = 128, FP_SPLIT_MIN_KEYS = 256, FP_SPLIT_MAX = 16 };
 
-template <int HD>
+template <int HD, int BK_>
 struct fp_cfg {
-    static constexpr int BK = HD >= 256 ? 16 : 32, LQ = HD + 8, LK = HD + 8, LV = HD + 4;
+    static constexpr int BK = BK_, LQ = HD + 8, LK = HD + 8, LV = HD + 4;
     static constexpr int STAGE = BK * (LK + LV); /* floats */
     static constexpr size_t SMEM = (size_t)FP_BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + FP_BQ * sizeof(int);
 };
@@ -41,13 +41,13 @@ __device__ __forceinline__ unsigned fp_h2(float a, float b) {
     return *(unsigned *)&h;
 }
 
-template <int HD>
-__global__ void __launch_bounds__(FP_THREADS) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
+template <int HD, int BK_, int MINB>
+__global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
                                                                      float scale, ci_pages pg, float *part, int seg) {
     pdl_enter();
-    typedef fp_cfg<HD> C;
+    typedef fp_cfg<HD, BK_> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
     const int32_t *tb = pg.tab;
     const int lg = pg.blk_log2;
@@ -235,12 +235,13 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
         if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
 }
 
-template <int HD>
+template <int HD, int BK, int MINB>
 static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                               const int32_t *pos, int max_keys, int n_heads, int n_kv, int kv_stride, float scale,
                               ci_pages pg) {
     static int set = 0;
-    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD>, fp_cfg<HD>::SMEM, &set)) {
+    typedef fp_cfg<HD, BK> C;
+    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB>, C::SMEM, &set)) {
         cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
         return;
     }
@@ -260,7 +261,6 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         S = S < FP_SPLIT_MAX ? S : FP_SPLIT_MAX;
         S = S < 1 ? 1 : S;
     }
-    constexpr int BK = fp_cfg<HD>::BK;
     const int seg = (int)(((keys + S - 1) / S + BK - 1) / BK * BK);
     float *part = 0;
     if (S > 1) {
@@ -268,7 +268,7 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         if (!part) return;
     }
     dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads, S);
-    cb_launch(cb, attn_flash_pipe_kernel<HD>, grid, dim3(FP_THREADS), fp_cfg<HD>::SMEM, out, q, k, v, pos, pos0, n,
+    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB>, grid, dim3(FP_THREADS), C::SMEM, out, q, k, v, pos, pos0, n,
               n_heads, n_kv, kv_stride, scale, pg, part, seg);
     if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
     cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
@@ -279,9 +279,13 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
 int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                        const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                        ci_pages pg) {
-    if (hd == 64) flash_pipe_launch<64>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 128) flash_pipe_launch<128>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 256) flash_pipe_launch<256>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    if (hd == 64) flash_pipe_launch<64, 32, 4>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 128 && cb->flash_bk == 16)
+        flash_pipe_launch<128, 16, 4>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 128)
+        flash_pipe_launch<128, 32, 2>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+    else if (hd == 256)
+        flash_pipe_launch<256, 16, 2>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
     else return 0;
     return 1;
 }

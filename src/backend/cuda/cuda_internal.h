@@ -85,6 +85,7 @@ struct cuda_be {
     int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
     int flash_pipe;          /* flash2's form with the key tiles copied a tile ahead (attn_flash.cu) */
     int flash_split;         /* its keys in segments when the blocks are few (attn_flash.cu) */
+    int flash_bk;            /* CINFER_CUDA_FLASH_BK=16|32: its key tile at head_dim 128 (attn_flash.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
