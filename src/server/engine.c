@@ -28,7 +28,7 @@
 #include <time.h>
 
 /* SNAP_EVERY: hybrid families snapshot a prefilling slot each time it crosses a multiple of
- * this many tokens (prefill chunks end on multiples of PREFILL_CHUNK, which divides it). */
+ * this many tokens (their caches are not paged: prefill chunks end on multiples of the chunk). */
 /* JSON mode: the longest whitespace run between tokens (deep pretty-printing fits) */
 #define JSON_MAX_WS 64
 
@@ -241,11 +241,10 @@ static int admit_paged(eng *e, eng_req *r, slot *sl) {
     const int n = r->p.n_prompt;
     int reuse = e->o.prefix_cache_bytes ? ci_session_match(sl->s, r->prompt, n, n - 1) : 0;
     if (e->replay && r->resumed && reuse < r->n_prompt0 && reuse > r->cached) {
-        /* the rows of its prompt again as its first admission's chunks made them (they
-         * started at r->cached and ended on multiples of the chunk; a GEMM's row bits may
-         * depend on the rows beside it): from the last such start the pool gives back */
-        int c = reuse / e->chunk * e->chunk;
-        if (c < r->cached) c = r->cached;
+        /* the rows of its prompt again as its first admission's chunks made them (whole
+         * chunks from r->cached, step(); a GEMM's row bits may depend on the rows beside it):
+         * from the last such start the pool gives back */
+        const int c = r->cached + (reuse - r->cached) / e->chunk * e->chunk;
         if (c < reuse) {
             ci_session_truncate(sl->s, 0);
             reuse = ci_session_match(sl->s, r->prompt, n, c);
@@ -522,8 +521,13 @@ static void step(eng *e) {
             pthread_mutex_lock(&e->mu); slot_fail(e, sl, "out of memory for the sampler"); pthread_mutex_unlock(&e->mu);
             continue;
         }
-        /* chunks end on multiples of the chunk (where hybrids take snapshots) */
-        int k = sl->prefill_to - sl->fed, to_edge = e->chunk - sl->fed % e->chunk;
+        /* Unpaged: chunks end on multiples of the chunk (where hybrids take snapshots). Paged:
+         * whole chunks from where the request's first admission started (r->cached), so a
+         * prompt after a reused prefix is one call, not a short one up to the next multiple
+         * and then the rest (two passes over the weights on a device); a resume that replays
+         * its prompt keeps that grid (admit_paged) */
+        const int base = e->paged && sl->fed >= r->cached ? r->cached : 0;
+        int k = sl->prefill_to - sl->fed, to_edge = e->chunk - (sl->fed - base) % e->chunk;
         if (k > to_edge) k = to_edge;
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
@@ -532,6 +536,7 @@ static void step(eng *e) {
         double dt = now_s() - t0;
         pthread_mutex_lock(&e->mu);
         e->st.prefill_tokens += k;
+        e->st.prefill_calls++;
         e->st.prefill_seconds += dt;
         if (rc) { slot_fail(e, sl, err); pthread_mutex_unlock(&e->mu); continue; }
         pthread_mutex_unlock(&e->mu);

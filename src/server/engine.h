@@ -121,7 +121,7 @@ typedef enum { ENG_FIN_NONE = 0, ENG_FIN_EOS, ENG_FIN_LENGTH, ENG_FIN_CANCEL, EN
 
 typedef struct {
     long long requests, prompt_tokens, gen_tokens, prefix_hit_tokens;
-    long long prefill_tokens, decode_tokens, decode_steps;
+    long long prefill_tokens, prefill_calls, decode_tokens, decode_steps;
     double prefill_seconds, decode_seconds;
     int queue_depth, active, parallel, ctx;
     size_t prefix_bytes;

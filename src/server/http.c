@@ -248,6 +248,8 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
             st.prefix_hit_tokens);
     fprintf(f, "# HELP cinfer_prefill_tokens_total Prompt tokens run through the model.\n"
                "# TYPE cinfer_prefill_tokens_total counter\ncinfer_prefill_tokens_total %lld\n", st.prefill_tokens);
+    fprintf(f, "# HELP cinfer_prefill_calls_total Prefill calls (a prompt chunk each).\n"
+               "# TYPE cinfer_prefill_calls_total counter\ncinfer_prefill_calls_total %lld\n", st.prefill_calls);
     fprintf(f, "# HELP cinfer_prefill_seconds_total Time spent in prefill.\n"
                "# TYPE cinfer_prefill_seconds_total counter\ncinfer_prefill_seconds_total %.6f\n", st.prefill_seconds);
     fprintf(f, "# HELP cinfer_decode_tokens_total Tokens fed by decode steps.\n"

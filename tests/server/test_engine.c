@@ -897,6 +897,46 @@ static void test_engine_paged_replay(void) {
     paged_churn(1, 1, 150, 256);
 }
 
+/* Paged, prefill chunk 256: a prompt whose reused prefix (one 128-token block) ends off the
+ * chunk grid runs the rest (200 tokens) in one call, not 128 up to the next multiple of 256
+ * and then 72, and equals the same prompt on an engine without reuse. */
+static void test_engine_paged_one_call(void) {
+    enum { G = 8 };
+    char err[1024];
+    ci_model_opts mo = { .n_threads = 0 };
+    ci_model *m = NULL, *m0 = NULL;
+    eng *e = NULL, *e0 = NULL;
+    eng_opts eo = { 2, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 16, 256, 0, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 256, 0, 0 };
+    if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
+        ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err) || eng_new(m, &eo, &e, err, sizeof err) ||
+        eng_new(m0, &eo0, &e0, err, sizeof err)) {
+        CHECK(0, "%s", err);
+        goto done;
+    }
+    const int V = (int)m->cfg.vocab_size;
+    static int a[200], b[328];
+    int out[G], ref[G], c = -1;
+    prompt_of(61, V, a, 200);
+    CHECK(paged_run(e, a, 200, G, 1, out, NULL, NULL) == G, "turn 1");
+    memcpy(b, a, sizeof a);
+    prompt_of(62, V, b + 200, 128);
+    eng_stats s0, s1;
+    eng_get_stats(e, &s0);
+    CHECK(paged_run(e, b, 328, G, 2, out, &c, NULL) == G && c == 128, "turn 2 cached %d", c);
+    eng_get_stats(e, &s1);
+    CHECK(s1.prefill_calls - s0.prefill_calls == 1 && s1.prefill_tokens - s0.prefill_tokens == 200,
+          "turn 2: %lld prefill calls for %lld tokens (want 1 for 200)", s1.prefill_calls - s0.prefill_calls,
+          s1.prefill_tokens - s0.prefill_tokens);
+    CHECK(paged_run(e0, b, 328, G, 2, ref, NULL, NULL) == G && !memcmp(out, ref, sizeof out),
+          "turn 2 after a reused prefix differs from a full prefill");
+done:
+    if (e) eng_free(e);
+    if (e0) eng_free(e0);
+    if (m) ci_model_free(m);
+    if (m0) ci_model_free(m0);
+}
+
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_hybrid_lfm2);
@@ -906,6 +946,7 @@ int main(void) {
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_paged_replay);
+    TEST_RUN(test_engine_paged_one_call);
     TEST_RUN(test_engine_hybrid_snapshot_reuse);
     TEST_RUN(test_prefix_store);
     TEST_RUN(test_engine_json_mode);
