@@ -10,6 +10,7 @@
 #   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
 #   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
+#   ops-flash   the attention ops (--quick) on the prefill kernels the defaults do not take
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
 #   snapshot    .gpu/tests/test_snapshot with CINFER_TEST_DEVICE=cuda: hybrid cache snapshots kept
@@ -94,6 +95,13 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
   CINFER_CUDA_DSA_SCORE=0 CINFER_CUDA_Q_AFFINE_LOOP=0 CINFER_CUDA_Q_PAIR=1 CINFER_CUDA_Q_FP_LOOP=1 CINFER_CUDA_ATTN_DECODE2=0 \
   CINFER_CUDA_QMV=0 CINFER_CUDA_Q_GEMM=0 CINFER_CUDA_FP8_GEMM=0 CINFER_CUDA_QMMA=0 CINFER_CUDA_FLASH2=0 CINFER_CUDA_SSD_CHUNK=0 \
   CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 .gpu/tests/test_cuda_ops --quick
+
+# ---- ops-flash: the prefill attention's other kernels (the defaults take attn_flash.cu's pipelined
+# kernel in key segments, tile 32; ops-alt turns flash2 off altogether, so these need their own run) ----
+step ops-flash 90 ops_flash.log bash -c "
+  for sw in 'CINFER_CUDA_FLASH_PIPE=0' 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16'; do
+    for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
+  done"
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----
 step batch 120 batch.log env CINFER_TEST_DEVICE=cuda .gpu/tests/test_batch_argmax
