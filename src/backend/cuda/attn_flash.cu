@@ -29,11 +29,14 @@
 
 enum { FP_BQ = 64, FP_THREADS = 128, FP_SPLIT_MIN_KEYS = 256, FP_SPLIT_MAX = 16 };
 
-template <int HD, int BK_>
+/* LDM 0: fragments read from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage
+ * (rows of HD floats) converted once a tile into f16 tiles K16 / V16 [BK][HD + 8] read by ldmatrix */
+template <int HD, int BK_, int LDM>
 struct fp_cfg {
-    static constexpr int BK = BK_, LQ = HD + 8, LK = HD + 8, LV = HD + 4;
+    static constexpr int BK = BK_, LQ = HD + 8, LK = LDM ? HD : HD + 8, LV = LDM ? HD : HD + 4;
     static constexpr int STAGE = BK * (LK + LV); /* floats */
-    static constexpr size_t SMEM = (size_t)FP_BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + FP_BQ * sizeof(int);
+    static constexpr int T16 = LDM ? BK * LQ : 0; /* halves of K16, and of V16 */
+    static constexpr size_t SMEM = (size_t)FP_BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + 2 * (size_t)T16 * 2 + FP_BQ * sizeof(int);
 };
 
 __device__ __forceinline__ unsigned fp_h2(float a, float b) {
@@ -41,20 +44,21 @@ __device__ __forceinline__ unsigned fp_h2(float a, float b) {
     return *(unsigned *)&h;
 }
 
-template <int HD, int BK_, int MINB>
+template <int HD, int BK_, int MINB, int LDM>
 __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
                                                                      float scale, ci_pages pg, float *part, int seg) {
     pdl_enter();
-    typedef fp_cfg<HD, BK_> C;
+    typedef fp_cfg<HD, BK_, LDM> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
     const int32_t *tb = pg.tab;
     const int lg = pg.blk_log2;
     extern __shared__ __align__(128) unsigned char smraw[];
     __half *Qs = (__half *)smraw;                         /* [FP_BQ][LQ] */
     float *st = (float *)(Qs + FP_BQ * LQ);               /* stage s at st + s * STAGE: K [BK][LK], V [BK][LV] */
-    int *lens = (int *)(st + 2 * C::STAGE);               /* [FP_BQ] keys of each row */
+    __half *K16 = (__half *)(st + 2 * C::STAGE), *V16 = K16 + C::T16; /* LDM: [BK][LQ] each */
+    int *lens = (int *)(V16 + C::T16);                    /* [FP_BQ] keys of each row */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
     const int t0 = blockIdx.x * FP_BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
     const int nq = n - t0 < FP_BQ ? n - t0 : FP_BQ;
@@ -101,13 +105,43 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
         if (t + 1 < ntile) stage(t + 1);                  /* into the stage tile t - 1 used (all warps are past it) */
         else cb_cp_commit();                              /* an empty group: wait<1> below still means "tile t is in" */
         cb_cp_wait<1>();
-        __syncthreads();
+        __syncthreads();                                  /* LDM: also every warp is done with K16 / V16 */
         const int j0 = t * BK;
+        const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
+        if (LDM) {                                        /* the tile to f16, once for all warps */
+#pragma unroll
+            for (int i = tid; i < BK * HD / 4; i += FP_THREADS) {
+                const int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
+                const float4 k4 = *(const float4 *)(Ks + j * HD + d), v4 = *(const float4 *)(Vs + j * HD + d);
+                *(uint2 *)(K16 + j * LQ + d) = make_uint2(fp_h2(k4.x, k4.y), fp_h2(k4.z, k4.w));
+                *(uint2 *)(V16 + j * LQ + d) = make_uint2(fp_h2(v4.x, v4.y), fp_h2(v4.z, v4.w));
+            }
+            __syncthreads();
+        }
         if (j0 < wl) {                                    /* else every key of the tile is past this warp's rows */
-            const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
             float s_[BK / 8][4];
 #pragma unroll
             for (int nt = 0; nt < BK / 8; nt++) s_[nt][0] = s_[nt][1] = s_[nt][2] = s_[nt][3] = 0.0f;
+            if (LDM) {
+                /* ldmatrix lanes: matrix mi = lane / 8, its row lane % 8. Q (A): rows +8 for odd
+                 * mi, columns +8 for mi >= 2; K (B, two n-tiles): columns +8 for odd mi, keys +8
+                 * for mi >= 2 */
+                const int mi = lane >> 3, mr = lane & 7;
+                const __half *qa = Qs + (warp * 16 + (mi & 1) * 8 + mr) * LQ + (mi >> 1) * 8;
+                const __half *ka = K16 + ((mi >> 1) * 8 + mr) * LQ + (mi & 1) * 8;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    unsigned a[4];
+                    cb_ldsm4(a, qa + kk * 16);
+#pragma unroll
+                    for (int nt = 0; nt < BK / 8; nt += 2) {
+                        unsigned b[4];
+                        cb_ldsm4(b, ka + nt * 8 * LQ + kk * 16);
+                        cb_mma_f16(s_[nt], a[0], a[1], a[2], a[3], b[0], b[1]);
+                        cb_mma_f16(s_[nt + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+                    }
+                }
+            } else
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
                 const __half *qa = Qs + r0 * LQ + kk * 16 + 2 * tq, *qb = Qs + r1 * LQ + kk * 16 + 2 * tq;
@@ -163,15 +197,28 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
                 const unsigned a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0], a3 = pa[2 * kk + 1][1];
-                const float *v0 = Vs + (kk * 16 + 2 * tq) * LV + gq;   /* B[k][n] = V[key k][column n] */
+                if (LDM) {   /* V (B, transposed, two n-tiles): keys +8 for odd mi, columns +8 for mi >= 2 */
+                    const int mi = lane >> 3, mr = lane & 7;
+                    const __half *va = V16 + (kk * 16 + (mi & 1) * 8 + mr) * LQ + (mi >> 1) * 8;
 #pragma unroll
-                for (int d = 0; d < HD / 8; d++) {
-                    const float *vr = v0 + d * 8;
-                    cb_mma_f16(o_[d], a0, a1, a2, a3, fp_h2(vr[0], vr[LV]), fp_h2(vr[8 * LV], vr[9 * LV]));
+                    for (int d = 0; d < HD / 8; d += 2) {
+                        unsigned b[4];
+                        cb_ldsm4_t(b, va + d * 8);
+                        cb_mma_f16(o_[d], a0, a1, a2, a3, b[0], b[1]);
+                        cb_mma_f16(o_[d + 1], a0, a1, a2, a3, b[2], b[3]);
+                    }
+                } else {
+                    const float *v0 = Vs + (kk * 16 + 2 * tq) * LV + gq;   /* B[k][n] = V[key k][column n] */
+#pragma unroll
+                    for (int d = 0; d < HD / 8; d++) {
+                        const float *vr = v0 + d * 8;
+                        cb_mma_f16(o_[d], a0, a1, a2, a3, fp_h2(vr[0], vr[LV]), fp_h2(vr[8 * LV], vr[9 * LV]));
+                    }
                 }
             }
         }
-        __syncthreads();                                  /* every warp is done with stage t & 1 */
+        if (!LDM) __syncthreads();                        /* every warp is done with stage t & 1 (LDM: with
+                                                           * the stage since the conversion's sync) */
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -235,13 +282,13 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
         if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
 }
 
-template <int HD, int BK, int MINB>
+template <int HD, int BK, int MINB, int LDM>
 static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                               const int32_t *pos, int max_keys, int n_heads, int n_kv, int kv_stride, float scale,
                               ci_pages pg) {
     static int set = 0;
-    typedef fp_cfg<HD, BK> C;
-    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB>, C::SMEM, &set)) {
+    typedef fp_cfg<HD, BK, LDM> C;
+    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM>, C::SMEM, &set)) {
         cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
         return;
     }
@@ -268,7 +315,7 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         if (!part) return;
     }
     dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads, S);
-    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB>, grid, dim3(FP_THREADS), C::SMEM, out, q, k, v, pos, pos0, n,
+    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM>, grid, dim3(FP_THREADS), C::SMEM, out, q, k, v, pos, pos0, n,
               n_heads, n_kv, kv_stride, scale, pg, part, seg);
     if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
     cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
@@ -279,13 +326,20 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
 int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                        const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                        ci_pages pg) {
-    if (hd == 64) flash_pipe_launch<64, 32, 4>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 128 && cb->flash_bk == 16)
-        flash_pipe_launch<128, 16, 4>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 128)
-        flash_pipe_launch<128, 32, 2>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
-    else if (hd == 256)
-        flash_pipe_launch<256, 16, 2>(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg);
+#define FP_ARGS cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg
+    if (cb->flash_ldm) {
+        if (hd == 64) flash_pipe_launch<64, 32, 4, 1>(FP_ARGS);
+        else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 1>(FP_ARGS);
+        else if (hd == 128) flash_pipe_launch<128, 32, 2, 1>(FP_ARGS);
+        else if (hd == 256) flash_pipe_launch<256, 16, 2, 0>(FP_ARGS);   /* LDM's f16 tiles: one block an SM */
+        else return 0;
+        return 1;
+    }
+    if (hd == 64) flash_pipe_launch<64, 32, 4, 0>(FP_ARGS);
+    else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 0>(FP_ARGS);
+    else if (hd == 128) flash_pipe_launch<128, 32, 2, 0>(FP_ARGS);
+    else if (hd == 256) flash_pipe_launch<256, 16, 2, 0>(FP_ARGS);
     else return 0;
+#undef FP_ARGS
     return 1;
 }

@@ -216,11 +216,6 @@ __device__ __forceinline__ void mg_store2(__half *p, float a, float b) {
     *(__half2 *)p = __floats2half2_rn(f16_sat(a), f16_sat(b));
 }
 
-__device__ __forceinline__ void mg_ldsm4(unsigned *r, const void *smem) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
 /* c += a · b on one m16n8k16 tile, f32 accumulation */
 template <typename T>
 __device__ __forceinline__ void mg_mma(float *c, const unsigned *a, unsigned b0, unsigned b1);
@@ -452,11 +447,11 @@ __global__ void __launch_bounds__(MG_THREADS, MG_MINB_TUNE) moe_gemm_kernel(mg_a
             for (int kk = 0; kk < MG_BK / 16; kk++) {
                 unsigned fa[2][4];
 #pragma unroll
-                for (int i = 0; i < 2; i++) mg_ldsm4(fa[i], as + i * 16 * MG_LDS + kk * 16);
+                for (int i = 0; i < 2; i++) cb_ldsm4(fa[i], as + i * 16 * MG_LDS + kk * 16);
 #pragma unroll
                 for (int jj = 0; jj < MG_NT / 2; jj++) {
                     unsigned fb[4];
-                    mg_ldsm4(fb, bs + brow(jj) * MG_LDS + kk * 16);
+                    cb_ldsm4(fb, bs + brow(jj) * MG_LDS + kk * 16);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         mg_mma<T>(acc[i][2 * jj], fa[i], fb[0], fb[1]);
