@@ -48,7 +48,8 @@ template <int HD, int BK_, int MINB, int LDM>
 __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
-                                                                     float scale, ci_pages pg, float *part, int seg) {
+                                                                     float scale, ci_pages pg, float *part, int seg,
+                                                                     int hpb) {
     pdl_enter();
     typedef fp_cfg<HD, BK_, LDM> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
@@ -60,16 +61,20 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
     __half *K16 = (__half *)(st + 2 * C::STAGE), *V16 = K16 + C::T16; /* LDM: [BK][LQ] each */
     int *lens = (int *)(V16 + C::T16);                    /* [FP_BQ] keys of each row */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    const int t0 = blockIdx.x * FP_BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
-    const int nq = n - t0 < FP_BQ ? n - t0 : FP_BQ;
+    /* the block's 64 rows: hpb heads (1, or the whole kv group: its K / V tiles serve them all) of
+     * P = 64 / hpb positions; row r is position t0 + r % P of head hb + r / P */
+    const int P = FP_BQ / hpb, t0 = blockIdx.x * P, hb = blockIdx.y * hpb, g = hb / (n_heads / n_kv);
+    const int nq = n - t0 < P ? n - t0 : P;
     for (int i = tid; i < FP_BQ * HD; i += FP_THREADS) {
         const int r = i / HD, d = i % HD;
-        Qs[r * LQ + d] = __float2half_rn(r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * HD + d] * scale : 0.0f);
+        const int pr = r % P;
+        Qs[r * LQ + d] =
+            __float2half_rn(pr < nq ? q[((int64_t)(t0 + pr) * n_heads + hb + r / P) * HD + d] * scale : 0.0f);
     }
-    if (tid < FP_BQ) lens[tid] = tid < nq ? row_pos(pos, pos0, t0 + tid) + 1 : 0;
+    if (tid < FP_BQ) lens[tid] = tid % P < nq ? row_pos(pos, pos0, t0 + tid % P) + 1 : 0;
     __syncthreads();
     int Lmax = 0;
-    for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
+    for (int r = 0; r < FP_BQ; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
     const int r0 = warp * 16 + gq, r1 = r0 + 8, L0 = lens[r0], L1 = lens[r1];
     int wl = L0 > L1 ? L0 : L1;                           /* the warp's longest row */
     for (int o = 16; o >= 4; o >>= 1) {
@@ -226,28 +231,29 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     if (part) {   /* the segment's unnormalized O and its (m, l): fp_combine_kernel merges them */
         float *po = part + ((int64_t)blockIdx.z * n + t0) * n_heads * (HD + 2);
-        float *y0 = po + ((int64_t)r0 * n_heads + h) * (HD + 2), *y1 = po + ((int64_t)r1 * n_heads + h) * (HD + 2);
+        float *y0 = po + ((int64_t)(r0 % P) * n_heads + hb + r0 / P) * (HD + 2);
+        float *y1 = po + ((int64_t)(r1 % P) * n_heads + hb + r1 / P) * (HD + 2);
 #pragma unroll
         for (int d = 0; d < HD / 8; d++) {
             const int col = d * 8 + 2 * tq;
-            if (r0 < nq) { y0[col] = o_[d][0]; y0[col + 1] = o_[d][1]; }
-            if (r1 < nq) { y1[col] = o_[d][2]; y1[col + 1] = o_[d][3]; }
+            if (r0 % P < nq) { y0[col] = o_[d][0]; y0[col + 1] = o_[d][1]; }
+            if (r1 % P < nq) { y1[col] = o_[d][2]; y1[col + 1] = o_[d][3]; }
         }
-        if (tq == 0 && r0 < nq) { y0[HD] = m0; y0[HD + 1] = l0; }
-        if (tq == 0 && r1 < nq) { y1[HD] = m1; y1[HD + 1] = l1; }
+        if (tq == 0 && r0 % P < nq) { y0[HD] = m0; y0[HD + 1] = l0; }
+        if (tq == 0 && r1 % P < nq) { y1[HD] = m1; y1[HD + 1] = l1; }
         return;
     }
     const float i0 = 1.0f / l0, i1 = 1.0f / l1;
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
         const int col = d * 8 + 2 * tq;
-        if (r0 < nq) {
-            float *y = out + ((int64_t)(t0 + r0) * n_heads + h) * HD + col;
+        if (r0 % P < nq) {
+            float *y = out + ((int64_t)(t0 + r0 % P) * n_heads + hb + r0 / P) * HD + col;
             y[0] = o_[d][0] * i0;
             y[1] = o_[d][1] * i0;
         }
-        if (r1 < nq) {
-            float *y = out + ((int64_t)(t0 + r1) * n_heads + h) * HD + col;
+        if (r1 % P < nq) {
+            float *y = out + ((int64_t)(t0 + r1 % P) * n_heads + hb + r1 / P) * HD + col;
             y[0] = o_[d][2] * i1;
             y[1] = o_[d][3] * i1;
         }
@@ -298,7 +304,8 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
      * S from the shape on the host (keys: pos0 + n, or max_keys when the rows carry positions),
      * so it is the same for a paged and an unpaged cache; never inside a graph capture (a
      * replay at a later position would keep this launch's segments). */
-    const int blocks = (n + FP_BQ - 1) / FP_BQ * n_heads;
+    const int G = n_heads / n_kv, hpb = cb->flash_gqa && FP_BQ % G == 0 ? G : 1, P = FP_BQ / hpb;
+    const int blocks = (n + P - 1) / P * (n_heads / hpb);
     const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
     int S = 1;
     if (cb->flash_split && !cb->capturing && blocks < 2 * cb->sm_count) {
@@ -314,9 +321,9 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         part = (float *)cb_scratch_get(cb, &cb->attn_fpart, (size_t)S * n * n_heads * (HD + 2) * sizeof(float));
         if (!part) return;
     }
-    dim3 grid((n + FP_BQ - 1) / FP_BQ, n_heads, S);
+    dim3 grid((n + P - 1) / P, n_heads / hpb, S);
     cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM>, grid, dim3(FP_THREADS), C::SMEM, out, q, k, v, pos, pos0, n,
-              n_heads, n_kv, kv_stride, scale, pg, part, seg);
+              n_heads, n_kv, kv_stride, scale, pg, part, seg, hpb);
     if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
     cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
               HD, S);

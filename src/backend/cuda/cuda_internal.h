@@ -72,7 +72,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -87,6 +87,7 @@ struct cuda_be {
     int flash_split;         /* its keys in segments when the blocks are few (attn_flash.cu) */
     int flash_bk;            /* CINFER_CUDA_FLASH_BK=16|32: its key tile at head_dim 128 (attn_flash.cu) */
     int flash_ldm;           /* its tiles converted to f16 once and read by ldmatrix (attn_flash.cu) */
+    int flash_gqa;           /* a block takes every head of a kv group (fewer positions each) (attn_flash.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
