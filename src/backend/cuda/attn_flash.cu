@@ -1,5 +1,5 @@
 /* attn_flash.cu — prefill attention (head_dim 64 / 128 / 256) on tensor cores with the key /
- * value tiles copied by cp.async two tiles deep (cuda_be.flash_pipe, the default; attn.cu's
+ * value tiles copied by cp.async a tile ahead (cuda_be.flash_pipe, the default; attn.cu's
  * attn_flash2_kernel with the switch off).
  *
  * Why: attn_flash2_kernel stages each key tile in a loop of dependent steps (a float4 load,
@@ -7,22 +7,31 @@
  * round trips, ~20 us a 64-key tile on the H200 (ncu, 2026-12-04: 125 us a layer for 344 rows
  * at depth 0, 730 us at depth 1920, Qwen3-8B dims), where its arithmetic is well under 1 us.
  *
- * The same math as attn_flash2_kernel: a block takes 64 query rows of one head, a warp 16 of
- * them; per key tile S = Q·Kᵀ by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32
- * sums), keys past a row's position masked, the online softmax in registers, P in f16 from S's
- * registers as the A operand of O += P·V. What differs is the staging: a tile's K and V rows
- * go to shared memory as they are in the cache (f32, one cp.async of 16 bytes a thread and
- * chunk, all of a tile's copies in flight at once), tile t + 1's copies issued before tile t
- * is multiplied; the f16 operands are made as the fragments are read (K: two float2 loads and
- * two conversions a fragment; V: four scalar loads from its rows, so no transposed copy). The
- * roundings are flash2's (Q·scale, K, V, P to f16 round-to-nearest, f32 sums); the key tile is
- * BK = 32 rows (16 at head_dim 256: two stages then still leave two blocks an SM), so the
- * online softmax's rescaling happens at other points than flash2's 64 and the bits differ.
+ * The math is flash2's: a block takes 64 query rows, a warp 16 of them; per key tile S = Q·Kᵀ
+ * by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32 sums), keys past a row's
+ * position masked, the online softmax in registers, P in f16 from S's registers as the A
+ * operand of O += P·V; the roundings are flash2's (Q·scale, K, V, P to f16 round-to-nearest,
+ * f32 sums). What differs:
+ *  - staging: a tile's K and V rows go to shared memory as they are in the cache (f32, one
+ *    cp.async of 16 bytes a thread and chunk, all of a tile's copies in flight at once), tile
+ *    t + 1's copies issued before tile t is used. LDM (cuda_be.flash_ldm, head_dim 64 / 128):
+ *    the tile is converted to f16 tiles once (all threads), fragments read by ldmatrix (V
+ *    transposed by .trans); else each warp converts its fragments from the f32 stage (K: two
+ *    float2 loads a fragment; V: four scalar loads, no transposed copy).
+ *  - rows (cuda_be.flash_gqa): a block takes every head of one kv group on 64 / G positions
+ *    (row r: position t0 + r % P, head hb + r / P; G a divisor of 64), so each K / V tile serves
+ *    G heads; else one head on 64 positions.
+ *  - key segments (cuda_be.flash_split): when the blocks number fewer than two an SM, the keys
+ *    are cut into S segments (a block each, grid z) whose unnormalized O and (m, l) a second
+ *    kernel merges in segment order.
+ * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16), so the
+ * online softmax rescales at other points than flash2's 64 and the bits differ from it; a
+ * launch's bits depend on its shape only (paged or not, the same).
  *
- * Shared memory (floats a row padded so the fragment reads are free of bank conflicts: K rows
- * HD + 8 for the 64-bit reads of a half warp, V rows HD + 4 for the scalar reads of a warp):
- * Q [64][HD + 8] f16, two stages of K [BK][HD + 8] and V [BK][HD + 4] f32, the rows' key
- * counts [64]. HD 128: 86 KB, two blocks an SM. */
+ * Shared memory: Q [64][HD + 8] f16, two f32 stages of K and V (rows padded against bank
+ * conflicts of the fragment reads: K HD + 8 for the 64-bit reads of a half warp, V HD + 4 for
+ * the scalar reads of a warp; LDM: unpadded, plus f16 K / V tiles [BK][HD + 8]), the rows' key
+ * counts [64]. HD 128: 86 KB (LDM 100 KB), two blocks an SM. */
 #include "cuda_internal.h"
 #include <cuda_fp16.h>
 #include <math.h>

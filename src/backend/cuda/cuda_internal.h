@@ -159,6 +159,18 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * bench/RESULTS.md, twenty-first session. */
 #define CB_FLASH_SPLIT 1  /* default of cuda_be.flash_split (CINFER_CUDA_FLASH_SPLIT) */
 #endif
+#ifndef CB_FLASH_LDM
+/* The pipelined prefill attention's key tiles converted to f16 once a tile (all warps) and read
+ * by ldmatrix, rather than converted per fragment and warp from the f32 stage (head_dim 64 /
+ * 128). Measured equal (bench/RESULTS.md, twenty-first session): the tile loads bound it. */
+#define CB_FLASH_LDM 1    /* default of cuda_be.flash_ldm (CINFER_CUDA_FLASH_LDM) */
+#endif
+#ifndef CB_FLASH_GQA
+/* The pipelined prefill attention with a block per kv group (its G heads on 64 / G positions,
+ * each K / V tile read once for G heads) rather than per head. Measured (bench/RESULTS.md,
+ * twenty-first session): +10% at 344 rows after 1920 keys, +26% after 8192, level at depth 0. */
+#define CB_FLASH_GQA 1    /* default of cuda_be.flash_gqa (CINFER_CUDA_FLASH_GQA) */
+#endif
 #ifndef CB_SSD_CHUNK
 /* Mamba2 prompts (>= 32 tokens) through mamba.cu's chunked SSD instead of the token-by-token
  * scan. Measured: bench/RESULTS.md, fifteenth session. */
