@@ -96,12 +96,11 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
   CINFER_CUDA_QMV=0 CINFER_CUDA_Q_GEMM=0 CINFER_CUDA_FP8_GEMM=0 CINFER_CUDA_QMMA=0 CINFER_CUDA_FLASH2=0 CINFER_CUDA_SSD_CHUNK=0 \
   CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 .gpu/tests/test_cuda_ops --quick
 
-# ---- ops-flash: the prefill attention's other kernels (the defaults take attn_flash.cu's pipelined
-# kernel in key segments, tile 32, ldmatrix tiles, a block per kv group; ops-alt turns flash2 off
-# altogether, so these need their own run) ----
+# ---- ops-flash: the prefill attention's other forms (the defaults take attn_flash.cu's kernel in
+# key segments, tile 32, ldmatrix tiles, a block per kv group; ops-alt turns it off altogether for
+# the WMMA one, so these need their own run) ----
 step ops-flash 120 ops_flash.log bash -c "
-  for sw in 'CINFER_CUDA_FLASH_PIPE=0' 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' \\
-            'CINFER_CUDA_FLASH_LDM=0'; do
+  for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0'; do
     for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
   done"
 

@@ -19,9 +19,9 @@
  * All three are merged by attn_combine_kernel (a block per (row, head)).
  *
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
- * (attn_flash.cu's attn_flash_pipe_kernel, key tiles copied by cp.async a tile ahead; with
- * CINFER_CUDA_FLASH_PIPE=0 attn_flash2_kernel below, the same math with each tile staged
- * before it is used; attn_flash_kernel, WMMA through shared memory, with CINFER_CUDA_FLASH2=0). Other head sizes: a block takes QT query rows of one head and walks the key
+ * (attn_flash.cu's attn_flash_pipe_kernel, scores and output in registers, key tiles copied by
+ * cp.async a tile ahead; attn_flash_kernel below, WMMA through shared memory, with
+ * CINFER_CUDA_FLASH2=0). Other head sizes: a block takes QT query rows of one head and walks the key
  * tiles up to its last row's position with an online softmax (running max and sum per
  * row, rescaled when the max grows), K and V tiles staged in shared memory.
  *
@@ -762,174 +762,6 @@ __global__ void __launch_bounds__(flash_cfg<HD>::THREADS) attn_flash_kernel(floa
     }
 }
 
-/* The same prefill with the scores, probabilities and output in registers (FlashAttention-2's
- * form, cuda_be.flash2): a block takes 64 query rows of one head, a warp 16 of them. Per key
- * tile of 64: K rows converted to f16 into shared memory as they are, V rows transposed (each
- * V column a row, so the P·V operand is read like K's), then per warp S = Q·Kᵀ by m16n8k16
- * mma (Q pre-scaled in f16 from shared memory, f32 sums) into 32 registers a lane, keys past a
- * row's position masked, the online softmax in registers (the 4 lanes of a row exchange their
- * maxima by shuffles; each lane keeps its own part of the row's sum until the end), P in f16
- * straight from S's registers as the A operand of O += P·V (O: HD / 2 f32 registers a lane).
- * The same operand roundings as attn_flash_kernel (Q·scale, K, V, P to f16; f32 sums), in
- * another order. */
-enum { F2_BQ = 64, F2_BK = 64, F2_THREADS = 128 };
-template <int HD>
-__global__ void __launch_bounds__(F2_THREADS) attn_flash2_kernel(float *out, const float *q, const float *kc,
-                                                                 const float *vc, const int32_t *pos, int pos0, int n,
-                                                                 int n_heads, int n_kv, int kv_stride, float scale,
-                                                                 ci_pages pg) {
-    pdl_enter();
-    const int32_t *tb = pg.tab;
-    const int lg = pg.blk_log2;
-    constexpr int LQ = HD + 8, LV = F2_BK + 8;   /* row strides in halves: 16 bytes of padding */
-    extern __shared__ __align__(128) unsigned char smraw[];
-    __half *Qs = (__half *)smraw;                /* [F2_BQ][LQ] */
-    __half *Ks = Qs + F2_BQ * LQ;                /* [F2_BK][LQ] */
-    __half *Vt = Ks + F2_BK * LQ;                /* [HD][LV]: V transposed */
-    int *lens = (int *)(Vt + HD * LV);           /* [F2_BQ] keys of each row */
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    const int t0 = blockIdx.x * F2_BQ, h = blockIdx.y, g = h / (n_heads / n_kv);
-    const int nq = n - t0 < F2_BQ ? n - t0 : F2_BQ;
-    for (int i = tid; i < F2_BQ * HD; i += F2_THREADS) {
-        const int r = i / HD, d = i % HD;
-        Qs[r * LQ + d] = __float2half_rn(r < nq ? q[((int64_t)(t0 + r) * n_heads + h) * HD + d] * scale : 0.0f);
-    }
-    if (tid < F2_BQ) lens[tid] = tid < nq ? row_pos(pos, pos0, t0 + tid) + 1 : 0;
-    __syncthreads();
-    int Lmax = 0;
-    for (int r = 0; r < nq; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
-    const int r0 = warp * 16 + gq, r1 = r0 + 8, L0 = lens[r0], L1 = lens[r1];
-    int wl = L0 > L1 ? L0 : L1;                  /* the warp's longest row */
-    for (int o = 16; o >= 4; o >>= 1) {
-        const int x = __shfl_xor_sync(0xffffffffu, wl, o);
-        wl = x > wl ? x : wl;
-    }
-    float o_[HD / 8][4];
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++) o_[d][0] = o_[d][1] = o_[d][2] = o_[d][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
-    for (int j0 = 0; j0 < Lmax; j0 += F2_BK) {
-        __syncthreads();                         /* the last tile's reads are done */
-        for (int i = tid; i < F2_BK * HD / 4; i += F2_THREADS) {   /* K: a thread per 4 columns of a row */
-            const int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
-            float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (j0 + j < Lmax) k4 = *(const float4 *)(kb + pg_row(tb, lg, j0 + j) * kv_stride + d);
-            *(__half2 *)(Ks + j * LQ + d) = __floats2half2_rn(k4.x, k4.y);
-            *(__half2 *)(Ks + j * LQ + d + 2) = __floats2half2_rn(k4.z, k4.w);
-        }
-        for (int i = tid; i < F2_BK * HD / 4; i += F2_THREADS) {   /* V: consecutive threads, consecutive keys */
-            const int j = i % F2_BK, d = (i / F2_BK) * 4;
-            float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (j0 + j < Lmax) v4 = *(const float4 *)(vb + pg_row(tb, lg, j0 + j) * kv_stride + d);
-            Vt[(d + 0) * LV + j] = __float2half_rn(v4.x);
-            Vt[(d + 1) * LV + j] = __float2half_rn(v4.y);
-            Vt[(d + 2) * LV + j] = __float2half_rn(v4.z);
-            Vt[(d + 3) * LV + j] = __float2half_rn(v4.w);
-        }
-        __syncthreads();
-        if (j0 >= wl) continue;                  /* every key of the tile is past this warp's rows */
-        float s_[F2_BK / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < F2_BK / 8; nt++) s_[nt][0] = s_[nt][1] = s_[nt][2] = s_[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            const __half *qa = Qs + r0 * LQ + kk * 16 + 2 * tq, *qb = Qs + r1 * LQ + kk * 16 + 2 * tq;
-            const unsigned a0 = *(const unsigned *)qa, a1 = *(const unsigned *)qb;
-            const unsigned a2 = *(const unsigned *)(qa + 8), a3 = *(const unsigned *)(qb + 8);
-#pragma unroll
-            for (int nt = 0; nt < F2_BK / 8; nt++) {
-                const __half *kr = Ks + (nt * 8 + gq) * LQ + kk * 16 + 2 * tq;
-                cb_mma_f16(s_[nt], a0, a1, a2, a3, *(const unsigned *)kr, *(const unsigned *)(kr + 8));
-            }
-        }
-        /* mask, the rows' new maxima (a row's 4 lanes: lanes 4gq .. 4gq + 3) */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < F2_BK / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int key = j0 + nt * 8 + 2 * tq + e;
-                if (key >= L0) s_[nt][e] = -INFINITY;
-                if (key >= L1) s_[nt][2 + e] = -INFINITY;
-                mx0 = fmaxf(mx0, s_[nt][e]);
-                mx1 = fmaxf(mx1, s_[nt][2 + e]);
-            }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float al0 = m0 == -INFINITY ? 0.0f : expf(m0 - mn0), al1 = m1 == -INFINITY ? 0.0f : expf(m1 - mn1);
-        m0 = mn0;
-        m1 = mn1;
-        float ls0 = 0.0f, ls1 = 0.0f;
-        unsigned pa[F2_BK / 8][2];               /* P in f16 pairs: [n-tile][row g / g + 8] */
-#pragma unroll
-        for (int nt = 0; nt < F2_BK / 8; nt++) {
-            const float p0 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][0] - mn0);
-            const float p1 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][1] - mn0);
-            const float p2 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][2] - mn1);
-            const float p3 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][3] - mn1);
-            ls0 += p0 + p1;
-            ls1 += p2 + p3;
-            __half2 h01 = __floats2half2_rn(p0, p1), h23 = __floats2half2_rn(p2, p3);
-            pa[nt][0] = *(unsigned *)&h01;
-            pa[nt][1] = *(unsigned *)&h23;
-        }
-        l0 = l0 * al0 + ls0;
-        l1 = l1 * al1 + ls1;
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o_[d][0] *= al0; o_[d][1] *= al0;
-            o_[d][2] *= al1; o_[d][3] *= al1;
-        }
-#pragma unroll
-        for (int kk = 0; kk < F2_BK / 16; kk++) {
-            const unsigned a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0], a3 = pa[2 * kk + 1][1];
-#pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const __half *vr = Vt + (d * 8 + gq) * LV + kk * 16 + 2 * tq;
-                cb_mma_f16(o_[d], a0, a1, a2, a3, *(const unsigned *)vr, *(const unsigned *)(vr + 8));
-            }
-        }
-    }
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++) {
-        const int col = d * 8 + 2 * tq;
-        if (r0 < nq) {
-            float *y = out + ((int64_t)(t0 + r0) * n_heads + h) * HD + col;
-            y[0] = o_[d][0] * i0;
-            y[1] = o_[d][1] * i0;
-        }
-        if (r1 < nq) {
-            float *y = out + ((int64_t)(t0 + r1) * n_heads + h) * HD + col;
-            y[0] = o_[d][2] * i1;
-            y[1] = o_[d][3] * i1;
-        }
-    }
-}
-
-template <int HD>
-static void flash2_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                          const int32_t *pos, int n_heads, int n_kv, int kv_stride, float scale, ci_pages pg) {
-    static int set = 0;
-    const size_t smem = (size_t)(F2_BQ * (HD + 8) + F2_BK * (HD + 8) + HD * (F2_BK + 8)) * 2 + F2_BQ * sizeof(int);
-    if (!cb_smem_ok(cb, attn_flash2_kernel<HD>, smem, &set)) {
-        cb_fail_msg(cb, "attention (flash2): shared memory");
-        return;
-    }
-    dim3 grid((n + F2_BQ - 1) / F2_BQ, n_heads);
-    cb_launch(cb, attn_flash2_kernel<HD>, grid, dim3(F2_THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv,
-              kv_stride, scale, pg);
-    cb_launched(cb, "attention (flash2)");
-}
-
 template <int HD>
 static size_t flash_smem() {
     constexpr int BQ = flash_cfg<HD>::BQ, BK = 64, LDH = HD + 8, LDS = BK + 4, LDP = BK + 8, LDO = HD + 4;
@@ -1034,15 +866,9 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
-    if (al && cb->flash2 && cb->flash_pipe &&
+    if (al && cb->flash2 &&
         cb_attn_flash_pipe(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, pg))
         return;
-    if (al && cb->flash2 && (hd == 64 || hd == 128 || hd == 256)) {
-        if (hd == 64) flash2_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
-        else if (hd == 128) flash2_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
-        else flash2_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg);
-        return;
-    }
     if (al && hd == 64) { flash_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }
     if (al && hd == 128) { flash_launch<128>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }
     if (al && hd == 256) { flash_launch<256>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }

@@ -1,17 +1,19 @@
-/* attn_flash.cu — prefill attention (head_dim 64 / 128 / 256) on tensor cores with the key /
- * value tiles copied by cp.async a tile ahead (cuda_be.flash_pipe, the default; attn.cu's
- * attn_flash2_kernel with the switch off).
+/* attn_flash.cu — prefill attention (head_dim 64 / 128 / 256) on tensor cores, scores and
+ * output in registers (FlashAttention-2's form), with the key / value tiles copied by cp.async
+ * a tile ahead (cuda_be.flash2; attn.cu's WMMA attn_flash_kernel with the switch off).
  *
- * Why: attn_flash2_kernel stages each key tile in a loop of dependent steps (a float4 load,
- * its f16 conversion, a shared-memory store, the next load): every tile cost a chain of memory
- * round trips, ~20 us a 64-key tile on the H200 (ncu, 2026-12-04: 125 us a layer for 344 rows
- * at depth 0, 730 us at depth 1920, Qwen3-8B dims), where its arithmetic is well under 1 us.
+ * Why the copies: the kernel before this one (attn_flash2_kernel, attn.cu until the
+ * twenty-first session) staged each key tile in a loop of dependent steps (a float4 load, its
+ * f16 conversion, a shared-memory store, the next load): every tile cost a chain of memory round
+ * trips, ~20 us a 64-key tile on the H200 (ncu, 2026-12-04: 125 us a layer for 344 rows at
+ * depth 0, 730 us at depth 1920, Qwen3-8B dims), where its arithmetic is well under 1 us; this
+ * one is 1.1x (fresh prompts) to 3x (344 rows after 8192 keys) faster (bench/RESULTS.md).
  *
- * The math is flash2's: a block takes 64 query rows, a warp 16 of them; per key tile S = Q·Kᵀ
+ * The math: a block takes 64 query rows, a warp 16 of them; per key tile S = Q·Kᵀ
  * by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32 sums), keys past a row's
  * position masked, the online softmax in registers, P in f16 from S's registers as the A
- * operand of O += P·V; the roundings are flash2's (Q·scale, K, V, P to f16 round-to-nearest,
- * f32 sums). What differs:
+ * operand of O += P·V; Q·scale, K, V and P rounded to f16 (round-to-nearest), f32 sums. The
+ * forms, each behind a switch for measuring:
  *  - staging: a tile's K and V rows go to shared memory as they are in the cache (f32, one
  *    cp.async of 16 bytes a thread and chunk, all of a tile's copies in flight at once), tile
  *    t + 1's copies issued before tile t is used. LDM (cuda_be.flash_ldm, head_dim 64 / 128):
@@ -24,9 +26,8 @@
  *  - key segments (cuda_be.flash_split): when the blocks number fewer than two an SM, the keys
  *    are cut into S segments (a block each, grid z) whose unnormalized O and (m, l) a second
  *    kernel merges in segment order.
- * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16), so the
- * online softmax rescales at other points than flash2's 64 and the bits differ from it; a
- * launch's bits depend on its shape only (paged or not, the same).
+ * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16); a launch's
+ * bits depend on its shape and the switches only (paged or not, the same).
  *
  * Shared memory: Q [64][HD + 8] f16, two f32 stages of K and V (rows padded against bank
  * conflicts of the fragment reads: K HD + 8 for the 64-bit reads of a half warp, V HD + 4 for

@@ -669,7 +669,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
-    cb->flash_pipe = cb_env_switch("CINFER_CUDA_FLASH_PIPE", CB_FLASH_PIPE);
     cb->flash_split = cb_env_switch("CINFER_CUDA_FLASH_SPLIT", CB_FLASH_SPLIT);
     cb->flash_bk = cb_env_int("CINFER_CUDA_FLASH_BK", 32, 16, 32);
     cb->flash_ldm = cb_env_switch("CINFER_CUDA_FLASH_LDM", CB_FLASH_LDM);

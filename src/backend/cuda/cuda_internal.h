@@ -72,7 +72,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_PIPE=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -82,8 +82,7 @@ struct cuda_be {
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
     int dsa_select;          /* DSA top-k: radix select over the row's keys in shared memory (dsa.cu) */
     int dsa_score;           /* DSA index scores: four lanes per key, no per-head warp reduction (dsa.cu) */
-    int flash2;              /* prefill attention with S, P and O in registers (attn.cu) */
-    int flash_pipe;          /* flash2's form with the key tiles copied a tile ahead (attn_flash.cu) */
+    int flash2;              /* prefill attention with S, P and O in registers (attn_flash.cu) */
     int flash_split;         /* its keys in segments when the blocks are few (attn_flash.cu) */
     int flash_bk;            /* CINFER_CUDA_FLASH_BK=16|32: its key tile at head_dim 128 (attn_flash.cu) */
     int flash_ldm;           /* its tiles converted to f16 once and read by ldmatrix (attn_flash.cu) */
@@ -142,16 +141,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
 #endif
 #ifndef CB_FLASH2
-/* Prefill attention (head_dim 64 / 128 / 256) through attn.cu's attn_flash2_kernel (scores,
- * probabilities and output in registers, mma.sync) instead of attn_flash_kernel (WMMA with
- * S and O through shared memory). Measured: bench/RESULTS.md, fourteenth session. */
+/* Prefill attention (head_dim 64 / 128 / 256) through attn_flash.cu's attn_flash_pipe_kernel
+ * (scores, probabilities and output in registers, mma.sync) instead of attn.cu's
+ * attn_flash_kernel (WMMA with S and O through shared memory). Measured: bench/RESULTS.md,
+ * fourteenth session (the register form then staged its tiles as attn_flash2_kernel, replaced
+ * in the twenty-first). */
 #define CB_FLASH2 1       /* default of cuda_be.flash2 (CINFER_CUDA_FLASH2) */
-#endif
-#ifndef CB_FLASH_PIPE
-/* Prefill attention through attn_flash.cu's pipelined kernel (cp.async, a key tile ahead)
- * rather than attn_flash2_kernel (each tile staged, then used). Measured: bench/RESULTS.md,
- * twenty-first session. */
-#define CB_FLASH_PIPE 1   /* default of cuda_be.flash_pipe (CINFER_CUDA_FLASH_PIPE) */
 #endif
 #ifndef CB_FLASH_SPLIT
 /* The pipelined prefill attention cuts the keys into segments (blocks of a segment each, then a
