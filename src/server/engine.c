@@ -42,6 +42,7 @@ struct eng_req {
     eng_params p;
     int *prompt;               /* [p.n_prompt], owned */
     int n_prompt0;             /* the prompt's own length (preemption appends the generated ids to prompt) */
+    double t_submit;           /* now_s() at eng_submit: the engine's side of the time to first token */
     int *bias_id;              /* [p.n_bias], owned */
     float *bias;
     int state;                 /* Q_*, under e->mu */
@@ -441,6 +442,10 @@ static void publish(eng *e, slot *sl, int tok) {
     for (int i = 0; i < e->m->cfg.n_eos; i++) eos |= tok == e->m->cfg.eos_ids[i];
     int closes = (r->p.json_mode && jf_complete(&sl->js)) || (r->p.grammar && r->p.grammar_ends && sm_complete(&sl->sm, &sl->ss));
     if (closes) eos = 1;                                     /* ends as an EOS would (finish "stop") */
+    if (r->n_out == 0) {   /* its first token: queue, admission, prefill, sampling */
+        e->st.first_token_seconds += now_s() - r->t_submit;
+        e->st.first_tokens++;
+    }
     r->n_out++;
     e->st.gen_tokens++;
     pthread_cond_broadcast(&r->cv);
@@ -838,6 +843,7 @@ static int submit(eng *e, const eng_params *p, eng_req **out, char *err, size_t 
     if (!r) return ci_err(err, errlen, "out of memory");
     r->e = e;
     r->p = *p;
+    r->t_submit = now_s();
     r->prompt = malloc((size_t)p->n_prompt * sizeof(int));
     r->ids = malloc((size_t)p->max_tokens * sizeof(int));
     r->n_top = p->top_logprobs > 0 ? p->top_logprobs : 0;

@@ -123,6 +123,9 @@ typedef struct {
     long long requests, prompt_tokens, gen_tokens, prefix_hit_tokens;
     long long prefill_tokens, prefill_calls, decode_tokens, decode_steps;
     double prefill_seconds, decode_seconds;
+    long long first_tokens;           /* requests that got their first token */
+    double first_token_seconds;       /* summed over them: submit to the first token's publish (the engine's
+                                       * side of the time to first token; the rest is HTTP and the client) */
     int queue_depth, active, parallel, ctx;
     size_t prefix_bytes;
     int prefix_entries;

@@ -248,6 +248,10 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
             st.prefix_hit_tokens);
     fprintf(f, "# HELP cinfer_prefill_tokens_total Prompt tokens run through the model.\n"
                "# TYPE cinfer_prefill_tokens_total counter\ncinfer_prefill_tokens_total %lld\n", st.prefill_tokens);
+    fprintf(f, "# HELP cinfer_first_token_seconds_total Engine time from a request's submission to its first token, summed.\n"
+               "# TYPE cinfer_first_token_seconds_total counter\ncinfer_first_token_seconds_total %.6f\n", st.first_token_seconds);
+    fprintf(f, "# HELP cinfer_first_tokens_total Requests that got their first token.\n"
+               "# TYPE cinfer_first_tokens_total counter\ncinfer_first_tokens_total %lld\n", st.first_tokens);
     fprintf(f, "# HELP cinfer_prefill_calls_total Prefill calls (a prompt chunk each).\n"
                "# TYPE cinfer_prefill_calls_total counter\ncinfer_prefill_calls_total %lld\n", st.prefill_calls);
     fprintf(f, "# HELP cinfer_prefill_seconds_total Time spent in prefill.\n"

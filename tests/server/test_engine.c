@@ -899,7 +899,8 @@ static void test_engine_paged_replay(void) {
 
 /* Paged, prefill chunk 256: a prompt whose reused prefix (one 128-token block) ends off the
  * chunk grid runs the rest (200 tokens) in one call, not 128 up to the next multiple of 256
- * and then 72, and equals the same prompt on an engine without reuse. */
+ * and then 72, and equals the same prompt on an engine without reuse; its first token is
+ * counted once, at no less than its prefill's time. */
 static void test_engine_paged_one_call(void) {
     enum { G = 8 };
     char err[1024];
@@ -930,6 +931,9 @@ static void test_engine_paged_one_call(void) {
           s1.prefill_tokens - s0.prefill_tokens);
     CHECK(paged_run(e0, b, 328, G, 2, ref, NULL, NULL) == G && !memcmp(out, ref, sizeof out),
           "turn 2 after a reused prefix differs from a full prefill");
+    CHECK(s1.first_tokens - s0.first_tokens == 1 && s1.first_token_seconds - s0.first_token_seconds >= s1.prefill_seconds - s0.prefill_seconds,
+          "turn 2: %lld first tokens, %.6f s to them, %.6f s of prefill", s1.first_tokens - s0.first_tokens,
+          s1.first_token_seconds - s0.first_token_seconds, s1.prefill_seconds - s0.prefill_seconds);
 done:
     if (e) eng_free(e);
     if (e0) eng_free(e0);
