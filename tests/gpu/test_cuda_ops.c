@@ -1035,9 +1035,10 @@ static void test_attention(void) {
     attn_case(quick ? 40 : 200, 100, 2, 8, 256, 3, 0, 1);  /* Qwen3.5 dims prefill: the flash kernels at hd 256 */
     attn_case(quick ? 70 : 1100, 0, 2, 16, 128, 0, 0, 0); /* a long prompt from position 0, 16 heads a group */
     /* a few query rows after a long prefix: the pipelined flash kernel cuts the keys into segments
-     * (attn_flash.cu, CINFER_CUDA_FLASH_SPLIT) and merges them; segment edges off the rows' tiles */
+     * (attn_flash.cu, CINFER_CUDA_FLASH_SPLIT) and merges them; segment edges off the rows' tiles
+     * (segment counts on the H200's 132 SMs) */
     attn_case(100, 1500, 2, 4, 128, 5, 0, 1);     /* 6 segments */
-    attn_case(70, 3000, 2, 8, 256, 3, 0, 1);      /* hd 256, 11 segments */
+    attn_case(70, 3000, 2, 8, 256, 3, 0, 1);      /* hd 256, 12 segments */
     attn_case(40, 700, 4, 4, 64, 0, 0, 0);        /* hd 64, attention() with pos0: 2 segments */
     attn_case(quick ? 33 : 130, 4000, 8, 4, 128, 9, 0, 1);
 }

@@ -52,7 +52,7 @@ static inline TGT float i16_block(const float *x, int32_t q[32]) {
  * -> 21.8, 21.9; 65536 x 1024 20.2, 20.5 -> 23.5, 27.3; 16384 x 768 level (24.7-26.3); two threads
  * level within the noise. */
 #ifndef I16_SPF
-#define I16_SPF cpu_pf_next_tile   /* AMD only, as the next-tile rule (quant_avx512.h) */
+#define I16_SPF cpu_pf_next_tile   /* AMD only, as the next-tile rule (quant_kernels.h) */
 #endif
 #ifndef I16_NT
 #define I16_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
@@ -77,7 +77,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    if (I16_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_avx512.h) */
+    if (I16_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_kernels.h) */
     /* lane i's group, past the chunk's first: (i * columns a lane) / G when G divides CW */
     const int lc = BITS == 4 ? 8 : 4;
     __m512i loff = _mm512_setzero_si512();

@@ -108,7 +108,7 @@ static inline __attribute__((always_inline)) TGT void qw32(const uint8_t *row, i
  * 16384 x 768 level; Qwen3-30B-A3B dims mlx4 4 layers decode, one thread, three rounds 48.8-53.4
  * -> 54.1-56.7 tok/s, two threads level */
 #ifndef QS_SPF
-#define QS_SPF cpu_pf_next_tile   /* AMD only, as the next-tile rule (quant_avx512.h) */
+#define QS_SPF cpu_pf_next_tile   /* AMD only, as the next-tile rule (quant_kernels.h) */
 #endif
 #ifndef QS_NT
 #define QS_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
@@ -130,7 +130,7 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    if (QS_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_avx512.h) */
+    if (QS_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_kernels.h) */
     vf sv[4] = { vzero(), vzero(), vzero(), vzero() }, bv[4] = { vzero(), vzero(), vzero(), vzero() };
     int64_t pb = -1;   /* first group whose parameters sv / bv hold */
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
