@@ -1788,16 +1788,17 @@ static void test_graph(void) {
 
 /* ---- MoE: routing and the routed experts --------------------------------------------------
  * moe_route against the CPU op: the chosen experts must be the same (the logits are spaced
- * so that no two scores are within float rounding of each other: no ties to break) and the
+ * so that no two scores are within float rounding of each other: no ties to break; or, the
+ * "ties" cases, three values only: the lower index first among equals, as the CPU) and the
  * weights within F32. moe_experts against the CPU op on the same sel / w: stacked experts
  * (one [E·rows, cols] tensor, views with scale_row0 = e·rows, so fp8 views straddle scale
  * blocks), bound F32 up to CB_GEMV_MAX_N rows (the GEMV kernels: f32 activations), TC above
  * on bf16 / f16 experts (the grouped GEMM rounds activations to 16 bits). */
-static void test_moe_route_case(int E, int K, ci_route router, int norm, int G, int tg, int with_bias, int n) {
+static void test_moe_route_case(int E, int K, ci_route router, int norm, int G, int tg, int with_bias, int n, int ties) {
     char name[160];
-    snprintf(name, sizeof name, "moe_route %s E=%d K=%d%s%s G=%d/%d n=%d",
+    snprintf(name, sizeof name, "moe_route %s E=%d K=%d%s%s G=%d/%d n=%d%s",
              router == CI_ROUTE_SOFTMAX ? "softmax" : router == CI_ROUTE_SIGMOID ? "sigmoid" : "sqrtsoftplus", E, K,
-             norm ? " norm" : "", with_bias ? " bias" : "", G, tg, n);
+             norm ? " norm" : "", with_bias ? " bias" : "", G, tg, n, ties ? " ties" : "");
     if (!want(name)) return;
     float *lg = xmalloc((size_t)n * E * 4), *bias = keep(xmalloc((size_t)E * 4));
     int *perm = xmalloc((size_t)E * sizeof(int));
@@ -1805,6 +1806,8 @@ static void test_moe_route_case(int E, int K, ci_route router, int norm, int G, 
         for (int e = 0; e < E; e++) perm[e] = e;
         for (int e = E - 1; e > 0; e--) { int j = irand(e + 1), tmp = perm[e]; perm[e] = perm[j]; perm[j] = tmp; }
         for (int e = 0; e < E; e++) lg[(size_t)t * E + e] = -4.f + 8.f * (float)perm[e] / (float)E + 0.001f * unif();
+        if (ties)   /* three values only: the kernels must keep the lower index among equals, as the CPU */
+            for (int e = 0; e < E; e++) lg[(size_t)t * E + e] = -1.f + 0.75f * (float)irand(3);
     }
     for (int e = 0; e < E; e++) bias[e] = with_bias ? 0.37f * (float)((e * 7919) % E) / (float)E : 0.f;
     ci_moe m;
@@ -1913,12 +1916,15 @@ static void test_moe(void) {
     if (!gpu->moe_route || !gpu->moe_experts) { report_bool("moe ops present", 0, "moe_route / moe_experts NULL"); return; }
     static const int ns[] = { 1, 3, 8, 33 };
     for (int i = 0; i < 4; i++) {
-        test_moe_route_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i]);
-        test_moe_route_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i]);
-        test_moe_route_case(60, 4, CI_ROUTE_SOFTMAX, 0, 1, 1, 0, ns[i]);
-        test_moe_route_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 1, ns[i]);
-        test_moe_route_case(64, 6, CI_ROUTE_SIGMOID, 1, 1, 1, 1, ns[i]);
-        test_moe_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 1, ns[i]);
+        for (int ties = 0; ties < 2; ties++) {
+            test_moe_route_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);
+            test_moe_route_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);
+            test_moe_route_case(60, 4, CI_ROUTE_SOFTMAX, 0, 1, 1, 0, ns[i], ties);
+            test_moe_route_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, ties ? 0 : 1, ns[i], ties);
+            test_moe_route_case(64, 6, CI_ROUTE_SIGMOID, 1, 1, 1, ties ? 0 : 1, ns[i], ties);
+            test_moe_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 1, ns[i], ties);
+            test_moe_route_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);   /* entries past the block's threads */
+        }
     }
     static const struct { ci_dtype dt, sdt; } kinds[] = {
         { CI_F32, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },

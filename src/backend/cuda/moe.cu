@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOE_WARPS = 4, ROUTE_WARPS = 4, ROUTE_MAX_E = 1024 };
+enum { MOE_WARPS = 4, ROUTE_THREADS = 128, ROUTE_MAX_E = 1024 };
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -175,121 +175,128 @@ struct route_args {
     const int32_t *hash_ids;
 };
 
-/* (v, i) beats (bv, bi): larger value, then lower index; bi == INT_MAX is "none yet" */
-__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-    return bi == INT_MAX || (i != INT_MAX && (v > bv || (v == bv && i < bi)));
-}
+/* The ranking of the top-k: larger value first, the lower index among equals (the CPU's topk
+ * and a stable descending sort); NaN ranks as -inf (the CPU keeps a NaN it meets first, so
+ * the two agree wherever no score is NaN). */
+__device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
 
-/* The best entry of v[0, n) not yet taken, over the warp (every lane gets it). */
-__device__ __forceinline__ int warp_argmax(const float *v, const unsigned char *taken, int n, int lane) {
-    float bv = -FLT_MAX;
-    int bi = INT_MAX;
-    for (int i = lane; i < n; i += 32)
-        if (!taken[i] && better(v[i], i, bv, bi)) { bv = v[i]; bi = i; }
-    for (int o = 16; o; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
-    }
-    return bi;
-}
-
-/* One warp per token row (ROUTE_WARPS rows per block); the warp's scores, choices and
- * taken flags in its slice of shared memory. No block-wide barrier: a decode step's route
- * is a short chain of shuffles. */
-__global__ void __launch_bounds__(ROUTE_WARPS * 32) route_kernel(int32_t *sel, float *wout, const float *logits,
-                                                                 const int32_t *ids, int n, route_args a) {
+/* One block (ROUTE_THREADS) per token row. The scores as the CPU computes them: softmax's max
+ * and exponentials over every thread, its double sum by warp 0 in the order the earlier
+ * one-warp kernel took (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
+ * bits did not move; grouped sigmoid's group scores by warp 0. Then every entry's rank among
+ * all E at once (each thread counts the entries that beat its own: E compares against a
+ * shared-memory broadcast) instead of k rounds of a warp arg-max: the k chosen are those of
+ * rank < k, in rank order. The weights: their sum in rank order in double by thread 0, the
+ * divisions by k threads. A decode step's route went from ~8 us (ncu, one warp's k = 8 serial
+ * rounds) to (see bench/RESULTS.md, twenty-second session). */
+__global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, float *wout, const float *logits,
+                                                              const int32_t *ids, int n, route_args a) {
     extern __shared__ float sm[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = a.E, K = a.K;
-    const int t = blockIdx.x * ROUTE_WARPS + warp;
-    const size_t slice = (size_t)2 * E + (E + 3) / 4 + 64;     /* floats per warp */
-    float *s = sm + warp * slice, *choice = s + E;
-    unsigned char *taken = (unsigned char *)(choice + E);
-    int *chosen = (int *)(choice + E + (E + 3) / 4);
+    __shared__ float red[ROUTE_THREADS / 32];
+    __shared__ double dsum;
+    __shared__ int chosen[64];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
+    const int t = blockIdx.x;
+    float *s = sm, *choice = sm + E;
     pdl_enter();
     if (t >= n) return;
     const float *lg = logits + (int64_t)t * E;
     if (a.router == CI_ROUTE_SOFTMAX) {
         float mx = -FLT_MAX;
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+        for (int e = tid; e < E; e += ROUTE_THREADS) mx = fmaxf(mx, lg[e]);
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        double sum = 0;
-        for (int e = lane; e < E; e += 32) {
-            float p = expf(lg[e] - mx);
-            s[e] = p;
-            sum += p;
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = red[0];
+        for (int w = 1; w < ROUTE_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+        for (int e = tid; e < E; e += ROUTE_THREADS) s[e] = expf(lg[e] - mx);
+        __syncthreads();
+        if (warp == 0) {
+            double sum = 0;
+            for (int e = lane; e < E; e += 32) sum += s[e];
+            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) dsum = sum;
         }
-        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        for (int e = lane; e < E; e += 32) {
-            s[e] = (float)(s[e] / sum);
-            choice[e] = s[e];
-            taken[e] = 0;
+        __syncthreads();
+        const double sum = dsum;
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
+            const float p = (float)(s[e] / sum);
+            s[e] = p;
+            choice[e] = p;
         }
     } else {
-        for (int e = lane; e < E; e += 32) {
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
             float x = lg[e];
             float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
             s[e] = v;
             choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
-            taken[e] = 0;
         }
     }
-    __syncwarp();
+    __syncthreads();
     if (a.hash_ids) {
-        if (lane < K) {
+        if (tid < K) {
             int id = ids ? ids[t] : 0;
             if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
-            chosen[lane] = a.hash_ids[(int64_t)id * K + lane];
+            chosen[tid] = a.hash_ids[(int64_t)id * K + tid];
         }
     } else {
         if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
-            const int per = E / a.G;
-            float sc = -FLT_MAX;
-            if (lane < a.G) {                  /* group score: the sum of its two best choices */
-                const float *c = choice + lane * per;
-                int b0 = 0;
-                for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
-                sc = c[b0];
-                if (per >= 2) {
-                    int b1 = b0 == 0 ? 1 : 0;
-                    for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
-                    sc += c[b1];
+            if (warp == 0) {
+                const int per = E / a.G;
+                float sc = -FLT_MAX;
+                if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                    const float *c = choice + lane * per;
+                    int b0 = 0;
+                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                    sc = c[b0];
+                    if (per >= 2) {
+                        int b1 = b0 == 0 ? 1 : 0;
+                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                        sc += c[b1];
+                    }
                 }
-            }
-            unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
-            for (int j = 0; j < a.topk_group; j++) {
-                float bv = (lane < a.G && !(keep >> lane & 1)) ? sc : -FLT_MAX;
-                int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
-                for (int o = 16; o; o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+                for (int j = 0; j < a.topk_group; j++) {
+                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
+                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                    for (int o = 16; o; o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+                    }
+                    keep |= 1u << bi;
                 }
-                keep |= 1u << bi;
+                __syncwarp();
+                for (int e = lane; e < per * a.G; e += 32)
+                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
             }
-            for (int e = lane; e < per * a.G; e += 32)
-                if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
-            __syncwarp();
+            __syncthreads();
         }
-        for (int k = 0; k < K; k++) {
-            int b = warp_argmax(choice, taken, E, lane);
-            if (lane == 0) { chosen[k] = b; taken[b] = 1; }
-            __syncwarp();
+        for (int e = tid; e < E; e += ROUTE_THREADS) {   /* e's rank: the entries that beat it */
+            const float v = route_key(choice[e]);
+            int r = 0;
+            for (int j = 0; j < E; j++) {
+                const float c = route_key(choice[j]);
+                r += c > v || (c == v && j < e);
+            }
+            if (r < K) chosen[r] = e;
         }
     }
-    __syncwarp();
-    if (lane == 0) {
-        float w[64];
+    __syncthreads();
+    if (tid == 0) {
         double sum = 0;
-        for (int k = 0; k < K; k++) { w[k] = s[chosen[k]]; sum += w[k]; }
+        for (int k = 0; k < K; k++) sum += s[chosen[k]];
+        dsum = sum;
+    }
+    __syncthreads();
+    if (tid < K) {
+        float w = s[chosen[tid]];
         if (a.norm) {
-            double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
-            for (int k = 0; k < K; k++) w[k] = (float)(w[k] / (sum + eps));
+            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            w = (float)(w / (dsum + eps));
         }
-        for (int k = 0; k < K; k++) {
-            sel[(int64_t)t * K + k] = chosen[k];
-            wout[(int64_t)t * K + k] = w[k] * a.scaling;
-        }
+        sel[(int64_t)t * K + tid] = chosen[tid];
+        wout[(int64_t)t * K + tid] = w * a.scaling;
     }
 }
 
@@ -310,8 +317,8 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
     a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
     a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
     a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
-    size_t smem = ((size_t)2 * a.E + (a.E + 3) / 4 + 64) * sizeof(float) * ROUTE_WARPS;
-    cb_launch(cb, route_kernel, dim3((unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS)), dim3(ROUTE_WARPS * 32), smem, sel, w,
+    const size_t smem = (size_t)2 * a.E * sizeof(float);
+    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w,
               logits, ids, n, a);
     cb_launched(cb, "moe_route");
 }
