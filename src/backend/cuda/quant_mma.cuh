@@ -226,7 +226,57 @@ struct qt_buf {
  * of a row in one 8-byte load (a quad: the row's whole 32-byte sector), into w[0] and w[1];
  * qt_compute then keeps the groups apart by mma with the B fragment of the other group's lanes
  * zeroed (lanes 0, 1 hold group G0, lanes 2, 3 group G0 + 1). A batch of one group (a warp's
- * odd last) is loaded as without pair. */
+ * odd last) is loaded as without pair (qt_load, below). */
+
+/* the scales (and biases) of one batch (U groups from G0; groups >= ge not loaded): the ring's */
+template <int BITS, int W, int NTL, int U>
+__device__ __forceinline__ void qt_load_params(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int G0, int ge) {
+    if constexpr (BITS == QT_E2M1 && U == 2) {
+        /* mxfp4: both groups' E8M0 scales of a row in one 2-byte load where they are aligned
+         * (a row's scales start at an even byte when a row has an even number of groups) */
+        if (G0 + 1 < ge) {
+#pragma unroll
+            for (int i = 0; i < NTL; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const unsigned char *sp = (const unsigned char *)R.s[i][h] + G0;
+                    unsigned e0, e1;
+                    if (((uintptr_t)sp & 1) == 0) {
+                        const unsigned v = __ldg((const unsigned short *)sp);
+                        e0 = v & 255u; e1 = v >> 8;
+                    } else {
+                        e0 = __ldg(sp); e1 = __ldg(sp + 1);
+                    }
+                    B.s[0][i][h] = q_e8m0(e0);
+                    B.s[1][i][h] = q_e8m0(e1);
+                }
+            return;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int G = G0 + u;
+        if (G >= ge) break;
+#pragma unroll
+        for (int i = 0; i < NTL; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if constexpr (BITS == QT_E4M3) {   /* fp8's E8M0 scales: 255 is NaN (gemv.cu's scale_at), not MLX's inf */
+                    B.s[u][i][h] = sd == 3 && __ldg((const unsigned char *)R.s[i][h] + G) == 255 ? __int_as_float(0x7fc00000)
+                                                                                                 : q_param(R.s[i][h], sd, G);
+                } else if constexpr (BITS == QT_E2M1) {   /* mxfp4: an E8M0 scale a group, no bias (q_param's) */
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
+                } else {
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
+                    B.b[u][i][h] = q_param(R.b[i][h], sd, G);
+                }
+            }
+    }
+}
+
+/* one batch's codes and params from global memory (the loads of the two above, interleaved per
+ * row: the order the kernels were tuned with, 94 registers where the two calls in a row made
+ * the MLX 4-bit groups of 32 take 119) */
 template <int BITS, int W, int NTL, int U>
 __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge,
                                         int pair) {
@@ -445,6 +495,165 @@ __device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL>
         if (G0 + U >= ge) break;
         if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge, pair);
         qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc, pair);
+    }
+}
+
+/* ---- the code ring (CINFER_CUDA_QT_RING) -----------------------------------------------------
+ * At batch 1 the GEMVs above keep two batches of codes in flight a lane (registers: a third
+ * cost more than it gave, eleventh session), ~1 KB a warp, so a small matrix's 16-row tiles ran
+ * at 0.4-0.9 TB/s (ncu, twenty-second session: a decode step's q/k/v 5.7 MB in 14.4 us, the
+ * experts' gate+up 17 MB in 18.3 us, the 4-bit head 1.96 TB/s). With the ring a warp copies its
+ * tile's codes into shared memory by cp.async, S batches ahead (QT_RING_BYTES a block), and
+ * its lanes read each batch's words from there into the same registers qt_compute multiplies:
+ * the bytes in flight cost no registers, and the arithmetic, hence the bits, are those of
+ * the direct loads. The dense kernels issue the first S batches before pdl_enter(). A slot
+ * holds a batch's 16·NTL rows, 16·W·U bytes each, in 16-byte chunks; with W = 8 a row's
+ * chunks are swizzled (chunk q of odd rows at q ^ 4) so the two rows a quarter-warp reads
+ * fall in different banks; the other widths' rows are conflict-free as they lie. */
+enum { QT_RING_BYTES = 64 * 1024 };   /* ring bytes a block at most */
+/* words of a staged row (W words a group, qt_u groups a batch), and of a slot (16 rows a tile) */
+__host__ __device__ constexpr int qt_rsw_w(int W) { return 4 * W * (W == 1 ? 2 : 1); }
+__host__ __device__ constexpr int qt_slotw_w(int W, int ntl) { return 16 * ntl * qt_rsw_w(W); }
+/* slots a warp's ring has: QT_RING_BYTES over the block's nw warps, 2..8 */
+__host__ __device__ constexpr int qt_slots_w(int W, int ntl, int nw) {
+    return QT_RING_BYTES / (nw * qt_slotw_w(W, ntl) * 4) > 8   ? 8
+           : QT_RING_BYTES / (nw * qt_slotw_w(W, ntl) * 4) < 2 ? 2
+                                                                : QT_RING_BYTES / (nw * qt_slotw_w(W, ntl) * 4);
+}
+/* a block's ring bytes, with 16 for the alignment of its start (qt_ring_at) */
+__host__ __device__ constexpr size_t qt_ring_bytes(int W, int ntl, int nw) {
+    return (size_t)nw * qt_slots_w(W, ntl, nw) * qt_slotw_w(W, ntl) * 4 + 16;
+}
+template <int W>
+__host__ __device__ constexpr int qt_rsw() { return qt_rsw_w(W); }
+template <int W, int NTL>
+__host__ __device__ constexpr int qt_slotw() { return qt_slotw_w(W, NTL); }
+template <int W, int NTL, int NW>
+__host__ __device__ constexpr int qt_slots() { return qt_slots_w(W, NTL, NW); }
+/* the ring's start: the first 16-byte boundary at or after p (the end of a kernel's other shared arrays) */
+__device__ __forceinline__ uint32_t *qt_ring_at(void *p) { return (uint32_t *)(((uintptr_t)p + 15) & ~(uintptr_t)15); }
+/* the widths with a ring: W <= 2, and one-matrix W = 4 tiles (the others, fp8's W = 8 and two-matrix
+ * W = 4, ran out of registers with it: 150-1600 bytes spilled) */
+__host__ __device__ constexpr bool qt_ring_ok(int W, int ntl) { return W <= 2 || (W == 4 && ntl == 1); }
+/* CINFER_CUDA_QT_RING (default 1; 0: the direct loads) */
+static inline int qt_ring_on(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_RING", 1);
+    return v;
+}
+/* the 16-byte chunk q of staged row rho's position in it */
+template <int W>
+__device__ __forceinline__ int qt_swz(int rho, int q) { return W == 8 ? q ^ ((rho & 1) << 2) : q; }
+
+/* the global rows this lane copies: chunks c = lane + 32j of a slot (row c / WU, chunk c % WU) */
+template <int W, int NTL>
+struct qt_stg {
+    const uint32_t *p[NTL * W * qt_u<W>() / 2 > 0 ? NTL * W * qt_u<W>() / 2 : 1];
+};
+/* stg for a tile at row r0 of NTL matrices (codes[i], rows[i] rows; row words K·cbits / 32) */
+template <int W, int NTL>
+__device__ __forceinline__ void qt_stg_rows(qt_stg<W, NTL> &S, const uint8_t *const *codes, const int64_t *rows,
+                                            int cbits, int K, int64_t r0, int lane) {
+    constexpr int WU = W * qt_u<W>(), NJ = NTL * WU / 2;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int rho = (lane + 32 * j) / WU, i = rho >> 4;
+        int64_t r = r0 + (rho & 15);
+        if (r >= rows[i]) r = rows[i] - 1;
+        S.p[j] = (const uint32_t *)codes[i] + r * (K >> 3) * (cbits >> 2);
+    }
+}
+/* copies batch G0 (U groups; groups >= ge zero-filled, not read) into slot sl, then commits */
+template <int W, int NTL>
+__device__ __forceinline__ void qt_issue(uint32_t *sl, const qt_stg<W, NTL> &S, int lane, int G0, int ge) {
+    constexpr int WU = W * qt_u<W>(), NJ = NTL * WU / 2;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int c = lane + 32 * j, rho = c / WU, q = c % WU;
+        const bool ok = G0 + q / W < ge;
+        cb_cp16(sl + rho * qt_rsw<W>() + qt_swz<W>(rho, q) * 4, ok ? S.p[j] + G0 * 4 * W + q * 4 : S.p[j], ok);
+    }
+    cb_cp_commit();
+}
+/* the ring's first SL batches of groups [gb, ge) (a commit each, empty past ge) */
+template <int W, int NTL, int SL>
+__device__ __forceinline__ void qt_ring_start(uint32_t *ring, const qt_stg<W, NTL> &S, int lane, int gb, int ge) {
+    constexpr int U = qt_u<W>();
+    __syncwarp();   /* every lane done with the slots' last contents */
+#pragma unroll
+    for (int b = 0; b < SL; b++) {
+        if (gb + b * U < ge) qt_issue<W, NTL>(ring + b * qt_slotw<W, NTL>(), S, lane, gb + b * U, ge);
+        else cb_cp_commit();
+    }
+}
+/* a batch's code words as qt_load_codes gives them, from its slot */
+template <int BITS, int W, int NTL, int U>
+__device__ __forceinline__ void qt_ring_codes(qt_buf<W, NTL, U> &B, const uint32_t *sl, int g, int t, int G0, int ge,
+                                              int pair) {
+#pragma unroll
+    for (int i = 0; i < NTL; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int rho = 16 * i + g + 8 * h;
+            const uint32_t *rp = sl + rho * qt_rsw<W>();
+            if constexpr (W == 1) {
+                if (pair && G0 + 1 < ge) {
+                    const uint2 v = *(const uint2 *)(rp + 2 * t);
+                    B.w[0][i][h][0] = v.x;
+                    B.w[1][i][h][0] = v.y;
+                } else {
+                    B.w[0][i][h][0] = rp[t];
+                    B.w[1][i][h][0] = rp[4 + t];   /* past ge: the slot's zeros, never used */
+                }
+            } else if constexpr (W == 2) {
+                const uint2 v = *(const uint2 *)(rp + 2 * t);
+                B.w[0][i][h][0] = v.x;
+                B.w[0][i][h][1] = v.y;
+            } else {
+#pragma unroll
+                for (int q = 0; q < W; q += 4) {
+                    const uint4 v = *(const uint4 *)(rp + qt_swz<W>(rho, qt_word<W>(t, q) >> 2) * 4);
+                    B.w[0][i][h][q] = v.x; B.w[0][i][h][q + 1] = v.y; B.w[0][i][h][q + 2] = v.z; B.w[0][i][h][q + 3] = v.w;
+                }
+            }
+        }
+}
+
+/* qt_tile through the ring: acc += this lane's sums of NTL tiles over groups [gb, ge). The caller
+ * started the ring (qt_ring_start: batches 0..SL-1) and put batch 0's params in A. */
+template <int BITS, int W, int NTL, int NB, int U, int SL>
+__device__ __forceinline__ void qt_tile_ring(qt_buf<W, NTL, U> &A, const qt_rows<NTL> &R, const qt_stg<W, NTL> &S,
+                                             uint32_t *ring, int sd, int gb, int ge, const __half2 *const *xq,
+                                             const float *const *xsum, int g, int t, int lane, float (*acc)[4],
+                                             int pair) {
+    constexpr int SW = qt_slotw<W, NTL>();
+    const int nbat = (ge - gb + U - 1) / U;
+    qt_buf<W, NTL, U> B;
+    cb_cp_wait<SL - 1>();
+    __syncwarp();
+    qt_ring_codes<BITS, W, NTL, U>(A, ring, g, t, gb, ge, pair);
+    for (int b = 0; b < nbat; b += 2) {
+        /* the committed groups here: SL + b; batch b + 1's is the (b + 2)-th */
+        if (b + 1 < nbat) {
+            cb_cp_wait<SL - 2>();
+            __syncwarp();
+            qt_ring_codes<BITS, W, NTL, U>(B, ring + ((b + 1) % SL) * SW, g, t, gb + (b + 1) * U, ge, pair);
+            qt_load_params<BITS, W, NTL, U>(B, R, sd, gb + (b + 1) * U, ge);
+        }
+        __syncwarp();   /* slot b % SL read by every lane: refill it with batch b + SL */
+        if (b + SL < nbat) qt_issue<W, NTL>(ring + (b % SL) * SW, S, lane, gb + (b + SL) * U, ge);
+        else cb_cp_commit();
+        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, gb + b * U, ge, acc, pair);
+        if (b + 1 >= nbat) break;
+        if (b + 2 < nbat) {
+            cb_cp_wait<SL - 2>();
+            __syncwarp();
+            qt_ring_codes<BITS, W, NTL, U>(A, ring + ((b + 2) % SL) * SW, g, t, gb + (b + 2) * U, ge, pair);
+            qt_load_params<BITS, W, NTL, U>(A, R, sd, gb + (b + 2) * U, ge);
+        }
+        __syncwarp();
+        if (b + 1 + SL < nbat) qt_issue<W, NTL>(ring + ((b + 1) % SL) * SW, S, lane, gb + (b + 1 + SL) * U, ge);
+        else cb_cp_commit();
+        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, gb + (b + 1) * U, ge, acc, pair);
     }
 }
 
