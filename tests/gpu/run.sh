@@ -11,8 +11,6 @@
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
 #   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
 #   ops-flash   the attention ops (--quick) on the prefill kernels the defaults do not take
-#   ops-qt      the quantized tensor-core GEMVs' ops (--quick) with their direct loads, and the
-#               ring's logits = the direct loads' on four quantized fixtures
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
 #   snapshot    .gpu/tests/test_snapshot with CINFER_TEST_DEVICE=cuda: hybrid cache snapshots kept
@@ -104,19 +102,6 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
 step ops-flash 120 ops_flash.log bash -c "
   for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0'; do
     for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
-  done"
-
-# ---- ops-qt: the tensor-core GEMVs of quantized weights with their codes loaded directly, not
-# through the ring (quant_mma.cuh; ops-alt turns those kernels off altogether), and the ring's
-# logits = the direct loads' byte for byte on MLX 4- / 8-bit, mxfp4 and FP4-expert fixtures ----
-step ops-qt 120 ops_qt.log bash -c "
-  for o in 'cuda q' 'moe_experts q'; do CINFER_CUDA_QT_RING=0 .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
-  for f in mlx_qwen3_moe_4bit mlx_qwen3_8bit_tied mlx_llama_mxfp4 deepseek_v4_fp8; do
-    for r in 0 1; do
-      CINFER_CUDA_QT_RING=\$r .gpu/cinfer logits --model tests/fixtures/\$f --tokens 1,5,9,22,7,3,11,40 --out /tmp/qt_ring\$r.f32 \
-        --step --device cuda > /dev/null || exit 1
-    done
-    if cmp -s /tmp/qt_ring0.f32 /tmp/qt_ring1.f32; then echo \"PASS qt ring = direct loads: \$f\"; else echo \"FAIL qt ring != direct loads: \$f\"; fi
   done"
 
 # ---- batch: a batched decode step (per-row caches, graph replay) = each row alone ----

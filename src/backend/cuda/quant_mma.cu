@@ -31,7 +31,6 @@ struct qt_args {
     float limit;                 /* SwiGLU: the clamp of gate and up when > 0 (moe_act's) */
     int count, op, n, K, ng, sd, es, ks;
     int pair;                    /* qt_load's pair loads (W = 1) */
-    int ring;                    /* the codes through the ring (quant_mma.cuh), at the end of the shared memory */
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
@@ -42,7 +41,7 @@ struct qt_args {
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
-template <int BITS, int W, int NTL, int NB, int NW, bool RING>
+template <int BITS, int W, int NTL, int NB, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
@@ -54,11 +53,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     const int tpb = NW / a.ks, kp = warp % a.ks;
     const int64_t nbt = (a.ntiles + tpb - 1) / tpb;
     const int gb = kp * a.ng / a.ks, ge = (kp + 1) * a.ng / a.ks;
-    constexpr int SL = qt_slots<W, NTL, NW>();
-    uint32_t *ring = qt_ring_at(red + NW * NTL * 128) + warp * SL * qt_slotw<W, NTL>();
     qt_buf<W, NTL, U> A;
     qt_rows<NTL> R;
-    qt_stg<W, NTL> S;
     int mi = 0;
     int64_t r0 = 0;
     bool live = false;
@@ -72,23 +68,13 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         if (NTL == 1)
             while (mi < a.count - 1 && tl >= a.tiles[mi]) tl -= a.tiles[mi++];
         r0 = tl * 16;
-        const uint8_t *cm[NTL];
-        int64_t rm[NTL];
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = NTL == 1 ? mi : i;
-            cm[i] = a.codes[m] + gi * a.gcode;
-            rm[i] = a.rows[m];
-            qt_row_ptrs(cm[i], a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m], qt_cbits(BITS), a.K, a.ng,
-                        a.es, r0, g, R.c[i], R.s[i], R.b[i]);
+            qt_row_ptrs(a.codes[m] + gi * a.gcode, a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m],
+                        qt_cbits(BITS), a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
-        if constexpr (RING) {
-            qt_stg_rows<W, NTL>(S, cm, rm, qt_cbits(BITS), a.K, r0, lane);
-            qt_ring_start<W, NTL, SL>(ring, S, lane, gb, ge);
-            qt_load_params<BITS, W, NTL, U>(A, R, a.sd, gb, ge);
-        } else {
-            qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
-        }
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     pdl_enter();
@@ -107,11 +93,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if constexpr (RING) {
-            if (live) qt_tile_ring<BITS, W, NTL, NB, U, SL>(A, R, S, ring, a.sd, gb, ge, xq, xsm, g, t, lane, acc, a.pair);
-        } else {
-            if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
-        }
+        if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp) continue;
         const int64_t rows = a.rows[mi], ldy = a.ldy ? a.ldy : rows;
@@ -174,18 +156,13 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
-#define QT_GO_R(BI, WW, NN, BB, NWW, RR)                                                                      \
+#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
     do {                                                                                                      \
-        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW, RR>;                              \
+        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;                                  \
         qt_optin(k_);                                                                                         \
         const int gx_ = qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks * groups) / groups;                 \
         const dim3 grid((unsigned)(gx_ > 0 ? gx_ : 1), (unsigned)groups);                                     \
-        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW, RR>, grid, blk, smem, a);                          \
-    } while (0)
-#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
-    do {                                                                                                      \
-        if (a.ring) QT_GO_R(BI, WW, NN, BB, NWW, qt_ring_ok(WW, NN));                                        \
-        else QT_GO_R(BI, WW, NN, BB, NWW, false);                                                             \
+        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
     } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
@@ -204,11 +181,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     float *const xn0 = a.xn_out;
     for (int t0 = 0; t0 < n; t0 += chunk) {
         const int nn = n - t0 < chunk ? n - t0 : chunk;
-        size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
-        /* the ring where it fits beside this launch's staged rows (the same bits either way) */
-        const int wk = bits == QT_E4M3 ? 8 : bits == QT_E2M1 ? 1 : W;   /* the kernel's W (QT_GO_W) */
-        a.ring = qt_ring_on() && qt_ring_ok(wk, ntl) && smem + qt_ring_bytes(wk, ntl, nw) <= QT_SMEM_MAX;
-        if (a.ring) smem += qt_ring_bytes(wk, ntl, nw);
+        const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
         a.n = nn;
         a.x = x + (size_t)t0 * a.ldx;
         if (xn0) a.xn_out = xn0 + (size_t)t0 * K;
@@ -225,7 +198,6 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
         }
     }
 #undef QT_GO_W
-#undef QT_GO_R
 #undef QT_GO
     return 1;
 }

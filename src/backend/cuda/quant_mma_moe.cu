@@ -40,11 +40,10 @@ struct qt_moe_args {
     float *out;        /* [n, X] */
     int X, I, K, sd, es, acc, ks, kparts, rblk;
     int pair;          /* qt_load's pair loads (W = 1) */
-    int ring, ring_dn; /* gate+up's, down's codes through the ring (quant_mma.cuh), at the end of the shared memory */
     float limit;
 };
 
-template <int BITS, int W, int NTL, bool RING>
+template <int BITS, int W, int NTL>
 __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
@@ -56,37 +55,24 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     const int tpb = QT_WARPS / a.ks, kp = warp % a.ks;
     const int ntiles = (a.I + 15) / 16, nb = (ntiles + tpb - 1) / tpb;
     const int gb = kp * ng / a.ks, ge = (kp + 1) * ng / a.ks;
-    constexpr int SL = qt_slots<W, NTL, QT_WARPS>();
-    uint32_t *ring = qt_ring_at(red + QT_WARPS * NTL * 128) + warp * SL * qt_slotw<W, NTL>();
     pdl_enter();
     const int e = a.sel[p], tk = p / a.K;
     qt_buf<W, NTL, U> A;
     qt_rows<NTL> R;
-    qt_stg<W, NTL> S;
     int tile = 0;
     bool live = false;
     auto setup = [&](int bt) {   /* the rows of block tile bt, and their first batch's loads */
         tile = bt * tpb + warp / a.ks;
         live = tile < ntiles;
         if (!live) return;
-        const uint8_t *cm[NTL];
-        int64_t rm[NTL];
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             const int m = 3 * e + (NTL == 2 ? i : 1);   /* gate (i = 0), up */
-            cm[i] = a.codes[m];
-            rm[i] = a.I;
             qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr,
                         a.srow0[m], a.rblk, a.I, qt_cbits(BITS), K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i],
                         R.b[i]);
         }
-        if constexpr (RING) {
-            qt_stg_rows<W, NTL>(S, cm, rm, qt_cbits(BITS), K, (int64_t)tile * 16, lane);
-            qt_ring_start<W, NTL, SL>(ring, S, lane, gb, ge);
-            qt_load_params<BITS, W, NTL, U>(A, R, a.sd, gb, ge);
-        } else {
-            qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
-        }
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
@@ -97,11 +83,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
         float acc[NTL][4];
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-        if constexpr (RING) {
-            if (live) qt_tile_ring<BITS, W, NTL, 1, U, SL>(A, R, S, ring, a.sd, gb, ge, xq, xsm, g, t, lane, acc, a.pair);
-        } else {
-            if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
-        }
+        if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
         if (!live || kp || t) continue;
 #pragma unroll
@@ -116,7 +98,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
 /* 2 blocks an SM at 16 warps (64 registers): the V4-Flash shape's 256 blocks in one wave, where
  * the 66 registers of one block an SM made two (ncu, 2026-12-03: 25% occupancy); the MLX 4-bit
  * groups of 32 and 128 instantiations spill 20-68 bytes at that bound. */
-template <int BITS, int W, int NW, bool RING>
+template <int BITS, int W, int NW>
 __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
@@ -127,12 +109,9 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t r0 = (int64_t)blockIdx.x * 16;
     const int items = a.K * a.kparts;
-    constexpr int SL = qt_slots<W, 1, NW>();
-    uint32_t *ring = qt_ring_at(red + NW * 16) + warp * SL * qt_slotw<W, 1>();
     pdl_enter();
     qt_buf<W, 1, U> A;
     qt_rows<1> R;
-    qt_stg<W, 1> S;
     int k = 0, gb = 0, ge = 0;
     auto setup = [&](int it) {   /* item it = (expert slot k, part): its rows and first batch's loads */
         k = it / a.kparts;
@@ -141,15 +120,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         ge = (kp + 1) * ng / a.kparts;
         qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
                     a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
-        if constexpr (RING) {
-            const uint8_t *cm[1] = { a.codes[m] };
-            const int64_t rm[1] = { a.X };
-            qt_stg_rows<W, 1>(S, cm, rm, qt_cbits(BITS), K, r0, lane);
-            qt_ring_start<W, 1, SL>(ring, S, lane, gb, ge);
-            qt_load_params<BITS, W, 1, U>(A, R, a.sd, gb, ge);
-        } else {
-            qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge, a.pair);
-        }
+        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
@@ -159,8 +130,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         float part[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
         const __half2 *xq[1] = { xs + (size_t)(2 * k + (g & 1)) * rs };
         const float *xsm[1] = { xsum + k * ng };
-        if constexpr (RING) qt_tile_ring<BITS, W, 1, 1, U, SL>(A, R, S, ring, a.sd, gb, ge, xq, xsm, g, t, lane, part, a.pair);
-        else qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part, a.pair);
+        qt_tile<BITS, W, 1, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, part, a.pair);
         const float wk = a.wt[tk * a.K + k];
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
@@ -192,12 +162,6 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     const int dnw = qt_dn_warps();
     const size_t smem_dn = (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
-    /* each kernel's ring where it fits (the same bits either way) */
-    const int wk = bt == QT_E4M3 ? 8 : bt == QT_E2M1 ? 1 : W;
-    const size_t ring_gu = qt_ring_bytes(wk, ntl, QT_WARPS), ring_dn = qt_ring_bytes(wk, 1, dnw);
-    a.ring = qt_ring_on() && qt_ring_ok(wk, ntl) && smem_gu + ring_gu <= QT_SMEM_MAX;
-    a.ring_dn = qt_ring_on() && qt_ring_ok(wk, 1) && smem_dn + ring_dn <= QT_SMEM_MAX;
-    const size_t sgu = smem_gu + (a.ring ? ring_gu : 0), sdn = smem_dn + (a.ring_dn ? ring_dn : 0);
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
     /* down: items (expert, part) over the block's dnw warps, the parts (of at least 2 groups)
@@ -225,20 +189,10 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     } while (0)
 #define QT_MOE(BI, WW)                                                                                        \
     do {                                                                                                      \
-        if (relu2) {                                                                                          \
-            if (a.ring) QT_SET((qt_gu_kernel<BI, WW, 1, qt_ring_ok(WW, 1)>), gg, blk, sgu);                   \
-            else QT_SET((qt_gu_kernel<BI, WW, 1, false>), gg, blk, sgu);                                      \
-        } else {                                                                                              \
-            if (a.ring) QT_SET((qt_gu_kernel<BI, WW, 2, qt_ring_ok(WW, 2)>), gg, blk, sgu);                   \
-            else QT_SET((qt_gu_kernel<BI, WW, 2, false>), gg, blk, sgu);                                      \
-        }                                                                                                     \
-        if (dnw == 16) {                                                                                      \
-            if (a.ring_dn) QT_SET((qt_dn_kernel<BI, WW, 16, qt_ring_ok(WW, 1)>), gd, dim3(32 * dnw), sdn);    \
-            else QT_SET((qt_dn_kernel<BI, WW, 16, false>), gd, dim3(32 * dnw), sdn);                          \
-        } else {                                                                                              \
-            if (a.ring_dn) QT_SET((qt_dn_kernel<BI, WW, 8, qt_ring_ok(WW, 1)>), gd, dim3(32 * dnw), sdn);     \
-            else QT_SET((qt_dn_kernel<BI, WW, 8, false>), gd, dim3(32 * dnw), sdn);                           \
-        }                                                                                                     \
+        if (relu2) QT_SET((qt_gu_kernel<BI, WW, 1>), gg, blk, smem_gu);                                       \
+        else QT_SET((qt_gu_kernel<BI, WW, 2>), gg, blk, smem_gu);                                             \
+        if (dnw == 16) QT_SET((qt_dn_kernel<BI, WW, 16>), gd, dim3(32 * dnw), smem_dn);                      \
+        else QT_SET((qt_dn_kernel<BI, WW, 8>), gd, dim3(32 * dnw), smem_dn);                                 \
     } while (0)
     if (bt == QT_E4M3) QT_MOE(QT_E4M3, 8);
     else if (bt == QT_E2M1) QT_MOE(QT_E2M1, 1);
