@@ -131,11 +131,30 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
             nscale[threadIdx.x] = (float)(1.0 / sqrt((double)tot / (double)C + (double)a.eps));
         }
         __syncthreads();
-        if (a.xn_out && blockIdx.x == 0)   /* the same products as where the rows are read below */
-            for (int i = threadIdx.x; i < a.n * C; i += WARPS * 32) {
-                const int t = i / C, c = i - t * C;
-                a.xn_out[i] = a.x[i] * nscale[t] * a.norm_w[c];
+        if (a.xn_out && blockIdx.x == 0) {   /* the same products as where the rows are read below */
+            /* in rounds of XU elements a thread, loads first: one element at a time, each store
+             * kept the next element's loads behind it (block 0 took ~16 dependent L2 round trips
+             * for a 2048-wide row, the whole of a MoE router's 0.5 MB GEMV twice over) */
+            constexpr int XU = 8;
+            const int tot = a.n * C;
+            for (int i0 = threadIdx.x; i0 < tot; i0 += XU * WARPS * 32) {
+                float xv[XU], wv[XU];
+#pragma unroll
+                for (int u = 0; u < XU; u++) {
+                    const int i = i0 + u * WARPS * 32;
+                    if (i >= tot) break;
+                    const int t = i / C;
+                    xv[u] = a.x[i];
+                    wv[u] = a.norm_w[i - t * C];
+                }
+#pragma unroll
+                for (int u = 0; u < XU; u++) {
+                    const int i = i0 + u * WARPS * 32;
+                    if (i >= tot) break;
+                    a.xn_out[i] = xv[u] * nscale[i / C] * wv[u];
+                }
             }
+        }
     }
     if (!live) return;
     float acc[S][NT];
