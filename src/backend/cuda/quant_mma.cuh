@@ -158,7 +158,6 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         for (int tok = 0; tok < ntok; tok++) {
             const float *xr = x + tok * xs_stride;
             float ss = 0.0f;
-#pragma unroll 4
             for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
             ss = q_warp_sum(ss);
             if (lane == 0) part[warp][tok] = ss;
@@ -171,85 +170,40 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         }
         __syncthreads();
     }
-    /* The pairs, then the group sums, each in rounds of SU (SC) items a thread (a warp) whose loads
-     * are all issued before any of them is used: a decode's x row (and norm weights) is a few
-     * round trips to L2, not one per item (the stores between items kept the compiler from
-     * hoisting the next item's loads). The arithmetic and its order are those of one item at a
-     * time. */
-    constexpr int SU = 2;
-    const int npair = ntok * half;
-    for (int i0 = threadIdx.x; i0 < npair; i0 += SU * blockDim.x) {
-        float av[SU], bv[SU], wa[SU], wb[SU];
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int i = i0 + u * blockDim.x;
-            if (i >= npair) break;
-            const int tok = i / half, j = i - tok * half;
-            const int G = j / PPG, rem = j - G * PPG;
-            const int q8 = rem >> 1;   /* 8-bit: the lane word tW + w the pair belongs to */
-            const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
-                                        : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
-            const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
-            const float *xr = x + tok * xs_stride;
-            av[u] = xr[ka];
-            bv[u] = xr[kb];
-            if (norm_w) {
-                wa[u] = __ldg(norm_w + ka);
-                wb[u] = __ldg(norm_w + kb);
+    for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
+        const int tok = i / half, j = i - tok * half;
+        const int G = j / PPG, rem = j - G * PPG;
+        const int q8 = rem >> 1;   /* 8-bit: the lane word tW + w the pair belongs to */
+        const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
+                                    : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
+        const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
+        const float *xr = x + tok * xs_stride;
+        float a = xr[ka], b = xr[kb];
+        if (norm_w) {
+            a = a * nsc[tok] * __ldg(norm_w + ka);
+            b = b * nsc[tok] * __ldg(norm_w + kb);
+            if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
+                xn_out[(int64_t)tok * K + ka] = a;
+                xn_out[(int64_t)tok * K + kb] = b;
             }
         }
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int i = i0 + u * blockDim.x;
-            if (i >= npair) break;
-            const int tok = i / half, j = i - tok * half;
-            float a = av[u], b = bv[u];
-            if (norm_w) {
-                a = a * nsc[tok] * wa[u];
-                b = b * nsc[tok] * wb[u];
-                if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
-                    const int G = j / PPG, rem = j - G * PPG, q8 = rem >> 1;
-                    const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
-                                                : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
-                    const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
-                    xn_out[(int64_t)tok * K + ka] = a;
-                    xn_out[(int64_t)tok * K + kb] = b;
-                }
-            }
-            const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
-            const float2 hf = __half22float2(hi);
-            xs[2 * tok * rs + j] = hi;
-            xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
-        }
+        const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
+        const float2 hf = __half22float2(hi);
+        xs[2 * tok * rs + j] = hi;
+        xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
     }
-    constexpr int QG = GS / 32;   /* a lane's columns of a group */
-    const int nsum = xsum ? ntok * ng : 0;   /* fp8: no biases, no sums */
-    constexpr int SC = 4 / QG > 1 ? 4 / QG : 1;   /* QT_SU's for the sums: SC·QG values a lane (4) */
-    for (int it0 = warp; it0 < nsum; it0 += SC * nw) {
-        float v[SC][QG], wv[SC][QG];
+    for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
+        const int tok = it / ng, G = it - tok * ng;
+        const float *xr = x + tok * xs_stride + GS * G;
+        float s = 0.0f;
 #pragma unroll
-        for (int u = 0; u < SC; u++) {
-            const int it = it0 + u * nw;
-            if (it >= nsum) break;
-            const int tok = it / ng, G = it - tok * ng;
-            const float *xr = x + tok * xs_stride + GS * G;
-#pragma unroll
-            for (int q = 0; q < QG; q++) {
-                v[u][q] = xr[32 * q + lane];
-                if (norm_w) wv[u][q] = __ldg(norm_w + GS * G + 32 * q + lane);
-            }
+        for (int q = 0; q < GS / 32; q++) {
+            float v = xr[32 * q + lane];
+            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + GS * G + 32 * q + lane);
+            s += v;
         }
-#pragma unroll
-        for (int u = 0; u < SC; u++) {
-            const int it = it0 + u * nw;
-            if (it >= nsum) break;
-            const int tok = it / ng;
-            float s = 0.0f;
-#pragma unroll
-            for (int q = 0; q < QG; q++) s += norm_w ? v[u][q] * nsc[tok] * wv[u][q] : v[u][q];
-            s = q_warp_sum(s);
-            if (lane == 0) xsum[it] = s;
-        }
+        s = q_warp_sum(s);
+        if (lane == 0) xsum[it] = s;
     }
     __syncthreads();
 }
