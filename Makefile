@@ -6,7 +6,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
-.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage install
+.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage gpu-stage-lineinfo install
 
 all: build
 
@@ -54,5 +54,13 @@ gpu-stage: build
 	@cmake --build build-sass --target cinfer_cuda -j$$(nproc) >/dev/null
 	@STAGE_CUDA_LIB=build-sass/libcinfer_cuda.so bash tests/gpu/stage.sh build
 
+# The same stage with line tables in the kernels (nvcc -lineinfo: the same code, ncu's source
+# view and stall sampling per CUDA line), from its own tree so neither rebuilds the other.
+gpu-stage-lineinfo: build
+	@cmake -S . -B build-lineinfo -DCINFER_CUDA_ARCH="-gencode=arch=compute_90,code=sm_90" \
+		-DCINFER_CUDA_EXTRA_FLAGS=-lineinfo >/dev/null
+	@cmake --build build-lineinfo --target cinfer_cuda -j$$(nproc) >/dev/null
+	@STAGE_CUDA_LIB=build-lineinfo/libcinfer_cuda.so bash tests/gpu/stage.sh build
+
 clean:
-	rm -rf build build-asan build-fuzz build-sass .gpu .gpuz
+	rm -rf build build-asan build-fuzz build-sass build-lineinfo .gpu .gpuz
