@@ -54,13 +54,16 @@ gpu-stage: build
 	@cmake --build build-sass --target cinfer_cuda -j$$(nproc) >/dev/null
 	@STAGE_CUDA_LIB=build-sass/libcinfer_cuda.so bash tests/gpu/stage.sh build
 
-# The same stage with line tables in the kernels (nvcc -lineinfo: the same code, ncu's source
-# view and stall sampling per CUDA line), from its own tree so neither rebuilds the other.
+# The same code with line tables in the kernels of LINEINFO's files (nvcc -lineinfo: ncu's source
+# view and stall sampling per CUDA line; default the quantized GEMVs, gemv.cu and moe.cu; "all"
+# packs to ~11 MiB, more than fits beside the tree), from its own tree so neither rebuilds the
+# other; cinfer and the libraries only (STAGE_TESTS=0).
+LINEINFO ?= quant_mma;quant_mma_moe;gemv;moe
 gpu-stage-lineinfo: build
 	@cmake -S . -B build-lineinfo -DCINFER_CUDA_ARCH="-gencode=arch=compute_90,code=sm_90" \
-		-DCINFER_CUDA_EXTRA_FLAGS=-lineinfo >/dev/null
+		-DCINFER_CUDA_LINEINFO="$(LINEINFO)" >/dev/null
 	@cmake --build build-lineinfo --target cinfer_cuda -j$$(nproc) >/dev/null
-	@STAGE_CUDA_LIB=build-lineinfo/libcinfer_cuda.so bash tests/gpu/stage.sh build
+	@STAGE_TESTS=0 STAGE_CUDA_LIB=build-lineinfo/libcinfer_cuda.so bash tests/gpu/stage.sh build
 
 clean:
 	rm -rf build build-asan build-fuzz build-sass build-lineinfo .gpu .gpuz

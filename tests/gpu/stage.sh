@@ -18,6 +18,8 @@
 # Usage: tests/gpu/stage.sh [BUILD_DIR]   (default build). Then run on the device, from the
 # repository root, with .gpu carried: bash tests/gpu/run.sh. STAGE_CUDA_LIB: a
 # libcinfer_cuda.so to stage instead of BUILD_DIR's (make gpu-stage: an sm_90-only build).
+# STAGE_TESTS=0: cinfer and the libraries only (make gpu-stage-lineinfo: a library with line
+# tables packs to ~8 MiB, and with the tests the stage would not fit beside the tree).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
@@ -27,10 +29,13 @@ done
 rm -rf .gpu
 mkdir -p .gpu/lib .gpu/tests
 cp "$B/cinfer" "${STAGE_CUDA_LIB:-$B/libcinfer_cuda.so}" .gpu/
-cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" "$B/tests/test_snapshot" .gpu/tests/
-for b in "$B"/bench_*; do [ -x "$b" ] && cp "$b" .gpu/; done
-bins=(.gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax .gpu/tests/test_paged .gpu/tests/test_snapshot)
-for b in .gpu/bench_*; do [ -f "$b" ] && bins+=("$b"); done
+bins=(.gpu/cinfer .gpu/libcinfer_cuda.so)
+if [ "${STAGE_TESTS:-1}" != 0 ]; then
+  cp "$B/tests/test_cuda_ops" "$B/tests/test_batch_argmax" "$B/tests/test_paged" "$B/tests/test_snapshot" .gpu/tests/
+  for b in "$B"/bench_*; do [ -x "$b" ] && cp "$b" .gpu/; done
+  bins+=(.gpu/tests/test_cuda_ops .gpu/tests/test_batch_argmax .gpu/tests/test_paged .gpu/tests/test_snapshot)
+  for b in .gpu/bench_*; do [ -f "$b" ] && bins+=("$b"); done
+fi
 
 # "name => /path (0x...)" lines of ldd; a base system has the ones skipped here.
 for b in "${bins[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
