@@ -149,6 +149,15 @@ typedef struct {
 
 _Thread_local int cpu_pf_dist = 1024;
 int cpu_pf_next_tile;
+/* 16-bit weights with at most this many token rows take the decode tiles (CPU_TILE_T tokens a
+ * pass over a row tile, its weights from L1 after the first) instead of the prefill's blocks,
+ * whose per-chunk conversion of the weights to f32 is paid for a few tokens only: the same sums
+ * in the same order (the one matmul order of every batch size), so the same bits
+ * (`cinfer logits` cmp-identical). Measured on the Zen 5 (bench/RESULTS.md, twenty-second
+ * session): Qwen3-0.6B bf16 prefill of 12 / 16 / 32 tokens 1.7-2.1x / 1.5x / 1.1-1.2x on one
+ * thread, level at 48, slower at 64; a 128-token Qwen3-30B-A3B prefill (its experts see ~8 rows
+ * each) +3-12%. CINFER_CPU_ROWS_N (4..4096) overrides it for measuring. */
+static int cpu_rows_max_n = 32;
 
 static void par_task(void *c, int s) {
     par_ctx *pc = c;
@@ -207,7 +216,8 @@ static void tile_rows(int64_t rr[CPU_TILE_R], int64_t r, int64_t r_end) {
 
 /* A decode tile the prefill way (what mat_tile declined): each chunk converted to f32 in
  * the slot's pack buffer, one f32_tile, chunk sums added: the summation order itself. */
-static void tile_by_chunks(const mm_ctx *m, const int64_t rr[CPU_TILE_R], cpu_slot *slot, float *out) {
+static void tile_by_chunks(const mm_ctx *m, const int64_t rr[CPU_TILE_R], int T, const float *x, cpu_slot *slot,
+                           float *out) {
     const ci_mat *W = m->W;
     const int64_t cols = W->cols;
     const float *w[CPU_TILE_R];
@@ -223,8 +233,8 @@ static void tile_by_chunks(const mm_ctx *m, const int64_t rr[CPU_TILE_R], cpu_sl
             else m->k->row_f32(W, rr[i], c0, c0 + kc, slot->pack + i * KC);
             w[i] = slot->pack + i * KC;
         }
-        m->k->f32_tile(w, kc, m->n, m->x + c0, cols, part);
-        for (int i = 0; i < m->n * CPU_TILE_R; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
+        m->k->f32_tile(w, kc, T, x + c0, cols, part);
+        for (int i = 0; i < T * CPU_TILE_R; i++) out[i] = c0 == 0 ? part[i] : out[i] + part[i];
     }
 }
 
@@ -236,13 +246,19 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
         tile_rows(rr, r, r1);
-        int ok = m->xb ? m->k->bf16_tile(m->W, rr, m->n, m->xb, cols, out)
-               : m->xsp ? m->qk->split_tile(m->W, rr, m->n, m->xsp, cols, out)
-               : m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, m->n, m->x, cols, out)
-                                       : m->k->mat_tile(m->W, rr, m->n, m->x, cols, out);
-        if (!ok) tile_by_chunks(m, rr, slot, out);
-        for (int t = 0; t < m->n; t++)
-            for (int i = 0; i < nr; i++) m->y[t * rows + r + i] = out[t * CPU_TILE_R + i];
+        /* token tiles of CPU_TILE_T (more than one only for cpu_rows_max_n's few-row
+         * prefills): the rows' weights come from memory for the first, from L1 after */
+        for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
+            const int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
+            const int64_t xo = (int64_t)t0 * cols;
+            int ok = m->xb ? m->k->bf16_tile(m->W, rr, T, m->xb + xo, cols, out)
+                   : m->xsp ? m->qk->split_tile(m->W, rr, T, m->xsp + xo, cols, out)
+                   : m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, T, m->x + xo, cols, out)
+                                           : m->k->mat_tile(m->W, rr, T, m->x + xo, cols, out);
+            if (!ok) tile_by_chunks(m, rr, T, m->x + xo, slot, out);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < nr; i++) m->y[(t0 + t) * rows + r + i] = out[t * CPU_TILE_R + i];
+        }
     }
 }
 
@@ -512,7 +528,10 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
 
 /* Whether a prepared matmul runs as row items (mm_rows_item): decode tiles or int16
  * activations; else it is a prefill. */
-static int mm_by_rows(const mm_ctx *m) { return m->i16 || m->n <= CPU_TILE_T; }
+static int mm_by_rows(const mm_ctx *m) {
+    return m->i16 || m->n <= CPU_TILE_T ||
+           (m->n <= cpu_rows_max_n && !m->split && !m->xb && (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
+}
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
     if (((mm_ctx *)c)->i16) mm_i16_item(c, it, slot);
@@ -1194,6 +1213,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     amd = __builtin_cpu_is("amd");
 #endif
     cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : amd;
+    const char *rn = getenv("CINFER_CPU_ROWS_N");
+    if (rn && atoi(rn) >= CPU_TILE_T && atoi(rn) <= 4096) cpu_rows_max_n = atoi(rn);
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->k = k;
