@@ -156,7 +156,9 @@ int cpu_pf_next_tile;
  * (`cinfer logits` cmp-identical). Measured on the Zen 5 (bench/RESULTS.md, twenty-second
  * session): Qwen3-0.6B bf16 prefill of 12 / 16 / 32 tokens 1.7-2.1x / 1.5x / 1.1-1.2x on one
  * thread, level at 48, slower at 64; a 128-token Qwen3-30B-A3B prefill (its experts see ~8 rows
- * each) +3-12%. CINFER_CPU_ROWS_N (4..4096) overrides it for measuring. */
+ * each) +3-12%. Not fp8: its decode tile (a block scale per element) made a 32-token prefill of
+ * Qwen3-0.6B dims in fp8 slower (172 -> 119 tok/s), 16 level. CINFER_CPU_ROWS_N (4..4096)
+ * overrides the cut-off for measuring. */
 static int cpu_rows_max_n = 32;
 
 static void par_task(void *c, int s) {
