@@ -149,11 +149,13 @@ typedef struct {
 
 _Thread_local int cpu_pf_dist = 1024;
 int cpu_pf_next_tile;
-/* 16-bit weights with at most this many token rows take the decode tiles (CPU_TILE_T tokens a
- * pass over a row tile, its weights from L1 after the first) instead of the prefill's blocks,
- * whose per-chunk conversion of the weights to f32 is paid for a few tokens only: the same sums
- * in the same order (the one matmul order of every batch size), so the same bits
- * (`cinfer logits` cmp-identical). Measured on the Zen 5 (bench/RESULTS.md, twenty-second
+/* 16-bit weights, and 4-bit ones in split order, with at most this many token rows take the
+ * decode tiles (CPU_TILE_T tokens a pass over a row tile, its weights from L1 after the first)
+ * instead of the prefill's blocks, whose per-chunk conversion (unpacking) of the weights to f32
+ * is paid for a few tokens only: the same sums in the same order (the one matmul order of every
+ * batch size), so the same bits (`cinfer logits` cmp-identical). MLX 4-bit Qwen3-30B-A3B dims
+ * (4 layers), prefill of 16 / 32 / 64 tokens: 1.35-1.44x / 1.31-1.37x / 1.19-1.25x on one and two
+ * threads. Measured on the Zen 5 (bench/RESULTS.md, twenty-second
  * session): Qwen3-0.6B bf16 prefill of 12 / 16 / 32 tokens 1.7-2.1x / 1.5x / 1.1-1.2x on one
  * thread, level at 48, slower at 64; a 128-token Qwen3-30B-A3B prefill (its experts see ~8 rows
  * each) +3-12%. Not fp8: its decode tile (a block scale per element) made a 32-token prefill of
@@ -532,7 +534,7 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
  * activations; else it is a prefill. */
 static int mm_by_rows(const mm_ctx *m) {
     return m->i16 || m->n <= CPU_TILE_T ||
-           (m->n <= cpu_rows_max_n && !m->split && !m->xb && (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
+           (m->n <= cpu_rows_max_n && !m->xb && (m->split || m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
 }
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
