@@ -534,7 +534,8 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
  * activations; else it is a prefill. */
 static int mm_by_rows(const mm_ctx *m) {
     return m->i16 || m->n <= CPU_TILE_T ||
-           (m->n <= cpu_rows_max_n && !m->xb && (m->split || m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
+           (m->n <= cpu_rows_max_n && !m->xb &&
+            ((m->split && m->qk->split_tile) || m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
 }
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
