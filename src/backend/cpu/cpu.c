@@ -153,14 +153,13 @@ int cpu_pf_next_tile;
  * decode tiles (CPU_TILE_T tokens a pass over a row tile, its weights from L1 after the first)
  * instead of the prefill's blocks, whose per-chunk conversion (unpacking) of the weights to f32
  * is paid for a few tokens only: the same sums in the same order (the one matmul order of every
- * batch size), so the same bits (`cinfer logits` cmp-identical). MLX 4-bit Qwen3-30B-A3B dims
- * (4 layers), prefill of 16 / 32 / 64 tokens: 1.35-1.44x / 1.31-1.37x / 1.19-1.25x on one and two
- * threads. Measured on the Zen 5 (bench/RESULTS.md, twenty-second
- * session): Qwen3-0.6B bf16 prefill of 12 / 16 / 32 tokens 1.7-2.1x / 1.5x / 1.1-1.2x on one
- * thread, level at 48, slower at 64; a 128-token Qwen3-30B-A3B prefill (its experts see ~8 rows
- * each) +3-12%. Not fp8: its decode tile (a block scale per element) made a 32-token prefill of
- * Qwen3-0.6B dims in fp8 slower (172 -> 119 tok/s), 16 level. CINFER_CPU_ROWS_N (4..4096)
- * overrides the cut-off for measuring. */
+ * batch size), so the same bits (`cinfer logits` cmp-identical). Measured on the Zen 5
+ * (bench/RESULTS.md, twenty-second session), prefill: Qwen3-0.6B bf16 of 12 / 16 / 32 tokens
+ * 1.7-2.1x / 1.5x / 1.1-1.2x on one thread, level at 48, slower at 64; the MLX 4-bit
+ * Qwen3-30B-A3B dims (4 layers) of 16 / 32 / 64 tokens 1.35-1.44x / 1.31-1.37x / 1.19-1.25x on
+ * one and two threads; its bf16 twin's 128 tokens (experts of ~8 rows) +3-12%. Not fp8: its
+ * decode tile (a block scale per element) made a 32-token prefill slower (172 -> 119 tok/s).
+ * CINFER_CPU_ROWS_N (4..4096) overrides the cut-off for measuring. */
 static int cpu_rows_max_n = 32;
 
 static void par_task(void *c, int s) {
@@ -1218,8 +1217,9 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     amd = __builtin_cpu_is("amd");
 #endif
     cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : amd;
-    const char *rn = getenv("CINFER_CPU_ROWS_N");
-    if (rn && atoi(rn) >= CPU_TILE_T && atoi(rn) <= 4096) cpu_rows_max_n = atoi(rn);
+    const char *rs = getenv("CINFER_CPU_ROWS_N");
+    const int rn = rs ? atoi(rs) : 0;
+    if (rn >= CPU_TILE_T && rn <= 4096) cpu_rows_max_n = rn;
     cpu_backend *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->k = k;
