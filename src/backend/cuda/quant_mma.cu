@@ -31,6 +31,7 @@ struct qt_args {
     float limit;                 /* SwiGLU: the clamp of gate and up when > 0 (moe_act's) */
     int count, op, n, K, ng, sd, es, ks;
     int pair;                    /* qt_load's pair loads (W = 1) */
+    int pv;                      /* the param window allowed (qt_pv_set) */
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
@@ -74,7 +75,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             qt_row_ptrs(a.codes[m] + gi * a.gcode, a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m],
                         qt_cbits(BITS), a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
-        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
+        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, a.ng);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     pdl_enter();
@@ -154,6 +156,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
     a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
+    a.pv = qt_pv_mode();
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
 #define QT_GO(BI, WW, NN, BB, NWW)                                                                            \

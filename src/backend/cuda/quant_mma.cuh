@@ -208,12 +208,56 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     __syncthreads();
 }
 
-/* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1) */
+/* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1); and,
+ * for affine codes with 16-bit params (pv, qt_pv_set), the lane's param window: lane t of a quad
+ * keeps one of the quad's four param rows (t = 0: scales of row g, 1: biases of row g, 2, 3: those
+ * of row g + 8) for 4 groups [4v, 4v + 4) in one 8-byte load, slot v & 1 (the next window loads
+ * while the last groups of this one are multiplied), and a group's four values reach the quad by
+ * shuffles (qt_pw_get). Each lane loading its own 2-byte params a group (4 loads a group, each
+ * touching 8 rows' sectors for 16 bytes) made 2/3 of a 4-bit GEMV's L1 sector requests. */
 template <int NTL>
 struct qt_rows {
     const uint32_t *c[NTL][2];
     const char *s[NTL][2], *b[NTL][2];
+    uint2 pw[2][NTL];
+    bool pv;
 };
+
+/* whether the tiles' params take the window (call after qt_row_ptrs): the launch lets them (pv,
+ * qt_pv_mode), affine codes, f16 / bf16 params (sd 1 / 2), 4 groups a row or a multiple (an
+ * aligned window never leaves its row) and every param row 8-byte aligned (row starts are ng·2
+ * bytes apart: the first row's tells) */
+template <int BITS, int NTL>
+__device__ __forceinline__ void qt_pv_set(qt_rows<NTL> &R, int pv, int sd, int ng) {
+    bool ok = pv && !qt_nobias(BITS) && (sd == 1 || sd == 2) && (ng & 3) == 0;
+#pragma unroll
+    for (int i = 0; i < NTL; i++)
+        ok = ok && (((uintptr_t)R.s[i][0] | (uintptr_t)R.b[i][0]) & 7) == 0;
+    R.pv = ok;
+}
+
+/* the window of group G (lanes' loads; see qt_rows) */
+template <int NTL>
+__device__ __forceinline__ void qt_pw_load(qt_rows<NTL> &R, int t, int G) {
+#pragma unroll
+    for (int i = 0; i < NTL; i++) {
+        const char *p = (t & 1 ? R.b[i][t >> 1] : R.s[i][t >> 1]) + (int64_t)(G & ~3) * 2;
+        R.pw[(G >> 2) & 1][i] = __ldg((const uint2 *)p);
+    }
+}
+
+/* tile i's params of group G from the quad's windows: scale and bias of rows g (s0, b0), g + 8 */
+template <int NTL>
+__device__ __forceinline__ void qt_pw_get(const qt_rows<NTL> &R, int i, int G, int sd, float &s0, float &b0, float &s1,
+                                          float &b1) {
+    const uint2 w = R.pw[(G >> 2) & 1][i];
+    const unsigned v = ((G & 2) ? w.y : w.x) >> (16 * (G & 1)) & 0xffffu;
+    const float f = sd == 2 ? __uint_as_float(v << 16) : __half2float(__ushort_as_half((unsigned short)v));
+    s0 = __shfl_sync(0xffffffffu, f, 0, 4);
+    b0 = __shfl_sync(0xffffffffu, f, 1, 4);
+    s1 = __shfl_sync(0xffffffffu, f, 2, 4);
+    b1 = __shfl_sync(0xffffffffu, f, 3, 4);
+}
 
 /* the loads of one batch of U groups starting at G0 (groups >= ge not loaded) */
 template <int W, int NTL, int U>
@@ -228,8 +272,16 @@ struct qt_buf {
  * zeroed (lanes 0, 1 hold group G0, lanes 2, 3 group G0 + 1). A batch of one group (a warp's
  * odd last) is loaded as without pair. */
 template <int BITS, int W, int NTL, int U>
-__device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int t, int G0, int ge,
+__device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, qt_rows<NTL> &R, int sd, int t, int G0, int gb, int ge,
                                         int pair) {
+    const bool pv = !qt_nobias(BITS) && R.pv;   /* params from the window (qt_rows), not B's */
+    if (pv) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int G = G0 + u;
+            if (G < ge && (G == gb || (G & 3) == 0)) qt_pw_load<NTL>(R, t, G);
+        }
+    }
     if constexpr (W == 1 && U == 2) {
         if (pair && G0 + 1 < ge) {
 #pragma unroll
@@ -238,7 +290,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
                 for (int h = 0; h < 2; h++) {
                     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(B.w[0][i][h][0]), "=r"(B.w[1][i][h][0])
                         : "l"(R.c[i][h] + G0 * 4 + 2 * t));
-                    if constexpr (BITS != QT_E2M1) {
+                    if (BITS != QT_E2M1 && !pv) {
                         B.s[0][i][h] = q_param(R.s[i][h], sd, G0);
                         B.s[1][i][h] = q_param(R.s[i][h], sd, G0 + 1);
                         if constexpr (!qt_nobias(BITS)) {
@@ -291,7 +343,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
                                                                                                  : q_param(R.s[i][h], sd, G);
                 } else if constexpr (BITS == QT_E2M1) {   /* mxfp4: an E8M0 scale a group, no bias (q_param's) */
                     B.s[u][i][h] = q_param(R.s[i][h], sd, G);
-                } else {
+                } else if (!pv) {
                     B.s[u][i][h] = q_param(R.s[i][h], sd, G);
                     B.b[u][i][h] = q_param(R.b[i][h], sd, G);
                 }
@@ -301,8 +353,20 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, const qt_rows<NTL>
 
 /* acc += the group's sums c (tile i, B set nb) in f32: scale (and bias · Σx) of load slot u */
 template <int BITS, int W, int NTL, int U, int NB>
-__device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, int u, const float (*c)[NB][4],
-                                         const float *const *xsum, int G, float (*acc)[4]) {
+__device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd, int u,
+                                         const float (*c)[NB][4], const float *const *xsum, int G, float (*acc)[4]) {
+    float ps[NTL][2], pb[NTL][2];   /* the group's scales and biases, rows g and g + 8 */
+    if constexpr (!qt_nobias(BITS)) {
+#pragma unroll
+        for (int i = 0; i < NTL; i++) {
+            if (R.pv) {
+                qt_pw_get<NTL>(R, i, G, sd, ps[i][0], pb[i][0], ps[i][1], pb[i][1]);
+            } else {
+                ps[i][0] = B.s[u][i][0]; ps[i][1] = B.s[u][i][1];
+                pb[i][0] = B.b[u][i][0]; pb[i][1] = B.b[u][i][1];
+            }
+        }
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
         if constexpr (BITS == QT_E2M1) {   /* the group's scale on the sum times 2^14 (qt_pair_e2m1), no bias */
@@ -324,8 +388,8 @@ __device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, int u, cons
         const float X = xsum[nb][G];
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
-            acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], fmaf(B.b[u][i][0], X, acc[i][2 * nb]));
-            acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], fmaf(B.b[u][i][1], X, acc[i][2 * nb + 1]));
+            acc[i][2 * nb] = fmaf(ps[i][0], c[i][nb][0] + c[i][nb][1], fmaf(pb[i][0], X, acc[i][2 * nb]));
+            acc[i][2 * nb + 1] = fmaf(ps[i][1], c[i][nb][2] + c[i][nb][3], fmaf(pb[i][1], X, acc[i][2 * nb + 1]));
         }
     }
 }
@@ -335,8 +399,9 @@ __device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, int u, cons
  * xq[nb], columns hi / lo of tokens 4nb..4nb+3), then s·(c_hi + c_lo) + b·Σx with Σx from
  * xsum[nb] (the lane's token's) */
 template <int BITS, int W, int NTL, int U, int NB>
-__device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __half2 *const *xq,
-                                           const float *const *xsum, int t, int G0, int ge, float (*acc)[4], int pair) {
+__device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const qt_rows<NTL> &R, int sd,
+                                           const __half2 *const *xq, const float *const *xsum, int t, int G0, int ge,
+                                           float (*acc)[4], int pair) {
     if constexpr (W == 1 && U == 2 && BITS != 8 && BITS != QT_E4M3) {
         if (pair && G0 + 1 < ge) {   /* qt_load's pair: words 2t, 2t + 1 of groups G0, G0 + 1 */
             float c0[NTL][NB][4], c1[NTL][NB][4];
@@ -373,8 +438,8 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                     }
                 }
             }
-            qt_apply<BITS, W, NTL, U, NB>(B, 0, c0, xsum, G0, acc);
-            qt_apply<BITS, W, NTL, U, NB>(B, 1, c1, xsum, G0 + 1, acc);
+            qt_apply<BITS, W, NTL, U, NB>(B, R, sd, 0, c0, xsum, G0, acc);
+            qt_apply<BITS, W, NTL, U, NB>(B, R, sd, 1, c1, xsum, G0 + 1, acc);
             return;
         }
     }
@@ -423,7 +488,7 @@ __device__ __forceinline__ void qt_compute(const qt_buf<W, NTL, U> &B, const __h
                 }
             }
         }
-        qt_apply<BITS, W, NTL, U, NB>(B, u, c, xsum, G, acc);
+        qt_apply<BITS, W, NTL, U, NB>(B, R, sd, u, c, xsum, G, acc);
     }
 }
 
@@ -435,16 +500,16 @@ __host__ __device__ constexpr int qt_u() { return W == 1 ? 2 : 1; }
 /* acc += this lane's sums of NTL tiles over groups [gb, ge), double-buffered; A holds the loads
  * of the first batch (qt_load at gb: issued by the caller, before the staging of x) */
 template <int BITS, int W, int NTL, int NB, int U>
-__device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, const qt_rows<NTL> &R, int sd, int gb, int ge,
+__device__ __forceinline__ void qt_tile(qt_buf<W, NTL, U> &A, qt_rows<NTL> &R, int sd, int gb, int ge,
                                         const __half2 *const *xq, const float *const *xsum, int t, float (*acc)[4],
                                         int pair) {
     qt_buf<W, NTL, U> B;
     for (int G0 = gb; G0 < ge; G0 += 2 * U) {
-        if (G0 + U < ge) qt_load<BITS, W, NTL, U>(B, R, sd, t, G0 + U, ge, pair);
-        qt_compute<BITS, W, NTL, U, NB>(A, xq, xsum, t, G0, ge, acc, pair);
+        if (G0 + U < ge) qt_load<BITS, W, NTL, U>(B, R, sd, t, G0 + U, gb, ge, pair);
+        qt_compute<BITS, W, NTL, U, NB>(A, R, sd, xq, xsum, t, G0, ge, acc, pair);
         if (G0 + U >= ge) break;
-        if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, ge, pair);
-        qt_compute<BITS, W, NTL, U, NB>(B, xq, xsum, t, G0 + U, ge, acc, pair);
+        if (G0 + 2 * U < ge) qt_load<BITS, W, NTL, U>(A, R, sd, t, G0 + 2 * U, gb, ge, pair);
+        qt_compute<BITS, W, NTL, U, NB>(B, R, sd, xq, xsum, t, G0 + U, ge, acc, pair);
     }
 }
 
@@ -508,6 +573,18 @@ static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
  * groups of 32, mxfp4), qt_load's pair */
 static inline int qt_w1pair(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QT_W1PAIR", 1);
+    return v;
+}
+
+/* CINFER_CUDA_QT_PV (default 1; 0: never): the param window of qt_rows. Measured on the H200
+ * (2026-12-04, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512, alternating): 970.8 / 963.7 /
+ * 966.9 tok/s against 951.6 / 943.0 / 936.1 for the lib without it (6e0234c); the layers' kernels
+ * 0.1-1.0 us faster each (gate+up 18.3 -> 17.3 us, q/k/v 15.0 -> 14.3, o 11.6 -> 10.9), the head
+ * slower (84 -> 95 us: a launch of 9,496 tiles, one warp over all 32 groups). Only the window on
+ * the small launches (ks > 1) was slower still (936.7-962.3): with the switch compiled in, the
+ * head without the window took 107 us (ncu per-step tables, bench/device_runs/2026-12-04u, v). */
+static inline int qt_pv_mode(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_PV", 1);
     return v;
 }
 

@@ -40,6 +40,7 @@ struct qt_moe_args {
     float *out;        /* [n, X] */
     int X, I, K, sd, es, acc, ks, kparts, rblk;
     int pair;          /* qt_load's pair loads (W = 1) */
+    int pv;            /* the param window allowed (qt_pv_set) */
     float limit;
 };
 
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
                         a.srow0[m], a.rblk, a.I, qt_cbits(BITS), K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i],
                         R.b[i]);
         }
-        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, ge, a.pair);
+        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, ng);
+        qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
@@ -120,7 +122,8 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         ge = (kp + 1) * ng / a.kparts;
         qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
                     a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
-        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, ge, a.pair);
+        qt_pv_set<BITS, 1>(R, a.pv, a.sd, ng);
+        qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
@@ -157,6 +160,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
 static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
     const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
     a.pair = qt_w1pair();
+    a.pv = qt_pv_mode() != 0;
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
