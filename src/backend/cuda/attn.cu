@@ -16,10 +16,7 @@
  *  - attn_split_kernel (anything else, e.g. odd head dims): chunks of CHUNK = 256 keys, each
  *    lane scores whole keys (its own key row against the group's queries from shared
  *    memory), then the threads sum p·V along the head dimension.
- * All three are merged by attn_combine_kernel (a block per (row, head)); attn_decode2_kernel
- * merges in the same launch instead (CINFER_CUDA_ATTN_FUSE, cuda_internal.h): the last block of
- * a (row, kv head) to finish, told by a counter, merges its group's heads (attn_merge_head, the
- * partials read past L1) and resets the counter, so a decode step's attention is one launch.
+ * All three are merged by attn_combine_kernel (a block per (row, head)).
  *
  * Many query rows (prefill), head_dim 64 / 128 / 256: flash attention on tensor cores
  * (attn_flash.cu's attn_flash_pipe_kernel, scores and output in registers, key tiles copied by
@@ -64,44 +61,6 @@ __device__ __forceinline__ void chunk_softmax(float *ps, int ld, float *ml, int 
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
         if (lane == 0) { ml[2 * h] = m; ml[2 * h + 1] = l; }
     }
-}
-
-/* Merges the nc chunks of one (row, head), p its partials ([nc, hd + 2]: o, m, l), into o [hd]:
- * weights exp(m_c - M) / sum_c exp(m_c - M) l_c in wsh [nc] (shared), then each thread sums its
- * dimensions over the chunks. Every thread of the block calls it; the sums' order depends on
- * the block's width only. CG: the partials read past L1 (written by other blocks of the same
- * launch: attn_decode2_kernel's merge). */
-template <bool CG>
-__device__ void attn_merge_head(float *o, const float *p, int nc, int hd, float *wsh) {
-    __shared__ float red[32];
-    auto ld = [&](int64_t i) { return CG ? __ldcg(p + i) : p[i]; };
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float M = -INFINITY;
-    for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, ld((int64_t)c * (hd + 2) + hd));
-    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-    if (lane == 0) red[w] = M;
-    __syncthreads();
-    M = red[0];
-    for (int i = 1; i < nw; i++) M = fmaxf(M, red[i]);
-    __syncthreads();
-    float den = 0.0f;
-    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
-        float e = expf(ld((int64_t)c * (hd + 2) + hd) - M);
-        wsh[c] = e;
-        den += e * ld((int64_t)c * (hd + 2) + hd + 1);
-    }
-    for (int off = 16; off > 0; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
-    if (lane == 0) red[w] = den;
-    __syncthreads();
-    den = 0.0f;
-    for (int i = 0; i < nw; i++) den += red[i];
-    const float inv = 1.0f / den;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], ld((int64_t)c * (hd + 2) + d), acc);
-        o[d] = acc * inv;
-    }
-    __syncthreads();   /* wsh and red free for the next head */
 }
 
 /* part: [n, n_heads, n_chunks, hd + 2] (o, m, l) */
@@ -366,7 +325,7 @@ __host__ __device__ constexpr int d2_bps(int E, int GM) { return E * GM >= 64 ? 
 template <int VW, int NI, int GM>
 __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks, int nc, float *const *kv_tab, ci_pages pg, float *mout, int *cnt) {
+    int hd, int kv_stride, float scale, int n_chunks, int nc, float *const *kv_tab, ci_pages pg) {
     constexpr int E = VW * NI;                       /* floats of a row per lane */
     constexpr int U = d2_keys(E, GM);               /* keys per warp and step */
     constexpr int HPB = 32 / U < GM ? 32 / U : GM;   /* heads per butterfly */
@@ -525,40 +484,47 @@ __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_
         out[h * hstride + hd] = M;
         out[h * hstride + hd + 1] = l;
     }
-    if (!cnt) return;
-    /* the merge (cnt: attn_combine_kernel's work done here): the last of the row's chunks of this
-     * kv head to finish merges them for the group's heads and puts its counter back to 0 (every
-     * other block of the pair has counted by then) */
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *c = cnt + (int64_t)t * n_kv + g;
-        last = atomicAdd(c, 1) == (L + ck - 1) / ck - 1;
-        if (last) *c = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int h = 0; h < G; h++) {
-        const int hh = g * G + h;
-        attn_merge_head<true>(mout + ((int64_t)t * n_heads + hh) * hd, part + ((int64_t)t * n_heads + hh) * hstride,
-                              (L + ck - 1) / ck, hd, sm);
-    }
 }
 
-/* Merges a row's chunks (a block per (row, head)). Chunks of `chunk` keys, or with nc_fix > 0
- * of d2_chunk(L, nc_fix, chunk) (attn_decode2_kernel's). */
+/* Merges a row's chunks: weights exp(m_c - M) / sum_c exp(m_c - M) l_c in shared memory,
+ * then each thread sums its dimensions over the chunks. Chunks of `chunk` keys, or with
+ * nc_fix > 0 of d2_chunk(L, nc_fix, chunk) (attn_decode2_kernel's). */
 __global__ void attn_combine_kernel(float *out, const float *part, const int32_t *pos, int pos0, int n_heads, int hd,
                                     int n_chunks, int chunk, int nc_fix) {
     pdl_enter();
     extern __shared__ float wsh[];    /* [n_chunks] */
+    __shared__ float red[32];
     const int h = blockIdx.x, t = blockIdx.y;
     const int L = row_pos(pos, pos0, t) + 1;
     if (nc_fix > 0) chunk = d2_chunk(L, nc_fix, chunk);
     const int nc = (L + chunk - 1) / chunk;
-    attn_merge_head<false>(out + ((int64_t)t * n_heads + h) * hd, part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2),
-                           nc, hd, wsh);
+    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (hd + 2);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float M = -INFINITY;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) M = fmaxf(M, p[(int64_t)c * (hd + 2) + hd]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[w] = M;
+    __syncthreads();
+    M = red[0];
+    for (int i = 1; i < nw; i++) M = fmaxf(M, red[i]);
+    __syncthreads();
+    float den = 0.0f;
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        float e = expf(p[(int64_t)c * (hd + 2) + hd] - M);
+        wsh[c] = e;
+        den += e * p[(int64_t)c * (hd + 2) + hd + 1];
+    }
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) red[w] = den;
+    __syncthreads();
+    den = 0.0f;
+    for (int i = 0; i < nw; i++) den += red[i];
+    const float inv = 1.0f / den;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int c = 0; c < nc; c++) acc = fmaf(wsh[c], p[(int64_t)c * (hd + 2) + d], acc);
+        out[((int64_t)t * n_heads + h) * hd + d] = acc * inv;
+    }
 }
 
 /* Prefill: block = QT query rows x one head. Thread layout for scores: each thread owns
@@ -854,7 +820,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         dim3 grid(n_kv, n_chunks, n);
         if (dec2) {
             typedef void (*d2_fn)(float *, const float *, const float *, const float *, const int32_t *, int, int, int,
-                                  int, int, float, int, int, float *const *, ci_pages, float *, int *);
+                                  int, int, float, int, int, float *const *, ci_pages);
             static const d2_fn fns[3][5] = {
                 { attn_decode2_kernel<2, 1, 1>, attn_decode2_kernel<2, 1, 2>, attn_decode2_kernel<2, 1, 4>,
                   attn_decode2_kernel<2, 1, 8>, attn_decode2_kernel<2, 1, 16> },
@@ -863,17 +829,10 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 { attn_decode2_kernel<4, 2, 1>, attn_decode2_kernel<4, 2, 2>, attn_decode2_kernel<4, 2, 4>,
                   attn_decode2_kernel<4, 2, 8>, attn_decode2_kernel<4, 2, 16> } };
             const int GM = 1 << d2_lgm, U = d2_keys(d2_e, GM);
-            size_t smem = ((size_t)d2_qfloats(GM, hd) + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) *
-                          sizeof(float);
-            /* the merge in the kernel (its weights in the same shared memory, after the rest) */
-            const bool fuse = cb->attn_fuse && (int64_t)n * n_kv <= CB_ATTN_CNT;
-            if (fuse && smem < (size_t)n_chunks * sizeof(float)) smem = (size_t)n_chunks * sizeof(float);
+            const size_t smem = ((size_t)d2_qfloats(GM, hd) + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) *
+                                sizeof(float);
             cb_launch(cb, fns[d2_kind][d2_lgm], dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                      kv_stride, scale, n_chunks, nc, kv_tab, pg, out, fuse ? cb->attn_cnt : (int *)nullptr);
-            if (fuse) {
-                cb_launched(cb, "attention (split, merged)");
-                return;
-            }
+                      kv_stride, scale, n_chunks, nc, kv_tab, pg);
         } else if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,

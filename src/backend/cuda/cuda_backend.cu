@@ -607,7 +607,6 @@ static void op_free(ci_backend *be) {
     if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
-    if (cb->attn_cnt) cudaFree(cb->attn_cnt);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     if (be->pool && be->pool_free) be->pool_free(be->pool);
     free(cb);
@@ -669,7 +668,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
-    cb->attn_fuse = cb_env_switch("CINFER_CUDA_ATTN_FUSE", CB_ATTN_FUSE);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     cb->flash_split = cb_env_switch("CINFER_CUDA_FLASH_SPLIT", CB_FLASH_SPLIT);
     cb->flash_bk = cb_env_int("CINFER_CUDA_FLASH_BK", 32, 16, 32);
@@ -687,9 +685,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cudaMemGetInfo(&be->mem_free, &be->mem_total);
     const size_t ws = 32u << 20;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess ||
-        (e = cudaMalloc(&cb->attn_cnt, CB_ATTN_CNT * sizeof(int))) != cudaSuccess ||
-        (e = cudaMemsetAsync(cb->attn_cnt, 0, CB_ATTN_CNT * sizeof(int), cb->stream)) != cudaSuccess) {
+        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess) {
         snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
         be->pool = NULL;
         op_free(be);

@@ -72,7 +72,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ATTN_FUSE=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -88,8 +88,6 @@ struct cuda_be {
     int flash_ldm;           /* its tiles converted to f16 once and read by ldmatrix (attn_flash.cu) */
     int flash_gqa;           /* a block takes every head of a kv group (fewer positions each) (attn_flash.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
-    int attn_fuse;           /* decode2's last block of a row merges the chunks (attn.cu; CINFER_CUDA_ATTN_FUSE) */
-    int *attn_cnt;           /* [CB_ATTN_CNT] zeroed counters of that merge, one per (row, kv head) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
@@ -225,14 +223,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 1,661 at 1k; Qwen3.5-35B-A3B dims 1,558 vs 1,294 at 32k, 1,707 vs 1,700 at 1k. */
 #define CB_ATTN_DECODE2 1 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
 #endif
-#ifndef CB_ATTN_FUSE
-/* attn_decode2_kernel's chunks merged by the last block of a (row, kv head) to finish (a counter
- * per pair, reset by that block) instead of a second launch, attn_combine_kernel: the same
- * merge, in the same order whichever block is last. Rows x kv heads beyond CB_ATTN_CNT keep the
- * combine launch. */
-#define CB_ATTN_FUSE 1   /* default of cuda_be.attn_fuse (CINFER_CUDA_ATTN_FUSE) */
-#endif
-enum { CB_ATTN_CNT = 1 << 16 };
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
  * registers, queries broadcast from shared memory) instead of a warp per key with a 5-step
