@@ -21,9 +21,9 @@ src() {   # NAME REGEX SKIP [env...]: one launch's source view, the lines with s
     > $O/src-$name.csv 2> $O/src-$name.err
   ts "ncu $name rc $? $(wc -l < $O/src-$name.csv) lines"
 }
-src oproj 'qt_dense_kernel<4, 2, 1, 1, 16>' 4
-src head 'qt_dense_kernel<4, 2, 1, 1, 8>' 0 CINFER_CUDA_QT_PV=1
-src head-pv0 'qt_dense_kernel<4, 2, 1, 1, 8>' 0 CINFER_CUDA_QT_PV=0
+src oproj 'qt_dense_kernel<.int.4, .int.2, .int.1, .int.1, .int.16>' 4
+src head 'qt_dense_kernel<.int.4, .int.2, .int.1, .int.1, .int.8>' 0 CINFER_CUDA_QT_PV=1
+src head-pv0 'qt_dense_kernel<.int.4, .int.2, .int.1, .int.1, .int.8>' 0 CINFER_CUDA_QT_PV=0
 for f in $O/src-*.csv; do head -c 300 $f | head -3; done
 gzip $O/src-*.csv
 ts end
