@@ -4,6 +4,10 @@
 # quantized GEMVs on a Qwen3-30B-A3B dims mlx4 model, 4 layers: an o_proj
 # (qt_dense_kernel<4, 2, 1, 1, 16>) and the head (qt_dense_kernel<4, 2, 1, 1, 8>, 9,496 tiles, which
 # the window made slower: 84 -> 95 us), window on, then the head with CINFER_CUDA_QT_PV=0.
+# Outcome (second run, 16:05 UTC, the regex fixed): each CSV held quant_mma.cu's source text alone,
+# "Line No","Source", no metric columns and not quant_mma.cuh, where the kernels' loops live; ncu's
+# live `--page source` printed no per-line counters here. Next time: `ncu -o rep ...` on the device,
+# then `ncu -i rep.ncu-rep --page source --csv --print-source cuda` (or bring the report back).
 cd "$(dirname "$0")/../.."
 tar xJf .gpuz/gpu.tar.xz
 export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64
