@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
 static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
     const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
     a.pair = qt_w1pair();
-    a.pv = qt_pv_mode() != 0;
+    a.pv = qt_pv_mode();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
