@@ -350,27 +350,33 @@ typedef struct ci_backend {
      * per head); w_uv: host array of Hh views [v, kv_lora]. */
     void (*mla_out_heads)(struct ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat,
                           int v, const ci_mat *w_uv);
-    /* kv_store into per-row caches: row t of src goes to row pos[t] of cache tab[t * tab_step]
-     * (tab: backend memory, pointers to a buffer's address plus a multiple of 4 floats). */
-    void (*kv_store_tab)(struct ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width,
-                         int n, const int32_t *pos);
-    /* MLA attention over the latent cache: query row t (qcat[t] [Hh, lat]) attends cache rows
+    /* The latent (and indexer-key) caches may be paged (pages: backend.h ci_pages, or NULL):
+     * position p of query row t is then row ci_page_row(pages, t, p) of its cache, else row p.
+     * kv_store_paged: row t of src [n, width] goes to position pos[t] of its cache, `cache`
+     * (tab NULL: one sequence) or tab[t * tab_step] (backend memory: a batch step's per-row
+     * caches, a buffer's address plus a multiple of 4 floats); rows `stride` floats apart. */
+    void (*kv_store_paged)(struct ci_backend *be, float *cache, float *const *tab, int tab_step, int stride,
+                           const float *src, int width, int n, const int32_t *pos, const ci_pages *pages);
+    /* MLA attention over the latent cache: query row t (qcat[t] [Hh, lat]) attends positions
      * 0..pos[t]; K = V = the latent row (all lat floats): out[t, h] = softmax(scale · qcat[t, h]
      * · rowsᵀ) · rows, out [n, Hh, lat]. cache rows are lat floats apart; tab NULL: one shared
      * cache, else row t reads its own cache tab[t * tab_step] (a batch step). max_keys bounds
-     * every pos[t] + 1. The bits of attention_pos(n_kv = 1, hd = lat) per row. */
+     * every pos[t] + 1. pages as above. The bits of attention_pos(n_kv = 1, hd = lat) per row. */
     void (*mla_attend)(struct ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab,
-                       int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+                       int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                       const ci_pages *pages);
     /* DeepSeek Sparse Attention for n query rows: a row whose context pos[t] + 1 fits in topk
      * attends all of it (mla_attend); else the lightning index scores its keys s <= pos[t],
      *   score[s] = Σ_h (iw[t, h] · w_scale) · relu(iq[t, h] · key_cache[s])   (h in order; NaN -> -inf)
      * (iq [n, ih, id], iw [n, ih], key rows id floats apart), keeps the topk best (ties: the
      * lower position; ci_topk_positions) and attends over those latent rows only, in
      * ascending position order. tab NULL: shared caches; else row t's latent and key caches
-     * are tab[2t] and tab[2t + 1]. out / qcat as mla_attend. */
+     * are tab[2t] and tab[2t + 1]. Both caches are paged alike (pages as above: the same
+     * position, the same row in each). out / qcat as mla_attend. */
     void (*dsa_attend)(struct ci_backend *be, float *out, const float *qcat, const float *lat_cache,
                        const float *key_cache, float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads,
-                       int lat, float scale, const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+                       int lat, float scale, const float *iq, const float *iw, float w_scale, int ih, int id, int topk,
+                       const ci_pages *pages);
     /* ---- LFM2's gated short convolution (nn/shortconv.h states the math) ----------------
      * shortconv: bcx [n, 3*dim] is in_proj's output, rows B | C | X (in_bias [3*dim], when
      * given, is added to it first: the CPU adds it into bcx, which is scratch afterwards).

@@ -55,7 +55,7 @@ static int layer_kinds(const ci_config *c, const char *fam, int n_layers, long l
 static int device_check(ci_model *m, const ds_model *d, char *err, size_t errlen) {
     const ci_backend *be = m->be;
     const char *fam = m->family->name;
-    if (!be->rmsnorm_strided || !be->layernorm || !be->mla_absorb_q || !be->mla_out_heads || !be->kv_store_tab ||
+    if (!be->rmsnorm_strided || !be->layernorm || !be->mla_absorb_q || !be->mla_out_heads || !be->kv_store_paged ||
         !be->mla_attend || !be->dsa_attend)
         return ci_err(err, errlen, "%s: no CUDA path yet: backend %s has no MLA / DSA ops; run it with --device cpu", fam,
                       be->name);
@@ -276,6 +276,8 @@ void ds_unload(ci_model *m) {
         for (int l = 0; l < d->n_layers; l++) mla_layer_free(&d->dev[l].attn);
     free(d->dev);
     free(d->dev_experts);
+    ci_buf_release(m->be, d->pool_lat);
+    ci_buf_release(m->be, d->pool_key);
     w_owned_free(d->owned, d->n_owned);
     rope_free(&d->rope);
     free(d->expert_mats);

@@ -10,6 +10,8 @@
 
 int ds_load(ci_model *m, int indexed, char *err, size_t errlen);
 void ds_unload(ci_model *m);
+/* The shared block pool's latent (and indexer-key) rows (registry.h pool_init). */
+int ds_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 int ds_session_init(ci_session *s, char *err, size_t errlen);
 void ds_session_free(ci_session *s);
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);

@@ -11,10 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The session: every buffer in backend memory but the host staging (the runner's hpos and htab). */
+/* The session: every buffer in backend memory but the host staging (the runner's hpos and htab).
+ * The caches are paged (model.h): position p of layer l is row ci_session_page_row(s, p) of
+ * layer l's lrows rows, in the model's shared pool or the session's own (own_kv). */
 typedef struct {
-    float *lat_cache;            /* [n_layers][max_ctx][lat] */
-    float *key_cache;            /* [n_layers][max_ctx][kdim] (indexed) */
+    float *lat_cache;            /* [n_layers][lrows][lat] */
+    float *key_cache;            /* [n_layers][lrows][kdim] (indexed) */
+    int64_t lrows;               /* rows per layer: the pool's blocks * KV_BLOCK */
+    int own_kv;
+    ci_pages bpg;                /* a batch step's (ci_runner_batch_pages: a table per row) */
     float *x, *xn, *y;           /* [run.ub, H] */
     float *g, *u;                /* [run.ub, max(ff, shared_ff)] */
     float *last;                 /* [H] the last row, final-normed */
@@ -26,6 +31,24 @@ typedef struct {
 
 static void chunk_ops(ci_session *s, int n, int head);
 
+int ds_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    ds_model *d = m->impl;
+    const size_t rows = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK, f = sizeof(float);
+    int bad = 0;
+    d->pool_lat = ci_buf_alloc(m->be, rows * (size_t)d->lat * f, &bad);
+    if (d->indexed) d->pool_key = ci_buf_alloc(m->be, rows * (size_t)d->kdim * f, &bad);
+    if (bad) {
+        ci_buf_release(m->be, d->pool_lat);
+        ci_buf_release(m->be, d->pool_key);
+        d->pool_lat = d->pool_key = NULL;
+        return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name,
+                      n_blocks, rows * (size_t)(d->lat + d->kdim) * f >> 20, m->be->last_error[0] ? ": " : "",
+                      m->be->last_error);
+    }
+    d->pool_blocks = n_blocks;
+    return 0;
+}
+
 int ds_session_init(ci_session *s, char *err, size_t errlen) {
     const ds_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -35,12 +58,21 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     s->impl = c;
     const mla_layer *A = &d->layers[0].attn;
     const int ub = ci_runner_chunk_rows(s, UBATCH);
-    size_t rows = (size_t)d->n_layers * (size_t)s->max_ctx, U = (size_t)ub, f = sizeof(float);
+    int n_blocks = 0;
+    if (ci_session_pages_init(s, &n_blocks, err, errlen)) return -1;
+    c->lrows = (int64_t)n_blocks * KV_BLOCK;
+    size_t rows = (size_t)d->n_layers * (size_t)c->lrows, U = (size_t)ub, f = sizeof(float);
     int wide = d->ff > d->shared_ff ? d->ff : d->shared_ff > 0 ? d->shared_ff : 1, bad = 0;
     if (ci_runner_alloc(&c->run, be, ub, d->vocab, d->H, d->eps, UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
-    c->lat_cache = ci_buf_alloc(be, rows * (size_t)d->lat * f, &bad);
-    if (d->indexed) c->key_cache = ci_buf_alloc(be, rows * (size_t)d->kdim * f, &bad);
+    if (s->own_pool) {
+        c->lat_cache = ci_buf_alloc(be, rows * (size_t)d->lat * f, &bad);
+        if (d->indexed) c->key_cache = ci_buf_alloc(be, rows * (size_t)d->kdim * f, &bad);
+        c->own_kv = 1;
+    } else {
+        c->lat_cache = d->pool_lat;
+        c->key_cache = d->pool_key;
+    }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", fam, s->max_ctx,
                       rows * (size_t)(d->lat + d->kdim) * f >> 20, be->last_error[0] ? ": " : "", be->last_error);
@@ -67,8 +99,13 @@ void ds_session_free(ci_session *s) {
     if (!c) return;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    float *bufs[] = { c->lat_cache, c->key_cache, c->x, c->xn, c->y, c->g, c->u, c->last };
+    if (c->own_kv) {
+        ci_buf_release(be, c->lat_cache);
+        ci_buf_release(be, c->key_cache);
+    }
+    float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_session_pages_free(s);
     mla_scratch_free(be, &c->mla);
     if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
     moe_scratch_free(be, &c->moe);
@@ -92,15 +129,15 @@ static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed 
     be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
 }
 
-/* The layers over the n rows of c->x whose positions are in c->run.pos: one sequence's caches
- * (tab NULL) or, a batch step, row i's caches of layer l in the table: its latent cache at
- * tab[l * n + i], or with the indexer its latent and key caches at tab[l * 2n + 2i] and
- * tab[l * 2n + 2i + 1]. */
-static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int n) {
+/* The layers over the n rows of c->x whose positions are in c->run.pos, the caches paged by pg:
+ * one sequence's (tab NULL) or, a batch step, row i's caches of layer l in the table: its
+ * latent cache at tab[l * n + i], or with the indexer its latent and key caches at
+ * tab[l * 2n + 2i] and tab[l * 2n + 2i + 1]. */
+static void layers(ci_model *m, ds_cache *c, float *const *tab, const ci_pages *pg, int max_ctx, int n) {
     const ds_model *d = m->impl;
     ci_backend *be = m->be;
     const int H = d->H;
-    const size_t lat_layer = (size_t)max_ctx * d->lat, key_layer = (size_t)max_ctx * d->kdim;
+    const size_t lat_layer = (size_t)c->lrows * d->lat, key_layer = (size_t)c->lrows * d->kdim;
     for (int l = 0; l < d->n_layers; l++) {
         const ds_placed *P = &d->dev[l];
         const ds_layer *L = &d->layers[l];
@@ -110,9 +147,9 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, int max_ctx, int
                     c->run.pos, n, d->eps);
         if (d->indexed)
             dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
-                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->run.pos, n, max_ctx);
+                       tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->run.pos, n, max_ctx, pg);
         else
-            mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx);
+            mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx, pg);
         mla_output_add(be, &P->attn, &c->mla, c->x, c->y, n);   /* x += o_proj(·); y: the CPU's product */
         ci_dump_buf(m, "attn_out", l, c->y, n, H);
         ffn(be, d, c, P, L->is_moe, L->has_shared, n);
@@ -129,8 +166,9 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const ds_model *d = m->impl;
     ds_cache *c = s->impl;
     ci_backend *be = m->be;
+    const ci_pages pg = ci_session_chunk_pages(s);   /* every row through the session's table */
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    layers(m, c, NULL, s->max_ctx, n);
+    layers(m, c, NULL, &pg, s->max_ctx, n);
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
     be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
@@ -138,10 +176,12 @@ static void chunk_ops(ci_session *s, int n, int head) {
 }
 
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    if (n > 0 && ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((ds_cache *)s->impl)->run, s, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    if (n > 0 && ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     return ci_runner_forward(&((ds_cache *)s->impl)->run, s, tokens, n, NULL, 0, out_id, err, errlen);
 }
 
@@ -150,9 +190,9 @@ int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * One decode step for n sessions: row i of every activation belongs to ss[i] at position
  * ss[i]->pos. Projections, the absorbed-query and W_UV products and the FFN / MoE run over
  * all n rows at once; each row's latent (and indexer-key) row goes to its own session's
- * caches (kv_store_tab) and attends against them (mla_attend / dsa_attend with the table),
- * through a table of cache pointers uploaded with the positions. Scratch and tables are
- * ss[0]'s. */
+ * caches (kv_store_paged) and attends against them (mla_attend / dsa_attend with the table),
+ * through a table of cache pointers uploaded with the positions, each row's block table beside
+ * it (ci_runner_batch_pages). Scratch and tables are ss[0]'s. */
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
     ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
@@ -162,6 +202,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     size_t count = (size_t)d->n_layers * per * UBATCH;
     if (ci_runner_need_tab(&c->run, m, count, err, errlen)) return -1;
     if (ci_runner_need_rows(&c->run, m, err, errlen)) return -1;
+    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* no recorded batch steps */
     int max_ctx = 0;
     for (int i = 0; i < n; i++) {
         c->run.hpos[i] = ss[i]->pos;
@@ -169,15 +210,15 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         const ds_cache *ci = ss[i]->impl;
         for (int l = 0; l < d->n_layers; l++) {
             float **row = c->run.htab + ((size_t)l * n + i) * per;
-            row[0] = ci->lat_cache + (size_t)l * ss[i]->max_ctx * d->lat;
-            if (d->indexed) row[1] = ci->key_cache + (size_t)l * ss[i]->max_ctx * d->kdim;
+            row[0] = ci->lat_cache + (size_t)l * ci->lrows * d->lat;
+            if (d->indexed) row[1] = ci->key_cache + (size_t)l * ci->lrows * d->kdim;
         }
     }
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * per * n * sizeof(float *));
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    layers(m, c, c->run.tab, max_ctx, n);
+    layers(m, c, c->run.tab, &c->bpg, max_ctx, n);
     ci_runner_head_rows(&c->run, be, n, logits, NULL);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
@@ -200,20 +241,21 @@ int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *log
  * Both caches' row p depends only on tokens 0..p, so rows [0, n) can be copied out and back.
  * Blob layout, position-major (registry.h: a prefix of an export is the export of the
  * prefix): for each position, for each layer, its latent row [lat] then (indexed) its key
- * row [kdim]; n · cache_bytes_per_token bytes in all. Per layer and cache, rows [0, n) are
- * one range of backend memory: one download (upload) of it through a host staging buffer,
- * scattered into (gathered from) the blob's rows. */
+ * row [kdim]; n · cache_bytes_per_token bytes in all. Per layer, cache and block, the rows
+ * are one range of backend memory: one download (upload) of it through a host staging
+ * buffer, scattered into (gathered from) the blob's rows. */
 
-/* One layer's rows [0, n) of one cache (width floats each, layer base `at`) to or from the
- * blob, whose rows of this layer and cache start at `off` floats and are `step` floats apart. */
-static void move_rows(ci_backend *be, int out, float *cache_at, float *blob, size_t off, size_t step, int n, int width,
-                      float *stage) {
+/* One layer's rows of positions [p0, p0 + n) (within one block) of one cache (width floats
+ * each, at cache_at), to or from the blob, whose rows of this layer and cache start at `off`
+ * floats and are `step` floats apart. */
+static void move_rows(ci_backend *be, int out, float *cache_at, float *blob, size_t off, size_t step, int p0, int n,
+                      int width, float *stage) {
     size_t bytes = (size_t)width * sizeof(float);
     if (out) {
         be->download(be, stage, cache_at, (size_t)n * bytes);
-        for (int p = 0; p < n; p++) memcpy(blob + off + (size_t)p * step, stage + (size_t)p * width, bytes);
+        for (int p = 0; p < n; p++) memcpy(blob + off + (size_t)(p0 + p) * step, stage + (size_t)p * width, bytes);
     } else {
-        for (int p = 0; p < n; p++) memcpy(stage + (size_t)p * width, blob + off + (size_t)p * step, bytes);
+        for (int p = 0; p < n; p++) memcpy(stage + (size_t)p * width, blob + off + (size_t)(p0 + p) * step, bytes);
         be->upload(be, cache_at, stage, (size_t)n * bytes);
     }
 }
@@ -224,12 +266,17 @@ static int cache_move(ci_session *s, int out, int n, float *blob, char *err, siz
     ci_backend *be = s->m->be;
     const size_t step = (size_t)d->n_layers * (size_t)(d->lat + d->kdim);   /* floats per position */
     int wide = d->lat > d->kdim ? d->lat : d->kdim;
-    float *stage = malloc((size_t)(n > 0 ? n : 1) * (size_t)wide * sizeof(float));
+    float *stage = malloc((size_t)KV_BLOCK * (size_t)wide * sizeof(float));
     if (!stage) return ci_err(err, errlen, "%s: out of memory for %d cache rows", s->m->family->name, n);
-    for (int l = 0; l < d->n_layers && n > 0; l++) {
-        size_t row0 = (size_t)l * s->max_ctx, off = (size_t)l * (size_t)(d->lat + d->kdim);
-        move_rows(be, out, c->lat_cache + row0 * d->lat, blob, off, step, n, d->lat, stage);
-        if (d->indexed) move_rows(be, out, c->key_cache + row0 * d->kdim, blob, off + d->lat, step, n, d->kdim, stage);
+    for (int p0 = 0; p0 < n; p0 += KV_BLOCK) {
+        const int k = n - p0 < KV_BLOCK ? n - p0 : KV_BLOCK;
+        const size_t r0 = (size_t)ci_session_page_row(s, p0);   /* the block's rows are consecutive */
+        for (int l = 0; l < d->n_layers; l++) {
+            size_t row0 = (size_t)l * (size_t)c->lrows + r0, off = (size_t)l * (size_t)(d->lat + d->kdim);
+            move_rows(be, out, c->lat_cache + row0 * d->lat, blob, off, step, p0, k, d->lat, stage);
+            if (d->indexed)
+                move_rows(be, out, c->key_cache + row0 * d->kdim, blob, off + d->lat, step, p0, k, d->kdim, stage);
+        }
     }
     if (!out) be->download(be, stage, c->lat_cache, sizeof(float));   /* the uploads done before stage goes */
     free(stage);
@@ -244,6 +291,8 @@ int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t err
 int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen) {
     if (n < 0 || n > s->max_ctx)
         return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
+    ci_session_truncate(s, 0);   /* fresh blocks: a held one may be shared */
+    if (ci_session_pages_ready(s, n, err, errlen)) return -1;
     if (cache_move(s, 0, n, (float *)src, err, errlen)) return -1;
     s->pos = n;
     return 0;

@@ -10,7 +10,7 @@ static int dsv32_load(ci_model *m, char *err, size_t errlen) { return ds_load(m,
 
 static const ci_family_ops dsv32_ops = {
     .load = dsv32_load, .unload = ds_unload,
-    .session_init = ds_session_init, .session_free = ds_session_free,
+    .session_init = ds_session_init, .session_free = ds_session_free, .pool_init = ds_pool_init,
     .forward = ds_forward, .cache_bytes_per_token = ds_cache_bytes_per_token,
     .forward_argmax = ds_forward_argmax, .forward_batch = ds_forward_batch,
     .cache_export = ds_cache_export, .cache_import = ds_cache_import,

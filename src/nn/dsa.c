@@ -38,24 +38,19 @@ int dsa_select(const float *score, int L, int topk, int32_t *sel) { return ci_to
 
 void dsa_attend(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const float *inv_freq, float mscale,
                 mla_scratch *ms, dsa_scratch *ds, float *lat_cache, float *key_cache, float *const *tab,
-                const float *xn, const int32_t *pos, int n, int max_keys) {
+                const float *xn, const int32_t *pos, int n, int max_keys, const ci_pages *pages) {
     const int lat = A->kv_lora + A->rope, IH = I->n_heads, ID = I->head_dim;
     /* indexer keys of every row (dense or not: later queries score them): LayerNorm with
      * the reference's nn.LayerNorm(head_dim, eps=1e-6), not a config key, then rope */
     be->matmul(be, ds->k, xn, n, &I->wk);                                   /* [n, ID] */
     be->layernorm(be, ds->k, ds->k, I->k_norm_w, I->k_norm_b, n, ID, 1e-6);
     be->rope(be, ds->k, n, 1, ID, 0, I->rope_dim, pos, inv_freq, mscale, I->rope_style);
-    if (lat_cache) {
-        be->kv_store(be, lat_cache, lat, ms->lat, lat, n, pos);
-        be->kv_store(be, key_cache, ID, ds->k, ID, n, pos);
-    } else {
-        be->kv_store_tab(be, tab, 2, lat, ms->lat, lat, n, pos);
-        be->kv_store_tab(be, tab + 1, 2, ID, ds->k, ID, n, pos);
-    }
+    be->kv_store_paged(be, lat_cache, lat_cache ? NULL : tab, 2, lat, ms->lat, lat, n, pos, pages);
+    be->kv_store_paged(be, key_cache, lat_cache ? NULL : tab + 1, 2, ID, ds->k, ID, n, pos, pages);
     /* indexer queries and head weights (rows that attend densely do not read them) */
     be->matmul(be, ds->q, ms->qa, n, &I->wq_b);                             /* [n, IH·ID] */
     be->rope(be, ds->q, n, IH, ID, 0, I->rope_dim, pos, inv_freq, mscale, I->rope_style);
     be->matmul(be, ds->w, xn, n, &I->weights_proj);                         /* [n, IH] */
     be->dsa_attend(be, ms->olat, ms->qcat, lat_cache, key_cache, lat_cache ? NULL : tab, n, pos, max_keys,
-                   A->n_heads, lat, A->scale, ds->q, ds->w, I->w_scale, IH, ID, I->topk);
+                   A->n_heads, lat, A->scale, ds->q, ds->w, I->w_scale, IH, ID, I->topk, pages);
 }

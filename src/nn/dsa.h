@@ -59,9 +59,10 @@ int dsa_select(const float *score, int L, int topk, int32_t *sel);
  * mla_project: the rows' latent rows (ms->lat) and indexer keys go to rows pos of the caches,
  * then dsa_attend. lat_cache [max_keys, kv_lora + rope] and key_cache [max_keys, head_dim]:
  * one sequence's layer caches; or both NULL and tab (backend memory) row t's pair
- * tab[2t] (latent) / tab[2t + 1] (keys): a batch step. */
+ * tab[2t] (latent) / tab[2t + 1] (keys): a batch step. pages (backend.h ci_pages) or NULL:
+ * both caches' rows of the positions. */
 void dsa_attend(ci_backend *be, const mla_layer *A, const dsa_indexer *I, const float *inv_freq, float mscale,
                 mla_scratch *ms, dsa_scratch *ds, float *lat_cache, float *key_cache, float *const *tab,
-                const float *xn, const int32_t *pos, int n, int max_keys);
+                const float *xn, const int32_t *pos, int n, int max_keys, const ci_pages *pages);
 
 #endif

@@ -126,13 +126,13 @@ void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, floa
 }
 
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                const int32_t *pos, int n, int max_keys) {
+                const int32_t *pos, int n, int max_keys, const ci_pages *pages) {
     const int lat = L->kv_lora + L->rope;
-    if (cache) be->kv_store(be, cache, lat, s->lat, lat, n, pos);
-    else be->kv_store_tab(be, tab, 1, lat, s->lat, lat, n, pos);
+    be->kv_store_paged(be, cache, cache ? NULL : tab, 1, lat, s->lat, lat, n, pos, pages);
     /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
      * rope entries produce output columns that are ignored) */
-    be->mla_attend(be, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat, L->scale);
+    be->mla_attend(be, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat, L->scale,
+                   pages);
 }
 
 void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n) {

@@ -62,10 +62,11 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s);
  * table's. */
 void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
                  const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps);
-/* Stores s->lat in the cache(s) at rows pos and attends: cache (one sequence, [max_keys,
- * kv_lora + rope]) or, cache NULL, tab: row t's cache is tab[t] (a batch step). Into s->olat. */
+/* Stores s->lat in the cache(s) at positions pos and attends: cache (one sequence, rows of
+ * kv_lora + rope floats) or, cache NULL, tab: row t's cache is tab[t] (a batch step). pages
+ * (backend.h ci_pages) or NULL: the cache rows of the positions. Into s->olat. */
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                const int32_t *pos, int n, int max_keys);
+                const int32_t *pos, int n, int max_keys, const ci_pages *pages);
 /* The steps after it: x[n, H] += o_proj of the latent-space outputs s->olat [n, Hh,
  * kv_lora + rope] after W_UV per head (the residual add fused; tmp [n, H] is matmul_acc's
  * scratch). */

@@ -1418,12 +1418,12 @@ static void mla_heads_case(int n, int Hh, int nope, int rope, int kv_lora, int v
 
 /* n query rows over latent caches: one cache of max_keys rows at positions pos0.. (table 0),
  * or each row its own cache and context through a table (table 1: mla_attend, tab_step 1,
- * with kv_store_tab writing each row's new latent row first). */
+ * with kv_store_paged writing each row's new latent row first). */
 static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, int lat) {
     char name[200];
     snprintf(name, sizeof name, "cuda mla_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d", table ? "own caches" : "one cache",
              n, pos0, max_keys, Hh, lat);
-    if (!gpu->mla_attend || !gpu->kv_store_tab || !want(name)) return;
+    if (!gpu->mla_attend || !gpu->kv_store_paged || !want(name)) return;
     const int nbuf = table ? n : 1;
     size_t nq = (size_t)n * Hh * lat;
     float *q = xmalloc(nq * 4), *out = xmalloc(nq * 4), *rows = xmalloc((size_t)n * lat * 4);
@@ -1447,12 +1447,12 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
     if (!dead) {
         const float scale = 1.f / sqrtf(192.f);
         if (table) {
-            cpu->kv_store_tab(cpu, hc, 1, lat, rows, lat, n, pos);
-            gpu->kv_store_tab(gpu, gtab, 1, lat, grows, lat, n, gp);
+            cpu->kv_store_paged(cpu, NULL, hc, 1, lat, rows, lat, n, pos, NULL);
+            gpu->kv_store_paged(gpu, NULL, gtab, 1, lat, grows, lat, n, gp, NULL);
         }
-        cpu->mla_attend(cpu, out, q, hc[0], table ? hc : NULL, 1, n, pos, keys, Hh, lat, scale);
+        cpu->mla_attend(cpu, out, q, hc[0], table ? hc : NULL, 1, n, pos, keys, Hh, lat, scale, NULL);
         g_poison(go, nq * 4);
-        gpu->mla_attend(gpu, go, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale);
+        gpu->mla_attend(gpu, go, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale, NULL);
         errs e = { 0, 0, 0 };
         double num = 0, den = 0;
         float *got = xmalloc(nq * 4);
@@ -1472,6 +1472,102 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
     for (int b = 0; b < nbuf; b++) { g_free(gc[b]); free(hc[b]); }
     g_free(gq); g_free(go); g_free(grows); g_free(gp); g_free(gtab);
     free(q); free(out); free(rows); free(pos); free(ctx); free(hc); free(gc);
+}
+
+/* Paged latent (and, topk > 0, indexer-key) caches: the rows of each sequence (one for a
+ * chunk at positions pos0.., n for a batch step with a table per row) lie in blocks of 128
+ * rows of one pool in shuffled order. kv_store_paged writes the n new rows, then mla_attend
+ * (topk 0) or dsa_attend runs; against the same on unpaged caches on the device: the outputs
+ * bit for bit (the same kernels, only the rows' addresses differ), and every stored row at
+ * its block's row. */
+static void mla_paged_case(int n, int table, int pos0, int max_keys, int Hh, int lat, int ih, int id, int topk) {
+    char name[260];
+    snprintf(name, sizeof name, "cuda paged %s %s n=%d pos0=%d max_keys=%d heads=%d lat=%d topk=%d",
+             topk ? "dsa_attend" : "mla_attend", table ? "batch step" : "one sequence", n, pos0, max_keys, Hh, lat, topk);
+    if (!gpu->mla_attend || !gpu->kv_store_paged || !want(name)) return;
+    const int nbuf = table ? n : 1, blk = 128, bpr = (max_keys + blk - 1) / blk, nb = nbuf * bpr + 3;
+    const int kw = topk ? id : 1;                /* key-row width (a dummy row without the indexer) */
+    size_t nq = (size_t)n * Hh * lat, niq = (size_t)n * (topk ? ih * id : 1);
+    int32_t *perm = xmalloc((size_t)nb * 4), *pos = xmalloc((size_t)n * 4);
+    for (int i = 0; i < nb; i++) perm[i] = i;
+    for (int i = nb - 1; i > 0; i--) { int j = irand(i + 1), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    float *lpool = xmalloc((size_t)nb * blk * lat * 4), *kpool = xmalloc((size_t)nb * blk * kw * 4);
+    fill(lpool, (size_t)nb * blk * lat, 1.f);
+    fill(kpool, (size_t)nb * blk * kw, 1.f);
+    float **hl = xmalloc((size_t)nbuf * sizeof(float *)), **hk = xmalloc((size_t)nbuf * sizeof(float *));
+    float **gl = xmalloc((size_t)nbuf * sizeof(float *)), **gk = xmalloc((size_t)nbuf * sizeof(float *));
+    float **utab = xmalloc((size_t)2 * n * sizeof(float *)), **ptab = xmalloc((size_t)2 * n * sizeof(float *));
+    for (int b = 0; b < nbuf; b++) {             /* each sequence's rows: its blocks of the pool */
+        hl[b] = xmalloc((size_t)bpr * blk * lat * 4);
+        hk[b] = xmalloc((size_t)bpr * blk * kw * 4);
+        for (int p = 0; p < bpr * blk; p++) {
+            const size_t r = (size_t)perm[b * bpr + p / blk] * blk + (size_t)(p % blk);
+            memcpy(hl[b] + (size_t)p * lat, lpool + r * lat, (size_t)lat * 4);
+            memcpy(hk[b] + (size_t)p * kw, kpool + r * kw, (size_t)kw * 4);
+        }
+    }
+    for (int t = 0; t < n; t++) pos[t] = table ? irand(max_keys) : pos0 + t;
+    float *q = xmalloc(nq * 4), *iq = xmalloc(niq * 4), *iw = xmalloc((size_t)n * (topk ? ih : 1) * 4);
+    float *lrows = xmalloc((size_t)n * lat * 4), *krows = xmalloc((size_t)n * kw * 4);
+    fill(q, nq, 1.f); fill(iq, niq, 1.f); fill(iw, (size_t)n * (topk ? ih : 1), 1.f);
+    fill(lrows, (size_t)n * lat, 1.f); fill(krows, (size_t)n * kw, 1.f);
+    float *glp = g_put(lpool, (size_t)nb * blk * lat * 4), *gkp = g_put(kpool, (size_t)nb * blk * kw * 4);
+    for (int b = 0; b < nbuf; b++) {
+        gl[b] = g_put(hl[b], (size_t)bpr * blk * lat * 4);
+        gk[b] = g_put(hk[b], (size_t)bpr * blk * kw * 4);
+    }
+    for (int t = 0; t < n; t++) {
+        utab[2 * t] = gl[table ? t : 0]; utab[2 * t + 1] = gk[table ? t : 0];
+        ptab[2 * t] = glp; ptab[2 * t + 1] = gkp;
+    }
+    float **gut = g_put(utab, (size_t)2 * n * sizeof(float *)), **gpt = g_put(ptab, (size_t)2 * n * sizeof(float *));
+    int32_t *gperm = g_put(perm, (size_t)nb * 4), *gp = g_put(pos, (size_t)n * 4);
+    float *gq = g_put(q, nq * 4), *giq = g_put(iq, niq * 4), *giw = g_put(iw, (size_t)n * (topk ? ih : 1) * 4);
+    float *glr = g_put(lrows, (size_t)n * lat * 4), *gkr = g_put(krows, (size_t)n * kw * 4);
+    float *go1 = g_alloc(nq * 4), *go2 = g_alloc(nq * 4);
+    const ci_pages pg = { gperm, bpr, table, 7 };
+    if (!dead) {
+        const float scale = 1.f / sqrtf(192.f), ws = topk ? 1.f / sqrtf((float)ih) / sqrtf((float)id) : 0.f;
+        float *const *ut = table ? gut : NULL, *const *pt = table ? gpt : NULL;
+        gpu->kv_store_paged(gpu, table ? NULL : gl[0], ut, 2, lat, glr, lat, n, gp, NULL);
+        gpu->kv_store_paged(gpu, table ? NULL : glp, pt, 2, lat, glr, lat, n, gp, &pg);
+        if (topk) {
+            gpu->kv_store_paged(gpu, table ? NULL : gk[0], table ? gut + 1 : NULL, 2, kw, gkr, kw, n, gp, NULL);
+            gpu->kv_store_paged(gpu, table ? NULL : gkp, table ? gpt + 1 : NULL, 2, kw, gkr, kw, n, gp, &pg);
+        }
+        g_poison(go1, nq * 4);
+        g_poison(go2, nq * 4);
+        if (topk) {
+            gpu->dsa_attend(gpu, go1, gq, table ? NULL : gl[0], table ? NULL : gk[0], ut, n, gp, max_keys, Hh, lat, scale,
+                            giq, giw, ws, ih, id, topk, NULL);
+            gpu->dsa_attend(gpu, go2, gq, table ? NULL : glp, table ? NULL : gkp, pt, n, gp, max_keys, Hh, lat, scale, giq,
+                            giw, ws, ih, id, topk, &pg);
+        } else {
+            gpu->mla_attend(gpu, go1, gq, gl[0], ut, 2, n, gp, max_keys, Hh, lat, scale, NULL);
+            gpu->mla_attend(gpu, go2, gq, glp, pt, 2, n, gp, max_keys, Hh, lat, scale, &pg);
+        }
+        float *o1 = xmalloc(nq * 4), *o2 = xmalloc(nq * 4);
+        float *pl = xmalloc((size_t)nb * blk * lat * 4), *pk = xmalloc((size_t)nb * blk * kw * 4);
+        g_get(o1, go1, nq * 4);
+        g_get(o2, go2, nq * 4);
+        g_get(pl, glp, (size_t)nb * blk * lat * 4);
+        g_get(pk, gkp, (size_t)nb * blk * kw * 4);
+        int stored = 1;
+        for (int t = 0; t < n; t++) {
+            const size_t r = (size_t)perm[(table ? t : 0) * bpr + pos[t] / blk] * blk + (size_t)(pos[t] % blk);
+            stored &= !memcmp(pl + r * lat, lrows + (size_t)t * lat, (size_t)lat * 4);
+            if (topk) stored &= !memcmp(pk + r * kw, krows + (size_t)t * kw, (size_t)kw * 4);
+        }
+        const int same_out = !memcmp(o1, o2, nq * 4);
+        report_bool(name, same_out && stored, !stored ? "a stored row is not at its block's row"
+                                                      : !same_out ? "paged != unpaged" : "");
+        free(o1); free(o2); free(pl); free(pk);
+    }
+    for (int b = 0; b < nbuf; b++) { g_free(gl[b]); g_free(gk[b]); free(hl[b]); free(hk[b]); }
+    g_free(glp); g_free(gkp); g_free(gut); g_free(gpt); g_free(gperm); g_free(gp); g_free(gq); g_free(giq); g_free(giw);
+    g_free(glr); g_free(gkr); g_free(go1); g_free(go2);
+    free(perm); free(pos); free(lpool); free(kpool); free(hl); free(hk); free(gl); free(gk); free(utab); free(ptab);
+    free(q); free(iq); free(iw); free(lrows); free(krows);
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -1564,10 +1660,10 @@ static void dsa_case_dup(int n, int table, int pos0, int max_keys, int Hh, int l
     const float scale = 1.f / sqrtf(192.f), ws = 1.f / sqrtf((float)ih) / sqrtf((float)id);
     if (!dead) {
         cpu->dsa_attend(cpu, out, q, htab[0], htab[1], table ? htab : NULL, n, pos, keys, Hh, lat, scale, iq, iw, ws, ih,
-                        id, topk);
+                        id, topk, NULL);
         g_poison(go, nq * 4);
         gpu->dsa_attend(gpu, go, gq, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, n, gp, keys, Hh, lat,
-                        scale, giq, giw, ws, ih, id, topk);
+                        scale, giq, giw, ws, ih, id, topk, NULL);
         float *got = xmalloc(nq * 4);
         g_get(got, go, nq * 4);
         /* a sparse row whose topk-th and next best scores lie closer than rounding can tell
@@ -1600,7 +1696,7 @@ static void dsa_case_dup(int n, int table, int pos0, int max_keys, int Hh, int l
              * the op and the download on be's own */
             be->upload(be, go, ff, nq * 4);
             be->dsa_attend(be, go, gq, table ? NULL : gtab_h[0], table ? NULL : gtab_h[1], gtab, n, gp, keys, Hh, lat,
-                           scale, giq, giw, ws, ih, id, topk);
+                           scale, giq, giw, ws, ih, id, topk, NULL);
             be->download(be, res[v], go, nq * 4);
             if (be->status && be->status(be)) {
                 snprintf(diff + strlen(diff), sizeof diff - strlen(diff), " select=%d score=%d failed", v >> 1, v & 1);
@@ -1654,6 +1750,15 @@ static void test_mla(void) {
     mla_attend_case(2, 0, 998, 1000, 3, 1000);                                       /* decode kernel, wide rows */
     mla_attend_case(1, 0, 40, 8000, 16, 576);                                        /* decode kernel, most runs empty */
     mla_attend_case(13, 1, 0, 3000, 4, 40);
+    /* paged caches = unpaged, bit for bit: decode and tiled kernels, sparse and dense DSA rows */
+    mla_paged_case(1, 0, 999, 1000, 16, 576, 0, 0, 0);
+    mla_paged_case(3, 1, 0, 700, 16, 576, 0, 0, 0);
+    mla_paged_case(40, 0, 260, 300, 16, 576, 0, 0, 0);
+    mla_paged_case(9, 1, 0, 3000, 4, 40, 0, 0, 0);
+    mla_paged_case(1, 0, 2999, 3000, 16, 576, 64, 128, 2048);
+    mla_paged_case(6, 1, 0, 500, 16, 576, 64, 128, 64);
+    mla_paged_case(48, 0, 0, 48, 4, 40, 8, 16, 8);
+    mla_paged_case(9, 1, 0, 300, 4, 40, 8, 24, 8);
     /* DSA: dense rows (context <= topk), sparse rows, a chunk crossing topk, own caches */
     dsa_case(1, 0, 6, 7, 4, 40, 8, 16, 8);
     dsa_case(1, 0, 299, 300, 4, 40, 8, 16, 8);

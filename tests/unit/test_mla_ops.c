@@ -5,12 +5,15 @@
  *  - layernorm: within 1e-6 of the formula in double;
  *  - mla_absorb_q / mla_out_heads: within 1e-5 of the per-head products by ci_mat_get, for
  *    f32, bf16 and fp8 (block scales, views starting inside a scale block) kv_b views;
- *  - kv_store_tab: exactly the rows at pos[t] of cache tab[t * step];
+ *  - kv_store_paged: exactly the rows at pos[t] of cache tab[t * step];
  *  - mla_attend: one shared cache = attention_pos (n_kv 1, hd lat), and through a table
  *    each row = attention_pos of that row on its own cache, bit for bit;
  *  - dsa_attend: a row whose context fits in topk = mla_attend's row; a sparse row = one
  *    attention over the latent rows of the topk best index scores (computed here in double;
  *    rows whose topk-th and next scores nearly tie are not checked), bit for bit;
+ *  - paged caches (blocks of 128 rows in a pool, the tables a shuffle): kv_store_paged puts
+ *    each row at its block's row; mla_attend and dsa_attend (dense and sparse rows) give the
+ *    unpaged caches' outputs bit for bit, for one sequence's chunk and for a batch step;
  *  - ci_topk_positions keeps ties to the lower position.
  * The families' logits through these ops are tests/unit/test_parity.c's. */
 #include "check.h"
@@ -141,7 +144,7 @@ static void test_heads(void) {
         }
 }
 
-/* mla_attend / kv_store_tab / dsa_attend on n rows with their own caches (lat, kdim) */
+/* mla_attend / kv_store_paged / dsa_attend on n rows with their own caches (lat, kdim) */
 static void test_attend(void) {
     enum { N = 5, CTX = 70, HH = 4, LAT = 40, IH = 3, ID = 12, TOPK = 16 };
     const float scale = 0.2f, ws = 0.3f;
@@ -157,18 +160,18 @@ static void test_attend(void) {
         float *out = malloc((size_t)N * HH * LAT * sizeof(float)), *one = malloc((size_t)HH * LAT * sizeof(float));
         float *want_row = malloc((size_t)LAT * sizeof(float));
         memcpy(want_row, rows + 2 * LAT, LAT * sizeof(float));
-        be->kv_store_tab(be, ltab, 1, LAT, rows, LAT, N, pos);
-        CHECK(same(lc[2] + (size_t)pos[2] * LAT, want_row, LAT), "%s: kv_store_tab row", be->name);
-        be->mla_attend(be, out, q, NULL, ltab, 1, N, pos, CTX, HH, LAT, scale);
+        be->kv_store_paged(be, NULL, ltab, 1, LAT, rows, LAT, N, pos, NULL);
+        CHECK(same(lc[2] + (size_t)pos[2] * LAT, want_row, LAT), "%s: kv_store_paged row", be->name);
+        be->mla_attend(be, out, q, NULL, ltab, 1, N, pos, CTX, HH, LAT, scale, NULL);
         for (int t = 0; t < N; t++) {
             be->attention_pos(be, one, q + (size_t)t * HH * LAT, lc[t], lc[t], 1, pos + t, CTX, HH, 1, LAT, LAT, scale);
             CHECK(same(one, out + (size_t)t * HH * LAT, (size_t)HH * LAT), "%s: mla_attend row %d", be->name, t);
         }
-        be->mla_attend(be, out, q, lc[1], NULL, 1, N, pos, CTX, HH, LAT, scale);
+        be->mla_attend(be, out, q, lc[1], NULL, 1, N, pos, CTX, HH, LAT, scale, NULL);
         be->attention_pos(be, one, q + 3 * HH * LAT, lc[1], lc[1], 1, pos + 3, CTX, HH, 1, LAT, LAT, scale);
         CHECK(same(one, out + 3 * HH * LAT, (size_t)HH * LAT), "%s: mla_attend on one cache", be->name);
 
-        be->dsa_attend(be, out, q, NULL, NULL, tab, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK);
+        be->dsa_attend(be, out, q, NULL, NULL, tab, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK, NULL);
         int checked = 0;
         for (int t = 0; t < N; t++) {
             const float *got = out + (size_t)t * HH * LAT, *qt = q + (size_t)t * HH * LAT;
@@ -213,6 +216,63 @@ static void test_attend(void) {
     }
 }
 
+/* The ops over paged caches against the same rows unpaged. Row t's cache (its own in a batch
+ * step; row 0's for a chunk) lies in a pool of NB blocks of 128 rows through a shuffled table. */
+static void test_attend_paged(void) {
+    enum { N = 4, CTX = 300, BPR = 3, NB = N * BPR + 2, HH = 4, LAT = 40, IH = 3, ID = 12, TOPK = 20 };
+    const float scale = 0.2f, ws = 0.3f;
+    const int blk = 128;
+    int32_t ptab[N * BPR];
+    for (int i = 0; i < N * BPR; i++) ptab[i] = (int32_t)((i * 5 + 3) % NB);   /* a shuffle: 5 and 14 coprime */
+    for (int b = 0; b < n_bes; b++) {
+        ci_backend *be = bes[b];
+        float *lc[N], *kc[N], *tab[2 * N], *ltab[N], *ptab2[2 * N], *pltab[N];
+        float *lpool = calloc((size_t)NB * blk * LAT, sizeof(float)), *kpool = calloc((size_t)NB * blk * ID, sizeof(float));
+        int32_t pos[N] = { 299, 10, 130, 255 };   /* sparse, dense, sparse, sparse */
+        for (int i = 0; i < N; i++) {
+            lc[i] = rvec((size_t)CTX * LAT); kc[i] = rvec((size_t)CTX * ID);
+            tab[2 * i] = ltab[i] = lc[i]; tab[2 * i + 1] = kc[i];
+            ptab2[2 * i] = pltab[i] = lpool; ptab2[2 * i + 1] = kpool;
+            for (int p = 0; p < CTX; p++) {
+                const int64_t r = (int64_t)ptab[i * BPR + p / blk] * blk + p % blk;
+                memcpy(lpool + r * LAT, lc[i] + (size_t)p * LAT, LAT * sizeof(float));
+                memcpy(kpool + r * ID, kc[i] + (size_t)p * ID, ID * sizeof(float));
+            }
+        }
+        const ci_pages batch = { ptab, BPR, 1, 7 }, chunk = { ptab, BPR, 0, 7 };
+        float *q = rvec((size_t)N * HH * LAT), *iq = rvec((size_t)N * IH * ID), *iw = rvec((size_t)N * IH);
+        float *rows = rvec((size_t)N * LAT);
+        float *want = malloc((size_t)N * HH * LAT * sizeof(float)), *got = malloc((size_t)N * HH * LAT * sizeof(float));
+        const size_t QN = (size_t)N * HH * LAT;
+        be->mla_attend(be, want, q, NULL, ltab, 1, N, pos, CTX, HH, LAT, scale, NULL);
+        be->mla_attend(be, got, q, NULL, pltab, 1, N, pos, CTX, HH, LAT, scale, &batch);
+        CHECK(same(want, got, QN), "%s: paged mla_attend, batch step", be->name);
+        be->mla_attend(be, want, q, lc[0], NULL, 1, N, pos, CTX, HH, LAT, scale, NULL);
+        be->mla_attend(be, got, q, lpool, NULL, 1, N, pos, CTX, HH, LAT, scale, &chunk);
+        CHECK(same(want, got, QN), "%s: paged mla_attend, one sequence", be->name);
+        be->dsa_attend(be, want, q, NULL, NULL, tab, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK, NULL);
+        be->dsa_attend(be, got, q, NULL, NULL, ptab2, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK, &batch);
+        CHECK(same(want, got, QN), "%s: paged dsa_attend, batch step", be->name);
+        be->dsa_attend(be, want, q, lc[0], kc[0], NULL, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK, NULL);
+        be->dsa_attend(be, got, q, lpool, kpool, NULL, N, pos, CTX, HH, LAT, scale, iq, iw, ws, IH, ID, TOPK, &chunk);
+        CHECK(same(want, got, QN), "%s: paged dsa_attend, one sequence", be->name);
+        /* stores: row t at its block's row (batch: its own table; chunk: table 0 for all) */
+        be->kv_store_paged(be, NULL, pltab, 1, LAT, rows, LAT, N, pos, &batch);
+        int ok = 1;
+        for (int t = 0; t < N; t++)
+            ok &= same(lpool + ((int64_t)ptab[t * BPR + pos[t] / blk] * blk + pos[t] % blk) * LAT, rows + (size_t)t * LAT, LAT);
+        CHECK(ok, "%s: kv_store_paged, batch step", be->name);
+        be->kv_store_paged(be, lpool, NULL, 1, LAT, rows, LAT, N, pos, &chunk);
+        ok = 1;
+        for (int t = 0; t < N; t++)
+            ok &= same(lpool + ((int64_t)ptab[pos[t] / blk] * blk + pos[t] % blk) * LAT, rows + (size_t)t * LAT, LAT);
+        CHECK(ok, "%s: kv_store_paged, one sequence", be->name);
+        for (int i = 0; i < N; i++) { free(lc[i]); free(kc[i]); }
+        free(lpool); free(kpool); free(q); free(iq); free(iw); free(rows); free(want); free(got);
+        CHECK(be->status(be) == 0, "%s: status %s", be->name, be->last_error);
+    }
+}
+
 static void test_topk_ties(void) {
     const float sc[8] = { 1, 3, 3, 2, 3, 0, 3, -INFINITY };
     int32_t sel[8];
@@ -229,6 +289,7 @@ int main(void) {
     TEST_RUN(test_norms);
     TEST_RUN(test_heads);
     TEST_RUN(test_attend);
+    TEST_RUN(test_attend_paged);
     TEST_RUN(test_topk_ties);
     for (int i = 0; i < n_bes; i++) bes[i]->free(bes[i]);
     TEST_EXIT();

@@ -1,4 +1,4 @@
-/* test_paged.c — the dense families on a shared block pool (model.h ci_model_kv_pool), on
+/* test_paged.c — the paged families (dense, DeepSeek V3 / V3.2) on a shared block pool (model.h ci_model_kv_pool), on
  * the CPU, run from the repository root:
  *  - sessions on one shared pool give the logits of sessions with pools of their own, bit
  *    for bit, prefill and decode, also interleaved with each other and through forward_batch;
@@ -19,7 +19,8 @@
 #include <string.h>
 
 static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/llama_gqa_llama3",
-                                        "tests/fixtures/qwen3_moe" };
+                                        "tests/fixtures/qwen3_moe", "tests/fixtures/deepseek_v3",
+                                        "tests/fixtures/deepseek_v32" };
 
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 

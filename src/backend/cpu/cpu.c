@@ -818,9 +818,9 @@ static void cpu_attention(ci_backend *be, float *out, const float *q, const floa
 
 /* The positions are host memory here, so the work estimate reads them; max_keys only
  * matters to a device sizing its launch. */
-static void attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
-                            const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                            const ci_pages *pg, int pg_row) {
+void cpu_attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                         const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                         const ci_pages *pg, int pg_row) {
     int64_t keys = 0;
     for (int t = 0; t < n; t++)
         if (pos[t] + 1 > keys) keys = pos[t] + 1;
@@ -832,7 +832,7 @@ static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const 
                               float scale) {
     CI_FP_FLUSH_SCOPE();
     (void)max_keys;
-    attention_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
+    cpu_attention_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -1091,7 +1091,7 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
     if (!kv_tab && !(pages && pages->per_row)) {
         qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
                             style, kc, vc, kv_stride, pages, 0);
-        attention_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0);
+        cpu_attention_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0);
         poison(be, q, (size_t)n * QD);
         poison(be, k, (size_t)n * KD);
         return;
@@ -1101,7 +1101,7 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
                             pos + t, inv_freq, mscale, style, kv_tab ? kv_tab[2 * t] : kc,
                             kv_tab ? kv_tab[2 * t + 1] : vc, kv_stride, pages, t);
     for (int t = 0; t < n; t++)
-        attention_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1,
+        cpu_attention_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1,
                         pos + t, n_heads, n_kv, hd, kv_stride, scale, pages, t);
     poison(be, q, (size_t)n * QD);
     poison(be, k, (size_t)n * KD);
@@ -1279,7 +1279,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.layernorm = cpu_layernorm;
     b->base.mla_absorb_q = cpu_mla_absorb_q;
     b->base.mla_out_heads = cpu_mla_out_heads;
-    b->base.kv_store_tab = cpu_kv_store_tab;
+    b->base.kv_store_paged = cpu_kv_store_paged;
     b->base.mla_attend = cpu_mla_attend;
     b->base.dsa_attend = cpu_dsa_attend;
     b->base.shortconv = b->poison ? shortconv_p : cpu_shortconv;

@@ -198,13 +198,18 @@ void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_
                       const ci_mat *w_uk);
 void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
                        const ci_mat *w_uv);
-void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
-                      const int32_t *pos);
+void cpu_kv_store_paged(ci_backend *be, float *cache, float *const *tab, int tab_step, int stride, const float *src,
+                        int width, int n, const int32_t *pos, const ci_pages *pages);
 void cpu_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
-                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale, const ci_pages *pages);
 void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                     float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk, const ci_pages *pages);
+/* cpu.c's attention core (attention_pos) over a cache that may be paged: query row t's keys
+ * at rows ci_page_row(pg, pg_row + t, j) (pg NULL: rows j). */
+void cpu_attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                         const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                         const ci_pages *pg, int pg_row);
 void cpu_mla_tmp_free(void *tmp);
 void **cpu_mla_slot(ci_backend *be);
 void cpu_fail(ci_backend *be, const char *msg);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { T_IN = 0, T_OUT, T_DOTS, T_SCORE, T_SEL, T_KV, T_COUNT };
+enum { T_IN = 0, T_OUT, T_DOTS, T_SCORE, T_SEL, T_KV, T_KEYS, T_COUNT };
 
 typedef struct {
     void *buf[T_COUNT];
@@ -119,25 +119,31 @@ void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n
     }
 }
 
-void cpu_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
-                      const int32_t *pos) {
+/* The row of position p of query row t: through the pages when given (backend.h). */
+static inline int64_t lat_row(const ci_pages *pg, int t, int64_t p) { return pg ? ci_page_row(pg, t, p) : p; }
+
+void cpu_kv_store_paged(ci_backend *be, float *cache, float *const *tab, int tab_step, int stride, const float *src,
+                        int width, int n, const int32_t *pos, const ci_pages *pages) {
     CI_FP_FLUSH_SCOPE();
     (void)be;
-    for (int t = 0; t < n; t++)
-        memcpy(tab[(size_t)t * tab_step] + (size_t)pos[t] * stride, src + (size_t)t * width, (size_t)width * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        float *c = tab ? tab[(size_t)t * tab_step] : cache;
+        memcpy(c + lat_row(pages, t, pos[t]) * stride, src + (size_t)t * width, (size_t)width * sizeof(float));
+    }
 }
 
 void cpu_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
-                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+                    int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale, const ci_pages *pages) {
     CI_FP_FLUSH_SCOPE();
+    (void)max_keys;
     if (!tab) {
-        be->attention_pos(be, out, qcat, cache, cache, n, pos, max_keys, n_heads, 1, lat, lat, scale);
+        cpu_attention_paged(be, out, qcat, cache, cache, n, pos, n_heads, 1, lat, lat, scale, pages, 0);
         return;
     }
     const size_t QD = (size_t)n_heads * lat;
     for (int t = 0; t < n; t++) {
         const float *c = tab[(size_t)t * tab_step];
-        be->attention_pos(be, out + t * QD, qcat + t * QD, c, c, 1, pos + t, max_keys, n_heads, 1, lat, lat, scale);
+        cpu_attention_paged(be, out + t * QD, qcat + t * QD, c, c, 1, pos + t, n_heads, 1, lat, lat, scale, pages, t);
     }
 }
 
@@ -180,17 +186,27 @@ int ci_topk_positions(const float *score, int L, int topk, int32_t *sel) {
 /* One sparse row: index scores of keys 0..L-1, the topk kept, their latent rows gathered in
  * position order and one query at position k - 1 over them (all gathered rows visible). The
  * scratch is sized by cap (>= L: the op's max_keys), so a decode that goes on allocates it
- * once, not a step longer each step. */
+ * once, not a step longer each step. Paged caches (pg, the row's table row pg_row): the key
+ * rows are gathered in position order first, so the scores are one matmul as unpaged. */
 static void sparse_row(ci_backend *be, float *out, const float *qcat, const float *lc, const float *kc, int L, int cap,
                        int n_heads, int lat, float scale, const float *iq, const float *iw, float w_scale, int ih,
-                       int id, int topk) {
+                       int id, int topk, const ci_pages *pg, int pg_row) {
     if (cap < L) cap = L;
     const int keep_cap = topk < cap ? topk : cap;
     float *dots = tmp_get(be, T_DOTS, (size_t)ih * cap * sizeof(float));
     float *score = tmp_get(be, T_SCORE, (size_t)cap * sizeof(float));
     int32_t *sel = tmp_get(be, T_SEL, (size_t)cap * sizeof(int32_t));
     float *kv = tmp_get(be, T_KV, (size_t)(keep_cap > 0 ? keep_cap : 1) * lat * sizeof(float));
-    if (!dots || !score || !sel || !kv || cpu_failed(be)) return;
+    float *keys = pg ? tmp_get(be, T_KEYS, (size_t)cap * id * sizeof(float)) : NULL;
+    if (!dots || !score || !sel || !kv || (pg && !keys) || cpu_failed(be)) return;
+    if (pg) {   /* whole pages at a time: their rows are consecutive */
+        const int blk = 1 << pg->blk_log2;
+        for (int s = 0; s < L; s += blk) {
+            const int run = L - s < blk ? L - s : blk;
+            memcpy(keys + (size_t)s * id, kc + ci_page_row(pg, pg_row, s) * id, (size_t)run * id * sizeof(float));
+        }
+        kc = keys;
+    }
     ci_mat K = { .data = kc, .dtype = CI_F32, .rows = L, .cols = id };
     be->matmul(be, dots, iq, ih, &K);                                       /* [ih, L] */
     for (int s = 0; s < L; s++) score[s] = 0.0f;
@@ -202,13 +218,14 @@ static void sparse_row(ci_backend *be, float *out, const float *qcat, const floa
     for (int s = 0; s < L; s++)
         if (isnan(score[s])) score[s] = -INFINITY;
     int k = ci_topk_positions(score, L, topk, sel);
-    for (int j = 0; j < k; j++) memcpy(kv + (size_t)j * lat, lc + (size_t)sel[j] * lat, (size_t)lat * sizeof(float));
+    for (int j = 0; j < k; j++)
+        memcpy(kv + (size_t)j * lat, lc + lat_row(pg, pg_row, sel[j]) * lat, (size_t)lat * sizeof(float));
     be->attention(be, out, qcat, kv, kv, 1, k - 1, n_heads, 1, lat, lat, scale);
 }
 
 void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                     float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+                    const float *iq, const float *iw, float w_scale, int ih, int id, int topk, const ci_pages *pages) {
     CI_FP_FLUSH_SCOPE();
     const size_t QD = (size_t)n_heads * lat;
     for (int t = 0; t < n; t++) {
@@ -217,12 +234,12 @@ void cpu_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *
             /* dense: this row and the dense rows after it that share its cache, in one call */
             int run = 1;
             while (!tab && t + run < n && pos[t + run] + 1 <= topk) run++;
-            be->attention_pos(be, out + t * QD, qcat + t * QD, lc, lc, run, pos + t, max_keys, n_heads, 1, lat, lat,
-                              scale);
+            cpu_attention_paged(be, out + t * QD, qcat + t * QD, lc, lc, run, pos + t, n_heads, 1, lat, lat, scale,
+                                pages, t);
             t += run - 1;
             continue;
         }
         sparse_row(be, out + t * QD, qcat + t * QD, lc, kc, pos[t] + 1, max_keys, n_heads, lat, scale,
-                   iq + (size_t)t * ih * id, iw + (size_t)t * ih, w_scale, ih, id, topk);
+                   iq + (size_t)t * ih * id, iw + (size_t)t * ih, w_scale, ih, id, topk, pages, t);
     }
 }

@@ -522,20 +522,23 @@ static void op_mla_out_heads(ci_backend *be, float *o, const float *olat, int n,
                              int v, const ci_mat *w_uv) {
     if (!CB(be)->failed) cb_mla_out_heads(CB(be), o, olat, n, n_heads, kv_lora, lat, v, w_uv);
 }
-static void op_kv_store_tab(ci_backend *be, float *const *tab, int tab_step, int stride, const float *src, int width,
-                            int n, const int32_t *pos) {
-    if (!CB(be)->failed) cb_kv_store_tab(CB(be), tab, tab_step, stride, src, width, n, pos);
+static void op_kv_store_paged(ci_backend *be, float *cache, float *const *tab, int tab_step, int stride,
+                              const float *src, int width, int n, const int32_t *pos, const ci_pages *pages) {
+    if (!CB(be)->failed) cb_kv_store_paged(CB(be), cache, tab, tab_step, stride, src, width, n, pos, pages);
 }
 static void op_mla_attend(ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab,
-                          int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
-    if (!CB(be)->failed) cb_mla_attend(CB(be), out, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale);
+                          int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
+                          const ci_pages *pages) {
+    if (!CB(be)->failed)
+        cb_mla_attend(CB(be), out, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale, pages);
 }
 static void op_dsa_attend(ci_backend *be, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                           float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                          const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+                          const float *iq, const float *iw, float w_scale, int ih, int id, int topk,
+                          const ci_pages *pages) {
     if (!CB(be)->failed)
         cb_dsa_attend(CB(be), out, qcat, lat_cache, key_cache, tab, n, pos, max_keys, n_heads, lat, scale, iq, iw,
-                      w_scale, ih, id, topk);
+                      w_scale, ih, id, topk, pages);
 }
 
 /* ---- graphs ------------------------------------------------------------------------- */
@@ -738,7 +741,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->layernorm = op_layernorm;
     be->mla_absorb_q = op_mla_absorb_q;
     be->mla_out_heads = op_mla_out_heads;
-    be->kv_store_tab = op_kv_store_tab;
+    be->kv_store_paged = op_kv_store_paged;
     be->mla_attend = op_mla_attend;
     be->dsa_attend = op_dsa_attend;
     be->shortconv = op_shortconv;

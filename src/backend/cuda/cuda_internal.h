@@ -470,15 +470,15 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
                      const ci_mat *w_uk);
 void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
                       const ci_mat *w_uv);
-void cb_kv_store_tab(cuda_be *cb, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
-                     const int32_t *pos);
+void cb_kv_store_paged(cuda_be *cb, float *cache, float *const *tab, int tab_step, int stride, const float *src,
+                       int width, int n, const int32_t *pos, const ci_pages *pages);
 void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
-                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale);
+                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale, const ci_pages *pages);
 /* mla.cu's attention for dsa.cu: sel (device, [n, topk]) NULL, or the kept rows of each row
  * whose pos[t] + 1 > topk; keys bounds every row's key count (max_keys, or topk with sel). */
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                         int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys, int n_heads,
-                        int lat, float scale);
+                        int lat, float scale, const ci_pages *pages);
 /* Sticky failure with "CUDA: msg" (the first one stands). */
 void cb_fail_msg(cuda_be *cb, const char *msg);
 /* Dynamic shared memory of `bytes` for kernel: 1 if it fits (above 48 KiB the kernel's limit
@@ -497,15 +497,16 @@ static inline int cb_smem_ok(cuda_be *cb, K kernel, size_t bytes, int *set) {
 }
 void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk);
+                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk, const ci_pages *pages);
 /* The keys an indexer scores for row t: (tab ? tab[t · tab_step] : base) + off, id floats
- * each, (pos[t] + 1) / ratio of them (DSA: the indexer cache, ratio 1; V4's CSA indexer: the
- * compressor state's entries). */
+ * each, (pos[t] + 1) / ratio of them (DSA: the indexer cache, ratio 1, key s at row
+ * pg_row(s) when paged; V4's CSA indexer: the compressor state's entries). */
 struct cb_keyrows {
     const float *base;
     float *const *tab;
     int tab_step, ratio;
     size_t off;
+    ci_pages pg;                 /* paged keys (DSA's cache), or all zeros */
 };
 /* A lightning indexer's choice (dsa.cu), for DSA and V4: for every row with more keys than
  * topk, score(s) = Σ_h relu(q[t, h] · k_s) · ks · (iw[t, h] · w_scale) (h in order; NaN ->

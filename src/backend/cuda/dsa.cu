@@ -45,13 +45,15 @@ __global__ void dsa_score_kernel(float *score, int ld, cb_keyrows kr, const int3
     const int s0 = blockIdx.x * SCORE_KEYS;
     if (s0 >= L) return;
     const float *key_cache = (kr.tab ? kr.tab[(int64_t)t * kr.tab_step] : kr.base) + kr.off;
+    const int32_t *tb = pg_table(kr.pg, t);      /* paged keys: the row's block table */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *qs = sm, *kw = sm + (size_t)ih * id + (size_t)warp * id;
     for (int i = threadIdx.x; i < ih * id; i += blockDim.x) qs[i] = iq[(int64_t)t * ih * id + i];
     __syncthreads();
     const int s1 = L < s0 + SCORE_KEYS ? L : s0 + SCORE_KEYS;
     for (int s = s0 + warp; s < s1; s += nw) {
-        for (int d = lane; d < id; d += 32) kw[d] = key_cache[(int64_t)s * id + d];
+        const float *krow = key_cache + pg_row(tb, kr.pg.blk_log2, s) * id;
+        for (int d = lane; d < id; d += 32) kw[d] = krow[d];
         __syncwarp();
         float sc = 0.0f;
         for (int h = 0; h < ih; h++) {
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(SC4_THREADS) dsa_score4_kernel(float *score, i
     }
     for (int h = threadIdx.x; h < ih; h += blockDim.x) wsh[h] = __fmul_rn(iw[(int64_t)t * ih + h], w_scale);
     const int r = threadIdx.x & 3, s = s0 + (threadIdx.x >> 2);
-    const float *krow = key_cache + (int64_t)(s < L ? s : s0) * ID;   /* past L: any row in bounds */
+    const float *krow = key_cache + pg_row(pg_table(kr.pg, t), kr.pg.blk_log2, s < L ? s : s0) * ID;   /* past L: any row held */
     float k[C];
 #pragma unroll
     for (int i = 0; i < 8; i++)
@@ -439,16 +441,16 @@ int cb_index_select(cuda_be *cb, int32_t *sel, int sel_stride, int32_t *nsel, cb
 
 void cb_dsa_attend(cuda_be *cb, float *out, const float *qcat, const float *lat_cache, const float *key_cache,
                    float *const *tab, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk) {
+                   const float *iq, const float *iw, float w_scale, int ih, int id, int topk, const ci_pages *pages) {
     if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0 || topk <= 0) return;
     if (max_keys > topk) {                       /* some row may be sparse */
         int32_t *sel = (int32_t *)cb_scratch_get(cb, &cb->mla_work[2], (size_t)n * topk * sizeof(int32_t));
-        cb_keyrows kr = { key_cache, tab ? tab + 1 : NULL, 2, 1, 0 };
+        cb_keyrows kr = { key_cache, tab ? tab + 1 : NULL, 2, 1, 0, cb_pages(pages) };
         if (!sel || !cb_index_select(cb, sel, topk, NULL, kr, n, pos, max_keys, iq, iw, w_scale, 1.0f, ih, id, topk))
             return;
         cb_mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, sel, topk, topk < max_keys ? topk : max_keys, n_heads,
-                        lat, scale);
+                           lat, scale, pages);
         return;
     }
-    cb_mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, NULL, topk, max_keys, n_heads, lat, scale);
+    cb_mla_attn_launch(cb, out, qcat, lat_cache, tab, 2, n, pos, NULL, topk, max_keys, n_heads, lat, scale, pages);
 }

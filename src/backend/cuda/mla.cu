@@ -1,6 +1,7 @@
 /* mla.cu — the MLA ops of backend.h on the device (DSA's are dsa.cu's; the absorbed queries
- * and value heads are mla_heads.cu's): strided RMSNorm, LayerNorm, per-row cache stores
- * through a table, and MLA attention over the latent cache. Nothing synchronises:
+ * and value heads are mla_heads.cu's): strided RMSNorm, LayerNorm, cache stores (per-row
+ * caches through a table, paged caches through block tables), and MLA attention over the
+ * latent cache. Nothing synchronises:
  * positions, cache tables and selections stay in device memory, launches are sized by
  * max_keys, so a recorded step serves every later position.
  *
@@ -14,7 +15,9 @@
  * them; with one chunk (prefill) the block writes the normalised row itself.
  *
  * A sparse row (DSA, dsa.cu: sel given and pos[t] + 1 > topk) attends its topk kept rows
- * sel[t, 0..topk) instead of 0..pos[t]. */
+ * sel[t, 0..topk) instead of 0..pos[t]. A paged cache (backend.h ci_pages): position j of
+ * row t is cache row pg_row(its block table, j) (cuda_internal.h), one table read per key row
+ * loaded. */
 #include "cuda_internal.h"
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -98,22 +101,23 @@ void cb_layernorm(cuda_be *cb, float *out, const float *x, const float *w, const
     cb_launched(cb, "layernorm");
 }
 
-/* ---- cache stores through a table ------------------------------------------------------------- */
+/* ---- cache stores (through a table, through pages) ------------------------------------------ */
 
-__global__ void kv_store_tab_kernel(float *const *tab, int tab_step, int stride, const float *src, int width,
-                                    const int32_t *pos) {
+__global__ void kv_store_paged_kernel(float *cache, float *const *tab, int tab_step, int stride, const float *src,
+                                      int width, const int32_t *pos, ci_pages pg) {
     pdl_enter();
     const int t = blockIdx.x;
-    float *dst = tab[(int64_t)t * tab_step] + (int64_t)pos[t] * stride;
+    float *dst = (tab ? tab[(int64_t)t * tab_step] : cache) + pg_row(pg_table(pg, t), pg.blk_log2, pos[t]) * stride;
     const float *s = src + (int64_t)t * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = s[i];
 }
 
-void cb_kv_store_tab(cuda_be *cb, float *const *tab, int tab_step, int stride, const float *src, int width, int n,
-                     const int32_t *pos) {
+void cb_kv_store_paged(cuda_be *cb, float *cache, float *const *tab, int tab_step, int stride, const float *src,
+                       int width, int n, const int32_t *pos, const ci_pages *pages) {
     if (n <= 0 || width <= 0) return;
-    cb_launch(cb, kv_store_tab_kernel, dim3(n), dim3(128), 0, tab, tab_step, stride, src, width, pos);
-    cb_launched(cb, "kv_store_tab");
+    cb_launch(cb, kv_store_paged_kernel, dim3(n), dim3(128), 0, cache, tab, tab_step, stride, src, width, pos,
+              cb_pages(pages));
+    cb_launched(cb, "kv_store_paged");
 }
 
 /* ---- MLA attention ------------------------------------------------------------------------------ */
@@ -158,13 +162,16 @@ static __device__ __forceinline__ void warp_sum_split(float (&v)[V]) {
 __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float *part, const float *qcat,
                                                                const float *cache, float *const *tab, int tab_step,
                                                                const int32_t *pos, const int32_t *sel, int topk,
-                                                               int n_heads, int lat, float scale, int n_chunks) {
+                                                               int n_heads, int lat, float scale, int n_chunks,
+                                                               ci_pages pg) {
     pdl_enter();
     extern __shared__ float sm[];
     const int t = blockIdx.z, ck = blockIdx.y, h0 = blockIdx.x * MLA_HG;
     const int nh = n_heads - h0 < MLA_HG ? n_heads - h0 : MLA_HG;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (tab) cache = tab[(int64_t)t * tab_step];
+    const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     const int count = row_keys(pos, sel, topk, t);
     const int sparse = sel && pos[t] + 1 > topk;
     const int32_t *srow = sparse ? sel + (int64_t)t * topk : NULL;
@@ -193,7 +200,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
             for (int kk = 0; kk < MLA_KPW; kk++) {
                 const int j = warp * MLA_KPW + kk;
                 const int key = j < nk ? (srow ? srow[jb + j] : jb + j) : -1;
-                kr[kk] = key >= 0 ? cache + (int64_t)key * lat : NULL;
+                kr[kk] = key >= 0 ? cache + pg_row(tb, lg, key) * lat : NULL;
             }
             float v[MLA_KPW * MLA_HG];
 #pragma unroll
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
                 for (int h = 0; h < MLA_HG; h++) a[h] = acc[h][k] * rs[h];
 #pragma unroll 8
                 for (int j = 0; j < MLA_KT; j++) {   /* keys past nk have p = 0: read row jb (any held row) */
-                    const float x = cache[(int64_t)(j < nk ? (srow ? srow[jb + j] : jb + j) : (srow ? srow[jb] : jb)) * lat + c];
+                    const float x = cache[pg_row(tb, lg, j < nk ? (srow ? srow[jb + j] : jb + j) : (srow ? srow[jb] : jb)) * lat + c];
 #pragma unroll
                     for (int h = 0; h < MLA_HG; h++) a[h] = fmaf(ps[h * MLA_KT + j], x, a[h]);
                 }
@@ -301,13 +308,16 @@ template <int LPC>
 __global__ void __launch_bounds__(MD_WARPS * 32) mla_decode_kernel(float *out, float *part, const float *qcat,
                                                                    const float *cache, float *const *tab, int tab_step,
                                                                    const int32_t *pos, const int32_t *sel, int topk,
-                                                                   int n_heads, int lat, float scale, int n_runs) {
+                                                                   int n_heads, int lat, float scale, int n_runs,
+                                                                   ci_pages pg) {
     pdl_enter();
     extern __shared__ float md[];                 /* [MD_WARPS][MD_HG][lat] acc, then [MD_WARPS][MD_HG][2] m, l */
     const int t = blockIdx.z, run = blockIdx.y, h0 = blockIdx.x * MD_HG;
     const int nh = n_heads - h0 < MD_HG ? n_heads - h0 : MD_HG;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (tab) cache = tab[(int64_t)t * tab_step];
+    const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
+    const int lg = pg.blk_log2;
     const int count = row_keys(pos, sel, topk, t);
     const int32_t *srow = sel && pos[t] + 1 > topk ? sel + (int64_t)t * topk : NULL;
     const int per = (count + n_runs - 1) / n_runs;
@@ -337,14 +347,14 @@ __global__ void __launch_bounds__(MD_WARPS * 32) mla_decode_kernel(float *out, f
     float k[LPC], kn[LPC];
     int j = j0 + warp;
     if (j < j1) {
-        const float *kr = cache + (int64_t)(srow ? srow[j] : j) * lat;
+        const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
 #pragma unroll
         for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
     }
     for (; j < j1; j += MD_WARPS) {
         const int jn = j + MD_WARPS;
         if (jn < j1) {                            /* the warp's next key, in flight during this one */
-            const float *kr = cache + (int64_t)(srow ? srow[jn] : jn) * lat;
+            const float *kr = cache + pg_row(tb, lg, srow ? srow[jn] : jn) * lat;
 #pragma unroll
             for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
@@ -470,7 +480,7 @@ static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3
 enum { MD_MIN_RUN = 32 };
 static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                               int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
-                              int n_heads, int lat, float scale) {
+                              int n_heads, int lat, float scale, ci_pages pg) {
     static int smem_set[5];
     const int lpc = (lat + 31) / 32;
     const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
@@ -492,7 +502,7 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
             return;                                                                                                 \
         }                                                                                                           \
         cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
-                  topk, n_heads, lat, scale, n_runs);                                                               \
+                  topk, n_heads, lat, scale, n_runs, pg);                                                           \
     } while (0)
     if (lpc <= 2) MD_GO(2, 0);
     else if (lpc <= 4) MD_GO(4, 1);
@@ -507,8 +517,8 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
 }
 
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
-                            int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
-                            int n_heads, int lat, float scale) {
+                        int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys, int n_heads,
+                        int lat, float scale, const ci_pages *pages) {
     static int smem_set = 0;
     if (lat > MLA_MAX_LAT) {
         cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
@@ -520,7 +530,8 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         return;
     }
     if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {
-        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale);
+        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale,
+                          cb_pages(pages));
         return;
     }
     const int groups = (n_heads + MLA_HG - 1) / MLA_HG;
@@ -536,7 +547,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         if (!part) return;
     }
     cb_launch(cb, mla_attn_kernel, dim3((unsigned)groups, (unsigned)n_chunks, (unsigned)n), dim3(MLA_THREADS), smem, out,
-              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, lat, scale, n_chunks);
+              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, lat, scale, n_chunks, cb_pages(pages));
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_chunks),
               out, (const float *)part, n_heads, lat, n_chunks);
@@ -544,7 +555,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
 }
 
 void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
-                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale) {
+                   int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale, const ci_pages *pages) {
     if (n <= 0 || n_heads <= 0 || lat <= 0 || max_keys <= 0) return;
-    cb_mla_attn_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, max_keys, n_heads, lat, scale);
+    cb_mla_attn_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, max_keys, n_heads, lat, scale, pages);
 }

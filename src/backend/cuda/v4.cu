@@ -444,7 +444,7 @@ void cb_v4_index(cuda_be *cb, int32_t *sel, int32_t *nsel, const float *iq, cons
                  float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
                  int sel_stride, int max_entries, float *scratch) {
     (void)scratch;
-    const cb_keyrows kr = { state, states, tab_step, c->ratio, ci_v4cmp_entries(c) };
+    const cb_keyrows kr = { state, states, tab_step, c->ratio, ci_v4cmp_entries(c), { 0, 0, 0, 0 } };
     cb_index_select(cb, sel, sel_stride, nsel, kr, n, pos, max_entries, iq, iw, 1.0f / sqrtf((float)ih),
                     1.0f / sqrtf((float)c->d), ih, c->d, topk);
 }
