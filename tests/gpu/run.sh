@@ -22,7 +22,8 @@
 #               MLX-quantized DeepSeek V3 (packed matmuls, MLA heads, experts, embedding)
 #   generate    one short cinfer generate --device cuda --stats
 #   serve       cinfer serve --device cuda on an f32 fixture (demo tokenizer beside it) with a small
-#               block pool, bench/serve_load.py check: concurrent seeded = alone, a cached second
+#   serve-dsa   block pool (serve-dsa: the deepseek_v32 fixture's MLA latents and indexer keys paged),
+#               bench/serve_load.py check: concurrent seeded = alone, a cached second
 #               turn, a soak with hang-ups, an idle pool and no 5xx
 #   serve-paged tests/cli/serve_paged.sh with SERVE_DEVICE=cuda: preemption on a 6-block pool there
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
@@ -135,16 +136,21 @@ fi
 step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf16 \
   --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ids --device cuda --stats
 
-# ---- serve: the paged pool behind the HTTP server on the device ----
-sdir=$(mktemp -d)
-cp -r tests/fixtures/qwen3_tied "$sdir/m" && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$sdir/m/"
-step serve 120 serve.log bash -c "
-  '$CINFER' serve --model '$sdir/m' --device cuda --port 18090 --parallel 8 --ctx 1024 --kv-blocks 16 2>'$OUT/logs/serve_server.log' &
-  pid=\$!
-  for i in \$(seq 1 100); do grep -q 'serving' '$OUT/logs/serve_server.log' && break; kill -0 \$pid || break; sleep 0.2; done
-  python3 bench/serve_load.py check http://127.0.0.1:18090 --vocab 300 --max 400 --n 8 --soak 20; r=\$?
-  kill \$pid; wait \$pid; cat '$OUT/logs/serve_server.log'; exit \$r"
-rm -rf "$sdir"
+# ---- serve: the paged pool behind the HTTP server on the device (a dense fixture, and
+# DeepSeek V3.2's: latent rows and indexer keys in the pool) ----
+port=18090
+for sf in qwen3_tied:serve deepseek_v32:serve-dsa; do
+  sdir=$(mktemp -d)
+  cp -r tests/fixtures/${sf%%:*} "$sdir/m" && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$sdir/m/"
+  step ${sf##*:} 120 ${sf##*:}.log bash -c "
+    '$CINFER' serve --model '$sdir/m' --device cuda --port $port --parallel 8 --ctx 1024 --kv-blocks 16 2>'$OUT/logs/${sf##*:}_server.log' &
+    pid=\$!
+    for i in \$(seq 1 100); do grep -q 'serving' '$OUT/logs/${sf##*:}_server.log' && break; kill -0 \$pid || break; sleep 0.2; done
+    python3 bench/serve_load.py check http://127.0.0.1:$port --vocab 300 --max 400 --n 8 --soak 20; r=\$?
+    kill \$pid; wait \$pid; cat '$OUT/logs/${sf##*:}_server.log'; exit \$r"
+  rm -rf "$sdir"
+  port=$((port + 1))
+done
 # tests/cli/serve_paged.sh on the device: a 6-block pool under 4 growing requests (preemption), 400,
 # equal-to-alone greedy ids, an idle pool, a cached second turn
 step serve-paged 120 serve_paged.log env CINFER="$CINFER" SERVE_DEVICE=cuda bash tests/cli/serve_paged.sh
