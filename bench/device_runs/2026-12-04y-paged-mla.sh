@@ -4,13 +4,15 @@
 # with CINFER_TEST_DEVICE=cuda, test_cuda_ops' "paged" cases, serve-dsa), then decode / prefill
 # of DeepSeek-V2-Lite dims (q_lora 1024, 14 layers, bf16, make-random --seed 1: the issue #16
 # DeepSeek row) and the V3.2 lite dims (4 layers, top-2048) alternating with the build before
-# the change (.gpuz/before-pack.tar.xz: cinfer + libcinfer_cuda.so of the param-window commit,
-# -lineinfo kernels; same sources as 7672b95 but the last no-op line), each binary with its own lib.
+# the change (cinfer + libcinfer_cuda.so of the param-window commit, -lineinfo kernels; same
+# sources as 7672b95 but its no-op line), each binary with its own lib. The two packs do not fit
+# one carry: a first call unpacked .gpuz/before-min.tar.xz into /tmp/bef on the machine
+# (`mkdir -p /tmp/bef && tar xJf .gpuz/before-min.tar.xz -C /tmp/bef`), this one runs right after.
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 export CINFER_CUDA_UNVERIFIED=1
-mkdir -p /tmp/bef && tar xJf .gpuz/before-pack.tar.xz -C /tmp/bef
 CB=/tmp/bef/.gpu/cinfer
+[ -x $CB ] || { ts "no $CB (the machine was not the first call's): after only"; CB=$C; }
 ts start
 BD=/tmp/bm; mkdir -p $BD
 ( sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json > $BD/ds.json
