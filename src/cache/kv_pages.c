@@ -11,13 +11,14 @@ struct kv_pool {
     int *parent;            /* [n] the name: the block before it (-1: the first block) */
     uint32_t *parent_gen;   /*     that block's generation then */
     int32_t *toks;          /* [n, blk] and the tokens it holds */
+    int *plen;              /* [n] how many: blk, or fewer for a sequence's published last block */
     uint64_t *hash;         /* [n] the name's hash */
     int *bucket, nb;        /* [nb] (a power of two) the first published block of the bucket, or -1 */
     int *hnext;             /* [n] the next one in its bucket */
     int *stack, n_free;     /* free blocks */
     int *prev, *next;       /* [n] the LRU list of cached blocks, oldest first */
     int head, tail, n_cached;
-    long long lookups, hits, evictions;
+    long long lookups, hits, evictions, tail_hits;
 };
 
 static uint64_t name_hash(int parent, uint32_t pgen, const int32_t *toks, int blk) {
@@ -46,12 +47,13 @@ kv_pool *kvp_new(int n_blocks, int blk) {
     p->parent_gen = malloc(n * sizeof *p->parent_gen);
     p->toks = malloc(n * (size_t)blk * sizeof *p->toks);
     p->hash = malloc(n * sizeof *p->hash);
+    p->plen = malloc(n * sizeof *p->plen);
     p->bucket = malloc((size_t)p->nb * sizeof *p->bucket);
     p->hnext = malloc(n * sizeof *p->hnext);
     p->stack = malloc(n * sizeof *p->stack);
     p->prev = malloc(n * sizeof *p->prev);
     p->next = malloc(n * sizeof *p->next);
-    if (!p->ref || !p->gen || !p->pub || !p->parent || !p->parent_gen || !p->toks || !p->hash || !p->bucket ||
+    if (!p->ref || !p->gen || !p->pub || !p->parent || !p->parent_gen || !p->toks || !p->hash || !p->plen || !p->bucket ||
         !p->hnext || !p->stack || !p->prev || !p->next) {
         kvp_free(p);
         return NULL;
@@ -66,7 +68,7 @@ kv_pool *kvp_new(int n_blocks, int blk) {
 void kvp_free(kv_pool *p) {
     if (!p) return;
     free(p->ref); free(p->gen); free(p->pub); free(p->parent); free(p->parent_gen); free(p->toks);
-    free(p->hash); free(p->bucket); free(p->hnext); free(p->stack); free(p->prev); free(p->next);
+    free(p->hash); free(p->plen); free(p->bucket); free(p->hnext); free(p->stack); free(p->prev); free(p->next);
     free(p);
 }
 
@@ -83,6 +85,7 @@ void kvp_stats(const kv_pool *p, kv_pool_stats *s) {
     s->match_lookups = p->lookups;
     s->match_hits = p->hits;
     s->evictions = p->evictions;
+    s->tail_hits = p->tail_hits;
 }
 
 static void lru_remove(kv_pool *p, int b) {
@@ -106,14 +109,50 @@ static void unpublish(kv_pool *p, int b) {
     p->pub[b] = 0;
 }
 
-/* The published block with this name, or -1. */
+/* The published full block with this name, or -1. */
 static int find(const kv_pool *p, int parent, uint32_t pgen, const int32_t *toks) {
     uint64_t h = name_hash(parent, pgen, toks, p->blk);
     for (int b = p->bucket[h & (uint64_t)(p->nb - 1)]; b >= 0; b = p->hnext[b])
-        if (p->hash[b] == h && p->parent[b] == parent && p->parent_gen[b] == pgen &&
+        if (p->hash[b] == h && p->plen[b] == p->blk && p->parent[b] == parent && p->parent_gen[b] == pgen &&
             !memcmp(p->toks + (size_t)b * p->blk, toks, (size_t)p->blk * sizeof *toks))
             return b;
     return -1;
+}
+
+/* Last blocks (fewer than blk rows named) are hashed by their parent alone: of those after
+ * (parent, pgen) that nobody holds, the one that shares the longest run of first tokens with
+ * toks[0, avail) (*len of them), counting only runs that take the whole block, all of toks,
+ * or at least half of the block's tokens (a reply's tail that a next prompt parts from late);
+ * a block that shares a few first tokens (a chat template's header, say) is left for a
+ * sequence that would take more of it. -1 when none. */
+static int find_tail(const kv_pool *p, int parent, uint32_t pgen, const int32_t *toks, int avail, int *len) {
+    uint64_t h = name_hash(parent, pgen, NULL, 0);
+    int best = -1;
+    *len = 0;
+    for (int b = p->bucket[h & (uint64_t)(p->nb - 1)]; b >= 0; b = p->hnext[b]) {
+        if (p->hash[b] != h || p->plen[b] == p->blk || p->ref[b] || p->parent[b] != parent || p->parent_gen[b] != pgen)
+            continue;
+        const int32_t *t = p->toks + (size_t)b * p->blk;
+        int c = 0, most = p->plen[b] < avail ? p->plen[b] : avail;
+        while (c < most && t[c] == toks[c]) c++;
+        if ((c == most || 2 * c >= p->plen[b]) && c > *len) {
+            *len = c;
+            best = b;
+        }
+    }
+    return best;
+}
+
+static void name_block(kv_pool *p, int b, int par, uint32_t pg, const int32_t *t, int len) {
+    p->parent[b] = par;
+    p->parent_gen[b] = pg;
+    p->plen[b] = len;
+    memcpy(p->toks + (size_t)b * p->blk, t, (size_t)len * sizeof *t);
+    p->hash[b] = len == p->blk ? name_hash(par, pg, t, len) : name_hash(par, pg, NULL, 0);
+    int *bk = &p->bucket[p->hash[b] & (uint64_t)(p->nb - 1)];
+    p->hnext[b] = *bk;
+    *bk = b;
+    p->pub[b] = 1;
 }
 
 static int take_new(kv_pool *p) {
@@ -182,25 +221,25 @@ int kvs_truncate(kv_pool *p, kv_seq *s, int tokens) {
     return tokens;
 }
 
-void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n) {
+void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail) {
     int full = n / p->blk < s->n ? n / p->blk : s->n;
     for (int i = 0; i < full; i++) {
         int b = s->tab[i];
-        if (p->pub[b]) continue;
+        if (p->pub[b] && p->plen[b] == p->blk) continue;
         int par = i ? s->tab[i - 1] : -1;
-        if (par >= 0 && !p->pub[par]) return;   /* unnamed parent: nothing after it can be named */
+        if (par >= 0 && !(p->pub[par] && p->plen[par] == p->blk)) return;   /* unnamed parent: nothing after it can be named */
         uint32_t pg = par >= 0 ? p->gen[par] : 0;
         const int32_t *t = toks + (size_t)i * p->blk;
         if (find(p, par, pg, t) >= 0) return;   /* another block has this name */
-        p->parent[b] = par;
-        p->parent_gen[b] = pg;
-        memcpy(p->toks + (size_t)b * p->blk, t, (size_t)p->blk * sizeof *t);
-        p->hash[b] = name_hash(par, pg, t, p->blk);
-        int *bk = &p->bucket[p->hash[b] & (uint64_t)(p->nb - 1)];
-        p->hnext[b] = *bk;
-        *bk = b;
-        p->pub[b] = 1;
+        if (p->pub[b]) unpublish(p, b);         /* named as a last block before: now full */
+        name_block(p, b, par, pg, t, p->blk);
     }
+    const int r = n - full * p->blk;
+    if (!tail || full >= s->n || r <= 0 || r >= p->blk) return;
+    const int b = s->tab[full], par = full ? s->tab[full - 1] : -1;
+    if (p->ref[b] > 1 || (par >= 0 && !(p->pub[par] && p->plen[par] == p->blk))) return;
+    if (p->pub[b]) unpublish(p, b);
+    name_block(p, b, par, par >= 0 ? p->gen[par] : 0, toks + (size_t)full * p->blk, r);
 }
 
 /* The blocks of toks' full blocks (at most limit positions) found by walking the names from
@@ -230,7 +269,21 @@ int kvs_match(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit) {
     p->hits += got;
     s->n = got;
     s->dirty = 1;
-    return got * p->blk;
+    /* then the published last block after them that goes on longest with toks, taken over:
+     * unnamed, it is this sequence's own to write on (nobody held it) from where the two part */
+    const int avail = (n < limit ? n : limit) - got * p->blk;
+    if (got >= s->cap || avail <= 0) return got * p->blk;
+    const int par = got ? s->tab[got - 1] : -1;
+    int len = 0;
+    const int b = find_tail(p, par, par >= 0 ? p->gen[par] : 0, toks + (size_t)got * p->blk, avail, &len);
+    if (b < 0) return got * p->blk;
+    lru_remove(p, b);
+    unpublish(p, b);
+    p->gen[b]++;
+    p->ref[b] = 1;
+    s->tab[s->n++] = b;
+    p->tail_hits++;
+    return got * p->blk + len;
 }
 
 int kvp_probe(const kv_pool *p, const int32_t *toks, int n, int limit) {

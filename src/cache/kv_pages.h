@@ -12,7 +12,13 @@
  * id and generation) and its blk token ids, so a name is exact, never a hash guess (the
  * hash only picks the bucket). A sequence starting with the same tokens takes the published
  * blocks (kvs_match: ref + 1) instead of computing them; a published block is never written
- * again (its holders are past it; truncation drops a block it would cut into). Allocation
+ * again (its holders are past it; truncation drops a block it would cut into). A sequence's
+ * last, partly filled block may be published too (kvs_publish's tail): named by its parent
+ * and the tokens it holds so far, it is not shared but taken over: a sequence whose tokens go
+ * on from the same full blocks and then share its tokens (all of them, all its own, or at
+ * least half of the block's) takes it when nobody holds it (kvs_match), unnamed from then on,
+ * and writes its own rows after the ones it shares; a holder that writes on past them only
+ * writes rows the name does not cover, and a full block's name replaces a tail's. Allocation
  * takes a free block, else evicts the least recently used cached one (its generation moves
  * on, so names made under it stop matching). Not thread-safe: the engine calls it under
  * its lock. */
@@ -35,6 +41,7 @@ typedef struct {
     int blocks, blk, in_use, cached, free;
     long long match_lookups, match_hits;   /* kvs_match: blocks asked for, blocks found */
     long long evictions;
+    long long tail_hits;                   /* kvs_match: last blocks taken over */
 } kv_pool_stats;
 
 /* NULL when out of memory or blk is not a power of two >= 1, n_blocks < 1. */
@@ -58,11 +65,14 @@ int kvs_reserve(kv_pool *p, kv_seq *s, int tokens);
 int kvs_truncate(kv_pool *p, kv_seq *s, int tokens);
 /* Publishes the full blocks of positions [0, n) that the sequence holds, toks[0, n) being
  * its tokens; a block already published is left as it is. A block whose name another
- * block already has is not published (the first keeps it). */
-void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n);
+ * block already has is not published (the first keeps it). tail: the partly filled block of
+ * positions [n - n % blk, n) too (when the sequence alone holds it and its parent is named). */
+void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail);
 /* On an empty sequence (n == 0): takes the published blocks that hold toks' first full
- * blocks, in order, as long as they match and at most `limit` positions. Returns the
- * positions they cover (a multiple of blk). */
+ * blocks, in order, as long as they match and at most `limit` positions, then of the
+ * published last blocks after them that nobody holds, the one that shares most of toks' next
+ * tokens (within limit; all of the block's, all of toks', or at least half of the block's).
+ * Returns the positions covered. */
 int kvs_match(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit);
 /* Positions of toks[0, n) that kvs_match would give, without taking anything. */
 int kvp_probe(const kv_pool *p, const int32_t *toks, int n, int limit);

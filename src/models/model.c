@@ -262,10 +262,10 @@ int ci_session_truncate(ci_session *s, int tokens) {
     return s->pos;
 }
 
-void ci_session_publish(ci_session *s, const int *toks, int n) {
+void ci_session_publish(ci_session *s, const int *toks, int n, int tail) {
     if (!s->pool || s->own_pool) return;   /* an own pool has nobody to share with */
     if (n > s->pos) n = s->pos;
-    kvs_publish(s->pool, &s->pages, (const int32_t *)toks, n);
+    kvs_publish(s->pool, &s->pages, (const int32_t *)toks, n, tail);
 }
 
 int ci_session_match(ci_session *s, const int *toks, int n, int limit) {

@@ -74,9 +74,11 @@ typedef struct ci_session {
  * truncate: s->pos = the positions kept of [0, min(tokens, pos)) (a shared or published
  *   block cut into is dropped: fewer than asked, a multiple of the block);
  * publish: names the full blocks of the first n positions (toks: the sequence's tokens)
- *   so other sequences can take them;
+ *   so other sequences can take them; tail: the partly filled last block too (kv_pages.h:
+ *   taken over, not shared, by a later match; for a session about to let its blocks go);
  * match: on an emptied session (pos 0, no blocks), takes the published blocks holding the
- *   longest full-block prefix of toks[0, n), at most limit positions; s->pos = that. */
+ *   longest full-block prefix of toks[0, n) and a published tail after them, at most limit
+ *   positions; s->pos = that. */
 int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
 /* ci_session_new for a caller that never passes more than max_rows tokens to one forward
  * (nor more than max_rows sequences to one forward_batch): the server's slots. */
@@ -85,7 +87,7 @@ size_t ci_model_kv_block_bytes(const ci_model *m);
 int ci_session_paged(const ci_session *s);
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
 int ci_session_truncate(ci_session *s, int tokens);
-void ci_session_publish(ci_session *s, const int *toks, int n);
+void ci_session_publish(ci_session *s, const int *toks, int n, int tail);
 int ci_session_match(ci_session *s, const int *toks, int n, int limit);
 /* For a family's session_init / session_free: the table (and its backend copy) and, without
  * a model pool, an own pool of ceil(max_ctx / KV_BLOCK) blocks (*n_blocks: the pool's blocks

@@ -223,11 +223,12 @@ static int active_count(const eng *e) {
 }
 
 /* Paged: a slot's request is over: its full blocks are named for others (prefix reuse on),
- * and the slot lets every block go (named ones stay cached in the pool, LRU), so an idle
- * engine holds no block. */
+ * its partly filled last block for whoever goes on from its tokens (a next turn takes it
+ * over, kv_pages.h), and the slot lets every block go (named ones stay cached in the pool,
+ * LRU), so an idle engine holds no block. */
 static void slot_settle(eng *e, slot *sl) {
     if (!e->paged) return;
-    if (e->o.prefix_cache_bytes) ci_session_publish(sl->s, sl->toks, sl->n_toks);
+    if (e->o.prefix_cache_bytes) ci_session_publish(sl->s, sl->toks, sl->n_toks, 1);
     ci_session_truncate(sl->s, 0);
     sl->n_toks = 0;
 }
@@ -550,7 +551,7 @@ static void step(eng *e) {
         sl->fed += k;
         if (e->paged && e->o.prefix_cache_bytes) {   /* its full blocks named as they fill */
             pthread_mutex_lock(&e->mu);
-            ci_session_publish(sl->s, sl->toks, sl->n_toks);
+            ci_session_publish(sl->s, sl->toks, sl->n_toks, 0);
             pthread_mutex_unlock(&e->mu);
         }
         /* hybrids: a snapshot every SNAP_EVERY tokens and at the end of the prompt, so a

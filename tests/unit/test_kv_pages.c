@@ -1,6 +1,7 @@
 /* test_kv_pages.c — the paged cache's block allocator (src/cache/kv_pages.h): allocation,
- * sharing by name, truncation, eviction, exhaustion, and a random soak that ends with the
- * pool back to full. */
+ * sharing by name, truncation, eviction, exhaustion, last blocks published and taken over,
+ * and a random soak (the rows each block holds modelled: every position a match gives holds
+ * the token asked for) that ends with the pool back to full. */
 #include "check.h"
 #include "cache/kv_pages.h"
 #include <stdlib.h>
@@ -47,7 +48,7 @@ static void test_publish_match_share(void) {
     kv_seq a, b, c;
     kvs_init(&a, 4); kvs_init(&b, 4); kvs_init(&c, 4);
     CHECK(kvs_reserve(p, &a, 14) == 0, "reserve");
-    kvs_publish(p, &a, t, 14);                   /* blocks 0..2 full, the 4th partial: not published */
+    kvs_publish(p, &a, t, 14, 0);                /* blocks 0..2 full, the 4th partial: not published */
     CHECK(kvp_probe(p, t, 16, 16) == 12, "probe gives 3 blocks, got %d", kvp_probe(p, t, 16, 16));
     CHECK(kvp_probe(p, u, 16, 16) == 8, "a diverging prompt gets 2, got %d", kvp_probe(p, u, 16, 16));
     CHECK(kvp_probe(p, t, 16, 11) == 8, "limit 11 gives 2 blocks");
@@ -80,7 +81,7 @@ static void test_evict_lru_and_generations(void) {
     kv_seq a, b;
     kvs_init(&a, 4); kvs_init(&b, 4);
     kvs_reserve(p, &a, 4);
-    kvs_publish(p, &a, t, 4);
+    kvs_publish(p, &a, t, 4, 0);
     kvs_free(p, &a);                             /* 2 cached */
     kvs_init(&a, 4);
     CHECK(kvs_reserve(p, &a, 8) == 0, "4 blocks: 2 free + 2 evicted");
@@ -88,7 +89,7 @@ static void test_evict_lru_and_generations(void) {
     kvp_stats(p, &st);
     CHECK(st.evictions == 2 && st.cached == 0, "evictions %lld", st.evictions);
     CHECK(kvp_probe(p, t, 8, 8) == 0, "evicted names no longer match");
-    kvs_publish(p, &a, u, 8);
+    kvs_publish(p, &a, u, 8, 0);
     kvs_free(p, &a);
     CHECK(kvp_probe(p, u, 8, 8) == 8, "u published whole");
     /* a sequence lets its blocks go last first, so the LRU evicts a chain from its tail and
@@ -99,36 +100,123 @@ static void test_evict_lru_and_generations(void) {
     kvp_free(p);
 }
 
-/* Random sequences grow, publish, match, truncate and end; the counts always add up and an
+/* A sequence over t[0, n) (the named full blocks taken first, as the engine does) that ends
+ * with its last block named; returns the id of that block. */
+static int32_t end_with_tail(kv_pool *p, const int32_t *t, int n) {
+    kv_seq a;
+    kvs_init(&a, 4);
+    kvs_match(p, &a, t, n, n);
+    kvs_reserve(p, &a, n);
+    kvs_publish(p, &a, t, n, 1);
+    const int32_t last = a.tab[a.n - 1];
+    kvs_free(p, &a);
+    return last;
+}
+
+/* A sequence's last block published when it ends: the next sequence that goes on from its
+ * tokens, ends within them or shares at least half of them takes it over (positions past the
+ * full blocks), one that shares fewer does not, nobody shares it, and a full name replaces a
+ * tail's. */
+static void test_tail_taken_over(void) {
+    kv_pool *p = kvp_new(8, 4);
+    int32_t t[16], u[16];
+    fill(t, 16, 5);
+    kv_seq a, b, c;
+    kvs_init(&a, 4); kvs_init(&b, 4); kvs_init(&c, 4);
+    kvs_reserve(p, &a, 10);
+    kvs_publish(p, &a, t, 10, 0);
+    CHECK(kvs_match(p, &b, t, 16, 15) == 8 && b.n == 2, "without a tail: the full blocks only");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    const int32_t tail_block = a.tab[2];
+    kvs_publish(p, &a, t, 10, 1);                /* a ends: its 2 rows of block 3 named */
+    CHECK(kvs_match(p, &b, t, 16, 15) == 8 && b.n == 2, "a still holds its tail: not taken");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    kvs_free(p, &a);
+    memcpy(u, t, sizeof t);
+    u[8] = 999;
+    CHECK(kvs_match(p, &b, u, 16, 15) == 8 && b.n == 2, "a prompt that differs at the tail's first row: not taken");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    CHECK(kvs_match(p, &b, t, 16, 15) == 10 && b.n == 3 && b.tab[2] == tail_block, "taken over: 10");
+    CHECK(kvs_match(p, &c, t, 16, 15) == 8, "gone from the names once taken");
+    kvs_free(p, &c); kvs_init(&c, 4);
+    kvs_free(p, &b); kvs_init(&b, 4);            /* b wrote nothing more: the block goes back unnamed */
+    CHECK(kvs_match(p, &b, t, 16, 15) == 8, "an unnamed block is not found again");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    /* part of a 3-row tail: a prompt that parts from it after 1 row (left), after 2 (taken), a
+     * limit inside it (taken) */
+    memcpy(u, t, sizeof t);
+    u[9] = 999;
+    int32_t tb = end_with_tail(p, t, 11);
+    CHECK(kvs_match(p, &b, u, 16, 15) == 8 && b.n == 2, "parts from it after 1 of 3 rows: left for another");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    memcpy(u, t, sizeof t);
+    u[10] = 999;
+    CHECK(kvs_match(p, &b, u, 16, 15) == 10 && b.tab[2] == tb, "parts from it after 2 of 3 rows: taken");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    tb = end_with_tail(p, t, 11);
+    CHECK(kvs_match(p, &b, t, 9, 9) == 9 && b.tab[2] == tb, "limit 9, within the tail: one row of it");
+    kvs_free(p, &b); kvs_init(&b, 4);
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.tail_hits == 3, "tail hits %lld", st.tail_hits);
+    /* a sequence fills the block and names it whole: the full name matches, no tail left */
+    end_with_tail(p, t, 10);
+    CHECK(kvs_match(p, &b, t, 16, 15) == 10, "taken over again");
+    kvs_reserve(p, &b, 12);
+    kvs_publish(p, &b, t, 12, 1);
+    kvs_free(p, &b); kvs_init(&b, 4);
+    CHECK(kvs_match(p, &b, t, 16, 15) == 12 && b.n == 3, "the full name after the tail's");
+    kvs_free(p, &b);
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.free + st.cached == 8, "idle pool whole");
+    kvp_free(p);
+}
+
+/* Random sequences grow, publish, match, truncate and end (naming their tails as they end);
+ * the counts always add up, every position a match gives holds the token asked for (the
+ * rows each block holds are modelled: a sequence writes its tokens' rows as it grows), and an
  * idle pool is whole again. */
 static void test_soak(void) {
     enum { NB = 64, BLK = 4, NS = 6, CAP = 16 };
     kv_pool *p = kvp_new(NB, BLK);
     kv_seq s[NS];
-    int32_t toks[NS][CAP * BLK];
+    int32_t toks[NS][CAP * BLK], rows[NB][BLK];
     int len[NS] = { 0 };
     for (int i = 0; i < NS; i++) kvs_init(&s[i], CAP);
     srand(7);
-    int matched = 0;
-    for (int it = 0; it < 20000; it++) {
+    int matched = 0, wrong = 0, tails = 0;
+    for (int it = 0; it < 20000 && !wrong; it++) {
         int i = rand() % NS, op = rand() % 10;
         if (op < 5) {                            /* grow by a few tokens from a small alphabet */
             int add = 1 + rand() % 9;
             if (len[i] + add > CAP * BLK) add = CAP * BLK - len[i];
             if (add && kvs_reserve(p, &s[i], len[i] + add) == 0) {
-                for (int k = 0; k < add; k++) toks[i][len[i] + k] = rand() % 2;
+                for (int k = 0; k < add; k++) {
+                    const int q = len[i] + k;
+                    toks[i][q] = rand() % 2;
+                    rows[s[i].tab[q / BLK]][q % BLK] = toks[i][q];
+                }
                 len[i] += add;
-                kvs_publish(p, &s[i], toks[i], len[i]);
+                kvs_publish(p, &s[i], toks[i], len[i], 0);
             }
         } else if (op < 7) {
             len[i] = kvs_truncate(p, &s[i], rand() % (len[i] + 1));
         } else {                                 /* end, then a new prompt that may share */
+            kvs_publish(p, &s[i], toks[i], len[i], 1);
             kvs_free(p, &s[i]);
             kvs_init(&s[i], CAP);
             int n = rand() % (CAP * BLK);
             for (int k = 0; k < n; k++) toks[i][k] = rand() % 2;
             len[i] = kvs_match(p, &s[i], toks[i], n, n);
             matched += len[i] > 0;
+            tails += len[i] % BLK != 0;
+            for (int q = 0; q < len[i]; q++)
+                if (rows[s[i].tab[q / BLK]][q % BLK] != toks[i][q]) {
+                    CHECK(0, "iteration %d: position %d of a match holds %d, not %d", it, q,
+                          rows[s[i].tab[q / BLK]][q % BLK], toks[i][q]);
+                    wrong = 1;
+                    break;
+                }
         }
         kv_pool_stats st;
         kvp_stats(p, &st);
@@ -139,7 +227,7 @@ static void test_soak(void) {
             break;
         }
     }
-    CHECK(matched > 100, "prefixes were shared (%d)", matched);
+    CHECK(matched > 100 && tails > 20, "prefixes were shared (%d), tails taken over (%d)", matched, tails);
     for (int i = 0; i < NS; i++) kvs_free(p, &s[i]);
     kv_pool_stats st;
     kvp_stats(p, &st);
@@ -151,6 +239,7 @@ int main(void) {
     TEST_RUN(test_reserve_and_release);
     TEST_RUN(test_publish_match_share);
     TEST_RUN(test_evict_lru_and_generations);
+    TEST_RUN(test_tail_taken_over);
     TEST_RUN(test_soak);
     TEST_EXIT();
 }

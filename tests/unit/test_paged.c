@@ -117,7 +117,7 @@ static void test_match_reuses_blocks(void) {
         float *full = malloc((size_t)V * 4), *re = malloc((size_t)V * 4);
         if (!a || !b || !c) goto done;
         CHECK(!ci_forward(a, p, 300, full, 0, err, sizeof err), "%s", err);
-        ci_session_publish(a, p, 300);                 /* two full blocks of 128 named */
+        ci_session_publish(a, p, 300, 0);                 /* two full blocks of 128 named */
         CHECK(ci_session_match(b, p, P, P - 1) == 256 && b->pos == 256, "%s: matched %d", fixtures[f], b->pos);
         CHECK(b->pages.tab[0] == a->pages.tab[0] && b->pages.tab[1] == a->pages.tab[1], "blocks shared");
         CHECK(!ci_forward(b, p + 256, P - 256, re, 0, err, sizeof err), "%s", err);
