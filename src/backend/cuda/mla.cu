@@ -26,6 +26,7 @@
 enum { MLA_THREADS = 256, MLA_KT = 32, MLA_KPW = MLA_KT / (MLA_THREADS / 32), MLA_HG = 16, MLA_MAX_LAT = 1024,
        MLA_COLS = MLA_MAX_LAT / MLA_THREADS };
 static_assert(MLA_KPW * MLA_HG == 64, "the score butterfly leaves each lane 2 of 64 sums");
+static_assert(MLA_HG % 2 == 0, "the tile's row table after 3 MLA_HG floats stays 8-byte aligned");
 
 void cb_fail_msg(cuda_be *cb, const char *msg) {
     if (cb->failed) return;
@@ -182,6 +183,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
     float *ms = ps + MLA_HG * MLA_KT;            /* [MLA_HG] running max */
     float *ls = ms + MLA_HG;                     /* [MLA_HG] running sum */
     float *rs = ls + MLA_HG;                     /* [MLA_HG] this tile's rescale of the old sums */
+    int64_t *rw = (int64_t *)(rs + MLA_HG);      /* [MLA_KT] the tile's keys' cache rows (8-byte aligned: MLA_HG even) */
     const float *qrow = qcat + ((int64_t)t * n_heads + h0) * lat;
 #pragma unroll 8
     for (int i = threadIdx.x; i < MLA_HG * lat; i += blockDim.x) qs[i] = i < nh * lat ? qrow[i] * scale : 0.0f;
@@ -194,13 +196,16 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
     __syncthreads();
     for (int jb = j0; jb < j1; jb += MLA_KT) {
         const int nk = j1 - jb < MLA_KT ? j1 - jb : MLA_KT;
-        {   /* scores of keys jb + 4 warp + kk, all heads */
+        {   /* scores of keys jb + 4 warp + kk, all heads; their cache rows to rw for the values
+             * (a key past nk: the tile's first key's row, any row held) */
             const float *kr[MLA_KPW];
 #pragma unroll
             for (int kk = 0; kk < MLA_KPW; kk++) {
                 const int j = warp * MLA_KPW + kk;
-                const int key = j < nk ? (srow ? srow[jb + j] : jb + j) : -1;
-                kr[kk] = key >= 0 ? cache + pg_row(tb, lg, key) * lat : NULL;
+                const int key = srow ? srow[jb + (j < nk ? j : 0)] : jb + (j < nk ? j : 0);
+                const int64_t row = pg_row(tb, lg, key);
+                kr[kk] = j < nk ? cache + row * lat : NULL;
+                if (lane == kk) rw[j] = row;
             }
             float v[MLA_KPW * MLA_HG];
 #pragma unroll
@@ -253,8 +258,8 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
 #pragma unroll
                 for (int h = 0; h < MLA_HG; h++) a[h] = acc[h][k] * rs[h];
 #pragma unroll 8
-                for (int j = 0; j < MLA_KT; j++) {   /* keys past nk have p = 0: read row jb (any held row) */
-                    const float x = cache[pg_row(tb, lg, j < nk ? (srow ? srow[jb + j] : jb + j) : (srow ? srow[jb] : jb)) * lat + c];
+                for (int j = 0; j < MLA_KT; j++) {   /* keys past nk have p = 0 (their row: any held one) */
+                    const float x = cache[rw[j] * lat + c];
 #pragma unroll
                     for (int h = 0; h < MLA_HG; h++) a[h] = fmaf(ps[h * MLA_KT + j], x, a[h]);
                 }
@@ -345,16 +350,17 @@ __global__ void __launch_bounds__(MD_WARPS * 32) mla_decode_kernel(float *out, f
         }
     }
     float k[LPC], kn[LPC];
-    int j = j0 + warp;
+    int j = j0 + warp, blk = -1;                  /* the block of the warp's last key, its first row */
+    int64_t base = 0;
     if (j < j1) {
-        const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
+        const float *kr = cache + pg_row_at(tb, lg, srow ? srow[j] : j, blk, base) * lat;
 #pragma unroll
         for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
     }
     for (; j < j1; j += MD_WARPS) {
         const int jn = j + MD_WARPS;
         if (jn < j1) {                            /* the warp's next key, in flight during this one */
-            const float *kr = cache + pg_row(tb, lg, srow ? srow[jn] : jn) * lat;
+            const float *kr = cache + pg_row_at(tb, lg, srow ? srow[jn] : jn, blk, base) * lat;
 #pragma unroll
             for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
@@ -524,7 +530,8 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
         return;
     }
-    const size_t smem = ((size_t)MLA_HG * lat + (size_t)MLA_HG * MLA_KT + 3 * (size_t)MLA_HG) * sizeof(float);
+    const size_t smem = ((size_t)MLA_HG * lat + (size_t)MLA_HG * MLA_KT + 3 * (size_t)MLA_HG) * sizeof(float) +
+                        (size_t)MLA_KT * sizeof(int64_t);
     if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
         cb_fail_msg(cb, "MLA attention: shared memory");
         return;
