@@ -282,16 +282,6 @@ __device__ __forceinline__ const int32_t *pg_table(const ci_pages &pg, int t) {
 __device__ __forceinline__ int64_t pg_row(const int32_t *tb, int lg, int p) {
     return tb ? ((int64_t)tb[p >> lg] << lg) | (p & ((1 << lg) - 1)) : (int64_t)p;
 }
-/* pg_row for a loop whose positions mostly stay in one block: blk / base remember the last
- * block read from the table (start blk at -1), so the table is read when the block changes */
-__device__ __forceinline__ int64_t pg_row_at(const int32_t *tb, int lg, int p, int &blk, int64_t &base) {
-    if (!tb) return p;
-    if (p >> lg != blk) {
-        blk = p >> lg;
-        base = (int64_t)tb[blk] << lg;
-    }
-    return base | (p & ((1 << lg) - 1));
-}
 /* query row t's position: pos[t], or pos0 + t when the rows are consecutive (pos NULL) */
 __device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
 /* pages by value for a launch: *pages, or all zeros (not paged) */
