@@ -353,18 +353,22 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     }
     float k[LPC], kn[LPC];
     int j = j0 + warp;
+    /* the cache row of the key after the next one, read a key ahead (the table and sel reads
+     * off the path of the row loads) */
+    int64_t rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
     if (j < j1) {
         const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
 #pragma unroll
         for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
     }
     for (; j < j1; j += MD_WARPS) {
-        const int jn = j + MD_WARPS;
+        const int jn = j + MD_WARPS, jnn = jn + MD_WARPS;
         if (jn < j1) {                            /* the warp's next key, in flight during this one */
-            const float *kr = cache + pg_row(tb, lg, srow ? srow[jn] : jn) * lat;
+            const float *kr = cache + rn * lat;
 #pragma unroll
             for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
+        if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
         float sc[MD_HG];
 #pragma unroll
         for (int h = 0; h < MD_HG; h++) {
