@@ -166,9 +166,10 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const ds_model *d = m->impl;
     ds_cache *c = s->impl;
     ci_backend *be = m->be;
-    const ci_pages pg = ci_session_chunk_pages(s);   /* every row through the session's table */
+    ci_pages pbuf;
+    const ci_pages *pg = ci_session_chunk_pages(s, &pbuf);   /* every row through the session's table */
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    layers(m, c, NULL, &pg, s->max_ctx, n);
+    layers(m, c, NULL, pg, s->max_ctx, n);
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
     be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);

@@ -414,7 +414,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_backend *be = m->be;
     const int D = d->dim;
     const ffn_bufs fb = ffn_scratch(c);
-    const ci_pages pg = ci_session_chunk_pages(s);   /* every row through the session's table */
+    ci_pages pbuf;
+    const ci_pages *pg = ci_session_chunk_pages(s, &pbuf);   /* every row through the session's table */
 
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     ci_dump_buf(m, "embed", -1, c->x, n, D);
@@ -422,7 +423,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
         const dense_placed *P = &d->dev[l];
         const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .pages = &pg };
+                               .pages = pg };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
         attn_forward(be, &P->attn, &ab, &kv, 1, c->x, P->attn_norm, d->eps, c->x, n);
         ci_dump_buf(m, "attn", l, c->att, n, d->n_heads * d->hd);

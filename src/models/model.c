@@ -230,14 +230,23 @@ int ci_session_pages_ready(ci_session *s, int tokens, char *err, size_t errlen) 
     if (tokens > s->max_ctx) return 0;   /* the forward's own check names it */
     if (ci_session_reserve(s, tokens, err, errlen)) return -1;
     if (s->pages.dirty) {
+        /* an own pool serves one sequence from a stack of free blocks that hands out block 0
+         * first and takes the last ones back first: block i holds positions [i blk, (i+1) blk),
+         * so a chunk addresses its rows directly (ci_session_chunk_pages) */
+        for (int i = 0; s->own_pool && i < s->pages.n; i++)
+            if (s->pages.tab[i] != i)
+                return ci_err(err, errlen, "%s: internal error: block %d of a session's own pool holds positions of block %d",
+                              s->m->family->name, s->pages.tab[i], i);
         s->m->be->upload(s->m->be, s->pages_dev, s->pages.tab, (size_t)s->pages.n * sizeof(int32_t));
         s->pages.dirty = 0;
     }
     return 0;
 }
 
-ci_pages ci_session_chunk_pages(const ci_session *s) {
-    return (ci_pages){ s->pages_dev, s->pages.cap, 0, KV_BLOCK_LOG2 };
+const ci_pages *ci_session_chunk_pages(const ci_session *s, ci_pages *buf) {
+    if (s->own_pool) return NULL;   /* its blocks are its positions' (ci_session_pages_ready checks) */
+    *buf = (ci_pages){ s->pages_dev, s->pages.cap, 0, KV_BLOCK_LOG2 };
+    return buf;
 }
 
 int64_t ci_session_page_row(const ci_session *s, int64_t p) {

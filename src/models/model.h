@@ -98,8 +98,9 @@ void ci_session_pages_free(ci_session *s);
  * to date (0, or -1 with err: the pool is short). tokens past max_ctx are left to the
  * forward's own check. */
 int ci_session_pages_ready(ci_session *s, int tokens, char *err, size_t errlen);
-/* The addressing of a chunk of s (every row through its table). */
-ci_pages ci_session_chunk_pages(const ci_session *s);
+/* The addressing of a chunk of s: every row through its table (in *buf, returned), or NULL
+ * when s has a pool of its own (its blocks are its positions': position p is row p). */
+const ci_pages *ci_session_chunk_pages(const ci_session *s, ci_pages *buf);
 /* The pool row of position p of s (host side: exports and imports). */
 int64_t ci_session_page_row(const ci_session *s, int64_t p);
 
