@@ -160,6 +160,7 @@ static __device__ __forceinline__ void warp_sum_split(float (&v)[V]) {
  *   values   thread i owns columns i, i + 256, ... of every head: Σ_j p[h][j] · row_j[c],
  *            the rows read again (from L1).
  * Three barriers per tile. */
+template <bool PG>
 __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float *part, const float *qcat,
                                                                const float *cache, float *const *tab, int tab_step,
                                                                const int32_t *pos, const int32_t *sel, int topk,
@@ -202,10 +203,15 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
 #pragma unroll
             for (int kk = 0; kk < MLA_KPW; kk++) {
                 const int j = warp * MLA_KPW + kk;
-                const int key = srow ? srow[jb + (j < nk ? j : 0)] : jb + (j < nk ? j : 0);
-                const int64_t row = pg_row(tb, lg, key);
-                kr[kk] = j < nk ? cache + row * lat : NULL;
-                if (lane == kk) rw[j] = row;
+                if constexpr (PG) {
+                    const int key = srow ? srow[jb + (j < nk ? j : 0)] : jb + (j < nk ? j : 0);
+                    const int64_t row = pg_row(tb, lg, key);
+                    kr[kk] = j < nk ? cache + row * lat : NULL;
+                    if (lane == kk) rw[j] = row;
+                } else {
+                    const int key = j < nk ? (srow ? srow[jb + j] : jb + j) : -1;
+                    kr[kk] = key >= 0 ? cache + (int64_t)key * lat : NULL;
+                }
             }
             float v[MLA_KPW * MLA_HG];
 #pragma unroll
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
                 for (int h = 0; h < MLA_HG; h++) a[h] = acc[h][k] * rs[h];
 #pragma unroll 8
                 for (int j = 0; j < MLA_KT; j++) {   /* keys past nk have p = 0 (their row: any held one) */
-                    const float x = cache[rw[j] * lat + c];
+                    const float x = cache[(PG ? rw[j] : (int64_t)(j < nk ? (srow ? srow[jb + j] : jb + j) : (srow ? srow[jb] : jb))) * lat + c];
 #pragma unroll
                     for (int h = 0; h < MLA_HG; h++) a[h] = fmaf(ps[h * MLA_KT + j], x, a[h]);
                 }
@@ -308,10 +314,13 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
  * shared memory in warp order, and the block writes its run's (acc, m, l) for the combine
  * kernel, or the normalised row when it is the row's only run. Up to LPC 18 (DeepSeek's 576
  * floats) two blocks share an SM (128 registers): at 138, what the paged cache's table reads
- * took it to, one did, and the kernel ran 8.2 -> 11.7 us at 512 keys (ncu, 2026-12-04). */
+ * took it to, one did, and the kernel ran 8.2 -> 11.7 us at 512 keys (ncu, 2026-12-04). PG:
+ * the instance for paged caches (the row of the key after the next read a key ahead); the
+ * unpaged one is the kernel as it was before pages (20.2 against 18.6 us at 4096 keys with
+ * the paged code and no table). */
 enum { MD_HG = 2, MD_WARPS = 8, MD_MAX_WORK = 131072 };
 
-template <int LPC>
+template <int LPC, bool PG>
 __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_kernel(float *out, float *part, const float *qcat,
                                                                    const float *cache, float *const *tab, int tab_step,
                                                                    const int32_t *pos, const int32_t *sel, int topk,
@@ -355,20 +364,22 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     int j = j0 + warp;
     /* the cache row of the key after the next one, read a key ahead (the table and sel reads
      * off the path of the row loads) */
-    int64_t rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
+    int64_t rn = 0;
+    if constexpr (PG) rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
     if (j < j1) {
-        const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
+        const float *kr = cache + (PG ? pg_row(tb, lg, srow ? srow[j] : j) : (int64_t)(srow ? srow[j] : j)) * lat;
 #pragma unroll
         for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
     }
     for (; j < j1; j += MD_WARPS) {
         const int jn = j + MD_WARPS, jnn = jn + MD_WARPS;
         if (jn < j1) {                            /* the warp's next key, in flight during this one */
-            const float *kr = cache + rn * lat;
+            const float *kr = cache + (PG ? rn : (int64_t)(srow ? srow[jn] : jn)) * lat;
 #pragma unroll
             for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
-        if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
+        if constexpr (PG)
+            if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
         float sc[MD_HG];
 #pragma unroll
         for (int h = 0; h < MD_HG; h++) {
@@ -492,8 +503,8 @@ enum { MD_MIN_RUN = 32 };
 static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                               int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
                               int n_heads, int lat, float scale, ci_pages pg) {
-    static int smem_set[5];
-    const int lpc = (lat + 31) / 32;
+    static int smem_set[2][5];
+    const int lpc = (lat + 31) / 32, pi = pg.tab != NULL;
     const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
     const int groups = (n_heads + MD_HG - 1) / MD_HG;
     int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
@@ -508,11 +519,16 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     dim3 grid((unsigned)groups, (unsigned)n_runs, (unsigned)n), block(MD_WARPS * 32);
 #define MD_GO(LPC, I)                                                                                               \
     do {                                                                                                            \
-        if (!cb_smem_ok(cb, mla_decode_kernel<LPC>, smem, &smem_set[I])) {                                          \
+        if (pi) MD_GO2(LPC, I, true);                                                                               \
+        else MD_GO2(LPC, I, false);                                                                                 \
+    } while (0)
+#define MD_GO2(LPC, I, P)                                                                                           \
+    do {                                                                                                            \
+        if (!cb_smem_ok(cb, mla_decode_kernel<LPC, P>, smem, &smem_set[P][I])) {                                    \
             cb_fail_msg(cb, "MLA decode attention: shared memory");                                                 \
             return;                                                                                                 \
         }                                                                                                           \
-        cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
+        cb_launch(cb, mla_decode_kernel<LPC, P>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel, \
                   topk, n_heads, lat, scale, n_runs, pg);                                                           \
     } while (0)
     if (lpc <= 2) MD_GO(2, 0);
@@ -521,6 +537,7 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     else if (lpc <= 18) MD_GO(18, 3);
     else MD_GO(32, 4);
 #undef MD_GO
+#undef MD_GO2
     if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
               (const float *)part, n_heads, lat, n_runs);
@@ -530,20 +547,22 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                         int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys, int n_heads,
                         int lat, float scale, const ci_pages *pages) {
-    static int smem_set = 0;
+    static int smem_set[2];
+    const ci_pages pg = cb_pages(pages);
+    const bool pi = pg.tab != NULL;
     if (lat > MLA_MAX_LAT) {
         cb_fail_msg(cb, "MLA attention: latent rows wider than 1024 floats are not supported");
         return;
     }
     const size_t smem = ((size_t)MLA_HG * lat + (size_t)MLA_HG * MLA_KT + 3 * (size_t)MLA_HG) * sizeof(float) +
                         (size_t)MLA_KT * sizeof(int64_t);
-    if (!cb_smem_ok(cb, mla_attn_kernel, smem, &smem_set)) {
+    if (!(pi ? cb_smem_ok(cb, mla_attn_kernel<true>, smem, &smem_set[1])
+             : cb_smem_ok(cb, mla_attn_kernel<false>, smem, &smem_set[0]))) {
         cb_fail_msg(cb, "MLA attention: shared memory");
         return;
     }
     if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {
-        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale,
-                          cb_pages(pages));
+        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg);
         return;
     }
     const int groups = (n_heads + MLA_HG - 1) / MLA_HG;
@@ -558,8 +577,13 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * n_chunks * (lat + 2) * sizeof(float));
         if (!part) return;
     }
-    cb_launch(cb, mla_attn_kernel, dim3((unsigned)groups, (unsigned)n_chunks, (unsigned)n), dim3(MLA_THREADS), smem, out,
-              part, qcat, cache, tab, tab_step, pos, sel, topk, n_heads, lat, scale, n_chunks, cb_pages(pages));
+    const dim3 grid((unsigned)groups, (unsigned)n_chunks, (unsigned)n);
+    if (pi)
+        cb_launch(cb, mla_attn_kernel<true>, grid, dim3(MLA_THREADS), smem, out, part, qcat, cache, tab, tab_step, pos,
+                  sel, topk, n_heads, lat, scale, n_chunks, pg);
+    else
+        cb_launch(cb, mla_attn_kernel<false>, grid, dim3(MLA_THREADS), smem, out, part, qcat, cache, tab, tab_step, pos,
+                  sel, topk, n_heads, lat, scale, n_chunks, pg);
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_chunks),
               out, (const float *)part, n_heads, lat, n_chunks);
