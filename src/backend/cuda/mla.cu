@@ -159,7 +159,9 @@ static __device__ __forceinline__ void warp_sum_split(float (&v)[V]) {
  *   softmax  warp w keeps heads 2w, 2w + 1: lane = key, max and sum by shuffles;
  *   values   thread i owns columns i, i + 256, ... of every head: Σ_j p[h][j] · row_j[c],
  *            the rows read again (from L1).
- * Three barriers per tile. */
+ * Three barriers per tile. PG: paged caches, the tile's key rows read once into shared memory
+ * (rw); the unpaged instance addresses rows as before pages (pp4096 at par with that build:
+ * 38,160 tok/s both, 2026-12-04; with the table code and no table it was 1.8% slower). */
 template <bool PG>
 __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float *part, const float *qcat,
                                                                const float *cache, float *const *tab, int tab_step,
@@ -314,13 +316,14 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
  * shared memory in warp order, and the block writes its run's (acc, m, l) for the combine
  * kernel, or the normalised row when it is the row's only run. Up to LPC 18 (DeepSeek's 576
  * floats) two blocks share an SM (128 registers): at 138, what the paged cache's table reads
- * took it to, one did, and the kernel ran 8.2 -> 11.7 us at 512 keys (ncu, 2026-12-04). PG:
- * the instance for paged caches (the row of the key after the next read a key ahead); the
- * unpaged one is the kernel as it was before pages (20.2 against 18.6 us at 4096 keys with
- * the paged code and no table). */
+ * took it to, one did, and the kernel ran 8.2 -> 11.7 us at 512 keys (ncu, 2026-12-04). The
+ * row of the key after the next is read a key ahead (rn). Still 20-21 us against 18.6 before
+ * pages at 4096 keys, with a table or without (the build before compiled it to 128 registers
+ * and a 16-byte spill; an instance with that addressing compiles to 144, or 128 held, and ran
+ * 21.3 us): cause not found. */
 enum { MD_HG = 2, MD_WARPS = 8, MD_MAX_WORK = 131072 };
 
-template <int LPC, bool PG>
+template <int LPC>
 __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_kernel(float *out, float *part, const float *qcat,
                                                                    const float *cache, float *const *tab, int tab_step,
                                                                    const int32_t *pos, const int32_t *sel, int topk,
@@ -364,22 +367,20 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     int j = j0 + warp;
     /* the cache row of the key after the next one, read a key ahead (the table and sel reads
      * off the path of the row loads) */
-    int64_t rn = 0;
-    if constexpr (PG) rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
+    int64_t rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
     if (j < j1) {
-        const float *kr = cache + (PG ? pg_row(tb, lg, srow ? srow[j] : j) : (int64_t)(srow ? srow[j] : j)) * lat;
+        const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
 #pragma unroll
         for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
     }
     for (; j < j1; j += MD_WARPS) {
         const int jn = j + MD_WARPS, jnn = jn + MD_WARPS;
         if (jn < j1) {                            /* the warp's next key, in flight during this one */
-            const float *kr = cache + (PG ? rn : (int64_t)(srow ? srow[jn] : jn)) * lat;
+            const float *kr = cache + rn * lat;
 #pragma unroll
             for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
-        if constexpr (PG)
-            if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
+        if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
         float sc[MD_HG];
 #pragma unroll
         for (int h = 0; h < MD_HG; h++) {
@@ -503,8 +504,8 @@ enum { MD_MIN_RUN = 32 };
 static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                               int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
                               int n_heads, int lat, float scale, ci_pages pg) {
-    static int smem_set[2][5];
-    const int lpc = (lat + 31) / 32, pi = pg.tab != NULL;
+    static int smem_set[5];
+    const int lpc = (lat + 31) / 32;
     const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
     const int groups = (n_heads + MD_HG - 1) / MD_HG;
     int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
@@ -519,16 +520,11 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     dim3 grid((unsigned)groups, (unsigned)n_runs, (unsigned)n), block(MD_WARPS * 32);
 #define MD_GO(LPC, I)                                                                                               \
     do {                                                                                                            \
-        if (pi) MD_GO2(LPC, I, true);                                                                               \
-        else MD_GO2(LPC, I, false);                                                                                 \
-    } while (0)
-#define MD_GO2(LPC, I, P)                                                                                           \
-    do {                                                                                                            \
-        if (!cb_smem_ok(cb, mla_decode_kernel<LPC, P>, smem, &smem_set[P][I])) {                                    \
+        if (!cb_smem_ok(cb, mla_decode_kernel<LPC>, smem, &smem_set[I])) {                                          \
             cb_fail_msg(cb, "MLA decode attention: shared memory");                                                 \
             return;                                                                                                 \
         }                                                                                                           \
-        cb_launch(cb, mla_decode_kernel<LPC, P>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel, \
+        cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
                   topk, n_heads, lat, scale, n_runs, pg);                                                           \
     } while (0)
     if (lpc <= 2) MD_GO(2, 0);
@@ -537,7 +533,6 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     else if (lpc <= 18) MD_GO(18, 3);
     else MD_GO(32, 4);
 #undef MD_GO
-#undef MD_GO2
     if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
               (const float *)part, n_heads, lat, n_runs);
