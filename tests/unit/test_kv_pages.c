@@ -167,6 +167,7 @@ static void test_tail_taken_over(void) {
     kvs_free(p, &b); kvs_init(&b, 4);
     CHECK(kvs_match(p, &b, t, 16, 15) == 12 && b.n == 3, "the full name after the tail's");
     kvs_free(p, &b);
+    kvs_free(p, &c);
     kvp_stats(p, &st);
     CHECK(st.in_use == 0 && st.free + st.cached == 8, "idle pool whole");
     kvp_free(p);
