@@ -977,6 +977,7 @@ void eng_get_stats(eng *e, eng_stats *s) {
         s->kv_blocks_used = ps.in_use;
         s->kv_blocks_cached = ps.cached;
         s->kv_block_evictions = ps.evictions;
+        s->kv_tail_hits = ps.tail_hits;
     }
     pthread_mutex_unlock(&e->mu);
 }
