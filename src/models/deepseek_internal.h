@@ -54,8 +54,7 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
     float *pool_lat, *pool_key;  /* the model's shared block pool (ci_model_kv_pool), or NULL:
-                                  * [n_layers][pool_blocks * KV_BLOCK][lat] and [..][kdim] */
-    int pool_blocks;
+                                  * [n_layers][blocks * KV_BLOCK][lat] and [..][kdim] */
 } ds_model;
 
 #endif

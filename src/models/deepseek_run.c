@@ -34,19 +34,8 @@ static void chunk_ops(ci_session *s, int n, int head);
 int ds_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     ds_model *d = m->impl;
     const size_t rows = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK, f = sizeof(float);
-    int bad = 0;
-    d->pool_lat = ci_buf_alloc(m->be, rows * (size_t)d->lat * f, &bad);
-    if (d->indexed) d->pool_key = ci_buf_alloc(m->be, rows * (size_t)d->kdim * f, &bad);
-    if (bad) {
-        ci_buf_release(m->be, d->pool_lat);
-        ci_buf_release(m->be, d->pool_key);
-        d->pool_lat = d->pool_key = NULL;
-        return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name,
-                      n_blocks, rows * (size_t)(d->lat + d->kdim) * f >> 20, m->be->last_error[0] ? ": " : "",
-                      m->be->last_error);
-    }
-    d->pool_blocks = n_blocks;
-    return 0;
+    return ci_pool_buffers(m, n_blocks, &d->pool_lat, rows * (size_t)d->lat * f, &d->pool_key,
+                           d->indexed ? rows * (size_t)d->kdim * f : 0, err, errlen);
 }
 
 int ds_session_init(ci_session *s, char *err, size_t errlen) {

@@ -59,8 +59,7 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
     float *pool_k, *pool_v;      /* the model's shared block pool (ci_model_kv_pool), or NULL:
-                                  * [n_layers][pool_blocks * KV_BLOCK][n_kv*hd] each */
-    int pool_blocks;
+                                  * [n_layers][blocks * KV_BLOCK][n_kv*hd] each */
 } dense_model;
 
 /* Qwen3-MoE: which layers are sparse, and the router / expert hyper-parameters. */
@@ -296,18 +295,7 @@ static void chunk_ops(ci_session *s, int n, int head);
 int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     dense_model *d = m->impl;
     size_t kv = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
-    int bad = 0;
-    d->pool_k = ci_buf_alloc(m->be, kv, &bad);
-    d->pool_v = ci_buf_alloc(m->be, kv, &bad);
-    if (bad) {
-        ci_buf_release(m->be, d->pool_k);
-        ci_buf_release(m->be, d->pool_v);
-        d->pool_k = d->pool_v = NULL;
-        return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name,
-                      n_blocks, 2 * kv >> 20, m->be->last_error[0] ? ": " : "", m->be->last_error);
-    }
-    d->pool_blocks = n_blocks;
-    return 0;
+    return ci_pool_buffers(m, n_blocks, &d->pool_k, kv, &d->pool_v, kv, err, errlen);
 }
 
 int dense_session_init(ci_session *s, char *err, size_t errlen) {

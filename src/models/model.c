@@ -198,6 +198,22 @@ int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen) {
     return 0;
 }
 
+int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t bytes_a, float **b, size_t bytes_b, char *err,
+                    size_t errlen) {
+    int bad = 0;
+    *a = ci_buf_alloc(m->be, bytes_a, &bad);
+    if (bytes_b) *b = ci_buf_alloc(m->be, bytes_b, &bad);
+    if (!bad) return 0;
+    ci_buf_release(m->be, *a);
+    *a = NULL;
+    if (bytes_b) {
+        ci_buf_release(m->be, *b);
+        *b = NULL;
+    }
+    return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name, n_blocks,
+                  (bytes_a + bytes_b) >> 20, m->be->last_error[0] ? ": " : "", m->be->last_error);
+}
+
 size_t ci_model_kv_block_bytes(const ci_model *m) { return (size_t)KV_BLOCK * m->family->ops->cache_bytes_per_token(m); }
 
 int ci_session_paged(const ci_session *s) { return s->pool != NULL; }

@@ -84,6 +84,10 @@ int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
  * (nor more than max_rows sequences to one forward_batch): the server's slots. */
 int ci_session_new_rows(ci_model *m, int max_ctx, int max_rows, ci_session **out, char *err, size_t errlen);
 size_t ci_model_kv_block_bytes(const ci_model *m);
+/* For a family's pool_init: the pool's two buffers of bytes_a and bytes_b (bytes_b 0: no second
+ * one, *b stays as it is), both or neither: 0, or -1 with one line naming the blocks and MiB. */
+int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t bytes_a, float **b, size_t bytes_b, char *err,
+                    size_t errlen);
 int ci_session_paged(const ci_session *s);
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
 int ci_session_truncate(ci_session *s, int tokens);
