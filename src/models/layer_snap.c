@@ -1,8 +1,34 @@
-/* layer_snap.c — hybrid cache snapshots (layer_snap.h). */
+/* layer_snap.c — hybrid caches: attention rows on the block pool, snapshots (layer_snap.h). */
 #include "layer_snap.h"
 #include "../core/status.h"
 #include <stdlib.h>
 #include <string.h>
+
+int hyb_pool_init(ci_model *m, int n_blocks, float **pool, char *err, size_t errlen) {
+    return ci_pool_buffers(m, n_blocks, pool, (size_t)n_blocks * ci_model_kv_block_bytes(m), NULL, 0, err, errlen);
+}
+
+int hyb_rows_init(ci_session *s, float *model_pool, float **base, int64_t *lrows, char *err, size_t errlen) {
+    int n_blocks = 0, bad = 0;
+    *base = NULL;
+    if (ci_session_pages_init(s, &n_blocks, err, errlen)) return -1;
+    *lrows = (int64_t)n_blocks * KV_BLOCK;
+    if (!s->own_pool) {
+        *base = model_pool;
+        return 0;
+    }
+    const size_t bytes = (size_t)n_blocks * ci_model_kv_block_bytes(s->m);
+    if (bytes) *base = ci_buf_alloc(s->m->be, bytes, &bad);
+    if (bad)
+        return ci_err(err, errlen, "%s: out of memory for a %d-token cache (%zu MiB)%s%s", s->m->family->name, s->max_ctx,
+                      bytes >> 20, s->m->be->last_error[0] ? ": " : "", s->m->be->last_error);
+    return 0;
+}
+
+void hyb_rows_free(ci_session *s, float *base) {
+    if (s->own_pool) ci_buf_release(s->m->be, base);
+    ci_session_pages_free(s);
+}
 
 static size_t part_bytes(const layer_part *p, int pos) {
     return (p->row_floats * (size_t)pos + p->state_floats) * sizeof(float);
@@ -80,6 +106,12 @@ int layer_restore(ci_session *s, int n_layers, layer_part_fn part, const cache_s
     if (at > s->max_ctx)
         return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, at,
                       s->max_ctx);
+    /* on the model's pool the rows are the blocks' (matched before); an own pool's blocks
+     * follow the restored position */
+    if (s->pool && !s->own_pool && (int64_t)s->pages.n * KV_BLOCK < at)
+        return ci_err(err, errlen, "%s: cache restore: the snapshot at position %d keeps no rows, and the session's blocks "
+                      "hold %d positions (match its prefix first)", fam, at, s->pages.n * KV_BLOCK);
+    if (s->own_pool && ci_session_reserve(s, at, err, errlen)) return -1;
     /* another backend's buffer comes through host memory, downloaded by its owner */
     char *tmp = NULL;
     if (held && owner != be) {

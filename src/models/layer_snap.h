@@ -1,7 +1,19 @@
-/* layer_snap.h — snapshots of a hybrid session's per-layer cache, for prefix reuse (a
- * recurrent state cannot be trimmed like KV rows), shared by lfm2, qwen_hybrid and
- * nemotron_h. Each layer keeps, in backend memory, KV rows (row_floats per position: rows
- * [0, pos) are saved), a fixed state (state_floats: saved whole) or nothing.
+/* layer_snap.h — what the hybrid families (lfm2, qwen_hybrid, nemotron_h) share of their
+ * caches: the attention layers' rows on the block pool, and snapshots of a session's
+ * per-layer cache for prefix reuse (a recurrent state cannot be trimmed like KV rows).
+ *
+ * Rows: the attention layers keep [k | v] rows in one buffer of the pool's layout
+ * (model.h paged caches): every attention layer's lrows rows (lrows = the pool's blocks *
+ * KV_BLOCK) one layer after the other, position p of a session at row
+ * ci_session_page_row(s, p) of each layer. The buffer is the model's pool (hyb_pool_init,
+ * the family's pool_init) or, for a session opened without one, the session's own (its
+ * positions' rows addressed directly: position p at row p).
+ *
+ * Snapshots: each layer keeps, in backend memory, KV rows (row_floats per position: rows
+ * [0, pos) are saved), a fixed state (state_floats: saved whole) or nothing. A session on
+ * the model's shared pool gives its attention layers as keeping nothing (row_floats 0): the
+ * rows stay in the pool's blocks, and a restore needs the session to hold blocks for the
+ * snapshot's positions (ci_session_match first).
  *
  * A snapshot is a host blob, a header of 1 + 2 n_layers int32 (n_layers, then per layer its
  * row floats and its state floats: the cache's shape), and the layers' bytes (per layer its
@@ -22,6 +34,14 @@ typedef struct {
     size_t row_floats;     /* a KV layer: floats per position; else 0 */
     size_t state_floats;   /* a recurrent layer: floats of its state; else 0 */
 } layer_part;
+
+/* The model's pool of n_blocks blocks (ci_model_kv_block_bytes each) in *pool: 0, or -1. */
+int hyb_pool_init(ci_model *m, int n_blocks, float **pool, char *err, size_t errlen);
+/* For session_init: the block table, and *base = the rows (model_pool, or an own buffer for a
+ * session without a model pool), *lrows = rows per layer. 0, or -1 with err. */
+int hyb_rows_init(ci_session *s, float *model_pool, float **base, int64_t *lrows, char *err, size_t errlen);
+/* For session_free: an own buffer released, the table freed. */
+void hyb_rows_free(ci_session *s, float *base);
 
 /* layer l of session s */
 typedef void (*layer_part_fn)(const ci_session *s, int l, layer_part *out);

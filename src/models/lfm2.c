@@ -26,6 +26,7 @@
  * a forward first zeroes every conv state (ci_session_reset only rewinds s->pos). Prompts
  * run in chunks of at most `chunk` <= LFM2_UBATCH tokens; the decode path allocates nothing. */
 #include "lfm2_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
@@ -307,6 +308,7 @@ int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
 void lfm2_unload(ci_model *m) {
     lfm2_model *d = m->impl;
     if (!d) return;
+    ci_buf_release(m->be, d->pool_kv);
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) sc_free(&d->layers[l].conv);
     w_owned_free(d->owned, d->n_owned);
@@ -317,6 +319,10 @@ void lfm2_unload(ci_model *m) {
     free(d->layers);
     free(d);
     m->impl = NULL;
+}
+
+int lfm2_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    return hyb_pool_init(m, n_blocks, &((lfm2_model *)m->impl)->pool_kv, err, errlen);
 }
 
 size_t lfm2_cache_bytes_per_token(const ci_model *m) {
@@ -338,6 +344,7 @@ static const ci_family_ops lfm2_ops = {
     .load = lfm2_family_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
     .forward = lfm2_forward, .forward_argmax = lfm2_forward_argmax, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
+    .pool_init = lfm2_pool_init,
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 

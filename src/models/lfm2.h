@@ -30,6 +30,8 @@ void lfm2_session_free(ci_session *s);
 int lfm2_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 int lfm2_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 size_t lfm2_cache_bytes_per_token(const ci_model *m);
+/* registry.h pool_init: the attention layers' rows of the model's block pool (layer_snap.h). */
+int lfm2_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 
 /* A copy of the session's whole cache (every conv state, KV rows [0, pos), pos). NULL with
  * a message when the session is not an LFM2 one or memory runs out. Free with

@@ -21,9 +21,9 @@ static int check_session(const ci_session *s, char *err, size_t errlen) {
 static void part(const ci_session *s, int l, layer_part *p) {
     const lfm2_model *d = s->m->impl;
     const lfm2_session *c = s->impl;
-    const int attn = d->layers[l].is_attn;
-    p->buf = attn ? c->kv[l] : c->state[l];
-    p->row_floats = attn ? lfm2_kv_floats(d) : 0;
+    const int attn = d->layers[l].is_attn, rows = attn && !ci_session_pages_shared(s);   /* shared pool: rows in its blocks */
+    p->buf = attn ? (rows ? c->kv[l] : NULL) : c->state[l];
+    p->row_floats = rows ? lfm2_kv_floats(d) : 0;
     p->state_floats = attn ? 0 : lfm2_state_floats(d);
 }
 

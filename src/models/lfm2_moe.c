@@ -15,6 +15,7 @@ static const ci_family_ops lfm2_moe_ops = {
     .load = lfm2_moe_load, .unload = lfm2_unload,
     .session_init = lfm2_session_init, .session_free = lfm2_session_free,
     .forward = lfm2_forward, .forward_argmax = lfm2_forward_argmax, .cache_bytes_per_token = lfm2_cache_bytes_per_token,
+    .pool_init = lfm2_pool_init,
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 

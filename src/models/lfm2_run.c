@@ -9,6 +9,7 @@
  * it is recorded once per session and replayed. A new sequence's conv states are zeroed by
  * an upload; snapshots (lfm2_cache.c) move the cache through download / upload. */
 #include "lfm2_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,14 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->kv || !c->state || !c->zeros ||
         ci_runner_alloc(&c->run, be, rows, d->vocab, d->H, d->eps, LFM2_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
+    int64_t lrows = 0;
+    if (hyb_rows_init(s, d->pool_kv, &c->kv_rows, &lrows, err, errlen)) return -1;
+    size_t off = 0;   /* the attention layers' rows one after the other (layer_snap.h) */
     for (int l = 0; l < d->n_layers && !bad; l++) {
-        if (d->layers[l].is_attn) c->kv[l] = ci_buf_alloc(be, lfm2_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
-        else if (lfm2_state_floats(d)) c->state[l] = ci_buf_alloc(be, lfm2_state_floats(d) * f, &bad);
+        if (d->layers[l].is_attn) {
+            c->kv[l] = c->kv_rows + off * (size_t)lrows;
+            off += lfm2_kv_floats(d);
+        } else if (lfm2_state_floats(d)) c->state[l] = ci_buf_alloc(be, lfm2_state_floats(d) * f, &bad);
     }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
@@ -74,10 +80,9 @@ void lfm2_session_free(ci_session *s) {
     const lfm2_model *d = s->m->impl;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    for (int l = 0; l < d->n_layers; l++) {
-        if (c->kv) ci_buf_release(be, c->kv[l]);
+    for (int l = 0; l < d->n_layers; l++)
         if (c->state) ci_buf_release(be, c->state[l]);
-    }
+    hyb_rows_free(s, c->kv_rows);
     float *bufs[] = { c->x, c->xn, c->q, c->k, c->v, c->att, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     sc_scratch_free(be, &c->sc);
@@ -96,9 +101,11 @@ static void reset_states(const lfm2_model *d, ci_backend *be, lfm2_session *c) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-/* The attention block's buffers (kv_tab: a batch step's table of this layer, or NULL). */
-static attn_bufs attn_scratch(const lfm2_session *c, float *const *kv_tab) {
-    return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos, .kv_tab = kv_tab };
+/* The attention block's buffers (kv_tab: a batch step's table of this layer, or NULL; pages:
+ * the rows' tables, or NULL: an own pool's rows addressed directly). */
+static attn_bufs attn_scratch(const lfm2_session *c, float *const *kv_tab, const ci_pages *pages) {
+    return (attn_bufs){ .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos, .kv_tab = kv_tab,
+                        .pages = pages };
 }
 
 /* The MLP block's buffers: its output (the down product or the MoE's) goes to att. */
@@ -119,7 +126,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     lfm2_session *c = s->impl;
     ci_backend *be = m->be;
     const int H = d->H;
-    const attn_bufs ab = attn_scratch(c, NULL);
+    ci_pages pbuf;
+    const attn_bufs ab = attn_scratch(c, NULL, ci_session_chunk_pages(s, &pbuf));
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     ci_dump_buf(m, "embed", -1, c->x, n, H);
@@ -153,6 +161,7 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
     if (s->pos == 0) reset_states(d, s->m->be, c);      /* a new sequence: conv states start at zero */
     else if (c->cache_pos != s->pos)
         return ci_err(err, errlen, "%s: session position %d and cache position %d disagree", fam, s->pos, c->cache_pos);
+    if (ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
     c->cache_pos = s->pos;
     return rc;
@@ -183,6 +192,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * LFM2_UBATCH, err, errlen)) return -1;
     attn_cache kvs[LFM2_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
+    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* each row's table */
     /* layer l's table: attention rows' K, V pointers at [2i], [2i + 1]; conv rows' states at [i] */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -204,7 +214,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         const lfm2_placed *P = &d->dev[l];
         float *const *tab = c->run.tab + (size_t)l * 2 * n;
         if (d->layers[l].is_attn) {   /* row i's k / v into its own cache rows, and it attends to them alone */
-            const attn_bufs ab = attn_scratch(c, tab);
+            const attn_bufs ab = attn_scratch(c, tab, &c->bpg);
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
             attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->op_norm, d->eps, c->x, n);
         } else {

@@ -89,6 +89,9 @@ size_t ci_model_kv_block_bytes(const ci_model *m);
 int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t bytes_a, float **b, size_t bytes_b, char *err,
                     size_t errlen);
 int ci_session_paged(const ci_session *s);
+/* 1 when s draws from the model's shared pool (its rows through its table), 0 for an own
+ * pool or an unpaged session */
+static inline int ci_session_pages_shared(const ci_session *s) { return s->pool && !s->own_pool; }
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
 int ci_session_truncate(ci_session *s, int tokens);
 void ci_session_publish(ci_session *s, const int *toks, int n, int tail);

@@ -31,6 +31,7 @@
  * path; see nn/mamba2.h); time_step_limit is read and checked but not applied, as
  * transformers 5 does not apply it either. */
 #include "nemotron_h_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
@@ -374,6 +375,7 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
 static void nh_unload(ci_model *m) {
     nh_model *d = m->impl;
     if (!d) return;
+    ci_buf_release(m->be, d->pool_kv);
     w_owned_free(d->owned, d->n_owned);
     free(d->expert_mats);
     free(d->dev_expert_mats);
@@ -381,6 +383,10 @@ static void nh_unload(ci_model *m) {
     free(d->layers);
     free(d);
     m->impl = NULL;
+}
+
+static int nh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    return hyb_pool_init(m, n_blocks, &((nh_model *)m->impl)->pool_kv, err, errlen);
 }
 
 static size_t nh_cache_bytes_per_token(const ci_model *m) {
@@ -394,7 +400,7 @@ static size_t nh_cache_bytes_per_token(const ci_model *m) {
 static const ci_family_ops nh_ops = {
     .load = nh_load, .unload = nh_unload,
     .session_init = nh_session_init, .session_free = nh_session_free,
-    .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token,
+    .forward = nh_forward, .cache_bytes_per_token = nh_cache_bytes_per_token, .pool_init = nh_pool_init,
     .snapshot = nemh_snapshot, .restore = nemh_restore, .forward_batch = nh_forward_batch,
     .forward_argmax = nh_forward_argmax, .forward_batch_argmax = nh_forward_batch_argmax,
 };

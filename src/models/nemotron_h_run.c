@@ -9,6 +9,7 @@
  * on a backend with graphs it is recorded once per session and replayed. A new sequence's
  * Mamba2 states are zeroed by an upload. */
 #include "nemotron_h_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,15 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->kv || !c->state || !c->zeros ||
         ci_runner_alloc(&c->run, be, rows, d->vocab, d->H, d->eps, NH_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
+    int64_t lrows = 0;
+    if (hyb_rows_init(s, d->pool_kv, &c->kv_rows, &lrows, err, errlen)) return -1;
+    size_t off = 0;   /* the attention layers' rows one after the other (layer_snap.h) */
     for (int l = 0; l < d->n_layers && !bad; l++) {
         char k = d->layers[l].kind;
-        if (k == '*') c->kv[l] = ci_buf_alloc(be, nh_kv_floats(d) * (size_t)s->max_ctx * f, &bad);
-        else if (k == 'M') c->state[l] = ci_buf_alloc(be, d->state_floats * f, &bad);
+        if (k == '*') {
+            c->kv[l] = c->kv_rows + off * (size_t)lrows;
+            off += nh_kv_floats(d);
+        } else if (k == 'M') c->state[l] = ci_buf_alloc(be, d->state_floats * f, &bad);
     }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
@@ -70,10 +76,9 @@ void nh_session_free(ci_session *s) {
     const nh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    for (int l = 0; l < d->n_layers; l++) {
-        if (c->kv) ci_buf_release(be, c->kv[l]);
+    for (int l = 0; l < d->n_layers; l++)
         if (c->state) ci_buf_release(be, c->state[l]);
-    }
+    hyb_rows_free(s, c->kv_rows);
     float *bufs[] = { c->x, c->xn, c->y, c->q, c->att, c->k, c->v, c->g, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
@@ -98,11 +103,12 @@ void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c) {
  * projection(s) and the residual add into its last where the ops allow (on the CPU the bits
  * of rmsnorm, ..., add). One cache (kvs[0], the session's state `state`) for a chunk of one
  * sequence, or a batch step: tab is layer l's table in backend memory (attention: K, V per
- * row, kvs[i] the row's cache; Mamba2: conv states then SSM states), kvs / state unused.
+ * row, kvs[i] the row's cache; Mamba2: conv states then SSM states), kvs / state unused;
+ * pages: the attention rows' tables (NULL: an own pool's rows addressed directly).
  * The mixer's output ("mixer_out") is in xn (the CPU's product; a device leaves it
  * undefined) or, MoE, in y. */
 static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, float *state, float *const *tab,
-                      int n) {
+                      const ci_pages *pages, int n) {
     const nh_model *d = m->impl;
     const nh_placed *P = &d->dev[l];
     ci_backend *be = m->be;
@@ -116,7 +122,7 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
         break;
     case '*': {
         const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .kv_tab = tab };
+                               .kv_tab = tab, .pages = pages };
         attn_forward(be, &P->attn, &ab, kvs, tab ? n : 1, c->x, P->norm, d->eps, c->x, n);  /* x += o_proj(·) */
         break;
     }
@@ -144,10 +150,12 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_model *m = s->m;
     const nh_model *d = m->impl;
     nh_session *c = s->impl;
+    ci_pages pbuf;
+    const ci_pages *pg = ci_session_chunk_pages(s, &pbuf);   /* attention rows through the session's table */
     m->be->embed(m->be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
         const attn_cache kv = attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
-        layer_ops(m, c, l, &kv, c->state[l], NULL, n);
+        layer_ops(m, c, l, &kv, c->state[l], NULL, pg, n);
     }
     if (head == CI_HEAD_NONE) return;
     ci_backend *be = m->be;
@@ -170,6 +178,7 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
     else if (s->pos != c->cache_pos)
         return ci_err(err, errlen, "%s: the session is at position %d but its Mamba2 state is at %d (restore a snapshot to move back)",
                       fam, s->pos, c->cache_pos);
+    if (ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
     c->cache_pos = s->pos;
     return rc;
@@ -200,6 +209,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * NH_UBATCH, err, errlen)) return -1;
     attn_cache kvs[NH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
+    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* each row's table */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             float **t = c->run.htab + (size_t)l * 2 * n;
@@ -221,7 +231,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         if (k == '*')
             for (int i = 0; i < n; i++)
                 kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
-        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, n);
+        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, &c->bpg, n);
     }
     ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
     if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));

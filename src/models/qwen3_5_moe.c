@@ -15,6 +15,7 @@ static const ci_family_ops qwen3_5_moe_ops = {
     .load = qwen3_5_moe_load, .unload = qh_unload,
     .session_init = qh_session_init, .session_free = qh_session_free,
     .forward = qh_forward, .cache_bytes_per_token = qh_cache_bytes_per_token,
+    .pool_init = qh_pool_init,
     .forward_argmax = qh_forward_argmax, .snapshot = qh_snapshot, .restore = qh_session_restore,
     .forward_batch = qh_forward_batch, .forward_batch_argmax = qh_forward_batch_argmax,
 };

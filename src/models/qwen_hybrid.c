@@ -3,6 +3,7 @@
  * Qwen3_5MoeForCausalLM (and their VL wrappers' language model). Sessions and forward are
  * qwen_hybrid_run.c, snapshots qwen_hybrid_cache.c. */
 #include "qwen_hybrid_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include "../io/json.h"
 #include "../io/weights.h"
@@ -320,6 +321,7 @@ int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen) {
 void qh_unload(ci_model *m) {
     qh_model *d = m->impl;
     if (!d) return;
+    ci_buf_release(m->be, d->pool_kv);
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) dn_layer_free(&d->layers[l].dn);
     w_owned_free(d->owned, d->n_owned);
@@ -335,6 +337,10 @@ void qh_unload(ci_model *m) {
 void qh_set_deltanet_mode(ci_model *m, dn_mode mode) {
     if (!m->impl || m->family->ops->forward != qh_forward) return;
     ((qh_model *)m->impl)->mode = mode;
+}
+
+int qh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    return hyb_pool_init(m, n_blocks, &((qh_model *)m->impl)->pool_kv, err, errlen);
 }
 
 size_t qh_cache_bytes_per_token(const ci_model *m) {

@@ -44,6 +44,8 @@ int qh_session_init(ci_session *s, char *err, size_t errlen);
 void qh_session_free(ci_session *s);
 int qh_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 size_t qh_cache_bytes_per_token(const ci_model *m);
+/* registry.h pool_init: the attention layers' rows of the model's block pool (layer_snap.h). */
+int qh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 /* forward, but only the argmax of the last row's logits comes back (registry.h). */
 int qh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 

@@ -17,8 +17,9 @@ static void part(const ci_session *s, int l, layer_part *p) {
     const qh_model *d = s->m->impl;
     const qh_session *c = s->impl;
     const qh_layer *L = &d->layers[l];
-    p->buf = L->linear ? c->state[l] : c->kv[l];
-    p->row_floats = L->linear ? 0 : qh_kv_floats(L);
+    const int rows = !L->linear && !ci_session_pages_shared(s);   /* shared pool: the rows stay in its blocks */
+    p->buf = L->linear ? c->state[l] : rows ? c->kv[l] : NULL;
+    p->row_floats = rows ? qh_kv_floats(L) : 0;
     p->state_floats = L->linear ? qh_state_floats(L) : 0;
 }
 

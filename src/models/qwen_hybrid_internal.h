@@ -54,12 +54,16 @@ typedef struct {
     ci_mat *dev_expert_mats;     /* the placed expert views (behind dev[l].moe) */
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
+    float *pool_kv;              /* the attention layers' rows of the model's block pool (qh_pool_init), or NULL */
 } qh_model;
 
 /* A session (qwen_hybrid_run.c): the cache and scratch, all in backend memory but the host
  * staging. */
 typedef struct {
-    float **kv;                  /* [n_layers] attention layers: [max_ctx, 2*n_kv*hd] (K then V); else NULL */
+    float **kv;                  /* [n_layers] attention layers: their [k | v] rows (2*n_kv*hd floats,
+                                  * [lrows] of them) in kv_rows; else NULL */
+    float *kv_rows;              /* the block pool's rows (layer_snap.h): the model's or the session's own */
+    ci_pages bpg;                /* a batch step's (ci_runner_batch_pages: a table per row) */
     float **state;               /* [n_layers] DeltaNet layers: dn_state_floats (window, then S); else NULL */
     int cache_pos;               /* tokens the cache holds (= s->pos after every forward) */
     float *x, *xn, *y;           /* [run.ub, D] */

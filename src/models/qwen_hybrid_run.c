@@ -11,6 +11,7 @@
  * n <= run.ub tokens (ci_runner_chunk_rows); longer prompts run chunk by chunk through the same
  * cache. */
 #include "qwen_hybrid_internal.h"
+#include "layer_snap.h"
 #include "../core/status.h"
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +40,16 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
     if (!c->kv || !c->state || !c->zeros ||
         ci_runner_alloc(&c->run, be, rows, d->vocab, d->D, d->eps, QH_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
+    int64_t lrows = 0;
+    if (hyb_rows_init(s, d->pool_kv, &c->kv_rows, &lrows, err, errlen)) return -1;
+    size_t off = 0;   /* the attention layers' rows one after the other (layer_snap.h) */
     for (int l = 0; l < d->n_layers && !bad; l++) {
         const qh_layer *L = &d->layers[l];
         if (L->linear) c->state[l] = ci_buf_alloc(be, qh_state_floats(L) * f, &bad);
-        else c->kv[l] = ci_buf_alloc(be, qh_kv_floats(L) * (size_t)s->max_ctx * f, &bad);
+        else {
+            c->kv[l] = c->kv_rows + off * (size_t)lrows;
+            off += qh_kv_floats(L);
+        }
     }
     if (bad)
         return ci_err(err, errlen, "%s: out of memory for a %d-token cache%s%s", fam, s->max_ctx,
@@ -73,10 +80,9 @@ void qh_session_free(ci_session *s) {
     const qh_model *d = s->m->impl;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    for (int l = 0; l < d->n_layers; l++) {
-        if (c->kv) ci_buf_release(be, c->kv[l]);
+    for (int l = 0; l < d->n_layers; l++)
         if (c->state) ci_buf_release(be, c->state[l]);
-    }
+    hyb_rows_free(s, c->kv_rows);
     float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
     ci_buf_release(be, c->best_n);
@@ -117,6 +123,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_backend *be = m->be;
     const int D = d->D;
     const ffn_bufs fb = ffn_scratch(c);
+    ci_pages pbuf;
+    const ci_pages *pg = ci_session_chunk_pages(s, &pbuf);   /* attention rows through the session's table */
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     ci_dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
@@ -126,7 +134,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
         if (linear) dn_forward_add(be, &P->dn, &c->dn, c->state[l], c->x, P->attn_norm, d->eps, c->xn, c->y, n, d->mode);
         else {
             const attn_cache kv = layer_kv(d, s, l);
-            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
+            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, pg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
         }
         ci_dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
@@ -152,6 +160,7 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
         return ci_err(err, errlen, "%s: session at position %d but its recurrent state is at %d (restore a cache snapshot to go back)",
                       fam, s->pos, c->cache_pos);
     if (s->pos == 0) reset_states(d, s->m->be, c);   /* a new sequence: states start at zero */
+    if (ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
     int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
     c->cache_pos = s->pos;
     return rc;
@@ -184,6 +193,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * QH_UBATCH, err, errlen)) return -1;
     attn_cache kvs[QH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
+    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* each row's table */
     /* layer l's table: attention rows' K, V at [2i], [2i + 1]; DeltaNet rows' window, S likewise */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -209,7 +219,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
         if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
         else {
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
+            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, &c->bpg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }

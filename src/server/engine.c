@@ -28,7 +28,8 @@
 #include <time.h>
 
 /* SNAP_EVERY: hybrid families snapshot a prefilling slot each time it crosses a multiple of
- * this many tokens (their caches are not paged: prefill chunks end on multiples of the chunk). */
+ * this many tokens (their prefill chunks end on multiples of the chunk, paged or not; paged,
+ * that is a block boundary, where a later sequence can go on from the shared blocks). */
 /* JSON mode: the longest whitespace run between tokens (deep pretty-printing fits) */
 #define JSON_MAX_WS 64
 
@@ -88,7 +89,7 @@ struct eng {
     const ci_family_ops *ops;
     eng_opts o;
     int V, trim;               /* trim: cache_export / import (rows); else snap: snapshot / restore */
-    int snap;
+    int snap;                  /* paged too: the snapshots hold the recurrent states, the pool the rows */
     int paged;                 /* the slots share the model's block pool (engine.h) */
     int replay;                /* paged and eng_opts.replay_decode: a resumed request's ids are decode steps */
     int chunk;                 /* prompt tokens per slot per step (eng_opts.prefill_chunk) */
@@ -224,13 +225,41 @@ static int active_count(const eng *e) {
 
 /* Paged: a slot's request is over: its full blocks are named for others (prefix reuse on),
  * its partly filled last block for whoever goes on from its tokens (a next turn takes it
- * over, kv_pages.h), and the slot lets every block go (named ones stay cached in the pool,
- * LRU), so an idle engine holds no block. */
+ * over, kv_pages.h), a hybrid's states at its end go to the prefix store, and the slot lets
+ * every block go (named ones stay cached in the pool, LRU), so an idle engine holds no
+ * block. */
 static void slot_settle(eng *e, slot *sl) {
     if (!e->paged) return;
     if (e->o.prefix_cache_bytes) ci_session_publish(sl->s, sl->toks, sl->n_toks, 1);
+    cache_snap *snap = take_snapshot(e, sl);
+    if (snap) pfx_insert(e->pfx, sl->toks, sl->n_toks, PFX_SNAPSHOT, snap, cache_snap_bytes(snap));
     ci_session_truncate(sl->s, 0);
     sl->n_toks = 0;
+}
+
+/* Paged, a hybrid: slot sl holds the blocks of the first `blocks` tokens of toks[0, n) that
+ * the pool gave (ci_session_match); its recurrent states come from the longest snapshot in
+ * the prefix store within them, and the blocks past it go back. The snapshot must end on a
+ * block boundary or in a block the session holds alone (a taken-over tail): the rows after
+ * it are rewritten, and a shared block's are not the session's to write (a truncation that
+ * keeps fewer positions than asked says so: then a shorter snapshot is looked for). Returns
+ * the positions reused (0: none, the session emptied). */
+static int restore_states(eng *e, slot *sl, const int *toks, int n, int blocks) {
+    char err[256];
+    int lim = blocks, pm = 0;
+    while (e->pfx && lim >= MIN_SAVE) {
+        int pi = pfx_lookup(e->pfx, toks, n, lim, &pm);
+        if (pi < 0 || pm <= 0) { pm = 0; break; }
+        int kept = ci_session_truncate(sl->s, pm);
+        if (kept == pm) {
+            if (e->ops->restore(sl->s, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
+            break;
+        }
+        lim = kept;
+        pm = 0;
+    }
+    if (!pm) ci_session_truncate(sl->s, 0);
+    return pm;
 }
 
 /* Paged admission of r into idle slot sl (which holds no block): the pool's named blocks of
@@ -242,7 +271,8 @@ static void slot_settle(eng *e, slot *sl) {
 static int admit_paged(eng *e, eng_req *r, slot *sl) {
     const int n = r->p.n_prompt;
     int reuse = e->o.prefix_cache_bytes ? ci_session_match(sl->s, r->prompt, n, n - 1) : 0;
-    if (e->replay && r->resumed && reuse < r->n_prompt0 && reuse > r->cached) {
+    if (e->snap) reuse = restore_states(e, sl, r->prompt, n, reuse);
+    else if (e->replay && r->resumed && reuse < r->n_prompt0 && reuse > r->cached) {
         /* the rows of its prompt again as its first admission's chunks made them (whole
          * chunks from r->cached, step(); a GEMM's row bits may depend on the rows beside it):
          * from the last such start the pool gives back */
@@ -531,8 +561,9 @@ static void step(eng *e) {
          * whole chunks from where the request's first admission started (r->cached), so a
          * prompt after a reused prefix is one call, not a short one up to the next multiple
          * and then the rest (two passes over the weights on a device); a resume that replays
-         * its prompt keeps that grid (admit_paged) */
-        const int base = e->paged && sl->fed >= r->cached ? r->cached : 0;
+         * its prompt keeps that grid (admit_paged). Paged hybrids keep the multiples: their
+         * snapshots there are on block boundaries, usable with the shared blocks */
+        const int base = e->paged && !e->snap && sl->fed >= r->cached ? r->cached : 0;
         int k = sl->prefill_to - sl->fed, to_edge = e->chunk - (sl->fed - base) % e->chunk;
         if (k > to_edge) k = to_edge;
         budget -= k;
@@ -736,7 +767,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->paged = m->kv_pool != NULL;
     e->replay = e->paged && o->replay_decode;
     e->trim = !e->paged && e->ops->cache_export && e->ops->cache_import;
-    e->snap = !e->paged && !e->trim && e->ops->snapshot && e->ops->restore;
+    e->snap = !e->trim && e->ops->snapshot && e->ops->restore;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     e->slots = calloc((size_t)o->parallel, sizeof *e->slots);

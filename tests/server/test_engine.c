@@ -741,6 +741,13 @@ static void test_engine_paged_pool_mla(void) {
     paged_pool("tests/fixtures/deepseek_v3");
     paged_pool("tests/fixtures/deepseek_v32");
 }
+/* the hybrids: attention rows in the pool's blocks, recurrent states from snapshots at block
+ * boundaries and at a turn's end (turn 2 takes the last block over and the states at its end) */
+static void test_engine_paged_pool_hybrid(void) {
+    paged_pool("tests/fixtures/lfm2");
+    paged_pool("tests/fixtures/qwen3_5");
+    paged_pool("tests/fixtures/nemotron_h");
+}
 
 /* Blocks on demand: 6 blocks of 128 and 4 slots; 8 requests of 100..170 prompt tokens that
  * generate 200 each (2..3 blocks at the end) are admitted on their prompt's block, grow while
@@ -963,6 +970,7 @@ int main(void) {
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
     TEST_RUN(test_engine_paged_pool);
     TEST_RUN(test_engine_paged_pool_mla);
+    TEST_RUN(test_engine_paged_pool_hybrid);
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_paged_replay);

@@ -1,9 +1,14 @@
-/* test_paged.c — the paged families (dense, DeepSeek V3 / V3.2) on a shared block pool (model.h ci_model_kv_pool), on
- * the CPU, run from the repository root:
+/* test_paged.c — the paged families (dense, DeepSeek V3 / V3.2, and the attention layers of
+ * the hybrids: LFM2, Qwen3-Next / Qwen3.5, Nemotron-H) on a shared block pool (model.h
+ * ci_model_kv_pool), on the CPU, run from the repository root:
  *  - sessions on one shared pool give the logits of sessions with pools of their own, bit
  *    for bit, prefill and decode, also interleaved with each other and through forward_batch;
  *  - a session that takes another's published blocks (ci_session_match) and runs only the
  *    rest of the prompt gets the logits of a full prefill, bit for bit;
+ *  - a hybrid session that takes the published blocks and restores a snapshot of another's
+ *    states at their end (states only: the rows stay in the blocks) runs the rest of the
+ *    prompt to the logits of a session that ran the same two pieces itself, bit for bit; a
+ *    states-only snapshot is refused by a session whose blocks do not hold its positions;
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
  *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page.
@@ -13,7 +18,9 @@
  * GEMMs have other row counts than the full prompt's). */
 #include "check.h"
 #include "cinfer.h"
+#include "cache/cache.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +28,8 @@
 static const char *const fixtures[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/llama_gqa_llama3",
                                         "tests/fixtures/qwen3_moe", "tests/fixtures/deepseek_v3",
                                         "tests/fixtures/deepseek_v32" };
+static const char *const hybrids[] = { "tests/fixtures/lfm2", "tests/fixtures/lfm2_moe", "tests/fixtures/qwen3_5",
+                                       "tests/fixtures/qwen3_next", "tests/fixtures/nemotron_h" };
 
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -57,9 +66,9 @@ static void prompt_of(int *t, int n, int V, int seed) {
     for (int i = 0; i < n; i++) t[i] = (int)((seed * 131u + (unsigned)i * 97u) % (unsigned)V);
 }
 
-static void test_shared_equals_own(void) {
+static void shared_equals_own(const char *const *fixtures, size_t nf) {
     char err[512];
-    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+    for (size_t f = 0; f < nf; f++) {
         ci_model *own = open_model(fixtures[f], 0), *sh = open_model(fixtures[f], 12);
         if (!own || !sh) { ci_model_free(own); ci_model_free(sh); return; }
         const int V = (int)own->cfg.vocab_size, P = 300;
@@ -100,6 +109,64 @@ static void test_shared_equals_own(void) {
             CHECK(st.in_use == 0 && st.free + st.cached == 12, "%s: pool whole after the sessions: %d in use", fixtures[f], st.in_use);
         }
         ci_model_free(own); ci_model_free(sh);
+    }
+}
+
+static void test_shared_equals_own(void) { shared_equals_own(fixtures, sizeof fixtures / sizeof *fixtures); }
+static void test_hybrid_shared_equals_own(void) { shared_equals_own(hybrids, sizeof hybrids / sizeof *hybrids); }
+
+/* A hybrid: a runs 256 + 94 tokens, its states snapshot at 256 with its blocks published; b
+ * matches the two blocks and restores the snapshot, then runs the 94; c (own pool) runs the
+ * two pieces itself: b's logits are c's. */
+static void test_hybrid_blocks_and_states(void) {
+    char err[512];
+    for (size_t f = 0; f < sizeof hybrids / sizeof *hybrids; f++) {
+        ci_model *m = open_model(hybrids[f], 10), *o = open_model(hybrids[f], 0);
+        if (!m || !o) { ci_model_free(m); ci_model_free(o); return; }
+        const ci_family_ops *ops = m->family->ops;
+        const int V = (int)m->cfg.vocab_size, P = 350;
+        int p[350];
+        prompt_of(p, P, V, 7);
+        ci_session *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+        CHECK(!ci_session_new(m, 512, &a, err, sizeof err) && !ci_session_new(m, 512, &b, err, sizeof err) &&
+              !ci_session_new(o, 512, &c, err, sizeof err) && !ci_session_new(m, 512, &e, err, sizeof err), "%s", err);
+        float *want = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+        cache_snap *snap = NULL, *own_snap = NULL;
+        if (!a || !b || !c || !e) goto done;
+        CHECK(!ci_forward(a, p, 256, got, 0, err, sizeof err), "%s", err);
+        snap = ops->snapshot(a, err, sizeof err);
+        CHECK(snap != NULL, "%s: %s", hybrids[f], err);
+        CHECK(!ci_forward(a, p + 256, P - 256, got, 0, err, sizeof err), "%s", err);   /* a moves on past the snapshot */
+        ci_session_publish(a, p, P, 0);
+        CHECK(!ci_forward(c, p, 256, want, 0, err, sizeof err) && !ci_forward(c, p + 256, P - 256, want, 0, err, sizeof err),
+              "%s", err);
+        own_snap = ops->snapshot(c, err, sizeof err);   /* an own pool's snapshot keeps its rows */
+        CHECK(own_snap && cache_snap_bytes(own_snap) > cache_snap_bytes(snap), "%s: own-pool snapshot %zu bytes, states-only %zu",
+              hybrids[f], own_snap ? cache_snap_bytes(own_snap) : 0, snap ? cache_snap_bytes(snap) : 0);
+        if (!snap) goto done;
+        /* e holds no blocks: a states-only snapshot cannot stand in for its rows */
+        CHECK(ops->restore(e, snap, err, sizeof err) != 0, "%s: states-only restore without blocks accepted", hybrids[f]);
+        CHECK_HAS(err, "match its prefix first");
+        CHECK(!strchr(err, '\n'), "one line: %s", err);
+        CHECK(ci_session_match(b, p, P, P - 1) == 256, "%s: matched %d", hybrids[f], b->pos);
+        CHECK(!ops->restore(b, snap, err, sizeof err) && b->pos == 256, "%s: %s", hybrids[f], err);
+        CHECK(!ci_forward(b, p + 256, P - 256, got, 0, err, sizeof err), "%s", err);
+        CHECK(close_logits(want, got, V), "%s: reused blocks + restored states differ from the same pieces run", hybrids[f]);
+        if (own_snap) {
+            CHECK(ops->restore(b, own_snap, err, sizeof err) != 0, "%s: an own pool's snapshot restored on the shared pool", hybrids[f]);
+            CHECK_HAS(err, "another shape");
+        }
+    done:
+        cache_snap_free(snap);
+        cache_snap_free(own_snap);
+        free(want); free(got);
+        ci_session_free(a); ci_session_free(b); ci_session_free(c); ci_session_free(e);
+        if (m->kv_pool) {
+            kv_pool_stats st;
+            kvp_stats(m->kv_pool, &st);
+            CHECK(st.in_use == 0 && st.free + st.cached == 10, "%s: pool whole: %d in use", hybrids[f], st.in_use);
+        }
+        ci_model_free(m); ci_model_free(o);
     }
 }
 
@@ -157,15 +224,17 @@ static void test_pool_refusals(void) {
     CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "a second pool accepted");
     CHECK_HAS(err, "has a block pool already");
     ci_model_free(m);
-    m = open_model("tests/fixtures/lfm2", 0);
+    m = open_model("tests/fixtures/deepseek_v4", 0);
     if (!m) return;
-    CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "lfm2 has no paged cache yet");
+    CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "deepseek_v4 has no paged cache yet");
     CHECK_HAS(err, "not paged");
     ci_model_free(m);
 }
 
 int main(void) {
     TEST_RUN(test_shared_equals_own);
+    TEST_RUN(test_hybrid_shared_equals_own);
+    TEST_RUN(test_hybrid_blocks_and_states);
     TEST_RUN(test_match_reuses_blocks);
     TEST_RUN(test_pool_refusals);
     TEST_EXIT();
