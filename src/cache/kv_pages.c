@@ -204,7 +204,8 @@ int kvs_reserve(kv_pool *p, kv_seq *s, int tokens) {
     return 0;
 }
 
-int kvs_truncate(kv_pool *p, kv_seq *s, int tokens) {
+int kvs_truncate_copy(kv_pool *p, kv_seq *s, int tokens, int *from, int *to) {
+    if (from) *from = *to = -1;
     if (tokens < 0) tokens = 0;
     int keep = (int)(((int64_t)tokens + p->blk - 1) / p->blk);
     if (keep > s->n) return s->n * p->blk < tokens ? s->n * p->blk : tokens;
@@ -212,14 +213,21 @@ int kvs_truncate(kv_pool *p, kv_seq *s, int tokens) {
     if (tokens % p->blk && s->n) {
         int b = s->tab[s->n - 1];
         if (p->pub[b] || p->ref[b] > 1) {
+            if (from && kvp_available(p) > 0) {   /* a block of its own for the rows it keeps */
+                *from = b;
+                *to = s->tab[s->n - 1] = take_new(p);
+            } else {
+                s->n--;
+                tokens = s->n * p->blk;
+            }
             unref(p, b);
-            s->n--;
-            tokens = s->n * p->blk;
         }
     }
     s->dirty = 1;
     return tokens;
 }
+
+int kvs_truncate(kv_pool *p, kv_seq *s, int tokens) { return kvs_truncate_copy(p, s, tokens, NULL, NULL); }
 
 void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail) {
     int full = n / p->blk < s->n ? n / p->blk : s->n;

@@ -63,6 +63,11 @@ int kvs_reserve(kv_pool *p, kv_seq *s, int tokens);
  * partly cut and published or shared is dropped too (it must not be written). Returns the
  * positions still held: tokens, or less (a multiple of blk). */
 int kvs_truncate(kv_pool *p, kv_seq *s, int tokens);
+/* kvs_truncate, but such a last block is copied rather than dropped when the pool has a
+ * block to give: the sequence holds a new block in its place (copy on write), and *from /
+ * *to are the old block and the new one, whose rows of positions [tokens - tokens % blk,
+ * tokens) the caller copies (both -1 when nothing is to copy). */
+int kvs_truncate_copy(kv_pool *p, kv_seq *s, int tokens, int *from, int *to);
 /* Publishes the full blocks of positions [0, n) that the sequence holds, toks[0, n) being
  * its tokens; a block already published is left as it is. A block whose name another
  * block already has is not published (the first keeps it). tail: the partly filled block of

@@ -33,9 +33,8 @@ static void chunk_ops(ci_session *s, int n, int head);
 
 int ds_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     ds_model *d = m->impl;
-    const size_t rows = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK, f = sizeof(float);
-    return ci_pool_buffers(m, n_blocks, &d->pool_lat, rows * (size_t)d->lat * f, &d->pool_key,
-                           d->indexed ? rows * (size_t)d->kdim * f : 0, err, errlen);
+    return ci_pool_buffers(m, n_blocks, &d->pool_lat, (size_t)d->lat, d->n_layers, &d->pool_key, (size_t)d->kdim,
+                           d->indexed ? d->n_layers : 0, err, errlen);
 }
 
 int ds_session_init(ci_session *s, char *err, size_t errlen) {

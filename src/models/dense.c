@@ -294,8 +294,8 @@ static void chunk_ops(ci_session *s, int n, int head);
 /* The shared pool's rows (ci_model_kv_pool): n_blocks blocks of every layer. */
 int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     dense_model *d = m->impl;
-    size_t kv = (size_t)d->n_layers * (size_t)n_blocks * KV_BLOCK * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
-    return ci_pool_buffers(m, n_blocks, &d->pool_k, kv, &d->pool_v, kv, err, errlen);
+    const size_t kvw = (size_t)d->n_kv * (size_t)d->hd;
+    return ci_pool_buffers(m, n_blocks, &d->pool_k, kvw, d->n_layers, &d->pool_v, kvw, d->n_layers, err, errlen);
 }
 
 int dense_session_init(ci_session *s, char *err, size_t errlen) {

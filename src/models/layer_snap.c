@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int hyb_pool_init(ci_model *m, int n_blocks, float **pool, char *err, size_t errlen) {
-    return ci_pool_buffers(m, n_blocks, pool, (size_t)n_blocks * ci_model_kv_block_bytes(m), NULL, 0, err, errlen);
+int hyb_pool_init(ci_model *m, int n_blocks, size_t row_floats, int n_attn, float **pool, char *err, size_t errlen) {
+    return ci_pool_buffers(m, n_blocks, pool, row_floats, n_attn, NULL, 0, 0, err, errlen);
 }
 
 int hyb_rows_init(ci_session *s, float *model_pool, float **base, int64_t *lrows, char *err, size_t errlen) {

@@ -35,8 +35,9 @@ typedef struct {
     size_t state_floats;   /* a recurrent layer: floats of its state; else 0 */
 } layer_part;
 
-/* The model's pool of n_blocks blocks (ci_model_kv_block_bytes each) in *pool: 0, or -1. */
-int hyb_pool_init(ci_model *m, int n_blocks, float **pool, char *err, size_t errlen);
+/* The model's pool of n_blocks blocks in *pool: n_attn attention layers of [k | v] rows of
+ * row_floats each (every attention layer of a hybrid is as wide). 0, or -1. */
+int hyb_pool_init(ci_model *m, int n_blocks, size_t row_floats, int n_attn, float **pool, char *err, size_t errlen);
 /* For session_init: the block table, and *base = the rows (model_pool, or an own buffer for a
  * session without a model pool), *lrows = rows per layer. 0, or -1 with err. */
 int hyb_rows_init(ci_session *s, float *model_pool, float **base, int64_t *lrows, char *err, size_t errlen);

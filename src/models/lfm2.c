@@ -322,7 +322,10 @@ void lfm2_unload(ci_model *m) {
 }
 
 int lfm2_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
-    return hyb_pool_init(m, n_blocks, &((lfm2_model *)m->impl)->pool_kv, err, errlen);
+    lfm2_model *d = m->impl;
+    int n_attn = 0;
+    for (int l = 0; l < d->n_layers; l++) n_attn += d->layers[l].is_attn;
+    return hyb_pool_init(m, n_blocks, lfm2_kv_floats(d), n_attn, &d->pool_kv, err, errlen);
 }
 
 size_t lfm2_cache_bytes_per_token(const ci_model *m) {

@@ -198,12 +198,23 @@ int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen) {
     return 0;
 }
 
-int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t bytes_a, float **b, size_t bytes_b, char *err,
-                    size_t errlen) {
+int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t row_floats_a, int layers_a, float **b,
+                    size_t row_floats_b, int layers_b, char *err, size_t errlen) {
     int bad = 0;
+    const size_t rows = (size_t)n_blocks * KV_BLOCK * sizeof(float);
+    const size_t bytes_a = rows * row_floats_a * (size_t)layers_a, bytes_b = rows * row_floats_b * (size_t)layers_b;
     *a = ci_buf_alloc(m->be, bytes_a, &bad);
     if (bytes_b) *b = ci_buf_alloc(m->be, bytes_b, &bad);
-    if (!bad) return 0;
+    if (!bad) {
+        m->pool_rows[0].buf = *a;
+        m->pool_rows[0].row_floats = row_floats_a;
+        m->pool_rows[0].layers = layers_a;
+        m->pool_rows[1].buf = bytes_b ? *b : NULL;
+        m->pool_rows[1].row_floats = row_floats_b;
+        m->pool_rows[1].layers = bytes_b ? layers_b : 0;
+        m->pool_blocks = n_blocks;
+        return 0;
+    }
     ci_buf_release(m->be, *a);
     *a = NULL;
     if (bytes_b) {
@@ -284,6 +295,24 @@ int ci_session_truncate(ci_session *s, int tokens) {
     if (tokens > s->pos) tokens = s->pos;
     if (tokens < 0) tokens = 0;
     s->pos = s->pool ? kvs_truncate(s->pool, &s->pages, tokens) : tokens;
+    return s->pos;
+}
+
+int ci_session_truncate_copy(ci_session *s, int tokens) {
+    if (tokens > s->pos) tokens = s->pos;
+    if (tokens < 0) tokens = 0;
+    if (!s->pool || s->own_pool) return ci_session_truncate(s, tokens);
+    int from, to;
+    s->pos = kvs_truncate_copy(s->pool, &s->pages, tokens, &from, &to);
+    if (from < 0) return s->pos;
+    const ci_model *m = s->m;
+    const size_t rows = (size_t)(s->pos % KV_BLOCK), lrows = (size_t)m->pool_blocks * KV_BLOCK;
+    for (int i = 0; i < 2; i++)
+        for (int l = 0; l < m->pool_rows[i].layers; l++) {
+            const size_t rf = m->pool_rows[i].row_floats;
+            float *base = m->pool_rows[i].buf + (size_t)l * lrows * rf;
+            m->be->copy(m->be, base + (size_t)to * KV_BLOCK * rf, base + (size_t)from * KV_BLOCK * rf, rows * rf * sizeof(float));
+        }
     return s->pos;
 }
 

@@ -44,6 +44,11 @@ typedef struct ci_model {
     /* A paged family's shared block pool (ci_model_kv_pool; owned), or NULL: each session
      * then has a pool of its own, sized for its context. */
     kv_pool *kv_pool;
+    /* Its rows in backend memory as the family's pool_init allocated them (ci_pool_buffers):
+     * up to two buffers of `layers` regions of n_blocks * KV_BLOCK rows of `row_floats` each
+     * (the family owns and frees them). */
+    struct { float *buf; size_t row_floats; int layers; } pool_rows[2];
+    int pool_blocks;
     /* [host_logits_cap] floats: ci_forward_argmax / ci_forward_batch_argmax's logits for a family
      * without an argmax op, kept so a decode step does not allocate (grown on demand; one user
      * at a time, as the backend's scratch: the model's forwards run on one thread) */
@@ -84,16 +89,21 @@ int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
  * (nor more than max_rows sequences to one forward_batch): the server's slots. */
 int ci_session_new_rows(ci_model *m, int max_ctx, int max_rows, ci_session **out, char *err, size_t errlen);
 size_t ci_model_kv_block_bytes(const ci_model *m);
-/* For a family's pool_init: the pool's two buffers of bytes_a and bytes_b (bytes_b 0: no second
- * one, *b stays as it is), both or neither: 0, or -1 with one line naming the blocks and MiB. */
-int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t bytes_a, float **b, size_t bytes_b, char *err,
-                    size_t errlen);
+/* For a family's pool_init: the pool's two buffers, each of layers regions of n_blocks *
+ * KV_BLOCK rows of row_floats floats (layers_b 0: no second one, *b stays as it is), both or
+ * neither: 0, or -1 with one line naming the blocks and MiB. Recorded in m->pool_rows. */
+int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t row_floats_a, int layers_a, float **b,
+                    size_t row_floats_b, int layers_b, char *err, size_t errlen);
 int ci_session_paged(const ci_session *s);
 /* 1 when s draws from the model's shared pool (its rows through its table), 0 for an own
  * pool or an unpaged session */
 static inline int ci_session_pages_shared(const ci_session *s) { return s->pool && !s->own_pool; }
 int ci_session_reserve(ci_session *s, int tokens, char *err, size_t errlen);
 int ci_session_truncate(ci_session *s, int tokens);
+/* ci_session_truncate, but a shared or published block cut into is copied into a block of
+ * the session's own (the rows it keeps, every layer; copy on write) when the pool has one:
+ * tokens kept, or fewer when it has none. */
+int ci_session_truncate_copy(ci_session *s, int tokens);
 void ci_session_publish(ci_session *s, const int *toks, int n, int tail);
 int ci_session_match(ci_session *s, const int *toks, int n, int limit);
 /* For a family's session_init / session_free: the table (and its backend copy) and, without

@@ -386,7 +386,10 @@ static void nh_unload(ci_model *m) {
 }
 
 static int nh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
-    return hyb_pool_init(m, n_blocks, &((nh_model *)m->impl)->pool_kv, err, errlen);
+    nh_model *d = m->impl;
+    int n_attn = 0;
+    for (int l = 0; l < d->n_layers; l++) n_attn += d->layers[l].kind == '*';
+    return hyb_pool_init(m, n_blocks, nh_kv_floats(d), n_attn, &d->pool_kv, err, errlen);
 }
 
 static size_t nh_cache_bytes_per_token(const ci_model *m) {

@@ -340,7 +340,17 @@ void qh_set_deltanet_mode(ci_model *m, dn_mode mode) {
 }
 
 int qh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
-    return hyb_pool_init(m, n_blocks, &((qh_model *)m->impl)->pool_kv, err, errlen);
+    qh_model *d = m->impl;
+    size_t rf = 0;
+    int n_attn = 0;
+    for (int l = 0; l < d->n_layers; l++) {
+        if (d->layers[l].linear) continue;
+        if (n_attn++ && qh_kv_floats(&d->layers[l]) != rf)
+            return ci_err(err, errlen, "%s: a paged cache needs attention layers of one width (layer %d: %zu floats a row, not %zu)",
+                          m->family->name, l, qh_kv_floats(&d->layers[l]), rf);
+        rf = qh_kv_floats(&d->layers[l]);
+    }
+    return hyb_pool_init(m, n_blocks, rf, n_attn, &d->pool_kv, err, errlen);
 }
 
 size_t qh_cache_bytes_per_token(const ci_model *m) {

@@ -239,18 +239,18 @@ static void slot_settle(eng *e, slot *sl) {
 
 /* Paged, a hybrid: slot sl holds the blocks of the first `blocks` tokens of toks[0, n) that
  * the pool gave (ci_session_match); its recurrent states come from the longest snapshot in
- * the prefix store within them, and the blocks past it go back. The snapshot must end on a
- * block boundary or in a block the session holds alone (a taken-over tail): the rows after
- * it are rewritten, and a shared block's are not the session's to write (a truncation that
- * keeps fewer positions than asked says so: then a shorter snapshot is looked for). Returns
- * the positions reused (0: none, the session emptied). */
+ * the prefix store within them, and the blocks past it go back. A snapshot that ends inside
+ * a shared block (a prompt's end, in a block named full since) gets a copy of that block's
+ * rows before it in a block of the session's own, which it then writes on (copy on write);
+ * when the pool has no block for that, a shorter snapshot is looked for. Returns the
+ * positions reused (0: none, the session emptied). */
 static int restore_states(eng *e, slot *sl, const int *toks, int n, int blocks) {
     char err[256];
     int lim = blocks, pm = 0;
     while (e->pfx && lim >= MIN_SAVE) {
         int pi = pfx_lookup(e->pfx, toks, n, lim, &pm);
         if (pi < 0 || pm <= 0) { pm = 0; break; }
-        int kept = ci_session_truncate(sl->s, pm);
+        int kept = ci_session_truncate_copy(sl->s, pm);
         if (kept == pm) {
             if (e->ops->restore(sl->s, pfx_blob(e->pfx, pi), err, sizeof err)) pm = 0;
             break;

@@ -73,6 +73,42 @@ static void test_publish_match_share(void) {
     kvp_free(p);
 }
 
+/* Copy on write: truncating into a published block with a copy gives the sequence a new
+ * block in its place (the published one stays named, held by its other holders or cached);
+ * a truncation at a block edge copies nothing; with no block to give it drops the block as
+ * kvs_truncate does. */
+static void test_truncate_copy(void) {
+    kv_pool *p = kvp_new(4, 4);
+    int32_t t[8];
+    fill(t, 8, 3);
+    kv_seq a, b;
+    kvs_init(&a, 4); kvs_init(&b, 4);
+    CHECK(kvs_reserve(p, &a, 8) == 0, "reserve");
+    kvs_publish(p, &a, t, 8, 0);
+    CHECK(kvs_match(p, &b, t, 8, 8) == 8 && b.n == 2, "b shares both");
+    int from = 0, to = 0;
+    CHECK(kvs_truncate_copy(p, &b, 8, &from, &to) == 8 && from == -1 && to == -1, "nothing cut: nothing to copy");
+    CHECK(kvs_truncate_copy(p, &b, 4, &from, &to) == 4 && from == -1 && b.n == 1, "a block edge: the block after goes");
+    kvs_truncate(p, &b, 0);
+    CHECK(kvs_match(p, &b, t, 8, 8) == 8, "rematch");
+    b.dirty = 0;
+    CHECK(kvs_truncate_copy(p, &b, 6, &from, &to) == 6 && from == a.tab[1] && to >= 0 && to != from &&
+          b.tab[1] == to && b.tab[0] == a.tab[0] && b.dirty, "copied: from %d to %d", from, to);
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 3 && st.free == 1, "a's two + b's copy: %d in use, %d free", st.in_use, st.free);
+    kvs_free(p, &a);
+    kv_seq c, d;
+    kvs_init(&c, 4); kvs_init(&d, 4);
+    CHECK(kvs_match(p, &c, t, 8, 8) == 8, "the published blocks stay named after the copy");
+    CHECK(kvs_reserve(p, &d, 4) == 0 && kvp_available(p) == 0, "the last block taken");
+    CHECK(kvs_truncate_copy(p, &c, 5, &from, &to) == 4 && from == -1 && c.n == 1, "no block to give: dropped (%d)", c.n);
+    kvs_free(p, &b); kvs_free(p, &c); kvs_free(p, &d);
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.free + st.cached == 4, "idle: %d in use", st.in_use);
+    kvp_free(p);
+}
+
 static void test_evict_lru_and_generations(void) {
     kv_pool *p = kvp_new(4, 2);
     int32_t t[8], u[8];
@@ -239,6 +275,7 @@ static void test_soak(void) {
 int main(void) {
     TEST_RUN(test_reserve_and_release);
     TEST_RUN(test_publish_match_share);
+    TEST_RUN(test_truncate_copy);
     TEST_RUN(test_evict_lru_and_generations);
     TEST_RUN(test_tail_taken_over);
     TEST_RUN(test_soak);

@@ -9,6 +9,9 @@
  *    states at their end (states only: the rows stay in the blocks) runs the rest of the
  *    prompt to the logits of a session that ran the same two pieces itself, bit for bit; a
  *    states-only snapshot is refused by a session whose blocks do not hold its positions;
+ *  - truncating into a shared block with a copy (ci_session_truncate_copy) gives the session
+ *    a block of its own holding the kept rows: it runs on as if it had computed them, and
+ *    the block's other holder reads its own rows still;
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
  *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page.
@@ -170,6 +173,61 @@ static void test_hybrid_blocks_and_states(void) {
     }
 }
 
+/* Copy on write: a runs 200 tokens (a hybrid: its states snapshot there), then 100 more, and
+ * names its two full blocks; b takes them and truncates to 200, inside the shared second
+ * block: that block's 72 rows are copied into one of b's own (ci_session_truncate_copy), the
+ * states restored, and b runs on to 350 with the logits of c, which ran 200 + 150 on its
+ * own pool; a, whose block b did not write, decodes on with the logits of d, which ran
+ * a's 300 on its own pool. */
+static void copy_on_write(const char *dir) {
+    char err[512];
+    ci_model *m = open_model(dir, 10), *o = open_model(dir, 0);
+    if (!m || !o) { ci_model_free(m); ci_model_free(o); return; }
+    const ci_family_ops *ops = m->family->ops;
+    const int V = (int)m->cfg.vocab_size, P = 350;
+    int p[350], tk = 3;
+    prompt_of(p, P, V, 11);
+    ci_session *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    CHECK(!ci_session_new(m, 512, &a, err, sizeof err) && !ci_session_new(m, 512, &b, err, sizeof err) &&
+          !ci_session_new(o, 512, &c, err, sizeof err) && !ci_session_new(o, 512, &d, err, sizeof err), "%s", err);
+    float *want = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
+    cache_snap *snap = NULL;
+    if (!a || !b || !c || !d) goto done;
+    CHECK(!ci_forward(a, p, 200, got, 0, err, sizeof err), "%s", err);
+    if (ops->snapshot) CHECK((snap = ops->snapshot(a, err, sizeof err)) != NULL, "%s: %s", dir, err);
+    CHECK(!ci_forward(a, p + 200, 100, got, 0, err, sizeof err), "%s", err);
+    ci_session_publish(a, p, 300, 0);
+    CHECK(ci_session_match(b, p, P, P - 1) == 256, "%s: matched %d", dir, b->pos);
+    const int shared = b->pages.tab[1];
+    CHECK(ci_session_truncate_copy(b, 200) == 200 && b->pages.n == 2 && b->pages.tab[0] == a->pages.tab[0] &&
+          b->pages.tab[1] != shared && a->pages.tab[1] == shared, "%s: copy on write kept %d", dir, b->pos);
+    if (snap) CHECK(!ops->restore(b, snap, err, sizeof err) && b->pos == 200, "%s: %s", dir, err);
+    CHECK(!ci_forward(b, p + 200, P - 200, got, 0, err, sizeof err), "%s", err);
+    CHECK(!ci_forward(c, p, 200, want, 0, err, sizeof err) && !ci_forward(c, p + 200, P - 200, want, 0, err, sizeof err),
+          "%s", err);
+    CHECK(close_logits(want, got, V), "%s: the copied block's rows + the rest differ from the same pieces run", dir);
+    CHECK(!ci_forward(a, &tk, 1, got, 0, err, sizeof err), "%s", err);
+    CHECK(!ci_forward(d, p, 200, want, 0, err, sizeof err) && !ci_forward(d, p + 200, 100, want, 0, err, sizeof err) &&
+          !ci_forward(d, &tk, 1, want, 0, err, sizeof err), "%s", err);
+    CHECK(close_logits(want, got, V), "%s: the block's first holder reads other rows after the copy", dir);
+done:
+    cache_snap_free(snap);
+    free(want); free(got);
+    ci_session_free(a); ci_session_free(b); ci_session_free(c); ci_session_free(d);
+    if (m->kv_pool) {
+        kv_pool_stats st;
+        kvp_stats(m->kv_pool, &st);
+        CHECK(st.in_use == 0 && st.free + st.cached == 10, "%s: pool whole: %d in use", dir, st.in_use);
+    }
+    ci_model_free(m); ci_model_free(o);
+}
+
+static void test_copy_on_write(void) {
+    copy_on_write(fixtures[0]);
+    copy_on_write("tests/fixtures/deepseek_v32");   /* two buffers: latent rows and indexer keys */
+    for (size_t f = 0; f < sizeof hybrids / sizeof *hybrids; f++) copy_on_write(hybrids[f]);
+}
+
 static void test_match_reuses_blocks(void) {
     char err[512];
     for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
@@ -235,6 +293,7 @@ int main(void) {
     TEST_RUN(test_shared_equals_own);
     TEST_RUN(test_hybrid_shared_equals_own);
     TEST_RUN(test_hybrid_blocks_and_states);
+    TEST_RUN(test_copy_on_write);
     TEST_RUN(test_match_reuses_blocks);
     TEST_RUN(test_pool_refusals);
     TEST_EXIT();
