@@ -18,7 +18,7 @@ struct kv_pool {
     int *stack, n_free;     /* free blocks */
     int *prev, *next;       /* [n] the LRU list of cached blocks, oldest first */
     int head, tail, n_cached;
-    long long lookups, hits, evictions, tail_hits;
+    long long lookups, hits, evictions, tail_hits, copies;
 };
 
 static uint64_t name_hash(int parent, uint32_t pgen, const int32_t *toks, int blk) {
@@ -86,6 +86,7 @@ void kvp_stats(const kv_pool *p, kv_pool_stats *s) {
     s->match_hits = p->hits;
     s->evictions = p->evictions;
     s->tail_hits = p->tail_hits;
+    s->copies = p->copies;
 }
 
 static void lru_remove(kv_pool *p, int b) {
@@ -269,7 +270,31 @@ static int walk(kv_pool *p, const int32_t *toks, int n, int limit, int32_t *tab,
     return got;
 }
 
+/* The full published block after parent (generation pgen) whose tokens share the longest
+ * start with toks[0, avail) (at least blk / 8 of them, fewer than blk): its id and *len,
+ * else -1. A scan of the pool (once per admission). */
+static int find_partial(const kv_pool *p, int parent, uint32_t pgen, const int32_t *toks, int avail, int *len) {
+    int best = -1;
+    *len = 0;
+    for (int b = 0; b < p->n; b++) {
+        if (!p->pub[b] || p->plen[b] != p->blk || p->parent[b] != parent || p->parent_gen[b] != pgen) continue;
+        const int32_t *t = p->toks + (size_t)b * p->blk;
+        int c = 0, most = p->blk < avail ? p->blk : avail;
+        while (c < most && t[c] == toks[c]) c++;
+        if (c > *len && 8 * c >= p->blk) {
+            *len = c;
+            best = b;
+        }
+    }
+    return best;
+}
+
 int kvs_match(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit) {
+    return kvs_match_copy(p, s, toks, n, limit, NULL, NULL);
+}
+
+int kvs_match_copy(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit, int *from, int *to) {
+    if (from) *from = *to = -1;
     if (s->n) return 0;
     int asked = (n < limit ? n : limit) / p->blk;
     int got = walk(p, toks, n, limit, s->tab, s->cap);
@@ -282,8 +307,24 @@ int kvs_match(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit) {
     const int avail = (n < limit ? n : limit) - got * p->blk;
     if (got >= s->cap || avail <= 0) return got * p->blk;
     const int par = got ? s->tab[got - 1] : -1;
-    int len = 0;
-    const int b = find_tail(p, par, par >= 0 ? p->gen[par] : 0, toks + (size_t)got * p->blk, avail, &len);
+    const uint32_t pg = par >= 0 ? p->gen[par] : 0;
+    int len = 0, clen = 0;
+    const int b = find_tail(p, par, pg, toks + (size_t)got * p->blk, avail, &len);
+    /* or a full block that shares more of toks' next tokens than any tail: its rows before
+     * the first difference are copied into a new block of the sequence's (copy on write) */
+    const int c = from ? find_partial(p, par, pg, toks + (size_t)got * p->blk, avail, &clen) : -1;
+    if (c >= 0 && clen > len) {
+        ref_take(p, c);                /* not evicted for the new block */
+        const int nb = take_new(p);
+        unref(p, c);
+        if (nb >= 0) {
+            s->tab[s->n++] = nb;
+            *from = c;
+            *to = nb;
+            p->copies++;
+            return got * p->blk + clen;
+        }
+    }
     if (b < 0) return got * p->blk;
     lru_remove(p, b);
     unpublish(p, b);

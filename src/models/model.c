@@ -298,21 +298,26 @@ int ci_session_truncate(ci_session *s, int tokens) {
     return s->pos;
 }
 
+/* Copy on write: the first `rows` rows of block `from` into block `to`, every layer of the
+ * model's pool (m->pool_rows). */
+static void copy_block_rows(const ci_model *m, int from, int to, int rows) {
+    const size_t lrows = (size_t)m->pool_blocks * KV_BLOCK;
+    for (int i = 0; i < 2; i++)
+        for (int l = 0; l < m->pool_rows[i].layers; l++) {
+            const size_t rf = m->pool_rows[i].row_floats;
+            float *base = m->pool_rows[i].buf + (size_t)l * lrows * rf;
+            m->be->copy(m->be, base + (size_t)to * KV_BLOCK * rf, base + (size_t)from * KV_BLOCK * rf,
+                        (size_t)rows * rf * sizeof(float));
+        }
+}
+
 int ci_session_truncate_copy(ci_session *s, int tokens) {
     if (tokens > s->pos) tokens = s->pos;
     if (tokens < 0) tokens = 0;
     if (!s->pool || s->own_pool) return ci_session_truncate(s, tokens);
     int from, to;
     s->pos = kvs_truncate_copy(s->pool, &s->pages, tokens, &from, &to);
-    if (from < 0) return s->pos;
-    const ci_model *m = s->m;
-    const size_t rows = (size_t)(s->pos % KV_BLOCK), lrows = (size_t)m->pool_blocks * KV_BLOCK;
-    for (int i = 0; i < 2; i++)
-        for (int l = 0; l < m->pool_rows[i].layers; l++) {
-            const size_t rf = m->pool_rows[i].row_floats;
-            float *base = m->pool_rows[i].buf + (size_t)l * lrows * rf;
-            m->be->copy(m->be, base + (size_t)to * KV_BLOCK * rf, base + (size_t)from * KV_BLOCK * rf, rows * rf * sizeof(float));
-        }
+    if (from >= 0) copy_block_rows(s->m, from, to, s->pos % KV_BLOCK);
     return s->pos;
 }
 
@@ -325,7 +330,9 @@ void ci_session_publish(ci_session *s, const int *toks, int n, int tail) {
 int ci_session_match(ci_session *s, const int *toks, int n, int limit) {
     if (!s->pool || s->own_pool || s->pos || s->pages.n) return s->pos;
     if (limit > s->max_ctx) limit = s->max_ctx;
-    s->pos = kvs_match(s->pool, &s->pages, (const int32_t *)toks, n, limit);
+    int from, to;
+    s->pos = kvs_match_copy(s->pool, &s->pages, (const int32_t *)toks, n, limit, &from, &to);
+    if (from >= 0) copy_block_rows(s->m, from, to, s->pos % KV_BLOCK);
     return s->pos;
 }
 int ci_session_pos(const ci_session *s) { return s->pos; }

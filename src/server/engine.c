@@ -1009,6 +1009,7 @@ void eng_get_stats(eng *e, eng_stats *s) {
         s->kv_blocks_cached = ps.cached;
         s->kv_block_evictions = ps.evictions;
         s->kv_tail_hits = ps.tail_hits;
+        s->kv_block_copies = ps.copies;
     }
     pthread_mutex_unlock(&e->mu);
 }

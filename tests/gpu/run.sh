@@ -22,7 +22,8 @@
 #               MLX-quantized DeepSeek V3 (packed matmuls, MLA heads, experts, embedding)
 #   generate    one short cinfer generate --device cuda --stats
 #   serve       cinfer serve --device cuda on an f32 fixture (demo tokenizer beside it) with a small
-#   serve-dsa   block pool (serve-dsa: the deepseek_v32 fixture's MLA latents and indexer keys paged),
+#   serve-dsa   block pool (serve-dsa: the deepseek_v32 fixture's MLA latents and indexer keys paged;
+#   serve-qh    serve-qh / serve-nh: the qwen3_5 and nemotron_h hybrids, attention rows paged),
 #               bench/serve_load.py check: concurrent seeded = alone, a cached second
 #               turn, a soak with hang-ups, an idle pool and no 5xx
 #   serve-paged tests/cli/serve_paged.sh with SERVE_DEVICE=cuda: preemption on a 6-block pool there
@@ -137,9 +138,10 @@ step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf
   --prompt-ids 1,2,3,4,5,6,7,8 --max-tokens 32 --ids --device cuda --stats
 
 # ---- serve: the paged pool behind the HTTP server on the device (a dense fixture, and
-# DeepSeek V3.2's: latent rows and indexer keys in the pool) ----
+# DeepSeek V3.2's: latent rows and indexer keys in the pool; two hybrids: attention rows in
+# the pool, DeltaNet / Mamba2 states from snapshots) ----
 port=18090
-for sf in qwen3_tied:serve deepseek_v32:serve-dsa; do
+for sf in qwen3_tied:serve deepseek_v32:serve-dsa qwen3_5:serve-qh nemotron_h:serve-nh; do
   sdir=$(mktemp -d)
   cp -r tests/fixtures/${sf%%:*} "$sdir/m" && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$sdir/m/"
   step ${sf##*:} 120 ${sf##*:}.log bash -c "

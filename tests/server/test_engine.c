@@ -702,6 +702,18 @@ static void paged_pool(const char *dir) {
     CHECK(paged_run(e, t2, n2, G, 5, out2, &c, NULL) == G && c == n[11] + G - 1, "%s: turn 2 cached %d", dir, c);
     CHECK(paged_run(e0, t2, n2, G, 5, ref2, &c0, NULL) == G && c0 == 0, "no-reuse turn 2 cached %d", c0);
     CHECK(!memcmp(out2, ref2, sizeof out2), "%s: turn 2 from reused blocks differs from a full prefill", dir);
+    /* a turn that diverges right after request 11's prompt: its third block (256..383) is full
+     * and named since turn 2, and shares the prompt's 71 rows there: they are copied into a
+     * block of its own (copy on write; a hybrid's states from the snapshot at the prompt's end) */
+    int t3[400], out3[G], ref3[G];
+    memcpy(t3, prompts[11], (size_t)n[11] * sizeof(int));
+    prompt_of(77, V, t3 + n[11], 20);
+    CHECK(paged_run(e, t3, n[11] + 20, G, 6, out3, &c, NULL) == G && c == n[11], "%s: diverging turn cached %d, want %d",
+          dir, c, n[11]);
+    CHECK(paged_run(e0, t3, n[11] + 20, G, 6, ref3, &c0, NULL) == G && c0 == 0, "no-reuse diverging turn cached %d", c0);
+    CHECK(!memcmp(out3, ref3, sizeof out3), "%s: the diverging turn from a copied block differs from a full prefill", dir);
+    eng_get_stats(e, &st);
+    CHECK(st.kv_block_copies == 1, "%s: %lld block copies counted, want 1", dir, st.kv_block_copies);
     /* never fits: 1000 + 24 tokens are 8 blocks of a 7-block pool */
     static int big[1000];
     prompt_of(7, V, big, 1000);

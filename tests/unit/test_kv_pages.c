@@ -109,6 +109,36 @@ static void test_truncate_copy(void) {
     kvp_free(p);
 }
 
+/* kvs_match_copy: a prompt that shares the start of a full published block (at least blk / 8
+ * of its tokens, more than any last block gives) gets a new block for it and the pair to
+ * copy; kvs_match takes no such copy; a shorter share copies nothing. */
+static void test_match_copy(void) {
+    kv_pool *p = kvp_new(6, 16);
+    int32_t t[32], u[32];
+    fill(t, 32, 5);
+    memcpy(u, t, sizeof t);
+    u[16 + 5] = 999;                         /* shares 5 of the second block: 5 * 8 >= 16 */
+    kv_seq a, b, c;
+    kvs_init(&a, 2); kvs_init(&b, 2); kvs_init(&c, 2);
+    CHECK(kvs_reserve(p, &a, 32) == 0, "reserve");
+    kvs_publish(p, &a, t, 32, 0);
+    int from = 0, to = 0;
+    CHECK(kvs_match(p, &b, u, 32, 31) == 16 && b.n == 1, "kvs_match: the first block only (%d)", b.n);
+    kvs_truncate(p, &b, 0);
+    CHECK(kvs_match_copy(p, &b, u, 32, 31, &from, &to) == 21 && b.n == 2 && from == a.tab[1] && to >= 0 &&
+          to != a.tab[0] && to != a.tab[1] && b.tab[1] == to && b.tab[0] == a.tab[0], "copy: from %d to %d, n %d", from, to,
+          b.n);
+    u[16 + 1] = 998;                         /* shares 1: 1 * 8 < 16, not worth a copy */
+    CHECK(kvs_match_copy(p, &c, u, 32, 31, &from, &to) == 16 && from == -1 && to == -1 && c.n == 1, "no copy for 1 token");
+    kv_pool_stats st;
+    kvp_stats(p, &st);
+    CHECK(st.copies == 1 && st.in_use == 3, "copies %lld, %d in use", st.copies, st.in_use);
+    kvs_free(p, &a); kvs_free(p, &b); kvs_free(p, &c);
+    kvp_stats(p, &st);
+    CHECK(st.in_use == 0 && st.cached == 2, "idle: %d in use, %d cached", st.in_use, st.cached);
+    kvp_free(p);
+}
+
 static void test_evict_lru_and_generations(void) {
     kv_pool *p = kvp_new(4, 2);
     int32_t t[8], u[8];
@@ -276,6 +306,7 @@ int main(void) {
     TEST_RUN(test_reserve_and_release);
     TEST_RUN(test_publish_match_share);
     TEST_RUN(test_truncate_copy);
+    TEST_RUN(test_match_copy);
     TEST_RUN(test_evict_lru_and_generations);
     TEST_RUN(test_tail_taken_over);
     TEST_RUN(test_soak);

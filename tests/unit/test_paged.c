@@ -178,7 +178,8 @@ static void test_hybrid_blocks_and_states(void) {
  * block: that block's 72 rows are copied into one of b's own (ci_session_truncate_copy), the
  * states restored, and b runs on to 350 with the logits of c, which ran 200 + 150 on its
  * own pool; a, whose block b did not write, decodes on with the logits of d, which ran
- * a's 300 on its own pool. */
+ * a's 300 on its own pool. Then e, whose prompt q parts from p after 200 tokens, gets the
+ * same copy from its match (kvs_match_copy) and runs q to the logits of f (own pool). */
 static void copy_on_write(const char *dir) {
     char err[512];
     ci_model *m = open_model(dir, 10), *o = open_model(dir, 0);
@@ -187,12 +188,13 @@ static void copy_on_write(const char *dir) {
     const int V = (int)m->cfg.vocab_size, P = 350;
     int p[350], tk = 3;
     prompt_of(p, P, V, 11);
-    ci_session *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    ci_session *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL, *f = NULL;
     CHECK(!ci_session_new(m, 512, &a, err, sizeof err) && !ci_session_new(m, 512, &b, err, sizeof err) &&
-          !ci_session_new(o, 512, &c, err, sizeof err) && !ci_session_new(o, 512, &d, err, sizeof err), "%s", err);
+          !ci_session_new(o, 512, &c, err, sizeof err) && !ci_session_new(o, 512, &d, err, sizeof err) &&
+          !ci_session_new(m, 512, &e, err, sizeof err) && !ci_session_new(o, 512, &f, err, sizeof err), "%s", err);
     float *want = malloc((size_t)V * 4), *got = malloc((size_t)V * 4);
     cache_snap *snap = NULL;
-    if (!a || !b || !c || !d) goto done;
+    if (!a || !b || !c || !d || !e || !f) goto done;
     CHECK(!ci_forward(a, p, 200, got, 0, err, sizeof err), "%s", err);
     if (ops->snapshot) CHECK((snap = ops->snapshot(a, err, sizeof err)) != NULL, "%s: %s", dir, err);
     CHECK(!ci_forward(a, p + 200, 100, got, 0, err, sizeof err), "%s", err);
@@ -210,10 +212,22 @@ static void copy_on_write(const char *dir) {
     CHECK(!ci_forward(d, p, 200, want, 0, err, sizeof err) && !ci_forward(d, p + 200, 100, want, 0, err, sizeof err) &&
           !ci_forward(d, &tk, 1, want, 0, err, sizeof err), "%s", err);
     CHECK(close_logits(want, got, V), "%s: the block's first holder reads other rows after the copy", dir);
+    /* e's prompt shares p's first 200 tokens: the match itself copies the shared start of
+     * the second block (kvs_match_copy); e runs on to 350 like f, which ran q on its own pool */
+    int q[350];
+    memcpy(q, p, 200 * sizeof(int));
+    prompt_of(q + 200, P - 200, V, 12);
+    CHECK(ci_session_match(e, q, P, P - 1) == 200 && e->pages.n == 2 && e->pages.tab[1] != shared, "%s: match with a copy gave %d",
+          dir, e->pos);
+    if (snap) CHECK(!ops->restore(e, snap, err, sizeof err), "%s: %s", dir, err);
+    CHECK(!ci_forward(e, q + 200, P - 200, got, 0, err, sizeof err), "%s", err);
+    CHECK(!ci_forward(f, q, 200, want, 0, err, sizeof err) && !ci_forward(f, q + 200, P - 200, want, 0, err, sizeof err),
+          "%s", err);
+    CHECK(close_logits(want, got, V), "%s: a match's copied start + the rest differ from the same pieces run", dir);
 done:
     cache_snap_free(snap);
     free(want); free(got);
-    ci_session_free(a); ci_session_free(b); ci_session_free(c); ci_session_free(d);
+    ci_session_free(a); ci_session_free(b); ci_session_free(c); ci_session_free(d); ci_session_free(e); ci_session_free(f);
     if (m->kv_pool) {
         kv_pool_stats st;
         kvp_stats(m->kv_pool, &st);
