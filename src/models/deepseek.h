@@ -20,6 +20,8 @@ int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_l
 int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen);
 size_t ds_cache_bytes_per_token(const ci_model *m);
 int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen);
+/* forward_batch, only each row's argmax coming back (registry.h forward_batch_argmax). */
+int ds_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen);
 int ds_cache_export(const ci_session *s, int n, void *dst, char *err, size_t errlen);
 int ds_cache_import(ci_session *s, int n, const void *src, char *err, size_t errlen);
 

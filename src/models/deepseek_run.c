@@ -23,7 +23,9 @@ typedef struct {
     float *x, *xn, *y;           /* [run.ub, H] */
     float *g, *u;                /* [run.ub, max(ff, shared_ff)] */
     float *last;                 /* [H] the last row, final-normed */
-    ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs */
+    ci_runner run;               /* the chunk loop: ids / positions, head buffers, decode graphs,
+                                  * recorded batch steps */
+    int32_t *best_n;             /* [run.ub] per-row argmax of a forward_batch_argmax step */
     mla_scratch mla;
     dsa_scratch dsa;
     moe_scratch moe;
@@ -70,6 +72,7 @@ int ds_session_init(ci_session *s, char *err, size_t errlen) {
     c->g = ci_buf_alloc(be, U * wide * f, &bad);
     c->u = ci_buf_alloc(be, U * wide * f, &bad);
     c->last = ci_buf_alloc(be, (size_t)d->H * f, &bad);
+    c->best_n = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     if (bad || mla_scratch_init(be, &c->mla, A, ub) ||
         (d->indexed && dsa_scratch_init(be, &c->dsa, &d->layers[0].idx, ub)) ||
         (d->any_moe && moe_scratch_init(be, &c->moe, d->any_moe, ub)))
@@ -93,6 +96,7 @@ void ds_session_free(ci_session *s) {
     }
     float *bufs[] = { c->x, c->xn, c->y, c->g, c->u, c->last };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) ci_buf_release(be, bufs[i]);
+    ci_buf_release(be, c->best_n);
     ci_session_pages_free(s);
     mla_scratch_free(be, &c->mla);
     if (c->dsa.q || c->dsa.w || c->dsa.k) dsa_scratch_free(be, &c->dsa);
@@ -181,8 +185,26 @@ int ds_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * all n rows at once; each row's latent (and indexer-key) row goes to its own session's
  * caches (kv_store_paged) and attends against them (mla_attend / dsa_attend with the table),
  * through a table of cache pointers uploaded with the positions, each row's block table beside
- * it (ci_runner_batch_pages). Scratch and tables are ss[0]'s. */
-static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+ * it (ci_runner_batch_pages). Scratch and tables are ss[0]'s. On a device the step's ops end
+ * in backend memory (the logits or each row's argmax) and are recorded per row count and
+ * replayed (ci_runner_batch_step). */
+/* The ops of a batch step of n rows whose ids, positions and tables are uploaded (runner.h
+ * ci_batch_ops_fn): recorded per n where the backend has graphs. */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits) {
+    ci_model *m = ss[0]->m;
+    const ds_model *d = m->impl;
+    ds_cache *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    int max_ctx = 0;
+    for (int i = 0; i < n; i++) max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
+    layers(m, c, c->run.tab, &c->bpg, max_ctx, n);
+    if (dev_logits) ci_runner_head_into(&c->run, be, n, dev_logits);
+    else ci_runner_head_rows(&c->run, be, n, logits, best);
+}
+
+static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                        size_t errlen) {
     ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
     ds_cache *c = ss[0]->impl;
@@ -191,11 +213,10 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     size_t count = (size_t)d->n_layers * per * UBATCH;
     if (ci_runner_need_tab(&c->run, m, count, err, errlen)) return -1;
     if (ci_runner_need_rows(&c->run, m, err, errlen)) return -1;
-    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* no recorded batch steps */
-    int max_ctx = 0;
+    const int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);
+    if (grew < 0) return -1;
     for (int i = 0; i < n; i++) {
         c->run.hpos[i] = ss[i]->pos;
-        max_ctx = ss[i]->max_ctx > max_ctx ? ss[i]->max_ctx : max_ctx;
         const ds_cache *ci = ss[i]->impl;
         for (int l = 0; l < d->n_layers; l++) {
             float **row = c->run.htab + ((size_t)l * n + i) * per;
@@ -206,23 +227,32 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * per * n * sizeof(float *));
-    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    layers(m, c, c->run.tab, &c->bpg, max_ctx, n);
-    ci_runner_head_rows(&c->run, be, n, logits, NULL);
+    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }
 
-int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+static int batch_all(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
+                     size_t errlen) {
     if (n <= 0) return ci_err(err, errlen, "forward_batch needs at least one sequence");
     const ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
     if (ci_batch_check(ss, tokens, n, d->vocab, err, errlen)) return -1;
     for (int off = 0; off < n; off += UBATCH) {
         int k = n - off < UBATCH ? n - off : UBATCH;
-        if (forward_rows(ss + off, tokens + off, k, logits + (size_t)off * d->vocab, err, errlen)) return -1;
+        if (forward_rows(ss + off, tokens + off, k, logits ? logits + (size_t)off * d->vocab : NULL,
+                         out_ids ? out_ids + off : NULL, err, errlen))
+            return -1;
     }
     return 0;
+}
+
+int ds_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, logits, NULL, err, errlen);
+}
+
+int ds_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err, size_t errlen) {
+    return batch_all(ss, tokens, n, NULL, out_ids, err, errlen);
 }
 
 /* ---- cache rows out and in (prefix reuse in the server) ----------------------------------

@@ -12,7 +12,7 @@ static const ci_family_ops dsv3_ops = {
     .session_init = ds_session_init, .session_free = ds_session_free, .pool_init = ds_pool_init,
     .forward = ds_forward, .cache_bytes_per_token = ds_cache_bytes_per_token,
     .forward_argmax = ds_forward_argmax,
-    .forward_batch = ds_forward_batch, .cache_export = ds_cache_export, .cache_import = ds_cache_import,
+    .forward_batch = ds_forward_batch, .forward_batch_argmax = ds_forward_batch_argmax, .cache_export = ds_cache_export, .cache_import = ds_cache_import,
 };
 
 const ci_family fam_deepseek_v3 = { "deepseek_v3", (const char *const[]){ "deepseek_v3", NULL }, NULL, &dsv3_ops, CI_CUDA_YES };

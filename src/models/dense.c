@@ -262,8 +262,6 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
  * never reads or writes their bytes. Per chunk the host uploads the token ids and positions,
  * runs ops, and downloads the logits (or 4 bytes of argmax). */
 
-enum { BATCH_GRAPHS = 64 };
-
 typedef struct {
     float *k, *v;                /* the block pool's rows: [n_layers][lrows][n_kv*hd], position p of
                                   * layer l at row ci_page_row(p) of layer l (s->pages); the
@@ -281,11 +279,6 @@ typedef struct {
                                   * run.ub is this session's chunk (UBATCH above: its scratch rows) */
     attn_cache *hkv;             /* [ub] host memory: a batch step's per-row layer caches */
     int32_t *best_n;             /* [ub] per-row argmax of a forward_batch_argmax step */
-    void *bgraph[2][BATCH_GRAPHS];      /* captured batch steps of n = 1 + i rows ([0]: argmax, [1]: logits */
-    int bgraph_failed[2][BATCH_GRAPHS]; /* into blog), with this session as ss[0] (its scratch and tables), */
-    int bgraph_keys[2][BATCH_GRAPHS];   /* recorded for rows of at most this context */
-    float *blog;                 /* [blog_rows, vocab] a device batch step's logits */
-    int blog_rows;
     moe_scratch moe;             /* when any layer is MoE (host memory: CPU only) */
 } dense_cache;
 
@@ -355,10 +348,6 @@ void dense_session_free(ci_session *s) {
     if (!c) return;
     ci_backend *be = s->m->be;
     ci_runner_free(&c->run, be);
-    for (int g = 0; g < 2; g++)
-        for (int i = 0; i < BATCH_GRAPHS; i++)
-            if (c->bgraph[g][i] && be->graph_free) be->graph_free(be, c->bgraph[g][i]);
-    ci_buf_release(be, c->blog);
     if (c->own_kv) {
         ci_buf_release(be, c->k);
         ci_buf_release(be, c->v);
@@ -480,10 +469,6 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
      * before moved the buffer, and its address is in the recorded graphs */
     int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);
     if (grew < 0) return -1;
-    if (grew)
-        for (int g = 0; g < 2; g++)
-            for (int i = 0; i < BATCH_GRAPHS; i++)
-                if (c->bgraph[g][i]) { be->graph_free(be, c->bgraph[g][i]); c->bgraph[g][i] = NULL; }
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
@@ -493,44 +478,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, hp, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    int32_t *best = out_ids ? c->best_n : NULL;
-    /* a device's logits: all n rows in one buffer, brought back once after the step */
-    float *dlog = NULL;
-    if (logits && be->is_device) {
-        if (n > c->blog_rows) {
-            int bad = 0;
-            ci_buf_release(be, c->blog);
-            c->blog = ci_buf_alloc(be, (size_t)n * d->vocab * sizeof(float), &bad);
-            c->blog_rows = bad ? 0 : n;
-            for (int i = 0; i < BATCH_GRAPHS; i++)
-                if (c->bgraph[1][i]) { be->graph_free(be, c->bgraph[1][i]); c->bgraph[1][i] = NULL; }
-        }
-        dlog = c->blog_rows >= n ? c->blog : NULL;
-    }
-    const int mode = dlog ? 1 : 0;
-    if ((out_ids || dlog) && n <= BATCH_GRAPHS && ci_graphs_allowed(m)) {
-        const int gi = n - 1;
-        int keys = 0;   /* the attention launch is sized by the longest context: a longer one re-records */
-        for (int i = 0; i < n; i++) keys = ss[i]->max_ctx > keys ? ss[i]->max_ctx : keys;
-        if (c->bgraph[mode][gi] && keys > c->bgraph_keys[mode][gi]) {
-            be->graph_free(be, c->bgraph[mode][gi]);
-            c->bgraph[mode][gi] = NULL;
-        }
-        if (!c->bgraph[mode][gi] && !c->bgraph_failed[mode][gi]) {
-            c->bgraph_keys[mode][gi] = keys;
-            if (be->graph_begin(be) == 0) {
-                batch_ops(ss, n, NULL, best, dlog);             /* recorded, not run */
-                c->bgraph[mode][gi] = be->graph_end(be);
-            }
-            c->bgraph_failed[mode][gi] = !c->bgraph[mode][gi];
-        }
-        if (c->bgraph[mode][gi]) be->graph_launch(be, c->bgraph[mode][gi]);
-        else batch_ops(ss, n, NULL, best, dlog);
-    } else {
-        batch_ops(ss, n, dlog ? NULL : logits, best, dlog);
-    }
-    if (dlog) be->download(be, logits, dlog, (size_t)n * d->vocab * sizeof(float));
-    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
+    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }

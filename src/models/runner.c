@@ -37,9 +37,22 @@ int ci_runner_chunk_rows(const ci_session *s, int base) {
     return ub > base ? ub : base;
 }
 
+static void drop_batch_graphs(ci_runner *r, ci_backend *be, int mode) {
+    for (int i = 0; i < CI_BATCH_GRAPHS; i++)
+        if (r->bgraph[mode][i]) {
+            be->graph_free(be, r->bgraph[mode][i]);
+            r->bgraph[mode][i] = NULL;
+        }
+}
+
 void ci_runner_free(ci_runner *r, ci_backend *be) {
     for (int i = 0; i < 2; i++)
         if (r->graph[i] && be->graph_free) be->graph_free(be, r->graph[i]);
+    if (be->graph_free) {
+        drop_batch_graphs(r, be, 0);
+        drop_batch_graphs(r, be, 1);
+    }
+    ci_buf_release(be, r->blog);
     ci_buf_release(be, r->ids);
     ci_buf_release(be, r->pos);
     ci_buf_release(be, r->logits1);
@@ -123,6 +136,52 @@ int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, i
     be->upload(be, r->ptab, r->hptab, (size_t)n * r->ptab_stride * sizeof(int32_t));
     *pg = (ci_pages){ r->ptab, r->ptab_stride, 1, KV_BLOCK_LOG2 };
     return grew;
+}
+
+void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, int n, float *logits, int32_t *best,
+                          int *out_ids, int grew, ci_batch_ops_fn ops) {
+    ci_backend *be = m->be;
+    if (grew && be->graph_free) {
+        drop_batch_graphs(r, be, 0);
+        drop_batch_graphs(r, be, 1);
+    }
+    if (!out_ids) best = NULL;
+    /* a device's logits: all n rows in one buffer, brought back once after the step */
+    float *dlog = NULL;
+    if (logits && be->is_device) {
+        if (n > r->blog_rows) {
+            int bad = 0;
+            ci_buf_release(be, r->blog);
+            r->blog = ci_buf_alloc(be, (size_t)n * r->vocab * sizeof(float), &bad);
+            r->blog_rows = bad ? 0 : n;
+            if (be->graph_free) drop_batch_graphs(r, be, 1);
+        }
+        dlog = r->blog_rows >= n ? r->blog : NULL;
+    }
+    const int mode = dlog ? 1 : 0;
+    if ((best || dlog) && n <= CI_BATCH_GRAPHS && ci_graphs_allowed(m)) {
+        const int gi = n - 1;
+        int keys = 0;   /* attention launches are sized by the longest context: a longer one re-records */
+        for (int i = 0; i < n; i++) keys = ss[i]->max_ctx > keys ? ss[i]->max_ctx : keys;
+        if (r->bgraph[mode][gi] && keys > r->bgraph_keys[mode][gi]) {
+            be->graph_free(be, r->bgraph[mode][gi]);
+            r->bgraph[mode][gi] = NULL;
+        }
+        if (!r->bgraph[mode][gi] && !r->bgraph_failed[mode][gi]) {
+            r->bgraph_keys[mode][gi] = keys;
+            if (be->graph_begin(be) == 0) {
+                ops(ss, n, NULL, best, dlog);   /* recorded, not run */
+                r->bgraph[mode][gi] = be->graph_end(be);
+            }
+            r->bgraph_failed[mode][gi] = !r->bgraph[mode][gi];
+        }
+        if (r->bgraph[mode][gi]) be->graph_launch(be, r->bgraph[mode][gi]);
+        else ops(ss, n, NULL, best, dlog);
+    } else {
+        ops(ss, n, dlog ? NULL : logits, best, dlog);
+    }
+    if (dlog) be->download(be, logits, dlog, (size_t)n * r->vocab * sizeof(float));
+    if (best) be->download(be, out_ids, best, (size_t)n * sizeof(int32_t));
 }
 
 void ci_runner_head_into(ci_runner *r, ci_backend *be, int n, float *out) {

@@ -24,6 +24,12 @@ typedef struct ci_runner ci_runner;
  * the layers, then for CI_HEAD_LAST the last row's logits into r->logits1, for
  * CI_HEAD_ARGMAX also their argmax into r->best. The hidden rows end in r->x. */
 typedef void (*ci_ops_fn)(ci_session *s, int n, int head);
+/* The ops of a batch step of n rows (ss[i] row i; ids, positions and tables uploaded), ending
+ * in a head: into dev_logits ([n, vocab] backend memory) when given, else each row's argmax
+ * into best (backend memory) when given, else the logits downloaded into logits (host).
+ * Nothing read back but in that last form, so the first two can be recorded as graphs. */
+typedef void (*ci_batch_ops_fn)(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits);
+enum { CI_BATCH_GRAPHS = 64 };
 
 struct ci_runner {
     int ub;                      /* tokens per chunk: the family's scratch rows */
@@ -48,6 +54,14 @@ struct ci_runner {
     size_t tab_count;            /* tab_count of them, allocated on first need */
     int32_t *ptab, *hptab;       /* a batch step's block tables side by side [ub, ptab_stride] */
     int ptab_stride;             /* (backend, host), grown on need */
+    /* ci_runner_batch_step: recorded batch steps of n = 1 + i rows ([0]: argmax into best, [1]:
+     * logits into blog), with this runner's session as ss[0], for rows of at most bgraph_keys
+     * context; blog: [blog_rows, vocab] a device batch step's logits */
+    void *bgraph[2][CI_BATCH_GRAPHS];
+    int bgraph_failed[2][CI_BATCH_GRAPHS];
+    int bgraph_keys[2][CI_BATCH_GRAPHS];
+    float *blog;
+    int blog_rows;
 };
 
 /* Tokens per chunk (the scratch rows) of a session of a family whose CPU chunk is `base`: base
@@ -78,6 +92,15 @@ int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err,
  * recorded with the old one must go), 0, or -1 with err. */
 int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, int n, ci_pages *pg, char *err,
                           size_t errlen);
+
+/* A batch step of n <= ub rows whose inputs are uploaded (ids, positions, tables; grew:
+ * ci_runner_batch_pages moved the tables, so recorded steps go): ops into logits [n, vocab]
+ * (host; a device's come through blog, one download) or, out_ids given, each row's argmax
+ * through best (backend [n]) into out_ids. On a backend with graphs the device forms are
+ * recorded per n (up to CI_BATCH_GRAPHS; again when a row's context outgrows the recorded
+ * one) and replayed. */
+void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, int n, float *logits, int32_t *best,
+                          int *out_ids, int grew, ci_batch_ops_fn ops);
 
 /* The head of all n rows at once into out ([n, vocab], backend memory): nothing read back,
  * so a batch step that ends here can be recorded (the caller downloads out). */

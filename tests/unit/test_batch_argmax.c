@@ -1,7 +1,7 @@
 /* test_batch_argmax.c — ci_forward_batch_argmax, the batched greedy decode step, on the CPU.
  *
  * Run from the repository root (tests/fixtures). For qwen3, llama, qwen3_moe, qwen3_5,
- * qwen3_next, nemotron_h and deepseek_v4 fixtures (ones whose greedy ids vary from step to
+ * qwen3_next, nemotron_h, deepseek_v4 and deepseek_v3 / v32 fixtures (ones whose greedy ids vary from step to
  * step, so rows cannot agree by accident; the last four keep a recurrent state or window
  * rings and compressors per session):
  *  - 3 sessions at different positions (and different contexts) step together for several
@@ -27,7 +27,8 @@ static const char *const fixtures[] = { "tests/fixtures/qwen3_bf16", "tests/fixt
                                         "tests/fixtures/qwen3_tied", "tests/fixtures/qwen3_moe",
                                         "tests/fixtures/qwen3_5",    "tests/fixtures/qwen3_next",
                                         "tests/fixtures/nemotron_h", "tests/fixtures/nemotron_h_latent",
-                                        "tests/fixtures/deepseek_v4", "tests/fixtures/deepseek_v4_hub" };
+                                        "tests/fixtures/deepseek_v4", "tests/fixtures/deepseek_v4_hub",
+                                        "tests/fixtures/deepseek_v3", "tests/fixtures/deepseek_v32" };
 
 static int one_line(const char *s) { return s[0] && !strchr(s, '\n'); }
 
@@ -78,9 +79,9 @@ static void test_rows_equal_single(void) {
         ci_model_opts o = { .n_threads = 2, .device = cuda };
         ci_model *m;
         if (cuda && (strstr(fixtures[f], "bf16") || strstr(fixtures[f], "moe") || strstr(fixtures[f], "next") ||
-                     strstr(fixtures[f], "nemotron") || strstr(fixtures[f], "deepseek_v4")))
-            continue;   /* MoE layers (nemotron_h, qwen3_next): the device's expert sums depend on the batch;
-                         * deepseek_v4 has no CUDA path yet */
+                     strstr(fixtures[f], "nemotron") || strstr(fixtures[f], "deepseek")))
+            continue;   /* MoE layers (nemotron_h, qwen3_next, deepseek_v3 / v32): the device's expert sums
+                         * depend on the batch; deepseek_v4 has no CUDA path yet */
         if (ci_model_open(fixtures[f], &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", fixtures[f], err); return; }
         CHECK(m->family->ops->forward_batch_argmax != NULL, "%s: the family has the op", fixtures[f]);
         check_rows(fixtures[f], m, "backend argmax");

@@ -14,6 +14,7 @@
  *    the block's other holder reads its own rows still;
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
+ *  - batch steps replayed from recorded graphs (a device) = the same steps run eagerly;
  *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page.
  * With CINFER_TEST_DEVICE=cuda (tests/gpu/run.sh) the same on the CUDA backend: shared = own
  * bit for bit still (the same kernels on the same shapes, tables aside); reused blocks + the
@@ -285,6 +286,55 @@ static void test_match_reuses_blocks(void) {
     }
 }
 
+/* A batch step replayed from its recorded graph (ci_runner_batch_step; a device) gives the
+ * logits of the same steps run eagerly (no_graphs), bit for bit: 3 sequences on the shared
+ * pool, 12 steps across a block edge (the rows' tables change under the graph), then 2 rows
+ * (another graph). On the CPU both run eagerly. */
+static void test_batch_graphs(void) {
+    static const char *const dirs[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/deepseek_v3",
+                                        "tests/fixtures/deepseek_v32", "tests/fixtures/qwen3_5" };
+    char err[512];
+    for (size_t f = 0; f < sizeof dirs / sizeof *dirs; f++) {
+        ci_model *m[2] = { NULL, NULL };
+        for (int g = 0; g < 2; g++) {
+            ci_model_opts o = { .n_threads = 2, .device = on_device(), .no_graphs = g };
+            if (ci_model_open(dirs[f], &o, &m[g], err, sizeof err) || ci_model_kv_pool(m[g], 12, err, sizeof err)) {
+                CHECK(0, "%s: %s", dirs[f], err);
+                ci_model_free(m[0]); ci_model_free(m[1]);
+                return;
+            }
+        }
+        const int V = (int)m[0]->cfg.vocab_size;
+        ci_session *s[2][3] = { { NULL } };
+        float *l[2] = { malloc((size_t)3 * V * 4), malloc((size_t)3 * V * 4) };
+        int ok = 1;
+        for (int g = 0; g < 2; g++)
+            for (int i = 0; i < 3; i++) {
+                int p[130];
+                prompt_of(p, 120 + 5 * i, V, 20 + i);
+                ok &= !ci_session_new(m[g], 400, &s[g][i], err, sizeof err) &&
+                      !ci_forward(s[g][i], p, 120 + 5 * i, l[g], 0, err, sizeof err);
+            }
+        CHECK(ok, "%s: %s", dirs[f], err);
+        for (int step = 0; step < 14 && ok; step++) {
+            const int n = step < 12 ? 3 : 2;
+            int tk[3] = { (step * 37) % V, (step * 53 + 1) % V, (step * 11 + 2) % V };
+            for (int g = 0; g < 2 && ok; g++)
+                ok = !m[g]->family->ops->forward_batch(s[g], tk, n, l[g], err, sizeof err);
+            CHECK(ok, "%s: %s", dirs[f], err);
+            if (ok && !same(l[0], l[1], (size_t)n * V)) {
+                CHECK(0, "%s: batch step %d (%d rows) replayed differs from eager", dirs[f], step, n);
+                ok = 0;
+            }
+        }
+        for (int g = 0; g < 2; g++) {
+            for (int i = 0; i < 3; i++) ci_session_free(s[g][i]);
+            free(l[g]);
+            ci_model_free(m[g]);
+        }
+    }
+}
+
 static void test_pool_refusals(void) {
     char err[512];
     if (on_device()) return;   /* nothing of the device's */
@@ -309,6 +359,7 @@ int main(void) {
     TEST_RUN(test_hybrid_blocks_and_states);
     TEST_RUN(test_copy_on_write);
     TEST_RUN(test_match_reuses_blocks);
+    TEST_RUN(test_batch_graphs);
     TEST_RUN(test_pool_refusals);
     TEST_EXIT();
 }
