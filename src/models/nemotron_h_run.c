@@ -199,7 +199,28 @@ int nh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * its own cache rows and it attends to them alone (rope_attend through the table of cache
  * pointers), and each row's Mamba2 layers run as a one-token step on its own conv and SSM
  * state (mamba_conv / ssd_scan through the tables of states), with ss[0]'s scratch. Every
- * op gives a row the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s. */
+ * op gives a row the bits it would alone, so the logits equal forward(ss[i], &tokens[i], 1)'s.
+ * On a device the step is recorded per row count and replayed (ci_runner_batch_step). */
+/* The ops of a batch step of n rows whose ids, positions and tables are uploaded (runner.h
+ * ci_batch_ops_fn): recorded per n where the backend has graphs. */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits) {
+    ci_model *m = ss[0]->m;
+    const nh_model *d = m->impl;
+    nh_session *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    attn_cache kvs[NH_UBATCH];
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        char k = d->layers[l].kind;
+        if (k == '*')
+            for (int i = 0; i < n; i++)
+                kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
+        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, &c->bpg, n);
+    }
+    if (dev_logits) ci_runner_head_into(&c->run, be, n, dev_logits);
+    else ci_runner_head_rows(&c->run, be, n, logits, best);
+}
+
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
@@ -207,9 +228,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     nh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * NH_UBATCH, err, errlen)) return -1;
-    attn_cache kvs[NH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
-    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* each row's table */
+    const int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);   /* each row's table */
+    if (grew < 0) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
             float **t = c->run.htab + (size_t)l * 2 * n;
@@ -225,16 +246,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        char k = d->layers[l].kind;
-        if (k == '*')
-            for (int i = 0; i < n; i++)
-                kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
-        layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, &c->bpg, n);
-    }
-    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
-    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
+    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((nh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;

@@ -183,7 +183,32 @@ int qh_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * deltanet through the table), a gated-attention row writes its K/V into its own cache
  * rows and attends to them alone (rope_attend through the table), with ss[0]'s scratch.
  * Every op gives a row the bits it would alone, so the logits equal
- * forward(ss[i], &tokens[i], 1)'s. */
+ * forward(ss[i], &tokens[i], 1)'s. On a device the step is recorded per row count and
+ * replayed (ci_runner_batch_step). */
+/* The ops of a batch step of n rows whose ids, positions and tables are uploaded (runner.h
+ * ci_batch_ops_fn): recorded per n where the backend has graphs. */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits) {
+    ci_model *m = ss[0]->m;
+    const qh_model *d = m->impl;
+    qh_session *c = ss[0]->impl;
+    ci_backend *be = m->be;
+    attn_cache kvs[QH_UBATCH];
+    const ffn_bufs fb = ffn_scratch(c);
+    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
+    for (int l = 0; l < d->n_layers; l++) {
+        const qh_placed *P = &d->dev[l];
+        float *const *tab = c->run.tab + (size_t)l * 2 * n;
+        if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
+        else {
+            for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
+            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, &c->bpg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
+        }
+        ffn_forward(be, &P->ffn, &fb, c->x, n);
+    }
+    if (dev_logits) ci_runner_head_into(&c->run, be, n, dev_logits);
+    else ci_runner_head_rows(&c->run, be, n, logits, best);
+}
+
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
@@ -191,9 +216,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     qh_session *c = ss[0]->impl;
     ci_backend *be = m->be;
     if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * QH_UBATCH, err, errlen)) return -1;
-    attn_cache kvs[QH_UBATCH];
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
-    if (ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen) < 0) return -1;   /* each row's table */
+    const int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);   /* each row's table */
+    if (grew < 0) return -1;
     /* layer l's table: attention rows' K, V at [2i], [2i + 1]; DeltaNet rows' window, S likewise */
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -211,20 +236,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
     be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    const ffn_bufs fb = ffn_scratch(c);
-    be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
-    for (int l = 0; l < d->n_layers; l++) {
-        const qh_placed *P = &d->dev[l];
-        float *const *tab = c->run.tab + (size_t)l * 2 * n;
-        if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
-        else {
-            for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, &c->bpg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
-        }
-        ffn_forward(be, &P->ffn, &fb, c->x, n);
-    }
-    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
-    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
+    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((qh_session *)ss[i]->impl)->cache_pos = ss[i]->pos;

@@ -292,7 +292,8 @@ static void test_match_reuses_blocks(void) {
  * (another graph). On the CPU both run eagerly. */
 static void test_batch_graphs(void) {
     static const char *const dirs[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/deepseek_v3",
-                                        "tests/fixtures/deepseek_v32", "tests/fixtures/qwen3_5" };
+                                        "tests/fixtures/deepseek_v32", "tests/fixtures/qwen3_5",
+                                        "tests/fixtures/lfm2", "tests/fixtures/nemotron_h" };
     char err[512];
     for (size_t f = 0; f < sizeof dirs / sizeof *dirs; f++) {
         ci_model *m[2] = { NULL, NULL };
