@@ -232,21 +232,26 @@ int kvs_truncate(kv_pool *p, kv_seq *s, int tokens) { return kvs_truncate_copy(p
 
 void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail) {
     int full = n / p->blk < s->n ? n / p->blk : s->n;
+    /* par: the named block of the positions before block i, the sequence's own or, where the
+     * sequence computed a block whose name another block already has (a hybrid that had the
+     * rows but not the states there), that other block: the names go on through it, so a
+     * later walk of the names reaches this sequence's blocks after it */
+    int par = -1;
     for (int i = 0; i < full; i++) {
         int b = s->tab[i];
-        if (p->pub[b] && p->plen[b] == p->blk) continue;
-        int par = i ? s->tab[i - 1] : -1;
-        if (par >= 0 && !(p->pub[par] && p->plen[par] == p->blk)) return;   /* unnamed parent: nothing after it can be named */
+        if (p->pub[b] && p->plen[b] == p->blk) { par = b; continue; }
         uint32_t pg = par >= 0 ? p->gen[par] : 0;
         const int32_t *t = toks + (size_t)i * p->blk;
-        if (find(p, par, pg, t) >= 0) return;   /* another block has this name */
+        int x = find(p, par, pg, t);
+        if (x >= 0) { par = x; continue; }      /* another block has this name */
         if (p->pub[b]) unpublish(p, b);         /* named as a last block before: now full */
         name_block(p, b, par, pg, t, p->blk);
+        par = b;
     }
     const int r = n - full * p->blk;
     if (!tail || full >= s->n || r <= 0 || r >= p->blk) return;
-    const int b = s->tab[full], par = full ? s->tab[full - 1] : -1;
-    if (p->ref[b] > 1 || (par >= 0 && !(p->pub[par] && p->plen[par] == p->blk))) return;
+    const int b = s->tab[full];
+    if (p->ref[b] > 1) return;
     if (p->pub[b]) unpublish(p, b);
     name_block(p, b, par, par >= 0 ? p->gen[par] : 0, toks + (size_t)full * p->blk, r);
 }

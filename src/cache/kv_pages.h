@@ -74,7 +74,8 @@ int kvs_truncate(kv_pool *p, kv_seq *s, int tokens);
 int kvs_truncate_copy(kv_pool *p, kv_seq *s, int tokens, int *from, int *to);
 /* Publishes the full blocks of positions [0, n) that the sequence holds, toks[0, n) being
  * its tokens; a block already published is left as it is. A block whose name another
- * block already has is not published (the first keeps it). tail: the partly filled block of
+ * block already has is not published (the first keeps it), and the names of the blocks
+ * after it are made under that other block, so a walk of the names reaches them. tail: the partly filled block of
  * positions [n - n % blk, n) too (when the sequence alone holds it and its parent is named). */
 void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail);
 /* On an empty sequence (n == 0): takes the published blocks that hold toks' first full

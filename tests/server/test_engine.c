@@ -748,6 +748,38 @@ done:
     ci_model_free(m); ci_model_free(m0);
 }
 
+/* A hybrid whose request had to recompute blocks the pool already named (the rows were there,
+ * no states at their end): its own later blocks are still named (through the named ones), so
+ * a next turn after its prompt reuses all of it from the snapshot at the prompt's end. A: 268
+ * ids; B: A's 268 + 300 (the pool gives 256 of them, no states there: B runs all 568); C: B's
+ * 568 + 40 takes 568, and its ids equal an engine's without reuse. */
+static void paged_recomputed(const char *dir) {
+    enum { G = 16 };
+    char err[1024];
+    ci_model *m = NULL, *m0 = NULL;
+    eng *e = NULL, *e0 = NULL;
+    if (paged_pair_of(dir, 20, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+    const int V = (int)m->cfg.vocab_size;
+    static int t[620];
+    int out[G], ref[G], c = -1, c0 = -1;
+    prompt_of(61, V, t, 268);
+    prompt_of(62, V, t + 268, 300);
+    prompt_of(63, V, t + 568, 40);
+    CHECK(paged_run(e, t, 268, G, 1, out, &c, NULL) == G && c == 0, "%s: A cached %d", dir, c);
+    CHECK(paged_run(e, t, 568, G, 2, out, &c, NULL) == G && c == 0, "%s: B cached %d (no states within the blocks)", dir, c);
+    CHECK(paged_run(e, t, 608, G, 3, out, &c, NULL) == G && c == 568, "%s: C cached %d, want 568", dir, c);
+    CHECK(paged_run(e0, t, 608, G, 3, ref, &c0, NULL) == G && c0 == 0, "no-reuse C cached %d", c0);
+    CHECK(!memcmp(out, ref, sizeof out), "%s: C from B's blocks and states differs from a full prefill", dir);
+done:
+    eng_free(e); eng_free(e0);
+    ci_model_free(m); ci_model_free(m0);
+}
+
+static void test_engine_paged_recomputed(void) {
+    paged_recomputed("tests/fixtures/qwen3_5");
+    paged_recomputed("tests/fixtures/lfm2");
+}
+
 static void test_engine_paged_pool(void) { paged_pool(NULL); }
 static void test_engine_paged_pool_mla(void) {
     paged_pool("tests/fixtures/deepseek_v3");
@@ -983,6 +1015,7 @@ int main(void) {
     TEST_RUN(test_engine_paged_pool);
     TEST_RUN(test_engine_paged_pool_mla);
     TEST_RUN(test_engine_paged_pool_hybrid);
+    TEST_RUN(test_engine_paged_recomputed);
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_paged_replay);

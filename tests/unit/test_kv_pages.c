@@ -139,6 +139,26 @@ static void test_match_copy(void) {
     kvp_free(p);
 }
 
+/* A sequence that computed a block another one had already named (a hybrid without the
+ * states there) names its later blocks under that other block: a walk of the names goes
+ * from the first sequence's block into the second one's. */
+static void test_publish_through_duplicate(void) {
+    kv_pool *p = kvp_new(8, 4);
+    int32_t t[12], u[12];
+    fill(t, 12, 9);
+    memcpy(u, t, sizeof t);
+    u[5] = 777;                              /* u shares t's first block only */
+    kv_seq a, b, c;
+    kvs_init(&a, 3); kvs_init(&b, 3); kvs_init(&c, 3);
+    CHECK(kvs_reserve(p, &a, 8) == 0 && kvs_reserve(p, &b, 12) == 0, "reserve");
+    kvs_publish(p, &a, t, 8, 0);
+    kvs_publish(p, &b, u, 12, 0);            /* b's first block is a's again: not named; its others are */
+    CHECK(kvs_match(p, &c, u, 12, 12) == 12 && c.tab[0] == a.tab[0] && c.tab[1] == b.tab[1] && c.tab[2] == b.tab[2],
+          "the walk goes through a's first block into b's: %d %d %d", c.tab[0], c.tab[1], c.tab[2]);
+    kvs_free(p, &a); kvs_free(p, &b); kvs_free(p, &c);
+    kvp_free(p);
+}
+
 static void test_evict_lru_and_generations(void) {
     kv_pool *p = kvp_new(4, 2);
     int32_t t[8], u[8];
@@ -307,6 +327,7 @@ int main(void) {
     TEST_RUN(test_publish_match_share);
     TEST_RUN(test_truncate_copy);
     TEST_RUN(test_match_copy);
+    TEST_RUN(test_publish_through_duplicate);
     TEST_RUN(test_evict_lru_and_generations);
     TEST_RUN(test_tail_taken_over);
     TEST_RUN(test_soak);
