@@ -657,10 +657,6 @@ static int paged_pair_of(const char *dir, int kv_blocks, ci_model **m, ci_model 
     return eng_new(*m, &eo, e, err, errlen) || eng_new(*m0, &eo0, e0, err, errlen) ? -1 : 0;
 }
 
-static int paged_pair(int kv_blocks, ci_model **m, ci_model **m0, eng **e, eng **e0, char *err, size_t errlen) {
-    return paged_pair_of(NULL, kv_blocks, m, m0, e, e0, err, errlen);
-}
-
 static void paged_pool(const char *dir) {
     enum { N = 12, G = 24 };
     char err[1024];
@@ -799,12 +795,12 @@ static void test_engine_paged_pool_hybrid(void) {
  * its generated ids recomputed at its next admission, its sampler kept). Each still equals
  * its solo run token for token (temperature 0.8, seeded), preemptions > 0, and the idle
  * pool holds no block. */
-static void test_engine_paged_preempt(void) {
+static void paged_preempt(const char *dir) {
     enum { N = 8, G = 200 };
     char err[1024];
     ci_model *m = NULL, *m0 = NULL;
     eng *e = NULL, *e0 = NULL;
-    if (paged_pair(6, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
+    if (paged_pair_of(dir, 6, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     const int V = (int)m->cfg.vocab_size;
     static int prompts[N][200], solo[N][G];
     int n[N];
@@ -828,7 +824,7 @@ static void test_engine_paged_preempt(void) {
         CHECK(eng_req_finish(r[i], err, sizeof err) == ENG_FIN_LENGTH, "request %d: %s", i, err);
         eng_release(r[i]);
     }
-    CHECK(all_same, "request %d differs from its solo run after preemption", first_bad);
+    CHECK(all_same, "%s: request %d differs from its solo run after preemption", dir ? dir : "qwen3_tied", first_bad);
     eng_stats st;
     for (int w = 0; w < 100; w++) {
         eng_get_stats(e, &st);
@@ -840,6 +836,15 @@ static void test_engine_paged_preempt(void) {
 done:
     eng_free(e); eng_free(e0);
     ci_model_free(m); ci_model_free(m0);
+}
+
+/* the hybrids: a preempted request goes on from the snapshot of its states taken as it let
+ * its blocks go (and the blocks the pool kept), so it still equals its solo run */
+static void test_engine_paged_preempt(void) {
+    paged_preempt(NULL);
+    paged_preempt("tests/fixtures/qwen3_5");
+    paged_preempt("tests/fixtures/lfm2");
+    paged_preempt("tests/fixtures/nemotron_h");
 }
 
 /* Preempted again and again: 4 slots on a pool of 8 blocks, 4 requests of n0..n0+30 prompt
