@@ -17,8 +17,10 @@
  * (default 256 on the CPU, 1024 on a device), so a long prompt delays others by one chunk.
  *
  * --prefix-cache-mb bounds the memory of cached prefixes beyond the slots (LRU): KV / MLA
- * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries; 0
- * turns prefix reuse off altogether. --per-client N caps the generations one client address
+ * rows, or for hybrid families snapshots of the recurrent state at chunk boundaries and turn
+ * ends; 0 turns prefix reuse off altogether. Default 256, or for a hybrid on the block pool
+ * room for two snapshots of its states per slot when that is more (a device's pool is sized
+ * after it; the start-up line says how much). --per-client N caps the generations one client address
  * may have running or queued at once (more get 429 with Retry-After); none by default.
  * --chat-template FILE renders chats with that Jinja file instead of the model folder's
  * template (a model shipped without one, or a fixed one); a file that does not load is a

@@ -718,7 +718,23 @@ static void *eng_main(void *arg) {
  * the slots' sessions stand. A session's scratch is measured by opening one (with a pool of
  * its own for the context, whose size is known) and closing it again. -1 with err when not
  * even one context fits. */
-static long long blocks_for_memory(ci_model *m, const eng_opts *o, int rows, char *err, size_t errlen) {
+/* A hybrid on the block pool: the bytes of one snapshot of its states (a probe session's, at
+ * position 0: the rows stay in the pool, the states are as big at any position); else 0. */
+static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows) {
+    const ci_family_ops *ops = m->family->ops;
+    if (!ops->pool_init || !ops->snapshot || !ops->restore || (ops->cache_export && ops->cache_import)) return 0;
+    ci_session *probe;
+    char err[256];
+    if (ci_session_new_rows(m, o->ctx, rows, &probe, err, sizeof err)) return 0;
+    cache_snap *snap = ops->snapshot(probe, err, sizeof err);
+    size_t b = snap ? cache_snap_bytes(snap) : 0;
+    cache_snap_free(snap);
+    ci_session_free(probe);
+    return b;
+}
+
+/* held: bytes the prefix store may keep in the device's memory besides (a hybrid's snapshots). */
+static long long blocks_for_memory(ci_model *m, const eng_opts *o, int rows, size_t held, char *err, size_t errlen) {
     ci_backend *be = m->be;
     size_t f0, f1, f2, total;
     be->mem_info(be, &f0, &total);
@@ -730,13 +746,15 @@ static long long blocks_for_memory(ci_model *m, const eng_opts *o, int rows, cha
     const long long bb = (long long)ci_model_kv_block_bytes(m), ctx_blocks = (o->ctx + KV_BLOCK - 1) / KV_BLOCK;
     long long per = (long long)f0 - (long long)f1 - ctx_blocks * bb;   /* one session's scratch */
     if (per < 0) per = 0;
-    long long avail = (long long)f2 - (long long)((1.0 - o->mem_fraction) * (double)total) - (long long)o->parallel * per;
+    long long avail = (long long)f2 - (long long)((1.0 - o->mem_fraction) * (double)total) - (long long)o->parallel * per -
+                      (long long)held;
     long long nb = avail > 0 ? avail / bb : 0;
     if (nb < ctx_blocks)
         return ci_err(err, errlen, "device memory: %.1f of %.1f GiB free; at --gpu-memory %.2f, after %d slots' scratch "
-                      "(%.0f MiB each) there is room for %lld cache blocks of %d tokens, and one --ctx %d needs %lld",
-                      f2 / 1073741824.0, total / 1073741824.0, o->mem_fraction, o->parallel, per / 1048576.0, nb,
-                      KV_BLOCK, o->ctx, ctx_blocks);
+                      "(%.0f MiB each) and %.0f MiB of prefix snapshots there is room for %lld cache blocks of %d tokens, "
+                      "and one --ctx %d needs %lld",
+                      f2 / 1073741824.0, total / 1073741824.0, o->mem_fraction, o->parallel, per / 1048576.0,
+                      held / 1048576.0, nb, KV_BLOCK, o->ctx, ctx_blocks);
     return nb;
 }
 
@@ -754,9 +772,16 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
     if (e->chunk & (e->chunk - 1)) { free(e); return ci_err(err, errlen, "prefill chunk must be a power of two, got %d", o->prefill_chunk); }
     const int rows = e->chunk > o->parallel ? e->chunk : o->parallel;   /* a slot's largest call */
+    e->st.snapshot_bytes = states_snapshot_bytes(m, o, rows);
+    if (e->o.prefix_cache_bytes == ENG_PREFIX_AUTO) {
+        size_t b = (size_t)ENG_PREFIX_DEFAULT_MB << 20, two = 2 * (size_t)o->parallel * e->st.snapshot_bytes;
+        e->o.prefix_cache_bytes = two > b ? two : b;
+    }
     if (e->ops->pool_init && !m->kv_pool) {
         long long nb = o->kv_blocks > 0 ? o->kv_blocks : (long long)o->parallel * ((o->ctx + KV_BLOCK - 1) / KV_BLOCK);
-        if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info && (nb = blocks_for_memory(m, o, rows, err, errlen)) < 0) {
+        const size_t held = e->st.snapshot_bytes && m->be->is_device ? e->o.prefix_cache_bytes : 0;
+        if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info &&
+            (nb = blocks_for_memory(m, o, rows, held, err, errlen)) < 0) {
             free(e);
             return -1;
         }
@@ -800,8 +825,8 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         for (int i = 0; i < e->V; i++)
             if (i >= nt || o->tok_off[i + 1] == o->tok_off[i] || o->tok_off[i + 1] - o->tok_off[i] >= 60000) e->notext[e->n_notext++] = i;
     }
-    if (o->prefix_cache_bytes && (e->trim || e->snap) &&
-        !(e->pfx = pfx_new(o->prefix_cache_bytes, e->trim ? free : snap_free_blob))) {
+    if (e->o.prefix_cache_bytes && (e->trim || e->snap) &&
+        !(e->pfx = pfx_new(e->o.prefix_cache_bytes, e->trim ? free : snap_free_blob))) {
         ci_err(err, errlen, "out of memory");
         goto fail;
     }
@@ -999,6 +1024,7 @@ void eng_get_stats(eng *e, eng_stats *s) {
     pthread_mutex_lock(&e->mu);
     *s = e->st;
     s->prefix_bytes = e->pfx ? pfx_bytes(e->pfx) : 0;
+    s->prefix_budget = e->pfx ? pfx_budget(e->pfx) : 0;
     s->prefix_entries = e->pfx ? pfx_count(e->pfx) : 0;
     if (e->paged) {
         kv_pool_stats ps;

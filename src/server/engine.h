@@ -67,11 +67,18 @@
 typedef struct eng eng;
 typedef struct eng_req eng_req;
 
+#define ENG_PREFIX_AUTO ((size_t)-1)
+enum { ENG_PREFIX_DEFAULT_MB = 256 };
+
 typedef struct {
     int parallel;              /* slots: sequences decoded together */
     int ctx;                   /* tokens per slot */
     int queue_max;             /* requests waiting for a slot; one more is refused (ENG_BUSY) */
-    size_t prefix_cache_bytes; /* prefix store budget; 0 turns prefix reuse off (slots too) */
+    size_t prefix_cache_bytes; /* prefix store budget; 0 turns prefix reuse off (slots too); ENG_PREFIX_AUTO:
+                                * ENG_PREFIX_DEFAULT_MB, or, for a hybrid on the block pool (its store holds
+                                * snapshots of its states, each as big as all its recurrent layers' states),
+                                * room for two snapshots per slot when that is more (on a device the pool
+                                * is sized after it) */
     const char *tok_bytes;     /* JSON mode: token i < tok_n has the text tok_bytes[tok_off[i], tok_off[i + 1]) */
     const uint32_t *tok_off;   /* [tok_n + 1]; empty text: never chosen in JSON mode (but EOS); NULL: no JSON mode */
     int tok_n;                 /* ids with a text (the tokenizer's; the model's vocabulary may be larger) */
@@ -128,6 +135,8 @@ typedef struct {
                                        * side of the time to first token; the rest is HTTP and the client) */
     int queue_depth, active, parallel, ctx;
     size_t prefix_bytes;
+    size_t prefix_budget;      /* the store's budget (eng_opts.prefix_cache_bytes as resolved) */
+    size_t snapshot_bytes;     /* a hybrid on the block pool: one snapshot of its states; else 0 */
     int prefix_entries;
     int kv_blocks, kv_block_tokens;   /* the shared pool (0 blocks: the family's caches are not paged) */
     int kv_blocks_used, kv_blocks_cached;

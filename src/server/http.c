@@ -523,7 +523,6 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     pthread_mutex_init(&s->cl_mu, NULL);
     if (s->o.parallel <= 0) s->o.parallel = 8;
     if (s->o.queue_max < 0) s->o.queue_max = 64;
-    if (s->o.prefix_cache_mb < 0) s->o.prefix_cache_mb = 256;
     if (!s->o.max_body) s->o.max_body = 8u << 20;
     if (s->o.timeout_s <= 0) s->o.timeout_s = 60;
     if (!s->o.host) s->o.host = "127.0.0.1";
@@ -559,7 +558,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     if (eng_token_texts(s->tk, tok_n, &s->tok_bytes, &s->tok_off)) s->tok_bytes = NULL, s->tok_off = NULL;
     int ctx = s->o.ctx;
     if (ctx <= 0) ctx = s->m->cfg.max_pos > 0 && s->m->cfg.max_pos < 4096 ? (int)s->m->cfg.max_pos : 4096;
-    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, (size_t)s->o.prefix_cache_mb << 20, s->tok_bytes, s->tok_off, tok_n,
+    const size_t pfx = s->o.prefix_cache_mb < 0 ? ENG_PREFIX_AUTO : (size_t)s->o.prefix_cache_mb << 20;
+    eng_opts eo = { s->o.parallel, ctx, s->o.queue_max, pfx, s->tok_bytes, s->tok_off, tok_n,
                     s->call_open ? (unsigned char)s->call_open[0] : -1, s->o.kv_blocks,
                     s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->m->be->is_device ? 1024 : 256,
                     s->o.gpu_memory > 0 ? s->o.gpu_memory : 0.9,
@@ -601,6 +601,11 @@ void srv_cache_line(srv *s, char *out, size_t n) {
                 ? snprintf(out, n, "cache pool of %d blocks of %d tokens (%d tokens, %.0f MiB)", st.kv_blocks,
                            st.kv_block_tokens, st.kv_blocks * st.kv_block_tokens, st.kv_pool_bytes / 1048576.0)
                 : snprintf(out, n, "cache of %d tokens per slot, %d slots", st.ctx, st.parallel);
+    if (st.snapshot_bytes && st.prefix_budget && k > 0 && (size_t)k < n)   /* a hybrid's states: the prefix store */
+        k += snprintf(out + k, n - (size_t)k, "; prefix store %.0f MiB (snapshots of the states, %.1f %s each)",
+                      st.prefix_budget / 1048576.0,
+                      st.snapshot_bytes >= (1u << 20) ? st.snapshot_bytes / 1048576.0 : st.snapshot_bytes / 1024.0,
+                      st.snapshot_bytes >= (1u << 20) ? "MiB" : "KiB");
     if (st.dev_total && k > 0 && (size_t)k < n)
         snprintf(out + k, n - (size_t)k, "; device memory %.1f of %.1f GiB free", st.dev_free / 1073741824.0,
                  st.dev_total / 1073741824.0);

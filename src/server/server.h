@@ -28,7 +28,7 @@ typedef struct {
     int parallel;              /* sequences decoded together; <= 0: 8 */
     int ctx;                   /* tokens per sequence; <= 0: the model's max position, at most 4096 */
     int queue_max;             /* requests waiting beyond the slots; < 0: 64 */
-    long long prefix_cache_mb; /* prefix store budget; < 0: 256; 0: no prefix reuse at all */
+    long long prefix_cache_mb; /* prefix store budget; < 0: engine.h ENG_PREFIX_AUTO; 0: no prefix reuse at all */
     size_t max_body;           /* request body limit in bytes; 0: 8 MiB */
     int threads;               /* compute threads; <= 0: all CPUs */
     int timeout_s;             /* idle connection timeout; <= 0: 60 */

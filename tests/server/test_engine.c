@@ -776,6 +776,44 @@ static void test_engine_paged_recomputed(void) {
     paged_recomputed("tests/fixtures/lfm2");
 }
 
+/* The prefix store's default (ENG_PREFIX_AUTO): a hybrid on the block pool measures one
+ * snapshot of its states and takes 256 MiB or two snapshots per slot, whichever is more (the
+ * tiny fixtures: 256 MiB); a given budget is kept; a dense paged family keeps no store (its
+ * prefixes are the pool's named blocks). */
+static void test_engine_prefix_auto(void) {
+    static const char *const dirs[] = { "tests/fixtures/qwen3_5", "tests/fixtures/nemotron_h", "tests/fixtures/qwen3_tied" };
+    char err[512];
+    for (size_t f = 0; f < sizeof dirs / sizeof *dirs; f++) {
+        ci_model *m = NULL, *m2 = NULL;
+        ci_model_opts mo = { .n_threads = 0 };
+        eng *e = NULL, *e2 = NULL;
+        eng_opts eo = { 4, 512, 16, ENG_PREFIX_AUTO, NULL, NULL, 0, -1, 0, 128, 0, 0 };
+        eng_opts eo2 = eo;
+        eo2.prefix_cache_bytes = 64u << 20;
+        if (ci_model_open(dirs[f], &mo, &m, err, sizeof err) || ci_model_open(dirs[f], &mo, &m2, err, sizeof err) ||
+            eng_new(m, &eo, &e, err, sizeof err) || eng_new(m2, &eo2, &e2, err, sizeof err)) {
+            CHECK(0, "%s: %s", dirs[f], err);
+        } else {
+            eng_stats st, st2;
+            eng_get_stats(e, &st);
+            eng_get_stats(e2, &st2);
+            const int hybrid = f < 2;
+            const size_t two = 2 * 4 * st.snapshot_bytes, def = (size_t)ENG_PREFIX_DEFAULT_MB << 20;
+            if (hybrid) {
+                CHECK(st.snapshot_bytes > 0 && st.snapshot_bytes < (1u << 20), "%s: snapshot of the states %zu bytes", dirs[f],
+                      st.snapshot_bytes);
+                CHECK(st.prefix_budget == (two > def ? two : def), "%s: auto budget %zu", dirs[f], st.prefix_budget);
+                CHECK(st2.prefix_budget == 64u << 20, "%s: a given budget kept: %zu", dirs[f], st2.prefix_budget);
+            } else {
+                CHECK(st.snapshot_bytes == 0 && st.prefix_budget == 0, "%s: dense: snapshot %zu, store %zu", dirs[f],
+                      st.snapshot_bytes, st.prefix_budget);
+            }
+        }
+        eng_free(e); eng_free(e2);
+        ci_model_free(m); ci_model_free(m2);
+    }
+}
+
 static void test_engine_paged_pool(void) { paged_pool(NULL); }
 static void test_engine_paged_pool_mla(void) {
     paged_pool("tests/fixtures/deepseek_v3");
@@ -1021,6 +1059,7 @@ int main(void) {
     TEST_RUN(test_engine_paged_pool_mla);
     TEST_RUN(test_engine_paged_pool_hybrid);
     TEST_RUN(test_engine_paged_recomputed);
+    TEST_RUN(test_engine_prefix_auto);
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_paged_replay);
