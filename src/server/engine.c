@@ -790,9 +790,11 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         e->st.kv_pool_bytes = (size_t)nb * ci_model_kv_block_bytes(m);
     }
     e->paged = m->kv_pool != NULL;
-    e->replay = e->paged && o->replay_decode;
     e->trim = !e->paged && e->ops->cache_export && e->ops->cache_import;
     e->snap = !e->trim && e->ops->snapshot && e->ops->restore;
+    /* a hybrid's recurrent layers give other bits in a chunked prefill than step by step, on
+     * any backend: its resumed requests replay their ids as decode steps always */
+    e->replay = e->paged && (o->replay_decode || e->snap);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     e->slots = calloc((size_t)o->parallel, sizeof *e->slots);

@@ -93,7 +93,8 @@ typedef struct {
                                 * its next admission, not prefilled ("Paged caches" above). The rule: on
                                 * where the backend's prefill and decode bits differ (a device backend,
                                 * ci_backend.is_device: the server does so), off where they are the same
-                                * (the CPU: the prefill is exact and faster). Others ignore it */
+                                * (the CPU: the prefill is exact and faster), and always for a hybrid (its
+                                * recurrent layers' chunked prefill differs from their steps). Others ignore it */
 } eng_opts;
 
 typedef struct {
