@@ -307,27 +307,30 @@ int kvs_match_copy(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit,
     p->hits += got;
     s->n = got;
     s->dirty = 1;
-    /* then the published last block after them that goes on longest with toks, taken over:
-     * unnamed, it is this sequence's own to write on (nobody held it) from where the two part */
+    /* then the published last block after them that goes on longest with toks, or a full
+     * block that shares more of toks' next tokens than any last block does: with a caller that
+     * copies (from), its shared rows go into a new block of the sequence's (copy on write; the
+     * named block stays for others), else a last block nobody holds is taken over: unnamed, it
+     * is this sequence's own to write on from where the two part */
     const int avail = (n < limit ? n : limit) - got * p->blk;
     if (got >= s->cap || avail <= 0) return got * p->blk;
     const int par = got ? s->tab[got - 1] : -1;
     const uint32_t pg = par >= 0 ? p->gen[par] : 0;
     int len = 0, clen = 0;
     const int b = find_tail(p, par, pg, toks + (size_t)got * p->blk, avail, &len);
-    /* or a full block that shares more of toks' next tokens than any tail: its rows before
-     * the first difference are copied into a new block of the sequence's (copy on write) */
     const int c = from ? find_partial(p, par, pg, toks + (size_t)got * p->blk, avail, &clen) : -1;
-    if (c >= 0 && clen > len) {
-        ref_take(p, c);                /* not evicted for the new block */
+    const int src = c >= 0 && clen > len ? c : b, slen = src == c ? clen : len;
+    if (from && src >= 0) {
+        ref_take(p, src);              /* not evicted for the new block */
         const int nb = take_new(p);
-        unref(p, c);
+        unref(p, src);
         if (nb >= 0) {
             s->tab[s->n++] = nb;
-            *from = c;
+            *from = src;
             *to = nb;
             p->copies++;
-            return got * p->blk + clen;
+            p->tail_hits += src == b;
+            return got * p->blk + slen;
         }
     }
     if (b < 0) return got * p->blk;

@@ -19,9 +19,10 @@
  * least half of the block's) takes it when nobody holds it (kvs_match), unnamed from then on,
  * and writes its own rows after the ones it shares; a holder that writes on past them only
  * writes rows the name does not cover, and a full block's name replaces a tail's. A
- * sequence that shares only the start of a full block copies it instead (copy on write:
- * kvs_match_copy and kvs_truncate_copy give it a new block in its place, whose rows the
- * caller copies from the named one). Allocation
+ * sequence that shares only the start of a full block copies it instead, and a caller that
+ * can copy rows copies a last block rather than take it over, so it stays for others (copy
+ * on write: kvs_match_copy and kvs_truncate_copy give the sequence a new block in its place,
+ * whose rows the caller copies from the named one). Allocation
  * takes a free block, else evicts the least recently used cached one (its generation moves
  * on, so names made under it stop matching). Not thread-safe: the engine calls it under
  * its lock. */
@@ -44,8 +45,8 @@ typedef struct {
     int blocks, blk, in_use, cached, free;
     long long match_lookups, match_hits;   /* kvs_match: blocks asked for, blocks found */
     long long evictions;
-    long long tail_hits;                   /* kvs_match: last blocks taken over */
-    long long copies;                      /* kvs_match_copy: full blocks' starts copied */
+    long long tail_hits;                   /* kvs_match: last blocks taken over (or copied) */
+    long long copies;                      /* kvs_match_copy: blocks' shared rows copied */
 } kv_pool_stats;
 
 /* NULL when out of memory or blk is not a power of two >= 1, n_blocks < 1. */
@@ -84,10 +85,12 @@ void kvs_publish(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int tail);
  * tokens (within limit; all of the block's, all of toks', or at least half of the block's).
  * Returns the positions covered. */
 int kvs_match(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit);
-/* kvs_match, and then, when a full published block after the matched ones shares more of
- * toks' next tokens than any last block does (at least blk / 8 of them), a new block in its
- * place (copy on write): *from / *to are that block and the new one, whose rows of the
- * shared positions the caller copies (both -1 when nothing is to copy). */
+/* kvs_match for a caller that copies rows: the last block it would take over, or a full
+ * published block after the matched ones that shares more of toks' next tokens (at least
+ * blk / 8 of them), is copied instead (copy on write: the named block stays for others): a
+ * new block in its place, *from / *to that block and the new one, whose rows of the shared
+ * positions the caller copies (both -1 when nothing is to copy). With no block to give, a
+ * last block is taken over as kvs_match does. */
 int kvs_match_copy(kv_pool *p, kv_seq *s, const int32_t *toks, int n, int limit, int *from, int *to);
 /* Positions of toks[0, n) that kvs_match would give, without taking anything. */
 int kvp_probe(const kv_pool *p, const int32_t *toks, int n, int limit);

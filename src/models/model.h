@@ -82,8 +82,9 @@ typedef struct ci_session {
  *   so other sequences can take them; tail: the partly filled last block too (kv_pages.h:
  *   taken over, not shared, by a later match; for a session about to let its blocks go);
  * match: on an emptied session (pos 0, no blocks), takes the published blocks holding the
- *   longest full-block prefix of toks[0, n) and a published tail after them, or a copy of
- *   the start of a full one that shares more (copy on write, kv_pages.h), at most limit
+ *   longest full-block prefix of toks[0, n), then copies the shared rows of a published tail
+ *   after them or of a full one that shares more into a block of its own (copy on write,
+ *   kv_pages.h kvs_match_copy; a tail is taken over when no block is free), at most limit
  *   positions; s->pos = that. */
 int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
 /* ci_session_new for a caller that never passes more than max_rows tokens to one forward

@@ -290,9 +290,9 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                    "# TYPE cinfer_kv_block_hits_total counter\ncinfer_kv_block_hits_total %lld\n", st.kv_block_hits);
         fprintf(f, "# HELP cinfer_kv_block_evictions_total Cached blocks taken for new rows.\n"
                    "# TYPE cinfer_kv_block_evictions_total counter\ncinfer_kv_block_evictions_total %lld\n", st.kv_block_evictions);
-        fprintf(f, "# HELP cinfer_kv_tail_hits_total Last blocks of ended sequences taken over by a prompt that goes on from them.\n"
+        fprintf(f, "# HELP cinfer_kv_tail_hits_total Last blocks of ended sequences a prompt went on from (copied, or taken over when no block was free).\n"
                    "# TYPE cinfer_kv_tail_hits_total counter\ncinfer_kv_tail_hits_total %lld\n", st.kv_tail_hits);
-        fprintf(f, "# HELP cinfer_kv_block_copies_total Named full blocks whose shared start a prompt took as a copy (copy on write).\n"
+        fprintf(f, "# HELP cinfer_kv_block_copies_total Named blocks whose shared rows a prompt copied into its own (copy on write).\n"
                    "# TYPE cinfer_kv_block_copies_total counter\ncinfer_kv_block_copies_total %lld\n", st.kv_block_copies);
         fprintf(f, "# HELP cinfer_kv_waits_total Requests that waited at the queue head for blocks.\n"
                    "# TYPE cinfer_kv_waits_total counter\ncinfer_kv_waits_total %lld\n", st.kv_waits);

@@ -136,6 +136,23 @@ static void test_match_copy(void) {
     kvs_free(p, &a); kvs_free(p, &b); kvs_free(p, &c);
     kvp_stats(p, &st);
     CHECK(st.in_use == 0 && st.cached == 2, "idle: %d in use, %d cached", st.in_use, st.cached);
+    /* a last block is copied too, and stays named: two sequences go on from it */
+    kv_seq d, e, f;
+    kvs_init(&d, 2); kvs_init(&e, 2); kvs_init(&f, 2);
+    int32_t w[32];
+    memcpy(w, t, sizeof w);
+    for (int i = 16; i < 32; i++) w[i] = 500 + i;  /* w parts from t after the first block */
+    CHECK(kvs_reserve(p, &d, 16 + 10) == 0, "reserve d");
+    kvs_publish(p, &d, w, 16 + 10, 1);             /* its first block full (the name a has), its last 10 rows */
+    const int tail = d.tab[1];
+    kvs_free(p, &d);
+    CHECK(kvs_match_copy(p, &e, w, 32, 31, &from, &to) == 26 && from == tail && to != tail && e.tab[1] == to,
+          "e copies the last block: from %d (want %d) to %d", from, tail, to);
+    CHECK(kvs_match_copy(p, &f, w, 32, 31, &from, &to) == 26 && from == tail && f.tab[1] == to && to != e.tab[1],
+          "f copies it again: from %d to %d", from, to);
+    kvp_stats(p, &st);
+    CHECK(st.tail_hits == 2 && st.copies == 3, "tail hits %lld, copies %lld", st.tail_hits, st.copies);
+    kvs_free(p, &e); kvs_free(p, &f);
     kvp_free(p);
 }
 
