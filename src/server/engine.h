@@ -143,7 +143,7 @@ typedef struct {
     int kv_blocks_used, kv_blocks_cached;
     long long kv_block_lookups, kv_block_hits;   /* admitted prompts' full blocks before their last token, those reused */
     long long kv_block_evictions;
-    long long kv_tail_hits;      /* last blocks of ended sequences taken over by a prompt (kv_pages.h) */
+    long long kv_tail_hits;      /* last blocks of ended sequences a prompt went on from (kv_pages.h) */
     long long kv_block_copies;   /* full blocks whose shared start a prompt copied (kv_pages.h copy on write) */
     long long kv_waits;               /* requests that waited at the queue head for blocks */
     long long preemptions;            /* running requests sent back to the queue to free blocks */

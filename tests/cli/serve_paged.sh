@@ -83,6 +83,6 @@ complete "$TMP/t1" "$p1" 8 >/dev/null
 st=$(complete "$TMP/t2" "$p1,$(ids 40 8)" 8)
 cached=$(jfield "$TMP/t2" 'o.usage.prompt_tokens_details.cached_tokens' 'o["usage"]["prompt_tokens_details"]["cached_tokens"]')
 tails=$(metric cinfer_kv_tail_hits_total)
-[ "${tails:-0}" -ge 1 ] 2>/dev/null && pass "/metrics counts the last block taken over: $tails" || fail "/metrics counts the last block taken over" "cinfer_kv_tail_hits_total '$tails'"
+[ "${tails:-0}" -ge 1 ] 2>/dev/null && pass "/metrics counts the last block gone on from: $tails" || fail "/metrics counts the last block gone on from" "cinfer_kv_tail_hits_total '$tails'"
 [ "$st" = 200 ] && [ "$cached" = 300 ] && pass "a second turn takes the first one's 300 prompt rows from the pool (2 full blocks and its last)" || fail "a second turn takes the first one's prompt rows from the pool" "status $st, cached '$cached'"
 stop_server pg "$PID"
