@@ -288,7 +288,7 @@ static void test_soak(void) {
     int len[NS] = { 0 };
     for (int i = 0; i < NS; i++) kvs_init(&s[i], CAP);
     srand(7);
-    int matched = 0, wrong = 0, tails = 0;
+    int matched = 0, wrong = 0, tails = 0, copies = 0;
     for (int it = 0; it < 20000 && !wrong; it++) {
         int i = rand() % NS, op = rand() % 10;
         if (op < 5) {                            /* grow by a few tokens from a small alphabet */
@@ -304,14 +304,28 @@ static void test_soak(void) {
                 kvs_publish(p, &s[i], toks[i], len[i], 0);
             }
         } else if (op < 7) {
-            len[i] = kvs_truncate(p, &s[i], rand() % (len[i] + 1));
+            int from, to, want = rand() % (len[i] + 1);
+            if (rand() % 2) {
+                len[i] = kvs_truncate_copy(p, &s[i], want, &from, &to);   /* the caller copies the kept rows */
+                if (from >= 0) memcpy(rows[to], rows[from], (size_t)(len[i] % BLK) * sizeof rows[0][0]);
+                copies += from >= 0;
+            } else {
+                len[i] = kvs_truncate(p, &s[i], want);
+            }
         } else {                                 /* end, then a new prompt that may share */
             kvs_publish(p, &s[i], toks[i], len[i], 1);
             kvs_free(p, &s[i]);
             kvs_init(&s[i], CAP);
             int n = rand() % (CAP * BLK);
             for (int k = 0; k < n; k++) toks[i][k] = rand() % 2;
-            len[i] = kvs_match(p, &s[i], toks[i], n, n);
+            int from = -1, to = -1;
+            if (rand() % 2) {                    /* copy on write: the rows of the block copied */
+                len[i] = kvs_match_copy(p, &s[i], toks[i], n, n, &from, &to);
+                if (from >= 0) memcpy(rows[to], rows[from], (size_t)(len[i] - (s[i].n - 1) * BLK) * sizeof rows[0][0]);
+                copies += from >= 0;
+            } else {
+                len[i] = kvs_match(p, &s[i], toks[i], n, n);
+            }
             matched += len[i] > 0;
             tails += len[i] % BLK != 0;
             for (int q = 0; q < len[i]; q++)
@@ -331,7 +345,8 @@ static void test_soak(void) {
             break;
         }
     }
-    CHECK(matched > 100 && tails > 20, "prefixes were shared (%d), tails taken over (%d)", matched, tails);
+    CHECK(matched > 100 && tails > 20 && copies > 20, "prefixes were shared (%d), tails gone on from (%d), blocks copied (%d)",
+          matched, tails, copies);
     for (int i = 0; i < NS; i++) kvs_free(p, &s[i]);
     kv_pool_stats st;
     kvp_stats(p, &st);
