@@ -91,7 +91,7 @@ struct eng {
     int V, trim;               /* trim: cache_export / import (rows); else snap: snapshot / restore */
     int snap;                  /* paged too: the snapshots hold the recurrent states, the pool the rows */
     int paged;                 /* the slots share the model's block pool (engine.h) */
-    int replay;                /* paged and eng_opts.replay_decode: a resumed request's ids are decode steps */
+    int replay;                /* paged, and eng_opts.replay_decode or a hybrid: a resumed request's ids are decode steps */
     int chunk;                 /* prompt tokens per slot per step (eng_opts.prefill_chunk) */
     slot *slots;
     float *logits;             /* [parallel, V] */
@@ -714,10 +714,6 @@ static void *eng_main(void *arg) {
 
 /* ---- public ----------------------------------------------------------------------------- */
 
-/* The pool's blocks on a device: what keeps its use at o->mem_fraction of its memory once
- * the slots' sessions stand. A session's scratch is measured by opening one (with a pool of
- * its own for the context, whose size is known) and closing it again. -1 with err when not
- * even one context fits. */
 /* A hybrid on the block pool: the bytes of one snapshot of its states (a probe session's, at
  * position 0: the rows stay in the pool, the states are as big at any position); else 0. */
 static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows) {
@@ -733,7 +729,11 @@ static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows) {
     return b;
 }
 
-/* held: bytes the prefix store may keep in the device's memory besides (a hybrid's snapshots). */
+/* The pool's blocks on a device: what keeps its use at o->mem_fraction of its memory once
+ * the slots' sessions stand. A session's scratch is measured by opening one (with a pool of
+ * its own for the context, whose size is known) and closing it again. -1 with err when not
+ * even one context fits. held: bytes the prefix store may keep in the device's memory
+ * besides (a hybrid's snapshots of its states). */
 static long long blocks_for_memory(ci_model *m, const eng_opts *o, int rows, size_t held, char *err, size_t errlen) {
     ci_backend *be = m->be;
     size_t f0, f1, f2, total;
