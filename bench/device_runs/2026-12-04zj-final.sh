@@ -16,7 +16,7 @@ for f in qwen3_tied deepseek_v32 qwen3_5 nemotron_h; do
   ( for i in $(seq 1 100); do grep -q serving $O/$f.srv.log && break; sleep 0.3; done
     timeout 120 python3 bench/serve_load.py check http://127.0.0.1:$port --vocab 300 --max 400 --n 8 --soak 30 > $O/$f.check.log 2>&1
     echo "rc $?" >> $O/$f.check.log; curl -s http://127.0.0.1:$port/metrics | grep -E "^cinfer_kv_(tail_hits|block_copies)" >> $O/$f.check.log
-    kill %1 2>/dev/null ) &
+    ) &
   port=$((port + 1))
 done
 for i in $(seq 1 150); do n=$(grep -l "^rc " $O/*.check.log 2>/dev/null | wc -l); [ "$n" -ge 4 ] && break; sleep 1; done
