@@ -606,6 +606,8 @@ void srv_cache_line(srv *s, char *out, size_t n) {
                       st.prefix_budget / 1048576.0,
                       st.snapshot_bytes >= (1u << 20) ? st.snapshot_bytes / 1048576.0 : st.snapshot_bytes / 1024.0,
                       st.snapshot_bytes >= (1u << 20) ? "MiB" : "KiB");
+    if (st.snapshot_bytes > st.prefix_budget && st.prefix_budget && k > 0 && (size_t)k < n)
+        k += snprintf(out + k, n - (size_t)k, ", too small to hold one: no prefix reuse (raise --prefix-cache-mb)");
     if (st.dev_total && k > 0 && (size_t)k < n)
         snprintf(out + k, n - (size_t)k, "; device memory %.1f of %.1f GiB free", st.dev_free / 1073741824.0,
                  st.dev_total / 1073741824.0);
