@@ -13,6 +13,8 @@
 #   ops-flash   the attention ops (--quick) on the prefill kernels the defaults do not take
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
+#               (every paged family, the hybrids' states restored, copy on write, batch steps
+#               replayed from graphs = eager)
 #   snapshot    .gpu/tests/test_snapshot with CINFER_TEST_DEVICE=cuda: hybrid cache snapshots kept
 #               and restored in device memory, logits after a restore = the uninterrupted run's
 #   parity      tests/gpu/parity.sh: llama / qwen3 fixtures on the device against transformers
