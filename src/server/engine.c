@@ -566,6 +566,8 @@ static void step(eng *e) {
         const int base = e->paged && !e->snap && sl->fed >= r->cached ? r->cached : 0;
         int k = sl->prefill_to - sl->fed, to_edge = e->chunk - (sl->fed - base) % e->chunk;
         if (k > to_edge) k = to_edge;
+        if (e->snap && e->pfx && r->p.snap_at > sl->fed && r->p.snap_at < sl->fed + k)
+            k = r->p.snap_at - sl->fed;          /* a snapshot where the request says others will part */
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
         double t0 = now_s();
@@ -585,10 +587,11 @@ static void step(eng *e) {
             ci_session_publish(sl->s, sl->toks, sl->n_toks, 0);
             pthread_mutex_unlock(&e->mu);
         }
-        /* hybrids: a snapshot every SNAP_EVERY tokens and at the end of the prompt, so a
-         * later prompt that shares only part of this one (the next chat turn re-rendered,
-         * another conversation with the same system prompt) can start from there */
-        if (e->snap && (sl->n_toks % SNAP_EVERY == 0 || sl->fed == r->p.n_prompt)) {
+        /* hybrids: a snapshot every SNAP_EVERY tokens, where the request said (snap_at: its
+         * system message's end) and at the end of the prompt, so a later prompt that shares
+         * only part of this one (the next chat turn re-rendered, another conversation with
+         * the same system prompt) can start from there */
+        if (e->snap && (sl->n_toks % SNAP_EVERY == 0 || sl->fed == r->p.n_prompt || sl->fed == r->p.snap_at)) {
             cache_snap *snap = take_snapshot(e, sl);
             if (snap) {
                 pthread_mutex_lock(&e->mu);
@@ -1021,6 +1024,8 @@ void eng_release(eng_req *r) {
     unref(r);
     pthread_mutex_unlock(&e->mu);
 }
+
+int eng_snapshots(const eng *e) { return e->snap && e->pfx; }
 
 void eng_get_stats(eng *e, eng_stats *s) {
     pthread_mutex_lock(&e->mu);

@@ -115,6 +115,9 @@ typedef struct {
                                 * is complete; eng_submit takes it over (freed with the request, also on failure) */
     int grammar_ends;          /* the reply ends (ENG_FIN_EOS) as soon as the grammar is complete (a JSON schema);
                                 * else EOS decides (free text with tool calls) */
+    int snap_at;               /* a prompt position (the end of a chat's system message, which later chats share)
+                                * where a family whose prefix reuse needs snapshots (eng_snapshots) takes one,
+                                * its prefill chunk ending there; 0: none */
 } eng_params;
 
 typedef struct {
@@ -176,5 +179,8 @@ int eng_req_cached(eng_req *r);           /* prompt tokens taken from a cache */
 void eng_cancel(eng_req *r);
 void eng_release(eng_req *r);
 void eng_get_stats(eng *e, eng_stats *s);
+/* 1 when the engine's prefix reuse goes through snapshots (hybrids, DeepSeek V4): worth an
+ * eng_params.snap_at. */
+int eng_snapshots(const eng *e);
 
 #endif

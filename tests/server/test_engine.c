@@ -772,6 +772,50 @@ done:
     ci_model_free(m); ci_model_free(m0);
 }
 
+/* eng_params.snap_at: two chats share a 300-token system prompt and part after it. A hybrid
+ * whose first chat said where its system prompt ends (snap_at 300) snapshots its states there,
+ * so the second chat takes 300 tokens (the third block's 44 rows copied); without snap_at it
+ * takes none (no states within the shared blocks). Each equals an engine's without reuse. */
+static void snap_at_system_end(const char *dir) {
+    enum { G = 8 };
+    char err[1024];
+    for (int with = 0; with < 2; with++) {
+        ci_model *m = NULL, *m0 = NULL;
+        eng *e = NULL, *e0 = NULL;
+        if (paged_pair_of(dir, 20, &m, &m0, &e, &e0, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        CHECK(eng_snapshots(e), "%s: prefix reuse through snapshots", dir);
+        const int V = (int)m->cfg.vocab_size;
+        static int a[500], b[500];
+        prompt_of(81, V, a, 300);
+        memcpy(b, a, 300 * sizeof(int));
+        prompt_of(82, V, a + 300, 90);
+        prompt_of(83, V, b + 300, 110);
+        eng_params p;
+        memset(&p, 0, sizeof p);
+        p.prompt = a; p.n_prompt = 390; p.max_tokens = G; p.top_logprobs = -1; p.ignore_eos = 1;
+        p.snap_at = with ? 300 : 0;
+        ci_sampler_defaults(&p.so);
+        eng_req *r = NULL;
+        if (eng_submit(e, &p, &r, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); goto done; }
+        eng_tok t[G];
+        CHECK(read_all(r, t, G) == G, "%s: first chat", dir);
+        eng_release(r);
+        int out[G], ref[G], c = -1, c0 = -1;
+        CHECK(paged_run(e, b, 410, G, 4, out, &c, NULL) == G && c == (with ? 300 : 0), "%s: snap_at %d: the second chat took %d",
+              dir, p.snap_at, c);
+        CHECK(paged_run(e0, b, 410, G, 4, ref, &c0, NULL) == G && c0 == 0, "no-reuse second chat cached %d", c0);
+        CHECK(!memcmp(out, ref, sizeof out), "%s: the second chat from the system prompt's snapshot differs", dir);
+    done:
+        eng_free(e); eng_free(e0);
+        ci_model_free(m); ci_model_free(m0);
+    }
+}
+
+static void test_engine_snap_at(void) {
+    snap_at_system_end("tests/fixtures/qwen3_5");
+    snap_at_system_end("tests/fixtures/nemotron_h");
+}
+
 static void test_engine_paged_recomputed(void) {
     paged_recomputed("tests/fixtures/qwen3_5");
     paged_recomputed("tests/fixtures/lfm2");
@@ -1079,6 +1123,7 @@ int main(void) {
     TEST_RUN(test_engine_paged_pool_hybrid);
     TEST_RUN(test_engine_paged_recomputed);
     TEST_RUN(test_engine_prefix_auto);
+    TEST_RUN(test_engine_snap_at);
     TEST_RUN(test_engine_paged_preempt);
     TEST_RUN(test_engine_paged_churn);
     TEST_RUN(test_engine_paged_replay);
