@@ -552,11 +552,37 @@ fail:
     return NULL;
 }
 
+/* The ids of t's first message alone (a system message, with t's tools and template kwargs,
+ * no generation prompt) when its text starts text and its ids start ids[0, n), fewer than n;
+ * else 0. */
+static int system_end(srv *s, const json_t *t, const char *text, size_t len, const int *ids, int n) {
+    const json_t *ms = json_object_get(t, "messages"), *m0 = json_array_get(ms, 0);
+    const char *role = json_string_value(json_object_get(m0, "role"));
+    if (json_array_size(ms) < 2 || !role || (strcmp(role, "system") && strcmp(role, "developer"))) return 0;
+    json_t *t1 = json_pack("{s:[O],s:b}", "messages", m0, "add_generation_prompt", 0);
+    if (!t1) return 0;
+    const char *keys[] = { "tools", "chat_template_kwargs" };
+    for (int i = 0; i < 2; i++)
+        if (json_object_get(t, keys[i])) json_object_set(t1, keys[i], json_object_get(t, keys[i]));
+    char *t1text = NULL, err[256];
+    size_t t1len = 0, cnt = 0;
+    int *t1ids = NULL, got = 0;
+    if (!tpl_chat_render(s->ch, t1, NULL, &t1text, &t1len, err, sizeof err) && t1len < len && !memcmp(t1text, text, t1len) &&
+        !tok_encode(s->tk, t1text, t1len, 0, &t1ids, &cnt, err, sizeof err) && cnt > 0 && (int)cnt < n &&
+        !memcmp(t1ids, ids, cnt * sizeof(int)))
+        got = (int)cnt;
+    free(t1text);
+    free(t1ids);
+    json_decref(t1);
+    return got;
+}
+
 int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char *forced, int **ids, int *n,
-                    int *opens_think, srv_err *e) {
+                    int *opens_think, int *sys_end, srv_err *e) {
     *ids = NULL;
     *n = 0;
     if (opens_think) *opens_think = 0;
+    if (sys_end) *sys_end = 0;
     if (!s->ch) return srv_fail(e, 400, "messages", "this model has no chat template (%s); use /v1/completions", s->ch_err);
     json_t *msgs = norm_messages(req, d, e);
     if (!msgs) return -1;
@@ -574,21 +600,22 @@ int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char
     char *text = NULL, err[768];
     size_t len = 0;
     int rc = tpl_chat_render(s->ch, t, NULL, &text, &len, err, sizeof err);
-    json_decref(t);
-    if (rc) return srv_fail(e, 400, "messages", "%s", err);
+    if (rc) { json_decref(t); return srv_fail(e, 400, "messages", "%s", err); }
     size_t cnt = 0;
     int ot = op_prompt_opens_think(text, len);
     if (opens_think) *opens_think = ot;
     if (forced) {
         size_t fl = strlen(forced), tl = ot ? strlen("</think>") : 0;
         char *nt = realloc(text, len + tl + fl + 1);
-        if (!nt) { free(text); return srv_fail(e, 500, NULL, "out of memory"); }
+        if (!nt) { free(text); json_decref(t); return srv_fail(e, 500, NULL, "out of memory"); }
         text = nt;
         memcpy(text + len, "</think>", tl);
         memcpy(text + len + tl, forced, fl + 1);
         len += tl + fl;
     }
     rc = tok_encode(s->tk, text, len, 0, ids, &cnt, err, sizeof err);
+    if (!rc && cnt && sys_end && s->e && eng_snapshots(s->e)) *sys_end = system_end(s, t, text, len, *ids, (int)cnt);
+    json_decref(t);
     free(text);
     if (rc) return srv_fail(e, 400, "messages", "%s", err);
     if (!cnt) { free(*ids); *ids = NULL; return srv_fail(e, 400, "messages", "the messages render to an empty prompt"); }
@@ -1212,7 +1239,7 @@ static int prep_chat(srv *s, job *j, json_t *req, eng_params *p, int **ids, srv_
     }
     j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
     if (j->tools && api_tool_grammar(s, req, &p->grammar, e)) { free(forced); return -1; }
-    int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, ids, &n, &j->think_open, e);
+    int prc = api_chat_prompt(s, req, API_OPENAI, no_tools, forced, ids, &n, &j->think_open, &p->snap_at, e);
     if (!prc && forced) {                         /* the reply starts with the forced text */
         if ((j->think_open && buf_add(&j->text, &j->len, &j->cap, "</think>", strlen("</think>"))) ||
             buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced)))
@@ -1251,7 +1278,7 @@ static int prep_messages(srv *s, job *j, json_t *req, eng_params *p, int **ids, 
     }
     const json_t *tools = json_object_get(conv, "tools");
     j->tools = json_is_array(tools) && json_array_size(tools) > 0 && !no_tools;
-    int prc = api_chat_prompt(s, conv, API_OPENAI, no_tools, forced, ids, &n, NULL, e);
+    int prc = api_chat_prompt(s, conv, API_OPENAI, no_tools, forced, ids, &n, NULL, &p->snap_at, e);
     if (!prc && forced && buf_add(&j->text, &j->len, &j->cap, forced, strlen(forced))) prc = srv_fail(e, 500, NULL, "out of memory");
     json_decref(conv);
     free(forced);

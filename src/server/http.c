@@ -169,7 +169,7 @@ static enum MHD_Result route_tokenize(srv *s, struct MHD_Connection *c, json_t *
     }
     if (json_object_get(req, "messages")) {
         int k = 0;
-        if (api_chat_prompt(s, req, API_OPENAI, 0, NULL, &ids, &k, NULL, &e)) return srv_reply_err(s, c, API_OPENAI, &e);
+        if (api_chat_prompt(s, req, API_OPENAI, 0, NULL, &ids, &k, NULL, NULL, &e)) return srv_reply_err(s, c, API_OPENAI, &e);
         n = (size_t)k;
     } else {
         const char *key = json_object_get(req, "content") ? "content" : "prompt";

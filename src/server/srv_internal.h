@@ -94,8 +94,11 @@ int api_prepare(srv *s, int which, json_t *req, int *n_prompt, char *err, size_t
 /* The prompt ids of a chat request's messages (validated); 0 or -1 with e filled.
  * *opens_think (may be NULL): the rendered prompt ends inside <think>. no_tools: render
  * without the request's tools; forced (or NULL): text the reply is made to start with,
- * appended to the prompt (after a "</think>" when the prompt opens one). */
+ * appended to the prompt (after a "</think>" when the prompt opens one). *sys_end (may be
+ * NULL; looked for only when the engine's prefix reuse goes through snapshots): the ids of
+ * the system message alone as the template renders it (with the tools), when they are a
+ * shorter prefix of the prompt's; else 0. */
 int api_chat_prompt(srv *s, json_t *req, api_dialect d, int no_tools, const char *forced, int **ids, int *n,
-                    int *opens_think, srv_err *e);
+                    int *opens_think, int *sys_end, srv_err *e);
 
 #endif
