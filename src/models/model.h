@@ -80,7 +80,8 @@ typedef struct ci_session {
  *   block cut into is dropped: fewer than asked, a multiple of the block);
  * publish: names the full blocks of the first n positions (toks: the sequence's tokens)
  *   so other sequences can take them; tail: the partly filled last block too (kv_pages.h:
- *   taken over, not shared, by a later match; for a session about to let its blocks go);
+ *   copied, or taken over, never shared, by a later match; for a session about to let its
+ *   blocks go);
  * match: on an emptied session (pos 0, no blocks), takes the published blocks holding the
  *   longest full-block prefix of toks[0, n), then copies the shared rows of a published tail
  *   after them or of a full one that shares more into a block of its own (copy on write,

@@ -224,8 +224,8 @@ static int active_count(const eng *e) {
 }
 
 /* Paged: a slot's request is over: its full blocks are named for others (prefix reuse on),
- * its partly filled last block for whoever goes on from its tokens (a next turn takes it
- * over, kv_pages.h), a hybrid's states at its end go to the prefix store, and the slot lets
+ * its partly filled last block for whoever goes on from its tokens (a next turn copies its
+ * rows, kv_pages.h), a hybrid's states at its end go to the prefix store, and the slot lets
  * every block go (named ones stay cached in the pool, LRU), so an idle engine holds no
  * block. */
 static void slot_settle(eng *e, slot *sl) {
