@@ -208,15 +208,11 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     ci_model *m = ss[0]->m;
     const ds_model *d = m->impl;
     ds_cache *c = ss[0]->impl;
-    ci_backend *be = m->be;
     const int per = d->indexed ? 2 : 1;   /* table entries per row and layer */
     size_t count = (size_t)d->n_layers * per * UBATCH;
-    if (ci_runner_need_tab(&c->run, m, count, err, errlen)) return -1;
-    if (ci_runner_need_rows(&c->run, m, err, errlen)) return -1;
-    const int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);
+    const int grew = ci_runner_batch_begin(&c->run, m, ss, n, count, &c->bpg, err, errlen);
     if (grew < 0) return -1;
     for (int i = 0; i < n; i++) {
-        c->run.hpos[i] = ss[i]->pos;
         const ds_cache *ci = ss[i]->impl;
         for (int l = 0; l < d->n_layers; l++) {
             float **row = c->run.htab + ((size_t)l * n + i) * per;
@@ -224,10 +220,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             if (d->indexed) row[1] = ci->key_cache + (size_t)l * ci->lrows * d->kdim;
         }
     }
-    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * per * n * sizeof(float *));
-    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
+    ci_runner_batch_step(&c->run, m, ss, tokens, n, (size_t)d->n_layers * per * n, logits, c->best_n, out_ids, grew,
+                         batch_ops);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }

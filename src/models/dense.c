@@ -461,13 +461,10 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     ci_model *m = ss[0]->m;
     const dense_model *d = m->impl;
     dense_cache *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    int32_t *hp = c->run.hpos;
-    for (int i = 0; i < n; i++) hp[i] = ss[i]->pos;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * (size_t)c->run.ub, err, errlen)) return -1;
+    const size_t count = (size_t)d->n_layers * 2 * (size_t)c->run.ub;
     /* each row's block for its position, the rows' tables side by side; a wider table than
      * before moved the buffer, and its address is in the recorded graphs */
-    int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);
+    const int grew = ci_runner_batch_begin(&c->run, m, ss, n, count, &c->bpg, err, errlen);
     if (grew < 0) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -475,10 +472,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             c->run.htab[(size_t)l * 2 * n + 2 * i] = kv.k;
             c->run.htab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
         }
-    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.pos, hp, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    ci_runner_batch_step(&c->run, m, ss, n, logits, c->best_n, out_ids, grew, batch_ops);
+    ci_runner_batch_step(&c->run, m, ss, tokens, n, (size_t)d->n_layers * 2 * n, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) ss[i]->pos++;
     return ci_backend_check(m, err, errlen);
 }

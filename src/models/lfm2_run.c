@@ -215,10 +215,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     ci_model *m = ss[0]->m;
     const lfm2_model *d = m->impl;
     lfm2_session *c = ss[0]->impl;
-    ci_backend *be = m->be;
-    if (ci_runner_need_rows(&c->run, m, err, errlen) || ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 2 * LFM2_UBATCH, err, errlen)) return -1;
-    for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
-    const int grew = ci_runner_batch_pages(&c->run, be, ss, n, &c->bpg, err, errlen);   /* each row's table */
+    const int grew = ci_runner_batch_begin(&c->run, m, ss, n, (size_t)d->n_layers * 2 * LFM2_UBATCH, &c->bpg, err, errlen);
     if (grew < 0) return -1;
     /* layer l's table: attention rows' K, V pointers at [2i], [2i + 1]; conv rows' states at [i] */
     for (int l = 0; l < d->n_layers; l++)
@@ -232,10 +229,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
                 t[i] = ((lfm2_session *)ss[i]->impl)->state[l];
             }
         }
-    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.tab, c->run.htab, (size_t)d->n_layers * 2 * n * sizeof(float *));
-    ci_runner_batch_step(&c->run, m, ss, n, logits, NULL, NULL, grew, batch_ops);
+    ci_runner_batch_step(&c->run, m, ss, tokens, n, (size_t)d->n_layers * 2 * n, logits, NULL, NULL, grew, batch_ops);
     for (int i = 0; i < n; i++) {
         ss[i]->pos++;
         ((lfm2_session *)ss[i]->impl)->cache_pos = ss[i]->pos;

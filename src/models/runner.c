@@ -138,9 +138,19 @@ int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, i
     return grew;
 }
 
-void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, int n, float *logits, int32_t *best,
-                          int *out_ids, int grew, ci_batch_ops_fn ops) {
+int ci_runner_batch_begin(ci_runner *r, ci_model *m, ci_session *const *ss, int n, size_t tab_count, ci_pages *pg,
+                          char *err, size_t errlen) {
+    if (ci_runner_need_rows(r, m, err, errlen) || ci_runner_need_tab(r, m, tab_count, err, errlen)) return -1;
+    for (int i = 0; i < n; i++) r->hpos[i] = ss[i]->pos;
+    return ci_runner_batch_pages(r, m->be, ss, n, pg, err, errlen);
+}
+
+void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, const int *tokens, int n, size_t tab_used,
+                          float *logits, int32_t *best, int *out_ids, int grew, ci_batch_ops_fn ops) {
     ci_backend *be = m->be;
+    be->upload(be, r->ids, tokens, (size_t)n * sizeof(int32_t));
+    be->upload(be, r->pos, r->hpos, (size_t)n * sizeof(int32_t));
+    be->upload(be, r->tab, r->htab, tab_used * sizeof(float *));
     if (grew && be->graph_free) {
         drop_batch_graphs(r, be, 0);
         drop_batch_graphs(r, be, 1);

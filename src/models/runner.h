@@ -93,14 +93,21 @@ int ci_runner_need_tab(ci_runner *r, const ci_model *m, size_t count, char *err,
 int ci_runner_batch_pages(ci_runner *r, ci_backend *be, ci_session *const *ss, int n, ci_pages *pg, char *err,
                           size_t errlen);
 
-/* A batch step of n <= ub rows whose inputs are uploaded (ids, positions, tables; grew:
- * ci_runner_batch_pages moved the tables, so recorded steps go): ops into logits [n, vocab]
+/* A batch step's start: the logits rows and a table of tab_count pointers (ci_runner_need_rows,
+ * ci_runner_need_tab), the rows' positions into r->hpos, and each row's block table
+ * (ci_runner_batch_pages into *pg). Its result (grew: 1, 0), or -1 with err. The family then
+ * fills r->htab and calls ci_runner_batch_step. */
+int ci_runner_batch_begin(ci_runner *r, ci_model *m, ci_session *const *ss, int n, size_t tab_count, ci_pages *pg,
+                          char *err, size_t errlen);
+/* A batch step of n <= ub rows: uploads the token ids, r->hpos and the first tab_used entries
+ * of r->htab (grew: ci_runner_batch_begin moved the tables, so recorded steps go), then ops
+ * into logits [n, vocab]
  * (host; a device's come through blog, one download) or, out_ids given, each row's argmax
  * through best (backend [n]) into out_ids. On a backend with graphs the device forms are
  * recorded per n (up to CI_BATCH_GRAPHS; again when a row's context outgrows the recorded
  * one) and replayed. */
-void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, int n, float *logits, int32_t *best,
-                          int *out_ids, int grew, ci_batch_ops_fn ops);
+void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, const int *tokens, int n, size_t tab_used,
+                          float *logits, int32_t *best, int *out_ids, int grew, ci_batch_ops_fn ops);
 
 /* The head of all n rows at once into out ([n, vocab], backend memory): nothing read back,
  * so a batch step that ends here can be recorded (the caller downloads out). */
