@@ -148,6 +148,7 @@ typedef struct {
 } par_ctx;
 
 _Thread_local int cpu_pf_dist = 1024;
+_Thread_local int cpu_tile_hot;
 int cpu_pf_next_tile;
 /* 16-bit weights, and 4-bit ones in split order, with at most this many token rows take the
  * decode tiles (CPU_TILE_T tokens a pass over a row tile, its weights from L1 after the first)
@@ -254,10 +255,12 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
         for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
             const int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
             const int64_t xo = (int64_t)t0 * cols;
+            cpu_tile_hot = t0 > 0;   /* the rows' weights are in L1 after the first token tile */
             int ok = m->xb ? m->k->bf16_tile(m->W, rr, T, m->xb + xo, cols, out)
                    : m->xsp ? m->qk->split_tile(m->W, rr, T, m->xsp + xo, cols, out)
                    : m->W->dtype == CI_U32 ? m->qk->mat_tile(m->W, rr, T, m->x + xo, cols, out)
                                            : m->k->mat_tile(m->W, rr, T, m->x + xo, cols, out);
+            cpu_tile_hot = 0;
             if (!ok) tile_by_chunks(m, rr, T, m->x + xo, slot, out);
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < nr; i++) m->y[(t0 + t) * rows + r + i] = out[t * CPU_TILE_R + i];

@@ -34,6 +34,10 @@
  * every participant of a run (2048 when one thread streams alone, else 1024; kernels_avx512.c
  * says why); 1024 on a thread that never ran one. Prefetch only: no result depends on it. */
 extern _Thread_local int cpu_pf_dist;
+/* Whether a decode tile's weights are already in L1 (cpu.c's mm_decode_item sets it for the token
+ * tiles after a 4-row tile's first, in a few-row prefill): the 16-bit tiles then run a loop
+ * without prefetches (simd_template.h's hot_span; the same FMAs in the same order). */
+extern _Thread_local int cpu_tile_hot;
 /* Whether the AVX-512 sets' decode tiles of short rows prefetch the next tile in byte order
  * (kernels_avx512.c, quant_*_avx512.c): set by ci_backend_cpu_new, 1 on AMD CPUs (measured faster
  * on the Zen 5), 0 elsewhere (level or slower on the Xeon of the GPU box, bench/RESULTS.md);
