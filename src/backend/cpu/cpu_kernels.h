@@ -36,7 +36,7 @@
 extern _Thread_local int cpu_pf_dist;
 /* Whether a decode tile's weights are already in L1 (cpu.c's mm_decode_item sets it for the token
  * tiles after a 4-row tile's first, in a few-row prefill): the 16-bit tiles then run a loop
- * without prefetches (simd_template.h's hot_span; the same FMAs in the same order). */
+ * without the per-row prefetch (simd_template.h's hot_span; the same FMAs in the same order). */
 extern _Thread_local int cpu_tile_hot;
 /* Whether the AVX-512 sets' decode tiles of short rows prefetch the next tile in byte order
  * (kernels_avx512.c, quant_*_avx512.c): set by ci_backend_cpu_new, 1 on AMD CPUs (measured faster
