@@ -8,7 +8,7 @@
  *     prints the generated text (streamed, complete UTF-8 only), or the ids with --ids;
  *     without --model it runs the embedded demo model (models/demo), as serve and chat do
  *   cinfer inspect  --model DIR      (opens the model on the CPU; says what a CUDA run needs)
- *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]
+ *   cinfer bench    --model DIR [--prompt-len N] [--gen N] [--depth N] [--batch N] [--reps N] [--threads N]
  *   cinfer make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N] [--threads N]
  *   cinfer perplexity --model DIR --file F [--window N] [--max-tokens N]
  *   logits, generate, bench, perplexity (and chat, serve) also take --device cpu|cuda|auto
@@ -53,7 +53,7 @@ static const char *USAGE =
     "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "              [--threads N] [--ids] [--stats] [--chat-template FILE]\n"
     "  inspect     --model DIR  (backend, and the device memory a CUDA run needs)\n"
-    "  bench       --model DIR [--prompt-len N] [--gen N] [--depth N] [--threads N]\n"
+    "  bench       --model DIR [--prompt-len N] [--gen N] [--depth N] [--batch N] [--reps N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "              [--threads N]   (fill threads, default all CPUs; same file for any N)\n"
     "  perplexity  --model DIR --file F [--window N] [--max-tokens N] [--threads N]\n"
@@ -589,6 +589,15 @@ done:
     return rc;
 }
 
+/* The median of v[0, n) (n <= 100; the upper one of the two middle values when n is even). */
+static double median_of(const double *v, int n) {
+    double w[100];
+    memcpy(w, v, (size_t)n * sizeof *w);
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && w[b - 1] > w[b]; b--) { double t = w[b]; w[b] = w[b - 1]; w[b - 1] = t; }
+    return w[n / 2];
+}
+
 /* bench: one session of depth + prompt-len + gen tokens. --depth N random tokens are
  * prefilled first (untimed; decode at a long context, as llama-bench's -d), then
  * --prompt-len random tokens are timed as one prefill, then --gen decode steps, after an
@@ -599,20 +608,22 @@ done:
  * ci_forward_argmax fed its own token (4 bytes come back per step, not the logits); the
  * device line is a device-to-device copy probe. --batch N then also times batched greedy
  * decode of N sequences (bench_batch) in the same run and prints its line and its ratio to
- * the single-sequence decode line. */
+ * the single-sequence decode line. --reps N times the prefill and the decode N times (a reset
+ * before each) and reports the median run. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
                   {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--batch", 1, 0, 0},
-                  {0, 0, 0, 0} };
+                  {"--reps", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("bench", fl, "--model", &rc);
     if (rc) return rc;
-    long long pl = 128, gen = 32, depth = 0, nb = 0;
+    long long pl = 128, gen = 32, depth = 0, nb = 0, reps = 1;
     if (find_flag(fl, "--prompt-len")->seen && parse_long("bench", "--prompt-len", find_flag(fl, "--prompt-len")->value, 1, 1 << 20, &pl)) return 2;
     if (find_flag(fl, "--gen")->seen && parse_long("bench", "--gen", find_flag(fl, "--gen")->value, 1, 1 << 20, &gen)) return 2;
     if (find_flag(fl, "--depth")->seen && parse_long("bench", "--depth", find_flag(fl, "--depth")->value, 0, 1 << 24, &depth)) return 2;
     if (find_flag(fl, "--batch")->seen && parse_long("bench", "--batch", find_flag(fl, "--batch")->value, 1, 256, &nb)) return 2;
+    if (find_flag(fl, "--reps")->seen && parse_long("bench", "--reps", find_flag(fl, "--reps")->value, 1, 100, &reps)) return 2;
     ci_model_opts mo;
     if ((rc = device_opts("bench", fl, &mo))) return rc;
     ci_model *m = NULL;
@@ -646,26 +657,35 @@ static int cmd_bench(int argc, char **argv) {
             if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
         tok = ids[0];
     }
-    ci_session_reset(s);
-    if (depth > 0) {
-        int drc = on_dev ? ci_forward_argmax(s, ids + pl, (int)depth, &next, err, sizeof err)
-                         : ci_forward(s, ids + pl, (int)depth, lg, 0, err, sizeof err);
-        if (drc) { rc = die(1, "%s", err); goto done; }
+    /* reps runs of (reset, depth, timed prefill, timed decode); each line reports the run whose
+     * tok/s is the median of the runs (a shared machine's noise comes and goes between them) */
+    double rp[100], rd[100], rcp[100], rcd[100];
+    for (int rep = 0; rep < reps; rep++) {
+        ci_session_reset(s);
+        if (depth > 0) {
+            int drc = on_dev ? ci_forward_argmax(s, ids + pl, (int)depth, &next, err, sizeof err)
+                             : ci_forward(s, ids + pl, (int)depth, lg, 0, err, sizeof err);
+            if (drc) { rc = die(1, "%s", err); goto done; }
+        }
+        double t0 = now(), c0 = cpu_now();
+        int prc = on_dev ? ci_forward_argmax(s, ids, (int)pl, &tok, err, sizeof err) : ci_forward(s, ids, (int)pl, lg, 0, err, sizeof err);
+        if (prc) { rc = die(1, "%s", err); goto done; }
+        rp[rep] = now() - t0;
+        rcp[rep] = cpu_now() - c0;
+        if (!on_dev) tok = ids[0];
+        t0 = now();
+        c0 = cpu_now();
+        for (int k = 0; k < gen; k++) {
+            if (on_dev) {
+                if (ci_forward_argmax(s, &tok, 1, &next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+                tok = next;
+            } else if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
+        }
+        rd[rep] = now() - t0;
+        rcd[rep] = cpu_now() - c0;
     }
-    double t0 = now(), c0 = cpu_now();
-    int prc = on_dev ? ci_forward_argmax(s, ids, (int)pl, &tok, err, sizeof err) : ci_forward(s, ids, (int)pl, lg, 0, err, sizeof err);
-    if (prc) { rc = die(1, "%s", err); goto done; }
-    double tp = now() - t0, cp = cpu_now() - c0;
-    if (!on_dev) tok = ids[0];
-    t0 = now();
-    c0 = cpu_now();
-    for (int k = 0; k < gen; k++) {
-        if (on_dev) {
-            if (ci_forward_argmax(s, &tok, 1, &next, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
-            tok = next;
-        } else if (ci_forward(s, &tok, 1, lg, 0, err, sizeof err)) { rc = die(1, "%s", err); goto done; }
-    }
-    double td = now() - t0, cd = cpu_now() - c0;
+    const double tp = median_of(rp, (int)reps), cp = median_of(rcp, (int)reps);
+    const double td = median_of(rd, (int)reps), cd = median_of(rcd, (int)reps);
     double dec = gen / td;
     /* The probe's 2 GiB come after the session's memory is given back. */
     ci_session_free(s);
@@ -685,6 +705,13 @@ static int cmd_bench(int argc, char **argv) {
         printf("decode batch %lld tokens in %.3f s = %.2f tok/s (%lld sequences x %lld steps)\n", nb * gen, tb, bdec, nb,
                gen);
         printf("batch gain   %.2fx the single-sequence decode tok/s\n", bdec / dec);
+    }
+    if (reps > 1) {
+        printf("reps         %lld runs, prefill tok/s", reps);
+        for (int k = 0; k < reps; k++) printf(" %.1f", pl / rp[k]);
+        printf(", decode tok/s");
+        for (int k = 0; k < reps; k++) printf(" %.2f", gen / rd[k]);
+        printf(" (the lines above: the medians)\n");
     }
     printf("weights/tok  %.1f MiB read per decoded token\n", i.decode_bytes / 1048576.0);
     double dgbs = i.decode_bytes * dec / 1e9;

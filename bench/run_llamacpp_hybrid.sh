@@ -13,10 +13,12 @@
 #   PY      a python3 with numpy (the GGUF writer only)
 #   WHICH   names from the list above (default: all three)
 #   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
+#   REPS    cinfer bench --reps (default 2, as llama-bench's -r 2 here; 1 leaves the flag out, for
+#           a BEFORE binary older than it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${DIR:-/tmp/hyb} LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-}
-ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3} GEN=${GEN:-32} PROMPT=${PROMPT:-128}
+ROUNDS=${ROUNDS:-2} REPS=${REPS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3} GEN=${GEN:-32} PROMPT=${PROMPT:-128}
 WHICH=${WHICH:-"lfm2-8b-a1b-8l qwen3.5-35b-a3b-4l nemotron-3-nano-30b-a3b-6l"}
 spec() { case $1 in
   lfm2-8b-a1b-8l) echo "bench/lfm2-8b-a1b.config.json 8" ;;
@@ -30,9 +32,10 @@ for m in $WHICH; do
 done
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
 echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
+reps_arg=(); [ "$REPS" -gt 1 ] && reps_arg=(--reps "$REPS")
 cin() { # label binary model threads [flags]
   echo "== round $r threads $4 $1 (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$2" bench --model "$3" --prompt-len "$PROMPT" --gen "$GEN" --threads "$4" ${5:-} 2>&1 | grep -Ei "^prefill|^decode|weights|machine"
+  "$2" bench --model "$3" --prompt-len "$PROMPT" --gen "$GEN" --threads "$4" "${reps_arg[@]}" ${5:-} 2>&1 | grep -Ei "^prefill|^decode|^reps|weights|machine"
 }
 for r in $(seq "$ROUNDS"); do
   for t in $THREADS; do
