@@ -28,6 +28,7 @@
 #include "cmd_serve.h"
 #include "cmd_template.h"
 #include "cmd_text.h"
+#include "backend/backend.h"
 #include "core/threads.h"
 #include "models/probe.h"
 #include "models/random.h"
@@ -729,6 +730,9 @@ static int cmd_bench(int argc, char **argv) {
         /* on a shared machine, with one thread, tokens / CPU time is what an idle core gives */
         printf("cpu time     prefill %.3f s (%.1f tok/s), decode %.3f s (%.2f tok/s): the process's CPU time, all threads\n",
                cp, pl / cp, cd, gen / cd);
+        const int nt = ci_backend_cpu_next_tile_bytes();
+        if (nt) printf("prefetch     16-bit decode tiles of rows up to %d bytes prefetch the next tile\n", nt);
+        else printf("prefetch     16-bit decode tiles prefetch each row ahead\n");
         printf("machine      %.2f GB/s read bandwidth (2 GiB summed by all threads with the widest loads, best of 5)\n", measure_read_gbs((int)th));
     }
 done:

@@ -562,6 +562,14 @@ typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_IS
  * on CPUs with AVX512-BF16. NULL on failure (an ISA the CPU lacks). */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
+/* Measures, once per process, which decode prefetch rule streams 16-bit weights faster on this
+ * machine (cpu.c says why; ~50 ms, 64 MiB) and keeps it: ci_model_open calls it for a CPU model
+ * with at least 256 MiB of 16-bit weights. Does nothing on non-AMD CPUs, with
+ * CINFER_CPU_PF_NEXT_TILE set, or after a first measurement. Prefetch only: results unchanged. */
+void ci_backend_cpu_tune(ci_backend *be);
+/* The longest 16-bit row in bytes whose decode tiles prefetch the next tile (0: none). */
+int ci_backend_cpu_next_tile_bytes(void);
+
 /* A CPU backend's MLX affine 4- and 8-bit matrices dotted with the activations rounded to
  * int16 per block of 32 columns (ci_model_opts.int16_act; what it computes is stated in
  * src/backend/cpu/quant_i16_avx512.c). Takes effect on an AVX-512 backend (vpdpwssd where

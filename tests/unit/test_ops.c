@@ -480,6 +480,53 @@ static void test_prefetch_rule_invariant(void) {
     free(saved);
 }
 
+/* ci_backend_cpu_tune (the 16-bit prefetch rule measured once per process): what it leaves is
+ * one of the rule's three settings (0 on CPUs that are not AMD, where it measures nothing); a
+ * bf16 decode gives the same bits before and after it; with CINFER_CPU_PF_NEXT_TILE set it
+ * measures nothing and the variable's setting stands, and a backend made later keeps it. */
+static void test_cpu_tune(void) {
+    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE");
+    char *saved = old ? strdup(old) : NULL;
+    wmat w = make_w(45, 2048, CI_BF16, CI_F32, 0, 0);
+    float *x = rnd_vec(2048, -1, 1), *y0 = calloc(45, 4), *y1 = calloc(45, 4);
+    setenv("CINFER_CPU_PF_NEXT_TILE", "1", 1);
+    ci_backend *be = ci_backend_cpu_new(1, CI_ISA_AUTO);
+    CHECK(be, "backend");
+    if (be) {
+        const int before = ci_backend_cpu_next_tile_bytes();
+        ci_backend_cpu_tune(be);
+        CHECK(ci_backend_cpu_next_tile_bytes() == before, "tune with CINFER_CPU_PF_NEXT_TILE=1 moved the rule %d -> %d",
+              before, ci_backend_cpu_next_tile_bytes());
+        be->free(be);
+    }
+    unsetenv("CINFER_CPU_PF_NEXT_TILE");
+    be = ci_backend_cpu_new(1, CI_ISA_AUTO);
+    CHECK(be, "backend");
+    if (be) {
+        be->matmul(be, y0, x, 1, &w.m);
+        ci_backend_cpu_tune(be);
+        const int nt = ci_backend_cpu_next_tile_bytes();
+        CHECK(nt == 0 || nt == 2048 || nt == 4096, "tune left %d bytes", nt);
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        if (!__builtin_cpu_is("amd")) CHECK(nt == 0, "tune on a CPU that is not AMD left %d bytes", nt);
+#endif
+        be->matmul(be, y1, x, 1, &w.m);
+        CHECK(memcmp(y0, y1, 45 * 4) == 0, "the decode's bits moved with the tuned rule (%d bytes)", nt);
+        be->free(be);
+        ci_backend *b2 = ci_backend_cpu_new(2, CI_ISA_AUTO);
+        CHECK(b2 && ci_backend_cpu_next_tile_bytes() == nt, "a later backend reset the measured rule %d -> %d", nt,
+              ci_backend_cpu_next_tile_bytes());
+        if (b2) b2->free(b2);
+    }
+    free(x);
+    free(y0);
+    free(y1);
+    free_w(&w);
+    if (saved) setenv("CINFER_CPU_PF_NEXT_TILE", saved, 1);
+    free(saved);
+}
+
 /* A larger prefill through the pack path: K spans several KC chunks, rows several blocks. */
 static void test_matmul_prefill_large(void) {
     for (int ii = 0; ii < n_isas; ii++) {
@@ -754,6 +801,7 @@ int main(void) {
     TEST_RUN(test_row_views);
     TEST_RUN(test_threads_invariant);
     TEST_RUN(test_prefetch_rule_invariant);
+    TEST_RUN(test_cpu_tune);
     TEST_RUN(test_matmul_prefill_large);
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_rope);

@@ -150,6 +150,8 @@ typedef struct {
 _Thread_local int cpu_pf_dist = 1024;
 _Thread_local int cpu_tile_hot;
 int cpu_pf_next_tile;
+int cpu_pf_next16;
+static int pf_next16_set;   /* CINFER_CPU_PF_NEXT_TILE given: ci_backend_cpu_tune leaves it */
 /* 16-bit weights, and 4-bit ones in split order, with at most this many token rows take the
  * decode tiles (CPU_TILE_T tokens a pass over a row tile, its weights from L1 after the first)
  * instead of the prefill's blocks, whose per-chunk conversion (unpacking) of the weights to f32
@@ -1143,6 +1145,61 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
     return &cpu_qkernels_scalar;
 }
 
+/* ---- the 16-bit decode prefetch rule, measured ---------------------------------------------
+ *
+ * On AMD CPUs a decode tile of short rows (up to 4 KiB) prefetches the next tile in byte order
+ * (kernels_avx512.c). On the 2-vCPU Zen 5 development VM that was 15-35% faster than the per-row
+ * distance on one host (2026-12-04, twentieth session) and 25-35% slower on another host of the
+ * same CPU model (2026-12-04, twenty-sixth session: LFM2-8B-A1B dims decode 19-20 -> 25.6-27
+ * tok/s with the rule off; bench/RESULTS.md). So a model that streams enough 16-bit weights
+ * measures it once: bf16 matrices of 1024 and 2048 columns (4 x 16 MiB, rotated, so from memory)
+ * decoded with and without the rule, alternating, best of three; each row length keeps the rule
+ * unless it is more than 5% slower. Prefetch only: no result depends on it. */
+int cpu_pf_tuned;
+
+static double tune_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void ci_backend_cpu_tune(ci_backend *be) {
+    if (!be || be->is_device || pf_next16_set || cpu_pf_tuned || !cpu_pf_next_tile) return;
+    enum { COPIES = 4, MIB16 = 16 << 20 };
+    uint16_t *buf = aligned_alloc(64, (size_t)COPIES * MIB16);
+    float *x = calloc(2048, sizeof *x), *y = malloc(8192 * sizeof *y);
+    if (buf && x && y) {
+        memset(buf, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
+        int keep[2];
+        for (int c = 0; c < 2; c++) {
+            const int64_t cols = c ? 1024 : 2048;
+            ci_mat W = { .dtype = CI_BF16, .rows = MIB16 / (2 * cols), .cols = cols };
+            double best[2] = { 1e30, 1e30 };
+            for (int round = 0; round < 3; round++)
+                for (int on = 1; on >= 0; on--) {
+                    cpu_pf_next16 = on ? 4096 : 0;
+                    double t = tune_now();
+                    for (int k = 0; k < COPIES; k++) {
+                        W.data = (const char *)buf + (size_t)k * MIB16;
+                        be->matmul(be, y, x, 1, &W);
+                    }
+                    t = tune_now() - t;
+                    if (t < best[on]) best[on] = t;
+                }
+            keep[c] = best[1] <= 1.05 * best[0];
+        }
+        cpu_pf_next16 = keep[1] ? (keep[0] ? 4096 : 2048) : 0;
+        cpu_pf_tuned = 1;
+    } else {
+        cpu_pf_next16 = 4096;
+    }
+    free(buf);
+    free(x);
+    free(y);
+}
+
+int ci_backend_cpu_next_tile_bytes(void) { return cpu_pf_next16; }
+
 int ci_backend_cpu_int16_act(ci_backend *be) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
@@ -1219,7 +1276,9 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     __builtin_cpu_init();
     amd = __builtin_cpu_is("amd");
 #endif
-    cpu_pf_next_tile = nt && (!strcmp(nt, "0") || !strcmp(nt, "1")) ? nt[0] == '1' : amd;
+    pf_next16_set = nt && (!strcmp(nt, "0") || !strcmp(nt, "1"));
+    cpu_pf_next_tile = pf_next16_set ? nt[0] == '1' : amd;
+    if (!cpu_pf_tuned || pf_next16_set) cpu_pf_next16 = cpu_pf_next_tile ? 4096 : 0;   /* a measurement stays */
     const char *rs = getenv("CINFER_CPU_ROWS_N");
     const int rn = rs ? atoi(rs) : 0;
     if (rn >= CPU_TILE_T && rn <= 4096) cpu_rows_max_n = rn;

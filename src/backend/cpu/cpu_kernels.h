@@ -43,6 +43,11 @@ extern _Thread_local int cpu_tile_hot;
  * on the Zen 5), 0 elsewhere (level or slower on the Xeon of the GPU box, bench/RESULTS.md);
  * CINFER_CPU_PF_NEXT_TILE=0|1 overrides it. Prefetch only: no result depends on it. */
 extern int cpu_pf_next_tile;
+/* The same rule for the 16-bit (bf16 / f16 / fp8) tiles, as the longest row in bytes that takes
+ * it (0: none; kernels_avx512.c's PF_NEXT_TILE_MAX): 4096 on AMD CPUs, 0 elsewhere, until
+ * ci_backend_cpu_tune measures it (cpu.c: on the same Zen 5 model it was 15-35% faster on one
+ * host and 35% slower on another); CINFER_CPU_PF_NEXT_TILE=0|1 sets it (0 / 4096) untuned. */
+extern int cpu_pf_next16;
 
 typedef struct {
     const char *name;

@@ -118,7 +118,7 @@ static inline TGT vf vexp(vf x) {
  * at 16 threads and 4-8% slower at 4 on the Qwen3-30B-A3B dims in four of six pairs, so Intel keeps
  * the distance rule. */
 #ifndef PF_NEXT_TILE_MAX
-#define PF_NEXT_TILE_MAX (cpu_pf_next_tile ? 4096 : 0)
+#define PF_NEXT_TILE_MAX ((size_t)cpu_pf_next16)   /* 4096 or what ci_backend_cpu_tune measured (cpu.c) */
 #endif
 #ifndef PF_NT_HINT
 #define PF_NT_HINT 3
