@@ -563,8 +563,8 @@ typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_IS
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* Measures, once per process, which decode prefetch rule streams 16-bit weights faster on this
- * machine (cpu.c says why; ~50 ms, 64 MiB) and keeps it: ci_model_open calls it for a CPU model
- * with at least 256 MiB of 16-bit weights. Does nothing on non-AMD CPUs, with
+ * machine (cpu.c says why; ~0.5 s, 512 MiB streamed) and keeps it: ci_model_open calls it for a
+ * CPU model with at least 1 GiB of 16-bit weights. Does nothing on non-AMD CPUs, with
  * CINFER_CPU_PF_NEXT_TILE set, or after a first measurement. Prefetch only: results unchanged. */
 void ci_backend_cpu_tune(ci_backend *be);
 /* The longest 16-bit row in bytes whose decode tiles prefetch the next tile (0: none). */

@@ -106,7 +106,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
         if (weights_in(m, opts, err, errlen) || m->family->ops->load(m, err, errlen)) goto fail;
     }
     /* a CPU model that streams enough 16-bit weights to care: the backend measures its prefetch rule */
-    if (!m->be->is_device && m->bytes_by_dtype[CI_BF16] + m->bytes_by_dtype[CI_F16] >= ((size_t)256 << 20))
+    if (!m->be->is_device && m->bytes_by_dtype[CI_BF16] + m->bytes_by_dtype[CI_F16] >= ((size_t)1 << 30))
         ci_backend_cpu_tune(m->be);
     *out = m;
     return 0;

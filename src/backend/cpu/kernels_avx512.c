@@ -109,14 +109,16 @@ static inline TGT vf vexp(vf x) {
 #ifndef PF_DIST
 #define PF_DIST cpu_pf_dist
 #endif
-/* On AMD CPUs (cpu_pf_next_tile) rows of up to 4 KiB prefetch the next tile in byte order instead,
+/* On AMD CPUs (cpu_pf_next16: 4096, or what ci_backend_cpu_tune measured on this machine, cpu.c)
+ * rows of up to 4 KiB prefetch the next tile in byte order instead,
  * every line of it, into L1: a tile of short rows is one contiguous stretch (4 rows) and the next
  * tile the stretch after it, so the tile's four streams become one run of lines ahead. bench/gemv_cpu.c on the Zen 5
  * (2026-12-04, stream from DRAM, GB/s): 1024-column bf16 rows one thread 26-28 -> 33-38, two
  * threads 36-45 -> 42-61; 2048-column rows 31 -> 36, 38 -> 46-50; 3072-column rows (6 KiB) level
  * either way, so they keep the distance rule. On the GPU box's Intel Xeon the same change was level
  * at 16 threads and 4-8% slower at 4 on the Qwen3-30B-A3B dims in four of six pairs, so Intel keeps
- * the distance rule. */
+ * the distance rule. On another host of the same Zen 5 model (2026-12-04, twenty-sixth session) the
+ * rule made 2048-column rows 35% slower (20-24 against 27-34 GB/s), hence the measurement. */
 #ifndef PF_NEXT_TILE_MAX
 #define PF_NEXT_TILE_MAX ((size_t)cpu_pf_next16)   /* 4096 or what ci_backend_cpu_tune measured (cpu.c) */
 #endif
