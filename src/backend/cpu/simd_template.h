@@ -66,6 +66,18 @@ AI void xstore_part(float *p, vf v, int n) {
     memcpy(p, b, (size_t)n * sizeof(float));
 }
 
+/* One VL step of a tile: acc[t][r] += x_t[k, k + VL) · w_r, token by token. */
+AI void tile_step(const int T, vf w0, vf w1, vf w2, vf w3, const float *x, int64_t xs, int64_t k, vf acc[TMAX][4]) {
+    UNROLL(4)
+    for (int t = 0; t < T; t++) {
+        vf xv = vld(x + t * xs + k);
+        acc[t][0] = vfma(w0, xv, acc[t][0]);
+        acc[t][1] = vfma(w1, xv, acc[t][1]);
+        acc[t][2] = vfma(w2, xv, acc[t][2]);
+        acc[t][3] = vfma(w3, xv, acc[t][3]);
+    }
+}
+
 /* acc[t][r] += x_t · w_r over columns [c0, c1). fp8 weights are multiplied by mult[r]
  * (block scale * 2^8) right after conversion, so one tile covers one column block. */
 AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0, int64_t c1, const float *x,
@@ -102,14 +114,7 @@ AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0
             w0 = vmul(w0, mult[0]); w1 = vmul(w1, mult[1]);
             w2 = vmul(w2, mult[2]); w3 = vmul(w3, mult[3]);
         }
-        UNROLL(4)
-        for (int t = 0; t < T; t++) {
-            vf xv = vld(x + t * xs + k);
-            acc[t][0] = vfma(w0, xv, acc[t][0]);
-            acc[t][1] = vfma(w1, xv, acc[t][1]);
-            acc[t][2] = vfma(w2, xv, acc[t][2]);
-            acc[t][3] = vfma(w3, xv, acc[t][3]);
-        }
+        tile_step(T, w0, w1, w2, w3, x, xs, k, acc);
     }
     if (k < c1) {
         int n = (int)(c1 - k);
@@ -147,14 +152,7 @@ AI void hot_span(const int T, const int dt, const void *const wr[4], int64_t c0,
         }
         vf w0 = wload(dt, wr[0], k), w1 = wload(dt, wr[1], k);
         vf w2 = wload(dt, wr[2], k), w3 = wload(dt, wr[3], k);
-        UNROLL(4)
-        for (int t = 0; t < T; t++) {
-            vf xv = vld(x + t * xs + k);
-            acc[t][0] = vfma(w0, xv, acc[t][0]);
-            acc[t][1] = vfma(w1, xv, acc[t][1]);
-            acc[t][2] = vfma(w2, xv, acc[t][2]);
-            acc[t][3] = vfma(w3, xv, acc[t][3]);
-        }
+        tile_step(T, w0, w1, w2, w3, x, xs, k, acc);
     }
     if (k < c1) tile_span(T, dt, wr, k, c1, x, xs, NULL, acc, 0);
 }
