@@ -145,7 +145,7 @@ AI void hot_span(const int T, const int dt, const void *const wr[4], int64_t c0,
                  int64_t xs, vf acc[TMAX][4], size_t rowb) {
     int64_t k = c0;
     for (; k + VL <= c1; k += VL) {
-        if (dt != CI_F32 && PF_NEXT_TILE_MAX && rowb <= PF_NEXT_TILE_MAX) {
+        if (PF_NEXT_TILE_MAX && dt != CI_F32 && rowb <= PF_NEXT_TILE_MAX) {
             const size_t nb = 4 * (size_t)k * dt_size(dt), step = 4 * VL * dt_size(dt);
             for (size_t o = (nb + 63) & ~(size_t)63; o < nb + step; o += 64)
                 __builtin_prefetch((const char *)wr[0] + 4 * rowb + o, 0, PF_NT_HINT);
