@@ -1155,9 +1155,9 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
  * measures it once: bf16 matrices of 1024 and 2048 columns (32 x 16 MiB, rotated: with 4 x 16 MiB
  * the copies came partly from the VM's cache and both rules read 35-38 GB/s, where the model's
  * weights read 20-24 with the rule and 27-34 without) decoded with and without the rule,
- * alternating, best of three (~0.5 s); each row length keeps the rule
- * unless it is more than 5% slower (CINFER_CPU_TUNE_LOG prints the rates to stderr). Prefetch only: no result depends on it. */
-int cpu_pf_tuned;
+ * alternating, best of three (~0.5 s); each row length keeps the rule unless it is more than 5%
+ * slower (CINFER_CPU_TUNE_LOG prints the rates to stderr). Prefetch only: no result depends on it. */
+static int cpu_pf_tuned;   /* measured: later backends keep cpu_pf_next16 */
 
 static double tune_now(void) {
     struct timespec ts;
