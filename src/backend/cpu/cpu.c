@@ -1196,9 +1196,7 @@ void ci_backend_cpu_tune(ci_backend *be) {
         }
         cpu_pf_next16 = keep[1] ? (keep[0] ? 4096 : 2048) : 0;
         cpu_pf_tuned = 1;
-    } else {
-        cpu_pf_next16 = 4096;
-    }
+    }   /* else (no memory for it) the AMD default ci_backend_cpu_new set stays */
     free(buf);
     free(x);
     free(y);

@@ -78,6 +78,15 @@ AI void tile_step(const int T, vf w0, vf w1, vf w2, vf w3, const float *x, int64
     }
 }
 
+/* The next-tile rule's prefetch for the step at column k of a tile of rows of rowb bytes from w0:
+ * every line of the next tile (rows 4..7 below w0, contiguous in a decode item) whose start falls
+ * in this step's share of it (4 · VL weights). */
+AI void pf_next_tile(const int dt, const void *w0, int64_t k, size_t rowb) {
+    const size_t nb = 4 * (size_t)k * dt_size(dt), step = 4 * VL * dt_size(dt);
+    for (size_t o = (nb + 63) & ~(size_t)63; o < nb + step; o += 64)
+        __builtin_prefetch((const char *)w0 + 4 * rowb + o, 0, PF_NT_HINT);
+}
+
 /* acc[t][r] += x_t · w_r over columns [c0, c1). fp8 weights are multiplied by mult[r]
  * (block scale * 2^8) right after conversion, so one tile covers one column block. */
 AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0, int64_t c1, const float *x,
@@ -100,9 +109,7 @@ AI void tile_span(const int T, const int dt, const void *const wr[4], int64_t c0
              * byte order, every line whose start falls in this step's share of it (4 · VL
              * weights: one line a step for AVX2's bf16, two for AVX-512's, where the first
              * form's one a step left every other line to the hardware) */
-            const size_t nb = 4 * (size_t)k * dt_size(dt), step = 4 * VL * dt_size(dt);
-            for (size_t o = (nb + 63) & ~(size_t)63; o < nb + step; o += 64)
-                __builtin_prefetch((const char *)wr[0] + 4 * rowb + o, 0, PF_NT_HINT);
+            pf_next_tile(dt, wr[0], k, rowb);
         } else if ((((size_t)k * dt_size(dt)) & 63) < VL * dt_size(dt)) {
             size_t off = (size_t)k * dt_size(dt) + PF_DIST;
             if (off >= rowb) off += 3 * rowb;
@@ -145,11 +152,7 @@ AI void hot_span(const int T, const int dt, const void *const wr[4], int64_t c0,
                  int64_t xs, vf acc[TMAX][4], size_t rowb) {
     int64_t k = c0;
     for (; k + VL <= c1; k += VL) {
-        if (PF_NEXT_TILE_MAX && dt != CI_F32 && rowb <= PF_NEXT_TILE_MAX) {
-            const size_t nb = 4 * (size_t)k * dt_size(dt), step = 4 * VL * dt_size(dt);
-            for (size_t o = (nb + 63) & ~(size_t)63; o < nb + step; o += 64)
-                __builtin_prefetch((const char *)wr[0] + 4 * rowb + o, 0, PF_NT_HINT);
-        }
+        if (PF_NEXT_TILE_MAX && dt != CI_F32 && rowb <= PF_NEXT_TILE_MAX) pf_next_tile(dt, wr[0], k, rowb);
         vf w0 = wload(dt, wr[0], k), w1 = wload(dt, wr[1], k);
         vf w2 = wload(dt, wr[2], k), w3 = wload(dt, wr[3], k);
         tile_step(T, w0, w1, w2, w3, x, xs, k, acc);
