@@ -552,6 +552,15 @@ typedef struct ci_backend {
      * free it with; the backend's free() calls it. NULL on the CPU (free() frees its own). */
     void (*pool_free)(ci_pool *pool);
     size_t mem_free, mem_total;  /* device memory at creation (bytes); 0 on the CPU */
+
+    /* ---- tensor parallel: the ranks of one model meet here (src/parallel/comm.h) --------
+     * NULL until the backend joins a communicator (ci_backend_cpu_join: the ranks are threads
+     * of this process). all_reduce: x[count] <- the sum over the ranks of their x, in rank
+     * order (every rank gets the same bits). It fails (status) when the communicator was
+     * aborted, and a backend already failed aborts it, so no rank waits for one that stopped. */
+    void (*all_reduce)(struct ci_backend *be, float *x, int64_t count);
+    struct ci_comm *comm;
+    int rank, world;        /* this backend's rank of world (0, 0 without a communicator) */
 } ci_backend;
 
 typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
@@ -569,6 +578,10 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 void ci_backend_cpu_tune(ci_backend *be);
 /* The longest 16-bit row in bytes whose decode tiles prefetch the next tile (0: none). */
 int ci_backend_cpu_next_tile_bytes(void);
+
+/* Joins a CPU backend to communicator c as rank `rank` (0 <= rank < ci_comm_world(c)): sets
+ * all_reduce, comm, rank and world. */
+void ci_backend_cpu_join(ci_backend *be, struct ci_comm *c, int rank);
 
 /* A CPU backend's MLX affine 4- and 8-bit matrices dotted with the activations rounded to
  * int16 per block of 32 columns (ci_model_opts.int16_act; what it computes is stated in

@@ -42,6 +42,7 @@
  * order backend.h gives, and attention_pos is attention with per-row key counts, so the
  * boundary costs the CPU neither bits nor speed (tests/unit/test_backend_ops.c). */
 #include "cpu_kernels.h"
+#include "../../parallel/comm.h"
 #include <stdio.h>
 #include <math.h>
 #include <pthread.h>
@@ -960,6 +961,28 @@ void cpu_fail(ci_backend *be, const char *msg) {
     if (cpu(be)->failed) return;
     cpu(be)->failed = 1;
     snprintf(be->last_error, sizeof be->last_error, "%s", msg);
+}
+
+/* The ranks' sum; a rank whose ops failed stops the others instead of leaving them waiting. */
+static void cpu_all_reduce(ci_backend *be, float *x, int64_t count) {
+    if (cpu(be)->failed) {
+        ci_comm_abort(be->comm, be->rank, be->last_error);
+        return;
+    }
+    if (ci_comm_all_reduce(be->comm, be->rank, x, (size_t)count)) {
+        char why[200];
+        ci_comm_error(be->comm, why, sizeof why);
+        char msg[240];
+        snprintf(msg, sizeof msg, "tensor parallel: %s", why);
+        cpu_fail(be, msg);
+    }
+}
+
+void ci_backend_cpu_join(ci_backend *be, struct ci_comm *c, int rank) {
+    be->comm = c;
+    be->rank = rank;
+    be->world = ci_comm_world(c);
+    be->all_reduce = cpu_all_reduce;
 }
 
 static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,

@@ -1,0 +1,83 @@
+/* shard.c — see shard.h. */
+#include "shard.h"
+#include "../core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+int shd_split(int64_t n, int64_t unit, int parts, int rank, shd_range *r) {
+    if (n < 0 || unit < 1 || parts < 1 || rank < 0 || rank >= parts || n % unit || (n / unit) % parts) return -1;
+    const int64_t per = n / parts;
+    r->lo = per * rank;
+    r->hi = r->lo + per;
+    return 0;
+}
+
+int shd_gqa(int n_heads, int n_kv, int tp, int rank, shd_range *q, shd_range *kv, const char *what, char *err,
+            size_t errlen) {
+    if (n_kv < 1 || n_heads % n_kv || shd_split(n_heads, 1, tp, rank, q))
+        return ci_err(err, errlen, "%s: %d attention heads do not split over %d ranks (the ranks must divide them)",
+                      what, n_heads, tp);
+    if (n_kv % tp == 0) return shd_split(n_kv, 1, tp, rank, kv);
+    if (tp % n_kv)
+        return ci_err(err, errlen, "%s: %d key/value heads do not split over %d ranks (one must divide the other)",
+                      what, n_kv, tp);
+    const int64_t g = n_heads / n_kv;   /* queries per key head: a rank's all read the same one */
+    kv->lo = q->lo / g;
+    kv->hi = kv->lo + 1;
+    return 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) { int64_t t = a % b; a = b; b = t; }
+    return a;
+}
+
+int64_t shd_unit(const ci_mat *W, int cols, int64_t unit) {
+    int64_t q = 1;
+    if (cols && W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) q = W->block;
+    if (cols && W->dtype == CI_U32 && W->scale) q = ((const ci_qdesc *)W->scale)->group;
+    return unit / gcd64(unit, q) * q;
+}
+
+void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out) {
+    *out = *W;
+    out->rows = hi - lo;
+    if (!W->data) return;
+    size_t row_bytes = W->dtype == CI_U32 ? (size_t)W->cols * (size_t)((const ci_qdesc *)W->scale)->bits / 8
+                                          : (size_t)W->cols * ci_dtype_size(W->dtype);
+    out->data = (const char *)W->data + (size_t)lo * row_bytes;
+    if (W->dtype == CI_U32 || (W->dtype == CI_F8_E4M3 && W->scale)) out->scale_row0 = W->scale_row0 + lo;
+}
+
+int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, void **owned, void **owned_scale, const char *what,
+             char *err, size_t errlen) {
+    *owned = *owned_scale = NULL;
+    *out = *W;
+    if (W->dtype == CI_U32)
+        return ci_err(err, errlen, "%s: MLX-quantized columns do not split across ranks yet", what);
+    if (lo < 0 || hi > W->cols || lo >= hi || lo % shd_unit(W, 1, 1) || (hi % shd_unit(W, 1, 1) && hi != W->cols))
+        return ci_err(err, errlen, "%s: columns [%lld, %lld) of %lld are not a whole part of its blocks", what,
+                      (long long)lo, (long long)hi, (long long)W->cols);
+    out->cols = hi - lo;
+    if (!W->data) return 0;
+    const size_t es = ci_dtype_size(W->dtype), w = (size_t)(hi - lo) * es;
+    char *d = malloc((size_t)W->rows * w + 1);
+    if (!d) return ci_err(err, errlen, "%s: out of memory for a rank's columns", what);
+    for (int64_t r = 0; r < W->rows; r++)
+        memcpy(d + (size_t)r * w, (const char *)W->data + ((size_t)r * (size_t)W->cols + (size_t)lo) * es, w);
+    *owned = d;
+    out->data = d;
+    if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
+        /* every grid row the view reaches (scale_row0 kept), the blocks of [lo, hi) */
+        const int64_t B = W->block, gc = (W->cols + B - 1) / B, c0 = lo / B, c1 = (hi + B - 1) / B;
+        const int64_t gr = (W->scale_row0 + W->rows + B - 1) / B;
+        const size_t ss = ci_dtype_size(W->scale_dtype), sw = (size_t)(c1 - c0) * ss;
+        char *s = malloc((size_t)gr * sw + 1);
+        if (!s) { free(d); *owned = NULL; return ci_err(err, errlen, "%s: out of memory for a rank's columns", what); }
+        for (int64_t r = 0; r < gr; r++)
+            memcpy(s + (size_t)r * sw, (const char *)W->scale + ((size_t)r * (size_t)gc + (size_t)c0) * ss, sw);
+        *owned_scale = s;
+        out->scale = s;
+    }
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* shard.h — which part of a model each tensor-parallel rank holds, and the weight views of
+ * that part.
+ *
+ * The arithmetic (shd_split, shd_gqa, shd_experts) is family-free: a family's load asks it for
+ * its rank's heads, channels, intermediate columns or experts and narrows its bound weights to
+ * them with shd_rows (a view: rows [lo, hi), nothing copied) and shd_cols (columns [lo, hi),
+ * copied into memory the caller frees: a rank reads, and a device then holds, only its part).
+ * What is split, and where the ranks' parts meet again, is the blocks' business (src/nn):
+ *   attention: query heads split evenly, key / value heads with them (split when the ranks
+ *     divide them, else each rank holds the one its queries read); q/k/v rows, o_proj columns;
+ *   MLP (dense, a routed expert, a shared expert): the intermediate width split; gate / up
+ *     rows, down columns;
+ *   every split block ends in an all-reduce of its output (backend.h all_reduce), the
+ *     residual added by rank 0 only;
+ *   replicated: embeddings, norms, routers, the head.
+ * Errors name the family, the tensor or quantity, the rank count and what would divide. */
+#ifndef CI_SHARD_H
+#define CI_SHARD_H
+#include "../backend/backend.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct { int64_t lo, hi; } shd_range;
+
+/* Rank `rank` of `parts` takes [lo, hi) of n items in whole units of `unit` items (heads of
+ * head_dim, fp8 blocks, ...): n / unit units split evenly. -1 when unit does not divide n or
+ * parts does not divide the units (nothing is split unevenly). */
+int shd_split(int64_t n, int64_t unit, int parts, int rank, shd_range *r);
+
+/* Grouped-query attention over tp ranks: rank's query heads *q (an even split of n_heads) and
+ * the key / value heads *kv they read (an even split of n_kv when tp divides it; one head
+ * shared by tp / n_kv ranks when n_kv divides tp). -1 with err otherwise (what names the
+ * family / layer in the message). */
+int shd_gqa(int n_heads, int n_kv, int tp, int rank, shd_range *q, shd_range *kv, const char *what, char *err,
+            size_t errlen);
+
+/* Columns of a split matrix must start on a quantization block: fp8 block-scale columns
+ * (W->block), MLX groups. The unit a split of W's columns (cols = 1) or rows (cols = 0)
+ * must keep whole, given the unit the model asks for (heads of hd, 1 column). */
+int64_t shd_unit(const ci_mat *W, int cols, int64_t unit);
+
+/* W's rows [lo, hi) as a view into the same data (fp8 and MLX views move scale_row0). */
+void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out);
+/* W's columns [lo, hi) as a new [rows, hi - lo] matrix in *owned (fp8: its block-scale columns
+ * too, in *owned_scale; both freed by the caller with free()). lo and hi on a block boundary
+ * (shd_unit). MLX-quantized matrices are refused (-1, err): their column split is not written. */
+int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, void **owned, void **owned_scale, const char *what,
+             char *err, size_t errlen);
+
+#endif
