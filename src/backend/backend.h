@@ -563,6 +563,11 @@ typedef struct ci_backend {
     int rank, world;        /* this backend's rank of world (0, 0 without a communicator) */
 } ci_backend;
 
+/* How a block of a tensor-parallel model ends (the src/nn blocks' tp_part): CI_TP_WHOLE, the
+ * block is whole on this rank (no collective); CI_TP_LEAD / CI_TP_REST, it holds a part on rank 0
+ * / another rank: its output is all-reduced over the ranks, the residual added on rank 0 only. */
+enum { CI_TP_WHOLE = 0, CI_TP_LEAD = 1, CI_TP_REST = 2 };
+
 typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
 
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;

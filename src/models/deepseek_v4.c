@@ -411,5 +411,5 @@ static const ci_family_ops v4_ops = {
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
-const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES };
+const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 0 };
 

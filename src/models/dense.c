@@ -12,6 +12,7 @@
 #include "../nn/ffn_block.h"
 #include "../nn/moe.h"
 #include "../nn/place.h"
+#include "../parallel/shard.h"
 #include "runner.h"
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +54,7 @@ typedef struct {
     const moe_block *any_moe;    /* first MoE block (for scratch sizing), or NULL */
     ci_mat *expert_mats;         /* owned array behind every layer's expert views */
     ci_mat *dev_expert_mats;     /* the same views placed (behind dev[l].moe) */
+    shd_kept kept;               /* a tensor-parallel rank's copies of its split columns */
     /* What forward reads: the weights above as the backend placed them (be->weight; the
      * same addresses on the CPU). The bound host views stay for record mode and tests. */
     dense_placed *dev;           /* [n_layers] */
@@ -97,6 +99,62 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
             if (l >= 0 && l < d->n_layers) sparse[l] = 0;
         }
     }
+    return 0;
+}
+
+/* A tensor-parallel rank (its backend joined a communicator of world > 1): every layer's
+ * bound views narrowed to its part (parallel/shard.h: its query heads and the key / value heads
+ * they read, its columns of the MLP and of every expert; the copies of split columns kept in
+ * d->kept), the dims the session sizes its buffers by made local. Embedding, norms, routers and
+ * the head stay whole. */
+static int shard_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank, part = R ? CI_TP_REST : CI_TP_LEAD;
+    const char *fam = m->family->name;
+    char what[160];
+    const int hd = d->hd;
+    shd_range q, kv, f = { 0, 0 };
+    snprintf(what, sizeof what, "%s: %d ranks", fam, W);
+    if (shd_gqa(d->n_heads, d->n_kv, W, R, &q, &kv, what, err, errlen)) return -1;
+    for (int l = 0; l < d->n_layers; l++) {
+        dense_layer *L = &d->layers[l];
+        attn_block *A = &L->attn;
+        shd_range oc;
+        snprintf(what, sizeof what, "%s: model.layers.%d.self_attn.o_proj over %d ranks", fam, l, W);
+        if (shd_split((int64_t)d->n_heads * hd, shd_unit(&A->wo, 1, hd), W, R, &oc))
+            return ci_err(err, errlen, "%s: a rank's heads do not start on its quantization blocks", what);
+        shd_rows(&A->wq, q.lo * hd, q.hi * hd, &A->wq);
+        shd_rows(&A->wk, kv.lo * hd, kv.hi * hd, &A->wk);
+        shd_rows(&A->wv, kv.lo * hd, kv.hi * hd, &A->wv);
+        if (shd_cols(&A->wo, oc.lo, oc.hi, &A->wo, &d->kept, what, err, errlen)) return -1;
+        A->n_heads = (int)(q.hi - q.lo);
+        A->n_kv = (int)(kv.hi - kv.lo);
+        A->tp_part = part;
+        if (L->is_moe) {
+            moe_block *M = &L->moe;
+            snprintf(what, sizeof what, "%s: model.layers.%d.mlp.experts over %d ranks", fam, l, W);
+            if (shd_split(M->inter, shd_unit(&M->w_down[0], 1, 1), W, R, &f))
+                return ci_err(err, errlen, "%s: moe_intermediate_size %d does not split into whole blocks", what, M->inter);
+            for (int e = 0; e < M->n_experts; e++) {
+                shd_rows(&M->w_gate[e], f.lo, f.hi, &M->w_gate[e]);
+                shd_rows(&M->w_up[e], f.lo, f.hi, &M->w_up[e]);
+                if (shd_cols(&M->w_down[e], f.lo, f.hi, &M->w_down[e], &d->kept, what, err, errlen)) return -1;
+            }
+            M->inter = (int)(f.hi - f.lo);
+            M->tp_part = part;
+        } else {
+            ffn_block *F = &L->ffn;
+            snprintf(what, sizeof what, "%s: model.layers.%d.mlp.down_proj over %d ranks", fam, l, W);
+            if (shd_split(d->ff, shd_unit(&F->wd, 1, 1), W, R, &f))
+                return ci_err(err, errlen, "%s: intermediate_size %d does not split into whole blocks", what, d->ff);
+            shd_rows(&F->wg, f.lo, f.hi, &F->wg);
+            shd_rows(&F->wu, f.lo, f.hi, &F->wu);
+            if (shd_cols(&F->wd, f.lo, f.hi, &F->wd, &d->kept, what, err, errlen)) return -1;
+            F->tp_part = part;
+        }
+    }
+    d->n_heads = (int)(q.hi - q.lo);
+    d->n_kv = (int)(kv.hi - kv.lo);
+    if (d->ff) d->ff /= W;
     return 0;
 }
 
@@ -233,7 +291,9 @@ int dense_load(ci_model *m, const dense_opts *o, char *err, size_t errlen) {
     w_vec(&b, &d->final_norm, W_REQUIRED, D, 0, W_KIND_NORM, "model.norm.weight");
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, "lm_head");
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
-    return m->st ? place_weights(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+    if (!m->st) return 0;   /* record mode: nothing to place */
+    if (m->be->world > 1 && shard_weights(m, d, err, errlen)) return -1;
+    return place_weights(m, d, err, errlen);
 }
 
 void dense_unload(ci_model *m) {
@@ -242,6 +302,7 @@ void dense_unload(ci_model *m) {
     ci_buf_release(m->be, d->pool_k);
     ci_buf_release(m->be, d->pool_v);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     rope_free(&d->rope);
     free(d->expert_mats);
     free(d->dev_expert_mats);

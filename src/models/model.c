@@ -7,6 +7,7 @@
 #include "model.h"
 #include "cinfer.h"
 #include "../core/status.h"
+#include "../parallel/comm.h"
 #include "../gen/sampler.h"
 #include "../text/tokenizer.h"
 #include <stdio.h>
@@ -52,6 +53,11 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
 }
 
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
+    return ci_model_open_rank(dir, opts, NULL, 0, out, err, errlen);
+}
+
+int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm, int rank, ci_model **out,
+                       char *err, size_t errlen) {
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
     if (!m) return ci_err(err, errlen, "out of memory");
@@ -80,6 +86,16 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
                "or set CINFER_CUDA_UNVERIFIED=1 to try it", m->family->name, m->cfg.model_type, m->cfg.path);
         goto fail;
     }
+    if (comm && (device != 0 || rank < 0 || rank >= ci_comm_world(comm))) {
+        ci_err(err, errlen, "%s: rank %d of %d: tensor parallel runs on the CPU backend here (ranks as threads)",
+               m->family->name, rank, ci_comm_world(comm));
+        goto fail;
+    }
+    if (comm && ci_comm_world(comm) > 1 && !m->family->tp) {
+        ci_err(err, errlen, "%s: tensor parallel is not written for this family yet (model_type '%s' in %s)",
+               m->family->name, m->cfg.model_type, m->cfg.path);
+        goto fail;
+    }
     if (st_open_dir(dir, &m->st, err, errlen)) goto fail;
     if (device == 1) {
         m->be = ci_backend_cuda_new(0, n_threads, err, errlen);
@@ -91,6 +107,7 @@ int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     }
     if (!m->be) m->be = cpu_backend(opts, n_threads);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
+    if (comm && ci_comm_world(comm) > 1) ci_backend_cpu_join(m->be, comm, rank);
     m->no_graphs = opts ? opts->no_graphs : 0;
     /* once the backend stands (a device that cannot start fails before any byte is read) */
     if (weights_in(m, opts, err, errlen)) goto fail;

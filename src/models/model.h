@@ -71,6 +71,15 @@ typedef struct ci_session {
     int32_t *pages_dev;         /* [pages.cap] the table's backend copy (kernels read it) */
 } ci_session;
 
+/* ci_model_open for rank `rank` of communicator comm (src/parallel/comm.h; NULL: the whole
+ * model, as ci_model_open): the CPU backend joins comm before the family's load, which then
+ * keeps only this rank's part of the weights (a family without `tp` is refused, naming itself).
+ * The ranks are threads of this process: each opens its own model and runs the same calls;
+ * every rank's logits are the same bits. The CPU only (device in opts must be 0). */
+struct ci_comm;
+int ci_model_open_rank(const char *dir, const ci_model_opts *opts, struct ci_comm *comm, int rank, ci_model **out,
+                       char *err, size_t errlen);
+
 /* ---- paged caches (registry.h pool_init; kv_pages.h) ----------------------------------
  * ci_model_kv_pool: gives the model one pool of n_blocks blocks that every session created
  * afterwards draws from (sessions already open keep their own). The rest act on one

@@ -84,6 +84,8 @@ typedef struct ci_family {
                                        * passed the GPU suite yet, so --device cuda refuses it unless
                                        * CINFER_CUDA_UNVERIFIED=1 (the GPU tests set it) and
                                        * --device auto keeps it on the CPU */
+    int tp;                           /* 1: its load splits the weights over the ranks of a backend
+                                       * that joined a communicator (src/parallel); 0: refused */
 } ci_family;
 
 const ci_family *reg_find(const char *model_type);

@@ -36,6 +36,8 @@ typedef struct {
     const float *inv_freq;       /* [rot_dim/2] */
     float mscale;                /* multiplies cos and sin (yarn), 1 else */
     ci_rope_style style;         /* NeoX halves or interleaved pairs */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of the heads, o_proj's
+                                  * product all-reduced over the ranks by attn_output */
 } attn_block;
 
 /* One call's buffers, all in backend memory. */

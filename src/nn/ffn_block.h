@@ -29,6 +29,8 @@ typedef struct {
     ci_mat wd;                   /* [hidden, ff] down_proj (LFM2: w2) */
     const moe_block *moe;        /* NULL: the dense MLP above; else the layer's MLP is this
                                   * MoE (wg / wu / wd unused) */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of the dense MLP's
+                                  * columns, down's product all-reduced (a MoE: its own tp_part) */
 } ffn_block;
 
 /* One call's buffers (backend memory, but for the MoE's host scratch). */

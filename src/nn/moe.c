@@ -114,13 +114,16 @@ static void forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, floa
                         const float *norm_w, float eps, int n) {
     if (norm_w) route_norm(be, m, s, xn, x, norm_w, eps, n);
     else moe_route(be, m, s, xn, n);
+    const int64_t count = (int64_t)n * m->hidden;
     if (m->latent > 0 || m->shared_inter > 0) {
         forward_routed(be, m, s, y, xn, n);
-        be->add(be, x, y, (int64_t)n * m->hidden);
-        return;
+        if (m->tp_part == CI_TP_REST) be->copy(be, x, y, (size_t)count * sizeof(float));   /* its part alone */
+        else be->add(be, x, y, count);
+    } else {
+        ci_moe d = moe_desc(m, m->hidden);
+        be->moe_experts(be, x, xn, n, s->sel, s->w, &d, m->tp_part != CI_TP_REST);
     }
-    ci_moe d = moe_desc(m, m->hidden);
-    be->moe_experts(be, x, xn, n, s->sel, s->w, &d, 1);
+    if (m->tp_part) be->all_reduce(be, x, count);
 }
 
 void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, const float *xn, int n) {

@@ -59,6 +59,9 @@ typedef struct {
     float act_limit;             /* > 0: clamped SwiGLU (see above) */
     ci_mat fc1_latent;           /* [latent, hidden] when latent */
     ci_mat fc2_latent;           /* [hidden, latent] when latent */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of every expert's (and
+                                  * the shared expert's) intermediate columns; moe_forward_add and
+                                  * moe_forward_add_norm all-reduce x after adding this rank's part */
 } moe_block;
 
 /* Scratch for up to max_n tokens, in backend memory; sized once per session. The routed

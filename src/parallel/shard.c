@@ -39,8 +39,9 @@ int64_t shd_unit(const ci_mat *W, int cols, int64_t unit) {
     return unit / gcd64(unit, q) * q;
 }
 
-void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out) {
-    *out = *W;
+void shd_rows(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out) {
+    const ci_mat w = *W0, *W = &w;   /* out may be W0 */
+    *out = w;
     out->rows = hi - lo;
     if (!W->data) return;
     size_t row_bytes = W->dtype == CI_U32 ? (size_t)W->cols * (size_t)((const ci_qdesc *)W->scale)->bits / 8
@@ -49,34 +50,53 @@ void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out) {
     if (W->dtype == CI_U32 || (W->dtype == CI_F8_E4M3 && W->scale)) out->scale_row0 = W->scale_row0 + lo;
 }
 
-int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, void **owned, void **owned_scale, const char *what,
-             char *err, size_t errlen) {
-    *owned = *owned_scale = NULL;
-    *out = *W;
+void shd_kept_free(shd_kept *k) {
+    for (int i = 0; i < k->n; i++) free(k->p[i]);
+    free(k->p);
+    memset(k, 0, sizeof *k);
+}
+
+/* malloc'd bytes held by k (NULL when out of memory) */
+static void *kept_alloc(shd_kept *k, size_t bytes) {
+    if (k->n == k->cap) {
+        int cap = k->cap ? 2 * k->cap : 16;
+        void **p = realloc(k->p, (size_t)cap * sizeof *p);
+        if (!p) return NULL;
+        k->p = p;
+        k->cap = cap;
+    }
+    void *b = malloc(bytes ? bytes : 1);
+    if (b) k->p[k->n++] = b;
+    return b;
+}
+
+int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *keep, const char *what, char *err,
+             size_t errlen) {
+    const ci_mat w0 = *W0, *W = &w0;   /* out may be W0 */
+    *out = w0;
     if (W->dtype == CI_U32)
         return ci_err(err, errlen, "%s: MLX-quantized columns do not split across ranks yet", what);
-    if (lo < 0 || hi > W->cols || lo >= hi || lo % shd_unit(W, 1, 1) || (hi % shd_unit(W, 1, 1) && hi != W->cols))
-        return ci_err(err, errlen, "%s: columns [%lld, %lld) of %lld are not a whole part of its blocks", what,
-                      (long long)lo, (long long)hi, (long long)W->cols);
+    const int64_t u = shd_unit(W, 1, 1);
+    if (lo < 0 || hi > W->cols || lo >= hi || lo % u || (hi % u && hi != W->cols))
+        return ci_err(err, errlen, "%s: columns [%lld, %lld) of %lld do not start and end on its %lld-column blocks",
+                      what, (long long)lo, (long long)hi, (long long)W->cols, (long long)u);
     out->cols = hi - lo;
     if (!W->data) return 0;
     const size_t es = ci_dtype_size(W->dtype), w = (size_t)(hi - lo) * es;
-    char *d = malloc((size_t)W->rows * w + 1);
+    char *d = kept_alloc(keep, (size_t)W->rows * w);
     if (!d) return ci_err(err, errlen, "%s: out of memory for a rank's columns", what);
     for (int64_t r = 0; r < W->rows; r++)
         memcpy(d + (size_t)r * w, (const char *)W->data + ((size_t)r * (size_t)W->cols + (size_t)lo) * es, w);
-    *owned = d;
     out->data = d;
     if (W->dtype == CI_F8_E4M3 && W->scale && W->block > 0) {
         /* every grid row the view reaches (scale_row0 kept), the blocks of [lo, hi) */
         const int64_t B = W->block, gc = (W->cols + B - 1) / B, c0 = lo / B, c1 = (hi + B - 1) / B;
         const int64_t gr = (W->scale_row0 + W->rows + B - 1) / B;
         const size_t ss = ci_dtype_size(W->scale_dtype), sw = (size_t)(c1 - c0) * ss;
-        char *s = malloc((size_t)gr * sw + 1);
-        if (!s) { free(d); *owned = NULL; return ci_err(err, errlen, "%s: out of memory for a rank's columns", what); }
+        char *s = kept_alloc(keep, (size_t)gr * sw);
+        if (!s) return ci_err(err, errlen, "%s: out of memory for a rank's columns", what);
         for (int64_t r = 0; r < gr; r++)
             memcpy(s + (size_t)r * sw, (const char *)W->scale + ((size_t)r * (size_t)gc + (size_t)c0) * ss, sw);
-        *owned_scale = s;
         out->scale = s;
     }
     return 0;

@@ -39,12 +39,17 @@ int shd_gqa(int n_heads, int n_kv, int tp, int rank, shd_range *q, shd_range *kv
  * must keep whole, given the unit the model asks for (heads of hd, 1 column). */
 int64_t shd_unit(const ci_mat *W, int cols, int64_t unit);
 
-/* W's rows [lo, hi) as a view into the same data (fp8 and MLX views move scale_row0). */
+/* W's rows [lo, hi) as a view into the same data (fp8 and MLX views move scale_row0); out may
+ * be W, as for shd_cols. */
 void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out);
-/* W's columns [lo, hi) as a new [rows, hi - lo] matrix in *owned (fp8: its block-scale columns
- * too, in *owned_scale; both freed by the caller with free()). lo and hi on a block boundary
- * (shd_unit). MLX-quantized matrices are refused (-1, err): their column split is not written. */
-int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, void **owned, void **owned_scale, const char *what,
-             char *err, size_t errlen);
+/* The copies a rank's split columns live in, freed together (shd_kept_free). */
+typedef struct { void **p; int n, cap; } shd_kept;
+void shd_kept_free(shd_kept *k);
+
+/* W's columns [lo, hi) as a new [rows, hi - lo] matrix (fp8: its block-scale columns too),
+ * kept in *keep. lo and hi on a block boundary (shd_unit). MLX-quantized matrices are refused
+ * (-1, err): their column split is not written. what names the tensor in errors. */
+int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, shd_kept *keep, const char *what, char *err,
+             size_t errlen);
 
 #endif

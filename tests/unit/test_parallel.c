@@ -2,11 +2,17 @@
  * collectives with the ranks as threads (src/parallel/comm.h: sums in rank order, the same
  * bits on every rank, an abort that wakes every waiter), and the sharding arithmetic
  * (src/parallel/shard.h: even splits, grouped-query heads, block-aligned units, row views and
- * column copies that hold exactly the original's elements). */
+ * column copies that hold exactly the original's elements); then whole models split over 2 and 4
+ * ranks (threads, one CPU backend each) against the same model whole: a prompt's logits, then
+ * decode steps through the cache, every rank's logits the same bits and within a rounding bound
+ * of the whole model's; a rank that fails stops the others; what cannot split is refused. */
 #include "check.h"
 #include "backend/backend.h"
 #include "parallel/comm.h"
 #include "parallel/shard.h"
+#include "models/model.h"
+#include "tmpmodel.h"
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -161,29 +167,181 @@ static void test_views_hold_the_parts(void) {
         for (int r = 0; r < 100; r++)
             for (int c = 0; c < C; c += 7) bad += ci_mat_get(&v, r, c) != ci_mat_get(W, 100 + r, c);
         CHECK(v.rows == 100 && bad == 0, "%s rows: %d differ", w ? "fp8" : "bf16", bad);
-        void *o = NULL, *os = NULL;
+        shd_kept keep = { 0 };
         ci_mat vr, vc;
         shd_rows(W, 130, 250, &vr);   /* a row view's columns: fp8 scale rows from the view's scale_row0 */
-        CHECK(shd_cols(&vr, 128, 384, &vc, &o, &os, "t", err, sizeof err) == 0, "cols: %s", err);
+        CHECK(shd_cols(&vr, 128, 384, &vc, &keep, "t", err, sizeof err) == 0, "cols: %s", err);
         bad = 0;
         for (int r = 0; r < 120; r++)
             for (int c = 0; c < 256; c += 5) bad += ci_mat_get(&vc, r, c) != ci_mat_get(W, 130 + r, 128 + c);
         CHECK(vc.cols == 256 && vc.rows == 120 && bad == 0, "%s cols: %d differ", w ? "fp8" : "bf16", bad);
-        free(o);
-        free(os);
+        CHECK(keep.n == 1 + w, "%d copies kept", keep.n);
+        shd_kept_free(&keep);
     }
     ci_mat v;
-    void *o, *os;
-    CHECK(shd_cols(&Wf, 64, 192, &v, &o, &os, "model.layers.0.mlp.down_proj", err, sizeof err) == -1 && !o,
+    shd_kept keep = { 0 };
+    CHECK(shd_cols(&Wf, 64, 192, &v, &keep, "model.layers.0.mlp.down_proj", err, sizeof err) == -1 && keep.n == 0,
           "fp8 columns off the block refused");
     CHECK_HAS(err, "model.layers.0.mlp.down_proj");
     ci_qdesc qd = { .mode = CI_Q_AFFINE, .bits = 4, .group = 64 };
     ci_mat Wq = { .data = bf, .dtype = CI_U32, .rows = 8, .cols = 128, .scale = &qd };
-    CHECK(shd_cols(&Wq, 0, 64, &v, &o, &os, "q", err, sizeof err) == -1, "MLX columns refused");
+    CHECK(shd_cols(&Wq, 0, 64, &v, &keep, "q", err, sizeof err) == -1, "MLX columns refused");
     CHECK_HAS(err, "MLX");
     free(bf);
     free(f8);
     free(sc);
+}
+
+/* ---- whole models over ranks ---------------------------------------------------------- */
+
+enum { PROMPT = 7, STEPS = 4, CTX = 32 };
+static const int toks[PROMPT + STEPS] = { 5, 17, 42, 99, 3, 250, 8, 61, 150, 77, 12 };
+
+typedef struct {
+    ci_model *m;
+    ci_comm *c;
+    int rank, vocab;
+    int bad_at;              /* decode step whose token is out of range on this rank (-1: none) */
+    float *logits;           /* [PROMPT + STEPS, vocab]: the prompt's rows, then each step's */
+    int rc;
+    char err[512];
+} model_arg;
+
+static void *model_main(void *p) {
+    model_arg *a = p;
+    ci_session *s = NULL;
+    a->rc = ci_session_new(a->m, CTX, &s, a->err, sizeof a->err);
+    if (!a->rc) a->rc = ci_forward(s, toks, PROMPT, a->logits, 1, a->err, sizeof a->err);
+    for (int i = 0; i < STEPS && !a->rc; i++) {
+        int t = i == a->bad_at ? 1 << 20 : toks[PROMPT + i];
+        a->rc = ci_forward(s, &t, 1, a->logits + (size_t)(PROMPT + i) * a->vocab, 0, a->err, sizeof a->err);
+    }
+    if (a->rc && a->c) ci_comm_abort(a->c, a->rank, a->err);   /* the others must not wait for this one */
+    ci_session_free(s);
+    return NULL;
+}
+
+/* Opens dir on `world` ranks (0: whole) and runs the prompt and steps; args[r].logits filled. */
+static int run_model(const char *dir, int world, int bad_rank, model_arg *args, char *err, size_t errlen) {
+    ci_model_opts o = { .n_threads = 1 };
+    ci_comm *c = world ? ci_comm_new(world) : NULL;
+    int n = world ? world : 1, rc = 0;
+    for (int r = 0; r < n; r++) args[r] = (model_arg){ .c = c, .rank = r, .bad_at = r == bad_rank ? 1 : -1 };
+    for (int r = 0; r < n && !rc; r++) rc = ci_model_open_rank(dir, &o, c, r, &args[r].m, err, errlen);
+    pthread_t th[MAXR];
+    for (int r = 0; r < n && !rc; r++) {
+        ci_model_info info;
+        ci_model_get_info(args[r].m, &info);
+        args[r].vocab = info.vocab_size;
+        args[r].logits = calloc((size_t)(PROMPT + STEPS) * info.vocab_size, sizeof(float));
+        pthread_create(&th[r], NULL, model_main, &args[r]);
+    }
+    for (int r = 0; r < n && !rc; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) ci_model_free(args[r].m);
+    ci_comm_free(c);
+    return rc;
+}
+
+static void free_args(model_arg *a, int n) {
+    for (int r = 0; r < n; r++) free(a[r].logits);
+}
+
+/* Every rank's logits equal rank 0's bit for bit, and rank 0's are within bound (of the
+ * whole model's largest magnitude) of the whole model's: only the ranks' partial sums are
+ * added in another order. */
+static void split_matches_whole(const char *dir, int world) {
+    char err[512] = "";
+    model_arg whole[1], parts[MAXR];
+    if (run_model(dir, 0, -1, whole, err, sizeof err) || whole[0].rc) {
+        CHECK(0, "%s whole: %s %s", dir, err, whole[0].err);
+        free_args(whole, 1);
+        return;
+    }
+    int rc = run_model(dir, world, -1, parts, err, sizeof err);
+    CHECK(!rc, "%s over %d: %s", dir, world, err);
+    const size_t cnt = (size_t)(PROMPT + STEPS) * whole[0].vocab;
+    double ref_max = 0, diff = 0;
+    for (size_t i = 0; i < cnt; i++) ref_max = fmax(ref_max, fabs(whole[0].logits[i]));
+    for (int r = 0; r < world && !rc; r++) {
+        CHECK(!parts[r].rc, "%s over %d, rank %d: %s", dir, world, r, parts[r].err);
+        if (parts[r].rc) break;
+        CHECK(!memcmp(parts[r].logits, parts[0].logits, cnt * sizeof(float)), "%s over %d: rank %d's logits differ from rank 0's",
+              dir, world, r);
+    }
+    for (size_t i = 0; i < cnt && !rc; i++) diff = fmax(diff, fabs((double)parts[0].logits[i] - whole[0].logits[i]));
+    /* f32 sums regrouped: 0.9-1.5e-6 measured on these fixtures (logits up to ~4); a wrong part is O(1) */
+    CHECK(!rc && diff <= 2e-5 * fmax(1.0, ref_max), "%s over %d: max |diff| %.3g (max |logit| %.3g)", dir, world, diff,
+          ref_max);
+    free_args(whole, 1);
+    free_args(parts, world);
+}
+
+static void test_dense_over_ranks(void) {
+    split_matches_whole("tests/fixtures/llama_gqa_llama3", 2);   /* key / value heads split */
+    split_matches_whole("tests/fixtures/llama_gqa_llama3", 4);   /* one key / value head shared by 2 ranks */
+    split_matches_whole("tests/fixtures/qwen3_bf16", 2);
+    split_matches_whole("tests/fixtures/qwen3_bf16", 4);
+}
+
+static void test_moe_over_ranks(void) {
+    split_matches_whole("tests/fixtures/qwen3_moe", 2);   /* every expert's columns split, a dense layer too */
+    split_matches_whole("tests/fixtures/qwen3_moe", 4);
+}
+
+/* fp8 with 128-column blocks: each rank's o_proj / down_proj columns are whole blocks. */
+static void test_fp8_over_ranks(void) {
+    static const char cfg[] =
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 256, \"intermediate_size\": 512, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 64, \"vocab_size\": 300,"
+        " \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"max_position_embeddings\": 256,"
+        " \"tie_word_embeddings\": false}";
+    char dir[64], err[1024];
+    const char *d = tm_make_random(cfg, "fp8", 7, dir, sizeof dir, err, sizeof err);
+    CHECK(d != NULL, "make-random fp8: %s", err);
+    if (!d) return;
+    split_matches_whole(d, 2);
+    /* over 4 a rank's 64 o_proj columns are half a block: refused, naming the tensor */
+    model_arg a[4];
+    int rc = run_model(d, 4, -1, a, err, sizeof err);
+    CHECK(rc == -1, "fp8 over 4 refused");
+    CHECK_HAS(err, "self_attn.o_proj");
+    CHECK_HAS(err, "quantization blocks");
+    free_args(a, 4);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
+ * fails too with rank 1's reason instead of hanging. */
+static void test_rank_failure_stops_all(void) {
+    char err[512] = "";
+    model_arg a[2];
+    CHECK(!run_model("tests/fixtures/qwen3_moe", 2, 1, a, err, sizeof err), "open: %s", err);
+    CHECK(a[1].rc && a[0].rc, "both ranks failed: %d %d", a[0].rc, a[1].rc);
+    CHECK_HAS(a[0].err, "rank 1");
+    CHECK_HAS(a[0].err, "token");
+    free_args(a, 2);
+}
+
+static void test_refusals(void) {
+    char err[512] = "";
+    model_arg a[MAXR];
+    CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, -1, a, err, sizeof err) == -1, "4 heads over 3");
+    CHECK_HAS(err, "4 attention heads do not split over 3 ranks");
+    free_args(a, 3);
+    CHECK(run_model("tests/fixtures/deepseek_v3", 2, -1, a, err, sizeof err) == -1, "deepseek_v3 refused");
+    CHECK_HAS(err, "deepseek_v3: tensor parallel is not written for this family yet");
+    free_args(a, 2);
+    CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, -1, a, err, sizeof err) == -1, "MLX refused");
+    CHECK_HAS(err, "MLX-quantized columns");
+    free_args(a, 2);
+    ci_model *m = NULL;
+    ci_comm *c = ci_comm_new(2);
+    ci_model_opts o = { .n_threads = 1, .device = 1 };
+    CHECK(ci_model_open_rank("tests/fixtures/qwen3_moe", &o, c, 0, &m, err, sizeof err) == -1 && !m, "device refused");
+    CHECK_HAS(err, "CPU backend");
+    ci_comm_free(c);
 }
 
 int main(void) {
@@ -191,5 +349,10 @@ int main(void) {
     TEST_RUN(test_abort_wakes_everyone);
     TEST_RUN(test_split_and_heads);
     TEST_RUN(test_views_hold_the_parts);
+    TEST_RUN(test_dense_over_ranks);
+    TEST_RUN(test_moe_over_ranks);
+    TEST_RUN(test_fp8_over_ranks);
+    TEST_RUN(test_rank_failure_stops_all);
+    TEST_RUN(test_refusals);
     TEST_EXIT();
 }
