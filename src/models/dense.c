@@ -108,52 +108,23 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
  * d->kept), the dims the session sizes its buffers by made local. Embedding, norms, routers and
  * the head stay whole. */
 static int shard_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
-    const int W = m->be->world, R = m->be->rank, part = R ? CI_TP_REST : CI_TP_LEAD;
+    const int W = m->be->world, R = m->be->rank;
     const char *fam = m->family->name;
     char what[160];
-    const int hd = d->hd;
-    shd_range q, kv, f = { 0, 0 };
-    snprintf(what, sizeof what, "%s: %d ranks", fam, W);
-    if (shd_gqa(d->n_heads, d->n_kv, W, R, &q, &kv, what, err, errlen)) return -1;
     for (int l = 0; l < d->n_layers; l++) {
         dense_layer *L = &d->layers[l];
-        attn_block *A = &L->attn;
-        shd_range oc;
-        snprintf(what, sizeof what, "%s: model.layers.%d.self_attn.o_proj over %d ranks", fam, l, W);
-        if (shd_split((int64_t)d->n_heads * hd, shd_unit(&A->wo, 1, hd), W, R, &oc))
-            return ci_err(err, errlen, "%s: a rank's heads do not start on its quantization blocks", what);
-        shd_rows(&A->wq, q.lo * hd, q.hi * hd, &A->wq);
-        shd_rows(&A->wk, kv.lo * hd, kv.hi * hd, &A->wk);
-        shd_rows(&A->wv, kv.lo * hd, kv.hi * hd, &A->wv);
-        if (shd_cols(&A->wo, oc.lo, oc.hi, &A->wo, &d->kept, what, err, errlen)) return -1;
-        A->n_heads = (int)(q.hi - q.lo);
-        A->n_kv = (int)(kv.hi - kv.lo);
-        A->tp_part = part;
+        snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", fam, l, W);
+        if (attn_shard(&L->attn, W, R, &d->kept, what, err, errlen)) return -1;
         if (L->is_moe) {
-            moe_block *M = &L->moe;
-            snprintf(what, sizeof what, "%s: model.layers.%d.mlp.experts over %d ranks", fam, l, W);
-            if (shd_split(M->inter, shd_unit(&M->w_down[0], 1, 1), W, R, &f))
-                return ci_err(err, errlen, "%s: moe_intermediate_size %d does not split into whole blocks", what, M->inter);
-            for (int e = 0; e < M->n_experts; e++) {
-                shd_rows(&M->w_gate[e], f.lo, f.hi, &M->w_gate[e]);
-                shd_rows(&M->w_up[e], f.lo, f.hi, &M->w_up[e]);
-                if (shd_cols(&M->w_down[e], f.lo, f.hi, &M->w_down[e], &d->kept, what, err, errlen)) return -1;
-            }
-            M->inter = (int)(f.hi - f.lo);
-            M->tp_part = part;
-        } else {
-            ffn_block *F = &L->ffn;
-            snprintf(what, sizeof what, "%s: model.layers.%d.mlp.down_proj over %d ranks", fam, l, W);
-            if (shd_split(d->ff, shd_unit(&F->wd, 1, 1), W, R, &f))
-                return ci_err(err, errlen, "%s: intermediate_size %d does not split into whole blocks", what, d->ff);
-            shd_rows(&F->wg, f.lo, f.hi, &F->wg);
-            shd_rows(&F->wu, f.lo, f.hi, &F->wu);
-            if (shd_cols(&F->wd, f.lo, f.hi, &F->wd, &d->kept, what, err, errlen)) return -1;
-            F->tp_part = part;
+            if (moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)) return -1;
+            continue;
         }
+        int ff = d->ff;
+        if (shd_mlp(&L->ffn.wg, &L->ffn.wu, &L->ffn.wd, &ff, W, R, &d->kept, what, err, errlen)) return -1;
+        L->ffn.tp_part = shd_part(R);
     }
-    d->n_heads = (int)(q.hi - q.lo);
-    d->n_kv = (int)(kv.hi - kv.lo);
+    d->n_heads = d->layers[0].attn.n_heads;
+    d->n_kv = d->layers[0].attn.n_kv;
     if (d->ff) d->ff /= W;
     return 0;
 }

@@ -1,6 +1,7 @@
 /* attn_block.c — see attn_block.h. Only backend ops: no activation, cache or position byte
  * is touched here. */
 #include "attn_block.h"
+#include "../core/status.h"
 
 int attn_bind(w_binder *b, attn_block *A, int64_t hidden, int q_rows_per_head, const char *prefix, const char *o_name,
               const char *q_norm_name, const char *k_norm_name, float norm_add) {
@@ -67,4 +68,22 @@ void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const
     attn_project(be, A, b, x, norm_w, eps, n);
     attn_attend(be, A, b, kvs, n_caches, n);
     attn_output(be, A, b, y, 1, n);
+}
+
+int attn_shard(attn_block *A, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
+    const int hd = A->hd;
+    shd_range q, kv, oc;
+    if (shd_gqa(A->n_heads, A->n_kv, W, R, &q, &kv, what, err, errlen)) return -1;
+    const int64_t qr = A->wq.rows / ((int64_t)A->n_heads * hd);   /* 2: a gated q_proj's [query | gate] per head */
+    if (shd_split((int64_t)A->n_heads * hd, shd_unit(&A->wo, 1, hd), W, R, &oc))
+        return ci_err(err, errlen, "%s: o_proj: a rank's heads do not start on its quantization blocks (%d heads of %d over %d ranks)",
+                      what, A->n_heads, hd, W);
+    shd_rows(&A->wq, q.lo * qr * hd, q.hi * qr * hd, &A->wq);
+    shd_rows(&A->wk, kv.lo * hd, kv.hi * hd, &A->wk);
+    shd_rows(&A->wv, kv.lo * hd, kv.hi * hd, &A->wv);
+    if (shd_cols(&A->wo, oc.lo, oc.hi, &A->wo, keep, what, err, errlen)) return -1;
+    A->n_heads = (int)(q.hi - q.lo);
+    A->n_kv = (int)(kv.hi - kv.lo);
+    A->tp_part = shd_part(R);
+    return 0;
 }

@@ -21,6 +21,7 @@
 #ifndef CI_ATTN_BLOCK_H
 #define CI_ATTN_BLOCK_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 #include "../io/weights.h"
 #include "rope.h"
 
@@ -97,5 +98,11 @@ void attn_output(ci_backend *be, const attn_block *A, const attn_bufs *b, float 
 /* The whole block: y += o_proj(attention(x)), the three calls above in order. */
 void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches,
                   const float *x, const float *norm_w, float eps, float *y, int n);
+
+/* Tensor parallel (parallel/shard.h): narrows A's bound weights to rank R of W's query heads
+ * and the key / value heads they read (q/k/v rows; o_proj's columns copied into keep), sets
+ * n_heads / n_kv to the rank's and tp_part. -1 with err (what names the layer) when the heads
+ * or o_proj's blocks do not split. Call before placing the weights. */
+int attn_shard(attn_block *A, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
 
 #endif

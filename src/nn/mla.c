@@ -2,6 +2,7 @@
  * the MLA ops of backend.h. */
 #include "mla.h"
 #include "place.h"
+#include "../core/status.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,26 @@ int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L) {
     return 0;
 }
 
+int mla_shard(mla_layer *L, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
+    shd_range h, oc;
+    if (shd_split(L->n_heads, 1, W, R, &h))
+        return ci_err(err, errlen, "%s: %d attention heads do not split over %d ranks (the ranks must divide them)", what,
+                      L->n_heads, W);
+    if (shd_split((int64_t)L->n_heads * L->v, shd_unit(&L->o, 1, L->v), W, R, &oc))
+        return ci_err(err, errlen, "%s: o_proj: a rank's heads do not start on its quantization blocks (%d heads of %d over %d ranks)",
+                      what, L->n_heads, L->v, W);
+    const int64_t qd = L->nope + L->rope, kd = L->nope + L->v, n = h.hi - h.lo;
+    if (L->q_lora > 0) shd_rows(&L->q_b, h.lo * qd, h.hi * qd, &L->q_b);
+    else shd_rows(&L->q, h.lo * qd, h.hi * qd, &L->q);
+    if (L->kv_b.rows) shd_rows(&L->kv_b, h.lo * kd, h.hi * kd, &L->kv_b);   /* the views below lie inside it */
+    memmove(L->w_uk, L->w_uk + h.lo, (size_t)n * sizeof *L->w_uk);
+    memmove(L->w_uv, L->w_uv + h.lo, (size_t)n * sizeof *L->w_uv);
+    if (shd_cols(&L->o, oc.lo, oc.hi, &L->o, keep, what, err, errlen)) return -1;
+    L->n_heads = (int)n;
+    L->tp_part = shd_part(R);
+    return 0;
+}
+
 /* ---- scratch ------------------------------------------------------------------------------- */
 
 int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n) {
@@ -137,5 +158,7 @@ void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache
 
 void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n) {
     be->mla_out_heads(be, s->o, s->olat, n, L->n_heads, L->kv_lora, L->kv_lora + L->rope, L->v, L->w_uv);
-    be->matmul_acc(be, x, s->o, n, &L->o, tmp);
+    if (L->tp_part == CI_TP_REST) be->matmul(be, x, s->o, n, &L->o);   /* its heads' part alone */
+    else be->matmul_acc(be, x, s->o, n, &L->o, tmp);
+    if (L->tp_part) be->all_reduce(be, x, (int64_t)n * L->o.rows);
 }

@@ -16,6 +16,7 @@
 #ifndef CI_MLA_H
 #define CI_MLA_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 #include "rope.h"
 
 typedef struct {
@@ -30,6 +31,8 @@ typedef struct {
     ci_mat kv_b;                 /* [Hh·(nope+v), kv_lora] */
     ci_mat *w_uk, *w_uv;         /* [Hh] views into kv_b */
     ci_mat o;                    /* [H, Hh·v] */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of the heads (the latent
+                                  * and its cache whole on every rank), o_proj's product all-reduced */
 } mla_layer;
 
 /* Scratch for up to max_n rows, every buffer in backend memory (be->alloc). */
@@ -49,6 +52,11 @@ void mla_layer_free(mla_layer *L);
  * per-head views as offsets into the placed kv_b, or each view placed when it is its own
  * tensor); dst owns new w_uk / w_uv arrays (mla_layer_free). -1 when out of memory. */
 int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L);
+/* Tensor parallel (parallel/shard.h): narrows L to rank R of W's heads: q_b (or q) and kv_b
+ * rows, the per-head views, o's columns (copied into keep); q_a, kv_a and their norms stay whole,
+ * so every rank computes and caches the same latent rows. Call after mla_split_kv_b, before
+ * mla_place. -1 with err when the heads or o's blocks do not split. */
+int mla_shard(mla_layer *L, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
 int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n);
 void mla_scratch_free(ci_backend *be, mla_scratch *s);
 

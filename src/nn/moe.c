@@ -1,6 +1,7 @@
 /* moe.c — see moe.h. Routing and the routed experts are backend ops (moe_route,
  * moe_experts); the latent projections and the shared expert are matmuls around them. */
 #include "moe.h"
+#include "../core/status.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,4 +134,19 @@ void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *
 void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
                           const float *norm_w, float eps, int n) {
     forward_add(be, m, s, x, y, xn, norm_w, eps, n);
+}
+
+int moe_shard(moe_block *M, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
+    int inter = M->inter;
+    for (int e = 0; e < M->n_experts; e++) {
+        inter = M->inter;
+        if (shd_mlp(M->w_gate ? &M->w_gate[e] : NULL, &M->w_up[e], &M->w_down[e], &inter, W, R, keep, what, err, errlen))
+            return -1;
+    }
+    M->inter = inter;
+    if (M->shared_inter > 0 &&
+        shd_mlp(&M->sh_gate, &M->sh_up, &M->sh_down, &M->shared_inter, W, R, keep, what, err, errlen))
+        return -1;
+    M->tp_part = shd_part(R);
+    return 0;
 }

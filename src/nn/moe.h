@@ -33,6 +33,7 @@
 #ifndef CI_MOE_H
 #define CI_MOE_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 
 typedef enum { MOE_SOFTMAX, MOE_SIGMOID, MOE_SQRTSOFTPLUS } moe_router;
 typedef enum { MOE_ACT_SWIGLU = 0, MOE_ACT_RELU2 } moe_act;
@@ -100,5 +101,11 @@ void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *
  * bits are rmsnorm's then moe_forward_add's. */
 void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
                           const float *norm_w, float eps, int n);
+
+/* Tensor parallel (parallel/shard.h): narrows every routed expert's (and the shared expert's)
+ * bound matrices to rank R of W's part of their intermediate columns (down's columns copied
+ * into keep), sets inter / shared_inter to the rank's and tp_part; the router, the latent
+ * projections and the shared expert's gate stay whole. -1 with err when a width does not split. */
+int moe_shard(moe_block *M, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
 
 #endif

@@ -101,3 +101,16 @@ int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *ke
     }
     return 0;
 }
+
+int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, int W, int R, shd_kept *keep, const char *what, char *err,
+            size_t errlen) {
+    shd_range f;
+    if (shd_split(*inter, shd_unit(wd, 1, 1), W, R, &f))
+        return ci_err(err, errlen, "%s: intermediate width %d does not split into whole %lld-column blocks over %d ranks",
+                      what, *inter, (long long)shd_unit(wd, 1, 1), W);
+    if (wg && wg->rows) shd_rows(wg, f.lo, f.hi, wg);
+    shd_rows(wu, f.lo, f.hi, wu);
+    if (shd_cols(wd, f.lo, f.hi, wd, keep, what, err, errlen)) return -1;
+    *inter = (int)(f.hi - f.lo);
+    return 0;
+}

@@ -304,7 +304,7 @@ static void test_fp8_over_ranks(void) {
     model_arg a[4];
     int rc = run_model(d, 4, -1, a, err, sizeof err);
     CHECK(rc == -1, "fp8 over 4 refused");
-    CHECK_HAS(err, "self_attn.o_proj");
+    CHECK_HAS(err, "model.layers.0 over 4 ranks: o_proj");
     CHECK_HAS(err, "quantization blocks");
     free_args(a, 4);
     char cmd[128];
