@@ -96,6 +96,30 @@ static int place_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* A tensor-parallel rank (its backend joined a communicator of world > 1): each layer's MLA
+ * heads, routed and shared experts' and dense MLP's columns narrowed to its part (nn blocks'
+ * *_shard; the latent, the indexer, the routers and the head whole), ff / shared_ff made local. */
+static int shard_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank;
+    char what[160];
+    int ff = d->ff, sff = d->shared_ff;
+    for (int l = 0; l < d->n_layers; l++) {
+        ds_layer *L = &d->layers[l];
+        snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", m->family->name, l, W);
+        if (mla_shard(&L->attn, W, R, &d->kept, what, err, errlen) ||
+            (L->is_moe && moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)))
+            return -1;
+        if (L->is_moe && !L->has_shared) continue;
+        int *w = L->is_moe ? &sff : &ff, inter = L->is_moe ? d->shared_ff : d->ff;
+        if (shd_mlp(&L->wg, &L->wu, &L->wd, &inter, W, R, &d->kept, what, err, errlen)) return -1;
+        *w = inter;
+    }
+    d->ff = ff;
+    d->shared_ff = sff;
+    d->tp_part = shd_part(R);
+    return 0;
+}
+
 int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
     const char *fam = m->family->name;
@@ -264,7 +288,9 @@ int ds_load(ci_model *m, int indexed, char *err, size_t errlen) {
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.norm.weight");
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
-    return m->st ? place_weights(m, d, err, errlen) : 0;   /* record mode: nothing to place */
+    if (!m->st) return 0;   /* record mode: nothing to place */
+    if (m->be->world > 1 && shard_weights(m, d, err, errlen)) return -1;
+    return place_weights(m, d, err, errlen);
 }
 
 void ds_unload(ci_model *m) {
@@ -279,6 +305,7 @@ void ds_unload(ci_model *m) {
     ci_buf_release(m->be, d->pool_lat);
     ci_buf_release(m->be, d->pool_key);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     rope_free(&d->rope);
     free(d->expert_mats);
     free(d->layers);

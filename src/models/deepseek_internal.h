@@ -53,6 +53,9 @@ typedef struct {
     ci_mat *dev_experts;         /* the expert views placed, laid out as expert_mats */
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
+    int tp_part;                 /* a tensor-parallel rank (backend.h CI_TP_*): the shared experts' and
+                                  * the dense MLPs' columns split, their down all-reduced */
+    shd_kept kept;               /* such a rank's copies of its split columns */
     float *pool_lat, *pool_key;  /* the model's shared block pool (ci_model_kv_pool), or NULL:
                                   * [n_layers][blocks * KV_BLOCK][lat] and [..][kdim] */
 } ds_model;

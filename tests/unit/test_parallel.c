@@ -312,6 +312,41 @@ static void test_fp8_over_ranks(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* DeepSeek: MLA heads split (the latent cache whole on every rank), routed experts' and shared
+ * experts' columns split, a dense first layer; V3.2's indexer whole on every rank. */
+static void test_deepseek_over_ranks(void) {
+    split_matches_whole("tests/fixtures/deepseek_v3", 2);
+    split_matches_whole("tests/fixtures/deepseek_v3", 4);
+    split_matches_whole("tests/fixtures/deepseek_v3_nolora", 2);   /* q_proj without q_lora */
+    split_matches_whole("tests/fixtures/deepseek_v32", 2);
+    split_matches_whole("tests/fixtures/deepseek_v32", 4);
+}
+
+/* DeepSeek V3 in fp8 with 128 x 128 blocks, dims whose splits keep whole blocks over 2 ranks. */
+static void test_deepseek_fp8_over_ranks(void) {
+    static const char cfg[] =
+        "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 256, \"intermediate_size\": 512,"
+        " \"moe_intermediate_size\": 256, \"num_hidden_layers\": 2, \"first_k_dense_replace\": 1,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"q_lora_rank\": 128, \"kv_lora_rank\": 128,"
+        " \"qk_nope_head_dim\": 32, \"qk_rope_head_dim\": 16, \"v_head_dim\": 128, \"n_routed_experts\": 4,"
+        " \"num_experts_per_tok\": 2, \"n_shared_experts\": 1, \"n_group\": 1, \"topk_group\": 1,"
+        " \"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5, \"vocab_size\": 300, \"rms_norm_eps\": 1e-6,"
+        " \"rope_theta\": 10000.0, \"max_position_embeddings\": 256, \"tie_word_embeddings\": false}";
+    char dir[64], err[1024];
+    const char *d = tm_make_random(cfg, "fp8", 9, dir, sizeof dir, err, sizeof err);
+    CHECK(d != NULL, "make-random fp8: %s", err);
+    if (!d) return;
+    split_matches_whole(d, 2);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+    /* the fixture's 16-wide heads: a rank's o_proj columns are not whole 128-column blocks */
+    model_arg a[2];
+    CHECK(run_model("tests/fixtures/deepseek_v3_fp8", 2, -1, a, err, sizeof err) == -1, "fp8 off the blocks refused");
+    CHECK_HAS(err, "deepseek_v3: model.layers.0 over 2 ranks: o_proj");
+    free_args(a, 2);
+}
+
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
  * fails too with rank 1's reason instead of hanging. */
 static void test_rank_failure_stops_all(void) {
@@ -330,8 +365,8 @@ static void test_refusals(void) {
     CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, -1, a, err, sizeof err) == -1, "4 heads over 3");
     CHECK_HAS(err, "4 attention heads do not split over 3 ranks");
     free_args(a, 3);
-    CHECK(run_model("tests/fixtures/deepseek_v3", 2, -1, a, err, sizeof err) == -1, "deepseek_v3 refused");
-    CHECK_HAS(err, "deepseek_v3: tensor parallel is not written for this family yet");
+    CHECK(run_model("tests/fixtures/lfm2", 2, -1, a, err, sizeof err) == -1, "lfm2 refused");
+    CHECK_HAS(err, "lfm2: tensor parallel is not written for this family yet");
     free_args(a, 2);
     CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, -1, a, err, sizeof err) == -1, "MLX refused");
     CHECK_HAS(err, "MLX-quantized columns");
@@ -352,6 +387,8 @@ int main(void) {
     TEST_RUN(test_dense_over_ranks);
     TEST_RUN(test_moe_over_ranks);
     TEST_RUN(test_fp8_over_ranks);
+    TEST_RUN(test_deepseek_over_ranks);
+    TEST_RUN(test_deepseek_fp8_over_ranks);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();
