@@ -114,14 +114,9 @@ static int shard_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
     for (int l = 0; l < d->n_layers; l++) {
         dense_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", fam, l, W);
-        if (attn_shard(&L->attn, W, R, &d->kept, what, err, errlen)) return -1;
-        if (L->is_moe) {
-            if (moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)) return -1;
-            continue;
-        }
-        int ff = d->ff;
-        if (shd_mlp(&L->ffn.wg, &L->ffn.wu, &L->ffn.wd, &ff, W, R, &d->kept, what, err, errlen)) return -1;
-        L->ffn.tp_part = shd_part(R);
+        if (attn_shard(&L->attn, W, R, &d->kept, what, err, errlen) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+            return -1;
     }
     d->n_heads = d->layers[0].attn.n_heads;
     d->n_kv = d->layers[0].attn.n_kv;

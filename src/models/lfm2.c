@@ -139,6 +139,27 @@ static void bind_experts(w_binder *b, moe_block *M, const char *pre) {
     if (!b->failed) b->decode_bytes = before + (b->decode_bytes - before) / (size_t)M->n_experts * (size_t)M->top_k;
 }
 
+/* A tensor-parallel rank (its backend joined a communicator of world > 1): the attention
+ * layers' heads and the MLPs' / experts' columns narrowed to its part (nn blocks' *_shard); the
+ * short convolutions stay whole on every rank (each computes them in full: no collective). */
+static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank;
+    char what[160];
+    for (int l = 0; l < d->n_layers; l++) {
+        lfm2_layer *L = &d->layers[l];
+        snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", m->family->name, l, W);
+        if ((L->is_attn && attn_shard(&L->attn, W, R, &d->kept, what, err, errlen)) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+            return -1;
+        if (L->is_attn) {
+            d->n_heads = L->attn.n_heads;
+            d->n_kv = L->attn.n_kv;
+        }
+    }
+    if (d->ff) d->ff /= W;
+    return 0;
+}
+
 int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
     const char *fam = m->family->name;
@@ -264,7 +285,9 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
     w_vec(&b, &d->final_norm, W_REQUIRED, H, 0, W_KIND_NORM, "model.embedding_norm.weight");
     w_head(&b, &d->lm_head, &d->embed, tie, d->vocab, H, "lm_head");
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
-    return m->st ? lfm2_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+    if (!m->st) return 0;   /* record mode: nothing to place */
+    if (m->be->world > 1 && shard_weights(m, d, err, errlen)) return -1;
+    return lfm2_place(m, d, err, errlen);
 }
 
 /* ---- placement: every weight forward reads in backend memory --------------------------- */
@@ -312,6 +335,7 @@ void lfm2_unload(ci_model *m) {
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) sc_free(&d->layers[l].conv);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     rope_free(&d->rope);
     free(d->expert_mats);
     free(d->dev_expert_mats);
@@ -351,4 +375,4 @@ static const ci_family_ops lfm2_ops = {
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
-const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 0 };
+const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 1 };

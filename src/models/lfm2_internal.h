@@ -49,6 +49,7 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
     float *pool_kv;              /* the attention layers' rows of the model's block pool (lfm2_pool_init), or NULL */
+    shd_kept kept;               /* a tensor-parallel rank's copies of its split columns */
 } lfm2_model;
 
 /* A session (lfm2_run.c): the cache and scratch, all in backend memory but the host staging. */

@@ -152,6 +152,24 @@ static int norm_shift(const ci_model *m, const char *pre, const unsigned char *l
 
 /* ---- load ----------------------------------------------------------------------------- */
 
+/* A tensor-parallel rank (its backend joined a communicator of world > 1): the gated attention
+ * layers' heads (each head's query and gate rows together) and the MLPs' / experts' (and the
+ * shared expert's) columns narrowed to its part (nn blocks' *_shard); the DeltaNet layers stay
+ * whole on every rank (each computes them in full: no collective). */
+static int shard_weights(ci_model *m, qh_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank;
+    char what[160];
+    for (int l = 0; l < d->n_layers; l++) {
+        qh_layer *L = &d->layers[l];
+        snprintf(what, sizeof what, "%s: layer %d over %d ranks", m->family->name, l, W);
+        if ((!L->linear && attn_shard(&L->ga.a, W, R, &d->kept, what, err, errlen)) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+            return -1;
+    }
+    if (d->ff) d->ff /= W;
+    return 0;
+}
+
 int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
     const ci_config *c = &m->cfg;
     const char *fam = m->family->name;
@@ -276,7 +294,9 @@ int qh_load(ci_model *m, const qh_opts *o, char *err, size_t errlen) {
     w_vec(&b, &d->final_norm, W_REQUIRED, D, shift, W_KIND_NORM, "%snorm.weight", pre);
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, D, head);
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
-    return m->st ? qh_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+    if (!m->st) return 0;   /* record mode: nothing to place */
+    if (m->be->world > 1 && shard_weights(m, d, err, errlen)) return -1;
+    return qh_place(m, d, err, errlen);
 }
 
 /* ---- placement: every weight forward reads in backend memory --------------------------- */
@@ -325,6 +345,7 @@ void qh_unload(ci_model *m) {
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) dn_layer_free(&d->layers[l].dn);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     rope_free(&d->rope);
     free(d->expert_mats);
     free(d->dev_expert_mats);

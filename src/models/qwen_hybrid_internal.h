@@ -55,6 +55,7 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_final_norm, *dev_inv_freq;
     float *pool_kv;              /* the attention layers' rows of the model's block pool (qh_pool_init), or NULL */
+    shd_kept kept;               /* a tensor-parallel rank's copies of its split columns */
 } qh_model;
 
 /* A session (qwen_hybrid_run.c): the cache and scratch, all in backend memory but the host

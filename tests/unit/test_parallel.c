@@ -347,6 +347,19 @@ static void test_deepseek_fp8_over_ranks(void) {
     free_args(a, 2);
 }
 
+/* The hybrids: attention heads and the MLPs' / experts' columns split, the recurrent mixers
+ * (short convolutions, DeltaNet, Mamba2) whole on every rank. */
+static void test_hybrids_over_ranks(void) {
+    split_matches_whole("tests/fixtures/lfm2", 2);
+    split_matches_whole("tests/fixtures/lfm2_hub", 2);   /* one key / value head */
+    split_matches_whole("tests/fixtures/lfm2_moe", 2);
+    split_matches_whole("tests/fixtures/lfm2_moe", 4);
+    split_matches_whole("tests/fixtures/qwen3_next", 2);   /* fused projections, gated shared expert */
+    split_matches_whole("tests/fixtures/qwen3_5", 2);
+    split_matches_whole("tests/fixtures/qwen3_5", 4);
+    split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2);   /* VL wrapper, stacked experts */
+}
+
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
  * fails too with rank 1's reason instead of hanging. */
 static void test_rank_failure_stops_all(void) {
@@ -365,8 +378,8 @@ static void test_refusals(void) {
     CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, -1, a, err, sizeof err) == -1, "4 heads over 3");
     CHECK_HAS(err, "4 attention heads do not split over 3 ranks");
     free_args(a, 3);
-    CHECK(run_model("tests/fixtures/lfm2", 2, -1, a, err, sizeof err) == -1, "lfm2 refused");
-    CHECK_HAS(err, "lfm2: tensor parallel is not written for this family yet");
+    CHECK(run_model("tests/fixtures/deepseek_v4", 2, -1, a, err, sizeof err) == -1, "deepseek_v4 refused");
+    CHECK_HAS(err, "deepseek_v4: tensor parallel is not written for this family yet");
     free_args(a, 2);
     CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, -1, a, err, sizeof err) == -1, "MLX refused");
     CHECK_HAS(err, "MLX-quantized columns");
@@ -389,6 +402,7 @@ int main(void) {
     TEST_RUN(test_fp8_over_ranks);
     TEST_RUN(test_deepseek_over_ranks);
     TEST_RUN(test_deepseek_fp8_over_ranks);
+    TEST_RUN(test_hybrids_over_ranks);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();
