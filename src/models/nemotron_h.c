@@ -369,7 +369,9 @@ static int nh_load(ci_model *m, char *err, size_t errlen) {
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H, "lm_head");
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
     if (d->any_mamba) d->state_floats = mamba2_conv_floats(d->any_mamba) + mamba2_ssm_floats(d->any_mamba);
-    return m->st ? nh_place(m, d, err, errlen) : 0;  /* record mode: nothing to place */
+    if (!m->st) return 0;   /* record mode: nothing to place */
+    if (m->be->world > 1 && nh_shard(m, d, err, errlen)) return -1;
+    return nh_place(m, d, err, errlen);
 }
 
 static void nh_unload(ci_model *m) {
@@ -377,6 +379,7 @@ static void nh_unload(ci_model *m) {
     if (!d) return;
     ci_buf_release(m->be, d->pool_kv);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     free(d->expert_mats);
     free(d->dev_expert_mats);
     free(d->dev);
@@ -409,4 +412,4 @@ static const ci_family_ops nh_ops = {
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops,
-                                   CI_CUDA_YES, 0 };
+                                   CI_CUDA_YES, 1 };

@@ -53,6 +53,9 @@ typedef struct {
     ci_mat dev_embed, dev_head;
     const float *dev_norm_f;
     float *pool_kv;              /* the attention layers' rows of the model's block pool (nh_pool_init), or NULL */
+    int tp_part;                 /* a tensor-parallel rank (backend.h CI_TP_*): attention heads and the
+                                  * relu² MLPs' columns split, their outputs all-reduced */
+    shd_kept kept;               /* such a rank's copies of its split columns */
 } nh_model;
 
 /* A session (nemotron_h_run.c): the cache and scratch, all in backend memory but the host
@@ -85,6 +88,10 @@ static inline size_t nh_kv_floats(const nh_model *d) { return 2 * (size_t)d->n_k
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
 int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen);
+/* A tensor-parallel rank (its backend joined a communicator of world > 1), before nh_place: the
+ * attention layers' heads, the relu² MLPs' and the experts' (and shared experts') columns
+ * narrowed to its part (nn blocks' *_shard); the Mamba2 layers stay whole on every rank. */
+int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen);
 
 /* A new sequence: every Mamba2 state zeroed (an upload), the cache at position 0. */
 void nh_reset_states(const nh_model *d, ci_backend *be, nh_session *c);

@@ -13,6 +13,34 @@ static int place_moe(ci_backend *be, moe_block *dst, const moe_block *E, ci_mat 
            ci_place_mat(be, &dst->fc2_latent, &E->fc2_latent);
 }
 
+int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank;
+    char what[160];
+    int n_heads = d->n_heads, n_kv = d->n_kv;
+    for (int l = 0; l < d->n_layers; l++) {
+        nh_layer *L = &d->layers[l];
+        snprintf(what, sizeof what, "%s: layer %d over %d ranks", m->family->name, l, W);
+        if (L->kind == '*') {   /* the block's split on the layer's own views */
+            attn_block A = { .n_heads = d->n_heads, .n_kv = d->n_kv, .hd = d->hd, .wq = L->wq, .wk = L->wk, .wv = L->wv,
+                             .wo = L->wo };
+            if (attn_shard(&A, W, R, &d->kept, what, err, errlen)) return -1;
+            L->wq = A.wq; L->wk = A.wk; L->wv = A.wv; L->wo = A.wo;
+            n_heads = A.n_heads;
+            n_kv = A.n_kv;
+        } else if (L->kind == '-') {
+            int ff = d->ff;
+            if (shd_mlp(NULL, &L->up, &L->down, &ff, W, R, &d->kept, what, err, errlen)) return -1;
+        } else if (L->kind == 'E' && moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)) {
+            return -1;
+        }
+    }
+    d->n_heads = n_heads;
+    d->n_kv = n_kv;
+    d->ff /= W;
+    d->tp_part = shd_part(R);
+    return 0;
+}
+
 int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
@@ -44,7 +72,7 @@ int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen) {
         case '*':
             P->attn = (attn_block){ .n_heads = d->n_heads, .n_kv = d->n_kv, .hd = d->hd, .eps = d->eps,
                                     .scale = d->attn_scale, .rot_dim = 0, .inv_freq = NULL, .mscale = 1.0f,
-                                    .style = CI_ROPE_NEOX };
+                                    .style = CI_ROPE_NEOX, .tp_part = d->tp_part };
             bad = ci_place_mat(be, &P->attn.wq, &L->wq) || ci_place_mat(be, &P->attn.wk, &L->wk) ||
                   ci_place_mat(be, &P->attn.wv, &L->wv) || ci_place_mat(be, &P->attn.wo, &L->wo);
             break;

@@ -358,6 +358,9 @@ static void test_hybrids_over_ranks(void) {
     split_matches_whole("tests/fixtures/qwen3_5", 2);
     split_matches_whole("tests/fixtures/qwen3_5", 4);
     split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2);   /* VL wrapper, stacked experts */
+    split_matches_whole("tests/fixtures/nemotron_h", 2);   /* relu² MLPs and experts */
+    split_matches_whole("tests/fixtures/nemotron_h", 4);
+    split_matches_whole("tests/fixtures/nemotron_h_latent", 2);   /* experts in a latent space */
 }
 
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
