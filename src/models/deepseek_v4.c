@@ -166,6 +166,33 @@ static int put_comp(ci_backend *be, cmp_block *k) {
            put_vec(be, &k->norm, k->d);
 }
 
+/* A tensor-parallel rank (its backend joined a communicator of world > 1), before v4_place: its
+ * whole output groups' heads (q_b rows, sinks, o_a's group rows, o_b's columns) and its part of
+ * every expert's and the shared expert's columns (moe_shard); the KV row, the compressors, the
+ * indexer, the hyper-connections and the routers stay whole on every rank. */
+static int v4_shard(ci_model *m, v4_model *d, char *err, size_t errlen) {
+    const int W = m->be->world, R = m->be->rank, per = d->Hh / d->G;
+    char what[160];
+    shd_range g;
+    snprintf(what, sizeof what, "%s: %d ranks", m->family->name, W);
+    if (shd_split(d->G, 1, W, R, &g))
+        return ci_err(err, errlen, "%s: o_groups %d do not split over the ranks (the ranks must divide them)", what, d->G);
+    for (int l = 0; l < d->n_layers; l++) {
+        v4_layer *L = &d->layers[l];
+        snprintf(what, sizeof what, "%s: layer %d over %d ranks", m->family->name, l, W);
+        shd_rows(&L->q_b, g.lo * per * d->D, g.hi * per * d->D, &L->q_b);
+        L->sinks += g.lo * per;   /* an offset into the binder's copy */
+        shd_rows(&L->o_a, g.lo * d->OL, g.hi * d->OL, &L->o_a);
+        if (shd_cols(&L->o_b, g.lo * d->OL, g.hi * d->OL, &L->o_b, &d->kept, what, err, errlen) ||
+            moe_shard(&L->moe, W, R, &d->kept, what, err, errlen))
+            return -1;
+    }
+    d->Hh = (int)(g.hi - g.lo) * per;
+    d->G = (int)(g.hi - g.lo);
+    d->tp = 1;
+    return 0;
+}
+
 static int v4_place(ci_model *m, v4_model *d, int E, int K, char *err, size_t errlen) {
     ci_backend *be = m->be;
     const char *fam = m->family->name;
@@ -373,7 +400,9 @@ static int v4_load(ci_model *m, char *err, size_t errlen) {
     w_head(&b, &d->lm_head, &d->embed, c->tie_embeddings, d->vocab, H,
            pick_top(&b, nm, sizeof nm, (const char *const[]){ "lm_head", "head", NULL }, 1));
     if (ci_bind_finish(&b, m, &d->owned, &d->n_owned, err, errlen)) return -1;
+    if (m->st && m->be->world > 1 && v4_shard(m, d, err, errlen)) return -1;
     if (m->st && v4_place(m, d, (int)E, (int)K, err, errlen)) return -1;   /* record mode: nothing to place */
+    G = d->G;   /* a rank's groups */
     for (int l = 0; l < n; l++) {   /* the grouped output projection's per-group rows */
         v4_layer *L = &d->layers[l];
         L->o_a_g = calloc((size_t)G, sizeof *L->o_a_g);
@@ -393,6 +422,7 @@ static void v4_unload(ci_model *m) {
     if (d->layers)
         for (int l = 0; l < d->n_layers; l++) free(d->layers[l].o_a_g);
     w_owned_free(d->owned, d->n_owned);
+    shd_kept_free(&d->kept);
     rope_free(&d->rope_main);
     rope_free(&d->rope_comp);
     free(d->expert_mats);
@@ -411,5 +441,5 @@ static const ci_family_ops v4_ops = {
     .snapshot = v4_snapshot, .restore = v4_restore,
 };
 
-const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 0 };
+const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 1 };
 

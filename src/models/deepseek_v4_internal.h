@@ -43,6 +43,9 @@ typedef struct {
     float **owned;
     int n_owned;
     int placed;                           /* the weights are in backend memory (not record mode) */
+    int tp;                               /* a tensor-parallel rank: its heads (whole output groups) and
+                                           * expert columns; attention and MoE outputs all-reduced */
+    shd_kept kept;                        /* such a rank's copies of its split columns */
 } v4_model;
 
 /* A layer's cache, backend memory. */

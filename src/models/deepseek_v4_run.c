@@ -176,10 +176,12 @@ static void layers(ci_model *m, v4_cache *c, float *const *tabs, int n) {
         float *const *tab = tabs ? tabs + (size_t)3 * n * l : NULL;
         hc_collapse(be, &L->hc_attn, c->X, n, c->mix, c->post, c->comb, c->x);
         attention(be, d, L, tabs ? NULL : &c->lc[l], tab, c, c->run.pos, n);
+        if (d->tp) be->all_reduce(be, c->y, (int64_t)n * H);   /* the ranks' heads' parts */
         ci_dump_buf(m, "attn_out", l, c->y, n, H);
         hc_expand(be, &L->hc_attn, c->X, c->y, c->post, c->comb, n, c->tmp);
         hc_collapse(be, &L->hc_ffn, c->X, n, c->mix, c->post, c->comb, c->x);
         moe_forward_norm(be, &L->moe, &c->moe, c->y, c->xn, c->x, L->ffn_norm, d->eps, n);
+        if (d->tp) be->all_reduce(be, c->y, (int64_t)n * H);   /* the ranks' expert columns' parts */
         hc_expand(be, &L->hc_ffn, c->X, c->y, c->post, c->comb, n, c->tmp);
         ci_dump_buf(m, "layer_out", l, c->X, n, HC * H);
     }

@@ -75,7 +75,7 @@ int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *ke
     const ci_mat w0 = *W0, *W = &w0;   /* out may be W0 */
     *out = w0;
     if (W->dtype == CI_U32)
-        return ci_err(err, errlen, "%s: MLX-quantized columns do not split across ranks yet", what);
+        return ci_err(err, errlen, "%s: MLX- or FP4-quantized columns do not split across ranks yet", what);
     const int64_t u = shd_unit(W, 1, 1);
     if (lo < 0 || hi > W->cols || lo >= hi || lo % u || (hi % u && hi != W->cols))
         return ci_err(err, errlen, "%s: columns [%lld, %lld) of %lld do not start and end on its %lld-column blocks",

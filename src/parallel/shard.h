@@ -48,7 +48,7 @@ void shd_kept_free(shd_kept *k);
 
 /* W's columns [lo, hi) as a new [rows, hi - lo] matrix (fp8: its block-scale columns too),
  * kept in *keep. lo and hi on a block boundary (shd_unit). MLX-quantized matrices are refused
- * (-1, err): their column split is not written. what names the tensor in errors. */
+ * (-1, err): their column split is not written (MLX / FP4 packing). what names the tensor in errors. */
 int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, shd_kept *keep, const char *what, char *err,
              size_t errlen);
 

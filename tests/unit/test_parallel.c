@@ -186,7 +186,7 @@ static void test_views_hold_the_parts(void) {
     ci_qdesc qd = { .mode = CI_Q_AFFINE, .bits = 4, .group = 64 };
     ci_mat Wq = { .data = bf, .dtype = CI_U32, .rows = 8, .cols = 128, .scale = &qd };
     CHECK(shd_cols(&Wq, 0, 64, &v, &keep, "q", err, sizeof err) == -1, "MLX columns refused");
-    CHECK_HAS(err, "MLX");
+    CHECK_HAS(err, "FP4-quantized");
     free(bf);
     free(f8);
     free(sc);
@@ -363,6 +363,14 @@ static void test_hybrids_over_ranks(void) {
     split_matches_whole("tests/fixtures/nemotron_h_latent", 2);   /* experts in a latent space */
 }
 
+/* DeepSeek V4: whole output groups' heads per rank, expert columns split; the KV row, the
+ * compressors, the indexer and the hyper-connection streams whole on every rank. */
+static void test_deepseek_v4_over_ranks(void) {
+    split_matches_whole("tests/fixtures/deepseek_v4", 2);
+    split_matches_whole("tests/fixtures/deepseek_v4_hub", 2);
+    split_matches_whole("tests/fixtures/deepseek_v4_rates", 2);
+}
+
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
  * fails too with rank 1's reason instead of hanging. */
 static void test_rank_failure_stops_all(void) {
@@ -381,11 +389,14 @@ static void test_refusals(void) {
     CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, -1, a, err, sizeof err) == -1, "4 heads over 3");
     CHECK_HAS(err, "4 attention heads do not split over 3 ranks");
     free_args(a, 3);
-    CHECK(run_model("tests/fixtures/deepseek_v4", 2, -1, a, err, sizeof err) == -1, "deepseek_v4 refused");
-    CHECK_HAS(err, "deepseek_v4: tensor parallel is not written for this family yet");
+    CHECK(run_model("tests/fixtures/deepseek_v4", 4, -1, a, err, sizeof err) == -1, "2 output groups over 4");
+    CHECK_HAS(err, "deepseek_v4: 4 ranks: o_groups 2 do not split");
+    free_args(a, 4);
+    CHECK(run_model("tests/fixtures/deepseek_v4_fp8", 2, -1, a, err, sizeof err) == -1, "fp8 o_b off its blocks");
+    CHECK_HAS(err, "deepseek_v4: layer 0 over 2 ranks: columns [0, 16) of 32 do not start and end on its 128-column blocks");
     free_args(a, 2);
     CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, -1, a, err, sizeof err) == -1, "MLX refused");
-    CHECK_HAS(err, "MLX-quantized columns");
+    CHECK_HAS(err, "MLX- or FP4-quantized columns");
     free_args(a, 2);
     ci_model *m = NULL;
     ci_comm *c = ci_comm_new(2);
@@ -406,6 +417,7 @@ int main(void) {
     TEST_RUN(test_deepseek_over_ranks);
     TEST_RUN(test_deepseek_fp8_over_ranks);
     TEST_RUN(test_hybrids_over_ranks);
+    TEST_RUN(test_deepseek_v4_over_ranks);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();
