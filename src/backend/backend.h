@@ -94,6 +94,10 @@ typedef struct ci_moe {
     float act_limit;             /* > 0: silu(min(g, L)) · clamp(u, -L, L) */
     const ci_mat *w_gate, *w_up; /* [n_experts] views, each [inter, hidden] */
     const ci_mat *w_down;        /* [n_experts] views, each [hidden, inter] */
+    int e_lo, e_hi;              /* expert parallel (e_hi > 0): only experts [e_lo, e_hi) are held here
+                                  * (the other views are empty) and run; tokens routed elsewhere add
+                                  * nothing to out (the ranks' outputs are summed after). 0, 0: all.
+                                  * The CPU's moe_experts honours it (no device joins ranks yet). */
 } ci_moe;
 
 /* One Mamba2 layer's scan as the ssd_scan op sees it (nn/mamba2.h states the math); the

@@ -101,17 +101,18 @@ static int place_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
  * *_shard; the latent, the indexer, the routers and the head whole), ff / shared_ff made local. */
 static int shard_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     char what[160];
     int ff = d->ff, sff = d->shared_ff;
     for (int l = 0; l < d->n_layers; l++) {
         ds_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", m->family->name, l, W);
-        if (mla_shard(&L->attn, W, R, &d->kept, what, err, errlen) ||
-            (L->is_moe && moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)))
+        if (mla_shard(&L->attn, &t, what, err, errlen) ||
+            (L->is_moe && moe_shard(&L->moe, &t, what, err, errlen)))
             return -1;
         if (L->is_moe && !L->has_shared) continue;
         int *w = L->is_moe ? &sff : &ff, inter = L->is_moe ? d->shared_ff : d->ff;
-        if (shd_mlp(&L->wg, &L->wu, &L->wd, &inter, W, R, &d->kept, what, err, errlen)) return -1;
+        if (shd_mlp(&L->wg, &L->wu, &L->wd, &inter, &t, what, err, errlen)) return -1;
         *w = inter;
     }
     d->ff = ff;

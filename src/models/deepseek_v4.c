@@ -172,6 +172,7 @@ static int put_comp(ci_backend *be, cmp_block *k) {
  * indexer, the hyper-connections and the routers stay whole on every rank. */
 static int v4_shard(ci_model *m, v4_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank, per = d->Hh / d->G;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     char what[160];
     shd_range g;
     snprintf(what, sizeof what, "%s: %d ranks", m->family->name, W);
@@ -184,7 +185,7 @@ static int v4_shard(ci_model *m, v4_model *d, char *err, size_t errlen) {
         L->sinks += g.lo * per;   /* an offset into the binder's copy */
         shd_rows(&L->o_a, g.lo * d->OL, g.hi * d->OL, &L->o_a);
         if (shd_cols(&L->o_b, g.lo * d->OL, g.hi * d->OL, &L->o_b, &d->kept, what, err, errlen) ||
-            moe_shard(&L->moe, W, R, &d->kept, what, err, errlen))
+            moe_shard(&L->moe, &t, what, err, errlen))
             return -1;
     }
     d->Hh = (int)(g.hi - g.lo) * per;

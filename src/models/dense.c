@@ -109,13 +109,14 @@ static int read_moe(ci_model *m, dense_model *d, moe_block *proto, unsigned char
  * the head stay whole. */
 static int shard_weights(ci_model *m, dense_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     const char *fam = m->family->name;
     char what[160];
     for (int l = 0; l < d->n_layers; l++) {
         dense_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", fam, l, W);
-        if (attn_shard(&L->attn, W, R, &d->kept, what, err, errlen) ||
-            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+        if (attn_shard(&L->attn, &t, what, err, errlen) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
     }
     d->n_heads = d->layers[0].attn.n_heads;

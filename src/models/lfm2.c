@@ -144,12 +144,13 @@ static void bind_experts(w_binder *b, moe_block *M, const char *pre) {
  * short convolutions stay whole on every rank (each computes them in full: no collective). */
 static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     char what[160];
     for (int l = 0; l < d->n_layers; l++) {
         lfm2_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", m->family->name, l, W);
-        if ((L->is_attn && attn_shard(&L->attn, W, R, &d->kept, what, err, errlen)) ||
-            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+        if ((L->is_attn && attn_shard(&L->attn, &t, what, err, errlen)) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
         if (L->is_attn) {
             d->n_heads = L->attn.n_heads;

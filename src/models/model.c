@@ -53,10 +53,10 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
 }
 
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
-    return ci_model_open_rank(dir, opts, NULL, 0, out, err, errlen);
+    return ci_model_open_rank(dir, opts, NULL, 0, 0, out, err, errlen);
 }
 
-int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm, int rank, ci_model **out,
+int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm, int rank, int ep, ci_model **out,
                        char *err, size_t errlen) {
     *out = NULL;
     ci_model *m = calloc(1, sizeof *m);
@@ -108,6 +108,7 @@ int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm
     if (!m->be) m->be = cpu_backend(opts, n_threads);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
     if (comm && ci_comm_world(comm) > 1) ci_backend_cpu_join(m->be, comm, rank);
+    m->ep = ep;
     m->no_graphs = opts ? opts->no_graphs : 0;
     /* once the backend stands (a device that cannot start fails before any byte is read) */
     if (weights_in(m, opts, err, errlen)) goto fail;

@@ -54,6 +54,8 @@ typedef struct ci_model {
      * at a time, as the backend's scratch: the model's forwards run on one thread) */
     float *host_logits;
     size_t host_logits_cap;
+    int ep;                     /* a tensor-parallel rank (ci_model_open_rank): routed experts placed
+                                 * whole across the ranks (1) or every expert's columns split (0) */
 } ci_model;
 
 typedef struct ci_session {
@@ -73,12 +75,14 @@ typedef struct ci_session {
 
 /* ci_model_open for rank `rank` of communicator comm (src/parallel/comm.h; NULL: the whole
  * model, as ci_model_open): the CPU backend joins comm before the family's load, which then
- * keeps only this rank's part of the weights (a family without `tp` is refused, naming itself).
- * The ranks are threads of this process: each opens its own model and runs the same calls;
- * every rank's logits are the same bits. The CPU only (device in opts must be 0). */
+ * keeps only this rank's part of the weights (a family without `tp` is refused, naming itself):
+ * attention heads and MLP columns split (parallel/shard.h), and routed experts either placed
+ * whole, an even share of them per rank (ep = 1: expert parallel), or each split by columns
+ * (ep = 0). The ranks are threads of this process: each opens its own model and runs the same
+ * calls; every rank's logits are the same bits. The CPU only (device in opts must be 0). */
 struct ci_comm;
-int ci_model_open_rank(const char *dir, const ci_model_opts *opts, struct ci_comm *comm, int rank, ci_model **out,
-                       char *err, size_t errlen);
+int ci_model_open_rank(const char *dir, const ci_model_opts *opts, struct ci_comm *comm, int rank, int ep,
+                       ci_model **out, char *err, size_t errlen);
 
 /* ---- paged caches (registry.h pool_init; kv_pages.h) ----------------------------------
  * ci_model_kv_pool: gives the model one pool of n_blocks blocks that every session created

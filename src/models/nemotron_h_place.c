@@ -15,6 +15,7 @@ static int place_moe(ci_backend *be, moe_block *dst, const moe_block *E, ci_mat 
 
 int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     char what[160];
     int n_heads = d->n_heads, n_kv = d->n_kv;
     for (int l = 0; l < d->n_layers; l++) {
@@ -23,14 +24,14 @@ int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen) {
         if (L->kind == '*') {   /* the block's split on the layer's own views */
             attn_block A = { .n_heads = d->n_heads, .n_kv = d->n_kv, .hd = d->hd, .wq = L->wq, .wk = L->wk, .wv = L->wv,
                              .wo = L->wo };
-            if (attn_shard(&A, W, R, &d->kept, what, err, errlen)) return -1;
+            if (attn_shard(&A, &t, what, err, errlen)) return -1;
             L->wq = A.wq; L->wk = A.wk; L->wv = A.wv; L->wo = A.wo;
             n_heads = A.n_heads;
             n_kv = A.n_kv;
         } else if (L->kind == '-') {
             int ff = d->ff;
-            if (shd_mlp(NULL, &L->up, &L->down, &ff, W, R, &d->kept, what, err, errlen)) return -1;
-        } else if (L->kind == 'E' && moe_shard(&L->moe, W, R, &d->kept, what, err, errlen)) {
+            if (shd_mlp(NULL, &L->up, &L->down, &ff, &t, what, err, errlen)) return -1;
+        } else if (L->kind == 'E' && moe_shard(&L->moe, &t, what, err, errlen)) {
             return -1;
         }
     }

@@ -158,12 +158,13 @@ static int norm_shift(const ci_model *m, const char *pre, const unsigned char *l
  * whole on every rank (each computes them in full: no collective). */
 static int shard_weights(ci_model *m, qh_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
+    const shd_ctx t = { W, R, m->ep, &d->kept };
     char what[160];
     for (int l = 0; l < d->n_layers; l++) {
         qh_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: layer %d over %d ranks", m->family->name, l, W);
-        if ((!L->linear && attn_shard(&L->ga.a, W, R, &d->kept, what, err, errlen)) ||
-            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, W, R, &d->kept, what, err, errlen))
+        if ((!L->linear && attn_shard(&L->ga.a, &t, what, err, errlen)) ||
+            ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
     }
     if (d->ff) d->ff /= W;

@@ -70,7 +70,9 @@ void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const
     attn_output(be, A, b, y, 1, n);
 }
 
-int attn_shard(attn_block *A, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
+int attn_shard(attn_block *A, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    const int W = t->world, R = t->rank;
+    shd_kept *keep = t->keep;
     const int hd = A->hd;
     shd_range q, kv, oc;
     if (shd_gqa(A->n_heads, A->n_kv, W, R, &q, &kv, what, err, errlen)) return -1;

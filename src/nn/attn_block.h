@@ -103,6 +103,6 @@ void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const
  * and the key / value heads they read (q/k/v rows; o_proj's columns copied into keep), sets
  * n_heads / n_kv to the rank's and tp_part. -1 with err (what names the layer) when the heads
  * or o_proj's blocks do not split. Call before placing the weights. */
-int attn_shard(attn_block *A, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
+int attn_shard(attn_block *A, const shd_ctx *t, const char *what, char *err, size_t errlen);
 
 #endif

@@ -32,10 +32,10 @@ void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x
     if (F->tp_part) be->all_reduce(be, x, (int64_t)n * F->wd.rows);
 }
 
-int ffn_shard(ffn_block *F, moe_block *M, int ff, int W, int R, shd_kept *keep, const char *what, char *err,
+int ffn_shard(ffn_block *F, moe_block *M, int ff, const shd_ctx *t, const char *what, char *err,
               size_t errlen) {
-    if (M) return moe_shard(M, W, R, keep, what, err, errlen);
-    if (shd_mlp(&F->wg, &F->wu, &F->wd, &ff, W, R, keep, what, err, errlen)) return -1;
-    F->tp_part = shd_part(R);
+    if (M) return moe_shard(M, t, what, err, errlen);
+    if (shd_mlp(&F->wg, &F->wu, &F->wd, &ff, t, what, err, errlen)) return -1;
+    F->tp_part = shd_part(t->rank);
     return 0;
 }

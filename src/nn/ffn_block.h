@@ -59,7 +59,7 @@ void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x
 /* Tensor parallel (parallel/shard.h): rank R of W's part of the layer's MLP: M (the layer's
  * MoE, when it has one: moe_shard) or F's dense matrices of intermediate width ff (gate / up
  * rows, down's columns copied into keep) and F's tp_part. -1 with err when it does not split. */
-int ffn_shard(ffn_block *F, moe_block *M, int ff, int W, int R, shd_kept *keep, const char *what, char *err,
+int ffn_shard(ffn_block *F, moe_block *M, int ff, const shd_ctx *t, const char *what, char *err,
               size_t errlen);
 
 #endif

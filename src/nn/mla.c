@@ -74,7 +74,9 @@ int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L) {
     return 0;
 }
 
-int mla_shard(mla_layer *L, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
+int mla_shard(mla_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    const int W = t->world, R = t->rank;
+    shd_kept *keep = t->keep;
     shd_range h, oc;
     if (shd_split(L->n_heads, 1, W, R, &h))
         return ci_err(err, errlen, "%s: %d attention heads do not split over %d ranks (the ranks must divide them)", what,

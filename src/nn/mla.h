@@ -56,7 +56,7 @@ int mla_place(ci_backend *be, mla_layer *dst, const mla_layer *L);
  * rows, the per-head views, o's columns (copied into keep); q_a, kv_a and their norms stay whole,
  * so every rank computes and caches the same latent rows. Call after mla_split_kv_b, before
  * mla_place. -1 with err when the heads or o's blocks do not split. */
-int mla_shard(mla_layer *L, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
+int mla_shard(mla_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen);
 int mla_scratch_init(ci_backend *be, mla_scratch *s, const mla_layer *L, int max_n);
 void mla_scratch_free(ci_backend *be, mla_scratch *s);
 

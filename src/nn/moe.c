@@ -49,7 +49,7 @@ static ci_moe moe_desc(const moe_block *m, int X) {
                      .routed_scaling = m->routed_scaling, .n_group = m->n_group, .topk_group = m->topk_group,
                      .bias = m->bias, .hash_ids = m->hash_ids, .hash_vocab = m->hash_vocab,
                      .relu2 = m->act == MOE_ACT_RELU2, .act_limit = m->act_limit,
-                     .w_gate = m->w_gate, .w_up = m->w_up, .w_down = m->w_down };
+                     .w_gate = m->w_gate, .w_up = m->w_up, .w_down = m->w_down, .e_lo = m->e_lo, .e_hi = m->e_hi };
 }
 
 void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *x, int n) {
@@ -136,17 +136,31 @@ void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, fl
     forward_add(be, m, s, x, y, xn, norm_w, eps, n);
 }
 
-int moe_shard(moe_block *M, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen) {
-    int inter = M->inter;
-    for (int e = 0; e < M->n_experts; e++) {
-        inter = M->inter;
-        if (shd_mlp(M->w_gate ? &M->w_gate[e] : NULL, &M->w_up[e], &M->w_down[e], &inter, W, R, keep, what, err, errlen))
-            return -1;
+int moe_shard(moe_block *M, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    if (t->ep) {   /* whole experts, an even share per rank; the others' views emptied (nothing placed) */
+        shd_range e;
+        if (shd_split(M->n_experts, 1, t->world, t->rank, &e))
+            return ci_err(err, errlen, "%s: %d routed experts do not split over %d ranks (the ranks must divide them)",
+                          what, M->n_experts, t->world);
+        for (int x = 0; x < M->n_experts; x++) {
+            if (x >= e.lo && x < e.hi) continue;
+            if (M->w_gate) M->w_gate[x] = (ci_mat){ 0 };
+            M->w_up[x] = (ci_mat){ 0 };
+            M->w_down[x] = (ci_mat){ 0 };
+        }
+        M->e_lo = (int)e.lo;
+        M->e_hi = (int)e.hi;
+    } else {
+        int inter = M->inter;
+        for (int e = 0; e < M->n_experts; e++) {
+            inter = M->inter;
+            if (shd_mlp(M->w_gate ? &M->w_gate[e] : NULL, &M->w_up[e], &M->w_down[e], &inter, t, what, err, errlen))
+                return -1;
+        }
+        M->inter = inter;
     }
-    M->inter = inter;
-    if (M->shared_inter > 0 &&
-        shd_mlp(&M->sh_gate, &M->sh_up, &M->sh_down, &M->shared_inter, W, R, keep, what, err, errlen))
+    if (M->shared_inter > 0 && shd_mlp(&M->sh_gate, &M->sh_up, &M->sh_down, &M->shared_inter, t, what, err, errlen))
         return -1;
-    M->tp_part = shd_part(R);
+    M->tp_part = shd_part(t->rank);
     return 0;
 }

@@ -60,9 +60,12 @@ typedef struct {
     float act_limit;             /* > 0: clamped SwiGLU (see above) */
     ci_mat fc1_latent;           /* [latent, hidden] when latent */
     ci_mat fc2_latent;           /* [hidden, latent] when latent */
-    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of every expert's (and
-                                  * the shared expert's) intermediate columns; moe_forward_add and
-                                  * moe_forward_add_norm all-reduce x after adding this rank's part */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of every expert's (or,
+                                  * e_hi > 0, a share of whole experts) and of the shared expert's
+                                  * columns; moe_forward_add and moe_forward_add_norm all-reduce x
+                                  * after adding this rank's part */
+    int e_lo, e_hi;              /* expert parallel: this rank holds experts [e_lo, e_hi) (the others'
+                                  * views empty); 0, 0: every expert */
 } moe_block;
 
 /* Scratch for up to max_n tokens, in backend memory; sized once per session. The routed
@@ -102,10 +105,12 @@ void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *
 void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
                           const float *norm_w, float eps, int n);
 
-/* Tensor parallel (parallel/shard.h): narrows every routed expert's (and the shared expert's)
- * bound matrices to rank R of W's part of their intermediate columns (down's columns copied
- * into keep), sets inter / shared_inter to the rank's and tp_part; the router, the latent
- * projections and the shared expert's gate stay whole. -1 with err when a width does not split. */
-int moe_shard(moe_block *M, int W, int R, shd_kept *keep, const char *what, char *err, size_t errlen);
+/* Tensor parallel (parallel/shard.h): t->ep, the rank keeps its even share of whole routed
+ * experts (e_lo, e_hi; the others' views emptied, so nothing of them is placed); else every
+ * routed expert's bound matrices are narrowed to the rank's part of their intermediate columns
+ * (inter made the rank's). The shared expert's columns are split either way (shared_inter the
+ * rank's), tp_part set; the router, the latent projections and the shared expert's gate stay
+ * whole. -1 with err when a count or width does not split. */
+int moe_shard(moe_block *M, const shd_ctx *t, const char *what, char *err, size_t errlen);
 
 #endif

@@ -102,8 +102,10 @@ int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *ke
     return 0;
 }
 
-int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, int W, int R, shd_kept *keep, const char *what, char *err,
+int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, const shd_ctx *t, const char *what, char *err,
             size_t errlen) {
+    const int W = t->world, R = t->rank;
+    shd_kept *keep = t->keep;
     shd_range f;
     if (shd_split(*inter, shd_unit(wd, 1, 1), W, R, &f))
         return ci_err(err, errlen, "%s: intermediate width %d does not split into whole %lld-column blocks over %d ranks",

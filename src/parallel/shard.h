@@ -52,10 +52,18 @@ void shd_kept_free(shd_kept *k);
 int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, shd_kept *keep, const char *what, char *err,
              size_t errlen);
 
+/* One rank's part of a split: rank of world, whether routed experts go whole to ranks (ep:
+ * expert parallel) or have their columns split, and where split columns' copies are kept. */
+typedef struct {
+    int world, rank;
+    int ep;
+    shd_kept *keep;
+} shd_ctx;
+
 /* A SwiGLU (or relu², wg NULL) MLP's intermediate width *inter split over W ranks: rank R's
  * gate / up rows and down columns, *inter made its width. The split keeps down's column
  * blocks whole. -1 with err (naming what) when it cannot. */
-int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, int W, int R, shd_kept *keep, const char *what, char *err,
+int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, const shd_ctx *t, const char *what, char *err,
             size_t errlen);
 
 /* The tp_part (backend.h CI_TP_*) of rank R's part of a split block. */

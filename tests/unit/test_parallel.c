@@ -11,6 +11,7 @@
 #include "parallel/comm.h"
 #include "parallel/shard.h"
 #include "models/model.h"
+#include "nn/moe.h"
 #include "tmpmodel.h"
 #include <math.h>
 #include <pthread.h>
@@ -222,12 +223,12 @@ static void *model_main(void *p) {
 }
 
 /* Opens dir on `world` ranks (0: whole) and runs the prompt and steps; args[r].logits filled. */
-static int run_model(const char *dir, int world, int bad_rank, model_arg *args, char *err, size_t errlen) {
+static int run_model(const char *dir, int world, int ep, int bad_rank, model_arg *args, char *err, size_t errlen) {
     ci_model_opts o = { .n_threads = 1 };
     ci_comm *c = world ? ci_comm_new(world) : NULL;
     int n = world ? world : 1, rc = 0;
     for (int r = 0; r < n; r++) args[r] = (model_arg){ .c = c, .rank = r, .bad_at = r == bad_rank ? 1 : -1 };
-    for (int r = 0; r < n && !rc; r++) rc = ci_model_open_rank(dir, &o, c, r, &args[r].m, err, errlen);
+    for (int r = 0; r < n && !rc; r++) rc = ci_model_open_rank(dir, &o, c, r, ep, &args[r].m, err, errlen);
     pthread_t th[MAXR];
     for (int r = 0; r < n && !rc; r++) {
         ci_model_info info;
@@ -249,16 +250,16 @@ static void free_args(model_arg *a, int n) {
 /* Every rank's logits equal rank 0's bit for bit, and rank 0's are within bound (of the
  * whole model's largest magnitude) of the whole model's: only the ranks' partial sums are
  * added in another order. */
-static void split_matches_whole(const char *dir, int world) {
+static void split_matches_whole(const char *dir, int world, int ep) {
     char err[512] = "";
     model_arg whole[1], parts[MAXR];
-    if (run_model(dir, 0, -1, whole, err, sizeof err) || whole[0].rc) {
+    if (run_model(dir, 0, 0, -1, whole, err, sizeof err) || whole[0].rc) {
         CHECK(0, "%s whole: %s %s", dir, err, whole[0].err);
         free_args(whole, 1);
         return;
     }
-    int rc = run_model(dir, world, -1, parts, err, sizeof err);
-    CHECK(!rc, "%s over %d: %s", dir, world, err);
+    int rc = run_model(dir, world, ep, -1, parts, err, sizeof err);
+    CHECK(!rc, "%s over %d (ep %d): %s", dir, world, ep, err);
     const size_t cnt = (size_t)(PROMPT + STEPS) * whole[0].vocab;
     double ref_max = 0, diff = 0;
     for (size_t i = 0; i < cnt; i++) ref_max = fmax(ref_max, fabs(whole[0].logits[i]));
@@ -270,22 +271,22 @@ static void split_matches_whole(const char *dir, int world) {
     }
     for (size_t i = 0; i < cnt && !rc; i++) diff = fmax(diff, fabs((double)parts[0].logits[i] - whole[0].logits[i]));
     /* f32 sums regrouped: 0.9-1.5e-6 measured on these fixtures (logits up to ~4); a wrong part is O(1) */
-    CHECK(!rc && diff <= 2e-5 * fmax(1.0, ref_max), "%s over %d: max |diff| %.3g (max |logit| %.3g)", dir, world, diff,
-          ref_max);
+    CHECK(!rc && diff <= 2e-5 * fmax(1.0, ref_max), "%s over %d (ep %d): max |diff| %.3g (max |logit| %.3g)", dir, world,
+          ep, diff, ref_max);
     free_args(whole, 1);
     free_args(parts, world);
 }
 
 static void test_dense_over_ranks(void) {
-    split_matches_whole("tests/fixtures/llama_gqa_llama3", 2);   /* key / value heads split */
-    split_matches_whole("tests/fixtures/llama_gqa_llama3", 4);   /* one key / value head shared by 2 ranks */
-    split_matches_whole("tests/fixtures/qwen3_bf16", 2);
-    split_matches_whole("tests/fixtures/qwen3_bf16", 4);
+    split_matches_whole("tests/fixtures/llama_gqa_llama3", 2, 0);   /* key / value heads split */
+    split_matches_whole("tests/fixtures/llama_gqa_llama3", 4, 0);   /* one key / value head shared by 2 ranks */
+    split_matches_whole("tests/fixtures/qwen3_bf16", 2, 0);
+    split_matches_whole("tests/fixtures/qwen3_bf16", 4, 0);
 }
 
 static void test_moe_over_ranks(void) {
-    split_matches_whole("tests/fixtures/qwen3_moe", 2);   /* every expert's columns split, a dense layer too */
-    split_matches_whole("tests/fixtures/qwen3_moe", 4);
+    split_matches_whole("tests/fixtures/qwen3_moe", 2, 0);   /* every expert's columns split, a dense layer too */
+    split_matches_whole("tests/fixtures/qwen3_moe", 4, 0);
 }
 
 /* fp8 with 128-column blocks: each rank's o_proj / down_proj columns are whole blocks. */
@@ -299,10 +300,10 @@ static void test_fp8_over_ranks(void) {
     const char *d = tm_make_random(cfg, "fp8", 7, dir, sizeof dir, err, sizeof err);
     CHECK(d != NULL, "make-random fp8: %s", err);
     if (!d) return;
-    split_matches_whole(d, 2);
+    split_matches_whole(d, 2, 0);
     /* over 4 a rank's 64 o_proj columns are half a block: refused, naming the tensor */
     model_arg a[4];
-    int rc = run_model(d, 4, -1, a, err, sizeof err);
+    int rc = run_model(d, 4, 0, -1, a, err, sizeof err);
     CHECK(rc == -1, "fp8 over 4 refused");
     CHECK_HAS(err, "model.layers.0 over 4 ranks: o_proj");
     CHECK_HAS(err, "quantization blocks");
@@ -315,11 +316,11 @@ static void test_fp8_over_ranks(void) {
 /* DeepSeek: MLA heads split (the latent cache whole on every rank), routed experts' and shared
  * experts' columns split, a dense first layer; V3.2's indexer whole on every rank. */
 static void test_deepseek_over_ranks(void) {
-    split_matches_whole("tests/fixtures/deepseek_v3", 2);
-    split_matches_whole("tests/fixtures/deepseek_v3", 4);
-    split_matches_whole("tests/fixtures/deepseek_v3_nolora", 2);   /* q_proj without q_lora */
-    split_matches_whole("tests/fixtures/deepseek_v32", 2);
-    split_matches_whole("tests/fixtures/deepseek_v32", 4);
+    split_matches_whole("tests/fixtures/deepseek_v3", 2, 0);
+    split_matches_whole("tests/fixtures/deepseek_v3", 4, 0);
+    split_matches_whole("tests/fixtures/deepseek_v3_nolora", 2, 0);   /* q_proj without q_lora */
+    split_matches_whole("tests/fixtures/deepseek_v32", 2, 0);
+    split_matches_whole("tests/fixtures/deepseek_v32", 4, 0);
 }
 
 /* DeepSeek V3 in fp8 with 128 x 128 blocks, dims whose splits keep whole blocks over 2 ranks. */
@@ -336,13 +337,13 @@ static void test_deepseek_fp8_over_ranks(void) {
     const char *d = tm_make_random(cfg, "fp8", 9, dir, sizeof dir, err, sizeof err);
     CHECK(d != NULL, "make-random fp8: %s", err);
     if (!d) return;
-    split_matches_whole(d, 2);
+    split_matches_whole(d, 2, 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0, "cleanup");
     /* the fixture's 16-wide heads: a rank's o_proj columns are not whole 128-column blocks */
     model_arg a[2];
-    CHECK(run_model("tests/fixtures/deepseek_v3_fp8", 2, -1, a, err, sizeof err) == -1, "fp8 off the blocks refused");
+    CHECK(run_model("tests/fixtures/deepseek_v3_fp8", 2, 0, -1, a, err, sizeof err) == -1, "fp8 off the blocks refused");
     CHECK_HAS(err, "deepseek_v3: model.layers.0 over 2 ranks: o_proj");
     free_args(a, 2);
 }
@@ -350,25 +351,49 @@ static void test_deepseek_fp8_over_ranks(void) {
 /* The hybrids: attention heads and the MLPs' / experts' columns split, the recurrent mixers
  * (short convolutions, DeltaNet, Mamba2) whole on every rank. */
 static void test_hybrids_over_ranks(void) {
-    split_matches_whole("tests/fixtures/lfm2", 2);
-    split_matches_whole("tests/fixtures/lfm2_hub", 2);   /* one key / value head */
-    split_matches_whole("tests/fixtures/lfm2_moe", 2);
-    split_matches_whole("tests/fixtures/lfm2_moe", 4);
-    split_matches_whole("tests/fixtures/qwen3_next", 2);   /* fused projections, gated shared expert */
-    split_matches_whole("tests/fixtures/qwen3_5", 2);
-    split_matches_whole("tests/fixtures/qwen3_5", 4);
-    split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2);   /* VL wrapper, stacked experts */
-    split_matches_whole("tests/fixtures/nemotron_h", 2);   /* relu² MLPs and experts */
-    split_matches_whole("tests/fixtures/nemotron_h", 4);
-    split_matches_whole("tests/fixtures/nemotron_h_latent", 2);   /* experts in a latent space */
+    split_matches_whole("tests/fixtures/lfm2", 2, 0);
+    split_matches_whole("tests/fixtures/lfm2_hub", 2, 0);   /* one key / value head */
+    split_matches_whole("tests/fixtures/lfm2_moe", 2, 0);
+    split_matches_whole("tests/fixtures/lfm2_moe", 4, 0);
+    split_matches_whole("tests/fixtures/qwen3_next", 2, 0);   /* fused projections, gated shared expert */
+    split_matches_whole("tests/fixtures/qwen3_5", 2, 0);
+    split_matches_whole("tests/fixtures/qwen3_5", 4, 0);
+    split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2, 0);   /* VL wrapper, stacked experts */
+    split_matches_whole("tests/fixtures/nemotron_h", 2, 0);   /* relu² MLPs and experts */
+    split_matches_whole("tests/fixtures/nemotron_h", 4, 0);
+    split_matches_whole("tests/fixtures/nemotron_h_latent", 2, 0);   /* experts in a latent space */
 }
 
 /* DeepSeek V4: whole output groups' heads per rank, expert columns split; the KV row, the
  * compressors, the indexer and the hyper-connection streams whole on every rank. */
 static void test_deepseek_v4_over_ranks(void) {
-    split_matches_whole("tests/fixtures/deepseek_v4", 2);
-    split_matches_whole("tests/fixtures/deepseek_v4_hub", 2);
-    split_matches_whole("tests/fixtures/deepseek_v4_rates", 2);
+    split_matches_whole("tests/fixtures/deepseek_v4", 2, 0);
+    split_matches_whole("tests/fixtures/deepseek_v4_hub", 2, 0);
+    split_matches_whole("tests/fixtures/deepseek_v4_rates", 2, 0);
+}
+
+/* Expert parallel: whole routed experts, an even share per rank (the shared experts' columns
+ * split), every MoE family. */
+static void test_experts_over_ranks(void) {
+    split_matches_whole("tests/fixtures/qwen3_moe", 2, 1);
+    split_matches_whole("tests/fixtures/qwen3_moe", 4, 1);
+    split_matches_whole("tests/fixtures/deepseek_v3", 2, 1);
+    split_matches_whole("tests/fixtures/deepseek_v3", 4, 1);
+    split_matches_whole("tests/fixtures/deepseek_v32", 2, 1);
+    split_matches_whole("tests/fixtures/lfm2_moe", 2, 1);
+    split_matches_whole("tests/fixtures/qwen3_next", 2, 1);
+    split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2, 1);
+    split_matches_whole("tests/fixtures/nemotron_h", 2, 1);
+    split_matches_whole("tests/fixtures/nemotron_h_latent", 2, 1);
+    split_matches_whole("tests/fixtures/deepseek_v4", 2, 1);   /* hash-routed layers too */
+    /* 6 experts over 4 ranks: refused, nothing narrowed */
+    char err[256] = "";
+    ci_mat views[18] = { 0 };
+    moe_block M = { .n_experts = 6, .inter = 8, .w_gate = views, .w_up = views + 6, .w_down = views + 12 };
+    shd_kept keep = { 0 };
+    const shd_ctx t = { 4, 1, 1, &keep };
+    CHECK(moe_shard(&M, &t, "layer 2", err, sizeof err) == -1 && M.e_hi == 0, "6 experts over 4");
+    CHECK_HAS(err, "layer 2: 6 routed experts do not split over 4 ranks");
 }
 
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
@@ -376,7 +401,7 @@ static void test_deepseek_v4_over_ranks(void) {
 static void test_rank_failure_stops_all(void) {
     char err[512] = "";
     model_arg a[2];
-    CHECK(!run_model("tests/fixtures/qwen3_moe", 2, 1, a, err, sizeof err), "open: %s", err);
+    CHECK(!run_model("tests/fixtures/qwen3_moe", 2, 0, 1, a, err, sizeof err), "open: %s", err);
     CHECK(a[1].rc && a[0].rc, "both ranks failed: %d %d", a[0].rc, a[1].rc);
     CHECK_HAS(a[0].err, "rank 1");
     CHECK_HAS(a[0].err, "token");
@@ -386,22 +411,22 @@ static void test_rank_failure_stops_all(void) {
 static void test_refusals(void) {
     char err[512] = "";
     model_arg a[MAXR];
-    CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, -1, a, err, sizeof err) == -1, "4 heads over 3");
+    CHECK(run_model("tests/fixtures/llama_gqa_llama3", 3, 0, -1, a, err, sizeof err) == -1, "4 heads over 3");
     CHECK_HAS(err, "4 attention heads do not split over 3 ranks");
     free_args(a, 3);
-    CHECK(run_model("tests/fixtures/deepseek_v4", 4, -1, a, err, sizeof err) == -1, "2 output groups over 4");
+    CHECK(run_model("tests/fixtures/deepseek_v4", 4, 0, -1, a, err, sizeof err) == -1, "2 output groups over 4");
     CHECK_HAS(err, "deepseek_v4: 4 ranks: o_groups 2 do not split");
     free_args(a, 4);
-    CHECK(run_model("tests/fixtures/deepseek_v4_fp8", 2, -1, a, err, sizeof err) == -1, "fp8 o_b off its blocks");
+    CHECK(run_model("tests/fixtures/deepseek_v4_fp8", 2, 0, -1, a, err, sizeof err) == -1, "fp8 o_b off its blocks");
     CHECK_HAS(err, "deepseek_v4: layer 0 over 2 ranks: columns [0, 16) of 32 do not start and end on its 128-column blocks");
     free_args(a, 2);
-    CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, -1, a, err, sizeof err) == -1, "MLX refused");
+    CHECK(run_model("tests/fixtures/mlx_llama_4bit", 2, 0, -1, a, err, sizeof err) == -1, "MLX refused");
     CHECK_HAS(err, "MLX- or FP4-quantized columns");
     free_args(a, 2);
     ci_model *m = NULL;
     ci_comm *c = ci_comm_new(2);
     ci_model_opts o = { .n_threads = 1, .device = 1 };
-    CHECK(ci_model_open_rank("tests/fixtures/qwen3_moe", &o, c, 0, &m, err, sizeof err) == -1 && !m, "device refused");
+    CHECK(ci_model_open_rank("tests/fixtures/qwen3_moe", &o, c, 0, 0, &m, err, sizeof err) == -1 && !m, "device refused");
     CHECK_HAS(err, "CPU backend");
     ci_comm_free(c);
 }
@@ -418,6 +443,7 @@ int main(void) {
     TEST_RUN(test_deepseek_fp8_over_ranks);
     TEST_RUN(test_hybrids_over_ranks);
     TEST_RUN(test_deepseek_v4_over_ranks);
+    TEST_RUN(test_experts_over_ranks);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();

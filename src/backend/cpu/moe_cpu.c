@@ -151,8 +151,9 @@ static int grow(size_t *cap, size_t want, size_t elem, void **ps[], int count) {
 #define MOE_BATCH_BYTES ((size_t)16 << 20)
 static int as_step(ci_backend *be, const ci_moe *m, int n) {
     if (n <= CPU_TILE_T) return 1;
+    const int e0 = m->e_hi > 0 ? m->e_lo : 0;   /* a held expert's views */
     return (size_t)n * (size_t)m->top_k * (size_t)m->hidden * sizeof(float) <= MOE_BATCH_BYTES &&
-           cpu_i16_takes(be, &m->w_up[0]) && cpu_i16_takes(be, &m->w_down[0]);
+           cpu_i16_takes(be, &m->w_up[e0]) && cpu_i16_takes(be, &m->w_down[e0]);
 }
 
 static moe_tmp *moe_tmp_get(void **slot, const ci_moe *m, int n, int step) {
@@ -182,7 +183,7 @@ static void jobs_room(ci_backend *be, cpu_mm_job *jobs, int *nj, int need) {
 /* The experts of a decode step, entries grouped by expert in s (offset, tok, tw): entry i's
  * rows of xe / g / u / ye are row i, so every active expert's matmuls go in one batch. */
 static void experts_decode(ci_backend *be, moe_tmp *s, float *out, const float *x, int n, const ci_moe *m) {
-    const int E = m->n_experts, K = m->top_k, X = m->hidden, I = m->inter, NK = n * K;
+    const int E = m->n_experts, X = m->hidden, I = m->inter, NK = s->offset[E];   /* the entries held here */
     cpu_mm_job jobs[MAXJ];
     int nj = 0;
     if (n > 1)   /* one token reads x itself */
@@ -230,15 +231,19 @@ int cpu_moe_experts_run(ci_backend *be, void **tmp_slot, float *dst, const float
     moe_tmp *s = moe_tmp_get(tmp_slot, m, n, step);
     if (!s) return -1;
     float *out = acc ? s->res : dst;   /* acc: the sum is finished apart, then added */
-    /* group the (token, slot) entries by expert: counting sort */
+    /* group the (token, slot) entries by expert: counting sort; expert parallel, only the
+     * entries of the experts held here */
+    const int lo = m->e_hi > 0 ? m->e_lo : 0, hi = m->e_hi > 0 ? m->e_hi : E;
     memset(s->count, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < n * K; i++) s->count[sel[i]]++;
+    for (int i = 0; i < n * K; i++) s->count[sel[i]] += sel[i] >= lo && sel[i] < hi;
     s->offset[0] = 0;
     for (int e = 0; e < E; e++) s->offset[e + 1] = s->offset[e] + s->count[e];
     memset(s->count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
         for (int k = 0; k < K; k++) {
-            int e = sel[t * K + k], at = s->offset[e] + s->count[e]++;
+            int e = sel[t * K + k];
+            if (e < lo || e >= hi) continue;
+            int at = s->offset[e] + s->count[e]++;
             s->tok[at] = t;
             s->tw[at] = w[t * K + k];
         }
