@@ -563,6 +563,9 @@ typedef struct ci_backend {
      * order (every rank gets the same bits). It fails (status) when the communicator was
      * aborted, and a backend already failed aborts it, so no rank waits for one that stopped. */
     void (*all_reduce)(struct ci_backend *be, float *x, int64_t count);
+    /* all_gather_rows: out [rows, world * width] gets, per row, every rank's row of in [rows,
+     * width] side by side in rank order (a split head's logits). Fails as all_reduce. */
+    void (*all_gather_rows)(struct ci_backend *be, float *out, const float *in, int rows, int width);
     struct ci_comm *comm;
     int rank, world;        /* this backend's rank of world (0, 0 without a communicator) */
 } ci_backend;

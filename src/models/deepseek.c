@@ -115,6 +115,7 @@ static int shard_weights(ci_model *m, ds_model *d, char *err, size_t errlen) {
         if (shd_mlp(&L->wg, &L->wu, &L->wd, &inter, &t, what, err, errlen)) return -1;
         *w = inter;
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     d->ff = ff;
     d->shared_ff = sff;
     d->tp_part = shd_part(R);

@@ -166,8 +166,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     layers(m, c, NULL, pg, s->max_ctx, n);
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->dev_final_norm, 1, d->H, d->eps);
-    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
-    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
+    be->matmul(be, ci_runner_head_dst(&c->run), c->last, 1, &d->dev_head);
+    ci_runner_head_end(&c->run, be, head);
 }
 
 int ds_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {

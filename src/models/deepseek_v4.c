@@ -188,6 +188,7 @@ static int v4_shard(ci_model *m, v4_model *d, char *err, size_t errlen) {
             moe_shard(&L->moe, &t, what, err, errlen))
             return -1;
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     d->Hh = (int)(g.hi - g.lo) * per;
     d->G = (int)(g.hi - g.lo);
     d->tp = 1;

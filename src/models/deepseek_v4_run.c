@@ -197,8 +197,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     layers(s->m, c, NULL, n);
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * d->H, d->final_norm, 1, d->H, d->eps);
-    be->matmul(be, c->run.logits1, c->last, 1, &d->lm_head);
-    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
+    be->matmul(be, ci_runner_head_dst(&c->run), c->last, 1, &d->lm_head);
+    ci_runner_head_end(&c->run, be, head);
 }
 
 /* A new sequence (ci_session_reset lowers pos to 0) starts the compressors over (their

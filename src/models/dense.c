@@ -119,6 +119,7 @@ static int shard_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
             ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     d->n_heads = d->layers[0].attn.n_heads;
     d->n_kv = d->layers[0].attn.n_kv;
     if (d->ff) d->ff /= W;
@@ -438,8 +439,9 @@ static void chunk_ops(ci_session *s, int n, int head) {
     }
     if (head == CI_HEAD_NONE) return;
     const ci_mat *head_w = &d->dev_head;
-    be->norm_matmul_n(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, d->eps, 1, &c->run.logits1, 1, &head_w);
-    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
+    float *const dst[1] = { ci_runner_head_dst(&c->run) };
+    be->norm_matmul_n(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, d->eps, 1, dst, 1, &head_w);
+    ci_runner_head_end(&c->run, be, head);
 }
 
 int dense_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {

@@ -157,6 +157,7 @@ static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
             d->n_kv = L->attn.n_kv;
         }
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     if (d->ff) d->ff /= W;
     return 0;
 }

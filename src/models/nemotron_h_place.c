@@ -35,6 +35,7 @@ int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen) {
             return -1;
         }
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     d->n_heads = n_heads;
     d->n_kv = n_kv;
     d->ff /= W;

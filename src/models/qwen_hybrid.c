@@ -167,6 +167,7 @@ static int shard_weights(ci_model *m, qh_model *d, char *err, size_t errlen) {
             ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
     }
+    shd_head(&d->lm_head, d->vocab, &t);
     if (d->ff) d->ff /= W;
     return 0;
 }

@@ -143,8 +143,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     }
     if (head == CI_HEAD_NONE) return;
     be->rmsnorm(be, c->last, c->x + (size_t)(n - 1) * D, d->dev_final_norm, 1, D, d->eps);
-    be->matmul(be, c->run.logits1, c->last, 1, &d->dev_head);
-    if (head == CI_HEAD_ARGMAX) be->argmax(be, c->run.best, c->run.logits1, d->vocab);
+    be->matmul(be, ci_runner_head_dst(&c->run), c->last, 1, &d->dev_head);
+    ci_runner_head_end(&c->run, be, head);
 }
 
 /* A forward of s: a new sequence's states start at zero; the runner cuts it into chunks;

@@ -1,6 +1,7 @@
 /* runner.c — the chunk loop every family on backend memory shares (runner.h). */
 #include "runner.h"
 #include "../core/status.h"
+#include "../parallel/shard.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,23 @@ int ci_runner_alloc(ci_runner *r, ci_backend *be, int ub, int vocab, int dim, fl
     r->pos = ci_buf_alloc(be, (size_t)ub * sizeof(int32_t), bad);
     r->logits1 = ci_buf_alloc(be, (size_t)vocab * sizeof(float), bad);
     r->best = ci_buf_alloc(be, sizeof(int32_t), bad);
+    r->head_split = shd_head_split(vocab, be->world);
+    if (r->head_split)
+        r->lpart = ci_buf_alloc(be, (size_t)(ub > max_group ? ub : max_group) * (size_t)(vocab / be->world) * sizeof(float), bad);
     return 0;
+}
+
+float *ci_runner_head_dst(ci_runner *r) { return r->head_split ? r->lpart : r->logits1; }
+
+void ci_runner_head_end(ci_runner *r, ci_backend *be, int head) {
+    if (r->head_split) be->all_gather_rows(be, r->logits1, r->lpart, 1, r->vocab / be->world);
+    if (head == CI_HEAD_ARGMAX) be->argmax(be, r->best, r->logits1, r->vocab);
+}
+
+/* out [rows, vocab] = the head's product of rows of xn: a split head's part, then gathered */
+static void head_product(ci_runner *r, ci_backend *be, float *out, const float *xn, int rows) {
+    be->matmul(be, r->head_split ? r->lpart : out, xn, rows, r->head);
+    if (r->head_split) be->all_gather_rows(be, out, r->lpart, rows, r->vocab / be->world);
 }
 
 int ci_runner_chunk_rows(const ci_session *s, int base) {
@@ -58,6 +75,7 @@ void ci_runner_free(ci_runner *r, ci_backend *be) {
     ci_buf_release(be, r->logits1);
     ci_buf_release(be, r->best);
     ci_buf_release(be, r->logits_n);
+    ci_buf_release(be, r->lpart);
     ci_buf_release(be, r->tab);
     free(r->htab);
     ci_buf_release(be, r->ptab);
@@ -102,7 +120,7 @@ void ci_runner_head_rows(ci_runner *r, ci_backend *be, int n, float *logits, int
     be->rmsnorm(be, r->xn, r->x, r->final_norm, n, r->dim, r->eps);
     for (int r0 = 0; r0 < n; r0 += r->logit_rows) {
         int rows = n - r0 < r->logit_rows ? n - r0 : r->logit_rows;
-        be->matmul(be, r->logits_n, r->xn + (size_t)r0 * r->dim, rows, r->head);
+        head_product(r, be, r->logits_n, r->xn + (size_t)r0 * r->dim, rows);
         if (best)
             for (int i = 0; i < rows; i++)
                 be->argmax(be, best + r0 + i, r->logits_n + (size_t)i * r->vocab, r->vocab);
@@ -196,7 +214,7 @@ void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, cons
 
 void ci_runner_head_into(ci_runner *r, ci_backend *be, int n, float *out) {
     be->rmsnorm(be, r->xn, r->x, r->final_norm, n, r->dim, r->eps);
-    be->matmul(be, out, r->xn, n, r->head);
+    head_product(r, be, out, r->xn, n);
 }
 
 /* One chunk of n <= ub tokens at positions s->pos..: uploads, ops (a one-token step through

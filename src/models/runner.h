@@ -62,6 +62,11 @@ struct ci_runner {
     int bgraph_keys[2][CI_BATCH_GRAPHS];
     float *blog;
     int blog_rows;
+    /* a tensor-parallel rank whose head is split (parallel/shard.h shd_head_split): the head
+     * holds vocab / world rows, its products go to lpart [max(ub, max_group), vocab / world] and
+     * every rank's are gathered into the full rows */
+    int head_split;
+    float *lpart;
 };
 
 /* Tokens per chunk (the scratch rows) of a session of a family whose CPU chunk is `base`: base
@@ -108,6 +113,13 @@ int ci_runner_batch_begin(ci_runner *r, ci_model *m, ci_session *const *ss, int 
  * one) and replayed. */
 void ci_runner_batch_step(ci_runner *r, ci_model *m, ci_session *const *ss, const int *tokens, int n, size_t tab_used,
                           float *logits, int32_t *best, int *out_ids, int grew, ci_batch_ops_fn ops);
+
+/* The last row's head (the families' CI_HEAD_LAST / CI_HEAD_ARGMAX): the family writes the
+ * head's product of its normed last row into ci_runner_head_dst (r->logits1, or a split head's
+ * part), then ci_runner_head_end completes r->logits1 (the ranks' parts gathered) and, for
+ * CI_HEAD_ARGMAX, leaves its argmax in r->best. */
+float *ci_runner_head_dst(ci_runner *r);
+void ci_runner_head_end(ci_runner *r, ci_backend *be, int head);
 
 /* The head of all n rows at once into out ([n, vocab], backend memory): nothing read back,
  * so a batch step that ends here can be recorded (the caller downloads out). */

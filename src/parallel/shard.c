@@ -116,3 +116,9 @@ int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, const shd_ctx *t, co
     *inter = (int)(f.hi - f.lo);
     return 0;
 }
+
+void shd_head(ci_mat *head, int64_t vocab, const shd_ctx *t) {
+    if (!shd_head_split(vocab, t->world)) return;
+    const int64_t per = vocab / t->world;
+    shd_rows(head, per * t->rank, per * (t->rank + 1), head);
+}

@@ -66,6 +66,12 @@ typedef struct {
 int shd_mlp(ci_mat *wg, ci_mat *wu, ci_mat *wd, int *inter, const shd_ctx *t, const char *what, char *err,
             size_t errlen);
 
+/* The head [vocab, hidden] is split by rows (each rank's logits gathered after, runner.h)
+ * when the ranks divide the vocabulary; else every rank holds it whole. shd_head narrows a
+ * bound head to rank t->rank's rows when it is split. */
+static inline int shd_head_split(int64_t vocab, int world) { return world > 1 && vocab % world == 0; }
+void shd_head(ci_mat *head, int64_t vocab, const shd_ctx *t);
+
 /* The tp_part (backend.h CI_TP_*) of rank R's part of a split block. */
 static inline int shd_part(int R) { return R ? CI_TP_REST : CI_TP_LEAD; }
 

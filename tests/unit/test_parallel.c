@@ -4,7 +4,8 @@
  * (src/parallel/shard.h: even splits, grouped-query heads, block-aligned units, row views and
  * column copies that hold exactly the original's elements); then whole models split over 2 and 4
  * ranks (threads, one CPU backend each) against the same model whole: a prompt's logits, then
- * decode steps through the cache, every rank's logits the same bits and within a rounding bound
+ * decode steps through the cache, then a batch step of two other sequences (forward_batch),
+ * every rank's logits the same bits and within a rounding bound
  * of the whole model's; a rank that fails stops the others; what cannot split is refused. */
 #include "check.h"
 #include "backend/backend.h"
@@ -195,7 +196,7 @@ static void test_views_hold_the_parts(void) {
 
 /* ---- whole models over ranks ---------------------------------------------------------- */
 
-enum { PROMPT = 7, STEPS = 4, CTX = 32 };
+enum { PROMPT = 7, STEPS = 4, BATCH = 2, ROWS = PROMPT + STEPS + BATCH, CTX = 32 };
 static const int toks[PROMPT + STEPS] = { 5, 17, 42, 99, 3, 250, 8, 61, 150, 77, 12 };
 
 typedef struct {
@@ -203,7 +204,7 @@ typedef struct {
     ci_comm *c;
     int rank, vocab;
     int bad_at;              /* decode step whose token is out of range on this rank (-1: none) */
-    float *logits;           /* [PROMPT + STEPS, vocab]: the prompt's rows, then each step's */
+    float *logits;           /* [ROWS, vocab]: the prompt's rows, each step's, then a batch step's */
     int rc;
     char err[512];
 } model_arg;
@@ -217,7 +218,18 @@ static void *model_main(void *p) {
         int t = i == a->bad_at ? 1 << 20 : toks[PROMPT + i];
         a->rc = ci_forward(s, &t, 1, a->logits + (size_t)(PROMPT + i) * a->vocab, 0, a->err, sizeof a->err);
     }
+    /* a batch step (the family's forward_batch) of two more sequences, 3 and 5 tokens in */
+    ci_session *b[BATCH] = { NULL, NULL };
+    const int bt[BATCH] = { toks[3], toks[5] };
+    for (int i = 0; i < BATCH && !a->rc; i++) {
+        a->rc = ci_session_new(a->m, CTX, &b[i], a->err, sizeof a->err);
+        if (!a->rc) a->rc = ci_forward(b[i], toks, 3 + 2 * i, NULL, 0, a->err, sizeof a->err);
+    }
+    if (!a->rc)   /* every family has one */
+        a->rc = a->m->family->ops->forward_batch(b, bt, BATCH, a->logits + (size_t)(PROMPT + STEPS) * a->vocab, a->err,
+                                                 sizeof a->err);
     if (a->rc && a->c) ci_comm_abort(a->c, a->rank, a->err);   /* the others must not wait for this one */
+    for (int i = 0; i < BATCH; i++) ci_session_free(b[i]);
     ci_session_free(s);
     return NULL;
 }
@@ -234,7 +246,7 @@ static int run_model(const char *dir, int world, int ep, int bad_rank, model_arg
         ci_model_info info;
         ci_model_get_info(args[r].m, &info);
         args[r].vocab = info.vocab_size;
-        args[r].logits = calloc((size_t)(PROMPT + STEPS) * info.vocab_size, sizeof(float));
+        args[r].logits = calloc((size_t)ROWS * info.vocab_size, sizeof(float));
         pthread_create(&th[r], NULL, model_main, &args[r]);
     }
     for (int r = 0; r < n && !rc; r++) pthread_join(th[r], NULL);
@@ -260,7 +272,7 @@ static void split_matches_whole(const char *dir, int world, int ep) {
     }
     int rc = run_model(dir, world, ep, -1, parts, err, sizeof err);
     CHECK(!rc, "%s over %d (ep %d): %s", dir, world, ep, err);
-    const size_t cnt = (size_t)(PROMPT + STEPS) * whole[0].vocab;
+    const size_t cnt = (size_t)ROWS * whole[0].vocab;
     double ref_max = 0, diff = 0;
     for (size_t i = 0; i < cnt; i++) ref_max = fmax(ref_max, fabs(whole[0].logits[i]));
     for (int r = 0; r < world && !rc; r++) {

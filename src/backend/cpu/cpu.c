@@ -970,9 +970,21 @@ static void cpu_all_reduce(ci_backend *be, float *x, int64_t count) {
         return;
     }
     if (ci_comm_all_reduce(be->comm, be->rank, x, (size_t)count)) {
-        char why[200];
+        char why[200], msg[240];
         ci_comm_error(be->comm, why, sizeof why);
-        char msg[240];
+        snprintf(msg, sizeof msg, "tensor parallel: %s", why);
+        cpu_fail(be, msg);
+    }
+}
+
+static void cpu_all_gather_rows(ci_backend *be, float *out, const float *in, int rows, int width) {
+    if (cpu(be)->failed) {
+        ci_comm_abort(be->comm, be->rank, be->last_error);
+        return;
+    }
+    if (ci_comm_all_gather_rows(be->comm, be->rank, out, in, rows, width)) {
+        char why[200], msg[240];
+        ci_comm_error(be->comm, why, sizeof why);
         snprintf(msg, sizeof msg, "tensor parallel: %s", why);
         cpu_fail(be, msg);
     }
@@ -983,6 +995,7 @@ void ci_backend_cpu_join(ci_backend *be, struct ci_comm *c, int rank) {
     be->rank = rank;
     be->world = ci_comm_world(c);
     be->all_reduce = cpu_all_reduce;
+    be->all_gather_rows = cpu_all_gather_rows;
 }
 
 static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
