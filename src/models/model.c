@@ -32,7 +32,9 @@ static uint64_t mem_available(void) {
 static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t errlen) {
     ci_progress_cb fn = opts ? opts->progress : NULL;
     void *ctx = opts ? opts->progress_ctx : NULL;
-    if (!m->be->is_device && !(opts && opts->map_weights)) {
+    /* a tensor-parallel rank reads its part where the checkpoint lies: the ranks of a process
+     * share the page cache instead of each copying the whole checkpoint */
+    if (!m->be->is_device && !(opts && opts->map_weights) && m->be->world <= 1) {
         int r = st_make_resident(m->st, mem_available() / 5 * 4, fn, ctx, err, errlen);
         if (r) return r < 0 ? -1 : 0;
     }
