@@ -153,9 +153,9 @@ static int norm_shift(const ci_model *m, const char *pre, const unsigned char *l
 /* ---- load ----------------------------------------------------------------------------- */
 
 /* A tensor-parallel rank (its backend joined a communicator of world > 1): the gated attention
- * layers' heads (each head's query and gate rows together) and the MLPs' / experts' (and the
- * shared expert's) columns narrowed to its part (nn blocks' *_shard); the DeltaNet layers stay
- * whole on every rank (each computes them in full: no collective). */
+ * layers' heads (each head's query and gate rows together), the DeltaNet layers' key heads (their
+ * value heads, channels and state) and the MLPs' / experts' (and the shared expert's) columns
+ * narrowed to its part (nn blocks' *_shard). */
 static int shard_weights(ci_model *m, qh_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
     const shd_ctx t = { W, R, m->ep, &d->kept };
@@ -164,6 +164,7 @@ static int shard_weights(ci_model *m, qh_model *d, char *err, size_t errlen) {
         qh_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: layer %d over %d ranks", m->family->name, l, W);
         if ((!L->linear && attn_shard(&L->ga.a, &t, what, err, errlen)) ||
+            (L->linear && dn_shard(&L->dn, &t, what, err, errlen)) ||
             ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
     }

@@ -66,6 +66,49 @@ int dn_place(ci_backend *be, dn_layer *dst, const dn_layer *L) {
     return bad ? -1 : 0;
 }
 
+int dn_shard(dn_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    /* an even share of the value heads, and the key heads they read: split with them when the
+     * ranks divide the key heads, else one key head shared by the ranks of its value heads */
+    shd_range k, v;
+    const int r = L->hv / L->hk, dk = L->dk, dv = L->dv;
+    if (shd_split(L->hv, 1, t->world, t->rank, &v) || (L->hk % t->world && t->world % L->hk))
+        return ci_err(err, errlen, "%s: %d DeltaNet key / %d value heads do not split over %d ranks", what, L->hk, L->hv,
+                      t->world);
+    k = (shd_range){ v.lo / r, (v.hi - 1) / r + 1 };
+    const int64_t KD = (int64_t)L->hk * dk;
+    /* the rank's channels of q | k | v: the conv's and, split, in_proj_qkv's rows */
+    const shd_range ch[3] = { { k.lo * dk, k.hi * dk }, { KD + k.lo * dk, KD + k.hi * dk },
+                              { 2 * KD + v.lo * dv, 2 * KD + v.hi * dv } };
+    if (L->layout == DN_SPLIT) {
+        if (shd_rows_gather(&L->qkv, ch, 3, &L->qkv, t->keep, what, err, errlen)) return -1;
+        shd_rows(&L->z, v.lo * dv, v.hi * dv, &L->z);
+        shd_rows(&L->b, v.lo, v.hi, &L->b);
+        shd_rows(&L->a, v.lo, v.hi, &L->a);
+    } else if (L->hk % t->world == 0) {   /* grouped per key head: whole groups */
+        const int64_t G = 2 * (int64_t)dk + 2 * (int64_t)r * dv;
+        shd_rows(&L->qkvz, k.lo * G, k.hi * G, &L->qkvz);
+        shd_rows(&L->ba, k.lo * 2 * r, k.hi * 2 * r, &L->ba);
+    } else {   /* part of one key head's group: its q, k, and the rank's value heads' v and z (b and a) */
+        const int64_t G = 2 * (int64_t)dk + 2 * (int64_t)r * dv, g0 = k.lo * G, j0 = v.lo - k.lo * r, j1 = v.hi - k.lo * r;
+        const shd_range qs[3] = { { g0, g0 + 2 * dk }, { g0 + 2 * dk + j0 * dv, g0 + 2 * dk + j1 * dv },
+                                  { g0 + 2 * dk + (r + j0) * dv, g0 + 2 * dk + (r + j1) * dv } };
+        const shd_range bs[2] = { { k.lo * 2 * r + j0, k.lo * 2 * r + j1 }, { k.lo * 2 * r + r + j0, k.lo * 2 * r + r + j1 } };
+        if (shd_rows_gather(&L->qkvz, qs, 3, &L->qkvz, t->keep, what, err, errlen) ||
+            shd_rows_gather(&L->ba, bs, 2, &L->ba, t->keep, what, err, errlen))
+            return -1;
+    }
+    if (shd_cols(&L->out, v.lo * dv, v.hi * dv, &L->out, t->keep, what, err, errlen)) return -1;
+    if (L->conv_w && !(L->conv_w = shd_f32_cols(L->conv_w, L->conv_k, conv_dim(L), ch, 3, t->keep)))
+        return ci_err(err, errlen, "%s: out of memory for a rank's conv taps", what);
+    if (L->neg_A) L->neg_A += v.lo;      /* offsets into the binder's copies */
+    if (L->dt_bias) L->dt_bias += v.lo;
+    L->hk = (int)(k.hi - k.lo);
+    L->hv = (int)(v.hi - v.lo);
+    L->ops = (ci_deltanet){ L->hk, L->hv, dk, dv, L->neg_A, L->dt_bias, L->norm_w, L->eps };
+    L->tp_part = shd_part(t->rank);
+    return 0;
+}
+
 /* ---- scratch -------------------------------------------------------------------------- */
 
 int dn_scratch_init(ci_backend *be, dn_scratch *s, const dn_layer *L, int max_n) {
@@ -123,30 +166,38 @@ static void mix(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
                  2, !tab && mode == DN_RECURRENT, s->work);
 }
 
+/* out_proj of the gated output s->z: into y (acc: added to y, the residual; a split layer's
+ * rank other than 0 writes its part alone), the ranks' parts all-reduced */
+static void output(ci_backend *be, const dn_layer *L, dn_scratch *s, float *y, int acc, float *tmp, int n) {
+    if (acc && L->tp_part != CI_TP_REST) be->matmul_acc(be, y, s->z, n, &L->out, tmp);
+    else be->matmul(be, y, s->z, n, &L->out);
+    if (L->tp_part) be->all_reduce(be, y, (int64_t)n * L->out.rows);
+}
+
 void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,
                 dn_mode mode) {
     project(be, L, s, x, NULL, 0, NULL, n);
     mix(be, L, s, state, NULL, n, mode);
-    be->matmul(be, out, s->z, n, &L->out);
+    output(be, L, s, out, 0, NULL, n);
 }
 
 void dn_forward_rows(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *out, const float *x,
                      int n) {
     project(be, L, s, x, NULL, 0, NULL, n);
     mix(be, L, s, NULL, tab, n, DN_AUTO);
-    be->matmul(be, out, s->z, n, &L->out);
+    output(be, L, s, out, 0, NULL, n);
 }
 
 void dn_forward_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *x, const float *norm_w,
                     float eps, float *xn, float *tmp, int n, dn_mode mode) {
     project(be, L, s, x, norm_w, eps, xn, n);
     mix(be, L, s, state, NULL, n, mode);
-    be->matmul_acc(be, x, s->z, n, &L->out, tmp);
+    output(be, L, s, x, 1, tmp, n);
 }
 
 void dn_forward_rows_add(ci_backend *be, const dn_layer *L, dn_scratch *s, float *const *tab, float *x,
                          const float *norm_w, float eps, float *xn, float *tmp, int n) {
     project(be, L, s, x, norm_w, eps, xn, n);
     mix(be, L, s, NULL, tab, n, DN_AUTO);
-    be->matmul_acc(be, x, s->z, n, &L->out, tmp);
+    output(be, L, s, x, 1, tmp, n);
 }

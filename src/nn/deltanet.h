@@ -24,6 +24,7 @@
 #ifndef CI_DELTANET_H
 #define CI_DELTANET_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 #include "../io/weights.h"
 
 enum { DN_CHUNK = CI_DN_CHUNK };   /* tokens per chunk of the CPU's chunked form */
@@ -48,6 +49,8 @@ typedef struct {
     float *norm_w;         /* [dv] output norm weight (binder-owned) */
     ci_mat out;            /* [hidden, hv*dv] */
     ci_deltanet ops;       /* the deltanet ops' view: dims, neg_A, dt_bias, norm_w, eps */
+    int tp_part;           /* tensor parallel (backend.h CI_TP_*): a part of the key heads (their
+                            * value heads, channels and state), out_proj's product all-reduced */
 } dn_layer;
 
 /* Scratch for up to max_n tokens of any layer with these dims (sized once per session,
@@ -76,6 +79,14 @@ void dn_layer_free(dn_layer *L);
 /* dst = L with its matrices and vectors in backend memory (ci_place_mat: MLX-quantized
  * matrices keep their packed codes). -1 when out of memory. */
 int dn_place(ci_backend *be, dn_layer *dst, const dn_layer *L);
+
+/* Tensor parallel (parallel/shard.h): narrows L to rank t->rank's even share of the value
+ * heads and the key heads they read (split when the ranks divide the key heads, else one shared
+ * by the ranks of its value heads): its q | k | v rows (gathered into one matrix) or its part of
+ * the fused groups, z / b / a rows, conv channels, A / dt_bias, out_proj's columns (copies in
+ * t->keep); hk / hv and the state shrink with it. -1 with err when the heads or fp8 blocks do
+ * not split. */
+int dn_shard(dn_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen);
 
 int dn_scratch_init(ci_backend *be, dn_scratch *s, const dn_layer *L, int max_n);
 void dn_scratch_free(ci_backend *be, dn_scratch *s);

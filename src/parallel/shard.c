@@ -56,8 +56,7 @@ void shd_kept_free(shd_kept *k) {
     memset(k, 0, sizeof *k);
 }
 
-/* malloc'd bytes held by k (NULL when out of memory) */
-static void *kept_alloc(shd_kept *k, size_t bytes) {
+void *shd_kept_alloc(shd_kept *k, size_t bytes) {
     if (k->n == k->cap) {
         int cap = k->cap ? 2 * k->cap : 16;
         void **p = realloc(k->p, (size_t)cap * sizeof *p);
@@ -83,7 +82,7 @@ int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *ke
     out->cols = hi - lo;
     if (!W->data) return 0;
     const size_t es = ci_dtype_size(W->dtype), w = (size_t)(hi - lo) * es;
-    char *d = kept_alloc(keep, (size_t)W->rows * w);
+    char *d = shd_kept_alloc(keep, (size_t)W->rows * w);
     if (!d) return ci_err(err, errlen, "%s: out of memory for a rank's columns", what);
     for (int64_t r = 0; r < W->rows; r++)
         memcpy(d + (size_t)r * w, (const char *)W->data + ((size_t)r * (size_t)W->cols + (size_t)lo) * es, w);
@@ -93,7 +92,7 @@ int shd_cols(const ci_mat *W0, int64_t lo, int64_t hi, ci_mat *out, shd_kept *ke
         const int64_t B = W->block, gc = (W->cols + B - 1) / B, c0 = lo / B, c1 = (hi + B - 1) / B;
         const int64_t gr = (W->scale_row0 + W->rows + B - 1) / B;
         const size_t ss = ci_dtype_size(W->scale_dtype), sw = (size_t)(c1 - c0) * ss;
-        char *s = kept_alloc(keep, (size_t)gr * sw);
+        char *s = shd_kept_alloc(keep, (size_t)gr * sw);
         if (!s) return ci_err(err, errlen, "%s: out of memory for a rank's columns", what);
         for (int64_t r = 0; r < gr; r++)
             memcpy(s + (size_t)r * sw, (const char *)W->scale + ((size_t)r * (size_t)gc + (size_t)c0) * ss, sw);
@@ -121,4 +120,64 @@ void shd_head(ci_mat *head, int64_t vocab, const shd_ctx *t) {
     if (!shd_head_split(vocab, t->world)) return;
     const int64_t per = vocab / t->world;
     shd_rows(head, per * t->rank, per * (t->rank + 1), head);
+}
+
+int shd_rows_gather(const ci_mat *W, const shd_range *segs, int n, ci_mat *out, shd_kept *keep, const char *what,
+                    char *err, size_t errlen) {
+    const ci_mat w0 = *W;   /* out may be W */
+    if (w0.dtype == CI_U32)
+        return ci_err(err, errlen, "%s: MLX- or FP4-quantized rows do not gather across ranks yet", what);
+    const int fp8 = w0.dtype == CI_F8_E4M3 && w0.scale && w0.block > 0;
+    const int64_t B = fp8 ? w0.block : 1;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (segs[i].lo < 0 || segs[i].hi > w0.rows || segs[i].lo > segs[i].hi ||
+            (fp8 && ((w0.scale_row0 + segs[i].lo) % B || ((segs[i].hi - segs[i].lo) % B && segs[i].hi != w0.rows))))
+            return ci_err(err, errlen, "%s: rows [%lld, %lld) of %lld do not start and end on its %lld-row blocks", what,
+                          (long long)segs[i].lo, (long long)segs[i].hi, (long long)w0.rows, (long long)B);
+        rows += segs[i].hi - segs[i].lo;
+    }
+    *out = w0;
+    out->rows = rows;
+    out->scale_row0 = 0;
+    if (!w0.data) return 0;
+    const size_t rb = (size_t)w0.cols * ci_dtype_size(w0.dtype);
+    char *d = shd_kept_alloc(keep, (size_t)rows * rb);
+    if (!d) return ci_err(err, errlen, "%s: out of memory for a rank's rows", what);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t len = (size_t)(segs[i].hi - segs[i].lo) * rb;
+        memcpy(d + at, (const char *)w0.data + (size_t)segs[i].lo * rb, len);
+        at += len;
+    }
+    out->data = d;
+    if (fp8) {   /* the grid rows of each segment, whole grid rows */
+        const int64_t gc = (w0.cols + B - 1) / B;
+        const size_t gb = (size_t)gc * ci_dtype_size(w0.scale_dtype);
+        char *sc = shd_kept_alloc(keep, (size_t)((rows + B - 1) / B + n) * gb);
+        if (!sc) return ci_err(err, errlen, "%s: out of memory for a rank's rows", what);
+        size_t g = 0;
+        for (int i = 0; i < n; i++) {
+            const int64_t r0 = (w0.scale_row0 + segs[i].lo) / B, r1 = (w0.scale_row0 + segs[i].hi + B - 1) / B;
+            memcpy(sc + g * gb, (const char *)w0.scale + (size_t)r0 * gb, (size_t)(r1 - r0) * gb);
+            g += (size_t)(r1 - r0);
+        }
+        out->scale = sc;
+    }
+    return 0;
+}
+
+float *shd_f32_cols(const float *src, int64_t rows, int64_t cols, const shd_range *segs, int n, shd_kept *keep) {
+    int64_t w = 0;
+    for (int i = 0; i < n; i++) w += segs[i].hi - segs[i].lo;
+    float *d = shd_kept_alloc(keep, (size_t)rows * (size_t)w * sizeof(float));
+    if (!d) return NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = d + (size_t)r * (size_t)w;
+        for (int i = 0; i < n; i++) {
+            memcpy(o, src + (size_t)r * (size_t)cols + (size_t)segs[i].lo, (size_t)(segs[i].hi - segs[i].lo) * sizeof(float));
+            o += segs[i].hi - segs[i].lo;
+        }
+    }
+    return d;
 }

@@ -45,12 +45,24 @@ void shd_rows(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out);
 /* The copies a rank's split columns live in, freed together (shd_kept_free). */
 typedef struct { void **p; int n, cap; } shd_kept;
 void shd_kept_free(shd_kept *k);
+/* bytes of memory held by k (NULL when out of memory) */
+void *shd_kept_alloc(shd_kept *k, size_t bytes);
 
 /* W's columns [lo, hi) as a new [rows, hi - lo] matrix (fp8: its block-scale columns too),
  * kept in *keep. lo and hi on a block boundary (shd_unit). MLX-quantized matrices are refused
  * (-1, err): their column split is not written (MLX / FP4 packing). what names the tensor in errors. */
 int shd_cols(const ci_mat *W, int64_t lo, int64_t hi, ci_mat *out, shd_kept *keep, const char *what, char *err,
              size_t errlen);
+
+/* The rows of n segments of W (segs[i] = [lo, hi) each), in that order, as a new matrix kept
+ * in keep (a block mixer's rank takes its channels of several projections stacked in one, as
+ * DeltaNet's q | k | v). fp8: every segment on W's scale blocks, the grid's rows copied with
+ * them. MLX / FP4 refused. what names the tensor in errors. */
+int shd_rows_gather(const ci_mat *W, const shd_range *segs, int n, ci_mat *out, shd_kept *keep, const char *what,
+                    char *err, size_t errlen);
+/* The same columns of a host f32 matrix [rows, cols] (a conv's taps [K, channels]): a new
+ * [rows, Σ seg lengths] kept in keep, or NULL when out of memory. */
+float *shd_f32_cols(const float *src, int64_t rows, int64_t cols, const shd_range *segs, int n, shd_kept *keep);
 
 /* One rank's part of a split: rank of world, whether routed experts go whole to ranks (ep:
  * expert parallel) or have their columns split, and where split columns' copies are kept. */

@@ -360,14 +360,15 @@ static void test_deepseek_fp8_over_ranks(void) {
     free_args(a, 2);
 }
 
-/* The hybrids: attention heads and the MLPs' / experts' columns split, the recurrent mixers
- * (short convolutions, DeltaNet, Mamba2) whole on every rank. */
+/* The hybrids: attention heads, DeltaNet heads and the MLPs' / experts' columns split, the
+ * short convolutions and Mamba2 layers whole on every rank. */
 static void test_hybrids_over_ranks(void) {
     split_matches_whole("tests/fixtures/lfm2", 2, 0);
     split_matches_whole("tests/fixtures/lfm2_hub", 2, 0);   /* one key / value head */
     split_matches_whole("tests/fixtures/lfm2_moe", 2, 0);
     split_matches_whole("tests/fixtures/lfm2_moe", 4, 0);
     split_matches_whole("tests/fixtures/qwen3_next", 2, 0);   /* fused projections, gated shared expert */
+    split_matches_whole("tests/fixtures/qwen3_next", 4, 0);   /* a DeltaNet key head shared by 2 ranks */
     split_matches_whole("tests/fixtures/qwen3_5", 2, 0);
     split_matches_whole("tests/fixtures/qwen3_5", 4, 0);
     split_matches_whole("tests/fixtures/qwen3_5_moe_hub", 2, 0);   /* VL wrapper, stacked experts */
