@@ -89,8 +89,9 @@ static inline size_t nh_kv_floats(const nh_model *d) { return 2 * (size_t)d->n_k
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
 int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen);
 /* A tensor-parallel rank (its backend joined a communicator of world > 1), before nh_place: the
- * attention layers' heads, the relu² MLPs' and the experts' (and shared experts') columns
- * narrowed to its part (nn blocks' *_shard); the Mamba2 layers stay whole on every rank. */
+ * attention layers' heads, the Mamba2 layers' groups (whole on every rank when the ranks do not
+ * divide them), the relu² MLPs' and the experts' (and shared experts') columns narrowed to its
+ * part (nn blocks' *_shard); the state size follows. */
 int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen);
 
 /* A new sequence: every Mamba2 state zeroed (an upload), the cache at position 0. */

@@ -33,8 +33,11 @@ int nh_shard(ci_model *m, nh_model *d, char *err, size_t errlen) {
             if (shd_mlp(NULL, &L->up, &L->down, &ff, &t, what, err, errlen)) return -1;
         } else if (L->kind == 'E' && moe_shard(&L->moe, &t, what, err, errlen)) {
             return -1;
+        } else if (L->kind == 'M' && mamba2_shard(&L->mamba, &t, what, err, errlen)) {
+            return -1;
         }
     }
+    if (d->any_mamba) d->state_floats = mamba2_conv_floats(d->any_mamba) + mamba2_ssm_floats(d->any_mamba);
     shd_head(&d->lm_head, d->vocab, &t);
     d->n_heads = n_heads;
     d->n_kv = n_kv;

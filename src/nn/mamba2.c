@@ -3,6 +3,7 @@
  * the three middle ops is the backend's (backend/cpu/mamba_cpu.c on the CPU). */
 #include "mamba2.h"
 #include "place.h"
+#include "../core/status.h"
 #include <string.h>
 #include <time.h>
 
@@ -36,6 +37,33 @@ int mamba2_scratch_init(ci_backend *be, mamba2_scratch *s, const mamba2_layer *L
         mamba2_scratch_free(be, s);
         return -1;
     }
+    return 0;
+}
+
+int mamba2_shard(mamba2_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    shd_range g;
+    if (shd_split(L->n_groups, 1, t->world, t->rank, &g)) return 0;   /* whole on every rank */
+    const int64_t hpg = L->n_heads / L->n_groups, P = L->head_dim, N = L->d_state, I = L->inner,
+                  GN = (int64_t)L->n_groups * N, h0 = g.lo * hpg, h1 = g.hi * hpg;
+    /* the rank's xBC channels (x, B, C), then in_proj's rows: z, those channels, dt */
+    const shd_range ch[3] = { { h0 * P, h1 * P }, { I + g.lo * N, I + g.hi * N }, { I + GN + g.lo * N, I + GN + g.hi * N } };
+    const shd_range rows[5] = { { h0 * P, h1 * P }, { I + ch[0].lo, I + ch[0].hi }, { I + ch[1].lo, I + ch[1].hi },
+                                { I + ch[2].lo, I + ch[2].hi }, { I + L->conv_dim + h0, I + L->conv_dim + h1 } };
+    if (shd_rows_gather(&L->in_proj, rows, 5, &L->in_proj, t->keep, what, err, errlen) ||
+        shd_cols(&L->out_proj, h0 * P, h1 * P, &L->out_proj, t->keep, what, err, errlen))
+        return -1;
+    if ((L->conv_w && !(L->conv_w = shd_f32_cols(L->conv_w, L->d_conv, L->conv_dim, ch, 3, t->keep))) ||
+        (L->conv_b && !(L->conv_b = shd_f32_rows(L->conv_b, 1, ch, 3, t->keep))))
+        return ci_err(err, errlen, "%s: out of memory for a rank's conv taps", what);
+    L->dt_bias += h0;   /* offsets into the binder's copies */
+    L->A += h0;
+    L->D += h0;
+    L->norm_w += h0 * P;
+    L->n_heads = (int)(h1 - h0);
+    L->n_groups = (int)(g.hi - g.lo);
+    L->inner = (int)((h1 - h0) * P);
+    L->conv_dim = L->inner + 2 * L->n_groups * (int)N;
+    L->tp_part = shd_part(t->rank);
     return 0;
 }
 
@@ -83,7 +111,9 @@ static void mixer(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, floa
                    conv_tab);
     scan(be, L, s, ssm_state, ssm_tab, n, chunked);
     be->gated_rmsnorm(be, s->y, s->proj, W, L->norm_w, n, L->inner, L->inner / L->n_groups, L->eps);
-    be->matmul_acc(be, x, s->y, n, &L->out_proj, xn);                  /* x += [n, hidden] */
+    if (L->tp_part == CI_TP_REST) be->matmul(be, x, s->y, n, &L->out_proj);   /* its groups' part alone */
+    else be->matmul_acc(be, x, s->y, n, &L->out_proj, xn);             /* x += [n, hidden] */
+    if (L->tp_part) be->all_reduce(be, x, (int64_t)n * L->out_proj.rows);
 }
 
 void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,

@@ -26,6 +26,7 @@
 #ifndef CI_MAMBA2_H
 #define CI_MAMBA2_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 #include <stddef.h>
 
 typedef enum { MAMBA2_SCAN_CHUNKED = 0, MAMBA2_SCAN_RECURRENT = 1 } mamba2_scan;
@@ -42,13 +43,16 @@ typedef struct {
     float eps;             /* gated RMSNorm epsilon */
     float dt_min;          /* dt is clamped below at this (time_step_min) */
     ci_mat in_proj;        /* [I + conv_dim + Hm, hidden] rows: z | xBC | dt */
-    float *conv_w;         /* [conv_dim, K] depthwise taps; tap K-1 weighs the current token */
+    float *conv_w;         /* [K, conv_dim] depthwise taps (the checkpoint's [conv_dim, 1, K]
+                            * transposed); tap K-1 weighs the current token */
     float *conv_b;         /* [conv_dim], or NULL */
     float *dt_bias;        /* [Hm] */
     float *A;              /* [Hm] = -exp(A_log) */
     float *D;              /* [Hm] */
     float *norm_w;         /* [I] gated RMSNorm weight */
     ci_mat out_proj;       /* [hidden, I] */
+    int tp_part;           /* tensor parallel (backend.h CI_TP_*): a part of the groups (their heads,
+                            * channels and state), out_proj's product all-reduced */
 } mamba2_layer;
 
 /* Per-session scratch for up to max_n tokens per call, in backend memory. */
@@ -65,6 +69,14 @@ typedef struct {
 /* Floats of the fixed state one layer needs: the conv window and the SSM state. */
 size_t mamba2_conv_floats(const mamba2_layer *L);     /* (K-1) * conv_dim */
 size_t mamba2_ssm_floats(const mamba2_layer *L);      /* Hm * P * N */
+
+/* Tensor parallel (parallel/shard.h): narrows L to rank t->rank's even share of the groups and
+ * their heads: its z / x / B / C / dt rows of in_proj (gathered), conv channels, dt_bias / A /
+ * D / norm weights, out_proj's columns (copies in t->keep); the dims and the state shrink with
+ * it. When the ranks do not divide the groups (the gated norm's groups would straddle ranks)
+ * L stays whole, computed in full on every rank (returns 0, tp_part 0). -1 with err when fp8
+ * blocks do not split or memory runs out. */
+int mamba2_shard(mamba2_layer *L, const shd_ctx *t, const char *what, char *err, size_t errlen);
 
 int mamba2_scratch_init(ci_backend *be, mamba2_scratch *s, const mamba2_layer *L, int max_n);
 void mamba2_scratch_free(ci_backend *be, mamba2_scratch *s);

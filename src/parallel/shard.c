@@ -181,3 +181,17 @@ float *shd_f32_cols(const float *src, int64_t rows, int64_t cols, const shd_rang
     }
     return d;
 }
+
+float *shd_f32_rows(const float *src, int64_t cols, const shd_range *segs, int n, shd_kept *keep) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += segs[i].hi - segs[i].lo;
+    float *d = shd_kept_alloc(keep, (size_t)rows * (size_t)cols * sizeof(float));
+    if (!d) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t len = (size_t)(segs[i].hi - segs[i].lo) * (size_t)cols;
+        memcpy(d + at, src + (size_t)segs[i].lo * (size_t)cols, len * sizeof(float));
+        at += len;
+    }
+    return d;
+}

@@ -64,6 +64,10 @@ int shd_rows_gather(const ci_mat *W, const shd_range *segs, int n, ci_mat *out, 
  * [rows, Σ seg lengths] kept in keep, or NULL when out of memory. */
 float *shd_f32_cols(const float *src, int64_t rows, int64_t cols, const shd_range *segs, int n, shd_kept *keep);
 
+/* The same rows of a host f32 matrix [rows, cols] (cols 1: segments of a vector, a conv's
+ * bias): a new [Σ seg lengths, cols] kept in keep, or NULL when out of memory. */
+float *shd_f32_rows(const float *src, int64_t cols, const shd_range *segs, int n, shd_kept *keep);
+
 /* One rank's part of a split: rank of world, whether routed experts go whole to ranks (ep:
  * expert parallel) or have their columns split, and where split columns' copies are kept. */
 typedef struct {

@@ -360,8 +360,9 @@ static void test_deepseek_fp8_over_ranks(void) {
     free_args(a, 2);
 }
 
-/* The hybrids: attention heads, DeltaNet heads and the MLPs' / experts' columns split, the
- * short convolutions and Mamba2 layers whole on every rank. */
+/* The hybrids: attention heads, DeltaNet heads, Mamba2 groups (whole on every rank when the
+ * ranks do not divide them: nemotron_h over 4, the latent fixture's one group) and the MLPs' /
+ * experts' columns split; the short convolutions whole on every rank. */
 static void test_hybrids_over_ranks(void) {
     split_matches_whole("tests/fixtures/lfm2", 2, 0);
     split_matches_whole("tests/fixtures/lfm2_hub", 2, 0);   /* one key / value head */
