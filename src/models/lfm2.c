@@ -140,8 +140,8 @@ static void bind_experts(w_binder *b, moe_block *M, const char *pre) {
 }
 
 /* A tensor-parallel rank (its backend joined a communicator of world > 1): the attention
- * layers' heads and the MLPs' / experts' columns narrowed to its part (nn blocks' *_shard); the
- * short convolutions stay whole on every rank (each computes them in full: no collective). */
+ * layers' heads, the short convolutions' channels and the MLPs' / experts' columns narrowed to
+ * its part (nn blocks' *_shard); the conv states shrink with the channels. */
 static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
     const int W = m->be->world, R = m->be->rank;
     const shd_ctx t = { W, R, m->ep, &d->kept };
@@ -150,6 +150,7 @@ static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
         lfm2_layer *L = &d->layers[l];
         snprintf(what, sizeof what, "%s: model.layers.%d over %d ranks", m->family->name, l, W);
         if ((L->is_attn && attn_shard(&L->attn, &t, what, err, errlen)) ||
+            (!L->is_attn && sc_shard(&L->conv, &t, what, err, errlen)) ||
             ffn_shard(&L->ffn, L->is_moe ? &L->moe : NULL, d->ff, &t, what, err, errlen))
             return -1;
         if (L->is_attn) {
@@ -159,6 +160,7 @@ static int shard_weights(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
     }
     shd_head(&d->lm_head, d->vocab, &t);
     if (d->ff) d->ff /= W;
+    d->conv_dim = d->H / W;
     return 0;
 }
 
@@ -192,6 +194,7 @@ int lfm2_load(ci_model *m, const lfm2_opts *o, char *err, size_t errlen) {
         return -1;
     d->eps = (float)eps;
     d->K = (int)K;
+    d->conv_dim = d->H;
     int tie = 1;
     if (cfg_bool(c, "tie_word_embeddings", &tie, err, errlen) || cfg_bool(c, "tie_embedding", &tie, err, errlen))
         return -1;

@@ -31,6 +31,7 @@ typedef struct {
 
 typedef struct {
     int H, n_layers, vocab, n_heads, n_kv, hd, ff, K;
+    int conv_dim;                /* the short convolutions' channels: H, or a tensor-parallel rank's */
     float eps, attn_scale;
     ci_mat embed;                /* [vocab, H] */
     ci_mat lm_head;              /* [vocab, H]; = embed when tied */
@@ -76,7 +77,7 @@ typedef struct {
 
 /* One attention layer's KV row and one conv layer's state, in floats. */
 static inline size_t lfm2_kv_floats(const lfm2_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
-static inline size_t lfm2_state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->H; }
+static inline size_t lfm2_state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->conv_dim; }
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
 int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen);

@@ -42,9 +42,27 @@ int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc) {
     return ci_place_mat(be, &dst->in_proj, &sc->in_proj) || ci_place_mat(be, &dst->out_proj, &sc->out_proj) ||
                    place_vec(be, &dst->taps, sc->taps, (size_t)sc->K * D) ||
                    place_vec(be, &dst->in_bias, sc->in_bias, 3 * D) || place_vec(be, &dst->conv_bias, sc->conv_bias, D) ||
-                   place_vec(be, &dst->out_bias, sc->out_bias, D)
+                   place_vec(be, &dst->out_bias, sc->out_bias, (size_t)sc->out_proj.rows)
                ? -1
                : 0;
+}
+
+int sc_shard(shortconv *sc, const shd_ctx *t, const char *what, char *err, size_t errlen) {
+    shd_range c;
+    const int64_t D = sc->dim;
+    if (shd_split(D, 1, t->world, t->rank, &c))
+        return ci_err(err, errlen, "%s: %lld short-conv channels do not split over %d ranks", what, (long long)D, t->world);
+    const shd_range bcx[3] = { { c.lo, c.hi }, { D + c.lo, D + c.hi }, { 2 * D + c.lo, 2 * D + c.hi } };
+    if (shd_rows_gather(&sc->in_proj, bcx, 3, &sc->in_proj, t->keep, what, err, errlen) ||
+        shd_cols(&sc->out_proj, c.lo, c.hi, &sc->out_proj, t->keep, what, err, errlen))
+        return -1;
+    if ((sc->taps && !(sc->taps = shd_f32_cols(sc->taps, sc->K, D, &c, 1, t->keep))) ||
+        (sc->in_bias && !(sc->in_bias = shd_f32_rows(sc->in_bias, 1, bcx, 3, t->keep))))
+        return ci_err(err, errlen, "%s: out of memory for a rank's conv taps", what);
+    if (sc->conv_bias) sc->conv_bias += c.lo;   /* an offset into the binder's copy */
+    sc->dim = (int)(c.hi - c.lo);
+    sc->tp_part = shd_part(t->rank);
+    return 0;
 }
 
 int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n) {
@@ -75,11 +93,18 @@ void sc_forward_add_norm(ci_backend *be, const shortconv *sc, sc_scratch *s, flo
     const ci_mat *const ws[1] = { &sc->in_proj };
     be->norm_matmul_n(be, xn, x, norm_w, eps, 1, ys, n, ws);       /* [n, 3D]: B | C | X */
     be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, state, states, s->win);
+    const int H = (int)sc->out_proj.rows, rest = sc->tp_part == CI_TP_REST;   /* rest: its channels' part alone */
     if (!sc->out_bias) {
-        be->matmul_acc(be, x, s->y, n, &sc->out_proj, xn);         /* x += [n, D] */
-        return;
+        if (rest) be->matmul(be, x, s->y, n, &sc->out_proj);
+        else be->matmul_acc(be, x, s->y, n, &sc->out_proj, xn);   /* x += [n, H] */
+    } else {
+        be->matmul(be, xn, s->y, n, &sc->out_proj);
+        if (rest) {
+            be->copy(be, x, xn, (size_t)n * (size_t)H * sizeof(float));
+        } else {
+            be->add_bias(be, xn, sc->out_bias, n, H);
+            be->add(be, x, xn, (int64_t)n * H);
+        }
     }
-    be->matmul(be, xn, s->y, n, &sc->out_proj);
-    be->add_bias(be, xn, sc->out_bias, n, D);
-    be->add(be, x, xn, (int64_t)n * D);
+    if (sc->tp_part) be->all_reduce(be, x, (int64_t)n * H);
 }

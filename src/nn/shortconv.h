@@ -18,6 +18,7 @@
 #ifndef CI_SHORTCONV_H
 #define CI_SHORTCONV_H
 #include "../backend/backend.h"
+#include "../parallel/shard.h"
 #include "../io/weights.h"
 
 typedef struct {
@@ -27,7 +28,10 @@ typedef struct {
     float *taps;                 /* [K, dim]: the checkpoint's [dim, 1, K] transposed, owned */
     float *in_bias;              /* [3*dim] or NULL (binder-owned) */
     float *conv_bias;            /* [dim] or NULL */
-    float *out_bias;             /* [dim] or NULL */
+    float *out_bias;             /* [hidden] (out_proj's rows) or NULL */
+    int tp_part;                 /* tensor parallel (backend.h CI_TP_*): a part of the channels (dim is
+                                  * the rank's; in_proj / taps / state its channels), out_proj's
+                                  * product all-reduced, out_bias added on rank 0 */
 } shortconv;
 
 /* Scratch for chunks of up to max_n tokens, sized once per session (backend memory). */
@@ -47,6 +51,12 @@ void sc_free(shortconv *sc);
 /* dst = sc with its matrices, taps and biases in backend memory (ci_place_mat: MLX-quantized
  * matrices keep their packed codes). -1 when out of memory. */
 int sc_place(ci_backend *be, shortconv *dst, const shortconv *sc);
+
+/* Tensor parallel (parallel/shard.h): narrows sc to rank t->rank's even share of the channels:
+ * its B / C / X rows of in_proj (gathered) and in_bias, taps, conv_bias, out_proj's columns
+ * (copies in t->keep); dim and the state shrink with it. -1 with err when the channels or fp8
+ * blocks do not split. */
+int sc_shard(shortconv *sc, const shd_ctx *t, const char *what, char *err, size_t errlen);
 
 int sc_scratch_init(ci_backend *be, sc_scratch *s, const shortconv *sc, int max_n);
 void sc_scratch_free(ci_backend *be, sc_scratch *s);

@@ -360,9 +360,9 @@ static void test_deepseek_fp8_over_ranks(void) {
     free_args(a, 2);
 }
 
-/* The hybrids: attention heads, DeltaNet heads, Mamba2 groups (whole on every rank when the
- * ranks do not divide them: nemotron_h over 4, the latent fixture's one group) and the MLPs' /
- * experts' columns split; the short convolutions whole on every rank. */
+/* The hybrids: attention heads, short-conv channels, DeltaNet heads, Mamba2 groups (whole on
+ * every rank when the ranks do not divide them: nemotron_h over 4, the latent fixture's one
+ * group) and the MLPs' / experts' columns split. */
 static void test_hybrids_over_ranks(void) {
     split_matches_whole("tests/fixtures/lfm2", 2, 0);
     split_matches_whole("tests/fixtures/lfm2_hub", 2, 0);   /* one key / value head */
@@ -384,6 +384,25 @@ static void test_deepseek_v4_over_ranks(void) {
     split_matches_whole("tests/fixtures/deepseek_v4", 2, 0);
     split_matches_whole("tests/fixtures/deepseek_v4_hub", 2, 0);
     split_matches_whole("tests/fixtures/deepseek_v4_rates", 2, 0);
+}
+
+/* LFM2 with conv biases: the rank's in_proj / conv bias channels, out_proj's bias added once. */
+static void test_conv_bias_over_ranks(void) {
+    static const char cfg[] =
+        "{\"model_type\": \"lfm2\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 3,"
+        " \"layer_types\": [\"conv\", \"full_attention\", \"conv\"], \"num_attention_heads\": 4,"
+        " \"num_key_value_heads\": 2, \"conv_L_cache\": 3, \"conv_bias\": true, \"block_auto_adjust_ff_dim\": false,"
+        " \"norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"vocab_size\": 300, \"max_position_embeddings\": 256,"
+        " \"tie_word_embeddings\": true}";
+    char dir[64], err[1024];
+    const char *d = tm_make_random(cfg, "f32", 3, dir, sizeof dir, err, sizeof err);
+    CHECK(d != NULL, "make-random: %s", err);
+    if (!d) return;
+    split_matches_whole(d, 2, 0);
+    split_matches_whole(d, 4, 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
 }
 
 /* Expert parallel: whole routed experts, an even share per rank (the shared experts' columns
@@ -458,6 +477,7 @@ int main(void) {
     TEST_RUN(test_hybrids_over_ranks);
     TEST_RUN(test_deepseek_v4_over_ranks);
     TEST_RUN(test_experts_over_ranks);
+    TEST_RUN(test_conv_bias_over_ranks);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();
