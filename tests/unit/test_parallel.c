@@ -301,6 +301,21 @@ static void test_moe_over_ranks(void) {
     split_matches_whole("tests/fixtures/qwen3_moe", 4, 0);
 }
 
+/* A random checkpoint of cfg (make-random: dtype, seed) in a fresh folder dir[64]: 1, or 0
+ * with the failure recorded. */
+static int random_model(const char *cfg, const char *dtype, uint64_t seed, char *dir) {
+    char err[1024];
+    const char *d = tm_make_random(cfg, dtype, seed, dir, 64, err, sizeof err);
+    CHECK(d != NULL, "make-random %s: %s", dtype, err);
+    return d != NULL;
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 /* fp8 with 128-column blocks: each rank's o_proj / down_proj columns are whole blocks. */
 static void test_fp8_over_ranks(void) {
     static const char cfg[] =
@@ -308,10 +323,8 @@ static void test_fp8_over_ranks(void) {
         " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 64, \"vocab_size\": 300,"
         " \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"max_position_embeddings\": 256,"
         " \"tie_word_embeddings\": false}";
-    char dir[64], err[1024];
-    const char *d = tm_make_random(cfg, "fp8", 7, dir, sizeof dir, err, sizeof err);
-    CHECK(d != NULL, "make-random fp8: %s", err);
-    if (!d) return;
+    char d[64], err[1024];
+    if (!random_model(cfg, "fp8", 7, d)) return;
     split_matches_whole(d, 2, 0);
     /* over 4 a rank's 64 o_proj columns are half a block: refused, naming the tensor */
     model_arg a[4];
@@ -320,9 +333,7 @@ static void test_fp8_over_ranks(void) {
     CHECK_HAS(err, "model.layers.0 over 4 ranks: o_proj");
     CHECK_HAS(err, "quantization blocks");
     free_args(a, 4);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_dir(d);
 }
 
 /* DeepSeek: MLA heads split (the latent cache whole on every rank), routed experts' and shared
@@ -345,14 +356,10 @@ static void test_deepseek_fp8_over_ranks(void) {
         " \"num_experts_per_tok\": 2, \"n_shared_experts\": 1, \"n_group\": 1, \"topk_group\": 1,"
         " \"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5, \"vocab_size\": 300, \"rms_norm_eps\": 1e-6,"
         " \"rope_theta\": 10000.0, \"max_position_embeddings\": 256, \"tie_word_embeddings\": false}";
-    char dir[64], err[1024];
-    const char *d = tm_make_random(cfg, "fp8", 9, dir, sizeof dir, err, sizeof err);
-    CHECK(d != NULL, "make-random fp8: %s", err);
-    if (!d) return;
+    char d[64], err[1024];
+    if (!random_model(cfg, "fp8", 9, d)) return;
     split_matches_whole(d, 2, 0);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_dir(d);
     /* the fixture's 16-wide heads: a rank's o_proj columns are not whole 128-column blocks */
     model_arg a[2];
     CHECK(run_model("tests/fixtures/deepseek_v3_fp8", 2, 0, -1, a, err, sizeof err) == -1, "fp8 off the blocks refused");
@@ -394,15 +401,11 @@ static void test_conv_bias_over_ranks(void) {
         " \"num_key_value_heads\": 2, \"conv_L_cache\": 3, \"conv_bias\": true, \"block_auto_adjust_ff_dim\": false,"
         " \"norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"vocab_size\": 300, \"max_position_embeddings\": 256,"
         " \"tie_word_embeddings\": true}";
-    char dir[64], err[1024];
-    const char *d = tm_make_random(cfg, "f32", 3, dir, sizeof dir, err, sizeof err);
-    CHECK(d != NULL, "make-random: %s", err);
-    if (!d) return;
+    char d[64];
+    if (!random_model(cfg, "f32", 3, d)) return;
     split_matches_whole(d, 2, 0);
     split_matches_whole(d, 4, 0);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0, "cleanup");
+    remove_dir(d);
 }
 
 /* Expert parallel: whole routed experts, an even share per rank (the shared experts' columns
