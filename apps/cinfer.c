@@ -81,7 +81,14 @@ static const char *USAGE =
     "                           largest magnitude of the default f32 path)\n"
     "  --int16-act              CPU with AVX2 or AVX-512: MLX 4- and 8-bit weights dotted with the\n"
     "                           activations rounded to int16 per 32 columns (faster 4-bit decode;\n"
-    "                           logits within ~1e-3 of their largest magnitude of the f32 path)\n";
+    "                           logits within ~1e-3 of their largest magnitude of the f32 path)\n"
+    "logits, generate, bench and perplexity also take:\n"
+    "  --tp N                   CPU: the model split over N tensor-parallel ranks (threads of this\n"
+    "                           process, --threads / N each; the multi-GPU path's sharding and\n"
+    "                           collectives, checked on the CPU; logits within ~1e-6 of the whole\n"
+    "                           model's). No batch steps yet (bench --batch)\n"
+    "  --ep                     with --tp: routed experts whole, an even share per rank (expert\n"
+    "                           parallel), instead of every expert's columns split\n";
 
 static int die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int die(int code, const char *fmt, ...) {
@@ -183,6 +190,16 @@ static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     o->map_weights = find_flag(fl, "--mmap")->seen;
     o->bf16_act = find_flag(fl, "--bf16-act")->seen;
     o->int16_act = find_flag(fl, "--int16-act")->seen;
+    flag *tp = find_flag(fl, "--tp"), *ep = find_flag(fl, "--ep");
+    if (tp && tp->seen) {
+        long long v;
+        if (parse_long(cmd, "--tp", tp->value, 1, 64, &v)) return 2;
+        o->tp = (int)v;
+    }
+    if (ep && ep->seen) {
+        if (o->tp < 2) return die(2, "%s: --ep needs --tp N (N >= 2)", cmd);
+        o->ep = 1;
+    }
     return 0;
 }
 
@@ -248,7 +265,7 @@ static int out_open(const char *out, FILE **f, char *tmp, size_t tmpn) {
 
 static int cmd_logits(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--tokens", 1, 0, 0}, {"--out", 1, 0, 0}, {"--step", 0, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("logits", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("logits", fl, "--model", &rc), *toks = need("logits", fl, "--tokens", &rc),
@@ -352,7 +369,7 @@ static int cmd_generate(int argc, char **argv) {
                   {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
                   {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
                   {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {"--device", 1, 0, 0},
-                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
     /* no --model: the embedded demo model, as serve and chat */
@@ -613,7 +630,7 @@ static double median_of(const double *v, int n) {
  * before each) and reports the median run. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--batch", 1, 0, 0},
+                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {"--batch", 1, 0, 0},
                   {"--reps", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
@@ -748,7 +765,7 @@ done:
  * --max-tokens tokens only. Prints "perplexity P over N tokens". */
 static int cmd_perplexity(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--file", 1, 0, 0}, {"--window", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("perplexity", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("perplexity", fl, "--model", &rc), *file = need("perplexity", fl, "--file", &rc);

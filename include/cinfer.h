@@ -77,6 +77,14 @@ typedef struct {
                              * from the exact path by up to ~1e-3 of their largest magnitude
                              * (bench/RESULTS.md). Other CPUs and formats compute as without
                              * it. 0: f32 activations. */
+    int tp;                 /* > 1: the model split over tp tensor-parallel ranks (src/parallel/group.h):
+                             * on the CPU the ranks are threads of this process, n_threads / tp pool
+                             * threads each; logits are the whole model's within rounding (~1e-6 of
+                             * the largest: the ranks' partial sums are added in another order).
+                             * Sessions, forward and forward_argmax only (no batch steps, paged pools
+                             * or prefix reuse yet); the CPU only. 0 or 1: the whole model. */
+    int ep;                 /* with tp > 1: routed experts placed whole, an even share per rank
+                             * (expert parallel), instead of every expert's columns split */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

@@ -8,6 +8,7 @@
 #include "cinfer.h"
 #include "../core/status.h"
 #include "../parallel/comm.h"
+#include "../parallel/group.h"
 #include "../gen/sampler.h"
 #include "../text/tokenizer.h"
 #include <stdio.h>
@@ -55,6 +56,7 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
 }
 
 int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
+    if (opts && opts->tp > 1) return ci_group_open(dir, opts, out, err, errlen);
     return ci_model_open_rank(dir, opts, NULL, 0, 0, out, err, errlen);
 }
 

@@ -432,6 +432,54 @@ static void test_experts_over_ranks(void) {
     CHECK_HAS(err, "layer 2: 6 routed experts do not split over 4 ranks");
 }
 
+/* ci_model_opts.tp: one model handle over the ranks (parallel/group.h): logits as the ranks',
+ * a reset session runs again to the same bits, a bad token is refused before any rank runs (the
+ * group still works after), the cache bytes are the ranks' together. */
+static void test_group_handle(void) {
+    const char *dir = "tests/fixtures/qwen3_moe";
+    char err[512] = "";
+    ci_model *whole = NULL, *g = NULL;
+    ci_model_opts o = { .n_threads = 2 }, og = { .n_threads = 2, .tp = 2, .ep = 1 };
+    CHECK(!ci_model_open(dir, &o, &whole, err, sizeof err), "whole: %s", err);
+    CHECK(!ci_model_open(dir, &og, &g, err, sizeof err), "group: %s", err);
+    if (!whole || !g) { ci_model_free(whole); ci_model_free(g); return; }
+    ci_model_info wi, gi;
+    ci_model_get_info(whole, &wi);
+    ci_model_get_info(g, &gi);
+    CHECK(!strcmp(gi.family, "qwen3_moe") && gi.vocab_size == wi.vocab_size, "info %s %d", gi.family, gi.vocab_size);
+    CHECK(ci_model_cache_bytes(g, 100) == ci_model_cache_bytes(whole, 100), "cache bytes %zu vs %zu",
+          ci_model_cache_bytes(g, 100), ci_model_cache_bytes(whole, 100));
+    const int V = wi.vocab_size;
+    float *a = calloc((size_t)PROMPT * V, sizeof(float)), *b = calloc((size_t)PROMPT * V, sizeof(float)),
+          *c = calloc((size_t)PROMPT * V, sizeof(float));
+    ci_session *sw = NULL, *sg = NULL;
+    CHECK(!ci_session_new(whole, CTX, &sw, err, sizeof err) && !ci_session_new(g, CTX, &sg, err, sizeof err), "%s", err);
+    CHECK(!ci_forward(sw, toks, PROMPT, a, 1, err, sizeof err), "%s", err);
+    CHECK(!ci_forward(sg, toks, PROMPT, b, 1, err, sizeof err) && ci_session_pos(sg) == PROMPT, "%s", err);
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < (size_t)PROMPT * V; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        mx = fmax(mx, fabs(a[i]));
+    }
+    CHECK(d <= 2e-5 * fmax(1, mx), "group logits: max |diff| %.3g of %.3g", d, mx);
+    int bad = 1 << 20, id = -1, id_w = -1;
+    CHECK(ci_forward(sg, &bad, 1, NULL, 0, err, sizeof err) == -1, "bad token refused");
+    CHECK_HAS(err, "outside the vocabulary");
+    ci_session_reset(sg);
+    CHECK(!ci_forward(sg, toks, PROMPT, c, 1, err, sizeof err), "after a refusal and a reset: %s", err);
+    CHECK(!memcmp(b, c, (size_t)PROMPT * V * sizeof(float)), "a reset session runs to the same bits");
+    CHECK(!ci_forward_argmax(sg, &toks[PROMPT], 1, &id, err, sizeof err) &&
+          !ci_forward_argmax(sw, &toks[PROMPT], 1, &id_w, err, sizeof err) && id == id_w && id >= 0,
+          "argmax %d vs %d: %s", id, id_w, err);
+    ci_session_free(sw);
+    ci_session_free(sg);
+    free(a);
+    free(b);
+    free(c);
+    ci_model_free(whole);
+    ci_model_free(g);
+}
+
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
  * fails too with rank 1's reason instead of hanging. */
 static void test_rank_failure_stops_all(void) {
@@ -481,6 +529,7 @@ int main(void) {
     TEST_RUN(test_deepseek_v4_over_ranks);
     TEST_RUN(test_experts_over_ranks);
     TEST_RUN(test_conv_bias_over_ranks);
+    TEST_RUN(test_group_handle);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();

@@ -1,0 +1,194 @@
+/* group.c — see group.h. The façade model's impl is the group; its family is a copy of the
+ * real one (same name, so every message names the family loaded) whose ops fan out. */
+#include "group.h"
+#include "comm.h"
+#include "../core/status.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int world;
+    ci_comm *comm;
+    ci_model **ranks;            /* [world] */
+    ci_family fam;               /* the real family's name and types, the group's ops */
+    float **logits;              /* [world] host: where ranks 1.. put the logits rank 0 returns (every
+                                  * rank must run the same head: a split head gathers its parts) */
+    size_t *logits_cap;          /* [world] floats */
+} ci_group;
+
+/* One call on one rank: what it runs and what it gives back. */
+typedef struct {
+    ci_session *s;               /* the rank's session */
+    const int *tokens;
+    int n, all_logits, argmax;
+    float *logits;               /* rank 0 only (the others' are the same bits) */
+    int id, rc;
+    char err[512];
+    ci_comm *comm;
+    int rank;
+} rank_call;
+
+static void *run_rank(void *p) {
+    rank_call *c = p;
+    if (c->argmax) c->rc = ci_forward_argmax(c->s, c->tokens, c->n, &c->id, c->err, sizeof c->err);
+    else c->rc = ci_forward(c->s, c->tokens, c->n, c->logits, c->all_logits, c->err, sizeof c->err);
+    if (c->rc) ci_comm_abort(c->comm, c->rank, c->err);   /* the others must not wait for this one */
+    return NULL;
+}
+
+/* The call on every rank at once (rank 0 on this thread), each rank's session at s->pos first;
+ * s->pos then follows rank 0's. */
+static int fan_out(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
+                   size_t errlen) {
+    ci_group *g = s->m->impl;
+    ci_session **rs = s->impl;
+    if (ci_forward_check(s, tokens, n, (int)s->m->cfg.vocab_size, err, errlen)) return -1;
+    char why[256];
+    if (ci_comm_error(g->comm, why, sizeof why))   /* a rank failed before: nothing runs again */
+        return ci_err(err, errlen, "%s: tensor parallel: %s", s->m->family->name, why);
+    rank_call *calls = calloc((size_t)g->world, sizeof *calls);
+    pthread_t *th = calloc((size_t)g->world, sizeof *th);
+    const size_t want = logits ? (size_t)(all_logits ? n : 1) * (size_t)s->m->cfg.vocab_size : 0;
+    int bad = !calls || !th;
+    for (int r = 1; r < g->world && !bad && want > g->logits_cap[r]; r++) {
+        float *p = realloc(g->logits[r], want * sizeof(float));
+        if (!p) bad = 1;
+        else { g->logits[r] = p; g->logits_cap[r] = want; }
+    }
+    if (bad) {
+        free(calls);
+        free(th);
+        return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    }
+    int started = 1;
+    for (int r = 0; r < g->world; r++) {
+        rs[r]->pos = s->pos;
+        calls[r] = (rank_call){ .s = rs[r], .tokens = tokens, .n = n, .all_logits = all_logits, .argmax = out_id != NULL,
+                                .logits = r && logits ? g->logits[r] : logits, .comm = g->comm, .rank = r };
+    }
+    for (int r = 1; r < g->world; r++, started++)
+        if (pthread_create(&th[r], NULL, run_rank, &calls[r])) {
+            ci_comm_abort(g->comm, r, "cannot start its thread");
+            break;
+        }
+    run_rank(&calls[0]);
+    for (int r = 1; r < started; r++) pthread_join(th[r], NULL);
+    int rc = 0;
+    if (ci_comm_error(g->comm, why, sizeof why)) rc = ci_err(err, errlen, "%s: tensor parallel: %s", s->m->family->name, why);
+    else if (calls[0].rc) rc = ci_err(err, errlen, "%s", calls[0].err);
+    if (!rc) {
+        s->pos = rs[0]->pos;
+        if (out_id) *out_id = calls[0].id;
+    }
+    free(calls);
+    free(th);
+    return rc;
+}
+
+static int g_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
+    return fan_out(s, tokens, n, logits, all_logits, NULL, err, errlen);
+}
+
+static int g_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
+    return fan_out(s, tokens, n, NULL, 0, out_id, err, errlen);
+}
+
+static int g_session_init(ci_session *s, char *err, size_t errlen) {
+    ci_group *g = s->m->impl;
+    ci_session **rs = calloc((size_t)g->world, sizeof *rs);
+    if (!rs) return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+    s->impl = rs;
+    for (int r = 0; r < g->world; r++)
+        if (ci_session_new_rows(g->ranks[r], s->max_ctx, s->max_rows, &rs[r], err, errlen)) return -1;
+    return 0;
+}
+
+static void g_session_free(ci_session *s) {
+    ci_group *g = s->m->impl;
+    ci_session **rs = s->impl;
+    for (int r = 0; r < g->world; r++) ci_session_free(rs[r]);
+    free(rs);
+    s->impl = NULL;
+}
+
+/* every rank's part together */
+static size_t g_cache_bytes_per_token(const ci_model *m) {
+    const ci_group *g = m->impl;
+    size_t b = 0;
+    for (int r = 0; r < g->world; r++) b += g->ranks[r]->family->ops->cache_bytes_per_token(g->ranks[r]);
+    return b;
+}
+
+static void g_unload(ci_model *m) {
+    ci_group *g = m->impl;
+    for (int r = 0; r < g->world; r++) ci_model_free(g->ranks[r]);   /* rank 0's backend too */
+    m->be = NULL;
+    ci_comm_free(g->comm);
+    for (int r = 0; r < g->world; r++) free(g->logits[r]);
+    free(g->logits);
+    free(g->logits_cap);
+    free(g->ranks);
+    free(g);
+    m->impl = NULL;
+}
+
+static const ci_family_ops group_ops = {
+    .unload = g_unload, .session_init = g_session_init, .session_free = g_session_free, .forward = g_forward,
+    .forward_argmax = g_forward_argmax, .cache_bytes_per_token = g_cache_bytes_per_token,
+};
+
+int ci_group_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    const int W = opts->tp;
+    if (W < 2 || W > CI_COMM_MAX) return ci_err(err, errlen, "--tp %d: expected 2..%d ranks", W, CI_COMM_MAX);
+    if (opts->device != 0)
+        return ci_err(err, errlen, "--tp %d: tensor parallel runs on the CPU here (ranks as threads); several GPUs need NCCL, not written yet",
+                      W);
+    ci_model *m = calloc(1, sizeof *m);
+    ci_group *g = calloc(1, sizeof *g);
+    if (!m || !g) { free(m); free(g); return ci_err(err, errlen, "out of memory"); }
+    pthread_mutex_init(&m->tk_mu, NULL);
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    g->world = W;
+    g->comm = ci_comm_new(W);
+    g->ranks = calloc((size_t)W, sizeof *g->ranks);
+    g->logits = calloc((size_t)W, sizeof *g->logits);
+    g->logits_cap = calloc((size_t)W, sizeof *g->logits_cap);
+    m->impl = g;
+    if (!g->comm || !g->ranks || !g->logits || !g->logits_cap) { ci_err(err, errlen, "out of memory"); goto fail; }
+    if (cfg_load(dir, &m->cfg, err, errlen)) goto fail;
+    ci_model_opts o = *opts;
+    o.tp = 0;
+    o.n_threads = opts->n_threads > 0 ? (opts->n_threads + W - 1) / W : 0;
+    if (o.n_threads <= 0) {   /* the online CPUs shared between the ranks */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o.n_threads = cpus > W ? (int)(cpus / W) : 1;
+    }
+    for (int r = 0; r < W; r++)
+        if (ci_model_open_rank(dir, &o, g->comm, r, opts->ep, &g->ranks[r], err, errlen)) goto fail;
+    const ci_model *m0 = g->ranks[0];
+    g->fam = *m0->family;
+    g->fam.ops = &group_ops;
+    m->family = &g->fam;
+    m->be = m0->be;   /* rank 0's: its name and status speak for the group; freed with the ranks */
+    m->n_params = m0->n_params;
+    memcpy(m->bytes_by_dtype, m0->bytes_by_dtype, sizeof m->bytes_by_dtype);
+    m->decode_bytes = m0->decode_bytes;
+    *out = m;
+    return 0;
+fail:
+    if (g->ranks)
+        for (int r = 0; r < W; r++) ci_model_free(g->ranks[r]);
+    ci_comm_free(g->comm);
+    free(g->logits);
+    free(g->logits_cap);
+    free(g->ranks);
+    free(g);
+    m->impl = NULL;
+    m->be = NULL;
+    ci_model_free(m);
+    return -1;
+}
