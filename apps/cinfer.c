@@ -86,7 +86,7 @@ static const char *USAGE =
     "  --tp N                   CPU: the model split over N tensor-parallel ranks (threads of this\n"
     "                           process, --threads / N each; the multi-GPU path's sharding and\n"
     "                           collectives, checked on the CPU; logits within ~1e-6 of the whole\n"
-    "                           model's). No batch steps yet (bench --batch)\n"
+    "                           model's)\n"
     "  --ep                     with --tp: routed experts whole, an even share per rank (expert\n"
     "                           parallel), instead of every expert's columns split\n";
 

@@ -21,11 +21,13 @@ typedef struct {
 
 /* One call on one rank: what it runs and what it gives back. */
 typedef struct {
-    ci_session *s;               /* the rank's session */
+    ci_session *s;               /* the rank's session (a forward) */
+    ci_session **ss;             /* the rank's sessions (a batch step), or NULL */
     const int *tokens;
     int n, all_logits, argmax;
-    float *logits;               /* rank 0 only (the others' are the same bits) */
-    int id, rc;
+    float *logits;               /* rank 0's is the caller's (the others' are the same bits) */
+    int *ids;                    /* argmax: [n] (rank 0's the caller's) */
+    int rc;
     char err[512];
     ci_comm *comm;
     int rank;
@@ -33,43 +35,63 @@ typedef struct {
 
 static void *run_rank(void *p) {
     rank_call *c = p;
-    if (c->argmax) c->rc = ci_forward_argmax(c->s, c->tokens, c->n, &c->id, c->err, sizeof c->err);
+    if (c->ss && c->argmax) c->rc = ci_forward_batch_argmax(c->ss, c->tokens, c->n, c->ids, c->err, sizeof c->err);
+    else if (c->ss) {
+        ci_model *m = c->ss[0]->m;
+        c->rc = m->family->ops->forward_batch(c->ss, c->tokens, c->n, c->logits, c->err, sizeof c->err);
+        if (!c->rc) c->rc = ci_backend_check(m, c->err, sizeof c->err);
+    }
+    else if (c->argmax) c->rc = ci_forward_argmax(c->s, c->tokens, c->n, c->ids, c->err, sizeof c->err);
     else c->rc = ci_forward(c->s, c->tokens, c->n, c->logits, c->all_logits, c->err, sizeof c->err);
     if (c->rc) ci_comm_abort(c->comm, c->rank, c->err);   /* the others must not wait for this one */
     return NULL;
 }
 
-/* The call on every rank at once (rank 0 on this thread), each rank's session at s->pos first;
- * s->pos then follows rank 0's. */
-static int fan_out(ci_session *s, const int *tokens, int n, float *logits, int all_logits, int *out_id, char *err,
-                   size_t errlen) {
-    ci_group *g = s->m->impl;
-    ci_session **rs = s->impl;
-    if (ci_forward_check(s, tokens, n, (int)s->m->cfg.vocab_size, err, errlen)) return -1;
+/* The call on every rank at once (rank 0 on this thread): a forward of s, or (ss non-NULL) a
+ * batch step of the n sessions ss; every rank's sessions at the group sessions' positions first,
+ * which then follow rank 0's. logits / ids: the caller's, filled from rank 0. */
+static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int *tokens, int n, float *logits,
+                   int all_logits, int *ids, char *err, size_t errlen) {
+    ci_group *g = m->impl;
+    const int W = g->world, V = (int)m->cfg.vocab_size, rows = ss ? n : 1;
+    if (ss ? ci_batch_check(ss, tokens, n, V, err, errlen) : ci_forward_check(s, tokens, n, V, err, errlen)) return -1;
     char why[256];
     if (ci_comm_error(g->comm, why, sizeof why))   /* a rank failed before: nothing runs again */
-        return ci_err(err, errlen, "%s: tensor parallel: %s", s->m->family->name, why);
-    rank_call *calls = calloc((size_t)g->world, sizeof *calls);
-    pthread_t *th = calloc((size_t)g->world, sizeof *th);
-    const size_t want = logits ? (size_t)(all_logits ? n : 1) * (size_t)s->m->cfg.vocab_size : 0;
-    int bad = !calls || !th;
-    for (int r = 1; r < g->world && !bad && want > g->logits_cap[r]; r++) {
+        return ci_err(err, errlen, "%s: tensor parallel: %s", m->family->name, why);
+    rank_call *calls = calloc((size_t)W, sizeof *calls);
+    pthread_t *th = calloc((size_t)W, sizeof *th);
+    ci_session **rss = ss ? calloc((size_t)W * (size_t)n, sizeof *rss) : NULL;   /* [W][n] */
+    int *rids = ids ? calloc((size_t)W * (size_t)rows, sizeof *rids) : NULL;
+    const size_t want = logits ? (size_t)(ss ? n : all_logits ? n : 1) * (size_t)V : 0;
+    int bad = !calls || !th || (ss && !rss) || (ids && !rids);
+    for (int r = 1; r < W && !bad && want > g->logits_cap[r]; r++) {
         float *p = realloc(g->logits[r], want * sizeof(float));
         if (!p) bad = 1;
         else { g->logits[r] = p; g->logits_cap[r] = want; }
     }
     if (bad) {
-        free(calls);
-        free(th);
-        return ci_err(err, errlen, "%s: out of memory", s->m->family->name);
+        free(calls); free(th); free(rss); free(rids);
+        return ci_err(err, errlen, "%s: out of memory", m->family->name);
+    }
+    for (int r = 0; r < W; r++) {
+        ci_session *rs0 = NULL;
+        if (ss) {
+            for (int i = 0; i < n; i++) {
+                ci_session *ri = ((ci_session **)ss[i]->impl)[r];
+                ri->pos = ss[i]->pos;
+                rss[(size_t)r * n + i] = ri;
+            }
+        } else {
+            rs0 = ((ci_session **)s->impl)[r];
+            rs0->pos = s->pos;
+        }
+        calls[r] = (rank_call){ .s = rs0, .ss = ss ? rss + (size_t)r * n : NULL, .tokens = tokens, .n = n,
+                                .all_logits = all_logits, .argmax = ids != NULL,
+                                .logits = r && logits ? g->logits[r] : logits, .ids = ids ? rids + (size_t)r * rows : NULL,
+                                .comm = g->comm, .rank = r };
     }
     int started = 1;
-    for (int r = 0; r < g->world; r++) {
-        rs[r]->pos = s->pos;
-        calls[r] = (rank_call){ .s = rs[r], .tokens = tokens, .n = n, .all_logits = all_logits, .argmax = out_id != NULL,
-                                .logits = r && logits ? g->logits[r] : logits, .comm = g->comm, .rank = r };
-    }
-    for (int r = 1; r < g->world; r++, started++)
+    for (int r = 1; r < W; r++, started++)
         if (pthread_create(&th[r], NULL, run_rank, &calls[r])) {
             ci_comm_abort(g->comm, r, "cannot start its thread");
             break;
@@ -77,23 +99,36 @@ static int fan_out(ci_session *s, const int *tokens, int n, float *logits, int a
     run_rank(&calls[0]);
     for (int r = 1; r < started; r++) pthread_join(th[r], NULL);
     int rc = 0;
-    if (ci_comm_error(g->comm, why, sizeof why)) rc = ci_err(err, errlen, "%s: tensor parallel: %s", s->m->family->name, why);
+    if (ci_comm_error(g->comm, why, sizeof why)) rc = ci_err(err, errlen, "%s: tensor parallel: %s", m->family->name, why);
     else if (calls[0].rc) rc = ci_err(err, errlen, "%s", calls[0].err);
     if (!rc) {
-        s->pos = rs[0]->pos;
-        if (out_id) *out_id = calls[0].id;
+        if (ss)
+            for (int i = 0; i < n; i++) ss[i]->pos = rss[i]->pos;
+        else
+            s->pos = calls[0].s->pos;
+        if (ids) memcpy(ids, rids, (size_t)rows * sizeof *ids);
     }
-    free(calls);
-    free(th);
+    free(calls); free(th); free(rss); free(rids);
     return rc;
 }
 
 static int g_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    return fan_out(s, tokens, n, logits, all_logits, NULL, err, errlen);
+    return fan_out(s->m, s, NULL, tokens, n, logits, all_logits, NULL, err, errlen);
 }
 
 static int g_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char *err, size_t errlen) {
-    return fan_out(s, tokens, n, NULL, 0, out_id, err, errlen);
+    return fan_out(s->m, s, NULL, tokens, n, NULL, 0, out_id, err, errlen);
+}
+
+static int g_forward_batch(ci_session *const *ss, const int *tokens, int n, float *logits, char *err, size_t errlen) {
+    if (n <= 0 || !ss || !ss[0]) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    return fan_out(ss[0]->m, NULL, ss, tokens, n, logits, 0, NULL, err, errlen);
+}
+
+static int g_forward_batch_argmax(ci_session *const *ss, const int *tokens, int n, int *out_ids, char *err,
+                                  size_t errlen) {
+    if (n <= 0 || !ss || !ss[0]) return ci_err(err, errlen, "forward_batch needs at least one sequence");
+    return fan_out(ss[0]->m, NULL, ss, tokens, n, NULL, 0, out_ids, err, errlen);
 }
 
 static int g_session_init(ci_session *s, char *err, size_t errlen) {
@@ -138,6 +173,7 @@ static void g_unload(ci_model *m) {
 static const ci_family_ops group_ops = {
     .unload = g_unload, .session_init = g_session_init, .session_free = g_session_free, .forward = g_forward,
     .forward_argmax = g_forward_argmax, .cache_bytes_per_token = g_cache_bytes_per_token,
+    .forward_batch = g_forward_batch, .forward_batch_argmax = g_forward_batch_argmax,
 };
 
 int ci_group_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen) {

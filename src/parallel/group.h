@@ -7,9 +7,9 @@
  * rank computes the same logits, bit for bit. Sessions hold one session per rank; a session's
  * position is the group's, given to every rank before each call (so ci_session_reset works).
  *
- * What a group does: sessions, forward and forward_argmax (generate, logits, bench, perplexity).
- * Not yet: batch steps, paged pools, cache export / import, snapshots (`serve`): those ops are
- * absent, and what needs them says so. Inputs are checked once, on the group, before any rank
+ * What a group does: sessions, forward, forward_argmax and batch steps (forward_batch and its
+ * argmax form: generate, logits, bench, perplexity). Not yet: paged pools, cache export /
+ * import, snapshots (`serve`'s prefix reuse): those ops are absent, and what needs them says so. Inputs are checked once, on the group, before any rank
  * runs; a rank that fails after that aborts the communicator, every rank stops, and the call
  * (and every later one) fails with the first rank's reason.
  *

@@ -1,7 +1,7 @@
 # --tp N / --ep (the model split over N tensor-parallel ranks, threads of this process): greedy
 # ids of generate equal the whole model's on a dense, an MoE (columns split and expert parallel),
 # an MLA and a hybrid fixture; logits --tp 2 within 2e-5 of the whole model's largest logit
-# (every value compared); bench --tp runs and says no batch steps; what cannot split (heads over
+# (every value compared); bench --tp runs, with --batch too; what cannot split (heads over
 # the ranks), --tp out of range and --ep without --tp end in one line each.
 . "$(dirname "$0")/lib.sh"
 
@@ -28,8 +28,9 @@ else fail "logits --tp 2" "max |diff| over 2e-5 of the largest logit: $(paste "$
 
 expect_ok "bench --tp 2" $CINFER bench --model tests/fixtures/qwen3_moe --prompt-len 6 --gen 3 --tp 2 --threads 2
 if grep -Eq "^decode +3 tokens in " "$TMP/out"; then pass "bench --tp 2 output"; else fail "bench --tp 2 output" "$(cat "$TMP/out")"; fi
-expect_err "bench --tp 2 --batch 2" "qwen3_moe: no batched decode" \
-  $CINFER bench --model tests/fixtures/qwen3_moe --prompt-len 6 --gen 3 --tp 2 --batch 2 --threads 2
+expect_ok "bench --tp 2 --batch 2" $CINFER bench --model tests/fixtures/qwen3_moe --prompt-len 6 --gen 3 --tp 2 --batch 2 --threads 2
+if grep -Eq "^decode batch 6 tokens in [0-9.]+ s = [0-9.]+ tok/s \(2 sequences x 3 steps\)$" "$TMP/out"; then
+  pass "bench --tp 2 --batch 2 output"; else fail "bench --tp 2 --batch 2 output" "$(cat "$TMP/out")"; fi
 expect_err "generate --tp 3 on 4 heads" "model.layers.0 over 3 ranks: 4 attention heads do not split over 3 ranks" \
   $CINFER generate --model tests/fixtures/qwen3_bf16 --prompt-ids 5,17 --max-tokens 2 --ids --tp 3
 expect_usage "generate --tp 0" "generate: --tp expects an integer in [1, 64], got '0'" \

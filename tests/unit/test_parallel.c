@@ -432,9 +432,10 @@ static void test_experts_over_ranks(void) {
     CHECK_HAS(err, "layer 2: 6 routed experts do not split over 4 ranks");
 }
 
-/* ci_model_opts.tp: one model handle over the ranks (parallel/group.h): logits as the ranks',
- * a reset session runs again to the same bits, a bad token is refused before any rank runs (the
- * group still works after), the cache bytes are the ranks' together. */
+/* ci_model_opts.tp: one model handle over the ranks (parallel/group.h): logits as the whole
+ * model's, a reset session runs again to the same bits, a bad token is refused before any rank
+ * runs (the group still works after), the cache bytes are the ranks' together, a batch step (and
+ * its argmax form) as the whole model's. */
 static void test_group_handle(void) {
     const char *dir = "tests/fixtures/qwen3_moe";
     char err[512] = "";
@@ -471,6 +472,29 @@ static void test_group_handle(void) {
     CHECK(!ci_forward_argmax(sg, &toks[PROMPT], 1, &id, err, sizeof err) &&
           !ci_forward_argmax(sw, &toks[PROMPT], 1, &id_w, err, sizeof err) && id == id_w && id >= 0,
           "argmax %d vs %d: %s", id, id_w, err);
+    /* a batch step of two sequences (3 and 5 tokens in): logits as the whole model's, and the argmax form */
+    ci_session *bw[BATCH] = { NULL, NULL }, *bg[BATCH] = { NULL, NULL };
+    const int bt[BATCH] = { toks[3], toks[5] };
+    for (int i = 0; i < BATCH; i++) {
+        CHECK(!ci_session_new(whole, CTX, &bw[i], err, sizeof err) && !ci_session_new(g, CTX, &bg[i], err, sizeof err) &&
+              !ci_forward(bw[i], toks, 3 + 2 * i, NULL, 0, err, sizeof err) &&
+              !ci_forward(bg[i], toks, 3 + 2 * i, NULL, 0, err, sizeof err), "batch sessions: %s", err);
+    }
+    CHECK(!whole->family->ops->forward_batch(bw, bt, BATCH, a, err, sizeof err) &&
+          !g->family->ops->forward_batch(bg, bt, BATCH, b, err, sizeof err), "batch step: %s", err);
+    d = 0;
+    for (size_t i = 0; i < (size_t)BATCH * V; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    CHECK(d <= 2e-5 * fmax(1, mx) && ci_session_pos(bg[0]) == 4 && ci_session_pos(bg[1]) == 6,
+          "group batch logits: max |diff| %.3g, positions %d %d", d, ci_session_pos(bg[0]), ci_session_pos(bg[1]));
+    int ib[BATCH], iw[BATCH];
+    const int bt2[BATCH] = { toks[4], toks[6] };
+    CHECK(!ci_forward_batch_argmax(bw, bt2, BATCH, iw, err, sizeof err) &&
+          !ci_forward_batch_argmax(bg, bt2, BATCH, ib, err, sizeof err) && !memcmp(ib, iw, sizeof ib),
+          "batch argmax %d %d vs %d %d: %s", ib[0], ib[1], iw[0], iw[1], err);
+    for (int i = 0; i < BATCH; i++) {
+        ci_session_free(bw[i]);
+        ci_session_free(bg[i]);
+    }
     ci_session_free(sw);
     ci_session_free(sg);
     free(a);
