@@ -17,10 +17,19 @@ typedef struct {
     float **logits;              /* [world] host: where ranks 1.. put the logits rank 0 returns (every
                                   * rank must run the same head: a split head gathers its parts) */
     size_t *logits_cap;          /* [world] floats */
+    /* ranks 1.. run on threads of their own for the group's life (a device backend's thread keeps
+     * its device): each waits for a call (gen moves), runs it, counts itself done */
+    pthread_t *th;               /* [world] */
+    int n_th;                    /* threads started (ranks 1..n_th) */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done_cv;
+    unsigned long gen;
+    int done, quit;
+    struct rank_call *calls;     /* [world] the call under way */
 } ci_group;
 
 /* One call on one rank: what it runs and what it gives back. */
-typedef struct {
+typedef struct rank_call {
     ci_session *s;               /* the rank's session (a forward) */
     ci_session **ss;             /* the rank's sessions (a batch step), or NULL */
     const int *tokens;
@@ -47,6 +56,28 @@ static void *run_rank(void *p) {
     return NULL;
 }
 
+typedef struct { ci_group *g; int rank; } worker_arg;
+
+static void *worker(void *p) {
+    worker_arg a = *(worker_arg *)p;
+    free(p);
+    ci_group *g = a.g;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        while (g->gen == seen && !g->quit) pthread_cond_wait(&g->go, &g->mu);
+        if (g->quit) { pthread_mutex_unlock(&g->mu); return NULL; }
+        seen = g->gen;
+        rank_call *c = &g->calls[a.rank];
+        pthread_mutex_unlock(&g->mu);
+        run_rank(c);
+        pthread_mutex_lock(&g->mu);
+        g->done++;
+        pthread_cond_signal(&g->done_cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
 /* The call on every rank at once (rank 0 on this thread): a forward of s, or (ss non-NULL) a
  * batch step of the n sessions ss; every rank's sessions at the group sessions' positions first,
  * which then follow rank 0's. logits / ids: the caller's, filled from rank 0. */
@@ -58,19 +89,19 @@ static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int 
     char why[256];
     if (ci_comm_error(g->comm, why, sizeof why))   /* a rank failed before: nothing runs again */
         return ci_err(err, errlen, "%s: tensor parallel: %s", m->family->name, why);
-    rank_call *calls = calloc((size_t)W, sizeof *calls);
-    pthread_t *th = calloc((size_t)W, sizeof *th);
+    rank_call *calls = g->calls;
     ci_session **rss = ss ? calloc((size_t)W * (size_t)n, sizeof *rss) : NULL;   /* [W][n] */
     int *rids = ids ? calloc((size_t)W * (size_t)rows, sizeof *rids) : NULL;
     const size_t want = logits ? (size_t)(ss ? n : all_logits ? n : 1) * (size_t)V : 0;
-    int bad = !calls || !th || (ss && !rss) || (ids && !rids);
+    int bad = (ss && !rss) || (ids && !rids);
     for (int r = 1; r < W && !bad && want > g->logits_cap[r]; r++) {
         float *p = realloc(g->logits[r], want * sizeof(float));
         if (!p) bad = 1;
         else { g->logits[r] = p; g->logits_cap[r] = want; }
     }
     if (bad) {
-        free(calls); free(th); free(rss); free(rids);
+        free(rss);
+        free(rids);
         return ci_err(err, errlen, "%s: out of memory", m->family->name);
     }
     for (int r = 0; r < W; r++) {
@@ -90,14 +121,15 @@ static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int 
                                 .logits = r && logits ? g->logits[r] : logits, .ids = ids ? rids + (size_t)r * rows : NULL,
                                 .comm = g->comm, .rank = r };
     }
-    int started = 1;
-    for (int r = 1; r < W; r++, started++)
-        if (pthread_create(&th[r], NULL, run_rank, &calls[r])) {
-            ci_comm_abort(g->comm, r, "cannot start its thread");
-            break;
-        }
+    pthread_mutex_lock(&g->mu);
+    g->done = 0;
+    g->gen++;
+    pthread_cond_broadcast(&g->go);
+    pthread_mutex_unlock(&g->mu);
     run_rank(&calls[0]);
-    for (int r = 1; r < started; r++) pthread_join(th[r], NULL);
+    pthread_mutex_lock(&g->mu);
+    while (g->done < W - 1) pthread_cond_wait(&g->done_cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
     int rc = 0;
     if (ci_comm_error(g->comm, why, sizeof why)) rc = ci_err(err, errlen, "%s: tensor parallel: %s", m->family->name, why);
     else if (calls[0].rc) rc = ci_err(err, errlen, "%s", calls[0].err);
@@ -108,7 +140,8 @@ static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int 
             s->pos = calls[0].s->pos;
         if (ids) memcpy(ids, rids, (size_t)rows * sizeof *ids);
     }
-    free(calls); free(th); free(rss); free(rids);
+    free(rss);
+    free(rids);
     return rc;
 }
 
@@ -157,16 +190,35 @@ static size_t g_cache_bytes_per_token(const ci_model *m) {
     return b;
 }
 
-static void g_unload(ci_model *m) {
-    ci_group *g = m->impl;
-    for (int r = 0; r < g->world; r++) ci_model_free(g->ranks[r]);   /* rank 0's backend too */
-    m->be = NULL;
+/* Ends the rank threads and frees everything but m's own fields (open's failure path too). */
+static void group_free(ci_group *g) {
+    if (g->n_th) {
+        pthread_mutex_lock(&g->mu);
+        g->quit = 1;
+        pthread_cond_broadcast(&g->go);
+        pthread_mutex_unlock(&g->mu);
+        for (int r = 1; r <= g->n_th; r++) pthread_join(g->th[r], NULL);
+    }
+    if (g->ranks)
+        for (int r = 0; r < g->world; r++) ci_model_free(g->ranks[r]);   /* rank 0's backend too */
     ci_comm_free(g->comm);
-    for (int r = 0; r < g->world; r++) free(g->logits[r]);
+    if (g->logits)
+        for (int r = 0; r < g->world; r++) free(g->logits[r]);
     free(g->logits);
     free(g->logits_cap);
+    free(g->calls);
+    free(g->th);
     free(g->ranks);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->go);
+    pthread_cond_destroy(&g->done_cv);
     free(g);
+}
+
+static void g_unload(ci_model *m) {
+    ci_group *g = m->impl;
+    group_free(g);
+    m->be = NULL;
     m->impl = NULL;
 }
 
@@ -189,12 +241,20 @@ int ci_group_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     pthread_mutex_init(&m->tk_mu, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     g->world = W;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->go, NULL);
+    pthread_cond_init(&g->done_cv, NULL);
     g->comm = ci_comm_new(W);
     g->ranks = calloc((size_t)W, sizeof *g->ranks);
     g->logits = calloc((size_t)W, sizeof *g->logits);
     g->logits_cap = calloc((size_t)W, sizeof *g->logits_cap);
+    g->calls = calloc((size_t)W, sizeof *g->calls);
+    g->th = calloc((size_t)W, sizeof *g->th);
     m->impl = g;
-    if (!g->comm || !g->ranks || !g->logits || !g->logits_cap) { ci_err(err, errlen, "out of memory"); goto fail; }
+    if (!g->comm || !g->ranks || !g->logits || !g->logits_cap || !g->calls || !g->th) {
+        ci_err(err, errlen, "out of memory");
+        goto fail;
+    }
     if (cfg_load(dir, &m->cfg, err, errlen)) goto fail;
     ci_model_opts o = *opts;
     o.tp = 0;
@@ -205,6 +265,16 @@ int ci_group_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     }
     for (int r = 0; r < W; r++)
         if (ci_model_open_rank(dir, &o, g->comm, r, opts->ep, &g->ranks[r], err, errlen)) goto fail;
+    for (int r = 1; r < W; r++) {
+        worker_arg *a = malloc(sizeof *a);
+        if (a) *a = (worker_arg){ g, r };
+        if (!a || pthread_create(&g->th[r], NULL, worker, a)) {
+            free(a);
+            ci_err(err, errlen, "--tp %d: cannot start rank %d's thread", W, r);
+            goto fail;
+        }
+        g->n_th = r;
+    }
     const ci_model *m0 = g->ranks[0];
     g->fam = *m0->family;
     g->fam.ops = &group_ops;
@@ -216,13 +286,7 @@ int ci_group_open(const char *dir, const ci_model_opts *opts, ci_model **out, ch
     *out = m;
     return 0;
 fail:
-    if (g->ranks)
-        for (int r = 0; r < W; r++) ci_model_free(g->ranks[r]);
-    ci_comm_free(g->comm);
-    free(g->logits);
-    free(g->logits_cap);
-    free(g->ranks);
-    free(g);
+    group_free(g);
     m->impl = NULL;
     m->be = NULL;
     ci_model_free(m);
