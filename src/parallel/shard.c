@@ -132,7 +132,8 @@ int shd_rows_gather(const ci_mat *W, const shd_range *segs, int n, ci_mat *out, 
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
         if (segs[i].lo < 0 || segs[i].hi > w0.rows || segs[i].lo > segs[i].hi ||
-            (fp8 && ((w0.scale_row0 + segs[i].lo) % B || ((segs[i].hi - segs[i].lo) % B && segs[i].hi != w0.rows))))
+            (fp8 && ((w0.scale_row0 + segs[i].lo) % B ||   /* a partial block only at the matrix's end, last */
+                     ((segs[i].hi - segs[i].lo) % B && (segs[i].hi != w0.rows || i != n - 1)))))
             return ci_err(err, errlen, "%s: rows [%lld, %lld) of %lld do not start and end on its %lld-row blocks", what,
                           (long long)segs[i].lo, (long long)segs[i].hi, (long long)w0.rows, (long long)B);
         rows += segs[i].hi - segs[i].lo;

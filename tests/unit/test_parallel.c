@@ -180,8 +180,23 @@ static void test_views_hold_the_parts(void) {
         CHECK(keep.n == 1 + w, "%d copies kept", keep.n);
         shd_kept_free(&keep);
     }
-    ci_mat v;
+    /* rows of two segments gathered, bf16 and fp8 (whole blocks; the fp8 grid's rows follow) */
+    const shd_range segs[2] = { { 128, 256 }, { 0, 128 } };
+    for (int w = 0; w < 2; w++) {
+        shd_kept keep = { 0 };
+        ci_mat g;
+        CHECK(shd_rows_gather(Ws[w], segs, 2, &g, &keep, "t", err, sizeof err) == 0, "gather: %s", err);
+        int bad = 0;
+        for (int r = 0; r < 256; r++)
+            for (int c = 0; c < C; c += 11) bad += ci_mat_get(&g, r, c) != ci_mat_get(Ws[w], r < 128 ? r + 128 : r - 128, c);
+        CHECK(g.rows == 256 && bad == 0, "%s gather: %d differ", w ? "fp8" : "bf16", bad);
+        shd_kept_free(&keep);
+    }
     shd_kept keep = { 0 };
+    ci_mat v;
+    const shd_range off[2] = { { 64, 192 }, { 0, 64 } };
+    CHECK(shd_rows_gather(&Wf, off, 2, &v, &keep, "in_proj", err, sizeof err) == -1 && keep.n == 0, "fp8 rows off the blocks");
+    CHECK_HAS(err, "in_proj: rows [64, 192) of 256 do not start and end on its 128-row blocks");
     CHECK(shd_cols(&Wf, 64, 192, &v, &keep, "model.layers.0.mlp.down_proj", err, sizeof err) == -1 && keep.n == 0,
           "fp8 columns off the block refused");
     CHECK_HAS(err, "model.layers.0.mlp.down_proj");
