@@ -211,15 +211,20 @@ static void test_views_hold_the_parts(void) {
 
 /* ---- whole models over ranks ---------------------------------------------------------- */
 
-enum { PROMPT = 7, STEPS = 4, BATCH = 2, ROWS = PROMPT + STEPS + BATCH, CTX = 32 };
+enum { PROMPT = 7, STEPS = 4, BATCH = 2, CTX = 32, LONG = 150, LONG_CTX = 160 };
 static const int toks[PROMPT + STEPS] = { 5, 17, 42, 99, 3, 250, 8, 61, 150, 77, 12 };
+static int long_toks[LONG + STEPS];   /* a longer prompt (test_long_prompts fills it) */
+/* the prompt the model runs use: toks (PROMPT), or long_toks (LONG) */
+static const int *run_toks = toks;
+static int run_prompt = PROMPT, run_ctx = CTX;
 
 typedef struct {
     ci_model *m;
     ci_comm *c;
     int rank, vocab;
     int bad_at;              /* decode step whose token is out of range on this rank (-1: none) */
-    float *logits;           /* [ROWS, vocab]: the prompt's rows, each step's, then a batch step's */
+    float *logits;           /* [run_prompt + STEPS + BATCH, vocab]: the prompt's rows, each step's, then a
+                              * batch step's */
     int rc;
     char err[512];
 } model_arg;
@@ -227,21 +232,22 @@ typedef struct {
 static void *model_main(void *p) {
     model_arg *a = p;
     ci_session *s = NULL;
-    a->rc = ci_session_new(a->m, CTX, &s, a->err, sizeof a->err);
-    if (!a->rc) a->rc = ci_forward(s, toks, PROMPT, a->logits, 1, a->err, sizeof a->err);
+    const int *tk = run_toks, P = run_prompt;
+    a->rc = ci_session_new(a->m, run_ctx, &s, a->err, sizeof a->err);
+    if (!a->rc) a->rc = ci_forward(s, tk, P, a->logits, 1, a->err, sizeof a->err);
     for (int i = 0; i < STEPS && !a->rc; i++) {
-        int t = i == a->bad_at ? 1 << 20 : toks[PROMPT + i];
-        a->rc = ci_forward(s, &t, 1, a->logits + (size_t)(PROMPT + i) * a->vocab, 0, a->err, sizeof a->err);
+        int t = i == a->bad_at ? 1 << 20 : tk[P + i];
+        a->rc = ci_forward(s, &t, 1, a->logits + (size_t)(P + i) * a->vocab, 0, a->err, sizeof a->err);
     }
     /* a batch step (the family's forward_batch) of two more sequences, 3 and 5 tokens in */
     ci_session *b[BATCH] = { NULL, NULL };
-    const int bt[BATCH] = { toks[3], toks[5] };
+    const int bt[BATCH] = { tk[3], tk[5] };
     for (int i = 0; i < BATCH && !a->rc; i++) {
-        a->rc = ci_session_new(a->m, CTX, &b[i], a->err, sizeof a->err);
-        if (!a->rc) a->rc = ci_forward(b[i], toks, 3 + 2 * i, NULL, 0, a->err, sizeof a->err);
+        a->rc = ci_session_new(a->m, run_ctx, &b[i], a->err, sizeof a->err);
+        if (!a->rc) a->rc = ci_forward(b[i], tk, 3 + 2 * i, NULL, 0, a->err, sizeof a->err);
     }
     if (!a->rc)   /* every family has one */
-        a->rc = a->m->family->ops->forward_batch(b, bt, BATCH, a->logits + (size_t)(PROMPT + STEPS) * a->vocab, a->err,
+        a->rc = a->m->family->ops->forward_batch(b, bt, BATCH, a->logits + (size_t)(P + STEPS) * a->vocab, a->err,
                                                  sizeof a->err);
     if (a->rc && a->c) ci_comm_abort(a->c, a->rank, a->err);   /* the others must not wait for this one */
     for (int i = 0; i < BATCH; i++) ci_session_free(b[i]);
@@ -261,7 +267,7 @@ static int run_model(const char *dir, int world, int ep, int bad_rank, model_arg
         ci_model_info info;
         ci_model_get_info(args[r].m, &info);
         args[r].vocab = info.vocab_size;
-        args[r].logits = calloc((size_t)ROWS * info.vocab_size, sizeof(float));
+        args[r].logits = calloc((size_t)(run_prompt + STEPS + BATCH) * info.vocab_size, sizeof(float));
         pthread_create(&th[r], NULL, model_main, &args[r]);
     }
     for (int r = 0; r < n && !rc; r++) pthread_join(th[r], NULL);
@@ -287,7 +293,7 @@ static void split_matches_whole(const char *dir, int world, int ep) {
     }
     int rc = run_model(dir, world, ep, -1, parts, err, sizeof err);
     CHECK(!rc, "%s over %d (ep %d): %s", dir, world, ep, err);
-    const size_t cnt = (size_t)ROWS * whole[0].vocab;
+    const size_t cnt = (size_t)(run_prompt + STEPS + BATCH) * whole[0].vocab;
     double ref_max = 0, diff = 0;
     for (size_t i = 0; i < cnt; i++) ref_max = fmax(ref_max, fabs(whole[0].logits[i]));
     for (int r = 0; r < world && !rc; r++) {
@@ -519,6 +525,24 @@ static void test_group_handle(void) {
     ci_model_free(g);
 }
 
+/* A 150-token prompt: DeltaNet's and Mamba2's chunked prompt forms over several chunks, V3.2's
+ * sparse attention past its top-k, V4's sliding window, compressed entries and their top-k. */
+static void test_long_prompts(void) {
+    for (int i = 0; i < LONG + STEPS; i++) long_toks[i] = (i * 37 + 11) % 300;
+    run_toks = long_toks;
+    run_prompt = LONG;
+    run_ctx = LONG_CTX;
+    split_matches_whole("tests/fixtures/qwen3_next", 2, 0);
+    split_matches_whole("tests/fixtures/nemotron_h", 2, 1);
+    split_matches_whole("tests/fixtures/deepseek_v32_long", 2, 0);
+    split_matches_whole("tests/fixtures/deepseek_v4", 2, 1);
+    split_matches_whole("tests/fixtures/deepseek_v4_rates", 2, 0);
+    split_matches_whole("tests/fixtures/lfm2_moe", 2, 1);
+    run_toks = toks;
+    run_prompt = PROMPT;
+    run_ctx = CTX;
+}
+
 /* Rank 1 fails its second decode step (a bad token): rank 0, waiting for it in an all-reduce,
  * fails too with rank 1's reason instead of hanging. */
 static void test_rank_failure_stops_all(void) {
@@ -569,6 +593,7 @@ int main(void) {
     TEST_RUN(test_experts_over_ranks);
     TEST_RUN(test_conv_bias_over_ranks);
     TEST_RUN(test_group_handle);
+    TEST_RUN(test_long_prompts);
     TEST_RUN(test_rank_failure_stops_all);
     TEST_RUN(test_refusals);
     TEST_EXIT();
