@@ -82,7 +82,7 @@ static const char *USAGE =
     "  --int16-act              CPU with AVX2 or AVX-512: MLX 4- and 8-bit weights dotted with the\n"
     "                           activations rounded to int16 per 32 columns (faster 4-bit decode;\n"
     "                           logits within ~1e-3 of their largest magnitude of the f32 path)\n"
-    "logits, generate, bench and perplexity also take:\n"
+    "logits, generate, bench, perplexity, chat and serve also take:\n"
     "  --tp N                   CPU: the model split over N tensor-parallel ranks (threads of this\n"
     "                           process, --threads / N each; the multi-GPU path's sharding and\n"
     "                           collectives, checked on the CPU; logits within ~1e-6 of the whole\n"

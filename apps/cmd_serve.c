@@ -71,8 +71,9 @@ int cmd_serve(int argc, char **argv) {
     static const char *const names[] = { "--model", "--host", "--port", "--api-key", "--parallel", "--ctx",
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
                                          "--timeout", "--per-client", "--chat-template", "--device", "--no-graphs",
-                                         "--gpu-memory", "--kv-blocks", "--prefill-chunk", "--mmap", "--bf16-act", "--int16-act", NULL };
-    int seen[23] = { 0 };
+                                         "--gpu-memory", "--kv-blocks", "--prefill-chunk", "--mmap", "--bf16-act", "--int16-act", "--tp",
+                                         "--ep", NULL };
+    int seen[25] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
@@ -82,6 +83,7 @@ int cmd_serve(int argc, char **argv) {
         if (k == 19) { o.map_weights = 1; continue; }           /* nor does --mmap */
         if (k == 20) { o.bf16_act = 1; continue; }              /* nor --bf16-act */
         if (k == 21) { o.int16_act = 1; continue; }              /* nor --int16-act */
+        if (k == 23) { o.ep = 1; continue; }                     /* nor --ep */
         if (i + 1 >= argc) return usage_err("option %s needs a value%s", argv[i], "");
         const char *v = argv[++i];
         long long x = 0;
@@ -116,8 +118,10 @@ int cmd_serve(int argc, char **argv) {
             if (x & (x - 1)) return usage_err("--prefill-chunk expects a power of two, got '%s'%s", v, "");
             o.prefill_chunk = (int)x;
             break;
+        case 22: if (int_arg("--tp", v, 1, 64, &x)) return 2; o.tp = (int)x; break;
         }
     }
+    if (o.ep && o.tp < 2) return usage_err("%s needs --tp N (N >= 2)%s", "--ep", "");
     /* Block the stop signals before any thread starts: every thread inherits the mask and
      * only sigwait below receives them. */
     sigset_t set;

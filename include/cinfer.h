@@ -81,8 +81,8 @@ typedef struct {
                              * on the CPU the ranks are threads of this process, n_threads / tp pool
                              * threads each; logits are the whole model's within rounding (~1e-6 of
                              * the largest: the ranks' partial sums are added in another order).
-                             * Sessions, forwards and batch steps (no paged pools or prefix reuse
-                             * yet); the CPU only. 0 or 1: the whole model. */
+                             * Sessions, forwards and batch steps (no paged pools, cache export or
+                             * snapshots yet); the CPU only. 0 or 1: the whole model. */
     int ep;                 /* with tp > 1: routed experts placed whole, an even share per rank
                              * (expert parallel), instead of every expert's columns split */
 } ci_model_opts;

@@ -8,8 +8,9 @@
  * position is the group's, given to every rank before each call (so ci_session_reset works).
  *
  * What a group does: sessions, forward, forward_argmax and batch steps (forward_batch and its
- * argmax form: generate, logits, bench, perplexity). Not yet: paged pools, cache export /
- * import, snapshots (`serve`'s prefix reuse): those ops are absent, and what needs them says so. Inputs are checked once, on the group, before any rank
+ * argmax form): generate, logits, bench, perplexity, and chat / serve continuing a slot's own
+ * sequence. Not yet: paged pools, cache export / import, snapshots (the server's block pool and
+ * prefix store): those ops are absent, so the server runs without them. Inputs are checked once, on the group, before any rank
  * runs; a rank that fails after that aborts the communicator, every rank stops, and the call
  * (and every later one) fails with the first rank's reason.
  *

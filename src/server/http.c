@@ -544,6 +544,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     mo.map_weights = o->map_weights;
     mo.bf16_act = o->bf16_act;
     mo.int16_act = o->int16_act;
+    mo.tp = o->tp;
+    mo.ep = o->ep;
     mo.progress = o->progress;
     mo.progress_ctx = o->progress_ctx;
     if (ci_model_open(s->model_dir, &mo, &s->m, err, errlen)) goto fail;
