@@ -26,6 +26,10 @@ typedef struct {
     unsigned long gen;
     int done, quit;
     struct rank_call *calls;     /* [world] the call under way */
+    ci_session **rss;            /* [world][rss_n] a batch step's rank sessions, and */
+    int *rids;                   /* [world][rss_n] the ranks' argmax ids (grown on need: a call
+                                  * allocates nothing once the largest step has run) */
+    int rss_n;
 } ci_group;
 
 /* One call on one rank: what it runs and what it gives back. */
@@ -90,33 +94,37 @@ static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int 
     if (ci_comm_error(g->comm, why, sizeof why))   /* a rank failed before: nothing runs again */
         return ci_err(err, errlen, "%s: tensor parallel: %s", m->family->name, why);
     rank_call *calls = g->calls;
-    ci_session **rss = ss ? calloc((size_t)W * (size_t)n, sizeof *rss) : NULL;   /* [W][n] */
-    int *rids = ids ? calloc((size_t)W * (size_t)rows, sizeof *rids) : NULL;
     const size_t want = logits ? (size_t)(ss ? n : all_logits ? n : 1) * (size_t)V : 0;
-    int bad = (ss && !rss) || (ids && !rids);
+    int bad = 0;
+    if (rows > g->rss_n) {
+        ci_session **p = realloc(g->rss, (size_t)W * (size_t)rows * sizeof *p);
+        if (p) g->rss = p;
+        int *q = realloc(g->rids, (size_t)W * (size_t)rows * sizeof *q);
+        if (q) g->rids = q;
+        if (p && q) g->rss_n = rows;
+        else bad = 1;
+    }
     for (int r = 1; r < W && !bad && want > g->logits_cap[r]; r++) {
         float *p = realloc(g->logits[r], want * sizeof(float));
         if (!p) bad = 1;
         else { g->logits[r] = p; g->logits_cap[r] = want; }
     }
-    if (bad) {
-        free(rss);
-        free(rids);
-        return ci_err(err, errlen, "%s: out of memory", m->family->name);
-    }
+    if (bad) return ci_err(err, errlen, "%s: out of memory", m->family->name);
+    ci_session **rss = g->rss;   /* [W][rows] */
+    int *rids = g->rids;
     for (int r = 0; r < W; r++) {
         ci_session *rs0 = NULL;
         if (ss) {
             for (int i = 0; i < n; i++) {
                 ci_session *ri = ((ci_session **)ss[i]->impl)[r];
                 ri->pos = ss[i]->pos;
-                rss[(size_t)r * n + i] = ri;
+                rss[(size_t)r * rows + i] = ri;
             }
         } else {
             rs0 = ((ci_session **)s->impl)[r];
             rs0->pos = s->pos;
         }
-        calls[r] = (rank_call){ .s = rs0, .ss = ss ? rss + (size_t)r * n : NULL, .tokens = tokens, .n = n,
+        calls[r] = (rank_call){ .s = rs0, .ss = ss ? rss + (size_t)r * rows : NULL, .tokens = tokens, .n = n,
                                 .all_logits = all_logits, .argmax = ids != NULL,
                                 .logits = r && logits ? g->logits[r] : logits, .ids = ids ? rids + (size_t)r * rows : NULL,
                                 .comm = g->comm, .rank = r };
@@ -140,8 +148,6 @@ static int fan_out(ci_model *m, ci_session *s, ci_session *const *ss, const int 
             s->pos = calls[0].s->pos;
         if (ids) memcpy(ids, rids, (size_t)rows * sizeof *ids);
     }
-    free(rss);
-    free(rids);
     return rc;
 }
 
@@ -207,6 +213,8 @@ static void group_free(ci_group *g) {
     free(g->logits);
     free(g->logits_cap);
     free(g->calls);
+    free(g->rss);
+    free(g->rids);
     free(g->th);
     free(g->ranks);
     pthread_mutex_destroy(&g->mu);
