@@ -110,6 +110,17 @@ void ds_session_free(ci_session *s) {
 /* x[n, H] += the layer's FFN of rmsnorm(x): MoE (+ shared experts) or the dense SwiGLU MLP
  * (matmul_swiglu, then matmul_acc with y as the product's scratch). */
 static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed *P, int is_moe, int has_shared, int n) {
+    if (is_moe && has_shared && d->tp_part) {
+        /* a tensor-parallel rank: its routed and shared experts' parts summed first, then one
+         * all-reduce (the residual added on rank 0) */
+        moe_forward_norm(be, &P->moe, &c->moe, c->y, c->xn, c->x, P->ffn_norm, d->eps, n);
+        if (d->tp_part == CI_TP_REST) be->copy(be, c->x, c->y, (size_t)n * (size_t)d->H * sizeof(float));
+        else be->add(be, c->x, c->y, (int64_t)n * d->H);
+        be->matmul_swiglu(be, c->g, c->u, c->xn, n, &P->wg, &P->wu);
+        be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
+        be->all_reduce(be, c->x, (int64_t)n * d->H);
+        return;
+    }
     if (is_moe) {
         /* x += the routed experts' sum; xn = the normed rows (the router's launch writes them) */
         moe_forward_add_norm(be, &P->moe, &c->moe, c->x, c->y, c->xn, P->ffn_norm, d->eps, n);
