@@ -2,11 +2,12 @@
  * collectives with the ranks as threads (src/parallel/comm.h: sums in rank order, the same
  * bits on every rank, an abort that wakes every waiter), and the sharding arithmetic
  * (src/parallel/shard.h: even splits, grouped-query heads, block-aligned units, row views and
- * column copies that hold exactly the original's elements); then whole models split over 2 and 4
- * ranks (threads, one CPU backend each) against the same model whole: a prompt's logits, then
- * decode steps through the cache, then a batch step of two other sequences (forward_batch),
- * every rank's logits the same bits and within a rounding bound
- * of the whole model's; a rank that fails stops the others; what cannot split is refused. */
+ * column copies and row gathers that hold exactly the original's elements); then every family's
+ * models split over 2 and 4 ranks (threads, one CPU backend each; columns split or experts
+ * whole) against the same model whole: a prompt's logits (a 150-token one too), decode steps
+ * through the cache, a batch step of two other sequences (forward_batch), every rank's logits
+ * the same bits and within a rounding bound of the whole model's; the one-handle group of
+ * ci_model_opts.tp; a rank that fails stops the others; what cannot split is refused. */
 #include "check.h"
 #include "backend/backend.h"
 #include "parallel/comm.h"
