@@ -963,31 +963,27 @@ void cpu_fail(ci_backend *be, const char *msg) {
     snprintf(be->last_error, sizeof be->last_error, "%s", msg);
 }
 
-/* The ranks' sum; a rank whose ops failed stops the others instead of leaving them waiting. */
+/* A collective's frame: a rank whose ops failed stops the others instead of leaving them
+ * waiting (0: do not run it); a collective that failed (rc) fails the backend with the reason. */
+static int comm_begin(ci_backend *be) {
+    if (!cpu(be)->failed) return 1;
+    ci_comm_abort(be->comm, be->rank, be->last_error);
+    return 0;
+}
+static void comm_end(ci_backend *be, int rc) {
+    if (!rc) return;
+    char why[200], msg[240];
+    ci_comm_error(be->comm, why, sizeof why);
+    snprintf(msg, sizeof msg, "tensor parallel: %s", why);
+    cpu_fail(be, msg);
+}
+
 static void cpu_all_reduce(ci_backend *be, float *x, int64_t count) {
-    if (cpu(be)->failed) {
-        ci_comm_abort(be->comm, be->rank, be->last_error);
-        return;
-    }
-    if (ci_comm_all_reduce(be->comm, be->rank, x, (size_t)count)) {
-        char why[200], msg[240];
-        ci_comm_error(be->comm, why, sizeof why);
-        snprintf(msg, sizeof msg, "tensor parallel: %s", why);
-        cpu_fail(be, msg);
-    }
+    if (comm_begin(be)) comm_end(be, ci_comm_all_reduce(be->comm, be->rank, x, (size_t)count));
 }
 
 static void cpu_all_gather_rows(ci_backend *be, float *out, const float *in, int rows, int width) {
-    if (cpu(be)->failed) {
-        ci_comm_abort(be->comm, be->rank, be->last_error);
-        return;
-    }
-    if (ci_comm_all_gather_rows(be->comm, be->rank, out, in, rows, width)) {
-        char why[200], msg[240];
-        ci_comm_error(be->comm, why, sizeof why);
-        snprintf(msg, sizeof msg, "tensor parallel: %s", why);
-        cpu_fail(be, msg);
-    }
+    if (comm_begin(be)) comm_end(be, ci_comm_all_gather_rows(be->comm, be->rank, out, in, rows, width));
 }
 
 void ci_backend_cpu_join(ci_backend *be, struct ci_comm *c, int rank) {
