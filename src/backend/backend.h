@@ -575,6 +575,16 @@ typedef struct ci_backend {
  * / another rank: its output is all-reduced over the ranks, the residual added on rank 0 only. */
 enum { CI_TP_WHOLE = 0, CI_TP_LEAD = 1, CI_TP_REST = 2 };
 
+/* A block's output projection, whole or split (tp_part): y = x · Wᵀ, or with acc y += x · Wᵀ
+ * (matmul_acc, tmp its scratch), where a split block's rank other than 0 writes its part alone
+ * so that the residual is added once; then, split, the ranks' ys all-reduced. */
+static inline void ci_out_proj(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, int acc, float *tmp,
+                               int tp_part) {
+    if (acc && tp_part != CI_TP_REST) be->matmul_acc(be, y, x, n, W, tmp);
+    else be->matmul(be, y, x, n, W);
+    if (tp_part) be->all_reduce(be, y, (int64_t)n * W->rows);
+}
+
 typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
 
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;

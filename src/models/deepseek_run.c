@@ -129,9 +129,7 @@ static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed 
     } else {
         be->norm_matmul_swiglu(be, c->xn, c->x, P->ffn_norm, d->eps, c->g, c->u, n, &P->wg, &P->wu);
     }
-    if (d->tp_part == CI_TP_REST) be->matmul(be, c->x, c->g, n, &P->wd);   /* its columns' part alone */
-    else be->matmul_acc(be, c->x, c->g, n, &P->wd, c->y);
-    if (d->tp_part) be->all_reduce(be, c->x, (int64_t)n * d->H);
+    ci_out_proj(be, c->x, c->g, n, &P->wd, 1, c->y, d->tp_part);
 }
 
 /* The layers over the n rows of c->x whose positions are in c->run.pos, the caches paged by pg:

@@ -131,9 +131,7 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
         const ci_mat *const ws[1] = { &P->up };
         be->norm_matmul_n(be, c->xn, c->x, P->norm, d->eps, 1, gs, n, ws);
         be->relu2(be, c->g, (int64_t)n * d->ff);
-        if (d->tp_part == CI_TP_REST) be->matmul(be, c->x, c->g, n, &P->down);   /* its columns' part alone */
-        else be->matmul_acc(be, c->x, c->g, n, &P->down, c->xn);
-        if (d->tp_part) be->all_reduce(be, c->x, (int64_t)n * H);
+        ci_out_proj(be, c->x, c->g, n, &P->down, 1, c->xn, d->tp_part);
         break;
     }
     default:                                                 /* routed + shared, then the add */

@@ -58,9 +58,7 @@ void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const 
 }
 
 void attn_output(ci_backend *be, const attn_block *A, const attn_bufs *b, float *y, int acc, int n) {
-    if (acc && A->tp_part != CI_TP_REST) be->matmul_acc(be, y, b->att, n, &A->wo, b->xn);
-    else be->matmul(be, y, b->att, n, &A->wo);   /* rank > 0 of a split: its part alone */
-    if (A->tp_part) be->all_reduce(be, y, (int64_t)n * A->wo.rows);
+    ci_out_proj(be, y, b->att, n, &A->wo, acc, b->xn, A->tp_part);
 }
 
 void attn_forward(ci_backend *be, const attn_block *A, const attn_bufs *b, const attn_cache *kvs, int n_caches,

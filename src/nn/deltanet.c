@@ -166,12 +166,9 @@ static void mix(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, 
                  2, !tab && mode == DN_RECURRENT, s->work);
 }
 
-/* out_proj of the gated output s->z: into y (acc: added to y, the residual; a split layer's
- * rank other than 0 writes its part alone), the ranks' parts all-reduced */
+/* out_proj of the gated output s->z into y (acc: added to y, the residual; backend.h ci_out_proj) */
 static void output(ci_backend *be, const dn_layer *L, dn_scratch *s, float *y, int acc, float *tmp, int n) {
-    if (acc && L->tp_part != CI_TP_REST) be->matmul_acc(be, y, s->z, n, &L->out, tmp);
-    else be->matmul(be, y, s->z, n, &L->out);
-    if (L->tp_part) be->all_reduce(be, y, (int64_t)n * L->out.rows);
+    ci_out_proj(be, y, s->z, n, &L->out, acc, tmp, L->tp_part);
 }
 
 void dn_forward(ci_backend *be, const dn_layer *L, dn_scratch *s, float *state, float *out, const float *x, int n,

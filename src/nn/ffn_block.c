@@ -27,9 +27,7 @@ void ffn_forward(ci_backend *be, const ffn_block *F, const ffn_bufs *b, float *x
     }
     if (F->norm) be->norm_matmul_swiglu(be, b->xn, x, F->norm, F->eps, b->g, b->u, n, &F->wg, &F->wu);
     else be->matmul_swiglu(be, b->g, b->u, x, n, &F->wg, &F->wu);
-    if (F->tp_part == CI_TP_REST) be->matmul(be, x, b->g, n, &F->wd);   /* its part alone: x was read */
-    else be->matmul_acc(be, x, b->g, n, &F->wd, b->y);
-    if (F->tp_part) be->all_reduce(be, x, (int64_t)n * F->wd.rows);
+    ci_out_proj(be, x, b->g, n, &F->wd, 1, b->y, F->tp_part);   /* x += down's product */
 }
 
 int ffn_shard(ffn_block *F, moe_block *M, int ff, const shd_ctx *t, const char *what, char *err,

@@ -111,9 +111,7 @@ static void mixer(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, floa
                    conv_tab);
     scan(be, L, s, ssm_state, ssm_tab, n, chunked);
     be->gated_rmsnorm(be, s->y, s->proj, W, L->norm_w, n, L->inner, L->inner / L->n_groups, L->eps);
-    if (L->tp_part == CI_TP_REST) be->matmul(be, x, s->y, n, &L->out_proj);   /* its groups' part alone */
-    else be->matmul_acc(be, x, s->y, n, &L->out_proj, xn);             /* x += [n, hidden] */
-    if (L->tp_part) be->all_reduce(be, x, (int64_t)n * L->out_proj.rows);
+    ci_out_proj(be, x, s->y, n, &L->out_proj, 1, xn, L->tp_part);   /* x += [n, hidden] */
 }
 
 void mamba2_forward(ci_backend *be, const mamba2_layer *L, mamba2_scratch *s, float *conv_state, float *ssm_state,

@@ -160,7 +160,5 @@ void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache
 
 void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n) {
     be->mla_out_heads(be, s->o, s->olat, n, L->n_heads, L->kv_lora, L->kv_lora + L->rope, L->v, L->w_uv);
-    if (L->tp_part == CI_TP_REST) be->matmul(be, x, s->o, n, &L->o);   /* its heads' part alone */
-    else be->matmul_acc(be, x, s->o, n, &L->o, tmp);
-    if (L->tp_part) be->all_reduce(be, x, (int64_t)n * L->o.rows);
+    ci_out_proj(be, x, s->o, n, &L->o, 1, tmp, L->tp_part);
 }

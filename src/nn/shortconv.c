@@ -93,18 +93,17 @@ void sc_forward_add_norm(ci_backend *be, const shortconv *sc, sc_scratch *s, flo
     const ci_mat *const ws[1] = { &sc->in_proj };
     be->norm_matmul_n(be, xn, x, norm_w, eps, 1, ys, n, ws);       /* [n, 3D]: B | C | X */
     be->shortconv(be, s->y, s->bcx, n, D, sc->K, sc->taps, sc->in_bias, sc->conv_bias, state, states, s->win);
-    const int H = (int)sc->out_proj.rows, rest = sc->tp_part == CI_TP_REST;   /* rest: its channels' part alone */
     if (!sc->out_bias) {
-        if (rest) be->matmul(be, x, s->y, n, &sc->out_proj);
-        else be->matmul_acc(be, x, s->y, n, &sc->out_proj, xn);   /* x += [n, H] */
+        ci_out_proj(be, x, s->y, n, &sc->out_proj, 1, xn, sc->tp_part);   /* x += [n, H] */
+        return;
+    }
+    const int H = (int)sc->out_proj.rows;
+    be->matmul(be, xn, s->y, n, &sc->out_proj);
+    if (sc->tp_part == CI_TP_REST) {   /* its channels' part alone: the bias is rank 0's */
+        be->copy(be, x, xn, (size_t)n * (size_t)H * sizeof(float));
     } else {
-        be->matmul(be, xn, s->y, n, &sc->out_proj);
-        if (rest) {
-            be->copy(be, x, xn, (size_t)n * (size_t)H * sizeof(float));
-        } else {
-            be->add_bias(be, xn, sc->out_bias, n, H);
-            be->add(be, x, xn, (int64_t)n * H);
-        }
+        be->add_bias(be, xn, sc->out_bias, n, H);
+        be->add(be, x, xn, (int64_t)n * H);
     }
     if (sc->tp_part) be->all_reduce(be, x, (int64_t)n * H);
 }
