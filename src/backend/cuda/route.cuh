@@ -1,0 +1,139 @@
+/* route.cuh — a token row's MoE routing by one block of ROUTE_THREADS threads (route_row), the
+ * body of moe.cu's route_kernel and of gemv.cu's router launch that routes in its last block
+ * (norm_matmul_route). */
+#pragma once
+#include "cuda_internal.h"
+#include <float.h>
+#include <limits.h>
+
+enum { ROUTE_THREADS = 128, ROUTE_MAX_E = 1024 };
+
+struct route_args {
+    int E, K, router, norm, G, topk_group, hash_vocab;
+    float norm_eps, scaling;
+    const float *bias;
+    const int32_t *hash_ids;
+};
+
+/* The ranking of the top-k: larger value first, the lower index among equals (the CPU's topk
+ * and a stable descending sort); NaN ranks as -inf (the CPU keeps a NaN it meets first, so
+ * the two agree wherever no score is NaN). */
+__device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
+
+/* Token row t by one block of ROUTE_THREADS threads (all of them call it; sm: 2 * E floats of
+ * dynamic shared memory). The scores as the CPU computes them: softmax's max
+ * and exponentials over every thread, its double sum by warp 0 in the order the earlier
+ * one-warp kernel took (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
+ * bits did not move; grouped sigmoid's group scores by warp 0. Then every entry's rank among
+ * all E at once (each thread counts the entries that beat its own: E compares against a
+ * shared-memory broadcast) instead of k rounds of a warp arg-max: the k chosen are those of
+ * rank < k, in rank order. The weights: their sum in rank order in double by thread 0, the
+ * divisions by k threads. */
+__device__ __forceinline__ void route_row(int t, int32_t *sel, float *wout, const float *logits, const int32_t *ids,
+                                          const route_args &a, float *sm) {
+    __shared__ float red[ROUTE_THREADS / 32];
+    __shared__ double dsum;
+    __shared__ int chosen[64];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
+    float *s = sm, *choice = sm + E;
+    /* logits through L2 (ld.global.cg): in the router's launch other blocks wrote them */
+    const float *lg = logits + (int64_t)t * E;
+    if (a.router == CI_ROUTE_SOFTMAX) {
+        float mx = -FLT_MAX;
+        for (int e = tid; e < E; e += ROUTE_THREADS) mx = fmaxf(mx, __ldcg(lg + e));
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = red[0];
+        for (int w = 1; w < ROUTE_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+        for (int e = tid; e < E; e += ROUTE_THREADS) s[e] = expf(__ldcg(lg + e) - mx);
+        __syncthreads();
+        if (warp == 0) {
+            double sum = 0;
+            for (int e = lane; e < E; e += 32) sum += s[e];
+            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) dsum = sum;
+        }
+        __syncthreads();
+        const double sum = dsum;
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
+            const float p = (float)(s[e] / sum);
+            s[e] = p;
+            choice[e] = p;
+        }
+    } else {
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
+            float x = __ldcg(lg + e);
+            float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
+            s[e] = v;
+            choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
+        }
+    }
+    __syncthreads();
+    if (a.hash_ids) {
+        if (tid < K) {
+            int id = ids ? ids[t] : 0;
+            if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
+            chosen[tid] = a.hash_ids[(int64_t)id * K + tid];
+        }
+    } else {
+        if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
+            if (warp == 0) {
+                const int per = E / a.G;
+                float sc = -FLT_MAX;
+                if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                    const float *c = choice + lane * per;
+                    int b0 = 0;
+                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                    sc = c[b0];
+                    if (per >= 2) {
+                        int b1 = b0 == 0 ? 1 : 0;
+                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                        sc += c[b1];
+                    }
+                }
+                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+                for (int j = 0; j < a.topk_group; j++) {
+                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
+                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                    for (int o = 16; o; o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+                    }
+                    keep |= 1u << bi;
+                }
+                __syncwarp();
+                for (int e = lane; e < per * a.G; e += 32)
+                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
+            }
+            __syncthreads();
+        }
+        for (int e = tid; e < E; e += ROUTE_THREADS) {   /* e's rank: the entries that beat it */
+            const float v = route_key(choice[e]);
+            int r = 0;
+            for (int j = 0; j < E; j++) {
+                const float c = route_key(choice[j]);
+                r += c > v || (c == v && j < e);
+            }
+            if (r < K) chosen[r] = e;
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += s[chosen[k]];
+        dsum = sum;
+    }
+    __syncthreads();
+    if (tid < K) {
+        float w = s[chosen[tid]];
+        if (a.norm) {
+            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            w = (float)(w / (dsum + eps));
+        }
+        sel[(int64_t)t * K + tid] = chosen[tid];
+        wout[(int64_t)t * K + tid] = w * a.scaling;
+    }
+    __syncthreads();   /* a next row reuses the shared scratch */
+}
