@@ -340,10 +340,6 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
 struct route_args;
 int cb_gemv_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
                   const ci_mat *W, const struct route_args *ra, int32_t *sel, float *wout, const int32_t *ids);
-/* The same for an MLX-quantized router on quant_mma.cu's tensor-core GEMV (quant.cu). */
-int cb_q_norm_matmul_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
-                           const ci_mat *W, const struct route_args *ra, int32_t *sel, float *wout,
-                           const int32_t *ids);
 /* Whether one cb_gemv launch takes n rows of W, as the matmul ops choose (the fused forms have no
  * row loop; 16-bit weights take it for one row only, more go to cuBLAS). */
 int cb_gemv_one(const ci_mat *W, int n);

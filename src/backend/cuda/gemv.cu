@@ -285,12 +285,26 @@ __device__ __forceinline__ void gemv_body(const gemv_args &a) {
     }
 }
 
+/* ROUTE: after its rows are written each block counts itself done; the last one (every other
+ * block's logits visible to it by the fences) routes the n token rows as moe.cu's route_kernel
+ * does (route.cuh), so the router's launch and the routing are one. */
+__device__ __forceinline__ void gemv_route_tail(const gemv_args &a) {
+    extern __shared__ float route_sm[];
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.route_ctr, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int t = 0; t < a.n; t++) route_row(t, a.sel, a.wout, a.y[0], a.ids, a.ra, route_sm);
+    if (threadIdx.x == 0) *a.route_ctr = 0;
+}
+
 template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM, int KS, bool ROUTE>
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
-    extern __shared__ float route_sm[];
     gemv_body<L, NT, MODE, AL, RPW, U, NORM, KS>(a);
-    /* ROUTE: the last block to finish routes the rows (route.cuh, as moe.cu's route_kernel) */
-    if (ROUTE) route_tail(a.route_ctr, a.n, a.sel, a.wout, a.y[0], a.ids, a.ra, route_sm);
+    if (ROUTE) gemv_route_tail(a);
 }
 
 /* Rows per warp and unroll by token count: one token streams one row per warp with four

@@ -209,9 +209,8 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
     cb_launched(cb, "moe_route");
 }
 
-/* backend.h norm_matmul_route: one launch when a router kernel takes it (route_fuse: gemv.cu's
- * one-launch norm GEMV of a 16- or 32-bit router, quant_mma.cu's of an MLX one), else
- * norm_matmul_keep then moe_route */
+/* backend.h norm_matmul_route: one launch when gemv.cu's router kernel takes it (route_fuse,
+ * a one-launch norm GEMV of a 16- or 32-bit router), else norm_matmul_keep then moe_route */
 static void op_norm_matmul_route(ci_backend *be, float *xn, float *logits, const float *x, const float *norm_w,
                                  float eps, int n, const ci_mat *W, int32_t *sel, float *w, const int32_t *ids,
                                  const ci_moe *m) {
@@ -219,8 +218,7 @@ static void op_norm_matmul_route(ci_backend *be, float *xn, float *logits, const
     route_args a;
     if (cb->failed || n <= 0) return;
     if (cb->route_fuse && cb->norm_fuse && route_setup(cb, &a, m) &&
-        (W->dtype == CI_U32 ? cb_q_norm_matmul_route(cb, xn, logits, x, norm_w, eps, n, W, &a, sel, w, ids)
-                            : cb_gemv_route(cb, xn, logits, x, norm_w, eps, n, W, &a, sel, w, ids)))
+        cb_gemv_route(cb, xn, logits, x, norm_w, eps, n, W, &a, sel, w, ids))
         return;
     be->norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
     op_moe_route(be, sel, w, logits, ids, n, m);

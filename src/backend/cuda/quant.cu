@@ -456,12 +456,6 @@ int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const f
     return cb_qt_matmul(cb, op, count, ys, x, n, ms, norm_w, eps, xn_out);
 }
 
-int cb_q_norm_matmul_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
-                           const ci_mat *W, const route_args *ra, int32_t *sel, float *wout, const int32_t *ids) {
-    if (n < 1 || n > CB_GEMV_MAX_N || !cb_q_ok(W) || ((const ci_qdesc *)W->scale)->stored_t) return 0;
-    return cb_qt_route(cb, xn, y, x, norm_w, eps, n, cb_q_view(W), ra, sel, wout, ids);
-}
-
 /* y[n, W.cols] = x[n, W.rows] · W: a stored-transposed view (MLX MultiLinear) is a matmul
  * with the stored rows; otherwise the view decoded to f32 in scratch and the f32 launcher. */
 void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W) {

@@ -378,11 +378,6 @@ int cb_q_fploop(void);
  * (gate+up into h, then down into out). Each returns 0, having launched nothing, when it does
  * not take the call (another format, a shape or alignment it does not serve). */
 int cb_q_qmma(void);
-/* cb_qt_route: cb_qt_matmul's norm_matmul_keep of one matrix (a MoE router, m.rows = ra->E) whose
- * last block to finish also routes the n rows (route.cuh), one launch; 0 when not taken. */
-struct route_args;
-int cb_qt_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n, const cb_qm &m,
-                const struct route_args *ra, int32_t *sel, float *wout, const int32_t *ids);
 int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
                  const float *norm_w, float eps, float *xn_out = nullptr, float limit = 0.0f);
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,

@@ -3,7 +3,6 @@
  * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x); gemv.cu its fp8 ones;
  * cuda_backend.cu its matmul_groups of row views of one tensor (cb_qt_groups). */
 #include "quant_mma.cuh"
-#include "route.cuh"
 
 /* CINFER_CUDA_QMMA (default 1; 0: quant.cu's / quant_moe.cu's f32 qmv kernels, to measure
  * against). Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after
@@ -38,18 +37,12 @@ struct qt_args {
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
      * the matrix g·gcode code bytes and g·gsrow param rows on (0 otherwise) */
     int64_t gx, gy, gcode, gsrow;
-    /* ROUTE launches (cb_qt_route): the block that finishes last routes the n rows of y[0] */
-    route_args ra;
-    int32_t *sel;
-    float *wout;
-    const int32_t *ids;
-    int *route_ctr;
 };
 
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
-template <int BITS, int W, int NTL, int NB, int NW, bool ROUTE = false>
+template <int BITS, int W, int NTL, int NB, int NW>
 __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
@@ -122,9 +115,6 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             }
         }
     }
-    /* ROUTE: the last block to finish routes the rows (route.cuh), its staged x's shared memory
-     * its scratch (route_tail syncs the block before it is written) */
-    if (ROUTE) route_tail(a.route_ctr, a.n, a.sel, a.wout, a.y[0], a.ids, a.ra, (float *)qt_sm);
 }
 /* 4- or 8-bit affine, groups of 32 / 64 / 128, K a multiple of the group, 16-byte aligned codes
  * of 16-byte aligned rows, f32 / f16 / bf16 params; or mxfp4 (E2M1 codes, an E8M0 scale per 32) */
@@ -150,29 +140,10 @@ static int qt_nw16(void) {
     return v;
 }
 
-/* one launch of qt_dense_kernel (route: its routing instance, one matrix, one group) */
-template <int BI, int WW, int NN, int BB, int NWW>
-static void qt_go(cuda_be *cb, const qt_args &a, dim3 blk, size_t smem, int64_t blocks, int groups, bool route) {
-    if constexpr (NN == 1) {
-        if (route) {
-            const void *k = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW, true>;
-            qt_optin(k);
-            const int gx = qt_grid(k, 32 * NWW, smem, cb->sm_count, blocks);
-            cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW, true>, dim3((unsigned)(gx > 0 ? gx : 1)), blk, smem, a);
-            return;
-        }
-    }
-    const void *k = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;
-    qt_optin(k);
-    const int gx = qt_grid(k, 32 * NWW, smem, cb->sm_count, blocks * groups) / groups;
-    const dim3 grid((unsigned)(gx > 0 ? gx : 1), (unsigned)groups);
-    cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);
-}
-
 /* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
  * even one row fits. bits: 4, 8, QT_E4M3 or QT_E2M1; W code words a lane loads per group and row. */
 static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
-                           const int64_t *rows, int bits, int W, int groups = 1, bool route = false) {
+                           const int64_t *rows, int bits, int W, int groups = 1) {
     const int K = a.K, ng = a.ng, ntl = op == CB_SWIGLU ? 2 : 1;
     const int64_t all_tiles = a.ntiles * groups;
     const int nw = ntl == 1 && qt_nw16() && all_tiles <= cb->sm_count ? 16 : QT_WARPS;
@@ -184,14 +155,18 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     int chunk = n;
     while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
-    /* a routing launch: one launch for all n rows, its shared memory the route's scratch too */
-    if (route && (chunk < n || ntl != 1 || groups != 1 || qt_dense_smem(n, K, ng, ntl, nw) < (size_t)8 * a.ra.E))
-        return 0;
     a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
     a.pv = qt_pv_mode();
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
-#define QT_GO(BI, WW, NN, BB, NWW) qt_go<BI, WW, NN, BB, NWW>(cb, a, blk, smem, blocks, groups, route)
+#define QT_GO(BI, WW, NN, BB, NWW)                                                                            \
+    do {                                                                                                      \
+        const void *k_ = (const void *)qt_dense_kernel<BI, WW, NN, BB, NWW>;                                  \
+        qt_optin(k_);                                                                                         \
+        const int gx_ = qt_grid(k_, 32 * NWW, smem, cb->sm_count, blocks * groups) / groups;                 \
+        const dim3 grid((unsigned)(gx_ > 0 ? gx_ : 1), (unsigned)groups);                                     \
+        cb_launch(cb, qt_dense_kernel<BI, WW, NN, BB, NWW>, grid, blk, smem, a);                              \
+    } while (0)
 #define QT_GO_W(NN, BB, NWW)                                                                                  \
     do {                                                                                                      \
         if (bits == QT_E4M3) QT_GO(QT_E4M3, 8, NN, BB, NWW);                                                  \
@@ -257,33 +232,6 @@ int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *
     }
     if (!qt_dense_launch(cb, a, op, count, ys, x, n, rows, bits, W)) return 0;
     cb_launched(cb, "quantized gemv (tensor cores)");
-    return 1;
-}
-
-int cb_qt_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n, const cb_qm &m,
-                const route_args *ra, int32_t *sel, float *wout, const int32_t *ids) {
-    if (!cb_q_qmma() || n < 1 || n > QT_MAX_TOK || !qt_kind_ok(m) || m.rows != ra->E || !norm_w || !cb->route_ctr ||
-        ((uintptr_t)x & 3) != 0)
-        return 0;
-    const int K = (int)m.cols, ng = K / m.group, bits = qt_bits(m), W = m.group * m.bits / 128, es = qt_es(m.sd);
-    qt_args a;
-    memset(&a, 0, sizeof a);
-    a.count = 1; a.op = CB_STORE; a.K = K; a.ng = ng; a.sd = m.sd; a.es = es; a.rblk = 1;
-    a.norm_w = norm_w; a.eps = eps;
-    a.xn_out = xn;
-    a.codes[0] = m.codes;
-    a.sp[0] = (const char *)m.scales + m.srow0 * ng * es;
-    a.bp[0] = m.biases ? (const char *)m.biases + m.srow0 * ng * es : nullptr;
-    const int64_t rows[1] = { m.rows };
-    a.rows[0] = m.rows;
-    a.tiles[0] = a.ntiles = (m.rows + 15) / 16;
-    a.ra = *ra;
-    a.sel = sel;
-    a.wout = wout;
-    a.ids = ids;
-    a.route_ctr = cb->route_ctr;
-    if (!qt_dense_launch(cb, a, CB_STORE, 1, &y, x, n, rows, bits, W, 1, true)) return 0;
-    cb_launched(cb, "quantized router gemv + route (tensor cores)");
     return 1;
 }
 

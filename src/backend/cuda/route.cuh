@@ -1,4 +1,4 @@
-/* route.cuh — a token row's MoE routing by one block of threads (route_row), the
+/* route.cuh — a token row's MoE routing by one block of ROUTE_THREADS threads (route_row), the
  * body of moe.cu's route_kernel and of gemv.cu's router launch that routes in its last block
  * (norm_matmul_route). */
 #pragma once
@@ -20,8 +20,8 @@ struct route_args {
  * the two agree wherever no score is NaN). */
 __device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
 
-/* Token row t by one block (all its threads call it: a multiple of 32, at most 1024; the same bits
- * for any count; sm: 2 * E floats of shared memory). The scores as the CPU computes them: softmax's max
+/* Token row t by one block of ROUTE_THREADS threads (all of them call it; sm: 2 * E floats of
+ * dynamic shared memory). The scores as the CPU computes them: softmax's max
  * and exponentials over every thread, its double sum by warp 0 in the order the earlier
  * one-warp kernel took (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
  * bits did not move; grouped sigmoid's group scores by warp 0. Then every entry's rank among
@@ -31,22 +31,22 @@ __device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY 
  * divisions by k threads. */
 __device__ __forceinline__ void route_row(int t, int32_t *sel, float *wout, const float *logits, const int32_t *ids,
                                           const route_args &a, float *sm) {
-    __shared__ float red[32];
+    __shared__ float red[ROUTE_THREADS / 32];
     __shared__ double dsum;
     __shared__ int chosen[64];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K, NT = blockDim.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
     float *s = sm, *choice = sm + E;
     /* logits through L2 (ld.global.cg): in the router's launch other blocks wrote them */
     const float *lg = logits + (int64_t)t * E;
     if (a.router == CI_ROUTE_SOFTMAX) {
         float mx = -FLT_MAX;
-        for (int e = tid; e < E; e += NT) mx = fmaxf(mx, __ldcg(lg + e));
+        for (int e = tid; e < E; e += ROUTE_THREADS) mx = fmaxf(mx, __ldcg(lg + e));
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         if (lane == 0) red[warp] = mx;
         __syncthreads();
         mx = red[0];
-        for (int w = 1; w < NT / 32; w++) mx = fmaxf(mx, red[w]);
-        for (int e = tid; e < E; e += NT) s[e] = expf(__ldcg(lg + e) - mx);
+        for (int w = 1; w < ROUTE_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+        for (int e = tid; e < E; e += ROUTE_THREADS) s[e] = expf(__ldcg(lg + e) - mx);
         __syncthreads();
         if (warp == 0) {
             double sum = 0;
@@ -56,13 +56,13 @@ __device__ __forceinline__ void route_row(int t, int32_t *sel, float *wout, cons
         }
         __syncthreads();
         const double sum = dsum;
-        for (int e = tid; e < E; e += NT) {
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
             const float p = (float)(s[e] / sum);
             s[e] = p;
             choice[e] = p;
         }
     } else {
-        for (int e = tid; e < E; e += NT) {
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
             float x = __ldcg(lg + e);
             float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
             s[e] = v;
@@ -109,7 +109,7 @@ __device__ __forceinline__ void route_row(int t, int32_t *sel, float *wout, cons
             }
             __syncthreads();
         }
-        for (int e = tid; e < E; e += NT) {   /* e's rank: the entries that beat it */
+        for (int e = tid; e < E; e += ROUTE_THREADS) {   /* e's rank: the entries that beat it */
             const float v = route_key(choice[e]);
             int r = 0;
             for (int j = 0; j < E; j++) {
@@ -136,21 +136,4 @@ __device__ __forceinline__ void route_row(int t, int32_t *sel, float *wout, cons
         wout[(int64_t)t * K + tid] = w * a.scaling;
     }
     __syncthreads();   /* a next row reuses the shared scratch */
-}
-
-/* The end of a router GEMV launch that routes (gemv.cu, quant_mma.cu): every thread of every
- * block calls it once its block's rows of logits are written; the block that finishes last
- * (the others' writes made visible by the fences) routes the n token rows, sm its scratch of
- * 2 * E floats, and sets the counter back to 0 for the next launch. */
-__device__ __forceinline__ void route_tail(int *ctr, int n, int32_t *sel, float *wout, const float *logits,
-                                           const int32_t *ids, const route_args &a, float *sm) {
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ctr, 1) == (int)(gridDim.x * gridDim.y) - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int t = 0; t < n; t++) route_row(t, sel, wout, logits, ids, a, sm);
-    if (threadIdx.x == 0) *ctr = 0;
 }
