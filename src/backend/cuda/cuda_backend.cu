@@ -171,7 +171,8 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
 static int gemv_max_n(const ci_mat *W) {
     return W->dtype == CI_BF16 || W->dtype == CI_F16 ? 1 : W->dtype == CI_F8_E4M3 ? 5 * CB_GEMV_MAX_N : CB_GEMV_MAX_N;
 }
-int cb_gemv_one(const ci_mat *W, int n) { return n <= CB_GEMV_MAX_N && n <= gemv_max_n(W); }
+/* whether one cb_gemv launch takes n rows of W (the fused forms have no row loop) */
+static int gemv_one(const ci_mat *W, int n) { return n <= CB_GEMV_MAX_N && n <= gemv_max_n(W); }
 
 static void mm_any(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, int acc) {
     if (n <= 0 || W->rows <= 0) return;
@@ -217,7 +218,7 @@ static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float
         if (!mat_ok(cb, Ws[i])) return;
         same &= Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
     }
-    if (same && cb_gemv_one(Ws[0], n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, NULL, 0.0f); return; }
+    if (same && gemv_one(Ws[0], n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, NULL, 0.0f); return; }
     for (int i = 0; i < count; i++) mm_any(cb, ys[i], x, n, Ws[i], 0);
 }
 
@@ -230,7 +231,7 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
         cb_q_matmul_n(cb, CB_SWIGLU, 2, &g, u, x, n, Ws);
         return;
     }
-    if (cb_gemv_one(Wg, n) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
+    if (gemv_one(Wg, n) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
         const ci_mat *Ws[2] = { Wg, Wu };
         cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, NULL, 0.0f);
         return;
@@ -258,7 +259,7 @@ static void cb_matmul_swiglu_clamp(ci_backend *be, float *g, float *u, const flo
 /* The norm is fused into the GEMV when the GEMV takes the call (one launch); otherwise
  * rmsnorm into xn, then the unfused op. */
 static int fusable(const cuda_be *cb, const ci_mat *const *Ws, int count, int n) {
-    int ok = cb->norm_fuse && cb_gemv_one(Ws[0], n) && count <= 4;
+    int ok = cb->norm_fuse && gemv_one(Ws[0], n) && count <= 4;
     for (int i = 0; ok && i < count; i++)
         ok = cb_gemv_ok(Ws[i]) && Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
     return ok;
@@ -297,7 +298,7 @@ static void cb_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float
     if (cb->norm_fuse && W->rows > 0) {
         if (W->dtype == CI_U32) {
             if (cb_q_norm_matmul_n(cb, CB_STORE, 1, &y, x, norm_w, eps, n, &W, xn)) return;
-        } else if (cb_gemv_one(W, n) && cb_gemv_ok(W)) {
+        } else if (gemv_one(W, n) && cb_gemv_ok(W)) {
             cb_gemv(cb, CB_STORE, 1, &y, x, n, &W, norm_w, eps, xn);
             return;
         }

@@ -334,15 +334,12 @@ enum { CB_STORE = 0, CB_ACC = 1, CB_SWIGLU = 2 };
  * xn_out (with norm_w): the first block also writes those normed rows there (norm_matmul_keep). */
 void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
              const float *norm_w, float eps, float *xn_out = nullptr);
-/* norm_matmul_keep's one-launch GEMV of a MoE router (f32 / f16 / bf16, 16-byte aligned, rows
- * cb_gemv_one takes, W.rows = ra->E) whose last block to finish also routes the n rows (route.cuh:
+/* norm_matmul_keep's one-launch GEMV of a MoE router (f32 / f16 / bf16, 16-byte aligned, n <=
+ * CB_GEMV_MAX_N, W.rows = ra->E) whose last block to finish also routes the n rows (route.cuh:
  * sel, wout as moe_route writes them); 1 if launched, 0 if the caller must take the two ops. */
 struct route_args;
 int cb_gemv_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
                   const ci_mat *W, const struct route_args *ra, int32_t *sel, float *wout, const int32_t *ids);
-/* Whether one cb_gemv launch takes n rows of W, as the matmul ops choose (the fused forms have no
- * row loop; 16-bit weights take it for one row only, more go to cuBLAS). */
-int cb_gemv_one(const ci_mat *W, int n);
 /* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
 int cb_gemv_ok(const ci_mat *W);
 /* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations

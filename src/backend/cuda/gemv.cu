@@ -466,7 +466,7 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
 
 int cb_gemv_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
                   const ci_mat *W, const route_args *ra, int32_t *sel, float *wout, const int32_t *ids) {
-    if (n <= 0 || !cb_gemv_one(W, n) || !norm_w || !cb->route_ctr || !ra || ra->E != W->rows) return 0;
+    if (n <= 0 || n > CB_GEMV_MAX_N || !norm_w || !cb->route_ctr || !ra || ra->E != W->rows) return 0;
     if (W->dtype != CI_F32 && W->dtype != CI_F16 && W->dtype != CI_BF16) return 0;
     gemv_args a;
     bool al;
