@@ -318,12 +318,6 @@ typedef struct ci_backend {
                       const ci_moe *m);
     void (*moe_experts)(struct ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                         const ci_moe *m, int acc);
-    /* Optional (NULL: norm_matmul_keep(xn, logits, x, norm_w, eps, n, W) then moe_route(sel,
-     * w, logits, ids, n, m), which is what it computes, the same bits): the MoE block's router
-     * and routing in one call (a device: one launch, the router's last block routing). */
-    void (*norm_matmul_route)(struct ci_backend *be, float *xn, float *logits, const float *x, const float *norm_w,
-                              float eps, int n, const ci_mat *W, int32_t *sel, float *w, const int32_t *ids,
-                              const ci_moe *m);
 
     /* ---- MLA / DSA: DeepSeek's latent attention (nn/mla.h) and sparse attention (nn/dsa.h)
      * lat = kv_lora + rope floats per latent-cache row; Hh query heads. Positions, cache

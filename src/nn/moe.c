@@ -58,14 +58,10 @@ void moe_route(ci_backend *be, const moe_block *m, moe_scratch *s, const float *
     be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }
 
-/* moe_route of xn = rmsnorm(x) * norm_w, which it writes (norm_matmul_route: one launch on a device) */
+/* moe_route of xn = rmsnorm(x) * norm_w, which it writes (norm_matmul_keep: one launch on a device) */
 static void route_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *xn, const float *x,
                        const float *norm_w, float eps, int n) {
     ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : m->hidden);
-    if (be->norm_matmul_route) {
-        be->norm_matmul_route(be, xn, s->logits, x, norm_w, eps, n, &m->gate, s->sel, s->w, s->ids, &d);
-        return;
-    }
     be->norm_matmul_keep(be, xn, s->logits, x, norm_w, eps, n, &m->gate);
     be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }

@@ -98,7 +98,7 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
   CINFER_CUDA_MLA_DECODE=0 CINFER_CUDA_MOE_PIPE=0 CINFER_CUDA_MOE_SPLIT=0 CINFER_CUDA_DSA_SELECT=0 \
   CINFER_CUDA_DSA_SCORE=0 CINFER_CUDA_Q_AFFINE_LOOP=0 CINFER_CUDA_Q_PAIR=1 CINFER_CUDA_Q_FP_LOOP=1 CINFER_CUDA_ATTN_DECODE2=0 \
   CINFER_CUDA_QMV=0 CINFER_CUDA_Q_GEMM=0 CINFER_CUDA_FP8_GEMM=0 CINFER_CUDA_QMMA=0 CINFER_CUDA_FLASH2=0 CINFER_CUDA_SSD_CHUNK=0 \
-  CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 CINFER_CUDA_ROUTE_FUSE=0 .gpu/tests/test_cuda_ops --quick
+  CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 .gpu/tests/test_cuda_ops --quick
 
 # ---- ops-flash: the prefill attention's other forms (the defaults take attn_flash.cu's kernel in
 # key segments, tile 32, ldmatrix tiles, a block per kv group; ops-alt turns it off altogether for

@@ -1948,76 +1948,6 @@ static void test_moe_route_case(int E, int K, ci_route router, int norm, int G, 
     free(lg); free(perm); free(csel); free(gsel_h); free(cw); free(gw_h);
 }
 
-/* norm_matmul_route (the router's launch routing in its last block, gemv.cu) against
- * norm_matmul_keep then moe_route on the same backend: xn, the logits, the experts and their
- * weights the same bits; three calls in a row on new inputs (the launch's block counter must
- * be back at 0 after each: else no block would route and sel stays poisoned); the logits
- * against the CPU's within F32. n = 9 takes the two ops (more rows than a GEMV launch). */
-static void test_norm_matmul_route_case(int E, int K, ci_route router, int G, int tg, int X, ci_dtype dt, int n) {
-    char name[200];
-    snprintf(name, sizeof name, "norm_matmul_route %s %s E=%d K=%d G=%d/%d X=%d n=%d", dt_name(dt, CI_F32),
-             router == CI_ROUTE_SOFTMAX ? "softmax" : router == CI_ROUTE_SIGMOID ? "sigmoid" : "sqrtsoftplus", E, K, G,
-             tg, X, n);
-    if (!want(name) || !gpu->norm_matmul_route) return;
-    wpair W = make_weight(E, X, dt, CI_F32);
-    if (dead) return;
-    float *bias = keep(xmalloc((size_t)E * 4)), *nw = keep(xmalloc((size_t)X * 4));
-    for (int e = 0; e < E; e++) bias[e] = 0.37f * (float)((e * 7919) % E) / (float)E;
-    fill(nw, (size_t)X, 1.f);
-    ci_moe m;
-    memset(&m, 0, sizeof m);
-    m.n_experts = E; m.top_k = K; m.router = router; m.norm_topk_prob = 1; m.routed_scaling = 2.5f;
-    m.n_group = G; m.topk_group = tg; m.hidden = X; m.inter = 1;
-    m.bias = router == CI_ROUTE_SOFTMAX ? NULL : g_weight(bias, (size_t)E * 4);
-    const size_t nx = (size_t)n * X, nl = (size_t)n * E, ns = (size_t)n * K;
-    float *x = xmalloc(nx * 4), *cxn = xmalloc(nx * 4), *clg = xmalloc(nl * 4);
-    float *h[2][3];   /* [fused, two ops][xn, logits, w] read back */
-    int32_t *hs[2];
-    for (int v = 0; v < 2; v++) {
-        h[v][0] = xmalloc(nx * 4); h[v][1] = xmalloc(nl * 4); h[v][2] = xmalloc(ns * 4);
-        hs[v] = xmalloc(ns * 4);
-    }
-    const float *gnw = g_weight(nw, (size_t)X * 4);
-    float *gx = g_alloc(nx * 4), *gxn = g_alloc(nx * 4), *glg = g_alloc(nl * 4),
-          *gw = g_alloc(ns * 4);
-    int32_t *gsel = g_alloc(ns * 4);
-    int ok = 1;
-    char why[300] = "";
-    for (int call = 0; call < 3 && ok && gx && gxn && glg && gw && gsel && gnw && !dead; call++) {
-        fill(x, nx, 1.f + (float)call);
-        gpu->upload(gpu, gx, x, nx * 4);
-        for (int v = 0; v < 2; v++) {
-            g_poison(gxn, nx * 4); g_poison(glg, nl * 4); g_poison(gw, ns * 4); g_poison(gsel, ns * 4);
-            if (v == 0) {
-                gpu->norm_matmul_route(gpu, gxn, glg, gx, gnw, 1e-6f, n, &W.g, gsel, gw, NULL, &m);
-            } else {
-                gpu->norm_matmul_keep(gpu, gxn, glg, gx, gnw, 1e-6f, n, &W.g);
-                gpu->moe_route(gpu, gsel, gw, glg, NULL, n, &m);
-            }
-            g_get(h[v][0], gxn, nx * 4); g_get(h[v][1], glg, nl * 4); g_get(h[v][2], gw, ns * 4);
-            g_get(hs[v], gsel, ns * 4);
-        }
-        const char *diff = memcmp(h[0][0], h[1][0], nx * 4) ? "xn" : memcmp(h[0][1], h[1][1], nl * 4) ? "logits"
-                         : memcmp(hs[0], hs[1], ns * 4) ? "experts" : memcmp(h[0][2], h[1][2], ns * 4) ? "weights" : NULL;
-        if (diff) {
-            ok = 0;
-            snprintf(why, sizeof why, "call %d: %s differ from the two ops' (first expert %d vs %d)", call, diff,
-                     hs[0][0], hs[1][0]);
-        }
-    }
-    if (!dead) report_bool(name, ok, why);
-    if (ok && !dead) {   /* the logits against the CPU's (rmsnorm, then the product) */
-        cpu->rmsnorm(cpu, cxn, x, nw, n, X, 1e-6f);
-        cpu->matmul(cpu, clg, cxn, n, &W.c);
-        char nm[240];
-        snprintf(nm, sizeof nm, "%s logits vs cpu", name);
-        report(nm, compare(h[0][1], clg, nl), B_F32);
-    }
-    g_free(gx); g_free(gxn); g_free(glg); g_free(gw); g_free(gsel);
-    free(x); free(cxn); free(clg);
-    for (int v = 0; v < 2; v++) { free(h[v][0]); free(h[v][1]); free(h[v][2]); free(hs[v]); }
-}
-
 /* count [E·rows, cols] stacked expert views of one random tensor (CPU and CUDA sides). */
 static void make_stacked(int E, int64_t rows, int64_t cols, ci_dtype dt, ci_dtype sdt, ci_mat *cv, ci_mat *gv) {
     wpair w = make_weight((int64_t)E * rows, cols, dt, sdt);
@@ -2100,15 +2030,6 @@ static void test_moe(void) {
             test_moe_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 1, ns[i], ties);
             test_moe_route_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);   /* entries past the block's threads */
         }
-    }
-    static const int rn[] = { 1, 3, 8, 9 };
-    for (int i = 0; i < 4; i++) {
-        test_norm_matmul_route_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 2048, CI_BF16, rn[i]);   /* Qwen3-30B-A3B's */
-        test_norm_matmul_route_case(64, 6, CI_ROUTE_SOFTMAX, 1, 1, 2048, CI_F32, rn[i]);     /* V2-Lite's, f32 */
-        test_norm_matmul_route_case(256, 8, CI_ROUTE_SIGMOID, 8, 4, 1024, CI_BF16, rn[i]);   /* grouped, bias */
-        test_norm_matmul_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 512, CI_F16, rn[i]);
-        test_norm_matmul_route_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 64, CI_BF16, rn[i]);  /* past the threads */
-        test_norm_matmul_route_case(60, 4, CI_ROUTE_SIGMOID, 1, 1, 72, CI_F8_E4M3, rn[i]);   /* fp8: the two ops */
     }
     static const struct { ci_dtype dt, sdt; } kinds[] = {
         { CI_F32, CI_F32 }, { CI_BF16, CI_F32 }, { CI_F16, CI_F32 }, { CI_F8_E4M3, CI_F32 }, { CI_F8_E4M3, CI_BF16 },

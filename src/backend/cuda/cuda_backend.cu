@@ -610,7 +610,6 @@ static void op_free(ci_backend *be) {
     if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
-    if (cb->route_ctr) cudaFree(cb->route_ctr);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     if (be->pool && be->pool_free) be->pool_free(be->pool);
     free(cb);
@@ -677,7 +676,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->flash_bk = cb_env_int("CINFER_CUDA_FLASH_BK", 32, 16, 32);
     cb->flash_ldm = cb_env_switch("CINFER_CUDA_FLASH_LDM", CB_FLASH_LDM);
     cb->flash_gqa = cb_env_switch("CINFER_CUDA_FLASH_GQA", CB_FLASH_GQA);
-    cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
     cb->dn_chunk = cb_env_int("CINFER_CUDA_DN_CHUNK", 1, 0, 1 << 30);
     if (cb->dn_chunk == 1) cb->dn_chunk = CB_DN_CHUNK;
@@ -690,8 +688,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cudaMemGetInfo(&be->mem_free, &be->mem_total);
     const size_t ws = 32u << 20;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess || (e = cudaMalloc(&cb->route_ctr, sizeof(int))) != cudaSuccess ||
-        (e = cudaMemset(cb->route_ctr, 0, sizeof(int))) != cudaSuccess) {
+        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess) {
         snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
         be->pool = NULL;
         op_free(be);

@@ -91,8 +91,6 @@ struct cuda_be {
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
-    int route_fuse;          /* norm_matmul_route: the router's launch routes too (gemv.cu) */
-    int *route_ctr;          /* device int: blocks of that launch finished (0 between launches) */
     int ssd_chunk;           /* Mamba2 prompts through the chunked SSD (mamba.cu) */
     int dn_chunk;            /* DeltaNet prompts of >= dn_chunk tokens in the chunked form, 0: never (deltanet.cu) */
     char name[300];
@@ -119,11 +117,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * global memory before pdl_enter(). */
 #ifndef CB_PDL
 #define CB_PDL 1          /* default of cuda_be.pdl (CINFER_CUDA_PDL) */
-#endif
-#ifndef CB_ROUTE_FUSE
-/* norm_matmul_route on the device: the MoE router's GEMV routes in its last block (one launch
- * fewer a MoE layer; gemv.cu gemv_route_tail). */
-#define CB_ROUTE_FUSE 1   /* default of cuda_be.route_fuse (CINFER_CUDA_ROUTE_FUSE) */
 #endif
 #ifndef CB_NORM_FUSE
 /* RMSNorm inside the GEMV (norm_matmul_*). Measured on the H200 (2026-12-01,
@@ -334,12 +327,6 @@ enum { CB_STORE = 0, CB_ACC = 1, CB_SWIGLU = 2 };
  * xn_out (with norm_w): the first block also writes those normed rows there (norm_matmul_keep). */
 void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
              const float *norm_w, float eps, float *xn_out = nullptr);
-/* norm_matmul_keep's one-launch GEMV of a MoE router (f32 / f16 / bf16, 16-byte aligned, n <=
- * CB_GEMV_MAX_N, W.rows = ra->E) whose last block to finish also routes the n rows (route.cuh:
- * sel, wout as moe_route writes them); 1 if launched, 0 if the caller must take the two ops. */
-struct route_args;
-int cb_gemv_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
-                  const ci_mat *W, const struct route_args *ra, int32_t *sel, float *wout, const int32_t *ids);
 /* Whether cb_gemv takes this weight (dtype known and the layout one of its kernels reads). */
 int cb_gemv_ok(const ci_mat *W);
 /* The same products for any n through cuBLAS (f32: SGEMM in f32; f16 / bf16: activations

@@ -19,7 +19,6 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
-#include "route.cuh"
 
 enum { WARPS = 4 };
 
@@ -37,12 +36,6 @@ struct gemv_args {
     const float *norm_w;                /* NORM kernels: x is RMS-normed with this weight first */
     float *xn_out;                      /* NORM kernels: block 0 writes the normed rows here too */
     float eps;
-    /* ROUTE kernels (cb_gemv_route): the block that finishes last routes the n rows of y[0] */
-    route_args ra;
-    int32_t *sel;
-    float *wout;
-    const int32_t *ids;
-    int *route_ctr;                     /* blocks finished; the last one sets it back to 0 */
 };
 
 /* Scale of column c in the row whose scale-grid row starts at srow. */
@@ -60,7 +53,7 @@ __device__ __forceinline__ float scale_at(const gemv_args &a, const void *srow, 
  * before pdl_enter(): weights are no kernel's output, so their first round trip overlaps
  * the previous kernel's tail (and, with NORM, the block's RMS pass over x). */
 template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM, int KS>
-__device__ __forceinline__ void gemv_body(const gemv_args &a) {
+__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
     static_assert(KS == 1 || (KS == WARPS && RPW == 1), "a row split over the block's warps: one row per block");
     constexpr int V = AL ? L::VEC : 1;
     constexpr int S = MODE == CB_SWIGLU ? 2 * RPW : RPW;
@@ -285,34 +278,11 @@ __device__ __forceinline__ void gemv_body(const gemv_args &a) {
     }
 }
 
-/* ROUTE: after its rows are written each block counts itself done; the last one (every other
- * block's logits visible to it by the fences) routes the n token rows as moe.cu's route_kernel
- * does (route.cuh), so the router's launch and the routing are one. */
-__device__ __forceinline__ void gemv_route_tail(const gemv_args &a) {
-    extern __shared__ float route_sm[];
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.route_ctr, 1) == (int)gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int t = 0; t < a.n; t++) route_row(t, a.sel, a.wout, a.y[0], a.ids, a.ra, route_sm);
-    if (threadIdx.x == 0) *a.route_ctr = 0;
-}
-
-template <class L, int NT, int MODE, bool AL, int RPW, int U, bool NORM, int KS, bool ROUTE>
-__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(gemv_args a) {
-    gemv_body<L, NT, MODE, AL, RPW, U, NORM, KS>(a);
-    if (ROUTE) gemv_route_tail(a);
-}
-
 /* Rows per warp and unroll by token count: one token streams one row per warp with four
  * loads in flight; more tokens share each x load among more rows. */
-template <class L, int MODE, bool AL, bool NORM, bool ROUTE = false>
+template <class L, int MODE, bool AL, bool NORM>
 static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
     dim3 block(WARPS * 32);
-    const size_t smem = ROUTE ? (size_t)2 * a.ra.E * sizeof(float) : 0;
 #define CB_GEMV_GO_KS(NT, RPW, U, KS)                                                                \
     do {                                                                                             \
         int blocks = 0;                                                                              \
@@ -321,7 +291,7 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
             blocks += (KS) > 1 ? a.rows[i] : (a.rows[i] + WARPS * (RPW) - 1) / (WARPS * (RPW));     \
         }                                                                                            \
         a.blk_start[a.count] = blocks;                                                               \
-        cb_launch(cb, gemv_kernel<L, NT, MODE, AL, RPW, U, NORM, KS, ROUTE>, dim3(blocks), dim3(block), smem, a);    \
+        cb_launch(cb, gemv_kernel<L, NT, MODE, AL, RPW, U, NORM, KS>, dim3(blocks), dim3(block), 0, a);               \
     } while (0)
 #define CB_GEMV_GO(NT, RPW, U) CB_GEMV_GO_KS(NT, RPW, U, 1)
     if (a.n <= 1) {
@@ -401,10 +371,15 @@ int cb_gemv_ok(const ci_mat *W) {
     }
 }
 
-/* cb_gemv's arguments for its kernels; *al: the 16-byte vector kernels take them; returns the
- * output rows in all (the launchers' block count input) */
-static int gemv_setup(gemv_args &a, bool *al, int mode, int count, float *const *ys, const float *x, int n,
-                      const ci_mat *const *Ws, const float *norm_w, float eps, float *xn_out) {
+void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
+             const float *norm_w, float eps, float *xn_out) {
+    if (n <= 0 || count <= 0) return;
+    /* fp8 with 128 x 128 block scales: the tensor-core kernels (quant_mma.cu) when they take it */
+    if (Ws[0]->dtype == CI_F8_E4M3 && !xn_out &&
+        cb_qt_fp8(cb, mode, mode == CB_SWIGLU ? 2 : mode == CB_STORE ? count : 1, ys, x, n, Ws,
+                  mode == CB_ACC ? NULL : norm_w, eps))
+        return;
+    gemv_args a;
     memset(&a, 0, sizeof a);
     a.norm_w = mode == CB_ACC ? NULL : norm_w;
     a.xn_out = a.norm_w ? xn_out : NULL;
@@ -415,7 +390,7 @@ static int gemv_setup(gemv_args &a, bool *al, int mode, int count, float *const 
     a.n = n;
     a.x = x;
     int vec = W0->dtype == CI_F32 ? 4 : W0->dtype == CI_F8_E4M3 ? 16 : 8;
-    *al = a.cols % vec == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)a.norm_w & 15) == 0;
+    bool al = a.cols % vec == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)a.norm_w & 15) == 0;
     int blocks = 0;
     int nm = mode == CB_SWIGLU ? 2 : a.count;
     for (int i = 0; i < nm; i++) {
@@ -423,7 +398,7 @@ static int gemv_setup(gemv_args &a, bool *al, int mode, int count, float *const 
         a.w[i] = W->data;
         a.scale[i] = W->scale;
         a.scale_row0[i] = W->scale_row0;
-        *al = *al && ((uintptr_t)W->data & 15) == 0;
+        al = al && ((uintptr_t)W->data & 15) == 0;
     }
     for (int i = 0; i < a.count; i++) {
         a.rows[i] = (int)Ws[i]->rows;
@@ -438,23 +413,9 @@ static int gemv_setup(gemv_args &a, bool *al, int mode, int count, float *const 
         a.block_shift = -1;
         for (int sh = 0; sh < 30; sh++)
             if (a.block == 1 << sh) a.block_shift = sh;
-        *al = *al && a.block % 16 == 0;
+        al = al && a.block % 16 == 0;
     }
-    return blocks;
-}
-
-void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws,
-             const float *norm_w, float eps, float *xn_out) {
-    if (n <= 0 || count <= 0) return;
-    /* fp8 with 128 x 128 block scales: the tensor-core kernels (quant_mma.cu) when they take it */
-    if (Ws[0]->dtype == CI_F8_E4M3 && !xn_out &&
-        cb_qt_fp8(cb, mode, mode == CB_SWIGLU ? 2 : mode == CB_STORE ? count : 1, ys, x, n, Ws,
-                  mode == CB_ACC ? NULL : norm_w, eps))
-        return;
-    gemv_args a;
-    bool al;
-    const int blocks = gemv_setup(a, &al, mode, count, ys, x, n, Ws, norm_w, eps, xn_out);
-    switch (Ws[0]->dtype) {
+    switch (W0->dtype) {
     case CI_F32: launch_mode<LF32>(cb, mode, a, blocks, al); break;
     case CI_F16: launch_mode<LF16>(cb, mode, a, blocks, al); break;
     case CI_BF16: launch_mode<LBF16>(cb, mode, a, blocks, al); break;
@@ -462,28 +423,6 @@ void cb_gemv(cuda_be *cb, int mode, int count, float *const *ys, const float *x,
     default: return;
     }
     cb_launched(cb, "gemv");
-}
-
-int cb_gemv_route(cuda_be *cb, float *xn, float *y, const float *x, const float *norm_w, float eps, int n,
-                  const ci_mat *W, const route_args *ra, int32_t *sel, float *wout, const int32_t *ids) {
-    if (n <= 0 || n > CB_GEMV_MAX_N || !norm_w || !cb->route_ctr || !ra || ra->E != W->rows) return 0;
-    if (W->dtype != CI_F32 && W->dtype != CI_F16 && W->dtype != CI_BF16) return 0;
-    gemv_args a;
-    bool al;
-    const int blocks = gemv_setup(a, &al, CB_STORE, 1, &y, x, n, &W, norm_w, eps, xn);
-    if (!al) return 0;
-    a.ra = *ra;
-    a.sel = sel;
-    a.wout = wout;
-    a.ids = ids;
-    a.route_ctr = cb->route_ctr;
-    switch (W->dtype) {
-    case CI_F32: launch_nt<LF32, CB_STORE, true, true, true>(cb, a, blocks); break;
-    case CI_F16: launch_nt<LF16, CB_STORE, true, true, true>(cb, a, blocks); break;
-    default: launch_nt<LBF16, CB_STORE, true, true, true>(cb, a, blocks); break;
-    }
-    cb_launched(cb, "norm_matmul_route");
-    return 1;
 }
 
 /* ---- prefill: cuBLAS -------------------------------------------------------------------

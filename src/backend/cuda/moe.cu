@@ -30,14 +30,13 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
-#include "route.cuh"
 #include <float.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOE_WARPS = 4 };
+enum { MOE_WARPS = 4, ROUTE_THREADS = 128, ROUTE_MAX_E = 1024 };
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -169,59 +168,159 @@ void cb_moe_free(cuda_be *cb) {
 
 /* ---- routing --------------------------------------------------------------------------- */
 
-/* One block per token row (route.cuh, route_row). A decode step's route of 128 experts, top 8:
- * 7.9 us -> 5.7 us a launch with the rank form (ncu at the card's clocks; a trivial kernel reads
- * 3.4; bench/RESULTS.md, twenty-second session). */
+struct route_args {
+    int E, K, router, norm, G, topk_group, hash_vocab;
+    float norm_eps, scaling;
+    const float *bias;
+    const int32_t *hash_ids;
+};
+
+/* The ranking of the top-k: larger value first, the lower index among equals (the CPU's topk
+ * and a stable descending sort); NaN ranks as -inf (the CPU keeps a NaN it meets first, so
+ * the two agree wherever no score is NaN). */
+__device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
+
+/* One block (ROUTE_THREADS) per token row. The scores as the CPU computes them: softmax's max
+ * and exponentials over every thread, its double sum by warp 0 in the order the earlier
+ * one-warp kernel took (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
+ * bits did not move; grouped sigmoid's group scores by warp 0. Then every entry's rank among
+ * all E at once (each thread counts the entries that beat its own: E compares against a
+ * shared-memory broadcast) instead of k rounds of a warp arg-max: the k chosen are those of
+ * rank < k, in rank order. The weights: their sum in rank order in double by thread 0, the
+ * divisions by k threads. A decode step's route of 128 experts, top 8: 7.9 us -> 5.7 us a launch
+ * (ncu at the card's clocks; a trivial kernel reads 3.4; bench/RESULTS.md, twenty-second session). */
 __global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, float *wout, const float *logits,
                                                               const int32_t *ids, int n, route_args a) {
     extern __shared__ float sm[];
+    __shared__ float red[ROUTE_THREADS / 32];
+    __shared__ double dsum;
+    __shared__ int chosen[64];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
+    const int t = blockIdx.x;
+    float *s = sm, *choice = sm + E;
     pdl_enter();
-    if ((int)blockIdx.x >= n) return;
-    route_row(blockIdx.x, sel, wout, logits, ids, a, sm);
-}
-
-/* moe_route's checks and kernel arguments from m; 0 (the backend failed) when the kernel
- * cannot route it */
-static int route_setup(cuda_be *cb, route_args *a, const ci_moe *m) {
-    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
-    if (m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > 64 || m->top_k > m->n_experts ||
-        G > 32 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
-        moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 1024 experts, 64 chosen, 32 groups",
-                 m->n_experts, m->top_k, G);
-        return 0;
+    if (t >= n) return;
+    const float *lg = logits + (int64_t)t * E;
+    if (a.router == CI_ROUTE_SOFTMAX) {
+        float mx = -FLT_MAX;
+        for (int e = tid; e < E; e += ROUTE_THREADS) mx = fmaxf(mx, lg[e]);
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = red[0];
+        for (int w = 1; w < ROUTE_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+        for (int e = tid; e < E; e += ROUTE_THREADS) s[e] = expf(lg[e] - mx);
+        __syncthreads();
+        if (warp == 0) {
+            double sum = 0;
+            for (int e = lane; e < E; e += 32) sum += s[e];
+            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) dsum = sum;
+        }
+        __syncthreads();
+        const double sum = dsum;
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
+            const float p = (float)(s[e] / sum);
+            s[e] = p;
+            choice[e] = p;
+        }
+    } else {
+        for (int e = tid; e < E; e += ROUTE_THREADS) {
+            float x = lg[e];
+            float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
+            s[e] = v;
+            choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
+        }
     }
-    a->E = m->n_experts; a->K = m->top_k; a->router = (int)m->router; a->norm = m->norm_topk_prob;
-    a->G = G; a->topk_group = m->topk_group; a->hash_vocab = m->hash_vocab;
-    a->norm_eps = m->norm_eps; a->scaling = m->routed_scaling;
-    a->bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
-    a->hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
-    return 1;
+    __syncthreads();
+    if (a.hash_ids) {
+        if (tid < K) {
+            int id = ids ? ids[t] : 0;
+            if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
+            chosen[tid] = a.hash_ids[(int64_t)id * K + tid];
+        }
+    } else {
+        if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
+            if (warp == 0) {
+                const int per = E / a.G;
+                float sc = -FLT_MAX;
+                if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                    const float *c = choice + lane * per;
+                    int b0 = 0;
+                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                    sc = c[b0];
+                    if (per >= 2) {
+                        int b1 = b0 == 0 ? 1 : 0;
+                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                        sc += c[b1];
+                    }
+                }
+                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+                for (int j = 0; j < a.topk_group; j++) {
+                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
+                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                    for (int o = 16; o; o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+                    }
+                    keep |= 1u << bi;
+                }
+                __syncwarp();
+                for (int e = lane; e < per * a.G; e += 32)
+                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
+            }
+            __syncthreads();
+        }
+        for (int e = tid; e < E; e += ROUTE_THREADS) {   /* e's rank: the entries that beat it */
+            const float v = route_key(choice[e]);
+            int r = 0;
+            for (int j = 0; j < E; j++) {
+                const float c = route_key(choice[j]);
+                r += c > v || (c == v && j < e);
+            }
+            if (r < K) chosen[r] = e;
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += s[chosen[k]];
+        dsum = sum;
+    }
+    __syncthreads();
+    if (tid < K) {
+        float w = s[chosen[tid]];
+        if (a.norm) {
+            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            w = (float)(w / (dsum + eps));
+        }
+        sel[(int64_t)t * K + tid] = chosen[tid];
+        wout[(int64_t)t * K + tid] = w * a.scaling;
+    }
 }
 
 static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *logits, const int32_t *ids, int n,
                          const ci_moe *m) {
     cuda_be *cb = (cuda_be *)be;
+    if (cb->failed || n <= 0) return;
+    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
+    if (m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > 64 || m->top_k > m->n_experts ||
+        G > 32 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
+        moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 1024 experts, 64 chosen, 32 groups",
+                 m->n_experts, m->top_k, G);
+        return;
+    }
     route_args a;
-    if (cb->failed || n <= 0 || !route_setup(cb, &a, m)) return;
+    a.E = m->n_experts; a.K = m->top_k; a.router = (int)m->router; a.norm = m->norm_topk_prob;
+    a.G = G; a.topk_group = m->topk_group; a.hash_vocab = m->hash_vocab;
+    a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
+    a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
+    a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
     const size_t smem = (size_t)2 * a.E * sizeof(float);
     cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w,
               logits, ids, n, a);
     cb_launched(cb, "moe_route");
-}
-
-/* backend.h norm_matmul_route: one launch when gemv.cu's router kernel takes it (route_fuse,
- * a one-launch norm GEMV of a 16- or 32-bit router), else norm_matmul_keep then moe_route */
-static void op_norm_matmul_route(ci_backend *be, float *xn, float *logits, const float *x, const float *norm_w,
-                                 float eps, int n, const ci_mat *W, int32_t *sel, float *w, const int32_t *ids,
-                                 const ci_moe *m) {
-    cuda_be *cb = (cuda_be *)be;
-    route_args a;
-    if (cb->failed || n <= 0) return;
-    if (cb->route_fuse && cb->norm_fuse && route_setup(cb, &a, m) &&
-        cb_gemv_route(cb, xn, logits, x, norm_w, eps, n, W, &a, sel, w, ids))
-        return;
-    be->norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
-    op_moe_route(be, sel, w, logits, ids, n, m);
 }
 
 /* ---- experts, decode ------------------------------------------------------------------- */
@@ -634,6 +733,5 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
 
 void cb_moe_ops(ci_backend *be) {
     be->moe_route = op_moe_route;
-    be->norm_matmul_route = op_norm_matmul_route;
     be->moe_experts = op_moe_experts;
 }
