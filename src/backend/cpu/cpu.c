@@ -1184,11 +1184,16 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
  * distance on one host (2026-12-04, twentieth session) and 25-35% slower on another host of the
  * same CPU model (2026-12-04, twenty-sixth session: LFM2-8B-A1B dims decode 19-20 -> 25.6-27
  * tok/s with the rule off; bench/RESULTS.md). So a model that streams enough 16-bit weights
- * measures it once: bf16 matrices of 1024 and 2048 columns (32 x 16 MiB, rotated: with 4 x 16 MiB
- * the copies came partly from the VM's cache and both rules read 35-38 GB/s, where the model's
- * weights read 20-24 with the rule and 27-34 without) decoded with and without the rule,
- * alternating, best of three (~0.5 s); each row length keeps the rule unless it is more than 5%
- * slower (CINFER_CPU_TUNE_LOG prints the rates to stderr). Prefetch only: no result depends on it. */
+ * measures it once: bf16 matrices of 2048, 1024 and 512 columns (32 x 16 MiB, rotated: with 4 x
+ * 16 MiB the copies came partly from the VM's cache and both rules read 35-38 GB/s, where the
+ * model's weights read 20-24 with the rule and 27-34 without) decoded with and without the rule,
+ * alternating, best of three (~0.7 s); a row length keeps the rule unless it is more than 5%
+ * slower, and the rule goes to rows up to the longest length that keeps it (CINFER_CPU_TUNE_LOG
+ * prints the rates to stderr). The 512-column rows (MoE experts' down projections: Qwen3.5's)
+ * were added on 2026-12-05: on that host they read 23.5-23.8 GB/s with the rule and 17.9-19.3
+ * without, where 1024 columns read 24-25 either way, so a tuner that measured only 1024 and 2048
+ * took the rule away from them about one open in four (Qwen3.5-35B-A3B dims decode 15.6 tok/s
+ * instead of 19-20). Prefetch only: no result depends on it. */
 static int cpu_pf_tuned;   /* measured: later backends keep cpu_pf_next16 */
 
 static double tune_now(void) {
@@ -1201,13 +1206,13 @@ void ci_backend_cpu_tune(ci_backend *be) {
     if (!be || be->is_device || pf_next16_set || cpu_pf_tuned || !cpu_pf_next_tile) return;
     enum { COPIES = 32, MIB16 = 16 << 20 };
     uint16_t *buf = aligned_alloc(64, (size_t)COPIES * MIB16);
-    float *x = calloc(2048, sizeof *x), *y = malloc(8192 * sizeof *y);
+    float *x = calloc(2048, sizeof *x), *y = malloc((MIB16 / (2 * 512)) * sizeof *y);   /* the 512-column rows */
     if (buf && x && y) {
         memset(buf, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
-        int keep[2];
+        int keep[3];
         const int log = getenv("CINFER_CPU_TUNE_LOG") != NULL;
-        for (int c = 0; c < 2; c++) {
-            const int64_t cols = c ? 1024 : 2048;
+        for (int c = 0; c < 3; c++) {
+            const int64_t cols = 2048 >> c;
             ci_mat W = { .dtype = CI_BF16, .rows = MIB16 / (2 * cols), .cols = cols };
             double best[2] = { 1e30, 1e30 };
             for (int round = 0; round < 3; round++)
@@ -1226,7 +1231,7 @@ void ci_backend_cpu_tune(ci_backend *be) {
                 fprintf(stderr, "cpu tune: bf16 rows of %lld columns streamed at %.1f GB/s with the next-tile rule, %.1f without\n",
                         (long long)cols, COPIES * (double)MIB16 / best[1] / 1e9, COPIES * (double)MIB16 / best[0] / 1e9);
         }
-        cpu_pf_next16 = keep[1] ? (keep[0] ? 4096 : 2048) : 0;
+        cpu_pf_next16 = keep[0] ? 4096 : keep[1] ? 2048 : keep[2] ? 1024 : 0;   /* the longest rows that keep it */
         cpu_pf_tuned = 1;
     }   /* else (no memory for it) the AMD default ci_backend_cpu_new set stays */
     free(buf);
