@@ -1206,7 +1206,7 @@ void ci_backend_cpu_tune(ci_backend *be) {
     if (!be || be->is_device || pf_next16_set || cpu_pf_tuned || !cpu_pf_next_tile) return;
     enum { COPIES = 32, MIB16 = 16 << 20 };
     uint16_t *buf = aligned_alloc(64, (size_t)COPIES * MIB16);
-    float *x = calloc(2048, sizeof *x), *y = malloc((MIB16 / (2 * 512)) * sizeof *y);   /* the 512-column rows */
+    float *x = calloc(2048, sizeof *x), *y = malloc((MIB16 / (2 * 512)) * sizeof *y);   /* a row each of the 512-column matrix */
     if (buf && x && y) {
         memset(buf, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
         int keep[3];
