@@ -750,6 +750,8 @@ static int cmd_bench(int argc, char **argv) {
         const int nt = ci_backend_cpu_next_tile_bytes();
         if (nt) printf("prefetch     16-bit decode tiles of rows up to %d bytes prefetch the next tile\n", nt);
         else printf("prefetch     16-bit decode tiles prefetch each row ahead\n");
+        const int sq = ci_backend_cpu_seq_bytes();
+        if (sq) printf("row order    one-token decodes read 16-bit rows of up to %d bytes row after row\n", sq);
         printf("machine      %.2f GB/s read bandwidth (2 GiB summed by all threads with the widest loads, best of 5)\n", measure_read_gbs((int)th));
     }
 done:

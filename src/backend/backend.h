@@ -593,13 +593,17 @@ typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_IS
  * on CPUs with AVX512-BF16. NULL on failure (an ISA the CPU lacks). */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
-/* Measures, once per process, which decode prefetch rule streams 16-bit weights faster on this
- * machine (cpu.c says why; ~0.5 s, 512 MiB streamed) and keeps it: ci_model_open calls it for a
- * CPU model with at least 1 GiB of 16-bit weights. Does nothing on non-AMD CPUs, with
- * CINFER_CPU_PF_NEXT_TILE set, or after a first measurement. Prefetch only: results unchanged. */
+/* Measures, once per process, which way a decode streams short 16-bit rows fastest on this
+ * machine (cpu.c says why; ~1 s, 512 MiB streamed 27 times): the next-tile prefetch rule or the
+ * per-row distance in 4-row tiles, or row after row; and keeps it: ci_model_open calls it for a
+ * CPU model with at least 1 GiB of 16-bit weights. Does nothing on non-AMD CPUs, with both
+ * CINFER_CPU_PF_NEXT_TILE and CINFER_CPU_SEQ set (one set: that one stands), or after a first
+ * measurement. Memory order only: results unchanged. */
 void ci_backend_cpu_tune(ci_backend *be);
 /* The longest 16-bit row in bytes whose decode tiles prefetch the next tile (0: none). */
 int ci_backend_cpu_next_tile_bytes(void);
+/* The longest 16-bit row in bytes that a one-token decode reads row after row (0: none). */
+int ci_backend_cpu_seq_bytes(void);
 
 /* Joins a CPU backend to communicator c as rank `rank` (0 <= rank < ci_comm_world(c)): sets
  * all_reduce, comm, rank and world. */

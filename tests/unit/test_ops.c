@@ -425,10 +425,12 @@ static void test_threads_invariant(void) {
 }
 
 /* The decode prefetch rule (CINFER_CPU_PF_NEXT_TILE: the next tile in byte order for short rows,
- * the AMD default, or the per-row distance) moves no bit: decode rows (n <= 4) of bf16, f16 and fp8
- * matrices whose rows are under, at and over the rule's 4 KiB, and the bf16-activation set, on one
- * and two threads, give the same outputs either way (the last tile's prefetch runs past the
- * matrix: a hint, never a fault). The rule is process-wide and set when a backend is made, so
+ * the AMD default, or the per-row distance) and the row order (CINFER_CPU_SEQ: a one-token decode
+ * of rows up to 4 KiB row after row, or in 4-row tiles) move no bit: decode rows (n <= 4) of bf16,
+ * f16 and fp8 matrices whose rows are under, at and over the rules' 4 KiB (with a part-vector and a
+ * part-chunk tail, and a last tile of fewer than 4 rows), and the bf16-activation set, on one and
+ * two threads, give the same outputs in all four settings (the last tile's prefetch runs past the
+ * matrix: a hint, never a fault). The rules are process-wide and set when a backend is made, so
  * each backend runs before the next is made. */
 static void test_prefetch_rule_invariant(void) {
     ci_isa extra[4];
@@ -444,11 +446,12 @@ static void test_prefetch_rule_invariant(void) {
         names[ne++] = "cpu-avx512-bf16";
     }
 #endif
-    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE");
-    char *saved = old ? strdup(old) : NULL;
+    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE"), *olds = getenv("CINFER_CPU_SEQ");
+    char *saved = old ? strdup(old) : NULL, *saveds = olds ? strdup(olds) : NULL;
     const struct { int64_t rows, cols; ci_dtype dt, sdt; int block; } shapes[] = {
         { 37, 1024, CI_BF16, CI_F32, 0 }, { 21, 2048, CI_BF16, CI_F32, 0 }, { 13, 3000, CI_BF16, CI_F32, 0 },
-        { 29, 1024, CI_F16, CI_F32, 0 }, { 19, 4096, CI_F8_E4M3, CI_BF16, 128 },
+        { 29, 1024, CI_F16, CI_F32, 0 }, { 19, 4096, CI_F8_E4M3, CI_BF16, 128 }, { 23, 700, CI_BF16, CI_F32, 0 },
+        { 10, 515, CI_F16, CI_F32, 0 }, { 6, 2047, CI_BF16, CI_F32, 0 },
     };
     for (int ii = 0; ii < ne; ii++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -456,75 +459,95 @@ static void test_prefetch_rule_invariant(void) {
             const int64_t R = shapes[si].rows, C = shapes[si].cols;
             for (int th = 1; th <= 2; th++)
                 for (int n = 1; n <= 4; n += 3) {
-                    float *x = rnd_vec(n * C, -1, 1), *y[2];
-                    for (int rule = 0; rule < 2; rule++) {
-                        setenv("CINFER_CPU_PF_NEXT_TILE", rule ? "1" : "0", 1);
+                    float *x = rnd_vec(n * C, -1, 1), *y[4];
+                    for (int rule = 0; rule < 4; rule++) {
+                        setenv("CINFER_CPU_PF_NEXT_TILE", rule & 1 ? "1" : "0", 1);
+                        setenv("CINFER_CPU_SEQ", rule & 2 ? "1" : "0", 1);
                         ci_backend *be = ci_backend_cpu_new(th, extra[ii]);
                         y[rule] = calloc((size_t)n * R, 4);
                         CHECK(be, "%s: backend", names[ii]);
                         if (be) {
+                            CHECK(ci_backend_cpu_seq_bytes() == (rule & 2 ? 4096 : 0), "CINFER_CPU_SEQ=%d left %d bytes",
+                                  rule >> 1, ci_backend_cpu_seq_bytes());
                             be->matmul(be, y[rule], x, n, &w.m);
                             be->free(be);
                         }
                     }
-                    CHECK(memcmp(y[0], y[1], (size_t)n * R * 4) == 0, "%s %s [%lld x %lld] n=%d %d threads: the prefetch rule changed the result",
-                          names[ii], ci_dtype_name(shapes[si].dt), (long long)R, (long long)C, n, th);
+                    for (int rule = 1; rule < 4; rule++)
+                        CHECK(memcmp(y[0], y[rule], (size_t)n * R * 4) == 0,
+                              "%s %s [%lld x %lld] n=%d %d threads: the prefetch rule / row order (%d) changed the result",
+                              names[ii], ci_dtype_name(shapes[si].dt), (long long)R, (long long)C, n, th, rule);
                     free(x);
-                    free(y[0]);
-                    free(y[1]);
+                    for (int rule = 0; rule < 4; rule++) free(y[rule]);
                 }
             free_w(&w);
         }
     if (saved) setenv("CINFER_CPU_PF_NEXT_TILE", saved, 1);
     else unsetenv("CINFER_CPU_PF_NEXT_TILE");
+    if (saveds) setenv("CINFER_CPU_SEQ", saveds, 1);
+    else unsetenv("CINFER_CPU_SEQ");
     free(saved);
+    free(saveds);
 }
 
-/* ci_backend_cpu_tune (the 16-bit prefetch rule measured once per process): what it leaves is
- * one of the rule's three settings (0 on CPUs that are not AMD, where it measures nothing); a
- * bf16 decode gives the same bits before and after it; with CINFER_CPU_PF_NEXT_TILE set it
- * measures nothing and the variable's setting stands, and a backend made later keeps it. */
+/* ci_backend_cpu_tune (the 16-bit decode rules measured once per process): what it leaves is one
+ * of the next-tile rule's and one of the row order's settings (0 on CPUs that are not AMD, where
+ * it measures nothing); bf16 decodes of rows under and over the row order's lengths give the same
+ * bits before and after it; with CINFER_CPU_PF_NEXT_TILE and CINFER_CPU_SEQ set it measures
+ * nothing and the variables' settings stand, and a backend made later keeps what it measured. */
 static void test_cpu_tune(void) {
-    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE");
-    char *saved = old ? strdup(old) : NULL;
-    wmat w = make_w(45, 2048, CI_BF16, CI_F32, 0, 0);
-    float *x = rnd_vec(2048, -1, 1), *y0 = calloc(45, 4), *y1 = calloc(45, 4);
+    const char *old = getenv("CINFER_CPU_PF_NEXT_TILE"), *olds = getenv("CINFER_CPU_SEQ");
+    char *saved = old ? strdup(old) : NULL, *saveds = olds ? strdup(olds) : NULL;
+    wmat w[2] = { make_w(45, 2048, CI_BF16, CI_F32, 0, 0), make_w(45, 1000, CI_BF16, CI_F32, 0, 0) };
+    float *x = rnd_vec(2048, -1, 1), *y0[2] = { calloc(45, 4), calloc(45, 4) }, *y1[2] = { calloc(45, 4), calloc(45, 4) };
     setenv("CINFER_CPU_PF_NEXT_TILE", "1", 1);
+    setenv("CINFER_CPU_SEQ", "0", 1);
     ci_backend *be = ci_backend_cpu_new(1, CI_ISA_AUTO);
     CHECK(be, "backend");
     if (be) {
-        const int before = ci_backend_cpu_next_tile_bytes();
+        const int before = ci_backend_cpu_next_tile_bytes(), sbefore = ci_backend_cpu_seq_bytes();
         ci_backend_cpu_tune(be);
-        CHECK(ci_backend_cpu_next_tile_bytes() == before, "tune with CINFER_CPU_PF_NEXT_TILE=1 moved the rule %d -> %d",
-              before, ci_backend_cpu_next_tile_bytes());
+        CHECK(ci_backend_cpu_next_tile_bytes() == before && ci_backend_cpu_seq_bytes() == sbefore,
+              "tune with both variables set moved the rules %d, %d -> %d, %d", before, sbefore,
+              ci_backend_cpu_next_tile_bytes(), ci_backend_cpu_seq_bytes());
         be->free(be);
     }
     unsetenv("CINFER_CPU_PF_NEXT_TILE");
+    unsetenv("CINFER_CPU_SEQ");
     be = ci_backend_cpu_new(1, CI_ISA_AUTO);
     CHECK(be, "backend");
     if (be) {
-        be->matmul(be, y0, x, 1, &w.m);
+        for (int i = 0; i < 2; i++) be->matmul(be, y0[i], x, 1, &w[i].m);
         ci_backend_cpu_tune(be);
-        const int nt = ci_backend_cpu_next_tile_bytes();
+        const int nt = ci_backend_cpu_next_tile_bytes(), sq = ci_backend_cpu_seq_bytes();
         CHECK(nt == 0 || nt == 1024 || nt == 2048 || nt == 4096, "tune left %d bytes", nt);
+        CHECK(sq == 0 || sq == 1024 || sq == 2048 || sq == 4096, "tune left row order %d bytes", sq);
 #if defined(__x86_64__)
         __builtin_cpu_init();
-        if (!__builtin_cpu_is("amd")) CHECK(nt == 0, "tune on a CPU that is not AMD left %d bytes", nt);
+        if (!__builtin_cpu_is("amd")) CHECK(nt == 0 && sq == 0, "tune on a CPU that is not AMD left %d, %d bytes", nt, sq);
 #endif
-        be->matmul(be, y1, x, 1, &w.m);
-        CHECK(memcmp(y0, y1, 45 * 4) == 0, "the decode's bits moved with the tuned rule (%d bytes)", nt);
+        for (int i = 0; i < 2; i++) {
+            be->matmul(be, y1[i], x, 1, &w[i].m);
+            CHECK(memcmp(y0[i], y1[i], 45 * 4) == 0, "the decode's bits moved with the tuned rules (%d, %d bytes; %lld columns)",
+                  nt, sq, (long long)w[i].m.cols);
+        }
         be->free(be);
         ci_backend *b2 = ci_backend_cpu_new(2, CI_ISA_AUTO);
-        CHECK(b2 && ci_backend_cpu_next_tile_bytes() == nt, "a later backend reset the measured rule %d -> %d", nt,
-              ci_backend_cpu_next_tile_bytes());
+        CHECK(b2 && ci_backend_cpu_next_tile_bytes() == nt && ci_backend_cpu_seq_bytes() == sq,
+              "a later backend reset the measured rules %d, %d -> %d, %d", nt, sq, ci_backend_cpu_next_tile_bytes(),
+              ci_backend_cpu_seq_bytes());
         if (b2) b2->free(b2);
     }
     free(x);
-    free(y0);
-    free(y1);
-    free_w(&w);
+    for (int i = 0; i < 2; i++) {
+        free(y0[i]);
+        free(y1[i]);
+        free_w(&w[i]);
+    }
     if (saved) setenv("CINFER_CPU_PF_NEXT_TILE", saved, 1);
+    if (saveds) setenv("CINFER_CPU_SEQ", saveds, 1);
     free(saved);
+    free(saveds);
 }
 
 /* A larger prefill through the pack path: K spans several KC chunks, rows several blocks. */

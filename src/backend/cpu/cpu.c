@@ -152,7 +152,10 @@ _Thread_local int cpu_pf_dist = 1024;
 _Thread_local int cpu_tile_hot;
 int cpu_pf_next_tile;
 int cpu_pf_next16;
+int cpu_seq16;
 static int pf_next16_set;   /* CINFER_CPU_PF_NEXT_TILE given: ci_backend_cpu_tune leaves it */
+static int seq16_set;       /* CINFER_CPU_SEQ given: the same for cpu_seq16 */
+static int cpu_amd;         /* an AMD CPU: the decode rules are measured (ci_backend_cpu_tune) */
 /* 16-bit weights, and 4-bit ones in split order, with at most this many token rows take the
  * decode tiles (CPU_TILE_T tokens a pass over a row tile, its weights from L1 after the first)
  * instead of the prefill's blocks, whose per-chunk conversion (unpacking) of the weights to f32
@@ -249,6 +252,9 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     int64_t rows = m->W->rows, cols = m->W->cols;
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
+    if (m->n == 1 && !m->xb && !m->xsp && m->k->seq_rows && (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16) &&
+        cols * 2 <= cpu_seq16 && m->k->seq_rows(m->W, r0, r1, m->x, m->y))
+        return;   /* short rows, one token: row after row (cpu_seq16) */
     float out[CPU_TILE_T * CPU_TILE_R];
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {
         int64_t rr[CPU_TILE_R], nr = min64(CPU_TILE_R, r1 - r);
@@ -1194,7 +1200,7 @@ static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
  * without, where 1024 columns read 24-25 either way, so a tuner that measured only 1024 and 2048
  * took the rule away from them about one open in four (Qwen3.5-35B-A3B dims decode 15.6 tok/s
  * instead of 19-20). Prefetch only: no result depends on it. */
-static int cpu_pf_tuned;   /* measured: later backends keep cpu_pf_next16 */
+static int cpu_pf_tuned;   /* measured: later backends keep cpu_pf_next16 and cpu_seq16 */
 
 static double tune_now(void) {
     struct timespec ts;
@@ -1202,44 +1208,63 @@ static double tune_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The third way, measured beside the two (2026-12-05, twenty-ninth session): a one-token decode
+ * of short rows read row after row (cpu_seq16, simd_template.h's seq_rows: one sequential stream,
+ * no software prefetch; the tile's bits). On the Zen 5 VM that day, one thread, bf16 streamed from
+ * DRAM (a throwaway kernel pair, GB/s): 512 columns 29-31.5 row after row against 19.7-22.5 in
+ * tiles with the per-row prefetch, 1024 columns 28.5-30 against 25-29, but 2048 columns 29.6-29.8
+ * against 34-35 and 3072-4096 columns 26.5-29 against 30-32. So each of the three row lengths times
+ * all three ways; rows up to the longest length where row after row is fastest by 2% take it, and
+ * the next-tile rule is chosen between the tile's two ways as before (it also serves the tiles that
+ * have no row-after-row form: fp8, bf16 activations, more than one token). */
 void ci_backend_cpu_tune(ci_backend *be) {
-    if (!be || be->is_device || pf_next16_set || cpu_pf_tuned || !cpu_pf_next_tile) return;
+    if (!be || be->is_device || (pf_next16_set && seq16_set) || cpu_pf_tuned || !cpu_amd) return;
     enum { COPIES = 32, MIB16 = 16 << 20 };
+    const int next0 = cpu_pf_next16, seq0 = cpu_seq16;
     uint16_t *buf = aligned_alloc(64, (size_t)COPIES * MIB16);
     float *x = calloc(2048, sizeof *x), *y = malloc((MIB16 / (2 * 512)) * sizeof *y);   /* a row each of the 512-column matrix */
     if (buf && x && y) {
         memset(buf, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
-        int keep[3];
+        int keep[3], seq[3];
         const int log = getenv("CINFER_CPU_TUNE_LOG") != NULL;
         for (int c = 0; c < 3; c++) {
             const int64_t cols = 2048 >> c;
             ci_mat W = { .dtype = CI_BF16, .rows = MIB16 / (2 * cols), .cols = cols };
-            double best[2] = { 1e30, 1e30 };
+            double best[3] = { 1e30, 1e30, 1e30 };   /* tile with the per-row distance, tile with the next-tile rule, row after row */
             for (int round = 0; round < 3; round++)
-                for (int on = 1; on >= 0; on--) {
-                    cpu_pf_next16 = on ? 4096 : 0;
+                for (int way = 2; way >= 0; way--) {
+                    cpu_pf_next16 = way == 1 ? 4096 : 0;
+                    cpu_seq16 = way == 2 ? 4096 : 0;
                     double t = tune_now();
                     for (int k = 0; k < COPIES; k++) {
                         W.data = (const char *)buf + (size_t)k * MIB16;
                         be->matmul(be, y, x, 1, &W);
                     }
                     t = tune_now() - t;
-                    if (t < best[on]) best[on] = t;
+                    if (t < best[way]) best[way] = t;
                 }
             keep[c] = best[1] <= 1.05 * best[0];
+            seq[c] = 1.02 * best[2] < (best[0] < best[1] ? best[0] : best[1]);
             if (log)
-                fprintf(stderr, "cpu tune: bf16 rows of %lld columns streamed at %.1f GB/s with the next-tile rule, %.1f without\n",
-                        (long long)cols, COPIES * (double)MIB16 / best[1] / 1e9, COPIES * (double)MIB16 / best[0] / 1e9);
+                fprintf(stderr, "cpu tune: bf16 rows of %lld columns streamed at %.1f GB/s with the next-tile rule, %.1f without, "
+                        "%.1f row after row\n", (long long)cols, COPIES * (double)MIB16 / best[1] / 1e9,
+                        COPIES * (double)MIB16 / best[0] / 1e9, COPIES * (double)MIB16 / best[2] / 1e9);
         }
-        cpu_pf_next16 = keep[0] ? 4096 : keep[1] ? 2048 : keep[2] ? 1024 : 0;   /* the longest rows that keep it */
+        /* each rule to rows up to the longest length that keeps it */
+        cpu_pf_next16 = pf_next16_set ? next0 : keep[0] ? 4096 : keep[1] ? 2048 : keep[2] ? 1024 : 0;
+        cpu_seq16 = seq16_set ? seq0 : seq[0] ? 4096 : seq[1] ? 2048 : seq[2] ? 1024 : 0;
         cpu_pf_tuned = 1;
-    }   /* else (no memory for it) the AMD default ci_backend_cpu_new set stays */
+    } else {   /* no memory for it: the defaults ci_backend_cpu_new set stay */
+        cpu_pf_next16 = next0;
+        cpu_seq16 = seq0;
+    }
     free(buf);
     free(x);
     free(y);
 }
 
 int ci_backend_cpu_next_tile_bytes(void) { return cpu_pf_next16; }
+int ci_backend_cpu_seq_bytes(void) { return cpu_seq16; }
 
 int ci_backend_cpu_int16_act(ci_backend *be) {
     cpu_backend *b = cpu(be);
@@ -1317,9 +1342,14 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     __builtin_cpu_init();
     amd = __builtin_cpu_is("amd");
 #endif
+    cpu_amd = amd;
     pf_next16_set = nt && (!strcmp(nt, "0") || !strcmp(nt, "1"));
     cpu_pf_next_tile = pf_next16_set ? nt[0] == '1' : amd;
     if (!cpu_pf_tuned || pf_next16_set) cpu_pf_next16 = cpu_pf_next_tile ? 4096 : 0;   /* a measurement stays */
+    const char *sq = getenv("CINFER_CPU_SEQ");
+    seq16_set = sq && (!strcmp(sq, "0") || !strcmp(sq, "1"));
+    if (seq16_set) cpu_seq16 = sq[0] == '1' ? 4096 : 0;
+    else if (!cpu_pf_tuned) cpu_seq16 = amd ? 2048 : 0;   /* a measurement stays */
     const char *rs = getenv("CINFER_CPU_ROWS_N");
     const int rn = rs ? atoi(rs) : 0;
     if (rn >= CPU_TILE_T && rn <= 4096) cpu_rows_max_n = rn;

@@ -48,6 +48,11 @@ extern int cpu_pf_next_tile;
  * ci_backend_cpu_tune measures it (cpu.c: on the same Zen 5 model it was 15-35% faster on one
  * host and 35% slower on another); CINFER_CPU_PF_NEXT_TILE=0|1 sets it (0 / 4096) untuned. */
 extern int cpu_pf_next16;
+/* The longest 16-bit (bf16 / f16) row in bytes that a one-token decode reads row after row
+ * (cpu_kernels.seq_rows: one sequential stream, no software prefetch) instead of in 4-row
+ * tiles (0: none): 2048 on AMD CPUs, 0 elsewhere, until ci_backend_cpu_tune measures it;
+ * CINFER_CPU_SEQ=0|1 sets it (0 / 4096) untuned. Same bits either way. */
+extern int cpu_seq16;
 
 typedef struct {
     const char *name;
@@ -57,6 +62,9 @@ typedef struct {
      * does it with row_f32 + f32_tile. */
     int (*mat_tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const float *x, int64_t xs,
                      float *out);
+    /* Optional (NULL: mat_tile): one token over rows [r0, r1) of a 16-bit W, row after row, the
+     * bits of mat_tile; y[r] for r in [r0, r1). Returns 0 for what it does not take. */
+    int (*seq_rows)(const ci_mat *W, int64_t r0, int64_t r1, const float *x, float *y);
     /* Prefill micro-kernel over f32 weight rows w[r][0..kc). */
     void (*f32_tile)(const float *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs,
                      float *out);

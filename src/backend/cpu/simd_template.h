@@ -225,6 +225,47 @@ AI int mat_tile_T(const int T, const int dt, const ci_mat *W, const int64_t rows
     return 1;
 }
 
+/* Decode of one token over rows [r0, r1) of 16-bit weights, each row read from its first column
+ * to its last before the next row (one sequential stream, no software prefetch), the tile's
+ * bits: per CPU_KC chunk a row's lanes from zero (tile_span's FMAs for T = 1), kept until the
+ * 4 rows of a tile are done, then reduced four rows at a time by vhsum4 and the chunk sums added
+ * left to right, exactly as mat_tile_T. Returns 0 for rows longer than SEQ_CHUNKS chunks. cpu.c
+ * sends rows of up to cpu_seq16 bytes here (cpu.c's tuner says why). */
+#define SEQ_CHUNKS 16
+AI void seq_row(const int dt, const void *w, int64_t cols, const float *x, vf *acc) {
+    for (int64_t c0 = 0, c = 0; c0 < cols; c0 += CPU_KC, c++) {
+        const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
+        vf a = vzero();
+        int64_t k = c0;
+        for (; k + VL <= c1; k += VL) a = vfma(wload(dt, w, k), vld(x + k), a);
+        if (k < c1) a = vfma(wload_part(dt, w, k, (int)(c1 - k)), xload_part(x + k, (int)(c1 - k)), a);
+        acc[c] = a;
+    }
+}
+static TGT int seq_rows(const ci_mat *W, int64_t r0, int64_t r1, const float *x, float *y) {
+    const int64_t cols = W->cols, nch = (cols + CPU_KC - 1) / CPU_KC;
+    const int dt = W->dtype;
+    if ((dt != CI_BF16 && dt != CI_F16) || nch > SEQ_CHUNKS) return 0;
+    const size_t rowb = (size_t)cols * 2;
+    vf acc[4][SEQ_CHUNKS];
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        for (int i = 0; i < 4; i++) {
+            const void *w = (const char *)W->data + (size_t)(r + i) * rowb;
+            if (i >= nr) { for (int64_t c = 0; c < nch; c++) acc[i][c] = vzero(); continue; }
+            if (dt == CI_BF16) seq_row(CI_BF16, w, cols, x, acc[i]);
+            else seq_row(CI_F16, w, cols, x, acc[i]);
+        }
+        float out[4], part[4];
+        for (int64_t c = 0; c < nch; c++) {
+            vhsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], part);
+            for (int i = 0; i < 4; i++) out[i] = c == 0 ? part[i] : out[i] + part[i];
+        }
+        for (int i = 0; i < nr; i++) y[r + i] = out[i];
+    }
+    return 1;
+}
+
 #if TMAX >= 4
 #define TILE_CASES(dt, T, ...) switch (T) { \
     case 1: ok &= mat_tile_T(1, dt, __VA_ARGS__); break; case 2: ok &= mat_tile_T(2, dt, __VA_ARGS__); break; \
@@ -558,7 +599,7 @@ static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t 
 #endif
 /* The set's fields but its name (a file may define a second table over the same kernels). */
 #define KTABLE_FIELDS \
-    .mat_tile = mat_tile, .f32_tile = f32_tile, .row_f32 = row_f32, .sumsq = sumsq, .scale_mul = scale_mul, \
+    .mat_tile = mat_tile, .seq_rows = seq_rows, .f32_tile = f32_tile, .row_f32 = row_f32, .sumsq = sumsq, .scale_mul = scale_mul, \
     .swiglu = swiglu, .add = add, .vmax = vmaxf, .exp_sum = exp_sum, .attn_wsum = attn_wsum KBLOCK_FIELD
 
 const cpu_kernels KTABLE = {
