@@ -598,8 +598,9 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
  * per-row distance in 4-row tiles, or row after row; and keeps it: ci_model_open calls it for a
  * CPU model with at least 1 GiB of 16-bit weights. Does nothing on non-AMD CPUs, with both
  * CINFER_CPU_PF_NEXT_TILE and CINFER_CPU_SEQ set (one set: that one stands), or after a first
- * measurement. Memory order only: results unchanged. */
-void ci_backend_cpu_tune(ci_backend *be);
+ * measurement. It streams mem (len bytes, e.g. the model's resident weights; only read) when
+ * len >= 512 MiB, else a buffer of its own. Memory order only: results unchanged. */
+void ci_backend_cpu_tune(ci_backend *be, const void *mem, size_t len);
 /* The longest 16-bit row in bytes whose decode tiles prefetch the next tile (0: none). */
 int ci_backend_cpu_next_tile_bytes(void);
 /* The longest 16-bit row in bytes that a one-token decode reads row after row (0: none). */

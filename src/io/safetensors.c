@@ -275,6 +275,7 @@ typedef struct {
     const uint8_t *map;  /* whole file, read-only: the file's mapping, or its anonymous copy */
     size_t map_len;      /* the file's size */
     size_t unmap_len;    /* what munmap takes (map_len, or the copy's rounded length) */
+    int resident;        /* map is an anonymous copy (st_make_resident) */
 } st_file;
 
 struct st_set {
@@ -394,7 +395,7 @@ static int set_add_file(st_set *s, const char *path, const char *shard, char *er
         t[i].data = c;
     }
     int fi = s->nfiles++;
-    s->files[fi] = (st_file){ pcopy, scopy, map, size, size };
+    s->files[fi] = (st_file){ pcopy, scopy, map, size, size, 0 };
     for (int i = 0; i < nt; i++) {
         s->t[s->n] = t[i]; /* name ownership moves to the set */
         s->file[s->n] = fi;
@@ -796,6 +797,15 @@ int st_make_resident(st_set *s, uint64_t budget, ci_progress_cb fn, void *ctx, c
         munmap((void *)f->map, f->unmap_len);
         f->map = a;
         f->unmap_len = alloc_len;
+        f->resident = 1;
     }
     return all;
+}
+
+const void *st_resident_bytes(const st_set *s, uint64_t *len) {
+    const st_file *best = NULL;
+    for (int i = 0; s && i < s->nfiles; i++)
+        if (s->files[i].resident && (!best || s->files[i].map_len > best->map_len)) best = &s->files[i];
+    *len = best ? best->map_len : 0;
+    return best ? best->map : NULL;
 }

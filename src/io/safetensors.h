@@ -58,6 +58,9 @@ void st_read_ahead(const st_set *s, ci_progress_cb fn, void *ctx);
  * Why: on some CPUs a decode step streams weights out of page-cache pages at half the rate
  * it reads anonymous memory (bench/RESULTS.md, "CPU on an AVX-512 EPYC (Zen 5)"). */
 int st_make_resident(st_set *s, uint64_t budget, ci_progress_cb fn, void *ctx, char *err, size_t errlen);
+/* The largest file's anonymous copy (st_make_resident) and its length in *len, or NULL (none
+ * copied): memory whose pages are in RAM, to time reads on without allocating more. */
+const void *st_resident_bytes(const st_set *s, uint64_t *len);
 /* Bytes the set's files take (what st_make_resident copies). */
 uint64_t st_file_bytes(const st_set *s);
 

@@ -127,9 +127,13 @@ int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm
         if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
         if (weights_in(m, opts, err, errlen) || m->family->ops->load(m, err, errlen)) goto fail;
     }
-    /* a CPU model that streams enough 16-bit weights to care: the backend measures its prefetch rule */
-    if (!m->be->is_device && m->bytes_by_dtype[CI_BF16] + m->bytes_by_dtype[CI_F16] >= ((size_t)1 << 30))
-        ci_backend_cpu_tune(m->be);
+    /* a CPU model that streams enough 16-bit weights to care: the backend measures its decode
+     * rules, on the weights' own resident copy when there is one (no 512 MiB to allocate) */
+    if (!m->be->is_device && m->bytes_by_dtype[CI_BF16] + m->bytes_by_dtype[CI_F16] >= ((size_t)1 << 30)) {
+        uint64_t rl = 0;
+        const void *rb = st_resident_bytes(m->st, &rl);
+        ci_backend_cpu_tune(m->be, rb, (size_t)rl);
+    }
     *out = m;
     return 0;
 fail:

@@ -506,7 +506,7 @@ static void test_cpu_tune(void) {
     CHECK(be, "backend");
     if (be) {
         const int before = ci_backend_cpu_next_tile_bytes(), sbefore = ci_backend_cpu_seq_bytes();
-        ci_backend_cpu_tune(be);
+        ci_backend_cpu_tune(be, NULL, 0);
         CHECK(ci_backend_cpu_next_tile_bytes() == before && ci_backend_cpu_seq_bytes() == sbefore,
               "tune with both variables set moved the rules %d, %d -> %d, %d", before, sbefore,
               ci_backend_cpu_next_tile_bytes(), ci_backend_cpu_seq_bytes());
@@ -518,7 +518,7 @@ static void test_cpu_tune(void) {
     CHECK(be, "backend");
     if (be) {
         for (int i = 0; i < 2; i++) be->matmul(be, y0[i], x, 1, &w[i].m);
-        ci_backend_cpu_tune(be);
+        ci_backend_cpu_tune(be, NULL, 0);
         const int nt = ci_backend_cpu_next_tile_bytes(), sq = ci_backend_cpu_seq_bytes();
         CHECK(nt == 0 || nt == 1024 || nt == 2048 || nt == 4096, "tune left %d bytes", nt);
         CHECK(sq == 0 || sq == 1024 || sq == 2048 || sq == 4096, "tune left row order %d bytes", sq);

@@ -555,6 +555,8 @@ static void test_make_resident(void) {
     CHECK(st_file_bytes(s) > st_total_bytes(s), "file bytes %llu count the headers", (unsigned long long)st_file_bytes(s));
     CHECK(st_make_resident(s, st_file_bytes(s) - 1, NULL, NULL, err, sizeof err) == 0, "over budget: left mapped");
     CHECK(st_find(s, "a.weight")->data == a0, "over budget: pointer moved");
+    uint64_t rl = 1;
+    CHECK(st_resident_bytes(s, &rl) == NULL && rl == 0, "mapped files are not resident bytes");
     res_prog pr = { 0, 0, 0 };
     CHECK(st_make_resident(s, st_file_bytes(s), res_cb, &pr, err, sizeof err) == 1, "copy: %s", err);
     a = st_find(s, "a.weight");
@@ -562,6 +564,22 @@ static void test_make_resident(void) {
     CHECK(a->data != a0 && c->data != c0, "pointers moved to the copies");
     CHECK(memcmp(a->data, abytes, 16) == 0 && memcmp(c->data, cbytes, 4) == 0, "bytes kept");
     CHECK((uintptr_t)a->data % 4 == 0, "F32 tensor aligned in the copy");
+    {   /* the largest file's copy, the one holding the tensor of the largest file here */
+        const uint8_t *rb = st_resident_bytes(s, &rl);
+        uint64_t biggest = 0;
+        for (int i = 0; i < st_count(s); i++) {
+            struct stat sb;
+            if (stat(st_file_of(s, i), &sb) == 0 && (uint64_t)sb.st_size > biggest) biggest = (uint64_t)sb.st_size;
+        }
+        CHECK(rb && rl == biggest, "resident bytes %llu, the largest file %llu", (unsigned long long)rl,
+              (unsigned long long)biggest);
+        int inside = 0;
+        for (int i = 0; rb && i < st_count(s); i++) {
+            const uint8_t *d = st_get(s, i)->data;
+            inside += d >= rb && d + st_get(s, i)->nbytes <= rb + rl;
+        }
+        CHECK(inside > 0, "a tensor lies in the resident bytes");
+    }
     CHECK(pr.calls >= 2 && pr.last_done == pr.last_total && pr.last_total == st_file_bytes(s),
           "progress %d calls, %llu of %llu", pr.calls, (unsigned long long)pr.last_done, (unsigned long long)pr.last_total);
     st_close(s);

@@ -1217,14 +1217,23 @@ static double tune_now(void) {
  * all three ways; rows up to the longest length where row after row is fastest by 2% take it, and
  * the next-tile rule is chosen between the tile's two ways as before (it also serves the tiles that
  * have no row-after-row form: fp8, bf16 activations, more than one token). */
-void ci_backend_cpu_tune(ci_backend *be) {
+void ci_backend_cpu_tune(ci_backend *be, const void *mem, size_t len) {
     if (!be || be->is_device || (pf_next16_set && seq16_set) || cpu_pf_tuned || !cpu_amd) return;
     enum { COPIES = 32, MIB16 = 16 << 20 };
     const int next0 = cpu_pf_next16, seq0 = cpu_seq16;
-    uint16_t *buf = aligned_alloc(64, (size_t)COPIES * MIB16);
+    /* the caller's resident bytes (a model's weights: whatever they hold, bf16 of any value
+     * streams at the same rate, and the outputs are dropped; 64-byte aligned from its 16 MiB
+     * steps when mem is), else 512 MiB of our own, whose allocation and first touch cost more
+     * than the timing (~1.4 s of page clearing in the development VM) */
+    uint16_t *own = NULL;
+    const char *buf = mem;
+    if (!mem || len < (size_t)COPIES * MIB16 || ((uintptr_t)mem & 63)) {
+        own = aligned_alloc(64, (size_t)COPIES * MIB16);
+        if (own) memset(own, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
+        buf = (const char *)own;
+    }
     float *x = calloc(2048, sizeof *x), *y = malloc((MIB16 / (2 * 512)) * sizeof *y);   /* a row each of the 512-column matrix */
     if (buf && x && y) {
-        memset(buf, 0x3c, (size_t)COPIES * MIB16);   /* real pages, not the shared zero page */
         int keep[3], seq[3];
         const int log = getenv("CINFER_CPU_TUNE_LOG") != NULL;
         for (int c = 0; c < 3; c++) {
@@ -1237,7 +1246,7 @@ void ci_backend_cpu_tune(ci_backend *be) {
                     cpu_seq16 = way == 2 ? 4096 : 0;
                     double t = tune_now();
                     for (int k = 0; k < COPIES; k++) {
-                        W.data = (const char *)buf + (size_t)k * MIB16;
+                        W.data = buf + (size_t)k * MIB16;
                         be->matmul(be, y, x, 1, &W);
                     }
                     t = tune_now() - t;
@@ -1258,7 +1267,7 @@ void ci_backend_cpu_tune(ci_backend *be) {
         cpu_pf_next16 = next0;
         cpu_seq16 = seq0;
     }
-    free(buf);
+    free(own);
     free(x);
     free(y);
 }
