@@ -252,8 +252,9 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     int64_t rows = m->W->rows, cols = m->W->cols;
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
-    if (m->n == 1 && !m->xb && !m->xsp && m->k->seq_rows && (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16) &&
-        cols * 2 <= cpu_seq16 && m->k->seq_rows(m->W, r0, r1, m->x, m->y))
+    if (m->n == 1 && !m->xsp && (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16) && cols * 2 <= cpu_seq16 &&
+        (m->xb ? m->k->bf16_seq && m->k->bf16_seq(m->W, r0, r1, m->xb, m->y)
+               : m->k->seq_rows && m->k->seq_rows(m->W, r0, r1, m->x, m->y)))
         return;   /* short rows, one token: row after row (cpu_seq16) */
     float out[CPU_TILE_T * CPU_TILE_R];
     for (int64_t r = r0; r < r1; r += CPU_TILE_R) {

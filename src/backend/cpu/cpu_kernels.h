@@ -101,6 +101,8 @@ typedef struct {
                      float *out);
     void (*bf16_block)(const uint16_t *const *w, int nr, int64_t kc, int T, const uint16_t *xb, int64_t xs, float *y,
                        int64_t ys, int first);
+    /* Optional (NULL: bf16_tile): seq_rows for the rounded x, the bits of bf16_tile. */
+    int (*bf16_seq)(const ci_mat *W, int64_t r0, int64_t r1, const uint16_t *xb, float *y);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

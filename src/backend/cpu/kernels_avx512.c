@@ -245,6 +245,40 @@ static TGB int bf16_tile(const ci_mat *W, const int64_t rows[4], int T, const ui
     return 1;
 }
 
+/* Decode of one token over rows [r0, r1), row after row (simd_template.h's seq_rows, for the
+ * rows of up to cpu_seq16 bytes cpu.c sends here): each row's chunk sums as bh_chunk forms them
+ * for T = 1 (one vdpbf16ps chain from zero per CPU_KC chunk, the tail zero-filled), kept until
+ * its tile's four rows are done, then vhsum4 and the chunk sums added left to right: the bits of
+ * bf16_tile. 0 for rows longer than SEQ_CHUNKS chunks. */
+static TGB int bf16_seq(const ci_mat *W, int64_t r0, int64_t r1, const uint16_t *xb, float *y) {
+    const int64_t cols = W->cols, nch = (cols + CPU_KC - 1) / CPU_KC;
+    if (nch > SEQ_CHUNKS) return 0;
+    __m512 acc[4][SEQ_CHUNKS];
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        for (int i = 0; i < 4; i++) {
+            const uint16_t *w = (const uint16_t *)W->data + (size_t)(r + i) * (size_t)cols;
+            for (int64_t c0 = 0, c = 0; c0 < cols; c0 += CPU_KC, c++) {
+                const int64_t c1 = c0 + CPU_KC < cols ? c0 + CPU_KC : cols;
+                __m512 a = _mm512_setzero_ps();
+                if (i < nr) {
+                    int64_t k = c0;
+                    for (; k + 32 <= c1; k += 32) a = _mm512_dpbf16_ps(a, bh_load(w + k), bh_load(xb + k));
+                    if (k < c1) a = _mm512_dpbf16_ps(a, bh_load_part(w + k, (int)(c1 - k)), bh_load_part(xb + k, (int)(c1 - k)));
+                }
+                acc[i][c] = a;
+            }
+        }
+        float out[4], part[4];
+        for (int64_t c = 0; c < nch; c++) {
+            vhsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], part);
+            for (int i = 0; i < 4; i++) out[i] = c == 0 ? part[i] : out[i] + part[i];
+        }
+        for (int i = 0; i < nr; i++) y[r + i] = out[i];
+    }
+    return 1;
+}
+
 /* Prefill: one chunk (kc columns from w[i], the rows' chunk starts) of nr rows for T token
  * rows: y[t * ys + i] = part (first) or y[t * ys + i] + part; 4 tokens x 6 rows at a time
  * (a remainder of 7..11 rows as two near-equal tiles). */
@@ -285,6 +319,7 @@ const cpu_kernels cpu_kernels_avx512bf16 = {
     KTABLE_FIELDS,
     .x_bf16 = x_bf16,
     .bf16_tile = bf16_tile,
+    .bf16_seq = bf16_seq,
     .bf16_block = bf16_block,
 };
 
