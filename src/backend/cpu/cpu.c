@@ -1045,9 +1045,23 @@ static void cpu_argmax(ci_backend *be, int32_t *out, const float *x, int count) 
 
 /* ---- fused ops: the unfused sequences, so the bits are theirs ------------------------- */
 
+/* Matmuls of one x: a decode's (row items) share one pool pass (cpu_matmul_batch; each the
+ * bits of cpu_matmul alone), so q / k / v wake the pool once instead of three times. */
 static void cpu_matmul_n(ci_backend *be, int count, float *const *ys, const float *x, int n, const ci_mat *const *Ws) {
     CI_FP_FLUSH_SCOPE();
-    for (int i = 0; i < count; i++) cpu_matmul(be, ys[i], x, n, Ws[i]);
+    enum { J = 16 };
+    for (int i0 = 0; i0 < count; i0 += J) {
+        cpu_mm_job jobs[J];
+        int nj = 0;
+        for (int i = i0; i < count && i < i0 + J; i++) jobs[nj++] = (cpu_mm_job){ ys[i], x, n, Ws[i] };
+        cpu_matmul_batch(be, jobs, nj);
+    }
+}
+
+/* gate and up of one x in one pool pass when they are row items (decode), as cpu_matmul_n */
+static void matmul_gu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg, const ci_mat *Wu) {
+    const cpu_mm_job jobs[2] = { { g, x, n, Wg }, { u, x, n, Wu } };
+    cpu_matmul_batch(be, jobs, 2);
 }
 
 static void cpu_matmul_acc(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, float *tmp) {
@@ -1062,8 +1076,7 @@ static void cpu_clamp_gu(ci_backend *be, float *g, float *u, int64_t count, floa
 static void cpu_matmul_swiglu_clamp(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                                     const ci_mat *Wu, float limit) {
     CI_FP_FLUSH_SCOPE();
-    cpu_matmul(be, g, x, n, Wg);
-    cpu_matmul(be, u, x, n, Wu);
+    matmul_gu(be, g, u, x, n, Wg, Wu);
     cpu_clamp_gu(be, g, u, (int64_t)n * Wg->rows, limit);
     cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
     poison(be, u, (size_t)n * (size_t)Wu->rows);
@@ -1072,8 +1085,7 @@ static void cpu_matmul_swiglu_clamp(ci_backend *be, float *g, float *u, const fl
 static void cpu_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x, int n, const ci_mat *Wg,
                               const ci_mat *Wu) {
     CI_FP_FLUSH_SCOPE();
-    cpu_matmul(be, g, x, n, Wg);
-    cpu_matmul(be, u, x, n, Wu);
+    matmul_gu(be, g, u, x, n, Wg, Wu);
     cpu_swiglu(be, g, u, (int64_t)n * Wg->rows);
     poison(be, u, (size_t)n * (size_t)Wu->rows);
 }
