@@ -269,12 +269,7 @@ static TGB int bf16_seq(const ci_mat *W, int64_t r0, int64_t r1, const uint16_t 
                 acc[i][c] = a;
             }
         }
-        float out[4], part[4];
-        for (int64_t c = 0; c < nch; c++) {
-            vhsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], part);
-            for (int i = 0; i < 4; i++) out[i] = c == 0 ? part[i] : out[i] + part[i];
-        }
-        for (int i = 0; i < nr; i++) y[r + i] = out[i];
+        seq_finish(acc, nch, nr, y + r);
     }
     return 1;
 }

@@ -242,6 +242,16 @@ AI void seq_row(const int dt, const void *w, int64_t cols, const float *x, vf *a
         acc[c] = a;
     }
 }
+/* The end of a 4-row tile read row after row: per chunk the rows' sums by vhsum4, added left to
+ * right, the first nr rows' dots into y[0, nr) (the tile's order; kernels_avx512.c's bf16_seq too). */
+AI void seq_finish(vf acc[4][SEQ_CHUNKS], int64_t nch, int nr, float *y) {
+    float out[4], part[4];
+    for (int64_t c = 0; c < nch; c++) {
+        vhsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], part);
+        for (int i = 0; i < 4; i++) out[i] = c == 0 ? part[i] : out[i] + part[i];
+    }
+    for (int i = 0; i < nr; i++) y[i] = out[i];
+}
 static TGT int seq_rows(const ci_mat *W, int64_t r0, int64_t r1, const float *x, float *y) {
     const int64_t cols = W->cols, nch = (cols + CPU_KC - 1) / CPU_KC;
     const int dt = W->dtype;
@@ -256,12 +266,7 @@ static TGT int seq_rows(const ci_mat *W, int64_t r0, int64_t r1, const float *x,
             if (dt == CI_BF16) seq_row(CI_BF16, w, cols, x, acc[i]);
             else seq_row(CI_F16, w, cols, x, acc[i]);
         }
-        float out[4], part[4];
-        for (int64_t c = 0; c < nch; c++) {
-            vhsum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c], part);
-            for (int i = 0; i < 4; i++) out[i] = c == 0 ? part[i] : out[i] + part[i];
-        }
-        for (int i = 0; i < nr; i++) y[r + i] = out[i];
+        seq_finish(acc, nch, nr, y + r);
     }
     return 1;
 }
