@@ -159,6 +159,13 @@ typedef struct ci_v4cmp {
     const float *inv_freq;       /* [rot_dim / 2] the entries' rope (last rot_dim dims, interleaved) */
     float mscale;
     int rot_dim;
+    /* Where the entries are: ent NULL, in the state after its ci_v4cmp_entries(c) floats, entry
+     * k at k · d; else on a paged cache's block pool (a server's sessions): entry k of row t's
+     * sequence is row ci_page_row(&ent_pages, t, k) of ent, d floats each, ent_pages.blk_log2
+     * counting entries (a block of 2^KV_BLOCK_LOG2 positions holds 2^blk_log2 = that / ratio of
+     * them, ratio a power of two). The state then holds only its first ci_v4cmp_entries floats. */
+    float *ent;
+    ci_pages ent_pages;
 } ci_v4cmp;
 
 static inline size_t ci_v4cmp_entries(const ci_v4cmp *c) {
@@ -167,12 +174,18 @@ static inline size_t ci_v4cmp_entries(const ci_v4cmp *c) {
 static inline size_t ci_v4cmp_state_floats(const ci_v4cmp *c, int cap) {
     return ci_v4cmp_entries(c) + (size_t)cap * (size_t)c->d;
 }
+/* Entry k of row t (whose state is st) as ci_v4cmp's ent says. */
+static inline float *ci_v4cmp_entry(const ci_v4cmp *c, float *st, int t, int64_t k) {
+    if (c->ent) return c->ent + ci_page_row(&c->ent_pages, t, k) * c->d;
+    return st + ci_v4cmp_entries(c) + k * c->d;
+}
 
 /* Compressed entries the CPU's v4_index scores per matmul, and the floats of its scratch
- * for an indexer of ih heads over at most max_entries entries. */
+ * for an indexer of ih heads of id dims over at most max_entries entries (entries on a
+ * block pool are gathered a matmul's worth at a time: the same products as in place). */
 enum { CI_V4_IDX_BLOCK = 4096 };
-static inline size_t ci_v4_index_scratch_floats(int ih, int max_entries) {
-    return (size_t)ih * CI_V4_IDX_BLOCK + 2 * (size_t)(max_entries > 0 ? max_entries : 1);
+static inline size_t ci_v4_index_scratch_floats(int ih, int id, int max_entries) {
+    return ((size_t)ih + (size_t)id) * CI_V4_IDX_BLOCK + 2 * (size_t)(max_entries > 0 ? max_entries : 1);
 }
 
 typedef struct ci_backend {

@@ -40,10 +40,13 @@ size_t v4_cache_bytes_at(const ci_model *m, long long n_tokens) { return cache_b
 
 /* ---- snapshots (prefix reuse in the server) ------------------------------------------------
  *
- * The cache at position P as one blob: a header (magic, layers, P), then per layer the
- * window rows of positions max(0, P-W+1) .. P-1 in order, and per compressor state its
- * entry count, whether it holds a previous window, the current window's P % ratio pending
- * tokens (kv, gate), the previous window's Ca series (overlap, when held) and its entries. */
+ * The cache at position P as one blob: a header (magic, layers, P, whether the entries are in
+ * it), then per layer the window rows of positions max(0, P-W+1) .. P-1 in order, and per
+ * compressor state its entry count, whether it holds a previous window, the current window's
+ * P % ratio pending tokens (kv, gate), the previous window's Ca series (overlap, when held)
+ * and its entries. A session on the model's block pool keeps its entries in the blocks: its
+ * snapshot holds none, and a restore needs its blocks to hold the snapshot's positions
+ * (ci_session_match first). */
 enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
 
 typedef struct {
@@ -80,7 +83,7 @@ static void bget_dev(blob_io *b, float *dst, size_t n) {
 /* A compressor state at position P: its P / ratio entries, whether it holds a previous
  * window's Ca series (CSA past its first window), the pending tokens, that series, the
  * entries (the layout of compressor.h). */
-static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P) {
+static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P, int ent) {
     const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R, ne = P / R, has_prev = k->overlap && ne > 0;
     int32_t hdr[2] = { ne, has_prev };
     bput(b, hdr, sizeof hdr);
@@ -90,14 +93,14 @@ static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P) {
         bput_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
         bput_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
     }
-    bput_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d * sizeof(float));
+    if (ent) bput_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d * sizeof(float));
 }
 
-static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx) {
+static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx, int ent) {
     const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R;
     int32_t hdr[2] = { -1, -1 };
     bget(b, hdr, sizeof hdr);
-    if (b->bad || hdr[0] != P / R || hdr[0] > cmp_state_cap(k, max_ctx) || hdr[1] != (k->overlap && hdr[0] > 0))
+    if (b->bad || hdr[0] != P / R || (ent && hdr[0] > cmp_state_cap(k, max_ctx)) || hdr[1] != (k->overlap && hdr[0] > 0))
         return -1;
     bget_dev(b, st, (size_t)pend * m * sizeof(float));
     bget_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
@@ -105,20 +108,21 @@ static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx
         bget_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
         bget_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
     }
-    bget_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)hdr[0] * k->d * sizeof(float));
+    if (ent) bget_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)hdr[0] * k->d * sizeof(float));
     return b->bad ? -1 : 0;
 }
 
 static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
-    int32_t hdr[3] = { SNAP_MAGIC, d->n_layers, P };
+    const int ent = !c->shared;
+    int32_t hdr[4] = { SNAP_MAGIC, d->n_layers, P, ent };
     bput(b, hdr, sizeof hdr);
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
         const v4_lcache *lc = &c->lc[l];
         for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
             bput_dev(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if (L->type != L_SLIDING) put_cmp(b, &L->comp, lc->cs, P);
-        if (L->type == L_CSA) put_cmp(b, &L->icomp, lc->is, P);
+        if (L->type != L_SLIDING) put_cmp(b, &L->comp, lc->cs, P, ent);
+        if (L->type == L_CSA) put_cmp(b, &L->icomp, lc->is, P, ent);
     }
 }
 
@@ -149,20 +153,27 @@ int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) 
     size_t len = 0;
     const uint8_t *q = cache_snap_blob(snap, &len);
     int P = cache_snap_pos(snap);
-    int32_t hdr[3] = { 0 };
+    int32_t hdr[4] = { 0 };
     blob_io b = { .be = s->m->be, .q = q, .len = len };
+    const int ent = !c->shared;
     if (q) bget(&b, hdr, sizeof hdr);
     if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
         return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
+    if (hdr[3] != ent)
+        return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape (entries %s, "
+                      "the session's %s)", fam, hdr[3] ? "in it" : "in a block pool", ent ? "its own" : "in the block pool");
     if (P < 0 || P > s->max_ctx)
         return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, P, s->max_ctx);
+    if (!ent && (int64_t)s->pages.n * KV_BLOCK < P)
+        return ci_err(err, errlen, "%s: cache restore: the snapshot at position %d keeps no entries, and the session's "
+                      "blocks hold %d positions (match its prefix first)", fam, P, s->pages.n * KV_BLOCK);
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
         v4_lcache *lc = &c->lc[l];
         for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
             bget_dev(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, lc->cs, P, s->max_ctx)) ||
-            (L->type == L_CSA && get_cmp(&b, &L->icomp, lc->is, P, s->max_ctx)) || b.bad) {
+        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, lc->cs, P, s->max_ctx, ent)) ||
+            (L->type == L_CSA && get_cmp(&b, &L->icomp, lc->is, P, s->max_ctx, ent)) || b.bad) {
             c->state_pos = -1;   /* half restored: only a reset or another restore continues */
             return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
         }

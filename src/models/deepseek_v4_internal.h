@@ -27,6 +27,8 @@ typedef struct {
     ci_mat iq_b, iw;                      /* CSA indexer: [Hi·Di, QL], [Hi, H] */
     moe_block moe;
     int32_t *tid2eid;                     /* hash layers: [vocab, K] */
+    float *pool_ce, *pool_ie;             /* the model's block pool (v4_pool_init): this layer's compressed
+                                           * entries and (CSA) its indexer's, KV_BLOCK / ratio a block */
 } v4_layer;
 
 typedef struct {
@@ -46,6 +48,7 @@ typedef struct {
     int tp;                               /* a tensor-parallel rank: its heads (whole output groups) and
                                            * expert columns; attention and MoE outputs all-reduced */
     shd_kept kept;                        /* such a rank's copies of its split columns */
+    float *pool_buf[CI_POOL_REGIONS];     /* the block pool's entry regions (v4_pool_init; owned) */
 } v4_model;
 
 /* A layer's cache, backend memory. */
@@ -54,10 +57,15 @@ typedef struct {
     float *cs, *is;                       /* compressor states (compressor.h); CSA: the indexer's */
 } v4_lcache;
 
-/* A session: its caches and the scratch of a chunk, all backend memory. */
+/* A session: its caches and the scratch of a chunk, all backend memory. On the model's block
+ * pool (ci_session_pages_shared) a state keeps only its window's pending tokens and previous
+ * series; the entries are in the pool's blocks (v4_layer pool_ce / pool_ie), found through the
+ * session's block table (a batch step's: one per row). Else the entries follow in the state. */
 typedef struct {
     ci_runner run;                        /* chunk loop, ids / positions, head (runner.h) */
     v4_lcache *lc;                        /* [n_layers] */
+    int shared;                           /* on the model's block pool */
+    ci_pages pages;                       /* the call's block tables (positions), tab NULL when not shared */
     int state_pos;                        /* the position the rings and compressors are at */
     int ring_rows;
     float *kbuf;                          /* [max keys, D] one row's keys (v4_attend's scratch) */
@@ -85,6 +93,7 @@ int v4_mlp_types(const ci_config *c, const char *fam, int n, int *is_hash, char 
 int v4_ropes(ci_model *m, v4_model *d, char *err, size_t errlen);
 
 /* deepseek_v4_run.c */
+int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 int v4_session_init(ci_session *s, char *err, size_t errlen);
 void v4_session_free(ci_session *s);
 int v4_forward(ci_session *s, const int *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);

@@ -16,6 +16,51 @@
 
 static void chunk_ops(ci_session *s, int n, int head);
 
+/* The model's block pool: every CSA / HCA layer's compressed entries and every CSA layer's
+ * indexer entries, KV_BLOCK / ratio of each a block (the entries of the block's positions), in
+ * regions of one (width, ratio) each (model.h ci_pool_regions: copy on write takes the entries
+ * a block's first rows complete). A ratio must be a power of two up to KV_BLOCK. */
+int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
+    v4_model *d = m->impl;
+    const char *fam = m->family->name;
+    struct ci_pool_region spec[CI_POOL_REGIONS];
+    int k = 0;
+    memset(spec, 0, sizeof spec);
+    for (int l = 0; l < d->n_layers; l++)
+        for (int j = 0; j < 2; j++) {
+            const v4_layer *L = &d->layers[l];
+            if (L->type == L_SLIDING || (j == 1 && L->type != L_CSA)) continue;
+            const cmp_block *cb = j ? &L->icomp : &L->comp;
+            int lr = 0;
+            while ((1 << lr) < cb->ratio) lr++;
+            if ((1 << lr) != cb->ratio || lr > KV_BLOCK_LOG2)
+                return ci_err(err, errlen, "%s: layer %d compresses %d tokens an entry, not a power of two up to %d: its "
+                              "cache cannot be paged", fam, l, cb->ratio, KV_BLOCK);
+            int r = 0;
+            while (r < k && !(spec[r].row_floats == (size_t)cb->d && spec[r].rows_log2 == KV_BLOCK_LOG2 - lr)) r++;
+            if (r == k) {
+                if (k == CI_POOL_REGIONS)
+                    return ci_err(err, errlen, "%s: more than %d kinds of compressed entries to page", fam, CI_POOL_REGIONS);
+                spec[k++] = (struct ci_pool_region){ NULL, (size_t)cb->d, 0, KV_BLOCK_LOG2 - lr };
+            }
+            spec[r].layers++;
+        }
+    if (ci_pool_regions(m, n_blocks, spec, k, d->pool_buf, err, errlen)) return -1;
+    int used[CI_POOL_REGIONS] = { 0 };
+    for (int l = 0; l < d->n_layers; l++)
+        for (int j = 0; j < 2; j++) {
+            v4_layer *L = &d->layers[l];
+            if (L->type == L_SLIDING || (j == 1 && L->type != L_CSA)) continue;
+            const cmp_block *cb = j ? &L->icomp : &L->comp;
+            int r = 0;
+            while (!(spec[r].row_floats == (size_t)cb->d && (1 << (KV_BLOCK_LOG2 - spec[r].rows_log2)) == cb->ratio)) r++;
+            float *base = d->pool_buf[r] + (size_t)used[r]++ * ((size_t)n_blocks << spec[r].rows_log2) * (size_t)cb->d;
+            if (j) L->pool_ie = base;
+            else L->pool_ce = base;
+        }
+    return 0;
+}
+
 int v4_session_init(ci_session *s, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
     ci_backend *be = s->m->be;
@@ -30,13 +75,19 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->lc = calloc((size_t)d->n_layers, sizeof *c->lc);
     if (!c->lc || ci_runner_alloc(&c->run, be, V4_UBATCH, d->vocab, d->H, d->eps, V4_UBATCH, chunk_ops, &bad))
         return ci_err(err, errlen, "%s: out of memory", fam);
-    int max_entries = 1, comp = 0;
+    int max_entries = 1, comp = 0, n_blocks = 0;
+    if (ci_session_pages_init(s, &n_blocks, err, errlen)) return -1;
+    c->shared = ci_session_pages_shared(s);
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
         v4_lcache *lc = &c->lc[l];
+        /* on the pool a state keeps no entries (cap 0 ci_v4cmp_state_floats) */
+        const long long sctx = c->shared ? 0 : s->max_ctx;
         lc->ring = ci_buf_alloc(be, (size_t)c->ring_rows * d->D * f, &bad);
-        if (L->type != L_SLIDING) lc->cs = ci_buf_alloc(be, cmp_state_bytes(&L->comp, s->max_ctx), &bad);
-        if (L->type == L_CSA) lc->is = ci_buf_alloc(be, cmp_state_bytes(&L->icomp, s->max_ctx), &bad);
+        if (L->type != L_SLIDING)
+            lc->cs = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->comp.op) * f : cmp_state_bytes(&L->comp, sctx), &bad);
+        if (L->type == L_CSA)
+            lc->is = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->icomp.op) * f : cmp_state_bytes(&L->icomp, sctx), &bad);
         if (L->type == L_CSA && cmp_state_cap(&L->icomp, s->max_ctx) > max_entries)
             max_entries = cmp_state_cap(&L->icomp, s->max_ctx);
         int cap = L->type != L_SLIDING ? cmp_state_cap(&L->comp, s->max_ctx) : 0;
@@ -74,7 +125,7 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     c->ipg = ci_buf_alloc(be, U * wide * f, &bad);
     c->iq = ci_buf_alloc(be, U * d->Hi * d->Di * f, &bad);
     c->iwt = ci_buf_alloc(be, U * d->Hi * f, &bad);
-    c->iscr = ci_buf_alloc(be, ci_v4_index_scratch_floats(d->Hi, max_entries) * f, &bad);
+    c->iscr = ci_buf_alloc(be, ci_v4_index_scratch_floats(d->Hi, d->Di, max_entries) * f, &bad);
     c->sel = ci_buf_alloc(be, U * c->sel_stride * sizeof(int32_t), &bad);
     c->nsel = ci_buf_alloc(be, U * sizeof(int32_t), &bad);
     c->last = ci_buf_alloc(be, H * f, &bad);
@@ -93,6 +144,7 @@ void v4_session_free(ci_session *s) {
     const v4_model *d = s->m->impl;
     ci_backend *be = s->m->be;
     v4_cache *c = s->impl;
+    ci_session_pages_free(s);
     if (!c) return;
     ci_runner_free(&c->run, be);
     if (c->lc)
@@ -137,22 +189,24 @@ static void attention(ci_backend *be, const v4_model *d, const v4_layer *L, cons
     be->head_norm_rope(be, c->q, n, Hh, D, NULL, d->eps, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
     /* K = V */
     be->head_norm_rope(be, c->kvn, n, 1, D, L->kv_norm, d->eps, D - R, R, pos, inv, rt->mscale, CI_ROPE_INTERLEAVED);
-    /* compressed entries for the windows these tokens complete */
+    /* compressed entries for the windows these tokens complete (on the block pool when the
+     * call's tables say so) */
+    const ci_v4cmp cop = cmp_op(&L->comp, L->pool_ce, &c->pages), iop = cmp_op(&L->icomp, L->pool_ie, &c->pages);
     if (L->type != L_SLIDING) {
         const cmp_block *const cs[2] = { &L->comp, &L->icomp };
         float *const pkv[2] = { c->pkv, c->ipkv }, *const pg[2] = { c->pg, c->ipg };
         cmp_project_norm(be, L->type == L_CSA ? 2 : 1, cs, c->xn, c->x, L->attn_norm, d->eps, n, pkv, pg);
-        cmp_push(be, &L->comp, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, pos);
+        cmp_push(be, &cop, lc ? lc->cs : NULL, tab ? tab + 1 : NULL, 3, c->pkv, c->pg, n, pos);
     }
     if (L->type == L_CSA) {
-        cmp_push(be, &L->icomp, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->ipkv, c->ipg, n, pos);
+        cmp_push(be, &iop, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, c->ipkv, c->ipg, n, pos);
         be->rope(be, c->iq, n, d->Hi, d->Di, d->Di - R, R, pos, d->inv_comp, d->rope_comp.mscale, CI_ROPE_INTERLEAVED);
         be->norm_matmul_n(be, c->xn, c->x, L->attn_norm, d->eps, 1, &c->iwt, n, (const ci_mat *const[1]){ &L->iw });
         be->v4_index(be, c->sel, c->nsel, c->iq, c->iwt, lc ? lc->is : NULL, tab ? tab + 2 : NULL, 3, n, pos,
-                     &L->icomp.op, d->Hi, d->topk, c->sel_stride, c->max_entries, c->iscr);
+                     &iop, d->Hi, d->topk, c->sel_stride, c->max_entries, c->iscr);
     }
     be->v4_attend(be, c->ao, c->q, c->kvn, n, pos, lc ? lc->ring : NULL, c->ring_rows, d->W, lc ? lc->cs : NULL, tab, 3,
-                  L->type == L_SLIDING ? NULL : &L->comp.op, L->type == L_CSA ? c->sel : NULL, c->nsel, c->sel_stride,
+                  L->type == L_SLIDING ? NULL : &cop, L->type == L_CSA ? c->sel : NULL, c->nsel, c->sel_stride,
                   L->sinks, Hh, D, R, inv, rt->mscale, c->kbuf, c->sc);
     /* grouped output projection */
     be->matmul_groups(be, c->oa, c->ao, n, d->G, L->o_a_g, c->og, c->ga);
@@ -218,6 +272,10 @@ static int forward_all(ci_session *s, const int *tokens, int n, float *logits, i
     const v4_model *d = s->m->impl;
     v4_cache *c = s->impl;
     if (ci_forward_check(s, tokens, n, d->vocab, err, errlen) || v4_begin(s, err, errlen)) return -1;
+    if (n > 0 && ci_session_pages_ready(s, s->pos + n, err, errlen)) return -1;
+    ci_pages pbuf;
+    const ci_pages *pg = c->shared ? ci_session_chunk_pages(s, &pbuf) : NULL;
+    c->pages = pg ? *pg : (ci_pages){ 0 };
     int rc = ci_runner_forward(&c->run, s, tokens, n, logits, all_logits, out_id, err, errlen);
     c->state_pos = s->pos;
     return rc;
@@ -251,6 +309,14 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     if (ci_runner_need_rows(&c->run, m, err, errlen) ||
         ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 3 * V4_UBATCH, err, errlen))
         return -1;
+    /* on the block pool: every row's table (one for each, in positions) */
+    const int shared = ((v4_cache *)ss[0]->impl)->shared;
+    for (int i = 1; i < n; i++)
+        if (((v4_cache *)ss[i]->impl)->shared != shared)
+            return ci_err(err, errlen, "%s: a batch step mixes sessions on the model's block pool with sessions of their own",
+                          m->family->name);
+    c->pages = (ci_pages){ 0 };
+    if (shared && ci_runner_batch_pages(&c->run, be, ss, n, &c->pages, err, errlen) < 0) return -1;
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {

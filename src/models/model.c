@@ -227,31 +227,44 @@ int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen) {
     return 0;
 }
 
-int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t row_floats_a, int layers_a, float **b,
-                    size_t row_floats_b, int layers_b, char *err, size_t errlen) {
+int ci_pool_regions(ci_model *m, int n_blocks, const struct ci_pool_region *spec, int k, float **bufs, char *err,
+                    size_t errlen) {
     int bad = 0;
-    const size_t rows = (size_t)n_blocks * KV_BLOCK * sizeof(float);
-    const size_t bytes_a = rows * row_floats_a * (size_t)layers_a, bytes_b = rows * row_floats_b * (size_t)layers_b;
-    *a = ci_buf_alloc(m->be, bytes_a, &bad);
-    if (bytes_b) *b = ci_buf_alloc(m->be, bytes_b, &bad);
+    size_t total = 0;
+    if (k < 0 || k > CI_POOL_REGIONS) return ci_err(err, errlen, "%s: %d pool regions (at most %d)", m->family->name, k, CI_POOL_REGIONS);
+    memset(m->pool_rows, 0, sizeof m->pool_rows);
+    for (int i = 0; i < k; i++) {
+        const size_t bytes = ((size_t)n_blocks << spec[i].rows_log2) * spec[i].row_floats * (size_t)spec[i].layers * sizeof(float);
+        bufs[i] = bytes ? ci_buf_alloc(m->be, bytes, &bad) : NULL;
+        total += bytes;
+    }
     if (!bad) {
-        m->pool_rows[0].buf = *a;
-        m->pool_rows[0].row_floats = row_floats_a;
-        m->pool_rows[0].layers = layers_a;
-        m->pool_rows[1].buf = bytes_b ? *b : NULL;
-        m->pool_rows[1].row_floats = row_floats_b;
-        m->pool_rows[1].layers = bytes_b ? layers_b : 0;
+        for (int i = 0; i < k; i++) {
+            m->pool_rows[i] = spec[i];
+            m->pool_rows[i].buf = bufs[i];
+            if (!bufs[i]) m->pool_rows[i].layers = 0;
+        }
         m->pool_blocks = n_blocks;
         return 0;
     }
-    ci_buf_release(m->be, *a);
-    *a = NULL;
-    if (bytes_b) {
-        ci_buf_release(m->be, *b);
-        *b = NULL;
+    for (int i = 0; i < k; i++) {
+        ci_buf_release(m->be, bufs[i]);
+        bufs[i] = NULL;
     }
     return ci_err(err, errlen, "%s: out of memory for a pool of %d cache blocks (%zu MiB)%s%s", m->family->name, n_blocks,
-                  (bytes_a + bytes_b) >> 20, m->be->last_error[0] ? ": " : "", m->be->last_error);
+                  total >> 20, m->be->last_error[0] ? ": " : "", m->be->last_error);
+}
+
+int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t row_floats_a, int layers_a, float **b,
+                    size_t row_floats_b, int layers_b, char *err, size_t errlen) {
+    const struct ci_pool_region spec[2] = { { NULL, row_floats_a, layers_a, KV_BLOCK_LOG2 },
+                                            { NULL, row_floats_b, layers_b, KV_BLOCK_LOG2 } };
+    float *bufs[2] = { NULL, NULL };
+    const int k = row_floats_b && layers_b ? 2 : 1;
+    if (ci_pool_regions(m, n_blocks, spec, k, bufs, err, errlen)) return -1;
+    *a = bufs[0];
+    if (k == 2) *b = bufs[1];
+    return 0;
 }
 
 size_t ci_model_kv_block_bytes(const ci_model *m) { return (size_t)KV_BLOCK * m->family->ops->cache_bytes_per_token(m); }
@@ -330,14 +343,15 @@ int ci_session_truncate(ci_session *s, int tokens) {
 /* Copy on write: the first `rows` rows of block `from` into block `to`, every layer of the
  * model's pool (m->pool_rows). */
 static void copy_block_rows(const ci_model *m, int from, int to, int rows) {
-    const size_t lrows = (size_t)m->pool_blocks * KV_BLOCK;
-    for (int i = 0; i < 2; i++)
-        for (int l = 0; l < m->pool_rows[i].layers; l++) {
-            const size_t rf = m->pool_rows[i].row_floats;
-            float *base = m->pool_rows[i].buf + (size_t)l * lrows * rf;
-            m->be->copy(m->be, base + (size_t)to * KV_BLOCK * rf, base + (size_t)from * KV_BLOCK * rf,
-                        (size_t)rows * rf * sizeof(float));
+    for (int i = 0; i < CI_POOL_REGIONS; i++) {
+        const struct ci_pool_region *r = &m->pool_rows[i];
+        const size_t per = (size_t)1 << r->rows_log2, lrows = (size_t)m->pool_blocks * per, rf = r->row_floats;
+        const size_t n = (size_t)rows >> (KV_BLOCK_LOG2 - r->rows_log2);   /* rows the first `rows` positions complete */
+        for (int l = 0; l < r->layers && n; l++) {
+            float *base = r->buf + (size_t)l * lrows * rf;
+            m->be->copy(m->be, base + (size_t)to * per * rf, base + (size_t)from * per * rf, n * rf * sizeof(float));
         }
+    }
 }
 
 int ci_session_truncate_copy(ci_session *s, int tokens) {

@@ -44,10 +44,12 @@ typedef struct ci_model {
     /* A paged family's shared block pool (ci_model_kv_pool; owned), or NULL: each session
      * then has a pool of its own, sized for its context. */
     kv_pool *kv_pool;
-    /* Its rows in backend memory as the family's pool_init allocated them (ci_pool_buffers):
-     * up to two buffers of `layers` regions of n_blocks * KV_BLOCK rows of `row_floats` each
-     * (the family owns and frees them). */
-    struct { float *buf; size_t row_floats; int layers; } pool_rows[2];
+    /* Its rows in backend memory as the family's pool_init allocated them (ci_pool_regions):
+     * up to CI_POOL_REGIONS buffers of `layers` regions of n_blocks * 2^rows_log2 rows of
+     * `row_floats` each (rows_log2 KV_BLOCK_LOG2: a row a position; less: a row per
+     * 2^(KV_BLOCK_LOG2 - rows_log2) positions, DeepSeek V4's compressed entries) (the family
+     * owns and frees them). */
+    struct ci_pool_region { float *buf; size_t row_floats; int layers, rows_log2; } pool_rows[4];
     int pool_blocks;
     /* [host_logits_cap] floats: ci_forward_argmax / ci_forward_batch_argmax's logits for a family
      * without an argmax op, kept so a decode step does not allocate (grown on demand; one user
@@ -110,6 +112,12 @@ size_t ci_model_kv_block_bytes(const ci_model *m);
  * neither: 0, or -1 with one line naming the blocks and MiB. Recorded in m->pool_rows. */
 int ci_pool_buffers(ci_model *m, int n_blocks, float **a, size_t row_floats_a, int layers_a, float **b,
                     size_t row_floats_b, int layers_b, char *err, size_t errlen);
+/* The general form: k <= CI_POOL_REGIONS regions as spec says (its buf ignored; a region of 0
+ * layers or floats gets no buffer), their buffers into bufs[i] (NULL for an empty one); all
+ * or none: 0, or -1 with one line naming the blocks and MiB. Recorded in m->pool_rows. */
+enum { CI_POOL_REGIONS = 4 };
+int ci_pool_regions(ci_model *m, int n_blocks, const struct ci_pool_region *spec, int k, float **bufs, char *err,
+                    size_t errlen);
 int ci_session_paged(const ci_session *s);
 /* 1 when s draws from the model's shared pool (its rows through its table), 0 for an own
  * pool or an unpaged session */

@@ -26,7 +26,18 @@ void cmp_project_norm(ci_backend *be, int nc, const cmp_block *const *cs, float 
     be->norm_matmul_n(be, xn, x, norm_w, eps, 2 * (nc < 2 ? nc : 2), ys, n, ws);
 }
 
-void cmp_push(ci_backend *be, const cmp_block *c, float *state, float *const *states, int tab_step, const float *pkv,
+void cmp_push(ci_backend *be, const ci_v4cmp *op, float *state, float *const *states, int tab_step, const float *pkv,
               const float *pgate, int n, const int32_t *pos) {
-    be->v4_compress(be, state, states, tab_step, pkv, pgate, n, pos, &c->op);
+    be->v4_compress(be, state, states, tab_step, pkv, pgate, n, pos, op);
+}
+
+ci_v4cmp cmp_op(const cmp_block *c, float *ent, const ci_pages *pg) {
+    ci_v4cmp op = c->op;
+    if (!pg || !pg->tab) return op;
+    int lr = 0;
+    while ((1 << lr) < c->ratio) lr++;
+    op.ent = ent;
+    op.ent_pages = *pg;
+    op.ent_pages.blk_log2 = pg->blk_log2 - lr;
+    return op;
 }

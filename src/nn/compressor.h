@@ -37,9 +37,13 @@ size_t cmp_state_bytes(const cmp_block *c, long long max_ctx);
  * same rows xn = rmsnorm(x) · norm_w (eps): their kv and gate products in one norm_matmul_n (one
  * launch on a device; xn scratch). Then cmp_push: each row into its sequence's state: state (the
  * rows are consecutive tokens of one sequence) or states[t * tab_step] (one row per sequence),
- * at positions pos (backend memory). */
+ * at positions pos (backend memory), op a compressor's (cmp_op). */
 void cmp_project_norm(ci_backend *be, int nc, const cmp_block *const *cs, float *xn, const float *x,
                       const float *norm_w, float eps, int n, float *const *pkv, float *const *pgate);
-void cmp_push(ci_backend *be, const cmp_block *c, float *state, float *const *states, int tab_step, const float *pkv,
+void cmp_push(ci_backend *be, const ci_v4cmp *op, float *state, float *const *states, int tab_step, const float *pkv,
               const float *pgate, int n, const int32_t *pos);
+/* What the ops read of c: c->op, with its entries on a block pool when pg is a call's block
+ * tables in positions (backend.h ci_v4cmp ent: region ent; pg NULL or pg->tab NULL: the entries
+ * stay in the states). c->ratio must then be a power of two up to 2^pg->blk_log2. */
+ci_v4cmp cmp_op(const cmp_block *c, float *ent, const ci_pages *pg);
 #endif

@@ -2797,7 +2797,7 @@ static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih,
     fill(sinks, Hh, 2.f);
     const int stride = topk < cap ? topk : cap;
     int32_t *sel = xmalloc((size_t)n * stride * 4), *nsel = xmalloc((size_t)n * 4);
-    float *scr = xmalloc(ci_v4_index_scratch_floats(ih, cap) * 4);
+    float *scr = xmalloc(ci_v4_index_scratch_floats(ih, id, cap) * 4);
     const int max_keys = W + cap;
     float *kbuf = xmalloc((size_t)max_keys * D * 4), *sc = xmalloc((size_t)Hh * max_keys * 4);
     float *gq = g_put(q, n * HD * 4), *gkv = g_put(kv, (size_t)n * D * 4), *giq = g_put(iq, (size_t)n * ih * id * 4),
@@ -2805,7 +2805,7 @@ static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih,
     const float *gsinks = g_weight(sinks, (size_t)Hh * 4);
     int32_t *gpos = g_put(pos, (size_t)n * 4), *gsel = g_alloc((size_t)n * stride * 4), *gnsel = g_alloc((size_t)n * 4);
     float **gtab = g_put(gtabh, (size_t)3 * n * sizeof *gtabh);
-    float *gscr = g_alloc(ci_v4_index_scratch_floats(ih, cap) * 4), *gkbuf = g_alloc((size_t)max_keys * D * 4),
+    float *gscr = g_alloc(ci_v4_index_scratch_floats(ih, id, cap) * 4), *gkbuf = g_alloc((size_t)max_keys * D * 4),
           *gsc = g_alloc((size_t)Hh * max_keys * 4);
     if (!dead) {
         float *const *ct = table ? htab : NULL, *const *gt = table ? gtab : NULL;

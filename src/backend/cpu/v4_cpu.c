@@ -110,12 +110,12 @@ void cpu_hc_post(ci_backend *be, float *X, const float *y, const float *post, co
 
 /* ---- the compressor ------------------------------------------------------------------ */
 
-/* Closes window w of the state st (its tokens are pending): writes its entry. */
-static void emit(ci_backend *be, const ci_v4cmp *c, float *st, int w) {
+/* Closes window w of the state st of row t (its tokens are pending): writes its entry. */
+static void emit(ci_backend *be, const ci_v4cmp *c, float *st, int t, int w) {
     const int R = c->ratio, d = c->d, m = (1 + c->overlap) * d, has_prev = c->overlap && w > 0;
     const float *pend_kv = st, *pend_gate = st + (size_t)R * m;
     float *prev_kv = st + 2 * (size_t)R * m, *prev_gate = prev_kv + (size_t)R * d;
-    float *e = st + ci_v4cmp_entries(c) + (size_t)w * d;
+    float *e = ci_v4cmp_entry(c, st, t, w);
     for (int ch = 0; ch < d; ch++) {
         /* slots: (overlap, when there is a previous window) its Ca values, then this window's
          * own series (Cb when overlapping) */
@@ -160,7 +160,7 @@ void cpu_v4_compress(ci_backend *be, float *state, float *const *states, int tab
         float *g = st + (size_t)R * m + (size_t)slot * m;
         const float *ape = c->ape + (size_t)slot * m, *gt = gate + (size_t)t * m;
         for (int i = 0; i < m; i++) g[i] = gt[i] + ape[i];
-        if (slot == R - 1) emit(be, c, st, p / R);
+        if (slot == R - 1) emit(be, c, st, t, p / R);
     }
 }
 
@@ -172,12 +172,14 @@ void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, 
     const int Di = c->d;
     const float ks = 1.0f / sqrtf((float)Di), ws = 1.0f / sqrtf((float)ih);
     float *dots = scratch;                             /* [ih, CI_V4_IDX_BLOCK] */
+    float *gath = dots + (size_t)ih * CI_V4_IDX_BLOCK;  /* [CI_V4_IDX_BLOCK, Di] entries on a pool */
     for (int t = 0; t < n; t++) {
-        const float *entries = (states ? states[(size_t)t * tab_step] : state) + ci_v4cmp_entries(c);
+        float *st = (float *)(states ? states[(size_t)t * tab_step] : state);
+        const float *entries = c->ent ? NULL : ci_v4cmp_entry(c, st, t, 0);
         const float *q = iq + (size_t)t * ih * Di, *w = iw + (size_t)t * ih;
         int32_t *out = sel + (size_t)t * sel_stride;
         const int vis = (pos[t] + 1) / c->ratio;
-        float *scores = dots + (size_t)ih * CI_V4_IDX_BLOCK;
+        float *scores = gath + (size_t)Di * CI_V4_IDX_BLOCK;
         int32_t *tmp = (int32_t *)(scores + (vis > 0 ? vis : 1));
         if (vis <= topk) {
             for (int i = 0; i < vis; i++) out[i] = i;
@@ -188,7 +190,10 @@ void cpu_v4_index(ci_backend *be, int32_t *sel, int32_t *nsel, const float *iq, 
          * score(s) = Σ_h relu(q_h · k_s) · Di^-½ · w_h */
         for (int s0 = 0; s0 < vis; s0 += CI_V4_IDX_BLOCK) {
             const int nb = vis - s0 < CI_V4_IDX_BLOCK ? vis - s0 : CI_V4_IDX_BLOCK;
-            ci_mat K = { .data = entries + (size_t)s0 * Di, .dtype = CI_F32, .rows = nb, .cols = Di };
+            const float *kb = entries ? entries + (size_t)s0 * Di : gath;
+            for (int i = 0; !entries && i < nb; i++)
+                memcpy(gath + (size_t)i * Di, ci_v4cmp_entry(c, st, t, s0 + i), (size_t)Di * sizeof(float));
+            ci_mat K = { .data = kb, .dtype = CI_F32, .rows = nb, .cols = Di };
             be->matmul(be, dots, q, ih, &K);           /* [ih, nb] */
             for (int i = 0; i < nb; i++) {
                 float sc = 0;
@@ -253,15 +258,19 @@ void cpu_v4_attend(ci_backend *be, float *out, const float *q, const float *kv, 
         for (int r = s0; r <= p; r++)
             memcpy(kbuf + (size_t)nk++ * D, rg + (size_t)(r % ring_rows) * D, (size_t)D * sizeof(float));
         if (c) {
-            const float *entries = (tab ? tab[(size_t)t * tab_step + 1] : cstate) + ci_v4cmp_entries(c);
+            float *cs = (float *)(tab ? tab[(size_t)t * tab_step + 1] : cstate);
             if (sel) {
                 const int32_t *st = sel + (size_t)t * sel_stride;
                 for (int i = 0; i < nsel[t]; i++)
-                    memcpy(kbuf + (size_t)nk++ * D, entries + (size_t)st[i] * D, (size_t)D * sizeof(float));
+                    memcpy(kbuf + (size_t)nk++ * D, ci_v4cmp_entry(c, cs, t, st[i]), (size_t)D * sizeof(float));
             } else {
                 int vis = (p + 1) / c->ratio;
-                memcpy(kbuf + (size_t)nk * D, entries, (size_t)vis * D * sizeof(float));
-                nk += vis;
+                if (!c->ent) {
+                    memcpy(kbuf + (size_t)nk * D, ci_v4cmp_entry(c, cs, t, 0), (size_t)vis * D * sizeof(float));
+                    nk += vis;
+                } else
+                    for (int i = 0; i < vis; i++)
+                        memcpy(kbuf + (size_t)nk++ * D, ci_v4cmp_entry(c, cs, t, i), (size_t)D * sizeof(float));
             }
         }
         ci_mat K = { .data = kbuf, .dtype = CI_F32, .rows = nk, .cols = D };

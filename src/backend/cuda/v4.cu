@@ -387,7 +387,9 @@ __global__ void v4_emit_kernel(float *state, float *const *states, int tab_step,
     const float r = 1.0f / sqrtf(ss / d + c.eps);
     for (int ch = threadIdx.x; ch < d; ch += blockDim.x) e[ch] = e[ch] * r * c.norm[ch];
     __syncthreads();
-    v4_rope_tail(s.st + entries_off + (size_t)w * d, e, d, c.rot_dim, (float)(w * R), c.inv_freq, c.mscale);
+    float *dst = c.ent ? c.ent + pg_row(pg_table(c.ent_pages, t), c.ent_pages.blk_log2, w) * d
+                       : s.st + entries_off + (size_t)w * d;
+    v4_rope_tail(dst, e, d, c.rot_dim, (float)(w * R), c.inv_freq, c.mscale);
 }
 
 /* the chunk's last row: the Ca series of the last window it completed becomes the state's
@@ -444,7 +446,8 @@ void cb_v4_index(cuda_be *cb, int32_t *sel, int32_t *nsel, const float *iq, cons
                  float *const *states, int tab_step, int n, const int32_t *pos, const ci_v4cmp *c, int ih, int topk,
                  int sel_stride, int max_entries, float *scratch) {
     (void)scratch;
-    const cb_keyrows kr = { state, states, tab_step, c->ratio, ci_v4cmp_entries(c), { 0, 0, 0, 0 } };
+    const cb_keyrows kr = c->ent ? cb_keyrows{ c->ent, NULL, 0, c->ratio, 0, c->ent_pages }
+                                 : cb_keyrows{ state, states, tab_step, c->ratio, ci_v4cmp_entries(c), { 0, 0, 0, 0 } };
     cb_index_select(cb, sel, sel_stride, nsel, kr, n, pos, max_entries, iq, iw, 1.0f / sqrtf((float)ih),
                     1.0f / sqrtf((float)c->d), ih, c->d, topk);
 }
@@ -469,6 +472,8 @@ struct v4_attn_args {
     int tab_step, ring_rows, window;
     int has_comp, ratio;
     size_t off;
+    const float *ent_pool;       /* the entries on a block pool (ci_v4cmp ent), or NULL */
+    ci_pages ent_pg;
     const int32_t *sel, *nsel;
     int sel_stride;
     const float *sinks;
@@ -487,8 +492,8 @@ __device__ __forceinline__ void v4_head_out(const v4_attn_args &a, int t, int h,
 __device__ __forceinline__ const float *v4_key(const v4_attn_args &a, const float *rg, const float *ent, int t, int s0,
                                                int nwin, int j) {
     if (j < nwin) return rg + (int64_t)((s0 + j) % a.ring_rows) * a.D;
-    const int c = j - nwin;
-    return ent + (int64_t)(a.sel ? a.sel[(int64_t)t * a.sel_stride + c] : c) * a.D;
+    const int c = j - nwin, k = a.sel ? a.sel[(int64_t)t * a.sel_stride + c] : c;
+    return ent + (a.ent_pool ? pg_row(pg_table(a.ent_pg, t), a.ent_pg.blk_log2, k) : (int64_t)k) * a.D;
 }
 
 /* a block per (head, row); warps take keys in turn (online softmax, a lane holds channels
@@ -500,7 +505,8 @@ __global__ void v4_attend_kernel(v4_attn_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *qs = sm, *wm = sm + D, *wl = wm + nw, *wo = wl + nw;
     const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
-    const float *ent = a.has_comp ? (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off : NULL;
+    const float *ent = !a.has_comp ? NULL : a.ent_pool ? a.ent_pool
+                                          : (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off;
     const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
@@ -562,7 +568,8 @@ __global__ void __launch_bounds__(V4_SPLIT_HEADS * 32) v4_attend_split_kernel(v4
     const int h = blockIdx.x * V4_SPLIT_HEADS + warp, sp = blockIdx.y, t = blockIdx.z, D = a.D, p = a.pos[t];
     if (h >= a.n_heads) return;
     const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
-    const float *ent = a.has_comp ? (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off : NULL;
+    const float *ent = !a.has_comp ? NULL : a.ent_pool ? a.ent_pool
+                                          : (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off;
     const int s0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0, nwin = p - s0 + 1;
     const int nk = nwin + (a.has_comp ? (a.sel ? a.nsel[t] : (p + 1) / a.ratio) : 0);
     const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
@@ -677,6 +684,7 @@ void cb_v4_attend(cuda_be *cb, float *out, const float *q, const float *kv, int 
     a.out = out; a.q = q; a.pos = pos; a.ring = ring; a.cstate = cstate; a.tab = tab; a.tab_step = tab_step;
     a.ring_rows = ring_rows; a.window = window; a.has_comp = c != NULL; a.ratio = c ? c->ratio : 1;
     a.off = c ? ci_v4cmp_entries(c) : 0; a.sel = sel; a.nsel = nsel; a.sel_stride = sel_stride; a.sinks = sinks;
+    a.ent_pool = c ? c->ent : NULL; a.ent_pg = c ? c->ent_pages : ci_pages{};
     a.n_heads = n_heads; a.D = D; a.rot_dim = rot_dim; a.inv_freq = inv_freq; a.mscale = mscale;
     a.scale = 1.0f / sqrtf((float)D);
     /* decode rows: split over the keys when the (head, row) blocks would leave SMs idle */
