@@ -718,15 +718,20 @@ static void *eng_main(void *arg) {
 /* ---- public ----------------------------------------------------------------------------- */
 
 /* A hybrid on the block pool: the bytes of one snapshot of its states (a probe session's, at
- * position 0: the rows stay in the pool, the states are as big at any position); else 0. */
-static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows) {
+ * position 0: the rows stay in the pool, the states are as big at any position; DeepSeek V4's
+ * window grows to its length first); else 0. *held: the snapshot keeps its bytes in the
+ * backend's memory (layer_snap.h), not in a host blob. */
+static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows, int *held) {
     const ci_family_ops *ops = m->family->ops;
+    *held = 0;
     if (!ops->pool_init || !ops->snapshot || !ops->restore || (ops->cache_export && ops->cache_import)) return 0;
     ci_session *probe;
     char err[256];
     if (ci_session_new_rows(m, o->ctx, rows, &probe, err, sizeof err)) return 0;
     cache_snap *snap = ops->snapshot(probe, err, sizeof err);
-    size_t b = snap ? cache_snap_bytes(snap) : 0;
+    size_t b = snap ? cache_snap_bytes(snap) : 0, hb = 0;
+    void *owner = NULL;
+    *held = snap && cache_snap_held(snap, &hb, &owner) != NULL;
     cache_snap_free(snap);
     ci_session_free(probe);
     return b;
@@ -775,14 +780,15 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : PREFILL_CHUNK;
     if (e->chunk & (e->chunk - 1)) { free(e); return ci_err(err, errlen, "prefill chunk must be a power of two, got %d", o->prefill_chunk); }
     const int rows = e->chunk > o->parallel ? e->chunk : o->parallel;   /* a slot's largest call */
-    e->st.snapshot_bytes = states_snapshot_bytes(m, o, rows);
+    int snap_held = 0;
+    e->st.snapshot_bytes = states_snapshot_bytes(m, o, rows, &snap_held);
     if (e->o.prefix_cache_bytes == ENG_PREFIX_AUTO) {
         size_t b = (size_t)ENG_PREFIX_DEFAULT_MB << 20, two = 2 * (size_t)o->parallel * e->st.snapshot_bytes;
         e->o.prefix_cache_bytes = two > b ? two : b;
     }
     if (e->ops->pool_init && !m->kv_pool) {
         long long nb = o->kv_blocks > 0 ? o->kv_blocks : (long long)o->parallel * ((o->ctx + KV_BLOCK - 1) / KV_BLOCK);
-        const size_t held = e->st.snapshot_bytes && m->be->is_device ? e->o.prefix_cache_bytes : 0;
+        const size_t held = snap_held && m->be->is_device ? e->o.prefix_cache_bytes : 0;
         if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info &&
             (nb = blocks_for_memory(m, o, rows, held, err, errlen)) < 0) {
             free(e);

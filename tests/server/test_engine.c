@@ -814,11 +814,13 @@ static void snap_at_system_end(const char *dir) {
 static void test_engine_snap_at(void) {
     snap_at_system_end("tests/fixtures/qwen3_5");
     snap_at_system_end("tests/fixtures/nemotron_h");
+    snap_at_system_end("tests/fixtures/deepseek_v4");
 }
 
 static void test_engine_paged_recomputed(void) {
     paged_recomputed("tests/fixtures/qwen3_5");
     paged_recomputed("tests/fixtures/lfm2");
+    paged_recomputed("tests/fixtures/deepseek_v4_hub");
 }
 
 /* The prefix store's default (ENG_PREFIX_AUTO): a hybrid on the block pool measures one
@@ -870,6 +872,7 @@ static void test_engine_paged_pool_hybrid(void) {
     paged_pool("tests/fixtures/lfm2");
     paged_pool("tests/fixtures/qwen3_5");
     paged_pool("tests/fixtures/nemotron_h");
+    paged_pool("tests/fixtures/deepseek_v4");   /* compressed entries in the blocks, rings in snapshots */
 }
 
 /* Blocks on demand: 6 blocks of 128 and 4 slots; 8 requests of 100..170 prompt tokens that
@@ -928,6 +931,7 @@ static void test_engine_paged_preempt(void) {
     paged_preempt("tests/fixtures/qwen3_5");
     paged_preempt("tests/fixtures/lfm2");
     paged_preempt("tests/fixtures/nemotron_h");
+    paged_preempt("tests/fixtures/deepseek_v4");
 }
 
 /* Preempted again and again: 4 slots on a pool of 8 blocks, 4 requests of n0..n0+30 prompt
