@@ -2757,13 +2757,32 @@ static void compress_case(int R, int d, int overlap, int P) {
     free(kv); free(ga); free(st[0]); free(st[1]);
 }
 
+/* Entries [cap, w] of the states st[s] (after their ci_v4cmp_entries floats), s < ns, copied
+ * into a block pool as backend.h's ci_v4cmp ent says: rows (table: one per sequence row t, its
+ * sequence t; else one) of nblk block ids, blocks handed out back to front and interleaved
+ * between the sequences; pool [ns * nblk * eb, w], its other rows random. */
+static float *v4_pool_of(float *const *st, int ns, size_t off, int cap, int w, int eb, int nblk, int rows, int32_t *tab) {
+    const int total = ns * nblk;
+    float *pool = xmalloc((size_t)total * eb * w * 4);
+    fill(pool, (size_t)total * eb * w, 1.f);
+    for (int t = 0; t < rows; t++)
+        for (int b = 0; b < nblk; b++) tab[(size_t)t * nblk + b] = total - 1 - (b * ns + t % ns);
+    for (int s = 0; s < ns; s++)
+        for (int k = 0; k < cap; k++)
+            memcpy(pool + ((size_t)tab[(size_t)s * nblk + k / eb] * eb + k % eb) * w, st[s] + off + (size_t)k * w,
+                   (size_t)w * 4);
+    return pool;
+}
+
 /* The indexer over n rows of one sequence (or each row its own state through a table),
- * then the attention over the window ring and the entries the rows chose. */
-static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih, int id, int topk, int kind) {
-    char name[200];
+ * then the attention over the window ring and the entries the rows chose. paged: the entries
+ * read from a block pool through block tables (ci_v4cmp ent), the CPU's result also equal
+ * bit for bit to its own from the states. */
+static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih, int id, int topk, int kind, int paged) {
+    char name[220];
     static const char *kn[] = { "sliding", "CSA", "HCA" };
-    snprintf(name, sizeof name, "cuda v4_index+v4_attend %s %s n=%d pos0=%d window=%d heads=%d D=%d ih=%d id=%d topk=%d",
-             kn[kind], table ? "own states" : "one state", n, p0, W, Hh, D, ih, id, topk);
+    snprintf(name, sizeof name, "cuda v4_index+v4_attend %s %s%s n=%d pos0=%d window=%d heads=%d D=%d ih=%d id=%d topk=%d",
+             kn[kind], table ? "own states" : "one state", paged ? " paged" : "", n, p0, W, Hh, D, ih, id, topk);
     if (!gpu->v4_attend || !gpu->v4_index || !want(name)) return;
     const int R = kind == 1 ? 4 : 16, rot = 16, P = p0 + n, ring_rows = W + 256;
     const int ns = table ? n : 1;
@@ -2807,15 +2826,42 @@ static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih,
     float **gtab = g_put(gtabh, (size_t)3 * n * sizeof *gtabh);
     float *gscr = g_alloc(ci_v4_index_scratch_floats(ih, id, cap) * 4), *gkbuf = g_alloc((size_t)max_keys * D * 4),
           *gsc = g_alloc((size_t)Hh * max_keys * 4);
+    /* paged: the entries copied into pools, the views pointed at them */
+    ci_v4cmp kcp[2] = { kc.c, kc.g }, kip[2] = { ki.c, ki.g };
+    float *cpool = NULL, *ipool = NULL, *gcpool = NULL, *gipool = NULL;
+    int32_t *ptab = NULL, *gptab = NULL;
+    if (paged) {
+        int lr = 0;
+        while ((1 << lr) < R) lr++;
+        const int eb = 128 >> lr, nblk = (cap + eb - 1) / eb, rows = table ? n : 1;
+        ptab = xmalloc((size_t)rows * nblk * 4);
+        cpool = v4_pool_of(cst, ns, ci_v4cmp_entries(&kc.c), cap, D, eb, nblk, rows, ptab);
+        ipool = v4_pool_of(ist, ns, ci_v4cmp_entries(&ki.c), cap, id, eb, nblk, rows, ptab);
+        gcpool = g_put(cpool, (size_t)ns * nblk * eb * D * 4);
+        gipool = g_put(ipool, (size_t)ns * nblk * eb * id * 4);
+        gptab = g_put(ptab, (size_t)rows * nblk * 4);
+        const ci_pages hp = { ptab, nblk, table, 7 - lr }, gp = { gptab, nblk, table, 7 - lr };
+        kcp[0].ent = cpool; kcp[0].ent_pages = hp; kip[0].ent = ipool; kip[0].ent_pages = hp;
+        kcp[1].ent = gcpool; kcp[1].ent_pages = gp; kip[1].ent = gipool; kip[1].ent_pages = gp;
+    }
     if (!dead) {
         float *const *ct = table ? htab : NULL, *const *gt = table ? gtab : NULL;
         const int32_t *csel = NULL, *gsl = NULL;
         char why[200] = "";
-        int sel_ok = 1;
+        int sel_ok = 1, same_bits = 1;
         if (kind == 1) {
-            cpu->v4_index(cpu, sel, nsel, iq, iw, ist[0], ct ? ct + 2 : NULL, 3, n, pos, &ki.c, ih, topk, stride, cap, scr);
-            gpu->v4_index(gpu, gsel, gnsel, giq, giw, gist[0], gt ? gt + 2 : NULL, 3, n, gpos, &ki.g, ih, topk, stride,
+            cpu->v4_index(cpu, sel, nsel, iq, iw, ist[0], ct ? ct + 2 : NULL, 3, n, pos, &kip[0], ih, topk, stride, cap, scr);
+            gpu->v4_index(gpu, gsel, gnsel, giq, giw, gist[0], gt ? gt + 2 : NULL, 3, n, gpos, &kip[1], ih, topk, stride,
                           cap, gscr);
+            if (paged) {   /* the CPU from the states: the same choice */
+                int32_t *s3 = xmalloc((size_t)n * stride * 4), *n3 = xmalloc((size_t)n * 4);
+                cpu->v4_index(cpu, s3, n3, iq, iw, ist[0], ct ? ct + 2 : NULL, 3, n, pos, &ki.c, ih, topk, stride, cap, scr);
+                for (int t = 0; t < n && same_bits; t++)
+                    same_bits = n3[t] == nsel[t] && !memcmp(s3 + (size_t)t * stride, sel + (size_t)t * stride,
+                                                            (size_t)nsel[t] * 4);
+                if (!same_bits) snprintf(why, sizeof why, "the CPU chose other entries from the pool than from the states");
+                free(s3); free(n3);
+            }
             int32_t *s2 = xmalloc((size_t)n * stride * 4), *n2 = xmalloc((size_t)n * 4);
             g_get(s2, gsel, (size_t)n * stride * 4);
             g_get(n2, gnsel, (size_t)n * 4);
@@ -2827,19 +2873,29 @@ static void v4_attn_case(int n, int table, int p0, int W, int Hh, int D, int ih,
             free(s2); free(n2);
             csel = sel; gsl = gsel;
         }
-        const ci_v4cmp *cc = kind ? &kc.c : NULL, *gc = kind ? &kc.g : NULL;
+        const ci_v4cmp *cc = kind ? &kcp[0] : NULL, *gc = kind ? &kcp[1] : NULL;
         const float *inv = kc.c.inv_freq, *ginv = kc.g.inv_freq;
         cpu->v4_attend(cpu, out, q, kv, n, pos, ring[0], ring_rows, W, cst[0], ct, 3, cc, csel, nsel, stride, sinks, Hh,
                        D, rot, inv, 1.0f, kbuf, sc);
         gpu->v4_attend(gpu, gout, gq, gkv, n, gpos, gring[0], ring_rows, W, gcst[0], gt, 3, gc, gsl, gnsel, stride,
                        gsinks, Hh, D, rot, ginv, 1.0f, gkbuf, gsc);
+        if (paged && same_bits && kind) {   /* the ring rows were stored again: the same rows */
+            float *o2 = xmalloc(n * HD * 4);
+            cpu->v4_attend(cpu, o2, q, kv, n, pos, ring[0], ring_rows, W, cst[0], ct, 3, &kc.c, csel, nsel, stride, sinks,
+                           Hh, D, rot, inv, 1.0f, kbuf, sc);
+            same_bits = !memcmp(o2, out, n * HD * 4);
+            if (!same_bits) snprintf(why, sizeof why, "the CPU's attention over the pool differs from its own over the states");
+            free(o2);
+        }
         float *got = xmalloc(n * HD * 4);
         g_get(got, gout, n * HD * 4);
         errs e = compare(got, out, n * HD);
         free(got);
-        if (!sel_ok) report_bool(name, 0, why);
+        if (!sel_ok || !same_bits) report_bool(name, 0, why);
         else report(name, e, B_V4);
     }
+    g_free(gcpool); g_free(gipool); g_free(gptab);
+    free(cpool); free(ipool); free(ptab);
     for (int s = 0; s < ns; s++) {
         g_free(gring[s]); g_free(gcst[s]); g_free(gist[s]);
         free(ring[s]); free(cst[s]); free(ist[s]);
@@ -2904,8 +2960,9 @@ static void test_v4(void) {
     };
     int nac = quick ? 3 : (int)(sizeof ac / sizeof *ac);
     for (int c = 0; c < nac && !dead; c++)
-        v4_attn_case(ac[c].n, ac[c].table, ac[c].p0, ac[c].W, ac[c].Hh, ac[c].D, ac[c].ih, ac[c].id, ac[c].topk,
-                     ac[c].kind);
+        for (int pg = 0; pg < 2; pg++)   /* the entries in the states, then on a block pool */
+            v4_attn_case(ac[c].n, ac[c].table, ac[c].p0, ac[c].W, ac[c].Hh, ac[c].D, ac[c].ih, ac[c].id, ac[c].topk,
+                         ac[c].kind, pg);
     groups_case(1, 8, 64, 128);
     groups_case(37, 4, 96, 256);
 }

@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
  * bits; not the one-warp kernel's order). Four times the warps of down_kernel_vec for the
  * same rows: at batch 1 that kernel had 15 warps per SM, stalled on its loads. */
 enum { DS_SPLIT = 4, DS_ROWS = 2, DS_BATCH = 4 };
-template <class L>
+template <class L, int DS_SPLIT, int DS_ROWS, int DS_BATCH>
 __global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4) down_kernel_split(exp_args a) {
     __shared__ const char *wb[DOWN_MAX_K];
     __shared__ const void *sg[DOWN_MAX_K];
@@ -583,6 +583,19 @@ __global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4
     }
 }
 
+/* CINFER_CUDA_DS_FORM: down_kernel_split's (split, rows, batch): 0 (4, 2, 4), 1 (2, 4, 4), 2 (2, 4, 6),
+ * 3 (1, 8, 8), 4 (4, 2, 6) (an experiment: fewer warps a row, one wave of blocks at batch 1) */
+static int ds_form(void) {
+    static const int v = cb_env_int("CINFER_CUDA_DS_FORM", 0, 0, 4);
+    return v;
+}
+
+template <class L, int SP, int RO, int BA>
+static void launch_ds(cuda_be *cb, const exp_args &a, int n) {
+    cb_launch(cb, down_kernel_split<L, SP, RO, BA>, dim3((unsigned)((a.X + RO - 1) / RO), (unsigned)n), dim3(SP * RO * 32),
+              0, a);
+}
+
 template <class L>
 static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bool al_down) {
     dim3 b(MOE_WARPS * 32);
@@ -590,9 +603,15 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
     if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
     else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
-    if (al_down && a.K <= DOWN_MAX_K && cb->moe_split)
-        cb_launch(cb, down_kernel_split<L>, dim3((unsigned)((a.X + DS_ROWS - 1) / DS_ROWS), (unsigned)n),
-                  dim3(DS_SPLIT * DS_ROWS * 32), 0, a);
+    if (al_down && a.K <= DOWN_MAX_K && cb->moe_split) {
+        switch (ds_form()) {
+        case 1: launch_ds<L, 2, 4, 4>(cb, a, n); break;
+        case 2: launch_ds<L, 2, 4, 6>(cb, a, n); break;
+        case 3: launch_ds<L, 1, 8, 8>(cb, a, n); break;
+        case 4: launch_ds<L, 4, 2, 6>(cb, a, n); break;
+        default: launch_ds<L, DS_SPLIT, DS_ROWS, DS_BATCH>(cb, a, n); break;
+        }
+    }
     else if (al_down && a.K <= DOWN_MAX_K && cb->moe_pipe) cb_launch(cb, down_kernel_vec<L, true>, g2, b, 0, a);
     else if (al_down && a.K <= DOWN_MAX_K) cb_launch(cb, down_kernel_vec<L, false>, g2, b, 0, a);
     else cb_launch(cb, down_kernel<L>, g2, b, 0, a);
