@@ -93,6 +93,7 @@ int v4_mlp_types(const ci_config *c, const char *fam, int n, int *is_hash, char 
 int v4_ropes(ci_model *m, v4_model *d, char *err, size_t errlen);
 
 /* deepseek_v4_run.c */
+int v4_pool_ok(const ci_model *m, char *why, size_t whylen);
 int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen);
 int v4_session_init(ci_session *s, char *err, size_t errlen);
 void v4_session_free(ci_session *s);

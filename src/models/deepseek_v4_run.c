@@ -20,12 +20,28 @@ static void chunk_ops(ci_session *s, int n, int head);
  * indexer entries, KV_BLOCK / ratio of each a block (the entries of the block's positions), in
  * regions of one (width, ratio) each (model.h ci_pool_regions: copy on write takes the entries
  * a block's first rows complete). A ratio must be a power of two up to KV_BLOCK. */
+int v4_pool_ok(const ci_model *m, char *why, size_t whylen) {
+    const v4_model *d = m->impl;
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        const int R = L->comp.ratio;
+        if (L->type != L_SLIDING && (R < 1 || R > KV_BLOCK || (R & (R - 1)))) {
+            if (why)
+                ci_err(why, whylen, "%s: layer %d compresses %d tokens an entry, not a power of two up to %d: its cache "
+                       "cannot be paged", m->family->name, l, R, KV_BLOCK);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     v4_model *d = m->impl;
     const char *fam = m->family->name;
     struct ci_pool_region spec[CI_POOL_REGIONS];
     int k = 0;
     memset(spec, 0, sizeof spec);
+    if (!v4_pool_ok(m, err, errlen)) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int j = 0; j < 2; j++) {
             const v4_layer *L = &d->layers[l];
@@ -33,9 +49,6 @@ int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
             const cmp_block *cb = j ? &L->icomp : &L->comp;
             int lr = 0;
             while ((1 << lr) < cb->ratio) lr++;
-            if ((1 << lr) != cb->ratio || lr > KV_BLOCK_LOG2)
-                return ci_err(err, errlen, "%s: layer %d compresses %d tokens an entry, not a power of two up to %d: its "
-                              "cache cannot be paged", fam, l, cb->ratio, KV_BLOCK);
             int r = 0;
             while (r < k && !(spec[r].row_floats == (size_t)cb->d && spec[r].rows_log2 == KV_BLOCK_LOG2 - lr)) r++;
             if (r == k) {

@@ -218,8 +218,14 @@ void ci_session_reset(ci_session *s) { s->pos = 0; }
 
 /* ---- paged caches ----------------------------------------------------------------------- */
 
+int ci_model_pageable(const ci_model *m) {
+    const ci_family_ops *o = m->family->ops;
+    return o->pool_init && (!o->pool_ok || o->pool_ok(m, NULL, 0));
+}
+
 int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen) {
     if (!m->family->ops->pool_init) return ci_err(err, errlen, "%s: its cache is not paged", m->family->name);
+    if (m->family->ops->pool_ok && !m->family->ops->pool_ok(m, err, errlen)) return -1;
     if (m->kv_pool) return ci_err(err, errlen, "%s: the model has a block pool already", m->family->name);
     if (n_blocks < 1) return ci_err(err, errlen, "%s: a block pool needs at least one block, got %d", m->family->name, n_blocks);
     if (m->family->ops->pool_init(m, n_blocks, err, errlen)) return -1;

@@ -103,6 +103,9 @@ int ci_model_open_rank(const char *dir, const ci_model_opts *opts, struct ci_com
  *   kv_pages.h kvs_match_copy; a tail is taken over when no block is free), at most limit
  *   positions; s->pos = that. */
 int ci_model_kv_pool(ci_model *m, int n_blocks, char *err, size_t errlen);
+/* 1 when ci_model_kv_pool can give m a pool: its family pages (pool_init) and m's cache fits
+ * the blocks (pool_ok). */
+int ci_model_pageable(const ci_model *m);
 /* ci_session_new for a caller that never passes more than max_rows tokens to one forward
  * (nor more than max_rows sequences to one forward_batch): the server's slots. */
 int ci_session_new_rows(ci_model *m, int max_ctx, int max_rows, ci_session **out, char *err, size_t errlen);

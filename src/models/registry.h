@@ -70,6 +70,10 @@ typedef struct ci_family_ops {
      * the rows of a shared pool of n_blocks blocks (KV_BLOCK positions each, every layer)
      * in backend memory; unload frees them. Sessions created afterwards use it. */
     int (*pool_init)(struct ci_model *m, int n_blocks, char *err, size_t errlen);
+    /* Optional: 0, with the reason in why, when this model's cache cannot be paged although
+     * its family's can (DeepSeek V4 with a compression ratio that is not a power of two up to
+     * KV_BLOCK): pool_init would refuse it; a server keeps a cache a slot instead. */
+    int (*pool_ok)(const struct ci_model *m, char *why, size_t whylen);
 } ci_family_ops;
 
 enum { CI_CUDA_NONE = 0, CI_CUDA_YES = 1, CI_CUDA_UNVERIFIED = 2 };

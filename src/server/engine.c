@@ -724,7 +724,7 @@ static void *eng_main(void *arg) {
 static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows, int *held) {
     const ci_family_ops *ops = m->family->ops;
     *held = 0;
-    if (!ops->pool_init || !ops->snapshot || !ops->restore || (ops->cache_export && ops->cache_import)) return 0;
+    if (!ci_model_pageable(m) || !ops->snapshot || !ops->restore || (ops->cache_export && ops->cache_import)) return 0;
     ci_session *probe;
     char err[256];
     if (ci_session_new_rows(m, o->ctx, rows, &probe, err, sizeof err)) return 0;
@@ -786,7 +786,7 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         size_t b = (size_t)ENG_PREFIX_DEFAULT_MB << 20, two = 2 * (size_t)o->parallel * e->st.snapshot_bytes;
         e->o.prefix_cache_bytes = two > b ? two : b;
     }
-    if (e->ops->pool_init && !m->kv_pool) {
+    if (ci_model_pageable(m) && !m->kv_pool) {
         long long nb = o->kv_blocks > 0 ? o->kv_blocks : (long long)o->parallel * ((o->ctx + KV_BLOCK - 1) / KV_BLOCK);
         const size_t held = snap_held && m->be->is_device ? e->o.prefix_cache_bytes : 0;
         if (o->kv_blocks <= 0 && o->mem_fraction > 0 && m->be->mem_info &&

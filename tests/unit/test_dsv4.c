@@ -131,6 +131,51 @@ static void test_short_session_topk(void) {
     rm_dir(dir);
 }
 
+/* The block pool holds KV_BLOCK / ratio entries a block: a model whose HCA ratio is 6 (not a
+ * power of two) cannot page (ci_model_pageable 0, ci_model_kv_pool names the layer and the
+ * ratio, one line), one with ratio 8 can; its sessions on the pool give the logits of its own. */
+static void test_pool_ratios(void) {
+    static const char *const rates[2] = { "6", "8" };
+    for (int r = 0; r < 2; r++) {
+        char cfg[2048], dir[64], err[1024] = "";
+        const char *base = V4_CFG(V4_TYPES), *k = strstr(base, "\"heavily_compressed_attention\": 8}");
+        if (!k) { CHECK(0, "the HCA rate not in the test config"); break; }
+        snprintf(cfg, sizeof cfg, "%.*s\"heavily_compressed_attention\": %s}%s", (int)(k - base), base, rates[r],
+                 k + strlen("\"heavily_compressed_attention\": 8}"));
+        if (!make_random(cfg, dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); break; }
+        ci_model *m = NULL, *own = NULL;
+        ci_model_opts o = { .n_threads = 1 };
+        CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0 && ci_model_open(dir, &o, &own, err, sizeof err) == 0, "%s",
+              err);
+        if (m && r == 0) {
+            CHECK(!ci_model_pageable(m), "ratio 6 pageable");
+            CHECK(ci_model_kv_pool(m, 4, err, sizeof err) != 0, "a pool for ratio 6 accepted");
+            CHECK_HAS(err, "layer 2 compresses 6 tokens an entry, not a power of two");
+            CHECK(!strchr(err, '\n'), "one line: %s", err);
+        }
+        if (m && own && r == 1) {
+            CHECK(ci_model_pageable(m) && ci_model_kv_pool(m, 4, err, sizeof err) == 0, "ratio 8: %s", err);
+            enum { T = 200, V = 64 };
+            ci_session *a = NULL, *b = NULL;
+            CHECK(!ci_session_new(m, 256, &a, err, sizeof err) && !ci_session_new(own, 256, &b, err, sizeof err), "%s", err);
+            if (a && b) {
+                int toks[T];
+                for (int i = 0; i < T; i++) toks[i] = 3 + (i * 7) % 60;
+                float *la = malloc(V * sizeof *la), *lb = malloc(V * sizeof *lb);
+                CHECK(!ci_forward(a, toks, T, la, 0, err, sizeof err) && !ci_forward(b, toks, T, lb, 0, err, sizeof err), "%s", err);
+                CHECK(ci_session_pages_shared(a) && !memcmp(la, lb, V * sizeof *la), "pool vs own logits max|diff| %g",
+                      max_diff(la, lb, V));
+                free(la); free(lb);
+            }
+            ci_session_free(a);
+            ci_session_free(b);
+        }
+        ci_model_free(m);
+        ci_model_free(own);
+        rm_dir(dir);
+    }
+}
+
 /* sliding_window comes from config.json alone: at its largest (2^24) a 16-token session
  * once sized each layer's ring and the key buffer by the window (a 2 GB malloc for 64-dim
  * rows, fuzz_model); they follow the context now, and the logits match a window of 16. */
@@ -388,6 +433,7 @@ int main(void) {
     TEST_RUN(test_short_session_topk);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_huge_window);
+    TEST_RUN(test_pool_ratios);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_damaged);
     TEST_RUN(test_forward_batch);
