@@ -529,42 +529,46 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) down_kernel_vec(exp_args a) {
     }
 }
 
-/* down, 16-byte vectors, a row split over DS_SPLIT warps: block = DS_ROWS rows x DS_SPLIT
- * warps; warp q of a row takes the steps j = q, q + DS_SPLIT, ... of its K · S stream in
- * rounds of DS_BATCH loads in flight (registers capped so that 4 blocks = 32 warps fit an
- * SM, 3 for fp8, with no spills: ptxas -v, 2026-12-02), the row's partial
- * sums meet in shared memory and are added in q order (a fixed order: same inputs, same
- * bits; not the one-warp kernel's order). Four times the warps of down_kernel_vec for the
- * same rows: at batch 1 that kernel had 15 warps per SM, stalled on its loads. */
-enum { DS_SPLIT = 4, DS_ROWS = 2, DS_BATCH = 4 };
-template <class L, int DS_SPLIT, int DS_ROWS, int DS_BATCH>
-__global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4) down_kernel_split(exp_args a) {
+/* down, 16-byte vectors, a row split over SP warps: block = RO rows x SP warps (8 warps); warp q
+ * of a row takes the steps j = q, q + SP, ... of its K · S stream in rounds of DS_BATCH loads in
+ * flight (registers capped so that 4 blocks = 32 warps fit an SM, 3 for fp8, with no spills:
+ * ptxas -v, 2026-12-02), the row's partial sums meet in shared memory and are added in q order
+ * (a fixed order: same inputs, same bits; not the one-warp kernel's order). SP warps a row
+ * against down_kernel_vec's one: at batch 1 that kernel had 15 warps per SM, stalled on its
+ * loads. SP = 2 (RO 4) by default, 4 (RO 2) with CINFER_CUDA_DS_SPLIT=4: at batch 1 the 2-warp
+ * form's 2 · X warps fit the SMs in one wave (32 warps an SM), the 4-warp form's took two, each
+ * block paying the two dependent loads of its experts' table (down_stage). Measured on an H100,
+ * 2026-12-05 (bench/RESULTS.md): DeepSeek-V2-Lite dims +1.9%, Qwen3-30B-A3B dims level; a row
+ * per warp (8 rows a block) and rounds of 6 loads were slower. */
+enum { DS_BATCH = 4 };
+template <class L, int SP, int RO>
+__global__ void __launch_bounds__(SP * RO * 32, L::BYTES == 1 ? 3 : 4) down_kernel_split(exp_args a) {
     __shared__ const char *wb[DOWN_MAX_K];
     __shared__ const void *sg[DOWN_MAX_K];
     __shared__ int64_t s0[DOWN_MAX_K];
     __shared__ float wk[DOWN_MAX_K];
-    __shared__ float part_sum[DS_ROWS * DS_SPLIT];
+    __shared__ float part_sum[RO * SP];
     pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.y, K = a.K;
     down_stage(a, t, wb, sg, s0, wk);
     __syncthreads();
-    const int q = warp % DS_SPLIT, r = blockIdx.x * DS_ROWS + warp / DS_SPLIT;
+    const int q = warp % SP, r = blockIdx.x * RO + warp / SP;
     constexpr int V = L::VEC;
     const int I = a.I, S = (I + 32 * V - 1) / (32 * V), total = K * S;
     const int scols = a.block > 0 ? (I + a.block - 1) / a.block : 0;
     const float *h = a.h + (int64_t)t * K * I;
     float acc = 0.0f;
     if (r < a.X) {
-        for (int j0 = q; j0 < total; j0 += DS_SPLIT * DS_BATCH) {
+        for (int j0 = q; j0 < total; j0 += SP * DS_BATCH) {
             uint4 raw[DS_BATCH];
 #pragma unroll
             for (int b = 0; b < DS_BATCH; b++) {
-                const int j = j0 + b * DS_SPLIT, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+                const int j = j0 + b * SP, k = j / S, c = (j - k * S) * 32 * V + lane * V;
                 if (j < total && c < I) raw[b] = ld_stream(wb[k] + ((int64_t)r * I + c) * L::BYTES);
             }
 #pragma unroll
             for (int b = 0; b < DS_BATCH; b++) {
-                const int j = j0 + b * DS_SPLIT, k = j / S, c = (j - k * S) * 32 * V + lane * V;
+                const int j = j0 + b * SP, k = j / S, c = (j - k * S) * 32 * V + lane * V;
                 if (j >= total || c >= I) continue;
                 acc = fmaf(wk[k], down_step<L>(raw[b], sg[k], a.sd, s0[k], a.block, scols, r, c, h + (int64_t)k * I),
                            acc);
@@ -577,23 +581,22 @@ __global__ void __launch_bounds__(DS_SPLIT * DS_ROWS * 32, L::BYTES == 1 ? 3 : 4
     if (q == 0 && lane == 0 && r < a.X) {
         float s = part_sum[warp];
 #pragma unroll
-        for (int i = 1; i < DS_SPLIT; i++) s += part_sum[warp + i];
+        for (int i = 1; i < SP; i++) s += part_sum[warp + i];
         float *o = a.out + (int64_t)t * a.X + r;
         *o = a.acc ? *o + s : s;
     }
 }
 
-/* CINFER_CUDA_DS_FORM: down_kernel_split's (split, rows, batch): 0 (4, 2, 4), 1 (2, 4, 4), 2 (2, 4, 6),
- * 3 (1, 8, 8), 4 (4, 2, 6) (an experiment: fewer warps a row, one wave of blocks at batch 1) */
-static int ds_form(void) {
-    static const int v = cb_env_int("CINFER_CUDA_DS_FORM", 0, 0, 4);
+/* CINFER_CUDA_DS_SPLIT (2, the default, or 4): down_kernel_split's warps a row */
+static int ds_split(void) {
+    static const int v = cb_env_int("CINFER_CUDA_DS_SPLIT", 2, 2, 4);
     return v;
 }
 
-template <class L, int SP, int RO, int BA>
+template <class L, int SP, int RO>
 static void launch_ds(cuda_be *cb, const exp_args &a, int n) {
-    cb_launch(cb, down_kernel_split<L, SP, RO, BA>, dim3((unsigned)((a.X + RO - 1) / RO), (unsigned)n), dim3(SP * RO * 32),
-              0, a);
+    cb_launch(cb, down_kernel_split<L, SP, RO>, dim3((unsigned)((a.X + RO - 1) / RO), (unsigned)n), dim3(SP * RO * 32), 0,
+              a);
 }
 
 template <class L>
@@ -604,13 +607,8 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
     else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
     if (al_down && a.K <= DOWN_MAX_K && cb->moe_split) {
-        switch (ds_form()) {
-        case 1: launch_ds<L, 2, 4, 4>(cb, a, n); break;
-        case 2: launch_ds<L, 2, 4, 6>(cb, a, n); break;
-        case 3: launch_ds<L, 1, 8, 8>(cb, a, n); break;
-        case 4: launch_ds<L, 4, 2, 6>(cb, a, n); break;
-        default: launch_ds<L, DS_SPLIT, DS_ROWS, DS_BATCH>(cb, a, n); break;
-        }
+        if (ds_split() == 4) launch_ds<L, 4, 2>(cb, a, n);
+        else launch_ds<L, 2, 4>(cb, a, n);
     }
     else if (al_down && a.K <= DOWN_MAX_K && cb->moe_pipe) cb_launch(cb, down_kernel_vec<L, true>, g2, b, 0, a);
     else if (al_down && a.K <= DOWN_MAX_K) cb_launch(cb, down_kernel_vec<L, false>, g2, b, 0, a);
