@@ -12,7 +12,7 @@ BD=/tmp/bm; mkdir -p $BD
 ( sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json > $BD/ds.json
   nice -n 15 timeout 200 $C make-random --config bench/qwen3-30b-a3b.config.json --out $BD/q30 --dtype bf16 --seed 1 --layers 4 > $O/make.log 2>&1
   nice -n 15 timeout 200 $C make-random --config $BD/ds.json --out $BD/ds6 --dtype bf16 --seed 1 --layers 6 >> $O/make.log 2>&1 ) &
-OUT=$O/suite timeout 400 bash tests/gpu/run.sh > $O/suite.txt 2>&1; ts "suite rc $?"; tail -18 $O/suite.txt
+OUT=$O/suite timeout 420 bash tests/gpu/run.sh > $O/suite.txt 2>&1; ts "suite rc $?"; tail -18 $O/suite.txt
 CINFER_CUDA_DS_SPLIT=4 timeout 60 $T --only "moe_experts" > $O/ops_moe_split4.log 2>&1
 ts "moe_experts DS_SPLIT=4 rc $? $(grep -c ^PASS $O/ops_moe_split4.log) pass $(grep -c ^FAIL $O/ops_moe_split4.log) fail"
 wait; ts "made $(du -sh $BD/q30 $BD/ds6 2>&1 | tr '\n' ' ')"

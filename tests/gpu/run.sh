@@ -25,7 +25,8 @@
 #   generate    one short cinfer generate --device cuda --stats
 #   serve       cinfer serve --device cuda on an f32 fixture (demo tokenizer beside it) with a small
 #   serve-dsa   block pool (serve-dsa: the deepseek_v32 fixture's MLA latents and indexer keys paged;
-#   serve-qh    serve-qh / serve-nh: the qwen3_5 and nemotron_h hybrids, attention rows paged),
+#   serve-qh    serve-qh / serve-nh: the qwen3_5 and nemotron_h hybrids, attention rows paged;
+#   serve-v4    serve-v4: the deepseek_v4_hub fixture's compressed entries paged),
 #               bench/serve_load.py check: concurrent seeded = alone, a cached second
 #               turn, a soak with hang-ups, an idle pool and no 5xx
 #   serve-paged tests/cli/serve_paged.sh with SERVE_DEVICE=cuda: preemption on a 6-block pool there
@@ -148,9 +149,10 @@ step generate 45 generate.log "$CINFER" generate --model tests/fixtures/qwen3_bf
 
 # ---- serve: the paged pool behind the HTTP server on the device (a dense fixture, and
 # DeepSeek V3.2's: latent rows and indexer keys in the pool; two hybrids: attention rows in
-# the pool, DeltaNet / Mamba2 states from snapshots) ----
+# the pool, DeltaNet / Mamba2 states from snapshots; DeepSeek V4: compressed entries in the
+# pool, window rings and pending tokens from snapshots) ----
 port=18090
-for sf in qwen3_tied:serve deepseek_v32:serve-dsa qwen3_5:serve-qh nemotron_h:serve-nh; do
+for sf in qwen3_tied:serve deepseek_v32:serve-dsa qwen3_5:serve-qh nemotron_h:serve-nh deepseek_v4_hub:serve-v4; do
   sdir=$(mktemp -d)
   cp -r tests/fixtures/${sf%%:*} "$sdir/m" && cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$sdir/m/"
   step ${sf##*:} 120 ${sf##*:}.log bash -c "
