@@ -386,61 +386,12 @@ __device__ __forceinline__ float lane_dot(const void *W, const void *grid, int64
     return acc;
 }
 
-/* lane_dot of row r of two matrices (up, gate) of the same shape and layout, their loads issued
- * together (a round trip for both instead of one each); each sum takes lane_dot's products in
- * lane_dot's order: the same bits. */
-template <class L>
-__device__ __forceinline__ void lane_dot2(const void *Wa, const void *ga, int64_t ra, const void *Wb, const void *gb,
-                                          int64_t rb, const exp_args &a, int r, int C, const float *xr, int lane,
-                                          float *oa, float *ob) {
-    const char *wp[2] = { (const char *)Wa + (int64_t)r * C * L::BYTES, (const char *)Wb + (int64_t)r * C * L::BYTES };
-    const void *grid[2] = { ga, gb };
-    const int scols = a.block > 0 ? (C + a.block - 1) / a.block : 0;
-    const int64_t sbase[2] = { ga ? ((ra + r) / a.block) * scols : 0, gb ? ((rb + r) / a.block) * scols : 0 };
-    float acc[2] = { 0.0f, 0.0f };
-    constexpr int V = L::VEC, U = 4;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V * U) {
-        uint4 raw[2][U];
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (c0 + u * 32 * V < C) raw[m][u] = ld_stream(wp[m] + (int64_t)(c0 + u * 32 * V) * L::BYTES);
-#pragma unroll
-        for (int m = 0; m < 2; m++)
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * 32 * V;
-                if (c >= C) break;
-                float wv[V];
-                L::cvt(raw[m][u], wv);
-                if (grid[m]) {
-                    float sc = scale_elem(grid[m], a.sd, sbase[m] + c / a.block);
-#pragma unroll
-                    for (int i = 0; i < V; i++) wv[i] *= sc;
-                }
-                const float4 *xp = (const float4 *)(xr + c);
-#pragma unroll
-                for (int q = 0; q < V / 4; q++) {
-                    float4 xv = __ldg(xp + q);
-                    acc[m] = fmaf(wv[4 * q], xv.x, acc[m]);
-                    acc[m] = fmaf(wv[4 * q + 1], xv.y, acc[m]);
-                    acc[m] = fmaf(wv[4 * q + 2], xv.z, acc[m]);
-                    acc[m] = fmaf(wv[4 * q + 3], xv.w, acc[m]);
-                }
-            }
-    }
-    *oa = acc[0];
-    *ob = acc[1];
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-/* PAIR (aligned, gated): the up and gate rows' loads together (lane_dot2, the same bits) */
-template <class L, bool AL, bool PAIR>
+template <class L, bool AL>
 __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -448,14 +399,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     if (r >= a.I) return;
     const int e = a.sel[p], t = p / a.K;
     const float *xr = a.x + (int64_t)t * a.X;
-    float u, g;
-    if (PAIR && AL && !a.relu2)
-        lane_dot2<L>(a.w[3 * e + 1], a.scale[3 * e + 1], a.srow0[3 * e + 1], a.w[3 * e], a.scale[3 * e], a.srow0[3 * e], a,
-                     r, a.X, xr, lane, &u, &g);
-    else {
-        u = lane_dot<L, AL>(a.w[3 * e + 1], a.scale[3 * e + 1], a.srow0[3 * e + 1], a, r, a.X, xr, lane);
-        g = a.relu2 ? 0.0f : lane_dot<L, AL>(a.w[3 * e], a.scale[3 * e], a.srow0[3 * e], a, r, a.X, xr, lane);
-    }
+    float u = lane_dot<L, AL>(a.w[3 * e + 1], a.scale[3 * e + 1], a.srow0[3 * e + 1], a, r, a.X, xr, lane);
+    float g = a.relu2 ? 0.0f : lane_dot<L, AL>(a.w[3 * e], a.scale[3 * e], a.srow0[3 * e], a, r, a.X, xr, lane);
     u = warp_sum(u);
     g = warp_sum(g);
     if (lane) return;
@@ -642,12 +587,6 @@ __global__ void __launch_bounds__(SP * RO * 32, L::BYTES == 1 ? 3 : 4) down_kern
     }
 }
 
-/* CINFER_CUDA_GU_PAIR (default 1; 0: gate_up_kernel reads a row's up, then its gate) */
-static int gu_pair(void) {
-    static const int v = cb_env_switch("CINFER_CUDA_GU_PAIR", 1);
-    return v;
-}
-
 /* CINFER_CUDA_DS_SPLIT (2, the default, or 4): down_kernel_split's warps a row */
 static int ds_split(void) {
     static const int v = cb_env_int("CINFER_CUDA_DS_SPLIT", 2, 2, 4);
@@ -665,9 +604,8 @@ static void launch_experts(cuda_be *cb, const exp_args &a, int n, bool al_up, bo
     dim3 b(MOE_WARPS * 32);
     dim3 g1((unsigned)((a.I + MOE_WARPS - 1) / MOE_WARPS), (unsigned)(n * a.K));
     dim3 g2((unsigned)((a.X + MOE_WARPS - 1) / MOE_WARPS), (unsigned)n);
-    if (al_up && gu_pair()) cb_launch(cb, gate_up_kernel<L, true, true>, g1, b, 0, a);
-    else if (al_up) cb_launch(cb, gate_up_kernel<L, true, false>, g1, b, 0, a);
-    else cb_launch(cb, gate_up_kernel<L, false, false>, g1, b, 0, a);
+    if (al_up) cb_launch(cb, gate_up_kernel<L, true>, g1, b, 0, a);
+    else cb_launch(cb, gate_up_kernel<L, false>, g1, b, 0, a);
     if (al_down && a.K <= DOWN_MAX_K && cb->moe_split) {
         if (ds_split() == 4) launch_ds<L, 4, 2>(cb, a, n);
         else launch_ds<L, 2, 4>(cb, a, n);
