@@ -442,6 +442,7 @@ static const ci_family_ops v4_ops = {
     .cache_bytes_at = v4_cache_bytes_at, .forward_batch = v4_forward_batch,
     .forward_batch_argmax = v4_forward_batch_argmax,
     .snapshot = v4_snapshot, .restore = v4_restore, .pool_init = v4_pool_init, .pool_ok = v4_pool_ok,
+    .snapshot_bytes = v4_snapshot_bytes,
 };
 
 const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 1 };

@@ -126,6 +126,27 @@ static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
     }
 }
 
+/* put_all's bytes at their most: a window's rows but one, ratio - 1 pending tokens, the
+ * previous series, and (not pooled) every entry of the context */
+size_t v4_snapshot_bytes(const ci_model *m, int max_ctx, int pooled) {
+    const v4_model *d = m->impl;
+    const int W = v4_window_rows(d, max_ctx);
+    size_t b = 4 * sizeof(int32_t);
+    for (int l = 0; l < d->n_layers; l++) {
+        const v4_layer *L = &d->layers[l];
+        b += (size_t)(W > 1 ? W - 1 : 0) * d->D * sizeof(float);
+        for (int j = 0; j < 2; j++) {
+            if (L->type == L_SLIDING || (j && L->type != L_CSA)) continue;
+            const cmp_block *k = j ? &L->icomp : &L->comp;
+            const size_t R = (size_t)k->ratio, m2 = (size_t)(1 + k->overlap) * k->d;
+            b += 2 * sizeof(int32_t) + 2 * (R - 1) * m2 * sizeof(float);
+            if (k->overlap) b += 2 * R * k->d * sizeof(float);
+            if (!pooled) b += (size_t)(max_ctx / k->ratio) * k->d * sizeof(float);
+        }
+    }
+    return b;
+}
+
 cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
     const v4_cache *c = s->impl;

@@ -107,6 +107,7 @@ int v4_window_rows(const v4_model *d, long long max_ctx);
 size_t v4_cache_bytes_per_token(const ci_model *m);
 size_t v4_cache_bytes_at(const ci_model *m, long long n_tokens);
 cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen);
+size_t v4_snapshot_bytes(const ci_model *m, int max_ctx, int pooled);
 int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen);
 
 #endif

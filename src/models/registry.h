@@ -74,6 +74,10 @@ typedef struct ci_family_ops {
      * its family's can (DeepSeek V4 with a compression ratio that is not a power of two up to
      * KV_BLOCK): pool_init would refuse it; a server keeps a cache a slot instead. */
     int (*pool_ok)(const struct ci_model *m, char *why, size_t whylen);
+    /* Optional: the most bytes snapshot gives for a session of max_ctx tokens (pooled: one on
+     * the model's block pool), for caches whose snapshots grow with the position (DeepSeek V4:
+     * the window's rows, the pending tokens); NULL: a snapshot is as big at any position. */
+    size_t (*snapshot_bytes)(const struct ci_model *m, int max_ctx, int pooled);
 } ci_family_ops;
 
 enum { CI_CUDA_NONE = 0, CI_CUDA_YES = 1, CI_CUDA_UNVERIFIED = 2 };

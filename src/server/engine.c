@@ -718,9 +718,9 @@ static void *eng_main(void *arg) {
 /* ---- public ----------------------------------------------------------------------------- */
 
 /* A hybrid on the block pool: the bytes of one snapshot of its states (a probe session's, at
- * position 0: the rows stay in the pool, the states are as big at any position; DeepSeek V4's
- * window grows to its length first); else 0. *held: the snapshot keeps its bytes in the
- * backend's memory (layer_snap.h), not in a host blob. */
+ * position 0: the rows stay in the pool, the states are as big at any position; a family whose
+ * snapshots grow with the position says its largest, registry.h snapshot_bytes); else 0.
+ * *held: the snapshot keeps its bytes in the backend's memory (layer_snap.h), not in a host blob. */
 static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows, int *held) {
     const ci_family_ops *ops = m->family->ops;
     *held = 0;
@@ -732,6 +732,7 @@ static size_t states_snapshot_bytes(ci_model *m, const eng_opts *o, int rows, in
     size_t b = snap ? cache_snap_bytes(snap) : 0, hb = 0;
     void *owner = NULL;
     *held = snap && cache_snap_held(snap, &hb, &owner) != NULL;
+    if (snap && ops->snapshot_bytes) b = ops->snapshot_bytes(m, o->ctx, 1);
     cache_snap_free(snap);
     ci_session_free(probe);
     return b;

@@ -8,6 +8,7 @@
 #include "tmpmodel.h"
 #include "io/json.h"
 #include "models/model.h"
+#include "models/registry.h"
 #include "cache/cache.h"
 #include <math.h>
 #include <stdint.h>
@@ -169,6 +170,29 @@ static void test_pool_ratios(void) {
             }
             ci_session_free(a);
             ci_session_free(b);
+            /* snapshot_bytes bounds every snapshot and is reached (position 15: 3 of 4 and 7 of 8
+             * tokens pending, the window full), on the pool and off it */
+            const ci_family_ops *ops = m->family->ops;
+            ci_model *ms[2] = { m, own };
+            for (int pooled = 1; pooled >= 0 && ops->snapshot_bytes; pooled--) {
+                ci_session *c = NULL;
+                CHECK(!ci_session_new(ms[1 - pooled], 256, &c, err, sizeof err), "%s", err);
+                const size_t most = ops->snapshot_bytes(ms[1 - pooled], 256, pooled);
+                size_t seen = 0;
+                int over = -1;
+                for (int p = 0; c && p < 24; p++) {
+                    int tk = 3 + (p * 7) % 60;
+                    CHECK(!ci_forward(c, &tk, 1, NULL, 0, err, sizeof err), "%s", err);
+                    cache_snap *sn = ops->snapshot(c, err, sizeof err);
+                    const size_t b = sn ? cache_snap_bytes(sn) : 0;
+                    if (b > most && over < 0) over = p + 1;
+                    if (p + 1 == 15) seen = b;
+                    cache_snap_free(sn);
+                }
+                CHECK(over < 0, "%s: a snapshot at %d over snapshot_bytes %zu", pooled ? "pooled" : "own", over, most);
+                if (pooled) CHECK(seen == most, "pooled snapshot at 15: %zu bytes, snapshot_bytes %zu", seen, most);
+                ci_session_free(c);
+            }
         }
         ci_model_free(m);
         ci_model_free(own);
