@@ -3,6 +3,7 @@
 #include "deepseek_v4_internal.h"
 #include "../core/status.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- cache ----------------------------------------------------------------------------- */
@@ -40,98 +41,92 @@ size_t v4_cache_bytes_at(const ci_model *m, long long n_tokens) { return cache_b
 
 /* ---- snapshots (prefix reuse in the server) ------------------------------------------------
  *
- * The cache at position P as one blob: a header (magic, layers, P, whether the entries are in
- * it), then per layer the window rows of positions max(0, P-W+1) .. P-1 in order, and per
- * compressor state its entry count, whether it holds a previous window, the current window's
- * P % ratio pending tokens (kv, gate), the previous window's Ca series (overlap, when held)
- * and its entries. A session on the model's block pool keeps its entries in the blocks: its
- * snapshot holds none, and a restore needs its blocks to hold the snapshot's positions
- * (ci_session_match first). */
-enum { SNAP_MAGIC = 0x56345334 };   /* "4S4V" */
+ * The cache at position P in two parts. The host blob: a header (magic, layers, P, whether the
+ * entries are in it, whether the floats are held), then per compressor state its entry count
+ * and whether it holds a previous window. The floats, in one buffer of the session's backend
+ * that the snapshot holds (cache_snap_hold: taken and restored with the backend's copy, so on
+ * a device they never cross to the host), or after the header in the blob when the backend has
+ * no room: per layer the window rows of positions max(0, P-W+1) .. P-1 in order (two pieces of
+ * the ring at most), and per compressor state the current window's P % ratio pending tokens
+ * (kv, gate), the previous window's Ca series (overlap, when held) and its entries. A session
+ * on the model's block pool keeps its entries in the blocks: its snapshot holds none, and a
+ * restore needs its blocks to hold the snapshot's positions (ci_session_match first). */
+enum { SNAP_MAGIC = 0x56345335, SNAP_HDR = 5 };   /* "5S4V" */
 
 typedef struct {
     ci_backend *be;
-    uint8_t *p;                           /* NULL: only count */
-    const uint8_t *q;                     /* reading */
-    size_t off, len;
-    int bad;
-} blob_io;
+    int32_t *h;                           /* the ints (NULL: only count) */
+    size_t nh;
+    char *dev;                            /* the floats: a backend buffer, */
+    char *host;                           /* or host bytes, */
+    size_t off;                           /* (NULL both: only count) */
+    int writing;
+} snap_io;
 
-static void bput(blob_io *b, const void *src, size_t n) {
-    if (b->p) memcpy(b->p + b->off, src, n);
-    b->off += n;
+static void io_int(snap_io *b, int32_t *v) {
+    if (b->h && b->writing) b->h[b->nh] = *v;
+    else if (b->h) *v = b->h[b->nh];
+    b->nh++;
 }
 
-static void bget(blob_io *b, void *dst, size_t n) {
-    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
-    memcpy(dst, b->q + b->off, n);
-    b->off += n;
-}
-
-/* The same for bytes in backend memory. */
-static void bput_dev(blob_io *b, const float *src, size_t n) {
-    if (b->p && n) b->be->download(b->be, b->p + b->off, src, n);
-    b->off += n;
-}
-
-static void bget_dev(blob_io *b, float *dst, size_t n) {
-    if (b->bad || n > b->len - b->off) { b->bad = 1; return; }
-    if (n) b->be->upload(b->be, dst, b->q + b->off, n);
-    b->off += n;
+/* n floats between the cache at x and the snapshot's floats */
+static void io_f(snap_io *b, float *x, size_t n) {
+    const size_t bytes = n * sizeof(float);
+    if (bytes && b->writing && b->dev) b->be->copy(b->be, b->dev + b->off, x, bytes);
+    else if (bytes && b->writing && b->host) b->be->download(b->be, b->host + b->off, x, bytes);
+    else if (bytes && !b->writing && b->dev) b->be->copy(b->be, x, b->dev + b->off, bytes);
+    else if (bytes && !b->writing && b->host) b->be->upload(b->be, x, b->host + b->off, bytes);
+    b->off += bytes;
 }
 
 /* A compressor state at position P: its P / ratio entries, whether it holds a previous
  * window's Ca series (CSA past its first window), the pending tokens, that series, the
- * entries (the layout of compressor.h). */
-static void put_cmp(blob_io *b, const cmp_block *k, const float *st, int P, int ent) {
-    const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R, ne = P / R, has_prev = k->overlap && ne > 0;
-    int32_t hdr[2] = { ne, has_prev };
-    bput(b, hdr, sizeof hdr);
-    bput_dev(b, st, (size_t)pend * m * sizeof(float));
-    bput_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
-    if (has_prev) {
-        bput_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
-        bput_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
-    }
-    if (ent) bput_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d * sizeof(float));
-}
-
-static int get_cmp(blob_io *b, const cmp_block *k, float *st, int P, int max_ctx, int ent) {
+ * entries (ent: in the state; the layout of compressor.h). Reading, the ints are checked
+ * against P first: -1 when they do not fit. */
+static int io_cmp(snap_io *b, const cmp_block *k, float *st, int P, int max_ctx, int ent) {
     const int R = k->ratio, m = (1 + k->overlap) * k->d, pend = P % R;
-    int32_t hdr[2] = { -1, -1 };
-    bget(b, hdr, sizeof hdr);
-    if (b->bad || hdr[0] != P / R || (ent && hdr[0] > cmp_state_cap(k, max_ctx)) || hdr[1] != (k->overlap && hdr[0] > 0))
+    int32_t ne = P / R, has_prev = k->overlap && ne > 0;
+    io_int(b, &ne);
+    io_int(b, &has_prev);
+    if (!b->writing && b->h && (ne != P / R || (ent && ne > cmp_state_cap(k, max_ctx)) || has_prev != (k->overlap && ne > 0)))
         return -1;
-    bget_dev(b, st, (size_t)pend * m * sizeof(float));
-    bget_dev(b, st + (size_t)R * m, (size_t)pend * m * sizeof(float));
-    if (hdr[1]) {
-        bget_dev(b, st + 2 * (size_t)R * m, (size_t)R * k->d * sizeof(float));
-        bget_dev(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d * sizeof(float));
+    io_f(b, st, (size_t)pend * m);
+    io_f(b, st + (size_t)R * m, (size_t)pend * m);
+    if (has_prev) {
+        io_f(b, st + 2 * (size_t)R * m, (size_t)R * k->d);
+        io_f(b, st + 2 * (size_t)R * m + (size_t)R * k->d, (size_t)R * k->d);
     }
-    if (ent) bget_dev(b, st + ci_v4cmp_entries(&k->op), (size_t)hdr[0] * k->d * sizeof(float));
-    return b->bad ? -1 : 0;
+    if (ent) io_f(b, st + ci_v4cmp_entries(&k->op), (size_t)ne * k->d);
+    return 0;
 }
 
-static void put_all(blob_io *b, const v4_model *d, const v4_cache *c, int P) {
-    const int ent = !c->shared;
-    int32_t hdr[4] = { SNAP_MAGIC, d->n_layers, P, ent };
-    bput(b, hdr, sizeof hdr);
+/* Every layer after the header; -1 (reading) at the first layer that does not fit, *bad_layer. */
+static int io_layers(snap_io *b, const v4_model *d, v4_cache *c, int P, int max_ctx, int ent, int *bad_layer) {
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
-        const v4_lcache *lc = &c->lc[l];
-        for (int q = P - d->W + 1 > 0 ? P - d->W + 1 : 0; q < P; q++)
-            bput_dev(b, lc->ring + (size_t)(q % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if (L->type != L_SLIDING) put_cmp(b, &L->comp, lc->cs, P, ent);
-        if (L->type == L_CSA) put_cmp(b, &L->icomp, lc->is, P, ent);
+        v4_lcache *lc = &c->lc[l];
+        /* the window's rows: positions q0 .. P-1 at rows q % ring_rows, two pieces at most */
+        const int q0 = P - d->W + 1 > 0 ? P - d->W + 1 : 0;
+        for (int q = q0; q < P;) {
+            const int r = q % c->ring_rows, run = c->ring_rows - r < P - q ? c->ring_rows - r : P - q;
+            io_f(b, lc->ring + (size_t)r * d->D, (size_t)run * d->D);
+            q += run;
+        }
+        if ((L->type != L_SLIDING && io_cmp(b, &L->comp, lc->cs, P, max_ctx, ent)) ||
+            (L->type == L_CSA && io_cmp(b, &L->icomp, lc->is, P, max_ctx, ent))) {
+            *bad_layer = l;
+            return -1;
+        }
     }
+    return 0;
 }
 
-/* put_all's bytes at their most: a window's rows but one, ratio - 1 pending tokens, the
- * previous series, and (not pooled) every entry of the context */
+/* put the bytes at their most: a window's rows but one, ratio - 1 pending tokens, the
+ * previous series, and (not pooled) every entry of the context; and the ints */
 size_t v4_snapshot_bytes(const ci_model *m, int max_ctx, int pooled) {
     const v4_model *d = m->impl;
     const int W = v4_window_rows(d, max_ctx);
-    size_t b = 4 * sizeof(int32_t);
+    size_t b = SNAP_HDR * sizeof(int32_t);
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
         b += (size_t)(W > 1 ? W - 1 : 0) * d->D * sizeof(float);
@@ -147,63 +142,98 @@ size_t v4_snapshot_bytes(const ci_model *m, int max_ctx, int pooled) {
     return b;
 }
 
+static void release_buf(void *ctx, void *buf) {
+    ci_backend *be = ctx;
+    be->buf_free(be, buf);
+}
+
 cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
-    const v4_cache *c = s->impl;
-    if (s->pos != c->state_pos) {
-        ci_err(err, errlen, "%s: snapshot of a session at position %d whose cache is at %d", s->m->family->name, s->pos,
-               c->state_pos);
+    v4_cache *c = s->impl;
+    ci_backend *be = s->m->be;
+    const char *fam = s->m->family->name;
+    const int P = s->pos, ent = !c->shared;
+    if (P != c->state_pos) {
+        ci_err(err, errlen, "%s: snapshot of a session at position %d whose cache is at %d", fam, P, c->state_pos);
         return NULL;
     }
-    blob_io cnt = { .be = s->m->be };
-    put_all(&cnt, d, c, s->pos);
-    cache_snap *snap = cache_snap_blob_new(s->pos, cnt.off);
+    int badl = 0;
+    snap_io cnt = { .be = be, .writing = 1 };
+    io_layers(&cnt, d, c, P, s->max_ctx, ent, &badl);
+    const size_t hb = (SNAP_HDR + cnt.nh) * sizeof(int32_t), fb = cnt.off;
+    char *dev = be->alloc(be, fb ? fb : 1);
+    cache_snap *snap = cache_snap_blob_new(P, hb + (dev ? 0 : fb));
     if (!snap) {
-        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", s->m->family->name, s->pos);
+        if (dev) be->buf_free(be, dev);
+        ci_err(err, errlen, "%s: out of memory for a cache snapshot at position %d", fam, P);
         return NULL;
     }
-    blob_io w = { .be = s->m->be, .p = cache_snap_blob(snap, NULL) };
-    put_all(&w, d, c, s->pos);
+    int32_t *h = cache_snap_blob(snap, NULL);
+    h[0] = SNAP_MAGIC; h[1] = d->n_layers; h[2] = P; h[3] = ent; h[4] = dev != NULL;
+    if (dev) cache_snap_hold(snap, dev, fb, release_buf, be);
+    snap_io w = { .be = be, .h = h + SNAP_HDR, .dev = dev, .host = dev ? NULL : (char *)(h + SNAP_HDR + cnt.nh), .writing = 1 };
+    io_layers(&w, d, c, P, s->max_ctx, ent, &badl);
+    if (ci_backend_check(s->m, err, errlen)) {
+        cache_snap_free(snap);
+        return NULL;
+    }
     return snap;
 }
 
 int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
     v4_cache *c = s->impl;
+    ci_backend *be = s->m->be;
     const char *fam = s->m->family->name;
-    size_t len = 0;
-    const uint8_t *q = cache_snap_blob(snap, &len);
-    int P = cache_snap_pos(snap);
-    int32_t hdr[4] = { 0 };
-    blob_io b = { .be = s->m->be, .q = q, .len = len };
-    const int ent = !c->shared;
-    if (q) bget(&b, hdr, sizeof hdr);
-    if (!q || b.bad || hdr[0] != SNAP_MAGIC || hdr[1] != d->n_layers || hdr[2] != P)
+    size_t len = 0, held_bytes = 0;
+    void *owner = NULL;
+    int32_t *h = snap ? cache_snap_blob(snap, &len) : NULL;
+    const char *held = snap ? cache_snap_held(snap, &held_bytes, &owner) : NULL;
+    const int P = snap ? cache_snap_pos(snap) : -1, ent = !c->shared;
+    if (!h || len < SNAP_HDR * sizeof(int32_t) || h[0] != SNAP_MAGIC || h[1] != d->n_layers || h[2] != P ||
+        h[4] != (held != NULL))
         return ci_err(err, errlen, "%s: cache restore: the snapshot is not one of this model's", fam);
-    if (hdr[3] != ent)
+    if (h[3] != ent)
         return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape (entries %s, "
-                      "the session's %s)", fam, hdr[3] ? "in it" : "in a block pool", ent ? "its own" : "in the block pool");
+                      "the session's %s)", fam, h[3] ? "in it" : "in a block pool", ent ? "its own" : "in the block pool");
     if (P < 0 || P > s->max_ctx)
         return ci_err(err, errlen, "%s: cache restore: snapshot at position %d exceeds the context of %d", fam, P, s->max_ctx);
     if (!ent && (int64_t)s->pages.n * KV_BLOCK < P)
         return ci_err(err, errlen, "%s: cache restore: the snapshot at position %d keeps no entries, and the session's "
                       "blocks hold %d positions (match its prefix first)", fam, P, s->pages.n * KV_BLOCK);
-    for (int l = 0; l < d->n_layers; l++) {
-        const v4_layer *L = &d->layers[l];
-        v4_lcache *lc = &c->lc[l];
-        for (int t = P - d->W + 1 > 0 ? P - d->W + 1 : 0; t < P; t++)
-            bget_dev(&b, lc->ring + (size_t)(t % c->ring_rows) * d->D, (size_t)d->D * sizeof(float));
-        if ((L->type != L_SLIDING && get_cmp(&b, &L->comp, lc->cs, P, s->max_ctx, ent)) ||
-            (L->type == L_CSA && get_cmp(&b, &L->icomp, lc->is, P, s->max_ctx, ent)) || b.bad) {
-            c->state_pos = -1;   /* half restored: only a reset or another restore continues */
-            return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, l);
+    /* the shape this session's cache gives at P: ints and floats as the snapshot's */
+    int badl = -1;
+    snap_io cnt = { .be = be, .writing = 1 };
+    io_layers(&cnt, d, c, P, s->max_ctx, ent, &badl);
+    const size_t hb = (SNAP_HDR + cnt.nh) * sizeof(int32_t);
+    if (len != hb + (held ? 0 : cnt.off) || (held && held_bytes != cnt.off))
+        return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape", fam);
+    /* another backend's buffer comes through host memory, downloaded by its owner */
+    char *tmp = NULL;
+    if (held && owner != be) {
+        ci_backend *ob = owner;
+        if (!(tmp = malloc(cnt.off ? cnt.off : 1))) return ci_err(err, errlen, "%s: out of memory", fam);
+        ob->download(ob, tmp, held, cnt.off);
+        if (ob->status && ob->status(ob)) {
+            free(tmp);
+            return ci_err(err, errlen, "%s: cache restore: %s: %s", fam, ob->name, ob->last_error);
         }
     }
-    if (b.off != len) {
-        c->state_pos = -1;
-        return ci_err(err, errlen, "%s: cache restore: %zu bytes of the snapshot left over", fam, len - b.off);
+    snap_io r = { .be = be, .h = h + SNAP_HDR, .dev = held && !tmp ? (char *)held : NULL,
+                  .host = tmp ? tmp : held ? NULL : (char *)(h + SNAP_HDR + cnt.nh), .writing = 0 };
+    /* the ints first (nothing written), then the floats */
+    snap_io chk = r;
+    chk.dev = chk.host = NULL;
+    if (io_layers(&chk, d, c, P, s->max_ctx, ent, &badl)) {
+        free(tmp);
+        return ci_err(err, errlen, "%s: cache restore: the snapshot's layer %d does not fit this session", fam, badl);
+    }
+    io_layers(&r, d, c, P, s->max_ctx, ent, &badl);
+    free(tmp);
+    if (ci_backend_check(s->m, err, errlen)) {
+        c->state_pos = -1;   /* half restored: only a reset or another restore continues */
+        return -1;
     }
     s->pos = c->state_pos = P;
     return 0;
 }
-

@@ -452,8 +452,56 @@ static void test_snapshot(void) {
     rm_dir(dir);
 }
 
+/* A snapshot whose window wraps around the ring (ring rows = window 5 + 256: positions 260..263
+ * at rows 260, 0, 1, 2), on the block pool and off it: restored into another session (pooled:
+ * after taking a's blocks), the same logits as the uninterrupted run. */
+static void test_snapshot_wrap(void) {
+    char dir[64], err[1024] = "";
+    if (!make_random(V4_CFG(V4_TYPES), dir, sizeof dir, err, sizeof err)) { CHECK(0, "%s", err); return; }
+    enum { V = 64, P = 264, N = 6 };
+    for (int pooled = 0; pooled < 2; pooled++) {
+        ci_model *m = NULL;
+        ci_model_opts o = { .n_threads = 1 };
+        ci_session *a = NULL, *b = NULL;
+        cache_snap *snap = NULL;
+        CHECK(ci_model_open(dir, &o, &m, err, sizeof err) == 0 && (!pooled || !ci_model_kv_pool(m, 8, err, sizeof err)),
+              "%s", err);
+        if (m && !ci_session_new(m, 300, &a, err, sizeof err) && !ci_session_new(m, 300, &b, err, sizeof err)) {
+            int toks[P + N];
+            for (int t = 0; t < P + N; t++) toks[t] = 3 + (t * 19) % 60;
+            float la[N * V], lb[N * V];
+            CHECK(ci_forward(a, toks, P, NULL, 0, err, sizeof err) == 0, "%s", err);
+            snap = m->family->ops->snapshot(a, err, sizeof err);
+            CHECK(snap != NULL, "%s", err);
+            CHECK(ci_forward(a, toks + P, N, la, 1, err, sizeof err) == 0, "%s", err);
+            /* pooled: a names its blocks up to P, the partly filled third too (its entries of
+             * positions 256..263: two CSA, one HCA), and lets them go, as a server's slot does;
+             * b takes them */
+            if (pooled) {
+                ci_session_publish(a, toks, P, 1);
+                ci_session_truncate(a, 0);
+                CHECK(ci_session_match(b, toks, P + N, P) == P, "matched %d", ci_session_pos(b));
+            }
+            if (snap) {
+                CHECK(m->family->ops->restore(b, snap, err, sizeof err) == 0, "%s", err);
+                CHECK(ci_forward(b, toks + P, N, lb, 1, err, sizeof err) == 0, "%s", err);
+                CHECK(memcmp(la, lb, sizeof la) == 0, "%s: the restored session continues differently",
+                      pooled ? "pooled" : "own");
+            }
+        } else {
+            CHECK(0, "%s", err);
+        }
+        cache_snap_free(snap);
+        ci_session_free(a);
+        ci_session_free(b);
+        ci_model_free(m);
+    }
+    rm_dir(dir);
+}
+
 int main(void) {
     TEST_RUN(test_chunking_and_reset);
+    TEST_RUN(test_snapshot_wrap);
     TEST_RUN(test_short_session_topk);
     TEST_RUN(test_cache_bytes);
     TEST_RUN(test_huge_window);
