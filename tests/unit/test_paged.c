@@ -1,12 +1,12 @@
-/* test_paged.c — the paged families (dense, DeepSeek V3 / V3.2, and the attention layers of
- * the hybrids: LFM2, Qwen3-Next / Qwen3.5, Nemotron-H) on a shared block pool (model.h
- * ci_model_kv_pool), on the CPU, run from the repository root:
+/* test_paged.c — the paged families (dense, DeepSeek V3 / V3.2, the attention layers of the
+ * hybrids: LFM2, Qwen3-Next / Qwen3.5, Nemotron-H, and DeepSeek V4's compressed entries) on a
+ * shared block pool (model.h ci_model_kv_pool), on the CPU, run from the repository root:
  *  - sessions on one shared pool give the logits of sessions with pools of their own, bit
  *    for bit, prefill and decode, also interleaved with each other and through forward_batch;
  *  - a session that takes another's published blocks (ci_session_match) and runs only the
  *    rest of the prompt gets the logits of a full prefill, bit for bit;
- *  - a hybrid session that takes the published blocks and restores a snapshot of another's
- *    states at their end (states only: the rows stay in the blocks) runs the rest of the
+ *  - a hybrid (or V4) session that takes the published blocks and restores a snapshot of
+ *    another's states at their end (states only: the rows stay in the blocks) runs the rest of the
  *    prompt to the logits of a session that ran the same two pieces itself, bit for bit; a
  *    states-only snapshot is refused by a session whose blocks do not hold its positions;
  *  - truncating into a shared block with a copy (ci_session_truncate_copy) gives the session
@@ -15,7 +15,7 @@
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
  *  - batch steps replayed from recorded graphs (a device) = the same steps run eagerly;
- *  - ci_model_kv_pool refuses a second pool, zero blocks and a family that does not page.
+ *  - ci_model_kv_pool refuses a second pool and zero blocks (test_dsv4: a V4 model that cannot page).
  * With CINFER_TEST_DEVICE=cuda (tests/gpu/run.sh) the same on the CUDA backend: shared = own
  * bit for bit still (the same kernels on the same shapes, tables aside); reused blocks + the
  * rest against a full prefill within 1e-3 of the largest logit and the same argmax (the rest's
