@@ -94,13 +94,14 @@ int v4_session_init(ci_session *s, char *err, size_t errlen) {
     for (int l = 0; l < d->n_layers; l++) {
         const v4_layer *L = &d->layers[l];
         v4_lcache *lc = &c->lc[l];
-        /* on the pool a state keeps no entries (cap 0 ci_v4cmp_state_floats) */
-        const long long sctx = c->shared ? 0 : s->max_ctx;
+        /* on the pool a state keeps no entries (the floats before ci_v4cmp_entries) */
         lc->ring = ci_buf_alloc(be, (size_t)c->ring_rows * d->D * f, &bad);
         if (L->type != L_SLIDING)
-            lc->cs = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->comp.op) * f : cmp_state_bytes(&L->comp, sctx), &bad);
+            lc->cs = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->comp.op) * f : cmp_state_bytes(&L->comp, s->max_ctx),
+                                  &bad);
         if (L->type == L_CSA)
-            lc->is = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->icomp.op) * f : cmp_state_bytes(&L->icomp, sctx), &bad);
+            lc->is = ci_buf_alloc(be, c->shared ? ci_v4cmp_entries(&L->icomp.op) * f : cmp_state_bytes(&L->icomp, s->max_ctx),
+                                  &bad);
         if (L->type == L_CSA && cmp_state_cap(&L->icomp, s->max_ctx) > max_entries)
             max_entries = cmp_state_cap(&L->icomp, s->max_ctx);
         int cap = L->type != L_SLIDING ? cmp_state_cap(&L->comp, s->max_ctx) : 0;
