@@ -2,6 +2,7 @@
  * The cache is backend memory: snapshots move it through download / upload. */
 #include "deepseek_v4_internal.h"
 #include "../core/status.h"
+#include "layer_snap.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,11 +143,6 @@ size_t v4_snapshot_bytes(const ci_model *m, int max_ctx, int pooled) {
     return b;
 }
 
-static void release_buf(void *ctx, void *buf) {
-    ci_backend *be = ctx;
-    be->buf_free(be, buf);
-}
-
 cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
     const v4_model *d = s->m->impl;
     v4_cache *c = s->impl;
@@ -170,7 +166,7 @@ cache_snap *v4_snapshot(const ci_session *s, char *err, size_t errlen) {
     }
     int32_t *h = cache_snap_blob(snap, NULL);
     h[0] = SNAP_MAGIC; h[1] = d->n_layers; h[2] = P; h[3] = ent; h[4] = dev != NULL;
-    if (dev) cache_snap_hold(snap, dev, fb, release_buf, be);
+    if (dev) snap_hold_buf(snap, be, dev, fb);
     snap_io w = { .be = be, .h = h + SNAP_HDR, .dev = dev, .host = dev ? NULL : (char *)(h + SNAP_HDR + cnt.nh), .writing = 1 };
     io_layers(&w, d, c, P, s->max_ctx, ent, &badl);
     if (ci_backend_check(s->m, err, errlen)) {
@@ -210,15 +206,7 @@ int v4_restore(ci_session *s, const cache_snap *snap, char *err, size_t errlen) 
         return ci_err(err, errlen, "%s: cache restore: the snapshot was taken from a cache of another shape", fam);
     /* another backend's buffer comes through host memory, downloaded by its owner */
     char *tmp = NULL;
-    if (held && owner != be) {
-        ci_backend *ob = owner;
-        if (!(tmp = malloc(cnt.off ? cnt.off : 1))) return ci_err(err, errlen, "%s: out of memory", fam);
-        ob->download(ob, tmp, held, cnt.off);
-        if (ob->status && ob->status(ob)) {
-            free(tmp);
-            return ci_err(err, errlen, "%s: cache restore: %s: %s", fam, ob->name, ob->last_error);
-        }
-    }
+    if (held && owner != be && !(tmp = snap_foreign_copy(held, owner, cnt.off, fam, err, errlen))) return -1;
     snap_io r = { .be = be, .h = h + SNAP_HDR, .dev = held && !tmp ? (char *)held : NULL,
                   .host = tmp ? tmp : held ? NULL : (char *)(h + SNAP_HDR + cnt.nh), .writing = 0 };
     /* the ints first (nothing written), then the floats */

@@ -53,6 +53,26 @@ static void release_buf(void *ctx, void *buf) {
     be->buf_free(be, buf);
 }
 
+void snap_hold_buf(cache_snap *snap, ci_backend *be, void *buf, size_t bytes) {
+    cache_snap_hold(snap, buf, bytes, release_buf, be);
+}
+
+char *snap_foreign_copy(const void *held, void *owner, size_t bytes, const char *fam, char *err, size_t errlen) {
+    ci_backend *ob = owner;
+    char *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) {
+        ci_err(err, errlen, "%s: out of memory", fam);
+        return NULL;
+    }
+    ob->download(ob, tmp, held, bytes);
+    if (ob->status && ob->status(ob)) {
+        free(tmp);
+        ci_err(err, errlen, "%s: cache restore: %s: %s", fam, ob->name, ob->last_error);
+        return NULL;
+    }
+    return tmp;
+}
+
 cache_snap *layer_snapshot(const ci_session *s, int n_layers, layer_part_fn part, int pos, char *err, size_t errlen) {
     ci_backend *be = s->m->be;
     const size_t hb = (1 + 2 * (size_t)n_layers) * sizeof(int32_t);
@@ -69,7 +89,7 @@ cache_snap *layer_snapshot(const ci_session *s, int n_layers, layer_part_fn part
     char *o = cache_snap_blob(snap, NULL);
     memcpy(o, h, hb);
     free(h);
-    if (dev) cache_snap_hold(snap, dev, data, release_buf, be);
+    if (dev) snap_hold_buf(snap, be, dev, data);
     o = dev ? dev : o + hb;
     for (int l = 0; l < n_layers; l++) {
         layer_part p;
@@ -114,15 +134,7 @@ int layer_restore(ci_session *s, int n_layers, layer_part_fn part, const cache_s
     if (s->own_pool && ci_session_reserve(s, at, err, errlen)) return -1;
     /* another backend's buffer comes through host memory, downloaded by its owner */
     char *tmp = NULL;
-    if (held && owner != be) {
-        ci_backend *ob = owner;
-        if (!(tmp = malloc(want ? want : 1))) return ci_err(err, errlen, "%s: out of memory", fam);
-        ob->download(ob, tmp, held, want);
-        if (ob->status && ob->status(ob)) {
-            free(tmp);
-            return ci_err(err, errlen, "%s: cache restore: %s: %s", fam, ob->name, ob->last_error);
-        }
-    }
+    if (held && owner != be && !(tmp = snap_foreign_copy(held, owner, want, fam, err, errlen))) return -1;
     const char *q = tmp ? tmp : held ? held : blob + hb;
     for (int l = 0; l < n_layers; l++) {
         layer_part p;

@@ -44,6 +44,14 @@ int hyb_rows_init(ci_session *s, float *model_pool, float **base, int64_t *lrows
 /* For session_free: an own buffer released, the table freed. */
 void hyb_rows_free(ci_session *s, float *base);
 
+/* A snapshot's bytes in backend memory (layer_snap's and DeepSeek V4's): snap takes buf (bytes
+ * of be's memory) and releases it with be when freed. */
+void snap_hold_buf(cache_snap *snap, ci_backend *be, void *buf, size_t bytes);
+/* For a restore into be of a snapshot whose bytes another backend holds (owner, another
+ * model's): a host copy of them (owner's download; free it), or NULL with err (fam: the
+ * family that says it). */
+char *snap_foreign_copy(const void *held, void *owner, size_t bytes, const char *fam, char *err, size_t errlen);
+
 /* layer l of session s */
 typedef void (*layer_part_fn)(const ci_session *s, int l, layer_part *out);
 
