@@ -42,6 +42,9 @@ int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     int k = 0;
     memset(spec, 0, sizeof spec);
     if (!v4_pool_ok(m, err, errlen)) return -1;
+    /* each compressor's region and its layer there: at[2 l + j] (j 1: the CSA indexer's) */
+    int (*at)[2] = malloc((size_t)d->n_layers * 2 * sizeof *at);
+    if (!at) return ci_err(err, errlen, "%s: out of memory", fam);
     for (int l = 0; l < d->n_layers; l++)
         for (int j = 0; j < 2; j++) {
             const v4_layer *L = &d->layers[l];
@@ -52,25 +55,29 @@ int v4_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
             int r = 0;
             while (r < k && !(spec[r].row_floats == (size_t)cb->d && spec[r].rows_log2 == KV_BLOCK_LOG2 - lr)) r++;
             if (r == k) {
-                if (k == CI_POOL_REGIONS)
+                if (k == CI_POOL_REGIONS) {
+                    free(at);
                     return ci_err(err, errlen, "%s: more than %d kinds of compressed entries to page", fam, CI_POOL_REGIONS);
+                }
                 spec[k++] = (struct ci_pool_region){ NULL, (size_t)cb->d, 0, KV_BLOCK_LOG2 - lr };
             }
-            spec[r].layers++;
+            at[2 * l + j][0] = r;
+            at[2 * l + j][1] = spec[r].layers++;
         }
-    if (ci_pool_regions(m, n_blocks, spec, k, d->pool_buf, err, errlen)) return -1;
-    int used[CI_POOL_REGIONS] = { 0 };
+    if (ci_pool_regions(m, n_blocks, spec, k, d->pool_buf, err, errlen)) {
+        free(at);
+        return -1;
+    }
     for (int l = 0; l < d->n_layers; l++)
         for (int j = 0; j < 2; j++) {
             v4_layer *L = &d->layers[l];
             if (L->type == L_SLIDING || (j == 1 && L->type != L_CSA)) continue;
-            const cmp_block *cb = j ? &L->icomp : &L->comp;
-            int r = 0;
-            while (!(spec[r].row_floats == (size_t)cb->d && (1 << (KV_BLOCK_LOG2 - spec[r].rows_log2)) == cb->ratio)) r++;
-            float *base = d->pool_buf[r] + (size_t)used[r]++ * ((size_t)n_blocks << spec[r].rows_log2) * (size_t)cb->d;
+            const int r = at[2 * l + j][0];
+            float *base = d->pool_buf[r] + (size_t)at[2 * l + j][1] * ((size_t)n_blocks << spec[r].rows_log2) * spec[r].row_floats;
             if (j) L->pool_ie = base;
             else L->pool_ce = base;
         }
+    free(at);
     return 0;
 }
 
