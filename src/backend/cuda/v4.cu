@@ -488,6 +488,13 @@ __device__ __forceinline__ void v4_head_out(const v4_attn_args &a, int t, int h,
     v4_rope_tail(a.out + ((int64_t)t * a.n_heads + h) * a.D, qs, a.D, a.rot_dim, (float)(-p), a.inv_freq, a.mscale);
 }
 
+/* row t's compressed entries (NULL: none): the block pool's, or its state's after their offset */
+__device__ __forceinline__ const float *v4_entries(const v4_attn_args &a, int t) {
+    if (!a.has_comp) return NULL;
+    if (a.ent_pool) return a.ent_pool;
+    return (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off;
+}
+
 /* row t's key j (of nwin window keys from position s0, then its compressed entries) */
 __device__ __forceinline__ const float *v4_key(const v4_attn_args &a, const float *rg, const float *ent, int t, int s0,
                                                int nwin, int j) {
@@ -505,8 +512,7 @@ __global__ void v4_attend_kernel(v4_attn_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     float *qs = sm, *wm = sm + D, *wl = wm + nw, *wo = wl + nw;
     const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
-    const float *ent = !a.has_comp ? NULL : a.ent_pool ? a.ent_pool
-                                          : (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off;
+    const float *ent = v4_entries(a, t);
     const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) qs[i] = q[i];
     __syncthreads();
@@ -568,8 +574,7 @@ __global__ void __launch_bounds__(V4_SPLIT_HEADS * 32) v4_attend_split_kernel(v4
     const int h = blockIdx.x * V4_SPLIT_HEADS + warp, sp = blockIdx.y, t = blockIdx.z, D = a.D, p = a.pos[t];
     if (h >= a.n_heads) return;
     const float *rg = a.tab ? a.tab[(int64_t)t * a.tab_step] : a.ring;
-    const float *ent = !a.has_comp ? NULL : a.ent_pool ? a.ent_pool
-                                          : (a.tab ? a.tab[(int64_t)t * a.tab_step + 1] : a.cstate) + a.off;
+    const float *ent = v4_entries(a, t);
     const int s0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0, nwin = p - s0 + 1;
     const int nk = nwin + (a.has_comp ? (a.sel ? a.nsel[t] : (p + 1) / a.ratio) : 0);
     const float *q = a.q + ((int64_t)t * a.n_heads + h) * D;
