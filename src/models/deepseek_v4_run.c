@@ -316,16 +316,34 @@ int v4_forward_argmax(ci_session *s, const int *tokens, int n, int *out_id, char
  * and indexer are its own session's (through the step's table of state pointers), with
  * the scratch of the session of the longest context (its sizes bound every row's). Its
  * ring length serves every row: a session whose context is shorter than the window has a
- * shorter ring, but its positions are below that ring's length, so p % rows is p in both. */
+ * shorter ring, but its positions are below that ring's length, so p % rows is p in both.
+ * On a device the step is recorded per row count in that session's runner and replayed
+ * (ci_runner_batch_step): its launches are sized by that session's scratch, which does not
+ * change, and everything a row owns comes through the uploaded tables. */
+
+/* The session whose scratch serves a step: the first of the longest context. */
+static ci_session *batch_owner(ci_session *const *ss, int n) {
+    ci_session *big = ss[0];
+    for (int i = 1; i < n; i++)
+        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
+    return big;
+}
+
+/* The ops of a batch step of n rows whose ids, positions and tables are uploaded (runner.h
+ * ci_batch_ops_fn). */
+static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best, float *dev_logits) {
+    ci_model *m = ss[0]->m;
+    v4_cache *c = batch_owner(ss, n)->impl;
+    layers(m, c, c->run.tab, n);
+    if (dev_logits) ci_runner_head_into(&c->run, m->be, n, dev_logits);
+    else ci_runner_head_rows(&c->run, m->be, n, logits, best);
+}
+
 static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *logits, int *out_ids, char *err,
                         size_t errlen) {
     ci_model *m = ss[0]->m;
     const v4_model *d = m->impl;
-    ci_backend *be = m->be;
-    ci_session *big = ss[0];
-    for (int i = 1; i < n; i++)
-        if (ss[i]->max_ctx > big->max_ctx) big = ss[i];
-    v4_cache *c = big->impl;
+    v4_cache *c = batch_owner(ss, n)->impl;
     const size_t per = (size_t)3 * n;
     if (ci_runner_need_rows(&c->run, m, err, errlen) ||
         ci_runner_need_tab(&c->run, m, (size_t)d->n_layers * 3 * V4_UBATCH, err, errlen))
@@ -337,7 +355,8 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             return ci_err(err, errlen, "%s: a batch step mixes sessions on the model's block pool with sessions of their own",
                           m->family->name);
     c->pages = (ci_pages){ 0 };
-    if (shared && ci_runner_batch_pages(&c->run, be, ss, n, &c->pages, err, errlen) < 0) return -1;
+    const int grew = shared ? ci_runner_batch_pages(&c->run, m->be, ss, n, &c->pages, err, errlen) : 0;
+    if (grew < 0) return -1;
     for (int i = 0; i < n; i++) c->run.hpos[i] = ss[i]->pos;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
@@ -347,12 +366,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             t[1] = lc->cs;
             t[2] = lc->is;
         }
-    be->upload(be, c->run.ids, tokens, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.pos, c->run.hpos, (size_t)n * sizeof(int32_t));
-    be->upload(be, c->run.tab, c->run.htab, per * d->n_layers * sizeof(float *));
-    layers(m, c, c->run.tab, n);
-    ci_runner_head_rows(&c->run, be, n, logits, out_ids ? c->best_n : NULL);
-    if (out_ids) be->download(be, out_ids, c->best_n, (size_t)n * sizeof(int32_t));
+    ci_runner_batch_step(&c->run, m, ss, tokens, n, per * d->n_layers, logits, c->best_n, out_ids, grew, batch_ops);
     for (int i = 0; i < n; i++) ((v4_cache *)ss[i]->impl)->state_pos = ++ss[i]->pos;
     return ci_backend_check(m, err, errlen);
 }

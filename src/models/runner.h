@@ -55,7 +55,8 @@ struct ci_runner {
     int32_t *ptab, *hptab;       /* a batch step's block tables side by side [ub, ptab_stride] */
     int ptab_stride;             /* (backend, host), grown on need */
     /* ci_runner_batch_step: recorded batch steps of n = 1 + i rows ([0]: argmax into best, [1]:
-     * logits into blog), with this runner's session as ss[0], for rows of at most bgraph_keys
+     * logits into blog), for the steps this runner's session serves with its scratch (ss[0]'s
+     * for most families; DeepSeek V4: the longest context's), for rows of at most bgraph_keys
      * context; blog: [blog_rows, vocab] a device batch step's logits */
     void *bgraph[2][CI_BATCH_GRAPHS];
     int bgraph_failed[2][CI_BATCH_GRAPHS];

@@ -291,12 +291,16 @@ static void test_match_reuses_blocks(void) {
 
 /* A batch step replayed from its recorded graph (ci_runner_batch_step; a device) gives the
  * logits of the same steps run eagerly (no_graphs), bit for bit: 3 sequences on the shared
- * pool, 12 steps across a block edge (the rows' tables change under the graph), then 2 rows
- * (another graph). On the CPU both run eagerly. */
+ * pool of contexts 400, 300 and 500, 12 steps across a block edge (the rows' tables change
+ * under the graph), the rows in another order from step 6 (another session first: DeepSeek
+ * V4's steps are served by the longest context's runner, the others' by the first row's),
+ * then 2 rows (another graph). On the CPU both run eagerly. */
 static void test_batch_graphs(void) {
     static const char *const dirs[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/deepseek_v3",
                                         "tests/fixtures/deepseek_v32", "tests/fixtures/qwen3_5",
-                                        "tests/fixtures/lfm2", "tests/fixtures/nemotron_h" };
+                                        "tests/fixtures/lfm2", "tests/fixtures/nemotron_h",
+                                        "tests/fixtures/deepseek_v4" };
+    static const int ctx[3] = { 400, 300, 500 }, order[2][3] = { { 0, 1, 2 }, { 2, 0, 1 } };
     char err[512];
     for (size_t f = 0; f < sizeof dirs / sizeof *dirs; f++) {
         ci_model *m[2] = { NULL, NULL };
@@ -316,15 +320,18 @@ static void test_batch_graphs(void) {
             for (int i = 0; i < 3; i++) {
                 int p[130];
                 prompt_of(p, 120 + 5 * i, V, 20 + i);
-                ok &= !ci_session_new(m[g], 400, &s[g][i], err, sizeof err) &&
+                ok &= !ci_session_new(m[g], ctx[i], &s[g][i], err, sizeof err) &&
                       !ci_forward(s[g][i], p, 120 + 5 * i, l[g], 0, err, sizeof err);
             }
         CHECK(ok, "%s: %s", dirs[f], err);
         for (int step = 0; step < 14 && ok; step++) {
             const int n = step < 12 ? 3 : 2;
             int tk[3] = { (step * 37) % V, (step * 53 + 1) % V, (step * 11 + 2) % V };
-            for (int g = 0; g < 2 && ok; g++)
-                ok = !m[g]->family->ops->forward_batch(s[g], tk, n, l[g], err, sizeof err);
+            for (int g = 0; g < 2 && ok; g++) {
+                ci_session *rows[3];
+                for (int i = 0; i < 3; i++) rows[i] = s[g][order[step >= 6][i]];
+                ok = !m[g]->family->ops->forward_batch(rows, tk, n, l[g], err, sizeof err);
+            }
             CHECK(ok, "%s: %s", dirs[f], err);
             if (ok && !same(l[0], l[1], (size_t)n * V)) {
                 CHECK(0, "%s: batch step %d (%d rows) replayed differs from eager", dirs[f], step, n);
