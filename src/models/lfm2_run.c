@@ -127,7 +127,8 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_backend *be = m->be;
     const int H = d->H;
     ci_pages pbuf;
-    const attn_bufs ab = attn_scratch(c, NULL, ci_session_chunk_pages(s, &pbuf));
+    attn_bufs ab = attn_scratch(c, NULL, ci_session_chunk_pages(s, &pbuf));
+    ab.keys = c->run.keys;
     const ffn_bufs fb = ffn_scratch(c);
     be->embed(be, c->x, &d->dev_embed, c->run.ids, n);
     ci_dump_buf(m, "embed", -1, c->x, n, H);

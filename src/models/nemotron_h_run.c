@@ -122,7 +122,7 @@ static void layer_ops(ci_model *m, nh_session *c, int l, const attn_cache *kvs, 
         break;
     case '*': {
         const attn_bufs ab = { .q = c->q, .k = c->k, .v = c->v, .att = c->att, .xn = c->xn, .pos = c->run.pos,
-                               .kv_tab = tab, .pages = pages };
+                               .kv_tab = tab, .pages = pages, .keys = c->run.keys };
         attn_forward(be, &P->attn, &ab, kvs, tab ? n : 1, c->x, P->norm, d->eps, c->x, n);  /* x += o_proj(·) */
         break;
     }

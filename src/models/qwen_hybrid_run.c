@@ -134,7 +134,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
         if (linear) dn_forward_add(be, &P->dn, &c->dn, c->state[l], c->x, P->attn_norm, d->eps, c->xn, c->y, n, d->mode);
         else {
             const attn_cache kv = layer_kv(d, s, l);
-            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, pg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
+            ga_forward(be, &P->ga, &c->ga, &kv, 1, NULL, pg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, c->run.keys, n);
         }
         ci_dump_buf(m, linear ? "linear_attn" : "self_attn", l, c->y, n, D);
         ffn_forward(be, &P->ffn, &fb, c->x, n);   /* x += mlp(rmsnorm(x)) or the MoE's; y keeps that output */
@@ -201,7 +201,7 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
         if (d->layers[l].linear) dn_forward_rows_add(be, &P->dn, &c->dn, tab, c->x, P->attn_norm, d->eps, c->xn, c->y, n);
         else {
             for (int i = 0; i < n; i++) kvs[i] = layer_kv(d, ss[i], l);
-            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, &c->bpg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, n);
+            ga_forward(be, &P->ga, &c->ga, kvs, n, tab, &c->bpg, c->x, P->attn_norm, d->eps, c->xn, c->y, c->run.pos, 0, n);
         }
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }

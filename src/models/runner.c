@@ -242,7 +242,9 @@ static int run_chunk(ci_runner *r, ci_session *s, const int *tokens, int n, floa
         else r->ops(s, 1, head);
         r->graph_ran[gi] = 1;
     } else {
+        r->keys = n > 1 ? s->pos + n : 0;
         r->ops(s, n, head);
+        r->keys = 0;
     }
     if (logits && all_logits) ci_runner_head_rows(r, be, n, logits, NULL);
     if (head == CI_HEAD_LAST) be->download(be, logits, r->logits1, (size_t)r->vocab * sizeof(float));

@@ -68,6 +68,10 @@ struct ci_runner {
      * every rank's are gathered into the full rows */
     int head_split;
     float *lpart;
+    /* host: the running chunk's last position + 1 while its ops run eagerly and are not
+     * recorded (a chunk of n > 1 tokens), else 0: the families pass it to attention as a
+     * bound on the rows' keys (attn_bufs.keys), by which a device sizes a prefill's launch */
+    int keys;
 };
 
 /* Tokens per chunk (the scratch rows) of a session of a family whose CPU chunk is `base`: base

@@ -39,6 +39,7 @@ void attn_attend(ci_backend *be, const attn_block *A, const attn_bufs *b, const 
     if (be->rope_attend && (n_caches == 1 || b->kv_tab)) {
         int max_keys = 0;
         for (int i = 0; i < n_caches; i++) max_keys = kvs[i].rows > max_keys ? kvs[i].rows : max_keys;
+        if (b->keys > 0 && b->keys < max_keys) max_keys = b->keys;   /* a device sizes a prefill's launch by it */
         be->rope_attend(be, b->att, b->q, b->k, b->v, n, H, KV, hd, A->q_norm, A->k_norm, A->eps, A->rot_dim, b->pos,
                         A->inv_freq, A->mscale, A->style, n_caches == 1 ? kvs[0].k : NULL,
                         n_caches == 1 ? kvs[0].v : NULL, n_caches == 1 ? NULL : b->kv_tab, b->pages, kvs[0].stride,

@@ -57,6 +57,9 @@ typedef struct {
                                   * kvs[i] below, row p = position p. With pages every kvs[i] is
                                   * the layer's arrays of a pool, its positions through the
                                   * tables; a batch step also sets kv_tab (the arrays per row) */
+    int keys;                    /* a host bound on every pos[t] + 1 tighter than the caches'
+                                  * rows (a prefill chunk's end: ci_runner.keys), or 0. Only for
+                                  * ops that run eagerly: a recorded step is replayed further on */
 } attn_bufs;
 
 /* One layer's K / V cache of one sequence: the key of position p at k + p*stride, its value

@@ -34,11 +34,11 @@ void ga_scratch_free(ci_backend *be, ga_scratch *s) {
 
 void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches,
                 float *const *kv_tab, const ci_pages *pages, float *x, const float *norm_w, float eps, float *xn,
-                float *tmp, const int32_t *pos, int n) {
+                float *tmp, const int32_t *pos, int keys, int n) {
     const int Hh = A->a.n_heads, hd = A->a.hd, QD = Hh * hd;
     const attn_bufs proj = { .q = s->qg, .k = s->k, .v = s->v, .att = s->att, .xn = xn, .pos = pos },
                     ab = { .q = s->q, .k = s->k, .v = s->v, .att = s->att, .xn = tmp, .pos = pos, .kv_tab = kv_tab,
-                                 .pages = pages };
+                                 .pages = pages, .keys = keys };
     attn_project(be, &A->a, &proj, x, norm_w, eps, n);   /* qg [n, H, 2, hd], k / v [n, n_kv*hd] */
     be->split_halves(be, s->q, s->gate, s->qg, n * Hh, hd);
     attn_attend(be, &A->a, &ab, kvs, n_caches, n);

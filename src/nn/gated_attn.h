@@ -44,10 +44,11 @@ void ga_scratch_free(ci_backend *be, ga_scratch *s);
 /* x[n, hidden] += o_proj(gated attention(rmsnorm(x) * norm_w)) (eps) at positions pos[0..n)
  * (backend memory), each row's K/V written into cache row pos[t]: kvs as attn_attend's (1
  * cache for a chunk of one sequence, or n, one per row's sequence, kv_tab then holding them
- * as attn_bufs' kv_tab; else NULL), through pages when paged (attn_bufs' pages). xn, tmp: [n, hidden] scratch (the normed rows, o_proj's
+ * as attn_bufs' kv_tab; else NULL), through pages when paged (attn_bufs' pages); keys as
+ * attn_bufs' (0: none). xn, tmp: [n, hidden] scratch (the normed rows, o_proj's
  * product: the CPU's bits of rmsnorm, the projections, ..., matmul into tmp, add). */
 void ga_forward(ci_backend *be, const ga_layer *A, ga_scratch *s, const attn_cache *kvs, int n_caches,
                 float *const *kv_tab, const ci_pages *pages, float *x, const float *norm_w, float eps, float *xn,
-                float *tmp, const int32_t *pos, int n);
+                float *tmp, const int32_t *pos, int keys, int n);
 
 #endif

@@ -866,7 +866,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     }
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
-    if (al && cb->flash2 &&
+    if (al && ((uintptr_t)q & 15) == 0 && cb->flash2 &&   /* and q's, for its float4 loads */
         cb_attn_flash_pipe(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, pg))
         return;
     if (al && hd == 64) { flash_launch<64>(cb, out, q, k, v, n, pos0, pos, n_heads, n_kv, kv_stride, scale, pg); return; }

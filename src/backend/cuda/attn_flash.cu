@@ -23,9 +23,13 @@
  *  - rows (cuda_be.flash_gqa): a block takes every head of one kv group on 64 / G positions
  *    (row r: position t0 + r % P, head hb + r / P; G a divisor of 64), so each K / V tile serves
  *    G heads; else one head on 64 positions.
- *  - key segments (cuda_be.flash_split): when the blocks number fewer than two an SM, the keys
- *    are cut into S segments (a block each, grid z) whose unnormalized O and (m, l) a second
- *    kernel merges in segment order.
+ *  - key segments (cuda_be.flash_split): when the blocks are fewer than a wave (MINB an SM),
+ *    the keys are cut into S segments (a block each, grid z) whose unnormalized O and (m, l) a
+ *    second kernel merges in segment order. The keys are the caller's bound (max_keys: a
+ *    prefill chunk's end where the model knows it, attn_bufs.keys).
+ *  - a thread's loads are issued together: Q's rows in rounds of float4s, a tile's K / V
+ *    copies after all of its table reads (one a tile when a block of the table holds whole
+ *    tiles): one at a time, each round trip had been the thread's wait.
  * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16); a launch's
  * bits depend on its shape and the switches only (paged or not, the same).
  *
@@ -75,16 +79,33 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
      * P = 64 / hpb positions; row r is position t0 + r % P of head hb + r / P */
     const int P = FP_BQ / hpb, t0 = blockIdx.x * P, hb = blockIdx.y * hpb, g = hb / (n_heads / n_kv);
     const int nq = n - t0 < P ? n - t0 : P;
-    for (int i = tid; i < FP_BQ * HD; i += FP_THREADS) {
-        const int r = i / HD, d = i % HD;
-        const int pr = r % P;
-        Qs[r * LQ + d] =
-            __float2half_rn(pr < nq ? q[((int64_t)(t0 + pr) * n_heads + hb + r / P) * HD + d] * scale : 0.0f);
+    /* Q·scale in f16: rounds of QR float4 loads a thread, all issued before their conversions
+     * (one at a time, each load's round trip was the thread's wait) */
+    constexpr int QN = FP_BQ * HD / 4 / FP_THREADS, QR = QN < 8 ? QN : 8;
+    static_assert(QN % QR == 0, "Q staging rounds");
+#pragma unroll
+    for (int u0 = 0; u0 < QN; u0 += QR) {
+        float4 qv[QR];
+#pragma unroll
+        for (int u = 0; u < QR; u++) {
+            const int i = tid + (u0 + u) * FP_THREADS, r = i / (HD / 4), d = (i % (HD / 4)) * 4, pr = r % P;
+            qv[u] = pr < nq ? *(const float4 *)(q + ((int64_t)(t0 + pr) * n_heads + hb + r / P) * HD + d)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < QR; u++) {
+            const int i = tid + (u0 + u) * FP_THREADS, r = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            *(uint2 *)(Qs + r * LQ + d) = make_uint2(fp_h2(qv[u].x * scale, qv[u].y * scale),
+                                                     fp_h2(qv[u].z * scale, qv[u].w * scale));
+        }
     }
     if (tid < FP_BQ) lens[tid] = tid % P < nq ? row_pos(pos, pos0, t0 + tid % P) + 1 : 0;
     __syncthreads();
-    int Lmax = 0;
-    for (int r = 0; r < FP_BQ; r++) Lmax = lens[r] > Lmax ? lens[r] : Lmax;
+    int Lmax = lens[lane] > lens[lane + 32] ? lens[lane] : lens[lane + 32];   /* FP_BQ = 64 rows */
+    for (int o = 16; o >= 1; o >>= 1) {
+        const int x = __shfl_xor_sync(0xffffffffu, Lmax, o);
+        Lmax = x > Lmax ? x : Lmax;
+    }
     const int r0 = warp * 16 + gq, r1 = r0 + 8, L0 = lens[r0], L1 = lens[r1];
     int wl = L0 > L1 ? L0 : L1;                           /* the warp's longest row */
     for (int o = 16; o >= 4; o >>= 1) {
@@ -100,14 +121,26 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
     }
     /* tile t's K and V rows into stage t & 1: a thread per 16 bytes, rows past Lmax zero-filled
      * (their scores are masked; zeros keep 0 · V finite) */
+    constexpr int SN = BK * HD / 4 / FP_THREADS;          /* 16-byte chunks of K (and of V) a thread */
+    static_assert(BK * HD / 4 % FP_THREADS == 0, "stage chunks");
+    /* a tile lies in one block of the table when blocks hold a multiple of BK rows (tiles
+     * start at multiples of BK): one lookup a tile, else one a row (all issued first) */
+    const bool one_block = !tb || (1 << lg) >= BK;
     auto stage = [&](int t) {
         float *Kd = st + (t & 1) * C::STAGE, *Vd = Kd + BK * LK;
-        for (int i = tid; i < BK * HD / 4; i += FP_THREADS) {
-            const int j = i / (HD / 4), d = (i % (HD / 4)) * 4, key = t * BK + j;
-            const bool ok = key < Lmax;
-            const int64_t row = ok ? pg_row(tb, lg, key) : 0;
-            cb_cp16(Kd + j * LK + d, kb + row * kv_stride + d, ok);
-            cb_cp16(Vd + j * LV + d, vb + row * kv_stride + d, ok);
+        const int64_t base = one_block ? pg_row(tb, lg, t * BK) : 0;
+        int64_t rows[SN];
+#pragma unroll
+        for (int u = 0; u < SN; u++) {
+            const int key = t * BK + (tid + u * FP_THREADS) / (HD / 4);
+            rows[u] = key >= Lmax ? 0 : one_block ? base + (key - t * BK) : pg_row(tb, lg, key);
+        }
+#pragma unroll
+        for (int u = 0; u < SN; u++) {
+            const int i = tid + u * FP_THREADS, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            const bool ok = t * BK + j < Lmax;
+            cb_cp16(Kd + j * LK + d, kb + rows[u] * kv_stride + d, ok);
+            cb_cp16(Vd + j * LV + d, vb + rows[u] * kv_stride + d, ok);
         }
         cb_cp_commit();
     };
@@ -317,13 +350,21 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
     const int G = n_heads / n_kv, hpb = cb->flash_gqa && FP_BQ % G == 0 ? G : 1, P = FP_BQ / hpb;
     const int blocks = (n + P - 1) / P * (n_heads / hpb);
     const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
+    /* S: the fewest rounds of tiles a slot walks, counting whole waves of MINB blocks an SM
+     * (the longest rows' tiles, keys / BK; fewer segments on a tie: fewer partials to merge).
+     * 124 rows after 1372 keys, 64 blocks: 4 segments of 12 tiles in one wave, where 5 took
+     * two waves of 10. */
     int S = 1;
-    if (cb->flash_split && !cb->capturing && blocks < 2 * cb->sm_count) {
-        S = (4 * cb->sm_count + blocks - 1) / blocks;
-        const int by_keys = (int)(keys / FP_SPLIT_MIN_KEYS);
-        S = S < by_keys ? S : by_keys;
-        S = S < FP_SPLIT_MAX ? S : FP_SPLIT_MAX;
-        S = S < 1 ? 1 : S;
+    const int slots = MINB * cb->sm_count;
+    if (cb->flash_split && !cb->capturing && blocks < slots) {
+        const int64_t tiles = (keys + BK - 1) / BK;
+        int smax = (int)(keys / FP_SPLIT_MIN_KEYS);
+        smax = smax < FP_SPLIT_MAX ? smax : FP_SPLIT_MAX;
+        int64_t best = -1;
+        for (int s = 1; s <= smax; s++) {
+            const int64_t rounds = ((int64_t)blocks * s + slots - 1) / slots * ((tiles + s - 1) / s);
+            if (best < 0 || rounds < best) best = rounds, S = s;
+        }
     }
     const int seg = (int)(((keys + S - 1) / S + BK - 1) / BK * BK);
     float *part = 0;
