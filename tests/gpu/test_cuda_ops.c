@@ -525,6 +525,54 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                 g_free(gg); g_free(gu); g_free(gnw); g_free(gxn);
                 free(g); free(u); free(got); free(nw); free(xn);
             }
+            /* 16-bit weights past one row take cuBLAS with the input converted once for all
+             * products (the norm in the conversion's launch): the device's own unfused ops'
+             * bits (rmsnorm, then each matmul; the products, then swiglu), byte for byte */
+            snprintf(name, sizeof name, "cuda grouped gemm16 = unfused %s %lldx%lld n=%d", dn, (long long)rk,
+                     (long long)cols, n);
+            if ((dts[d] == CI_BF16 || dts[d] == CI_F16) && n > 1 && want(name)) {
+                const size_t nk = (size_t)n * rk, nc = (size_t)n * cols;
+                float *nw = xmalloc((size_t)cols * 4), *a = xmalloc(nk * 4), *b = xmalloc(nk * 4);
+                float *ax = xmalloc(nc * 4), *bx = xmalloc(nc * 4);
+                fill(nw, (size_t)cols, 1.f);
+                float *gnw = g_put(nw, (size_t)cols * 4), *gxn = g_alloc(nc * 4), *gxn2 = g_alloc(nc * 4);
+                float *gk = g_alloc(nk * 4), *gv = g_alloc(nk * 4), *gk2 = g_alloc(nk * 4), *gv2 = g_alloc(nk * 4);
+                const ci_mat *wg2[2] = { &wk.g, &wv.g };
+                int ok = gnw && gxn && gxn2 && gk && gv && gk2 && gv2;
+                char why[160] = "";
+                if (ok) {
+                    gpu->rmsnorm(gpu, gxn, gx, gnw, n, (int)cols, 1e-6f);
+                    gpu->matmul(gpu, gk, gxn, n, &wk.g);
+                    gpu->matmul(gpu, gv, gxn, n, &wv.g);
+                    float *ys[2] = { gk2, gv2 };
+                    gpu->norm_matmul_n(gpu, gxn2, gx, gnw, 1e-6f, 2, ys, n, wg2);
+                    g_get(a, gk, nk * 4); g_get(b, gk2, nk * 4);
+                    if (memcmp(a, b, nk * 4)) ok = 0, snprintf(why, sizeof why, "norm_matmul_n: first product");
+                    g_get(a, gv, nk * 4); g_get(b, gv2, nk * 4);
+                    if (ok && memcmp(a, b, nk * 4)) ok = 0, snprintf(why, sizeof why, "norm_matmul_n: second product");
+                    g_get(ax, gxn, nc * 4); g_get(bx, gxn2, nc * 4);
+                    if (ok && memcmp(ax, bx, nc * 4)) ok = 0, snprintf(why, sizeof why, "norm_matmul_n: the normed rows");
+                    gpu->matmul_n(gpu, 2, ys, gx, n, wg2);   /* against matmul of each */
+                    gpu->matmul(gpu, gk, gx, n, &wk.g);
+                    g_get(a, gk, nk * 4); g_get(b, gk2, nk * 4);
+                    if (ok && memcmp(a, b, nk * 4)) ok = 0, snprintf(why, sizeof why, "matmul_n: first product");
+                    gpu->matmul(gpu, gv, gx, n, &wv.g);   /* gk, gv: the unfused swiglu's */
+                    gpu->swiglu(gpu, gk, gv, (int64_t)nk);
+                    gpu->matmul_swiglu(gpu, gk2, gv2, gx, n, &wk.g, &wv.g);
+                    g_get(a, gk, nk * 4); g_get(b, gk2, nk * 4);
+                    if (ok && memcmp(a, b, nk * 4)) ok = 0, snprintf(why, sizeof why, "matmul_swiglu");
+                    gpu->rmsnorm(gpu, gxn, gx, gnw, n, (int)cols, 1e-6f);
+                    gpu->matmul(gpu, gk, gxn, n, &wk.g);
+                    gpu->matmul(gpu, gv, gxn, n, &wv.g);
+                    gpu->swiglu(gpu, gk, gv, (int64_t)nk);
+                    gpu->norm_matmul_swiglu(gpu, gxn2, gx, gnw, 1e-6f, gk2, gv2, n, &wk.g, &wv.g);
+                    g_get(a, gk, nk * 4); g_get(b, gk2, nk * 4);
+                    if (ok && memcmp(a, b, nk * 4)) ok = 0, snprintf(why, sizeof why, "norm_matmul_swiglu");
+                }
+                report_bool(name, ok, why);
+                g_free(gnw); g_free(gxn); g_free(gxn2); g_free(gk); g_free(gv); g_free(gk2); g_free(gv2);
+                free(nw); free(a); free(b); free(ax); free(bx);
+            }
             /* matmul_xw: y[n, W.cols] = x[n, W.rows] · W */
             snprintf(name, sizeof name, "cuda matmul_xw %s %lldx%lld n=%d", dn, (long long)rk, (long long)cols, n);
             if (gpu->matmul_xw && cpu->matmul_xw && want(name)) {

@@ -196,6 +196,26 @@ static int mat_ok(cuda_be *cb, const ci_mat *W) {
     return 0;
 }
 
+/* count products of one input x [n, cols] by cuBLAS, when every weight is 16-bit of one dtype
+ * and cols and n is past the GEMV's rows: x converted once for all of them (cb_gemm converts
+ * it for each), with the RMSNorm (norm: into xn as well, norm_w / eps as rmsnorm's) in the
+ * conversion's launch: cb_rmsnorm then cb_gemm each, bit for bit. 0 when it does not apply. */
+static int gemm16_group(cuda_be *cb, int count, float *const *ys, const float *x, int norm, float *xn,
+                        const float *norm_w, float eps, int n, const ci_mat *const *Ws) {
+    if (count <= 0) return 0;
+    for (int i = 0; i < count; i++)
+        if (!cb_gemm16_ok(Ws[i]) || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols || Ws[i]->rows <= 0 ||
+            n <= gemv_max_n(Ws[i]))
+            return 0;
+    void *h = cb_gemm16_input(cb, n, Ws[0]);
+    if (!h) return 1;   /* cb->failed says why */
+    const int bf = Ws[0]->dtype == CI_BF16, cols = (int)Ws[0]->cols;
+    if (norm) cb_rmsnorm_16(cb, xn, h, bf, x, norm_w, n, cols, eps);
+    else cb_convert(cb, h, x, (int64_t)n * cols, bf);
+    for (int i = 0; i < count; i++) cb_gemm16(cb, ys[i], h, n, Ws[i], 0.0f);
+    return 1;
+}
+
 static void cb_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
@@ -219,6 +239,7 @@ static void cb_matmul_n(ci_backend *be, int count, float *const *ys, const float
         same &= Ws[i]->dtype == Ws[0]->dtype && Ws[i]->cols == Ws[0]->cols && Ws[i]->rows > 0;
     }
     if (same && gemv_one(Ws[0], n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, NULL, 0.0f); return; }
+    if (gemm16_group(cb, count, ys, x, 0, NULL, NULL, 0.0f, n, Ws)) return;
     for (int i = 0; i < count; i++) mm_any(cb, ys[i], x, n, Ws[i], 0);
 }
 
@@ -226,18 +247,20 @@ static void cb_matmul_swiglu(ci_backend *be, float *g, float *u, const float *x,
                              const ci_mat *Wu) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, Wg) || !mat_ok(cb, Wu)) return;
+    const ci_mat *Ws[2] = { Wg, Wu };
     if (Wg->dtype == CI_U32 && Wu->dtype == CI_U32) {
-        const ci_mat *Ws[2] = { Wg, Wu };
         cb_q_matmul_n(cb, CB_SWIGLU, 2, &g, u, x, n, Ws);
         return;
     }
     if (gemv_one(Wg, n) && Wg->dtype == Wu->dtype && Wg->rows == Wu->rows && Wg->cols == Wu->cols) {
-        const ci_mat *Ws[2] = { Wg, Wu };
         cb_gemv(cb, CB_SWIGLU, 2, &g, x, n, Ws, NULL, 0.0f);
         return;
     }
-    mm_any(cb, g, x, n, Wg, 0);
-    mm_any(cb, u, x, n, Wu, 0);
+    float *const ys[2] = { g, u };
+    if (!gemm16_group(cb, 2, ys, x, 0, NULL, NULL, 0.0f, n, Ws)) {
+        mm_any(cb, g, x, n, Wg, 0);
+        mm_any(cb, u, x, n, Wu, 0);
+    }
     cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
 }
 
@@ -272,6 +295,7 @@ static void cb_norm_matmul_n(ci_backend *be, float *xn, const float *x, const fl
     if (fusable(cb, Ws, count, n)) { cb_gemv(cb, CB_STORE, count, ys, x, n, Ws, norm_w, eps); return; }
     if (cb->norm_fuse && Ws[0]->dtype == CI_U32 && cb_q_norm_matmul_n(cb, CB_STORE, count, ys, x, norm_w, eps, n, Ws))
         return;
+    if (gemm16_group(cb, count, ys, x, 1, xn, norm_w, eps, n, Ws)) return;
     cb_rmsnorm(cb, xn, x, norm_w, n, (int)Ws[0]->cols, eps);
     cb_matmul_n(be, count, ys, xn, n, Ws);
 }
@@ -285,6 +309,11 @@ static void cb_norm_matmul_swiglu(ci_backend *be, float *xn, const float *x, con
     if (cb->norm_fuse && Wg->dtype == CI_U32 && Wu->dtype == CI_U32 &&
         cb_q_norm_matmul_n(cb, CB_SWIGLU, 2, &g, x, norm_w, eps, n, Ws))
         return;
+    float *const ys[2] = { g, u };
+    if (Wg->rows == Wu->rows && gemm16_group(cb, 2, ys, x, 1, xn, norm_w, eps, n, Ws)) {
+        cb_swiglu(cb, g, u, (int64_t)n * Wg->rows);
+        return;
+    }
     cb_rmsnorm(cb, xn, x, norm_w, n, (int)Wg->cols, eps);
     cb_matmul_swiglu(be, g, u, xn, n, Wg, Wu);
 }

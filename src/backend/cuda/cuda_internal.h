@@ -334,6 +334,13 @@ int cb_gemv_ok(const ci_mat *W);
  * block scales widened to bf16 in scratch first, then as bf16). beta 0 or 1. Returns 0 if
  * it handled the call, -1 if the dtype has no GEMM path (the caller loops cb_gemv). */
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta);
+/* cb_gemm's 16-bit form in two steps, for products of one input: cb_gemm16_input is the
+ * scratch (cb->xconv) for x [n, W.cols] in W's 16-bit type (bf16 / f16: cb_gemm16_ok), which
+ * the caller fills (cb_convert, cb_rmsnorm_16), then cb_gemm16 for each weight of that
+ * dtype and cols: the bits of cb_gemm of the f32 rows. */
+int cb_gemm16_ok(const ci_mat *W);
+void *cb_gemm16_input(cuda_be *cb, int n, const ci_mat *W);
+void cb_gemm16(cuda_be *cb, float *y, const void *xh, int n, const ci_mat *W, float beta);
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 
@@ -372,6 +379,10 @@ void cb_quant_free(cuda_be *cb);
 
 /* ---- launchers (ops.cu) ---- */
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps);
+/* cb_rmsnorm's rows into out (f32; NULL: not written) and h (bf16 when to_bf16, else f16
+ * saturated: cb_convert's bits of them), one launch */
+void cb_rmsnorm_16(cuda_be *cb, float *out, void *h, int to_bf16, const float *x, const float *w, int n, int dim,
+                   float eps);
 void cb_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
              const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style);
 void cb_head_norm_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, const float *w, float eps,

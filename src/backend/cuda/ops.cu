@@ -27,22 +27,61 @@ __device__ float block_sum(float v, float *sh) {
     return v;
 }
 
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int dim, float eps) {
+/* A row a block: each thread's sum of squares over elements tid, tid + blockDim.x, ... in that
+ * order (loads in rounds of RMS_ROUND, issued before their fmas: the same bits as one at a
+ * time), block_sum, then the normed elements into out (f32, if given) and / or h (16-bit:
+ * bf16 when to_bf16, else f16 saturated; convert_kernel's roundings), so a GEMM's input needs
+ * no conversion launch of its own. */
+enum { RMS_ROUND = 8 };
+__global__ void rmsnorm_kernel(float *out, void *h, int to_bf16, const float *x, const float *w, int dim, float eps) {
     pdl_enter();
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * dim;
-    float *orow = out + (int64_t)blockIdx.x * dim;
+    const int bd = blockDim.x, t = threadIdx.x;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
+    for (int i0 = t; i0 < dim; i0 += RMS_ROUND * bd) {
+        float v[RMS_ROUND];
+#pragma unroll
+        for (int u = 0; u < RMS_ROUND; u++) v[u] = i0 + u * bd < dim ? xr[i0 + u * bd] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < RMS_ROUND; u++)
+            if (i0 + u * bd < dim) s = fmaf(v[u], v[u], s);
+    }
     s = block_sum(s, sh);
-    float sc = (float)(1.0 / sqrt((double)s / (double)dim + (double)eps));
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
+    const float sc = (float)(1.0 / sqrt((double)s / (double)dim + (double)eps));
+    float *orow = out ? out + (int64_t)blockIdx.x * dim : NULL;
+    for (int i0 = t; i0 < dim; i0 += RMS_ROUND * bd) {
+        float v[RMS_ROUND], g[RMS_ROUND];
+#pragma unroll
+        for (int u = 0; u < RMS_ROUND; u++) {
+            const bool in = i0 + u * bd < dim;
+            v[u] = in ? xr[i0 + u * bd] : 0.0f;
+            g[u] = in && w ? w[i0 + u * bd] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < RMS_ROUND; u++) {
+            const int i = i0 + u * bd;
+            if (i >= dim) break;
+            const float y = w ? v[u] * sc * g[u] : v[u] * sc;
+            if (orow) orow[i] = y;
+            if (h && to_bf16) ((__nv_bfloat16 *)h)[(int64_t)blockIdx.x * dim + i] = __float2bfloat16_rn(y);
+            else if (h) ((__half *)h)[(int64_t)blockIdx.x * dim + i] = __float2half_rn(f16_sat(y));
+        }
+    }
 }
+
+static int rms_threads(int dim) { return dim >= 1024 ? 256 : dim >= 256 ? 128 : 32; }
 
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps) {
     if (n <= 0 || dim <= 0) return;
-    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
-    cb_launch(cb, rmsnorm_kernel, dim3(n), dim3(th), 0, out, x, w, dim, eps);
+    cb_launch(cb, rmsnorm_kernel, dim3(n), dim3(rms_threads(dim)), 0, out, (void *)NULL, 0, x, w, dim, eps);
+    cb_launched(cb, "rmsnorm");
+}
+
+void cb_rmsnorm_16(cuda_be *cb, float *out, void *h, int to_bf16, const float *x, const float *w, int n, int dim,
+                   float eps) {
+    if (n <= 0 || dim <= 0) return;
+    cb_launch(cb, rmsnorm_kernel, dim3(n), dim3(rms_threads(dim)), 0, out, h, to_bf16, x, w, dim, eps);
     cb_launched(cb, "rmsnorm");
 }
 
@@ -271,12 +310,23 @@ void cb_kv_store(cuda_be *cb, float *cache, int stride, const float *src, int wi
     cb_launched(cb, "kv_store");
 }
 
+__device__ __forceinline__ float silu_mul(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+
+/* four elements a thread by float4 where g and u are 16-byte aligned (the same expression per
+ * element) */
 __global__ void swiglu_kernel(float *g, const float *u, int64_t count) {
     pdl_enter();
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float a = g[i];
-        g[i] = a / (1.0f + expf(-a)) * u[i];
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t done = 0;
+    if ((((uintptr_t)g | (uintptr_t)u) & 15) == 0) {
+        const int64_t quads = count / 4;
+        for (int64_t i = first; i < quads; i += stride) {
+            const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+            ((float4 *)g)[i] = make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+        }
+        done = quads * 4;
     }
+    for (int64_t i = done + first; i < count; i += stride) g[i] = silu_mul(g[i], u[i]);
 }
 
 /* as the CPU's: the same comparisons, so the same bits */
@@ -297,7 +347,7 @@ void cb_clamp_gu(cuda_be *cb, float *g, float *u, int64_t count, float limit) {
 
 void cb_swiglu(cuda_be *cb, float *g, const float *u, int64_t count) {
     if (count <= 0) return;
-    cb_launch(cb, swiglu_kernel, dim3(blocks_for(count, 256)), dim3(256), 0, g, u, count);
+    cb_launch(cb, swiglu_kernel, dim3(blocks_for((count + 3) / 4, 256)), dim3(256), 0, g, u, count);
     cb_launched(cb, "swiglu");
 }
 
