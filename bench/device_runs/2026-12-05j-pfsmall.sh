@@ -32,4 +32,5 @@ timeout 120 $NCU --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum $C 
 ts "ncu rc $?"
 SERVE_SPECS="qwen3-8b-12l:bench/qwen3-8b.config.json:12" SERVE_STEPS="make chat" BENCH_DIR=$BD SERVE_BUDGET=200 CINFER=$C timeout 230 bash bench/serve_cuda.sh > $O/chat.txt 2>&1
 ts "chat rc $?"; grep -E "CHAT|FAIL" $O/chat.txt | head -12
+timeout 110 bash bench/device_runs/2026-12-05k-ttft.sh 2>&1 | grep -E "TURN|server"
 ts end
