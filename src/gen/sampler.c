@@ -31,15 +31,53 @@ int smp_init(smp_state *s, const ci_sampler_opts *o, int vocab) {
     s->vocab = vocab;
     s->p = malloc((size_t)vocab * sizeof *s->p);
     s->idx = malloc((size_t)vocab * sizeof *s->idx);
-    if (!s->p || !s->idx) { smp_free(s); return -1; }
+    s->tmp = malloc((size_t)vocab * 3 * sizeof *s->tmp);
+    if (!s->p || !s->idx || !s->tmp) { smp_free(s); return -1; }
     return 0;
 }
 
 void smp_free(smp_state *s) {
     free(s->p);
     free(s->idx);
+    free(s->tmp);
     s->p = NULL;
     s->idx = NULL;
+    s->tmp = NULL;
+}
+
+/* A float's key in the order wanted, as an unsigned integer that sorts ascending: larger
+ * values first (-0 as +0, so the two tie), NaN after everything. */
+static uint32_t desc_key(float v) {
+    if (v != v) return UINT32_MAX;
+    if (v == 0.0f) v = 0.0f;
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    b = (b & 0x80000000u) ? ~b : b | 0x80000000u;   /* ascending in v */
+    return ~b;                                      /* descending in v */
+}
+
+/* Three stable passes of 11 bits (least significant first) over (key, index) pairs that start
+ * in index order: equal keys keep ascending indices. tmp: [3n] (keys, keys', indices'). */
+void smp_order(const float *x, int n, int *idx, uint32_t *tmp) {
+    uint32_t *k0 = tmp, *k1 = tmp + n;
+    int *i1 = (int *)(tmp + 2 * (size_t)n);
+    for (int i = 0; i < n; i++) { k0[i] = desc_key(x[i]); idx[i] = i; }
+    uint32_t *ks = k0, *kd = k1;
+    int *is = idx, *id = i1;
+    for (int shift = 0; shift < 33; shift += 11) {
+        int cnt[2048] = { 0 };
+        for (int i = 0; i < n; i++) cnt[(ks[i] >> shift) & 2047]++;
+        int at = 0;
+        for (int d = 0; d < 2048; d++) { int c = cnt[d]; cnt[d] = at; at += c; }
+        for (int i = 0; i < n; i++) {
+            int o = cnt[(ks[i] >> shift) & 2047]++;
+            kd[o] = ks[i];
+            id[o] = is[i];
+        }
+        uint32_t *kt = ks; ks = kd; kd = kt;
+        int *it = is; is = id; id = it;
+    }
+    if (is != idx) memcpy(idx, is, (size_t)n * sizeof *idx);   /* three passes: the result is in i1 */
 }
 
 double smp_uniform(uint64_t *state) {
@@ -56,13 +94,6 @@ int smp_argmax(const float *x, int n) { return ci_argmax_f32(x, n); }
  * nothing; the penalty rescales logits and can change the winner. */
 int smp_is_greedy(const ci_sampler_opts *o) { return o->temperature <= 0 && o->repeat_penalty == 1.0f; }
 
-static const float *cmp_base;
-static int cmp_desc(const void *a, const void *b) {
-    float x = cmp_base[*(const int *)a], y = cmp_base[*(const int *)b];
-    if (x != y) return x > y ? -1 : 1;
-    return *(const int *)a - *(const int *)b;
-}
-
 int smp_sample(smp_state *s, float *logits, const int *history, int n_hist) {
     const int V = s->vocab;
     if (s->o.repeat_penalty != 1.0f && n_hist > 0) {
@@ -78,12 +109,10 @@ int smp_sample(smp_state *s, float *logits, const int *history, int n_hist) {
     }
     if (s->o.temperature <= 0) return smp_argmax(logits, V);
     int n = V;
-    for (int i = 0; i < V; i++) s->idx[i] = i;
     for (int i = 0; i < V; i++) logits[i] /= s->o.temperature;
-    /* sort candidates by logit, descending (only as far as needed would be faster; the
-     * vocabulary sort is ~1 ms for 150k and is not on the greedy path) */
-    cmp_base = logits;
-    qsort(s->idx, (size_t)V, sizeof *s->idx, cmp_desc);
+    /* candidates by logit, descending, ties by index (a radix sort: qsort with a comparison
+     * callback took ~23 ms for 152k ids on a Zen 5 core, every sampled token) */
+    smp_order(logits, V, s->idx, s->tmp);
     if (s->o.top_k > 0 && s->o.top_k < n) n = s->o.top_k;
     float mx = logits[s->idx[0]];
     double sum = 0;

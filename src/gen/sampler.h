@@ -15,6 +15,7 @@ typedef struct {
     int vocab;
     float *p;       /* [vocab] scratch */
     int *idx;       /* [vocab] scratch */
+    uint32_t *tmp;  /* [3 vocab] scratch of the candidates' sort */
 } smp_state;
 
 int smp_init(smp_state *s, const ci_sampler_opts *o, int vocab);
@@ -27,6 +28,9 @@ int smp_argmax(const float *x, int n);
 /* 1 when o chooses by argmax of the raw logits alone (temperature 0, no repetition
  * penalty), so a device can take that argmax itself (ci_forward_argmax). */
 int smp_is_greedy(const ci_sampler_opts *o);
+/* idx[0, n) = 0 .. n-1 ordered by x descending, equal values (-0 = +0) by ascending index,
+ * NaN last: the candidates' order of a draw. tmp: [3n] scratch. (Exposed for tests.) */
+void smp_order(const float *x, int n, int *idx, uint32_t *tmp);
 /* Uniform in [0, 1) from the state (exposed for tests). */
 double smp_uniform(uint64_t *state);
 /* Checks option ranges; returns 0 or an error naming the option. */

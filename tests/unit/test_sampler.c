@@ -95,6 +95,50 @@ static void test_repeat_penalty(void) {
     CHECK(draw(&o, hist2, 2) == am, "window of 1 should not see the older token");
 }
 
+/* smp_order (a radix sort) against qsort with the order spelled out as a comparison: larger
+ * first, equal values (-0 and +0 too) by index, NaN after every number (by index); on a
+ * vocabulary-sized row with many ties, signed zeros, infinities and NaNs, and on short rows
+ * (n below a digit's range, n = 1). */
+static const float *ref_base;
+static int ref_cmp(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    const float x = ref_base[i], y = ref_base[j];
+    const int nx = x != x, ny = y != y;
+    if (nx != ny) return nx - ny;
+    if (!nx && x != y) return x > y ? -1 : 1;
+    return i - j;
+}
+
+static void test_order_matches_comparison(void) {
+    const int sizes[] = { 151936, 3000, 7, 1 };
+    for (int si = 0; si < 4; si++) {
+        const int n = sizes[si];
+        float *x = malloc((size_t)n * sizeof *x);
+        int *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+        uint32_t *tmp = malloc((size_t)n * 3 * sizeof *tmp);
+        uint64_t r = 12345 + (uint64_t)n;
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            const unsigned u = (unsigned)(r >> 33);
+            x[i] = (float)((int)(u % 20001) - 10000) / 64.0f;   /* ties, negatives */
+            if (u % 97 == 0) x[i] = (u & 1) ? -0.0f : 0.0f;
+            if (u % 101 == 0) x[i] = (u & 1) ? INFINITY : -INFINITY;
+            if (u % 103 == 0) x[i] = NAN;
+            if (u % 107 == 0) x[i] = 3.0e38f * ((u & 1) ? 1.0f : -1.0f);
+            if (u % 109 == 0) x[i] = 1e-40f;   /* subnormal */
+        }
+        for (int i = 0; i < n; i++) want[i] = i;
+        ref_base = x;
+        qsort(want, (size_t)n, sizeof *want, ref_cmp);
+        smp_order(x, n, got, tmp);
+        int first = -1;
+        for (int i = 0; i < n && first < 0; i++) if (got[i] != want[i]) first = i;
+        CHECK(first < 0, "n=%d: position %d is id %d, the comparison puts %d there", n, first, first >= 0 ? got[first] : 0,
+              first >= 0 ? want[first] : 0);
+        free(x); free(got); free(want); free(tmp);
+    }
+}
+
 static void test_option_checks(void) {
     ci_sampler_opts o;
     char err[256];
@@ -111,6 +155,7 @@ int main(void) {
     TEST_RUN(test_top_k_support);
     TEST_RUN(test_seed_determinism);
     TEST_RUN(test_repeat_penalty);
+    TEST_RUN(test_order_matches_comparison);
     TEST_RUN(test_option_checks);
     TEST_EXIT();
 }
