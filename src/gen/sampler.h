@@ -31,6 +31,9 @@ int smp_is_greedy(const ci_sampler_opts *o);
 /* idx[0, n) = 0 .. n-1 ordered by x descending, equal values (-0 = +0) by ascending index,
  * NaN last: the candidates' order of a draw. tmp: [3n] scratch. (Exposed for tests.) */
 void smp_order(const float *x, int n, int *idx, uint32_t *tmp);
+/* idx[0, k) as smp_order's first k (the rest of idx is scratch), without sorting the rest
+ * (k <= 0 or >= n: smp_order). tmp: [3n] scratch. */
+void smp_order_top(const float *x, int n, int k, int *idx, uint32_t *tmp);
 /* Uniform in [0, 1) from the state (exposed for tests). */
 double smp_uniform(uint64_t *state);
 /* Checks option ranges; returns 0 or an error naming the option. */

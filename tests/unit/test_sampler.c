@@ -135,6 +135,18 @@ static void test_order_matches_comparison(void) {
         for (int i = 0; i < n && first < 0; i++) if (got[i] != want[i]) first = i;
         CHECK(first < 0, "n=%d: position %d is id %d, the comparison puts %d there", n, first, first >= 0 ? got[first] : 0,
               first >= 0 ? want[first] : 0);
+        /* smp_order_top: the first k of that order */
+        const int ks[] = { 1, 2, 40, 3001, n - 1, n };
+        for (int j = 0; j < 6; j++) {
+            if (ks[j] < 1 || ks[j] > n) continue;
+            smp_order_top(x, n, ks[j], got, tmp);
+            CHECK(!memcmp(got, want, (size_t)ks[j] * sizeof *got), "n=%d: smp_order_top's first %d differ", n, ks[j]);
+        }
+        for (int i = 0; i < n; i++) x[i] = 2.5f;   /* one value: every id a candidate, by index */
+        smp_order_top(x, n, n > 40 ? 40 : n, got, tmp);
+        int byidx = 1;
+        for (int i = 0; i < (n > 40 ? 40 : n); i++) byidx &= got[i] == i;
+        CHECK(byidx, "n=%d: equal values not in index order", n);
         free(x); free(got); free(want); free(tmp);
     }
 }
