@@ -139,10 +139,11 @@ static void test_order_matches_comparison(void) {
         const int ks[] = { 1, 2, 40, 3001, n - 1, n };
         for (int j = 0; j < 6; j++) {
             if (ks[j] < 1 || ks[j] > n) continue;
+            for (int i = 0; i < n; i++) got[i] = -1;   /* nothing left from the full order */
             smp_order_top(x, n, ks[j], got, tmp);
             CHECK(!memcmp(got, want, (size_t)ks[j] * sizeof *got), "n=%d: smp_order_top's first %d differ", n, ks[j]);
         }
-        for (int i = 0; i < n; i++) x[i] = 2.5f;   /* one value: every id a candidate, by index */
+        for (int i = 0; i < n; i++) x[i] = 2.5f, got[i] = -1;   /* one value: every id a candidate, by index */
         smp_order_top(x, n, n > 40 ? 40 : n, got, tmp);
         int byidx = 1;
         for (int i = 0; i < (n > 40 ? 40 : n); i++) byidx &= got[i] == i;
