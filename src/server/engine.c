@@ -99,7 +99,7 @@ struct eng {
     int *mark;                 /* [V] penalty stamps */
     int stamp;
     ci_session **bs;           /* [parallel] batch of one decode step */
-    int *btok, *bslot;
+    int *btok, *bslot, *bids;  /* bids: a greedy step's ids */
     tm_trie *trie;             /* the token texts as a trie, for grammar masks (NULL: no texts) */
     uint8_t *allowed;          /* [ranks of the trie] a grammar mask */
     int *notext, n_notext;     /* ids of the model's vocabulary without a text (masked in grammar mode) */
@@ -452,6 +452,21 @@ static int sample(eng *e, slot *sl, float *lg) {
     return tok;
 }
 
+/* Whether r's next token is the argmax of the raw logits and nothing else reads them (no
+ * logprobs, bias, penalties, JSON mode or grammar): a batch of such rows can take the
+ * backend's argmax (forward_batch_argmax) and bring back ids instead of logits. */
+static int greedy_row(const eng_req *r) {
+    return smp_is_greedy(&r->p.so) && r->p.top_logprobs < 0 && !r->p.n_bias && r->p.presence_penalty == 0 &&
+           r->p.frequency_penalty == 0 && !r->p.json_mode && !r->p.grammar;
+}
+
+/* sample()'s bookkeeping for a token the backend chose (a greedy_row step) */
+static int take_chosen(eng *e, slot *sl, int tok) {
+    took(e, sl, tok);
+    sl->r->ids[sl->r->n_out] = tok;
+    return tok;
+}
+
 /* After a token was written at r->ids[r->n_out] (not yet published): does it end r? */
 static int ends(eng *e, slot *sl, int tok) {
     eng_req *r = sl->r;
@@ -625,8 +640,11 @@ static void step(eng *e) {
     }
     if (!nb) return;
     double t0 = now_s();
-    int rc = 0;
-    if (e->ops->forward_batch) {
+    int rc = 0, greedy = e->ops->forward_batch_argmax != NULL;
+    for (int b = 0; b < nb && greedy; b++) greedy = greedy_row(e->slots[e->bslot[b]].r);
+    if (greedy) {   /* [nb] ids back where the logits are [nb, V] (a device's download, the host's argmax) */
+        rc = e->ops->forward_batch_argmax(e->bs, e->btok, nb, e->bids, err, sizeof err);
+    } else if (e->ops->forward_batch) {
         rc = e->ops->forward_batch(e->bs, e->btok, nb, e->logits, err, sizeof err);
     } else {
         for (int b = 0; b < nb && !rc; b++)
@@ -653,9 +671,10 @@ static void step(eng *e) {
                 continue;
             }                                     /* its last id: its logits are the next token's */
         }
-        toks[b] = sample(e, sl, e->logits + (size_t)b * V);
+        toks[b] = greedy ? take_chosen(e, sl, e->bids[b]) : sample(e, sl, e->logits + (size_t)b * V);
     }
     pthread_mutex_lock(&e->mu);
+    e->st.decode_argmax_steps += greedy;
     e->st.decode_tokens += nb;
     e->st.replay_tokens += replayed;
     e->st.decode_steps++;
@@ -814,7 +833,8 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     e->bs = calloc((size_t)o->parallel, sizeof *e->bs);
     e->btok = calloc((size_t)o->parallel, sizeof(int));
     e->bslot = calloc((size_t)o->parallel, sizeof(int));
-    if (!e->slots || !e->logits || !e->lsm || !e->mark || !e->bs || !e->btok || !e->bslot) {
+    e->bids = calloc((size_t)o->parallel, sizeof(int));
+    if (!e->slots || !e->logits || !e->lsm || !e->mark || !e->bs || !e->btok || !e->bslot || !e->bids) {
         ci_err(err, errlen, "out of memory for %d slots", o->parallel);
         goto fail;
     }
@@ -879,7 +899,7 @@ void eng_free(eng *e) {
     tm_free(e->trie);
     free(e->allowed);
     free(e->notext);
-    free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot);
+    free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot); free(e->bids);
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);
     free(e);

@@ -133,6 +133,7 @@ typedef enum { ENG_FIN_NONE = 0, ENG_FIN_EOS, ENG_FIN_LENGTH, ENG_FIN_CANCEL, EN
 typedef struct {
     long long requests, prompt_tokens, gen_tokens, prefix_hit_tokens;
     long long prefill_tokens, prefill_calls, decode_tokens, decode_steps;
+    long long decode_argmax_steps;    /* decode steps whose rows were all greedy: the backend's argmax, ids only back */
     double prefill_seconds, decode_seconds;
     long long first_tokens;           /* requests that got their first token */
     double first_token_seconds;       /* summed over them: submit to the first token's publish (the engine's

@@ -260,6 +260,10 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                "# TYPE cinfer_decode_tokens_total counter\ncinfer_decode_tokens_total %lld\n", st.decode_tokens);
     fprintf(f, "# HELP cinfer_decode_steps_total Batched decode steps.\n"
                "# TYPE cinfer_decode_steps_total counter\ncinfer_decode_steps_total %lld\n", st.decode_steps);
+    fprintf(f, "# HELP cinfer_decode_argmax_steps_total Decode steps whose rows were all greedy (the argmax taken "
+               "by the backend, ids brought back instead of logits).\n"
+               "# TYPE cinfer_decode_argmax_steps_total counter\ncinfer_decode_argmax_steps_total %lld\n",
+            st.decode_argmax_steps);
     fprintf(f, "# HELP cinfer_decode_seconds_total Time spent in decode steps.\n"
                "# TYPE cinfer_decode_seconds_total counter\ncinfer_decode_seconds_total %.6f\n", st.decode_seconds);
     fprintf(f, "# HELP cinfer_prefill_tokens_per_second Prefill throughput since start.\n"

@@ -194,6 +194,69 @@ static void one_model(const char *dir, int exact) {
 }
 
 static void test_engine_demo(void) { one_model("models/demo", 1); }
+
+/* Greedy rows (temperature 0, nothing else reading the logits) take the backend's argmax in
+ * their decode steps (forward_batch_argmax: ids back, no logits): 3 greedy requests together
+ * each give ci_generate's greedy ids and the steps count as argmax steps; with a fourth that
+ * wants logprobs beside them the steps bring logits back (no argmax step while it runs) and
+ * the ids stay the same. */
+static void test_engine_greedy_argmax(void) {
+    static const char *const dirs[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/deepseek_v3" };
+    for (size_t f = 0; f < sizeof dirs / sizeof *dirs; f++) {
+        char err[1024];
+        ci_model *m = NULL;
+        ci_model_opts mo = { .n_threads = 2 };
+        if (ci_model_open(dirs[f], &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dirs[f], err); continue; }
+        const int V = (int)m->cfg.vocab_size;
+        eng *e = NULL;
+        eng_opts eo = { 4, 128, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+        if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dirs[f], err); ci_model_free(m); continue; }
+        int prompts[4][16], ref[4][MAXT];
+        for (int i = 0; i < 4; i++) {
+            prompt_of(i + 3, V, prompts[i], 9 + i);
+            ci_session *s = NULL;
+            ci_sampler_opts so;
+            ci_sampler_defaults(&so);
+            int n_out = 0;
+            if (ci_session_new(m, 64, &s, err, sizeof err) ||
+                ci_generate(s, prompts[i], 9 + i, MAXT, &so, ref[i], &n_out, NULL, NULL, err, sizeof err) || n_out != MAXT)
+                CHECK(0, "%s: ci_generate %d: %s", dirs[f], i, err);
+            ci_session_free(s);
+        }
+        for (int round = 0; round < 2; round++) {
+            const int nr = round ? 4 : 3;
+            eng_stats st0, st1;
+            eng_get_stats(e, &st0);
+            eng_req *r[4] = { NULL };
+            for (int i = 0; i < nr; i++) {
+                eng_params p;
+                memset(&p, 0, sizeof p);
+                p.prompt = prompts[i];
+                p.n_prompt = 9 + i;
+                p.max_tokens = MAXT;
+                ci_sampler_defaults(&p.so);
+                p.top_logprobs = i == 3 ? 2 : -1;
+                p.ignore_eos = 1;
+                if (eng_submit(e, &p, &r[i], err, sizeof err)) CHECK(0, "%s: submit %d: %s", dirs[f], i, err);
+            }
+            for (int i = 0; i < nr; i++) {
+                if (!r[i]) continue;
+                eng_tok t[MAXT];
+                const int got = read_all(r[i], t, MAXT);
+                int same = got == MAXT;
+                for (int k = 0; k < got && same; k++) same = t[k].id == ref[i][k];
+                CHECK(same, "%s: round %d: request %d differs from ci_generate's greedy ids", dirs[f], round, i);
+                eng_release(r[i]);
+            }
+            eng_get_stats(e, &st1);
+            const long long steps = st1.decode_steps - st0.decode_steps, am = st1.decode_argmax_steps - st0.decode_argmax_steps;
+            if (!round) CHECK(steps > 0 && am == steps, "%s: all greedy: %lld of %lld steps took the argmax", dirs[f], am, steps);
+            else CHECK(am < steps, "%s: a logprobs row beside: %lld of %lld steps took the argmax", dirs[f], am, steps);
+        }
+        eng_free(e);
+        ci_model_free(m);
+    }
+}
 static void test_engine_hybrid_lfm2(void) { one_model("tests/fixtures/lfm2", 0); }
 
 static void test_engine_busy(void) {
@@ -1119,6 +1182,7 @@ done:
 
 int main(void) {
     TEST_RUN(test_engine_demo);
+    TEST_RUN(test_engine_greedy_argmax);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
