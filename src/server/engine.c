@@ -585,8 +585,12 @@ static void step(eng *e) {
             k = r->p.snap_at - sl->fed;          /* a snapshot where the request says others will part */
         budget -= k;
         float *lg = e->logits + (size_t)i * V;
+        /* the prompt's last chunk of a greedy request: the backend's argmax, one id back */
+        const int argmax = sl->fed + k == r->p.n_prompt && greedy_row(r);
+        int chosen = -1;
         double t0 = now_s();
-        int rc = ci_forward(sl->s, r->prompt + sl->fed, k, lg, 0, err, sizeof err);
+        int rc = argmax ? ci_forward_argmax(sl->s, r->prompt + sl->fed, k, &chosen, err, sizeof err)
+                        : ci_forward(sl->s, r->prompt + sl->fed, k, lg, 0, err, sizeof err);
         double dt = now_s() - t0;
         pthread_mutex_lock(&e->mu);
         e->st.prefill_tokens += k;
@@ -615,7 +619,7 @@ static void step(eng *e) {
             }
         }
         if (sl->fed == r->p.n_prompt) {
-            int tok = sample(e, sl, lg);
+            int tok = argmax ? take_chosen(e, sl, chosen) : sample(e, sl, lg);
             pthread_mutex_lock(&e->mu);
             if (tok < 0) slot_fail(e, sl, tok == -1 ? JSON_STUCK : GRAMMAR_STUCK);
             else publish(e, sl, tok);
