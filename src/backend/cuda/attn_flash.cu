@@ -31,7 +31,8 @@
  *    copies after all of its table reads (one a tile when a block of the table holds whole
  *    tiles): one at a time, each round trip had been the thread's wait.
  * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16); a launch's
- * bits depend on its shape and the switches only (paged or not, the same).
+ * bits depend on its shape (max_keys among it: the segments) and the switches only (paged or
+ * not, the same).
  *
  * Shared memory: Q [64][HD + 8] f16, two f32 stages of K and V (rows padded against bank
  * conflicts of the fragment reads: K HD + 8 for the 64-bit reads of a half warp, V HD + 4 for
