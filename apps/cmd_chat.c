@@ -208,7 +208,7 @@ int cmd_chat(int argc, char **argv) {
     ci_model_info info;
     ci_model_get_info(c.m, &info);
     c.ctx = ctx_arg > 0 ? (int)ctx_arg : info.max_position > 0 && info.max_position < 4096 ? (int)info.max_position : 4096;
-    eng_opts eo = { 1, c.ctx, 1, (size_t)256 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 1, c.ctx, 1, (size_t)256 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (eng_new(c.m, &eo, &c.e, err, sizeof err)) { fprintf(stderr, "cinfer: chat: %s\n", err); goto done; }
     if (val[1]) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", val[1]));
     int tty = isatty(0);

@@ -18,6 +18,7 @@
 #include "tokmask.h"
 #include "../cache/cache.h"
 #include "../core/status.h"
+#include "../core/threads.h"
 #include "../gen/sampler.h"
 #include "../models/model.h"
 #include <errno.h>
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* SNAP_EVERY: hybrid families snapshot a prefilling slot each time it crosses a multiple of
  * this many tokens (their prefill chunks end on multiples of the chunk, paged or not; paged,
@@ -78,6 +80,9 @@ typedef struct {
     int finished;              /* the scheduler's view: r is done, publish and release */
     smp_state smp;
     int *counts;               /* [vocab] occurrences of each id among generated tokens */
+    float *lsm;                /* [vocab] log-softmax scratch (logprobs) */
+    int *mark;                 /* [vocab] penalty stamps */
+    int stamp;
     jf_state js;               /* JSON mode: the reply so far */
     sm_matcher sm;             /* grammar mode (r->p.grammar): the matcher and its state */
     sm_state ss;
@@ -95,9 +100,7 @@ struct eng {
     int chunk;                 /* prompt tokens per slot per step (eng_opts.prefill_chunk) */
     slot *slots;
     float *logits;             /* [parallel, V] */
-    float *lsm;                /* [V] log-softmax scratch */
-    int *mark;                 /* [V] penalty stamps */
-    int stamp;
+    ci_pool *spool;            /* a decode step's rows sampled in parallel (eng_opts.sample_threads), or NULL */
     ci_session **bs;           /* [parallel] batch of one decode step */
     int *btok, *bslot, *bids;  /* bids: a greedy step's ids */
     tm_trie *trie;             /* the token texts as a trie, for grammar masks (NULL: no texts) */
@@ -415,15 +418,15 @@ static int sample(eng *e, slot *sl, float *lg) {
         double se = 0;
         for (int i = 0; i < V; i++) se += exp((double)lg[i] - mx);
         float lse = mx + (float)log(se);
-        for (int i = 0; i < V; i++) e->lsm[i] = lg[i] - lse;
+        for (int i = 0; i < V; i++) sl->lsm[i] = lg[i] - lse;
     }
     for (int i = 0; i < r->p.n_bias; i++) lg[r->bias_id[i]] += r->bias[i];
     if (r->p.presence_penalty != 0 || r->p.frequency_penalty != 0) {
-        e->stamp++;
+        sl->stamp++;
         for (int k = 0; k < r->n_out; k++) {
             int id = r->ids[k];
-            if (e->mark[id] == e->stamp) continue;
-            e->mark[id] = e->stamp;
+            if (sl->mark[id] == sl->stamp) continue;
+            sl->mark[id] = sl->stamp;
             lg[id] -= r->p.presence_penalty + r->p.frequency_penalty * (float)sl->counts[id];
         }
     }
@@ -433,19 +436,19 @@ static int sample(eng *e, slot *sl, float *lg) {
     took(e, sl, tok);
     if (r->p.top_logprobs >= 0) {
         int k = r->n_out, nt = r->n_top;
-        r->lps[k] = e->lsm[tok];
+        r->lps[k] = sl->lsm[tok];
         int *ti = r->top_ids + (size_t)k * nt;
         float *tl = r->top_lps + (size_t)k * nt;
         for (int j = 0; j < nt; j++) {          /* the nt best, by selection (nt <= 20) */
             int b = -1;
             for (int i = 0; i < V; i++) {
-                if (b >= 0 && !(e->lsm[i] > e->lsm[b])) continue;
+                if (b >= 0 && !(sl->lsm[i] > sl->lsm[b])) continue;
                 int taken = 0;
                 for (int q = 0; q < j; q++) taken |= ti[q] == i;
                 if (!taken) b = i;
             }
             ti[j] = b;
-            tl[j] = b >= 0 ? e->lsm[b] : -INFINITY;
+            tl[j] = b >= 0 ? sl->lsm[b] : -INFINITY;
         }
     }
     r->ids[r->n_out] = tok;
@@ -465,6 +468,21 @@ static int take_chosen(eng *e, slot *sl, int tok) {
     took(e, sl, tok);
     sl->r->ids[sl->r->n_out] = tok;
     return tok;
+}
+
+/* A decode step's sampled rows drawn by the sampling pool: row rows[i]'s token into toks[row]
+ * (sample() touches only its slot, its request and read-only engine state; JSON mode and
+ * grammar rows, which share the engine's mask scratch, are drawn by the scheduler itself). */
+typedef struct {
+    eng *e;
+    const int *rows;
+    int *toks;
+} par_sample;
+
+static void sample_task(void *ctx, int i) {
+    par_sample *c = ctx;
+    const int b = c->rows[i];
+    c->toks[b] = sample(c->e, &c->e->slots[c->e->bslot[b]], c->e->logits + (size_t)b * c->e->V);
 }
 
 /* After a token was written at r->ids[r->n_out] (not yet published): does it end r? */
@@ -661,7 +679,7 @@ static void step(eng *e) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    int toks[1024], replayed = 0;
+    int toks[1024], replayed = 0, par[1024], npar = 0;
     for (int b = 0; b < nb; b++) {
         slot *sl = &e->slots[e->bslot[b]];
         const eng_req *r = sl->r;
@@ -675,10 +693,19 @@ static void step(eng *e) {
                 continue;
             }                                     /* its last id: its logits are the next token's */
         }
-        toks[b] = greedy ? take_chosen(e, sl, e->bids[b]) : sample(e, sl, e->logits + (size_t)b * V);
+        if (greedy) toks[b] = take_chosen(e, sl, e->bids[b]);
+        else if (e->spool && !r->p.json_mode && !r->p.grammar) par[npar++] = b;
+        else toks[b] = sample(e, sl, e->logits + (size_t)b * V);
+    }
+    if (npar > 1) {
+        par_sample c = { e, par, toks };
+        ci_pool_run(e->spool, sample_task, &c, npar);
+    } else if (npar == 1) {
+        toks[par[0]] = sample(e, &e->slots[e->bslot[par[0]]], e->logits + (size_t)par[0] * V);
     }
     pthread_mutex_lock(&e->mu);
     e->st.decode_argmax_steps += greedy;
+    e->st.pool_draws += npar > 1 ? npar : 0;
     e->st.decode_tokens += nb;
     e->st.replay_tokens += replayed;
     e->st.decode_steps++;
@@ -832,13 +859,11 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
     pthread_cond_init(&e->work, NULL);
     e->slots = calloc((size_t)o->parallel, sizeof *e->slots);
     e->logits = malloc((size_t)o->parallel * e->V * sizeof(float));
-    e->lsm = malloc((size_t)e->V * sizeof(float));
-    e->mark = calloc((size_t)e->V, sizeof(int));
     e->bs = calloc((size_t)o->parallel, sizeof *e->bs);
     e->btok = calloc((size_t)o->parallel, sizeof(int));
     e->bslot = calloc((size_t)o->parallel, sizeof(int));
     e->bids = calloc((size_t)o->parallel, sizeof(int));
-    if (!e->slots || !e->logits || !e->lsm || !e->mark || !e->bs || !e->btok || !e->bslot || !e->bids) {
+    if (!e->slots || !e->logits || !e->bs || !e->btok || !e->bslot || !e->bids) {
         ci_err(err, errlen, "out of memory for %d slots", o->parallel);
         goto fail;
     }
@@ -848,7 +873,21 @@ int eng_new(ci_model *m, const eng_opts *o, eng **out, char *err, size_t errlen)
         if (ci_session_new_rows(m, o->ctx, rows, &sl->s, err, errlen)) goto fail;
         sl->toks = malloc((size_t)o->ctx * sizeof(int));
         sl->counts = calloc((size_t)e->V, sizeof(int));
-        if (!sl->toks || !sl->counts) { ci_err(err, errlen, "out of memory for %d slots", o->parallel); goto fail; }
+        sl->lsm = malloc((size_t)e->V * sizeof(float));
+        sl->mark = calloc((size_t)e->V, sizeof(int));
+        if (!sl->toks || !sl->counts || !sl->lsm || !sl->mark) {
+            ci_err(err, errlen, "out of memory for %d slots", o->parallel);
+            goto fail;
+        }
+    }
+    int sth = o->sample_threads;
+    if (sth <= 0) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        sth = m->be && m->be->is_device ? (int)(cpus < 1 ? 1 : cpus > 16 ? 16 : cpus) : 1;
+    }
+    if (sth > 1 && !(e->spool = ci_pool_new(sth))) {
+        ci_err(err, errlen, "out of memory for %d sampling threads", sth);
+        goto fail;
     }
     if (o->tok_off && o->tok_bytes) {
         int nt = o->tok_n < e->V ? o->tok_n : e->V;
@@ -896,6 +935,8 @@ void eng_free(eng *e) {
             ci_session_free(e->slots[i].s);
             free(e->slots[i].toks);
             free(e->slots[i].counts);
+            free(e->slots[i].lsm);
+            free(e->slots[i].mark);
             smp_free(&e->slots[i].smp);
             sm_release(&e->slots[i].sm);
         }
@@ -903,7 +944,8 @@ void eng_free(eng *e) {
     tm_free(e->trie);
     free(e->allowed);
     free(e->notext);
-    free(e->slots); free(e->logits); free(e->lsm); free(e->mark); free(e->bs); free(e->btok); free(e->bslot); free(e->bids);
+    if (e->spool) ci_pool_free(e->spool);
+    free(e->slots); free(e->logits); free(e->bs); free(e->btok); free(e->bslot); free(e->bids);
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);
     free(e);

@@ -95,6 +95,10 @@ typedef struct {
                                 * ci_backend.is_device: the server does so), off where they are the same
                                 * (the CPU: the prefill is exact and faster), and always for a hybrid (its
                                 * recurrent layers' chunked prefill differs from their steps). Others ignore it */
+    int sample_threads;        /* threads that draw a decode step's sampled rows (each row its own request's
+                                * sampler and scratch: the same draws in any order); <= 0: on a device up to
+                                * 16 (the host waits on the device anyway; a draw at a 152k vocabulary is
+                                * ~2 ms), 1 on the CPU (the model's pool has the cores) */
 } eng_opts;
 
 typedef struct {
@@ -134,6 +138,7 @@ typedef struct {
     long long requests, prompt_tokens, gen_tokens, prefix_hit_tokens;
     long long prefill_tokens, prefill_calls, decode_tokens, decode_steps;
     long long decode_argmax_steps;    /* decode steps whose rows were all greedy: the backend's argmax, ids only back */
+    long long pool_draws;             /* sampled rows drawn by the sampling threads (eng_opts.sample_threads) */
     double prefill_seconds, decode_seconds;
     long long first_tokens;           /* requests that got their first token */
     double first_token_seconds;       /* summed over them: submit to the first token's publish (the engine's

@@ -569,7 +569,8 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
                     s->call_open ? (unsigned char)s->call_open[0] : -1, s->o.kv_blocks,
                     s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->m->be->is_device ? 1024 : 256,
                     s->o.gpu_memory > 0 ? s->o.gpu_memory : 0.9,
-                    s->m->be->is_device };   /* replay_decode: a device's prefill and decode differ in the last bits */
+                    s->m->be->is_device,     /* replay_decode: a device's prefill and decode differ in the last bits */
+                    0 };                     /* sample_threads: engine.h's rule */
     if (eng_new(s->m, &eo, &s->e, err, errlen)) goto fail;
     if (!(s->rs = resp_store_new(RESP_STORE_ENTRIES, (size_t)RESP_STORE_MB << 20))) { ci_err(err, errlen, "out of memory"); goto fail; }
 

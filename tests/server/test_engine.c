@@ -77,7 +77,7 @@ static void one_model(const char *dir, int exact) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *e = NULL;
-    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 4, 128, 8, 1 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return; }
     int prompts[NR][24], solo[NR][MAXT], n_solo[NR];
     for (int i = 0; i < NR; i++) {
@@ -195,6 +195,61 @@ static void one_model(const char *dir, int exact) {
 
 static void test_engine_demo(void) { one_model("models/demo", 1); }
 
+/* A decode step's sampled rows drawn by 3 sampling threads (eng_opts.sample_threads) give the
+ * draws, logprobs and penalties of the scheduler drawing them one by one: 6 requests at once,
+ * seeded, some with logprobs, some with presence / frequency penalties. */
+static void test_engine_sample_threads(void) {
+    const char *dir = "tests/fixtures/qwen3_tied";
+    char err[1024];
+    ci_model *m = NULL;
+    ci_model_opts mo = { .n_threads = 2 };
+    if (ci_model_open(dir, &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return; }
+    const int V = (int)m->cfg.vocab_size;
+    int prompts[NR][16];
+    for (int i = 0; i < NR; i++) prompt_of(i + 11, V, prompts[i], 8 + i);
+    eng_tok got[2][NR][MAXT];
+    int n_got[2][NR] = { { 0 } };
+    long long draws[2] = { 0, 0 };
+    for (int v = 0; v < 2; v++) {
+        eng *e = NULL;
+        eng_opts eo = { NR, 128, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, v ? 3 : 1 };
+        if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); break; }
+        eng_req *r[NR] = { NULL };
+        for (int i = 0; i < NR; i++) {
+            eng_params p;
+            memset(&p, 0, sizeof p);
+            p.prompt = prompts[i];
+            p.n_prompt = 8 + i;
+            p.max_tokens = MAXT;
+            ci_sampler_defaults(&p.so);
+            p.so.temperature = 0.9f;
+            p.so.seed = (uint64_t)(40 + i);
+            p.top_logprobs = i % 2 ? 3 : -1;
+            if (i % 3 == 1) p.presence_penalty = 0.4f, p.frequency_penalty = 0.3f;
+            p.ignore_eos = 1;
+            if (eng_submit(e, &p, &r[i], err, sizeof err)) CHECK(0, "%s: submit %d: %s", dir, i, err);
+        }
+        for (int i = 0; i < NR; i++)
+            if (r[i]) { n_got[v][i] = read_all(r[i], got[v][i], MAXT); eng_release(r[i]); }
+        eng_stats st;
+        eng_get_stats(e, &st);
+        draws[v] = st.pool_draws;
+        eng_free(e);
+    }
+    CHECK(draws[0] == 0 && draws[1] > 0, "%s: rows drawn by the sampling threads: %lld with 1 thread, %lld with 3", dir,
+          draws[0], draws[1]);
+    for (int i = 0; i < NR; i++) {
+        int same = n_got[0][i] == MAXT && n_got[1][i] == MAXT;
+        for (int k = 0; k < MAXT && same; k++) {
+            const eng_tok *a = &got[0][i][k], *b = &got[1][i][k];
+            same = a->id == b->id && a->n_top == b->n_top && (a->n_top == 0 || a->logprob == b->logprob);
+            for (int j = 0; j < a->n_top && same; j++) same = a->top_id[j] == b->top_id[j] && a->top_lp[j] == b->top_lp[j];
+        }
+        CHECK(same, "%s: request %d drawn by the sampling threads differs from the scheduler's own draws", dir, i);
+    }
+    ci_model_free(m);
+}
+
 /* Greedy rows (temperature 0, nothing else reading the logits) take the backend's argmax in
  * their decode steps (forward_batch_argmax: ids back, no logits): 3 greedy requests together
  * each give ci_generate's greedy ids and the steps count as argmax steps; with a fourth that
@@ -209,7 +264,7 @@ static void test_engine_greedy_argmax(void) {
         if (ci_model_open(dirs[f], &mo, &m, err, sizeof err)) { CHECK(0, "%s: %s", dirs[f], err); continue; }
         const int V = (int)m->cfg.vocab_size;
         eng *e = NULL;
-        eng_opts eo = { 4, 128, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+        eng_opts eo = { 4, 128, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
         if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dirs[f], err); ci_model_free(m); continue; }
         int prompts[4][16], ref[4][MAXT];
         for (int i = 0; i < 4; i++) {
@@ -265,7 +320,7 @@ static void test_engine_busy(void) {
     ci_model_opts mo = { .n_threads = 0 };
     if (ci_model_open("models/demo", &mo, &m, err, sizeof err)) { CHECK(0, "%s", err); return; }
     eng *e = NULL;
-    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); ci_model_free(m); return; }
     int prompt[4] = { 5, 6, 7, 8 };
     eng_params p;
@@ -347,7 +402,7 @@ static void test_engine_wide_dense_alone_vs_beside_7(void) {
     }
     ci_model_info info;
     ci_model_get_info(m, &info);
-    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { WN, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s", err); goto done; }
     int prompts[WN][96], n_solo[WN];
     eng_tok solo[WN][WMAX], both[WMAX];
@@ -445,7 +500,7 @@ static void hybrid_turns(const char *dir) {
     ci_model_get_info(m, &info);
     const int V = info.vocab_size;
     eng *on = NULL, *off = NULL;
-    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo_on = { 1, 256, 8, 64 << 20, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 }, eo_off = { 1, 256, 8, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (eng_new(m, &eo_on, &on, err, sizeof err) || eng_new(m, &eo_off, &off, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
         goto done;
@@ -538,7 +593,7 @@ static void test_engine_json_mode(void) {
     const int tn = info.vocab_size - 7;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1, 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, -1, 0, 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -632,7 +687,7 @@ static void test_engine_grammar_text(void) {
     const int tn = info.vocab_size;
     CHECK(eng_token_texts(tk, tn, &tb, &to) == 0, "token texts");
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e', 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 4, 256, 16, 0, tb, to, tn, 'e', 0, 0, 0, 0, 0 }, eo0 = { 1, 256, 0, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (!tb || eng_new(m, &eo, &e, err, sizeof err) || eng_new(m, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s", err);
         goto out;
@@ -712,8 +767,8 @@ out:
 static int paged_pair_of(const char *dir, int kv_blocks, ci_model **m, ci_model **m0, eng **e, eng **e0, char *err,
                          size_t errlen) {
     ci_model_opts mo = { .n_threads = 0 };
-    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, kv_blocks, 128, 0, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 4, 1024, 16, 64 << 20, NULL, NULL, 0, -1, kv_blocks, 128, 0, 0, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (!dir) dir = "tests/fixtures/qwen3_tied";
     if (ci_model_open(dir, &mo, m, err, errlen) || ci_model_open(dir, &mo, m0, err, errlen))
         return -1;
@@ -897,7 +952,7 @@ static void test_engine_prefix_auto(void) {
         ci_model *m = NULL, *m2 = NULL;
         ci_model_opts mo = { .n_threads = 0 };
         eng *e = NULL, *e2 = NULL;
-        eng_opts eo = { 4, 512, 16, ENG_PREFIX_AUTO, NULL, NULL, 0, -1, 0, 128, 0, 0 };
+        eng_opts eo = { 4, 512, 16, ENG_PREFIX_AUTO, NULL, NULL, 0, -1, 0, 128, 0, 0, 0 };
         eng_opts eo2 = eo;
         eo2.prefix_cache_bytes = 64u << 20;
         if (ci_model_open(dirs[f], &mo, &m, err, sizeof err) || ci_model_open(dirs[f], &mo, &m2, err, sizeof err) ||
@@ -1017,8 +1072,8 @@ static void paged_churn_of(const char *dir, int prefix, int replay, int n0, int 
     ci_model *m = NULL, *m0 = NULL;
     eng *e = NULL, *e0 = NULL;
     ci_model_opts mo = { .n_threads = 0 };
-    eng_opts eo = { 4, 1024, 16, prefix ? 64 << 20 : 0, NULL, NULL, 0, -1, NB, chunk, 0, replay };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0 };
+    eng_opts eo = { 4, 1024, 16, prefix ? 64 << 20 : 0, NULL, NULL, 0, -1, NB, chunk, 0, replay, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 0, 0, 0, 0 };
     if (ci_model_open(dir, &mo, &m, err, sizeof err) || ci_model_open(dir, &mo, &m0, err, sizeof err) ||
         eng_new(m, &eo, &e, err, sizeof err) || eng_new(m0, &eo0, &e0, err, sizeof err)) {
         CHECK(0, "%s: %s", dir, err);
@@ -1146,8 +1201,8 @@ static void test_engine_paged_one_call(void) {
     ci_model_opts mo = { .n_threads = 0 };
     ci_model *m = NULL, *m0 = NULL;
     eng *e = NULL, *e0 = NULL;
-    eng_opts eo = { 2, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 16, 256, 0, 0 };
-    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 256, 0, 0 };
+    eng_opts eo = { 2, 1024, 16, 64 << 20, NULL, NULL, 0, -1, 16, 256, 0, 0, 0 };
+    eng_opts eo0 = { 1, 1024, 16, 0, NULL, NULL, 0, -1, 0, 256, 0, 0, 0 };
     if (ci_model_open("tests/fixtures/qwen3_tied", &mo, &m, err, sizeof err) ||
         ci_model_open("tests/fixtures/qwen3_tied", &mo, &m0, err, sizeof err) || eng_new(m, &eo, &e, err, sizeof err) ||
         eng_new(m0, &eo0, &e0, err, sizeof err)) {
@@ -1183,6 +1238,7 @@ done:
 int main(void) {
     TEST_RUN(test_engine_demo);
     TEST_RUN(test_engine_greedy_argmax);
+    TEST_RUN(test_engine_sample_threads);
     TEST_RUN(test_engine_hybrid_lfm2);
     TEST_RUN(test_engine_busy);
     TEST_RUN(test_engine_wide_dense_alone_vs_beside_7);
