@@ -33,19 +33,26 @@ static int read_all(eng_req *r, eng_tok *t, int max) {
     return got;
 }
 
-/* Submits a sampled request (temperature 0.8, ignore_eos) of max tokens; with keep, hands the
- * request back unread, else reads it whole into out and returns how many came. */
-static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
+/* A request of n prompt ids and max tokens, ignore_eos, with top_logprobs (-1: none):
+ * greedy at temperature 0, else drawn with that temperature and seed. */
+static eng_params req_of(const int *prompt, int n, int max, float temperature, int seed, int top_logprobs) {
     eng_params p;
     memset(&p, 0, sizeof p);
     p.prompt = prompt;
     p.n_prompt = n;
     p.max_tokens = max;
     ci_sampler_defaults(&p.so);
-    p.so.temperature = 0.8f;
+    p.so.temperature = temperature;
     p.so.seed = (uint64_t)seed;
-    p.top_logprobs = -1;
+    p.top_logprobs = top_logprobs;
     p.ignore_eos = 1;
+    return p;
+}
+
+/* Submits a sampled request (temperature 0.8, ignore_eos) of max tokens; with keep, hands the
+ * request back unread, else reads it whole into out and returns how many came. */
+static int paged_run(eng *e, const int *prompt, int n, int max, int seed, int *out, int *cached, eng_req **keep) {
+    eng_params p = req_of(prompt, n, max, 0.8f, seed, -1);
     eng_req *r;
     char err[256];
     if (eng_submit(e, &p, &r, err, sizeof err)) return -1;
@@ -103,16 +110,7 @@ static void one_model(const char *dir, int exact) {
     {
         eng_req *r[NR];
         for (int i = 0; i < NR; i++) {
-            eng_params p;
-            memset(&p, 0, sizeof p);
-            p.prompt = prompts[i];
-            p.n_prompt = 10 + i;
-            p.max_tokens = MAXT;
-            ci_sampler_defaults(&p.so);
-            p.so.temperature = 0.8f;
-            p.so.seed = (uint64_t)(7 + i);
-            p.top_logprobs = 2;
-            p.ignore_eos = 1;
+            eng_params p = req_of(prompts[i], 10 + i, MAXT, 0.8f, 7 + i, 2);
             if (eng_submit(e, &p, &r[i], err, sizeof err)) { CHECK(0, "%s: submit %d: %s", dir, i, err); r[i] = NULL; }
         }
         for (int i = 0; i < NR; i++) {
@@ -216,17 +214,8 @@ static void test_engine_sample_threads(void) {
         if (eng_new(m, &eo, &e, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); break; }
         eng_req *r[NR] = { NULL };
         for (int i = 0; i < NR; i++) {
-            eng_params p;
-            memset(&p, 0, sizeof p);
-            p.prompt = prompts[i];
-            p.n_prompt = 8 + i;
-            p.max_tokens = MAXT;
-            ci_sampler_defaults(&p.so);
-            p.so.temperature = 0.9f;
-            p.so.seed = (uint64_t)(40 + i);
-            p.top_logprobs = i % 2 ? 3 : -1;
+            eng_params p = req_of(prompts[i], 8 + i, MAXT, 0.9f, 40 + i, i % 2 ? 3 : -1);
             if (i % 3 == 1) p.presence_penalty = 0.4f, p.frequency_penalty = 0.3f;
-            p.ignore_eos = 1;
             if (eng_submit(e, &p, &r[i], err, sizeof err)) CHECK(0, "%s: submit %d: %s", dir, i, err);
         }
         for (int i = 0; i < NR; i++)
@@ -284,14 +273,7 @@ static void test_engine_greedy_argmax(void) {
             eng_get_stats(e, &st0);
             eng_req *r[4] = { NULL };
             for (int i = 0; i < nr; i++) {
-                eng_params p;
-                memset(&p, 0, sizeof p);
-                p.prompt = prompts[i];
-                p.n_prompt = 9 + i;
-                p.max_tokens = MAXT;
-                ci_sampler_defaults(&p.so);
-                p.top_logprobs = i == 3 ? 2 : -1;
-                p.ignore_eos = 1;
+                eng_params p = req_of(prompts[i], 9 + i, MAXT, 0.0f, 0, i == 3 ? 2 : -1);
                 if (eng_submit(e, &p, &r[i], err, sizeof err)) CHECK(0, "%s: submit %d: %s", dirs[f], i, err);
             }
             for (int i = 0; i < nr; i++) {
