@@ -509,13 +509,12 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
         B = conv;
         t = CUDA_R_16F;
     } else if (W->dtype == CI_F32) t = CUDA_R_32F;
-    else if (W->dtype == CI_BF16 || W->dtype == CI_F16) {
-        t = W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        size_t cnt = (size_t)n * (size_t)W->cols;
-        void *conv = cb_scratch_get(cb, &cb->xconv, cnt * 2);
+    else if (cb_gemm16_ok(W)) {   /* x in W's 16-bit type, then the product */
+        void *conv = cb_gemm16_input(cb, n, W);
         if (!conv) return 0;
-        cb_convert(cb, conv, x, (int64_t)cnt, W->dtype == CI_BF16);
-        B = conv;
+        cb_convert(cb, conv, x, (int64_t)n * W->cols, W->dtype == CI_BF16);
+        cb_gemm16(cb, y, conv, n, W, beta);
+        return 0;
     } else return -1;
     gemm_blas(cb, y, A, B, t, n, W, beta);
     return 0;

@@ -73,9 +73,7 @@ __global__ void rmsnorm_kernel(float *out, void *h, int to_bf16, const float *x,
 static int rms_threads(int dim) { return dim >= 1024 ? 256 : dim >= 256 ? 128 : 32; }
 
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps) {
-    if (n <= 0 || dim <= 0) return;
-    cb_launch(cb, rmsnorm_kernel, dim3(n), dim3(rms_threads(dim)), 0, out, (void *)NULL, 0, x, w, dim, eps);
-    cb_launched(cb, "rmsnorm");
+    cb_rmsnorm_16(cb, out, NULL, 0, x, w, n, dim, eps);
 }
 
 void cb_rmsnorm_16(cuda_be *cb, float *out, void *h, int to_bf16, const float *x, const float *w, int n, int dim,
