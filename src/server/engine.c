@@ -697,12 +697,9 @@ static void step(eng *e) {
         else if (e->spool && !r->p.json_mode && !r->p.grammar) par[npar++] = b;
         else toks[b] = sample(e, sl, e->logits + (size_t)b * V);
     }
-    if (npar > 1) {
-        par_sample c = { e, par, toks };
-        ci_pool_run(e->spool, sample_task, &c, npar);
-    } else if (npar == 1) {
-        toks[par[0]] = sample(e, &e->slots[e->bslot[par[0]]], e->logits + (size_t)par[0] * V);
-    }
+    par_sample c = { e, par, toks };
+    if (npar > 1) ci_pool_run(e->spool, sample_task, &c, npar);
+    else if (npar == 1) sample_task(&c, 0);   /* one row: no threads to wake */
     pthread_mutex_lock(&e->mu);
     e->st.decode_argmax_steps += greedy;
     e->st.pool_draws += npar > 1 ? npar : 0;
