@@ -212,7 +212,17 @@ static int gemm16_group(cuda_be *cb, int count, float *const *ys, const float *x
     const int bf = Ws[0]->dtype == CI_BF16, cols = (int)Ws[0]->cols;
     if (norm) cb_rmsnorm_16(cb, xn, h, bf, x, norm_w, n, cols, eps);
     else cb_convert(cb, h, x, (int64_t)n * cols, bf);
-    for (int i = 0; i < count; i++) cb_gemm16(cb, ys[i], h, n, Ws[i], 0.0f);
+    const int side = cb->gemm_streams && count > 1 && !cb->failed;
+    if (side && CB_CHECK(cb, "GEMM fork", cudaEventRecord(cb->fork_ev, cb->stream))) return 1;
+    for (int i = 0; i < count; i++) {
+        const int k = side ? (i - 1) % CB_SIDE : -1;   /* GEMM 0 stays on the stream, the rest go beside it */
+        if (i > 0 && side && CB_CHECK(cb, "GEMM fork", cudaStreamWaitEvent(cb->side[k], cb->fork_ev, 0))) return 1;
+        cb_gemm16_on(cb, i > 0 && side ? cb->side_blas[k] : cb->blas, ys[i], h, n, Ws[i], 0.0f);
+    }
+    for (int k = 0; side && k < CB_SIDE && k < count - 1; k++)
+        if (CB_CHECK(cb, "GEMM join", cudaEventRecord(cb->join_ev[k], cb->side[k])) ||
+            CB_CHECK(cb, "GEMM join", cudaStreamWaitEvent(cb->stream, cb->join_ev[k], 0)))
+            return 1;
     return 1;
 }
 
@@ -639,6 +649,13 @@ static void op_free(ci_backend *be) {
     if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
+    for (int k = 0; k < CB_SIDE; k++) {
+        if (cb->side_blas[k]) cublasDestroy(cb->side_blas[k]);
+        if (cb->side_ws[k]) cudaFree(cb->side_ws[k]);
+        if (cb->side[k]) cudaStreamDestroy(cb->side[k]);
+        if (cb->join_ev[k]) cudaEventDestroy(cb->join_ev[k]);
+    }
+    if (cb->fork_ev) cudaEventDestroy(cb->fork_ev);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     if (be->pool && be->pool_free) be->pool_free(be->pool);
     free(cb);
@@ -700,6 +717,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
+    cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     cb->flash_split = cb_env_switch("CINFER_CUDA_FLASH_SPLIT", CB_FLASH_SPLIT);
     cb->flash_bk = cb_env_int("CINFER_CUDA_FLASH_BK", 32, 16, 32);
@@ -729,6 +747,26 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     /* default math: f32 GEMMs stay f32 (TF32 only when asked for), 16-bit ones use the
      * tensor cores with f32 accumulation; pedantic mode costs prefill speed */
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH);
+    /* the side streams, each handle configured as blas (cudaEventDisableTiming: fork / join only) */
+    if (bs == CUBLAS_STATUS_SUCCESS && cb->gemm_streams) {
+        e = cudaEventCreateWithFlags(&cb->fork_ev, cudaEventDisableTiming);
+        for (int k = 0; k < CB_SIDE && e == cudaSuccess && bs == CUBLAS_STATUS_SUCCESS; k++) {
+            if ((e = cudaStreamCreateWithFlags(&cb->side[k], cudaStreamNonBlocking)) != cudaSuccess ||
+                (e = cudaEventCreateWithFlags(&cb->join_ev[k], cudaEventDisableTiming)) != cudaSuccess ||
+                (e = cudaMalloc(&cb->side_ws[k], ws)) != cudaSuccess)
+                break;
+            bs = cublasCreate(&cb->side_blas[k]);
+            if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cb->side_blas[k], cb->side[k]);
+            if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(cb->side_blas[k], cb->side_ws[k], ws);
+            if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(cb->side_blas[k], CUBLAS_DEFAULT_MATH);
+        }
+        if (e != cudaSuccess) {
+            snprintf(err, errlen, "CUDA: device %d: side streams: %s", device, cudaGetErrorString(e));
+            be->pool = NULL;
+            op_free(be);
+            return NULL;
+        }
+    }
     if (bs != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "CUDA: cuBLAS did not start (status %d)", (int)bs);
         be->pool = NULL;

@@ -38,6 +38,8 @@ struct cb_qd {               /* an MLX-quantized tensor's descriptor, placed (we
     size_t param_bytes;
 };
 
+enum { CB_SIDE = 3 };      /* side streams: q / k / v (or gate / up) of one input side by side */
+
 struct cuda_be {
     ci_backend base;         /* first: a ci_backend * is a cuda_be * */
     int device;
@@ -45,6 +47,13 @@ struct cuda_be {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;           /* cuBLAS workspace (fixed, so captured GEMMs need no allocation) */
+    /* side streams for a group's GEMMs of one input (gemm16_group): GEMM i > 0 on side[i - 1]
+     * with its own handle and workspace (the same size as blas_ws: cuBLAS picks the same
+     * algorithm, so the same bits), forked from and joined back into `stream` by events */
+    cudaStream_t side[CB_SIDE];
+    cublasHandle_t side_blas[CB_SIDE];
+    void *side_ws[CB_SIDE];
+    cudaEvent_t fork_ev, join_ev[CB_SIDE];
     cb_weight *weights;      /* sorted by host address */
     int n_weights, cap_weights;
     size_t weight_bytes;
@@ -72,7 +81,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -87,6 +96,7 @@ struct cuda_be {
     int flash_bk;            /* CINFER_CUDA_FLASH_BK=16|32: its key tile at head_dim 128 (attn_flash.cu) */
     int flash_ldm;           /* its tiles converted to f16 once and read by ldmatrix (attn_flash.cu) */
     int flash_gqa;           /* a block takes every head of a kv group (fewer positions each) (attn_flash.cu) */
+    int gemm_streams;        /* a group's 16-bit GEMMs side by side on the side streams (cuda_backend.cu) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -115,6 +125,15 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * (launch_dependents), so a kernel's launch and prologue overlap the tail of the one before
  * instead of following it: decode steps are chains of short kernels. Nothing may read
  * global memory before pdl_enter(). */
+#ifndef CB_GEMM_STREAMS
+/* The GEMMs of one input (q / k / v, gate / up; prefill chunks and batched steps of more than
+ * one row of 16-bit weights) launched on side streams so that they run side by side: at a few
+ * dozen rows each is a few dozen tiles, a fraction of the SMs. Measured on an H100 (2026-12-05,
+ * Qwen3-8B dims 12 layers bf16, alternating, 2 rounds, bench/RESULTS.md): batched decode of 8
+ * sequences 2,743 / 2,725 -> 2,905 / 2,884 tok/s, of 32 9,442 / 9,481 -> 9,715 / 9,838, of 64
+ * level; prefill of 124..4096 rows level (cuBLAS's split-K forms already fill the SMs there). */
+#define CB_GEMM_STREAMS 1 /* default of cuda_be.gemm_streams (CINFER_CUDA_GEMM_STREAMS) */
+#endif
 #ifndef CB_PDL
 #define CB_PDL 1          /* default of cuda_be.pdl (CINFER_CUDA_PDL) */
 #endif
@@ -341,6 +360,8 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 int cb_gemm16_ok(const ci_mat *W);
 void *cb_gemm16_input(cuda_be *cb, int n, const ci_mat *W);
 void cb_gemm16(cuda_be *cb, float *y, const void *xh, int n, const ci_mat *W, float beta);
+/* the same on another cuBLAS handle (one of the side streams') */
+void cb_gemm16_on(cuda_be *cb, cublasHandle_t h, float *y, const void *xh, int n, const ci_mat *W, float beta);
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */
 void cb_matmul_xw_launch(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W);
 

@@ -460,10 +460,10 @@ __global__ void fp8_widen16_kernel(__half *dst, const uint8_t *w, int rows, int 
 }
 
 /* y (beta: + y) = x · Wᵀ by cuBLAS, A / B of type t (f32 out, f32 sums) */
-static void gemm_blas(cuda_be *cb, float *y, const void *A, const void *B, cudaDataType_t t, int n, const ci_mat *W,
-                      float beta) {
+static void gemm_blas(cuda_be *cb, cublasHandle_t h, float *y, const void *A, const void *B, cudaDataType_t t, int n,
+                      const ci_mat *W, float beta) {
     const float alpha = 1.0f;
-    cublasStatus_t s = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &alpha, A,
+    cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &alpha, A,
                                     t, (int)W->cols, B, t, (int)W->cols, &beta, y, CUDA_R_32F, (int)W->rows,
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS && !cb->failed) {
@@ -479,8 +479,12 @@ void *cb_gemm16_input(cuda_be *cb, int n, const ci_mat *W) {
     return cb_scratch_get(cb, &cb->xconv, (size_t)n * (size_t)W->cols * 2);
 }
 
+void cb_gemm16_on(cuda_be *cb, cublasHandle_t h, float *y, const void *xh, int n, const ci_mat *W, float beta) {
+    gemm_blas(cb, h, y, W->data, xh, W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F, n, W, beta);
+}
+
 void cb_gemm16(cuda_be *cb, float *y, const void *xh, int n, const ci_mat *W, float beta) {
-    gemm_blas(cb, y, W->data, xh, W->dtype == CI_BF16 ? CUDA_R_16BF : CUDA_R_16F, n, W, beta);
+    cb_gemm16_on(cb, cb->blas, y, xh, n, W, beta);
 }
 
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta) {
@@ -516,7 +520,7 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
         cb_gemm16(cb, y, conv, n, W, beta);
         return 0;
     } else return -1;
-    gemm_blas(cb, y, A, B, t, n, W, beta);
+    gemm_blas(cb, cb->blas, y, A, B, t, n, W, beta);
     return 0;
 }
 
