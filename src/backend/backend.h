@@ -243,6 +243,13 @@ typedef struct ci_backend {
      * the backend is freed; the same d gives the same copy (grown when a later call reaches
      * further). CPU: d itself. NULL when out of memory. */
     const ci_qdesc *(*weight_q)(struct ci_backend *be, const ci_qdesc *d, size_t param_bytes);
+    /* Weights one after another: as weight() for each of host[0..count) (bytes[i] each),
+     * the copies laid out in that order in one allocation, so that matrices of one input
+     * (q / k / v) can be multiplied as one (CUDA: one GEMM where cuBLAS would take three).
+     * A range placed before keeps its copy (the group then is not one allocation). Returns
+     * 0, or -1 with last_error. NULL (CPU): the caller places each with weight(). */
+    int (*weight_stack)(struct ci_backend *be, int count, const void *const *host, const size_t *bytes,
+                        const void **out);
 
     /* ---- ops whose positions live in backend memory (graph-capturable decode) ----------
      * kv_store: for t < n, cache row pos[t] (rows `stride` floats apart) gets src row t:

@@ -147,8 +147,7 @@ static int place_weights(ci_model *m, dense_model *d, char *err, size_t errlen) 
         P->attn.inv_freq = d->dev_inv_freq;
         bad = ci_place_vec(be, &P->attn_norm, L->attn_norm, d->dim) ||
               ci_place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || ci_place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
-              ci_place_mat(be, &P->attn.wq, &A->wq) || ci_place_mat(be, &P->attn.wk, &A->wk) ||
-              ci_place_mat(be, &P->attn.wv, &A->wv) || ci_place_mat(be, &P->attn.wo, &A->wo);
+              ci_place_qkvo(be, &P->attn.wq, &P->attn.wk, &P->attn.wv, &P->attn.wo, &A->wq, &A->wk, &A->wv, &A->wo);
         if (!bad) bad = ci_place_ffn(be, &P->ffn, &L->ffn, d->dim, &P->moe, L->is_moe ? &L->moe : NULL, &em);
     }
     if (bad)

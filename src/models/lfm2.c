@@ -321,8 +321,7 @@ int lfm2_place(ci_model *m, lfm2_model *d, char *err, size_t errlen) {
             P->attn = *A;
             P->attn.inv_freq = d->dev_inv_freq;
             bad = ci_place_vec(be, &P->attn.q_norm, A->q_norm, d->hd) || ci_place_vec(be, &P->attn.k_norm, A->k_norm, d->hd) ||
-                  ci_place_mat(be, &P->attn.wq, &A->wq) || ci_place_mat(be, &P->attn.wk, &A->wk) ||
-                  ci_place_mat(be, &P->attn.wv, &A->wv) || ci_place_mat(be, &P->attn.wo, &A->wo);
+                  ci_place_qkvo(be, &P->attn.wq, &P->attn.wk, &P->attn.wv, &P->attn.wo, &A->wq, &A->wk, &A->wv, &A->wo);
         }
         if (!bad && !L->is_attn) bad = sc_place(be, &P->conv, &L->conv);
         if (!bad) bad = ci_place_ffn(be, &P->ffn, &L->ffn, d->H, &P->moe, L->is_moe ? &L->moe : NULL, &em);

@@ -78,8 +78,7 @@ int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen) {
             P->attn = (attn_block){ .n_heads = d->n_heads, .n_kv = d->n_kv, .hd = d->hd, .eps = d->eps,
                                     .scale = d->attn_scale, .rot_dim = 0, .inv_freq = NULL, .mscale = 1.0f,
                                     .style = CI_ROPE_NEOX, .tp_part = d->tp_part };
-            bad = ci_place_mat(be, &P->attn.wq, &L->wq) || ci_place_mat(be, &P->attn.wk, &L->wk) ||
-                  ci_place_mat(be, &P->attn.wv, &L->wv) || ci_place_mat(be, &P->attn.wo, &L->wo);
+            bad = ci_place_qkvo(be, &P->attn.wq, &P->attn.wk, &P->attn.wv, &P->attn.wo, &L->wq, &L->wk, &L->wv, &L->wo);
             break;
         case '-':
             bad = ci_place_mat(be, &P->up, &L->up) || ci_place_mat(be, &P->down, &L->down);

@@ -330,8 +330,7 @@ int qh_place(ci_model *m, qh_model *d, char *err, size_t errlen) {
             P->ga = L->ga;
             P->ga.a.inv_freq = d->dev_inv_freq;
             bad = ci_place_vec(be, &P->ga.a.q_norm, A->q_norm, A->hd) || ci_place_vec(be, &P->ga.a.k_norm, A->k_norm, A->hd) ||
-                  ci_place_mat(be, &P->ga.a.wq, &A->wq) || ci_place_mat(be, &P->ga.a.wk, &A->wk) ||
-                  ci_place_mat(be, &P->ga.a.wv, &A->wv) || ci_place_mat(be, &P->ga.a.wo, &A->wo);
+                  ci_place_qkvo(be, &P->ga.a.wq, &P->ga.a.wk, &P->ga.a.wv, &P->ga.a.wo, &A->wq, &A->wk, &A->wv, &A->wo);
         }
         if (!bad) bad = ci_place_ffn(be, &P->ffn, &L->ffn, d->D, &P->moe, L->is_moe ? &L->moe : NULL, &em);
     }

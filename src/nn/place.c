@@ -73,6 +73,37 @@ int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W) {
     return 0;
 }
 
+int ci_place_stack(ci_backend *be, int count, ci_mat *const *dst, const ci_mat *const *W) {
+    int same = be->weight_stack && count > 1 && count <= 8;
+    for (int i = 0; i < count && same; i++)
+        same = W[i]->data && (W[i]->dtype == CI_BF16 || W[i]->dtype == CI_F16) && W[i]->dtype == W[0]->dtype &&
+               W[i]->cols == W[0]->cols && W[i]->rows > 0 && !W[i]->scale;
+    if (!same) {
+        for (int i = 0; i < count; i++)
+            if (ci_place_mat(be, dst[i], W[i])) return -1;
+        return 0;
+    }
+    const void *host[8], *out[8];
+    size_t bytes[8];
+    for (int i = 0; i < count; i++) {
+        host[i] = W[i]->data;
+        bytes[i] = (size_t)W[i]->rows * (size_t)W[i]->cols * ci_dtype_size(W[i]->dtype);
+    }
+    if (be->weight_stack(be, count, host, bytes, out)) return -1;
+    for (int i = 0; i < count; i++) {
+        *dst[i] = *W[i];
+        dst[i]->data = out[i];
+    }
+    return 0;
+}
+
+int ci_place_qkvo(ci_backend *be, ci_mat *dq, ci_mat *dk, ci_mat *dv, ci_mat *dout, const ci_mat *q, const ci_mat *k,
+                  const ci_mat *v, const ci_mat *o) {
+    ci_mat *const dst[3] = { dq, dk, dv };
+    const ci_mat *const src[3] = { q, k, v };
+    return ci_place_stack(be, 3, dst, src) || ci_place_mat(be, dout, o) ? -1 : 0;
+}
+
 int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len) {
     *dst = v && len > 0 ? be->weight(be, v, (size_t)len * sizeof(float)) : v;
     return v && len > 0 && !*dst ? -1 : 0;

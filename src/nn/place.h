@@ -15,6 +15,13 @@
 
 int ci_place_mat(ci_backend *be, ci_mat *dst, const ci_mat *W);
 int ci_place_vec(ci_backend *be, const float **dst, const float *v, int64_t len);
+/* count matrices of one input (q / k / v): when they are all 16-bit of one dtype and width
+ * (no block scales) and the backend has weight_stack, placed one after another in one
+ * allocation (a device multiplies them as one matrix); else each with ci_place_mat. */
+int ci_place_stack(ci_backend *be, int count, ci_mat *const *dst, const ci_mat *const *W);
+/* An attention layer's q / k / v (stacked, ci_place_stack) and its output projection. */
+int ci_place_qkvo(ci_backend *be, ci_mat *dq, ci_mat *dk, ci_mat *dv, ci_mat *dout, const ci_mat *q, const ci_mat *k,
+                  const ci_mat *v, const ci_mat *o);
 /* n per-head views (MLA's W_UK / W_UV): MLX-quantized views evenly spaced in one tensor
  * (MultiLinear heads) are placed as one range, so the placed views stay evenly spaced (the
  * device's MLA kernels index heads by that step); anything else view by view. */

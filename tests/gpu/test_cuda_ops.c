@@ -442,6 +442,35 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                 ref_matmul_n(3, r, x, n, wc);
                 gpu->matmul_n(gpu, 3, gy, gx, n, wg);
                 report(name, compare_outputs(3, gy, r, sz), mm_bound(&wq.c, n));
+                /* the same weights placed one after another (weight_stack, as the families place
+                 * q / k / v): past one row one GEMM over the stack (cb_gemm16_stack), else each;
+                 * stacked exactly when every size keeps the next part 256-byte aligned */
+                snprintf(name, sizeof name, "cuda stacked matmul_n %s 3x(%lld|%lld|%lld)x%lld n=%d", dn, (long long)rq,
+                         (long long)rk, (long long)rk, (long long)cols, n);
+                if (gpu->weight_stack && (dts[d] == CI_BF16 || dts[d] == CI_F16) && want(name)) {
+                    const void *hs[3], *out[3] = { NULL, NULL, NULL };
+                    size_t by[3];
+                    for (int j = 0; j < 3; j++) {
+                        by[j] = (size_t)wc[j]->rows * (size_t)cols * 2;
+                        hs[j] = memcpy(keep(xmalloc(by[j])), wc[j]->data, by[j]);   /* new host ranges */
+                    }
+                    ci_mat st[3];
+                    const ci_mat *sg[3] = { &st[0], &st[1], &st[2] };
+                    int placed = gpu->weight_stack(gpu, 3, hs, by, out) == 0;
+                    for (int j = 0; j < 3; j++) { st[j] = *wg[j]; st[j].data = out[j]; g_poison(gy[j], sz[j] * 4); }
+                    const int want_stack = by[0] % 256 == 0 && by[1] % 256 == 0;
+                    const int stacked = placed && (const char *)out[1] == (const char *)out[0] + by[0] &&
+                                        (const char *)out[2] == (const char *)out[1] + by[1];
+                    if (!placed || stacked != want_stack) {
+                        char why[160];
+                        snprintf(why, sizeof why, "weight_stack: placed %d, stacked %d, expected %d", placed, stacked,
+                                 want_stack);
+                        report_bool(name, 0, why);
+                    } else {
+                        gpu->matmul_n(gpu, 3, gy, gx, n, sg);
+                        report(name, compare_outputs(3, gy, r, sz), mm_bound(&wq.c, n));
+                    }
+                }
             }
             /* matmul_acc: y += x · Wᵀ (o_proj with the residual) */
             snprintf(name, sizeof name, "cuda matmul_acc %s %lldx%lld n=%d", dn, (long long)rq, (long long)cols, n);
@@ -607,6 +636,9 @@ static void test_matmul_fused(void) {
     fused_shape(4096, 4096, 1024, dec, 2, one, 1);
     fused_shape(3072, 1024, 512, dec, 1, one, 1);
     fused_shape(4096, 1024, 4096, dec, 1, one, 1);   /* gate / up of 4096 rows: two of each per warp */
+    /* 16-bit q / k / v whose sizes keep a stack aligned (the stacked cases above take them as one) */
+    static const int ns_st[] = { 1, 3, 9, 130 };
+    fused_shape(512, 256, 64, dts + 1, 2, ns_st, 4);
 }
 
 static void test_rmsnorm(void) {

@@ -19,7 +19,10 @@
  *    batch) equal the same tokens' rows of a 9-token call (one matmul pass per expert), bf16
  *    and fp8 experts, SwiGLU, clamped SwiGLU and relu², with and without accumulating;
  *  - argmax: ties give the first index, NaN never wins over a number, all-NaN gives 0, and it
- *    agrees with the sampler's greedy rule (smp_argmax).
+ *    agrees with the sampler's greedy rule (smp_argmax);
+ *  - ci_place_qkvo through a backend that records its weight / weight_stack calls: q / k / v
+ *    of one 16-bit dtype and width go to weight_stack in order, anything else (mixed dtypes or
+ *    widths, block scales, no weight_stack) to weight one by one, and a failure is returned.
  * Model level (tests/fixtures, run from the repository root; dense, MoE and DeepSeek
  * families): ci_forward_argmax equals the host argmax of ci_forward's logits, step by
  * step; no_graphs changes nothing; forward_batch
@@ -31,6 +34,7 @@
 #include "core/tensor.h"
 #include "gen/sampler.h"
 #include "models/model.h"
+#include "nn/place.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -571,6 +575,77 @@ static void test_scratch_poison(void) {
     pz->free(pz); pl->free(pl);
 }
 
+/* ---- ci_place_qkvo / ci_place_stack -------------------------------------------------------- */
+static int n_weight_calls, n_stack_calls, stack_fail, stack_count;
+static const void *stack_host[8];
+static size_t stack_bytes[8];
+static const void *rec_weight(ci_backend *be, const void *host, size_t bytes) {
+    (void)be; (void)bytes;
+    n_weight_calls++;
+    return host;
+}
+static int rec_stack(ci_backend *be, int count, const void *const *host, const size_t *bytes, const void **out) {
+    (void)be;
+    n_stack_calls++;
+    stack_count = count;
+    for (int i = 0; i < count && i < 8; i++) {
+        stack_host[i] = host[i];
+        stack_bytes[i] = bytes[i];
+        out[i] = (const char *)host[i] + 1;   /* a copy elsewhere, as a device's */
+    }
+    return stack_fail ? -1 : 0;
+}
+
+static void test_place_stack(void) {
+    ci_backend be;
+    memset(&be, 0, sizeof be);
+    be.name = "recording";
+    be.weight = rec_weight;
+    be.weight_stack = rec_stack;
+    static uint16_t q[8 * 16], k[4 * 16], v[4 * 16], o[16 * 8];
+    static float kf[4 * 16];
+    static uint8_t q8[8 * 16];
+    static float q8s[1];
+    const ci_mat Q = { .data = q, .dtype = CI_BF16, .rows = 8, .cols = 16 },
+                 K = { .data = k, .dtype = CI_BF16, .rows = 4, .cols = 16 },
+                 V = { .data = v, .dtype = CI_BF16, .rows = 4, .cols = 16 },
+                 O = { .data = o, .dtype = CI_BF16, .rows = 16, .cols = 8 },
+                 Kf = { .data = kf, .dtype = CI_F32, .rows = 4, .cols = 16 },
+                 Kn = { .data = k, .dtype = CI_BF16, .rows = 2, .cols = 32 },
+                 Q8 = { .data = q8, .dtype = CI_F8_E4M3, .rows = 8, .cols = 16, .scale = q8s, .scale_dtype = CI_F32,
+                        .block = 128 };
+    ci_mat dq, dk, dv, dout;
+    /* one 16-bit dtype and width: one stack call, the views pointing at its copies */
+    n_weight_calls = n_stack_calls = 0;
+    CHECK(ci_place_qkvo(&be, &dq, &dk, &dv, &dout, &Q, &K, &V, &O) == 0, "the stacked q / k / v");
+    CHECK(n_stack_calls == 1 && stack_count == 3 && n_weight_calls == 1, "%d stack calls of %d, %d weight calls",
+          n_stack_calls, stack_count, n_weight_calls);   /* o alone */
+    CHECK(stack_host[0] == q && stack_host[1] == k && stack_host[2] == v, "the stack's ranges in order");
+    CHECK(stack_bytes[0] == sizeof q && stack_bytes[1] == sizeof k && stack_bytes[2] == sizeof v, "the stack's bytes");
+    CHECK(dq.data == (const char *)q + 1 && dk.data == (const char *)k + 1 && dv.data == (const char *)v + 1,
+          "the views point at the stack's copies");
+    CHECK(dq.rows == 8 && dk.rows == 4 && dv.cols == 16 && dq.dtype == CI_BF16 && dout.data == o, "the views' shapes");
+    /* mixed dtypes, mixed widths, block scales: each placed alone */
+    const ci_mat *odd[3][3] = { { &Q, &Kf, &V }, { &Q, &Kn, &V }, { &Q8, &K, &V } };
+    for (int c = 0; c < 3; c++) {
+        n_weight_calls = n_stack_calls = 0;
+        CHECK(ci_place_qkvo(&be, &dq, &dk, &dv, &dout, odd[c][0], odd[c][1], odd[c][2], &O) == 0, "case %d placed", c);
+        CHECK(n_stack_calls == 0 && n_weight_calls == (c == 2 ? 5 : 4), "case %d: %d stack, %d weight calls", c,
+              n_stack_calls, n_weight_calls);   /* fp8: its scale grid too */
+        CHECK(dk.data == odd[c][1]->data && dq.rows == odd[c][0]->rows, "case %d: the views as placed alone", c);
+    }
+    /* a backend without weight_stack (the CPU's) */
+    be.weight_stack = NULL;
+    n_weight_calls = 0;
+    CHECK(ci_place_qkvo(&be, &dq, &dk, &dv, &dout, &Q, &K, &V, &O) == 0 && n_weight_calls == 4 && dq.data == q,
+          "no weight_stack: %d weight calls", n_weight_calls);
+    /* a failed stack is the caller's failure */
+    be.weight_stack = rec_stack;
+    stack_fail = 1;
+    CHECK(ci_place_qkvo(&be, &dq, &dk, &dv, &dout, &Q, &K, &V, &O) == -1, "a failed stack returns -1");
+    stack_fail = 0;
+}
+
 int main(void) {
     for (int i = 0; i < 3; i++)
         if ((bes[n_bes] = ci_backend_cpu_new(3, isas[i]))) n_bes++;
@@ -587,6 +662,7 @@ int main(void) {
     TEST_RUN(test_batch_and_cache);
     TEST_RUN(test_device_choice);
     TEST_RUN(test_scratch_poison);
+    TEST_RUN(test_place_stack);
     for (int i = 0; i < n_bes; i++) bes[i]->free(bes[i]);
     TEST_EXIT();
 }

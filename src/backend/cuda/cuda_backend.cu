@@ -112,6 +112,22 @@ static int wfind(const cuda_be *cb, const void *host, int *found) {
     return lo;
 }
 
+/* A new table entry for host (not in it yet), in order; -1 when out of host memory. */
+static int wtab_insert(cuda_be *cb, const void *host, void *dev, size_t bytes, int part) {
+    int found, i = wfind(cb, host, &found);
+    if (cb->n_weights == cb->cap_weights) {
+        int cap = cb->cap_weights ? 2 * cb->cap_weights : 256;
+        cb_weight *w = (cb_weight *)realloc(cb->weights, (size_t)cap * sizeof *w);
+        if (!w) return -1;
+        cb->weights = w;
+        cb->cap_weights = cap;
+    }
+    memmove(cb->weights + i + 1, cb->weights + i, (size_t)(cb->n_weights - i) * sizeof *cb->weights);
+    cb->weights[i] = (cb_weight){ host, dev, bytes, part };
+    cb->n_weights++;
+    return 0;
+}
+
 static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
     cuda_be *cb = CB(be);
     if (!host) return NULL;
@@ -135,26 +151,66 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
         return NULL;
     }
     if (found) { /* a longer range from the same address: keep the old copy alive, point at the new one */
-        retire(cb, cb->weights[i].dev);
+        if (!cb->weights[i].part) retire(cb, cb->weights[i].dev);
         cb->weights[i].dev = d;
         cb->weights[i].bytes = bytes;
+        cb->weights[i].part = 0;
         cb->weight_bytes += bytes;
         return d;
     }
-    if (cb->n_weights == cb->cap_weights) {
-        int cap = cb->cap_weights ? 2 * cb->cap_weights : 256;
-        cb_weight *w = (cb_weight *)realloc(cb->weights, (size_t)cap * sizeof *w);
-        if (!w) { cudaFree(d); snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory"); return NULL; }
-        cb->weights = w;
-        cb->cap_weights = cap;
+    if (wtab_insert(cb, host, d, bytes, 0)) {
+        cudaFree(d);
+        snprintf(be->last_error, sizeof be->last_error, "CUDA: out of host memory");
+        return NULL;
     }
-    memmove(cb->weights + i + 1, cb->weights + i, (size_t)(cb->n_weights - i) * sizeof *cb->weights);
-    cb->weights[i].host = host;
-    cb->weights[i].dev = d;
-    cb->weights[i].bytes = bytes;
-    cb->n_weights++;
     cb->weight_bytes += bytes;
     return d;
+}
+
+/* backend.h weight_stack: one allocation, the ranges copied in order, each range a table
+ * entry of its own (the first owns the allocation). Ranges placed before, repeated, or of
+ * sizes that would leave a later one off 256-byte alignment are placed one by one instead. */
+static int op_weight_stack(ci_backend *be, int count, const void *const *host, const size_t *bytes, const void **out) {
+    cuda_be *cb = CB(be);
+    size_t total = 0;
+    int alone = count < 2;
+    for (int i = 0; i < count; i++) {
+        int found;
+        wfind(cb, host[i], &found);
+        for (int j = 0; j < i; j++) alone |= host[j] == host[i];
+        alone |= found || !host[i] || (i < count - 1 && bytes[i] % 256);
+        total += bytes[i];
+    }
+    if (alone) {
+        for (int i = 0; i < count; i++)
+            if (!(out[i] = op_weight(be, host[i], bytes[i]))) return -1;
+        return 0;
+    }
+    char *base = NULL;
+    if (cudaMalloc(&base, total) != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        snprintf(be->last_error, sizeof be->last_error,
+                 "CUDA: out of device memory for weights: %.1f MiB more needed after %.1f MiB, %.1f MiB free of %.1f MiB",
+                 total / 1048576.0, cb->weight_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        return -1;
+    }
+    size_t off = 0;
+    for (int i = 0; i < count; i++) {
+        if (cudaMemcpy(base + off, host[i], bytes[i], cudaMemcpyHostToDevice) != cudaSuccess ||
+            wtab_insert(cb, host[i], base + off, bytes[i], i > 0)) {
+            cudaGetLastError();
+            if (i == 0) cudaFree(base);   /* else the first entry owns it */
+            snprintf(be->last_error, sizeof be->last_error, "CUDA: placing %.1f MiB of weights on the device failed",
+                     bytes[i] / 1048576.0);
+            return -1;
+        }
+        out[i] = base + off;
+        off += bytes[i];
+    }
+    cb->weight_bytes += total;
+    return 0;
 }
 
 /* ---- matmul family -------------------------------------------------------------------- */
@@ -212,6 +268,10 @@ static int gemm16_group(cuda_be *cb, int count, float *const *ys, const float *x
     const int bf = Ws[0]->dtype == CI_BF16, cols = (int)Ws[0]->cols;
     if (norm) cb_rmsnorm_16(cb, xn, h, bf, x, norm_w, n, cols, eps);
     else cb_convert(cb, h, x, (int64_t)n * cols, bf);
+    if (cb->gemm_stack && cb_gemm16_stacked(Ws, count)) {   /* one GEMM over the stacked weights */
+        cb_gemm16_stack(cb, count, ys, h, n, Ws);
+        return 1;
+    }
     const int side = cb->gemm_streams && count > 1 && !cb->failed;
     if (side && CB_CHECK(cb, "GEMM fork", cudaEventRecord(cb->fork_ev, cb->stream))) return 1;
     for (int i = 0; i < count; i++) {
@@ -631,12 +691,14 @@ static void op_free(ci_backend *be) {
     cuda_be *cb = CB(be);
     if (!cb) return;
     cudaStreamSynchronize(cb->stream);
-    for (int i = 0; i < cb->n_weights; i++) cudaFree(cb->weights[i].dev);
+    for (int i = 0; i < cb->n_weights; i++)
+        if (!cb->weights[i].part) cudaFree(cb->weights[i].dev);
     free(cb->weights);
     cb_quant_free(cb);
     for (int i = 0; i < cb->n_retired; i++) cudaFree(cb->retired[i]);
     free(cb->retired);
     if (cb->xconv.p) cudaFree(cb->xconv.p);
+    if (cb->stack_y.p) cudaFree(cb->stack_y.p);
     if (cb->wdeq.p) cudaFree(cb->wdeq.p);
     if (cb->attn_part.p) cudaFree(cb->attn_part.p);
     if (cb->attn_fpart.p) cudaFree(cb->attn_fpart.p);
@@ -718,6 +780,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
+    cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
     cb->flash_split = cb_env_switch("CINFER_CUDA_FLASH_SPLIT", CB_FLASH_SPLIT);
     cb->flash_bk = cb_env_int("CINFER_CUDA_FLASH_BK", 32, 16, 32);
@@ -790,6 +853,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->copy = cb_copy;
     be->weight = op_weight;
     be->weight_q = cb_weight_q;   /* quant.cu */
+    be->weight_stack = op_weight_stack;
     be->kv_store = op_kv_store;
     be->attention_pos = op_attention_pos;
     be->matmul_n = cb_matmul_n;

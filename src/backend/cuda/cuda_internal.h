@@ -22,6 +22,7 @@ struct cb_weight {           /* one uploaded host range */
     const void *host;
     void *dev;
     size_t bytes;
+    int part;                /* dev lies inside another entry's allocation (weight_stack): not freed alone */
 };
 
 struct cb_scratch {          /* grow-only device scratch */
@@ -63,6 +64,7 @@ struct cuda_be {
     void **retired;          /* scratch buffers replaced by bigger ones (a graph may still use them) */
     int n_retired, cap_retired;
     cb_scratch xconv;        /* activations converted to bf16 / f16 for a GEMM */
+    cb_scratch stack_y;      /* one GEMM's rows over stacked weights (gemm16_group), before they are split */
     cb_scratch wdeq;         /* an fp8 weight widened to bf16 for one prefill GEMM, or a layer's
                               * fp8 experts widened for one grouped MoE GEMM (moe.cu) */
     cb_scratch attn_part;    /* split-K attention partials */
@@ -81,7 +83,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -97,6 +99,7 @@ struct cuda_be {
     int flash_ldm;           /* its tiles converted to f16 once and read by ldmatrix (attn_flash.cu) */
     int flash_gqa;           /* a block takes every head of a kv group (fewer positions each) (attn_flash.cu) */
     int gemm_streams;        /* a group's 16-bit GEMMs side by side on the side streams (cuda_backend.cu) */
+    int gemm_stack;          /* a group's stacked 16-bit weights as one GEMM (gemv.cu cb_gemm16_stack) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -125,6 +128,13 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * (launch_dependents), so a kernel's launch and prologue overlap the tail of the one before
  * instead of following it: decode steps are chains of short kernels. Nothing may read
  * global memory before pdl_enter(). */
+#ifndef CB_GEMM_STACK
+/* q / k / v placed one after another (backend.h weight_stack) multiplied as one matrix when a
+ * GEMM takes them (more than one row of 16-bit weights). cuBLAS on an H100 (2026-12-05,
+ * bench/gemm_small_cuda.cu, Qwen3-8B dims): q, k, v one after another 39..46 us at 8..216
+ * rows, one [6144, 4096] GEMM 23..28 us (k and v alone ~14 us each: a latency floor). */
+#define CB_GEMM_STACK 1   /* default of cuda_be.gemm_stack (CINFER_CUDA_GEMM_STACK) */
+#endif
 #ifndef CB_GEMM_STREAMS
 /* The GEMMs of one input (q / k / v, gate / up; prefill chunks and batched steps of more than
  * one row of 16-bit weights) launched on side streams so that they run side by side: at a few
@@ -360,6 +370,13 @@ int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float
 int cb_gemm16_ok(const ci_mat *W);
 void *cb_gemm16_input(cuda_be *cb, int n, const ci_mat *W);
 void cb_gemm16(cuda_be *cb, float *y, const void *xh, int n, const ci_mat *W, float beta);
+/* Whether Ws[0..count) are 16-bit matrices of one dtype and width laid out one after another
+ * (weight_stack placed them so), at most CB_STACK_MAX, each a multiple of 4 rows: then
+ * cb_gemm16_stack multiplies them as one matrix (one cuBLAS GEMM into stack_y, then a kernel
+ * that copies each part's columns to ys[i]); the bits are those of that one GEMM. */
+enum { CB_STACK_MAX = 4 };
+int cb_gemm16_stacked(const ci_mat *const *Ws, int count);
+void cb_gemm16_stack(cuda_be *cb, int count, float *const *ys, const void *xh, int n, const ci_mat *const *Ws);
 /* the same on another cuBLAS handle (one of the side streams') */
 void cb_gemm16_on(cuda_be *cb, cublasHandle_t h, float *y, const void *xh, int n, const ci_mat *W, float beta);
 /* y[n, W.cols] = x[n, W.rows] · W (W not transposed), any dtype cb_gemv_ok takes. */

@@ -487,6 +487,61 @@ void cb_gemm16(cuda_be *cb, float *y, const void *xh, int n, const ci_mat *W, fl
     cb_gemm16_on(cb, cb->blas, y, xh, n, W, beta);
 }
 
+struct stack_parts {         /* unstack_kernel's outputs: part i is columns [c[i], c[i + 1]) of a row */
+    float *y[CB_STACK_MAX];
+    int c[CB_STACK_MAX + 1];
+    int count;
+};
+
+/* ys[i][t, :] = ya[t, c[i] .. c[i + 1]) for every row t of ya [n, c[count]], by float4s (every
+ * part's width a multiple of 4) */
+__global__ void unstack_kernel(const float *ya, int n, stack_parts p) {
+    pdl_enter();
+    const int w4 = p.c[p.count] / 4;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < (int64_t)n * w4; k += (int64_t)gridDim.x * blockDim.x) {
+        const int t = (int)(k / w4), j = (int)(k - (int64_t)t * w4) * 4;
+        int i = 0;
+        while (j >= p.c[i + 1]) i++;
+        const int w = p.c[i + 1] - p.c[i];
+        *(float4 *)(p.y[i] + (int64_t)t * w + (j - p.c[i])) = *(const float4 *)(ya + (int64_t)t * p.c[p.count] + j);
+    }
+}
+
+int cb_gemm16_stacked(const ci_mat *const *Ws, int count) {
+    if (count < 2 || count > CB_STACK_MAX) return 0;
+    const size_t es = Ws[0]->dtype == CI_BF16 || Ws[0]->dtype == CI_F16 ? 2 : 0;
+    for (int i = 1; i < count; i++)
+        if (!es || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols ||
+            (const char *)Ws[i]->data != (const char *)Ws[i - 1]->data + (size_t)Ws[i - 1]->rows * Ws[i - 1]->cols * es)
+            return 0;
+    int64_t rows = 0;
+    for (int i = 0; i < count; i++) {
+        if (Ws[i]->rows % 4) return 0;
+        rows += Ws[i]->rows;
+    }
+    return rows < (1 << 30);
+}
+
+void cb_gemm16_stack(cuda_be *cb, int count, float *const *ys, const void *xh, int n, const ci_mat *const *Ws) {
+    stack_parts p;
+    p.count = count;
+    p.c[0] = 0;
+    for (int i = 0; i < count; i++) {
+        p.y[i] = ys[i];
+        p.c[i + 1] = p.c[i] + (int)Ws[i]->rows;
+    }
+    float *ya = (float *)cb_scratch_get(cb, &cb->stack_y, (size_t)n * (size_t)p.c[count] * sizeof(float));
+    if (!ya) return;
+    ci_mat all = *Ws[0];
+    all.rows = p.c[count];
+    cb_gemm16(cb, ya, xh, n, &all, 0.0f);
+    const int64_t v = (int64_t)n * p.c[count] / 4;
+    int64_t blocks = (v + 255) / 256;
+    if (blocks > (int64_t)cb->sm_count * 8) blocks = (int64_t)cb->sm_count * 8;
+    cb_launch(cb, unstack_kernel, dim3((unsigned)blocks), dim3(256), 0, (const float *)ya, n, p);
+    cb_launched(cb, "unstack");
+}
+
 int cb_gemm(cuda_be *cb, float *y, const float *x, int n, const ci_mat *W, float beta) {
     cudaDataType_t t;
     const void *B = x;
