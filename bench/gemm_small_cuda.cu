@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     __nv_bfloat16 *x;
     float *y;
     CK(cudaMalloc(&x, (size_t)maxM * 12288 * 2));
-    CK(cudaMalloc(&y, (size_t)maxM * 12288 * 4));
+    CK(cudaMalloc(&y, (size_t)maxM * 24576 * 4));
     fill<<<1024, 256>>>(x, (size_t)maxM * 12288, 7);
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -139,6 +139,73 @@ int main(int argc, char **argv) {
             cublasLtMatrixLayoutDestroy(lc);
             cublasLtMatmulDescDestroy(op);
         }
+        for (auto *w : R.w) cudaFree(w);
+    }
+    /* q / k / v of one input three ways: three GEMMs one after another (what cb_gemm16 does),
+     * one cublasGemmGroupedBatchedEx launch (groups: q; k and v), and one GEMM over a
+     * [6144, 4096] weight (what q / k / v stored as one matrix would cost); gate / up the same
+     * (two GEMMs, one grouped launch, one [24576, 4096] GEMM). */
+    const struct { const char *name; int n1, n2, K; } pairs[] = { { "q+k+v", 4096, 1024, 4096 }, { "gate+up", 12288, 12288, 4096 } };
+    for (auto &pr : pairs) {
+        const int three = pr.n1 != pr.n2, N = pr.n1 + (three ? 2 : 1) * pr.n2;
+        const size_t wb = (size_t)N * pr.K * 2;
+        ring R;
+        for (size_t tot = 0; tot < (256u << 20) || R.w.size() < 2; tot += wb) {
+            __nv_bfloat16 *w;
+            CK(cudaMalloc(&w, wb));
+            fill<<<1024, 256>>>(w, (size_t)N * pr.K, (unsigned)R.w.size() + 11);
+            R.w.push_back(w);
+        }
+        void **dptr;   /* per copy of the weight: its 3 A, 3 B, 3 C pointers (set per M below) */
+        CK(cudaMalloc(&dptr, R.w.size() * 9 * sizeof(void *)));
+        CK(cudaDeviceSynchronize());
+        for (int M : Ms) {
+            const float one = 1.0f, zero = 0.0f;
+            auto parts = [&](__nv_bfloat16 *w, void **A, float **C) {
+                A[0] = w; C[0] = y;
+                A[1] = w + (size_t)pr.n1 * pr.K; C[1] = y + (size_t)M * pr.n1;
+                A[2] = w + (size_t)(pr.n1 + pr.n2) * pr.K; C[2] = C[1] + (size_t)M * pr.n2;
+            };
+            float t_seq = time_us([&] {
+                void *A[3]; float *C[3];
+                parts(R.get(), A, C);
+                for (int i = 0; i < (three ? 3 : 2); i++)
+                    BK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, i ? pr.n2 : pr.n1, M, pr.K, &one, A[i], CUDA_R_16BF, pr.K, x,
+                                    CUDA_R_16BF, pr.K, &zero, C[i], CUDA_R_32F, i ? pr.n2 : pr.n1, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+            });
+            float t_one = time_us([&] {
+                BK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, pr.K, &one, R.get(), CUDA_R_16BF, pr.K, x, CUDA_R_16BF,
+                                pr.K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            });
+            /* grouped: group 0 the first matrix, group 1 the other one or two (same shape) */
+            cublasOperation_t ta[2] = { CUBLAS_OP_T, CUBLAS_OP_T }, tb[2] = { CUBLAS_OP_N, CUBLAS_OP_N };
+            int m_[2] = { pr.n1, pr.n2 }, n_[2] = { M, M }, k_[2] = { pr.K, pr.K }, lda[2] = { pr.K, pr.K },
+                ldb[2] = { pr.K, pr.K }, ldc[2] = { pr.n1, pr.n2 }, gs[2] = { 1, three ? 2 : 1 };
+            float al[2] = { 1.0f, 1.0f }, be[2] = { 0.0f, 0.0f };
+            const int ng = three ? 2 : 1;
+            if (!three) gs[0] = 2;
+            cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+            for (size_t r = 0; r < R.w.size(); r++) {
+                void *A[3]; float *C[3];
+                parts(R.w[r], A, C);
+                void *host[9] = { A[0], A[1], A[2], x, x, x, C[0], C[1], C[2] };
+                CK(cudaMemcpy(dptr + 9 * r, host, sizeof host, cudaMemcpyHostToDevice));
+            }
+            int gi = 0;
+            float t_grp = time_us([&] {
+                void **d = dptr + 9 * gi;
+                gi = (gi + 1) % (int)R.w.size();
+                if (st == CUBLAS_STATUS_SUCCESS)
+                    st = cublasGemmGroupedBatchedEx(h, ta, tb, m_, n_, k_, al, (const void *const *)d, CUDA_R_16BF, lda,
+                                                    (const void *const *)(d + 3), CUDA_R_16BF, ldb, be, d + 6,
+                                                    CUDA_R_32F, ldc, ng, gs, CUBLAS_COMPUTE_32F);
+            });
+            printf("%-8s M %4d  one after another %7.1f us  one matrix %7.1f us  grouped launch %7.1f us%s\n", pr.name, M,
+                   t_seq, t_one, t_grp, st == CUBLAS_STATUS_SUCCESS ? "" : " (grouped: not supported)");
+            fflush(stdout);
+        }
+        cudaFree(dptr);
         for (auto *w : R.w) cudaFree(w);
     }
     return 0;

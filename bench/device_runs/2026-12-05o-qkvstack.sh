@@ -23,9 +23,9 @@ for t in test_paged test_batch_argmax test_snapshot; do
 done
 wait; ts "made $(du -sh $BD/qwen3-8b-12l | cut -f1)"
 b() { CINFER_CUDA_GEMM_STACK=$1 timeout 30 $C bench --model $BD/qwen3-8b-12l --device cuda --prompt-len $2 --depth $3 --gen 2 --reps 3 2>&1 | grep -E "^prefill" | sed 's/.*= //; s/ tok.s.*//'; }
-for s in "124 1372" "216 1280" "124 0" "1000 0" "4096 0" "124 1372" "216 1280"; do ts "prefill $s tok/s off: $(b 0 $s) | on: $(b 1 $s)"; done
+for s in "124 1372" "216 1280" "1000 0" "124 1372"; do ts "prefill $s tok/s off: $(b 0 $s) | on: $(b 1 $s)"; done
 d() { CINFER_CUDA_GEMM_STACK=$1 timeout 60 $C bench --model $BD/qwen3-8b-12l --device cuda --prompt-len 256 --gen 32 --batch $2 2>&1 | grep -E "^decode batch" | sed "s/.*= //"; }
-for r in 1 2; do for B in 8 32 64; do ts "batch $B off: $(d 0 $B)"; ts "batch $B on: $(d 1 $B)"; done; done
+for r in 1 2; do for B in 8 32 64; do [ $r = 2 ] && [ $B = 64 ] && continue; ts "batch $B off: $(d 0 $B)"; ts "batch $B on: $(d 1 $B)"; done; done
 SERVE_SPECS="qwen3-8b-12l:bench/qwen3-8b.config.json:12" SERVE_STEPS="make chat" BENCH_DIR=$BD SERVE_BUDGET=170 CINFER=$C timeout 190 bash bench/serve_cuda.sh > $O/chat.txt 2>&1
 ts "chat rc $?"; grep -E "CHAT|FAIL" $O/chat.txt | head -12
 ts end
