@@ -457,7 +457,14 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                     ci_mat st[3];
                     const ci_mat *sg[3] = { &st[0], &st[1], &st[2] };
                     int placed = gpu->weight_stack(gpu, 3, hs, by, out) == 0;
-                    for (int j = 0; j < 3; j++) { st[j] = *wg[j]; st[j].data = out[j]; g_poison(gy[j], sz[j] * 4); }
+                    for (int j = 0; j < 3; j++) {   /* compare_outputs freed the first case's outputs */
+                        st[j] = *wg[j];
+                        st[j].data = out[j];
+                        r[j] = xmalloc(sz[j] * 4);
+                        gy[j] = g_alloc(sz[j] * 4);
+                        g_poison(gy[j], sz[j] * 4);
+                    }
+                    ref_matmul_n(3, r, x, n, wc);
                     const int want_stack = by[0] % 256 == 0 && by[1] % 256 == 0;
                     const int stacked = placed && (const char *)out[1] == (const char *)out[0] + by[0] &&
                                         (const char *)out[2] == (const char *)out[1] + by[1];
@@ -466,6 +473,7 @@ static void fused_shape(int64_t cols, int64_t rq, int64_t rk, const ci_dtype *dt
                         snprintf(why, sizeof why, "weight_stack: placed %d, stacked %d, expected %d", placed, stacked,
                                  want_stack);
                         report_bool(name, 0, why);
+                        for (int j = 0; j < 3; j++) { free(r[j]); g_free(gy[j]); }
                     } else {
                         gpu->matmul_n(gpu, 3, gy, gx, n, sg);
                         report(name, compare_outputs(3, gy, r, sz), mm_bound(&wq.c, n));
