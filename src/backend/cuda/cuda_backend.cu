@@ -128,6 +128,16 @@ static int wtab_insert(cuda_be *cb, const void *host, void *dev, size_t bytes, i
     return 0;
 }
 
+/* last_error for a weight allocation of `bytes` that failed, with what the device has left */
+static void weights_oom(cuda_be *cb, size_t bytes) {
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    snprintf(cb->base.last_error, sizeof cb->base.last_error,
+             "CUDA: out of device memory for weights: %.1f MiB more needed after %.1f MiB, %.1f MiB free of %.1f MiB",
+             bytes / 1048576.0, cb->weight_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+}
+
 static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
     cuda_be *cb = CB(be);
     if (!host) return NULL;
@@ -135,12 +145,7 @@ static const void *op_weight(ci_backend *be, const void *host, size_t bytes) {
     if (found && cb->weights[i].bytes >= bytes) return cb->weights[i].dev;
     void *d = NULL;
     if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        snprintf(be->last_error, sizeof be->last_error,
-                 "CUDA: out of device memory for weights: %.1f MiB more needed after %.1f MiB, %.1f MiB free of %.1f MiB",
-                 bytes / 1048576.0, cb->weight_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        weights_oom(cb, bytes);
         return NULL;
     }
     if (cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
@@ -188,12 +193,7 @@ static int op_weight_stack(ci_backend *be, int count, const void *const *host, c
     }
     char *base = NULL;
     if (cudaMalloc(&base, total) != cudaSuccess) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        snprintf(be->last_error, sizeof be->last_error,
-                 "CUDA: out of device memory for weights: %.1f MiB more needed after %.1f MiB, %.1f MiB free of %.1f MiB",
-                 total / 1048576.0, cb->weight_bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+        weights_oom(cb, total);
         return -1;
     }
     size_t off = 0;
