@@ -201,10 +201,14 @@ req POST /v1/messages '{"model":"claude","max_tokens":5,"messages":[{"role":"use
 expect "anthropic unknown model is 404" 404 "o.type === 'error' && o.error.type === 'not_found_error'"
 n_msgs=4
 
-# a client that leaves mid-stream cancels its sequence
+# a client that leaves mid-stream cancels its sequence: it hangs up once the first chunk has come
+# (a fixed timeout raced the generation itself: 1000 tokens of the demo model can take under 0.5 s)
 d0=$(metric cinfer_client_disconnects_total)
-curl -s -m 0.5 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/chat/completions" \
-  -d '{"model":"demo","messages":[{"role":"user","content":"go on"}],"max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null
+curl -s -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/chat/completions" \
+  -d '{"model":"demo","messages":[{"role":"user","content":"go on"}],"max_tokens":1000,"ignore_eos":true,"stream":true}' >"$TMP/hangup" &
+cpid=$!
+for _ in $(seq 1 200); do grep -q '"content"' "$TMP/hangup" 2>/dev/null && break; sleep 0.01; done
+kill $cpid 2>/dev/null; wait $cpid 2>/dev/null
 ok=0
 for _ in $(seq 1 40); do
   [ "$(metric cinfer_active_sequences)" = 0 ] && [ "$(metric cinfer_client_disconnects_total)" -gt "$d0" ] && { ok=1; break; }
