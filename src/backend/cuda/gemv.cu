@@ -508,10 +508,10 @@ __global__ void unstack_kernel(const float *ya, int n, stack_parts p) {
 }
 
 int cb_gemm16_stacked(const ci_mat *const *Ws, int count) {
-    if (count < 2 || count > CB_STACK_MAX) return 0;
-    const size_t es = Ws[0]->dtype == CI_BF16 || Ws[0]->dtype == CI_F16 ? 2 : 0;
+    if (count < 2 || count > CB_STACK_MAX || !cb_gemm16_ok(Ws[0])) return 0;
+    const size_t es = 2;
     for (int i = 1; i < count; i++)
-        if (!es || Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols ||
+        if (Ws[i]->dtype != Ws[0]->dtype || Ws[i]->cols != Ws[0]->cols ||
             (const char *)Ws[i]->data != (const char *)Ws[i - 1]->data + (size_t)Ws[i - 1]->rows * Ws[i - 1]->cols * es)
             return 0;
     int64_t rows = 0;
