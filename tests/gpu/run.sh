@@ -109,10 +109,11 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
   CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 CINFER_CUDA_GEMM_STREAMS=0 .gpu/tests/test_cuda_ops --quick
 
 # ---- ops-flash: the prefill attention's other forms (the defaults take attn_flash.cu's kernel in
-# key segments, tile 32, ldmatrix tiles, a block per kv group; ops-alt turns it off altogether for
-# the WMMA one, so these need their own run) ----
-step ops-flash 120 ops_flash.log bash -c "
-  for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0'; do
+# key segments, tile 32, ldmatrix tiles, a block per kv group, 128 query rows a block when they fill
+# it; ops-alt turns it off altogether for the WMMA one, so these need their own run) ----
+step ops-flash 150 ops_flash.log bash -c "
+  for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0' \
+            'CINFER_CUDA_FLASH_BQ=64' 'CINFER_CUDA_FLASH_BQ=128 CINFER_CUDA_FLASH_SEGMIN=64 CINFER_CUDA_FLASH_LDM=0'; do
     for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
   done"
 

@@ -9,10 +9,10 @@
  * depth 0, 730 us at depth 1920, Qwen3-8B dims), where its arithmetic is well under 1 us; this
  * one is 1.1x (fresh prompts) to 3x (344 rows after 8192 keys) faster (bench/RESULTS.md).
  *
- * The math: a block takes 64 query rows, a warp 16 of them; per key tile S = Q·Kᵀ
- * by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32 sums), keys past a row's
- * position masked, the online softmax in registers, P in f16 from S's registers as the A
- * operand of O += P·V; Q·scale, K, V and P rounded to f16 (round-to-nearest), f32 sums. The
+ * The math: a block takes 64 or 128 query rows (flash_bq below), a warp 16 of them; per key
+ * tile S = Q·Kᵀ by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32 sums), keys
+ * past a row's position masked, the online softmax in registers, P in f16 from S's registers
+ * as the A operand of O += P·V; Q·scale, K, V and P rounded to f16 (round-to-nearest), f32 sums. The
  * forms, each behind a switch for measuring:
  *  - staging: a tile's K and V rows go to shared memory as they are in the cache (f32, one
  *    cp.async of 16 bytes a thread and chunk, all of a tile's copies in flight at once), tile
@@ -34,24 +34,27 @@
  * bits depend on its shape (max_keys among it: the segments) and the switches only (paged or
  * not, the same).
  *
- * Shared memory: Q [64][HD + 8] f16, two f32 stages of K and V (rows padded against bank
+ * Shared memory: Q [BQ][HD + 8] f16, two f32 stages of K and V (rows padded against bank
  * conflicts of the fragment reads: K HD + 8 for the 64-bit reads of a half warp, V HD + 4 for
  * the scalar reads of a warp; LDM: unpadded, plus f16 K / V tiles [BK][HD + 8]), the rows' key
- * counts [64]. HD 128: 86 KB (LDM 100 KB), two blocks an SM. */
+ * counts [BQ]. HD 128: 86 KB (LDM 100 KB), two blocks an SM; BQ 128 at HD 128: 102 KB (LDM
+ * 116 KB), one block of 8 warps an SM. */
 #include "cuda_internal.h"
 #include <cuda_fp16.h>
 #include <math.h>
 
-enum { FP_BQ = 64, FP_THREADS = 128, FP_SPLIT_MIN_KEYS = 256, FP_SPLIT_MAX = 16 };
+enum { FP_SPLIT_MAX = 16 };
 
-/* LDM 0: fragments read from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage
- * (rows of HD floats) converted once a tile into f16 tiles K16 / V16 [BK][HD + 8] read by ldmatrix */
-template <int HD, int BK_, int LDM>
+/* BQ query rows a block (64 or 128; a warp takes 16, so 2 * BQ threads). LDM 0: fragments read
+ * from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage (rows of HD floats)
+ * converted once a tile into f16 tiles K16 / V16 [BK][HD + 8] read by ldmatrix */
+template <int HD, int BK_, int LDM, int BQ_>
 struct fp_cfg {
+    static constexpr int BQ = BQ_, THREADS = 2 * BQ_;
     static constexpr int BK = BK_, LQ = HD + 8, LK = LDM ? HD : HD + 8, LV = LDM ? HD : HD + 4;
     static constexpr int STAGE = BK * (LK + LV); /* floats */
     static constexpr int T16 = LDM ? BK * LQ : 0; /* halves of K16, and of V16 */
-    static constexpr size_t SMEM = (size_t)FP_BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + 2 * (size_t)T16 * 2 + FP_BQ * sizeof(int);
+    static constexpr size_t SMEM = (size_t)BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + 2 * (size_t)T16 * 2 + BQ * sizeof(int);
 };
 
 __device__ __forceinline__ unsigned fp_h2(float a, float b) {
@@ -59,50 +62,52 @@ __device__ __forceinline__ unsigned fp_h2(float a, float b) {
     return *(unsigned *)&h;
 }
 
-template <int HD, int BK_, int MINB, int LDM>
-__global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
+template <int HD, int BK_, int MINB, int LDM, int BQ_>
+__global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
                                                                      float scale, ci_pages pg, float *part, int seg,
                                                                      int hpb) {
     pdl_enter();
-    typedef fp_cfg<HD, BK_, LDM> C;
-    constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV;
+    typedef fp_cfg<HD, BK_, LDM, BQ_> C;
+    constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV, BQ = C::BQ, NT = C::THREADS;
     const int32_t *tb = pg.tab;
     const int lg = pg.blk_log2;
     extern __shared__ __align__(128) unsigned char smraw[];
-    __half *Qs = (__half *)smraw;                         /* [FP_BQ][LQ] */
-    float *st = (float *)(Qs + FP_BQ * LQ);               /* stage s at st + s * STAGE: K [BK][LK], V [BK][LV] */
+    __half *Qs = (__half *)smraw;                         /* [BQ][LQ] */
+    float *st = (float *)(Qs + BQ * LQ);                  /* stage s at st + s * STAGE: K [BK][LK], V [BK][LV] */
     __half *K16 = (__half *)(st + 2 * C::STAGE), *V16 = K16 + C::T16; /* LDM: [BK][LQ] each */
-    int *lens = (int *)(V16 + C::T16);                    /* [FP_BQ] keys of each row */
+    int *lens = (int *)(V16 + C::T16);                    /* [BQ] keys of each row */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gq = lane >> 2, tq = lane & 3;
-    /* the block's 64 rows: hpb heads (1, or the whole kv group: its K / V tiles serve them all) of
-     * P = 64 / hpb positions; row r is position t0 + r % P of head hb + r / P */
-    const int P = FP_BQ / hpb, t0 = blockIdx.x * P, hb = blockIdx.y * hpb, g = hb / (n_heads / n_kv);
+    /* the block's BQ rows: hpb heads (1, or the whole kv group: its K / V tiles serve them all) of
+     * P = BQ / hpb positions; row r is position t0 + r % P of head hb + r / P */
+    const int P = BQ / hpb, t0 = blockIdx.x * P, hb = blockIdx.y * hpb, g = hb / (n_heads / n_kv);
     const int nq = n - t0 < P ? n - t0 : P;
     /* Q·scale in f16: rounds of QR float4 loads a thread, all issued before their conversions
      * (one at a time, each load's round trip was the thread's wait) */
-    constexpr int QN = FP_BQ * HD / 4 / FP_THREADS, QR = QN < 8 ? QN : 8;
+    constexpr int QN = BQ * HD / 4 / NT, QR = QN < 8 ? QN : 8;
     static_assert(QN % QR == 0, "Q staging rounds");
 #pragma unroll
     for (int u0 = 0; u0 < QN; u0 += QR) {
         float4 qv[QR];
 #pragma unroll
         for (int u = 0; u < QR; u++) {
-            const int i = tid + (u0 + u) * FP_THREADS, r = i / (HD / 4), d = (i % (HD / 4)) * 4, pr = r % P;
+            const int i = tid + (u0 + u) * NT, r = i / (HD / 4), d = (i % (HD / 4)) * 4, pr = r % P;
             qv[u] = pr < nq ? *(const float4 *)(q + ((int64_t)(t0 + pr) * n_heads + hb + r / P) * HD + d)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
         for (int u = 0; u < QR; u++) {
-            const int i = tid + (u0 + u) * FP_THREADS, r = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            const int i = tid + (u0 + u) * NT, r = i / (HD / 4), d = (i % (HD / 4)) * 4;
             *(uint2 *)(Qs + r * LQ + d) = make_uint2(fp_h2(qv[u].x * scale, qv[u].y * scale),
                                                      fp_h2(qv[u].z * scale, qv[u].w * scale));
         }
     }
-    if (tid < FP_BQ) lens[tid] = tid % P < nq ? row_pos(pos, pos0, t0 + tid % P) + 1 : 0;
+    if (tid < BQ) lens[tid] = tid % P < nq ? row_pos(pos, pos0, t0 + tid % P) + 1 : 0;
     __syncthreads();
-    int Lmax = lens[lane] > lens[lane + 32] ? lens[lane] : lens[lane + 32];   /* FP_BQ = 64 rows */
+    int Lmax = lens[lane];
+#pragma unroll
+    for (int i = 32; i < BQ; i += 32) Lmax = lens[lane + i] > Lmax ? lens[lane + i] : Lmax;
     for (int o = 16; o >= 1; o >>= 1) {
         const int x = __shfl_xor_sync(0xffffffffu, Lmax, o);
         Lmax = x > Lmax ? x : Lmax;
@@ -122,8 +127,8 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
     }
     /* tile t's K and V rows into stage t & 1: a thread per 16 bytes, rows past Lmax zero-filled
      * (their scores are masked; zeros keep 0 · V finite) */
-    constexpr int SN = BK * HD / 4 / FP_THREADS;          /* 16-byte chunks of K (and of V) a thread */
-    static_assert(BK * HD / 4 % FP_THREADS == 0, "stage chunks");
+    constexpr int SN = BK * HD / 4 / NT;          /* 16-byte chunks of K (and of V) a thread */
+    static_assert(BK * HD / 4 % NT == 0, "stage chunks");
     /* a tile lies in one block of the table when blocks hold a multiple of BK rows (tiles
      * start at multiples of BK): one lookup a tile, else one a row (all issued first) */
     const bool one_block = !tb || (1 << lg) >= BK;
@@ -133,12 +138,12 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
         int64_t rows[SN];
 #pragma unroll
         for (int u = 0; u < SN; u++) {
-            const int key = t * BK + (tid + u * FP_THREADS) / (HD / 4);
+            const int key = t * BK + (tid + u * NT) / (HD / 4);
             rows[u] = key >= Lmax ? 0 : one_block ? base + (key - t * BK) : pg_row(tb, lg, key);
         }
 #pragma unroll
         for (int u = 0; u < SN; u++) {
-            const int i = tid + u * FP_THREADS, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
+            const int i = tid + u * NT, j = i / (HD / 4), d = (i % (HD / 4)) * 4;
             const bool ok = t * BK + j < Lmax;
             cb_cp16(Kd + j * LK + d, kb + rows[u] * kv_stride + d, ok);
             cb_cp16(Vd + j * LV + d, vb + rows[u] * kv_stride + d, ok);
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(FP_THREADS, MINB) attn_flash_pipe_kernel(float
         const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
         if (LDM) {                                        /* the tile to f16, once for all warps */
 #pragma unroll
-            for (int i = tid; i < BK * HD / 4; i += FP_THREADS) {
+            for (int i = tid; i < BK * HD / 4; i += NT) {
                 const int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
                 const float4 k4 = *(const float4 *)(Ks + j * HD + d), v4 = *(const float4 *)(Vs + j * HD + d);
                 *(uint2 *)(K16 + j * LQ + d) = make_uint2(fp_h2(k4.x, k4.y), fp_h2(k4.z, k4.w));
@@ -332,25 +337,24 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
         if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
 }
 
-template <int HD, int BK, int MINB, int LDM>
+template <int HD, int BK, int MINB, int LDM, int BQ>
 static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                              const int32_t *pos, int max_keys, int n_heads, int n_kv, int kv_stride, float scale,
+                              const int32_t *pos, int64_t keys, int n_heads, int n_kv, int kv_stride, float scale,
                               ci_pages pg) {
     static int set = 0;
-    typedef fp_cfg<HD, BK, LDM> C;
-    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM>, C::SMEM, &set)) {
+    typedef fp_cfg<HD, BK, LDM, BQ> C;
+    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ>, C::SMEM, &set)) {
         cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
         return;
     }
     /* Split the keys when the (query tile, head) blocks are too few to fill the device (a few
      * hundred rows after a long cached prefix: 344 rows x 32 heads = 192 blocks for 132 SMs,
      * each walking ~2000 keys): S segments of seg keys, each block one segment, then a merge.
-     * S from the shape on the host (keys: pos0 + n, or max_keys when the rows carry positions),
+     * S from the shape on the host (keys, from the caller: pos0 + n, or max_keys when the rows carry positions),
      * so it is the same for a paged and an unpaged cache; never inside a graph capture (a
      * replay at a later position would keep this launch's segments). */
-    const int G = n_heads / n_kv, hpb = cb->flash_gqa && FP_BQ % G == 0 ? G : 1, P = FP_BQ / hpb;
+    const int G = n_heads / n_kv, hpb = cb->flash_gqa && BQ % G == 0 ? G : 1, P = BQ / hpb;
     const int blocks = (n + P - 1) / P * (n_heads / hpb);
-    const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
     /* S: the fewest rounds of tiles a slot walks, counting whole waves of MINB blocks an SM
      * (the longest rows' tiles, keys / BK; fewer segments on a tie: fewer partials to merge).
      * 124 rows after 1372 keys, 64 blocks: 4 segments of 12 tiles in one wave, where 5 took
@@ -359,7 +363,7 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
     const int slots = MINB * cb->sm_count;
     if (cb->flash_split && !cb->capturing && blocks < slots) {
         const int64_t tiles = (keys + BK - 1) / BK;
-        int smax = (int)(keys / FP_SPLIT_MIN_KEYS);
+        int smax = (int)(keys / cb->flash_segmin);
         smax = smax < FP_SPLIT_MAX ? smax : FP_SPLIT_MAX;
         int64_t best = -1;
         for (int s = 1; s <= smax; s++) {
@@ -374,30 +378,50 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         if (!part) return;
     }
     dim3 grid((n + P - 1) / P, n_heads / hpb, S);
-    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM>, grid, dim3(FP_THREADS), C::SMEM, out, q, k, v, pos, pos0, n,
-              n_heads, n_kv, kv_stride, scale, pg, part, seg, hpb);
+    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ>, grid, dim3(C::THREADS), C::SMEM, out, q, k, v, pos,
+              pos0, n, n_heads, n_kv, kv_stride, scale, pg, part, seg, hpb);
     if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
     cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
               HD, S);
     cb_launched(cb, "attention (flash, merge)");
 }
 
+/* 128 query rows a block for long key walks: a launch of n rows takes BQ = 128 when the block's
+ * positions (128, or 128 / G with a block per kv group) are at most n and its keys number 4096
+ * or more; each K / V tile then serves twice the rows (head_dim 64 / 128; 256 keeps 64). H100,
+ * Qwen3-8B dims 12 layers, prefill tok/s 64 -> 128 rows (2026-12-05p-flashbq.sh): 4096 fresh
+ * 81.2k / 83.6k -> 84.9k / 84.8k, 344 after 8192 36.6k / 36.8k -> 37.8k / 37.9k; shorter walks
+ * level or slower (344 after 1920 60.7k / 62.1k -> 59.3k / 60.0k, 1000 fresh -1%, 124 after
+ * 1372 and 216 after 1280 level). cuda_be.flash_bq: 64 or 128 always, 0 by that rule. */
+static int flash_bq(const cuda_be *cb, int n, int64_t keys, int n_heads, int n_kv, int hd) {
+    if (hd > 128 || cb->flash_bk == 16) return 64;
+    if (cb->flash_bq) return cb->flash_bq;
+    const int G = n_heads / n_kv, P = cb->flash_gqa && 128 % G == 0 ? 128 / G : 128;
+    return n >= P && keys >= 4096 ? 128 : 64;
+}
+
 int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                        const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                        ci_pages pg) {
-#define FP_ARGS cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, kv_stride, scale, pg
+#define FP_ARGS cb, out, q, k, v, n, pos0, pos, keys, n_heads, n_kv, kv_stride, scale, pg
+    const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
+    const int bq = flash_bq(cb, n, keys, n_heads, n_kv, hd);
     if (cb->flash_ldm) {
-        if (hd == 64) flash_pipe_launch<64, 32, 4, 1>(FP_ARGS);
-        else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 1>(FP_ARGS);
-        else if (hd == 128) flash_pipe_launch<128, 32, 2, 1>(FP_ARGS);
-        else if (hd == 256) flash_pipe_launch<256, 16, 2, 0>(FP_ARGS);   /* LDM's f16 tiles: one block an SM */
+        if (hd == 64 && bq == 128) flash_pipe_launch<64, 32, 2, 1, 128>(FP_ARGS);
+        else if (hd == 64) flash_pipe_launch<64, 32, 4, 1, 64>(FP_ARGS);
+        else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 1, 64>(FP_ARGS);
+        else if (hd == 128 && bq == 128) flash_pipe_launch<128, 32, 1, 1, 128>(FP_ARGS);
+        else if (hd == 128) flash_pipe_launch<128, 32, 2, 1, 64>(FP_ARGS);
+        else if (hd == 256) flash_pipe_launch<256, 16, 2, 0, 64>(FP_ARGS);   /* LDM's f16 tiles: one block an SM */
         else return 0;
         return 1;
     }
-    if (hd == 64) flash_pipe_launch<64, 32, 4, 0>(FP_ARGS);
-    else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 0>(FP_ARGS);
-    else if (hd == 128) flash_pipe_launch<128, 32, 2, 0>(FP_ARGS);
-    else if (hd == 256) flash_pipe_launch<256, 16, 2, 0>(FP_ARGS);
+    if (hd == 64 && bq == 128) flash_pipe_launch<64, 32, 2, 0, 128>(FP_ARGS);
+    else if (hd == 64) flash_pipe_launch<64, 32, 4, 0, 64>(FP_ARGS);
+    else if (hd == 128 && cb->flash_bk == 16) flash_pipe_launch<128, 16, 4, 0, 64>(FP_ARGS);
+    else if (hd == 128 && bq == 128) flash_pipe_launch<128, 32, 1, 0, 128>(FP_ARGS);
+    else if (hd == 128) flash_pipe_launch<128, 32, 2, 0, 64>(FP_ARGS);
+    else if (hd == 256) flash_pipe_launch<256, 16, 2, 0, 64>(FP_ARGS);
     else return 0;
 #undef FP_ARGS
     return 1;
