@@ -605,12 +605,14 @@ static inline void ci_out_proj(ci_backend *be, float *y, const float *x, int n, 
     if (tp_part) be->all_reduce(be, y, (int64_t)n * W->rows);
 }
 
-typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 } ci_isa;
+typedef enum { CI_ISA_AUTO = 0, CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16, CI_ISA_AMXBF16 } ci_isa;
 
 /* CPU backend with n_threads workers (<= 0: all online CPUs). isa picks the kernels;
  * AUTO takes the best the CPU supports at run time, all in f32; CI_ISA_AVX512BF16 (asked for
  * only: ci_model_opts.bf16_act) is AVX-512 with bf16 weights dotted with x rounded to bf16,
- * on CPUs with AVX512-BF16. NULL on failure (an ISA the CPU lacks). */
+ * on CPUs with AVX512-BF16; CI_ISA_AMXBF16 (bf16_act's first choice) the same precision on Intel
+ * AMX tiles, in its own summation order (src/backend/cpu/amx_bf16.c), on CPUs with AMX-BF16
+ * whose kernel grants the process the tiles. NULL on failure (an ISA the CPU lacks). */
 ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa);
 
 /* Measures, once per process, which way a decode streams short 16-bit rows fastest on this

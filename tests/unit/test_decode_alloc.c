@@ -166,7 +166,7 @@ static void decode_reuses_scratch(ci_backend *be) {
 }
 
 static void test_matmuls_reuse_scratch(void) {
-    static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16 };
+    static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16, CI_ISA_AMXBF16 };
     int i16_runs = 0;
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
         for (int i16 = 0; i16 < 2; i16++) {

@@ -31,7 +31,7 @@ static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32()
 
 static const struct { ci_isa isa; const char *name; } isas[] = {
     { CI_ISA_SCALAR, "cpu-scalar" }, { CI_ISA_AVX2, "cpu-avx2" }, { CI_ISA_AVX512, "cpu-avx512" },
-    { CI_ISA_AVX512BF16, "cpu-avx512-bf16" },
+    { CI_ISA_AVX512BF16, "cpu-avx512-bf16" }, { CI_ISA_AMXBF16, "cpu-amx-bf16" },
 };
 
 /* ---- weights ----------------------------------------------------------------------------- */
@@ -189,25 +189,28 @@ static void test_matmul_small_cols(void) {
     }
 }
 
-/* cpu-avx512-bf16 (where the CPU has AVX512-BF16) computes what it says for bf16 weights:
- * the dot of x rounded to bf16 (nearest even) with the weights, products exact, f32 sums:
- * within 1e-5 (relative to sum |x_bf16 * w|) of that dot in double, for decode and prefill
- * and widths with partial vectors and chunks; and it is not the f32 path (which it would
- * be if the rounding were skipped): some output differs from the f32 path's by more. */
-static void test_bf16_act_precision(void) {
-    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512BF16), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
+/* cpu-avx512-bf16 (where the CPU has AVX512-BF16) and cpu-amx-bf16 (where it has AMX-BF16) compute
+ * what they say for bf16 weights: the dot of x rounded to bf16 (nearest even) with the weights,
+ * products exact, f32 sums: within 1e-5 (relative to sum |x_bf16 * w|) of that dot in double, for
+ * decode, short prompts and prefill (AMX: its rows form at 1 and 9 tokens, its tokens form at 33)
+ * and widths with partial vectors, chunks and AMX segments; and it is not the f32 path (which it
+ * would be if the rounding were skipped): some output differs from the f32 path's by more. */
+static void bf16_act_precision(ci_isa isa, const char *name) {
+    ci_backend *be = ci_backend_cpu_new(2, isa), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
     if (!be) {
-        printf("NOTE no AVX512-BF16 on this CPU: bf16-act precision not checked\n");
+        printf("NOTE %s is not available on this CPU: its precision not checked\n", name);
         if (f32) f32->free(f32);
         return;
     }
-    CHECK(strcmp(be->name, "cpu-avx512-bf16") == 0, "backend name %s", be->name);
+    CHECK(strcmp(be->name, name) == 0, "backend name %s", be->name);
     static const int64_t shapes[][2] = { { 37, 1536 }, { 21, 4100 }, { 9, 200 }, { 5, 31 } };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         wmat w;
         make_w(&w, K_BF16, rows, cols);
-        for (int n = 1; n <= 9; n += 8) {   /* 1: the decode tile; 9: the prefill block */
+        static const int ns[] = { 1, 9, 33 };
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = ns[ni];
             float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
             float *yf = malloc((size_t)(n * rows) * sizeof(float));
             for (int64_t i = 0; i < n * cols; i++) x[i] = rnd(-1, 1);
@@ -228,9 +231,9 @@ static void test_bf16_act_precision(void) {
                     double d = fabs((double)y[t * rows + r] - yf[t * rows + r]) / (a > 0 ? a : 1);
                     apart = d > apart ? d : apart;
                 }
-            CHECK(worst <= 1e-5, "bf16-act [%lld x %lld] n=%d: %.3g from the bf16-rounded dot", (long long)rows,
+            CHECK(worst <= 1e-5, "%s [%lld x %lld] n=%d: %.3g from the bf16-rounded dot", name, (long long)rows,
                   (long long)cols, n, worst);
-            CHECK(apart > 1e-5, "bf16-act [%lld x %lld] n=%d: within %.3g of the f32 path (x not rounded?)",
+            CHECK(apart > 1e-5, "%s [%lld x %lld] n=%d: within %.3g of the f32 path (x not rounded?)", name,
                   (long long)rows, (long long)cols, n, apart);
             free(x); free(y); free(yf);
         }
@@ -238,6 +241,11 @@ static void test_bf16_act_precision(void) {
     }
     be->free(be);
     f32->free(f32);
+}
+
+static void test_bf16_act_precision(void) {
+    bf16_act_precision(CI_ISA_AVX512BF16, "cpu-avx512-bf16");
+    bf16_act_precision(CI_ISA_AMXBF16, "cpu-amx-bf16");
 }
 
 /* ci_backend_cpu_int16_act (where the CPU has AVX-512 VNNI) computes what quant_i16_avx512.c

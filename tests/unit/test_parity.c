@@ -11,7 +11,9 @@
  * matrices dotted with x rounded to bf16: a lower precision, by choice): prefill and steps
  * within its own stated bound, 1e-2 * max(1, max|ref|) (measured worst: 4.4e-3 relative,
  * qwen3_bf16), and no greedy check (reference margins go down to ~0.06, within this
- * precision's error). f32 fixtures compute exactly as on the f32 path there.
+ * precision's error). f32 fixtures compute exactly as on the f32 path there. Where the CPU
+ * has AMX-BF16 that run takes the AMX tiles (cpu-amx-bf16), and a second one the vdpbf16ps set
+ * (CINFER_CPU_AMX=0), both under the same bound.
  * On a CPU with AVX-512 VNNI each MLX fixture also runs with ci_model_opts.int16_act (4- / 8-bit
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
@@ -125,6 +127,9 @@ static void test_fixtures(void) {
     int int8_cpu = probe8 && ci_backend_cpu_int16_act(probe8);
     if (probe8) probe8->free(probe8);
     if (!int8_cpu) printf("NOTE no AVX-512 VNNI on this CPU: the int16-act runs are skipped\n");
+    ci_backend *probe_amx = ci_backend_cpu_new(1, CI_ISA_AMXBF16);   /* NULL: no AMX-BF16 here */
+    int amx_cpu = probe_amx != NULL;
+    if (probe_amx) probe_amx->free(probe_amx);
     DIR *d = opendir("tests/fixtures");
     CHECK(d != NULL, "tests/fixtures not found (run from the repository root)");
     if (!d) return;
@@ -138,15 +143,20 @@ static void test_fixtures(void) {
     for (int i = 0; i < n; i++) {
         char dir[512];
         snprintf(dir, sizeof dir, "tests/fixtures/%s", names[i]);
-        /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it,
-         * and int16-act for the MLX fixtures where the CPU has it */
-        static const char *const run_name[4] = { "auto", "scalar", "bf16-act", "int16-act" };
-        for (int run = 0; run < 4; run++) {
-            if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4)))) continue;
+        /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it (on
+         * AMX tiles where it has those, and then again on vdpbf16ps: CINFER_CPU_AMX=0), and
+         * int16-act for the MLX fixtures where the CPU has it */
+        static const char *const run_name[5] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps" };
+        for (int run = 0; run < 5; run++) {
+            if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4))) ||
+                (run == 4 && !amx_cpu))
+                continue;
             check_case_failed = 0;
             check_why[0] = 0;
             diffs[0] = 0;
-            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2, run == 3);
+            if (run == 4) setenv("CINFER_CPU_AMX", "0", 1);
+            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3);
+            if (run == 4) unsetenv("CINFER_CPU_AMX");
             if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], run_name[run], check_why); check_any_failed = 1; }
             else printf("PASS parity %s %s (max|diff| %s)\n", names[i], run_name[run], diffs);
             n_fixtures++;

@@ -212,6 +212,8 @@ typedef struct mm_ctx_s {
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
                                * (row stride cols), or NULL */
+    int amx;                  /* bf16 W on the cpu-amx-bf16 set: x rounded into xa (cpu_amx_prep) */
+    const void *xa;
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
     const struct mm_ctx_s *xi16_donor;   /* an earlier job of a batch whose xi16 this one reads
@@ -513,6 +515,11 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
+    if (W->dtype == CI_BF16 && b->k->amx) {   /* AMX rows of 16: items of whole tiles */
+        m->amx = 1;
+        m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
+        return cpu_amx_bytes(W->cols, m->n);
+    }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     return mm_wants_xsp(b, m) ? xn * sizeof(float) : mm_wants_xb(b, m) ? xn * sizeof(uint16_t) : 0;
 }
@@ -529,6 +536,9 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
         }
         for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
+    } else if (m->amx) {
+        cpu_amx_prep(m->x, W->cols, n, mem);
+        m->xa = mem;
     } else if (mm_wants_xsp(b, m)) {
         float *xsp = (float *)mem;
         for (int t = 0; t < n; t++)
@@ -545,13 +555,36 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem) {
 /* Whether a prepared matmul runs as row items (mm_rows_item): decode tiles or int16
  * activations; else it is a prefill. */
 static int mm_by_rows(const mm_ctx *m) {
+    if (m->amx) return m->n <= cpu_amx_rows_form_max();
     return m->i16 || m->n <= CPU_TILE_T ||
            (m->n <= cpu_rows_max_n && !m->xb &&
             ((m->split && m->qk->split_tile) || m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
 }
 
+/* bf16 W on AMX tiles (amx_bf16.c): row items (rows_per_item rows, all tokens), or in the tokens
+ * form (n > cpu_amx_rows_form_max()) items of ITEM_ROWS rows by AMX_TOK tokens. */
+#define AMX_TOK 512
+static void mm_amx_item(void *c, int64_t it, cpu_slot *slot) {
+    mm_ctx *m = c;
+    const int64_t rows = m->W->rows;
+    int64_t r0, r1;
+    int t0 = 0, t1 = m->n;
+    if (m->n <= cpu_amx_rows_form_max()) {
+        r0 = it * m->rows_per_item;
+        r1 = min64(r0 + m->rows_per_item, rows);
+    } else {
+        int64_t rb = it / m->n_tok_items, tb = it % m->n_tok_items;
+        r0 = rb * ITEM_ROWS;
+        r1 = min64(r0 + ITEM_ROWS, rows);
+        t0 = (int)(tb * m->tok_per_item);
+        t1 = (int)min64(t0 + m->tok_per_item, m->n);
+    }
+    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack);
+}
+
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
     if (((mm_ctx *)c)->i16) mm_i16_item(c, it, slot);
+    else if (((mm_ctx *)c)->amx) mm_amx_item(c, it, slot);
     else mm_decode_item(c, it, slot);
 }
 
@@ -571,6 +604,12 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     mm_prepare(b, &m, mem);
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
+        return;
+    }
+    if (m.amx) {   /* the tokens form: ITEM_ROWS rows by AMX_TOK tokens an item */
+        m.tok_per_item = AMX_TOK;
+        m.n_tok_items = ceil_div(n, AMX_TOK);
+        par_for(b, ceil_div(rows, ITEM_ROWS) * m.n_tok_items, mm_amx_item, &m, work >= SMALL_WORK);
         return;
     }
     /* Prefill: split tokens too when there are too few row blocks to feed every thread. */
@@ -1177,6 +1216,7 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
     switch (isa) {
     case CI_ISA_AUTO: return has512 ? &cpu_kernels_avx512 : has2 ? &cpu_kernels_avx2 : &cpu_kernels_scalar;
     case CI_ISA_AVX512BF16: return hasbf16 ? &cpu_kernels_avx512bf16 : NULL;
+    case CI_ISA_AMXBF16: return hasbf16 && cpu_amx_usable() ? &cpu_kernels_amxbf16 : NULL;
     case CI_ISA_SCALAR: return &cpu_kernels_scalar;
     case CI_ISA_AVX2: return has2 ? &cpu_kernels_avx2 : NULL;
     case CI_ISA_AVX512: return has512 ? &cpu_kernels_avx512 : NULL;
@@ -1189,7 +1229,7 @@ static const cpu_kernels *pick_kernels(ci_isa isa) {
 
 static const cpu_qkernels *pick_qkernels(const cpu_kernels *k) {
 #if defined(__x86_64__)
-    if (k == &cpu_kernels_avx512 || k == &cpu_kernels_avx512bf16) return &cpu_qkernels_avx512;
+    if (k == &cpu_kernels_avx512 || k == &cpu_kernels_avx512bf16 || k == &cpu_kernels_amxbf16) return &cpu_qkernels_avx512;
     if (k == &cpu_kernels_avx2) return &cpu_qkernels_avx2;
 #endif
     (void)k;
@@ -1294,7 +1334,9 @@ int ci_backend_cpu_int16_act(ci_backend *be) {
     __builtin_cpu_init();
     if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512vnni")) {
         b->i16 = &cpu_i16kernels_avx512vnni;
-        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int16" : "cpu-avx512-int16";
+        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-int16"
+                       : b->k == &cpu_kernels_amxbf16  ? "cpu-amx-bf16-int16"
+                                                        : "cpu-avx512-int16";
         return 1;
     }
     if (b->qk == &cpu_qkernels_avx512 || b->qk == &cpu_qkernels_avx2) {   /* the AVX2 kernel needs no VNNI */

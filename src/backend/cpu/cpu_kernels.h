@@ -103,6 +103,9 @@ typedef struct {
                        int64_t ys, int first);
     /* Optional (NULL: bf16_tile): seq_rows for the rounded x, the bits of bf16_tile. */
     int (*bf16_seq)(const ci_mat *W, int64_t r0, int64_t r1, const uint16_t *xb, float *y);
+    /* Nonzero (the cpu-amx-bf16 set): bf16 W take the AMX tiles of amx_bf16.c instead of bf16_tile /
+     * bf16_block, every token count, in that file's summation order (the same precision). */
+    int amx;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -110,7 +113,20 @@ extern const cpu_kernels cpu_kernels_scalar;
 extern const cpu_kernels cpu_kernels_avx2;
 extern const cpu_kernels cpu_kernels_avx512;
 extern const cpu_kernels cpu_kernels_avx512bf16;   /* the same, plus the bf16 dot products */
+extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX tiles (amx_bf16.c) */
 #endif
+
+/* amx_bf16.c. Whether this CPU and kernel let the process use AMX-BF16 tiles (asks the kernel for
+ * them once; 0 elsewhere). bf16 W times n rows of x: cpu_amx_prep rounds x (n rows of cols floats)
+ * into cpu_amx_bytes(cols, n) bytes, once per matmul; cpu_amx_rows writes y[t * W->rows + r] for r
+ * in [r0, r1) and the tokens [t0, t1) (n <= cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else
+ * t0 a multiple of 16), with pack: cpu_amx_pack_bytes() of scratch, 64-byte aligned. */
+int cpu_amx_usable(void);
+size_t cpu_amx_bytes(int64_t cols, int n);
+void cpu_amx_prep(const float *x, int64_t cols, int n, void *mem);
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack);
+size_t cpu_amx_pack_bytes(void);
+int cpu_amx_rows_form_max(void);
 
 /* MLX-quantized weights (ci_mat dtype CI_U32, see backend.h): the same two inner loops, reading the
  * packed codes and per-group scales directly (quant_kernels_*.c). cpu.c sends a quantized

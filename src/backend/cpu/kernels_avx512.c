@@ -317,6 +317,17 @@ const cpu_kernels cpu_kernels_avx512bf16 = {
     .bf16_seq = bf16_seq,
     .bf16_block = bf16_block,
 };
+/* The same with bf16 W on AMX tiles (amx_bf16.c; cpu.c sends them there): its other ops, and
+ * x_bf16's rounding, are this file's. */
+const cpu_kernels cpu_kernels_amxbf16 = {
+    .name = "cpu-amx-bf16",
+    KTABLE_FIELDS,
+    .x_bf16 = x_bf16,
+    .bf16_tile = bf16_tile,
+    .bf16_seq = bf16_seq,
+    .bf16_block = bf16_block,
+    .amx = 1,
+};
 
 
 #else

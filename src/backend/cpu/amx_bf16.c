@@ -1,0 +1,311 @@
+/* amx_bf16.c — bf16 weights dotted with x rounded to bf16 on Intel AMX tiles (the cpu-amx-bf16 set).
+ *
+ * The same precision as cpu-avx512-bf16 (kernels_avx512.c): x rounded to bf16 (vcvtneps2bf16,
+ * nearest even), each product of two bf16 exact in f32, sums in f32. What differs is the order of
+ * the sums, and the speed: one TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x
+ * 16 f32 sums, 16 times the work of a vdpbf16ps.
+ *
+ * The summation order (one for every token count, so a row gets the same bits decoded alone,
+ * batched or prefilled in any chunks, as cpu_kernels.h asks of every set): an output is one
+ * TDPBF16PS accumulator over the whole width, from zero, taking the columns 32 at a time left to
+ * right (the last 32 zero-filled past the width); within each 32 the instruction's own order of its
+ * 16 pairs. Unlike the other sets there are no CPU_KC chunk sums: a tile keeps its sums across the
+ * whole row, or is stored and loaded back unchanged between the segments of a long one.
+ *
+ * Two forms, picked by the token count n; both run the same chain per output, so they give the
+ * same bits (the products are exact and commute; tests/unit/test_determinism.c checks it):
+ *   rows form (n < 16, decode and short prompts): A = 16 weight rows x 32 columns read in place,
+ *     B = x as bf16 pairs [16 pairs][n tokens], C = 16 rows x n tokens; four C tiles (64 rows)
+ *     share each B.
+ *   tokens form (n >= 16, prefill): A = 16 token rows of x x 32 columns, B = 32 weight rows packed
+ *     into pairs (a 16 x 16 transpose of 32-bit pairs per 32 columns, AMX_SEG columns at a time
+ *     into the slot's 128 KiB), C = 16 tokens x 16 rows stored straight into y; 2 x 2 C tiles.
+ *
+ * Tiles are a per-thread state: each call loads its configuration and releases the tiles when it
+ * returns (the pool's threads keep no AMX state between ops). The kernel lets a process use them
+ * only after arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): cpu_amx_usable asks once. */
+#include "cpu_kernels.h"
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define AMX_SEG 2048   /* columns of a packed tokens-form panel: 32 rows x 2048 x 2 bytes = 128 KiB */
+#define ROWS_FORM_MAX 15
+
+static int amx_ok = -1;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    amx_ok = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    const int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16) return;
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it a tile load faults */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
+    amx_ok = 1;
+}
+
+int cpu_amx_usable(void) {
+    pthread_once(&amx_once, amx_probe);
+    return amx_ok;
+}
+
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) amx_cfg;
+
+/* Tiles 0-3: sums; 4, 5: A; 6, 7: B. rows form: C and B nb columns of 4 bytes (nb = n tokens);
+ * tokens form: every tile 16 x 64 bytes. */
+static AMX_TGT void cfg_load(int nb) {
+    _Alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.rows[i] = 16;
+        c.colsb[i] = 64;
+    }
+    if (nb < 16)
+        for (int i = 0; i < 4; i++) c.colsb[i] = c.colsb[6 + (i & 1)] = (uint16_t)(4 * nb);
+    _tile_loadconfig(&c);
+}
+
+static int64_t padded(int64_t cols) { return (cols + 31) & ~(int64_t)31; }
+
+size_t cpu_amx_bytes(int64_t cols, int n) {
+    const int64_t np = n <= ROWS_FORM_MAX ? n : (n + 15) & ~15;
+    return (size_t)np * (size_t)padded(cols) * 2;
+}
+
+/* 16 floats rounded to bf16 (the tail zero-filled), as kernels_avx512.c's x_bf16 rounds. */
+static AMX_TGT __m256i round16(const float *x, int64_t left) {
+    __m512 v = left >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps((__mmask16)((1u << (left > 0 ? left : 0)) - 1), x);
+    return (__m256i)_mm512_cvtneps_pbh(v);
+}
+
+/* x (n rows of cols floats) into mem in the layout of n's form: rows form uint32 pairs [Kp/2][n];
+ * tokens form bf16 rows [np][Kp], np = n rounded up to 16; zero past the width and the rows. */
+void AMX_TGT cpu_amx_prep(const float *x, int64_t cols, int n, void *mem) {
+    const int64_t Kp = padded(cols);
+    if (n <= ROWS_FORM_MAX) {
+        uint32_t *xv = mem;
+        for (int t = 0; t < n; t++)
+            for (int64_t c = 0; c < Kp; c += 16) {
+                _Alignas(32) uint32_t p[8];
+                _mm256_store_si256((__m256i *)p, round16(x + (int64_t)t * cols + c, cols - c));
+                for (int i = 0; i < 8; i++) xv[(c / 2 + i) * n + t] = p[i];
+            }
+        return;
+    }
+    uint16_t *xr = mem;
+    const int np = (n + 15) & ~15;
+    for (int t = 0; t < np; t++)
+        for (int64_t c = 0; c < Kp; c += 16)
+            _mm256_storeu_si256((__m256i *)(xr + (int64_t)t * Kp + c),
+                                t < n ? round16(x + (int64_t)t * cols + c, cols - c) : _mm256_setzero_si256());
+}
+
+/* 32 bf16 of W's row r from column c (zero past the width, or for a row past the matrix). */
+static AMX_TGT __m512i wload(const ci_mat *W, int64_t r, int64_t c) {
+    if (r >= W->rows || c >= W->cols) return _mm512_setzero_si512();
+    const uint16_t *p = (const uint16_t *)W->data + r * W->cols + c;
+    const int64_t left = W->cols - c;
+    return left >= 32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16((__mmask32)((1ull << left) - 1), p);
+}
+
+/* ---- rows form ------------------------------------------------------------------------------- */
+
+/* A tile source for the 16 rows from r at column c: W in place when all of them lie inside it,
+ * else buf (16 x 32 bf16) filled through wload. */
+static AMX_TGT const void *a_src(const ci_mat *W, int64_t r, int64_t c, uint16_t *buf, int64_t *stride) {
+    if (r + 16 <= W->rows && c + 32 <= W->cols) {
+        *stride = W->cols * 2;
+        return (const uint16_t *)W->data + r * W->cols + c;
+    }
+    for (int i = 0; i < 16; i++) _mm512_storeu_si512(buf + 32 * i, wload(W, r + i, c));
+    *stride = 64;
+    return buf;
+}
+
+#define A_STEP(C, A, i)                                                              \
+    if (g > (i)) {                                                                   \
+        int64_t st;                                                                  \
+        const void *src = a_src(W, r + 16 * (i), c, abuf, &st);                      \
+        _tile_loadd(A, src, st);                                                     \
+        _tile_dpbf16ps(C, A, 6);                                                     \
+    }
+
+static AMX_TGT void rows_form(const ci_mat *W, int64_t r0, int64_t r1, int n, const uint32_t *xv, float *y) {
+    const int64_t Kp = padded(W->cols), rows = W->rows;
+    _Alignas(64) uint16_t abuf[16 * 32];
+    _Alignas(64) float cbuf[16 * 16];
+    cfg_load(n);
+    for (int64_t r = r0; r < r1; r += 64) {
+        const int g = (int)((r1 - r < 64 ? r1 - r : 64) + 15) / 16;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t c = 0; c < Kp; c += 32) {
+            _tile_loadd(6, xv + (c / 2) * n, 4 * n);
+            A_STEP(0, 4, 0)
+            A_STEP(1, 5, 1)
+            A_STEP(2, 4, 2)
+            A_STEP(3, 5, 3)
+        }
+        for (int i = 0; i < g; i++) {
+            switch (i) {
+            case 0: _tile_stored(0, cbuf, 4 * n); break;
+            case 1: _tile_stored(1, cbuf, 4 * n); break;
+            case 2: _tile_stored(2, cbuf, 4 * n); break;
+            default: _tile_stored(3, cbuf, 4 * n); break;
+            }
+            const int64_t rb = r + 16 * i, nr = r1 - rb < 16 ? r1 - rb : 16;
+            for (int t = 0; t < n; t++)
+                for (int64_t j = 0; j < nr; j++) y[(int64_t)t * rows + rb + j] = cbuf[j * n + t];
+        }
+    }
+    _tile_release();
+}
+
+/* ---- tokens form ----------------------------------------------------------------------------- */
+
+/* 16 rows from r, columns [c, c + 32 * steps), into pairs: dst[s][p][i] = the pair p of step s of
+ * row r + i (rows past r1 zero), a 16 x 16 transpose of 32-bit pairs per step. */
+static AMX_TGT void pack16(const ci_mat *W, int64_t r, int64_t r1, int64_t c, int64_t steps, uint32_t *dst, int64_t dstep) {
+    for (int64_t s = 0; s < steps; s++) {
+        __m512i v[16], t[16], u[16];
+        for (int i = 0; i < 16; i++) v[i] = r + i < r1 ? wload(W, r + i, c + 32 * s) : _mm512_setzero_si512();
+        for (int i = 0; i < 16; i += 2) {
+            t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+        }
+        for (int i = 0; i < 16; i += 4) {
+            u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+            u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+            u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+            u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+        }
+        /* u[4 q + j], 128-bit lane L: rows 4 q .. 4 q + 3 of pair 4 L + j */
+        uint32_t *o = dst + s * dstep;
+        for (int j = 0; j < 4; j++) {
+            __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+            __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+            _mm512_storeu_si512(o + 16 * (0 + j), _mm512_shuffle_i32x4(s0, s2, 0x88));
+            _mm512_storeu_si512(o + 16 * (4 + j), _mm512_shuffle_i32x4(s0, s2, 0xDD));
+            _mm512_storeu_si512(o + 16 * (8 + j), _mm512_shuffle_i32x4(s1, s3, 0x88));
+            _mm512_storeu_si512(o + 16 * (12 + j), _mm512_shuffle_i32x4(s1, s3, 0xDD));
+        }
+    }
+}
+
+/* C tile k's sums of tokens [t, t + nt) x rows [r, r + nr) of y (row stride ys): load (first: zero)
+ * or store, straight when the block is whole, else through buf. */
+#define C_LOAD(k)                                                                      \
+    do {                                                                               \
+        if (first) _tile_zero(k);                                                      \
+        else if (whole) _tile_loadd(k, yp, ys * 4);                                    \
+        else {                                                                         \
+            memset(buf, 0, sizeof buf);                                                \
+            for (int64_t a = 0; a < nt; a++) memcpy(buf + 16 * a, yp + a * ys, (size_t)nr * 4); \
+            _tile_loadd(k, buf, 64);                                                   \
+        }                                                                              \
+    } while (0)
+#define C_STORE(k)                                                                     \
+    do {                                                                               \
+        if (whole) _tile_stored(k, yp, ys * 4);                                        \
+        else {                                                                         \
+            _tile_stored(k, buf, 64);                                                  \
+            for (int64_t a = 0; a < nt; a++) memcpy(yp + a * ys, buf + 16 * a, (size_t)nr * 4); \
+        }                                                                              \
+    } while (0)
+
+static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint16_t *xr,
+                                float *y, uint32_t *pack) {
+    const int64_t Kp = padded(W->cols), ys = W->rows;
+    _Alignas(64) float buf[256];
+    (void)n;
+    cfg_load(16);
+    for (int64_t p0 = r0; p0 < r1; p0 += 32) {
+        const int halves = r1 - p0 > 16 ? 2 : 1;
+        for (int64_t c0 = 0; c0 < Kp; c0 += AMX_SEG) {
+            const int64_t steps = (Kp - c0 < AMX_SEG ? Kp - c0 : AMX_SEG) / 32, first = c0 == 0;
+            /* pack: [step][half][pair][row] */
+            for (int h = 0; h < halves; h++) pack16(W, p0 + 16 * h, r1, c0, steps, pack + 256 * h, 512);
+            for (int tb = t0; tb < t1; tb += 32) {
+                const int tiles = t1 - tb > 16 ? 2 : 1;
+                for (int k = 0; k < 4; k++) {
+                    const int a = k >> 1, h = k & 1;
+                    if (a >= tiles || h >= halves) continue;
+                    const int64_t nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
+                    const int64_t nr = r1 - (p0 + 16 * h) < 16 ? r1 - (p0 + 16 * h) : 16;
+                    const int whole = nt == 16 && nr == 16;
+                    float *yp = y + (int64_t)(tb + 16 * a) * ys + p0 + 16 * h;
+                    switch (k) {
+                    case 0: C_LOAD(0); break;
+                    case 1: C_LOAD(1); break;
+                    case 2: C_LOAD(2); break;
+                    default: C_LOAD(3); break;
+                    }
+                }
+                const uint16_t *xa = xr + (int64_t)tb * Kp + c0;
+                for (int64_t s = 0; s < steps; s++) {
+                    _tile_loadd(6, pack + 512 * s, 64);
+                    _tile_loadd(4, xa + 32 * s, Kp * 2);
+                    _tile_dpbf16ps(0, 4, 6);
+                    if (halves > 1) {
+                        _tile_loadd(7, pack + 512 * s + 256, 64);
+                        _tile_dpbf16ps(1, 4, 7);
+                    }
+                    if (tiles > 1) {
+                        _tile_loadd(5, xa + 16 * Kp + 32 * s, Kp * 2);
+                        _tile_dpbf16ps(2, 5, 6);
+                        if (halves > 1) _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+                for (int k = 0; k < 4; k++) {
+                    const int a = k >> 1, h = k & 1;
+                    if (a >= tiles || h >= halves) continue;
+                    const int64_t nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
+                    const int64_t nr = r1 - (p0 + 16 * h) < 16 ? r1 - (p0 + 16 * h) : 16;
+                    const int whole = nt == 16 && nr == 16;
+                    float *yp = y + (int64_t)(tb + 16 * a) * ys + p0 + 16 * h;
+                    switch (k) {
+                    case 0: C_STORE(0); break;
+                    case 1: C_STORE(1); break;
+                    case 2: C_STORE(2); break;
+                    default: C_STORE(3); break;
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
+    if (n <= ROWS_FORM_MAX) rows_form(W, r0, r1, n, xp, y);
+    else tokens_form(W, r0, r1, t0, t1, n, xp, y, pack);
+}
+
+size_t cpu_amx_pack_bytes(void) { return (size_t)32 * AMX_SEG * 2; }
+int cpu_amx_rows_form_max(void) { return ROWS_FORM_MAX; }
+
+#else
+int cpu_amx_usable(void) { return 0; }
+size_t cpu_amx_bytes(int64_t cols, int n) { (void)cols; (void)n; return 0; }
+void cpu_amx_prep(const float *x, int64_t cols, int n, void *mem) { (void)x; (void)cols; (void)n; (void)mem; }
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
+    (void)W; (void)r0; (void)r1; (void)t0; (void)t1; (void)n; (void)xp; (void)y; (void)pack;
+}
+size_t cpu_amx_pack_bytes(void) { return 0; }
+int cpu_amx_rows_form_max(void) { return 0; }
+#endif
