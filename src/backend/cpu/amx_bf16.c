@@ -15,8 +15,10 @@
  * Two forms, picked by the token count n; both run the same chain per output, so they give the
  * same bits (the products are exact and commute; tests/unit/test_determinism.c checks it):
  *   rows form (n < 16, decode and short prompts): A = 16 weight rows x 32 columns read in place,
- *     B = x as bf16 pairs [16 pairs][n tokens], C = 16 rows x n tokens; four C tiles (64 rows)
- *     share each B.
+ *     B = x as bf16 pairs [16 pairs][n tokens], C = 16 rows x n tokens; two C tiles (32 rows)
+ *     share each B (one decode thread streaming alone on a Sapphire Rapids VM, a throwaway
+ *     loop, 1024- and 2048-column rows: 14.4-15.4 GB/s with 16 or 32 rows a pass, 13.7-15.0 with
+ *     64; software prefetch 128 to 2048 bytes ahead level or slower).
  *   tokens form (n >= 16, prefill): A = 16 token rows of x x 32 columns, B = 32 weight rows packed
  *     into pairs (a 16 x 16 transpose of 32-bit pairs per 32 columns, AMX_SEG columns at a time
  *     into the slot's 128 KiB), C = 16 tokens x 16 rows stored straight into y; 2 x 2 C tiles.
@@ -148,26 +150,18 @@ static AMX_TGT void rows_form(const ci_mat *W, int64_t r0, int64_t r1, int n, co
     _Alignas(64) uint16_t abuf[16 * 32];
     _Alignas(64) float cbuf[16 * 16];
     cfg_load(n);
-    for (int64_t r = r0; r < r1; r += 64) {
-        const int g = (int)((r1 - r < 64 ? r1 - r : 64) + 15) / 16;
+    for (int64_t r = r0; r < r1; r += 32) {
+        const int g = (int)((r1 - r < 32 ? r1 - r : 32) + 15) / 16;
         _tile_zero(0);
         _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
         for (int64_t c = 0; c < Kp; c += 32) {
             _tile_loadd(6, xv + (c / 2) * n, 4 * n);
             A_STEP(0, 4, 0)
             A_STEP(1, 5, 1)
-            A_STEP(2, 4, 2)
-            A_STEP(3, 5, 3)
         }
         for (int i = 0; i < g; i++) {
-            switch (i) {
-            case 0: _tile_stored(0, cbuf, 4 * n); break;
-            case 1: _tile_stored(1, cbuf, 4 * n); break;
-            case 2: _tile_stored(2, cbuf, 4 * n); break;
-            default: _tile_stored(3, cbuf, 4 * n); break;
-            }
+            if (i == 0) _tile_stored(0, cbuf, 4 * n);
+            else _tile_stored(1, cbuf, 4 * n);
             const int64_t rb = r + 16 * i, nr = r1 - rb < 16 ? r1 - rb : 16;
             for (int t = 0; t < n; t++)
                 for (int64_t j = 0; j < nr; j++) y[(int64_t)t * rows + rb + j] = cbuf[j * n + t];
