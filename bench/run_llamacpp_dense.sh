@@ -8,6 +8,12 @@
 #   LCPP    a llama.cpp checkout built beside the project (never committed):
 #             cmake -S $LCPP -B $LCPP/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
 #             cmake --build $LCPP/build -j2 --target llama-bench
+#   LCPP_BIN  the directory of llama-bench (default $LCPP/build/bin). On an Intel CPU with AMX,
+#           llama.cpp d32676d77 built with GGML_NATIVE runs Q4_0 through its AMX kernels, which died
+#           with SIGILL (tilezero, no tile configuration) on the 2-core Sapphire Rapids VM of
+#           2026-12-05; a build with its AMX off served there:
+#             cmake -S $LCPP -B $LCPP/build-noamx ... -DGGML_NATIVE=ON \
+#               "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" (and the same CMAKE_CXX_FLAGS)
 #   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 #   PY      a python3 with numpy (for the GGUF writer only)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
@@ -32,6 +38,6 @@ for r in $(seq "$ROUNDS"); do
       "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" $ALT 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
     fi
     echo "== round $r threads $t llama.cpp (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-    "$LCPP/build/bin/llama-bench" -m "$GGUF" -p 128 -n 64 -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
+    "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$GGUF" -p 128 -n 64 -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
   done
 done

@@ -12,6 +12,12 @@
 #   LCPP    a llama.cpp checkout built beside the project (never committed):
 #             cmake -S $LCPP -B $LCPP/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
 #             cmake --build $LCPP/build -j2 --target llama-bench
+#   LCPP_BIN  the directory of llama-bench (default $LCPP/build/bin). On an Intel CPU with AMX,
+#           llama.cpp d32676d77 built with GGML_NATIVE runs Q4_0 through its AMX kernels, which died
+#           with SIGILL (tilezero, no tile configuration) on the 2-core Sapphire Rapids VM of
+#           2026-12-05; a build with its AMX off served there:
+#             cmake -S $LCPP -B $LCPP/build-noamx ... -DGGML_NATIVE=ON \
+#               "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" (and the same CMAKE_CXX_FLAGS)
 #   CINFER  the cinfer binary (CPU build: cmake -S . -B build-cpu -DCINFER_CUDA=OFF -DCMAKE_BUILD_TYPE=Release)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
 #   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
@@ -44,7 +50,7 @@ for r in $(seq "$ROUNDS"); do
       cin "cinfer $w" "$CINFER" "$cm" "$t"
       [ -z "$ALT" ] || cin "cinfer $w $ALT" "$CINFER" "$cm" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $w (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "$LCPP/build/bin/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
+      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
     done
   done
 done
