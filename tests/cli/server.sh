@@ -46,8 +46,20 @@ req() {
   fi
 }
 AUTH=(-H "Authorization: Bearer $KEY")
-# js EXPR: evaluates EXPR with o = the JSON of $TMP/body (prints it)
-js() { node -e 'const fs=require("fs");let o;try{o=JSON.parse(fs.readFileSync(process.argv[1],"utf8"))}catch(e){o=null};console.log(eval(process.argv[2]))' "$TMP/body" "$1"; }
+# js EXPR: evaluates EXPR with o = the JSON of $TMP/body (prints it); parses(s) is JSON.parse(s), or
+# undefined where that throws. With node (what the project installs), else (the GPU machine has no
+# node) or with JS_EVAL=python, tests/cli/jsexpr.py: the same expressions in python3, as are the
+# few data helpers below (jsh). SERVE_DEVICE=cuda runs every server (and the generate it is
+# compared with) on that device (tests/gpu/run.sh).
+if [ "${JS_EVAL:-}" = python ] || ! command -v node >/dev/null; then usenode=0; else usenode=1; fi
+js() {
+  if [ $usenode = 1 ]; then
+    node -e 'const fs=require("fs");let o;try{o=JSON.parse(fs.readFileSync(process.argv[1],"utf8"))}catch(e){o=null};
+      const parses=s=>{try{return JSON.parse(s)}catch(e){return undefined}};console.log(eval(process.argv[2]))' "$TMP/body" "$1"
+  else python3 tests/cli/jsexpr.py eval "$TMP/body" "$1"; fi
+}
+jsh() { python3 tests/cli/jsexpr.py "$@"; }
+SDEV=(${SERVE_DEVICE:+--device "$SERVE_DEVICE"})
 # expect NAME WANT_STATUS JS_CONDITION
 expect() {
   local name=$1 want=$2 cond=$3
@@ -60,12 +72,13 @@ metric() { curl -s -m 10 "${AUTH[@]}" "http://127.0.0.1:$PORT/metrics" | awk -v 
 
 # the CLI must know the command
 if "$CINFER" serve --port x 2>&1 | grep -q "unknown command"; then fail "cinfer serve" "the serve command is not wired into apps/cinfer.c"; exit 1; fi
-if bash tests/server/setup_npm.sh >"$TMP/npm.log" 2>&1; then pass "openai npm client installed"; else fail "openai npm client installed" "$(tail -3 "$TMP/npm.log")"; fi
+if ! command -v node >/dev/null; then echo "NOTE no node here: the openai npm client checks are skipped"
+elif bash tests/server/setup_npm.sh >"$TMP/npm.log" 2>&1; then pass "openai npm client installed"; else fail "openai npm client installed" "$(tail -3 "$TMP/npm.log")"; fi
 
 # ---------------------------------------------------------------- server A
-start_server A --api-key "$KEY" --max-body 65536 --parallel 8 || exit 1
+start_server A --api-key "$KEY" --max-body 65536 --parallel 8 "${SDEV[@]}" || exit 1
 PA=$PID; PORTA=$PORT
-if [ -f .cache/npm/node_modules/openai/package.json ]; then
+if command -v node >/dev/null && [ -f .cache/npm/node_modules/openai/package.json ]; then
   timeout 45 node tests/server/openai_client.js "http://127.0.0.1:$PORT/v1" "$KEY" >"$TMP/node.out" 2>&1
   cat "$TMP/node.out" | grep -E '^(PASS|FAIL) ' | sed 's/^PASS /PASS openai client: /; s/^FAIL /FAIL openai client: /'
   grep -qE '^(PASS|FAIL) ' "$TMP/node.out" || fail "openai client runs" "$(tail -c 400 "$TMP/node.out")"
@@ -86,17 +99,20 @@ rreq '{"input":"x","tools":[{"type":"function","name":"f","parameters":"{}"}]}'
 expect "responses: tool parameters as a string is 400" 400 "$(oai_err "'tools[0]'") && o.error.message.includes('parameters')"
 rreq '{"input":"x","text":{"format":{"type":"json_object"}},"tool_choice":"sometimes"}'
 expect "responses: a bad tool_choice string is 400 (chat's check)" 400 "$(oai_err "'tool_choice'")"
-items=$(node -e 'console.log(JSON.stringify({input: Array.from({length: 5000}, () => ({}))}))')
+if [ $usenode = 1 ]; then items=$(node -e 'console.log(JSON.stringify({input: Array.from({length: 5000}, () => ({}))}))'); else items=$(jsh items 5000); fi
 rreq "$items"; expect "responses: 5000 input items is 400" 400 "$(oai_err "'input'") && o.error.message.includes('at most')"
-deep=$(node -e 'let v="1";for(let i=0;i<3000;i++)v="["+v+"]";console.log(JSON.stringify({input:"x",metadata:{}}).replace("{}","{\"k\":"+v+"}"))')
+if [ $usenode = 1 ]; then deep=$(node -e 'let v="1";for(let i=0;i<3000;i++)v="["+v+"]";console.log(JSON.stringify({input:"x",metadata:{}}).replace("{}","{\"k\":"+v+"}"))')
+else deep=$(jsh deep 3000); fi
 rreq "$deep"; if [ "$STATUS" = 400 ] || [ "$STATUS" = 200 ]; then pass "responses: a 3000-deep body is answered ($STATUS)"; else fail "responses: a 3000-deep body" "status $STATUS"; fi
 rlong=$(for i in $(seq 1 1200); do printf 'word%d ' "$i"; done)
 rreq "{\"input\":\"$rlong\"}"; expect "responses: a prompt beyond the context is 400 naming input" 400 "$(oai_err "'input'") && o.error.code === 'context_length_exceeded'"
 curl -s -m 20 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/responses" \
   -d '{"model":"demo","input":"Hello","max_output_tokens":6,"temperature":0,"stream":true}' >"$TMP/sse"
+if [ $usenode = 1 ]; then
 framing=$(node -e 'const t=require("fs").readFileSync(process.argv[1],"utf8");const blocks=t.split("\n\n").filter(Boolean);
   const bad=blocks.filter(b=>{const m=/^event: (\S+)\ndata: (.*)$/.exec(b);return !m||JSON.parse(m[2]).type!==m[1]});
   console.log(bad.length===0&&!t.includes("[DONE]")&&blocks.length>6?"ok":"bad "+bad.length+" of "+blocks.length)' "$TMP/sse")
+else framing=$(jsh sse-framing "$TMP/sse"); fi
 if [ "$framing" = ok ]; then pass "responses: every SSE block is 'event: T' + data of type T, no [DONE]"; else fail "responses: SSE framing" "$framing: $(head -c 300 "$TMP/sse")"; fi
 
 # the chat page: served without the key, with its types and a content security policy
@@ -135,7 +151,7 @@ req POST /v1/chat/completions "{\"model\":\"demo\",\"messages\":[{\"role\":\"use
 expect "a prompt longer than the context is 400" 400 "o.error.code === 'context_length_exceeded'"
 
 # greedy text equals the CLI's
-want=$("$CINFER" generate --model models/demo --chat "Once upon a time" --max-tokens 20 2>/dev/null)
+want=$("$CINFER" generate --model models/demo --chat "Once upon a time" --max-tokens 20 "${SDEV[@]}" 2>/dev/null)
 req POST /v1/chat/completions '{"model":"demo","messages":[{"role":"user","content":"Once upon a time"}],"temperature":0,"max_tokens":20}' "${AUTH[@]}"
 got=$(js "o.choices[0].message.content")
 if [ "$STATUS" = 200 ] && [ "$got" = "$want" ]; then pass "greedy chat equals cinfer generate --chat"; else fail "greedy chat equals cinfer generate --chat" "server '$got' cli '$want'"; fi
@@ -155,7 +171,8 @@ req POST /v1/completions '{"prompt":"Dogs are","max_tokens":3,"temperature":0}' 
 plain=$(js "o.choices[0].text")
 req POST /v1/completions '{"prompt":"Dogs are","max_tokens":1,"temperature":0,"logprobs":1}' "${AUTH[@]}"
 first=$(js "o.choices[0].text")
-req POST /tokenize "$(node -e 'console.log(JSON.stringify({content: process.argv[1]}))' "$first")" "${AUTH[@]}"
+if [ $usenode = 1 ]; then tbody=$(node -e 'console.log(JSON.stringify({content: process.argv[1]}))' "$first"); else tbody=$(jsh content "$first"); fi
+req POST /tokenize "$tbody" "${AUTH[@]}"
 fid=$(js "o.tokens[o.tokens.length - 1]")
 req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"temperature\":0,\"logit_bias\":{\"$the\":100}}" "${AUTH[@]}"
 expect "logit_bias on chat completions" 200 "o.choices[0].message.content === ' the the'"
@@ -174,7 +191,7 @@ expect "logit_bias as an array is 400" 400 "$(oai_err "'logit_bias'")"
 okj=1
 for seed in 1 2 3 4 5 6; do
   req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"A dog as JSON\"}],\"max_tokens\":60,\"temperature\":1,\"seed\":$seed,\"response_format\":{\"type\":\"json_object\"}}" "${AUTH[@]}"
-  r=$(js "(() => { const c = o.choices[0]; if (c.finish_reason === 'stop') { try { const v = JSON.parse(c.message.content); return v !== null && typeof v === 'object' && !Array.isArray(v); } catch (e) { return false; } } return c.finish_reason === 'length' && c.message.content.trim().startsWith('{'); })()")
+  r=$(js "(c => c.finish_reason === 'stop' ? (v => v !== null && typeof v === 'object' && !Array.isArray(v))(parses(c.message.content)) : c.finish_reason === 'length' && c.message.content.trim().startsWith('{'))(o.choices[0])")
   [ "$STATUS" = 200 ] && [ "$r" = true ] || { okj=0; echo "# seed $seed: $(head -c 300 "$TMP/body")"; }
 done
 if [ $okj = 1 ]; then pass "response_format json_object: JSON objects (or their prefixes when cut)"; else fail "response_format json_object" "see above"; fi
@@ -192,7 +209,9 @@ atext=$(js "o.content[0].text")
 curl -s -m 20 -N "${AUTH[@]}" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/messages" \
   -d '{"model":"demo","max_tokens":12,"system":"Be brief.","messages":[{"role":"user","content":"Tell me about dogs"}],"temperature":0,"stream":true}' >"$TMP/sse"
 events=$(grep '^event: ' "$TMP/sse" | cut -d' ' -f2 | uniq | tr '\n' ' ')
+if [ $usenode = 1 ]; then
 stext=$(grep '^data: ' "$TMP/sse" | sed 's/^data: //' | node -e 'let t="";require("readline").createInterface({input:process.stdin}).on("line",l=>{const o=JSON.parse(l);if(o.type==="content_block_delta")t+=o.delta.text}).on("close",()=>process.stdout.write(t))')
+else stext=$(grep '^data: ' "$TMP/sse" | sed 's/^data: //' | jsh anthropic-text); fi
 if [ "$events" = "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop " ] && [ "$stext" = "$atext" ]; then
   pass "anthropic messages stream"; else fail "anthropic messages stream" "events '$events' text '$stext' vs '$atext'"; fi
 req POST /v1/messages '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' "${AUTH[@]}"
@@ -228,7 +247,7 @@ req GET /health; expect "healthy after everything" 200 "o.status === 'ok'"
 stop_server A "$PA"
 
 # ---------------------------------------------------------------- server B: a full queue
-start_server B --parallel 1 --queue 0 || exit 1
+start_server B --parallel 1 --queue 0 "${SDEV[@]}" || exit 1
 PB=$PID
 curl -s -m 20 -N -H 'Content-Type: application/json' "http://127.0.0.1:$PORT/v1/completions" \
   -d '{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}' >/dev/null & CURLPID=$!
@@ -243,7 +262,7 @@ req POST /v1/completions '{"prompt":"y","max_tokens":4,"temperature":0}'; expect
 stop_server B "$PB"
 
 # ---------------------------------------------------------------- server C: per-client limit
-start_server C --parallel 4 --per-client 1 --timeout 2 || exit 1
+start_server C --parallel 4 --per-client 1 --timeout 2 "${SDEV[@]}" || exit 1
 PC=$PID
 # a stalled client: headers and part of a body, then silence; the server drops it after
 # --timeout seconds and serves others meanwhile
@@ -281,12 +300,14 @@ stop_server C "$PC"
 
 # ---------------------------------------------------------------- server D: tool_choice
 if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
-  node -e 'const fs=require("fs");fs.writeFileSync(process.argv[2],JSON.parse(fs.readFileSync(process.argv[1],"utf8")).chat_template)' \
-    .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/qwen3.jinja"
+  if [ $usenode = 1 ]; then
+    node -e 'const fs=require("fs");fs.writeFileSync(process.argv[2],JSON.parse(fs.readFileSync(process.argv[1],"utf8")).chat_template)' \
+      .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/qwen3.jinja"
+  else jsh template .cache/tokenizers/qwen3/tokenizer_config.json "$TMP/qwen3.jinja"; fi
   printf '{%% for m in messages %%}{{ m.content }\n' >"$TMP/broken.jinja"
   expect_err "serve --chat-template of a missing file" "$TMP/nope.jinja" "$CINFER" serve --port 0 --chat-template "$TMP/nope.jinja"
   expect_err "serve --chat-template that does not compile" "broken.jinja" "$CINFER" serve --port 0 --chat-template "$TMP/broken.jinja"
-  start_server D --chat-template "$TMP/qwen3.jinja" --name dq || exit 1
+  start_server D --chat-template "$TMP/qwen3.jinja" --name dq "${SDEV[@]}" || exit 1
   PD=$PID
   TOOLS='[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},{"type":"function","function":{"name":"now","parameters":{"type":"object","properties":{}}}}]'
   chat() { req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"max_tokens\":6,\"temperature\":0$1}"; }
@@ -333,9 +354,11 @@ if [ -f .cache/tokenizers/qwen3/tokenizer_config.json ]; then
   expect "anthropic bad tool_choice is 400" 400 "o.type === 'error' && o.error.message.includes('tool_choice')"
   areq "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]"
   expect "anthropic image block is 400" 400 "o.type === 'error' && o.error.message.includes('image')"
-  MODEL=dq timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" tools >"$TMP/node.out" 2>&1
-  grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
-  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 5 ] || fail "openai responses client (tools) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
+  if command -v node >/dev/null; then
+    MODEL=dq timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" tools >"$TMP/node.out" 2>&1
+    grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
+    [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 5 ] || fail "openai responses client (tools) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
+  fi
   stop_server D "$PD"
 else
   fail "tool_choice (server D)" ".cache/tokenizers/qwen3 is missing: run scripts/fetch-tokenizers.sh"
@@ -347,9 +370,11 @@ printf '%s' "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>
 {% endfor %}{% if add_generation_prompt %}<|assistant|>
 <think>
 {% endif %}" >"$TMP/think.jinja"
-start_server E --chat-template "$TMP/think.jinja" || exit 1
+start_server E --chat-template "$TMP/think.jinja" "${SDEV[@]}" || exit 1
 PE=$PID
-timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" think >"$TMP/node.out" 2>&1
-grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
-[ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 2 ] || fail "openai responses client (think) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
+if command -v node >/dev/null; then
+  timeout 60 node tests/server/responses_client.js "http://127.0.0.1:$PORT/v1" "" think >"$TMP/node.out" 2>&1
+  grep -E '^(PASS|FAIL) ' "$TMP/node.out" | sed 's/^PASS /PASS openai responses: /; s/^FAIL /FAIL openai responses: /'
+  [ "$(grep -cE '^(PASS|FAIL) ' "$TMP/node.out")" -ge 2 ] || fail "openai responses client (think) runs every check" "$(tail -c 400 "$TMP/node.out" | tr '\n' ' ')"
+fi
 stop_server E "$PE"

@@ -30,6 +30,11 @@
 #               bench/serve_load.py check: concurrent seeded = alone, a cached second
 #               turn, a soak with hang-ups, an idle pool and no 5xx
 #   serve-paged tests/cli/serve_paged.sh with SERVE_DEVICE=cuda: preemption on a 6-block pool there
+#   serve-e2e   tests/cli/server.sh with SERVE_DEVICE=cuda: the server's end-to-end suite (OpenAI,
+#               Anthropic and Responses routes, SSE, tools, JSON mode, logprobs, metrics, errors) on
+#               the device; its JavaScript checks through tests/cli/jsexpr.py (no node there), the
+#               npm client's checks skipped; server D needs .cache/tokenizers/qwen3/tokenizer_config.json
+#               (carry that one file: the tokenizer directory is 11 MB)
 #   bench       (only with --bench) tests/gpu/bench.sh: make-random checkpoints + cinfer bench
 # The last lines are a summary table: step, result, PASS / FAIL counts, seconds, log file.
 # Exit status 0 when no step failed. The limits add up to under 10 minutes (one device call);
@@ -168,6 +173,7 @@ done
 # tests/cli/serve_paged.sh on the device: a 6-block pool under 4 growing requests (preemption), 400,
 # equal-to-alone greedy ids, an idle pool, a cached second turn
 step serve-paged 120 serve_paged.log env CINFER="$CINFER" SERVE_DEVICE=cuda bash tests/cli/serve_paged.sh
+step serve-e2e 150 serve_e2e.log env CINFER="$CINFER" SERVE_DEVICE=cuda bash tests/cli/server.sh
 
 # ---- bench ----
 if [ $bench -eq 1 ]; then
