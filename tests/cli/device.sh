@@ -86,6 +86,17 @@ expect_ok "logits --bf16-act" $CINFER logits --model $fx --tokens 1,2,3,4,5 --ou
 cmp -s "$TMP/copy.f32" "$TMP/bfa.f32" && pass "--bf16-act leaves an f32 checkpoint's logits as they are" || fail "--bf16-act leaves an f32 checkpoint's logits as they are" "differ"
 expect_ok "generate --bf16-act (bf16 weights)" $CINFER generate --model tests/fixtures/qwen3_bf16 --prompt-ids 1,2,3 --max-tokens 4 --ids --bf16-act
 expect_usage "--bf16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --bf16-act 1
+# which bf16 set --bf16-act takes: AMX tiles where the CPU lists AMX-BF16 (the kernel shows the flag only
+# when it supports the tiles), unless CINFER_CPU_AMX=0; vdpbf16ps on other AVX512-BF16 CPUs
+if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+  be=$($CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  [ "$be" = "backend cpu-amx-bf16" ] && pass "--bf16-act takes the AMX tiles on this AMX CPU" || fail "--bf16-act takes the AMX tiles on this AMX CPU" "got '$be'"
+  be=$(CINFER_CPU_AMX=0 $CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  [ "$be" = "backend cpu-avx512-bf16" ] && pass "CINFER_CPU_AMX=0 keeps vdpbf16ps" || fail "CINFER_CPU_AMX=0 keeps vdpbf16ps" "got '$be'"
+elif grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
+  be=$($CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  [ "$be" = "backend cpu-avx512-bf16" ] && pass "--bf16-act takes vdpbf16ps on this CPU (no AMX)" || fail "--bf16-act takes vdpbf16ps on this CPU (no AMX)" "got '$be'"
+fi
 # ---- --int16-act: runs (int16 activations for MLX 4- / 8-bit weights on AVX-512 VNNI CPUs, the f32 path elsewhere) ----
 expect_ok "logits --int16-act" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/i16.f32" --device cpu --int16-act
 cmp -s "$TMP/copy.f32" "$TMP/i16.f32" && pass "--int16-act leaves an unquantized checkpoint's logits as they are" || fail "--int16-act leaves an unquantized checkpoint's logits as they are" "differ"
