@@ -222,6 +222,18 @@ static AMX_TGT void pack16(const ci_mat *W, int64_t r, int64_t r1, int64_t c, in
         }                                                                              \
     } while (0)
 
+/* Sum tile k (tokens tile k / 2 of the block at tb, rows half k % 2 of the panel at p0): 0 when the
+ * block has no such tile, else its place in y and its tokens nt and rows nr (<= 16 each). */
+static inline int c_block(int k, int tiles, int halves, int tb, int t1, int64_t p0, int64_t r1, float *y, int64_t ys,
+                          float **yp, int64_t *nt, int64_t *nr) {
+    const int a = k >> 1, h = k & 1;
+    if (a >= tiles || h >= halves) return 0;
+    *nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
+    *nr = r1 - (p0 + 16 * h) < 16 ? r1 - (p0 + 16 * h) : 16;
+    *yp = y + (int64_t)(tb + 16 * a) * ys + p0 + 16 * h;
+    return 1;
+}
+
 static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint16_t *xr,
                                 float *y, uint32_t *pack) {
     const int64_t Kp = padded(W->cols), ys = W->rows;
@@ -237,12 +249,10 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
             for (int tb = t0; tb < t1; tb += 32) {
                 const int tiles = t1 - tb > 16 ? 2 : 1;
                 for (int k = 0; k < 4; k++) {
-                    const int a = k >> 1, h = k & 1;
-                    if (a >= tiles || h >= halves) continue;
-                    const int64_t nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
-                    const int64_t nr = r1 - (p0 + 16 * h) < 16 ? r1 - (p0 + 16 * h) : 16;
+                    int64_t nt, nr;
+                    float *yp;
+                    if (!c_block(k, tiles, halves, tb, t1, p0, r1, y, ys, &yp, &nt, &nr)) continue;
                     const int whole = nt == 16 && nr == 16;
-                    float *yp = y + (int64_t)(tb + 16 * a) * ys + p0 + 16 * h;
                     switch (k) {
                     case 0: C_LOAD(0); break;
                     case 1: C_LOAD(1); break;
@@ -266,12 +276,10 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
                     }
                 }
                 for (int k = 0; k < 4; k++) {
-                    const int a = k >> 1, h = k & 1;
-                    if (a >= tiles || h >= halves) continue;
-                    const int64_t nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
-                    const int64_t nr = r1 - (p0 + 16 * h) < 16 ? r1 - (p0 + 16 * h) : 16;
+                    int64_t nt, nr;
+                    float *yp;
+                    if (!c_block(k, tiles, halves, tb, t1, p0, r1, y, ys, &yp, &nt, &nr)) continue;
                     const int whole = nt == 16 && nr == 16;
-                    float *yp = y + (int64_t)(tb + 16 * a) * ys + p0 + 16 * h;
                     switch (k) {
                     case 0: C_STORE(0); break;
                     case 1: C_STORE(1); break;
