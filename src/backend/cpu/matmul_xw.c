@@ -68,8 +68,8 @@ __attribute__((target("avx2"))) static void axpy256(float *y, float a, const flo
     }
 }
 #endif
-static int xw_isa = -1;   /* 2: AVX-512, 1: AVX2, 0: the baseline loop */
-static void axpy(float *y, float a, const float *w, int64_t n) {
+static void axpy(int xw_isa /* 2: AVX-512, 1: AVX2, 0: the baseline loop */, float *y, float a, const float *w,
+                 int64_t n) {
 #if defined(__x86_64__)
     if (xw_isa == 2) {
         axpy512(y, a, w, n);
@@ -95,10 +95,10 @@ void cpu_matmul_xw_by(float *y, const float *x, int n, const ci_mat *W, cpu_xw_r
     float rows[XW_RB][CPU_XW_CHUNK];   /* a chunk of columns at a time: no allocation, the same sums */
     memset(y, 0, (size_t)n * (size_t)C * sizeof(float));
 #if defined(__x86_64__)
-    if (xw_isa < 0)   /* the same value from any thread */
-        xw_isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+    __builtin_cpu_init();
+    const int xw_isa = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
 #else
-    xw_isa = 0;
+    const int xw_isa = 0;
 #endif
     for (int64_t c0 = 0; c0 < C; c0 += CPU_XW_CHUNK) {
         const int64_t c1 = c0 + CPU_XW_CHUNK < C ? c0 + CPU_XW_CHUNK : C;
@@ -106,7 +106,7 @@ void cpu_matmul_xw_by(float *y, const float *x, int n, const ci_mat *W, cpu_xw_r
             const int rb = R - r0 < XW_RB ? (int)(R - r0) : XW_RB;
             for (int i = 0; i < rb; i++) row_of(W, r0 + i, c0, c1, rows[i]);
             for (int t = 0; t < n; t++)
-                for (int i = 0; i < rb; i++) axpy(y + (size_t)t * C + c0, x[(size_t)t * R + r0 + i], rows[i], c1 - c0);
+                for (int i = 0; i < rb; i++) axpy(xw_isa, y + (size_t)t * C + c0, x[(size_t)t * R + r0 + i], rows[i], c1 - c0);
         }
     }
 }
