@@ -8,7 +8,7 @@
 #             qwen3.5-35b-a3b-4l          bench/qwen3.5-35b-a3b.config.json, 4 layers (~8.8 GB)
 #             nemotron-3-nano-30b-a3b-6l  bench/nemotron-3-nano-30b-a3b.config.json, 6 layers (~6.9 GB)
 #           and NAME.gguf beside each (bench/make_bf16_gguf.py)
-#   LCPP    a llama.cpp checkout with build/bin/llama-bench (see bench/run_llamacpp_moe.sh)
+#   LCPP    a llama.cpp checkout with build/bin/llama-bench (see bench/run_llamacpp_moe.sh; LCPP_BIN as there)
 #   CINFER  the cinfer binary; BEFORE / ALT as in bench/run_llamacpp_moe.sh
 #   PY      a python3 with numpy (the GGUF writer only)
 #   WHICH   names from the list above (default: all three)
@@ -44,7 +44,7 @@ for r in $(seq "$ROUNDS"); do
       cin "cinfer $m" "$CINFER" "$DIR/$m" "$t"
       [ -z "$ALT" ] || cin "cinfer $m $ALT" "$CINFER" "$DIR/$m" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $m (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "$LCPP/build/bin/llama-bench" -m "$DIR/$m.gguf" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
+      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$DIR/$m.gguf" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
     done
   done
 done
