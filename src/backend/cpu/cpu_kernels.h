@@ -20,7 +20,10 @@
  * the checkpoint dtype in registers and must produce exactly those bits, or return 0 (a
  * case it cannot do exactly, e.g. an fp8 block scale too large to fold), and then cpu.c
  * converts the chunk and calls f32_tile itself. 4-bit quantized formats are dotted in a
- * split column order (cpu_qkernels.split), which both paths apply to weights and x alike. */
+ * split column order (cpu_qkernels.split), which both paths apply to weights and x alike.
+ * The bf16-activation sets keep the rule with an order of their own (kernels_avx512.c), and the
+ * cpu-amx-bf16 set's bf16 matmuls one more (amx_bf16.c: one tile accumulator over the whole row, no
+ * chunk sums): every token count still gives a row the same bits within a set. */
 #ifndef CI_CPU_KERNELS_H
 #define CI_CPU_KERNELS_H
 #include "../backend.h"
