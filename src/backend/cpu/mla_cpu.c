@@ -85,9 +85,9 @@ void cpu_layernorm(ci_backend *be, float *out, const float *x, const float *w, c
     }
 }
 
-/* One head of cpu_mla_absorb_q as a pool task: its query rows a block at a time through a stack buffer
- * (gathered, multiplied by matmul_xw, scattered), the arithmetic of the loop below, so the same bits. */
-enum { ABSORB_BUF = 16384 };   /* floats: a block's nope + kv_lora columns (64 KiB of the worker's stack) */
+/* Query rows [t0, t0 + k) of head h: gathered into tin, multiplied by the head's W_UK (matmul_xw) into
+ * tout, scattered with the rope part into qcat. The serial loop and the pool tasks below both run it,
+ * so the same bits either way (a row's matmul_xw does not depend on the other rows). */
 typedef struct {
     ci_backend *be;
     float *qcat;
@@ -96,52 +96,49 @@ typedef struct {
     const ci_mat *w_uk;
 } absorb_ctx;
 
+static void absorb_rows(const absorb_ctx *a, int h, int t0, int k, float *tin, float *tout) {
+    const int qd = a->nope + a->rope, lat = a->kv_lora + a->rope;
+    for (int t = 0; t < k; t++)
+        memcpy(tin + (size_t)t * a->nope, a->q + ((size_t)(t0 + t) * a->n_heads + h) * qd, (size_t)a->nope * sizeof(float));
+    a->be->matmul_xw(a->be, tout, tin, k, &a->w_uk[h]);                     /* [k, kv_lora] */
+    for (int t = 0; t < k; t++) {
+        float *dst = a->qcat + ((size_t)(t0 + t) * a->n_heads + h) * lat;
+        memcpy(dst, tout + (size_t)t * a->kv_lora, (size_t)a->kv_lora * sizeof(float));
+        memcpy(dst + a->kv_lora, a->q + ((size_t)(t0 + t) * a->n_heads + h) * qd + a->nope, (size_t)a->rope * sizeof(float));
+    }
+}
+
+/* One head as a pool task: its rows a block at a time through a stack buffer. */
+enum { ABSORB_BUF = 16384 };   /* floats: a block's nope + kv_lora columns (64 KiB of the worker's stack) */
 static void absorb_head(void *c, int h) {
     const absorb_ctx *a = c;
-    const int qd = a->nope + a->rope, lat = a->kv_lora + a->rope, tb = ABSORB_BUF / (a->nope + a->kv_lora);
+    const int tb = ABSORB_BUF / (a->nope + a->kv_lora);
     float buf[ABSORB_BUF];
     for (int t0 = 0; t0 < a->n; t0 += tb) {
         const int k = a->n - t0 < tb ? a->n - t0 : tb;
-        float *tin = buf, *tout = buf + (size_t)k * a->nope;
-        for (int t = 0; t < k; t++)
-            memcpy(tin + (size_t)t * a->nope, a->q + ((size_t)(t0 + t) * a->n_heads + h) * qd, (size_t)a->nope * sizeof(float));
-        a->be->matmul_xw(a->be, tout, tin, k, &a->w_uk[h]);
-        for (int t = 0; t < k; t++) {
-            float *dst = a->qcat + ((size_t)(t0 + t) * a->n_heads + h) * lat;
-            memcpy(dst, tout + (size_t)t * a->kv_lora, (size_t)a->kv_lora * sizeof(float));
-            memcpy(dst + a->kv_lora, a->q + ((size_t)(t0 + t) * a->n_heads + h) * qd + a->nope, (size_t)a->rope * sizeof(float));
-        }
+        absorb_rows(a, h, t0, k, buf, buf + (size_t)k * a->nope);
     }
 }
 
 /* The heads side by side on the pool (MLA's absorbed queries ran on the caller alone: ~8% of a two-thread
  * DeepSeek-V2-Lite-dims prefill), unless a head's W is stored transposed (quantized: matmul_xw then
  * calls the pooled matmul, which a pool task must not), a block would not fit the task's buffer, or the pool
- * is one thread (the blocks would only convert each head's W again). */
+ * is one thread (the blocks would only convert each head's W again): then a head after another, all rows
+ * at once through the backend's scratch. */
 void cpu_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
                       const ci_mat *w_uk) {
     CI_FP_FLUSH_SCOPE();
+    const absorb_ctx a = { be, qcat, q, n, n_heads, nope, rope, kv_lora, w_uk };
     const int stored_t = w_uk[0].dtype == CI_U32 && ((const ci_qdesc *)w_uk[0].scale)->stored_t;
     if (be->pool && ci_pool_size(be->pool) > 1 && n_heads > 1 && !stored_t && nope + kv_lora <= ABSORB_BUF &&
         !cpu_failed(be)) {
-        absorb_ctx a = { be, qcat, q, n, n_heads, nope, rope, kv_lora, w_uk };
-        ci_pool_run(be->pool, absorb_head, &a, n_heads);
+        ci_pool_run(be->pool, absorb_head, (void *)&a, n_heads);
         return;
     }
-    const int qd = nope + rope, lat = kv_lora + rope;
     float *tin = tmp_get(be, T_IN, (size_t)n * nope * sizeof(float));
     float *tout = tmp_get(be, T_OUT, (size_t)n * kv_lora * sizeof(float));
     if (!tin || !tout || cpu_failed(be)) return;
-    for (int h = 0; h < n_heads; h++) {
-        for (int t = 0; t < n; t++)
-            memcpy(tin + (size_t)t * nope, q + ((size_t)t * n_heads + h) * qd, (size_t)nope * sizeof(float));
-        be->matmul_xw(be, tout, tin, n, &w_uk[h]);                          /* [n, kv_lora] */
-        for (int t = 0; t < n; t++) {
-            float *dst = qcat + ((size_t)t * n_heads + h) * lat;
-            memcpy(dst, tout + (size_t)t * kv_lora, (size_t)kv_lora * sizeof(float));
-            memcpy(dst + kv_lora, q + ((size_t)t * n_heads + h) * qd + nope, (size_t)rope * sizeof(float));
-        }
-    }
+    for (int h = 0; h < n_heads; h++) absorb_rows(&a, h, 0, n, tin, tout);
 }
 
 void cpu_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
