@@ -42,45 +42,34 @@ static void row_to_f32(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float
     }
 }
 
-/* y[c] += a * w[c], c < n: each product rounded, then each sum (no fused multiply-add, as the baseline
+/* y[c] += a * w[c], c < n (the wide forms return how many they did): each product rounded, then each sum (no fused multiply-add, as the baseline
  * compile gives: the same bits on every CPU), 16 lanes at a time on AVX-512, 8 on AVX2 (this loop
  * compiled for the baseline is SSE2, 4 lanes: a DeepSeek-V2-Lite-dims prefill of 512 tokens on one
  * Sapphire Rapids core took 1.2x (f32) / 1.45x (--bf16-act) the time it takes with the AVX-512 form). */
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) static void axpy512(float *y, float a, const float *w, int64_t n) {
+__attribute__((target("avx512f"))) static int64_t axpy512(float *y, float a, const float *w, int64_t n) {
     const __m512 va = _mm512_set1_ps(a);
     int64_t c = 0;
     for (; c + 16 <= n; c += 16)
         _mm512_storeu_ps(y + c, _mm512_add_ps(_mm512_loadu_ps(y + c), _mm512_mul_ps(va, _mm512_loadu_ps(w + c))));
-    for (; c < n; c++) {
-        const float p = a * w[c];
-        y[c] += p;
-    }
+    return c;
 }
-__attribute__((target("avx2"))) static void axpy256(float *y, float a, const float *w, int64_t n) {
+__attribute__((target("avx2"))) static int64_t axpy256(float *y, float a, const float *w, int64_t n) {
     const __m256 va = _mm256_set1_ps(a);
     int64_t c = 0;
     for (; c + 8 <= n; c += 8)
         _mm256_storeu_ps(y + c, _mm256_add_ps(_mm256_loadu_ps(y + c), _mm256_mul_ps(va, _mm256_loadu_ps(w + c))));
-    for (; c < n; c++) {
-        const float p = a * w[c];
-        y[c] += p;
-    }
+    return c;
 }
 #endif
 static void axpy(int xw_isa /* 2: AVX-512, 1: AVX2, 0: the baseline loop */, float *y, float a, const float *w,
                  int64_t n) {
+    int64_t c = 0;   /* the wide forms' whole vectors, then the rest here (compiled for the baseline: no FMA) */
 #if defined(__x86_64__)
-    if (xw_isa == 2) {
-        axpy512(y, a, w, n);
-        return;
-    }
-    if (xw_isa == 1) {
-        axpy256(y, a, w, n);
-        return;
-    }
+    if (xw_isa == 2) c = axpy512(y, a, w, n);
+    else if (xw_isa == 1) c = axpy256(y, a, w, n);
 #endif
-    for (int64_t c = 0; c < n; c++) y[c] += a * w[c];
+    for (; c < n; c++) y[c] += a * w[c];
 }
 
 /* XW_RB rows of a chunk converted at once (XW_RB x CPU_XW_CHUNK floats on the stack, 16 KiB), then each
