@@ -234,11 +234,25 @@ static inline int c_block(int k, int tiles, int halves, int tb, int t1, int64_t 
     return 1;
 }
 
-static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint16_t *xr,
-                                float *y, uint32_t *pack) {
+/* OP (C_LOAD or C_STORE) on each sum tile the block has (tile numbers are immediates: one case each). */
+#define EACH_C(OP)                                                                                 \
+    for (int k = 0; k < 4; k++) {                                                                  \
+        int64_t nt, nr;                                                                            \
+        float *yp;                                                                                 \
+        if (!c_block(k, tiles, halves, tb, t1, p0, r1, y, ys, &yp, &nt, &nr)) continue;            \
+        const int whole = nt == 16 && nr == 16;                                                    \
+        switch (k) {                                                                               \
+        case 0: OP(0); break;                                                                      \
+        case 1: OP(1); break;                                                                      \
+        case 2: OP(2); break;                                                                      \
+        default: OP(3); break;                                                                     \
+        }                                                                                          \
+    }
+
+static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, const uint16_t *xr, float *y,
+                                uint32_t *pack) {
     const int64_t Kp = padded(W->cols), ys = W->rows;
     _Alignas(64) float buf[256];
-    (void)n;
     cfg_load(16);
     for (int64_t p0 = r0; p0 < r1; p0 += 32) {
         const int halves = r1 - p0 > 16 ? 2 : 1;
@@ -248,18 +262,7 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
             for (int h = 0; h < halves; h++) pack16(W, p0 + 16 * h, r1, c0, steps, pack + 256 * h, 512);
             for (int tb = t0; tb < t1; tb += 32) {
                 const int tiles = t1 - tb > 16 ? 2 : 1;
-                for (int k = 0; k < 4; k++) {
-                    int64_t nt, nr;
-                    float *yp;
-                    if (!c_block(k, tiles, halves, tb, t1, p0, r1, y, ys, &yp, &nt, &nr)) continue;
-                    const int whole = nt == 16 && nr == 16;
-                    switch (k) {
-                    case 0: C_LOAD(0); break;
-                    case 1: C_LOAD(1); break;
-                    case 2: C_LOAD(2); break;
-                    default: C_LOAD(3); break;
-                    }
-                }
+                EACH_C(C_LOAD);
                 const uint16_t *xa = xr + (int64_t)tb * Kp + c0;
                 for (int64_t s = 0; s < steps; s++) {
                     _tile_loadd(6, pack + 512 * s, 64);
@@ -275,18 +278,7 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
                         if (halves > 1) _tile_dpbf16ps(3, 5, 7);
                     }
                 }
-                for (int k = 0; k < 4; k++) {
-                    int64_t nt, nr;
-                    float *yp;
-                    if (!c_block(k, tiles, halves, tb, t1, p0, r1, y, ys, &yp, &nt, &nr)) continue;
-                    const int whole = nt == 16 && nr == 16;
-                    switch (k) {
-                    case 0: C_STORE(0); break;
-                    case 1: C_STORE(1); break;
-                    case 2: C_STORE(2); break;
-                    default: C_STORE(3); break;
-                    }
-                }
+                EACH_C(C_STORE);
             }
         }
     }
@@ -295,7 +287,7 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
 
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
     if (n <= ROWS_FORM_MAX) rows_form(W, r0, r1, n, xp, y);
-    else tokens_form(W, r0, r1, t0, t1, n, xp, y, pack);
+    else tokens_form(W, r0, r1, t0, t1, xp, y, pack);
 }
 
 size_t cpu_amx_pack_bytes(void) { return (size_t)32 * AMX_SEG * 2; }
