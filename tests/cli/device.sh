@@ -88,13 +88,14 @@ expect_ok "generate --bf16-act (bf16 weights)" $CINFER generate --model tests/fi
 expect_usage "--bf16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --bf16-act 1
 # which bf16 set --bf16-act takes: AMX tiles where the CPU lists AMX-BF16 (the kernel shows the flag only
 # when it supports the tiles), unless CINFER_CPU_AMX=0; vdpbf16ps on other AVX512-BF16 CPUs
+bf16_set() { env "$@" $CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*'; }
 if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
-  be=$($CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  be=$(bf16_set)
   [ "$be" = "backend cpu-amx-bf16" ] && pass "--bf16-act takes the AMX tiles on this AMX CPU" || fail "--bf16-act takes the AMX tiles on this AMX CPU" "got '$be'"
-  be=$(CINFER_CPU_AMX=0 $CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  be=$(bf16_set CINFER_CPU_AMX=0)
   [ "$be" = "backend cpu-avx512-bf16" ] && pass "CINFER_CPU_AMX=0 keeps vdpbf16ps" || fail "CINFER_CPU_AMX=0 keeps vdpbf16ps" "got '$be'"
 elif grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
-  be=$($CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+  be=$(bf16_set)
   [ "$be" = "backend cpu-avx512-bf16" ] && pass "--bf16-act takes vdpbf16ps on this CPU (no AMX)" || fail "--bf16-act takes vdpbf16ps on this CPU (no AMX)" "got '$be'"
 fi
 # ---- --int16-act: runs (int16 activations for MLX 4- / 8-bit weights on AVX-512 VNNI CPUs, the f32 path elsewhere) ----
