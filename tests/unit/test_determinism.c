@@ -248,6 +248,77 @@ static void test_bf16_act_precision(void) {
     bf16_act_precision(CI_ISA_AMXBF16, "cpu-amx-bf16");
 }
 
+/* cpu-amx-bf16 takes MLX affine 4- and 8-bit weights (groups of a multiple of 32) too, at near the
+ * f32 path's precision: each weight w = s q + b (one f32 fma) and each x as two bf16 parts, hi =
+ * bf16(v) and lo = bf16(v - hi), and per weight the products w_hi x_hi, w_hi x_lo, w_lo x_hi
+ * (exact), summed in f32. Checked for its rows form (1, 9 tokens) and tokens form (33), groups
+ * 32 / 64 / 128, relative to the sum of |w x|: within 1e-5 of those three products' sum in double
+ * and of the exact dot; and each low part is used (dropping either moves some output by more). */
+static void test_amx_mlx_precision(void) {
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AMXBF16), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
+    if (!be) {
+        printf("NOTE cpu-amx-bf16 is not available on this CPU: its MLX precision not checked\n");
+        if (f32) f32->free(f32);
+        return;
+    }
+    static const struct { kind k; int group; int64_t rows, cols; } cases[] = {
+        { K_Q4, 64, 37, 1536 }, { K_Q4, 32, 21, 4160 }, { K_Q8, 32, 9, 2112 }, { K_Q8, 128, 40, 384 }, { K_Q4, 128, 17, 256 },
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t rows = cases[ci].rows, cols = cases[ci].cols, G = cases[ci].group;
+        wmat w;
+        group_force = cases[ci].group;
+        make_w(&w, cases[ci].k, rows, cols);
+        group_force = 0;
+        const int bits = w.d.bits;
+        static const int ns[] = { 1, 9, 33 };
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = ns[ni];
+            float *x = malloc((size_t)(n * cols) * sizeof(float)), *y = malloc((size_t)(n * rows) * sizeof(float));
+            float *yf = malloc((size_t)(n * rows) * sizeof(float));
+            for (int64_t i = 0; i < n * cols; i++) x[i] = rnd(-1, 1);
+            be->matmul(be, y, x, n, &w.m);
+            f32->matmul(f32, yf, x, n, &w.m);
+            double worst = 0, off = 0, nox = 0, now = 0;
+            for (int t = 0; t < n; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double s3 = 0, ex = 0, sx = 0, sw = 0, a = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        const uint8_t *row = (const uint8_t *)w.data + r * cols * bits / 8;
+                        const int q = bits == 8 ? row[c] : (row[c / 2] >> (4 * (c & 1))) & 15;
+                        const int64_t gi = r * (cols / G) + c / G;
+                        const float sc = ci_bf16_to_f32(((const uint16_t *)w.scales)[gi]);
+                        const float bi = ci_bf16_to_f32(((const uint16_t *)w.biases)[gi]);
+                        const float wf = fmaf(sc, (float)q, bi), xf = x[t * cols + c];
+                        const double wh = ci_bf16_to_f32(ci_f32_to_bf16(wf)), wl = ci_bf16_to_f32(ci_f32_to_bf16(wf - (float)wh));
+                        const double xh = ci_bf16_to_f32(ci_f32_to_bf16(xf)), xl = ci_bf16_to_f32(ci_f32_to_bf16(xf - (float)xh));
+                        s3 += wh * xh + wh * xl + wl * xh;
+                        sx += (wh + wl) * xh;   /* x's low part dropped */
+                        sw += wh * (xh + xl);   /* w's low part dropped */
+                        ex += (double)wf * xf;
+                        a += fabs((double)wf * xf);
+                    }
+                    const double yy = y[t * rows + r], A = a > 0 ? a : 1;
+                    worst = fmax(worst, fabs(yy - s3) / A);
+                    off = fmax(off, fabs(yy - ex) / A);
+                    nox = fmax(nox, fabs(yy - sx) / A);
+                    now = fmax(now, fabs(yy - sw) / A);
+                }
+            CHECK(worst <= 1e-5 && off <= 1e-5, "cpu-amx-bf16 %d-bit g%lld [%lld x %lld] n=%d: %.3g from its three products, %.3g from the exact dot",
+                  bits, (long long)G, (long long)rows, (long long)cols, n, worst, off);
+            CHECK(nox > 4 * worst && now > 4 * worst, "cpu-amx-bf16 %s [%lld x %lld] n=%d: a low part unused? (%.3g without x_lo, %.3g without w_lo, %.3g with both)",
+                  kind_name[cases[ci].k], (long long)rows, (long long)cols, n, nox, now, worst);
+            if (getenv("CINFER_TEST_VERBOSE"))
+                printf("  amx mlx %d-bit g%lld n=%d: %.3g / exact %.3g / no x_lo %.3g / no w_lo %.3g\n", bits,
+                       (long long)G, n, worst, off, nox, now);
+            free(x); free(y); free(yf);
+        }
+        wmat_free(&w);
+    }
+    be->free(be);
+    f32->free(f32);
+}
+
 /* ci_backend_cpu_int16_act (where the CPU has AVX-512 VNNI) computes what quant_i16_avx512.c
  * states for affine 4- and 8-bit weights: w · x̃, x̃ = x rounded to int16 per 32-column block
  * (d = max|x| / 32767, nearest even) times d, exact integer code sums, f32 scaling. Within
@@ -483,6 +554,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_matmul_rows_independent_of_batch);
     TEST_RUN(test_matmul_small_cols);
     TEST_RUN(test_bf16_act_precision);
+    TEST_RUN(test_amx_mlx_precision);
     TEST_RUN(test_int16_act_precision);
     TEST_RUN(test_rowwise_ops_independent_of_batch);
     TEST_EXIT();

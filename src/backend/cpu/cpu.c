@@ -515,10 +515,10 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
-    if (W->dtype == CI_BF16 && b->k->amx) {   /* AMX rows of 16: items of whole tiles */
+    if (b->k->amx && (W->dtype == CI_BF16 || cpu_amx_q_ok(W))) {   /* AMX rows of 16: items of whole tiles */
         m->amx = 1;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
-        return cpu_amx_bytes(W->cols, m->n);
+        return cpu_amx_bytes(W, m->n);
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
     return mm_wants_xsp(b, m) ? xn * sizeof(float) : mm_wants_xb(b, m) ? xn * sizeof(uint16_t) : 0;
@@ -539,7 +539,7 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
             for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
     } else if (m->amx) {
-        cpu_amx_prep(m->x, W->cols, n, mem);
+        cpu_amx_prep(W, m->x, n, mem);
         m->xa = mem;
     } else if (mm_wants_xsp(b, m)) {
         float *xsp = (float *)mem;

@@ -125,8 +125,12 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
  * in [r0, r1) and the tokens [t0, t1) (n <= cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else
  * t0 a multiple of 16), with pack: cpu_amx_pack_bytes() of scratch, 64-byte aligned. */
 int cpu_amx_usable(void);
-size_t cpu_amx_bytes(int64_t cols, int n);
-void cpu_amx_prep(const float *x, int64_t cols, int n, void *mem);
+/* Whether W is MLX affine 4- or 8-bit in groups of a multiple of 32 columns dividing the width:
+ * the AMX set takes those too, each weight s q + b (f32 fma) rounded to bf16 (nearest even) and
+ * then as a bf16 weight (amx_bf16.c's qload). */
+int cpu_amx_q_ok(const ci_mat *W);
+size_t cpu_amx_bytes(const ci_mat *W, int n);
+void cpu_amx_prep(const ci_mat *W, const float *x, int n, void *mem);
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack);
 size_t cpu_amx_pack_bytes(void);
 int cpu_amx_rows_form_max(void);
