@@ -45,8 +45,9 @@ static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t 
 
 /* The CPU backend opts ask for: its isa, with bf16_act (isa auto) the bf16 dot products
  * where the CPU has them (on AMX tiles where it has those, unless CINFER_CPU_AMX=0; else
- * vdpbf16ps), the f32 kernels elsewhere, and with int16_act the int16-activation kernels for
- * 4- / 8-bit weights where the CPU has them. */
+ * vdpbf16ps), the f32 kernels elsewhere, with mlx_amx MLX 4- / 8-bit weights on AMX tiles where
+ * the CPU has them, and with int16_act the int16-activation kernels for 4- / 8-bit weights where
+ * the CPU has them (before the tiles). */
 static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
     ci_isa isa = opts ? (ci_isa)opts->isa : CI_ISA_AUTO;
     ci_backend *be = NULL;
@@ -55,6 +56,7 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
         be = ci_backend_cpu_new(n_threads, CI_ISA_AMXBF16);
     if (!be && opts && opts->bf16_act && isa == CI_ISA_AUTO) be = ci_backend_cpu_new(n_threads, CI_ISA_AVX512BF16);
     if (!be) be = ci_backend_cpu_new(n_threads, isa);
+    if (be && opts && opts->mlx_amx) ci_backend_cpu_amx_mlx(be);
     if (be && opts && opts->int16_act) ci_backend_cpu_int16_act(be);
     return be;
 }

@@ -18,6 +18,9 @@
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
  * worst there is ~4e-6), and greedy ids exactly transformers'.
+ * On a CPU with AMX-BF16 each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
+ * matrices on AMX tiles, codes exact, x as two bf16): the default bound and greedy ids exactly
+ * transformers'.
  * Every run has CINFER_CPU_POISON_SCRATCH=1: the fused ops' scratch arguments (backend.h: xn,
  * u, tmp, rope_attend's q / k) are NaN after the op, as a device leaves them undefined, so a
  * forward path that reads one (deepseek_v32's indexer once read q_a's normed rows from a fused
@@ -53,7 +56,7 @@ static float *read_f32(const char *path, size_t n) {
 static int n_fixtures;
 static char diffs[256];  /* "prefill 1.2e-06 step 1.3e-06" of the last fixture run */
 
-static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act) {
+static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, int mlx_amx) {
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/ref.json", dir);
     json_t *ref = cj_load_file(path, err, sizeof err);
@@ -71,7 +74,7 @@ static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act) {
     float *want = read_f32(path, (size_t)T * V);
     CHECK(want != NULL, "%s: missing or wrong size", path);
 
-    ci_model_opts o = { .isa = isa, .bf16_act = bf16_act, .int16_act = int16_act };
+    ci_model_opts o = { .isa = isa, .bf16_act = bf16_act, .int16_act = int16_act, .mlx_amx = mlx_amx };
     ci_model *m = NULL;
     ci_session *s = NULL;
     float *got = malloc((size_t)T * V * sizeof *got);
@@ -129,6 +132,7 @@ static void test_fixtures(void) {
     if (!int8_cpu) printf("NOTE no AVX-512 VNNI on this CPU: the int16-act runs are skipped\n");
     ci_backend *probe_amx = ci_backend_cpu_new(1, CI_ISA_AMXBF16);   /* NULL: no AMX-BF16 here */
     int amx_cpu = probe_amx != NULL;
+    int amx_mlx = probe_amx && ci_backend_cpu_amx_mlx(probe_amx);
     if (probe_amx) probe_amx->free(probe_amx);
     DIR *d = opendir("tests/fixtures");
     CHECK(d != NULL, "tests/fixtures not found (run from the repository root)");
@@ -146,16 +150,16 @@ static void test_fixtures(void) {
         /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it (on
          * AMX tiles where it has those, and then again on vdpbf16ps: CINFER_CPU_AMX=0), and
          * int16-act for the MLX fixtures where the CPU has it */
-        static const char *const run_name[5] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps" };
-        for (int run = 0; run < 5; run++) {
+        static const char *const run_name[6] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx" };
+        for (int run = 0; run < 6; run++) {
             if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4))) ||
-                (run == 4 && !amx_cpu))
+                (run == 4 && !amx_cpu) || (run == 5 && (!amx_mlx || strncmp(names[i], "mlx_", 4))))
                 continue;
             check_case_failed = 0;
             check_why[0] = 0;
             diffs[0] = 0;
             if (run == 4) setenv("CINFER_CPU_AMX", "0", 1);
-            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3);
+            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3, run == 5);
             if (run == 4) unsetenv("CINFER_CPU_AMX");
             if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], run_name[run], check_why); check_any_failed = 1; }
             else printf("PASS parity %s %s (max|diff| %s)\n", names[i], run_name[run], diffs);

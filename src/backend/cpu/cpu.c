@@ -71,6 +71,7 @@ typedef struct {
     const cpu_kernels *k;
     const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
+    int amx_mlx;              /* MLX affine W on the AMX tiles (amx_mlx.c; opt-in) */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -515,7 +516,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
-    if (b->k->amx && (W->dtype == CI_BF16 || cpu_amx_q_ok(W))) {   /* AMX rows of 16: items of whole tiles */
+    if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = 1;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
         return cpu_amx_bytes(W, m->n);
@@ -1372,6 +1373,22 @@ void ci_backend_cpu_tune(ci_backend *be, const void *mem, size_t len) {
 
 int ci_backend_cpu_next_tile_bytes(void) { return cpu_pf_next16; }
 int ci_backend_cpu_seq_bytes(void) { return cpu_seq16; }
+
+int ci_backend_cpu_amx_mlx(ci_backend *be) {
+    cpu_backend *b = cpu(be);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512bf16") && cpu_amx_usable()) {
+        b->amx_mlx = 1;
+        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-amx-mlx"
+                       : b->k == &cpu_kernels_amxbf16  ? "cpu-amx-bf16-amx-mlx"
+                                                        : "cpu-avx512-amx-mlx";
+        return 1;
+    }
+#endif
+    (void)b;
+    return 0;
+}
 
 int ci_backend_cpu_int16_act(ci_backend *be) {
     cpu_backend *b = cpu(be);
