@@ -110,15 +110,16 @@ static AMX_TGT __m512i code_table(void) {
  * of the pass after next is prefetched. */
 #define RF_SEG 256
 
-/* Rows [r, r + 16) at columns [c, c + RF_SEG) as bf16 codes into buf [16][RF_SEG]. */
-static AMX_TGT void fill16(const ci_mat *W, int64_t r, int64_t c, __m512i tab, uint16_t *buf) {
+/* Rows [r, r + 16) at columns [c, c + cn) (cn <= RF_SEG, a multiple of 32) as bf16 codes into buf
+ * [16][RF_SEG]. */
+static AMX_TGT void fill16(const ci_mat *W, int64_t r, int64_t c, int64_t cn, __m512i tab, uint16_t *buf) {
     const int64_t rb = W->cols * q_desc(W)->bits / 8, pf = 2 * RF_SEG * q_desc(W)->bits / 8;
     for (int i = 0; i < 16; i++) {
         if (r + i < W->rows && c * q_desc(W)->bits / 8 + pf < rb) {
             const uint8_t *p = (const uint8_t *)W->data + (r + i) * rb + c * q_desc(W)->bits / 8 + pf;
             for (int64_t o = 0; o < RF_SEG * q_desc(W)->bits / 8; o += 64) __builtin_prefetch(p + o, 0, 3);
         }
-        for (int64_t k = 0; k < RF_SEG; k += 32) _mm512_store_si512(buf + RF_SEG * i + k, qrow(W, r + i, c + k, tab));
+        for (int64_t k = 0; k < cn; k += 32) _mm512_store_si512(buf + RF_SEG * i + k, qrow(W, r + i, c + k, tab));
     }
 }
 
@@ -138,8 +139,8 @@ static AMX_TGT void rows_q(const ci_mat *W, int64_t r0, int64_t r1, int n, const
         memset(acc, 0, sizeof acc);
         for (int64_t c0 = 0; c0 < K; c0 += RF_SEG) {
             const int64_t cn = K - c0 < RF_SEG ? K - c0 : RF_SEG;   /* a multiple of G */
-            fill16(W, r, c0, tab, abuf[0]);
-            if (two) fill16(W, r + 16, c0, tab, abuf[1]);
+            fill16(W, r, c0, cn, tab, abuf[0]);
+            if (two) fill16(W, r + 16, c0, cn, tab, abuf[1]);
             for (int64_t g = c0 / G; g < (c0 + cn) / G; g++) {
                 _tile_zero(0);
                 _tile_zero(1);
