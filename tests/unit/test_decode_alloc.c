@@ -167,18 +167,21 @@ static void decode_reuses_scratch(ci_backend *be) {
 
 static void test_matmuls_reuse_scratch(void) {
     static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16, CI_ISA_AMXBF16 };
-    int i16_runs = 0;
+    int i16_runs = 0, amx_runs = 0;
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
-        for (int i16 = 0; i16 < 2; i16++) {
+        for (int mode = 0; mode < 3; mode++) {   /* as it is, int16 activations, MLX weights on AMX tiles */
+            if (mode == 2 && isas[i] != CI_ISA_AVX512) continue;
             ci_backend *be = ci_backend_cpu_new(2, isas[i]);
             if (!be) continue;
-            if (!i16 || ci_backend_cpu_int16_act(be)) {
+            if (!mode || (mode == 1 && ci_backend_cpu_int16_act(be)) || (mode == 2 && ci_backend_cpu_amx_mlx(be))) {
                 decode_reuses_scratch(be);
-                i16_runs += i16;
+                i16_runs += mode == 1;
+                amx_runs += mode == 2;
             }
             be->free(be);
         }
     if (!i16_runs) printf("NOTE no AVX2 on this CPU: the int16 path not checked\n");
+    if (!amx_runs) printf("NOTE no AMX-BF16 on this CPU: the MLX tiles not checked\n");
 }
 
 /* ---- whole decode steps ------------------------------------------------------------------ */
