@@ -213,7 +213,8 @@ typedef struct mm_ctx_s {
                                * qk->split_tile; prefill: instead of per-item x_split), or NULL */
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
                                * (row stride cols), or NULL */
-    int amx;                  /* bf16 W on the cpu-amx-bf16 set: x rounded into xa (cpu_amx_prep) */
+    int amx;                  /* bf16 W on the cpu-amx-bf16 set, or MLX W with amx_mlx: x prepared
+                               * into xa (cpu_amx_prep) */
     const void *xa;
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
@@ -501,7 +502,7 @@ static int mm_wants_xb(const cpu_backend *b, const mm_ctx *m) {
     return m->W->dtype == CI_BF16 && b->k->bf16_block;
 }
 
-/* Picks the path W takes (int16 activations, split order, bf16), sets rows_per_item (for a
+/* Picks the path W takes (int16 activations, AMX tiles, split order, bf16), sets rows_per_item (for a
  * row-item matmul: int16 activations or n <= CPU_TILE_T) and returns the bytes of scratch
  * mm_prepare fills with x prepared for that path: 0 when it needs none, or when m reads
  * donor's int16 rows (donor: an earlier job of a batch with the same x and n and a W that
