@@ -3,7 +3,8 @@
 an mlx-community style 4-bit checkpoint for cinfer and a Q4_0 GGUF for llama.cpp.
 
 Input: a bf16 qwen3_moe checkpoint from `cinfer make-random` (HF names, one tensor per
-expert); the first LAYERS layers are used. Outputs, both at 4.5 bits per weight:
+expert), or a dense qwen3 one (tied or not: e.g. bench/qwen3-0.6b.config.json; the GGUF is then
+llama.cpp's "qwen3", no router, and no head tensor when tied); the first LAYERS layers are used. Outputs, both at 4.5 bits per weight:
   OUT/mlx4/      config.json + model.safetensors: MLX affine 4-bit group 64 (scales and
                  biases bf16) for every Linear, the embedding and the head; routers 8-bit
                  group 64 (mlx-lm's qwen3_moe quant_predicate); experts stacked as
@@ -105,7 +106,8 @@ def run_jobs(jobs):
 
 def write_mlx(src_hdr, mm, L, cfg, out, qbits=4):
     """Streams the mlx checkpoint: header first (all shapes are known), then each tensor."""
-    E, I, D = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"]
+    moe = cfg["model_type"] == "qwen3_moe"
+    E, I, D = cfg.get("num_experts", 0), cfg.get("moe_intermediate_size", cfg.get("intermediate_size")), cfg["hidden_size"]
     plan = []          # (name, dtype, shape, job -> [bytes of this and the next len - 1 tensors] or None)
 
     def plain(name):
@@ -136,12 +138,17 @@ def write_mlx(src_hdr, mm, L, cfg, out, qbits=4):
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
             shp = src_hdr[f"{p}.self_attn.{proj}.weight"]["shape"]
             quant(f"{p}.self_attn.{proj}", shp[0], shp[1], f32(f"{p}.self_attn.{proj}.weight"))
+        if not moe:
+            for proj, rows, cols in (("gate_proj", I, D), ("up_proj", I, D), ("down_proj", D, I)):
+                quant(f"{p}.mlp.{proj}", rows, cols, f32(f"{p}.mlp.{proj}.weight"))
+            continue
         quant(f"{p}.mlp.gate", E, D, f32(f"{p}.mlp.gate.weight"), bits=8)
         for proj, rows, cols in (("gate_proj", I, D), ("up_proj", I, D), ("down_proj", D, I)):
             quant(f"{p}.mlp.switch_mlp.{proj}", rows, cols,
                   lambda e, p=p, proj=proj: load_f32(src_hdr, mm, f"{p}.mlp.experts.{e}.{proj}.weight"), stack=E)
     plain("model.norm.weight")
-    quant("lm_head", cfg["vocab_size"], D, f32("lm_head.weight"))
+    if not cfg.get("tie_word_embeddings"):
+        quant("lm_head", cfg["vocab_size"], D, f32("lm_head.weight"))
 
     size = {"U32": 4, "BF16": 2}
     hdr, off = {}, 0
@@ -167,7 +174,7 @@ def write_mlx(src_hdr, mm, L, cfg, out, qbits=4):
         assert done == len(plan)
     c = dict(cfg, num_hidden_layers=L)
     block = {"group_size": 64, "bits": qbits, "mode": "affine"}
-    for l in range(L):
+    for l in range(L if moe else 0):
         block[f"model.layers.{l}.mlp.gate"] = {"group_size": 64, "bits": 8}
     c["quantization"] = block
     c["quantization_config"] = block
@@ -178,10 +185,19 @@ def write_mlx(src_hdr, mm, L, cfg, out, qbits=4):
 def write_gguf(src_hdr, mm, L, cfg, path, gguf):
     from gguf import quants
     Q = gguf.GGMLQuantizationType
-    E, I, D, V = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["hidden_size"], cfg["vocab_size"]
-    from make_bf16_gguf import qwen3moe_keys   # beside this file (the script's directory is on sys.path)
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    qwen3moe_keys(cfg, w, L)
+    moe = cfg["model_type"] == "qwen3_moe"
+    E, D, V = cfg.get("num_experts", 0), cfg["hidden_size"], cfg["vocab_size"]
+    I = cfg.get("moe_intermediate_size", cfg.get("intermediate_size"))
+    from make_bf16_gguf import qwen3moe_keys, qwen3_attn_keys   # beside this file (on sys.path)
+    w = gguf.GGUFWriter(path, "qwen3moe" if moe else "qwen3")
+    if moe:
+        qwen3moe_keys(cfg, w, L)
+    else:   # as make_bf16_gguf.py's qwen3
+        w.add_block_count(L)
+        w.add_context_length(4096)
+        w.add_embedding_length(D)
+        w.add_feed_forward_length(I)
+        qwen3_attn_keys(cfg, w)
     w.add_file_type(2)                                   # LLAMA_FTYPE_MOSTLY_Q4_0
     w.add_tokenizer_model("llama")
     w.add_token_list(["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, V)])
@@ -215,13 +231,19 @@ def write_gguf(src_hdr, mm, L, cfg, path, gguf):
         f32(f"{g}.attn_q_norm.weight", f"{p}.self_attn.q_norm.weight")
         f32(f"{g}.attn_k_norm.weight", f"{p}.self_attn.k_norm.weight")
         f32(f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+        if not moe:
+            for proj, gn, rows, cols in (("gate_proj", "ffn_gate", I, D), ("up_proj", "ffn_up", I, D),
+                                         ("down_proj", "ffn_down", D, I)):
+                q4(f"{g}.{gn}.weight", rows, cols, ld(f"{p}.mlp.{proj}.weight"))
+            continue
         f32(f"{g}.ffn_gate_inp.weight", f"{p}.mlp.gate.weight")
         for proj, gn, rows, cols in (("gate_proj", "ffn_gate_exps", I, D), ("up_proj", "ffn_up_exps", I, D),
                                      ("down_proj", "ffn_down_exps", D, I)):
             q4(f"{g}.{gn}.weight", rows, cols,
                lambda e, p=p, proj=proj: load_f32(src_hdr, mm, f"{p}.mlp.experts.{e}.{proj}.weight"), stack=E)
     f32("output_norm.weight", "model.norm.weight")
-    q4("output.weight", V, D, ld("lm_head.weight"))
+    if not cfg.get("tie_word_embeddings"):
+        q4("output.weight", V, D, ld("lm_head.weight"))
 
     for name, shape, raw, _ in plan:
         if raw is None:
@@ -240,7 +262,8 @@ def main():
     src, L, out, lcpp = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
-    assert cfg["model_type"] == "qwen3_moe" and not cfg.get("tie_word_embeddings"), "a untied qwen3_moe checkpoint"
+    assert (cfg["model_type"] == "qwen3_moe" and not cfg.get("tie_word_embeddings")) or cfg["model_type"] == "qwen3", \
+        "an untied qwen3_moe or a qwen3 checkpoint"
     hdr, mm = open_st(os.path.join(src, "model.safetensors"))
     if os.environ.get("MAKE_Q_BITS") == "8":
         write_mlx(hdr, mm, L, cfg, os.path.join(out, "mlx8"), 8)
