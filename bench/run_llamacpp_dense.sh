@@ -5,6 +5,8 @@
 #   SRC     a bf16 qwen3 checkpoint from
 #             build-cpu/cinfer make-random --config bench/qwen3-0.6b.config.json --out /tmp/q06 --dtype bf16 --seed 1
 #   GGUF    the same weights for llama.cpp (bench/make_bf16_gguf.py writes it if missing)
+#           (the 4-bit pair instead: `python3 bench/make_q4_pair.py /tmp/q06 28 /tmp/q06-q4 $LCPP`, then
+#           SRC=/tmp/q06-q4/mlx4 GGUF=/tmp/q06-q4/q4_0.gguf)
 #   LCPP    a llama.cpp checkout built beside the project (never committed):
 #             cmake -S $LCPP -B $LCPP/build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON
 #             cmake --build $LCPP/build -j2 --target llama-bench
