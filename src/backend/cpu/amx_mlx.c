@@ -1,5 +1,7 @@
-/* amx_mlx.c — MLX affine 4- and 8-bit weights on Intel AMX tiles (the cpu-amx-bf16 set, taken with
- * --bf16-act), at near the f32 path's precision: the weights stay exact and x is carried in two bf16.
+/* amx_mlx.c — MLX affine 4- and 8-bit weights on Intel AMX tiles (opt-in: ci_backend_cpu_amx_mlx,
+ * --mlx-amx, on an AVX-512 backend of an AMX CPU), at near the f32 path's precision: the weights
+ * stay exact and x is carried in two bf16. A block of x holding an infinity gives NaN outputs
+ * (x_lo = inf - inf), as the int16 path's does.
  *
  * What it computes, for a token row x and a weight row (group g of G columns: scale s_g, bias b_g,
  * codes q_k, so w_k = s_g q_k + b_g):
@@ -14,9 +16,11 @@
  *
  * Both forms of amx_bf16.c, with the same chain per output, so a row gets the same bits at any
  * token count (test_determinism checks it): rows form (n < 16): A = 16 weight rows' codes as bf16
- * (expanded into a buffer RF_SEG columns at a time), B = x_hi / x_lo pairs; tokens form (n >= 16): A = 16 token
- * rows of x_hi / x_lo, B = 32 weight rows' codes packed into pairs (AMX_SEG columns at a time),
- * and each group's sums scaled into y. The group's scales and biases are read per group. */
+ * (expanded into a buffer RF_SEG columns at a time), B = x_hi / x_lo pairs; tokens form (n >= 16):
+ * A = 16 token rows of x_hi / x_lo, B = 32 weight rows' codes packed into pairs (AMX_SEG columns at
+ * a time), and each group's sums scaled into y. The group's scales and biases are read per group.
+ * Speed (bench/RESULTS.md): the tokens form prefills well above the f32 path; the rows form is
+ * bound by expanding the codes (decode ~3x slower than the f32 path's 4-bit tile). */
 #include "cpu_kernels.h"
 #if defined(__x86_64__)
 #include "amx_tiles.h"
