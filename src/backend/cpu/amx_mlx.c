@@ -34,14 +34,6 @@ int cpu_amx_q_ok(const ci_mat *W) {
     return d->group >= 32 && d->group % 32 == 0 && W->cols % d->group == 0;
 }
 
-static float qparam(ci_dtype t, const void *p, int64_t i) {
-    switch (t) {
-    case CI_F32: return ((const float *)p)[i];
-    case CI_BF16: return ci_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ci_f16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
-
 /* The prepared x: rows form (n <= ROWS_FORM_MAX) x_hi pairs [K/2][n], x_lo pairs [K/2][n], then
  * X [ng][n]; tokens form x_hi rows [np][K], x_lo rows [np][K] (np = n rounded up to 16), then X
  * [ng][np]. K = cols (a multiple of 32 here). */
@@ -166,8 +158,8 @@ static AMX_TGT void rows_q(const ci_mat *W, int64_t r0, int64_t r1, int n, const
                 for (int j = 0; j < nr; j++) {
                     const int64_t gi = (W->scale_row0 + r + j) * ng + g;
                     __m512 a = _mm512_load_ps(acc + 16 * j);
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(qparam(d->scale_dtype, d->scales, gi)), _mm512_load_ps(cbuf + 16 * j), a);
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(qparam(d->scale_dtype, d->biases, gi)), xg, a);
+                    a = _mm512_fmadd_ps(_mm512_set1_ps(q_param(d, d->scales, gi)), _mm512_load_ps(cbuf + 16 * j), a);
+                    a = _mm512_fmadd_ps(_mm512_set1_ps(q_param(d, d->biases, gi)), xg, a);
                     _mm512_store_ps(acc + 16 * j, a);
                 }
             }
@@ -207,8 +199,8 @@ static AMX_TGT void tokens_q(const ci_mat *W, int64_t r0, int64_t r1, int t0, in
                 for (int i = 0; i < 32; i++) {
                     const int in = p0 + i < r1;
                     const int64_t gi = (W->scale_row0 + p0 + i) * ng + g0 + gl;
-                    sv[gl][i] = in ? qparam(d->scale_dtype, d->scales, gi) : 0.0f;
-                    bv[gl][i] = in ? qparam(d->scale_dtype, d->biases, gi) : 0.0f;
+                    sv[gl][i] = in ? q_param(d, d->scales, gi) : 0.0f;
+                    bv[gl][i] = in ? q_param(d, d->biases, gi) : 0.0f;
                 }
             for (int tb = t0; tb < t1; tb += 32) {
                 const int tiles = t1 - tb > 16 ? 2 : 1;
