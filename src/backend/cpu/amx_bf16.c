@@ -23,7 +23,7 @@
  *     into pairs (a 16 x 16 transpose of 32-bit pairs per 32 columns, AMX_SEG columns at a time
  *     into the slot's 128 KiB), C = 16 tokens x 16 rows stored straight into y; 2 x 2 C tiles.
  *
- * MLX affine W go to amx_mlx.c (ci_backend_cpu_amx_mlx: exact codes, x as two bf16) through the
+ * MLX affine W go to amx_mlx.c (ci_backend_cpu_amx_mlx: exact codes, x as int16, AMX-INT8) through the
  * same three entry points; amx_tiles.h holds what the two files share.
  *
  * Tiles are a per-thread state: each call loads its configuration and releases the tiles when it

@@ -1,30 +1,42 @@
-/* amx_mlx.c — MLX affine 4- and 8-bit weights on Intel AMX tiles (opt-in: ci_backend_cpu_amx_mlx,
- * --mlx-amx, on an AVX-512 backend of an AMX CPU), at near the f32 path's precision: the weights
- * stay exact and x is carried in two bf16. A block of x holding an infinity gives NaN outputs
- * (x_lo = inf - inf), as the int16 path's does.
+/* amx_mlx.c — MLX affine 4- and 8-bit weights with int16 activations on Intel AMX-INT8 tiles and
+ * AVX-512 VNNI (opt-in: ci_backend_cpu_amx_mlx, --mlx-amx, on an AVX-512 backend of a CPU with
+ * AMX-INT8 whose kernel grants the tiles). The weights stay exact; x is rounded to int16 per block,
+ * as the int16-activation path rounds it (quant_i16_avx512.c), and every code-times-x sum is an
+ * exact integer, so the tiles and the vector kernel give the same bits for any token count.
  *
  * What it computes, for a token row x and a weight row (group g of G columns: scale s_g, bias b_g,
- * codes q_k, so w_k = s_g q_k + b_g):
- *   x_hi = bf16(x) (nearest even), x_lo = bf16(x - x_hi): x_hi + x_lo is x to within ~2^-17 |x|;
- *   C_g = sum over the group's columns of q_k x_hi_k and q_k x_lo_k: each product exact (a code is a
- *         small integer, exact in bf16), summed in f32 by TDPBF16PS from zero, 32 columns a step,
- *         the step's x_hi products and then its x_lo products;
- *   X_g = sum of (x_hi_k + x_lo_k) over the group (each exact in f32), 16 lanes then reduced;
- *   acc = 0; for g in order: acc = fma(s_g, C_g, acc); acc = fma(b_g, X_g, acc);  y = acc.
- * Nothing of the weights is rounded; the bias term uses the same x as the codes' term, so their
- * cancellation (MLX biases sit near -2^(bits-1) s) costs only f32 roundings of the two terms.
+ * codes q_j, so w_j = s_g q_j + b_g), with blocks of B = 64 columns (32 where G is not a multiple
+ * of 64), each inside one group:
+ *   d_b = max|x| over block b / 32639, x̂_j = nearest-even(x_j / d_b) (all 0 for a zero block;
+ *         d_b NaN and x̂ 0 for a block holding an infinity or a NaN, so its outputs are NaN);
+ *   S_b = sum over the block of q_j x̂_j, an exact integer (|S_b| < 2^29);
+ *   X_g = sum over the group's blocks, in order, of d_b * (sum of the block's x̂_j), in f32;
+ *   acc = 0; for g in order: { for b in g: acc = fma(f32(S_b), s_g * d_b, acc);
+ *                               acc = fma(b_g, X_g, acc) };  y = acc.
+ * i.e. w · x̃ with x̃_j = d_b x̂_j (within d_b / 2 of x_j): the bias term uses the same x̃, so the
+ * codes' offset (MLX biases sit near -2^(bits-1) s) costs only f32 roundings. 32639 rather than
+ * 32767 keeps x̂ = 256 h + l with both h and l in [-128, 127].
  *
- * Both forms of amx_bf16.c, with the same chain per output, so a row gets the same bits at any
- * token count (test_determinism checks it): rows form (n < 16): A = 16 weight rows' codes as bf16
- * (expanded into a buffer RF_SEG columns at a time), B = x_hi / x_lo pairs; tokens form (n >= 16):
- * A = 16 token rows of x_hi / x_lo, B = 32 weight rows' codes packed into pairs (AMX_SEG columns at
- * a time), and each group's sums scaled into y. The group's scales and biases are read per group.
- * Speed (bench/RESULTS.md): the tokens form prefills well above the f32 path; the rows form is
- * bound by expanding the codes (decode ~3x slower than the f32 path's 4-bit tile). */
+ * Two kernels, one chain per output (the order above), so a row gets the same bits at any token
+ * count (test_determinism checks it):
+ *  - vector (n <= VN_MAX tokens: decode): 16 weight rows at a time; a row's codes come out of
+ *    their 16-bit words with shifts and masks (4-bit: nibble m of word w is column 4w + m of a
+ *    128-column chunk; 8-bit: byte m of word w is column 2w + m of a 64-column chunk), x̂ is
+ *    prepared in that order, and vpdpwssd sums code-word pairs into 16 lanes; a 16 x 16 transpose
+ *    turns the rows' lanes into per-block sums with the rows in lanes, for the f32 chain.
+ *  - tiles (more tokens): A = 16 weight rows' codes as bytes (TDPBUSD's unsigned operand; 4-bit
+ *    codes expanded SEGK columns at a time), B = x̂'s high and low bytes (signed) for 16 tokens in
+ *    the tiles' 4-byte groups; per block two TDPBUSD give H and L, S = 256 H + L (exact), and the
+ *    chain runs on the sums with the tokens in lanes. */
 #include "cpu_kernels.h"
 #if defined(__x86_64__)
 #include "amx_tiles.h"
 #include "quant_kernels.h"
+
+#define I8_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,amx-int8")))
+#define QMAX 32639.0f
+#define VN_MAX 3                 /* tokens up to which the vector kernel runs */
+#define SEGK AMX_SEG             /* columns of codes the tiles' A buffer holds (32 rows x SEGK bytes) */
 
 int cpu_amx_q_ok(const ci_mat *W) {
     if (W->dtype != CI_U32 || !W->scale) return 0;
@@ -34,218 +46,374 @@ int cpu_amx_q_ok(const ci_mat *W) {
     return d->group >= 32 && d->group % 32 == 0 && W->cols % d->group == 0;
 }
 
-/* The prepared x: rows form (n <= ROWS_FORM_MAX) x_hi pairs [K/2][n], x_lo pairs [K/2][n], then
- * X [ng][n]; tokens form x_hi rows [np][K], x_lo rows [np][K] (np = n rounded up to 16), then X
- * [ng][np]. K = cols (a multiple of 32 here). */
-static int np_of(int n) { return n <= ROWS_FORM_MAX ? n : (n + 15) & ~15; }
+/* The prepared x (64-byte aligned parts): d [nb][np] f32, X [ng][np] f32, then the vector
+ * kernel's x̂ [n][nch * CH] int16 (chunk order, zero past K) or the tiles' h and l [K / 4][np][4]
+ * int8 each. np = n (vector kernel) or n rounded up to 16 (tiles; padding tokens are zero). */
+typedef struct {
+    int64_t K, G, B, nb, ng, np, ch, nch;
+    size_t d_at, x_at, q_at, l_at, bytes;
+    int bits, vec;
+} lay;
 
-size_t amx_mlx_bytes(const ci_mat *W, int n) {
-    const int64_t K = W->cols, ng = K / q_desc(W)->group, np = np_of(n);
-    return (size_t)(np * K * 4 + ng * np * 4);
+static size_t up64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static lay lay_of(const ci_mat *W, int n) {
+    lay L;
+    const ci_qdesc *d = q_desc(W);
+    L.K = W->cols;
+    L.G = d->group;
+    L.B = L.G % 64 == 0 ? 64 : 32;
+    L.nb = L.K / L.B;
+    L.ng = L.K / L.G;
+    L.bits = d->bits;
+    L.vec = n <= VN_MAX;
+    L.np = L.vec ? n : (n + 15) & ~15;
+    L.ch = d->bits == 4 ? 128 : 64;   /* columns whose codes fill 64 bytes */
+    L.nch = (L.K + L.ch - 1) / L.ch;
+    L.d_at = 0;
+    L.x_at = up64((size_t)(L.nb * L.np) * 4);
+    L.q_at = L.x_at + up64((size_t)(L.ng * L.np) * 4);
+    if (L.vec) {
+        L.l_at = L.q_at;
+        L.bytes = L.q_at + (size_t)(n * L.nch * L.ch) * 2;
+    } else {
+        L.l_at = L.q_at + (size_t)(L.K * L.np);
+        L.bytes = L.l_at + (size_t)(L.K * L.np);
+    }
+    return L;
 }
 
-void AMX_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, void *mem) {
-    const int64_t K = W->cols, G = q_desc(W)->group, ng = K / G;
-    const int np = np_of(n), rows_form = n <= ROWS_FORM_MAX;
-    uint16_t *hi = mem, *lo = hi + (int64_t)np * K;
-    float *X = (float *)(lo + (int64_t)np * K);
-    memset(mem, 0, amx_mlx_bytes(W, n));
+size_t amx_mlx_bytes(const ci_mat *W, int n) { return lay_of(W, n).bytes; }
+
+/* Where the vector kernel keeps column c's word: chunk c / ch, then vector m of the chunk's
+ * 32-word vectors (4-bit: m = c % 4, word (c % 128) / 4; 8-bit: m = c % 2, word (c % 64) / 2). */
+static inline int64_t vpos(const lay *L, int64_t c) {
+    const int64_t k = c / L->ch, o = c - k * L->ch;
+    return L->bits == 4 ? k * 128 + (o & 3) * 32 + (o >> 2) : k * 64 + (o & 1) * 32 + (o >> 1);
+}
+
+void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, void *mem) {
+    const lay L = lay_of(W, n);
+    uint8_t *base = mem;
+    float *D = (float *)(base + L.d_at), *X = (float *)(base + L.x_at);
+    int16_t *xw = (int16_t *)(base + L.q_at);
+    int8_t *hb = (int8_t *)(base + L.q_at), *lb = (int8_t *)(base + L.l_at);
+    memset(mem, 0, L.bytes);
     for (int t = 0; t < n; t++) {
-        const float *xt = x + (int64_t)t * K;
-        for (int64_t g = 0; g < ng; g++) {
-            __m512 sum = _mm512_setzero_ps();
-            for (int64_t c = g * G; c < (g + 1) * G; c += 16) {
-                __m256i l;
-                const __m256i h = round16(xt + c, 16, &l);
-                sum = _mm512_add_ps(sum, _mm512_add_ps((__m512)_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16),
-                                                       (__m512)_mm512_slli_epi32(_mm512_cvtepu16_epi32(l), 16)));
-                if (!rows_form) {
-                    _mm256_storeu_si256((__m256i *)(hi + (int64_t)t * K + c), h);
-                    _mm256_storeu_si256((__m256i *)(lo + (int64_t)t * K + c), l);
+        const float *xt = x + (int64_t)t * L.K;
+        float gs = 0;
+        for (int64_t b = 0; b < L.nb; b++) {
+            const float *xb = xt + b * L.B;
+            __m512 mx = _mm512_setzero_ps(), fin = _mm512_setzero_ps();
+            for (int64_t j = 0; j < L.B; j += 16) {
+                const __m512 v = _mm512_loadu_ps(xb + j);
+                mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+                fin = _mm512_add_ps(fin, _mm512_mul_ps(v, _mm512_setzero_ps()));   /* NaN if inf / NaN */
+            }
+            const float amax = _mm512_reduce_max_ps(mx), bad = _mm512_reduce_add_ps(fin);
+            const float id = amax > 0 && bad == 0.0f ? QMAX / amax : 0.0f, d = bad == 0.0f ? amax / QMAX : NAN;
+            int32_t q[64];
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t j = 0; j < L.B; j += 16) {
+                /* nearest even (the default rounding mode); 0 for a bad block */
+                __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
+                if (bad != 0.0f) v = _mm512_setzero_si512();
+                _mm512_storeu_si512(q + j, v);
+                sum = _mm512_add_epi32(sum, v);
+            }
+            D[b * L.np + t] = d;
+            gs += d * (float)_mm512_reduce_add_epi32(sum);
+            if (((b + 1) * L.B) % L.G == 0) {
+                X[((b + 1) * L.B / L.G - 1) * L.np + t] = gs;
+                gs = 0;
+            }
+            for (int64_t j = 0; j < L.B; j++) {
+                const int64_t c = b * L.B + j;
+                if (L.vec) {
+                    xw[(int64_t)t * L.nch * L.ch + vpos(&L, c)] = (int16_t)q[j];
+                } else {
+                    const int h = (q[j] + 128) >> 8;   /* arithmetic shift: floor */
+                    const int64_t at = ((c >> 2) * L.np + t) * 4 + (c & 3);
+                    hb[at] = (int8_t)h;
+                    lb[at] = (int8_t)(q[j] - 256 * h);
+                }
+            }
+        }
+    }
+}
+
+/* 16 consecutive parameters (scales or biases) from index gi, cnt of them (the rest 0), as f32:
+ * exact conversions, as q_param's. */
+static inline __attribute__((always_inline)) I8_TGT __m512i param16(const ci_qdesc *d, const void *p, int64_t gi, int cnt) {
+    const __mmask16 m = cnt >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cnt) - 1);
+    if (d->scale_dtype == CI_F32) return _mm512_castps_si512(_mm512_maskz_loadu_ps(m, (const float *)p + gi));
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + gi);
+    if (d->scale_dtype == CI_BF16) return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    return _mm512_castps_si512(_mm512_cvtph_ps(h));
+}
+
+/* The scales and biases of rows [r, r + nr) (nr <= 16; rows past it 0) for groups [g0, g0 + cnt)
+ * (cnt <= 16): s[g * stride + i], b[g * stride + i], by a 16 x 16 transpose of the rows' runs. */
+static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cnt, int stride, float *s, float *b) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t ng = W->cols / d->group;
+    __m512i v[16];
+    _Alignas(64) uint32_t o[256];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 16; i++)
+            v[i] = i < nr ? param16(d, k ? d->biases : d->scales, (W->scale_row0 + r + i) * ng + g0, cnt) : _mm512_setzero_si512();
+        tr16(v, o);   /* o[16 g + i]: group g of row i */
+        float *out = k ? b : s;
+        for (int g = 0; g < cnt; g++) memcpy(out + (int64_t)g * stride, o + 16 * g, 64);
+    }
+}
+
+/* ---- vector kernel (n <= VN_MAX) -------------------------------------------------------------- */
+
+/* Row i's chunks [0, nc) (64 bytes of codes each) against N token rows: P[(t * WCH + c) * 256 +
+ * 16 i + lane] = the chunk's 16 lanes of exact code-word sums (lane p: columns 8p..8p+7 of a 4-bit
+ * chunk, 4p..4p+3 of an 8-bit one). The row is read front to back. */
+/* bytes ahead a row's reads prefetch (T0); on the Sapphire Rapids VM, 2026-12-06, Qwen3-0.6B dims
+ * 4-bit decode, one thread: none 18.5 tok/s, 1024 21.1, 2048 24.2, 4096 24.7-25.1, 8192 24.0-24.2,
+ * 16384 22.1-23.2; to L2 (T1) 22.5-24.1 */
+#define VN_PFD 4096
+#define WCH 32   /* chunks a window: N x WCH x 1 KiB of sums in the pack buffer */
+static inline __attribute__((always_inline)) I8_TGT void row_chunks(const uint8_t *w, int nc, int64_t left, int bits, int N,
+                                                                    const int16_t *xq, int64_t xs, int i, int32_t *P) {
+    const int nv = bits == 4 ? 4 : 2;
+    const __m512i msk = _mm512_set1_epi16(bits == 4 ? 0x000f : 0x00ff);
+    for (int c = 0; c < nc; c++, left -= 64) {
+        const uint8_t *p = w + 64 * c;
+        __builtin_prefetch(p + VN_PFD, 0, 3);
+        const __m512i v = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, p);
+        __m512i e[4];
+        for (int m = 0; m < nv; m++) e[m] = _mm512_and_si512(_mm512_srli_epi16(v, (unsigned)(m * bits)), msk);
+        for (int t = 0; t < N; t++) {
+            const int16_t *xc = xq + t * xs + c * (bits == 4 ? 128 : 64);
+            __m512i s = _mm512_madd_epi16(e[0], _mm512_load_si512(xc));
+            for (int m = 1; m < nv; m++) s = _mm512_dpwssd_epi32(s, e[m], _mm512_load_si512(xc + 32 * m));
+            _mm512_store_si512(P + ((t * WCH + c) * 16 + i) * 16, s);
+        }
+    }
+}
+
+/* The per-block sums of 16 rows' lane vectors (P: row i at P + 16 i; lpb lanes a block, so 16 / lpb
+ * blocks): out[b] lane i = row i's sum over block b's lanes. Exact integer adds, by pairwise
+ * levels of two-source permutes: after level l a vector holds 2^l rows of 16 / 2^l partial sums. */
+static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_t *P, int lpb, __m512i *out) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(P + 16 * i);
+    int m = 16;
+    for (int w = 1; w < lpb; w *= 2, m /= 2)
+        for (int j = 0; j < m / 2; j++)
+            v[j] = _mm512_add_epi32(_mm512_permutex2var_epi32(v[2 * j], ev, v[2 * j + 1]),
+                                    _mm512_permutex2var_epi32(v[2 * j], od, v[2 * j + 1]));
+    /* m = 16 / lpb vectors; vector j lane k * m + b: row j * lpb + k, block b */
+    if (m == 1) {
+        out[0] = v[0];
+    } else if (m == 2) {
+        out[0] = _mm512_permutex2var_epi32(v[0], ev, v[1]);
+        out[1] = _mm512_permutex2var_epi32(v[0], od, v[1]);
+    } else {   /* m == 4: lanes 4k + b */
+        for (int b = 0; b < 4; b++) {
+            const __m512i ix = _mm512_setr_epi32(b, 4 + b, 8 + b, 12 + b, 16 + b, 20 + b, 24 + b, 28 + b, b, b, b, b, b, b, b, b);
+            const __m512i x = _mm512_permutex2var_epi32(v[0], ix, v[1]), y = _mm512_permutex2var_epi32(v[2], ix, v[3]);
+            out[b] = _mm512_shuffle_i64x2(x, y, 0x44);   /* lanes 0-7 of x, then 0-7 of y */
+        }
+    }
+}
+
+static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, const uint8_t *xp, float *y, int32_t *P) {
+    const lay L = lay_of(W, n);
+    const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
+    const int16_t *xw = (const int16_t *)(xp + L.q_at);
+    const int64_t rb = L.K * L.bits / 8, rows = W->rows, xs = L.nch * L.ch;
+    const int lpb = (int)(L.B * 16 / L.ch), bpc = 16 / lpb;   /* lanes a block, blocks a chunk */
+    _Alignas(64) float sv[16][16], bv[16][16];
+    const ci_qdesc *qd = q_desc(W);
+    const int64_t pes = qd->scale_dtype == CI_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
+        if (r + 16 < r1) {   /* the next tile's scales and biases (contiguous runs), as its codes are */
+            const int64_t at = (W->scale_row0 + r + 16) * L.ng * pes, len = (r1 - r - 16 < 16 ? r1 - r - 16 : 16) * L.ng * pes;
+            for (int64_t o = 0; o < len; o += 64) {
+                __builtin_prefetch((const char *)qd->scales + at + o, 0, 3);
+                __builtin_prefetch((const char *)qd->biases + at + o, 0, 3);
+            }
+        }
+        __m512 acc[VN_MAX];
+        for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
+        int64_t gcur = -1;
+        for (int64_t k0 = 0; k0 < L.nch; k0 += WCH) {
+            const int nc = L.nch - k0 < WCH ? (int)(L.nch - k0) : WCH;
+            const int16_t *xq = xw + k0 * L.ch;
+            for (int i = 0; i < 16; i++) {
+                if (i >= nr) {
+                    for (int t = 0; t < n; t++)
+                        for (int c = 0; c < nc; c++) memset(P + ((t * WCH + c) * 16 + i) * 16, 0, 64);
                     continue;
                 }
-                _Alignas(32) uint32_t ph[8], pl[8];
-                _mm256_store_si256((__m256i *)ph, h);
-                _mm256_store_si256((__m256i *)pl, l);
-                for (int i = 0; i < 8; i++) {
-                    ((uint32_t *)hi)[(c / 2 + i) * n + t] = ph[i];
-                    ((uint32_t *)lo)[(c / 2 + i) * n + t] = pl[i];
+                const uint8_t *w = (const uint8_t *)W->data + (r + i) * rb + k0 * 64;
+                const int64_t left = rb - k0 * 64;
+                if (L.bits == 4) {
+                    if (n == 1) row_chunks(w, nc, left, 4, 1, xq, xs, i, P);
+                    else if (n == 2) row_chunks(w, nc, left, 4, 2, xq, xs, i, P);
+                    else row_chunks(w, nc, left, 4, 3, xq, xs, i, P);
+                } else {
+                    if (n == 1) row_chunks(w, nc, left, 8, 1, xq, xs, i, P);
+                    else if (n == 2) row_chunks(w, nc, left, 8, 2, xq, xs, i, P);
+                    else row_chunks(w, nc, left, 8, 3, xq, xs, i, P);
                 }
             }
-            X[g * np + t] = _mm512_reduce_add_ps(sum);
-        }
-    }
-}
-
-/* The 32 codes of W's row r from column c as bf16 (exact: integers below 256); zero for a row past
- * the matrix. 4-bit: byte i holds columns 2i (low nibble) and 2i + 1, so 32-bit lane i gets the
- * pair (column 2i, 2i + 1) as word indices into tab (bf16 of 0..15). */
-static inline __attribute__((always_inline)) AMX_TGT __m512i qrow(const ci_mat *W, int64_t r, int64_t c, __m512i tab) {
-    if (r >= W->rows) return _mm512_setzero_si512();
-    const int bits = q_desc(W)->bits;
-    const uint8_t *p = (const uint8_t *)W->data + r * (W->cols * bits / 8) + c * bits / 8;
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    if (bits == 4) {
-        const __m512i i = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0x0f)),
-                                          _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xf0)), 12));
-        return _mm512_permutexvar_epi16(i, tab);
-    }
-    const __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16)));
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(v1), _mm512_cvtepi32_ps(v));
-}
-
-static AMX_TGT __m512i code_table(void) {
-    const __m512 a = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return (__m512i)_mm512_cvtne2ps_pbh(a, a);
-}
-
-/* ---- rows form ------------------------------------------------------------------------------- */
-
-/* Columns a rows-form pass expands (a multiple of every group size): each row's codes are read
- * RF_SEG at a time (128 bytes of 4-bit codes) rather than 16 bytes a step, and the same stretch
- * of the pass after next is prefetched. */
-#define RF_SEG 256
-
-/* Rows [r, r + 16) at columns [c, c + cn) (cn <= RF_SEG, a multiple of 32) as bf16 codes into buf
- * [16][RF_SEG]. */
-static AMX_TGT void fill16(const ci_mat *W, int64_t r, int64_t c, int64_t cn, __m512i tab, uint16_t *buf) {
-    const int64_t rb = W->cols * q_desc(W)->bits / 8, pf = 2 * RF_SEG * q_desc(W)->bits / 8;
-    for (int i = 0; i < 16; i++) {
-        if (r + i < W->rows && c * q_desc(W)->bits / 8 + pf < rb) {
-            const uint8_t *p = (const uint8_t *)W->data + (r + i) * rb + c * q_desc(W)->bits / 8 + pf;
-            for (int64_t o = 0; o < RF_SEG * q_desc(W)->bits / 8; o += 64) __builtin_prefetch(p + o, 0, 3);
-        }
-        for (int64_t k = 0; k < cn; k += 32) _mm512_store_si512(buf + RF_SEG * i + k, qrow(W, r + i, c + k, tab));
-    }
-}
-
-static AMX_TGT void rows_q(const ci_mat *W, int64_t r0, int64_t r1, int n, const uint32_t *xh, float *y) {
-    const ci_qdesc *d = q_desc(W);
-    const int64_t K = W->cols, G = d->group, ng = K / G, rows = W->rows;
-    const uint32_t *xl = xh + K / 2 * n;
-    const float *X = (const float *)(xl + K / 2 * n);
-    const __m512i tab = code_table();
-    const __mmask16 mn = (__mmask16)((1u << n) - 1);
-    _Alignas(64) uint16_t abuf[2][16 * RF_SEG];
-    _Alignas(64) float cbuf[32 * 16], acc[32 * 16];
-    memset(cbuf, 0, sizeof cbuf);   /* lanes past n stay 0: the tile stores write n a row */
-    cfg_load(n);
-    for (int64_t r = r0; r < r1; r += 32) {
-        const int nr = (int)(r1 - r < 32 ? r1 - r : 32), two = nr > 16;
-        memset(acc, 0, sizeof acc);
-        for (int64_t c0 = 0; c0 < K; c0 += RF_SEG) {
-            const int64_t cn = K - c0 < RF_SEG ? K - c0 : RF_SEG;   /* a multiple of G */
-            fill16(W, r, c0, cn, tab, abuf[0]);
-            if (two) fill16(W, r + 16, c0, cn, tab, abuf[1]);
-            for (int64_t g = c0 / G; g < (c0 + cn) / G; g++) {
-                _tile_zero(0);
-                _tile_zero(1);
-                for (int64_t c = g * G; c < (g + 1) * G; c += 32) {
-                    _tile_loadd(6, xh + (c / 2) * n, 4 * n);
-                    _tile_loadd(7, xl + (c / 2) * n, 4 * n);
-                    _tile_loadd(4, abuf[0] + (c - c0), 2 * RF_SEG);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(0, 4, 7);
-                    if (two) {
-                        _tile_loadd(5, abuf[1] + (c - c0), 2 * RF_SEG);
-                        _tile_dpbf16ps(1, 5, 6);
-                        _tile_dpbf16ps(1, 5, 7);
+            for (int c = 0; c < nc; c++) {
+                const int64_t k = k0 + c;
+                __m512i Sb[VN_MAX][4];
+                for (int t = 0; t < n; t++) block_sums(P + (t * WCH + c) * 256, lpb, Sb[t]);
+                for (int bl = 0; bl < bpc; bl++) {
+                    const int64_t b = k * bpc + bl;
+                    if (b >= L.nb) break;
+                    const int64_t g = b * L.B / L.G;
+                    if (gcur < 0 || g >= gcur + 16) {   /* a window of 16 groups' parameters */
+                        gcur = g;
+                        params(W, r, nr, g, L.ng - g < 16 ? (int)(L.ng - g) : 16, 16, &sv[0][0], &bv[0][0]);
+                    }
+                    const int gend = ((b + 1) * L.B) % L.G == 0;
+                    const __m512 s = _mm512_load_ps(sv[g - gcur]);
+                    for (int t = 0; t < n; t++) {
+                        const __m512i S = Sb[t][bl];
+                        const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b * L.np + t]));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sd, acc[t]);
+                        if (gend) acc[t] = _mm512_fmadd_ps(_mm512_load_ps(bv[g - gcur]), _mm512_set1_ps(X[g * L.np + t]), acc[t]);
                     }
                 }
-                _tile_stored(0, cbuf, 64);
-                if (two) _tile_stored(1, cbuf + 256, 64);
-                const __m512 xg = _mm512_maskz_loadu_ps(mn, X + g * n);
-                for (int j = 0; j < nr; j++) {
-                    const int64_t gi = (W->scale_row0 + r + j) * ng + g;
-                    __m512 a = _mm512_load_ps(acc + 16 * j);
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(q_param(d, d->scales, gi)), _mm512_load_ps(cbuf + 16 * j), a);
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(q_param(d, d->biases, gi)), xg, a);
-                    _mm512_store_ps(acc + 16 * j, a);
-                }
             }
         }
-        for (int j = 0; j < nr; j++)
-            for (int t = 0; t < n; t++) y[(int64_t)t * rows + r + j] = acc[16 * j + t];
+        const __mmask16 om = (__mmask16)((1u << nr) - 1);
+        for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(y + (int64_t)t * rows + r, om, acc[t]);
     }
-    _tile_release();
 }
 
-/* ---- tokens form ----------------------------------------------------------------------------- */
+/* ---- tiles (n > VN_MAX) ----------------------------------------------------------------------- */
 
-#define SEG_GROUPS (AMX_SEG / 32)   /* at most this many groups in a segment (G >= 32) */
+/* Tiles 0-3: H / L sums of rows 0-15 and 16-31 (16 x 16 int32); 4, 5: A (16 rows x B code bytes);
+ * 6, 7: B (B / 4 rows of 16 tokens x 4 bytes: x̂'s h, then l). */
+static inline I8_TGT void cfg_i8(int B) {
+    _Alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.rows[i] = 16;
+        c.colsb[i] = 64;
+    }
+    c.colsb[4] = c.colsb[5] = (uint16_t)B;
+    c.rows[6] = c.rows[7] = (uint8_t)(B / 4);
+    __asm__ volatile("" : : "m"(c) : "memory");   /* keep the stores (amx_tiles.h cfg_load) */
+    _tile_loadconfig(&c);
+}
 
-static AMX_TGT void tokens_q(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint16_t *xh,
-                             float *y, uint32_t *pack) {
-    const ci_qdesc *d = q_desc(W);
-    const int64_t K = W->cols, G = d->group, ng = K / G, ys = W->rows, spg = G / 32;
-    const int np = np_of(n);
-    const uint16_t *xl = xh + (int64_t)np * K;
-    const float *X = (const float *)(xl + (int64_t)np * K);
-    const __m512i tab = code_table();
-    _Alignas(64) float cb[4][256], sv[SEG_GROUPS][32], bv[SEG_GROUPS][32];
-    cfg_load(16);
+/* Rows [r, r + 32) (past r1: zero) at columns [c0, c0 + cn) as one code byte a column into
+ * a [32][SEGK]. */
+static I8_TGT void fill(const ci_mat *W, int64_t r, int64_t r1, int64_t c0, int64_t cn, int bits, uint8_t *a) {
+    const int64_t rb = W->cols * bits / 8;
+    for (int i = 0; i < 32; i++) {
+        uint8_t *o = a + (int64_t)i * SEGK;
+        if (r + i >= r1) {
+            memset(o, 0, (size_t)cn);
+            continue;
+        }
+        const uint8_t *p = (const uint8_t *)W->data + (r + i) * rb + c0 * bits / 8;
+        if (bits == 8) {
+            memcpy(o, p, (size_t)cn);
+            continue;
+        }
+        for (int64_t c = 0; c < cn; c += 64) {   /* byte j: columns 2j (low nibble), 2j + 1 */
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + c / 2)));
+            const __m512i v = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi16(w, 4)), _mm512_set1_epi16(0x0f0f));
+            _mm512_storeu_si512(o + c, v);
+        }
+    }
+}
+
+#define SEG_GROUPS (SEGK / 32)
+
+static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
+                              float *y, uint8_t *pack) {
+    const lay L = lay_of(W, n);
+    const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
+    const int8_t *hb = (const int8_t *)(xp + L.q_at), *lb = (const int8_t *)(xp + L.l_at);
+    const int64_t rows = W->rows, nt_all = t1 - t0;
+    uint8_t *abuf = pack;                                  /* [32][SEGK] code bytes */
+    float *acc = (float *)(pack + 32 * SEGK);              /* [32][CPU_AMX_TOK] */
+    _Alignas(64) int32_t cb[4][16][16];
+    _Alignas(64) float sv[SEG_GROUPS][32], bv[SEG_GROUPS][32];
+    cfg_i8((int)L.B);
     for (int64_t p0 = r0; p0 < r1; p0 += 32) {
         const int halves = r1 - p0 > 16 ? 2 : 1;
-        for (int64_t c0 = 0; c0 < K; c0 += AMX_SEG) {
-            const int64_t steps = (K - c0 < AMX_SEG ? K - c0 : AMX_SEG) / 32, g0 = c0 / G, ngs = steps / spg;
-            for (int h = 0; h < halves; h++)   /* pack: [step][half][pair][row] */
-                for (int64_t s = 0; s < steps; s++) {
-                    __m512i v[16];
-                    for (int i = 0; i < 16; i++)
-                        v[i] = p0 + 16 * h + i < r1 ? qrow(W, p0 + 16 * h + i, c0 + 32 * s, tab) : _mm512_setzero_si512();
-                    tr16(v, pack + 512 * s + 256 * h);
-                }
-            for (int64_t gl = 0; gl < ngs; gl++)
-                for (int i = 0; i < 32; i++) {
-                    const int in = p0 + i < r1;
-                    const int64_t gi = (W->scale_row0 + p0 + i) * ng + g0 + gl;
-                    sv[gl][i] = in ? q_param(d, d->scales, gi) : 0.0f;
-                    bv[gl][i] = in ? q_param(d, d->biases, gi) : 0.0f;
-                }
-            for (int tb = t0; tb < t1; tb += 32) {
-                const int tiles = t1 - tb > 16 ? 2 : 1;
-                for (int64_t gl = 0; gl < ngs; gl++) {
+        for (int64_t c0 = 0; c0 < L.K; c0 += SEGK) {
+            const int64_t cn = L.K - c0 < SEGK ? L.K - c0 : SEGK;
+            fill(W, p0, r1, c0, cn, L.bits, abuf);
+            /* the groups this segment touches */
+            const int64_t ga = c0 / L.G, gz = (c0 + cn - 1) / L.G;
+            for (int h = 0; h < halves; h++)
+                for (int64_t g = ga; g <= gz; g += 16)
+                    params(W, p0 + 16 * h, (int)(r1 - p0 - 16 * h < 16 ? r1 - p0 - 16 * h : 16), g,
+                           gz + 1 - g < 16 ? (int)(gz + 1 - g) : 16, 32, &sv[g - ga][16 * h], &bv[g - ga][16 * h]);
+            for (int tb = t0; tb < t1; tb += 16) {
+                for (int64_t b = c0 / L.B; b < (c0 + cn) / L.B; b++) {
+                    const int64_t cb0 = b * L.B, g = cb0 / L.G;
                     _tile_zero(0);
                     _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
-                    for (int64_t s = gl * spg; s < (gl + 1) * spg; s++) {
-                        _tile_loadd(6, pack + 512 * s, 64);
-                        if (halves > 1) _tile_loadd(7, pack + 512 * s + 256, 64);
-                        for (int part = 0; part < 2; part++) {   /* x_hi's products, then x_lo's */
-                            const uint16_t *xk = (part ? xl : xh) + (int64_t)tb * K + c0 + 32 * s;
-                            _tile_loadd(4, xk, K * 2);
-                            if (tiles > 1) _tile_loadd(5, xk + 16 * K, K * 2);
-                            _tile_dpbf16ps(0, 4, 6);
-                            if (tiles > 1) _tile_dpbf16ps(2, 5, 6);
-                            if (halves > 1) {
-                                _tile_dpbf16ps(1, 4, 7);
-                                if (tiles > 1) _tile_dpbf16ps(3, 5, 7);
-                            }
-                        }
+                    _tile_loadd(6, hb + ((cb0 >> 2) * L.np + tb) * 4, (long)(L.np * 4));
+                    _tile_loadd(7, lb + ((cb0 >> 2) * L.np + tb) * 4, (long)(L.np * 4));
+                    _tile_loadd(4, abuf + (cb0 - c0), SEGK);
+                    _tile_dpbusd(0, 4, 6);
+                    _tile_dpbusd(1, 4, 7);
+                    if (halves > 1) {
+                        _tile_zero(2);
+                        _tile_zero(3);
+                        _tile_loadd(5, abuf + 16 * SEGK + (cb0 - c0), SEGK);
+                        _tile_dpbusd(2, 5, 6);
+                        _tile_dpbusd(3, 5, 7);
                     }
                     _tile_stored(0, cb[0], 64);
-                    if (halves > 1) _tile_stored(1, cb[1], 64);
-                    if (tiles > 1) _tile_stored(2, cb[2], 64);
-                    if (tiles > 1 && halves > 1) _tile_stored(3, cb[3], 64);
-                    const int64_t g = g0 + gl;
-                    for (int k = 0; k < 4; k++) {
-                        const int a = k >> 1, h = k & 1;
-                        if (a >= tiles || h >= halves) continue;
-                        const int nt = t1 - (tb + 16 * a) < 16 ? t1 - (tb + 16 * a) : 16;
-                        const int nr = r1 - (p0 + 16 * h) < 16 ? (int)(r1 - (p0 + 16 * h)) : 16;
-                        const __mmask16 m = (__mmask16)((1u << nr) - 1);
-                        const __m512 s = _mm512_load_ps(&sv[gl][16 * h]), b = _mm512_load_ps(&bv[gl][16 * h]);
-                        for (int tt = 0; tt < nt; tt++) {
-                            const int t = tb + 16 * a + tt;
-                            float *yp = y + (int64_t)t * ys + p0 + 16 * h;
-                            __m512 acc = g == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, yp);
-                            acc = _mm512_fmadd_ps(s, _mm512_load_ps(cb[k] + 16 * tt), acc);
-                            acc = _mm512_fmadd_ps(b, _mm512_set1_ps(X[g * np + t]), acc);
-                            _mm512_mask_storeu_ps(yp, m, acc);
-                        }
+                    _tile_stored(1, cb[1], 64);
+                    if (halves > 1) {
+                        _tile_stored(2, cb[2], 64);
+                        _tile_stored(3, cb[3], 64);
+                    }
+                    const int gend = ((b + 1) * L.B) % L.G == 0;
+                    const __m512 dv = _mm512_loadu_ps(D + b * L.np + tb);
+                    const __m512 xg = _mm512_loadu_ps(X + g * L.np + tb);
+                    const int nrr = (int)(r1 - p0 < 32 ? r1 - p0 : 32);
+                    for (int i = 0; i < nrr; i++) {
+                        const int h = i >> 4, ii = i & 15;
+                        const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[2 * h][ii]), 8),
+                                                           _mm512_load_si512(cb[2 * h + 1][ii]));
+                        float *ap = acc + (int64_t)i * CPU_AMX_TOK + (tb - t0);
+                        __m512 a = b == 0 ? _mm512_setzero_ps() : _mm512_load_ps(ap);
+                        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(_mm512_set1_ps(sv[g - ga][i]), dv), a);
+                        if (gend) a = _mm512_fmadd_ps(_mm512_set1_ps(bv[g - ga][i]), xg, a);
+                        _mm512_store_ps(ap, a);
                     }
                 }
+            }
+        }
+        /* the sums [row][token] into y [token][row], 16 x 16 at a time */
+        const int nrr = (int)(r1 - p0 < 32 ? r1 - p0 : 32);
+        for (int h = 0; h * 16 < nrr; h++) {
+            const int nr = nrr - 16 * h < 16 ? nrr - 16 * h : 16;
+            const __mmask16 om = (__mmask16)((1u << nr) - 1);
+            for (int tb = 0; tb < nt_all; tb += 16) {
+                const int nt = nt_all - tb < 16 ? (int)(nt_all - tb) : 16;
+                __m512i v[16];
+                _Alignas(64) uint32_t o[256];
+                for (int i = 0; i < 16; i++)
+                    v[i] = i < nr ? _mm512_load_si512(acc + (int64_t)(16 * h + i) * CPU_AMX_TOK + tb) : _mm512_setzero_si512();
+                tr16(v, o);   /* o[16 t + i] = token t of row i */
+                for (int t = 0; t < nt; t++)
+                    _mm512_mask_storeu_ps(y + (int64_t)(t0 + tb + t) * rows + p0 + 16 * h, om, _mm512_load_ps((const float *)o + 16 * t));
             }
         }
     }
@@ -253,8 +421,8 @@ static AMX_TGT void tokens_q(const ci_mat *W, int64_t r0, int64_t r1, int t0, in
 }
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
-    if (n <= ROWS_FORM_MAX) rows_q(W, r0, r1, n, xp, y);
-    else tokens_q(W, r0, r1, t0, t1, n, xp, y, pack);
+    if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack);
 }
 
 #else

@@ -52,7 +52,7 @@ static inline AMX_TGT __m256i round16(const float *x, int64_t left, __m256i *lo)
 
 /* 16 rows of 32 bf16 (v[i]: row i) into pairs: o[p * 16 + i] = pair p of row i, a 16 x 16
  * transpose of 32-bit pairs. */
-static inline AMX_TGT void tr16(const __m512i v[16], uint32_t *o) {
+static inline __attribute__((always_inline)) AMX_TGT void tr16(const __m512i v[16], uint32_t *o) {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);

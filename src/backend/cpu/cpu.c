@@ -607,8 +607,7 @@ static int mm_by_rows(const mm_ctx *m) {
 }
 
 /* bf16 W on AMX tiles (amx_bf16.c): row items (rows_per_item rows, all tokens), or in the tokens
- * form (n > cpu_amx_rows_form_max()) items of ITEM_ROWS rows by AMX_TOK tokens. */
-#define AMX_TOK 512
+ * form (n > cpu_amx_rows_form_max()) items of ITEM_ROWS rows by CPU_AMX_TOK tokens. */
 static void mm_amx_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     const int64_t rows = m->W->rows;
@@ -652,9 +651,9 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
         return;
     }
-    if (m.amx) {   /* the tokens form: ITEM_ROWS rows by AMX_TOK tokens an item */
-        m.tok_per_item = AMX_TOK;
-        m.n_tok_items = ceil_div(n, AMX_TOK);
+    if (m.amx) {   /* the tokens form: ITEM_ROWS rows by CPU_AMX_TOK tokens an item */
+        m.tok_per_item = CPU_AMX_TOK;
+        m.n_tok_items = ceil_div(n, CPU_AMX_TOK);
         par_for(b, ceil_div(rows, ITEM_ROWS) * m.n_tok_items, mm_amx_item, &m, work >= SMALL_WORK);
         return;
     }
@@ -1379,7 +1378,8 @@ int ci_backend_cpu_amx_mlx(ci_backend *be) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512bf16") && cpu_amx_usable()) {
+    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("amx-int8") && cpu_amx_usable()) {
         b->amx_mlx = 1;
         b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-amx-mlx"
                        : b->k == &cpu_kernels_amxbf16  ? "cpu-amx-bf16-amx-mlx"

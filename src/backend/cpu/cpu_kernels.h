@@ -124,11 +124,12 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
  * cpu_amx_prep prepares x (n rows of W->cols floats) into cpu_amx_bytes(W, n) bytes, once per
  * matmul; cpu_amx_rows writes y[t * W->rows + r] for r in [r0, r1) and the tokens [t0, t1)
  * (n <= cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
- * cpu_amx_pack_bytes() of scratch, 64-byte aligned. */
+ * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK. */
+#define CPU_AMX_TOK 512
 int cpu_amx_usable(void);
 /* amx_mlx.c. Whether W is MLX affine 4- or 8-bit in groups of a multiple of 32 columns dividing
  * the width (f32 / bf16 / f16 params): what a backend with amx_mlx (ci_backend_cpu_amx_mlx) puts
- * on the tiles, codes exact and x as two bf16. */
+ * on AMX-INT8 tiles and AVX-512 VNNI, codes exact and x rounded to int16 per block. */
 int cpu_amx_q_ok(const ci_mat *W);
 size_t cpu_amx_bytes(const ci_mat *W, int n);
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, void *mem);
