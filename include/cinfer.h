@@ -85,14 +85,16 @@ typedef struct {
                              * snapshots yet); the CPU only. 0 or 1: the whole model. */
     int ep;                 /* with tp > 1: routed experts placed whole, an even share per rank
                              * (expert parallel), instead of every expert's columns split */
-    int mlx_amx;            /* 1: on a CPU with AMX-BF16 (Sapphire Rapids and later), MLX affine
+    int mlx_amx;            /* 1: on a CPU with AMX-INT8 (Sapphire Rapids and later), MLX affine
                              * 4- and 8-bit matrices (groups of a multiple of 32) run on the AMX
-                             * tiles: codes exact, activations as two bf16 (x_hi + x_lo, within
-                             * ~2^-17 of x), f32 sums and scaling (src/backend/cpu/amx_mlx.c);
-                             * the MLX fixtures' logits within 3.4e-4 of transformers' (f32 path:
-                             * ~1e-5), greedy ids the same. Faster prefill, slower decode
-                             * (bench/RESULTS.md); int16_act, if also set, takes those matrices
-                             * first. Other CPUs compute as without it. */
+                             * tiles (4 tokens and more) and AVX-512 VNNI (fewer): codes exact,
+                             * activations rounded to int16 per 64 columns (32 for groups of 32),
+                             * exact integer code sums, f32 scaling (src/backend/cpu/amx_mlx.c);
+                             * the same bits at any token count; the MLX fixtures' logits within
+                             * ~4e-3 of transformers' (f32 path: ~1e-5), greedy ids the same.
+                             * Faster prefill, decode near the default (bench/RESULTS.md);
+                             * int16_act, if also set, takes those matrices first. Other CPUs
+                             * compute as without it. */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);
