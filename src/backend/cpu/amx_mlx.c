@@ -35,7 +35,9 @@
 
 #define I8_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,amx-int8")))
 #define QMAX 32639.0f
+#ifndef VN_MAX
 #define VN_MAX 3                 /* tokens up to which the vector kernel runs */
+#endif
 #define SEGK AMX_SEG             /* columns of codes the tiles' A buffer holds (32 rows x SEGK bytes) */
 
 int cpu_amx_q_ok(const ci_mat *W) {
@@ -325,10 +327,12 @@ static I8_TGT void fill(const ci_mat *W, int64_t r, int64_t r1, int64_t c0, int6
         }
         const uint8_t *p = (const uint8_t *)W->data + (r + i) * rb + c0 * bits / 8;
         if (bits == 8) {
+            for (int64_t c = 0; c < cn; c += 64) __builtin_prefetch(p + c + VN_PFD, 0, 3);
             memcpy(o, p, (size_t)cn);
             continue;
         }
         for (int64_t c = 0; c < cn; c += 64) {   /* byte j: columns 2j (low nibble), 2j + 1 */
+            if (!(c & 64)) __builtin_prefetch(p + c / 2 + VN_PFD, 0, 3);
             const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + c / 2)));
             const __m512i v = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi16(w, 4)), _mm512_set1_epi16(0x0f0f));
             _mm512_storeu_si512(o + c, v);
