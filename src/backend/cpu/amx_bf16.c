@@ -62,17 +62,18 @@ size_t cpu_amx_bytes(const ci_mat *W, int n) {
     return (size_t)np * (size_t)padded(W->cols) * 2;
 }
 
-/* x (n rows of W->cols floats) into mem in the layout of n's form: rows form uint32 pairs [Kp/2][n];
- * tokens form bf16 rows [np][Kp], np = n rounded up to 16; zero past the width and the rows. */
-void AMX_TGT cpu_amx_prep(const ci_mat *W, const float *x, int n, void *mem) {
+/* Tokens [t0, t1) of x (n rows of W->cols floats) into mem in the layout of n's form: rows form
+ * uint32 pairs [Kp/2][n]; tokens form bf16 rows [np][Kp], np = n rounded up to 16; zero past the
+ * width, and (the range that ends at n) the padding rows. Ranges write disjoint bytes. */
+void AMX_TGT cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
     if (W->dtype == CI_U32) {
-        amx_mlx_prep(W, x, n, mem);
+        amx_mlx_prep(W, x, n, t0, t1, mem);
         return;
     }
     const int64_t cols = W->cols, Kp = padded(cols);
     if (n <= ROWS_FORM_MAX) {
         uint32_t *xv = mem;
-        for (int t = 0; t < n; t++)
+        for (int t = t0; t < t1; t++)
             for (int64_t c = 0; c < Kp; c += 16) {
                 _Alignas(32) uint32_t p[8];
                 _mm256_store_si256((__m256i *)p, round16(x + (int64_t)t * cols + c, cols - c, NULL));
@@ -81,8 +82,8 @@ void AMX_TGT cpu_amx_prep(const ci_mat *W, const float *x, int n, void *mem) {
         return;
     }
     uint16_t *xr = mem;
-    const int np = (n + 15) & ~15;
-    for (int t = 0; t < np; t++)
+    const int np = (n + 15) & ~15, tz = t1 == n ? np : t1;
+    for (int t = t0; t < tz; t++)
         for (int64_t c = 0; c < Kp; c += 16)
             _mm256_storeu_si256((__m256i *)(xr + (int64_t)t * Kp + c),
                                 t < n ? round16(x + (int64_t)t * cols + c, cols - c, NULL) : _mm256_setzero_si256());
@@ -252,7 +253,9 @@ int cpu_amx_rows_form_max(void) { return ROWS_FORM_MAX; }
 int cpu_amx_usable(void) { return 0; }
 size_t cpu_amx_bytes(const ci_mat *W, int n) { (void)W; (void)n; return 0; }
 int cpu_amx_q_ok(const ci_mat *W) { (void)W; return 0; }
-void cpu_amx_prep(const ci_mat *W, const float *x, int n, void *mem) { (void)W; (void)x; (void)n; (void)mem; }
+void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
+    (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem;
+}
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
     (void)W; (void)r0; (void)r1; (void)t0; (void)t1; (void)n; (void)xp; (void)y; (void)pack;
 }

@@ -94,15 +94,19 @@ static inline int64_t vpos(const lay *L, int64_t c) {
     return L->bits == 4 ? k * 128 + (o & 3) * 32 + (o >> 2) : k * 64 + (o & 1) * 32 + (o >> 1);
 }
 
-void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, void *mem) {
+/* Tokens [t0, t1) of x's n rows into mem; the range that ends at n also zeroes the tiles' padding
+ * tokens [n, np). Ranges write disjoint bytes, so they may run at once. */
+void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
     const lay L = lay_of(W, n);
     uint8_t *base = mem;
     float *D = (float *)(base + L.d_at), *X = (float *)(base + L.x_at);
     int16_t *xw = (int16_t *)(base + L.q_at);
     int8_t *hb = (int8_t *)(base + L.q_at), *lb = (int8_t *)(base + L.l_at);
-    memset(mem, 0, L.bytes);
-    for (int t = 0; t < n; t++) {
+    const int64_t nps = L.np * 4;   /* bytes from one 4-column group of the tiles' layout to the next */
+    for (int t = t0; t < t1; t++) {
         const float *xt = x + (int64_t)t * L.K;
+        int16_t *xv = xw + (int64_t)t * L.nch * L.ch;
+        if (L.vec) memset(xv, 0, (size_t)(L.nch * L.ch) * 2);   /* zero past K */
         float gs = 0;
         for (int64_t b = 0; b < L.nb; b++) {
             const float *xb = xt + b * L.B;
@@ -114,14 +118,30 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, void *mem) {
             }
             const float amax = _mm512_reduce_max_ps(mx), bad = _mm512_reduce_add_ps(fin);
             const float id = amax > 0 && bad == 0.0f ? QMAX / amax : 0.0f, d = bad == 0.0f ? amax / QMAX : NAN;
-            int32_t q[64];
             __m512i sum = _mm512_setzero_si512();
             for (int64_t j = 0; j < L.B; j += 16) {
                 /* nearest even (the default rounding mode); 0 for a bad block */
-                __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
-                if (bad != 0.0f) v = _mm512_setzero_si512();
-                _mm512_storeu_si512(q + j, v);
-                sum = _mm512_add_epi32(sum, v);
+                __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
+                if (bad != 0.0f) q = _mm512_setzero_si512();
+                sum = _mm512_add_epi32(sum, q);
+                const int64_t c = b * L.B + j;
+                if (L.vec) {
+                    _Alignas(64) int32_t qs[16];
+                    _mm512_store_si512(qs, q);
+                    for (int i = 0; i < 16; i++) xv[vpos(&L, c + i)] = (int16_t)qs[i];
+                    continue;
+                }
+                /* x̂ = 256 h + l, h = floor((x̂ + 128) / 256): both in [-128, 127]; 4 columns a dword */
+                const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(128)), 8);
+                const __m512i l = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 8));
+                _Alignas(16) uint32_t hv[4], lv[4];
+                _mm_store_si128((__m128i *)hv, _mm512_cvtepi32_epi8(h));
+                _mm_store_si128((__m128i *)lv, _mm512_cvtepi32_epi8(l));
+                for (int k = 0; k < 4; k++) {
+                    const int64_t at = (c / 4 + k) * nps + (int64_t)t * 4;
+                    memcpy(hb + at, &hv[k], 4);
+                    memcpy(lb + at, &lv[k], 4);
+                }
             }
             D[b * L.np + t] = d;
             gs += d * (float)_mm512_reduce_add_epi32(sum);
@@ -129,19 +149,17 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, void *mem) {
                 X[((b + 1) * L.B / L.G - 1) * L.np + t] = gs;
                 gs = 0;
             }
-            for (int64_t j = 0; j < L.B; j++) {
-                const int64_t c = b * L.B + j;
-                if (L.vec) {
-                    xw[(int64_t)t * L.nch * L.ch + vpos(&L, c)] = (int16_t)q[j];
-                } else {
-                    const int h = (q[j] + 128) >> 8;   /* arithmetic shift: floor */
-                    const int64_t at = ((c >> 2) * L.np + t) * 4 + (c & 3);
-                    hb[at] = (int8_t)h;
-                    lb[at] = (int8_t)(q[j] - 256 * h);
-                }
-            }
         }
     }
+    if (t1 == n && !L.vec)
+        for (int t = n; t < L.np; t++) {
+            for (int64_t b = 0; b < L.nb; b++) D[b * L.np + t] = 0;
+            for (int64_t g = 0; g < L.ng; g++) X[g * L.np + t] = 0;
+            for (int64_t c4 = 0; c4 < L.K / 4; c4++) {
+                memset(hb + c4 * nps + t * 4, 0, 4);
+                memset(lb + c4 * nps + t * 4, 0, 4);
+            }
+        }
 }
 
 /* 16 consecutive parameters (scales or biases) from index gi, cnt of them (the rest 0), as f32:

@@ -529,6 +529,24 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
 /* Converts x once for the path mm_plan picked, into mem (the bytes mm_plan asked for; a
  * donor's job already made the int16 rows m reads; i16_done: mm_prep_i16 already wrote m's
  * int16 rows there). */
+/* The AMX sets' x preparation across the pool: AMX_PREP_TOK token rows an item (cpu_amx_prep's
+ * ranges write disjoint bytes). */
+#define AMX_PREP_TOK 8
+#define PREP_PAR_ELEMS (1 << 17)   /* columns in all below which a preparation stays on the caller */
+typedef struct {
+    const ci_mat *W;
+    const float *x;
+    int n;
+    uint8_t *mem;
+} amx_prep_ctx;
+
+static void amx_prep_item(void *c, int64_t it, cpu_slot *slot) {
+    (void)slot;
+    const amx_prep_ctx *p = c;
+    const int t0 = (int)it * AMX_PREP_TOK, t1 = (int)min64(t0 + AMX_PREP_TOK, p->n);
+    cpu_amx_prep(p->W, p->x, p->n, t0, t1, p->mem);
+}
+
 static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
     const ci_mat *W = m->W;
     const int n = m->n;
@@ -541,7 +559,12 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
             for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
     } else if (m->amx) {
-        cpu_amx_prep(W, m->x, n, mem);
+        if (b->n_slots >= 2 && (int64_t)n * W->cols >= PREP_PAR_ELEMS) {
+            amx_prep_ctx p = { .W = W, .x = m->x, .n = n, .mem = mem };
+            par_for(b, ceil_div(n, AMX_PREP_TOK), amx_prep_item, &p, 1);
+        } else {
+            cpu_amx_prep(W, m->x, n, 0, n, mem);
+        }
         m->xa = mem;
     } else if (mm_wants_xsp(b, m)) {
         float *xsp = (float *)mem;
@@ -561,7 +584,6 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
  * MoE prefill on one thread the preparation of the experts' x was ~5% of the time (Sapphire Rapids
  * VM, 2026-12-05), left on the caller alone while the pool waited. Each row is what mm_prepare
  * writes. Returns whether it ran (then mm_prepare(..., 1) only sets the pointers). */
-#define PREP_PAR_ELEMS (1 << 17)
 typedef struct {
     const cpu_backend *b;
     const mm_ctx *m;
