@@ -351,7 +351,9 @@ static I8_TGT void fill(const ci_mat *W, int64_t r, int64_t r1, int64_t c0, int6
         }
         for (int64_t c = 0; c < cn; c += 64) {   /* byte j: columns 2j (low nibble), 2j + 1 */
             if (!(c & 64)) __builtin_prefetch(p + c / 2 + VN_PFD, 0, 3);
-            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + c / 2)));
+            const __m256i cv = cn - c >= 64 ? _mm256_loadu_si256((const __m256i *)(p + c / 2))
+                                            : _mm256_maskz_loadu_epi8((__mmask32)0xffff, p + c / 2);   /* the last 32 columns */
+            const __m512i w = _mm512_cvtepu8_epi16(cv);
             const __m512i v = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi16(w, 4)), _mm512_set1_epi16(0x0f0f));
             _mm512_storeu_si512(o + c, v);
         }
