@@ -197,7 +197,7 @@ static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cn
  * 4-bit decode, one thread: none 18.5 tok/s, 1024 21.1, 2048 24.2, 4096 24.7-25.1, 8192 24.0-24.2,
  * 16384 22.1-23.2; to L2 (T1) 22.5-24.1 */
 #define VN_PFD 4096
-#define WCH 32   /* chunks a window: N x WCH x 1 KiB of sums in the pack buffer */
+#define WCH 32   /* chunks a window: N x WCH x 1 KiB of sums in the pack buffer (8, 16: slower) */
 static inline __attribute__((always_inline)) I8_TGT void row_chunks(const uint8_t *w, int nc, int64_t left, int bits, int N,
                                                                     const int16_t *xq, int64_t xs, int i, int32_t *P) {
     const int nv = bits == 4 ? 4 : 2;
