@@ -89,7 +89,8 @@ expect_usage "--bf16-act takes no value" "unknown option '1'" $CINFER logits --m
 # which bf16 set --bf16-act takes: AMX tiles where the CPU lists AMX-BF16 (the kernel shows the flag only
 # when it supports the tiles), unless CINFER_CPU_AMX=0; vdpbf16ps on other AVX512-BF16 CPUs
 bf16_set() { env "$@" $CINFER bench --model tests/fixtures/qwen3_bf16 --prompt-len 20 --gen 2 --bf16-act 2>/dev/null | grep -o 'backend [a-z0-9-]*'; }
-if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo &&
+   grep -qw avx512_vnni /proc/cpuinfo; then
   be=$(bf16_set)
   [ "$be" = "backend cpu-amx-bf16" ] && pass "--bf16-act takes the AMX tiles on this AMX CPU" || fail "--bf16-act takes the AMX tiles on this AMX CPU" "got '$be'"
   be=$(bf16_set CINFER_CPU_AMX=0)
@@ -106,14 +107,15 @@ expect_ok "bench --int16-act with --bf16-act" $CINFER bench --model tests/fixtur
 expect_usage "--int16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --int16-act 1
 expect_usage "serve --int16-act takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --int16-act 1
 
-# ---- --mlx-amx: MLX 4- / 8-bit weights on AMX tiles where the CPU has them, the f32 path elsewhere ----
+# ---- --mlx-amx: MLX 4- / 8-bit weights on AMX-INT8 tiles and VNNI where the CPU has them, the f32 path elsewhere ----
 expect_ok "logits --mlx-amx" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx.f32" --device cpu --mlx-amx
 cmp -s "$TMP/copy.f32" "$TMP/mamx.f32" && pass "--mlx-amx leaves an unquantized checkpoint's logits as they are" || fail "--mlx-amx leaves an unquantized checkpoint's logits as they are" "differ"
 expect_ok "generate --mlx-amx (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --mlx-amx
 expect_usage "--mlx-amx takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mlx-amx 1
 expect_usage "serve --mlx-amx takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mlx-amx 1
 be=$($CINFER bench --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-len 20 --gen 2 --mlx-amx 2>/dev/null | grep -o 'backend [a-z0-9-]*')
-if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null; then
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo &&
+   grep -qw avx512_vnni /proc/cpuinfo; then
   [ "$be" = "backend cpu-avx512-amx-mlx" ] && pass "--mlx-amx takes the AMX tiles on this AMX CPU" || fail "--mlx-amx takes the AMX tiles on this AMX CPU" "got '$be'"
 else
   case "$be" in *amx-mlx*) fail "--mlx-amx computes as before without AMX" "got '$be'" ;; *) pass "--mlx-amx computes as before without AMX" ;; esac

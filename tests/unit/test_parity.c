@@ -18,9 +18,9 @@
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
  * worst there is ~4e-6), and greedy ids exactly transformers'.
- * On a CPU with AMX-BF16 each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
- * matrices on AMX tiles, codes exact, x as two bf16): the default bound and greedy ids exactly
- * transformers'.
+ * On a CPU with AMX-INT8 each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
+ * matrices on AMX-INT8 tiles and AVX-512 VNNI, codes exact, x rounded to int16 per 64 columns):
+ * the default bound, 1e-3 * max(1, max|ref|), and greedy ids exactly transformers'.
  * Every run has CINFER_CPU_POISON_SCRATCH=1: the fused ops' scratch arguments (backend.h: xn,
  * u, tmp, rope_attend's q / k) are NaN after the op, as a device leaves them undefined, so a
  * forward path that reads one (deepseek_v32's indexer once read q_a's normed rows from a fused
