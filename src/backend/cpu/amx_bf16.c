@@ -37,7 +37,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static int amx_ok = -1;
+static int amx_ok = -1, amx_int8 = 0;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe(void) {
@@ -49,12 +49,15 @@ static void amx_probe(void) {
     /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it a tile load faults */
     if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
     amx_ok = 1;
+    amx_int8 = (d >> 25) & 1;
 }
 
 int cpu_amx_usable(void) {
     pthread_once(&amx_once, amx_probe);
     return amx_ok;
 }
+
+int cpu_amx_int8_usable(void) { return cpu_amx_usable() && amx_int8; }
 
 size_t cpu_amx_bytes(const ci_mat *W, int n) {
     if (W->dtype == CI_U32) return amx_mlx_bytes(W, n);
@@ -251,6 +254,7 @@ int cpu_amx_rows_form_max(void) { return ROWS_FORM_MAX; }
 
 #else
 int cpu_amx_usable(void) { return 0; }
+int cpu_amx_int8_usable(void) { return 0; }
 size_t cpu_amx_bytes(const ci_mat *W, int n) { (void)W; (void)n; return 0; }
 int cpu_amx_q_ok(const ci_mat *W) { (void)W; return 0; }
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {

@@ -1401,7 +1401,7 @@ int ci_backend_cpu_amx_mlx(ci_backend *be) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("amx-int8") && cpu_amx_usable()) {
+        cpu_amx_int8_usable()) {
         b->amx_mlx = 1;
         b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-amx-mlx"
                        : b->k == &cpu_kernels_amxbf16  ? "cpu-amx-bf16-amx-mlx"

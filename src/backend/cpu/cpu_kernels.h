@@ -127,6 +127,7 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
  * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK. */
 #define CPU_AMX_TOK 512
 int cpu_amx_usable(void);
+int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; compilers differ in naming it) */
 /* amx_mlx.c. Whether W is MLX affine 4- or 8-bit in groups of a multiple of 32 columns dividing
  * the width (f32 / bf16 / f16 params): what a backend with amx_mlx (ci_backend_cpu_amx_mlx) puts
  * on AMX-INT8 tiles and AVX-512 VNNI, codes exact and x rounded to int16 per block. */
