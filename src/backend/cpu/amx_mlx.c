@@ -321,16 +321,10 @@ static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, cons
  * 6, 7: B (B / 4 rows of 16 tokens x 4 bytes: x̂'s h, then l). */
 static inline I8_TGT void cfg_i8(int B) {
     _Alignas(64) amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = 64;
-    }
+    cfg_init(&c);
     c.colsb[4] = c.colsb[5] = (uint16_t)B;
     c.rows[6] = c.rows[7] = (uint8_t)(B / 4);
-    __asm__ volatile("" : : "m"(c) : "memory");   /* keep the stores (amx_tiles.h cfg_load) */
-    _tile_loadconfig(&c);
+    cfg_set(&c);
 }
 
 /* Rows [r, r + 32) (past r1: zero) at columns [c0, c0 + cn) as one code byte a column into

@@ -18,22 +18,31 @@ typedef struct {
     uint8_t rows[16];
 } __attribute__((packed)) amx_cfg;
 
+/* A configuration of 8 tiles of 16 rows x 64 bytes, for the caller to shape before cfg_set. */
+static inline void cfg_init(amx_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c->rows[i] = 16;
+        c->colsb[i] = 64;
+    }
+}
+
+static inline AMX_TGT void cfg_set(const amx_cfg *c) {
+    /* GCC 14 inlining the setup dropped the rows / colsb stores as dead (only the palette byte was
+     * written before ldtilecfg, and the first tile instruction faulted): the asm makes them live */
+    __asm__ volatile("" : : "m"(*c) : "memory");
+    _tile_loadconfig(c);
+}
+
 /* Tiles 0-3: sums; 4, 5: A; 6, 7: B. rows form: C and B nb columns of 4 bytes (nb = n tokens);
  * tokens form: every tile 16 x 64 bytes. */
 static inline AMX_TGT void cfg_load(int nb) {
     _Alignas(64) amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = 64;
-    }
+    cfg_init(&c);
     if (nb < 16)
         for (int i = 0; i < 4; i++) c.colsb[i] = c.colsb[6 + (i & 1)] = (uint16_t)(4 * nb);
-    /* GCC 14 inlining this dropped the rows / colsb stores as dead (only the palette byte was
-     * written before ldtilecfg, and the first tile instruction faulted): the asm makes them live */
-    __asm__ volatile("" : : "m"(c) : "memory");
-    _tile_loadconfig(&c);
+    cfg_set(&c);
 }
 
 static inline int64_t padded(int64_t cols) { return (cols + 31) & ~(int64_t)31; }
