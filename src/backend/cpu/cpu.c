@@ -527,27 +527,9 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
 }
 
 /* Converts x once for the path mm_plan picked, into mem (the bytes mm_plan asked for; a
- * donor's job already made the int16 rows m reads; i16_done: mm_prep_i16 already wrote m's
- * int16 rows there). */
-/* The AMX sets' x preparation across the pool: AMX_PREP_TOK token rows an item (cpu_amx_prep's
- * ranges write disjoint bytes). */
-#define AMX_PREP_TOK 8
-#define PREP_PAR_ELEMS (1 << 17)   /* columns in all below which a preparation stays on the caller */
-typedef struct {
-    const ci_mat *W;
-    const float *x;
-    int n;
-    uint8_t *mem;
-} amx_prep_ctx;
-
-static void amx_prep_item(void *c, int64_t it, cpu_slot *slot) {
-    (void)slot;
-    const amx_prep_ctx *p = c;
-    const int t0 = (int)it * AMX_PREP_TOK, t1 = (int)min64(t0 + AMX_PREP_TOK, p->n);
-    cpu_amx_prep(p->W, p->x, p->n, t0, t1, p->mem);
-}
-
-static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
+ * donor's job already made the int16 rows m reads; done: mm_prep_rows already wrote m's
+ * int16 or AMX rows there). */
+static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int done) {
     const ci_mat *W = m->W;
     const int n = m->n;
     if (m->i16) {
@@ -555,16 +537,11 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
             m->xi16 = m->xi16_donor->xi16;
             return;
         }
-        if (!i16_done)
+        if (!done)
             for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
     } else if (m->amx) {
-        if (b->n_slots >= 2 && (int64_t)n * W->cols >= PREP_PAR_ELEMS) {
-            amx_prep_ctx p = { .W = W, .x = m->x, .n = n, .mem = mem };
-            par_for(b, ceil_div(n, AMX_PREP_TOK), amx_prep_item, &p, 1);
-        } else {
-            cpu_amx_prep(W, m->x, n, 0, n, mem);
-        }
+        if (!done) cpu_amx_prep(W, m->x, n, 0, n, mem);
         m->xa = mem;
     } else if (mm_wants_xsp(b, m)) {
         float *xsp = (float *)mem;
@@ -579,11 +556,14 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int i16_done) {
     }
 }
 
-/* The int16 rows of several jobs (a batch's, or one prefill's) prepared across the pool, a token row
- * an item, when there are enough of them to pay for the pass (PREP_PAR_ELEMS columns in all): in an
- * MoE prefill on one thread the preparation of the experts' x was ~5% of the time (Sapphire Rapids
- * VM, 2026-12-05), left on the caller alone while the pool waited. Each row is what mm_prepare
- * writes. Returns whether it ran (then mm_prepare(..., 1) only sets the pointers). */
+/* The x rows of several jobs (a batch's, or one prefill's) that take int16 activations or an AMX
+ * set, prepared across the pool, a token row an item, when there are enough of them to pay for the
+ * pass (PREP_PAR_ELEMS columns in all): in an MoE prefill on one thread the int16 preparation of
+ * the experts' x was ~5% of the time (Sapphire Rapids VM, 2026-12-05), and the AMX one ~10% of an
+ * MLX prefill with --mlx-amx, the whole of it at 16 threads (2026-12-06), left on the caller alone
+ * while the pool waited. Each row is what mm_prepare writes (cpu_amx_prep's token ranges write
+ * disjoint bytes). Returns whether it ran (then mm_prepare(..., 1) only sets the pointers). */
+#define PREP_PAR_ELEMS (1 << 17)
 typedef struct {
     const cpu_backend *b;
     const mm_ctx *m;
@@ -600,16 +580,17 @@ static void prep_item(void *c, int64_t it, cpu_slot *slot) {
     while (it >= p->first[j + 1]) j++;
     const mm_ctx *m = &p->m[j];
     const int64_t t = it - p->first[j];
-    p->b->i16->prep(m->W, m->x + t * m->W->cols, p->mem + p->at[j] + t * m->xi16s);
+    if (m->i16) p->b->i16->prep(m->W, m->x + t * m->W->cols, p->mem + p->at[j] + t * m->xi16s);
+    else cpu_amx_prep(m->W, m->x, m->n, (int)t, (int)t + 1, p->mem + p->at[j]);
 }
 
-static int mm_prep_i16(cpu_backend *b, const mm_ctx *m, int count, uint8_t *mem, const size_t *at) {
+static int mm_prep_rows(cpu_backend *b, const mm_ctx *m, int count, uint8_t *mem, const size_t *at) {
     enum { MAXP = 129 };
     int64_t first[MAXP + 1], elems = 0;
     if (b->n_slots < 2 || count > MAXP) return 0;
     first[0] = 0;
     for (int j = 0; j < count; j++) {
-        const int rows = m[j].i16 && !m[j].xi16_donor ? m[j].n : 0;
+        const int rows = (m[j].i16 && !m[j].xi16_donor) || m[j].amx ? m[j].n : 0;
         first[j + 1] = first[j] + rows;
         elems += (int64_t)rows * m[j].W->cols;
     }
@@ -668,7 +649,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     uint8_t *mem = bytes ? mm_scratch(b, bytes) : NULL;
     if (bytes && !mem) return;
     const size_t at0 = 0;
-    mm_prepare(b, &m, mem, m.i16 && mm_prep_i16(b, &m, 1, mem, &at0));
+    mm_prepare(b, &m, mem, (m.i16 || m.amx) && mm_prep_rows(b, &m, 1, mem, &at0));
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
         return;
@@ -741,7 +722,7 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
         }
         uint8_t *mem = at[nj] ? mm_scratch(b, at[nj]) : NULL;
         if (at[nj] && !mem) break;
-        const int done = mem && mm_prep_i16(b, m, nj, mem, at);
+        const int done = mem && mm_prep_rows(b, m, nj, mem, at);
         for (int j = 0; j < nj; j++) mm_prepare(b, &m[j], mem ? mem + at[j] : NULL, done);
         mm_batch bt = { .m = m, .first = first, .count = nj };
         if (!b->failed) par_for(b, first[nj], mm_batch_item, &bt, work >= SMALL_WORK);

@@ -122,8 +122,9 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
 /* amx_bf16.c. Whether this CPU and kernel let the process use AMX-BF16 tiles (asks the kernel for
  * them once; 0 elsewhere). bf16 W (or, cpu_amx_q_ok, MLX W: amx_mlx.c) times n rows of x:
  * cpu_amx_prep prepares x's tokens [t0, t1) (of n rows of W->cols floats) into cpu_amx_bytes(W, n)
- * bytes, once per matmul (ranges write disjoint bytes: cpu.c runs them across the pool); cpu_amx_rows writes y[t * W->rows + r] for r in [r0, r1) and the tokens [t0, t1)
- * (n <= cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
+ * bytes, once per matmul (ranges write disjoint bytes: cpu.c runs them across the pool);
+ * cpu_amx_rows writes y[t * W->rows + r] for r in [r0, r1) and the tokens [t0, t1) (n <=
+ * cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
  * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK. */
 #define CPU_AMX_TOK 512
 int cpu_amx_usable(void);
