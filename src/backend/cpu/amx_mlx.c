@@ -31,9 +31,10 @@
 #include "cpu_kernels.h"
 #if defined(__x86_64__)
 #include "amx_tiles.h"
-#include "quant_kernels.h"
 
 #define I8_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,amx-int8")))
+#define TGT I8_TGT   /* quant_avx512.h's q16 */
+#include "quant_avx512.h"
 #define QMAX 32639.0f
 #ifndef VN_MAX
 #define VN_MAX 3                 /* tokens up to which the vector kernel runs */
@@ -162,16 +163,6 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
         }
 }
 
-/* 16 consecutive parameters (scales or biases) from index gi, cnt of them (the rest 0), as f32:
- * exact conversions, as q_param's. */
-static inline __attribute__((always_inline)) I8_TGT __m512i param16(const ci_qdesc *d, const void *p, int64_t gi, int cnt) {
-    const __mmask16 m = cnt >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cnt) - 1);
-    if (d->scale_dtype == CI_F32) return _mm512_castps_si512(_mm512_maskz_loadu_ps(m, (const float *)p + gi));
-    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + gi);
-    if (d->scale_dtype == CI_BF16) return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    return _mm512_castps_si512(_mm512_cvtph_ps(h));
-}
-
 /* The scales and biases of rows [r, r + nr) (nr <= 16; rows past it 0) for groups [g0, g0 + cnt)
  * (cnt <= 16): s[g * stride + i], b[g * stride + i], by a 16 x 16 transpose of the rows' runs. */
 static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cnt, int stride, float *s, float *b) {
@@ -181,7 +172,7 @@ static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cn
     _Alignas(64) uint32_t o[256];
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < 16; i++)
-            v[i] = i < nr ? param16(d, k ? d->biases : d->scales, (W->scale_row0 + r + i) * ng + g0, cnt) : _mm512_setzero_si512();
+            v[i] = i < nr ? _mm512_castps_si512(q16(d, k ? d->biases : d->scales, (W->scale_row0 + r + i) * ng + g0, cnt)) : _mm512_setzero_si512();
         tr16(v, o);   /* o[16 g + i]: group g of row i */
         float *out = k ? b : s;
         for (int g = 0; g < cnt; g++) memcpy(out + (int64_t)g * stride, o + 16 * g, 64);
@@ -190,14 +181,15 @@ static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cn
 
 /* ---- vector kernel (n <= VN_MAX) -------------------------------------------------------------- */
 
-/* Row i's chunks [0, nc) (64 bytes of codes each) against N token rows: P[(t * WCH + c) * 256 +
- * 16 i + lane] = the chunk's 16 lanes of exact code-word sums (lane p: columns 8p..8p+7 of a 4-bit
- * chunk, 4p..4p+3 of an 8-bit one). The row is read front to back. */
 /* bytes ahead a row's reads prefetch (T0); on the Sapphire Rapids VM, 2026-12-06, Qwen3-0.6B dims
  * 4-bit decode, one thread: none 18.5 tok/s, 1024 21.1, 2048 24.2, 4096 24.7-25.1, 8192 24.0-24.2,
  * 16384 22.1-23.2; to L2 (T1) 22.5-24.1 */
 #define VN_PFD 4096
 #define WCH 32   /* chunks a window: N x WCH x 1 KiB of sums in the pack buffer (8, 16: slower) */
+
+/* Row i's chunks [0, nc) (64 bytes of codes each) against N token rows: P[(t * WCH + c) * 256 +
+ * 16 i + lane] = the chunk's 16 lanes of exact code-word sums (lane p: columns 8p..8p+7 of a 4-bit
+ * chunk, 4p..4p+3 of an 8-bit one). The row is read front to back. */
 static inline __attribute__((always_inline)) I8_TGT void row_chunks(const uint8_t *w, int nc, int64_t left, int bits, int N,
                                                                     const int16_t *xq, int64_t xs, int i, int32_t *P) {
     const int nv = bits == 4 ? 4 : 2;
@@ -252,17 +244,9 @@ static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, cons
     const int64_t rb = L.K * L.bits / 8, rows = W->rows, xs = L.nch * L.ch;
     const int lpb = (int)(L.B * 16 / L.ch), bpc = 16 / lpb;   /* lanes a block, blocks a chunk */
     _Alignas(64) float sv[16][16], bv[16][16];
-    const ci_qdesc *qd = q_desc(W);
-    const int64_t pes = qd->scale_dtype == CI_F32 ? 4 : 2;
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
-        if (r + 16 < r1) {   /* the next tile's scales and biases (contiguous runs), as its codes are */
-            const int64_t at = (W->scale_row0 + r + 16) * L.ng * pes, len = (r1 - r - 16 < 16 ? r1 - r - 16 : 16) * L.ng * pes;
-            for (int64_t o = 0; o < len; o += 64) {
-                __builtin_prefetch((const char *)qd->scales + at + o, 0, 3);
-                __builtin_prefetch((const char *)qd->biases + at + o, 0, 3);
-            }
-        }
+        if (r + 16 < r1) q_pf_next_params(q_desc(W), (W->scale_row0 + r) * L.ng, L.ng, 16);   /* as its codes are */
         __m512 acc[VN_MAX];
         for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
         int64_t gcur = -1;

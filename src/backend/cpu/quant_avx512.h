@@ -1,5 +1,5 @@
 /* quant_avx512.h — AVX-512 pieces the MLX-quantized kernel files share (internal to
- * src/backend/cpu; included by quant_kernels_avx512.c and quant_i16_avx512.c after each defines
+ * src/backend/cpu; included by quant_kernels_avx512.c, quant_i16_avx512.c and amx_mlx.c after each defines
  * TGT, its function target attribute). */
 #ifndef CI_QUANT_AVX512_H
 #define CI_QUANT_AVX512_H

@@ -77,7 +77,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    if (I16_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_kernels.h) */
+    if (I16_SPF) q_pf_next_params(d, gi[0], ng, 4);   /* the next tile's scales / biases (quant_kernels.h) */
     /* lane i's group, past the chunk's first: (i * columns a lane) / G when G divides CW */
     const int lc = BITS == 4 ? 8 : 4;
     __m512i loff = _mm512_setzero_si512();

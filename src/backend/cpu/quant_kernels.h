@@ -98,19 +98,20 @@ static inline uint64_t q_ld(const uint8_t *p, const int nb) {
 
 /* Prefetch of the next decode tile's group parameters (the AVX-512 4- / 8-bit tiles, on AMD CPUs:
  * cpu_pf_next_tile, as the next-tile rule of the codes; the AVX2 tiles, slower, were level with it:
- * 151936 x 2048 int16 15.3-15.4 vs 15.6-15.7, split 10.0-10.1 vs 9.5-10.5). A tile of 4 consecutive rows
- * whose first row's groups start at parameter g0 (ng a row) reads scales / biases g0 .. g0 + 4ng;
- * the next tile's, g0 + 4ng .. g0 + 8ng, follow them. They are streams of their own beside the
+ * 151936 x 2048 int16 15.3-15.4 vs 15.6-15.7, split 10.0-10.1 vs 9.5-10.5; amx_mlx.c's vector kernel,
+ * tiles of 16 rows, on every CPU). A tile of `rows` consecutive rows whose first row's groups start
+ * at parameter g0 (ng a row) reads scales / biases g0 .. g0 + rows ng; the next tile's, up to
+ * g0 + 2 rows ng, follow them. They are streams of their own beside the
  * codes, and the hardware prefetcher follows several streams badly on the Zen 5: these lines came
  * from DRAM on demand (short rows) or a row's 16 groups at a time (long rows). test_quant --bench
  * on the Zen 5 (2026-12-04, GB/s, three rounds): int16 4-bit 151936 x 2048 16.2-20.9 -> 25.8-30.4,
  * 65536 x 1024 16.6-20.1 -> 22.2-28.6, 32768 x 4096 13.3-17.5 -> 19.5-27.2, 16384 x 8192
  * 11.2-12.8 -> 19.8-23.8; two threads 151936 x 2048 30.8-41.5 -> 43.9-63.6; the split (exact) tile
  * 151936 x 2048 15.3-15.8 -> 19.2-20.7, 32768 x 4096 12.3-16.4 -> 18.5-19.0. */
-static inline void q_pf_next_params(const ci_qdesc *d, int64_t g0, int64_t ng) {
+static inline void q_pf_next_params(const ci_qdesc *d, int64_t g0, int64_t ng, int rows) {
     const int es = d->scale_dtype == CI_F32 ? 4 : d->scale_dtype == CI_F16 || d->scale_dtype == CI_BF16 ? 2 : 1;
-    const int64_t o1 = (g0 + 8 * ng) * es;
-    for (int64_t o = ((g0 + 4 * ng) * es) & ~(int64_t)63; o < o1; o += 64) {
+    const int64_t o1 = (g0 + 2 * rows * ng) * es;
+    for (int64_t o = ((g0 + rows * ng) * es) & ~(int64_t)63; o < o1; o += 64) {
         __builtin_prefetch((const uint8_t *)d->scales + o, 0, 3);
         if (d->biases) __builtin_prefetch((const uint8_t *)d->biases + o, 0, 3);
     }

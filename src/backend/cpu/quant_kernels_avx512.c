@@ -130,7 +130,7 @@ static inline __attribute__((always_inline)) TGT void qsplit_T(const int T, cons
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    if (QS_SPF) q_pf_next_params(d, gi[0], ng);   /* the next tile's scales / biases (quant_kernels.h) */
+    if (QS_SPF) q_pf_next_params(d, gi[0], ng, 4);   /* the next tile's scales / biases (quant_kernels.h) */
     vf sv[4] = { vzero(), vzero(), vzero(), vzero() }, bv[4] = { vzero(), vzero(), vzero(), vzero() };
     int64_t pb = -1;   /* first group whose parameters sv / bv hold */
     for (int64_t c0 = 0; c0 < cols; c0 += CPU_KC) {
