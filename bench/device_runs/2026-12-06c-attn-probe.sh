@@ -27,7 +27,7 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 # forwards: warm-up prompt, warm-up step, depth (1372 rows), timed prompt; the 124-row ones have grid (8, 8, 4)
 timeout 200 $NCU --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
   --section Occupancy --section LaunchStats --section SourceCounters --section ComputeWorkloadAnalysis \
-  -k regex:attn_flash_pipe --launch-skip 14 --launch-count 3 --cache-control none --clock-control none \
+  -k regex:attn_flash_pipe --launch-count 40 --cache-control none --clock-control none \
   $C bench --model $M --device cuda --prompt-len 124 --depth 1372 --gen 1 --reps 1 > $O/ncu_attn.txt 2> $O/ncu.err
-ts "ncu rc $?"; grep -E "Grid Size|Duration|Block Size|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit" $O/ncu_attn.txt | head -60
+ts "ncu rc $?"; grep -E "Grid Size|Duration|Block Size|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit" $O/ncu_attn.txt | head -400
 ts end
