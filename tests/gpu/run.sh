@@ -118,7 +118,8 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
 # it; ops-alt turns it off altogether for the WMMA one, so these need their own run) ----
 step ops-flash 150 ops_flash.log bash -c "
   for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0' \
-            'CINFER_CUDA_FLASH_BQ=64' 'CINFER_CUDA_FLASH_BQ=128 CINFER_CUDA_FLASH_SEGMIN=64 CINFER_CUDA_FLASH_LDM=0'; do
+            'CINFER_CUDA_FLASH_BQ=64' 'CINFER_CUDA_FLASH_BQ=128 CINFER_CUDA_FLASH_SEGMIN=64 CINFER_CUDA_FLASH_LDM=0' \
+            'CINFER_CUDA_FLASH_H16=3' 'CINFER_CUDA_FLASH_H16=4 CINFER_CUDA_FLASH_SPLIT=0'; do
     for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
   done"
 

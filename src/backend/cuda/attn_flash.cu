@@ -48,12 +48,13 @@ enum { FP_SPLIT_MAX = 16 };
 /* BQ query rows a block (64 or 128; a warp takes 16, so 2 * BQ threads). LDM 0: fragments read
  * from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage (rows of HD floats)
  * converted once a tile into f16 tiles K16 / V16 [BK][HD + 8] read by ldmatrix */
-template <int HD, int BK_, int LDM, int BQ_>
+template <int HD, int BK_, int LDM, int BQ_, int NST_ = 0>
 struct fp_cfg {
     static constexpr int BQ = BQ_, THREADS = 2 * BQ_;
     static constexpr int BK = BK_, LQ = HD + 8, LK = LDM ? HD : HD + 8, LV = LDM ? HD : HD + 4;
-    static constexpr int STAGE = BK * (LK + LV); /* floats */
-    static constexpr int T16 = LDM ? BK * LQ : 0; /* halves of K16, and of V16 */
+    static constexpr int NST = NST_;            /* > 0: the f16 form, NST f16 stages (no f32 one) */
+    static constexpr int STAGE = NST ? 0 : BK * (LK + LV); /* floats */
+    static constexpr int T16 = NST ? NST * BK * LQ : LDM ? BK * LQ : 0; /* halves of K16, and of V16 */
     static constexpr size_t SMEM = (size_t)BQ * LQ * 2 + 2 * (size_t)STAGE * 4 + 2 * (size_t)T16 * 2 + BQ * sizeof(int);
 };
 
@@ -62,14 +63,16 @@ __device__ __forceinline__ unsigned fp_h2(float a, float b) {
     return *(unsigned *)&h;
 }
 
-template <int HD, int BK_, int MINB, int LDM, int BQ_>
+template <int HD, int BK_, int MINB, int LDM, int BQ_, int NST = 0>
 __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *out, const float *q, const float *kc,
                                                                      const float *vc, const int32_t *pos, int pos0,
                                                                      int n, int n_heads, int n_kv, int kv_stride,
                                                                      float scale, ci_pages pg, float *part, int seg,
-                                                                     int hpb) {
+                                                                     int hpb, const __half *kh, const __half *vh,
+                                                                     int hkeys) {
     pdl_enter();
-    typedef fp_cfg<HD, BK_, LDM, BQ_> C;
+    static_assert(!NST || LDM, "the f16 form reads its tiles by ldmatrix");
+    typedef fp_cfg<HD, BK_, LDM, BQ_, NST> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV, BQ = C::BQ, NT = C::THREADS;
     const int32_t *tb = pg.tab;
     const int lg = pg.blk_log2;
@@ -119,6 +122,8 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
         wl = x > wl ? x : wl;
     }
     const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
+    /* the f16 form: group g's keys as kv_half_kernel wrote them, [hkeys][HD] each */
+    const __half *khb = kh + (int64_t)g * hkeys * HD, *vhb = vh + (int64_t)g * hkeys * HD;
     /* the block's tiles: all of them, or (split, blockIdx.z = s) those of keys s·seg .. (s + 1)·seg */
     int tbeg = 0, ntile = (Lmax + BK - 1) / BK;
     if (part) {
@@ -150,19 +155,49 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
         }
         cb_cp_commit();
     };
+    /* the f16 form: tile t's K and V rows (f16, as kv_half_kernel wrote them) straight into
+     * slot t % NST of K16 / V16, rows padded to LQ for ldmatrix */
+    auto stage16 = [&](int t) {
+        constexpr int SN16 = BK * HD / 8 / NT;    /* 16-byte chunks of K (and of V) a thread */
+        static_assert(!NST || BK * HD / 8 % NT == 0, "f16 stage chunks");
+        __half *Kd = K16 + (t % (NST ? NST : 1)) * BK * LQ, *Vd = V16 + (t % (NST ? NST : 1)) * BK * LQ;
+#pragma unroll
+        for (int u = 0; u < SN16; u++) {
+            const int i = tid + u * NT, j = i / (HD / 8), d = (i % (HD / 8)) * 8, key = t * BK + j;
+            const bool ok = key < Lmax && key < hkeys;
+            const int64_t r = ok ? key : 0;
+            cb_cp16(Kd + j * LQ + d, khb + r * HD + d, ok);
+            cb_cp16(Vd + j * LQ + d, vhb + r * HD + d, ok);
+        }
+        cb_cp_commit();
+    };
     float o_[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) o_[d][0] = o_[d][1] = o_[d][2] = o_[d][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    if (tbeg < ntile) stage(tbeg);
+    if (NST) {   /* the f16 form: NST - 1 tiles in flight before the first is used */
+#pragma unroll
+        for (int u = 0; u < (NST ? NST - 1 : 0); u++)
+            if (tbeg + u < ntile) stage16(tbeg + u);
+            else cb_cp_commit();
+    } else if (tbeg < ntile) stage(tbeg);
     for (int t = tbeg; t < ntile; t++) {
+        const int j0 = t * BK;
+        const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
+        const __half *K16t = K16 + (NST ? t % (NST ? NST : 1) : 0) * BK * LQ;
+        const __half *V16t = V16 + (NST ? t % (NST ? NST : 1) : 0) * BK * LQ;
+        if (NST) {
+            cb_cp_wait<NST ? NST - 2 : 0>();              /* tile t is in (one group committed a tile, empty ones past the end) */
+            __syncthreads();                              /* every warp sees it, and is done with tile t - 1's slot */
+            if (t + NST - 1 < ntile) stage16(t + NST - 1); /* into that slot */
+            else cb_cp_commit();
+        } else {
         if (t + 1 < ntile) stage(t + 1);                  /* into the stage tile t - 1 used (all warps are past it) */
         else cb_cp_commit();                              /* an empty group: wait<1> below still means "tile t is in" */
         cb_cp_wait<1>();
         __syncthreads();                                  /* LDM: also every warp is done with K16 / V16 */
-        const int j0 = t * BK;
-        const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
-        if (LDM) {                                        /* the tile to f16, once for all warps */
+        }
+        if (LDM && !NST) {                                /* the tile to f16, once for all warps */
 #pragma unroll
             for (int i = tid; i < BK * HD / 4; i += NT) {
                 const int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
@@ -182,7 +217,7 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
                  * for mi >= 2 */
                 const int mi = lane >> 3, mr = lane & 7;
                 const __half *qa = Qs + (warp * 16 + (mi & 1) * 8 + mr) * LQ + (mi >> 1) * 8;
-                const __half *ka = K16 + ((mi >> 1) * 8 + mr) * LQ + (mi & 1) * 8;
+                const __half *ka = K16t + ((mi >> 1) * 8 + mr) * LQ + (mi & 1) * 8;
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++) {
                     unsigned a[4];
@@ -253,7 +288,7 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
                 const unsigned a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0], a3 = pa[2 * kk + 1][1];
                 if (LDM) {   /* V (B, transposed, two n-tiles): keys +8 for odd mi, columns +8 for mi >= 2 */
                     const int mi = lane >> 3, mr = lane & 7;
-                    const __half *va = V16 + (kk * 16 + (mi & 1) * 8 + mr) * LQ + (mi >> 1) * 8;
+                    const __half *va = V16t + (kk * 16 + (mi & 1) * 8 + mr) * LQ + (mi >> 1) * 8;
 #pragma unroll
                     for (int d = 0; d < HD / 8; d += 2) {
                         unsigned b[4];
@@ -272,7 +307,8 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
             }
         }
         if (!LDM) __syncthreads();                        /* every warp is done with stage t & 1 (LDM: with
-                                                           * the stage since the conversion's sync) */
+                                                           * the stage since the conversion's sync; the f16
+                                                           * form: the next tile's first sync) */
     }
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -337,13 +373,34 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
         if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
 }
 
-template <int HD, int BK, int MINB, int LDM, int BQ>
+/* The f16 form's keys: K and V of positions 0 .. keys - 1 (the launch's key bound; rows through
+ * the page table when paged) rounded to f16 (nearest even, as the f32 form rounds them in each
+ * tile) into kh / vh [n_kv][keys][hd], a thread per 8 columns. */
+__global__ void kv_half_kernel(__half *kh, __half *vh, const float *kc, const float *vc, int keys, int n_kv, int hd,
+                               int kv_stride, ci_pages pg) {
+    pdl_enter();
+    const int c8 = hd / 8;
+    const int64_t total = (int64_t)keys * n_kv * c8;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int d = (int)(i % c8) * 8;
+        const int64_t r = i / c8;
+        const int g = (int)(r % n_kv), key = (int)(r / n_kv);
+        const int64_t off = pg_row(pg.tab, pg.blk_log2, key) * kv_stride + (int64_t)g * hd + d;
+        const float4 k0 = *(const float4 *)(kc + off), k1 = *(const float4 *)(kc + off + 4);
+        const float4 v0 = *(const float4 *)(vc + off), v1 = *(const float4 *)(vc + off + 4);
+        const int64_t o = ((int64_t)g * keys + key) * hd + d;
+        *(uint4 *)(kh + o) = make_uint4(fp_h2(k0.x, k0.y), fp_h2(k0.z, k0.w), fp_h2(k1.x, k1.y), fp_h2(k1.z, k1.w));
+        *(uint4 *)(vh + o) = make_uint4(fp_h2(v0.x, v0.y), fp_h2(v0.z, v0.w), fp_h2(v1.x, v1.y), fp_h2(v1.z, v1.w));
+    }
+}
+
+template <int HD, int BK, int MINB, int LDM, int BQ, int NST = 0>
 static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                               const int32_t *pos, int64_t keys, int n_heads, int n_kv, int kv_stride, float scale,
-                              ci_pages pg) {
+                              ci_pages pg, const __half *kh = 0, const __half *vh = 0) {
     static int set = 0;
-    typedef fp_cfg<HD, BK, LDM, BQ> C;
-    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ>, C::SMEM, &set)) {
+    typedef fp_cfg<HD, BK, LDM, BQ, NST> C;
+    if (!cb_smem_ok(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ, NST>, C::SMEM, &set)) {
         cb_fail_msg(cb, "attention (flash, pipelined): shared memory");
         return;
     }
@@ -378,8 +435,8 @@ static void flash_pipe_launch(cuda_be *cb, float *out, const float *q, const flo
         if (!part) return;
     }
     dim3 grid((n + P - 1) / P, n_heads / hpb, S);
-    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ>, grid, dim3(C::THREADS), C::SMEM, out, q, k, v, pos,
-              pos0, n, n_heads, n_kv, kv_stride, scale, pg, part, seg, hpb);
+    cb_launch(cb, attn_flash_pipe_kernel<HD, BK, MINB, LDM, BQ, NST>, grid, dim3(C::THREADS), C::SMEM, out, q, k, v, pos,
+              pos0, n, n_heads, n_kv, kv_stride, scale, pg, part, seg, hpb, kh, vh, (int)keys);
     if (cb_launched(cb, "attention (flash, pipelined)") || S == 1) return;
     cb_launch(cb, fp_combine_kernel, dim3((n * n_heads + 3) / 4), dim3(128), 0, out, (const float *)part, n, n_heads,
               HD, S);
@@ -406,6 +463,26 @@ int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, 
 #define FP_ARGS cb, out, q, k, v, n, pos0, pos, keys, n_heads, n_kv, kv_stride, scale, pg
     const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
     const int bq = flash_bq(cb, n, keys, n_heads, n_kv, hd);
+    /* the f16 form (cuda_be.flash_h16: 3 or 4 stages): the keys rounded to f16 once by
+     * kv_half_kernel, then tiles copied as they are into NST f16 stages, no per-tile conversion;
+     * the same f16 operands and order as the LDM form, so the same bits. 64 query rows a block,
+     * head_dim 64 / 128, a scratch of at most 64 MiB, never inside a graph capture. */
+    const size_t hbytes = (size_t)keys * n_kv * hd * sizeof(__half);
+    if (cb->flash_h16 && cb->flash_bk == 32 && bq == 64 && (hd == 64 || hd == 128) && !cb->capturing && keys > 0 &&
+        2 * hbytes <= ((size_t)64 << 20)) {
+        __half *kh = (__half *)cb_scratch_get(cb, &cb->attn_h16, 2 * hbytes), *vh = kh + hbytes / sizeof(__half);
+        if (!kh) return 1;
+        const int64_t items = keys * n_kv * (hd / 8);
+        int64_t blocks = (items + 255) / 256;
+        if (blocks > (int64_t)cb->sm_count * 16) blocks = (int64_t)cb->sm_count * 16;
+        cb_launch(cb, kv_half_kernel, dim3((unsigned)blocks), dim3(256), 0, kh, vh, k, v, (int)keys, n_kv, hd, kv_stride, pg);
+        if (cb_launched(cb, "attention (keys to f16)")) return 1;
+        if (hd == 64 && cb->flash_h16 == 4) flash_pipe_launch<64, 32, 3, 1, 64, 4>(FP_ARGS, kh, vh);
+        else if (hd == 64) flash_pipe_launch<64, 32, 4, 1, 64, 3>(FP_ARGS, kh, vh);
+        else if (cb->flash_h16 == 4) flash_pipe_launch<128, 32, 2, 1, 64, 4>(FP_ARGS, kh, vh);
+        else flash_pipe_launch<128, 32, 3, 1, 64, 3>(FP_ARGS, kh, vh);
+        return 1;
+    }
     if (cb->flash_ldm) {
         if (hd == 64 && bq == 128) flash_pipe_launch<64, 32, 2, 1, 128>(FP_ARGS);
         else if (hd == 64) flash_pipe_launch<64, 32, 4, 1, 64>(FP_ARGS);
