@@ -62,5 +62,5 @@ if [ "$total" -gt $((60 * 1024 * 1024)) ]; then echo "stage: .gpu is over 60 MiB
 # when .gpu is missing).
 strip --strip-unneeded .gpu/cinfer .gpu/libcinfer_cuda.so .gpu/tests/* .gpu/bench_* 2>/dev/null || true
 mkdir -p .gpuz
-XZ_OPT=-9e tar cJf .gpuz/gpu.tar.xz .gpu
+XZ_OPT=-9e tar cJf .gpuz/gpu.tar.xz.tmp .gpu && mv .gpuz/gpu.tar.xz.tmp .gpuz/gpu.tar.xz   # whole or not at all: a device call may be carrying it
 echo "packed .gpuz/gpu.tar.xz: $(( $(stat -c %s .gpuz/gpu.tar.xz) / 1024 )) KiB (carry .gpuz)"

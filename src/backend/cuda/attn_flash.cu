@@ -373,14 +373,22 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
         if (lane + 32 * i < hd) y[lane + 32 * i] = acc[i] * inv;
 }
 
-/* The f16 form's keys: K and V of positions 0 .. keys - 1 (the launch's key bound; rows through
- * the page table when paged) rounded to f16 (nearest even, as the f32 form rounds them in each
- * tile) into kh / vh [n_kv][keys][hd], a thread per 8 columns. */
+/* The f16 form's keys: K and V of the positions the rows attend to (0 .. max pos[t], within the
+ * launch's key bound `keys`, which a caller may give loosely: the cache's rows; the rows
+ * through the page table when paged) rounded to f16 (nearest even, as the f32 form rounds them
+ * in each tile) into kh / vh [n_kv][keys][hd], a thread per 8 columns. */
 __global__ void kv_half_kernel(__half *kh, __half *vh, const float *kc, const float *vc, int keys, int n_kv, int hd,
-                               int kv_stride, ci_pages pg) {
+                               int kv_stride, ci_pages pg, const int32_t *pos, int pos0, int n) {
     pdl_enter();
-    const int c8 = hd / 8;
-    const int64_t total = (int64_t)keys * n_kv * c8;
+    __shared__ int lim;
+    if (threadIdx.x == 0) lim = 0;
+    __syncthreads();
+    int m = 0;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) m = max(m, row_pos(pos, pos0, t) + 1);
+    atomicMax(&lim, m);
+    __syncthreads();
+    const int c8 = hd / 8, L = lim < keys ? lim : keys;
+    const int64_t total = (int64_t)L * n_kv * c8;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int d = (int)(i % c8) * 8;
         const int64_t r = i / c8;
@@ -474,8 +482,9 @@ int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, 
         if (!kh) return 1;
         const int64_t items = keys * n_kv * (hd / 8);
         int64_t blocks = (items + 255) / 256;
-        if (blocks > (int64_t)cb->sm_count * 16) blocks = (int64_t)cb->sm_count * 16;
-        cb_launch(cb, kv_half_kernel, dim3((unsigned)blocks), dim3(256), 0, kh, vh, k, v, (int)keys, n_kv, hd, kv_stride, pg);
+        if (blocks > (int64_t)cb->sm_count * 4) blocks = (int64_t)cb->sm_count * 4;   /* each reads the n positions */
+        cb_launch(cb, kv_half_kernel, dim3((unsigned)blocks), dim3(256), 0, kh, vh, k, v, (int)keys, n_kv, hd, kv_stride, pg,
+                  pos, pos0, n);
         if (cb_launched(cb, "attention (keys to f16)")) return 1;
         if (hd == 64 && cb->flash_h16 == 4) flash_pipe_launch<64, 32, 3, 1, 64, 4>(FP_ARGS, kh, vh);
         else if (hd == 64) flash_pipe_launch<64, 32, 4, 1, 64, 3>(FP_ARGS, kh, vh);
