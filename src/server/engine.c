@@ -744,7 +744,13 @@ static void *eng_main(void *arg) {
         }
         while (e->qhead && !e->stop) {
             eng_req *r = e->qhead;
+            const double t_adm = now_s();
             if (admit(e, r)) break;
+            if (!r->resumed) {   /* a first admission: its wait in the queue and the admission's own time */
+                e->st.queue_seconds += t_adm - r->t_submit;
+                e->st.admit_seconds += now_s() - t_adm;
+                e->st.admissions++;
+            }
             e->qhead = r->next;
             if (!e->qhead) e->qtail = NULL;
             e->qlen--;

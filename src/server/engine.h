@@ -143,6 +143,11 @@ typedef struct {
     long long first_tokens;           /* requests that got their first token */
     double first_token_seconds;       /* summed over them: submit to the first token's publish (the engine's
                                        * side of the time to first token; the rest is HTTP and the client) */
+    long long admissions;             /* requests admitted to a slot (a preempted one's return not counted) */
+    double queue_seconds;             /* summed over them: submit to the admission's start (queue wait, the
+                                       * engine thread's wake-up) */
+    double admit_seconds;             /* summed over them: the admission itself (slot choice, prefix match,
+                                       * copies of shared blocks' rows, block reservation, state restores) */
     int queue_depth, active, parallel, ctx;
     size_t prefix_bytes;
     size_t prefix_budget;      /* the store's budget (eng_opts.prefix_cache_bytes as resolved) */

@@ -250,6 +250,12 @@ static enum MHD_Result route_metrics(srv *s, struct MHD_Connection *c) {
                "# TYPE cinfer_prefill_tokens_total counter\ncinfer_prefill_tokens_total %lld\n", st.prefill_tokens);
     fprintf(f, "# HELP cinfer_first_token_seconds_total Engine time from a request's submission to its first token, summed.\n"
                "# TYPE cinfer_first_token_seconds_total counter\ncinfer_first_token_seconds_total %.6f\n", st.first_token_seconds);
+    fprintf(f, "# HELP cinfer_queue_seconds_total Time from a request's submission to its admission to a slot, summed.\n"
+               "# TYPE cinfer_queue_seconds_total counter\ncinfer_queue_seconds_total %.6f\n", st.queue_seconds);
+    fprintf(f, "# HELP cinfer_admission_seconds_total Time admitting requests (prefix match, shared rows copied, blocks reserved), summed.\n"
+               "# TYPE cinfer_admission_seconds_total counter\ncinfer_admission_seconds_total %.6f\n", st.admit_seconds);
+    fprintf(f, "# HELP cinfer_admissions_total Requests admitted to a slot.\n"
+               "# TYPE cinfer_admissions_total counter\ncinfer_admissions_total %lld\n", st.admissions);
     fprintf(f, "# HELP cinfer_first_tokens_total Requests that got their first token.\n"
                "# TYPE cinfer_first_tokens_total counter\ncinfer_first_tokens_total %lld\n", st.first_tokens);
     fprintf(f, "# HELP cinfer_prefill_calls_total Prefill calls (a prompt chunk each).\n"

@@ -1210,6 +1210,13 @@ static void test_engine_paged_one_call(void) {
     CHECK(s1.first_tokens - s0.first_tokens == 1 && s1.first_token_seconds - s0.first_token_seconds >= s1.prefill_seconds - s0.prefill_seconds,
           "turn 2: %lld first tokens, %.6f s to them, %.6f s of prefill", s1.first_tokens - s0.first_tokens,
           s1.first_token_seconds - s0.first_token_seconds, s1.prefill_seconds - s0.prefill_seconds);
+    /* the first token's time holds the queue wait, the admission and the prefill (one clock) */
+    const double dq = s1.queue_seconds - s0.queue_seconds, da = s1.admit_seconds - s0.admit_seconds;
+    CHECK(s1.admissions - s0.admissions == 1 && dq >= 0 && da > 0 &&
+              s1.first_token_seconds - s0.first_token_seconds >= dq + da + (s1.prefill_seconds - s0.prefill_seconds) - 1e-9,
+          "turn 2: %lld admissions, queue %.6f s, admission %.6f s, prefill %.6f s, first token %.6f s",
+          s1.admissions - s0.admissions, dq, da, s1.prefill_seconds - s0.prefill_seconds,
+          s1.first_token_seconds - s0.first_token_seconds);
 done:
     if (e) eng_free(e);
     if (e0) eng_free(e0);
