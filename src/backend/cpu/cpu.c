@@ -1029,6 +1029,11 @@ static void cpu_memcpy(ci_backend *be, void *dst, const void *src, size_t bytes)
     if (bytes && dst != src) memcpy(dst, src, bytes);
 }
 
+static void cpu_copy_2d(ci_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height) {
+    for (size_t i = 0; i < height; i++) cpu_memcpy(be, (char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+}
+
 static void cpu_download(ci_backend *be, void *host_dst, const void *src, size_t bytes) {
     cpu_memcpy(be, host_dst, src, bytes);
 }
@@ -1519,6 +1524,7 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     b->base.upload = cpu_upload;
     b->base.download = cpu_download;
     b->base.copy = cpu_memcpy;
+    b->base.copy_2d = cpu_copy_2d;
     b->base.weight = cpu_weight;
     b->base.weight_q = cpu_weight_q;
     b->base.kv_store = cpu_kv_store;

@@ -16,6 +16,7 @@
  * the GEMM); weight_q places their descriptors. */
 #include "cuda_api.h"
 #include "cuda_internal.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,17 @@ static void cb_copy(ci_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_be *cb = CB(be);
     if (cb->failed || !bytes) return;
     CB_CHECK(cb, "copy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream));
+}
+
+static void cb_copy_2d(ci_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                       size_t height) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || !width || !height) return;
+    if (dpitch > INT_MAX || spitch > INT_MAX) {   /* past what cudaMemcpy2D takes: a copy a row */
+        for (size_t i = 0; i < height; i++) cb_copy(be, (char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+        return;
+    }
+    CB_CHECK(cb, "copy 2d", cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, cb->stream));
 }
 
 /* Binary search of the weight table: index of the entry for host, or where it would go. */
@@ -857,6 +869,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->upload = cb_upload;
     be->download = cb_download;
     be->copy = cb_copy;
+    be->copy_2d = cb_copy_2d;
     be->weight = op_weight;
     be->weight_q = cb_weight_q;   /* quant.cu */
     be->weight_stack = op_weight_stack;
