@@ -14,6 +14,7 @@ ts start; nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 for sw in 'CINFER_CUDA_FLASH_H16=3' 'CINFER_CUDA_FLASH_H16=4 CINFER_CUDA_FLASH_SPLIT=0' 'CINFER_CUDA_FLASH_H16=4'; do
   for o in 'cuda attention' 'cuda rope_attend'; do env $sw timeout 60 $T --quick --only "$o" 2>&1 | tail -1 | sed "s/^/ops $sw $o: /"; done
 done
+CINFER_TEST_DEVICE=cuda timeout 90 .gpu/tests/test_paged 2>&1 | grep -E "PASS|FAIL" | sed "s/^/paged (copy_2d): /"
 ts "ops done"
 BD=/tmp/cb; mkdir -p $BD
 [ -d $BD/qwen3-8b-12l ] || timeout 200 $C make-random --config bench/qwen3-8b.config.json --out $BD/qwen3-8b-12l --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1
