@@ -30,6 +30,14 @@
  *  - a thread's loads are issued together: Q's rows in rounds of float4s, a tile's K / V
  *    copies after all of its table reads (one a tile when a block of the table holds whole
  *    tiles): one at a time, each round trip had been the thread's wait.
+ *  - the f16 form (NST > 0, cuda_be.flash_h16; by default from FLASH_H16_ROWS query rows): a
+ *    first kernel (kv_half_kernel) rounds the keys the rows attend to into f16 arrays
+ *    [n_kv][keys][hd] (through the page table when paged), then the tiles are copied as they
+ *    are into NST f16 stages read by ldmatrix: no f32 stage, no per-tile conversion pass, one
+ *    sync a tile, 70 KB of shared memory at head_dim 128 (three blocks an SM). The operands are
+ *    the LDM form's (the same f16 rounding of the same values, the same tiles and order): the
+ *    same bits. ncu (H100, 124 rows after 1372 keys): the attention 44 -> 35 us a layer, but the
+ *    conversion costs 8.5 us, so short chunks after long contexts keep the f32 stage.
  * The key tile is BK = 32 rows (16 at head_dim 256, or by CINFER_CUDA_FLASH_BK=16); a launch's
  * bits depend on its shape (max_keys among it: the segments) and the switches only (paged or
  * not, the same).
@@ -43,7 +51,10 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-enum { FP_SPLIT_MAX = 16 };
+/* FLASH_H16_ROWS: the fewest query rows of a launch that takes the f16 form by default (its
+ * keys' conversion is a pass over them; measured on an H100, bench/RESULTS.md thirty-seventh
+ * session: 1496 fresh rows +6.5%, 344 after 8192 keys level, 124 after 1372 -1.5%) */
+enum { FP_SPLIT_MAX = 16, FLASH_H16_ROWS = 512 };
 
 /* BQ query rows a block (64 or 128; a warp takes 16, so 2 * BQ threads). LDM 0: fragments read
  * from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage (rows of HD floats)
@@ -471,12 +482,14 @@ int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, 
 #define FP_ARGS cb, out, q, k, v, n, pos0, pos, keys, n_heads, n_kv, kv_stride, scale, pg
     const int64_t keys = pos ? (int64_t)max_keys : ((int64_t)pos0 + n < max_keys ? (int64_t)pos0 + n : max_keys);
     const int bq = flash_bq(cb, n, keys, n_heads, n_kv, hd);
-    /* the f16 form (cuda_be.flash_h16: 3 or 4 stages): the keys rounded to f16 once by
-     * kv_half_kernel, then tiles copied as they are into NST f16 stages, no per-tile conversion;
-     * the same f16 operands and order as the LDM form, so the same bits. 64 query rows a block,
-     * head_dim 64 / 128, a scratch of at most 64 MiB, never inside a graph capture. */
+    /* the f16 form (cuda_be.flash_h16: 3 or 4 stages; by default 3 from FLASH_H16_ROWS rows):
+     * the keys rounded to f16 once by kv_half_kernel, then tiles copied as they are into NST f16
+     * stages, no per-tile conversion; the same f16 operands and order as the LDM form, so the
+     * same bits. 64 query rows a block, head_dim 64 / 128, a scratch of at most 64 MiB, never
+     * inside a graph capture. */
     const size_t hbytes = (size_t)keys * n_kv * hd * sizeof(__half);
-    if (cb->flash_h16 && cb->flash_bk == 32 && bq == 64 && (hd == 64 || hd == 128) && !cb->capturing && keys > 0 &&
+    const int h16 = cb->flash_h16 >= 0 ? cb->flash_h16 : n >= FLASH_H16_ROWS ? 3 : 0;
+    if (h16 && cb->flash_ldm && cb->flash_bk == 32 && bq == 64 && (hd == 64 || hd == 128) && !cb->capturing && keys > 0 &&
         2 * hbytes <= ((size_t)64 << 20)) {
         __half *kh = (__half *)cb_scratch_get(cb, &cb->attn_h16, 2 * hbytes), *vh = kh + hbytes / sizeof(__half);
         if (!kh) return 1;
@@ -486,9 +499,9 @@ int cb_attn_flash_pipe(cuda_be *cb, float *out, const float *q, const float *k, 
         cb_launch(cb, kv_half_kernel, dim3((unsigned)blocks), dim3(256), 0, kh, vh, k, v, (int)keys, n_kv, hd, kv_stride, pg,
                   pos, pos0, n);
         if (cb_launched(cb, "attention (keys to f16)")) return 1;
-        if (hd == 64 && cb->flash_h16 == 4) flash_pipe_launch<64, 32, 3, 1, 64, 4>(FP_ARGS, kh, vh);
+        if (hd == 64 && h16 == 4) flash_pipe_launch<64, 32, 3, 1, 64, 4>(FP_ARGS, kh, vh);
         else if (hd == 64) flash_pipe_launch<64, 32, 4, 1, 64, 3>(FP_ARGS, kh, vh);
-        else if (cb->flash_h16 == 4) flash_pipe_launch<128, 32, 2, 1, 64, 4>(FP_ARGS, kh, vh);
+        else if (h16 == 4) flash_pipe_launch<128, 32, 2, 1, 64, 4>(FP_ARGS, kh, vh);
         else flash_pipe_launch<128, 32, 3, 1, 64, 3>(FP_ARGS, kh, vh);
         return 1;
     }

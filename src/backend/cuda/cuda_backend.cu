@@ -802,8 +802,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->flash_bq = cb_env_int("CINFER_CUDA_FLASH_BQ", 0, 0, 128);
     if (cb->flash_bq != 64 && cb->flash_bq != 128) cb->flash_bq = 0;
     cb->flash_segmin = cb_env_int("CINFER_CUDA_FLASH_SEGMIN", 256, 32, 1 << 20);
-    cb->flash_h16 = cb_env_int("CINFER_CUDA_FLASH_H16", 0, 0, 4);
-    if (cb->flash_h16 != 3 && cb->flash_h16 != 4) cb->flash_h16 = 0;
+    cb->flash_h16 = cb_env_int("CINFER_CUDA_FLASH_H16", -1, 0, 4);   /* -1: by the rows (attn_flash.cu) */
+    if (cb->flash_h16 != 0 && cb->flash_h16 != 3 && cb->flash_h16 != 4) cb->flash_h16 = -1;
     cb->ssd_chunk = cb_env_switch("CINFER_CUDA_SSD_CHUNK", CB_SSD_CHUNK);
     cb->dn_chunk = cb_env_int("CINFER_CUDA_DN_CHUNK", 1, 0, 1 << 30);
     if (cb->dn_chunk == 1) cb->dn_chunk = CB_DN_CHUNK;

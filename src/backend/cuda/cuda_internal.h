@@ -101,7 +101,8 @@ struct cuda_be {
     int flash_gqa;           /* a block takes every head of a kv group (fewer positions each) (attn_flash.cu) */
     int flash_bq;            /* CINFER_CUDA_FLASH_BQ=64|128: its query rows a block; 0 (default): 128 on long key walks */
     int flash_segmin;        /* CINFER_CUDA_FLASH_SEGMIN: the fewest keys of a key segment (default 256) */
-    int flash_h16;           /* CINFER_CUDA_FLASH_H16=0|3|4: the keys to f16 once a launch, then 3 / 4 f16 stages (attn_flash.cu) */
+    int flash_h16;           /* CINFER_CUDA_FLASH_H16=0|3|4: the keys to f16 once a launch, then 3 / 4 f16 stages,
+                              * always (3, 4) or never (0); unset (-1): 3 stages from FLASH_H16_ROWS rows (attn_flash.cu) */
     int gemm_streams;        /* a group's 16-bit GEMMs side by side on the side streams (cuda_backend.cu) */
     int gemm_stack;          /* a group's stacked 16-bit weights as one GEMM (gemv.cu cb_gemm16_stack) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
