@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
     static_assert(!NST || LDM, "the f16 form reads its tiles by ldmatrix");
     typedef fp_cfg<HD, BK_, LDM, BQ_, NST> C;
     constexpr int BK = C::BK, LQ = C::LQ, LK = C::LK, LV = C::LV, BQ = C::BQ, NT = C::THREADS;
+    constexpr int NS = NST ? NST : 1;                     /* f16 tile slots: tile t in slot t % NS */
     const int32_t *tb = pg.tab;
     const int lg = pg.blk_log2;
     extern __shared__ __align__(128) unsigned char smraw[];
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
     auto stage16 = [&](int t) {
         constexpr int SN16 = BK * HD / 8 / NT;    /* 16-byte chunks of K (and of V) a thread */
         static_assert(!NST || BK * HD / 8 % NT == 0, "f16 stage chunks");
-        __half *Kd = K16 + (t % (NST ? NST : 1)) * BK * LQ, *Vd = V16 + (t % (NST ? NST : 1)) * BK * LQ;
+        __half *Kd = K16 + (t % NS) * BK * LQ, *Vd = V16 + (t % NS) * BK * LQ;
 #pragma unroll
         for (int u = 0; u < SN16; u++) {
             const int i = tid + u * NT, j = i / (HD / 8), d = (i % (HD / 8)) * 8, key = t * BK + j;
@@ -188,15 +189,14 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     if (NST) {   /* the f16 form: NST - 1 tiles in flight before the first is used */
 #pragma unroll
-        for (int u = 0; u < (NST ? NST - 1 : 0); u++)
+        for (int u = 0; u < NS - 1; u++)
             if (tbeg + u < ntile) stage16(tbeg + u);
             else cb_cp_commit();
     } else if (tbeg < ntile) stage(tbeg);
     for (int t = tbeg; t < ntile; t++) {
         const int j0 = t * BK;
         const float *Ks = st + (t & 1) * C::STAGE, *Vs = Ks + BK * LK;
-        const __half *K16t = K16 + (NST ? t % (NST ? NST : 1) : 0) * BK * LQ;
-        const __half *V16t = V16 + (NST ? t % (NST ? NST : 1) : 0) * BK * LQ;
+        const __half *K16t = K16 + (t % NS) * BK * LQ, *V16t = V16 + (t % NS) * BK * LQ;
         if (NST) {
             cb_cp_wait<NST ? NST - 2 : 0>();              /* tile t is in (one group committed a tile, empty ones past the end) */
             __syncthreads();                              /* every warp sees it, and is done with tile t - 1's slot */
