@@ -232,9 +232,8 @@ typedef struct ci_backend {
     void (*upload)(struct ci_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(struct ci_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(struct ci_backend *be, void *dst, const void *src, size_t bytes);
-    /* Optional: `height` copies of `width` bytes, the i-th from src + i·spitch to dst + i·dpitch
-     * (a block's rows in every layer of a pool region: one call, not one per layer); NULL: the
-     * caller loops over copy. */
+    /* `height` copies of `width` bytes, the i-th from src + i·spitch to dst + i·dpitch, ordered
+     * like copy (a block's rows in every layer of a pool region: one call, not one per layer). */
     void (*copy_2d)(struct ci_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                     size_t height);
     /* Weights: returns the backend's copy of `bytes` bytes of host memory `host` (an mmap'd

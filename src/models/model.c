@@ -353,8 +353,8 @@ int ci_session_truncate(ci_session *s, int tokens) {
 }
 
 /* Copy on write: the first `rows` rows of block `from` into block `to`, every layer of the
- * model's pool (m->pool_rows): a region's layers in one strided copy where the backend has one
- * (a chat turn's shared last block: 2 calls on a device instead of 2 a layer). */
+ * model's pool (m->pool_rows): a region's layers in one strided copy (a chat turn's shared last
+ * block: 2 calls on a device instead of 2 a layer). */
 static void copy_block_rows(const ci_model *m, int from, int to, int rows) {
     for (int i = 0; i < CI_POOL_REGIONS; i++) {
         const struct ci_pool_region *r = &m->pool_rows[i];
@@ -363,11 +363,8 @@ static void copy_block_rows(const ci_model *m, int from, int to, int rows) {
         if (!n || r->layers < 1) continue;
         float *dst = r->buf + (size_t)to * per * rf;
         const float *src = r->buf + (size_t)from * per * rf;
-        const size_t pitch = lrows * rf * sizeof(float), width = n * rf * sizeof(float);
-        if (m->be->copy_2d) m->be->copy_2d(m->be, dst, pitch, src, pitch, width, (size_t)r->layers);
-        else
-            for (int l = 0; l < r->layers; l++)
-                m->be->copy(m->be, (char *)dst + (size_t)l * pitch, (const char *)src + (size_t)l * pitch, width);
+        const size_t pitch = lrows * rf * sizeof(float);
+        m->be->copy_2d(m->be, dst, pitch, src, pitch, n * rf * sizeof(float), (size_t)r->layers);
     }
 }
 
