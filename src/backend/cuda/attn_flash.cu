@@ -11,8 +11,10 @@
  *
  * The math: a block takes 64 or 128 query rows (flash_bq below), a warp 16 of them; per key
  * tile S = Q·Kᵀ by m16n8k16 mma (Q pre-scaled in f16 from shared memory, f32 sums), keys
- * past a row's position masked, the online softmax in registers, P in f16 from S's registers
- * as the A operand of O += P·V; Q·scale, K, V and P rounded to f16 (round-to-nearest), f32 sums. The
+ * past a row's position masked (in the tiles that reach past a warp's shortest row), the
+ * online softmax in registers in base 2 (Q pre-scaled by scale · log2 e, so each exponential is
+ * one ex2 of the SFU; the merged segments' m too), P in f16 from S's registers
+ * as the A operand of O += P·V; Q·scale·log2 e, K, V and P rounded to f16 (round-to-nearest), f32 sums. The
  * forms, each behind a switch for measuring:
  *  - staging: a tile's K and V rows go to shared memory as they are in the cache (f32, one
  *    cp.async of 16 bytes a thread and chunk, all of a tile's copies in flight at once), tile
@@ -55,6 +57,9 @@
  * keys' conversion is a pass over them; measured on an H100, bench/RESULTS.md thirty-seventh
  * session: 1496 fresh rows +6.5%, 344 after 8192 keys level, 124 after 1372 -1.5%) */
 enum { FP_SPLIT_MAX = 16, FLASH_H16_ROWS = 512 };
+/* FP_SLACK: how far (base 2) a row's max may rise above the reference its exponentials are
+ * taken against before the warp moves the references and rescales O and l */
+#define FP_SLACK 8.0f
 
 /* BQ query rows a block (64 or 128; a warp takes 16, so 2 * BQ threads). LDM 0: fragments read
  * from the f32 stage (K rows HD + 8, V rows HD + 4 floats); 1: the stage (rows of HD floats)
@@ -72,6 +77,15 @@ struct fp_cfg {
 __device__ __forceinline__ unsigned fp_h2(float a, float b) {
     __half2 h = __floats2half2_rn(a, b);
     return *(unsigned *)&h;
+}
+
+/* 2^x by the SFU (ex2.approx.ftz: -inf -> +0, results below 2^-126 -> 0). The scores are kept in
+ * base-2 units (Q pre-scaled by scale · log2 e), so each exponential is one subtraction and this
+ * one instruction, where expf took ~10 (its range reduction) */
+__device__ __forceinline__ float fp_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 template <int HD, int BK_, int MINB, int LDM, int BQ_, int NST = 0>
@@ -101,6 +115,7 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
     /* Q·scale in f16: rounds of QR float4 loads a thread, all issued before their conversions
      * (one at a time, each load's round trip was the thread's wait) */
     constexpr int QN = BQ * HD / 4 / NT, QR = QN < 8 ? QN : 8;
+    const float qs = scale * 1.4426950408889634f;        /* scale · log2 e: scores in base 2 */
     static_assert(QN % QR == 0, "Q staging rounds");
 #pragma unroll
     for (int u0 = 0; u0 < QN; u0 += QR) {
@@ -114,8 +129,8 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
 #pragma unroll
         for (int u = 0; u < QR; u++) {
             const int i = tid + (u0 + u) * NT, r = i / (HD / 4), d = (i % (HD / 4)) * 4;
-            *(uint2 *)(Qs + r * LQ + d) = make_uint2(fp_h2(qv[u].x * scale, qv[u].y * scale),
-                                                     fp_h2(qv[u].z * scale, qv[u].w * scale));
+            *(uint2 *)(Qs + r * LQ + d) = make_uint2(fp_h2(qv[u].x * qs, qv[u].y * qs),
+                                                     fp_h2(qv[u].z * qs, qv[u].w * qs));
         }
     }
     if (tid < BQ) lens[tid] = tid % P < nq ? row_pos(pos, pos0, t0 + tid % P) + 1 : 0;
@@ -128,10 +143,11 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
         Lmax = x > Lmax ? x : Lmax;
     }
     const int r0 = warp * 16 + gq, r1 = r0 + 8, L0 = lens[r0], L1 = lens[r1];
-    int wl = L0 > L1 ? L0 : L1;                           /* the warp's longest row */
+    int wl = L0 > L1 ? L0 : L1, ws = L0 < L1 ? L0 : L1; /* the warp's longest and shortest rows */
     for (int o = 16; o >= 4; o >>= 1) {
-        const int x = __shfl_xor_sync(0xffffffffu, wl, o);
+        const int x = __shfl_xor_sync(0xffffffffu, wl, o), y = __shfl_xor_sync(0xffffffffu, ws, o);
         wl = x > wl ? x : wl;
+        ws = y < ws ? y : ws;
     }
     const float *kb = kc + (int64_t)g * HD, *vb = vc + (int64_t)g * HD;
     /* the f16 form: group g's keys as kv_half_kernel wrote them, [hkeys][HD] each */
@@ -254,46 +270,61 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
                     cb_mma_f16(s_[nt], a0, a1, a2, a3, fp_h2(x.x, x.y), fp_h2(y.x, y.y));
                 }
             }
-            /* mask, the rows' new maxima (a row's 4 lanes: lanes 4gq .. 4gq + 3) */
+            /* mask (only where the tile reaches past the warp's shortest row), the rows' new
+             * maxima (a row's 4 lanes: lanes 4gq .. 4gq + 3) */
+            if (j0 + BK > ws)
+#pragma unroll
+                for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int key = j0 + nt * 8 + 2 * tq + e;
+                        if (key >= L0) s_[nt][e] = -INFINITY;
+                        if (key >= L1) s_[nt][2 + e] = -INFINITY;
+                    }
             float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-            for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = j0 + nt * 8 + 2 * tq + e;
-                    if (key >= L0) s_[nt][e] = -INFINITY;
-                    if (key >= L1) s_[nt][2 + e] = -INFINITY;
-                    mx0 = fmaxf(mx0, s_[nt][e]);
-                    mx1 = fmaxf(mx1, s_[nt][2 + e]);
-                }
+            for (int nt = 0; nt < BK / 8; nt++) {
+                mx0 = fmaxf(mx0, fmaxf(s_[nt][0], s_[nt][1]));
+                mx1 = fmaxf(mx1, fmaxf(s_[nt][2], s_[nt][3]));
+            }
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-            const float al0 = m0 == -INFINITY ? 0.0f : expf(m0 - mn0), al1 = m1 == -INFINITY ? 0.0f : expf(m1 - mn1);
-            m0 = mn0;
-            m1 = mn1;
+            /* Each row's exponentials are taken against a reference m (m0 / m1), moved up to the
+             * row's running max only when some row of the warp has gained more than FP_SLACK over
+             * its reference (so P <= 2^FP_SLACK, exact in f16's range), which after the first tiles
+             * is seldom: O and l are rescaled then, not every tile. O / l and the merged segments
+             * use the same reference, so the result is the softmax's whatever it is. A row with no
+             * key yet (m = -inf) takes 0: its exponentials are 2^-inf = 0, and so is the factor. */
+            if (__any_sync(0xffffffffu, mx0 > m0 + FP_SLACK || mx1 > m1 + FP_SLACK)) {
+                const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+                const float al0 = fp_ex2(m0 - (mn0 == -INFINITY ? 0.0f : mn0));
+                const float al1 = fp_ex2(m1 - (mn1 == -INFINITY ? 0.0f : mn1));
+                m0 = mn0;
+                m1 = mn1;
+                l0 *= al0;
+                l1 *= al1;
+#pragma unroll
+                for (int d = 0; d < HD / 8; d++) {
+                    o_[d][0] *= al0; o_[d][1] *= al0;
+                    o_[d][2] *= al1; o_[d][3] *= al1;
+                }
+            }
+            const float ms0 = m0 == -INFINITY ? 0.0f : m0, ms1 = m1 == -INFINITY ? 0.0f : m1;
             float ls0 = 0.0f, ls1 = 0.0f;
             unsigned pa[BK / 8][2];                       /* P in f16 pairs: [n-tile][row g / g + 8] */
 #pragma unroll
             for (int nt = 0; nt < BK / 8; nt++) {
-                const float p0 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][0] - mn0);
-                const float p1 = mn0 == -INFINITY ? 0.0f : expf(s_[nt][1] - mn0);
-                const float p2 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][2] - mn1);
-                const float p3 = mn1 == -INFINITY ? 0.0f : expf(s_[nt][3] - mn1);
+                const float p0 = fp_ex2(s_[nt][0] - ms0), p1 = fp_ex2(s_[nt][1] - ms0);
+                const float p2 = fp_ex2(s_[nt][2] - ms1), p3 = fp_ex2(s_[nt][3] - ms1);
                 ls0 += p0 + p1;
                 ls1 += p2 + p3;
                 pa[nt][0] = fp_h2(p0, p1);
                 pa[nt][1] = fp_h2(p2, p3);
             }
-            l0 = l0 * al0 + ls0;
-            l1 = l1 * al1 + ls1;
-#pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                o_[d][0] *= al0; o_[d][1] *= al0;
-                o_[d][2] *= al1; o_[d][3] *= al1;
-            }
+            l0 += ls0;
+            l1 += ls1;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++) {
                 const unsigned a0 = pa[2 * kk][0], a1 = pa[2 * kk][1], a2 = pa[2 * kk + 1][0], a3 = pa[2 * kk + 1][1];
@@ -330,35 +361,31 @@ __global__ void __launch_bounds__(2 * BQ_, MINB) attn_flash_pipe_kernel(float *o
         float *y0 = po + ((int64_t)(r0 % P) * n_heads + hb + r0 / P) * (HD + 2);
         float *y1 = po + ((int64_t)(r1 % P) * n_heads + hb + r1 / P) * (HD + 2);
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
+        for (int d = 0; d < HD / 8; d++) {                /* a row's 4 lanes: 32 bytes, one sector */
             const int col = d * 8 + 2 * tq;
-            if (r0 % P < nq) { y0[col] = o_[d][0]; y0[col + 1] = o_[d][1]; }
-            if (r1 % P < nq) { y1[col] = o_[d][2]; y1[col + 1] = o_[d][3]; }
+            if (r0 % P < nq) *(float2 *)(y0 + col) = make_float2(o_[d][0], o_[d][1]);
+            if (r1 % P < nq) *(float2 *)(y1 + col) = make_float2(o_[d][2], o_[d][3]);
         }
-        if (tq == 0 && r0 % P < nq) { y0[HD] = m0; y0[HD + 1] = l0; }
-        if (tq == 0 && r1 % P < nq) { y1[HD] = m1; y1[HD + 1] = l1; }
+        if (tq == 0 && r0 % P < nq) *(float2 *)(y0 + HD) = make_float2(m0, l0);
+        if (tq == 0 && r1 % P < nq) *(float2 *)(y1 + HD) = make_float2(m1, l1);
         return;
     }
     const float i0 = 1.0f / l0, i1 = 1.0f / l1;
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) {
         const int col = d * 8 + 2 * tq;
-        if (r0 % P < nq) {
-            float *y = out + ((int64_t)(t0 + r0 % P) * n_heads + hb + r0 / P) * HD + col;
-            y[0] = o_[d][0] * i0;
-            y[1] = o_[d][1] * i0;
-        }
-        if (r1 % P < nq) {
-            float *y = out + ((int64_t)(t0 + r1 % P) * n_heads + hb + r1 / P) * HD + col;
-            y[0] = o_[d][2] * i1;
-            y[1] = o_[d][3] * i1;
-        }
+        if (r0 % P < nq)
+            *(float2 *)(out + ((int64_t)(t0 + r0 % P) * n_heads + hb + r0 / P) * HD + col) =
+                make_float2(o_[d][0] * i0, o_[d][1] * i0);
+        if (r1 % P < nq)
+            *(float2 *)(out + ((int64_t)(t0 + r1 % P) * n_heads + hb + r1 / P) * HD + col) =
+                make_float2(o_[d][2] * i1, o_[d][3] * i1);
     }
 }
 
 /* Merges the S key segments of a split launch: a warp per (row, head), segments in order (fixed
  * order, the same bits every run); a segment whose keys are all past the row (m = -inf) adds
- * nothing. part: [S][n][n_heads][hd + 2] (O unnormalized, then m, l). */
+ * nothing. part: [S][n][n_heads][hd + 2] (O unnormalized, then m in base 2, l). */
 __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_heads, int hd, int S) {
     pdl_enter();
     const int w = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -371,7 +398,7 @@ __global__ void fp_combine_kernel(float *out, const float *part, int n, int n_he
     for (int s = 0; s < S; s++) {
         const float *ps = p + s * seg_stride, m = ps[hd];
         if (m == -INFINITY) continue;
-        const float e = expf(m - M);
+        const float e = exp2f(m - M);             /* m, M in base 2 (the scores' units) */
         L += e * ps[hd + 1];
 #pragma unroll
         for (int i = 0; i < 8; i++)
