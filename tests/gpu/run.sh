@@ -10,7 +10,8 @@
 #   device      nvidia-smi -L, the staged MANIFEST, the machine's glibc
 #   ops         .gpu/tests/test_cuda_ops: every CUDA op against the CPU backend
 #   ops-alt     the same (--quick) with every CUDA switch of cuda_internal.h away from its default
-#   ops-flash   the attention ops (--quick) on the prefill kernels the defaults do not take
+#   ops-flash   the attention ops (--quick) on the prefill kernels the defaults do not take, and
+#               decode's qk_rope_store as its own launch (CINFER_CUDA_ROPE_FUSE=0)
 #   batch       .gpu/tests/test_batch_argmax with CINFER_TEST_DEVICE=cuda: batched decode rows =
 #               each row alone, on the device; .gpu/tests/test_paged: a shared block pool there
 #               (every paged family, the hybrids' states restored, copy on write, batch steps
@@ -119,7 +120,7 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
 step ops-flash 150 ops_flash.log bash -c "
   for sw in 'CINFER_CUDA_FLASH_SPLIT=0 CINFER_CUDA_FLASH_BK=16 CINFER_CUDA_FLASH_GQA=0' 'CINFER_CUDA_FLASH_LDM=0' \
             'CINFER_CUDA_FLASH_BQ=64' 'CINFER_CUDA_FLASH_BQ=128 CINFER_CUDA_FLASH_SEGMIN=64 CINFER_CUDA_FLASH_LDM=0' \
-            'CINFER_CUDA_FLASH_H16=3' 'CINFER_CUDA_FLASH_H16=4 CINFER_CUDA_FLASH_SPLIT=0'; do
+            'CINFER_CUDA_FLASH_H16=3' 'CINFER_CUDA_FLASH_H16=4 CINFER_CUDA_FLASH_SPLIT=0' 'CINFER_CUDA_ROPE_FUSE=0'; do
     for o in 'cuda attention' 'cuda rope_attend'; do env \$sw .gpu/tests/test_cuda_ops --quick --only \"\$o\" || exit 1; done
   done"
 

@@ -322,10 +322,24 @@ __host__ __device__ constexpr int d2_qfloats(int GM, int hd) {
 /* keys per warp and step (registers: 2 U E for the rows, GM E for the sums) and blocks per SM */
 __host__ __device__ constexpr int d2_keys(int E, int GM) { return E == 8 ? 2 : GM >= 8 ? 4 : 8; }
 __host__ __device__ constexpr int d2_bps(int E, int GM) { return E * GM >= 64 ? 1 : 2; }
+/* qk_rope_store's work taken by the decode kernel (rope_attend's one-row steps: d2_fuse.k set).
+ * The kernel then reads q as projected and norms / rotates its group's heads itself (each block
+ * of the row, a warp a head, hnr_finish: qk_rope_store's arithmetic, the same bits), and the block
+ * whose chunk holds the row's last key (its own new one) makes that key's row from k (normed,
+ * rotated) and v, writes both into the cache row and syncs before reading its keys: no other
+ * block reads that row. One launch fewer a layer and step. Only where every row's new key is the
+ * only one it reads that is not in the cache yet: one row, or rows each in its own cache (a
+ * table, per-row pages). */
+struct d2_fuse {
+    const float *k, *v;                 /* [n, n_kv, hd] as projected; k NULL: not fused */
+    const float *q_norm, *k_norm, *inv_freq;
+    float eps, mscale;
+    int rot_dim, style;
+};
 template <int VW, int NI, int GM>
 __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_kernel(
     float *part, const float *q, const float *kc, const float *vc, const int32_t *pos, int pos0, int n_heads, int n_kv,
-    int hd, int kv_stride, float scale, int n_chunks, int nc, float *const *kv_tab, ci_pages pg) {
+    int hd, int kv_stride, float scale, int n_chunks, int nc, float *const *kv_tab, ci_pages pg, d2_fuse fz) {
     constexpr int E = VW * NI;                       /* floats of a row per lane */
     constexpr int U = d2_keys(E, GM);               /* keys per warp and step */
     constexpr int HPB = 32 / U < GM ? 32 / U : GM;   /* heads per butterfly */
@@ -365,10 +379,39 @@ __global__ void __launch_bounds__(D2_THREADS, d2_bps(VW * NI, GM)) attn_decode2_
             d2_row<VW, NI>(vr[u], vb + row, lane, hd, ok);
         }
     };
-    if (warp * U < nj) load_rows(warp * U);        /* the first step's rows in flight through the query fill */
     const float *qrow = q + ((int64_t)t * n_heads + (int64_t)g * G) * hd;
-    for (int i = threadIdx.x; i < GM * hd; i += D2_THREADS) qs[i] = i < G * hd ? qrow[i] * scale : 0.0f;
-    __syncthreads();
+    if (!fz.k) {
+        if (warp * U < nj) load_rows(warp * U);    /* the first step's rows in flight through the query fill */
+        for (int i = threadIdx.x; i < GM * hd; i += D2_THREADS) qs[i] = i < G * hd ? qrow[i] * scale : 0.0f;
+        __syncthreads();
+    } else {   /* d2_fuse: the queries normed and rotated here; the last chunk's block stores the new key */
+        const bool last = j0 + nj == L;
+        if (!last && warp * U < nj) load_rows(warp * U);
+        const int half = fz.rot_dim / 2;
+        float *cs = lw + D2_WARPS * GM, *sn = cs + half, *row = sn + half + warp * hd;
+        float vals[8];
+        if (warp < G) hnr_load(vals, qrow + (int64_t)warp * hd, hd, lane, true);
+        rope_table(cs, sn, (float)(L - 1), fz.inv_freq, half, fz.mscale);
+        for (int i = G * hd + threadIdx.x; i < GM * hd; i += D2_THREADS) qs[i] = 0.0f;
+        __syncthreads();
+        for (int h = warp; h < G; h += D2_WARPS) {
+            if (h != warp) hnr_load(vals, qrow + (int64_t)h * hd, hd, lane, true);
+            float *qd = qs + h * hd;
+            hnr_finish(vals, qrow + (int64_t)h * hd, row, hd, fz.q_norm, fz.eps, fz.rot_dim, cs, sn, fz.style, lane,
+                       [&](int i, float o) { qd[i] = o * scale; });
+        }
+        if (last && warp == D2_WARPS - 1) {       /* the row's new key and value into the cache */
+            const int64_t r = pg_row(tb, lg, L - 1) * kv_stride + (int64_t)g * hd;
+            const float *kr0 = fz.k + ((int64_t)t * n_kv + g) * hd, *vr0 = fz.v + ((int64_t)t * n_kv + g) * hd;
+            float *kd = (float *)kc + r;
+            hnr_load(vals, kr0, hd, lane, true);
+            hnr_finish(vals, kr0, row, hd, fz.k_norm, fz.eps, fz.rot_dim, cs, sn, fz.style, lane,
+                       [&](int i, float o) { kd[i] = o; });
+            for (int i = lane; i < hd; i += 32) ((float *)vc)[r + i] = vr0[i];
+        }
+        __syncthreads();                          /* the queries, and the new key for the block's loads */
+        if (last && warp * U < nj) load_rows(warp * U);
+    }
     float acc[GM][E], mr[NB], lr[NB];
 #pragma unroll
     for (int h = 0; h < GM; h++)
@@ -783,9 +826,11 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
     cb_launched(cb, "attention (flash)");
 }
 
-void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
-                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                  float *const *kv_tab, const ci_pages *pages) {
+/* cb_attention's body; fz.k set (cb_rope_attend_fused, which checked that the decode2 kernel takes
+ * the call): that kernel does qk_rope_store's work too */
+static void attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                      const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                      float *const *kv_tab, const ci_pages *pages, const d2_fuse &fz) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
     const ci_pages pg = cb_pages(pages);
     const int G = n_heads / n_kv;
@@ -802,6 +847,10 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         const int al4 = hd % 4 == 0 && hd <= 256 && kv_stride % 4 == 0 &&
                         (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
         const int dec2 = cb->attn_decode2 && al4;
+        if (fz.k && !dec2) {   /* cb_rope_attend_fused checks what this kernel takes */
+            cb_fail_msg(cb, "attention (decode, rope fused): not the decode2 kernel's call");
+            return;
+        }
         const int vec = !dec2 && al4 && G <= VGROUP;
         /* decode2: at most nc chunks of a row, about a wave of blocks for one row (its bits
          * depend on its length and nc, not on max_keys or the batch) */
@@ -820,7 +869,7 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         dim3 grid(n_kv, n_chunks, n);
         if (dec2) {
             typedef void (*d2_fn)(float *, const float *, const float *, const float *, const int32_t *, int, int, int,
-                                  int, int, float, int, int, float *const *, ci_pages);
+                                  int, int, float, int, int, float *const *, ci_pages, d2_fuse);
             static const d2_fn fns[3][5] = {
                 { attn_decode2_kernel<2, 1, 1>, attn_decode2_kernel<2, 1, 2>, attn_decode2_kernel<2, 1, 4>,
                   attn_decode2_kernel<2, 1, 8>, attn_decode2_kernel<2, 1, 16> },
@@ -829,10 +878,17 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
                 { attn_decode2_kernel<4, 2, 1>, attn_decode2_kernel<4, 2, 2>, attn_decode2_kernel<4, 2, 4>,
                   attn_decode2_kernel<4, 2, 8>, attn_decode2_kernel<4, 2, 16> } };
             const int GM = 1 << d2_lgm, U = d2_keys(d2_e, GM);
-            const size_t smem = ((size_t)d2_qfloats(GM, hd) + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM) *
-                                sizeof(float);
+            const size_t smem = ((size_t)d2_qfloats(GM, hd) + (size_t)D2_WARPS * (U * GM + GM) + 2 * (size_t)D2_WARPS * GM +
+                                 (fz.k ? (size_t)(fz.rot_dim / 2) * 2 + (size_t)D2_WARPS * hd : 0)) * sizeof(float);
+            if (fz.k) {   /* the rotary table and a row a warp: past the default 48 KB at group 16 */
+                static int set[3][5];
+                if (!cb_smem_ok(cb, fns[d2_kind][d2_lgm], smem, &set[d2_kind][d2_lgm])) {
+                    cb_fail_msg(cb, "attention (decode, rope fused): shared memory");
+                    return;
+                }
+            }
             cb_launch(cb, fns[d2_kind][d2_lgm], dim3(grid), dim3(D2_THREADS), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
-                      kv_stride, scale, n_chunks, nc, kv_tab, pg);
+                      kv_stride, scale, n_chunks, nc, kv_tab, pg, fz);
         } else if (vec) {
             size_t smem = ((size_t)G * hd + (size_t)G * VCHUNK + (size_t)((2 * G + 3) & ~3) + 4 * (size_t)G * hd) * sizeof(float);
             cb_launch(cb, attn_split_vec_kernel, dim3(grid), dim3(128), smem, part, q, k, v, pos, pos0, n_heads, n_kv, hd,
@@ -864,6 +920,10 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
         cb_launched(cb, "attention (combine)");
         return;
     }
+    if (fz.k) {
+        cb_fail_msg(cb, "attention (rope fused): not a decode call");
+        return;
+    }
     /* tensor cores when the rows are 16-byte aligned for the float4 tile loads */
     int al = (kv_stride % 4) == 0 && ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
     if (al && ((uintptr_t)q & 15) == 0 && cb->flash2 &&   /* and q's, for its float4 loads */
@@ -882,5 +942,30 @@ void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const
     cb_launch(cb, attn_prefill_kernel, dim3(grid), dim3(PF_THREADS), smem, out, q, k, v, pos, pos0, n, n_heads, n_kv, hd,
                                                                 kv_stride, scale, pg);
     cb_launched(cb, "attention (prefill)");
+}
+
+void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
+                  const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                  float *const *kv_tab, const ci_pages *pages) {
+    const d2_fuse none = {};
+    attention(cb, out, q, k, v, n, pos0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab, pages, none);
+}
+
+int cb_rope_attend_fused(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int n_heads,
+                         int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                         const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                         float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
+                         float scale) {
+    const ci_pages pg = cb_pages(pages);
+    /* the decode2 kernel's call (cb_attention's choice), with every row's new key the only one
+     * it reads that is not in the cache yet */
+    if (!cb->rope_fuse || !cb->attn_decode2 || n <= 0 || !pos || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv ||
+        n_heads / n_kv > MAX_GROUP || hd > 256 || hd % 4 || kv_stride % 4 || max_keys <= 0 || rot_dim < 0 ||
+        rot_dim > hd || rot_dim % 2 || !(n <= SPLIT_MAX_N || kv_tab || pg.per_row) || !(n == 1 || kv_tab || pg.per_row) ||
+        ((uintptr_t)q & 15) || (!kv_tab && (((uintptr_t)kc & 15) || ((uintptr_t)vc & 15))))
+        return 0;
+    const d2_fuse fz = { k, v, q_norm, k_norm, inv_freq, eps, mscale, rot_dim, (int)style };
+    attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab, pages, fz);
+    return 1;
 }
 

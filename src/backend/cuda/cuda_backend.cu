@@ -502,6 +502,9 @@ static void op_rope_attend(ci_backend *be, float *out, float *q, float *k, const
         return;
     }
     /* pages: both write and read each position at its row through the table (ops.cu, attn.cu) */
+    if (cb_rope_attend_fused(cb, out, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
+                             style, kc, vc, kv_tab, pages, kv_stride, max_keys, scale))
+        return;
     cb_qk_rope_store(cb, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale, style,
                      kc, vc, kv_stride, kv_tab, pages);
     if (!cb->failed)
@@ -792,6 +795,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
+    cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);

@@ -84,7 +84,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -106,6 +106,7 @@ struct cuda_be {
     int gemm_streams;        /* a group's 16-bit GEMMs side by side on the side streams (cuda_backend.cu) */
     int gemm_stack;          /* a group's stacked 16-bit weights as one GEMM (gemv.cu cb_gemm16_stack) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
+    int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
@@ -258,6 +259,16 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 1,661 at 1k; Qwen3.5-35B-A3B dims 1,558 vs 1,294 at 32k, 1,707 vs 1,700 at 1k. */
 #define CB_ATTN_DECODE2 1 /* default of cuda_be.attn_decode2 (CINFER_CUDA_ATTN_DECODE2) */
 #endif
+#ifndef CB_ROPE_FUSE
+/* rope_attend's decode steps (one row, or rows each in its own cache) in one launch: the decode2
+ * kernel norms and rotates the queries and stores the new key and value itself
+ * (cb_rope_attend_fused, attn.cu d2_fuse) instead of qk_rope_store's launch before it; the same
+ * bits (one arithmetic, hnr_finish: `cinfer logits --step` of five fixtures cmp-identical). H100,
+ * 2026-12-06, decode after 512, alternating, 2 rounds: Qwen3-8B dims 12 layers 437.8 / 438.3 ->
+ * 447.5 / 447.8 tok/s, Qwen3-30B-A3B dims 12 layers 841.6 / 842.0 -> 851.1 / 852.7 (after 4096
+ * 775.5 -> 785.9). */
+#define CB_ROPE_FUSE 1    /* default of cuda_be.rope_fuse (CINFER_CUDA_ROPE_FUSE) */
+#endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
  * registers, queries broadcast from shared memory) instead of a warp per key with a 5-step
@@ -305,6 +316,69 @@ __device__ __forceinline__ void cb_cp_wait() { asm volatile("cp.async.wait_group
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* Rotary tables of position p: cs[i] = cos(p · inv_freq[i]) · mscale, sn the sines, i < half,
+ * in double (the CPU's), a thread per entry (ops.cu's rope kernels, qk_rope_store, the decode
+ * attention that takes qk_rope_store's work, attn.cu). */
+__device__ __forceinline__ void rope_table(float *cs, float *sn, float p, const float *inv_freq, int half, float mscale) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double a = (double)(p * inv_freq[i]);
+        double c, s;
+        sincos(a, &s, &c);
+        cs[i] = (float)(c * mscale);
+        sn[i] = (float)(s * mscale);
+    }
+}
+
+/* One head's row as qk_rope_store makes it, by one warp: RMS-normed with w (when w is given),
+ * then rotated over its first rot_dim dimensions (NEOX halves or interleaved pairs) by the
+ * table cs / sn; put(i, value) for every dimension i. hnr_load first (the row's values, up to 8
+ * a lane, lane + 32 j: all loads in flight before the caller's other work), then hnr_finish
+ * (row: the warp's hd floats of shared memory). One arithmetic for every caller: the same bits. */
+__device__ __forceinline__ void hnr_load(float (&vals)[8], const float *src, int hd, int lane, bool live) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) vals[j] = live && lane + 32 * j < hd ? src[lane + 32 * j] : 0.0f;
+}
+template <class F>
+__device__ __forceinline__ void hnr_finish(const float (&vals)[8], const float *src, float *row, int hd, const float *w,
+                                           float eps, int rot_dim, const float *cs, const float *sn, int style,
+                                           int lane, F put) {
+    const int half = rot_dim / 2;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) s = fmaf(vals[j], vals[j], s);
+    for (int i = lane + 256; i < hd; i += 32) { float a = src[i]; s = fmaf(a, a, s); } /* hd > 256 */
+    float sc = 1.0f;
+    if (w) {
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (lane + 32 * j < hd) row[lane + 32 * j] = w ? vals[j] * sc * w[lane + 32 * j] : vals[j];
+    for (int i = lane + 256; i < hd; i += 32) row[i] = w ? src[i] * sc * w[i] : src[i];
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) {
+        float o;
+        if (i < rot_dim) {
+            int pi, partner;
+            float sign;
+            if (style == CI_ROPE_NEOX) {
+                pi = i < half ? i : i - half;
+                partner = i < half ? i + half : i - half;
+                sign = i < half ? -1.0f : 1.0f;
+            } else {
+                pi = i >> 1;
+                partner = i ^ 1;
+                sign = (i & 1) ? 1.0f : -1.0f;
+            }
+            /* a' = a co - b si (first of the pair), b' = b co + a si (second) */
+            o = row[i] * cs[pi] + sign * row[partner] * sn[pi];
+        } else o = row[i];
+        put(i, o);
+    }
+    __syncwarp();   /* row is free again */
 }
 
 /* Paged KV caches (backend.h ci_pages; rope_attend): kernels take the pages by value, tab
@@ -453,6 +527,14 @@ void cb_convert(cuda_be *cb, void *dst, const float *src, int64_t count, int to_
  * kv_tab[2t + 1], always through the split-K kernels. pages (host struct, tables in device
  * memory; NULL: not paged): key position j is read at row pg_row(table of row t, j) of the
  * cache(s); per_row tables take the split-K kernels too (each row its own table). */
+/* rope_attend in one launch where attn_decode2_kernel takes the call and every row's new key is the
+ * only one it reads that is not yet in the cache (cuda_be.rope_fuse; attn.cu d2_fuse): 1 done, 0
+ * nothing launched (the caller runs qk_rope_store and cb_attention) */
+int cb_rope_attend_fused(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int n_heads,
+                         int n_kv, int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
+                         const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style, float *kc,
+                         float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
+                         float scale);
 void cb_attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                   const int32_t *pos, int max_keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                   float *const *kv_tab, const ci_pages *pages);

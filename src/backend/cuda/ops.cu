@@ -84,16 +84,6 @@ void cb_rmsnorm_16(cuda_be *cb, float *out, void *h, int to_bf16, const float *x
 }
 
 /* cos / sin of token t into cs / sn [half] (shared), as the CPU computes them. */
-__device__ void rope_table(float *cs, float *sn, float p, const float *inv_freq, int half, float mscale) {
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double a = (double)(p * inv_freq[i]);
-        double c, s;
-        sincos(a, &s, &c);
-        cs[i] = (float)(c * mscale);
-        sn[i] = (float)(s * mscale);
-    }
-}
-
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
                             const float *inv_freq, float mscale, int style) {
     pdl_enter();
@@ -223,49 +213,17 @@ __global__ void qk_rope_store_kernel(float *q, float *k, const float *v, int n_h
     float *src = isk ? k + ((int64_t)t * n_kv + (h - n_heads)) * hd : q + ((int64_t)t * n_heads + h) * hd;
     /* the head's values first (up to 8 per lane, all loads in flight), then the table */
     float vals[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) vals[j] = live && lane + 32 * j < hd ? src[lane + 32 * j] : 0.0f;
+    hnr_load(vals, src, hd, lane, live);
     int p = pos[t];
     const int64_t prow = pg_row(pg_table(pg, t), pg.blk_log2, p);   /* the cache row */
     rope_table(cs, sn, (float)p, inv_freq, half, mscale);
     __syncthreads();
     if (live) {
-        const float *nw_ = isk ? k_norm : q_norm;
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) s = fmaf(vals[j], vals[j], s);
-        for (int i = lane + 256; i < hd; i += 32) { float a = src[i]; s = fmaf(a, a, s); } /* hd > 256 */
-        float sc = 1.0f;
-        if (nw_) {
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            sc = (float)(1.0 / sqrt((double)s / (double)hd + (double)eps));
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (lane + 32 * j < hd) row[lane + 32 * j] = nw_ ? vals[j] * sc * nw_[lane + 32 * j] : vals[j];
-        for (int i = lane + 256; i < hd; i += 32) row[i] = nw_ ? src[i] * sc * nw_[i] : src[i];
-        __syncwarp();
         float *dst2 = isk ? kc + prow * kv_stride + (int64_t)(h - n_heads) * hd : NULL;
-        for (int i = lane; i < hd; i += 32) {
-            float o;
-            if (i < rot_dim) {
-                int pi, partner;
-                float sign;
-                if (style == CI_ROPE_NEOX) {
-                    pi = i < half ? i : i - half;
-                    partner = i < half ? i + half : i - half;
-                    sign = i < half ? -1.0f : 1.0f;
-                } else {
-                    pi = i >> 1;
-                    partner = i ^ 1;
-                    sign = (i & 1) ? 1.0f : -1.0f;
-                }
-                /* a' = a co - b si (first of the pair), b' = b co + a si (second) */
-                o = row[i] * cs[pi] + sign * row[partner] * sn[pi];
-            } else o = row[i];
+        hnr_finish(vals, src, row, hd, isk ? k_norm : q_norm, eps, rot_dim, cs, sn, style, lane, [&](int i, float o) {
             src[i] = o;
             if (dst2) dst2[i] = o;
-        }
+        });
     }
     if (blockIdx.y) return;
     const float *vr = v + (int64_t)t * n_kv * hd;
