@@ -826,6 +826,18 @@ static void flash_launch(cuda_be *cb, float *out, const float *q, const float *k
     cb_launched(cb, "attention (flash)");
 }
 
+/* Which kernel family takes a call (attention below, and cb_rope_attend_fused asking before it
+ * fuses): the split-K kernels for few rows and every batch step with per-row tables; among them
+ * attn_decode2_kernel (with cuda_be.attn_decode2) when the rows are 16-byte aligned (a table's
+ * pointers are buffer addresses plus multiples of 4 floats, backend.h). */
+static bool split_call(int n, float *const *kv_tab, const ci_pages &pg) {
+    return n <= SPLIT_MAX_N || kv_tab || pg.per_row;
+}
+static bool aligned4(const float *q, const float *k, const float *v, int hd, int kv_stride, float *const *kv_tab) {
+    return hd % 4 == 0 && hd <= 256 && kv_stride % 4 == 0 &&
+           (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
+}
+
 /* cb_attention's body; fz.k set (cb_rope_attend_fused, which checked that the decode2 kernel takes
  * the call): that kernel does qk_rope_store's work too */
 static void attention(cuda_be *cb, float *out, const float *q, const float *k, const float *v, int n, int pos0,
@@ -842,10 +854,8 @@ static void attention(cuda_be *cb, float *out, const float *q, const float *k, c
         }
         return;
     }
-    if (n <= SPLIT_MAX_N || kv_tab || pg.per_row) {   /* per-row tables: a batch step too */
-        /* a table's pointers are buffer addresses plus multiples of 4 floats (backend.h) */
-        const int al4 = hd % 4 == 0 && hd <= 256 && kv_stride % 4 == 0 &&
-                        (kv_tab || (((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0)) && ((uintptr_t)q & 15) == 0;
+    if (split_call(n, kv_tab, pg)) {
+        const int al4 = aligned4(q, k, v, hd, kv_stride, kv_tab);
         const int dec2 = cb->attn_decode2 && al4;
         if (fz.k && !dec2) {   /* cb_rope_attend_fused checks what this kernel takes */
             cb_fail_msg(cb, "attention (decode, rope fused): not the decode2 kernel's call");
@@ -957,12 +967,12 @@ int cb_rope_attend_fused(cuda_be *cb, float *out, const float *q, const float *k
                          float *vc, float *const *kv_tab, const ci_pages *pages, int kv_stride, int max_keys,
                          float scale) {
     const ci_pages pg = cb_pages(pages);
-    /* the decode2 kernel's call (cb_attention's choice), with every row's new key the only one
-     * it reads that is not in the cache yet */
-    if (!cb->rope_fuse || !cb->attn_decode2 || n <= 0 || !pos || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv ||
-        n_heads / n_kv > MAX_GROUP || hd > 256 || hd % 4 || kv_stride % 4 || max_keys <= 0 || rot_dim < 0 ||
-        rot_dim > hd || rot_dim % 2 || !(n <= SPLIT_MAX_N || kv_tab || pg.per_row) || !(n == 1 || kv_tab || pg.per_row) ||
-        ((uintptr_t)q & 15) || (!kv_tab && (((uintptr_t)kc & 15) || ((uintptr_t)vc & 15))))
+    /* the decode2 kernel's call (attention's choice), with every row's new key the only one it
+     * reads that is not in the cache yet; shapes attention refuses stay with the unfused path,
+     * which reports them */
+    if (!cb->rope_fuse || !cb->attn_decode2 || !split_call(n, kv_tab, pg) || !aligned4(q, kc, vc, hd, kv_stride, kv_tab) ||
+        !(n == 1 || kv_tab || pg.per_row) || n <= 0 || !pos || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv ||
+        n_heads / n_kv > MAX_GROUP || max_keys <= 0 || rot_dim < 0 || rot_dim > hd || rot_dim % 2)
         return 0;
     const d2_fuse fz = { k, v, q_norm, k_norm, inv_freq, eps, mscale, rot_dim, (int)style };
     attention(cb, out, q, kc, vc, n, 0, pos, max_keys, n_heads, n_kv, hd, kv_stride, scale, kv_tab, pages, fz);

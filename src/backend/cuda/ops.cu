@@ -83,7 +83,6 @@ void cb_rmsnorm_16(cuda_be *cb, float *out, void *h, int to_bf16, const float *x
     cb_launched(cb, "rmsnorm");
 }
 
-/* cos / sin of token t into cs / sn [half] (shared), as the CPU computes them. */
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int rot_offset, int rot_dim, const int32_t *pos,
                             const float *inv_freq, float mscale, int style) {
     pdl_enter();
