@@ -342,6 +342,14 @@ typedef struct ci_backend {
                       const ci_moe *m);
     void (*moe_experts)(struct ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                         const ci_moe *m, int acc);
+    /* Optional (NULL: the three ops it stands for): a MoE block's router, routing and routed
+     * experts in one call, norm_matmul_keep(xn, logits, x, norm_w, eps, n, W), moe_route(sel, w,
+     * logits, ids, n, m), moe_experts(out, xn, n, sel, w, m, acc), with their outputs and bits
+     * (out may be x with acc). A device may take it in one launch where it can (CUDA: one token
+     * row, 16-bit or f32 router and experts) and the three ops elsewhere. */
+    void (*moe_norm_experts)(struct ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
+                             const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
+                             const ci_mat *W, const ci_moe *m, int acc);
 
     /* ---- MLA / DSA: DeepSeek's latent attention (nn/mla.h) and sparse attention (nn/dsa.h)
      * lat = kv_lora + rope floats per latent-cache row; Hh query heads. Positions, cache

@@ -66,30 +66,44 @@ static void route_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float
     be->moe_route(be, s->sel, s->w, s->logits, s->ids, n, &d);
 }
 
-/* moe_forward after the routing (s->sel / s->w set) */
-static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
-
-void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
-    moe_route(be, m, s, x, n);
-    forward_routed(be, m, s, out, x, n);
-}
-
-void moe_forward_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, float *xn, const float *x,
-                      const float *norm_w, float eps, int n) {
-    route_norm(be, m, s, xn, x, norm_w, eps, n);
-    forward_routed(be, m, s, out, xn, n);
-}
-
-static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
-    const int H = m->hidden;
-    ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : H);
+/* the routed experts' sum into out (out += it with acc, only without a latent projection) */
+static void routed_experts(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n,
+                           int acc) {
+    ci_moe d = moe_desc(m, m->latent > 0 ? m->latent : m->hidden);
     if (m->latent > 0) {
         be->matmul(be, s->xl, x, n, &m->fc1_latent);       /* [n, latent] */
         be->moe_experts(be, s->acc, s->xl, n, s->sel, s->w, &d, 0);
+        be->matmul(be, out, s->acc, n, &m->fc2_latent);     /* [n, H] */
     } else {
-        be->moe_experts(be, out, x, n, s->sel, s->w, &d, 0);
+        be->moe_experts(be, out, x, n, s->sel, s->w, &d, acc);
     }
-    if (m->latent > 0) be->matmul(be, out, s->acc, n, &m->fc2_latent);   /* [n, H] */
+}
+
+/* The routing of xn = rmsnorm(x) * norm_w (written) and the routed experts' sum into out (out +=
+ * it with acc, only without a latent projection): moe_norm_experts where the backend has it and
+ * no latent projection sits between (one launch on a device at one token), else route_norm and
+ * routed_experts. */
+static void route_norm_experts(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, float *xn,
+                               const float *x, const float *norm_w, float eps, int n, int acc) {
+    if (be->moe_norm_experts && m->latent <= 0) {
+        ci_moe d = moe_desc(m, m->hidden);
+        be->moe_norm_experts(be, out, xn, s->logits, s->sel, s->w, x, norm_w, eps, s->ids, n, &m->gate, &d, acc);
+        return;
+    }
+    route_norm(be, m, s, xn, x, norm_w, eps, n);
+    routed_experts(be, m, s, out, xn, n, acc);
+}
+
+/* the shared expert (if any) added into out */
+static void shared_expert(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n);
+
+static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
+    routed_experts(be, m, s, out, x, n, 0);
+    shared_expert(be, m, s, out, x, n);
+}
+
+static void shared_expert(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
+    const int H = m->hidden;
     if (m->shared_inter > 0) {
         const int SI = m->shared_inter;
         if (m->act == MOE_ACT_RELU2) {
@@ -110,19 +124,34 @@ static void forward_routed(ci_backend *be, const moe_block *m, moe_scratch *s, f
     }
 }
 
+void moe_forward(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, const float *x, int n) {
+    moe_route(be, m, s, x, n);
+    forward_routed(be, m, s, out, x, n);
+}
+
+void moe_forward_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *out, float *xn, const float *x,
+                      const float *norm_w, float eps, int n) {
+    route_norm_experts(be, m, s, out, xn, x, norm_w, eps, n, 0);
+    shared_expert(be, m, s, out, xn, n);
+}
+
 /* moe_forward_add (norm_w NULL: xn given) or moe_forward_add_norm */
 static void forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
                         const float *norm_w, float eps, int n) {
-    if (norm_w) route_norm(be, m, s, xn, x, norm_w, eps, n);
-    else moe_route(be, m, s, xn, n);
     const int64_t count = (int64_t)n * m->hidden;
-    if (m->latent > 0 || m->shared_inter > 0) {
-        forward_routed(be, m, s, y, xn, n);
+    const int alone = m->latent <= 0 && m->shared_inter <= 0;   /* the routed sum added into x itself */
+    float *out = alone ? x : y;
+    const int acc = alone && m->tp_part != CI_TP_REST;
+    if (norm_w) {
+        route_norm_experts(be, m, s, out, xn, x, norm_w, eps, n, acc);
+    } else {
+        moe_route(be, m, s, xn, n);
+        routed_experts(be, m, s, out, xn, n, acc);
+    }
+    if (!alone) {
+        shared_expert(be, m, s, y, xn, n);
         if (m->tp_part == CI_TP_REST) be->copy(be, x, y, (size_t)count * sizeof(float));   /* its part alone */
         else be->add(be, x, y, count);
-    } else {
-        ci_moe d = moe_desc(m, m->hidden);
-        be->moe_experts(be, x, xn, n, s->sel, s->w, &d, m->tp_part != CI_TP_REST);
     }
     if (m->tp_part) be->all_reduce(be, x, count);
 }

@@ -2105,6 +2105,126 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
     free(x); free(w); free(ref); free(sel); free(res);
 }
 
+/* moe_norm_experts (at one row a MoE block's norm, router, routing and experts in one launch:
+ * moe_fused.cu) against norm_matmul_keep, moe_route and moe_experts on the same backend: xn,
+ * the logits, the experts, their weights and out the same bits; three calls in a row on new
+ * inputs (the launch's grid barrier must be back at rest after each); then out against the CPU's
+ * three ops when they chose the same experts. Shapes the launch does not take (more rows, fp8
+ * experts, widths not a multiple of the vector) run the three ops and must equal them too. */
+static void test_moe_norm_experts_case(int E, int K, ci_route router, int norm, int G, int tg, int X, int I,
+                                       ci_dtype dr, ci_dtype de, int relu2, float limit, int n, int acc) {
+    char name[240];
+    snprintf(name, sizeof name, "moe_norm_experts router %s experts %s %s%s E=%d K=%d G=%d/%d X=%d I=%d%s%s%s n=%d",
+             dt_name(dr, CI_F32), dt_name(de, CI_F32),
+             router == CI_ROUTE_SOFTMAX ? "softmax" : router == CI_ROUTE_SIGMOID ? "sigmoid" : "sqrtsoftplus",
+             norm ? " norm" : "", E, K, G, tg, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
+    if (!want(name) || !gpu->moe_norm_experts) return;
+    wpair W = make_weight(E, X, dr, CI_F32);
+    ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
+    if (!relu2) make_stacked(E, I, X, de, CI_F32, cv, gv);
+    make_stacked(E, I, X, de, CI_F32, cv + E, gv + E);
+    make_stacked(E, X, I, de, CI_F32, cv + 2 * E, gv + 2 * E);
+    if (dead) return;
+    float *bias = keep(xmalloc((size_t)E * 4)), *nw = keep(xmalloc((size_t)X * 4));
+    for (int e = 0; e < E; e++) bias[e] = 0.37f * (float)((e * 7919) % E) / (float)E;
+    fill(nw, (size_t)X, 1.f);
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.router = router; m.norm_topk_prob = norm; m.routed_scaling = norm ? 2.5f : 1.f;
+    m.n_group = G; m.topk_group = tg; m.hidden = X; m.inter = I; m.relu2 = relu2; m.act_limit = limit;
+    const size_t nx = (size_t)n * X, nl = (size_t)n * E, ns = (size_t)n * K;
+    float *x = xmalloc(nx * 4), *res = xmalloc(nx * 4);
+    float *h[2][4];   /* [fused, three ops][xn, logits, w, out] read back */
+    int32_t *hs[2];
+    for (int v = 0; v < 2; v++) {
+        h[v][0] = xmalloc(nx * 4); h[v][1] = xmalloc(nl * 4); h[v][2] = xmalloc(ns * 4); h[v][3] = xmalloc(nx * 4);
+        hs[v] = xmalloc(ns * 4);
+    }
+    const float *gnw = g_weight(nw, (size_t)X * 4);
+    m.bias = router == CI_ROUTE_SOFTMAX ? NULL : g_weight(bias, (size_t)E * 4);
+    m.w_gate = relu2 ? NULL : gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
+    float *gx = g_alloc(nx * 4), *gxn = g_alloc(nx * 4), *glg = g_alloc(nl * 4), *gw = g_alloc(ns * 4),
+          *gout = g_alloc(nx * 4);
+    int32_t *gsel = g_alloc(ns * 4);
+    int ok = 1;
+    char why[300] = "";
+    for (int call = 0; call < 3 && ok && gx && gxn && glg && gw && gout && gsel && gnw && !dead; call++) {
+        fill(x, nx, 1.f + (float)call);
+        fill(res, nx, 4.f);
+        gpu->upload(gpu, gx, x, nx * 4);
+        for (int v = 0; v < 2; v++) {
+            g_poison(gxn, nx * 4); g_poison(glg, nl * 4); g_poison(gw, ns * 4); g_poison(gsel, ns * 4);
+            float *o = gout;
+            if (acc && call == 1) o = gx;   /* out = x: the residual the block adds into */
+            else if (acc) gpu->upload(gpu, gout, res, nx * 4);
+            else g_poison(gout, nx * 4);
+            if (v == 0) {
+                gpu->moe_norm_experts(gpu, o, gxn, glg, gsel, gw, gx, gnw, 1e-6f, NULL, n, &W.g, &m, acc);
+            } else {
+                gpu->norm_matmul_keep(gpu, gxn, glg, gx, gnw, 1e-6f, n, &W.g);
+                gpu->moe_route(gpu, gsel, gw, glg, NULL, n, &m);
+                gpu->moe_experts(gpu, o, gxn, n, gsel, gw, &m, acc);
+            }
+            g_get(h[v][0], gxn, nx * 4); g_get(h[v][1], glg, nl * 4); g_get(h[v][2], gw, ns * 4);
+            g_get(h[v][3], o, nx * 4); g_get(hs[v], gsel, ns * 4);
+            if (o == gx) gpu->upload(gpu, gx, x, nx * 4);
+        }
+        const char *diff = memcmp(h[0][0], h[1][0], nx * 4) ? "xn" : memcmp(h[0][1], h[1][1], nl * 4) ? "logits"
+                         : memcmp(hs[0], hs[1], ns * 4) ? "experts" : memcmp(h[0][2], h[1][2], ns * 4) ? "weights"
+                         : memcmp(h[0][3], h[1][3], nx * 4) ? "out" : NULL;
+        if (diff) {
+            ok = 0;
+            snprintf(why, sizeof why, "call %d: %s differ from the three ops' (first expert %d vs %d, out[0] %.9g vs %.9g)",
+                     call, diff, hs[0][0], hs[1][0], (double)h[0][3][0], (double)h[1][3][0]);
+        }
+    }
+    if (!dead) report_bool(name, ok, why);
+    /* the last call (acc: into res) against the CPU's three ops, where the device computes in f32:
+     * one row of f32 / 16-bit experts (more rows of 16-bit weights, and fp8 experts, take tensor
+     * cores with 16-bit activations: the ops' own cases bound those) */
+    if (ok && !dead && n == 1 && de != CI_F8_E4M3) {
+        float *cxn = xmalloc(nx * 4), *clg = xmalloc(nl * 4), *cw = xmalloc(ns * 4), *cout = xmalloc(nx * 4);
+        int32_t *csel = xmalloc(ns * 4);
+        memcpy(cout, res, nx * 4);
+        m.bias = router == CI_ROUTE_SOFTMAX ? NULL : bias;
+        m.w_gate = relu2 ? NULL : cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
+        cpu->norm_matmul_keep(cpu, cxn, clg, x, nw, 1e-6f, n, &W.c);
+        cpu->moe_route(cpu, csel, cw, clg, NULL, n, &m);
+        cpu->moe_experts(cpu, cout, cxn, n, csel, cw, &m, acc);
+        char nm[280];
+        snprintf(nm, sizeof nm, "%s vs cpu", name);
+        if (memcmp(csel, hs[0], ns * 4)) {
+            char w2[200];
+            snprintf(w2, sizeof w2, "experts differ from the CPU's (first row: cpu %d %d.., cuda %d %d..)", csel[0],
+                     csel[K > 1], hs[0][0], hs[0][K > 1]);
+            report_bool(nm, 0, w2);
+        } else {
+            report(nm, compare(h[0][3], cout, nx), n > 8 && de != CI_F32 ? B_TC : B_F32);
+        }
+        free(cxn); free(clg); free(cw); free(cout); free(csel);
+    }
+    g_free(gx); g_free(gxn); g_free(glg); g_free(gw); g_free(gout); g_free(gsel);
+    free(x); free(res);
+    for (int v = 0; v < 2; v++) { free(h[v][0]); free(h[v][1]); free(h[v][2]); free(h[v][3]); free(hs[v]); }
+}
+
+static void test_moe_norm_experts(void) {
+    static const int rn[] = { 1, 1, 3, 9 };
+    for (int i = 0; i < (quick ? 2 : 4); i++) {
+        const int n = rn[i], acc = i & 1 ? 0 : 1;
+        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 2048, 768, CI_BF16, CI_BF16, 0, 0, n, acc); /* Qwen3-30B-A3B */
+        test_moe_norm_experts_case(64, 6, CI_ROUTE_SOFTMAX, 0, 1, 1, 2048, 1408, CI_BF16, CI_BF16, 0, 0, n, !acc); /* V2-Lite */
+        test_moe_norm_experts_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 1024, 256, CI_F32, CI_F16, 0, 0, n, acc);   /* grouped */
+        test_moe_norm_experts_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 512, 128, CI_F32, CI_F32, 0, 0.5f, n, acc);
+        test_moe_norm_experts_case(16, 4, CI_ROUTE_SIGMOID, 1, 1, 1, 128, 64, CI_F16, CI_BF16, 1, 0, n, acc);    /* relu² */
+        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 4096, 192, CI_BF16, CI_BF16, 0, 0, n, acc); /* router over 4 warps */
+        test_moe_norm_experts_case(60, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 2056, 200, CI_BF16, CI_F32, 0, 0, n, acc);  /* tails */
+        test_moe_norm_experts_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 64, 32, CI_BF16, CI_BF16, 0, 0, n, acc); /* past the threads */
+        test_moe_norm_experts_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 70, 36, CI_BF16, CI_BF16, 0, 0, n, acc);     /* odd: three ops */
+        test_moe_norm_experts_case(9, 3, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 384, CI_BF16, CI_F8_E4M3, 0, 0, n, acc); /* fp8: three ops */
+    }
+}
+
 static void test_moe(void) {
     if (!gpu->moe_route || !gpu->moe_experts) { report_bool("moe ops present", 0, "moe_route / moe_experts NULL"); return; }
     static const int ns[] = { 1, 3, 8, 33 };
@@ -3691,6 +3811,7 @@ int main(int argc, char **argv) {
     test_mla();
     test_graph();
     test_moe();
+    test_moe_norm_experts();
     test_shortconv();
     test_mamba();
     test_deltanet();

@@ -418,6 +418,20 @@ static void cb_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float
     mm_any(cb, y, xn, n, W, 0);
 }
 
+/* backend.h moe_norm_experts: one launch at one row (moe_fused.cu) when it takes the call, else
+ * the three ops */
+static void cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
+                                const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
+                                const ci_mat *W, const ci_moe *m, int acc) {
+    cuda_be *cb = CB(be);
+    if (cb->failed || n <= 0 || !mat_ok(cb, W)) return;
+    if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return;
+    if (cb->failed) return;
+    cb_norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
+    be->moe_route(be, sel, w, logits, ids, n, m);
+    be->moe_experts(be, out, xn, n, sel, w, m, acc);
+}
+
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
     cuda_be *cb = CB(be);
     if (cb->failed || !mat_ok(cb, W)) return;
@@ -727,6 +741,7 @@ static void op_free(ci_backend *be) {
     if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
+    if (cb->gbar) cudaFree(cb->gbar);
     for (int k = 0; k < CB_SIDE; k++) {
         if (cb->side_blas[k]) cublasDestroy(cb->side_blas[k]);
         if (cb->side_ws[k]) cudaFree(cb->side_ws[k]);
@@ -796,6 +811,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
+    cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
+    cb->moe_fuse_warps = cb_env_int("CINFER_CUDA_MOE_FUSE_WARPS", 8, 8, 16) == 16 ? 16 : 8;
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);
@@ -820,7 +837,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cudaMemGetInfo(&be->mem_free, &be->mem_total);
     const size_t ws = 32u << 20;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess) {
+        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess || (e = cudaMalloc(&cb->gbar, 2 * sizeof(unsigned))) != cudaSuccess ||
+        (e = cudaMemset(cb->gbar, 0, 2 * sizeof(unsigned))) != cudaSuccess) {
         snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
         be->pool = NULL;
         op_free(be);
@@ -886,6 +904,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->norm_matmul_n = cb_norm_matmul_n;
     be->norm_matmul_swiglu = cb_norm_matmul_swiglu;
     be->norm_matmul_keep = cb_norm_matmul_keep;
+    be->moe_norm_experts = cb_moe_norm_experts;
     be->qk_rope_store = op_qk_rope_store;
     be->rope_attend = op_rope_attend;
     be->argmax = op_argmax;

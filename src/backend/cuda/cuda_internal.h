@@ -84,7 +84,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -107,6 +107,9 @@ struct cuda_be {
     int gemm_stack;          /* a group's stacked 16-bit weights as one GEMM (gemv.cu cb_gemm16_stack) */
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
+    int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
+    int moe_fuse_warps;      /* CINFER_CUDA_MOE_FUSE_WARPS=8|16: its warps a block (one block an SM) */
+    unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier (arrivals, generation), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
@@ -268,6 +271,11 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 447.5 / 447.8 tok/s, Qwen3-30B-A3B dims 12 layers 841.6 / 842.0 -> 851.1 / 852.7 (after 4096
  * 775.5 -> 785.9). */
 #define CB_ROPE_FUSE 1    /* default of cuda_be.rope_fuse (CINFER_CUDA_ROPE_FUSE) */
+#endif
+#ifndef CB_MOE_FUSE
+/* a MoE block's routed part of one token row (norm, router, routing, experts) in one launch,
+ * moe_fused.cu, instead of four; the same bits */
+#define CB_MOE_FUSE 0     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
@@ -577,6 +585,16 @@ struct cb_moe_tab {
 /* moe.cu: every expert matrix of m (gate unless relu², up, down) at a 16-byte aligned address
  * (the grouped GEMM's code loaders) */
 int cb_moe_aligned16(const ci_moe *m);
+/* moe.cu: the table of m's 16-bit / f32 / fp8 experts (built on first use; NULL with the
+ * backend failed when the experts are not uniform) */
+const cb_moe_tab *cb_moe_table(cuda_be *cb, const ci_moe *m);
+/* moe.cu: whether one row of these experts decodes through the GEMV form moe_fused.cu
+ * reproduces (gate_up_kernel<L, true>, down_kernel_split<L, 2, 4>) */
+int cb_moe_split2_form(cuda_be *cb, const ci_moe *m, const cb_moe_tab *tab, const float *x);
+/* moe_fused.cu: backend.h moe_norm_experts in one launch when it can (1), else 0 (the caller
+ * runs the three ops) */
+int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
+                 const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc);
 /* moe.cu: sets the moe_route / moe_experts ops; frees the tables and MoE scratch. */
 void cb_moe_ops(ci_backend *be);
 void cb_moe_free(cuda_be *cb);

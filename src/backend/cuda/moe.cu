@@ -1,4 +1,4 @@
-/* moe.cu — the MoE ops on the device: routing (one warp per token) and the routed experts
+/* moe.cu — the MoE ops on the device: routing (a block per token) and the routed experts
  * of a few token rows (decode), with the expert ids read from device memory.
  *
  * Expert tables: a layer's experts are ci_mat views placed by the family (any layout:
@@ -6,11 +6,11 @@
  * table of their data / scale pointers (struct cb_moe_tab), found again by the address of
  * ci_moe.w_up, so kernels index experts by the ids the router wrote.
  *
- * Routing (moe_route): a warp per token row. Scores s (softmax probabilities, sigmoid or
- * sqrt(softplus)) and the choice values (s + bias) sit in the warp's shared memory; grouped
- * top-k masks the groups whose two best choices add up below the topk_group best; then
- * top_k rounds of a warp argmax (shuffles). Ties keep the lower expert index, as the CPU's stable selection does
- * (NaN scores are not ordered the CPU's way). Lane 0 forms the weights in double, in slot
+ * Routing (moe_route): a block per token row (route.cuh route_row). Scores s (softmax
+ * probabilities, sigmoid or sqrt(softplus)) and the choice values (s + bias) in shared memory;
+ * grouped top-k masks the groups whose two best choices add up below the topk_group best; then
+ * each entry's rank among all. Ties keep the lower expert index, as the CPU's stable selection
+ * does (NaN scores are not ordered the CPU's way). The weights are formed in double, in slot
  * order, as the CPU does.
  *
  * Experts, decode (n <= CB_GEMV_MAX_N rows at a time): two launches.
@@ -30,13 +30,14 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
+#include "route.cuh"
 #include <float.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { MOE_WARPS = 4, ROUTE_THREADS = 128, ROUTE_MAX_E = 1024 };
+enum { MOE_WARPS = 4 };
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -86,7 +87,7 @@ static bool moe_fp8_direct(const ci_moe *m, const cb_moe_tab *tab, cb_mg_quant *
  * allowed while a graph is being recorded (capture runs in relaxed mode; the table is not
  * part of the graph, it is done before the graph runs). NULL with last_error set when the
  * experts are not uniform. */
-static const cb_moe_tab *moe_tab(cuda_be *cb, const ci_moe *m) {
+const cb_moe_tab *cb_moe_table(cuda_be *cb, const ci_moe *m) {
     for (cb_moe_tab *t = cb->moe_tabs; t; t = t->next)
         if (t->key == m->w_up) return t;
     const int E = m->n_experts, I = m->inter, X = m->hidden;
@@ -168,135 +169,21 @@ void cb_moe_free(cuda_be *cb) {
 
 /* ---- routing --------------------------------------------------------------------------- */
 
-struct route_args {
-    int E, K, router, norm, G, topk_group, hash_vocab;
-    float norm_eps, scaling;
-    const float *bias;
-    const int32_t *hash_ids;
-};
-
-/* The ranking of the top-k: larger value first, the lower index among equals (the CPU's topk
- * and a stable descending sort); NaN ranks as -inf (the CPU keeps a NaN it meets first, so
- * the two agree wherever no score is NaN). */
-__device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
-
-/* One block (ROUTE_THREADS) per token row. The scores as the CPU computes them: softmax's max
- * and exponentials over every thread, its double sum by warp 0 in the order the earlier
- * one-warp kernel took (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
- * bits did not move; grouped sigmoid's group scores by warp 0. Then every entry's rank among
- * all E at once (each thread counts the entries that beat its own: E compares against a
- * shared-memory broadcast) instead of k rounds of a warp arg-max: the k chosen are those of
- * rank < k, in rank order. The weights: their sum in rank order in double by thread 0, the
- * divisions by k threads. A decode step's route of 128 experts, top 8: 7.9 us -> 5.7 us a launch
+/* One block (ROUTE_THREADS) per token row: route.cuh's route_row. A decode step's route of 128
+ * experts, top 8: 7.9 us -> 5.7 us a launch when the ranks replaced k rounds of a warp arg-max
  * (ncu at the card's clocks; a trivial kernel reads 3.4; bench/RESULTS.md, twenty-second session). */
 __global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, float *wout, const float *logits,
                                                               const int32_t *ids, int n, route_args a) {
     extern __shared__ float sm[];
-    __shared__ float red[ROUTE_THREADS / 32];
-    __shared__ double dsum;
-    __shared__ int chosen[64];
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
-    const int t = blockIdx.x;
-    float *s = sm, *choice = sm + E;
+    __shared__ int chosen[ROUTE_MAX_K];
+    __shared__ float wsel[ROUTE_MAX_K];
     pdl_enter();
+    const int t = blockIdx.x;
     if (t >= n) return;
-    const float *lg = logits + (int64_t)t * E;
-    if (a.router == CI_ROUTE_SOFTMAX) {
-        float mx = -FLT_MAX;
-        for (int e = tid; e < E; e += ROUTE_THREADS) mx = fmaxf(mx, lg[e]);
-        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if (lane == 0) red[warp] = mx;
-        __syncthreads();
-        mx = red[0];
-        for (int w = 1; w < ROUTE_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
-        for (int e = tid; e < E; e += ROUTE_THREADS) s[e] = expf(lg[e] - mx);
-        __syncthreads();
-        if (warp == 0) {
-            double sum = 0;
-            for (int e = lane; e < E; e += 32) sum += s[e];
-            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == 0) dsum = sum;
-        }
-        __syncthreads();
-        const double sum = dsum;
-        for (int e = tid; e < E; e += ROUTE_THREADS) {
-            const float p = (float)(s[e] / sum);
-            s[e] = p;
-            choice[e] = p;
-        }
-    } else {
-        for (int e = tid; e < E; e += ROUTE_THREADS) {
-            float x = lg[e];
-            float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
-            s[e] = v;
-            choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
-        }
-    }
-    __syncthreads();
-    if (a.hash_ids) {
-        if (tid < K) {
-            int id = ids ? ids[t] : 0;
-            if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
-            chosen[tid] = a.hash_ids[(int64_t)id * K + tid];
-        }
-    } else {
-        if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
-            if (warp == 0) {
-                const int per = E / a.G;
-                float sc = -FLT_MAX;
-                if (lane < a.G) {                  /* group score: the sum of its two best choices */
-                    const float *c = choice + lane * per;
-                    int b0 = 0;
-                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
-                    sc = c[b0];
-                    if (per >= 2) {
-                        int b1 = b0 == 0 ? 1 : 0;
-                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
-                        sc += c[b1];
-                    }
-                }
-                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
-                for (int j = 0; j < a.topk_group; j++) {
-                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
-                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
-                    for (int o = 16; o; o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-                    }
-                    keep |= 1u << bi;
-                }
-                __syncwarp();
-                for (int e = lane; e < per * a.G; e += 32)
-                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
-            }
-            __syncthreads();
-        }
-        for (int e = tid; e < E; e += ROUTE_THREADS) {   /* e's rank: the entries that beat it */
-            const float v = route_key(choice[e]);
-            int r = 0;
-            for (int j = 0; j < E; j++) {
-                const float c = route_key(choice[j]);
-                r += c > v || (c == v && j < e);
-            }
-            if (r < K) chosen[r] = e;
-        }
-    }
-    __syncthreads();
-    if (tid == 0) {
-        double sum = 0;
-        for (int k = 0; k < K; k++) sum += s[chosen[k]];
-        dsum = sum;
-    }
-    __syncthreads();
-    if (tid < K) {
-        float w = s[chosen[tid]];
-        if (a.norm) {
-            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
-            w = (float)(w / (dsum + eps));
-        }
-        sel[(int64_t)t * K + tid] = chosen[tid];
-        wout[(int64_t)t * K + tid] = w * a.scaling;
+    route_row(t, logits, ids, a, sm, chosen, wsel);
+    if ((int)threadIdx.x < a.K) {
+        sel[(int64_t)t * a.K + threadIdx.x] = chosen[threadIdx.x];
+        wout[(int64_t)t * a.K + threadIdx.x] = wsel[threadIdx.x];
     }
 }
 
@@ -304,19 +191,12 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
                          const ci_moe *m) {
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
-    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
-    if (m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > 64 || m->top_k > m->n_experts ||
-        G > 32 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G))) {
+    if (!route_ok(m)) {
         moe_fail(cb, "CUDA: moe_route: %d experts, top_k %d, %d groups: at most 1024 experts, 64 chosen, 32 groups",
-                 m->n_experts, m->top_k, G);
+                 m->n_experts, m->top_k, m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1);
         return;
     }
-    route_args a;
-    a.E = m->n_experts; a.K = m->top_k; a.router = (int)m->router; a.norm = m->norm_topk_prob;
-    a.G = G; a.topk_group = m->topk_group; a.hash_vocab = m->hash_vocab;
-    a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
-    a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
-    a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
+    const route_args a = route_args_of(m);
     const size_t smem = (size_t)2 * a.E * sizeof(float);
     cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w,
               logits, ids, n, a);
@@ -626,6 +506,18 @@ static bool moe_aligned(const ci_moe *m, int j, int vec, int cols, int block) {
     return true;
 }
 
+/* Whether one token row of m's experts decodes through gate_up_kernel<L, true> and
+ * down_kernel_split<L, 2, 4> (f32 / f16 / bf16 table, x 16-byte aligned): the form
+ * moe_fused.cu's one-launch MoE decode reproduces bit for bit. */
+int cb_moe_split2_form(cuda_be *cb, const ci_moe *m, const cb_moe_tab *tab, const float *x) {
+    if (tab->dtype != CI_F32 && tab->dtype != CI_F16 && tab->dtype != CI_BF16) return 0;
+    const int vec = tab->dtype == CI_F32 ? 4 : 8;
+    const bool al_up = ((uintptr_t)x & 15) == 0 && moe_aligned(m, 1, vec, m->hidden, 0) &&
+                       moe_aligned(m, 0, vec, m->hidden, 0);
+    const bool al_down = m->inter % vec == 0 && moe_aligned(m, 2, vec, m->inter, 0);
+    return al_up && al_down && m->top_k <= DOWN_MAX_K && cb->moe_split && ds_split() == 2;
+}
+
 /* fp8 experts for a prefill chunk: every matrix of the layer widened to f16 (times its
  * block scale, rounded to nearest even and saturated, as gemv.cu's fp8_widen_kernel; f16:
  * cuda_internal.h, f16_sat) into one scratch buffer, the y-th widened matrix at y · I · X
@@ -695,7 +587,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     cuda_be *cb = (cuda_be *)be;
     if (cb->failed || n <= 0) return;
     if (m->w_up[0].dtype == CI_U32) { cb_q_moe_experts(cb, out, x, n, sel, w, m, acc); return; }  /* quant.cu */
-    const cb_moe_tab *tab = moe_tab(cb, m);
+    const cb_moe_tab *tab = cb_moe_table(cb, m);
     if (!tab) return;
     /* fp8 on the grouped GEMM: read directly, or widened when the layer fits the widening cap */
     const bool fp8_ok = n > CB_GEMV_MAX_N && cb_moe_grouped_fp8_ok(m, tab);

@@ -1,0 +1,407 @@
+/* moe_fused.cu — a MoE block's decode of one token row in one launch (backend.h
+ * moe_norm_experts): the block's RMSNorm and router product, the routing, the routed experts'
+ * gate / up and their down sum (added into the residual), in three phases of one grid that is
+ * resident all at once (a block an SM), parted by grid-wide barriers.
+ *
+ * Why: at one token a MoE layer's routed part was four launches (norm_matmul_keep's router GEMV,
+ * moe_route, gate_up, down). Each launch pays its ramp and its tail (the last warps' loads),
+ * and the route launch reads nothing: the ncu tables of bench/RESULTS.md put the four at ~47 us
+ * a Qwen3-30B-A3B layer on the H200 for 75 MB (17 us at the copy rate). In one grid a barrier
+ * costs an L2 round trip or two, the expert ids are known to every block right after the
+ * routing, and each warp issues its first down rows' loads before the second barrier (weights
+ * are no phase's output), so the memory is not idle between the phases.
+ *
+ * Phases (TW = gridDim.x · NW warps, warp gw):
+ *   1. before pdl_enter, each router warp loads its first batch of router weights; then every
+ *      block takes x's inverse RMS (warps 0..3, the GEMV's order) and keeps xn = x · rms · w in
+ *      shared memory (block 0 also writes it to xn); router row r is warp (r · KS + kw)'s, KS =
+ *      1 or 4 warps a row as gemv.cu's launch for that width; logits written. Barrier.
+ *   2. every block routes (route.cuh route_row, the logits through L2; block 0 writes sel / w),
+ *      then gate_up units u = k · I + r (expert slot k, row r) go round the warps: the gate and
+ *      up rows against xn, h[u] = act(g, u) written. Each warp loads its first down batch.
+ *      Barrier.
+ *   3. every block copies h ([K, I] floats) into shared memory; output row r is warp r's (+ TW
+ *      ...): its K · S 16-byte steps j (S a row of one expert) in batches, two buffers; steps
+ *      of even and odd j summed apart and added at the end, as down_kernel_split<L, 2, 4>;
+ *      out[r] = (acc ? out[r] : 0) + the sum.
+ * Bits: every sum runs in the order of the kernel it replaces (gemv_kernel's NORM pass and
+ * its lanes' column order, route_kernel, gate_up_kernel<L, true>, down_kernel_split<L, 2, 4>),
+ * so the results equal the three ops' bit for bit (test_cuda_ops "moe_norm_experts" checks
+ * it); where a call would take another form of those ops (fp8 or MLX weights, more rows,
+ * a tuning switch) the three ops run instead.
+ * The barrier: a counter and a generation word in device memory (cuda_be.gbar): the block
+ * arriving last resets the counter and bumps the generation the others poll. The grid is never
+ * larger than the blocks that fit the SMs at once (the occupancy calculator), so every block
+ * is resident while the others wait; nothing else on the device may hold SMs for good (the
+ * engine runs one stream of kernels at a time at decode). CINFER_CUDA_MOE_FUSE=0: the three
+ * ops. */
+#include "cuda_internal.h"
+#include "loaders.cuh"
+#include "route.cuh"
+
+enum { MF_B = 8, MF_RU = 2, MF_NI = 8, MF_TAB_E = 256 };
+
+struct mf_args {
+    const float *x, *norm_w;
+    float eps;
+    const void *router;          /* [E, X] */
+    float *xn, *logits;          /* [X], [E] */
+    int32_t *sel;
+    float *wout;                 /* [K] each */
+    const int32_t *ids;
+    route_args ra;
+    const void *const *w;        /* the experts' table (cb_moe_tab.w) */
+    int X, I, relu2, acc, big;   /* big: floats of the shared xn / h region */
+    int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
+    float limit;
+    float *h, *out;              /* [K, I], [X] */
+    unsigned *bar;               /* [2]: arrivals, generation */
+};
+
+__device__ __forceinline__ float mf_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* every block of the grid here before any goes on; writes before it visible after it */
+__device__ __forceinline__ void mf_grid_sync(unsigned *bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned g = ld_acquire(bar + 1);
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (ld_acquire(bar + 1) == g) __nanosleep(40);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+/* column of the i-th 16-byte step of a router lane: KS = 1, lane · V + i · 32V (any unroll);
+ * KS = 4, gemv_kernel's split form (U = MF_RU steps a trip, warps kw of the row interleaved) */
+template <int KS, int V>
+__device__ __forceinline__ int mf_rcol(int i, int kw, int lane) {
+    if (KS == 1) return lane * V + i * 32 * V;
+    constexpr int STEP = 32 * V * MF_RU;
+    return kw * STEP + (i / MF_RU) * KS * STEP + (i % MF_RU) * 32 * V + lane * V;
+}
+
+template <class LR, class LE, int KS, int NW>
+__global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
+    extern __shared__ float4 mf_smem[];
+    float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
+    float *rsm = big + a.big;                  /* route_row's 2E floats */
+    const char **tsm = a.tab_off ? (const char **)((char *)mf_smem + a.tab_off) : NULL;   /* the table, 3E */
+    __shared__ int chosen[ROUTE_MAX_K];
+    __shared__ float wsel[ROUTE_MAX_K];
+    __shared__ const char *gb[ROUTE_MAX_K], *ub[ROUTE_MAX_K], *db[ROUTE_MAX_K];
+    __shared__ float rpart[NW], npart[4];
+    __shared__ float nscale;
+    constexpr int VR = LR::VEC, VE = LE::VEC, NT = NW * 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * NW + warp;
+    const int TW = gridDim.x * NW, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
+
+    /* ---- 1. norm and router ---- */
+    /* before pdl_enter only what no kernel writes: the router's first batch, the norm weight,
+     * the experts' table */
+    uint4 rr[MF_B];
+    {
+        const int row = gw / KS, kw = gw % KS;
+        if (row < E) {
+            const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) {
+                const int c = mf_rcol<KS, VR>(b, kw, lane);
+                if (c < X) rr[b] = ld_stream(wr + (int64_t)c * LR::BYTES);
+            }
+        }
+    }
+    float4 nw[MF_NI], xv[MF_NI];
+#pragma unroll
+    for (int i = 0; i < MF_NI; i++) {
+        const int c = 4 * ((int)threadIdx.x + i * NT);
+        if (c < X) nw[i] = __ldg((const float4 *)(a.norm_w + c));
+    }
+    if (tsm)
+        for (int i = threadIdx.x; i < 3 * E; i += NT) tsm[i] = (const char *)a.w[i];
+    pdl_enter();
+    /* x into shared memory (every load issued first), then gemv_kernel's NORM pass of its four
+     * warps over it: thread t sums columns 4t + 512k in k order, the same nesting */
+#pragma unroll
+    for (int i = 0; i < MF_NI; i++) {
+        const int c = 4 * ((int)threadIdx.x + i * NT);
+        if (c < X) xv[i] = __ldcg((const float4 *)(a.x + c));
+    }
+#pragma unroll
+    for (int i = 0; i < MF_NI; i++) {
+        const int c = 4 * ((int)threadIdx.x + i * NT);
+        if (c < X) *(float4 *)(big + c) = xv[i];
+    }
+    __syncthreads();
+    if (warp < 4) {
+        float ss = 0.0f;
+        for (int c = threadIdx.x * 4; c < X; c += 4 * 32 * 4) {
+            const float4 f = *(const float4 *)(big + c);
+            ss = fmaf(f.x, f.x, fmaf(f.y, f.y, fmaf(f.z, f.z, fmaf(f.w, f.w, ss))));
+        }
+        ss = mf_sum(ss);
+        if (lane == 0) npart[warp] = ss;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float tot = 0.0f;
+        for (int w = 0; w < 4; w++) tot += npart[w];
+        nscale = (float)(1.0 / sqrt((double)tot / (double)X + (double)a.eps));
+    }
+    __syncthreads();
+    {
+        const float sc = nscale;
+#pragma unroll
+        for (int i = 0; i < MF_NI; i++) {
+            const int c = 4 * ((int)threadIdx.x + i * NT);
+            if (c >= X) break;
+            float4 v = xv[i];
+            v.x = v.x * sc * nw[i].x; v.y = v.y * sc * nw[i].y; v.z = v.z * sc * nw[i].z; v.w = v.w * sc * nw[i].w;
+            *(float4 *)(big + c) = v;
+            if (blockIdx.x == 0) *(float4 *)(a.xn + c) = v;
+        }
+    }
+    __syncthreads();
+    for (int base = blockIdx.x * NW; base < E * KS; base += TW) {   /* uniform in the block */
+        const int unit = base + warp, row = unit / KS, kw = unit % KS;
+        float acc = 0.0f;
+        if (row < E) {
+            const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
+            for (int i0 = 0;; i0 += MF_B) {
+                if (mf_rcol<KS, VR>(i0, kw, lane) >= X) break;
+                if (i0 || base != (int)blockIdx.x * NW) {
+#pragma unroll
+                    for (int b = 0; b < MF_B; b++) {
+                        const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
+                        if (c < X) rr[b] = ld_stream(wr + (int64_t)c * LR::BYTES);
+                    }
+                }
+#pragma unroll
+                for (int b = 0; b < MF_B; b++) {
+                    const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
+                    if (c >= X) break;
+                    float wv[VR];
+                    LR::cvt(rr[b], wv);
+#pragma unroll
+                    for (int v = 0; v < VR; v++) acc = fmaf(wv[v], big[c + v], acc);
+                }
+            }
+            acc = mf_sum(acc);
+        }
+        if (KS == 1) {
+            if (row < E && lane == 0) a.logits[row] = acc;
+        } else {
+            if (lane == 0) rpart[warp] = acc;
+            __syncthreads();
+            if (row < E && kw == 0 && lane == 0) {
+                float v = rpart[warp];
+#pragma unroll
+                for (int q = 1; q < KS; q++) v += rpart[warp + q];
+                a.logits[row] = v;
+            }
+            __syncthreads();
+        }
+    }
+    mf_grid_sync(a.bar);
+
+    /* ---- 2. routing and gate / up ---- */
+    route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel);
+    if ((int)threadIdx.x < K) {
+        const int e = chosen[threadIdx.x];
+        if (blockIdx.x == 0) {
+            a.sel[threadIdx.x] = e;
+            a.wout[threadIdx.x] = wsel[threadIdx.x];
+        }
+        gb[threadIdx.x] = tsm ? tsm[3 * e] : (const char *)a.w[3 * e];
+        ub[threadIdx.x] = tsm ? tsm[3 * e + 1] : (const char *)a.w[3 * e + 1];
+        db[threadIdx.x] = tsm ? tsm[3 * e + 2] : (const char *)a.w[3 * e + 2];
+    }
+    __syncthreads();
+    for (int u = gw; u < K * I; u += TW) {
+        const int k = u / I, r = u - k * I;
+        const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
+        const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
+        float au = 0.0f, ag = 0.0f;
+        for (int c0 = lane * VE; c0 < X; c0 += MF_B * 32 * VE) {
+            uint4 ru[MF_B], rg[MF_B];
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) {
+                const int c = c0 + b * 32 * VE;
+                if (c < X) {
+                    ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
+                    if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) {
+                const int c = c0 + b * 32 * VE;
+                if (c >= X) break;
+                float wv[VE];
+                LE::cvt(ru[b], wv);
+#pragma unroll
+                for (int v = 0; v < VE; v++) au = fmaf(wv[v], big[c + v], au);
+                if (!a.relu2) {
+                    LE::cvt(rg[b], wv);
+#pragma unroll
+                    for (int v = 0; v < VE; v++) ag = fmaf(wv[v], big[c + v], ag);
+                }
+            }
+        }
+        au = mf_sum(au);
+        ag = mf_sum(ag);
+        if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+    }
+    /* the first down batch of this warp's first row: weights only, so before the barrier */
+    const int S = (I + 32 * VE - 1) / (32 * VE), total = K * S;
+    uint4 raw[MF_B], nxt[MF_B];
+    if (gw < X) {
+#pragma unroll
+        for (int b = 0; b < MF_B; b++) {
+            const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+            if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
+        }
+    }
+    mf_grid_sync(a.bar);
+
+    /* ---- 3. down and the residual ---- */
+    for (int i = threadIdx.x * 4; i < K * I; i += NT * 4)
+        *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
+    __syncthreads();
+    for (int r = gw; r < X; r += TW) {
+        if (r != gw) {
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) {
+                const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+                if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
+            }
+        }
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int j0 = 0; j0 < total; j0 += MF_B) {
+            if (j0 + MF_B < total) {
+#pragma unroll
+                for (int b = 0; b < MF_B; b++) {
+                    const int j = j0 + MF_B + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+                    if (j < total && c < I) nxt[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) {
+                const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+                if (j >= total) break;
+                if (c >= I) continue;
+                float wv[VE];
+                LE::cvt(raw[b], wv);
+                const float *hk = big + k * I + c;
+                float part = 0.0f;
+#pragma unroll
+                for (int v = 0; v < VE; v++) part = fmaf(wv[v], hk[v], part);
+                if (j & 1) acc1 = fmaf(wsel[k], part, acc1);
+                else acc0 = fmaf(wsel[k], part, acc0);
+            }
+#pragma unroll
+            for (int b = 0; b < MF_B; b++) raw[b] = nxt[b];
+        }
+        acc0 = mf_sum(acc0);
+        acc1 = mf_sum(acc1);
+        if (lane == 0) {
+            const float s = acc0 + acc1;
+            a.out[r] = a.acc ? a.out[r] + s : s;
+        }
+    }
+}
+
+template <class LR, class LE, int KS, int NW>
+static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
+    auto kern = moe_fused_kernel<LR, LE, KS, NW>;
+    static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
+    static size_t occ_smem = 0;
+    if (occ < 0 || smem > occ_smem) {
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, NW * 32, smem) != cudaSuccess) {
+            cudaGetLastError();
+            occ = 0;
+        }
+        occ_smem = smem;
+    }
+    if (occ < 1) return 0;
+    cb_launch(cb, kern, dim3((unsigned)cb->sm_count), dim3(NW * 32), smem, a);
+    return 1;
+}
+
+template <class LR, class LE>
+static int mf_pick_w(cuda_be *cb, int ks, const mf_args &a, size_t smem) {
+    if (cb->moe_fuse_warps == 16)
+        return ks == 1 ? mf_launch<LR, LE, 1, 16>(cb, a, smem) : mf_launch<LR, LE, 4, 16>(cb, a, smem);
+    return ks == 1 ? mf_launch<LR, LE, 1, 8>(cb, a, smem) : mf_launch<LR, LE, 4, 8>(cb, a, smem);
+}
+
+template <class LR>
+static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
+    switch (de) {
+    case CI_F32: return mf_pick_w<LR, LF32>(cb, ks, a, smem);
+    case CI_F16: return mf_pick_w<LR, LF16>(cb, ks, a, smem);
+    case CI_BF16: return mf_pick_w<LR, LBF16>(cb, ks, a, smem);
+    default: return 0;
+    }
+}
+
+int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
+                 const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc) {
+    /* the forms the three ops take at one row (else their bits would differ): the router on
+     * gemv.cu's NORM GEMV (16-bit / f32, aligned, the measured shape rules), the experts on
+     * moe.cu's gate_up + split-2 down */
+    if (!cb->moe_fuse || n != 1 || !cb->norm_fuse || cb->gemv1 != 0 || !route_ok(m)) return 0;
+    if (W->dtype != CI_F32 && W->dtype != CI_F16 && W->dtype != CI_BF16) return 0;
+    const int X = m->hidden, I = m->inter, E = m->n_experts, K = m->top_k;
+    const int vr = W->dtype == CI_F32 ? 4 : 8;
+    if (W->rows != E || W->cols != X || X % vr || ((uintptr_t)W->data & 15) || ((uintptr_t)x & 15) ||
+        ((uintptr_t)norm_w & 15) || m->w_up[0].dtype == CI_U32 || m->e_lo || (m->e_hi && m->e_hi != E))
+        return 0;
+    const cb_moe_tab *tab = cb_moe_table(cb, m);
+    if (!tab || !cb_moe_split2_form(cb, m, tab, xn)) return 0;
+    const int nt = 32 * (cb->moe_fuse_warps == 16 ? 16 : 8);
+    if (X > 4 * nt * MF_NI) return 0;   /* a thread's share of x in registers */
+    const int big = X > K * I ? X : K * I;
+    size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
+    int tab_off = 0;
+    if (E <= MF_TAB_E) {
+        smem = (smem + 15) & ~(size_t)15;
+        tab_off = (int)smem;
+        smem += (size_t)3 * E * sizeof(void *);
+    }
+    if (smem > (size_t)160 << 10) return 0;
+    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)K * I * sizeof(float));
+    if (!h) return 0;
+    mf_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x; a.norm_w = norm_w; a.eps = eps; a.router = W->data;
+    a.xn = xn; a.logits = logits; a.sel = sel; a.wout = w; a.ids = ids;
+    a.ra = route_args_of(m);
+    a.w = tab->w;
+    a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
+    const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
+    int ok = 0;
+    switch (W->dtype) {
+    case CI_F32: ok = mf_pick_e<LF32>(cb, tab->dtype, ks, a, smem); break;
+    case CI_F16: ok = mf_pick_e<LF16>(cb, tab->dtype, ks, a, smem); break;
+    default: ok = mf_pick_e<LBF16>(cb, tab->dtype, ks, a, smem); break;
+    }
+    if (ok) cb_launched(cb, "moe_fused");
+    return ok;
+}

@@ -1,0 +1,163 @@
+/* route.cuh — one token row's MoE routing by one whole block (route_row): the body of moe.cu's
+ * route_kernel and of moe_fused.cu's one-launch MoE decode, which routes in every block. */
+#ifndef CI_CUDA_ROUTE_CUH
+#define CI_CUDA_ROUTE_CUH
+#include "cuda_internal.h"
+#include <float.h>
+#include <limits.h>
+
+enum { ROUTE_THREADS = 128, ROUTE_MAX_E = 1024, ROUTE_MAX_K = 64 };
+
+struct route_args {
+    int E, K, router, norm, G, topk_group, hash_vocab;
+    float norm_eps, scaling;
+    const float *bias;
+    const int32_t *hash_ids;
+};
+
+/* The ranking of the top-k: larger value first, the lower index among equals (the CPU's topk
+ * and a stable descending sort); NaN ranks as -inf (the CPU keeps a NaN it meets first, so
+ * the two agree wherever no score is NaN). */
+__device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
+
+/* Row t's choice by the whole block (any size, a multiple of 32; every thread calls it): the
+ * experts in rank order into chosen[0..K) and their weights into wsel[0..K) (shared memory the
+ * caller owns, valid after the call); sm: 2 E floats of shared scratch. logits are read through
+ * L2 (ld.global.cg): in the fused launch other blocks wrote them.
+ * The scores as the CPU computes them: softmax's max and exponentials over every thread, its
+ * double sum by warp 0 (lane l: entries l, l + 32, ..; then a shuffle tree), so the weights'
+ * bits do not depend on the block size; grouped sigmoid's group scores by warp 0. Then every
+ * entry's rank among all E at once (each thread counts the entries that beat its own: E
+ * compares against a shared-memory broadcast): the k chosen are those of rank < k, in rank
+ * order. The weights: their sum in rank order in double by thread 0, the divisions by k
+ * threads. */
+__device__ __forceinline__ void route_row(int t, const float *logits, const int32_t *ids, const route_args &a,
+                                          float *sm, int *chosen, float *wsel) {
+    __shared__ float red[32];
+    __shared__ double dsum;
+    const int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
+    float *s = sm, *choice = sm + E;
+    const float *lg = logits + (int64_t)t * E;
+    if (a.router == CI_ROUTE_SOFTMAX) {
+        float mx = -FLT_MAX;
+        for (int e = tid; e < E; e += nt) {   /* the logits read once (one L2 trip), kept in s */
+            const float v = __ldcg(lg + e);
+            s[e] = v;
+            mx = fmaxf(mx, v);
+        }
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = red[0];
+        for (int w = 1; w < nt / 32; w++) mx = fmaxf(mx, red[w]);
+        for (int e = tid; e < E; e += nt) s[e] = expf(s[e] - mx);
+        __syncthreads();
+        if (warp == 0) {
+            double sum = 0;
+            for (int e = lane; e < E; e += 32) sum += s[e];
+            for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) dsum = sum;
+        }
+        __syncthreads();
+        const double sum = dsum;
+        for (int e = tid; e < E; e += nt) {
+            const float p = (float)(s[e] / sum);
+            s[e] = p;
+            choice[e] = p;
+        }
+    } else {
+        for (int e = tid; e < E; e += nt) {
+            float x = __ldcg(lg + e);
+            float v = a.router == CI_ROUTE_SQRTSOFTPLUS ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
+            s[e] = v;
+            choice[e] = v + (a.bias ? a.bias[e] : 0.0f);
+        }
+    }
+    __syncthreads();
+    if (a.hash_ids) {
+        if (tid < K) {
+            int id = ids ? ids[t] : 0;
+            if (id < 0 || id >= a.hash_vocab) id = 0;   /* ids are validated by the caller */
+            chosen[tid] = a.hash_ids[(int64_t)id * K + tid];
+        }
+    } else {
+        if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
+            if (warp == 0) {
+                const int per = E / a.G;
+                float sc = -FLT_MAX;
+                if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                    const float *c = choice + lane * per;
+                    int b0 = 0;
+                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                    sc = c[b0];
+                    if (per >= 2) {
+                        int b1 = b0 == 0 ? 1 : 0;
+                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                        sc += c[b1];
+                    }
+                }
+                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+                for (int j = 0; j < a.topk_group; j++) {
+                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
+                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                    for (int o = 16; o; o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+                    }
+                    keep |= 1u << bi;
+                }
+                __syncwarp();
+                for (int e = lane; e < per * a.G; e += 32)
+                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
+            }
+            __syncthreads();
+        }
+        for (int e = tid; e < E; e += nt) {   /* e's rank: the entries that beat it */
+            const float v = route_key(choice[e]);
+            int r = 0;
+            for (int j = 0; j < E; j++) {
+                const float c = route_key(choice[j]);
+                r += c > v || (c == v && j < e);
+            }
+            if (r < K) chosen[r] = e;
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0;
+        for (int k = 0; k < K; k++) sum += s[chosen[k]];
+        dsum = sum;
+    }
+    __syncthreads();
+    if (tid < K) {
+        float w = s[chosen[tid]];
+        if (a.norm) {
+            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            w = (float)(w / (dsum + eps));
+        }
+        wsel[tid] = w * a.scaling;
+    }
+    __syncthreads();
+}
+
+/* route_args of m (moe_route's checks passed) */
+static inline route_args route_args_of(const ci_moe *m) {
+    route_args a;
+    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
+    a.E = m->n_experts; a.K = m->top_k; a.router = (int)m->router; a.norm = m->norm_topk_prob;
+    a.G = G; a.topk_group = m->topk_group; a.hash_vocab = m->hash_vocab;
+    a.norm_eps = m->norm_eps; a.scaling = m->routed_scaling;
+    a.bias = m->router == CI_ROUTE_SOFTMAX ? NULL : m->bias;
+    a.hash_ids = m->router == CI_ROUTE_SOFTMAX ? NULL : m->hash_ids;
+    return a;
+}
+
+/* Whether the device routes m (at most 1024 experts, 64 chosen, 32 groups); else why in err. */
+static inline int route_ok(const ci_moe *m) {
+    const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
+    return !(m->n_experts < 1 || m->n_experts > ROUTE_MAX_E || m->top_k < 1 || m->top_k > ROUTE_MAX_K ||
+             m->top_k > m->n_experts || G > 32 || (G > 1 && (m->n_experts % G || m->topk_group < 1 || m->topk_group > G)));
+}
+
+#endif
