@@ -52,6 +52,7 @@ struct mf_args {
     route_args ra;
     const void *const *w;        /* the experts' table (cb_moe_tab.w) */
     int X, I, relu2, acc, big;   /* big: floats of the shared xn / h region */
+    int pf;                      /* ask L2 for a warp's next rows while its loads of these are out */
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
     float *h, *out;              /* [K, I], [X] */
@@ -94,6 +95,30 @@ __device__ __forceinline__ int mf_rcol(int i, int kw, int lane) {
     if (KS == 1) return lane * V + i * 32 * V;
     constexpr int STEP = 32 * V * MF_RU;
     return kw * STEP + (i / MF_RU) * KS * STEP + (i % MF_RU) * 32 * V + lane * V;
+}
+
+/* V consecutive floats of shared memory at p (16-byte aligned) into o, as 16-byte loads without
+ * bank conflicts: with 8 floats a lane (lanes 32 bytes apart) lanes 4..7 of each quarter warp
+ * take their second half first, so each load's eight lanes cover the 32 banks once (plain loads
+ * of a float each were 8-way conflicts: the lanes' rows 32 bytes apart). */
+/* the lines of bytes [0, n) at p asked into L2 by the warp (a line a lane a trip; no registers) */
+__device__ __forceinline__ void pf_l2(const char *p, int n, int lane) {
+    for (int off = lane * 128; off < n; off += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
+template <int V>
+__device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
+    const float4 *q = (const float4 *)p;
+    if (V == 4) {
+        const float4 a = q[0];
+        o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+    } else {
+        const int sw = (lane >> 2) & 1;
+        const float4 a = q[sw], b = q[sw ^ 1];
+        const float4 lo = sw ? b : a, hi = sw ? a : b;
+        o[0] = lo.x; o[1] = lo.y; o[2] = lo.z; o[3] = lo.w;
+        o[4] = hi.x; o[5] = hi.y; o[6] = hi.z; o[7] = hi.w;
+    }
 }
 
 template <class LR, class LE, int KS, int NW>
@@ -195,10 +220,11 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 for (int b = 0; b < MF_B; b++) {
                     const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
                     if (c >= X) break;
-                    float wv[VR];
+                    float wv[VR], xs[VR];
                     LR::cvt(rr[b], wv);
+                    sh_row<VR>(big + c, lane, xs);
 #pragma unroll
-                    for (int v = 0; v < VR; v++) acc = fmaf(wv[v], big[c + v], acc);
+                    for (int v = 0; v < VR; v++) acc = fmaf(wv[v], xs[v], acc);
                 }
             }
             acc = mf_sum(acc);
@@ -247,18 +273,24 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                     if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
                 }
             }
+            if (a.pf && c0 == lane * VE && u + TW < K * I) {   /* the warp's next unit into L2 */
+                const int k2 = (u + TW) / I, r2 = u + TW - k2 * I;
+                pf_l2(ub[k2] + (int64_t)r2 * X * LE::BYTES, X * LE::BYTES, lane);
+                if (!a.relu2) pf_l2(gb[k2] + (int64_t)r2 * X * LE::BYTES, X * LE::BYTES, lane);
+            }
 #pragma unroll
             for (int b = 0; b < MF_B; b++) {
                 const int c = c0 + b * 32 * VE;
                 if (c >= X) break;
-                float wv[VE];
+                float wv[VE], xs[VE];
                 LE::cvt(ru[b], wv);
+                sh_row<VE>(big + c, lane, xs);
 #pragma unroll
-                for (int v = 0; v < VE; v++) au = fmaf(wv[v], big[c + v], au);
+                for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
                 if (!a.relu2) {
                     LE::cvt(rg[b], wv);
 #pragma unroll
-                    for (int v = 0; v < VE; v++) ag = fmaf(wv[v], big[c + v], ag);
+                    for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
                 }
             }
         }
@@ -276,6 +308,8 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
             if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
         }
     }
+    if (a.pf && gw < X)   /* the rest of that row into L2: after the barrier its loads find it there */
+        for (int k = 0; k < K; k++) pf_l2(db[k] + (int64_t)gw * I * LE::BYTES, I * LE::BYTES, lane);
     mf_grid_sync(a.bar);
 
     /* ---- 3. down and the residual ---- */
@@ -290,6 +324,8 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
             }
         }
+        if (a.pf && r + TW < X)
+            for (int k = 0; k < K; k++) pf_l2(db[k] + (int64_t)(r + TW) * I * LE::BYTES, I * LE::BYTES, lane);
         float acc0 = 0.0f, acc1 = 0.0f;
         for (int j0 = 0; j0 < total; j0 += MF_B) {
             if (j0 + MF_B < total) {
@@ -304,12 +340,12 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
                 if (j >= total) break;
                 if (c >= I) continue;
-                float wv[VE];
+                float wv[VE], hs[VE];
                 LE::cvt(raw[b], wv);
-                const float *hk = big + k * I + c;
+                sh_row<VE>(big + k * I + c, lane, hs);
                 float part = 0.0f;
 #pragma unroll
-                for (int v = 0; v < VE; v++) part = fmaf(wv[v], hk[v], part);
+                for (int v = 0; v < VE; v++) part = fmaf(wv[v], hs[v], part);
                 if (j & 1) acc1 = fmaf(wsel[k], part, acc1);
                 else acc0 = fmaf(wsel[k], part, acc0);
             }
@@ -394,7 +430,7 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.ra = route_args_of(m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off; a.pf = cb->moe_fuse_pf;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
     switch (W->dtype) {
