@@ -108,7 +108,7 @@ struct cuda_be {
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
-    int moe_fuse_warps;      /* CINFER_CUDA_MOE_FUSE_WARPS=8|16: its warps a block (one block an SM) */
+    int moe_fuse_warps;      /* CINFER_CUDA_MOE_FUSE_WARPS=16|32: its warps a block (one block an SM) */
     int moe_fuse_pf;         /* CINFER_CUDA_MOE_FUSE_PF=0|1: its warps ask L2 for their next rows */
     unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier (arrivals, generation), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to

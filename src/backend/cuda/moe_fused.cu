@@ -133,27 +133,28 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     __shared__ float rpart[NW], npart[4];
     __shared__ float nscale;
     constexpr int VR = LR::VEC, VE = LE::VEC, NT = NW * 32;
+    constexpr int B = NW >= 32 ? MF_B / 2 : MF_B, NI = NW >= 32 ? MF_NI / 4 : MF_NI;   /* 32 warps: 64 registers */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * NW + warp;
     const int TW = gridDim.x * NW, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
 
     /* ---- 1. norm and router ---- */
     /* before pdl_enter only what no kernel writes: the router's first batch, the norm weight,
      * the experts' table */
-    uint4 rr[MF_B];
+    uint4 rr[B];
     {
         const int row = gw / KS, kw = gw % KS;
         if (row < E) {
             const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) {
+            for (int b = 0; b < B; b++) {
                 const int c = mf_rcol<KS, VR>(b, kw, lane);
                 if (c < X) rr[b] = ld_stream(wr + (int64_t)c * LR::BYTES);
             }
         }
     }
-    float4 nw[MF_NI], xv[MF_NI];
+    float4 nw[NI], xv[NI];
 #pragma unroll
-    for (int i = 0; i < MF_NI; i++) {
+    for (int i = 0; i < NI; i++) {
         const int c = 4 * ((int)threadIdx.x + i * NT);
         if (c < X) nw[i] = __ldg((const float4 *)(a.norm_w + c));
     }
@@ -163,12 +164,12 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     /* x into shared memory (every load issued first), then gemv_kernel's NORM pass of its four
      * warps over it: thread t sums columns 4t + 512k in k order, the same nesting */
 #pragma unroll
-    for (int i = 0; i < MF_NI; i++) {
+    for (int i = 0; i < NI; i++) {
         const int c = 4 * ((int)threadIdx.x + i * NT);
         if (c < X) xv[i] = __ldcg((const float4 *)(a.x + c));
     }
 #pragma unroll
-    for (int i = 0; i < MF_NI; i++) {
+    for (int i = 0; i < NI; i++) {
         const int c = 4 * ((int)threadIdx.x + i * NT);
         if (c < X) *(float4 *)(big + c) = xv[i];
     }
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     {
         const float sc = nscale;
 #pragma unroll
-        for (int i = 0; i < MF_NI; i++) {
+        for (int i = 0; i < NI; i++) {
             const int c = 4 * ((int)threadIdx.x + i * NT);
             if (c >= X) break;
             float4 v = xv[i];
@@ -207,17 +208,17 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
         float acc = 0.0f;
         if (row < E) {
             const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
-            for (int i0 = 0;; i0 += MF_B) {
+            for (int i0 = 0;; i0 += B) {
                 if (mf_rcol<KS, VR>(i0, kw, lane) >= X) break;
                 if (i0 || base != (int)blockIdx.x * NW) {
 #pragma unroll
-                    for (int b = 0; b < MF_B; b++) {
+                    for (int b = 0; b < B; b++) {
                         const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
                         if (c < X) rr[b] = ld_stream(wr + (int64_t)c * LR::BYTES);
                     }
                 }
 #pragma unroll
-                for (int b = 0; b < MF_B; b++) {
+                for (int b = 0; b < B; b++) {
                     const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
                     if (c >= X) break;
                     float wv[VR], xs[VR];
@@ -263,10 +264,10 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
         const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
         const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
         float au = 0.0f, ag = 0.0f;
-        for (int c0 = lane * VE; c0 < X; c0 += MF_B * 32 * VE) {
-            uint4 ru[MF_B], rg[MF_B];
+        for (int c0 = lane * VE; c0 < X; c0 += B * 32 * VE) {
+            uint4 ru[B], rg[B];
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) {
+            for (int b = 0; b < B; b++) {
                 const int c = c0 + b * 32 * VE;
                 if (c < X) {
                     ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 if (!a.relu2) pf_l2(gb[k2] + (int64_t)r2 * X * LE::BYTES, X * LE::BYTES, lane);
             }
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) {
+            for (int b = 0; b < B; b++) {
                 const int c = c0 + b * 32 * VE;
                 if (c >= X) break;
                 float wv[VE], xs[VE];
@@ -300,10 +301,10 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     }
     /* the first down batch of this warp's first row: weights only, so before the barrier */
     const int S = (I + 32 * VE - 1) / (32 * VE), total = K * S;
-    uint4 raw[MF_B], nxt[MF_B];
+    uint4 raw[B], nxt[B];
     if (gw < X) {
 #pragma unroll
-        for (int b = 0; b < MF_B; b++) {
+        for (int b = 0; b < B; b++) {
             const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
             if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
         }
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     for (int r = gw; r < X; r += TW) {
         if (r != gw) {
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) {
+            for (int b = 0; b < B; b++) {
                 const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
                 if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
             }
@@ -327,16 +328,16 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
         if (a.pf && r + TW < X)
             for (int k = 0; k < K; k++) pf_l2(db[k] + (int64_t)(r + TW) * I * LE::BYTES, I * LE::BYTES, lane);
         float acc0 = 0.0f, acc1 = 0.0f;
-        for (int j0 = 0; j0 < total; j0 += MF_B) {
-            if (j0 + MF_B < total) {
+        for (int j0 = 0; j0 < total; j0 += B) {
+            if (j0 + B < total) {
 #pragma unroll
-                for (int b = 0; b < MF_B; b++) {
-                    const int j = j0 + MF_B + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+                for (int b = 0; b < B; b++) {
+                    const int j = j0 + B + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
                     if (j < total && c < I) nxt[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
                 }
             }
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) {
+            for (int b = 0; b < B; b++) {
                 const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
                 if (j >= total) break;
                 if (c >= I) continue;
@@ -350,7 +351,7 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 else acc0 = fmaf(wsel[k], part, acc0);
             }
 #pragma unroll
-            for (int b = 0; b < MF_B; b++) raw[b] = nxt[b];
+            for (int b = 0; b < B; b++) raw[b] = nxt[b];
         }
         acc0 = mf_sum(acc0);
         acc1 = mf_sum(acc1);
@@ -381,9 +382,9 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
 
 template <class LR, class LE>
 static int mf_pick_w(cuda_be *cb, int ks, const mf_args &a, size_t smem) {
-    if (cb->moe_fuse_warps == 16)
-        return ks == 1 ? mf_launch<LR, LE, 1, 16>(cb, a, smem) : mf_launch<LR, LE, 4, 16>(cb, a, smem);
-    return ks == 1 ? mf_launch<LR, LE, 1, 8>(cb, a, smem) : mf_launch<LR, LE, 4, 8>(cb, a, smem);
+    if (cb->moe_fuse_warps == 32)
+        return ks == 1 ? mf_launch<LR, LE, 1, 32>(cb, a, smem) : mf_launch<LR, LE, 4, 32>(cb, a, smem);
+    return ks == 1 ? mf_launch<LR, LE, 1, 16>(cb, a, smem) : mf_launch<LR, LE, 4, 16>(cb, a, smem);
 }
 
 template <class LR>
@@ -410,8 +411,8 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
         return 0;
     const cb_moe_tab *tab = cb_moe_table(cb, m);
     if (!tab || !cb_moe_split2_form(cb, m, tab, xn)) return 0;
-    const int nt = 32 * (cb->moe_fuse_warps == 16 ? 16 : 8);
-    if (X > 4 * nt * MF_NI) return 0;   /* a thread's share of x in registers */
+    const int nt = 32 * cb->moe_fuse_warps;
+    if (X > 4 * nt * (cb->moe_fuse_warps >= 32 ? MF_NI / 4 : MF_NI)) return 0;   /* a thread's share of x in registers */
     const int big = X > K * I ? X : K * I;
     size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
     int tab_off = 0;
