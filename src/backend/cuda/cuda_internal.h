@@ -108,8 +108,6 @@ struct cuda_be {
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
-    int moe_fuse_warps;      /* CINFER_CUDA_MOE_FUSE_WARPS=16|32: its warps a block (one block an SM) */
-    int moe_fuse_pf;         /* CINFER_CUDA_MOE_FUSE_PF=0|1: its warps ask L2 for their next rows */
     unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier (arrivals, generation), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -275,8 +273,10 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #endif
 #ifndef CB_MOE_FUSE
 /* a MoE block's routed part of one token row (norm, router, routing, experts) in one launch,
- * moe_fused.cu, instead of four; the same bits */
-#define CB_MOE_FUSE 0     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
+ * moe_fused.cu, instead of four; the same bits. H100, 2026-12-06, decode after 512, alternating,
+ * two rounds: Qwen3-30B-A3B dims 12 layers 859.6 / 858.9 -> 871.0 / 875.0 tok/s, DeepSeek-V2-Lite
+ * dims 14 layers 585.0 / 584.3 -> 593.5 / 593.0, Qwen3-30B-A3B after 4096 782.4 -> 802.6. */
+#define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in

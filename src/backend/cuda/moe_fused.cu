@@ -1,34 +1,40 @@
 /* moe_fused.cu — a MoE block's decode of one token row in one launch (backend.h
  * moe_norm_experts): the block's RMSNorm and router product, the routing, the routed experts'
  * gate / up and their down sum (added into the residual), in three phases of one grid that is
- * resident all at once (a block an SM), parted by grid-wide barriers.
+ * resident all at once (a block of 16 warps an SM), parted by grid-wide barriers.
  *
  * Why: at one token a MoE layer's routed part was four launches (norm_matmul_keep's router GEMV,
- * moe_route, gate_up, down). Each launch pays its ramp and its tail (the last warps' loads),
- * and the route launch reads nothing: the ncu tables of bench/RESULTS.md put the four at ~47 us
- * a Qwen3-30B-A3B layer on the H200 for 75 MB (17 us at the copy rate). In one grid a barrier
- * costs an L2 round trip or two, the expert ids are known to every block right after the
- * routing, and each warp issues its first down rows' loads before the second barrier (weights
- * are no phase's output), so the memory is not idle between the phases.
+ * moe_route, gate_up, down), each paying its start and its tail, the route launch reading
+ * nothing. ncu on an H100 (Qwen3-30B-A3B dims, kernels one at a time): route 7.3-8.5 us, gate_up
+ * 24.5 (61.5% of the DRAM peak), down 17.6-18.0, plus the router GEMV, against 53-56 us for this
+ * launch over the same 76 MB; in a decode step +1.4..2.6% (bench/RESULTS.md, thirty-ninth
+ * session). Its streaming phases run below the standalone kernels' rate (one block of 16 warps
+ * an SM keeps fewer bytes in flight than their 32-64 warps); what it saves is the launches.
  *
- * Phases (TW = gridDim.x · NW warps, warp gw):
- *   1. before pdl_enter, each router warp loads its first batch of router weights; then every
- *      block takes x's inverse RMS (warps 0..3, the GEMV's order) and keeps xn = x · rms · w in
- *      shared memory (block 0 also writes it to xn); router row r is warp (r · KS + kw)'s, KS =
- *      1 or 4 warps a row as gemv.cu's launch for that width; logits written. Barrier.
+ * Phases (TW = gridDim.x · MF_WARPS warps, warp gw):
+ *   1. before pdl_enter each router warp loads its first batch of router weights, every thread
+ *      its share of the norm weight, the block the experts' table (E <= 256); then x into
+ *      shared memory, its inverse RMS by warps 0..3 in the GEMV's order, xn = x · rms · w kept
+ *      there (block 0 also writes it to xn); router row r is warp (r · KS + kw)'s, KS = 1 or 4
+ *      warps a row as gemv.cu's launch for that width; logits written. Barrier.
  *   2. every block routes (route.cuh route_row, the logits through L2; block 0 writes sel / w),
  *      then gate_up units u = k · I + r (expert slot k, row r) go round the warps: the gate and
- *      up rows against xn, h[u] = act(g, u) written. Each warp loads its first down batch.
- *      Barrier.
+ *      up rows against xn, h[u] = act(g, u) written. Each warp loads its first down batch
+ *      (weights: before the barrier). Barrier.
  *   3. every block copies h ([K, I] floats) into shared memory; output row r is warp r's (+ TW
  *      ...): its K · S 16-byte steps j (S a row of one expert) in batches, two buffers; steps
  *      of even and odd j summed apart and added at the end, as down_kernel_split<L, 2, 4>;
  *      out[r] = (acc ? out[r] : 0) + the sum.
+ * Shared rows are read by 16-byte loads without bank conflicts (sh_row): the first form read a
+ * float at a time with the lanes' rows 32 bytes apart (8-way conflicts) and ran 7% slower than
+ * the four launches. Measured and not kept: 8 warps a block (the rest of the SM free for the
+ * kernels before and after: slower), 32 (64 registers: slower), warps asking L2 for their next
+ * rows (slower).
  * Bits: every sum runs in the order of the kernel it replaces (gemv_kernel's NORM pass and
  * its lanes' column order, route_kernel, gate_up_kernel<L, true>, down_kernel_split<L, 2, 4>),
  * so the results equal the three ops' bit for bit (test_cuda_ops "moe_norm_experts" checks
- * it); where a call would take another form of those ops (fp8 or MLX weights, more rows,
- * a tuning switch) the three ops run instead.
+ * it; `cinfer logits --step` of the MoE fixtures cmp-identical); where a call would take another
+ * form of those ops (fp8 or MLX weights, more rows, a tuning switch) the three ops run instead.
  * The barrier: a counter and a generation word in device memory (cuda_be.gbar): the block
  * arriving last resets the counter and bumps the generation the others poll. The grid is never
  * larger than the blocks that fit the SMs at once (the occupancy calculator), so every block
@@ -39,7 +45,7 @@
 #include "loaders.cuh"
 #include "route.cuh"
 
-enum { MF_B = 8, MF_RU = 2, MF_NI = 8, MF_TAB_E = 256 };
+enum { MF_WARPS = 16, MF_B = 8, MF_RU = 2, MF_NI = 8, MF_TAB_E = 256 };
 
 struct mf_args {
     const float *x, *norm_w;
@@ -52,7 +58,6 @@ struct mf_args {
     route_args ra;
     const void *const *w;        /* the experts' table (cb_moe_tab.w) */
     int X, I, relu2, acc, big;   /* big: floats of the shared xn / h region */
-    int pf;                      /* ask L2 for a warp's next rows while its loads of these are out */
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
     float *h, *out;              /* [K, I], [X] */
@@ -101,6 +106,10 @@ __device__ __forceinline__ int mf_rcol(int i, int kw, int lane) {
  * bank conflicts: with 8 floats a lane (lanes 32 bytes apart) lanes 4..7 of each quarter warp
  * take their second half first, so each load's eight lanes cover the 32 banks once (plain loads
  * of a float each were 8-way conflicts: the lanes' rows 32 bytes apart). */
+/* V consecutive floats of shared memory at p (16-byte aligned) into o, as 16-byte loads without
+ * bank conflicts: with 8 floats a lane (lanes 32 bytes apart) lanes 4..7 of each quarter warp
+ * take their second half first, so each load's eight lanes cover the 32 banks once (plain loads
+ * of a float each were 8-way conflicts: the lanes' rows 32 bytes apart). */
 /* the lines of bytes [0, n) at p asked into L2 by the warp (a line a lane a trip; no registers) */
 __device__ __forceinline__ void pf_l2(const char *p, int n, int lane) {
     for (int off = lane * 128; off < n; off += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
@@ -121,8 +130,8 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     }
 }
 
-template <class LR, class LE, int KS, int NW>
-__global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
+template <class LR, class LE, int KS>
+__global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
     float *rsm = big + a.big;                  /* route_row's 2E floats */
@@ -130,12 +139,12 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     __shared__ int chosen[ROUTE_MAX_K];
     __shared__ float wsel[ROUTE_MAX_K];
     __shared__ const char *gb[ROUTE_MAX_K], *ub[ROUTE_MAX_K], *db[ROUTE_MAX_K];
-    __shared__ float rpart[NW], npart[4];
+    __shared__ float rpart[MF_WARPS], npart[4];
     __shared__ float nscale;
-    constexpr int VR = LR::VEC, VE = LE::VEC, NT = NW * 32;
-    constexpr int B = NW >= 32 ? MF_B / 2 : MF_B, NI = NW >= 32 ? MF_NI / 4 : MF_NI;   /* 32 warps: 64 registers */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * NW + warp;
-    const int TW = gridDim.x * NW, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
+    constexpr int VR = LR::VEC, VE = LE::VEC, NT = MF_WARPS * 32;
+    constexpr int B = MF_B, NI = MF_NI;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * MF_WARPS + warp;
+    const int TW = gridDim.x * MF_WARPS, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
 
     /* ---- 1. norm and router ---- */
     /* before pdl_enter only what no kernel writes: the router's first batch, the norm weight,
@@ -203,14 +212,14 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
         }
     }
     __syncthreads();
-    for (int base = blockIdx.x * NW; base < E * KS; base += TW) {   /* uniform in the block */
+    for (int base = blockIdx.x * MF_WARPS; base < E * KS; base += TW) {   /* uniform in the block */
         const int unit = base + warp, row = unit / KS, kw = unit % KS;
         float acc = 0.0f;
         if (row < E) {
             const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
             for (int i0 = 0;; i0 += B) {
                 if (mf_rcol<KS, VR>(i0, kw, lane) >= X) break;
-                if (i0 || base != (int)blockIdx.x * NW) {
+                if (i0 || base != (int)blockIdx.x * MF_WARPS) {
 #pragma unroll
                     for (int b = 0; b < B; b++) {
                         const int c = mf_rcol<KS, VR>(i0 + b, kw, lane);
@@ -274,11 +283,6 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                     if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
                 }
             }
-            if (a.pf && c0 == lane * VE && u + TW < K * I) {   /* the warp's next unit into L2 */
-                const int k2 = (u + TW) / I, r2 = u + TW - k2 * I;
-                pf_l2(ub[k2] + (int64_t)r2 * X * LE::BYTES, X * LE::BYTES, lane);
-                if (!a.relu2) pf_l2(gb[k2] + (int64_t)r2 * X * LE::BYTES, X * LE::BYTES, lane);
-            }
 #pragma unroll
             for (int b = 0; b < B; b++) {
                 const int c = c0 + b * 32 * VE;
@@ -309,8 +313,6 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
             if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
         }
     }
-    if (a.pf && gw < X)   /* the rest of that row into L2: after the barrier its loads find it there */
-        for (int k = 0; k < K; k++) pf_l2(db[k] + (int64_t)gw * I * LE::BYTES, I * LE::BYTES, lane);
     mf_grid_sync(a.bar);
 
     /* ---- 3. down and the residual ---- */
@@ -325,8 +327,6 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
                 if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
             }
         }
-        if (a.pf && r + TW < X)
-            for (int k = 0; k < K; k++) pf_l2(db[k] + (int64_t)(r + TW) * I * LE::BYTES, I * LE::BYTES, lane);
         float acc0 = 0.0f, acc1 = 0.0f;
         for (int j0 = 0; j0 < total; j0 += B) {
             if (j0 + B < total) {
@@ -362,37 +362,30 @@ __global__ void __launch_bounds__(NW * 32, 1) moe_fused_kernel(mf_args a) {
     }
 }
 
-template <class LR, class LE, int KS, int NW>
+template <class LR, class LE, int KS>
 static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
-    auto kern = moe_fused_kernel<LR, LE, KS, NW>;
+    auto kern = moe_fused_kernel<LR, LE, KS>;
     static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
     static size_t occ_smem = 0;
     if (occ < 0 || smem > occ_smem) {
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, NW * 32, smem) != cudaSuccess) {
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, MF_WARPS * 32, smem) != cudaSuccess) {
             cudaGetLastError();
             occ = 0;
         }
         occ_smem = smem;
     }
     if (occ < 1) return 0;
-    cb_launch(cb, kern, dim3((unsigned)cb->sm_count), dim3(NW * 32), smem, a);
+    cb_launch(cb, kern, dim3((unsigned)cb->sm_count), dim3(MF_WARPS * 32), smem, a);
     return 1;
-}
-
-template <class LR, class LE>
-static int mf_pick_w(cuda_be *cb, int ks, const mf_args &a, size_t smem) {
-    if (cb->moe_fuse_warps == 32)
-        return ks == 1 ? mf_launch<LR, LE, 1, 32>(cb, a, smem) : mf_launch<LR, LE, 4, 32>(cb, a, smem);
-    return ks == 1 ? mf_launch<LR, LE, 1, 16>(cb, a, smem) : mf_launch<LR, LE, 4, 16>(cb, a, smem);
 }
 
 template <class LR>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
     switch (de) {
-    case CI_F32: return mf_pick_w<LR, LF32>(cb, ks, a, smem);
-    case CI_F16: return mf_pick_w<LR, LF16>(cb, ks, a, smem);
-    case CI_BF16: return mf_pick_w<LR, LBF16>(cb, ks, a, smem);
+    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1>(cb, a, smem) : mf_launch<LR, LF32, 4>(cb, a, smem);
+    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1>(cb, a, smem) : mf_launch<LR, LF16, 4>(cb, a, smem);
+    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1>(cb, a, smem) : mf_launch<LR, LBF16, 4>(cb, a, smem);
     default: return 0;
     }
 }
@@ -411,8 +404,7 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
         return 0;
     const cb_moe_tab *tab = cb_moe_table(cb, m);
     if (!tab || !cb_moe_split2_form(cb, m, tab, xn)) return 0;
-    const int nt = 32 * cb->moe_fuse_warps;
-    if (X > 4 * nt * (cb->moe_fuse_warps >= 32 ? MF_NI / 4 : MF_NI)) return 0;   /* a thread's share of x in registers */
+    if (X > 4 * 32 * MF_WARPS * MF_NI) return 0;   /* a thread's share of x in registers */
     const int big = X > K * I ? X : K * I;
     size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
     int tab_off = 0;
@@ -431,7 +423,7 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.ra = route_args_of(m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off; a.pf = cb->moe_fuse_pf;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
     switch (W->dtype) {
