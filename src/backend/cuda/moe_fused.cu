@@ -106,15 +106,6 @@ __device__ __forceinline__ int mf_rcol(int i, int kw, int lane) {
  * bank conflicts: with 8 floats a lane (lanes 32 bytes apart) lanes 4..7 of each quarter warp
  * take their second half first, so each load's eight lanes cover the 32 banks once (plain loads
  * of a float each were 8-way conflicts: the lanes' rows 32 bytes apart). */
-/* V consecutive floats of shared memory at p (16-byte aligned) into o, as 16-byte loads without
- * bank conflicts: with 8 floats a lane (lanes 32 bytes apart) lanes 4..7 of each quarter warp
- * take their second half first, so each load's eight lanes cover the 32 banks once (plain loads
- * of a float each were 8-way conflicts: the lanes' rows 32 bytes apart). */
-/* the lines of bytes [0, n) at p asked into L2 by the warp (a line a lane a trip; no registers) */
-__device__ __forceinline__ void pf_l2(const char *p, int n, int lane) {
-    for (int off = lane * 128; off < n; off += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
-}
-
 template <int V>
 __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     const float4 *q = (const float4 *)p;
