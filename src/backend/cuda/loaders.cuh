@@ -86,6 +86,12 @@ __device__ __forceinline__ void fp8_widen16(const uint8_t *src, float sc, __half
     ((uint4 *)dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
 }
 
+/* The warp's lanes' v added by a shuffle tree (xor 16, 8, .., 1): every lane gets the sum. */
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* An E8M0 / bf16 / f32 block scale as f32 (sd: 0 f32, 1 bf16, 2 e8m0), element i of the grid. */
 __device__ __forceinline__ float scale_elem(const void *grid, int sd, int64_t i) {
     if (sd == 0) return __ldg((const float *)grid + i);

@@ -266,11 +266,6 @@ __device__ __forceinline__ float lane_dot(const void *W, const void *grid, int64
     return acc;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 template <class L, bool AL>
 __global__ void __launch_bounds__(MOE_WARPS * 32) gate_up_kernel(exp_args a) {
     pdl_enter();

@@ -64,11 +64,6 @@ struct mf_args {
     unsigned *bar;               /* [2]: arrivals, generation */
 };
 
-__device__ __forceinline__ float mf_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -180,7 +175,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             const float4 f = *(const float4 *)(big + c);
             ss = fmaf(f.x, f.x, fmaf(f.y, f.y, fmaf(f.z, f.z, fmaf(f.w, f.w, ss))));
         }
-        ss = mf_sum(ss);
+        ss = warp_sum(ss);
         if (lane == 0) npart[warp] = ss;
     }
     __syncthreads();
@@ -228,7 +223,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                     for (int v = 0; v < VR; v++) acc = fmaf(wv[v], xs[v], acc);
                 }
             }
-            acc = mf_sum(acc);
+            acc = warp_sum(acc);
         }
         if (KS == 1) {
             if (row < E && lane == 0) a.logits[row] = acc;
@@ -290,8 +285,8 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                 }
             }
         }
-        au = mf_sum(au);
-        ag = mf_sum(ag);
+        au = warp_sum(au);
+        ag = warp_sum(ag);
         if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
     }
     /* the first down batch of this warp's first row: weights only, so before the barrier */
@@ -344,8 +339,8 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
 #pragma unroll
             for (int b = 0; b < B; b++) raw[b] = nxt[b];
         }
-        acc0 = mf_sum(acc0);
-        acc1 = mf_sum(acc1);
+        acc0 = warp_sum(acc0);
+        acc1 = warp_sum(acc1);
         if (lane == 0) {
             const float s = acc0 + acc1;
             a.out[r] = a.acc ? a.out[r] + s : s;
