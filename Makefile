@@ -6,7 +6,7 @@
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
-.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage gpu-stage-lineinfo install
+.PHONY: all build build-asan build-fuzz deps test test-asan demo clean gpu-stage gpu-stage-lineinfo gpu-stage-prof install
 
 all: build
 
@@ -65,5 +65,13 @@ gpu-stage-lineinfo: build
 	@cmake --build build-lineinfo --target cinfer_cuda -j$$(nproc) >/dev/null
 	@STAGE_TESTS=0 STAGE_CUDA_LIB=build-lineinfo/libcinfer_cuda.so bash tests/gpu/stage.sh build
 
+# The library with prof.cuh's phase marks compiled in (a measuring build), packed as
+# .gpuz/prof.so.xz beside what gpu-stage packs: run with it in place of .gpu/lib's and
+# CINFER_CUDA_PROF_OUT=file, then bench/prof_phases.py file.
+gpu-stage-prof: build
+	@cmake -S . -B build-prof -DCINFER_CUDA_ARCH="-gencode=arch=compute_90,code=sm_90" -DCINFER_CUDA_PROF=ON >/dev/null
+	@cmake --build build-prof --target cinfer_cuda -j$$(nproc) >/dev/null
+	@mkdir -p .gpuz && xz -T0 -c build-prof/libcinfer_cuda.so > .gpuz/prof.so.xz
+
 clean:
-	rm -rf build build-asan build-fuzz build-sass build-lineinfo .gpu .gpuz
+	rm -rf build build-asan build-fuzz build-sass build-lineinfo build-prof .gpu .gpuz

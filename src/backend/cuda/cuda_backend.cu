@@ -16,9 +16,47 @@
  * the GEMM); weight_q places their descriptors. */
 #include "cuda_api.h"
 #include "cuda_internal.h"
+#include "prof.cuh"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef CB_PROF
+/* prof.cuh's buffer: allocated at the first backend's start, written to $CINFER_CUDA_PROF_OUT
+ * (records as they are, the count first) when a backend is freed */
+static cb_prof_dev cb_prof_host;
+cb_prof_dev cb_prof_get(void) {
+    if (!cb_prof_host.buf) {
+        cudaMalloc(&cb_prof_host.buf, sizeof(cb_prof_rec) * CB_PROF_CAP);
+        cudaMalloc(&cb_prof_host.n, sizeof(unsigned));
+        cudaMemset(cb_prof_host.n, 0, sizeof(unsigned));
+    }
+    return cb_prof_host;
+}
+void cb_prof_bind_quant_mma(void);
+void cb_prof_bind_quant_mma_moe(void);
+void cb_prof_bind_all(void) {
+    cb_prof_bind_quant_mma();
+    cb_prof_bind_quant_mma_moe();
+}
+static void cb_prof_dump(void) {
+    const char *path = getenv("CINFER_CUDA_PROF_OUT");
+    if (!path || !cb_prof_host.buf) return;
+    unsigned n = 0;
+    cudaDeviceSynchronize();
+    cudaMemcpy(&n, cb_prof_host.n, sizeof n, cudaMemcpyDeviceToHost);
+    const unsigned cap = CB_PROF_CAP, k = n < cap ? n : cap;
+    cb_prof_rec *r = (cb_prof_rec *)malloc(sizeof *r * (k ? k : 1));
+    FILE *f = fopen(path, "wb");
+    if (r && f && cudaMemcpy(r, cb_prof_host.buf, sizeof *r * k, cudaMemcpyDeviceToHost) == cudaSuccess) {
+        fwrite(&n, sizeof n, 1, f);
+        fwrite(r, sizeof *r, k, f);
+    }
+    if (f) fclose(f);
+    free(r);
+}
+#endif
+
 
 static cuda_be *CB(ci_backend *be) { return (cuda_be *)be; }
 
@@ -750,6 +788,9 @@ static void op_free(ci_backend *be) {
     }
     if (cb->fork_ev) cudaEventDestroy(cb->fork_ev);
     if (cb->stream) cudaStreamDestroy(cb->stream);
+#ifdef CB_PROF
+    cb_prof_dump();
+#endif
     if (be->pool && be->pool_free) be->pool_free(be->pool);
     free(cb);
 }
@@ -843,6 +884,9 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
         op_free(be);
         return NULL;
     }
+#ifdef CB_PROF
+    cb_prof_bind_all();
+#endif
     cublasStatus_t bs = cublasCreate(&cb->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cb->blas, cb->stream);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(cb->blas, cb->blas_ws, ws);

@@ -3,6 +3,9 @@
  * matmul_swiglu, and its norm_ forms (the RMSNorm staged in with x); gemv.cu its fp8 ones;
  * cuda_backend.cu its matmul_groups of row views of one tensor (cb_qt_groups). */
 #include "quant_mma.cuh"
+#include "prof.cuh"
+
+CB_PROF_TU(quant_mma)
 
 /* CINFER_CUDA_QMMA (default 1; 0: quant.cu's / quant_moe.cu's f32 qmv kernels, to measure
  * against). Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after
@@ -60,6 +63,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     int64_t r0 = 0;
     bool live = false;
     const int gi = blockIdx.y;
+    CB_PROF_BEGIN(CB_PROF_DENSE, a.K, a.ntiles * 16, a.ks);
     auto setup = [&](int64_t bt) {   /* the rows of block tile bt, and their first batch's loads */
         const int64_t tile = bt * tpb + warp / a.ks;
         live = tile < a.ntiles;
@@ -79,9 +83,12 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
+    CB_PROF_MARK(1);
     pdl_enter();
+    CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
                       blockIdx.x == 0 ? a.xn_out : nullptr);
+    CB_PROF_MARK(3);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -96,7 +103,9 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
         if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
+        if (bt == blockIdx.x) CB_PROF_MARK(4);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
+        if (bt == blockIdx.x) CB_PROF_MARK(5);
         if (!live || kp) continue;
         const int64_t rows = a.rows[mi], ldy = a.ldy ? a.ldy : rows;
 #pragma unroll
@@ -115,6 +124,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             }
         }
     }
+    CB_PROF_END();
 }
 /* 4- or 8-bit affine, groups of 32 / 64 / 128, K a multiple of the group, 16-byte aligned codes
  * of 16-byte aligned rows, f32 / f16 / bf16 params; or mxfp4 (E2M1 codes, an E8M0 scale per 32) */

@@ -2,6 +2,9 @@
  * layers at decode (1..8 token rows) on tensor cores (quant_mma.cuh says how): quant_moe.cu
  * hands them its decode pair, moe.cu its fp8 one. */
 #include "quant_mma.cuh"
+#include "prof.cuh"
+
+CB_PROF_TU(quant_mma_moe)
 
 /* CINFER_CUDA_QMMA_DNW (8 or 16, default 16): warps of a block of the experts' down kernel.
  * Measured on the H200 (2026-12-02, mlx4 Qwen3-30B-A3B dims, 12 layers, decode after 512,
@@ -56,7 +59,9 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     const int tpb = QT_WARPS / a.ks, kp = warp % a.ks;
     const int ntiles = (a.I + 15) / 16, nb = (ntiles + tpb - 1) / tpb;
     const int gb = kp * ng / a.ks, ge = (kp + 1) * ng / a.ks;
+    CB_PROF_BEGIN(CB_PROF_QT_GU, K, a.I, a.ks);
     pdl_enter();
+    CB_PROF_MARK(1);
     const int e = a.sel[p], tk = p / a.K;
     qt_buf<W, NTL, U> A;
     qt_rows<NTL> R;
@@ -77,7 +82,9 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
+    CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
+    CB_PROF_MARK(3);
     const __half2 *xq[1] = { xs + (g & 1) * qt_rs(K) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
@@ -86,7 +93,9 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
         if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
+        if (bt == (int)blockIdx.x) CB_PROF_MARK(4);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
+        if (bt == (int)blockIdx.x) CB_PROF_MARK(5);
         if (!live || kp || t) continue;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -95,6 +104,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
                 a.h[(int64_t)p * a.I + r] = moe_act(NTL == 2 ? acc[0][h] : 0.0f, acc[NTL - 1][h], NTL == 1, a.limit);
         }
     }
+    CB_PROF_END();
 }
 
 /* 2 blocks an SM at 16 warps (64 registers): the V4-Flash shape's 256 blocks in one wave, where
@@ -111,7 +121,9 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t r0 = (int64_t)blockIdx.x * 16;
     const int items = a.K * a.kparts;
+    CB_PROF_BEGIN(CB_PROF_QT_DN, K, a.X, a.kparts);
     pdl_enter();
+    CB_PROF_MARK(1);
     qt_buf<W, 1, U> A;
     qt_rows<1> R;
     int k = 0, gb = 0, ge = 0;
@@ -126,7 +138,9 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
+    CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
+    CB_PROF_MARK(3);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
@@ -138,12 +152,14 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
     }
+    CB_PROF_MARK(4);
     /* the NW warps' sums in warp order */
     if (t == 0) {
         red[warp * 16 + g] = acc[0][0];
         red[warp * 16 + g + 8] = acc[0][1];
     }
     __syncthreads();
+    CB_PROF_MARK(5);
     if (threadIdx.x < 16) {
         const int64_t r = r0 + threadIdx.x;
         float s = 0.0f;
@@ -153,6 +169,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
             *o = a.acc ? *o + s : s;
         }
     }
+    CB_PROF_END();
 }
 
 /* the two launches for k token rows (a: everything but ks / kparts); 0 (nothing launched) when

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""prof_phases.py FILE [--step N] — reads what a CINFER_CUDA_PROF build wrote to $CINFER_CUDA_PROF_OUT
+(src/backend/cuda/prof.cuh: one record per block of each marked kernel: two %globaltimer stamps and
+clock64 at its marks) and prints, per kernel kind and shape, the launches' median span (first block's
+start to last block's end), a block's median time, and each phase's median share of it; then the
+launches of one decode step in order with the gaps between them (where unmarked kernels ran)."""
+import struct, sys, statistics as st
+
+KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down", 4: "gemv"}
+PH = {1: ["setup", "pdl wait", "stage x", "tile (warp 0)", "reduce", "write"],
+      2: ["pdl wait", "route+setup", "stage x", "tile (warp 0)", "reduce", "write"],
+      3: ["pdl wait", "setup", "stage h", "items (warp 0)", "reduce", "write"]}
+FMT = "<8I2Q6QQ"
+SZ = struct.calcsize(FMT)
+
+def main():
+    path = sys.argv[1]
+    step = int(sys.argv[sys.argv.index("--step") + 1]) if "--step" in sys.argv else 4
+    data = open(path, "rb").read()
+    n = struct.unpack_from("<I", data, 0)[0]
+    recs = [struct.unpack_from(FMT, data, 4 + i * SZ) for i in range((len(data) - 4) // SZ)]
+    print(f"{n} records written, {len(recs)} read")
+    groups = {}
+    for r in recs:
+        kind, K, rows, ks, block, grid, smid, marks, g0, g1 = r[:10]
+        clk = list(r[10:16]); ce = r[16]
+        groups.setdefault((kind, K, rows, ks, grid), []).append((g0, g1, clk, ce))
+    launches = []
+    for key, rs in groups.items():
+        rs.sort(key=lambda x: x[0])
+        cur = [rs[0]]
+        for x in rs[1:]:
+            if x[0] - cur[0][0] > 20000:
+                launches.append((key, cur)); cur = [x]
+            else:
+                cur.append(x)
+        launches.append((key, cur))
+    print("\nper kernel shape (ns; medians over launches / blocks; phases as a block's thread 0 saw them)")
+    bykey = {}
+    for key, bl in launches: bykey.setdefault(key, []).append(bl)
+    for key in sorted(bykey, key=lambda k: -len(bykey[k])):
+        ls = bykey[key]
+        kind, K, rows, ks, grid = key
+        spans = [max(b[1] for b in bl) - min(b[0] for b in bl) for bl in ls]
+        skew = [max(b[0] for b in bl) - min(b[0] for b in bl) for bl in ls]
+        blocks = [b for bl in ls for b in bl]
+        dur = [b[1] - b[0] for b in blocks]
+        ph = [[] for _ in range(6)]
+        for g0, g1, clk, ce in blocks:
+            nspc = (g1 - g0) / max(1, ce - clk[0])
+            pts = clk[:6] + [ce]
+            for i in range(6):
+                if pts[i] and pts[i + 1]: ph[i].append((pts[i + 1] - pts[i]) * nspc)
+        names = PH.get(kind, [str(i) for i in range(6)])
+        phs = "  ".join(f"{names[i]} {st.median(ph[i]):.0f}" for i in range(6) if ph[i])
+        print(f"{KINDS.get(kind, kind)} K={K} rows={rows} ks={ks} grid={grid}: {len(ls)} launches, span {st.median(spans):.0f}"
+              f" (start skew {st.median(skew):.0f}), block {st.median(dur):.0f} | {phs}")
+    # one step: launches in start order; a step = the launches between the step-th and step+1-th head
+    allL = sorted(((min(b[0] for b in bl), max(b[1] for b in bl), key) for key, bl in launches))
+    heads = [i for i, l in enumerate(allL) if l[2][2] > 100000]   # the vocabulary head: the most rows
+    if len(heads) > step + 1:
+        a, b = heads[step] + 1, heads[step + 1] + 1
+        print(f"\nstep {step}: launches {a}..{b - 1}, from {allL[a][0] - allL[a - 1][1]} ns after the head before")
+        t0 = allL[a][0]; prev = allL[a - 1][1]
+        for s0, s1, key in allL[a:b]:
+            print(f"  +{s0 - t0:7d}  gap {s0 - prev:6d}  span {s1 - s0:6d}  {KINDS.get(key[0])} K={key[1]} rows={key[2]}")
+            prev = s1
+        print(f"  step {allL[b - 1][1] - allL[a - 1][1]} ns head to head")
+
+main()
