@@ -35,7 +35,6 @@ struct qt_args {
     int count, op, n, K, ng, sd, es, ks;
     int pair;                    /* qt_load's pair loads (W = 1) */
     int pv;                      /* the param window allowed (qt_pv_set) */
-    int raw_off;                 /* the row copy's byte offset in shared memory (qt_raw_off), 0: none */
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
@@ -84,14 +83,11 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
-    float *raw = a.raw_off ? (float *)(qt_sm + a.raw_off) : nullptr;
-    const bool npre = a.norm_w && qt_raw_ok(raw, a.x + gi * a.gx, a.ldx, a.K, a.norm_w);
-    if (npre) qt_raw_norm(raw, a.norm_w, a.K);   /* a weight: before pdl_enter() */
     CB_PROF_MARK(1);
     pdl_enter();
     CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
-                      blockIdx.x == 0 ? a.xn_out : nullptr, raw, npre);
+                      blockIdx.x == 0 ? a.xn_out : nullptr);
     CB_PROF_MARK(3);
     const __half2 *xq[NB];
     const float *xsm[NB];
@@ -198,8 +194,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     float *const xn0 = a.xn_out;
     for (int t0 = 0; t0 < n; t0 += chunk) {
         const int nn = n - t0 < chunk ? n - t0 : chunk;
-        size_t smem;
-        a.raw_off = qt_raw_off(qt_dense_smem(nn, K, ng, ntl, nw), nn, K, &smem);
+        const size_t smem = qt_dense_smem(nn, K, ng, ntl, nw);
         a.n = nn;
         a.x = x + (size_t)t0 * a.ldx;
         if (xn0) a.xn_out = xn0 + (size_t)t0 * K;

@@ -139,31 +139,6 @@ __device__ __forceinline__ void qt_a_nib(unsigned r0, unsigned r1, unsigned &a0,
     }
 }
 
-/* The rows qt_stage reads, copied whole into shared memory first (raw: K floats of the norm
- * weight, then the ntok rows of K), so that its passes over them (sum of squares, the staged pairs
- * in lane order, the group sums) read shared memory: read from global memory they were ~8
- * dependent L2 round trips a launch, 3-6 us of a ~10-25 us decode GEMV (prof.cuh's marks,
- * bench/RESULTS.md, 2026-12-06). The same values in the same order: the same bits. Whether a
- * launch may (16-byte rows; the caller's shared memory holds qt_raw_floats): */
-__host__ __device__ constexpr int64_t qt_raw_floats(int ntok, int K) { return (int64_t)(ntok + 1) * K; }
-__device__ __forceinline__ bool qt_raw_ok(const float *raw, const float *x, int64_t xs_stride, int K, const float *norm_w) {
-    return raw && ((uintptr_t)x & 15) == 0 && (xs_stride & 3) == 0 && (K & 3) == 0 && ((uintptr_t)norm_w & 15) == 0;
-}
-/* the norm weight's copy (weights: may be issued before pdl_enter()) and the rows' (after it), each
- * a cp.async group */
-__device__ __forceinline__ void qt_raw_norm(float *raw, const float *norm_w, int K) {
-    for (int c = 4 * threadIdx.x; c < K; c += 4 * blockDim.x) cb_cp16(raw + c, norm_w + c, true);
-    cb_cp_commit();
-}
-__device__ __forceinline__ void qt_raw_rows(float *raw, const float *x, int64_t xs_stride, int ntok, int K) {
-    const int q = K >> 2;
-    for (int i = threadIdx.x; i < ntok * q; i += blockDim.x) {
-        const int tok = i / q, c = 4 * (i - tok * q);
-        cb_cp16(raw + K + (int64_t)tok * K + c, x + tok * xs_stride + c, true);
-    }
-    cb_cp_commit();
-}
-
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
  * (hi) and 2i + 1 (lo) of token i, rs = qt_rs(K) half2 apart. W: code words a lane
  * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
@@ -171,33 +146,17 @@ __device__ __forceinline__ void qt_raw_rows(float *raw, const float *x, int64_t 
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
  * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4·qt_word(t, w) (qt_pair8). xsum[i·ng + G]: Σ of group
  * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). norm_w: x RMS-normed first;
- * xn_out (with norm_w): the normed rows [ntok, K] written there too. raw (qt_raw_ok): the rows
- * (and norm_w) read from a shared copy; the caller may have issued the norm weight's copy
- * (norm_pre) and the rows' (rows_pre), as each may only wait for what was issued. Ends with a
- * barrier. */
+ * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
 template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
-                         const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr, float *raw = nullptr,
-                         bool norm_pre = false, bool rows_pre = false) {
+                         const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr) {
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     constexpr int PPG = qt_nib(BITS) ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
     const int half = K >> 1, rs = qt_rs(K), ng = K / GS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
-    /* where the passes read: the shared copy (generic loads) or x and norm_w themselves */
-    const float *xsrc = x, *nsrc = norm_w;
-    int64_t xstr = xs_stride;
-    if (qt_raw_ok(raw, x, xs_stride, K, norm_w)) {
-        if (norm_w && !norm_pre) qt_raw_norm(raw, norm_w, K);
-        if (!rows_pre) qt_raw_rows(raw, x, xs_stride, ntok, K);
-        cb_cp_wait<0>();
-        __syncthreads();
-        xsrc = raw + K;
-        xstr = K;
-        if (norm_w) nsrc = raw;
-    }
     if (norm_w) {   /* RMSNorm of each row first (norm_matmul: xn is never written) */
         for (int tok = 0; tok < ntok; tok++) {
-            const float *xr = xsrc + tok * xstr;
+            const float *xr = x + tok * xs_stride;
             float ss = 0.0f;
             for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
             ss = q_warp_sum(ss);
@@ -218,11 +177,11 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
                                     : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
         const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
-        const float *xr = xsrc + tok * xstr;
+        const float *xr = x + tok * xs_stride;
         float a = xr[ka], b = xr[kb];
         if (norm_w) {
-            a = a * nsc[tok] * nsrc[ka];
-            b = b * nsc[tok] * nsrc[kb];
+            a = a * nsc[tok] * __ldg(norm_w + ka);
+            b = b * nsc[tok] * __ldg(norm_w + kb);
             if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
                 xn_out[(int64_t)tok * K + ka] = a;
                 xn_out[(int64_t)tok * K + kb] = b;
@@ -235,12 +194,12 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
     }
     for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
         const int tok = it / ng, G = it - tok * ng;
-        const float *xr = xsrc + tok * xstr + GS * G;
+        const float *xr = x + tok * xs_stride + GS * G;
         float s = 0.0f;
 #pragma unroll
         for (int q = 0; q < GS / 32; q++) {
             float v = xr[32 * q + lane];
-            if (norm_w) v = v * nsc[tok] * nsrc[GS * G + 32 * q + lane];
+            if (norm_w) v = v * nsc[tok] * __ldg(norm_w + GS * G + 32 * q + lane);
             s += v;
         }
         s = q_warp_sum(s);
@@ -627,23 +586,6 @@ static inline int qt_w1pair(void) {
 static inline int qt_pv_mode(void) {
     static const int v = cb_env_switch("CINFER_CUDA_QT_PV", 1);
     return v;
-}
-
-/* CINFER_CUDA_QT_RAW (default 1; 0: never): qt_stage reads its rows from a shared copy
- * (qt_raw_floats) where the launch's shared memory has room for it (qt_raw_off) */
-static inline int qt_raw_mode(void) {
-    static const int v = cb_env_switch("CINFER_CUDA_QT_RAW", 1);
-    return v;
-}
-static const size_t QT_RAW_MAX = 48 * 1024;   /* the most shared bytes a launch's row copy takes */
-/* the byte offset of the row copy of ntok rows of K behind `used` bytes of a launch's shared
- * memory, 0 when it is off or does not fit (then *total stays `used`) */
-static inline int qt_raw_off(size_t used, int ntok, int K, size_t *total) {
-    const size_t off = (used + 15) & ~(size_t)15, bytes = (size_t)qt_raw_floats(ntok, K) * 4;
-    *total = used;
-    if (!qt_raw_mode() || bytes > QT_RAW_MAX || off + bytes > QT_SMEM_MAX) return 0;
-    *total = off + bytes;
-    return (int)off;
 }
 
 /* a kernel's opt-in to QT_SMEM_MAX bytes of dynamic shared memory, asked the first time it is

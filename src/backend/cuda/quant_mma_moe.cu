@@ -44,7 +44,6 @@ struct qt_moe_args {
     int X, I, K, sd, es, acc, ks, kparts, rblk;
     int pair;          /* qt_load's pair loads (W = 1) */
     int pv;            /* the param window allowed (qt_pv_set) */
-    int raw_gu, raw_dn; /* the row copies' byte offsets in shared memory (qt_raw_off), 0: none */
     float limit;
 };
 
@@ -63,12 +62,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     CB_PROF_BEGIN(CB_PROF_QT_GU, K, a.I, a.ks);
     pdl_enter();
     CB_PROF_MARK(1);
-    /* the row's copy issued first, so that it flies while the expert's id is read */
-    const int tk = p / a.K;
-    float *raw = a.raw_gu ? (float *)(qt_sm + a.raw_gu) : nullptr;
-    const bool rpre = qt_raw_ok(raw, a.x + (int64_t)tk * a.X, 0, K, nullptr);
-    if (rpre) qt_raw_rows(raw, a.x + (int64_t)tk * a.X, 0, 1, K);
-    const int e = a.sel[p];
+    const int e = a.sel[p], tk = p / a.K;
     qt_buf<W, NTL, U> A;
     qt_rows<NTL> R;
     int tile = 0;
@@ -89,8 +83,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     };
     setup(blockIdx.x);
     CB_PROF_MARK(2);
-    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K, nullptr, 0.0f, nullptr, raw,
-                      false, rpre);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
     CB_PROF_MARK(3);
     const __half2 *xq[1] = { xs + (g & 1) * qt_rs(K) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
@@ -131,10 +124,6 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     CB_PROF_BEGIN(CB_PROF_QT_DN, K, a.X, a.kparts);
     pdl_enter();
     CB_PROF_MARK(1);
-    float *raw = a.raw_dn ? (float *)(qt_sm + a.raw_dn) : nullptr;
-    const float *hrow = a.h + (int64_t)tk * a.K * a.I;
-    const bool rpre = qt_raw_ok(raw, hrow, a.I, K, nullptr);
-    if (rpre) qt_raw_rows(raw, hrow, a.I, a.K, K);   /* flies while the experts' ids are read */
     qt_buf<W, 1, U> A;
     qt_rows<1> R;
     int k = 0, gb = 0, ge = 0;
@@ -150,7 +139,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     };
     if (warp < items) setup(warp);
     CB_PROF_MARK(2);
-    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, hrow, a.I, a.K, K, nullptr, 0.0f, nullptr, raw, false, rpre);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     CB_PROF_MARK(3);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
@@ -190,12 +179,10 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     a.pair = qt_w1pair();
     a.pv = qt_pv_mode();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
-    size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+    const size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
-    size_t smem_dn = (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
+    const size_t smem_dn = (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
-    a.raw_gu = qt_raw_off(smem_gu, 1, X, &smem_gu);
-    a.raw_dn = qt_raw_off(smem_dn, K, I, &smem_dn);
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
     /* down: items (expert, part) over the block's dnw warps, the parts (of at least 2 groups)
