@@ -7,10 +7,14 @@ launches of one decode step in order with the gaps between them (where unmarked 
 import struct, sys, statistics as st
 
 KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down", 4: "gemv"}
-PH = {1: ["setup", "pdl wait", "stage x", "tile (warp 0)", "reduce", "write"],
-      2: ["pdl wait", "route+setup", "stage x", "tile (warp 0)", "reduce", "write"],
-      3: ["pdl wait", "setup", "stage h", "items (warp 0)", "reduce", "write"]}
-FMT = "<8I2Q6QQ"
+# the phase that ends at each mark slot (prof.cuh's clk[i]; slot 0 is the kernel's start), "end" last
+PH = {1: {1: "setup", 2: "pdl wait", 3: "norm pass", 4: "pairs", 5: "group sums", 6: "tile (warp 0)", 7: "reduce"},
+      2: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",
+          7: "tile (warp 0)", 8: "reduce"},
+      3: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",
+          7: "items (warp 0)", 8: "reduce"}}
+NM = 10
+FMT = "<8I2Q%dQQ" % NM
 SZ = struct.calcsize(FMT)
 
 def main():
@@ -23,7 +27,7 @@ def main():
     groups = {}
     for r in recs:
         kind, K, rows, ks, block, grid, smid, marks, g0, g1 = r[:10]
-        clk = list(r[10:16]); ce = r[16]
+        clk = list(r[10:10 + NM]); ce = r[10 + NM]
         groups.setdefault((kind, K, rows, ks, grid), []).append((g0, g1, clk, ce))
     launches = []
     for key, rs in groups.items():
@@ -45,14 +49,14 @@ def main():
         skew = [max(b[0] for b in bl) - min(b[0] for b in bl) for bl in ls]
         blocks = [b for bl in ls for b in bl]
         dur = [b[1] - b[0] for b in blocks]
-        ph = [[] for _ in range(6)]
+        ph = {}
         for g0, g1, clk, ce in blocks:
             nspc = (g1 - g0) / max(1, ce - clk[0])
-            pts = clk[:6] + [ce]
-            for i in range(6):
-                if pts[i] and pts[i + 1]: ph[i].append((pts[i + 1] - pts[i]) * nspc)
-        names = PH.get(kind, [str(i) for i in range(6)])
-        phs = "  ".join(f"{names[i]} {st.median(ph[i]):.0f}" for i in range(6) if ph[i])
+            pts = [(i, c) for i, c in enumerate(clk) if c] + [(NM, ce)]
+            for (i0, c0), (i1, c1) in zip(pts, pts[1:]):
+                ph.setdefault(i1, []).append((c1 - c0) * nspc)
+        names = dict(PH.get(kind, {})); names[NM] = "write"
+        phs = "  ".join(f"{names.get(i, i)} {st.median(ph[i]):.0f}" for i in sorted(ph))
         print(f"{KINDS.get(kind, kind)} K={K} rows={rows} ks={ks} grid={grid}: {len(ls)} launches, span {st.median(spans):.0f}"
               f" (start skew {st.median(skew):.0f}), block {st.median(dur):.0f} | {phs}")
     # one step: launches in start order; a step = the launches between the step-th and step+1-th head

@@ -12,7 +12,7 @@
 #define CI_CUDA_PROF_CUH
 #include <stdint.h>
 
-enum { CB_PROF_MARKS = 6, CB_PROF_CAP = 1 << 17 };
+enum { CB_PROF_MARKS = 10, CB_PROF_CAP = 1 << 17 };
 struct cb_prof_rec {
     uint32_t kind, K, rows, ks, block, grid, smid, marks;
     uint64_t g0, g1;                   /* %globaltimer at BEGIN and END (ns) */
@@ -58,6 +58,8 @@ __device__ __forceinline__ unsigned cb_smid() {
     do {                                                                                                       \
         if (threadIdx.x == 0) cbp_r.clk[i] = clock64();                                                        \
     } while (0)
+/* where a device function called by a marking kernel marks (qt_stage's pm): slot i of the record */
+#define CB_PROF_AT(i) (cbp_r.clk + (i))
 #define CB_PROF_END()                                                                                          \
     do {                                                                                                       \
         if (threadIdx.x == 0) {                                                                                \
@@ -73,6 +75,7 @@ __device__ __forceinline__ unsigned cb_smid() {
     } while (0)
 #else
 #define CB_PROF_TU(name)
+#define CB_PROF_AT(i) nullptr
 #define CB_PROF_BEGIN(kind_, K_, rows_, ks_)
 #define CB_PROF_MARK(i) \
     do {                \

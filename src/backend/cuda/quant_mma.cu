@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     pdl_enter();
     CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
-                      blockIdx.x == 0 ? a.xn_out : nullptr);
-    CB_PROF_MARK(3);
+                      blockIdx.x == 0 ? a.xn_out : nullptr, CB_PROF_AT(3));
+    CB_PROF_MARK(5);
     const __half2 *xq[NB];
     const float *xsm[NB];
 #pragma unroll
@@ -103,9 +103,9 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
         if (live) qt_tile<BITS, W, NTL, NB, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
-        if (bt == blockIdx.x) CB_PROF_MARK(4);
+        if (bt == blockIdx.x) CB_PROF_MARK(6);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
-        if (bt == blockIdx.x) CB_PROF_MARK(5);
+        if (bt == blockIdx.x) CB_PROF_MARK(7);
         if (!live || kp) continue;
         const int64_t rows = a.rows[mi], ldy = a.ldy ? a.ldy : rows;
 #pragma unroll

@@ -149,7 +149,20 @@ __device__ __forceinline__ void qt_a_nib(unsigned r0, unsigned r1, unsigned &a0,
  * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
 template <int BITS, int W>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
-                         const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr) {
+                         const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr,
+                         uint64_t *pm = nullptr) {
+    /* pm: prof.cuh's slots for the end of the norm pass and of the pairs (a measuring build) */
+#ifdef CB_PROF
+#define QT_SMARK(i)                                          \
+    do {                                                     \
+        if (pm && threadIdx.x == 0) pm[i] = clock64();       \
+    } while (0)
+#else
+#define QT_SMARK(i) \
+    do {            \
+    } while (0)
+    (void)pm;
+#endif
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     constexpr int PPG = qt_nib(BITS) ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
     const int half = K >> 1, rs = qt_rs(K), ng = K / GS;
@@ -170,6 +183,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         }
         __syncthreads();
     }
+    QT_SMARK(0);
     for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
         const int tok = i / half, j = i - tok * half;
         const int G = j / PPG, rem = j - G * PPG;
@@ -192,6 +206,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         xs[2 * tok * rs + j] = hi;
         xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
     }
+    QT_SMARK(1);
     for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
         const int tok = it / ng, G = it - tok * ng;
         const float *xr = x + tok * xs_stride + GS * G;
@@ -206,6 +221,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         if (lane == 0) xsum[it] = s;
     }
     __syncthreads();
+#undef QT_SMARK
 }
 
 /* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1); and,

@@ -78,13 +78,15 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
                         a.srow0[m], a.rblk, a.I, qt_cbits(BITS), K, ng, a.es, (int64_t)tile * 16, g, R.c[i], R.s[i],
                         R.b[i]);
         }
+        if (bt == (int)blockIdx.x) CB_PROF_MARK(2);
         qt_pv_set<BITS, NTL>(R, a.pv, a.sd, ng);
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
-    CB_PROF_MARK(2);
-    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K);
     CB_PROF_MARK(3);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K, nullptr, 0.0f, nullptr,
+                      CB_PROF_AT(4));
+    CB_PROF_MARK(6);
     const __half2 *xq[1] = { xs + (g & 1) * qt_rs(K) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
     for (int bt = blockIdx.x; bt < nb; bt += gridDim.x) {
@@ -93,9 +95,9 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
 #pragma unroll
         for (int i = 0; i < NTL; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
         if (live) qt_tile<BITS, W, NTL, 1, U>(A, R, a.sd, gb, ge, xq, xsm, t, acc, a.pair);
-        if (bt == (int)blockIdx.x) CB_PROF_MARK(4);
+        if (bt == (int)blockIdx.x) CB_PROF_MARK(7);
         qt_reduce<NTL>(red, a.ks, warp, lane, acc);
-        if (bt == (int)blockIdx.x) CB_PROF_MARK(5);
+        if (bt == (int)blockIdx.x) CB_PROF_MARK(8);
         if (!live || kp || t) continue;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -134,13 +136,15 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         ge = (kp + 1) * ng / a.kparts;
         qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
                     a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
+        if (it == warp) CB_PROF_MARK(2);
         qt_pv_set<BITS, 1>(R, a.pv, a.sd, ng);
         qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
-    CB_PROF_MARK(2);
-    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K);
     CB_PROF_MARK(3);
+    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K, nullptr, 0.0f,
+                      nullptr, CB_PROF_AT(4));
+    CB_PROF_MARK(6);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
         if (it != warp) setup(it);
@@ -152,14 +156,14 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][j] = fmaf(wk, part[0][j], acc[0][j]);
     }
-    CB_PROF_MARK(4);
+    CB_PROF_MARK(7);
     /* the NW warps' sums in warp order */
     if (t == 0) {
         red[warp * 16 + g] = acc[0][0];
         red[warp * 16 + g + 8] = acc[0][1];
     }
     __syncthreads();
-    CB_PROF_MARK(5);
+    CB_PROF_MARK(8);
     if (threadIdx.x < 16) {
         const int64_t r = r0 + threadIdx.x;
         float s = 0.0f;
