@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int rs = qt_rs(a.K);
-    __half2 *xs = (__half2 *)qt_sm;
+    uint2 *pws = (uint2 *)qt_sm;   /* the warps' param window slots (qt_rows) first */
+    __half2 *xs = (__half2 *)(qt_sm + NW * qt_pw_bytes(NTL));
     float *xsum = (float *)(xs + (size_t)2 * a.n * rs);
     float *red = xsum + a.n * a.ng;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
             qt_row_ptrs(a.codes[m] + gi * a.gcode, a.sp[m], a.bp[m], a.srow0[m] + gi * a.gsrow, a.rblk, a.rows[m],
                         qt_cbits(BITS), a.K, a.ng, a.es, r0, g, R.c[i], R.s[i], R.b[i]);
         }
-        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, a.ng);
+        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, a.ng, gb, pws + warp * (qt_pw_bytes(NTL) / 8), t);
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
@@ -139,7 +140,7 @@ static int qt_bits(const cb_qm &m) { return m.mode == 2 ? QT_E2M1 : m.bits; }
 static int qt_es(int sd) { return sd == 0 ? 4 : sd == 3 ? 1 : 2; }
 
 static size_t qt_dense_smem(int n, int K, int ng, int ntl, int nw) {
-    return (size_t)2 * n * qt_rs(K) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
+    return (size_t)nw * qt_pw_bytes(ntl) + (size_t)2 * n * qt_rs(K) * 4 + (size_t)n * ng * 4 + (size_t)nw * ntl * 4 * 32 * 4;
 }
 
 /* CINFER_CUDA_QMMA_NW16 (default 1; 0: never): one-matrix dense launches of at most one tile

@@ -227,46 +227,74 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
 /* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1); and,
  * for affine codes with 16-bit params (pv, qt_pv_set), the lane's param window: lane t of a quad
  * keeps one of the quad's four param rows (t = 0: scales of row g, 1: biases of row g, 2, 3: those
- * of row g + 8) for 4 groups [4v, 4v + 4) in one 8-byte load, slot v & 1 (the next window loads
- * while the last groups of this one are multiplied), and a group's four values reach the quad by
- * shuffles (qt_pw_get). Each lane loading its own 2-byte params a group (4 loads a group, each
- * touching 8 rows' sectors for 16 bytes) made 2/3 of a 4-bit GEMV's L1 sector requests. */
+ * of row g + 8; pwp) for 4 groups [4v, 4v + 4) in one 8-byte copy, and a group's four values reach
+ * the quad by shuffles (qt_pw_get). Each lane loading its own 2-byte params a group (4 loads a
+ * group, each touching 8 rows' sectors for 16 bytes) made 2/3 of a 4-bit GEMV's L1 sector requests.
+ * The windows go by cp.async into the warp's slots in shared memory (pws: slot v & 1, the next
+ * window copied while the last groups of this one are multiplied; qt_pw_bytes a warp), waited for
+ * where a window's first group is applied (qt_apply): kept in registers, their slot chosen at run
+ * time, they lived in local memory, and storing a just-loaded window there stalled the warp a DRAM
+ * round trip at every window (ptxas: a 72-byte stack frame; prof.cuh's marks, bench/RESULTS.md,
+ * 2026-12-06). */
 template <int NTL>
 struct qt_rows {
     const uint32_t *c[NTL][2];
     const char *s[NTL][2], *b[NTL][2];
-    uint2 pw[2][NTL];
+    const char *pwp[NTL];   /* this lane's param row of each tile (the window's source) */
+    uint2 *pws;             /* the warp's window slots: [2][NTL][32] */
+    int gb, pw_last;        /* the first group; the first group of the last window copied */
     bool pv;
 };
+/* shared bytes of a warp's window slots */
+__host__ __device__ constexpr int qt_pw_bytes(int ntl) { return 2 * ntl * 32 * 8; }
 
-/* whether the tiles' params take the window (call after qt_row_ptrs): the launch lets them (pv,
- * qt_pv_mode), affine codes, f16 / bf16 params (sd 1 / 2), 4 groups a row or a multiple (an
- * aligned window never leaves its row) and every param row 8-byte aligned (row starts are ng·2
- * bytes apart: the first row's tells) */
+/* whether the tiles' params take the window (call after qt_row_ptrs, before the first qt_load at
+ * gb): the launch lets them (pv, qt_pv_mode), affine codes, f16 / bf16 params (sd 1 / 2), 4 groups a
+ * row or a multiple (an aligned window never leaves its row) and every param row 8-byte aligned (row
+ * starts are ng·2 bytes apart: the first row's tells); pws: the warp's slots */
 template <int BITS, int NTL>
-__device__ __forceinline__ void qt_pv_set(qt_rows<NTL> &R, int pv, int sd, int ng) {
+__device__ __forceinline__ void qt_pv_set(qt_rows<NTL> &R, int pv, int sd, int ng, int gb, uint2 *pws, int t) {
     bool ok = pv && !qt_nobias(BITS) && (sd == 1 || sd == 2) && (ng & 3) == 0;
 #pragma unroll
-    for (int i = 0; i < NTL; i++)
+    for (int i = 0; i < NTL; i++) {
         ok = ok && (((uintptr_t)R.s[i][0] | (uintptr_t)R.b[i][0]) & 7) == 0;
+        const char *p0 = t & 1 ? R.b[i][0] : R.s[i][0], *p1 = t & 1 ? R.b[i][1] : R.s[i][1];
+        R.pwp[i] = t >> 1 ? p1 : p0;
+    }
     R.pv = ok;
+    R.pws = pws;
+    R.gb = gb;
+    R.pw_last = -1;
 }
 
-/* the window of group G (lanes' loads; see qt_rows) */
+/* the window of group G (this lane's copies, one cp.async group; see qt_rows) */
 template <int NTL>
-__device__ __forceinline__ void qt_pw_load(qt_rows<NTL> &R, int t, int G) {
+__device__ __forceinline__ void qt_pw_load(qt_rows<NTL> &R, int G) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < NTL; i++) {
-        const char *p = (t & 1 ? R.b[i][t >> 1] : R.s[i][t >> 1]) + (int64_t)(G & ~3) * 2;
-        R.pw[(G >> 2) & 1][i] = __ldg((const uint2 *)p);
+        const char *p = R.pwp[i] + (int64_t)(G & ~3) * 2;
+        uint2 *d = R.pws + (((G >> 2) & 1) * NTL + i) * 32 + lane;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(d)), "l"(p)
+                     : "memory");
     }
+    cb_cp_commit();
+    R.pw_last = G;
+}
+
+/* before group G's params are read: its window copied (a newer one may still be in flight) */
+template <int NTL>
+__device__ __forceinline__ void qt_pw_wait(const qt_rows<NTL> &R, int G) {
+    if (G != R.gb && (G & 3)) return;
+    if (R.pw_last > G) cb_cp_wait<1>();
+    else cb_cp_wait<0>();
 }
 
 /* tile i's params of group G from the quad's windows: scale and bias of rows g (s0, b0), g + 8 */
 template <int NTL>
 __device__ __forceinline__ void qt_pw_get(const qt_rows<NTL> &R, int i, int G, int sd, float &s0, float &b0, float &s1,
                                           float &b1) {
-    const uint2 w = R.pw[(G >> 2) & 1][i];
+    const uint2 w = R.pws[(((G >> 2) & 1) * NTL + i) * 32 + (threadIdx.x & 31)];
     const unsigned v = ((G & 2) ? w.y : w.x) >> (16 * (G & 1)) & 0xffffu;
     const float f = sd == 2 ? __uint_as_float(v << 16) : __half2float(__ushort_as_half((unsigned short)v));
     s0 = __shfl_sync(0xffffffffu, f, 0, 4);
@@ -295,7 +323,7 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, qt_rows<NTL> &R, i
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int G = G0 + u;
-            if (G < ge && (G == gb || (G & 3) == 0)) qt_pw_load<NTL>(R, t, G);
+            if (G < ge && (G == gb || (G & 3) == 0)) qt_pw_load<NTL>(R, G);
         }
     }
     if constexpr (W == 1 && U == 2) {
@@ -373,6 +401,7 @@ __device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, const qt_ro
                                          const float (*c)[NB][4], const float *const *xsum, int G, float (*acc)[4]) {
     float ps[NTL][2], pb[NTL][2];   /* the group's scales and biases, rows g and g + 8 */
     if constexpr (!qt_nobias(BITS)) {
+        if (R.pv) qt_pw_wait<NTL>(R, G);
 #pragma unroll
         for (int i = 0; i < NTL; i++) {
             if (R.pv) {

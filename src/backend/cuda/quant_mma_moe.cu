@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int K = a.X, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), p = blockIdx.y;
-    __half2 *xs = (__half2 *)qt_sm;
+    uint2 *pws = (uint2 *)qt_sm;   /* the warps' param window slots (qt_rows) first */
+    __half2 *xs = (__half2 *)(qt_sm + QT_WARPS * qt_pw_bytes(NTL));
     float *xsum = (float *)(xs + 2 * qt_rs(K));
     float *red = xsum + ng;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
                         R.b[i]);
         }
         if (bt == (int)blockIdx.x) CB_PROF_MARK(2);
-        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, ng);
+        qt_pv_set<BITS, NTL>(R, a.pv, a.sd, ng, gb, pws + warp * (qt_pw_bytes(NTL) / 8), t);
         qt_load<BITS, W, NTL, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     setup(blockIdx.x);
@@ -117,7 +118,8 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int K = a.I, ng = K / (qt_nib(BITS) ? 32 * W : 16 * W), tk = blockIdx.y, rs = qt_rs(K);
-    __half2 *xs = (__half2 *)qt_sm;
+    uint2 *pws = (uint2 *)qt_sm;   /* the warps' param window slots (qt_rows) first */
+    __half2 *xs = (__half2 *)(qt_sm + NW * qt_pw_bytes(1));
     float *xsum = (float *)(xs + (size_t)2 * a.K * rs);
     float *red = xsum + a.K * ng;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
         qt_row_ptrs(a.codes[m], (const char *)a.scales[m], a.biases ? (const char *)a.biases[m] : nullptr, a.srow0[m],
                     a.rblk, a.X, qt_cbits(BITS), K, ng, a.es, r0, g, R.c[0], R.s[0], R.b[0]);
         if (it == warp) CB_PROF_MARK(2);
-        qt_pv_set<BITS, 1>(R, a.pv, a.sd, ng);
+        qt_pv_set<BITS, 1>(R, a.pv, a.sd, ng, gb, pws + warp * (qt_pw_bytes(1) / 8), t);
         qt_load<BITS, W, 1, U>(A, R, a.sd, t, gb, gb, ge, a.pair);
     };
     if (warp < items) setup(warp);
@@ -183,9 +185,9 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     a.pair = qt_w1pair();
     a.pv = qt_pv_mode();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
-    const size_t smem_gu = (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+    const size_t smem_gu = (size_t)QT_WARPS * qt_pw_bytes(ntl) + (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
-    const size_t smem_dn = (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
+    const size_t smem_dn = (size_t)dnw * qt_pw_bytes(1) + (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
     const int tiles = (I + 15) / 16;
     a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
