@@ -42,19 +42,11 @@ struct qt_args {
     int64_t gx, gy, gcode, gsrow;
 };
 
-/* blocks an SM the dense kernel is compiled for: 16 warps' worth (launch bounds), and 3 blocks of 8
- * warps for one-tile, one-B-set launches of two code words a group (4- and 8-bit groups of 64: the
- * vocabulary head's 9,496 tiles), which fit 80 registers without spilling once the param windows
- * left registers for shared memory (90 registers at 2 blocks an SM; the other forms spill at 80) */
-__host__ __device__ constexpr int qt_min_blocks(int W, int NTL, int NB, int NW) {
-    return NW == 8 && NTL == 1 && NB == 1 && W == 2 ? 3 : 16 / NW;
-}
-
 /* NB: B sets (1: up to 4 token rows, 2: up to 8). The first tile's codes are loaded before
  * pdl_enter(): weights are never written while a model runs, so they may stream in while the
  * kernel before finishes (every other global read waits for it). */
 template <int BITS, int W, int NTL, int NB, int NW>
-__global__ void __launch_bounds__(NW * 32, qt_min_blocks(W, NTL, NB, NW)) qt_dense_kernel(qt_args a) {
+__global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     extern __shared__ __align__(16) unsigned char qt_sm[];
     constexpr int U = qt_u<W>();
     const int rs = qt_rs(a.K);
