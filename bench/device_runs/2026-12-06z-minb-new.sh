@@ -1,0 +1,31 @@
+#!/bin/bash
+# (ran on the code of be80108, "3 blocks an SM", reverted by e20c320: measured equal to 2 blocks)
+# 2026-12-06 (fortieth session), third of four calls: the dense quantized GEMV at 3 blocks an SM for 4- / 8-bit groups of 64 (qt_min_blocks, 80 registers), after the param windows
+# by cp.async into shared slots (quant_mma.cuh qt_rows: no local-memory window, no stall at each
+# window's load). This call: the new lib's quantized op tests, memcheck of a quantized step, logits
+# --step of the 15 quantized fixtures (kept in /tmp for the next call), the bench checkpoints made
+# (Qwen3-30B-A3B dims 12 layers mlx4, DeepSeek-V2-Lite dims 14 layers fp8), the staged binary and libs
+# kept in /tmp/newgpu. The next call (2026-12-06za-minb-old.sh) brings the lib before it.
+cd "$(dirname "$0")/../.."
+. bench/device_runs/common.sh
+export CINFER_CUDA_UNVERIFIED=1
+ts start; nvidia-smi --query-gpu=name --format=csv,noheader
+rm -rf /tmp/newgpu && cp -r .gpu /tmp/newgpu
+( nice -n 5 timeout 200 $C make-random --config bench/qwen3-30b-a3b.config.json --out /tmp/q30 --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1
+  MAKE_Q4_JOBS=8 nice -n 5 timeout 200 python3 bench/make_q4_pair.py /tmp/q30 12 /tmp/q30pair /nonexistent > $O/make-q4.log 2>&1
+  rm -rf /tmp/q30
+  nice -n 5 timeout 150 $C make-random --config bench/deepseek-v2-lite-dims.config.json --out /tmp/ds8 --dtype fp8 --seed 1 --layers 14 > $O/makeds.log 2>&1 ) &
+mk=$!
+for f in "cuda q" norm_matmul; do
+  timeout 150 $T --only "$f" > $O/ops.log 2>&1; echo "ops '$f' rc=$?: $(grep -E 'passed' $O/ops.log | tail -1)"; grep -E "^FAIL" $O/ops.log | head -4
+done
+for f in deepseek_v3_fp8 deepseek_v4_fp8 mlx_deepseek_v3_4bit mlx_deepseek_v4_4bit mlx_lfm2_4bit mlx_lfm2_moe_6bit mlx_llama_4bit mlx_llama_mxfp4 mlx_nemotron_h_4bit mlx_qwen3_5_8bit_tied mlx_qwen3_5_moe_4bit mlx_qwen3_8bit_tied mlx_qwen3_mixed mlx_qwen3_moe_4bit mlx_qwen3_next_4bit; do
+  timeout 60 $C logits --model tests/fixtures/$f --tokens 1,5,9,22,7,3,11,40,2,6 --out /tmp/lnew_$f.f32 --step --device cuda > /tmp/l.log 2>&1 || echo "$f failed: $(tail -2 /tmp/l.log)"
+done
+ls /tmp/lnew_*.f32 | wc -l
+for f in mlx_qwen3_moe_4bit mlx_qwen3_5_8bit_tied mlx_lfm2_moe_6bit; do
+  timeout 120 $SAN --tool memcheck --error-exitcode 9 $C logits --model tests/fixtures/$f --tokens 1,5,9,22 --out /tmp/m.f32 --step --device cuda > $O/mc-$f.log 2>&1
+  echo "memcheck $f rc=$? $(grep -E 'ERROR SUMMARY' $O/mc-$f.log)"
+done
+wait $mk; ts "made $(du -sh /tmp/q30pair/mlx4 /tmp/ds8 2>&1 | tr '\n' ' ')"
+ts end
