@@ -303,30 +303,12 @@ __device__ __forceinline__ void qt_pw_get(const qt_rows<NTL> &R, int i, int G, i
     b1 = __shfl_sync(0xffffffffu, f, 3, 4);
 }
 
-/* the loads of one batch of U groups starting at G0 (groups >= ge not loaded). The params are kept
- * as loaded (raw bits: f32, f16 or bf16 words, E8M0 bytes) and made floats where they are applied
- * (qt_sval): converted at the load, the conversion waited there for the load, so each batch's loads
- * (issued one batch ahead) stalled the warp a DRAM round trip before the batch before was multiplied.
- * sp: mxfp4, both groups' E8M0 bytes of (i, h) in one 2-byte load, kept in s[0]. */
+/* the loads of one batch of U groups starting at G0 (groups >= ge not loaded) */
 template <int W, int NTL, int U>
 struct qt_buf {
     uint32_t w[U][NTL][2][W];
-    uint32_t s[U][NTL][2], b[U][NTL][2];
-    bool sp[NTL][2];
+    float s[U][NTL][2], b[U][NTL][2];
 };
-
-/* a param's raw bits (sd: 0 f32, 1 f16, 2 bf16, 3 E8M0), and its value (q_param's) */
-__device__ __forceinline__ uint32_t qt_praw(const void *p, int sd, int64_t i) {
-    if (sd == 0) return __ldg((const unsigned *)p + i);
-    if (sd == 3) return __ldg((const unsigned char *)p + i);
-    return __ldg((const unsigned short *)p + i);
-}
-__device__ __forceinline__ float qt_pval(uint32_t v, int sd) {
-    if (sd == 0) return __uint_as_float(v);
-    if (sd == 1) return __half2float(__ushort_as_half((unsigned short)v));
-    if (sd == 2) return __uint_as_float(v << 16);
-    return q_e8m0(v);
-}
 
 /* pair (W = 1, batches of 2 groups): lane t loads words 2t and 2t + 1 of the two groups' 8 words
  * of a row in one 8-byte load (a quad: the row's whole 32-byte sector), into w[0] and w[1];
@@ -353,11 +335,11 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, qt_rows<NTL> &R, i
                     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(B.w[0][i][h][0]), "=r"(B.w[1][i][h][0])
                         : "l"(R.c[i][h] + G0 * 4 + 2 * t));
                     if (BITS != QT_E2M1 && !pv) {
-                        B.s[0][i][h] = qt_praw(R.s[i][h], sd, G0);
-                        B.s[1][i][h] = qt_praw(R.s[i][h], sd, G0 + 1);
+                        B.s[0][i][h] = q_param(R.s[i][h], sd, G0);
+                        B.s[1][i][h] = q_param(R.s[i][h], sd, G0 + 1);
                         if constexpr (!qt_nobias(BITS)) {
-                            B.b[0][i][h] = qt_praw(R.b[i][h], sd, G0);
-                            B.b[1][i][h] = qt_praw(R.b[i][h], sd, G0 + 1);
+                            B.b[0][i][h] = q_param(R.b[i][h], sd, G0);
+                            B.b[1][i][h] = q_param(R.b[i][h], sd, G0 + 1);
                         }
                     }
                 }
@@ -376,12 +358,15 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, qt_rows<NTL> &R, i
                         qt_ldw<W>(R.c[i][h] + (G0 + 1) * 4 * W, t, B.w[1][i][h]);
                     }
                     const unsigned char *sp = (const unsigned char *)R.s[i][h] + G0;
-                    B.sp[i][h] = ((uintptr_t)sp & 1) == 0;
-                    if (B.sp[i][h]) {
-                        B.s[0][i][h] = __ldg((const unsigned short *)sp);
+                    unsigned e0, e1;
+                    if (((uintptr_t)sp & 1) == 0) {
+                        const unsigned v = __ldg((const unsigned short *)sp);
+                        e0 = v & 255u; e1 = v >> 8;
                     } else {
-                        B.s[0][i][h] = __ldg(sp); B.s[1][i][h] = __ldg(sp + 1);
+                        e0 = __ldg(sp); e1 = __ldg(sp + 1);
                     }
+                    B.s[0][i][h] = q_e8m0(e0);
+                    B.s[1][i][h] = q_e8m0(e1);
                 }
             return;
         }
@@ -397,27 +382,17 @@ __device__ __forceinline__ void qt_load(qt_buf<W, NTL, U> &B, qt_rows<NTL> &R, i
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 qt_ldw<W>(R.c[i][h] + G * 4 * W, t, B.w[u][i][h]);
-                if constexpr (BITS == QT_E4M3 || BITS == QT_E2M1) {   /* a scale a group (block), no bias */
-                    B.s[u][i][h] = qt_praw(R.s[i][h], sd, G);
-                    if constexpr (BITS == QT_E2M1 && U == 2) B.sp[i][h] = false;
+                if constexpr (BITS == QT_E4M3) {   /* fp8's E8M0 scales: 255 is NaN (gemv.cu's scale_at), not MLX's inf */
+                    B.s[u][i][h] = sd == 3 && __ldg((const unsigned char *)R.s[i][h] + G) == 255 ? __int_as_float(0x7fc00000)
+                                                                                                 : q_param(R.s[i][h], sd, G);
+                } else if constexpr (BITS == QT_E2M1) {   /* mxfp4: an E8M0 scale a group, no bias (q_param's) */
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
                 } else if (!pv) {
-                    B.s[u][i][h] = qt_praw(R.s[i][h], sd, G);
-                    B.b[u][i][h] = qt_praw(R.b[i][h], sd, G);
+                    B.s[u][i][h] = q_param(R.s[i][h], sd, G);
+                    B.b[u][i][h] = q_param(R.b[i][h], sd, G);
                 }
             }
     }
-}
-
-/* the scale of load slot u, tile i, row h as a float (fp8's E8M0 255 is NaN, as gemv.cu's scale_at,
- * not MLX's inf) */
-template <int BITS, int W, int NTL, int U>
-__device__ __forceinline__ float qt_sval(const qt_buf<W, NTL, U> &B, int u, int i, int h, int sd) {
-    uint32_t v = B.s[u][i][h];
-    if constexpr (BITS == QT_E2M1 && U == 2)
-        if (B.sp[i][h]) v = u ? B.s[0][i][h] >> 8 : B.s[0][i][h] & 255u;
-    if constexpr (BITS == QT_E4M3)
-        if (sd == 3 && v == 255u) return __int_as_float(0x7fc00000);
-    return qt_pval(v, sd);
 }
 
 /* acc += the group's sums c (tile i, B set nb) in f32: scale (and bias · Σx) of load slot u */
@@ -432,8 +407,8 @@ __device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, const qt_ro
             if (R.pv) {
                 qt_pw_get<NTL>(R, i, G, sd, ps[i][0], pb[i][0], ps[i][1], pb[i][1]);
             } else {
-                ps[i][0] = qt_pval(B.s[u][i][0], sd); ps[i][1] = qt_pval(B.s[u][i][1], sd);
-                pb[i][0] = qt_pval(B.b[u][i][0], sd); pb[i][1] = qt_pval(B.b[u][i][1], sd);
+                ps[i][0] = B.s[u][i][0]; ps[i][1] = B.s[u][i][1];
+                pb[i][0] = B.b[u][i][0]; pb[i][1] = B.b[u][i][1];
             }
         }
     }
@@ -442,17 +417,16 @@ __device__ __forceinline__ void qt_apply(const qt_buf<W, NTL, U> &B, const qt_ro
         if constexpr (BITS == QT_E2M1) {   /* the group's scale on the sum times 2^14 (qt_pair_e2m1), no bias */
 #pragma unroll
             for (int i = 0; i < NTL; i++) {
-                acc[i][2 * nb] = fmaf(qt_sval<BITS>(B, u, i, 0, sd), (c[i][nb][0] + c[i][nb][1]) * 16384.0f, acc[i][2 * nb]);
-                acc[i][2 * nb + 1] =
-                    fmaf(qt_sval<BITS>(B, u, i, 1, sd), (c[i][nb][2] + c[i][nb][3]) * 16384.0f, acc[i][2 * nb + 1]);
+                acc[i][2 * nb] = fmaf(B.s[u][i][0], (c[i][nb][0] + c[i][nb][1]) * 16384.0f, acc[i][2 * nb]);
+                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], (c[i][nb][2] + c[i][nb][3]) * 16384.0f, acc[i][2 * nb + 1]);
             }
             continue;
         }
         if constexpr (BITS == QT_E4M3) {   /* the block's scale, no bias */
 #pragma unroll
             for (int i = 0; i < NTL; i++) {
-                acc[i][2 * nb] = fmaf(qt_sval<BITS>(B, u, i, 0, sd), c[i][nb][0] + c[i][nb][1], acc[i][2 * nb]);
-                acc[i][2 * nb + 1] = fmaf(qt_sval<BITS>(B, u, i, 1, sd), c[i][nb][2] + c[i][nb][3], acc[i][2 * nb + 1]);
+                acc[i][2 * nb] = fmaf(B.s[u][i][0], c[i][nb][0] + c[i][nb][1], acc[i][2 * nb]);
+                acc[i][2 * nb + 1] = fmaf(B.s[u][i][1], c[i][nb][2] + c[i][nb][3], acc[i][2 * nb + 1]);
             }
             continue;
         }
