@@ -30,6 +30,7 @@
  * state). */
 #include "cuda_internal.h"
 #include "conv_window.cuh"
+#include "loaders.cuh"   /* warp_sum */
 #include <math.h>
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
@@ -42,11 +43,6 @@ __device__ __forceinline__ float dn_block_sum(float v, float *sh) {
     v = l < nw ? sh[l] : 0.0f;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();   /* sh may be reused by the next call */
-    return v;
-}
-
-__device__ __forceinline__ float dn_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
@@ -222,8 +218,8 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, co
                 sq += q[j] * q[j];
                 sk += k[j] * k[j];
             }
-            sq = dn_warp_sum(sq);
-            sk = dn_warp_sum(sk);
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
             const float iq = 1.0f / sqrtf(sq + 1e-6f) * qscale, ik = 1.0f / sqrtf(sk + 1e-6f);
             kq = 0.0f;
 #pragma unroll
@@ -232,7 +228,7 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, co
                 k[j] *= ik;
                 kq += k[j] * q[j];
             }
-            kq = dn_warp_sum(kq);
+            kq = warp_sum(kq);
             beta = 1.0f / (1.0f + expf(-bt));
             eg = dn_decay(negA * dn_softplus(at + dtb));
         }
@@ -247,8 +243,8 @@ deltanet_kernel(float *o, const float *mix, const float *bb, const float *aa, co
                 a += S[r][j] * k[j];
                 b += S[r][j] * q[j];
             }
-            a = dn_warp_sum(a);
-            b = dn_warp_sum(b);
+            a = warp_sum(a);
+            b = warp_sum(b);
             const float del = beta * (v[r] - eg * a);
 #pragma unroll
             for (int j = 0; j < MAXJ; j++) S[r][j] = eg * S[r][j] + del * k[j];
@@ -287,8 +283,8 @@ __global__ void deltanet_prep_kernel(float *mix, float *bb, float *aa, float *kq
         sq += q[c] * q[c];
         sk += k[c] * k[c];
     }
-    sq = dn_warp_sum(sq);
-    sk = dn_warp_sum(sk);
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
     const float iq = 1.0f / sqrtf(sq + 1e-6f) * (1.0f / sqrtf((float)dk)), ik = 1.0f / sqrtf(sk + 1e-6f);
     float s = 0.0f;
     for (int c = lane; c < dk; c += 32) {
@@ -297,7 +293,7 @@ __global__ void deltanet_prep_kernel(float *mix, float *bb, float *aa, float *kq
         k[c] = b;
         s += b * a;
     }
-    s = dn_warp_sum(s);
+    s = warp_sum(s);
     if (lane == 0) kq[(int64_t)t * hk + g] = s;
 }
 

@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qgemv_kernel(qg_args a) {
 #pragma unroll
     for (int t = 0; t < CB_GEMV_MAX_N; t++) {
         if (t >= a.n) break;
-        const float g = q_warp_sum(acc[t]);
-        const float u = a.op == CB_SWIGLU ? q_warp_sum(acc2[t]) : 0.0f;
+        const float g = warp_sum(acc[t]);
+        const float u = a.op == CB_SWIGLU ? warp_sum(acc2[t]) : 0.0f;
         if (lane) continue;
         float *y = a.y[i] + (int64_t)t * m.rows + r;
         if (a.op == CB_SWIGLU) *y = g / (1.0f + expf(-g)) * u;
@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qgemv_pair_kernel(qg_args a) {
     float sa = 0.0f, sb = 0.0f;
     if (sw || rb < m.rows) q_row_dot_pair<BITS>(m, ra, sw ? a.W[1] : m, rb, a.x, lane, &sa, &sb);
     else q_row_dot<BITS, 1>(m, ra, a.x, m.cols, 1, lane, &sa);
-    sa = q_warp_sum(sa);
-    sb = q_warp_sum(sb);
+    sa = warp_sum(sa);
+    sb = warp_sum(sb);
     if (lane) return;
     float *y = a.y[0];
     if (sw) y[ra] = sa / (1.0f + expf(-sa)) * sb;
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(Q_WARPS * 32) qmv_kernel(qg_args a) {
             if (live[j % R]) acc[j] += q_dot32<BITS>(u[j], kd.mode, s[j], b[j], xv);
     }
 #pragma unroll
-    for (int j = 0; j < NR; j++) acc[j] = q_warp_sum(acc[j]);
+    for (int j = 0; j < NR; j++) acc[j] = warp_sum(acc[j]);
 #pragma unroll
     for (int j = 0; j < R; j++) {
         if (lane != j || !live[j]) continue;

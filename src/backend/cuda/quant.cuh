@@ -11,6 +11,7 @@
  * (rows are (cols / 32)·4·bits bytes long); the launchers check the view. */
 #ifndef CI_CUDA_QUANT_CUH
 #define CI_CUDA_QUANT_CUH
+#include "loaders.cuh"   /* warp_sum */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
@@ -355,11 +356,6 @@ __device__ __forceinline__ void q_widen_chunk(const cb_qm &m, const q_kind &kd, 
     q_row_load<BITS>(q, kd, BITS % 4 == 0 && ((uintptr_t)q.codes & 15) == 0, c, u, &s, &b);
     q_decode<BITS>(u, kd.mode, s, b, w);
     q_store32(dst + (size_t)c * 32, w);
-}
-
-__device__ __forceinline__ float q_warp_sum(float v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 /* The stored matrix of a U32 view, rows and cols as the view gives them (quant.cu; include

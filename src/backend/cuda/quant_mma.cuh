@@ -172,7 +172,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
             const float *xr = x + tok * xs_stride;
             float ss = 0.0f;
             for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
-            ss = q_warp_sum(ss);
+            ss = warp_sum(ss);
             if (lane == 0) part[warp][tok] = ss;
         }
         __syncthreads();
@@ -217,7 +217,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
             if (norm_w) v = v * nsc[tok] * __ldg(norm_w + GS * G + 32 * q + lane);
             s += v;
         }
-        s = q_warp_sum(s);
+        s = warp_sum(s);
         if (lane == 0) xsum[it] = s;
     }
     __syncthreads();

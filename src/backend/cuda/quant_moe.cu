@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_gate_up_kernel(qe_args a) {
     if (r >= a.I) return;
     const int e = a.sel[p], t = p / a.K;
     const float *xr = a.x + (int64_t)t * a.X;
-    float u = q_warp_sum(qe_dot(qe_mat(a, e, 1), r, xr, lane));
-    float g = a.relu2 ? 0.0f : q_warp_sum(qe_dot(qe_mat(a, e, 0), r, xr, lane));
+    float u = warp_sum(qe_dot(qe_mat(a, e, 1), r, xr, lane));
+    float g = a.relu2 ? 0.0f : warp_sum(qe_dot(qe_mat(a, e, 0), r, xr, lane));
     if (lane) return;
     a.h[(int64_t)p * a.I + r] = moe_act(g, u, a.relu2, a.limit);
 }
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_gate_up_pair_kernel(qe_args 
     const int e = a.sel[p], t = p / a.K;
     float g = 0.0f, u = 0.0f;
     q_row_dot_pair<BITS>(qe_mat(a, e, 0), r, qe_mat(a, e, 1), r, a.x + (int64_t)t * a.X, lane, &g, &u);
-    g = q_warp_sum(g);
-    u = q_warp_sum(u);
+    g = warp_sum(g);
+    u = warp_sum(u);
     if (lane) return;
     a.h[(int64_t)p * a.I + r] = moe_act(g, u, 0, a.limit);
 }
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_down_kernel(qe_args a) {
         const int p = t * a.K + k, e = a.sel[p];
         acc = fmaf(a.wt[p], qe_dot(qe_mat(a, e, 2), r, a.h + (int64_t)p * a.I, lane), acc);
     }
-    acc = q_warp_sum(acc);
+    acc = warp_sum(acc);
     if (lane == 0) {
         float *o = a.out + (int64_t)t * a.X + r;
         *o = a.acc ? *o + acc : acc;
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_gu_kernel(qe_args a) {
         for (int j = 0; j < NR; j++) acc[j] += q_dot32<BITS>(u[j], kd.mode, s[j], b[j], xv);
     }
 #pragma unroll
-    for (int j = 0; j < NR; j++) acc[j] = q_warp_sum(acc[j]);
+    for (int j = 0; j < NR; j++) acc[j] = warp_sum(acc[j]);
 #pragma unroll
     for (int j = 0; j < R; j++)
         if (lane == j && r0 + j < a.I)
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(QE_WARPS * 32) qe_dn_kernel(qe_args a) {
         while (c >= cpr) { c -= cpr; k++; }
     }
 #pragma unroll
-    for (int j = 0; j < R; j++) acc[j] = q_warp_sum(acc[j]);
+    for (int j = 0; j < R; j++) acc[j] = warp_sum(acc[j]);
 #pragma unroll
     for (int j = 0; j < R; j++)
         if (lane == j && r0 + j < a.X) {
