@@ -6,7 +6,7 @@ start to last block's end), a block's median time, and each phase's median share
 launches of one decode step in order with the gaps between them (where unmarked kernels ran)."""
 import struct, sys, statistics as st
 
-KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down", 4: "gemv"}
+KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down"}
 # the phase that ends at each mark slot (prof.cuh's clk[i]; slot 0 is the kernel's start), "end" last
 PH = {1: {1: "setup", 2: "pdl wait", 3: "norm pass", 4: "pairs", 5: "group sums", 6: "tile (warp 0)", 7: "reduce"},
       2: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",

@@ -57,7 +57,6 @@ static void cb_prof_dump(void) {
 }
 #endif
 
-
 static cuda_be *CB(ci_backend *be) { return (cuda_be *)be; }
 
 int cb_fail(cuda_be *cb, const char *what, cudaError_t e) {

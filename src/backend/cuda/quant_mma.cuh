@@ -274,9 +274,7 @@ __device__ __forceinline__ void qt_pw_load(qt_rows<NTL> &R, int G) {
 #pragma unroll
     for (int i = 0; i < NTL; i++) {
         const char *p = R.pwp[i] + (int64_t)(G & ~3) * 2;
-        uint2 *d = R.pws + (((G >> 2) & 1) * NTL + i) * 32 + lane;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"((unsigned)__cvta_generic_to_shared(d)), "l"(p)
-                     : "memory");
+        cb_cp8(R.pws + (((G >> 2) & 1) * NTL + i) * 32 + lane, p);
     }
     cb_cp_commit();
     R.pw_last = G;
