@@ -2381,7 +2381,8 @@ static void test_shortconv(void) {
  * mamba_conv: a chunk of one sequence then a decode row on the state it left, or a table
  * step; inputs at a row stride wider than dim (in_proj's rows). Outputs through SiLU (the
  * device's expf: B_F32), states bit for bit. */
-#define B_SSD 1e-4         /* both run the chunked SSD (the device from 32 rows) or the recurrence */
+#define B_SSD 1e-4         /* both run the chunked SSD or both the recurrence (ssd_ref_chunked) */
+#define DEV_SSD_CHUNK_MIN 32   /* mamba.cu SSD_CHUNK_MIN: the device's chunked form from this many rows */
 static void mamba_conv_case(int n, int D, int K, int bias, int table) {
     char name[160];
     snprintf(name, sizeof name, "cuda mamba_conv n=%d dim=%d K=%d%s%s", n, D, K, bias ? " bias" : "",
@@ -2428,6 +2429,17 @@ out:
     free(in); free(st); free(cst); free(gst_h); free(y); free(got); free(hp); free(cp);
 }
 
+/* the form the device runs a chunk of n rows asked for as `chunked` in: its chunked SSD only from
+ * DEV_SSD_CHUNK_MIN rows and with CINFER_CUDA_SSD_CHUNK on, else the recurrence. The CPU reference
+ * runs the same form: the two forms are different f32 sums (the chunked one's cumulative dt·A, in
+ * the thousands on an A = -80 head, carries ~1e-4 relative into its decays), and on the CPU alone
+ * they differ by up to 4.1e-5 in y and 5.2e-5 in the states on these draws (bench/RESULTS.md,
+ * fortieth session), half of B_SSD, so a case comparing the two forms failed on a rare draw. */
+static int ssd_ref_chunked(int n, int chunked) {
+    const char *v = getenv("CINFER_CUDA_SSD_CHUNK");
+    return chunked && n >= DEV_SSD_CHUNK_MIN && !(v && !strcmp(v, "0"));
+}
+
 /* ssd_scan: n rows (a chunk through the CPU's chunked SSD or its recurrence, then a decode
  * row on the state it left; or a table step, one row and one state per sequence). xbc and dt
  * at strides wider than their rows; heads with dt above softplus' cut (20), heads clamped at
@@ -2461,7 +2473,7 @@ static void ssd_case(int n, int Hm, int P, int G, int N, int table, int chunked)
     float **gtab = table ? g_put(hp, (size_t)n * sizeof *hp) : NULL;
     if (dead) goto out;
     g_poison(gy, ny * 4);
-    cpu->ssd_scan(cpu, y, xbc, CD, dt, DS, n, &cs, cst, table ? cp : NULL, chunked, scr);
+    cpu->ssd_scan(cpu, y, xbc, CD, dt, DS, n, &cs, cst, table ? cp : NULL, ssd_ref_chunked(n, chunked), scr);
     gpu->ssd_scan(gpu, gy, gx, CD, gd, DS, n, &gs_, gs, gtab, chunked, NULL);
     g_get(got, gy, ny * 4);
     errs e = compare(got, y, ny);
