@@ -51,6 +51,9 @@
 enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8 };
 enum { QT_E4M3 = 3 };   /* BITS of fp8 E4M3 weights (their codes are laid out as 8-bit ones) */
 enum { QT_E2M1 = 9 };   /* BITS of mxfp4 (E2M1) weights (laid out as 4-bit ones) */
+/* qt_stage's norm pass: a thread's x loads issued QT_SB at a time before any is summed (a load
+ * at a time waited an L2 round trip each: 8 in a row of 2048 columns) */
+enum { QT_SB = 8 };
 /* half2 from one staged row of K columns to the next: K / 2 and a pad making it 2 mod 32 (words),
  * so the hi and lo rows a decode's lanes read their B fragments from (8 bytes a lane, lane quads
  * 4·W words apart) fall in different banks; K / 2 + 4 (the first pad) put them 4 banks apart,
@@ -171,7 +174,17 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         for (int tok = 0; tok < ntok; tok++) {
             const float *xr = x + tok * xs_stride;
             float ss = 0.0f;
-            for (int c = threadIdx.x; c < K; c += blockDim.x) ss = fmaf(xr[c], xr[c], ss);
+            for (int c0 = threadIdx.x; c0 < K; c0 += QT_SB * blockDim.x) {   /* QT_SB loads, then their sums */
+                float v[QT_SB];
+#pragma unroll
+                for (int u = 0; u < QT_SB; u++) {
+                    const int c = c0 + u * (int)blockDim.x;
+                    v[u] = c < K ? xr[c] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < QT_SB; u++)
+                    if (c0 + u * (int)blockDim.x < K) ss = fmaf(v[u], v[u], ss);
+            }
             ss = warp_sum(ss);
             if (lane == 0) part[warp][tok] = ss;
         }
@@ -184,27 +197,79 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         __syncthreads();
     }
     QT_SMARK(0);
-    for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
-        const int tok = i / half, j = i - tok * half;
-        const int G = j / PPG, rem = j - G * PPG;
-        const int q8 = rem >> 1;   /* 8-bit: the lane word tW + w the pair belongs to */
-        const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
-                                    : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
-        const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
-        const float *xr = x + tok * xs_stride;
-        float a = xr[ka], b = xr[kb];
-        if (norm_w) {
-            a = a * nsc[tok] * __ldg(norm_w + ka);
-            b = b * nsc[tok] * __ldg(norm_w + kb);
-            if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
-                xn_out[(int64_t)tok * K + ka] = a;
-                xn_out[(int64_t)tok * K + kb] = b;
+    /* the pairs a unit of consecutive columns makes: 4-bit, pairs 4u..4u + 3 = columns (8u + p,
+     * 8u + p + 4) of [8u, 8u + 8); 8-bit, pairs 2u, 2u + 1 = the 4 columns of lane word u
+     * (qt_pair8's (c, c + 1), (c + 2, c + 3)). Read as float4s where x, its row stride, the norm
+     * weight and xn_out allow, else a pair at a time; the same arithmetic on each column. */
+    constexpr int PU = qt_nib(BITS) ? 4 : 2, CU = 2 * PU;   /* pairs and columns a unit */
+    const bool vec = ((((uintptr_t)x | (uintptr_t)norm_w | (uintptr_t)xn_out) & 15) | (xs_stride & 3)) == 0;
+    if (vec) {
+        const int nu = half / PU;   /* units a row */
+        for (int i = threadIdx.x; i < ntok * nu; i += blockDim.x) {
+            const int tok = i / nu, u = i - tok * nu;
+            int c;   /* the unit's first column */
+            if constexpr (qt_nib(BITS)) {
+                c = CU * u;
+            } else {
+                const int G = u / (4 * W), q8 = u - G * 4 * W;
+                c = GS * G + 4 * qt_word<W>(q8 / W, q8 % W);
+            }
+            float v[CU];
+#pragma unroll
+            for (int h = 0; h < CU; h += 4) {
+                const float4 f = *(const float4 *)(x + tok * xs_stride + c + h);
+                v[h] = f.x; v[h + 1] = f.y; v[h + 2] = f.z; v[h + 3] = f.w;
+            }
+            if (norm_w) {
+#pragma unroll
+                for (int h = 0; h < CU; h += 4) {
+                    const float4 w = __ldg((const float4 *)(norm_w + c + h));
+                    v[h] = v[h] * nsc[tok] * w.x; v[h + 1] = v[h + 1] * nsc[tok] * w.y;
+                    v[h + 2] = v[h + 2] * nsc[tok] * w.z; v[h + 3] = v[h + 3] * nsc[tok] * w.w;
+                    if (xn_out) *(float4 *)(xn_out + (int64_t)tok * K + c + h) = make_float4(v[h], v[h + 1], v[h + 2], v[h + 3]);
+                }
+            }
+            unsigned hw[PU], lw[PU];
+#pragma unroll
+            for (int p = 0; p < PU; p++) {
+                const float a = qt_nib(BITS) ? v[p] : v[2 * p], b = qt_nib(BITS) ? v[p + 4] : v[2 * p + 1];
+                const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
+                const float2 hf = __half22float2(hi);
+                const __half2 lo = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+                hw[p] = *(const unsigned *)&hi;
+                lw[p] = *(const unsigned *)&lo;
+            }
+            /* 8-byte stores: the lo row starts 8 bytes past a 16-byte boundary (qt_rs) */
+            uint2 *dh = (uint2 *)(xs + 2 * tok * rs + PU * u), *dl = (uint2 *)(xs + (2 * tok + 1) * rs + PU * u);
+#pragma unroll
+            for (int p = 0; p < PU; p += 2) {
+                dh[p / 2] = make_uint2(hw[p], hw[p + 1]);
+                dl[p / 2] = make_uint2(lw[p], lw[p + 1]);
             }
         }
-        const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
-        const float2 hf = __half22float2(hi);
-        xs[2 * tok * rs + j] = hi;
-        xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+    } else {
+        for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
+            const int tok = i / half, j = i - tok * half;
+            const int G = j / PPG, rem = j - G * PPG;
+            const int q8 = rem >> 1;   /* 8-bit: the lane word tW + w the pair belongs to */
+            const int ka = qt_nib(BITS) ? GS * G + 8 * (rem >> 2) + (rem & 3)
+                                        : GS * G + 4 * qt_word<W>(q8 / W, q8 % W) + 2 * (rem & 1);
+            const int kb = qt_nib(BITS) ? ka + 4 : ka + 1;
+            const float *xr = x + tok * xs_stride;
+            float a = xr[ka], b = xr[kb];
+            if (norm_w) {
+                a = a * nsc[tok] * __ldg(norm_w + ka);
+                b = b * nsc[tok] * __ldg(norm_w + kb);
+                if (xn_out) {   /* the normed rows kept (each column is in exactly one pair) */
+                    xn_out[(int64_t)tok * K + ka] = a;
+                    xn_out[(int64_t)tok * K + kb] = b;
+                }
+            }
+            const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
+            const float2 hf = __half22float2(hi);
+            xs[2 * tok * rs + j] = hi;
+            xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+        }
     }
     QT_SMARK(1);
     for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
