@@ -4,7 +4,7 @@
 clock64 at its marks) and prints, per kernel kind and shape, the launches' median span (first block's
 start to last block's end), a block's median time, and each phase's median share of it; then the
 launches of one decode step in order with the gaps between them (where unmarked kernels ran)."""
-import struct, sys, statistics as st
+import signal, struct, sys, statistics as st
 
 KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down"}
 # the phase that ends at each mark slot (prof.cuh's clk[i]; slot 0 is the kernel's start), "end" last
@@ -71,4 +71,5 @@ def main():
             prev = s1
         print(f"  step {allL[b - 1][1] - allL[a - 1][1]} ns head to head")
 
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # output cut short by `| head`: end quietly
 main()
