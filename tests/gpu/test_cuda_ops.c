@@ -3384,7 +3384,9 @@ static void qmatmul_case(qfmt f, int64_t rows, int64_t cols, const int *ns, int 
  * depends on the matrix only, so a token row's outputs are the same bits alone as inside a
  * batch (the server's batched decode relies on it): row 3 of a 5-row matmul, and of a 7-row
  * norm_matmul_n, against that row alone, byte for byte. (The f32 qmv kernels take one row and
- * several rows in different kernels, so formats they serve are not checked here.) */
+ * several rows in different kernels, so formats they serve are not checked here.) Then the same
+ * 5- and 7-row calls with x 4 bytes past a 16-byte boundary: qt_stage reads aligned x as float4
+ * units and other x a pair at a time, the same arithmetic on each column, so byte for byte too. */
 static void qbatch_case(qfmt f, int64_t rows, int64_t cols) {
     char fn[32], name[200];
     qfmt_name(&f, fn, sizeof fn);
@@ -3419,9 +3421,29 @@ static void qbatch_case(qfmt f, int64_t rows, int64_t cols) {
             snprintf(why, sizeof why, "norm_matmul_n: row 3 of 7 differs from it alone");
         }
     }
+    float *gxu = g_alloc(((size_t)7 * cols + 4) * 4), *gyu = g_alloc((size_t)7 * rows * 4);
+    float *c = xmalloc((size_t)7 * rows * 4);
+    if (ok && gxu && gyu && gx && gy && gxn && gnw) {
+        const ci_mat *W = &w.g;
+        gpu->upload(gpu, gxu + 1, x, (size_t)7 * cols * 4);
+        gpu->matmul(gpu, gy, gx, 5, W);
+        gpu->matmul(gpu, gyu, gxu + 1, 5, W);
+        g_get(a, gy, (size_t)5 * rows * 4);
+        g_get(c, gyu, (size_t)5 * rows * 4);
+        if (memcmp(a, c, (size_t)5 * rows * 4)) { ok = 0; snprintf(why, sizeof why, "matmul: x unaligned differs from x aligned"); }
+        float *ys7[1] = { gy }, *ysu[1] = { gyu };
+        gpu->norm_matmul_n(gpu, gxn, gx, gnw, 1e-6f, 1, ys7, 7, &W);
+        gpu->norm_matmul_n(gpu, gxn, gxu + 1, gnw, 1e-6f, 1, ysu, 7, &W);
+        g_get(a, gy, (size_t)7 * rows * 4);
+        g_get(c, gyu, (size_t)7 * rows * 4);
+        if (ok && memcmp(a, c, (size_t)7 * rows * 4)) {
+            ok = 0;
+            snprintf(why, sizeof why, "norm_matmul_n: x unaligned differs from x aligned");
+        }
+    }
     report_bool(name, ok, why);
-    g_free(gx); g_free(gx1); g_free(gy); g_free(gy1); g_free(gxn);
-    free(x); free(a); free(b);
+    g_free(gx); g_free(gx1); g_free(gy); g_free(gy1); g_free(gxn); g_free(gxu); g_free(gyu);
+    free(x); free(a); free(b); free(c);
 }
 
 /* matmul_n (3 matrices), matmul_acc, matmul_swiglu and their norm_ forms on quantized weights */
