@@ -142,6 +142,13 @@ __device__ __forceinline__ void qt_a_nib(unsigned r0, unsigned r1, unsigned &a0,
     }
 }
 
+/* one staged pair (a, b) as its hi row's half2 (f16 of each, saturated) and its lo row's (the rest) */
+__device__ __forceinline__ void qt_hilo(float a, float b, __half2 &hi, __half2 &lo) {
+    hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
+    const float2 hf = __half22float2(hi);
+    lo = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+}
+
 /* Stages ntok rows of K floats (row i at x + i·xs_stride) as the B operand: staged row 2i
  * (hi) and 2i + 1 (lo) of token i, rs = qt_rs(K) half2 apart. W: code words a lane
  * loads per group and row. 4-bit: half2 number ((G·4 + t)·W + w)·4 + p (group G, lane quad
@@ -232,10 +239,8 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
             unsigned hw[PU], lw[PU];
 #pragma unroll
             for (int p = 0; p < PU; p++) {
-                const float a = qt_nib(BITS) ? v[p] : v[2 * p], b = qt_nib(BITS) ? v[p + 4] : v[2 * p + 1];
-                const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
-                const float2 hf = __half22float2(hi);
-                const __half2 lo = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+                __half2 hi, lo;
+                qt_hilo(qt_nib(BITS) ? v[p] : v[2 * p], qt_nib(BITS) ? v[p + 4] : v[2 * p + 1], hi, lo);
                 hw[p] = *(const unsigned *)&hi;
                 lw[p] = *(const unsigned *)&lo;
             }
@@ -265,10 +270,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                     xn_out[(int64_t)tok * K + kb] = b;
                 }
             }
-            const __half2 hi = __floats2half2_rn(f16_sat(a), f16_sat(b));
-            const float2 hf = __half22float2(hi);
-            xs[2 * tok * rs + j] = hi;
-            xs[(2 * tok + 1) * rs + j] = __floats2half2_rn(f16_sat(a - hf.x), f16_sat(b - hf.y));
+            qt_hilo(a, b, xs[2 * tok * rs + j], xs[(2 * tok + 1) * rs + j]);
         }
     }
     QT_SMARK(1);
