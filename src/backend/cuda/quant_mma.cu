@@ -35,6 +35,7 @@ struct qt_args {
     int count, op, n, K, ng, sd, es, ks;
     int pair;                    /* qt_load's pair loads (W = 1) */
     int pv;                      /* the param window allowed (qt_pv_set) */
+    int usum;                    /* qt_stage's unit_sums (qt_usum_mode) */
     int64_t ntiles;              /* warp tiles (SwiGLU: of the gate rows, each with its up tile) */
     int64_t ldx, ldy;            /* x's row stride (K unless grouped); y's (0: the matrix's rows) */
     /* grouped launches (cb_qt_groups, blockIdx.y = group g): x from column g·gx, y from column g·gy,
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW) qt_dense_kernel(qt_args a) {
     pdl_enter();
     CB_PROF_MARK(2);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + gi * a.gx, a.ldx, a.n, a.K, a.norm_w, a.eps,
-                      blockIdx.x == 0 ? a.xn_out : nullptr, CB_PROF_AT(3));
+                      blockIdx.x == 0 ? a.xn_out : nullptr, CB_PROF_AT(3), a.usum);
     CB_PROF_MARK(5);
     const __half2 *xq[NB];
     const float *xsm[NB];
@@ -168,6 +169,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
     a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
     a.pv = qt_pv_mode();
+    a.usum = qt_usum_mode();
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
     const dim3 blk(32 * nw);
 #define QT_GO(BI, WW, NN, BB, NWW)                                                                            \

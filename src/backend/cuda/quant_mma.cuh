@@ -51,6 +51,12 @@
 enum { QT_WARPS = 8, QT_THREADS = QT_WARPS * 32, QT_MAX_TOK = 8 };
 enum { QT_E4M3 = 3 };   /* BITS of fp8 E4M3 weights (their codes are laid out as 8-bit ones) */
 enum { QT_E2M1 = 9 };   /* BITS of mxfp4 (E2M1) weights (laid out as 4-bit ones) */
+/* CINFER_CUDA_QT_USUM (default 1; 0: a warp a group after the pairs): qt_stage's group sums made in
+ * its float4 pass (unit_sums) */
+static inline int qt_usum_mode(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_USUM", 1);
+    return v;
+}
 /* qt_stage's norm pass: a thread's x loads issued QT_SB at a time before any is summed (a load
  * at a time waited an L2 round trip each: 8 in a row of 2048 columns) */
 enum { QT_SB = 8 };
@@ -155,12 +161,14 @@ __device__ __forceinline__ void qt_hilo(float a, float b, __half2 &hi, __half2 &
  * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
  * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4·qt_word(t, w) (qt_pair8). xsum[i·ng + G]: Σ of group
- * G's f32 x (lanes in order, then a fixed tree; xsum NULL: none). norm_w: x RMS-normed first;
+ * G's f32 x (xsum NULL: none): each unit's columns in order, then a butterfly over the group's units
+ * (the float4 form below), or each lane's columns then a warp tree (the fallback); a fixed order
+ * either way, the same for a row alone or in a batch. norm_w: x RMS-normed first;
  * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
-template <int BITS, int W>
+template <int BITS, int W, bool ALIGNED = false>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
                          const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr,
-                         uint64_t *pm = nullptr) {
+                         uint64_t *pm = nullptr, bool unit_sums = true) {
     /* pm: prof.cuh's slots for the end of the norm pass and of the pairs (a measuring build) */
 #ifdef CB_PROF
 #define QT_SMARK(i)                                          \
@@ -209,10 +217,15 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
      * (qt_pair8's (c, c + 1), (c + 2, c + 3)). Read as float4s where x, its row stride, the norm
      * weight and xn_out allow, else a pair at a time; the same arithmetic on each column. */
     constexpr int PU = qt_nib(BITS) ? 4 : 2, CU = 2 * PU;   /* pairs and columns a unit */
-    const bool vec = ((((uintptr_t)x | (uintptr_t)norm_w | (uintptr_t)xn_out) & 15) | (xs_stride & 3)) == 0;
+    constexpr int UPG = GS / CU;                               /* units a group: 4W, at most 32 */
+    const bool vec = ALIGNED || ((((uintptr_t)x | (uintptr_t)norm_w | (uintptr_t)xn_out) & 15) | (xs_stride & 3)) == 0;
     if (vec) {
-        const int nu = half / PU;   /* units a row */
-        for (int i = threadIdx.x; i < ntok * nu; i += blockDim.x) {
+        /* a warp's lanes take consecutive units, the warp together (the group sums' shuffles): a
+         * group's UPG units are lanes l0..l0 + UPG - 1 of one pass, l0 a multiple of UPG (a row's
+         * units and the block's threads are multiples of UPG) */
+        const int nu = half / PU, nt = ntok * nu;   /* units a row, in all */
+        for (int ib = threadIdx.x - lane; ib < nt; ib += blockDim.x) {
+            const int i = ib + lane < nt ? ib + lane : nt - 1;
             const int tok = i / nu, u = i - tok * nu;
             int c;   /* the unit's first column */
             if constexpr (qt_nib(BITS)) {
@@ -233,7 +246,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                     const float4 w = __ldg((const float4 *)(norm_w + c + h));
                     v[h] = v[h] * nsc[tok] * w.x; v[h + 1] = v[h + 1] * nsc[tok] * w.y;
                     v[h + 2] = v[h + 2] * nsc[tok] * w.z; v[h + 3] = v[h + 3] * nsc[tok] * w.w;
-                    if (xn_out) *(float4 *)(xn_out + (int64_t)tok * K + c + h) = make_float4(v[h], v[h + 1], v[h + 2], v[h + 3]);
+                    if (xn_out && ib + lane < nt) *(float4 *)(xn_out + (int64_t)tok * K + c + h) = make_float4(v[h], v[h + 1], v[h + 2], v[h + 3]);
                 }
             }
             unsigned hw[PU], lw[PU];
@@ -244,6 +257,15 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                 hw[p] = *(const unsigned *)&hi;
                 lw[p] = *(const unsigned *)&lo;
             }
+            if (xsum && unit_sums) {   /* group G = u / UPG's Σ x: the unit's columns in order, then a butterfly over its lanes */
+                float gs = v[0];
+#pragma unroll
+                for (int h = 1; h < CU; h++) gs += v[h];
+#pragma unroll
+                for (int o = 1; o < UPG; o <<= 1) gs += __shfl_xor_sync(0xffffffffu, gs, o);
+                if (ib + lane < nt && (lane & (UPG - 1)) == 0) xsum[tok * ng + u / UPG] = gs;
+            }
+            if (ib + lane >= nt) continue;
             /* 8-byte stores: the lo row starts 8 bytes past a 16-byte boundary (qt_rs) */
             uint2 *dh = (uint2 *)(xs + 2 * tok * rs + PU * u), *dl = (uint2 *)(xs + (2 * tok + 1) * rs + PU * u);
 #pragma unroll
@@ -252,7 +274,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                 dl[p / 2] = make_uint2(lw[p], lw[p + 1]);
             }
         }
-    } else {
+    } else if constexpr (!ALIGNED) {
         for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
             const int tok = i / half, j = i - tok * half;
             const int G = j / PPG, rem = j - G * PPG;
@@ -274,7 +296,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         }
     }
     QT_SMARK(1);
-    for (int it = warp; xsum && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
+    for (int it = warp; xsum && !(vec && unit_sums) && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
         const int tok = it / ng, G = it - tok * ng;
         const float *xr = x + tok * xs_stride + GS * G;
         float s = 0.0f;

@@ -44,6 +44,7 @@ struct qt_moe_args {
     int X, I, K, sd, es, acc, ks, kparts, rblk;
     int pair;          /* qt_load's pair loads (W = 1) */
     int pv;            /* the param window allowed (qt_pv_set) */
+    int usum;          /* qt_stage's unit_sums (qt_usum_mode) */
     float limit;
 };
 
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     setup(blockIdx.x);
     CB_PROF_MARK(3);
     qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.x + (int64_t)tk * a.X, 0, 1, K, nullptr, 0.0f, nullptr,
-                      CB_PROF_AT(4));
+                      CB_PROF_AT(4), a.usum);
     CB_PROF_MARK(6);
     const __half2 *xq[1] = { xs + (g & 1) * qt_rs(K) };   /* B columns: hi, lo, hi, lo, ... */
     const float *xsm[1] = { xsum };
@@ -144,8 +145,8 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     };
     if (warp < items) setup(warp);
     CB_PROF_MARK(3);
-    qt_stage<BITS, W>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K, nullptr, 0.0f,
-                      nullptr, CB_PROF_AT(4));
+    qt_stage<BITS, W, true>(xs, qt_nobias(BITS) ? nullptr : xsum, a.h + (int64_t)tk * a.K * a.I, a.I, a.K, K, nullptr, 0.0f,
+                      nullptr, CB_PROF_AT(4), a.usum);
     CB_PROF_MARK(6);
     float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
     for (int it = warp; it < items; it += NW) {
@@ -184,6 +185,7 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
     a.pair = qt_w1pair();
     a.pv = qt_pv_mode();
+    a.usum = qt_usum_mode();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)QT_WARPS * qt_pw_bytes(ntl) + (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
     const int dnw = qt_dn_warps();
@@ -252,7 +254,7 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
     const bool mxfp4 = md == 2 && cbits == 4 && gs == 32 && sd[1] == 3;
     if (!(affine || mxfp4) || X % gs || I % gs || (X * cbits / 8) % 16 || (I * cbits / 8) % 16) return 0;
     const int bt = mxfp4 ? (int)QT_E2M1 : cbits;
-    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+    if (((uintptr_t)x & 3) || ((uintptr_t)h & 15)) return 0;   /* h: the down kernel stages its rows as float4s (qt_stage ALIGNED) */
     qt_moe_args a;
     memset(&a, 0, sizeof a);
     a.codes = codes; a.scales = scales; a.biases = biases; a.srow0 = srow0; a.sel = sel; a.wt = wt; a.x = x; a.h = h;
@@ -273,7 +275,7 @@ int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, c
     if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1 || block != 128 || scale_dtype < 0 || scale_dtype > 2 ||
         X % 128 || I % 128)
         return 0;
-    if (((uintptr_t)x & 3) || ((uintptr_t)h & 3)) return 0;
+    if (((uintptr_t)x & 3) || ((uintptr_t)h & 15)) return 0;   /* h: the down kernel stages its rows as float4s (qt_stage ALIGNED) */
     qt_moe_args a;
     memset(&a, 0, sizeof a);
     a.codes = (const uint8_t *const *)w; a.scales = scale; a.biases = nullptr; a.srow0 = srow0; a.sel = sel; a.wt = wt;
