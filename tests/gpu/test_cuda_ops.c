@@ -2105,25 +2105,48 @@ static void test_moe_experts_case(int E, int K, int X, int I, ci_dtype dt, ci_dt
     free(x); free(w); free(ref); free(sel); free(res);
 }
 
+typedef struct { ci_qmode mode; int bits, group; ci_dtype sdt; } qfmt;
+typedef struct {
+    ci_mat c, g;             /* the whole tensor [rows, cols]: CPU and CUDA views */
+    char name[32];
+} qpair;
+static qpair make_qweight(int64_t rows, int64_t cols, qfmt f, int stored_t);
+static ci_mat qrows(const ci_mat *W, int64_t r0, int64_t n);
+static const char *qfmt_name(const qfmt *f, char *buf, size_t n);
+static qfmt qfmt_at(int i);
+
 /* moe_norm_experts (at one row a MoE block's norm, router, routing and experts in one launch:
  * moe_fused.cu) against norm_matmul_keep, moe_route and moe_experts on the same backend: xn,
  * the logits, the experts, their weights and out the same bits; three calls in a row on new
  * inputs (the launch's grid barrier must be back at rest after each); then out against the CPU's
  * three ops when they chose the same experts. Shapes the launch does not take (more rows, fp8
- * experts, widths not a multiple of the vector) run the three ops and must equal them too. */
+ * experts, widths not a multiple of the vector) run the three ops and must equal them too; fp8
+ * and MLX-quantized experts (qf; stacked) of 1..8 rows are routed inside the experts' gate+up
+ * launch (quant_mma_moe.cu, cuda_be.route_fuse), which must give the same bits as well. */
 static void test_moe_norm_experts_case(int E, int K, ci_route router, int norm, int G, int tg, int X, int I,
-                                       ci_dtype dr, ci_dtype de, int relu2, float limit, int n, int acc) {
-    char name[240];
+                                       ci_dtype dr, ci_dtype de, int relu2, float limit, int n, int acc,
+                                       const qfmt *qf) {
+    char name[240], fn[32];
+    if (qf) qfmt_name(qf, fn, sizeof fn);
     snprintf(name, sizeof name, "moe_norm_experts router %s experts %s %s%s E=%d K=%d G=%d/%d X=%d I=%d%s%s%s n=%d",
-             dt_name(dr, CI_F32), dt_name(de, CI_F32),
+             dt_name(dr, CI_F32), qf ? fn : dt_name(de, CI_F32),
              router == CI_ROUTE_SOFTMAX ? "softmax" : router == CI_ROUTE_SIGMOID ? "sigmoid" : "sqrtsoftplus",
              norm ? " norm" : "", E, K, G, tg, X, I, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
     if (!want(name) || !gpu->moe_norm_experts) return;
     wpair W = make_weight(E, X, dr, CI_F32);
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
-    if (!relu2) make_stacked(E, I, X, de, CI_F32, cv, gv);
-    make_stacked(E, I, X, de, CI_F32, cv + E, gv + E);
-    make_stacked(E, X, I, de, CI_F32, cv + 2 * E, gv + 2 * E);
+    for (int j = relu2 ? 1 : 0; j < 3 && !dead; j++) {
+        const int rows = j == 2 ? X : I, cols = j == 2 ? I : X;
+        if (!qf) {
+            make_stacked(E, rows, cols, de, CI_F32, cv + j * E, gv + j * E);
+            continue;
+        }
+        qpair q = make_qweight((int64_t)E * rows, cols, *qf, 0);
+        for (int e = 0; e < E && !dead; e++) {
+            cv[j * E + e] = qrows(&q.c, (int64_t)e * rows, rows);
+            gv[j * E + e] = qrows(&q.g, (int64_t)e * rows, rows);
+        }
+    }
     if (dead) return;
     float *bias = keep(xmalloc((size_t)E * 4)), *nw = keep(xmalloc((size_t)X * 4));
     for (int e = 0; e < E; e++) bias[e] = 0.37f * (float)((e * 7919) % E) / (float)E;
@@ -2212,16 +2235,24 @@ static void test_moe_norm_experts(void) {
     static const int rn[] = { 1, 1, 3, 9 };
     for (int i = 0; i < (quick ? 2 : 4); i++) {
         const int n = rn[i], acc = i & 1 ? 0 : 1;
-        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 2048, 768, CI_BF16, CI_BF16, 0, 0, n, acc); /* Qwen3-30B-A3B */
-        test_moe_norm_experts_case(64, 6, CI_ROUTE_SOFTMAX, 0, 1, 1, 2048, 1408, CI_BF16, CI_BF16, 0, 0, n, !acc); /* V2-Lite */
-        test_moe_norm_experts_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 1024, 256, CI_F32, CI_F16, 0, 0, n, acc);   /* grouped */
-        test_moe_norm_experts_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 512, 128, CI_F32, CI_F32, 0, 0.5f, n, acc);
-        test_moe_norm_experts_case(16, 4, CI_ROUTE_SIGMOID, 1, 1, 1, 128, 64, CI_F16, CI_BF16, 1, 0, n, acc);    /* relu² */
-        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 4096, 192, CI_BF16, CI_BF16, 0, 0, n, acc); /* router over 4 warps */
-        test_moe_norm_experts_case(60, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 2056, 200, CI_BF16, CI_F32, 0, 0, n, acc);  /* tails */
-        test_moe_norm_experts_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 64, 32, CI_BF16, CI_BF16, 0, 0, n, acc); /* past the threads */
-        test_moe_norm_experts_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 70, 36, CI_BF16, CI_BF16, 0, 0, n, acc);     /* odd: three ops */
-        test_moe_norm_experts_case(9, 3, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 384, CI_BF16, CI_F8_E4M3, 0, 0, n, acc); /* fp8: three ops */
+        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 2048, 768, CI_BF16, CI_BF16, 0, 0, n, acc, NULL); /* Qwen3-30B-A3B */
+        test_moe_norm_experts_case(64, 6, CI_ROUTE_SOFTMAX, 0, 1, 1, 2048, 1408, CI_BF16, CI_BF16, 0, 0, n, !acc, NULL); /* V2-Lite */
+        test_moe_norm_experts_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 1024, 256, CI_F32, CI_F16, 0, 0, n, acc, NULL);   /* grouped */
+        test_moe_norm_experts_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 512, 128, CI_F32, CI_F32, 0, 0.5f, n, acc, NULL);
+        test_moe_norm_experts_case(16, 4, CI_ROUTE_SIGMOID, 1, 1, 1, 128, 64, CI_F16, CI_BF16, 1, 0, n, acc, NULL);    /* relu² */
+        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 4096, 192, CI_BF16, CI_BF16, 0, 0, n, acc, NULL); /* router over 4 warps */
+        test_moe_norm_experts_case(60, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 2056, 200, CI_BF16, CI_F32, 0, 0, n, acc, NULL);  /* tails */
+        test_moe_norm_experts_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 64, 32, CI_BF16, CI_BF16, 0, 0, n, acc, NULL); /* past the threads */
+        test_moe_norm_experts_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 70, 36, CI_BF16, CI_BF16, 0, 0, n, acc, NULL);     /* odd: three ops */
+        test_moe_norm_experts_case(9, 3, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 384, CI_BF16, CI_F8_E4M3, 0, 0, n, acc, NULL); /* fp8: routed in gate+up */
+        test_moe_norm_experts_case(64, 6, CI_ROUTE_SIGMOID, 1, 8, 3, 256, 128, CI_F32, CI_F8_E4M3, 0, 0, n, !acc, NULL); /* fp8, grouped sigmoid */
+        const qfmt q4 = qfmt_at(18 + 5), q8 = qfmt_at(45 + 5), q4s = qfmt_at(18), fp4 = qfmt_at(54);
+        test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 2048, 768, CI_BF16, CI_U32, 0, 0, n, acc, &q4); /* Qwen3-30B-A3B mlx4 */
+        test_moe_norm_experts_case(60, 4, CI_ROUTE_SOFTMAX, 0, 1, 1, 512, 256, CI_F32, CI_U32, 0, 0, n, !acc, &q8);
+        test_moe_norm_experts_case(256, 8, CI_ROUTE_SIGMOID, 1, 8, 4, 384, 128, CI_BF16, CI_U32, 0, 0, n, acc, &q4s); /* grouped */
+        test_moe_norm_experts_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 256, 128, CI_F32, CI_U32, 1, 0, n, acc, &q4); /* relu² */
+        test_moe_norm_experts_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 64, CI_BF16, CI_U32, 0, 0, n, acc, &q4); /* past the threads */
+        test_moe_norm_experts_case(16, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 128, 256, CI_BF16, CI_U32, 0, 0.5f, n, !acc, &fp4); /* mxfp4, limit */
     }
 }
 
@@ -3197,11 +3228,7 @@ static void test_v4(void) {
  * B_TC above (the matrix widened to bf16 for the tensor-core GEMM, activations rounded to bf16;
  * experts: above 8 rows when the grouped GEMM takes the layer). Names carry the format as
  * "a<bits>b g<group> <scale dtype>s", "mxfp4" or "mxfp8". */
-typedef struct { ci_qmode mode; int bits, group; ci_dtype sdt; } qfmt;
-typedef struct {
-    ci_mat c, g;             /* the whole tensor [rows, cols]: CPU and CUDA views */
-    char name[32];
-} qpair;
+/* qfmt / qpair: declared before moe_norm_experts' cases, which take quantized experts too */
 
 static const char *qfmt_name(const qfmt *f, char *buf, size_t n) {
     if (f->mode == CI_Q_AFFINE)

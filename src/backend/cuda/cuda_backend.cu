@@ -456,6 +456,7 @@ static void cb_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float
 }
 
 /* backend.h moe_norm_experts: one launch at one row (moe_fused.cu) when it takes the call, else
+ * the router and the experts with the routing in their first launch (cb_moe_route_experts), else
  * the three ops */
 static void cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
                                 const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
@@ -465,6 +466,7 @@ static void cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *lo
     if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return;
     if (cb->failed) return;
     cb_norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
+    if (cb_moe_route_experts(cb, out, xn, n, logits, ids, sel, w, m, acc) || cb->failed) return;
     be->moe_route(be, sel, w, logits, ids, n, m);
     be->moe_experts(be, out, xn, n, sel, w, m, acc);
 }
@@ -852,6 +854,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
+    cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);

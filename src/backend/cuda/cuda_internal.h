@@ -108,6 +108,7 @@ struct cuda_be {
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
+    int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier (arrivals, generation), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
@@ -277,6 +278,13 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * two rounds: Qwen3-30B-A3B dims 12 layers 859.6 / 858.9 -> 871.0 / 875.0 tok/s, DeepSeek-V2-Lite
  * dims 14 layers 585.0 / 584.3 -> 593.5 / 593.0, Qwen3-30B-A3B after 4096 782.4 -> 802.6. */
 #define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
+#endif
+#ifndef CB_ROUTE_FUSE
+/* moe_norm_experts at 1..8 token rows whose experts the tensor-core decode pair takes (MLX 4- /
+ * 8-bit, mxfp4, fp8): the routing done by every gate+up block for its token (route.cuh's
+ * route_row, moe_route's bits), sel / w written by the kernel, instead of moe_route's launch
+ * between the router and the experts (quant_mma_moe.cu). */
+#define CB_ROUTE_FUSE 1   /* default of cuda_be.route_fuse (CINFER_CUDA_ROUTE_FUSE) */
 #endif
 #ifndef CB_DSA_SCORE
 /* DSA's index scores with four lanes per key (each lane a fixed quarter of the key in
@@ -502,8 +510,11 @@ void cb_q_matmul_xw(cuda_be *cb, float *y, const float *x, int n, const ci_mat *
 int cb_q_norm_matmul_n(cuda_be *cb, int op, int count, float *const *ys, const float *x, const float *norm_w, float eps,
                        int n, const ci_mat *const *Ws, float *xn_out = nullptr);
 void cb_q_embed(cuda_be *cb, float *out, const ci_mat *E, const int32_t *ids, int n);
-void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                      const ci_moe *m, int acc);
+struct cb_route;   /* route.cuh */
+/* rt (cb_moe_route_experts): the routing folded into the experts' launches, or 0 returned and nothing
+ * launched; without it 1 (done, or the backend failed) */
+int cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                     const ci_moe *m, int acc, const cb_route *rt = nullptr);
 /* backend.h's weight_q (a descriptor's scales / biases placed with weight()); cb_quant_free
  * frees the descriptors and the expert tables (quant_moe.cu). */
 const ci_qdesc *cb_weight_q(ci_backend *be, const ci_qdesc *d, size_t param_bytes);
@@ -601,6 +612,12 @@ int cb_moe_split2_form(cuda_be *cb, const ci_moe *m, const cb_moe_tab *tab, cons
  * runs the three ops) */
 int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
                  const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc);
+/* moe.cu: moe_route and moe_experts of n token rows in the experts' launches, the routing done by
+ * their first kernel from the router's logits [n, E] (ids: the token ids hash routing reads),
+ * sel / w written as moe_route writes them (cuda_be.route_fuse, quant_mma_moe.cu); 0 and nothing
+ * launched when not taken (the caller runs the two ops). */
+int cb_moe_route_experts(cuda_be *cb, float *out, const float *x, int n, const float *logits, const int32_t *ids,
+                         int32_t *sel, float *w, const ci_moe *m, int acc);
 /* moe.cu: sets the moe_route / moe_experts ops; frees the tables and MoE scratch. */
 void cb_moe_ops(ci_backend *be);
 void cb_moe_free(cuda_be *cb);

@@ -577,6 +577,31 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
     cb_moe_grouped(cb, out, x, n, sel, w, m, &wide);
 }
 
+/* fp8 experts of 1..CB_GEMV_MAX_N rows on the tensor-core pair (quant_mma_moe.cu; rt: routing
+ * in its gate+up launch) when it takes them (E4M3 with block scales, x and every matrix 16-byte
+ * aligned, block and widths multiples of 16); 0 and nothing launched when not */
+static int moe_fp8_qt(cuda_be *cb, const cb_moe_tab *tab, float *out, const float *x, int n, const int32_t *sel,
+                      const float *w, const ci_moe *m, int acc, const cb_route *rt) {
+    if (tab->dtype != CI_F8_E4M3 || n > CB_GEMV_MAX_N || tab->scale_dtype < 0) return 0;
+    const int X = m->hidden, I = m->inter, K = m->top_k;
+    if (((uintptr_t)x & 15) || !moe_aligned(m, 1, 16, X, tab->block) || !moe_aligned(m, 0, 16, X, tab->block) ||
+        I % 16 || !moe_aligned(m, 2, 16, I, tab->block))
+        return 0;
+    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * K * I * sizeof(float));
+    return h && cb_qt_moe_fp8(cb, tab->w, tab->scale, tab->srow0, tab->block, tab->scale_dtype, m->relu2, X, I, K,
+                              m->act_limit, sel, w, x, h, out, n, acc, rt);
+}
+
+int cb_moe_route_experts(cuda_be *cb, float *out, const float *x, int n, const float *logits, const int32_t *ids,
+                         int32_t *sel, float *w, const ci_moe *m, int acc) {
+    if (!cb->route_fuse || cb->failed || n < 1 || n > CB_GEMV_MAX_N || !route_ok(m)) return 0;
+    cb_route rt;
+    rt.logits = logits; rt.ids = ids; rt.sel = sel; rt.w = w; rt.a = route_args_of(m);
+    if (m->w_up[0].dtype == CI_U32) return cb_q_moe_experts(cb, out, x, n, sel, w, m, acc, &rt);
+    const cb_moe_tab *tab = cb_moe_table(cb, m);
+    return tab && moe_fp8_qt(cb, tab, out, x, n, sel, w, m, acc, &rt);
+}
+
 static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, const int32_t *sel, const float *w,
                            const ci_moe *m, int acc) {
     cuda_be *cb = (cuda_be *)be;
@@ -614,10 +639,7 @@ static void op_moe_experts(ci_backend *be, float *out, const float *x, int n, co
     const bool al_up = ((uintptr_t)x & 15) == 0 && moe_aligned(m, 1, vec, a.X, blk) && moe_aligned(m, 0, vec, a.X, blk);
     const bool al_down = a.I % vec == 0 && moe_aligned(m, 2, vec, a.I, blk);   /* h rows 16-byte aligned too */
     /* fp8 at decode: the tensor-core pair (quant_mma_moe.cu) when it takes the layer */
-    if (tab->dtype == CI_F8_E4M3 && n <= CB_GEMV_MAX_N && al_up && al_down && tab->scale_dtype >= 0 &&
-        cb_qt_moe_fp8(cb, tab->w, tab->scale, tab->srow0, tab->block, tab->scale_dtype, m->relu2, a.X, a.I, K,
-                      m->act_limit, sel, w, x, h, out, n, acc))
-        return;
+    if (moe_fp8_qt(cb, tab, out, x, n, sel, w, m, acc, nullptr)) return;
     for (int t0 = 0; t0 < n; t0 += CB_GEMV_MAX_N) {
         const int k = n - t0 < CB_GEMV_MAX_N ? n - t0 : CB_GEMV_MAX_N;
         a.sel = sel + (int64_t)t0 * K;

@@ -371,15 +371,17 @@ int cb_q_fploop(void);
  * CB_SWIGLU over gate ms[0] and up ms[1] into ys[0]), x RMS-normed with norm_w first when it
  * is not NULL (norm_matmul_n / norm_matmul_swiglu, one launch), a CB_SWIGLU gate clamped at
  * limit and up at ±limit when limit > 0 (matmul_swiglu_clamp); cb_qt_moe: quant_moe.cu's decode pair
- * (gate+up into h, then down into out). Each returns 0, having launched nothing, when it does
- * not take the call (another format, a shape or alignment it does not serve). */
+ * (gate+up into h, then down into out; rt: the gate+up kernel routes each token itself from
+ * rt->logits and writes rt->sel / rt->w, which down reads, sel / wt unused). Each returns 0,
+ * having launched nothing, when it does not take the call (another format, a shape or alignment
+ * it does not serve). */
 int cb_q_qmma(void);
 int cb_qt_matmul(cuda_be *cb, int op, int count, float *const *ys, const float *x, int n, const cb_qm *ms,
                  const float *norm_w, float eps, float *xn_out = nullptr, float limit = 0.0f);
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
-              int k, int acc);
+              int k, int acc, const struct cb_route *rt = nullptr);
 /* cb_qt_fp8: gemv.cu's fp8 matmuls (ci_mat views with 128 x 128 block scales; op as cb_gemv's
  * mode); cb_qt_moe_fp8: moe.cu's fp8 experts at decode (its table's arrays, scale_dtype 0 f32 /
  * 1 bf16 / 2 E8M0). Same contract: 0 and nothing launched when not taken. */
@@ -387,6 +389,6 @@ int cb_qt_fp8(cuda_be *cb, int op, int count, float *const *ys, const float *x, 
               const float *norm_w, float eps, float limit = 0.0f);
 int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, const int64_t *srow0, int block,
                   int scale_dtype, int relu2, int X, int I, int K, float limit, const int32_t *sel, const float *wt,
-                  const float *x, float *h, float *out, int k, int acc);
+                  const float *x, float *h, float *out, int k, int acc, const struct cb_route *rt = nullptr);
 
 #endif

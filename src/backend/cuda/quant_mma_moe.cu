@@ -3,6 +3,7 @@
  * hands them its decode pair, moe.cu its fp8 one. */
 #include "quant_mma.cuh"
 #include "prof.cuh"
+#include "route.cuh"
 
 CB_PROF_TU(quant_mma_moe)
 
@@ -46,6 +47,14 @@ struct qt_moe_args {
     int pv;            /* the param window allowed (qt_pv_set) */
     int usum;          /* qt_stage's unit_sums (qt_usum_mode) */
     float limit;
+    /* routing in the gate+up kernel (cb_route; logits NULL: sel / wt given): each block routes its
+     * token from logits with route_row (2 E floats of shared memory past the kernel's own), block
+     * x = 0 of entry p writes sel[p] / wt[p] (sel_out / wt_out: the arrays down reads) */
+    const float *logits;
+    const int32_t *rids;
+    int32_t *sel_out;
+    float *wt_out;
+    route_args ra;
 };
 
 template <int BITS, int W, int NTL>
@@ -64,7 +73,21 @@ __global__ void __launch_bounds__(QT_THREADS, 2) qt_gu_kernel(qt_moe_args a) {
     CB_PROF_BEGIN(CB_PROF_QT_GU, K, a.I, a.ks);
     pdl_enter();
     CB_PROF_MARK(1);
-    const int e = a.sel[p], tk = p / a.K;
+    const int tk = p / a.K;
+    int e;
+    if (a.logits) {   /* moe_route's choice for token tk, here instead of its own launch */
+        __shared__ int chosen[ROUTE_MAX_K];
+        __shared__ float wsel[ROUTE_MAX_K];
+        route_row(tk, a.logits, a.rids, a.ra, red + QT_WARPS * NTL * 4 * 32, chosen, wsel);
+        const int kk = p - tk * a.K;
+        e = chosen[kk];
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            a.sel_out[p] = e;
+            a.wt_out[p] = wsel[kk];
+        }
+    } else {
+        e = a.sel[p];
+    }
     qt_buf<W, NTL, U> A;
     qt_rows<NTL> R;
     int tile = 0;
@@ -187,7 +210,8 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     a.pv = qt_pv_mode();
     a.usum = qt_usum_mode();
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
-    const size_t smem_gu = (size_t)QT_WARPS * qt_pw_bytes(ntl) + (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 + (size_t)QT_WARPS * ntl * 4 * 32 * 4;
+    const size_t smem_gu = (size_t)QT_WARPS * qt_pw_bytes(ntl) + (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 +
+                           (size_t)QT_WARPS * ntl * 4 * 32 * 4 + (a.logits ? (size_t)2 * a.ra.E * 4 : 0);
     const int dnw = qt_dn_warps();
     const size_t smem_dn = (size_t)dnw * qt_pw_bytes(1) + (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
@@ -239,12 +263,20 @@ static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu
     return 1;
 }
 
+/* rt's routing into a (quant.cuh cb_qt_moe): sel / wt become the arrays the gate+up kernel writes */
+static void qt_route_set(qt_moe_args &a, const cb_route *rt) {
+    if (!rt) return;
+    a.logits = rt->logits; a.rids = rt->ids; a.ra = rt->a;
+    a.sel_out = rt->sel; a.wt_out = rt->w;
+    a.sel = rt->sel; a.wt = rt->w;
+}
+
 /* MLX affine 4- / 8-bit layers, or mxfp4 ones (DeepSeek V4's FP4 experts among them), with gate / up /
  * down packed alike; 0 when not taken */
 int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scales, const void *const *biases,
               const int64_t *srow0, const int *mode, const int *bits, const int *group, const int *sd, int relu2, int X,
               int I, int K, float limit, const int32_t *sel, const float *wt, const float *x, float *h, float *out,
-              int k, int acc) {
+              int k, int acc, const cb_route *rt) {
     if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1) return 0;
     const int cbits = bits[1], md = mode[1];
     for (int j = relu2 ? 1 : 0; j < 3; j++)
@@ -261,6 +293,7 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
     a.out = out; a.X = X; a.I = I; a.K = K; a.sd = sd[1]; a.es = sd[1] == 0 ? 4 : sd[1] == 3 ? 1 : 2; a.acc = acc;
     a.limit = limit;
     a.rblk = 1;
+    qt_route_set(a, rt);
     if (!qt_moe_launch(cb, a, bt, gs, relu2, k)) return 0;
     cb_launched(cb, "quantized moe_experts (tensor cores)");
     return 1;
@@ -271,7 +304,7 @@ int cb_qt_moe(cuda_be *cb, const uint8_t *const *codes, const void *const *scale
  * 0 when not taken */
 int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, const int64_t *srow0, int block,
                   int scale_dtype, int relu2, int X, int I, int K, float limit, const int32_t *sel, const float *wt,
-                  const float *x, float *h, float *out, int k, int acc) {
+                  const float *x, float *h, float *out, int k, int acc, const cb_route *rt) {
     if (!cb_q_qmma() || k < 1 || k > QT_MAX_TOK || K < 1 || block != 128 || scale_dtype < 0 || scale_dtype > 2 ||
         X % 128 || I % 128)
         return 0;
@@ -282,6 +315,7 @@ int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, c
     a.x = x; a.h = h; a.out = out; a.X = X; a.I = I; a.K = K; a.acc = acc; a.limit = limit; a.rblk = 128;
     a.sd = scale_dtype == 0 ? 0 : scale_dtype == 1 ? 2 : 3;
     a.es = scale_dtype == 0 ? 4 : scale_dtype == 1 ? 2 : 1;
+    qt_route_set(a, rt);
     if (!qt_moe_launch(cb, a, QT_E4M3, 128, relu2, k)) return 0;
     cb_launched(cb, "fp8 moe_experts (tensor cores)");
     return 1;

@@ -17,6 +17,7 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
+#include "route.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
@@ -428,11 +429,12 @@ void cb_quant_free(cuda_be *cb) {
     cb->qmoe_tabs = NULL;
 }
 
-void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
-                      const ci_moe *m, int acc) {
-    if (cb->failed || n <= 0) return;
+int cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int32_t *sel, const float *w,
+                     const ci_moe *m, int acc, const cb_route *rt) {
+    if (cb->failed || n <= 0) return !rt;
+    if (rt && (n > CB_GEMV_MAX_N || !cb_q_qmma())) return 0;
     const cb_qmoe_tab *tab = qmoe_tab(cb, m);
-    if (!tab) return;
+    if (!tab) return !rt;
     qe_args a;
     memset(&a, 0, sizeof a);
     a.codes = tab->codes; a.scales = tab->scales; a.biases = tab->biases; a.srow0 = tab->srow0;
@@ -452,32 +454,37 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
     wide.dtype = CI_F16;
     wide.relu2 = tab->relu2;
     wide.scale_dtype = -1;
+    if (rt) {   /* the tensor-core pair, routing in its gate+up launch, or nothing */
+        float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * a.K * m->inter * sizeof(float));
+        return h && cb_qt_moe(cb, a.codes, a.scales, a.biases, a.srow0, a.mode, a.bits, a.group, a.sd, a.relu2, a.X,
+                              a.I, a.K, a.limit, rt->sel, rt->w, x, h, out, n, acc, rt);
+    }
     if (n > CB_GEMV_MAX_N && tab->qgemm) {   /* the grouped GEMM decodes the codes (moe_gemm.cu) */
         float *y = out;
-        if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return;
+        if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return 1;
         cb_moe_grouped_q(cb, y, x, n, sel, w, m, &tab->mgq);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
-        return;
+        return 1;
     }
     if (n > CB_GEMV_MAX_N && count * per * 2 <= Q_WIDEN_MAX && cb_moe_grouped_shape_ok(m, &wide)) {
         uint16_t *wd = (uint16_t *)cb_scratch_get(cb, &cb->wdeq, count * per * 2 + slots * sizeof(void *) + 16);
-        if (!wd) return;
+        if (!wd) return 1;
         const void **wtab = (const void **)(((uintptr_t)(wd + count * per) + 15) & ~(uintptr_t)15);
         unsigned bx = (unsigned)((per / 32 + 255) / 256);
         if (bx > 64) bx = 64;
         if (bx < 1) bx = 1;
         cb_launch(cb, qe_widen_kernel, dim3(bx, (unsigned)count), dim3(256), 0, wd, wtab, a);
-        if (cb_launched(cb, "quantized moe widen")) return;
+        if (cb_launched(cb, "quantized moe widen")) return 1;
         wide.w = wtab;
         float *y = out;
-        if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return;
+        if (acc && !(y = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * m->hidden * sizeof(float)))) return 1;
         cb_moe_grouped(cb, y, x, n, sel, w, m, &wide);
         if (acc) cb_add(cb, out, y, (int64_t)n * m->hidden);
-        return;
+        return 1;
     }
     const int K = m->top_k, chunk = n < CB_GEMV_MAX_N ? n : CB_GEMV_MAX_N;
     float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)chunk * K * m->inter * sizeof(float));
-    if (!h) return;
+    if (!h) return 1;
     a.h = h;
     /* the qmv kernels: gate and up packed alike (one q_kind), at most QE_KMAX slots */
     const bool qmv = cb_q_qmv() && K <= QE_KMAX &&
@@ -508,4 +515,5 @@ void cb_q_moe_experts(cuda_be *cb, float *out, const float *x, int n, const int3
         cb_launch(cb, qe_down_kernel, dim3((unsigned)((a.X + QE_WARPS - 1) / QE_WARPS), (unsigned)k), b, 0, a);
     }
     cb_launched(cb, "quantized moe_experts");
+    return 1;
 }

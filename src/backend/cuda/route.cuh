@@ -141,6 +141,17 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
     __syncthreads();
 }
 
+/* a MoE layer's routing done inside the routed experts' first decode kernel (quant_mma_moe.cu's
+ * gate+up, cb_moe_route_experts): the router's logits [n, E] and the token ids hash routing reads
+ * in; sel / w [n, K] written there as moe_route writes them */
+struct cb_route {
+    const float *logits;
+    const int32_t *ids;
+    int32_t *sel;
+    float *w;
+    route_args a;
+};
+
 /* route_args of m (moe_route's checks passed) */
 static inline route_args route_args_of(const ci_moe *m) {
     route_args a;
