@@ -161,9 +161,9 @@ __device__ __forceinline__ void qt_hilo(float a, float b, __half2 &hi, __half2 &
  * position t, word w, pair p) holds columns (k0 + p, k0 + p + 4), k0 = 32W·G + 8(tW + w): the
  * columns of the codes qt_pair makes of lane t's word w. 8-bit: number ((G·4 + t)·W + w)·2 + p
  * holds (k0 + 2p, k0 + 2p + 1), k0 = 16W·G + 4·qt_word(t, w) (qt_pair8). xsum[i·ng + G]: Σ of group
- * G's f32 x (xsum NULL: none): each unit's columns in order, then a butterfly over the group's units
- * (the float4 form below), or each lane's columns then a warp tree (the fallback); a fixed order
- * either way, the same for a row alone or in a batch. norm_w: x RMS-normed first;
+ * G's f32 x (xsum NULL: none): each unit's columns in order, then a butterfly over the group's units,
+ * whether x was read as float4s or not (unit_sums; else a warp a group: each lane's columns, then
+ * a warp tree); a fixed order, the same for a row alone or in a batch, aligned or not. norm_w: x RMS-normed first;
  * xn_out (with norm_w): the normed rows [ntok, K] written there too. Ends with a barrier. */
 template <int BITS, int W, bool ALIGNED = false>
 __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_stride, int ntok, int K,
@@ -296,7 +296,28 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         }
     }
     QT_SMARK(1);
-    for (int it = warp; xsum && !(vec && unit_sums) && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
+    if constexpr (!ALIGNED) {
+        if (xsum && unit_sums && !vec) {   /* the float4 form's sums, in its order (the same bits), a warp 32 / UPG groups */
+            const int nit = ntok * ng, ul = lane % UPG;
+            for (int ib = warp * (32 / UPG); ib < nit; ib += nw * (32 / UPG)) {
+                const int it = ib + lane / UPG, itc = it < nit ? it : nit - 1;
+                const int tok = itc / ng, G = itc - tok * ng;
+                const int c = qt_nib(BITS) ? GS * G + CU * ul : GS * G + 4 * qt_word<W>(ul / W, ul % W);
+                const float *xr = x + tok * xs_stride;
+                float gs = 0.0f;
+#pragma unroll
+                for (int h = 0; h < CU; h++) {
+                    float v = xr[c + h];
+                    if (norm_w) v = v * nsc[tok] * __ldg(norm_w + c + h);
+                    gs = h ? gs + v : v;
+                }
+#pragma unroll
+                for (int o = 1; o < UPG; o <<= 1) gs += __shfl_xor_sync(0xffffffffu, gs, o);
+                if (it < nit && ul == 0) xsum[it] = gs;
+            }
+        }
+    }
+    for (int it = warp; xsum && !unit_sums && it < ntok * ng; it += nw) {   /* fp8: no biases, no sums */
         const int tok = it / ng, G = it - tok * ng;
         const float *xr = x + tok * xs_stride + GS * G;
         float s = 0.0f;
