@@ -169,6 +169,17 @@ static int cpu_amd;         /* an AMD CPU: the decode rules are measured (ci_bac
  * decode tile (a block scale per element) made a 32-token prefill slower (172 -> 119 tok/s).
  * CINFER_CPU_ROWS_N (4..4096) overrides the cut-off for measuring. */
 static int cpu_rows_max_n = 32;
+/* A one-token int16 decode on a thread that streams alone (cpu_pf_dist 2048: par_for ran it on
+ * one thread) reads 8 weight rows a tile (cpu_i16kernels.rows1, the same bits as the 4-row
+ * tiles): the loads of x, its scales and the chunk's masks shared by twice the rows, the setup
+ * and the next-tile prefetch per 8 rows. On the Zen 5 (bench/RESULTS.md, 2026-12-06), one
+ * thread: 4-bit rows of 768 / 1024 / 2048 columns streamed 27 / 30 / 37 -> 36 / 38 / 41 GB/s,
+ * the MLX 4-bit Qwen3-0.6B dims decoded 73.5-74.3 -> 85.9-87.4 tok/s and the Qwen3-30B-A3B
+ * dims (4 layers) 94-101 -> 113-117; two threads: the MoE 126-130 -> 111-116 (its 1 KiB rows'
+ * next tile, 8 KiB ahead in each thread, is too deep when two share the bandwidth), the dense
+ * 97-98 -> 99-102, so several threads keep the 4-row tiles. CINFER_CPU_ROWS8=0 keeps them on
+ * one thread too, for measuring. */
+static int cpu_rows8 = 1;
 
 static void par_task(void *c, int s) {
     par_ctx *pc = c;
@@ -304,6 +315,10 @@ static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
                 m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s,
                              m->y + (int64_t)t0 * rows, rows);
             }
+        return;
+    }
+    if (m->n == 1 && m->i16->rows1 && cpu_rows8 && cpu_pf_dist == 2048) {   /* one token, one thread: 8 rows a tile */
+        m->i16->rows1(m->W, r0, r1, m->xi16, m->y);
         return;
     }
     float out[CPU_TILE_T * CPU_TILE_R];
@@ -1485,6 +1500,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     seq16_set = sq && (!strcmp(sq, "0") || !strcmp(sq, "1"));
     if (seq16_set) cpu_seq16 = sq[0] == '1' ? 4096 : 0;
     else if (!cpu_pf_tuned) cpu_seq16 = amd ? 2048 : 0;   /* a measurement stays */
+    const char *r8 = getenv("CINFER_CPU_ROWS8");
+    cpu_rows8 = !(r8 && !strcmp(r8, "0"));
     const char *rs = getenv("CINFER_CPU_ROWS_N");
     const int rn = rs ? atoi(rs) : 0;
     if (rn >= CPU_TILE_T && rn <= 4096) cpu_rows_max_n = rn;

@@ -177,6 +177,8 @@ typedef struct {
     void (*prep)(const ci_mat *W, const float *x, uint8_t *xq);
     void (*tile)(const ci_mat *W, const int64_t rows[CPU_TILE_R], int T, const uint8_t *xq, int64_t xs, float *out);
     void (*gemm)(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y, int64_t ys);
+    /* one token by rows [r0, r1) into y[r0, r1), the bits of tile's (NULL: tile by tile) */
+    void (*rows1)(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y);
 } cpu_i16kernels;
 
 /* One matmul of cpu_matmul_batch: y[n, W.rows] = x[n, W.cols] · Wᵀ. */

@@ -28,7 +28,7 @@
 #include "quant_avx512.h"
 #include <math.h>
 
-#define I16_UNROLL _Pragma("GCC unroll 4")   /* rows / tokens loops: accumulators stay in registers */
+#define I16_UNROLL _Pragma("GCC unroll 8")   /* rows / tokens loops: accumulators stay in registers */
 
 #define I16_LANES 16
 
@@ -58,10 +58,12 @@ static inline TGT float i16_block(const float *x, int32_t q[32]) {
 #define I16_NT (cpu_pf_next_tile ? 1024 : 0)   /* AMD only, as kernels_avx512.c's rule */
 #endif
 
-/* T <= 4 token rows (prepared, stride xs bytes) by the 4 rows of W. */
-static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int BITS, const ci_mat *W,
-                                                                const int64_t rows[4], const uint8_t *xq, int64_t xs,
-                                                                float *out) {
+/* T <= 4 token rows (prepared, stride xs bytes) by NR rows of W: 4, or 8 for one token
+ * (i16_rows1); out[t * NR + r]. Each row's lanes see the same operations in the same order
+ * whatever NR and T are (the rows share only x, its d and the masks), so its bits are too. */
+static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, const int NR, const int BITS,
+                                                                const ci_mat *W, const int64_t *rows,
+                                                                const uint8_t *xq, int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const i16_layout l = i16_lay(W);
     const int64_t G = d->group, ng = l.ng, rb = W->cols * BITS / 8, cols = W->cols;
@@ -71,13 +73,13 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
      * 512 bytes in every row measured 14-16 GB/s a thread on a 151936 x 2048 4-bit head
      * (Zen 5), this 19-21. */
     const int64_t pd = rb < 1024 ? rb : 1024;
-    const uint8_t *wr[4];
-    int64_t gi[4];
-    for (int r = 0; r < 4; r++) {
+    const uint8_t *wr[8];
+    int64_t gi[8];
+    for (int r = 0; r < NR; r++) {
         wr[r] = (const uint8_t *)W->data + rows[r] * rb;
         gi[r] = (W->scale_row0 + rows[r]) * ng;
     }
-    if (I16_SPF) q_pf_next_params(d, gi[0], ng, 4);   /* the next tile's scales / biases (quant_kernels.h) */
+    if (I16_SPF) q_pf_next_params(d, gi[0], ng, NR);   /* the next tile's scales / biases (quant_kernels.h) */
     /* lane i's group, past the chunk's first: (i * columns a lane) / G when G divides CW */
     const int lc = BITS == 4 ? 8 : 4;
     __m512i loff = _mm512_setzero_si512();
@@ -85,9 +87,11 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         loff = _mm512_srlv_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                     _mm512_set1_epi32(lc)),
                                  _mm512_set1_epi32(l.lg));
-    __m512 acc[4][4], sv[4] = { 0 };
+    __m512 acc[4][8], sv[8] = { 0 };
     I16_UNROLL
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++)
+        I16_UNROLL
+        for (int r = 0; r < NR; r++) acc[t][r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi16(0x000f), m8 = _mm512_set1_epi16(0x00ff);
     int64_t pb = -1;
     for (int64_t ch = 0; ch < l.nch; ch++) {
@@ -96,7 +100,7 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
             pb = g & ~(int64_t)15;
             const int np = (int)(ng - pb < 16 ? ng - pb : 16);
             I16_UNROLL
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < NR; r++) {
                 sv[r] = q16(d, d->scales, gi[r] + pb, np);
                 __m512 bv = q16(d, d->biases, gi[r] + pb, np);
                 I16_UNROLL
@@ -109,20 +113,20 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
         const int64_t nb = (cols - k) * BITS / 8;   /* code bytes of this chunk, 64 but the last */
         const __mmask64 km = nb >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nb) - 1);
         if (I16_NT && rb <= I16_NT) {   /* the next tile in byte order (above) */
-            const uint8_t *nt = wr[0] + 4 * rb + 4 * (k * BITS / 8);
+            const uint8_t *nt = wr[0] + NR * rb + NR * (k * BITS / 8);
             I16_UNROLL
-            for (int r = 0; r < 4; r++) __builtin_prefetch(nt + 64 * r, 0, 3);
+            for (int r = 0; r < NR; r++) __builtin_prefetch(nt + 64 * r, 0, 3);
         } else {   /* pd bytes ahead in each row; past a row's end, the same place in the row 4
                     * below, which the next tile reads first */
-            const int64_t pf = k * BITS / 8 + pd + (k * BITS / 8 + pd < rb ? 0 : 3 * rb);
+            const int64_t pf = k * BITS / 8 + pd + (k * BITS / 8 + pd < rb ? 0 : (NR - 1) * rb);
             I16_UNROLL
-            for (int r = 0; r < 4; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
+            for (int r = 0; r < NR; r++) __builtin_prefetch(wr[r] + pf, 0, 3);
         }
         __m512 dl[4];
         I16_UNROLL
         for (int t = 0; t < T; t++) dl[t] = _mm512_load_ps((const float *)(xq + t * xs + 2 * l.cp) + I16_LANES * ch);
         I16_UNROLL
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < NR; r++) {
             const __m512i v = _mm512_maskz_loadu_epi8(km, wr[r] + k * BITS / 8);
             const __m512 s = _mm512_permutexvar_ps(gsel, sv[r]);
             __m512i c[4];
@@ -148,20 +152,43 @@ static inline __attribute__((always_inline)) TGT void i16_tile_T(const int T, co
             }
         }
     }
-    float part[4];
+    float part[8];
     for (int t = 0; t < T; t++) {
-        for (int r = 0; r < 4; r++) part[r] = _mm512_reduce_add_ps(acc[t][r]);
-        memcpy(out + 4 * t, part, sizeof part);
+        for (int r = 0; r < NR; r++) part[r] = _mm512_reduce_add_ps(acc[t][r]);
+        memcpy(out + NR * t, part, NR * sizeof(float));
     }
 }
 
-#define I16_T(BITS) switch (T) { case 1: i16_tile_T(1, BITS, W, rows, xq, xs, out); break; \
-    case 2: i16_tile_T(2, BITS, W, rows, xq, xs, out); break; case 3: i16_tile_T(3, BITS, W, rows, xq, xs, out); break; \
-    default: i16_tile_T(4, BITS, W, rows, xq, xs, out); }
+#define I16_T(BITS) switch (T) { case 1: i16_tile_T(1, 4, BITS, W, rows, xq, xs, out); break; \
+    case 2: i16_tile_T(2, 4, BITS, W, rows, xq, xs, out); break; case 3: i16_tile_T(3, 4, BITS, W, rows, xq, xs, out); break; \
+    default: i16_tile_T(4, 4, BITS, W, rows, xq, xs, out); }
 static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
     if (q_desc(W)->bits == 4) { I16_T(4); } else { I16_T(8); }
 }
 #undef I16_T
+
+/* One token (prepared at xq) by rows [r0, r1) of W into y[r0, r1): 8 rows a tile, which share
+ * the loads of x and its d and the per-chunk masks between twice the rows and keep one tile of 8
+ * rows in flight ahead (the next-tile prefetch covers NR rows); a last 4 as i16_tile. The same
+ * bits as i16_tile row for row. test_quant --bench ROWS COLS 1 avx512-int16 on the Zen 5
+ * (2026-12-06): see bench/RESULTS.md. */
+static TGT void i16_rows1(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y) {
+    const int b4 = q_desc(W)->bits == 4;
+    int64_t r = r0, rows[8];
+    float out[8];
+    for (; r + 8 <= r1; r += 8) {
+        for (int i = 0; i < 8; i++) rows[i] = r + i;
+        if (b4) i16_tile_T(1, 8, 4, W, rows, xq, 0, y + r);
+        else i16_tile_T(1, 8, 8, W, rows, xq, 0, y + r);
+    }
+    for (; r < r1; r += 4) {   /* past r1: the last row again, its result dropped */
+        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        for (int i = 0; i < 4; i++) rows[i] = r + i < r1 ? r + i : r1 - 1;
+        if (b4) i16_tile_T(1, 4, 4, W, rows, xq, 0, out);
+        else i16_tile_T(1, 4, 8, W, rows, xq, 0, out);
+        memcpy(y + r, out, (size_t)nr * sizeof(float));
+    }
+}
 
 /* Prefill (gemm): rows [r0, r1) of W by T <= 4 prepared token rows, 4 rows at a time through
  * i16_tile, so every output is exactly what the decode tile gives it. mm_i16_item calls it
@@ -184,7 +211,7 @@ static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const u
 }
 
 const cpu_i16kernels cpu_i16kernels_avx512vnni = { .ok = i16_ok, .stride = i16_stride, .prep = i16_prep,
-                                                    .tile = i16_tile, .gemm = i16_gemm };
+                                                    .tile = i16_tile, .gemm = i16_gemm, .rows1 = i16_rows1 };
 
 #else
 typedef int cpu_i16kernels_avx512_unused; /* keeps the translation unit non-empty */
