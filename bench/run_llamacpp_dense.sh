@@ -20,6 +20,11 @@
 #   PY      a python3 with numpy (for the GGUF writer only)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
 #   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
+# llama-bench runs -d "0,PROMPT": its tg test starts from an empty cache unless given a depth,
+# while cinfer bench decodes after its prompt (context PROMPT .. PROMPT + GEN), so "tgN @ dPROMPT"
+# is the like-for-like decode and "ppPROMPT" (depth 0) the like-for-like prefill; the other two
+# rows are printed for comparison with the tables before 2026-12-06, which had depth 0 only
+# (on the Zen 5 that day, Qwen3-0.6B-dims Q4_0 one thread: tg64 65.9, tg64 @ d128 55.6 tok/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${SRC:-/tmp/q06} GGUF=${GGUF:-/tmp/q06.gguf} LCPP=${LCPP:-/tmp/llama.cpp}
@@ -40,6 +45,6 @@ for r in $(seq "$ROUNDS"); do
       "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" $ALT 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
     fi
     echo "== round $r threads $t llama.cpp (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-    "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$GGUF" -p 128 -n 64 -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
+    "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$GGUF" -p 128 -n 64 -d "0,128" -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
   done
 done

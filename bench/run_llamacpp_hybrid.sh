@@ -15,6 +15,11 @@
 #   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
 #   REPS    cinfer bench --reps (default 2, as llama-bench's -r 2 here; 1 leaves the flag out, for
 #           a BEFORE binary older than it)
+# llama-bench runs -d "0,PROMPT": its tg test starts from an empty cache unless given a depth,
+# while cinfer bench decodes after its prompt (context PROMPT .. PROMPT + GEN), so "tgN @ dPROMPT"
+# is the like-for-like decode and "ppPROMPT" (depth 0) the like-for-like prefill; the other two
+# rows are printed for comparison with the tables before 2026-12-06, which had depth 0 only
+# (on the Zen 5 that day, Qwen3-0.6B-dims Q4_0 one thread: tg64 65.9, tg64 @ d128 55.6 tok/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${DIR:-/tmp/hyb} LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-}
@@ -44,7 +49,7 @@ for r in $(seq "$ROUNDS"); do
       cin "cinfer $m" "$CINFER" "$DIR/$m" "$t"
       [ -z "$ALT" ] || cin "cinfer $m $ALT" "$CINFER" "$DIR/$m" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $m (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$DIR/$m.gguf" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
+      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$DIR/$m.gguf" -p "$PROMPT" -n "$GEN" -d "0,$PROMPT" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
     done
   done
 done

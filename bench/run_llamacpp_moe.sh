@@ -25,6 +25,11 @@
 #   PY      a python3 with numpy (the GGUF writers only)
 #   WHICH   "bf16 q4" (default), or one of them
 #   GEN PROMPT THREADS ROUNDS  decode tokens (32), prompt tokens (128), "1 2", 2
+# llama-bench runs -d "0,PROMPT": its tg test starts from an empty cache unless given a depth,
+# while cinfer bench decodes after its prompt (context PROMPT .. PROMPT + GEN), so "tgN @ dPROMPT"
+# is the like-for-like decode and "ppPROMPT" (depth 0) the like-for-like prefill; the other two
+# rows are printed for comparison with the tables before 2026-12-06, which had depth 0 only
+# (on the Zen 5 that day, Qwen3-0.6B-dims Q4_0 one thread: tg64 65.9, tg64 @ d128 55.6 tok/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAYERS=${LAYERS:-4} SRC=${SRC:-/tmp/cpu2/a3b$LAYERS} GGUF=${GGUF:-$SRC.gguf} Q4=${Q4:-$SRC-q4}
@@ -50,7 +55,7 @@ for r in $(seq "$ROUNDS"); do
       cin "cinfer $w" "$CINFER" "$cm" "$t"
       [ -z "$ALT" ] || cin "cinfer $w $ALT" "$CINFER" "$cm" "$t" "$ALT"
       echo "== round $r threads $t llama.cpp $w (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
+      "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$lg" -p "$PROMPT" -n "$GEN" -d "0,$PROMPT" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg$GEN"
     done
   done
 done
