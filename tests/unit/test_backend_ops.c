@@ -7,7 +7,8 @@
  *    the identity, status 0, no graph hooks, not a device;
  *  - kv_store at scattered positions;
  *  - attention_pos against attention (pos[t] = pos0 + t, contexts across several key blocks,
- *    GQA, odd head size) and against one attention call per row for out-of-order positions;
+ *    GQA with 4, 2 and 1 heads a kv head (the last two: the CPU's prefill in blocks of query
+ *    rows), odd head size) and against one attention call per row for out-of-order positions;
  *  - matmul_n / matmul_acc / matmul_swiglu (and the norm_ forms against rmsnorm first)
  *    against matmul, add and swiglu, for f32, bf16 and
  *    fp8 (block scales) weights, n = 1, 3, 5 and 17 rows;
@@ -175,10 +176,14 @@ static void test_kv_store(void) {
     }
 }
 
+/* Shapes: 4 heads a kv head (row items), and 2 and 1, whose prefills past one key block (128)
+ * take the CPU's blocks of 4 query rows (attn_item_qb): every row must be what it is alone. */
 static void test_attention_pos(void) {
-    const int H = 8, KV = 2, hd = 20, KD = KV * hd + 3; /* row stride wider than the row */
-    const int cases[][2] = { { 1, 0 }, { 1, 300 }, { 5, 37 }, { 17, 120 }, { 3, 255 } };   /* n, pos0 */
+    const int shapes[][2] = { { 8, 2 }, { 8, 4 }, { 4, 4 } };   /* H, KV */
+    const int cases[][2] = { { 1, 0 }, { 1, 300 }, { 5, 37 }, { 17, 120 }, { 3, 255 }, { 33, 200 }, { 150, 0 } };   /* n, pos0 */
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
     for (int b = 0; b < n_bes; b++) {
+        const int H = shapes[sh][0], KV = shapes[sh][1], hd = 20, KD = KV * hd + 3; /* row stride wider than the row */
         ci_backend *be = bes[b];
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
             int n = cases[c][0], pos0 = cases[c][1], L = pos0 + n;
@@ -188,13 +193,15 @@ static void test_attention_pos(void) {
             for (int t = 0; t < n; t++) pos[t] = pos0 + t;
             be->attention(be, o1, q, k, v, n, pos0, H, KV, hd, KD, 0.3f);
             be->attention_pos(be, o2, q, k, v, n, pos, L + 50, H, KV, hd, KD, 0.3f);
-            CHECK(same(o1, o2, (size_t)n * H * hd), "%s: attention_pos = attention, n %d pos0 %d", be->name, n, pos0);
+            CHECK(same(o1, o2, (size_t)n * H * hd), "%s: attention_pos = attention, H %d KV %d n %d pos0 %d", be->name, H, KV, n,
+                  pos0);
             /* positions in any order: row t is attention of one row at pos[t] */
             for (int t = 0; t < n; t++) pos[t] = (int32_t)(rnd_u32() % (unsigned)L);
             be->attention_pos(be, o2, q, k, v, n, pos, L, H, KV, hd, KD, 0.3f);
             for (int t = 0; t < n; t++) {
                 be->attention(be, o1, q + (size_t)t * H * hd, k, v, 1, pos[t], H, KV, hd, KD, 0.3f);
-                CHECK(same(o1, o2 + (size_t)t * H * hd, (size_t)H * hd), "%s: row %d at pos %d", be->name, t, pos[t]);
+                CHECK(same(o1, o2 + (size_t)t * H * hd, (size_t)H * hd), "%s: H %d KV %d n %d: row %d at pos %d", be->name, H, KV,
+                      n, t, pos[t]);
             }
             free(q); free(k); free(v); free(o1); free(o2); free(pos);
         }

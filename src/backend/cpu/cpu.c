@@ -180,6 +180,15 @@ static int cpu_rows_max_n = 32;
  * 97-98 -> 99-102, so several threads keep the 4-row tiles. CINFER_CPU_ROWS8=0 keeps them on
  * one thread too, for measuring. */
 static int cpu_rows8 = 1;
+/* Prefill attention by blocks of 4 query rows (attn_item_qb) when a row's keys span more than one
+ * ATTN_BLOCK and a kv head serves fewer than 4 heads: the same bits as row by row. On the Zen 5
+ * (bench/RESULTS.md, 2026-12-06), Qwen3-0.6B dims (2 heads a kv head) bf16 `--bf16-act` prefill,
+ * one thread: 256 tokens +6-9%, 384 +11-12%, 512 +14-18%; two threads 2048 tokens 260 -> 449
+ * tok/s. Not taken: within one key block (128 tokens: its diagonal block's per-row value sums,
+ * 0-7% slower), and 4 or more heads a kv head, whose row items already fill the tiles (Qwen3-8B
+ * dims 512 / 2048 tokens and DeepSeek-V2-Lite's MLA 512: level to 2% slower). CINFER_CPU_ATTN_QB=0
+ * keeps rows everywhere, for measuring. */
+static int attn_qb_on = 1;
 
 static void par_task(void *c, int s) {
     par_ctx *pc = c;
@@ -837,6 +846,7 @@ typedef struct {
     const int32_t *pos;       /* attention_pos: row t attends keys 0..pos[t]; NULL: pos0 + t */
     const ci_pages *pg;       /* a paged cache (backend.h), or NULL: key j is row j */
     int pg_row;               /* the table row of query row 0 (a per-row paged call runs one row) */
+    int n;                    /* query rows */
 } attn_ctx;
 
 static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
@@ -909,14 +919,109 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
     }
 }
 
+/* A prefill's attention by blocks of query rows: one item is CPU_TILE_T consecutive query rows
+ * and one kv head's heads (group <= ATTN_MAX_HPI), whose keys the rows address alike (no
+ * per-row block tables). For each block of ATTN_BLOCK keys, every head of the group takes the
+ * block's scores for the 4 rows in one f32_tile per 4 keys (x: the rows' queries of that head,
+ * a row stride apart) and its values in one attn_wsum, so a block of keys and values is read
+ * from memory once for 4 rows and all the group's heads (attn_item reads it once per row), and
+ * stays in L2 while the heads go by. Each (row, head) sees the operations attn_item gives it,
+ * in its order: its own key count per block (a row's keys past its position are never
+ * read), the same score tiles (a dot does not depend on the tile's other rows), max, rescale,
+ * exp_sum and wsum over its own keys (attn_wsum's per-row sums do not depend on nq): the same
+ * bits. */
+static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
+    attn_ctx *a = c;
+    const int n_kv = a->n_heads / a->group, g = (int)(it % n_kv), t0 = (int)(it / n_kv) * CPU_TILE_T;
+    const int nq = a->n - t0 < CPU_TILE_T ? a->n - t0 : CPU_TILE_T, hd = a->hd, G = a->group;
+    const int64_t stride = a->kv_stride, qs = (int64_t)a->n_heads * hd;   /* a query row's stride */
+    const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
+    float m[ATTN_MAX_HPI][CPU_TILE_T], l[ATTN_MAX_HPI][CPU_TILE_T], tile[CPU_TILE_T * CPU_TILE_R];
+    int L[CPU_TILE_T], Lmax = 0;
+    for (int q = 0; q < nq; q++) {
+        L[q] = (a->pos ? a->pos[t0 + q] : a->pos0 + t0 + q) + 1;
+        if (L[q] > Lmax) Lmax = L[q];
+    }
+    for (int hh = 0; hh < G; hh++)
+        for (int q = 0; q < nq; q++) {
+            m[hh][q] = -INFINITY;
+            l[hh][q] = 0.0f;
+            memset(a->out + (int64_t)t0 * qs + ((int64_t)g * G + hh) * hd + q * qs, 0, (size_t)hd * sizeof(float));
+        }
+    for (int j0 = 0; j0 < Lmax; j0 += ATTN_BLOCK) {
+        const int nj = Lmax - j0 < ATTN_BLOCK ? Lmax - j0 : ATTN_BLOCK;
+        int njq[CPU_TILE_T], full = 1;
+        for (int q = 0; q < nq; q++) {
+            njq[q] = L[q] - j0 < nj ? L[q] - j0 : nj;
+            full &= njq[q] == nj;
+        }
+        for (int hh = 0; hh < G; hh++) {
+            const int64_t h = (int64_t)g * G + hh;
+            const float *qp = a->q + (int64_t)t0 * qs + h * hd;
+            float *o = a->out + (int64_t)t0 * qs + h * hd, *s = slot->scores;   /* s: [nq, ATTN_BLOCK] */
+            for (int j = 0; j < nj; j += CPU_TILE_R) {
+                const float *kp[CPU_TILE_R];
+                for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t0, j0 + (j + r < nj ? j + r : nj - 1)) * stride;
+                a->k->f32_tile(kp, hd, nq, qp, qs, tile);
+                for (int q = 0; q < nq; q++)
+                    for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
+                        s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
+            }
+            for (int q = 0; q < nq; q++) {
+                if (njq[q] <= 0) continue;   /* the row's keys ended in an earlier block */
+                float *sh = s + q * ATTN_BLOCK, *mh = &m[hh][q], *lh = &l[hh][q];
+                float cm = a->k->vmax(sh, njq[q]);
+                if (cm > *mh) {
+                    if (*lh > 0.0f) {
+                        float r = expf(*mh - cm);
+                        *lh *= r;
+                        a->k->scale_mul(o + q * qs, o + q * qs, NULL, r, hd);
+                    }
+                    *mh = cm;
+                }
+                *lh += a->k->exp_sum(sh, njq[q], *mh);
+            }
+            /* all rows over the whole block at once, else row by row over its own keys; runs
+             * cut at page ends as attn_item's */
+            for (int q0 = 0; q0 < nq; q0 += full ? nq : 1) {
+                const int rows = full ? nq : 1, lim = full ? nj : njq[q0];
+                for (int j = 0; j < lim;) {
+                    int run = lim - j;
+                    if (a->pg) {
+                        int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
+                        run = run < in_page ? run : in_page;
+                    }
+                    a->k->attn_wsum(o + q0 * qs, qs, rows, s + q0 * ATTN_BLOCK + j, ATTN_BLOCK,
+                                    vb + attn_row(a, t0, j0 + j) * stride, stride, run, hd);
+                    j += run;
+                }
+            }
+        }
+    }
+    for (int hh = 0; hh < G; hh++)
+        for (int q = 0; q < nq; q++) {
+            float *o = a->out + (int64_t)t0 * qs + ((int64_t)g * G + hh) * hd + q * qs;
+            a->k->scale_mul(o, o, NULL, 1.0f / l[hh][q], hd);
+        }
+}
+
 /* attention and attention_pos: one driver; keys = the longest row's key count (only the
  * decision to wake the pool depends on it, never a result). */
 static void attn_run(cpu_backend *b, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                      const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                      const ci_pages *pg, int pg_row) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
-    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row };
+    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n };
     if (a.group < 1) a.group = 1;
+    /* A prefill whose rows share the key addressing and reach past one key block, with fewer
+     * than 4 heads a kv head (attn_item's tiles then hold fewer than 4 rows): blocks of rows
+     * (attn_item_qb) where that still gives every thread two items */
+    const int64_t qb_items = (int64_t)(n + CPU_TILE_T - 1) / CPU_TILE_T * n_kv;
+    if (n >= 2 * CPU_TILE_T && keys > ATTN_BLOCK && a.group < CPU_TILE_T && n_heads % n_kv == 0 &&
+        !(pg && pg->per_row) && qb_items >= 2 * (int64_t)b->n_slots && attn_qb_on) {
+        par_for(b, qb_items, attn_item_qb, &a, (int64_t)n * n_heads * keys * hd >= SMALL_WORK);
+        return;
+    }
     /* Items are (query row, heads sharing a kv head). Sharing saves memory traffic, but
      * the pool needs enough items: take the largest divisor of the group that still
      * leaves two items per thread (decode with few kv heads falls back to one head). */
@@ -1500,6 +1605,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     seq16_set = sq && (!strcmp(sq, "0") || !strcmp(sq, "1"));
     if (seq16_set) cpu_seq16 = sq[0] == '1' ? 4096 : 0;
     else if (!cpu_pf_tuned) cpu_seq16 = amd ? 2048 : 0;   /* a measurement stays */
+    const char *aq = getenv("CINFER_CPU_ATTN_QB");
+    attn_qb_on = !(aq && !strcmp(aq, "0"));
     const char *r8 = getenv("CINFER_CPU_ROWS8");
     cpu_rows8 = !(r8 && !strcmp(r8, "0"));
     const char *rs = getenv("CINFER_CPU_ROWS_N");
