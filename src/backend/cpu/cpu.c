@@ -853,6 +853,55 @@ static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
     return a->pg ? ci_page_row(a->pg, a->pg_row + t, j) : j;
 }
 
+/* The scores of nq query rows (x, a row stride xs apart) against keys j0 .. j0+nj-1 of a kv head
+ * (kb: its first key, row t's addressing), times the scale, into s[row * ATTN_BLOCK + j]: one
+ * f32_tile per 4 keys (past nj the last key again, its scores dropped). */
+static inline void attn_scores(const attn_ctx *a, int t, const float *kb, int j0, int nj, int nq, const float *x,
+                               int64_t xs, float *s) {
+    float tile[CPU_TILE_T * CPU_TILE_R];
+    for (int j = 0; j < nj; j += CPU_TILE_R) {
+        const float *kp[CPU_TILE_R];
+        for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)) * a->kv_stride;
+        a->k->f32_tile(kp, a->hd, nq, x, xs, tile);
+        for (int q = 0; q < nq; q++)
+            for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
+                s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
+    }
+}
+
+/* One block's online-softmax step for one (row, head): its nj scores sh become probabilities
+ * against the running max *m (raised when the block's is larger, rescaling o and *l), their sum
+ * added to *l. */
+static inline void attn_softmax_step(const attn_ctx *a, float *sh, int nj, float *o, float *m, float *l) {
+    float cm = a->k->vmax(sh, nj);
+    if (cm > *m) {
+        if (*l > 0.0f) { /* earlier blocks were weighted against a smaller max */
+            float r = expf(*m - cm);
+            *l *= r;
+            a->k->scale_mul(o, o, NULL, r, a->hd);
+        }
+        *m = cm;
+    }
+    *l += a->k->exp_sum(sh, nj, *m);
+}
+
+/* o_q (+)= sum_j p_q[j] v_j for nq rows (o a stride os apart, p in s a row ATTN_BLOCK apart)
+ * over keys j0 .. j0+n-1 of a kv head (vb: its first value, row t's addressing). Value rows are
+ * contiguous within a page: one attn_wsum per page the keys span (one when pages are at least
+ * ATTN_BLOCK rows, so the bits are the unpaged ones). */
+static inline void attn_wsum_runs(const attn_ctx *a, int t, const float *vb, int j0, int n, int nq, float *o, int64_t os,
+                                  const float *s) {
+    for (int j = 0; j < n;) {
+        int run = n - j;
+        if (a->pg) {
+            int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
+            run = run < in_page ? run : in_page;
+        }
+        a->k->attn_wsum(o, os, nq, s + j, ATTN_BLOCK, vb + attn_row(a, t, j0 + j) * a->kv_stride, a->kv_stride, run, a->hd);
+        j += run;
+    }
+}
+
 /* One query row and heads_per_item consecutive heads of one kv group. Keys go in blocks of
  * ATTN_BLOCK, and the item's heads are taken 4 at a time: the scores of 4 heads x 4 keys
  * are one f32_tile (each key vector loaded once for the 4 heads), and attn_wsum adds the
@@ -865,9 +914,9 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
     int hpi = a->heads_per_item, items_per_t = a->n_heads / hpi;
     int t = (int)(it / items_per_t), h0 = (int)(it % items_per_t) * hpi;
     int L = (a->pos ? a->pos[t] : a->pos0 + t) + 1, g = h0 / a->group, hd = a->hd;
-    int64_t stride = a->kv_stride, row0 = (int64_t)t * a->n_heads + h0; /* first q/out row */
+    int64_t row0 = (int64_t)t * a->n_heads + h0; /* first q/out row */
     const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
-    float m[ATTN_MAX_HPI], l[ATTN_MAX_HPI], tile[CPU_TILE_T * CPU_TILE_R];
+    float m[ATTN_MAX_HPI], l[ATTN_MAX_HPI];
     for (int h = 0; h < hpi; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
@@ -877,40 +926,10 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
         int nj = L - j0 < ATTN_BLOCK ? L - j0 : ATTN_BLOCK;
         for (int hs = 0; hs < hpi; hs += CPU_TILE_T) {
             int nq = hpi - hs < CPU_TILE_T ? hpi - hs : CPU_TILE_T;
-            const float *q = a->q + (row0 + hs) * hd;
             float *o = a->out + (row0 + hs) * hd, *s = slot->scores; /* s: [nq, ATTN_BLOCK] */
-            for (int j = 0; j < nj; j += CPU_TILE_R) {
-                const float *kp[CPU_TILE_R];
-                for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)) * stride;
-                a->k->f32_tile(kp, hd, nq, q, hd, tile);
-                for (int h = 0; h < nq; h++)
-                    for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
-                        s[h * ATTN_BLOCK + j + r] = tile[h * CPU_TILE_R + r] * a->scale;
-            }
-            for (int h = 0; h < nq; h++) {
-                float *sh = s + h * ATTN_BLOCK, *mh = &m[hs + h], *lh = &l[hs + h];
-                float cm = a->k->vmax(sh, nj);
-                if (cm > *mh) {
-                    if (*lh > 0.0f) { /* earlier blocks were weighted against a smaller max */
-                        float r = expf(*mh - cm);
-                        *lh *= r;
-                        a->k->scale_mul(o + h * hd, o + h * hd, NULL, r, hd);
-                    }
-                    *mh = cm;
-                }
-                *lh += a->k->exp_sum(sh, nj, *mh);
-            }
-            /* value rows are contiguous within a page: one call per page the block spans (one
-             * when pages are at least ATTN_BLOCK rows, so the bits are the unpaged ones) */
-            for (int j = 0; j < nj;) {
-                int run = nj - j;
-                if (a->pg) {
-                    int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
-                    run = run < in_page ? run : in_page;
-                }
-                a->k->attn_wsum(o, hd, nq, s + j, ATTN_BLOCK, vb + attn_row(a, t, j0 + j) * stride, stride, run, hd);
-                j += run;
-            }
+            attn_scores(a, t, kb, j0, nj, nq, a->q + (row0 + hs) * hd, hd, s);
+            for (int h = 0; h < nq; h++) attn_softmax_step(a, s + h * ATTN_BLOCK, nj, o + h * hd, &m[hs + h], &l[hs + h]);
+            attn_wsum_runs(a, t, vb, j0, nj, nq, o, hd, s);
         }
     }
     for (int h = 0; h < hpi; h++) {
@@ -920,7 +939,7 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 /* A prefill's attention by blocks of query rows: one item is CPU_TILE_T consecutive query rows
- * and one kv head's heads (group <= ATTN_MAX_HPI), whose keys the rows address alike (no
+ * and one kv head's heads (fewer than 4: attn_run's rule), whose keys the rows address alike (no
  * per-row block tables). For each block of ATTN_BLOCK keys, every head of the group takes the
  * block's scores for the 4 rows in one f32_tile per 4 keys (x: the rows' queries of that head,
  * a row stride apart) and its values in one attn_wsum, so a block of keys and values is read
@@ -934,9 +953,9 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
     attn_ctx *a = c;
     const int n_kv = a->n_heads / a->group, g = (int)(it % n_kv), t0 = (int)(it / n_kv) * CPU_TILE_T;
     const int nq = a->n - t0 < CPU_TILE_T ? a->n - t0 : CPU_TILE_T, hd = a->hd, G = a->group;
-    const int64_t stride = a->kv_stride, qs = (int64_t)a->n_heads * hd;   /* a query row's stride */
+    const int64_t qs = (int64_t)a->n_heads * hd;   /* a query row's stride */
     const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
-    float m[ATTN_MAX_HPI][CPU_TILE_T], l[ATTN_MAX_HPI][CPU_TILE_T], tile[CPU_TILE_T * CPU_TILE_R];
+    float m[ATTN_MAX_HPI][CPU_TILE_T], l[ATTN_MAX_HPI][CPU_TILE_T];
     int L[CPU_TILE_T], Lmax = 0;
     for (int q = 0; q < nq; q++) {
         L[q] = (a->pos ? a->pos[t0 + q] : a->pos0 + t0 + q) + 1;
@@ -957,45 +976,13 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
         }
         for (int hh = 0; hh < G; hh++) {
             const int64_t h = (int64_t)g * G + hh;
-            const float *qp = a->q + (int64_t)t0 * qs + h * hd;
             float *o = a->out + (int64_t)t0 * qs + h * hd, *s = slot->scores;   /* s: [nq, ATTN_BLOCK] */
-            for (int j = 0; j < nj; j += CPU_TILE_R) {
-                const float *kp[CPU_TILE_R];
-                for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t0, j0 + (j + r < nj ? j + r : nj - 1)) * stride;
-                a->k->f32_tile(kp, hd, nq, qp, qs, tile);
-                for (int q = 0; q < nq; q++)
-                    for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
-                        s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
-            }
-            for (int q = 0; q < nq; q++) {
-                if (njq[q] <= 0) continue;   /* the row's keys ended in an earlier block */
-                float *sh = s + q * ATTN_BLOCK, *mh = &m[hh][q], *lh = &l[hh][q];
-                float cm = a->k->vmax(sh, njq[q]);
-                if (cm > *mh) {
-                    if (*lh > 0.0f) {
-                        float r = expf(*mh - cm);
-                        *lh *= r;
-                        a->k->scale_mul(o + q * qs, o + q * qs, NULL, r, hd);
-                    }
-                    *mh = cm;
-                }
-                *lh += a->k->exp_sum(sh, njq[q], *mh);
-            }
-            /* all rows over the whole block at once, else row by row over its own keys; runs
-             * cut at page ends as attn_item's */
-            for (int q0 = 0; q0 < nq; q0 += full ? nq : 1) {
-                const int rows = full ? nq : 1, lim = full ? nj : njq[q0];
-                for (int j = 0; j < lim;) {
-                    int run = lim - j;
-                    if (a->pg) {
-                        int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
-                        run = run < in_page ? run : in_page;
-                    }
-                    a->k->attn_wsum(o + q0 * qs, qs, rows, s + q0 * ATTN_BLOCK + j, ATTN_BLOCK,
-                                    vb + attn_row(a, t0, j0 + j) * stride, stride, run, hd);
-                    j += run;
-                }
-            }
+            attn_scores(a, t0, kb, j0, nj, nq, a->q + (int64_t)t0 * qs + h * hd, qs, s);
+            for (int q = 0; q < nq; q++)   /* a row whose keys ended in an earlier block has none here */
+                if (njq[q] > 0) attn_softmax_step(a, s + q * ATTN_BLOCK, njq[q], o + q * qs, &m[hh][q], &l[hh][q]);
+            /* all rows over the whole block at once, else row by row over its own keys */
+            for (int q0 = 0; q0 < nq; q0 += full ? nq : 1)
+                attn_wsum_runs(a, t0, vb, j0, full ? nj : njq[q0], full ? nq : 1, o + q0 * qs, qs, s + q0 * ATTN_BLOCK);
         }
     }
     for (int hh = 0; hh < G; hh++)
