@@ -167,29 +167,6 @@ static TGT void i16_tile(const ci_mat *W, const int64_t rows[4], int T, const ui
 }
 #undef I16_T
 
-/* One token (prepared at xq) by rows [r0, r1) of W into y[r0, r1): 8 rows a tile, which share
- * the loads of x and its d and the per-chunk masks between twice the rows and keep one tile of 8
- * rows in flight ahead (the next-tile prefetch covers NR rows); a last 4 as i16_tile. The same
- * bits as i16_tile row for row. test_quant --bench ROWS COLS 1 avx512-int16 on the Zen 5
- * (2026-12-06): see bench/RESULTS.md. */
-static TGT void i16_rows1(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y) {
-    const int b4 = q_desc(W)->bits == 4;
-    int64_t r = r0, rows[8];
-    float out[8];
-    for (; r + 8 <= r1; r += 8) {
-        for (int i = 0; i < 8; i++) rows[i] = r + i;
-        if (b4) i16_tile_T(1, 8, 4, W, rows, xq, 0, y + r);
-        else i16_tile_T(1, 8, 8, W, rows, xq, 0, y + r);
-    }
-    for (; r < r1; r += 4) {   /* past r1: the last row again, its result dropped */
-        const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
-        for (int i = 0; i < 4; i++) rows[i] = r + i < r1 ? r + i : r1 - 1;
-        if (b4) i16_tile_T(1, 4, 4, W, rows, xq, 0, out);
-        else i16_tile_T(1, 4, 8, W, rows, xq, 0, out);
-        memcpy(y + r, out, (size_t)nr * sizeof(float));
-    }
-}
-
 /* Prefill (gemm): rows [r0, r1) of W by T <= 4 prepared token rows, 4 rows at a time through
  * i16_tile, so every output is exactly what the decode tile gives it. mm_i16_item calls it
  * for every group of 4 tokens of a block of rows, so here the T rows of x stay in L1 and the
@@ -208,6 +185,22 @@ static TGT void i16_gemm(const ci_mat *W, int64_t r0, int64_t r1, int T, const u
         for (int t = 0; t < T; t++)
             for (int i = 0; i < nr; i++) y[t * ys + r + i] = out[4 * t + i];
     }
+}
+
+/* One token (prepared at xq) by rows [r0, r1) of W into y[r0, r1): 8 rows a tile, which share
+ * the loads of x and its d and the per-chunk masks between twice the rows and keep one tile of 8
+ * rows in flight ahead (the next-tile prefetch covers NR rows); the last 1-7 rows through
+ * i16_gemm. The same bits as i16_tile row for row. test_quant --bench ROWS COLS 1 avx512-int16
+ * on the Zen 5 (2026-12-06): see bench/RESULTS.md. */
+static TGT void i16_rows1(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y) {
+    const int b4 = q_desc(W)->bits == 4;
+    int64_t r = r0, rows[8];
+    for (; r + 8 <= r1; r += 8) {
+        for (int i = 0; i < 8; i++) rows[i] = r + i;
+        if (b4) i16_tile_T(1, 8, 4, W, rows, xq, 0, y + r);
+        else i16_tile_T(1, 8, 8, W, rows, xq, 0, y + r);
+    }
+    if (r < r1) i16_gemm(W, r, r1, 1, xq, 0, y, 0);
 }
 
 const cpu_i16kernels cpu_i16kernels_avx512vnni = { .ok = i16_ok, .stride = i16_stride, .prep = i16_prep,
