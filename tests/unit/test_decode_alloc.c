@@ -169,7 +169,7 @@ static void test_matmuls_reuse_scratch(void) {
     static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16, CI_ISA_AMXBF16 };
     int i16_runs = 0, amx_runs = 0;
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
-        for (int mode = 0; mode < 3; mode++) {   /* as it is, int16 activations, MLX weights on AMX tiles */
+        for (int mode = 0; mode < 3; mode++) {   /* as it is, int16 activations, MLX weights as amx_mlx.c computes them */
             if (mode == 2 && isas[i] != CI_ISA_AVX512) continue;
             ci_backend *be = ci_backend_cpu_new(2, isas[i]);
             if (!be) continue;
@@ -181,7 +181,7 @@ static void test_matmuls_reuse_scratch(void) {
             be->free(be);
         }
     if (!i16_runs) printf("NOTE no AVX2 on this CPU: the int16 path not checked\n");
-    if (!amx_runs) printf("NOTE no AMX-BF16 on this CPU: the MLX tiles not checked\n");
+    if (!amx_runs) printf("NOTE no AVX-512 VNNI on this CPU: the MLX amx_mlx.c kernels not checked\n");
 }
 
 /* ---- whole decode steps ------------------------------------------------------------------ */

@@ -32,13 +32,18 @@ static float rnd(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32()
 static const struct { ci_isa isa; const char *name; int mlx_amx; } isas[] = {
     { CI_ISA_SCALAR, "cpu-scalar", 0 }, { CI_ISA_AVX2, "cpu-avx2", 0 }, { CI_ISA_AVX512, "cpu-avx512", 0 },
     { CI_ISA_AVX512BF16, "cpu-avx512-bf16", 0 }, { CI_ISA_AMXBF16, "cpu-amx-bf16", 0 },
-    { CI_ISA_AVX512, "cpu-avx512-amx-mlx", 1 },   /* MLX weights on AMX tiles (ci_backend_cpu_amx_mlx) */
+    { CI_ISA_AVX512, "cpu-avx512-amx-mlx", 1 },   /* MLX weights as amx_mlx.c computes them (ci_backend_cpu_amx_mlx):
+                                                   * AMX-INT8 tiles where the CPU has them, else AVX-512 VNNI */
+    { CI_ISA_AVX512, "cpu-avx512-vnni-mlx", 2 },  /* the same on AVX-512 VNNI alone (CINFER_CPU_MLX_TILES=0) */
 };
 
 /* isas[ii]'s backend, or NULL where this CPU lacks it. */
 static ci_backend *isa_backend(size_t ii, int threads) {
     ci_backend *be = ci_backend_cpu_new(threads, isas[ii].isa);
-    if (be && isas[ii].mlx_amx && !ci_backend_cpu_amx_mlx(be)) {
+    if (isas[ii].mlx_amx == 2) setenv("CINFER_CPU_MLX_TILES", "0", 1);
+    const int mlx_ok = !be || !isas[ii].mlx_amx || ci_backend_cpu_amx_mlx(be);
+    if (isas[ii].mlx_amx == 2) unsetenv("CINFER_CPU_MLX_TILES");
+    if (!mlx_ok) {
         be->free(be);
         return NULL;
     }
@@ -260,7 +265,7 @@ static void test_bf16_act_precision(void) {
 }
 
 /* ci_backend_cpu_amx_mlx (--mlx-amx) puts MLX affine 4- and 8-bit weights (groups of a multiple of
- * 32) on AMX-INT8 tiles and AVX-512 VNNI (amx_mlx.c): codes exact, x rounded to int16 per block of
+ * 32) on AMX-INT8 tiles and AVX-512 VNNI, or AVX-512 VNNI alone on a CPU without the tiles (amx_mlx.c): codes exact, x rounded to int16 per block of
  * 64 columns (32 where the group is not a multiple of 64), d = max|x| / 32639, exact integer code
  * sums, f32 scaling. Checked for the vector kernel (1 token) and the tiles (9 and 33 tokens),
  * groups 32 / 64 / 128 / 96, widths with a partial last chunk, relative to the sum of |terms|: within
@@ -297,11 +302,20 @@ static void test_amx_mlx_precision(void) {
         be = NULL;
     }
     if (!be || !f32) {
-        printf("NOTE no AMX-INT8 on this CPU: the MLX tiles' precision not checked\n");
+        printf("NOTE no AVX-512 VNNI on this CPU: amx_mlx.c's precision not checked\n");
         if (be) be->free(be);
         if (f32) f32->free(f32);
         return;
     }
+    /* where be has the tiles, the same on AVX-512 VNNI alone: the same bits */
+    ci_backend *vn = strstr(be->name, "amx-mlx") ? ci_backend_cpu_new(2, CI_ISA_AVX512) : NULL;
+    setenv("CINFER_CPU_MLX_TILES", "0", 1);
+    if (vn && !ci_backend_cpu_amx_mlx(vn)) {
+        vn->free(vn);
+        vn = NULL;
+    }
+    unsetenv("CINFER_CPU_MLX_TILES");
+    if (!vn) printf("NOTE no AMX-INT8 on this CPU: amx_mlx.c's tiles against its VNNI form not checked\n");
     static const struct { kind k; int group; int64_t rows, cols; } cases[] = {
         { K_Q4, 64, 37, 1536 }, { K_Q4, 32, 21, 4160 }, { K_Q8, 32, 9, 2112 }, { K_Q8, 128, 40, 384 },
         { K_Q4, 128, 17, 256 }, { K_Q4, 96, 19, 2304 }, { K_Q4, 64, 33, 2112 }, { K_Q8, 64, 5, 64 },
@@ -327,6 +341,13 @@ static void test_amx_mlx_precision(void) {
             for (int64_t c = 0; c < 64 && cols > 128 && !outl; c++) x[c] = 0;
             be->matmul(be, y, x, n, &w.m);
             f32->matmul(f32, yf, x, n, &w.m);
+            if (vn) {
+                float *yv = malloc((size_t)(n * rows) * sizeof(float));
+                vn->matmul(vn, yv, x, n, &w.m);
+                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: the "
+                      "tiles and the VNNI form differ", bits, (long long)G, (long long)rows, (long long)cols, n);
+                free(yv);
+            }
             double worst = 0, over = 0, apart = 0, pred = 0, to_ref = 0, to_ex = 0;
             for (int t = 0; t < n; t++)
                 for (int64_t r = 0; r < rows; r++) {
@@ -373,6 +394,7 @@ static void test_amx_mlx_precision(void) {
     }
     be->free(be);
     f32->free(f32);
+    if (vn) vn->free(vn);
 }
 
 /* ci_backend_cpu_int16_act (where the CPU has AVX-512 VNNI) computes what quant_i16_avx512.c

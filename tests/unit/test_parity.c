@@ -18,9 +18,11 @@
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
  * worst there is ~4e-6), and greedy ids exactly transformers'.
- * On a CPU with AMX-INT8 each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
- * matrices on AMX-INT8 tiles and AVX-512 VNNI, codes exact, x rounded to int16 per 64 columns):
- * the default bound, 1e-3 * max(1, max|ref|), and greedy ids exactly transformers'.
+ * On a CPU with AVX-512 VNNI each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
+ * matrices as amx_mlx.c computes them, codes exact, x rounded to int16 per 64 columns: on AMX-INT8
+ * tiles where the CPU has them, else on AVX-512 VNNI alone), and where it has the tiles a second
+ * time with CINFER_CPU_MLX_TILES=0 (VNNI there too): the default bound, 1e-3 * max(1, max|ref|),
+ * and greedy ids exactly transformers'.
  * Every run has CINFER_CPU_POISON_SCRATCH=1: the fused ops' scratch arguments (backend.h: xn,
  * u, tmp, rope_attend's q / k) are NaN after the op, as a device leaves them undefined, so a
  * forward path that reads one (deepseek_v32's indexer once read q_a's normed rows from a fused
@@ -132,8 +134,11 @@ static void test_fixtures(void) {
     if (!int8_cpu) printf("NOTE no AVX-512 VNNI on this CPU: the int16-act runs are skipped\n");
     ci_backend *probe_amx = ci_backend_cpu_new(1, CI_ISA_AMXBF16);   /* NULL: no AMX-BF16 here */
     int amx_cpu = probe_amx != NULL;
-    int amx_mlx = probe_amx && ci_backend_cpu_amx_mlx(probe_amx);
     if (probe_amx) probe_amx->free(probe_amx);
+    ci_backend *probe_mlx = ci_backend_cpu_new(1, CI_ISA_AUTO);
+    const int amx_mlx = probe_mlx && ci_backend_cpu_amx_mlx(probe_mlx);   /* AVX-512 VNNI */
+    const int mlx_tiles = amx_mlx && strstr(probe_mlx->name, "amx-mlx") != NULL;   /* and AMX-INT8 */
+    if (probe_mlx) probe_mlx->free(probe_mlx);
     DIR *d = opendir("tests/fixtures");
     CHECK(d != NULL, "tests/fixtures not found (run from the repository root)");
     if (!d) return;
@@ -150,17 +155,21 @@ static void test_fixtures(void) {
         /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it (on
          * AMX tiles where it has those, and then again on vdpbf16ps: CINFER_CPU_AMX=0), and
          * int16-act for the MLX fixtures where the CPU has it */
-        static const char *const run_name[6] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx" };
-        for (int run = 0; run < 6; run++) {
+        static const char *const run_name[7] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx",
+                                                 "mlx-amx vnni" };
+        for (int run = 0; run < 7; run++) {
             if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4))) ||
-                (run == 4 && !amx_cpu) || (run == 5 && (!amx_mlx || strncmp(names[i], "mlx_", 4))))
+                (run == 4 && !amx_cpu) || (run == 5 && (!amx_mlx || strncmp(names[i], "mlx_", 4))) ||
+                (run == 6 && (!mlx_tiles || strncmp(names[i], "mlx_", 4))))
                 continue;
             check_case_failed = 0;
             check_why[0] = 0;
             diffs[0] = 0;
             if (run == 4) setenv("CINFER_CPU_AMX", "0", 1);
-            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3, run == 5);
+            if (run == 6) setenv("CINFER_CPU_MLX_TILES", "0", 1);
+            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3, run >= 5);
             if (run == 4) unsetenv("CINFER_CPU_AMX");
+            if (run == 6) unsetenv("CINFER_CPU_MLX_TILES");
             if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], run_name[run], check_why); check_any_failed = 1; }
             else printf("PASS parity %s %s (max|diff| %s)\n", names[i], run_name[run], diffs);
             n_fixtures++;

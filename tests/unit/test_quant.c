@@ -1257,11 +1257,11 @@ static double bench_mm(ci_backend *be, const ci_mat *W, size_t bytes) {
 }
 
 /* Default [8192 x 4096]: 64 MiB in bf16, 16 MiB + scales in 4-bit (from memory, not cache). */
-static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
+static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act, int mlx) {
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
-    if (int16_act && !ci_backend_cpu_int16_act(be)) {
-        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-int16\n");
+    if ((int16_act && !ci_backend_cpu_int16_act(be)) || (mlx && !ci_backend_cpu_amx_mlx(be))) {
+        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-%s\n", mlx ? "mlx" : "int16");
         be->free(be);
         return 1;
     }
@@ -1288,7 +1288,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act) {
     /* whole-model decode on the 110M-parameter 4-bit Llama of test_resident_memory */
     char dir[] = "/tmp/cinfer_tqbig_XXXXXX", err[1024];
     if (!mkdtemp(dir) || !write_big_llama(dir, err, sizeof err)) return 1;
-    ci_model_opts o = { .n_threads = threads, .isa = (int)isa, .int16_act = int16_act };
+    ci_model_opts o = { .n_threads = threads, .isa = (int)isa, .int16_act = int16_act, .mlx_amx = mlx };
     ci_model *m = NULL;
     ci_session *s = NULL;
     if (ci_model_open(dir, &o, &m, err, sizeof err) || ci_session_new(m, 300, &s, err, sizeof err)) {
@@ -1320,18 +1320,20 @@ static int bench_gemm(int64_t R, int64_t C, int n, int threads, ci_isa isa) {
                 (long long)R, (long long)C, n);
         return 1;
     }
-    ci_backend *be[2] = { ci_backend_cpu_new(threads, isa), ci_backend_cpu_new(threads, isa) };
-    if (!be[0] || !be[1] || !ci_backend_cpu_int16_act(be[1])) {
+    /* the exact f32 path, int16 activations, and (where the CPU has AVX-512 VNNI) amx_mlx.c's kernels */
+    ci_backend *be[3] = { ci_backend_cpu_new(threads, isa), ci_backend_cpu_new(threads, isa), ci_backend_cpu_new(threads, isa) };
+    if (!be[0] || !be[1] || !be[2] || !ci_backend_cpu_int16_act(be[1])) {
         fprintf(stderr, "test_quant --bench-gemm: no int16-activation kernels for this ISA\n");
         return 1;
     }
+    const int np = ci_backend_cpu_amx_mlx(be[2]) ? 3 : 2;
     bench_cpu_clock = be[0]->n_threads == 1;
     float *x = malloc((size_t)(n * C) * sizeof(float)), *y = malloc((size_t)(n * R) * sizeof(float));
     for (int64_t i = 0; i < n * C; i++) x[i] = rnd(-1, 1);
     for (int bits = 4; bits <= 8; bits += 4) {
         qmat Q;
         qmat_make(&Q, CI_Q_AFFINE, bits, 64, CI_BF16, R, C, 0);
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < np; p++) {
             double best = 0;
             for (int rep = 0; rep < 5; rep++) {
                 int k = 0;
@@ -1342,24 +1344,23 @@ static int bench_gemm(int64_t R, int64_t C, int n, int threads, ci_isa isa) {
             }
             printf("bench-gemm %s threads=%d (%s time) %d-bit g64 [%lld x %lld] n=%d %s: %.1f GFLOP/s\n", be[p]->name,
                    be[p]->n_threads, bench_cpu_clock ? "CPU" : "wall", bits, (long long)R, (long long)C, n,
-                   p ? "int16" : "f32", best);
+                   p == 2 ? "mlx" : p ? "int16" : "f32", best);
         }
         qmat_free(&Q);
     }
     free(x);
     free(y);
-    be[0]->free(be[0]);
-    be[1]->free(be[1]);
+    for (int p = 0; p < 3; p++) be[p]->free(be[p]);
     return 0;
 }
 
 int main(int argc, char **argv) {
     find_isas();
-    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16]] */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16|avx512-mlx]] */
         const char *in = argc > 5 ? argv[5] : "";
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
                      !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strncmp(in, "avx2", 4) ? CI_ISA_AVX2 : CI_ISA_AVX512,
-                     strstr(in, "-int16") != NULL);
+                     strstr(in, "-int16") != NULL, strstr(in, "-mlx") != NULL);
     }
     if (argc > 4 && !strcmp(argv[1], "--bench-gemm")) {   /* --bench-gemm rows cols n [threads [avx2|avx512]] */
         const char *in = argc > 6 ? argv[6] : "";

@@ -243,8 +243,9 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
     _tile_release();
 }
 
-void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
-    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack);
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
+                  int tiles) {
+    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
     else if (n <= ROWS_FORM_MAX) rows_form(W, r0, r1, n, xp, y);
     else tokens_form(W, r0, r1, t0, t1, xp, y, pack);
 }
@@ -260,7 +261,9 @@ int cpu_amx_q_ok(const ci_mat *W) { (void)W; return 0; }
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
     (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem;
 }
-void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
+                  int tiles) {
+    (void)tiles;
     (void)W; (void)r0; (void)r1; (void)t0; (void)t1; (void)n; (void)xp; (void)y; (void)pack;
 }
 size_t cpu_amx_pack_bytes(void) { return 0; }

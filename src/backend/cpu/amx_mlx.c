@@ -212,14 +212,12 @@ static inline __attribute__((always_inline)) I8_TGT void row_chunks(const uint8_
 /* The per-block sums of 16 rows' lane vectors (P: row i at P + 16 i; lpb lanes a block, so 16 / lpb
  * blocks): out[b] lane i = row i's sum over block b's lanes. Exact integer adds, by pairwise
  * levels of two-source permutes: after level l a vector holds 2^l rows of 16 / 2^l partial sums. */
-static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_t *P, int lpb, __m512i *out) {
+static inline __attribute__((always_inline)) I8_TGT void block_sums_v(__m512i v[16], int lpb, __m512i *out) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
-    __m512i v[16];
-    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(P + 16 * i);
     int m = 16;
-    for (int w = 1; w < lpb; w *= 2, m /= 2)
-        for (int j = 0; j < m / 2; j++)
+    _Pragma("GCC unroll 4") for (int w = 1; w < lpb; w *= 2, m /= 2)
+        _Pragma("GCC unroll 8") for (int j = 0; j < m / 2; j++)
             v[j] = _mm512_add_epi32(_mm512_permutex2var_epi32(v[2 * j], ev, v[2 * j + 1]),
                                     _mm512_permutex2var_epi32(v[2 * j], od, v[2 * j + 1]));
     /* m = 16 / lpb vectors; vector j lane k * m + b: row j * lpb + k, block b */
@@ -237,12 +235,99 @@ static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_
     }
 }
 
+static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_t *P, int lpb, __m512i *out) {
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(P + 16 * i);
+    block_sums_v(v, lpb, out);
+}
+
+/* One token (n = 1), what rows_vec computes for it, in registers: per chunk the 16 rows' lane
+ * sums (each row's 64 bytes of codes against x̂'s chunk, which is loaded once for the 16), their
+ * per-block sums (block_sums_v), and the rows' chains, the blocks in order. The codes stream as
+ * the int16 decode tiles' do (quant_i16_avx512.c): rows of up to 1 KiB prefetch the same line of
+ * the next 16 rows, longer ones 1 KiB ahead in the row. The same operations per row as rows_vec,
+ * so the same bits. */
+static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int lpb, const ci_mat *W,
+                                                                     int64_t r0, int64_t r1, const uint8_t *xp, float *y) {
+    const lay L = lay_of(W, 1);
+    const ci_qdesc *d = q_desc(W);
+    const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
+    const int16_t *xw = (const int16_t *)(xp + L.q_at);
+    const int64_t rb = L.K * BITS / 8, pd = rb < 1024 ? rb : 1024, ch = BITS == 4 ? 128 : 64;
+    const int bpc = 16 / lpb, nv = BITS == 4 ? 4 : 2;
+    const int64_t bpg = L.G / L.B;   /* blocks a group */
+    const __m512i msk = _mm512_set1_epi16(BITS == 4 ? 0x000f : 0x00ff);
+    _Alignas(64) float sv[16][16], bv[16][16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
+        const uint8_t *w0 = (const uint8_t *)W->data + r * rb;
+        if (r + 16 < r1) q_pf_next_params(d, (W->scale_row0 + r) * L.ng, L.ng, 16);
+        __m512 acc = _mm512_setzero_ps();
+        int64_t gcur = -1, g = 0;   /* the block's group, and its place in it: counters, not divisions */
+        int64_t bi = 0;
+        for (int64_t k = 0; k < L.nch; k++) {
+            const int64_t off = 64 * k, left = rb - off;
+            const __mmask64 km = left >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << left) - 1;
+            const int64_t pf = off + pd + (off + pd < rb ? 0 : 15 * rb);
+            const int16_t *xc = xw + k * ch;
+            __m512i xv[4], v[16];
+            for (int m = 0; m < nv; m++) xv[m] = _mm512_load_si512(xc + 32 * m);
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
+                if (i >= nr) {
+                    v[i] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint8_t *p = w0 + i * rb;
+                __builtin_prefetch(p + pf, 0, 3);
+                const __m512i cv = _mm512_maskz_loadu_epi8(km, p + off);
+                __m512i s = _mm512_madd_epi16(_mm512_and_si512(cv, msk), xv[0]);
+                for (int m = 1; m < nv; m++)
+                    s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(cv, (unsigned)(m * BITS)), msk), xv[m]);
+                v[i] = s;
+            }
+            __m512i Sb[4];
+            block_sums_v(v, lpb, Sb);
+            for (int bl = 0; bl < bpc; bl++) {
+                const int64_t b = k * bpc + bl;
+                if (b >= L.nb) break;
+                if (gcur < 0 || g >= gcur + 16) {   /* a window of 16 groups' parameters */
+                    gcur = g;
+                    params(W, r, nr, g, L.ng - g < 16 ? (int)(L.ng - g) : 16, 16, &sv[0][0], &bv[0][0]);
+                }
+                const __m512 sd = _mm512_mul_ps(_mm512_load_ps(sv[g - gcur]), _mm512_set1_ps(D[b]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sb[bl]), sd, acc);
+                if (++bi == bpg) {   /* the group's last block: its bias term */
+                    acc = _mm512_fmadd_ps(_mm512_load_ps(bv[g - gcur]), _mm512_set1_ps(X[g]), acc);
+                    bi = 0;
+                    g++;
+                }
+            }
+        }
+        _mm512_mask_storeu_ps(y + r, (__mmask16)((1u << nr) - 1), acc);
+    }
+}
+
+static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y) {
+    const int b64 = q_desc(W)->group % 64 == 0;   /* blocks of 64 columns, else 32 (lay_of) */
+    if (q_desc(W)->bits == 4) {
+        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y);
+        else rows_one_T(4, 4, W, r0, r1, xp, y);
+    } else {
+        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y);
+        else rows_one_T(8, 8, W, r0, r1, xp, y);
+    }
+}
+
 static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, const uint8_t *xp, float *y, int32_t *P) {
     const lay L = lay_of(W, n);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
     const int16_t *xw = (const int16_t *)(xp + L.q_at);
     const int64_t rb = L.K * L.bits / 8, rows = W->rows, xs = L.nch * L.ch;
     const int lpb = (int)(L.B * 16 / L.ch), bpc = 16 / lpb;   /* lanes a block, blocks a chunk */
+    if (n == 1) {
+        rows_one(W, r0, r1, xp, y);
+        return;
+    }
     _Alignas(64) float sv[16][16], bv[16][16];
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
@@ -340,8 +425,63 @@ static I8_TGT void fill(const ci_mat *W, int64_t r, int64_t r1, int64_t c0, int6
 
 #define SEG_GROUPS (SEGK / 32)
 
+/* A block's sums on the tiles (configured by cfg_i8): the 16 or 32 rows (halves) of codes at a
+ * (SEGK bytes a row) against the 16 tokens of x̂'s high bytes h and low bytes l (B / 4 rows of 64
+ * bytes, ks apart) into cb[2 half] (H) and cb[2 half + 1] (L), [row][token]. */
+static inline I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_t *l, int64_t ks, int halves,
+                                  int32_t cb[4][16][16]) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(6, h, (long)ks);
+    _tile_loadd(7, l, (long)ks);
+    _tile_loadd(4, a, SEGK);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    if (halves > 1) {
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_loadd(5, a + 16 * SEGK, SEGK);
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+    _tile_stored(0, cb[0], 64);
+    _tile_stored(1, cb[1], 64);
+    if (halves > 1) {
+        _tile_stored(2, cb[2], 64);
+        _tile_stored(3, cb[3], 64);
+    }
+}
+
+/* What the tiles' two TDPBUSD of a block give, on AVX-512 VNNI (a CPU without AMX-INT8, or
+ * cpu_mlx_tiles off): the 16 rows of codes at a (SEGK bytes apart) against the 16 tokens of x̂'s
+ * high bytes h and low bytes l (B / 4 groups of 4 columns, ks bytes apart, 4 bytes a token):
+ * H[i][t] = sum over the block of q_ij h_tj, L likewise, exact integers as the tiles' (the same
+ * products; integer adds in any order). Tokens in lanes, 8 rows' sums in registers at a time: per
+ * 4 columns one load of h and of l serves 8 rows, each row's 4 code bytes broadcast. */
+static inline I8_TGT void vnni_hl(const uint8_t *a, const int8_t *h, const int8_t *l, int64_t ks, int B,
+                                  int32_t H[16][16], int32_t L[16][16]) {
+    for (int i0 = 0; i0 < 16; i0 += 8) {
+        __m512i hs[8], ls[8];
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) hs[i] = ls[i] = _mm512_setzero_si512();
+        for (int k = 0; k < B / 4; k++) {
+            const __m512i hv = _mm512_loadu_si512(h + k * ks), lv = _mm512_loadu_si512(l + k * ks);
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+                int32_t w;
+                memcpy(&w, a + (int64_t)(i0 + i) * SEGK + 4 * k, 4);
+                const __m512i av = _mm512_set1_epi32(w);
+                hs[i] = _mm512_dpbusd_epi32(hs[i], av, hv);
+                ls[i] = _mm512_dpbusd_epi32(ls[i], av, lv);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            _mm512_store_si512(H[i0 + i], hs[i]);
+            _mm512_store_si512(L[i0 + i], ls[i]);
+        }
+    }
+}
+
 static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
-                              float *y, uint8_t *pack) {
+                              float *y, uint8_t *pack, int tiles) {
     const lay L = lay_of(W, n);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
     const int8_t *hb = (const int8_t *)(xp + L.q_at), *lb = (const int8_t *)(xp + L.l_at);
@@ -350,7 +490,7 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
     float *acc = (float *)(pack + 32 * SEGK);              /* [32][CPU_AMX_TOK] */
     _Alignas(64) int32_t cb[4][16][16];
     _Alignas(64) float sv[SEG_GROUPS][32], bv[SEG_GROUPS][32];
-    cfg_i8((int)L.B);
+    if (tiles) cfg_i8((int)L.B);
     for (int64_t p0 = r0; p0 < r1; p0 += 32) {
         const int halves = r1 - p0 > 16 ? 2 : 1;
         for (int64_t c0 = 0; c0 < L.K; c0 += SEGK) {
@@ -365,26 +505,12 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
             for (int tb = t0; tb < t1; tb += 16) {
                 for (int64_t b = c0 / L.B; b < (c0 + cn) / L.B; b++) {
                     const int64_t cb0 = b * L.B, g = cb0 / L.G;
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_loadd(6, hb + ((cb0 >> 2) * L.np + tb) * 4, (long)(L.np * 4));
-                    _tile_loadd(7, lb + ((cb0 >> 2) * L.np + tb) * 4, (long)(L.np * 4));
-                    _tile_loadd(4, abuf + (cb0 - c0), SEGK);
-                    _tile_dpbusd(0, 4, 6);
-                    _tile_dpbusd(1, 4, 7);
-                    if (halves > 1) {
-                        _tile_zero(2);
-                        _tile_zero(3);
-                        _tile_loadd(5, abuf + 16 * SEGK + (cb0 - c0), SEGK);
-                        _tile_dpbusd(2, 5, 6);
-                        _tile_dpbusd(3, 5, 7);
-                    }
-                    _tile_stored(0, cb[0], 64);
-                    _tile_stored(1, cb[1], 64);
-                    if (halves > 1) {
-                        _tile_stored(2, cb[2], 64);
-                        _tile_stored(3, cb[3], 64);
-                    }
+                    const int8_t *hp = hb + ((cb0 >> 2) * L.np + tb) * 4, *lp = lb + ((cb0 >> 2) * L.np + tb) * 4;
+                    if (tiles)
+                        tile_hl(abuf + (cb0 - c0), hp, lp, L.np * 4, halves, cb);
+                    else
+                        for (int h = 0; h < halves; h++)
+                            vnni_hl(abuf + 16 * h * SEGK + (cb0 - c0), hp, lp, L.np * 4, (int)L.B, cb[2 * h], cb[2 * h + 1]);
                     const int gend = ((b + 1) * L.B) % L.G == 0;
                     const __m512 dv = _mm512_loadu_ps(D + b * L.np + tb);
                     const __m512 xg = _mm512_loadu_ps(X + g * L.np + tb);
@@ -419,12 +545,13 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
             }
         }
     }
-    _tile_release();
+    if (tiles) _tile_release();
 }
 
-void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack) {
+void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
+                  int tiles) {
     if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
-    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack);
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
 }
 
 #else

@@ -71,7 +71,8 @@ typedef struct {
     const cpu_kernels *k;
     const cpu_qkernels *qk;   /* the same ISA's kernels for MLX-quantized weights */
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
-    int amx_mlx;              /* MLX affine W on the AMX tiles (amx_mlx.c; opt-in) */
+    int amx_mlx;              /* MLX affine W as amx_mlx.c computes it (opt-in): 1 on the AMX-INT8
+                               * tiles, 2 on AVX-512 VNNI alone (the same bits) */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -234,7 +235,8 @@ typedef struct mm_ctx_s {
     const uint16_t *xb;       /* bf16 W on a set with bf16 dot products: x rounded to bf16
                                * (row stride cols), or NULL */
     int amx;                  /* bf16 W on the cpu-amx-bf16 set, or MLX W with amx_mlx: x prepared
-                               * into xa (cpu_amx_prep) */
+                               * into xa (cpu_amx_prep); 2: MLX W whose tokens form runs on AVX-512
+                               * VNNI instead of the tiles (amx_mlx 2) */
     const void *xa;
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
@@ -542,7 +544,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
-        m->amx = 1;
+        m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
         return cpu_amx_bytes(W, m->n);
     }
@@ -650,7 +652,7 @@ static void mm_amx_item(void *c, int64_t it, cpu_slot *slot) {
         t0 = (int)(tb * m->tok_per_item);
         t1 = (int)min64(t0 + m->tok_per_item, m->n);
     }
-    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack);
+    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack, m->amx == 1);
 }
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
@@ -1493,12 +1495,14 @@ int ci_backend_cpu_amx_mlx(ci_backend *be) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni") &&
-        cpu_amx_int8_usable()) {
-        b->amx_mlx = 1;
-        b->base.name = b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16-amx-mlx"
-                       : b->k == &cpu_kernels_amxbf16  ? "cpu-amx-bf16-amx-mlx"
-                                                        : "cpu-avx512-amx-mlx";
+    if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512vnni")) {
+        /* the tiles where the CPU grants them (CINFER_CPU_MLX_TILES=0: VNNI there too) */
+        const char *mt = getenv("CINFER_CPU_MLX_TILES");
+        const int tiles = cpu_amx_int8_usable() && !(mt && !strcmp(mt, "0"));
+        b->amx_mlx = tiles ? 1 : 2;
+        b->base.name = b->k == &cpu_kernels_avx512bf16 ? (tiles ? "cpu-avx512-bf16-amx-mlx" : "cpu-avx512-bf16-vnni-mlx")
+                       : b->k == &cpu_kernels_amxbf16  ? (tiles ? "cpu-amx-bf16-amx-mlx" : "cpu-amx-bf16-vnni-mlx")
+                                                        : (tiles ? "cpu-avx512-amx-mlx" : "cpu-avx512-vnni-mlx");
         return 1;
     }
 #endif

@@ -125,7 +125,9 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
  * bytes, once per matmul (ranges write disjoint bytes: cpu.c runs them across the pool);
  * cpu_amx_rows writes y[t * W->rows + r] for r in [r0, r1) and the tokens [t0, t1) (n <=
  * cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
- * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK. */
+ * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK; tiles 0: MLX W's
+ * products of 4 tokens and more on AVX-512 VNNI instead of the AMX-INT8 tiles, the same bits (a
+ * CPU without AMX-INT8; bf16 W always on the tiles). */
 #define CPU_AMX_TOK 512
 int cpu_amx_usable(void);
 int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; compilers differ in naming it) */
@@ -135,7 +137,8 @@ int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; c
 int cpu_amx_q_ok(const ci_mat *W);
 size_t cpu_amx_bytes(const ci_mat *W, int n);
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
-void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack);
+void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
+                  int tiles);
 size_t cpu_amx_pack_bytes(void);
 int cpu_amx_rows_form_max(void);
 
