@@ -91,8 +91,8 @@ size_t amx_mlx_bytes(const ci_mat *W, int n) { return lay_of(W, n).bytes; }
 /* Where the vector kernel keeps column c's word: chunk c / ch, then vector m of the chunk's
  * 32-word vectors (4-bit: m = c % 4, word (c % 128) / 4; 8-bit: m = c % 2, word (c % 64) / 2). */
 static inline int64_t vpos(const lay *L, int64_t c) {
-    const int64_t k = c / L->ch, o = c - k * L->ch;
-    return L->bits == 4 ? k * 128 + (o & 3) * 32 + (o >> 2) : k * 64 + (o & 1) * 32 + (o >> 1);
+    /* ch is 128 or 64: shifts, not a division for every column of a prep */
+    return L->bits == 4 ? (c & ~(int64_t)127) + (c & 3) * 32 + ((c & 127) >> 2) : (c & ~(int64_t)63) + (c & 1) * 32 + ((c & 63) >> 1);
 }
 
 /* Tokens [t0, t1) of x's n rows into mem; the range that ends at n also zeroes the tiles' padding
@@ -473,11 +473,15 @@ static inline I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_
 }
 
 /* What the tiles' two TDPBUSD of a block give, on AVX-512 VNNI (a CPU without AMX-INT8, or
- * cpu_mlx_tiles off): the 16 rows of codes at a (SEGK bytes apart) against the 16 tokens of x̂'s
- * high bytes h and low bytes l (B / 4 groups of 4 columns, ks bytes apart, 4 bytes a token):
+ * CINFER_CPU_MLX_TILES=0): the 16 rows of codes at a (SEGK bytes apart) against the 16 tokens of
+ * x̂'s high bytes h and low bytes l (B / 4 groups of 4 columns, ks bytes apart, 4 bytes a token):
  * H[i][t] = sum over the block of q_ij h_tj, L likewise, exact integers as the tiles' (the same
- * products; integer adds in any order). Tokens in lanes, 8 rows' sums in registers at a time: per
- * 4 columns one load of h and of l serves 8 rows, each row's 4 code bytes broadcast. */
+ * products; integer adds in any order). Tokens in lanes, 8 rows' sums in registers at a time: per 4 columns one load of
+ * h and of l serves 8 rows, each row's 4 code bytes broadcast (vpdpbusd: codes unsigned, x̂'s
+ * bytes signed). Tried and slower (Zen 5, test_quant --bench-gemm 3072 1024 128 1: this 355-362
+ * GOP/s): the chain step fused here, each row's accumulators loaded and stored per block (290),
+ * or 8 rows' accumulators in registers over the whole segment (310; x̂'s bytes of the segment
+ * then come from L2 once per 8 rows); S = 256 H + L formed here and stored once (255-275). */
 static inline I8_TGT void vnni_hl(const uint8_t *a, const int8_t *h, const int8_t *l, int64_t ks, int B,
                                   int32_t H[16][16], int32_t L[16][16]) {
     for (int i0 = 0; i0 < 16; i0 += 8) {
