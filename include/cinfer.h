@@ -85,9 +85,11 @@ typedef struct {
                              * snapshots yet); the CPU only. 0 or 1: the whole model. */
     int ep;                 /* with tp > 1: routed experts placed whole, an even share per rank
                              * (expert parallel), instead of every expert's columns split */
-    int mlx_amx;            /* 1: on a CPU with AMX-INT8 (Sapphire Rapids and later), MLX affine
-                             * 4- and 8-bit matrices (groups of a multiple of 32) run on the AMX
-                             * tiles (4 tokens and more) and AVX-512 VNNI (fewer): codes exact,
+    int mlx_amx;            /* 1: on a CPU with AVX-512 VNNI, MLX affine 4- and 8-bit matrices
+                             * (groups of a multiple of 32) as src/backend/cpu/amx_mlx.c computes
+                             * them: on the AMX-INT8 tiles (4 tokens and more; Sapphire Rapids and
+                             * later) and AVX-512 VNNI (fewer), or on VNNI alone where the CPU has
+                             * no AMX-INT8 (the same bits; CINFER_CPU_MLX_TILES=0 forces it): codes exact,
                              * activations rounded to int16 per 64 columns (32 for groups of 32),
                              * exact integer code sums, f32 scaling (src/backend/cpu/amx_mlx.c);
                              * the same bits at any token count; the MLX fixtures' logits within

@@ -652,12 +652,13 @@ void ci_backend_cpu_join(ci_backend *be, struct ci_comm *c, int rank);
  * Call before the first op. */
 int ci_backend_cpu_int16_act(ci_backend *be);
 
-/* A CPU backend's MLX affine 4- and 8-bit matrices (groups of a multiple of 32 columns) on Intel
- * AMX-INT8 tiles and AVX-512 VNNI (ci_model_opts.mlx_amx; what it computes is stated in
- * src/backend/cpu/amx_mlx.c: codes exact, activations rounded to int16 per block, exact integer
- * sums). Takes effect on an AVX-512 backend of a CPU with AVX512-VNNI, AVX512-BF16, AMX-BF16 and
- * AMX-INT8 whose kernel grants the tiles: returns 1 and the backend's name gains
- * "-amx-mlx"; else returns 0 and it computes as before. The int16-activation kernels, when also
+/* A CPU backend's MLX affine 4- and 8-bit matrices (groups of a multiple of 32 columns) as
+ * src/backend/cpu/amx_mlx.c computes them (ci_model_opts.mlx_amx: codes exact, activations rounded
+ * to int16 per block, exact integer sums). Takes effect on an AVX-512 backend of a CPU with
+ * AVX512-VNNI: returns 1 and the backend's name gains "-amx-mlx" where the CPU also has AMX-INT8
+ * and its kernel grants the tiles (4 tokens and more on the tiles), else "-vnni-mlx" (everything
+ * on VNNI: the same bits; CINFER_CPU_MLX_TILES=0 asks for this form on an AMX CPU too); on other
+ * backends returns 0 and it computes as before. The int16-activation kernels, when also
  * asked for, take the formats they take first. Call before the first op. */
 int ci_backend_cpu_amx_mlx(ci_backend *be);
 

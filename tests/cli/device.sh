@@ -107,7 +107,8 @@ expect_ok "bench --int16-act with --bf16-act" $CINFER bench --model tests/fixtur
 expect_usage "--int16-act takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --int16-act 1
 expect_usage "serve --int16-act takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --int16-act 1
 
-# ---- --mlx-amx: MLX 4- / 8-bit weights on AMX-INT8 tiles and VNNI where the CPU has them, the f32 path elsewhere ----
+# ---- --mlx-amx: MLX 4- / 8-bit weights on AMX-INT8 tiles and VNNI where the CPU has them, on VNNI alone where it
+# has AVX-512 VNNI without the tiles (the same bits), the f32 path elsewhere ----
 expect_ok "logits --mlx-amx" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx.f32" --device cpu --mlx-amx
 cmp -s "$TMP/copy.f32" "$TMP/mamx.f32" && pass "--mlx-amx leaves an unquantized checkpoint's logits as they are" || fail "--mlx-amx leaves an unquantized checkpoint's logits as they are" "differ"
 expect_ok "generate --mlx-amx (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --mlx-amx
@@ -117,8 +118,11 @@ be=$($CINFER bench --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-len 20 --g
 if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo &&
    grep -qw avx512_vnni /proc/cpuinfo; then
   [ "$be" = "backend cpu-avx512-amx-mlx" ] && pass "--mlx-amx takes the AMX tiles on this AMX CPU" || fail "--mlx-amx takes the AMX tiles on this AMX CPU" "got '$be'"
+elif grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; then
+  case "$be" in *-vnni-mlx) pass "--mlx-amx takes AVX-512 VNNI alone on this CPU without AMX" ;;
+    *) fail "--mlx-amx takes AVX-512 VNNI alone on this CPU without AMX" "got '$be'" ;; esac
 else
-  case "$be" in *amx-mlx*) fail "--mlx-amx computes as before without AMX" "got '$be'" ;; *) pass "--mlx-amx computes as before without AMX" ;; esac
+  case "$be" in *mlx*) fail "--mlx-amx computes as before without AVX-512 VNNI" "got '$be'" ;; *) pass "--mlx-amx computes as before without AVX-512 VNNI" ;; esac
 fi
 
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
