@@ -225,13 +225,21 @@ static inline __attribute__((always_inline)) I8_TGT __m512i pair_sum(__m512i a, 
 /* block_sums on registers, from the level where m vectors hold the 16 rows (16 / m rows a
  * vector, each by 16 * m / 16 partial sums): m = 16 is the rows' lane vectors themselves,
  * m = 8 the pairs after pair_sum. */
+/* One level of the tree: the m vectors v[0 .. m) pairwise into v[0 .. m / 2). */
+static inline __attribute__((always_inline)) I8_TGT void tree_level(__m512i v[16], const int m) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < m / 2; j++) v[j] = pair_sum(v[2 * j], v[2 * j + 1]);
+}
+
 static inline __attribute__((always_inline)) I8_TGT void block_sums_m(__m512i v[16], int m, int lpb, __m512i *out) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
-    _Pragma("GCC unroll 4") for (int w = 16 / m; w < lpb; w *= 2, m /= 2)
-        _Pragma("GCC unroll 8") for (int j = 0; j < m / 2; j++)
-            v[j] = _mm512_add_epi32(_mm512_permutex2var_epi32(v[2 * j], ev, v[2 * j + 1]),
-                                    _mm512_permutex2var_epi32(v[2 * j], od, v[2 * j + 1]));
+    /* level by level while a lane holds less than a block (w lanes a sum): each level's count a
+     * constant where m and lpb are (rows_one), so every loop unrolls */
+    int w = 16 / m;
+    if (m == 16 && w < lpb) { tree_level(v, 16); m = 8; w *= 2; }
+    if (m == 8 && w < lpb) { tree_level(v, 8); m = 4; w *= 2; }
+    if (m == 4 && w < lpb) { tree_level(v, 4); m = 2; w *= 2; }
+    if (m == 2 && w < lpb) { tree_level(v, 2); m = 1; }
     /* m = 16 / lpb vectors; vector j lane k * m + b: row j * lpb + k, block b */
     if (m == 1) {
         out[0] = v[0];
