@@ -183,6 +183,27 @@ static I8_TGT void params(const ci_mat *W, int64_t r, int nr, int64_t g0, int cn
     }
 }
 
+/* params for bf16 scales and biases in one transpose: sb[g][i] = row i's bf16 scale (low half) and
+ * bias (high half) of group g0 + g (rows past nr, groups past cnt: 0), which become the f32 values
+ * q16 gives by a shift and a mask. Half params' shuffles for rows_one. */
+static I8_TGT void params_bf16(const ci_mat *W, int64_t r, int nr, int64_t g0, int cnt, uint32_t sb[16][16]) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t ng = W->cols / d->group;
+    const __mmask16 k = (__mmask16)((1u << cnt) - 1);
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) {
+        if (i >= nr) {
+            v[i] = _mm512_setzero_si512();
+            continue;
+        }
+        const int64_t at = (W->scale_row0 + r + i) * ng + g0;
+        const __m512i sv = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)d->scales + at));
+        const __m512i bv = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const uint16_t *)d->biases + at));
+        v[i] = _mm512_or_si512(sv, _mm512_slli_epi32(bv, 16));
+    }
+    tr16(v, &sb[0][0]);
+}
+
 /* ---- vector kernel (n <= VN_MAX) -------------------------------------------------------------- */
 
 /* bytes ahead a row's reads prefetch (T0); on the Sapphire Rapids VM, 2026-12-06, Qwen3-0.6B dims
@@ -282,6 +303,8 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
     const int64_t bpg = L.G / L.B;   /* blocks a group */
     const __m512i msk = _mm512_set1_epi16(BITS == 4 ? 0x000f : 0x00ff);
     _Alignas(64) float sv[16][16], bv[16][16];
+    _Alignas(64) uint32_t sb[16][16] = { { 0 } };
+    const int pairs = d->scale_dtype == CI_BF16 && d->biases;   /* MLX's usual: params_bf16 */
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
         const uint8_t *w0 = (const uint8_t *)W->data + r * rb;
@@ -320,12 +343,18 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
                 if (b >= L.nb) break;
                 if (gcur < 0 || g >= gcur + 16) {   /* a window of 16 groups' parameters */
                     gcur = g;
-                    params(W, r, nr, g, L.ng - g < 16 ? (int)(L.ng - g) : 16, 16, &sv[0][0], &bv[0][0]);
+                    const int cnt = L.ng - g < 16 ? (int)(L.ng - g) : 16;
+                    if (pairs) params_bf16(W, r, nr, g, cnt, sb);
+                    else params(W, r, nr, g, cnt, 16, &sv[0][0], &bv[0][0]);
                 }
-                const __m512 sd = _mm512_mul_ps(_mm512_load_ps(sv[g - gcur]), _mm512_set1_ps(D[b]));
+                const __m512i pv = _mm512_load_si512(sb[g - gcur]);
+                const __m512 s = pairs ? _mm512_castsi512_ps(_mm512_slli_epi32(pv, 16)) : _mm512_load_ps(sv[g - gcur]);
+                const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sb[bl]), sd, acc);
                 if (++bi == bpg) {   /* the group's last block: its bias term */
-                    acc = _mm512_fmadd_ps(_mm512_load_ps(bv[g - gcur]), _mm512_set1_ps(X[g]), acc);
+                    const __m512 bias = pairs ? _mm512_castsi512_ps(_mm512_and_si512(pv, _mm512_set1_epi32((int)0xffff0000u)))
+                                              : _mm512_load_ps(bv[g - gcur]);
+                    acc = _mm512_fmadd_ps(bias, _mm512_set1_ps(X[g]), acc);
                     bi = 0;
                     g++;
                 }
