@@ -291,7 +291,8 @@ static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_
  * 65536 1024 1 avx512-mlx on the Zen 5 (2026-12-06, GB/s, 4-bit / 8-bit): rows_vec's windows 13.4
  * / 13.6; this 27 / 33 -> 31 / 37-41 with the pairwise first level; 4096 bytes ahead in each row
  * 32-33 / 18-20; the next 16 rows in byte order, 16 lines a chunk: 24-26 / 26-28; no software
- * prefetch: 4. */
+ * prefetch: 4; bf16 parameters in one transpose (params_bf16) 34 / 40.7 -> 38 / 43.3. In L2 it is
+ * bound by its work: the block tree and the parameter transposes cost ~20-25% each. */
 static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int lpb, const ci_mat *W,
                                                                      int64_t r0, int64_t r1, const uint8_t *xp, float *y) {
     const lay L = lay_of(W, 1);
