@@ -8,10 +8,14 @@
 # test_parity, test_quant (built on the development VM, staged by hand: no bench_* / batch / paged).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
+# everything printed also into $OUT/run.log (the reply keeps only the output's last 12,000 characters: the
+# run of 17:58 UTC lost its "cuda q" line that way, the per-op logs being overwritten by the next op)
+exec > >(tee "$O/run.log") 2>&1
 export CINFER_CUDA_UNVERIFIED=1
 ts start; nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep -E "Model name|^CPU\(s\)"
 for f in "cuda q" norm_matmul; do
-  CINFER_CUDA_QT_USUM=1 timeout 90 $T --only "$f" > $O/ops.log 2>&1; echo "usum=1 ops '$f' rc=$?: $(grep -E 'passed' $O/ops.log | tail -1)"; grep -E "^FAIL" $O/ops.log | head -4
+  lg="$O/ops-${f// /_}.log"
+  CINFER_CUDA_QT_USUM=1 timeout 90 $T --only "$f" > "$lg" 2>&1; echo "usum=1 ops '$f' rc=$?: $(grep -E 'passed' "$lg" | tail -1)"; grep -E "^FAIL" "$lg" | head -4
 done
 ts ops
 timeout 60 $T --only "moe_norm_experts" > $O/ops2.log 2>&1; echo "ops moe_norm_experts rc=$?: $(grep -E 'passed' $O/ops2.log | tail -1)"; grep -E "^FAIL" $O/ops2.log | head -4
