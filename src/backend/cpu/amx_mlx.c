@@ -243,13 +243,13 @@ static inline __attribute__((always_inline)) I8_TGT __m512i pair_sum(__m512i a, 
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ev, b), _mm512_permutex2var_epi32(a, od, b));
 }
 
-/* block_sums on registers, from the level where m vectors hold the 16 rows (16 / m rows a
- * vector, each by 16 * m / 16 partial sums): m = 16 is the rows' lane vectors themselves,
- * m = 8 the pairs after pair_sum. */
 /* One level of the tree: the m vectors v[0 .. m) pairwise into v[0 .. m / 2). */
 static inline __attribute__((always_inline)) I8_TGT void tree_level(__m512i v[16], const int m) {
     _Pragma("GCC unroll 8") for (int j = 0; j < m / 2; j++) v[j] = pair_sum(v[2 * j], v[2 * j + 1]);
 }
+
+/* block_sums on registers, from the level where m vectors hold the 16 rows (16 / m rows a vector):
+ * m = 16 is the rows' lane vectors themselves, m = 8 the pairs after pair_sum. */
 
 static inline __attribute__((always_inline)) I8_TGT void block_sums_m(__m512i v[16], int m, int lpb, __m512i *out) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -382,10 +382,6 @@ static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, cons
     const int16_t *xw = (const int16_t *)(xp + L.q_at);
     const int64_t rb = L.K * L.bits / 8, rows = W->rows, xs = L.nch * L.ch;
     const int lpb = (int)(L.B * 16 / L.ch), bpc = 16 / lpb;   /* lanes a block, blocks a chunk */
-    if (n == 1) {
-        rows_one(W, r0, r1, xp, y);
-        return;
-    }
     _Alignas(64) float sv[16][16], bv[16][16];
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
@@ -405,12 +401,10 @@ static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, cons
                 const uint8_t *w = (const uint8_t *)W->data + (r + i) * rb + k0 * 64;
                 const int64_t left = rb - k0 * 64;
                 if (L.bits == 4) {
-                    if (n == 1) row_chunks(w, nc, left, 4, 1, xq, xs, i, P);
-                    else if (n == 2) row_chunks(w, nc, left, 4, 2, xq, xs, i, P);
+                    if (n == 2) row_chunks(w, nc, left, 4, 2, xq, xs, i, P);
                     else row_chunks(w, nc, left, 4, 3, xq, xs, i, P);
                 } else {
-                    if (n == 1) row_chunks(w, nc, left, 8, 1, xq, xs, i, P);
-                    else if (n == 2) row_chunks(w, nc, left, 8, 2, xq, xs, i, P);
+                    if (n == 2) row_chunks(w, nc, left, 8, 2, xq, xs, i, P);
                     else row_chunks(w, nc, left, 8, 3, xq, xs, i, P);
                 }
             }
@@ -514,9 +508,9 @@ static inline I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_
  * CINFER_CPU_MLX_TILES=0): the 16 rows of codes at a (SEGK bytes apart) against the 16 tokens of
  * x̂'s high bytes h and low bytes l (B / 4 groups of 4 columns, ks bytes apart, 4 bytes a token):
  * H[i][t] = sum over the block of q_ij h_tj, L likewise, exact integers as the tiles' (the same
- * products; integer adds in any order). Tokens in lanes, 8 rows' sums in registers at a time: per 4 columns one load of
- * h and of l serves 8 rows, each row's 4 code bytes broadcast (vpdpbusd: codes unsigned, x̂'s
- * bytes signed). Tried and slower (Zen 5, test_quant --bench-gemm 3072 1024 128 1: this 355-362
+ * products; integer adds in any order). Tokens in lanes, 8 rows' sums in registers at a time: per
+ * 4 columns one load of h and of l serves 8 rows, each row's 4 code bytes broadcast (vpdpbusd:
+ * codes unsigned, x̂'s bytes signed). Tried and slower (Zen 5, test_quant --bench-gemm 3072 1024 128 1: this 355-362
  * GOP/s): the chain step fused here, each row's accumulators loaded and stored per block (290),
  * or 8 rows' accumulators in registers over the whole segment (310; x̂'s bytes of the segment
  * then come from L2 once per 8 rows); S = 256 H + L formed here and stored once (255-275). */
@@ -612,7 +606,8 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles) {
-    if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
+    if (n == 1) rows_one(W, r0, r1, xp, y);
+    else if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
     else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
 }
 
