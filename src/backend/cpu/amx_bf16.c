@@ -65,6 +65,8 @@ size_t cpu_amx_bytes(const ci_mat *W, int n) {
     return (size_t)np * (size_t)padded(W->cols) * 2;
 }
 
+int cpu_amx_prep_unit(const ci_mat *W, int n) { return W->dtype == CI_U32 ? amx_mlx_prep_unit(W, n) : 1; }
+
 /* Tokens [t0, t1) of x (n rows of W->cols floats) into mem in the layout of n's form: rows form
  * uint32 pairs [Kp/2][n]; tokens form bf16 rows [np][Kp], np = n rounded up to 16; zero past the
  * width, and (the range that ends at n) the padding rows. Ranges write disjoint bytes. */
@@ -257,6 +259,7 @@ int cpu_amx_rows_form_max(void) { return ROWS_FORM_MAX; }
 int cpu_amx_usable(void) { return 0; }
 int cpu_amx_int8_usable(void) { return 0; }
 size_t cpu_amx_bytes(const ci_mat *W, int n) { (void)W; (void)n; return 0; }
+int cpu_amx_prep_unit(const ci_mat *W, int n) { (void)W; (void)n; return 1; }
 int cpu_amx_q_ok(const ci_mat *W) { (void)W; return 0; }
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
     (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem;

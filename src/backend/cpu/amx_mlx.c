@@ -87,6 +87,7 @@ static lay lay_of(const ci_mat *W, int n) {
 }
 
 size_t amx_mlx_bytes(const ci_mat *W, int n) { return lay_of(W, n).bytes; }
+int amx_mlx_prep_unit(const ci_mat *W, int n) { return lay_of(W, n).vec ? 1 : 16; }
 
 /* Where the vector kernel keeps column c's word: chunk c / ch, then vector m of the chunk's
  * 32-word vectors (4-bit: m = c % 4, word (c % 128) / 4; 8-bit: m = c % 2, word (c % 64) / 2). */
@@ -95,72 +96,116 @@ static inline int64_t vpos(const lay *L, int64_t c) {
     return L->bits == 4 ? (c & ~(int64_t)127) + (c & 3) * 32 + ((c & 127) >> 2) : (c & ~(int64_t)63) + (c & 1) * 32 + ((c & 63) >> 1);
 }
 
-/* Tokens [t0, t1) of x's n rows into mem; the range that ends at n also zeroes the tiles' padding
- * tokens [n, np). Ranges write disjoint bytes, so they may run at once. */
+/* Block b of token row xt: x̂ into q[0 .. B / 16) (nearest even, the default rounding mode; 0 for a
+ * zero block and for a bad one), *d = d_b (NaN if the block holds an infinity or a NaN), returns the
+ * block's x̂ sum. The one place both layouts take x̂ from, so they agree to the bit. */
+static inline __attribute__((always_inline)) I8_TGT int32_t quant_block(const float *xb, int64_t B, __m512i q[4],
+                                                                        float *d) {
+    __m512 mx = _mm512_setzero_ps(), fin = _mm512_setzero_ps();
+    for (int64_t j = 0; j < B; j += 16) {
+        const __m512 v = _mm512_loadu_ps(xb + j);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+        fin = _mm512_add_ps(fin, _mm512_mul_ps(v, _mm512_setzero_ps()));   /* NaN if inf / NaN */
+    }
+    const float amax = _mm512_reduce_max_ps(mx), bad = _mm512_reduce_add_ps(fin);
+    const float id = amax > 0 && bad == 0.0f ? QMAX / amax : 0.0f;
+    *d = bad == 0.0f ? amax / QMAX : NAN;
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t j = 0; j < B; j += 16) {
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
+        if (bad != 0.0f) v = _mm512_setzero_si512();
+        sum = _mm512_add_epi32(sum, v);
+        q[j / 16] = v;
+    }
+    return _mm512_reduce_add_epi32(sum);
+}
+
+/* Tokens [t0, t1) of x's n rows into mem. The tiles' layout goes by 16 tokens (the 64 bytes of one
+ * 4-column group's line): there t0 is a multiple of 16 and t1 one too or n, and the range that ends
+ * at n also writes the padding tokens [n, np) (zero). Ranges write disjoint bytes (whole lines in the
+ * tiles' layout: two threads' tokens never share one), so they may run at once. */
 void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
     const lay L = lay_of(W, n);
     uint8_t *base = mem;
     float *D = (float *)(base + L.d_at), *X = (float *)(base + L.x_at);
-    int16_t *xw = (int16_t *)(base + L.q_at);
+    if (L.vec) {
+        int16_t *xw = (int16_t *)(base + L.q_at);
+        for (int t = t0; t < t1; t++) {
+            const float *xt = x + (int64_t)t * L.K;
+            int16_t *xv = xw + (int64_t)t * L.nch * L.ch;
+            memset(xv, 0, (size_t)(L.nch * L.ch) * 2);   /* zero past K */
+            float gs = 0;
+            for (int64_t b = 0; b < L.nb; b++) {
+                __m512i q[4];
+                float d;
+                const int32_t s = quant_block(xt + b * L.B, L.B, q, &d);
+                for (int64_t j = 0; j < L.B; j += 16) {
+                    _Alignas(64) int32_t qs[16];
+                    _mm512_store_si512(qs, q[j / 16]);
+                    for (int i = 0; i < 16; i++) xv[vpos(&L, b * L.B + j + i)] = (int16_t)qs[i];
+                }
+                D[b * L.np + t] = d;
+                gs += d * (float)s;
+                if (((b + 1) * L.B) % L.G == 0) {
+                    X[((b + 1) * L.B / L.G - 1) * L.np + t] = gs;
+                    gs = 0;
+                }
+            }
+        }
+        return;
+    }
+    /* tiles: per block, each of 16 tokens' x̂ = 256 h + l (h = floor((x̂ + 128) / 256): both in
+     * [-128, 127]) as B bytes of h and of l, then a 16 x 16 transpose of their dwords (4 columns
+     * each) gives the lines [column group][16 tokens][4] */
     int8_t *hb = (int8_t *)(base + L.q_at), *lb = (int8_t *)(base + L.l_at);
     const int64_t nps = L.np * 4;   /* bytes from one 4-column group of the tiles' layout to the next */
-    for (int t = t0; t < t1; t++) {
-        const float *xt = x + (int64_t)t * L.K;
-        int16_t *xv = xw + (int64_t)t * L.nch * L.ch;
-        if (L.vec) memset(xv, 0, (size_t)(L.nch * L.ch) * 2);   /* zero past K */
-        float gs = 0;
+    const int te = t1 == n ? (int)L.np : t1;
+    for (int tb = t0; tb < te; tb += 16) {
+        float gs[16] = { 0 };
         for (int64_t b = 0; b < L.nb; b++) {
-            const float *xb = xt + b * L.B;
-            __m512 mx = _mm512_setzero_ps(), fin = _mm512_setzero_ps();
-            for (int64_t j = 0; j < L.B; j += 16) {
-                const __m512 v = _mm512_loadu_ps(xb + j);
-                mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-                fin = _mm512_add_ps(fin, _mm512_mul_ps(v, _mm512_setzero_ps()));   /* NaN if inf / NaN */
-            }
-            const float amax = _mm512_reduce_max_ps(mx), bad = _mm512_reduce_add_ps(fin);
-            const float id = amax > 0 && bad == 0.0f ? QMAX / amax : 0.0f, d = bad == 0.0f ? amax / QMAX : NAN;
-            __m512i sum = _mm512_setzero_si512();
-            for (int64_t j = 0; j < L.B; j += 16) {
-                /* nearest even (the default rounding mode); 0 for a bad block */
-                __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
-                if (bad != 0.0f) q = _mm512_setzero_si512();
-                sum = _mm512_add_epi32(sum, q);
-                const int64_t c = b * L.B + j;
-                if (L.vec) {
-                    _Alignas(64) int32_t qs[16];
-                    _mm512_store_si512(qs, q);
-                    for (int i = 0; i < 16; i++) xv[vpos(&L, c + i)] = (int16_t)qs[i];
-                    continue;
+            __m512i hv[16], lv[16];
+            _Alignas(64) float dv[16];
+            for (int i = 0; i < 16; i++) {
+                const int t = tb + i;
+                hv[i] = lv[i] = _mm512_setzero_si512();
+                dv[i] = 0;
+                if (t >= n) continue;   /* padding: zero */
+                __m512i q[4];
+                const int32_t s = quant_block(x + (int64_t)t * L.K + b * L.B, L.B, q, &dv[i]);
+                gs[i] += dv[i] * (float)s;
+                __m128i h8[4], l8[4];
+                for (int64_t j = 0; j < L.B; j += 16) {
+                    const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q[j / 16], _mm512_set1_epi32(128)), 8);
+                    h8[j / 16] = _mm512_cvtepi32_epi8(h);
+                    l8[j / 16] = _mm512_cvtepi32_epi8(_mm512_sub_epi32(q[j / 16], _mm512_slli_epi32(h, 8)));
                 }
-                /* x̂ = 256 h + l, h = floor((x̂ + 128) / 256): both in [-128, 127]; 4 columns a dword */
-                const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(128)), 8);
-                const __m512i l = _mm512_sub_epi32(q, _mm512_slli_epi32(h, 8));
-                _Alignas(16) uint32_t hv[4], lv[4];
-                _mm_store_si128((__m128i *)hv, _mm512_cvtepi32_epi8(h));
-                _mm_store_si128((__m128i *)lv, _mm512_cvtepi32_epi8(l));
-                for (int k = 0; k < 4; k++) {
-                    const int64_t at = (c / 4 + k) * nps + (int64_t)t * 4;
-                    memcpy(hb + at, &hv[k], 4);
-                    memcpy(lb + at, &lv[k], 4);
+                hv[i] = _mm512_inserti32x4(_mm512_zextsi128_si512(h8[0]), h8[1], 1);
+                lv[i] = _mm512_inserti32x4(_mm512_zextsi128_si512(l8[0]), l8[1], 1);
+                if (L.B == 64) {
+                    hv[i] = _mm512_inserti32x4(_mm512_inserti32x4(hv[i], h8[2], 2), h8[3], 3);
+                    lv[i] = _mm512_inserti32x4(_mm512_inserti32x4(lv[i], l8[2], 2), l8[3], 3);
                 }
             }
-            D[b * L.np + t] = d;
-            gs += d * (float)_mm512_reduce_add_epi32(sum);
+            _mm512_store_ps(D + b * L.np + tb, _mm512_load_ps(dv));
+            const int64_t c4 = b * L.B / 4;   /* the block's first 4-column group */
+            if (L.B == 64) {
+                tr16_to(hv, (uint32_t *)(hb + c4 * nps + (int64_t)tb * 4), nps / 4);
+                tr16_to(lv, (uint32_t *)(lb + c4 * nps + (int64_t)tb * 4), nps / 4);
+            } else {   /* B = 32: the first 8 of the 16 lines */
+                _Alignas(64) uint32_t o[256];
+                for (int k = 0; k < 2; k++) {
+                    tr16_to(k ? lv : hv, o, 16);
+                    for (int g = 0; g < 8; g++)
+                        _mm512_store_si512((k ? lb : hb) + (c4 + g) * nps + (int64_t)tb * 4, _mm512_load_si512(o + 16 * g));
+                }
+            }
             if (((b + 1) * L.B) % L.G == 0) {
-                X[((b + 1) * L.B / L.G - 1) * L.np + t] = gs;
-                gs = 0;
+                float *xg = X + ((b + 1) * L.B / L.G - 1) * L.np + tb;
+                for (int i = 0; i < 16; i++) xg[i] = gs[i];
+                for (int i = 0; i < 16; i++) gs[i] = 0;
             }
         }
     }
-    if (t1 == n && !L.vec)
-        for (int t = n; t < L.np; t++) {
-            for (int64_t b = 0; b < L.nb; b++) D[b * L.np + t] = 0;
-            for (int64_t g = 0; g < L.ng; g++) X[g * L.np + t] = 0;
-            for (int64_t c4 = 0; c4 < L.K / 4; c4++) {
-                memset(hb + c4 * nps + t * 4, 0, 4);
-                memset(lb + c4 * nps + t * 4, 0, 4);
-            }
-        }
 }
 
 /* The scales and biases of rows [r, r + nr) (nr <= 16; rows past it 0) for groups [g0, g0 + cnt)

@@ -59,9 +59,9 @@ static inline AMX_TGT __m256i round16(const float *x, int64_t left, __m256i *lo)
     return (__m256i)h;
 }
 
-/* 16 rows of 32 bf16 (v[i]: row i) into pairs: o[p * 16 + i] = pair p of row i, a 16 x 16
- * transpose of 32-bit pairs. */
-static inline __attribute__((always_inline)) AMX_TGT void tr16(const __m512i v[16], uint32_t *o) {
+/* 16 rows of 16 dwords (v[i]: row i; 32 bf16, or 64 bytes) transposed: o[p * stride + i] = dword p
+ * of row i. */
+static inline __attribute__((always_inline)) AMX_TGT void tr16_to(const __m512i v[16], uint32_t *o, int64_t stride) {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
@@ -77,15 +77,19 @@ static inline __attribute__((always_inline)) AMX_TGT void tr16(const __m512i v[1
     for (int j = 0; j < 4; j++) {
         __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
         __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44), s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-        _mm512_storeu_si512(o + 16 * (0 + j), _mm512_shuffle_i32x4(s0, s2, 0x88));
-        _mm512_storeu_si512(o + 16 * (4 + j), _mm512_shuffle_i32x4(s0, s2, 0xDD));
-        _mm512_storeu_si512(o + 16 * (8 + j), _mm512_shuffle_i32x4(s1, s3, 0x88));
-        _mm512_storeu_si512(o + 16 * (12 + j), _mm512_shuffle_i32x4(s1, s3, 0xDD));
+        _mm512_storeu_si512(o + stride * (0 + j), _mm512_shuffle_i32x4(s0, s2, 0x88));
+        _mm512_storeu_si512(o + stride * (4 + j), _mm512_shuffle_i32x4(s0, s2, 0xDD));
+        _mm512_storeu_si512(o + stride * (8 + j), _mm512_shuffle_i32x4(s1, s3, 0x88));
+        _mm512_storeu_si512(o + stride * (12 + j), _mm512_shuffle_i32x4(s1, s3, 0xDD));
     }
 }
 
+/* 16 rows of 32 bf16 (v[i]: row i) into pairs: o[p * 16 + i] = pair p of row i. */
+static inline __attribute__((always_inline)) AMX_TGT void tr16(const __m512i v[16], uint32_t *o) { tr16_to(v, o, 16); }
+
 /* amx_mlx.c: MLX affine W (cpu_amx_q_ok) on the tiles; cpu_amx_bytes / prep / rows hand them over. */
 size_t amx_mlx_bytes(const ci_mat *W, int n);
+int amx_mlx_prep_unit(const ci_mat *W, int n);
 void amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles);

@@ -583,7 +583,10 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int done) {
 }
 
 /* The x rows of several jobs (a batch's, or one prefill's) that take int16 activations or an AMX
- * set, prepared across the pool, a token row an item, when there are enough of them to pay for the
+ * set, prepared across the pool, a token row an item (16 for amx_mlx.c's tiles: a token an item
+ * wrote 4 bytes of every 64-byte line, two threads' tokens sharing all of them; on the 2-vCPU Zen 5,
+ * 2026-12-06, the preparation was then 14% of a 128-token --mlx-amx prefill's samples on two
+ * threads against 4.7% on one), when there are enough of them to pay for the
  * pass (PREP_PAR_ELEMS columns in all): in an MoE prefill on one thread the int16 preparation of
  * the experts' x was ~5% of the time (Sapphire Rapids VM, 2026-12-05), and the AMX one ~10% of an
  * MLX prefill with --mlx-amx, the whole of it at 16 threads (2026-12-06), left on the caller alone
@@ -607,7 +610,10 @@ static void prep_item(void *c, int64_t it, cpu_slot *slot) {
     const mm_ctx *m = &p->m[j];
     const int64_t t = it - p->first[j];
     if (m->i16) p->b->i16->prep(m->W, m->x + t * m->W->cols, p->mem + p->at[j] + t * m->xi16s);
-    else cpu_amx_prep(m->W, m->x, m->n, (int)t, (int)t + 1, p->mem + p->at[j]);
+    else {   /* an item of u tokens (16 in amx_mlx.c's tiles layout: whole lines of it) */
+        const int u = cpu_amx_prep_unit(m->W, m->n), t0 = (int)t * u;
+        cpu_amx_prep(m->W, m->x, m->n, t0, t0 + u < m->n ? t0 + u : m->n, p->mem + p->at[j]);
+    }
 }
 
 static int mm_prep_rows(cpu_backend *b, const mm_ctx *m, int count, uint8_t *mem, const size_t *at) {
@@ -617,7 +623,7 @@ static int mm_prep_rows(cpu_backend *b, const mm_ctx *m, int count, uint8_t *mem
     first[0] = 0;
     for (int j = 0; j < count; j++) {
         const int rows = (m[j].i16 && !m[j].xi16_donor) || m[j].amx ? m[j].n : 0;
-        first[j + 1] = first[j] + rows;
+        first[j + 1] = first[j] + (m[j].amx ? ceil_div(rows, cpu_amx_prep_unit(m[j].W, m[j].n)) : rows);
         elems += (int64_t)rows * m[j].W->cols;
     }
     if (elems < PREP_PAR_ELEMS) return 0;

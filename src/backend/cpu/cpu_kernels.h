@@ -122,7 +122,8 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
 /* amx_bf16.c. Whether this CPU and kernel let the process use AMX-BF16 tiles (asks the kernel for
  * them once; 0 elsewhere). bf16 W (or, cpu_amx_q_ok, MLX W: amx_mlx.c) times n rows of x:
  * cpu_amx_prep prepares x's tokens [t0, t1) (of n rows of W->cols floats) into cpu_amx_bytes(W, n)
- * bytes, once per matmul (ranges write disjoint bytes: cpu.c runs them across the pool);
+ * bytes, once per matmul (ranges write disjoint bytes: cpu.c runs them across the pool; t0 a
+ * multiple of cpu_amx_prep_unit(W, n), t1 one too or n);
  * cpu_amx_rows writes y[t * W->rows + r] for r in [r0, r1) and the tokens [t0, t1) (n <=
  * cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
  * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK; tiles 0: MLX W's
@@ -137,6 +138,7 @@ int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; c
 int cpu_amx_q_ok(const ci_mat *W);
 size_t cpu_amx_bytes(const ci_mat *W, int n);
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
+int cpu_amx_prep_unit(const ci_mat *W, int n);
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles);
 size_t cpu_amx_pack_bytes(void);
