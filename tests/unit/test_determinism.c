@@ -393,6 +393,70 @@ static void test_amx_mlx_precision(void) {
     if (vn) vn->free(vn);
 }
 
+/* --mlx-amx's one-token kernel reads bf16 scales and biases from a copy kept in its own order
+ * (cpu_amx_mlx_ptiles: 16 grid rows by group) where the grid's size is known: the same bits as the
+ * kernel transposing them per token (CINFER_CPU_MLX_PTILES=0), for whole matrices, views of
+ * stacked "experts" starting at a grid row of 16 k (the copy) or not (the transposing kernel),
+ * two widths of one grid in one backend, a descriptor whose view reaches past its stated grid
+ * (the copy made again), and groups past one 16-group window. */
+static void test_amx_mlx_ptiles(void) {
+    rng = 0x2545f4914f6cdd1dull;
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *bt = ci_backend_cpu_new(1, CI_ISA_AVX512);
+    setenv("CINFER_CPU_MLX_PTILES", "0", 1);
+    const int ok = be && bt && ci_backend_cpu_amx_mlx(bt);   /* bt: transposing per token */
+    unsetenv("CINFER_CPU_MLX_PTILES");
+    if (!ok || !ci_backend_cpu_amx_mlx(be)) {
+        printf("NOTE no AVX-512 VNNI on this CPU: amx_mlx.c's params copy not checked\n");
+        if (be) be->free(be);
+        if (bt) bt->free(bt);
+        return;
+    }
+    static const struct { kind k; int group; int64_t rows, cols, grid; } cases[] = {
+        { K_Q4, 64, 72, 2112, 72 },   /* 33 groups: three windows */
+        { K_Q8, 32, 40, 1088, 40 },
+        { K_Q4, 32, 53, 512, 53 },    /* a last tile of 5 rows */
+        { K_Q4, 64, 48, 1024, 16 },   /* a view reaching past the grid it states: the copy grows */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        wmat w;
+        group_force = cases[ci].group;
+        make_w(&w, cases[ci].k, cases[ci].rows, cases[ci].cols);
+        group_force = 0;
+        w.d.grid_rows = cases[ci].grid;
+        const int64_t rows = cases[ci].rows, cols = cases[ci].cols, rb = cols * w.d.bits / 8;
+        float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+        float *yt = malloc((size_t)rows * sizeof(float));
+        for (int64_t i = 0; i < cols; i++) x[i] = rnd(-1, 1);
+        /* views: the first 16 rows, the whole, from row 16, from row 24 (not a tile's first row),
+         * 8 rows from row 32 */
+        static const int64_t v0[] = { 0, 0, 16, 24, 32 }, vn[] = { 16, -1, -1, -1, 8 };
+        for (int vi = 0; vi < 5; vi++) {
+            if (v0[vi] >= rows) continue;
+            ci_mat V = w.m;
+            V.data = (const uint8_t *)w.m.data + v0[vi] * rb;
+            V.rows = vn[vi] < 0 || v0[vi] + vn[vi] > rows ? rows - v0[vi] : vn[vi];
+            V.scale_row0 = v0[vi];
+            be->matmul(be, y, x, 1, &V);
+            bt->matmul(bt, yt, x, 1, &V);
+            CHECK(!memcmp(y, yt, (size_t)V.rows * sizeof(float)), "amx-mlx %d-bit g%d [%lld x %lld] rows %lld.. of a grid "
+                  "of %lld: the params copy and the per-token transposes differ", w.d.bits, w.d.group, (long long)V.rows,
+                  (long long)cols, (long long)v0[vi], (long long)cases[ci].grid);
+        }
+        /* the same descriptor seen at another width (the copy's groups a row differ): not taken */
+        ci_mat N = w.m;
+        N.cols = cols / 2;
+        N.rows = rows < 16 ? rows : 16;
+        be->matmul(be, y, x, 1, &N);
+        bt->matmul(bt, yt, x, 1, &N);
+        CHECK(!memcmp(y, yt, (size_t)N.rows * sizeof(float)), "amx-mlx %d-bit g%d: a half-width view of a copied grid "
+              "differs from the per-token transposes", w.d.bits, w.d.group);
+        free(x); free(y); free(yt);
+        wmat_free(&w);
+    }
+    be->free(be);
+    bt->free(bt);
+}
+
 /* ci_backend_cpu_int16_act (where the CPU has AVX-512 VNNI) computes what quant_i16_avx512.c
  * states for affine 4- and 8-bit weights: w · x̃, x̃ = x rounded to int16 per 32-column block
  * (d = max|x| / 32767, nearest even) times d, exact integer code sums, f32 scaling. Within
@@ -640,6 +704,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_matmul_small_cols);
     TEST_RUN(test_bf16_act_precision);
     TEST_RUN(test_amx_mlx_precision);
+    TEST_RUN(test_amx_mlx_ptiles);
     TEST_RUN(test_int16_act_precision);
     TEST_RUN(test_rowwise_ops_independent_of_batch);
     TEST_EXIT();

@@ -246,8 +246,8 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
 }
 
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles) {
-    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
+                  int tiles, const uint32_t *pt) {
+    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
     else if (n <= ROWS_FORM_MAX) rows_form(W, r0, r1, n, xp, y);
     else tokens_form(W, r0, r1, t0, t1, xp, y, pack);
 }
@@ -265,10 +265,24 @@ void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *
     (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem;
 }
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles) {
+                  int tiles, const uint32_t *pt) {
     (void)tiles;
+    (void)pt;
     (void)W; (void)r0; (void)r1; (void)t0; (void)t1; (void)n; (void)xp; (void)y; (void)pack;
 }
 size_t cpu_amx_pack_bytes(void) { return 0; }
 int cpu_amx_rows_form_max(void) { return 0; }
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int64_t *fill) {
+    (void)tab;
+    (void)W;
+    *fill = 0;
+    return NULL;
+}
+void cpu_amx_mlx_ptiles_fill(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1) {
+    (void)W;
+    (void)t;
+    (void)r0;
+    (void)r1;
+}
+void cpu_amx_ptab_free(cpu_amx_ptab *tab) { (void)tab; }
 #endif

@@ -35,6 +35,8 @@
 #define I8_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,amx-int8")))
 #define TGT I8_TGT   /* quant_avx512.h's q16 */
 #include "quant_avx512.h"
+#include <stdlib.h>
+#include <sys/mman.h>
 #define QMAX 32639.0f
 #ifndef VN_MAX
 #define VN_MAX 3                 /* tokens up to which the vector kernel runs */
@@ -249,6 +251,96 @@ static I8_TGT void params_bf16(const ci_mat *W, int64_t r, int nr, int64_t g0, i
     tr16(v, &sb[0][0]);
 }
 
+/* ---- the params kept in 16-row tiles (cpu_amx_mlx_ptiles) ------------------------------------- */
+
+struct cpu_amx_ptab {
+    int64_t cap, count;   /* open addressing by descriptor, cap a power of 2, at most half full */
+    struct ptab_ent {
+        const ci_qdesc *d;
+        int64_t ng, rows;   /* groups a row; grid rows held (a multiple of 16) */
+        uint32_t *t;        /* [rows / 16][ng][16] */
+    } *e;
+};
+
+static int64_t ptab_slot(const cpu_amx_ptab *tab, const ci_qdesc *d) {
+    uint64_t h = ((uint64_t)(uintptr_t)d >> 4) * 0x9E3779B97F4A7C15ull;
+    for (int64_t i = (int64_t)(h >> 32) & (tab->cap - 1);; i = (i + 1) & (tab->cap - 1))
+        if (!tab->e[i].d || tab->e[i].d == d) return i;
+}
+
+/* W's grid reach (rows the scale arrays hold), or 0 where W's params don't go to tiles. */
+static int64_t ptiles_reach(const ci_mat *W) {
+    const ci_qdesc *d = q_desc(W);
+    if (d->scale_dtype != CI_BF16 || !d->biases || d->stored_t || !d->grid_rows) return 0;
+    return d->grid_rows > W->scale_row0 + W->rows ? d->grid_rows : W->scale_row0 + W->rows;
+}
+
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t reach = ptiles_reach(W), ng = W->cols / d->group;
+    *fill = 0;
+    if (!reach) return NULL;
+    cpu_amx_ptab *tab = *tabp;
+    if (!tab) {
+        if (!(tab = calloc(1, sizeof *tab)) || !(tab->e = calloc(64, sizeof *tab->e))) {
+            free(tab);
+            return NULL;
+        }
+        tab->cap = 64;
+        *tabp = tab;
+    }
+    struct ptab_ent *e = &tab->e[ptab_slot(tab, d)];
+    if (e->d) {
+        if (e->ng != ng) return NULL;   /* one descriptor, two widths: not a grid this knows */
+        if (e->rows >= reach) return e->t;
+        free(e->t);   /* a view reaching further: the whole grid again (no matmul is running) */
+        e->t = NULL;
+        e->rows = 0;
+    } else if (2 * (tab->count + 1) > tab->cap) {   /* grow, then find d's slot again */
+        cpu_amx_ptab big = { 2 * tab->cap, 0, calloc((size_t)(2 * tab->cap), sizeof *tab->e) };
+        if (!big.e) return NULL;
+        for (int64_t i = 0; i < tab->cap; i++)
+            if (tab->e[i].d) big.e[ptab_slot(&big, tab->e[i].d)] = tab->e[i];
+        big.count = tab->count;
+        free(tab->e);
+        *tab = big;
+        e = &tab->e[ptab_slot(tab, d)];
+    }
+    /* huge pages asked for: a one-token decode streams the array beside the codes */
+    const int64_t rows = (reach + 15) / 16 * 16;
+    const size_t bytes = (size_t)rows * (size_t)ng * 4, huge = (size_t)2 << 20;
+    void *t = NULL;
+    if (posix_memalign(&t, bytes >= huge ? huge : 64, bytes)) return NULL;   /* the kernel transposes */
+    if (bytes >= huge) (void)madvise(t, bytes, 14 /* MADV_HUGEPAGE */);
+    if (!e->d) tab->count++;
+    *e = (struct ptab_ent){ d, ng, rows, t };
+    *fill = rows;
+    return t;
+}
+
+void cpu_amx_mlx_ptiles_fill(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1) {
+    const int64_t reach = ptiles_reach(W), ng = W->cols / q_desc(W)->group;
+    ci_mat G = *W;
+    G.scale_row0 = 0;
+    _Alignas(64) uint32_t sb[16][16];
+    for (int64_t r = r0; r < r1; r += 16) {
+        const int nr = (int)(reach - r < 16 ? (reach - r > 0 ? reach - r : 0) : 16);   /* past the reach: 0 */
+        uint32_t *o = t + r * ng;
+        for (int64_t g = 0; g < ng; g += 16) {
+            const int cnt = ng - g < 16 ? (int)(ng - g) : 16;
+            params_bf16(&G, r, nr, g, cnt, sb);
+            memcpy(o + 16 * g, sb, (size_t)cnt * 64);
+        }
+    }
+}
+
+void cpu_amx_ptab_free(cpu_amx_ptab *tab) {
+    if (!tab) return;
+    for (int64_t i = 0; i < tab->cap; i++) free(tab->e[i].t);
+    free(tab->e);
+    free(tab);
+}
+
 /* ---- vector kernel (n <= VN_MAX) -------------------------------------------------------------- */
 
 /* bytes ahead a row's reads prefetch (T0); on the Sapphire Rapids VM, 2026-12-06, Qwen3-0.6B dims
@@ -339,7 +431,8 @@ static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_
  * prefetch: 4; bf16 parameters in one transpose (params_bf16) 34 / 40.7 -> 38 / 43.3. In L2 it is
  * bound by its work: the block tree and the parameter transposes cost ~20-25% each. */
 static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int lpb, const ci_mat *W,
-                                                                     int64_t r0, int64_t r1, const uint8_t *xp, float *y) {
+                                                                     int64_t r0, int64_t r1, const uint8_t *xp, float *y,
+                                                                     const uint32_t *pt) {
     const lay L = lay_of(W, 1);
     const ci_qdesc *d = q_desc(W);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
@@ -350,11 +443,18 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
     const __m512i msk = _mm512_set1_epi16(BITS == 4 ? 0x000f : 0x00ff);
     _Alignas(64) float sv[16][16], bv[16][16];
     _Alignas(64) uint32_t sb[16][16] = { { 0 } };
-    const int pairs = d->scale_dtype == CI_BF16 && d->biases;   /* MLX's usual: params_bf16 */
+    const int pairs = d->scale_dtype == CI_BF16 && d->biases;   /* MLX's usual: params_bf16 (or pt) */
     for (int64_t r = r0; r < r1; r += 16) {
         const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
         const uint8_t *w0 = (const uint8_t *)W->data + r * rb;
-        if (r + 16 < r1) q_pf_next_params(d, (W->scale_row0 + r) * L.ng, L.ng, 16);
+        /* pt: these 16 rows' params, 16 dwords a group, in place (no window to transpose) */
+        const uint32_t *pr = pt && pairs ? pt + (W->scale_row0 + r) * L.ng : NULL;
+        if (r + 16 < r1) {
+            if (pr)
+                for (int64_t o = 0; o < L.ng * 16; o += 16) __builtin_prefetch(pr + 16 * L.ng + o, 0, 3);
+            else
+                q_pf_next_params(d, (W->scale_row0 + r) * L.ng, L.ng, 16);
+        }
         __m512 acc = _mm512_setzero_ps();
         int64_t gcur = -1, g = 0;   /* the block's group, and its place in it: counters, not divisions */
         int64_t bi = 0;
@@ -387,13 +487,13 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
             for (int bl = 0; bl < bpc; bl++) {
                 const int64_t b = k * bpc + bl;
                 if (b >= L.nb) break;
-                if (gcur < 0 || g >= gcur + 16) {   /* a window of 16 groups' parameters */
+                if (!pr && (gcur < 0 || g >= gcur + 16)) {   /* a window of 16 groups' parameters */
                     gcur = g;
                     const int cnt = L.ng - g < 16 ? (int)(L.ng - g) : 16;
                     if (pairs) params_bf16(W, r, nr, g, cnt, sb);
                     else params(W, r, nr, g, cnt, 16, &sv[0][0], &bv[0][0]);
                 }
-                const __m512i pv = _mm512_load_si512(sb[g - gcur]);
+                const __m512i pv = pr ? _mm512_load_si512(pr + 16 * g) : _mm512_load_si512(sb[g - gcur]);
                 const __m512 s = pairs ? _mm512_castsi512_ps(_mm512_slli_epi32(pv, 16)) : _mm512_load_ps(sv[g - gcur]);
                 const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sb[bl]), sd, acc);
@@ -410,14 +510,15 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
     }
 }
 
-static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y) {
+static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y, const uint32_t *pt) {
     const int b64 = q_desc(W)->group % 64 == 0;   /* blocks of 64 columns, else 32 (lay_of) */
+    if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (q_desc(W)->bits == 4) {
-        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y);
-        else rows_one_T(4, 4, W, r0, r1, xp, y);
+        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y, pt);
+        else rows_one_T(4, 4, W, r0, r1, xp, y, pt);
     } else {
-        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y);
-        else rows_one_T(8, 8, W, r0, r1, xp, y);
+        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y, pt);
+        else rows_one_T(8, 8, W, r0, r1, xp, y, pt);
     }
 }
 
@@ -650,8 +751,8 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
 }
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles) {
-    if (n == 1) rows_one(W, r0, r1, xp, y);
+                  int tiles, const uint32_t *pt) {
+    if (n == 1) rows_one(W, r0, r1, xp, y, pt);
     else if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
     else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
 }

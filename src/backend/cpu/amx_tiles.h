@@ -92,6 +92,6 @@ size_t amx_mlx_bytes(const ci_mat *W, int n);
 int amx_mlx_prep_unit(const ci_mat *W, int n);
 void amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles);
+                  int tiles, const uint32_t *pt);
 
 #endif

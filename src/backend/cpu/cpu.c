@@ -73,6 +73,9 @@ typedef struct {
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
     int amx_mlx;              /* MLX affine W as amx_mlx.c computes it (opt-in): 1 on the AMX-INT8
                                * tiles, 2 on AVX-512 VNNI alone (the same bits) */
+    int amx_ptiles;           /* amx_mlx: one-token matmuls read W's params from ptab
+                               * (CINFER_CPU_MLX_PTILES=0: transposed per token instead) */
+    cpu_amx_ptab *ptab;       /* cpu_amx_mlx_ptiles' copies */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -238,6 +241,7 @@ typedef struct mm_ctx_s {
                                * into xa (cpu_amx_prep); 2: MLX W whose tokens form runs on AVX-512
                                * VNNI instead of the tiles (amx_mlx 2) */
     const void *xa;
+    const uint32_t *pt;       /* amx: MLX W's params in 16-row tiles (cpu_amx_mlx_ptiles), or NULL */
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
     const struct mm_ctx_s *xi16_donor;   /* an earlier job of a batch whose xi16 this one reads
@@ -528,6 +532,30 @@ static int mm_wants_xb(const cpu_backend *b, const mm_ctx *m) {
     return m->W->dtype == CI_BF16 && b->k->bf16_block;
 }
 
+/* W's params in amx_mlx.c's 16-row tiles (cpu_amx_mlx_ptiles), a new array filled across the pool. */
+typedef struct {
+    const ci_mat *W;
+    uint32_t *t;
+    int64_t rows;
+} ptiles_ctx;
+
+#define PTILE_ROWS 256   /* grid rows a fill item */
+static void ptiles_item(void *c, int64_t it, cpu_slot *slot) {
+    (void)slot;
+    const ptiles_ctx *p = c;
+    cpu_amx_mlx_ptiles_fill(p->W, p->t, it * PTILE_ROWS, min64((it + 1) * PTILE_ROWS, p->rows));
+}
+
+static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W) {
+    int64_t fill;
+    uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, &fill);
+    if (t && fill) {
+        ptiles_ctx p = { W, t, fill };
+        par_for(b, ceil_div(fill, PTILE_ROWS), ptiles_item, &p, 1);
+    }
+    return t;
+}
+
 /* Picks the path W takes (int16 activations, AMX tiles, split order, bf16), sets rows_per_item (for a
  * row-item matmul: int16 activations or n <= CPU_TILE_T) and returns the bytes of scratch
  * mm_prepare fills with x prepared for that path: 0 when it needs none, or when m reads
@@ -546,6 +574,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
+        if (W->dtype == CI_U32 && m->n == 1 && b->amx_ptiles) m->pt = ptiles(b, W);
         return cpu_amx_bytes(W, m->n);
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
@@ -658,7 +687,7 @@ static void mm_amx_item(void *c, int64_t it, cpu_slot *slot) {
         t0 = (int)(tb * m->tok_per_item);
         t1 = (int)min64(t0 + m->tok_per_item, m->n);
     }
-    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack, m->amx == 1);
+    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack, m->amx == 1, m->pt);
 }
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
@@ -1506,6 +1535,8 @@ int ci_backend_cpu_amx_mlx(ci_backend *be) {
         const char *mt = getenv("CINFER_CPU_MLX_TILES");
         const int tiles = cpu_amx_int8_usable() && !(mt && !strcmp(mt, "0"));
         b->amx_mlx = tiles ? 1 : 2;
+        const char *pt = getenv("CINFER_CPU_MLX_PTILES");
+        b->amx_ptiles = !(pt && !strcmp(pt, "0"));
         b->base.name = b->k == &cpu_kernels_avx512bf16 ? (tiles ? "cpu-avx512-bf16-amx-mlx" : "cpu-avx512-bf16-vnni-mlx")
                        : b->k == &cpu_kernels_amxbf16  ? (tiles ? "cpu-amx-bf16-amx-mlx" : "cpu-amx-bf16-vnni-mlx")
                                                         : (tiles ? "cpu-avx512-amx-mlx" : "cpu-avx512-vnni-mlx");
@@ -1550,6 +1581,7 @@ static void cpu_free(ci_backend *be) {
     free(b->slots);
     cpu_moe_tmp_free(b->moe_tmp);
     cpu_mla_tmp_free(b->mla_tmp);
+    cpu_amx_ptab_free(b->ptab);
     free(b->mm_x);
     ci_pool_free(b->base.pool);
     free(b);

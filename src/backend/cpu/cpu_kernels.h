@@ -128,7 +128,8 @@ extern const cpu_kernels cpu_kernels_amxbf16;      /* the same, bf16 W on AMX ti
  * cpu_amx_rows_form_max(): all n, t0 / t1 ignored; else t0 a multiple of 16), with pack:
  * cpu_amx_pack_bytes() of scratch, 64-byte aligned; t1 - t0 <= CPU_AMX_TOK; tiles 0: MLX W's
  * products of 4 tokens and more on AVX-512 VNNI instead of the AMX-INT8 tiles, the same bits (a
- * CPU without AMX-INT8; bf16 W always on the tiles). */
+ * CPU without AMX-INT8; bf16 W always on the tiles); pt: MLX W's params as cpu_amx_mlx_ptiles
+ * keeps them, or NULL. */
 #define CPU_AMX_TOK 512
 int cpu_amx_usable(void);
 int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; compilers differ in naming it) */
@@ -140,9 +141,21 @@ size_t cpu_amx_bytes(const ci_mat *W, int n);
 void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
 int cpu_amx_prep_unit(const ci_mat *W, int n);
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles);
+                  int tiles, const uint32_t *pt);
 size_t cpu_amx_pack_bytes(void);
 int cpu_amx_rows_form_max(void);
+/* amx_mlx.c. MLX W's bf16 scales and biases kept in the one-token kernel's order: per 16 rows of the
+ * scale grid (from row 0) and group g, 16 dwords, row i's scale | bias << 16 (the transposes that
+ * kernel otherwise makes per token, ~11% of a one-token decode's time on the Zen 5). One array per
+ * descriptor (stacked experts share one), held in *tab until cpu_amx_ptab_free: the same bytes again
+ * as the scales and biases. cpu_amx_mlx_ptiles returns W's, or NULL where W's params are not bf16
+ * with biases, its grid's size is not known, or memory is short (the kernel then transposes); *fill:
+ * 0, or the rows of a new array, to be filled (cpu_amx_mlx_ptiles_fill, ranges of multiples of 16
+ * rows, disjoint, at once if wanted) before its first use. */
+typedef struct cpu_amx_ptab cpu_amx_ptab;
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int64_t *fill);
+void cpu_amx_mlx_ptiles_fill(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1);
+void cpu_amx_ptab_free(cpu_amx_ptab *tab);
 
 /* MLX-quantized weights (ci_mat dtype CI_U32, see backend.h): the same two inner loops, reading the
  * packed codes and per-group scales directly (quant_kernels_*.c). cpu.c sends a quantized
