@@ -87,6 +87,8 @@ static const char *USAGE =
     "                           (prompts) where the CPU has AMX-INT8, else on VNNI alone, the same bits\n"
     "                           (~1.5-2x the default prefill, decode 0.8-1.4x it;\n"
     "                           logits within ~1e-3 of their largest magnitude of the f32 path;\n"
+    "                           bf16 scales and biases held twice, once in the decode kernel's\n"
+    "                           order, ~1/9 more memory: CINFER_CPU_MLX_PTILES=0 declines that;\n"
     "                           --int16-act, if also given, takes those weights first)\n"
     "logits, generate, bench, perplexity, chat and serve also take:\n"
     "  --tp N                   CPU: the model split over N tensor-parallel ranks (threads of this\n"
