@@ -37,6 +37,7 @@
 #include "quant_avx512.h"
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #define QMAX 32639.0f
 #ifndef VN_MAX
 #define VN_MAX 3                 /* tokens up to which the vector kernel runs */
@@ -309,6 +310,10 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill
     /* huge pages asked for: a one-token decode streams the array beside the codes */
     const int64_t rows = (reach + 15) / 16 * 16;
     const size_t bytes = (size_t)rows * (size_t)ng * 4, huge = (size_t)2 << 20;
+    /* only into free memory, 256 MiB kept: taking it from the page cache would evict the weights of
+     * a --mmap run, and past it the copy could cost the process itself */
+    const long fp = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (fp > 0 && psz > 0 && (uint64_t)fp * (uint64_t)psz < (uint64_t)bytes + ((uint64_t)256 << 20)) return NULL;
     void *t = NULL;
     if (posix_memalign(&t, bytes >= huge ? huge : 64, bytes)) return NULL;   /* the kernel transposes */
     if (bytes >= huge) (void)madvise(t, bytes, 14 /* MADV_HUGEPAGE */);

@@ -149,7 +149,8 @@ int cpu_amx_rows_form_max(void);
  * kernel otherwise makes per token, ~11% of a one-token decode's time on the Zen 5). One array per
  * descriptor (stacked experts share one), held in *tab until cpu_amx_ptab_free: the same bytes again
  * as the scales and biases. cpu_amx_mlx_ptiles returns W's, or NULL where W's params are not bf16
- * with biases, its grid's size is not known, or memory is short (the kernel then transposes); *fill:
+ * with biases, its grid's size is not known, or free memory (less 256 MiB) is short (the kernel then
+ * transposes); *fill:
  * 0, or the rows of a new array, to be filled (cpu_amx_mlx_ptiles_fill, ranges of multiples of 16
  * rows, disjoint, at once if wanted) before its first use. */
 typedef struct cpu_amx_ptab cpu_amx_ptab;
