@@ -258,7 +258,7 @@ struct cpu_amx_ptab {
     int64_t cap, count;   /* open addressing by descriptor, cap a power of 2, at most half full */
     struct ptab_ent {
         const ci_qdesc *d;
-        int64_t ng, rows;   /* groups a row; grid rows held (a multiple of 16) */
+        int64_t ng, rows;   /* groups a row; grid rows held (a multiple of 16), -1: declined (memory) */
         uint32_t *t;        /* [rows / 16][ng][16] */
     } *e;
 };
@@ -292,11 +292,10 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill
     }
     struct ptab_ent *e = &tab->e[ptab_slot(tab, d)];
     if (e->d) {
-        if (e->ng != ng) return NULL;   /* one descriptor, two widths: not a grid this knows */
+        if (e->ng != ng || e->rows < 0) return NULL;   /* two widths of one grid; or declined before */
         if (e->rows >= reach) return e->t;
         free(e->t);   /* a view reaching further: the whole grid again (no matmul is running) */
         e->t = NULL;
-        e->rows = 0;
     } else if (2 * (tab->count + 1) > tab->cap) {   /* grow, then find d's slot again */
         cpu_amx_ptab big = { 2 * tab->cap, 0, calloc((size_t)(2 * tab->cap), sizeof *tab->e) };
         if (!big.e) return NULL;
@@ -313,11 +312,14 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill
     /* only into free memory, 256 MiB kept: taking it from the page cache would evict the weights of
      * a --mmap run, and past it the copy could cost the process itself */
     const long fp = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    if (fp > 0 && psz > 0 && (uint64_t)fp * (uint64_t)psz < (uint64_t)bytes + ((uint64_t)256 << 20)) return NULL;
     void *t = NULL;
-    if (posix_memalign(&t, bytes >= huge ? huge : 64, bytes)) return NULL;   /* the kernel transposes */
-    if (bytes >= huge) (void)madvise(t, bytes, 14 /* MADV_HUGEPAGE */);
     if (!e->d) tab->count++;
+    if ((fp > 0 && psz > 0 && (uint64_t)fp * (uint64_t)psz < (uint64_t)bytes + ((uint64_t)256 << 20)) ||
+        posix_memalign(&t, bytes >= huge ? huge : 64, bytes)) {
+        *e = (struct ptab_ent){ d, ng, -1, NULL };   /* declined for good: the kernel transposes */
+        return NULL;
+    }
+    if (bytes >= huge) (void)madvise(t, bytes, 14 /* MADV_HUGEPAGE */);
     *e = (struct ptab_ent){ d, ng, rows, t };
     *fill = rows;
     return t;
