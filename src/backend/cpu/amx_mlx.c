@@ -22,8 +22,9 @@
  *  - vector (n <= VN_MAX tokens: decode): 16 weight rows at a time; a row's codes come out of
  *    their 16-bit words with shifts and masks (4-bit: nibble m of word w is column 4w + m of a
  *    128-column chunk; 8-bit: byte m of word w is column 2w + m of a 64-column chunk), x̂ is
- *    prepared in that order, and vpdpwssd sums code-word pairs into 16 lanes; a 16 x 16 transpose
- *    turns the rows' lanes into per-block sums with the rows in lanes, for the f32 chain.
+ *    prepared in that order, and vpdpwssd sums code-word pairs into 16 lanes; pairwise levels of
+ *    permutes turn the rows' lanes into per-block sums with the rows in lanes, for the f32 chain
+ *    (rows_one; 2 or 3 tokens run it token after token over an item's rows).
  *  - tiles (more tokens): A = 16 weight rows' codes as bytes (TDPBUSD's unsigned operand; 4-bit
  *    codes expanded SEGK columns at a time), B = x̂'s high and low bytes (signed) for 16 tokens in
  *    the tiles' 4-byte groups; per block two TDPBUSD give H and L, S = 256 H + L (exact), and the
@@ -354,32 +355,9 @@ void cpu_amx_ptab_free(cpu_amx_ptab *tab) {
  * 4-bit decode, one thread: none 18.5 tok/s, 1024 21.1, 2048 24.2, 4096 24.7-25.1, 8192 24.0-24.2,
  * 16384 22.1-23.2; to L2 (T1) 22.5-24.1 */
 #define VN_PFD 4096
-#define WCH 32   /* chunks a window: N x WCH x 1 KiB of sums in the pack buffer (8, 16: slower) */
 
-/* Row i's chunks [0, nc) (64 bytes of codes each) against N token rows: P[(t * WCH + c) * 256 +
- * 16 i + lane] = the chunk's 16 lanes of exact code-word sums (lane p: columns 8p..8p+7 of a 4-bit
- * chunk, 4p..4p+3 of an 8-bit one). The row is read front to back. */
-static inline __attribute__((always_inline)) I8_TGT void row_chunks(const uint8_t *w, int nc, int64_t left, int bits, int N,
-                                                                    const int16_t *xq, int64_t xs, int i, int32_t *P) {
-    const int nv = bits == 4 ? 4 : 2;
-    const __m512i msk = _mm512_set1_epi16(bits == 4 ? 0x000f : 0x00ff);
-    for (int c = 0; c < nc; c++, left -= 64) {
-        const uint8_t *p = w + 64 * c;
-        __builtin_prefetch(p + VN_PFD, 0, 3);
-        const __m512i v = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, p);
-        __m512i e[4];
-        for (int m = 0; m < nv; m++) e[m] = _mm512_and_si512(_mm512_srli_epi16(v, (unsigned)(m * bits)), msk);
-        for (int t = 0; t < N; t++) {
-            const int16_t *xc = xq + t * xs + c * (bits == 4 ? 128 : 64);
-            __m512i s = _mm512_madd_epi16(e[0], _mm512_load_si512(xc));
-            for (int m = 1; m < nv; m++) s = _mm512_dpwssd_epi32(s, e[m], _mm512_load_si512(xc + 32 * m));
-            _mm512_store_si512(P + ((t * WCH + c) * 16 + i) * 16, s);
-        }
-    }
-}
-
-/* The per-block sums of 16 rows' lane vectors (P: row i at P + 16 i; lpb lanes a block, so 16 / lpb
- * blocks): out[b] lane i = row i's sum over block b's lanes. Exact integer adds, by pairwise
+/* The per-block sums of 16 rows' lane vectors (lpb lanes a block, so 16 / lpb blocks): out[b] lane
+ * i = row i's sum over block b's lanes. Exact integer adds, by pairwise
  * levels of two-source permutes: after level l a vector holds 2^l rows of 16 / 2^l partial sums. */
 static inline __attribute__((always_inline)) I8_TGT __m512i pair_sum(__m512i a, __m512i b) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -420,30 +398,26 @@ static inline __attribute__((always_inline)) I8_TGT void block_sums_m(__m512i v[
     }
 }
 
-static inline __attribute__((always_inline)) I8_TGT void block_sums(const int32_t *P, int lpb, __m512i *out) {
-    __m512i v[16];
-    for (int i = 0; i < 16; i++) v[i] = _mm512_load_si512(P + 16 * i);
-    block_sums_m(v, 16, lpb, out);
-}
-
-/* One token (n = 1), what rows_vec computes for it, in registers: per chunk the 16 rows' lane
- * sums (each row's 64 bytes of codes against x̂'s chunk, which is loaded once for the 16), summed
- * pairwise as they come (block_sums' first level), their per-block sums (block_sums_m) and the
- * rows' chains, the blocks in order. Prefetch as the int16 decode tiles' per-row rule
+/* Token t of the n (<= VN_MAX) the vector layout holds, rows [r0, r1), in registers: per chunk the
+ * 16 rows' lane sums (each row's 64 bytes of codes against x̂'s chunk, which is loaded once for the
+ * 16), summed pairwise as they come (the tree's first level), their per-block sums (block_sums_m)
+ * and the rows' chains, the blocks in order. Prefetch as the int16 decode tiles' per-row rule
  * (quant_i16_avx512.c): rows of up to 1 KiB the same line of the next 16 rows, longer ones 1 KiB
- * ahead in the row. The same operations per row as rows_vec, so the same bits. test_quant --bench
- * 65536 1024 1 avx512-mlx on the Zen 5 (2026-12-06, GB/s, 4-bit / 8-bit): rows_vec's windows 13.4
- * / 13.6; this 27 / 33 -> 31 / 37-41 with the pairwise first level; 4096 bytes ahead in each row
+ * ahead in the row. test_quant --bench 65536 1024 1 avx512-mlx on the Zen 5 (2026-12-06, GB/s, 4-bit
+ * / 8-bit): the first vector kernel (a window of 32 chunks' lane sums of all n tokens through memory,
+ * then the tree; removed in the forty-fifth session: 2 or 3 tokens token by token through this ran
+ * a Qwen3-0.6B-dims 4-bit batch decode 1.5-1.6x faster) 13.4 / 13.6; this 27 / 33 -> 31 / 37-41
+ * with the pairwise first level; 4096 bytes ahead in each row
  * 32-33 / 18-20; the next 16 rows in byte order, 16 lines a chunk: 24-26 / 26-28; no software
  * prefetch: 4; bf16 parameters in one transpose (params_bf16) 34 / 40.7 -> 38 / 43.3. In L2 it is
  * bound by its work: the block tree and the parameter transposes cost ~20-25% each. */
 static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int lpb, const ci_mat *W,
                                                                      int64_t r0, int64_t r1, const uint8_t *xp, float *y,
-                                                                     const uint32_t *pt) {
-    const lay L = lay_of(W, 1);
+                                                                     const uint32_t *pt, int n, int t) {
+    const lay L = lay_of(W, n);   /* token t of the n the vector layout holds */
     const ci_qdesc *d = q_desc(W);
-    const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
-    const int16_t *xw = (const int16_t *)(xp + L.q_at);
+    const float *D = (const float *)(xp + L.d_at) + t, *X = (const float *)(xp + L.x_at) + t;
+    const int16_t *xw = (const int16_t *)(xp + L.q_at) + (int64_t)t * L.nch * L.ch;
     const int64_t rb = L.K * BITS / 8, ch = BITS == 4 ? 128 : 64, pd = rb < 1024 ? rb : 1024;
     const int bpc = 16 / lpb, nv = BITS == 4 ? 4 : 2;
     const int64_t bpg = L.G / L.B;   /* blocks a group */
@@ -502,12 +476,12 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
                 }
                 const __m512i pv = pr ? _mm512_load_si512(pr + 16 * g) : _mm512_load_si512(sb[g - gcur]);
                 const __m512 s = pairs ? _mm512_castsi512_ps(_mm512_slli_epi32(pv, 16)) : _mm512_load_ps(sv[g - gcur]);
-                const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b]));
+                const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b * n]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sb[bl]), sd, acc);
                 if (++bi == bpg) {   /* the group's last block: its bias term */
                     const __m512 bias = pairs ? _mm512_castsi512_ps(_mm512_and_si512(pv, _mm512_set1_epi32((int)0xffff0000u)))
                                               : _mm512_load_ps(bv[g - gcur]);
-                    acc = _mm512_fmadd_ps(bias, _mm512_set1_ps(X[g]), acc);
+                    acc = _mm512_fmadd_ps(bias, _mm512_set1_ps(X[g * n]), acc);
                     bi = 0;
                     g++;
                 }
@@ -517,75 +491,16 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
     }
 }
 
-static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y, const uint32_t *pt) {
+static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y, const uint32_t *pt,
+                            int n, int t) {
     const int b64 = q_desc(W)->group % 64 == 0;   /* blocks of 64 columns, else 32 (lay_of) */
     if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (q_desc(W)->bits == 4) {
-        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y, pt);
-        else rows_one_T(4, 4, W, r0, r1, xp, y, pt);
+        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y, pt, n, t);
+        else rows_one_T(4, 4, W, r0, r1, xp, y, pt, n, t);
     } else {
-        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y, pt);
-        else rows_one_T(8, 8, W, r0, r1, xp, y, pt);
-    }
-}
-
-static I8_TGT void rows_vec(const ci_mat *W, int64_t r0, int64_t r1, int n, const uint8_t *xp, float *y, int32_t *P) {
-    const lay L = lay_of(W, n);
-    const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
-    const int16_t *xw = (const int16_t *)(xp + L.q_at);
-    const int64_t rb = L.K * L.bits / 8, rows = W->rows, xs = L.nch * L.ch;
-    const int lpb = (int)(L.B * 16 / L.ch), bpc = 16 / lpb;   /* lanes a block, blocks a chunk */
-    _Alignas(64) float sv[16][16], bv[16][16];
-    for (int64_t r = r0; r < r1; r += 16) {
-        const int nr = (int)(r1 - r < 16 ? r1 - r : 16);
-        if (r + 16 < r1) q_pf_next_params(q_desc(W), (W->scale_row0 + r) * L.ng, L.ng, 16);   /* as its codes are */
-        __m512 acc[VN_MAX];
-        for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
-        int64_t gcur = -1;
-        for (int64_t k0 = 0; k0 < L.nch; k0 += WCH) {
-            const int nc = L.nch - k0 < WCH ? (int)(L.nch - k0) : WCH;
-            const int16_t *xq = xw + k0 * L.ch;
-            for (int i = 0; i < 16; i++) {
-                if (i >= nr) {
-                    for (int t = 0; t < n; t++)
-                        for (int c = 0; c < nc; c++) memset(P + ((t * WCH + c) * 16 + i) * 16, 0, 64);
-                    continue;
-                }
-                const uint8_t *w = (const uint8_t *)W->data + (r + i) * rb + k0 * 64;
-                const int64_t left = rb - k0 * 64;
-                if (L.bits == 4) {
-                    if (n == 2) row_chunks(w, nc, left, 4, 2, xq, xs, i, P);
-                    else row_chunks(w, nc, left, 4, 3, xq, xs, i, P);
-                } else {
-                    if (n == 2) row_chunks(w, nc, left, 8, 2, xq, xs, i, P);
-                    else row_chunks(w, nc, left, 8, 3, xq, xs, i, P);
-                }
-            }
-            for (int c = 0; c < nc; c++) {
-                const int64_t k = k0 + c;
-                __m512i Sb[VN_MAX][4];
-                for (int t = 0; t < n; t++) block_sums(P + (t * WCH + c) * 256, lpb, Sb[t]);
-                for (int bl = 0; bl < bpc; bl++) {
-                    const int64_t b = k * bpc + bl;
-                    if (b >= L.nb) break;
-                    const int64_t g = b * L.B / L.G;
-                    if (gcur < 0 || g >= gcur + 16) {   /* a window of 16 groups' parameters */
-                        gcur = g;
-                        params(W, r, nr, g, L.ng - g < 16 ? (int)(L.ng - g) : 16, 16, &sv[0][0], &bv[0][0]);
-                    }
-                    const int gend = ((b + 1) * L.B) % L.G == 0;
-                    const __m512 s = _mm512_load_ps(sv[g - gcur]);
-                    for (int t = 0; t < n; t++) {
-                        const __m512i S = Sb[t][bl];
-                        const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b * L.np + t]));
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sd, acc[t]);
-                        if (gend) acc[t] = _mm512_fmadd_ps(_mm512_load_ps(bv[g - gcur]), _mm512_set1_ps(X[g * L.np + t]), acc[t]);
-                    }
-                }
-            }
-        }
-        const __mmask16 om = (__mmask16)((1u << nr) - 1);
-        for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(y + (int64_t)t * rows + r, om, acc[t]);
+        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y, pt, n, t);
+        else rows_one_T(8, 8, W, r0, r1, xp, y, pt, n, t);
     }
 }
 
@@ -759,8 +674,8 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles, const uint32_t *pt) {
-    if (n == 1) rows_one(W, r0, r1, xp, y, pt);
-    else if (n <= VN_MAX) rows_vec(W, r0, r1, n, xp, y, pack);
+    if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
+        for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
     else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
 }
 

@@ -574,7 +574,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
-        if (W->dtype == CI_U32 && m->n == 1 && b->amx_ptiles) m->pt = ptiles(b, W);
+        if (W->dtype == CI_U32 && m->n <= 3 && b->amx_ptiles) m->pt = ptiles(b, W);
         return cpu_amx_bytes(W, m->n);
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
