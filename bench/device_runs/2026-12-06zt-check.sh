@@ -3,7 +3,7 @@
 # qt_stage's fallback sums in the float4 form's order; test_cuda_ops "cuda q" failed 18 on the H100
 # before it), the fused routing op and the mlx parity; (2) on the box's Xeon (AMX-INT8): the tests of
 # 765f281 (amx_mlx_prep by 16-token lines) and 5d79a2c (the one-token kernel's params copy,
-# test_determinism's test_amx_mlx_ptiles), and the one-token decode with the copy and without it
+# test_determinism's test_amx_mlx_ptiles; staged at 2af3758: 2-3 tokens through it too), and the one-token decode with the copy and without it
 # (CINFER_CPU_MLX_PTILES=0) beside --int16-act, 1 and 16 threads, one round (the session's device time was short).
 # .gpuz holds cinfer, libcinfer_cuda.so, test_cuda_ops and the CPU tests test_determinism, test_parity,
 # test_quant (built on the development VM; staged by hand without bench_* / batch / paged / snapshot).
@@ -32,4 +32,5 @@ for r in 1; do for th in 1 16; do
     echo "round $r threads $th $mode: $(env $e timeout 60 $C bench --model /tmp/q06-q4/mlx4 --prompt-len 128 --gen 64 --threads $th $a 2>&1 | grep -E 'backend|prefill  |decode  ' | sed -E 's/.*backend ([^)]*)\).*/\1/' | tr '\n' ' ')"
   done
 done; done
+echo "batch 2, one thread, --mlx-amx: $(timeout 60 $C bench --model /tmp/q06-q4/mlx4 --prompt-len 8 --gen 64 --batch 2 --threads 1 --mlx-amx 2>&1 | grep -E 'decode batch|gain' | tr '\n' ' ')"
 ts end
