@@ -85,7 +85,7 @@ static const char *USAGE =
     "  --mlx-amx                CPU with AVX-512 VNNI: MLX 4- and 8-bit weights with their codes exact\n"
     "                           and the activations rounded to int16 per 64 columns, on the AMX tiles\n"
     "                           (prompts) where the CPU has AMX-INT8, else on VNNI alone, the same bits\n"
-    "                           (~1.5-2x the default prefill, decode ~1.4-1.7x it;\n"
+    "                           (~1.5-2x the default prefill, decode 0.9-1.7x it;\n"
     "                           logits within ~1e-3 of their largest magnitude of the f32 path;\n"
     "                           bf16 scales and biases held twice, once in the decode kernel's\n"
     "                           order where free memory allows, ~1/9 more memory:\n"
