@@ -198,7 +198,7 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
             } else {   /* B = 32: the first 8 of the 16 lines */
                 _Alignas(64) uint32_t o[256];
                 for (int k = 0; k < 2; k++) {
-                    tr16_to(k ? lv : hv, o, 16);
+                    tr16(k ? lv : hv, o);
                     for (int g = 0; g < 8; g++)
                         _mm512_store_si512((k ? lb : hb) + (c4 + g) * nps + (int64_t)tb * 4, _mm512_load_si512(o + 16 * g));
                 }
@@ -277,11 +277,11 @@ static int64_t ptiles_reach(const ci_mat *W) {
     return d->grid_rows > W->scale_row0 + W->rows ? d->grid_rows : W->scale_row0 + W->rows;
 }
 
-uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill) {
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int n, int64_t *fill) {
     const ci_qdesc *d = q_desc(W);
     const int64_t reach = ptiles_reach(W), ng = W->cols / d->group;
     *fill = 0;
-    if (!reach) return NULL;
+    if (!reach || n > VN_MAX) return NULL;   /* only rows_one reads it */
     cpu_amx_ptab *tab = *tabp;
     if (!tab) {
         if (!(tab = calloc(1, sizeof *tab)) || !(tab->e = calloc(64, sizeof *tab->e))) {

@@ -73,7 +73,7 @@ typedef struct {
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
     int amx_mlx;              /* MLX affine W as amx_mlx.c computes it (opt-in): 1 on the AMX-INT8
                                * tiles, 2 on AVX-512 VNNI alone (the same bits) */
-    int amx_ptiles;           /* amx_mlx: one-token matmuls read W's params from ptab
+    int amx_ptiles;           /* amx_mlx: decode matmuls (1-3 tokens) read W's params from ptab
                                * (CINFER_CPU_MLX_PTILES=0: transposed per token instead) */
     cpu_amx_ptab *ptab;       /* cpu_amx_mlx_ptiles' copies */
     int n_slots;              /* == ci_pool_size(base.pool) */
@@ -546,9 +546,9 @@ static void ptiles_item(void *c, int64_t it, cpu_slot *slot) {
     cpu_amx_mlx_ptiles_fill(p->W, p->t, it * PTILE_ROWS, min64((it + 1) * PTILE_ROWS, p->rows));
 }
 
-static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W) {
+static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W, int n) {
     int64_t fill;
-    uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, &fill);
+    uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, n, &fill);
     if (t && fill) {
         ptiles_ctx p = { W, t, fill };
         par_for(b, ceil_div(fill, PTILE_ROWS), ptiles_item, &p, 1);
@@ -574,7 +574,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
-        if (W->dtype == CI_U32 && m->n <= 3 && b->amx_ptiles) m->pt = ptiles(b, W);
+        if (W->dtype == CI_U32 && b->amx_ptiles) m->pt = ptiles(b, W, m->n);
         return cpu_amx_bytes(W, m->n);
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
