@@ -6,13 +6,16 @@ start to last block's end), a block's median time, and each phase's median share
 launches of one decode step in order with the gaps between them (where unmarked kernels ran)."""
 import signal, struct, sys, statistics as st
 
-KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down"}
+KINDS = {1: "qt dense", 2: "qt gate+up", 3: "qt down", 4: "moe fused"}
 # the phase that ends at each mark slot (prof.cuh's clk[i]; slot 0 is the kernel's start), "end" last
 PH = {1: {1: "setup", 2: "pdl wait", 3: "norm pass", 4: "pairs", 5: "group sums", 6: "tile (warp 0)", 7: "reduce"},
       2: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",
           7: "tile (warp 0)", 8: "reduce"},
       3: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",
-          7: "items (warp 0)", 8: "reduce"}}
+          7: "items (warp 0)", 8: "reduce"},
+      4: {1: "pre-pdl loads", 2: "pdl wait", 3: "x + norm", 4: "router (warp 0)", 5: "barrier 1", 6: "route",
+          7: "gate+up (warp 0)", 8: "down batch + barrier 2", 9: "h to smem",
+          10: "down (warp 0)"}}
 NM = 10
 FMT = "<8I2Q%dQQ" % NM
 SZ = struct.calcsize(FMT)
@@ -55,7 +58,7 @@ def main():
             pts = [(i, c) for i, c in enumerate(clk) if c] + [(NM, ce)]
             for (i0, c0), (i1, c1) in zip(pts, pts[1:]):
                 ph.setdefault(i1, []).append((c1 - c0) * nspc)
-        names = dict(PH.get(kind, {})); names[NM] = "write"
+        names = dict(PH.get(kind, {})); names.setdefault(NM, "write")
         phs = "  ".join(f"{names.get(i, i)} {st.median(ph[i]):.0f}" for i in sorted(ph))
         print(f"{KINDS.get(kind, kind)} K={K} rows={rows} ks={ks} grid={grid}: {len(ls)} launches, span {st.median(spans):.0f}"
               f" (start skew {st.median(skew):.0f}), block {st.median(dur):.0f} | {phs}")

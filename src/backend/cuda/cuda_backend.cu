@@ -35,9 +35,11 @@ cb_prof_dev cb_prof_get(void) {
 }
 void cb_prof_bind_quant_mma(void);
 void cb_prof_bind_quant_mma_moe(void);
+void cb_prof_bind_moe_fused(void);
 void cb_prof_bind_all(void) {
     cb_prof_bind_quant_mma();
     cb_prof_bind_quant_mma_moe();
+    cb_prof_bind_moe_fused();
 }
 static void cb_prof_dump(void) {
     const char *path = getenv("CINFER_CUDA_PROF_OUT");

@@ -44,6 +44,9 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "route.cuh"
+#include "prof.cuh"
+
+CB_PROF_TU(moe_fused)
 
 enum { MF_WARPS = 16, MF_B = 8, MF_RU = 2, MF_NI = 8, MF_TAB_E = 256 };
 
@@ -132,6 +135,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * MF_WARPS + warp;
     const int TW = gridDim.x * MF_WARPS, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
 
+    CB_PROF_BEGIN(CB_PROF_MOE_FUSED, K, I, X);
     /* ---- 1. norm and router ---- */
     /* before pdl_enter only what no kernel writes: the router's first batch, the norm weight,
      * the experts' table */
@@ -155,7 +159,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     if (tsm)
         for (int i = threadIdx.x; i < 3 * E; i += NT) tsm[i] = (const char *)a.w[i];
+    CB_PROF_MARK(1);
     pdl_enter();
+    CB_PROF_MARK(2);
     /* x into shared memory (every load issued first), then gemv_kernel's NORM pass of its four
      * warps over it: thread t sums columns 4t + 512k in k order, the same nesting */
 #pragma unroll
@@ -198,6 +204,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     }
     __syncthreads();
+    CB_PROF_MARK(3);
     for (int base = blockIdx.x * MF_WARPS; base < E * KS; base += TW) {   /* uniform in the block */
         const int unit = base + warp, row = unit / KS, kw = unit % KS;
         float acc = 0.0f;
@@ -239,7 +246,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             __syncthreads();
         }
     }
+    CB_PROF_MARK(4);
     mf_grid_sync(a.bar);
+    CB_PROF_MARK(5);
 
     /* ---- 2. routing and gate / up ---- */
     route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel);
@@ -254,6 +263,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         db[threadIdx.x] = tsm ? tsm[3 * e + 2] : (const char *)a.w[3 * e + 2];
     }
     __syncthreads();
+    CB_PROF_MARK(6);
     for (int u = gw; u < K * I; u += TW) {
         const int k = u / I, r = u - k * I;
         const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
@@ -289,6 +299,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         ag = warp_sum(ag);
         if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
     }
+    CB_PROF_MARK(7);
     /* the first down batch of this warp's first row: weights only, so before the barrier */
     const int S = (I + 32 * VE - 1) / (32 * VE), total = K * S;
     uint4 raw[B], nxt[B];
@@ -300,11 +311,13 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     }
     mf_grid_sync(a.bar);
+    CB_PROF_MARK(8);
 
     /* ---- 3. down and the residual ---- */
     for (int i = threadIdx.x * 4; i < K * I; i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
     __syncthreads();
+    CB_PROF_MARK(9);
     for (int r = gw; r < X; r += TW) {
         if (r != gw) {
 #pragma unroll
@@ -346,6 +359,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             a.out[r] = a.acc ? a.out[r] + s : s;
         }
     }
+    CB_PROF_END();
 }
 
 template <class LR, class LE, int KS>

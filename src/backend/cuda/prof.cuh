@@ -19,7 +19,7 @@ struct cb_prof_rec {
     uint64_t clk[CB_PROF_MARKS];       /* clock64 at BEGIN (0) and at each MARK; 0: not reached */
     uint64_t clk_end;                  /* clock64 at END */
 };
-enum { CB_PROF_DENSE = 1, CB_PROF_QT_GU = 2, CB_PROF_QT_DN = 3 };
+enum { CB_PROF_DENSE = 1, CB_PROF_QT_GU = 2, CB_PROF_QT_DN = 3, CB_PROF_MOE_FUSED = 4 };
 
 #ifdef CB_PROF
 /* one buffer for all files (cudaMalloc'd by cb_prof_get, cuda_backend.cu); each file that records
