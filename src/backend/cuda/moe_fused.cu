@@ -119,7 +119,7 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     }
 }
 
-template <class LR, class LE, int KS>
+template <class LR, class LE, int KS, int PIPE>
 __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
@@ -264,40 +264,95 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     __syncthreads();
     CB_PROF_MARK(6);
-    for (int u = gw; u < K * I; u += TW) {
-        const int k = u / I, r = u - k * I;
-        const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
-        const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
-        float au = 0.0f, ag = 0.0f;
-        for (int c0 = lane * VE; c0 < X; c0 += B * 32 * VE) {
-            uint4 ru[B], rg[B];
+    if (PIPE) {
+        /* the warp's units as steps of HB 16-byte loads a lane (half a batch of gate and of up
+         * rows), the next step's loads issued before the current one's sums: the same registers as
+         * a whole batch, and bytes in flight while the warp computes; each lane's sums run over
+         * its columns in the order of the loop below (the same bits) */
+        constexpr int HB = B / 2, SPAN = HB * 32 * VE;
+        const int steps = (X + SPAN - 1) / SPAN;
+        uint4 cu[HB], cg[HB], nu[HB], ng[HB];
+        auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
+            const int k = u / I, r = u - k * I;
+            const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
+            const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
 #pragma unroll
-            for (int b = 0; b < B; b++) {
-                const int c = c0 + b * 32 * VE;
+            for (int b = 0; b < HB; b++) {
+                const int c = st * SPAN + lane * VE + b * 32 * VE;
                 if (c < X) {
                     ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
                     if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
                 }
             }
+        };
+        int u = gw, st = 0;
+        if (u < K * I) issue(u, 0, cu, cg);
+        float au = 0.0f, ag = 0.0f;
+        while (u < K * I) {
+            int u2 = u, st2 = st + 1;
+            if (st2 == steps) { u2 = u + TW; st2 = 0; }
+            if (u2 < K * I) issue(u2, st2, nu, ng);
 #pragma unroll
-            for (int b = 0; b < B; b++) {
-                const int c = c0 + b * 32 * VE;
+            for (int b = 0; b < HB; b++) {
+                const int c = st * SPAN + lane * VE + b * 32 * VE;
                 if (c >= X) break;
                 float wv[VE], xs[VE];
-                LE::cvt(ru[b], wv);
+                LE::cvt(cu[b], wv);
                 sh_row<VE>(big + c, lane, xs);
 #pragma unroll
                 for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
                 if (!a.relu2) {
-                    LE::cvt(rg[b], wv);
+                    LE::cvt(cg[b], wv);
 #pragma unroll
                     for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
                 }
             }
+            if (st + 1 == steps) {
+                au = warp_sum(au);
+                ag = warp_sum(ag);
+                if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+                au = ag = 0.0f;
+            }
+#pragma unroll
+            for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
+            u = u2; st = st2;
         }
-        au = warp_sum(au);
-        ag = warp_sum(ag);
-        if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+    } else {
+        for (int u = gw; u < K * I; u += TW) {
+            const int k = u / I, r = u - k * I;
+            const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
+            const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
+            float au = 0.0f, ag = 0.0f;
+            for (int c0 = lane * VE; c0 < X; c0 += B * 32 * VE) {
+                uint4 ru[B], rg[B];
+    #pragma unroll
+                for (int b = 0; b < B; b++) {
+                    const int c = c0 + b * 32 * VE;
+                    if (c < X) {
+                        ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
+                        if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
+                    }
+                }
+    #pragma unroll
+                for (int b = 0; b < B; b++) {
+                    const int c = c0 + b * 32 * VE;
+                    if (c >= X) break;
+                    float wv[VE], xs[VE];
+                    LE::cvt(ru[b], wv);
+                    sh_row<VE>(big + c, lane, xs);
+    #pragma unroll
+                    for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
+                    if (!a.relu2) {
+                        LE::cvt(rg[b], wv);
+    #pragma unroll
+                        for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
+                    }
+                }
+            }
+            au = warp_sum(au);
+            ag = warp_sum(ag);
+            if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+        }
     }
     CB_PROF_MARK(7);
     /* the first down batch of this warp's first row: weights only, so before the barrier */
@@ -362,9 +417,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_END();
 }
 
-template <class LR, class LE, int KS>
+template <class LR, class LE, int KS, int PIPE>
 static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
-    auto kern = moe_fused_kernel<LR, LE, KS>;
+    auto kern = moe_fused_kernel<LR, LE, KS, PIPE>;
     static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
     static size_t occ_smem = 0;
     if (occ < 0 || smem > occ_smem) {
@@ -380,12 +435,12 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
     return 1;
 }
 
-template <class LR>
+template <class LR, int PIPE>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
     switch (de) {
-    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1>(cb, a, smem) : mf_launch<LR, LF32, 4>(cb, a, smem);
-    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1>(cb, a, smem) : mf_launch<LR, LF16, 4>(cb, a, smem);
-    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1>(cb, a, smem) : mf_launch<LR, LBF16, 4>(cb, a, smem);
+    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, PIPE>(cb, a, smem) : mf_launch<LR, LF32, 4, PIPE>(cb, a, smem);
+    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, PIPE>(cb, a, smem) : mf_launch<LR, LF16, 4, PIPE>(cb, a, smem);
+    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, PIPE>(cb, a, smem) : mf_launch<LR, LBF16, 4, PIPE>(cb, a, smem);
     default: return 0;
     }
 }
@@ -426,10 +481,15 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
+    static int pipe = -1;   /* CINFER_CUDA_MF_PIPE: gate / up as pipelined half batches (measured) */
+    if (pipe < 0) {
+        const char *e = getenv("CINFER_CUDA_MF_PIPE");
+        pipe = e && !strcmp(e, "1");
+    }
     switch (W->dtype) {
-    case CI_F32: ok = mf_pick_e<LF32>(cb, tab->dtype, ks, a, smem); break;
-    case CI_F16: ok = mf_pick_e<LF16>(cb, tab->dtype, ks, a, smem); break;
-    default: ok = mf_pick_e<LBF16>(cb, tab->dtype, ks, a, smem); break;
+    case CI_F32: ok = pipe ? mf_pick_e<LF32, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LF32, 0>(cb, tab->dtype, ks, a, smem); break;
+    case CI_F16: ok = pipe ? mf_pick_e<LF16, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LF16, 0>(cb, tab->dtype, ks, a, smem); break;
+    default: ok = pipe ? mf_pick_e<LBF16, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LBF16, 0>(cb, tab->dtype, ks, a, smem); break;
     }
     if (ok) cb_launched(cb, "moe_fused");
     return ok;
