@@ -1,23 +1,39 @@
 #!/bin/bash
 # 2026-12-06 (forty-sixth session): where moe_fused's time goes, phase by phase (prof.cuh marks in
-# moe_fused_kernel, kind 4; the measuring build of the same tree as .gpu's), Qwen3-30B-A3B dims
-# 4 of 48 layers bf16, a decode after 512, then the plain library fused and not (CINFER_CUDA_MOE_FUSE=0).
-# .gpup/p.tar.xz holds cinfer, its libraries, libcinfer_cuda.so and the measuring libprof.so.
+# moe_fused_kernel, kind 4; libprof.so, the measuring build of the same tree as libcinfer_cuda.so),
+# and its gate / up as pipelined half batches (CINFER_CUDA_MF_PIPE=1) against the whole batches:
+# the same bits (test_cuda_ops moe_norm_experts: fused = the three ops; logits --step of the MoE
+# fixtures cmp), then Qwen3-30B-A3B dims 12 of 48 layers bf16 decode after 512, alternating.
+# .gpup/p.tar.xz holds cinfer, its libraries, libcinfer_cuda.so, libprof.so and test_cuda_ops.
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 exec > >(tee "$O/run.log") 2>&1
 ts() { echo "[$(date -u +%H:%M:%S)] $*"; }
 export CINFER_CUDA_UNVERIFIED=1
 ts start; nvidia-smi --query-gpu=name --format=csv,noheader
-rm -rf /tmp/p && mkdir -p /tmp/p && tar xJf .gpup/p.tar.xz -C /tmp && head -1 /tmp/p/MANIFEST
+rm -rf /tmp/p && tar xJf .gpup/p.tar.xz -C /tmp && head -1 /tmp/p/MANIFEST
 mkdir -p /tmp/pp && cp /tmp/p/cinfer /tmp/pp/ && cp /tmp/p/libprof.so /tmp/pp/libcinfer_cuda.so
 export LD_LIBRARY_PATH=/tmp/p/lib:/usr/local/cuda/lib64
-M=/tmp/a3b4l; timeout 200 /tmp/p/cinfer make-random --config bench/qwen3-30b-a3b.config.json --out $M --dtype bf16 --seed 1 --layers 4 > $O/make.log 2>&1 || { echo "make-random failed"; tail -3 $O/make.log; }
-ts made
-CINFER_CUDA_PROF_OUT=/tmp/p.prof timeout 90 /tmp/pp/cinfer bench --model $M --device cuda --prompt-len 512 --gen 32 > $O/prof.log 2>&1
-echo "prof build: $(grep -E '^decode' $O/prof.log | sed 's/  */ /g' | cut -c1-80)"
-python3 bench/prof_phases.py /tmp/p.prof | cut -c1-400 | head -12
-for r in 1 2; do for v in 1 0; do
-  echo "plain fuse=$v: $(CINFER_CUDA_MOE_FUSE=$v timeout 60 /tmp/p/cinfer bench --model $M --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-80)"
+C=/tmp/p/cinfer M=/tmp/a3b12
+( timeout 240 $C make-random --config bench/qwen3-30b-a3b.config.json --out $M --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1 || echo "make-random failed: $(tail -1 $O/make.log)"; ts made ) &
+for v in 0 1; do
+  CINFER_CUDA_MF_PIPE=$v timeout 150 /tmp/p/test_cuda_ops --only moe_norm_experts > $O/ops$v.log 2>&1
+  echo "pipe=$v ops moe_norm_experts rc=$?: $(grep passed $O/ops$v.log | tail -1)"; grep ^FAIL $O/ops$v.log | head -3
+done
+for fx in qwen3_moe qwen3_moe_norenorm deepseek_v3 lfm2_moe; do
+  [ -d tests/fixtures/$fx ] || { echo "no fixture $fx"; continue; }
+  for v in 0 1; do CINFER_CUDA_MF_PIPE=$v timeout 30 $C logits --model tests/fixtures/$fx --tokens 1,5,9,22,7,3 --out /tmp/l$v.f32 --step --device cuda > /tmp/l$v.log 2>&1 || echo "logits $fx pipe=$v failed: $(tail -1 /tmp/l$v.log)"; done
+  cmp -s /tmp/l0.f32 /tmp/l1.f32 && echo "logits --step $fx: pipe 0 = pipe 1" || echo "logits --step $fx: DIFFER"
+done
+ts checks; wait
+for v in 0 1; do
+  CINFER_CUDA_MF_PIPE=$v CINFER_CUDA_PROF_OUT=/tmp/p$v.prof timeout 90 /tmp/pp/cinfer bench --model $M --device cuda --prompt-len 512 --gen 32 > $O/prof$v.log 2>&1
+  echo "prof build pipe=$v: $(grep -E '^decode' $O/prof$v.log | sed 's/  */ /g' | cut -c1-80)"
+  python3 bench/prof_phases.py /tmp/p$v.prof | grep -A0 "moe fused" | cut -c1-420
+done
+ts prof
+for r in 1 2; do for v in 0 1 x; do
+  if [ $v = x ]; then e="CINFER_CUDA_MOE_FUSE=0"; else e="CINFER_CUDA_MF_PIPE=$v"; fi
+  echo "round $r $e: $(env $e timeout 60 $C bench --model $M --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-80)"
 done; done
 ts end
