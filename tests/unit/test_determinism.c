@@ -457,6 +457,54 @@ static void test_amx_mlx_ptiles(void) {
     bt->free(bt);
 }
 
+/* matmul_n of one x through --mlx-amx's tokens form: a matmul whose W has the layout of the one
+ * before it (width, bits, group) reads that one's prepared x (q / k / v, gate / up); each output the
+ * bits of its matmul alone, where the layouts match and where they do not (8-bit between 4-bit, g32
+ * after g64), and in a second call on a new x (nothing kept from the first). */
+static void test_amx_mlx_shared_prep(void) {
+    rng = 0x9e3779b97f4a7c15ull;
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512);
+    if (!be || !ci_backend_cpu_amx_mlx(be)) {
+        printf("NOTE no AVX-512 VNNI on this CPU: amx_mlx.c's shared preparation not checked\n");
+        if (be) be->free(be);
+        return;
+    }
+    enum { NW = 5, COLS = 1024, N = 33 };
+    static const struct { kind k; int group; int64_t rows; } ws[NW] = {
+        { K_Q4, 64, 40 }, { K_Q4, 64, 24 }, { K_Q8, 64, 16 }, { K_Q4, 64, 8 }, { K_Q4, 32, 16 },
+    };
+    wmat w[NW];
+    for (int i = 0; i < NW; i++) {
+        group_force = ws[i].group;
+        make_w(&w[i], ws[i].k, ws[i].rows, COLS);
+        group_force = 0;
+    }
+    static const int calls[2][4] = { { 0, 1, 2, 3 }, { 3, 4, 0, 1 } };
+    float *x = malloc((size_t)N * COLS * sizeof(float));
+    for (int c = 0; c < 2; c++) {
+        for (int64_t i = 0; i < (int64_t)N * COLS; i++) x[i] = rnd(-1, 1) * (c ? 3.0f : 1.0f);
+        float *ys[4], *ya[4];
+        const ci_mat *W[4];
+        for (int j = 0; j < 4; j++) {
+            W[j] = &w[calls[c][j]].m;
+            ys[j] = malloc((size_t)N * W[j]->rows * sizeof(float));
+            ya[j] = malloc((size_t)N * W[j]->rows * sizeof(float));
+        }
+        be->matmul_n(be, 4, ys, x, N, W);
+        for (int j = 0; j < 4; j++) {
+            be->matmul(be, ya[j], x, N, W[j]);
+            CHECK(!memcmp(ys[j], ya[j], (size_t)N * W[j]->rows * sizeof(float)), "amx-mlx matmul_n call %d, matmul %d "
+                  "(%d-bit g%d after %s): differs from its matmul alone", c, j, w[calls[c][j]].d.bits,
+                  w[calls[c][j]].d.group, j ? "another" : "none");
+            free(ys[j]);
+            free(ya[j]);
+        }
+    }
+    free(x);
+    for (int i = 0; i < NW; i++) wmat_free(&w[i]);
+    be->free(be);
+}
+
 /* ci_backend_cpu_int16_act (where the CPU has AVX-512 VNNI) computes what quant_i16_avx512.c
  * states for affine 4- and 8-bit weights: w · x̃, x̃ = x rounded to int16 per 32-column block
  * (d = max|x| / 32767, nearest even) times d, exact integer code sums, f32 scaling. Within
@@ -705,6 +753,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_bf16_act_precision);
     TEST_RUN(test_amx_mlx_precision);
     TEST_RUN(test_amx_mlx_ptiles);
+    TEST_RUN(test_amx_mlx_shared_prep);
     TEST_RUN(test_int16_act_precision);
     TEST_RUN(test_rowwise_ops_independent_of_batch);
     TEST_EXIT();

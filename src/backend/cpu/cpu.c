@@ -696,8 +696,9 @@ static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
     else mm_decode_item(c, it, slot);
 }
 
-static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
-    CI_FP_FLUSH_SCOPE();
+/* cpu_matmul; prepped: x as this matmul would prepare it is in the scratch already (the matmul
+ * before it in one cpu_matmul_batch call had the same x, n and mm_same_prep's layout) */
+static void matmul_x(ci_backend *be, float *y, const float *x, int n, const ci_mat *W, int prepped) {
     cpu_backend *b = cpu(be);
     if (n <= 0 || W->rows <= 0) return;
     if (W->cols <= 0) {
@@ -710,7 +711,7 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     uint8_t *mem = bytes ? mm_scratch(b, bytes) : NULL;
     if (bytes && !mem) return;
     const size_t at0 = 0;
-    mm_prepare(b, &m, mem, (m.i16 || m.amx) && mm_prep_rows(b, &m, 1, mem, &at0));
+    mm_prepare(b, &m, mem, (m.i16 || m.amx) && (prepped || mm_prep_rows(b, &m, 1, mem, &at0)));
     if (mm_by_rows(&m)) {
         par_for(b, ceil_div(rows, m.rows_per_item), mm_rows_item, &m, m.i16 ? work >= SMALL_WORK : 1);
         return;
@@ -727,6 +728,18 @@ static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci
     m.tok_per_item = ceil_div(ceil_div(n, n_tb), CPU_TILE_T) * CPU_TILE_T;
     m.n_tok_items = ceil_div(n, m.tok_per_item);
     par_for(b, n_rb * m.n_tok_items, m.split ? mm_prefill_split_item : mm_prefill_item, &m, work >= SMALL_WORK);
+}
+
+static void cpu_matmul(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
+    CI_FP_FLUSH_SCOPE();
+    matmul_x(be, y, x, n, W, 0);
+}
+
+/* Whether a matmul of W prepares x into the AMX tokens form's layout exactly as one of A does (MLX
+ * W of one width, bits and group: amx_mlx.c's layout depends on nothing else, with n and the form). */
+static int mm_same_prep(cpu_backend *b, const ci_mat *A, const ci_mat *W, int n) {
+    return b->amx_mlx && n > cpu_amx_rows_form_max() && A->dtype == CI_U32 && W->dtype == CI_U32 &&
+           cpu_amx_q_ok(A) && cpu_amx_q_ok(W) && same_i16_prep(A, W);
 }
 
 /* A batch of matmuls (cpu_kernels.h): the row-item ones share one pass of the pool (their
@@ -767,7 +780,13 @@ void cpu_matmul_batch(ci_backend *be, const cpu_mm_job *jobs, int count) {
         for (int j = j0; j < count && j < j0 + MAXJ; j++) {
             const cpu_mm_job *q = &jobs[j];
             if (q->n <= 0 || q->W->rows <= 0 || q->W->cols <= 0 || (q->n > CPU_TILE_T && !cpu_i16_takes(be, q->W))) {
-                cpu_matmul(be, q->y, q->x, q->n, q->W);   /* empty, or a prefill by blocks: alone */
+                /* empty, or a prefill by blocks: alone; q / k / v or gate / up of one x (MLX W on
+                 * the tiles' tokens form) prepare it once */
+                const cpu_mm_job *pj = j > j0 ? &jobs[j - 1] : NULL;
+                const int prepped = pj && pj->x == q->x && pj->n == q->n && q->n > CPU_TILE_T && q->W->rows > 0 &&
+                                    pj->W->rows > 0 && pj->W->cols > 0 && !cpu_i16_takes(be, pj->W) && !b->failed &&
+                                    mm_same_prep(b, pj->W, q->W, q->n);
+                matmul_x(be, q->y, q->x, q->n, q->W, prepped);
                 continue;
             }
             m[nj] = (mm_ctx){ .k = b->k, .qk = b->qk, .y = q->y, .x = q->x, .n = q->n, .W = q->W };
