@@ -682,6 +682,40 @@ static void test_rope(void) {
     }
 }
 
+/* The CPU keeps the last prefill-sized rope call's cos / sin for the next one with the same
+ * positions, frequencies and mscale (q then k, every layer): each call in a sequence that reuses
+ * it and then changes one of them (positions, the frequencies in place, mscale, the count) gives
+ * the bits of a fresh backend's call. */
+static void test_rope_table_reuse(void) {
+    enum { HD = 64, NH = 2, N = 96 };
+    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AUTO);
+    float *inv = malloc(HD / 2 * sizeof(float));
+    int32_t *pos = malloc(N * sizeof(int32_t));
+    for (int i = 0; i < HD / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / HD);
+    for (int t = 0; t < N; t++) pos[t] = 5 + t;
+    for (int step = 0; step < 6 && be; step++) {
+        int n = N;
+        float mscale = 1.0f;
+        if (step == 2) for (int t = 0; t < N; t++) pos[t] = 900 + 3 * t;   /* new positions */
+        if (step == 3) inv[7] *= 1.5f;                                    /* new frequencies, same pointer */
+        if (step == 4) mscale = 1.0625f;
+        if (step == 5) n = N - 16;
+        float *x = rnd_vec((int64_t)N * NH * HD, -2, 2), *xf = malloc((size_t)N * NH * HD * sizeof(float));
+        memcpy(xf, x, (size_t)N * NH * HD * sizeof(float));
+        ci_backend *fresh = ci_backend_cpu_new(2, CI_ISA_AUTO);
+        be->rope(be, x, n, NH, HD, 0, HD, pos, inv, mscale, CI_ROPE_NEOX);
+        if (fresh) fresh->rope(fresh, xf, n, NH, HD, 0, HD, pos, inv, mscale, CI_ROPE_NEOX);
+        CHECK(fresh && !memcmp(x, xf, (size_t)N * NH * HD * sizeof(float)), "rope call %d of a sequence: differs from a "
+              "fresh backend's (a stale cos / sin table?)", step);
+        if (fresh) fresh->free(fresh);
+        free(x);
+        free(xf);
+    }
+    free(inv);
+    free(pos);
+    if (be) be->free(be);
+}
+
 /* ---- attention ------------------------------------------------------------------------ */
 
 static void check_attention(ci_backend *be, const char *isa, int n, int pos0, int nh, int nkv, int hd) {
@@ -828,6 +862,7 @@ int main(void) {
     TEST_RUN(test_matmul_prefill_large);
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_rope);
+    TEST_RUN(test_rope_table_reuse);
     TEST_RUN(test_attention);
     TEST_RUN(test_swiglu_add);
     TEST_RUN(test_flush_subnormals);

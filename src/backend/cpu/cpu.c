@@ -66,6 +66,16 @@ typedef struct {
     float *scores;            /* [CPU_TILE_T, ATTN_BLOCK] attention probabilities */
 } cpu_slot;
 
+/* cos and sin [n][half] of a cpu_rope call, with what made them: its positions, frequencies
+ * (kept after the sin rows) and mscale */
+typedef struct {
+    float *cs, *sn, mscale;
+    const float *inv;
+    int32_t *pos;
+    int n, half;
+    size_t cap, pos_cap;      /* floats of cs and of sn; ints of pos */
+} rope_table;
+
 typedef struct {
     ci_backend base;          /* first: a ci_backend * is a cpu_backend * */
     const cpu_kernels *k;
@@ -76,6 +86,7 @@ typedef struct {
     int amx_ptiles;           /* amx_mlx: decode matmuls (1-3 tokens) read W's params from ptab
                                * (CINFER_CPU_MLX_PTILES=0: transposed per token instead) */
     cpu_amx_ptab *ptab;       /* cpu_amx_mlx_ptiles' copies */
+    rope_table rope;          /* cpu_rope's last table */
     int n_slots;              /* == ci_pool_size(base.pool) */
     cpu_slot *slots;          /* [n_slots] */
     void *moe_tmp;            /* moe_experts' scratch (moe_cpu.c) */
@@ -849,7 +860,21 @@ typedef struct {
     const float *inv_freq;
     float mscale;
     ci_rope_style style;
+    float *cs, *sn;           /* a table [n][rot_dim / 2] to fill (rope_table_item) or to read, or NULL */
 } rope_ctx;
+
+/* cos and sin of token t's angles, as rope_item computes them, into row t of the table */
+static void rope_table_item(void *c, int64_t t, cpu_slot *slot) {
+    (void)slot;
+    const rope_ctx *m = c;
+    const int half = m->rot_dim / 2;
+    const float p = (float)m->pos[t];
+    for (int i = 0; i < half; i++) {
+        const double a = (double)(p * m->inv_freq[i]);
+        m->cs[t * half + i] = (float)(cos(a) * m->mscale);
+        m->sn[t * half + i] = (float)(sin(a) * m->mscale);
+    }
+}
 
 /* One token. The angle is the f32 product pos * inv_freq (as the reference models compute
  * it); cos and sin of that f32 angle are taken in double, then rounded once. */
@@ -857,14 +882,20 @@ static void rope_item(void *c, int64_t t, cpu_slot *slot) {
     (void)slot;
     rope_ctx *m = c;
     int half = m->rot_dim / 2;
-    float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+    float cbuf[ROPE_CHUNK], sbuf[ROPE_CHUNK];
     float p = (float)m->pos[t];
     for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
         int i1 = i0 + ROPE_CHUNK < half ? i0 + ROPE_CHUNK : half;
-        for (int i = i0; i < i1; i++) {
-            double a = (double)(p * m->inv_freq[i]);
-            cs[i - i0] = (float)(cos(a) * m->mscale);
-            sn[i - i0] = (float)(sin(a) * m->mscale);
+        const float *cs = cbuf, *sn = sbuf;
+        if (m->cs) {   /* the table's row (rope_table_item: the same values) */
+            cs = m->cs + t * half + i0;
+            sn = m->sn + t * half + i0;
+        } else {
+            for (int i = i0; i < i1; i++) {
+                double a = (double)(p * m->inv_freq[i]);
+                cbuf[i - i0] = (float)(cos(a) * m->mscale);
+                sbuf[i - i0] = (float)(sin(a) * m->mscale);
+            }
         }
         for (int h = 0; h < m->n_heads; h++) {
             float *base = m->x + ((int64_t)t * m->n_heads + h) * m->head_dim + m->rot_offset;
@@ -880,13 +911,54 @@ static void rope_item(void *c, int64_t t, cpu_slot *slot) {
     }
 }
 
+/* Points m at the table for its call of n tokens: 1 when the table must be filled first (a new
+ * one, or the last call's positions, frequencies or mscale differ), 0 when it holds them
+ * already, or when no memory was had for it (m->cs NULL: rope_item computes them itself). */
+static int rope_table_get(rope_table *r, rope_ctx *m, int n) {
+    const int half = m->rot_dim / 2;
+    if (r->cs && r->n == n && r->half == half && r->inv == m->inv_freq && !memcmp(&r->mscale, &m->mscale, sizeof(float)) &&
+        !memcmp(r->pos, m->pos, (size_t)n * sizeof(int32_t)) &&
+        !memcmp(r->sn + (size_t)n * half, m->inv_freq, (size_t)half * sizeof(float))) {
+        m->cs = r->cs;
+        m->sn = r->sn;
+        return 0;
+    }
+    const size_t need = (size_t)n * half + half;
+    if (need > r->cap) {
+        free(r->cs);
+        free(r->sn);
+        r->cs = malloc(need * sizeof(float));
+        r->sn = malloc(need * sizeof(float));
+        r->cap = r->cs && r->sn ? need : 0;
+    }
+    if ((size_t)n > r->pos_cap) {
+        free(r->pos);
+        r->pos = malloc((size_t)n * sizeof(int32_t));
+        r->pos_cap = r->pos ? (size_t)n : 0;
+    }
+    if (!r->cap || !r->pos_cap) {   /* no table: this call and the next compute their own */
+        free(r->cs); free(r->sn); free(r->pos);
+        memset(r, 0, sizeof *r);
+        return 0;
+    }
+    memcpy(r->pos, m->pos, (size_t)n * sizeof(int32_t));
+    memcpy(r->sn + (size_t)n * half, m->inv_freq, (size_t)half * sizeof(float));
+    r->n = n; r->half = half; r->inv = m->inv_freq; r->mscale = m->mscale;
+    m->cs = r->cs;
+    m->sn = r->sn;
+    return 1;
+}
+
 static void cpu_rope(ci_backend *be, float *x, int n, int n_heads, int head_dim, int rot_offset, int rot_dim,
                      const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
     CI_FP_FLUSH_SCOPE();
     cpu_backend *b = cpu(be);
     if (n <= 0 || n_heads <= 0 || rot_dim < 2) return;
-    rope_ctx m = { x, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style };
-    /* sin/cos dominate: a few dozen tokens are worth spreading, one is not. */
+    rope_ctx m = { x, n_heads, head_dim, rot_offset, rot_dim, pos, inv_freq, mscale, style, NULL, NULL };
+    /* sin/cos dominate: a few dozen tokens are worth spreading, one is not. A prefill's calls
+     * (q and k of every layer) share positions and frequencies: the table of the last call serves
+     * the next with the same (compared by value), so its cos / sin are taken once a forward. */
+    if ((int64_t)n * rot_dim >= 4096 && rope_table_get(&b->rope, &m, n)) par_for(b, n, rope_table_item, &m, 1);
     par_for(b, n, rope_item, &m, (int64_t)n * rot_dim >= 4096);
 }
 
@@ -1601,6 +1673,9 @@ static void cpu_free(ci_backend *be) {
     cpu_moe_tmp_free(b->moe_tmp);
     cpu_mla_tmp_free(b->mla_tmp);
     cpu_amx_ptab_free(b->ptab);
+    free(b->rope.cs);
+    free(b->rope.sn);
+    free(b->rope.pos);
     free(b->mm_x);
     ci_pool_free(b->base.pool);
     free(b);
