@@ -393,9 +393,9 @@ static void test_amx_mlx_precision(void) {
     if (vn) vn->free(vn);
 }
 
-/* --mlx-amx's one-token kernel reads bf16 scales and biases from a copy kept in its own order
- * (cpu_amx_mlx_ptiles: 16 grid rows by group) where the grid's size is known: the same bits as the
- * kernel transposing them per token (CINFER_CPU_MLX_PTILES=0), for whole matrices, views of
+/* --mlx-amx's kernels (one token: rows_one; 33: rows_tiles) read bf16 scales and biases from a copy
+ * kept in its own order (cpu_amx_mlx_ptiles: 16 grid rows by group) where the grid's size is known:
+ * the same bits as the kernels transposing them (CINFER_CPU_MLX_PTILES=0), for whole matrices, views of
  * stacked "experts" starting at a grid row of 16 k (the copy) or not (the transposing kernel),
  * two widths of one grid in one backend, a descriptor whose view reaches past its stated grid
  * (the copy made again), and groups past one 16-group window. */
@@ -424,9 +424,10 @@ static void test_amx_mlx_ptiles(void) {
         group_force = 0;
         w.d.grid_rows = cases[ci].grid;
         const int64_t rows = cases[ci].rows, cols = cases[ci].cols, rb = cols * w.d.bits / 8;
-        float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
-        float *yt = malloc((size_t)rows * sizeof(float));
-        for (int64_t i = 0; i < cols; i++) x[i] = rnd(-1, 1);
+        enum { NT = 33 };   /* 1 token (rows_one) and NT (rows_tiles), both reading the copy */
+        float *x = malloc((size_t)NT * cols * sizeof(float)), *y = malloc((size_t)NT * rows * sizeof(float));
+        float *yt = malloc((size_t)NT * rows * sizeof(float));
+        for (int64_t i = 0; i < NT * cols; i++) x[i] = rnd(-1, 1);
         /* views: the first 16 rows, the whole, from row 16, from row 24 (not a tile's first row),
          * 8 rows from row 32 */
         static const int64_t v0[] = { 0, 0, 16, 24, 32 }, vn[] = { 16, -1, -1, -1, 8 };
@@ -436,11 +437,13 @@ static void test_amx_mlx_ptiles(void) {
             V.data = (const uint8_t *)w.m.data + v0[vi] * rb;
             V.rows = vn[vi] < 0 || v0[vi] + vn[vi] > rows ? rows - v0[vi] : vn[vi];
             V.scale_row0 = v0[vi];
-            be->matmul(be, y, x, 1, &V);
-            bt->matmul(bt, yt, x, 1, &V);
-            CHECK(!memcmp(y, yt, (size_t)V.rows * sizeof(float)), "amx-mlx %d-bit g%d [%lld x %lld] rows %lld.. of a grid "
-                  "of %lld: the params copy and the per-token transposes differ", w.d.bits, w.d.group, (long long)V.rows,
-                  (long long)cols, (long long)v0[vi], (long long)cases[ci].grid);
+            for (int n = 1; n <= NT; n += NT - 1) {
+                be->matmul(be, y, x, n, &V);
+                bt->matmul(bt, yt, x, n, &V);
+                CHECK(!memcmp(y, yt, (size_t)n * V.rows * sizeof(float)), "amx-mlx %d-bit g%d [%lld x %lld] rows %lld.. of a "
+                      "grid of %lld, %d tokens: the params copy and the transposes differ", w.d.bits, w.d.group,
+                      (long long)V.rows, (long long)cols, (long long)v0[vi], (long long)cases[ci].grid, n);
+            }
         }
         /* the same descriptor seen at another width (the copy's groups a row differ): not taken */
         ci_mat N = w.m;

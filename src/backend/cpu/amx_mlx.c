@@ -281,7 +281,8 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int n, int64_
     const ci_qdesc *d = q_desc(W);
     const int64_t reach = ptiles_reach(W), ng = W->cols / d->group;
     *fill = 0;
-    if (!reach || n > VN_MAX) return NULL;   /* only rows_one reads it */
+    (void)n;   /* rows_one and rows_tiles read it alike */
+    if (!reach) return NULL;
     cpu_amx_ptab *tab = *tabp;
     if (!tab) {
         if (!(tab = calloc(1, sizeof *tab)) || !(tab->e = calloc(64, sizeof *tab->e))) {
@@ -604,8 +605,20 @@ static inline I8_TGT void vnni_hl(const uint8_t *a, const int8_t *h, const int8_
     }
 }
 
+/* params' f32 values for 16 rows (from grid row r, a multiple of 16) and groups [g0, g0 + cnt) out of
+ * the copy pt (16 dwords a group: bf16 scale | bias << 16): s[g * stride + i], b[g * stride + i] */
+static inline I8_TGT void params_pt(const uint32_t *pt, int64_t ng, int64_t r, int64_t g0, int cnt, int stride, float *s,
+                                    float *b) {
+    const uint32_t *p = pt + r * ng + 16 * g0;
+    for (int g = 0; g < cnt; g++) {
+        const __m512i v = _mm512_loadu_si512(p + 16 * g);
+        _mm512_storeu_si512(s + (int64_t)g * stride, _mm512_slli_epi32(v, 16));
+        _mm512_storeu_si512(b + (int64_t)g * stride, _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+}
+
 static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
-                              float *y, uint8_t *pack, int tiles) {
+                              float *y, uint8_t *pack, int tiles, const uint32_t *pt) {
     const lay L = lay_of(W, n);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
     const int8_t *hb = (const int8_t *)(xp + L.q_at), *lb = (const int8_t *)(xp + L.l_at);
@@ -623,9 +636,12 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
             /* the groups this segment touches */
             const int64_t ga = c0 / L.G, gz = (c0 + cn - 1) / L.G;
             for (int h = 0; h < halves; h++)
-                for (int64_t g = ga; g <= gz; g += 16)
-                    params(W, p0 + 16 * h, (int)(r1 - p0 - 16 * h < 16 ? r1 - p0 - 16 * h : 16), g,
-                           gz + 1 - g < 16 ? (int)(gz + 1 - g) : 16, 32, &sv[g - ga][16 * h], &bv[g - ga][16 * h]);
+                if (pt)   /* the copy's 16-row tiles (rows past r1: other rows' params, their outputs not kept) */
+                    params_pt(pt, L.ng, W->scale_row0 + p0 + 16 * h, ga, (int)(gz + 1 - ga), 32, &sv[0][16 * h], &bv[0][16 * h]);
+                else
+                    for (int64_t g = ga; g <= gz; g += 16)
+                        params(W, p0 + 16 * h, (int)(r1 - p0 - 16 * h < 16 ? r1 - p0 - 16 * h : 16), g,
+                               gz + 1 - g < 16 ? (int)(gz + 1 - g) : 16, 32, &sv[g - ga][16 * h], &bv[g - ga][16 * h]);
             for (int tb = t0; tb < t1; tb += 16) {
                 for (int64_t b = c0 / L.B; b < (c0 + cn) / L.B; b++) {
                     const int64_t cb0 = b * L.B, g = cb0 / L.G;
@@ -676,7 +692,8 @@ void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n
                   int tiles, const uint32_t *pt) {
     if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
         for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
-    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles);
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles,
+                    pt && (W->scale_row0 + r0) % 16 == 0 ? pt : NULL);   /* its tiles start at grid rows 16 k */
 }
 
 #else

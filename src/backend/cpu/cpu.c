@@ -83,8 +83,8 @@ typedef struct {
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
     int amx_mlx;              /* MLX affine W as amx_mlx.c computes it (opt-in): 1 on the AMX-INT8
                                * tiles, 2 on AVX-512 VNNI alone (the same bits) */
-    int amx_ptiles;           /* amx_mlx: decode matmuls (1-3 tokens) read W's params from ptab
-                               * (CINFER_CPU_MLX_PTILES=0: transposed per token instead) */
+    int amx_ptiles;           /* amx_mlx: matmuls read W's params from ptab (CINFER_CPU_MLX_PTILES=0:
+                               * transposed per token or per 32-row block instead) */
     cpu_amx_ptab *ptab;       /* cpu_amx_mlx_ptiles' copies */
     rope_table rope;          /* cpu_rope's last table */
     int n_slots;              /* == ci_pool_size(base.pool) */

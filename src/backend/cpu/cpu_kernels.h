@@ -144,13 +144,14 @@ void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n
                   int tiles, const uint32_t *pt);
 size_t cpu_amx_pack_bytes(void);
 int cpu_amx_rows_form_max(void);
-/* amx_mlx.c. MLX W's bf16 scales and biases kept in the one-token kernel's order: per 16 rows of the
- * scale grid (from row 0) and group g, 16 dwords, row i's scale | bias << 16 (the transposes that
- * kernel otherwise makes per token, ~11% of a one-token decode's time on the Zen 5). One array per
- * descriptor (stacked experts share one), held in *tab until cpu_amx_ptab_free: the same bytes again
- * as the scales and biases. cpu_amx_mlx_ptiles returns W's for a matmul of n tokens, or NULL where
- * n is past that kernel's, W's params are not bf16 with biases, its grid's size is not known, or
- * free memory (less 256 MiB) is short (the kernel then transposes); *fill: 0, or the rows of a new
+/* amx_mlx.c. MLX W's bf16 scales and biases kept in its kernels' order: per 16 rows of the scale
+ * grid (from row 0) and group g, 16 dwords, row i's scale | bias << 16 (the transposes the kernels
+ * otherwise make, per token in the one-token kernel: ~11% of a one-token decode's time on the Zen 5;
+ * per 32 rows in the tiles' form: ~2% of a prefill's). One array per descriptor (stacked experts
+ * share one), held in *tab until cpu_amx_ptab_free: the same bytes again as the scales and biases.
+ * cpu_amx_mlx_ptiles returns W's for a matmul of n tokens (any n), or NULL where W's params are not
+ * bf16 with biases, its grid's size is not known, or free memory (less 256 MiB) is short (the
+ * kernels then transpose); *fill: 0, or the rows of a new
  * array, to be filled (cpu_amx_mlx_ptiles_fill, ranges of multiples of 16 rows, disjoint, at once
  * if wanted) before its first use. */
 typedef struct cpu_amx_ptab cpu_amx_ptab;
