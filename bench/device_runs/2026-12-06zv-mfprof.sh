@@ -16,9 +16,9 @@ mkdir -p /tmp/pp && cp /tmp/p/cinfer /tmp/pp/ && cp /tmp/p/libprof.so /tmp/pp/li
 export LD_LIBRARY_PATH=/tmp/p/lib:/usr/local/cuda/lib64
 C=/tmp/p/cinfer M=/tmp/a3b12
 ( timeout 240 $C make-random --config bench/qwen3-30b-a3b.config.json --out $M --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1 || echo "make-random failed: $(tail -1 $O/make.log)"; ts made ) &
-for v in 0 1; do
-  CINFER_CUDA_MF_PIPE=$v timeout 150 /tmp/p/test_cuda_ops --only moe_norm_experts > $O/ops$v.log 2>&1
-  echo "pipe=$v ops moe_norm_experts rc=$?: $(grep passed $O/ops$v.log | tail -1)"; grep ^FAIL $O/ops$v.log | head -3
+for f in "experts bf16" "experts f16" "experts f32"; do   # the forms moe_fused takes (16-bit / f32 experts)
+  CINFER_CUDA_MF_PIPE=1 timeout 100 /tmp/p/test_cuda_ops --only " $f" > $O/ops1.log 2>&1
+  echo "pipe=1 ops moe_norm_experts '$f' rc=$?: $(grep passed $O/ops1.log | tail -1)"; grep ^FAIL $O/ops1.log | head -3
 done
 for fx in qwen3_moe qwen3_moe_norenorm deepseek_v3 lfm2_moe; do
   [ -d tests/fixtures/$fx ] || { echo "no fixture $fx"; continue; }
