@@ -4,7 +4,9 @@
 # and its gate / up as pipelined half batches (CINFER_CUDA_MF_PIPE=1) against the whole batches:
 # the same bits (test_cuda_ops moe_norm_experts: fused = the three ops; logits --step of the MoE
 # fixtures cmp), then Qwen3-30B-A3B dims 12 of 48 layers bf16 decode after 512, alternating.
-# .gpup/p.tar.xz holds cinfer, its libraries, libcinfer_cuda.so, libprof.so and test_cuda_ops.
+# .gpup/p.tar.xz holds cinfer, its libraries, libcinfer_cuda.so, libprof.so and test_cuda_ops (staged at 77494f7).
+# Ran 2026-12-06 23:58 (its checks; then hung at the wait, below); its prof and A/B steps were run by
+# hand in two further calls on the same warm machine (RESULTS.md, forty-sixth session).
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 exec > >(tee "$O/run.log") 2>&1
@@ -25,7 +27,11 @@ for fx in qwen3_moe qwen3_moe_norenorm deepseek_v3 lfm2_moe; do
   for v in 0 1; do CINFER_CUDA_MF_PIPE=$v timeout 30 $C logits --model tests/fixtures/$fx --tokens 1,5,9,22,7,3 --out /tmp/l$v.f32 --step --device cuda > /tmp/l$v.log 2>&1 || echo "logits $fx pipe=$v failed: $(tail -1 /tmp/l$v.log)"; done
   cmp -s /tmp/l0.f32 /tmp/l1.f32 && echo "logits --step $fx: pipe 0 = pipe 1" || echo "logits --step $fx: DIFFER"
 done
-ts checks; wait
+ts checks
+# NB: a bare `wait` here also waits for the `exec > >(tee ...)` process substitution (bash >= 5.1),
+# which never ends: this script hung at this line on 2026-12-06 (call 15, 560 s lost); wait for the
+# background job alone
+wait %1 2>/dev/null
 for v in 0 1; do
   CINFER_CUDA_MF_PIPE=$v CINFER_CUDA_PROF_OUT=/tmp/p$v.prof timeout 90 /tmp/pp/cinfer bench --model $M --device cuda --prompt-len 512 --gen 32 > $O/prof$v.log 2>&1
   echo "prof build pipe=$v: $(grep -E '^decode' $O/prof$v.log | sed 's/  */ /g' | cut -c1-80)"

@@ -19,8 +19,10 @@
  *      warps a row as gemv.cu's launch for that width; logits written. Barrier.
  *   2. every block routes (route.cuh route_row, the logits through L2; block 0 writes sel / w),
  *      then gate_up units u = k · I + r (expert slot k, row r) go round the warps: the gate and
- *      up rows against xn, h[u] = act(g, u) written. Each warp loads its first down batch
- *      (weights: before the barrier). Barrier.
+ *      up rows against xn, h[u] = act(g, u) written; a warp streams its units in half batches,
+ *      the next half's loads in flight during the current one's sums (+1.1..1.6% decode against
+ *      whole batches loaded then summed, Qwen3-30B-A3B dims on an H100, RESULTS.md forty-sixth
+ *      session). Each warp loads its first down batch (weights: before the barrier). Barrier.
  *   3. every block copies h ([K, I] floats) into shared memory; output row r is warp r's (+ TW
  *      ...): its K · S 16-byte steps j (S a row of one expert) in batches, two buffers; steps
  *      of even and odd j summed apart and added at the end, as down_kernel_split<L, 2, 4>;
@@ -30,6 +32,10 @@
  * the four launches. Measured and not kept: 8 warps a block (the rest of the SM free for the
  * kernels before and after: slower), 32 (64 registers: slower), warps asking L2 for their next
  * rows (slower).
+ * Where a block's time goes (prof.cuh marks, CINFER_CUDA_PROF build; Qwen3-30B-A3B dims bf16 on an
+ * H100, medians, before the half batches): x and norm 1.2 us, the first barrier 3.0, routing 4.9,
+ * gate / up 17.0 (50 MB: ~2.9 TB/s), the second barrier 5.7 (the warps with a third gate / up unit:
+ * 6144 units over 2112 warps), down 10.8; a launch spans 47 us.
  * Bits: every sum runs in the order of the kernel it replaces (gemv_kernel's NORM pass and
  * its lanes' column order, route_kernel, gate_up_kernel<L, true>, down_kernel_split<L, 2, 4>),
  * so the results equal the three ops' bit for bit (test_cuda_ops "moe_norm_experts" checks
@@ -119,7 +125,7 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     }
 }
 
-template <class LR, class LE, int KS, int PIPE>
+template <class LR, class LE, int KS>
 __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
@@ -264,95 +270,57 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     __syncthreads();
     CB_PROF_MARK(6);
-    if (PIPE) {
-        /* the warp's units as steps of HB 16-byte loads a lane (half a batch of gate and of up
-         * rows), the next step's loads issued before the current one's sums: the same registers as
-         * a whole batch, and bytes in flight while the warp computes; each lane's sums run over
-         * its columns in the order of the loop below (the same bits) */
-        constexpr int HB = B / 2, SPAN = HB * 32 * VE;
-        const int steps = (X + SPAN - 1) / SPAN;
-        uint4 cu[HB], cg[HB], nu[HB], ng[HB];
-        auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
-            const int k = u / I, r = u - k * I;
-            const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
-            const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
+    /* the warp's units as steps of HB 16-byte loads a lane (half a batch of gate and of up
+     * rows), the next step's loads issued before the current one's sums: the registers of one
+     * whole batch, and bytes in flight while the warp computes. Each lane sums its columns
+     * lane · VE + i · 32 VE in i order, as gate_up_kernel's lanes (the same bits). */
+    constexpr int HB = B / 2, SPAN = HB * 32 * VE;
+    const int steps = (X + SPAN - 1) / SPAN;
+    uint4 cu[HB], cg[HB], nu[HB], ng[HB];
+    auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
+        const int k = u / I, r = u - k * I;
+        const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
+        const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
 #pragma unroll
-            for (int b = 0; b < HB; b++) {
-                const int c = st * SPAN + lane * VE + b * 32 * VE;
-                if (c < X) {
-                    ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
-                    if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
-                }
+        for (int b = 0; b < HB; b++) {
+            const int c = st * SPAN + lane * VE + b * 32 * VE;
+            if (c < X) {
+                ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
+                if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
             }
-        };
-        int u = gw, st = 0;
-        if (u < K * I) issue(u, 0, cu, cg);
-        float au = 0.0f, ag = 0.0f;
-        while (u < K * I) {
-            int u2 = u, st2 = st + 1;
-            if (st2 == steps) { u2 = u + TW; st2 = 0; }
-            if (u2 < K * I) issue(u2, st2, nu, ng);
-#pragma unroll
-            for (int b = 0; b < HB; b++) {
-                const int c = st * SPAN + lane * VE + b * 32 * VE;
-                if (c >= X) break;
-                float wv[VE], xs[VE];
-                LE::cvt(cu[b], wv);
-                sh_row<VE>(big + c, lane, xs);
-#pragma unroll
-                for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
-                if (!a.relu2) {
-                    LE::cvt(cg[b], wv);
-#pragma unroll
-                    for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
-                }
-            }
-            if (st + 1 == steps) {
-                au = warp_sum(au);
-                ag = warp_sum(ag);
-                if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
-                au = ag = 0.0f;
-            }
-#pragma unroll
-            for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
-            u = u2; st = st2;
         }
-    } else {
-        for (int u = gw; u < K * I; u += TW) {
-            const int k = u / I, r = u - k * I;
-            const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
-            const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
-            float au = 0.0f, ag = 0.0f;
-            for (int c0 = lane * VE; c0 < X; c0 += B * 32 * VE) {
-                uint4 ru[B], rg[B];
-    #pragma unroll
-                for (int b = 0; b < B; b++) {
-                    const int c = c0 + b * 32 * VE;
-                    if (c < X) {
-                        ru[b] = ld_stream(up + (int64_t)c * LE::BYTES);
-                        if (!a.relu2) rg[b] = ld_stream(gp + (int64_t)c * LE::BYTES);
-                    }
-                }
-    #pragma unroll
-                for (int b = 0; b < B; b++) {
-                    const int c = c0 + b * 32 * VE;
-                    if (c >= X) break;
-                    float wv[VE], xs[VE];
-                    LE::cvt(ru[b], wv);
-                    sh_row<VE>(big + c, lane, xs);
-    #pragma unroll
-                    for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
-                    if (!a.relu2) {
-                        LE::cvt(rg[b], wv);
-    #pragma unroll
-                        for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
-                    }
-                }
+    };
+    int u = gw, st = 0;
+    if (u < K * I) issue(u, 0, cu, cg);
+    float au = 0.0f, ag = 0.0f;
+    while (u < K * I) {
+        int u2 = u, st2 = st + 1;
+        if (st2 == steps) { u2 = u + TW; st2 = 0; }
+        if (u2 < K * I) issue(u2, st2, nu, ng);
+#pragma unroll
+        for (int b = 0; b < HB; b++) {
+            const int c = st * SPAN + lane * VE + b * 32 * VE;
+            if (c >= X) break;
+            float wv[VE], xs[VE];
+            LE::cvt(cu[b], wv);
+            sh_row<VE>(big + c, lane, xs);
+#pragma unroll
+            for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
+            if (!a.relu2) {
+                LE::cvt(cg[b], wv);
+#pragma unroll
+                for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
             }
+        }
+        if (st + 1 == steps) {
             au = warp_sum(au);
             ag = warp_sum(ag);
             if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+            au = ag = 0.0f;
         }
+#pragma unroll
+        for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
+        u = u2; st = st2;
     }
     CB_PROF_MARK(7);
     /* the first down batch of this warp's first row: weights only, so before the barrier */
@@ -417,9 +385,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_END();
 }
 
-template <class LR, class LE, int KS, int PIPE>
+template <class LR, class LE, int KS>
 static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
-    auto kern = moe_fused_kernel<LR, LE, KS, PIPE>;
+    auto kern = moe_fused_kernel<LR, LE, KS>;
     static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
     static size_t occ_smem = 0;
     if (occ < 0 || smem > occ_smem) {
@@ -435,12 +403,12 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
     return 1;
 }
 
-template <class LR, int PIPE>
+template <class LR>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
     switch (de) {
-    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, PIPE>(cb, a, smem) : mf_launch<LR, LF32, 4, PIPE>(cb, a, smem);
-    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, PIPE>(cb, a, smem) : mf_launch<LR, LF16, 4, PIPE>(cb, a, smem);
-    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, PIPE>(cb, a, smem) : mf_launch<LR, LBF16, 4, PIPE>(cb, a, smem);
+    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1>(cb, a, smem) : mf_launch<LR, LF32, 4>(cb, a, smem);
+    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1>(cb, a, smem) : mf_launch<LR, LF16, 4>(cb, a, smem);
+    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1>(cb, a, smem) : mf_launch<LR, LBF16, 4>(cb, a, smem);
     default: return 0;
     }
 }
@@ -481,15 +449,10 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
-    static int pipe = -1;   /* CINFER_CUDA_MF_PIPE: gate / up as pipelined half batches (measured) */
-    if (pipe < 0) {
-        const char *e = getenv("CINFER_CUDA_MF_PIPE");
-        pipe = e && !strcmp(e, "1");
-    }
     switch (W->dtype) {
-    case CI_F32: ok = pipe ? mf_pick_e<LF32, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LF32, 0>(cb, tab->dtype, ks, a, smem); break;
-    case CI_F16: ok = pipe ? mf_pick_e<LF16, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LF16, 0>(cb, tab->dtype, ks, a, smem); break;
-    default: ok = pipe ? mf_pick_e<LBF16, 1>(cb, tab->dtype, ks, a, smem) : mf_pick_e<LBF16, 0>(cb, tab->dtype, ks, a, smem); break;
+    case CI_F32: ok = mf_pick_e<LF32>(cb, tab->dtype, ks, a, smem); break;
+    case CI_F16: ok = mf_pick_e<LF16>(cb, tab->dtype, ks, a, smem); break;
+    default: ok = mf_pick_e<LBF16>(cb, tab->dtype, ks, a, smem); break;
     }
     if (ok) cb_launched(cb, "moe_fused");
     return ok;
