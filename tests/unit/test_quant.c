@@ -1276,6 +1276,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act, i
     for (int bits = 4; bits <= 8; bits += 4) {
         qmat Q;
         qmat_make(&Q, CI_Q_AFFINE, bits, 64, CI_BF16, R, C, 0);
+        Q.d.grid_rows = R;   /* as a loaded model's (io/weights.c): --mlx-amx's params copy is taken */
         free(Q.w);
         Q.w = NULL;
         size_t bytes = (size_t)(R * C * bits / 8) + (size_t)(R * C / 64) * 4;
