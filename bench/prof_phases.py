@@ -13,10 +13,10 @@ PH = {1: {1: "setup", 2: "pdl wait", 3: "norm pass", 4: "pairs", 5: "group sums"
           7: "tile (warp 0)", 8: "reduce"},
       3: {1: "pdl wait", 2: "ids+ptrs", 3: "loads issued", 4: "norm pass", 5: "pairs", 6: "group sums",
           7: "items (warp 0)", 8: "reduce"},
-      4: {1: "pre-pdl loads", 2: "pdl wait", 3: "x + norm", 4: "router (warp 0)", 5: "barrier 1", 6: "route",
-          7: "gate+up (warp 0)", 8: "down batch + barrier 2", 9: "h to smem",
-          10: "down (warp 0)"}}
-NM = 10
+      4: {1: "pre-pdl loads", 2: "pdl wait", 3: "x + norm", 4: "router (warp 0)", 5: "barrier 1",
+          6: "route: logits + scores", 7: "route: ranks", 8: "route: weights", 9: "route: table",
+          10: "gate+up (warp 0)", 11: "down batch + barrier 2", 12: "h to smem", 13: "down (warp 0)"}}
+NM = 13
 FMT = "<8I2Q%dQQ" % NM
 SZ = struct.calcsize(FMT)
 

@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_MARK(5);
 
     /* ---- 2. routing and gate / up ---- */
-    route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel);
+    route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel, CB_PROF_AT(6));   /* marks 6-8 */
     if ((int)threadIdx.x < K) {
         const int e = chosen[threadIdx.x];
         if (blockIdx.x == 0) {
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         db[threadIdx.x] = tsm ? tsm[3 * e + 2] : (const char *)a.w[3 * e + 2];
     }
     __syncthreads();
-    CB_PROF_MARK(6);
+    CB_PROF_MARK(9);
     /* the warp's units as steps of HB 16-byte loads a lane (half a batch of gate and of up
      * rows), the next step's loads issued before the current one's sums: the registers of one
      * whole batch, and bytes in flight while the warp computes. Each lane sums its columns
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
         u = u2; st = st2;
     }
-    CB_PROF_MARK(7);
+    CB_PROF_MARK(10);
     /* the first down batch of this warp's first row: weights only, so before the barrier */
     const int S = (I + 32 * VE - 1) / (32 * VE), total = K * S;
     uint4 raw[B], nxt[B];
@@ -334,13 +334,13 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     }
     mf_grid_sync(a.bar);
-    CB_PROF_MARK(8);
+    CB_PROF_MARK(11);
 
     /* ---- 3. down and the residual ---- */
     for (int i = threadIdx.x * 4; i < K * I; i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
     __syncthreads();
-    CB_PROF_MARK(9);
+    CB_PROF_MARK(12);
     for (int r = gw; r < X; r += TW) {
         if (r != gw) {
 #pragma unroll

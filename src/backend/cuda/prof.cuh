@@ -12,7 +12,7 @@
 #define CI_CUDA_PROF_CUH
 #include <stdint.h>
 
-enum { CB_PROF_MARKS = 10, CB_PROF_CAP = 1 << 17 };
+enum { CB_PROF_MARKS = 13, CB_PROF_CAP = 1 << 17 };
 struct cb_prof_rec {
     uint32_t kind, K, rows, ks, block, grid, smid, marks;
     uint64_t g0, g1;                   /* %globaltimer at BEGIN and END (ns) */

@@ -32,7 +32,19 @@ __device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY 
  * order. The weights: their sum in rank order in double by thread 0, the divisions by k
  * threads. */
 __device__ __forceinline__ void route_row(int t, const float *logits, const int32_t *ids, const route_args &a,
-                                          float *sm, int *chosen, float *wsel) {
+                                          float *sm, int *chosen, float *wsel, uint64_t *pm = nullptr) {
+    /* pm: prof.cuh's slots for the end of the scores and of the ranks (a measuring build) */
+#ifdef CB_PROF
+#define ROUTE_MARK(i)                                        \
+    do {                                                     \
+        if (pm && threadIdx.x == 0) pm[i] = clock64();       \
+    } while (0)
+#else
+#define ROUTE_MARK(i) \
+    do {              \
+    } while (0)
+    (void)pm;
+#endif
     __shared__ float red[32];
     __shared__ double dsum;
     const int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
@@ -74,6 +86,7 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         }
     }
     __syncthreads();
+    ROUTE_MARK(0);
     if (a.hash_ids) {
         if (tid < K) {
             int id = ids ? ids[t] : 0;
@@ -124,6 +137,7 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         }
     }
     __syncthreads();
+    ROUTE_MARK(1);
     if (tid == 0) {
         double sum = 0;
         for (int k = 0; k < K; k++) sum += s[chosen[k]];
@@ -139,6 +153,8 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         wsel[tid] = w * a.scaling;
     }
     __syncthreads();
+    ROUTE_MARK(2);
+#undef ROUTE_MARK
 }
 
 /* a MoE layer's routing done inside the routed experts' first decode kernel (quant_mma_moe.cu's
