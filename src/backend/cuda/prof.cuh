@@ -58,8 +58,13 @@ __device__ __forceinline__ unsigned cb_smid() {
     do {                                                                                                       \
         if (threadIdx.x == 0) cbp_r.clk[i] = clock64();                                                        \
     } while (0)
-/* where a device function called by a marking kernel marks (qt_stage's pm): slot i of the record */
+/* where a device function called by a marking kernel marks (qt_stage's, route_row's pm): slot i of
+ * the record; the function marks slot pm + i with CB_PROF_PM (pm nullptr: no mark) */
 #define CB_PROF_AT(i) (cbp_r.clk + (i))
+#define CB_PROF_PM(pm, i)                                                                                      \
+    do {                                                                                                       \
+        if ((pm) && threadIdx.x == 0) (pm)[i] = clock64();                                                     \
+    } while (0)
 #define CB_PROF_END()                                                                                          \
     do {                                                                                                       \
         if (threadIdx.x == 0) {                                                                                \
@@ -76,6 +81,10 @@ __device__ __forceinline__ unsigned cb_smid() {
 #else
 #define CB_PROF_TU(name)
 #define CB_PROF_AT(i) nullptr
+#define CB_PROF_PM(pm, i) \
+    do {                  \
+        (void)(pm);       \
+    } while (0)
 #define CB_PROF_BEGIN(kind_, K_, rows_, ks_)
 #define CB_PROF_MARK(i) \
     do {                \

@@ -45,6 +45,7 @@
 #include "cuda_internal.h"
 #include "loaders.cuh"
 #include "quant.cuh"
+#include "prof.cuh"
 #include <cuda_fp16.h>
 #include <string.h>
 
@@ -171,17 +172,6 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
                          const float *norm_w = nullptr, float eps = 0.0f, float *xn_out = nullptr,
                          uint64_t *pm = nullptr, bool unit_sums = true) {
     /* pm: prof.cuh's slots for the end of the norm pass and of the pairs (a measuring build) */
-#ifdef CB_PROF
-#define QT_SMARK(i)                                          \
-    do {                                                     \
-        if (pm && threadIdx.x == 0) pm[i] = clock64();       \
-    } while (0)
-#else
-#define QT_SMARK(i) \
-    do {            \
-    } while (0)
-    (void)pm;
-#endif
     __shared__ float part[32][QT_MAX_TOK], nsc[QT_MAX_TOK];
     constexpr int PPG = qt_nib(BITS) ? 16 * W : 8 * W, GS = 2 * PPG;   /* pairs and columns a group */
     const int half = K >> 1, rs = qt_rs(K), ng = K / GS;
@@ -212,7 +202,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         }
         __syncthreads();
     }
-    QT_SMARK(0);
+    CB_PROF_PM(pm, 0);
     /* the pairs a unit of consecutive columns makes: 4-bit, pairs 4u..4u + 3 = columns (8u + p,
      * 8u + p + 4) of [8u, 8u + 8); 8-bit, pairs 2u, 2u + 1 = the 4 columns of lane word u
      * (qt_pair8's (c, c + 1), (c + 2, c + 3)). Read as float4s where x, its row stride, the norm
@@ -296,7 +286,7 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
             qt_hilo(a, b, xs[2 * tok * rs + j], xs[(2 * tok + 1) * rs + j]);
         }
     }
-    QT_SMARK(1);
+    CB_PROF_PM(pm, 1);
     if constexpr (!ALIGNED) {
         if (xsum && unit_sums && !vec) {   /* the float4 form's sums, in its order (the same bits), a warp 32 / UPG groups */
             const int nit = ntok * ng, ul = lane % UPG;
@@ -332,7 +322,6 @@ __device__ void qt_stage(__half2 *xs, float *xsum, const float *x, int64_t xs_st
         if (lane == 0) xsum[it] = s;
     }
     __syncthreads();
-#undef QT_SMARK
 }
 
 /* one lane's rows of NTL tiles: codes, scale and bias of rows g (h = 0) and g + 8 (h = 1); and,

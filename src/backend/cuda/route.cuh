@@ -3,6 +3,7 @@
 #ifndef CI_CUDA_ROUTE_CUH
 #define CI_CUDA_ROUTE_CUH
 #include "cuda_internal.h"
+#include "prof.cuh"
 #include <float.h>
 #include <limits.h>
 
@@ -33,18 +34,7 @@ __device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY 
  * threads. */
 __device__ __forceinline__ void route_row(int t, const float *logits, const int32_t *ids, const route_args &a,
                                           float *sm, int *chosen, float *wsel, uint64_t *pm = nullptr) {
-    /* pm: prof.cuh's slots for the end of the scores and of the ranks (a measuring build) */
-#ifdef CB_PROF
-#define ROUTE_MARK(i)                                        \
-    do {                                                     \
-        if (pm && threadIdx.x == 0) pm[i] = clock64();       \
-    } while (0)
-#else
-#define ROUTE_MARK(i) \
-    do {              \
-    } while (0)
-    (void)pm;
-#endif
+    /* pm: prof.cuh's slots for the end of the scores, of the ranks and of the weights (a measuring build) */
     __shared__ float red[32];
     __shared__ double dsum;
     const int tid = threadIdx.x, nt = blockDim.x, warp = tid >> 5, lane = tid & 31, E = a.E, K = a.K;
@@ -86,7 +76,7 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         }
     }
     __syncthreads();
-    ROUTE_MARK(0);
+    CB_PROF_PM(pm, 0);
     if (a.hash_ids) {
         if (tid < K) {
             int id = ids ? ids[t] : 0;
@@ -137,7 +127,7 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         }
     }
     __syncthreads();
-    ROUTE_MARK(1);
+    CB_PROF_PM(pm, 1);
     if (tid == 0) {
         double sum = 0;
         for (int k = 0; k < K; k++) sum += s[chosen[k]];
@@ -153,8 +143,7 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         wsel[tid] = w * a.scaling;
     }
     __syncthreads();
-    ROUTE_MARK(2);
-#undef ROUTE_MARK
+    CB_PROF_PM(pm, 2);
 }
 
 /* a MoE layer's routing done inside the routed experts' first decode kernel (quant_mma_moe.cu's
