@@ -272,10 +272,9 @@ void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n
 }
 size_t cpu_amx_pack_bytes(void) { return 0; }
 int cpu_amx_rows_form_max(void) { return 0; }
-uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int n, int64_t *fill) {
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int64_t *fill) {
     (void)tab;
     (void)W;
-    (void)n;
     *fill = 0;
     return NULL;
 }

@@ -255,6 +255,14 @@ static I8_TGT void params_bf16(const ci_mat *W, int64_t r, int nr, int64_t g0, i
 
 /* ---- the params kept in 16-row tiles (cpu_amx_mlx_ptiles) ------------------------------------- */
 
+/* A dword of the copy (bf16 scale | bias << 16, 16 rows in lanes) as the f32 scales and biases */
+static inline __attribute__((always_inline)) I8_TGT __m512 sb_scale(__m512i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+static inline __attribute__((always_inline)) I8_TGT __m512 sb_bias(__m512i v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 struct cpu_amx_ptab {
     int64_t cap, count;   /* open addressing by descriptor, cap a power of 2, at most half full */
     struct ptab_ent {
@@ -277,11 +285,10 @@ static int64_t ptiles_reach(const ci_mat *W) {
     return d->grid_rows > W->scale_row0 + W->rows ? d->grid_rows : W->scale_row0 + W->rows;
 }
 
-uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int n, int64_t *fill) {
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill) {
     const ci_qdesc *d = q_desc(W);
     const int64_t reach = ptiles_reach(W), ng = W->cols / d->group;
     *fill = 0;
-    (void)n;   /* rows_one and rows_tiles read it alike */
     if (!reach) return NULL;
     cpu_amx_ptab *tab = *tabp;
     if (!tab) {
@@ -476,12 +483,11 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
                     else params(W, r, nr, g, cnt, 16, &sv[0][0], &bv[0][0]);
                 }
                 const __m512i pv = pr ? _mm512_load_si512(pr + 16 * g) : _mm512_load_si512(sb[g - gcur]);
-                const __m512 s = pairs ? _mm512_castsi512_ps(_mm512_slli_epi32(pv, 16)) : _mm512_load_ps(sv[g - gcur]);
+                const __m512 s = pairs ? sb_scale(pv) : _mm512_load_ps(sv[g - gcur]);
                 const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(D[b * n]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(Sb[bl]), sd, acc);
                 if (++bi == bpg) {   /* the group's last block: its bias term */
-                    const __m512 bias = pairs ? _mm512_castsi512_ps(_mm512_and_si512(pv, _mm512_set1_epi32((int)0xffff0000u)))
-                                              : _mm512_load_ps(bv[g - gcur]);
+                    const __m512 bias = pairs ? sb_bias(pv) : _mm512_load_ps(bv[g - gcur]);
                     acc = _mm512_fmadd_ps(bias, _mm512_set1_ps(X[g * n]), acc);
                     bi = 0;
                     g++;
@@ -495,7 +501,6 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
 static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y, const uint32_t *pt,
                             int n, int t) {
     const int b64 = q_desc(W)->group % 64 == 0;   /* blocks of 64 columns, else 32 (lay_of) */
-    if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (q_desc(W)->bits == 4) {
         if (b64) rows_one_T(4, 8, W, r0, r1, xp, y, pt, n, t);
         else rows_one_T(4, 4, W, r0, r1, xp, y, pt, n, t);
@@ -612,8 +617,8 @@ static inline I8_TGT void params_pt(const uint32_t *pt, int64_t ng, int64_t r, i
     const uint32_t *p = pt + r * ng + 16 * g0;
     for (int g = 0; g < cnt; g++) {
         const __m512i v = _mm512_loadu_si512(p + 16 * g);
-        _mm512_storeu_si512(s + (int64_t)g * stride, _mm512_slli_epi32(v, 16));
-        _mm512_storeu_si512(b + (int64_t)g * stride, _mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+        _mm512_storeu_ps(s + (int64_t)g * stride, sb_scale(v));
+        _mm512_storeu_ps(b + (int64_t)g * stride, sb_bias(v));
     }
 }
 
@@ -690,10 +695,10 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles, const uint32_t *pt) {
+    if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
         for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
-    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles,
-                    pt && (W->scale_row0 + r0) % 16 == 0 ? pt : NULL);   /* its tiles start at grid rows 16 k */
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
 }
 
 #else

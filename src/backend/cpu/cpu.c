@@ -557,9 +557,9 @@ static void ptiles_item(void *c, int64_t it, cpu_slot *slot) {
     cpu_amx_mlx_ptiles_fill(p->W, p->t, it * PTILE_ROWS, min64((it + 1) * PTILE_ROWS, p->rows));
 }
 
-static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W, int n) {
+static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W) {
     int64_t fill;
-    uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, n, &fill);
+    uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, &fill);
     if (t && fill) {
         ptiles_ctx p = { W, t, fill };
         par_for(b, ceil_div(fill, PTILE_ROWS), ptiles_item, &p, 1);
@@ -585,7 +585,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
-        if (W->dtype == CI_U32 && b->amx_ptiles) m->pt = ptiles(b, W, m->n);
+        if (W->dtype == CI_U32 && b->amx_ptiles) m->pt = ptiles(b, W);
         return cpu_amx_bytes(W, m->n);
     }
     m->split = W->dtype == CI_U32 && b->qk->split && b->qk->split(W);
@@ -863,27 +863,32 @@ typedef struct {
     float *cs, *sn;           /* a table [n][rot_dim / 2] to fill (rope_table_item) or to read, or NULL */
 } rope_ctx;
 
-/* cos and sin of token t's angles, as rope_item computes them, into row t of the table */
+/* cos and sin of token t's angles i0 .. i1 - 1 into cs[0 ..), sn[0 ..). The angle is the f32 product
+ * pos * inv_freq (as the reference models compute it); cos and sin of that f32 angle are taken in
+ * double, then rounded once. */
+static void rope_angles(const rope_ctx *m, int64_t t, int i0, int i1, float *cs, float *sn) {
+    const float p = (float)m->pos[t];
+    for (int i = i0; i < i1; i++) {
+        const double a = (double)(p * m->inv_freq[i]);
+        cs[i - i0] = (float)(cos(a) * m->mscale);
+        sn[i - i0] = (float)(sin(a) * m->mscale);
+    }
+}
+
+/* token t's row of the table */
 static void rope_table_item(void *c, int64_t t, cpu_slot *slot) {
     (void)slot;
     const rope_ctx *m = c;
     const int half = m->rot_dim / 2;
-    const float p = (float)m->pos[t];
-    for (int i = 0; i < half; i++) {
-        const double a = (double)(p * m->inv_freq[i]);
-        m->cs[t * half + i] = (float)(cos(a) * m->mscale);
-        m->sn[t * half + i] = (float)(sin(a) * m->mscale);
-    }
+    rope_angles(m, t, 0, half, m->cs + t * half, m->sn + t * half);
 }
 
-/* One token. The angle is the f32 product pos * inv_freq (as the reference models compute
- * it); cos and sin of that f32 angle are taken in double, then rounded once. */
+/* One token: its angles from the table, or rope_angles' a chunk at a time. */
 static void rope_item(void *c, int64_t t, cpu_slot *slot) {
     (void)slot;
     rope_ctx *m = c;
     int half = m->rot_dim / 2;
     float cbuf[ROPE_CHUNK], sbuf[ROPE_CHUNK];
-    float p = (float)m->pos[t];
     for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
         int i1 = i0 + ROPE_CHUNK < half ? i0 + ROPE_CHUNK : half;
         const float *cs = cbuf, *sn = sbuf;
@@ -891,11 +896,7 @@ static void rope_item(void *c, int64_t t, cpu_slot *slot) {
             cs = m->cs + t * half + i0;
             sn = m->sn + t * half + i0;
         } else {
-            for (int i = i0; i < i1; i++) {
-                double a = (double)(p * m->inv_freq[i]);
-                cbuf[i - i0] = (float)(cos(a) * m->mscale);
-                sbuf[i - i0] = (float)(sin(a) * m->mscale);
-            }
+            rope_angles(m, t, i0, i1, cbuf, sbuf);
         }
         for (int h = 0; h < m->n_heads; h++) {
             float *base = m->x + ((int64_t)t * m->n_heads + h) * m->head_dim + m->rot_offset;

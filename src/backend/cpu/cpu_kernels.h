@@ -149,13 +149,12 @@ int cpu_amx_rows_form_max(void);
  * otherwise make, per token in the one-token kernel: ~11% of a one-token decode's time on the Zen 5;
  * per 32 rows in the tiles' form: ~2% of a prefill's). One array per descriptor (stacked experts
  * share one), held in *tab until cpu_amx_ptab_free: the same bytes again as the scales and biases.
- * cpu_amx_mlx_ptiles returns W's for a matmul of n tokens (any n), or NULL where W's params are not
- * bf16 with biases, its grid's size is not known, or free memory (less 256 MiB) is short (the
- * kernels then transpose); *fill: 0, or the rows of a new
- * array, to be filled (cpu_amx_mlx_ptiles_fill, ranges of multiples of 16 rows, disjoint, at once
+ * cpu_amx_mlx_ptiles returns W's, or NULL where W's params are not bf16 with biases, its grid's
+ * size is not known, or free memory (less 256 MiB) is short (the kernels then transpose); *fill: 0,
+ * or the rows of a new array, to be filled (cpu_amx_mlx_ptiles_fill, ranges of multiples of 16 rows, disjoint, at once
  * if wanted) before its first use. */
 typedef struct cpu_amx_ptab cpu_amx_ptab;
-uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int n, int64_t *fill);
+uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tab, const ci_mat *W, int64_t *fill);
 void cpu_amx_mlx_ptiles_fill(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1);
 void cpu_amx_ptab_free(cpu_amx_ptab *tab);
 
