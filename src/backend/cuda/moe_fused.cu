@@ -71,6 +71,7 @@ struct mf_args {
     float limit;
     float *h, *out;              /* [K, I], [X] */
     unsigned *bar;               /* [2]: arrivals, generation */
+    int flip;                    /* mf_grid_sync's form (cuda_be.gbar_flip) */
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
@@ -79,10 +80,21 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
     return v;
 }
 
-/* every block of the grid here before any goes on; writes before it visible after it */
-__device__ __forceinline__ void mf_grid_sync(unsigned *bar) {
+/* every block of the grid here before any goes on; writes before it visible after it.
+ * flip: one atomic add a block on bar[0], block 0 adding 2^31 - (blocks - 1), the others 1: the
+ * counter's low 31 bits stay 0 between barriers and its top bit flips when the last block has
+ * added, which every block polls for (the block arriving last waits one L2 trip less, no reset).
+ * Else: a counter the last block resets and a generation word it bumps. */
+__device__ __forceinline__ void mf_grid_sync(unsigned *bar, int flip) {
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && flip) {
+        const unsigned inc = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+        __threadfence();
+        const unsigned old = atomicAdd(bar, inc);
+        if (!(((old + inc) ^ old) & 0x80000000u))   /* not the last: the flip is another block's */
+            while (!((ld_acquire(bar) ^ old) & 0x80000000u)) __nanosleep(40);
+        __threadfence();
+    } else if (threadIdx.x == 0) {
         const unsigned g = ld_acquire(bar + 1);
         __threadfence();
         if (atomicAdd(bar, 1u) == gridDim.x - 1) {
@@ -253,7 +265,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     }
     CB_PROF_MARK(4);
-    mf_grid_sync(a.bar);
+    mf_grid_sync(a.bar, a.flip);
     CB_PROF_MARK(5);
 
     /* ---- 2. routing and gate / up ---- */
@@ -333,7 +345,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
         }
     }
-    mf_grid_sync(a.bar);
+    mf_grid_sync(a.bar, a.flip);
     CB_PROF_MARK(11);
 
     /* ---- 3. down and the residual ---- */
@@ -443,10 +455,10 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     memset(&a, 0, sizeof a);
     a.x = x; a.norm_w = norm_w; a.eps = eps; a.router = W->data;
     a.xn = xn; a.logits = logits; a.sel = sel; a.wout = w; a.ids = ids;
-    a.ra = route_args_of(m);
+    a.ra = route_args_of(cb, m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.flip = cb->gbar_flip; a.tab_off = tab_off;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
     switch (W->dtype) {

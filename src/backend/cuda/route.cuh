@@ -11,6 +11,7 @@ enum { ROUTE_THREADS = 128, ROUTE_MAX_E = 1024, ROUTE_MAX_K = 64 };
 
 struct route_args {
     int E, K, router, norm, G, topk_group, hash_vocab;
+    int rank_split;              /* the ranks counted by up to 32 threads an entry (cuda_be.route_split) */
     float norm_eps, scaling;
     const float *bias;
     const int32_t *hash_ids;
@@ -116,14 +117,25 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
             }
             __syncthreads();
         }
-        for (int e = tid; e < E; e += nt) {   /* e's rank: the entries that beat it */
-            const float v = route_key(choice[e]);
+        /* e's rank: the entries that beat it, counted by q threads of one warp (q a power of two,
+         * the most with q · E <= nt, at most 32; 1 when E >= nt) each over every q-th entry, the
+         * counts summed by shuffles: integers, so any q gives the same ranks */
+        int q = 1;
+        if (a.rank_split)
+            while (q < 32 && 2 * q * E <= nt) q *= 2;
+        const int per = nt / q, sub = tid & (q - 1);
+        for (int e0 = 0; e0 < E; e0 += per) {   /* uniform in the block: every lane reaches the shuffles */
+            const int e = e0 + tid / q;
             int r = 0;
-            for (int j = 0; j < E; j++) {
-                const float c = route_key(choice[j]);
-                r += c > v || (c == v && j < e);
+            if (e < E) {
+                const float v = route_key(choice[e]);
+                for (int j = sub; j < E; j += q) {
+                    const float c = route_key(choice[j]);
+                    r += c > v || (c == v && j < e);
+                }
             }
-            if (r < K) chosen[r] = e;
+            for (int o = 1; o < q; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+            if (e < E && sub == 0 && r < K) chosen[r] = e;
         }
     }
     __syncthreads();
@@ -157,9 +169,10 @@ struct cb_route {
     route_args a;
 };
 
-/* route_args of m (moe_route's checks passed) */
-static inline route_args route_args_of(const ci_moe *m) {
+/* route_args of m (moe_route's checks passed) on cb */
+static inline route_args route_args_of(const cuda_be *cb, const ci_moe *m) {
     route_args a;
+    a.rank_split = cb->route_split;
     const int G = m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1;
     a.E = m->n_experts; a.K = m->top_k; a.router = (int)m->router; a.norm = m->norm_topk_prob;
     a.G = G; a.topk_group = m->topk_group; a.hash_vocab = m->hash_vocab;
