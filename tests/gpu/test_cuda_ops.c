@@ -2268,6 +2268,7 @@ static void test_moe(void) {
             test_moe_route_case(64, 6, CI_ROUTE_SIGMOID, 1, 1, 1, ties ? 0 : 1, ns[i], ties);
             test_moe_route_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 1, ns[i], ties);
             test_moe_route_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);   /* entries past the block's threads */
+            test_moe_route_case(128, 40, CI_ROUTE_SOFTMAX, 1, 1, 1, 0, ns[i], ties);    /* more chosen than a warp's lanes */
         }
     }
     static const struct { ci_dtype dt, sdt; } kinds[] = {
