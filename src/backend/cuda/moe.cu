@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, floa
     const int t = blockIdx.x;
     if (t >= n) return;
     route_row(t, logits, ids, a, sm, chosen, wsel);
-    if ((int)threadIdx.x < a.K) {
-        sel[(int64_t)t * a.K + threadIdx.x] = chosen[threadIdx.x];
-        wout[(int64_t)t * a.K + threadIdx.x] = wsel[threadIdx.x];
+    for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+        sel[(int64_t)t * a.K + k] = chosen[k];
+        wout[(int64_t)t * a.K + k] = wsel[k];
     }
 }
 
@@ -198,7 +198,8 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
     }
     const route_args a = route_args_of(cb, m);
     const size_t smem = (size_t)2 * a.E * sizeof(float);
-    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w,
+    /* route_warp (rank 2) is warp 0's alone: a warp a block */
+    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(a.rank == 2 ? 32 : ROUTE_THREADS), smem, sel, w,
               logits, ids, n, a);
     cb_launched(cb, "moe_route");
 }
