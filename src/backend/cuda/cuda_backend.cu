@@ -857,8 +857,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
-    cb->route_rank = cb_env_int("CINFER_CUDA_ROUTE_RANK", 2, 0, 2);
-    cb->gbar_flip = cb_env_switch("CINFER_CUDA_GBAR_FLIP", 1);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
     cb->flash2 = cb_env_switch("CINFER_CUDA_FLASH2", CB_FLASH2);

@@ -109,9 +109,7 @@ struct cuda_be {
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
-    int route_rank;          /* CINFER_CUDA_ROUTE_RANK=0|1|2: route_row's top-k form (route.cuh route_args.rank) */
-    int gbar_flip;           /* moe_fused.cu's grid barrier: one atomic a block, the counter's top bit flips */
-    unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier (arrivals, generation), zeroed at start */
+    unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier counter (gbar[0]), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */

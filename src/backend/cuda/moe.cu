@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(ROUTE_THREADS) route_kernel(int32_t *sel, floa
     const int t = blockIdx.x;
     if (t >= n) return;
     route_row(t, logits, ids, a, sm, chosen, wsel);
-    for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
-        sel[(int64_t)t * a.K + k] = chosen[k];
-        wout[(int64_t)t * a.K + k] = wsel[k];
+    if ((int)threadIdx.x < a.K) {
+        sel[(int64_t)t * a.K + threadIdx.x] = chosen[threadIdx.x];
+        wout[(int64_t)t * a.K + threadIdx.x] = wsel[threadIdx.x];
     }
 }
 
@@ -196,10 +196,9 @@ static void op_moe_route(ci_backend *be, int32_t *sel, float *w, const float *lo
                  m->n_experts, m->top_k, m->router == CI_ROUTE_SIGMOID && m->n_group > 1 ? m->n_group : 1);
         return;
     }
-    const route_args a = route_args_of(cb, m);
+    const route_args a = route_args_of(m);
     const size_t smem = (size_t)2 * a.E * sizeof(float);
-    /* route_warp (rank 2) is warp 0's alone: a warp a block */
-    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(a.rank == 2 ? 32 : ROUTE_THREADS), smem, sel, w,
+    cb_launch(cb, route_kernel, dim3((unsigned)n), dim3(ROUTE_THREADS), smem, sel, w,
               logits, ids, n, a);
     cb_launched(cb, "moe_route");
 }
@@ -597,7 +596,7 @@ int cb_moe_route_experts(cuda_be *cb, float *out, const float *x, int n, const f
                          int32_t *sel, float *w, const ci_moe *m, int acc) {
     if (!cb->route_fuse || cb->failed || n < 1 || n > CB_GEMV_MAX_N || !route_ok(m)) return 0;
     cb_route rt;
-    rt.logits = logits; rt.ids = ids; rt.sel = sel; rt.w = w; rt.a = route_args_of(cb, m);
+    rt.logits = logits; rt.ids = ids; rt.sel = sel; rt.w = w; rt.a = route_args_of(m);
     if (m->w_up[0].dtype == CI_U32) return cb_q_moe_experts(cb, out, x, n, sel, w, m, acc, &rt);
     const cb_moe_tab *tab = cb_moe_table(cb, m);
     return tab && moe_fp8_qt(cb, tab, out, x, n, sel, w, m, acc, &rt);

@@ -35,14 +35,16 @@
  * Where a block's time goes (prof.cuh marks, CINFER_CUDA_PROF build; Qwen3-30B-A3B dims bf16 on an
  * H100, medians, before the half batches): x and norm 1.2 us, the first barrier 3.0, routing 4.9,
  * gate / up 17.0 (50 MB: ~2.9 TB/s), the second barrier 5.7 (the warps with a third gate / up unit:
- * 6144 units over 2112 warps), down 10.8; a launch spans 47 us.
+ * 6144 units over 2112 warps), down 10.8; a launch spans 47 us. Since (forty-seventh session,
+ * RESULTS.md): the ranks by 4 threads an expert (route.cuh), routing 6.2 -> 3.8 us with the marks
+ * inside it; the one-atomic barrier, 2.9 -> 2.2 and 4.9 -> 4.2; decode +4.0..4.5%.
  * Bits: every sum runs in the order of the kernel it replaces (gemv_kernel's NORM pass and
  * its lanes' column order, route_kernel, gate_up_kernel<L, true>, down_kernel_split<L, 2, 4>),
  * so the results equal the three ops' bit for bit (test_cuda_ops "moe_norm_experts" checks
  * it; `cinfer logits --step` of the MoE fixtures cmp-identical); where a call would take another
  * form of those ops (fp8 or MLX weights, more rows, a tuning switch) the three ops run instead.
- * The barrier: a counter and a generation word in device memory (cuda_be.gbar): the block
- * arriving last resets the counter and bumps the generation the others poll. The grid is never
+ * The barrier (mf_grid_sync): one counter in device memory (cuda_be.gbar) whose top bit flips
+ * when every block has added to it, which the blocks poll. The grid is never
  * larger than the blocks that fit the SMs at once (the occupancy calculator), so every block
  * is resident while the others wait; nothing else on the device may hold SMs for good (the
  * engine runs one stream of kernels at a time at decode). CINFER_CUDA_MOE_FUSE=0: the three
@@ -70,8 +72,7 @@ struct mf_args {
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
     float *h, *out;              /* [K, I], [X] */
-    unsigned *bar;               /* [2]: arrivals, generation */
-    int flip;                    /* mf_grid_sync's form (cuda_be.gbar_flip) */
+    unsigned *bar;               /* mf_grid_sync's counter */
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
@@ -80,30 +81,20 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
     return v;
 }
 
-/* every block of the grid here before any goes on; writes before it visible after it.
- * flip: one atomic add a block on bar[0], block 0 adding 2^31 - (blocks - 1), the others 1: the
- * counter's low 31 bits stay 0 between barriers and its top bit flips when the last block has
- * added, which every block polls for (the block arriving last waits one L2 trip less, no reset).
- * Else: a counter the last block resets and a generation word it bumps. */
-__device__ __forceinline__ void mf_grid_sync(unsigned *bar, int flip) {
+/* every block of the grid here before any goes on; writes before it visible after it. One atomic
+ * add a block on bar: block 0 adds 2^31 - (blocks - 1), the others 1, so the counter's low 31 bits
+ * are 0 between barriers and its top bit flips when the last block has added; the others poll for
+ * the flip. (Before: a generation word read first, the counter, which the last block reset before
+ * bumping the generation: two L2 trips more on the way out; the second barrier 4.9 -> 4.2 us, the
+ * first 2.9 -> 2.2, bench/RESULTS.md forty-seventh session.) */
+__device__ __forceinline__ void mf_grid_sync(unsigned *bar) {
     __syncthreads();
-    if (threadIdx.x == 0 && flip) {
+    if (threadIdx.x == 0) {
         const unsigned inc = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
         __threadfence();
         const unsigned old = atomicAdd(bar, inc);
         if (!(((old + inc) ^ old) & 0x80000000u))   /* not the last: the flip is another block's */
             while (!((ld_acquire(bar) ^ old) & 0x80000000u)) __nanosleep(40);
-        __threadfence();
-    } else if (threadIdx.x == 0) {
-        const unsigned g = ld_acquire(bar + 1);
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (ld_acquire(bar + 1) == g) __nanosleep(40);
-        }
         __threadfence();
     }
     __syncthreads();
@@ -265,7 +256,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     }
     CB_PROF_MARK(4);
-    mf_grid_sync(a.bar, a.flip);
+    mf_grid_sync(a.bar);
     CB_PROF_MARK(5);
 
     /* ---- 2. routing and gate / up ---- */
@@ -345,7 +336,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
         }
     }
-    mf_grid_sync(a.bar, a.flip);
+    mf_grid_sync(a.bar);
     CB_PROF_MARK(11);
 
     /* ---- 3. down and the residual ---- */
@@ -455,10 +446,10 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     memset(&a, 0, sizeof a);
     a.x = x; a.norm_w = norm_w; a.eps = eps; a.router = W->data;
     a.xn = xn; a.logits = logits; a.sel = sel; a.wout = w; a.ids = ids;
-    a.ra = route_args_of(cb, m);
+    a.ra = route_args_of(m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.flip = cb->gbar_flip; a.tab_off = tab_off;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
     switch (W->dtype) {
