@@ -21,6 +21,7 @@ echo "ops moe_norm_experts rc=$?: $(grep passed $O/ops1.log | tail -1)"; grep ^F
 PARITY_ONLY='moe|deepseek_v3$|deepseek_v32$|deepseek_v3_fp8' CINFER=$C timeout 100 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 echo "gpu parity (MoE fixtures) rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E "^FAIL" $O/parity.log | head -6
 ts tests
+[ "${ZB_QUICK:-0}" = 1 ] && { ts end; exit 0; }   # ZB_QUICK=1: the checks only
 wait %1 2>/dev/null   # a bare `wait` would also wait for the tee above (bash >= 5.1) and never return
 for r in 1 2; do for e in CINFER_CUDA_MOE_FUSE=1 CINFER_CUDA_MOE_FUSE=0; do
   echo "round $r $e: $(env $e timeout -k 5 40 $C bench --model $M --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-100 | head -2 | tr '\n' ' ')"
