@@ -21,46 +21,6 @@ struct route_args {
  * the two agree wherever no score is NaN). */
 __device__ __forceinline__ float route_key(float v) { return v != v ? -INFINITY : v; }
 
-/* grouped routing (G > 1) by warp 0 (every lane calls it): each group's score is the sum of its
- * two best choices; entries outside the topk_group best groups (the lower index on ties) set to
- * -inf in choice */
-__device__ __forceinline__ void route_group_mask(float *choice, const route_args &a) {
-    const int lane = threadIdx.x & 31;
-    const int per = a.E / a.G;
-    float sc = -FLT_MAX;
-    if (lane < a.G) {                  /* group score: the sum of its two best choices */
-        const float *c = choice + lane * per;
-        int b0 = 0;
-        for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
-        sc = c[b0];
-        if (per >= 2) {
-            int b1 = b0 == 0 ? 1 : 0;
-            for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
-            sc += c[b1];
-        }
-    }
-    unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
-    for (int j = 0; j < a.topk_group; j++) {
-        float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
-        int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
-        for (int o = 16; o; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
-        keep |= 1u << bi;
-    }
-    __syncwarp();
-    for (int e = lane; e < per * a.G; e += 32)
-        if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
-    __syncwarp();
-}
-
-/* what the normalized weights' sum is divided by beside it (the CPU's) */
-__device__ __forceinline__ double route_eps(const route_args &a) {
-    return a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
-}
-
 /* Row t's choice by the whole block (any size, a multiple of 32; every thread calls it): the
  * experts in rank order into chosen[0..K) and their weights into wsel[0..K) (shared memory the
  * caller owns, valid after the call); sm: 2 E floats of shared scratch. logits are read through
@@ -130,7 +90,35 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
         }
     } else {
         if (a.router != CI_ROUTE_SOFTMAX && a.G > 1) {
-            if (warp == 0) route_group_mask(choice, a);
+            if (warp == 0) {
+                const int per = E / a.G;
+                float sc = -FLT_MAX;
+                if (lane < a.G) {                  /* group score: the sum of its two best choices */
+                    const float *c = choice + lane * per;
+                    int b0 = 0;
+                    for (int i = 1; i < per; i++) if (c[i] > c[b0]) b0 = i;
+                    sc = c[b0];
+                    if (per >= 2) {
+                        int b1 = b0 == 0 ? 1 : 0;
+                        for (int i = 0; i < per; i++) if (i != b0 && c[i] > c[b1]) b1 = i;
+                        sc += c[b1];
+                    }
+                }
+                unsigned keep = 0;                 /* the topk_group best groups (lower index on ties) */
+                for (int j = 0; j < a.topk_group; j++) {
+                    float bv = (lane < a.G && !(keep >> lane & 1)) ? route_key(sc) : -INFINITY;
+                    int bi = (lane < a.G && !(keep >> lane & 1)) ? lane : INT_MAX;
+                    for (int o = 16; o; o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+                    }
+                    keep |= 1u << bi;
+                }
+                __syncwarp();
+                for (int e = lane; e < per * a.G; e += 32)
+                    if (!(keep >> (e / per) & 1)) choice[e] = -INFINITY;
+            }
             __syncthreads();
         }
         /* e's rank: the entries that beat it, counted by q threads of one warp (q a power of two,
@@ -163,7 +151,10 @@ __device__ __forceinline__ void route_row(int t, const float *logits, const int3
     __syncthreads();
     if (tid < K) {
         float w = s[chosen[tid]];
-        if (a.norm) w = (float)(w / (dsum + route_eps(a)));
+        if (a.norm) {
+            const double eps = a.router == CI_ROUTE_SOFTMAX ? 0.0 : a.norm_eps > 0 ? (double)a.norm_eps : 1e-20;
+            w = (float)(w / (dsum + eps));
+        }
         wsel[tid] = w * a.scaling;
     }
     __syncthreads();
