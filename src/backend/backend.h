@@ -382,6 +382,14 @@ typedef struct ci_backend {
      * w_uk: host array of Hh views [nope, kv_lora] (data in backend memory). */
     void (*mla_absorb_q)(struct ci_backend *be, float *qcat, const float *q, int n, int n_heads, int nope, int rope,
                          int kv_lora, const ci_mat *w_uk);
+    /* mla_prepare (optional: NULL where nn/mla.c composes the ops it stands for): mla_rope(lat,
+     * q, kv_norm, ...), mla_absorb_q(qcat, q, ..., w_uk), then, where cache or tab is given,
+     * kv_store_paged(cache, tab, 1, kv_lora + rope, lat, kv_lora + rope, n, pos, pages): the bits
+     * of those ops, one launch on a device at a few rows (a decode step). */
+    void (*mla_prepare)(struct ci_backend *be, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n,
+                        int n_heads, int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq,
+                        float mscale, ci_rope_style style, const ci_mat *w_uk, float *cache, float *const *tab,
+                        const ci_pages *pages);
     /* The value heads: o[t, h, 0..v) = olat[t, h, 0..kv_lora) · W_UV[h]ᵀ (olat rows lat floats
      * per head); w_uv: host array of Hh views [v, kv_lora]. */
     void (*mla_out_heads)(struct ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat,

@@ -120,8 +120,9 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s) {
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
-                 const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps) {
+int mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
+                const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps, float *cache,
+                float *const *tab, const ci_pages *pages) {
     const int Hh = L->n_heads;
     /* q_a (or the queries [n, Hh, nope+rope] without q_lora) and the latent + k_pe rows,
      * both from the normed input in one pass */
@@ -141,17 +142,23 @@ void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, floa
         float *const qy[1] = { s->q };
         be->norm_matmul_n(be, s->qa, s->qa, L->q_a_norm, eps, 1, qy, n, qb);
     }
+    if (be->mla_prepare) {   /* the two steps below and the rows' store as one op */
+        be->mla_prepare(be, s->qcat, s->lat, s->q, L->kv_a_norm, eps, n, Hh, L->nope, L->rope, L->kv_lora, pos, inv_freq,
+                        mscale, CI_ROPE_INTERLEAVED, L->w_uk, cache, cache ? NULL : tab, pages);
+        return cache || tab;
+    }
     /* the latent's norm (the kv_lora part of each row), then rope in place on it and on q */
     be->mla_rope(be, s->lat, s->q, L->kv_a_norm, eps, n, Hh, L->nope, L->rope, L->kv_lora, pos, inv_freq, mscale,
                  CI_ROPE_INTERLEAVED);
     /* absorbed queries: qcat[t, h] = [W_UK[h]ᵀ q_nope[t, h] ‖ q_pe[t, h]] */
     be->mla_absorb_q(be, s->qcat, s->q, n, Hh, L->nope, L->rope, L->kv_lora, L->w_uk);
+    return 0;
 }
 
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                const int32_t *pos, int n, int max_keys, const ci_pages *pages) {
+                const int32_t *pos, int n, int max_keys, const ci_pages *pages, int stored) {
     const int lat = L->kv_lora + L->rope;
-    be->kv_store_paged(be, cache, cache ? NULL : tab, 1, lat, s->lat, lat, n, pos, pages);
+    if (!stored) be->kv_store_paged(be, cache, cache ? NULL : tab, 1, lat, s->lat, lat, n, pos, pages);
     /* one shared "KV head" of width kv_lora+rope; values are the same rows (their last
      * rope entries produce output columns that are ignored) */
     be->mla_attend(be, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat, L->scale,

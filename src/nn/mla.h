@@ -64,17 +64,20 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s);
  * memory): xn = rmsnorm(x) * norm_w fused into the first projections (q_a or q, and kv_a,
  * read in one pass); queries (s->q roped) and the absorbed queries s->qcat [n, Hh,
  * kv_lora + rope]; s->lat gets the rows' latent rows (normed, k_pe roped), which the caller
- * stores in its cache(s). xn [n, H] and s->qa (q_a's normed rows) hold their values afterwards
+ * stores in its cache(s), or this does with cache or tab given (mla_attend's; then returns 1,
+ * and the caller passes that to mla_attend as `stored`; on a device one launch, backend.h
+ * mla_prepare, makes q, qcat and the rows and stores them). xn [n, H] and s->qa (q_a's normed rows) hold their values afterwards
  * only with keep_xn (the indexer reads them); otherwise they are scratch (backend.h
  * norm_matmul_n: q_a's norm is fused into q_b). inv_freq (backend memory) / mscale: the rope
  * table's. */
-void mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
-                 const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps);
-/* Stores s->lat in the cache(s) at positions pos and attends: cache (one sequence, rows of
+int mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
+                const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps, float *cache,
+                float *const *tab, const ci_pages *pages);
+/* Stores s->lat in the cache(s) at positions pos (unless `stored`: mla_project did) and attends: cache (one sequence, rows of
  * kv_lora + rope floats) or, cache NULL, tab: row t's cache is tab[t] (a batch step). pages
  * (backend.h ci_pages) or NULL: the cache rows of the positions. Into s->olat. */
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                const int32_t *pos, int n, int max_keys, const ci_pages *pages);
+                const int32_t *pos, int n, int max_keys, const ci_pages *pages, int stored);
 /* The steps after it: x[n, H] += o_proj of the latent-space outputs s->olat [n, Hh,
  * kv_lora + rope] after W_UV per head (the residual add fused; tmp [n, H] is matmul_acc's
  * scratch). */

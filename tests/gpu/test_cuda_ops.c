@@ -1504,6 +1504,86 @@ static void mla_heads_case(int n, int Hh, int nope, int rope, int kv_lora, int v
     free(q); free(olat); free(uk_c); free(uk_g); free(uv_c); free(uv_g);
 }
 
+/* mla_prepare (one launch at <= 4 rows: mla_rope, mla_absorb_q and the rows' store) against the
+ * three ops on the device, bit for bit: qcat, q, the latent rows and every cache row. mode 0: one
+ * cache at positions pos0..; 1: each row its own cache (tab); 2: one sequence paged (blocks of
+ * 16 rows of a pool in shuffled order); 3: no store (cache and tab NULL). Past 4 rows or with
+ * widths the vector kernels do not take, the op runs the three itself (the same check). */
+static void mla_prepare_case(int n, int Hh, int nope, int rope, int kv_lora, ci_dtype dt, ci_dtype sdt, int mode, int pos0) {
+    char name[220];
+    static const char *const modes[] = { "one cache", "own caches", "paged", "no store" };
+    snprintf(name, sizeof name, "cuda mla_prepare %s %s n=%d heads=%d nope=%d rope=%d kv_lora=%d pos0=%d",
+             dt_name(dt, sdt), modes[mode], n, Hh, nope, rope, kv_lora, pos0);
+    if (!gpu->mla_prepare || !want(name)) return;
+    wpair uk = make_weight((int64_t)Hh * (nope + 16), kv_lora, dt, sdt);   /* kv_b with v = 16 */
+    if (dead) return;
+    ci_mat *ukg = xmalloc((size_t)Hh * sizeof(ci_mat));
+    kvb_views(&uk.g, Hh, nope, 16, 0, ukg);
+    const int qd = nope + rope, latw = kv_lora + rope, blk = 16;
+    const int nbuf = mode == 1 ? n : 1, rows = pos0 + n + 40, nb = (rows + blk - 1) / blk + 2;
+    const size_t nq = (size_t)n * Hh * qd, nc = (size_t)n * Hh * latw, nl = (size_t)n * latw;
+    const size_t crow = (size_t)(mode == 2 ? nb * blk : rows) * latw;   /* floats of one cache */
+    float *q = xmalloc(nq * 4), *lat = xmalloc(nl * 4), *cache = xmalloc(crow * 4);
+    float *w = keep(xmalloc((size_t)kv_lora * 4));   /* a weight: alive to the end */
+    int32_t *pos = xmalloc((size_t)n * 4), *perm = xmalloc((size_t)nb * 4);
+    fill(q, nq, 1.f);
+    fill(lat, nl, 3.f);
+    fill(cache, crow, 1.f);
+    for (int i = 0; i < kv_lora; i++) w[i] = 1.f + 0.5f * unif();
+    for (int t = 0; t < n; t++) pos[t] = mode == 1 ? irand(rows) : pos0 + t;
+    for (int i = 0; i < nb; i++) perm[i] = i;
+    for (int i = nb - 1; i > 0; i--) { int j = irand(i + 1), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    float *inv = make_inv_freq(rope, 1e4);
+    const float *gi = g_weight(inv, (size_t)(rope / 2) * 4), *gw = g_weight(w, (size_t)kv_lora * 4);
+    int32_t *gp = g_put(pos, (size_t)n * 4), *gperm = g_put(perm, (size_t)nb * 4);
+    ci_pages pg = { gperm, nb, 0, 4 };
+    float *gq[2], *gl[2], *gqc[2], *gc[2][4] = { { NULL } }, **gtab[2] = { NULL, NULL };
+    for (int v = 0; v < 2; v++) {   /* v 0: the three ops, v 1: mla_prepare */
+        gq[v] = g_put(q, nq * 4);
+        gl[v] = g_put(lat, nl * 4);
+        gqc[v] = g_alloc(nc * 4);
+        for (int b = 0; b < nbuf; b++) gc[v][b] = g_put(cache, crow * 4);
+        if (mode == 1) gtab[v] = g_put(gc[v], (size_t)n * sizeof(float *));
+        if (!dead) g_poison(gqc[v], nc * 4);
+    }
+    if (!dead) {
+        float *c0 = mode == 0 || mode == 2 ? gc[0][0] : NULL, *c1 = mode == 0 || mode == 2 ? gc[1][0] : NULL;
+        const ci_pages *pgs = mode == 2 ? &pg : NULL;
+        gpu->mla_rope(gpu, gl[0], gq[0], gw, 1e-6f, n, Hh, nope, rope, kv_lora, gp, gi, 1.f, CI_ROPE_INTERLEAVED);
+        gpu->mla_absorb_q(gpu, gqc[0], gq[0], n, Hh, nope, rope, kv_lora, ukg);
+        if (mode != 3) gpu->kv_store_paged(gpu, c0, gtab[0], 1, latw, gl[0], latw, n, gp, pgs);
+        gpu->mla_prepare(gpu, gqc[1], gl[1], gq[1], gw, 1e-6f, n, Hh, nope, rope, kv_lora, gp, gi, 1.f,
+                         CI_ROPE_INTERLEAVED, ukg, c1, gtab[1], pgs);
+        int ok = 1;
+        const char *why = "";
+        const size_t sz[3] = { nc, nq, nl };
+        float *const a[3] = { gqc[0], gq[0], gl[0] }, *const b[3] = { gqc[1], gq[1], gl[1] };
+        static const char *const what[3] = { "qcat differs", "q differs", "the latent rows differ" };
+        for (int k = 0; k < 3 && ok; k++) {
+            float *ha = xmalloc(sz[k] * 4), *hb = xmalloc(sz[k] * 4);
+            g_get(ha, a[k], sz[k] * 4);
+            g_get(hb, b[k], sz[k] * 4);
+            if (memcmp(ha, hb, sz[k] * 4)) { ok = 0; why = what[k]; }
+            free(ha); free(hb);
+        }
+        for (int bb = 0; bb < nbuf && ok; bb++) {
+            float *ha = xmalloc(crow * 4), *hb = xmalloc(crow * 4);
+            g_get(ha, gc[0][bb], crow * 4);
+            g_get(hb, gc[1][bb], crow * 4);
+            if (memcmp(ha, hb, crow * 4)) { ok = 0; why = "a cache differs"; }
+            if (mode != 3 && ok && !memcmp(ha, cache, crow * 4)) { ok = 0; why = "nothing was stored"; }
+            free(ha); free(hb);
+        }
+        report_bool(name, ok, why);
+    }
+    for (int v = 0; v < 2; v++) {
+        g_free(gq[v]); g_free(gl[v]); g_free(gqc[v]); g_free(gtab[v]);
+        for (int b = 0; b < nbuf; b++) g_free(gc[v][b]);
+    }
+    g_free(gp); g_free(gperm);
+    free(q); free(lat); free(cache); free(pos); free(perm); free(ukg);
+}
+
 /* n query rows over latent caches: one cache of max_keys rows at positions pos0.. (table 0),
  * or each row its own cache and context through a table (table 1: mla_attend, tab_step 1,
  * with kv_store_paged writing each row's new latent row first). */
@@ -1823,6 +1903,18 @@ static void test_mla(void) {
     mla_heads_case(1, 8, 24, 8, 72, 40, CI_F8_E4M3, CI_F32);   /* decode, kv_lora not a multiple of 16: one element per lane */
     mla_heads_case(2, 8, 24, 8, 72, 40, CI_BF16, CI_F32);      /* decode, 16-byte loads with a partial column tile */
     mla_heads_case(4, 8, 300, 8, 72, 40, CI_F32, CI_F32);      /* decode, more rows than one batch of loads covers */
+    /* mla_prepare = the three ops: DeepSeek's widths at 1..4 rows in every dtype and store mode, the
+     * fixtures' (kv_lora 32: a 32-thread norm), 1024 (256 threads), fewer heads than rows, and what it
+     * leaves to the three ops (5 rows, kv_lora 72 with fp8's 16-byte vectors) */
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !dead; k++)
+        for (int nn = 1; nn <= 4; nn++) mla_prepare_case(nn, 16, 128, 64, 512, kinds[k].dt, kinds[k].sdt, nn % 4, 700 + nn);
+    for (int mode = 0; mode < 4 && !dead; mode++) {
+        mla_prepare_case(1, 16, 128, 64, 512, CI_BF16, CI_F32, mode, 0);
+        mla_prepare_case(4, 2, 16, 8, 32, CI_BF16, CI_F32, mode, 5);
+        mla_prepare_case(3, 4, 64, 32, 1024, CI_F8_E4M3, CI_BF16, mode, 100);
+    }
+    mla_prepare_case(5, 16, 128, 64, 512, CI_BF16, CI_F32, 0, 9);
+    mla_prepare_case(2, 8, 24, 8, 72, CI_F8_E4M3, CI_F32, 2, 30);
     /* decode: one row over contexts from 1 key to past a split; prefill chunks; own caches */
     static const int ctx[] = { 1, 7, 1000, 5000 };
     for (size_t c = 0; c < sizeof ctx / sizeof *ctx && !dead; c++) {

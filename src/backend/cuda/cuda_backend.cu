@@ -687,6 +687,14 @@ static void op_mla_absorb_q(ci_backend *be, float *qcat, const float *q, int n, 
                             int kv_lora, const ci_mat *w_uk) {
     if (!CB(be)->failed) cb_mla_absorb_q(CB(be), qcat, q, n, n_heads, nope, rope, kv_lora, w_uk);
 }
+static void op_mla_prepare(ci_backend *be, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n,
+                           int n_heads, int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq,
+                           float mscale, ci_rope_style style, const ci_mat *w_uk, float *cache, float *const *tab,
+                           const ci_pages *pages) {
+    if (!CB(be)->failed)
+        cb_mla_prepare(CB(be), qcat, lat, q, kv_norm, eps, n, n_heads, nope, rope, kv_lora, pos, inv_freq, mscale, style,
+                       w_uk, cache, tab, pages);
+}
 static void op_mla_out_heads(ci_backend *be, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat,
                              int v, const ci_mat *w_uv) {
     if (!CB(be)->failed) cb_mla_out_heads(CB(be), o, olat, n, n_heads, kv_lora, lat, v, w_uv);
@@ -856,6 +864,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
     cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
+    cb->mla_prep = cb_env_switch("CINFER_CUDA_MLA_PREP", CB_MLA_PREP);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
@@ -960,6 +969,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->head_norm_rope = op_head_norm_rope;
     be->layernorm = op_layernorm;
     be->mla_absorb_q = op_mla_absorb_q;
+    be->mla_prepare = op_mla_prepare;
     be->mla_out_heads = op_mla_out_heads;
     be->kv_store_paged = op_kv_store_paged;
     be->mla_attend = op_mla_attend;

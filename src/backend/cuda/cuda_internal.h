@@ -108,6 +108,7 @@ struct cuda_be {
     int attn_decode2;        /* decode attention (<= 8 rows): attn_decode2_kernel, flash decoding (attn.cu) */
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
+    int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier counter (gbar[0]), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
@@ -279,6 +280,9 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * dims 14 layers 585.0 / 584.3 -> 593.5 / 593.0, Qwen3-30B-A3B after 4096 782.4 -> 802.6. */
 #define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
 #endif
+#ifndef CB_MLA_PREP
+#define CB_MLA_PREP 1     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */
+#endif
 #ifndef CB_ROUTE_FUSE
 /* moe_norm_experts at 1..8 token rows whose experts the tensor-core decode pair takes (MLX 4- /
  * 8-bit, mxfp4, fp8): the routing done by every gate+up block for its token (route.cuh's
@@ -340,6 +344,27 @@ __device__ __forceinline__ void cb_cp_wait() { asm volatile("cp.async.wait_group
 __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* The sum of v over the block (blockDim.x a multiple of 32), every thread given it: a shuffle
+ * tree in each warp, the warps' sums in lanes 0.. of every warp (0 past the last), a second tree.
+ * sh: 32 T of shared memory. Threads that add 0 leave the bits of a block without them (a
+ * warp of zeros adds exact zeros to nonnegative sums: mla_prepare's latent norm on 256 threads
+ * gives mla_rope's on 128). */
+template <class T> __device__ __forceinline__ T block_sum(T v, T *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : (T)0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* One rotated pair (rope_kernel's arithmetic): (a, b) -> (a co - b si, b co + a si). */
+__device__ __forceinline__ float2 rope_rot(float a, float b, float co, float si) {
+    return make_float2(a * co - b * si, b * co + a * si);
 }
 
 /* Rotary tables of position p: cs[i] = cos(p · inv_freq[i]) · mscale, sn the sines, i < half,
@@ -646,6 +671,11 @@ void cb_moe_grouped(cuda_be *cb, float *out, const float *x, int n, const int32_
  * latent rows at most 1024 floats (DeepSeek: 576). Anything else fails with last_error. */
 void cb_rmsnorm_strided(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, int stride, float eps);
 void cb_layernorm(cuda_be *cb, float *out, const float *x, const float *w, const float *b, int n, int dim, double eps);
+/* backend.h mla_prepare: one launch (mla_heads.cu mla_prepare_kernel) at <= 4 rows when cb->mla_prep
+ * and the W_UK views suit the vector kernels, else cb_mla_rope, cb_mla_absorb_q, cb_kv_store_paged. */
+void cb_mla_prepare(cuda_be *cb, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
+                    int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
+                    ci_rope_style style, const ci_mat *w_uk, float *cache, float *const *tab, const ci_pages *pages);
 void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
                      const ci_mat *w_uk);
 void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,

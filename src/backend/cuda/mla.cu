@@ -36,28 +36,6 @@ void cb_fail_msg(cuda_be *cb, const char *msg) {
 
 /* ---- norms ------------------------------------------------------------------------------------ */
 
-static __device__ float mla_block_sum(float v, float *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    v = l < nw ? sh[l] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ double mla_block_sum_d(double v, double *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    v = l < nw ? sh[l] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* rows `stride` floats apart; as rmsnorm_kernel (ops.cu): the root in double */
 __global__ void rmsnorm_strided_kernel(float *out, const float *x, const float *w, int dim, int stride, float eps) {
     pdl_enter();
@@ -66,7 +44,7 @@ __global__ void rmsnorm_strided_kernel(float *out, const float *x, const float *
     float *orow = out + (int64_t)blockIdx.x * stride;
     float s = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
-    s = mla_block_sum(s, sh);
+    s = block_sum(s, sh);
     const float sc = (float)(1.0 / sqrt((double)s / (double)dim + (double)eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * sc * w[i] : xr[i] * sc;
 }
@@ -86,10 +64,10 @@ __global__ void layernorm_kernel(float *out, const float *x, const float *w, con
     float *orow = out + (int64_t)blockIdx.x * dim;
     double s = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-    const double mean = mla_block_sum_d(s, sh) / dim;
+    const double mean = block_sum(s, sh) / dim;
     double v = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
-    const double var = mla_block_sum_d(v, sh) / dim;
+    const double var = block_sum(v, sh) / dim;
     const double inv = 1.0 / sqrt(var + eps);
     __syncthreads();
     for (int i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = (float)((xr[i] - mean) * inv) * w[i] + b[i];

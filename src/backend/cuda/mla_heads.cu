@@ -172,22 +172,13 @@ enum { AQV_BATCH = 8 };
  * Each thread sums its rows r = rs, rs + RS, ... in order; the rows of a warp meet in a
  * shuffle tree, the warps in shared memory in warp order. */
 template <int DT, int NT>
-__global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_vec_kernel(float *qcat, const float *q, int n, int n_heads,
-                                                                     int nope, int rope, int kv_lora, head_mats m) {
+__device__ __forceinline__ void absorb_q_vec_cols(float *qcat, const float *q, int n, int n_heads, int nope, int rope,
+                                                  int kv_lora, const head_mats &m) {
     typedef typename HL<DT>::L L;
     constexpr int V = L::VEC, LPR = AQ_COLS / V, RPW = 32 / LPR, RS = AB_WARPS * RPW;
     __shared__ float red[AB_WARPS][NT][AQ_COLS];
     const int h = blockIdx.y;
     const int qd = nope + rope, lat = kv_lora + rope;
-    if ((int)blockIdx.x == (kv_lora + AQ_COLS - 1) / AQ_COLS) {
-        pdl_enter();
-        for (int i = threadIdx.x; i < n * rope; i += blockDim.x) {
-            const int ti = i / rope, c = i - ti * rope;
-            const int64_t row = (int64_t)ti * n_heads + h;
-            qcat[row * lat + kv_lora + c] = q[row * qd + nope + c];
-        }
-        return;
-    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int lv = lane % LPR, rs = warp * RPW + lane / LPR;
     const int c = blockIdx.x * AQ_COLS + lv * V;
@@ -255,6 +246,77 @@ __global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_vec_kernel(float *qcat
 #pragma unroll
         for (int w = 0; w < AB_WARPS; w++) sum += red[w][i][cc];
         qcat[((int64_t)i * n_heads + h) * lat + col] = sum;
+    }
+}
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(AB_WARPS * 32) absorb_q_vec_kernel(float *qcat, const float *q, int n, int n_heads,
+                                                                     int nope, int rope, int kv_lora, head_mats m) {
+    if ((int)blockIdx.x == (kv_lora + AQ_COLS - 1) / AQ_COLS) {   /* the last block column: q_pe */
+        pdl_enter();
+        const int h = blockIdx.y, qd = nope + rope, lat = kv_lora + rope;
+        for (int i = threadIdx.x; i < n * rope; i += blockDim.x) {
+            const int ti = i / rope, c = i - ti * rope;
+            const int64_t row = (int64_t)ti * n_heads + h;
+            qcat[row * lat + kv_lora + c] = q[row * qd + nope + c];
+        }
+        return;
+    }
+    absorb_q_vec_cols<DT, NT>(qcat, q, n, n_heads, nope, rope, kv_lora, m);
+}
+
+/* mla_prepare at NT <= 4 rows (backend.h: mla_rope, mla_absorb_q, kv_store_paged as one op),
+ * on absorb_q_vec_kernel's grid: its blocks for the W_UK columns as they are; in the last block
+ * column, head h's q_pe rotated (mla_rope's arithmetic) into q and straight into qcat (what
+ * absorb_q copied), and the latent rows t = h, h + Hh, ... < n normed (mla_rope's sums: nth
+ * threads add, the rest add zeros), rotated and written to lat and to their cache row
+ * (kv_store_paged's; cache and tab NULL: not stored). No block reads what another writes. */
+template <int DT, int NT>
+__global__ void __launch_bounds__(AB_WARPS * 32) mla_prepare_kernel(float *qcat, float *lat, float *q, const float *kv_norm,
+                                                                    float eps, int n, int n_heads, int nope, int rope,
+                                                                    int kv_lora, const int32_t *pos, const float *inv_freq,
+                                                                    float mscale, int style, head_mats m, float *cache,
+                                                                    float *const *tab, ci_pages pg, int nth) {
+    if ((int)blockIdx.x != (kv_lora + AQ_COLS - 1) / AQ_COLS) {
+        absorb_q_vec_cols<DT, NT>(qcat, q, n, n_heads, nope, rope, kv_lora, m);
+        return;
+    }
+    pdl_enter();
+    extern __shared__ float tb[];   /* [n][2 * half]: row t's cos, then its sin */
+    __shared__ float sh[32];
+    const int h = blockIdx.y, half = rope / 2, qd = nope + rope, latw = kv_lora + rope;
+    for (int t = 0; t < n; t++) rope_table(tb + t * rope, tb + t * rope + half, (float)pos[t], inv_freq, half, mscale);
+    __syncthreads();
+    for (int k = threadIdx.x; k < n * half; k += blockDim.x) {
+        const int t = k / half, i = k - t * half;
+        const int oa = style == CI_ROPE_NEOX ? i : 2 * i, ob = style == CI_ROPE_NEOX ? i + half : 2 * i + 1;
+        const int64_t row = (int64_t)t * n_heads + h;
+        float *base = q + row * qd + nope, *cat = qcat + row * latw + kv_lora;
+        const float2 r = rope_rot(base[oa], base[ob], tb[t * rope + i], tb[t * rope + half + i]);
+        base[oa] = r.x; base[ob] = r.y;
+        cat[oa] = r.x; cat[ob] = r.y;
+    }
+    for (int t = h; t < n; t += n_heads) {
+        float *lr = lat + (int64_t)t * latw;
+        float *dst = tab || cache ? (tab ? tab[t] : cache) + pg_row(pg_table(pg, t), pg.blk_log2, pos[t]) * latw : NULL;
+        float s = 0.0f;
+        if ((int)threadIdx.x < nth)
+            for (int i = threadIdx.x; i < kv_lora; i += nth) s = fmaf(lr[i], lr[i], s);
+        s = block_sum(s, sh);
+        const float sc = (float)(1.0 / sqrt((double)s / (double)kv_lora + (double)eps));
+        for (int i = threadIdx.x; i < kv_lora; i += blockDim.x) {
+            const float y = kv_norm ? lr[i] * sc * kv_norm[i] : lr[i] * sc;
+            lr[i] = y;
+            if (dst) dst[i] = y;
+        }
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const int oa = style == CI_ROPE_NEOX ? i : 2 * i, ob = style == CI_ROPE_NEOX ? i + half : 2 * i + 1;
+            float *base = lr + kv_lora;
+            const float2 r = rope_rot(base[oa], base[ob], tb[t * rope + i], tb[t * rope + half + i]);
+            base[oa] = r.x; base[ob] = r.y;
+            if (dst) { dst[kv_lora + oa] = r.x; dst[kv_lora + ob] = r.y; }
+        }
+        __syncthreads();   /* sh again for the next row */
     }
 }
 
@@ -454,3 +516,30 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
     cb_launched(cb, "mla_out_heads");
 }
 
+
+void cb_mla_prepare(cuda_be *cb, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
+                    int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
+                    ci_rope_style style, const ci_mat *w_uk, float *cache, float *const *tab, const ci_pages *pages) {
+    if (n <= 0 || n_heads <= 0) return;
+    head_mats m;
+    const int latw = kv_lora + rope;
+    if (!cb->mla_prep || n > 4 || rope < 2 || rope % 2 || kv_lora <= 0 || head_views(w_uk, n_heads, &m) ||
+        m.rows != nope || m.cols != kv_lora || !head_vec_ok(m, kv_lora)) {
+        cb_mla_rope(cb, lat, q, kv_norm, eps, n, n_heads, nope, rope, kv_lora, pos, inv_freq, mscale, style);
+        cb_mla_absorb_q(cb, qcat, q, n, n_heads, nope, rope, kv_lora, w_uk);
+        if (cache || tab) cb_kv_store_paged(cb, cache, tab, 1, latw, lat, latw, n, pos, pages);
+        return;
+    }
+    const int nth = kv_lora >= 1024 ? 256 : kv_lora >= 256 ? 128 : 32;   /* mla_rope's block for the norm */
+    const dim3 grid((unsigned)((kv_lora + AQ_COLS - 1) / AQ_COLS + 1), (unsigned)n_heads);
+    const size_t smem = (size_t)n * rope * sizeof(float);
+    void (*k)(float *, float *, float *, const float *, float, int, int, int, int, int, const int32_t *, const float *,
+              float, int, head_mats, float *, float *const *, ci_pages, int);
+#define MP_K(NT) (m.dtype == CI_F32 ? mla_prepare_kernel<CI_F32, NT> : m.dtype == CI_BF16 ? mla_prepare_kernel<CI_BF16, NT> \
+                  : m.dtype == CI_F16 ? mla_prepare_kernel<CI_F16, NT> : mla_prepare_kernel<CI_F8_E4M3, NT>)
+    k = n == 1 ? MP_K(1) : n == 2 ? MP_K(2) : MP_K(4);
+#undef MP_K
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, qcat, lat, q, kv_norm, eps, n, n_heads, nope, rope, kv_lora, pos,
+              inv_freq, mscale, (int)style, m, cache, tab, cb_pages(pages), nth);
+    cb_launched(cb, "mla_prepare");
+}

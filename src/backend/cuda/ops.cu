@@ -15,18 +15,6 @@ static int blocks_for(int64_t count, int threads) {
     return (int)(b > 65535 * 8 ? 65535 * 8 : b);
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets it. */
-__device__ float block_sum(float v, float *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    v = l < nw ? sh[l] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* A row a block: each thread's sum of squares over elements tid, tid + blockDim.x, ... in that
  * order (loads in rounds of RMS_ROUND, issued before their fmas: the same bits as one at a
  * time), block_sum, then the normed elements into out (f32, if given) and / or h (16-bit:
@@ -134,9 +122,9 @@ __global__ void mla_rope_kernel(float *lat, float *q, const float *w, float eps,
         float *base = h == 0 ? lr + kv_lora : q + ((int64_t)t * n_heads + h - 1) * qd + nope;
         float *pa = style == CI_ROPE_NEOX ? base + i : base + 2 * i;
         float *pb = style == CI_ROPE_NEOX ? base + i + half : base + 2 * i + 1;
-        float a = *pa, b = *pb, co = cs[i], si = sn[i];
-        *pa = a * co - b * si;
-        *pb = b * co + a * si;
+        const float2 r = rope_rot(*pa, *pb, cs[i], sn[i]);   /* the bits of mla_prepare's */
+        *pa = r.x;
+        *pb = r.y;
     }
 }
 
