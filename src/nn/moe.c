@@ -142,6 +142,15 @@ static void forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, floa
     const int alone = m->latent <= 0 && m->shared_inter <= 0;   /* the routed sum added into x itself */
     float *out = alone ? x : y;
     const int acc = alone && m->tp_part != CI_TP_REST;
+    if (norm_w && !alone && be->moe_norm_experts && m->latent <= 0 && !m->sh_router.rows && !m->tp_part) {
+        /* an ungated shared expert folded in where the backend can: x += routed + shared at once */
+        ci_moe d = moe_desc(m, m->hidden);
+        d.sh_gate = &m->sh_gate;
+        d.sh_up = &m->sh_up;
+        d.sh_down = &m->sh_down;
+        d.shared_inter = m->shared_inter;
+        if (be->moe_norm_experts(be, x, xn, s->logits, s->sel, s->w, x, norm_w, eps, s->ids, n, &m->gate, &d, 1)) return;
+    }
     if (norm_w) {
         route_norm_experts(be, m, s, out, xn, x, norm_w, eps, n, acc);
     } else {

@@ -2323,6 +2323,90 @@ static void test_moe_norm_experts_case(int E, int K, ci_route router, int norm, 
     for (int v = 0; v < 2; v++) { free(h[v][0]); free(h[v][1]); free(h[v][2]); free(h[v][3]); free(hs[v]); }
 }
 
+/* moe_norm_experts with an ungated shared expert folded in (m.sh_down): at one row moe_fused takes it
+ * (returns 1) and out (= x, the residual, or res with acc) gets routed + shared against the CPU's
+ * ops (norm_matmul_keep, moe_route, moe_experts, the shared SwiGLU / relu² / clamped product and
+ * matmul_acc), three calls in a row; where it cannot (n rows > 1, experts it does not take) it
+ * returns 0 with nothing written (every output still poisoned). */
+static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, int SI, ci_dtype de, int relu2,
+                                 float limit, int n, int acc) {
+    char name[220];
+    snprintf(name, sizeof name, "moe_norm_experts shared %s E=%d K=%d X=%d I=%d SI=%d%s%s%s n=%d", dt_name(de, CI_F32), E, K,
+             X, I, SI, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
+    if (!want(name) || !gpu->moe_norm_experts) return;
+    wpair W = make_weight(E, X, CI_BF16, CI_F32);
+    ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
+    for (int j = relu2 ? 1 : 0; j < 3 && !dead; j++)
+        make_stacked(E, j == 2 ? X : I, j == 2 ? I : X, de, CI_F32, cv + j * E, gv + j * E);
+    wpair sg = make_weight(SI, X, de, CI_F32), su = make_weight(SI, X, de, CI_F32), sd = make_weight(X, SI, de, CI_F32);
+    if (dead) return;
+    float *nw = keep(xmalloc((size_t)X * 4));
+    fill(nw, (size_t)X, 1.f);
+    ci_moe m;
+    memset(&m, 0, sizeof m);
+    m.n_experts = E; m.top_k = K; m.router = router; m.norm_topk_prob = 1; m.routed_scaling = 1.f;
+    m.n_group = 1; m.topk_group = 1; m.hidden = X; m.inter = I; m.relu2 = relu2; m.act_limit = limit;
+    m.shared_inter = SI;
+    const size_t nx = (size_t)n * X, nl = (size_t)n * E, ns = (size_t)n * K;
+    float *x = xmalloc(nx * 4), *res = xmalloc(nx * 4), *got = xmalloc(nx * 4), *gxh = xmalloc(nx * 4);
+    int32_t *gsh = xmalloc(ns * 4);
+    const float *gnw = g_weight(nw, (size_t)X * 4);
+    float *gx = g_alloc(nx * 4), *gxn = g_alloc(nx * 4), *glg = g_alloc(nl * 4), *gw = g_alloc(ns * 4),
+          *gout = g_alloc(nx * 4);
+    int32_t *gsel = g_alloc(ns * 4);
+    int ok = 1;
+    char why[300] = "";
+    for (int call = 0; call < 3 && ok && !dead; call++) {
+        fill(x, nx, 1.f + (float)call);
+        fill(res, nx, 4.f);
+        gpu->upload(gpu, gx, x, nx * 4);
+        g_poison(gxn, nx * 4); g_poison(glg, nl * 4); g_poison(gw, ns * 4); g_poison(gsel, ns * 4);
+        float *o = acc ? gout : gx;
+        if (acc) gpu->upload(gpu, gout, res, nx * 4);
+        m.w_gate = relu2 ? NULL : gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
+        m.sh_gate = &sg.g; m.sh_up = &su.g; m.sh_down = &sd.g;
+        const int took = gpu->moe_norm_experts(gpu, o, gxn, glg, gsel, gw, gx, gnw, 1e-6f, NULL, n, &W.g, &m, 1);
+        g_get(got, o, nx * 4);
+        if (n != 1 || de == CI_F8_E4M3) {   /* not taken: nothing written */
+            g_get(gxh, gxn, nx * 4);
+            if (took) { ok = 0; snprintf(why, sizeof why, "took a call it should decline"); }
+            else if (memcmp(got, acc ? res : x, nx * 4)) { ok = 0; snprintf(why, sizeof why, "declined but wrote out"); }
+            else if (!isnan(gxh[0])) { ok = 0; snprintf(why, sizeof why, "declined but wrote xn"); }
+            break;
+        }
+        if (!took) { ok = 0; snprintf(why, sizeof why, "call %d: declined", call); break; }
+        g_get(gsh, gsel, ns * 4);
+        /* the CPU: xn, routing, routed experts into out, the shared expert's product added */
+        float *cxn = xmalloc(nx * 4), *clg = xmalloc(nl * 4), *cw = xmalloc(ns * 4), *cout = xmalloc(nx * 4);
+        float *g = xmalloc((size_t)n * SI * 4), *u = xmalloc((size_t)n * SI * 4), *tmp = xmalloc(nx * 4);
+        int32_t *csel = xmalloc(ns * 4);
+        memcpy(cout, acc ? res : x, nx * 4);
+        m.w_gate = relu2 ? NULL : cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
+        cpu->norm_matmul_keep(cpu, cxn, clg, x, nw, 1e-6f, n, &W.c);
+        cpu->moe_route(cpu, csel, cw, clg, NULL, n, &m);
+        cpu->moe_experts(cpu, cout, cxn, n, csel, cw, &m, 1);
+        if (relu2) { cpu->matmul(cpu, g, cxn, n, &su.c); cpu->relu2(cpu, g, (int64_t)n * SI); }
+        else if (limit > 0) cpu->matmul_swiglu_clamp(cpu, g, u, cxn, n, &sg.c, &su.c, limit);
+        else cpu->matmul_swiglu(cpu, g, u, cxn, n, &sg.c, &su.c);
+        cpu->matmul_acc(cpu, cout, g, n, &sd.c, tmp);
+        if (memcmp(csel, gsh, ns * 4)) {
+            ok = 0;
+            snprintf(why, sizeof why, "call %d: experts differ from the CPU's (cpu %d.., cuda %d..)", call, csel[0], gsh[0]);
+        } else {
+            errs e = compare(got, cout, nx);
+            if (e.rel > B_F32 || e.abs > B_F32) {
+                ok = 0;
+                snprintf(why, sizeof why, "call %d: out against the CPU rel %.2e abs %.2e (bound %.0e)", call, e.rel, e.abs,
+                         B_F32);
+            }
+        }
+        free(cxn); free(clg); free(cw); free(cout); free(g); free(u); free(tmp); free(csel);
+    }
+    if (!dead) report_bool(name, ok, why);
+    g_free(gx); g_free(gxn); g_free(glg); g_free(gw); g_free(gout); g_free(gsel);
+    free(x); free(res); free(got); free(gxh); free(gsh);
+}
+
 static void test_moe_norm_experts(void) {
     static const int rn[] = { 1, 1, 3, 9 };
     for (int i = 0; i < (quick ? 2 : 4); i++) {
@@ -2345,6 +2429,15 @@ static void test_moe_norm_experts(void) {
         test_moe_norm_experts_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 1, 1, 1, 256, 128, CI_F32, CI_U32, 1, 0, n, acc, &q4); /* relu² */
         test_moe_norm_experts_case(1000, 16, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 64, CI_BF16, CI_U32, 0, 0, n, acc, &q4); /* past the threads */
         test_moe_norm_experts_case(16, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 128, 256, CI_BF16, CI_U32, 0, 0.5f, n, !acc, &fp4); /* mxfp4, limit */
+    }
+    /* a shared expert folded in: DeepSeek-V2-Lite's shape (2 shared experts of 1408), relu², the clamp,
+     * f32 / f16, and what it declines (3 rows, fp8 experts) */
+    for (int acc = 0; acc < 2 && !dead; acc++) {
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 1, acc);
+        test_moe_shared_case(16, 4, CI_ROUTE_SIGMOID, 256, 64, 128, CI_F16, 1, 0, 1, acc);
+        test_moe_shared_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 512, 128, 256, CI_F32, 0, 0.5f, 1, acc);
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 3, acc);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, 0, 0, 1, acc);
     }
 }
 

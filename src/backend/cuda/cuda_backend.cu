@@ -460,17 +460,21 @@ static void cb_norm_matmul_keep(ci_backend *be, float *xn, float *y, const float
 /* backend.h moe_norm_experts: one launch at one row (moe_fused.cu) when it takes the call, else
  * the router and the experts with the routing in their first launch (cb_moe_route_experts), else
  * the three ops */
-static void cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
-                                const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
-                                const ci_mat *W, const ci_moe *m, int acc) {
+static int cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
+                               const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
+                               const ci_mat *W, const ci_moe *m, int acc) {
     cuda_be *cb = CB(be);
-    if (cb->failed || n <= 0 || !mat_ok(cb, W)) return;
-    if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return;
-    if (cb->failed) return;
+    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing */
+        return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) && cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n,
+                                                                     W, m, acc);
+    if (cb->failed || n <= 0 || !mat_ok(cb, W)) return 1;
+    if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;
+    if (cb->failed) return 1;
     cb_norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
-    if (cb_moe_route_experts(cb, out, xn, n, logits, ids, sel, w, m, acc) || cb->failed) return;
+    if (cb_moe_route_experts(cb, out, xn, n, logits, ids, sel, w, m, acc) || cb->failed) return 1;
     be->moe_route(be, sel, w, logits, ids, n, m);
     be->moe_experts(be, out, xn, n, sel, w, m, acc);
+    return 1;
 }
 
 static void cb_matmul_xw(ci_backend *be, float *y, const float *x, int n, const ci_mat *W) {
@@ -865,6 +869,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->rope_fuse = cb_env_switch("CINFER_CUDA_ROPE_FUSE", CB_ROPE_FUSE);
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
     cb->mla_prep = cb_env_switch("CINFER_CUDA_MLA_PREP", CB_MLA_PREP);
+    cb->moe_shared = cb_env_switch("CINFER_CUDA_MOE_SHARED", CB_MOE_SHARED);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);

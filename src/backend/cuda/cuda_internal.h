@@ -109,6 +109,7 @@ struct cuda_be {
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
+    int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier counter (gbar[0]), zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
@@ -279,6 +280,9 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * two rounds: Qwen3-30B-A3B dims 12 layers 859.6 / 858.9 -> 871.0 / 875.0 tok/s, DeepSeek-V2-Lite
  * dims 14 layers 585.0 / 584.3 -> 593.5 / 593.0, Qwen3-30B-A3B after 4096 782.4 -> 802.6. */
 #define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
+#endif
+#ifndef CB_MOE_SHARED
+#define CB_MOE_SHARED 1   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
 #endif
 #ifndef CB_MLA_PREP
 #define CB_MLA_PREP 1     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */

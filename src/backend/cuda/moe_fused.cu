@@ -71,7 +71,9 @@ struct mf_args {
     int X, I, relu2, acc, big;   /* big: floats of the shared xn / h region */
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
-    float *h, *out;              /* [K, I], [X] */
+    const char *sg, *su, *sd;    /* the shared expert folded in (sd NULL: none): gate / up [SI, X], down [X, SI] */
+    int SI;
+    float *h, *out;              /* [K · I + SI], [X] */
     unsigned *bar;               /* mf_grid_sync's counter */
 };
 
@@ -280,10 +282,11 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     constexpr int HB = B / 2, SPAN = HB * 32 * VE;
     const int steps = (X + SPAN - 1) / SPAN;
     uint4 cu[HB], cg[HB], nu[HB], ng[HB];
+    const int KI = K * I, NU = KI + a.SI;   /* units past K · I: the shared expert's rows */
     auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
-        const int k = u / I, r = u - k * I;
-        const char *up = ub[k] + (int64_t)r * X * LE::BYTES;
-        const char *gp = a.relu2 ? up : gb[k] + (int64_t)r * X * LE::BYTES;
+        const int k = u < KI ? u / I : K, r = u < KI ? u - k * I : u - KI;
+        const char *up = (u < KI ? ub[k] : a.su) + (int64_t)r * X * LE::BYTES;
+        const char *gp = a.relu2 ? up : (u < KI ? gb[k] : a.sg) + (int64_t)r * X * LE::BYTES;
 #pragma unroll
         for (int b = 0; b < HB; b++) {
             const int c = st * SPAN + lane * VE + b * 32 * VE;
@@ -294,12 +297,12 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         }
     };
     int u = gw, st = 0;
-    if (u < K * I) issue(u, 0, cu, cg);
+    if (u < NU) issue(u, 0, cu, cg);
     float au = 0.0f, ag = 0.0f;
-    while (u < K * I) {
+    while (u < NU) {
         int u2 = u, st2 = st + 1;
         if (st2 == steps) { u2 = u + TW; st2 = 0; }
-        if (u2 < K * I) issue(u2, st2, nu, ng);
+        if (u2 < NU) issue(u2, st2, nu, ng);
 #pragma unroll
         for (int b = 0; b < HB; b++) {
             const int c = st * SPAN + lane * VE + b * 32 * VE;
@@ -326,21 +329,30 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         u = u2; st = st2;
     }
     CB_PROF_MARK(10);
+    /* down steps j of row r: expert slot k = j / S's, column c; past K · S the shared expert's
+     * (k = K, weight 1: its h at K · I, as a slot's) */
+    const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (a.SI + 32 * VE - 1) / (32 * VE);
+    auto dstep = [&](int j, int r, int &k, int &c) -> const char * {   /* NULL: past the row's end */
+        k = j < KS_ ? j / S : K;
+        c = (j < KS_ ? j - k * S : j - KS_) * 32 * VE + lane * VE;
+        if (j < KS_) return c < I ? db[k] + ((int64_t)r * I + c) * LE::BYTES : NULL;
+        return c < a.SI ? a.sd + ((int64_t)r * a.SI + c) * LE::BYTES : NULL;
+    };
     /* the first down batch of this warp's first row: weights only, so before the barrier */
-    const int S = (I + 32 * VE - 1) / (32 * VE), total = K * S;
     uint4 raw[B], nxt[B];
     if (gw < X) {
 #pragma unroll
         for (int b = 0; b < B; b++) {
-            const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
-            if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)gw * I + c) * LE::BYTES);
+            int k, c;
+            const char *p = b < total ? dstep(b, gw, k, c) : NULL;
+            if (p) raw[b] = ld_stream(p);
         }
     }
     mf_grid_sync(a.bar);
     CB_PROF_MARK(11);
 
     /* ---- 3. down and the residual ---- */
-    for (int i = threadIdx.x * 4; i < K * I; i += NT * 4)
+    for (int i = threadIdx.x * 4; i < NU; i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
     __syncthreads();
     CB_PROF_MARK(12);
@@ -348,8 +360,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
         if (r != gw) {
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                const int j = b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
-                if (j < total && c < I) raw[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
+                int k, c;
+                const char *p = b < total ? dstep(b, r, k, c) : NULL;
+                if (p) raw[b] = ld_stream(p);
             }
         }
         float acc0 = 0.0f, acc1 = 0.0f;
@@ -357,23 +370,27 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             if (j0 + B < total) {
 #pragma unroll
                 for (int b = 0; b < B; b++) {
-                    const int j = j0 + B + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
-                    if (j < total && c < I) nxt[b] = ld_stream(db[k] + ((int64_t)r * I + c) * LE::BYTES);
+                    const int j = j0 + B + b;
+                    int k, c;
+                    const char *p = j < total ? dstep(j, r, k, c) : NULL;
+                    if (p) nxt[b] = ld_stream(p);
                 }
             }
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                const int j = j0 + b, k = j / S, c = (j - k * S) * 32 * VE + lane * VE;
+                const int j = j0 + b;
                 if (j >= total) break;
-                if (c >= I) continue;
+                int k, c;
+                if (!dstep(j, r, k, c)) continue;
                 float wv[VE], hs[VE];
                 LE::cvt(raw[b], wv);
                 sh_row<VE>(big + k * I + c, lane, hs);
                 float part = 0.0f;
 #pragma unroll
                 for (int v = 0; v < VE; v++) part = fmaf(wv[v], hs[v], part);
-                if (j & 1) acc1 = fmaf(wsel[k], part, acc1);
-                else acc0 = fmaf(wsel[k], part, acc0);
+                const float wk = k < K ? wsel[k] : 1.0f;
+                if (j & 1) acc1 = fmaf(wk, part, acc1);
+                else acc0 = fmaf(wk, part, acc0);
             }
 #pragma unroll
             for (int b = 0; b < B; b++) raw[b] = nxt[b];
@@ -431,7 +448,17 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     const cb_moe_tab *tab = cb_moe_table(cb, m);
     if (!tab || !cb_moe_split2_form(cb, m, tab, xn)) return 0;
     if (X > 4 * 32 * MF_WARPS * MF_NI) return 0;   /* a thread's share of x in registers */
-    const int big = X > K * I ? X : K * I;
+    /* the shared expert: the routed experts' dtype, whole 16-byte steps, aligned rows */
+    const int SI = m->sh_down ? m->shared_inter : 0, ve = tab->dtype == CI_F32 ? 4 : 8;
+    if (m->sh_down) {
+        const ci_mat *sg = m->sh_gate, *su = m->sh_up, *sd = m->sh_down;
+        if (SI <= 0 || SI % ve || X % ve || I % 4 || !su || (!m->relu2 && !sg) || su->dtype != tab->dtype ||
+            sd->dtype != tab->dtype || (sg && !m->relu2 && sg->dtype != tab->dtype) || su->rows != SI ||
+            su->cols != X || sd->rows != X || sd->cols != SI || (!m->relu2 && (sg->rows != SI || sg->cols != X)) ||
+            ((uintptr_t)su->data & 15) || ((uintptr_t)sd->data & 15) || (!m->relu2 && ((uintptr_t)sg->data & 15)))
+            return 0;
+    }
+    const int big = X > K * I + SI ? X : K * I + SI;
     size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
     int tab_off = 0;
     if (E <= MF_TAB_E) {
@@ -440,7 +467,7 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
         smem += (size_t)3 * E * sizeof(void *);
     }
     if (smem > (size_t)160 << 10) return 0;
-    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)K * I * sizeof(float));
+    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, ((size_t)K * I + SI) * sizeof(float));
     if (!h) return 0;
     mf_args a;
     memset(&a, 0, sizeof a);
@@ -450,6 +477,12 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
     a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
+    if (SI) {
+        a.sg = m->relu2 ? NULL : (const char *)m->sh_gate->data;
+        a.su = (const char *)m->sh_up->data;
+        a.sd = (const char *)m->sh_down->data;
+        a.SI = SI;
+    }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
     switch (W->dtype) {
