@@ -5,7 +5,9 @@
 # (2) mla_prepare (000016a: an MLA step's latent norm + ropes, absorbed queries and latent store in one
 # launch): its ops (= the three ops bit for bit), `logits --step` of the DeepSeek fixtures cmp-identical with
 # CINFER_CUDA_MLA_PREP=0, decode of DeepSeek-V2-Lite dims (+ q_lora 1024) 14 layers alternating 1 / 0;
-# (3) the MoE / DeepSeek fixtures' parity; (4) the per-step kernel tables of both shapes (bench/ncu_steps.py).
+# (3) the shared expert folded into moe_fused (1979067, CINFER_CUDA_MOE_SHARED): its ops against the CPU
+# (test_cuda_ops "moe_norm_experts shared"), decode with it on / off; (4) the MoE / DeepSeek fixtures' parity
+# with both on; (5) the per-step kernel tables of both shapes (bench/ncu_steps.py).
 # Staging: `make gpu-stage` (move .gpuz/prof.so.xz aside: the carry is 64 MiB), carry [".gpuz"].
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
@@ -19,7 +21,7 @@ M=/tmp/a3b12 D=/tmp/ds14
 sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json > /tmp/ds.json
 ( timeout 240 $C make-random --config /tmp/ds.json --out $D --dtype bf16 --seed 1 --layers 14 > $O/make2.log 2>&1 || echo "make-random ds failed: $(tail -1 $O/make2.log)"
   timeout 240 $C make-random --config bench/qwen3-30b-a3b.config.json --out $M --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1 || echo "make-random a3b failed: $(tail -1 $O/make.log)"; ts made ) &
-for o in mla_prepare moe_route "cuda mla_rope" "cuda mla_absorb_q" moe_norm_experts; do
+for o in mla_prepare "moe_norm_experts shared" moe_route "cuda mla_rope" "cuda mla_absorb_q" moe_norm_experts; do
   timeout 150 $T --only "$o" > $O/ops.log 2>&1
   echo "ops '$o' rc=$?: $(grep -c '^PASS' $O/ops.log) PASS, $(grep -c '^FAIL' $O/ops.log) FAIL"; grep ^FAIL $O/ops.log | head -4
 done
@@ -37,10 +39,11 @@ ts tests
 wait %1 2>/dev/null   # never a bare `wait` under `exec > >(tee)`
 b() { env $1 timeout -k 5 40 $C bench --model $2 --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-90 | head -1; }
 for r in 1 2; do
-  for e in CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MLA_PREP=0; do echo "ds14 round $r $e: $(b $e $D)"; done
+  for e in "CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=1" "CINFER_CUDA_MLA_PREP=0 CINFER_CUDA_MOE_SHARED=1" \
+           "CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=0" "CINFER_CUDA_MLA_PREP=0 CINFER_CUDA_MOE_SHARED=0"; do
+    echo "ds14 round $r $e: $(b "$e" $D)"; done
   for e in CINFER_CUDA_MOE_FUSE=1 CINFER_CUDA_MOE_FUSE=0; do echo "a3b12 round $r $e: $(b $e $M)"; done
 done
-echo "ds14 CINFER_CUDA_MOE_FUSE=0: $(b CINFER_CUDA_MOE_FUSE=0 $D)"
 ts bench
 for mm in $D $M; do
   left 420 || { ts "no time left for the ncu table of $mm"; continue; }
