@@ -122,6 +122,10 @@ static void ffn(ci_backend *be, const ds_model *d, ds_cache *c, const ds_placed 
         return;
     }
     if (is_moe) {
+        /* x += the routed and the shared experts' sums in one launch on a device (one row) */
+        if (has_shared && moe_fold_shared_add_norm(be, &P->moe, &c->moe, c->x, c->xn, P->ffn_norm, d->eps, n, &P->wg,
+                                                   &P->wu, &P->wd))
+            return;
         /* x += the routed experts' sum; xn = the normed rows (the router's launch writes them) */
         moe_forward_add_norm(be, &P->moe, &c->moe, c->x, c->y, c->xn, P->ffn_norm, d->eps, n);
         if (!has_shared) return;

@@ -104,6 +104,14 @@ void moe_forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, float *
  * bits are rmsnorm's then moe_forward_add's. */
 void moe_forward_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *y, float *xn,
                           const float *norm_w, float eps, int n);
+/* moe_forward_add_norm plus a family's own ungated SwiGLU shared expert beside the block
+ * (DeepSeek's: gate / up sg, su [SI, hidden], down sd [hidden, SI]; the block itself without
+ * one), x += both, in one backend call (moe_norm_experts with the shared expert: one launch on a
+ * device at one row, the sum rounded once) where the backend takes it: 1. Else 0 with nothing
+ * done: the caller runs moe_forward_add_norm and its shared expert. */
+int moe_fold_shared_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *xn,
+                             const float *norm_w, float eps, int n, const ci_mat *sg, const ci_mat *su,
+                             const ci_mat *sd);
 
 /* Tensor parallel (parallel/shard.h): t->ep, the rank keeps its even share of whole routed
  * experts (e_lo, e_hi; the others' views emptied, so nothing of them is placed); else every
