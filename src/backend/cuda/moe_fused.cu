@@ -27,6 +27,13 @@
  *      ...): its K · S 16-byte steps j (S a row of one expert) in batches, two buffers; steps
  *      of even and odd j summed apart and added at the end, as down_kernel_split<L, 2, 4>;
  *      out[r] = (acc ? out[r] : 0) + the sum.
+ * A shared expert (ungated: DeepSeek's own MLP beside the routed experts, Nemotron-H's relu²
+ * one; backend.h ci_moe.sh_down) rides along: its SI gate / up rows are units K · I.. of phase
+ * 2 (h after the routed slots'), its down steps follow the routed ones in phase 3 with weight 1,
+ * so one launch stands for the router, routing, experts, shared expert and residual add (a
+ * DeepSeek MoE layer's three launches; Nemotron-H's four). Its sum is rounded once with the
+ * routed one: not the composed ops' bits (test_cuda_ops "moe_norm_experts shared" bounds it
+ * against the CPU). CINFER_CUDA_MOE_SHARED=0: the composed ops.
  * Shared rows are read by 16-byte loads without bank conflicts (sh_row): the first form read a
  * float at a time with the lanes' rows 32 bytes apart (8-way conflicts) and ran 7% slower than
  * the four launches. Measured and not kept: 8 warps a block (the rest of the SM free for the
