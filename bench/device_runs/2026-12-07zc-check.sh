@@ -27,7 +27,7 @@ for o in mla_prepare "moe_norm_experts shared" moe_route "cuda mla_rope" moe_nor
   echo "ops '$o' rc=$?: $(grep -c '^PASS' $O/ops.log) PASS, $(grep -c '^FAIL' $O/ops.log) FAIL"; grep ^FAIL $O/ops.log | head -4
 done
 toks=1,5,9,2,7,3,11,4,8,6,12,10
-for fx in deepseek_v3 deepseek_v3_nolora deepseek_v3_fp8 deepseek_v32 mlx_deepseek_v3_4bit deepseek_v3_hub; do
+for fx in deepseek_v3 deepseek_v3_nolora deepseek_v3_fp8 deepseek_v32; do
   [ -d tests/fixtures/$fx ] || { echo "no fixture $fx"; continue; }
   CINFER_CUDA_MLA_PREP=1 timeout 60 $C logits --model tests/fixtures/$fx --tokens $toks --out /tmp/new.f32 --step --device cuda 2>$O/lg1.err
   CINFER_CUDA_MLA_PREP=0 timeout 60 $C logits --model tests/fixtures/$fx --tokens $toks --out /tmp/old.f32 --step --device cuda 2>$O/lg0.err
@@ -39,7 +39,7 @@ echo "gpu parity (MoE / DeepSeek fixtures) rc=$?: $(grep -cE '^PASS' $O/parity.l
 ts tests
 wait %1 2>/dev/null   # never a bare `wait` under `exec > >(tee)`
 b() { env $1 timeout -k 5 40 $C bench --model $2 --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-90 | head -1; }
-for r in 1 2; do
+for r in $(seq 1 ${ZC_ROUNDS:-1}); do
   for e in "CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=1" "CINFER_CUDA_MLA_PREP=0 CINFER_CUDA_MOE_SHARED=1" \
            "CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=0" "CINFER_CUDA_MLA_PREP=0 CINFER_CUDA_MOE_SHARED=0"; do
     echo "ds14 round $r $e: $(b "$e" $D)"; done
