@@ -42,6 +42,7 @@ PARITY_ONLY=$PO CINFER=$C timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2
 echo "gpu parity ($PO) rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E "^FAIL" $O/parity.log | head -6
 ts tests
 wait %1 2>/dev/null   # never a bare `wait` under `exec > >(tee)`
+left ${ZC_BENCH_BY:-400} || { ts "no time left for the decode"; exit 0; }
 b() { env $1 timeout -k 5 40 $C bench --model $2 --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode' | sed 's/  */ /g' | cut -c1-90 | head -1; }
 for r in $(seq 1 ${ZC_ROUNDS:-1}); do
   ES=("CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=1" "CINFER_CUDA_MLA_PREP=0 CINFER_CUDA_MOE_SHARED=1"
