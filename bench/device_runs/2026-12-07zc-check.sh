@@ -5,6 +5,7 @@
 # (2) mla_prepare (000016a: an MLA step's latent norm + ropes, absorbed queries and latent store in one
 # launch): its ops (= the three ops bit for bit), `logits --step` of the DeepSeek fixtures cmp-identical with
 # CINFER_CUDA_MLA_PREP=0, decode of DeepSeek-V2-Lite dims (+ q_lora 1024) 14 layers alternating 1 / 0;
+# Both new forms are off by default until this has run (cuda_internal.h): the runs below name their switches.
 # (3) the shared expert folded into moe_fused (1979067, CINFER_CUDA_MOE_SHARED): its ops against the CPU
 # (test_cuda_ops "moe_norm_experts shared"), decode with it on / off; (4) the MoE / DeepSeek fixtures' parity
 # with both on; (5) the per-step kernel tables of both shapes (bench/ncu_steps.py).
@@ -38,7 +39,7 @@ for fx in $FXS; do
   rm -f /tmp/new.f32 /tmp/old.f32
 done
 PO='moe|deepseek|nemotron_h'; [ "${ZC_QUICK:-0}" = 1 ] && PO='deepseek_v3|deepseek_v32$|nemotron_h|qwen3_moe$'
-PARITY_ONLY=$PO CINFER=$C timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2>&1
+CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=1 PARITY_ONLY=$PO CINFER=$C timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 echo "gpu parity ($PO) rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E "^FAIL" $O/parity.log | head -6
 ts tests
 wait %1 2>/dev/null   # never a bare `wait` under `exec > >(tee)`

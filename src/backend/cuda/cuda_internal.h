@@ -282,10 +282,18 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
 #endif
 #ifndef CB_MOE_SHARED
-#define CB_MOE_SHARED 1   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
+/* moe_norm_experts with an ungated shared expert (DeepSeek's, Nemotron-H's) in moe_fused's one
+ * launch (moe_fused.cu), instead of moe_fused + the shared expert's launches (+ an add). Off
+ * until it has run on a device: written in the forty-eighth session (2026-12-07), when no device
+ * machine could be started; test_cuda_ops turns it on for its cases ("moe_norm_experts shared"),
+ * bench/device_runs/2026-12-07zc-check.sh measures it. */
+#define CB_MOE_SHARED 0   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
 #endif
 #ifndef CB_MLA_PREP
-#define CB_MLA_PREP 1     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */
+/* mla_prepare at <= 4 rows in one launch (mla_heads.cu mla_prepare_kernel: the latent norm and
+ * ropes, the absorbed queries, the latent store), instead of three; the same bits by construction.
+ * Off until it has run on a device, as CB_MOE_SHARED (test_cuda_ops "mla_prepare" turns it on). */
+#define CB_MLA_PREP 0     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */
 #endif
 #ifndef CB_ROUTE_FUSE
 /* moe_norm_experts at 1..8 token rows whose experts the tensor-core decode pair takes (MLX 4- /
