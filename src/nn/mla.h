@@ -66,16 +66,17 @@ void mla_scratch_free(ci_backend *be, mla_scratch *s);
  * kv_lora + rope]; s->lat gets the rows' latent rows (normed, k_pe roped), which the caller
  * stores in its cache(s), or this does with cache or tab given (mla_attend's; then returns 1,
  * and the caller passes that to mla_attend as `stored`; on a device one launch, backend.h
- * mla_prepare, makes q, qcat and the rows and stores them). xn [n, H] and s->qa (q_a's normed rows) hold their values afterwards
- * only with keep_xn (the indexer reads them); otherwise they are scratch (backend.h
- * norm_matmul_n: q_a's norm is fused into q_b). inv_freq (backend memory) / mscale: the rope
- * table's. */
+ * mla_prepare, makes q, qcat and the rows and stores them). xn [n, H] and s->qa (q_a's normed
+ * rows) hold their values afterwards only with keep_xn (the indexer reads them); otherwise they
+ * are scratch (backend.h norm_matmul_n: q_a's norm is fused into q_b). inv_freq (backend
+ * memory) / mscale: the rope table's. */
 int mla_project(ci_backend *be, const mla_layer *L, const float *inv_freq, float mscale, mla_scratch *s, float *xn,
                 const float *x, const float *norm_w, int keep_xn, const int32_t *pos, int n, float eps, float *cache,
                 float *const *tab, const ci_pages *pages);
-/* Stores s->lat in the cache(s) at positions pos (unless `stored`: mla_project did) and attends: cache (one sequence, rows of
- * kv_lora + rope floats) or, cache NULL, tab: row t's cache is tab[t] (a batch step). pages
- * (backend.h ci_pages) or NULL: the cache rows of the positions. Into s->olat. */
+/* Stores s->lat in the cache(s) at positions pos (unless `stored`: mla_project did) and
+ * attends: cache (one sequence, rows of kv_lora + rope floats) or, cache NULL, tab: row t's
+ * cache is tab[t] (a batch step). pages (backend.h ci_pages) or NULL: the cache rows of the
+ * positions. Into s->olat. */
 void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
                 const int32_t *pos, int n, int max_keys, const ci_pages *pages, int stored);
 /* The steps after it: x[n, H] += o_proj of the latent-space outputs s->olat [n, Hh,
