@@ -465,8 +465,8 @@ static int cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *log
                                const ci_mat *W, const ci_moe *m, int acc) {
     cuda_be *cb = CB(be);
     if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing */
-        return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) && cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n,
-                                                                     W, m, acc);
+        return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) &&
+               cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc);
     if (cb->failed || n <= 0 || !mat_ok(cb, W)) return 1;
     if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;
     if (cb->failed) return 1;

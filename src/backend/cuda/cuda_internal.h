@@ -374,6 +374,16 @@ template <class T> __device__ __forceinline__ T block_sum(T v, T *sh) {
     return v;
 }
 
+/* The threads of a norm's block over rows of dim floats (rmsnorm, rmsnorm_strided, layernorm,
+ * head_norm_rope, mla_rope): its sums' order, so kernels that must give one another's bits take
+ * it from here. */
+static inline int rms_threads(int dim) { return dim >= 1024 ? 256 : dim >= 256 ? 128 : 32; }
+
+/* Rope pair i of half (NEOX halves: i, i + half; else interleaved 2i, 2i + 1): its two offsets. */
+__device__ __forceinline__ int2 rope_offs(int style, int i, int half) {
+    return style == CI_ROPE_NEOX ? make_int2(i, i + half) : make_int2(2 * i, 2 * i + 1);
+}
+
 /* One rotated pair (rope_kernel's arithmetic): (a, b) -> (a co - b si, b co + a si). */
 __device__ __forceinline__ float2 rope_rot(float a, float b, float co, float si) {
     return make_float2(a * co - b * si, b * co + a * si);

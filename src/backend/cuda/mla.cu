@@ -51,7 +51,7 @@ __global__ void rmsnorm_strided_kernel(float *out, const float *x, const float *
 
 void cb_rmsnorm_strided(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, int stride, float eps) {
     if (n <= 0 || dim <= 0) return;
-    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    const int th = rms_threads(dim);
     cb_launch(cb, rmsnorm_strided_kernel, dim3(n), dim3(th), 0, out, x, w, dim, stride, eps);
     cb_launched(cb, "rmsnorm_strided");
 }
@@ -75,7 +75,7 @@ __global__ void layernorm_kernel(float *out, const float *x, const float *w, con
 
 void cb_layernorm(cuda_be *cb, float *out, const float *x, const float *w, const float *b, int n, int dim, double eps) {
     if (n <= 0 || dim <= 0) return;
-    int th = dim >= 1024 ? 256 : dim >= 256 ? 128 : 32;
+    const int th = rms_threads(dim);
     cb_launch(cb, layernorm_kernel, dim3(n), dim3(th), 0, out, x, w, b, dim, eps);
     cb_launched(cb, "layernorm");
 }

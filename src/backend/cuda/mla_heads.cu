@@ -289,12 +289,12 @@ __global__ void __launch_bounds__(AB_WARPS * 32) mla_prepare_kernel(float *qcat,
     __syncthreads();
     for (int k = threadIdx.x; k < n * half; k += blockDim.x) {
         const int t = k / half, i = k - t * half;
-        const int oa = style == CI_ROPE_NEOX ? i : 2 * i, ob = style == CI_ROPE_NEOX ? i + half : 2 * i + 1;
+        const int2 o = rope_offs(style, i, half);
         const int64_t row = (int64_t)t * n_heads + h;
         float *base = q + row * qd + nope, *cat = qcat + row * latw + kv_lora;
-        const float2 r = rope_rot(base[oa], base[ob], tb[t * rope + i], tb[t * rope + half + i]);
-        base[oa] = r.x; base[ob] = r.y;
-        cat[oa] = r.x; cat[ob] = r.y;
+        const float2 r = rope_rot(base[o.x], base[o.y], tb[t * rope + i], tb[t * rope + half + i]);
+        base[o.x] = r.x; base[o.y] = r.y;
+        cat[o.x] = r.x; cat[o.y] = r.y;
     }
     for (int t = h; t < n; t += n_heads) {
         float *lr = lat + (int64_t)t * latw;
@@ -310,14 +310,13 @@ __global__ void __launch_bounds__(AB_WARPS * 32) mla_prepare_kernel(float *qcat,
             if (dst) dst[i] = y;
         }
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            const int oa = style == CI_ROPE_NEOX ? i : 2 * i, ob = style == CI_ROPE_NEOX ? i + half : 2 * i + 1;
+            const int2 o = rope_offs(style, i, half);
             float *base = lr + kv_lora;
-            const float2 r = rope_rot(base[oa], base[ob], tb[t * rope + i], tb[t * rope + half + i]);
-            base[oa] = r.x; base[ob] = r.y;
-            if (dst) { dst[kv_lora + oa] = r.x; dst[kv_lora + ob] = r.y; }
+            const float2 r = rope_rot(base[o.x], base[o.y], tb[t * rope + i], tb[t * rope + half + i]);
+            base[o.x] = r.x; base[o.y] = r.y;
+            if (dst) { dst[kv_lora + o.x] = r.x; dst[kv_lora + o.y] = r.y; }
         }
-        __syncthreads();   /* sh again for the next row */
-    }
+    }   /* (the next row's block_sum waits for every thread before it writes sh) */
 }
 
 enum { OHV_S = 4 };
@@ -516,7 +515,6 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
     cb_launched(cb, "mla_out_heads");
 }
 
-
 void cb_mla_prepare(cuda_be *cb, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,
                     int nope, int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale,
                     ci_rope_style style, const ci_mat *w_uk, float *cache, float *const *tab, const ci_pages *pages) {
@@ -530,7 +528,7 @@ void cb_mla_prepare(cuda_be *cb, float *qcat, float *lat, float *q, const float 
         if (cache || tab) cb_kv_store_paged(cb, cache, tab, 1, latw, lat, latw, n, pos, pages);
         return;
     }
-    const int nth = kv_lora >= 1024 ? 256 : kv_lora >= 256 ? 128 : 32;   /* mla_rope's block for the norm */
+    const int nth = rms_threads(kv_lora);   /* mla_rope's block for the norm */
     const dim3 grid((unsigned)((kv_lora + AQ_COLS - 1) / AQ_COLS + 1), (unsigned)n_heads);
     const size_t smem = (size_t)n * rope * sizeof(float);
     void (*k)(float *, float *, float *, const float *, float, int, int, int, int, int, const int32_t *, const float *,

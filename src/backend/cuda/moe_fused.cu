@@ -440,6 +440,11 @@ static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t 
     }
 }
 
+/* a shared expert's matrix as the kernel reads it: [rows, cols] in dtype dt, 16-byte aligned */
+static bool mf_shared_ok(const ci_mat *w, int64_t rows, int64_t cols, ci_dtype dt) {
+    return w && w->dtype == dt && w->rows == rows && w->cols == cols && !((uintptr_t)w->data & 15);
+}
+
 int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
                  const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc) {
     /* the forms the three ops take at one row (else their bits would differ): the router on
@@ -457,14 +462,10 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     if (X > 4 * 32 * MF_WARPS * MF_NI) return 0;   /* a thread's share of x in registers */
     /* the shared expert: the routed experts' dtype, whole 16-byte steps, aligned rows */
     const int SI = m->sh_down ? m->shared_inter : 0, ve = tab->dtype == CI_F32 ? 4 : 8;
-    if (m->sh_down) {
-        const ci_mat *sg = m->sh_gate, *su = m->sh_up, *sd = m->sh_down;
-        if (SI <= 0 || SI % ve || X % ve || I % 4 || !su || (!m->relu2 && !sg) || su->dtype != tab->dtype ||
-            sd->dtype != tab->dtype || (sg && !m->relu2 && sg->dtype != tab->dtype) || su->rows != SI ||
-            su->cols != X || sd->rows != X || sd->cols != SI || (!m->relu2 && (sg->rows != SI || sg->cols != X)) ||
-            ((uintptr_t)su->data & 15) || ((uintptr_t)sd->data & 15) || (!m->relu2 && ((uintptr_t)sg->data & 15)))
-            return 0;
-    }
+    if (m->sh_down && (SI <= 0 || SI % ve || X % ve || I % 4 || !mf_shared_ok(m->sh_up, SI, X, tab->dtype) ||
+                       !mf_shared_ok(m->sh_down, X, SI, tab->dtype) ||
+                       (!m->relu2 && !mf_shared_ok(m->sh_gate, SI, X, tab->dtype))))
+        return 0;
     const int big = X > K * I + SI ? X : K * I + SI;
     size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
     int tab_off = 0;

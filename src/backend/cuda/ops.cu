@@ -58,8 +58,6 @@ __global__ void rmsnorm_kernel(float *out, void *h, int to_bf16, const float *x,
     }
 }
 
-static int rms_threads(int dim) { return dim >= 1024 ? 256 : dim >= 256 ? 128 : 32; }
-
 void cb_rmsnorm(cuda_be *cb, float *out, const float *x, const float *w, int n, int dim, float eps) {
     cb_rmsnorm_16(cb, out, NULL, 0, x, w, n, dim, eps);
 }
@@ -120,11 +118,10 @@ __global__ void mla_rope_kernel(float *lat, float *q, const float *w, float eps,
     for (int k = threadIdx.x; k < (n_heads + 1) * half; k += blockDim.x) {   /* "head" 0: the latent row */
         const int h = k / half, i = k - h * half;
         float *base = h == 0 ? lr + kv_lora : q + ((int64_t)t * n_heads + h - 1) * qd + nope;
-        float *pa = style == CI_ROPE_NEOX ? base + i : base + 2 * i;
-        float *pb = style == CI_ROPE_NEOX ? base + i + half : base + 2 * i + 1;
-        const float2 r = rope_rot(*pa, *pb, cs[i], sn[i]);   /* the bits of mla_prepare's */
-        *pa = r.x;
-        *pb = r.y;
+        const int2 o = rope_offs(style, i, half);
+        const float2 r = rope_rot(base[o.x], base[o.y], cs[i], sn[i]);   /* the bits of mla_prepare's */
+        base[o.x] = r.x;
+        base[o.y] = r.y;
     }
 }
 
@@ -132,7 +129,7 @@ void cb_mla_rope(cuda_be *cb, float *lat, float *q, const float *kv_norm, float 
                  int rope, int kv_lora, const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style) {
     if (n <= 0 || kv_lora <= 0) return;
     if (rope < 2) rope = 0;
-    const int th = kv_lora >= 1024 ? 256 : kv_lora >= 256 ? 128 : 32;   /* as cb_rmsnorm_strided */
+    const int th = rms_threads(kv_lora);   /* as cb_rmsnorm_strided */
     cb_launch(cb, mla_rope_kernel, dim3(n), dim3(th), (size_t)(rope / 2) * 2 * sizeof(float), lat, q, kv_norm, eps,
               n_heads, nope, rope, kv_lora, pos, inv_freq, mscale, (int)style);
     cb_launched(cb, "mla_rope");
@@ -171,7 +168,7 @@ void cb_head_norm_rope(cuda_be *cb, float *x, int n, int n_heads, int head_dim, 
                        ci_rope_style style) {
     if (n <= 0 || n_heads <= 0 || head_dim <= 0) return;
     if (rot_dim < 2) rot_dim = 0;
-    const int th = head_dim >= 1024 ? 256 : head_dim >= 256 ? 128 : 32;   /* as cb_rmsnorm */
+    const int th = rms_threads(head_dim);   /* as cb_rmsnorm */
     cb_launch(cb, head_norm_rope_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(th),
               (size_t)(rot_dim / 2) * 2 * sizeof(float), x, n_heads, head_dim, w, eps, rot_offset, rot_dim, pos,
               inv_freq, mscale, (int)style);
