@@ -94,10 +94,11 @@ typedef struct ci_moe {
     float act_limit;             /* > 0: silu(min(g, L)) · clamp(u, -L, L) */
     const ci_mat *w_gate, *w_up; /* [n_experts] views, each [inter, hidden] */
     const ci_mat *w_down;        /* [n_experts] views, each [hidden, inter] */
-    /* an ungated shared expert to fold into moe_norm_experts (sh_down NULL: none): gate / up
+    /* a shared expert to fold into moe_norm_experts (sh_down NULL: none): gate / up
      * [shared_inter, hidden], down [hidden, shared_inter], the routed experts' activation, added
-     * with weight 1 */
-    const ci_mat *sh_gate, *sh_up, *sh_down;
+     * with weight 1, or with sh_router ([1, hidden]; NULL: ungated) σ(xn · sh_routerᵀ) (Qwen2-MoE
+     * style: Qwen3-Next, Qwen3.5-MoE) */
+    const ci_mat *sh_gate, *sh_up, *sh_down, *sh_router;
     int shared_inter;
     int e_lo, e_hi;              /* expert parallel (e_hi > 0): only experts [e_lo, e_hi) are held here
                                   * (the other views are empty) and run; tokens routed elsewhere add
@@ -353,7 +354,7 @@ typedef struct ci_backend {
      * (out may be x with acc). A device may take it in one launch where it can (CUDA: one token
      * row, 16-bit or f32 router and experts) and the three ops elsewhere; returns 1.
      * With m->sh_down (a shared expert to fold in): out = (acc ? out : 0) + the routed sum + the
-     * shared expert's output, in one pass of its own order (not the composed ops' bits: the sum
+     * shared expert's output (times σ(xn · sh_routerᵀ) where m->sh_router is given), in one pass of its own order (not the composed ops' bits: the sum
      * is rounded once), where it can; where it cannot, it does nothing and returns 0 (the caller
      * composes). */
     int (*moe_norm_experts)(struct ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,

@@ -135,16 +135,17 @@ void moe_forward_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float 
     shared_expert(be, m, s, out, xn, n);
 }
 
-/* x += the routed experts of xn = rmsnorm(x) · norm_w and the ungated shared expert sg / su / sd
- * (SI wide) in one backend call (moe_norm_experts with the shared expert), where the backend
+/* x += the routed experts of xn = rmsnorm(x) · norm_w and the shared expert sg / su / sd (SI wide;
+ * sr: its σ gate row, NULL: ungated) in one backend call (moe_norm_experts with the shared expert), where the backend
  * takes it: 1; else 0, nothing done */
 static int fold_shared(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *xn, const float *norm_w,
-                       float eps, int n, const ci_mat *sg, const ci_mat *su, const ci_mat *sd, int SI) {
+                       float eps, int n, const ci_mat *sg, const ci_mat *su, const ci_mat *sd, const ci_mat *sr, int SI) {
     if (!be->moe_norm_experts || m->latent > 0 || m->tp_part || SI <= 0) return 0;
     ci_moe d = moe_desc(m, m->hidden);
     d.sh_gate = sg;
     d.sh_up = su;
     d.sh_down = sd;
+    d.sh_router = sr;
     d.shared_inter = SI;
     return be->moe_norm_experts(be, x, xn, s->logits, s->sel, s->w, x, norm_w, eps, s->ids, n, &m->gate, &d, 1);
 }
@@ -152,7 +153,7 @@ static int fold_shared(ci_backend *be, const moe_block *m, moe_scratch *s, float
 int moe_fold_shared_add_norm(ci_backend *be, const moe_block *m, moe_scratch *s, float *x, float *xn,
                              const float *norm_w, float eps, int n, const ci_mat *sg, const ci_mat *su,
                              const ci_mat *sd) {
-    return m->shared_inter <= 0 && fold_shared(be, m, s, x, xn, norm_w, eps, n, sg, su, sd, (int)su->rows);
+    return m->shared_inter <= 0 && fold_shared(be, m, s, x, xn, norm_w, eps, n, sg, su, sd, NULL, (int)su->rows);
 }
 
 /* moe_forward_add (norm_w NULL: xn given) or moe_forward_add_norm */
@@ -162,9 +163,10 @@ static void forward_add(ci_backend *be, const moe_block *m, moe_scratch *s, floa
     const int alone = m->latent <= 0 && m->shared_inter <= 0;   /* the routed sum added into x itself */
     float *out = alone ? x : y;
     const int acc = alone && m->tp_part != CI_TP_REST;
-    /* an ungated shared expert folded in where the backend can: x += routed + shared at once */
-    if (norm_w && !alone && !m->sh_router.rows &&
-        fold_shared(be, m, s, x, xn, norm_w, eps, n, &m->sh_gate, &m->sh_up, &m->sh_down, m->shared_inter))
+    /* the shared expert (gated or not) folded in where the backend can: x += routed + shared at once */
+    if (norm_w && !alone &&
+        fold_shared(be, m, s, x, xn, norm_w, eps, n, &m->sh_gate, &m->sh_up, &m->sh_down,
+                    m->sh_router.rows ? &m->sh_router : NULL, m->shared_inter))
         return;
     if (norm_w) {
         route_norm_experts(be, m, s, out, xn, x, norm_w, eps, n, acc);

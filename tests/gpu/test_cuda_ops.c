@@ -2336,22 +2336,24 @@ static int fused_off(void) {
     return g && atoi(g) != 0;
 }
 
-/* moe_norm_experts with an ungated shared expert folded in (m.sh_down): at one row moe_fused takes it
- * (returns 1) and out (= x, the residual, or res with acc) gets routed + shared against the CPU's
- * ops (norm_matmul_keep, moe_route, moe_experts, the shared SwiGLU / relu² / clamped product and
- * matmul_acc), three calls in a row; where it cannot (n rows > 1, experts it does not take) it
+/* moe_norm_experts with a shared expert folded in (m.sh_down; gated: m.sh_router, its σ gate row in
+ * the router's dtype): at one row moe_fused takes it (returns 1) and out (= x, the residual, or res
+ * with acc) gets routed + shared against the CPU's ops (norm_matmul_keep, moe_route, moe_experts, the
+ * shared SwiGLU / relu² / clamped product and matmul_acc; gated: the down product, the gate row's
+ * product and sigmoid_gate_add), three calls in a row; where it cannot (n rows > 1, experts it does not take) it
  * returns 0 with nothing written (every output still poisoned). */
 static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, int SI, ci_dtype de, int relu2,
-                                 float limit, int n, int acc) {
+                                 float limit, int n, int acc, int gated) {
     char name[220];
-    snprintf(name, sizeof name, "moe_norm_experts shared %s E=%d K=%d X=%d I=%d SI=%d%s%s%s n=%d", dt_name(de, CI_F32), E, K,
-             X, I, SI, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", acc ? " acc" : "", n);
+    snprintf(name, sizeof name, "moe_norm_experts shared %s E=%d K=%d X=%d I=%d SI=%d%s%s%s%s n=%d", dt_name(de, CI_F32),
+             E, K, X, I, SI, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", gated ? " gated" : "", acc ? " acc" : "", n);
     if (!want(name) || !gpu->moe_norm_experts) return;
     wpair W = make_weight(E, X, CI_BF16, CI_F32);
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
     for (int j = relu2 ? 1 : 0; j < 3 && !dead; j++)
         make_stacked(E, j == 2 ? X : I, j == 2 ? I : X, de, CI_F32, cv + j * E, gv + j * E);
     wpair sg = make_weight(SI, X, de, CI_F32), su = make_weight(SI, X, de, CI_F32), sd = make_weight(X, SI, de, CI_F32);
+    wpair sr = make_weight(1, X, CI_BF16, CI_F32);   /* the gate row: the router's dtype */
     if (dead) return;
     float *nw = keep(xmalloc((size_t)X * 4));
     fill(nw, (size_t)X, 1.f);
@@ -2377,7 +2379,7 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         float *o = acc ? gout : gx;
         if (acc) gpu->upload(gpu, gout, res, nx * 4);
         m.w_gate = relu2 ? NULL : gv; m.w_up = gv + E; m.w_down = gv + 2 * E;
-        m.sh_gate = &sg.g; m.sh_up = &su.g; m.sh_down = &sd.g;
+        m.sh_gate = &sg.g; m.sh_up = &su.g; m.sh_down = &sd.g; m.sh_router = gated ? &sr.g : NULL;
         const int took = gpu->moe_norm_experts(gpu, o, gxn, glg, gsel, gw, gx, gnw, 1e-6f, NULL, n, &W.g, &m, 1);
         g_get(got, o, nx * 4);
         if (n != 1 || de == CI_F8_E4M3 || fused_off()) {   /* not taken: nothing written */
@@ -2391,7 +2393,8 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         g_get(gsh, gsel, ns * 4);
         /* the CPU: xn, routing, routed experts into out, the shared expert's product added */
         float *cxn = xmalloc(nx * 4), *clg = xmalloc(nl * 4), *cw = xmalloc(ns * 4), *cout = xmalloc(nx * 4);
-        float *g = xmalloc((size_t)n * SI * 4), *u = xmalloc((size_t)n * SI * 4), *tmp = xmalloc(nx * 4);
+        float *g = xmalloc((size_t)n * SI * 4), *u = xmalloc((size_t)n * SI * 4), *tmp = xmalloc(nx * 4),
+              *glog = xmalloc((size_t)n * 4);
         int32_t *csel = xmalloc(ns * 4);
         memcpy(cout, acc ? res : x, nx * 4);
         m.w_gate = relu2 ? NULL : cv; m.w_up = cv + E; m.w_down = cv + 2 * E;
@@ -2401,7 +2404,13 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         if (relu2) { cpu->matmul(cpu, g, cxn, n, &su.c); cpu->relu2(cpu, g, (int64_t)n * SI); }
         else if (limit > 0) cpu->matmul_swiglu_clamp(cpu, g, u, cxn, n, &sg.c, &su.c, limit);
         else cpu->matmul_swiglu(cpu, g, u, cxn, n, &sg.c, &su.c);
-        cpu->matmul_acc(cpu, cout, g, n, &sd.c, tmp);
+        if (gated) {
+            cpu->matmul(cpu, tmp, g, n, &sd.c);
+            cpu->matmul(cpu, glog, cxn, n, &sr.c);
+            cpu->sigmoid_gate_add(cpu, cout, tmp, glog, n, X);
+        } else {
+            cpu->matmul_acc(cpu, cout, g, n, &sd.c, tmp);
+        }
         if (memcmp(csel, gsh, ns * 4)) {
             ok = 0;
             snprintf(why, sizeof why, "call %d: experts differ from the CPU's (cpu %d.., cuda %d..)", call, csel[0], gsh[0]);
@@ -2413,7 +2422,7 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
                          B_F32);
             }
         }
-        free(cxn); free(clg); free(cw); free(cout); free(g); free(u); free(tmp); free(csel);
+        free(cxn); free(clg); free(cw); free(cout); free(g); free(u); free(tmp); free(glog); free(csel);
     }
     if (!dead) report_bool(name, ok, why);
     g_free(gx); g_free(gxn); g_free(glg); g_free(gw); g_free(gout); g_free(gsel);
@@ -2446,11 +2455,16 @@ static void test_moe_norm_experts(void) {
     /* a shared expert folded in: DeepSeek-V2-Lite's shape (2 shared experts of 1408), relu², the clamp,
      * f32 / f16, and what it declines (3 rows, fp8 experts) */
     for (int acc = 0; acc < 2 && !dead; acc++) {
-        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 1, acc);
-        test_moe_shared_case(16, 4, CI_ROUTE_SIGMOID, 256, 64, 128, CI_F16, 1, 0, 1, acc);
-        test_moe_shared_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 512, 128, 256, CI_F32, 0, 0.5f, 1, acc);
-        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 3, acc);
-        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, 0, 0, 1, acc);
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 1, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SIGMOID, 256, 64, 128, CI_F16, 1, 0, 1, acc, 0);
+        test_moe_shared_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 512, 128, 256, CI_F32, 0, 0.5f, 1, acc, 0);
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 3, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, 0, 0, 1, acc, 0);
+        /* σ-gated (Qwen3-Next / Qwen3.5-MoE: 512 experts top-10, one shared expert of 512; the
+         * router over 4 warps a row past 2048 columns) */
+        test_moe_shared_case(512, 10, CI_ROUTE_SOFTMAX, 2048, 512, 512, CI_BF16, 0, 0, 1, acc, 1);
+        test_moe_shared_case(128, 8, CI_ROUTE_SOFTMAX, 4096, 192, 384, CI_BF16, 0, 0, 1, acc, 1);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 64, 128, CI_F32, 0, 0, 3, acc, 1);
     }
 }
 

@@ -8,7 +8,8 @@
  *    as without the op): the same bits;
  *  - moe_norm_experts taking it (x += the routed sum, then += the shared expert's product: on
  *    DeepSeek the order the family composes, on Nemotron-H (relu², the block's own shared expert)
- *    another rounding than its routed + shared first): within 1e-5 of the logits' scale, and the
+ *    and Qwen3-Next / Qwen3.5-MoE (σ-gated) another rounding than their routed + shared first):
+ *    within 1e-5 of the logits' scale, and the
  *    argmax of every row the same;
  * and that the stand-ins were called (mla_prepare at every layer of every forward on DeepSeek,
  * with a cache but on V3.2, whose indexer stores its own rows; moe_norm_experts with the shared
@@ -59,7 +60,15 @@ static int fake_moe_norm_experts(ci_backend *be, float *out, float *xn, float *l
             cpu_ops.relu2(be, g, (int64_t)n * SI);
         } else if (m->act_limit > 0) cpu_ops.matmul_swiglu_clamp(be, g, u, xn, n, m->sh_gate, m->sh_up, m->act_limit);
         else cpu_ops.matmul_swiglu(be, g, u, xn, n, m->sh_gate, m->sh_up);
-        cpu_ops.matmul_acc(be, out, g, n, m->sh_down, tmp);
+        if (m->sh_router) {   /* σ-gated (Qwen3-Next / Qwen3.5-MoE) */
+            float *gl = malloc((size_t)n * sizeof *gl);
+            cpu_ops.matmul(be, tmp, g, n, m->sh_down);
+            cpu_ops.matmul(be, gl, xn, n, m->sh_router);
+            cpu_ops.sigmoid_gate_add(be, out, tmp, gl, n, m->hidden);
+            free(gl);
+        } else {
+            cpu_ops.matmul_acc(be, out, g, n, m->sh_down, tmp);
+        }
         free(g); free(u); free(tmp);
     }
     return 1;
@@ -152,6 +161,8 @@ static void test_deepseek_v3_nolora(void) { one("deepseek_v3_nolora", 1, 1); }
 static void test_deepseek_v3_fp8(void) { one("deepseek_v3_fp8", 1, 1); }
 static void test_deepseek_v32(void) { one("deepseek_v32", 1, 0); }
 static void test_nemotron_h(void) { one("nemotron_h", 0, 0); }
+static void test_qwen3_next(void) { one("qwen3_next", 0, 0); }
+static void test_qwen3_5_moe(void) { one("qwen3_5_moe_hub", 0, 0); }
 
 int main(void) {
     TEST_RUN(test_deepseek_v3);
@@ -159,5 +170,7 @@ int main(void) {
     TEST_RUN(test_deepseek_v3_fp8);
     TEST_RUN(test_deepseek_v32);
     TEST_RUN(test_nemotron_h);
+    TEST_RUN(test_qwen3_next);
+    TEST_RUN(test_qwen3_5_moe);
     TEST_EXIT();
 }

@@ -27,11 +27,12 @@
  *      ...): its K · S 16-byte steps j (S a row of one expert) in batches, two buffers; steps
  *      of even and odd j summed apart and added at the end, as down_kernel_split<L, 2, 4>;
  *      out[r] = (acc ? out[r] : 0) + the sum.
- * A shared expert (ungated: DeepSeek's own MLP beside the routed experts, Nemotron-H's relu²
- * one; backend.h ci_moe.sh_down) rides along: its SI gate / up rows are units K · I.. of phase
- * 2 (h after the routed slots'), its down steps follow the routed ones in phase 3 with weight 1,
- * so one launch stands for the router, routing, experts, shared expert and residual add (a
- * DeepSeek MoE layer's three launches; Nemotron-H's four). Its sum is rounded once with the
+ * A shared expert (DeepSeek's own MLP beside the routed experts, Nemotron-H's relu² one, Qwen3-Next /
+ * Qwen3.5-MoE's σ-gated one; backend.h ci_moe.sh_down) rides along: its SI gate / up rows are units
+ * K · I.. of phase 2 (h after the routed slots'), its down steps follow the routed ones in phase 3
+ * with weight 1, or σ(xn · sh_router) whose row is router row E of phase 1 (its logit kept at
+ * h[K · I + SI]), so one launch stands for the router, routing, experts, shared expert and residual
+ * add (a DeepSeek MoE layer's three launches; Nemotron-H's four; Qwen's six). Its sum is rounded once with the
  * routed one: not the composed ops' bits (test_cuda_ops "moe_norm_experts shared" bounds it
  * against the CPU). CINFER_CUDA_MOE_SHARED=0: the composed ops.
  * Shared rows are read by 16-byte loads without bank conflicts (sh_row): the first form read a
@@ -79,8 +80,9 @@ struct mf_args {
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
     const char *sg, *su, *sd;    /* the shared expert folded in (sd NULL: none): gate / up [SI, X], down [X, SI] */
-    int SI;
-    float *h, *out;              /* [K · I + SI], [X] */
+    const char *sr;              /* its σ gate row [X] in the router's dtype (NULL: ungated) */
+    int SI, ER;                  /* ER: router rows, E (+ 1 with sr: the gate, row E) */
+    float *h, *out;              /* [K · I + SI (+ 1: the gate's logit)], [X] */
     unsigned *bar;               /* mf_grid_sync's counter */
 };
 
@@ -160,8 +162,8 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     uint4 rr[B];
     {
         const int row = gw / KS, kw = gw % KS;
-        if (row < E) {
-            const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
+        if (row < a.ER) {
+            const char *wr = row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
 #pragma unroll
             for (int b = 0; b < B; b++) {
                 const int c = mf_rcol<KS, VR>(b, kw, lane);
@@ -223,11 +225,12 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     __syncthreads();
     CB_PROF_MARK(3);
-    for (int base = blockIdx.x * MF_WARPS; base < E * KS; base += TW) {   /* uniform in the block */
+    const int KI = K * I, NU = KI + a.SI;   /* h: units past K · I the shared expert's rows, h[NU] its gate */
+    for (int base = blockIdx.x * MF_WARPS; base < a.ER * KS; base += TW) {   /* uniform in the block */
         const int unit = base + warp, row = unit / KS, kw = unit % KS;
         float acc = 0.0f;
-        if (row < E) {
-            const char *wr = (const char *)a.router + (int64_t)row * X * LR::BYTES;
+        if (row < a.ER) {
+            const char *wr = row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
             for (int i0 = 0;; i0 += B) {
                 if (mf_rcol<KS, VR>(i0, kw, lane) >= X) break;
                 if (i0 || base != (int)blockIdx.x * MF_WARPS) {
@@ -251,15 +254,15 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             acc = warp_sum(acc);
         }
         if (KS == 1) {
-            if (row < E && lane == 0) a.logits[row] = acc;
+            if (row < a.ER && lane == 0) *(row < E ? a.logits + row : a.h + NU) = acc;
         } else {
             if (lane == 0) rpart[warp] = acc;
             __syncthreads();
-            if (row < E && kw == 0 && lane == 0) {
+            if (row < a.ER && kw == 0 && lane == 0) {
                 float v = rpart[warp];
 #pragma unroll
                 for (int q = 1; q < KS; q++) v += rpart[warp + q];
-                a.logits[row] = v;
+                *(row < E ? a.logits + row : a.h + NU) = v;
             }
             __syncthreads();
         }
@@ -289,7 +292,6 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     constexpr int HB = B / 2, SPAN = HB * 32 * VE;
     const int steps = (X + SPAN - 1) / SPAN;
     uint4 cu[HB], cg[HB], nu[HB], ng[HB];
-    const int KI = K * I, NU = KI + a.SI;   /* units past K · I: the shared expert's rows */
     auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
         const int k = u < KI ? u / I : K, r = u < KI ? u - k * I : u - KI;
         const char *up = (u < KI ? ub[k] : a.su) + (int64_t)r * X * LE::BYTES;
@@ -337,7 +339,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     CB_PROF_MARK(10);
     /* down steps j of row r: expert slot k = j / S's, column c; past K · S the shared expert's
-     * (k = K, weight 1: its h at K · I, as a slot's) */
+     * (k = K, its h at K · I, as a slot's; weight 1, or σ of its gate's logit) */
     const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (a.SI + 32 * VE - 1) / (32 * VE);
     auto dstep = [&](int j, int r, int &k, int &c) -> const char * {   /* NULL: past the row's end */
         k = j < KS_ ? j / S : K;
@@ -361,6 +363,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     /* ---- 3. down and the residual ---- */
     for (int i = threadIdx.x * 4; i < NU; i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
+    const float wsh = a.sr ? 1.0f / (1.0f + expf(-__ldcg(a.h + NU))) : 1.0f;   /* sigmoid_gate_add's form */
     __syncthreads();
     CB_PROF_MARK(12);
     for (int r = gw; r < X; r += TW) {
@@ -395,7 +398,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                 float part = 0.0f;
 #pragma unroll
                 for (int v = 0; v < VE; v++) part = fmaf(wv[v], hs[v], part);
-                const float wk = k < K ? wsel[k] : 1.0f;
+                const float wk = k < K ? wsel[k] : wsh;
                 if (j & 1) acc1 = fmaf(wk, part, acc1);
                 else acc0 = fmaf(wk, part, acc0);
             }
@@ -464,7 +467,8 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     const int SI = m->sh_down ? m->shared_inter : 0, ve = tab->dtype == CI_F32 ? 4 : 8;
     if (m->sh_down && (SI <= 0 || SI % ve || X % ve || I % 4 || !mf_shared_ok(m->sh_up, SI, X, tab->dtype) ||
                        !mf_shared_ok(m->sh_down, X, SI, tab->dtype) ||
-                       (!m->relu2 && !mf_shared_ok(m->sh_gate, SI, X, tab->dtype))))
+                       (!m->relu2 && !mf_shared_ok(m->sh_gate, SI, X, tab->dtype)) ||
+                       (m->sh_router && !mf_shared_ok(m->sh_router, 1, X, W->dtype))))
         return 0;
     const int big = X > K * I + SI ? X : K * I + SI;
     size_t smem = ((size_t)big + 2 * (size_t)E) * sizeof(float);
@@ -475,7 +479,8 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
         smem += (size_t)3 * E * sizeof(void *);
     }
     if (smem > (size_t)160 << 10) return 0;
-    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, ((size_t)K * I + SI) * sizeof(float));
+    const int gated = SI && m->sh_router;
+    float *h = (float *)cb_scratch_get(cb, &cb->moe_h, ((size_t)K * I + SI + gated) * sizeof(float));
     if (!h) return 0;
     mf_args a;
     memset(&a, 0, sizeof a);
@@ -484,12 +489,16 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.ra = route_args_of(m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off; a.ER = E;
     if (SI) {
         a.sg = m->relu2 ? NULL : (const char *)m->sh_gate->data;
         a.su = (const char *)m->sh_up->data;
         a.sd = (const char *)m->sh_down->data;
         a.SI = SI;
+        if (gated) {
+            a.sr = (const char *)m->sh_router->data;
+            a.ER = E + 1;
+        }
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
