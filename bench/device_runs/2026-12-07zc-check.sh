@@ -38,7 +38,7 @@ for fx in $FXS; do
   echo "step logits $fx prep 1 vs 0: $(cmp /tmp/new.f32 /tmp/old.f32 >/dev/null 2>&1 && echo identical || echo "DIFFER ($(tail -1 $O/lg1.err))")"
   rm -f /tmp/new.f32 /tmp/old.f32
 done
-PO='moe|deepseek|nemotron_h'; [ "${ZC_QUICK:-0}" = 1 ] && PO='deepseek_v3|deepseek_v32$|nemotron_h|qwen3_moe$'
+PO='moe|deepseek|nemotron_h|qwen3_next'; [ "${ZC_QUICK:-0}" = 1 ] && PO='deepseek_v3|deepseek_v32$|nemotron_h|qwen3_moe$|qwen3_next$'
 CINFER_CUDA_MLA_PREP=1 CINFER_CUDA_MOE_SHARED=1 PARITY_ONLY=$PO CINFER=$C timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 echo "gpu parity ($PO) rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E "^FAIL" $O/parity.log | head -6
 ts tests
