@@ -96,7 +96,10 @@ typedef struct {
                              * ~4e-3 of transformers' (f32 path: ~1e-5), greedy ids the same.
                              * Faster prefill, decode near the default (bench/RESULTS.md);
                              * int16_act, if also set, takes those matrices first. Other CPUs
-                             * compute as without it. */
+                             * compute as without it.
+                             * 2: the same with the activations rounded to int8 per block
+                             * (d = max|x| / 127; llama.cpp Q8_0's class of precision): half the
+                             * integer products of a prompt, the same bits at any token count. */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

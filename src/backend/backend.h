@@ -679,6 +679,11 @@ int ci_backend_cpu_int16_act(ci_backend *be);
  * backends returns 0 and it computes as before. The int16-activation kernels, when also
  * asked for, take the formats they take first. Call before the first op. */
 int ci_backend_cpu_amx_mlx(ci_backend *be);
+/* The same with the activations rounded to act_bits: 16 (ci_backend_cpu_amx_mlx) or 8 (x̂ = x / d
+ * rounded to [-127, 127] per block, d = max|x| / 127: llama.cpp's Q8_0 class of precision, half
+ * the integer products of a prompt's tokens form; ci_model_opts.mlx_amx 2, --mlx-amx8): the name
+ * then ends in "-mlx8". */
+int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so
  * from beside the executable at run time, so a machine without the driver or the toolkit

@@ -56,7 +56,7 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
         be = ci_backend_cpu_new(n_threads, CI_ISA_AMXBF16);
     if (!be && opts && opts->bf16_act && isa == CI_ISA_AUTO) be = ci_backend_cpu_new(n_threads, CI_ISA_AVX512BF16);
     if (!be) be = ci_backend_cpu_new(n_threads, isa);
-    if (be && opts && opts->mlx_amx) ci_backend_cpu_amx_mlx(be);
+    if (be && opts && opts->mlx_amx) ci_backend_cpu_amx_mlx_act(be, opts->mlx_amx == 2 ? 8 : 16);
     if (be && opts && opts->int16_act) ci_backend_cpu_int16_act(be);
     return be;
 }

@@ -35,14 +35,17 @@ static const struct { ci_isa isa; const char *name; int mlx_amx; } isas[] = {
     { CI_ISA_AVX512, "cpu-avx512-amx-mlx", 1 },   /* MLX weights as amx_mlx.c computes them (ci_backend_cpu_amx_mlx):
                                                    * AMX-INT8 tiles where the CPU has them, else AVX-512 VNNI */
     { CI_ISA_AVX512, "cpu-avx512-vnni-mlx", 2 },  /* the same on AVX-512 VNNI alone (CINFER_CPU_MLX_TILES=0) */
+    { CI_ISA_AVX512, "cpu-avx512-amx-mlx8", 3 },  /* both with x rounded to int8 (--mlx-amx8) */
+    { CI_ISA_AVX512, "cpu-avx512-vnni-mlx8", 4 },
 };
 
 /* isas[ii]'s backend, or NULL where this CPU lacks it. */
 static ci_backend *isa_backend(size_t ii, int threads) {
     ci_backend *be = ci_backend_cpu_new(threads, isas[ii].isa);
-    if (isas[ii].mlx_amx == 2) setenv("CINFER_CPU_MLX_TILES", "0", 1);
-    const int mlx_ok = !be || !isas[ii].mlx_amx || ci_backend_cpu_amx_mlx(be);
-    if (isas[ii].mlx_amx == 2) unsetenv("CINFER_CPU_MLX_TILES");
+    const int vnni = isas[ii].mlx_amx == 2 || isas[ii].mlx_amx == 4;
+    if (vnni) setenv("CINFER_CPU_MLX_TILES", "0", 1);
+    const int mlx_ok = !be || !isas[ii].mlx_amx || ci_backend_cpu_amx_mlx_act(be, isas[ii].mlx_amx >= 3 ? 8 : 16);
+    if (vnni) unsetenv("CINFER_CPU_MLX_TILES");
     if (!mlx_ok) {
         be->free(be);
         return NULL;
@@ -271,7 +274,7 @@ static void test_bf16_act_precision(void) {
  * groups 32 / 64 / 128 / 96, widths with a partial last chunk, relative to the sum of |terms|: within
  * 1e-6 of that formula in double; within the rounding's own bound of the f32 path; measurably not
  * the f32 path where x̃ is not x; a NaN in one token's x reaches exactly that token's outputs. */
-static double amx_mlx_ref(const wmat *w, const float *x, int64_t r, double *mag, double *bound, double *exact) {
+static double amx_mlx_ref(const wmat *w, const float *x, int64_t r, double *mag, double *bound, double *exact, float qmax) {
     const int64_t cols = w->m.cols, G = w->d.group, ng = cols / G, bits = w->d.bits, B = G % 64 ? 32 : 64;
     const uint8_t *row = (const uint8_t *)w->data + r * cols * bits / 8;
     double y = 0;
@@ -279,7 +282,7 @@ static double amx_mlx_ref(const wmat *w, const float *x, int64_t r, double *mag,
     for (int64_t b0 = 0; b0 < cols; b0 += B) {
         float amax = 0;
         for (int64_t j = b0; j < b0 + B; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 32639.0f, id = amax > 0 ? 32639.0f / amax : 0.0f;
+        float d = amax / qmax, id = amax > 0 ? qmax / amax : 0.0f;
         for (int64_t j = b0; j < b0 + B; j++) {
             unsigned q = bits == 4 ? (row[j / 2] >> (4 * (j & 1))) & 15 : row[j];
             double s = ci_bf16_to_f32(((const uint16_t *)w->scales)[r * ng + j / G]);
@@ -294,10 +297,16 @@ static double amx_mlx_ref(const wmat *w, const float *x, int64_t r, double *mag,
     return y;
 }
 
-static void test_amx_mlx_precision(void) {
+static void amx_mlx_precision(int act);
+static void test_amx_mlx_precision(void) { amx_mlx_precision(16); }
+static void test_amx_mlx8_precision(void) { amx_mlx_precision(8); }
+
+static void amx_mlx_precision(int act) {
     rng = 0x5851f42d4c957f2dull;   /* its own inputs, whatever ran before it */
+    const float qmax = act == 8 ? 127.0f : 32639.0f;
+    const char *tag = act == 8 ? "amx-mlx8" : "amx-mlx";
     ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
-    if (be && !ci_backend_cpu_amx_mlx(be)) {
+    if (be && !ci_backend_cpu_amx_mlx_act(be, act)) {
         be->free(be);
         be = NULL;
     }
@@ -310,7 +319,7 @@ static void test_amx_mlx_precision(void) {
     /* where be has the tiles, the same on AVX-512 VNNI alone (isas' mlx_amx 2 entry): the same bits */
     ci_backend *vn = NULL;
     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0] && strstr(be->name, "amx-mlx"); ii++)
-        if (isas[ii].mlx_amx == 2) vn = isa_backend(ii, 2);
+        if (isas[ii].mlx_amx == (act == 8 ? 4 : 2)) vn = isa_backend(ii, 2);
     if (!vn) printf("NOTE no AMX-INT8 on this CPU: amx_mlx.c's tiles against its VNNI form not checked\n");
     static const struct { kind k; int group; int64_t rows, cols; } cases[] = {
         { K_Q4, 64, 37, 1536 }, { K_Q4, 32, 21, 4160 }, { K_Q8, 32, 9, 2112 }, { K_Q8, 128, 40, 384 },
@@ -340,14 +349,14 @@ static void test_amx_mlx_precision(void) {
             if (vn) {
                 float *yv = malloc((size_t)(n * rows) * sizeof(float));
                 vn->matmul(vn, yv, x, n, &w.m);
-                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: the "
-                      "tiles and the VNNI form differ", bits, (long long)G, (long long)rows, (long long)cols, n);
+                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: the "
+                      "tiles and the VNNI form differ", tag, bits, (long long)G, (long long)rows, (long long)cols, n);
                 free(yv);
             }
             double worst = 0, over = 0, apart = 0, pred = 0, to_ref = 0, to_ex = 0;
             for (int t = 0; t < n; t++)
                 for (int64_t r = 0; r < rows; r++) {
-                    double mag, bound, ex, ref = amx_mlx_ref(&w, x + t * cols, r, &mag, &bound, &ex);
+                    double mag, bound, ex, ref = amx_mlx_ref(&w, x + t * cols, r, &mag, &bound, &ex, qmax);
                     const double M = mag > 0 ? mag : 1, e = fabs(y[t * rows + r] - ref) / M;
                     if (fabs(ref - ex) / M > pred) {   /* the output the rounding moves most */
                         pred = fabs(ref - ex) / M;
@@ -359,17 +368,17 @@ static void test_amx_mlx_precision(void) {
                     over = o > over ? o : over;
                     apart = dd / M > apart ? dd / M : apart;
                 }
-            CHECK(worst <= 1e-6, "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: %.3g from its int16-rounded formula",
-                  bits, (long long)G, (long long)rows, (long long)cols, n, worst);
-            CHECK(over <= 0, "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: %.3g past the rounding bound of the f32 path",
+            CHECK(worst <= 1e-6, "%s %d-bit g%lld [%lld x %lld] n=%d: %.3g from its rounded formula", tag, bits,
+                  (long long)G, (long long)rows, (long long)cols, n, worst);
+            CHECK(over <= 0, "%s %d-bit g%lld [%lld x %lld] n=%d: %.3g past the rounding bound of the f32 path", tag,
                   bits, (long long)G, (long long)rows, (long long)cols, n, over);
             /* at the output the rounding moves most (by pred from the exact dot), the kernel is far
              * nearer the rounded formula than the exact dot: it rounds x */
-            CHECK(outl ? to_ex > 10 * to_ref : apart > 0, "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: %.3g from the rounded "
-                  "formula, %.3g from the exact dot (x not rounded?); %.3g from the f32 path", bits, (long long)G,
+            CHECK(outl ? to_ex > 10 * to_ref : apart > 0, "%s %d-bit g%lld [%lld x %lld] n=%d: %.3g from the rounded "
+                  "formula, %.3g from the exact dot (x not rounded?); %.3g from the f32 path", tag, bits, (long long)G,
                   (long long)rows, (long long)cols, n, to_ref, to_ex, apart);
             if (getenv("CINFER_TEST_VERBOSE"))
-                printf("  amx mlx %d-bit g%lld n=%d%s: %.3g from formula, %.3g from f32\n", bits, (long long)G, n,
+                printf("  %s %d-bit g%lld n=%d%s: %.3g from formula, %.3g from f32\n", tag, bits, (long long)G, n,
                        outl ? " outliers" : "", worst, apart);
             free(x); free(y); free(yf);
         }
@@ -382,8 +391,8 @@ static void test_amx_mlx_precision(void) {
             int ok = 1;
             for (int t = 0; t < n; t++)
                 for (int64_t r = 0; r < rows; r++) ok &= t == 0 ? isnan(y[r]) : isfinite(y[t * rows + r]);
-            CHECK(ok, "amx-mlx %d-bit g%lld [%lld x %lld] n=%d: a NaN in token 0's x not carried to exactly its outputs",
-                  bits, (long long)G, (long long)rows, (long long)cols, n);
+            CHECK(ok, "%s %d-bit g%lld [%lld x %lld] n=%d: a NaN in token 0's x not carried to exactly its outputs",
+                  tag, bits, (long long)G, (long long)rows, (long long)cols, n);
             free(x); free(y);
         }
         wmat_free(&w);
@@ -755,6 +764,7 @@ int main(int argc, char **argv) {
     TEST_RUN(test_matmul_small_cols);
     TEST_RUN(test_bf16_act_precision);
     TEST_RUN(test_amx_mlx_precision);
+    TEST_RUN(test_amx_mlx8_precision);
     TEST_RUN(test_amx_mlx_ptiles);
     TEST_RUN(test_amx_mlx_shared_prep);
     TEST_RUN(test_int16_act_precision);

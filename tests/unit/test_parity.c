@@ -37,6 +37,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --mlx-amx8 (ci_model_opts.mlx_amx 2: x rounded to int8 per 64 columns for 4-bit matrices): the
+ * dense MLX fixtures within 5e-2 * max(1, max|ref|) of transformers (measured worst 3.2e-2,
+ * mlx_lfm2_4bit; mlx_llama_4bit 1.8e-2), no greedy check. Not the MoE fixtures: their routers' near
+ * ties flip at this rounding (0.4-1.3 of 3.5-4 in the logits; llama.cpp's Q8_0 activations do the
+ * same), so no bound there says anything; the kernel's own formula is test_determinism's. */
+#define ACT8_TOL 5e-2
+
+/* whether the fixture's config names routed experts */
+static int fixture_is_moe(const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char buf[1 << 16];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, "\"num_experts\"") || strstr(buf, "\"n_routed_experts\"") || strstr(buf, "\"num_local_experts\"");
+}
+
 static int read_ints(const json_t *a, int **out) {
     size_t n = json_array_size(a);
     *out = malloc((n + 1) * sizeof **out);
@@ -71,7 +91,7 @@ static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, i
     int gmax = (int)json_integer_value(json_object_get(ref, "greedy_max_new"));
     int V = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     double maxref = json_real_value(json_object_get(ref, "max_abs_ref"));
-    double tol = (bf16_act ? 1e-2 : int16_act ? 2e-3 : 1e-3) * (maxref > 1 ? maxref : 1);
+    double tol = (mlx_amx == 2 ? ACT8_TOL : bf16_act ? 1e-2 : int16_act ? 2e-3 : 1e-3) * (maxref > 1 ? maxref : 1);
     snprintf(path, sizeof path, "%s/ref_logits.f32", dir);
     float *want = read_f32(path, (size_t)T * V);
     CHECK(want != NULL, "%s: missing or wrong size", path);
@@ -104,7 +124,7 @@ static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, i
                   mode_name[mode], md, tol, at / V, at % V, got[at], want[at]);
         }
         ci_session_reset(s);
-        if (bf16_act) goto done;
+        if (bf16_act || mlx_amx == 2) goto done;
         ci_sampler_opts so;
         ci_sampler_defaults(&so);
         int *out = malloc((size_t)(gmax + 1) * sizeof *out), n_out = 0;
@@ -155,19 +175,21 @@ static void test_fixtures(void) {
         /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it (on
          * AMX tiles where it has those, and then again on vdpbf16ps: CINFER_CPU_AMX=0), and
          * int16-act for the MLX fixtures where the CPU has it */
-        static const char *const run_name[7] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx",
-                                                 "mlx-amx vnni" };
-        for (int run = 0; run < 7; run++) {
+        static const char *const run_name[8] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx",
+                                                 "mlx-amx vnni", "mlx-amx8" };
+        for (int run = 0; run < 8; run++) {
             if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4))) ||
                 (run == 4 && !amx_cpu) || (run == 5 && (!amx_mlx || strncmp(names[i], "mlx_", 4))) ||
-                (run == 6 && (!mlx_tiles || strncmp(names[i], "mlx_", 4))))
+                (run == 6 && (!mlx_tiles || strncmp(names[i], "mlx_", 4))) ||
+                (run == 7 && (!amx_mlx || strncmp(names[i], "mlx_", 4) || fixture_is_moe(dir))))
                 continue;
             check_case_failed = 0;
             check_why[0] = 0;
             diffs[0] = 0;
             if (run == 4) setenv("CINFER_CPU_AMX", "0", 1);
             if (run == 6) setenv("CINFER_CPU_MLX_TILES", "0", 1);
-            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3, run >= 5);
+            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3,
+                        run == 7 ? 2 : run >= 5);
             if (run == 4) unsetenv("CINFER_CPU_AMX");
             if (run == 6) unsetenv("CINFER_CPU_MLX_TILES");
             if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], run_name[run], check_why); check_any_failed = 1; }

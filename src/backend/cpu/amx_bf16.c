@@ -70,9 +70,9 @@ int cpu_amx_prep_unit(const ci_mat *W, int n) { return W->dtype == CI_U32 ? amx_
 /* Tokens [t0, t1) of x (n rows of W->cols floats) into mem in the layout of n's form: rows form
  * uint32 pairs [Kp/2][n]; tokens form bf16 rows [np][Kp], np = n rounded up to 16; zero past the
  * width, and (the range that ends at n) the padding rows. Ranges write disjoint bytes. */
-void AMX_TGT cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
+void AMX_TGT cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem, int act8) {
     if (W->dtype == CI_U32) {
-        amx_mlx_prep(W, x, n, t0, t1, mem);
+        amx_mlx_prep(W, x, n, t0, t1, mem, act8);
         return;
     }
     const int64_t cols = W->cols, Kp = padded(cols);
@@ -246,8 +246,8 @@ static AMX_TGT void tokens_form(const ci_mat *W, int64_t r0, int64_t r1, int t0,
 }
 
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles, const uint32_t *pt) {
-    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
+                  int tiles, const uint32_t *pt, int act8) {
+    if (W->dtype == CI_U32) amx_mlx_rows(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt, act8);
     else if (n <= ROWS_FORM_MAX) rows_form(W, r0, r1, n, xp, y);
     else tokens_form(W, r0, r1, t0, t1, xp, y, pack);
 }
@@ -261,12 +261,13 @@ int cpu_amx_int8_usable(void) { return 0; }
 size_t cpu_amx_bytes(const ci_mat *W, int n) { (void)W; (void)n; return 0; }
 int cpu_amx_prep_unit(const ci_mat *W, int n) { (void)W; (void)n; return 1; }
 int cpu_amx_q_ok(const ci_mat *W) { (void)W; return 0; }
-void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
-    (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem;
+void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem, int act8) {
+    (void)W; (void)x; (void)n; (void)t0; (void)t1; (void)mem; (void)act8;
 }
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles, const uint32_t *pt) {
+                  int tiles, const uint32_t *pt, int act8) {
     (void)tiles;
+    (void)act8;
     (void)pt;
     (void)W; (void)r0; (void)r1; (void)t0; (void)t1; (void)n; (void)xp; (void)y; (void)pack;
 }

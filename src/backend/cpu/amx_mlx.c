@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #define QMAX 32639.0f
+#define QMAX8 127.0f             /* act8: x̂ one signed byte */
 #ifndef VN_MAX
 #define VN_MAX 3                 /* tokens up to which the vector kernel runs */
 #endif
@@ -104,7 +105,7 @@ static inline int64_t vpos(const lay *L, int64_t c) {
  * zero block and for a bad one), *d = d_b (NaN if the block holds an infinity or a NaN), returns the
  * block's x̂ sum. The one place both layouts take x̂ from, so they agree to the bit. */
 static inline __attribute__((always_inline)) I8_TGT int32_t quant_block(const float *xb, int64_t B, __m512i q[4],
-                                                                        float *d) {
+                                                                        float *d, float qmax) {
     __m512 mx = _mm512_setzero_ps(), fin = _mm512_setzero_ps();
     for (int64_t j = 0; j < B; j += 16) {
         const __m512 v = _mm512_loadu_ps(xb + j);
@@ -112,8 +113,8 @@ static inline __attribute__((always_inline)) I8_TGT int32_t quant_block(const fl
         fin = _mm512_add_ps(fin, _mm512_mul_ps(v, _mm512_setzero_ps()));   /* NaN if inf / NaN */
     }
     const float amax = _mm512_reduce_max_ps(mx), bad = _mm512_reduce_add_ps(fin);
-    const float id = amax > 0 && bad == 0.0f ? QMAX / amax : 0.0f;
-    *d = bad == 0.0f ? amax / QMAX : NAN;
+    const float id = amax > 0 && bad == 0.0f ? qmax / amax : 0.0f;
+    *d = bad == 0.0f ? amax / qmax : NAN;
     __m512i sum = _mm512_setzero_si512();
     for (int64_t j = 0; j < B; j += 16) {
         __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + j), _mm512_set1_ps(id)));
@@ -128,8 +129,9 @@ static inline __attribute__((always_inline)) I8_TGT int32_t quant_block(const fl
  * 4-column group's line): there t0 is a multiple of 16 and t1 one too or n, and the range that ends
  * at n also writes the padding tokens [n, np) (zero). Ranges write disjoint bytes (whole lines in the
  * tiles' layout: two threads' tokens never share one), so they may run at once. */
-void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem) {
+void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem, int act8) {
     const lay L = lay_of(W, n);
+    const float qmax = act8 ? QMAX8 : QMAX;
     uint8_t *base = mem;
     float *D = (float *)(base + L.d_at), *X = (float *)(base + L.x_at);
     if (L.vec) {
@@ -142,7 +144,7 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
             for (int64_t b = 0; b < L.nb; b++) {
                 __m512i q[4];
                 float d;
-                const int32_t s = quant_block(xt + b * L.B, L.B, q, &d);
+                const int32_t s = quant_block(xt + b * L.B, L.B, q, &d, qmax);
                 for (int64_t j = 0; j < L.B; j += 16) {
                     _Alignas(64) int32_t qs[16];
                     _mm512_store_si512(qs, q[j / 16]);
@@ -175,10 +177,15 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
                 dv[i] = 0;
                 if (t >= n) continue;   /* padding: zero */
                 __m512i q[4];
-                const int32_t s = quant_block(x + (int64_t)t * L.K + b * L.B, L.B, q, &dv[i]);
+                const int32_t s = quant_block(x + (int64_t)t * L.K + b * L.B, L.B, q, &dv[i], qmax);
                 gs[i] += dv[i] * (float)s;
                 __m128i h8[4], l8[4];
                 for (int64_t j = 0; j < L.B; j += 16) {
+                    if (act8) {   /* x̂ itself in h; l unused */
+                        h8[j / 16] = _mm512_cvtepi32_epi8(q[j / 16]);
+                        l8[j / 16] = _mm_setzero_si128();
+                        continue;
+                    }
                     const __m512i h = _mm512_srai_epi32(_mm512_add_epi32(q[j / 16], _mm512_set1_epi32(128)), 8);
                     h8[j / 16] = _mm512_cvtepi32_epi8(h);
                     l8[j / 16] = _mm512_cvtepi32_epi8(_mm512_sub_epi32(q[j / 16], _mm512_slli_epi32(h, 8)));
@@ -194,10 +201,10 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
             const int64_t c4 = b * L.B / 4;   /* the block's first 4-column group */
             if (L.B == 64) {
                 tr16_to(hv, (uint32_t *)(hb + c4 * nps + (int64_t)tb * 4), nps / 4);
-                tr16_to(lv, (uint32_t *)(lb + c4 * nps + (int64_t)tb * 4), nps / 4);
+                if (!act8) tr16_to(lv, (uint32_t *)(lb + c4 * nps + (int64_t)tb * 4), nps / 4);
             } else {   /* B = 32: the first 8 of the 16 lines */
                 _Alignas(64) uint32_t o[256];
-                for (int k = 0; k < 2; k++) {
+                for (int k = 0; k < (act8 ? 1 : 2); k++) {
                     tr16(k ? lv : hv, o);
                     for (int g = 0; g < 8; g++)
                         _mm512_store_si512((k ? lb : hb) + (c4 + g) * nps + (int64_t)tb * 4, _mm512_load_si512(o + 16 * g));
@@ -554,27 +561,31 @@ static I8_TGT void fill(const ci_mat *W, int64_t r, int64_t r1, int64_t c0, int6
 /* A block's sums on the tiles (configured by cfg_i8): the 16 or 32 rows (halves) of codes at a
  * (SEGK bytes a row) against the 16 tokens of x̂'s high bytes h and low bytes l (B / 4 rows of 64
  * bytes, ks apart) into cb[2 half] (H) and cb[2 half + 1] (L), [row][token]. */
-static inline I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_t *l, int64_t ks, int halves,
-                                  int32_t cb[4][16][16]) {
+static inline __attribute__((always_inline)) I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_t *l,
+                                                                  int64_t ks, int halves, int32_t cb[4][16][16]) {
     _tile_zero(0);
-    _tile_zero(1);
     _tile_loadd(6, h, (long)ks);
-    _tile_loadd(7, l, (long)ks);
     _tile_loadd(4, a, SEGK);
     _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 4, 7);
+    if (l) {   /* NULL: act8, H alone */
+        _tile_zero(1);
+        _tile_loadd(7, l, (long)ks);
+        _tile_dpbusd(1, 4, 7);
+    }
     if (halves > 1) {
         _tile_zero(2);
-        _tile_zero(3);
         _tile_loadd(5, a + 16 * SEGK, SEGK);
         _tile_dpbusd(2, 5, 6);
-        _tile_dpbusd(3, 5, 7);
+        if (l) {
+            _tile_zero(3);
+            _tile_dpbusd(3, 5, 7);
+        }
     }
     _tile_stored(0, cb[0], 64);
-    _tile_stored(1, cb[1], 64);
+    if (l) _tile_stored(1, cb[1], 64);
     if (halves > 1) {
         _tile_stored(2, cb[2], 64);
-        _tile_stored(3, cb[3], 64);
+        if (l) _tile_stored(3, cb[3], 64);
     }
 }
 
@@ -588,24 +599,24 @@ static inline I8_TGT void tile_hl(const uint8_t *a, const int8_t *h, const int8_
  * GOP/s): the chain step fused here, each row's accumulators loaded and stored per block (290),
  * or 8 rows' accumulators in registers over the whole segment (310; x̂'s bytes of the segment
  * then come from L2 once per 8 rows); S = 256 H + L formed here and stored once (255-275). */
-static inline I8_TGT void vnni_hl(const uint8_t *a, const int8_t *h, const int8_t *l, int64_t ks, int B,
-                                  int32_t H[16][16], int32_t L[16][16]) {
+static inline __attribute__((always_inline)) I8_TGT void vnni_hl(const uint8_t *a, const int8_t *h, const int8_t *l,
+                                                                  int64_t ks, int B, int32_t H[16][16], int32_t L[16][16]) {
     for (int i0 = 0; i0 < 16; i0 += 8) {
         __m512i hs[8], ls[8];
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) hs[i] = ls[i] = _mm512_setzero_si512();
         for (int k = 0; k < B / 4; k++) {
-            const __m512i hv = _mm512_loadu_si512(h + k * ks), lv = _mm512_loadu_si512(l + k * ks);
+            const __m512i hv = _mm512_loadu_si512(h + k * ks), lv = l ? _mm512_loadu_si512(l + k * ks) : hv;
             _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
                 int32_t w;
                 memcpy(&w, a + (int64_t)(i0 + i) * SEGK + 4 * k, 4);
                 const __m512i av = _mm512_set1_epi32(w);
                 hs[i] = _mm512_dpbusd_epi32(hs[i], av, hv);
-                ls[i] = _mm512_dpbusd_epi32(ls[i], av, lv);
+                if (l) ls[i] = _mm512_dpbusd_epi32(ls[i], av, lv);   /* NULL: act8, H alone */
             }
         }
         _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
             _mm512_store_si512(H[i0 + i], hs[i]);
-            _mm512_store_si512(L[i0 + i], ls[i]);
+            if (l) _mm512_store_si512(L[i0 + i], ls[i]);
         }
     }
 }
@@ -623,7 +634,7 @@ static inline I8_TGT void params_pt(const uint32_t *pt, int64_t ng, int64_t r, i
 }
 
 static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
-                              float *y, uint8_t *pack, int tiles, const uint32_t *pt) {
+                              float *y, uint8_t *pack, int tiles, const uint32_t *pt, int act8) {
     const lay L = lay_of(W, n);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
     const int8_t *hb = (const int8_t *)(xp + L.q_at), *lb = (const int8_t *)(xp + L.l_at);
@@ -651,19 +662,23 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
                 for (int64_t b = c0 / L.B; b < (c0 + cn) / L.B; b++) {
                     const int64_t cb0 = b * L.B, g = cb0 / L.G;
                     const int8_t *hp = hb + ((cb0 >> 2) * L.np + tb) * 4, *lp = lb + ((cb0 >> 2) * L.np + tb) * 4;
-                    if (tiles)
-                        tile_hl(abuf + (cb0 - c0), hp, lp, L.np * 4, halves, cb);
-                    else
+                    if (tiles) {
+                        if (act8) tile_hl(abuf + (cb0 - c0), hp, NULL, L.np * 4, halves, cb);
+                        else tile_hl(abuf + (cb0 - c0), hp, lp, L.np * 4, halves, cb);
+                    } else {
                         for (int h = 0; h < halves; h++)
-                            vnni_hl(abuf + 16 * h * SEGK + (cb0 - c0), hp, lp, L.np * 4, (int)L.B, cb[2 * h], cb[2 * h + 1]);
+                            if (act8) vnni_hl(abuf + 16 * h * SEGK + (cb0 - c0), hp, NULL, L.np * 4, (int)L.B, cb[2 * h], NULL);
+                            else vnni_hl(abuf + 16 * h * SEGK + (cb0 - c0), hp, lp, L.np * 4, (int)L.B, cb[2 * h], cb[2 * h + 1]);
+                    }
                     const int gend = ((b + 1) * L.B) % L.G == 0;
                     const __m512 dv = _mm512_loadu_ps(D + b * L.np + tb);
                     const __m512 xg = _mm512_loadu_ps(X + g * L.np + tb);
                     const int nrr = (int)(r1 - p0 < 32 ? r1 - p0 : 32);
                     for (int i = 0; i < nrr; i++) {
                         const int h = i >> 4, ii = i & 15;
-                        const __m512i S = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[2 * h][ii]), 8),
-                                                           _mm512_load_si512(cb[2 * h + 1][ii]));
+                        const __m512i S = act8 ? _mm512_load_si512(cb[2 * h][ii])
+                                               : _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[2 * h][ii]), 8),
+                                                                  _mm512_load_si512(cb[2 * h + 1][ii]));
                         float *ap = acc + (int64_t)i * CPU_AMX_TOK + (tb - t0);
                         __m512 a = b == 0 ? _mm512_setzero_ps() : _mm512_load_ps(ap);
                         a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(_mm512_set1_ps(sv[g - ga][i]), dv), a);
@@ -694,11 +709,11 @@ static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, i
 }
 
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles, const uint32_t *pt) {
+                  int tiles, const uint32_t *pt, int act8) {
     if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
         for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
-    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt, act8);
 }
 
 #else

@@ -90,8 +90,8 @@ static inline __attribute__((always_inline)) AMX_TGT void tr16(const __m512i v[1
 /* amx_mlx.c: MLX affine W (cpu_amx_q_ok) on the tiles; cpu_amx_bytes / prep / rows hand them over. */
 size_t amx_mlx_bytes(const ci_mat *W, int n);
 int amx_mlx_prep_unit(const ci_mat *W, int n);
-void amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
+void amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem, int act8);
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles, const uint32_t *pt);
+                  int tiles, const uint32_t *pt, int act8);
 
 #endif

@@ -83,6 +83,8 @@ typedef struct {
     const cpu_i16kernels *i16;  /* int16 activations for the formats it takes (opt-in), or NULL */
     int amx_mlx;              /* MLX affine W as amx_mlx.c computes it (opt-in): 1 on the AMX-INT8
                                * tiles, 2 on AVX-512 VNNI alone (the same bits) */
+    int amx_act8;             /* amx_mlx with x rounded to int8 for 4-bit W (ci_backend_cpu_amx_mlx_act 8) */
+    char name_buf[48];        /* base.name where it is made up (amx_mlx's) */
     int amx_ptiles;           /* amx_mlx: matmuls read W's params from ptab (CINFER_CPU_MLX_PTILES=0:
                                * transposed per token or per 32-row block instead) */
     cpu_amx_ptab *ptab;       /* cpu_amx_mlx_ptiles' copies */
@@ -253,6 +255,7 @@ typedef struct mm_ctx_s {
                                * VNNI instead of the tiles (amx_mlx 2) */
     const void *xa;
     const uint32_t *pt;       /* amx: MLX W's params in 16-row tiles (cpu_amx_mlx_ptiles), or NULL */
+    int act8;                 /* amx, MLX W: x rounded to int8 (cpu_backend.amx_act8) */
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
     const struct mm_ctx_s *xi16_donor;   /* an earlier job of a batch whose xi16 this one reads
@@ -584,6 +587,9 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
     }
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
         m->amx = W->dtype == CI_BF16 || b->amx_mlx == 1 ? 1 : 2;
+        /* int8 x for 4-bit W only: 8-bit matrices (MLX's routers and the layers a mixed recipe
+         * keeps finer) keep int16 */
+        m->act8 = W->dtype == CI_U32 && b->amx_act8 && ((const ci_qdesc *)W->scale)->bits < 8;
         m->rows_per_item = (m->rows_per_item + 15) / 16 * 16;
         if (W->dtype == CI_U32 && b->amx_ptiles) m->pt = ptiles(b, W);
         return cpu_amx_bytes(W, m->n);
@@ -607,7 +613,7 @@ static void mm_prepare(cpu_backend *b, mm_ctx *m, uint8_t *mem, int done) {
             for (int t = 0; t < n; t++) b->i16->prep(W, m->x + (int64_t)t * W->cols, mem + t * m->xi16s);
         m->xi16 = mem;
     } else if (m->amx) {
-        if (!done) cpu_amx_prep(W, m->x, n, 0, n, mem);
+        if (!done) cpu_amx_prep(W, m->x, n, 0, n, mem, m->act8);
         m->xa = mem;
     } else if (mm_wants_xsp(b, m)) {
         float *xsp = (float *)mem;
@@ -652,7 +658,7 @@ static void prep_item(void *c, int64_t it, cpu_slot *slot) {
     if (m->i16) p->b->i16->prep(m->W, m->x + t * m->W->cols, p->mem + p->at[j] + t * m->xi16s);
     else {   /* an item of u tokens (16 in amx_mlx.c's tiles layout: whole lines of it) */
         const int u = cpu_amx_prep_unit(m->W, m->n), t0 = (int)t * u;
-        cpu_amx_prep(m->W, m->x, m->n, t0, t0 + u < m->n ? t0 + u : m->n, p->mem + p->at[j]);
+        cpu_amx_prep(m->W, m->x, m->n, t0, t0 + u < m->n ? t0 + u : m->n, p->mem + p->at[j], m->act8);
     }
 }
 
@@ -698,7 +704,7 @@ static void mm_amx_item(void *c, int64_t it, cpu_slot *slot) {
         t0 = (int)(tb * m->tok_per_item);
         t1 = (int)min64(t0 + m->tok_per_item, m->n);
     }
-    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack, m->amx == 1, m->pt);
+    cpu_amx_rows(m->W, r0, r1, t0, t1, m->n, m->xa, m->y, slot->qpack, m->amx == 1, m->pt, m->act8);
 }
 
 static void mm_rows_item(void *c, int64_t it, cpu_slot *slot) {
@@ -1618,7 +1624,9 @@ void ci_backend_cpu_tune(ci_backend *be, const void *mem, size_t len) {
 int ci_backend_cpu_next_tile_bytes(void) { return cpu_pf_next16; }
 int ci_backend_cpu_seq_bytes(void) { return cpu_seq16; }
 
-int ci_backend_cpu_amx_mlx(ci_backend *be) {
+int ci_backend_cpu_amx_mlx(ci_backend *be) { return ci_backend_cpu_amx_mlx_act(be, 16); }
+
+int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -1629,9 +1637,11 @@ int ci_backend_cpu_amx_mlx(ci_backend *be) {
         b->amx_mlx = tiles ? 1 : 2;
         const char *pt = getenv("CINFER_CPU_MLX_PTILES");
         b->amx_ptiles = !(pt && !strcmp(pt, "0"));
-        b->base.name = b->k == &cpu_kernels_avx512bf16 ? (tiles ? "cpu-avx512-bf16-amx-mlx" : "cpu-avx512-bf16-vnni-mlx")
-                       : b->k == &cpu_kernels_amxbf16  ? (tiles ? "cpu-amx-bf16-amx-mlx" : "cpu-amx-bf16-vnni-mlx")
-                                                        : (tiles ? "cpu-avx512-amx-mlx" : "cpu-avx512-vnni-mlx");
+        b->amx_act8 = act_bits == 8;
+        snprintf(b->name_buf, sizeof b->name_buf, "%s-%s-mlx%s",
+                 b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16" : b->k == &cpu_kernels_amxbf16 ? "cpu-amx-bf16" : "cpu-avx512",
+                 tiles ? "amx" : "vnni", b->amx_act8 ? "8" : "");
+        b->base.name = b->name_buf;
         return 1;
     }
 #endif

@@ -138,10 +138,10 @@ int cpu_amx_int8_usable(void);   /* the same, and the CPU has AMX-INT8 (CPUID; c
  * on AMX-INT8 tiles and AVX-512 VNNI, codes exact and x rounded to int16 per block. */
 int cpu_amx_q_ok(const ci_mat *W);
 size_t cpu_amx_bytes(const ci_mat *W, int n);
-void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem);
+void cpu_amx_prep(const ci_mat *W, const float *x, int n, int t0, int t1, void *mem, int act8);
 int cpu_amx_prep_unit(const ci_mat *W, int n);
 void cpu_amx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
-                  int tiles, const uint32_t *pt);
+                  int tiles, const uint32_t *pt, int act8);
 size_t cpu_amx_pack_bytes(void);
 int cpu_amx_rows_form_max(void);
 /* amx_mlx.c. MLX W's bf16 scales and biases kept in its kernels' order: per 16 rows of the scale
