@@ -270,7 +270,8 @@ static void test_bf16_act_precision(void) {
 /* ci_backend_cpu_amx_mlx (--mlx-amx) puts MLX affine 4- and 8-bit weights (groups of a multiple of
  * 32) on AMX-INT8 tiles and AVX-512 VNNI, or on AVX-512 VNNI alone on a CPU without the tiles
  * (amx_mlx.c): codes exact, x rounded to int16 per block of 64 columns (32 where the group is not a multiple of 64), d = max|x| / 32639, exact integer code
- * sums, f32 scaling. Checked for the vector kernel (1 token) and the tiles (9 and 33 tokens),
+ * sums, f32 scaling; with act 8 (--mlx-amx8) the same for 8-bit W and x rounded to int8 (d = max|x| / 127) for
+ * 4-bit W. Checked for the vector kernel (1 token) and the tiles (9 and 33 tokens),
  * groups 32 / 64 / 128 / 96, widths with a partial last chunk, relative to the sum of |terms|: within
  * 1e-6 of that formula in double; within the rounding's own bound of the f32 path; measurably not
  * the f32 path where x̃ is not x; a NaN in one token's x reaches exactly that token's outputs. */
@@ -303,7 +304,6 @@ static void test_amx_mlx8_precision(void) { amx_mlx_precision(8); }
 
 static void amx_mlx_precision(int act) {
     rng = 0x5851f42d4c957f2dull;   /* its own inputs, whatever ran before it */
-    const float qmax = act == 8 ? 127.0f : 32639.0f;
     const char *tag = act == 8 ? "amx-mlx8" : "amx-mlx";
     ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
     if (be && !ci_backend_cpu_amx_mlx_act(be, act)) {
@@ -333,6 +333,7 @@ static void amx_mlx_precision(int act) {
         make_w(&w, cases[ci].k, rows, cols);
         group_force = 0;
         const int bits = w.d.bits;
+        const float qmax = act == 8 && bits < 8 ? 127.0f : 32639.0f;   /* 8-bit W keeps int16 x */
         static const int ns[] = { 1, 9, 33 };
         for (int xk = 0; xk < 6; xk++) {
             const int n = ns[xk % 3], outl = xk >= 3;
