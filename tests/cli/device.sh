@@ -125,6 +125,23 @@ else
   case "$be" in *mlx*) fail "--mlx-amx computes as before without AVX-512 VNNI" "got '$be'" ;; *) pass "--mlx-amx computes as before without AVX-512 VNNI" ;; esac
 fi
 
+# ---- --mlx-amx8: --mlx-amx with int8 activations for 4-bit matrices (VNNI / AMX CPUs only) ----
+expect_ok "logits --mlx-amx8" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx8.f32" --device cpu --mlx-amx8
+cmp -s "$TMP/copy.f32" "$TMP/mamx8.f32" && pass "--mlx-amx8 leaves an unquantized checkpoint's logits as they are" || fail "--mlx-amx8 leaves an unquantized checkpoint's logits as they are" "differ"
+expect_ok "generate --mlx-amx8 (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --mlx-amx8
+expect_usage "--mlx-amx8 takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mlx-amx8 1
+expect_usage "serve --mlx-amx8 takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mlx-amx8 1
+be8=$($CINFER bench --model tests/fixtures/mlx_llama_4bit --prompt-len 20 --gen 2 --mlx-amx8 2>/dev/null | grep -o 'backend [a-z0-9-]*')
+if grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; then
+  case "$be8" in *-mlx8) pass "--mlx-amx8 names its backend *-mlx8" ;; *) fail "--mlx-amx8 names its backend *-mlx8" "got '$be8'" ;; esac
+  $CINFER logits --model tests/fixtures/mlx_llama_4bit --tokens 1,2,3,4,5,6,7,8,9 --out "$TMP/l16.f32" --mlx-amx >/dev/null 2>&1
+  $CINFER logits --model tests/fixtures/mlx_llama_4bit --tokens 1,2,3,4,5,6,7,8,9 --out "$TMP/l8.f32" --mlx-amx8 --mlx-amx >/dev/null 2>&1
+  [ -s "$TMP/l8.f32" ] && ! cmp -s "$TMP/l16.f32" "$TMP/l8.f32" && pass "--mlx-amx8 (with --mlx-amx too) rounds a 4-bit model's activations to int8" ||
+    fail "--mlx-amx8 (with --mlx-amx too) rounds a 4-bit model's activations to int8" "logits as --mlx-amx's"
+else
+  case "$be8" in *mlx*) fail "--mlx-amx8 computes as before without AVX-512 VNNI" "got '$be8'" ;; *) pass "--mlx-amx8 computes as before without AVX-512 VNNI" ;; esac
+fi
+
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
 if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then
   echo "NOTE a CUDA device is usable here: the no-GPU checks are skipped (tests/gpu covers this machine)"
