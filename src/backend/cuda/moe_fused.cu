@@ -139,7 +139,9 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     }
 }
 
-template <class LR, class LE, int KS>
+/* SH: a shared expert may ride along (a.SI, a.sr read); false compiles the routed loops alone, with
+ * no test for the shared units and steps in them */
+template <class LR, class LE, int KS, bool SH>
 __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
@@ -154,6 +156,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     constexpr int B = MF_B, NI = MF_NI;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * MF_WARPS + warp;
     const int TW = gridDim.x * MF_WARPS, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
+    const int SI = SH ? a.SI : 0, ER = SH ? a.ER : E;
 
     CB_PROF_BEGIN(CB_PROF_MOE_FUSED, K, I, X);
     /* ---- 1. norm and router ---- */
@@ -162,8 +165,8 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     uint4 rr[B];
     {
         const int row = gw / KS, kw = gw % KS;
-        if (row < a.ER) {
-            const char *wr = row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
+        if (row < ER) {
+            const char *wr = !SH || row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
 #pragma unroll
             for (int b = 0; b < B; b++) {
                 const int c = mf_rcol<KS, VR>(b, kw, lane);
@@ -225,12 +228,12 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     }
     __syncthreads();
     CB_PROF_MARK(3);
-    const int KI = K * I, NU = KI + a.SI;   /* h: units past K · I the shared expert's rows, h[NU] its gate */
-    for (int base = blockIdx.x * MF_WARPS; base < a.ER * KS; base += TW) {   /* uniform in the block */
+    const int KI = K * I, NU = KI + SI;   /* h: units past K · I the shared expert's rows, h[NU] its gate */
+    for (int base = blockIdx.x * MF_WARPS; base < ER * KS; base += TW) {   /* uniform in the block */
         const int unit = base + warp, row = unit / KS, kw = unit % KS;
         float acc = 0.0f;
-        if (row < a.ER) {
-            const char *wr = row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
+        if (row < ER) {
+            const char *wr = !SH || row < E ? (const char *)a.router + (int64_t)row * X * LR::BYTES : a.sr;
             for (int i0 = 0;; i0 += B) {
                 if (mf_rcol<KS, VR>(i0, kw, lane) >= X) break;
                 if (i0 || base != (int)blockIdx.x * MF_WARPS) {
@@ -254,15 +257,15 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             acc = warp_sum(acc);
         }
         if (KS == 1) {
-            if (row < a.ER && lane == 0) *(row < E ? a.logits + row : a.h + NU) = acc;
+            if (row < ER && lane == 0) *(!SH || row < E ? a.logits + row : a.h + NU) = acc;
         } else {
             if (lane == 0) rpart[warp] = acc;
             __syncthreads();
-            if (row < a.ER && kw == 0 && lane == 0) {
+            if (row < ER && kw == 0 && lane == 0) {
                 float v = rpart[warp];
 #pragma unroll
                 for (int q = 1; q < KS; q++) v += rpart[warp + q];
-                *(row < E ? a.logits + row : a.h + NU) = v;
+                *(!SH || row < E ? a.logits + row : a.h + NU) = v;
             }
             __syncthreads();
         }
@@ -293,9 +296,10 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     const int steps = (X + SPAN - 1) / SPAN;
     uint4 cu[HB], cg[HB], nu[HB], ng[HB];
     auto issue = [&](int u, int st, uint4 *ru, uint4 *rg) {
-        const int k = u < KI ? u / I : K, r = u < KI ? u - k * I : u - KI;
-        const char *up = (u < KI ? ub[k] : a.su) + (int64_t)r * X * LE::BYTES;
-        const char *gp = a.relu2 ? up : (u < KI ? gb[k] : a.sg) + (int64_t)r * X * LE::BYTES;
+        const bool sh = SH && u >= KI;
+        const int k = sh ? K : u / I, r = sh ? u - KI : u - k * I;
+        const char *up = (sh ? a.su : ub[k]) + (int64_t)r * X * LE::BYTES;
+        const char *gp = a.relu2 ? up : (sh ? a.sg : gb[k]) + (int64_t)r * X * LE::BYTES;
 #pragma unroll
         for (int b = 0; b < HB; b++) {
             const int c = st * SPAN + lane * VE + b * 32 * VE;
@@ -340,12 +344,17 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_MARK(10);
     /* down steps j of row r: expert slot k = j / S's, column c; past K · S the shared expert's
      * (k = K, its h at K · I, as a slot's; weight 1, or σ of its gate's logit) */
-    const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (a.SI + 32 * VE - 1) / (32 * VE);
+    const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (SI + 32 * VE - 1) / (32 * VE);
     auto dstep = [&](int j, int r, int &k, int &c) -> const char * {   /* NULL: past the row's end */
+        if (!SH) {
+            k = j / S;
+            c = (j - k * S) * 32 * VE + lane * VE;
+            return c < I ? db[k] + ((int64_t)r * I + c) * LE::BYTES : NULL;
+        }
         k = j < KS_ ? j / S : K;
         c = (j < KS_ ? j - k * S : j - KS_) * 32 * VE + lane * VE;
         if (j < KS_) return c < I ? db[k] + ((int64_t)r * I + c) * LE::BYTES : NULL;
-        return c < a.SI ? a.sd + ((int64_t)r * a.SI + c) * LE::BYTES : NULL;
+        return c < SI ? a.sd + ((int64_t)r * SI + c) * LE::BYTES : NULL;
     };
     /* the first down batch of this warp's first row: weights only, so before the barrier */
     uint4 raw[B], nxt[B];
@@ -363,7 +372,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     /* ---- 3. down and the residual ---- */
     for (int i = threadIdx.x * 4; i < NU; i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
-    const float wsh = a.sr ? 1.0f / (1.0f + expf(-__ldcg(a.h + NU))) : 1.0f;   /* sigmoid_gate_add's form */
+    const float wsh = SH && a.sr ? 1.0f / (1.0f + expf(-__ldcg(a.h + NU))) : 1.0f;   /* sigmoid_gate_add's form */
     __syncthreads();
     CB_PROF_MARK(12);
     for (int r = gw; r < X; r += TW) {
@@ -398,7 +407,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                 float part = 0.0f;
 #pragma unroll
                 for (int v = 0; v < VE; v++) part = fmaf(wv[v], hs[v], part);
-                const float wk = k < K ? wsel[k] : wsh;
+                const float wk = !SH || k < K ? wsel[k] : wsh;
                 if (j & 1) acc1 = fmaf(wk, part, acc1);
                 else acc0 = fmaf(wk, part, acc0);
             }
@@ -415,9 +424,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_END();
 }
 
-template <class LR, class LE, int KS>
+template <class LR, class LE, int KS, bool SH>
 static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
-    auto kern = moe_fused_kernel<LR, LE, KS>;
+    auto kern = moe_fused_kernel<LR, LE, KS, SH>;
     static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
     static size_t occ_smem = 0;
     if (occ < 0 || smem > occ_smem) {
@@ -433,14 +442,25 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
     return 1;
 }
 
-template <class LR>
+template <class LR, bool SH>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
     switch (de) {
-    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1>(cb, a, smem) : mf_launch<LR, LF32, 4>(cb, a, smem);
-    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1>(cb, a, smem) : mf_launch<LR, LF16, 4>(cb, a, smem);
-    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1>(cb, a, smem) : mf_launch<LR, LBF16, 4>(cb, a, smem);
+    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, SH>(cb, a, smem) : mf_launch<LR, LF32, 4, SH>(cb, a, smem);
+    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, SH>(cb, a, smem) : mf_launch<LR, LF16, 4, SH>(cb, a, smem);
+    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, SH>(cb, a, smem) : mf_launch<LR, LBF16, 4, SH>(cb, a, smem);
     default: return 0;
     }
+}
+
+/* measuring: CINFER_CUDA_MF_GENERIC=1 runs a call without a shared expert on the SH form too (the
+ * forty-eighth session's one form) */
+static int mf_generic(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_MF_GENERIC");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
 }
 
 /* a shared expert's matrix as the kernel reads it: [rows, cols] in dtype dt, 16-byte aligned */
@@ -502,10 +522,18 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
-    switch (W->dtype) {
-    case CI_F32: ok = mf_pick_e<LF32>(cb, tab->dtype, ks, a, smem); break;
-    case CI_F16: ok = mf_pick_e<LF16>(cb, tab->dtype, ks, a, smem); break;
-    default: ok = mf_pick_e<LBF16>(cb, tab->dtype, ks, a, smem); break;
+    if (SI || mf_generic()) {
+        switch (W->dtype) {
+        case CI_F32: ok = mf_pick_e<LF32, true>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F16: ok = mf_pick_e<LF16, true>(cb, tab->dtype, ks, a, smem); break;
+        default: ok = mf_pick_e<LBF16, true>(cb, tab->dtype, ks, a, smem); break;
+        }
+    } else {
+        switch (W->dtype) {
+        case CI_F32: ok = mf_pick_e<LF32, false>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F16: ok = mf_pick_e<LF16, false>(cb, tab->dtype, ks, a, smem); break;
+        default: ok = mf_pick_e<LBF16, false>(cb, tab->dtype, ks, a, smem); break;
+        }
     }
     if (ok) cb_launched(cb, "moe_fused");
     return ok;
