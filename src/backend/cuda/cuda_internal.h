@@ -282,18 +282,22 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_MOE_FUSE 1     /* default of cuda_be.moe_fuse (CINFER_CUDA_MOE_FUSE) */
 #endif
 #ifndef CB_MOE_SHARED
-/* moe_norm_experts with an ungated shared expert (DeepSeek's, Nemotron-H's) in moe_fused's one
- * launch (moe_fused.cu), instead of moe_fused + the shared expert's launches (+ an add). Off
- * until it has run on a device: written in the forty-eighth session (2026-12-07), when no device
- * machine could be started; test_cuda_ops turns it on for its cases ("moe_norm_experts shared"),
- * bench/device_runs/2026-12-07zc-check.sh measures it. */
+/* moe_norm_experts with a shared expert (DeepSeek's, Nemotron-H's, the σ-gated one of Qwen3-Next /
+ * Qwen3.5-MoE) in moe_fused's one launch (moe_fused.cu), instead of moe_fused + the shared expert's
+ * launches (+ an add). Ran on an H100 on 2026-12-07 (call zc, bench/RESULTS.md forty-ninth session):
+ * test_cuda_ops "moe_norm_experts shared" 16 / 0 against the CPU, the MoE / DeepSeek / Nemotron-H /
+ * Qwen3-Next fixtures' GPU parity 183 / 0 with it on, but DeepSeek-V2-Lite dims 14 layers decoded
+ * level with it (558.4, 557.4 against 550.8, 558.4 tok/s; 536.7, 536.9 against 534.5, 536.2 with
+ * mla_prepare off): no gain, so off. */
 #define CB_MOE_SHARED 0   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
 #endif
 #ifndef CB_MLA_PREP
 /* mla_prepare at <= 4 rows in one launch (mla_heads.cu mla_prepare_kernel: the latent norm and
- * ropes, the absorbed queries, the latent store), instead of three; the same bits by construction.
- * Off until it has run on a device, as CB_MOE_SHARED (test_cuda_ops "mla_prepare" turns it on). */
-#define CB_MLA_PREP 0     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */
+ * ropes, the absorbed queries, the latent store), instead of three; the same bits (test_cuda_ops
+ * "mla_prepare" 34 / 0; `logits --step` of deepseek_v3, _nolora, _fp8, deepseek_v32 cmp-identical
+ * on and off). An H100, 2026-12-07 (call zc): DeepSeek-V2-Lite dims (+ q_lora 1024) 14 layers bf16
+ * decode 536.7, 536.9 -> 558.4, 557.4 tok/s (+3.8..4.0%). */
+#define CB_MLA_PREP 1     /* default of cuda_be.mla_prep (CINFER_CUDA_MLA_PREP) */
 #endif
 #ifndef CB_ROUTE_FUSE
 /* moe_norm_experts at 1..8 token rows whose experts the tensor-core decode pair takes (MLX 4- /

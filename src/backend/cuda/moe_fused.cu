@@ -453,7 +453,11 @@ static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t 
 }
 
 /* measuring: CINFER_CUDA_MF_GENERIC=1 runs a call without a shared expert on the SH form too (the
- * forty-eighth session's one form) */
+ * forty-eighth session's one form). That form, on an H100 (2026-12-07, call zc, Qwen3-30B-A3B dims 12
+ * layers bf16), decoded 826-839 tok/s against the three ops' 846-849 (CINFER_CUDA_MOE_FUSE=0), where
+ * the forty-seventh session's routed-only kernel had run 890-903 (another H100): its 128 registers and
+ * the shared units' and steps' tests in the hot loops are the suspects; SH = false compiles them away
+ * (124 registers, as then). Not yet measured: bench/device_runs/2026-12-07zd-mfsh.sh. */
 static int mf_generic(void) {
     static int v = -1;
     if (v < 0) {
