@@ -13,10 +13,10 @@ ts start; nvidia-smi --query-gpu=name --format=csv,noheader
 M=/tmp/a3b12
 [ -d $M ] || timeout 200 $C make-random --config bench/qwen3-30b-a3b.config.json --out $M --dtype bf16 --seed 1 --layers 12 > $O/make.log 2>&1
 ts made
-timeout 60 $T --only "moe_norm_experts router bf16 experts bf16" > $O/ops.log 2>&1
+timeout 40 $T --only "moe_norm_experts router bf16 experts bf16" > $O/ops.log 2>&1
 echo "ops rc=$?: $(grep -c '^PASS' $O/ops.log) PASS, $(grep -c '^FAIL' $O/ops.log) FAIL"; grep ^FAIL $O/ops.log | head -3
 b() { env $1 timeout -k 5 40 $C bench --model $M --device cuda --prompt-len 512 --gen 128 2>&1 | grep -E '^decode ' | head -1 | sed 's/  */ /g' | cut -c1-70; }
-for r in 1 2 3; do
+for r in $(seq 1 ${ZD_ROUNDS:-3}); do
   for e in CINFER_CUDA_MF_GENERIC=0 CINFER_CUDA_MF_GENERIC=1 CINFER_CUDA_MOE_FUSE=0; do echo "a3b12 r$r $e: $(b $e)"; done
 done
 ts end
