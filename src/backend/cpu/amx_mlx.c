@@ -633,10 +633,8 @@ static inline I8_TGT void params_pt(const uint32_t *pt, int64_t ng, int64_t r, i
     }
 }
 
-static inline __attribute__((always_inline)) I8_TGT void rows_tiles_T(const int act8, const ci_mat *W, int64_t r0,
-                                                                       int64_t r1, int t0, int t1, int n,
-                                                                       const uint8_t *xp, float *y, uint8_t *pack,
-                                                                       int tiles, const uint32_t *pt) {
+static I8_TGT void rows_tiles(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
+                              float *y, uint8_t *pack, int tiles, const uint32_t *pt, int act8) {
     const lay L = lay_of(W, n);
     const float *D = (const float *)(xp + L.d_at), *X = (const float *)(xp + L.x_at);
     const int8_t *hb = (const int8_t *)(xp + L.q_at), *lb = (const int8_t *)(xp + L.l_at);
@@ -710,23 +708,12 @@ static inline __attribute__((always_inline)) I8_TGT void rows_tiles_T(const int 
     if (tiles) _tile_release();
 }
 
-/* the two x roundings' tokens forms apart: act8 a constant in each (no test in the chain's row loop) */
-static I8_TGT void rows_tiles16(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
-                                float *y, uint8_t *pack, int tiles, const uint32_t *pt) {
-    rows_tiles_T(0, W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
-}
-static I8_TGT void rows_tiles8(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const uint8_t *xp,
-                               float *y, uint8_t *pack, int tiles, const uint32_t *pt) {
-    rows_tiles_T(1, W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
-}
-
 void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n, const void *xp, float *y, void *pack,
                   int tiles, const uint32_t *pt, int act8) {
     if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
         for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
-    else if (act8) rows_tiles8(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
-    else rows_tiles16(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt);
+    else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt, act8);
 }
 
 #else
