@@ -895,8 +895,8 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cudaMemGetInfo(&be->mem_free, &be->mem_total);
     const size_t ws = 32u << 20;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess || (e = cudaMalloc(&cb->gbar, 2 * sizeof(unsigned))) != cudaSuccess ||
-        (e = cudaMemset(cb->gbar, 0, 2 * sizeof(unsigned))) != cudaSuccess) {
+        (e = cudaMalloc(&cb->blas_ws, ws)) != cudaSuccess || (e = cudaMalloc(&cb->gbar, sizeof(unsigned))) != cudaSuccess ||
+        (e = cudaMemset(cb->gbar, 0, sizeof(unsigned))) != cudaSuccess) {
         snprintf(err, errlen, "CUDA: device %d: %s", device, cudaGetErrorString(e));
         be->pool = NULL;
         op_free(be);

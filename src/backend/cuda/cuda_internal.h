@@ -111,7 +111,7 @@ struct cuda_be {
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
     int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
-    unsigned *gbar;          /* device [2]: moe_fused.cu's grid barrier counter (gbar[0]), zeroed at start */
+    unsigned *gbar;          /* device: moe_fused.cu's grid barrier counter, zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
