@@ -108,12 +108,15 @@ expect_usage "--int16-act takes no value" "unknown option '1'" $CINFER logits --
 expect_usage "serve --int16-act takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --int16-act 1
 
 # ---- --mlx-amx: MLX 4- / 8-bit weights on AMX-INT8 tiles and VNNI where the CPU has them, on VNNI alone where it
-# has AVX-512 VNNI without the tiles (the same bits), the f32 path elsewhere ----
-expect_ok "logits --mlx-amx" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx.f32" --device cpu --mlx-amx
-cmp -s "$TMP/copy.f32" "$TMP/mamx.f32" && pass "--mlx-amx leaves an unquantized checkpoint's logits as they are" || fail "--mlx-amx leaves an unquantized checkpoint's logits as they are" "differ"
-expect_ok "generate --mlx-amx (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --mlx-amx
-expect_usage "--mlx-amx takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mlx-amx 1
-expect_usage "serve --mlx-amx takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mlx-amx 1
+# has AVX-512 VNNI without the tiles (the same bits), the f32 path elsewhere; --mlx-amx8 the same with int8
+# activations for 4-bit matrices ----
+for f in --mlx-amx --mlx-amx8; do
+  expect_ok "logits $f" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx.f32" --device cpu $f
+  cmp -s "$TMP/copy.f32" "$TMP/mamx.f32" && pass "$f leaves an unquantized checkpoint's logits as they are" || fail "$f leaves an unquantized checkpoint's logits as they are" "differ"
+  expect_ok "generate $f (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids $f
+  expect_usage "$f takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" $f 1
+  expect_usage "serve $f takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 $f 1
+done
 be=$($CINFER bench --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-len 20 --gen 2 --mlx-amx 2>/dev/null | grep -o 'backend [a-z0-9-]*')
 if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw amx_bf16 /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo &&
    grep -qw avx512_vnni /proc/cpuinfo; then
@@ -125,12 +128,7 @@ else
   case "$be" in *mlx*) fail "--mlx-amx computes as before without AVX-512 VNNI" "got '$be'" ;; *) pass "--mlx-amx computes as before without AVX-512 VNNI" ;; esac
 fi
 
-# ---- --mlx-amx8: --mlx-amx with int8 activations for 4-bit matrices (VNNI / AMX CPUs only) ----
-expect_ok "logits --mlx-amx8" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx8.f32" --device cpu --mlx-amx8
-cmp -s "$TMP/copy.f32" "$TMP/mamx8.f32" && pass "--mlx-amx8 leaves an unquantized checkpoint's logits as they are" || fail "--mlx-amx8 leaves an unquantized checkpoint's logits as they are" "differ"
-expect_ok "generate --mlx-amx8 (4-bit weights)" $CINFER generate --model tests/fixtures/mlx_qwen3_moe_4bit --prompt-ids 1,2,3 --max-tokens 4 --ids --mlx-amx8
-expect_usage "--mlx-amx8 takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --mlx-amx8 1
-expect_usage "serve --mlx-amx8 takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --mlx-amx8 1
+# ---- --mlx-amx8's backend and rounding (VNNI / AMX CPUs only) ----
 be8=$($CINFER bench --model tests/fixtures/mlx_llama_4bit --prompt-len 20 --gen 2 --mlx-amx8 2>/dev/null | grep -o 'backend [a-z0-9-]*')
 if grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; then
   case "$be8" in *-mlx8) pass "--mlx-amx8 names its backend *-mlx8" ;; *) fail "--mlx-amx8 names its backend *-mlx8" "got '$be8'" ;; esac
