@@ -1,6 +1,7 @@
 /* amx_mlx.c — MLX affine 4- and 8-bit weights with int16 activations on Intel AMX-INT8 tiles and
  * AVX-512 VNNI (opt-in: ci_backend_cpu_amx_mlx, --mlx-amx, on an AVX-512 backend of a CPU with
- * AMX-INT8 whose kernel grants the tiles). The weights stay exact; x is rounded to int16 per block,
+ * AMX-INT8 whose kernel grants the tiles), or with int8 ones for the 4-bit matrices (act8:
+ * ci_backend_cpu_amx_mlx_act 8, --mlx-amx8; QMAX8 below, the tiles' H product alone). The weights stay exact; x is rounded to int16 per block,
  * as the int16-activation path rounds it (quant_i16_avx512.c), and every code-times-x sum is an
  * exact integer, so the tiles and the vector kernel give the same bits for any token count.
  *
