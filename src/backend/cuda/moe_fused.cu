@@ -81,7 +81,7 @@ struct mf_args {
     float limit;
     const char *sg, *su, *sd;    /* the shared expert folded in (sd NULL: none): gate / up [SI, X], down [X, SI] */
     const char *sr;              /* its σ gate row [X] in the router's dtype (NULL: ungated) */
-    int SI, ER;                  /* ER: router rows, E (+ 1 with sr: the gate, row E) */
+    int SI;
     float *h, *out;              /* [K · I + SI (+ 1: the gate's logit)], [X] */
     unsigned *bar;               /* mf_grid_sync's counter */
 };
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     constexpr int B = MF_B, NI = MF_NI;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gw = blockIdx.x * MF_WARPS + warp;
     const int TW = gridDim.x * MF_WARPS, X = a.X, I = a.I, E = a.ra.E, K = a.ra.K;
-    const int SI = SH ? a.SI : 0, ER = SH ? a.ER : E;
+    const int SI = SH ? a.SI : 0, ER = SH && a.sr ? E + 1 : E;   /* router rows: with sr its gate, row E */
 
     CB_PROF_BEGIN(CB_PROF_MOE_FUSED, K, I, X);
     /* ---- 1. norm and router ---- */
@@ -513,16 +513,13 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     a.ra = route_args_of(m);
     a.w = tab->w;
     a.X = X; a.I = I; a.relu2 = m->relu2; a.acc = acc; a.big = big; a.limit = m->act_limit;
-    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off; a.ER = E;
+    a.h = h; a.out = out; a.bar = cb->gbar; a.tab_off = tab_off;
     if (SI) {
         a.sg = m->relu2 ? NULL : (const char *)m->sh_gate->data;
         a.su = (const char *)m->sh_up->data;
         a.sd = (const char *)m->sh_down->data;
         a.SI = SI;
-        if (gated) {
-            a.sr = (const char *)m->sh_router->data;
-            a.ER = E + 1;
-        }
+        if (gated) a.sr = (const char *)m->sh_router->data;
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
