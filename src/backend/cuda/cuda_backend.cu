@@ -464,8 +464,8 @@ static int cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *log
                                const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
                                const ci_mat *W, const ci_moe *m, int acc) {
     cuda_be *cb = CB(be);
-    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing */
-        return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) &&
+    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing (CB_MOE_SHARED's rule) */
+        return (cb->moe_shared == 1 || (cb->moe_shared == 2 && m->sh_router)) && !cb->failed && n > 0 && mat_ok(cb, W) &&
                cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc);
     if (cb->failed || n <= 0 || !mat_ok(cb, W)) return 1;
     if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;

@@ -109,7 +109,7 @@ struct cuda_be {
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
-    int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
+    int moe_shared;          /* moe_norm_experts with a shared expert folded into moe_fused's launch: 0, 1 all, 2 gated */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device: moe_fused.cu's grid barrier counter, zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
@@ -284,12 +284,13 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #ifndef CB_MOE_SHARED
 /* moe_norm_experts with a shared expert (DeepSeek's, Nemotron-H's, the σ-gated one of Qwen3-Next /
  * Qwen3.5-MoE) in moe_fused's one launch (moe_fused.cu), instead of moe_fused + the shared expert's
- * launches (+ an add). Ran on an H100 on 2026-12-07 (call zc, bench/RESULTS.md forty-ninth session):
- * test_cuda_ops "moe_norm_experts shared" 16 / 0 against the CPU, the MoE / DeepSeek / Nemotron-H /
- * Qwen3-Next fixtures' GPU parity 183 / 0 with it on, but DeepSeek-V2-Lite dims 14 layers decoded
- * level with it (558.4, 557.4 against 550.8, 558.4 tok/s; 536.7, 536.9 against 534.5, 536.2 with
- * mla_prepare off): no gain, so off. */
-#define CB_MOE_SHARED 0   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
+ * launches (+ an add): 0 never, 1 every shared expert, 2 the σ-gated ones only. Correct on an H100
+ * (2026-12-07, call zc: test_cuda_ops "moe_norm_experts shared" 16 / 0 against the CPU, GPU parity of
+ * the MoE / DeepSeek / Nemotron-H / Qwen3-Next fixtures 183 / 0 with 1). Decode after 512, alternating
+ * (H100, 2026-12-07, bench/RESULTS.md fiftieth session): Qwen3.5-35B-A3B dims 8 layers (gated, SI 512 =
+ * I) 941.2 / 947.7 -> 976.6 / 976.4 tok/s folded, DeepSeek-V2-Lite dims 14 layers (SI 2816 = 2 I)
+ * 598.4 / 598.9 -> 561.7 / 561.3: so 2. */
+#define CB_MOE_SHARED 2   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED=0 / 1) */
 #endif
 #ifndef CB_MLA_PREP
 /* mla_prepare at <= 4 rows in one launch (mla_heads.cu mla_prepare_kernel: the latent norm and

@@ -452,21 +452,6 @@ static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t 
     }
 }
 
-/* measuring: CINFER_CUDA_MF_GENERIC=1 runs a call without a shared expert on the SH form too (the
- * forty-eighth session's one form). That form, on an H100 (2026-12-07, call zc, Qwen3-30B-A3B dims 12
- * layers bf16), decoded 826-839 tok/s against the three ops' 846-849 (CINFER_CUDA_MOE_FUSE=0), where
- * the forty-seventh session's routed-only kernel had run 890-903 (another H100): its 128 registers and
- * the shared units' and steps' tests in the hot loops are the suspects; SH = false compiles them away
- * (124 registers, as then). Not yet measured: bench/device_runs/2026-12-07zd-mfsh.sh. */
-static int mf_generic(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CINFER_CUDA_MF_GENERIC");
-        v = e && !strcmp(e, "1");
-    }
-    return v;
-}
-
 /* a shared expert's matrix as the kernel reads it: [rows, cols] in dtype dt, 16-byte aligned */
 static bool mf_shared_ok(const ci_mat *w, int64_t rows, int64_t cols, ci_dtype dt) {
     return w && w->dtype == dt && w->rows == rows && w->cols == cols && !((uintptr_t)w->data & 15);
@@ -523,7 +508,7 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
-    if (SI || mf_generic()) {
+    if (SI) {
         switch (W->dtype) {
         case CI_F32: ok = mf_pick_e<LF32, true>(cb, tab->dtype, ks, a, smem); break;
         case CI_F16: ok = mf_pick_e<LF16, true>(cb, tab->dtype, ks, a, smem); break;
