@@ -323,6 +323,16 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
             case 5: CB_GEMV_GO(1, 4, 1); break;
             default: CB_GEMV_GO(1, 1, 2); break;
             }
+        } else if (cb->gemv_few && MODE != CB_SWIGLU && L::BYTES != 1 && a.cols > 1024 && a.cols <= 2048 &&
+                   total_rows > 1024 && total_rows <= 2048) {   /* CINFER_CUDA_GEMV_FEW (measuring) */
+            if (cb->gemv_few == 1) CB_GEMV_GO_KS(1, 1, 2, WARPS);
+            else if (cb->gemv_few == 2) CB_GEMV_GO(1, 1, 4);
+            else CB_GEMV_GO(1, 1, 2);
+        } else if (cb->gemv_short && MODE != CB_SWIGLU && L::BYTES != 1 && a.cols <= 1024 && total_rows >= 2048 &&
+                   total_rows <= 4096) {   /* CINFER_CUDA_GEMV_SHORT (measuring) */
+            if (cb->gemv_short == 1) CB_GEMV_GO_KS(1, 1, 1, WARPS);
+            else if (cb->gemv_short == 2) CB_GEMV_GO(1, 2, 2);
+            else CB_GEMV_GO(1, 2, 1);
         } else if (L::BYTES == 1 && cb->fp8_rows2) CB_GEMV_GO(1, 2, 2);   /* tuning switch, tests/gpu/tune.sh */
         else if (cb->gemv1 != 7 && a.cols > 1024 && a.cols <= 2048 && !tall) CB_GEMV_GO(1, 2, 2);
         else if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
