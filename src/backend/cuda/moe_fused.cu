@@ -139,10 +139,12 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
     }
 }
 
-/* SH: a shared expert may ride along (a.SI, a.sr read); false compiles the routed loops alone, with
- * no test for the shared units and steps in them */
-template <class LR, class LE, int KS, bool SH>
+/* SHM: 0 the routed loops alone (no test for shared units and steps in them); 1 the shared expert's
+ * gate / up units ride in phase 2 and its down is the caller's (an ungated one: cb_moe_fused's GEMV
+ * after the launch); 2 its down steps ride in phase 3 too (weight 1, or σ of its gate row: a.sr) */
+template <class LR, class LE, int KS, int SHM>
 __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
+    constexpr bool SH = SHM > 0, SD = SHM == 2;
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
     float *rsm = big + a.big;                  /* route_row's 2E floats */
@@ -344,9 +346,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_MARK(10);
     /* down steps j of row r: expert slot k = j / S's, column c; past K · S the shared expert's
      * (k = K, its h at K · I, as a slot's; weight 1, or σ of its gate's logit) */
-    const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (SI + 32 * VE - 1) / (32 * VE);
+    const int S = (I + 32 * VE - 1) / (32 * VE), KS_ = K * S, total = KS_ + (SD ? (SI + 32 * VE - 1) / (32 * VE) : 0);
     auto dstep = [&](int j, int r, int &k, int &c) -> const char * {   /* NULL: past the row's end */
-        if (!SH) {
+        if (!SD) {
             k = j / S;
             c = (j - k * S) * 32 * VE + lane * VE;
             return c < I ? db[k] + ((int64_t)r * I + c) * LE::BYTES : NULL;
@@ -370,9 +372,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_MARK(11);
 
     /* ---- 3. down and the residual ---- */
-    for (int i = threadIdx.x * 4; i < NU; i += NT * 4)
+    for (int i = threadIdx.x * 4; i < (SD ? NU : KI); i += NT * 4)
         *(float4 *)(big + i) = __ldcg((const float4 *)(a.h + i));
-    const float wsh = SH && a.sr ? 1.0f / (1.0f + expf(-__ldcg(a.h + NU))) : 1.0f;   /* sigmoid_gate_add's form */
+    const float wsh = SD && a.sr ? 1.0f / (1.0f + expf(-__ldcg(a.h + NU))) : 1.0f;   /* sigmoid_gate_add's form */
     __syncthreads();
     CB_PROF_MARK(12);
     for (int r = gw; r < X; r += TW) {
@@ -407,7 +409,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                 float part = 0.0f;
 #pragma unroll
                 for (int v = 0; v < VE; v++) part = fmaf(wv[v], hs[v], part);
-                const float wk = !SH || k < K ? wsel[k] : wsh;
+                const float wk = !SD || k < K ? wsel[k] : wsh;
                 if (j & 1) acc1 = fmaf(wk, part, acc1);
                 else acc0 = fmaf(wk, part, acc0);
             }
@@ -424,9 +426,9 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
     CB_PROF_END();
 }
 
-template <class LR, class LE, int KS, bool SH>
+template <class LR, class LE, int KS, int SHM>
 static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
-    auto kern = moe_fused_kernel<LR, LE, KS, SH>;
+    auto kern = moe_fused_kernel<LR, LE, KS, SHM>;
     static int occ = -1;   /* per instantiation: blocks an SM at the largest shared size asked so far */
     static size_t occ_smem = 0;
     if (occ < 0 || smem > occ_smem) {
@@ -442,7 +444,7 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
     return 1;
 }
 
-template <class LR, bool SH>
+template <class LR, int SH>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
     switch (de) {
     case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, SH>(cb, a, smem) : mf_launch<LR, LF32, 4, SH>(cb, a, smem);
@@ -508,19 +510,31 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
-    if (SI) {
+    if (SI && gated) {
         switch (W->dtype) {
-        case CI_F32: ok = mf_pick_e<LF32, true>(cb, tab->dtype, ks, a, smem); break;
-        case CI_F16: ok = mf_pick_e<LF16, true>(cb, tab->dtype, ks, a, smem); break;
-        default: ok = mf_pick_e<LBF16, true>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F32: ok = mf_pick_e<LF32, 2>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F16: ok = mf_pick_e<LF16, 2>(cb, tab->dtype, ks, a, smem); break;
+        default: ok = mf_pick_e<LBF16, 2>(cb, tab->dtype, ks, a, smem); break;
+        }
+    } else if (SI) {
+        switch (W->dtype) {
+        case CI_F32: ok = mf_pick_e<LF32, 1>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F16: ok = mf_pick_e<LF16, 1>(cb, tab->dtype, ks, a, smem); break;
+        default: ok = mf_pick_e<LBF16, 1>(cb, tab->dtype, ks, a, smem); break;
         }
     } else {
         switch (W->dtype) {
-        case CI_F32: ok = mf_pick_e<LF32, false>(cb, tab->dtype, ks, a, smem); break;
-        case CI_F16: ok = mf_pick_e<LF16, false>(cb, tab->dtype, ks, a, smem); break;
-        default: ok = mf_pick_e<LBF16, false>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F32: ok = mf_pick_e<LF32, 0>(cb, tab->dtype, ks, a, smem); break;
+        case CI_F16: ok = mf_pick_e<LF16, 0>(cb, tab->dtype, ks, a, smem); break;
+        default: ok = mf_pick_e<LBF16, 0>(cb, tab->dtype, ks, a, smem); break;
         }
     }
-    if (ok) cb_launched(cb, "moe_fused");
+    if (ok && cb_launched(cb, "moe_fused")) return 1;   /* failed: sticky, the caller's next op sees it */
+    if (ok && SI && !gated) {   /* the ungated shared expert's down: out += sd · h[K · I ..] (matmul_acc's GEMV) */
+        float *y = out;
+        const ci_mat *sd = m->sh_down;
+        cb_gemv(cb, CB_ACC, 1, &y, h + (size_t)K * I, 1, &sd, NULL, 0.0f);
+        cb_launched(cb, "moe_fused (shared down)");
+    }
     return ok;
 }
