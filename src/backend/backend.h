@@ -419,14 +419,6 @@ typedef struct ci_backend {
     void (*mla_attend)(struct ci_backend *be, float *out, const float *qcat, const float *cache, float *const *tab,
                        int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
                        const ci_pages *pages);
-    /* mla_attend_heads (optional: NULL where nn/mla.c composes it): mla_attend(olat, qcat, cache,
-     * tab, tab_step, n, pos, max_keys, n_heads, lat, scale, pages) then mla_out_heads(o, olat, n,
-     * n_heads, kv_lora, lat, v, w_uv): o bit for bit as those two ops give it; olat [n, Hh, lat] is
-     * scratch the op may leave unwritten (a device may sum the attention's partial runs of keys
-     * where the value heads read their rows, instead of a launch that writes olat). */
-    void (*mla_attend_heads)(struct ci_backend *be, float *o, float *olat, const float *qcat, const float *cache,
-                             float *const *tab, int tab_step, int n, const int32_t *pos, int max_keys, int n_heads,
-                             int lat, float scale, const ci_pages *pages, int kv_lora, int v, const ci_mat *w_uv);
     /* DeepSeek Sparse Attention for n query rows: a row whose context pos[t] + 1 fits in topk
      * attends all of it (mla_attend); else the lightning index scores its keys s <= pos[t],
      *   score[s] = Σ_h (iw[t, h] · w_scale) · relu(iq[t, h] · key_cache[s])   (h in order; NaN -> -inf)

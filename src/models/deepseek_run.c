@@ -154,14 +154,12 @@ static void layers(ci_model *m, ds_cache *c, float *const *tab, const ci_pages *
         const int stored = mla_project(be, &P->attn, d->dev_inv_freq, d->rope.mscale, &c->mla, c->xn, c->x,
                                        P->attn_norm, d->indexed, c->run.pos, n, d->eps, d->indexed ? NULL : lc,
                                        d->indexed ? NULL : lt, pg);
-        /* x += o_proj(·); y: the CPU's product */
-        if (d->indexed) {
+        if (d->indexed)
             dsa_attend(be, &P->attn, &P->idx, d->dev_inv_freq, d->rope.mscale, &c->mla, &c->dsa, lc,
                        tab ? NULL : c->key_cache + (size_t)l * key_layer, lt, c->xn, c->run.pos, n, max_ctx, pg);
-            mla_output_add(be, &P->attn, &c->mla, c->x, c->y, n);
-        } else {
-            mla_attend_output_add(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx, pg, stored, c->x, c->y);
-        }
+        else
+            mla_attend(be, &P->attn, &c->mla, lc, lt, c->run.pos, n, max_ctx, pg, stored);
+        mla_output_add(be, &P->attn, &c->mla, c->x, c->y, n);   /* x += o_proj(·); y: the CPU's product */
         ci_dump_buf(m, "attn_out", l, c->y, n, H);
         ffn(be, d, c, P, L->is_moe, L->has_shared, n);
         ci_dump_buf(m, "layer_out", l, c->x, n, H);

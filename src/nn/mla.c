@@ -169,18 +169,3 @@ void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x
     be->mla_out_heads(be, s->o, s->olat, n, L->n_heads, L->kv_lora, L->kv_lora + L->rope, L->v, L->w_uv);
     ci_out_proj(be, x, s->o, n, &L->o, 1, tmp, L->tp_part);
 }
-
-void mla_attend_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                           const int32_t *pos, int n, int max_keys, const ci_pages *pages, int stored, float *x,
-                           float *tmp) {
-    if (!be->mla_attend_heads) {
-        mla_attend(be, L, s, cache, tab, pos, n, max_keys, pages, stored);
-        mla_output_add(be, L, s, x, tmp, n);
-        return;
-    }
-    const int lat = L->kv_lora + L->rope;
-    if (!stored) be->kv_store_paged(be, cache, cache ? NULL : tab, 1, lat, s->lat, lat, n, pos, pages);
-    be->mla_attend_heads(be, s->o, s->olat, s->qcat, cache, cache ? NULL : tab, 1, n, pos, max_keys, L->n_heads, lat,
-                         L->scale, pages, L->kv_lora, L->v, L->w_uv);
-    ci_out_proj(be, x, s->o, n, &L->o, 1, tmp, L->tp_part);
-}

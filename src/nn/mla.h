@@ -84,10 +84,4 @@ void mla_attend(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache
  * scratch). */
 void mla_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *x, float *tmp, int n);
 
-/* mla_attend then mla_output_add (the same arguments): on a backend with mla_attend_heads the
- * attention and the value heads as that op (s->olat then scratch), else the two. */
-void mla_attend_output_add(ci_backend *be, const mla_layer *L, mla_scratch *s, float *cache, float *const *tab,
-                           const int32_t *pos, int n, int max_keys, const ci_pages *pages, int stored, float *x,
-                           float *tmp);
-
 #endif

@@ -1642,64 +1642,6 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
     free(q); free(out); free(rows); free(pos); free(ctx); free(hc); free(gc);
 }
 
-/* mla_attend_heads (the attention, then the value heads of kv_b [Hh·(nope + v), kv_lora] in dtype
- * dt) against mla_attend then mla_out_heads on the device, bit for bit (the decode form sums its runs
- * where the value heads stage their rows, with CINFER_CUDA_MLA_OUT=1, main's default here), and
- * against the CPU's two ops within the f32 bound; table 1: each row its own cache. */
-static void mla_attend_heads_case(int n, int table, int pos0, int max_keys, int Hh, int kv_lora, int rope, int v,
-                                  ci_dtype dt, ci_dtype sdt) {
-    char name[220];
-    const int lat = kv_lora + rope, nope = 16;
-    snprintf(name, sizeof name, "cuda mla_attend_heads %s %s n=%d pos0=%d max_keys=%d heads=%d kv_lora=%d v=%d",
-             dt_name(dt, sdt), table ? "own caches" : "one cache", n, pos0, max_keys, Hh, kv_lora, v);
-    if (!gpu->mla_attend_heads || !gpu->mla_attend || !gpu->mla_out_heads || !want(name)) return;
-    wpair kvb = make_weight((int64_t)Hh * (nope + v), kv_lora, dt, sdt);
-    if (dead) return;
-    ci_mat *uv_c = xmalloc((size_t)Hh * sizeof(ci_mat)), *uv_g = xmalloc((size_t)Hh * sizeof(ci_mat));
-    kvb_views(&kvb.c, Hh, nope, v, 1, uv_c);
-    kvb_views(&kvb.g, Hh, nope, v, 1, uv_g);
-    const int nbuf = table ? n : 1;
-    const size_t nq = (size_t)n * Hh * lat, no = (size_t)n * Hh * v;
-    float *q = xmalloc(nq * 4), *olat = xmalloc(nq * 4), *o = xmalloc(no * 4);
-    fill(q, nq, 1.f);
-    int32_t *pos = xmalloc((size_t)n * 4);
-    int keys = 0, *ctx = xmalloc((size_t)nbuf * sizeof(int));
-    float **hc = xmalloc((size_t)nbuf * sizeof(float *)), **gc = xmalloc((size_t)nbuf * sizeof(float *));
-    for (int b = 0; b < nbuf; b++) {
-        ctx[b] = table ? 1 + irand(b % 2 ? 40 : max_keys) : max_keys;
-        keys = ctx[b] > keys ? ctx[b] : keys;
-        hc[b] = xmalloc((size_t)ctx[b] * lat * 4);
-        fill(hc[b], (size_t)ctx[b] * lat, 1.f);
-        gc[b] = g_put(hc[b], (size_t)ctx[b] * lat * 4);
-    }
-    for (int t = 0; t < n; t++) pos[t] = table ? irand(ctx[t]) : pos0 + t;
-    float *gq = g_put(q, nq * 4), *gol = g_alloc(nq * 4), *go = g_alloc(no * 4), *go2 = g_alloc(no * 4);
-    int32_t *gp = g_put(pos, (size_t)n * 4);
-    float **gtab = table ? g_put(gc, (size_t)n * sizeof(float *)) : NULL;
-    if (!dead) {
-        const float scale = 1.f / sqrtf(192.f);
-        cpu->mla_attend(cpu, olat, q, hc[0], table ? hc : NULL, 1, n, pos, keys, Hh, lat, scale, NULL);
-        cpu->mla_out_heads(cpu, o, olat, n, Hh, kv_lora, lat, v, uv_c);
-        g_poison(go, no * 4);
-        g_poison(go2, no * 4);
-        g_poison(gol, nq * 4);
-        gpu->mla_attend(gpu, gol, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale, NULL);
-        gpu->mla_out_heads(gpu, go2, gol, n, Hh, kv_lora, lat, v, uv_g);
-        g_poison(gol, nq * 4);
-        gpu->mla_attend_heads(gpu, go, gol, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale, NULL, kv_lora, v, uv_g);
-        float *a = xmalloc(no * 4), *b = xmalloc(no * 4);
-        g_get(a, go, no * 4);
-        g_get(b, go2, no * 4);
-        errs e = compare(a, o, no);
-        if (memcmp(a, b, no * 4)) e.abs = INFINITY;   /* the two ops' bits, exactly */
-        report(name, e, B_F32);
-        free(a); free(b);
-    }
-    for (int b = 0; b < nbuf; b++) { g_free(gc[b]); free(hc[b]); }
-    g_free(gq); g_free(gol); g_free(go); g_free(go2); g_free(gp); g_free(gtab);
-    free(q); free(olat); free(o); free(pos); free(ctx); free(hc); free(gc); free(uv_c); free(uv_g);
-}
-
 /* Paged latent (and, topk > 0, indexer-key) caches: the rows of each sequence (one for a
  * chunk at positions pos0.., n for a batch step with a table per row) lie in blocks of 128
  * rows of one pool in shuffled order. kv_store_paged writes the n new rows, then mla_attend
@@ -1988,19 +1930,6 @@ static void test_mla(void) {
     mla_attend_case(2, 0, 998, 1000, 3, 1000);                                       /* decode kernel, wide rows */
     mla_attend_case(1, 0, 40, 8000, 16, 576);                                        /* decode kernel, most runs empty */
     mla_attend_case(13, 1, 0, 3000, 4, 40);
-    /* mla_attend_heads = mla_attend + mla_out_heads: one run (a short context), many (DeepSeek's widths, every
-     * dtype), 1..4 rows, own caches, most runs empty, V3's 128 heads, and what the decode form leaves (5 rows;
-     * heads x keys past its work bound; kv_lora 72 with fp8's 16-byte vectors) */
-    for (size_t k = 0; k < sizeof kinds / sizeof *kinds && !dead; k++)
-        for (int nn = 1; nn <= 4; nn++) mla_attend_heads_case(nn, 0, 600 + nn, 605, 16, 512, 64, 128, kinds[k].dt, kinds[k].sdt);
-    mla_attend_heads_case(1, 0, 3, 4, 16, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(3, 1, 0, 700, 16, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(1, 0, 40, 8000, 16, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(1, 0, 4000, 4001, 128, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(2, 0, 998, 1000, 4, 32, 8, 16, CI_F32, CI_F32);
-    mla_attend_heads_case(5, 0, 300, 305, 16, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(1, 0, 20000, 20001, 16, 512, 64, 128, CI_BF16, CI_F32);
-    mla_attend_heads_case(2, 0, 500, 502, 8, 72, 8, 40, CI_F8_E4M3, CI_F32);
     /* paged caches = unpaged, bit for bit: decode and tiled kernels, sparse and dense DSA rows */
     mla_paged_case(1, 0, 999, 1000, 16, 576, 0, 0, 0);
     mla_paged_case(3, 1, 0, 700, 16, 576, 0, 0, 0);
@@ -4133,7 +4062,6 @@ int main(int argc, char **argv) {
      * CB_MLA_PREP, CB_MOE_SHARED) are what these tests check, unless the environment says otherwise */
     setenv("CINFER_CUDA_MLA_PREP", "1", 0);
     setenv("CINFER_CUDA_MOE_SHARED", "1", 0);
-    setenv("CINFER_CUDA_MLA_OUT", "1", 0);
     gpu = ci_backend_cuda_new(0, 1, err, sizeof err);
     if (!gpu) {
         printf("SKIP cuda ops: %s\n", err);   /* no PASS / FAIL line: nothing was tested */

@@ -1,10 +1,9 @@
 /* test_fold_ops.c — how the nn blocks call a backend's optional folded ops (backend.h
- * mla_prepare, mla_attend_heads, moe_norm_experts with a shared expert), on the CPU, which has none: the CPU
+ * mla_prepare, moe_norm_experts with a shared expert), on the CPU, which has neither: the CPU
  * backend is given stand-ins that compose its own ops, as a device's one launch stands for
  * them, and the DeepSeek fixtures' logits are taken a token at a time (prefill, then steps):
  *  - mla_prepare storing the latent rows itself (mla_attend then must not store them again,
- *    nor may they go missing): the bits of the run without it; with it mla_attend_heads (its
- *    latent outputs left NaN: nothing may read them after), the same bits;
+ *    nor may they go missing): the bits of the run without it;
  *  - moe_norm_experts declining a call with a shared expert (returns 0: nn composes the block
  *    as without the op): the same bits;
  *  - moe_norm_experts taking it (x += the routed sum, then += the shared expert's product: on
@@ -40,19 +39,6 @@ static void fake_mla_prepare(ci_backend *be, float *qcat, float *lat, float *q, 
         prep_stores++;
         cpu_ops.kv_store_paged(be, cache, tab, 1, latw, lat, latw, n, pos, pages);
     }
-}
-
-static int heads_calls;
-
-/* the attention and the value heads as one op; olat scratch: NaN after it, so a reader would show */
-static void fake_mla_attend_heads(ci_backend *be, float *o, float *olat, const float *qcat, const float *cache,
-                                  float *const *tab, int tab_step, int n, const int32_t *pos, int max_keys,
-                                  int n_heads, int lat, float scale, const ci_pages *pages, int kv_lora, int v,
-                                  const ci_mat *w_uv) {
-    heads_calls++;
-    cpu_ops.mla_attend(be, olat, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale, pages);
-    cpu_ops.mla_out_heads(be, o, olat, n, n_heads, kv_lora, lat, v, w_uv);
-    for (size_t i = 0; i < (size_t)n * n_heads * lat; i++) olat[i] = NAN;
 }
 
 static int fake_moe_norm_experts(ci_backend *be, float *out, float *xn, float *logits, int32_t *sel, float *w,
@@ -102,12 +88,9 @@ static float *logits_of(const char *dir, const int *toks, int T, int V, int fold
         return NULL;
     }
     cpu_ops = *m->be;
-    CHECK(!m->be->mla_prepare && !m->be->moe_norm_experts && !m->be->mla_attend_heads, "%s: the CPU backend now has "
-          "its own folded ops: this test stands in for them", dir);
-    if (fold >= 1) {
-        m->be->mla_prepare = fake_mla_prepare;
-        m->be->mla_attend_heads = fake_mla_attend_heads;
-    }
+    CHECK(!m->be->mla_prepare && !m->be->moe_norm_experts, "%s: the CPU backend now has its own folded ops: this test "
+          "stands in for them", dir);
+    if (fold >= 1) m->be->mla_prepare = fake_mla_prepare;
     if (fold >= 2) m->be->moe_norm_experts = fake_moe_norm_experts;
     shared_mode = fold == 3;
     int rc = ci_session_new(m, T, &s, err, sizeof err);
@@ -137,15 +120,12 @@ static void one(const char *name, int mla, int stores) {
     ci_model_free(m);
     CHECK(V > 0 && V < V_MAX, "%s: vocabulary %d", dir, V);
     float *base = logits_of(dir, toks, T, V, 0);
-    prep_calls = prep_stores = shared_calls = heads_calls = 0;
+    prep_calls = prep_stores = shared_calls = 0;
     float *prep = logits_of(dir, toks, T, V, 1);
     /* one prefill and T - T/2 steps: a call a layer each, every one storing */
     const int forwards = 1 + T - T / 2, preps = prep_calls;
     CHECK(prep_calls == mla * forwards * L && prep_stores == stores * prep_calls, "%s: mla_prepare called %d times (%d "
           "storing), want %d (%s)", name, prep_calls, prep_stores, mla * forwards * L, stores ? "all storing" : "none");
-    /* mla_attend_heads at every layer of every forward but under the indexer (V3.2: dsa_attend) */
-    CHECK(heads_calls == mla * stores * forwards * L, "%s: mla_attend_heads called %d times, want %d", name, heads_calls,
-          mla * stores * forwards * L);
     float *decl = logits_of(dir, toks, T, V, 2);
     const int declined = shared_calls;
     float *take = logits_of(dir, toks, T, V, 3);

@@ -464,8 +464,8 @@ static int cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *log
                                const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
                                const ci_mat *W, const ci_moe *m, int acc) {
     cuda_be *cb = CB(be);
-    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing (CB_MOE_SHARED's rule) */
-        return (cb->moe_shared == 1 || (cb->moe_shared == 2 && m->sh_router)) && !cb->failed && n > 0 && mat_ok(cb, W) &&
+    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing */
+        return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) &&
                cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc);
     if (cb->failed || n <= 0 || !mat_ok(cb, W)) return 1;
     if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;
@@ -703,13 +703,6 @@ static void op_mla_out_heads(ci_backend *be, float *o, const float *olat, int n,
                              int v, const ci_mat *w_uv) {
     if (!CB(be)->failed) cb_mla_out_heads(CB(be), o, olat, n, n_heads, kv_lora, lat, v, w_uv);
 }
-static void op_mla_attend_heads(ci_backend *be, float *o, float *olat, const float *qcat, const float *cache,
-                                float *const *tab, int tab_step, int n, const int32_t *pos, int max_keys, int n_heads,
-                                int lat, float scale, const ci_pages *pages, int kv_lora, int v, const ci_mat *w_uv) {
-    if (!CB(be)->failed)
-        cb_mla_attend_heads(CB(be), o, olat, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale, pages,
-                            kv_lora, v, w_uv);
-}
 static void op_kv_store_paged(ci_backend *be, float *cache, float *const *tab, int tab_step, int stride,
                               const float *src, int width, int n, const int32_t *pos, const ci_pages *pages) {
     if (!CB(be)->failed) cb_kv_store_paged(CB(be), cache, tab, tab_step, stride, src, width, n, pos, pages);
@@ -870,8 +863,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_split = cb_env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
     cb->q_pair = cb_env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);
     cb->gemv1 = cb_env_int("CINFER_CUDA_GEMV1", 0, 0, 7);
-    cb->gemv_few = cb_env_int("CINFER_CUDA_GEMV_FEW", 0, 0, 3);
-    cb->gemv_short = cb_env_int("CINFER_CUDA_GEMV_SHORT", 0, 0, 3);
     cb->dsa_select = cb_env_switch("CINFER_CUDA_DSA_SELECT", CB_DSA_SELECT);
     cb->dsa_score = cb_env_switch("CINFER_CUDA_DSA_SCORE", CB_DSA_SCORE);
     cb->attn_decode2 = cb_env_switch("CINFER_CUDA_ATTN_DECODE2", CB_ATTN_DECODE2);
@@ -879,7 +870,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
     cb->mla_prep = cb_env_switch("CINFER_CUDA_MLA_PREP", CB_MLA_PREP);
     cb->moe_shared = cb_env_switch("CINFER_CUDA_MOE_SHARED", CB_MOE_SHARED);
-    cb->mla_out = cb_env_switch("CINFER_CUDA_MLA_OUT", CB_MLA_OUT);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);
@@ -986,7 +976,6 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     be->mla_absorb_q = op_mla_absorb_q;
     be->mla_prepare = op_mla_prepare;
     be->mla_out_heads = op_mla_out_heads;
-    be->mla_attend_heads = op_mla_attend_heads;
     be->kv_store_paged = op_kv_store_paged;
     be->mla_attend = op_mla_attend;
     be->dsa_attend = op_dsa_attend;

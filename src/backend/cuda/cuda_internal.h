@@ -109,12 +109,9 @@ struct cuda_be {
     int rope_fuse;           /* rope_attend's one-row steps: decode2 norms / rotates q and stores the new key itself */
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
-    int mla_out;             /* mla_attend_heads: the decode's runs summed in the value heads' launch (mla_heads.cu) */
-    int moe_shared;          /* moe_norm_experts with a shared expert folded into moe_fused's launch: 0, 1 all, 2 gated */
+    int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device: moe_fused.cu's grid barrier counter, zeroed at start */
-    int gemv_few, gemv_short; /* measuring (gemv.cu): one-token GEMVs of 1025..2048 rows x 1025..2048 columns /
-                              * 2048..4096 rows x <= 1024 columns in another form (1..3; 0 the rules) */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
                               * one kernel shape; 7: the rules before the 1025..2048-column one (gemv.cu; an
                               * experiment knob, 0 = the measured rules) */
@@ -286,20 +283,14 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #endif
 #ifndef CB_MOE_SHARED
 /* moe_norm_experts with a shared expert (DeepSeek's, Nemotron-H's, the σ-gated one of Qwen3-Next /
- * Qwen3.5-MoE) in moe_fused's one launch (moe_fused.cu), instead of moe_fused + the shared expert's
- * launches (+ an add): 0 never, 1 every shared expert, 2 the σ-gated ones only. Correct on an H100
- * (2026-12-07, call zc: test_cuda_ops "moe_norm_experts shared" 16 / 0 against the CPU, GPU parity of
- * the MoE / DeepSeek / Nemotron-H / Qwen3-Next fixtures 183 / 0 with 1). Decode after 512, alternating
- * (H100, 2026-12-07, bench/RESULTS.md fiftieth session): Qwen3.5-35B-A3B dims 8 layers (gated, SI 512 =
- * I) 941.2 / 947.7 -> 976.6 / 976.4 tok/s folded, DeepSeek-V2-Lite dims 14 layers (SI 2816 = 2 I)
- * 598.4 / 598.9 -> 561.7 / 561.3: so 2. */
-#define CB_MOE_SHARED 2   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED=0 / 1) */
-#endif
-#ifndef CB_MLA_OUT
-/* mla_attend_heads at <= 4 rows whose attention takes mla.cu's decode form: its partial runs summed
- * in the value heads' launch (mla_heads.cu out_heads_vec_kernel) instead of mla_combine_kernel's
- * own (the same bits). Not measured yet: off. */
-#define CB_MLA_OUT 0      /* default of cuda_be.mla_out (CINFER_CUDA_MLA_OUT) */
+ * Qwen3.5-MoE) in moe_fused's launch (moe_fused.cu; an ungated one's down as the GEMV after it),
+ * instead of moe_fused + the shared expert's launches (+ an add). Correct on an H100 (2026-12-07:
+ * test_cuda_ops "moe_norm_experts shared" 16 / 0 against the CPU, GPU parity of the DeepSeek /
+ * Nemotron-H / Qwen3-Next fixtures with it). Decode after 512, alternating, bench/RESULTS.md fiftieth
+ * session: Qwen3.5-35B-A3B dims 8 layers 941.2 / 947.7 -> 976.6 / 976.4 tok/s, DeepSeek-V2-Lite dims
+ * 14 layers 598.3 / 598.2 -> 613.5 / 614.0, Nemotron-3-Nano dims 12 layers 918.1 / 918.5 -> 930.1 /
+ * 929.9 (the ungated ones' down in phase 3 had lost 6% / 13%). */
+#define CB_MOE_SHARED 1   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
 #endif
 #ifndef CB_MLA_PREP
 /* mla_prepare at <= 4 rows in one launch (mla_heads.cu mla_prepare_kernel: the latent norm and
@@ -377,33 +368,6 @@ __device__ __forceinline__ void pdl_enter() {
  * sh: 32 T of shared memory. Threads that add 0 leave the bits of a block without them (a
  * warp of zeros adds exact zeros to nonnegative sums: mla_prepare's latent norm on 256 threads
  * gives mla_rope's on 128). */
-/* The MLA decode's combine weights (mla.cu mla_combine_kernel; mla_heads.cu's value heads over
- * the runs): one warp over the n_runs partial runs of a row and head at p (rows lat + 2 floats
- * apart: lat sums, then the run's max m and sum l), into wk: e^(m_k - M) / Σ_k e^(m_k - M) l_k
- * (a run that saw no key has m = -inf and weighs 0), and at wk[n_runs] the count of runs that saw
- * keys (a prefix), as an int's bits. The warp's lanes see wk after it (__syncwarp). */
-__device__ __forceinline__ void mla_combine_weights(const float *p, int n_runs, int lat, float *wk, int lane) {
-    float M = -INFINITY;
-    for (int k = lane; k < n_runs; k += 32) M = fmaxf(M, p[(int64_t)k * (lat + 2) + lat]);
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float L = 0.0f;
-    int used = 0;
-    for (int k = lane; k < n_runs; k += 32) {
-        const float m = p[(int64_t)k * (lat + 2) + lat];
-        const float e = m == -INFINITY ? 0.0f : expf(m - M);
-        wk[k] = e;
-        if (m != -INFINITY) used = k + 1;
-        L = fmaf(e, p[(int64_t)k * (lat + 2) + lat + 1], L);
-    }
-    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-    for (int o = 16; o > 0; o >>= 1) used = max(used, __shfl_xor_sync(0xffffffffu, used, o));
-    if (lane == 0) wk[n_runs] = __int_as_float(used);
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    __syncwarp();
-    for (int k = lane; k < n_runs; k += 32) wk[k] *= inv;
-    __syncwarp();
-}
-
 template <class T> __device__ __forceinline__ T block_sum(T v, T *sh) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -743,18 +707,6 @@ void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_head
                      const ci_mat *w_uk);
 void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_heads, int kv_lora, int lat, int v,
                       const ci_mat *w_uv);
-/* backend.h mla_attend_heads: with cb->mla_out, at <= 4 rows whose attention takes mla.cu's decode
- * form and W_UV views the vector kernel, the decode kernel's partial runs summed where the value
- * heads stage their rows (no combine launch; the same bits); else cb_mla_attend, cb_mla_out_heads. */
-void cb_mla_attend_heads(cuda_be *cb, float *o, float *olat, const float *qcat, const float *cache, float *const *tab,
-                         int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                         const ci_pages *pages, int kv_lora, int v, const ci_mat *w_uv);
-/* mla.cu's decode form of mla_attend without its combine: 0 where that form does not take the
- * call (nothing launched), else its count of runs: 1, out written; more, *part holds the runs
- * ([n, Hh, runs, lat + 2]: mla_combine_weights' layout) and out is not written. */
-int cb_mla_decode_parts(cuda_be *cb, float *out, float **part, const float *qcat, const float *cache, float *const *tab,
-                        int tab_step, int n, const int32_t *pos, int keys, int n_heads, int lat, float scale,
-                        const ci_pages *pages);
 void cb_kv_store_paged(cuda_be *cb, float *cache, float *const *tab, int tab_step, int stride, const float *src,
                        int width, int n, const int32_t *pos, const ci_pages *pages);
 void cb_mla_attend(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,

@@ -312,6 +312,12 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
          *    decode after 512: LFM2-8B-A1B 8 layers 1784.8 / 1785.7 vs 1720.4 / 1710.8 tok/s,
          *    Qwen3-30B-A3B 4 layers 2164.8 / 2174.2 vs 2135.9 / 2132.2; CINFER_CUDA_GEMV1=7
          *    keeps the rules below for these);
+         *  - 2048..4096 rows of <= 1024 columns (DeepSeek-V2-Lite's q_b, 3072 x 1024; Qwen3-0.6B's
+         *    q/k/v, 4096 x 1024), not the SwiGLU pairs: two rows per warp, one load in flight
+         *    (H100, 2026-12-07, decode after 512, two rounds alternating: DeepSeek-V2-Lite dims +
+         *    q_lora 1024 14 layers 602.0 / 602.3 vs 595.9 / 597.8 tok/s, Qwen3-0.6B dims 991.3 /
+         *    990.9 vs 979.2 / 982.3; a row over four warps lost, 940-949 on the 0.6B; two loads in
+         *    flight 603.8 / 603.5 but 990.6 / 974.8; CINFER_CUDA_GEMV1=7 keeps the rules before);
          *  - else one row per warp with four 16-byte loads in flight per lane. */
         const bool tall = total_rows >= 32768;
         if (cb->gemv1 >= 1 && cb->gemv1 <= 6 && a.cols <= 2048 && !tall && L::BYTES != 1) {   /* CINFER_CUDA_GEMV1 */
@@ -323,19 +329,11 @@ static void launch_nt(cuda_be *cb, gemv_args &a, int total_rows) {
             case 5: CB_GEMV_GO(1, 4, 1); break;
             default: CB_GEMV_GO(1, 1, 2); break;
             }
-        } else if (cb->gemv_few && MODE != CB_SWIGLU && L::BYTES != 1 && a.cols > 1024 && a.cols <= 2048 &&
-                   total_rows > 1024 && total_rows <= 2048) {   /* CINFER_CUDA_GEMV_FEW (measuring) */
-            if (cb->gemv_few == 1) CB_GEMV_GO_KS(1, 1, 2, WARPS);
-            else if (cb->gemv_few == 2) CB_GEMV_GO(1, 1, 4);
-            else CB_GEMV_GO(1, 1, 2);
-        } else if (cb->gemv_short && MODE != CB_SWIGLU && L::BYTES != 1 && a.cols <= 1024 && total_rows >= 2048 &&
-                   total_rows <= 4096) {   /* CINFER_CUDA_GEMV_SHORT (measuring) */
-            if (cb->gemv_short == 1) CB_GEMV_GO_KS(1, 1, 1, WARPS);
-            else if (cb->gemv_short == 2) CB_GEMV_GO(1, 2, 2);
-            else CB_GEMV_GO(1, 2, 1);
         } else if (L::BYTES == 1 && cb->fp8_rows2) CB_GEMV_GO(1, 2, 2);   /* tuning switch, tests/gpu/tune.sh */
         else if (cb->gemv1 != 7 && a.cols > 1024 && a.cols <= 2048 && !tall) CB_GEMV_GO(1, 2, 2);
         else if (total_rows <= 2048 && a.cols >= 2048) CB_GEMV_GO_KS(1, 1, 2, WARPS);
+        else if (MODE != CB_SWIGLU && cb->gemv1 != 7 && a.cols <= 1024 && total_rows >= 2048 && total_rows <= 4096)
+            CB_GEMV_GO(1, 2, 1);
         else if (MODE == CB_SWIGLU) {
             if ((tall && a.cols <= 1024) || (total_rows >= 4096 && a.cols >= 4096)) CB_GEMV_GO(1, 2, 1);
             else CB_GEMV_GO(1, 1, 2);

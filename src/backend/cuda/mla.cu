@@ -436,9 +436,28 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
                                                           int n_chunks) {
     pdl_enter();
     extern __shared__ float wk[];                 /* [n_chunks] weights, then the count of chunks used */
-    const int h = blockIdx.x, t = blockIdx.y;
+    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
-    if (threadIdx.x < 32) mla_combine_weights(p, n_chunks, lat, wk, threadIdx.x & 31);
+    if (threadIdx.x < 32) {
+        float M = -INFINITY;
+        for (int k = lane; k < n_chunks; k += 32) M = fmaxf(M, p[(int64_t)k * (lat + 2) + lat]);
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.0f;
+        int used = 0;   /* chunks that saw keys: a prefix (the attention kernel cuts whole tiles from 0) */
+        for (int k = lane; k < n_chunks; k += 32) {
+            const float m = p[(int64_t)k * (lat + 2) + lat];
+            const float e = m == -INFINITY ? 0.0f : expf(m - M);
+            wk[k] = e;
+            if (m != -INFINITY) used = k + 1;
+            L = fmaf(e, p[(int64_t)k * (lat + 2) + lat + 1], L);
+        }
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        for (int o = 16; o > 0; o >>= 1) used = max(used, __shfl_xor_sync(0xffffffffu, used, o));
+        if (lane == 0) wk[n_chunks] = __int_as_float(used);
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        __syncwarp();
+        for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
+    }
     __syncthreads();
     const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
     float *orow = out + ((int64_t)t * n_heads + h) * lat;
@@ -460,11 +479,9 @@ static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3
  * with heads x keys, so the caller keeps it to n_heads x max_keys <= MD_MAX_WORK (past that the
  * tiled kernel, which shares each key row among 16 heads, is the faster one). */
 enum { MD_MIN_RUN = 32 };
-/* parts NULL: the combine launched after it, else *parts = the runs (n_runs > 1) and no combine;
- * returns n_runs (0: failed) */
-static int mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
-                             int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
-                             int n_heads, int lat, float scale, ci_pages pg, float **parts) {
+static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
+                              int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
+                              int n_heads, int lat, float scale, ci_pages pg) {
     static int smem_set[5];
     const int lpc = (lat + 31) / 32;
     const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
@@ -476,14 +493,14 @@ static int mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const f
     float *part = NULL;
     if (n_runs > 1) {
         part = (float *)cb_scratch_get(cb, &cb->mla_work[0], (size_t)n * n_heads * n_runs * (lat + 2) * sizeof(float));
-        if (!part) return 0;
+        if (!part) return;
     }
     dim3 grid((unsigned)groups, (unsigned)n_runs, (unsigned)n), block(MD_WARPS * 32);
 #define MD_GO(LPC, I)                                                                                               \
     do {                                                                                                            \
         if (!cb_smem_ok(cb, mla_decode_kernel<LPC>, smem, &smem_set[I])) {                                          \
             cb_fail_msg(cb, "MLA decode attention: shared memory");                                                 \
-            return 0;                                                                                               \
+            return;                                                                                                 \
         }                                                                                                           \
         cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
                   topk, n_heads, lat, scale, n_runs, pg);                                                           \
@@ -494,25 +511,10 @@ static int mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const f
     else if (lpc <= 18) MD_GO(18, 3);
     else MD_GO(32, 4);
 #undef MD_GO
-    if (cb_launched(cb, "mla_attend (decode)")) return 0;
-    if (n_runs == 1) return 1;
-    if (parts) {
-        *parts = part;
-        return n_runs;
-    }
+    if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
               (const float *)part, n_heads, lat, n_runs);
-    return cb_launched(cb, "mla_attend (combine)") ? 0 : n_runs;
-}
-
-int cb_mla_decode_parts(cuda_be *cb, float *out, float **part, const float *qcat, const float *cache, float *const *tab,
-                        int tab_step, int n, const int32_t *pos, int keys, int n_heads, int lat, float scale,
-                        const ci_pages *pages) {
-    if (n <= 0 || n > 4 || n_heads <= 0 || lat <= 0 || lat > MLA_MAX_LAT || keys <= 0 || !cb->mla_decode ||
-        (int64_t)n_heads * keys > MD_MAX_WORK)
-        return 0;
-    return mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, NULL, 0, keys, n_heads, lat, scale,
-                             cb_pages(pages), part);
+    cb_launched(cb, "mla_attend (combine)");
 }
 
 void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
@@ -533,7 +535,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         return;
     }
     if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {
-        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg, NULL);
+        mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg);
         return;
     }
     const int groups = (n_heads + MLA_HG - 1) / MLA_HG;

@@ -319,23 +319,18 @@ __global__ void __launch_bounds__(AB_WARPS * 32) mla_prepare_kernel(float *qcat,
     }   /* (the next row's block_sum waits for every thread before it writes sh) */
 }
 
-enum { OHV_S = 4, OHC = 4 };
-
-/* floats of one row's combine weights in out_heads_vec_kernel's shared memory (n_runs + the
- * count, in whole 16-byte vectors) */
-__host__ __device__ __forceinline__ int oh_ws(int n_runs) { return (n_runs + 1 + 3) / 4 * 4; }
+enum { OHV_S = 4 };
 
 /* out_heads, NT rows: a block takes one head and OH_J outputs j (OH_J / AB_WARPS consecutive
  * ones per warp); a warp reads row j of W_UV in 32 · VEC column steps, every load of its rows
  * issued before pdl_enter() (the first OHV_S steps of each), then dots them with the rows'
  * latent outputs staged in shared memory, and sums its lanes. */
-template <int DT, int NT, bool CMB>
+template <int DT, int NT>
 __global__ void __launch_bounds__(AB_WARPS * 32) out_heads_vec_kernel(float *o, const float *olat, int n, int n_heads,
-                                                                      int kv_lora, int lat, int v, head_mats m,
-                                                                      const float *part, int n_runs) {
+                                                                      int kv_lora, int lat, int v, head_mats m) {
     typedef typename HL<DT>::L L;
     constexpr int V = L::VEC, JPW = OH_J / AB_WARPS;
-    extern __shared__ float ol[];                                 /* [n][kv_lora], then part's weights [n][WS] */
+    extern __shared__ float ol[];                                 /* [n][kv_lora] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, h = blockIdx.y;
     const int S = (kv_lora + 32 * V - 1) / (32 * V);
     const char *base = (const char *)m.data + h * m.step;
@@ -350,41 +345,9 @@ __global__ void __launch_bounds__(AB_WARPS * 32) out_heads_vec_kernel(float *o, 
         }
     }
     pdl_enter();
-    if (!CMB) {
-        for (int k = threadIdx.x; k < n * kv_lora; k += blockDim.x) {
-            const int i = k / kv_lora, c = k - i * kv_lora;
-            ol[k] = olat[((int64_t)i * n_heads + h) * lat + c];
-        }
-    } else {
-        /* mla_attend's decode runs summed here as mla_combine_kernel sums them (the same bits):
-         * warp i the weights of row i, then every thread OHC columns at once, runs in order */
-        const int WS = oh_ws(n_runs);
-        float *wk = ol + n * kv_lora;
-        if (warp < n) mla_combine_weights(part + ((int64_t)warp * n_heads + h) * n_runs * (lat + 2), n_runs, lat,
-                                          wk + warp * WS, lane);
-        __syncthreads();
-        for (int k0 = threadIdx.x; k0 < n * kv_lora; k0 += OHC * blockDim.x) {
-            float acc[OHC];
-            const float *src[OHC], *w[OHC];
-            int used[OHC], most = 0;
-#pragma unroll
-            for (int q = 0; q < OHC; q++) {
-                const int k = k0 + q * blockDim.x, i = k < n * kv_lora ? k / kv_lora : 0;
-                acc[q] = 0.0f;
-                w[q] = wk + i * WS;
-                src[q] = part + ((int64_t)i * n_heads + h) * n_runs * (lat + 2) + (k - i * kv_lora);
-                used[q] = k < n * kv_lora ? min(__float_as_int(w[q][n_runs]), n_runs) : 0;
-                most = max(most, used[q]);
-            }
-#pragma unroll 4
-            for (int r = 0; r < most; r++)
-#pragma unroll
-                for (int q = 0; q < OHC; q++)
-                    if (r < used[q]) acc[q] = fmaf(w[q][r], src[q][(int64_t)r * (lat + 2)], acc[q]);
-#pragma unroll
-            for (int q = 0; q < OHC; q++)
-                if (k0 + q * (int)blockDim.x < n * kv_lora) ol[k0 + q * blockDim.x] = acc[q];
-        }
+    for (int k = threadIdx.x; k < n * kv_lora; k += blockDim.x) {
+        const int i = k / kv_lora, c = k - i * kv_lora;
+        ol[k] = olat[((int64_t)i * n_heads + h) * lat + c];
     }
     __syncthreads();
 #pragma unroll
@@ -454,15 +417,11 @@ static void absorb_q_vec(cuda_be *cb, dim3 grid, float *qcat, const float *q, in
 
 template <int NT>
 static void out_heads_vec(cuda_be *cb, dim3 grid, size_t smem, float *o, const float *olat, int n, int n_heads,
-                          int kv_lora, int lat, int v, const head_mats &m, const float *part = NULL, int n_runs = 0) {
-    void (*k)(float *, const float *, int, int, int, int, int, head_mats, const float *, int) =
-        part ? (m.dtype == CI_F32 ? out_heads_vec_kernel<CI_F32, NT, true> : m.dtype == CI_BF16
-                ? out_heads_vec_kernel<CI_BF16, NT, true> : m.dtype == CI_F16 ? out_heads_vec_kernel<CI_F16, NT, true>
-                : out_heads_vec_kernel<CI_F8_E4M3, NT, true>)
-             : (m.dtype == CI_F32 ? out_heads_vec_kernel<CI_F32, NT, false> : m.dtype == CI_BF16
-                ? out_heads_vec_kernel<CI_BF16, NT, false> : m.dtype == CI_F16 ? out_heads_vec_kernel<CI_F16, NT, false>
-                : out_heads_vec_kernel<CI_F8_E4M3, NT, false>);
-    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m, part, n_runs);
+                          int kv_lora, int lat, int v, const head_mats &m) {
+    void (*k)(float *, const float *, int, int, int, int, int, head_mats) =
+        m.dtype == CI_F32 ? out_heads_vec_kernel<CI_F32, NT> : m.dtype == CI_BF16 ? out_heads_vec_kernel<CI_BF16, NT>
+        : m.dtype == CI_F16 ? out_heads_vec_kernel<CI_F16, NT> : out_heads_vec_kernel<CI_F8_E4M3, NT>;
+    cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m);
 }
 
 void cb_mla_absorb_q(cuda_be *cb, float *qcat, const float *q, int n, int n_heads, int nope, int rope, int kv_lora,
@@ -554,31 +513,6 @@ void cb_mla_out_heads(cuda_be *cb, float *o, const float *olat, int n, int n_hea
     }
     cb_launch(cb, k, grid, dim3(AB_WARPS * 32), smem, o, olat, n, n_heads, kv_lora, lat, v, m);
     cb_launched(cb, "mla_out_heads");
-}
-
-void cb_mla_attend_heads(cuda_be *cb, float *o, float *olat, const float *qcat, const float *cache, float *const *tab,
-                         int tab_step, int n, const int32_t *pos, int max_keys, int n_heads, int lat, float scale,
-                         const ci_pages *pages, int kv_lora, int v, const ci_mat *w_uv) {
-    head_mats m;
-    float *part = NULL;
-    int runs = 0;
-    if (cb->mla_out && n > 0 && n <= 4 && v > 0 && kv_lora <= lat && !head_views(w_uv, n_heads, &m) && m.rows == v &&
-        m.cols == kv_lora && head_vec_ok(m, kv_lora) &&   /* the runs' weights fit beside the rows (runs <= 2 SMs) */
-        (size_t)n * (kv_lora + oh_ws(2 * cb->sm_count + 1)) * sizeof(float) <= 48 * 1024)
-        runs = cb_mla_decode_parts(cb, olat, &part, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale,
-                                   pages);
-    if (cb->failed) return;
-    if (runs <= 1) {   /* the decode form did not take it (the two ops), or wrote olat itself (one run) */
-        if (!runs) cb_mla_attend(cb, olat, qcat, cache, tab, tab_step, n, pos, max_keys, n_heads, lat, scale, pages);
-        cb_mla_out_heads(cb, o, olat, n, n_heads, kv_lora, lat, v, w_uv);
-        return;
-    }
-    const size_t smem = ((size_t)n * kv_lora + (size_t)n * oh_ws(runs)) * sizeof(float);
-    dim3 grid((unsigned)((v + OH_J - 1) / OH_J), (unsigned)n_heads, 1u);
-    if (n == 1) out_heads_vec<1>(cb, grid, smem, o, olat, n, n_heads, kv_lora, lat, v, m, part, runs);
-    else if (n == 2) out_heads_vec<2>(cb, grid, smem, o, olat, n, n_heads, kv_lora, lat, v, m, part, runs);
-    else out_heads_vec<4>(cb, grid, smem, o, olat, n, n_heads, kv_lora, lat, v, m, part, runs);
-    cb_launched(cb, "mla_attend_heads (value heads over the runs)");
 }
 
 void cb_mla_prepare(cuda_be *cb, float *qcat, float *lat, float *q, const float *kv_norm, float eps, int n, int n_heads,

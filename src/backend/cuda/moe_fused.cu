@@ -29,12 +29,16 @@
  *      out[r] = (acc ? out[r] : 0) + the sum.
  * A shared expert (DeepSeek's own MLP beside the routed experts, Nemotron-H's relu² one, Qwen3-Next /
  * Qwen3.5-MoE's σ-gated one; backend.h ci_moe.sh_down) rides along: its SI gate / up rows are units
- * K · I.. of phase 2 (h after the routed slots'), its down steps follow the routed ones in phase 3
- * with weight 1, or σ(xn · sh_router) whose row is router row E of phase 1 (its logit kept at
- * h[K · I + SI]), so one launch stands for the router, routing, experts, shared expert and residual
- * add (a DeepSeek MoE layer's three launches; Nemotron-H's four; Qwen's six). Its sum is rounded once with the
- * routed one: not the composed ops' bits (test_cuda_ops "moe_norm_experts shared" bounds it
- * against the CPU). CINFER_CUDA_MOE_SHARED=0: the composed ops.
+ * K · I.. of phase 2 (h after the routed slots'). A σ-gated one's down steps follow the routed ones
+ * in phase 3 with weight σ(xn · sh_router), whose row is router row E of phase 1 (its logit kept at
+ * h[K · I + SI]): one launch for Qwen's six (+3.0..3.7% decode, Qwen3.5-35B-A3B dims, H100). An
+ * ungated one's down is matmul_acc's GEMV after the launch: in phase 3 (weight 1) it took the down
+ * phase from 18.8 to 35.8 us at DeepSeek-V2-Lite dims for 11.5 MB more (26.8 -> 49.7 at
+ * Nemotron-3-Nano's for 20 MB; prof.cuh marks, cause not found) and lost 6% / 13% of the decode;
+ * as the GEMV, +2.6% / +1.3% (bench/RESULTS.md fiftieth session). Not the composed ops' bits (the
+ * gate / up in gate_up_kernel's order, the gated sum rounded once with the routed one):
+ * test_cuda_ops "moe_norm_experts shared" bounds it against the CPU. CINFER_CUDA_MOE_SHARED=0: the
+ * composed ops.
  * Shared rows are read by 16-byte loads without bank conflicts (sh_row): the first form read a
  * float at a time with the lanes' rows 32 bytes apart (8-way conflicts) and ran 7% slower than
  * the four launches. Measured and not kept: 8 warps a block (the rest of the SM free for the
