@@ -870,6 +870,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
     cb->mla_prep = cb_env_switch("CINFER_CUDA_MLA_PREP", CB_MLA_PREP);
     cb->moe_shared = cb_env_switch("CINFER_CUDA_MOE_SHARED", CB_MOE_SHARED);
+    cb->mf_early = cb_env_switch("CINFER_CUDA_MF_EARLY", CB_MF_EARLY);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);
     cb->gemm_stack = cb_env_switch("CINFER_CUDA_GEMM_STACK", CB_GEMM_STACK);

@@ -110,6 +110,7 @@ struct cuda_be {
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
     int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
+    int mf_early;            /* moe_fused: a shared expert's units before the routing, behind the barrier */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device: moe_fused.cu's grid barrier counter, zeroed at start */
     int gemv1;               /* CINFER_CUDA_GEMV1=1..6: one-token GEMVs of <= 2048 columns (not the head) forced to
@@ -291,6 +292,16 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 14 layers 598.3 / 598.2 -> 613.5 / 614.0, Nemotron-3-Nano dims 12 layers 918.1 / 918.5 -> 930.1 /
  * 929.9 (the ungated ones' down in phase 3 had lost 6% / 13%). */
 #define CB_MOE_SHARED 1   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
+#endif
+#ifndef CB_MF_EARLY
+/* moe_fused with a shared expert, its router rows a warp each (X <= 2048): the shared gate / up units
+ * between a block's arrival at the first grid barrier and its wait (the barrier and the other blocks'
+ * router tails hidden behind them), the routed units after the routing; the same bits (`logits
+ * --step` of deepseek_v3, nemotron_h, qwen3_next, qwen3_5_moe_hub cmp-identical on / off). H100,
+ * 2026-12-07, decode after 512, alternating: DeepSeek-V2-Lite dims 14 layers 615.6 / 617.7 -> 632.3 /
+ * 635.3 tok/s, Qwen3.5-35B-A3B dims 8 layers 977.9 / 969.4 -> 996.2 / 994.5 (Nemotron-3-Nano dims,
+ * four warps a router row: level, its form spilled; not taken there). */
+#define CB_MF_EARLY 1     /* default of cuda_be.mf_early (CINFER_CUDA_MF_EARLY) */
 #endif
 #ifndef CB_MLA_PREP
 /* mla_prepare at <= 4 rows in one launch (mla_heads.cu mla_prepare_kernel: the latent norm and

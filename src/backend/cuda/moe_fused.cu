@@ -17,6 +17,8 @@
  *      shared memory, its inverse RMS by warps 0..3 in the GEMV's order, xn = x · rms · w kept
  *      there (block 0 also writes it to xn); router row r is warp (r · KS + kw)'s, KS = 1 or 4
  *      warps a row as gemv.cu's launch for that width; logits written. Barrier.
+ *      (With a shared expert and one warp a router row, its gate / up units run between the
+ *      block's arrival at this barrier and its wait: mf_arrive / mf_wait, CB_MF_EARLY.)
  *   2. every block routes (route.cuh route_row, the logits through L2; block 0 writes sel / w),
  *      then gate_up units u = k · I + r (expert slot k, row r) go round the warps: the gate and
  *      up rows against xn, h[u] = act(g, u) written; a warp streams its units in half batches,
@@ -102,18 +104,28 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
  * the flip. (Before: a generation word read first, the counter, which the last block reset before
  * bumping the generation: two L2 trips more on the way out; the second barrier 4.9 -> 4.2 us, the
  * first 2.9 -> 2.2, bench/RESULTS.md forty-seventh session.) */
-__device__ __forceinline__ void mf_grid_sync(unsigned *bar) {
+__device__ __forceinline__ unsigned mf_inc() { return blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u; }
+/* the barrier in two halves: the block's arrival (its writes before it visible after the barrier;
+ * the counter before the add, thread 0's), then, after work of its own, the wait for the others */
+__device__ __forceinline__ unsigned mf_arrive(unsigned *bar) {
     __syncthreads();
+    unsigned old = 0;
     if (threadIdx.x == 0) {
-        const unsigned inc = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
         __threadfence();
-        const unsigned old = atomicAdd(bar, inc);
+        old = atomicAdd(bar, mf_inc());
+    }
+    return old;
+}
+__device__ __forceinline__ void mf_wait(unsigned *bar, unsigned old) {
+    if (threadIdx.x == 0) {
+        const unsigned inc = mf_inc();
         if (!(((old + inc) ^ old) & 0x80000000u))   /* not the last: the flip is another block's */
             while (!((ld_acquire(bar) ^ old) & 0x80000000u)) __nanosleep(40);
         __threadfence();
     }
     __syncthreads();
 }
+__device__ __forceinline__ void mf_grid_sync(unsigned *bar) { mf_wait(bar, mf_arrive(bar)); }
 
 /* column of the i-th 16-byte step of a router lane: KS = 1, lane · V + i · 32V (any unroll);
  * KS = 4, gemv_kernel's split form (U = MF_RU steps a trip, warps kw of the row interleaved) */
@@ -145,10 +157,11 @@ __device__ __forceinline__ void sh_row(const float *p, int lane, float *o) {
 
 /* SHM: 0 the routed loops alone (no test for shared units and steps in them); 1 the shared expert's
  * gate / up units ride in phase 2 and its down is the caller's (an ungated one: cb_moe_fused's GEMV
- * after the launch); 2 its down steps ride in phase 3 too (weight 1, or σ of its gate row: a.sr) */
+ * after the launch); 2 its down steps ride in phase 3 too (weight 1, or σ of its gate row: a.sr);
+ * + 4 (early): the shared units before the routing, behind the first barrier */
 template <class LR, class LE, int KS, int SHM>
 __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) {
-    constexpr bool SH = SHM > 0, SD = SHM == 2;
+    constexpr bool SH = (SHM & 3) > 0, SD = (SHM & 3) == 2;
     extern __shared__ float4 mf_smem[];
     float *big = (float *)mf_smem;             /* xn [X] in phases 1-2, h [K, I] in phase 3 */
     float *rsm = big + a.big;                  /* route_row's 2E floats */
@@ -276,24 +289,6 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             __syncthreads();
         }
     }
-    CB_PROF_MARK(4);
-    mf_grid_sync(a.bar);
-    CB_PROF_MARK(5);
-
-    /* ---- 2. routing and gate / up ---- */
-    route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel, CB_PROF_AT(6));   /* marks 6-8 */
-    if ((int)threadIdx.x < K) {
-        const int e = chosen[threadIdx.x];
-        if (blockIdx.x == 0) {
-            a.sel[threadIdx.x] = e;
-            a.wout[threadIdx.x] = wsel[threadIdx.x];
-        }
-        gb[threadIdx.x] = tsm ? tsm[3 * e] : (const char *)a.w[3 * e];
-        ub[threadIdx.x] = tsm ? tsm[3 * e + 1] : (const char *)a.w[3 * e + 1];
-        db[threadIdx.x] = tsm ? tsm[3 * e + 2] : (const char *)a.w[3 * e + 2];
-    }
-    __syncthreads();
-    CB_PROF_MARK(9);
     /* the warp's units as steps of HB 16-byte loads a lane (half a batch of gate and of up
      * rows), the next step's loads issued before the current one's sums: the registers of one
      * whole batch, and bytes in flight while the warp computes. Each lane sums its columns
@@ -315,38 +310,69 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             }
         }
     };
-    int u = gw, st = 0;
-    if (u < NU) issue(u, 0, cu, cg);
-    float au = 0.0f, ag = 0.0f;
-    while (u < NU) {
-        int u2 = u, st2 = st + 1;
-        if (st2 == steps) { u2 = u + TW; st2 = 0; }
-        if (u2 < NU) issue(u2, st2, nu, ng);
-#pragma unroll
-        for (int b = 0; b < HB; b++) {
-            const int c = st * SPAN + lane * VE + b * 32 * VE;
-            if (c >= X) break;
-            float wv[VE], xs[VE];
-            LE::cvt(cu[b], wv);
-            sh_row<VE>(big + c, lane, xs);
-#pragma unroll
-            for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
-            if (!a.relu2) {
-                LE::cvt(cg[b], wv);
-#pragma unroll
-                for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
+    /* units u, u + TW, ... below end */
+    auto run_units = [&](int u, int end) {
+        int st = 0;
+        if (u < end) issue(u, 0, cu, cg);
+        float au = 0.0f, ag = 0.0f;
+        while (u < end) {
+            int u2 = u, st2 = st + 1;
+            if (st2 == steps) { u2 = u + TW; st2 = 0; }
+            if (u2 < end) issue(u2, st2, nu, ng);
+    #pragma unroll
+            for (int b = 0; b < HB; b++) {
+                const int c = st * SPAN + lane * VE + b * 32 * VE;
+                if (c >= X) break;
+                float wv[VE], xs[VE];
+                LE::cvt(cu[b], wv);
+                sh_row<VE>(big + c, lane, xs);
+    #pragma unroll
+                for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
+                if (!a.relu2) {
+                    LE::cvt(cg[b], wv);
+    #pragma unroll
+                    for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
+                }
             }
+            if (st + 1 == steps) {
+                au = warp_sum(au);
+                ag = warp_sum(ag);
+                if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
+                au = ag = 0.0f;
+            }
+    #pragma unroll
+            for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
+            u = u2; st = st2;
         }
-        if (st + 1 == steps) {
-            au = warp_sum(au);
-            ag = warp_sum(ag);
-            if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
-            au = ag = 0.0f;
-        }
-#pragma unroll
-        for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
-        u = u2; st = st2;
+    };
+    /* a shared expert's units need no routing: with SHM & 4 (early) they run between this block's arrival
+     * at the barrier and its wait (the barrier's and the other blocks' router tails hidden behind
+     * them), the routed ones after the routing; else all after it, shared units last. The same
+     * units, each summed alike: the same bits either way. */
+    constexpr bool early = SH && (SHM & 4);
+    CB_PROF_MARK(4);
+    {
+        const unsigned old = mf_arrive(a.bar);
+        if (early) run_units(KI + gw, NU);
+        mf_wait(a.bar, old);
     }
+    CB_PROF_MARK(5);
+
+    /* ---- 2. routing and gate / up ---- */
+    route_row(0, a.logits, a.ids, a.ra, rsm, chosen, wsel, CB_PROF_AT(6));   /* marks 6-8 */
+    if ((int)threadIdx.x < K) {
+        const int e = chosen[threadIdx.x];
+        if (blockIdx.x == 0) {
+            a.sel[threadIdx.x] = e;
+            a.wout[threadIdx.x] = wsel[threadIdx.x];
+        }
+        gb[threadIdx.x] = tsm ? tsm[3 * e] : (const char *)a.w[3 * e];
+        ub[threadIdx.x] = tsm ? tsm[3 * e + 1] : (const char *)a.w[3 * e + 1];
+        db[threadIdx.x] = tsm ? tsm[3 * e + 2] : (const char *)a.w[3 * e + 2];
+    }
+    __syncthreads();
+    CB_PROF_MARK(9);
+    run_units(gw, early ? KI : NU);
     CB_PROF_MARK(10);
     /* down steps j of row r: expert slot k = j / S's, column c; past K · S the shared expert's
      * (k = K, its h at K · I, as a slot's; weight 1, or σ of its gate's logit) */
@@ -450,11 +476,21 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
 
 template <class LR, int SH>
 static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
-    switch (de) {
-    case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, SH>(cb, a, smem) : mf_launch<LR, LF32, 4, SH>(cb, a, smem);
-    case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, SH>(cb, a, smem) : mf_launch<LR, LF16, 4, SH>(cb, a, smem);
-    case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, SH>(cb, a, smem) : mf_launch<LR, LBF16, 4, SH>(cb, a, smem);
-    default: return 0;
+    if constexpr ((SH & 4) != 0) {   /* the early form at one warp a router row only (cb_moe_fused) */
+        if (ks != 1) return 0;
+        switch (de) {
+        case CI_F32: return mf_launch<LR, LF32, 1, SH>(cb, a, smem);
+        case CI_F16: return mf_launch<LR, LF16, 1, SH>(cb, a, smem);
+        case CI_BF16: return mf_launch<LR, LBF16, 1, SH>(cb, a, smem);
+        default: return 0;
+        }
+    } else {
+        switch (de) {
+        case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, SH>(cb, a, smem) : mf_launch<LR, LF32, 4, SH>(cb, a, smem);
+        case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, SH>(cb, a, smem) : mf_launch<LR, LF16, 4, SH>(cb, a, smem);
+        case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, SH>(cb, a, smem) : mf_launch<LR, LBF16, 4, SH>(cb, a, smem);
+        default: return 0;
+        }
     }
 }
 
@@ -514,17 +550,21 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
     int ok = 0;
-    if (SI && gated) {
-        switch (W->dtype) {
-        case CI_F32: ok = mf_pick_e<LF32, 2>(cb, tab->dtype, ks, a, smem); break;
-        case CI_F16: ok = mf_pick_e<LF16, 2>(cb, tab->dtype, ks, a, smem); break;
-        default: ok = mf_pick_e<LBF16, 2>(cb, tab->dtype, ks, a, smem); break;
-        }
-    } else if (SI) {
-        switch (W->dtype) {
-        case CI_F32: ok = mf_pick_e<LF32, 1>(cb, tab->dtype, ks, a, smem); break;
-        case CI_F16: ok = mf_pick_e<LF16, 1>(cb, tab->dtype, ks, a, smem); break;
-        default: ok = mf_pick_e<LBF16, 1>(cb, tab->dtype, ks, a, smem); break;
+    /* early (SHM + 4) where the router rows take one warp each: at four (X > 2048) its form spilled
+     * 32-48 bytes and decoded level on Nemotron-3-Nano dims (922-923 tok/s against 922-928) */
+    const int shm = !SI ? 0 : (gated ? 2 : 1) + (cb->mf_early && ks == 1 ? 4 : 0);
+    if (shm) {
+        switch (W->dtype * 8 + shm) {
+#define MF_SH(D, L)                                                                        \
+        case D * 8 + 1: ok = mf_pick_e<L, 1>(cb, tab->dtype, ks, a, smem); break;          \
+        case D * 8 + 2: ok = mf_pick_e<L, 2>(cb, tab->dtype, ks, a, smem); break;          \
+        case D * 8 + 5: ok = mf_pick_e<L, 5>(cb, tab->dtype, ks, a, smem); break;          \
+        case D * 8 + 6: ok = mf_pick_e<L, 6>(cb, tab->dtype, ks, a, smem); break;
+        MF_SH(CI_F32, LF32)
+        MF_SH(CI_F16, LF16)
+        MF_SH(CI_BF16, LBF16)
+#undef MF_SH
+        default: break;
         }
     } else {
         switch (W->dtype) {
