@@ -9,6 +9,7 @@
 # level), and DeepSeek-V2-Lite dims with the fold. Decide from it: CB_MOE_FUSE (cuda_internal.h) stays 1 only if
 # MF_GENERIC=0 beats MOE_FUSE=0; remove the MF_GENERIC switch either way; CB_MOE_SHARED to 1 only if faster.
 # Staging: `make gpu-stage`, carry [".gpuz"]; ~3 min (ZD_ROUNDS=2), ~6 with ZD_MORE=1.
+# A record: the measuring switches it names were removed after it ran (bench/RESULTS.md, fiftieth session).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1

@@ -7,6 +7,7 @@
 # of 1025..2048 columns: ds14's q_a + kv_a 1600 rows at 780 GB/s, o_proj 2048 at 1247) and
 # CINFER_CUDA_GEMV_SHORT=1..3 (2048..4096 rows of <= 1024 columns: q_b 3072 rows at 840 GB/s; Qwen3-0.6B's
 # q/k/v). Staging: `make gpu-stage`, carry [".gpuz"]; ~6 min.
+# A record: the measuring switches it names were removed after it ran (bench/RESULTS.md, fiftieth session).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1

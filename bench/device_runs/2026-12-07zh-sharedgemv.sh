@@ -7,6 +7,7 @@
 # (2) decode MOE_SHARED=1 / 0 on ds14 and nem12; (3) the GEMV switches together on ds14 (call zf: FEW=1
 # +0.6..0.9%, SHORT=2 +1.0..1.3%, SHORT=3 +0.7..1.0%) and FEW=1 on LFM2-8B-A1B dims 8 layers.
 # Staging: `make gpu-stage`, carry [".gpuz"]; ~6 min.
+# A record: the measuring switches it names were removed after it ran (bench/RESULTS.md, fiftieth session).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1

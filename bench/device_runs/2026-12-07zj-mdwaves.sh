@@ -3,6 +3,7 @@
 # 549.8 against 617.5; #16 asks within 10%); mla_decode_kernel takes 20-21 us a layer there (33 runs of ~124 keys,
 # 2 blocks an SM). The runs aimed at 2 blocks an SM against more (CINFER_CUDA_MD_WAVES, measuring): test_cuda_ops
 # mla_attend with 4, then decode after 4096, alternating. Staging: `make gpu-stage`, carry [".gpuz"]; ~3 min.
+# A record: the measuring switches it names were removed after it ran (bench/RESULTS.md, fiftieth session).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1
