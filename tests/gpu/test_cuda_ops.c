@@ -2391,6 +2391,25 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         }
         if (!took) { ok = 0; snprintf(why, sizeof why, "call %d: declined", call); break; }
         g_get(gsh, gsel, ns * 4);
+        if (call == 0 && !getenv("CINFER_CUDA_MF_EARLY")) {
+            /* the shared units after the routing (CINFER_CUDA_MF_EARLY=0) instead of before it: the
+             * same bits */
+            static ci_backend *late;
+            if (!late) late = switch_backend("CINFER_CUDA_MF_EARLY", "0", "moe_fused early");
+            if (!late) break;
+            float *got2 = xmalloc(nx * 4);
+            late->upload(late, gx, x, nx * 4);
+            if (acc) late->upload(late, gout, res, nx * 4);
+            const int took2 = late->moe_norm_experts(late, o, gxn, glg, gsel, gw, gx, gnw, 1e-6f, NULL, n, &W.g, &m, 1);
+            late->download(late, got2, o, nx * 4);
+            if (!took2 || (late->status && late->status(late)) || memcmp(got, got2, nx * 4)) {
+                ok = 0;
+                snprintf(why, sizeof why, "the shared units after the routing: %s", !took2 ? "declined"
+                         : late->status && late->status(late) ? late->last_error : "not the same bits");
+            }
+            free(got2);
+            if (!ok) break;
+        }
         /* the CPU: xn, routing, routed experts into out, the shared expert's product added */
         float *cxn = xmalloc(nx * 4), *clg = xmalloc(nl * 4), *cw = xmalloc(ns * 4), *cout = xmalloc(nx * 4);
         float *g = xmalloc((size_t)n * SI * 4), *u = xmalloc((size_t)n * SI * 4), *tmp = xmalloc(nx * 4),
