@@ -85,7 +85,7 @@ struct mf_args {
     int X, I, relu2, acc, big;   /* big: floats of the shared xn / h region */
     int tab_off;                 /* E <= MF_TAB_E: the experts' table copied to shared memory at this byte offset, else 0 */
     float limit;
-    const char *sg, *su, *sd;    /* the shared expert folded in (sd NULL: none): gate / up [SI, X], down [X, SI] */
+    const char *sg, *su, *sd;    /* the shared expert folded in (SI > 0): gate / up [SI, X], down [X, SI] (gated only) */
     const char *sr;              /* its σ gate row [X] in the router's dtype (NULL: ungated) */
     int SI;
     float *h, *out;              /* [K · I + SI (+ 1: the gate's logit)], [X] */
@@ -319,18 +319,18 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
             int u2 = u, st2 = st + 1;
             if (st2 == steps) { u2 = u + TW; st2 = 0; }
             if (u2 < end) issue(u2, st2, nu, ng);
-    #pragma unroll
+#pragma unroll
             for (int b = 0; b < HB; b++) {
                 const int c = st * SPAN + lane * VE + b * 32 * VE;
                 if (c >= X) break;
                 float wv[VE], xs[VE];
                 LE::cvt(cu[b], wv);
                 sh_row<VE>(big + c, lane, xs);
-    #pragma unroll
+#pragma unroll
                 for (int v = 0; v < VE; v++) au = fmaf(wv[v], xs[v], au);
                 if (!a.relu2) {
                     LE::cvt(cg[b], wv);
-    #pragma unroll
+#pragma unroll
                     for (int v = 0; v < VE; v++) ag = fmaf(wv[v], xs[v], ag);
                 }
             }
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(MF_WARPS * 32, 1) moe_fused_kernel(mf_args a) 
                 if (lane == 0) a.h[u] = moe_act(ag, au, a.relu2, a.limit);
                 au = ag = 0.0f;
             }
-    #pragma unroll
+#pragma unroll
             for (int b = 0; b < HB; b++) { cu[b] = nu[b]; cg[b] = ng[b]; }
             u = u2; st = st2;
         }
@@ -474,24 +474,30 @@ static int mf_launch(cuda_be *cb, const mf_args &a, size_t smem) {
     return 1;
 }
 
-template <class LR, int SH>
-static int mf_pick_e(cuda_be *cb, ci_dtype de, int ks, const mf_args &a, size_t smem) {
-    if constexpr ((SH & 4) != 0) {   /* the early form at one warp a router row only (cb_moe_fused) */
-        if (ks != 1) return 0;
-        switch (de) {
-        case CI_F32: return mf_launch<LR, LF32, 1, SH>(cb, a, smem);
-        case CI_F16: return mf_launch<LR, LF16, 1, SH>(cb, a, smem);
-        case CI_BF16: return mf_launch<LR, LBF16, 1, SH>(cb, a, smem);
-        default: return 0;
-        }
-    } else {
-        switch (de) {
-        case CI_F32: return ks == 1 ? mf_launch<LR, LF32, 1, SH>(cb, a, smem) : mf_launch<LR, LF32, 4, SH>(cb, a, smem);
-        case CI_F16: return ks == 1 ? mf_launch<LR, LF16, 1, SH>(cb, a, smem) : mf_launch<LR, LF16, 4, SH>(cb, a, smem);
-        case CI_BF16: return ks == 1 ? mf_launch<LR, LBF16, 1, SH>(cb, a, smem) : mf_launch<LR, LBF16, 4, SH>(cb, a, smem);
-        default: return 0;
-        }
+/* ks warps a router row (1 or 4); the early forms (SHM & 4) only at one: at four they spilled
+ * (cb_moe_fused), so they are not compiled there */
+template <class LR, class LE, int SHM>
+static int mf_ks(cuda_be *cb, int ks, const mf_args &a, size_t smem) {
+    if (ks == 1) return mf_launch<LR, LE, 1, SHM>(cb, a, smem);
+    if constexpr ((SHM & 4) != 0) return 0;
+    else return mf_launch<LR, LE, 4, SHM>(cb, a, smem);
+}
+
+template <int SHM>
+static int mf_pick(cuda_be *cb, ci_dtype dr, ci_dtype de, int ks, const mf_args &a, size_t smem) {
+#define MF_E(LR)                                                                                   \
+    switch (de) {                                                                                  \
+    case CI_F32: return mf_ks<LR, LF32, SHM>(cb, ks, a, smem);                                     \
+    case CI_F16: return mf_ks<LR, LF16, SHM>(cb, ks, a, smem);                                     \
+    case CI_BF16: return mf_ks<LR, LBF16, SHM>(cb, ks, a, smem);                                   \
+    default: return 0;                                                                             \
     }
+    switch (dr) {
+    case CI_F32: MF_E(LF32)
+    case CI_F16: MF_E(LF16)
+    default: MF_E(LBF16)
+    }
+#undef MF_E
 }
 
 /* a shared expert's matrix as the kernel reads it: [rows, cols] in dtype dt, 16-byte aligned */
@@ -544,34 +550,23 @@ int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel
     if (SI) {
         a.sg = m->relu2 ? NULL : (const char *)m->sh_gate->data;
         a.su = (const char *)m->sh_up->data;
-        a.sd = (const char *)m->sh_down->data;
         a.SI = SI;
-        if (gated) a.sr = (const char *)m->sh_router->data;
+        if (gated) {   /* its down in phase 3 (an ungated one's: the GEMV below) */
+            a.sd = (const char *)m->sh_down->data;
+            a.sr = (const char *)m->sh_router->data;
+        }
     }
     const int ks = X > 2048 ? 4 : 1;   /* gemv.cu's one-row form for <= 2048 rows: a row over 4 warps past 2048 columns */
-    int ok = 0;
     /* early (SHM + 4) where the router rows take one warp each: at four (X > 2048) its form spilled
      * 32-48 bytes and decoded level on Nemotron-3-Nano dims (922-923 tok/s against 922-928) */
     const int shm = !SI ? 0 : (gated ? 2 : 1) + (cb->mf_early && ks == 1 ? 4 : 0);
-    if (shm) {
-        switch (W->dtype * 8 + shm) {
-#define MF_SH(D, L)                                                                        \
-        case D * 8 + 1: ok = mf_pick_e<L, 1>(cb, tab->dtype, ks, a, smem); break;          \
-        case D * 8 + 2: ok = mf_pick_e<L, 2>(cb, tab->dtype, ks, a, smem); break;          \
-        case D * 8 + 5: ok = mf_pick_e<L, 5>(cb, tab->dtype, ks, a, smem); break;          \
-        case D * 8 + 6: ok = mf_pick_e<L, 6>(cb, tab->dtype, ks, a, smem); break;
-        MF_SH(CI_F32, LF32)
-        MF_SH(CI_F16, LF16)
-        MF_SH(CI_BF16, LBF16)
-#undef MF_SH
-        default: break;
-        }
-    } else {
-        switch (W->dtype) {
-        case CI_F32: ok = mf_pick_e<LF32, 0>(cb, tab->dtype, ks, a, smem); break;
-        case CI_F16: ok = mf_pick_e<LF16, 0>(cb, tab->dtype, ks, a, smem); break;
-        default: ok = mf_pick_e<LBF16, 0>(cb, tab->dtype, ks, a, smem); break;
-        }
+    int ok = 0;
+    switch (shm) {
+    case 0: ok = mf_pick<0>(cb, W->dtype, tab->dtype, ks, a, smem); break;
+    case 1: ok = mf_pick<1>(cb, W->dtype, tab->dtype, ks, a, smem); break;
+    case 2: ok = mf_pick<2>(cb, W->dtype, tab->dtype, ks, a, smem); break;
+    case 5: ok = mf_pick<5>(cb, W->dtype, tab->dtype, ks, a, smem); break;
+    default: ok = mf_pick<6>(cb, W->dtype, tab->dtype, ks, a, smem); break;
     }
     if (ok && cb_launched(cb, "moe_fused")) return 1;   /* failed: sticky, the caller's next op sees it */
     if (ok && SI && !gated) {   /* the ungated shared expert's down: out += sd · h[K · I ..] (matmul_acc's GEMV) */
