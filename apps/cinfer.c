@@ -93,6 +93,9 @@ static const char *USAGE =
     "                           --int16-act, if also given, takes those weights first)\n"
     "  --mlx-amx8               --mlx-amx with the activations rounded to int8 per 64 columns\n"
     "                           (llama.cpp Q8_0's class of precision; prompts ~1.3x --mlx-amx)\n"
+    "  --kv-f16                 CPU: the attention K / V cache in f16 (llama, qwen3, qwen3_moe): half\n"
+    "                           its memory and of what a decode step's attention reads; values past\n"
+    "                           +-65504 clamped; logits within ~1e-3 of their largest magnitude\n"
     "logits, generate, bench, perplexity, chat and serve also take:\n"
     "  --tp N                   CPU: the model split over N tensor-parallel ranks (threads of this\n"
     "                           process, --threads / N each; the multi-GPU path's sharding and\n"
@@ -202,6 +205,7 @@ static int device_opts(const char *cmd, flag *fl, ci_model_opts *o) {
     o->bf16_act = find_flag(fl, "--bf16-act")->seen;
     o->int16_act = find_flag(fl, "--int16-act")->seen;
     o->mlx_amx = find_flag(fl, "--mlx-amx8")->seen ? 2 : find_flag(fl, "--mlx-amx")->seen;
+    o->kv_f16 = find_flag(fl, "--kv-f16")->seen;
     flag *tp = find_flag(fl, "--tp"), *ep = find_flag(fl, "--ep");
     if (tp && tp->seen) {
         long long v;
@@ -277,7 +281,7 @@ static int out_open(const char *out, FILE **f, char *tmp, size_t tmpn) {
 
 static int cmd_logits(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--tokens", 1, 0, 0}, {"--out", 1, 0, 0}, {"--step", 0, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--kv-f16", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("logits", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("logits", fl, "--model", &rc), *toks = need("logits", fl, "--tokens", &rc),
@@ -381,7 +385,7 @@ static int cmd_generate(int argc, char **argv) {
                   {"--max-tokens", 1, 0, 0}, {"--temperature", 1, 0, 0}, {"--top-k", 1, 0, 0}, {"--top-p", 1, 0, 0},
                   {"--min-p", 1, 0, 0}, {"--repeat-penalty", 1, 0, 0}, {"--seed", 1, 0, 0}, {"--threads", 1, 0, 0},
                   {"--ids", 0, 0, 0}, {"--stats", 0, 0, 0}, {"--chat-template", 1, 0, 0}, {"--device", 1, 0, 0},
-                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--kv-f16", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("generate", argc, argv, fl);
     if (rc) return rc;
     /* no --model: the embedded demo model, as serve and chat */
@@ -642,7 +646,7 @@ static double median_of(const double *v, int n) {
  * before each) and reports the median run. */
 static int cmd_bench(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--prompt-len", 1, 0, 0}, {"--gen", 1, 0, 0}, {"--threads", 1, 0, 0},
-                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {"--batch", 1, 0, 0},
+                  {"--depth", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--kv-f16", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {"--batch", 1, 0, 0},
                   {"--reps", 1, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("bench", argc, argv, fl);
     if (rc) return rc;
@@ -779,7 +783,7 @@ done:
  * --max-tokens tokens only. Prints "perplexity P over N tokens". */
 static int cmd_perplexity(int argc, char **argv) {
     flag fl[] = { {"--model", 1, 0, 0}, {"--file", 1, 0, 0}, {"--window", 1, 0, 0}, {"--max-tokens", 1, 0, 0},
-                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
+                  {"--threads", 1, 0, 0}, {"--device", 1, 0, 0}, {"--no-graphs", 0, 0, 0}, {"--mmap", 0, 0, 0}, {"--bf16-act", 0, 0, 0}, {"--int16-act", 0, 0, 0}, {"--mlx-amx", 0, 0, 0}, {"--mlx-amx8", 0, 0, 0}, {"--kv-f16", 0, 0, 0}, {"--tp", 1, 0, 0}, {"--ep", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("perplexity", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("perplexity", fl, "--model", &rc), *file = need("perplexity", fl, "--file", &rc);

@@ -3,7 +3,7 @@
  *   cinfer chat [--model DIR] [--system TEXT] [--max-tokens N] [--temperature T] [--top-k K]
  *               [--top-p P] [--min-p P] [--seed S] [--ctx N] [--threads N]
  *               [--chat-template FILE] [--stats] [--device cpu|cuda|auto] [--no-graphs] [--mmap] [--bf16-act] [--int16-act] [--mlx-amx]
- *               [--mlx-amx8]
+ *               [--mlx-amx8] [--kv-f16]
  *               [--tp N [--ep]]
  *
  * Each line on stdin is a user turn; the whole conversation goes through the model's chat
@@ -150,15 +150,15 @@ int cmd_chat(int argc, char **argv) {
     static const char *const names[] = { "--model", "--system", "--max-tokens", "--temperature", "--top-k", "--top-p",
                                          "--min-p", "--seed", "--ctx", "--threads", "--chat-template", "--stats",
                                          "--device", "--no-graphs", "--mmap", "--bf16-act", "--int16-act", "--tp", "--ep",
-                                         "--mlx-amx", "--mlx-amx8", NULL };
-    const char *val[21] = { 0 };
-    int seen[21] = { 0 };
+                                         "--mlx-amx", "--mlx-amx8", "--kv-f16", NULL };
+    const char *val[22] = { 0 };
+    int seen[22] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
         if (k < 0) return bad("unknown option '%s' (see cinfer --help)", argv[i]);
         if (seen[k]++) return bad("option %s given twice", argv[i]);
-        if (k == 11 || (k >= 13 && k != 17)) continue;          /* --stats, --no-graphs, --mmap, --bf16-act, --int16-act, --ep, --mlx-amx(8): no value */
+        if (k == 11 || (k >= 13 && k != 17)) continue;          /* --stats, --no-graphs, --mmap, --bf16-act, --int16-act, --ep, --mlx-amx(8), --kv-f16: no value */
         if (i + 1 >= argc) return bad("option %s needs a value", argv[i]);
         val[k] = argv[++i];
     }
@@ -185,6 +185,7 @@ int cmd_chat(int argc, char **argv) {
     mo.bf16_act = seen[15] > 0;
     mo.int16_act = seen[16] > 0;
     mo.mlx_amx = seen[20] ? 2 : seen[19] > 0;
+    mo.kv_f16 = seen[21] > 0;
     if (val[17]) { if (num_arg("--tp", val[17], 1, 64, &x)) return 2; mo.tp = (int)x; }
     if (seen[18] && mo.tp < 2) return bad("%s needs --tp N (N >= 2)", "--ep");
     mo.ep = seen[18] > 0;

@@ -5,7 +5,7 @@
  *                [--parallel N] [--ctx N] [--prefix-cache-mb N] [--queue N]
  *                [--max-body BYTES] [--threads N] [--name ID] [--timeout S] [--per-client N]
  *                [--chat-template FILE] [--device cpu|cuda|auto] [--no-graphs] [--mmap] [--bf16-act] [--int16-act] [--mlx-amx]
- *                [--mlx-amx8]
+ *                [--mlx-amx8] [--kv-f16]
  *                [--gpu-memory F] [--kv-blocks N] [--prefill-chunk N]
  *
  * Families with paged caches (llama, qwen3, qwen3_moe) keep every slot's K / V rows in one
@@ -73,8 +73,8 @@ int cmd_serve(int argc, char **argv) {
                                          "--prefix-cache-mb", "--queue", "--max-body", "--threads", "--name",
                                          "--timeout", "--per-client", "--chat-template", "--device", "--no-graphs",
                                          "--gpu-memory", "--kv-blocks", "--prefill-chunk", "--mmap", "--bf16-act", "--int16-act", "--tp",
-                                         "--ep", "--mlx-amx", "--mlx-amx8", NULL };
-    int seen[27] = { 0 };
+                                         "--ep", "--mlx-amx", "--mlx-amx8", "--kv-f16", NULL };
+    int seen[28] = { 0 };
     for (int i = 0; i < argc; i++) {
         int k = -1;
         for (int j = 0; names[j]; j++) if (!strcmp(argv[i], names[j])) k = j;
@@ -87,6 +87,7 @@ int cmd_serve(int argc, char **argv) {
         if (k == 23) { o.ep = 1; continue; }                     /* nor --ep */
         if (k == 24) { o.mlx_amx = o.mlx_amx ? o.mlx_amx : 1; continue; }   /* nor --mlx-amx */
         if (k == 25) { o.mlx_amx = 2; continue; }                /* nor --mlx-amx8 */
+        if (k == 26) { o.kv_f16 = 1; continue; }                 /* nor --kv-f16 */
         if (i + 1 >= argc) return usage_err("option %s needs a value%s", argv[i], "");
         const char *v = argv[++i];
         long long x = 0;

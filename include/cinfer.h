@@ -100,6 +100,12 @@ typedef struct {
                              * 2: the same with the activations rounded to int8 per block
                              * (d = max|x| / 127; llama.cpp Q8_0's class of precision): half the
                              * integer products of a prompt, the same bits at any token count. */
+    int kv_f16;             /* 1: the attention layers' K / V cache held as IEEE f16 on the CPU (values
+                             * clamped to +-65504, rounded to nearest even; products and sums in f32 as
+                             * before): half the cache's memory and of the bytes a decode step's
+                             * attention reads, logits within ~1e-3 of their largest magnitude of the
+                             * f32 cache's (bench/RESULTS.md). Families whose caches take it: llama,
+                             * qwen3, qwen3_moe; others, and the CUDA backend, refuse it. 0: f32. */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

@@ -618,7 +618,19 @@ typedef struct ci_backend {
     void (*all_gather_rows)(struct ci_backend *be, float *out, const float *in, int rows, int width);
     struct ci_comm *comm;
     int rank, world;        /* this backend's rank of world (0, 0 without a communicator) */
+
+    /* 1: the GQA attention cache (what qk_rope_store, attention_pos and rope_attend read and
+     * write; not kv_store's, attention()'s, nor the MLA / DSA / V4 ops' caches, which stay f32)
+     * holds IEEE f16 values, two to a float slot: a row of w values takes ci_kv_slots(be, w)
+     * floats, and kv_stride, kv_tab's addresses, the caller's buffer sizes and offsets count float
+     * slots as before (a row's value i is half i from the row's start). Stored values are x
+     * clamped to [-65504, 65504] (NaN kept), rounded to nearest even; products and sums stay f32,
+     * the bits of the f32 cache holding those values. Set by ci_backend_cpu_kv_f16; 0 elsewhere. */
+    int kv_f16;
 } ci_backend;
+
+/* Float slots a GQA cache row of w values takes on be (ci_backend.kv_f16). */
+static inline int ci_kv_slots(const ci_backend *be, int w) { return be->kv_f16 ? (w + 1) / 2 : w; }
 
 /* How a block of a tensor-parallel model ends (the src/nn blocks' tp_part): CI_TP_WHOLE, the
  * block is whole on this rank (no collective); CI_TP_LEAD / CI_TP_REST, it holds a part on rank 0
@@ -684,6 +696,10 @@ int ci_backend_cpu_amx_mlx(ci_backend *be);
  * the integer products of a prompt's tokens form; ci_model_opts.mlx_amx 2, --mlx-amx8): the name
  * then ends in "-mlx8". */
 int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits);
+/* A CPU backend's GQA attention cache in f16 (ci_backend.kv_f16; ci_model_opts.kv_f16, --kv-f16):
+ * half the cache's memory and of the bytes a decode step's attention reads. Call before the
+ * first op and before any cache is sized. */
+void ci_backend_cpu_kv_f16(ci_backend *be);
 
 /* The CUDA backend on device `device` (src/backend/cuda_loader.c loads libcinfer_cuda.so
  * from beside the executable at run time, so a machine without the driver or the toolkit

@@ -15,4 +15,4 @@ static const ci_family_ops dsv3_ops = {
     .forward_batch = ds_forward_batch, .forward_batch_argmax = ds_forward_batch_argmax, .cache_export = ds_cache_export, .cache_import = ds_cache_import,
 };
 
-const ci_family fam_deepseek_v3 = { "deepseek_v3", (const char *const[]){ "deepseek_v3", NULL }, NULL, &dsv3_ops, CI_CUDA_YES, 1 };
+const ci_family fam_deepseek_v3 = { "deepseek_v3", (const char *const[]){ "deepseek_v3", NULL }, NULL, &dsv3_ops, CI_CUDA_YES, 1, 0 };

@@ -17,4 +17,4 @@ static const ci_family_ops dsv32_ops = {
 };
 
 const ci_family fam_deepseek_v32 = { "deepseek_v32", (const char *const[]){ "deepseek_v32", "deepseek_v3_2", NULL }, NULL,
-                                     &dsv32_ops, CI_CUDA_YES, 1 };
+                                     &dsv32_ops, CI_CUDA_YES, 1, 0 };

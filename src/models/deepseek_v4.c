@@ -445,5 +445,5 @@ static const ci_family_ops v4_ops = {
     .snapshot_bytes = v4_snapshot_bytes,
 };
 
-const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 1 };
+const ci_family fam_deepseek_v4 = { "deepseek_v4", (const char *const[]){ "deepseek_v4", NULL }, NULL, &v4_ops, CI_CUDA_YES, 1, 0 };
 

@@ -279,9 +279,14 @@ void dense_unload(ci_model *m) {
     m->impl = NULL;
 }
 
+/* Float slots of one K (or V) cache row: n_kv*hd values, f16 two to a slot on a kv_f16 backend. */
+static size_t kv_slots(const dense_model *d, const ci_backend *be) {
+    return (size_t)ci_kv_slots(be, d->n_kv * d->hd);
+}
+
 size_t dense_cache_bytes_per_token(const ci_model *m) {
     const dense_model *d = m->impl;
-    return (size_t)d->n_layers * 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
+    return (size_t)d->n_layers * 2 * kv_slots(d, m->be) * sizeof(float);
 }
 
 /* ---- the session: every buffer in backend memory ------------------------------------------
@@ -291,11 +296,12 @@ size_t dense_cache_bytes_per_token(const ci_model *m) {
  * runs ops, and downloads the logits (or 4 bytes of argmax). */
 
 typedef struct {
-    float *k, *v;                /* the block pool's rows: [n_layers][lrows][n_kv*hd], position p of
+    float *k, *v;                /* the block pool's rows: [n_layers][lrows][kvs], position p of
                                   * layer l at row ci_page_row(p) of layer l (s->pages); the
                                   * model's shared pool or the session's own (own_kv) */
     int64_t lrows;               /* rows per layer: the pool's blocks * KV_BLOCK */
     int own_kv;
+    int kvs;                     /* float slots of a K / V row (kv_slots: n_kv*hd, or half in f16) */
     ci_pages bpg;                /* a batch step's (ci_runner_batch_pages: a table per row) */
     float *x, *xn;               /* [ub, dim] */
     float *q;                    /* [ub, n_heads*hd] */
@@ -315,7 +321,7 @@ static void chunk_ops(ci_session *s, int n, int head);
 /* The shared pool's rows (ci_model_kv_pool): n_blocks blocks of every layer. */
 int dense_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     dense_model *d = m->impl;
-    const size_t kvw = (size_t)d->n_kv * (size_t)d->hd;
+    const size_t kvw = kv_slots(d, m->be);
     return ci_pool_buffers(m, n_blocks, &d->pool_k, kvw, d->n_layers, &d->pool_v, kvw, d->n_layers, err, errlen);
 }
 
@@ -328,7 +334,8 @@ int dense_session_init(ci_session *s, char *err, size_t errlen) {
     int n_blocks = 0;
     if (ci_session_pages_init(s, &n_blocks, err, errlen)) return -1;
     c->lrows = (int64_t)n_blocks * KV_BLOCK;
-    size_t kv = (size_t)d->n_layers * (size_t)c->lrows * (size_t)d->n_kv * (size_t)d->hd, f = sizeof(float);
+    c->kvs = (int)kv_slots(d, be);
+    size_t kv = (size_t)d->n_layers * (size_t)c->lrows * (size_t)c->kvs, f = sizeof(float);
     int ub = be->is_device ? UBATCH_DEVICE : UBATCH;
     if (ub > s->max_ctx) ub = s->max_ctx > UBATCH ? s->max_ctx : UBATCH;
     if (s->max_rows > 0 && ub > s->max_rows) ub = s->max_rows;   /* the caller's largest call */
@@ -397,14 +404,16 @@ static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c-
 /* Layer l's K / V rows of a session with cache c (its pool's layer l; positions through
  * the session's table). */
 static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int max_ctx, int l) {
-    size_t at = (size_t)l * (size_t)c->lrows * d->n_kv * d->hd;
-    return (attn_cache){ c->k + at, c->v + at, d->n_kv * d->hd, max_ctx };
+    (void)d;
+    size_t at = (size_t)l * (size_t)c->lrows * (size_t)c->kvs;
+    return (attn_cache){ c->k + at, c->v + at, c->kvs, max_ctx };
 }
 
 /* The backend offset of position p of layer l in s (host side: exports and imports). */
 static size_t row_at(const dense_model *d, const ci_session *s, int l, int p) {
     const dense_cache *c = s->impl;
-    return ((size_t)l * (size_t)c->lrows + (size_t)ci_session_page_row(s, p)) * d->n_kv * d->hd;
+    (void)d;
+    return ((size_t)l * (size_t)c->lrows + (size_t)ci_session_page_row(s, p)) * (size_t)c->kvs;
 }
 
 /* One chunk of n <= c->run.ub tokens whose ids and positions are in c->run.ids / c->run.pos: only ops
@@ -538,7 +547,7 @@ int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t 
     const dense_cache *c = s->impl;
     ci_backend *be = s->m->be;
     if (n < 0 || n > s->pos) return ci_err(err, errlen, "%s: cache export of %d rows, %d held", s->m->family->name, n, s->pos);
-    size_t row = (size_t)d->n_kv * d->hd;
+    size_t row = (size_t)c->kvs;
     float *o = dst;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
@@ -554,7 +563,7 @@ int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t 
     dense_cache *c = s->impl;
     ci_backend *be = s->m->be;
     if (n < 0 || n > s->max_ctx) return ci_err(err, errlen, "%s: cache import of %d rows into a %d-token session", s->m->family->name, n, s->max_ctx);
-    size_t row = (size_t)d->n_kv * d->hd;
+    size_t row = (size_t)c->kvs;
     const float *q = src;
     ci_session_truncate(s, 0);   /* fresh blocks: a held one may be shared */
     if (ci_session_pages_ready(s, n, err, errlen)) return -1;

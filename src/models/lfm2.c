@@ -379,4 +379,4 @@ static const ci_family_ops lfm2_ops = {
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
-const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 1 };
+const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 1, 0 };

@@ -16,4 +16,4 @@ static const ci_family_ops llama_ops = {
     .forward_argmax = dense_forward_argmax, .forward_batch_argmax = dense_forward_batch_argmax,
 };
 
-const ci_family fam_llama = { "llama", (const char *const[]){ "llama", NULL }, NULL, &llama_ops, 1, 1 };
+const ci_family fam_llama = { "llama", (const char *const[]){ "llama", NULL }, NULL, &llama_ops, 1, 1, 1 };

@@ -58,6 +58,7 @@ static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
     if (!be) be = ci_backend_cpu_new(n_threads, isa);
     if (be && opts && opts->mlx_amx) ci_backend_cpu_amx_mlx_act(be, opts->mlx_amx == 2 ? 8 : 16);
     if (be && opts && opts->int16_act) ci_backend_cpu_int16_act(be);
+    if (be && opts && opts->kv_f16) ci_backend_cpu_kv_f16(be);
     return be;
 }
 
@@ -117,6 +118,12 @@ int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm
     }
     if (!m->be) m->be = cpu_backend(opts, n_threads);
     if (!m->be) { ci_err(err, errlen, "cannot start the CPU backend (threads)"); goto fail; }
+    if (opts && opts->kv_f16 && (m->be->is_device || !m->family->kv_f16)) {
+        ci_err(err, errlen, "%s: the f16 attention cache (kv_f16, --kv-f16) is %s; run without it", m->family->name,
+               m->be->is_device ? "not written for the CUDA backend yet (the CPU has it)"
+                                : "not written for this family's cache yet (llama, qwen3 and qwen3_moe have it)");
+        goto fail;
+    }
     if (comm && ci_comm_world(comm) > 1) ci_backend_cpu_join(m->be, comm, rank);
     m->ep = ep;
     m->no_graphs = opts ? opts->no_graphs : 0;

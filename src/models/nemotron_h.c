@@ -412,4 +412,4 @@ static const ci_family_ops nh_ops = {
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops,
-                                   CI_CUDA_YES, 1 };
+                                   CI_CUDA_YES, 1, 0 };

@@ -15,4 +15,4 @@ static const ci_family_ops qwen3_ops = {
     .forward_argmax = dense_forward_argmax, .forward_batch_argmax = dense_forward_batch_argmax,
 };
 
-const ci_family fam_qwen3 = { "qwen3", (const char *const[]){ "qwen3", NULL }, NULL, &qwen3_ops, 1, 1 };
+const ci_family fam_qwen3 = { "qwen3", (const char *const[]){ "qwen3", NULL }, NULL, &qwen3_ops, 1, 1, 1 };

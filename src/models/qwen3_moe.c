@@ -17,4 +17,4 @@ static const ci_family_ops qwen3_moe_ops = {
     .forward_argmax = dense_forward_argmax, .forward_batch_argmax = dense_forward_batch_argmax,
 };
 
-const ci_family fam_qwen3_moe = { "qwen3_moe", (const char *const[]){ "qwen3_moe", NULL }, NULL, &qwen3_moe_ops, 1, 1 };
+const ci_family fam_qwen3_moe = { "qwen3_moe", (const char *const[]){ "qwen3_moe", NULL }, NULL, &qwen3_moe_ops, 1, 1, 1 };

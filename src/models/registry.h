@@ -94,6 +94,9 @@ typedef struct ci_family {
                                        * --device auto keeps it on the CPU */
     int tp;                           /* 1: its load splits the weights over the ranks of a backend
                                        * that joined a communicator (src/parallel); 0: refused */
+    int kv_f16;                       /* 1: its attention caches are sized with ci_kv_slots, so a
+                                       * kv_f16 backend (ci_model_opts.kv_f16) holds them in f16;
+                                       * 0: the option is refused */
 } ci_family;
 
 const ci_family *reg_find(const char *model_type);

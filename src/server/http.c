@@ -555,6 +555,7 @@ int srv_start(const srv_opts *o, srv **out, char *err, size_t errlen) {
     mo.bf16_act = o->bf16_act;
     mo.int16_act = o->int16_act;
     mo.mlx_amx = o->mlx_amx;
+    mo.kv_f16 = o->kv_f16;
     mo.tp = o->tp;
     mo.ep = o->ep;
     mo.progress = o->progress;

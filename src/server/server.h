@@ -40,6 +40,7 @@ typedef struct {
     int bf16_act;              /* ci_model_opts.bf16_act: bf16 dot products on AVX512-BF16 CPUs */
     int int16_act;              /* ci_model_opts.int16_act: int16 activations for 4- / 8-bit weights */
     int mlx_amx;                /* ci_model_opts.mlx_amx: MLX 4- / 8-bit weights on AMX tiles */
+    int kv_f16;                 /* ci_model_opts.kv_f16: the attention cache in f16 */
     int tp, ep;                 /* ci_model_opts.tp / .ep: tensor-parallel ranks (CPU threads), expert parallel */
     double gpu_memory;         /* paged families on a device: the fraction of device memory the server may
                                 * use, the cache pool taking what weights and scratch leave; <= 0: 0.9 */

@@ -23,6 +23,8 @@
  * tiles where the CPU has them, else on AVX-512 VNNI alone), and where it has the tiles a second
  * time with CINFER_CPU_MLX_TILES=0 (VNNI there too): the default bound, 1e-3 * max(1, max|ref|),
  * and greedy ids exactly transformers'.
+ * The llama / qwen3 / qwen3_moe fixtures (MLX ones too) also run with ci_model_opts.kv_f16 (the
+ * attention cache in f16), with the best kernels and the scalar ones (KV16_TOL below).
  * Every run has CINFER_CPU_POISON_SCRATCH=1: the fused ops' scratch arguments (backend.h: xn,
  * u, tmp, rope_attend's q / k) are NaN after the op, as a device leaves them undefined, so a
  * forward path that reads one (deepseek_v32's indexer once read q_a's normed rows from a fused
@@ -43,6 +45,11 @@
  * ties flip at this rounding (0.4-1.3 of 3.5-4 in the logits; llama.cpp's Q8_0 activations do the
  * same), so no bound there says anything; the kernel's own formula is test_determinism's. */
 #define ACT8_TOL 5e-2
+/* kv_f16 (the attention cache in f16, --kv-f16; llama, qwen3, qwen3_moe fixtures, with the best
+ * kernels and the scalar ones): prefill and steps within the default bound, 1e-3 * max(1,
+ * max|ref|) (measured worst 3.8e-4 relative, llama_gqa_llama3; the f32 cache's ~3e-6), and greedy
+ * ids exactly transformers'. */
+#define KV16_TOL 1e-3
 
 /* whether the fixture's config names routed experts */
 static int fixture_is_moe(const char *dir) {
@@ -55,6 +62,18 @@ static int fixture_is_moe(const char *dir) {
     fclose(f);
     buf[n] = 0;
     return strstr(buf, "\"num_experts\"") || strstr(buf, "\"n_routed_experts\"") || strstr(buf, "\"num_local_experts\"");
+}
+
+/* whether the fixture's family sizes its caches for an f16 attention cache (registry.h kv_f16:
+ * llama, qwen3, qwen3_moe; their MLX checkpoints too) */
+static int fixture_kv_f16(const char *dir) {
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *c = cj_load_file(path, err, sizeof err);
+    const char *mt = c ? json_string_value(json_object_get(c, "model_type")) : NULL;
+    int ok = mt && (!strcmp(mt, "llama") || !strcmp(mt, "qwen3") || !strcmp(mt, "qwen3_moe"));
+    json_decref(c);
+    return ok;
 }
 
 static int read_ints(const json_t *a, int **out) {
@@ -78,7 +97,7 @@ static float *read_f32(const char *path, size_t n) {
 static int n_fixtures;
 static char diffs[256];  /* "prefill 1.2e-06 step 1.3e-06" of the last fixture run */
 
-static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, int mlx_amx) {
+static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, int mlx_amx, int kv_f16) {
     char path[1024], err[1024];
     snprintf(path, sizeof path, "%s/ref.json", dir);
     json_t *ref = cj_load_file(path, err, sizeof err);
@@ -91,12 +110,13 @@ static void one_fixture(const char *dir, int isa, int bf16_act, int int16_act, i
     int gmax = (int)json_integer_value(json_object_get(ref, "greedy_max_new"));
     int V = (int)json_integer_value(json_object_get(ref, "vocab_size"));
     double maxref = json_real_value(json_object_get(ref, "max_abs_ref"));
-    double tol = (mlx_amx == 2 ? ACT8_TOL : bf16_act ? 1e-2 : int16_act ? 2e-3 : 1e-3) * (maxref > 1 ? maxref : 1);
+    double tol = (mlx_amx == 2 ? ACT8_TOL : bf16_act ? 1e-2 : int16_act ? 2e-3 : kv_f16 ? KV16_TOL : 1e-3) *
+                 (maxref > 1 ? maxref : 1);
     snprintf(path, sizeof path, "%s/ref_logits.f32", dir);
     float *want = read_f32(path, (size_t)T * V);
     CHECK(want != NULL, "%s: missing or wrong size", path);
 
-    ci_model_opts o = { .isa = isa, .bf16_act = bf16_act, .int16_act = int16_act, .mlx_amx = mlx_amx };
+    ci_model_opts o = { .isa = isa, .bf16_act = bf16_act, .int16_act = int16_act, .mlx_amx = mlx_amx, .kv_f16 = kv_f16 };
     ci_model *m = NULL;
     ci_session *s = NULL;
     float *got = malloc((size_t)T * V * sizeof *got);
@@ -175,9 +195,10 @@ static void test_fixtures(void) {
         /* one PASS/FAIL line per fixture and ISA: auto, scalar, bf16-act where the CPU has it (on
          * AMX tiles where it has those, and then again on vdpbf16ps: CINFER_CPU_AMX=0), and
          * int16-act for the MLX fixtures where the CPU has it */
-        static const char *const run_name[8] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx",
-                                                 "mlx-amx vnni", "mlx-amx8" };
-        for (int run = 0; run < 8; run++) {
+        static const char *const run_name[10] = { "auto", "scalar", "bf16-act", "int16-act", "bf16-act vdpbf16ps", "mlx-amx",
+                                                  "mlx-amx vnni", "mlx-amx8", "kv-f16", "kv-f16 scalar" };
+        for (int run = 0; run < 10; run++) {
+            if (run >= 8 && !fixture_kv_f16(dir)) continue;
             if ((run == 2 && !bf16_cpu) || (run == 3 && (!int8_cpu || strncmp(names[i], "mlx_", 4))) ||
                 (run == 4 && !amx_cpu) || (run == 5 && (!amx_mlx || strncmp(names[i], "mlx_", 4))) ||
                 (run == 6 && (!mlx_tiles || strncmp(names[i], "mlx_", 4))) ||
@@ -188,8 +209,8 @@ static void test_fixtures(void) {
             diffs[0] = 0;
             if (run == 4) setenv("CINFER_CPU_AMX", "0", 1);
             if (run == 6) setenv("CINFER_CPU_MLX_TILES", "0", 1);
-            one_fixture(dir, run == 1 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3,
-                        run == 7 ? 2 : run >= 5);
+            one_fixture(dir, run == 1 || run == 9 ? 1 /* scalar */ : 0 /* auto */, run == 2 || run == 4, run == 3,
+                        run == 7 ? 2 : run >= 5 && run <= 6, run >= 8);
             if (run == 4) unsetenv("CINFER_CPU_AMX");
             if (run == 6) unsetenv("CINFER_CPU_MLX_TILES");
             if (check_case_failed) { printf("FAIL parity %s %s: %s\n", names[i], run_name[run], check_why); check_any_failed = 1; }

@@ -982,22 +982,30 @@ typedef struct {
     const ci_pages *pg;       /* a paged cache (backend.h), or NULL: key j is row j */
     int pg_row;               /* the table row of query row 0 (a per-row paged call runs one row) */
     int n;                    /* query rows */
+    int h16;                  /* the cache holds f16 (ci_backend.kv_f16): rows 2 kv_stride halves apart */
 } attn_ctx;
 
 static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
     return a->pg ? ci_page_row(a->pg, a->pg_row + t, j) : j;
 }
 
+/* Value off (a head's first: g * hd) of cache row `row` of base (kc or vc), f32 or f16. */
+static inline const void *attn_at(const attn_ctx *a, const float *base, int64_t row, int64_t off) {
+    if (a->h16) return (const uint16_t *)base + row * 2 * a->kv_stride + off;
+    return base + row * a->kv_stride + off;
+}
+
 /* The scores of nq query rows (x, a row stride xs apart) against keys j0 .. j0+nj-1 of a kv head
- * (kb: its first key, row t's addressing), times the scale, into s[row * ATTN_BLOCK + j]: one
- * f32_tile per 4 keys (past nj the last key again, its scores dropped). */
-static inline void attn_scores(const attn_ctx *a, int t, const float *kb, int j0, int nj, int nq, const float *x,
+ * (its values from ho in each row, row t's addressing), times the scale, into s[row * ATTN_BLOCK
+ * + j]: one f32_tile (h16_tile) per 4 keys (past nj the last key again, its scores dropped). */
+static inline void attn_scores(const attn_ctx *a, int t, int64_t ho, int j0, int nj, int nq, const float *x,
                                int64_t xs, float *s) {
     float tile[CPU_TILE_T * CPU_TILE_R];
     for (int j = 0; j < nj; j += CPU_TILE_R) {
-        const float *kp[CPU_TILE_R];
-        for (int r = 0; r < CPU_TILE_R; r++) kp[r] = kb + attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)) * a->kv_stride;
-        a->k->f32_tile(kp, a->hd, nq, x, xs, tile);
+        const void *kp[CPU_TILE_R];
+        for (int r = 0; r < CPU_TILE_R; r++) kp[r] = attn_at(a, a->kc, attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)), ho);
+        if (a->h16) a->k->h16_tile((const uint16_t *const *)kp, a->hd, nq, x, xs, tile);
+        else a->k->f32_tile((const float *const *)kp, a->hd, nq, x, xs, tile);
         for (int q = 0; q < nq; q++)
             for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
                 s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
@@ -1021,10 +1029,10 @@ static inline void attn_softmax_step(const attn_ctx *a, float *sh, int nj, float
 }
 
 /* o_q (+)= sum_j p_q[j] v_j for nq rows (o a stride os apart, p in s a row ATTN_BLOCK apart)
- * over keys j0 .. j0+n-1 of a kv head (vb: its first value, row t's addressing). Value rows are
+ * over keys j0 .. j0+n-1 of a kv head (from ho in each row, row t's addressing). Value rows are
  * contiguous within a page: one attn_wsum per page the keys span (one when pages are at least
  * ATTN_BLOCK rows, so the bits are the unpaged ones). */
-static inline void attn_wsum_runs(const attn_ctx *a, int t, const float *vb, int j0, int n, int nq, float *o, int64_t os,
+static inline void attn_wsum_runs(const attn_ctx *a, int t, int64_t ho, int j0, int n, int nq, float *o, int64_t os,
                                   const float *s) {
     for (int j = 0; j < n;) {
         int run = n - j;
@@ -1032,7 +1040,9 @@ static inline void attn_wsum_runs(const attn_ctx *a, int t, const float *vb, int
             int in_page = (1 << a->pg->blk_log2) - ((j0 + j) & ((1 << a->pg->blk_log2) - 1));
             run = run < in_page ? run : in_page;
         }
-        a->k->attn_wsum(o, os, nq, s + j, ATTN_BLOCK, vb + attn_row(a, t, j0 + j) * a->kv_stride, a->kv_stride, run, a->hd);
+        const void *vr = attn_at(a, a->vc, attn_row(a, t, j0 + j), ho);
+        if (a->h16) a->k->attn_wsum16(o, os, nq, s + j, ATTN_BLOCK, vr, 2 * (int64_t)a->kv_stride, run, a->hd);
+        else a->k->attn_wsum(o, os, nq, s + j, ATTN_BLOCK, vr, a->kv_stride, run, a->hd);
         j += run;
     }
 }
@@ -1050,7 +1060,7 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
     int t = (int)(it / items_per_t), h0 = (int)(it % items_per_t) * hpi;
     int L = (a->pos ? a->pos[t] : a->pos0 + t) + 1, g = h0 / a->group, hd = a->hd;
     int64_t row0 = (int64_t)t * a->n_heads + h0; /* first q/out row */
-    const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
+    const int64_t ho = (int64_t)g * hd;           /* the kv head's first value in a cache row */
     float m[ATTN_MAX_HPI], l[ATTN_MAX_HPI];
     for (int h = 0; h < hpi; h++) {
         m[h] = -INFINITY;
@@ -1062,9 +1072,9 @@ static void attn_item(void *c, int64_t it, cpu_slot *slot) {
         for (int hs = 0; hs < hpi; hs += CPU_TILE_T) {
             int nq = hpi - hs < CPU_TILE_T ? hpi - hs : CPU_TILE_T;
             float *o = a->out + (row0 + hs) * hd, *s = slot->scores; /* s: [nq, ATTN_BLOCK] */
-            attn_scores(a, t, kb, j0, nj, nq, a->q + (row0 + hs) * hd, hd, s);
+            attn_scores(a, t, ho, j0, nj, nq, a->q + (row0 + hs) * hd, hd, s);
             for (int h = 0; h < nq; h++) attn_softmax_step(a, s + h * ATTN_BLOCK, nj, o + h * hd, &m[hs + h], &l[hs + h]);
-            attn_wsum_runs(a, t, vb, j0, nj, nq, o, hd, s);
+            attn_wsum_runs(a, t, ho, j0, nj, nq, o, hd, s);
         }
     }
     for (int h = 0; h < hpi; h++) {
@@ -1089,7 +1099,7 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
     const int n_kv = a->n_heads / a->group, g = (int)(it % n_kv), t0 = (int)(it / n_kv) * CPU_TILE_T;
     const int nq = a->n - t0 < CPU_TILE_T ? a->n - t0 : CPU_TILE_T, hd = a->hd, G = a->group;
     const int64_t qs = (int64_t)a->n_heads * hd;   /* a query row's stride */
-    const float *kb = a->kc + (int64_t)g * hd, *vb = a->vc + (int64_t)g * hd;
+    const int64_t ho = (int64_t)g * hd;
     float m[ATTN_MAX_HPI][CPU_TILE_T], l[ATTN_MAX_HPI][CPU_TILE_T];
     int L[CPU_TILE_T], Lmax = 0;
     for (int q = 0; q < nq; q++) {
@@ -1112,12 +1122,12 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
         for (int hh = 0; hh < G; hh++) {
             const int64_t h = (int64_t)g * G + hh;
             float *o = a->out + (int64_t)t0 * qs + h * hd, *s = slot->scores;   /* s: [nq, ATTN_BLOCK] */
-            attn_scores(a, t0, kb, j0, nj, nq, a->q + (int64_t)t0 * qs + h * hd, qs, s);
+            attn_scores(a, t0, ho, j0, nj, nq, a->q + (int64_t)t0 * qs + h * hd, qs, s);
             for (int q = 0; q < nq; q++)   /* a row whose keys ended in an earlier block has none here */
                 if (njq[q] > 0) attn_softmax_step(a, s + q * ATTN_BLOCK, njq[q], o + q * qs, &m[hh][q], &l[hh][q]);
             /* all rows over the whole block at once, else row by row over its own keys */
             for (int q0 = 0; q0 < nq; q0 += full ? nq : 1)
-                attn_wsum_runs(a, t0, vb, j0, full ? nj : njq[q0], full ? nq : 1, o + q0 * qs, qs, s + q0 * ATTN_BLOCK);
+                attn_wsum_runs(a, t0, ho, j0, full ? nj : njq[q0], full ? nq : 1, o + q0 * qs, qs, s + q0 * ATTN_BLOCK);
         }
     }
     for (int hh = 0; hh < G; hh++)
@@ -1131,9 +1141,9 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
  * decision to wake the pool depends on it, never a result). */
 static void attn_run(cpu_backend *b, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                      const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                     const ci_pages *pg, int pg_row) {
+                     const ci_pages *pg, int pg_row, int h16) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
-    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n };
+    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n, h16 };
     if (a.group < 1) a.group = 1;
     /* A prefill whose rows share the key addressing and reach past one key block, with fewer
      * than 4 heads a kv head (attn_item's tiles then hold fewer than 4 rows): blocks of rows
@@ -1156,18 +1166,25 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
 static void cpu_attention(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
                           int pos0, int n_heads, int n_kv, int hd, int kv_stride, float scale) {
     CI_FP_FLUSH_SCOPE();
-    attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
+    attn_run(cpu(be), out, q, k, v, n, pos0, NULL, (int64_t)pos0 + n, n_heads, n_kv, hd, kv_stride, scale, NULL, 0, 0);
 }
 
 /* The positions are host memory here, so the work estimate reads them; max_keys only
- * matters to a device sizing its launch. */
-void cpu_attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
-                         const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
-                         const ci_pages *pg, int pg_row) {
+ * matters to a device sizing its launch. h16: the cache holds f16 (the GQA ops on a kv_f16
+ * backend; MLA's latent cache is f32 always). */
+static void attn_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                       const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale, const ci_pages *pg,
+                       int pg_row, int h16) {
     int64_t keys = 0;
     for (int t = 0; t < n; t++)
         if (pos[t] + 1 > keys) keys = pos[t] + 1;
-    attn_run(cpu(be), out, q, k, v, n, 0, pos, keys, n_heads, n_kv, hd, kv_stride, scale, pg, pg_row);
+    attn_run(cpu(be), out, q, k, v, n, 0, pos, keys, n_heads, n_kv, hd, kv_stride, scale, pg, pg_row, h16);
+}
+
+void cpu_attention_paged(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
+                         const int32_t *pos, int n_heads, int n_kv, int hd, int kv_stride, float scale,
+                         const ci_pages *pg, int pg_row) {
+    attn_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, pg, pg_row, 0);
 }
 
 static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const float *k, const float *v, int n,
@@ -1175,7 +1192,7 @@ static void cpu_attention_pos(ci_backend *be, float *out, const float *q, const 
                               float scale) {
     CI_FP_FLUSH_SCOPE();
     (void)max_keys;
-    cpu_attention_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0);
+    attn_paged(be, out, q, k, v, n, pos, n_heads, n_kv, hd, kv_stride, scale, NULL, 0, be->kv_f16);
 }
 
 /* ---- elementwise ---------------------------------------------------------------------- */
@@ -1448,6 +1465,20 @@ static void cpu_norm_matmul_keep(ci_backend *be, float *xn, float *y, const floa
     cpu_matmul(be, y, xn, n, W);
 }
 
+/* The GQA cache's rows: kv_store_paged's, as f16 on a kv_f16 backend (row r at 2 r stride halves) */
+static void kv_store_gqa(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
+                         const int32_t *pos, const ci_pages *pg, int pg_row) {
+    if (!be->kv_f16) {
+        kv_store_paged(cache, stride, src, width, n, pos, pg, pg_row);
+        return;
+    }
+    const cpu_kernels *k = cpu(be)->k;
+    for (int t = 0; t < n; t++) {
+        int64_t r = pg ? ci_page_row(pg, pg_row + t, pos[t]) : pos[t];
+        k->to_f16(src + (int64_t)t * width, width, (uint16_t *)cache + r * 2 * stride);
+    }
+}
+
 static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                 int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                 const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style,
@@ -1456,8 +1487,8 @@ static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float 
     if (k_norm) cpu_rmsnorm(be, k, k, k_norm, n * n_kv, hd, eps);
     cpu_rope(be, q, n, n_heads, hd, 0, rot_dim, pos, inv_freq, mscale, style);
     cpu_rope(be, k, n, n_kv, hd, 0, rot_dim, pos, inv_freq, mscale, style);
-    kv_store_paged(kc, kv_stride, k, n_kv * hd, n, pos, pg, pg_row);
-    kv_store_paged(vc, kv_stride, v, n_kv * hd, n, pos, pg, pg_row);
+    kv_store_gqa(be, kc, kv_stride, k, n_kv * hd, n, pos, pg, pg_row);
+    kv_store_gqa(be, vc, kv_stride, v, n_kv * hd, n, pos, pg, pg_row);
 }
 
 static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
@@ -1482,7 +1513,7 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
     if (!kv_tab && !(pages && pages->per_row)) {
         qk_rope_store_paged(be, q, k, v, n, n_heads, n_kv, hd, q_norm, k_norm, eps, rot_dim, pos, inv_freq, mscale,
                             style, kc, vc, kv_stride, pages, 0);
-        cpu_attention_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0);
+        attn_paged(be, out, q, kc, vc, n, pos, n_heads, n_kv, hd, kv_stride, scale, pages, 0, be->kv_f16);
         poison(be, q, (size_t)n * QD);
         poison(be, k, (size_t)n * KD);
         return;
@@ -1492,8 +1523,8 @@ static void cpu_rope_attend(ci_backend *be, float *out, float *q, float *k, cons
                             pos + t, inv_freq, mscale, style, kv_tab ? kv_tab[2 * t] : kc,
                             kv_tab ? kv_tab[2 * t + 1] : vc, kv_stride, pages, t);
     for (int t = 0; t < n; t++)
-        cpu_attention_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1,
-                        pos + t, n_heads, n_kv, hd, kv_stride, scale, pages, t);
+        attn_paged(be, out + t * QD, q + t * QD, kv_tab ? kv_tab[2 * t] : kc, kv_tab ? kv_tab[2 * t + 1] : vc, 1, pos + t,
+                   n_heads, n_kv, hd, kv_stride, scale, pages, t, be->kv_f16);
     poison(be, q, (size_t)n * QD);
     poison(be, k, (size_t)n * KD);
 }
@@ -1648,6 +1679,8 @@ int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
     (void)b;
     return 0;
 }
+
+void ci_backend_cpu_kv_f16(ci_backend *be) { be->kv_f16 = 1; }
 
 int ci_backend_cpu_int16_act(ci_backend *be) {
     cpu_backend *b = cpu(be);

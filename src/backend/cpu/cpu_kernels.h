@@ -57,6 +57,12 @@ extern int cpu_pf_next16;
  * CINFER_CPU_SEQ=0|1 sets it (0 / 4096) untuned. Same bits either way. */
 extern int cpu_seq16;
 
+/* A value as the f16 attention cache holds it (backend.h ci_backend.kv_f16): x clamped to
+ * [-65504, 65504] (NaN kept), rounded to the nearest f16, ties to even. */
+static inline uint16_t cpu_kv_f16(float x) {
+    return ci_f32_to_f16(x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x);
+}
+
 typedef struct {
     const char *name;
     /* Decode / small batch: weights read in their checkpoint dtype and converted in
@@ -93,6 +99,14 @@ typedef struct {
     float (*exp_sum)(float *s, int L, float m);
     void (*attn_wsum)(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
                       int L, int hd);
+    /* The same two over an f16 cache (ci_backend.kv_f16): h16_tile is f32_tile with the 4 rows
+     * f16, attn_wsum16 attn_wsum with f16 value rows (stride in halves), each value widened
+     * exactly in registers: the bits of the f32 kernels on the widened rows. to_f16 stores n
+     * floats as the cache's f16 (cpu_kv_f16 of each). */
+    void (*h16_tile)(const uint16_t *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs, float *out);
+    void (*attn_wsum16)(float *o, int64_t os, int nq, const float *p, int64_t ps, const uint16_t *v, int64_t stride,
+                        int L, int hd);
+    void (*to_f16)(const float *x, int64_t n, uint16_t *h);
 
     /* Optional (NULL: bf16 weights take mat_tile / row_f32 + f32 tiles like the others): bf16
      * weights dotted with x rounded to bf16 (a second precision, with its own summation

@@ -47,6 +47,11 @@ static inline TGT vf vld_bf16(const uint16_t *p) {
 static inline TGT vf vld_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
+/* min / max return their second operand when either is NaN: NaN passes the clamp */
+static inline TGT void vst_f16(uint16_t *p, vf v) {
+    v = _mm256_max_ps(_mm256_set1_ps(-65504.0f), _mm256_min_ps(_mm256_set1_ps(65504.0f), v));
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 /* E4M3 -> f16 bits (value * 2^-8) -> f32; see kernels_avx512.c for why via f16. */
 static inline TGT vf vld_fp8(const uint8_t *p) {
     __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)p));

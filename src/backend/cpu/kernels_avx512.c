@@ -51,6 +51,11 @@ static inline TGT vf vld_bf16(const uint16_t *p) {
 static inline TGT vf vld_f16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
+/* min / max return their second operand when either is NaN: NaN passes the clamp */
+static inline TGT void vst_f16(uint16_t *p, vf v) {
+    v = _mm512_max_ps(_mm512_set1_ps(-65504.0f), _mm512_min_ps(_mm512_set1_ps(65504.0f), v));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 /* E4M3 -> f16 bits -> f32. Shifting the 7 exponent+mantissa bits to bits 7..13 of a
  * 16-bit lane gives the f16 whose value is fp8 * 2^-8 (fp8 subnormals land on f16
  * subnormals, and the 4-bit exponent always fits); the sign-extended byte leaves the sign

@@ -144,6 +144,38 @@ static void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t ps, 
         }
 }
 
+/* f32_tile over f16 rows: widened a piece of CPU_KC columns at a time (a multiple of the lanes,
+ * so every product lands in f32_tile's lane in its order), then finished once. */
+static void h16_tile(const uint16_t *const w[CPU_TILE_R], int64_t kc, int T, const float *x, int64_t xs, float *out) {
+    float acc[CPU_TILE_T][CPU_TILE_R][LANES], buf[CPU_TILE_R][CPU_KC];
+    const float *wp[CPU_TILE_R];
+    memset(acc, 0, sizeof acc);
+    for (int64_t c0 = 0; c0 < kc; c0 += CPU_KC) {
+        int64_t n = kc - c0 < CPU_KC ? kc - c0 : CPU_KC;
+        for (int r = 0; r < CPU_TILE_R; r++) {
+            for (int64_t c = 0; c < n; c++) buf[r][c] = ci_f16_to_f32(w[r][c0 + c]);
+            wp[r] = buf[r];
+        }
+        chunk_dot(acc, wp, n, T, x + c0, xs);   /* c0 a multiple of LANES: the lanes go on as in one call */
+    }
+    finish(acc, T, out);
+}
+
+static void attn_wsum16(float *o, int64_t os, int nq, const float *p, int64_t ps, const uint16_t *v, int64_t stride,
+                        int L, int hd) {
+    for (int h = 0; h < nq; h++)
+        for (int j = 0; j < L; j++) {
+            const uint16_t *vj = v + (int64_t)j * stride;
+            float pj = p[h * ps + j];
+            float *oh = o + h * os;
+            for (int i = 0; i < hd; i++) oh[i] += pj * ci_f16_to_f32(vj[i]);
+        }
+}
+
+static void to_f16(const float *x, int64_t n, uint16_t *h) {
+    for (int64_t i = 0; i < n; i++) h[i] = cpu_kv_f16(x[i]);
+}
+
 const cpu_kernels cpu_kernels_scalar = {
     .name = "cpu-scalar",
     .mat_tile = mat_tile,
@@ -156,4 +188,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .vmax = vmax,
     .exp_sum = exp_sum,
     .attn_wsum = attn_wsum,
+    .h16_tile = h16_tile,
+    .attn_wsum16 = attn_wsum16,
+    .to_f16 = to_f16,
 };

@@ -7,6 +7,8 @@
  *   vzero vset1 vld vst vadd vsub vmul vdiv vmax vfma(a,b,c)=a*b+c vhsum vhmax vexp
  *   vhsum4(a,b,c,d,out4)  the four horizontal sums, stored to out4[0..3]
  *   vld_bf16 vld_f16      VL weights converted exactly to f32
+ *   vst_f16               VL floats stored as f16: clamped to [-65504, 65504] (NaN kept),
+ *                         rounded to nearest even (the f16 attention cache, cpu_kv_f16)
  *   vld_fp8               VL E4M3 bytes as f32 *times 2^-8* (exact: the bits placed into an
  *                         f16, then widened; no table, no gather);
  *                         callers multiply by (block scale * 2^8), which is one rounding
@@ -18,6 +20,7 @@
  * memcpy per row instead of masked memory access, so sanitizers see exact-size reads. */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline)) TGT
@@ -539,8 +542,12 @@ static TGT float exp_sum(float *s, int L, float m) {
 /* For nq <= 4 query rows: o_h[0..NV*VL) += sum_j p_h[j] v_j, with NV (compile-time)
  * vectors per row. Each value vector is loaded once for all nq rows; NQ*NV <= 16
  * accumulators stay in registers while the L value rows stream past. */
-AI void wsum_tile(const int NQ, const int NV, float *o, int64_t os, const float *p, int64_t ps, const float *v,
-                  int64_t stride, int L) {
+AI vf vld_kv(const int h16, const void *v, int64_t i) {
+    return h16 ? vld_f16((const uint16_t *)v + i) : vld((const float *)v + i);
+}
+
+AI void wsum_tile(const int NQ, const int NV, const int h16, float *o, int64_t os, const float *p, int64_t ps,
+                  const void *v, int64_t stride, int L) {
     vf a[4][4];
     UNROLL(4)
     for (int h = 0; h < NQ; h++) {
@@ -548,10 +555,10 @@ AI void wsum_tile(const int NQ, const int NV, float *o, int64_t os, const float 
         for (int c = 0; c < NV; c++) a[h][c] = vzero();
     }
     for (int j = 0; j < L; j++) {
-        const float *vj = v + (int64_t)j * stride;
+        const int64_t vj = (int64_t)j * stride;
         vf vv[4];
         UNROLL(4)
-        for (int c = 0; c < NV; c++) vv[c] = vld(vj + c * VL);
+        for (int c = 0; c < NV; c++) vv[c] = vld_kv(h16, v, vj + c * VL);
         UNROLL(4)
         for (int h = 0; h < NQ; h++) {
             vf ph = vset1(p[h * ps + j]);
@@ -572,17 +579,19 @@ AI void wsum_tile(const int NQ, const int NV, float *o, int64_t os, const float 
 
 /* Column chunks of up to 4 vectors; a final partial vector (hd not a multiple of VL)
  * goes through the stack buffer. With 4 rows and hd = 128 on AVX-512 that is two passes
- * over the (L2-resident) value block, each at full FMA rate. */
-static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
-                          int L, int hd) {
+ * over the (L2-resident) value block, each at full FMA rate. h16: f16 value rows (the
+ * cache of ci_backend.kv_f16), v and stride in halves. */
+AI void wsum_any(const int h16, float *o, int64_t os, int nq, const float *p, int64_t ps, const void *v,
+                 int64_t stride, int L, int hd) {
     int i0 = 0;
     for (; i0 + VL <= hd;) {
         int nv = (hd - i0) / VL < 4 ? (hd - i0) / VL : 4;
+        const void *vi = h16 ? (const void *)((const uint16_t *)v + i0) : (const void *)((const float *)v + i0);
         switch (nq) {
-        case 1: WSUM_NV(1, nv, o + i0, os, p, ps, v + i0, stride, L); break;
-        case 2: WSUM_NV(2, nv, o + i0, os, p, ps, v + i0, stride, L); break;
-        case 3: WSUM_NV(3, nv, o + i0, os, p, ps, v + i0, stride, L); break;
-        default: WSUM_NV(4, nv, o + i0, os, p, ps, v + i0, stride, L); break;
+        case 1: WSUM_NV(1, nv, h16, o + i0, os, p, ps, vi, stride, L); break;
+        case 2: WSUM_NV(2, nv, h16, o + i0, os, p, ps, vi, stride, L); break;
+        case 3: WSUM_NV(3, nv, h16, o + i0, os, p, ps, vi, stride, L); break;
+        default: WSUM_NV(4, nv, h16, o + i0, os, p, ps, vi, stride, L); break;
         }
         i0 += nv * VL;
     }
@@ -590,11 +599,61 @@ static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t 
         int tail = hd - i0;
         for (int h = 0; h < nq; h++) {
             vf a = vzero();
-            for (int j = 0; j < L; j++)
-                a = vfma(vset1(p[h * ps + j]), xload_part(v + (int64_t)j * stride + i0, tail), a);
+            for (int j = 0; j < L; j++) {
+                const int64_t at = (int64_t)j * stride + i0;
+                vf vv = h16 ? wload_part(CI_F16, v, at, tail) : xload_part((const float *)v + at, tail);
+                a = vfma(vset1(p[h * ps + j]), vv, a);
+            }
             xstore_part(o + h * os + i0, vadd(xload_part(o + h * os + i0, tail), a), tail);
         }
     }
+}
+
+static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t ps, const float *v, int64_t stride,
+                          int L, int hd) {
+    wsum_any(0, o, os, nq, p, ps, v, stride, L, hd);
+}
+
+static TGT void attn_wsum16(float *o, int64_t os, int nq, const float *p, int64_t ps, const uint16_t *v,
+                            int64_t stride, int L, int hd) {
+    wsum_any(1, o, os, nq, p, ps, v, stride, L, hd);
+}
+
+/* f32_tile over f16 rows: hot_span's loop (no prefetch: rowb past any rule) is f32_tile's,
+ * with each weight vector widened exactly, so the bits are f32_tile's on the widened rows. */
+AI void h16_tile_T(const int T, const uint16_t *const w[4], int64_t kc, const float *x, int64_t xs, float *out) {
+    vf acc[TMAX][4];
+    UNROLL(4)
+    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
+    hot_span(T, CI_F16, (const void *const *)w, 0, kc, x, xs, acc, SIZE_MAX);
+    UNROLL(4)
+    for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
+}
+
+static TGT void h16_tile(const uint16_t *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
+    for (int t0 = 0; t0 < T; t0 += TMAX) {
+        int tt = T - t0 < TMAX ? T - t0 : TMAX;
+        const float *xt = x + t0 * xs;
+        float *o = out + t0 * 4;
+        switch (tt) {
+        case 1: h16_tile_T(1, w, kc, xt, xs, o); break;
+#if TMAX >= 4
+        case 2: h16_tile_T(2, w, kc, xt, xs, o); break;
+        case 3: h16_tile_T(3, w, kc, xt, xs, o); break;
+        default: h16_tile_T(4, w, kc, xt, xs, o); break;
+#else
+        default: h16_tile_T(2, w, kc, xt, xs, o); break;
+#endif
+        }
+    }
+}
+
+/* The f16 cache's stores: VL at a time through the set's vst_f16 (the clamp, then the
+ * conversion rounding to nearest even), the tail through cpu_kv_f16 (the same values). */
+static TGT void to_f16(const float *x, int64_t n, uint16_t *h) {
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) vst_f16(h + i, vld(x + i));
+    for (; i < n; i++) h[i] = cpu_kv_f16(x[i]);
 }
 
 #ifdef KBLOCK_TILE
@@ -605,7 +664,8 @@ static TGT void attn_wsum(float *o, int64_t os, int nq, const float *p, int64_t 
 /* The set's fields but its name (a file may define a second table over the same kernels). */
 #define KTABLE_FIELDS \
     .mat_tile = mat_tile, .seq_rows = seq_rows, .f32_tile = f32_tile, .row_f32 = row_f32, .sumsq = sumsq, .scale_mul = scale_mul, \
-    .swiglu = swiglu, .add = add, .vmax = vmaxf, .exp_sum = exp_sum, .attn_wsum = attn_wsum KBLOCK_FIELD
+    .swiglu = swiglu, .add = add, .vmax = vmaxf, .exp_sum = exp_sum, .attn_wsum = attn_wsum, .h16_tile = h16_tile, \
+    .attn_wsum16 = attn_wsum16, .to_f16 = to_f16 KBLOCK_FIELD
 
 const cpu_kernels KTABLE = {
     .name = KNAME,
