@@ -17,7 +17,8 @@
  *  - rope_attend on a paged cache (shuffled block tables, one per chunk or one per row)
  *    against unpaged caches holding the same rows: bit for bit with 128-row blocks;
  *  - the f16 attention cache (kv_f16): the halves rope_attend writes, and its output = the
- *    f32 cache of those values', bit for bit; a batch step = its rows alone;
+ *    f32 cache of those values', bit for bit (a decode's rows by ranges of kv heads on 1 and 2
+ *    threads included); a batch step = its rows alone;
  *  - moe_experts: a decode step's rows (1..4 tokens: every active expert's matmuls in one
  *    batch) equal the same tokens' rows of a 9-token call (one matmul pass per expert), bf16
  *    and fp8 experts, SwiGLU, clamped SwiGLU and relu², with and without accumulating;
@@ -387,17 +388,17 @@ static void test_rope_attend_paged(void) {
 static uint16_t kv_half(float x) { return ci_f32_to_f16(x > 65504.0f ? 65504.0f : x < -65504.0f ? -65504.0f : x); }
 
 static void test_kv_f16(void) {
-    const int shapes[][3] = { { 8, 2, 20 }, { 8, 4, 64 }, { 4, 2, 136 } };   /* H, KV, hd */
-    const int cases[][2] = { { 150, 0 }, { 17, 150 }, { 1, 167 } };          /* n, pos0: run one after another */
-    for (int b = 0; b < n_bes; b++) {
-        ci_backend *be = bes[b], *bh = ci_backend_cpu_new(3, isas[b]);
+    const int shapes[][3] = { { 8, 2, 20 }, { 8, 4, 64 }, { 4, 2, 136 }, { 12, 3, 32 } };   /* H, KV, hd */
+    const int cases[][2] = { { 150, 0 }, { 17, 150 }, { 1, 167 }, { 5, 168 } };   /* n, pos0: run one after another */
+    for (int b = 0; b < 2 * n_bes; b++) {   /* the f16 backend with 2 threads, then 1 (attn_item_rows' forms) */
+        ci_backend *be = bes[b % n_bes], *bh = ci_backend_cpu_new(b < n_bes ? 2 : 1, isas[b % n_bes]);
         if (!bh) continue;   /* bes[] holds the sets this CPU runs, in isas' order from the first */
         ci_backend_cpu_kv_f16(bh);
         for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
             const int H = shapes[sh][0], KV = shapes[sh][1], hd = shapes[sh][2], QD = H * hd, KD = KV * hd;
             const int S = ci_kv_slots(bh, KD) + 1, MAXP = 200;   /* f16 row stride in slots, a slot past the row */
             CHECK(ci_kv_slots(bh, KD) == KD / 2 && ci_kv_slots(be, KD) == KD, "kv slots %d / %d", ci_kv_slots(bh, KD), KD);
-            float inv[68];
+            float inv[68];   /* hd <= 136 */
             for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
             float *kh = calloc((size_t)MAXP * S, 4), *vh = calloc((size_t)MAXP * S, 4);   /* the f16 caches */
             float *kf = calloc((size_t)MAXP * KD, 4), *vf = calloc((size_t)MAXP * KD, 4);  /* f32: the halves' values */

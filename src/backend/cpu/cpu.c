@@ -983,6 +983,7 @@ typedef struct {
     int pg_row;               /* the table row of query row 0 (a per-row paged call runs one row) */
     int n;                    /* query rows */
     int h16;                  /* the cache holds f16 (ci_backend.kv_f16): rows 2 kv_stride halves apart */
+    int n_slots;              /* the pool's threads (attn_item_rows' prefetch rule) */
 } attn_ctx;
 
 static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
@@ -1137,13 +1138,80 @@ static void attn_item_qb(void *c, int64_t it, cpu_slot *slot) {
         }
 }
 
+/* A few rows' attention (a decode step) by ranges of kv heads: one item is one query row and
+ * every head of kv_per_item consecutive kv heads. For each block of ATTN_BLOCK keys it takes the
+ * scores 4 keys at a time for all the range's heads (kv heads inner: the 4 keys' rows are read
+ * front to back, one stream, where attn_item reads a head's slice of every row, a stride apart,
+ * once per kv head), prefetching the same rows' values into L2, then each head's softmax step
+ * and value sums as attn_item gives them. Each (row, head) sees attn_item's operations in its
+ * order (a score does not depend on the tile's other rows, nor a value sum on nq): the same
+ * bits. */
+enum { ATTN_ROWS_MAX_H = 32 };   /* most heads an item of attn_item_rows holds */
+static int attn_rows_on = 1;
+
+static void attn_item_rows(void *c, int64_t it, cpu_slot *slot) {
+    (void)slot;
+    attn_ctx *a = c;
+    const int n_kv = a->n_heads / a->group, G = a->group, hd = a->hd, kvr = a->heads_per_item;
+    const int nr = (n_kv + kvr - 1) / kvr, t = (int)(it / nr), g0 = (int)(it % nr) * kvr;
+    const int g1 = g0 + kvr < n_kv ? g0 + kvr : n_kv, nh = (g1 - g0) * G;
+    const int L = (a->pos ? a->pos[t] : a->pos0 + t) + 1;
+    const int64_t es = a->h16 ? 2 : 4, span = (int64_t)(g1 - g0) * hd * es;   /* the range's bytes in a row */
+    const int vpf = a->n_slots == 1;   /* the block's values into L2 while its scores are taken: one thread only */
+    _Alignas(64) float s[ATTN_ROWS_MAX_H * ATTN_BLOCK];
+    float m[ATTN_ROWS_MAX_H], l[ATTN_ROWS_MAX_H], tile[CPU_TILE_T * CPU_TILE_R];
+    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g0 * G) * hd;
+    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g0 * G) * hd;
+    for (int h = 0; h < nh; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+    }
+    memset(out, 0, (size_t)nh * hd * sizeof(float));
+    for (int j0 = 0; j0 < L; j0 += ATTN_BLOCK) {
+        const int nj = L - j0 < ATTN_BLOCK ? L - j0 : ATTN_BLOCK;
+        for (int j = 0; j < nj; j += CPU_TILE_R) {
+            int64_t rr[CPU_TILE_R];
+            for (int r = 0; r < CPU_TILE_R; r++) {
+                rr[r] = attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1));
+                if (j0 + j + r + CPU_TILE_R < L) {   /* the next tile's keys */
+                    const char *kp = attn_at(a, a->kc, attn_row(a, t, j0 + j + r + CPU_TILE_R), (int64_t)g0 * hd);
+                    for (int64_t o = 0; o < span; o += 64) __builtin_prefetch(kp + o, 0, 3);
+                }
+                if (j + r < nj && vpf) {
+                    const char *vp = attn_at(a, a->vc, rr[r], (int64_t)g0 * hd);
+                    for (int64_t o = 0; o < span; o += 64) __builtin_prefetch(vp + o, 0, 2);
+                }
+            }
+            for (int g = g0; g < g1; g++)
+                for (int hs = 0; hs < G; hs += CPU_TILE_T) {
+                    const int nq = G - hs < CPU_TILE_T ? G - hs : CPU_TILE_T, hh = (g - g0) * G + hs;
+                    const void *kp[CPU_TILE_R];
+                    for (int r = 0; r < CPU_TILE_R; r++) kp[r] = attn_at(a, a->kc, rr[r], (int64_t)g * hd);
+                    if (a->h16) a->k->h16_tile((const uint16_t *const *)kp, hd, nq, q + (int64_t)hh * hd, hd, tile);
+                    else a->k->f32_tile((const float *const *)kp, hd, nq, q + (int64_t)hh * hd, hd, tile);
+                    for (int qq = 0; qq < nq; qq++)
+                        for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
+                            s[(hh + qq) * ATTN_BLOCK + j + r] = tile[qq * CPU_TILE_R + r] * a->scale;
+                }
+        }
+        for (int h = 0; h < nh; h++) attn_softmax_step(a, s + h * ATTN_BLOCK, nj, out + (int64_t)h * hd, &m[h], &l[h]);
+        for (int g = g0; g < g1; g++)
+            for (int hs = 0; hs < G; hs += CPU_TILE_T) {
+                const int nq = G - hs < CPU_TILE_T ? G - hs : CPU_TILE_T, hh = (g - g0) * G + hs;
+                attn_wsum_runs(a, t, (int64_t)g * hd, j0, nj, nq, out + (int64_t)hh * hd, hd, s + hh * ATTN_BLOCK);
+            }
+    }
+    for (int h = 0; h < nh; h++) a->k->scale_mul(out + (int64_t)h * hd, out + (int64_t)h * hd, NULL, 1.0f / l[h], hd);
+}
+
 /* attention and attention_pos: one driver; keys = the longest row's key count (only the
  * decision to wake the pool depends on it, never a result). */
 static void attn_run(cpu_backend *b, float *out, const float *q, const float *k, const float *v, int n, int pos0,
                      const int32_t *pos, int64_t keys, int n_heads, int n_kv, int hd, int kv_stride, float scale,
                      const ci_pages *pg, int pg_row, int h16) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
-    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n, h16 };
+    attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n, h16,
+                   (int)b->n_slots };
     if (a.group < 1) a.group = 1;
     /* A prefill whose rows share the key addressing and reach past one key block, with fewer
      * than 4 heads a kv head (attn_item's tiles then hold fewer than 4 rows): blocks of rows
@@ -1153,6 +1221,20 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
         !(pg && pg->per_row) && qb_items >= 2 * (int64_t)b->n_slots && attn_qb_on) {
         par_for(b, qb_items, attn_item_qb, &a, (int64_t)n * n_heads * keys * hd >= SMALL_WORK);
         return;
+    }
+    /* An f16 cache's rows that leave every thread an item of whole kv heads' ranges (a decode
+     * step): by ranges of kv heads (attn_item_rows), at most ATTN_ROWS_MAX_H heads an item. Not
+     * the f32 cache: there it measured level to 18% slower (bench/RESULTS.md) */
+    if (attn_rows_on && h16 && n_heads % n_kv == 0 && a.group <= ATTN_ROWS_MAX_H) {
+        const int want = (int)((b->n_slots + n - 1) / n);   /* ranges a row that give every thread one */
+        int kvr = (n_kv + want - 1) / want;
+        if (kvr * a.group > ATTN_ROWS_MAX_H) kvr = ATTN_ROWS_MAX_H / a.group;
+        const int64_t rows_items = (int64_t)n * ((n_kv + kvr - 1) / kvr);
+        if (rows_items >= b->n_slots && n < 2 * CPU_TILE_T) {
+            a.heads_per_item = kvr;   /* here: kv heads an item */
+            par_for(b, rows_items, attn_item_rows, &a, (int64_t)n * n_heads * keys * hd >= SMALL_WORK);
+            return;
+        }
     }
     /* Items are (query row, heads sharing a kv head). Sharing saves memory traffic, but
      * the pool needs enough items: take the largest divisor of the group that still
@@ -1774,6 +1856,9 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     else if (!cpu_pf_tuned) cpu_seq16 = amd ? 2048 : 0;   /* a measurement stays */
     const char *aq = getenv("CINFER_CPU_ATTN_QB");
     attn_qb_on = !(aq && !strcmp(aq, "0"));
+    const char *ar = getenv("CINFER_CPU_ATTN_ROWS");
+    attn_rows_on = !(ar && !strcmp(ar, "0"));
+
     const char *r8 = getenv("CINFER_CPU_ROWS8");
     cpu_rows8 = !(r8 && !strcmp(r8, "0"));
     const char *rs = getenv("CINFER_CPU_ROWS_N");
