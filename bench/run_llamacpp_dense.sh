@@ -20,6 +20,7 @@
 #   PY      a python3 with numpy (for the GGUF writer only)
 #   BEFORE  optional: a second cinfer binary (e.g. an older build) run in each round too, before CINFER
 #   ALT     optional: flags for a second run of CINFER in each round (e.g. --bf16-act), after the first
+#   PROMPT  the prompt length (default 128): cinfer's --prompt-len, llama-bench's -p and its second depth
 # llama-bench runs -d "0,PROMPT": its tg test starts from an empty cache unless given a depth,
 # while cinfer bench decodes after its prompt (context PROMPT .. PROMPT + GEN), so "tgN @ dPROMPT"
 # is the like-for-like decode and "ppPROMPT" (depth 0) the like-for-like prefill; the other two
@@ -28,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${SRC:-/tmp/q06} GGUF=${GGUF:-/tmp/q06.gguf} LCPP=${LCPP:-/tmp/llama.cpp}
-CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-} ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3}
+CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-} ROUNDS=${ROUNDS:-2} PROMPT=${PROMPT:-128} THREADS=${THREADS:-"1 2"} PY=${PY:-python3}
 [ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "$SRC" "$GGUF" "$LCPP"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cpus)"
 echo "llama.cpp: $(git -C "$LCPP" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -36,15 +37,15 @@ for r in $(seq "$ROUNDS"); do
   for t in $THREADS; do
     if [ -n "$BEFORE" ]; then
       echo "== round $r threads $t cinfer BEFORE (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "$BEFORE" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+      "$BEFORE" bench --model "$SRC" --prompt-len "$PROMPT" --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
     fi
     echo "== round $r threads $t cinfer (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-    "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+    "$CINFER" bench --model "$SRC" --prompt-len "$PROMPT" --gen 64 --threads "$t" 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
     if [ -n "$ALT" ]; then
       echo "== round $r threads $t cinfer $ALT (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "$CINFER" bench --model "$SRC" --prompt-len 128 --gen 64 --threads "$t" $ALT 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
+      "$CINFER" bench --model "$SRC" --prompt-len "$PROMPT" --gen 64 --threads "$t" $ALT 2>&1 | grep -Ei "prefill|decode|weights|machine|bandwidth"
     fi
     echo "== round $r threads $t llama.cpp (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-    "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$GGUF" -p 128 -n 64 -d "0,128" -t "$t" -r 2 2>/dev/null | grep -E "pp128|tg64"
+    "${LCPP_BIN:-$LCPP/build/bin}/llama-bench" -m "$GGUF" -p "$PROMPT" -n 64 -d "0,$PROMPT" -t "$t" -r 2 2>/dev/null | grep -E "pp$PROMPT|tg64"
   done
 done

@@ -104,8 +104,10 @@ typedef struct {
                              * clamped to +-65504, rounded to nearest even; products and sums in f32 as
                              * before): half the cache's memory and of the bytes a decode step's
                              * attention reads, logits within ~1e-3 of their largest magnitude of the
-                             * f32 cache's (bench/RESULTS.md). Families whose caches take it: llama,
-                             * qwen3, qwen3_moe; others, and the CUDA backend, refuse it. 0: f32. */
+                             * f32 cache's (bench/RESULTS.md). Every family with GQA attention layers
+                             * takes it (llama, qwen3, qwen3_moe, lfm2, lfm2_moe, qwen3_5, qwen3_5_moe,
+                             * qwen3_next, nemotron_h); the DeepSeek families (MLA / DSA / V4 caches) and
+                             * the CUDA backend refuse it. 0: f32. */
 } ci_model_opts;
 
 CI_API int ci_model_open(const char *dir, const ci_model_opts *opts, ci_model **out, char *err, size_t errlen);

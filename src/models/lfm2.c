@@ -353,14 +353,14 @@ int lfm2_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     lfm2_model *d = m->impl;
     int n_attn = 0;
     for (int l = 0; l < d->n_layers; l++) n_attn += d->layers[l].is_attn;
-    return hyb_pool_init(m, n_blocks, lfm2_kv_floats(d), n_attn, &d->pool_kv, err, errlen);
+    return hyb_pool_init(m, n_blocks, lfm2_kv_floats(d, m->be), n_attn, &d->pool_kv, err, errlen);
 }
 
 size_t lfm2_cache_bytes_per_token(const ci_model *m) {
     const lfm2_model *d = m->impl;
     size_t b = 0;
     for (int l = 0; l < d->n_layers; l++)
-        if (d->layers[l].is_attn) b += 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
+        if (d->layers[l].is_attn) b += lfm2_kv_floats(d, m->be) * sizeof(float);
     return b;
 }
 
@@ -379,4 +379,4 @@ static const ci_family_ops lfm2_ops = {
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
-const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 1, 0 };
+const ci_family fam_lfm2 = { "lfm2", (const char *const[]){ "lfm2", NULL }, NULL, &lfm2_ops, CI_CUDA_YES, 1, 1 };

@@ -23,7 +23,7 @@ static void part(const ci_session *s, int l, layer_part *p) {
     const lfm2_session *c = s->impl;
     const int attn = d->layers[l].is_attn, rows = attn && !ci_session_pages_shared(s);   /* shared pool: rows in its blocks */
     p->buf = attn ? (rows ? c->kv[l] : NULL) : c->state[l];
-    p->row_floats = rows ? lfm2_kv_floats(d) : 0;
+    p->row_floats = rows ? lfm2_kv_floats(d, s->m->be) : 0;
     p->state_floats = attn ? 0 : lfm2_state_floats(d);
 }
 

@@ -76,7 +76,9 @@ typedef struct {
 } lfm2_session;
 
 /* One attention layer's KV row and one conv layer's state, in floats. */
-static inline size_t lfm2_kv_floats(const lfm2_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
+static inline size_t lfm2_kv_floats(const lfm2_model *d, const ci_backend *be) {
+    return 2 * (size_t)ci_kv_slots(be, d->n_kv * d->hd);   /* [k | v]: f16 two to a float on a kv_f16 backend */
+}
 static inline size_t lfm2_state_floats(const lfm2_model *d) { return (size_t)(d->K - 1) * (size_t)d->conv_dim; }
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */

@@ -19,4 +19,4 @@ static const ci_family_ops lfm2_moe_ops = {
     .snapshot = lfm2_snapshot, .restore = lfm2_restore, .forward_batch = lfm2_forward_batch,
 };
 
-const ci_family fam_lfm2_moe = { "lfm2_moe", (const char *const[]){ "lfm2_moe", NULL }, NULL, &lfm2_moe_ops, CI_CUDA_YES, 1, 0 };
+const ci_family fam_lfm2_moe = { "lfm2_moe", (const char *const[]){ "lfm2_moe", NULL }, NULL, &lfm2_moe_ops, CI_CUDA_YES, 1, 1 };

@@ -43,7 +43,7 @@ int lfm2_session_init(ci_session *s, char *err, size_t errlen) {
     for (int l = 0; l < d->n_layers && !bad; l++) {
         if (d->layers[l].is_attn) {
             c->kv[l] = c->kv_rows + off * (size_t)lrows;
-            off += lfm2_kv_floats(d);
+            off += lfm2_kv_floats(d, be);
         } else if (lfm2_state_floats(d)) c->state[l] = ci_buf_alloc(be, lfm2_state_floats(d) * f, &bad);
     }
     if (bad)
@@ -114,7 +114,7 @@ static ffn_bufs ffn_scratch(lfm2_session *c) { return (ffn_bufs){ c->xn, c->g, c
 /* Layer l's [k | v] cache rows of a session. */
 static attn_cache layer_kv(const lfm2_model *d, const ci_session *s, int l) {
     const lfm2_session *c = s->impl;
-    return attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
+    return attn_cache_kv_rows(s->m->be, c->kv[l], d->n_kv * d->hd, s->max_ctx);
 }
 
 /* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /

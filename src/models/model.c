@@ -121,7 +121,7 @@ int ci_model_open_rank(const char *dir, const ci_model_opts *opts, ci_comm *comm
     if (opts && opts->kv_f16 && (m->be->is_device || !m->family->kv_f16)) {
         ci_err(err, errlen, "%s: the f16 attention cache (kv_f16, --kv-f16) is %s; run without it", m->family->name,
                m->be->is_device ? "not written for the CUDA backend yet (the CPU has it)"
-                                : "not written for this family's cache yet (llama, qwen3 and qwen3_moe have it)");
+                                : "not written for this family's cache yet (the MLA / DSA / V4 caches)");
         goto fail;
     }
     if (comm && ci_comm_world(comm) > 1) ci_backend_cpu_join(m->be, comm, rank);

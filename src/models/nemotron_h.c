@@ -392,14 +392,14 @@ static int nh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     nh_model *d = m->impl;
     int n_attn = 0;
     for (int l = 0; l < d->n_layers; l++) n_attn += d->layers[l].kind == '*';
-    return hyb_pool_init(m, n_blocks, nh_kv_floats(d), n_attn, &d->pool_kv, err, errlen);
+    return hyb_pool_init(m, n_blocks, nh_kv_floats(d, m->be), n_attn, &d->pool_kv, err, errlen);
 }
 
 static size_t nh_cache_bytes_per_token(const ci_model *m) {
     const nh_model *d = m->impl;
     size_t b = 0;
     for (int l = 0; l < d->n_layers; l++)
-        if (d->layers[l].kind == '*') b += 2 * (size_t)d->n_kv * (size_t)d->hd * sizeof(float);
+        if (d->layers[l].kind == '*') b += nh_kv_floats(d, m->be) * sizeof(float);
     return b;
 }
 
@@ -412,4 +412,4 @@ static const ci_family_ops nh_ops = {
 };
 
 const ci_family fam_nemotron_h = { "nemotron_h", (const char *const[]){ "nemotron_h", NULL }, NULL, &nh_ops,
-                                   CI_CUDA_YES, 1, 0 };
+                                   CI_CUDA_YES, 1, 1 };

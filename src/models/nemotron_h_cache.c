@@ -18,7 +18,7 @@ static void part(const ci_session *s, int l, layer_part *p) {
     const char k = d->layers[l].kind;
     const int rows = k == '*' && !ci_session_pages_shared(s);   /* shared pool: the rows stay in its blocks */
     p->buf = rows ? c->kv[l] : k == 'M' ? c->state[l] : NULL;
-    p->row_floats = rows ? nh_kv_floats(d) : 0;
+    p->row_floats = rows ? nh_kv_floats(d, s->m->be) : 0;
     p->state_floats = k == 'M' ? d->state_floats : 0;
 }
 

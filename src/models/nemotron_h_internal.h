@@ -84,7 +84,9 @@ typedef struct {
 extern const ci_family fam_nemotron_h;
 
 /* One attention layer's KV row, in floats. */
-static inline size_t nh_kv_floats(const nh_model *d) { return 2 * (size_t)d->n_kv * (size_t)d->hd; }
+static inline size_t nh_kv_floats(const nh_model *d, const ci_backend *be) {
+    return 2 * (size_t)ci_kv_slots(be, d->n_kv * d->hd);   /* [k | v]: f16 two to a float on a kv_f16 backend */
+}
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */
 int nh_place(ci_model *m, nh_model *d, char *err, size_t errlen);

@@ -43,7 +43,7 @@ int nh_session_init(ci_session *s, char *err, size_t errlen) {
         char k = d->layers[l].kind;
         if (k == '*') {
             c->kv[l] = c->kv_rows + off * (size_t)lrows;
-            off += nh_kv_floats(d);
+            off += nh_kv_floats(d, be);
         } else if (k == 'M') c->state[l] = ci_buf_alloc(be, d->state_floats * f, &bad);
     }
     if (bad)
@@ -154,7 +154,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     const ci_pages *pg = ci_session_chunk_pages(s, &pbuf);   /* attention rows through the session's table */
     m->be->embed(m->be, c->x, &d->dev_embed, c->run.ids, n);
     for (int l = 0; l < d->n_layers; l++) {
-        const attn_cache kv = attn_cache_kv_rows(c->kv[l], d->n_kv * d->hd, s->max_ctx);
+        const attn_cache kv = attn_cache_kv_rows(m->be, c->kv[l], d->n_kv * d->hd, s->max_ctx);
         layer_ops(m, c, l, &kv, c->state[l], NULL, pg, n);
     }
     if (head == CI_HEAD_NONE) return;
@@ -214,7 +214,7 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
         char k = d->layers[l].kind;
         if (k == '*')
             for (int i = 0; i < n; i++)
-                kvs[i] = attn_cache_kv_rows(((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
+                kvs[i] = attn_cache_kv_rows(be, ((nh_session *)ss[i]->impl)->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
         layer_ops(m, c, l, kvs, NULL, k == '*' || k == 'M' ? c->run.tab + (size_t)l * 2 * n : NULL, &c->bpg, n);
     }
     if (dev_logits) ci_runner_head_into(&c->run, be, n, dev_logits);
@@ -234,7 +234,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             const nh_session *ci = ss[i]->impl;
             if (d->layers[l].kind == '*') {
                 t[2 * i] = ci->kv[l];
-                t[2 * i + 1] = ci->kv[l] + (size_t)d->n_kv * d->hd;
+                t[2 * i + 1] = ci->kv[l] + nh_kv_floats(d, m->be) / 2;
             } else if (d->layers[l].kind == 'M') {
                 t[i] = ci->state[l];
                 t[n + i] = ci->state[l] + mamba2_conv_floats(&d->dev[l].mamba);

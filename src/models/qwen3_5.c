@@ -19,4 +19,4 @@ static const ci_family_ops qwen3_5_ops = {
 };
 
 const ci_family fam_qwen3_5 = { "qwen3_5", (const char *const[]){ "qwen3_5", "qwen3_5_text", NULL }, NULL, &qwen3_5_ops,
-                                CI_CUDA_YES, 1, 0 };
+                                CI_CUDA_YES, 1, 1 };

@@ -21,4 +21,4 @@ static const ci_family_ops qwen3_5_moe_ops = {
 };
 
 const ci_family fam_qwen3_5_moe = { "qwen3_5_moe", (const char *const[]){ "qwen3_5_moe", "qwen3_5_moe_text", NULL },
-                                    NULL, &qwen3_5_moe_ops, CI_CUDA_YES, 1, 0 };
+                                    NULL, &qwen3_5_moe_ops, CI_CUDA_YES, 1, 1 };

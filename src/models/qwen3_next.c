@@ -22,4 +22,4 @@ static const ci_family_ops qwen3_next_ops = {
 };
 
 const ci_family fam_qwen3_next = { "qwen3_next", (const char *const[]){ "qwen3_next", NULL }, NULL, &qwen3_next_ops,
-                                   CI_CUDA_YES, 1, 0 };
+                                   CI_CUDA_YES, 1, 1 };

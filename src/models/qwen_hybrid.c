@@ -368,10 +368,10 @@ int qh_pool_init(ci_model *m, int n_blocks, char *err, size_t errlen) {
     int n_attn = 0;
     for (int l = 0; l < d->n_layers; l++) {
         if (d->layers[l].linear) continue;
-        if (n_attn++ && qh_kv_floats(&d->layers[l]) != rf)
+        if (n_attn++ && qh_kv_floats(&d->layers[l], m->be) != rf)
             return ci_err(err, errlen, "%s: a paged cache needs attention layers of one width (layer %d: %zu floats a row, not %zu)",
-                          m->family->name, l, qh_kv_floats(&d->layers[l]), rf);
-        rf = qh_kv_floats(&d->layers[l]);
+                          m->family->name, l, qh_kv_floats(&d->layers[l], m->be), rf);
+        rf = qh_kv_floats(&d->layers[l], m->be);
     }
     return hyb_pool_init(m, n_blocks, rf, n_attn, &d->pool_kv, err, errlen);
 }
@@ -380,7 +380,7 @@ size_t qh_cache_bytes_per_token(const ci_model *m) {
     const qh_model *d = m->impl;
     size_t b = 0;
     for (int l = 0; l < d->n_layers; l++)
-        if (!d->layers[l].linear) b += ga_row_floats(&d->layers[l].ga) * sizeof(float);
+        if (!d->layers[l].linear) b += ga_row_floats(&d->layers[l].ga, m->be) * sizeof(float);
     return b;
 }
 

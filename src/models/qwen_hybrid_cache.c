@@ -19,7 +19,7 @@ static void part(const ci_session *s, int l, layer_part *p) {
     const qh_layer *L = &d->layers[l];
     const int rows = !L->linear && !ci_session_pages_shared(s);   /* shared pool: the rows stay in its blocks */
     p->buf = L->linear ? c->state[l] : rows ? c->kv[l] : NULL;
-    p->row_floats = rows ? qh_kv_floats(L) : 0;
+    p->row_floats = rows ? qh_kv_floats(L, s->m->be) : 0;
     p->state_floats = L->linear ? qh_state_floats(L) : 0;
 }
 

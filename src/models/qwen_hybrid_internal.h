@@ -81,7 +81,7 @@ typedef struct {
 } qh_session;
 
 /* Floats of one attention layer's KV row, and of one DeltaNet layer's state. */
-static inline size_t qh_kv_floats(const qh_layer *L) { return ga_row_floats(&L->ga); }
+static inline size_t qh_kv_floats(const qh_layer *L, const ci_backend *be) { return ga_row_floats(&L->ga, be); }
 static inline size_t qh_state_floats(const qh_layer *L) { return dn_state_floats(&L->dn); }
 
 /* Every weight forward reads through be->weight; refuses MLX-quantized weights on a device. */

@@ -48,7 +48,7 @@ int qh_session_init(ci_session *s, char *err, size_t errlen) {
         if (L->linear) c->state[l] = ci_buf_alloc(be, qh_state_floats(L) * f, &bad);
         else {
             c->kv[l] = c->kv_rows + off * (size_t)lrows;
-            off += qh_kv_floats(L);
+            off += qh_kv_floats(L, be);
         }
     }
     if (bad)
@@ -110,7 +110,7 @@ static ffn_bufs ffn_scratch(qh_session *c) { return (ffn_bufs){ c->xn, c->g, c->
 static attn_cache layer_kv(const qh_model *d, const ci_session *s, int l) {
     const qh_session *c = s->impl;
     const attn_block *A = &d->layers[l].ga.a;
-    return attn_cache_kv_rows(c->kv[l], A->n_kv * A->hd, s->max_ctx);
+    return attn_cache_kv_rows(s->m->be, c->kv[l], A->n_kv * A->hd, s->max_ctx);
 }
 
 /* The layers of one chunk of n tokens of s whose ids and positions are in c->run.ids /

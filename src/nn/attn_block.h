@@ -70,10 +70,12 @@ typedef struct {
     int rows;                    /* positions it holds (the session's context): attention's max_keys */
 } attn_cache;
 
-/* A cache of [k | v] rows, kv_width = n_kv*hd floats each (ci_cache's attention rows);
- * rows NULL (a layer without attention) gives an empty cache, no pointer arithmetic on NULL. */
-static inline attn_cache attn_cache_kv_rows(float *rows, int kv_width, int n_rows) {
-    return (attn_cache){ rows, rows ? rows + kv_width : NULL, 2 * kv_width, n_rows };
+/* A cache of [k | v] rows of be (ci_cache's attention rows), k and v kv_width = n_kv*hd values
+ * each: ci_kv_slots(be, kv_width) floats each (f16 two to a float on a kv_f16 backend). Rows
+ * NULL (a layer without attention) gives an empty cache, no pointer arithmetic on NULL. */
+static inline attn_cache attn_cache_kv_rows(const ci_backend *be, float *rows, int kv_width, int n_rows) {
+    const int w = ci_kv_slots(be, kv_width);
+    return (attn_cache){ rows, rows ? rows + w : NULL, 2 * w, n_rows };
 }
 
 /* Binds the block's matrices under prefix ("model.layers.3.self_attn") in this order:

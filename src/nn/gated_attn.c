@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t ga_row_floats(const ga_layer *A) { return 2 * (size_t)A->a.n_kv * (size_t)A->a.hd; }
+size_t ga_row_floats(const ga_layer *A, const ci_backend *be) { return 2 * (size_t)ci_kv_slots(be, A->a.n_kv * A->a.hd); }
 
 int ga_bind(w_binder *b, ga_layer *A, const char *prefix, float norm_add) {
     return attn_bind(b, &A->a, A->hidden, 2, prefix, "o_proj", "q_norm", "k_norm", norm_add);

@@ -33,8 +33,8 @@ typedef struct {
     float *k, *v;               /* [max_n, n_kv*hd] */
 } ga_scratch;
 
-/* Floats per cached token: 2 * n_kv * hd. */
-size_t ga_row_floats(const ga_layer *A);
+/* Floats per cached token on be: 2 * n_kv * hd (half that on a kv_f16 backend: ci_kv_slots). */
+size_t ga_row_floats(const ga_layer *A, const ci_backend *be);
 /* Binds under prefix ("model.layers.3.self_attn"); a.n_heads / n_kv / hd and hidden must
  * be set. norm_add is added to q/k norm weights (1 for checkpoints that store zero-centred
  * weights, 0 when already shifted). */

@@ -140,6 +140,16 @@ else
   case "$be8" in *mlx*) fail "--mlx-amx8 computes as before without AVX-512 VNNI" "got '$be8'" ;; *) pass "--mlx-amx8 computes as before without AVX-512 VNNI" ;; esac
 fi
 
+# ---- --kv-f16: the attention cache in f16 (CPU; GQA attention layers only) ----
+expect_ok "logits --kv-f16" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/kv16.f32" --device cpu --kv-f16
+[ -s "$TMP/kv16.f32" ] && ! cmp -s "$TMP/copy.f32" "$TMP/kv16.f32" && pass "--kv-f16 rounds the cache (logits differ)" ||
+  fail "--kv-f16 rounds the cache (logits differ)" "the same logits"
+expect_ok "generate --kv-f16 (a hybrid: LFM2)" $CINFER generate --model tests/fixtures/lfm2 --prompt-ids 1,2,3 --max-tokens 4 --ids --kv-f16
+expect_err "--kv-f16 on DeepSeek's MLA cache" "deepseek_v3: the f16 attention cache (kv_f16, --kv-f16) is not written for this family's cache yet" \
+  $CINFER logits --model tests/fixtures/deepseek_v3 --tokens 1,2 --out "$TMP/kvds.f32" --kv-f16
+expect_usage "--kv-f16 takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --kv-f16 1
+expect_usage "serve --kv-f16 takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --kv-f16 1
+
 # ---- no GPU here: --device cuda fails with one line; auto falls back to the CPU ----
 if $CINFER logits --model $fx --tokens 1 --out "$TMP/gpu.f32" --device cuda >/dev/null 2>&1; then
   echo "NOTE a CUDA device is usable here: the no-GPU checks are skipped (tests/gpu covers this machine)"

@@ -9,7 +9,8 @@
  * bytes in a buffer of the model's backend (device memory on CUDA: taken and restored by
  * device-to-device copies), its host blob only the shape header (DeepSeek V4's: its compressors'
  * entry counts too); a restore into a model on another backend instance comes through host
- * memory and gives the same bits. Run from the repository root. */
+ * memory and gives the same bits. On the CPU the same again with the attention layers' cache in
+ * f16 (ci_model_opts.kv_f16; not DeepSeek V4). Run from the repository root. */
 #include "check.h"
 #include "tmpmodel.h"
 #include "cinfer.h"
@@ -38,10 +39,10 @@ static void tokens(int *t, int n, int vocab) {
     }
 }
 
-static void round_trip(const char *dir) {
+static void round_trip(const char *dir, int kv16) {
     char err[1024];
     ci_model *m = NULL, *m2 = NULL;
-    ci_model_opts o = { .n_threads = 2, .device = on_cuda() };
+    ci_model_opts o = { .n_threads = 2, .device = on_cuda(), .kv_f16 = kv16 };
     if (ci_model_open(dir, &o, &m, err, sizeof err)) {
         if (on_cuda() && strstr(err, "no CUDA path")) { printf("SKIP %s: %s\n", dir, err); return; }
         CHECK(0, "%s: %s", dir, err);
@@ -77,8 +78,8 @@ static void round_trip(const char *dir) {
         CHECK(!ops->restore(s, snap, err, sizeof err) && ci_session_pos(s) == 24, "%s: restore: %s", dir, err);
         memset(b, 0, (size_t)N * V * sizeof *b);
         CHECK(!tm_feed(s, toks + 24, N, step, b, V, err, sizeof err), "%s", err);
-        CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s step=%d: logits after a restore into the same session differ",
-              dir, step);
+        CHECK(!memcmp(a, b, (size_t)N * V * sizeof *a), "%s%s step=%d: logits after a restore into the same session differ",
+              dir, kv16 ? " kv_f16" : "", step);
         ci_session_reset(s2);
         CHECK(!ci_forward(s2, toks + 10, 30, NULL, 0, err, sizeof err), "%s", err);
         CHECK(!ops->restore(s2, snap, err, sizeof err) && ci_session_pos(s2) == 24, "%s: restore: %s", dir, err);
@@ -110,10 +111,18 @@ static void round_trip(const char *dir) {
 }
 
 static void test_round_trips(void) {
-    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) round_trip(fixtures[f]);
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) round_trip(fixtures[f], 0);
+}
+
+/* the same with the attention layers' cache in f16 (CPU only; not DeepSeek V4's caches) */
+static void test_round_trips_kv_f16(void) {
+    if (on_cuda()) return;
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++)
+        if (!strstr(fixtures[f], "deepseek")) round_trip(fixtures[f], 1);
 }
 
 int main(void) {
     TEST_RUN(test_round_trips);
+    TEST_RUN(test_round_trips_kv_f16);
     TEST_EXIT();
 }
