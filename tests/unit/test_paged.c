@@ -15,7 +15,8 @@
  *  - truncating into a shared block drops it; an exhausted pool is a one-line error naming
  *    the blocks, and the pool is whole again when the sessions end;
  *  - batch steps replayed from recorded graphs (a device) = the same steps run eagerly;
- *  - ci_model_kv_pool refuses a second pool and zero blocks (test_dsv4: a V4 model that cannot page).
+ *  - ci_model_kv_pool refuses a second pool and zero blocks (test_dsv4: a V4 model that cannot page);
+ *  - shared = own again with the attention cache in f16 (kv_f16; dense, MoE and hybrids).
  * With CINFER_TEST_DEVICE=cuda (tests/gpu/run.sh) the same on the CUDA backend: shared = own
  * bit for bit still (the same kernels on the same shapes, tables aside); reused blocks + the
  * rest against a full prefill within 1e-3 of the largest logit and the same argmax (the rest's
@@ -59,9 +60,11 @@ static int close_logits(const float *a, const float *b, int n) {
     return md <= 1e-3f * mx && ia == ib;
 }
 
+static int kv16;   /* open_model's models with the attention cache in f16 (ci_model_opts.kv_f16) */
+
 static ci_model *open_model(const char *dir, int pool_blocks) {
     char err[512];
-    ci_model_opts o = { .n_threads = 2, .device = on_device() };
+    ci_model_opts o = { .n_threads = 2, .device = on_device(), .kv_f16 = kv16 };
     ci_model *m;
     if (ci_model_open(dir, &o, &m, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); return NULL; }
     if (pool_blocks && ci_model_kv_pool(m, pool_blocks, err, sizeof err)) { CHECK(0, "%s: %s", dir, err); ci_model_free(m); return NULL; }
@@ -121,6 +124,15 @@ static void shared_equals_own(const char *const *fixtures, size_t nf) {
 
 static void test_shared_equals_own(void) { shared_equals_own(fixtures, sizeof fixtures / sizeof *fixtures); }
 static void test_hybrid_shared_equals_own(void) { shared_equals_own(hybrids, sizeof hybrids / sizeof *hybrids); }
+/* the same with the attention cache in f16 (the CPU; families with GQA attention layers) */
+static void test_kv_f16_shared_equals_own(void) {
+    static const char *const gqa[] = { "tests/fixtures/qwen3_tied", "tests/fixtures/qwen3_moe", "tests/fixtures/lfm2",
+                                       "tests/fixtures/qwen3_5", "tests/fixtures/nemotron_h" };
+    if (on_device()) return;
+    kv16 = 1;
+    shared_equals_own(gqa, sizeof gqa / sizeof *gqa);
+    kv16 = 0;
+}
 
 /* A hybrid: a runs 256 + 94 tokens, its states snapshot at 256 with its blocks published; b
  * matches the two blocks and restores the snapshot, then runs the 94; c (own pool) runs the
@@ -362,6 +374,7 @@ static void test_pool_refusals(void) {
 int main(void) {
     TEST_RUN(test_shared_equals_own);
     TEST_RUN(test_hybrid_shared_equals_own);
+    TEST_RUN(test_kv_f16_shared_equals_own);
     TEST_RUN(test_hybrid_blocks_and_states);
     TEST_RUN(test_copy_on_write);
     TEST_RUN(test_match_reuses_blocks);
