@@ -53,7 +53,7 @@ static const char *USAGE =
     "  generate    [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT | --chat MESSAGE) [--max-tokens N]\n"
     "              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
     "              [--threads N] [--ids] [--stats] [--chat-template FILE]\n"
-    "  inspect     --model DIR  (backend, and the device memory a CUDA run needs)\n"
+    "  inspect     --model DIR [--kv-f16]  (backend, cache bytes, and the device memory a CUDA run needs)\n"
     "  bench       --model DIR [--prompt-len N] [--gen N] [--depth N] [--batch N] [--reps N] [--threads N]\n"
     "  make-random --config FILE --out DIR [--dtype bf16|f32|fp8|fp8-fp4] [--seed S] [--layers N]\n"
     "              [--threads N]   (fill threads, default all CPUs; same file for any N)\n"
@@ -476,13 +476,19 @@ static const char *gib(char *buf, size_t n, double bytes) {
 }
 
 static int cmd_inspect(int argc, char **argv) {
-    flag fl[] = { {"--model", 1, 0, 0}, {0, 0, 0, 0} };
+    flag fl[] = { {"--model", 1, 0, 0}, {"--kv-f16", 0, 0, 0}, {0, 0, 0, 0} };
     int rc = parse_flags("inspect", argc, argv, fl);
     if (rc) return rc;
     const char *dir = need("inspect", fl, "--model", &rc);
     if (rc) return rc;
     ci_model *m;
-    if ((rc = open_model(dir, "1", NULL, &m))) return rc;
+    ci_model_opts io;   /* inspect's own: the mapped files (no copy of weights it does not read), the cache asked for */
+    memset(&io, 0, sizeof io);
+    io.map_weights = 1;
+    io.kv_f16 = find_flag(fl, "--kv-f16")->seen;
+    io.n_threads = 1;
+    char oerr[1024];
+    if (ci_model_open(dir, &io, &m, oerr, sizeof oerr)) return die(1, "%s", oerr);
     ci_model_info i;
     ci_model_get_info(m, &i);
     printf("%-24s %s\n", "family", i.family);

@@ -147,6 +147,10 @@ expect_ok "logits --kv-f16" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out 
 expect_ok "generate --kv-f16 (a hybrid: LFM2)" $CINFER generate --model tests/fixtures/lfm2 --prompt-ids 1,2,3 --max-tokens 4 --ids --kv-f16
 expect_err "--kv-f16 on DeepSeek's MLA cache" "deepseek_v3: the f16 attention cache (kv_f16, --kv-f16) is not written for this family's cache yet" \
   $CINFER logits --model tests/fixtures/deepseek_v3 --tokens 1,2 --out "$TMP/kvds.f32" --kv-f16
+kb32=$($CINFER inspect --model $fx | awk '/^kv_bytes_per_token/ {print $2}')
+kb16=$($CINFER inspect --model $fx --kv-f16 | awk '/^kv_bytes_per_token/ {print $2}')
+[ -n "$kb32" ] && [ "$kb16" = "$((kb32 / 2))" ] && pass "inspect --kv-f16: half the cache bytes a token ($kb16 of $kb32)" ||
+  fail "inspect --kv-f16: half the cache bytes a token" "got '$kb16' of '$kb32'"
 expect_usage "--kv-f16 takes no value" "unknown option '1'" $CINFER logits --model $fx --tokens 1 --out "$TMP/bogus.f32" --kv-f16 1
 expect_usage "serve --kv-f16 takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --kv-f16 1
 
