@@ -300,31 +300,39 @@ static TGT int mat_tile(const ci_mat *W, const int64_t rows[4], int T, const flo
     return ok;
 }
 
-AI void f32_tile_T(const int T, const float *const w[4], int64_t kc, const float *x, int64_t xs, float *out) {
+/* One tile over all kc columns of 4 rows of dtype dt (f32: f32_tile; f16: h16_tile, the f16
+ * attention cache): hot_span's loop without its prefetch (rowb past any rule), which for f32 rows
+ * is tile_span's, so each output is the same chain of FMAs on the (exactly widened) values. */
+AI void kc_tile_T(const int T, const int dt, const void *const w[4], int64_t kc, const float *x, int64_t xs,
+                  float *out) {
     vf acc[TMAX][4];
     UNROLL(4)
     for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
-    tile_span(T, CI_F32, (const void *const *)w, 0, kc, x, xs, NULL, acc, 0);
+    hot_span(T, dt, w, 0, kc, x, xs, acc, SIZE_MAX);
     UNROLL(4)
     for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
 }
 
-static TGT void f32_tile(const float *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
+AI void kc_tile(const int dt, const void *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
     for (int t0 = 0; t0 < T; t0 += TMAX) {
         int tt = T - t0 < TMAX ? T - t0 : TMAX;
         const float *xt = x + t0 * xs;
         float *o = out + t0 * 4;
         switch (tt) {
-        case 1: f32_tile_T(1, w, kc, xt, xs, o); break;
+        case 1: kc_tile_T(1, dt, w, kc, xt, xs, o); break;
 #if TMAX >= 4
-        case 2: f32_tile_T(2, w, kc, xt, xs, o); break;
-        case 3: f32_tile_T(3, w, kc, xt, xs, o); break;
-        default: f32_tile_T(4, w, kc, xt, xs, o); break;
+        case 2: kc_tile_T(2, dt, w, kc, xt, xs, o); break;
+        case 3: kc_tile_T(3, dt, w, kc, xt, xs, o); break;
+        default: kc_tile_T(4, dt, w, kc, xt, xs, o); break;
 #else
-        default: f32_tile_T(2, w, kc, xt, xs, o); break;
+        default: kc_tile_T(2, dt, w, kc, xt, xs, o); break;
 #endif
         }
     }
+}
+
+static TGT void f32_tile(const float *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
+    kc_tile(CI_F32, (const void *const *)w, kc, T, x, xs, out);
 }
 
 /* Rows the next tile of a block takes when left remain and a tile holds up to R: R, or all
@@ -619,33 +627,8 @@ static TGT void attn_wsum16(float *o, int64_t os, int nq, const float *p, int64_
     wsum_any(1, o, os, nq, p, ps, v, stride, L, hd);
 }
 
-/* f32_tile over f16 rows: hot_span's loop (no prefetch: rowb past any rule) is f32_tile's,
- * with each weight vector widened exactly, so the bits are f32_tile's on the widened rows. */
-AI void h16_tile_T(const int T, const uint16_t *const w[4], int64_t kc, const float *x, int64_t xs, float *out) {
-    vf acc[TMAX][4];
-    UNROLL(4)
-    for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vzero();
-    hot_span(T, CI_F16, (const void *const *)w, 0, kc, x, xs, acc, SIZE_MAX);
-    UNROLL(4)
-    for (int t = 0; t < T; t++) vhsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][3], out + t * 4);
-}
-
 static TGT void h16_tile(const uint16_t *const w[4], int64_t kc, int T, const float *x, int64_t xs, float *out) {
-    for (int t0 = 0; t0 < T; t0 += TMAX) {
-        int tt = T - t0 < TMAX ? T - t0 : TMAX;
-        const float *xt = x + t0 * xs;
-        float *o = out + t0 * 4;
-        switch (tt) {
-        case 1: h16_tile_T(1, w, kc, xt, xs, o); break;
-#if TMAX >= 4
-        case 2: h16_tile_T(2, w, kc, xt, xs, o); break;
-        case 3: h16_tile_T(3, w, kc, xt, xs, o); break;
-        default: h16_tile_T(4, w, kc, xt, xs, o); break;
-#else
-        default: h16_tile_T(2, w, kc, xt, xs, o); break;
-#endif
-        }
-    }
+    kc_tile(CI_F16, (const void *const *)w, kc, T, x, xs, out);
 }
 
 /* The f16 cache's stores: VL at a time through the set's vst_f16 (the clamp, then the
