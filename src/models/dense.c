@@ -403,16 +403,14 @@ static ffn_bufs ffn_scratch(dense_cache *c) { return (ffn_bufs){ c->xn, c->g, c-
 
 /* Layer l's K / V rows of a session with cache c (its pool's layer l; positions through
  * the session's table). */
-static attn_cache layer_cache(const dense_model *d, const dense_cache *c, int max_ctx, int l) {
-    (void)d;
+static attn_cache layer_cache(const dense_cache *c, int max_ctx, int l) {
     size_t at = (size_t)l * (size_t)c->lrows * (size_t)c->kvs;
     return (attn_cache){ c->k + at, c->v + at, c->kvs, max_ctx };
 }
 
 /* The backend offset of position p of layer l in s (host side: exports and imports). */
-static size_t row_at(const dense_model *d, const ci_session *s, int l, int p) {
+static size_t row_at(const ci_session *s, int l, int p) {
     const dense_cache *c = s->impl;
-    (void)d;
     return ((size_t)l * (size_t)c->lrows + (size_t)ci_session_page_row(s, p)) * (size_t)c->kvs;
 }
 
@@ -435,7 +433,7 @@ static void chunk_ops(ci_session *s, int n, int head) {
     ci_dump_buf(m, "embed", -1, c->x, n, D);
     for (int l = 0; l < d->n_layers; l++) {
         const dense_placed *P = &d->dev[l];
-        const attn_cache kv = layer_cache(d, c, s->max_ctx, l);
+        const attn_cache kv = layer_cache(c, s->max_ctx, l);
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
                                .pages = pg, .keys = c->run.keys };
         /* x += o_proj(attention(rmsnorm(x))): Qwen3's q / k norms, RoPE at c->run.pos, k / v into cache rows c->run.pos */
@@ -486,7 +484,7 @@ static void batch_ops(ci_session *const *ss, int n, float *logits, int32_t *best
         const dense_placed *P = &d->dev[l];
         const attn_bufs ab = { .q = c->q, .k = c->kb, .v = c->vb, .att = c->att, .xn = c->xn, .pos = c->run.pos,
                                .kv_tab = c->run.tab + (size_t)l * 2 * n, .pages = &c->bpg };
-        for (int i = 0; i < n; i++) kvs[i] = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
+        for (int i = 0; i < n; i++) kvs[i] = layer_cache(ss[i]->impl, ss[i]->max_ctx, l);
         attn_forward(be, &P->attn, &ab, kvs, n, c->x, P->attn_norm, d->eps, c->x, n);  /* row i: its own cache */
         ffn_forward(be, &P->ffn, &fb, c->x, n);
     }
@@ -506,7 +504,7 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
     if (grew < 0) return -1;
     for (int l = 0; l < d->n_layers; l++)
         for (int i = 0; i < n; i++) {
-            attn_cache kv = layer_cache(d, ss[i]->impl, ss[i]->max_ctx, l);
+            attn_cache kv = layer_cache(ss[i]->impl, ss[i]->max_ctx, l);
             c->run.htab[(size_t)l * 2 * n + 2 * i] = kv.k;
             c->run.htab[(size_t)l * 2 * n + 2 * i + 1] = kv.v;
         }
@@ -551,7 +549,7 @@ int dense_cache_export(const ci_session *s, int n, void *dst, char *err, size_t 
     float *o = dst;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
-            size_t at = row_at(d, s, l, p);
+            size_t at = row_at(s, l, p);
             be->download(be, o, c->k + at, row * sizeof(float)); o += row;
             be->download(be, o, c->v + at, row * sizeof(float)); o += row;
         }
@@ -569,7 +567,7 @@ int dense_cache_import(ci_session *s, int n, const void *src, char *err, size_t 
     if (ci_session_pages_ready(s, n, err, errlen)) return -1;
     for (int p = 0; p < n; p++)
         for (int l = 0; l < d->n_layers; l++) {
-            size_t at = row_at(d, s, l, p);
+            size_t at = row_at(s, l, p);
             be->upload(be, c->k + at, q, row * sizeof(float)); q += row;
             be->upload(be, c->v + at, q, row * sizeof(float)); q += row;
         }

@@ -233,8 +233,9 @@ static int forward_rows(ci_session *const *ss, const int *tokens, int n, float *
             float **t = c->run.htab + (size_t)l * 2 * n;
             const nh_session *ci = ss[i]->impl;
             if (d->layers[l].kind == '*') {
-                t[2 * i] = ci->kv[l];
-                t[2 * i + 1] = ci->kv[l] + nh_kv_floats(d, m->be) / 2;
+                const attn_cache kv = attn_cache_kv_rows(m->be, ci->kv[l], d->n_kv * d->hd, ss[i]->max_ctx);
+                t[2 * i] = kv.k;
+                t[2 * i + 1] = kv.v;
             } else if (d->layers[l].kind == 'M') {
                 t[i] = ci->state[l];
                 t[n + i] = ci->state[l] + mamba2_conv_floats(&d->dev[l].mamba);

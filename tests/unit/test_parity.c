@@ -33,6 +33,7 @@
 #include "cinfer.h"
 #include "io/json.h"
 #include "backend/backend.h"
+#include "models/registry.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,17 +65,15 @@ static int fixture_is_moe(const char *dir) {
     return strstr(buf, "\"num_experts\"") || strstr(buf, "\"n_routed_experts\"") || strstr(buf, "\"num_local_experts\"");
 }
 
-/* whether the fixture's family sizes its caches for an f16 attention cache (registry.h kv_f16:
- * every family with GQA attention layers, their MLX checkpoints too; not DeepSeek's) */
+/* whether the fixture's family takes an f16 attention cache (its registry entry's kv_f16: every
+ * family with GQA attention layers, their MLX checkpoints too; not DeepSeek's) */
 static int fixture_kv_f16(const char *dir) {
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *c = cj_load_file(path, err, sizeof err);
     const char *mt = c ? json_string_value(json_object_get(c, "model_type")) : NULL;
-    static const char *const with[] = { "llama", "qwen3", "qwen3_moe", "lfm2", "lfm2_moe", "qwen3_5", "qwen3_5_text",
-                                        "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "nemotron_h", NULL };
-    int ok = 0;
-    for (int i = 0; mt && with[i]; i++) ok |= !strcmp(mt, with[i]);
+    const ci_family *f = mt ? reg_find(mt) : NULL;
+    int ok = f && f->kv_f16;
     json_decref(c);
     return ok;
 }

@@ -984,6 +984,7 @@ typedef struct {
     int n;                    /* query rows */
     int h16;                  /* the cache holds f16 (ci_backend.kv_f16): rows 2 kv_stride halves apart */
     int n_slots;              /* the pool's threads (attn_item_rows' prefetch rule) */
+    int kv_per_item;          /* attn_item_rows: kv heads an item */
 } attn_ctx;
 
 static inline int64_t attn_row(const attn_ctx *a, int t, int64_t j) {
@@ -996,20 +997,26 @@ static inline const void *attn_at(const attn_ctx *a, const float *base, int64_t 
     return base + row * a->kv_stride + off;
 }
 
+/* The scores of nq query rows (x, a row stride xs apart) against the 4 keys kp (f32 or f16 rows:
+ * f32_tile or h16_tile), times the scale, into s[row * ATTN_BLOCK + j + r] for the keys j + r < nj. */
+static inline void attn_score_tile(const attn_ctx *a, const void *const kp[CPU_TILE_R], int nq, const float *x,
+                                   int64_t xs, int j, int nj, float *s) {
+    float tile[CPU_TILE_T * CPU_TILE_R];
+    if (a->h16) a->k->h16_tile((const uint16_t *const *)kp, a->hd, nq, x, xs, tile);
+    else a->k->f32_tile((const float *const *)kp, a->hd, nq, x, xs, tile);
+    for (int q = 0; q < nq; q++)
+        for (int r = 0; r < CPU_TILE_R && j + r < nj; r++) s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
+}
+
 /* The scores of nq query rows (x, a row stride xs apart) against keys j0 .. j0+nj-1 of a kv head
- * (its values from ho in each row, row t's addressing), times the scale, into s[row * ATTN_BLOCK
- * + j]: one f32_tile (h16_tile) per 4 keys (past nj the last key again, its scores dropped). */
+ * (its values from ho in each row, row t's addressing) into s[row * ATTN_BLOCK + j]: one tile per
+ * 4 keys (past nj the last key again, its scores dropped). */
 static inline void attn_scores(const attn_ctx *a, int t, int64_t ho, int j0, int nj, int nq, const float *x,
                                int64_t xs, float *s) {
-    float tile[CPU_TILE_T * CPU_TILE_R];
     for (int j = 0; j < nj; j += CPU_TILE_R) {
         const void *kp[CPU_TILE_R];
         for (int r = 0; r < CPU_TILE_R; r++) kp[r] = attn_at(a, a->kc, attn_row(a, t, j0 + (j + r < nj ? j + r : nj - 1)), ho);
-        if (a->h16) a->k->h16_tile((const uint16_t *const *)kp, a->hd, nq, x, xs, tile);
-        else a->k->f32_tile((const float *const *)kp, a->hd, nq, x, xs, tile);
-        for (int q = 0; q < nq; q++)
-            for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
-                s[q * ATTN_BLOCK + j + r] = tile[q * CPU_TILE_R + r] * a->scale;
+        attn_score_tile(a, kp, nq, x, xs, j, nj, s);
     }
 }
 
@@ -1152,14 +1159,14 @@ static int attn_rows_on = 1;
 static void attn_item_rows(void *c, int64_t it, cpu_slot *slot) {
     (void)slot;
     attn_ctx *a = c;
-    const int n_kv = a->n_heads / a->group, G = a->group, hd = a->hd, kvr = a->heads_per_item;
+    const int n_kv = a->n_heads / a->group, G = a->group, hd = a->hd, kvr = a->kv_per_item;
     const int nr = (n_kv + kvr - 1) / kvr, t = (int)(it / nr), g0 = (int)(it % nr) * kvr;
     const int g1 = g0 + kvr < n_kv ? g0 + kvr : n_kv, nh = (g1 - g0) * G;
     const int L = (a->pos ? a->pos[t] : a->pos0 + t) + 1;
     const int64_t es = a->h16 ? 2 : 4, span = (int64_t)(g1 - g0) * hd * es;   /* the range's bytes in a row */
     const int vpf = a->n_slots == 1;   /* the block's values into L2 while its scores are taken: one thread only */
     _Alignas(64) float s[ATTN_ROWS_MAX_H * ATTN_BLOCK];
-    float m[ATTN_ROWS_MAX_H], l[ATTN_ROWS_MAX_H], tile[CPU_TILE_T * CPU_TILE_R];
+    float m[ATTN_ROWS_MAX_H], l[ATTN_ROWS_MAX_H];
     float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g0 * G) * hd;
     const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g0 * G) * hd;
     for (int h = 0; h < nh; h++) {
@@ -1187,11 +1194,7 @@ static void attn_item_rows(void *c, int64_t it, cpu_slot *slot) {
                     const int nq = G - hs < CPU_TILE_T ? G - hs : CPU_TILE_T, hh = (g - g0) * G + hs;
                     const void *kp[CPU_TILE_R];
                     for (int r = 0; r < CPU_TILE_R; r++) kp[r] = attn_at(a, a->kc, rr[r], (int64_t)g * hd);
-                    if (a->h16) a->k->h16_tile((const uint16_t *const *)kp, hd, nq, q + (int64_t)hh * hd, hd, tile);
-                    else a->k->f32_tile((const float *const *)kp, hd, nq, q + (int64_t)hh * hd, hd, tile);
-                    for (int qq = 0; qq < nq; qq++)
-                        for (int r = 0; r < CPU_TILE_R && j + r < nj; r++)
-                            s[(hh + qq) * ATTN_BLOCK + j + r] = tile[qq * CPU_TILE_R + r] * a->scale;
+                    attn_score_tile(a, kp, nq, q + (int64_t)hh * hd, hd, j, nj, s + hh * ATTN_BLOCK);
                 }
         }
         for (int h = 0; h < nh; h++) attn_softmax_step(a, s + h * ATTN_BLOCK, nj, out + (int64_t)h * hd, &m[h], &l[h]);
@@ -1211,7 +1214,7 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
                      const ci_pages *pg, int pg_row, int h16) {
     if (n <= 0 || n_heads <= 0 || n_kv <= 0 || hd <= 0) return;
     attn_ctx a = { b->k, out, q, k, v, pos0, n_heads, n_heads / n_kv, hd, kv_stride, 1, scale, pos, pg, pg_row, n, h16,
-                   (int)b->n_slots };
+                   (int)b->n_slots, 0 };
     if (a.group < 1) a.group = 1;
     /* A prefill whose rows share the key addressing and reach past one key block, with fewer
      * than 4 heads a kv head (attn_item's tiles then hold fewer than 4 rows): blocks of rows
@@ -1231,7 +1234,7 @@ static void attn_run(cpu_backend *b, float *out, const float *q, const float *k,
         if (kvr * a.group > ATTN_ROWS_MAX_H) kvr = ATTN_ROWS_MAX_H / a.group;
         const int64_t rows_items = (int64_t)n * ((n_kv + kvr - 1) / kvr);
         if (rows_items >= b->n_slots && n < 2 * CPU_TILE_T) {
-            a.heads_per_item = kvr;   /* here: kv heads an item */
+            a.kv_per_item = kvr;
             par_for(b, rows_items, attn_item_rows, &a, (int64_t)n * n_heads * keys * hd >= SMALL_WORK);
             return;
         }
@@ -1448,12 +1451,14 @@ static void cpu_moe_experts(ci_backend *be, float *out, const float *x, int n, c
 
 /* ---- ops with positions in memory ------------------------------------------------------ */
 
-/* kv_store; with pg, position pos[t] goes to its row of table row pg_row + t (per_row) */
+/* kv_store; with pg, position pos[t] goes to its row of table row pg_row + t (per_row). to_f16
+ * (a kernel set's, or NULL): the rows stored as the f16 cache's halves, row r at 2 r stride halves. */
 static void kv_store_paged(float *cache, int stride, const float *src, int width, int n, const int32_t *pos,
-                           const ci_pages *pg, int pg_row) {
+                           const ci_pages *pg, int pg_row, void (*to_f16)(const float *, int64_t, uint16_t *)) {
     for (int t = 0; t < n; t++) {
         int64_t r = pg ? ci_page_row(pg, pg_row + t, pos[t]) : pos[t];
-        memcpy(cache + r * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
+        if (to_f16) to_f16(src + (int64_t)t * width, width, (uint16_t *)cache + r * 2 * stride);
+        else memcpy(cache + r * stride, src + (int64_t)t * width, (size_t)width * sizeof(float));
     }
 }
 
@@ -1461,7 +1466,7 @@ static void cpu_kv_store(ci_backend *be, float *cache, int stride, const float *
                          const int32_t *pos) {
     CI_FP_FLUSH_SCOPE();
     (void)be;
-    kv_store_paged(cache, stride, src, width, n, pos, NULL, 0);
+    kv_store_paged(cache, stride, src, width, n, pos, NULL, 0, NULL);
 }
 
 int ci_argmax_f32(const float *x, int count) {
@@ -1547,20 +1552,6 @@ static void cpu_norm_matmul_keep(ci_backend *be, float *xn, float *y, const floa
     cpu_matmul(be, y, xn, n, W);
 }
 
-/* The GQA cache's rows: kv_store_paged's, as f16 on a kv_f16 backend (row r at 2 r stride halves) */
-static void kv_store_gqa(ci_backend *be, float *cache, int stride, const float *src, int width, int n,
-                         const int32_t *pos, const ci_pages *pg, int pg_row) {
-    if (!be->kv_f16) {
-        kv_store_paged(cache, stride, src, width, n, pos, pg, pg_row);
-        return;
-    }
-    const cpu_kernels *k = cpu(be)->k;
-    for (int t = 0; t < n; t++) {
-        int64_t r = pg ? ci_page_row(pg, pg_row + t, pos[t]) : pos[t];
-        k->to_f16(src + (int64_t)t * width, width, (uint16_t *)cache + r * 2 * stride);
-    }
-}
-
 static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv,
                                 int hd, const float *q_norm, const float *k_norm, float eps, int rot_dim,
                                 const int32_t *pos, const float *inv_freq, float mscale, ci_rope_style style,
@@ -1569,8 +1560,9 @@ static void qk_rope_store_paged(ci_backend *be, float *q, float *k, const float 
     if (k_norm) cpu_rmsnorm(be, k, k, k_norm, n * n_kv, hd, eps);
     cpu_rope(be, q, n, n_heads, hd, 0, rot_dim, pos, inv_freq, mscale, style);
     cpu_rope(be, k, n, n_kv, hd, 0, rot_dim, pos, inv_freq, mscale, style);
-    kv_store_gqa(be, kc, kv_stride, k, n_kv * hd, n, pos, pg, pg_row);
-    kv_store_gqa(be, vc, kv_stride, v, n_kv * hd, n, pos, pg, pg_row);
+    void (*h)(const float *, int64_t, uint16_t *) = be->kv_f16 ? cpu(be)->k->to_f16 : NULL;   /* the GQA cache's halves */
+    kv_store_paged(kc, kv_stride, k, n_kv * hd, n, pos, pg, pg_row, h);
+    kv_store_paged(vc, kv_stride, v, n_kv * hd, n, pos, pg, pg_row, h);
 }
 
 static void cpu_qk_rope_store(ci_backend *be, float *q, float *k, const float *v, int n, int n_heads, int n_kv, int hd,
