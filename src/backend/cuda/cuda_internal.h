@@ -82,14 +82,13 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MD_ASYNC=0|1|2,
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
  * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
-    int md_async;            /* that kernel's key rows by cp.async into a ring a warp, 2: two keys a step (mla.cu) */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
@@ -182,7 +181,6 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * decode 2332 / 2349 tok/s on vs 2166 / 2194 off at 512 tokens of context, 2132 / 2152 vs
  * 1861 / 1876 at 4096. */
 #define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
-#define CB_MD_ASYNC 0     /* default of cuda_be.md_async (CINFER_CUDA_MD_ASYNC): to be measured */
 #endif
 #ifndef CB_FLASH2
 /* Prefill attention (head_dim 64 / 128 / 256) through attn_flash.cu's attn_flash_pipe_kernel
@@ -361,11 +359,6 @@ __device__ __forceinline__ void cb_ldsm4_t(unsigned *r, const void *smem) {
 __device__ __forceinline__ void cb_cp16(void *smem, const void *g, bool ok) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(ok ? 16 : 0) : "memory");
-}
-/* cp.async of 4 bytes global -> shared through L1 (4-byte aligned both) */
-__device__ __forceinline__ void cb_cp4(void *smem, const void *g) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(g)
-                 : "memory");
 }
 /* cp.async of 8 bytes global -> shared through L1 (8-byte aligned both) */
 __device__ __forceinline__ void cb_cp8(void *smem, const void *g) {

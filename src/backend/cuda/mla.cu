@@ -299,27 +299,16 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
  * pages at 4096 keys, with a table or without (the build before compiled it to 128 registers
  * and a 16-byte spill; an instance with that addressing compiles to 144, or 128 held, and ran
  * 21.3 us): cause not found. */
-enum { MD_HG = 2, MD_WARPS = 8, MD_MAX_WORK = 131072, MD_STG = 4, MD_STG2 = 6 };
+enum { MD_HG = 2, MD_WARPS = 8, MD_MAX_WORK = 131072 };
 
-/* AS (cuda_be.md_async, CINFER_CUDA_MD_ASYNC): each warp's key rows go by cp.async into its own
- * ring of MD_STG row slots in shared memory, MD_STG - 1 rows in flight while it works on one
- * (the register form holds one in flight: a run of ~124 keys after 4096 ran ~20 us, bound by
- * the row loads' latency a key at a time); the lanes read their columns of the row from the
- * slot, so every product and sum is the register form's, in its order (the same bits). The
- * ring's space serves the warps' merge after the loop. Rows of lat % 4 == 0 floats on 16-byte
- * boundaries go 16 bytes a copy, others a float a copy. AS 2: rings of MD_STG2 slots and two
- * keys a step (their scores' dependent chains and shuffles side by side, then the two softmax
- * steps in key order: again the same bits). Which form is faster is measured on the device
- * (CINFER_CUDA_MD_ASYNC=0|1|2). */
-template <int LPC, int AS>
+template <int LPC>
 __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_kernel(float *out, float *part, const float *qcat,
                                                                    const float *cache, float *const *tab, int tab_step,
                                                                    const int32_t *pos, const int32_t *sel, int topk,
                                                                    int n_heads, int lat, float scale, int n_runs,
                                                                    ci_pages pg) {
     pdl_enter();
-    extern __shared__ float md[];                 /* [MD_WARPS][MD_HG][lat] acc (AS: within [MD_WARPS][MD_STG][lat],
-                                                     the ring), then [MD_WARPS][MD_HG][2] m, l */
+    extern __shared__ float md[];                 /* [MD_WARPS][MD_HG][lat] acc, then [MD_WARPS][MD_HG][2] m, l */
     const int t = blockIdx.z, run = blockIdx.y, h0 = blockIdx.x * MD_HG;
     const int nh = n_heads - h0 < MD_HG ? n_heads - h0 : MD_HG;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -330,7 +319,7 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     const int32_t *srow = sel && pos[t] + 1 > topk ? sel + (int64_t)t * topk : NULL;
     const int per = (count + n_runs - 1) / n_runs;
     const int j0 = run * per, j1 = count < j0 + per ? count : j0 + per;
-    float *ml = md + MD_WARPS * (AS == 2 ? MD_STG2 : AS ? MD_STG : MD_HG) * lat;
+    float *ml = md + MD_WARPS * MD_HG * lat;
     if (j0 >= j1) {                               /* a run past the context: weight 0 in the combine */
         if (threadIdx.x < nh) {
             float *p = part + (((int64_t)t * n_heads + h0 + threadIdx.x) * n_runs + run) * (lat + 2);
@@ -352,26 +341,36 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
             acc[h][i] = 0.0f;
         }
     }
+    float k[LPC], kn[LPC];
     int j = j0 + warp;
-    constexpr int STG = AS == 2 ? MD_STG2 : MD_STG;
-    float *ring = md + (int64_t)warp * STG * lat; /* AS: this warp's STG row slots */
-    const int l4 = lat >> 2;
-    /* AS: key s of the warp (j0 + warp + s MD_WARPS) into slot s % STG, one cp.async group a
-     * key (an empty group past the run, so that the counts of groups in flight hold) */
-    auto issue = [&](int s) {
-        const int js = j0 + warp + s * MD_WARPS;
-        if (js < j1) {
-            const float *kr = cache + pg_row(tb, lg, srow ? srow[js] : js) * lat;
-            float *slot = ring + (s % STG) * lat;
-            if (!(lat & 3) && !((uintptr_t)kr & 15))
-                for (int c = lane; c < l4; c += 32) cb_cp16(slot + 4 * c, kr + 4 * c, true);
-            else                                  /* rows off 16-byte boundaries: a float a copy */
-                for (int c = lane; c < lat; c += 32) cb_cp4(slot + c, kr + c);
+    /* the cache row of the key after the next one, read a key ahead (the table and sel reads
+     * off the path of the row loads) */
+    int64_t rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
+    if (j < j1) {
+        const float *kr = cache + pg_row(tb, lg, srow ? srow[j] : j) * lat;
+#pragma unroll
+        for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
+    }
+    for (; j < j1; j += MD_WARPS) {
+        const int jn = j + MD_WARPS, jnn = jn + MD_WARPS;
+        if (jn < j1) {                            /* the warp's next key, in flight during this one */
+            const float *kr = cache + rn * lat;
+#pragma unroll
+            for (int i = 0; i < LPC; i++) kn[i] = lane + 32 * i < lat ? kr[lane + 32 * i] : 0.0f;
         }
-        cb_cp_commit();
-    };
-    /* one key's online-softmax step from its scores (all lanes alike) and its row (K = V) */
-    auto apply = [&](const float (&sc)[MD_HG], const float *kv) {
+        if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
+        float sc[MD_HG];
+#pragma unroll
+        for (int h = 0; h < MD_HG; h++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < LPC; i++) d = fmaf(q[h][i], k[i], d);
+            sc[h] = d;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int h = 0; h < MD_HG; h++) sc[h] += __shfl_xor_sync(0xffffffffu, sc[h], o);
 #pragma unroll
         for (int h = 0; h < MD_HG; h++) {
             const float mx = fmaxf(m[h], sc[h]);
@@ -380,108 +379,10 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
             m[h] = mx;
             l[h] = l[h] * r + p;
 #pragma unroll
-            for (int i = 0; i < LPC; i++) acc[h][i] = fmaf(acc[h][i], r, p * kv[i]);
+            for (int i = 0; i < LPC; i++) acc[h][i] = fmaf(acc[h][i], r, p * k[i]);
         }
-    };
-    /* a row's columns of this lane, 0 past lat */
-    auto cols = [&](float (&k)[LPC], const float *row) {
 #pragma unroll
-        for (int i = 0; i < LPC; i++) k[i] = lane + 32 * i < lat ? row[lane + 32 * i] : 0.0f;
-    };
-    if constexpr (AS == 0) {
-        float k[LPC], kn[LPC];
-        /* the cache row of the key after the next one, read a key ahead (the table and sel
-         * reads off the path of the row loads) */
-        int64_t rn = j + MD_WARPS < j1 ? pg_row(tb, lg, srow ? srow[j + MD_WARPS] : j + MD_WARPS) : 0;
-        if (j < j1) cols(k, cache + pg_row(tb, lg, srow ? srow[j] : j) * lat);
-        for (; j < j1; j += MD_WARPS) {
-            const int jn = j + MD_WARPS, jnn = jn + MD_WARPS;
-            if (jn < j1) cols(kn, cache + rn * lat); /* the warp's next key, in flight during this one */
-            if (jnn < j1) rn = pg_row(tb, lg, srow ? srow[jnn] : jnn);
-            float sc[MD_HG];
-#pragma unroll
-            for (int h = 0; h < MD_HG; h++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < LPC; i++) d = fmaf(q[h][i], k[i], d);
-                sc[h] = d;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                for (int h = 0; h < MD_HG; h++) sc[h] += __shfl_xor_sync(0xffffffffu, sc[h], o);
-            apply(sc, k);
-#pragma unroll
-            for (int i = 0; i < LPC; i++) k[i] = kn[i];
-        }
-    } else if constexpr (AS == 1) {
-#pragma unroll
-        for (int s = 0; s < STG - 1; s++) issue(s);
-        for (int s = 0; j < j1; j += MD_WARPS, s++) {
-            __syncwarp();                         /* every lane is done with the slot issue() refills */
-            issue(s + STG - 1);
-            cb_cp_wait<STG - 1>();                /* key s's group is in */
-            __syncwarp();                         /* ... for every lane's copies */
-            float k[LPC], sc[MD_HG];
-            cols(k, ring + (s % STG) * lat);
-#pragma unroll
-            for (int h = 0; h < MD_HG; h++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < LPC; i++) d = fmaf(q[h][i], k[i], d);
-                sc[h] = d;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                for (int h = 0; h < MD_HG; h++) sc[h] += __shfl_xor_sync(0xffffffffu, sc[h], o);
-            apply(sc, k);
-        }
-    } else {
-        /* two keys a step: both scores' chains and sums side by side, then the two softmax steps
-         * in key order (each the one-key step's operations); the rows read from their slots
-         * twice instead of held in registers */
-#pragma unroll
-        for (int s = 0; s < STG - 2; s++) issue(s);
-        for (int s = 0; j < j1; j += 2 * MD_WARPS, s += 2) {
-            __syncwarp();
-            issue(s + STG - 2);
-            issue(s + STG - 1);
-            cb_cp_wait<STG - 2>();                /* keys s and s + 1 are in */
-            __syncwarp();
-            const float *sa = ring + (s % STG) * lat, *sb = ring + ((s + 1) % STG) * lat;
-            float sc[2][MD_HG];
-#pragma unroll
-            for (int h = 0; h < MD_HG; h++) sc[0][h] = sc[1][h] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < LPC; i++) {
-                const int c = lane + 32 * i;
-                const float ka = c < lat ? sa[c] : 0.0f, kb = c < lat ? sb[c] : 0.0f;
-#pragma unroll
-                for (int h = 0; h < MD_HG; h++) {
-                    sc[0][h] = fmaf(q[h][i], ka, sc[0][h]);
-                    sc[1][h] = fmaf(q[h][i], kb, sc[1][h]);
-                }
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                for (int h = 0; h < MD_HG; h++) {
-                    sc[0][h] += __shfl_xor_sync(0xffffffffu, sc[0][h], o);
-                    sc[1][h] += __shfl_xor_sync(0xffffffffu, sc[1][h], o);
-                }
-            float k[LPC];
-            cols(k, sa);
-            apply(sc[0], k);
-            if (j + MD_WARPS < j1) {              /* the run's last key may be the first of a pair */
-                cols(k, sb);
-                apply(sc[1], k);
-            }
-        }
-    }
-    if constexpr (AS != 0) {                      /* the ring's space becomes the merge's */
-        cb_cp_wait<0>();
-        __syncthreads();
+        for (int i = 0; i < LPC; i++) k[i] = kn[i];
     }
     /* the warps meet: warp w's (acc, m, l) to shared memory (a warp without keys has m = -inf) */
 #pragma unroll
@@ -583,11 +484,9 @@ enum { MD_MIN_RUN = 32 };
 static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab,
                               int tab_step, int n, const int32_t *pos, const int32_t *sel, int topk, int keys,
                               int n_heads, int lat, float scale, ci_pages pg) {
-    static int smem_set[15];
+    static int smem_set[5];
     const int lpc = (lat + 31) / 32;
-    const int as = cb->md_async < 0 ? 0 : cb->md_async > 2 ? 2 : cb->md_async;
-    const size_t smem =
-        ((size_t)MD_WARPS * (as == 2 ? MD_STG2 : as ? MD_STG : MD_HG) * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
+    const size_t smem = ((size_t)MD_WARPS * MD_HG * lat + (size_t)MD_WARPS * MD_HG * 2) * sizeof(float);
     const int groups = (n_heads + MD_HG - 1) / MD_HG;
     int64_t want = (2 * (int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
     int64_t most = (keys + MD_MIN_RUN - 1) / MD_MIN_RUN;
@@ -599,20 +498,14 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
         if (!part) return;
     }
     dim3 grid((unsigned)groups, (unsigned)n_runs, (unsigned)n), block(MD_WARPS * 32);
-#define MD_GO1(LPC, AS, I)                                                                                          \
+#define MD_GO(LPC, I)                                                                                               \
     do {                                                                                                            \
-        if (!cb_smem_ok(cb, mla_decode_kernel<LPC, AS>, smem, &smem_set[I])) {                                      \
+        if (!cb_smem_ok(cb, mla_decode_kernel<LPC>, smem, &smem_set[I])) {                                          \
             cb_fail_msg(cb, "MLA decode attention: shared memory");                                                 \
             return;                                                                                                 \
         }                                                                                                           \
-        cb_launch(cb, mla_decode_kernel<LPC, AS>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos,   \
-                  sel, topk, n_heads, lat, scale, n_runs, pg);                                                      \
-    } while (0)
-#define MD_GO(LPC, I)                                                                                               \
-    do {                                                                                                            \
-        if (as == 2) MD_GO1(LPC, 2, 10 + (I));                                                                      \
-        else if (as) MD_GO1(LPC, 1, 5 + (I));                                                                       \
-        else MD_GO1(LPC, 0, I);                                                                                     \
+        cb_launch(cb, mla_decode_kernel<LPC>, grid, block, smem, out, part, qcat, cache, tab, tab_step, pos, sel,  \
+                  topk, n_heads, lat, scale, n_runs, pg);                                                           \
     } while (0)
     if (lpc <= 2) MD_GO(2, 0);
     else if (lpc <= 4) MD_GO(4, 1);
@@ -620,7 +513,6 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     else if (lpc <= 18) MD_GO(18, 3);
     else MD_GO(32, 4);
 #undef MD_GO
-#undef MD_GO1
     if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
     cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
               (const float *)part, n_heads, lat, n_runs);
