@@ -1584,9 +1584,18 @@ static void mla_prepare_case(int n, int Hh, int nope, int rope, int kv_lora, ci_
     free(q); free(lat); free(cache); free(pos); free(perm); free(ukg);
 }
 
+/* A backend whose MLA combine takes a whole row a block (CINFER_CUDA_MLA_COMB=0, the form before
+ * column blocks), made on first use: mla_attend_case wants its output = the default's, bit for bit. */
+static ci_backend *comb0_be;
+static ci_backend *comb0_backend(void) {
+    if (!comb0_be && !dead) comb0_be = switch_backend("CINFER_CUDA_MLA_COMB", "0", "mla combine");
+    return comb0_be;
+}
+
 /* n query rows over latent caches: one cache of max_keys rows at positions pos0.. (table 0),
  * or each row its own cache and context through a table (table 1: mla_attend, tab_step 1,
- * with kv_store_paged writing each row's new latent row first). */
+ * with kv_store_paged writing each row's new latent row first); also on a backend with the
+ * combine's whole-row blocks (CINFER_CUDA_MLA_COMB=0), the same bits. */
 static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, int lat) {
     char name[200];
     snprintf(name, sizeof name, "cuda mla_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d", table ? "own caches" : "one cache",
@@ -1626,6 +1635,23 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
         float *got = xmalloc(nq * 4);
         g_get(got, go, nq * 4);
         acc_err(&e, &num, &den, got, out, nq);
+        ci_backend *c0 = comb0_backend();
+        if (c0) {
+            /* the inputs came on gpu's stream, which its download synchronised; the poison, the
+             * op and the download on c0's own (the cache rows were stored above: c0 only reads) */
+            float *got0 = xmalloc(nq * 4);
+            unsigned char *ff = xmalloc(nq * 4);
+            memset(ff, 0xff, nq * 4);
+            c0->upload(c0, go, ff, nq * 4);
+            c0->mla_attend(c0, go, gq, gc[0], gtab, 1, n, gp, keys, Hh, lat, scale, NULL);
+            c0->download(c0, got0, go, nq * 4);
+            if ((c0->status && c0->status(c0)) || memcmp(got0, got, nq * 4)) {
+                printf("# %s: CINFER_CUDA_MLA_COMB=0 gives other bits than the default\n", name);
+                e.abs = INFINITY;
+            }
+            free(got0);
+            free(ff);
+        }
         for (int b = 0; b < nbuf && table; b++) {   /* the stored rows, exactly */
             size_t cnt = (size_t)ctx[b] * lat;
             float *cg = xmalloc(cnt * 4);
@@ -4134,6 +4160,7 @@ int main(int argc, char **argv) {
         if (attn2_be[i]) attn2_be[i]->free(attn2_be[i]);
     for (int i = 0; i < 2; i++)
         if (dn_be[i]) dn_be[i]->free(dn_be[i]);
+    if (comb0_be) comb0_be->free(comb0_be);
     gpu->free(gpu);
     cpu->free(cpu);
     for (int i = 0; i < n_kept; i++) free(kept[i]);

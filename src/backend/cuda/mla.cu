@@ -431,12 +431,16 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
 /* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
  * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
  * warp's max and sum), then each thread sums its columns over the chunks with many loads
- * in flight. */
+ * in flight. A block takes `cols` columns of one (row, head) (blockIdx.z the column block):
+ * at batch 1 a block a head was 16 blocks on the whole GPU, ~7.4 / 9.5 us after 512 / 4096
+ * keys (33 chunks; H200, ncu, 2026-12-07); each block works out the same weights, and each
+ * column's sum keeps its chunk order, so the bits do not depend on cols. */
 __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const float *part, int n_heads, int lat,
-                                                          int n_chunks) {
+                                                          int n_chunks, int cols) {
     pdl_enter();
     extern __shared__ float wk[];                 /* [n_chunks] weights, then the count of chunks used */
     const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31;
+    const int c0 = blockIdx.z * cols, c1 = lat < c0 + cols ? lat : c0 + cols;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
     if (threadIdx.x < 32) {
         float M = -INFINITY;
@@ -461,7 +465,7 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
     __syncthreads();
     const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
     float *orow = out + ((int64_t)t * n_heads + h) * lat;
-    for (int c = threadIdx.x; c < lat; c += blockDim.x) {
+    for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
         float a = 0.0f;
 #pragma unroll 8
         for (int k = 0; k < used; k++) a = fmaf(wk[k], p[(int64_t)k * (lat + 2) + c], a);
@@ -473,6 +477,16 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
  * vectors (the unrolled sum loads the weights four at a time and may read past the count:
  * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer). */
 static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3) / 4 * 4 + 8) * sizeof(float); }
+
+/* The combine of n rows' n_chunks partial runs: cuda_be.mla_comb columns a block (0: the whole
+ * row, 256 threads, the form before), as many threads as columns up to 256. */
+static void mla_combine_launch(cuda_be *cb, float *out, const float *part, int n, int n_heads, int lat, int n_chunks) {
+    const int cols = cb->mla_comb > 0 && cb->mla_comb < lat ? cb->mla_comb : lat;
+    const int threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
+    const dim3 grid((unsigned)n_heads, (unsigned)n, (unsigned)((lat + cols - 1) / cols));
+    cb_launch(cb, mla_combine_kernel, grid, dim3((unsigned)threads), mla_combine_smem(n_chunks), out, part, n_heads, lat,
+              n_chunks, cols);
+}
 
 /* The decode kernel's launch: runs of at least MD_MIN_RUN keys (of max_keys, the longest
  * context a recorded step may meet), as many as fill the SMs twice over (H100, 2026-12-07,
@@ -514,8 +528,7 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     else MD_GO(32, 4);
 #undef MD_GO
     if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
-    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_runs), out,
-              (const float *)part, n_heads, lat, n_runs);
+    mla_combine_launch(cb, out, part, n, n_heads, lat, n_runs);
     cb_launched(cb, "mla_attend (combine)");
 }
 
@@ -560,8 +573,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_launch(cb, mla_attn_kernel<false>, grid, dim3(MLA_THREADS), smem, out, part, qcat, cache, tab, tab_step, pos,
                   sel, topk, n_heads, lat, scale, n_chunks, pg);
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
-    cb_launch(cb, mla_combine_kernel, dim3((unsigned)n_heads, (unsigned)n), dim3(256), mla_combine_smem(n_chunks),
-              out, (const float *)part, n_heads, lat, n_chunks);
+    mla_combine_launch(cb, out, part, n, n_heads, lat, n_chunks);
     cb_launched(cb, "mla_attend (combine)");
 }
 
