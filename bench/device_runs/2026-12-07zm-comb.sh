@@ -1,6 +1,6 @@
 #!/bin/bash
 # 2026-12-07 (fifty-second session): MLA attention's combine in column blocks (CINFER_CUDA_MLA_COMB:
-# columns a block, default 64; 0 = a whole row a block, the form before). Checks: test_cuda_ops
+# columns a block, default 64 then, 128 after this call; 0 = a whole row a block, the form before). Checks: test_cuda_ops
 # mla_attend (each case also = the COMB=0 backend bit for bit), paged, dsa_attend (--quick);
 # `logits --step` of the DeepSeek V3 / V3.2 fixtures cmp-identical with COMB=0 / 64 / 128; DeepSeek GPU
 # parity. Speed: ds14 (DeepSeek-V2-Lite dims + q_lora 1024, 14 layers bf16) decode after 512 and
