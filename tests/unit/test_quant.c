@@ -1260,7 +1260,7 @@ static double bench_mm(ci_backend *be, const ci_mat *W, size_t bytes) {
 static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act, int mlx) {
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
-    if ((int16_act && !ci_backend_cpu_int16_act(be)) || (mlx && !ci_backend_cpu_amx_mlx(be))) {
+    if ((int16_act && !ci_backend_cpu_int16_act(be)) || (mlx && !ci_backend_cpu_amx_mlx_act(be, mlx == 2 ? 8 : 16))) {
         fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-%s\n", mlx ? "mlx" : "int16");
         be->free(be);
         return 1;
@@ -1357,11 +1357,11 @@ static int bench_gemm(int64_t R, int64_t C, int n, int threads, ci_isa isa) {
 
 int main(int argc, char **argv) {
     find_isas();
-    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16|avx512-mlx]] */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {   /* --bench [rows cols threads [scalar|avx2|avx512|avx2-int16|avx512-int16|avx512-mlx|avx512-mlx8]] */
         const char *in = argc > 5 ? argv[5] : "";
         return bench(argc > 3 ? atoll(argv[2]) : 8192, argc > 3 ? atoll(argv[3]) : 4096, argc > 4 ? atoi(argv[4]) : 0,
                      !*in ? CI_ISA_AUTO : !strcmp(in, "scalar") ? CI_ISA_SCALAR : !strncmp(in, "avx2", 4) ? CI_ISA_AVX2 : CI_ISA_AVX512,
-                     strstr(in, "-int16") != NULL, strstr(in, "-mlx") != NULL);
+                     strstr(in, "-int16") != NULL, strstr(in, "-mlx8") ? 2 : strstr(in, "-mlx") != NULL);
     }
     if (argc > 4 && !strcmp(argv[1], "--bench-gemm")) {   /* --bench-gemm rows cols n [threads [avx2|avx512]] */
         const char *in = argc > 6 ? argv[6] : "";

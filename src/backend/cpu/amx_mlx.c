@@ -25,7 +25,10 @@
  *    128-column chunk; 8-bit: byte m of word w is column 2w + m of a 64-column chunk), x̂ is
  *    prepared in that order, and vpdpwssd sums code-word pairs into 16 lanes; pairwise levels of
  *    permutes turn the rows' lanes into per-block sums with the rows in lanes, for the f32 chain
- *    (rows_one; 2 or 3 tokens run it token after token over an item's rows).
+ *    (rows_one; 2 or 3 tokens run it token after token over an item's rows). act8 with 4-bit W:
+ *    x̂ as bytes (the chunk's even columns, then its odd ones: vpos8) and vpdpbusd on each code
+ *    byte's low and high nibble, two instructions a 64-byte chunk where the words take four;
+ *    an int32 lane sums the same 8 columns either way, so the sums and the bits are the same.
  *  - tiles (more tokens): A = 16 weight rows' codes as bytes (TDPBUSD's unsigned operand; 4-bit
  *    codes expanded SEGK columns at a time), B = x̂'s high and low bytes (signed) for 16 tokens in
  *    the tiles' 4-byte groups; per block two TDPBUSD give H and L, S = 256 H + L (exact), and the
@@ -102,6 +105,12 @@ static inline int64_t vpos(const lay *L, int64_t c) {
     return L->bits == 4 ? (c & ~(int64_t)127) + (c & 3) * 32 + ((c & 127) >> 2) : (c & ~(int64_t)63) + (c & 1) * 32 + ((c & 63) >> 1);
 }
 
+/* The int8 form's place (act8, 4-bit W) of column c, in bytes from the token's x̂: chunk c / 128
+ * in its slot of 256 bytes (the int16 layout's), the even columns' x̂ in bytes 0..63 and the odd
+ * ones' in 64..127, so that byte m of a chunk's vector pairs with the low (even) or high (odd)
+ * nibble of code byte m. */
+static inline int64_t vpos8(int64_t c) { return (c & ~(int64_t)127) * 2 + (c & 1) * 64 + ((c & 127) >> 1); }
+
 /* Block b of token row xt: x̂ into q[0 .. B / 16) (nearest even, the default rounding mode; 0 for a
  * zero block and for a bad one), *d = d_b (NaN if the block holds an infinity or a NaN), returns the
  * block's x̂ sum. The one place both layouts take x̂ from, so they agree to the bit. */
@@ -137,6 +146,7 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
     float *D = (float *)(base + L.d_at), *X = (float *)(base + L.x_at);
     if (L.vec) {
         int16_t *xw = (int16_t *)(base + L.q_at);
+        const int a8 = act8 && L.bits == 4;   /* x̂ as bytes for rows_one's int8 form */
         for (int t = t0; t < t1; t++) {
             const float *xt = x + (int64_t)t * L.K;
             int16_t *xv = xw + (int64_t)t * L.nch * L.ch;
@@ -149,7 +159,10 @@ void I8_TGT amx_mlx_prep(const ci_mat *W, const float *x, int n, int t0, int t1,
                 for (int64_t j = 0; j < L.B; j += 16) {
                     _Alignas(64) int32_t qs[16];
                     _mm512_store_si512(qs, q[j / 16]);
-                    for (int i = 0; i < 16; i++) xv[vpos(&L, b * L.B + j + i)] = (int16_t)qs[i];
+                    if (a8)
+                        for (int i = 0; i < 16; i++) ((int8_t *)xv)[vpos8(b * L.B + j + i)] = (int8_t)qs[i];
+                    else
+                        for (int i = 0; i < 16; i++) xv[vpos(&L, b * L.B + j + i)] = (int16_t)qs[i];
                 }
                 D[b * L.np + t] = d;
                 gs += d * (float)s;
@@ -427,9 +440,10 @@ static inline __attribute__((always_inline)) I8_TGT void block_sums_m(__m512i v[
  * 32-33 / 18-20; the next 16 rows in byte order, 16 lines a chunk: 24-26 / 26-28; no software
  * prefetch: 4; bf16 parameters in one transpose (params_bf16) 34 / 40.7 -> 38 / 43.3. In L2 it is
  * bound by its work: the block tree and the parameter transposes cost ~20-25% each. */
-static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int lpb, const ci_mat *W,
-                                                                     int64_t r0, int64_t r1, const uint8_t *xp, float *y,
-                                                                     const uint32_t *pt, int n, int t) {
+static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BITS, const int A8, const int lpb,
+                                                                     const ci_mat *W, int64_t r0, int64_t r1,
+                                                                     const uint8_t *xp, float *y, const uint32_t *pt,
+                                                                     int n, int t) {
     const lay L = lay_of(W, n);   /* token t of the n the vector layout holds */
     const ci_qdesc *d = q_desc(W);
     const float *D = (const float *)(xp + L.d_at) + t, *X = (const float *)(xp + L.x_at) + t;
@@ -461,7 +475,11 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
             const int64_t pf = off + pd + (off + pd < rb ? 0 : 15 * rb);
             const int16_t *xc = xw + k * ch;
             __m512i xv[4], v[16];
-            for (int m = 0; m < nv; m++) xv[m] = _mm512_load_si512(xc + 32 * m);
+            if (A8) {   /* x̂ of the chunk's even and odd columns, a byte each (vpos8) */
+                xv[0] = _mm512_load_si512(xc);
+                xv[1] = _mm512_load_si512((const int8_t *)xc + 64);
+            } else
+                for (int m = 0; m < nv; m++) xv[m] = _mm512_load_si512(xc + 32 * m);
             /* rows past nr read row nr - 1 again (their outputs are not stored); each pair of
              * rows' lane vectors is summed pairwise at once (block_sums' first level) */
             _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
@@ -471,6 +489,13 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
                     const uint8_t *p = w0 + (i < nr ? i : nr - 1) * rb;
                     __builtin_prefetch(p + pf, 0, 3);
                     const __m512i cv = _mm512_maskz_loadu_epi8(km, p + off);
+                    if (A8) {   /* byte m's low / high nibble: columns 2m / 2m + 1 of the chunk; an int32
+                                 * lane sums columns 8i .. 8i + 7, as the words' form does: the same S */
+                        const __m512i lo = _mm512_and_si512(cv, _mm512_set1_epi8(0x0f));
+                        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(cv, 4), _mm512_set1_epi8(0x0f));
+                        s2[h] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xv[0]), hi, xv[1]);
+                        continue;
+                    }
                     __m512i s = _mm512_madd_epi16(_mm512_and_si512(cv, msk), xv[0]);
                     for (int m = 1; m < nv - 1; m++)
                         s = _mm512_dpwssd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(cv, (unsigned)(m * BITS)), msk), xv[m]);
@@ -507,14 +532,17 @@ static inline __attribute__((always_inline)) I8_TGT void rows_one_T(const int BI
 }
 
 static I8_TGT void rows_one(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xp, float *y, const uint32_t *pt,
-                            int n, int t) {
+                            int n, int t, int act8) {
     const int b64 = q_desc(W)->group % 64 == 0;   /* blocks of 64 columns, else 32 (lay_of) */
-    if (q_desc(W)->bits == 4) {
-        if (b64) rows_one_T(4, 8, W, r0, r1, xp, y, pt, n, t);
-        else rows_one_T(4, 4, W, r0, r1, xp, y, pt, n, t);
+    if (q_desc(W)->bits == 4 && act8) {
+        if (b64) rows_one_T(4, 1, 8, W, r0, r1, xp, y, pt, n, t);
+        else rows_one_T(4, 1, 4, W, r0, r1, xp, y, pt, n, t);
+    } else if (q_desc(W)->bits == 4) {
+        if (b64) rows_one_T(4, 0, 8, W, r0, r1, xp, y, pt, n, t);
+        else rows_one_T(4, 0, 4, W, r0, r1, xp, y, pt, n, t);
     } else {
-        if (b64) rows_one_T(8, 16, W, r0, r1, xp, y, pt, n, t);
-        else rows_one_T(8, 8, W, r0, r1, xp, y, pt, n, t);
+        if (b64) rows_one_T(8, 0, 16, W, r0, r1, xp, y, pt, n, t);
+        else rows_one_T(8, 0, 8, W, r0, r1, xp, y, pt, n, t);
     }
 }
 
@@ -713,7 +741,7 @@ void amx_mlx_rows(const ci_mat *W, int64_t r0, int64_t r1, int t0, int t1, int n
                   int tiles, const uint32_t *pt, int act8) {
     if (pt && (W->scale_row0 + r0) % 16) pt = NULL;   /* its tiles start at grid rows 16 k */
     if (n <= VN_MAX)   /* token by token: the item's rows are in L2 for the second and third */
-        for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t);
+        for (int t = 0; t < n; t++) rows_one(W, r0, r1, xp, y + (int64_t)t * W->rows, pt, n, t, act8);
     else rows_tiles(W, r0, r1, t0, t1, n, xp, y, pack, tiles, pt, act8);
 }
 
