@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
  * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
  * warp's max and sum), then each thread sums its columns over the chunks with many loads
  * in flight. A block takes `cols` columns of one (row, head) (blockIdx.z the column block):
- * at batch 1 a block a head was 16 blocks on the whole GPU, ~7.4 / 9.5 us after 512 / 4096
+ * at batch 1 a block a head was 16 blocks on the whole GPU, ~6.4 / 9.5 us after 512 / 4096
  * keys (33 chunks; H200, ncu, 2026-12-07); each block works out the same weights, and each
  * column's sum keeps its chunk order, so the bits do not depend on cols. 128 columns (5 blocks a
  * head of 576) against 64 and a whole row, ds14 decode on an H100: after 512 649.3 / 649.8 /
