@@ -1594,12 +1594,14 @@ static ci_backend *comb0_backend(void) {
 
 /* n query rows over latent caches: one cache of max_keys rows at positions pos0.. (table 0),
  * or each row its own cache and context through a table (table 1: mla_attend, tab_step 1,
- * with kv_store_paged writing each row's new latent row first); also on a backend with the
- * combine's whole-row blocks (CINFER_CUDA_MLA_COMB=0), the same bits. */
+ * with kv_store_paged writing each row's new latent row first; table 2: each cache 4 bytes past
+ * a 16-byte boundary); also on a backend with the combine's whole-row blocks
+ * (CINFER_CUDA_MLA_COMB=0), the same bits. */
 static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, int lat) {
     char name[200];
-    snprintf(name, sizeof name, "cuda mla_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d", table ? "own caches" : "one cache",
-             n, pos0, max_keys, Hh, lat);
+    snprintf(name, sizeof name, "cuda mla_attend %s n=%d pos0=%d max_keys=%d heads=%d lat=%d",
+             table == 2 ? "own caches at +4 bytes" : table ? "own caches" : "one cache", n, pos0, max_keys, Hh, lat);
+    const int shift = table == 2;
     if (!gpu->mla_attend || !gpu->kv_store_paged || !want(name)) return;
     const int nbuf = table ? n : 1;
     size_t nq = (size_t)n * Hh * lat;
@@ -1615,7 +1617,11 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
         size_t cnt = (size_t)ctx[b] * lat;
         hc[b] = xmalloc(cnt * 4);
         fill(hc[b], cnt, 1.f);
-        gc[b] = g_put(hc[b], cnt * 4);
+        gc[b] = g_alloc((cnt + shift) * 4);
+        if (gc[b]) {
+            gc[b] += shift;
+            gpu->upload(gpu, gc[b], hc[b], cnt * 4);
+        }
     }
     for (int t = 0; t < n; t++) pos[t] = table ? irand(ctx[t]) : pos0 + t;
     float *gq = g_put(q, nq * 4), *go = g_alloc(nq * 4), *grows = g_put(rows, (size_t)n * lat * 4);
@@ -1663,7 +1669,7 @@ static void mla_attend_case(int n, int table, int pos0, int max_keys, int Hh, in
         fin_err(&e, num, den);
         report(name, e, B_F32);
     }
-    for (int b = 0; b < nbuf; b++) { g_free(gc[b]); free(hc[b]); }
+    for (int b = 0; b < nbuf; b++) { g_free(gc[b] ? gc[b] - shift : NULL); free(hc[b]); }
     g_free(gq); g_free(go); g_free(grows); g_free(gp); g_free(gtab);
     free(q); free(out); free(rows); free(pos); free(ctx); free(hc); free(gc);
 }
@@ -1956,6 +1962,14 @@ static void test_mla(void) {
     mla_attend_case(2, 0, 998, 1000, 3, 1000);                                       /* decode kernel, wide rows */
     mla_attend_case(1, 0, 40, 8000, 16, 576);                                        /* decode kernel, most runs empty */
     mla_attend_case(13, 1, 0, 3000, 4, 40);
+    /* the tensor-core kernel's other widths (mla_tc.cu: LP 64 / 128 / 256 / 576 / 768, W 1..12), its
+     * 4-byte loads of rows off 16-byte alignment, 128 heads in 8 groups at a short context */
+    mla_attend_case(1, 0, 99, 100, 16, 700);
+    mla_attend_case(3, 0, 500, 503, 5, 124);
+    mla_attend_case(2, 0, 64, 66, 7, 252);
+    mla_attend_case(4, 2, 0, 900, 16, 576);
+    mla_attend_case(2, 2, 0, 100, 4, 40);
+    mla_attend_case(1, 0, 299, 300, 128, 576);
     /* paged caches = unpaged, bit for bit: decode and tiled kernels, sparse and dense DSA rows */
     mla_paged_case(1, 0, 999, 1000, 16, 576, 0, 0, 0);
     mla_paged_case(3, 1, 0, 700, 16, 576, 0, 0, 0);

@@ -82,7 +82,7 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024,
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_TC_RUN=1..64,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
  * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
@@ -90,6 +90,8 @@ struct cuda_be {
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     int mla_comb;            /* MLA attention's combine: columns a block, 0 the whole row (mla.cu) */
+    int mla_tc;              /* MLA attention on tensor cores (mla_tc.cu): 0 never, 1 rows <= 4, 2 any rows */
+    int mla_tc_run;          /* its runs: at least this many 32-key tiles each */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
@@ -182,6 +184,12 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * decode 2332 / 2349 tok/s on vs 2166 / 2194 off at 512 tokens of context, 2132 / 2152 vs
  * 1861 / 1876 at 4096. */
 #define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
+#endif
+#ifndef CB_MLA_TC
+/* MLA attention of <= 4 query rows (1) or of any rows (2) through mla_tc.cu's tensor-core kernel
+ * (16 heads a block, three-pass tf32 products) before mla.cu's CUDA-core kernels: not yet
+ * measured on a GPU (2026-12-07). */
+#define CB_MLA_TC 1       /* default of cuda_be.mla_tc (CINFER_CUDA_MLA_TC) */
 #endif
 #ifndef CB_FLASH2
 /* Prefill attention (head_dim 64 / 128 / 256) through attn_flash.cu's attn_flash_pipe_kernel
@@ -730,6 +738,12 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
                         int lat, float scale, const ci_pages *pages);
 /* Sticky failure with "CUDA: msg" (the first one stands). */
 void cb_fail_msg(cuda_be *cb, const char *msg);
+/* mla.cu: the combine of n rows' n_chunks partial runs [n, n_heads, n_chunks, lat + 2] */
+void cb_mla_combine_launch(cuda_be *cb, float *out, const float *part, int n, int n_heads, int lat, int n_chunks);
+/* mla_tc.cu: MLA attention on tensor cores; 0 when it does not take the shape (nothing launched) */
+int cb_mla_tc_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
+                     int n, const int32_t *pos, const int32_t *sel, int topk, int keys, int n_heads, int lat,
+                     float scale, ci_pages pg);
 /* Dynamic shared memory of `bytes` for kernel: 1 if it fits (above 48 KiB the kernel's limit
  * is raised once, *set remembering it), 0 if not (over 200 KiB, or the raise failed). */
 template <typename K>

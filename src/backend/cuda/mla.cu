@@ -482,7 +482,7 @@ static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3
 
 /* The combine of n rows' n_chunks partial runs: cuda_be.mla_comb columns a block (0: the whole
  * row, 256 threads, the form before), as many threads as columns up to 256. */
-static void mla_combine_launch(cuda_be *cb, float *out, const float *part, int n, int n_heads, int lat, int n_chunks) {
+void cb_mla_combine_launch(cuda_be *cb, float *out, const float *part, int n, int n_heads, int lat, int n_chunks) {
     const int cols = cb->mla_comb > 0 && cb->mla_comb < lat ? cb->mla_comb : lat;
     const int threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
     const dim3 grid((unsigned)n_heads, (unsigned)n, (unsigned)((lat + cols - 1) / cols));
@@ -530,7 +530,7 @@ static void mla_decode_launch(cuda_be *cb, float *out, const float *qcat, const 
     else MD_GO(32, 4);
 #undef MD_GO
     if (cb_launched(cb, "mla_attend (decode)") || n_runs == 1) return;
-    mla_combine_launch(cb, out, part, n, n_heads, lat, n_runs);
+    cb_mla_combine_launch(cb, out, part, n, n_heads, lat, n_runs);
     cb_launched(cb, "mla_attend (combine)");
 }
 
@@ -551,6 +551,9 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_fail_msg(cb, "MLA attention: shared memory");
         return;
     }
+    if (cb->mla_tc && (n <= 4 || cb->mla_tc == 2) &&
+        cb_mla_tc_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg))
+        return;
     if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {
         mla_decode_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg);
         return;
@@ -575,7 +578,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_launch(cb, mla_attn_kernel<false>, grid, dim3(MLA_THREADS), smem, out, part, qcat, cache, tab, tab_step, pos,
                   sel, topk, n_heads, lat, scale, n_chunks, pg);
     if (cb_launched(cb, "mla_attend") || n_chunks == 1) return;
-    mla_combine_launch(cb, out, part, n, n_heads, lat, n_chunks);
+    cb_mla_combine_launch(cb, out, part, n, n_heads, lat, n_chunks);
     cb_launched(cb, "mla_attend (combine)");
 }
 
