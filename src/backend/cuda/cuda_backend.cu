@@ -860,6 +860,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->fp8_rows2 = cb_env_switch("CINFER_CUDA_FP8_ROWS2", CB_FP8_ROWS2);
     cb->mla_decode = cb_env_switch("CINFER_CUDA_MLA_DECODE", CB_MLA_DECODE);
     cb->mla_comb = cb_env_int("CINFER_CUDA_MLA_COMB", 128, 0, 1024);
+    cb->mla_cslice = cb_env_switch("CINFER_CUDA_MLA_CSLICE", 1);
     cb->mla_tc = cb_env_int("CINFER_CUDA_MLA_TC", CB_MLA_TC, 0, 2);
     cb->mla_tc_run = cb_env_int("CINFER_CUDA_MLA_TC_RUN", 1, 1, 64);
     cb->moe_pipe = cb_env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);

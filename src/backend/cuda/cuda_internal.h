@@ -82,7 +82,7 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_TC_RUN=1..64,
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_CSLICE=0|1, CINFER_CUDA_MLA_TC_RUN=1..64,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
  * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
@@ -90,6 +90,7 @@ struct cuda_be {
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
     int mla_decode;          /* MLA attention of <= 4 rows: the per-warp decode kernel (mla.cu) */
     int mla_comb;            /* MLA attention's combine: columns a block, 0 the whole row (mla.cu) */
+    int mla_cslice;          /* MLA attention's combine: the chunks sliced among 8 warps, 32 columns a block (mla.cu) */
     int mla_tc;              /* MLA attention on tensor cores (mla_tc.cu): 0 never, 1 rows <= 4, 2 any rows */
     int mla_tc_run;          /* its runs: at least this many 32-key tiles each */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */

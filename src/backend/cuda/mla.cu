@@ -437,33 +437,39 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
  * column's sum keeps its chunk order, so the bits do not depend on cols. 128 columns (5 blocks a
  * head of 576) against 64 and a whole row, ds14 decode on an H100: after 512 649.3 / 649.8 /
  * 623.1 tok/s, after 4096 577.5 / 570.3 / 553.9 (RESULTS, 2026-12-07). */
+/* The chunks' weights of one (row, head) to wk[0 .. n_chunks) (divided by the sum), and the
+ * count of chunks that saw keys to wk[n_chunks] (as int bits): warp 0 of the block, the rest wait
+ * at the caller's barrier. */
+static __device__ __forceinline__ void comb_weights(const float *p, int n_chunks, int lat, float *wk) {
+    const int lane = threadIdx.x & 31;
+    float M = -INFINITY;
+    for (int k = lane; k < n_chunks; k += 32) M = fmaxf(M, p[(int64_t)k * (lat + 2) + lat]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.0f;
+    int used = 0;   /* chunks that saw keys: a prefix (the attention kernels cut whole tiles from 0) */
+    for (int k = lane; k < n_chunks; k += 32) {
+        const float m = p[(int64_t)k * (lat + 2) + lat];
+        const float e = m == -INFINITY ? 0.0f : expf(m - M);
+        wk[k] = e;
+        if (m != -INFINITY) used = k + 1;
+        L = fmaf(e, p[(int64_t)k * (lat + 2) + lat + 1], L);
+    }
+    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    for (int o = 16; o > 0; o >>= 1) used = max(used, __shfl_xor_sync(0xffffffffu, used, o));
+    if (lane == 0) wk[n_chunks] = __int_as_float(used);
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    __syncwarp();
+    for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
+}
+
 __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const float *part, int n_heads, int lat,
                                                           int n_chunks, int cols) {
     pdl_enter();
     extern __shared__ float wk[];                 /* [n_chunks] weights, then the count of chunks used */
-    const int h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x & 31;
+    const int h = blockIdx.x, t = blockIdx.y;
     const int c0 = blockIdx.z * cols, c1 = lat < c0 + cols ? lat : c0 + cols;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
-    if (threadIdx.x < 32) {
-        float M = -INFINITY;
-        for (int k = lane; k < n_chunks; k += 32) M = fmaxf(M, p[(int64_t)k * (lat + 2) + lat]);
-        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        float L = 0.0f;
-        int used = 0;   /* chunks that saw keys: a prefix (the attention kernel cuts whole tiles from 0) */
-        for (int k = lane; k < n_chunks; k += 32) {
-            const float m = p[(int64_t)k * (lat + 2) + lat];
-            const float e = m == -INFINITY ? 0.0f : expf(m - M);
-            wk[k] = e;
-            if (m != -INFINITY) used = k + 1;
-            L = fmaf(e, p[(int64_t)k * (lat + 2) + lat + 1], L);
-        }
-        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
-        for (int o = 16; o > 0; o >>= 1) used = max(used, __shfl_xor_sync(0xffffffffu, used, o));
-        if (lane == 0) wk[n_chunks] = __int_as_float(used);
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        __syncwarp();
-        for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
-    }
+    if (threadIdx.x < 32) comb_weights(p, n_chunks, lat, wk);
     __syncthreads();
     const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
     float *orow = out + ((int64_t)t * n_heads + h) * lat;
@@ -475,14 +481,52 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const floa
     }
 }
 
+/* The combine with the chunks sliced among warps (cuda_be.mla_cslice): a block takes 32 columns of
+ * one (row, head), lane = column; warp w sums chunks w, w + 8, ... in order, then warp 0 adds the
+ * 8 slices in warp order: 8 x the loads in flight a column where the many short runs of the
+ * tensor-core kernel (mla_tc.cu: ~128 at 4096 keys) make a long chain of each column's sum. The
+ * order is fixed by the chunk count alone (other bits than mla_combine_kernel's). */
+__global__ void __launch_bounds__(256) mla_combine_sliced_kernel(float *out, const float *part, int n_heads, int lat,
+                                                                 int n_chunks) {
+    pdl_enter();
+    extern __shared__ float wk[];                 /* [n_chunks] weights, the count, padding; then [8][32] slices */
+    const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int c = blockIdx.z * 32 + lane;
+    const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
+    float *sl = wk + (n_chunks + 1 + 3) / 4 * 4 + 8;
+    if (warp == 0) comb_weights(p, n_chunks, lat, wk);
+    __syncthreads();
+    const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
+    float a = 0.0f;
+    if (c < lat) {
+#pragma unroll 4
+        for (int k = warp; k < used; k += 8) a = fmaf(wk[k], p[(int64_t)k * (lat + 2) + c], a);
+    }
+    sl[warp * 32 + lane] = a;
+    __syncthreads();
+    if (warp == 0 && c < lat) {
+        float s = sl[lane];
+#pragma unroll
+        for (int w = 1; w < 8; w++) s += sl[w * 32 + lane];
+        out[((int64_t)t * n_heads + h) * lat + c] = s;
+    }
+}
+
 /* The combine's shared memory: n_chunks weights and the count, padded by two 16-byte
  * vectors (the unrolled sum loads the weights four at a time and may read past the count:
  * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer). */
 static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3) / 4 * 4 + 8) * sizeof(float); }
 
-/* The combine of n rows' n_chunks partial runs: cuda_be.mla_comb columns a block (0: the whole
- * row, 256 threads, the form before), as many threads as columns up to 256. */
+/* The combine of n rows' n_chunks partial runs: the sliced kernel (cuda_be.mla_cslice), else
+ * cuda_be.mla_comb columns a block (0: the whole row, 256 threads, the form before), as many
+ * threads as columns up to 256. */
 void cb_mla_combine_launch(cuda_be *cb, float *out, const float *part, int n, int n_heads, int lat, int n_chunks) {
+    if (cb->mla_cslice) {
+        const dim3 grid((unsigned)n_heads, (unsigned)n, (unsigned)((lat + 31) / 32));
+        cb_launch(cb, mla_combine_sliced_kernel, grid, dim3(256), mla_combine_smem(n_chunks) + 256 * sizeof(float), out,
+                  part, n_heads, lat, n_chunks);
+        return;
+    }
     const int cols = cb->mla_comb > 0 && cb->mla_comb < lat ? cb->mla_comb : lat;
     const int threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
     const dim3 grid((unsigned)n_heads, (unsigned)n, (unsigned)((lat + cols - 1) / cols));
