@@ -488,6 +488,22 @@ __device__ __forceinline__ const int32_t *pg_table(const ci_pages &pg, int t) {
 __device__ __forceinline__ int64_t pg_row(const int32_t *tb, int lg, int p) {
     return tb ? ((int64_t)tb[p >> lg] << lg) | (p & ((1 << lg) - 1)) : (int64_t)p;
 }
+/* MLA attention (mla.cu, mla_tc.cu): the keys of row t, sparse (sel given and pos[t] + 1 > topk)
+ * ones at sel[t, j], j < topk, else 0..pos[t]; and a run of keys past the row's context marked in
+ * the partials [n, n_heads, n_runs, lat + 2] (m = -inf, l = 0: weight 0 in the combine) by
+ * threads 0 .. nh - 1 */
+__device__ __forceinline__ int mla_row_keys(const int32_t *pos, const int32_t *sel, int topk, int t) {
+    const int L = pos[t] + 1;
+    return sel && L > topk ? topk : L;
+}
+__device__ __forceinline__ void mla_part_empty(float *part, int t, int n_heads, int h0, int nh, int n_runs, int run,
+                                               int lat) {
+    if ((int)threadIdx.x < nh) {
+        float *p = part + (((int64_t)t * n_heads + h0 + threadIdx.x) * n_runs + run) * (lat + 2);
+        p[lat] = -INFINITY;
+        p[lat + 1] = 0.0f;
+    }
+}
 /* query row t's position: pos[t], or pos0 + t when the rows are consecutive (pos NULL) */
 __device__ __forceinline__ int row_pos(const int32_t *pos, int pos0, int t) { return pos ? pos[t] : pos0 + t; }
 /* pages by value for a launch: *pages, or all zeros (not paged) */

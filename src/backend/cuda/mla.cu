@@ -101,13 +101,6 @@ void cb_kv_store_paged(cuda_be *cb, float *cache, float *const *tab, int tab_ste
 
 /* ---- MLA attention ------------------------------------------------------------------------------ */
 
-/* The keys of row t: sparse (sel given and pos[t] + 1 > topk) ones at sel[t, j], j < topk;
- * else 0..pos[t]. */
-static __device__ __forceinline__ int row_keys(const int32_t *pos, const int32_t *sel, int topk, int t) {
-    const int L = pos[t] + 1;
-    return sel && L > topk ? topk : L;
-}
-
 /* The butterfly sum of a warp's V values per lane (V a power of two, V >= 64 / 32 ... ):
  * after it lane l holds the sums over all lanes of v[2l] and v[2l + 1] in v[0], v[1] (V = 64).
  * Each stage hands half of the values to the partner lane: V - 2 shuffles in all. */
@@ -154,7 +147,7 @@ __global__ void __launch_bounds__(MLA_THREADS) mla_attn_kernel(float *out, float
     if (tab) cache = tab[(int64_t)t * tab_step];
     const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
     const int lg = pg.blk_log2;
-    const int count = row_keys(pos, sel, topk, t);
+    const int count = mla_row_keys(pos, sel, topk, t);
     const int sparse = sel && pos[t] + 1 > topk;
     const int32_t *srow = sparse ? sel + (int64_t)t * topk : NULL;
     const int tiles = (count + MLA_KT - 1) / MLA_KT, per = (tiles + n_chunks - 1) / n_chunks;
@@ -315,17 +308,13 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     if (tab) cache = tab[(int64_t)t * tab_step];
     const int32_t *tb = pg_table(pg, t);          /* the row's block table, NULL unpaged */
     const int lg = pg.blk_log2;
-    const int count = row_keys(pos, sel, topk, t);
+    const int count = mla_row_keys(pos, sel, topk, t);
     const int32_t *srow = sel && pos[t] + 1 > topk ? sel + (int64_t)t * topk : NULL;
     const int per = (count + n_runs - 1) / n_runs;
     const int j0 = run * per, j1 = count < j0 + per ? count : j0 + per;
     float *ml = md + MD_WARPS * MD_HG * lat;
     if (j0 >= j1) {                               /* a run past the context: weight 0 in the combine */
-        if (threadIdx.x < nh) {
-            float *p = part + (((int64_t)t * n_heads + h0 + threadIdx.x) * n_runs + run) * (lat + 2);
-            p[lat] = -INFINITY;
-            p[lat + 1] = 0.0f;
-        }
+        mla_part_empty(part, t, n_heads, h0, nh, n_runs, run, lat);
         return;
     }
     float q[MD_HG][LPC], acc[MD_HG][LPC], m[MD_HG], l[MD_HG];

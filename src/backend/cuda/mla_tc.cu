@@ -97,17 +97,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 1) mla_tc_kernel(float *out, fl
     if (tab) cache = tab[(int64_t)t * tab_step];
     const int32_t *tb = pg_table(pg, t);
     const int lg = pg.blk_log2;
-    const int L = pos[t] + 1;
-    const int count = sel && L > topk ? topk : L;
-    const int32_t *srow = sel && L > topk ? sel + (int64_t)t * topk : NULL;
+    const int count = mla_row_keys(pos, sel, topk, t);
+    const int32_t *srow = sel && pos[t] + 1 > topk ? sel + (int64_t)t * topk : NULL;
     const int tiles = (count + TC_KT - 1) / TC_KT, per = (tiles + n_runs - 1) / n_runs;
     const int j0 = run * per * TC_KT, j1 = count < j0 + per * TC_KT ? count : j0 + per * TC_KT;
     if (j0 >= j1) {                                        /* a run past the context: weight 0 in the combine */
-        if (threadIdx.x < nh) {
-            float *p = part + (((int64_t)t * n_heads + h0 + threadIdx.x) * n_runs + run) * (lat + 2);
-            p[lat] = -INFINITY;
-            p[lat + 1] = 0.0f;
-        }
+        mla_part_empty(part, t, n_heads, h0, nh, n_runs, run, lat);
         return;
     }
     tc_load_tile(kt0, cache, tb, lg, srow, j0, j1 - j0 < TC_KT ? j1 - j0 : TC_KT, lat, LP);
