@@ -114,13 +114,13 @@ step ops-alt 120 ops_alt.log env CINFER_CUDA_PDL=0 CINFER_CUDA_NORM_FUSE=0 CINFE
   CINFER_CUDA_QMV=0 CINFER_CUDA_Q_GEMM=0 CINFER_CUDA_FP8_GEMM=0 CINFER_CUDA_QMMA=0 CINFER_CUDA_FLASH2=0 CINFER_CUDA_SSD_CHUNK=0 \
   CINFER_CUDA_DN_CHUNK=0 CINFER_CUDA_HCMIX=0 CINFER_CUDA_V4_SPLIT=0 CINFER_CUDA_GEMM_STREAMS=0 CINFER_CUDA_MOE_FUSE=0 .gpu/tests/test_cuda_ops --quick
 
-# ---- ops-mla: MLA attention on tensor cores at every row count (the default takes it at <= 4
-# rows; CINFER_CUDA_MLA_TC=2 also the prefill chunks), and the CUDA-core decode kernel where the
-# default gives its rows to the tensor cores (ops-alt turns both off); the combine's column
+# ---- ops-mla: MLA attention on tensor cores at every context (the default's decode rows take it
+# from 1024 keys), and the CUDA-core decode kernel where the default gives its rows to the
+# tensor cores (ops-alt turns both off); the combine's column
 # blocks against whole rows (the test's COMB=0 backend) where the sliced combine is off ----
 step ops-mla 90 ops_mla.log bash -c "
-  for sw in CINFER_CUDA_MLA_TC=2 'CINFER_CUDA_MLA_TC=0 CINFER_CUDA_MLA_DECODE=1' \
-            'CINFER_CUDA_MLA_TC_RUN=3 CINFER_CUDA_MLA_CSLICE=0'; do
+  for sw in CINFER_CUDA_MLA_TC_MIN=0 'CINFER_CUDA_MLA_TC=0 CINFER_CUDA_MLA_DECODE=1' \
+            'CINFER_CUDA_MLA_TC_MIN=0 CINFER_CUDA_MLA_TC_RUN=3 CINFER_CUDA_MLA_CSLICE=0'; do
     env \$sw .gpu/tests/test_cuda_ops --quick --only _attend || exit 1
   done"
 

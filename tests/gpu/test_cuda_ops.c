@@ -1962,9 +1962,11 @@ static void test_mla(void) {
     mla_attend_case(2, 0, 998, 1000, 3, 1000);                                       /* decode kernel, wide rows */
     mla_attend_case(1, 0, 40, 8000, 16, 576);                                        /* decode kernel, most runs empty */
     mla_attend_case(13, 1, 0, 3000, 4, 40);
-    /* the tensor-core kernel's other widths (mla_tc.cu: LP 64 / 128 / 256 / 576 / 768, W 1..12), its
-     * 4-byte loads of rows off 16-byte alignment, 128 heads in 8 groups at a short context */
+    /* the tensor-core kernel's other widths (mla_tc.cu: LP 64 / 128 / 256 / 576 / 672, W 1..11; 700
+     * is past its shared memory: mla.cu's kernels), its 4-byte loads of rows off 16-byte alignment,
+     * 128 heads in 8 groups at a short context */
     mla_attend_case(1, 0, 99, 100, 16, 700);
+    mla_attend_case(1, 0, 1099, 1100, 16, 660);
     mla_attend_case(3, 0, 500, 503, 5, 124);
     mla_attend_case(2, 0, 64, 66, 7, 252);
     mla_attend_case(4, 2, 0, 900, 16, 576);

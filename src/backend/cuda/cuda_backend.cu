@@ -863,6 +863,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->mla_cslice = cb_env_switch("CINFER_CUDA_MLA_CSLICE", 1);
     cb->mla_tc = cb_env_int("CINFER_CUDA_MLA_TC", CB_MLA_TC, 0, 2);
     cb->mla_tc_run = cb_env_int("CINFER_CUDA_MLA_TC_RUN", 1, 1, 64);
+    cb->mla_tc_min = cb_env_int("CINFER_CUDA_MLA_TC_MIN", CB_MLA_TC_MIN, 0, 1 << 30);
     cb->moe_pipe = cb_env_switch("CINFER_CUDA_MOE_PIPE", CB_MOE_PIPE);
     cb->moe_split = cb_env_switch("CINFER_CUDA_MOE_SPLIT", CB_MOE_SPLIT);
     cb->q_pair = cb_env_switch("CINFER_CUDA_Q_PAIR", CB_Q_PAIR);

@@ -82,7 +82,7 @@ struct cuda_be {
     int failed;              /* sticky: last_error holds why */
     /* tuning switches, read once from the environment at start (for side-by-side runs of
      * one binary; the defaults are the measured best, see cuda_backend.cu):
-     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_CSLICE=0|1, CINFER_CUDA_MLA_TC_RUN=1..64,
+     * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_CSLICE=0|1, CINFER_CUDA_MLA_TC_RUN=1..64, CINFER_CUDA_MLA_TC_MIN=0..,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
  * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
@@ -93,6 +93,7 @@ struct cuda_be {
     int mla_cslice;          /* MLA attention's combine: the chunks sliced among 8 warps, 32 columns a block (mla.cu) */
     int mla_tc;              /* MLA attention on tensor cores (mla_tc.cu): 0 never, 1 rows <= 4, 2 any rows */
     int mla_tc_run;          /* its runs: at least this many 32-key tiles each */
+    int mla_tc_min;          /* its decode rows (<= 4): only where max_keys is at least this */
     int moe_pipe;            /* routed experts' down at decode: two load buffers (moe.cu) */
     int moe_split;           /* routed experts' down at decode: a row over 4 warps (moe.cu) */
     int q_pair;              /* MLX-quantized GEMVs at batch 1: two rows per x load (quant.cu) */
@@ -187,10 +188,16 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 #define CB_MLA_DECODE 1   /* default of cuda_be.mla_decode (CINFER_CUDA_MLA_DECODE) */
 #endif
 #ifndef CB_MLA_TC
-/* MLA attention of <= 4 query rows (1) or of any rows (2) through mla_tc.cu's tensor-core kernel
- * (16 heads a block, three-pass tf32 products) before mla.cu's CUDA-core kernels: not yet
- * measured on a GPU (2026-12-07). */
-#define CB_MLA_TC 1       /* default of cuda_be.mla_tc (CINFER_CUDA_MLA_TC) */
+/* MLA attention through mla_tc.cu's tensor-core kernel (16 heads a block, three-pass tf32
+ * products) before mla.cu's CUDA-core kernels: 1 decode rows (<= 4) whose max_keys is at least
+ * CB_MLA_TC_MIN, 2 also every longer chunk (prefill). Measured on an H100 (2026-12-07, ds14:
+ * DeepSeek-V2-Lite dims + q_lora 1024, 14 layers bf16, alternating): decode after 4096
+ * 596-600 tok/s against 572-573, after 512 641-642 against 649-651; prefill of 4096 15,011-15,018
+ * tok/s against 10,789-10,795 (bench/RESULTS.md). */
+#define CB_MLA_TC 2       /* default of cuda_be.mla_tc (CINFER_CUDA_MLA_TC) */
+#endif
+#ifndef CB_MLA_TC_MIN
+#define CB_MLA_TC_MIN 1024 /* default of cuda_be.mla_tc_min (CINFER_CUDA_MLA_TC_MIN) */
 #endif
 #ifndef CB_FLASH2
 /* Prefill attention (head_dim 64 / 128 / 256) through attn_flash.cu's attn_flash_pipe_kernel

@@ -584,7 +584,7 @@ void cb_mla_attn_launch(cuda_be *cb, float *out, const float *qcat, const float 
         cb_fail_msg(cb, "MLA attention: shared memory");
         return;
     }
-    if (cb->mla_tc && (n <= 4 || cb->mla_tc == 2) &&
+    if (cb->mla_tc && (n <= 4 ? keys >= cb->mla_tc_min : cb->mla_tc == 2) &&
         cb_mla_tc_launch(cb, out, qcat, cache, tab, tab_step, n, pos, sel, topk, keys, n_heads, lat, scale, pg))
         return;
     if (cb->mla_decode && n <= 4 && (int64_t)n_heads * keys <= MD_MAX_WORK) {

@@ -257,8 +257,8 @@ static size_t mla_tc_smem(int lat) {
 }
 
 /* The tensor-core kernel's launch (1), or 0 when it does not take the call (lat not a multiple
- * of 4, wider than 768 (two stages of 1024-float rows pass the 227 KiB of shared memory), or the
- * cache not 16-byte aligned: the caller runs mla.cu's kernels).
+ * of 4, wider than 672 (two stages of its key rows pass cb_smem_ok's 200 KiB), or the cache not
+ * 16-byte aligned: the caller runs mla.cu's kernels).
  * Runs: whole tiles of max_keys, about one block an SM over the rows and head groups, at
  * least cuda_be.mla_tc_run tiles each. */
 int cb_mla_tc_launch(cuda_be *cb, float *out, const float *qcat, const float *cache, float *const *tab, int tab_step,
@@ -266,8 +266,8 @@ int cb_mla_tc_launch(cuda_be *cb, float *out, const float *qcat, const float *ca
                      float scale, ci_pages pg) {
     static int smem_set[5];
     const int LP = (lat + 31) & ~31;
-    if (lat % 4 || LP > 768 || (!tab && ((uintptr_t)cache & 15))) return 0;
     const size_t smem = mla_tc_smem(lat);
+    if (lat % 4 || smem > 200 * 1024 || (!tab && ((uintptr_t)cache & 15))) return 0;
     const int groups = (n_heads + TC_HG - 1) / TC_HG;
     const int64_t tiles = (keys + TC_KT - 1) / TC_KT, rt = cb->mla_tc_run > 0 ? cb->mla_tc_run : 1;
     int64_t want = ((int64_t)cb->sm_count + (int64_t)n * groups - 1) / ((int64_t)n * groups);
@@ -292,7 +292,7 @@ int cb_mla_tc_launch(cuda_be *cb, float *out, const float *qcat, const float *ca
     else if (LP <= 128) TC_GO(2, 1);
     else if (LP <= 256) TC_GO(4, 2);
     else if (LP <= 576) TC_GO(9, 3);
-    else TC_GO(12, 4);
+    else TC_GO(11, 4);
 #undef TC_GO
     if (cb_launched(cb, "mla_attend (tensor cores)") || n_runs == 1) return 1;
     cb_mla_combine_launch(cb, out, part, n, n_heads, lat, n_runs);
