@@ -191,9 +191,10 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
 /* MLA attention through mla_tc.cu's tensor-core kernel (16 heads a block, three-pass tf32
  * products) before mla.cu's CUDA-core kernels: 1 decode rows (<= 4) whose max_keys is at least
  * CB_MLA_TC_MIN, 2 also every longer chunk (prefill). Measured on an H100 (2026-12-07, ds14:
- * DeepSeek-V2-Lite dims + q_lora 1024, 14 layers bf16, alternating): decode after 4096
- * 596-600 tok/s against 572-573, after 512 641-642 against 649-651; prefill of 4096 15,011-15,018
- * tok/s against 10,789-10,795 (bench/RESULTS.md). */
+ * DeepSeek-V2-Lite dims + q_lora 1024, 14 layers bf16, alternating, bench/RESULTS.md): TC=0 /
+ * tensor cores at every context / this default, decode after 4096 577 / 601 / 604-606 tok/s, after
+ * 1024 633 / 634 / 633, after 512 649-651 / 642 / 652; prefill of 4096 10.8k / 15.0k / 15.0k, of
+ * 512 24.7k / 27.8k / 27.8k. */
 #define CB_MLA_TC 2       /* default of cuda_be.mla_tc (CINFER_CUDA_MLA_TC) */
 #endif
 #ifndef CB_MLA_TC_MIN
