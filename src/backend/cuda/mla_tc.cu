@@ -21,7 +21,13 @@
  * lo·hi + hi·lo + hi·hi (the three-pass tf32 form: about f32's precision). The block then writes
  * its run's (acc, m, l) in the combine's layout (mla.cu), or the normalised row when the row
  * has one run. Rows come as the other kernels take them: through a per-row table, a paged
- * block table, or DSA's selection (sel given and pos[t] + 1 > topk: the topk kept rows). */
+ * block table, or DSA's selection (sel given and pos[t] + 1 > topk: the topk kept rows).
+ *
+ * Measured (H100, 2026-12-07, DeepSeek-V2-Lite dims 14 layers, bench/RESULTS.md): prefill of 4096
+ * 1.39x mla.cu's tiled kernel, decode after 4096 1.05x its decode kernel, after 512 0.99x (16 blocks
+ * of one tile on 132 SMs where the decode kernel spreads 264; cuda_be.mla_tc_min keeps short
+ * decode contexts there). A tile is 1,728 mma (three passes of S and P·V); runs of 2 / 4 tiles
+ * measured slower than runs of one, so a block's tile time, not the combine, is the cost. */
 #include "cuda_internal.h"
 #include <math.h>
 
