@@ -417,15 +417,12 @@ __global__ void __launch_bounds__(MD_WARPS * 32, LPC <= 18 ? 2 : 1) mla_decode_k
     }
 }
 
-/* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
- * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
- * warp's max and sum), then each thread sums its columns over the chunks with many loads
- * in flight. A block takes `cols` columns of one (row, head) (blockIdx.z the column block):
- * at batch 1 a block a head was 16 blocks on the whole GPU, ~6.4 / 9.5 us after 512 / 4096
- * keys (33 chunks; H200, ncu, 2026-12-07); each block works out the same weights, and each
- * column's sum keeps its chunk order, so the bits do not depend on cols. 128 columns (5 blocks a
- * head of 576) against 64 and a whole row, ds14 decode on an H100: after 512 649.3 / 649.8 /
- * 623.1 tok/s, after 4096 577.5 / 570.3 / 553.9 (RESULTS, 2026-12-07). */
+/* The floats of the weights' shared memory: n_chunks weights and the count, padded by two 16-byte
+ * vectors (the unrolled sum loads the weights four at a time and may read past the count:
+ * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer); the sliced
+ * combine's slices follow them. */
+static __host__ __device__ __forceinline__ int comb_wk_floats(int n_chunks) { return (n_chunks + 1 + 3) / 4 * 4 + 8; }
+
 /* The chunks' weights of one (row, head) to wk[0 .. n_chunks) (divided by the sum), and the
  * count of chunks that saw keys to wk[n_chunks] (as int bits): warp 0 of the block, the rest wait
  * at the caller's barrier. */
@@ -451,6 +448,15 @@ static __device__ __forceinline__ void comb_weights(const float *p, int n_chunks
     for (int k = lane; k < n_chunks; k += 32) wk[k] *= inv;
 }
 
+/* out[t, h] = Σ_k e^(m_k - M) acc_k / Σ_k e^(m_k - M) l_k over the row's chunks (those that
+ * saw no key have m = -inf and weigh 0). The chunks' weights go to shared memory first (a
+ * warp's max and sum), then each thread sums its columns over the chunks with many loads
+ * in flight. A block takes `cols` columns of one (row, head) (blockIdx.z the column block):
+ * at batch 1 a block a head was 16 blocks on the whole GPU, ~6.4 / 9.5 us after 512 / 4096
+ * keys (33 chunks; H200, ncu, 2026-12-07); each block works out the same weights, and each
+ * column's sum keeps its chunk order, so the bits do not depend on cols. 128 columns (5 blocks a
+ * head of 576) against 64 and a whole row, ds14 decode on an H100: after 512 649.3 / 649.8 /
+ * 623.1 tok/s, after 4096 577.5 / 570.3 / 553.9 (RESULTS, 2026-12-07). */
 __global__ void __launch_bounds__(256) mla_combine_kernel(float *out, const float *part, int n_heads, int lat,
                                                           int n_chunks, int cols) {
     pdl_enter();
@@ -482,7 +488,7 @@ __global__ void __launch_bounds__(256) mla_combine_sliced_kernel(float *out, con
     const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c = blockIdx.z * 32 + lane;
     const float *p = part + ((int64_t)t * n_heads + h) * n_chunks * (lat + 2);
-    float *sl = wk + (n_chunks + 1 + 3) / 4 * 4 + 8;
+    float *sl = wk + comb_wk_floats(n_chunks);
     if (warp == 0) comb_weights(p, n_chunks, lat, wk);
     __syncthreads();
     const int used = min(__float_as_int(wk[n_chunks]), n_chunks);
@@ -501,10 +507,8 @@ __global__ void __launch_bounds__(256) mla_combine_sliced_kernel(float *out, con
     }
 }
 
-/* The combine's shared memory: n_chunks weights and the count, padded by two 16-byte
- * vectors (the unrolled sum loads the weights four at a time and may read past the count:
- * compute-sanitizer saw a 16-byte read at weights 16..19 of an 18-float buffer). */
-static size_t mla_combine_smem(int n_chunks) { return ((size_t)(n_chunks + 1 + 3) / 4 * 4 + 8) * sizeof(float); }
+/* The combine's shared memory in bytes: its weights (comb_wk_floats). */
+static size_t mla_combine_smem(int n_chunks) { return (size_t)comb_wk_floats(n_chunks) * sizeof(float); }
 
 /* The combine of n rows' n_chunks partial runs: the sliced kernel (cuda_be.mla_cslice), else
  * cuda_be.mla_comb columns a block (0: the whole row, 256 threads, the form before), as many

@@ -57,14 +57,14 @@ __device__ __forceinline__ void mma_3x(float *c, const unsigned *ahi, const unsi
     mma_tf32(c, ahi, h0, h1);
 }
 
-/* the run's keys jb .. jb + nk - 1 (cache rows through sel / the block table) into stage kt:
+/* the tile of keys jb .. jb + TC_KT - 1 (cache rows through sel / the block table) into stage kt:
  * thread i copies row i / 8, 16-byte units i % 8, + 8, ... (a row's 8 threads read 128
- * contiguous bytes a step); units past lat and rows past nk zero-filled. A row not 16-byte
+ * contiguous bytes a step); units past lat and rows from the run's end j1 on zero-filled. A row not 16-byte
  * aligned (a table's own cache at an odd offset) goes 4 bytes at a time. */
 __device__ __forceinline__ void tc_load_tile(float *kt, const float *cache, const int32_t *tb, int lg,
-                                             const int32_t *srow, int jb, int nk, int lat, int LP) {
+                                             const int32_t *srow, int jb, int j1, int lat, int LP) {
     const int r = threadIdx.x >> 3, u0 = threadIdx.x & 7;
-    const bool ok = r < nk;
+    const bool ok = jb + r < j1;
     const float *src = cache;
     if (ok) src = cache + pg_row(tb, lg, srow ? srow[jb + r] : jb + r) * lat;
     float *dst = kt + r * (LP + 8);
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 1) mla_tc_kernel(float *out, fl
         mla_part_empty(part, t, n_heads, h0, nh, n_runs, run, lat);
         return;
     }
-    tc_load_tile(kt0, cache, tb, lg, srow, j0, j1 - j0 < TC_KT ? j1 - j0 : TC_KT, lat, LP);
+    tc_load_tile(kt0, cache, tb, lg, srow, j0, j1, lat, LP);
     cb_cp_commit();
     /* the warp's Q fragments (scaled; zero past nh and lat), split once */
     unsigned qh[W][4], ql[W][4];
@@ -136,8 +136,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 1) mla_tc_kernel(float *out, fl
         const int nk = j1 - jb < TC_KT ? j1 - jb : TC_KT;
         float *kt = stage ? kt1 : kt0;
         if (jb + TC_KT < j1) {                             /* the next tile into the other stage */
-            tc_load_tile(stage ? kt0 : kt1, cache, tb, lg, srow, jb + TC_KT,
-                         j1 - jb - TC_KT < TC_KT ? j1 - jb - TC_KT : TC_KT, lat, LP);
+            tc_load_tile(stage ? kt0 : kt1, cache, tb, lg, srow, jb + TC_KT, j1, lat, LP);
             cb_cp_commit();
             cb_cp_wait<1>();
         } else {
@@ -221,10 +220,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32, 1) mla_tc_kernel(float *out, fl
         rsh[TC_HG + 2 * warp + 1] = l[1];
     }
     __syncthreads();
-    const int h_a = g, h_b = g + 8;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const int h = half ? h_b : h_a;
+        const int h = g + 8 * half;
         if (h >= nh) continue;
         const int64_t row = (int64_t)t * n_heads + h0 + h;
         float *dst;
