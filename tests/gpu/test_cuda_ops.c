@@ -1964,7 +1964,8 @@ static void test_mla(void) {
     mla_attend_case(13, 1, 0, 3000, 4, 40);
     /* the tensor-core kernel's other widths (mla_tc.cu: LP 64 / 128 / 256 / 576 / 672, W 1..11; 700
      * is past its shared memory: mla.cu's kernels), its 4-byte loads of rows off 16-byte alignment,
-     * 128 heads in 8 groups at a short context */
+     * 128 heads in 8 groups at a short context (decode rows under 1024 keys take mla.cu's kernels by
+     * default: tests/gpu/run.sh's ops-mla runs these with CINFER_CUDA_MLA_TC_MIN=0 too) */
     mla_attend_case(1, 0, 99, 100, 16, 700);
     mla_attend_case(1, 0, 1099, 1100, 16, 660);
     mla_attend_case(3, 0, 500, 503, 5, 124);
