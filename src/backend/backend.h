@@ -687,8 +687,11 @@ int ci_backend_cpu_int16_act(ci_backend *be);
  * to int16 per block, exact integer sums). Takes effect on an AVX-512 backend of a CPU with
  * AVX512-VNNI: returns 1 and the backend's name gains "-amx-mlx" where the CPU also has AMX-INT8
  * and its kernel grants the tiles (4 tokens and more on the tiles), else "-vnni-mlx" (everything
- * on VNNI: the same bits; CINFER_CPU_MLX_TILES=0 asks for this form on an AMX CPU too); on other
- * backends returns 0 and it computes as before. The int16-activation kernels, when also
+ * on VNNI: the same bits; CINFER_CPU_MLX_TILES=0 asks for this form on an AMX CPU too); on an
+ * AVX2 backend, or an AVX-512 one without VNNI, src/backend/cpu/mlx_avx2.c computes the same
+ * formula to the bit (vpmaddubsw / vpmaddwd) and the name becomes "cpu-avx2-mlx" (or
+ * "cpu-avx512-avx2-mlx"); on the scalar backend returns 0 and it computes as before. The
+ * int16-activation kernels, when also
  * asked for, take the formats they take first. Call before the first op. */
 int ci_backend_cpu_amx_mlx(ci_backend *be);
 /* The same with the activations rounded to act_bits: 16 (ci_backend_cpu_amx_mlx) or 8 (x̂ = x / d

@@ -46,7 +46,7 @@ static int weights_in(ci_model *m, const ci_model_opts *opts, char *err, size_t 
 /* The CPU backend opts ask for: its isa, with bf16_act (isa auto) the bf16 dot products
  * where the CPU has them (on AMX tiles where it has those, unless CINFER_CPU_AMX=0; else
  * vdpbf16ps), the f32 kernels elsewhere, with mlx_amx MLX 4- / 8-bit weights as amx_mlx.c
- * computes them where the CPU has AVX-512 VNNI (on AMX tiles where it has those), and with int16_act the int16-activation kernels for 4- / 8-bit weights where
+ * computes them (AVX-512 VNNI, on AMX tiles where the CPU has those; mlx_avx2.c on AVX2), and with int16_act the int16-activation kernels for 4- / 8-bit weights where
  * the CPU has them (before the tiles). */
 static ci_backend *cpu_backend(const ci_model_opts *opts, int n_threads) {
     ci_isa isa = opts ? (ci_isa)opts->isa : CI_ISA_AUTO;

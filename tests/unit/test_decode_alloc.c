@@ -169,8 +169,9 @@ static void test_matmuls_reuse_scratch(void) {
     static const ci_isa isas[] = { CI_ISA_SCALAR, CI_ISA_AVX2, CI_ISA_AVX512, CI_ISA_AVX512BF16, CI_ISA_AMXBF16 };
     int i16_runs = 0, amx_runs = 0;
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
-        for (int mode = 0; mode < 3; mode++) {   /* as it is, int16 activations, MLX weights as amx_mlx.c computes them */
-            if (mode == 2 && isas[i] != CI_ISA_AVX512) continue;
+        for (int mode = 0; mode < 3; mode++) {   /* as it is, int16 activations, MLX weights as amx_mlx.c computes them
+                                                  * (AVX-512 VNNI) or mlx_avx2.c (AVX2) */
+            if (mode == 2 && isas[i] != CI_ISA_AVX512 && isas[i] != CI_ISA_AVX2) continue;
             ci_backend *be = ci_backend_cpu_new(2, isas[i]);
             if (!be) continue;
             if (!mode || (mode == 1 && ci_backend_cpu_int16_act(be)) || (mode == 2 && ci_backend_cpu_amx_mlx(be))) {
@@ -181,7 +182,7 @@ static void test_matmuls_reuse_scratch(void) {
             be->free(be);
         }
     if (!i16_runs) printf("NOTE no AVX2 on this CPU: the int16 path not checked\n");
-    if (!amx_runs) printf("NOTE no AVX-512 VNNI on this CPU: the MLX amx_mlx.c kernels not checked\n");
+    if (!amx_runs) printf("NOTE no AVX2 on this CPU: the MLX amx_mlx.c / mlx_avx2.c kernels not checked\n");
 }
 
 /* ---- whole decode steps ------------------------------------------------------------------ */

@@ -37,14 +37,18 @@ static const struct { ci_isa isa; const char *name; int mlx_amx; } isas[] = {
     { CI_ISA_AVX512, "cpu-avx512-vnni-mlx", 2 },  /* the same on AVX-512 VNNI alone (CINFER_CPU_MLX_TILES=0) */
     { CI_ISA_AVX512, "cpu-avx512-amx-mlx8", 3 },  /* both with x rounded to int8 (--mlx-amx8) */
     { CI_ISA_AVX512, "cpu-avx512-vnni-mlx8", 4 },
+    { CI_ISA_AVX2, "cpu-avx2-mlx", 5 },           /* the same math on AVX2 (mlx_avx2.c), any AVX2 CPU */
+    { CI_ISA_AVX2, "cpu-avx2-mlx8", 6 },
 };
+/* whether isas' mlx_amx m asks for x rounded to int8 (--mlx-amx8) */
+static int mlx_act8(int m) { return m == 3 || m == 4 || m == 6; }
 
 /* isas[ii]'s backend, or NULL where this CPU lacks it. */
 static ci_backend *isa_backend(size_t ii, int threads) {
     ci_backend *be = ci_backend_cpu_new(threads, isas[ii].isa);
     const int vnni = isas[ii].mlx_amx == 2 || isas[ii].mlx_amx == 4;
     if (vnni) setenv("CINFER_CPU_MLX_TILES", "0", 1);
-    const int mlx_ok = !be || !isas[ii].mlx_amx || ci_backend_cpu_amx_mlx_act(be, isas[ii].mlx_amx >= 3 ? 8 : 16);
+    const int mlx_ok = !be || !isas[ii].mlx_amx || ci_backend_cpu_amx_mlx_act(be, mlx_act8(isas[ii].mlx_amx) ? 8 : 16);
     if (vnni) unsetenv("CINFER_CPU_MLX_TILES");
     if (!mlx_ok) {
         be->free(be);
@@ -298,29 +302,40 @@ static double amx_mlx_ref(const wmat *w, const float *x, int64_t r, double *mag,
     return y;
 }
 
-static void amx_mlx_precision(int act);
-static void test_amx_mlx_precision(void) { amx_mlx_precision(16); }
-static void test_amx_mlx8_precision(void) { amx_mlx_precision(8); }
+static void amx_mlx_precision(ci_isa isa, int act);
+static void test_amx_mlx_precision(void) {
+    amx_mlx_precision(CI_ISA_AVX512, 16);
+    amx_mlx_precision(CI_ISA_AVX2, 16);
+}
+static void test_amx_mlx8_precision(void) {
+    amx_mlx_precision(CI_ISA_AVX512, 8);
+    amx_mlx_precision(CI_ISA_AVX2, 8);
+}
 
-static void amx_mlx_precision(int act) {
+/* On isa's backend: AVX-512 (amx_mlx.c where the CPU has VNNI) or AVX2 (mlx_avx2.c). */
+static void amx_mlx_precision(ci_isa isa, int act) {
     rng = 0x5851f42d4c957f2dull;   /* its own inputs, whatever ran before it */
-    const char *tag = act == 8 ? "amx-mlx8" : "amx-mlx";
-    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *f32 = ci_backend_cpu_new(2, CI_ISA_AVX512);
+    const char *tag = isa == CI_ISA_AVX2 ? (act == 8 ? "avx2-mlx8" : "avx2-mlx") : act == 8 ? "amx-mlx8" : "amx-mlx";
+    ci_backend *be = ci_backend_cpu_new(2, isa), *f32 = ci_backend_cpu_new(2, isa);
     if (be && !ci_backend_cpu_amx_mlx_act(be, act)) {
         be->free(be);
         be = NULL;
     }
     if (!be || !f32) {
-        printf("NOTE no AVX-512 VNNI on this CPU: amx_mlx.c's precision not checked\n");
+        printf("NOTE no %s on this CPU: %s's precision not checked\n", isa == CI_ISA_AVX2 ? "AVX2" : "AVX-512",
+               isa == CI_ISA_AVX2 ? "mlx_avx2.c" : "amx_mlx.c");
         if (be) be->free(be);
         if (f32) f32->free(f32);
         return;
     }
-    /* where be has the tiles, the same on AVX-512 VNNI alone (isas' mlx_amx 2 entry): the same bits */
-    ci_backend *vn = NULL;
+    /* where be has the tiles, the same on AVX-512 VNNI alone (isas' mlx_amx 2 entry): the same bits;
+     * where be is AVX-512 VNNI's (tiles or not), mlx_avx2.c's kernels (isas' 5 / 6): the same bits */
+    ci_backend *vn = NULL, *av2 = NULL;
     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0] && strstr(be->name, "amx-mlx"); ii++)
         if (isas[ii].mlx_amx == (act == 8 ? 4 : 2)) vn = isa_backend(ii, 2);
-    if (!vn) printf("NOTE no AMX-INT8 on this CPU: amx_mlx.c's tiles against its VNNI form not checked\n");
+    if (!vn && isa == CI_ISA_AVX512) printf("NOTE no AMX-INT8 on this CPU: amx_mlx.c's tiles against its VNNI form not checked\n");
+    for (size_t ii = 0; ii < sizeof isas / sizeof isas[0] && (strstr(be->name, "amx-mlx") || strstr(be->name, "vnni-mlx")); ii++)
+        if (isas[ii].mlx_amx == (act == 8 ? 6 : 5)) av2 = isa_backend(ii, 2);
     static const struct { kind k; int group; int64_t rows, cols; } cases[] = {
         { K_Q4, 64, 37, 1536 }, { K_Q4, 32, 21, 4160 }, { K_Q8, 32, 9, 2112 }, { K_Q8, 128, 40, 384 },
         { K_Q4, 128, 17, 256 }, { K_Q4, 96, 19, 2304 }, { K_Q4, 64, 33, 2112 }, { K_Q8, 64, 5, 64 },
@@ -352,6 +367,13 @@ static void amx_mlx_precision(int act) {
                 vn->matmul(vn, yv, x, n, &w.m);
                 CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: the "
                       "tiles and the VNNI form differ", tag, bits, (long long)G, (long long)rows, (long long)cols, n);
+                free(yv);
+            }
+            if (av2) {
+                float *yv = malloc((size_t)(n * rows) * sizeof(float));
+                av2->matmul(av2, yv, x, n, &w.m);
+                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: "
+                      "amx_mlx.c and mlx_avx2.c differ", tag, bits, (long long)G, (long long)rows, (long long)cols, n);
                 free(yv);
             }
             double worst = 0, over = 0, apart = 0, pred = 0, to_ref = 0, to_ex = 0;
@@ -401,6 +423,7 @@ static void amx_mlx_precision(int act) {
     be->free(be);
     f32->free(f32);
     if (vn) vn->free(vn);
+    if (av2) av2->free(av2);
 }
 
 /* --mlx-amx's kernels (one token: rows_one; 33: rows_tiles) read bf16 scales and biases from a copy

@@ -1261,7 +1261,7 @@ static int bench(int64_t R, int64_t C, int threads, ci_isa isa, int int16_act, i
     ci_backend *be = ci_backend_cpu_new(threads, isa);
     if (!be) return 1;
     if ((int16_act && !ci_backend_cpu_int16_act(be)) || (mlx && !ci_backend_cpu_amx_mlx_act(be, mlx == 2 ? 8 : 16))) {
-        fprintf(stderr, "test_quant --bench: no AVX-512 VNNI on this CPU for avx512-%s\n", mlx == 2 ? "mlx8" : mlx ? "mlx" : "int16");
+        fprintf(stderr, "test_quant --bench: this CPU's %s backend takes no %s\n", be->name, mlx == 2 ? "mlx8" : mlx ? "mlx" : "int16");
         be->free(be);
         return 1;
     }

@@ -323,7 +323,8 @@ static void mm_decode_item(void *c, int64_t it, cpu_slot *slot) {
 }
 
 /* Int16 activations (m->i16): every token count alike, so a token's bits do not depend on its
- * batch. An item is a range of rows. Decode (n <= CPU_TILE_T, or a set without gemm): each
+ * batch. An item is a range of rows. A set with gemm_all (mlx_avx2.c) runs gemm alone, as
+ * prefill below. Decode (n <= CPU_TILE_T, or a set without gemm): each
  * 4-row tile runs over all token rows, 4 at a time, its codes read from memory once and from
  * L1 for the later token groups. Prefill (gemm): the item's rows in blocks of I16_BLOCK_BYTES
  * of codes (they stay in L2), each block run by gemm for every group of 4 token rows (whose
@@ -334,7 +335,7 @@ static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     int64_t rows = m->W->rows;
     int64_t r0 = it * m->rows_per_item, r1 = min64(r0 + m->rows_per_item, rows);
-    if (m->n > CPU_TILE_T && m->i16->gemm) {
+    if ((m->n > CPU_TILE_T || m->i16->gemm_all) && m->i16->gemm) {
         const int64_t rbytes = m->W->cols * ((const ci_qdesc *)m->W->scale)->bits / 8;
         const int64_t per = I16_BLOCK_BYTES / rbytes / CPU_TILE_R * CPU_TILE_R;   /* whole 4-row tiles */
         const int64_t blk = per > CPU_TILE_R ? per : CPU_TILE_R;
@@ -583,6 +584,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         m->i16 = b->i16;
         m->xi16_donor = donor;
         m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
+        if (b->i16->gemm_all) m->rows_per_item = (m->rows_per_item + 7) / 8 * 8;   /* mlx_avx2.c: octets */
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
@@ -1747,6 +1749,12 @@ int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
                  b->k == &cpu_kernels_avx512bf16 ? "cpu-avx512-bf16" : b->k == &cpu_kernels_amxbf16 ? "cpu-amx-bf16" : "cpu-avx512",
                  tiles ? "amx" : "vnni", b->amx_act8 ? "8" : "");
         b->base.name = b->name_buf;
+        return 1;
+    }
+    if (b->qk == &cpu_qkernels_avx512 || b->qk == &cpu_qkernels_avx2) {   /* no VNNI: mlx_avx2.c's kernels */
+        b->i16 = act_bits == 8 ? &cpu_mlx8kernels_avx2 : &cpu_mlxkernels_avx2;
+        b->base.name = b->qk == &cpu_qkernels_avx2 ? (act_bits == 8 ? "cpu-avx2-mlx8" : "cpu-avx2-mlx")
+                                                   : (act_bits == 8 ? "cpu-avx512-avx2-mlx8" : "cpu-avx512-avx2-mlx");
         return 1;
     }
 #endif

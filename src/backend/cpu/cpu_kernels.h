@@ -212,6 +212,7 @@ typedef struct {
     void (*gemm)(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y, int64_t ys);
     /* one token by rows [r0, r1) into y[r0, r1), the bits of tile's (NULL: tile by tile) */
     void (*rows1)(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y);
+    int gemm_all;   /* gemm takes every token count, decode too (mlx_avx2.c's tables) */
 } cpu_i16kernels;
 
 /* One matmul of cpu_matmul_batch: y[n, W.rows] = x[n, W.cols] · Wᵀ. */
@@ -236,6 +237,10 @@ extern const cpu_qkernels cpu_qkernels_avx2;
 extern const cpu_qkernels cpu_qkernels_avx512;
 extern const cpu_i16kernels cpu_i16kernels_avx512vnni;   /* AVX-512 with VNNI (vpdpwssd) */
 extern const cpu_i16kernels cpu_i16kernels_avx2;         /* AVX2 (vpmaddwd) */
+/* mlx_avx2.c: amx_mlx.c's math (ci_backend_cpu_amx_mlx_act) on AVX2 through this interface, x̂ int8
+ * for 4-bit W (act 8) or int16 for all W (act 16); ok is cpu_amx_q_ok */
+extern const cpu_i16kernels cpu_mlx8kernels_avx2;
+extern const cpu_i16kernels cpu_mlxkernels_avx2;
 #endif
 /* quant_kernels_scalar.c: one weight of a quantized W as f32 (ci_mat_get), the shared
  * tables (E2M1 values, SIMD unpack controls; built by cpu_init_tables), and matmul_xw for

@@ -1,0 +1,380 @@
+/* mlx_avx2.c — amx_mlx.c's math for MLX affine 4- and 8-bit weights on AVX2 (--mlx-amx / --mlx-amx8
+ * on a CPU without AVX-512 VNNI: ci_backend_cpu_amx_mlx_act), as cpu_i16kernels tables that cpu.c
+ * runs like the int16-activation kernels. What it computes is amx_mlx.c's formula, word for word:
+ * x rounded per block of B = 64 columns (32 where the group is not a multiple of 64) to x̂ =
+ * nearest-even(x / d_b), d_b = max|x| / 127 for 4-bit W under act8 (x̂ one signed byte), / 32639
+ * otherwise (int16); S_b = sum of q_j x̂_j over the block, an exact integer; per output one f32 chain,
+ * blocks in order: acc = fma(f32(S_b), s_g * d_b, acc), and at a group's last block acc = fma(b_g,
+ * X_g, acc) with X_g the group's sum of d_b * (sum of x̂ of block b) in f32. The same operations in
+ * the same order as amx_mlx.c's vector kernel and tiles, so the same bits as those on an AVX-512
+ * VNNI CPU, and one row's bits do not depend on the token count (one kernel for every n).
+ *
+ * Integer sums: act8 4-bit W by vpmaddubsw (unsigned codes times signed x̂ bytes, pairs summed into
+ * 16 bits: at most 2 * 15 * 127, exact) and vpmaddwd against ones; int16 x̂ by vpmaddwd on the codes
+ * widened to words (4-bit: nibble n of word w is column 4w + n; 8-bit: byte n of word w is column
+ * 2w + n). Eight weight rows at a time: each row's 64-column chunk gives 8 int32 lanes, and three
+ * levels of unpacks and adds turn the 8 rows' lanes into one vector of their block sums (rows in
+ * lanes), on which the chain runs for the 8 rows at once. Tokens run one after another over an
+ * octet of rows (its codes then come from L1). */
+#if defined(__x86_64__)
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#include "cpu_kernels.h"
+#include "quant_kernels.h"
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "avx2_params.h"   /* q8p */
+#include "avx2_reduce.h"   /* vhsum, vhmax */
+
+#define AI static inline __attribute__((always_inline)) TGT
+#define UNROLL8 _Pragma("GCC unroll 8")
+#define MX_PF 1024
+#include <stdlib.h>
+static int64_t mx_pfd = 4096;   /* bytes ahead of an octet's codes that its chunks prefetch */
+static int mx_pfl = 0;          /* 1: into L1 (prefetcht0), 0: L2 (prefetcht1) */
+__attribute__((constructor)) static void mx_env(void) {
+    const char *e = getenv("CINFER_MX_PFD");
+    if (e) mx_pfd = atoll(e);
+    e = getenv("CINFER_MX_PFL");
+    if (e) mx_pfl = atoi(e);
+}
+#define MX_WIN 64   /* blocks whose sums a pass keeps (2 KiB) before their chain */   /* bytes ahead in a row that the kernel prefetches (past its end: the row 8 below) */
+
+/* A prepared token row (stride bytes, 64-byte aligned): x̂ of 64-column chunks (nch, cols rounded
+ * up to 64, zero past cols), xb bytes a value: act8 4-bit W, 64 bytes a chunk, its 32 even columns'
+ * x̂ then its 32 odd ones' (byte m pairs with code byte m's low, then high nibble); int16 with 4-bit
+ * W, vector n (16 words) holds columns 4w + n; int16 with 8-bit W, per 32-column half the even
+ * columns' 16 words then the odd ones'. Then d_b (nb f32) and X_g (ng f32). */
+typedef struct {
+    int64_t B, nb, ng, nch, d_at, x_at, stride;
+    int xb;
+} mlay;
+
+static inline mlay mlay_of(const ci_mat *W, int act8) {
+    const ci_qdesc *d = q_desc(W);
+    mlay L;
+    L.B = d->group % 64 ? 32 : 64;
+    L.nb = W->cols / L.B;
+    L.ng = W->cols / d->group;
+    L.nch = (W->cols + 63) / 64;
+    L.xb = act8 && d->bits == 4 ? 1 : 2;
+    L.d_at = L.nch * 64 * L.xb;
+    L.x_at = L.d_at + 4 * L.nb;
+    L.stride = (L.x_at + 4 * L.ng + 63) & ~(int64_t)63;
+    return L;
+}
+
+/* Where column c's x̂ goes, in values from the row's start. */
+static inline int64_t mpos(const mlay *L, int bits, int64_t c) {
+    const int64_t k = c & ~(int64_t)63, o = c & 63;
+    if (L->xb == 1) return k + (o & 1) * 32 + (o >> 1);
+    if (bits == 4) return k + (o & 3) * 16 + (o >> 2);
+    return k + (o >> 5) * 32 + (o & 1) * 16 + ((o & 31) >> 1);
+}
+
+static int64_t mx_stride8(const ci_mat *W) { return mlay_of(W, 1).stride; }
+static int64_t mx_stride16(const ci_mat *W) { return mlay_of(W, 0).stride; }
+
+/* amx_mlx.c's quant_block on 8 lanes: the same d, the same x̂ (x times qmax / max|x|, nearest even),
+ * the same NaN rule (a block holding an infinity or a NaN: d NaN, x̂ 0). */
+AI void mx_prep_T(const int A8, const ci_mat *W, const float *x, uint8_t *xq) {
+    const mlay L = mlay_of(W, A8);
+    const int bits = q_desc(W)->bits;
+    const int64_t G = q_desc(W)->group;
+    const float qmax = L.xb == 1 ? 127.0f : 32639.0f;
+    float *D = (float *)(xq + L.d_at), *X = (float *)(xq + L.x_at);
+    int8_t *x8 = (int8_t *)xq;
+    int16_t *x16 = (int16_t *)xq;
+    memset(xq, 0, (size_t)L.d_at);   /* zero past cols */
+    const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    float gs = 0;
+    for (int64_t b = 0; b < L.nb; b++) {
+        const float *xb = x + b * L.B;
+        __m256 mx = zero, z = zero;
+        for (int64_t j = 0; j < L.B; j += 8) {
+            const __m256 v = _mm256_loadu_ps(xb + j);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v));
+            z = _mm256_add_ps(z, _mm256_mul_ps(v, zero));   /* NaN when any value is not finite */
+        }
+        const float amax = vhmax(mx), bad = vhsum(z);
+        const float id = amax > 0 && bad == 0.0f ? qmax / amax : 0.0f;
+        const float d = bad == 0.0f ? amax / qmax : NAN;
+        __m256i sum = _mm256_setzero_si256();
+        for (int64_t j = 0; j < L.B; j += 8) {
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j), _mm256_set1_ps(id)));
+            if (bad != 0.0f) v = _mm256_setzero_si256();
+            sum = _mm256_add_epi32(sum, v);
+            _Alignas(32) int32_t q[8];
+            _mm256_store_si256((__m256i *)q, v);
+            for (int i = 0; i < 8; i++) {
+                const int64_t p = mpos(&L, bits, b * L.B + j + i);
+                if (L.xb == 1) x8[p] = (int8_t)q[i];
+                else x16[p] = (int16_t)q[i];
+            }
+        }
+        const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        const int32_t s = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xb1)));
+        D[b] = d;
+        gs += d * (float)s;
+        if (((b + 1) * L.B) % G == 0) {
+            X[(b + 1) * L.B / G - 1] = gs;
+            gs = 0;
+        }
+    }
+}
+static TGT void mx_prep8(const ci_mat *W, const float *x, uint8_t *xq) { mx_prep_T(1, W, x, xq); }
+static TGT void mx_prep16(const ci_mat *W, const float *x, uint8_t *xq) { mx_prep_T(0, W, x, xq); }
+
+/* 8 x 8 f32 transpose: r[i] lane j -> r[j] lane i. */
+AI void tr8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    UNROLL8
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    UNROLL8
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    UNROLL8
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* One row's 64-column chunk (codes at p; HALF: only its first 32 columns exist) against x̂ (xc):
+ * 8 int32 lanes; with B = 32 (B64 0), lanes 0-3 hold the first block's columns, 4-7 the second's. */
+AI __m256i chunk_dot(const int BITS, const int XB, const int B64, const int HALF, const uint8_t *p, const uint8_t *xc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (BITS == 4) {
+        const __m256i cv = HALF ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p))
+                                : _mm256_loadu_si256((const __m256i *)(const void *)p);
+        if (XB == 1) {
+            const __m256i m = _mm256_set1_epi8(0x0f);
+            const __m256i lo = _mm256_and_si256(cv, m), hi = _mm256_and_si256(_mm256_srli_epi16(cv, 4), m);
+            const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xc)),
+                                               _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xc + 32))));
+            return _mm256_madd_epi16(s, ones);
+        }
+        const __m256i m = _mm256_set1_epi16(0x000f);
+        const __m256i *x = (const __m256i *)xc;
+        __m256i s = _mm256_madd_epi16(_mm256_and_si256(cv, m), _mm256_load_si256(x));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(cv, 4), m), _mm256_load_si256(x + 1)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(cv, 8), m), _mm256_load_si256(x + 2)));
+        return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_srli_epi16(cv, 12), _mm256_load_si256(x + 3)));
+    }
+    /* 8-bit: two 32-column halves of 32 code bytes */
+    const __m256i m = _mm256_set1_epi16(0x00ff);
+    const __m256i *x = (const __m256i *)xc;
+    const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    const __m256i h0 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(c0, m), _mm256_load_si256(x)),
+                                        _mm256_madd_epi16(_mm256_srli_epi16(c0, 8), _mm256_load_si256(x + 1)));
+    if (HALF) return h0;   /* B = 32 here: lanes 0-7 the one block's */
+    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    const __m256i h1 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(c1, m), _mm256_load_si256(x + 2)),
+                                        _mm256_madd_epi16(_mm256_srli_epi16(c1, 8), _mm256_load_si256(x + 3)));
+    if (B64) return _mm256_add_epi32(h0, h1);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+}
+
+/* The chunk of the 8 rows (codes at p + ro[i]) into their sums over lanes 0-3 (*lo) and 4-7 (*hi),
+ * row i in lane i: rows a pair at a time folded into the tree's first level as they come (fewer
+ * live registers than 8 lane vectors), then two more levels of unpacks and adds. Exact. */
+AI void oct_chunk(const int BITS, const int XB, const int B64, const int HALF, const uint8_t *p, const int64_t ro[8],
+                  const uint8_t *xc, __m256i *lo, __m256i *hi) {
+    __m256i t[4];
+    UNROLL8
+    for (int j = 0; j < 4; j++) {
+        const __m256i a = chunk_dot(BITS, XB, B64, HALF, p + ro[2 * j], xc);
+        const __m256i b = chunk_dot(BITS, XB, B64, HALF, p + ro[2 * j + 1], xc);
+        t[j] = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    }
+    const __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+    const __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
+    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
+}
+
+/* A chain's state between windows: the params of 8 groups from wg ([group - wg][row]), the group
+ * of the next block and its end column, and a window's block sums (rows in lanes). */
+typedef struct {
+    _Alignas(32) float sw[8][8];
+    _Alignas(32) float bw[8][8];
+    _Alignas(32) int32_t sb[MX_WIN][8];
+    int64_t wg, g, gend;
+} mx_cstate;
+
+/* The params of groups g .. g + 7 (fewer at the row's end) of the 8 rows: each row's, transposed to
+ * rows in lanes. Not inlined either: its 16 registers would push the chain's accumulator out. */
+static __attribute__((noinline)) TGT void mx_window(mx_cstate *cs, const ci_qdesc *d, const int64_t gi[8], int64_t g,
+                                                    int64_t ng) {
+    const int cnt = ng - g < 8 ? (int)(ng - g) : 8;
+    __m256 r[8];
+    UNROLL8
+    for (int i = 0; i < 8; i++) r[i] = q8p(d, d->scales, gi[i] + g, cnt);
+    tr8(r);
+    UNROLL8
+    for (int i = 0; i < 8; i++) _mm256_store_ps(cs->sw[i], r[i]);
+    UNROLL8
+    for (int i = 0; i < 8; i++) r[i] = q8p(d, d->biases, gi[i] + g, cnt);
+    tr8(r);
+    UNROLL8
+    for (int i = 0; i < 8; i++) _mm256_store_ps(cs->bw[i], r[i]);
+}
+
+/* The chain over blocks b0 .. b0 + nb - 1 (their sums in cs->sb), in order, from acc. Not inlined:
+ * its accumulator then stays in a register (inside oct_T, whose integer loop takes all 16, GCC
+ * kept it in memory: a store and a load in every step of the chain). */
+static __attribute__((noinline)) TGT __m256 mx_chain(mx_cstate *cs, const ci_mat *W, const int64_t gi[8],
+                                                     const float *D, const float *X, int64_t b0, int64_t nb,
+                                                     __m256 acc) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t G = d->group, ng = W->cols / G, B = G % 64 ? 32 : 64;
+    int64_t g = cs->g, gend = cs->gend, wg = cs->wg;   /* in registers for the loop */
+    for (int64_t j = 0; j < nb; j++) {
+        const int64_t b = b0 + j;
+        if (g >= wg + 8) {
+            mx_window(cs, d, gi, g, ng);
+            wg = g;
+        }
+        const __m256 sd = _mm256_mul_ps(_mm256_load_ps(cs->sw[g - wg]), _mm256_set1_ps(D[b]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)cs->sb[j])), sd, acc);
+        if ((b + 1) * B == gend) {   /* the group's last block: its bias term */
+            acc = _mm256_fmadd_ps(_mm256_load_ps(cs->bw[g - wg]), _mm256_set1_ps(X[g]), acc);
+            g++;
+            gend += G;
+        }
+    }
+    cs->g = g;
+    cs->gend = gend;
+    cs->wg = wg;
+    return acc;
+}
+
+/* One token (prepared row xq) by the 8 weight rows rows[0..8) (repeats allowed): out[i] = row i's
+ * output, amx_mlx.c's chain with the rows in lanes. */
+AI void oct_T(const int BITS, const int XB, const int B64, const ci_mat *W, const int64_t rows[8], const uint8_t *xq,
+              float *out) {
+    const ci_qdesc *d = q_desc(W);
+    const mlay L = mlay_of(W, XB == 1);
+    const int64_t K = W->cols, rb = K * BITS / 8, G = d->group, cb = BITS == 4 ? 32 : 64;   /* code bytes a chunk */
+    const int64_t nfull = K >> 6;   /* whole chunks (a last one of 32 columns after them) */
+    const float *D = (const float *)(xq + L.d_at), *X = (const float *)(xq + L.x_at);
+    const uint8_t *w0 = (const uint8_t *)W->data + rows[0] * rb;
+    int64_t ro[8], gi[8];   /* the rows' code offsets from row 0's, their params' first index */
+    UNROLL8
+    for (int i = 0; i < 8; i++) {
+        ro[i] = (rows[i] - rows[0]) * rb;
+        gi[i] = (W->scale_row0 + rows[i]) * L.ng;
+    }
+    mx_cstate cs;   /* not an initializer: that would zero its 2.5 KiB for every octet */
+    cs.wg = -8;
+    cs.g = 0;
+    cs.gend = G;
+    int32_t (*sb)[8] = cs.sb;
+    __m256 acc = _mm256_setzero_ps();
+    const int64_t cpw = MX_WIN * L.B / 64;    /* chunks a window of MX_WIN blocks */
+    for (int64_t k0 = 0; k0 < L.nch; k0 += cpw) {
+        const int64_t k1 = k0 + cpw < L.nch ? k0 + cpw : L.nch;
+        /* the integer sums of the window's chunks, nothing else in the loop (the chain below keeps
+         * its accumulator in a register) */
+        int64_t nbw = 0;
+        for (int64_t k = k0; k < k1; k++) {
+            const int64_t off = k * cb;
+            /* the 8 rows are one run of 8 rb bytes (but at a matrix's last, short octet): this
+             * chunk's share of the run mx_pfd bytes on, a line per 64 bytes */
+            {
+                const uint8_t *pp = w0 + mx_pfd + k * 8 * cb;
+                for (int64_t l = 0; l < 8 * cb; l += 64) {
+                    if (mx_pfl) __builtin_prefetch(pp + l, 0, 3);
+                    else __builtin_prefetch(pp + l, 0, 2);
+                }
+            }
+            const uint8_t *xc = xq + k * 64 * XB;
+            __m256i lo, hi;
+            if (k == nfull) {   /* the row's last 32 columns: one block of 32 */
+                oct_chunk(BITS, XB, B64, 1, w0 + off, ro, xc, &lo, &hi);
+                _mm256_store_si256((__m256i *)sb[nbw++], lo);
+            } else {
+                oct_chunk(BITS, XB, B64, 0, w0 + off, ro, xc, &lo, &hi);
+                if (B64) _mm256_store_si256((__m256i *)sb[nbw++], _mm256_add_epi32(lo, hi));
+                else {
+                    _mm256_store_si256((__m256i *)sb[nbw++], lo);
+                    _mm256_store_si256((__m256i *)sb[nbw++], hi);
+                }
+            }
+        }
+        acc = mx_chain(&cs, W, gi, D, X, k0 * 64 / L.B, nbw, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+AI void oct(const int A8, const ci_mat *W, const int64_t rows[8], const uint8_t *xq, float *out) {
+    const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
+    if (bits == 4 && A8) {
+        if (b64) oct_T(4, 1, 1, W, rows, xq, out);
+        else oct_T(4, 1, 0, W, rows, xq, out);
+    } else if (bits == 4) {
+        if (b64) oct_T(4, 2, 1, W, rows, xq, out);
+        else oct_T(4, 2, 0, W, rows, xq, out);
+    } else {
+        if (b64) oct_T(8, 2, 1, W, rows, xq, out);
+        else oct_T(8, 2, 0, W, rows, xq, out);
+    }
+}
+
+/* T token rows (prepared, stride xs bytes) by rows [r0, r1) of W, y[t * ys + r]: octet after octet
+ * of rows, each token over the octet in turn. */
+AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
+                  int64_t ys) {
+    for (int64_t r = r0; r < r1; r += 8) {
+        int64_t rows[8];
+        const int nr = (int)(r1 - r < 8 ? r1 - r : 8);
+        for (int i = 0; i < 8; i++) rows[i] = r + (i < nr ? i : nr - 1);
+        for (int t = 0; t < T; t++) {
+            _Alignas(32) float o[8];
+            oct(A8, W, rows, xq + t * xs, o);
+            memcpy(y + t * ys + r, o, (size_t)nr * sizeof(float));
+        }
+    }
+}
+static TGT void mx_gemm8(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
+                         int64_t ys) {
+    mx_gemm_T(1, W, r0, r1, T, xq, xs, y, ys);
+}
+static TGT void mx_gemm16(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
+                          int64_t ys) {
+    mx_gemm_T(0, W, r0, r1, T, xq, xs, y, ys);
+}
+
+/* The 4-row tile of the interface (cpu.c runs these tables by gemm alone: gemm_all). */
+AI void mx_tile_T(const int A8, const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
+    const int64_t r8[8] = { rows[0], rows[1], rows[2], rows[3], rows[3], rows[3], rows[3], rows[3] };
+    for (int t = 0; t < T; t++) {
+        _Alignas(32) float o[8];
+        oct(A8, W, r8, xq + t * xs, o);
+        memcpy(out + 4 * t, o, 4 * sizeof(float));
+    }
+}
+static TGT void mx_tile8(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
+    mx_tile_T(1, W, rows, T, xq, xs, out);
+}
+static TGT void mx_tile16(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
+    mx_tile_T(0, W, rows, T, xq, xs, out);
+}
+
+const cpu_i16kernels cpu_mlx8kernels_avx2 = { .ok = cpu_amx_q_ok, .stride = mx_stride8, .prep = mx_prep8,
+                                              .tile = mx_tile8, .gemm = mx_gemm8, .gemm_all = 1 };
+const cpu_i16kernels cpu_mlxkernels_avx2 = { .ok = cpu_amx_q_ok, .stride = mx_stride16, .prep = mx_prep16,
+                                             .tile = mx_tile16, .gemm = mx_gemm16, .gemm_all = 1 };
+
+#else
+typedef int cpu_mlx_avx2_unused; /* keeps the translation unit non-empty */
+#endif
