@@ -3,12 +3,17 @@
 # load by the run's end, the combine weights' size helper), compiled but not run on a GPU in the
 # fifty-third session. tests/gpu/run.sh steps ops, ops-mla, batch (batched decode rows on CUDA:
 # n > 4 rows now take the tensor-core MLA kernel), paged, parity of every fixture, then ds14
-# decode after 512 / 4096 once (the default against TC=0). Staging: `make gpu-stage`, carry [".gpuz"].
+# decode after 512 / 4096 once (the default against TC=0). First, on the box's Xeon (AVX-512 VNNI
+# and AMX-INT8): test_determinism of the CPU session's mlx_avx2.c (--mlx-amx / --mlx-amx8 on AVX2),
+# which checks its bits against amx_mlx.c's tiles and VNNI forms there (copied as
+# .gpuz/test_determinism; libc and libm only). Staging: `make gpu-stage`, carry [".gpuz"].
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1
 export CINFER_CUDA_UNVERIFIED=1
 ts start; nvidia-smi --query-gpu=name --format=csv,noheader; head -1 .gpu/MANIFEST
+lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o -w -E 'avx512_vnni|amx_int8' /proc/cpuinfo | sort | uniq -c
+[ -x .gpuz/test_determinism ] && { timeout 120 .gpuz/test_determinism > $O/determinism.log 2>&1; echo "determinism rc=$?: $(grep -c '^PASS' $O/determinism.log) PASS, $(grep -c '^FAIL' $O/determinism.log) FAIL"; grep -E '^FAIL|NOTE' $O/determinism.log | cut -c1-220 | head -12; }
 D=/tmp/ds14
 sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.config.json > /tmp/ds.json
 ( timeout 300 $C make-random --config /tmp/ds.json --out $D --dtype bf16 --seed 1 --layers 14 > $O/make.log 2>&1; ts made ) &
