@@ -30,16 +30,8 @@
 #define AI static inline __attribute__((always_inline)) TGT
 #define UNROLL8 _Pragma("GCC unroll 8")
 #define MX_PF 1024
-#include <stdlib.h>
-static int64_t mx_pfd = 4096;   /* bytes ahead of an octet's codes that its chunks prefetch */
-static int mx_pfl = 0;          /* 1: into L1 (prefetcht0), 0: L2 (prefetcht1) */
-__attribute__((constructor)) static void mx_env(void) {
-    const char *e = getenv("CINFER_MX_PFD");
-    if (e) mx_pfd = atoll(e);
-    e = getenv("CINFER_MX_PFL");
-    if (e) mx_pfl = atoi(e);
-}
-#define MX_WIN 64   /* blocks whose sums a pass keeps (2 KiB) before their chain */   /* bytes ahead in a row that the kernel prefetches (past its end: the row 8 below) */
+#define MX_PFD 4096   /* bytes ahead of an octet's codes that its chunks prefetch (into L2) */
+#define MX_WIN 32   /* blocks whose sums a pass keeps (1 KiB a token) before their chain */   /* bytes ahead in a row that the kernel prefetches (past its end: the row 8 below) */
 
 /* A prepared token row (stride bytes, 64-byte aligned): x̂ of 64-column chunks (nch, cols rounded
  * up to 64, zero past cols), xb bytes a value: act8 4-bit W, 64 bytes a chunk, its 32 even columns'
@@ -149,70 +141,104 @@ AI void tr8(__m256 r[8]) {
     }
 }
 
-/* One row's 64-column chunk (codes at p; HALF: only its first 32 columns exist) against x̂ (xc):
- * 8 int32 lanes; with B = 32 (B64 0), lanes 0-3 hold the first block's columns, 4-7 the second's. */
-AI __m256i chunk_dot(const int BITS, const int XB, const int B64, const int HALF, const uint8_t *p, const uint8_t *xc) {
-    const __m256i ones = _mm256_set1_epi16(1);
+/* One row's 64-column chunk of codes, loaded and split into the vectors its dot takes (HALF: only
+ * the chunk's first 32 columns exist): act8 4-bit, c[0] / c[1] the low / high nibbles as bytes;
+ * int16 4-bit, c[n] nibble n of each word; 8-bit, per 32-column half the low / high bytes of each
+ * word (c[0], c[1]; c[2], c[3]). */
+typedef struct {
+    __m256i c[4];
+} mx_codes;
+
+AI mx_codes codes_of(const int BITS, const int XB, const int HALF, const uint8_t *p) {
+    mx_codes r;
     if (BITS == 4) {
         const __m256i cv = HALF ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p))
                                 : _mm256_loadu_si256((const __m256i *)(const void *)p);
         if (XB == 1) {
             const __m256i m = _mm256_set1_epi8(0x0f);
-            const __m256i lo = _mm256_and_si256(cv, m), hi = _mm256_and_si256(_mm256_srli_epi16(cv, 4), m);
-            const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xc)),
-                                               _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xc + 32))));
-            return _mm256_madd_epi16(s, ones);
+            r.c[0] = _mm256_and_si256(cv, m);
+            r.c[1] = _mm256_and_si256(_mm256_srli_epi16(cv, 4), m);
+        } else {
+            const __m256i m = _mm256_set1_epi16(0x000f);
+            r.c[0] = _mm256_and_si256(cv, m);
+            r.c[1] = _mm256_and_si256(_mm256_srli_epi16(cv, 4), m);
+            r.c[2] = _mm256_and_si256(_mm256_srli_epi16(cv, 8), m);
+            r.c[3] = _mm256_srli_epi16(cv, 12);
         }
-        const __m256i m = _mm256_set1_epi16(0x000f);
-        const __m256i *x = (const __m256i *)xc;
-        __m256i s = _mm256_madd_epi16(_mm256_and_si256(cv, m), _mm256_load_si256(x));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(cv, 4), m), _mm256_load_si256(x + 1)));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi16(cv, 8), m), _mm256_load_si256(x + 2)));
-        return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_srli_epi16(cv, 12), _mm256_load_si256(x + 3)));
+        return r;
     }
-    /* 8-bit: two 32-column halves of 32 code bytes */
     const __m256i m = _mm256_set1_epi16(0x00ff);
+    for (int h = 0; h < 2; h++) {
+        if (h && HALF) break;
+        const __m256i cv = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32 * h));
+        r.c[2 * h] = _mm256_and_si256(cv, m);
+        r.c[2 * h + 1] = _mm256_srli_epi16(cv, 8);
+    }
+    return r;
+}
+
+/* The chunk's codes against x̂ (xc): 8 int32 lanes; with B = 32 (B64 0), lanes 0-3 hold the first
+ * block's columns, 4-7 the second's. */
+AI __m256i codes_dot(const int BITS, const int XB, const int B64, const int HALF, const mx_codes *r, const uint8_t *xc) {
     const __m256i *x = (const __m256i *)xc;
-    const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    const __m256i h0 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(c0, m), _mm256_load_si256(x)),
-                                        _mm256_madd_epi16(_mm256_srli_epi16(c0, 8), _mm256_load_si256(x + 1)));
+    if (BITS == 4 && XB == 1) {
+        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(r->c[0], _mm256_load_si256(x)),
+                                           _mm256_maddubs_epi16(r->c[1], _mm256_load_si256(x + 1)));
+        return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    }
+    if (BITS == 4) {
+        __m256i s = _mm256_madd_epi16(r->c[0], _mm256_load_si256(x));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(r->c[1], _mm256_load_si256(x + 1)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(r->c[2], _mm256_load_si256(x + 2)));
+        return _mm256_add_epi32(s, _mm256_madd_epi16(r->c[3], _mm256_load_si256(x + 3)));
+    }
+    const __m256i h0 = _mm256_add_epi32(_mm256_madd_epi16(r->c[0], _mm256_load_si256(x)),
+                                        _mm256_madd_epi16(r->c[1], _mm256_load_si256(x + 1)));
     if (HALF) return h0;   /* B = 32 here: lanes 0-7 the one block's */
-    const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
-    const __m256i h1 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(c1, m), _mm256_load_si256(x + 2)),
-                                        _mm256_madd_epi16(_mm256_srli_epi16(c1, 8), _mm256_load_si256(x + 3)));
+    const __m256i h1 = _mm256_add_epi32(_mm256_madd_epi16(r->c[2], _mm256_load_si256(x + 2)),
+                                        _mm256_madd_epi16(r->c[3], _mm256_load_si256(x + 3)));
     if (B64) return _mm256_add_epi32(h0, h1);
     return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
 }
 
-/* The chunk of the 8 rows (codes at p + ro[i]) into their sums over lanes 0-3 (*lo) and 4-7 (*hi),
- * row i in lane i: rows a pair at a time folded into the tree's first level as they come (fewer
- * live registers than 8 lane vectors), then two more levels of unpacks and adds. Exact. */
-AI void oct_chunk(const int BITS, const int XB, const int B64, const int HALF, const uint8_t *p, const int64_t ro[8],
-                  const uint8_t *xc, __m256i *lo, __m256i *hi) {
-    __m256i t[4];
+#define MX_TMAX 4   /* tokens an octet's pass takes (cpu.c's gemm calls: CPU_TILE_T) */
+
+/* The chunk of the 8 rows (codes at p + ro[i]) for T tokens (x̂ chunks xc[t]): each token's sums over
+ * lanes 0-3 (lo[t]) and 4-7 (hi[t]), row i in lane i. A pair of rows at a time, its codes split once
+ * for the T tokens, each token's pair folded into the tree's first level at once (t1), then two more
+ * levels of unpacks and adds. Exact. */
+AI void oct_chunk(const int T, const int BITS, const int XB, const int B64, const int HALF, const uint8_t *p,
+                  const int64_t ro[8], const uint8_t *const xc[MX_TMAX], __m256i lo[MX_TMAX], __m256i hi[MX_TMAX]) {
+    __m256i t1[MX_TMAX][4];
     UNROLL8
     for (int j = 0; j < 4; j++) {
-        const __m256i a = chunk_dot(BITS, XB, B64, HALF, p + ro[2 * j], xc);
-        const __m256i b = chunk_dot(BITS, XB, B64, HALF, p + ro[2 * j + 1], xc);
-        t[j] = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        const mx_codes ca = codes_of(BITS, XB, HALF, p + ro[2 * j]), cb = codes_of(BITS, XB, HALF, p + ro[2 * j + 1]);
+        UNROLL8
+        for (int t = 0; t < T; t++) {
+            const __m256i a = codes_dot(BITS, XB, B64, HALF, &ca, xc[t]), b = codes_dot(BITS, XB, B64, HALF, &cb, xc[t]);
+            t1[t][j] = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        }
     }
-    const __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
-    const __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
-    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
-    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
+    UNROLL8
+    for (int t = 0; t < T; t++) {
+        const __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t1[t][0], t1[t][1]), _mm256_unpackhi_epi64(t1[t][0], t1[t][1]));
+        const __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t1[t][2], t1[t][3]), _mm256_unpackhi_epi64(t1[t][2], t1[t][3]));
+        lo[t] = _mm256_permute2x128_si256(u0, u1, 0x20);
+        hi[t] = _mm256_permute2x128_si256(u0, u1, 0x31);
+    }
 }
 
 /* A chain's state between windows: the params of 8 groups from wg ([group - wg][row]), the group
- * of the next block and its end column, and a window's block sums (rows in lanes). */
+ * of the next block and its end column, and a window's block sums of each token (rows in lanes). */
 typedef struct {
     _Alignas(32) float sw[8][8];
     _Alignas(32) float bw[8][8];
-    _Alignas(32) int32_t sb[MX_WIN][8];
+    _Alignas(32) int32_t sb[MX_TMAX][MX_WIN][8];
     int64_t wg, g, gend;
 } mx_cstate;
 
 /* The params of groups g .. g + 7 (fewer at the row's end) of the 8 rows: each row's, transposed to
- * rows in lanes. Not inlined either: its 16 registers would push the chain's accumulator out. */
+ * rows in lanes. Not inlined either: its 16 registers would push the chain's accumulators out. */
 static __attribute__((noinline)) TGT void mx_window(mx_cstate *cs, const ci_qdesc *d, const int64_t gi[8], int64_t g,
                                                     int64_t ng) {
     const int cnt = ng - g < 8 ? (int)(ng - g) : 8;
@@ -229,25 +255,33 @@ static __attribute__((noinline)) TGT void mx_window(mx_cstate *cs, const ci_qdes
     for (int i = 0; i < 8; i++) _mm256_store_ps(cs->bw[i], r[i]);
 }
 
-/* The chain over blocks b0 .. b0 + nb - 1 (their sums in cs->sb), in order, from acc. Not inlined:
- * its accumulator then stays in a register (inside oct_T, whose integer loop takes all 16, GCC
- * kept it in memory: a store and a load in every step of the chain). */
-static __attribute__((noinline)) TGT __m256 mx_chain(mx_cstate *cs, const ci_mat *W, const int64_t gi[8],
-                                                     const float *D, const float *X, int64_t b0, int64_t nb,
-                                                     __m256 acc) {
+/* The T tokens' chains over blocks b0 .. b0 + nb - 1 (their sums in cs->sb), in order, from acc (D / X:
+ * each token's d_b and X_g). Not inlined: its accumulators then stay in registers (inside oct_T, whose
+ * integer loop takes all 16, GCC kept one in memory: a store and a load in every step of the chain). */
+AI void mx_chain_T(const int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8], const float *const D[MX_TMAX],
+                   const float *const X[MX_TMAX], int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, B = G % 64 ? 32 : 64;
     int64_t g = cs->g, gend = cs->gend, wg = cs->wg;   /* in registers for the loop */
+    __m256 a[MX_TMAX];
+    UNROLL8
+    for (int t = 0; t < T; t++) a[t] = acc[t];
     for (int64_t j = 0; j < nb; j++) {
         const int64_t b = b0 + j;
         if (g >= wg + 8) {
             mx_window(cs, d, gi, g, ng);
             wg = g;
         }
-        const __m256 sd = _mm256_mul_ps(_mm256_load_ps(cs->sw[g - wg]), _mm256_set1_ps(D[b]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)cs->sb[j])), sd, acc);
+        const __m256 sv = _mm256_load_ps(cs->sw[g - wg]);
+        UNROLL8
+        for (int t = 0; t < T; t++) {
+            const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(D[t][b]));
+            a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)cs->sb[t][j])), sd, a[t]);
+        }
         if ((b + 1) * B == gend) {   /* the group's last block: its bias term */
-            acc = _mm256_fmadd_ps(_mm256_load_ps(cs->bw[g - wg]), _mm256_set1_ps(X[g]), acc);
+            const __m256 bv = _mm256_load_ps(cs->bw[g - wg]);
+            UNROLL8
+            for (int t = 0; t < T; t++) a[t] = _mm256_fmadd_ps(bv, _mm256_set1_ps(X[t][g]), a[t]);
             g++;
             gend += G;
         }
@@ -255,18 +289,34 @@ static __attribute__((noinline)) TGT __m256 mx_chain(mx_cstate *cs, const ci_mat
     cs->g = g;
     cs->gend = gend;
     cs->wg = wg;
-    return acc;
+    UNROLL8
+    for (int t = 0; t < T; t++) acc[t] = a[t];
+}
+static __attribute__((noinline)) TGT void mx_chain(int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8],
+                                                   const float *const D[MX_TMAX], const float *const X[MX_TMAX],
+                                                   int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
+    switch (T) {
+    case 1: mx_chain_T(1, cs, W, gi, D, X, b0, nb, acc); break;
+    case 2: mx_chain_T(2, cs, W, gi, D, X, b0, nb, acc); break;
+    case 3: mx_chain_T(3, cs, W, gi, D, X, b0, nb, acc); break;
+    default: mx_chain_T(4, cs, W, gi, D, X, b0, nb, acc);
+    }
 }
 
-/* One token (prepared row xq) by the 8 weight rows rows[0..8) (repeats allowed): out[i] = row i's
- * output, amx_mlx.c's chain with the rows in lanes. */
-AI void oct_T(const int BITS, const int XB, const int B64, const ci_mat *W, const int64_t rows[8], const uint8_t *xq,
-              float *out) {
+/* T tokens (prepared rows xq, stride xs bytes) by the 8 weight rows rows[0..8) (repeats allowed):
+ * out[t * 8 + i] = row i's output for token t, amx_mlx.c's chain with the rows in lanes. */
+AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci_mat *W, const int64_t rows[8],
+              const uint8_t *xq, int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const mlay L = mlay_of(W, XB == 1);
     const int64_t K = W->cols, rb = K * BITS / 8, G = d->group, cb = BITS == 4 ? 32 : 64;   /* code bytes a chunk */
     const int64_t nfull = K >> 6;   /* whole chunks (a last one of 32 columns after them) */
-    const float *D = (const float *)(xq + L.d_at), *X = (const float *)(xq + L.x_at);
+    const float *D[MX_TMAX], *X[MX_TMAX];
+    UNROLL8
+    for (int t = 0; t < T; t++) {
+        D[t] = (const float *)(xq + t * xs + L.d_at);
+        X[t] = (const float *)(xq + t * xs + L.x_at);
+    }
     const uint8_t *w0 = (const uint8_t *)W->data + rows[0] * rb;
     int64_t ro[8], gi[8];   /* the rows' code offsets from row 0's, their params' first index */
     UNROLL8
@@ -274,74 +324,80 @@ AI void oct_T(const int BITS, const int XB, const int B64, const ci_mat *W, cons
         ro[i] = (rows[i] - rows[0]) * rb;
         gi[i] = (W->scale_row0 + rows[i]) * L.ng;
     }
-    mx_cstate cs;   /* not an initializer: that would zero its 2.5 KiB for every octet */
+    mx_cstate cs;   /* not an initializer: that would zero its 8 KiB for every octet */
     cs.wg = -8;
     cs.g = 0;
     cs.gend = G;
-    int32_t (*sb)[8] = cs.sb;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[MX_TMAX];
+    UNROLL8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     const int64_t cpw = MX_WIN * L.B / 64;    /* chunks a window of MX_WIN blocks */
     for (int64_t k0 = 0; k0 < L.nch; k0 += cpw) {
         const int64_t k1 = k0 + cpw < L.nch ? k0 + cpw : L.nch;
-        /* the integer sums of the window's chunks, nothing else in the loop (the chain below keeps
-         * its accumulator in a register) */
+        /* the integer sums of the window's chunks, nothing else in the loop */
         int64_t nbw = 0;
         for (int64_t k = k0; k < k1; k++) {
             const int64_t off = k * cb;
             /* the 8 rows are one run of 8 rb bytes (but at a matrix's last, short octet): this
-             * chunk's share of the run mx_pfd bytes on, a line per 64 bytes */
-            {
-                const uint8_t *pp = w0 + mx_pfd + k * 8 * cb;
-                for (int64_t l = 0; l < 8 * cb; l += 64) {
-                    if (mx_pfl) __builtin_prefetch(pp + l, 0, 3);
-                    else __builtin_prefetch(pp + l, 0, 2);
-                }
-            }
-            const uint8_t *xc = xq + k * 64 * XB;
-            __m256i lo, hi;
+             * chunk's share of the run MX_PFD bytes on, a line per 64 bytes, into L2 */
+            UNROLL8
+            for (int64_t l = 0; l < 8 * cb; l += 64) __builtin_prefetch(w0 + MX_PFD + k * 8 * cb + l, 0, 2);
+            const uint8_t *xc[MX_TMAX];
+            UNROLL8
+            for (int t = 0; t < T; t++) xc[t] = xq + t * xs + k * 64 * XB;
+            __m256i lo[MX_TMAX], hi[MX_TMAX];
             if (k == nfull) {   /* the row's last 32 columns: one block of 32 */
-                oct_chunk(BITS, XB, B64, 1, w0 + off, ro, xc, &lo, &hi);
-                _mm256_store_si256((__m256i *)sb[nbw++], lo);
+                oct_chunk(T, BITS, XB, B64, 1, w0 + off, ro, xc, lo, hi);
+                UNROLL8
+                for (int t = 0; t < T; t++) _mm256_store_si256((__m256i *)cs.sb[t][nbw], lo[t]);
+                nbw++;
             } else {
-                oct_chunk(BITS, XB, B64, 0, w0 + off, ro, xc, &lo, &hi);
-                if (B64) _mm256_store_si256((__m256i *)sb[nbw++], _mm256_add_epi32(lo, hi));
-                else {
-                    _mm256_store_si256((__m256i *)sb[nbw++], lo);
-                    _mm256_store_si256((__m256i *)sb[nbw++], hi);
+                oct_chunk(T, BITS, XB, B64, 0, w0 + off, ro, xc, lo, hi);
+                UNROLL8
+                for (int t = 0; t < T; t++) {
+                    if (B64) _mm256_store_si256((__m256i *)cs.sb[t][nbw], _mm256_add_epi32(lo[t], hi[t]));
+                    else {
+                        _mm256_store_si256((__m256i *)cs.sb[t][nbw], lo[t]);
+                        _mm256_store_si256((__m256i *)cs.sb[t][nbw + 1], hi[t]);
+                    }
                 }
+                nbw += B64 ? 1 : 2;
             }
         }
-        acc = mx_chain(&cs, W, gi, D, X, k0 * 64 / L.B, nbw, acc);
+        mx_chain(T, &cs, W, gi, D, X, k0 * 64 / L.B, nbw, acc);
     }
-    _mm256_storeu_ps(out, acc);
+    UNROLL8
+    for (int t = 0; t < T; t++) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
-AI void oct(const int A8, const ci_mat *W, const int64_t rows[8], const uint8_t *xq, float *out) {
+#define MX_OCT(T) do { \
+    if (bits == 4 && A8) { if (b64) oct_T(T, 4, 1, 1, W, rows, xq, xs, out); else oct_T(T, 4, 1, 0, W, rows, xq, xs, out); } \
+    else if (bits == 4) { if (b64) oct_T(T, 4, 2, 1, W, rows, xq, xs, out); else oct_T(T, 4, 2, 0, W, rows, xq, xs, out); } \
+    else { if (b64) oct_T(T, 8, 2, 1, W, rows, xq, xs, out); else oct_T(T, 8, 2, 0, W, rows, xq, xs, out); } } while (0)
+AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint8_t *xq, int64_t xs, float *out) {
     const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
-    if (bits == 4 && A8) {
-        if (b64) oct_T(4, 1, 1, W, rows, xq, out);
-        else oct_T(4, 1, 0, W, rows, xq, out);
-    } else if (bits == 4) {
-        if (b64) oct_T(4, 2, 1, W, rows, xq, out);
-        else oct_T(4, 2, 0, W, rows, xq, out);
-    } else {
-        if (b64) oct_T(8, 2, 1, W, rows, xq, out);
-        else oct_T(8, 2, 0, W, rows, xq, out);
+    switch (T) {
+    case 1: MX_OCT(1); break;
+    case 2: MX_OCT(2); break;
+    case 3: MX_OCT(3); break;
+    default: MX_OCT(4);
     }
 }
+#undef MX_OCT
 
-/* T token rows (prepared, stride xs bytes) by rows [r0, r1) of W, y[t * ys + r]: octet after octet
- * of rows, each token over the octet in turn. */
+/* T token rows (prepared, stride xs bytes) by rows [r0, r1) of W, y[t * ys + r]: octet after octet of
+ * rows, up to MX_TMAX tokens a pass over the octet. */
 AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                   int64_t ys) {
     for (int64_t r = r0; r < r1; r += 8) {
         int64_t rows[8];
         const int nr = (int)(r1 - r < 8 ? r1 - r : 8);
         for (int i = 0; i < 8; i++) rows[i] = r + (i < nr ? i : nr - 1);
-        for (int t = 0; t < T; t++) {
-            _Alignas(32) float o[8];
-            oct(A8, W, rows, xq + t * xs, o);
-            memcpy(y + t * ys + r, o, (size_t)nr * sizeof(float));
+        for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
+            const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
+            _Alignas(32) float o[8 * MX_TMAX];
+            oct(A8, tt, W, rows, xq + t0 * xs, xs, o);
+            for (int t = 0; t < tt; t++) memcpy(y + (t0 + t) * ys + r, o + 8 * t, (size_t)nr * sizeof(float));
         }
     }
 }
@@ -357,10 +413,11 @@ static TGT void mx_gemm16(const ci_mat *W, int64_t r0, int64_t r1, int T, const 
 /* The 4-row tile of the interface (cpu.c runs these tables by gemm alone: gemm_all). */
 AI void mx_tile_T(const int A8, const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
     const int64_t r8[8] = { rows[0], rows[1], rows[2], rows[3], rows[3], rows[3], rows[3], rows[3] };
-    for (int t = 0; t < T; t++) {
-        _Alignas(32) float o[8];
-        oct(A8, W, r8, xq + t * xs, o);
-        memcpy(out + 4 * t, o, 4 * sizeof(float));
+    for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
+        const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
+        _Alignas(32) float o[8 * MX_TMAX];
+        oct(A8, tt, W, r8, xq + t0 * xs, xs, o);
+        for (int t = 0; t < tt; t++) memcpy(out + 4 * (t0 + t), o + 8 * t, 4 * sizeof(float));
     }
 }
 static TGT void mx_tile8(const ci_mat *W, const int64_t rows[4], int T, const uint8_t *xq, int64_t xs, float *out) {
