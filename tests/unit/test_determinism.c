@@ -432,14 +432,19 @@ static void amx_mlx_precision(ci_isa isa, int act) {
  * stacked "experts" starting at a grid row of 16 k (the copy) or not (the transposing kernel),
  * two widths of one grid in one backend, a descriptor whose view reaches past its stated grid
  * (the copy made again), and groups past one 16-group window. */
+static void amx_mlx_ptiles(ci_isa isa);
 static void test_amx_mlx_ptiles(void) {
+    amx_mlx_ptiles(CI_ISA_AVX512);
+    amx_mlx_ptiles(CI_ISA_AVX2);   /* mlx_avx2.c: the copy read 8 lanes an octet of rows */
+}
+static void amx_mlx_ptiles(ci_isa isa) {
     rng = 0x2545f4914f6cdd1dull;
-    ci_backend *be = ci_backend_cpu_new(2, CI_ISA_AVX512), *bt = ci_backend_cpu_new(1, CI_ISA_AVX512);
+    ci_backend *be = ci_backend_cpu_new(2, isa), *bt = ci_backend_cpu_new(1, isa);
     setenv("CINFER_CPU_MLX_PTILES", "0", 1);
     const int ok = be && bt && ci_backend_cpu_amx_mlx(bt);   /* bt: transposing per token */
     unsetenv("CINFER_CPU_MLX_PTILES");
     if (!ok || !ci_backend_cpu_amx_mlx(be)) {
-        printf("NOTE no AVX-512 VNNI on this CPU: amx_mlx.c's params copy not checked\n");
+        printf("NOTE no %s on this CPU: its MLX params copy not checked\n", isa == CI_ISA_AVX2 ? "AVX2" : "AVX-512");
         if (be) be->free(be);
         if (bt) bt->free(bt);
         return;

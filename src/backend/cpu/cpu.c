@@ -254,7 +254,7 @@ typedef struct mm_ctx_s {
                                * into xa (cpu_amx_prep); 2: MLX W whose tokens form runs on AVX-512
                                * VNNI instead of the tiles (amx_mlx 2) */
     const void *xa;
-    const uint32_t *pt;       /* amx: MLX W's params in 16-row tiles (cpu_amx_mlx_ptiles), or NULL */
+    const uint32_t *pt;       /* amx, or i16 with gemm_pt: MLX W's params in 16-row tiles (cpu_amx_mlx_ptiles), or NULL */
     int act8;                 /* amx, MLX W: x rounded to int8 (cpu_backend.amx_act8) */
     const cpu_i16kernels *i16;  /* W taken by the int16-activation kernels: x prepared in xi16 */
     const uint8_t *xi16;       /* n prepared token rows, row stride xi16s bytes */
@@ -342,8 +342,10 @@ static void mm_i16_item(void *c, int64_t it, cpu_slot *slot) {
         for (int64_t b0 = r0; b0 < r1; b0 += blk)
             for (int t0 = 0; t0 < m->n; t0 += CPU_TILE_T) {
                 int T = m->n - t0 < CPU_TILE_T ? m->n - t0 : CPU_TILE_T;
-                m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s,
-                             m->y + (int64_t)t0 * rows, rows);
+                if (m->pt) m->i16->gemm_pt(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s,
+                                           m->y + (int64_t)t0 * rows, rows, m->pt);
+                else m->i16->gemm(m->W, b0, min64(b0 + blk, r1), T, m->xi16 + t0 * m->xi16s, m->xi16s,
+                                  m->y + (int64_t)t0 * rows, rows);
             }
         return;
     }
@@ -552,20 +554,22 @@ typedef struct {
     const ci_mat *W;
     uint32_t *t;
     int64_t rows;
+    void (*fill)(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1);
 } ptiles_ctx;
 
 #define PTILE_ROWS 256   /* grid rows a fill item */
 static void ptiles_item(void *c, int64_t it, cpu_slot *slot) {
     (void)slot;
     const ptiles_ctx *p = c;
-    cpu_amx_mlx_ptiles_fill(p->W, p->t, it * PTILE_ROWS, min64((it + 1) * PTILE_ROWS, p->rows));
+    p->fill(p->W, p->t, it * PTILE_ROWS, min64((it + 1) * PTILE_ROWS, p->rows));
 }
 
 static const uint32_t *ptiles(cpu_backend *b, const ci_mat *W) {
     int64_t fill;
     uint32_t *t = cpu_amx_mlx_ptiles(&b->ptab, W, &fill);
     if (t && fill) {
-        ptiles_ctx p = { W, t, fill };
+        /* the int16-kernel table's own fill where it has one (mlx_avx2.c: no AVX-512 there) */
+        ptiles_ctx p = { W, t, fill, b->i16 && b->i16->pt_fill ? b->i16->pt_fill : cpu_amx_mlx_ptiles_fill };
         par_for(b, ceil_div(fill, PTILE_ROWS), ptiles_item, &p, 1);
     }
     return t;
@@ -585,6 +589,7 @@ static size_t mm_plan(cpu_backend *b, mm_ctx *m, const mm_ctx *donor) {
         m->xi16_donor = donor;
         m->xi16s = donor ? donor->xi16s : b->i16->stride(W);
         if (b->i16->gemm_all) m->rows_per_item = (m->rows_per_item + 7) / 8 * 8;   /* mlx_avx2.c: octets */
+        if (b->i16->gemm_pt && b->amx_ptiles) m->pt = ptiles(b, W);
         return donor ? 0 : (size_t)m->n * (size_t)m->xi16s;
     }
     if ((b->k->amx && W->dtype == CI_BF16) || (b->amx_mlx && cpu_amx_q_ok(W))) {   /* AMX rows of 16: whole tiles */
@@ -1753,6 +1758,8 @@ int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
     }
     if (b->qk == &cpu_qkernels_avx512 || b->qk == &cpu_qkernels_avx2) {   /* no VNNI: mlx_avx2.c's kernels */
         b->i16 = act_bits == 8 ? &cpu_mlx8kernels_avx2 : &cpu_mlxkernels_avx2;
+        const char *pt = getenv("CINFER_CPU_MLX_PTILES");
+        b->amx_ptiles = !(pt && !strcmp(pt, "0"));
         b->base.name = b->qk == &cpu_qkernels_avx2 ? (act_bits == 8 ? "cpu-avx2-mlx8" : "cpu-avx2-mlx")
                                                    : (act_bits == 8 ? "cpu-avx512-avx2-mlx8" : "cpu-avx512-avx2-mlx");
         return 1;

@@ -213,6 +213,11 @@ typedef struct {
     /* one token by rows [r0, r1) into y[r0, r1), the bits of tile's (NULL: tile by tile) */
     void (*rows1)(const ci_mat *W, int64_t r0, int64_t r1, const uint8_t *xq, float *y);
     int gemm_all;   /* gemm takes every token count, decode too (mlx_avx2.c's tables) */
+    /* Optional (NULL: none): gemm reading W's bf16 params from cpu_amx_mlx_ptiles' copy pt, the same
+     * bits; and the copy's fill (cpu_amx_mlx_ptiles_fill's contract) for this set's CPU */
+    void (*gemm_pt)(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y, int64_t ys,
+                    const uint32_t *pt);
+    void (*pt_fill)(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1);
 } cpu_i16kernels;
 
 /* One matmul of cpu_matmul_batch: y[n, W.rows] = x[n, W.cols] · Wᵀ. */

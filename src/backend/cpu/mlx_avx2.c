@@ -258,8 +258,9 @@ static __attribute__((noinline)) TGT void mx_window(mx_cstate *cs, const ci_qdes
 /* The T tokens' chains over blocks b0 .. b0 + nb - 1 (their sums in cs->sb), in order, from acc (D / X:
  * each token's d_b and X_g). Not inlined: its accumulators then stay in registers (inside oct_T, whose
  * integer loop takes all 16, GCC kept one in memory: a store and a load in every step of the chain). */
-AI void mx_chain_T(const int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8], const float *const D[MX_TMAX],
-                   const float *const X[MX_TMAX], int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
+AI void mx_chain_T(const int T, const int PT, mx_cstate *cs, const ci_mat *W, const int64_t gi[8], const uint32_t *pr,
+                   const float *const D[MX_TMAX], const float *const X[MX_TMAX], int64_t b0, int64_t nb,
+                   __m256 acc[MX_TMAX]) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, B = G % 64 ? 32 : 64;
     int64_t g = cs->g, gend = cs->gend, wg = cs->wg;   /* in registers for the loop */
@@ -268,18 +269,21 @@ AI void mx_chain_T(const int T, mx_cstate *cs, const ci_mat *W, const int64_t gi
     for (int t = 0; t < T; t++) a[t] = acc[t];
     for (int64_t j = 0; j < nb; j++) {
         const int64_t b = b0 + j;
-        if (g >= wg + 8) {
+        __m256i pv = _mm256_setzero_si256();   /* PT: the 8 rows' bf16 scale | bias << 16 of group g */
+        if (PT) pv = _mm256_loadu_si256((const __m256i *)(const void *)(pr + 16 * g));
+        else if (g >= wg + 8) {
             mx_window(cs, d, gi, g, ng);
             wg = g;
         }
-        const __m256 sv = _mm256_load_ps(cs->sw[g - wg]);
+        const __m256 sv = PT ? _mm256_castsi256_ps(_mm256_slli_epi32(pv, 16)) : _mm256_load_ps(cs->sw[g - wg]);
         UNROLL8
         for (int t = 0; t < T; t++) {
             const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(D[t][b]));
             a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)cs->sb[t][j])), sd, a[t]);
         }
         if ((b + 1) * B == gend) {   /* the group's last block: its bias term */
-            const __m256 bv = _mm256_load_ps(cs->bw[g - wg]);
+            const __m256 bv = PT ? _mm256_castsi256_ps(_mm256_and_si256(pv, _mm256_set1_epi32((int)0xffff0000u)))
+                                 : _mm256_load_ps(cs->bw[g - wg]);
             UNROLL8
             for (int t = 0; t < T; t++) a[t] = _mm256_fmadd_ps(bv, _mm256_set1_ps(X[t][g]), a[t]);
             g++;
@@ -293,20 +297,24 @@ AI void mx_chain_T(const int T, mx_cstate *cs, const ci_mat *W, const int64_t gi
     for (int t = 0; t < T; t++) acc[t] = a[t];
 }
 static __attribute__((noinline)) TGT void mx_chain(int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8],
-                                                   const float *const D[MX_TMAX], const float *const X[MX_TMAX],
-                                                   int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
+                                                   const uint32_t *pr, const float *const D[MX_TMAX],
+                                                   const float *const X[MX_TMAX], int64_t b0, int64_t nb,
+                                                   __m256 acc[MX_TMAX]) {
+#define MX_CH(T) (pr ? mx_chain_T(T, 1, cs, W, gi, pr, D, X, b0, nb, acc) : mx_chain_T(T, 0, cs, W, gi, pr, D, X, b0, nb, acc))
     switch (T) {
-    case 1: mx_chain_T(1, cs, W, gi, D, X, b0, nb, acc); break;
-    case 2: mx_chain_T(2, cs, W, gi, D, X, b0, nb, acc); break;
-    case 3: mx_chain_T(3, cs, W, gi, D, X, b0, nb, acc); break;
-    default: mx_chain_T(4, cs, W, gi, D, X, b0, nb, acc);
+    case 1: MX_CH(1); break;
+    case 2: MX_CH(2); break;
+    case 3: MX_CH(3); break;
+    default: MX_CH(4);
     }
+#undef MX_CH
 }
 
 /* T tokens (prepared rows xq, stride xs bytes) by the 8 weight rows rows[0..8) (repeats allowed):
- * out[t * 8 + i] = row i's output for token t, amx_mlx.c's chain with the rows in lanes. */
+ * out[t * 8 + i] = row i's output for token t, amx_mlx.c's chain with the rows in lanes. pr: NULL, or
+ * the 8 rows' bf16 params in cpu_amx_mlx_ptiles' copy (group g's at pr + 16 g). */
 AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci_mat *W, const int64_t rows[8],
-              const uint8_t *xq, int64_t xs, float *out) {
+              const uint32_t *pr, const uint8_t *xq, int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const mlay L = mlay_of(W, XB == 1);
     const int64_t K = W->cols, rb = K * BITS / 8, G = d->group, cb = BITS == 4 ? 32 : 64;   /* code bytes a chunk */
@@ -364,17 +372,18 @@ AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci
                 nbw += B64 ? 1 : 2;
             }
         }
-        mx_chain(T, &cs, W, gi, D, X, k0 * 64 / L.B, nbw, acc);
+        mx_chain(T, &cs, W, gi, pr, D, X, k0 * 64 / L.B, nbw, acc);
     }
     UNROLL8
     for (int t = 0; t < T; t++) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
 #define MX_OCT(T) do { \
-    if (bits == 4 && A8) { if (b64) oct_T(T, 4, 1, 1, W, rows, xq, xs, out); else oct_T(T, 4, 1, 0, W, rows, xq, xs, out); } \
-    else if (bits == 4) { if (b64) oct_T(T, 4, 2, 1, W, rows, xq, xs, out); else oct_T(T, 4, 2, 0, W, rows, xq, xs, out); } \
-    else { if (b64) oct_T(T, 8, 2, 1, W, rows, xq, xs, out); else oct_T(T, 8, 2, 0, W, rows, xq, xs, out); } } while (0)
-AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint8_t *xq, int64_t xs, float *out) {
+    if (bits == 4 && A8) { if (b64) oct_T(T, 4, 1, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 1, 0, W, rows, pr, xq, xs, out); } \
+    else if (bits == 4) { if (b64) oct_T(T, 4, 2, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 2, 0, W, rows, pr, xq, xs, out); } \
+    else { if (b64) oct_T(T, 8, 2, 1, W, rows, pr, xq, xs, out); else oct_T(T, 8, 2, 0, W, rows, pr, xq, xs, out); } } while (0)
+AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint32_t *pr, const uint8_t *xq, int64_t xs,
+            float *out) {
     const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
     switch (T) {
     case 1: MX_OCT(1); break;
@@ -388,26 +397,53 @@ AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const u
 /* T token rows (prepared, stride xs bytes) by rows [r0, r1) of W, y[t * ys + r]: octet after octet of
  * rows, up to MX_TMAX tokens a pass over the octet. */
 AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
-                  int64_t ys) {
+                  int64_t ys, const uint32_t *pt) {
+    const int64_t ng = W->cols / q_desc(W)->group;
     for (int64_t r = r0; r < r1; r += 8) {
         int64_t rows[8];
         const int nr = (int)(r1 - r < 8 ? r1 - r : 8);
         for (int i = 0; i < 8; i++) rows[i] = r + (i < nr ? i : nr - 1);
+        /* the copy's 8 lanes of this octet: 8 whole rows from a grid row of 8 k */
+        const int64_t gr = W->scale_row0 + r;
+        const uint32_t *pr = pt && nr == 8 && !(gr & 7) ? pt + (gr >> 4) * ng * 16 + (gr & 15) : NULL;
         for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
             const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
             _Alignas(32) float o[8 * MX_TMAX];
-            oct(A8, tt, W, rows, xq + t0 * xs, xs, o);
+            oct(A8, tt, W, rows, pr, xq + t0 * xs, xs, o);
             for (int t = 0; t < tt; t++) memcpy(y + (t0 + t) * ys + r, o + 8 * t, (size_t)nr * sizeof(float));
         }
     }
 }
 static TGT void mx_gemm8(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                          int64_t ys) {
-    mx_gemm_T(1, W, r0, r1, T, xq, xs, y, ys);
+    mx_gemm_T(1, W, r0, r1, T, xq, xs, y, ys, NULL);
 }
 static TGT void mx_gemm16(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                           int64_t ys) {
-    mx_gemm_T(0, W, r0, r1, T, xq, xs, y, ys);
+    mx_gemm_T(0, W, r0, r1, T, xq, xs, y, ys, NULL);
+}
+static TGT void mx_gemm8_pt(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
+                            int64_t ys, const uint32_t *pt) {
+    mx_gemm_T(1, W, r0, r1, T, xq, xs, y, ys, pt);
+}
+static TGT void mx_gemm16_pt(const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
+                             int64_t ys, const uint32_t *pt) {
+    mx_gemm_T(0, W, r0, r1, T, xq, xs, y, ys, pt);
+}
+
+/* cpu_amx_mlx_ptiles_fill's copy without AVX-512: grid rows [r0, r1) (multiples of 16) of W's bf16
+ * scale | bias << 16, 16 rows a group (rows past W's grid: 0). */
+static void mx_pt_fill(const ci_mat *W, uint32_t *t, int64_t r0, int64_t r1) {
+    const ci_qdesc *d = q_desc(W);
+    const int64_t ng = W->cols / d->group;
+    const int64_t reach = d->grid_rows > W->scale_row0 + W->rows ? d->grid_rows : W->scale_row0 + W->rows;
+    const uint16_t *sc = d->scales, *bi = d->biases;
+    for (int64_t r = r0; r < r1; r += 16)
+        for (int64_t g = 0; g < ng; g++)
+            for (int64_t i = 0; i < 16; i++) {
+                const int64_t row = r + i, at = row * ng + g;
+                t[r * ng + 16 * g + i] = row < reach ? (uint32_t)sc[at] | (uint32_t)bi[at] << 16 : 0;
+            }
 }
 
 /* The 4-row tile of the interface (cpu.c runs these tables by gemm alone: gemm_all). */
@@ -416,7 +452,7 @@ AI void mx_tile_T(const int A8, const ci_mat *W, const int64_t rows[4], int T, c
     for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
         const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
         _Alignas(32) float o[8 * MX_TMAX];
-        oct(A8, tt, W, r8, xq + t0 * xs, xs, o);
+        oct(A8, tt, W, r8, NULL, xq + t0 * xs, xs, o);
         for (int t = 0; t < tt; t++) memcpy(out + 4 * (t0 + t), o + 8 * t, 4 * sizeof(float));
     }
 }
@@ -428,9 +464,11 @@ static TGT void mx_tile16(const ci_mat *W, const int64_t rows[4], int T, const u
 }
 
 const cpu_i16kernels cpu_mlx8kernels_avx2 = { .ok = cpu_amx_q_ok, .stride = mx_stride8, .prep = mx_prep8,
-                                              .tile = mx_tile8, .gemm = mx_gemm8, .gemm_all = 1 };
+                                              .tile = mx_tile8, .gemm = mx_gemm8, .gemm_all = 1,
+                                              .gemm_pt = mx_gemm8_pt, .pt_fill = mx_pt_fill };
 const cpu_i16kernels cpu_mlxkernels_avx2 = { .ok = cpu_amx_q_ok, .stride = mx_stride16, .prep = mx_prep16,
-                                             .tile = mx_tile16, .gemm = mx_gemm16, .gemm_all = 1 };
+                                             .tile = mx_tile16, .gemm = mx_gemm16, .gemm_all = 1,
+                                             .gemm_pt = mx_gemm16_pt, .pt_fill = mx_pt_fill };
 
 #else
 typedef int cpu_mlx_avx2_unused; /* keeps the translation unit non-empty */
