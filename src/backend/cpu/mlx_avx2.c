@@ -378,6 +378,127 @@ AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci
     for (int t = 0; t < T; t++) _mm256_storeu_ps(out + 8 * t, acc[t]);
 }
 
+/* ---- octets whose params come from the copy, each one's chain run under the next one's integer loop ----
+ *
+ * The chain is a dependent run of two FMAs a block (4 cycles each): after an octet's integer loop it
+ * ran alone, ~10% of a one-token decode. Here it runs a block (two with B = 32) after each chunk of
+ * the next octet's loop, whose work hides its latency; the same operations in the same order, so the
+ * same bits. For rows of at most MX_NBMAX blocks. */
+#define MX_NBMAX 64
+typedef struct {
+    _Alignas(32) int32_t sb[2][MX_TMAX][MX_NBMAX][8];   /* two octets' block sums: the one summed, the one chained */
+    __m256 acc[MX_TMAX];
+    const uint32_t *pr;   /* the chained octet's params */
+    int64_t j, g, bi;     /* its next block, that block's group, the block's place in it */
+    int live, buf;        /* a chain pending; the buffer it reads */
+} mx_pend;
+
+/* n more blocks of the pending chain (T tokens; bpg blocks a group). */
+AI void pend_steps(const int T, mx_pend *p, int n, int64_t bpg, const float *const D[MX_TMAX], const float *const X[MX_TMAX]) {
+    for (int s = 0; s < n; s++) {
+        const int64_t j = p->j, g = p->g;
+        const __m256i pv = _mm256_loadu_si256((const __m256i *)(const void *)(p->pr + 16 * g));
+        const __m256 sv = _mm256_castsi256_ps(_mm256_slli_epi32(pv, 16));
+        UNROLL8
+        for (int t = 0; t < T; t++)
+            p->acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)p->sb[p->buf][t][j])),
+                                        _mm256_mul_ps(sv, _mm256_set1_ps(D[t][j])), p->acc[t]);
+        if (++p->bi == bpg) {   /* the group's last block: its bias term */
+            const __m256 bv = _mm256_castsi256_ps(_mm256_and_si256(pv, _mm256_set1_epi32((int)0xffff0000u)));
+            UNROLL8
+            for (int t = 0; t < T; t++) p->acc[t] = _mm256_fmadd_ps(bv, _mm256_set1_ps(X[t][g]), p->acc[t]);
+            p->bi = 0;
+            p->g++;
+        }
+        p->j++;
+    }
+}
+
+/* Octets [r0, r1) (whole, from a grid row of 8 k; pt the copy) by T tokens, y[t * ys + r]. */
+AI void octs_pt_T(const int T, const int BITS, const int XB, const int B64, const ci_mat *W, int64_t r0, int64_t r1,
+                  const uint32_t *pt, const uint8_t *xq, int64_t xs, float *y, int64_t ys) {
+    const ci_qdesc *d = q_desc(W);
+    const mlay L = mlay_of(W, XB == 1);
+    const int64_t K = W->cols, rb = K * BITS / 8, cb = BITS == 4 ? 32 : 64, nfull = K >> 6, bpg = d->group / L.B;
+    const float *D[MX_TMAX], *X[MX_TMAX];
+    UNROLL8
+    for (int t = 0; t < T; t++) {
+        D[t] = (const float *)(xq + t * xs + L.d_at);
+        X[t] = (const float *)(xq + t * xs + L.x_at);
+    }
+    int64_t ro[8];
+    UNROLL8
+    for (int i = 0; i < 8; i++) ro[i] = i * rb;
+    mx_pend p;
+    p.live = 0;
+    p.buf = 1;
+    int64_t pr_row = 0;   /* the pending octet's first row */
+    for (int64_t r = r0; r <= r1; r += 8) {
+        const int cur = p.buf ^ 1;
+        if (r < r1) {
+            const uint8_t *w0 = (const uint8_t *)W->data + r * rb;
+            int64_t nbw = 0;
+            for (int64_t k = 0; k < L.nch; k++) {
+                UNROLL8
+                for (int64_t l = 0; l < 8 * cb; l += 64) __builtin_prefetch(w0 + MX_PFD + k * 8 * cb + l, 0, 2);
+                const uint8_t *xc[MX_TMAX];
+                UNROLL8
+                for (int t = 0; t < T; t++) xc[t] = xq + t * xs + k * 64 * XB;
+                __m256i lo[MX_TMAX], hi[MX_TMAX];
+                if (k == nfull) {   /* the row's last 32 columns: one block of 32 */
+                    oct_chunk(T, BITS, XB, B64, 1, w0 + k * cb, ro, xc, lo, hi);
+                    UNROLL8
+                    for (int t = 0; t < T; t++) _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], lo[t]);
+                    nbw++;
+                } else {
+                    oct_chunk(T, BITS, XB, B64, 0, w0 + k * cb, ro, xc, lo, hi);
+                    UNROLL8
+                    for (int t = 0; t < T; t++) {
+                        if (B64) _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], _mm256_add_epi32(lo[t], hi[t]));
+                        else {
+                            _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], lo[t]);
+                            _mm256_store_si256((__m256i *)p.sb[cur][t][nbw + 1], hi[t]);
+                        }
+                    }
+                    nbw += B64 ? 1 : 2;
+                }
+                /* the octet before: as many blocks as this chunk gave (every octet has as many) */
+                if (p.live) pend_steps(T, &p, k == nfull || B64 ? 1 : 2, bpg, D, X);
+            }
+        }
+        if (p.live) {   /* the octet before: the rest of its chain (all of it after the last octet), its outputs */
+            pend_steps(T, &p, (int)(L.nb - p.j), bpg, D, X);
+            UNROLL8
+            for (int t = 0; t < T; t++) _mm256_storeu_ps(y + t * ys + pr_row, p.acc[t]);
+        }
+        if (r == r1) break;
+        const int64_t gr = W->scale_row0 + r;
+        p.pr = pt + (gr >> 4) * L.ng * 16 + (gr & 15);
+        p.j = p.g = p.bi = 0;
+        p.buf = cur;
+        p.live = 1;
+        pr_row = r;
+        UNROLL8
+        for (int t = 0; t < T; t++) p.acc[t] = _mm256_setzero_ps();
+    }
+}
+
+#define MX_OCTS(T) do { \
+    if (bits == 4 && A8) { if (b64) octs_pt_T(T, 4, 1, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 4, 1, 0, W, r0, r1, pt, xq, xs, y, ys); } \
+    else if (bits == 4) { if (b64) octs_pt_T(T, 4, 2, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 4, 2, 0, W, r0, r1, pt, xq, xs, y, ys); } \
+    else { if (b64) octs_pt_T(T, 8, 2, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 8, 2, 0, W, r0, r1, pt, xq, xs, y, ys); } } while (0)
+static __attribute__((noinline)) TGT void octs_pt(const int A8, int T, const ci_mat *W, int64_t r0, int64_t r1,
+                                                  const uint32_t *pt, const uint8_t *xq, int64_t xs, float *y, int64_t ys) {
+    const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
+    switch (T) {
+    case 1: MX_OCTS(1); break;
+    case 2: MX_OCTS(2); break;
+    case 3: MX_OCTS(3); break;
+    default: MX_OCTS(4);
+    }
+}
+#undef MX_OCTS
+
 #define MX_OCT(T) do { \
     if (bits == 4 && A8) { if (b64) oct_T(T, 4, 1, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 1, 0, W, rows, pr, xq, xs, out); } \
     else if (bits == 4) { if (b64) oct_T(T, 4, 2, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 2, 0, W, rows, pr, xq, xs, out); } \
@@ -398,7 +519,13 @@ AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const u
  * rows, up to MX_TMAX tokens a pass over the octet. */
 AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                   int64_t ys, const uint32_t *pt) {
-    const int64_t ng = W->cols / q_desc(W)->group;
+    const int64_t ng = W->cols / q_desc(W)->group, B = q_desc(W)->group % 64 ? 32 : 64;
+    if (pt && !((W->scale_row0 + r0) & 7) && W->cols / B <= MX_NBMAX && r1 - r0 >= 8) {   /* whole octets: pipelined */
+        const int64_t re = r0 + (r1 - r0) / 8 * 8;
+        for (int t0 = 0; t0 < T; t0 += MX_TMAX)
+            octs_pt(A8, T - t0 < MX_TMAX ? T - t0 : MX_TMAX, W, r0, re, pt, xq + t0 * xs, xs, y + t0 * ys, ys);
+        r0 = re;
+    }
     for (int64_t r = r0; r < r1; r += 8) {
         int64_t rows[8];
         const int nr = (int)(r1 - r < 8 ? r1 - r : 8);
