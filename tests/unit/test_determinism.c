@@ -362,18 +362,14 @@ static void amx_mlx_precision(ci_isa isa, int act) {
             for (int64_t c = 0; c < 64 && cols > 128 && !outl; c++) x[c] = 0;
             be->matmul(be, y, x, n, &w.m);
             f32->matmul(f32, yf, x, n, &w.m);
-            if (vn) {
+            ci_backend *twins[2] = { vn, av2 };
+            static const char *const twin_what[2] = { "the tiles and the VNNI form", "amx_mlx.c and mlx_avx2.c" };
+            for (int k = 0; k < 2; k++) {
+                if (!twins[k]) continue;
                 float *yv = malloc((size_t)(n * rows) * sizeof(float));
-                vn->matmul(vn, yv, x, n, &w.m);
-                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: the "
-                      "tiles and the VNNI form differ", tag, bits, (long long)G, (long long)rows, (long long)cols, n);
-                free(yv);
-            }
-            if (av2) {
-                float *yv = malloc((size_t)(n * rows) * sizeof(float));
-                av2->matmul(av2, yv, x, n, &w.m);
-                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: "
-                      "amx_mlx.c and mlx_avx2.c differ", tag, bits, (long long)G, (long long)rows, (long long)cols, n);
+                twins[k]->matmul(twins[k], yv, x, n, &w.m);
+                CHECK(!memcmp(y, yv, (size_t)(n * rows) * sizeof(float)), "%s %d-bit g%lld [%lld x %lld] n=%d: %s differ",
+                      tag, bits, (long long)G, (long long)rows, (long long)cols, n, twin_what[k]);
                 free(yv);
             }
             double worst = 0, over = 0, apart = 0, pred = 0, to_ref = 0, to_ex = 0;

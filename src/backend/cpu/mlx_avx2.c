@@ -228,6 +228,33 @@ AI void oct_chunk(const int T, const int BITS, const int XB, const int B64, cons
     }
 }
 
+/* Chunk k's block sums of the 8 rows (codes at p + ro[i]) for T tokens (x̂ chunk xk of token 0, the
+ * others xs bytes apart) into sb (token t's at sb + t * ts, 8 int32 a block); HALF: the row's last 32
+ * columns (one block of 32). Returns the blocks written: 1, or 2 with B = 32. */
+AI int chunk_sums(const int T, const int BITS, const int XB, const int B64, int half, const uint8_t *p, const int64_t ro[8],
+                  const uint8_t *xk, int64_t xs, int32_t *sb, int64_t ts) {
+    const uint8_t *xc[MX_TMAX];
+    UNROLL8
+    for (int t = 0; t < T; t++) xc[t] = xk + t * xs;
+    __m256i lo[MX_TMAX], hi[MX_TMAX];
+    if (half) {
+        oct_chunk(T, BITS, XB, B64, 1, p, ro, xc, lo, hi);
+        UNROLL8
+        for (int t = 0; t < T; t++) _mm256_store_si256((__m256i *)(sb + t * ts), lo[t]);
+        return 1;
+    }
+    oct_chunk(T, BITS, XB, B64, 0, p, ro, xc, lo, hi);
+    UNROLL8
+    for (int t = 0; t < T; t++) {
+        if (B64) _mm256_store_si256((__m256i *)(sb + t * ts), _mm256_add_epi32(lo[t], hi[t]));
+        else {
+            _mm256_store_si256((__m256i *)(sb + t * ts), lo[t]);
+            _mm256_store_si256((__m256i *)(sb + t * ts + 8), hi[t]);
+        }
+    }
+    return B64 ? 1 : 2;
+}
+
 /* A chain's state between windows: the params of 8 groups from wg ([group - wg][row]), the group
  * of the next block and its end column, and a window's block sums of each token (rows in lanes). */
 typedef struct {
@@ -350,27 +377,8 @@ AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci
              * chunk's share of the run MX_PFD bytes on, a line per 64 bytes, into L2 */
             UNROLL8
             for (int64_t l = 0; l < 8 * cb; l += 64) __builtin_prefetch(w0 + MX_PFD + k * 8 * cb + l, 0, 2);
-            const uint8_t *xc[MX_TMAX];
-            UNROLL8
-            for (int t = 0; t < T; t++) xc[t] = xq + t * xs + k * 64 * XB;
-            __m256i lo[MX_TMAX], hi[MX_TMAX];
-            if (k == nfull) {   /* the row's last 32 columns: one block of 32 */
-                oct_chunk(T, BITS, XB, B64, 1, w0 + off, ro, xc, lo, hi);
-                UNROLL8
-                for (int t = 0; t < T; t++) _mm256_store_si256((__m256i *)cs.sb[t][nbw], lo[t]);
-                nbw++;
-            } else {
-                oct_chunk(T, BITS, XB, B64, 0, w0 + off, ro, xc, lo, hi);
-                UNROLL8
-                for (int t = 0; t < T; t++) {
-                    if (B64) _mm256_store_si256((__m256i *)cs.sb[t][nbw], _mm256_add_epi32(lo[t], hi[t]));
-                    else {
-                        _mm256_store_si256((__m256i *)cs.sb[t][nbw], lo[t]);
-                        _mm256_store_si256((__m256i *)cs.sb[t][nbw + 1], hi[t]);
-                    }
-                }
-                nbw += B64 ? 1 : 2;
-            }
+            nbw += chunk_sums(T, BITS, XB, B64, k == nfull, w0 + off, ro, xq + k * 64 * XB, xs, &cs.sb[0][nbw][0],
+                              MX_WIN * 8);
         }
         mx_chain(T, &cs, W, gi, pr, D, X, k0 * 64 / L.B, nbw, acc);
     }
@@ -441,27 +449,8 @@ AI void octs_pt_T(const int T, const int BITS, const int XB, const int B64, cons
             for (int64_t k = 0; k < L.nch; k++) {
                 UNROLL8
                 for (int64_t l = 0; l < 8 * cb; l += 64) __builtin_prefetch(w0 + MX_PFD + k * 8 * cb + l, 0, 2);
-                const uint8_t *xc[MX_TMAX];
-                UNROLL8
-                for (int t = 0; t < T; t++) xc[t] = xq + t * xs + k * 64 * XB;
-                __m256i lo[MX_TMAX], hi[MX_TMAX];
-                if (k == nfull) {   /* the row's last 32 columns: one block of 32 */
-                    oct_chunk(T, BITS, XB, B64, 1, w0 + k * cb, ro, xc, lo, hi);
-                    UNROLL8
-                    for (int t = 0; t < T; t++) _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], lo[t]);
-                    nbw++;
-                } else {
-                    oct_chunk(T, BITS, XB, B64, 0, w0 + k * cb, ro, xc, lo, hi);
-                    UNROLL8
-                    for (int t = 0; t < T; t++) {
-                        if (B64) _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], _mm256_add_epi32(lo[t], hi[t]));
-                        else {
-                            _mm256_store_si256((__m256i *)p.sb[cur][t][nbw], lo[t]);
-                            _mm256_store_si256((__m256i *)p.sb[cur][t][nbw + 1], hi[t]);
-                        }
-                    }
-                    nbw += B64 ? 1 : 2;
-                }
+                nbw += chunk_sums(T, BITS, XB, B64, k == nfull, w0 + k * cb, ro, xq + k * 64 * XB, xs,
+                                  &p.sb[cur][0][nbw][0], MX_NBMAX * 8);
                 /* the octet before: as many blocks as this chunk gave (every octet has as many) */
                 if (p.live) pend_steps(T, &p, k == nfull || B64 ? 1 : 2, bpg, D, X);
             }
@@ -483,37 +472,30 @@ AI void octs_pt_T(const int T, const int BITS, const int XB, const int B64, cons
     }
 }
 
-#define MX_OCTS(T) do { \
-    if (bits == 4 && A8) { if (b64) octs_pt_T(T, 4, 1, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 4, 1, 0, W, r0, r1, pt, xq, xs, y, ys); } \
-    else if (bits == 4) { if (b64) octs_pt_T(T, 4, 2, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 4, 2, 0, W, r0, r1, pt, xq, xs, y, ys); } \
-    else { if (b64) octs_pt_T(T, 8, 2, 1, W, r0, r1, pt, xq, xs, y, ys); else octs_pt_T(T, 8, 2, 0, W, r0, r1, pt, xq, xs, y, ys); } } while (0)
+/* F(T, BITS, XB, B64, args...) for W's form (bits, A8, b64 in scope) and the token count T (1..4). */
+#define MX_FORM(F, T, ...) do { \
+    if (bits == 4 && A8) { if (b64) F(T, 4, 1, 1, __VA_ARGS__); else F(T, 4, 1, 0, __VA_ARGS__); } \
+    else if (bits == 4) { if (b64) F(T, 4, 2, 1, __VA_ARGS__); else F(T, 4, 2, 0, __VA_ARGS__); } \
+    else { if (b64) F(T, 8, 2, 1, __VA_ARGS__); else F(T, 8, 2, 0, __VA_ARGS__); } } while (0)
+#define MX_BY_T(F, ...) switch (T) { \
+    case 1: MX_FORM(F, 1, __VA_ARGS__); break; \
+    case 2: MX_FORM(F, 2, __VA_ARGS__); break; \
+    case 3: MX_FORM(F, 3, __VA_ARGS__); break; \
+    default: MX_FORM(F, 4, __VA_ARGS__); }
+
 static __attribute__((noinline)) TGT void octs_pt(const int A8, int T, const ci_mat *W, int64_t r0, int64_t r1,
                                                   const uint32_t *pt, const uint8_t *xq, int64_t xs, float *y, int64_t ys) {
     const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
-    switch (T) {
-    case 1: MX_OCTS(1); break;
-    case 2: MX_OCTS(2); break;
-    case 3: MX_OCTS(3); break;
-    default: MX_OCTS(4);
-    }
+    MX_BY_T(octs_pt_T, W, r0, r1, pt, xq, xs, y, ys);
 }
-#undef MX_OCTS
 
-#define MX_OCT(T) do { \
-    if (bits == 4 && A8) { if (b64) oct_T(T, 4, 1, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 1, 0, W, rows, pr, xq, xs, out); } \
-    else if (bits == 4) { if (b64) oct_T(T, 4, 2, 1, W, rows, pr, xq, xs, out); else oct_T(T, 4, 2, 0, W, rows, pr, xq, xs, out); } \
-    else { if (b64) oct_T(T, 8, 2, 1, W, rows, pr, xq, xs, out); else oct_T(T, 8, 2, 0, W, rows, pr, xq, xs, out); } } while (0)
 AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint32_t *pr, const uint8_t *xq, int64_t xs,
             float *out) {
     const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
-    switch (T) {
-    case 1: MX_OCT(1); break;
-    case 2: MX_OCT(2); break;
-    case 3: MX_OCT(3); break;
-    default: MX_OCT(4);
-    }
+    MX_BY_T(oct_T, W, rows, pr, xq, xs, out);
 }
-#undef MX_OCT
+#undef MX_BY_T
+#undef MX_FORM
 
 /* T token rows (prepared, stride xs bytes) by rows [r0, r1) of W, y[t * ys + r]: octet after octet of
  * rows, up to MX_TMAX tokens a pass over the octet. */
