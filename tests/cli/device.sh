@@ -108,8 +108,8 @@ expect_usage "--int16-act takes no value" "unknown option '1'" $CINFER logits --
 expect_usage "serve --int16-act takes no value" "unknown option '1'" timeout 20 $CINFER serve --model $fx --port 0 --int16-act 1
 
 # ---- --mlx-amx: MLX 4- / 8-bit weights on AMX-INT8 tiles and VNNI where the CPU has them, on VNNI alone where it
-# has AVX-512 VNNI without the tiles (the same bits), the f32 path elsewhere; --mlx-amx8 the same with int8
-# activations for 4-bit matrices ----
+# has AVX-512 VNNI without the tiles, on AVX2 (mlx_avx2.c) elsewhere (the same bits), the f32 path without AVX2;
+# --mlx-amx8 the same with int8 activations for 4-bit matrices ----
 for f in --mlx-amx --mlx-amx8; do
   expect_ok "logits $f" $CINFER logits --model $fx --tokens 1,2,3,4,5 --out "$TMP/mamx.f32" --device cpu $f
   cmp -s "$TMP/copy.f32" "$TMP/mamx.f32" && pass "$f leaves an unquantized checkpoint's logits as they are" || fail "$f leaves an unquantized checkpoint's logits as they are" "differ"
@@ -124,20 +124,23 @@ if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && grep -qw amx_bf16 /proc/cpuinf
 elif grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; then
   case "$be" in *-vnni-mlx) pass "--mlx-amx takes AVX-512 VNNI alone on this CPU without AMX" ;;
     *) fail "--mlx-amx takes AVX-512 VNNI alone on this CPU without AMX" "got '$be'" ;; esac
+elif grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+  case "$be" in *-avx2-mlx) pass "--mlx-amx takes mlx_avx2.c on this CPU without AVX-512 VNNI" ;;
+    *) fail "--mlx-amx takes mlx_avx2.c on this CPU without AVX-512 VNNI" "got '$be'" ;; esac
 else
-  case "$be" in *mlx*) fail "--mlx-amx computes as before without AVX-512 VNNI" "got '$be'" ;; *) pass "--mlx-amx computes as before without AVX-512 VNNI" ;; esac
+  case "$be" in *mlx*) fail "--mlx-amx computes as before without AVX2" "got '$be'" ;; *) pass "--mlx-amx computes as before without AVX2" ;; esac
 fi
 
-# ---- --mlx-amx8's backend and rounding (VNNI / AMX CPUs only) ----
+# ---- --mlx-amx8's backend and rounding (CPUs with AVX2 or AVX-512 VNNI) ----
 be8=$($CINFER bench --model tests/fixtures/mlx_llama_4bit --prompt-len 20 --gen 2 --mlx-amx8 2>/dev/null | grep -o 'backend [a-z0-9-]*')
-if grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; then
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null || { grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512bw /proc/cpuinfo; }; then
   case "$be8" in *-mlx8) pass "--mlx-amx8 names its backend *-mlx8" ;; *) fail "--mlx-amx8 names its backend *-mlx8" "got '$be8'" ;; esac
   $CINFER logits --model tests/fixtures/mlx_llama_4bit --tokens 1,2,3,4,5,6,7,8,9 --out "$TMP/l16.f32" --mlx-amx >/dev/null 2>&1
   $CINFER logits --model tests/fixtures/mlx_llama_4bit --tokens 1,2,3,4,5,6,7,8,9 --out "$TMP/l8.f32" --mlx-amx8 --mlx-amx >/dev/null 2>&1
   [ -s "$TMP/l8.f32" ] && ! cmp -s "$TMP/l16.f32" "$TMP/l8.f32" && pass "--mlx-amx8 (with --mlx-amx too) rounds a 4-bit model's activations to int8" ||
     fail "--mlx-amx8 (with --mlx-amx too) rounds a 4-bit model's activations to int8" "logits as --mlx-amx's"
 else
-  case "$be8" in *mlx*) fail "--mlx-amx8 computes as before without AVX-512 VNNI" "got '$be8'" ;; *) pass "--mlx-amx8 computes as before without AVX-512 VNNI" ;; esac
+  case "$be8" in *mlx*) fail "--mlx-amx8 computes as before without AVX2" "got '$be8'" ;; *) pass "--mlx-amx8 computes as before without AVX2" ;; esac
 fi
 
 # ---- --kv-f16: the attention cache in f16 (CPU; GQA attention layers only) ----

@@ -18,9 +18,9 @@
  * matrices dotted with x rounded to int16 per 32 columns): prefill and steps within 2e-3 *
  * max(1, max|ref|) (measured worst: 9.2e-4 relative, mlx_nemotron_h_4bit; the f32 path's
  * worst there is ~4e-6), and greedy ids exactly transformers'.
- * On a CPU with AVX-512 VNNI each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
+ * On a CPU with AVX2 or AVX-512 VNNI each MLX fixture also runs with ci_model_opts.mlx_amx (4- / 8-bit
  * matrices as amx_mlx.c computes them, codes exact, x rounded to int16 per 64 columns: on AMX-INT8
- * tiles where the CPU has them, else on AVX-512 VNNI alone), and where it has the tiles a second
+ * tiles where the CPU has them, else on AVX-512 VNNI, else on AVX2: mlx_avx2.c), and where it has the tiles a second
  * time with CINFER_CPU_MLX_TILES=0 (VNNI there too): the default bound, 1e-3 * max(1, max|ref|),
  * and greedy ids exactly transformers'.
  * Every fixture but DeepSeek's (MLX ones too) also runs with ci_model_opts.kv_f16 (the
@@ -178,7 +178,7 @@ static void test_fixtures(void) {
     int amx_cpu = probe_amx != NULL;
     if (probe_amx) probe_amx->free(probe_amx);
     ci_backend *probe_mlx = ci_backend_cpu_new(1, CI_ISA_AUTO);
-    const int amx_mlx = probe_mlx && ci_backend_cpu_amx_mlx(probe_mlx);   /* AVX-512 VNNI */
+    const int amx_mlx = probe_mlx && ci_backend_cpu_amx_mlx(probe_mlx);   /* AVX-512 VNNI or AVX2 */
     const int mlx_tiles = amx_mlx && strstr(probe_mlx->name, "amx-mlx") != NULL;   /* and AMX-INT8 */
     if (probe_mlx) probe_mlx->free(probe_mlx);
     DIR *d = opendir("tests/fixtures");

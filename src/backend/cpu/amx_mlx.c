@@ -290,6 +290,8 @@ struct cpu_amx_ptab {
         const ci_qdesc *d;
         int64_t ng, rows;   /* groups a row; grid rows held (a multiple of 16), -1: declined (memory) */
         uint32_t *t;        /* [rows / 16][ng][16] */
+        const void *scales; /* what d held when the copy was made: another descriptor later at a freed */
+        int64_t group, grid;   /* one's address (a test's stack, a model reloaded) is not taken for it */
     } *e;
 };
 
@@ -322,9 +324,12 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill
     }
     struct ptab_ent *e = &tab->e[ptab_slot(tab, d)];
     if (e->d) {
-        if (e->ng != ng || e->rows < 0) return NULL;   /* two widths of one grid; or declined before */
-        if (e->rows >= reach) return e->t;
-        free(e->t);   /* a view reaching further: the whole grid again (no matmul is running) */
+        const int same = e->scales == d->scales && e->group == d->group && e->grid == d->grid_rows;
+        if (same && (e->ng != ng || e->rows < 0)) return NULL;   /* two widths of one grid; or declined before */
+        if (same && e->rows >= reach) return e->t;
+        /* a view reaching further, or another descriptor at this address: the whole grid again (no
+         * matmul is running) */
+        free(e->t);
         e->t = NULL;
     } else if (2 * (tab->count + 1) > tab->cap) {   /* grow, then find d's slot again */
         cpu_amx_ptab big = { 2 * tab->cap, 0, calloc((size_t)(2 * tab->cap), sizeof *tab->e) };
@@ -346,11 +351,12 @@ uint32_t *cpu_amx_mlx_ptiles(cpu_amx_ptab **tabp, const ci_mat *W, int64_t *fill
     if (!e->d) tab->count++;
     if ((fp > 0 && psz > 0 && (uint64_t)fp * (uint64_t)psz < (uint64_t)bytes + ((uint64_t)256 << 20)) ||
         posix_memalign(&t, bytes >= huge ? huge : 64, bytes)) {
-        *e = (struct ptab_ent){ d, ng, -1, NULL };   /* declined for good: the kernel transposes */
+        /* declined for good: the kernel transposes */
+        *e = (struct ptab_ent){ d, ng, -1, NULL, d->scales, d->group, d->grid_rows };
         return NULL;
     }
     if (bytes >= huge) (void)madvise(t, bytes, 14 /* MADV_HUGEPAGE */);
-    *e = (struct ptab_ent){ d, ng, rows, t };
+    *e = (struct ptab_ent){ d, ng, rows, t, d->scales, d->group, d->grid_rows };
     *fill = rows;
     return t;
 }
