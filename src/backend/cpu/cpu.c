@@ -1742,12 +1742,12 @@ int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
     cpu_backend *b = cpu(be);
 #if defined(__x86_64__)
     __builtin_cpu_init();
+    const char *pt = getenv("CINFER_CPU_MLX_PTILES");   /* the params copy, both forms below */
     if (b->qk == &cpu_qkernels_avx512 && __builtin_cpu_supports("avx512vnni")) {
         /* the tiles where the CPU grants them (CINFER_CPU_MLX_TILES=0: VNNI there too) */
         const char *mt = getenv("CINFER_CPU_MLX_TILES");
         const int tiles = cpu_amx_int8_usable() && !(mt && !strcmp(mt, "0"));
         b->amx_mlx = tiles ? 1 : 2;
-        const char *pt = getenv("CINFER_CPU_MLX_PTILES");
         b->amx_ptiles = !(pt && !strcmp(pt, "0"));
         b->amx_act8 = act_bits == 8;
         snprintf(b->name_buf, sizeof b->name_buf, "%s-%s-mlx%s",
@@ -1758,7 +1758,6 @@ int ci_backend_cpu_amx_mlx_act(ci_backend *be, int act_bits) {
     }
     if (b->qk == &cpu_qkernels_avx512 || b->qk == &cpu_qkernels_avx2) {   /* no VNNI: mlx_avx2.c's kernels */
         b->i16 = act_bits == 8 ? &cpu_mlx8kernels_avx2 : &cpu_mlxkernels_avx2;
-        const char *pt = getenv("CINFER_CPU_MLX_PTILES");
         b->amx_ptiles = !(pt && !strcmp(pt, "0"));
         b->base.name = b->qk == &cpu_qkernels_avx2 ? (act_bits == 8 ? "cpu-avx2-mlx8" : "cpu-avx2-mlx")
                                                    : (act_bits == 8 ? "cpu-avx512-avx2-mlx8" : "cpu-avx512-avx2-mlx");

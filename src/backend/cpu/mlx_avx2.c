@@ -124,7 +124,7 @@ static TGT void mx_prep16(const ci_mat *W, const float *x, uint8_t *xq) { mx_pre
  * rows, up to MX_TMAX tokens a pass over the octet. */
 AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, const uint8_t *xq, int64_t xs, float *y,
                   int64_t ys, const uint32_t *pt) {
-    const int64_t ng = W->cols / q_desc(W)->group, B = q_desc(W)->group % 64 ? 32 : 64;
+    const int64_t B = q_desc(W)->group % 64 ? 32 : 64;
     if (pt && !((W->scale_row0 + r0) & 7) && W->cols / B <= MX_NBMAX && r1 - r0 >= 8) {   /* whole octets: pipelined */
         const int64_t re = r0 + (r1 - r0) / 8 * 8;
         for (int t0 = 0; t0 < T; t0 += MX_TMAX)
@@ -135,13 +135,10 @@ AI void mx_gemm_T(const int A8, const ci_mat *W, int64_t r0, int64_t r1, int T, 
         int64_t rows[8];
         const int nr = (int)(r1 - r < 8 ? r1 - r : 8);
         for (int i = 0; i < 8; i++) rows[i] = r + (i < nr ? i : nr - 1);
-        /* the copy's 8 lanes of this octet: 8 whole rows from a grid row of 8 k */
-        const int64_t gr = W->scale_row0 + r;
-        const uint32_t *pr = pt && nr == 8 && !(gr & 7) ? pt + (gr >> 4) * ng * 16 + (gr & 15) : NULL;
         for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
             const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
             _Alignas(32) float o[8 * MX_TMAX];
-            oct(A8, tt, W, rows, pr, xq + t0 * xs, xs, o);
+            oct(A8, tt, W, rows, xq + t0 * xs, xs, o);
             for (int t = 0; t < tt; t++) memcpy(y + (t0 + t) * ys + r, o + 8 * t, (size_t)nr * sizeof(float));
         }
     }
@@ -184,7 +181,7 @@ AI void mx_tile_T(const int A8, const ci_mat *W, const int64_t rows[4], int T, c
     for (int t0 = 0; t0 < T; t0 += MX_TMAX) {
         const int tt = T - t0 < MX_TMAX ? T - t0 : MX_TMAX;
         _Alignas(32) float o[8 * MX_TMAX];
-        oct(A8, tt, W, r8, NULL, xq + t0 * xs, xs, o);
+        oct(A8, tt, W, r8, xq + t0 * xs, xs, o);
         for (int t = 0; t < tt; t++) memcpy(out + 4 * (t0 + t), o + 8 * t, 4 * sizeof(float));
     }
 }

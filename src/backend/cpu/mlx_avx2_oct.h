@@ -172,9 +172,8 @@ static __attribute__((noinline)) TGT void mx_window(mx_cstate *cs, const ci_qdes
 /* The T tokens' chains over blocks b0 .. b0 + nb - 1 (their sums in cs->sb), in order, from acc (D / X:
  * each token's d_b and X_g). Not inlined: its accumulators then stay in registers (inside oct_T, whose
  * integer loop takes all 16, GCC kept one in memory: a store and a load in every step of the chain). */
-AI void mx_chain_T(const int T, const int PT, mx_cstate *cs, const ci_mat *W, const int64_t gi[8], const uint32_t *pr,
-                   const float *const D[MX_TMAX], const float *const X[MX_TMAX], int64_t b0, int64_t nb,
-                   __m256 acc[MX_TMAX]) {
+AI void mx_chain_T(const int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8], const float *const D[MX_TMAX],
+                   const float *const X[MX_TMAX], int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
     const ci_qdesc *d = q_desc(W);
     const int64_t G = d->group, ng = W->cols / G, B = G % 64 ? 32 : 64;
     int64_t g = cs->g, gend = cs->gend, wg = cs->wg;   /* in registers for the loop */
@@ -183,21 +182,18 @@ AI void mx_chain_T(const int T, const int PT, mx_cstate *cs, const ci_mat *W, co
     for (int t = 0; t < T; t++) a[t] = acc[t];
     for (int64_t j = 0; j < nb; j++) {
         const int64_t b = b0 + j;
-        __m256i pv = _mm256_setzero_si256();   /* PT: the 8 rows' bf16 scale | bias << 16 of group g */
-        if (PT) pv = _mm256_loadu_si256((const __m256i *)(const void *)(pr + 16 * g));
-        else if (g >= wg + 8) {
+        if (g >= wg + 8) {
             mx_window(cs, d, gi, g, ng);
             wg = g;
         }
-        const __m256 sv = PT ? _mm256_castsi256_ps(_mm256_slli_epi32(pv, 16)) : _mm256_load_ps(cs->sw[g - wg]);
+        const __m256 sv = _mm256_load_ps(cs->sw[g - wg]);
         UNROLL8
         for (int t = 0; t < T; t++) {
             const __m256 sd = _mm256_mul_ps(sv, _mm256_set1_ps(D[t][b]));
             a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)cs->sb[t][j])), sd, a[t]);
         }
         if ((b + 1) * B == gend) {   /* the group's last block: its bias term */
-            const __m256 bv = PT ? _mm256_castsi256_ps(_mm256_and_si256(pv, _mm256_set1_epi32((int)0xffff0000u)))
-                                 : _mm256_load_ps(cs->bw[g - wg]);
+            const __m256 bv = _mm256_load_ps(cs->bw[g - wg]);
             UNROLL8
             for (int t = 0; t < T; t++) a[t] = _mm256_fmadd_ps(bv, _mm256_set1_ps(X[t][g]), a[t]);
             g++;
@@ -211,24 +207,21 @@ AI void mx_chain_T(const int T, const int PT, mx_cstate *cs, const ci_mat *W, co
     for (int t = 0; t < T; t++) acc[t] = a[t];
 }
 static __attribute__((noinline)) TGT void mx_chain(int T, mx_cstate *cs, const ci_mat *W, const int64_t gi[8],
-                                                   const uint32_t *pr, const float *const D[MX_TMAX],
-                                                   const float *const X[MX_TMAX], int64_t b0, int64_t nb,
-                                                   __m256 acc[MX_TMAX]) {
-#define MX_CH(T) (pr ? mx_chain_T(T, 1, cs, W, gi, pr, D, X, b0, nb, acc) : mx_chain_T(T, 0, cs, W, gi, pr, D, X, b0, nb, acc))
+                                                   const float *const D[MX_TMAX], const float *const X[MX_TMAX],
+                                                   int64_t b0, int64_t nb, __m256 acc[MX_TMAX]) {
     switch (T) {
-    case 1: MX_CH(1); break;
-    case 2: MX_CH(2); break;
-    case 3: MX_CH(3); break;
-    default: MX_CH(4);
+    case 1: mx_chain_T(1, cs, W, gi, D, X, b0, nb, acc); break;
+    case 2: mx_chain_T(2, cs, W, gi, D, X, b0, nb, acc); break;
+    case 3: mx_chain_T(3, cs, W, gi, D, X, b0, nb, acc); break;
+    default: mx_chain_T(4, cs, W, gi, D, X, b0, nb, acc);
     }
-#undef MX_CH
 }
 
 /* T tokens (prepared rows xq, stride xs bytes) by the 8 weight rows rows[0..8) (repeats allowed):
- * out[t * 8 + i] = row i's output for token t, amx_mlx.c's chain with the rows in lanes. pr: NULL, or
- * the 8 rows' bf16 params in cpu_amx_mlx_ptiles' copy (group g's at pr + 16 g). */
+ * out[t * 8 + i] = row i's output for token t, amx_mlx.c's chain with the rows in lanes, the params by
+ * window transposes (the octets of the copy: octs_pt_T below). */
 AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci_mat *W, const int64_t rows[8],
-              const uint32_t *pr, const uint8_t *xq, int64_t xs, float *out) {
+              const uint8_t *xq, int64_t xs, float *out) {
     const ci_qdesc *d = q_desc(W);
     const mlay L = mlay_of(W, XB == 1);
     const int64_t K = W->cols, rb = K * BITS / 8, G = d->group, cb = BITS == 4 ? 32 : 64;   /* code bytes a chunk */
@@ -267,7 +260,7 @@ AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci
             nbw += chunk_sums(T, BITS, XB, B64, k == nfull, w0 + off, ro, xq + k * 64 * XB, xs, &cs.sb[0][nbw][0],
                               MX_WIN * 8);
         }
-        mx_chain(T, &cs, W, gi, pr, D, X, k0 * 64 / L.B, nbw, acc);
+        mx_chain(T, &cs, W, gi, D, X, k0 * 64 / L.B, nbw, acc);
     }
     UNROLL8
     for (int t = 0; t < T; t++) _mm256_storeu_ps(out + 8 * t, acc[t]);
@@ -278,8 +271,8 @@ AI void oct_T(const int T, const int BITS, const int XB, const int B64, const ci
  * The chain is a dependent run of two FMAs a block (4 cycles each): after an octet's integer loop it
  * ran alone, ~10% of a one-token decode. Here it runs a block (two with B = 32) after each chunk of
  * the next octet's loop, whose work hides its latency; the same operations in the same order, so the
- * same bits. For rows of at most MX_NBMAX blocks. */
-#define MX_NBMAX 64
+ * same bits. For rows of at most MX_NBMAX blocks (the buffers: 32 KiB a token). */
+#define MX_NBMAX 256   /* 16384 columns (B = 64); wider rows take oct_T's window transposes */
 typedef struct {
     _Alignas(32) int32_t sb[2][MX_TMAX][MX_NBMAX][8];   /* two octets' block sums: the one summed, the one chained */
     __m256 acc[MX_TMAX];
@@ -376,10 +369,9 @@ static __attribute__((noinline)) TGT void octs_pt(const int A8, int T, const ci_
     MX_BY_T(octs_pt_T, W, r0, r1, pt, xq, xs, y, ys);
 }
 
-AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint32_t *pr, const uint8_t *xq, int64_t xs,
-            float *out) {
+AI void oct(const int A8, int T, const ci_mat *W, const int64_t rows[8], const uint8_t *xq, int64_t xs, float *out) {
     const int bits = q_desc(W)->bits, b64 = q_desc(W)->group % 64 == 0;
-    MX_BY_T(oct_T, W, rows, pr, xq, xs, out);
+    MX_BY_T(oct_T, W, rows, xq, xs, out);
 }
 #undef MX_BY_T
 #undef MX_FORM
