@@ -29,7 +29,12 @@
 
 #define AI static inline __attribute__((always_inline)) TGT
 #define UNROLL8 _Pragma("GCC unroll 8")
-#define MX_PFD 4096   /* bytes ahead of an octet's codes that its chunks prefetch (into L2) */
+/* Bytes ahead of an octet's codes that its chunks prefetch (into L2): two octets of 1024-column rows,
+ * one of 2048. Against 4096 on the 2-vCPU AMD EPYC Zen 3 (bench/ab_cpu.sh, medians of 4-6 alternating
+ * runs, 2026-12-07): `--mlx-amx8` decode of the Qwen3-30B-A3B-dims 4-bit MoE (its 2048-column head is
+ * 58% of the bytes) +28% on one thread and +23% on two, of the Qwen3-0.6B-dims one +5% on each, `--mlx-amx`
+ * +7% on one; prefill level; 16384 level with 8192 or below it. */
+#define MX_PFD 8192
 #define MX_WIN 32     /* blocks whose sums a pass keeps (1 KiB a token) before their chain */
 
 /* A prepared token row (stride bytes, 64-byte aligned): x̂ of 64-column chunks (nch, cols rounded
