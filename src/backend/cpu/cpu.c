@@ -171,6 +171,7 @@ typedef struct {
     _Alignas(64) atomic_llong next;
     int64_t end;
 } par_range;
+static int par_shared;   /* CINFER_CPU_PAR_SHARED=1, read by ci_backend_cpu_new */
 
 typedef struct {
     item_fn fn;
@@ -245,9 +246,7 @@ static void par_for(cpu_backend *b, int64_t n_items, item_fn fn, void *ctx, int 
         for (int64_t i = 0; i < n_items; i++) fn(ctx, i, &b->slots[0]);
         return;
     }
-    static int shared = -1;
-    if (shared < 0) shared = getenv("CINFER_CPU_PAR_SHARED") != NULL;
-    const int nr = shared ? 1 : nt;
+    const int nr = par_shared ? 1 : nt;
     par_range r[nt];
     for (int t = 0; t < nr; t++) {
         atomic_init(&r[t].next, n_items * t / nr);
@@ -1890,6 +1889,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     const char *ar = getenv("CINFER_CPU_ATTN_ROWS");
     attn_rows_on = !(ar && !strcmp(ar, "0"));
 
+    const char *ps = getenv("CINFER_CPU_PAR_SHARED");
+    par_shared = ps && !strcmp(ps, "1");
     const char *r8 = getenv("CINFER_CPU_ROWS8");
     cpu_rows8 = !(r8 && !strcmp(r8, "0"));
     const char *rs = getenv("CINFER_CPU_ROWS_N");
