@@ -450,7 +450,7 @@ static void amx_mlx_ptiles(ci_isa isa) {
         { K_Q8, 32, 40, 1088, 40 },
         { K_Q4, 32, 53, 512, 53 },    /* a last tile of 5 rows */
         { K_Q4, 64, 48, 1024, 16 },   /* a view reaching past the grid it states: the copy grows */
-        { K_Q4, 64, 24, 4224, 24 },   /* 66 blocks a row: mlx_avx2.c's copy read without the pipelined chain */
+        { K_Q4, 64, 24, 4224, 24 },   /* 66 blocks a row (mlx_avx2.c's pipelined octets: up to MX_NBMAX 256) */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         wmat w;

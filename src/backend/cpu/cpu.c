@@ -176,7 +176,6 @@ static int par_shared;   /* CINFER_CPU_PAR_SHARED=1, read by ci_backend_cpu_new 
 typedef struct {
     item_fn fn;
     void *ctx;
-    int64_t n_items;
     cpu_slot *slots;
     par_range *r;
     int nr;
@@ -252,7 +251,7 @@ static void par_for(cpu_backend *b, int64_t n_items, item_fn fn, void *ctx, int 
         atomic_init(&r[t].next, n_items * t / nr);
         r[t].end = n_items * (t + 1) / nr;
     }
-    par_ctx pc = { .fn = fn, .ctx = ctx, .n_items = n_items, .slots = b->slots, .r = r, .nr = nr };
+    par_ctx pc = { .fn = fn, .ctx = ctx, .slots = b->slots, .r = r, .nr = nr };
     ci_pool_run(b->base.pool, par_task, &pc, nt);
 }
 
