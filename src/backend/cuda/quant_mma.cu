@@ -152,6 +152,17 @@ static int qt_nw16(void) {
     return v;
 }
 
+/* CINFER_CUDA_QT_FP8G1 (default 1; 0: two groups a warp as the other codes): fp8 dense launches
+ * split a tile's 128-column groups down to one a warp (qt_ks's mg), so an o_proj's 128 tiles
+ * (DeepSeek-V2-Lite: 16 groups) run as 128 blocks of 16 warps instead of 64 of two tiles each.
+ * H100, 2026-12-07, DeepSeek-V2-Lite dims + q_lora 1024, 14 layers fp8, decode after 512,
+ * alternating: 743.9 / 739.3 tok/s on vs 726.4 / 726.9 off (+1.9%); ncu: o_proj / shared down
+ * 8.58 -> 7.82 us, q_a + kv_a 8.73 -> 7.75, q_b 7.85 -> 7.42 (bench/RESULTS.md). */
+static int qt_fp8_g1(void) {
+    static const int v = cb_env_switch("CINFER_CUDA_QT_FP8G1", 1);
+    return v;
+}
+
 /* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
  * even one row fits. bits: 4, 8, QT_E4M3 or QT_E2M1; W code words a lane loads per group and row. */
 static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
@@ -167,7 +178,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     int chunk = n;
     while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
-    a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw);
+    a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw, bits == QT_E4M3 && qt_fp8_g1() ? 1 : 2);
     a.pv = qt_pv_mode();
     a.usum = qt_usum_mode();
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);

@@ -705,10 +705,12 @@ __device__ __forceinline__ void qt_reduce(float *red, int ks, int warp, int lane
  * second prefetch buffer across the staging, since removed: no faster, 13 more registers): at
  * least 2 groups a warp 891.4 / 897.8 tok/s, 1 group 893.3 / 898.7, 4 groups 863.9 / 872.3
  * (small matrices such as the router split further); the experts' gate+up split 8 or 2 ways
- * instead of the rule's 4: 813.5 / 814.5, 812.8 / 816.0. */
-static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw) {
+ * instead of the rule's 4: 813.5 / 814.5, 812.8 / 816.0.
+ * mg: the groups a warp keeps at least (2; fp8's dense launches 1, qt_fp8_g1: a 128-column fp8
+ * group is 128 bytes of a row, four times a 4-bit group of 64's bytes). */
+static inline int qt_ks(int64_t warp_tiles, int ng, int sm_count, int nw, int mg = 2) {
     int ks = 1;
-    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 4 * ks) ks *= 2;
+    while (ks < nw && warp_tiles * ks * 2 <= (int64_t)sm_count * 16 && ng >= 2 * mg * ks) ks *= 2;
     return ks;
 }
 
