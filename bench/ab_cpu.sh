@@ -20,21 +20,21 @@ run() {   # arm -> "prefill decode"
   env $envs "$bin" bench --model "$M" --threads "$TH" --prompt-len "$P" --gen "$G" --reps "$REPS" $flags 2>&1 |
     awk '/^prefill /{for(i=1;i<=NF;i++) if($i=="=") p=$(i+1)} /^decode  /{for(i=1;i<=NF;i++) if($i=="=") d=$(i+1)} END{print p, d}'
 }
-: > /tmp/ab_cpu.$$
+ROWS=$(mktemp "${TMPDIR:-/tmp}/ab_cpu.XXXXXX") || exit 1
+trap 'rm -f "$ROWS"' EXIT
 for r in $(seq "$R"); do
   for a in 2 3; do
     arm=${!a}
     res=$(run "$arm")
     echo "round $r [$arm]: prefill $(echo "$res" | cut -d' ' -f1) decode $(echo "$res" | cut -d' ' -f2)"
-    echo "$a $res" >> /tmp/ab_cpu.$$
+    echo "$a $res" >> "$ROWS"
   done
 done
 for a in 2 3; do
   for col in 2 3; do
     name=$([ $col = 2 ] && echo prefill || echo decode)
-    awk -v a=$a -v c=$col '$1==a{print $c}' /tmp/ab_cpu.$$ | sort -n |
+    awk -v a=$a -v c=$col '$1==a{print $c}' "$ROWS" | sort -n |
       awk -v n="$name" -v arm="${!a}" '{v[NR]=$1} END{m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2;
         printf "[%s] %s: median %.2f, low %.2f, high %.2f tok/s (%d runs)\n", arm, n, m, v[1], v[NR], NR}'
   done
 done
-rm -f /tmp/ab_cpu.$$
