@@ -2368,11 +2368,19 @@ static void test_moe_norm_experts_case(int E, int K, ci_route router, int norm, 
 
 /* whether the environment turns off a switch moe_fused's one launch needs (tests/gpu/run.sh's
  * ops-alt), so that it declines every call */
-static int fused_off(void) {
+/* cuda_internal.h's CB_MOE_FUSE_QT: whether moe_fused_qt.cu's launch is on by default (it waits for
+ * its first run on a device: CINFER_CUDA_MOE_FUSE_QT=1 turns it on) */
+#define MOE_FUSE_QT_DEFAULT 0
+static int fused_off(ci_dtype de) {
     static const char *const sw[] = { "CINFER_CUDA_MOE_SHARED", "CINFER_CUDA_MOE_FUSE", "CINFER_CUDA_MOE_SPLIT",
                                       "CINFER_CUDA_NORM_FUSE" };
-    for (size_t i = 0; i < sizeof sw / sizeof *sw; i++) {
-        const char *v = getenv(sw[i]);
+    static const char *const sw8[] = { "CINFER_CUDA_MOE_SHARED", "CINFER_CUDA_MOE_FUSE", "CINFER_CUDA_NORM_FUSE",
+                                       "CINFER_CUDA_QMMA" };
+    const int fp8 = de == CI_F8_E4M3;
+    const char *q = getenv("CINFER_CUDA_MOE_FUSE_QT");
+    if (fp8 && !(q ? atoi(q) != 0 : MOE_FUSE_QT_DEFAULT)) return 1;
+    for (size_t i = 0; i < (fp8 ? sizeof sw8 / sizeof *sw8 : sizeof sw / sizeof *sw); i++) {
+        const char *v = getenv(fp8 ? sw8[i] : sw[i]);
         if (v && !strcmp(v, "0")) return 1;
     }
     const char *g = getenv("CINFER_CUDA_GEMV1");
@@ -2383,19 +2391,21 @@ static int fused_off(void) {
  * the router's dtype): at one row moe_fused takes it (returns 1) and out (= x, the residual, or res
  * with acc) gets routed + shared against the CPU's ops (norm_matmul_keep, moe_route, moe_experts, the
  * shared SwiGLU / relu² / clamped product and matmul_acc; gated: the down product, the gate row's
- * product and sigmoid_gate_add), three calls in a row; where it cannot (n rows > 1, experts it does not take) it
- * returns 0 with nothing written (every output still poisoned). */
-static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, int SI, ci_dtype de, int relu2,
-                                 float limit, int n, int acc, int gated) {
+ * product and sigmoid_gate_add), three calls in a row; fp8 experts with an ungated SwiGLU shared
+ * expert (moe_fused_qt.cu) also against the same ops on the device, bit for bit (moe_experts into y,
+ * matmul_swiglu, matmul_acc into y, add). Where it cannot (n rows > 1, forms it does not take) it
+ * returns 0 with nothing written (every output still poisoned). sdt: fp8's scale dtype. */
+static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, int SI, ci_dtype de, ci_dtype sdt,
+                                 int relu2, float limit, int n, int acc, int gated) {
     char name[220];
-    snprintf(name, sizeof name, "moe_norm_experts shared %s E=%d K=%d X=%d I=%d SI=%d%s%s%s%s n=%d", dt_name(de, CI_F32),
+    snprintf(name, sizeof name, "moe_norm_experts shared %s E=%d K=%d X=%d I=%d SI=%d%s%s%s%s n=%d", dt_name(de, sdt),
              E, K, X, I, SI, relu2 ? " relu2" : "", limit > 0 ? " limit" : "", gated ? " gated" : "", acc ? " acc" : "", n);
     if (!want(name) || !gpu->moe_norm_experts) return;
     wpair W = make_weight(E, X, CI_BF16, CI_F32);
     ci_mat *cv = keep(xmalloc((size_t)6 * E * sizeof(ci_mat))), *gv = cv + 3 * E;
     for (int j = relu2 ? 1 : 0; j < 3 && !dead; j++)
-        make_stacked(E, j == 2 ? X : I, j == 2 ? I : X, de, CI_F32, cv + j * E, gv + j * E);
-    wpair sg = make_weight(SI, X, de, CI_F32), su = make_weight(SI, X, de, CI_F32), sd = make_weight(X, SI, de, CI_F32);
+        make_stacked(E, j == 2 ? X : I, j == 2 ? I : X, de, sdt, cv + j * E, gv + j * E);
+    wpair sg = make_weight(SI, X, de, sdt), su = make_weight(SI, X, de, sdt), sd = make_weight(X, SI, de, sdt);
     wpair sr = make_weight(1, X, CI_BF16, CI_F32);   /* the gate row: the router's dtype */
     if (dead) return;
     float *nw = keep(xmalloc((size_t)X * 4));
@@ -2425,7 +2435,8 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         m.sh_gate = &sg.g; m.sh_up = &su.g; m.sh_down = &sd.g; m.sh_router = gated ? &sr.g : NULL;
         const int took = gpu->moe_norm_experts(gpu, o, gxn, glg, gsel, gw, gx, gnw, 1e-6f, NULL, n, &W.g, &m, 1);
         g_get(got, o, nx * 4);
-        if (n != 1 || de == CI_F8_E4M3 || fused_off()) {   /* not taken: nothing written */
+        const int fp8 = de == CI_F8_E4M3;
+        if (n != 1 || fused_off(de) || (fp8 && (relu2 || gated))) {   /* not taken: nothing written */
             g_get(gxh, gxn, nx * 4);
             if (took) { ok = 0; snprintf(why, sizeof why, "took a call it should decline"); }
             else if (memcmp(got, acc ? res : x, nx * 4)) { ok = 0; snprintf(why, sizeof why, "declined but wrote out"); }
@@ -2434,6 +2445,32 @@ static void test_moe_shared_case(int E, int K, ci_route router, int X, int I, in
         }
         if (!took) { ok = 0; snprintf(why, sizeof why, "call %d: declined", call); break; }
         g_get(gsh, gsel, ns * 4);
+        if (fp8) {   /* the composed ops on the device: the same bits */
+            ci_moe mr = m;
+            mr.sh_gate = mr.sh_up = mr.sh_down = mr.sh_router = NULL;
+            mr.shared_inter = 0;
+            float *gy = g_alloc(nx * 4), *gg = g_alloc((size_t)n * SI * 4), *gu = g_alloc((size_t)n * SI * 4),
+                  *gt = g_alloc(nx * 4), *gres = g_alloc(nx * 4), *got2 = xmalloc(nx * 4);
+            if (gy && gg && gu && gt && gres) {
+                gpu->upload(gpu, gx, x, nx * 4);   /* without acc the launch wrote into x itself */
+                gpu->upload(gpu, gres, acc ? res : x, nx * 4);
+                gpu->norm_matmul_keep(gpu, gxn, glg, gx, gnw, 1e-6f, n, &W.g);
+                gpu->moe_route(gpu, gsel, gw, glg, NULL, n, &mr);
+                gpu->moe_experts(gpu, gy, gxn, n, gsel, gw, &mr, 0);
+                if (limit > 0) gpu->matmul_swiglu_clamp(gpu, gg, gu, gxn, n, &sg.g, &su.g, limit);
+                else gpu->matmul_swiglu(gpu, gg, gu, gxn, n, &sg.g, &su.g);
+                gpu->matmul_acc(gpu, gy, gg, n, &sd.g, gt);
+                gpu->add(gpu, gres, gy, (int64_t)nx);
+                g_get(got2, gres, nx * 4);
+                if (memcmp(got, got2, nx * 4)) {
+                    ok = 0;
+                    snprintf(why, sizeof why, "call %d: not the composed ops' bits (out[0] %.9g vs %.9g)", call,
+                             (double)got[0], (double)got2[0]);
+                }
+            }
+            g_free(gy); g_free(gg); g_free(gu); g_free(gt); g_free(gres); free(got2);
+            if (!ok) break;
+        }
         if (call == 0 && !getenv("CINFER_CUDA_MF_EARLY")) {
             /* the shared units after the routing (CINFER_CUDA_MF_EARLY=0) instead of before it: the
              * same bits */
@@ -2506,6 +2543,8 @@ static void test_moe_norm_experts(void) {
         test_moe_norm_experts_case(8, 2, CI_ROUTE_SOFTMAX, 1, 1, 1, 70, 36, CI_BF16, CI_BF16, 0, 0, n, acc, NULL);     /* odd: three ops */
         test_moe_norm_experts_case(9, 3, CI_ROUTE_SOFTMAX, 1, 1, 1, 256, 384, CI_BF16, CI_F8_E4M3, 0, 0, n, acc, NULL); /* fp8: routed in gate+up */
         test_moe_norm_experts_case(64, 6, CI_ROUTE_SIGMOID, 1, 8, 3, 256, 128, CI_F32, CI_F8_E4M3, 0, 0, n, !acc, NULL); /* fp8, grouped sigmoid */
+        test_moe_norm_experts_case(64, 6, CI_ROUTE_SOFTMAX, 0, 1, 1, 2048, 1408, CI_BF16, CI_F8_E4M3, 0, 0, n, acc, NULL); /* fp8 V2-Lite */
+        test_moe_norm_experts_case(32, 4, CI_ROUTE_SOFTMAX, 1, 1, 1, 4096, 256, CI_BF16, CI_F8_E4M3, 0, 0, n, !acc, NULL); /* fp8, router over 4 warps */
         const qfmt q4 = qfmt_at(18 + 5), q8 = qfmt_at(45 + 5), q4s = qfmt_at(18), fp4 = qfmt_at(54);
         test_moe_norm_experts_case(128, 8, CI_ROUTE_SOFTMAX, 1, 1, 1, 2048, 768, CI_BF16, CI_U32, 0, 0, n, acc, &q4); /* Qwen3-30B-A3B mlx4 */
         test_moe_norm_experts_case(60, 4, CI_ROUTE_SOFTMAX, 0, 1, 1, 512, 256, CI_F32, CI_U32, 0, 0, n, !acc, &q8);
@@ -2517,16 +2556,25 @@ static void test_moe_norm_experts(void) {
     /* a shared expert folded in: DeepSeek-V2-Lite's shape (2 shared experts of 1408), relu², the clamp,
      * f32 / f16, and what it declines (3 rows, fp8 experts) */
     for (int acc = 0; acc < 2 && !dead; acc++) {
-        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 1, acc, 0);
-        test_moe_shared_case(16, 4, CI_ROUTE_SIGMOID, 256, 64, 128, CI_F16, 1, 0, 1, acc, 0);
-        test_moe_shared_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 512, 128, 256, CI_F32, 0, 0.5f, 1, acc, 0);
-        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, 0, 0, 3, acc, 0);
-        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, 0, 0, 1, acc, 0);
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, CI_F32, 0, 0, 1, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SIGMOID, 256, 64, 128, CI_F16, CI_F32, 1, 0, 1, acc, 0);
+        test_moe_shared_case(32, 4, CI_ROUTE_SQRTSOFTPLUS, 512, 128, 256, CI_F32, CI_F32, 0, 0.5f, 1, acc, 0);
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_BF16, CI_F32, 0, 0, 3, acc, 0);
+        /* fp8 experts and shared expert (moe_fused_qt.cu): DeepSeek-V2-Lite's shape, a small one with bf16
+         * and E8M0 scales, the clamp, the router over 4 warps a row; and what it declines (3 rows, relu²,
+         * σ-gated) */
+        test_moe_shared_case(64, 6, CI_ROUTE_SOFTMAX, 2048, 1408, 2816, CI_F8_E4M3, CI_F32, 0, 0, 1, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, CI_BF16, 0, 0, 1, acc, 0);
+        test_moe_shared_case(32, 8, CI_ROUTE_SIGMOID, 384, 256, 128, CI_F8_E4M3, CI_F8_E8M0, 0, 0.5f, 1, acc, 0);
+        test_moe_shared_case(16, 2, CI_ROUTE_SOFTMAX, 4096, 128, 256, CI_F8_E4M3, CI_F32, 0, 0, 1, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, CI_F32, 0, 0, 3, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, CI_F32, 1, 0, 1, acc, 0);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 128, 256, CI_F8_E4M3, CI_F32, 0, 0, 1, acc, 1);
         /* σ-gated (Qwen3-Next / Qwen3.5-MoE: 512 experts top-10, one shared expert of 512; the
          * router over 4 warps a row past 2048 columns) */
-        test_moe_shared_case(512, 10, CI_ROUTE_SOFTMAX, 2048, 512, 512, CI_BF16, 0, 0, 1, acc, 1);
-        test_moe_shared_case(128, 8, CI_ROUTE_SOFTMAX, 4096, 192, 384, CI_BF16, 0, 0, 1, acc, 1);
-        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 64, 128, CI_F32, 0, 0, 3, acc, 1);
+        test_moe_shared_case(512, 10, CI_ROUTE_SOFTMAX, 2048, 512, 512, CI_BF16, CI_F32, 0, 0, 1, acc, 1);
+        test_moe_shared_case(128, 8, CI_ROUTE_SOFTMAX, 4096, 192, 384, CI_BF16, CI_F32, 0, 0, 1, acc, 1);
+        test_moe_shared_case(16, 4, CI_ROUTE_SOFTMAX, 256, 64, 128, CI_F32, CI_F32, 0, 0, 3, acc, 1);
     }
 }
 

@@ -464,11 +464,14 @@ static int cb_moe_norm_experts(ci_backend *be, float *out, float *xn, float *log
                                const float *x, const float *norm_w, float eps, const int32_t *ids, int n,
                                const ci_mat *W, const ci_moe *m, int acc) {
     cuda_be *cb = CB(be);
-    if (m->sh_down)   /* the shared expert too: moe_fused's one launch, or nothing */
+    if (m->sh_down)   /* the shared expert too: moe_fused's or moe_fused_qt's one launch, or nothing */
         return cb->moe_shared && !cb->failed && n > 0 && mat_ok(cb, W) &&
-               cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc);
+               (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc) ||
+                (!cb->failed && cb->moe_fuse_qt && cb_moe_fused_qt(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)));
     if (cb->failed || n <= 0 || !mat_ok(cb, W)) return 1;
     if (cb_moe_fused(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;
+    if (cb->failed) return 1;
+    if (cb->moe_fuse_qt && cb_moe_fused_qt(cb, out, xn, logits, sel, w, x, norm_w, eps, ids, n, W, m, acc)) return 1;
     if (cb->failed) return 1;
     cb_norm_matmul_keep(be, xn, logits, x, norm_w, eps, n, W);
     if (cb_moe_route_experts(cb, out, xn, n, logits, ids, sel, w, m, acc) || cb->failed) return 1;
@@ -791,6 +794,7 @@ static void op_free(ci_backend *be) {
     for (int i = 0; i < 3; i++)
         if (cb->mla_work[i].p) cudaFree(cb->mla_work[i].p);
     if (cb->ssd_work.p) cudaFree(cb->ssd_work.p);
+    if (cb->qf_cnt.p) cudaFree(cb->qf_cnt.p);
     if (cb->dn_work.p) cudaFree(cb->dn_work.p);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -875,6 +879,7 @@ extern "C" ci_backend *cinfer_cuda_backend_new(int abi, int device, ci_pool *poo
     cb->moe_fuse = cb_env_switch("CINFER_CUDA_MOE_FUSE", CB_MOE_FUSE);
     cb->mla_prep = cb_env_switch("CINFER_CUDA_MLA_PREP", CB_MLA_PREP);
     cb->moe_shared = cb_env_switch("CINFER_CUDA_MOE_SHARED", CB_MOE_SHARED);
+    cb->moe_fuse_qt = cb_env_switch("CINFER_CUDA_MOE_FUSE_QT", CB_MOE_FUSE_QT);
     cb->mf_early = cb_env_switch("CINFER_CUDA_MF_EARLY", CB_MF_EARLY);
     cb->route_fuse = cb_env_switch("CINFER_CUDA_ROUTE_FUSE", CB_ROUTE_FUSE);
     cb->gemm_streams = cb_env_switch("CINFER_CUDA_GEMM_STREAMS", CB_GEMM_STREAMS);

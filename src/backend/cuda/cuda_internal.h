@@ -73,6 +73,7 @@ struct cuda_be {
     cb_scratch hc_part;      /* hc_mix_pre's parts (v4.cu) */
     cb_scratch argmax_part;  /* argmax's per-block bests */
     cb_scratch moe_h;        /* moe.cu: the experts' activations [n·top_k, inter] */
+    cb_scratch qf_cnt;       /* moe_fused_qt.cu: its tiles' arrival counts (zero at rest) */
     cb_scratch moe_work[6];  /* moe_gemm.cu: its own scratch (sorted entries, gathered rows, ...) */
     struct cb_moe_tab *moe_tabs; /* moe.cu: one per MoE layer seen (a list) */
     cb_scratch mla_work[3];  /* mla.cu, dsa.cu, v4.cu: attention partials, index scores, DSA selections */
@@ -84,7 +85,7 @@ struct cuda_be {
      * one binary; the defaults are the measured best, see cuda_backend.cu):
      * CINFER_CUDA_PDL=0|1, CINFER_CUDA_NORM_FUSE=0|1, CINFER_CUDA_FP8_ROWS2=0|1, CINFER_CUDA_MLA_DECODE=0|1, CINFER_CUDA_MLA_COMB=0|32..1024, CINFER_CUDA_MLA_TC=0|1|2, CINFER_CUDA_MLA_CSLICE=0|1, CINFER_CUDA_MLA_TC_RUN=1..64, CINFER_CUDA_MLA_TC_MIN=0..,
      * CINFER_CUDA_MOE_PIPE=0|1, CINFER_CUDA_MOE_SPLIT=0|1, CINFER_CUDA_DSA_SELECT=0|1, CINFER_CUDA_DSA_SCORE=0|1,
- * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
+ * CINFER_CUDA_ATTN_DECODE2=0|1, CINFER_CUDA_ROPE_FUSE=0|1, CINFER_CUDA_MOE_FUSE=0|1, CINFER_CUDA_MOE_FUSE_QT=0|1, CINFER_CUDA_GEMM_STREAMS=0|1, CINFER_CUDA_GEMM_STACK=0|1, CINFER_CUDA_FLASH2=0|1, CINFER_CUDA_FLASH_SPLIT=0|1, CINFER_CUDA_FLASH_LDM=0|1, CINFER_CUDA_FLASH_GQA=0|1, CINFER_CUDA_SSD_CHUNK=0|1, CINFER_CUDA_DN_CHUNK=0|1|N */
     int pdl;                 /* launch with programmatic dependent launch */
     int norm_fuse;           /* RMSNorm inside the GEMV (norm_matmul_*) */
     int fp8_rows2;           /* one-token fp8 GEMVs: two weight rows per warp (gemv.cu) */
@@ -115,6 +116,7 @@ struct cuda_be {
     int moe_fuse;            /* moe_norm_experts at one row in one launch (moe_fused.cu) */
     int mla_prep;            /* mla_prepare at <= 4 rows in one launch (mla_heads.cu) */
     int moe_shared;          /* moe_norm_experts with a shared expert: folded into moe_fused's launch */
+    int moe_fuse_qt;         /* moe_norm_experts of fp8 experts at one row in one launch (moe_fused_qt.cu) */
     int mf_early;            /* moe_fused: a shared expert's units before the routing, behind the barrier */
     int route_fuse;          /* moe_norm_experts' routing inside the quantized / fp8 experts' gate+up launch */
     unsigned *gbar;          /* device: moe_fused.cu's grid barrier counter, zeroed at start */
@@ -310,6 +312,16 @@ void *cb_scratch_get(cuda_be *cb, cb_scratch *s, size_t bytes);
  * 14 layers 598.3 / 598.2 -> 613.5 / 614.0, Nemotron-3-Nano dims 12 layers 918.1 / 918.5 -> 930.1 /
  * 929.9 (the ungated ones' down in phase 3 had lost 6% / 13%). */
 #define CB_MOE_SHARED 1   /* default of cuda_be.moe_shared (CINFER_CUDA_MOE_SHARED) */
+#endif
+#ifndef CB_MOE_FUSE_QT
+/* moe_norm_experts of fp8 E4M3 experts (and an ungated fp8 shared expert: DeepSeek's) at one row in one
+ * launch (moe_fused_qt.cu) instead of the router GEMV, the experts' pair and the shared expert's
+ * two launches (+ an add); meant to give the same bits (test_cuda_ops "moe_norm_experts", "...
+ * shared" check it with CINFER_CUDA_MOE_FUSE_QT=1). Off until it has run on a device: written in the
+ * fifty-seventh session (2026-12-08), which was lent none; bench/device_runs/2026-12-08a-fusedqt.sh
+ * is its first run (the op cases, memcheck, `logits --step` on / off, ds14f decode on / off). Flip
+ * this and tests/gpu/test_cuda_ops.c's MOE_FUSE_QT_DEFAULT together. */
+#define CB_MOE_FUSE_QT 0  /* default of cuda_be.moe_fuse_qt (CINFER_CUDA_MOE_FUSE_QT) */
 #endif
 #ifndef CB_MF_EARLY
 /* moe_fused with a shared expert, its router rows a warp each (X <= 2048): the shared gate / up units
@@ -711,6 +723,13 @@ int cb_moe_split2_form(cuda_be *cb, const ci_moe *m, const cb_moe_tab *tab, cons
  * runs the three ops) */
 int cb_moe_fused(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
                  const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc);
+/* moe.cu: whether moe_experts of 1..8 rows of these fp8 experts (x their input) take
+ * quant_mma_moe.cu's tensor-core pair (its shape and alignment rules) */
+int cb_moe_fp8_qt_form(const ci_moe *m, const cb_moe_tab *tab, const float *x);
+/* moe_fused_qt.cu: moe_norm_experts in one launch for fp8 experts (and an ungated fp8 shared
+ * expert) at one row, the composed ops' bits, when it can (1), else 0 */
+int cb_moe_fused_qt(cuda_be *cb, float *out, float *xn, float *logits, int32_t *sel, float *w, const float *x,
+                    const float *norm_w, float eps, const int32_t *ids, int n, const ci_mat *W, const ci_moe *m, int acc);
 /* moe.cu: moe_route and moe_experts of n token rows in the experts' launches, the routing done by
  * their first kernel from the router's logits [n, E] (ids: the token ids hash routing reads),
  * sel / w written as moe_route writes them (cuda_be.route_fuse, quant_mma_moe.cu); 0 and nothing

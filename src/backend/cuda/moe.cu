@@ -577,16 +577,20 @@ static void moe_grouped_fp8(cuda_be *cb, float *out, const float *x, int n, cons
     cb_moe_grouped(cb, out, x, n, sel, w, m, &wide);
 }
 
+int cb_moe_fp8_qt_form(const ci_moe *m, const cb_moe_tab *tab, const float *x) {
+    if (tab->dtype != CI_F8_E4M3 || tab->scale_dtype < 0) return 0;
+    const int X = m->hidden, I = m->inter;
+    return !((uintptr_t)x & 15) && moe_aligned(m, 1, 16, X, tab->block) && moe_aligned(m, 0, 16, X, tab->block) &&
+           I % 16 == 0 && moe_aligned(m, 2, 16, I, tab->block);
+}
+
 /* fp8 experts of 1..CB_GEMV_MAX_N rows on the tensor-core pair (quant_mma_moe.cu; rt: routing
  * in its gate+up launch) when it takes them (E4M3 with block scales, x and every matrix 16-byte
  * aligned, block and widths multiples of 16); 0 and nothing launched when not */
 static int moe_fp8_qt(cuda_be *cb, const cb_moe_tab *tab, float *out, const float *x, int n, const int32_t *sel,
                       const float *w, const ci_moe *m, int acc, const cb_route *rt) {
-    if (tab->dtype != CI_F8_E4M3 || n > CB_GEMV_MAX_N || tab->scale_dtype < 0) return 0;
+    if (n > CB_GEMV_MAX_N || !cb_moe_fp8_qt_form(m, tab, x)) return 0;
     const int X = m->hidden, I = m->inter, K = m->top_k;
-    if (((uintptr_t)x & 15) || !moe_aligned(m, 1, 16, X, tab->block) || !moe_aligned(m, 0, 16, X, tab->block) ||
-        I % 16 || !moe_aligned(m, 2, 16, I, tab->block))
-        return 0;
     float *h = (float *)cb_scratch_get(cb, &cb->moe_h, (size_t)n * K * I * sizeof(float));
     return h && cb_qt_moe_fp8(cb, tab->w, tab->scale, tab->srow0, tab->block, tab->scale_dtype, m->relu2, X, I, K,
                               m->act_limit, sel, w, x, h, out, n, acc, rt);

@@ -391,4 +391,16 @@ int cb_qt_moe_fp8(cuda_be *cb, const void *const *w, const void *const *scale, c
                   int scale_dtype, int relu2, int X, int I, int K, float limit, const int32_t *sel, const float *wt,
                   const float *x, float *h, float *out, int k, int acc, const struct cb_route *rt = nullptr);
 
+/* the tensor-core experts' partition of their work for one shape (quant_mma_moe.cu; moe_fused_qt.cu's one
+ * launch takes it too, for the same bits): gate+up's ks, down's kparts and block warps, the two
+ * launches' shared bytes; 0 when they do not fit */
+struct cb_qt_moe_part {
+    int gks, kparts, dnw;
+    size_t smem_gu, smem_dn;
+};
+int cb_qt_moe_plan(cuda_be *cb, int X, int I, int K, int relu2, int gs, int with_route, int E, cb_qt_moe_part *pt);
+/* the ks (warps a tile's groups split over) cb_qt_fp8 takes for one token row of an fp8 matrix of
+ * these rows and K columns (swiglu: a gate / up pair of that shape); 0 when it would not take it */
+int cb_qt_fp8_ks(cuda_be *cb, int64_t rows, int K, int swiglu);
+
 #endif

@@ -163,13 +163,20 @@ static int qt_fp8_g1(void) {
     return v;
 }
 
+/* the groups a warp keeps at least (qt_ks's mg) */
+static int qt_mg(int bits) { return bits == QT_E4M3 && qt_fp8_g1() ? 1 : 2; }
+/* a dense launch's block warps for all_tiles tiles of ntl matrices */
+static int qt_dense_nw(cuda_be *cb, int ntl, int64_t all_tiles) {
+    return ntl == 1 && qt_nw16() && all_tiles <= cb->sm_count ? 16 : QT_WARPS;
+}
+
 /* the launches of a.ntiles tiles over n token rows (in chunks whose staged x fits); 0 when not
  * even one row fits. bits: 4, 8, QT_E4M3 or QT_E2M1; W code words a lane loads per group and row. */
 static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *const *ys, const float *x, int n,
                            const int64_t *rows, int bits, int W, int groups = 1) {
     const int K = a.K, ng = a.ng, ntl = op == CB_SWIGLU ? 2 : 1;
     const int64_t all_tiles = a.ntiles * groups;
-    const int nw = ntl == 1 && qt_nw16() && all_tiles <= cb->sm_count ? 16 : QT_WARPS;
+    const int nw = qt_dense_nw(cb, ntl, all_tiles);
     if (!a.ldx) a.ldx = K;
     a.pair = qt_w1pair();
     /* token rows a launch stages: all n, or fewer when their x does not fit in shared memory (an
@@ -178,7 +185,7 @@ static int qt_dense_launch(cuda_be *cb, qt_args &a, int op, int count, float *co
     int chunk = n;
     while (chunk > 1 && qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) chunk--;
     if (qt_dense_smem(chunk, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
-    a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw, bits == QT_E4M3 && qt_fp8_g1() ? 1 : 2);
+    a.ks = qt_ks(all_tiles, ng, cb->sm_count, nw, qt_mg(bits));
     a.pv = qt_pv_mode();
     a.usum = qt_usum_mode();
     const int64_t blocks = (a.ntiles + nw / a.ks - 1) / (nw / a.ks);
@@ -367,4 +374,13 @@ int cb_qt_groups(cuda_be *cb, float *y, const float *x, int n, int groups, const
     if (!qt_dense_launch(cb, a, CB_STORE, 1, ys, x, n, rr, bits, Wq, groups)) return 0;
     cb_launched(cb, "matmul_groups (tensor cores)");
     return 1;
+}
+
+int cb_qt_fp8_ks(cuda_be *cb, int64_t rows, int K, int swiglu) {
+    if (!cb_q_qmma() || K % 128 || rows < 1) return 0;
+    const int ntl = swiglu ? 2 : 1, ng = K / 128;
+    const int64_t tiles = (rows + 15) / 16;
+    const int nw = qt_dense_nw(cb, ntl, tiles);
+    if (qt_dense_smem(1, K, ng, ntl, nw) > QT_SMEM_MAX) return 0;
+    return qt_ks(tiles, ng, cb->sm_count, nw, qt_mg(QT_E4M3));
 }

@@ -202,36 +202,56 @@ __global__ void __launch_bounds__(NW * 32, 32 / NW) qt_dn_kernel(qt_moe_args a) 
     CB_PROF_END();
 }
 
-/* the two launches for k token rows (a: everything but ks / kparts); 0 (nothing launched) when
- * the staged rows do not fit. bits 4, 8, QT_E4M3 or QT_E2M1, gs the group (fp8: 128). */
-static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
-    const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
-    a.pair = qt_w1pair();
-    a.pv = qt_pv_mode();
-    a.usum = qt_usum_mode();
+/* the partition of the pair's work for these shapes (a function of the shapes only, never of the
+ * token rows): gate+up's ks (warps a tile's groups split over), down's parts of an expert's groups
+ * (kparts) and its block's warps (dnw); 0 when the staged rows do not fit (nothing to launch).
+ * moe_fused_qt.cu's one launch takes the same partition (the same bits). gs: the group (fp8: 128);
+ * with_route: the routing in the gate+up launch (2E floats of its shared memory). */
+int cb_qt_moe_plan(cuda_be *cb, int X, int I, int K, int relu2, int gs, int with_route, int E, cb_qt_moe_part *pt) {
     const int ngx = X / gs, ngi = I / gs, ntl = relu2 ? 1 : 2;
     const size_t smem_gu = (size_t)QT_WARPS * qt_pw_bytes(ntl) + (size_t)2 * qt_rs(X) * 4 + (size_t)ngx * 4 +
-                           (size_t)QT_WARPS * ntl * 4 * 32 * 4 + (a.logits ? (size_t)2 * a.ra.E * 4 : 0);
+                           (size_t)QT_WARPS * ntl * 4 * 32 * 4 + (with_route ? (size_t)2 * E * 4 : 0);
     const int dnw = qt_dn_warps();
     const size_t smem_dn = (size_t)dnw * qt_pw_bytes(1) + (size_t)2 * K * qt_rs(I) * 4 + (size_t)K * ngi * 4 + dnw * 16 * 4;
     if (smem_gu > QT_SMEM_MAX || smem_dn > QT_SMEM_MAX) return 0;
+    pt->smem_gu = smem_gu;
+    pt->smem_dn = smem_dn;
     const int tiles = (I + 15) / 16;
-    a.ks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
+    pt->gks = qt_ks((int64_t)tiles * K, ngx, cb->sm_count, QT_WARPS);
     /* down: items (expert, part) over the block's dnw warps, the parts (of at least 2 groups)
      * that give the block's busiest warp the fewest groups: rounds ceil(K·parts / dnw) times
      * ceil(ngi / parts) groups an item, the fewest parts among equals (V4-Flash's 6 FP4 experts
      * of 64 groups on 16 warps: 8 parts, 3 rounds of 8 groups, where doubling until K·parts >=
      * dnw gave 4: 2 rounds of 16). Of the shape only, never of the token rows. */
-    a.kparts = 1;
+    int kp_best = 1;
     if (qt_dn_balance()) {
         int64_t best = -1;
         for (int kp = 1; kp == 1 || ngi >= 2 * kp; kp *= 2) {
             const int64_t cost = (int64_t)((K * kp + dnw - 1) / dnw) * ((ngi + kp - 1) / kp);
-            if (best < 0 || cost < best) { best = cost; a.kparts = kp; }
+            if (best < 0 || cost < best) { best = cost; kp_best = kp; }
         }
     } else {
-        while (K * a.kparts < dnw && ngi >= 2 * a.kparts) a.kparts *= 2;
+        while (K * kp_best < dnw && ngi >= 2 * kp_best) kp_best *= 2;
     }
+    pt->kparts = kp_best;
+    pt->dnw = dnw;
+    return 1;
+}
+
+/* the two launches for k token rows (a: everything but ks / kparts); 0 (nothing launched) when
+ * the staged rows do not fit. bits 4, 8, QT_E4M3 or QT_E2M1, gs the group (fp8: 128). */
+static int qt_moe_launch(cuda_be *cb, qt_moe_args &a, int bits, int gs, int relu2, int k) {
+    const int X = a.X, I = a.I, K = a.K, bt = bits, W = gs * qt_cbits(bits) / 128;
+    cb_qt_moe_part pt;
+    if (!cb_qt_moe_plan(cb, X, I, K, relu2, gs, a.logits != nullptr, a.ra.E, &pt)) return 0;
+    a.ks = pt.gks;
+    a.kparts = pt.kparts;
+    const int dnw = pt.dnw;
+    const size_t smem_gu = pt.smem_gu, smem_dn = pt.smem_dn;
+    a.pair = qt_w1pair();
+    a.pv = qt_pv_mode();
+    a.usum = qt_usum_mode();
+    const int tiles = (I + 15) / 16;
     const int tpb = QT_WARPS / a.ks;
     const dim3 gg((unsigned)((tiles + tpb - 1) / tpb), (unsigned)(k * K)), gd((unsigned)((X + 15) / 16), (unsigned)k),
         blk(QT_THREADS);
