@@ -8,6 +8,7 @@ bench/RESULTS.md. Families and the llama.cpp architecture each becomes:
   qwen3_5_moe(_text)           -> "qwen35moe"       (issue #17, tests/gpu/bench.sh BENCH_ONLY=hyb)
   lfm2_moe                     -> "lfm2moe"         (issue #17)
   nemotron_h with routed experts -> "nemotron_h_moe" (issue #17)
+  deepseek_v3 / deepseek_v2    -> "deepseek2"       (issue #15, bench/run_llamacpp_moe.sh CONFIG=...)
 
 Every matrix keeps its bf16 bytes (GGML type BF16); expert matrices are streamed one expert after
 another into one [n_expert, rows, cols] tensor, never stacked in memory. What llama.cpp's loader
@@ -28,6 +29,13 @@ reading its converter and loaders, written here from scratch):
               gated norm [d_inner] -> [n_groups, d_inner / n_groups]; conv1d [C, 1, K] -> [C, K];
               per-layer feed-forward lengths (the expert width on MoE layers, else 0) and KV head
               counts (on attention layers, else 0): both 0 marks a Mamba2 layer; no RoPE.
+  deepseek2   MLA in llama.cpp's split form: kv_b_proj [H·(nope + v), kv_lora] becomes attn_k_b, each
+              head's K rows transposed to [H, kv_lora, nope], and attn_v_b [H, v, kv_lora]; one KV
+              head of key length kv_lora + rope and value length kv_lora, with the per-head lengths
+              as the "_mla" keys; the router and e_score_correction_bias (exp_probs_b.bias) in F32;
+              sigmoid gating for deepseek_v3 (softmax for deepseek_v2 without scoring_func); yarn
+              rope keys as the config gives them (the log multiplier written as 0.1 x mscale_all_dim,
+              which the loader divides back).
 make-random writes no tokenizer, so a vocabulary of placeholder tokens (SentencePiece-style
 "llama" model) satisfies the loader; llama-bench feeds random token ids, and `--tokens` parity
 runs feed ids. This file is for speed and parity runs only: no text is generated from it.
@@ -478,6 +486,90 @@ def nemotron_h_moe(cfg, s, w, plan):
         add_matrix(plan, s, "output.weight", "lm_head.weight")
 
 
+# ---------------------------------------------------------------- deepseek2 (MLA + MoE, issue #15)
+def deepseek2(cfg, s, w, plan):
+    L, D, H = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rope, vh = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kvl, ql = cfg["kv_lora_rank"], cfg.get("q_lora_rank")
+    E, K, I = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
+    dense = int(cfg.get("first_k_dense_replace", 0))
+    assert cfg.get("moe_layer_freq", 1) == 1, "moe_layer_freq != 1: not written"
+    assert cfg.get("n_group", 1) == 1 and cfg.get("topk_group", 1) == 1, "grouped routing: not written"
+    # llama.cpp reads q_lora_rank unless the layer count is a "lite" one (26 / 27)
+    assert ql or L in (26, 27), "no q_lora_rank: llama.cpp's deepseek2 loader wants one at this layer count"
+    w.add_block_count(L)
+    w.add_context_length(int(cfg.get("max_position_embeddings", 4096)))
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_leading_dense_block_count(dense)
+    w.add_head_count(H)
+    w.add_head_count_kv(1)
+    w.add_key_length(kvl + rope)
+    w.add_value_length(kvl)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(vh)
+    w.add_rope_dimension_count(rope)
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000)))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    if ql:
+        w.add_q_lora_rank(ql)
+    w.add_kv_lora_rank(kvl)
+    w.add_expert_count(E)
+    w.add_expert_used_count(K)
+    w.add_expert_feed_forward_length(I)
+    w.add_expert_shared_count(cfg.get("n_shared_experts", 1))
+    w.add_expert_weights_scale(float(cfg.get("routed_scaling_factor", 1.0)))
+    w.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", False)))
+    sigmoid = cfg.get("scoring_func", "sigmoid" if cfg["model_type"] == "deepseek_v3" else "softmax") == "sigmoid"
+    G = GGUF.ExpertGatingFuncType
+    w.add_expert_gating_func(G.SIGMOID if sigmoid else G.SOFTMAX)
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("type", rs.get("rope_type")) == "yarn":
+        w.add_rope_scaling_type(GGUF.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rs["factor"]))
+        w.add_rope_scaling_orig_ctx_len(int(rs["original_max_position_embeddings"]))
+        w.add_rope_scaling_yarn_log_mul(0.1 * float(rs.get("mscale_all_dim", 1.0)))
+
+    def kv_b(name, part):
+        def p():
+            a = s.u16(name).reshape(H, nope + vh, kvl)
+            return [np.ascontiguousarray(a[:, :nope, :].transpose(0, 2, 1)) if part == "k" else a[:, nope:, :]]
+        return p
+
+    add_matrix(plan, s, "token_embd.weight", "model.embed_tokens.weight")
+    for l in range(L):
+        p, g = f"model.layers.{l}", f"blk.{l}"
+        a = f"{p}.self_attn"
+        add_f32(plan, s, f"{g}.attn_norm.weight", f"{p}.input_layernorm.weight")
+        if ql:
+            add_matrix(plan, s, f"{g}.attn_q_a.weight", f"{a}.q_a_proj.weight")
+            add_f32(plan, s, f"{g}.attn_q_a_norm.weight", f"{a}.q_a_layernorm.weight")
+            add_matrix(plan, s, f"{g}.attn_q_b.weight", f"{a}.q_b_proj.weight")
+        else:
+            add_matrix(plan, s, f"{g}.attn_q.weight", f"{a}.q_proj.weight")
+        add_matrix(plan, s, f"{g}.attn_kv_a_mqa.weight", f"{a}.kv_a_proj_with_mqa.weight")
+        add_f32(plan, s, f"{g}.attn_kv_a_norm.weight", f"{a}.kv_a_layernorm.weight")
+        plan.add(f"{g}.attn_k_b.weight", [H, kvl, nope], "bf16", kv_b(f"{a}.kv_b_proj.weight", "k"))
+        plan.add(f"{g}.attn_v_b.weight", [H, vh, kvl], "bf16", kv_b(f"{a}.kv_b_proj.weight", "v"))
+        add_matrix(plan, s, f"{g}.attn_output.weight", f"{a}.o_proj.weight")
+        add_f32(plan, s, f"{g}.ffn_norm.weight", f"{p}.post_attention_layernorm.weight")
+        m = f"{p}.mlp"
+        if l < dense:
+            for proj, gn in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
+                add_matrix(plan, s, f"{g}.{gn}.weight", f"{m}.{proj}.weight")
+            continue
+        add_f32(plan, s, f"{g}.ffn_gate_inp.weight", f"{m}.gate.weight")
+        if f"{m}.gate.e_score_correction_bias" in s:
+            add_f32(plan, s, f"{g}.exp_probs_b.bias", f"{m}.gate.e_score_correction_bias")
+        for proj, gn in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+            add_experts(plan, s, f"{g}.{gn}.weight", m + ".experts.{}." + proj + ".weight", E)
+        for proj, gn in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")):
+            add_matrix(plan, s, f"{g}.{gn}.weight", f"{m}.shared_experts.{proj}.weight")
+    add_f32(plan, s, "output_norm.weight", "model.norm.weight")
+    if "lm_head.weight" in s and not cfg.get("tie_word_embeddings"):
+        add_matrix(plan, s, "output.weight", "lm_head.weight")
+
+
 def main():
     if len(sys.argv) not in (4, 5) or sys.argv[4:] not in ([], ["--f32"]):
         sys.exit(__doc__)
@@ -508,6 +600,8 @@ def main():
         arch, fill = "lfm2moe", lfm2moe
     elif mt == "nemotron_h" and cfg.get("n_routed_experts"):
         arch, fill = "nemotron_h_moe", nemotron_h_moe
+    elif mt in ("deepseek_v3", "deepseek_v2"):
+        arch, fill = "deepseek2", deepseek2
     else:
         sys.exit(f"make_bf16_gguf: model_type {mt!r}: no llama.cpp mapping written here")
     s = Src(os.path.join(src, "model.safetensors"))

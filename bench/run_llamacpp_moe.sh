@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # CPU side-by-side of cinfer and llama.cpp on the same random Qwen3-30B-A3B-dims MoE weights cut
-# to a few layers (bench/RESULTS.md, issue #15): bf16 against the GGUF bf16 twin, and MLX
+# to a few layers (bench/RESULTS.md, issue #15; CONFIG picks another MoE config, e.g. DeepSeek-V2-Lite
+# dims: CONFIG=/tmp/ds.json with q_lora_rank 1024, which llama.cpp's deepseek2 loader wants below 26
+# layers, SRC=/tmp/cpu2/ds4 WHICH=bf16; bench/gguf_parity.sh checks that GGUF writer against cinfer): bf16 against the GGUF bf16 twin, and MLX
 # affine 4-bit (g64) against Q4_0 of the same weights; prefill 128 and decode 32, 1 and 2
 # threads, the engines alternating, ROUNDS rounds, loadavg printed before every run.
 #   SRC     a bf16 qwen3_moe checkpoint, made here if missing:
-#             build-cpu/cinfer make-random --config bench/qwen3-30b-a3b.config.json --out $SRC \
+#             build-cpu/cinfer make-random --config $CONFIG --out $SRC \
 #               --dtype bf16 --seed 1 --layers $LAYERS            (4 layers: 3.11 B params, 6.2 GB)
 #   GGUF    its bf16 twin for llama.cpp (bench/make_bf16_gguf.py writes it if missing)
 #   Q4      a directory with mlx4/ (cinfer) and q4_0.gguf (llama.cpp) of the same weights
@@ -35,8 +37,8 @@ cd "$(dirname "$0")/.."
 LAYERS=${LAYERS:-4} SRC=${SRC:-/tmp/cpu2/a3b$LAYERS} GGUF=${GGUF:-$SRC.gguf} Q4=${Q4:-$SRC-q4}
 LCPP=${LCPP:-/tmp/llama.cpp} CINFER=${CINFER:-build-cpu/cinfer} BEFORE=${BEFORE:-} ALT=${ALT:-}
 ROUNDS=${ROUNDS:-2} THREADS=${THREADS:-"1 2"} PY=${PY:-python3} WHICH=${WHICH:-"bf16 q4"}
-GEN=${GEN:-32} PROMPT=${PROMPT:-128}
-[ -f "$SRC/model.safetensors" ] || "$CINFER" make-random --config bench/qwen3-30b-a3b.config.json --out "$SRC" \
+GEN=${GEN:-32} PROMPT=${PROMPT:-128} CONFIG=${CONFIG:-bench/qwen3-30b-a3b.config.json}
+[ -f "$SRC/model.safetensors" ] || "$CINFER" make-random --config "$CONFIG" --out "$SRC" \
   --dtype bf16 --seed 1 --layers "$LAYERS"
 case " $WHICH " in *" bf16 "*) [ -f "$GGUF" ] || "$PY" bench/make_bf16_gguf.py "$SRC" "$GGUF" "$LCPP" ;; esac
 case " $WHICH " in *" q4 "*) [ -f "$Q4/q4_0.gguf" ] || "$PY" bench/make_q4_pair.py "$SRC" "$LAYERS" "$Q4" "$LCPP" ;; esac
