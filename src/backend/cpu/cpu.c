@@ -201,6 +201,13 @@ static int cpu_amd;         /* an AMD CPU: the decode rules are measured (ci_bac
  * decode tile (a block scale per element) made a 32-token prefill slower (172 -> 119 tok/s).
  * CINFER_CPU_ROWS_N (4..4096) overrides the cut-off for measuring. */
 static int cpu_rows_max_n = 32;
+/* 16-bit weights with more than CPU_TILE_T and at most this many token rows, on a set with
+ * block_tile16 (AVX2): the prefill's items with each block read in place and widened in registers
+ * (mm_prefill_b16_item) instead of the decode tiles above (cpu_rows_max_n: AVX2's tile keeps 2
+ * tokens x 4 rows, so a row tile's weights are widened again for every 2 tokens) or the packed
+ * blocks (one conversion pass and store per weight, for few tokens as dear as the FMAs). The same
+ * bits (the one summation order). CINFER_CPU_BT16_N (0..4096) overrides it for measuring; 0: off. */
+static int cpu_bt16_n = 48;
 /* A one-token int16 decode on a thread that streams alone (cpu_pf_dist 2048: par_for ran it on
  * one thread) reads 8 weight rows a tile (cpu_i16kernels.rows1, the same bits as the 4-row
  * tiles): the loads of x, its scales and the chunk's masks shared by twice the rows, the setup
@@ -427,6 +434,30 @@ static void mm_prefill_bf16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, 
     }
 }
 
+/* whether a matmul takes mm_prefill_b16_item (cpu_bt16_n) */
+static int mm_bt16(const mm_ctx *m) {
+    return m->k->block_tile16 && !m->xb && !m->i16 && !m->amx && !m->split && m->n <= cpu_bt16_n &&
+           (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16);
+}
+
+/* A few-token prefill of bf16 / f16 W (mm_bt16): the item's rows read in place by block_tile16, one
+ * call per chunk and PACK_ROWS block, the next block prefetched as below. */
+static void mm_prefill_b16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
+    const ci_mat *W = m->W;
+    int64_t rows = W->rows, cols = W->cols;
+    const uint16_t *w[PACK_ROWS];
+    for (int64_t c0 = 0; c0 < cols; c0 += KC) {
+        int64_t kc = min64(KC, cols - c0);
+        for (int64_t r0 = R0; r0 < R1; r0 += PACK_ROWS) {
+            int64_t r1 = min64(r0 + PACK_ROWS, R1);
+            for (int64_t r = r0; r < r1; r++) w[r - r0] = (const uint16_t *)W->data + r * cols + c0;
+            prefetch_next_block(W, R0, R1, r1, c0, kc);
+            m->k->block_tile16(W->dtype, w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols,
+                               m->y + t0 * rows + r0, rows, c0 == 0);
+        }
+    }
+}
+
 static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     mm_ctx *m = c;
     const ci_mat *W = m->W;
@@ -436,6 +467,10 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     int64_t t0 = tb * m->tok_per_item, t1 = min64(t0 + m->tok_per_item, m->n);
     if (m->xb) {
         mm_prefill_bf16_item(m, R0, R1, t0, t1);
+        return;
+    }
+    if (mm_bt16(m)) {
+        mm_prefill_b16_item(m, R0, R1, t0, t1);
         return;
     }
     const float *w[PACK_ROWS];
@@ -712,6 +747,7 @@ static int mm_prep_rows(cpu_backend *b, const mm_ctx *m, int count, uint8_t *mem
  * activations; else it is a prefill. */
 static int mm_by_rows(const mm_ctx *m) {
     if (m->amx) return m->n <= cpu_amx_rows_form_max();
+    if (m->n > CPU_TILE_T && mm_bt16(m)) return 0;
     return m->i16 || m->n <= CPU_TILE_T ||
            (m->n <= cpu_rows_max_n && !m->xb &&
             ((m->split && m->qk->split_tile) || m->W->dtype == CI_BF16 || m->W->dtype == CI_F16));
@@ -1888,6 +1924,8 @@ ci_backend *ci_backend_cpu_new(int n_threads, ci_isa isa) {
     const char *ar = getenv("CINFER_CPU_ATTN_ROWS");
     attn_rows_on = !(ar && !strcmp(ar, "0"));
 
+    const char *b16 = getenv("CINFER_CPU_BT16_N");
+    if (b16 && atoi(b16) >= 0 && atoi(b16) <= 4096) cpu_bt16_n = atoi(b16);
     const char *ps = getenv("CINFER_CPU_PAR_SHARED");
     par_shared = ps && !strcmp(ps, "1");
     const char *r8 = getenv("CINFER_CPU_ROWS8");

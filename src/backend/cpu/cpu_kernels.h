@@ -82,6 +82,10 @@ typedef struct {
      * columns, bit for bit f32_tile's (so a set can pick its own register tile). */
     void (*block_tile)(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
                        int64_t ys, int first);
+    /* Optional (NULL: none; the AVX2 set): block_tile over bf16 / f16 rows (dt) read in place and
+     * widened in registers, block_tile's bits: prefills of few tokens (cpu.c cpu_bt16_n). */
+    void (*block_tile16)(int dt, const uint16_t *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs,
+                         float *y, int64_t ys, int first);
     /* dst[0..c1-c0) = W[r][c0..c1) as f32 (fp8: times its block scale). */
     void (*row_f32)(const ci_mat *W, int64_t r, int64_t c0, int64_t c1, float *dst);
 

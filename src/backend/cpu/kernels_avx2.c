@@ -89,6 +89,7 @@ static inline TGT vf vexp(vf x) {
  * tried (rows outer: ~44; 9-row sub-blocks; x copied to a padded stride) were no better. */
 #define BT_TOK 4
 #define BT_ROWS 3
+#define BT_IN_PLACE 1   /* block_tile16: few-token prefills of 16-bit weights (cpu.c cpu_bt16_n) */
 
 /* Decode prefetch (simd_template.h, tile_span): for rows of up to 2 KiB (1024 bf16 columns:
  * q/k/v/gate/up and the head of the Qwen3-0.6B shapes) one prefetch per 64 bytes of the

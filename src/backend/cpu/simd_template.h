@@ -350,8 +350,8 @@ static inline int block_rows_next(int left, int R) {
  * output's VL lanes run the same FMA chain over the chunk (lane l: columns l, l + VL, ...,
  * the tail zero-filled the same way), are reduced with the same vhsum4 tree (whichever
  * three other outputs share the call), and land in y as the chunk's part. */
-AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, const float *x, int64_t xs, float *y,
-                 int64_t ys, int first) {
+AI void bt_micro(const int WDT, const int TT, const int RR, const void *const *w, int64_t kc, const float *x,
+                 int64_t xs, float *y, int64_t ys, int first) {
     vf acc[BT_TOK][BT_ROWS];
     UNROLL(8)
     for (int t = 0; t < TT; t++)
@@ -362,7 +362,7 @@ AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, 
         vf wv[BT_ROWS];
         UNROLL(8)
         for (int r = 0; r < RR; r++) {
-            wv[r] = vld(w[r] + k);
+            wv[r] = wload(WDT, w[r], k);
             __asm__("" : "+v"(wv[r])); /* keep it in a register: reused by every token */
         }
         UNROLL(8)
@@ -376,7 +376,7 @@ AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, 
         int n = (int)(kc - k);
         vf wv[BT_ROWS];
         UNROLL(8)
-        for (int r = 0; r < RR; r++) wv[r] = xload_part(w[r] + k, n);
+        for (int r = 0; r < RR; r++) wv[r] = wload_part(WDT, w[r], k, n);
         UNROLL(8)
         for (int t = 0; t < TT; t++) {
             vf xv = xload_part(x + t * xs + k, n);
@@ -400,7 +400,7 @@ AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, 
     }
 }
 
-#define BT_CASE(TT, RR) bt_micro(TT, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first)
+#define BT_CASE(TT, RR) bt_micro(WDT, TT, RR, w + r, kc, x + t * xs, xs, y + t * ys + r, ys, first)
 #if BT_TOK > 8 || BT_ROWS > 8
 #error "block_tile: BT_TOK and BT_ROWS go up to 8"
 #endif
@@ -409,11 +409,12 @@ AI void bt_micro(const int TT, const int RR, const float *const *w, int64_t kc, 
     BT_T_(1, RR) BT_T_(2, RR) BT_T_(3, RR) BT_T_(4, RR) BT_T_(5, RR) BT_T_(6, RR) BT_T_(7, RR) BT_T_(8, RR) }
 
 /* y[t*ys + i] = part (first) or y[t*ys + i] + part, part = dot(x_t, w[i]) over kc, for i < nr,
- * t < T. Tokens go BT_TOK at a time over all the block's rows, BT_ROWS at a time (a
- * remainder between BT_ROWS and 2 * BT_ROWS as two near-equal tiles), so a token group's x
- * stays in L1 while the block (PACK_ROWS x KC in cpu.c) comes from L1 / L2. */
-static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
-                           int64_t ys, int first) {
+ * t < T, w's rows in dtype WDT (f32, or 16-bit widened in registers: the same values, so the same
+ * bits). Tokens go BT_TOK at a time over all the block's rows, BT_ROWS at a time (a remainder
+ * between BT_ROWS and 2 * BT_ROWS as two near-equal tiles), so a token group's x stays in L1
+ * while the block (PACK_ROWS x KC in cpu.c) comes from L1 / L2. */
+AI void block_tile_dt(const int WDT, const void *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs,
+                      float *y, int64_t ys, int first) {
     for (int t = 0; t < T; t += BT_TOK)
         for (int r = 0; r < nr;) {
             int rr = block_rows_next(nr - r, BT_ROWS);
@@ -430,6 +431,21 @@ static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, con
             r += rr;
         }
 }
+static TGT void block_tile(const float *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs, float *y,
+                           int64_t ys, int first) {
+    block_tile_dt(CI_F32, (const void *const *)w, nr, kc, T, x, xs, y, ys, first);
+}
+#ifdef BT_IN_PLACE
+/* The same over bf16 / f16 rows (dt) read in place and widened in registers, no packed f32 copy:
+ * for few tokens, where the packing (a conversion pass and a store of every weight, and its wait on
+ * memory) costs as much as the FMAs it serves. */
+static TGT void block_tile16(int dt, const uint16_t *const *w, int nr, int64_t kc, int T, const float *x, int64_t xs,
+                             float *y, int64_t ys, int first) {
+    if (dt == CI_BF16) block_tile_dt(CI_BF16, (const void *const *)w, nr, kc, T, x, xs, y, ys, first);
+    else block_tile_dt(CI_F16, (const void *const *)w, nr, kc, T, x, xs, y, ys, first);
+}
+#define KBLOCK_TILE16 , .block_tile16 = block_tile16
+#endif
 #define KBLOCK_TILE block_tile
 #endif
 
@@ -640,7 +656,10 @@ static TGT void to_f16(const float *x, int64_t n, uint16_t *h) {
 }
 
 #ifdef KBLOCK_TILE
-#define KBLOCK_FIELD , .block_tile = KBLOCK_TILE
+#ifndef KBLOCK_TILE16
+#define KBLOCK_TILE16
+#endif
+#define KBLOCK_FIELD , .block_tile = KBLOCK_TILE KBLOCK_TILE16
 #else
 #define KBLOCK_FIELD
 #endif
