@@ -3,8 +3,9 @@
 # MoE layer (router, routing, routed and shared experts) in one launch meant to give the composed ops'
 # bits, off by default (CB_MOE_FUSE_QT 0) until this has run. The moe_norm_experts op cases first, then
 # ds14f (fp8) decode after 512 with it on / off (CINFER_CUDA_MOE_FUSE_QT), two rounds alternating, bf16
-# ds14 beside; GPU parity; `logits --step` of deepseek_v3_fp8 on / off compared; then the whole of
-# test_cuda_ops with what time is left. Carry [".gpuz"] (make gpu-stage).
+# ds14 beside; `logits --step` of deepseek_v3_fp8 / deepseek_v4_fp8 on / off compared; GPU parity of the
+# DeepSeek / Qwen3-MoE / MLX fixtures; ncu's per-step table of ds14f with it on (all of test_cuda_ops: a
+# second call). Carry [".gpuz"] (make gpu-stage).
 cd "$(dirname "$0")/../.."
 . bench/device_runs/common.sh
 exec > >(tee "$O/run.log") 2>&1
@@ -15,7 +16,7 @@ sed 's/"q_lora_rank": null/"q_lora_rank": 1024/' bench/deepseek-v2-lite-dims.con
   [ -d /tmp/ds14f ] || timeout 240 $C make-random --config /tmp/ds.json --out /tmp/ds14f --dtype fp8 --seed 1 --layers 14 > $O/make2.log 2>&1 ) &
 timeout 120 $T --only moe_norm_experts > $O/ops-moe.log 2>&1
 echo "ops moe rc=$?: $(grep -c '^PASS' $O/ops-moe.log) PASS, $(grep -c '^FAIL' $O/ops-moe.log) FAIL"; grep -E '^FAIL' $O/ops-moe.log | cut -c1-240 | head -12
-timeout 60 $SAN --tool memcheck $T --only "moe_norm_experts shared fp8" > $O/memcheck.log 2>&1
+timeout 90 $SAN --tool memcheck $T --only "moe_norm_experts shared fp8/f32s E=16" > $O/memcheck.log 2>&1
 echo "memcheck rc=$?: $(grep -c '^PASS' $O/memcheck.log) PASS; $(grep -E 'ERROR SUMMARY' $O/memcheck.log | tail -1)"
 ts ops-moe
 wait %1 2>/dev/null
@@ -32,9 +33,15 @@ for f in deepseek_v3_fp8 deepseek_v4_fp8; do
   done
   cmp /tmp/l_${f}_1.f32 /tmp/l_${f}_0.f32 && echo "logits --step $f: identical on / off" || echo "logits --step $f: DIFFER"
 done
-CINFER=$C timeout 150 bash tests/gpu/parity.sh > $O/parity.log 2>&1
+PARITY_ONLY='deepseek|qwen3_moe|mlx' CINFER=$C timeout 120 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 echo "parity rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E '^FAIL' $O/parity.log | head -4
 ts parity
-timeout 200 $T > $O/ops.log 2>&1
-echo "ops rc=$?: $(grep -c '^PASS' $O/ops.log) PASS, $(grep -c '^FAIL' $O/ops.log) FAIL"; grep -E '^FAIL' $O/ops.log | cut -c1-200 | head -6
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+for g in 1 5; do
+  timeout 100 $NCU --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    --print-summary per-kernel $C bench --model /tmp/ds14f --device cuda --prompt-len 512 --gen $g > $O/ncu-ds14f-g$g.txt 2>&1
+done
+python3 bench/ncu_steps.py $O/ncu-ds14f-g1.txt $O/ncu-ds14f-g5.txt 2>&1 | head -24
+xz -9 $O/ncu-*.txt 2>/dev/null
+# then, in a second call: all of test_cuda_ops (timeout 300 $T > $O/ops.log) with CINFER_CUDA_MOE_FUSE_QT=1
 ts end
