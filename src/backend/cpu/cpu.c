@@ -203,7 +203,7 @@ static int cpu_amd;         /* an AMD CPU: the decode rules are measured (ci_bac
 static int cpu_rows_max_n = 32;
 /* 16-bit weights with more than CPU_TILE_T and at most this many token rows, on a set with
  * block_tile16 (AVX2): the prefill's items with each block read in place and widened in registers
- * (mm_prefill_b16_item) instead of the decode tiles above (cpu_rows_max_n: AVX2's tile keeps 2
+ * (mm_prefill_in_place) instead of the decode tiles above (cpu_rows_max_n: AVX2's tile keeps 2
  * tokens x 4 rows, so a row tile's weights are widened again for every 2 tokens) or the packed
  * blocks (one conversion pass and store per weight, for few tokens as dear as the FMAs). The same
  * bits (the one summation order). CINFER_CPU_BT16_N (0..4096) overrides it for measuring; 0: off. */
@@ -416,33 +416,17 @@ static void prefetch_next_block(const ci_mat *W, int64_t R0, int64_t R1, int64_t
     else if (c0 + KC < W->cols) prefetch_block(W, R0, min64(R0 + PACK_ROWS, R1), c0 + KC, min64(c0 + 2 * KC, W->cols));
 }
 
-/* Prefill of bf16 W with bf16 dot products (m->xb): the item's rows read in place, one
- * bf16_block per chunk and PACK_ROWS block, the next block prefetched as mm_prefill_item does. */
-static void mm_prefill_bf16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
-    const ci_mat *W = m->W;
-    int64_t rows = W->rows, cols = W->cols;
-    const uint16_t *w[PACK_ROWS];
-    for (int64_t c0 = 0; c0 < cols; c0 += KC) {
-        int64_t kc = min64(KC, cols - c0);
-        for (int64_t r0 = R0; r0 < R1; r0 += PACK_ROWS) {
-            int64_t r1 = min64(r0 + PACK_ROWS, R1);
-            for (int64_t r = r0; r < r1; r++) w[r - r0] = (const uint16_t *)W->data + r * cols + c0;
-            prefetch_next_block(W, R0, R1, r1, c0, kc);
-            m->k->bf16_block(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->xb + t0 * cols + c0, cols, m->y + t0 * rows + r0,
-                             rows, c0 == 0);
-        }
-    }
-}
-
-/* whether a matmul takes mm_prefill_b16_item (cpu_bt16_n) */
+/* whether a matmul takes block_tile16 in mm_prefill_in_place (cpu_bt16_n) */
 static int mm_bt16(const mm_ctx *m) {
     return m->k->block_tile16 && !m->xb && !m->i16 && !m->amx && !m->split && m->n <= cpu_bt16_n &&
            (m->W->dtype == CI_BF16 || m->W->dtype == CI_F16);
 }
 
-/* A few-token prefill of bf16 / f16 W (mm_bt16): the item's rows read in place by block_tile16, one
- * call per chunk and PACK_ROWS block, the next block prefetched as below. */
-static void mm_prefill_b16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
+/* Prefill of 16-bit W with the item's rows read in place, one call per chunk and PACK_ROWS block,
+ * the next block prefetched as mm_prefill_item does: bf16 dot products over x rounded to bf16
+ * (m->xb: the set's bf16_block), or a few-token prefill of bf16 / f16 W (mm_bt16: block_tile16,
+ * the weights widened in registers). */
+static void mm_prefill_in_place(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, int64_t t1) {
     const ci_mat *W = m->W;
     int64_t rows = W->rows, cols = W->cols;
     const uint16_t *w[PACK_ROWS];
@@ -452,8 +436,12 @@ static void mm_prefill_b16_item(mm_ctx *m, int64_t R0, int64_t R1, int64_t t0, i
             int64_t r1 = min64(r0 + PACK_ROWS, R1);
             for (int64_t r = r0; r < r1; r++) w[r - r0] = (const uint16_t *)W->data + r * cols + c0;
             prefetch_next_block(W, R0, R1, r1, c0, kc);
-            m->k->block_tile16(W->dtype, w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols,
-                               m->y + t0 * rows + r0, rows, c0 == 0);
+            float *y = m->y + t0 * rows + r0;
+            if (m->xb)
+                m->k->bf16_block(w, (int)(r1 - r0), kc, (int)(t1 - t0), m->xb + t0 * cols + c0, cols, y, rows, c0 == 0);
+            else
+                m->k->block_tile16(W->dtype, w, (int)(r1 - r0), kc, (int)(t1 - t0), m->x + t0 * cols + c0, cols, y,
+                                   rows, c0 == 0);
         }
     }
 }
@@ -465,12 +453,8 @@ static void mm_prefill_item(void *c, int64_t it, cpu_slot *slot) {
     int64_t rb = it / m->n_tok_items, tb = it % m->n_tok_items;
     int64_t R0 = rb * ITEM_ROWS, R1 = min64(R0 + ITEM_ROWS, rows);
     int64_t t0 = tb * m->tok_per_item, t1 = min64(t0 + m->tok_per_item, m->n);
-    if (m->xb) {
-        mm_prefill_bf16_item(m, R0, R1, t0, t1);
-        return;
-    }
-    if (mm_bt16(m)) {
-        mm_prefill_b16_item(m, R0, R1, t0, t1);
+    if (m->xb || mm_bt16(m)) {
+        mm_prefill_in_place(m, R0, R1, t0, t1);
         return;
     }
     const float *w[PACK_ROWS];
