@@ -36,12 +36,6 @@ done
 PARITY_ONLY='deepseek|qwen3_moe|mlx' CINFER=$C timeout 120 bash tests/gpu/parity.sh > $O/parity.log 2>&1
 echo "parity rc=$?: $(grep -cE '^PASS' $O/parity.log) PASS, $(grep -cE '^FAIL' $O/parity.log) FAIL"; grep -E '^FAIL' $O/parity.log | head -4
 ts parity
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-for g in 1 5; do
-  timeout 100 $NCU --graph-profiling node --cache-control none --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
-    --print-summary per-kernel $C bench --model /tmp/ds14f --device cuda --prompt-len 512 --gen $g > $O/ncu-ds14f-g$g.txt 2>&1
-done
-python3 bench/ncu_steps.py $O/ncu-ds14f-g1.txt $O/ncu-ds14f-g5.txt 2>&1 | head -24
-xz -9 $O/ncu-*.txt 2>/dev/null
+ncu_steps /tmp/ds14f
 # then, in a second call: all of test_cuda_ops (timeout 300 $T > $O/ops.log) with CINFER_CUDA_MOE_FUSE_QT=1
 ts end
